@@ -1,0 +1,94 @@
+# BluTrain-C - GNU Make only.
+#   make            build train_gpt2 (CUDA when nvcc exists; CPU=1 forces the CPU build) and tools
+#   make run        data + build + the default training run
+#   make test       every CPU test, plus the CUDA build and GPU tests (skipped without a GPU)
+#   make test-gpu   the CUDA tests only (on a machine with a GPU)
+#   make test-asan  the CPU tests under ASan + UBSan
+#   make data       token shards under data/ (see mk/data.mk)
+#   make clean
+.DEFAULT_GOAL := all
+SHELL := /bin/bash
+
+CC ?= cc
+CPU ?= 0
+NATIVE ?= 1
+CUDA_ARCH ?= 90
+NVCC_PATH := $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+ifeq ($(CPU),1)
+  NVCC :=
+else
+  NVCC ?= $(NVCC_PATH)
+endif
+
+BUILD := build
+ARCHFLAGS := $(if $(filter 1,$(NATIVE)),-march=native,)
+CFLAGS ?= -O3
+CFLAGS += -std=c11 -Wall -Wextra -fopenmp $(ARCHFLAGS) -I.
+LDLIBS := -lm
+# nvcc compiles the same C sources as CUDA C++ (-x cu).
+NVFLAGS ?= -O3
+NVFLAGS += -std=c++17 -x cu -arch=sm_$(CUDA_ARCH) -I. -Xcompiler "-fopenmp -Wall -Wextra $(ARCHFLAGS)" \
+           -diag-suppress 177,550
+NVLDFLAGS := -arch=sm_$(CUDA_ARCH)
+NVLIBS := -lcublas -lcublasLt -lgomp -lm
+ASANFLAGS := -O1 -g -std=c11 -Wall -Wextra -fopenmp -I. -fsanitize=address,undefined -fno-omit-frame-pointer \
+             -fno-sanitize-recover=undefined
+
+HEADERS := $(wildcard bt_*.h bt_*.cuh)
+
+.PHONY: all run test test-cpu test-gpu test-asan clean cuda-build
+all: train_gpt2 tools
+
+# ---- the reference program ----
+ifneq ($(NVCC),)
+train_gpt2: train_gpt2.c $(HEADERS)
+	$(NVCC) $(NVFLAGS) -o $@ $< $(NVLIBS)
+else
+train_gpt2: train_gpt2.c $(HEADERS)
+	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
+endif
+$(BUILD)/train_gpt2_cpu: train_gpt2.c $(HEADERS) | $(BUILD)
+	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
+$(BUILD)/train_gpt2_cuda: train_gpt2.c $(HEADERS) | $(BUILD)
+	$(NVCC_PATH) $(NVFLAGS) -o $@ $< $(NVLIBS)
+
+$(BUILD) $(BUILD)/tests:
+	mkdir -p $@
+
+# ---- tests: every tests/test_*.c is one CPU test binary, every tests/test_*_gpu.cu a CUDA one ----
+CPU_TEST_SRCS := $(wildcard tests/test_*.c)
+GPU_TEST_SRCS := $(wildcard tests/test_*_gpu.cu)
+CPU_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CPU_TEST_SRCS))
+ASAN_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/asan_%,$(CPU_TEST_SRCS))
+GPU_TESTS := $(patsubst tests/%.cu,$(BUILD)/tests/%,$(GPU_TEST_SRCS))
+
+$(BUILD)/tests/%: tests/%.c $(HEADERS) tests/bt_test.h | $(BUILD)/tests
+	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
+$(BUILD)/tests/asan_%: tests/%.c $(HEADERS) tests/bt_test.h | $(BUILD)/tests
+	$(CC) $(ASANFLAGS) -o $@ $< $(LDLIBS)
+$(BUILD)/tests/%_gpu: tests/%_gpu.cu $(HEADERS) tests/bt_test.h | $(BUILD)/tests
+	$(NVCC_PATH) $(NVFLAGS) -o $@ $< $(NVLIBS)
+
+# The CUDA build is compiled whenever nvcc exists; its tests skip themselves without a GPU.
+ifneq ($(NVCC_PATH),)
+CUDA_BUILD := $(BUILD)/train_gpt2_cuda $(GPU_TESTS)
+endif
+
+test: $(CPU_TESTS) $(CUDA_BUILD) tools
+	@tests/run_all.sh $(CPU_TESTS) $(GPU_TESTS)
+test-cpu: $(CPU_TESTS) tools
+	@tests/run_all.sh $(CPU_TESTS)
+test-gpu: $(GPU_TESTS) $(BUILD)/train_gpt2_cuda
+	@tests/run_all.sh $(GPU_TESTS)
+test-asan: $(ASAN_TESTS) tools
+	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 BT_TEST_QUICK=1 tests/run_all.sh $(ASAN_TESTS)
+
+run: data train_gpt2
+	./train_gpt2
+
+clean:
+	rm -rf $(BUILD) train_gpt2 bt_tokenize
+
+# ---- subsystems add their own targets here ----
+tools:
+include $(wildcard mk/*.mk)
