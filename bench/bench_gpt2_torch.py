@@ -1,0 +1,118 @@
+"""bench_gpt2_torch.py: PyTorch's GPT-2 training speed and memory, the baseline train_gpt2.c must beat.
+
+    python3 bench/bench_gpt2_torch.py --config d12 --B 16 --T 1024 --precision bf16 --compile \
+        --json-out bench/torch_gpt2.jsonl
+
+Trains the model of tests/gpt2_torch.py (fused SDPA attention) with fused AdamW,
+one micro-batch of random tokens per step. Each step (zero_grad, forward,
+backward, optimizer step) is timed with CUDA events and synchronized; the
+first --warmup steps (torch.compile's compilation among them) are left out of
+the timing but not out of the peak memory, which is what the process needs.
+The last line printed is one JSON object, also appended to --json-out; an
+out-of-memory run reports {"oom": true, ...} and exits 0.
+"""
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+import gpt2_torch as g  # noqa: E402
+
+DEFAULT_LR = {"tiny": 1e-3, "d12": 1e-4}
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", choices=sorted(g.CONFIGS), default="d12")
+    p.add_argument("--B", type=int, default=16)
+    p.add_argument("--T", type=int, default=1024)
+    p.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="bf16")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--steps", type=int, default=20, help="timed steps (default 20)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed steps first (default 5)")
+    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--json-out", help="append the result line to this file")
+    return p.parse_args()
+
+
+def run(args, result):
+    """Trains and fills in result; raises on out-of-memory."""
+    cfg = g.CONFIGS[args.config]
+    autocast = g.configure(args.precision, "cuda")
+    model = g.GPT(cfg, attention="sdpa")
+    g.init_weights(model, args.seed)
+    model.to("cuda").train()
+    opt = g.make_adamw(model, DEFAULT_LR[args.config], fused=True)
+    fwd = torch.compile(model) if args.compile else model
+    result["params"] = sum(p.numel() for p in model.parameters())
+
+    # A few batches of random tokens, rotated; y is x shifted by one as in real data.
+    gen = torch.Generator(device="cuda").manual_seed(args.seed)
+    data = torch.randint(0, cfg.vocab_size, (4, args.B, args.T + 1), device="cuda", generator=gen)
+    batches = [(d[:, :-1].contiguous(), d[:, 1:].contiguous()) for d in data]
+
+    times_ms, losses = [], []
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for step in range(args.warmup + args.steps):
+        x, y = batches[step % len(batches)]
+        start.record()
+        opt.zero_grad(set_to_none=True)
+        with autocast():
+            loss = fwd(x, y)[1]  # drop the logits now: holding them would inflate the peak
+        loss.backward()
+        opt.step()
+        end.record()
+        end.synchronize()
+        if step >= args.warmup:
+            times_ms.append(start.elapsed_time(end))
+        losses.append(loss.item())
+    median = statistics.median(times_ms)
+    result.update(median_ms=round(median, 3), mean_ms=round(statistics.mean(times_ms), 3),
+                  min_ms=round(min(times_ms), 3), max_ms=round(max(times_ms), 3),
+                  tokens_per_s=round(args.B * args.T / (median / 1000.0), 1),
+                  loss_first=round(losses[0], 6), loss_last=round(losses[-1], 6))
+
+
+def is_oom(e):
+    # torch.compile may wrap the allocator's error in its own exception type
+    msg = str(e).lower()
+    return (isinstance(e, torch.cuda.OutOfMemoryError) or "out of memory" in msg
+            or "cublas_status_alloc_failed" in msg)
+
+
+def main():
+    args = parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("bench_gpt2_torch.py needs a CUDA GPU")
+    if args.steps < 1 or args.warmup < 0 or not 1 <= args.T <= g.CONFIGS[args.config].max_seq_len:
+        sys.exit("need --steps >= 1, --warmup >= 0 and 1 <= --T <= maxT")
+    result = {"impl": "pytorch", "config": args.config, "B": args.B, "T": args.T,
+              "precision": args.precision, "compile": args.compile, "steps": args.steps,
+              "warmup": args.warmup, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "oom": False}
+    torch.cuda.reset_peak_memory_stats()
+    try:
+        run(args, result)
+    except Exception as e:  # noqa: BLE001 -- only out-of-memory is turned into a result
+        if not is_oom(e):
+            raise
+        result["oom"] = True
+        result["error"] = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+    mib = 1024 * 1024
+    result["peak_allocated_mib"] = round(torch.cuda.max_memory_allocated() / mib, 1)
+    result["peak_reserved_mib"] = round(torch.cuda.max_memory_reserved() / mib, 1)
+    line = json.dumps(result)
+    if args.json_out:
+        with open(args.json_out, "a") as f:
+            f.write(line + "\n")
+    print(line)
+
+
+if __name__ == "__main__":
+    main()
