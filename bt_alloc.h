@@ -208,6 +208,9 @@ BTDEF void bt_error(const char *fmt, ...) {
 #define BT__NSLOTS       (1 + BT_MAX_GPUS)          /* slot 0: the host, 1 + i: cuda:i */
 #define BT__MAX_PUSH     16
 
+/* A segment is one system allocation, cut into blocks chained by address (prev/next). Invariants:
+   two neighbours are never both free (bt_free merges them); a free block is in exactly one free
+   tree (its pool's, small or large); a live block is in the hash table. */
 struct bt__pool;
 typedef struct bt__block {
     char *ptr;

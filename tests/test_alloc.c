@@ -39,6 +39,12 @@ static void test_reuse(void) {
     BT_CHECK(b == a, "large block not reused");
     BT_CHECK(s1.n_system_allocs == s0.n_system_allocs, "large reuse called the system");
     bt_free(b);
+    /* best fit: of two cached blocks that fit, the smaller one is taken, uncut */
+    char *big = (char *)bt_alloc(cpu, 8 * MiB, NULL), *mid = (char *)bt_alloc(cpu, 4 * MiB, NULL);
+    bt_free(big); bt_free(mid);
+    char *f = (char *)bt_alloc(cpu, 4 * MiB, NULL), *g = (char *)bt_alloc(cpu, 8 * MiB, NULL);
+    BT_CHECK(f == mid && g == big, "best fit: got %p %p, expected %p %p", (void *)f, (void *)g, (void *)mid, (void *)big);
+    bt_free(f); bt_free(g);
     /* the host ignores the stream argument: one pool */
     char *c = (char *)bt_alloc(cpu, 1000, (void *)0x1234);
     bt_free(c);
