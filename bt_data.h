@@ -153,3 +153,1247 @@ BT_DATA_DEF void   bt_loader_close(bt_loader *L);               /* NULL is a no-
 }
 #endif
 #endif /* BT_DATA_H */
+
+/* ================================================================================================
+   IMPLEMENTATION
+   ------------------------------------------------------------------------------------------------
+   Contents
+     1. Common: allocation, errors, file reading, hashing, RNG
+     2. Unicode classes (generated table) and UTF-8 decoding
+     3. Tokenizer loading: encoder.json, vocab.bpe, the byte alphabet
+     4. BPE: heap-ordered merges of one piece, the piece cache
+     5. Pre-tokenizer and encode / decode
+     6. Shards
+     7. Loader
+   ================================================================================================ */
+#ifdef BT_DATA_IMPLEMENTATION
+#ifndef BT_DATA_IMPLEMENTATION_DONE
+#define BT_DATA_IMPLEMENTATION_DONE
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdarg.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <glob.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+/* ---- 1. Common ------------------------------------------------------------------------------ */
+
+#if defined(BT_MALLOC) && defined(BT_FREE)
+#define bt__dmalloc(sz) BT_MALLOC(sz)
+#define bt__dfree(p) BT_FREE(p)
+#elif !defined(BT_MALLOC) && !defined(BT_FREE)
+#define bt__dmalloc(sz) malloc(sz)
+#define bt__dfree(p) free(p)
+#else
+#error "bt_data.h: define both BT_MALLOC and BT_FREE, or neither"
+#endif
+
+#ifdef __cplusplus
+#define BT__THREAD_LOCAL thread_local
+#else
+#define BT__THREAD_LOCAL _Thread_local
+#endif
+
+static BT__THREAD_LOCAL char bt__data_errbuf[1024];
+
+BT_DATA_DEF const char *bt_data_error(void) { return bt__data_errbuf; }
+
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 1, 2)))
+#endif
+static void bt__seterr(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(bt__data_errbuf, sizeof bt__data_errbuf, fmt, ap);
+    va_end(ap);
+}
+
+/* grow *p (elements of size elt, capacity *cap) to hold at least need; 0 ok, -1 out of memory */
+static int bt__grow(void **p, size_t *cap, size_t need, size_t elt) {
+    size_t ncap;
+    void *q;
+    if (need <= *cap) return 0;
+    ncap = *cap ? *cap : 16;
+    while (ncap < need) {
+        if (ncap > ((size_t)-1) / 2 / elt) return -1;
+        ncap *= 2;
+    }
+    q = bt__dmalloc(ncap * elt);
+    if (!q) return -1;
+    if (*p && *cap) memcpy(q, *p, *cap * elt);
+    bt__dfree(*p);
+    *p = q;
+    *cap = ncap;
+    return 0;
+}
+
+/* the whole file, NUL-terminated; NULL (error set) on failure */
+static char *bt__read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    long sz;
+    if (!f) { bt__seterr("%s: cannot open: %s", path, strerror(errno)); return NULL; }
+    if (fseek(f, 0, SEEK_END) != 0 || (sz = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        bt__seterr("%s: cannot seek: %s", path, strerror(errno)); fclose(f); return NULL;
+    }
+    buf = (char *)bt__dmalloc((size_t)sz + 1);
+    if (!buf) { bt__seterr("%s: out of memory reading %ld bytes", path, sz); fclose(f); return NULL; }
+    if (fread(buf, 1, (size_t)sz, f) != (size_t)sz) {
+        bt__seterr("%s: read error", path); bt__dfree(buf); fclose(f); return NULL;
+    }
+    fclose(f);
+    buf[sz] = 0;
+    *len = (size_t)sz;
+    return buf;
+}
+
+/* 64-bit hash of a short byte string (pieces are a few bytes: one multiply per 8 bytes) */
+static uint64_t bt__hash_bytes(const unsigned char *s, size_t n) {
+    uint64_t h = 0x243F6A8885A308D3ull ^ (n * 0x9E3779B97F4A7C15ull);
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        h = (h ^ w) * 0xFF51AFD7ED558CCDull;
+        h ^= h >> 32;
+        s += 8; n -= 8;
+    }
+    if (n) {
+        uint64_t w = 0;
+        memcpy(&w, s, n);
+        h = (h ^ w) * 0xC4CEB9FE1A85EC53ull;
+    }
+    h ^= h >> 29;
+    return h;
+}
+
+static uint64_t bt__mix64(uint64_t z) {   /* splitmix64's finaliser */
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static uint64_t bt__rng_next(uint64_t *s) { *s += 0x9E3779B97F4A7C15ull; return bt__mix64(*s); }
+/* uniform in [0, n), n >= 1, by rejection (no modulo bias) */
+static uint64_t bt__rng_below(uint64_t *s, uint64_t n) {
+    uint64_t lim = ((uint64_t)-1) - ((uint64_t)-1) % n, r;
+    do { r = bt__rng_next(s); } while (r >= lim);
+    return r % n;
+}
+
+/* ---- 2. Unicode classes and UTF-8 ------------------------------------------------------------ */
+
+enum { BT__OTHER = 0, BT__LETTER = 1, BT__NUMBER = 2, BT__SPACE = 3 };
+
+/* BEGIN GENERATED UNICODE TABLE (tools/gen_unicode_table.py) */
+/* Unicode 15.0.0: 806 runs; 136104 letters (L), 1831 numbers (N), 25 White_Space (S).
+   Each entry: {first code point, last code point << 8 | class}, class 1=L 2=N 3=S. */
+#define BT__UNICODE_VERSION "15.0.0"
+#define BT__UNICODE_NRUNS 806
+static const uint32_t bt__unicode_runs[BT__UNICODE_NRUNS][2] = {
+    {0x9,0xD03},{0x20,0x2003},{0x30,0x3902},{0x41,0x5A01},{0x61,0x7A01},{0x85,0x8503},
+    {0xA0,0xA003},{0xAA,0xAA01},{0xB2,0xB302},{0xB5,0xB501},{0xB9,0xB902},{0xBA,0xBA01},
+    {0xBC,0xBE02},{0xC0,0xD601},{0xD8,0xF601},{0xF8,0x2C101},{0x2C6,0x2D101},{0x2E0,0x2E401},
+    {0x2EC,0x2EC01},{0x2EE,0x2EE01},{0x370,0x37401},{0x376,0x37701},{0x37A,0x37D01},{0x37F,0x37F01},
+    {0x386,0x38601},{0x388,0x38A01},{0x38C,0x38C01},{0x38E,0x3A101},{0x3A3,0x3F501},{0x3F7,0x48101},
+    {0x48A,0x52F01},{0x531,0x55601},{0x559,0x55901},{0x560,0x58801},{0x5D0,0x5EA01},{0x5EF,0x5F201},
+    {0x620,0x64A01},{0x660,0x66902},{0x66E,0x66F01},{0x671,0x6D301},{0x6D5,0x6D501},{0x6E5,0x6E601},
+    {0x6EE,0x6EF01},{0x6F0,0x6F902},{0x6FA,0x6FC01},{0x6FF,0x6FF01},{0x710,0x71001},{0x712,0x72F01},
+    {0x74D,0x7A501},{0x7B1,0x7B101},{0x7C0,0x7C902},{0x7CA,0x7EA01},{0x7F4,0x7F501},{0x7FA,0x7FA01},
+    {0x800,0x81501},{0x81A,0x81A01},{0x824,0x82401},{0x828,0x82801},{0x840,0x85801},{0x860,0x86A01},
+    {0x870,0x88701},{0x889,0x88E01},{0x8A0,0x8C901},{0x904,0x93901},{0x93D,0x93D01},{0x950,0x95001},
+    {0x958,0x96101},{0x966,0x96F02},{0x971,0x98001},{0x985,0x98C01},{0x98F,0x99001},{0x993,0x9A801},
+    {0x9AA,0x9B001},{0x9B2,0x9B201},{0x9B6,0x9B901},{0x9BD,0x9BD01},{0x9CE,0x9CE01},{0x9DC,0x9DD01},
+    {0x9DF,0x9E101},{0x9E6,0x9EF02},{0x9F0,0x9F101},{0x9F4,0x9F902},{0x9FC,0x9FC01},{0xA05,0xA0A01},
+    {0xA0F,0xA1001},{0xA13,0xA2801},{0xA2A,0xA3001},{0xA32,0xA3301},{0xA35,0xA3601},{0xA38,0xA3901},
+    {0xA59,0xA5C01},{0xA5E,0xA5E01},{0xA66,0xA6F02},{0xA72,0xA7401},{0xA85,0xA8D01},{0xA8F,0xA9101},
+    {0xA93,0xAA801},{0xAAA,0xAB001},{0xAB2,0xAB301},{0xAB5,0xAB901},{0xABD,0xABD01},{0xAD0,0xAD001},
+    {0xAE0,0xAE101},{0xAE6,0xAEF02},{0xAF9,0xAF901},{0xB05,0xB0C01},{0xB0F,0xB1001},{0xB13,0xB2801},
+    {0xB2A,0xB3001},{0xB32,0xB3301},{0xB35,0xB3901},{0xB3D,0xB3D01},{0xB5C,0xB5D01},{0xB5F,0xB6101},
+    {0xB66,0xB6F02},{0xB71,0xB7101},{0xB72,0xB7702},{0xB83,0xB8301},{0xB85,0xB8A01},{0xB8E,0xB9001},
+    {0xB92,0xB9501},{0xB99,0xB9A01},{0xB9C,0xB9C01},{0xB9E,0xB9F01},{0xBA3,0xBA401},{0xBA8,0xBAA01},
+    {0xBAE,0xBB901},{0xBD0,0xBD001},{0xBE6,0xBF202},{0xC05,0xC0C01},{0xC0E,0xC1001},{0xC12,0xC2801},
+    {0xC2A,0xC3901},{0xC3D,0xC3D01},{0xC58,0xC5A01},{0xC5D,0xC5D01},{0xC60,0xC6101},{0xC66,0xC6F02},
+    {0xC78,0xC7E02},{0xC80,0xC8001},{0xC85,0xC8C01},{0xC8E,0xC9001},{0xC92,0xCA801},{0xCAA,0xCB301},
+    {0xCB5,0xCB901},{0xCBD,0xCBD01},{0xCDD,0xCDE01},{0xCE0,0xCE101},{0xCE6,0xCEF02},{0xCF1,0xCF201},
+    {0xD04,0xD0C01},{0xD0E,0xD1001},{0xD12,0xD3A01},{0xD3D,0xD3D01},{0xD4E,0xD4E01},{0xD54,0xD5601},
+    {0xD58,0xD5E02},{0xD5F,0xD6101},{0xD66,0xD7802},{0xD7A,0xD7F01},{0xD85,0xD9601},{0xD9A,0xDB101},
+    {0xDB3,0xDBB01},{0xDBD,0xDBD01},{0xDC0,0xDC601},{0xDE6,0xDEF02},{0xE01,0xE3001},{0xE32,0xE3301},
+    {0xE40,0xE4601},{0xE50,0xE5902},{0xE81,0xE8201},{0xE84,0xE8401},{0xE86,0xE8A01},{0xE8C,0xEA301},
+    {0xEA5,0xEA501},{0xEA7,0xEB001},{0xEB2,0xEB301},{0xEBD,0xEBD01},{0xEC0,0xEC401},{0xEC6,0xEC601},
+    {0xED0,0xED902},{0xEDC,0xEDF01},{0xF00,0xF0001},{0xF20,0xF3302},{0xF40,0xF4701},{0xF49,0xF6C01},
+    {0xF88,0xF8C01},{0x1000,0x102A01},{0x103F,0x103F01},{0x1040,0x104902},{0x1050,0x105501},{0x105A,0x105D01},
+    {0x1061,0x106101},{0x1065,0x106601},{0x106E,0x107001},{0x1075,0x108101},{0x108E,0x108E01},{0x1090,0x109902},
+    {0x10A0,0x10C501},{0x10C7,0x10C701},{0x10CD,0x10CD01},{0x10D0,0x10FA01},{0x10FC,0x124801},{0x124A,0x124D01},
+    {0x1250,0x125601},{0x1258,0x125801},{0x125A,0x125D01},{0x1260,0x128801},{0x128A,0x128D01},{0x1290,0x12B001},
+    {0x12B2,0x12B501},{0x12B8,0x12BE01},{0x12C0,0x12C001},{0x12C2,0x12C501},{0x12C8,0x12D601},{0x12D8,0x131001},
+    {0x1312,0x131501},{0x1318,0x135A01},{0x1369,0x137C02},{0x1380,0x138F01},{0x13A0,0x13F501},{0x13F8,0x13FD01},
+    {0x1401,0x166C01},{0x166F,0x167F01},{0x1680,0x168003},{0x1681,0x169A01},{0x16A0,0x16EA01},{0x16EE,0x16F002},
+    {0x16F1,0x16F801},{0x1700,0x171101},{0x171F,0x173101},{0x1740,0x175101},{0x1760,0x176C01},{0x176E,0x177001},
+    {0x1780,0x17B301},{0x17D7,0x17D701},{0x17DC,0x17DC01},{0x17E0,0x17E902},{0x17F0,0x17F902},{0x1810,0x181902},
+    {0x1820,0x187801},{0x1880,0x188401},{0x1887,0x18A801},{0x18AA,0x18AA01},{0x18B0,0x18F501},{0x1900,0x191E01},
+    {0x1946,0x194F02},{0x1950,0x196D01},{0x1970,0x197401},{0x1980,0x19AB01},{0x19B0,0x19C901},{0x19D0,0x19DA02},
+    {0x1A00,0x1A1601},{0x1A20,0x1A5401},{0x1A80,0x1A8902},{0x1A90,0x1A9902},{0x1AA7,0x1AA701},{0x1B05,0x1B3301},
+    {0x1B45,0x1B4C01},{0x1B50,0x1B5902},{0x1B83,0x1BA001},{0x1BAE,0x1BAF01},{0x1BB0,0x1BB902},{0x1BBA,0x1BE501},
+    {0x1C00,0x1C2301},{0x1C40,0x1C4902},{0x1C4D,0x1C4F01},{0x1C50,0x1C5902},{0x1C5A,0x1C7D01},{0x1C80,0x1C8801},
+    {0x1C90,0x1CBA01},{0x1CBD,0x1CBF01},{0x1CE9,0x1CEC01},{0x1CEE,0x1CF301},{0x1CF5,0x1CF601},{0x1CFA,0x1CFA01},
+    {0x1D00,0x1DBF01},{0x1E00,0x1F1501},{0x1F18,0x1F1D01},{0x1F20,0x1F4501},{0x1F48,0x1F4D01},{0x1F50,0x1F5701},
+    {0x1F59,0x1F5901},{0x1F5B,0x1F5B01},{0x1F5D,0x1F5D01},{0x1F5F,0x1F7D01},{0x1F80,0x1FB401},{0x1FB6,0x1FBC01},
+    {0x1FBE,0x1FBE01},{0x1FC2,0x1FC401},{0x1FC6,0x1FCC01},{0x1FD0,0x1FD301},{0x1FD6,0x1FDB01},{0x1FE0,0x1FEC01},
+    {0x1FF2,0x1FF401},{0x1FF6,0x1FFC01},{0x2000,0x200A03},{0x2028,0x202903},{0x202F,0x202F03},{0x205F,0x205F03},
+    {0x2070,0x207002},{0x2071,0x207101},{0x2074,0x207902},{0x207F,0x207F01},{0x2080,0x208902},{0x2090,0x209C01},
+    {0x2102,0x210201},{0x2107,0x210701},{0x210A,0x211301},{0x2115,0x211501},{0x2119,0x211D01},{0x2124,0x212401},
+    {0x2126,0x212601},{0x2128,0x212801},{0x212A,0x212D01},{0x212F,0x213901},{0x213C,0x213F01},{0x2145,0x214901},
+    {0x214E,0x214E01},{0x2150,0x218202},{0x2183,0x218401},{0x2185,0x218902},{0x2460,0x249B02},{0x24EA,0x24FF02},
+    {0x2776,0x279302},{0x2C00,0x2CE401},{0x2CEB,0x2CEE01},{0x2CF2,0x2CF301},{0x2CFD,0x2CFD02},{0x2D00,0x2D2501},
+    {0x2D27,0x2D2701},{0x2D2D,0x2D2D01},{0x2D30,0x2D6701},{0x2D6F,0x2D6F01},{0x2D80,0x2D9601},{0x2DA0,0x2DA601},
+    {0x2DA8,0x2DAE01},{0x2DB0,0x2DB601},{0x2DB8,0x2DBE01},{0x2DC0,0x2DC601},{0x2DC8,0x2DCE01},{0x2DD0,0x2DD601},
+    {0x2DD8,0x2DDE01},{0x2E2F,0x2E2F01},{0x3000,0x300003},{0x3005,0x300601},{0x3007,0x300702},{0x3021,0x302902},
+    {0x3031,0x303501},{0x3038,0x303A02},{0x303B,0x303C01},{0x3041,0x309601},{0x309D,0x309F01},{0x30A1,0x30FA01},
+    {0x30FC,0x30FF01},{0x3105,0x312F01},{0x3131,0x318E01},{0x3192,0x319502},{0x31A0,0x31BF01},{0x31F0,0x31FF01},
+    {0x3220,0x322902},{0x3248,0x324F02},{0x3251,0x325F02},{0x3280,0x328902},{0x32B1,0x32BF02},{0x3400,0x4DBF01},
+    {0x4E00,0xA48C01},{0xA4D0,0xA4FD01},{0xA500,0xA60C01},{0xA610,0xA61F01},{0xA620,0xA62902},{0xA62A,0xA62B01},
+    {0xA640,0xA66E01},{0xA67F,0xA69D01},{0xA6A0,0xA6E501},{0xA6E6,0xA6EF02},{0xA717,0xA71F01},{0xA722,0xA78801},
+    {0xA78B,0xA7CA01},{0xA7D0,0xA7D101},{0xA7D3,0xA7D301},{0xA7D5,0xA7D901},{0xA7F2,0xA80101},{0xA803,0xA80501},
+    {0xA807,0xA80A01},{0xA80C,0xA82201},{0xA830,0xA83502},{0xA840,0xA87301},{0xA882,0xA8B301},{0xA8D0,0xA8D902},
+    {0xA8F2,0xA8F701},{0xA8FB,0xA8FB01},{0xA8FD,0xA8FE01},{0xA900,0xA90902},{0xA90A,0xA92501},{0xA930,0xA94601},
+    {0xA960,0xA97C01},{0xA984,0xA9B201},{0xA9CF,0xA9CF01},{0xA9D0,0xA9D902},{0xA9E0,0xA9E401},{0xA9E6,0xA9EF01},
+    {0xA9F0,0xA9F902},{0xA9FA,0xA9FE01},{0xAA00,0xAA2801},{0xAA40,0xAA4201},{0xAA44,0xAA4B01},{0xAA50,0xAA5902},
+    {0xAA60,0xAA7601},{0xAA7A,0xAA7A01},{0xAA7E,0xAAAF01},{0xAAB1,0xAAB101},{0xAAB5,0xAAB601},{0xAAB9,0xAABD01},
+    {0xAAC0,0xAAC001},{0xAAC2,0xAAC201},{0xAADB,0xAADD01},{0xAAE0,0xAAEA01},{0xAAF2,0xAAF401},{0xAB01,0xAB0601},
+    {0xAB09,0xAB0E01},{0xAB11,0xAB1601},{0xAB20,0xAB2601},{0xAB28,0xAB2E01},{0xAB30,0xAB5A01},{0xAB5C,0xAB6901},
+    {0xAB70,0xABE201},{0xABF0,0xABF902},{0xAC00,0xD7A301},{0xD7B0,0xD7C601},{0xD7CB,0xD7FB01},{0xF900,0xFA6D01},
+    {0xFA70,0xFAD901},{0xFB00,0xFB0601},{0xFB13,0xFB1701},{0xFB1D,0xFB1D01},{0xFB1F,0xFB2801},{0xFB2A,0xFB3601},
+    {0xFB38,0xFB3C01},{0xFB3E,0xFB3E01},{0xFB40,0xFB4101},{0xFB43,0xFB4401},{0xFB46,0xFBB101},{0xFBD3,0xFD3D01},
+    {0xFD50,0xFD8F01},{0xFD92,0xFDC701},{0xFDF0,0xFDFB01},{0xFE70,0xFE7401},{0xFE76,0xFEFC01},{0xFF10,0xFF1902},
+    {0xFF21,0xFF3A01},{0xFF41,0xFF5A01},{0xFF66,0xFFBE01},{0xFFC2,0xFFC701},{0xFFCA,0xFFCF01},{0xFFD2,0xFFD701},
+    {0xFFDA,0xFFDC01},{0x10000,0x1000B01},{0x1000D,0x1002601},{0x10028,0x1003A01},{0x1003C,0x1003D01},{0x1003F,0x1004D01},
+    {0x10050,0x1005D01},{0x10080,0x100FA01},{0x10107,0x1013302},{0x10140,0x1017802},{0x1018A,0x1018B02},{0x10280,0x1029C01},
+    {0x102A0,0x102D001},{0x102E1,0x102FB02},{0x10300,0x1031F01},{0x10320,0x1032302},{0x1032D,0x1034001},{0x10341,0x1034102},
+    {0x10342,0x1034901},{0x1034A,0x1034A02},{0x10350,0x1037501},{0x10380,0x1039D01},{0x103A0,0x103C301},{0x103C8,0x103CF01},
+    {0x103D1,0x103D502},{0x10400,0x1049D01},{0x104A0,0x104A902},{0x104B0,0x104D301},{0x104D8,0x104FB01},{0x10500,0x1052701},
+    {0x10530,0x1056301},{0x10570,0x1057A01},{0x1057C,0x1058A01},{0x1058C,0x1059201},{0x10594,0x1059501},{0x10597,0x105A101},
+    {0x105A3,0x105B101},{0x105B3,0x105B901},{0x105BB,0x105BC01},{0x10600,0x1073601},{0x10740,0x1075501},{0x10760,0x1076701},
+    {0x10780,0x1078501},{0x10787,0x107B001},{0x107B2,0x107BA01},{0x10800,0x1080501},{0x10808,0x1080801},{0x1080A,0x1083501},
+    {0x10837,0x1083801},{0x1083C,0x1083C01},{0x1083F,0x1085501},{0x10858,0x1085F02},{0x10860,0x1087601},{0x10879,0x1087F02},
+    {0x10880,0x1089E01},{0x108A7,0x108AF02},{0x108E0,0x108F201},{0x108F4,0x108F501},{0x108FB,0x108FF02},{0x10900,0x1091501},
+    {0x10916,0x1091B02},{0x10920,0x1093901},{0x10980,0x109B701},{0x109BC,0x109BD02},{0x109BE,0x109BF01},{0x109C0,0x109CF02},
+    {0x109D2,0x109FF02},{0x10A00,0x10A0001},{0x10A10,0x10A1301},{0x10A15,0x10A1701},{0x10A19,0x10A3501},{0x10A40,0x10A4802},
+    {0x10A60,0x10A7C01},{0x10A7D,0x10A7E02},{0x10A80,0x10A9C01},{0x10A9D,0x10A9F02},{0x10AC0,0x10AC701},{0x10AC9,0x10AE401},
+    {0x10AEB,0x10AEF02},{0x10B00,0x10B3501},{0x10B40,0x10B5501},{0x10B58,0x10B5F02},{0x10B60,0x10B7201},{0x10B78,0x10B7F02},
+    {0x10B80,0x10B9101},{0x10BA9,0x10BAF02},{0x10C00,0x10C4801},{0x10C80,0x10CB201},{0x10CC0,0x10CF201},{0x10CFA,0x10CFF02},
+    {0x10D00,0x10D2301},{0x10D30,0x10D3902},{0x10E60,0x10E7E02},{0x10E80,0x10EA901},{0x10EB0,0x10EB101},{0x10F00,0x10F1C01},
+    {0x10F1D,0x10F2602},{0x10F27,0x10F2701},{0x10F30,0x10F4501},{0x10F51,0x10F5402},{0x10F70,0x10F8101},{0x10FB0,0x10FC401},
+    {0x10FC5,0x10FCB02},{0x10FE0,0x10FF601},{0x11003,0x1103701},{0x11052,0x1106F02},{0x11071,0x1107201},{0x11075,0x1107501},
+    {0x11083,0x110AF01},{0x110D0,0x110E801},{0x110F0,0x110F902},{0x11103,0x1112601},{0x11136,0x1113F02},{0x11144,0x1114401},
+    {0x11147,0x1114701},{0x11150,0x1117201},{0x11176,0x1117601},{0x11183,0x111B201},{0x111C1,0x111C401},{0x111D0,0x111D902},
+    {0x111DA,0x111DA01},{0x111DC,0x111DC01},{0x111E1,0x111F402},{0x11200,0x1121101},{0x11213,0x1122B01},{0x1123F,0x1124001},
+    {0x11280,0x1128601},{0x11288,0x1128801},{0x1128A,0x1128D01},{0x1128F,0x1129D01},{0x1129F,0x112A801},{0x112B0,0x112DE01},
+    {0x112F0,0x112F902},{0x11305,0x1130C01},{0x1130F,0x1131001},{0x11313,0x1132801},{0x1132A,0x1133001},{0x11332,0x1133301},
+    {0x11335,0x1133901},{0x1133D,0x1133D01},{0x11350,0x1135001},{0x1135D,0x1136101},{0x11400,0x1143401},{0x11447,0x1144A01},
+    {0x11450,0x1145902},{0x1145F,0x1146101},{0x11480,0x114AF01},{0x114C4,0x114C501},{0x114C7,0x114C701},{0x114D0,0x114D902},
+    {0x11580,0x115AE01},{0x115D8,0x115DB01},{0x11600,0x1162F01},{0x11644,0x1164401},{0x11650,0x1165902},{0x11680,0x116AA01},
+    {0x116B8,0x116B801},{0x116C0,0x116C902},{0x11700,0x1171A01},{0x11730,0x1173B02},{0x11740,0x1174601},{0x11800,0x1182B01},
+    {0x118A0,0x118DF01},{0x118E0,0x118F202},{0x118FF,0x1190601},{0x11909,0x1190901},{0x1190C,0x1191301},{0x11915,0x1191601},
+    {0x11918,0x1192F01},{0x1193F,0x1193F01},{0x11941,0x1194101},{0x11950,0x1195902},{0x119A0,0x119A701},{0x119AA,0x119D001},
+    {0x119E1,0x119E101},{0x119E3,0x119E301},{0x11A00,0x11A0001},{0x11A0B,0x11A3201},{0x11A3A,0x11A3A01},{0x11A50,0x11A5001},
+    {0x11A5C,0x11A8901},{0x11A9D,0x11A9D01},{0x11AB0,0x11AF801},{0x11C00,0x11C0801},{0x11C0A,0x11C2E01},{0x11C40,0x11C4001},
+    {0x11C50,0x11C6C02},{0x11C72,0x11C8F01},{0x11D00,0x11D0601},{0x11D08,0x11D0901},{0x11D0B,0x11D3001},{0x11D46,0x11D4601},
+    {0x11D50,0x11D5902},{0x11D60,0x11D6501},{0x11D67,0x11D6801},{0x11D6A,0x11D8901},{0x11D98,0x11D9801},{0x11DA0,0x11DA902},
+    {0x11EE0,0x11EF201},{0x11F02,0x11F0201},{0x11F04,0x11F1001},{0x11F12,0x11F3301},{0x11F50,0x11F5902},{0x11FB0,0x11FB001},
+    {0x11FC0,0x11FD402},{0x12000,0x1239901},{0x12400,0x1246E02},{0x12480,0x1254301},{0x12F90,0x12FF001},{0x13000,0x1342F01},
+    {0x13441,0x1344601},{0x14400,0x1464601},{0x16800,0x16A3801},{0x16A40,0x16A5E01},{0x16A60,0x16A6902},{0x16A70,0x16ABE01},
+    {0x16AC0,0x16AC902},{0x16AD0,0x16AED01},{0x16B00,0x16B2F01},{0x16B40,0x16B4301},{0x16B50,0x16B5902},{0x16B5B,0x16B6102},
+    {0x16B63,0x16B7701},{0x16B7D,0x16B8F01},{0x16E40,0x16E7F01},{0x16E80,0x16E9602},{0x16F00,0x16F4A01},{0x16F50,0x16F5001},
+    {0x16F93,0x16F9F01},{0x16FE0,0x16FE101},{0x16FE3,0x16FE301},{0x17000,0x187F701},{0x18800,0x18CD501},{0x18D00,0x18D0801},
+    {0x1AFF0,0x1AFF301},{0x1AFF5,0x1AFFB01},{0x1AFFD,0x1AFFE01},{0x1B000,0x1B12201},{0x1B132,0x1B13201},{0x1B150,0x1B15201},
+    {0x1B155,0x1B15501},{0x1B164,0x1B16701},{0x1B170,0x1B2FB01},{0x1BC00,0x1BC6A01},{0x1BC70,0x1BC7C01},{0x1BC80,0x1BC8801},
+    {0x1BC90,0x1BC9901},{0x1D2C0,0x1D2D302},{0x1D2E0,0x1D2F302},{0x1D360,0x1D37802},{0x1D400,0x1D45401},{0x1D456,0x1D49C01},
+    {0x1D49E,0x1D49F01},{0x1D4A2,0x1D4A201},{0x1D4A5,0x1D4A601},{0x1D4A9,0x1D4AC01},{0x1D4AE,0x1D4B901},{0x1D4BB,0x1D4BB01},
+    {0x1D4BD,0x1D4C301},{0x1D4C5,0x1D50501},{0x1D507,0x1D50A01},{0x1D50D,0x1D51401},{0x1D516,0x1D51C01},{0x1D51E,0x1D53901},
+    {0x1D53B,0x1D53E01},{0x1D540,0x1D54401},{0x1D546,0x1D54601},{0x1D54A,0x1D55001},{0x1D552,0x1D6A501},{0x1D6A8,0x1D6C001},
+    {0x1D6C2,0x1D6DA01},{0x1D6DC,0x1D6FA01},{0x1D6FC,0x1D71401},{0x1D716,0x1D73401},{0x1D736,0x1D74E01},{0x1D750,0x1D76E01},
+    {0x1D770,0x1D78801},{0x1D78A,0x1D7A801},{0x1D7AA,0x1D7C201},{0x1D7C4,0x1D7CB01},{0x1D7CE,0x1D7FF02},{0x1DF00,0x1DF1E01},
+    {0x1DF25,0x1DF2A01},{0x1E030,0x1E06D01},{0x1E100,0x1E12C01},{0x1E137,0x1E13D01},{0x1E140,0x1E14902},{0x1E14E,0x1E14E01},
+    {0x1E290,0x1E2AD01},{0x1E2C0,0x1E2EB01},{0x1E2F0,0x1E2F902},{0x1E4D0,0x1E4EB01},{0x1E4F0,0x1E4F902},{0x1E7E0,0x1E7E601},
+    {0x1E7E8,0x1E7EB01},{0x1E7ED,0x1E7EE01},{0x1E7F0,0x1E7FE01},{0x1E800,0x1E8C401},{0x1E8C7,0x1E8CF02},{0x1E900,0x1E94301},
+    {0x1E94B,0x1E94B01},{0x1E950,0x1E95902},{0x1EC71,0x1ECAB02},{0x1ECAD,0x1ECAF02},{0x1ECB1,0x1ECB402},{0x1ED01,0x1ED2D02},
+    {0x1ED2F,0x1ED3D02},{0x1EE00,0x1EE0301},{0x1EE05,0x1EE1F01},{0x1EE21,0x1EE2201},{0x1EE24,0x1EE2401},{0x1EE27,0x1EE2701},
+    {0x1EE29,0x1EE3201},{0x1EE34,0x1EE3701},{0x1EE39,0x1EE3901},{0x1EE3B,0x1EE3B01},{0x1EE42,0x1EE4201},{0x1EE47,0x1EE4701},
+    {0x1EE49,0x1EE4901},{0x1EE4B,0x1EE4B01},{0x1EE4D,0x1EE4F01},{0x1EE51,0x1EE5201},{0x1EE54,0x1EE5401},{0x1EE57,0x1EE5701},
+    {0x1EE59,0x1EE5901},{0x1EE5B,0x1EE5B01},{0x1EE5D,0x1EE5D01},{0x1EE5F,0x1EE5F01},{0x1EE61,0x1EE6201},{0x1EE64,0x1EE6401},
+    {0x1EE67,0x1EE6A01},{0x1EE6C,0x1EE7201},{0x1EE74,0x1EE7701},{0x1EE79,0x1EE7C01},{0x1EE7E,0x1EE7E01},{0x1EE80,0x1EE8901},
+    {0x1EE8B,0x1EE9B01},{0x1EEA1,0x1EEA301},{0x1EEA5,0x1EEA901},{0x1EEAB,0x1EEBB01},{0x1F100,0x1F10C02},{0x1FBF0,0x1FBF902},
+    {0x20000,0x2A6DF01},{0x2A700,0x2B73901},{0x2B740,0x2B81D01},{0x2B820,0x2CEA101},{0x2CEB0,0x2EBE001},{0x2F800,0x2FA1D01},
+    {0x30000,0x3134A01},{0x31350,0x323AF01},
+};
+/* END GENERATED UNICODE TABLE */
+
+/* \p{L} -> 1, \p{N} -> 2, \s (White_Space) -> 3, else 0 */
+static int bt__unicode_class(uint32_t cp) {
+    size_t lo = 0, hi = BT__UNICODE_NRUNS;
+    while (lo < hi) {   /* first run with first > cp */
+        size_t mid = (lo + hi) / 2;
+        if (bt__unicode_runs[mid][0] <= cp) lo = mid + 1; else hi = mid;
+    }
+    if (lo == 0) return BT__OTHER;
+    lo--;
+    return cp <= (bt__unicode_runs[lo][1] >> 8) ? (int)(bt__unicode_runs[lo][1] & 0xFF) : BT__OTHER;
+}
+
+/* Decode one code point at s[i] (i < n), strictly: no overlongs, surrogates or values past
+   U+10FFFF. Returns its byte length; an invalid byte decodes to itself as a 1-byte unit with
+   *cp = 0x110000 + byte (class "other"), so every byte string splits into units. */
+static size_t bt__utf8_unit(const unsigned char *s, size_t n, size_t i, uint32_t *cp) {
+    unsigned c = s[i];
+    if (c < 0x80) { *cp = c; return 1; }
+    if (c >= 0xC2 && c <= 0xDF) {
+        if (i + 1 < n && (s[i + 1] & 0xC0) == 0x80) { *cp = ((c & 0x1Fu) << 6) | (s[i + 1] & 0x3Fu); return 2; }
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        if (i + 2 < n && (s[i + 1] & 0xC0) == 0x80 && (s[i + 2] & 0xC0) == 0x80 &&
+            !(c == 0xE0 && s[i + 1] < 0xA0) && !(c == 0xED && s[i + 1] > 0x9F)) {
+            *cp = ((c & 0x0Fu) << 12) | ((s[i + 1] & 0x3Fu) << 6) | (s[i + 2] & 0x3Fu);
+            return 3;
+        }
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        if (i + 3 < n && (s[i + 1] & 0xC0) == 0x80 && (s[i + 2] & 0xC0) == 0x80 && (s[i + 3] & 0xC0) == 0x80 &&
+            !(c == 0xF0 && s[i + 1] < 0x90) && !(c == 0xF4 && s[i + 1] > 0x8F)) {
+            *cp = ((c & 0x07u) << 18) | ((s[i + 1] & 0x3Fu) << 12) | ((s[i + 2] & 0x3Fu) << 6) | (s[i + 3] & 0x3Fu);
+            return 4;
+        }
+    }
+    *cp = 0x110000u + c;
+    return 1;
+}
+
+/* ---- 3. Tokenizer loading -------------------------------------------------------------------- */
+
+/* GPT-2 stores token bytes as printable characters: the bytes '!'..'~', 0xA1..0xAC and
+   0xAE..0xFF stand for themselves; the other 68 bytes, in increasing order, become U+0100,
+   U+0101, ... This is the inverse: a code point -> its byte, or -1. */
+static int bt__gpt2_char_to_byte(uint32_t cp) {
+    static int inited = 0;
+    static int16_t inv[256 + 68];
+    if (!inited) {   /* idempotent: racing threads write the same values */
+        int b, n = 0;
+        for (b = 0; b < 256; b++) {
+            int printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+            if (printable) inv[b] = (int16_t)b;
+            else { inv[b] = -1; inv[256 + n] = (int16_t)b; n++; }
+        }
+        inited = 1;
+    }
+    return cp < 256 + 68 ? inv[cp] : -1;
+}
+
+#define BT__CACHE_MAX_PIECE 64          /* longer pieces are encoded every time, not cached */
+#define BT__CACHE_MAX_ENTRIES (1u << 19)
+
+typedef struct {     /* a cached piece: its bytes and token ids live in the two arenas */
+    uint64_t hash;
+    uint32_t key_off, val_off;
+    uint16_t key_len, val_len;
+} bt__cache_entry;
+
+struct bt_tokenizer {
+    int vocab;
+    unsigned char *tok_bytes;    /* all tokens' bytes, back to back */
+    uint32_t *tok_off;           /* token i = tok_bytes[tok_off[i] .. tok_off[i+1]) */
+    int32_t byte_id[256];        /* the token of each single byte */
+    /* merges: open addressing on key (left << 32 | right) + 1; value rank << 32 | merged id */
+    uint64_t *mkey, *mval;
+    size_t mmask, nmerges;
+    uint8_t cls_low[0x800];      /* class of code points below U+0800 (the bisection is skipped) */
+    /* the piece cache */
+    bt__cache_entry *cache;
+    size_t cache_mask, cache_n;
+    unsigned char *ckeys; size_t ckeys_n, ckeys_cap;
+    int32_t *cvals; size_t cvals_n, cvals_cap;
+    /* BPE scratch */
+    int32_t *s_id; int32_t *s_next; int32_t *s_prev; uint32_t *s_pos; size_t s_cap;
+    uint64_t *heap; size_t heap_cap;
+};
+
+static int bt__merge_lookup(const bt_tokenizer *t, int32_t a, int32_t b, uint32_t *rank, int32_t *merged) {
+    uint64_t key = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
+    size_t i = (size_t)(bt__mix64(key) & t->mmask);
+    for (;;) {
+        uint64_t k = t->mkey[i];
+        if (k == key) { *rank = (uint32_t)(t->mval[i] >> 32); *merged = (int32_t)(uint32_t)t->mval[i]; return 1; }
+        if (k == 0) return 0;
+        i = (i + 1) & t->mmask;
+    }
+}
+
+/* token bytes -> id, used while loading only */
+typedef struct { int32_t *slot; size_t mask; } bt__tokmap;
+
+static int32_t bt__tokmap_find(const bt__tokmap *m, const bt_tokenizer *t, const unsigned char *s, size_t n) {
+    size_t i = (size_t)(bt__hash_bytes(s, n) & m->mask);
+    for (;;) {
+        int32_t id = m->slot[i];
+        if (id < 0) return -1;
+        if (t->tok_off[id + 1] - t->tok_off[id] == n && memcmp(t->tok_bytes + t->tok_off[id], s, n) == 0) return id;
+        i = (i + 1) & m->mask;
+    }
+}
+
+/* Read a JSON string at p (just past the opening quote) as GPT-2 characters, appending their
+   bytes to out. Returns the position after the closing quote, or NULL on a malformed string or
+   a character outside the byte alphabet. */
+static const char *bt__json_token(const char *p, const char *end, unsigned char *out, size_t *n, uint32_t *badcp) {
+    *badcp = 0;
+    while (p < end && *p != '"') {
+        uint32_t cp;
+        int b;
+        if (*p == '\\') {
+            if (p + 1 >= end) return NULL;
+            switch (p[1]) {
+            case '"': cp = '"'; p += 2; break;
+            case '\\': cp = '\\'; p += 2; break;
+            case '/': cp = '/'; p += 2; break;
+            case 'b': cp = 8; p += 2; break;
+            case 'f': cp = 12; p += 2; break;
+            case 'n': cp = 10; p += 2; break;
+            case 'r': cp = 13; p += 2; break;
+            case 't': cp = 9; p += 2; break;
+            case 'u': {
+                int k;
+                cp = 0;
+                if (p + 6 > end) return NULL;
+                for (k = 2; k < 6; k++) {
+                    char c = p[k];
+                    cp <<= 4;
+                    if (c >= '0' && c <= '9') cp |= (uint32_t)(c - '0');
+                    else if (c >= 'a' && c <= 'f') cp |= (uint32_t)(c - 'a' + 10);
+                    else if (c >= 'A' && c <= 'F') cp |= (uint32_t)(c - 'A' + 10);
+                    else return NULL;
+                }
+                p += 6;
+                break;   /* surrogates are never in the byte alphabet: rejected below */
+            }
+            default: return NULL;
+            }
+        } else {
+            size_t len = bt__utf8_unit((const unsigned char *)p, (size_t)(end - p), 0, &cp);
+            p += len;
+        }
+        b = bt__gpt2_char_to_byte(cp);
+        if (b < 0) { *badcp = cp ? cp : 0xFFFFFFFFu; return NULL; }
+        out[(*n)++] = (unsigned char)b;
+    }
+    return p < end ? p + 1 : NULL;
+}
+
+static const char *bt__skip_ws(const char *p, const char *end) {
+    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
+    return p;
+}
+
+static int bt__load_encoder(bt_tokenizer *t, const char *path) {
+    size_t len = 0, ntok = 0, cap_ids = 0, cap_offs = 0, bytes_n = 0, bytes_cap = 0, i;
+    char *buf = bt__read_file(path, &len);
+    const char *p, *end;
+    int64_t *ids = NULL;         /* per entry: id */
+    uint32_t *offs = NULL;       /* per entry: start in bytes, then end */
+    unsigned char *bytes = NULL;
+    int rc = -1;
+    if (!buf) return -1;
+    end = buf + len;
+    p = bt__skip_ws(buf, end);
+    if (p >= end || *p != '{') { bt__seterr("%s: not a JSON object (expected '{')", path); goto done; }
+    p = bt__skip_ws(p + 1, end);
+    if (p < end && *p == '}') p++;
+    else for (;;) {
+        uint32_t badcp;
+        int64_t v = 0;
+        int digits = 0;
+        size_t start;
+        if (p >= end || *p != '"') { bt__seterr("%s: byte %ld: expected a string key", path, (long)(p - buf)); goto done; }
+        if (bt__grow((void **)&ids, &cap_ids, ntok + 1, sizeof *ids) || bt__grow((void **)&offs, &cap_offs, 2 * (ntok + 1), sizeof *offs)) {
+            bt__seterr("%s: out of memory", path); goto done;
+        }
+        /* a key has at most (end - p) characters, each one byte */
+        if (bt__grow((void **)&bytes, &bytes_cap, bytes_n + (size_t)(end - p), 1)) { bt__seterr("%s: out of memory", path); goto done; }
+        start = bytes_n;
+        p = bt__json_token(p + 1, end, bytes, &bytes_n, &badcp);
+        if (!p) {
+            if (badcp) bt__seterr("%s: token %zu: character U+%04X is not in GPT-2's byte alphabet", path, ntok, (unsigned)badcp);
+            else bt__seterr("%s: token %zu: malformed JSON string", path, ntok);
+            goto done;
+        }
+        if (bytes_n == start) { bt__seterr("%s: token %zu: empty token string", path, ntok); goto done; }
+        p = bt__skip_ws(p, end);
+        if (p >= end || *p != ':') { bt__seterr("%s: byte %ld: expected ':'", path, (long)(p - buf)); goto done; }
+        p = bt__skip_ws(p + 1, end);
+        while (p < end && *p >= '0' && *p <= '9' && digits < 10) { v = v * 10 + (*p - '0'); p++; digits++; }
+        if (!digits || (p < end && *p >= '0' && *p <= '9')) { bt__seterr("%s: token %zu: expected a non-negative id below 10^10", path, ntok); goto done; }
+        ids[ntok] = v;
+        offs[2 * ntok] = (uint32_t)start;
+        offs[2 * ntok + 1] = (uint32_t)bytes_n;
+        ntok++;
+        p = bt__skip_ws(p, end);
+        if (p < end && *p == ',') { p = bt__skip_ws(p + 1, end); continue; }
+        if (p < end && *p == '}') { p++; break; }
+        bt__seterr("%s: byte %ld: expected ',' or '}'", path, (long)(p - buf));
+        goto done;
+    }
+    if (bt__skip_ws(p, end) != end) { bt__seterr("%s: trailing characters after the JSON object", path); goto done; }
+    if (ntok < 256 || ntok > (1u << 24) || bytes_n > 0x7FFFFFFFu) { bt__seterr("%s: %zu tokens (expected 256 .. 2^24)", path, ntok); goto done; }
+    /* ids must be exactly 0 .. ntok-1 */
+    t->vocab = (int)ntok;
+    t->tok_off = (uint32_t *)bt__dmalloc((ntok + 1) * sizeof(uint32_t));
+    t->tok_bytes = (unsigned char *)bt__dmalloc(bytes_n ? bytes_n : 1);
+    {
+        int64_t *where = (int64_t *)bt__dmalloc(ntok * sizeof(int64_t));   /* id -> entry */
+        size_t o = 0;
+        if (!t->tok_off || !t->tok_bytes || !where) { bt__dfree(where); bt__seterr("%s: out of memory", path); goto done; }
+        for (i = 0; i < ntok; i++) where[i] = -1;
+        for (i = 0; i < ntok; i++) {
+            if (ids[i] >= (int64_t)ntok) { bt__dfree(where); bt__seterr("%s: id %lld >= the number of tokens %zu (ids must be 0..n-1)", path, (long long)ids[i], ntok); goto done; }
+            if (where[ids[i]] >= 0) { bt__dfree(where); bt__seterr("%s: id %lld appears twice", path, (long long)ids[i]); goto done; }
+            where[ids[i]] = (int64_t)i;
+        }
+        for (i = 0; i < ntok; i++) {
+            size_t e = (size_t)where[i], a = offs[2 * e], b = offs[2 * e + 1];
+            t->tok_off[i] = (uint32_t)o;
+            memcpy(t->tok_bytes + o, bytes + a, b - a);
+            o += b - a;
+        }
+        t->tok_off[ntok] = (uint32_t)o;
+        bt__dfree(where);
+    }
+    rc = 0;
+done:
+    bt__dfree(ids); bt__dfree(offs); bt__dfree(bytes); bt__dfree(buf);
+    return rc;
+}
+
+static int bt__load_merges(bt_tokenizer *t, const char *path) {
+    size_t len = 0, nlines = 0, cap, i, lineno = 0;
+    char *buf = bt__read_file(path, &len);
+    const char *p, *end;
+    bt__tokmap m;
+    unsigned char *tmp = NULL;
+    int rc = -1;
+    m.slot = NULL;
+    if (!buf) return -1;
+    end = buf + len;
+    for (p = buf; p < end; p++) nlines += *p == '\n';
+    nlines++;
+    /* token map: bytes -> id */
+    for (cap = 1024; cap < 2 * (size_t)t->vocab; cap *= 2) {}
+    m.mask = cap - 1;
+    m.slot = (int32_t *)bt__dmalloc(cap * sizeof(int32_t));
+    for (cap = 1024; cap < 2 * nlines; cap *= 2) {}
+    t->mmask = cap - 1;
+    t->mkey = (uint64_t *)bt__dmalloc(cap * sizeof(uint64_t));
+    t->mval = (uint64_t *)bt__dmalloc(cap * sizeof(uint64_t));
+    tmp = (unsigned char *)bt__dmalloc(len + 1);
+    if (!m.slot || !t->mkey || !t->mval || !tmp) { bt__seterr("%s: out of memory", path); goto done; }
+    memset(m.slot, 0xFF, (m.mask + 1) * sizeof(int32_t));
+    memset(t->mkey, 0, cap * sizeof(uint64_t));
+    for (i = 0; i < (size_t)t->vocab; i++) {
+        const unsigned char *s = t->tok_bytes + t->tok_off[i];
+        size_t n = t->tok_off[i + 1] - t->tok_off[i], h;
+        if (bt__tokmap_find(&m, t, s, n) >= 0) continue;   /* duplicate bytes: keep the lower id */
+        h = (size_t)(bt__hash_bytes(s, n) & m.mask);
+        while (m.slot[h] >= 0) h = (h + 1) & m.mask;
+        m.slot[h] = (int32_t)i;
+    }
+    for (i = 0; i < 256; i++) {
+        unsigned char b = (unsigned char)i;
+        t->byte_id[i] = bt__tokmap_find(&m, t, &b, 1);
+        if (t->byte_id[i] < 0) { bt__seterr("%s: byte 0x%02X has no token (a byte-level BPE needs all 256)", path, (unsigned)i); goto done; }
+    }
+    for (p = buf; p < end;) {
+        const char *eol = (const char *)memchr(p, '\n', (size_t)(end - p)), *sp;
+        size_t na = 0, nb = 0;
+        uint32_t badcp, r0;
+        int32_t a, b, ab, m0;
+        if (!eol) eol = end;
+        lineno++;
+        if (eol > p && eol[-1] == '\r') eol--;   /* tolerate CRLF */
+        if (eol == p || (lineno == 1 && eol - p >= 8 && memcmp(p, "#version", 8) == 0)) goto next_line;
+        sp = (const char *)memchr(p, ' ', (size_t)(eol - p));
+        if (!sp || sp == p || sp + 1 >= eol || memchr(sp + 1, ' ', (size_t)(eol - sp - 1))) {
+            bt__seterr("%s:%zu: expected two tokens separated by one space", path, lineno); goto done;
+        }
+        /* bt__json_token stops at '"': the alphabet has '"' (0x22) so parse by hand instead */
+        {
+            const char *q;
+            for (q = p; q < sp;) {
+                uint32_t cp; int by;
+                q += bt__utf8_unit((const unsigned char *)q, (size_t)(sp - q), 0, &cp);
+                by = bt__gpt2_char_to_byte(cp);
+                if (by < 0) { badcp = cp; goto bad_char; }
+                tmp[na++] = (unsigned char)by;
+            }
+            nb = na;
+            for (q = sp + 1; q < eol;) {
+                uint32_t cp; int by;
+                q += bt__utf8_unit((const unsigned char *)q, (size_t)(eol - q), 0, &cp);
+                by = bt__gpt2_char_to_byte(cp);
+                if (by < 0) { badcp = cp; goto bad_char; }
+                tmp[nb++] = (unsigned char)by;
+            }
+        }
+        a = bt__tokmap_find(&m, t, tmp, na);
+        b = bt__tokmap_find(&m, t, tmp + na, nb - na);
+        ab = bt__tokmap_find(&m, t, tmp, nb);
+        if (a < 0 || b < 0 || ab < 0) {
+            bt__seterr("%s:%zu: merge of '%.*s' and '%.*s': %s is not in the encoder", path, lineno,
+                       (int)(sp - p), p, (int)(eol - sp - 1), sp + 1, a < 0 ? "the left token" : b < 0 ? "the right token" : "the merged token");
+            goto done;
+        }
+        if (bt__merge_lookup(t, a, b, &r0, &m0)) goto next_line;   /* a repeated merge keeps its first rank */
+        {
+            uint64_t key = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
+            size_t h = (size_t)(bt__mix64(key) & t->mmask);
+            while (t->mkey[h]) h = (h + 1) & t->mmask;
+            t->mkey[h] = key;
+            t->mval[h] = ((uint64_t)t->nmerges << 32) | (uint32_t)ab;
+            t->nmerges++;
+        }
+    next_line:
+        p = (eol < end && *eol == '\r') ? eol + 2 : eol + 1;
+        continue;
+    bad_char:
+        bt__seterr("%s:%zu: character U+%04X is not in GPT-2's byte alphabet", path, lineno, (unsigned)badcp);
+        goto done;
+    }
+    rc = 0;
+done:
+    bt__dfree(m.slot); bt__dfree(tmp); bt__dfree(buf);
+    return rc;
+}
+
+BT_DATA_DEF void bt_tokenizer_free(bt_tokenizer *t) {
+    if (!t) return;
+    bt__dfree(t->tok_bytes); bt__dfree(t->tok_off); bt__dfree(t->mkey); bt__dfree(t->mval);
+    bt__dfree(t->cache); bt__dfree(t->ckeys); bt__dfree(t->cvals);
+    bt__dfree(t->s_id); bt__dfree(t->s_next); bt__dfree(t->s_prev); bt__dfree(t->s_pos); bt__dfree(t->heap);
+    bt__dfree(t);
+}
+
+BT_DATA_DEF bt_tokenizer *bt_tokenizer_load(const char *encoder_json_path, const char *vocab_bpe_path) {
+    bt_tokenizer *t;
+    uint32_t cp;
+    if (!encoder_json_path || !vocab_bpe_path) { bt__seterr("bt_tokenizer_load: NULL path"); return NULL; }
+    t = (bt_tokenizer *)bt__dmalloc(sizeof *t);
+    if (!t) { bt__seterr("bt_tokenizer_load: out of memory"); return NULL; }
+    memset(t, 0, sizeof *t);
+    if (bt__load_encoder(t, encoder_json_path) || bt__load_merges(t, vocab_bpe_path)) { bt_tokenizer_free(t); return NULL; }
+    for (cp = 0; cp < 0x800; cp++) t->cls_low[cp] = (uint8_t)bt__unicode_class(cp);
+    return t;
+}
+
+BT_DATA_DEF int bt_tokenizer_vocab_size(const bt_tokenizer *t) { return t ? t->vocab : 0; }
+
+/* ---- 4. BPE ----------------------------------------------------------------------------------- */
+
+/* min-heap of (rank << 32 | byte position of the left symbol): lowest rank first, leftmost first */
+static void bt__heap_push(uint64_t *h, size_t *n, uint64_t v) {
+    size_t i = (*n)++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (h[p] <= v) break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = v;
+}
+static uint64_t bt__heap_pop(uint64_t *h, size_t *n) {
+    uint64_t top = h[0], v = h[--(*n)];
+    size_t i = 0, m = *n;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= m) break;
+        if (c + 1 < m && h[c + 1] < h[c]) c++;
+        if (v <= h[c]) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (m) h[i] = v;
+    return top;
+}
+
+/* BPE of one piece of n bytes into out (room for n ids); returns the number of ids.
+   Symbols form a linked list over the byte positions; each adjacent pair with a merge sits in
+   the heap. Popping the lowest rank (leftmost on ties) and merging is OpenAI's "merge the
+   lowest-ranked bigram everywhere, left to right": a merge only creates pairs of higher rank,
+   so all occurrences of one rank are merged before the next rank. A popped entry is stale when
+   its left symbol was absorbed or its pair changed; the rank check catches both, since a rank
+   names one pair and a symbol's token only ever grows. */
+static int bt__bpe_scratch(bt_tokenizer *t, size_t n) {
+    if (n <= t->s_cap && 3 * n <= t->heap_cap) return 0;
+    {
+        size_t cap = t->s_cap ? t->s_cap : 64;
+        while (cap < n) cap *= 2;
+        bt__dfree(t->s_id); bt__dfree(t->s_next); bt__dfree(t->s_prev); bt__dfree(t->s_pos); bt__dfree(t->heap);
+        t->s_id = (int32_t *)bt__dmalloc(cap * sizeof(int32_t));
+        t->s_next = (int32_t *)bt__dmalloc(cap * sizeof(int32_t));
+        t->s_prev = (int32_t *)bt__dmalloc(cap * sizeof(int32_t));
+        t->s_pos = (uint32_t *)bt__dmalloc(cap * sizeof(uint32_t));
+        t->heap = (uint64_t *)bt__dmalloc(3 * cap * sizeof(uint64_t));
+        if (!t->s_id || !t->s_next || !t->s_prev || !t->s_pos || !t->heap) {
+            bt__dfree(t->s_id); bt__dfree(t->s_next); bt__dfree(t->s_prev); bt__dfree(t->s_pos); bt__dfree(t->heap);
+            t->s_id = t->s_next = t->s_prev = NULL; t->s_pos = NULL; t->heap = NULL; t->s_cap = t->heap_cap = 0;
+            return -1;
+        }
+        t->s_cap = cap;
+        t->heap_cap = 3 * cap;
+    }
+    return 0;
+}
+
+static size_t bt__bpe(bt_tokenizer *t, const unsigned char *s, size_t n, int32_t *out) {
+    int32_t *id = t->s_id, *nx = t->s_next, *pv = t->s_prev;
+    uint64_t *heap = t->heap;
+    size_t hn = 0, i, k = 0;
+    int32_t j;
+    uint32_t rank;
+    int32_t merged;
+    for (i = 0; i < n; i++) {
+        id[i] = t->byte_id[s[i]];
+        nx[i] = i + 1 < n ? (int32_t)(i + 1) : -1;
+        pv[i] = (int32_t)i - 1;
+    }
+    for (i = 0; i + 1 < n; i++)
+        if (bt__merge_lookup(t, id[i], id[i + 1], &rank, &merged)) bt__heap_push(heap, &hn, ((uint64_t)rank << 32) | i);
+    while (hn) {
+        uint64_t top = bt__heap_pop(heap, &hn);
+        int32_t a = (int32_t)(uint32_t)top, b;
+        uint32_t want = (uint32_t)(top >> 32);
+        if (id[a] < 0 || (b = nx[a]) < 0) continue;                                   /* absorbed / last */
+        if (!bt__merge_lookup(t, id[a], id[b], &rank, &merged) || rank != want) continue;  /* stale */
+        id[a] = merged;                 /* b joins a */
+        id[b] = -1;
+        nx[a] = nx[b];
+        if (nx[b] >= 0) pv[nx[b]] = a;
+        if (pv[a] >= 0 && bt__merge_lookup(t, id[pv[a]], id[a], &rank, &merged))
+            bt__heap_push(heap, &hn, ((uint64_t)rank << 32) | (uint32_t)pv[a]);
+        if (nx[a] >= 0 && bt__merge_lookup(t, id[a], id[nx[a]], &rank, &merged))
+            bt__heap_push(heap, &hn, ((uint64_t)rank << 32) | (uint32_t)a);
+    }
+    for (j = 0; j >= 0; j = nx[j]) out[k++] = id[j];
+    return k;
+}
+
+BT_DATA_DEF void bt_tokenizer_clear_cache(bt_tokenizer *t) {
+    if (!t) return;
+    bt__dfree(t->cache); bt__dfree(t->ckeys); bt__dfree(t->cvals);
+    t->cache = NULL; t->ckeys = NULL; t->cvals = NULL;
+    t->cache_mask = t->cache_n = t->ckeys_n = t->ckeys_cap = t->cvals_n = t->cvals_cap = 0;
+}
+
+/* the cached ids of a piece, or NULL */
+static const int32_t *bt__cache_get(const bt_tokenizer *t, uint64_t h, const unsigned char *s, size_t n, size_t *nids) {
+    size_t i;
+    if (!t->cache) return NULL;
+    for (i = (size_t)h & t->cache_mask;; i = (i + 1) & t->cache_mask) {
+        const bt__cache_entry *e = &t->cache[i];
+        if (e->key_len == 0) return NULL;
+        if (e->hash == h && e->key_len == n && memcmp(t->ckeys + e->key_off, s, n) == 0) {
+            *nids = e->val_len;
+            return t->cvals + e->val_off;
+        }
+    }
+}
+
+static void bt__cache_put(bt_tokenizer *t, uint64_t h, const unsigned char *s, size_t n, const int32_t *ids, size_t nids) {
+    size_t i;
+    bt__cache_entry *e;
+    if (t->cache_n >= BT__CACHE_MAX_ENTRIES) bt_tokenizer_clear_cache(t);   /* bounded memory */
+    if (!t->cache || 2 * (t->cache_n + 1) > t->cache_mask + 1) {           /* grow: rehash */
+        size_t ncap = t->cache ? 2 * (t->cache_mask + 1) : 4096, j;
+        bt__cache_entry *nc = (bt__cache_entry *)bt__dmalloc(ncap * sizeof *nc);
+        if (!nc) return;   /* no cache is only slower */
+        memset(nc, 0, ncap * sizeof *nc);
+        for (j = 0; t->cache && j <= t->cache_mask; j++) {
+            size_t q;
+            if (!t->cache[j].key_len) continue;
+            for (q = (size_t)t->cache[j].hash & (ncap - 1); nc[q].key_len; q = (q + 1) & (ncap - 1)) {}
+            nc[q] = t->cache[j];
+        }
+        bt__dfree(t->cache);
+        t->cache = nc;
+        t->cache_mask = ncap - 1;
+    }
+    if (bt__grow((void **)&t->ckeys, &t->ckeys_cap, t->ckeys_n + n, 1) ||
+        bt__grow((void **)&t->cvals, &t->cvals_cap, t->cvals_n + nids, sizeof(int32_t))) return;
+    for (i = (size_t)h & t->cache_mask; t->cache[i].key_len; i = (i + 1) & t->cache_mask) {}
+    e = &t->cache[i];
+    e->hash = h;
+    e->key_off = (uint32_t)t->ckeys_n; e->key_len = (uint16_t)n;
+    e->val_off = (uint32_t)t->cvals_n; e->val_len = (uint16_t)nids;
+    memcpy(t->ckeys + t->ckeys_n, s, n); t->ckeys_n += n;
+    memcpy(t->cvals + t->cvals_n, ids, nids * sizeof(int32_t)); t->cvals_n += nids;
+    t->cache_n++;
+}
+
+/* ---- 5. Pre-tokenizer, encode, decode -------------------------------------------------------- */
+
+/* the class and length of the unit at s[i] */
+static int bt__unit(const bt_tokenizer *t, const unsigned char *s, size_t n, size_t i, size_t *ulen) {
+    uint32_t cp;
+    if (s[i] < 0x80) { *ulen = 1; return t->cls_low[s[i]]; }
+    *ulen = bt__utf8_unit(s, n, i, &cp);
+    if (cp < 0x800) return t->cls_low[cp];
+    if (cp >= 0x110000u) return BT__OTHER;   /* an invalid byte */
+    return bt__unicode_class(cp);
+}
+
+/* end of a run of units of class c starting at i */
+static size_t bt__run(const bt_tokenizer *t, const unsigned char *s, size_t n, size_t i, int c) {
+    size_t ul;
+    while (i < n && bt__unit(t, s, n, i, &ul) == c) i += ul;
+    return i;
+}
+
+/* The end of the piece that starts at i: GPT-2's pattern, alternative by alternative. */
+static size_t bt__piece_end(const bt_tokenizer *t, const unsigned char *s, size_t n, size_t i) {
+    size_t ul, ul2, j;
+    int c, c2;
+    if (s[i] == '\'' && i + 1 < n) {   /* 's 't 're 've 'm 'll 'd (lowercase only) */
+        unsigned char a = s[i + 1], b = i + 2 < n ? s[i + 2] : 0;
+        if (a == 's' || a == 't' || a == 'm' || a == 'd') return i + 2;
+        if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return i + 3;
+    }
+    c = bt__unit(t, s, n, i, &ul);
+    if (s[i] == ' ' && i + 1 < n) {    /* " ?\p{L}+", " ?\p{N}+", " ?[^\s\p{L}\p{N}]+" */
+        c2 = bt__unit(t, s, n, i + 1, &ul2);
+        if (c2 != BT__SPACE) return bt__run(t, s, n, i + 1 + ul2, c2);
+    }
+    if (c != BT__SPACE) return bt__run(t, s, n, i + ul, c);
+    /* "\s+(?!\S)|\s+": the whole run at the end of the text; else the run less its last unit,
+       which starts the next piece (" x" joins x); a single unit before non-space is itself. */
+    {
+        size_t last = i;
+        j = i;
+        while (j < n && bt__unit(t, s, n, j, &ul) == BT__SPACE) { last = j; j += ul; }
+        if (j == n || last == i) return j;
+        return last;
+    }
+}
+
+BT_DATA_DEF size_t bt_encode_append(bt_tokenizer *t, const char *text, size_t len, int32_t **ids, size_t n, size_t *cap) {
+    const unsigned char *s = (const unsigned char *)text;
+    size_t i = 0;
+    if (!t || (!text && len) || !ids || !cap) { bt__seterr("bt_encode: NULL argument"); return (size_t)-1; }
+    /* a piece of k bytes gives at most k tokens: reserving len up front avoids checks per piece */
+    if (len > (((size_t)-1) >> 3) || bt__grow((void **)ids, cap, n + len + 1, sizeof(int32_t))) {
+        bt__seterr("bt_encode: out of memory for %zu bytes of text", len); return (size_t)-1;
+    }
+    while (i < len) {
+        size_t e = bt__piece_end(t, s, len, i), k = e - i, nid;
+        const int32_t *hit;
+        uint64_t h;
+        int32_t *out = *ids + n;
+        if (k == 1) { out[0] = t->byte_id[s[i]]; n++; i = e; continue; }
+        if (k <= BT__CACHE_MAX_PIECE) {
+            h = bt__hash_bytes(s + i, k);
+            hit = bt__cache_get(t, h, s + i, k, &nid);
+            if (hit) { memcpy(out, hit, nid * sizeof(int32_t)); n += nid; i = e; continue; }
+        } else h = 0;
+        if (bt__bpe_scratch(t, k)) { bt__seterr("bt_encode: out of memory for a %zu-byte piece", k); return (size_t)-1; }
+        nid = bt__bpe(t, s + i, k, out);
+        if (k <= BT__CACHE_MAX_PIECE) bt__cache_put(t, h, s + i, k, out, nid);
+        n += nid;
+        i = e;
+    }
+    return n;
+}
+
+BT_DATA_DEF size_t bt_encode(bt_tokenizer *t, const char *text, size_t len, int32_t **ids) {
+    size_t cap = 0, n;
+    int32_t *buf = NULL;
+    if (ids) *ids = NULL;
+    n = bt_encode_append(t, text, len, &buf, 0, &cap);
+    if (n == (size_t)-1) { bt__dfree(buf); return n; }
+    if (ids) *ids = buf; else bt__dfree(buf);
+    return n;
+}
+
+BT_DATA_DEF const char *bt_decode_token(bt_tokenizer *t, int32_t id, size_t *len) {
+    if (!t || id < 0 || id >= t->vocab) {
+        bt__seterr("bt_decode_token: id %ld is outside the vocabulary 0..%d", (long)id, t ? t->vocab - 1 : -1);
+        if (len) *len = 0;
+        return NULL;
+    }
+    if (len) *len = t->tok_off[id + 1] - t->tok_off[id];
+    return (const char *)t->tok_bytes + t->tok_off[id];
+}
+
+BT_DATA_DEF size_t bt_decode(bt_tokenizer *t, const int32_t *ids, size_t n, char **text) {
+    size_t i, total = 0, o = 0;
+    char *out;
+    if (text) *text = NULL;
+    if (!t || (!ids && n) || !text) { bt__seterr("bt_decode: NULL argument"); return (size_t)-1; }
+    for (i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= t->vocab) {
+            bt__seterr("bt_decode: id %ld at position %zu is outside the vocabulary 0..%d", (long)ids[i], i, t->vocab - 1);
+            return (size_t)-1;
+        }
+        total += t->tok_off[ids[i] + 1] - t->tok_off[ids[i]];
+    }
+    out = (char *)bt__dmalloc(total + 1);
+    if (!out) { bt__seterr("bt_decode: out of memory for %zu bytes", total); return (size_t)-1; }
+    for (i = 0; i < n; i++) {
+        size_t l = t->tok_off[ids[i] + 1] - t->tok_off[ids[i]];
+        memcpy(out + o, t->tok_bytes + t->tok_off[ids[i]], l);
+        o += l;
+    }
+    out[o] = 0;
+    *text = out;
+    return o;
+}
+
+/* ---- 6. Shards -------------------------------------------------------------------------------- */
+
+/* write all n bytes (write(2) may write less); 0 ok */
+static int bt__write_all(int fd, const void *buf, size_t n) {
+    const char *p = (const char *)buf;
+    while (n) {
+        ssize_t w = write(fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n);
+        if (w < 0) { if (errno == EINTR) continue; return -1; }
+        p += w; n -= (size_t)w;
+    }
+    return 0;
+}
+
+BT_DATA_DEF int bt_shard_write(const char *path, const uint16_t *tokens, size_t n) {
+    int32_t header[BT_SHARD_HEADER_INTS];
+    char *tmp;
+    size_t plen;
+    int fd, err;
+    if (!path || (!tokens && n)) { bt__seterr("bt_shard_write: NULL argument"); return -1; }
+    if (n > 0x7FFFFFFFu) { bt__seterr("%s: %zu tokens do not fit the int32 count of the shard header", path, n); return -1; }
+    plen = strlen(path) + 32;
+    tmp = (char *)bt__dmalloc(plen);
+    if (!tmp) { bt__seterr("%s: out of memory", path); return -1; }
+    snprintf(tmp, plen, "%s.tmp.%ld", path, (long)getpid());
+    memset(header, 0, sizeof header);
+    header[0] = BT_SHARD_MAGIC;
+    header[1] = BT_SHARD_VERSION;
+    header[2] = (int32_t)n;
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) { bt__seterr("%s: cannot create %s: %s", path, tmp, strerror(errno)); bt__dfree(tmp); return -1; }
+    /* data reaches the disk before the rename makes it visible under its name */
+    if (bt__write_all(fd, header, sizeof header) || bt__write_all(fd, tokens, n * sizeof(uint16_t)) || fsync(fd) != 0) {
+        err = errno;
+        close(fd); remove(tmp);
+        bt__seterr("%s: write error on %s: %s", path, tmp, strerror(err));
+        bt__dfree(tmp); return -1;
+    }
+    if (close(fd) != 0 || rename(tmp, path) != 0) {
+        err = errno;
+        remove(tmp);
+        bt__seterr("%s: cannot write %s and rename it over the shard: %s", path, tmp, strerror(err));
+        bt__dfree(tmp); return -1;
+    }
+    bt__dfree(tmp);
+    return 0;
+}
+
+BT_DATA_DEF void bt_shard_close(bt_shard *s) {
+    if (!s) return;
+    if (s->map_ && s->map_len_) munmap(s->map_, s->map_len_);
+    memset(s, 0, sizeof *s);
+}
+
+BT_DATA_DEF int bt_shard_open(bt_shard *s, const char *path) {
+    int fd;
+    struct stat st;
+    int32_t header[BT_SHARD_HEADER_INTS];
+    long long want;
+    void *map;
+    if (!s) { bt__seterr("bt_shard_open: NULL shard"); return -1; }
+    memset(s, 0, sizeof *s);
+    if (!path) { bt__seterr("bt_shard_open: NULL path"); return -1; }
+    fd = open(path, O_RDONLY);
+    if (fd < 0) { bt__seterr("%s: cannot open: %s", path, strerror(errno)); return -1; }
+    if (fstat(fd, &st) != 0) { bt__seterr("%s: cannot stat: %s", path, strerror(errno)); close(fd); return -1; }
+    if (!S_ISREG(st.st_mode)) { bt__seterr("%s: not a regular file", path); close(fd); return -1; }
+    if (st.st_size < (off_t)BT_SHARD_HEADER_BYTES) {
+        bt__seterr("%s: truncated: the file has %lld bytes, less than the %d-byte shard header", path, (long long)st.st_size, BT_SHARD_HEADER_BYTES);
+        close(fd); return -1;
+    }
+    map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) { bt__seterr("%s: mmap failed: %s", path, strerror(errno)); return -1; }
+    memcpy(header, map, sizeof header);
+    if (header[0] != BT_SHARD_MAGIC) {
+        bt__seterr("%s: bad magic %ld (expected %d): not a token shard", path, (long)header[0], BT_SHARD_MAGIC);
+        munmap(map, (size_t)st.st_size); return -1;
+    }
+    if (header[1] != BT_SHARD_VERSION) {
+        bt__seterr("%s: wrong version %ld (expected %d, uint16 tokens)", path, (long)header[1], BT_SHARD_VERSION);
+        munmap(map, (size_t)st.st_size); return -1;
+    }
+    if (header[2] < 0) {
+        bt__seterr("%s: bad header: negative token count %ld", path, (long)header[2]);
+        munmap(map, (size_t)st.st_size); return -1;
+    }
+    want = (long long)BT_SHARD_HEADER_BYTES + 2LL * header[2];
+    if ((long long)st.st_size != want) {
+        bt__seterr("%s: %s: header says %ld tokens (%lld bytes) but the file has %lld bytes", path,
+                   (long long)st.st_size < want ? "truncated" : "wrong size", (long)header[2], want, (long long)st.st_size);
+        munmap(map, (size_t)st.st_size); return -1;
+    }
+    s->map_ = map;
+    s->map_len_ = (size_t)st.st_size;
+    s->tokens = (const uint16_t *)((const char *)map + BT_SHARD_HEADER_BYTES);
+    s->n = (size_t)header[2];
+    return 0;
+}
+
+BT_DATA_DEF int bt_shard_check_vocab(const bt_shard *s, const char *path, int vocab_size) {
+    size_t i;
+    if (!s) { bt__seterr("bt_shard_check_vocab: NULL shard"); return -1; }
+    for (i = 0; i < s->n; i++)
+        if ((int)s->tokens[i] >= vocab_size) {
+            bt__seterr("%s: token %d at position %zu is outside the vocabulary of %d", path ? path : "(shard)", (int)s->tokens[i], i, vocab_size);
+            return -1;
+        }
+    return 0;
+}
+
+/* ---- 7. Loader -------------------------------------------------------------------------------- */
+
+struct bt_loader {
+    int B, T, rank, world, shuffle;
+    uint64_t seed;
+    size_t nshards;
+    char **paths;              /* sorted */
+    uint64_t *ntok, *nwin;     /* per file: tokens, windows of B*T+1 */
+    uint64_t total_tokens, total_windows, nbatches;
+    /* where we are */
+    uint64_t epoch, rng, shard, position, step;
+    uint32_t *order;           /* this epoch's shard order (file indices) */
+    /* the mapped shard and its window permutation */
+    bt_shard cur;
+    size_t cur_file;           /* (size_t)-1: none */
+    uint64_t cur_epoch;
+    uint32_t *perm;
+    size_t perm_cap;
+};
+
+/* the state of an epoch's RNG, from the seed and the epoch alone */
+static uint64_t bt__epoch_rng(uint64_t seed, uint64_t epoch) { return bt__mix64(seed ^ bt__mix64(epoch + 0x5851F42D4C957F2Dull)); }
+
+static void bt__loader_begin_epoch(bt_loader *L, uint64_t epoch) {
+    size_t i;
+    L->epoch = epoch;
+    L->rng = bt__epoch_rng(L->seed, epoch);
+    for (i = 0; i < L->nshards; i++) L->order[i] = (uint32_t)i;
+    if (L->shuffle) {
+        uint64_t r = L->rng;
+        for (i = L->nshards; i > 1; i--) {   /* Fisher-Yates */
+            size_t j = (size_t)bt__rng_below(&r, i);
+            uint32_t tmp = L->order[i - 1]; L->order[i - 1] = L->order[j]; L->order[j] = tmp;
+        }
+    }
+}
+
+/* position this rank at its step-th batch of the current epoch: global window rank + world*step */
+static void bt__loader_seek(bt_loader *L, uint64_t step) {
+    uint64_t g = (uint64_t)L->rank + (uint64_t)L->world * step;
+    size_t k = 0;
+    while (k < L->nshards && g >= L->nwin[L->order[k]]) { g -= L->nwin[L->order[k]]; k++; }
+    L->step = step;
+    L->shard = k;
+    L->position = g;
+}
+
+BT_DATA_DEF void bt_loader_close(bt_loader *L) {
+    size_t i;
+    if (!L) return;
+    for (i = 0; L->paths && i < L->nshards; i++) bt__dfree(L->paths[i]);
+    bt__dfree(L->paths); bt__dfree(L->ntok); bt__dfree(L->nwin); bt__dfree(L->order); bt__dfree(L->perm);
+    bt_shard_close(&L->cur);
+    bt__dfree(L);
+}
+
+BT_DATA_DEF bt_loader *bt_loader_open(const char *pattern, int B, int T, int rank, int world, int shuffle, uint64_t seed) {
+    glob_t g;
+    bt_loader *L;
+    size_t i, best = 0;
+    uint64_t bt;
+    int grc;
+    if (!pattern) { bt__seterr("bt_loader_open: NULL glob"); return NULL; }
+    if (B < 1 || T < 1 || (uint64_t)B * (uint64_t)T >= 0x7FFFFFFFu) { bt__seterr("bt_loader_open(%s): bad B=%d, T=%d", pattern, B, T); return NULL; }
+    if (world < 1 || rank < 0 || rank >= world) { bt__seterr("bt_loader_open(%s): bad rank %d of world %d", pattern, rank, world); return NULL; }
+    bt = (uint64_t)B * (uint64_t)T;
+    memset(&g, 0, sizeof g);
+    grc = glob(pattern, 0, NULL, &g);
+    if (grc != 0 || g.gl_pathc == 0) {
+        bt__seterr("%s: no files match glob", pattern);
+        if (grc == 0) globfree(&g);
+        return NULL;
+    }
+    L = (bt_loader *)bt__dmalloc(sizeof *L);
+    if (!L) { globfree(&g); bt__seterr("bt_loader_open(%s): out of memory", pattern); return NULL; }
+    memset(L, 0, sizeof *L);
+    L->B = B; L->T = T; L->rank = rank; L->world = world; L->shuffle = shuffle ? 1 : 0; L->seed = seed;
+    L->cur_file = (size_t)-1;
+    L->nshards = g.gl_pathc;   /* glob sorts its matches */
+    L->paths = (char **)bt__dmalloc(L->nshards * sizeof(char *));
+    L->ntok = (uint64_t *)bt__dmalloc(L->nshards * sizeof(uint64_t));
+    L->nwin = (uint64_t *)bt__dmalloc(L->nshards * sizeof(uint64_t));
+    L->order = (uint32_t *)bt__dmalloc(L->nshards * sizeof(uint32_t));
+    if (!L->paths || !L->ntok || !L->nwin || !L->order || L->nshards > 0xFFFFFFFFu) {
+        globfree(&g); bt_loader_close(L); bt__seterr("bt_loader_open(%s): out of memory", pattern); return NULL;
+    }
+    memset(L->paths, 0, L->nshards * sizeof(char *));
+    for (i = 0; i < L->nshards; i++) {
+        bt_shard s;
+        size_t pl = strlen(g.gl_pathv[i]) + 1;
+        L->paths[i] = (char *)bt__dmalloc(pl);
+        if (!L->paths[i]) { globfree(&g); bt_loader_close(L); bt__seterr("bt_loader_open(%s): out of memory", pattern); return NULL; }
+        memcpy(L->paths[i], g.gl_pathv[i], pl);
+        if (bt_shard_open(&s, L->paths[i]) != 0) { globfree(&g); bt_loader_close(L); return NULL; }   /* names the file */
+        L->ntok[i] = s.n;
+        L->nwin[i] = s.n ? (s.n - 1) / bt : 0;
+        bt_shard_close(&s);
+        L->total_tokens += L->ntok[i];
+        L->total_windows += L->nwin[i];
+        if (L->ntok[i] > L->ntok[best]) best = i;
+    }
+    globfree(&g);
+    if (L->total_windows == 0) {
+        bt__seterr("%s: shard too small for B*T+1 = %llu tokens (B=%d, T=%d): the largest match, %s, has %llu",
+                   pattern, (unsigned long long)(bt + 1), B, T, L->paths[best], (unsigned long long)L->ntok[best]);
+        bt_loader_close(L); return NULL;
+    }
+    L->nbatches = L->total_windows / (uint64_t)world;
+    if (L->nbatches == 0) {
+        bt__seterr("%s: only %llu batches of B*T+1 = %llu tokens in all matches, fewer than the %d ranks", pattern,
+                   (unsigned long long)L->total_windows, (unsigned long long)(bt + 1), world);
+        bt_loader_close(L); return NULL;
+    }
+    bt_loader_reset(L);
+    return L;
+}
+
+BT_DATA_DEF void bt_loader_reset(bt_loader *L) {
+    if (!L) return;
+    bt__loader_begin_epoch(L, 0);
+    bt__loader_seek(L, 0);
+}
+
+BT_DATA_DEF size_t bt_loader_num_batches(const bt_loader *L) { return L ? (size_t)L->nbatches : 0; }
+BT_DATA_DEF size_t bt_loader_num_shards(const bt_loader *L) { return L ? L->nshards : 0; }
+BT_DATA_DEF const char *bt_loader_shard_path(const bt_loader *L, size_t i) { return L && i < L->nshards ? L->paths[i] : NULL; }
+
+/* map file f and, when shuffling, its window permutation for this epoch */
+static int bt__loader_load_shard(bt_loader *L, size_t f) {
+    if (L->cur_file == f && (!L->shuffle || L->cur_epoch == L->epoch)) return 0;
+    if (L->cur_file != f) {
+        bt_shard_close(&L->cur);
+        L->cur_file = (size_t)-1;
+        if (bt_shard_open(&L->cur, L->paths[f]) != 0) return -1;
+        if (L->cur.n != L->ntok[f]) {
+            bt__seterr("%s: changed while loading: it had %llu tokens, now %zu", L->paths[f], (unsigned long long)L->ntok[f], L->cur.n);
+            bt_shard_close(&L->cur);
+            return -1;
+        }
+        L->cur_file = f;
+    }
+    if (L->shuffle) {
+        uint64_t r = bt__mix64(L->rng ^ bt__mix64((uint64_t)f + 0x2545F4914F6CDD1Dull)), i, n = L->nwin[f];
+        if (bt__grow((void **)&L->perm, &L->perm_cap, (size_t)n, sizeof(uint32_t))) {
+            bt__seterr("%s: out of memory for a permutation of %llu windows", L->paths[f], (unsigned long long)n);
+            return -1;
+        }
+        for (i = 0; i < n; i++) L->perm[i] = (uint32_t)i;
+        for (i = n; i > 1; i--) {
+            uint64_t j = bt__rng_below(&r, i);
+            uint32_t tmp = L->perm[i - 1]; L->perm[i - 1] = L->perm[j]; L->perm[j] = tmp;
+        }
+        L->cur_epoch = L->epoch;
+    }
+    return 0;
+}
+
+BT_DATA_DEF int bt_loader_next(bt_loader *L, int32_t *inputs, int32_t *targets) {
+    size_t f, b, t, BT;
+    uint64_t w;
+    const uint16_t *src;
+    if (!L || !inputs || !targets) { bt__seterr("bt_loader_next: NULL argument"); return -1; }
+    if (L->step >= L->nbatches) {   /* the epoch is over: the next one, reshuffled */
+        bt__loader_begin_epoch(L, L->epoch + 1);
+        bt__loader_seek(L, 0);
+    }
+    f = L->order[L->shard];
+    if (bt__loader_load_shard(L, f) != 0) return -1;
+    w = L->shuffle ? L->perm[L->position] : L->position;
+    BT = (size_t)L->B * (size_t)L->T;
+    src = L->cur.tokens + w * BT;
+    for (b = 0; b < (size_t)L->B; b++) {
+        const uint16_t *row = src + b * (size_t)L->T;
+        int32_t *in = inputs + b * (size_t)L->T, *tg = targets + b * (size_t)L->T;
+        for (t = 0; t < (size_t)L->T; t++) { in[t] = row[t]; tg[t] = row[t + 1]; }
+    }
+    /* advance by world windows */
+    L->step++;
+    L->position += (uint64_t)L->world;
+    while (L->shard < L->nshards && L->position >= L->nwin[L->order[L->shard]]) {
+        L->position -= L->nwin[L->order[L->shard]];
+        L->shard++;
+    }
+    return 0;
+}
+
+BT_DATA_DEF void bt_loader_get_state(const bt_loader *L, bt_loader_state *st) {
+    if (!st) return;
+    memset(st, 0, sizeof *st);
+    if (!L) return;
+    st->magic = BT_LOADER_STATE_MAGIC;
+    st->B = L->B; st->T = L->T; st->rank = L->rank; st->world = L->world; st->shuffle = L->shuffle;
+    st->num_shards = (int32_t)L->nshards;
+    st->seed = L->seed;
+    st->epoch = L->epoch; st->shard = L->shard; st->position = L->position; st->step = L->step;
+    st->rng = L->rng;
+    st->total_tokens = L->total_tokens;
+}
+
+BT_DATA_DEF int bt_loader_set_state(bt_loader *L, const bt_loader_state *st) {
+    uint64_t shard, position;
+    if (!L || !st) { bt__seterr("bt_loader_set_state: NULL argument"); return -1; }
+    if (st->magic != BT_LOADER_STATE_MAGIC) { bt__seterr("%s: bt_loader_set_state: not a loader state (bad magic)", L->paths[0]); return -1; }
+    if (st->B != L->B || st->T != L->T || st->rank != L->rank || st->world != L->world || st->shuffle != L->shuffle || st->seed != L->seed) {
+        bt__seterr("%s: bt_loader_set_state: the state is for B=%d T=%d rank=%d/%d shuffle=%d seed=%llu, this loader has B=%d T=%d rank=%d/%d shuffle=%d seed=%llu",
+                   L->paths[0], st->B, st->T, st->rank, st->world, st->shuffle, (unsigned long long)st->seed,
+                   L->B, L->T, L->rank, L->world, L->shuffle, (unsigned long long)L->seed);
+        return -1;
+    }
+    if ((size_t)st->num_shards != L->nshards || st->total_tokens != L->total_tokens) {
+        bt__seterr("%s: bt_loader_set_state: the state is for %d shards of %llu tokens, the glob now gives %zu shards of %llu",
+                   L->paths[0], st->num_shards, (unsigned long long)st->total_tokens, L->nshards, (unsigned long long)L->total_tokens);
+        return -1;
+    }
+    if (st->step > L->nbatches || st->rng != bt__epoch_rng(L->seed, st->epoch)) {
+        bt__seterr("%s: bt_loader_set_state: step %llu of %llu or the RNG of epoch %llu is inconsistent", L->paths[0],
+                   (unsigned long long)st->step, (unsigned long long)L->nbatches, (unsigned long long)st->epoch);
+        return -1;
+    }
+    bt__loader_begin_epoch(L, st->epoch);
+    bt__loader_seek(L, st->step);
+    shard = L->shard; position = L->position;
+    if (shard != st->shard || position != st->position) {
+        bt__seterr("%s: bt_loader_set_state: shard %llu position %llu do not match step %llu (expected shard %llu position %llu)",
+                   L->paths[0], (unsigned long long)st->shard, (unsigned long long)st->position, (unsigned long long)st->step,
+                   (unsigned long long)shard, (unsigned long long)position);
+        bt_loader_reset(L);
+        return -1;
+    }
+    return 0;
+}
+
+#endif /* BT_DATA_IMPLEMENTATION_DONE */
+#endif /* BT_DATA_IMPLEMENTATION */
