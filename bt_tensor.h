@@ -136,6 +136,7 @@ typedef struct bt_tensor {
     int output_index;                     /* which output of grad_fn this is */
     int retain_grad;                      /* non-leaf that keeps its .grad */
     const char *name;                     /* optional, for messages */
+    int grad_pending;                     /* engine scratch: edges still to deliver (leaves) */
 } bt_tensor;
 
 /* ---- lifetime and scopes ---- */
@@ -254,3 +255,1908 @@ BTDEF void bt_split(bt_tensor *x, const int64_t *sizes, int n, int dim, bt_tenso
 }
 #endif
 #endif /* BT_TENSOR_H */
+
+/* ============================================================================================
+   The autograd node (data only; bt_autograd.h runs the graph). Declared here because every op
+   records its node next to its forward code.
+   ============================================================================================ */
+#define BT_NODE_MAX_IN 8
+#define BT_NODE_MAX_SAVED 6
+typedef struct bt_node bt_node;
+/* backward(node, gout, gin): gin[i] receives the gradient for input i, or stays NULL when the
+   input needs none (node->next[i] is empty) or gets zero. Runs with grad mode off, inside a scope. */
+typedef void (*bt_backward_fn)(bt_node *n, bt_tensor *gout, bt_tensor **gin);
+struct bt_node {
+    const char *op;
+    bt_backward_fn backward;
+    int n_in;
+    struct { bt_node *node; bt_tensor *leaf; } next[BT_NODE_MAX_IN];   /* where gin[i] goes */
+    bt_shape in_shape[BT_NODE_MAX_IN];
+    bt_dtype in_dtype[BT_NODE_MAX_IN];
+    bt_device in_device[BT_NODE_MAX_IN];
+    bt_tensor *saved[BT_NODE_MAX_SAVED];
+    uint32_t saved_version[BT_NODE_MAX_SAVED];
+    int n_saved;
+    double f[4];                  /* op parameters */
+    int64_t i[BT_MAX_DIMS + 2];
+    int refcount;                 /* grad_fn pointers of tensors + edges of consumer nodes */
+    uint64_t seq;                 /* creation order: backward runs newest first among ready nodes */
+    uint64_t pass;                /* engine scratch: the backward pass that last visited it */
+    int consumed;                 /* the backward pass has run it */
+    int deps;                     /* engine scratch */
+    bt_tensor *grad;              /* engine scratch: accumulated gradient of the output */
+};
+BTDEF void bt_node_release(bt_node *n);
+BTDEF int bt__needs_grad(bt_tensor *t);
+BTDEF bt_node *bt__record(const char *op, bt_backward_fn fn, bt_tensor *out, bt_tensor **inputs, int n_in);
+BTDEF void bt__save(bt_node *n, bt_tensor *t);
+BTDEF bt_tensor *bt__register(bt_tensor *t);   /* hand a fresh (+1) tensor to the current scope */
+
+#ifdef BT_TENSOR_IMPLEMENTATION
+#ifndef BT_TENSOR_IMPLEMENTATION_DONE
+#define BT_TENSOR_IMPLEMENTATION_DONE
+
+#ifdef BT_CUDA
+#ifndef BT_KERNELS_IMPLEMENTATION
+#define BT_KERNELS_IMPLEMENTATION
+#endif
+#include "bt_kernels.cuh"
+#endif
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdarg.h>
+
+/* ============================================================================================
+   1. dtypes, errors, storage, tensor lifetime, scopes
+   ============================================================================================ */
+static const size_t bt__dtype_sizes[BT_NDTYPES] = {4, 8, 2, 2, 4, 2, 8};
+static const char *bt__dtype_names[BT_NDTYPES] = {"f32", "f64", "bf16", "f16", "i32", "u16", "i64"};
+BTDEF size_t bt_dtype_size(bt_dtype dt) { return (unsigned)dt < BT_NDTYPES ? bt__dtype_sizes[dt] : 0; }
+BTDEF const char *bt_dtype_name(bt_dtype dt) { return (unsigned)dt < BT_NDTYPES ? bt__dtype_names[dt] : "?"; }
+
+/* bf16: the top half of an fp32, rounded to nearest even (NaN kept quiet). */
+static inline float bt__bf16_to_f32(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
+static inline uint16_t bt__f32_to_bf16(float f) {
+    uint32_t u; memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+/* IEEE half <-> float, round to nearest even, subnormals and infinities handled. */
+static inline float bt__f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
+    if (exp == 0x1f) u = sign | 0x7f800000u | (man << 13);
+    else if (exp) u = sign | ((exp + 112) << 23) | (man << 13);
+    else if (!man) u = sign;
+    else { int e = -1; do { e++; man <<= 1; } while (!(man & 0x400)); u = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13); }
+    float f; memcpy(&f, &u, 4); return f;
+}
+static inline uint16_t bt__f32_to_f16(float f) {
+    uint32_t u; memcpy(&u, &f, 4);
+    uint32_t sign = (u >> 16) & 0x8000, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00);
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);           /* overflow -> inf */
+    if (a < 0x38800000u) {                                           /* subnormal half */
+        if (a < 0x33000000u) return (uint16_t)sign;
+        uint32_t man = (a & 0x7fffff) | 0x800000; int shift = 126 - (int)(a >> 23);
+        uint32_t half = man >> shift, rem = man & ((1u << shift) - 1), mid = 1u << (shift - 1);
+        if (rem > mid || (rem == mid && (half & 1))) half++;
+        return (uint16_t)(sign | half);
+    }
+    uint32_t h = ((a - 0x38000000u) >> 13), rem = a & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
+    return (uint16_t)(sign | h);
+}
+/* element i of a buffer of dtype dt, as double; and the reverse. The CPU reference paths compute
+   through these, so one loop serves every dtype. */
+static inline double bt__ld(const void *p, bt_dtype dt, int64_t i) {
+    switch (dt) {
+    case BT_F32: return ((const float *)p)[i];
+    case BT_F64: return ((const double *)p)[i];
+    case BT_BF16: return bt__bf16_to_f32(((const uint16_t *)p)[i]);
+    case BT_F16: return bt__f16_to_f32(((const uint16_t *)p)[i]);
+    case BT_I32: return ((const int32_t *)p)[i];
+    case BT_U16: return ((const uint16_t *)p)[i];
+    case BT_I64: return (double)((const int64_t *)p)[i];
+    default: return 0;
+    }
+}
+static inline void bt__st(void *p, bt_dtype dt, int64_t i, double v) {
+    switch (dt) {
+    case BT_F32: ((float *)p)[i] = (float)v; break;
+    case BT_F64: ((double *)p)[i] = v; break;
+    case BT_BF16: ((uint16_t *)p)[i] = bt__f32_to_bf16((float)v); break;
+    case BT_F16: ((uint16_t *)p)[i] = bt__f32_to_f16((float)v); break;
+    case BT_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+    case BT_U16: ((uint16_t *)p)[i] = (uint16_t)v; break;
+    case BT_I64: ((int64_t *)p)[i] = (int64_t)v; break;
+    default: break;
+    }
+}
+
+/* the global state of this header, all resettable through its setters */
+static struct {
+    int grad_enabled;
+    bt_matmul_precision precision;
+    int deterministic;
+    uint64_t node_seq;
+    bt_tensor *free_tensors;      /* freelist: op results cost no malloc once warm */
+    bt_node *free_nodes;
+    bt_storage *free_storages;
+    bt_tensor **scope_items; int scope_n, scope_cap;   /* registered tensors, stack */
+    int *scope_marks; int scope_depth, scope_marks_cap;
+} bt__g = { 1, BT_MATMUL_FP32, 0, 0, NULL, NULL, NULL, NULL, 0, 0, NULL, 0, 0 };
+
+static void *bt__xmalloc(size_t n, const char *what) {
+    void *p = malloc(n ? n : 1);
+    if (!p) bt_error("out of host memory allocating %zu bytes for %s", n, what);
+    return p;
+}
+static void *bt__xrealloc(void *p, size_t n, const char *what) {
+    void *q = realloc(p, n ? n : 1);
+    if (!q) bt_error("out of host memory growing %s to %zu bytes", what, n);
+    return q;
+}
+
+BTDEF int bt_grad_enabled(void) { return bt__g.grad_enabled; }
+BTDEF int bt_set_grad_enabled(int on) { int old = bt__g.grad_enabled; bt__g.grad_enabled = on != 0; return old; }
+BTDEF void bt_set_matmul_precision(bt_matmul_precision p) { bt__g.precision = p; }
+BTDEF bt_matmul_precision bt_get_matmul_precision(void) { return bt__g.precision; }
+BTDEF void bt_set_deterministic(int on) { bt__g.deterministic = on != 0; }
+
+static void *bt__stream_for(bt_device dev) {
+#ifdef BT_CUDA
+    if (dev.type == BT_GPU) { bt_k_init(dev.index); return (void *)bt_k_stream(); }
+#endif
+    (void)dev; return NULL;
+}
+static void bt__check_device(bt_device dev, const char *op) {
+    if (dev.type == BT_CPU) return;
+#ifdef BT_CUDA
+    if (dev.index < 0 || dev.index >= bt_k_device_count())
+        bt_error("%s: cuda:%d does not exist (%d GPUs visible)", op, dev.index, bt_k_device_count());
+    bt_k_init(dev.index);
+#else
+    bt_error("%s: cuda:%d requested, but this binary was built without CUDA (build with nvcc)", op, dev.index);
+#endif
+}
+
+static bt_storage *bt__storage_new(size_t nbytes, bt_device dev) {
+    bt__check_device(dev, "alloc");
+    bt_storage *s = bt__g.free_storages;
+    if (s) bt__g.free_storages = (bt_storage *)s->data;
+    else s = (bt_storage *)bt__xmalloc(sizeof *s, "a storage");
+    s->data = bt_alloc(dev, nbytes, bt__stream_for(dev));
+    s->nbytes = nbytes; s->device = dev; s->refcount = 1; s->version = 0; s->external = 0;
+    return s;
+}
+static void bt__storage_release(bt_storage *s) {
+    if (!s || --s->refcount > 0) return;
+    if (!s->external) bt_free(s->data);
+    s->data = bt__g.free_storages; bt__g.free_storages = s;
+}
+
+static bt_tensor *bt__tensor_struct(void) {
+    bt_tensor *t = bt__g.free_tensors;
+    if (t) bt__g.free_tensors = t->grad; else t = (bt_tensor *)bt__xmalloc(sizeof *t, "a tensor");
+    memset(t, 0, sizeof *t);
+    t->refcount = 1;
+    return t;
+}
+static void bt__set_contiguous_strides(bt_tensor *t) {
+    int64_t st = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) { t->stride[d] = st; st *= t->shape[d]; }
+}
+static void bt__check_shape(bt_shape s, const char *op) {
+    if (s.ndim < 0 || s.ndim > BT_MAX_DIMS) bt_error("%s: %d dims (at most %d)", op, s.ndim, BT_MAX_DIMS);
+    for (int d = 0; d < s.ndim; d++)
+        if (s.d[d] < 0) bt_error("%s: negative size %lld in dim %d", op, (long long)s.d[d], d);
+}
+/* a fresh contiguous tensor (+1 reference, not registered in a scope) */
+static bt_tensor *bt__new(bt_shape shape, bt_dtype dt, bt_device dev) {
+    bt__check_shape(shape, "empty");
+    if ((unsigned)dt >= BT_NDTYPES) bt_error("empty: unknown dtype %d", (int)dt);
+    int64_t n = 1;
+    for (int d = 0; d < shape.ndim; d++) n *= shape.d[d];
+    bt_tensor *t = bt__tensor_struct();
+    t->storage = bt__storage_new((size_t)n * bt_dtype_size(dt), dev);
+    t->ndim = shape.ndim; t->dtype = dt;
+    memcpy(t->shape, shape.d, sizeof(int64_t) * shape.ndim);
+    bt__set_contiguous_strides(t);
+    return t;
+}
+/* a new view struct over t's storage (+1), same metadata */
+static bt_tensor *bt__alias(bt_tensor *t) {
+    bt_tensor *v = bt__tensor_struct();
+    v->storage = t->storage; t->storage->refcount++;
+    v->offset = t->offset; v->ndim = t->ndim; v->dtype = t->dtype;
+    memcpy(v->shape, t->shape, sizeof v->shape); memcpy(v->stride, t->stride, sizeof v->stride);
+    return v;
+}
+
+BTDEF bt_tensor *bt_retain(bt_tensor *t) { if (t) t->refcount++; return t; }
+BTDEF void bt_release(bt_tensor *t) {
+    if (!t) return;
+    if (t->refcount <= 0) bt_error("bt_release: tensor %p released more often than retained", (void *)t);
+    if (--t->refcount > 0) return;
+    bt_release(t->grad);
+    if (t->grad_fn) bt_node_release(t->grad_fn);
+    bt__storage_release(t->storage);
+    t->grad = bt__g.free_tensors; bt__g.free_tensors = t;
+}
+
+BTDEF void bt_scope_begin(void) {
+    if (bt__g.scope_depth == bt__g.scope_marks_cap) {
+        bt__g.scope_marks_cap = bt__g.scope_marks_cap ? 2 * bt__g.scope_marks_cap : 16;
+        bt__g.scope_marks = (int *)bt__xrealloc(bt__g.scope_marks, sizeof(int) * bt__g.scope_marks_cap, "the scope stack");
+    }
+    bt__g.scope_marks[bt__g.scope_depth++] = bt__g.scope_n;
+}
+BTDEF void bt_scope_end(void) {
+    if (bt__g.scope_depth == 0) bt_error("bt_scope_end without bt_scope_begin");
+    int mark = bt__g.scope_marks[--bt__g.scope_depth];
+    while (bt__g.scope_n > mark) bt_release(bt__g.scope_items[--bt__g.scope_n]);
+    if (bt__g.scope_depth == 0) {     /* outermost scope closed: give the stack's memory back */
+        free(bt__g.scope_items); bt__g.scope_items = NULL; bt__g.scope_cap = 0;
+        free(bt__g.scope_marks); bt__g.scope_marks = NULL; bt__g.scope_marks_cap = 0;
+    }
+}
+BTDEF bt_tensor *bt__register(bt_tensor *t) {
+    if (bt__g.scope_depth == 0) return t;
+    if (bt__g.scope_n == bt__g.scope_cap) {
+        bt__g.scope_cap = bt__g.scope_cap ? 2 * bt__g.scope_cap : 256;
+        bt__g.scope_items = (bt_tensor **)bt__xrealloc(bt__g.scope_items, sizeof(bt_tensor *) * bt__g.scope_cap, "a scope");
+    }
+    bt__g.scope_items[bt__g.scope_n++] = t;
+    return t;
+}
+BTDEF bt_tensor *bt_keep(bt_tensor *t) {
+    int lo = bt__g.scope_depth ? bt__g.scope_marks[bt__g.scope_depth - 1] : 0;
+    for (int i = bt__g.scope_n - 1; i >= lo; i--)
+        if (bt__g.scope_items[i] == t) {
+            memmove(bt__g.scope_items + i, bt__g.scope_items + i + 1, sizeof(bt_tensor *) * (bt__g.scope_n - i - 1));
+            bt__g.scope_n--;
+            return t;
+        }
+    bt_error("bt_keep: tensor %p is not in the innermost scope", (void *)t);
+    return t;
+}
+
+BTDEF bt_shape bt_shapev(int ndim, const int64_t *dims) {
+    bt_shape s; memset(&s, 0, sizeof s);
+    if (ndim < 0 || ndim > BT_MAX_DIMS) bt_error("bt_shapev: %d dims (at most %d)", ndim, BT_MAX_DIMS);
+    s.ndim = ndim;
+    for (int i = 0; i < ndim; i++) s.d[i] = dims[i];
+    return s;
+}
+BTDEF int64_t bt_numel(const bt_tensor *t) {
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+    return n;
+}
+BTDEF int bt_is_contiguous(const bt_tensor *t) {
+    int64_t st = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->shape[d] != 1 && t->stride[d] != st) return 0;
+        st *= t->shape[d];
+    }
+    return 1;
+}
+BTDEF void *bt_data_ptr(const bt_tensor *t) {
+    return (char *)t->storage->data + t->offset * (int64_t)bt_dtype_size(t->dtype);
+}
+BTDEF bt_shape bt_shape_of(const bt_tensor *t) { return bt_shapev(t->ndim, t->shape); }
+BTDEF const char *bt_shape_str(const bt_tensor *t, char *buf, size_t n) {
+    size_t k = 0;
+    k += (size_t)snprintf(buf + k, n - k, "[");
+    for (int d = 0; d < t->ndim && k < n; d++) k += (size_t)snprintf(buf + k, n - k, d ? ", %lld" : "%lld", (long long)t->shape[d]);
+    if (k < n) {
+        bt_device dev = bt_device_of(t);
+        if (dev.type == BT_CPU) snprintf(buf + k, n - k, "] %s cpu", bt_dtype_name(t->dtype));
+        else snprintf(buf + k, n - k, "] %s cuda:%d", bt_dtype_name(t->dtype), dev.index);
+    }
+    return buf;
+}
+/* "[2, 3] f32 cpu" of a tensor, in a rotating static buffer: for error messages only */
+static const char *bt__s(const bt_tensor *t) {
+    static char bufs[4][160]; static int k;
+    k = (k + 1) & 3;
+    if (!t) return "(null)";
+    return bt_shape_str(t, bufs[k], sizeof bufs[k]);
+}
+static const char *bt__shape_s(bt_shape s) {
+    static char bufs[4][128]; static int k;
+    k = (k + 1) & 3;
+    size_t n = 0; char *b = bufs[k];
+    n += (size_t)snprintf(b + n, 128 - n, "[");
+    for (int d = 0; d < s.ndim && n < 128; d++) n += (size_t)snprintf(b + n, 128 - n, d ? ", %lld" : "%lld", (long long)s.d[d]);
+    if (n < 128) snprintf(b + n, 128 - n, "]");
+    return b;
+}
+static void bt__need(bt_tensor *t, const char *op, const char *arg) {
+    if (!t) bt_error("%s: %s is NULL", op, arg);
+    if (t->refcount <= 0) bt_error("%s: %s was already released", op, arg);
+}
+static void bt__need_float(bt_tensor *t, const char *op, const char *arg) {
+    bt__need(t, op, arg);
+    if (!bt_dtype_is_float(t->dtype)) bt_error("%s: %s must be a float tensor, got %s", op, arg, bt__s(t));
+}
+static void bt__same_device(bt_tensor *a, bt_tensor *b, const char *op) {
+    if (!bt_device_eq(bt_device_of(a), bt_device_of(b)))
+        bt_error("%s: tensors on different devices: %s and %s", op, bt__s(a), bt__s(b));
+}
+static void bt__same_dtype(bt_tensor *a, bt_tensor *b, const char *op) {
+    if (a->dtype != b->dtype) bt_error("%s: dtypes differ: %s and %s", op, bt__s(a), bt__s(b));
+}
+static int bt__norm_dim(int dim, int ndim, const char *op) {
+    int d = dim < 0 ? dim + ndim : dim;
+    if (d < 0 || d >= ndim) bt_error("%s: dim %d out of range for %d dims", op, dim, ndim);
+    return d;
+}
+static int bt__is_gpu(const bt_tensor *t) { return bt_device_of(t).type == BT_GPU; }
+/* CPU loops go parallel past this many elements */
+#define BT__PAR_MIN 32768
+
+/* ============================================================================================
+   2. creation, random numbers, copies, device moves
+   ============================================================================================ */
+#ifdef BT_CUDA
+#define BT__CUDA_CHECK(call, op) do { cudaError_t e__ = (call); \
+    if (e__ != cudaSuccess) bt_error("%s: %s", op, cudaGetErrorString(e__)); } while (0)
+#endif
+
+/* storage offset of element `lin` (row-major linear index) of a strided view */
+static inline int64_t bt__offset_of(const int64_t *shape, const int64_t *stride, int ndim, int64_t lin) {
+    int64_t off = 0;
+    for (int d = ndim - 1; d >= 0; d--) { int64_t q = lin / shape[d]; off += (lin - q * shape[d]) * stride[d]; lin = q; }
+    return off;
+}
+
+BTDEF bt_tensor *bt_empty(bt_shape shape, bt_dtype dt, bt_device dev) { return bt__register(bt__new(shape, dt, dev)); }
+
+BTDEF void bt_fill_(bt_tensor *t, double value) {
+    bt__need(t, "fill_", "t");
+    t->storage->version++;
+    if (!bt_is_contiguous(t)) {     /* a strided view: fill a contiguous temp, copy it in */
+        bt_tensor *tmp = bt__new(bt_shape_of(t), t->dtype, bt_device_of(t));
+        bt_fill_(tmp, value); bt_copy_(t, tmp); bt_release(tmp);
+        return;
+    }
+    int64_t n = bt_numel(t); void *p = bt_data_ptr(t); bt_dtype dt = t->dtype;
+    if (bt__is_gpu(t)) {
+#ifdef BT_CUDA
+        bt_k_fill(dt, p, value, n, bt_k_stream());
+#endif
+        return;
+    }
+    if (dt == BT_F32) { float v = (float)value, *q = (float *)p;
+        #pragma omp parallel for if (n > BT__PAR_MIN)
+        for (int64_t i = 0; i < n; i++) q[i] = v;
+        return; }
+    #pragma omp parallel for if (n > BT__PAR_MIN)
+    for (int64_t i = 0; i < n; i++) bt__st(p, dt, i, value);
+}
+BTDEF void bt_zero_(bt_tensor *t) { bt_fill_(t, 0.0); }
+BTDEF bt_tensor *bt_zeros(bt_shape shape, bt_dtype dt, bt_device dev) {
+    bt_tensor *t = bt__new(shape, dt, dev); bt_fill_(t, 0.0); return bt__register(t);
+}
+BTDEF bt_tensor *bt_full(bt_shape shape, double value, bt_dtype dt, bt_device dev) {
+    bt_tensor *t = bt__new(shape, dt, dev); bt_fill_(t, value); return bt__register(t);
+}
+BTDEF bt_tensor *bt_scalar(double value, bt_dtype dt, bt_device dev) {
+    bt_shape s; memset(&s, 0, sizeof s); return bt_full(s, value, dt, dev);
+}
+static void bt__upload(void *dst, bt_device dev, const void *src, size_t nbytes) {
+    if (dev.type == BT_CPU) { if (nbytes) memcpy(dst, src, nbytes); return; }
+#ifdef BT_CUDA
+    BT__CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, bt_k_stream()), "upload to GPU");
+#else
+    (void)dst; (void)src; (void)nbytes;
+#endif
+}
+static void bt__download(void *dst, const void *src, bt_device dev, size_t nbytes) {
+    if (dev.type == BT_CPU) { if (nbytes) memcpy(dst, src, nbytes); return; }
+#ifdef BT_CUDA
+    BT__CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, bt_k_stream()), "download from GPU");
+    BT__CUDA_CHECK(cudaStreamSynchronize(bt_k_stream()), "download from GPU");
+#else
+    (void)dst; (void)src; (void)nbytes;
+#endif
+}
+BTDEF bt_tensor *bt_from_data(const void *data, bt_shape shape, bt_dtype dt, bt_device dev) {
+    if (!data) bt_error("from_data: data is NULL");
+    bt_tensor *t = bt__new(shape, dt, dev);
+    bt__upload(bt_data_ptr(t), dev, data, (size_t)bt_numel(t) * bt_dtype_size(dt));
+    return bt__register(t);
+}
+BTDEF bt_tensor *bt_from_blob(void *data, bt_shape shape, bt_dtype dt, bt_device dev) {
+    if (!data) bt_error("from_blob: data is NULL");
+    bt__check_shape(shape, "from_blob");
+    bt_tensor *t = bt__tensor_struct();
+    bt_storage *s = bt__g.free_storages;
+    if (s) bt__g.free_storages = (bt_storage *)s->data; else s = (bt_storage *)bt__xmalloc(sizeof *s, "a storage");
+    t->ndim = shape.ndim; t->dtype = dt;
+    memcpy(t->shape, shape.d, sizeof(int64_t) * shape.ndim);
+    bt__set_contiguous_strides(t);
+    s->data = data; s->nbytes = (size_t)bt_numel(t) * bt_dtype_size(dt); s->device = dev;
+    s->refcount = 1; s->version = 0; s->external = 1;
+    t->storage = s;
+    return bt__register(t);
+}
+BTDEF bt_tensor *bt_arange(int64_t n, bt_dtype dt, bt_device dev) {
+    bt_tensor *t = bt__new(bt_shape1(n), dt, bt_cpu());
+    for (int64_t i = 0; i < n; i++) bt__st(bt_data_ptr(t), dt, i, (double)i);
+    if (dev.type == BT_CPU) return bt__register(t);
+    bt_tensor *g = bt_to(t, dev); bt_release(t);
+    return g;
+}
+
+/* fill with (seed, offset + i) of a Philox stream: uniform in [lo, hi) or normal(mean, std) */
+static void bt__random_fill(bt_tensor *t, int normal, double a, double b, uint64_t seed, uint64_t offset) {
+    bt__need_float(t, normal ? "normal_" : "uniform_", "t");
+    if (!bt_is_contiguous(t)) {
+        bt_tensor *tmp = bt__new(bt_shape_of(t), t->dtype, bt_device_of(t));
+        bt__random_fill(tmp, normal, a, b, seed, offset); bt_copy_(t, tmp); bt_release(tmp);
+        return;
+    }
+    t->storage->version++;
+    int64_t n = bt_numel(t); void *p = bt_data_ptr(t); bt_dtype dt = t->dtype;
+    if (bt__is_gpu(t)) {
+#ifdef BT_CUDA
+        if (normal) bt_k_normal(dt, p, n, seed, offset, a, b, bt_k_stream());
+        else bt_k_uniform(dt, p, n, seed, offset, a, b, bt_k_stream());
+#endif
+        return;
+    }
+    #pragma omp parallel for if (n > 4096)
+    for (int64_t i = 0; i < n; i++) {
+        double r = normal ? a + b * bt_philox_normal(seed, offset + (uint64_t)i)
+                          : a + (b - a) * bt_philox_uniform(seed, offset + (uint64_t)i);
+        bt__st(p, dt, i, r);
+    }
+}
+BTDEF void bt_uniform_(bt_tensor *t, double lo, double hi, uint64_t seed, uint64_t offset) { bt__random_fill(t, 0, lo, hi, seed, offset); }
+BTDEF void bt_normal_(bt_tensor *t, double mean, double std, uint64_t seed, uint64_t offset) { bt__random_fill(t, 1, mean, std, seed, offset); }
+BTDEF bt_tensor *bt_rand(bt_shape shape, bt_dtype dt, bt_device dev, uint64_t seed) {
+    bt_tensor *t = bt__new(shape, dt, dev); bt__random_fill(t, 0, 0.0, 1.0, seed, 0); return bt__register(t);
+}
+BTDEF bt_tensor *bt_randn(bt_shape shape, bt_dtype dt, bt_device dev, uint64_t seed) {
+    bt_tensor *t = bt__new(shape, dt, dev); bt__random_fill(t, 1, 0.0, 1.0, seed, 0); return bt__register(t);
+}
+
+/* dst = src elementwise on one device, any strides on either side, dtype converted */
+static void bt__copy_same_device(bt_tensor *dst, bt_tensor *src) {
+    int64_t n = bt_numel(dst);
+    if (n == 0) return;
+    if (bt__is_gpu(dst)) {
+#ifdef BT_CUDA
+        if (bt_is_contiguous(dst))
+            bt_k_copy_strided(dst->dtype, bt_data_ptr(dst), src->dtype, bt_data_ptr(src), src->ndim, src->shape,
+                              src->stride, bt_k_stream());
+        else
+            bt_k_copy_general(dst->dtype, bt_data_ptr(dst), dst->stride, src->dtype, bt_data_ptr(src), src->stride,
+                              src->ndim, src->shape, bt_k_stream());
+#endif
+        return;
+    }
+    void *d = bt_data_ptr(dst); const void *s = bt_data_ptr(src);
+    int dc = bt_is_contiguous(dst), sc = bt_is_contiguous(src);
+    if (dc && sc && dst->dtype == src->dtype) { memcpy(d, s, (size_t)n * bt_dtype_size(dst->dtype)); return; }
+    #pragma omp parallel for if (n > BT__PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        int64_t so = sc ? i : bt__offset_of(src->shape, src->stride, src->ndim, i);
+        int64_t doff = dc ? i : bt__offset_of(dst->shape, dst->stride, dst->ndim, i);
+        bt__st(d, dst->dtype, doff, bt__ld(s, src->dtype, so));
+    }
+}
+BTDEF void bt_copy_(bt_tensor *dst, bt_tensor *src) {
+    bt__need(dst, "copy_", "dst"); bt__need(src, "copy_", "src");
+    if (dst->ndim != src->ndim || memcmp(dst->shape, src->shape, sizeof(int64_t) * dst->ndim))
+        bt_error("copy_: shapes differ: dst %s, src %s", bt__s(dst), bt__s(src));
+    dst->storage->version++;
+    if (bt_device_eq(bt_device_of(dst), bt_device_of(src))) { bt__copy_same_device(dst, src); return; }
+    /* across devices: make src one contiguous block, move the bytes, then convert on dst's side */
+    bt_tensor *cs = bt_is_contiguous(src) ? bt_retain(src) : bt__new(bt_shape_of(src), src->dtype, bt_device_of(src));
+    if (cs != src) bt__copy_same_device(cs, src);
+    bt_tensor *moved = bt__new(bt_shape_of(src), src->dtype, bt_device_of(dst));
+    size_t nbytes = (size_t)bt_numel(src) * bt_dtype_size(src->dtype);
+    if (bt__is_gpu(src) && bt__is_gpu(dst)) {
+#ifdef BT_CUDA
+        bt_k_synchronize();
+        BT__CUDA_CHECK(cudaMemcpyPeer(bt_data_ptr(moved), bt_device_of(dst).index, bt_data_ptr(cs),
+                                      bt_device_of(src).index, nbytes), "copy_ between GPUs");
+#endif
+    } else if (bt__is_gpu(src)) bt__download(bt_data_ptr(moved), bt_data_ptr(cs), bt_device_of(src), nbytes);
+    else bt__upload(bt_data_ptr(moved), bt_device_of(dst), bt_data_ptr(cs), nbytes);
+    bt__copy_same_device(dst, moved);
+    bt_release(moved); bt_release(cs);
+}
+/* contiguous copy of t with dtype dt on t's device (+1) */
+static bt_tensor *bt__contig_as(bt_tensor *t, bt_dtype dt) {
+    if (t->dtype == dt && bt_is_contiguous(t)) return bt_retain(t);
+    bt_tensor *c = bt__new(bt_shape_of(t), dt, bt_device_of(t));
+    bt__copy_same_device(c, t);
+    return c;
+}
+static bt_tensor *bt__contig(bt_tensor *t) { return bt__contig_as(t, t->dtype); }
+
+/* ============================================================================================
+   4. the autograd node record (before the views, which record nodes too)
+   ============================================================================================ */
+BTDEF int bt__needs_grad(bt_tensor *t) { return t && (t->requires_grad || t->grad_fn); }
+
+BTDEF void bt_set_requires_grad(bt_tensor *t, int on) {
+    bt__need(t, "set_requires_grad", "t");
+    if (t->grad_fn) bt_error("set_requires_grad: %s is the result of an op (%s), not a leaf", bt__s(t), t->grad_fn->op);
+    if (on && !bt_dtype_is_float(t->dtype)) bt_error("set_requires_grad: only float tensors can require grad, got %s", bt__s(t));
+    t->requires_grad = on != 0;
+}
+
+static bt_node *bt__node_alloc(void) {
+    bt_node *n = bt__g.free_nodes;
+    if (n) bt__g.free_nodes = (bt_node *)n->grad; else n = (bt_node *)bt__xmalloc(sizeof *n, "an autograd node");
+    memset(n, 0, sizeof *n);
+    return n;
+}
+/* Drop one reference; a node whose count reaches 0 releases what it saved and its edges. Done with
+   an explicit stack: a long graph must not overflow the C stack. */
+BTDEF void bt_node_release(bt_node *n) {
+    bt_node *stack_buf[64]; bt_node **stack = stack_buf; int sp = 0, cap = 64;
+    stack[sp++] = n;
+    while (sp) {
+        bt_node *m = stack[--sp];
+        if (--m->refcount > 0) continue;
+        for (int s = 0; s < m->n_saved; s++) bt_release(m->saved[s]);
+        bt_release(m->grad);
+        for (int i = 0; i < m->n_in; i++) {
+            bt_release(m->next[i].leaf);
+            if (!m->next[i].node) continue;
+            if (sp == cap) {
+                bt_node **ns = (bt_node **)bt__xmalloc(sizeof(bt_node *) * cap * 2, "the node release stack");
+                memcpy(ns, stack, sizeof(bt_node *) * sp);
+                if (stack != stack_buf) free(stack);
+                stack = ns; cap *= 2;
+            }
+            stack[sp++] = m->next[i].node;
+        }
+        m->grad = (bt_tensor *)bt__g.free_nodes; bt__g.free_nodes = m;
+    }
+    if (stack != stack_buf) free(stack);
+}
+
+/* When grad mode is on and an input needs grad: a node for `out` with edges to the inputs'
+   producers (or to the leaves themselves). Returns NULL when no gradient flows. */
+BTDEF bt_node *bt__record(const char *op, bt_backward_fn fn, bt_tensor *out, bt_tensor **inputs, int n_in) {
+    if (!bt__g.grad_enabled) return NULL;
+    int any = 0;
+    for (int i = 0; i < n_in; i++) any |= bt__needs_grad(inputs[i]);
+    if (!any) return NULL;
+    if (n_in > BT_NODE_MAX_IN) bt_error("%s: %d inputs recorded (at most %d)", op, n_in, BT_NODE_MAX_IN);
+    bt_node *n = bt__node_alloc();
+    n->op = op; n->backward = fn; n->n_in = n_in; n->refcount = 1; n->seq = ++bt__g.node_seq;
+    for (int i = 0; i < n_in; i++) {
+        bt_tensor *x = inputs[i];
+        if (!x) continue;
+        n->in_shape[i] = bt_shape_of(x); n->in_dtype[i] = x->dtype; n->in_device[i] = bt_device_of(x);
+        if (x->grad_fn) { n->next[i].node = x->grad_fn; x->grad_fn->refcount++; }
+        else if (x->requires_grad) n->next[i].leaf = bt_retain(x);
+    }
+    out->grad_fn = n; out->requires_grad = 1;
+    return n;
+}
+BTDEF void bt__save(bt_node *n, bt_tensor *t) {
+    if (n->n_saved == BT_NODE_MAX_SAVED) bt_error("%s: too many saved tensors", n->op);
+    n->saved_version[n->n_saved] = t->storage->version;
+    n->saved[n->n_saved++] = bt_retain(t);
+}
+static int bt__wants(bt_node *n, int i) { return n->next[i].node || n->next[i].leaf; }
+
+/* ============================================================================================
+   3. views: they share the storage; each records a node whose backward maps the gradient back
+   ============================================================================================ */
+static void bt__reshape_back(bt_node *n, bt_tensor *g, bt_tensor **gin) { gin[0] = bt_reshape(g, n->in_shape[0]); }
+
+/* strides that let shape `to` view a tensor of shape/stride `from`; 0 if impossible */
+static int bt__view_strides(const bt_tensor *t, bt_shape to, int64_t *out) {
+    int64_t n = bt_numel(t);
+    if (n == 0) { int64_t st = 1; for (int d = to.ndim - 1; d >= 0; d--) { out[d] = st; st *= to.d[d] > 0 ? to.d[d] : 1; } return 1; }
+    /* walk chunks of `from` that are contiguous among themselves; `to` dims must tile each chunk */
+    int fi = t->ndim - 1, ti = to.ndim - 1;
+    while (fi >= 0 || ti >= 0) {
+        while (fi >= 0 && t->shape[fi] == 1) fi--;
+        while (ti >= 0 && to.d[ti] == 1) { out[ti] = 1; ti--; }
+        if (fi < 0 && ti < 0) break;
+        if (fi < 0 || ti < 0) return 0;
+        int64_t chunk = t->shape[fi], base = t->stride[fi];
+        int f0 = fi;
+        while (f0 > 0 && (t->shape[f0 - 1] == 1 || t->stride[f0 - 1] == t->stride[f0] * t->shape[f0])) {
+            if (t->shape[f0 - 1] != 1) chunk *= t->shape[f0 - 1];
+            f0--;
+        }
+        int64_t acc = 1;
+        while (ti >= 0 && acc < chunk) {
+            out[ti] = base * acc;
+            acc *= to.d[ti]; ti--;
+            while (ti >= 0 && to.d[ti] == 1 && acc < chunk) { out[ti] = base * acc; ti--; }
+        }
+        if (acc != chunk) return 0;
+        fi = f0 - 1;
+    }
+    return 1;
+}
+static bt_shape bt__resolve_minus_one(bt_tensor *t, bt_shape shape, const char *op) {
+    int neg = -1; int64_t known = 1;
+    if (shape.ndim > BT_MAX_DIMS || shape.ndim < 0) bt_error("%s: %d dims", op, shape.ndim);
+    for (int d = 0; d < shape.ndim; d++) {
+        if (shape.d[d] == -1) { if (neg >= 0) bt_error("%s: more than one -1 in %s", op, bt__shape_s(shape)); neg = d; }
+        else if (shape.d[d] < 0) bt_error("%s: bad size in %s", op, bt__shape_s(shape));
+        else known *= shape.d[d];
+    }
+    int64_t n = bt_numel(t);
+    if (neg >= 0) {
+        if (known == 0 || n % known) bt_error("%s: cannot view %s as %s", op, bt__s(t), bt__shape_s(shape));
+        shape.d[neg] = n / known; known *= shape.d[neg];
+    }
+    if (known != n) bt_error("%s: %s has %lld elements, %s has %lld", op, bt__s(t), (long long)n, bt__shape_s(shape), (long long)known);
+    bt__check_shape(shape, op);
+    return shape;
+}
+static bt_tensor *bt__view_as(bt_tensor *t, bt_shape shape, const int64_t *strides, const char *op) {
+    bt_tensor *v = bt__alias(t);
+    v->ndim = shape.ndim;
+    memcpy(v->shape, shape.d, sizeof(int64_t) * shape.ndim);
+    memcpy(v->stride, strides, sizeof(int64_t) * shape.ndim);
+    bt__record(op, bt__reshape_back, v, &t, 1);
+    return bt__register(v);
+}
+BTDEF bt_tensor *bt_view(bt_tensor *t, bt_shape shape) {
+    bt__need(t, "view", "t");
+    shape = bt__resolve_minus_one(t, shape, "view");
+    int64_t st[BT_MAX_DIMS];
+    if (!bt__view_strides(t, shape, st))
+        bt_error("view: %s (strides not compatible) cannot be viewed as %s; use bt_reshape", bt__s(t), bt__shape_s(shape));
+    return bt__view_as(t, shape, st, "view");
+}
+BTDEF bt_tensor *bt_reshape(bt_tensor *t, bt_shape shape) {
+    bt__need(t, "reshape", "t");
+    shape = bt__resolve_minus_one(t, shape, "reshape");
+    int64_t st[BT_MAX_DIMS];
+    if (bt__view_strides(t, shape, st)) return bt__view_as(t, shape, st, "reshape");
+    bt_tensor *c = bt_contiguous(t);          /* differentiable copy, then a view of it */
+    return bt_view(c, shape);
+}
+static void bt__permute_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    int inv[BT_MAX_DIMS];
+    for (int d = 0; d < g->ndim; d++) inv[n->i[d]] = d;
+    gin[0] = bt_permute(g, inv);
+}
+BTDEF bt_tensor *bt_permute(bt_tensor *t, const int *perm) {
+    bt__need(t, "permute", "t");
+    int seen[BT_MAX_DIMS] = {0};
+    for (int d = 0; d < t->ndim; d++) {
+        if (perm[d] < 0 || perm[d] >= t->ndim || seen[perm[d]]++) bt_error("permute: bad permutation for %s", bt__s(t));
+    }
+    bt_tensor *v = bt__alias(t);
+    for (int d = 0; d < t->ndim; d++) { v->shape[d] = t->shape[perm[d]]; v->stride[d] = t->stride[perm[d]]; }
+    bt_node *n = bt__record("permute", bt__permute_back, v, &t, 1);
+    if (n) for (int d = 0; d < t->ndim; d++) n->i[d] = perm[d];
+    return bt__register(v);
+}
+BTDEF bt_tensor *bt_transpose(bt_tensor *t, int d0, int d1) {
+    bt__need(t, "transpose", "t");
+    d0 = bt__norm_dim(d0, t->ndim, "transpose"); d1 = bt__norm_dim(d1, t->ndim, "transpose");
+    int perm[BT_MAX_DIMS];
+    for (int d = 0; d < t->ndim; d++) perm[d] = d;
+    perm[d0] = d1; perm[d1] = d0;
+    return bt_permute(t, perm);
+}
+/* gradient of a slice: zeros of the input's shape with g copied into the slice */
+static void bt__narrow_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt_tensor *z = bt_zeros(n->in_shape[0], g->dtype, bt_device_of(g));
+    bt_tensor *slice = bt_narrow(z, (int)n->i[0], n->i[1], n->i[2]);
+    if (n->i[3]) slice = bt_squeeze(slice, (int)n->i[0]);     /* select dropped the dim */
+    bt_copy_(slice, g);
+    gin[0] = z;
+}
+static bt_tensor *bt__slice(bt_tensor *t, int dim, int64_t start, int64_t len, int drop, const char *op) {
+    bt_tensor *v = bt__alias(t);
+    v->offset += start * t->stride[dim];
+    v->shape[dim] = len;
+    if (drop) {
+        for (int d = dim; d < t->ndim - 1; d++) { v->shape[d] = v->shape[d + 1]; v->stride[d] = v->stride[d + 1]; }
+        v->ndim--;
+    }
+    bt_node *n = bt__record(op, bt__narrow_back, v, &t, 1);
+    if (n) { n->i[0] = dim; n->i[1] = start; n->i[2] = len; n->i[3] = drop; }
+    return bt__register(v);
+}
+BTDEF bt_tensor *bt_narrow(bt_tensor *t, int dim, int64_t start, int64_t len) {
+    bt__need(t, "narrow", "t");
+    dim = bt__norm_dim(dim, t->ndim, "narrow");
+    if (start < 0 || len < 0 || start + len > t->shape[dim])
+        bt_error("narrow: [%lld, %lld) out of range for dim %d of %s", (long long)start, (long long)(start + len), dim, bt__s(t));
+    return bt__slice(t, dim, start, len, 0, "narrow");
+}
+BTDEF bt_tensor *bt_select(bt_tensor *t, int dim, int64_t index) {
+    bt__need(t, "select", "t");
+    dim = bt__norm_dim(dim, t->ndim, "select");
+    if (index < 0 || index >= t->shape[dim]) bt_error("select: index %lld out of range for dim %d of %s", (long long)index, dim, bt__s(t));
+    return bt__slice(t, dim, index, 1, 1, "select");
+}
+static void bt__expand_back(bt_node *n, bt_tensor *g, bt_tensor **gin);
+BTDEF bt_tensor *bt_expand(bt_tensor *t, bt_shape shape) {
+    bt__need(t, "expand", "t");
+    bt__check_shape(shape, "expand");
+    if (shape.ndim < t->ndim) bt_error("expand: %s has more dims than %s", bt__s(t), bt__shape_s(shape));
+    bt_tensor *v = bt__alias(t);
+    int lead = shape.ndim - t->ndim;
+    v->ndim = shape.ndim;
+    for (int d = 0; d < shape.ndim; d++) {
+        int64_t src = d < lead ? 1 : t->shape[d - lead];
+        if (src != shape.d[d] && src != 1) { bt_release(v); bt_error("expand: cannot expand %s to %s", bt__s(t), bt__shape_s(shape)); }
+        v->shape[d] = shape.d[d];
+        v->stride[d] = (d < lead || src != shape.d[d]) ? 0 : t->stride[d - lead];
+    }
+    bt__record("expand", bt__expand_back, v, &t, 1);
+    return bt__register(v);
+}
+BTDEF bt_tensor *bt_unsqueeze(bt_tensor *t, int dim) {
+    bt__need(t, "unsqueeze", "t");
+    if (dim < 0) dim += t->ndim + 1;
+    if (dim < 0 || dim > t->ndim || t->ndim == BT_MAX_DIMS) bt_error("unsqueeze: dim %d invalid for %s", dim, bt__s(t));
+    bt_shape s = bt_shape_of(t); int64_t st[BT_MAX_DIMS];
+    for (int d = t->ndim; d > dim; d--) { s.d[d] = s.d[d - 1]; st[d] = t->stride[d - 1]; }
+    for (int d = 0; d < dim; d++) st[d] = t->stride[d];
+    s.d[dim] = 1; st[dim] = dim < t->ndim ? t->stride[dim] * t->shape[dim] : 1; s.ndim++;
+    return bt__view_as(t, s, st, "unsqueeze");
+}
+BTDEF bt_tensor *bt_squeeze(bt_tensor *t, int dim) {
+    bt__need(t, "squeeze", "t");
+    dim = bt__norm_dim(dim, t->ndim, "squeeze");
+    if (t->shape[dim] != 1) bt_error("squeeze: dim %d of %s is not 1", dim, bt__s(t));
+    bt_shape s; int64_t st[BT_MAX_DIMS]; s.ndim = 0;
+    for (int d = 0; d < t->ndim; d++) if (d != dim) { st[s.ndim] = t->stride[d]; s.d[s.ndim++] = t->shape[d]; }
+    return bt__view_as(t, s, st, "squeeze");
+}
+
+/* ============================================================================================
+   5. ops
+   ============================================================================================ */
+/* ---- identity-like ops: contiguous, clone, to, cast ---- */
+static void bt__identity_back(bt_node *n, bt_tensor *g, bt_tensor **gin) { (void)n; gin[0] = bt_retain(g); bt__register(gin[0]); }
+static void bt__to_back(bt_node *n, bt_tensor *g, bt_tensor **gin) { gin[0] = bt_to(g, n->in_device[0]); }
+static void bt__cast_back(bt_node *n, bt_tensor *g, bt_tensor **gin) { gin[0] = bt_cast(g, n->in_dtype[0]); }
+
+BTDEF bt_tensor *bt_contiguous(bt_tensor *t) {
+    bt__need(t, "contiguous", "t");
+    if (bt_is_contiguous(t)) return bt__register(bt_retain(t));
+    bt_tensor *c = bt__contig(t);
+    bt__record("contiguous", bt__identity_back, c, &t, 1);
+    return bt__register(c);
+}
+BTDEF bt_tensor *bt_clone(bt_tensor *t) {
+    bt__need(t, "clone", "t");
+    bt_tensor *c = bt__new(bt_shape_of(t), t->dtype, bt_device_of(t));
+    bt__copy_same_device(c, t);
+    bt__record("clone", bt__identity_back, c, &t, 1);
+    return bt__register(c);
+}
+BTDEF bt_tensor *bt_to(bt_tensor *t, bt_device dev) {
+    bt__need(t, "to", "t");
+    bt__check_device(dev, "to");
+    if (bt_device_eq(bt_device_of(t), dev)) return bt__register(bt_retain(t));
+    bt_tensor *c = bt__new(bt_shape_of(t), t->dtype, dev);
+    bt_copy_(c, t);
+    bt__record("to", bt__to_back, c, &t, 1);
+    return bt__register(c);
+}
+BTDEF bt_tensor *bt_cast(bt_tensor *t, bt_dtype dt) {
+    bt__need(t, "cast", "t");
+    if ((unsigned)dt >= BT_NDTYPES) bt_error("cast: unknown dtype %d", (int)dt);
+    if (t->dtype == dt) return bt__register(bt_retain(t));
+    bt_tensor *c = bt__contig_as(t, dt);
+    if (bt_dtype_is_float(dt)) bt__record("cast", bt__cast_back, c, &t, 1);
+    return bt__register(c);
+}
+static void bt__check_async_errors(void);
+BTDEF void bt_to_host(bt_tensor *t, void *dst, bt_dtype dt) {
+    bt__need(t, "to_host", "t");
+    bt_tensor *c = bt__is_gpu(t) ? bt__contig_as(t, dt) : bt_retain(t);
+    if (bt__is_gpu(t)) {
+        bt__download(dst, bt_data_ptr(c), bt_device_of(c), (size_t)bt_numel(c) * bt_dtype_size(dt));
+        bt__check_async_errors();
+    } else {
+        bt_tensor *h = bt_from_blob(dst, bt_shape_of(t), dt, bt_cpu());
+        bt__copy_same_device(h, c);
+        if (bt__g.scope_depth == 0) bt_release(h);
+    }
+    bt_release(c);
+}
+BTDEF double bt_item(bt_tensor *t) {
+    bt__need(t, "item", "t");
+    if (bt_numel(t) != 1) bt_error("item: %s has %lld elements, not 1", bt__s(t), (long long)bt_numel(t));
+    double v; bt_to_host(t, &v, BT_F64);
+    return v;
+}
+BTDEF double bt_get(bt_tensor *t, const int64_t *index) {
+    bt__need(t, "get", "t");
+    int64_t off = t->offset;
+    for (int d = 0; d < t->ndim; d++) {
+        if (index[d] < 0 || index[d] >= t->shape[d]) bt_error("get: index %lld out of range in dim %d of %s", (long long)index[d], d, bt__s(t));
+        off += index[d] * t->stride[d];
+    }
+    double v;
+    if (!bt__is_gpu(t)) return bt__ld(t->storage->data, t->dtype, off);
+    char buf[8] = {0};
+    bt__download(buf, (char *)t->storage->data + off * (int64_t)bt_dtype_size(t->dtype), bt_device_of(t), bt_dtype_size(t->dtype));
+    v = bt__ld(buf, t->dtype, 0);
+    return v;
+}
+
+/* Errors a kernel can only flag (an embedding index or a target out of range) land in one device
+   int per GPU; it is read at the next host sync (bt_item, bt_to_host), never on the hot path. */
+#ifdef BT_CUDA
+static int *bt__bad_flag[BT_MAX_GPUS];
+static int *bt__bad(bt_device dev) {
+    if (!bt__bad_flag[dev.index]) {
+        bt__bad_flag[dev.index] = (int *)bt_alloc(dev, sizeof(int), bt__stream_for(dev));
+        BT__CUDA_CHECK(cudaMemsetAsync(bt__bad_flag[dev.index], 0, sizeof(int), bt_k_stream()), "error flag");
+    }
+    return bt__bad_flag[dev.index];
+}
+#endif
+static void bt__check_async_errors(void) {
+#ifdef BT_CUDA
+    for (int d = 0; d < BT_MAX_GPUS; d++) {
+        if (!bt__bad_flag[d]) continue;
+        int bad = 0;
+        BT__CUDA_CHECK(cudaMemcpy(&bad, bt__bad_flag[d], sizeof(int), cudaMemcpyDeviceToHost), "error flag");
+        if (bad) {
+            BT__CUDA_CHECK(cudaMemset(bt__bad_flag[d], 0, sizeof(int)), "error flag");
+            bt_error("embedding or cross_entropy on cuda:%d: an index or target was out of range (found after the kernel ran; those rows were not read)", d);
+        }
+    }
+#endif
+}
+
+/* ---- unary elementwise ---- */
+static const char *bt__uop_names[BT_NUOPS] = {"neg", "exp", "log", "sqrt", "tanh", "relu", "gelu", "square", "recip"};
+#define BT__GELU_K 0.7978845608028654   /* sqrt(2/pi) */
+static inline double bt__uop(bt_unary_op op, double x) {
+    switch (op) {
+    case BT_UOP_NEG: return -x;
+    case BT_UOP_EXP: return exp(x);
+    case BT_UOP_LOG: return log(x);
+    case BT_UOP_SQRT: return sqrt(x);
+    case BT_UOP_TANH: return tanh(x);
+    case BT_UOP_RELU: return x > 0 ? x : 0;
+    case BT_UOP_GELU: return 0.5 * x * (1.0 + tanh(BT__GELU_K * (x + 0.044715 * x * x * x)));
+    case BT_UOP_SQUARE: return x * x;
+    case BT_UOP_RECIP: return 1.0 / x;
+    default: return 0;
+    }
+}
+/* f'(x), given x and y = f(x) */
+static inline double bt__uop_grad(bt_unary_op op, double x, double y) {
+    switch (op) {
+    case BT_UOP_NEG: return -1;
+    case BT_UOP_EXP: return y;
+    case BT_UOP_LOG: return 1.0 / x;
+    case BT_UOP_SQRT: return 0.5 / y;
+    case BT_UOP_TANH: return 1.0 - y * y;
+    case BT_UOP_RELU: return x > 0 ? 1 : 0;
+    case BT_UOP_GELU: {      /* d/dx 0.5 x (1 + tanh u), u = k (x + 0.044715 x^3) */
+        double th = tanh(BT__GELU_K * (x + 0.044715 * x * x * x));
+        return 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * BT__GELU_K * (1 + 3 * 0.044715 * x * x);
+    }
+    case BT_UOP_SQUARE: return 2 * x;
+    case BT_UOP_RECIP: return -y * y;
+    default: return 0;
+    }
+}
+static void bt__unary_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt_unary_op op = (bt_unary_op)n->i[0];
+    bt_tensor *x = n->saved[0], *y = n->n_saved > 1 ? n->saved[1] : NULL;
+    bt_tensor *gc = bt__contig(g);
+    bt_tensor *gx = bt__new(bt_shape_of(x), x->dtype, bt_device_of(x));
+    int64_t nel = bt_numel(x);
+    if (bt__is_gpu(x)) {
+#ifdef BT_CUDA
+        bt_k_unary_backward(op, x->dtype, bt_data_ptr(gx), bt_data_ptr(gc), bt_data_ptr(x), y ? bt_data_ptr(y) : NULL, nel, bt_k_stream());
+#endif
+    } else {
+        const void *gp = bt_data_ptr(gc), *xp = bt_data_ptr(x), *yp = y ? bt_data_ptr(y) : NULL; void *op_ = bt_data_ptr(gx);
+        bt_dtype dt = x->dtype;
+        #pragma omp parallel for if (nel > BT__PAR_MIN)
+        for (int64_t i = 0; i < nel; i++) {
+            double xv = bt__ld(xp, dt, i), yv = yp ? bt__ld(yp, dt, i) : bt__uop(op, xv);
+            bt__st(op_, dt, i, bt__ld(gp, dt, i) * bt__uop_grad(op, xv, yv));
+        }
+    }
+    bt_release(gc);
+    gin[0] = bt__register(gx);
+}
+static bt_tensor *bt__unary(bt_unary_op op, bt_tensor *x) {
+    const char *name = bt__uop_names[op];
+    bt__need_float(x, name, "x");
+    bt_tensor *xc = bt__contig(x);
+    bt_tensor *y = bt__new(bt_shape_of(x), x->dtype, bt_device_of(x));
+    int64_t nel = bt_numel(x);
+    if (bt__is_gpu(x)) {
+#ifdef BT_CUDA
+        bt_k_unary(op, x->dtype, bt_data_ptr(y), bt_data_ptr(xc), nel, bt_k_stream());
+#endif
+    } else {
+        const void *xp = bt_data_ptr(xc); void *yp = bt_data_ptr(y); bt_dtype dt = x->dtype;
+        #pragma omp parallel for if (nel > BT__PAR_MIN)
+        for (int64_t i = 0; i < nel; i++) bt__st(yp, dt, i, bt__uop(op, bt__ld(xp, dt, i)));
+    }
+    bt_node *n = bt__record(name, bt__unary_back, y, &x, 1);
+    if (n) {
+        n->i[0] = op;
+        bt__save(n, xc);
+        /* derivatives written through y save it too (exp, sqrt, tanh, recip) */
+        if (op == BT_UOP_EXP || op == BT_UOP_SQRT || op == BT_UOP_TANH || op == BT_UOP_RECIP) bt__save(n, y);
+    }
+    bt_release(xc);
+    return bt__register(y);
+}
+BTDEF bt_tensor *bt_neg(bt_tensor *x) { return bt__unary(BT_UOP_NEG, x); }
+BTDEF bt_tensor *bt_exp(bt_tensor *x) { return bt__unary(BT_UOP_EXP, x); }
+BTDEF bt_tensor *bt_log(bt_tensor *x) { return bt__unary(BT_UOP_LOG, x); }
+BTDEF bt_tensor *bt_sqrt(bt_tensor *x) { return bt__unary(BT_UOP_SQRT, x); }
+BTDEF bt_tensor *bt_tanh(bt_tensor *x) { return bt__unary(BT_UOP_TANH, x); }
+BTDEF bt_tensor *bt_relu(bt_tensor *x) { return bt__unary(BT_UOP_RELU, x); }
+BTDEF bt_tensor *bt_gelu(bt_tensor *x) { return bt__unary(BT_UOP_GELU, x); }
+BTDEF bt_tensor *bt_square(bt_tensor *x) { return bt__unary(BT_UOP_SQUARE, x); }
+
+/* ---- scalar affine: alpha x + beta ---- */
+static void bt__affine_into(bt_tensor *out, bt_tensor *xc, double alpha, double beta) {
+    int64_t nel = bt_numel(xc);
+    if (bt__is_gpu(xc)) {
+#ifdef BT_CUDA
+        bt_k_affine(xc->dtype, bt_data_ptr(out), bt_data_ptr(xc), alpha, beta, nel, bt_k_stream());
+#endif
+        return;
+    }
+    const void *xp = bt_data_ptr(xc); void *yp = bt_data_ptr(out); bt_dtype dt = xc->dtype;
+    #pragma omp parallel for if (nel > BT__PAR_MIN)
+    for (int64_t i = 0; i < nel; i++) bt__st(yp, dt, i, alpha * bt__ld(xp, dt, i) + beta);
+}
+static void bt__affine_back(bt_node *n, bt_tensor *g, bt_tensor **gin) { gin[0] = bt_scale(g, n->f[0]); }
+BTDEF bt_tensor *bt_affine(bt_tensor *x, double alpha, double beta) {
+    bt__need_float(x, "affine", "x");
+    bt_tensor *xc = bt__contig(x);
+    bt_tensor *y = bt__new(bt_shape_of(x), x->dtype, bt_device_of(x));
+    bt__affine_into(y, xc, alpha, beta);
+    bt_release(xc);
+    bt_node *n = bt__record("affine", bt__affine_back, y, &x, 1);
+    if (n) n->f[0] = alpha;
+    return bt__register(y);
+}
+BTDEF bt_tensor *bt_scale(bt_tensor *x, double alpha) { return bt_affine(x, alpha, 0.0); }
+BTDEF bt_tensor *bt_add_scalar(bt_tensor *x, double beta) { return bt_affine(x, 1.0, beta); }
+BTDEF void bt_mul_scalar_(bt_tensor *a, double alpha) {
+    bt__need_float(a, "mul_scalar_", "a");
+    if (bt__g.grad_enabled && bt__needs_grad(a)) bt_error("mul_scalar_: in-place write to %s, which requires grad, while grad mode is on", bt__s(a));
+    if (!bt_is_contiguous(a)) { bt_tensor *c = bt__contig(a); bt__affine_into(c, c, alpha, 0); bt_copy_(a, c); bt_release(c); return; }
+    a->storage->version++;
+    bt__affine_into(a, a, alpha, 0);
+}
+
+/* ---- broadcasting binary ---- */
+static const char *bt__bop_names[BT_NBOPS] = {"add", "sub", "mul", "div"};
+static bt_shape bt__broadcast_shapes(bt_tensor *a, bt_tensor *b, const char *op) {
+    bt_shape s; s.ndim = a->ndim > b->ndim ? a->ndim : b->ndim;
+    for (int d = 0; d < s.ndim; d++) {
+        int da = d - (s.ndim - a->ndim), db = d - (s.ndim - b->ndim);
+        int64_t x = da >= 0 ? a->shape[da] : 1, y = db >= 0 ? b->shape[db] : 1;
+        if (x != y && x != 1 && y != 1) bt_error("%s: shapes %s and %s do not broadcast (dim %d: %lld vs %lld)", op, bt__s(a), bt__s(b), d, (long long)x, (long long)y);
+        s.d[d] = x == 1 ? y : x;
+    }
+    return s;
+}
+/* element strides of t read as shape s (0 on broadcast dims) */
+static void bt__broadcast_strides(bt_tensor *t, bt_shape s, int64_t *st) {
+    for (int d = 0; d < s.ndim; d++) {
+        int dt = d - (s.ndim - t->ndim);
+        st[d] = (dt < 0 || t->shape[dt] == 1) ? 0 : t->stride[dt];
+    }
+}
+static inline double bt__bop(bt_binary_op op, double a, double b) {
+    switch (op) { case BT_BOP_ADD: return a + b; case BT_BOP_SUB: return a - b; case BT_BOP_MUL: return a * b; default: return a / b; }
+}
+/* out (contiguous, shape s) = a op b, a and b read through broadcast strides */
+static void bt__binary_into(bt_binary_op op, bt_tensor *out, bt_tensor *a, bt_tensor *b) {
+    bt_shape s = bt_shape_of(out);
+    int64_t sa[BT_MAX_DIMS], sb[BT_MAX_DIMS];
+    bt__broadcast_strides(a, s, sa); bt__broadcast_strides(b, s, sb);
+    int64_t nel = bt_numel(out);
+    if (bt__is_gpu(out)) {
+#ifdef BT_CUDA
+        bt_k_binary(op, out->dtype, bt_data_ptr(out), bt_data_ptr(a), sa, bt_data_ptr(b), sb, s.ndim, s.d, bt_k_stream());
+#endif
+        return;
+    }
+    const void *ap = bt_data_ptr(a), *bp = bt_data_ptr(b); void *op_ = bt_data_ptr(out); bt_dtype dt = out->dtype;
+    int fast = bt_is_contiguous(a) && bt_is_contiguous(b) && bt_numel(a) == nel && bt_numel(b) == nel;
+    if (fast && dt == BT_F32) {
+        const float *x = (const float *)ap, *y = (const float *)bp; float *z = (float *)op_;
+        #pragma omp parallel for if (nel > BT__PAR_MIN)
+        for (int64_t i = 0; i < nel; i++) z[i] = (float)bt__bop(op, x[i], y[i]);
+        return;
+    }
+    #pragma omp parallel for if (nel > BT__PAR_MIN)
+    for (int64_t i = 0; i < nel; i++) {
+        int64_t ia = fast ? i : bt__offset_of(s.d, sa, s.ndim, i), ib = fast ? i : bt__offset_of(s.d, sb, s.ndim, i);
+        bt__st(op_, dt, i, bt__bop(op, bt__ld(ap, dt, ia), bt__ld(bp, dt, ib)));
+    }
+}
+/* the gradient of an input broadcast from shape `to`: sum g over the broadcast dims */
+static bt_tensor *bt__sum_to(bt_tensor *g, bt_shape to) {
+    int dims[BT_MAX_DIMS], nd = 0, lead = g->ndim - to.ndim;
+    for (int d = 0; d < g->ndim; d++)
+        if (d < lead || (to.d[d - lead] == 1 && g->shape[d] != 1)) dims[nd++] = d;
+    if (nd == 0) return bt_reshape(g, to);
+    return bt_reshape(bt_sum(g, dims, nd, 1), to);
+}
+static void bt__expand_back(bt_node *n, bt_tensor *g, bt_tensor **gin) { gin[0] = bt__sum_to(g, n->in_shape[0]); }
+static void bt__binary_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt_binary_op op = (bt_binary_op)n->i[0];
+    bt_tensor *a = n->n_saved ? n->saved[0] : NULL, *b = n->n_saved ? n->saved[1] : NULL;
+    if (bt__wants(n, 0)) {
+        bt_tensor *ga = op == BT_BOP_MUL ? bt_mul(g, b) : op == BT_BOP_DIV ? bt_div(g, b) : g;
+        gin[0] = bt__sum_to(ga, n->in_shape[0]);
+    }
+    if (bt__wants(n, 1)) {
+        bt_tensor *gb = op == BT_BOP_ADD ? g : op == BT_BOP_SUB ? bt_neg(g) : op == BT_BOP_MUL ? bt_mul(g, a)
+                      : bt_neg(bt_div(bt_mul(g, a), bt_mul(b, b)));
+        gin[1] = bt__sum_to(gb, n->in_shape[1]);
+    }
+}
+static bt_tensor *bt__binary(bt_binary_op op, bt_tensor *a, bt_tensor *b) {
+    const char *name = bt__bop_names[op];
+    bt__need_float(a, name, "a"); bt__need_float(b, name, "b");
+    bt__same_device(a, b, name); bt__same_dtype(a, b, name);
+    bt_shape s = bt__broadcast_shapes(a, b, name);
+    bt_tensor *out = bt__new(s, a->dtype, bt_device_of(a));
+    bt__binary_into(op, out, a, b);
+    bt_tensor *in[2] = {a, b};
+    bt_node *n = bt__record(name, bt__binary_back, out, in, 2);
+    if (n) { n->i[0] = op; if (op == BT_BOP_MUL || op == BT_BOP_DIV) { bt__save(n, a); bt__save(n, b); } }
+    return bt__register(out);
+}
+BTDEF bt_tensor *bt_add(bt_tensor *a, bt_tensor *b) { return bt__binary(BT_BOP_ADD, a, b); }
+BTDEF bt_tensor *bt_sub(bt_tensor *a, bt_tensor *b) { return bt__binary(BT_BOP_SUB, a, b); }
+BTDEF bt_tensor *bt_mul(bt_tensor *a, bt_tensor *b) { return bt__binary(BT_BOP_MUL, a, b); }
+BTDEF bt_tensor *bt_div(bt_tensor *a, bt_tensor *b) { return bt__binary(BT_BOP_DIV, a, b); }
+BTDEF void bt_add_(bt_tensor *a, bt_tensor *b, double alpha) {
+    bt__need_float(a, "add_", "a"); bt__need_float(b, "add_", "b");
+    bt__same_device(a, b, "add_"); bt__same_dtype(a, b, "add_");
+    if (bt__g.grad_enabled && bt__needs_grad(a)) bt_error("add_: in-place write to %s, which requires grad, while grad mode is on", bt__s(a));
+    bt_shape s = bt__broadcast_shapes(a, b, "add_");
+    if (s.ndim != a->ndim || memcmp(s.d, a->shape, sizeof(int64_t) * s.ndim)) bt_error("add_: %s does not broadcast into %s", bt__s(b), bt__s(a));
+    int old = bt_set_grad_enabled(0);
+    bt_tensor *bs = alpha == 1.0 ? bt_retain(b) : bt_retain(bt_scale(b, alpha));
+    if (bt_is_contiguous(a)) { a->storage->version++; bt__binary_into(BT_BOP_ADD, a, a, bs); }
+    else { bt_tensor *t = bt__new(s, a->dtype, bt_device_of(a)); bt__binary_into(BT_BOP_ADD, t, a, bs); bt_copy_(a, t); bt_release(t); }
+    bt_release(bs);
+    bt_set_grad_enabled(old);
+}
+
+/* ---- reductions ---- */
+/* reduce the dims of x marked in mask; out has the kept dims (size 1 where reduced if keepdim).
+   argmax (max only) receives [kept] int32 positions along the single reduced dim. */
+static bt_tensor *bt__reduce(bt_tensor *x, const int *mask, bt_reduce_op op, int keepdim, bt_tensor **argmax) {
+    bt_shape out_s; out_s.ndim = 0;
+    int64_t r = 1;
+    for (int d = 0; d < x->ndim; d++) {
+        if (mask[d]) { r *= x->shape[d]; if (keepdim) out_s.d[out_s.ndim++] = 1; }
+        else out_s.d[out_s.ndim++] = x->shape[d];
+    }
+    /* reduced dims consecutive (ignoring size 1): read x as [outer, r, inner]; else move them last */
+    int first = -1, last = -1, gap = 0;
+    for (int d = 0; d < x->ndim; d++) if (mask[d] && x->shape[d] != 1) { if (first < 0) first = d; else if (last != d - 1) { for (int e = last + 1; e < d; e++) if (x->shape[e] != 1) gap = 1; } last = d; }
+    bt_tensor *xc;
+    int64_t outer = 1, inner = 1;
+    if (!gap) {
+        xc = bt__contig(x);
+        for (int d = 0; d < x->ndim; d++) {
+            if (first >= 0 && d < first) outer *= x->shape[d];
+            else if (first >= 0 && d > last) inner *= x->shape[d];
+            else if (first < 0) outer *= x->shape[d];
+        }
+    } else {
+        int perm[BT_MAX_DIMS], k = 0;
+        for (int d = 0; d < x->ndim; d++) if (!mask[d]) { perm[k++] = d; outer *= x->shape[d]; }
+        for (int d = 0; d < x->ndim; d++) if (mask[d]) perm[k++] = d;
+        bt_tensor *p = bt__alias(x);
+        for (int d = 0; d < x->ndim; d++) { p->shape[d] = x->shape[perm[d]]; p->stride[d] = x->stride[perm[d]]; }
+        xc = bt__contig(p); bt_release(p);
+    }
+    bt_tensor *out = bt__new(out_s, x->dtype, bt_device_of(x));
+    if (argmax) *argmax = bt__new(out_s, BT_I32, bt_device_of(x));
+    if (bt__is_gpu(x)) {
+#ifdef BT_CUDA
+        bt_k_reduce(op, x->dtype, bt_data_ptr(out), argmax ? (int32_t *)bt_data_ptr(*argmax) : NULL, bt_data_ptr(xc), outer, r, inner, bt_k_stream());
+#endif
+    } else {
+        const void *xp = bt_data_ptr(xc); void *op_ = bt_data_ptr(out); bt_dtype dt = x->dtype;
+        int32_t *am = argmax ? (int32_t *)bt_data_ptr(*argmax) : NULL;
+        #pragma omp parallel for if (outer * inner * r > BT__PAR_MIN)
+        for (int64_t oi = 0; oi < outer * inner; oi++) {
+            int64_t o = oi / inner, i = oi % inner, base = o * r * inner + i;
+            double acc = op == BT_REDUCE_MAX ? -INFINITY : 0; int32_t best = 0;
+            for (int64_t j = 0; j < r; j++) {
+                double v = bt__ld(xp, dt, base + j * inner);
+                if (op == BT_REDUCE_MAX) { if (v > acc || (j == 0)) { acc = v; best = (int32_t)j; } }
+                else acc += v;
+            }
+            if (op == BT_REDUCE_MEAN) acc /= (double)(r ? r : 1);
+            bt__st(op_, dt, oi, acc);
+            if (am) am[oi] = best;
+        }
+    }
+    bt_release(xc);
+    return out;
+}
+static void bt__sum_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    /* g has the kept-dims shape of keepdim; view it with 1s in the reduced dims, then expand */
+    bt_shape in = n->in_shape[0], ks = in;
+    for (int d = 0; d < in.ndim; d++) if (n->i[d]) ks.d[d] = 1;
+    bt_tensor *e = bt_expand(bt_reshape(g, ks), in);
+    gin[0] = n->f[0] != 1.0 ? bt_scale(e, n->f[0]) : e;
+}
+static bt_tensor *bt__sum_mean(bt_tensor *x, const int *dims, int ndims, int keepdim, int mean) {
+    const char *name = mean ? "mean" : "sum";
+    bt__need_float(x, name, "x");
+    int mask[BT_MAX_DIMS] = {0};
+    if (!dims || ndims == 0) for (int d = 0; d < x->ndim; d++) mask[d] = 1;
+    for (int k = 0; k < ndims && dims; k++) mask[bt__norm_dim(dims[k], x->ndim, name)] = 1;
+    bt_tensor *out = bt__reduce(x, mask, mean ? BT_REDUCE_MEAN : BT_REDUCE_SUM, keepdim, NULL);
+    bt_node *n = bt__record(name, bt__sum_back, out, &x, 1);
+    if (n) {
+        int64_t r = 1;
+        for (int d = 0; d < x->ndim; d++) { n->i[d] = mask[d]; if (mask[d]) r *= x->shape[d]; }
+        n->f[0] = mean ? 1.0 / (double)(r ? r : 1) : 1.0;
+    }
+    return bt__register(out);
+}
+BTDEF bt_tensor *bt_sum(bt_tensor *x, const int *dims, int ndims, int keepdim) { return bt__sum_mean(x, dims, ndims, keepdim, 0); }
+BTDEF bt_tensor *bt_mean(bt_tensor *x, const int *dims, int ndims, int keepdim) { return bt__sum_mean(x, dims, ndims, keepdim, 1); }
+
+/* d max / dx: the gradient goes to the (first) argmax of each reduced row */
+static void bt__max_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt_tensor *am = n->saved[0];
+    int dim = (int)n->i[0];
+    bt_shape in = n->in_shape[0];
+    int64_t outer = 1, r = in.d[dim], inner = 1;
+    for (int d = 0; d < dim; d++) outer *= in.d[d];
+    for (int d = dim + 1; d < in.ndim; d++) inner *= in.d[d];
+    bt_tensor *gc = bt__contig(g);
+    bt_tensor *gx = bt__new(in, g->dtype, bt_device_of(g));
+    bt_fill_(gx, 0.0);
+    if (bt__is_gpu(g)) {
+#ifdef BT_CUDA
+        bt_k_scatter_rows(g->dtype, bt_data_ptr(gx), bt_data_ptr(gc), (const int32_t *)bt_data_ptr(am), outer, r, inner, bt_k_stream());
+#endif
+    } else {
+        const int32_t *a = (const int32_t *)bt_data_ptr(am);
+        for (int64_t oi = 0; oi < outer * inner; oi++) {
+            int64_t o = oi / inner, i = oi % inner;
+            bt__st(bt_data_ptr(gx), g->dtype, o * r * inner + (int64_t)a[oi] * inner + i, bt__ld(bt_data_ptr(gc), g->dtype, oi));
+        }
+    }
+    bt_release(gc);
+    gin[0] = bt__register(gx);
+}
+BTDEF bt_tensor *bt_max(bt_tensor *x, int dim, int keepdim) {
+    bt__need_float(x, "max", "x");
+    dim = bt__norm_dim(dim, x->ndim, "max");
+    if (x->shape[dim] == 0) bt_error("max: dim %d of %s is empty", dim, bt__s(x));
+    int mask[BT_MAX_DIMS] = {0}; mask[dim] = 1;
+    bt_tensor *am = NULL;
+    bt_tensor *out = bt__reduce(x, mask, BT_REDUCE_MAX, keepdim, &am);
+    bt_node *n = bt__record("max", bt__max_back, out, &x, 1);
+    if (n) { n->i[0] = dim; bt__save(n, am); }
+    bt_release(am);
+    return bt__register(out);
+}
+BTDEF bt_tensor *bt_argmax(bt_tensor *x, int dim) {
+    bt__need_float(x, "argmax", "x");
+    dim = bt__norm_dim(dim, x->ndim, "argmax");
+    if (x->shape[dim] == 0) bt_error("argmax: dim %d of %s is empty", dim, bt__s(x));
+    int mask[BT_MAX_DIMS] = {0}; mask[dim] = 1;
+    bt_tensor *am = NULL;
+    bt_release(bt__reduce(x, mask, BT_REDUCE_MAX, 0, &am));
+    return bt__register(am);
+}
+
+/* ---- matmul ---- */
+/* C[M,N] = alpha * A[M,K] B[K,N] + beta * C (+ bias[N]), fp32, all row-major and contiguous.
+   Blocked for the cache: the columns are cut into panels (one per OpenMP task) so that a K x 16
+   strip of B stays in L1/L2 while every 4-row block of A streams past it; the 4 x 16 tile of C
+   lives in registers for the whole K loop (8 AVX accumulators). Traffic: B read once per panel,
+   A read N/BT__NB times. */
+#define BT__MR 4
+#define BT__NR 16
+#define BT__NB 256
+static void bt__sgemm_tile(int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb, float *acc) {
+    float c[BT__MR][BT__NR];
+    for (int r = 0; r < BT__MR; r++) for (int j = 0; j < BT__NR; j++) c[r][j] = 0;
+    for (int64_t k = 0; k < K; k++) {
+        const float *b = B + k * ldb;
+        for (int r = 0; r < BT__MR; r++) {
+            float a = A[r * lda + k];
+            for (int j = 0; j < BT__NR; j++) c[r][j] += a * b[j];
+        }
+    }
+    memcpy(acc, c, sizeof c);
+}
+static void bt__sgemm_nn(int64_t M, int64_t N, int64_t K, float alpha, const float *A, const float *B, float beta,
+                         float *C, const float *bias) {
+    int64_t npanel = (N + BT__NB - 1) / BT__NB;
+    #pragma omp parallel for schedule(dynamic, 1) if (M * N * K > 100000)
+    for (int64_t p = 0; p < npanel; p++) {
+        int64_t j0 = p * BT__NB, j1 = j0 + BT__NB < N ? j0 + BT__NB : N;
+        float acc[BT__MR * BT__NR];
+        for (int64_t i = 0; i < M; i += BT__MR) {
+            int64_t mr = M - i < BT__MR ? M - i : BT__MR;
+            for (int64_t j = j0; j < j1; j += BT__NR) {
+                int64_t nr = j1 - j < BT__NR ? j1 - j : BT__NR;
+                if (mr == BT__MR && nr == BT__NR) bt__sgemm_tile(K, A + i * K, K, B + j, N, acc);
+                else {                                   /* ragged edge: plain loops */
+                    for (int r = 0; r < mr; r++) for (int c = 0; c < nr; c++) {
+                        float s = 0;
+                        for (int64_t k = 0; k < K; k++) s += A[(i + r) * K + k] * B[k * N + j + c];
+                        acc[r * BT__NR + c] = s;
+                    }
+                }
+                for (int r = 0; r < mr; r++) for (int c = 0; c < nr; c++) {
+                    float *cp = C + (i + r) * N + j + c;
+                    float v = alpha * acc[r * BT__NR + c] + (beta != 0 ? beta * *cp : 0.f);
+                    *cp = bias ? v + bias[j + c] : v;
+                }
+            }
+        }
+    }
+}
+/* dst [cols, rows] = transpose of src [rows, cols] */
+static void bt__transpose_f32(float *dst, const float *src, int64_t rows, int64_t cols) {
+    #pragma omp parallel for if (rows * cols > BT__PAR_MIN)
+    for (int64_t c0 = 0; c0 < cols; c0 += 32)
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = c0; c < cols && c < c0 + 32; c++) dst[c * rows + r] = src[r * cols + c];
+}
+/* one matrix product on the CPU for any float dtype (fp32 blocked; others through double) */
+static void bt__cpu_gemm(bt_dtype dt, void *C, const void *A, const void *B, const void *bias, int64_t M, int64_t N,
+                         int64_t K, int ta, int tb, double alpha, double beta) {
+    if (dt == BT_F32) {
+        float *at = NULL, *bt_ = NULL;
+        const float *a = (const float *)A, *b = (const float *)B;
+        if (ta) { at = (float *)bt_alloc(bt_cpu(), sizeof(float) * M * K, NULL); bt__transpose_f32(at, a, K, M); a = at; }
+        if (tb) { bt_ = (float *)bt_alloc(bt_cpu(), sizeof(float) * K * N, NULL); bt__transpose_f32(bt_, b, N, K); b = bt_; }
+        bt__sgemm_nn(M, N, K, (float)alpha, a, b, (float)beta, (float *)C, (const float *)bias);
+        bt_free(at); bt_free(bt_);
+        return;
+    }
+    #pragma omp parallel for if (M * N * K > 100000)
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            double s = 0;
+            for (int64_t k = 0; k < K; k++)
+                s += bt__ld(A, dt, ta ? k * M + i : i * K + k) * bt__ld(B, dt, tb ? j * K + k : k * N + j);
+            double v = alpha * s + (beta != 0 ? beta * bt__ld(C, dt, i * N + j) : 0) + (bias ? bt__ld(bias, dt, j) : 0);
+            bt__st(C, dt, i * N + j, v);
+        }
+}
+/* batched product on a's device; strides in elements between matrices (0 = broadcast) */
+static void bt__gemm(bt_dtype dt, bt_device dev, void *C, const void *A, const void *B, const void *bias, int64_t M,
+                     int64_t N, int64_t K, int ta, int tb, int64_t batch, int64_t sA, int64_t sB, int64_t sC,
+                     double alpha, double beta) {
+    if (dev.type == BT_GPU) {
+#ifdef BT_CUDA
+        bt_k_matmul(dt, C, A, B, bias, M, N, K, ta, tb, batch, sA, sB, sC, (float)alpha, (float)beta, bt__g.precision, bt_k_stream());
+#endif
+        return;
+    }
+    size_t es = bt_dtype_size(dt);
+    for (int64_t b = 0; b < batch; b++)
+        bt__cpu_gemm(dt, (char *)C + b * sC * es, (const char *)A + b * sA * es, (const char *)B + b * sB * es, bias,
+                     M, N, K, ta, tb, alpha, beta);
+}
+
+static void bt__matmul_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt_tensor *a = n->saved[0], *b = n->saved[1];
+    int ta = (int)n->i[0], tb = (int)n->i[1];
+    /* C = op(A) op(B): d op(A) = dC op(B)^T, d op(B) = op(A)^T dC, transposed back where A or B was */
+    if (bt__wants(n, 0)) {
+        bt_tensor *ga = ta ? bt_matmul_t(b, g, tb, 1) : bt_matmul_t(g, b, 0, !tb);
+        gin[0] = bt__sum_to(ga, n->in_shape[0]);
+    }
+    if (bt__wants(n, 1)) {
+        bt_tensor *aa = a, *gg = g;
+        if (b->ndim == 2 && a->ndim > 2 && !ta) {      /* a 2-D weight: fold the batch into rows */
+            aa = bt_reshape(a, bt_shape2(-1, a->shape[a->ndim - 1]));
+            gg = bt_reshape(g, bt_shape2(-1, g->shape[g->ndim - 1]));
+        }
+        bt_tensor *gb = tb ? bt_matmul_t(gg, aa, 1, ta) : bt_matmul_t(aa, gg, !ta, 0);
+        gin[1] = bt__sum_to(gb, n->in_shape[1]);
+    }
+}
+BTDEF bt_tensor *bt_matmul_t(bt_tensor *a, bt_tensor *b, int ta, int tb) {
+    bt__need_float(a, "matmul", "a"); bt__need_float(b, "matmul", "b");
+    bt__same_device(a, b, "matmul"); bt__same_dtype(a, b, "matmul");
+    if (a->ndim == 0 || b->ndim == 0) bt_error("matmul: scalar operand: %s x %s", bt__s(a), bt__s(b));
+    if (b->ndim == 1) {                      /* matrix-vector: b as a column */
+        if (tb) bt_error("matmul: transb with a 1-D b %s", bt__s(b));
+        return bt_squeeze(bt_matmul_t(a, bt_unsqueeze(b, 1), ta, 0), -1);
+    }
+    if (a->ndim == 1) {
+        if (ta) bt_error("matmul: transa with a 1-D a %s", bt__s(a));
+        return bt_squeeze(bt_matmul_t(bt_unsqueeze(a, 0), b, 0, tb), -2);
+    }
+    int64_t M = ta ? a->shape[a->ndim - 1] : a->shape[a->ndim - 2], Ka = ta ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
+    int64_t Kb = tb ? b->shape[b->ndim - 1] : b->shape[b->ndim - 2], N = tb ? b->shape[b->ndim - 2] : b->shape[b->ndim - 1];
+    if (Ka != Kb) bt_error("matmul: inner dims differ: %s%s x %s%s (K %lld vs %lld)", bt__s(a), ta ? "^T" : "", bt__s(b), tb ? "^T" : "", (long long)Ka, (long long)Kb);
+    /* batch dims broadcast */
+    int nb = (a->ndim > b->ndim ? a->ndim : b->ndim) - 2;
+    bt_shape out_s; out_s.ndim = nb + 2;
+    int64_t batch = 1;
+    for (int d = 0; d < nb; d++) {
+        int da = d - (nb - (a->ndim - 2)), db = d - (nb - (b->ndim - 2));
+        int64_t x = da >= 0 ? a->shape[da] : 1, y = db >= 0 ? b->shape[db] : 1;
+        if (x != y && x != 1 && y != 1) bt_error("matmul: batch dims of %s and %s do not broadcast", bt__s(a), bt__s(b));
+        out_s.d[d] = x == 1 ? y : x; batch *= out_s.d[d];
+    }
+    out_s.d[nb] = M; out_s.d[nb + 1] = N;
+    bt_tensor *out = bt__new(out_s, a->dtype, bt_device_of(a));
+    bt_tensor *ac, *bc;
+    int64_t sA, sB;
+    if (b->ndim == 2 && !ta) {               /* fold a's batch into rows: one big product */
+        ac = bt__contig(a); bc = bt__contig(b);
+        bt__gemm(a->dtype, bt_device_of(a), bt_data_ptr(out), bt_data_ptr(ac), bt_data_ptr(bc), NULL, batch * M, N, Ka, 0, tb, 1, 0, 0, 0, 1.0, 0.0);
+    } else {
+        bt_shape as = out_s, bs = out_s;
+        as.d[nb] = a->shape[a->ndim - 2]; as.d[nb + 1] = a->shape[a->ndim - 1];
+        bs.d[nb] = b->shape[b->ndim - 2]; bs.d[nb + 1] = b->shape[b->ndim - 1];
+        int abcast = a->ndim == 2, bbcast = b->ndim == 2;   /* a plain matrix: stride 0 over the batch */
+        bt_tensor *ae = abcast ? bt_retain(a) : bt_retain(bt_expand(a, as));
+        bt_tensor *be = bbcast ? bt_retain(b) : bt_retain(bt_expand(b, bs));
+        int old = bt_set_grad_enabled(0);
+        ac = bt__contig(ae); bc = bt__contig(be);
+        bt_set_grad_enabled(old);
+        bt_release(ae); bt_release(be);
+        sA = abcast ? 0 : as.d[nb] * as.d[nb + 1]; sB = bbcast ? 0 : bs.d[nb] * bs.d[nb + 1];
+        bt__gemm(a->dtype, bt_device_of(a), bt_data_ptr(out), bt_data_ptr(ac), bt_data_ptr(bc), NULL, M, N, Ka, ta, tb, batch, sA, sB, M * N, 1.0, 0.0);
+    }
+    bt_tensor *in[2] = {a, b};
+    bt_node *n = bt__record("matmul", bt__matmul_back, out, in, 2);
+    if (n) { n->i[0] = ta; n->i[1] = tb; bt__save(n, ac); bt__save(n, bc); }
+    bt_release(ac); bt_release(bc);
+    return bt__register(out);
+}
+BTDEF bt_tensor *bt_matmul(bt_tensor *a, bt_tensor *b) { return bt_matmul_t(a, b, 0, 0); }
+
+/* y = x w^T + b over the last dim; backward: dx = dy w, dw = dy^T x (rows folded), db = sum dy */
+static void bt__linear_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt_tensor *x2 = n->saved[0], *w = n->saved[1];
+    int64_t out_f = w->shape[0], in_f = w->shape[1], rows = x2->shape[0];
+    bt_tensor *g2 = bt__contig(g);
+    bt_device dev = bt_device_of(g);
+    if (bt__wants(n, 0)) {
+        bt_tensor *gx = bt__new(n->in_shape[0], g->dtype, dev);
+        bt__gemm(g->dtype, dev, bt_data_ptr(gx), bt_data_ptr(g2), bt_data_ptr(w), NULL, rows, in_f, out_f, 0, 0, 1, 0, 0, 0, 1.0, 0.0);
+        gin[0] = bt__register(gx);
+    }
+    if (bt__wants(n, 1)) {
+        bt_tensor *gw = bt__new(bt_shape2(out_f, in_f), g->dtype, dev);
+        bt__gemm(g->dtype, dev, bt_data_ptr(gw), bt_data_ptr(g2), bt_data_ptr(x2), NULL, out_f, in_f, rows, 1, 0, 1, 0, 0, 0, 1.0, 0.0);
+        gin[1] = bt__register(gw);
+    }
+    if (n->n_in > 2 && bt__wants(n, 2)) {
+        int mask[2] = {1, 0};
+        bt_tensor *gv = bt__alias(g2); gv->ndim = 2; gv->shape[0] = rows; gv->shape[1] = out_f; bt__set_contiguous_strides(gv);
+        gin[2] = bt__register(bt__reduce(gv, mask, BT_REDUCE_SUM, 0, NULL));
+        bt_release(gv);
+    }
+    bt_release(g2);
+}
+BTDEF bt_tensor *bt_linear(bt_tensor *x, bt_tensor *w, bt_tensor *b) {
+    bt__need_float(x, "linear", "x"); bt__need_float(w, "linear", "w");
+    bt__same_device(x, w, "linear"); bt__same_dtype(x, w, "linear");
+    if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1])
+        bt_error("linear: x %s needs last dim = in of w %s ([out, in])", bt__s(x), bt__s(w));
+    if (b) {
+        bt__need_float(b, "linear", "b"); bt__same_device(x, b, "linear"); bt__same_dtype(x, b, "linear");
+        if (b->ndim != 1 || b->shape[0] != w->shape[0]) bt_error("linear: bias %s must be [%lld]", bt__s(b), (long long)w->shape[0]);
+    }
+    int64_t in_f = w->shape[1], out_f = w->shape[0], rows = bt_numel(x) / (in_f ? in_f : 1);
+    bt_tensor *xc = bt__contig(x), *wc = bt__contig(w), *bc = b ? bt__contig(b) : NULL;
+    bt_tensor *x2 = bt__alias(xc); x2->ndim = 2; x2->shape[0] = rows; x2->shape[1] = in_f; bt__set_contiguous_strides(x2);
+    bt_shape os = bt_shape_of(x); os.d[os.ndim - 1] = out_f;
+    bt_tensor *y = bt__new(os, x->dtype, bt_device_of(x));
+    bt__gemm(x->dtype, bt_device_of(x), bt_data_ptr(y), bt_data_ptr(x2), bt_data_ptr(wc), bc ? bt_data_ptr(bc) : NULL,
+             rows, out_f, in_f, 0, 1, 1, 0, 0, 0, 1.0, 0.0);
+    bt_tensor *in[3] = {x, w, b};
+    bt_node *n = bt__record("linear", bt__linear_back, y, in, b ? 3 : 2);
+    if (n) { bt__save(n, x2); bt__save(n, wc); }
+    bt_release(xc); bt_release(wc); bt_release(bc); bt_release(x2);
+    return bt__register(y);
+}
+
+/* ---- softmax / log_softmax over the last dim ---- */
+static void bt__softmax_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt_tensor *y = n->saved[0];
+    int lg = (int)n->i[0];
+    int64_t cols = y->ndim ? y->shape[y->ndim - 1] : 1, rows = cols ? bt_numel(y) / cols : 0;
+    bt_tensor *gc = bt__contig(g), *gx = bt__new(bt_shape_of(y), y->dtype, bt_device_of(y));
+    if (bt__is_gpu(y)) {
+#ifdef BT_CUDA
+        bt_k_softmax_backward(y->dtype, bt_data_ptr(gx), bt_data_ptr(gc), bt_data_ptr(y), rows, cols, lg, bt_k_stream());
+#endif
+    } else {
+        const void *gp = bt_data_ptr(gc), *yp = bt_data_ptr(y); void *xp = bt_data_ptr(gx); bt_dtype dt = y->dtype;
+        #pragma omp parallel for if (rows * cols > BT__PAR_MIN)
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t o = r * cols; double s = 0;
+            for (int64_t j = 0; j < cols; j++) s += lg ? bt__ld(gp, dt, o + j) : bt__ld(gp, dt, o + j) * bt__ld(yp, dt, o + j);
+            for (int64_t j = 0; j < cols; j++) {
+                double gj = bt__ld(gp, dt, o + j), yj = bt__ld(yp, dt, o + j);
+                bt__st(xp, dt, o + j, lg ? gj - exp(yj) * s : yj * (gj - s));
+            }
+        }
+    }
+    bt_release(gc);
+    gin[0] = bt__register(gx);
+}
+static bt_tensor *bt__softmax(bt_tensor *x, int lg) {
+    const char *name = lg ? "log_softmax" : "softmax";
+    bt__need_float(x, name, "x");
+    if (x->ndim == 0) bt_error("%s: needs at least 1 dim, got %s", name, bt__s(x));
+    int64_t cols = x->shape[x->ndim - 1], rows = cols ? bt_numel(x) / cols : 0;
+    bt_tensor *xc = bt__contig(x), *y = bt__new(bt_shape_of(x), x->dtype, bt_device_of(x));
+    if (bt__is_gpu(x)) {
+#ifdef BT_CUDA
+        bt_k_softmax(x->dtype, bt_data_ptr(y), bt_data_ptr(xc), rows, cols, lg, bt_k_stream());
+#endif
+    } else {
+        const void *xp = bt_data_ptr(xc); void *yp = bt_data_ptr(y); bt_dtype dt = x->dtype;
+        #pragma omp parallel for if (rows * cols > BT__PAR_MIN)
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t o = r * cols; double mx = -INFINITY, s = 0;
+            for (int64_t j = 0; j < cols; j++) { double v = bt__ld(xp, dt, o + j); if (v > mx) mx = v; }
+            for (int64_t j = 0; j < cols; j++) s += exp(bt__ld(xp, dt, o + j) - mx);
+            double ls = log(s);
+            for (int64_t j = 0; j < cols; j++) {
+                double z = bt__ld(xp, dt, o + j) - mx;
+                bt__st(yp, dt, o + j, lg ? z - ls : exp(z - ls));
+            }
+        }
+    }
+    bt_release(xc);
+    bt_node *n = bt__record(name, bt__softmax_back, y, &x, 1);
+    if (n) { n->i[0] = lg; bt__save(n, y); }
+    return bt__register(y);
+}
+BTDEF bt_tensor *bt_softmax(bt_tensor *x) { return bt__softmax(x, 0); }
+BTDEF bt_tensor *bt_log_softmax(bt_tensor *x) { return bt__softmax(x, 1); }
+
+/* ---- layernorm over the last dim C ----
+   y = (x - mean) * rstd * w + b, rstd = 1 / sqrt(var + eps) (biased variance).
+   Backward with xhat = (x - mean) rstd and dxhat = dy w:
+   dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), dw = sum dy xhat, db = sum dy. */
+static bt_dtype bt__stat_dtype(bt_tensor *x) { return x->dtype == BT_F64 ? BT_F64 : BT_F32; }
+static void bt__layernorm_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt_tensor *x = n->saved[0], *mean = n->saved[1], *rstd = n->saved[2];
+    bt_tensor *w = n->n_saved > 3 ? n->saved[3] : NULL;
+    int has_w = (int)n->i[0], has_b = (int)n->i[1];
+    int64_t C = x->shape[x->ndim - 1], rows = C ? bt_numel(x) / C : 0;
+    bt_device dev = bt_device_of(x); bt_dtype dt = x->dtype;
+    bt_tensor *gc = bt__contig(g);
+    bt_tensor *gx = bt__wants(n, 0) ? bt__new(bt_shape_of(x), dt, dev) : NULL;
+    bt_tensor *gw = has_w && bt__wants(n, 1) ? bt_zeros(bt_shape1(C), dt, dev) : NULL;
+    bt_tensor *gb = has_b && bt__wants(n, 2) ? bt_zeros(bt_shape1(C), dt, dev) : NULL;
+    if (bt__is_gpu(x)) {
+#ifdef BT_CUDA
+        bt_k_layernorm_backward(dt, gx ? bt_data_ptr(gx) : NULL, gw ? bt_data_ptr(gw) : NULL, gb ? bt_data_ptr(gb) : NULL,
+                                bt_data_ptr(gc), bt_data_ptr(x), w ? bt_data_ptr(w) : NULL, (const float *)bt_data_ptr(mean),
+                                (const float *)bt_data_ptr(rstd), rows, C, bt_k_stream());
+#endif
+    } else {
+        const void *gp = bt_data_ptr(gc), *xp = bt_data_ptr(x), *wp = w ? bt_data_ptr(w) : NULL;
+        const void *mp = bt_data_ptr(mean), *rp = bt_data_ptr(rstd); bt_dtype sdt = mean->dtype;
+        if (gx) {
+            #pragma omp parallel for if (rows * C > BT__PAR_MIN)
+            for (int64_t r = 0; r < rows; r++) {
+                double m = bt__ld(mp, sdt, r), rs = bt__ld(rp, sdt, r), s1 = 0, s2 = 0;
+                for (int64_t j = 0; j < C; j++) {
+                    double xh = (bt__ld(xp, dt, r * C + j) - m) * rs, dxh = bt__ld(gp, dt, r * C + j) * (wp ? bt__ld(wp, dt, j) : 1);
+                    s1 += dxh; s2 += dxh * xh;
+                }
+                s1 /= (double)C; s2 /= (double)C;
+                for (int64_t j = 0; j < C; j++) {
+                    double xh = (bt__ld(xp, dt, r * C + j) - m) * rs, dxh = bt__ld(gp, dt, r * C + j) * (wp ? bt__ld(wp, dt, j) : 1);
+                    bt__st(bt_data_ptr(gx), dt, r * C + j, rs * (dxh - s1 - xh * s2));
+                }
+            }
+        }
+        if (gw || gb) {
+            #pragma omp parallel for if (rows * C > BT__PAR_MIN)
+            for (int64_t j = 0; j < C; j++) {
+                double sw = 0, sb = 0;
+                for (int64_t r = 0; r < rows; r++) {
+                    double gv = bt__ld(gp, dt, r * C + j);
+                    sw += gv * (bt__ld(xp, dt, r * C + j) - bt__ld(mp, sdt, r)) * bt__ld(rp, sdt, r); sb += gv;
+                }
+                if (gw) bt__st(bt_data_ptr(gw), dt, j, sw);
+                if (gb) bt__st(bt_data_ptr(gb), dt, j, sb);
+            }
+        }
+    }
+    bt_release(gc);
+    gin[0] = gx ? bt__register(gx) : NULL;
+    gin[1] = gw; gin[2] = gb;
+}
+BTDEF bt_tensor *bt_layernorm(bt_tensor *x, bt_tensor *w, bt_tensor *b, double eps) {
+    bt__need_float(x, "layernorm", "x");
+    if (x->ndim == 0) bt_error("layernorm: needs at least 1 dim, got %s", bt__s(x));
+    int64_t C = x->shape[x->ndim - 1], rows = C ? bt_numel(x) / C : 0;
+    bt_tensor *p[2] = {w, b}; const char *pn[2] = {"w", "b"};
+    for (int k = 0; k < 2; k++) if (p[k]) {
+        bt__need_float(p[k], "layernorm", pn[k]); bt__same_device(x, p[k], "layernorm"); bt__same_dtype(x, p[k], "layernorm");
+        if (p[k]->ndim != 1 || p[k]->shape[0] != C) bt_error("layernorm: %s %s must be [%lld] for x %s", pn[k], bt__s(p[k]), (long long)C, bt__s(x));
+    }
+    if (!(eps > 0)) bt_error("layernorm: eps must be > 0, got %g", eps);
+    bt_device dev = bt_device_of(x); bt_dtype dt = x->dtype;
+    if (dev.type == BT_GPU && dt == BT_F64) bt_error("layernorm: f64 is CPU-only (gradient checks), got %s", bt__s(x));
+    bt_tensor *xc = bt__contig(x), *wc = w ? bt__contig(w) : NULL, *bc = b ? bt__contig(b) : NULL;
+    bt_tensor *y = bt__new(bt_shape_of(x), dt, dev);
+    bt_tensor *mean = bt__new(bt_shape1(rows), bt__stat_dtype(x), dev), *rstd = bt__new(bt_shape1(rows), bt__stat_dtype(x), dev);
+    if (dev.type == BT_GPU) {
+#ifdef BT_CUDA
+        bt_k_layernorm(dt, bt_data_ptr(y), (float *)bt_data_ptr(mean), (float *)bt_data_ptr(rstd), bt_data_ptr(xc),
+                       wc ? bt_data_ptr(wc) : NULL, bc ? bt_data_ptr(bc) : NULL, rows, C, (float)eps, bt_k_stream());
+#endif
+    } else {
+        const void *xp = bt_data_ptr(xc), *wp = wc ? bt_data_ptr(wc) : NULL, *bp = bc ? bt_data_ptr(bc) : NULL;
+        void *yp = bt_data_ptr(y); bt_dtype sdt = mean->dtype;
+        #pragma omp parallel for if (rows * C > BT__PAR_MIN)
+        for (int64_t r = 0; r < rows; r++) {
+            double m = 0, v = 0;
+            for (int64_t j = 0; j < C; j++) m += bt__ld(xp, dt, r * C + j);
+            m /= (double)C;
+            for (int64_t j = 0; j < C; j++) { double d = bt__ld(xp, dt, r * C + j) - m; v += d * d; }
+            double rs = 1.0 / sqrt(v / (double)C + eps);
+            for (int64_t j = 0; j < C; j++) {
+                double o = (bt__ld(xp, dt, r * C + j) - m) * rs;
+                if (wp) o *= bt__ld(wp, dt, j);
+                if (bp) o += bt__ld(bp, dt, j);
+                bt__st(yp, dt, r * C + j, o);
+            }
+            bt__st(bt_data_ptr(mean), sdt, r, m); bt__st(bt_data_ptr(rstd), sdt, r, rs);
+        }
+    }
+    bt_tensor *in[3] = {x, w, b};
+    bt_node *n = bt__record("layernorm", bt__layernorm_back, y, in, 3);
+    if (n) { n->i[0] = w != NULL; n->i[1] = b != NULL; bt__save(n, xc); bt__save(n, mean); bt__save(n, rstd); if (wc) bt__save(n, wc); }
+    bt_release(xc); bt_release(wc); bt_release(bc); bt_release(mean); bt_release(rstd);
+    return bt__register(y);
+}
+
+/* ---- embedding: out[i, :] = table[idx[i], :]; backward scatter-adds rows into [V, C] ---- */
+static void bt__embedding_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt_tensor *idx = n->saved[0];
+    int64_t V = n->in_shape[0].d[0], C = n->in_shape[0].d[1], cnt = bt_numel(idx);
+    (void)V;   /* the GPU kernel's bound */
+    bt_tensor *gc = bt__contig(g), *gt = bt_zeros(n->in_shape[0], g->dtype, bt_device_of(g));
+    if (bt__is_gpu(g)) {
+#ifdef BT_CUDA
+        bt_k_embedding_backward(g->dtype, bt_data_ptr(gt), bt_data_ptr(gc), (const int32_t *)bt_data_ptr(idx), cnt, C, V,
+                                bt__g.deterministic, bt_k_stream());
+#endif
+    } else {
+        const int32_t *ip = (const int32_t *)bt_data_ptr(idx); const void *gp = bt_data_ptr(gc); void *tp = bt_data_ptr(gt);
+        bt_dtype dt = g->dtype;
+        /* parallel over channels: each thread owns a column range, rows add in index order */
+        #pragma omp parallel for if (cnt * C > BT__PAR_MIN)
+        for (int64_t j = 0; j < C; j++)
+            for (int64_t i = 0; i < cnt; i++) {
+                int64_t o = (int64_t)ip[i] * C + j;
+                bt__st(tp, dt, o, bt__ld(tp, dt, o) + bt__ld(gp, dt, i * C + j));
+            }
+    }
+    bt_release(gc);
+    gin[0] = gt;
+}
+BTDEF bt_tensor *bt_embedding(bt_tensor *table, bt_tensor *idx) {
+    bt__need_float(table, "embedding", "table"); bt__need(idx, "embedding", "idx");
+    if (table->ndim != 2) bt_error("embedding: table must be [V, C], got %s", bt__s(table));
+    if (idx->dtype != BT_I32) bt_error("embedding: idx must be i32, got %s", bt__s(idx));
+    bt__same_device(table, idx, "embedding");
+    if (idx->ndim + 1 > BT_MAX_DIMS) bt_error("embedding: idx %s has too many dims", bt__s(idx));
+    int64_t V = table->shape[0], C = table->shape[1], cnt = bt_numel(idx);
+    bt_tensor *ic = bt__contig(idx), *tc = bt__contig(table);
+    bt_shape os = bt_shape_of(idx); os.d[os.ndim++] = C;
+    bt_tensor *out = bt__new(os, table->dtype, bt_device_of(table));
+    if (bt__is_gpu(table)) {
+#ifdef BT_CUDA
+        bt_k_embedding(table->dtype, bt_data_ptr(out), bt_data_ptr(tc), (const int32_t *)bt_data_ptr(ic), cnt, C, V,
+                       bt__bad(bt_device_of(table)), bt_k_stream());
+#endif
+    } else {
+        const int32_t *ip = (const int32_t *)bt_data_ptr(ic);
+        for (int64_t i = 0; i < cnt; i++)
+            if (ip[i] < 0 || ip[i] >= V) {
+                int64_t bad = ip[i]; bt_release(ic); bt_release(tc); bt_release(out);
+                bt_error("embedding: index %lld at position %lld is out of range [0, %lld) for table %s", (long long)bad, (long long)i, (long long)V, bt__s(table));
+            }
+        size_t es = bt_dtype_size(table->dtype); const char *tp = (const char *)bt_data_ptr(tc); char *op_ = (char *)bt_data_ptr(out);
+        #pragma omp parallel for if (cnt * C > BT__PAR_MIN)
+        for (int64_t i = 0; i < cnt; i++) memcpy(op_ + i * C * es, tp + (int64_t)ip[i] * C * es, (size_t)C * es);
+    }
+    bt_tensor *in[2] = {table, NULL};
+    bt_node *n = bt__record("embedding", bt__embedding_back, out, in, 1);
+    if (n) bt__save(n, ic);
+    bt_release(ic); bt_release(tc);
+    return bt__register(out);
+}
+
+/* ---- cross-entropy over the first V of Vp columns ----
+   loss = (1 / n_valid) sum_{i valid} (logsumexp_{j<V} z_ij - z_{i,t_i});
+   dz_ij = g / n_valid (softmax_j - [j = t_i]) for j < V, 0 for padding and ignored rows. */
+static void bt__xent_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt_tensor *logits = n->saved[0], *tg = n->saved[1], *lse = n->saved[2], *inv = n->saved[3];
+    int64_t N = logits->shape[0], Vp = logits->shape[1], V = n->i[0]; int ign = (int)n->i[1];
+    (void)V;
+    bt_device dev = bt_device_of(logits); bt_dtype dt = logits->dtype;
+    /* the per-row upstream gradient g * inv_count, on the device without a sync */
+    bt_tensor *scale = bt_mul(bt_cast(g, inv->dtype), inv);
+    bt_tensor *gl = bt__contig(bt_expand(bt_reshape(scale, bt_shape1(1)), bt_shape1(N)));   /* dtype of lse */
+    bt_tensor *gz = bt__new(bt_shape2(N, Vp), dt, dev);
+    if (dev.type == BT_GPU) {
+#ifdef BT_CUDA
+        bt_k_cross_entropy_backward(dt, bt_data_ptr(gz), bt_data_ptr(logits), (const float *)bt_data_ptr(lse),
+                                    (const int32_t *)bt_data_ptr(tg), (const float *)bt_data_ptr(gl), N, V, Vp, ign, bt_k_stream());
+#endif
+    } else {
+        const void *zp = bt_data_ptr(logits); const int32_t *tp = (const int32_t *)bt_data_ptr(tg);
+        const void *gp = bt_data_ptr(gl); void *op_ = bt_data_ptr(gz); bt_dtype ldt = lse->dtype;
+        #pragma omp parallel for if (N * Vp > BT__PAR_MIN)
+        for (int64_t r = 0; r < N; r++) {
+            int valid = tp[r] != ign; double l = bt__ld(bt_data_ptr(lse), ldt, r), s = valid ? bt__ld(gp, ldt, r) : 0;
+            for (int64_t j = 0; j < Vp; j++) {
+                double v = j < V && valid ? s * (exp(bt__ld(zp, dt, r * Vp + j) - l) - (j == tp[r])) : 0;
+                bt__st(op_, dt, r * Vp + j, v);
+            }
+        }
+    }
+    bt_release(gl);
+    gin[0] = bt_reshape(bt__register(gz), n->in_shape[0]);
+}
+BTDEF bt_tensor *bt_cross_entropy(bt_tensor *logits, bt_tensor *targets, int64_t V, int ignore_index) {
+    bt__need_float(logits, "cross_entropy", "logits"); bt__need(targets, "cross_entropy", "targets");
+    if (targets->dtype != BT_I32) bt_error("cross_entropy: targets must be i32, got %s", bt__s(targets));
+    bt__same_device(logits, targets, "cross_entropy");
+    if (logits->ndim < 1 || logits->ndim != targets->ndim + 1)
+        bt_error("cross_entropy: logits %s must be targets %s plus a class dim", bt__s(logits), bt__s(targets));
+    for (int d = 0; d < targets->ndim; d++)
+        if (targets->shape[d] != logits->shape[d]) bt_error("cross_entropy: logits %s and targets %s differ in dim %d", bt__s(logits), bt__s(targets), d);
+    int64_t Vp = logits->shape[logits->ndim - 1], N = bt_numel(targets);
+    if (V <= 0) V = Vp;
+    if (V > Vp) bt_error("cross_entropy: V = %lld but logits %s have only %lld columns", (long long)V, bt__s(logits), (long long)Vp);
+    bt_device dev = bt_device_of(logits); bt_dtype dt = logits->dtype;
+    if (dev.type == BT_GPU && dt == BT_F64) bt_error("cross_entropy: f64 is CPU-only (gradient checks), got %s", bt__s(logits));
+    bt_tensor *zc = bt__contig(logits), *tc = bt__contig(targets);
+    bt_tensor *z2 = bt__alias(zc); z2->ndim = 2; z2->shape[0] = N; z2->shape[1] = Vp; bt__set_contiguous_strides(z2);
+    bt_tensor *t1 = bt__alias(tc); t1->ndim = 1; t1->shape[0] = N; bt__set_contiguous_strides(t1);
+    bt_dtype sdt = bt__stat_dtype(logits);
+    bt_tensor *losses = bt__new(bt_shape1(N), sdt, dev), *lse = bt__new(bt_shape1(N), sdt, dev);
+    bt_tensor *inv = bt__new(bt_shape1(1), sdt, dev);   /* 1 / max(1, n_valid) */
+    bt_shape s0; s0.ndim = 0;
+    bt_tensor *loss = bt__new(s0, sdt, dev);
+    if (dev.type == BT_GPU) {
+#ifdef BT_CUDA
+        cudaStream_t st = bt_k_stream();
+        bt_k_cross_entropy(dt, (float *)bt_data_ptr(losses), (float *)bt_data_ptr(lse), bt_data_ptr(z2),
+                           (const int32_t *)bt_data_ptr(t1), N, V, Vp, ignore_index, bt__bad(dev), st);
+        bt_k_inv_count_ne((float *)bt_data_ptr(inv), (const int32_t *)bt_data_ptr(t1), N, ignore_index, st);
+        bt_k_reduce(BT_REDUCE_SUM, BT_F32, bt_data_ptr(loss), NULL, bt_data_ptr(losses), 1, N, 1, st);
+        int64_t one = 1, st0 = 0;
+        bt_k_binary(BT_BOP_MUL, BT_F32, bt_data_ptr(loss), bt_data_ptr(loss), &st0, bt_data_ptr(inv), &st0, 1, &one, st);
+#endif
+    } else {
+        const void *zp = bt_data_ptr(z2); const int32_t *tp = (const int32_t *)bt_data_ptr(t1);
+        for (int64_t r = 0; r < N; r++)
+            if (tp[r] != ignore_index && (tp[r] < 0 || tp[r] >= V)) {
+                int64_t bad = tp[r];
+                bt_release(zc); bt_release(tc); bt_release(z2); bt_release(t1); bt_release(losses); bt_release(lse); bt_release(inv); bt_release(loss);
+                bt_error("cross_entropy: target %lld at position %lld is out of range [0, %lld) and not ignore_index %d", (long long)bad, (long long)r, (long long)V, ignore_index);
+            }
+        int64_t valid = 0; double total = 0;
+        #pragma omp parallel for reduction(+ : valid, total) if (N * V > BT__PAR_MIN)
+        for (int64_t r = 0; r < N; r++) {
+            double mx = -INFINITY, s = 0;
+            for (int64_t j = 0; j < V; j++) { double v = bt__ld(zp, dt, r * Vp + j); if (v > mx) mx = v; }
+            for (int64_t j = 0; j < V; j++) s += exp(bt__ld(zp, dt, r * Vp + j) - mx);
+            double l = mx + log(s);
+            bt__st(bt_data_ptr(lse), sdt, r, l);
+            if (tp[r] == ignore_index) { bt__st(bt_data_ptr(losses), sdt, r, 0); continue; }
+            double li = l - bt__ld(zp, dt, r * Vp + tp[r]);
+            bt__st(bt_data_ptr(losses), sdt, r, li);
+            valid++; total += li;
+        }
+        double iv = 1.0 / (double)(valid ? valid : 1);
+        bt__st(bt_data_ptr(inv), sdt, 0, iv);
+        bt__st(bt_data_ptr(loss), sdt, 0, total * iv);
+    }
+    bt_node *n = bt__record("cross_entropy", bt__xent_back, loss, &logits, 1);
+    if (n) { n->i[0] = V; n->i[1] = ignore_index; bt__save(n, z2); bt__save(n, t1); bt__save(n, lse); bt__save(n, inv); }
+    bt_release(zc); bt_release(tc); bt_release(z2); bt_release(t1); bt_release(losses); bt_release(lse); bt_release(inv);
+    return bt__register(loss);
+}
+
+/* ---- causal self-attention, q k v [B, H, T, D] ----
+   S = q k^T / sqrt(D) with S_ij = -inf for j > i; P = softmax_j(S); out = P v; lse_i saved.
+   Backward (P recomputed from lse): dv = P^T dout, dP = dout v^T, dS = P (dP - rowsum(dout * out)),
+   dq = dS k / sqrt(D), dk = dS^T q / sqrt(D). */
+static void bt__attention_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2], *o = n->saved[3], *lse = n->saved[4];
+    int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3];
+    bt_device dev = bt_device_of(q); bt_dtype dt = q->dtype;
+    double scale = 1.0 / sqrt((double)D);
+    bt_tensor *gc = bt__contig(g);
+    bt_tensor *gq = bt__new(bt_shape_of(q), dt, dev), *gk = bt__new(bt_shape_of(q), dt, dev), *gv = bt__new(bt_shape_of(q), dt, dev);
+    if (dev.type == BT_GPU) {
+#ifdef BT_CUDA
+        bt_k_attention_backward(dt, bt_data_ptr(gq), bt_data_ptr(gk), bt_data_ptr(gv), bt_data_ptr(gc), bt_data_ptr(q),
+                                bt_data_ptr(k), bt_data_ptr(v), bt_data_ptr(o), (const float *)bt_data_ptr(lse), B, H, T, D,
+                                (float)scale, bt_k_stream());
+#endif
+    } else {
+        const void *qp = bt_data_ptr(q), *kp = bt_data_ptr(k), *vp = bt_data_ptr(v), *op_ = bt_data_ptr(o), *gp = bt_data_ptr(gc);
+        const void *lp = bt_data_ptr(lse); bt_dtype ldt = lse->dtype;
+        #pragma omp parallel for if (B * H * T * T * D > BT__PAR_MIN)
+        for (int64_t bh = 0; bh < B * H; bh++) {
+            int64_t base = bh * T * D;
+            double *dq = (double *)calloc((size_t)(3 * T * D + T), sizeof(double));
+            double *dk = dq + T * D, *dv = dk + T * D, *p = dv + T * D;
+            for (int64_t i = 0; i < T; i++) {
+                double l = bt__ld(lp, ldt, bh * T + i), Di = 0;
+                for (int64_t d = 0; d < D; d++) Di += bt__ld(gp, dt, base + i * D + d) * bt__ld(op_, dt, base + i * D + d);
+                for (int64_t j = 0; j <= i; j++) {
+                    double s = 0;
+                    for (int64_t d = 0; d < D; d++) s += bt__ld(qp, dt, base + i * D + d) * bt__ld(kp, dt, base + j * D + d);
+                    p[j] = exp(s * scale - l);
+                }
+                for (int64_t j = 0; j <= i; j++) {
+                    double dp = 0;
+                    for (int64_t d = 0; d < D; d++) {
+                        double go = bt__ld(gp, dt, base + i * D + d);
+                        dv[j * D + d] += p[j] * go;
+                        dp += go * bt__ld(vp, dt, base + j * D + d);
+                    }
+                    double ds = p[j] * (dp - Di) * scale;
+                    for (int64_t d = 0; d < D; d++) {
+                        dq[i * D + d] += ds * bt__ld(kp, dt, base + j * D + d);
+                        dk[j * D + d] += ds * bt__ld(qp, dt, base + i * D + d);
+                    }
+                }
+            }
+            for (int64_t e = 0; e < T * D; e++) {
+                bt__st(bt_data_ptr(gq), dt, base + e, dq[e]); bt__st(bt_data_ptr(gk), dt, base + e, dk[e]); bt__st(bt_data_ptr(gv), dt, base + e, dv[e]);
+            }
+            free(dq);
+        }
+    }
+    bt_release(gc);
+    gin[0] = bt__register(gq); gin[1] = bt__register(gk); gin[2] = bt__register(gv);
+}
+BTDEF bt_tensor *bt_attention(bt_tensor *q, bt_tensor *k, bt_tensor *v) {
+    bt__need_float(q, "attention", "q"); bt__need_float(k, "attention", "k"); bt__need_float(v, "attention", "v");
+    bt__same_device(q, k, "attention"); bt__same_device(q, v, "attention");
+    bt__same_dtype(q, k, "attention"); bt__same_dtype(q, v, "attention");
+    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || memcmp(q->shape, k->shape, 4 * sizeof(int64_t)) || memcmp(q->shape, v->shape, 4 * sizeof(int64_t)))
+        bt_error("attention: q %s, k %s, v %s must all be [B, H, T, D]", bt__s(q), bt__s(k), bt__s(v));
+    int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3];
+    bt_device dev = bt_device_of(q); bt_dtype dt = q->dtype;
+    if (dev.type == BT_GPU && dt == BT_F64) bt_error("attention: f64 is CPU-only (gradient checks), got %s", bt__s(q));
+    double scale = 1.0 / sqrt((double)(D ? D : 1));
+    bt_tensor *qc = bt__contig(q), *kc = bt__contig(k), *vc = bt__contig(v);
+    bt_tensor *o = bt__new(bt_shape_of(q), dt, dev), *lse = bt__new(bt_shape3(B, H, T), bt__stat_dtype(q), dev);
+    if (dev.type == BT_GPU) {
+#ifdef BT_CUDA
+        bt_k_attention(dt, bt_data_ptr(o), (float *)bt_data_ptr(lse), bt_data_ptr(qc), bt_data_ptr(kc), bt_data_ptr(vc), B, H, T, D,
+                       (float)scale, bt_k_stream());
+#endif
+    } else {
+        const void *qp = bt_data_ptr(qc), *kp = bt_data_ptr(kc), *vp = bt_data_ptr(vc); bt_dtype ldt = lse->dtype;
+        #pragma omp parallel for if (B * H * T * T * D > BT__PAR_MIN)
+        for (int64_t bh = 0; bh < B * H; bh++) {
+            int64_t base = bh * T * D;
+            double *s = (double *)malloc(sizeof(double) * (size_t)(T + D));
+            double *acc = s + T;
+            for (int64_t i = 0; i < T; i++) {
+                double mx = -INFINITY, sum = 0;
+                for (int64_t j = 0; j <= i; j++) {
+                    double d_ = 0;
+                    for (int64_t d = 0; d < D; d++) d_ += bt__ld(qp, dt, base + i * D + d) * bt__ld(kp, dt, base + j * D + d);
+                    s[j] = d_ * scale; if (s[j] > mx) mx = s[j];
+                }
+                for (int64_t d = 0; d < D; d++) acc[d] = 0;
+                for (int64_t j = 0; j <= i; j++) {
+                    double p = exp(s[j] - mx); sum += p;
+                    for (int64_t d = 0; d < D; d++) acc[d] += p * bt__ld(vp, dt, base + j * D + d);
+                }
+                for (int64_t d = 0; d < D; d++) bt__st(bt_data_ptr(o), dt, base + i * D + d, acc[d] / sum);
+                bt__st(bt_data_ptr(lse), ldt, bh * T + i, mx + log(sum));
+            }
+            free(s);
+        }
+    }
+    bt_tensor *in[3] = {q, k, v};
+    bt_node *n = bt__record("attention", bt__attention_back, o, in, 3);
+    if (n) { bt__save(n, qc); bt__save(n, kc); bt__save(n, vc); bt__save(n, o); bt__save(n, lse); }
+    bt_release(qc); bt_release(kc); bt_release(vc); bt_release(lse);
+    return bt__register(o);
+}
+
+/* ---- concat / split ---- */
+static void bt__concat_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    int dim = (int)n->i[0]; int64_t off = 0;
+    for (int k = 0; k < n->n_in; k++) {
+        int64_t len = n->in_shape[k].d[dim];
+        if (bt__wants(n, k)) gin[k] = bt_narrow(g, dim, off, len);
+        off += len;
+    }
+}
+BTDEF bt_tensor *bt_concat(bt_tensor **ts, int n, int dim) {
+    if (n <= 0 || !ts) bt_error("concat: no tensors");
+    for (int k = 0; k < n; k++) bt__need(ts[k], "concat", "a tensor");
+    if (n > BT_NODE_MAX_IN) {                /* more pieces than a node holds: concat in groups */
+        int ng = (n + BT_NODE_MAX_IN - 1) / BT_NODE_MAX_IN;
+        bt_tensor *groups[BT_NODE_MAX_IN * BT_NODE_MAX_IN];
+        if (ng > BT_NODE_MAX_IN) bt_error("concat: %d tensors (at most %d)", n, BT_NODE_MAX_IN * BT_NODE_MAX_IN);
+        for (int gi = 0; gi < ng; gi++) {
+            int lo = gi * BT_NODE_MAX_IN, cnt = n - lo < BT_NODE_MAX_IN ? n - lo : BT_NODE_MAX_IN;
+            groups[gi] = bt_concat(ts + lo, cnt, dim);
+        }
+        return bt_concat(groups, ng, dim);
+    }
+    bt_tensor *a = ts[0];
+    dim = bt__norm_dim(dim, a->ndim, "concat");
+    bt_shape s = bt_shape_of(a); s.d[dim] = 0;
+    for (int k = 0; k < n; k++) {
+        bt_tensor *t = ts[k];
+        bt__same_device(a, t, "concat"); bt__same_dtype(a, t, "concat");
+        if (t->ndim != a->ndim) bt_error("concat: %s and %s differ in dims", bt__s(a), bt__s(t));
+        for (int d = 0; d < a->ndim; d++)
+            if (d != dim && t->shape[d] != a->shape[d]) bt_error("concat: %s and %s differ outside dim %d", bt__s(a), bt__s(t), dim);
+        s.d[dim] += t->shape[dim];
+    }
+    bt_tensor *out = bt__new(s, a->dtype, bt_device_of(a));
+    int64_t off = 0;
+    for (int k = 0; k < n; k++) {
+        bt_tensor *slot = bt__alias(out);
+        slot->offset += off * out->stride[dim]; slot->shape[dim] = ts[k]->shape[dim];
+        bt__copy_same_device(slot, ts[k]);
+        bt_release(slot);
+        off += ts[k]->shape[dim];
+    }
+    bt_node *nd = bt__record("concat", bt__concat_back, out, ts, n);
+    if (nd) nd->i[0] = dim;
+    return bt__register(out);
+}
+BTDEF void bt_split(bt_tensor *x, const int64_t *sizes, int n, int dim, bt_tensor **out) {
+    bt__need(x, "split", "x");
+    dim = bt__norm_dim(dim, x->ndim, "split");
+    int64_t total = 0;
+    for (int k = 0; k < n; k++) { if (sizes[k] < 0) bt_error("split: negative size %lld", (long long)sizes[k]); total += sizes[k]; }
+    if (total != x->shape[dim]) bt_error("split: sizes add to %lld, dim %d of %s is %lld", (long long)total, dim, bt__s(x), (long long)x->shape[dim]);
+    int64_t off = 0;
+    for (int k = 0; k < n; k++) { out[k] = bt_narrow(x, dim, off, sizes[k]); off += sizes[k]; }
+}
+
+#endif /* BT_TENSOR_IMPLEMENTATION_DONE */
+#endif /* BT_TENSOR_IMPLEMENTATION */
