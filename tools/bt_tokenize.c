@@ -1,0 +1,161 @@
+/* bt_tokenize - text to GPT-2 token shards and back (bt_data.h's tokenizer and shard writer).
+
+     bt_tokenize [options] IN.txt OUT.bin     encode IN (as one document) into the shard OUT
+     bt_tokenize [options] --decode IN.bin    print the text of a shard on stdout
+
+   Options
+     --eot           split IN into documents at blank lines and put <|endoftext|> (50256) before
+                     each one, the way llm.c's data scripts do: "<|endoftext|>" + text, with
+                     "\n\n" replaced by "\n\n<|endoftext|>" (non-overlapping, left to right)
+     --skip N        leave out the first N tokens (after --eot)
+     --limit N       write at most N tokens (so --limit 32768 and --skip 32768 split off a
+                     validation shard of the first 32,768 tokens, as llm.c does)
+     --encoder PATH  encoder.json (default: data/encoder.json, else
+                     ../shared/data/gpt2-tokenizer/encoder.json)
+     --vocab PATH    vocab.bpe (the same defaults)
+     -q              no summary line on stderr
+   Exit status 0 on success, 1 on an error (printed on stderr), 2 on a usage error. */
+#define _POSIX_C_SOURCE 200809L
+#define BT_DATA_IMPLEMENTATION
+#include "bt_data.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: bt_tokenize [--eot] [--skip N] [--limit N] [--encoder PATH] [--vocab PATH] [-q] IN.txt OUT.bin\n"
+            "       bt_tokenize [--encoder PATH] [--vocab PATH] --decode IN.bin\n"
+            "  --eot       <|endoftext|> before each document; documents end at blank lines (\"\\n\\n\")\n"
+            "  --skip N    drop the first N tokens;  --limit N  keep at most N tokens\n");
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int parse_count(const char *flag, const char *s, size_t *out) {
+    char *end;
+    unsigned long long v;
+    if (!s || !*s || *s == '-') { fprintf(stderr, "bt_tokenize: %s needs a non-negative number\n", flag); return -1; }
+    v = strtoull(s, &end, 10);
+    if (*end) { fprintf(stderr, "bt_tokenize: %s: '%s' is not a number\n", flag, s); return -1; }
+    *out = (size_t)v;
+    return 0;
+}
+
+static const char *pick(const char *given, const char *a, const char *b) {
+    if (given) return given;
+    return access(a, R_OK) == 0 ? a : b;
+}
+
+int main(int argc, char **argv) {
+    const char *enc = NULL, *voc = NULL, *in = NULL, *out = NULL, *dec = NULL;
+    int eot = 0, quiet = 0, i;
+    size_t skip = 0, limit = (size_t)-1, len = 0, n = 0, cap = 0, k;
+    bt_tokenizer *tok;
+    char *text;
+    int32_t *ids = NULL;
+    uint16_t *u16;
+    double t0, t1;
+    FILE *f;
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--eot")) eot = 1;
+        else if (!strcmp(a, "-q")) quiet = 1;
+        else if (!strcmp(a, "--skip")) { if (parse_count(a, i + 1 < argc ? argv[++i] : NULL, &skip)) return 2; }
+        else if (!strcmp(a, "--limit")) { if (parse_count(a, i + 1 < argc ? argv[++i] : NULL, &limit)) return 2; }
+        else if (!strcmp(a, "--encoder") && i + 1 < argc) enc = argv[++i];
+        else if (!strcmp(a, "--vocab") && i + 1 < argc) voc = argv[++i];
+        else if (!strcmp(a, "--decode") && i + 1 < argc) dec = argv[++i];
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else if (a[0] == '-' && a[1]) { fprintf(stderr, "bt_tokenize: unknown or incomplete option '%s'\n", a); usage(stderr); return 2; }
+        else if (!in) in = a;
+        else if (!out) out = a;
+        else { fprintf(stderr, "bt_tokenize: unexpected argument '%s'\n", a); usage(stderr); return 2; }
+    }
+    if (dec ? (in != NULL || eot || skip || limit != (size_t)-1) : (!in || !out)) { usage(stderr); return 2; }
+    enc = pick(enc, "data/encoder.json", "../shared/data/gpt2-tokenizer/encoder.json");
+    voc = pick(voc, "data/vocab.bpe", "../shared/data/gpt2-tokenizer/vocab.bpe");
+    tok = bt_tokenizer_load(enc, voc);
+    if (!tok) { fprintf(stderr, "bt_tokenize: %s\n", bt_data_error()); return 1; }
+
+    if (dec) {
+        bt_shard s;
+        int rc = 0;
+        if (bt_shard_open(&s, dec) != 0) { fprintf(stderr, "bt_tokenize: %s\n", bt_data_error()); bt_tokenizer_free(tok); return 1; }
+        for (k = 0; k < s.n && !rc; k++) {
+            size_t l;
+            const char *b = bt_decode_token(tok, s.tokens[k], &l);
+            if (!b) { fprintf(stderr, "bt_tokenize: %s: token %zu: %s\n", dec, k, bt_data_error()); rc = 1; }
+            else if (fwrite(b, 1, l, stdout) != l) { fprintf(stderr, "bt_tokenize: write error on stdout\n"); rc = 1; }
+        }
+        if (fflush(stdout) != 0) rc = 1;
+        bt_shard_close(&s);
+        bt_tokenizer_free(tok);
+        return rc;
+    }
+
+    f = fopen(in, "rb");
+    if (!f) { perror(in); bt_tokenizer_free(tok); return 1; }
+    {
+        size_t got, tcap = 1 << 20;
+        text = (char *)malloc(tcap);
+        while (text && (got = fread(text + len, 1, tcap - len, f)) > 0) {
+            len += got;
+            if (len == tcap) { char *t2 = (char *)realloc(text, tcap *= 2); if (!t2) { free(text); text = NULL; } else text = t2; }
+        }
+        if (!text || ferror(f)) { fprintf(stderr, "bt_tokenize: %s: read error or out of memory\n", in); fclose(f); free(text); bt_tokenizer_free(tok); return 1; }
+        fclose(f);
+    }
+
+    t0 = now_s();
+    if (!eot) {
+        n = bt_encode_append(tok, text, len, &ids, 0, &cap);
+    } else {   /* "<|endoftext|>" + each document, a document ending after each "\n\n" */
+        size_t start = 0, p = 0;
+        for (;;) {
+            while (p + 1 < len && !(text[p] == '\n' && text[p + 1] == '\n')) p++;
+            size_t end = p + 1 < len ? p + 2 : len;
+            if (n + 1 > cap) {
+                size_t c2 = cap ? 2 * cap : 1024;
+                int32_t *ids2 = (int32_t *)malloc(c2 * sizeof(int32_t));
+                if (!ids2) { n = (size_t)-1; break; }
+                if (n) memcpy(ids2, ids, n * sizeof(int32_t));
+                free(ids); ids = ids2; cap = c2;
+            }
+            ids[n++] = BT_EOT;
+            n = bt_encode_append(tok, text + start, end - start, &ids, n, &cap);
+            if (n == (size_t)-1 || !(p + 1 < len)) break;   /* a text ending in "\n\n" gets a last, empty document */
+            start = p = end;
+        }
+    }
+    t1 = now_s();
+    if (n == (size_t)-1) { fprintf(stderr, "bt_tokenize: %s: %s\n", in, bt_data_error()); free(text); free(ids); bt_tokenizer_free(tok); return 1; }
+
+    if (skip > n) skip = n;
+    if (limit > n - skip) limit = n - skip;
+    u16 = (uint16_t *)malloc((limit ? limit : 1) * sizeof(uint16_t));
+    if (!u16) { fprintf(stderr, "bt_tokenize: out of memory\n"); free(text); free(ids); bt_tokenizer_free(tok); return 1; }
+    for (k = 0; k < limit; k++) {
+        int32_t v = ids[skip + k];
+        if (v < 0 || v > 65535) { fprintf(stderr, "bt_tokenize: token %ld does not fit uint16\n", (long)v); return 1; }
+        u16[k] = (uint16_t)v;
+    }
+    if (bt_shard_write(out, u16, limit) != 0) {
+        fprintf(stderr, "bt_tokenize: %s\n", bt_data_error());
+        free(u16); free(text); free(ids); bt_tokenizer_free(tok); return 1;
+    }
+    if (!quiet)
+        fprintf(stderr, "bt_tokenize: %s: %zu bytes -> %zu tokens%s in %.3f s (%.1f MB/s); wrote %zu tokens [%zu, %zu) to %s\n",
+                in, len, n, eot ? " (with <|endoftext|>)" : "", t1 - t0, t1 > t0 ? (double)len / (t1 - t0) / 1e6 : 0.0,
+                limit, skip, skip + limit, out);
+    free(u16); free(text); free(ids);
+    bt_tokenizer_free(tok);
+    return 0;
+}
