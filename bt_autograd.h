@@ -111,8 +111,8 @@ static void bt__fire_hooks(bt_tensor *leaf) {
 
 /* max-heap of ready nodes by creation order: the newest ready node runs first, so gradients flow
    back layer by layer and each layer's saved tensors are freed before the next one runs */
-typedef struct { bt_node **a; int n, cap; } bt__heap;
-static void bt__heap_push(bt__heap *h, bt_node *x) {
+typedef struct { bt_node **a; int n, cap; } bt__ready_heap;
+static void bt__ready_push(bt__ready_heap *h, bt_node *x) {
     if (h->n == h->cap) {
         h->cap = h->cap ? 2 * h->cap : 64;
         h->a = (bt_node **)realloc(h->a, sizeof(bt_node *) * h->cap);
@@ -122,7 +122,7 @@ static void bt__heap_push(bt__heap *h, bt_node *x) {
     while (i && h->a[(i - 1) / 2]->seq < x->seq) { h->a[i] = h->a[(i - 1) / 2]; i = (i - 1) / 2; }
     h->a[i] = x;
 }
-static bt_node *bt__heap_pop(bt__heap *h) {
+static bt_node *bt__ready_pop(bt__ready_heap *h) {
     bt_node *top = h->a[0], *x = h->a[--h->n];
     int i = 0;
     for (;;) {
@@ -231,10 +231,10 @@ BTDEF void bt_backward_with(bt_tensor *out, bt_tensor *gout) {
     uint64_t pass = ++bt__ag.pass;
     bt__count_deps(root, pass);
     root->grad = bt_retain(gout);
-    bt__heap ready = {NULL, 0, 0};
-    bt__heap_push(&ready, root);
+    bt__ready_heap ready = {NULL, 0, 0};
+    bt__ready_push(&ready, root);
     while (ready.n) {
-        bt_node *n = bt__heap_pop(&ready);
+        bt_node *n = bt__ready_pop(&ready);
         bt_tensor *gin[BT_NODE_MAX_IN];
         if (n->grad) bt__run_node(n, gin);
         else for (int i = 0; i < BT_NODE_MAX_IN; i++) gin[i] = NULL;   /* nothing flowed in: pass nothing on */
@@ -243,7 +243,7 @@ BTDEF void bt_backward_with(bt_tensor *out, bt_tensor *gout) {
             bt_node *m = n->next[i].node; bt_tensor *leaf = n->next[i].leaf;
             if (m) {
                 if (gin[i]) bt__accumulate(&m->grad, gin[i]);
-                if (--m->deps == 0) bt__heap_push(&ready, m);
+                if (--m->deps == 0) bt__ready_push(&ready, m);
             } else if (leaf) {
                 if (gin[i]) bt__accumulate_leaf(leaf, gin[i]);
                 if (--leaf->grad_pending == 0) bt__fire_hooks(leaf);
@@ -274,8 +274,9 @@ BTDEF bt_tensor *bt_grad_norm(bt_tensor **params, int n) {
     bt_device dev = bt_cpu(); int found = 0;
     for (int i = 0; i < n; i++) if (params[i]->grad) { dev = bt_device_of(params[i]->grad); found = 1; break; }
     int old = bt_set_grad_enabled(0);
-    bt_tensor *norm = bt_zeros(bt_shape1(1), BT_F32, dev);
-    if (!found) { bt_set_grad_enabled(old); return norm; }
+    bt_tensor *norm = bt__new(bt_shape1(1), BT_F32, dev);   /* registered on return */
+    bt_fill_(norm, 0.0);
+    if (!found) { bt_set_grad_enabled(old); return bt__register(norm); }
     if (dev.type == BT_GPU) {
 #ifdef BT_CUDA
         for (int i = 0; i < n; i++) {
@@ -284,20 +285,24 @@ BTDEF bt_tensor *bt_grad_norm(bt_tensor **params, int n) {
             if (!bt_is_contiguous(g)) bt_error("grad_norm: gradient of parameter %d is not contiguous", i);
             bt_k_sumsq(g->dtype, (float *)bt_data_ptr(norm), bt_data_ptr(g), bt_numel(g), 1, bt_k_stream());
         }
-        norm = bt_sqrt(norm);
+        bt_scope_begin();
+        bt_tensor *root = bt_retain(bt_sqrt(norm));
+        bt_scope_end();
+        bt_release(norm); norm = root;
 #endif
     } else {
         double s = 0;
         for (int i = 0; i < n; i++) {
             bt_tensor *g = params[i]->grad;
             if (!g) continue;
-            int64_t m = bt_numel(g); bt_tensor *gc = bt_contiguous(g); const void *p = bt_data_ptr(gc);
+            int64_t m = bt_numel(g); bt_tensor *gc = bt__contig(g); const void *p = bt_data_ptr(gc);
             for (int64_t j = 0; j < m; j++) { double v = bt__ld(p, gc->dtype, j); s += v * v; }
+            bt_release(gc);
         }
         bt_fill_(norm, sqrt(s));
     }
     bt_set_grad_enabled(old);
-    return norm;
+    return bt__register(norm);
 }
 
 BTDEF void bt_adamw_init(bt_adamw *opt, bt_tensor **params, int n, float beta1, float beta2, float eps,

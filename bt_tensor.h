@@ -923,8 +923,10 @@ BTDEF bt_tensor *bt_reshape(bt_tensor *t, bt_shape shape) {
     shape = bt__resolve_minus_one(t, shape, "reshape");
     int64_t st[BT_MAX_DIMS];
     if (bt__view_strides(t, shape, st)) return bt__view_as(t, shape, st, "reshape");
-    bt_tensor *c = bt_contiguous(t);          /* differentiable copy, then a view of it */
-    return bt_view(c, shape);
+    bt_scope_begin();                         /* differentiable copy, then a view of it; the copy is */
+    bt_tensor *v = bt_retain(bt_view(bt_contiguous(t), shape));   /* ours alone, the view the caller's */
+    bt_scope_end();
+    return bt__register(v);
 }
 static void bt__permute_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     int inv[BT_MAX_DIMS];
@@ -1338,7 +1340,9 @@ BTDEF void bt_add_(bt_tensor *a, bt_tensor *b, double alpha) {
     bt_shape s = bt__broadcast_shapes(a, b, "add_");
     if (s.ndim != a->ndim || memcmp(s.d, a->shape, sizeof(int64_t) * s.ndim)) bt_error("add_: %s does not broadcast into %s", bt__s(b), bt__s(a));
     int old = bt_set_grad_enabled(0);
-    bt_tensor *bs = alpha == 1.0 ? bt_retain(b) : bt_retain(bt_scale(b, alpha));
+    bt_scope_begin();                        /* alpha * b is a temporary of this call */
+    bt_tensor *bs = bt_retain(alpha == 1.0 ? b : bt_scale(b, alpha));
+    bt_scope_end();
     if (bt_is_contiguous(a)) { a->storage->version++; bt__binary_into(BT_BOP_ADD, a, a, bs); }
     else { bt_tensor *t = bt__new(s, a->dtype, bt_device_of(a)); bt__binary_into(BT_BOP_ADD, t, a, bs); bt_copy_(a, t); bt_release(t); }
     bt_release(bs);
@@ -1475,52 +1479,62 @@ BTDEF bt_tensor *bt_argmax(bt_tensor *x, int dim) {
 
 /* ---- matmul ---- */
 /* C[M,N] = alpha * A[M,K] B[K,N] + beta * C (+ bias[N]), fp32, all row-major and contiguous.
-   Blocked for the cache: the columns are cut into panels (one per OpenMP task) so that a K x 16
-   strip of B stays in L1/L2 while every 4-row block of A streams past it; the 4 x 16 tile of C
-   lives in registers for the whole K loop (8 AVX accumulators). Traffic: B read once per panel,
-   A read N/BT__NB times. */
+   Blocked for the cache: C is cut into MC x NB blocks (the OpenMP tasks) and K into KC slices,
+   so a KC x NB panel of B (256 KiB) stays in L2 while the block's rows stream past it; inside,
+   an MR x NR tile of C lives in registers (4 x 32 floats: 8 AVX-512 or 16 AVX2 accumulators)
+   for a whole K slice. Traffic: B is read M/MC times, A N/NB times. */
 #define BT__MR 4
-#define BT__NR 16
+#define BT__NR 32
 #define BT__NB 256
-static void bt__sgemm_tile(int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb, float *acc) {
+#define BT__MC 64
+#define BT__KC 256
+/* C[MR, NR] += alpha * A[MR, kc] B[kc, NR] */
+static inline void bt__sgemm_tile(int64_t kc, const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
+                                  int64_t ldc, float alpha) {
     float c[BT__MR][BT__NR];
     for (int r = 0; r < BT__MR; r++) for (int j = 0; j < BT__NR; j++) c[r][j] = 0;
-    for (int64_t k = 0; k < K; k++) {
+    for (int64_t k = 0; k < kc; k++) {
         const float *b = B + k * ldb;
         for (int r = 0; r < BT__MR; r++) {
             float a = A[r * lda + k];
             for (int j = 0; j < BT__NR; j++) c[r][j] += a * b[j];
         }
     }
-    memcpy(acc, c, sizeof c);
+    for (int r = 0; r < BT__MR; r++) for (int j = 0; j < BT__NR; j++) C[r * ldc + j] += alpha * c[r][j];
+}
+/* the same for a ragged edge tile of mr x nr */
+static void bt__sgemm_edge(int64_t mr, int64_t nr, int64_t kc, const float *A, int64_t lda, const float *B, int64_t ldb,
+                           float *C, int64_t ldc, float alpha) {
+    for (int64_t r = 0; r < mr; r++)
+        for (int64_t j = 0; j < nr; j++) {
+            float s = 0;
+            for (int64_t k = 0; k < kc; k++) s += A[r * lda + k] * B[k * ldb + j];
+            C[r * ldc + j] += alpha * s;
+        }
 }
 static void bt__sgemm_nn(int64_t M, int64_t N, int64_t K, float alpha, const float *A, const float *B, float beta,
                          float *C, const float *bias) {
-    int64_t npanel = (N + BT__NB - 1) / BT__NB;
-    #pragma omp parallel for schedule(dynamic, 1) if (M * N * K > 100000)
-    for (int64_t p = 0; p < npanel; p++) {
-        int64_t j0 = p * BT__NB, j1 = j0 + BT__NB < N ? j0 + BT__NB : N;
-        float acc[BT__MR * BT__NR];
-        for (int64_t i = 0; i < M; i += BT__MR) {
-            int64_t mr = M - i < BT__MR ? M - i : BT__MR;
-            for (int64_t j = j0; j < j1; j += BT__NR) {
-                int64_t nr = j1 - j < BT__NR ? j1 - j : BT__NR;
-                if (mr == BT__MR && nr == BT__NR) bt__sgemm_tile(K, A + i * K, K, B + j, N, acc);
-                else {                                   /* ragged edge: plain loops */
-                    for (int r = 0; r < mr; r++) for (int c = 0; c < nr; c++) {
-                        float s = 0;
-                        for (int64_t k = 0; k < K; k++) s += A[(i + r) * K + k] * B[k * N + j + c];
-                        acc[r * BT__NR + c] = s;
+    int64_t npanel = (N + BT__NB - 1) / BT__NB, nrows = (M + BT__MC - 1) / BT__MC;
+    #pragma omp parallel for collapse(2) schedule(dynamic, 1) if (M * N * K > 100000)
+    for (int64_t p = 0; p < npanel; p++)
+        for (int64_t rb = 0; rb < nrows; rb++) {
+            int64_t j0 = p * BT__NB, j1 = j0 + BT__NB < N ? j0 + BT__NB : N;
+            int64_t i0 = rb * BT__MC, i1 = i0 + BT__MC < M ? i0 + BT__MC : M;
+            for (int64_t i = i0; i < i1; i++)
+                for (int64_t j = j0; j < j1; j++) {
+                    float c0 = beta != 0 ? beta * C[i * N + j] : 0.f;
+                    C[i * N + j] = bias ? c0 + bias[j] : c0;
+                }
+            for (int64_t k0 = 0; k0 < K; k0 += BT__KC) {
+                int64_t kc = K - k0 < BT__KC ? K - k0 : BT__KC;
+                for (int64_t i = i0; i < i1; i += BT__MR)
+                    for (int64_t j = j0; j < j1; j += BT__NR) {
+                        const float *a = A + i * K + k0, *b = B + k0 * N + j; float *c = C + i * N + j;
+                        if (i + BT__MR <= i1 && j + BT__NR <= j1) bt__sgemm_tile(kc, a, K, b, N, c, N, alpha);
+                        else bt__sgemm_edge(i1 - i < BT__MR ? i1 - i : BT__MR, j1 - j < BT__NR ? j1 - j : BT__NR, kc, a, K, b, N, c, N, alpha);
                     }
-                }
-                for (int r = 0; r < mr; r++) for (int c = 0; c < nr; c++) {
-                    float *cp = C + (i + r) * N + j + c;
-                    float v = alpha * acc[r * BT__NR + c] + (beta != 0 ? beta * *cp : 0.f);
-                    *cp = bias ? v + bias[j + c] : v;
-                }
             }
         }
-    }
 }
 /* dst [cols, rows] = transpose of src [rows, cols] */
 static void bt__transpose_f32(float *dst, const float *src, int64_t rows, int64_t cols) {
@@ -1589,13 +1603,19 @@ BTDEF bt_tensor *bt_matmul_t(bt_tensor *a, bt_tensor *b, int ta, int tb) {
     bt__need_float(a, "matmul", "a"); bt__need_float(b, "matmul", "b");
     bt__same_device(a, b, "matmul"); bt__same_dtype(a, b, "matmul");
     if (a->ndim == 0 || b->ndim == 0) bt_error("matmul: scalar operand: %s x %s", bt__s(a), bt__s(b));
-    if (b->ndim == 1) {                      /* matrix-vector: b as a column */
-        if (tb) bt_error("matmul: transb with a 1-D b %s", bt__s(b));
-        return bt_squeeze(bt_matmul_t(a, bt_unsqueeze(b, 1), ta, 0), -1);
-    }
-    if (a->ndim == 1) {
-        if (ta) bt_error("matmul: transa with a 1-D a %s", bt__s(a));
-        return bt_squeeze(bt_matmul_t(bt_unsqueeze(a, 0), b, 0, tb), -2);
+    if (a->ndim == 1 && ta) bt_error("matmul: transa with a 1-D a %s", bt__s(a));
+    if (b->ndim == 1 && tb) bt_error("matmul: transb with a 1-D b %s", bt__s(b));
+    if (a->ndim == 1 || b->ndim == 1) {      /* a vector: a as a row, b as a column (temporaries of this call) */
+        int64_t ka = a->ndim == 1 ? a->shape[0] : a->shape[a->ndim - (ta ? 2 : 1)];
+        int64_t kb = b->ndim == 1 ? b->shape[0] : b->shape[b->ndim - (tb ? 1 : 2)];
+        if (ka != kb)                        /* checked before the scope opens: an error leaves no scope behind */
+            bt_error("matmul: inner dims differ: %s%s x %s%s (K %lld vs %lld)", bt__s(a), ta ? "^T" : "", bt__s(b), tb ? "^T" : "", (long long)ka, (long long)kb);
+        bt_scope_begin();
+        bt_tensor *r = b->ndim == 1 ? bt_squeeze(bt_matmul_t(a, bt_unsqueeze(b, 1), ta, 0), -1)
+                                    : bt_squeeze(bt_matmul_t(bt_unsqueeze(a, 0), b, 0, tb), -2);
+        bt_retain(r);
+        bt_scope_end();
+        return bt__register(r);
     }
     int64_t M = ta ? a->shape[a->ndim - 1] : a->shape[a->ndim - 2], Ka = ta ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
     int64_t Kb = tb ? b->shape[b->ndim - 1] : b->shape[b->ndim - 2], N = tb ? b->shape[b->ndim - 2] : b->shape[b->ndim - 1];
@@ -1622,12 +1642,11 @@ BTDEF bt_tensor *bt_matmul_t(bt_tensor *a, bt_tensor *b, int ta, int tb) {
         as.d[nb] = a->shape[a->ndim - 2]; as.d[nb + 1] = a->shape[a->ndim - 1];
         bs.d[nb] = b->shape[b->ndim - 2]; bs.d[nb + 1] = b->shape[b->ndim - 1];
         int abcast = a->ndim == 2, bbcast = b->ndim == 2;   /* a plain matrix: stride 0 over the batch */
-        bt_tensor *ae = abcast ? bt_retain(a) : bt_retain(bt_expand(a, as));
-        bt_tensor *be = bbcast ? bt_retain(b) : bt_retain(bt_expand(b, bs));
-        int old = bt_set_grad_enabled(0);
-        ac = bt__contig(ae); bc = bt__contig(be);
+        int old = bt_set_grad_enabled(0);    /* the expanded views are temporaries, not graph nodes */
+        bt_scope_begin();
+        ac = bt__contig(abcast ? a : bt_expand(a, as)); bc = bt__contig(bbcast ? b : bt_expand(b, bs));
+        bt_scope_end();
         bt_set_grad_enabled(old);
-        bt_release(ae); bt_release(be);
         sA = abcast ? 0 : as.d[nb] * as.d[nb + 1]; sB = bbcast ? 0 : bs.d[nb] * bs.d[nb + 1];
         bt__gemm(a->dtype, bt_device_of(a), bt_data_ptr(out), bt_data_ptr(ac), bt_data_ptr(bc), NULL, M, N, Ka, ta, tb, batch, sA, sB, M * N, 1.0, 0.0);
     }
@@ -2114,16 +2133,6 @@ static void bt__concat_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
 BTDEF bt_tensor *bt_concat(bt_tensor **ts, int n, int dim) {
     if (n <= 0 || !ts) bt_error("concat: no tensors");
     for (int k = 0; k < n; k++) bt__need(ts[k], "concat", "a tensor");
-    if (n > BT_NODE_MAX_IN) {                /* more pieces than a node holds: concat in groups */
-        int ng = (n + BT_NODE_MAX_IN - 1) / BT_NODE_MAX_IN;
-        bt_tensor *groups[BT_NODE_MAX_IN * BT_NODE_MAX_IN];
-        if (ng > BT_NODE_MAX_IN) bt_error("concat: %d tensors (at most %d)", n, BT_NODE_MAX_IN * BT_NODE_MAX_IN);
-        for (int gi = 0; gi < ng; gi++) {
-            int lo = gi * BT_NODE_MAX_IN, cnt = n - lo < BT_NODE_MAX_IN ? n - lo : BT_NODE_MAX_IN;
-            groups[gi] = bt_concat(ts + lo, cnt, dim);
-        }
-        return bt_concat(groups, ng, dim);
-    }
     bt_tensor *a = ts[0];
     dim = bt__norm_dim(dim, a->ndim, "concat");
     bt_shape s = bt_shape_of(a); s.d[dim] = 0;
@@ -2134,6 +2143,19 @@ BTDEF bt_tensor *bt_concat(bt_tensor **ts, int n, int dim) {
         for (int d = 0; d < a->ndim; d++)
             if (d != dim && t->shape[d] != a->shape[d]) bt_error("concat: %s and %s differ outside dim %d", bt__s(a), bt__s(t), dim);
         s.d[dim] += t->shape[dim];
+    }
+    if (n > BT_NODE_MAX_IN) {                /* more pieces than a node holds: concat in groups */
+        int ng = (n + BT_NODE_MAX_IN - 1) / BT_NODE_MAX_IN;
+        bt_tensor *groups[BT_NODE_MAX_IN * BT_NODE_MAX_IN];
+        if (ng > BT_NODE_MAX_IN) bt_error("concat: %d tensors (at most %d)", n, BT_NODE_MAX_IN * BT_NODE_MAX_IN);
+        bt_scope_begin();                    /* the groups are temporaries of this call */
+        for (int gi = 0; gi < ng; gi++) {
+            int lo = gi * BT_NODE_MAX_IN, cnt = n - lo < BT_NODE_MAX_IN ? n - lo : BT_NODE_MAX_IN;
+            groups[gi] = bt_concat(ts + lo, cnt, dim);
+        }
+        bt_tensor *out = bt_retain(bt_concat(groups, ng, dim));
+        bt_scope_end();
+        return bt__register(out);
     }
     bt_tensor *out = bt__new(s, a->dtype, bt_device_of(a));
     int64_t off = 0;
