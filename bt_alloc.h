@@ -528,7 +528,7 @@ static void *bt__alloc(bt_device dev, size_t nbytes, void *stream, int raise) {
     }
     d->st.n_ooms++;
     if (pool->n_segments == 0 && pool->id == 0) bt__pool_unlink(pool);
-    char why[sizeof bt__sys_error], name[16];
+    char why[sizeof bt__sys_error], name[24];
     memcpy(why, bt__sys_error, sizeof why);
     bt__alloc_unlock();
     /* outside the lock: the stats take it, and an error handler may longjmp */
@@ -616,7 +616,7 @@ BTDEF void bt_alloc_reset_peak(bt_device dev) {
 
 BTDEF void bt_alloc_print_stats(bt_device dev) {
     int slot = bt__slot(dev, "bt_alloc_print_stats");
-    char name[16];
+    char name[24];
     bt__slot_name(slot, name, sizeof name);
     bt__alloc_lock();
     bt_alloc_stats_t st = bt__A.dev[slot].st;
