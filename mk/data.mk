@@ -97,8 +97,8 @@ $(BT_FUZZ)/fuzz_%: tests/fuzz_%.c bt_data.h
 fuzz: $(BT_FUZZ)/fuzz_shard $(BT_FUZZ)/fuzz_tokenizer bt_tokenize
 	@mkdir -p $(BT_FUZZ)/corpus_shard $(BT_FUZZ)/corpus_tokenizer
 	./bt_tokenize -q tests/fixtures/gpt2_corpus.txt $(BT_FUZZ)/corpus_shard/seed.bin
-	cut -f1 tests/fixtures/gpt2_cases.txt | grep -v '^#' | head -40 | \
-	  while read -r h; do [ -n "$$h" ] && printf '%s' "$$h" | xxd -r -p > $(BT_FUZZ)/corpus_tokenizer/case_$$h; done; true
+	i=0; cut -f1 tests/fixtures/gpt2_cases.txt | grep -v '^#' | while read -r h; do \
+	  i=$$((i + 1)); printf '%s' "$$h" | xxd -r -p > $(BT_FUZZ)/corpus_tokenizer/case_$$i; done
 	$(BT_FUZZ)/fuzz_shard -max_total_time=$(FUZZ_TIME) -max_len=8192 -print_final_stats=1 $(BT_FUZZ)/corpus_shard
 	$(BT_FUZZ)/fuzz_tokenizer -max_total_time=$(FUZZ_TIME) -max_len=4096 -print_final_stats=1 $(BT_FUZZ)/corpus_tokenizer
 
