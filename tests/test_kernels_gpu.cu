@@ -1,0 +1,931 @@
+/* test_kernels_gpu.cu - every function of bt_kernels.cuh against plain CPU loops in double.
+
+   Inputs are fresh random numbers (never zeros; a new seed for every test) at sizes that are not
+   multiples of any tile or vector width; outputs are poisoned (all bits 1: NaN in every float
+   dtype) before each call, so an element the kernel forgot to write fails. The error of an output
+   is ||out - ref|| / ||ref|| over all its elements, the reference computed in double from the
+   very inputs the GPU saw (rounded to the dtype first).
+   Tolerances and why:
+     f32  1e-5  fp32 math: rounding of sums of tens to thousands of terms stays near 1e-7..1e-6
+     tf32 5e-3  10-bit mantissa operands: about 5e-4 per product, K of them in a dot product
+     bf16 2e-2  8-bit mantissa: each rounding (output, an intermediate like P in attention) costs
+                up to 2^-9 = 2e-3 relative, and a few stack up
+     f16  5e-3  11-bit mantissa, the same reasoning at 2^-11
+     f64  1e-12
+   BT_TEST_QUICK=1 shrinks the larger sizes (for the compute-sanitizer pass). Without a GPU every
+   test reports skipped. */
+#define BT_ALLOC_IMPLEMENTATION
+#define BT_KERNELS_IMPLEMENTATION
+#include "bt_kernels.cuh"
+#include "bt_test.h"
+#include <stdlib.h>
+#include <stdint.h>
+#include <string.h>
+
+static int g_quick, g_gpu = -1;
+static int have_gpu(void) {
+    if (g_gpu < 0) g_gpu = bt_k_device_count() > 0;
+    return g_gpu;
+}
+#define NEED_GPU() do { if (!have_gpu()) { BT_SKIP("no CUDA device"); return; } } while (0)
+#define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
+    fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); exit(2); } } while (0)
+static cudaStream_t st(void) { return bt_k_stream(); }
+
+static size_t tsz(bt_dtype dt) {
+    switch (dt) {
+    case BT_F32: case BT_I32: return 4;
+    case BT_F64: case BT_I64: return 8;
+    default: return 2;
+    }
+}
+static const char *tname(bt_dtype dt) {
+    static const char *n[] = {"f32", "f64", "bf16", "f16", "i32", "u16", "i64"};
+    return n[dt];
+}
+static double tol_of(bt_dtype dt) {
+    switch (dt) {
+    case BT_F32: return 1e-5;
+    case BT_F64: return 1e-12;
+    case BT_BF16: return 2e-2;
+    default: return 5e-3;
+    }
+}
+
+/* ---- host random numbers (xorshift64), values kept away from zero ---- */
+static uint64_t g_rs = 1;
+static void seed(uint64_t s) { g_rs = (s + 1) * 0x9E3779B97F4A7C15ull; if (!g_rs) g_rs = 1; }
+static double rnd(void) {
+    g_rs ^= g_rs << 13; g_rs ^= g_rs >> 7; g_rs ^= g_rs << 17;
+    return (double)(g_rs >> 11) * (1.0 / 9007199254740992.0);
+}
+static double urand(double lo, double hi) {
+    double v;
+    do v = lo + (hi - lo) * rnd(); while (fabs(v) < 1e-3);
+    return v;
+}
+static double *rvec(int64_t n, double lo, double hi) {
+    double *h = (double *)malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
+    for (int64_t i = 0; i < n; i++) h[i] = urand(lo, hi);
+    return h;
+}
+static double *zvec(int64_t n) { return (double *)calloc((size_t)(n > 0 ? n : 1), sizeof(double)); }
+
+/* round x to dtype dt (and back to double) */
+static double q(bt_dtype dt, double x) {
+    switch (dt) {
+    case BT_F32: return (double)(float)x;
+    case BT_BF16: return (double)__bfloat162float(__float2bfloat16_rn((float)x));
+    case BT_F16: return (double)__half2float(__float2half_rn((float)x));
+    case BT_I32: return (double)(int32_t)x;
+    default: return x;
+    }
+}
+static void quant(bt_dtype dt, double *h, int64_t n) { for (int64_t i = 0; i < n; i++) h[i] = q(dt, h[i]); }
+
+/* ---- device buffers: cudaMalloc'd by the test (the kernels' scratch comes from bt_alloc) ---- */
+static void *dmalloc(size_t bytes) {
+    void *p;
+    CK(cudaMalloc(&p, bytes ? bytes : 1));
+    CK(cudaMemsetAsync(p, 0xff, bytes, st()));   /* poison */
+    return p;
+}
+static void poison(void *p, size_t bytes) { CK(cudaMemsetAsync(p, 0xff, bytes, st())); }
+static void dfree(void *p) { CK(cudaStreamSynchronize(st())); CK(cudaFree(p)); }
+static void to_dt(bt_dtype dt, const double *h, void *buf, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        switch (dt) {
+        case BT_F32: ((float *)buf)[i] = (float)h[i]; break;
+        case BT_F64: ((double *)buf)[i] = h[i]; break;
+        case BT_BF16: ((__nv_bfloat16 *)buf)[i] = __float2bfloat16_rn((float)h[i]); break;
+        case BT_F16: ((__half *)buf)[i] = __float2half_rn((float)h[i]); break;
+        case BT_I32: ((int32_t *)buf)[i] = (int32_t)h[i]; break;
+        default: break;
+        }
+    }
+}
+static void from_dt(bt_dtype dt, const void *buf, double *h, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        switch (dt) {
+        case BT_F32: h[i] = ((const float *)buf)[i]; break;
+        case BT_F64: h[i] = ((const double *)buf)[i]; break;
+        case BT_BF16: h[i] = __bfloat162float(((const __nv_bfloat16 *)buf)[i]); break;
+        case BT_F16: h[i] = __half2float(((const __half *)buf)[i]); break;
+        case BT_I32: h[i] = ((const int32_t *)buf)[i]; break;
+        default: h[i] = 0; break;
+        }
+    }
+}
+/* upload h (rounded to dt in place, so the reference sees what the GPU sees) */
+static void *up(bt_dtype dt, double *h, int64_t n) {
+    quant(dt, h, n);
+    void *buf = malloc((size_t)(n > 0 ? n : 1) * tsz(dt)), *d = dmalloc((size_t)n * tsz(dt));
+    to_dt(dt, h, buf, n);
+    CK(cudaMemcpyAsync(d, buf, (size_t)n * tsz(dt), cudaMemcpyHostToDevice, st()));
+    CK(cudaStreamSynchronize(st()));
+    free(buf);
+    return d;
+}
+static void *up_i32(const int32_t *h, int64_t n) {
+    void *d = dmalloc((size_t)n * 4);
+    CK(cudaMemcpyAsync(d, h, (size_t)n * 4, cudaMemcpyHostToDevice, st()));
+    CK(cudaStreamSynchronize(st()));
+    return d;
+}
+static void down(bt_dtype dt, const void *d, double *h, int64_t n) {
+    void *buf = malloc((size_t)(n > 0 ? n : 1) * tsz(dt));
+    CK(cudaStreamSynchronize(st()));
+    CK(cudaMemcpyAsync(buf, d, (size_t)n * tsz(dt), cudaMemcpyDeviceToHost, st()));
+    CK(cudaStreamSynchronize(st()));
+    from_dt(dt, buf, h, n);
+    free(buf);
+}
+static int dget_int(const int *d) {
+    int v = 0;
+    CK(cudaStreamSynchronize(st()));
+    CK(cudaMemcpyAsync(&v, d, sizeof v, cudaMemcpyDeviceToHost, st()));
+    CK(cudaStreamSynchronize(st()));
+    return v;
+}
+
+/* ---- the results table printed at the end ---- */
+typedef struct { char what[64]; double err, tol; int ok; } bt_rec;
+static bt_rec g_recs[512];
+static int g_nrec;
+static void check_err(const char *what, double err, double tol) {
+    int ok = err <= tol;
+    if (g_nrec < 512) {
+        bt_rec *r = &g_recs[g_nrec++];
+        snprintf(r->what, sizeof r->what, "%s", what); r->err = err; r->tol = tol; r->ok = ok;
+    }
+    BT_CHECK(ok, "%s: rel err %.3g > tol %.3g", what, err, tol);
+}
+/* rel err of the device buffer d (dtype dt, n elements) against ref */
+static double cmp(bt_dtype dt, const void *d, const double *ref, int64_t n) {
+    double *h = zvec(n);
+    down(dt, d, h, n);
+    double e = bt_test_relerr(h, ref, n);
+    for (int64_t i = 0; i < n; i++) if (h[i] != h[i]) e = INFINITY;   /* NaN: unwritten */
+    free(h);
+    return e;
+}
+static void expect(const char *what, bt_dtype dt, const void *d, const double *ref, int64_t n, double tol) {
+    check_err(what, cmp(dt, d, ref, n), tol);
+}
+
+/* ================================================================================================ */
+static void test_context(void) {
+    NEED_GPU();
+    BT_CHECK(bt_k_device_count() >= 1, "device count %d", bt_k_device_count());
+    bt_k_init(0); bt_k_init(0);
+    cudaStream_t s0 = bt_k_stream();
+    BT_CHECK(s0 != NULL, "the device stream is the legacy default stream");
+    cudaStream_t mine;
+    CK(cudaStreamCreateWithFlags(&mine, cudaStreamNonBlocking));
+    bt_k_set_stream(mine);
+    BT_CHECK(bt_k_stream() == mine, "set_stream");
+    bt_k_set_stream(NULL);
+    BT_CHECK(bt_k_stream() == s0, "set_stream(NULL) restores");
+    CK(cudaStreamDestroy(mine));
+    bt_k_synchronize();
+    BT_EXPECT_ERROR(bt_k_init(BT_MAX_GPUS + 3), "no CUDA device");
+    BT_EXPECT_ERROR(bt_k_unary(BT_UOP_EXP, BT_I32, NULL, NULL, 4, st()), "dtype i32");
+    BT_EXPECT_ERROR(bt_k_softmax(BT_F64, NULL, NULL, 2, 2, 0, st()), "bt_k_softmax");
+}
+
+static void test_cast_copy_fill(void) {
+    NEED_GPU();
+    seed(11);
+    int64_t n = 1003;
+    double *h = rvec(n, -3, 3);
+    void *d32 = up(BT_F32, h, n);
+    bt_dtype dts[] = {BT_F64, BT_BF16, BT_F16, BT_I32};
+    char what[64];
+    for (int k = 0; k < 4; k++) {
+        bt_dtype dt = dts[k];
+        void *o = dmalloc((size_t)n * tsz(dt));
+        double *ref = zvec(n);
+        for (int64_t i = 0; i < n; i++) ref[i] = q(dt, h[i]);
+        bt_k_cast(dt, o, BT_F32, d32, n, st());
+        snprintf(what, sizeof what, "cast f32->%s", tname(dt)); expect(what, dt, o, ref, n, 0);
+        if (dt != BT_I32) {   /* and back: exact */
+            void *b = dmalloc((size_t)n * 4);
+            bt_k_cast(BT_F32, b, dt, o, n, st());
+            snprintf(what, sizeof what, "cast %s->f32", tname(dt)); expect(what, BT_F32, b, ref, n, 0);
+            dfree(b);
+        }
+        free(ref); dfree(o);
+    }
+    /* copy_strided: a transposed view [77, 37] of a [37, 77] f32 matrix into bf16 */
+    {
+        int64_t R = 37, C = 77, shape[2] = {C, R}, strides[2] = {1, C};
+        double *src = rvec(R * C, -2, 2), *ref = zvec(R * C);
+        void *ds = up(BT_F32, src, R * C), *o = dmalloc((size_t)(R * C) * 2);
+        for (int64_t i = 0; i < C; i++) for (int64_t j = 0; j < R; j++) ref[i * R + j] = q(BT_BF16, src[j * C + i]);
+        bt_k_copy_strided(BT_BF16, o, BT_F32, ds, 2, shape, strides, st());
+        expect("copy_strided transpose f32->bf16", BT_BF16, o, ref, R * C, 0);
+        dfree(o);
+        /* broadcast [3, 37, 77] with stride 0 on the first dim, f32 -> f32 */
+        int64_t shape3[3] = {3, R, C}, str3[3] = {0, C, 1};
+        double *ref3 = zvec(3 * R * C);
+        for (int64_t a = 0; a < 3; a++) for (int64_t i = 0; i < R * C; i++) ref3[a * R * C + i] = src[i];
+        o = dmalloc((size_t)(3 * R * C) * 4);
+        bt_k_copy_strided(BT_F32, o, BT_F32, ds, 3, shape3, str3, st());
+        expect("copy_strided broadcast f32", BT_F32, o, ref3, 3 * R * C, 0);
+        dfree(o);
+        /* an offset window [30, 70] of the rows, f32 -> f64 */
+        int64_t shw[2] = {30, 70}, stw[2] = {C, 1};
+        double *refw = zvec(30 * 70);
+        for (int64_t i = 0; i < 30; i++) for (int64_t j = 0; j < 70; j++) refw[i * 70 + j] = src[5 + i * C + j];
+        o = dmalloc(30 * 70 * 8);
+        bt_k_copy_strided(BT_F64, o, BT_F32, (float *)ds + 5, 2, shw, stw, st());
+        expect("copy_strided window f32->f64", BT_F64, o, refw, 30 * 70, 0);
+        dfree(o); dfree(ds);
+        free(src); free(ref); free(ref3); free(refw);
+    }
+    /* fill */
+    bt_dtype fdt[] = {BT_F32, BT_F64, BT_BF16, BT_F16, BT_I32};
+    for (int k = 0; k < 5; k++) {
+        int64_t m = 1001;
+        void *o = dmalloc((size_t)m * tsz(fdt[k]));
+        double *ref = zvec(m);
+        for (int64_t i = 0; i < m; i++) ref[i] = q(fdt[k], -1.25);
+        bt_k_fill(fdt[k], o, -1.25, m, st());
+        snprintf(what, sizeof what, "fill %s", tname(fdt[k])); expect(what, fdt[k], o, ref, m, 0);
+        bt_k_fill(fdt[k], o, 0.0, m, st());
+        double *h2 = zvec(m);
+        down(fdt[k], o, h2, m);
+        int nz = 0;
+        for (int64_t i = 0; i < m; i++) nz += h2[i] != 0.0;
+        BT_CHECK(nz == 0, "fill 0 %s: %d nonzero", tname(fdt[k]), nz);
+        free(ref); free(h2); dfree(o);
+    }
+    free(h); dfree(d32);
+}
+
+static void test_random(void) {
+    NEED_GPU();
+    int64_t n = 4099;
+    uint64_t sd = 0xC0FFEE1234ull, off = 7;
+    bt_dtype dts[] = {BT_F32, BT_F64, BT_BF16};
+    for (int k = 0; k < 3; k++) {
+        bt_dtype dt = dts[k];
+        void *o = dmalloc((size_t)n * tsz(dt));
+        double *h = zvec(n);
+        bt_k_uniform(dt, o, n, sd, off, -1.0, 2.0, st());
+        down(dt, o, h, n);
+        int bad = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double r = q(dt, -1.0 + 3.0 * bt_philox_uniform(sd, off + (uint64_t)i));
+            bad += h[i] != r;
+        }
+        BT_CHECK(bad == 0, "uniform %s: %d of %lld differ from the CPU", tname(dt), bad, (long long)n);
+        check_err(dt == BT_F32 ? "uniform f32 (exact)" : dt == BT_F64 ? "uniform f64 (exact)" : "uniform bf16 (exact)",
+                  (double)bad, 0);
+        poison(o, (size_t)n * tsz(dt));
+        bt_k_normal(dt, o, n, sd + 1, off, 0.5, 2.0, st());
+        down(dt, o, h, n);
+        double worst = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double r = q(dt, 0.5 + 2.0 * bt_philox_normal(sd + 1, off + (uint64_t)i));
+            double e = fabs(h[i] - r) / (fabs(r) + 1e-30);
+            if (!(e <= worst)) worst = e;   /* NaN sticks */
+        }
+        check_err(dt == BT_F32 ? "normal f32 (max rel)" : dt == BT_F64 ? "normal f64 (max rel)" : "normal bf16 (max rel)",
+                  worst, 1e-6);
+        free(h); dfree(o);
+    }
+}
+
+static double uop_ref(int op, double x) {
+    switch (op) {
+    case BT_UOP_NEG: return -x;
+    case BT_UOP_EXP: return exp(x);
+    case BT_UOP_LOG: return log(x);
+    case BT_UOP_SQRT: return sqrt(x);
+    case BT_UOP_TANH: return tanh(x);
+    case BT_UOP_RELU: return x > 0 ? x : 0;
+    case BT_UOP_GELU: return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    case BT_UOP_SQUARE: return x * x;
+    case BT_UOP_RECIP: return 1 / x;
+    }
+    return 0;
+}
+static double uop_dref(int op, double x) {
+    switch (op) {
+    case BT_UOP_NEG: return -1;
+    case BT_UOP_EXP: return exp(x);
+    case BT_UOP_LOG: return 1 / x;
+    case BT_UOP_SQRT: return 0.5 / sqrt(x);
+    case BT_UOP_TANH: return 1 - tanh(x) * tanh(x);
+    case BT_UOP_RELU: return x > 0 ? 1 : 0;
+    case BT_UOP_GELU: {
+        double k = sqrt(2 / M_PI), u = k * (x + 0.044715 * x * x * x), t = tanh(u);
+        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
+    }
+    case BT_UOP_SQUARE: return 2 * x;
+    case BT_UOP_RECIP: return -1 / (x * x);
+    }
+    return 0;
+}
+static void test_unary(void) {
+    NEED_GPU();
+    static const char *names[] = {"neg", "exp", "log", "sqrt", "tanh", "relu", "gelu", "square", "recip"};
+    bt_dtype dts[] = {BT_F32, BT_F64, BT_BF16, BT_F16};
+    int64_t n = 1003;
+    char what[64];
+    for (int k = 0; k < 4; k++) {
+        bt_dtype dt = dts[k];
+        for (int op = 0; op < BT_NUOPS; op++) {
+            seed(100 + k * 16 + op);
+            int pos = op == BT_UOP_LOG || op == BT_UOP_SQRT || op == BT_UOP_RECIP;
+            double *x = rvec(n, pos ? 0.2 : -3, 3), *g = rvec(n, -1, 1), *ref = zvec(n), *gref = zvec(n);
+            void *dx = up(dt, x, n), *dg = up(dt, g, n), *o = dmalloc((size_t)n * tsz(dt)), *gx = dmalloc((size_t)n * tsz(dt));
+            for (int64_t i = 0; i < n; i++) { ref[i] = uop_ref(op, x[i]); gref[i] = g[i] * uop_dref(op, x[i]); }
+            bt_k_unary((bt_unary_op)op, dt, o, dx, n, st());
+            snprintf(what, sizeof what, "unary %s %s", names[op], tname(dt)); expect(what, dt, o, ref, n, tol_of(dt));
+            bt_k_unary_backward((bt_unary_op)op, dt, gx, dg, dx, NULL, n, st());
+            snprintf(what, sizeof what, "unary_bwd %s %s", names[op], tname(dt)); expect(what, dt, gx, gref, n, tol_of(dt));
+            if (op == BT_UOP_EXP || op == BT_UOP_SQRT || op == BT_UOP_TANH || op == BT_UOP_RELU || op == BT_UOP_RECIP) {
+                poison(gx, (size_t)n * tsz(dt));
+                bt_k_unary_backward((bt_unary_op)op, dt, gx, dg, NULL, o, n, st());
+                snprintf(what, sizeof what, "unary_bwd(y) %s %s", names[op], tname(dt));
+                expect(what, dt, gx, gref, n, dt == BT_F32 ? 1e-5 : tol_of(dt) * (dt == BT_F64 ? 1 : 2));
+            }
+            if (op == BT_UOP_GELU) {
+                /* unaligned (scalar path) and in place: gx aliases gout */
+                poison(o, (size_t)n * tsz(dt));
+                bt_k_unary((bt_unary_op)op, dt, (char *)o + tsz(dt), (const char *)dx + tsz(dt), n - 1, st());
+                snprintf(what, sizeof what, "unary gelu %s unaligned", tname(dt)); expect(what, dt, (char *)o + tsz(dt), ref + 1, n - 1, tol_of(dt));
+                bt_k_unary_backward((bt_unary_op)op, dt, dg, dg, dx, NULL, n, st());
+                snprintf(what, sizeof what, "unary_bwd gelu %s in place", tname(dt)); expect(what, dt, dg, gref, n, tol_of(dt));
+            }
+            free(x); free(g); free(ref); free(gref); dfree(dx); dfree(dg); dfree(o); dfree(gx);
+        }
+        /* affine */
+        seed(200 + k);
+        double *x = rvec(n, -3, 3), *ref = zvec(n);
+        void *dx = up(dt, x, n), *o = dmalloc((size_t)n * tsz(dt));
+        for (int64_t i = 0; i < n; i++) ref[i] = 0.7 * x[i] - 1.3;
+        bt_k_affine(dt, o, dx, 0.7, -1.3, n, st());
+        snprintf(what, sizeof what, "affine %s", tname(dt)); expect(what, dt, o, ref, n, tol_of(dt));
+        free(x); free(ref); dfree(dx); dfree(o);
+    }
+}
+
+static double bop_ref(int op, double a, double b) {
+    switch (op) {
+    case BT_BOP_ADD: return a + b;
+    case BT_BOP_SUB: return a - b;
+    case BT_BOP_MUL: return a * b;
+    default: return a / b;
+    }
+}
+/* one binary case: a, b with their own storage sizes and element strides over `shape` */
+static void binary_case(const char *label, bt_dtype dt, int op, int nd, const int64_t *shape, int64_t na, const int64_t *sa,
+                        int64_t nb, const int64_t *sb, int inplace) {
+    int64_t n = 1;
+    for (int d = 0; d < nd; d++) n *= shape[d];
+    double *a = rvec(na, -2, 2), *b = rvec(nb, -2, 2), *ref = zvec(n);
+    if (op == BT_BOP_DIV) for (int64_t i = 0; i < nb; i++) b[i] = (b[i] < 0 ? -0.5 : 0.5) + 0.75 * b[i];
+    void *da = up(dt, a, na), *db = up(dt, b, nb), *o = inplace ? da : dmalloc((size_t)n * tsz(dt));
+    for (int64_t i = 0; i < n; i++) {
+        int64_t rem = i, oa = 0, ob = 0;
+        for (int d = nd - 1; d >= 0; d--) { int64_t c = rem % shape[d]; rem /= shape[d]; oa += c * sa[d]; ob += c * sb[d]; }
+        ref[i] = bop_ref(op, a[oa], b[ob]);
+    }
+    bt_k_binary((bt_binary_op)op, dt, o, da, sa, db, sb, nd, shape, st());
+    static const char *on[] = {"add", "sub", "mul", "div"};
+    char what[64];
+    snprintf(what, sizeof what, "binary %s %s %s", on[op], label, tname(dt));
+    expect(what, dt, o, ref, n, tol_of(dt));
+    free(a); free(b); free(ref); dfree(da); dfree(db);
+    if (!inplace) dfree(o);
+}
+static void test_binary(void) {
+    NEED_GPU();
+    bt_dtype dts[] = {BT_F32, BT_F64, BT_BF16, BT_F16};
+    for (int k = 0; k < 4; k++)
+        for (int op = 0; op < BT_NBOPS; op++) {
+            seed(300 + k * 8 + op);
+            bt_dtype dt = dts[k];
+            int64_t sh[3] = {3, 37, 77}, cs[3] = {37 * 77, 77, 1};
+            binary_case("same", dt, op, 3, sh, 3 * 37 * 77, cs, 3 * 37 * 77, cs, 0);
+            int64_t bs[3] = {0, 0, 1};
+            binary_case("bcast[77]", dt, op, 3, sh, 3 * 37 * 77, cs, 77, bs, 0);
+            int64_t as2[3] = {77, 0, 1}, bs2[3] = {37, 1, 0};
+            binary_case("[3,1,77]x[3,37,1]", dt, op, 3, sh, 3 * 77, as2, 3 * 37, bs2, 0);
+            int64_t sh2[2] = {37, 77}, at[2] = {1, 37}, bc2[2] = {77, 1};
+            binary_case("transposed a", dt, op, 2, sh2, 37 * 77, at, 37 * 77, bc2, 0);
+            binary_case("in place", dt, op, 3, sh, 3 * 37 * 77, cs, 77, bs, 1);
+        }
+}
+
+static void test_reduce(void) {
+    NEED_GPU();
+    int64_t cases[][3] = {{3, 67, 77}, {37, 1001, 1}, {1, 200003, 1}, {2, 5003, 3}, {5, 1, 7}, {1, 777, 1}};
+    if (g_quick) cases[2][1] = 20003;
+    bt_dtype dts[] = {BT_F32, BT_F64, BT_BF16, BT_F16};
+    char what[96];
+    for (int c = 0; c < 6; c++)
+        for (int k = 0; k < 4; k++) {
+            bt_dtype dt = dts[k];
+            int64_t O = cases[c][0], R = cases[c][1], I = cases[c][2], n = O * R * I, no = O * I;
+            seed(400 + c * 8 + k);
+            double *x = rvec(n, -2, 2);
+            void *dx = up(dt, x, n), *o = dmalloc((size_t)no * tsz(dt));
+            int32_t *am = (int32_t *)dmalloc((size_t)no * 4);
+            double *rs = zvec(no), *rm = zvec(no), *rx = zvec(no);
+            for (int64_t a = 0; a < O; a++)
+                for (int64_t i = 0; i < I; i++) {
+                    double s = 0, m = -INFINITY;
+                    for (int64_t j = 0; j < R; j++) { double v = x[(a * R + j) * I + i]; s += v; if (v > m) m = v; }
+                    rs[a * I + i] = s; rm[a * I + i] = s / R; rx[a * I + i] = m;
+                }
+            double tol = dt == BT_F32 ? 1e-5 : tol_of(dt);
+            bt_k_reduce(BT_REDUCE_SUM, dt, o, NULL, dx, O, R, I, st());
+            snprintf(what, sizeof what, "reduce sum [%lld,%lld,%lld] %s", (long long)O, (long long)R, (long long)I, tname(dt));
+            expect(what, dt, o, rs, no, tol);
+            poison(o, (size_t)no * tsz(dt));
+            bt_k_reduce(BT_REDUCE_MEAN, dt, o, NULL, dx, O, R, I, st());
+            snprintf(what, sizeof what, "reduce mean [%lld,%lld,%lld] %s", (long long)O, (long long)R, (long long)I, tname(dt));
+            expect(what, dt, o, rm, no, tol);
+            poison(o, (size_t)no * tsz(dt));
+            bt_k_reduce(BT_REDUCE_MAX, dt, o, am, dx, O, R, I, st());
+            snprintf(what, sizeof what, "reduce max [%lld,%lld,%lld] %s", (long long)O, (long long)R, (long long)I, tname(dt));
+            expect(what, dt, o, rx, no, 0);
+            double *ha = zvec(no);
+            down(BT_I32, am, ha, no);
+            int badi = 0;
+            for (int64_t a = 0; a < O; a++)
+                for (int64_t i = 0; i < I; i++) {
+                    int64_t j = (int64_t)ha[a * I + i];
+                    if (j < 0 || j >= R || x[(a * R + j) * I + i] != rx[a * I + i]) { badi++; continue; }
+                    for (int64_t jj = 0; jj < j; jj++) if (x[(a * R + jj) * I + i] == rx[a * I + i]) { badi++; break; }
+                }
+            BT_CHECK(badi == 0, "%s: %d wrong argmax (not the first maximum)", what, badi);
+            free(x); free(rs); free(rm); free(rx); free(ha); dfree(dx); dfree(o); dfree(am);
+        }
+}
+
+static void test_sumsq(void) {
+    NEED_GPU();
+    int64_t ns[] = {g_quick ? 100003 : 1000003, 5};
+    bt_dtype dts[] = {BT_F32, BT_F64, BT_BF16, BT_F16};
+    char what[64];
+    for (int c = 0; c < 2; c++)
+        for (int k = 0; k < 4; k++) {
+            int64_t n = ns[c];
+            seed(500 + c * 8 + k);
+            double *x = rvec(n, -2, 2), ss = 0;
+            void *dx = up(dts[k], x, n);
+            for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
+            float *o = (float *)dmalloc(4);
+            bt_k_sumsq(dts[k], o, dx, n, 0, st());
+            double r1 = ss, r2 = 2 * ss;
+            snprintf(what, sizeof what, "sumsq n=%lld %s", (long long)n, tname(dts[k])); expect(what, BT_F32, o, &r1, 1, 1e-5);
+            bt_k_sumsq(dts[k], o, dx, n, 1, st());
+            snprintf(what, sizeof what, "sumsq n=%lld %s accumulate", (long long)n, tname(dts[k])); expect(what, BT_F32, o, &r2, 1, 1e-5);
+            free(x); dfree(dx); dfree(o);
+        }
+}
+
+static void test_softmax(void) {
+    NEED_GPU();
+    int64_t rows = 37, colss[] = {77, 1500};
+    bt_dtype dts[] = {BT_F32, BT_BF16, BT_F16};
+    char what[80];
+    for (int c = 0; c < 2; c++)
+        for (int k = 0; k < 3; k++)
+            for (int lg = 0; lg < 2; lg++) {
+                bt_dtype dt = dts[k];
+                int64_t C = colss[c], n = rows * C;
+                seed(600 + c * 16 + k * 2 + lg);
+                double *x = rvec(n, -4, 4), *g = rvec(n, -1, 1), *ref = zvec(n), *gref = zvec(n), *y = zvec(n);
+                void *dx = up(dt, x, n), *dg = up(dt, g, n), *o = dmalloc((size_t)n * tsz(dt)), *gx = dmalloc((size_t)n * tsz(dt));
+                for (int64_t r = 0; r < rows; r++) {
+                    double m = -INFINITY, s = 0;
+                    for (int64_t j = 0; j < C; j++) m = fmax(m, x[r * C + j]);
+                    for (int64_t j = 0; j < C; j++) s += exp(x[r * C + j] - m);
+                    for (int64_t j = 0; j < C; j++) ref[r * C + j] = lg ? x[r * C + j] - m - log(s) : exp(x[r * C + j] - m) / s;
+                }
+                bt_k_softmax(dt, o, dx, rows, C, lg, st());
+                snprintf(what, sizeof what, "%s [37,%lld] %s", lg ? "log_softmax" : "softmax", (long long)C, tname(dt));
+                expect(what, dt, o, ref, n, tol_of(dt));
+                down(dt, o, y, n);   /* the backward gets the GPU's y, as in training */
+                for (int64_t r = 0; r < rows; r++) {
+                    double s = 0;
+                    for (int64_t j = 0; j < C; j++) s += lg ? g[r * C + j] : g[r * C + j] * y[r * C + j];
+                    for (int64_t j = 0; j < C; j++) {
+                        int64_t e = r * C + j;
+                        gref[e] = lg ? g[e] - exp(y[e]) * s : y[e] * (g[e] - s);
+                    }
+                }
+                bt_k_softmax_backward(dt, gx, dg, o, rows, C, lg, st());
+                snprintf(what, sizeof what, "%s_bwd [37,%lld] %s", lg ? "log_softmax" : "softmax", (long long)C, tname(dt));
+                expect(what, dt, gx, gref, n, tol_of(dt));
+                free(x); free(g); free(ref); free(gref); free(y); dfree(dx); dfree(dg); dfree(o); dfree(gx);
+            }
+}
+
+static void test_layernorm(void) {
+    NEED_GPU();
+    int64_t rows = 37, Cs[] = {77, 773, 1500};
+    bt_dtype dts[] = {BT_F32, BT_BF16, BT_F16};
+    char what[96];
+    for (int c = 0; c < 3; c++)
+        for (int k = 0; k < 3; k++) {
+            bt_dtype dt = dts[k];
+            int64_t C = Cs[c], n = rows * C;
+            seed(700 + c * 8 + k);
+            double *x = rvec(n, -1.5, 2.5), *w = rvec(C, 0.5, 1.5), *b = rvec(C, -0.5, 0.5), *g = rvec(n, -1, 1);
+            double *gw0 = rvec(C, -1, 1), *gb0 = rvec(C, -1, 1);
+            double *ref = zvec(n), *rmean = zvec(rows), *rrstd = zvec(rows), *gxr = zvec(n), *gwr = zvec(C), *gbr = zvec(C);
+            void *dx = up(dt, x, n), *dw = up(dt, w, C), *db = up(dt, b, C), *dg = up(dt, g, n);
+            void *dgw = up(dt, gw0, C), *dgb = up(dt, gb0, C);
+            void *o = dmalloc((size_t)n * tsz(dt)), *gx = dmalloc((size_t)n * tsz(dt));
+            float *dm = (float *)dmalloc((size_t)rows * 4), *dr = (float *)dmalloc((size_t)rows * 4);
+            for (int64_t i = 0; i < C; i++) { gwr[i] = gw0[i]; gbr[i] = gb0[i]; }
+            for (int64_t r = 0; r < rows; r++) {
+                double mu = 0, var = 0;
+                for (int64_t j = 0; j < C; j++) mu += x[r * C + j];
+                mu /= C;
+                for (int64_t j = 0; j < C; j++) var += (x[r * C + j] - mu) * (x[r * C + j] - mu);
+                var /= C;
+                double rs = 1 / sqrt(var + 1e-5), a = 0, bb = 0;
+                rmean[r] = mu; rrstd[r] = rs;
+                for (int64_t j = 0; j < C; j++) ref[r * C + j] = (x[r * C + j] - mu) * rs * w[j] + b[j];
+                for (int64_t j = 0; j < C; j++) {
+                    double xh = (x[r * C + j] - mu) * rs, wg = w[j] * g[r * C + j];
+                    a += wg; bb += wg * xh;
+                    gwr[j] += g[r * C + j] * xh; gbr[j] += g[r * C + j];
+                }
+                a /= C; bb /= C;
+                for (int64_t j = 0; j < C; j++) {
+                    double xh = (x[r * C + j] - mu) * rs, wg = w[j] * g[r * C + j];
+                    gxr[r * C + j] = rs * (wg - a - xh * bb);
+                }
+            }
+            bt_k_layernorm(dt, o, dm, dr, dx, dw, db, rows, C, 1e-5f, st());
+            snprintf(what, sizeof what, "layernorm [37,%lld] %s", (long long)C, tname(dt)); expect(what, dt, o, ref, n, tol_of(dt));
+            snprintf(what, sizeof what, "layernorm mean [37,%lld] %s", (long long)C, tname(dt)); expect(what, BT_F32, dm, rmean, rows, 1e-5);
+            snprintf(what, sizeof what, "layernorm rstd [37,%lld] %s", (long long)C, tname(dt)); expect(what, BT_F32, dr, rrstd, rows, 1e-5);
+            bt_k_layernorm_backward(dt, gx, dgw, dgb, dg, dx, dw, dm, dr, rows, C, st());
+            snprintf(what, sizeof what, "layernorm_bwd gx [37,%lld] %s", (long long)C, tname(dt)); expect(what, dt, gx, gxr, n, tol_of(dt));
+            snprintf(what, sizeof what, "layernorm_bwd gw+= [37,%lld] %s", (long long)C, tname(dt)); expect(what, dt, dgw, gwr, C, tol_of(dt));
+            snprintf(what, sizeof what, "layernorm_bwd gb+= [37,%lld] %s", (long long)C, tname(dt)); expect(what, dt, dgb, gbr, C, tol_of(dt));
+            if (c == 0 && k == 0) {   /* gx NULL, gb NULL: only gw moves (by the same sum again) */
+                for (int64_t j = 0; j < C; j++) gwr[j] += gwr[j] - gw0[j];
+                bt_k_layernorm_backward(dt, NULL, dgw, NULL, dg, dx, dw, dm, dr, rows, C, st());
+                expect("layernorm_bwd gw only f32", dt, dgw, gwr, C, tol_of(dt));
+                expect("layernorm_bwd gb untouched f32", dt, dgb, gbr, C, tol_of(dt));
+            }
+            free(x); free(w); free(b); free(g); free(gw0); free(gb0); free(ref); free(rmean); free(rrstd); free(gxr);
+            free(gwr); free(gbr);
+            dfree(dx); dfree(dw); dfree(db); dfree(dg); dfree(dgw); dfree(dgb); dfree(o); dfree(gx); dfree(dm); dfree(dr);
+        }
+}
+
+static void test_embedding(void) {
+    NEED_GPU();
+    /* (V, C, n, distinct indices drawn from [0, span)) */
+    int64_t cases[][4] = {{1000, 77, 3 * 67, 50}, {1000, 80, 3 * 67, 1000}, {50257, 64, 20000, 3000}};
+    if (g_quick) cases[2][2] = 3000;
+    bt_dtype dts[] = {BT_F32, BT_BF16, BT_F16};
+    char what[96];
+    for (int c = 0; c < 3; c++)
+        for (int k = 0; k < 3; k++) {
+            bt_dtype dt = dts[k];
+            int64_t V = cases[c][0], C = cases[c][1], n = cases[c][2], span = cases[c][3];
+            seed(800 + c * 8 + k);
+            double *tab = rvec(V * C, -1, 1), *g = rvec(n * C, -1, 1), *ref = zvec(n * C), *gtr = zvec(V * C);
+            int32_t *idx = (int32_t *)malloc((size_t)n * 4);
+            for (int64_t i = 0; i < n; i++) idx[i] = (int32_t)(rnd() * span) % (int32_t)V;
+            void *dtab = up(dt, tab, V * C), *dg = up(dt, g, n * C), *o = dmalloc((size_t)(n * C) * tsz(dt));
+            int32_t *didx = (int32_t *)up_i32(idx, n);
+            int *bad = (int *)dmalloc(4);
+            CK(cudaMemsetAsync(bad, 0, 4, st()));
+            for (int64_t i = 0; i < n; i++) for (int64_t j = 0; j < C; j++) ref[i * C + j] = tab[idx[i] * C + j];
+            bt_k_embedding(dt, o, dtab, didx, n, C, V, bad, st());
+            snprintf(what, sizeof what, "embedding V=%lld C=%lld n=%lld %s", (long long)V, (long long)C, (long long)n, tname(dt));
+            expect(what, dt, o, ref, n * C, 0);
+            BT_CHECK(dget_int(bad) == 0, "%s: *bad set on valid indices", what);
+            /* two indices out of range: *bad, zero rows, and the backward skips them */
+            idx[5] = (int32_t)V; idx[7] = -3;
+            CK(cudaMemcpy(didx, idx, (size_t)n * 4, cudaMemcpyHostToDevice));
+            for (int64_t j = 0; j < C; j++) { ref[5 * C + j] = 0; ref[7 * C + j] = 0; }
+            poison(o, (size_t)(n * C) * tsz(dt));
+            bt_k_embedding(dt, o, dtab, didx, n, C, V, bad, st());
+            snprintf(what, sizeof what, "embedding bad idx V=%lld C=%lld %s", (long long)V, (long long)C, tname(dt));
+            expect(what, dt, o, ref, n * C, 0);
+            BT_CHECK(dget_int(bad) == 1, "%s: *bad not set", what);
+            /* backward onto a random (nonzero) gtable, both paths */
+            for (int64_t v = 0; v < V * C; v++) gtr[v] = tab[v];
+            for (int64_t i = 0; i < n; i++)
+                if (idx[i] >= 0 && idx[i] < V) for (int64_t j = 0; j < C; j++) gtr[idx[i] * C + j] += g[i * C + j];
+            for (int det = 0; det < 2; det++) {
+                void *gt = up(dt, tab, V * C);
+                bt_k_embedding_backward(dt, gt, dg, didx, n, C, V, det, st());
+                snprintf(what, sizeof what, "embedding_bwd %s V=%lld C=%lld n=%lld %s", det ? "det" : "atomic", (long long)V,
+                         (long long)C, (long long)n, tname(dt));
+                expect(what, dt, gt, gtr, V * C, tol_of(dt));
+                if (det) {   /* same bits on a second run */
+                    void *gt2 = up(dt, tab, V * C);
+                    bt_k_embedding_backward(dt, gt2, dg, didx, n, C, V, det, st());
+                    size_t nbytes = (size_t)(V * C) * tsz(dt);
+                    char *h1 = (char *)malloc(nbytes), *h2 = (char *)malloc(nbytes);
+                    CK(cudaStreamSynchronize(st()));
+                    CK(cudaMemcpy(h1, gt, nbytes, cudaMemcpyDeviceToHost));
+                    CK(cudaMemcpy(h2, gt2, nbytes, cudaMemcpyDeviceToHost));
+                    int same = memcmp(h1, h2, nbytes) == 0;
+                    BT_CHECK(same, "%s: two runs differ in their bits", what);
+                    check_err("embedding_bwd det: runs differ (0/1)", same ? 0 : 1, 0);
+                    free(h1); free(h2); dfree(gt2);
+                }
+                dfree(gt);
+            }
+            free(tab); free(g); free(ref); free(gtr); free(idx);
+            dfree(dtab); dfree(dg); dfree(o); dfree(didx); dfree(bad);
+        }
+}
+
+static void test_cross_entropy(void) {
+    NEED_GPU();
+    int64_t N = 37, V = 1000, Vps[] = {1024, 1003};
+    int ign = -100;
+    bt_dtype dts[] = {BT_F32, BT_BF16, BT_F16};
+    char what[96];
+    for (int c = 0; c < 2; c++)
+        for (int k = 0; k < 3; k++) {
+            bt_dtype dt = dts[k];
+            int64_t Vp = Vps[c], n = N * Vp;
+            seed(900 + c * 8 + k);
+            double *x = rvec(n, -4, 4), *gl = rvec(N, 0.1, 1);
+            for (int64_t i = 0; i < N; i++) for (int64_t j = V; j < Vp; j++) x[i * Vp + j] = 30.0;   /* padding must not count */
+            int32_t *t = (int32_t *)malloc((size_t)N * 4);
+            for (int64_t i = 0; i < N; i++) t[i] = (int32_t)(rnd() * V) % (int32_t)V;
+            t[3] = ign; t[10] = ign;
+            void *dx = up(dt, x, n), *dgl = up(BT_F32, gl, N), *gx = dmalloc((size_t)n * tsz(dt));
+            int32_t *dt_ = (int32_t *)up_i32(t, N);
+            float *loss = (float *)dmalloc((size_t)N * 4), *lse = (float *)dmalloc((size_t)N * 4);
+            int *bad = (int *)dmalloc(4);
+            CK(cudaMemsetAsync(bad, 0, 4, st()));
+            double *rl = zvec(N), *rlse = zvec(N), *rg = zvec(n);
+            for (int64_t i = 0; i < N; i++) {
+                double m = -INFINITY, s = 0;
+                for (int64_t j = 0; j < V; j++) m = fmax(m, x[i * Vp + j]);
+                for (int64_t j = 0; j < V; j++) s += exp(x[i * Vp + j] - m);
+                rlse[i] = m + log(s);
+                rl[i] = t[i] == ign ? 0 : rlse[i] - x[i * Vp + t[i]];
+                for (int64_t j = 0; j < V; j++)
+                    rg[i * Vp + j] = t[i] == ign ? 0 : gl[i] * (exp(x[i * Vp + j] - rlse[i]) - (j == t[i] ? 1 : 0));
+            }
+            bt_k_cross_entropy(dt, loss, lse, dx, dt_, N, V, Vp, ign, bad, st());
+            snprintf(what, sizeof what, "cross_entropy loss V=%lld Vp=%lld %s", (long long)V, (long long)Vp, tname(dt));
+            expect(what, BT_F32, loss, rl, N, 1e-5);
+            snprintf(what, sizeof what, "cross_entropy lse V=%lld Vp=%lld %s", (long long)V, (long long)Vp, tname(dt));
+            expect(what, BT_F32, lse, rlse, N, 1e-5);
+            BT_CHECK(dget_int(bad) == 0, "%s: *bad set on valid targets", what);
+            bt_k_cross_entropy_backward(dt, gx, dx, lse, dt_, (const float *)dgl, N, V, Vp, ign, st());
+            snprintf(what, sizeof what, "cross_entropy_bwd V=%lld Vp=%lld %s", (long long)V, (long long)Vp, tname(dt));
+            expect(what, dt, gx, rg, n, tol_of(dt));
+            /* out-of-range targets set *bad */
+            t[4] = (int32_t)V; t[6] = -5;
+            CK(cudaMemcpy(dt_, t, (size_t)N * 4, cudaMemcpyHostToDevice));
+            bt_k_cross_entropy(dt, loss, lse, dx, dt_, N, V, Vp, ign, bad, st());
+            BT_CHECK(dget_int(bad) == 1, "cross_entropy: *bad not set for targets %d and %d", (int)V, -5);
+            free(x); free(gl); free(t); free(rl); free(rlse); free(rg);
+            dfree(dx); dfree(dgl); dfree(gx); dfree(dt_); dfree(loss); dfree(lse); dfree(bad);
+        }
+}
+
+static void test_attention(void) {
+    NEED_GPU();
+    int64_t B = 3, H = 2, T = 67, Ds[] = {64, 32};
+    bt_dtype dts[] = {BT_F32, BT_BF16, BT_F16};
+    char what[96];
+    for (int c = 0; c < 2; c++)
+        for (int k = 0; k < 3; k++) {
+            bt_dtype dt = dts[k];
+            int64_t D = Ds[c], n = B * H * T * D, BH = B * H;
+            double scale = 1.0 / sqrt((double)D);
+            seed(1000 + c * 8 + k);
+            double *qh = rvec(n, -1.5, 1.5), *kh = rvec(n, -1.5, 1.5), *vh = rvec(n, -1, 1), *go = rvec(n, -1, 1);
+            void *dq = up(dt, qh, n), *dk = up(dt, kh, n), *dv = up(dt, vh, n), *dgo = up(dt, go, n);
+            void *o = dmalloc((size_t)n * tsz(dt)), *gq = dmalloc((size_t)n * tsz(dt)), *gk = dmalloc((size_t)n * tsz(dt)),
+                 *gv = dmalloc((size_t)n * tsz(dt));
+            float *lse = (float *)dmalloc((size_t)(BH * T) * 4);
+            double *ro = zvec(n), *rlse = zvec(BH * T), *rgq = zvec(n), *rgk = zvec(n), *rgv = zvec(n);
+            double *P = zvec(T * T), *dP = zvec(T * T);
+            for (int64_t h = 0; h < BH; h++) {
+                const double *Q = qh + h * T * D, *K = kh + h * T * D, *Vv = vh + h * T * D, *G = go + h * T * D;
+                double *O = ro + h * T * D;
+                for (int64_t t = 0; t < T; t++) {
+                    double m = -INFINITY, s = 0;
+                    for (int64_t j = 0; j <= t; j++) {
+                        double sc = 0;
+                        for (int64_t d = 0; d < D; d++) sc += Q[t * D + d] * K[j * D + d];
+                        P[t * T + j] = sc * scale;
+                        m = fmax(m, sc * scale);
+                    }
+                    for (int64_t j = 0; j <= t; j++) s += exp(P[t * T + j] - m);
+                    for (int64_t j = 0; j < T; j++) P[t * T + j] = j <= t ? exp(P[t * T + j] - m) / s : 0;
+                    rlse[h * T + t] = m + log(s);
+                    for (int64_t d = 0; d < D; d++) {
+                        double a = 0;
+                        for (int64_t j = 0; j <= t; j++) a += P[t * T + j] * Vv[j * D + d];
+                        O[t * D + d] = a;
+                    }
+                }
+                /* backward: dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO O)) scale, dQ = dS K, dK = dS^T Q */
+                for (int64_t t = 0; t < T; t++)
+                    for (int64_t j = 0; j < T; j++) {
+                        double a = 0;
+                        for (int64_t d = 0; d < D; d++) a += G[t * D + d] * Vv[j * D + d];
+                        dP[t * T + j] = a;
+                    }
+                for (int64_t j = 0; j < T; j++)
+                    for (int64_t d = 0; d < D; d++) {
+                        double a = 0;
+                        for (int64_t t = 0; t < T; t++) a += P[t * T + j] * G[t * D + d];
+                        rgv[h * T * D + j * D + d] = a;
+                    }
+                for (int64_t t = 0; t < T; t++) {
+                    double delta = 0;
+                    for (int64_t d = 0; d < D; d++) delta += G[t * D + d] * O[t * D + d];
+                    for (int64_t j = 0; j < T; j++) dP[t * T + j] = P[t * T + j] * (dP[t * T + j] - delta) * scale;
+                }
+                for (int64_t t = 0; t < T; t++)
+                    for (int64_t d = 0; d < D; d++) {
+                        double a = 0, b2 = 0;
+                        for (int64_t j = 0; j < T; j++) { a += dP[t * T + j] * K[j * D + d]; b2 += dP[j * T + t] * Q[j * D + d]; }
+                        rgq[h * T * D + t * D + d] = a; rgk[h * T * D + t * D + d] = b2;
+                    }
+            }
+            bt_k_attention(dt, o, lse, dq, dk, dv, B, H, T, D, (float)scale, st());
+            snprintf(what, sizeof what, "attention out T=%lld D=%lld %s", (long long)T, (long long)D, tname(dt));
+            expect(what, dt, o, ro, n, tol_of(dt));
+            snprintf(what, sizeof what, "attention lse T=%lld D=%lld %s", (long long)T, (long long)D, tname(dt));
+            expect(what, BT_F32, lse, rlse, BH * T, dt == BT_F32 ? 1e-5 : tol_of(dt));
+            bt_k_attention_backward(dt, gq, gk, gv, dgo, dq, dk, dv, o, lse, B, H, T, D, (float)scale, st());
+            snprintf(what, sizeof what, "attention_bwd dq T=%lld D=%lld %s", (long long)T, (long long)D, tname(dt));
+            expect(what, dt, gq, rgq, n, tol_of(dt));
+            snprintf(what, sizeof what, "attention_bwd dk T=%lld D=%lld %s", (long long)T, (long long)D, tname(dt));
+            expect(what, dt, gk, rgk, n, tol_of(dt));
+            snprintf(what, sizeof what, "attention_bwd dv T=%lld D=%lld %s", (long long)T, (long long)D, tname(dt));
+            expect(what, dt, gv, rgv, n, tol_of(dt));
+            free(qh); free(kh); free(vh); free(go); free(ro); free(rlse); free(rgq); free(rgk); free(rgv); free(P); free(dP);
+            dfree(dq); dfree(dk); dfree(dv); dfree(dgo); dfree(o); dfree(gq); dfree(gk); dfree(gv); dfree(lse);
+        }
+}
+
+static void matmul_case(bt_dtype dt, bt_matmul_precision prec, int ta, int tb, int64_t batch, int use_bias, float alpha,
+                        float beta, double tol) {
+    int64_t M = 37, N = 77, K = 65;
+    int64_t sA = M * K + 5, sB = K * N + 3, sC = M * N + 7;   /* gaps between the matrices */
+    if (batch == 1) sA = M * K, sB = K * N, sC = M * N;
+    double *A = rvec(batch * sA, -1, 1), *Bm = rvec(batch * sB, -1, 1), *C0 = rvec(batch * sC, -1, 1);
+    double *bias = rvec(N, -1, 1), *ref = zvec(batch * sC);
+    void *dA = up(dt, A, batch * sA), *dB = up(dt, Bm, batch * sB), *dbias = up(dt, bias, N);
+    void *dC = beta != 0 ? up(dt, C0, batch * sC) : dmalloc((size_t)(batch * sC) * tsz(dt));   /* beta 0: C is NaN */
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t nn = 0; nn < N; nn++) {
+                double a = 0;
+                for (int64_t kk = 0; kk < K; kk++) {
+                    double av = ta ? A[b * sA + kk * M + m] : A[b * sA + m * K + kk];
+                    double bv = tb ? Bm[b * sB + nn * K + kk] : Bm[b * sB + kk * N + nn];
+                    a += av * bv;
+                }
+                ref[b * sC + m * N + nn] = alpha * a + (beta != 0 ? beta * C0[b * sC + m * N + nn] : 0) + (use_bias ? bias[nn] : 0);
+            }
+    for (int rep = 0; rep < 2; rep++) {   /* the second call takes the cached plan */
+        if (rep == 1) {
+            if (beta != 0) { void *t = up(dt, C0, batch * sC); CK(cudaMemcpy(dC, t, (size_t)(batch * sC) * tsz(dt), cudaMemcpyDeviceToDevice)); dfree(t); }
+            else poison(dC, (size_t)(batch * sC) * tsz(dt));
+        }
+        bt_k_matmul(dt, dC, dA, dB, use_bias ? dbias : NULL, M, N, K, ta, tb, batch, sA, sB, sC, alpha, beta, prec, st());
+        /* compare only the matrices (the gaps hold whatever was there) */
+        double *h = zvec(batch * sC), *hr = zvec(batch * M * N), *rr = zvec(batch * M * N);
+        down(dt, dC, h, batch * sC);
+        for (int64_t b = 0; b < batch; b++)
+            for (int64_t i = 0; i < M * N; i++) { hr[b * M * N + i] = h[b * sC + i]; rr[b * M * N + i] = ref[b * sC + i]; }
+        double e = bt_test_relerr(hr, rr, batch * M * N);
+        for (int64_t i = 0; i < batch * M * N; i++) if (hr[i] != hr[i]) e = INFINITY;
+        char what[96];
+        snprintf(what, sizeof what, "matmul %s%s t%d%d b%lld%s a%.1f b%.1f%s", tname(dt),
+                 dt == BT_F32 ? (prec == BT_MATMUL_TF32 ? "/tf32" : "/fp32") : "", ta, tb, (long long)batch,
+                 use_bias ? " bias" : "", alpha, beta, rep ? " (cached)" : "");
+        check_err(what, e, tol);
+        free(h); free(hr); free(rr);
+    }
+    free(A); free(Bm); free(C0); free(bias); free(ref);
+    dfree(dA); dfree(dB); dfree(dbias); dfree(dC);
+}
+static void test_matmul(void) {
+    NEED_GPU();
+    seed(1100);
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            matmul_case(BT_F32, BT_MATMUL_FP32, ta, tb, 3, 0, 0.7f, 0.3f, 1e-5);
+            matmul_case(BT_F32, BT_MATMUL_TF32, ta, tb, 3, 0, 0.7f, 0.3f, 5e-3);
+            matmul_case(BT_BF16, BT_MATMUL_FP32, ta, tb, 3, 0, 0.7f, 0.3f, 2e-2);
+            matmul_case(BT_F16, BT_MATMUL_FP32, ta, tb, 3, 0, 0.7f, 0.3f, 5e-3);
+        }
+    matmul_case(BT_F32, BT_MATMUL_FP32, 0, 1, 1, 1, 1.0f, 0.0f, 1e-5);   /* bias epilogue */
+    matmul_case(BT_BF16, BT_MATMUL_FP32, 0, 1, 1, 1, 1.0f, 0.0f, 2e-2);
+    matmul_case(BT_F32, BT_MATMUL_TF32, 1, 0, 1, 1, 1.0f, 0.5f, 5e-3);   /* bias with beta */
+    matmul_case(BT_BF16, BT_MATMUL_FP32, 0, 0, 3, 1, 0.5f, 0.0f, 2e-2);  /* batched: bias kernel */
+    matmul_case(BT_F64, BT_MATMUL_FP32, 1, 1, 2, 1, 0.7f, 0.3f, 1e-12);
+}
+
+static void test_adamw(void) {
+    NEED_GPU();
+    int64_t n = 1003;
+    bt_dtype gdts[] = {BT_F32, BT_BF16, BT_F16};
+    char what[96];
+    for (int k = 0; k < 3; k++)
+        for (int variant = 0; variant < 2; variant++) {   /* 0: aligned, scale, bf16 copy; 1: offset by 1, no scale */
+            seed(1200 + k * 4 + variant);
+            bt_dtype gdt = gdts[k];
+            double *p = rvec(n + 1, -1, 1), *m = rvec(n + 1, -0.1, 0.1), *v = rvec(n + 1, 1e-4, 1e-2), *g = rvec(n + 1, -1, 1);
+            for (int64_t i = 0; i <= n; i++) v[i] = fabs(v[i]);
+            void *dp = up(BT_F32, p, n + 1), *dm = up(BT_F32, m, n + 1), *dv = up(BT_F32, v, n + 1), *dg = up(gdt, g, n + 1);
+            void *lo = dmalloc((size_t)(n + 1) * 2);
+            double sc = variant == 0 ? 0.5 : 1.0;
+            float *dsc = NULL;
+            if (variant == 0) { double s1 = sc; dsc = (float *)up(BT_F32, &s1, 1); }
+            int off = variant, step = 3;
+            double lr = 1e-2, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.1;
+            double *rp = zvec(n), *rm = zvec(n), *rv = zvec(n), *rl = zvec(n);
+            for (int64_t i = 0; i < n; i++) {
+                double gi = g[i + off] * sc;
+                rm[i] = b1 * m[i + off] + (1 - b1) * gi;
+                rv[i] = b2 * v[i + off] + (1 - b2) * gi * gi;
+                double mh = rm[i] / (1 - pow(b1, step)), vh = rv[i] / (1 - pow(b2, step));
+                rp[i] = p[i + off] - lr * (mh / (sqrt(vh) + eps) + wd * p[i + off]);
+                rl[i] = q(BT_BF16, rp[i]);
+            }
+            bt_k_adamw((float *)dp + off, (char *)dg + off * tsz(gdt), gdt, (float *)dm + off, (float *)dv + off,
+                       variant == 0 ? lo : NULL, BT_BF16, n, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, step, dsc, st());
+            snprintf(what, sizeof what, "adamw p g=%s %s", tname(gdt), variant ? "unaligned" : "scaled+bf16 copy");
+            expect(what, BT_F32, (float *)dp + off, rp, n, 1e-5);
+            snprintf(what, sizeof what, "adamw m g=%s %s", tname(gdt), variant ? "unaligned" : "scaled+bf16 copy");
+            expect(what, BT_F32, (float *)dm + off, rm, n, 1e-5);
+            snprintf(what, sizeof what, "adamw v g=%s %s", tname(gdt), variant ? "unaligned" : "scaled+bf16 copy");
+            expect(what, BT_F32, (float *)dv + off, rv, n, 1e-5);
+            if (variant == 0) {
+                snprintf(what, sizeof what, "adamw bf16 copy g=%s", tname(gdt));
+                expect(what, BT_BF16, lo, rl, n, 1e-5);
+            }
+            free(p); free(m); free(v); free(g); free(rp); free(rm); free(rv); free(rl);
+            dfree(dp); dfree(dm); dfree(dv); dfree(dg); dfree(lo);
+            if (dsc) dfree(dsc);
+        }
+}
+
+int main(void) {
+    const char *qv = getenv("BT_TEST_QUICK");
+    g_quick = qv && atoi(qv) != 0;
+    BT_RUN(test_context);
+    BT_RUN(test_cast_copy_fill);
+    BT_RUN(test_random);
+    BT_RUN(test_unary);
+    BT_RUN(test_binary);
+    BT_RUN(test_reduce);
+    BT_RUN(test_sumsq);
+    BT_RUN(test_softmax);
+    BT_RUN(test_layernorm);
+    BT_RUN(test_embedding);
+    BT_RUN(test_cross_entropy);
+    BT_RUN(test_attention);
+    BT_RUN(test_matmul);
+    BT_RUN(test_adamw);
+    if (have_gpu()) {
+        CK(cudaStreamSynchronize(st()));
+        CK(cudaGetLastError());
+        bt_k_shutdown();
+        /* the table: failures first, then the worst error of each family */
+        int nfail = 0;
+        for (int i = 0; i < g_nrec; i++) nfail += !g_recs[i].ok;
+        printf("\n%-58s %10s %10s  %s\n", "check", "rel err", "tol", "");
+        for (int i = 0; i < g_nrec; i++)
+            if (!g_recs[i].ok) printf("%-58s %10.3g %10.3g  FAIL\n", g_recs[i].what, g_recs[i].err, g_recs[i].tol);
+        const char *fam[] = {"cast", "copy", "fill", "uniform", "normal", "unary", "affine", "binary", "reduce", "sumsq",
+                             "softmax", "log_softmax", "layernorm", "embedding", "cross_entropy", "attention", "matmul", "adamw"};
+        for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
+            double worst = -1, wt = 0; int cnt = 0; const char *wn = "";
+            for (int i = 0; i < g_nrec; i++) {
+                size_t l = strlen(fam[f]);
+                if (strncmp(g_recs[i].what, fam[f], l) || (g_recs[i].what[l] != ' ' && g_recs[i].what[l] != '_')) continue;
+                cnt++;
+                double r = g_recs[i].tol > 0 ? g_recs[i].err / g_recs[i].tol : g_recs[i].err;
+                double wr = worst < 0 ? -1 : (wt > 0 ? worst / wt : worst);
+                if (r > wr) { worst = g_recs[i].err; wt = g_recs[i].tol; wn = g_recs[i].what; }
+            }
+            if (cnt) printf("%-14s %3d checks, worst vs tol: %-38s %9.2g %9.2g\n", fam[f], cnt, wn, worst, wt);
+        }
+        printf("%d checks, %d failed\n", g_nrec, nfail);
+    }
+    return bt_test_summary("test_kernels_gpu");
+}
