@@ -39,6 +39,10 @@
         position, RNG) is plain data: save it with a checkpoint and a resumed run sees the same
         batches.
 
+   THREADS
+     A tokenizer's merge cache is written by bt_encode: use one tokenizer per thread (loading
+     takes about 15 ms). Shards are read-only; a loader belongs to one thread.
+
    ERRORS
      Library code never prints and never exits. A failing function returns NULL / -1 /
      (size_t)-1 and leaves a message for bt_data_error(): it names the file and the problem.
@@ -476,18 +480,13 @@ static size_t bt__utf8_unit(const unsigned char *s, size_t n, size_t i, uint32_t
    0xAE..0xFF stand for themselves; the other 68 bytes, in increasing order, become U+0100,
    U+0101, ... This is the inverse: a code point -> its byte, or -1. */
 static int bt__gpt2_char_to_byte(uint32_t cp) {
-    static int inited = 0;
-    static int16_t inv[256 + 68];
-    if (!inited) {   /* idempotent: racing threads write the same values */
-        int b, n = 0;
-        for (b = 0; b < 256; b++) {
-            int printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
-            if (printable) inv[b] = (int16_t)b;
-            else { inv[b] = -1; inv[256 + n] = (int16_t)b; n++; }
-        }
-        inited = 1;
-    }
-    return cp < 256 + 68 ? inv[cp] : -1;
+    uint32_t k;
+    if ((cp >= 0x21 && cp <= 0x7E) || (cp >= 0xA1 && cp <= 0xAC) || (cp >= 0xAE && cp <= 0xFF)) return (int)cp;
+    if (cp < 0x100 || cp >= 0x100 + 68) return -1;
+    k = cp - 0x100;                  /* the k-th byte that is not printable: */
+    if (k < 33) return (int)k;       /* 0x00..0x20 */
+    if (k < 67) return (int)(0x7F + (k - 33));   /* 0x7F..0xA0 */
+    return 0xAD;                     /* the soft hyphen */
 }
 
 #define BT__CACHE_MAX_PIECE 64          /* longer pieces are encoded every time, not cached */

@@ -17,7 +17,9 @@ static char path[64];
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FILE *f;
     bt_shard s;
-    if (!path[0]) snprintf(path, sizeof path, "/tmp/bt_fuzz_shard.%ld.bin", (long)getpid());
+    if (!path[0]) {
+        snprintf(path, sizeof path, "%s/bt_fuzz_shard.%ld.bin", access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp", (long)getpid());
+    }
     f = fopen(path, "wb");
     if (!f) abort();
     if (size && fwrite(data, 1, size, f) != size) abort();
@@ -49,5 +51,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!strstr(bt_data_error(), path)) abort();   /* every error names the file */
         if (s.tokens || s.n) abort();
     }
+    remove(path);
     return 0;
 }

@@ -541,12 +541,12 @@ static void test_loader_resume(void) {
     const size_t sizes[4] = {400, 333, 720, 90};
     char glob_[512], spath[512];
     int32_t in[3 * 5], tg[3 * 5], want[100][15];
-    int r, k, steps[4] = {0, 7, 40, 133}, s;
+    int r, k, steps[5] = {0, 7, 50, 133, 149}, s;
     snprintf(glob_, sizeof glob_, "%s/res_*.bin", tmpdir);
     snprintf(spath, sizeof spath, "%s/loader.state", tmpdir);
     make_shards("res", sizes, 4);
     for (r = 0; r < 2; r++)
-        for (s = 0; s < 4; s++) {
+        for (s = 0; s < 5; s++) {
             bt_loader *L = bt_loader_open(glob_, 3, 5, r, 2, 1, 1234), *M;
             bt_loader_state st, st2;
             FILE *f;
