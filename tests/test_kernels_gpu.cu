@@ -150,11 +150,11 @@ static int dget_int(const int *d) {
 
 /* ---- the results table printed at the end ---- */
 typedef struct { char what[64]; double err, tol; int ok; } bt_rec;
-static bt_rec g_recs[512];
+static bt_rec g_recs[2048];
 static int g_nrec;
 static void check_err(const char *what, double err, double tol) {
     int ok = err <= tol;
-    if (g_nrec < 512) {
+    if (g_nrec < 2048) {
         bt_rec *r = &g_recs[g_nrec++];
         snprintf(r->what, sizeof r->what, "%s", what); r->err = err; r->tol = tol; r->ok = ok;
     }
