@@ -74,13 +74,16 @@ ifneq ($(NVCC_PATH),)
 CUDA_BUILD := $(BUILD)/train_gpt2_cuda $(GPU_TESTS)
 endif
 
-test: $(CPU_TESTS) $(CUDA_BUILD) tools
+# the GPT-2 tests train on Tiny Shakespeare: make its shards first (mk/data.mk)
+TEST_DATA := data/tinyshakespeare_train.bin data/tinyshakespeare_val.bin data/encoder.json data/vocab.bpe
+
+test: $(CPU_TESTS) $(CUDA_BUILD) tools $(TEST_DATA)
 	@tests/run_all.sh $(CPU_TESTS) $(GPU_TESTS)
-test-cpu: $(CPU_TESTS) tools
+test-cpu: $(CPU_TESTS) tools $(TEST_DATA)
 	@tests/run_all.sh $(CPU_TESTS)
 test-gpu: $(GPU_TESTS) $(BUILD)/train_gpt2_cuda
 	@tests/run_all.sh $(GPU_TESTS)
-test-asan: $(ASAN_TESTS) tools
+test-asan: $(ASAN_TESTS) tools $(TEST_DATA)
 	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 BT_TEST_QUICK=1 tests/run_all.sh $(ASAN_TESTS)
 
 run: data train_gpt2

@@ -38,7 +38,7 @@ static int bt_test_summary(const char *name) {
 }
 
 /* relative error ||a - b|| / max(||b||, tiny) over n doubles */
-static double bt_test_relerr(const double *a, const double *b, long n) {
+static inline double bt_test_relerr(const double *a, const double *b, long n) {
     double num = 0, den = 0;
     for (long i = 0; i < n; i++) { double d = a[i] - b[i]; num += d * d; den += b[i] * b[i]; }
     if (num != num) return INFINITY;
@@ -48,7 +48,7 @@ static double bt_test_relerr(const double *a, const double *b, long n) {
 #ifdef BT_ALLOC_H
 static jmp_buf bt_test__jmp;
 static char bt_test__errmsg[1024];
-static void bt_test__on_error(const char *msg, void *user) {
+static inline void bt_test__on_error(const char *msg, void *user) {
     (void)user; snprintf(bt_test__errmsg, sizeof bt_test__errmsg, "%s", msg); longjmp(bt_test__jmp, 1);
 }
 /* stmt must raise bt_error with a message containing substr */
