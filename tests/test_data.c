@@ -140,6 +140,35 @@ static void test_fixture_cases(void) {
     free(txt);
 }
 
+/* tests/fixtures/gpt2_pretok.txt: pieces cut by the Python regex module (OpenAI's encoder.py engine) */
+static void test_pretokenizer_vs_regex(void) {
+    size_t len, ncases = 0, bad = 0;
+    char *txt = slurp("tests/fixtures/gpt2_pretok.txt", &len), *line, *save = NULL;
+    BT_CHECK(txt != NULL, "tests/fixtures/gpt2_pretok.txt missing");
+    if (!txt) return;
+    for (line = strtok_r(txt, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char *tab = strchr(line, '\t'), *p, input[512];
+        size_t ilen, i = 0, want;
+        int ok = 1;
+        if (line[0] == '#' || !tab || tab - line >= 1024) continue;
+        ilen = unhex(line, (size_t)(tab - line), input);
+        for (p = tab + 1; ok && sscanf(p, "%zu", &want) == 1;) {
+            size_t e = i < ilen ? bt__piece_end(tok, (const unsigned char *)input, ilen, i) : i;
+            ok = e - i == want;
+            i = e;
+            while (*p == ' ') p++;
+            while (*p >= '0' && *p <= '9') p++;
+        }
+        if (!ok || i != ilen) {
+            if (bad < 5) BT_CHECK(0, "pieces of %s differ from the regex module's (%s)", line, tab + 1);
+            bad++;
+        }
+        ncases++;
+    }
+    BT_CHECK(bad == 0 && ncases >= 400, "%zu of %zu cases differ", bad, ncases);
+    free(txt);
+}
+
 static size_t enc(const char *s, size_t n, int32_t *out, size_t cap) {
     int32_t *ids;
     size_t k = bt_encode(tok, s, n, &ids), i;
@@ -646,6 +675,7 @@ int main(void) {
     if (tok) {
         BT_RUN(test_tokenizer_load);
         BT_RUN(test_fixture_cases);
+        BT_RUN(test_pretokenizer_vs_regex);
         BT_RUN(test_white_space_semantics);
         BT_RUN(test_bpe_matches_naive);
         BT_RUN(test_roundtrip_random);
