@@ -1,0 +1,887 @@
+/* test_ops.c - every op of bt_tensor.h: (1) the forward against a plain reference loop written here
+   in double precision, on random shapes with odd sizes, in f32 (rel err < 1e-5), f64 (< 1e-12) and
+   for a few ops bf16 (< 1e-2); (2) the backward of every differentiable op against float64 central
+   finite differences (gradcheck below), alone and in small composite graphs. */
+#define BT_ALLOC_IMPLEMENTATION
+#define BT_TENSOR_IMPLEMENTATION
+#define BT_AUTOGRAD_IMPLEMENTATION
+#include "bt_autograd.h"
+#include "tests/bt_test.h"
+#pragma GCC diagnostic ignored "-Wclobbered"   /* BT_EXPECT_ERROR's setjmp: a false positive */
+#include <stdlib.h>
+#include <stdint.h>
+
+#define CPU bt_cpu()
+static int quick;                      /* BT_TEST_QUICK=1: fewer shapes (ASan runs) */
+static uint64_t seed_ctr = 1000;       /* every tensor gets a fresh Philox seed */
+static uint64_t next_seed(void) { return seed_ctr++; }
+
+static bt_tensor *rnd(bt_shape s, bt_dtype dt) { return bt_randn(s, dt, CPU, next_seed()); }
+/* uniform in [lo, hi): for log, sqrt and divisors */
+static bt_tensor *rnd_in(bt_shape s, bt_dtype dt, double lo, double hi) {
+    bt_tensor *t = bt_empty(s, dt, CPU); bt_uniform_(t, lo, hi, next_seed(), 0); return t;
+}
+static double *host(bt_tensor *t) {
+    int64_t n = bt_numel(t);
+    double *p = (double *)malloc(sizeof(double) * (size_t)(n ? n : 1));
+    bt_to_host(t, p, BT_F64);
+    return p;
+}
+static double tol_of(bt_dtype dt) { return dt == BT_F64 ? 1e-12 : dt == BT_F32 ? 1e-5 : 1e-2; }
+static int same_shape(bt_tensor *t, bt_shape s) {
+    if (t->ndim != s.ndim) return 0;
+    for (int d = 0; d < s.ndim; d++) if (t->shape[d] != s.d[d]) return 0;
+    return 1;
+}
+/* got (any dtype) against want (double), with a shape check */
+static void expect_close(const char *what, bt_tensor *got, bt_shape shape, const double *want, double tol) {
+    if (!same_shape(got, shape)) {
+        char b[160];
+        BT_CHECK(0, "%s: shape %s, expected %d dims", what, bt_shape_str(got, b, sizeof b), shape.ndim);
+        return;
+    }
+    int64_t n = bt_numel(got);
+    double *g = host(got);
+    double e = bt_test_relerr(g, want, n);
+    BT_CHECK(e < tol, "%s (%s): rel err %.3g, tolerance %.1g", what, bt_dtype_name(got->dtype), e, tol);
+    free(g);
+}
+static int64_t numel_of(bt_shape s) { int64_t n = 1; for (int d = 0; d < s.ndim; d++) n *= s.d[d]; return n; }
+/* linear index into a (contiguous) tensor of shape `in` broadcast to `out`, from out's linear index */
+static int64_t bidx(bt_shape out, bt_shape in, int64_t lin) {
+    int64_t idx = 0, st = 1;
+    for (int d = out.ndim - 1; d >= 0; d--) {
+        int64_t c = lin % out.d[d]; lin /= out.d[d];
+        int di = d - (out.ndim - in.ndim);
+        if (di >= 0) { if (in.d[di] != 1) idx += c * st; st *= in.d[di]; }
+    }
+    return idx;
+}
+static bt_shape bshape(bt_shape a, bt_shape b) {
+    bt_shape s; s.ndim = a.ndim > b.ndim ? a.ndim : b.ndim;
+    for (int d = 0; d < s.ndim; d++) {
+        int da = d - (s.ndim - a.ndim), db = d - (s.ndim - b.ndim);
+        int64_t x = da >= 0 ? a.d[da] : 1, y = db >= 0 ? b.d[db] : 1;
+        s.d[d] = x == 1 ? y : x;
+    }
+    return s;
+}
+static bt_shape S(int nd, const int64_t *d) { return bt_shapev(nd, d); }
+#define SH(...) S((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__})
+
+static const bt_dtype DTS[2] = {BT_F32, BT_F64};
+
+/* =============================================================================================
+   references in double precision
+   ============================================================================================= */
+#define GELU_K 0.7978845608028654
+static double ref_uop(int op, double x) {
+    switch (op) {
+    case 0: return -x;
+    case 1: return exp(x);
+    case 2: return log(x);
+    case 3: return sqrt(x);
+    case 4: return tanh(x);
+    case 5: return x > 0 ? x : 0;
+    case 6: return 0.5 * x * (1 + tanh(GELU_K * (x + 0.044715 * x * x * x)));
+    default: return x * x;
+    }
+}
+static bt_tensor *apply_uop(int op, bt_tensor *x) {
+    switch (op) {
+    case 0: return bt_neg(x);
+    case 1: return bt_exp(x);
+    case 2: return bt_log(x);
+    case 3: return bt_sqrt(x);
+    case 4: return bt_tanh(x);
+    case 5: return bt_relu(x);
+    case 6: return bt_gelu(x);
+    default: return bt_square(x);
+    }
+}
+static const char *uop_name[8] = {"neg", "exp", "log", "sqrt", "tanh", "relu", "gelu", "square"};
+static double ref_bop(int op, double a, double b) { return op == 0 ? a + b : op == 1 ? a - b : op == 2 ? a * b : a / b; }
+static bt_tensor *apply_bop(int op, bt_tensor *a, bt_tensor *b) {
+    return op == 0 ? bt_add(a, b) : op == 1 ? bt_sub(a, b) : op == 2 ? bt_mul(a, b) : bt_div(a, b);
+}
+static const char *bop_name[4] = {"add", "sub", "mul", "div"};
+
+/* C = op(A) op(B), batch dims broadcast; A, B contiguous with >= 2 dims */
+static double *ref_matmul(const double *A, bt_shape as, const double *B, bt_shape bs, int ta, int tb, bt_shape *cs) {
+    int64_t ra = as.d[as.ndim - 2], ca = as.d[as.ndim - 1], rb = bs.d[bs.ndim - 2], cb = bs.d[bs.ndim - 1];
+    int64_t M = ta ? ca : ra, K = ta ? ra : ca, N = tb ? rb : cb;
+    bt_shape ab = as, bb = bs; ab.ndim -= 2; bb.ndim -= 2;
+    bt_shape ob = bshape(ab, bb);
+    *cs = ob; cs->d[cs->ndim++] = M; cs->d[cs->ndim++] = N;
+    int64_t nb = numel_of(ob);
+    double *C = (double *)malloc(sizeof(double) * (size_t)(nb * M * N));
+    for (int64_t b = 0; b < nb; b++) {
+        const double *a = A + bidx(ob, ab, b) * ra * ca, *bm = B + bidx(ob, bb, b) * rb * cb;
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                double s = 0;
+                for (int64_t k = 0; k < K; k++) s += (ta ? a[k * ca + i] : a[i * ca + k]) * (tb ? bm[j * cb + k] : bm[k * cb + j]);
+                C[(b * M + i) * N + j] = s;
+            }
+    }
+    return C;
+}
+
+/* =============================================================================================
+   (1) forward against the references
+   ============================================================================================= */
+static void test_unary_forward(void) {
+    const bt_shape shapes[] = {SH(1), SH(3, 7), SH(13, 33), SH(67), SH(2, 3, 5)};
+    int ns = quick ? 3 : 5;
+    bt_scope_begin();
+    for (int k = 0; k < 2; k++)
+        for (int op = 0; op < 8; op++)
+            for (int si = 0; si < ns; si++) {
+                bt_dtype dt = DTS[k];
+                bt_tensor *x = op == 2 || op == 3 ? rnd_in(shapes[si], dt, 0.1, 3.0) : bt_scale(rnd(shapes[si], dt), 2.0);
+                double *xh = host(x); int64_t n = bt_numel(x);
+                double *want = (double *)malloc(sizeof(double) * n);
+                for (int64_t i = 0; i < n; i++) want[i] = ref_uop(op, xh[i]);
+                char what[64]; snprintf(what, sizeof what, "%s shape %d", uop_name[op], si);
+                expect_close(what, apply_uop(op, x), shapes[si], want, tol_of(dt));
+                free(xh); free(want);
+            }
+    /* a transposed (strided) input */
+    bt_tensor *x = rnd(SH(7, 13), BT_F64), *t = bt_transpose(x, 0, 1);
+    double *xh = host(t), want[91];
+    for (int i = 0; i < 91; i++) want[i] = ref_uop(6, xh[i]);
+    expect_close("gelu of a transpose", bt_gelu(t), SH(13, 7), want, 1e-12);
+    free(xh);
+    /* known values, so that the reference formula itself is pinned */
+    double kv[3] = {1.0, -0.5, 2.0};
+    bt_tensor *kx = bt_from_data(kv, SH(3), BT_F64, CPU);
+    double gk[3] = {0.8411919906082768, -0.15428599017485606, 1.954597694087775};
+    expect_close("gelu known values", bt_gelu(kx), SH(3), gk, 1e-12);
+    /* scalar ops */
+    for (int k = 0; k < 2; k++) {
+        bt_tensor *y = rnd(SH(13, 33), DTS[k]);
+        double *yh = host(y), *w = (double *)malloc(sizeof(double) * 429);
+        for (int i = 0; i < 429; i++) w[i] = -1.75 * yh[i] + 0.3;
+        expect_close("affine", bt_affine(y, -1.75, 0.3), SH(13, 33), w, tol_of(DTS[k]));
+        for (int i = 0; i < 429; i++) w[i] = 3.5 * yh[i];
+        expect_close("scale", bt_scale(y, 3.5), SH(13, 33), w, tol_of(DTS[k]));
+        for (int i = 0; i < 429; i++) w[i] = yh[i] - 2.25;
+        expect_close("add_scalar", bt_add_scalar(y, -2.25), SH(13, 33), w, tol_of(DTS[k]));
+        free(yh); free(w);
+    }
+    bt_scope_end();
+}
+
+static void test_binary_forward(void) {
+    struct { bt_shape a, b; } cases[] = {
+        {SH(3, 1, 5), SH(4, 1)}, {SH(4, 1), SH(3, 1, 5)}, {SH(13, 33), SH(13, 33)}, {SH(2, 3), SH(3)},
+        {SH(7), SH(1)}, {SH(1), SH(67)}, {SH(2, 1, 3, 1), SH(5, 1, 4)}, {SH(6, 5), SH(6, 1)}};
+    int nc = (int)(sizeof cases / sizeof cases[0]);
+    bt_scope_begin();
+    for (int k = 0; k < 2; k++)
+        for (int op = 0; op < 4; op++)
+            for (int c = 0; c < nc; c++) {
+                bt_dtype dt = DTS[k];
+                bt_tensor *a = rnd(cases[c].a, dt), *b = op == 3 ? rnd_in(cases[c].b, dt, 0.5, 2.0) : rnd(cases[c].b, dt);
+                bt_shape os = bshape(cases[c].a, cases[c].b);
+                double *ah = host(a), *bh = host(b); int64_t n = numel_of(os);
+                double *want = (double *)malloc(sizeof(double) * n);
+                for (int64_t i = 0; i < n; i++) want[i] = ref_bop(op, ah[bidx(os, cases[c].a, i)], bh[bidx(os, cases[c].b, i)]);
+                char what[64]; snprintf(what, sizeof what, "%s case %d", bop_name[op], c);
+                expect_close(what, apply_bop(op, a, b), os, want, tol_of(dt));
+                free(ah); free(bh); free(want);
+            }
+    /* strided operands: a transposed a, an expanded b */
+    bt_tensor *a = rnd(SH(5, 4), BT_F32), *b = rnd(SH(5), BT_F32);
+    bt_tensor *at = bt_transpose(a, 0, 1), *be = bt_expand(bt_unsqueeze(b, 0), SH(4, 5));
+    double *ah = host(at), *bh = host(b), want[20];
+    for (int i = 0; i < 20; i++) want[i] = ah[i] * bh[i % 5];
+    expect_close("mul of strided views", bt_mul(at, be), SH(4, 5), want, 1e-6);
+    /* in place: a += alpha b with broadcasting */
+    bt_tensor *acc = rnd(SH(4, 5), BT_F64), *row = rnd(SH(5), BT_F64);
+    double *h0 = host(acc), *rh = host(row), w2[20];
+    for (int i = 0; i < 20; i++) w2[i] = h0[i] - 0.5 * rh[i % 5];
+    bt_add_(acc, row, -0.5);
+    expect_close("add_ broadcast", acc, SH(4, 5), w2, 1e-12);
+    bt_mul_scalar_(acc, 3.0);
+    for (int i = 0; i < 20; i++) w2[i] *= 3.0;
+    expect_close("mul_scalar_", acc, SH(4, 5), w2, 1e-12);
+    free(ah); free(bh); free(h0); free(rh);
+    bt_scope_end();
+}
+
+/* sum / mean over dim sets (with and without keepdim, consecutive or not), max / argmax over a dim */
+static void test_reduce_forward(void) {
+    int64_t dims4[4] = {3, 4, 5, 6};
+    bt_shape xs = S(4, dims4);
+    struct { int n; int d[4]; } sets[] = {{1, {0}}, {1, {3}}, {2, {1, 2}}, {2, {0, 2}}, {2, {1, 3}}, {3, {0, 1, 3}},
+                                          {4, {0, 1, 2, 3}}, {2, {-1, 0}}, {0, {0}}};
+    int nsets = (int)(sizeof sets / sizeof sets[0]);
+    bt_scope_begin();
+    for (int k = 0; k < 2; k++)
+        for (int si = 0; si < nsets; si++)
+            for (int keep = 0; keep < 2; keep++)
+                for (int mean = 0; mean < 2; mean++)
+                    for (int perm = 0; perm < 2; perm++) {
+                        bt_dtype dt = DTS[k];
+                        bt_tensor *x = rnd(xs, dt);
+                        if (perm) {          /* a strided input with the same shape */
+                            bt_tensor *base = rnd(SH(6, 5, 4, 3), dt);
+                            x = bt_permute(base, (int[]){3, 2, 1, 0});
+                        }
+                        int mask[4] = {0};
+                        if (sets[si].n == 0) for (int d = 0; d < 4; d++) mask[d] = 1;
+                        for (int j = 0; j < sets[si].n; j++) mask[(sets[si].d[j] + 4) % 4] = 1;
+                        bt_shape os; os.ndim = 0; int64_t cnt = 1;
+                        for (int d = 0; d < 4; d++) { if (!mask[d]) os.d[os.ndim++] = xs.d[d]; else { cnt *= xs.d[d]; if (keep) os.d[os.ndim++] = 1; } }
+                        double *xh = host(x), want[360] = {0};
+                        for (int64_t i = 0; i < 360; i++) {
+                            int64_t rem = i, c[4], o = 0;
+                            for (int d = 3; d >= 0; d--) { c[d] = rem % xs.d[d]; rem /= xs.d[d]; }
+                            for (int d = 0; d < 4; d++) if (!mask[d]) o = o * xs.d[d] + c[d];
+                            want[o] += xh[i];
+                        }
+                        if (mean) for (int64_t i = 0; i < 360 / cnt; i++) want[i] /= (double)cnt;
+                        bt_tensor *y = mean ? bt_mean(x, sets[si].n ? sets[si].d : NULL, sets[si].n, keep)
+                                            : bt_sum(x, sets[si].n ? sets[si].d : NULL, sets[si].n, keep);
+                        char what[80]; snprintf(what, sizeof what, "%s set %d keepdim %d strided %d", mean ? "mean" : "sum", si, keep, perm);
+                        expect_close(what, y, os, want, tol_of(dt));
+                        free(xh);
+                    }
+    for (int k = 0; k < 2; k++)
+        for (int dim = -1; dim < 4; dim++)
+            for (int keep = 0; keep < 2; keep++) {
+                bt_tensor *x = rnd(xs, DTS[k]);
+                int d0 = (dim + 4) % 4;
+                double *xh = host(x);
+                bt_shape os; os.ndim = 0;
+                for (int d = 0; d < 4; d++) if (d != d0) os.d[os.ndim++] = xs.d[d]; else if (keep) os.d[os.ndim++] = 1;
+                double want[120]; int32_t wam[120]; int64_t outn = 360 / xs.d[d0];
+                for (int64_t o = 0; o < outn; o++) want[o] = -INFINITY;
+                for (int64_t i = 0; i < 360; i++) {
+                    int64_t rem = i, c[4], o = 0;
+                    for (int d = 3; d >= 0; d--) { c[d] = rem % xs.d[d]; rem /= xs.d[d]; }
+                    for (int d = 0; d < 4; d++) if (d != d0) o = o * xs.d[d] + c[d];
+                    if (xh[i] > want[o]) { want[o] = xh[i]; wam[o] = (int32_t)c[d0]; }
+                }
+                bt_tensor *m = bt_max(x, dim, keep), *am = bt_argmax(x, dim);
+                expect_close("max", m, os, want, 0.0 + 1e-300);
+                bt_shape as; as.ndim = 0;
+                for (int d = 0; d < 4; d++) if (d != d0) as.d[as.ndim++] = xs.d[d];
+                int ok = am->dtype == BT_I32 && same_shape(am, as);
+                for (int64_t o = 0; ok && o < outn; o++) ok &= ((int32_t *)bt_data_ptr(am))[o] == wam[o];
+                BT_CHECK(ok, "argmax over dim %d (%s)", dim, bt_dtype_name(DTS[k]));
+                free(xh);
+            }
+    /* ties: the first maximum wins */
+    double tv[6] = {1, 3, 3, 2, 5, 5};
+    bt_tensor *tx = bt_from_data(tv, SH(2, 3), BT_F64, CPU);
+    bt_tensor *tam = bt_argmax(tx, 1);
+    BT_CHECK(((int32_t *)bt_data_ptr(tam))[0] == 1 && ((int32_t *)bt_data_ptr(tam))[1] == 1, "argmax ties");
+    bt_scope_end();
+}
+
+static void check_matmul(const char *what, bt_tensor *a, bt_tensor *b, int ta, int tb, double tol) {
+    bt_tensor *ac = bt_contiguous(a), *bc = bt_contiguous(b);
+    double *ah = host(ac), *bh = host(bc);
+    bt_shape cs;
+    double *want = ref_matmul(ah, bt_shape_of(a), bh, bt_shape_of(b), ta, tb, &cs);
+    expect_close(what, bt_matmul_t(a, b, ta, tb), cs, want, tol);
+    free(ah); free(bh); free(want);
+}
+static void test_matmul_forward(void) {
+    struct { int64_t M, N, K; } mm[] = {{1, 1, 1}, {3, 7, 5}, {13, 1, 33}, {37, 300, 45}, {64, 512, 128}, {5, 17, 3}, {4, 16, 9}};
+    int nmm = (int)(sizeof mm / sizeof mm[0]);
+    bt_scope_begin();
+    for (int k = 0; k < 2; k++)
+        for (int c = 0; c < nmm; c++)
+            for (int t = 0; t < 4; t++) {
+                if (quick && c == 4 && t) continue;
+                int ta = t & 1, tb = t >> 1;
+                int64_t M = mm[c].M, N = mm[c].N, K = mm[c].K;
+                bt_tensor *a = ta ? rnd(SH(K, M), DTS[k]) : rnd(SH(M, K), DTS[k]);
+                bt_tensor *b = tb ? rnd(SH(N, K), DTS[k]) : rnd(SH(K, N), DTS[k]);
+                char what[96]; snprintf(what, sizeof what, "matmul %lldx%lldx%lld ta %d tb %d", (long long)M, (long long)N, (long long)K, ta, tb);
+                check_matmul(what, a, b, ta, tb, tol_of(DTS[k]));
+            }
+    for (int k = 0; k < 2; k++) {
+        double tol = tol_of(DTS[k]);
+        for (int t = 0; t < 4; t++) {
+            int ta = t & 1, tb = t >> 1;
+            /* batched, same batch */
+            check_matmul("batched", ta ? rnd(SH(2, 3, 7, 5), DTS[k]) : rnd(SH(2, 3, 5, 7), DTS[k]),
+                         tb ? rnd(SH(2, 3, 4, 7), DTS[k]) : rnd(SH(2, 3, 7, 4), DTS[k]), ta, tb, tol);
+            /* broadcast batch: [3, 1, ..] x [2, ..] */
+            check_matmul("broadcast batch", ta ? rnd(SH(3, 1, 6, 5), DTS[k]) : rnd(SH(3, 1, 5, 6), DTS[k]),
+                         tb ? rnd(SH(2, 4, 6), DTS[k]) : rnd(SH(2, 6, 4), DTS[k]), ta, tb, tol);
+            /* a 3-D x a 2-D weight (the folded path) and the reverse */
+            check_matmul("3-D x 2-D", ta ? rnd(SH(2, 33, 13), DTS[k]) : rnd(SH(2, 13, 33), DTS[k]),
+                         tb ? rnd(SH(67, 33), DTS[k]) : rnd(SH(33, 67), DTS[k]), ta, tb, tol);
+            check_matmul("2-D x 3-D", ta ? rnd(SH(7, 3), DTS[k]) : rnd(SH(3, 7), DTS[k]),
+                         tb ? rnd(SH(4, 5, 7), DTS[k]) : rnd(SH(4, 7, 5), DTS[k]), ta, tb, tol);
+        }
+        BT_EXPECT_ERROR(bt_matmul(rnd(SH(2, 3), DTS[k]), rnd(SH(2, 3), DTS[k])), "matmul: inner dims differ");
+        /* strided operands */
+        check_matmul("transposed views", bt_transpose(rnd(SH(9, 6), DTS[k]), 0, 1), bt_transpose(rnd(SH(11, 9), DTS[k]), 0, 1), 0, 0, tol);
+        /* 1-D operands */
+        bt_tensor *A = rnd(SH(13, 7), DTS[k]), *v = rnd(SH(7), DTS[k]), *u = rnd(SH(13), DTS[k]);
+        double *ah = host(A), *vh = host(v), *uh = host(u), w1[13] = {0}, w2[7] = {0}, dot = 0;
+        for (int i = 0; i < 13; i++) for (int j = 0; j < 7; j++) { w1[i] += ah[i * 7 + j] * vh[j]; w2[j] += uh[i] * ah[i * 7 + j]; }
+        for (int j = 0; j < 7; j++) dot += vh[j] * vh[j];
+        expect_close("matrix x vector", bt_matmul(A, v), SH(13), w1, tol);
+        expect_close("vector x matrix", bt_matmul(u, A), SH(7), w2, tol);
+        expect_close("transa matrix x vector", bt_matmul_t(A, u, 1, 0), SH(7), w2, tol);
+        bt_shape s0; s0.ndim = 0;
+        expect_close("vector x vector", bt_matmul(v, v), s0, &dot, tol);
+        bt_tensor *B3 = rnd(SH(2, 13, 7), DTS[k]);
+        double *b3 = host(B3), w3[26] = {0};
+        for (int b = 0; b < 2; b++) for (int i = 0; i < 13; i++) for (int j = 0; j < 7; j++) w3[b * 13 + i] += b3[(b * 13 + i) * 7 + j] * vh[j];
+        expect_close("batched matrix x vector", bt_matmul(B3, v), SH(2, 13), w3, tol);
+        free(ah); free(vh); free(uh); free(b3);
+    }
+    bt_scope_end();
+}
+
+static void test_linear_forward(void) {
+    bt_scope_begin();
+    for (int k = 0; k < 2; k++)
+        for (int hb = 0; hb < 2; hb++) {
+            bt_tensor *x = rnd(SH(2, 7, 13), DTS[k]), *w = rnd(SH(33, 13), DTS[k]), *b = hb ? rnd(SH(33), DTS[k]) : NULL;
+            double *xh = host(x), *wh = host(w), *bh = hb ? host(b) : NULL;
+            double *want = (double *)malloc(sizeof(double) * 14 * 33);
+            for (int r = 0; r < 14; r++) for (int o = 0; o < 33; o++) {
+                double s = bh ? bh[o] : 0;
+                for (int i = 0; i < 13; i++) s += xh[r * 13 + i] * wh[o * 13 + i];
+                want[r * 33 + o] = s;
+            }
+            expect_close(hb ? "linear with bias" : "linear without bias", bt_linear(x, w, b), SH(2, 7, 33), want, tol_of(DTS[k]));
+            /* a transposed x goes through the same path */
+            bt_tensor *xt = bt_transpose(bt_contiguous(bt_transpose(x, 0, 1)), 0, 1);
+            expect_close("linear of a strided x", bt_linear(xt, w, b), SH(2, 7, 33), want, tol_of(DTS[k]));
+            free(xh); free(wh); free(bh); free(want);
+        }
+    /* the blocked fp32 path with a bias and ragged edges: rows 37, out 300, in 45 */
+    bt_tensor *x = rnd(SH(37, 45), BT_F32), *w = rnd(SH(300, 45), BT_F32), *b = rnd(SH(300), BT_F32);
+    double *xh = host(x), *wh = host(w), *bh = host(b), *want = (double *)malloc(sizeof(double) * 37 * 300);
+    for (int r = 0; r < 37; r++) for (int o = 0; o < 300; o++) {
+        double s = bh[o];
+        for (int i = 0; i < 45; i++) s += xh[r * 45 + i] * wh[o * 45 + i];
+        want[r * 300 + o] = s;
+    }
+    expect_close("linear 37x300x45", bt_linear(x, w, b), SH(37, 300), want, 1e-5);
+    free(xh); free(wh); free(bh); free(want);
+    bt_scope_end();
+}
+
+static void test_softmax_layernorm_forward(void) {
+    const bt_shape shapes[] = {SH(1), SH(3, 7), SH(2, 3, 13), SH(5, 67), SH(4, 1)};
+    bt_scope_begin();
+    for (int k = 0; k < 2; k++)
+        for (int si = 0; si < 5; si++) {
+            bt_tensor *x = bt_scale(rnd(shapes[si], DTS[k]), 3.0);
+            int64_t n = bt_numel(x), C = shapes[si].d[shapes[si].ndim - 1], rows = n / C;
+            double *xh = host(x), *sm = (double *)malloc(sizeof(double) * n), *ls = (double *)malloc(sizeof(double) * n);
+            for (int64_t r = 0; r < rows; r++) {
+                double mx = -INFINITY, s = 0;
+                for (int64_t j = 0; j < C; j++) mx = fmax(mx, xh[r * C + j]);
+                for (int64_t j = 0; j < C; j++) s += exp(xh[r * C + j] - mx);
+                for (int64_t j = 0; j < C; j++) { sm[r * C + j] = exp(xh[r * C + j] - mx) / s; ls[r * C + j] = xh[r * C + j] - mx - log(s); }
+            }
+            expect_close("softmax", bt_softmax(x), shapes[si], sm, tol_of(DTS[k]));
+            expect_close("log_softmax", bt_log_softmax(x), shapes[si], ls, tol_of(DTS[k]));
+            /* layernorm, all four combinations of w and b */
+            if (C < 2) { free(xh); free(sm); free(ls); continue; }
+            bt_tensor *w = rnd(SH(C), DTS[k]), *b = rnd(SH(C), DTS[k]);
+            double *wh = host(w), *bh = host(b), *ln = (double *)malloc(sizeof(double) * n);
+            for (int c = 0; c < 4; c++) {
+                int hw = c & 1, hb = c >> 1;
+                for (int64_t r = 0; r < rows; r++) {
+                    double m = 0, v = 0;
+                    for (int64_t j = 0; j < C; j++) m += xh[r * C + j];
+                    m /= C;
+                    for (int64_t j = 0; j < C; j++) v += (xh[r * C + j] - m) * (xh[r * C + j] - m);
+                    double rs = 1 / sqrt(v / C + 1e-5);
+                    for (int64_t j = 0; j < C; j++) ln[r * C + j] = (xh[r * C + j] - m) * rs * (hw ? wh[j] : 1) + (hb ? bh[j] : 0);
+                }
+                char what[64]; snprintf(what, sizeof what, "layernorm w %d b %d C %lld", hw, hb, (long long)C);
+                expect_close(what, bt_layernorm(x, hw ? w : NULL, hb ? b : NULL, 1e-5), shapes[si], ln, tol_of(DTS[k]));
+            }
+            free(xh); free(sm); free(ls); free(wh); free(bh); free(ln);
+        }
+    bt_scope_end();
+}
+
+static void test_embedding_xent_forward(void) {
+    bt_scope_begin();
+    for (int k = 0; k < 2; k++) {
+        bt_tensor *table = rnd(SH(11, 13), DTS[k]);
+        int32_t idx[21];
+        for (int i = 0; i < 21; i++) idx[i] = (int32_t)((i * 7 + 3) % 11);
+        bt_tensor *ix = bt_from_data(idx, SH(3, 7), BT_I32, CPU);
+        double *th = host(table), want[21 * 13];
+        for (int i = 0; i < 21; i++) for (int c = 0; c < 13; c++) want[i * 13 + c] = th[idx[i] * 13 + c];
+        expect_close("embedding", bt_embedding(table, ix), SH(3, 7, 13), want, 1e-300);
+        free(th);
+        /* cross-entropy over V = 5 of Vp = 8 columns; the padding holds large values that would
+           change the loss if they were counted; two rows are ignored */
+        bt_tensor *logits = rnd(SH(2, 3, 8), DTS[k]);
+        bt_tensor *pad = bt_narrow(logits, 2, 5, 3);
+        bt_fill_(pad, 40.0);
+        int32_t tg[6] = {0, 4, -100, 2, -100, 3};
+        bt_tensor *tt = bt_from_data(tg, SH(2, 3), BT_I32, CPU);
+        double *lh = host(logits), tot = 0; int valid = 0;
+        for (int r = 0; r < 6; r++) {
+            if (tg[r] == -100) continue;
+            double mx = -INFINITY, s = 0;
+            for (int j = 0; j < 5; j++) mx = fmax(mx, lh[r * 8 + j]);
+            for (int j = 0; j < 5; j++) s += exp(lh[r * 8 + j] - mx);
+            tot += mx + log(s) - lh[r * 8 + tg[r]]; valid++;
+        }
+        double loss = tot / valid;
+        bt_shape s0; s0.ndim = 0;
+        expect_close("cross_entropy V < Vp with ignored rows", bt_cross_entropy(logits, tt, 5, -100), s0, &loss, tol_of(DTS[k]));
+        /* V <= 0: all columns; ignore_index another value */
+        int32_t tg2[6] = {7, 0, 6, 1, 5, 2};
+        double tot2 = 0;
+        for (int r = 0; r < 6; r++) {
+            double mx = -INFINITY, s = 0;
+            for (int j = 0; j < 8; j++) mx = fmax(mx, lh[r * 8 + j]);
+            for (int j = 0; j < 8; j++) s += exp(lh[r * 8 + j] - mx);
+            if (r != 2) tot2 += mx + log(s) - lh[r * 8 + tg2[r]];
+        }
+        tot2 /= 5;
+        expect_close("cross_entropy all columns", bt_cross_entropy(logits, bt_from_data(tg2, SH(2, 3), BT_I32, CPU), 0, 6), s0, &tot2, tol_of(DTS[k]));
+        /* every row ignored: a loss of 0, not NaN */
+        int32_t tg3[6] = {-1, -1, -1, -1, -1, -1};
+        double zero = 0;
+        bt_tensor *l3 = bt_cross_entropy(logits, bt_from_data(tg3, SH(2, 3), BT_I32, CPU), 5, -1);
+        BT_CHECK(bt_item(l3) == 0, "cross_entropy with every row ignored: %g", bt_item(l3));
+        (void)zero;
+        free(lh);
+    }
+    bt_scope_end();
+}
+
+static void test_attention_forward(void) {
+    struct { int64_t B, H, T, D; } cs[] = {{2, 3, 7, 5}, {1, 1, 1, 3}, {1, 2, 13, 8}, {2, 1, 33, 4}};
+    bt_scope_begin();
+    for (int k = 0; k < 2; k++)
+        for (int c = 0; c < 4; c++) {
+            int64_t B = cs[c].B, H = cs[c].H, T = cs[c].T, D = cs[c].D;
+            bt_shape s = SH(B, H, T, D);
+            bt_tensor *q = rnd(s, DTS[k]), *kk = rnd(s, DTS[k]), *v = rnd(s, DTS[k]);
+            double *qh = host(q), *kh = host(kk), *vh = host(v);
+            double *want = (double *)calloc((size_t)numel_of(s), sizeof(double)), *p = (double *)malloc(sizeof(double) * T);
+            for (int64_t bh = 0; bh < B * H; bh++)
+                for (int64_t i = 0; i < T; i++) {
+                    double mx = -INFINITY, z = 0;
+                    for (int64_t j = 0; j <= i; j++) {
+                        double d = 0;
+                        for (int64_t e = 0; e < D; e++) d += qh[(bh * T + i) * D + e] * kh[(bh * T + j) * D + e];
+                        p[j] = d / sqrt((double)D); mx = fmax(mx, p[j]);
+                    }
+                    for (int64_t j = 0; j <= i; j++) { p[j] = exp(p[j] - mx); z += p[j]; }
+                    for (int64_t j = 0; j <= i; j++)
+                        for (int64_t e = 0; e < D; e++) want[(bh * T + i) * D + e] += p[j] / z * vh[(bh * T + j) * D + e];
+                }
+            char what[64]; snprintf(what, sizeof what, "attention B%lld H%lld T%lld D%lld", (long long)B, (long long)H, (long long)T, (long long)D);
+            expect_close(what, bt_attention(q, kk, v), s, want, tol_of(DTS[k]));
+            free(qh); free(kh); free(vh); free(want); free(p);
+        }
+    bt_scope_end();
+}
+
+static void test_concat_split_forward(void) {
+    bt_scope_begin();
+    for (int k = 0; k < 2; k++)
+        for (int dim = 0; dim < 3; dim++) {
+            bt_tensor *ps[11]; int64_t off[12] = {0};
+            for (int i = 0; i < 11; i++) {
+                int64_t d[3] = {2, 3, 4}; d[dim] = 1 + i % 3;
+                ps[i] = rnd(S(3, d), DTS[k]);
+                off[i + 1] = off[i] + d[dim];
+            }
+            bt_tensor *c = bt_concat(ps, 11, dim);
+            int64_t od[3] = {2, 3, 4}; od[dim] = off[11];
+            int ok = same_shape(c, S(3, od));
+            for (int i = 0; ok && i < 11; i++)
+                for (int64_t a = 0; a < ps[i]->shape[0]; a++) for (int64_t b = 0; b < ps[i]->shape[1]; b++) for (int64_t e = 0; e < ps[i]->shape[2]; e++) {
+                    int64_t ix[3] = {a, b, e}, cx[3] = {a, b, e}; cx[dim] += off[i];
+                    ok &= bt_get(c, cx) == bt_get(ps[i], ix);
+                }
+            BT_CHECK(ok, "concat of 11 pieces along dim %d (%s)", dim, bt_dtype_name(DTS[k]));
+            /* split undoes it */
+            int64_t sizes[11]; bt_tensor *outs[11];
+            for (int i = 0; i < 11; i++) sizes[i] = ps[i]->shape[dim];
+            bt_split(c, sizes, 11, dim, outs);
+            ok = 1;
+            for (int i = 0; i < 11; i++) {
+                bt_tensor *d = bt_sub(outs[i], ps[i]);
+                double *dh = host(d);
+                for (int64_t j = 0; j < bt_numel(d); j++) ok &= dh[j] == 0;
+                ok &= outs[i]->storage == c->storage;
+                free(dh);
+            }
+            BT_CHECK(ok, "split along dim %d", dim);
+        }
+    bt_tensor *two[2] = {rnd(SH(3, 2), BT_F32), rnd(SH(3, 5), BT_F32)};
+    bt_tensor *c2 = bt_concat(two, 2, -1);
+    BT_CHECK(c2->shape[1] == 7 && bt_get(c2, (int64_t[]){2, 6}) == bt_get(two[1], (int64_t[]){2, 4}), "concat dim -1");
+    bt_scope_end();
+}
+
+/* bf16 forward: the reference is computed from the bf16 inputs in double, the output rounds to bf16 */
+static void test_bf16_forward(void) {
+    bt_scope_begin();
+    bt_tensor *a = rnd(SH(13, 33), BT_BF16), *b = rnd(SH(33), BT_BF16), *w = rnd(SH(33, 7), BT_BF16);
+    double *ah = host(a), *bh = host(b), *wh = host(w);
+    double *want = (double *)malloc(sizeof(double) * 13 * 33);
+    for (int i = 0; i < 13 * 33; i++) want[i] = ah[i] + bh[i % 33];
+    expect_close("bf16 add", bt_add(a, b), SH(13, 33), want, 1e-2);
+    for (int i = 0; i < 13 * 33; i++) want[i] = ref_uop(6, ah[i]);
+    expect_close("bf16 gelu", bt_gelu(a), SH(13, 33), want, 1e-2);
+    for (int r = 0; r < 13; r++) {
+        double mx = -INFINITY, s = 0;
+        for (int j = 0; j < 33; j++) mx = fmax(mx, ah[r * 33 + j]);
+        for (int j = 0; j < 33; j++) s += exp(ah[r * 33 + j] - mx);
+        for (int j = 0; j < 33; j++) want[r * 33 + j] = exp(ah[r * 33 + j] - mx) / s;
+    }
+    expect_close("bf16 softmax", bt_softmax(a), SH(13, 33), want, 1e-2);
+    double mw[13 * 7];
+    for (int i = 0; i < 13; i++) for (int j = 0; j < 7; j++) { double s = 0; for (int k = 0; k < 33; k++) s += ah[i * 33 + k] * wh[k * 7 + j]; mw[i * 7 + j] = s; }
+    expect_close("bf16 matmul", bt_matmul(a, w), SH(13, 7), mw, 1e-2);
+    for (int r = 0; r < 13; r++) {
+        double m = 0, v = 0;
+        for (int j = 0; j < 33; j++) m += ah[r * 33 + j];
+        m /= 33;
+        for (int j = 0; j < 33; j++) v += (ah[r * 33 + j] - m) * (ah[r * 33 + j] - m);
+        for (int j = 0; j < 33; j++) want[r * 33 + j] = (ah[r * 33 + j] - m) / sqrt(v / 33 + 1e-5) + bh[j];
+    }
+    expect_close("bf16 layernorm", bt_layernorm(a, NULL, b, 1e-5), SH(13, 33), want, 1e-2);
+    double sw[13] = {0};
+    for (int r = 0; r < 13; r++) for (int j = 0; j < 33; j++) sw[r] += ah[r * 33 + j];
+    expect_close("bf16 sum", bt_sum(a, (int[]){1}, 1, 0), SH(13), sw, 1e-2);
+    free(ah); free(bh); free(wh); free(want);
+    bt_scope_end();
+}
+
+/* =============================================================================================
+   (2) gradcheck: analytic gradients against float64 central differences
+   f(inputs) = sum(op(inputs) * R) with R a fixed random tensor, so that every output element
+   weighs in with its own coefficient (a permuted or mis-scaled gradient cannot cancel out).
+   Tolerance 1e-6, relative over each input's whole gradient: with h = 1e-6 in float64 the central
+   difference has truncation error ~ h^2 |f'''| / 6 ~ 1e-13 and rounding error ~ eps |f| / h ~ 1e-10
+   |f|, both far below 1e-6 for O(1) values; a wrong backward formula is off by O(1). Inputs stay
+   small so that the 2 * (number of elements) forward evaluations are cheap.
+   ============================================================================================= */
+typedef struct { int i[8]; double f[4]; bt_tensor *aux[4]; } gc_ctx;
+typedef bt_tensor *(*gc_fn)(bt_tensor **in, const gc_ctx *c);
+
+static double gc_eval(gc_fn f, bt_tensor **in, const gc_ctx *c, const double *R) {
+    bt_scope_begin();
+    bt_tensor *y = f(in, c);
+    double *yh = host(y), s = 0;
+    for (int64_t i = 0; i < bt_numel(y); i++) s += yh[i] * R[i];
+    free(yh);
+    bt_scope_end();
+    return s;
+}
+/* checks d f / d in[k] for every k whose tensor requires grad; inputs must be contiguous f64 leaves */
+static void gradcheck(const char *name, gc_fn f, bt_tensor **in, int n, const gc_ctx *c) {
+    const double h = 1e-6;
+    for (int k = 0; k < n; k++) if (in[k]) { bt_release(in[k]->grad); in[k]->grad = NULL; }
+    bt_scope_begin();
+    bt_tensor *y = f(in, c);
+    BT_CHECK(y->dtype == BT_F64 && y->grad_fn, "%s: output is not an f64 graph result", name);
+    bt_tensor *R = rnd(bt_shape_of(y), BT_F64);
+    bt_backward(bt_sum(bt_mul(y, R), NULL, 0, 0));
+    double *Rh = host(R);
+    int old = bt_set_grad_enabled(0);
+    for (int k = 0; k < n; k++) {
+        bt_tensor *x = in[k];
+        if (!x || !x->requires_grad) continue;
+        if (!x->grad || !same_shape(x->grad, bt_shape_of(x)) || x->grad->dtype != BT_F64) {
+            BT_CHECK(0, "%s: input %d has no gradient of its shape and dtype", name, k);
+            continue;
+        }
+        int64_t m = bt_numel(x);
+        double *an = host(x->grad), *num = (double *)calloc((size_t)m + 1, sizeof(double)), *xp = (double *)bt_data_ptr(x);
+        for (int64_t i = 0; i < m; i++) {
+            double save = xp[i];
+            xp[i] = save + h; double fp = gc_eval(f, in, c, Rh);
+            xp[i] = save - h; double fm = gc_eval(f, in, c, Rh);
+            xp[i] = save;
+            num[i] = (fp - fm) / (2 * h);
+        }
+        double e = bt_test_relerr(an, num, m), nn = 0;
+        for (int64_t i = 0; i < m; i++) nn += num[i] * num[i];
+        BT_CHECK(e < 1e-6, "%s: input %d (%lld elements): gradient rel err %.3g", name, k, (long long)m, e);
+        BT_CHECK(nn > 0, "%s: input %d: numeric gradient is all zero (the check would be vacuous)", name, k);
+        free(an); free(num);
+    }
+    bt_set_grad_enabled(old);
+    free(Rh);
+    bt_scope_end();
+    for (int k = 0; k < n; k++) if (in[k]) { bt_release(in[k]->grad); in[k]->grad = NULL; }
+}
+/* a leaf f64 tensor that requires grad, owned by the caller */
+static bt_tensor *leaf_in(bt_shape s, double lo, double hi) {
+    bt_scope_begin();
+    bt_tensor *t = bt_keep(lo < hi ? rnd_in(s, BT_F64, lo, hi) : rnd(s, BT_F64));
+    bt_scope_end();
+    bt_set_requires_grad(t, 1);
+    return t;
+}
+static bt_tensor *leaf(bt_shape s) { return leaf_in(s, 0, 0); }
+static void release_all(bt_tensor **in, int n) { for (int k = 0; k < n; k++) bt_release(in[k]); }
+
+static bt_tensor *f_unary(bt_tensor **in, const gc_ctx *c) { return apply_uop(c->i[0], in[0]); }
+static bt_tensor *f_affine(bt_tensor **in, const gc_ctx *c) {
+    return c->i[0] == 0 ? bt_affine(in[0], c->f[0], c->f[1]) : c->i[0] == 1 ? bt_scale(in[0], c->f[0]) : bt_add_scalar(bt_square(in[0]), c->f[1]);
+}
+static bt_tensor *f_binary(bt_tensor **in, const gc_ctx *c) { return apply_bop(c->i[0], in[0], in[1]); }
+static bt_tensor *f_sum(bt_tensor **in, const gc_ctx *c) {
+    return c->i[5] ? bt_mean(in[0], c->i[1] ? c->i + 2 : NULL, c->i[1], c->i[6]) : bt_sum(in[0], c->i[1] ? c->i + 2 : NULL, c->i[1], c->i[6]);
+}
+static bt_tensor *f_max(bt_tensor **in, const gc_ctx *c) { return bt_max(in[0], c->i[0], c->i[1]); }
+static bt_tensor *f_matmul(bt_tensor **in, const gc_ctx *c) { return bt_matmul_t(in[0], in[1], c->i[0], c->i[1]); }
+static bt_tensor *f_linear(bt_tensor **in, const gc_ctx *c) { (void)c; return bt_linear(in[0], in[1], in[2]); }
+static bt_tensor *f_softmax(bt_tensor **in, const gc_ctx *c) { return c->i[0] ? bt_log_softmax(in[0]) : bt_softmax(in[0]); }
+static bt_tensor *f_layernorm(bt_tensor **in, const gc_ctx *c) { return bt_layernorm(in[0], in[1], in[2], c->f[0]); }
+static bt_tensor *f_embedding(bt_tensor **in, const gc_ctx *c) { return bt_embedding(in[0], c->aux[0]); }
+static bt_tensor *f_xent(bt_tensor **in, const gc_ctx *c) { return bt_cross_entropy(in[0], c->aux[0], c->i[0], c->i[1]); }
+static bt_tensor *f_attention(bt_tensor **in, const gc_ctx *c) { (void)c; return bt_attention(in[0], in[1], in[2]); }
+static bt_tensor *f_concat(bt_tensor **in, const gc_ctx *c) { return bt_concat(in, c->i[0], c->i[1]); }
+static bt_tensor *f_split(bt_tensor **in, const gc_ctx *c) {
+    int64_t sizes[3] = {2, 4, 3}; bt_tensor *p[3];
+    bt_split(in[0], sizes, 3, c->i[1], p);
+    bt_tensor *q[3] = {bt_square(p[2]), p[0], bt_scale(p[1], -2.0)};    /* reordered, each transformed */
+    return bt_concat(q, 3, c->i[1]);
+}
+static bt_tensor *f_views(bt_tensor **in, const gc_ctx *c) {
+    bt_tensor *x = in[0];     /* [3, 4, 5] */
+    switch (c->i[0]) {
+    case 0: return bt_mul(bt_transpose(x, 0, 2), bt_transpose(x, 0, 2));
+    case 1: return bt_tanh(bt_permute(x, (int[]){1, 2, 0}));
+    case 2: return bt_square(bt_narrow(x, 1, 1, 2));
+    case 3: return bt_exp(bt_select(x, 2, 3));
+    case 4: return bt_mul(bt_expand(bt_narrow(x, 0, 1, 1), SH(2, 3, 4, 5)), bt_unsqueeze(bt_square(x), 0));
+    case 5: return bt_squeeze(bt_unsqueeze(bt_tanh(x), 1), 1);
+    case 6: return bt_view(bt_square(x), SH(-1, 10));
+    case 7: return bt_reshape(bt_transpose(bt_tanh(x), 0, 1), SH(4, 15));   /* a copy: strides do not allow a view */
+    case 8: return bt_contiguous(bt_permute(x, (int[]){2, 0, 1}));
+    case 9: return bt_clone(bt_select(bt_transpose(x, 1, 2), 0, 1));
+    default: {                 /* one tensor read through several overlapping views */
+        bt_tensor *a = bt_narrow(x, 2, 0, 3), *b = bt_narrow(x, 2, 2, 3);
+        return bt_add(bt_mul(a, b), bt_transpose(bt_narrow(bt_transpose(bt_select(x, 0, 2), 0, 1), 0, 1, 3), 0, 1));
+    }
+    }
+}
+/* 2-layer MLP: linear -> layernorm -> gelu -> linear, on a 3-D input */
+static bt_tensor *f_mlp(bt_tensor **in, const gc_ctx *c) {
+    (void)c;
+    bt_tensor *h = bt_linear(in[0], in[1], in[2]);
+    h = bt_gelu(bt_layernorm(h, in[3], in[4], 1e-5));
+    return bt_linear(h, in[5], in[6]);
+}
+/* a tiny attention block: one qkv projection split by views, heads by view + transpose, attention,
+   heads merged back by transpose + reshape (a copy), output projection, residual and loss */
+static bt_tensor *f_attn_block(bt_tensor **in, const gc_ctx *c) {
+    int64_t B = c->i[0], T = c->i[1], H = c->i[2], D = c->i[3], C = H * D;
+    bt_tensor *x = in[0];
+    bt_tensor *qkv = bt_linear(bt_layernorm(x, in[3], NULL, 1e-5), in[1], in[2]);     /* [B, T, 3C] */
+    bt_tensor *qkv5 = bt_view(qkv, SH(B, T, 3, H, D));
+    bt_tensor *q = bt_transpose(bt_select(qkv5, 2, 0), 1, 2);    /* [B, H, T, D], strided */
+    bt_tensor *k = bt_transpose(bt_select(qkv5, 2, 1), 1, 2);
+    bt_tensor *v = bt_permute(bt_select(qkv5, 2, 2), (int[]){0, 2, 1, 3});
+    bt_tensor *o = bt_attention(q, k, v);
+    bt_tensor *merged = bt_reshape(bt_transpose(o, 1, 2), SH(B, T, C));
+    bt_tensor *y = bt_add(x, bt_matmul_t(merged, in[4], 0, 1));
+    return bt_cross_entropy(y, c->aux[0], -1, -100);
+}
+
+static void test_gradcheck_elementwise(void) {
+    for (int op = 0; op < 8; op++) {
+        bt_tensor *x = op == 2 || op == 3 ? leaf_in(SH(3, 4), 0.2, 2.0) : leaf(SH(3, 4));
+        gc_ctx c = {.i = {op}}; char what[32]; snprintf(what, sizeof what, "gradcheck %s", uop_name[op]);
+        gradcheck(what, f_unary, &x, 1, &c);
+        bt_release(x);
+    }
+    for (int m = 0; m < 3; m++) {
+        bt_tensor *x = leaf(SH(2, 5));
+        gc_ctx c = {.i = {m}, .f = {-1.5, 0.75}};
+        gradcheck(m == 0 ? "gradcheck affine" : m == 1 ? "gradcheck scale" : "gradcheck add_scalar", f_affine, &x, 1, &c);
+        bt_release(x);
+    }
+    struct { bt_shape a, b; } cases[] = {{SH(3, 1, 5), SH(4, 1)}, {SH(4, 1), SH(3, 1, 5)}, {SH(2, 3), SH(3)}, {SH(1), SH(2, 2)}, {SH(3, 4), SH(3, 4)}};
+    for (int op = 0; op < 4; op++)
+        for (int ci = 0; ci < 5; ci++) {
+            bt_tensor *in[2] = {leaf(cases[ci].a), op == 3 ? leaf_in(cases[ci].b, 0.5, 2.0) : leaf(cases[ci].b)};
+            gc_ctx c = {.i = {op}}; char what[48]; snprintf(what, sizeof what, "gradcheck %s case %d", bop_name[op], ci);
+            gradcheck(what, f_binary, in, 2, &c);
+            release_all(in, 2);
+        }
+    /* only one side requires grad */
+    bt_scope_begin();
+    bt_tensor *in[2] = {leaf(SH(3, 4)), bt_keep(rnd_in(SH(4), BT_F64, 0.5, 2.0))};
+    bt_scope_end();
+    gc_ctx c = {.i = {3}};
+    gradcheck("gradcheck div, a only", f_binary, in, 2, &c);
+    BT_CHECK(in[1]->grad == NULL, "a tensor that does not require grad got one");
+    release_all(in, 2);
+}
+
+static void test_gradcheck_reductions(void) {
+    struct { int n; int d[4]; } sets[] = {{1, {1}}, {2, {0, 2}}, {2, {1, 2}}, {0, {0}}, {1, {-1}}, {3, {0, 1, 2}}};
+    for (int si = 0; si < 6; si++)
+        for (int keep = 0; keep < 2; keep++)
+            for (int mean = 0; mean < 2; mean++) {
+                bt_tensor *x = leaf(SH(3, 4, 5));
+                gc_ctx c; memset(&c, 0, sizeof c);
+                c.i[1] = sets[si].n; for (int j = 0; j < sets[si].n; j++) c.i[2 + j] = sets[si].d[j];
+                c.i[5] = mean; c.i[6] = keep;
+                char what[64]; snprintf(what, sizeof what, "gradcheck %s set %d keepdim %d", mean ? "mean" : "sum", si, keep);
+                gradcheck(what, f_sum, &x, 1, &c);
+                bt_release(x);
+            }
+    for (int dim = -1; dim < 3; dim++)
+        for (int keep = 0; keep < 2; keep++) {
+            bt_tensor *x = leaf(SH(3, 4, 5));
+            gc_ctx c = {.i = {dim, keep}};
+            gradcheck("gradcheck max", f_max, &x, 1, &c);
+            bt_release(x);
+        }
+}
+
+static void test_gradcheck_matmul(void) {
+    for (int t = 0; t < 4; t++) {
+        int ta = t & 1, tb = t >> 1;
+        gc_ctx c = {.i = {ta, tb}};
+        char what[64];
+        bt_tensor *in[2] = {ta ? leaf(SH(4, 3)) : leaf(SH(3, 4)), tb ? leaf(SH(5, 4)) : leaf(SH(4, 5))};
+        snprintf(what, sizeof what, "gradcheck matmul 2-D ta %d tb %d", ta, tb);
+        gradcheck(what, f_matmul, in, 2, &c); release_all(in, 2);
+        bt_tensor *in2[2] = {ta ? leaf(SH(3, 1, 4, 3)) : leaf(SH(3, 1, 3, 4)), tb ? leaf(SH(2, 5, 4)) : leaf(SH(2, 4, 5))};
+        snprintf(what, sizeof what, "gradcheck matmul broadcast batch ta %d tb %d", ta, tb);
+        gradcheck(what, f_matmul, in2, 2, &c); release_all(in2, 2);
+        bt_tensor *in3[2] = {ta ? leaf(SH(2, 4, 3)) : leaf(SH(2, 3, 4)), tb ? leaf(SH(5, 4)) : leaf(SH(4, 5))};
+        snprintf(what, sizeof what, "gradcheck matmul 3-D x 2-D ta %d tb %d", ta, tb);
+        gradcheck(what, f_matmul, in3, 2, &c); release_all(in3, 2);
+        bt_tensor *in4[2] = {ta ? leaf(SH(4, 3)) : leaf(SH(3, 4)), tb ? leaf(SH(2, 5, 4)) : leaf(SH(2, 4, 5))};
+        snprintf(what, sizeof what, "gradcheck matmul 2-D x 3-D ta %d tb %d", ta, tb);
+        gradcheck(what, f_matmul, in4, 2, &c); release_all(in4, 2);
+    }
+    gc_ctx c0 = {.i = {0, 0}};
+    bt_tensor *mv[2] = {leaf(SH(2, 3, 4)), leaf(SH(4))};
+    gradcheck("gradcheck matmul batched matrix x vector", f_matmul, mv, 2, &c0); release_all(mv, 2);
+    bt_tensor *vm[2] = {leaf(SH(3)), leaf(SH(3, 5))};
+    gradcheck("gradcheck matmul vector x matrix", f_matmul, vm, 2, &c0); release_all(vm, 2);
+    bt_tensor *vv[2] = {leaf(SH(6)), leaf(SH(6))};
+    gradcheck("gradcheck matmul vector x vector", f_matmul, vv, 2, &c0); release_all(vv, 2);
+    gc_ctx c1 = {.i = {1, 0}};
+    bt_tensor *tv[2] = {leaf(SH(4, 3)), leaf(SH(4))};
+    gradcheck("gradcheck matmul transa matrix x vector", f_matmul, tv, 2, &c1); release_all(tv, 2);
+    for (int hb = 0; hb < 2; hb++) {
+        bt_tensor *in[3] = {leaf(SH(2, 3, 4)), leaf(SH(5, 4)), hb ? leaf(SH(5)) : NULL};
+        gradcheck(hb ? "gradcheck linear with bias" : "gradcheck linear without bias", f_linear, in, 3, &c0);
+        release_all(in, 3);
+    }
+}
+
+static void test_gradcheck_nn(void) {
+    for (int lg = 0; lg < 2; lg++) {
+        bt_tensor *x = leaf(SH(2, 3, 5));
+        gc_ctx c = {.i = {lg}};
+        gradcheck(lg ? "gradcheck log_softmax" : "gradcheck softmax", f_softmax, &x, 1, &c);
+        bt_release(x);
+    }
+    for (int m = 0; m < 4; m++) {
+        bt_tensor *in[3] = {leaf(SH(3, 6)), m & 1 ? leaf(SH(6)) : NULL, m & 2 ? leaf(SH(6)) : NULL};
+        gc_ctx c = {.i = {0}, .f = {1e-5}};
+        char what[48]; snprintf(what, sizeof what, "gradcheck layernorm w %d b %d", m & 1, m >> 1);
+        gradcheck(what, f_layernorm, in, 3, &c);
+        release_all(in, 3);
+    }
+    bt_scope_begin();
+    int32_t idx[8] = {1, 4, 1, 0, 4, 4, 2, 1};   /* repeats: their gradients add up */
+    gc_ctx ce = {.i = {0}};
+    ce.aux[0] = bt_keep(bt_from_data(idx, SH(2, 4), BT_I32, CPU));
+    int32_t tg[6] = {0, 4, -100, 2, 1, 3};
+    gc_ctx cx = {.i = {5, -100}};
+    cx.aux[0] = bt_keep(bt_from_data(tg, SH(2, 3), BT_I32, CPU));
+    bt_scope_end();
+    bt_tensor *table = leaf(SH(5, 3));
+    gradcheck("gradcheck embedding", f_embedding, &table, 1, &ce);
+    bt_release(table); bt_release(ce.aux[0]);
+    bt_tensor *logits = leaf(SH(2, 3, 7));
+    gradcheck("gradcheck cross_entropy V < Vp with ignore_index", f_xent, &logits, 1, &cx);
+    bt_release(logits); bt_release(cx.aux[0]);
+    bt_tensor *qkv[3] = {leaf(SH(1, 2, 7, 5)), leaf(SH(1, 2, 7, 5)), leaf(SH(1, 2, 7, 5))};
+    gradcheck("gradcheck attention T 7 D 5", f_attention, qkv, 3, &ce);
+    release_all(qkv, 3);
+    bt_tensor *qkv2[3] = {leaf(SH(2, 1, 3, 2)), leaf(SH(2, 1, 3, 2)), leaf(SH(2, 1, 3, 2))};
+    gradcheck("gradcheck attention B 2", f_attention, qkv2, 3, &ce);
+    release_all(qkv2, 3);
+}
+
+static void test_gradcheck_shape_ops(void) {
+    for (int dim = 0; dim < 2; dim++) {
+        bt_tensor *ps[10];
+        for (int i = 0; i < 10; i++) ps[i] = dim ? leaf(SH(2, 1 + i % 2)) : leaf(SH(1 + i % 2, 3));
+        gc_ctx c = {.i = {10, dim}};
+        gradcheck(dim ? "gradcheck concat of 10 along dim 1" : "gradcheck concat of 10 along dim 0", f_concat, ps, 10, &c);
+        release_all(ps, 10);
+        bt_tensor *x = dim ? leaf(SH(2, 9)) : leaf(SH(9, 2));
+        gradcheck("gradcheck split", f_split, &x, 1, &c);
+        bt_release(x);
+    }
+    for (int v = 0; v < 11; v++) {
+        bt_tensor *x = leaf(SH(3, 4, 5));
+        gc_ctx c = {.i = {v}};
+        char what[32]; snprintf(what, sizeof what, "gradcheck views %d", v);
+        gradcheck(what, f_views, &x, 1, &c);
+        bt_release(x);
+    }
+}
+
+static void test_gradcheck_composite(void) {
+    bt_tensor *mlp[7] = {leaf(SH(2, 3, 4)), leaf(SH(6, 4)), leaf(SH(6)), leaf(SH(6)), leaf(SH(6)), leaf(SH(3, 6)), leaf(SH(3))};
+    gc_ctx c0; memset(&c0, 0, sizeof c0);
+    gradcheck("gradcheck MLP (linear, layernorm, gelu, linear)", f_mlp, mlp, 7, &c0);
+    release_all(mlp, 7);
+    int64_t B = 2, T = 3, H = 2, D = 2, C = H * D;
+    bt_tensor *blk[5] = {leaf(SH(B, T, C)), leaf(SH(3 * C, C)), leaf(SH(3 * C)), leaf(SH(C)), leaf(SH(C, C))};
+    gc_ctx c = {.i = {(int)B, (int)T, (int)H, (int)D}};
+    int32_t tg[6] = {0, 3, 1, -100, 2, 2};
+    bt_scope_begin(); c.aux[0] = bt_keep(bt_from_data(tg, SH(2, 3), BT_I32, CPU)); bt_scope_end();
+    gradcheck("gradcheck attention block (views, permutes, attention, reshape)", f_attn_block, blk, 5, &c);
+    release_all(blk, 5); bt_release(c.aux[0]);
+}
+
+static void test_nothing_left(void) {
+    size_t live = bt_alloc_stats(CPU).allocated;
+    BT_CHECK(live == 0, "%zu bytes still allocated after all the tests", live);
+}
+
+int main(void) {
+    const char *q = getenv("BT_TEST_QUICK");
+    quick = q && *q && *q != '0';
+    BT_RUN(test_unary_forward);
+    BT_RUN(test_binary_forward);
+    BT_RUN(test_reduce_forward);
+    BT_RUN(test_matmul_forward);
+    BT_RUN(test_linear_forward);
+    BT_RUN(test_softmax_layernorm_forward);
+    BT_RUN(test_embedding_xent_forward);
+    BT_RUN(test_attention_forward);
+    BT_RUN(test_concat_split_forward);
+    BT_RUN(test_bf16_forward);
+    BT_RUN(test_gradcheck_elementwise);
+    BT_RUN(test_gradcheck_reductions);
+    BT_RUN(test_gradcheck_matmul);
+    BT_RUN(test_gradcheck_nn);
+    BT_RUN(test_gradcheck_shape_ops);
+    BT_RUN(test_gradcheck_composite);
+    BT_RUN(test_nothing_left);
+    return bt_test_summary("test_ops");
+}
