@@ -160,7 +160,7 @@ static void test_pretokenizer_vs_regex(void) {
             while (*p >= '0' && *p <= '9') p++;
         }
         if (!ok || i != ilen) {
-            if (bad < 5) BT_CHECK(0, "pieces of %s differ from the regex module's (%s)", line, tab + 1);
+            if (bad < 5) BT_CHECK(0, "pieces of %.*s differ from the regex module's (%s)", (int)(tab - line), line, tab + 1);
             bad++;
         }
         ncases++;
@@ -206,6 +206,12 @@ static void test_white_space_semantics(void) {
         BT_CHECK(na == nb && !memcmp(a, b, na * 4), "'LL");
     }
     BT_CHECK(splits_as("e\xcc\x81 cafe\xcc\x81", p6, 4), "combining marks are not letters");
+    {   /* where gpt-3-encoder (JS \s) gives 87 1587 227 88 and 220 171 119 123 65 */
+        int32_t a[16];
+        const int32_t w1[5] = {87, 220, 126, 227, 88}, w2[4] = {27332, 119, 123, 65};
+        BT_CHECK(enc("x \xc2\x85y", 5, a, 16) == 5 && !memcmp(a, w1, sizeof w1), "'x U+0085 y'");
+        BT_CHECK(enc(" \xef\xbb\xbf" "b", 5, a, 16) == 4 && !memcmp(a, w2, sizeof w2), "' U+FEFF b'");
+    }
 }
 
 /* OpenAI's bpe(): merge every occurrence of the lowest-ranked bigram, left to right; O(n^2) */
