@@ -19,13 +19,16 @@
      1. Tokenizer: GPT-2's byte-level BPE, read from OpenAI's encoder.json and vocab.bpe.
         Text is split by GPT-2's pre-tokenizer pattern
             's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-        (matched by hand, no regex engine; \p{L}, \p{N} and \s = White_Space come from the
-        Unicode table in bt_unicode_table.h, made by tools/gen_unicode_table.py). Each piece's
+        (matched by hand, no regex engine; \p{L} = Lu Ll Lt Lm Lo, \p{N} = Nd Nl No and
+        \s = White_Space come from the Unicode 15.0 table in section 2, generated from Debian's
+        unicode-data by tools/gen_unicode_table.py). Each piece's
         bytes start as 256 single-byte tokens and the adjacent pair of lowest merge rank is
         merged until none is left (a heap: O(k log k) for a k-byte piece); results are cached.
         Bytes that are not valid UTF-8 are their own pieces of the "other" class, so any byte
         string encodes and decode(encode(x)) == x. encode never emits <|endoftext|> (50256)
         from text: callers insert BT_EOT themselves where documents end.
+        Checked (tests/test_data.c) against gpt-3-encoder's ids, tiktoken's token counts of Tiny
+        Shakespeare and WikiText-2, and the Python regex module's pre-tokenization.
      2. Shards: llm.c's file layout: 256 int32 header (magic 20240520, version 1, token count),
         then uint16 tokens. Written to a temp file and renamed (atomic); read through mmap, with
         the header and the file size checked.
