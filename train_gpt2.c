@@ -538,8 +538,10 @@ static double train_step(trainer *tr, int step, double lr, double *grad_norm) {
 
 static void log_json(trainer *tr, int step, double loss, double lr, double norm, double ms, double tps, double val) {
     if (!tr->log) return;
-    fprintf(tr->log, "{\"step\": %d, \"train_loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, \"ms\": %.3f, \"tok_per_s\": %.1f, \"mem_mib\": %.1f",
-            step, loss, lr, norm, ms, tps, bt_alloc_stats(tr->model.device).allocated / 1048576.0);
+    bt_alloc_stats_t st = bt_alloc_stats(tr->model.device);
+    fprintf(tr->log, "{\"step\": %d, \"train_loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, \"ms\": %.3f, \"tok_per_s\": %.1f, "
+            "\"mem_mib\": %.1f, \"peak_allocated_mib\": %.1f, \"peak_reserved_mib\": %.1f",
+            step, loss, lr, norm, ms, tps, st.allocated / 1048576.0, st.peak_allocated / 1048576.0, st.peak_reserved / 1048576.0);
     if (val == val) fprintf(tr->log, ", \"val_loss\": %.6f", val);
     fprintf(tr->log, "}\n");
     fflush(tr->log);

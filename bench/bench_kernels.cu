@@ -1,0 +1,230 @@
+/* bench_kernels.cu - times the kernels of bt_kernels.cuh at GPT-2 124M training shapes.
+
+   Build and run (on a machine with a GPU):
+     nvcc -O3 -std=c++17 -x cu -arch=sm_90 -I. -o build/bench_kernels bench/bench_kernels.cu \
+          -lcublas -lcublasLt -lm && ./build/bench_kernels
+   Each kernel: 3 warm-up calls, then REPS calls each timed with a pair of CUDA events on the
+   kernels' stream; the median is reported. Inputs are random (never zeros) and rotated among
+   enough copies that one round touches more than 2 x L2, so the timings are of HBM, not cache.
+   "bytes" is the least traffic the op needs (each input read once, each output written once);
+   GB/s = bytes / time, and "% copy" compares it with a device-to-device cudaMemcpy measured in
+   the same run (bytes read + written). TFLOP/s counts 2 M N K per product (attention: only the
+   causal half of its T x T products, 2 of them forward and 5 backward) against an 8192^3 bf16
+   cuBLASLt product measured in the same run. The last lines are a markdown table. */
+#define BT_ALLOC_IMPLEMENTATION
+#define BT_KERNELS_IMPLEMENTATION
+#include "bt_kernels.cuh"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
+    fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); exit(2); } } while (0)
+#define REPS 25
+#define MAXCOPIES 8
+
+static cudaStream_t S;
+static cudaEvent_t e0[REPS], e1[REPS];
+static double g_copy_bw, g_peak_tflops;   /* bytes/s, flop/s measured here */
+static char g_rows[64][256];
+static int g_nrows;
+
+static void *dev(size_t bytes) { return bt_alloc(bt_cuda_device(0), bytes, (void *)S); }
+static void *randn(bt_dtype dt, int64_t n, uint64_t seed, double std) {
+    size_t es = dt == BT_F32 ? 4 : dt == BT_F64 ? 8 : 2;
+    void *p = dev((size_t)n * es);
+    bt_k_normal(dt, p, n, seed, 0, 0.0, std, S);
+    return p;
+}
+static int cmpf(const void *a, const void *b) { float x = *(const float *)a, y = *(const float *)b; return (x > y) - (x < y); }
+/* copies of a working set of `bytes` so that a round of them exceeds 2 x 50 MB of L2 */
+static int ncopies(double bytes) {
+    int c = (int)(100e6 / bytes) + 1;
+    return c > MAXCOPIES ? MAXCOPIES : c;
+}
+static double median_ms(void) {
+    float ms[REPS];
+    CK(cudaEventSynchronize(e1[REPS - 1]));
+    for (int r = 0; r < REPS; r++) CK(cudaEventElapsedTime(&ms[r], e0[r], e1[r]));
+    qsort(ms, REPS, sizeof ms[0], cmpf);
+    return ms[REPS / 2];
+}
+#define BENCH(ms_out, STMT) do { \
+    for (int w_ = 0; w_ < 3; w_++) { int it = w_ % nc; (void)it; STMT; } \
+    for (int r_ = 0; r_ < REPS; r_++) { int it = r_ % nc; (void)it; \
+        CK(cudaEventRecord(e0[r_], S)); STMT; CK(cudaEventRecord(e1[r_], S)); } \
+    CK(cudaGetLastError()); ms_out = median_ms(); } while (0)
+
+static void report(const char *name, const char *shape, double ms, double bytes, double flops) {
+    double s = ms * 1e-3;
+    char bw[32] = "", pc[32] = "", tf[32] = "", pt[32] = "";
+    if (bytes > 0) { snprintf(bw, sizeof bw, "%.0f", bytes / s / 1e9); snprintf(pc, sizeof pc, "%.0f%%", 100 * bytes / s / g_copy_bw); }
+    if (flops > 0) { snprintf(tf, sizeof tf, "%.0f", flops / s / 1e12); snprintf(pt, sizeof pt, "%.0f%%", 100 * flops / s / g_peak_tflops); }
+    printf("%-34s %-30s %9.1f us %7s GB/s %5s %6s TFLOP/s %5s\n", name, shape, ms * 1e3, bw, pc, tf, pt);
+    if (g_nrows < 64)
+        snprintf(g_rows[g_nrows++], 256, "| %s | %s | %.1f | %s | %s | %s | %s |", name, shape, ms * 1e3, bw, pc, tf, pt);
+}
+
+int main(void) {
+    if (bt_k_device_count() == 0) { printf("bench_kernels: no CUDA device\n"); return 0; }
+    bt_k_init(0);
+    S = bt_k_stream();
+    for (int r = 0; r < REPS; r++) { CK(cudaEventCreate(&e0[r])); CK(cudaEventCreate(&e1[r])); }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+    int nc = 1;
+    double ms;
+
+    /* ---- ceilings measured here ---- */
+    {
+        size_t nb = (size_t)1 << 30;
+        void *a = dev(nb), *b = dev(nb);
+        CK(cudaMemsetAsync(a, 1, nb, S));
+        BENCH(ms, CK(cudaMemcpyAsync(b, a, nb, cudaMemcpyDeviceToDevice, S)));
+        g_copy_bw = 2.0 * nb / (ms * 1e-3);
+        int64_t n = 8192;
+        void *x = randn(BT_BF16, n * n, 1, 1), *y = randn(BT_BF16, n * n, 2, 1), *z = dev((size_t)(n * n) * 2);
+        BENCH(ms, bt_k_matmul(BT_BF16, z, x, y, NULL, n, n, n, 0, 0, 1, 0, 0, 0, 1.f, 0.f, BT_MATMUL_FP32, S));
+        g_peak_tflops = 2.0 * n * n * n / (ms * 1e-3);
+        printf("ceilings: D2D copy %.0f GB/s (read + write), bf16 8192^3 product %.0f TFLOP/s\n", g_copy_bw / 1e9,
+               g_peak_tflops / 1e12);
+        bt_free(a); bt_free(b); bt_free(x); bt_free(y); bt_free(z);
+    }
+
+    const int64_t B = 8, T = 1024, C = 768, H = 12, D = 64, V = 50257, Vp = 50304, N = B * T;
+    char shp[64];
+    /* ---- layernorm ---- */
+    {
+        int64_t n = N * C;
+        nc = ncopies(4.0 * n);
+        void *x[MAXCOPIES], *o[MAXCOPIES], *g[MAXCOPIES], *gx[MAXCOPIES];
+        for (int i = 0; i < nc; i++) { x[i] = randn(BT_BF16, n, 10 + i, 1); g[i] = randn(BT_BF16, n, 30 + i, 1); o[i] = dev(n * 2); gx[i] = dev(n * 2); }
+        void *w = randn(BT_BF16, C, 3, 1), *b = randn(BT_BF16, C, 4, 1), *gw = randn(BT_BF16, C, 5, 1), *gb = randn(BT_BF16, C, 6, 1);
+        float *mean = (float *)dev(N * 4), *rstd = (float *)dev(N * 4);
+        snprintf(shp, sizeof shp, "[%lld, %lld] bf16", (long long)N, (long long)C);
+        BENCH(ms, bt_k_layernorm(BT_BF16, o[it], mean, rstd, x[it], w, b, N, C, 1e-5f, S));
+        report("layernorm", shp, ms, 4.0 * n + 8.0 * N, 0);
+        BENCH(ms, bt_k_layernorm_backward(BT_BF16, gx[it], gw, gb, g[it], x[it], w, mean, rstd, N, C, S));
+        report("layernorm_backward", shp, ms, 6.0 * n + 8.0 * N, 0);
+        for (int i = 0; i < nc; i++) { bt_free(x[i]); bt_free(o[i]); bt_free(g[i]); bt_free(gx[i]); }
+        bt_free(w); bt_free(b); bt_free(gw); bt_free(gb); bt_free(mean); bt_free(rstd);
+    }
+    /* ---- gelu ---- */
+    {
+        int64_t n = N * 4 * C;
+        nc = ncopies(4.0 * n);
+        void *x[MAXCOPIES], *o[MAXCOPIES], *g[MAXCOPIES];
+        for (int i = 0; i < nc; i++) { x[i] = randn(BT_BF16, n, 40 + i, 1); g[i] = randn(BT_BF16, n, 50 + i, 1); o[i] = dev(n * 2); }
+        snprintf(shp, sizeof shp, "[%lld, %lld] bf16", (long long)N, (long long)(4 * C));
+        BENCH(ms, bt_k_unary(BT_UOP_GELU, BT_BF16, o[it], x[it], n, S));
+        report("gelu", shp, ms, 4.0 * n, 0);
+        BENCH(ms, bt_k_unary_backward(BT_UOP_GELU, BT_BF16, o[it], g[it], x[it], NULL, n, S));
+        report("gelu_backward", shp, ms, 6.0 * n, 0);
+        for (int i = 0; i < nc; i++) { bt_free(x[i]); bt_free(o[i]); bt_free(g[i]); }
+    }
+    /* ---- softmax over attention-sized rows ---- */
+    {
+        int64_t rows = B * H * 64, cols = T, n = rows * cols;
+        nc = ncopies(4.0 * n);
+        void *x[MAXCOPIES], *o[MAXCOPIES];
+        for (int i = 0; i < nc; i++) { x[i] = randn(BT_BF16, n, 60 + i, 2); o[i] = dev(n * 2); }
+        snprintf(shp, sizeof shp, "[%lld, %lld] bf16", (long long)rows, (long long)cols);
+        BENCH(ms, bt_k_softmax(BT_BF16, o[it], x[it], rows, cols, 0, S));
+        report("softmax", shp, ms, 4.0 * n, 0);
+        BENCH(ms, bt_k_softmax_backward(BT_BF16, x[it], o[it], o[(it + 1) % nc], rows, cols, 0, S));
+        report("softmax_backward", shp, ms, 6.0 * n, 0);
+        for (int i = 0; i < nc; i++) { bt_free(x[i]); bt_free(o[i]); }
+    }
+    /* ---- cross-entropy over the padded vocabulary ---- */
+    {
+        int64_t n = N * Vp;
+        nc = 1;
+        void *lg = randn(BT_BF16, n, 70, 2), *gl = dev((size_t)n * 2);
+        int32_t *tg = (int32_t *)dev(N * 4);
+        float *loss = (float *)dev(N * 4), *lse = (float *)dev(N * 4), *gloss = (float *)dev(N * 4);
+        bt_k_fill(BT_I32, tg, 17, N, S);
+        bt_k_fill(BT_F32, gloss, 1.0 / N, N, S);
+        snprintf(shp, sizeof shp, "[%lld, %lld of %lld] bf16", (long long)N, (long long)V, (long long)Vp);
+        BENCH(ms, bt_k_cross_entropy(BT_BF16, loss, lse, lg, tg, N, V, Vp, -100, NULL, S));
+        report("cross_entropy", shp, ms, 2.0 * N * V + 8.0 * N, 0);
+        BENCH(ms, bt_k_cross_entropy_backward(BT_BF16, gl, lg, lse, tg, gloss, N, V, Vp, -100, S));
+        report("cross_entropy_backward", shp, ms, 2.0 * N * V + 2.0 * n, 0);
+        bt_free(lg); bt_free(gl); bt_free(tg); bt_free(loss); bt_free(lse); bt_free(gloss);
+    }
+    /* ---- attention (v0.1: cuBLAS products + a T x T scratch). Flops count the causal half of
+       each T x T product: forward S and P V, backward S again, dV, dP, dQ, dK. ---- */
+    {
+        int64_t n = B * H * T * D;
+        nc = 1;
+        void *q = randn(BT_BF16, n, 80, 1), *k = randn(BT_BF16, n, 81, 1), *v = randn(BT_BF16, n, 82, 1),
+             *g = randn(BT_BF16, n, 83, 1), *o = dev(n * 2), *gq = dev(n * 2), *gk = dev(n * 2), *gv = dev(n * 2);
+        float *lse = (float *)dev(B * H * T * 4);
+        double f = 2.0 * B * H * T * T * D / 2;   /* one causal product */
+        snprintf(shp, sizeof shp, "B%lld H%lld T%lld D%lld bf16", (long long)B, (long long)H, (long long)T, (long long)D);
+        BENCH(ms, bt_k_attention(BT_BF16, o, lse, q, k, v, B, H, T, D, 0.125f, S));
+        report("attention", shp, ms, 0, 2 * f);
+        BENCH(ms, bt_k_attention_backward(BT_BF16, gq, gk, gv, g, q, k, v, o, lse, B, H, T, D, 0.125f, S));
+        report("attention_backward", shp, ms, 0, 5 * f);
+        bt_free(q); bt_free(k); bt_free(v); bt_free(g); bt_free(o); bt_free(gq); bt_free(gk); bt_free(gv); bt_free(lse);
+    }
+    /* ---- AdamW over 124M parameters, bf16 grads, bf16 copy out ---- */
+    {
+        int64_t n = 124475904;
+        nc = 1;
+        float *p = (float *)randn(BT_F32, n, 90, 1), *m = (float *)randn(BT_F32, n, 91, 0.01), *v = (float *)dev(n * 4);
+        void *g = randn(BT_BF16, n, 92, 1), *lo = dev(n * 2);
+        bt_k_uniform(BT_F32, v, n, 93, 0, 1e-4, 1e-2, S);
+        snprintf(shp, sizeof shp, "%lld params, g bf16", (long long)n);
+        BENCH(ms, bt_k_adamw(p, g, BT_BF16, m, v, lo, BT_BF16, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10, NULL, S));
+        report("adamw (+bf16 copy)", shp, ms, 28.0 * n, 0);
+        BENCH(ms, bt_k_sumsq(BT_BF16, (float *)lo, g, n, 0, S));
+        report("sumsq (grad norm)", shp, ms, 2.0 * n, 0);
+        bt_free(p); bt_free(m); bt_free(v); bt_free(g); bt_free(lo);
+    }
+    /* ---- embedding backward (tokens + positions) ---- */
+    {
+        int64_t n = N;
+        nc = 1;
+        void *gt = randn(BT_F32, V * C, 101, 1);
+        int32_t *idx = (int32_t *)dev(n * 4);
+        {   /* token ids: Philox floats in [0, V) cast to int32 */
+            float *tmp = (float *)dev(n * 4);
+            bt_k_uniform(BT_F32, tmp, n, 102, 0, 0, (double)V - 1, S);
+            bt_k_cast(BT_I32, idx, BT_F32, tmp, n, S);
+            bt_free(tmp);
+        }
+        void *g32 = randn(BT_F32, n * C, 103, 1);
+        snprintf(shp, sizeof shp, "[%lld, %lld] f32, V %lld", (long long)n, (long long)C, (long long)V);
+        BENCH(ms, bt_k_embedding_backward(BT_F32, gt, g32, idx, n, C, V, 0, S));
+        report("embedding_backward atomic", shp, ms, 8.0 * n * C, 0);
+        BENCH(ms, bt_k_embedding_backward(BT_F32, gt, g32, idx, n, C, V, 1, S));
+        report("embedding_backward deterministic", shp, ms, 8.0 * n * C, 0);
+        bt_free(gt); bt_free(idx); bt_free(g32);
+    }
+    /* ---- matmul (bf16, fp32 accumulation) at the GPT-2 layer shapes ---- */
+    {
+        struct { const char *name; int64_t M, N, K; int tb; int bias; } mm[] = {
+            {"matmul qkv (x W^T + b)", N, 3 * C, C, 1, 1},
+            {"matmul fc (x W^T + b)", N, 4 * C, C, 1, 1},
+            {"matmul fc proj (x W^T + b)", N, C, 4 * C, 1, 1},
+            {"matmul lm head (x Wte^T)", N, Vp, C, 1, 0},
+        };
+        nc = 1;
+        for (int i = 0; i < 4; i++) {
+            void *a = randn(BT_BF16, mm[i].M * mm[i].K, 110 + i, 1), *b = randn(BT_BF16, mm[i].K * mm[i].N, 120 + i, 1);
+            void *bias = randn(BT_BF16, mm[i].N, 130 + i, 1), *c = dev((size_t)(mm[i].M * mm[i].N) * 2);
+            snprintf(shp, sizeof shp, "%lldx%lldx%lld bf16", (long long)mm[i].M, (long long)mm[i].N, (long long)mm[i].K);
+            BENCH(ms, bt_k_matmul(BT_BF16, c, a, b, mm[i].bias ? bias : NULL, mm[i].M, mm[i].N, mm[i].K, 0, mm[i].tb, 1, 0, 0, 0,
+                                  1.f, 0.f, BT_MATMUL_FP32, S));
+            report(mm[i].name, shp, ms, 0, 2.0 * mm[i].M * mm[i].N * mm[i].K);
+            bt_free(a); bt_free(b); bt_free(bias); bt_free(c);
+        }
+    }
+    CK(cudaStreamSynchronize(S));
+    printf("\n| kernel | shape | median us | GB/s | %% of copy | TFLOP/s | %% of bf16 product |\n| --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
+    for (int i = 0; i < g_nrows; i++) printf("%s\n", g_rows[i]);
+    printf("ceilings: D2D copy %.0f GB/s, bf16 8192^3 product %.0f TFLOP/s\n", g_copy_bw / 1e9, g_peak_tflops / 1e12);
+    bt_k_shutdown();
+    return 0;
+}

@@ -1,0 +1,89 @@
+/* test_gpt2_gpu.cu - GPT-2 of train_gpt2.c on the GPU: the same initial weights as the CPU for
+   a seed, parity with PyTorch (tiny fixture; GPT-2 124M when BT_PARITY_D12=<model>:<state> names
+   files made by tests/gpt2_ref.py --config d12), in fp32, tf32 and bf16, and bf16 training. */
+#define TRAIN_GPT2_NO_MAIN
+#include "train_gpt2.c"
+#include "tests/bt_test.h"
+#include "tests/gpt2_parity.h"
+#include <unistd.h>
+
+static int no_gpu(void) { if (bt_k_device_count() > 0) return 0; BT_SKIP("no GPU"); return 1; }
+
+static void test_same_init_as_cpu(void) {
+    if (no_gpu()) return;
+    gpt2_config c; c.L = 2; c.H = 4; c.C = 64; c.maxT = 64; c.V = 1000; c.Vp = 1024;
+    gpt2 a, b;
+    gpt2_build(&a, c, bt_cpu()); gpt2_init(&a, 1234);
+    gpt2_build(&b, c, bt_cuda_device(0)); gpt2_init(&b, 1234);
+    float *h = (float *)malloc(4 * (size_t)a.num_params);
+    bt_to_host(b.flat, h, BT_F32);
+    double e = relerr_f(h, (const float *)bt_data_ptr(a.flat), a.num_params);
+    BT_CHECK(e < 1e-6, "GPU init differs from CPU init: rel err %.3e", e);
+    free(h); gpt2_free(&a); gpt2_free(&b);
+}
+
+/* Tolerances. fp32: PyTorch runs fp32 with TF32 off; both sum in different orders -> rounding
+   only (~1e-6). tf32: 10-bit mantissa products, ~1e-3 per matmul, compounded through layers.
+   bf16: activations and matmul inputs rounded to 8 bits (rel 4e-3 each); the reference is
+   PyTorch fp32, so the bounds cover bf16 rounding through the whole network. */
+static void run_parity(const char *tag, const char *model, const char *state, bt_dtype dt, bt_matmul_precision mp, parity_tol tol) {
+    bt_set_matmul_precision(mp);
+    parity_result r;
+    gpt2_parity(model, state, bt_cuda_device(0), dt, tol, &r);
+    printf("parity %-16s logits %.2e loss %.2e worst grad %.2e (%s) worst step loss %.2e\n", tag, r.logits, r.loss,
+           r.grad_worst, r.grad_worst_name, r.step_loss_worst);
+    bt_set_matmul_precision(BT_MATMUL_FP32);
+}
+
+static void test_parity_tiny(void) {
+    if (no_gpu()) return;
+    const char *model = "tests/fixtures/gpt2_tiny.bin", *state = "tests/fixtures/gpt2_tiny_state.bin";
+    if (access(state, R_OK)) { BT_SKIP("no %s", state); return; }
+    parity_tol f32 = {1e-5, 1e-5, 1e-4, 1e-4}, tf32 = {1e-2, 1e-3, 3e-2, 1e-2}, bf16 = {3e-2, 5e-3, 1e-1, 2e-2};
+    run_parity("tiny gpu fp32", model, state, BT_F32, BT_MATMUL_FP32, f32);
+    run_parity("tiny gpu tf32", model, state, BT_F32, BT_MATMUL_TF32, tf32);
+    run_parity("tiny gpu bf16", model, state, BT_BF16, BT_MATMUL_FP32, bf16);
+}
+
+static void test_parity_d12(void) {
+    if (no_gpu()) return;
+    const char *spec = getenv("BT_PARITY_D12");
+    if (!spec || !strchr(spec, ':')) { BT_SKIP("BT_PARITY_D12=<model>:<state> not set"); return; }
+    char model[1024]; snprintf(model, sizeof model, "%.*s", (int)(strchr(spec, ':') - spec), spec);
+    const char *state = strchr(spec, ':') + 1;
+    parity_tol f32 = {1e-5, 1e-5, 1e-3, 1e-4}, bf16 = {5e-2, 1e-2, 2e-1, 3e-2};
+    run_parity("d12 gpu fp32", model, state, BT_F32, BT_MATMUL_FP32, f32);
+    run_parity("d12 gpu bf16", model, state, BT_BF16, BT_MATMUL_FP32, bf16);
+}
+
+/* bf16 training on the GPU drives the loss of one sequence down, as on the CPU */
+static void test_bf16_overfit(void) {
+    if (no_gpu()) return;
+    gpt2_config c; c.L = 2; c.H = 2; c.C = 64; c.maxT = 32; c.V = 64; c.Vp = 128;
+    gpt2 m; gpt2_build(&m, c, bt_cuda_device(0)); gpt2_init(&m, 3);
+    int T = 16; int32_t x[17];
+    for (int i = 0; i < T + 1; i++) x[i] = (int32_t)(bt_philox_uniform(42, (uint64_t)i) * 64);
+    bt_adamw opt; bt_adamw_init(&opt, m.params, m.n_params, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f);
+    double loss = 0;
+    for (int step = 0; step < 200 && !(loss > 0 && loss < 0.05); step++) {
+        bt_zero_(m.flat_grad);
+        bt_scope_begin();
+        bt_tensor *idx = bt_from_data(x, bt_shape2(1, T), BT_I32, m.device), *tgt = bt_from_data(x + 1, bt_shape2(1, T), BT_I32, m.device);
+        bt_tensor *l = gpt2_loss(&m, idx, tgt, BT_BF16);
+        bt_backward(l);
+        loss = bt_item(l);
+        bt_scope_end();
+        bt_adamw_step(&opt, 1e-2f);
+    }
+    BT_CHECK(loss < 0.1, "bf16 overfit loss %.4f not below 0.1", loss);
+    bt_adamw_free(&opt); gpt2_free(&m);
+}
+
+int main(void) {
+    (void)train_main;
+    BT_RUN(test_same_init_as_cpu);
+    BT_RUN(test_parity_tiny);
+    BT_RUN(test_parity_d12);
+    BT_RUN(test_bf16_overfit);
+    return bt_test_summary("test_gpt2_gpu");
+}
