@@ -251,11 +251,6 @@ BTDEF bt_tensor *bt_attention(bt_tensor *q, bt_tensor *k, bt_tensor *v);
 BTDEF bt_tensor *bt_concat(bt_tensor **ts, int n, int dim);
 BTDEF void bt_split(bt_tensor *x, const int64_t *sizes, int n, int dim, bt_tensor **out);
 
-#ifdef __cplusplus
-}
-#endif
-#endif /* BT_TENSOR_H */
-
 /* ============================================================================================
    The autograd node (data only; bt_autograd.h runs the graph). Declared here because every op
    records its node next to its forward code.
@@ -291,6 +286,12 @@ BTDEF int bt__needs_grad(bt_tensor *t);
 BTDEF bt_node *bt__record(const char *op, bt_backward_fn fn, bt_tensor *out, bt_tensor **inputs, int n_in);
 BTDEF void bt__save(bt_node *n, bt_tensor *t);
 BTDEF bt_tensor *bt__register(bt_tensor *t);   /* hand a fresh (+1) tensor to the current scope */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* BT_TENSOR_H */
+
 
 #ifdef BT_TENSOR_IMPLEMENTATION
 #ifndef BT_TENSOR_IMPLEMENTATION_DONE
