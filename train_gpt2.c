@@ -360,7 +360,7 @@ static void usage(FILE *f) {
         "  -j GLOB   val shards (default data/tinyshakespeare_val.bin)\n"
         "  -e NAME   model: a preset (d12 d24 d36 d48 s6 s4 s2) or a model file (llm.c layout, fp32)\n"
         "            (default: d12 on a GPU, s4 on a CPU)\n"
-        "  -b N      micro-batch size B (default 16 on a GPU, 8 on a CPU)\n"
+        "  -b N      micro-batch size B (default: the largest power of two that fits on a GPU; 8 on a CPU)\n"
         "  -t N      sequence length T (default 1024 on a GPU, 64 on a CPU; at most the model's context)\n"
         "  -d N      total batch in tokens, reached by gradient accumulation (default 524288 GPU, B*T CPU)\n"
         "  -l LR     peak learning rate (default 6e-4 GPU, 2e-3 CPU)\n"
@@ -441,13 +441,8 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
 
 /* fill what the flags left open from the machine, then check the combination */
 static int resolve_opts(train_opts *o, int on_gpu, const gpt2_config *cfg, char *err, size_t errlen) {
-    if (o->B < 0) o->B = on_gpu ? 16 : 8;
     if (o->T < 0) o->T = on_gpu ? 1024 : 64;
     if (o->T > cfg->maxT) { snprintf(err, errlen, "-t %d is longer than the model's context %d", o->T, cfg->maxT); return -1; }
-    if (o->total_batch < 0) o->total_batch = on_gpu ? 524288 : o->B * o->T;
-    if (o->total_batch % (o->B * o->T)) {
-        snprintf(err, errlen, "-d %d is not a multiple of B*T = %d*%d", o->total_batch, o->B, o->T); return -1;
-    }
     if (o->steps < 0) o->steps = on_gpu ? 20 : 300;
     if (o->val_every < 0) o->val_every = on_gpu ? 10 : 25;
     if (o->sample_every < 0) o->sample_every = 0;
@@ -456,6 +451,14 @@ static int resolve_opts(train_opts *o, int on_gpu, const gpt2_config *cfg, char 
     if (!o->precision) o->precision = on_gpu ? "bf16" : "fp32";
     if (!on_gpu && strcmp(o->precision, "fp32")) {
         snprintf(err, errlen, "--precision %s needs a GPU (the CPU path computes in fp32)", o->precision); return -1;
+    }
+    if (o->B < 0) {
+        if (on_gpu) return 0;          /* measured once the model exists: auto_micro_batch */
+        o->B = 8;
+    }
+    if (o->total_batch < 0) o->total_batch = on_gpu ? 524288 : o->B * o->T;
+    if (o->total_batch % (o->B * o->T)) {
+        snprintf(err, errlen, "-d %d is not a multiple of B*T = %d*%d", o->total_batch, o->B, o->T); return -1;
     }
     return 0;
 }
@@ -555,6 +558,41 @@ static bt_tokenizer *load_tokenizer(const char *dir) {
     return t;
 }
 
+#ifdef BT_CUDA
+/* Peak memory of one forward+backward at micro-batch B (synthetic tokens: memory does not
+   depend on their values). */
+static size_t probe_peak(gpt2 *m, int B, int T, bt_dtype dt) {
+    bt_alloc_reset_peak(m->device);
+    int32_t *ids = (int32_t *)calloc((size_t)B * T, sizeof(int32_t));
+    bt_scope_begin();
+    bt_tensor *idx = bt_from_data(ids, bt_shape2(B, T), BT_I32, m->device);
+    bt_backward(gpt2_loss(m, idx, idx, dt));
+    bt_scope_end();
+    free(ids);
+    bt_zero_(m->flat_grad);
+    return bt_alloc_stats(m->device).peak_allocated;
+}
+#endif
+
+/* The largest power-of-two micro-batch that fits: activations grow linearly in B, so two
+   probes (B = 1, 2) give the fixed part and the part per sequence; keep 10% of the device free
+   for fragmentation and the libraries' own buffers. */
+static int auto_micro_batch(gpt2 *m, int T, int total_batch, bt_dtype dt) {
+    int best = 1;
+#ifdef BT_CUDA
+    size_t p1 = probe_peak(m, 1, T, dt), p2 = probe_peak(m, 2, T, dt), free_b = 0, total_b = 0;
+    size_t per = p2 > p1 ? p2 - p1 : 1, fixed = p1 > per ? p1 - per : 0;
+    BT__CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b), "auto micro-batch");
+    double budget = 0.9 * (double)(free_b + bt_alloc_stats(m->device).reserved);
+    while (best * 2 * T <= total_batch && total_batch % (best * 2 * T) == 0 && fixed + (double)per * best * 2 <= budget) best *= 2;
+    printf("auto micro-batch: %.0f MiB per sequence of %d tokens, %.0f MiB fixed, %.0f MiB usable -> B = %d\n",
+           per / 1048576.0, T, fixed / 1048576.0, budget / 1048576.0, best);
+#else
+    (void)m; (void)T; (void)total_batch; (void)dt;
+#endif
+    return best;
+}
+
 static int train_main(train_opts *o) {
     char err[1024];
     int have_gpu = 0;
@@ -589,6 +627,17 @@ static int train_main(train_opts *o) {
     tr.o = *o;
     tr.dt = !strcmp(o->precision, "bf16") ? BT_BF16 : BT_F32;
     bt_set_matmul_precision(!strcmp(o->precision, "tf32") ? BT_MATMUL_TF32 : BT_MATMUL_FP32);
+    gpt2_build(&tr.model, cfg, dev);
+    if (from_file) {
+        if (gpt2_load_weights(&tr.model, model, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return 1; }
+    } else gpt2_init(&tr.model, o->seed);
+    bt_adamw_init(&tr.opt, tr.model.params, tr.model.n_params, 0.9f, 0.95f, 1e-8f, (float)o->weight_decay, (float)o->clip);
+    if (o->B < 0) {                                  /* the GPU default: the largest that fits */
+        if (o->total_batch < 0) o->total_batch = 524288;
+        o->B = auto_micro_batch(&tr.model, o->T, o->total_batch, tr.dt);
+        if (resolve_opts(o, on_gpu, &cfg, err, sizeof err)) { usage(stderr); fprintf(stderr, "error: %s\n", err); return 1; }
+        tr.o = *o;
+    }
     tr.train = bt_loader_open(o->train_glob, o->B, o->T, 0, 1, 1, o->seed);
     if (!tr.train) { fprintf(stderr, "error: train data (-i %s): %s\n(make data builds the default shards)\n", o->train_glob, bt_data_error()); return 1; }
     tr.val = bt_loader_open(o->val_glob, o->B, o->T, 0, 1, 0, 0);
@@ -597,11 +646,6 @@ static int train_main(train_opts *o) {
     tr.inputs = (int32_t *)malloc(sizeof(int32_t) * (size_t)o->B * o->T);
     tr.targets = (int32_t *)malloc(sizeof(int32_t) * (size_t)o->B * o->T);
 
-    gpt2_build(&tr.model, cfg, dev);
-    if (from_file) {
-        if (gpt2_load_weights(&tr.model, model, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return 1; }
-    } else gpt2_init(&tr.model, o->seed);
-    bt_adamw_init(&tr.opt, tr.model.params, tr.model.n_params, 0.9f, 0.95f, 1e-8f, (float)o->weight_decay, (float)o->clip);
     if (o->out_dir) {
         char path[4096];
         mkdir(o->out_dir, 0755);
