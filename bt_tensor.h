@@ -648,9 +648,36 @@ BTDEF bt_tensor *bt_full(bt_shape shape, double value, bt_dtype dt, bt_device de
 BTDEF bt_tensor *bt_scalar(double value, bt_dtype dt, bt_device dev) {
     bt_shape s; memset(&s, 0, sizeof s); return bt_full(s, value, dt, dev);
 }
+#ifdef BT_CUDA
+/* A copy from pageable host memory makes the host wait for the stream, which would stall the
+   host behind the GPU at every batch upload. Small uploads go through a ring of pinned staging
+   buffers instead: the host copies into a free slot and returns at once; a slot is reused only
+   after the event recorded behind its copy has passed (with 4 slots, in practice never waited). */
+#define BT__STAGE_SLOTS 4
+#define BT__STAGE_MAX ((size_t)64 << 20)
+static struct { void *buf; size_t cap; cudaEvent_t done; int used; } bt__stage[BT__STAGE_SLOTS];
+static int bt__stage_next;
+static void bt__upload_staged(void *dst, const void *src, size_t nbytes) {
+    int k = bt__stage_next; bt__stage_next = (k + 1) % BT__STAGE_SLOTS;
+    if (bt__stage[k].used) BT__CUDA_CHECK(cudaEventSynchronize(bt__stage[k].done), "upload to GPU");
+    else BT__CUDA_CHECK(cudaEventCreateWithFlags(&bt__stage[k].done, cudaEventDisableTiming), "upload to GPU");
+    if (bt__stage[k].cap < nbytes) {
+        if (bt__stage[k].buf) BT__CUDA_CHECK(cudaFreeHost(bt__stage[k].buf), "upload to GPU");
+        size_t cap = nbytes < 65536 ? 65536 : nbytes;
+        BT__CUDA_CHECK(cudaMallocHost(&bt__stage[k].buf, cap), "upload to GPU (pinned staging buffer)");
+        bt__stage[k].cap = cap;
+    }
+    memcpy(bt__stage[k].buf, src, nbytes);
+    BT__CUDA_CHECK(cudaMemcpyAsync(dst, bt__stage[k].buf, nbytes, cudaMemcpyHostToDevice, bt_k_stream()), "upload to GPU");
+    BT__CUDA_CHECK(cudaEventRecord(bt__stage[k].done, bt_k_stream()), "upload to GPU");
+    bt__stage[k].used = 1;
+}
+#endif
 static void bt__upload(void *dst, bt_device dev, const void *src, size_t nbytes) {
     if (dev.type == BT_CPU) { if (nbytes) memcpy(dst, src, nbytes); return; }
 #ifdef BT_CUDA
+    if (nbytes == 0) return;
+    if (nbytes <= BT__STAGE_MAX) { bt__upload_staged(dst, src, nbytes); return; }
     BT__CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, bt_k_stream()), "upload to GPU");
 #else
     (void)dst; (void)src; (void)nbytes;
