@@ -159,36 +159,47 @@ static void bt__accumulate_leaf(bt_tensor *leaf, bt_tensor *g) {
     bt_release(g);
 }
 
-/* mark every node reachable from root for this pass; count each node's consumers and each
-   leaf's incoming edges */
-static void bt__count_deps(bt_node *root, uint64_t pass) {
-    bt_node **stack = NULL; int sp = 0, cap = 0;
-    root->pass = pass; root->deps = 0;
-    bt_node *cur = root;
-    for (;;) {
-        for (int i = 0; i < cur->n_in; i++) {
-            bt_node *m = cur->next[i].node;
-            if (cur->next[i].leaf) cur->next[i].leaf->grad_pending++;
-            if (!m) continue;
-            if (m->pass != pass) {
-                if (m->consumed) { free(stack); bt_error("backward: the graph through %s was already run; its saved tensors are freed (run the forward again)", m->op); }
-                m->pass = pass; m->deps = 0;
-                if (sp == cap) { cap = cap ? 2 * cap : 64; stack = (bt_node **)realloc(stack, sizeof(bt_node *) * cap); if (!stack) bt_error("backward: out of host memory"); }
-                stack[sp++] = m;
-            }
-            m->deps++;
-        }
-        if (!sp) break;
-        cur = stack[--sp];
-    }
-    free(stack);
-}
-
 static void bt__check_saved(bt_node *n) {
     for (int s = 0; s < n->n_saved; s++)
         if (n->saved[s]->storage->version != n->saved_version[s])
             bt_error("backward: a tensor %s saved by %s was modified in place after it was saved (version %u, saved at %u)",
                      bt__s(n->saved[s]), n->op, n->saved[s]->storage->version, n->saved_version[s]);
+}
+
+/* Mark every node reachable from root for this pass and count each node's consumers; then count
+   each leaf's incoming edges. Every error a pass can foresee (a consumed node, a saved tensor
+   modified in place) is raised in the first walk, before anything is changed, so that a caller
+   whose error handler returns by longjmp finds the graph, the grads and the hooks' counts intact. */
+static void bt__count_deps(bt_node *root, uint64_t pass) {
+    bt_node **list = NULL; int n = 1, cap = 64;        /* the reached nodes; the walk's queue too */
+    list = (bt_node **)malloc(sizeof(bt_node *) * cap);
+    if (!list) bt_error("backward: out of host memory");
+    root->pass = pass; root->deps = 0; list[0] = root;
+    for (int k = 0; k < n; k++) {
+        bt_node *cur = list[k];
+        for (int i = 0; i < cur->n_in; i++) {
+            bt_node *m = cur->next[i].node;
+            if (!m) continue;
+            if (m->pass != pass) {
+                if (m->consumed) { free(list); bt_error("backward: the graph through %s was already run; its saved tensors are freed (run the forward again)", m->op); }
+                m->pass = pass; m->deps = 0;
+                if (n == cap) {
+                    bt_node **nl = (bt_node **)realloc(list, sizeof(bt_node *) * (cap *= 2));
+                    if (!nl) { free(list); bt_error("backward: out of host memory"); }
+                    list = nl;
+                }
+                list[n++] = m;
+            }
+            m->deps++;
+        }
+    }
+    for (int k = 0; k < n; k++)
+        for (int s = 0; s < list[k]->n_saved; s++)
+            if (list[k]->saved[s]->storage->version != list[k]->saved_version[s]) { bt_node *bad = list[k]; free(list); bt__check_saved(bad); }
+    /* leaves: reset first (a pass cut short by an error in a backward function leaves counts behind) */
+    for (int k = 0; k < n; k++) for (int i = 0; i < list[k]->n_in; i++) if (list[k]->next[i].leaf) list[k]->next[i].leaf->grad_pending = 0;
+    for (int k = 0; k < n; k++) for (int i = 0; i < list[k]->n_in; i++) if (list[k]->next[i].leaf) list[k]->next[i].leaf->grad_pending++;
+    free(list);
 }
 
 /* run one node's backward; returns the input gradients, each one owned reference (or NULL) */
@@ -217,20 +228,24 @@ static void bt__free_node_buffers(bt_node *n) {
     n->consumed = 1;
 }
 
-BTDEF void bt_backward_with(bt_tensor *out, bt_tensor *gout) {
-    if (!out || !gout) bt_error("backward: output and gradient must not be NULL");
-    if (gout->ndim != out->ndim || memcmp(gout->shape, out->shape, sizeof(int64_t) * out->ndim) || gout->dtype != out->dtype)
-        bt_error("backward: the seed gradient's shape/dtype differs from the output's");
+/* the seed is gout, or ones when gout is NULL; made only once every check has passed */
+static bt_tensor *bt__seed(bt_tensor *out, bt_tensor *gout) {
+    if (gout) return bt_retain(gout);
+    bt_tensor *one = bt__new(bt_shape_of(out), out->dtype, bt_device_of(out));
+    bt_fill_(one, 1.0);
+    return one;
+}
+static void bt__backward(bt_tensor *out, bt_tensor *gout) {
     if (!out->grad_fn) {
         if (!out->requires_grad) bt_error("backward: the output does not require grad (no input required grad, or grad mode was off)");
-        bt__accumulate_leaf(out, bt_retain(gout));
+        bt__accumulate_leaf(out, bt__seed(out, gout));
         return;
     }
     bt_node *root = out->grad_fn;
     if (root->consumed) bt_error("backward: the graph through %s was already run; its saved tensors are freed (run the forward again)", root->op);
     uint64_t pass = ++bt__ag.pass;
     bt__count_deps(root, pass);
-    root->grad = bt_retain(gout);
+    root->grad = bt__seed(out, gout);
     bt__ready_heap ready = {NULL, 0, 0};
     bt__ready_push(&ready, root);
     while (ready.n) {
@@ -252,13 +267,16 @@ BTDEF void bt_backward_with(bt_tensor *out, bt_tensor *gout) {
     }
     free(ready.a);
 }
+BTDEF void bt_backward_with(bt_tensor *out, bt_tensor *gout) {
+    if (!out || !gout) bt_error("backward: output and gradient must not be NULL");
+    if (gout->ndim != out->ndim || memcmp(gout->shape, out->shape, sizeof(int64_t) * out->ndim) || gout->dtype != out->dtype)
+        bt_error("backward: the seed gradient's shape/dtype differs from the output's");
+    bt__backward(out, gout);
+}
 BTDEF void bt_backward(bt_tensor *out) {
     if (!out) bt_error("backward: output is NULL");
     if (bt_numel(out) != 1) bt_error("backward: output %s is not a single element; use bt_backward_with", bt__s(out));
-    bt_scope_begin();
-    bt_tensor *one = bt_full(bt_shape_of(out), 1.0, out->dtype, bt_device_of(out));
-    bt_backward_with(out, one);
-    bt_scope_end();
+    bt__backward(out, NULL);
 }
 BTDEF void bt_free_graph(bt_tensor *out) {
     if (out && out->grad_fn) { bt_node_release(out->grad_fn); out->grad_fn = NULL; }
@@ -332,7 +350,8 @@ BTDEF void bt_adamw_free(bt_adamw *opt) {
     bt_release(opt->grad_norm); bt_release(opt->clip_scale);
     memset(opt, 0, sizeof *opt);
 }
-/* clip factor min(1, max_norm / (norm + 1e-6)) as a device scalar: 1 - relu(1 - r) */
+/* clip factor min(1, max_norm / (norm + 1e-6)) as a device scalar, no host sync: -max(-1, -r) is
+   exact, where 1 - relu(1 - r) in fp32 would lose r's low bits (a relative error of 1e-5 at r = 1e-3) */
 static void bt__clip_scale(bt_adamw *opt) {
     bt_release(opt->grad_norm); bt_release(opt->clip_scale);
     bt_scope_begin();
@@ -341,7 +360,8 @@ static void bt__clip_scale(bt_adamw *opt) {
     opt->clip_scale = NULL;
     if (opt->max_grad_norm > 0) {
         bt_tensor *r = bt_div(bt_full(bt_shape1(1), opt->max_grad_norm, BT_F32, bt_device_of(norm)), bt_add_scalar(norm, 1e-6));
-        opt->clip_scale = bt_keep(bt_affine(bt_relu(bt_affine(r, -1.0, 1.0)), -1.0, 1.0));
+        bt_tensor *pair[2] = {bt_full(bt_shape1(1), -1.0, BT_F32, bt_device_of(norm)), bt_neg(r)};
+        opt->clip_scale = bt_keep(bt_neg(bt_max(bt_concat(pair, 2, 0), 0, 1)));
     }
     bt_scope_end();
 }

@@ -876,7 +876,9 @@ BTDEF bt_node *bt__record(const char *op, bt_backward_fn fn, bt_tensor *out, bt_
 BTDEF void bt__save(bt_node *n, bt_tensor *t) {
     if (n->n_saved == BT_NODE_MAX_SAVED) bt_error("%s: too many saved tensors", n->op);
     n->saved_version[n->n_saved] = t->storage->version;
-    n->saved[n->n_saved++] = bt_retain(t);
+    /* n's own output is saved as a plain alias of its storage: saving the output itself would make
+       a cycle (output -> grad_fn n -> saved output) that leaks a graph dropped without backward */
+    n->saved[n->n_saved++] = t->grad_fn == n ? bt__alias(t) : bt_retain(t);
 }
 static int bt__wants(bt_node *n, int i) { return n->next[i].node || n->next[i].leaf; }
 

@@ -1,0 +1,544 @@
+/* test_autograd.c - the engine of bt_autograd.h (shared subexpressions, accumulation, no-grad mode,
+   errors and the state they leave, saved tensors freed during backward, gradient-ready hooks and
+   their order) and the optimizers (AdamW with and without clipping, SGD with momentum) against
+   hand-written references, and bt_lr_cosine. */
+#define BT_ALLOC_IMPLEMENTATION
+#define BT_TENSOR_IMPLEMENTATION
+#define BT_AUTOGRAD_IMPLEMENTATION
+#include "bt_autograd.h"
+#include "tests/bt_test.h"
+#pragma GCC diagnostic ignored "-Wclobbered"   /* BT_EXPECT_ERROR's setjmp: a false positive */
+#include <stdlib.h>
+#include <stdint.h>
+
+#define CPU bt_cpu()
+static int quick;
+static uint64_t seed_ctr = 5000;
+static size_t allocated(void) { return bt_alloc_stats(CPU).allocated; }
+
+/* a fresh random leaf, owned by the caller */
+static bt_tensor *leaf(bt_shape s, bt_dtype dt, int requires_grad) {
+    bt_scope_begin();
+    bt_tensor *t = bt_keep(bt_randn(s, dt, CPU, seed_ctr++));
+    bt_scope_end();
+    if (requires_grad) bt_set_requires_grad(t, 1);
+    return t;
+}
+static double *host(bt_tensor *t) {
+    double *p = (double *)malloc(sizeof(double) * (size_t)(bt_numel(t) ? bt_numel(t) : 1));
+    bt_to_host(t, p, BT_F64);
+    return p;
+}
+static void drop_grad(bt_tensor *t) { bt_release(t->grad); t->grad = NULL; }
+
+/* ---------------------------------------------------------------------------------------------
+   the engine
+   --------------------------------------------------------------------------------------------- */
+static void test_shared_subexpressions(void) {
+    size_t base = allocated();
+    bt_tensor *x = leaf(bt_shape1(7), BT_F64, 1);
+    double *xh = host(x);
+    bt_scope_begin();
+    bt_tensor *y = bt_add(bt_mul(x, x), bt_mul(x, x));        /* x used four times: dy/dx = 4x */
+    bt_backward(bt_sum(y, NULL, 0, 0));
+    bt_scope_end();
+    double *g = host(x->grad), want[7];
+    for (int i = 0; i < 7; i++) want[i] = 4 * xh[i];
+    BT_CHECK(bt_test_relerr(g, want, 7) < 1e-15, "x*x + x*x: rel err %g", bt_test_relerr(g, want, 7));
+    free(g); drop_grad(x);
+    /* a diamond through an intermediate used by three consumers: a = exp(x), f = a*a + tanh(a) + a */
+    bt_scope_begin();
+    bt_tensor *a = bt_exp(x);
+    bt_backward(bt_sum(bt_add(bt_add(bt_mul(a, a), bt_tanh(a)), a), NULL, 0, 0));
+    bt_scope_end();
+    g = host(x->grad);
+    for (int i = 0; i < 7; i++) { double e = exp(xh[i]), t = tanh(e); want[i] = (2 * e + (1 - t * t) + 1) * e; }
+    BT_CHECK(bt_test_relerr(g, want, 7) < 1e-14, "diamond: rel err %g", bt_test_relerr(g, want, 7));
+    free(g); free(xh);
+    bt_release(x);
+    BT_CHECK(allocated() == base, "leaked %lld bytes", (long long)(allocated() - base));
+}
+
+static void test_accumulation_and_zero_grad(void) {
+    size_t base = allocated();
+    bt_tensor *w = leaf(bt_shape2(3, 4), BT_F32, 1), *x = leaf(bt_shape2(5, 4), BT_F32, 0);
+    double *once = NULL;
+    for (int pass = 0; pass < 3; pass++) {
+        bt_scope_begin();
+        bt_backward(bt_mean(bt_square(bt_linear(x, w, NULL)), NULL, 0, 0));
+        bt_scope_end();
+        double *g = host(w->grad);
+        if (pass == 0) once = g;
+        else {
+            double want[12];
+            for (int i = 0; i < 12; i++) want[i] = (pass + 1) * once[i];
+            BT_CHECK(bt_test_relerr(g, want, 12) < 1e-6, "after %d backward calls the grad is not %d times one: rel err %g",
+                     pass + 1, pass + 1, bt_test_relerr(g, want, 12));
+            free(g);
+        }
+    }
+    bt_tensor *grad_before = w->grad;
+    bt_zero_grad(&w, 1);
+    double *z = host(w->grad); int zero = 1;
+    for (int i = 0; i < 12; i++) zero &= z[i] == 0;
+    free(z);
+    BT_CHECK(zero && w->grad == grad_before, "zero_grad did not zero the grad in place");
+    bt_scope_begin();
+    bt_backward(bt_mean(bt_square(bt_linear(x, w, NULL)), NULL, 0, 0));
+    bt_scope_end();
+    double *g = host(w->grad);
+    BT_CHECK(bt_test_relerr(g, once, 12) < 1e-7, "after zero_grad one backward gives %g of the single grad", bt_test_relerr(g, once, 12));
+    free(g); free(once);
+    bt_tensor *none = NULL;
+    bt_tensor *ps[2] = {x, none};
+    bt_zero_grad(ps, 2);                                /* no grad, NULL: nothing to do */
+    BT_CHECK(x->grad == NULL, "zero_grad made a grad");
+    bt_release(w); bt_release(x);
+    BT_CHECK(allocated() == base, "leaked %lld bytes", (long long)(allocated() - base));
+}
+
+static void test_no_grad(void) {
+    size_t base = allocated();
+    bt_tensor *x = leaf(bt_shape2(3, 3), BT_F32, 1);
+    bt_scope_begin();
+    int old = bt_set_grad_enabled(0);
+    BT_CHECK(old == 1 && !bt_grad_enabled(), "grad mode switch");
+    bt_tensor *y = bt_matmul(bt_tanh(x), x), *v = bt_transpose(x, 0, 1);
+    BT_CHECK(y->grad_fn == NULL && !y->requires_grad && v->grad_fn == NULL, "no-grad mode recorded a graph");
+    BT_EXPECT_ERROR(bt_backward(bt_sum(y, NULL, 0, 0)), "does not require grad");
+    bt_set_grad_enabled(old);
+    bt_tensor *y2 = bt_matmul(bt_tanh(x), x);
+    BT_CHECK(y2->grad_fn != NULL && y2->requires_grad, "grad mode back on: no graph");
+    /* inputs that do not require grad record nothing either */
+    bt_tensor *c = leaf(bt_shape2(3, 3), BT_F32, 0);
+    bt_tensor *y3 = bt_exp(bt_add(c, c));
+    BT_CHECK(y3->grad_fn == NULL && !y3->requires_grad, "an op on constants recorded a graph");
+    bt_release(c);
+    bt_scope_end();
+    BT_CHECK(x->grad == NULL, "no backward ran, yet x has a grad");
+    bt_release(x);
+    BT_CHECK(allocated() == base, "leaked %lld bytes", (long long)(allocated() - base));
+}
+
+/* a hook counting its calls */
+typedef struct { int calls; int order[8]; int n; } hook_log;
+static void count_hook(bt_tensor *leaf_, void *user) { (void)leaf_; ((hook_log *)user)->calls++; }
+
+static void test_backward_errors(void) {
+    size_t base = allocated();
+    bt_tensor *x = leaf(bt_shape1(6), BT_F64, 1), *w = leaf(bt_shape1(6), BT_F64, 1);
+    bt_scope_begin();
+    BT_EXPECT_ERROR(bt_backward(bt_exp(x)), "single element");
+    bt_tensor *loss = bt_sum(bt_exp(x), NULL, 0, 0);
+    bt_backward(loss);
+    BT_EXPECT_ERROR(bt_backward(loss), "already run");
+    /* a new graph that reaches into the consumed one */
+    bt_tensor *mid = bt_tanh(x), *l1 = bt_sum(mid, NULL, 0, 0);
+    bt_backward(l1);
+    BT_EXPECT_ERROR(bt_backward(bt_sum(bt_mul(mid, w), NULL, 0, 0)), "already run");
+    BT_EXPECT_ERROR(bt_backward_with(loss, bt_zeros(bt_shape1(2), BT_F64, CPU)), "backward");
+    bt_scope_end();
+    drop_grad(x); drop_grad(w);
+    BT_CHECK(bt__g.scope_depth == 0, "errors left %d scopes open", bt__g.scope_depth);
+    BT_CHECK(bt_grad_enabled(), "errors left grad mode off");
+    /* in place: mul saves x and w; x changes under no-grad; backward must refuse */
+    hook_log hx = {0};
+    bt_register_grad_hook(x, count_hook, &hx);
+    bt_scope_begin();
+    bt_tensor *l2 = bt_sum(bt_mul(bt_exp(x), w), NULL, 0, 0);
+    int old = bt_set_grad_enabled(0);
+    bt_add_(x, bt_full(bt_shape1(6), 0.5, BT_F64, CPU), 1.0);
+    bt_set_grad_enabled(old);
+    BT_EXPECT_ERROR(bt_backward(l2), "modified in place");
+    bt_scope_end();
+    BT_CHECK(bt__g.scope_depth == 0, "the in-place error left %d scopes open", bt__g.scope_depth);
+    BT_CHECK(bt_grad_enabled(), "the in-place error left grad mode off");
+    BT_CHECK(x->grad == NULL && w->grad == NULL && hx.calls == 0, "a refused backward changed grads or fired hooks");
+    /* the engine still works, and the leaf's hook fires once */
+    bt_scope_begin();
+    bt_backward(bt_sum(bt_mul(bt_exp(x), w), NULL, 0, 0));
+    bt_scope_end();
+    BT_CHECK(hx.calls == 1, "after an error, x's hook fired %d times in one backward", hx.calls);
+    double *g = host(x->grad), *xh = host(x), *wh = host(w), want[6];
+    for (int i = 0; i < 6; i++) want[i] = exp(xh[i]) * wh[i];
+    BT_CHECK(bt_test_relerr(g, want, 6) < 1e-14, "backward after an error: rel err %g", bt_test_relerr(g, want, 6));
+    free(g); free(xh); free(wh);
+    bt_clear_grad_hooks();
+    /* a modification through a view of a saved tensor counts too (the version is the storage's) */
+    bt_tensor *big = leaf(bt_shape2(4, 6), BT_F64, 1);
+    bt_scope_begin();
+    bt_tensor *l3 = bt_sum(bt_square(bt_narrow(big, 0, 1, 2)), NULL, 0, 0);
+    old = bt_set_grad_enabled(0);
+    bt_fill_(bt_select(big, 0, 3), 1.0);      /* another row of the same storage */
+    bt_set_grad_enabled(old);
+    BT_EXPECT_ERROR(bt_backward(l3), "square");
+    bt_scope_end();
+    BT_EXPECT_ERROR(bt_register_grad_hook(NULL, count_hook, NULL), "register_grad_hook");
+    bt_release(big); bt_release(x); bt_release(w);
+    BT_CHECK(allocated() == base, "leaked %lld bytes", (long long)(allocated() - base));
+}
+
+/* saved tensors are released as soon as their node has run, not when the graph is freed */
+typedef struct { size_t at; int calls; } alloc_probe;
+static void probe_hook(bt_tensor *l, void *user) { (void)l; ((alloc_probe *)user)->at = allocated(); ((alloc_probe *)user)->calls++; }
+static void test_saved_tensors_freed(void) {
+    size_t base = allocated();
+    int64_t n = 1 << 16;                       /* 256 KB per f32 tensor */
+    bt_tensor *x = leaf(bt_shape1(n), BT_F32, 1), *w = leaf(bt_shape1(n), BT_F32, 1);
+    size_t X = bt_alloc_size(x->storage->data);
+    alloc_probe early = {0, 0}, late = {0, 0};
+    bt_register_grad_hook(w, probe_hook, &late);     /* w is used last: its grad is ready first */
+    bt_register_grad_hook(x, probe_hook, &early);    /* x is used first: its grad is ready last */
+    /* no scope: the intermediates are released by us at once, so only the graph holds them */
+    bt_tensor *a = bt_exp(x), *b = bt_tanh(a), *c = bt_mul(b, b), *d = bt_mul(c, w), *loss = bt_sum(d, NULL, 0, 0);
+    bt_release(a); bt_release(b); bt_release(c); bt_release(d);
+    size_t after_fwd = allocated();
+    BT_CHECK(after_fwd >= base + 5 * X, "the graph should hold x, w, a, b, c: %zu KB over base", (after_fwd - base) >> 10);
+    bt_backward(loss);
+    size_t after_bwd = allocated();
+    BT_CHECK(late.calls == 1 && early.calls == 1, "hooks fired %d and %d times", late.calls, early.calls);
+    BT_CHECK(early.at + X < late.at, "nothing was freed between the last and the first leaf's hooks: %zu KB vs %zu KB",
+             early.at >> 10, late.at >> 10);
+    /* left: x, w, their grads, the loss; every saved intermediate is gone while loss still holds the graph */
+    BT_CHECK(after_bwd <= base + 4 * X + 4096, "after backward %zu KB over base (want ~%zu KB)", (after_bwd - base) >> 10, (4 * X) >> 10);
+    BT_CHECK(loss->grad_fn != NULL, "the loss lost its graph");
+    bt_release(loss);
+    bt_clear_grad_hooks();
+    bt_release(x); bt_release(w);
+    BT_CHECK(allocated() == base, "leaked %lld bytes", (long long)(allocated() - base));
+    /* bt_free_graph drops a graph that will not be run */
+    bt_tensor *p = leaf(bt_shape1(n), BT_F32, 1);
+    bt_tensor *q = bt_exp(p), *th = bt_tanh(q), *r = bt_sum(th, NULL, 0, 0);
+    bt_release(q); bt_release(th);            /* exp and tanh save their outputs: only the graph holds them now */
+    size_t held = allocated();
+    bt_free_graph(r);
+    BT_CHECK(r->grad_fn == NULL && allocated() + 2 * X <= held, "free_graph kept %zu KB", (allocated() - base) >> 10);
+    bt_release(r); bt_release(p);
+    BT_CHECK(allocated() == base, "free_graph leaked %lld bytes", (long long)(allocated() - base));
+}
+
+/* gradient-ready hooks: once per leaf per backward, in reverse order of use, with the final grad */
+typedef struct { bt_tensor **leaves; int n; int order[16]; int count; double grad_sum[16]; } order_log;
+static void order_hook(bt_tensor *l, void *user) {
+    order_log *o = (order_log *)user;
+    for (int i = 0; i < o->n; i++)
+        if (o->leaves[i] == l && o->count < 16) {
+            o->order[o->count] = i;
+            double *g = host(l->grad), s = 0;
+            for (int64_t j = 0; j < bt_numel(l); j++) s += g[j];
+            free(g);
+            o->grad_sum[o->count++] = s;
+        }
+}
+static void test_hooks_order(void) {
+    size_t base = allocated();
+    bt_tensor *x = leaf(bt_shape2(2, 3), BT_F64, 0);
+    bt_tensor *w1 = leaf(bt_shape2(4, 3), BT_F64, 1), *b1 = leaf(bt_shape1(4), BT_F64, 1);
+    bt_tensor *w2 = leaf(bt_shape2(5, 4), BT_F64, 1), *w3 = leaf(bt_shape2(2, 5), BT_F64, 1);
+    bt_tensor *ps[4] = {w1, b1, w2, w3};
+    order_log log = {ps, 4, {0}, 0, {0}};
+    for (int i = 3; i >= 0; i--) bt_register_grad_hook(ps[i], order_hook, &log);
+    for (int pass = 0; pass < 2; pass++) {
+        log.count = 0;
+        bt_scope_begin();
+        bt_tensor *h = bt_tanh(bt_linear(x, w1, b1));
+        h = bt_tanh(bt_linear(h, w2, NULL));
+        bt_backward(bt_sum(bt_linear(h, w3, NULL), NULL, 0, 0));
+        bt_scope_end();
+        BT_CHECK(log.count == 4, "pass %d: %d hook calls for 4 leaves", pass, log.count);
+        BT_CHECK(log.count == 4 && log.order[0] == 3 && log.order[1] == 2 && log.order[2] <= 1 && log.order[3] <= 1 && log.order[2] != log.order[3],
+                 "pass %d: hook order %d %d %d %d, want w3 w2 then w1, b1", pass, log.order[0], log.order[1], log.order[2], log.order[3]);
+        /* the grad seen by the hook is the finished one */
+        for (int k = 0; k < log.count; k++) {
+            double *g = host(ps[log.order[k]]->grad), s = 0;
+            for (int64_t j = 0; j < bt_numel(ps[log.order[k]]); j++) s += g[j];
+            free(g);
+            BT_CHECK(s == log.grad_sum[k], "pass %d: leaf %d's grad changed after its hook (%g vs %g)", pass, log.order[k], log.grad_sum[k], s);
+        }
+    }
+    bt_clear_grad_hooks();
+    /* one leaf used by several nodes, and by several layers: its hook fires once, after its last use */
+    bt_tensor *w = leaf(bt_shape2(3, 3), BT_F64, 1), *u = leaf(bt_shape2(3, 3), BT_F64, 1);
+    bt_tensor *pw[2] = {w, u};
+    order_log l2 = {pw, 2, {0}, 0, {0}};
+    bt_register_grad_hook(w, order_hook, &l2);
+    bt_register_grad_hook(u, order_hook, &l2);
+    bt_scope_begin();
+    bt_tensor *h = bt_linear(x, w, NULL);                      /* w first */
+    h = bt_linear(bt_tanh(h), u, NULL);                        /* then u */
+    h = bt_add(bt_linear(bt_tanh(h), w, NULL), bt_mul(h, h));  /* w again, last */
+    bt_backward(bt_sum(h, NULL, 0, 0));
+    bt_scope_end();
+    BT_CHECK(l2.count == 2 && l2.order[0] == 1 && l2.order[1] == 0, "shared leaf: %d calls, order %d %d (want u then w)", l2.count, l2.order[0], l2.order[1]);
+    double *gw = host(w->grad), s = 0;
+    for (int j = 0; j < 9; j++) s += gw[j];
+    free(gw);
+    BT_CHECK(l2.count == 2 && s == l2.grad_sum[1], "w's hook saw a partial gradient: %g vs %g", l2.grad_sum[1], s);
+    bt_clear_grad_hooks();
+    /* a leaf reached by no gradient (its consumer's output is unused) still gets its hook once */
+    bt_tensor *side = leaf(bt_shape1(3), BT_F64, 1);
+    hook_log hs = {0};
+    bt_register_grad_hook(side, count_hook, &hs);
+    bt_register_grad_hook(w, count_hook, &hs);
+    bt_scope_begin();
+    bt_tensor *parts[2]; int64_t sz[2] = {1, 2};
+    bt_split(bt_mul(side, side), sz, 2, 0, parts);
+    bt_backward(bt_add(bt_sum(parts[0], NULL, 0, 0), bt_sum(bt_linear(x, w, NULL), NULL, 0, 0)));
+    bt_scope_end();
+    BT_CHECK(hs.calls == 2, "hooks: %d calls, want 2", hs.calls);
+    bt_clear_grad_hooks();
+    bt_release(x); bt_release(w1); bt_release(b1); bt_release(w2); bt_release(w3); bt_release(w); bt_release(u); bt_release(side);
+    BT_CHECK(allocated() == base, "leaked %lld bytes", (long long)(allocated() - base));
+}
+
+/* a chain of many nodes: no recursion in the engine, in the release of the graph or of its nodes */
+static void test_deep_graph(void) {
+    size_t base = allocated();
+    int depth = quick ? 5000 : 50000;
+    bt_tensor *x = leaf(bt_shape1(3), BT_F64, 1);
+    bt_scope_begin();
+    bt_tensor *y = x;
+    for (int i = 0; i < depth; i++) y = bt_affine(y, 1.0, 1e-3);
+    bt_backward(bt_sum(bt_scale(y, 2.0), NULL, 0, 0));
+    bt_scope_end();
+    double *g = host(x->grad);
+    BT_CHECK(g[0] == 2 && g[1] == 2 && g[2] == 2, "deep chain grad %g %g %g", g[0], g[1], g[2]);
+    free(g);
+    /* and a deep graph freed without running it */
+    bt_tensor *z = x;
+    for (int i = 0; i < depth; i++) { bt_tensor *n = bt_tanh(z); if (z != x) bt_release(z); z = n; }
+    bt_release(z);
+    bt_release(x);
+    BT_CHECK(allocated() == base, "leaked %lld bytes", (long long)(allocated() - base));
+}
+
+static void test_backward_with_seed(void) {
+    bt_tensor *x = leaf(bt_shape2(2, 3), BT_F64, 1);
+    bt_scope_begin();
+    bt_tensor *y = bt_square(x), *seed = bt_randn(bt_shape2(2, 3), BT_F64, CPU, 77);
+    bt_backward_with(y, seed);
+    double *g = host(x->grad), *xh = host(x), *sh = host(seed), want[6];
+    for (int i = 0; i < 6; i++) want[i] = 2 * xh[i] * sh[i];
+    BT_CHECK(bt_test_relerr(g, want, 6) < 1e-15, "backward_with: rel err %g", bt_test_relerr(g, want, 6));
+    free(g); free(xh); free(sh);
+    /* a leaf as the output: its grad is the seed */
+    drop_grad(x);
+    bt_backward_with(x, seed);
+    double *g2 = host(x->grad), *s2 = host(seed);
+    BT_CHECK(bt_test_relerr(g2, s2, 6) == 0, "backward_with on a leaf");
+    free(g2); free(s2);
+    bt_scope_end();
+    bt_release(x);
+}
+
+/* ---------------------------------------------------------------------------------------------
+   optimizers
+   --------------------------------------------------------------------------------------------- */
+/* p.grad = fresh random values (a new tensor each step) */
+static void set_grad(bt_tensor *p, double scale) {
+    drop_grad(p);
+    p->grad = leaf(bt_shape_of(p), p->dtype, 0);
+    if (scale != 1) bt_mul_scalar_(p->grad, scale);
+}
+/* AdamW as PyTorch writes it: m, v moments, bias corrections, decoupled decay on ndim >= 2 */
+typedef struct { double *p, *m, *v; int64_t n; int decay; } ref_param;
+static void ref_adamw(ref_param *r, const double *g, double cs, int t, double lr, double b1, double b2, double eps, double wd) {
+    double c1 = 1 - pow(b1, t), c2 = 1 - pow(b2, t);
+    for (int64_t j = 0; j < r->n; j++) {
+        double gj = g[j] * cs;
+        r->m[j] = b1 * r->m[j] + (1 - b1) * gj;
+        r->v[j] = b2 * r->v[j] + (1 - b2) * gj * gj;
+        r->p[j] *= 1 - lr * (r->decay ? wd : 0);
+        r->p[j] -= lr * (r->m[j] / c1) / (sqrt(r->v[j] / c2) + eps);
+    }
+}
+static void test_adamw(void) {
+    size_t base = allocated();
+    for (int k = 0; k < 2; k++) {
+        bt_dtype dt = k ? BT_F32 : BT_F64;
+        double tol = k ? 2e-6 : 1e-13;
+        bt_tensor *W = leaf(bt_shape2(3, 4), dt, 1), *b = leaf(bt_shape1(4), dt, 1), *E = leaf(bt_shape3(2, 2, 3), dt, 1);
+        bt_tensor *ps[3] = {W, b, E};
+        bt_adamw opt;
+        bt_adamw_init(&opt, ps, 3, 0.9f, 0.95f, 1e-8f, 0.1f, 0.0f);
+        BT_CHECK(opt.decay[0] == 1 && opt.decay[1] == 0 && opt.decay[2] == 1, "default decay flags %d %d %d", opt.decay[0], opt.decay[1], opt.decay[2]);
+        ref_param ref[3];
+        for (int i = 0; i < 3; i++) {
+            ref[i].n = bt_numel(ps[i]); ref[i].p = host(ps[i]); ref[i].decay = ps[i]->ndim >= 2;
+            ref[i].m = (double *)calloc((size_t)ref[i].n, sizeof(double)); ref[i].v = (double *)calloc((size_t)ref[i].n, sizeof(double));
+        }
+        double lrs[3] = {1e-2, 3e-2, 5e-3};
+        for (int t = 1; t <= 3; t++) {
+            for (int i = 0; i < 3; i++) set_grad(ps[i], 1.0);
+            for (int i = 0; i < 3; i++) {
+                double *g = host(ps[i]->grad);
+                ref_adamw(&ref[i], g, 1.0, t, (float)lrs[t - 1], (float)0.9f, (float)0.95f, (float)1e-8f, (float)0.1f);
+                free(g);
+            }
+            bt_adamw_step(&opt, (float)lrs[t - 1]);
+            BT_CHECK(opt.step == t, "step counter %d", opt.step);
+        }
+        for (int i = 0; i < 3; i++) {
+            double *p = host(ps[i]), *m = host(opt.m[i]), *v = host(opt.v[i]);
+            double ep = bt_test_relerr(p, ref[i].p, ref[i].n), em = bt_test_relerr(m, ref[i].m, ref[i].n), ev = bt_test_relerr(v, ref[i].v, ref[i].n);
+            BT_CHECK(ep < tol && em < tol && ev < tol, "adamw %s param %d after 3 steps: rel err p %.3g m %.3g v %.3g", bt_dtype_name(dt), i, ep, em, ev);
+            free(p); free(m); free(v); free(ref[i].p); free(ref[i].m); free(ref[i].v);
+        }
+        bt_adamw_free(&opt);
+        for (int i = 0; i < 3; i++) bt_release(ps[i]);
+    }
+    /* parameters without a grad are skipped */
+    bt_tensor *p1 = leaf(bt_shape2(2, 2), BT_F32, 1), *p2 = leaf(bt_shape1(3), BT_F32, 1);
+    bt_tensor *pp[2] = {p1, p2};
+    double *before = host(p2);
+    bt_adamw o2;
+    bt_adamw_init(&o2, pp, 2, 0.9f, 0.999f, 1e-8f, 0.0f, 0.0f);
+    set_grad(p1, 1.0);
+    bt_adamw_step(&o2, 0.1f);
+    double *after = host(p2), *p1h = host(p1);
+    BT_CHECK(memcmp(before, after, 3 * sizeof(double)) == 0, "a parameter without a grad moved");
+    free(before); free(after); free(p1h);
+    bt_adamw_free(&o2);
+    bt_release(p1); bt_release(p2);
+    BT_CHECK(allocated() == base, "leaked %lld bytes", (long long)(allocated() - base));
+}
+
+/* clipping: grad_norm is the true global norm; the update is AdamW's with the grads scaled by
+   min(1, max_norm / (norm + 1e-6)) (PyTorch's clip_grad_norm_) */
+static void test_adamw_clipping(void) {
+    size_t base = allocated();
+    struct { double gscale, max_norm, eps; } cases[] = {{1.0, 0.5, 0.1}, {300.0, 1.0, 1.0}, {0.01, 10.0, 1e-3}};
+    for (int c = 0; c < 3; c++) {
+        bt_tensor *W = leaf(bt_shape2(4, 5), BT_F32, 1), *b = leaf(bt_shape1(5), BT_F32, 1);
+        bt_tensor *ps[2] = {W, b};
+        bt_adamw opt;
+        bt_adamw_init(&opt, ps, 2, 0.9f, 0.95f, (float)cases[c].eps, 0.1f, (float)cases[c].max_norm);
+        ref_param ref[2], refu[2];
+        for (int i = 0; i < 2; i++) {
+            ref[i].n = refu[i].n = bt_numel(ps[i]); ref[i].p = host(ps[i]); refu[i].p = host(ps[i]); ref[i].decay = refu[i].decay = ps[i]->ndim >= 2;
+            ref[i].m = (double *)calloc(ref[i].n, 8); ref[i].v = (double *)calloc(ref[i].n, 8);
+            refu[i].m = (double *)calloc(ref[i].n, 8); refu[i].v = (double *)calloc(ref[i].n, 8);
+        }
+        for (int t = 1; t <= 3; t++) {
+            set_grad(W, cases[c].gscale); set_grad(b, cases[c].gscale);
+            double *g[2] = {host(W->grad), host(b->grad)}, nn = 0;
+            for (int i = 0; i < 2; i++) for (int64_t j = 0; j < ref[i].n; j++) nn += g[i][j] * g[i][j];
+            double norm = sqrt(nn), cs = fmin(1.0, (float)cases[c].max_norm / (norm + 1e-6));
+            for (int i = 0; i < 2; i++) {
+                ref_adamw(&ref[i], g[i], cs, t, (float)1e-2, (float)0.9f, (float)0.95f, (float)cases[c].eps, (float)0.1f);
+                ref_adamw(&refu[i], g[i], 1.0, t, (float)1e-2, (float)0.9f, (float)0.95f, (float)cases[c].eps, (float)0.1f);
+                free(g[i]);
+            }
+            bt_adamw_step(&opt, 1e-2f);
+            double gn = bt_item(opt.grad_norm), csv = bt_item(opt.clip_scale);
+            BT_CHECK(fabs(gn - norm) <= 1e-6 * norm, "case %d step %d: grad_norm %.9g, true norm %.9g", c, t, gn, norm);
+            BT_CHECK(fabs(csv - cs) <= 1e-6 * cs, "case %d step %d: clip scale %.9g, want %.9g (rel err %.2g)", c, t, csv, cs, fabs(csv - cs) / cs);
+        }
+        double moved = 0;
+        for (int i = 0; i < 2; i++) {
+            double *p = host(ps[i]);
+            double e = bt_test_relerr(p, ref[i].p, ref[i].n);
+            BT_CHECK(e < 2e-6, "case %d: clipped update, param %d: rel err %.3g", c, i, e);
+            for (int64_t j = 0; j < ref[i].n; j++) moved = fmax(moved, fabs(ref[i].p[j] - refu[i].p[j]));
+            free(p); free(ref[i].p); free(ref[i].m); free(ref[i].v); free(refu[i].p); free(refu[i].m); free(refu[i].v);
+        }
+        /* when clipping happens it must make a visible difference here, else the test proves nothing */
+        if (c < 2) BT_CHECK(moved > 1e-4, "case %d: clipped and unclipped updates differ by only %g", c, moved);
+        bt_adamw_free(&opt);
+        bt_release(W); bt_release(b);
+    }
+    BT_CHECK(allocated() == base, "leaked %lld bytes", (long long)(allocated() - base));
+}
+
+static void test_sgd(void) {
+    size_t base = allocated();
+    for (int variant = 0; variant < 3; variant++) {
+        double mom = variant == 0 ? 0.9 : variant == 1 ? 0.0 : 0.5, wd = variant == 2 ? 0.0 : 0.01;
+        bt_tensor *W = leaf(bt_shape2(3, 5), BT_F64, 1), *b = leaf(bt_shape1(5), BT_F64, 1);
+        bt_tensor *ps[2] = {W, b};
+        bt_sgd opt;
+        bt_sgd_init(&opt, ps, 2, (float)mom, (float)wd);
+        double *p[2] = {host(W), host(b)}, *buf[2] = {calloc(15, 8), calloc(5, 8)};
+        double lrs[3] = {0.1, 0.05, 0.2};
+        for (int t = 0; t < 3; t++) {
+            for (int i = 0; i < 2; i++) {
+                set_grad(ps[i], 1.0);
+                double *g = host(ps[i]->grad);
+                for (int64_t j = 0; j < bt_numel(ps[i]); j++) {
+                    double d = g[j] + (float)wd * p[i][j];
+                    if (mom != 0) { buf[i][j] = t == 0 ? d : (float)mom * buf[i][j] + d; d = buf[i][j]; }
+                    p[i][j] -= (float)lrs[t] * d;
+                }
+                free(g);
+            }
+            bt_sgd_step(&opt, (float)lrs[t]);
+        }
+        for (int i = 0; i < 2; i++) {
+            double *h = host(ps[i]);
+            double e = bt_test_relerr(h, p[i], bt_numel(ps[i]));
+            BT_CHECK(e < 1e-13, "sgd momentum %g wd %g param %d: rel err %.3g", mom, wd, i, e);
+            free(h); free(p[i]); free(buf[i]);
+        }
+        bt_sgd_free(&opt);
+        bt_release(W); bt_release(b);
+    }
+    BT_CHECK(allocated() == base, "leaked %lld bytes", (long long)(allocated() - base));
+}
+
+static void test_lr_cosine(void) {
+    double mx = 6e-4, mn = 6e-5;
+    int warm = 10, total = 110;
+    BT_CHECK(fabs(bt_lr_cosine(0, warm, total, mx, mn) - mx / 10) < 1e-18, "warmup step 0: %g", bt_lr_cosine(0, warm, total, mx, mn));
+    BT_CHECK(fabs(bt_lr_cosine(4, warm, total, mx, mn) - mx * 5 / 10) < 1e-18, "warmup step 4: %g", bt_lr_cosine(4, warm, total, mx, mn));
+    BT_CHECK(fabs(bt_lr_cosine(9, warm, total, mx, mn) - mx) < 1e-18, "end of warmup: %g", bt_lr_cosine(9, warm, total, mx, mn));
+    for (int s = 1; s < warm; s++)
+        BT_CHECK(fabs((bt_lr_cosine(s, warm, total, mx, mn) - bt_lr_cosine(s - 1, warm, total, mx, mn)) - mx / warm) < 1e-15, "warmup is not linear at %d", s);
+    BT_CHECK(fabs(bt_lr_cosine(warm, warm, total, mx, mn) - mx) < 1e-15, "start of decay: %g", bt_lr_cosine(warm, warm, total, mx, mn));
+    BT_CHECK(fabs(bt_lr_cosine(60, warm, total, mx, mn) - (mx + mn) / 2) < 1e-15, "cosine midpoint: %g, want %g", bt_lr_cosine(60, warm, total, mx, mn), (mx + mn) / 2);
+    double q = mn + 0.5 * (mx - mn) * (1 + cos(3.14159265358979323846 * 0.25));
+    BT_CHECK(fabs(bt_lr_cosine(35, warm, total, mx, mn) - q) < 1e-15, "cosine quarter: %g, want %g", bt_lr_cosine(35, warm, total, mx, mn), q);
+    int mono = 1;
+    for (int s = warm + 1; s <= total; s++) mono &= bt_lr_cosine(s, warm, total, mx, mn) <= bt_lr_cosine(s - 1, warm, total, mx, mn);
+    BT_CHECK(mono, "decay is not monotone");
+    BT_CHECK(fabs(bt_lr_cosine(total, warm, total, mx, mn) - mn) < 1e-18 && bt_lr_cosine(total + 500, warm, total, mx, mn) == mn, "floor after total");
+    BT_CHECK(fabs(bt_lr_cosine(total - 1, warm, total, mx, mn) - mn) < 1e-6 && bt_lr_cosine(total - 1, warm, total, mx, mn) > mn, "approach to the floor");
+    BT_CHECK(bt_lr_cosine(0, 0, 100, mx, mn) == mx, "no warmup: step 0 is max_lr, got %g", bt_lr_cosine(0, 0, 100, mx, mn));
+}
+
+static void test_grad_norm(void) {
+    size_t base = allocated();
+    bt_tensor *a = leaf(bt_shape2(3, 4), BT_F32, 1), *b = leaf(bt_shape1(5), BT_F32, 1), *c = leaf(bt_shape1(2), BT_F32, 1);
+    set_grad(a, 2.0); set_grad(b, 1.0);               /* c has no grad */
+    bt_tensor *ps[3] = {a, b, c};
+    double *ga = host(a->grad), *gb = host(b->grad), s = 0;
+    for (int i = 0; i < 12; i++) s += ga[i] * ga[i];
+    for (int i = 0; i < 5; i++) s += gb[i] * gb[i];
+    bt_tensor *n = bt_grad_norm(ps, 3);               /* no scope open: ours */
+    BT_CHECK(n->dtype == BT_F32 && bt_numel(n) == 1 && fabs(bt_item(n) - sqrt(s)) < 1e-6 * sqrt(s), "grad_norm %g, want %g", bt_item(n), sqrt(s));
+    bt_release(n);
+    bt_tensor *n0 = bt_grad_norm(&c, 1);
+    BT_CHECK(bt_item(n0) == 0, "grad_norm with no grads: %g", bt_item(n0));
+    bt_release(n0);
+    free(ga); free(gb);
+    bt_release(a); bt_release(b); bt_release(c);
+    BT_CHECK(allocated() == base, "leaked %lld bytes", (long long)(allocated() - base));
+}
+
+int main(void) {
+    const char *q = getenv("BT_TEST_QUICK");
+    quick = q && *q && *q != '0';
+    BT_RUN(test_shared_subexpressions);
+    BT_RUN(test_accumulation_and_zero_grad);
+    BT_RUN(test_no_grad);
+    BT_RUN(test_backward_errors);
+    BT_RUN(test_saved_tensors_freed);
+    BT_RUN(test_hooks_order);
+    BT_RUN(test_deep_graph);
+    BT_RUN(test_backward_with_seed);
+    BT_RUN(test_adamw);
+    BT_RUN(test_adamw_clipping);
+    BT_RUN(test_sgd);
+    BT_RUN(test_lr_cosine);
+    BT_RUN(test_grad_norm);
+    return bt_test_summary("test_autograd");
+}
