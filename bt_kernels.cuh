@@ -22,6 +22,8 @@
      9. causal self-attention
     10. matmul (cuBLASLt: fp32, tf32, bf16; bias epilogue)
     11. AdamW, fused over a flat parameter buffer
+    12. the tensor core's less common paths: strided-to-strided copy, max's backward scatter, a
+        device-side count for the cross-entropy mean
 */
 #ifndef BT_KERNELS_CUH
 #define BT_KERNELS_CUH
@@ -129,6 +131,16 @@ BTDEF void bt_k_matmul(bt_dtype dt, void *C, const void *A, const void *B, const
 BTDEF void bt_k_adamw(float *p, const void *g, bt_dtype gdt, float *m, float *v, void *p_lowp, bt_dtype lowp_dt,
                       int64_t n, float lr, float b1, float b2, float eps, float wd, int step,
                       const float *grad_scale, cudaStream_t s);
+
+/* ---- 12. for the tensor core's less common paths ---- */
+/* dst = src elementwise, both read/written through element strides (a write into a view) */
+BTDEF void bt_k_copy_general(bt_dtype dt_dst, void *dst, const int64_t *dst_strides, bt_dtype dt_src, const void *src,
+                             const int64_t *src_strides, int ndim, const int64_t *shape, cudaStream_t s);
+/* gx[o, argmax[o, i], i] = g[o, i] for gx [outer, r, inner] (already zeroed): max's backward */
+BTDEF void bt_k_scatter_rows(bt_dtype dt, void *gx, const void *g, const int32_t *argmax, int64_t outer, int64_t r,
+                             int64_t inner, cudaStream_t s);
+/* *out = 1 / max(1, #{i : x[i] != value}): a mean that skips ignored targets, with no host sync */
+BTDEF void bt_k_inv_count_ne(float *out, const int32_t *x, int64_t n, int value, cudaStream_t s);
 
 #endif /* BT_KERNELS_CUH */
 
@@ -1729,6 +1741,64 @@ BTDEF void bt_k_adamw(float *p, const void *g, bt_dtype gdt, float *m, float *v,
         }
     })
     BT__K_LAUNCHED("bt_k_adamw");
+}
+
+/* ---- 12. the tensor core's less common paths ---------------------------------------------------
+   copy_general: one read and one write per element, index decoded for both sides (dims merged
+   where both step through them as one). scatter_rows: one read of g and one write per kept
+   element. inv_count_ne: one pass over n int32 in a single block (n is a batch of targets). */
+__global__ void bt__k_copy_general_kernel(int dtd, void *dst, int dts, const void *src, bt__k_geom g, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t rem = i, so = 0, dof = 0;
+        for (int d = g.ndim - 1; d >= 0; d--) {
+            int64_t q = rem / g.shape[d], c = rem - q * g.shape[d];
+            so += c * g.sa[d]; dof += c * g.sb[d]; rem = q;
+        }
+        bt__k_std(dtd, dst, dof, bt__k_ldd(dts, src, so));
+    }
+}
+BTDEF void bt_k_copy_general(bt_dtype dt_dst, void *dst, const int64_t *dst_strides, bt_dtype dt_src, const void *src,
+                             const int64_t *src_strides, int ndim, const int64_t *shape, cudaStream_t s) {
+    if (ndim < 0 || ndim > BT_MAX_DIMS) bt_error("bt_k_copy_general: %d dims (at most %d)", ndim, BT_MAX_DIMS);
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++) n *= shape[d];
+    if (n <= 0) return;
+    bt__k_geom g;
+    bt__k_coalesce(ndim, shape, src_strides, dst_strides, &g);
+    bt__k_copy_general_kernel<<<bt__k_blocks(n, 256), 256, 0, s>>>((int)dt_dst, dst, (int)dt_src, src, g, n);
+    BT__K_LAUNCHED("bt_k_copy_general");
+}
+
+__global__ void bt__k_scatter_rows_kernel(int dt, void *gx, const void *g, const int32_t *am, int64_t outer, int64_t r,
+                                          int64_t inner) {
+    int64_t n = outer * inner;
+    for (int64_t oi = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; oi < n; oi += (int64_t)gridDim.x * blockDim.x) {
+        int64_t o = oi / inner, i = oi - o * inner;
+        bt__k_std(dt, gx, (o * r + am[oi]) * inner + i, bt__k_ldd(dt, g, oi));
+    }
+}
+BTDEF void bt_k_scatter_rows(bt_dtype dt, void *gx, const void *g, const int32_t *argmax, int64_t outer, int64_t r,
+                             int64_t inner, cudaStream_t s) {
+    if (outer * inner <= 0) return;
+    bt__k_scatter_rows_kernel<<<bt__k_blocks(outer * inner, 256), 256, 0, s>>>((int)dt, gx, g, argmax, outer, r, inner);
+    BT__K_LAUNCHED("bt_k_scatter_rows");
+}
+
+__global__ void bt__k_inv_count_ne_kernel(float *out, const int32_t *x, int64_t n, int value) {
+    __shared__ int64_t part[1024];
+    int64_t c = 0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) c += x[i] != value;
+    part[threadIdx.x] = c;
+    __syncthreads();
+    for (int k = blockDim.x / 2; k > 0; k >>= 1) {
+        if ((int)threadIdx.x < k) part[threadIdx.x] += part[threadIdx.x + k];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *out = 1.0f / (float)(part[0] > 0 ? part[0] : 1);
+}
+BTDEF void bt_k_inv_count_ne(float *out, const int32_t *x, int64_t n, int value, cudaStream_t s) {
+    bt__k_inv_count_ne_kernel<<<1, 1024, 0, s>>>(out, x, n, value);
+    BT__K_LAUNCHED("bt_k_inv_count_ne");
 }
 
 #endif /* BT_KERNELS_IMPLEMENTATION_DONE */
