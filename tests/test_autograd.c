@@ -275,6 +275,26 @@ static void test_hooks_order(void) {
     free(gw);
     BT_CHECK(l2.count == 2 && s == l2.grad_sum[1], "w's hook saw a partial gradient: %g vs %g", l2.grad_sum[1], s);
     bt_clear_grad_hooks();
+    /* independent branches ready at the same time: the newest node runs first, so the parameter
+       used last gets its hook first (DDP all-reduces it while the earlier layers still compute) */
+    bt_tensor *pb[3] = {w, u, NULL};
+    order_log l3 = {pb, 2, {0}, 0, {0}};
+    bt_register_grad_hook(w, order_hook, &l3);
+    bt_register_grad_hook(u, order_hook, &l3);
+    for (int flip = 0; flip < 2; flip++) {
+        l3.count = 0;
+        bt_scope_begin();
+        bt_tensor *first = bt_linear(x, flip ? u : w, NULL);
+        bt_tensor *second = bt_linear(x, flip ? w : u, NULL);
+        bt_tensor *tail1 = bt_sum(bt_tanh(first), NULL, 0, 0);
+        bt_tensor *tail2 = bt_sum(bt_tanh(second), NULL, 0, 0);
+        bt_backward(bt_add(tail1, tail2));
+        bt_scope_end();
+        BT_CHECK(l3.count == 2 && l3.order[0] == (flip ? 0 : 1), "branches (flip %d): first hook for %s, want %s",
+                 flip, l3.order[0] ? "u" : "w", flip ? "w" : "u");
+    }
+    bt_clear_grad_hooks();
+    drop_grad(w); drop_grad(u);
     /* a leaf reached by no gradient (its consumer's output is unused) still gets its hook once */
     bt_tensor *side = leaf(bt_shape1(3), BT_F64, 1);
     hook_log hs = {0};
