@@ -5,7 +5,7 @@ passed=0; failed=0; skipped=0
 for t in "$@"; do
   echo "== $t"
   out=$("$t" 2>&1); rc=$?
-  printf '%s\n' "$out" | grep -E '^(FAILED|  FAIL|  SKIP)' | head -50
+  printf '%s\n' "$out" | grep -E '^(FAILED|  FAIL|  SKIP|parity|info:)' | head -50
   line=$(printf '%s\n' "$out" | grep -E '^[A-Za-z0-9_]+: [0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' | tail -1)
   if [ -z "$line" ]; then
     echo "   $t crashed or printed no summary (exit $rc); last output:"; printf '%s\n' "$out" | tail -15
