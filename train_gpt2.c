@@ -482,14 +482,15 @@ typedef struct {
     bt_tokenizer *tok;
     int32_t *inputs, *targets;
     bt_dtype dt;
+    int val_B;                 /* validation rows per batch: B, or fewer when the val shards are small */
     train_opts o;
     FILE *log;
 } trainer;
 
-/* one batch from L onto the device as i32 [B, T] tensors (in the current scope) */
-static void next_batch(trainer *tr, bt_loader *L, bt_tensor **idx, bt_tensor **tgt) {
+/* one batch of B rows from L onto the device as i32 [B, T] tensors (in the current scope) */
+static void next_batch(trainer *tr, bt_loader *L, int B, bt_tensor **idx, bt_tensor **tgt) {
     if (bt_loader_next(L, tr->inputs, tr->targets) != 0) bt_error("data: %s", bt_data_error());
-    bt_shape s = bt_shape2(tr->o.B, tr->o.T);
+    bt_shape s = bt_shape2(B, tr->o.T);
     *idx = bt_from_data(tr->inputs, s, BT_I32, tr->model.device);
     *tgt = bt_from_data(tr->targets, s, BT_I32, tr->model.device);
 }
@@ -504,7 +505,7 @@ static double evaluate(trainer *tr) {
     for (int i = 0; i < n; i++) {
         bt_scope_begin();
         bt_tensor *idx, *tgt;
-        next_batch(tr, tr->val, &idx, &tgt);
+        next_batch(tr, tr->val, tr->val_B, &idx, &tgt);
         bt_add_(sum, bt_cast(gpt2_loss(&tr->model, idx, tgt, tr->dt), BT_F32), 1.0);
         bt_scope_end();
     }
@@ -524,7 +525,7 @@ static double train_step(trainer *tr, int step, double lr, double *grad_norm) {
         bt_scope_begin();
         bt_tensor *idx, *tgt;
         if (tr->o.overfit && step + a > 0) bt_loader_reset(tr->train);
-        next_batch(tr, tr->train, &idx, &tgt);
+        next_batch(tr, tr->train, tr->o.B, &idx, &tgt);
         bt_tensor *loss = gpt2_loss(&tr->model, idx, tgt, tr->dt);
         bt_backward(bt_scale(loss, 1.0 / accum));        /* grads average over the micro-batches */
         int old = bt_set_grad_enabled(0);
@@ -640,7 +641,8 @@ static int train_main(train_opts *o) {
     }
     tr.train = bt_loader_open(o->train_glob, o->B, o->T, 0, 1, 1, o->seed);
     if (!tr.train) { fprintf(stderr, "error: train data (-i %s): %s\n(make data builds the default shards)\n", o->train_glob, bt_data_error()); return 1; }
-    tr.val = bt_loader_open(o->val_glob, o->B, o->T, 0, 1, 0, 0);
+    /* a large (auto) micro-batch can outgrow a small validation set: halve B for validation */
+    for (tr.val_B = o->B; !(tr.val = bt_loader_open(o->val_glob, tr.val_B, o->T, 0, 1, 0, 0)) && tr.val_B > 1;) tr.val_B /= 2;
     if (!tr.val) { fprintf(stderr, "error: val data (-j %s): %s\n", o->val_glob, bt_data_error()); bt_loader_close(tr.train); return 1; }
     tr.tok = load_tokenizer(o->tok_dir);
     tr.inputs = (int32_t *)malloc(sizeof(int32_t) * (size_t)o->B * o->T);
@@ -659,8 +661,8 @@ static int train_main(train_opts *o) {
            cfg.maxT, cfg.V, cfg.Vp, tr.model.num_params / 1e6, on_gpu ? "cuda:0" : "cpu");
     printf("B %d T %d, total batch %d tokens (%d micro-batches), %d steps, lr %.2e warmup %d, precision %s\n",
            o->B, o->T, o->total_batch, accum, o->steps, o->lr, o->warmup, o->precision);
-    printf("train %zu batches/epoch (%s), val %zu batches (%s)\n", bt_loader_num_batches(tr.train), o->train_glob,
-           bt_loader_num_batches(tr.val), o->val_glob);
+    printf("train %zu batches/epoch (%s), val %zu batches of %d rows (%s)\n", bt_loader_num_batches(tr.train), o->train_glob,
+           bt_loader_num_batches(tr.val), tr.val_B, o->val_glob);
     fflush(stdout);
 
     double t_start = now_s(), last_val = NAN;

@@ -113,7 +113,7 @@ static void test_shakespeare_loss_falls(void) {
     parse(quick() ? "-e s2 -b 4 -t 32 -x 15 -v 0 -g 0 -l 3e-3 -m 4 --quiet" : "-e s2 -b 8 -t 32 -x 40 -v 0 -g 0 -l 3e-3 -m 8 --quiet", &o, err);
     gpt2_config cfg; gpt2_config_from_preset("s2", BT_GPT2_VOCAB, &cfg);
     BT_CHECK(resolve_opts(&o, 0, &cfg, err, sizeof err) == 0, "%s", err);
-    trainer tr; memset(&tr, 0, sizeof tr); tr.o = o; tr.dt = BT_F32;
+    trainer tr; memset(&tr, 0, sizeof tr); tr.o = o; tr.dt = BT_F32; tr.val_B = o.B;
     tr.train = bt_loader_open(o.train_glob, o.B, o.T, 0, 1, 1, 1); tr.val = bt_loader_open(o.val_glob, o.B, o.T, 0, 1, 0, 0);
     BT_CHECK(tr.train && tr.val, "loaders: %s", bt_data_error());
     if (!tr.train || !tr.val) return;
