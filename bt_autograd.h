@@ -53,6 +53,8 @@ typedef struct {
     unsigned char *decay;         /* per param: 1 = apply weight decay (default: ndim >= 2) */
     bt_tensor *grad_norm;         /* fp32 scalar on the params' device: the last step's norm */
     bt_tensor *clip_scale;        /* fp32 scalar: min(1, max_norm / norm) */
+    int *order;                   /* when the params tile one buffer: their order in it, else NULL */
+    bt_tensor *flat_m, *flat_v;   /* then m and v are one buffer each too (m[i], v[i] view them) */
 } bt_adamw;
 
 BTDEF void bt_adamw_init(bt_adamw *opt, bt_tensor **params, int n, float beta1, float beta2, float eps,
@@ -288,6 +290,36 @@ BTDEF void bt_zero_grad(bt_tensor **params, int n) {
 /* ============================================================================================
    2. optimizers
    ============================================================================================ */
+/* ---- flat buffers: when tensors are contiguous pieces that tile one storage with no gap, one
+   kernel can sweep them all (the GPT-2 model keeps every parameter and gradient that way) ---- */
+/* indices of ts sorted by storage offset (insertion sort: a few hundred parameters, rarely) */
+static void bt__sort_by_offset(bt_tensor **ts, int n, int *order) {
+    for (int i = 0; i < n; i++) {
+        int j = i;
+        for (; j > 0 && ts[order[j - 1]]->offset > ts[i]->offset; j--) order[j] = order[j - 1];
+        order[j] = i;
+    }
+}
+/* 1 when ts[order[0..n)] are contiguous, of one dtype, in one storage, each starting where the
+   previous one ends */
+static int bt__tiles(bt_tensor **ts, const int *order, int n) {
+    for (int k = 0; k < n; k++) {
+        bt_tensor *t = ts[order[k]], *t0 = ts[order[0]];
+        if (!t || !bt_is_contiguous(t) || t->storage != t0->storage || t->dtype != t0->dtype) return 0;
+        if (k && t->offset != ts[order[k - 1]]->offset + bt_numel(ts[order[k - 1]])) return 0;
+    }
+    return n > 0;
+}
+#ifdef BT_CUDA
+/* the grads of params when they tile one buffer in the same order as order: their first
+   element's tensor, else NULL */
+static bt_tensor *bt__flat_grads(bt_tensor **params, const int *order, int n, bt_tensor **grads) {
+    for (int i = 0; i < n; i++) { grads[i] = params[i]->grad; if (!grads[i]) return NULL; }
+    return bt__tiles(grads, order, n) ? grads[order[0]] : NULL;
+}
+#endif
+static int64_t bt__total_numel(bt_tensor **ts, int n) { int64_t s = 0; for (int i = 0; i < n; i++) s += bt_numel(ts[i]); return s; }
+
 BTDEF bt_tensor *bt_grad_norm(bt_tensor **params, int n) {
     bt_device dev = bt_cpu(); int found = 0;
     for (int i = 0; i < n; i++) if (params[i]->grad) { dev = bt_device_of(params[i]->grad); found = 1; break; }
@@ -297,12 +329,23 @@ BTDEF bt_tensor *bt_grad_norm(bt_tensor **params, int n) {
     if (!found) { bt_set_grad_enabled(old); return bt__register(norm); }
     if (dev.type == BT_GPU) {
 #ifdef BT_CUDA
-        for (int i = 0; i < n; i++) {
-            bt_tensor *g = params[i]->grad;
-            if (!g) continue;
-            if (!bt_is_contiguous(g)) bt_error("grad_norm: gradient of parameter %d is not contiguous", i);
-            bt_k_sumsq(g->dtype, (float *)bt_data_ptr(norm), bt_data_ptr(g), bt_numel(g), 1, bt_k_stream());
-        }
+        bt_tensor **grads = (bt_tensor **)malloc(sizeof(bt_tensor *) * (size_t)n);
+        int *order = (int *)calloc((size_t)n, sizeof(int));
+        for (int i = 0; i < n; i++) grads[i] = params[i]->grad;
+        int all = 1;
+        for (int i = 0; i < n; i++) all &= grads[i] != NULL;
+        if (all) bt__sort_by_offset(grads, n, order);
+        if (all && bt__tiles(grads, order, n)) {          /* one buffer: one pass */
+            bt_tensor *g0 = grads[order[0]];
+            bt_k_sumsq(g0->dtype, (float *)bt_data_ptr(norm), bt_data_ptr(g0), bt__total_numel(grads, n), 1, bt_k_stream());
+        } else
+            for (int i = 0; i < n; i++) {
+                bt_tensor *g = params[i]->grad;
+                if (!g) continue;
+                if (!bt_is_contiguous(g)) bt_error("grad_norm: gradient of parameter %d is not contiguous", i);
+                bt_k_sumsq(g->dtype, (float *)bt_data_ptr(norm), bt_data_ptr(g), bt_numel(g), 1, bt_k_stream());
+            }
+        free(grads); free(order);
         bt_scope_begin();
         bt_tensor *root = bt_retain(bt_sqrt(norm));
         bt_scope_end();
@@ -338,15 +381,41 @@ BTDEF void bt_adamw_init(bt_adamw *opt, bt_tensor **params, int n, float beta1, 
         if (!p || !bt_dtype_is_float(p->dtype)) bt_error("adamw_init: parameter %d is NULL or not float", i);
         if (bt_device_of(p).type == BT_GPU && p->dtype != BT_F32) bt_error("adamw_init: GPU parameter %d must be f32 (master weights)", i);
         if (!bt_is_contiguous(p)) bt_error("adamw_init: parameter %d is not contiguous", i);
-        opt->m[i] = bt_zeros(bt_shape_of(p), p->dtype, bt_device_of(p));
-        opt->v[i] = bt_zeros(bt_shape_of(p), p->dtype, bt_device_of(p));
-        if (bt__g.scope_depth) { bt_keep(opt->m[i]); bt_keep(opt->v[i]); }
         opt->decay[i] = p->ndim >= 2;
+    }
+    int *order = (int *)calloc((size_t)(n > 0 ? n : 1), sizeof(int));
+    if (!order) bt_error("adamw_init: out of host memory");
+    bt__sort_by_offset(params, n, order);
+    int flat = n > 0 && bt_device_of(params[0]).type == BT_GPU && bt__tiles(params, order, n);
+    if (flat) {           /* m and v tile one buffer each, in the params' order */
+        int64_t total = bt__total_numel(params, n), off = 0;
+        opt->order = order;
+        opt->flat_m = bt__new(bt_shape1(total), BT_F32, bt_device_of(params[0]));
+        opt->flat_v = bt__new(bt_shape1(total), BT_F32, bt_device_of(params[0]));
+        bt_fill_(opt->flat_m, 0.0); bt_fill_(opt->flat_v, 0.0);
+        for (int k = 0; k < n; k++) {
+            bt_tensor *p = params[order[k]];
+            bt_tensor *mv[2] = {bt__alias(opt->flat_m), bt__alias(opt->flat_v)};
+            for (int j = 0; j < 2; j++) {
+                mv[j]->offset = off; mv[j]->ndim = p->ndim;
+                memcpy(mv[j]->shape, p->shape, sizeof p->shape); bt__set_contiguous_strides(mv[j]);
+            }
+            opt->m[order[k]] = mv[0]; opt->v[order[k]] = mv[1];
+            off += bt_numel(p);
+        }
+        return;
+    }
+    free(order);
+    for (int i = 0; i < n; i++) {
+        bt_tensor *p = params[i];
+        opt->m[i] = bt__new(bt_shape_of(p), p->dtype, bt_device_of(p)); bt_fill_(opt->m[i], 0.0);
+        opt->v[i] = bt__new(bt_shape_of(p), p->dtype, bt_device_of(p)); bt_fill_(opt->v[i], 0.0);
     }
 }
 BTDEF void bt_adamw_free(bt_adamw *opt) {
     for (int i = 0; i < opt->n; i++) { bt_release(opt->m[i]); bt_release(opt->v[i]); }
-    free(opt->m); free(opt->v); free(opt->decay);
+    free(opt->m); free(opt->v); free(opt->decay); free(opt->order);
+    bt_release(opt->flat_m); bt_release(opt->flat_v);
     bt_release(opt->grad_norm); bt_release(opt->clip_scale);
     memset(opt, 0, sizeof *opt);
 }
@@ -365,11 +434,41 @@ static void bt__clip_scale(bt_adamw *opt) {
     }
     bt_scope_end();
 }
+#ifdef BT_CUDA
+/* every parameter in one launch when the grads tile a buffer like the params: the segments are
+   the runs of equal weight decay along the buffer. Returns 0 (nothing done) otherwise. */
+static int bt__adamw_flat_step(bt_adamw *opt, float lr) {
+    int n = opt->n;
+    bt_tensor **grads = (bt_tensor **)malloc(sizeof(bt_tensor *) * (size_t)n);
+    bt_tensor *g0 = grads ? bt__flat_grads(opt->params, opt->order, n, grads) : NULL;
+    free(grads);
+    if (!g0) return 0;
+    bt_k_segments sg; sg.n = 0;
+    int64_t end = 0;
+    for (int k = 0; k < n; k++) {
+        int i = opt->order[k];
+        float wd = opt->decay[i] ? opt->weight_decay : 0.f;
+        end += bt_numel(opt->params[i]);
+        if (sg.n && sg.wd[sg.n - 1] == wd) { sg.end[sg.n - 1] = end; continue; }
+        if (sg.n == BT_K_MAX_SEGMENTS) return 0;
+        sg.end[sg.n] = end; sg.wd[sg.n] = wd; sg.n++;
+    }
+    bt_tensor *p0 = opt->params[opt->order[0]];
+    bt_k_adamw_segments((float *)bt_data_ptr(p0), bt_data_ptr(g0), g0->dtype, (float *)bt_data_ptr(opt->flat_m),
+                        (float *)bt_data_ptr(opt->flat_v), NULL, BT_BF16, &sg, lr, opt->beta1, opt->beta2, opt->eps, opt->step,
+                        opt->clip_scale ? (const float *)bt_data_ptr(opt->clip_scale) : NULL, bt_k_stream());
+    for (int i = 0; i < n; i++) opt->params[i]->storage->version++;
+    return 1;
+}
+#endif
 BTDEF void bt_adamw_step(bt_adamw *opt, float lr) {
     int old = bt_set_grad_enabled(0);
     opt->step++;
     bt__clip_scale(opt);
     double b1 = opt->beta1, b2 = opt->beta2, c1 = 1.0 - pow(b1, opt->step), c2 = 1.0 - pow(b2, opt->step);
+#ifdef BT_CUDA
+    if (opt->order && bt__adamw_flat_step(opt, lr)) { bt_set_grad_enabled(old); return; }
+#endif
     for (int i = 0; i < opt->n; i++) {
         bt_tensor *p = opt->params[i], *g = p->grad;
         if (!g) continue;

@@ -131,6 +131,13 @@ BTDEF void bt_k_matmul(bt_dtype dt, void *C, const void *A, const void *B, const
 BTDEF void bt_k_adamw(float *p, const void *g, bt_dtype gdt, float *m, float *v, void *p_lowp, bt_dtype lowp_dt,
                       int64_t n, float lr, float b1, float b2, float eps, float wd, int step,
                       const float *grad_scale, cudaStream_t s);
+/* The same over a flat buffer of several parameters in one launch: segment k covers elements
+   [end[k-1], end[k]) (end[-1] = 0, end[n-1] = the total) with weight decay wd[k]. */
+#define BT_K_MAX_SEGMENTS 48
+typedef struct { int n; int64_t end[BT_K_MAX_SEGMENTS]; float wd[BT_K_MAX_SEGMENTS]; } bt_k_segments;
+BTDEF void bt_k_adamw_segments(float *p, const void *g, bt_dtype gdt, float *m, float *v, void *p_lowp, bt_dtype lowp_dt,
+                               const bt_k_segments *segs, float lr, float b1, float b2, float eps, int step,
+                               const float *grad_scale, cudaStream_t s);
 
 /* ---- 12. for the tensor core's less common paths ---- */
 /* dst = src elementwise, both read/written through element strides (a write into a view) */
@@ -1684,9 +1691,15 @@ BTDEF void bt_k_matmul(bt_dtype dt, void *C, const void *A, const void *B, const
    p -= lr (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd p). Reads p, m, v (fp32) and g,
    writes p, m, v and the optional low-precision copy: 24 + 2 sizeof(g) (+ sizeof(lowp)) bytes per
    parameter; p, m, v move as float4 when aligned. */
+/* weight decay of element i: the segment holding i, by binary search over at most 48 ends */
+__device__ __forceinline__ float bt__k_seg_wd(const bt_k_segments &sg, int64_t i) {
+    int lo = 0, hi = sg.n - 1;
+    while (lo < hi) { int mid = (lo + hi) >> 1; if (i < sg.end[mid]) hi = mid; else lo = mid + 1; }
+    return sg.wd[lo];
+}
 template <typename G, typename L>
 __global__ void bt__k_adamw_kernel(float *p, const G *g, float *m, float *v, L *lowp, int64_t n, float lr, float b1,
-                                   float b2, float eps, float wd, float bc1, float bc2, const float *gscale, int vec) {
+                                   float b2, float eps, bt_k_segments sg, float bc1, float bc2, const float *gscale, int vec) {
     float sc = gscale ? *gscale : 1.f;
     int64_t nc = (n + 3) / 4;
     for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < nc; c += (int64_t)gridDim.x * blockDim.x) {
@@ -1708,6 +1721,7 @@ __global__ void bt__k_adamw_kernel(float *p, const G *g, float *m, float *v, L *
             float gi = e < cnt ? bt__k_tof(g[i0 + e]) * sc : 0.f;
             mm[e] = b1 * mm[e] + (1.f - b1) * gi;
             vv[e] = b2 * vv[e] + (1.f - b2) * gi * gi;
+            float wd = sg.n == 1 ? sg.wd[0] : bt__k_seg_wd(sg, i0 + e);
             pp[e] -= lr * ((mm[e] / bc1) / (sqrtf(vv[e] / bc2) + eps) + wd * pp[e]);
         }
         if (full) {
@@ -1721,26 +1735,2337 @@ __global__ void bt__k_adamw_kernel(float *p, const G *g, float *m, float *v, L *
             for (int e = 0; e < cnt; e++) lowp[i0 + e] = bt__k_from<L>(pp[e]);
     }
 }
-BTDEF void bt_k_adamw(float *p, const void *g, bt_dtype gdt, float *m, float *v, void *p_lowp, bt_dtype lowp_dt, int64_t n,
-                      float lr, float b1, float b2, float eps, float wd, int step, const float *grad_scale, cudaStream_t s) {
+BTDEF void bt_k_adamw_segments(float *p, const void *g, bt_dtype gdt, float *m, float *v, void *p_lowp, bt_dtype lowp_dt,
+                               const bt_k_segments *segs, float lr, float b1, float b2, float eps, int step,
+                               const float *grad_scale, cudaStream_t s);
+
+/* ---- 12. for the tensor core's less common paths ---- */
+/* dst = src elementwise, both read/written through element strides (a write into a view) */
+BTDEF void bt_k_copy_general(bt_dtype dt_dst, void *dst, const int64_t *dst_strides, bt_dtype dt_src, const void *src,
+                             const int64_t *src_strides, int ndim, const int64_t *shape, cudaStream_t s);
+/* gx[o, argmax[o, i], i] = g[o, i] for gx [outer, r, inner] (already zeroed): max's backward */
+BTDEF void bt_k_scatter_rows(bt_dtype dt, void *gx, const void *g, const int32_t *argmax, int64_t outer, int64_t r,
+                             int64_t inner, cudaStream_t s);
+/* *out = 1 / max(1, #{i : x[i] != value}): a mean that skips ignored targets, with no host sync */
+BTDEF void bt_k_inv_count_ne(float *out, const int32_t *x, int64_t n, int value, cudaStream_t s);
+
+#endif /* BT_KERNELS_CUH */
+
+/* ==============================================================================================
+   IMPLEMENTATION
+   ============================================================================================== */
+#ifdef BT_KERNELS_IMPLEMENTATION
+#ifndef BT_KERNELS_IMPLEMENTATION_DONE
+#define BT_KERNELS_IMPLEMENTATION_DONE
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cublas_v2.h>
+#include <cublasLt.h>
+#include <stdio.h>
+#include <string.h>
+#include <math.h>
+
+/* ---- 1. context: stream, cuBLAS(Lt) handles, checks ------------------------------------------
+   One record per device, made on first use: a non-blocking stream, a cuBLAS handle (attention's
+   strided-batched products, which mix bf16 inputs with fp32 outputs), a cuBLASLt handle
+   (bt_k_matmul) and one 32 MiB workspace from bt_alloc that both libraries share. Work on a
+   device is issued from one host thread at a time (the matmul cache is not locked). */
+#define BT__K_WS_BYTES ((size_t)32 << 20)
+#define BT__K_MM_SLOTS 256                       /* matmul plan cache entries per device */
+#define BT__K_ATTN_SCRATCH ((size_t)2 << 30)     /* attention scratch cap per call, bytes */
+
+typedef struct {
+    int used;
+    int64_t key[18];
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+    int epi_bias;                                 /* 1: the bias epilogue is in the plan */
+} bt__k_mm_plan;
+
+typedef struct {
+    int init;
+    cudaStream_t stream, user_stream;
+    int has_user_stream;
+    cublasHandle_t blas;
+    cublasLtHandle_t lt;
+    void *ws;
+    int sm_count;
+    bt__k_mm_plan mm[BT__K_MM_SLOTS];
+} bt__k_ctx;
+static bt__k_ctx bt__k_ctxs[BT_MAX_GPUS];
+
+#define BT__K_CUDA(call, op) do { cudaError_t e__ = (call); if (e__ != cudaSuccess) \
+    bt_error("%s: %s failed: %s (%s)", op, #call, cudaGetErrorString(e__), cudaGetErrorName(e__)); } while (0)
+/* after every launch: a bad configuration shows here, a fault in the kernel at the next check */
+#define BT__K_LAUNCHED(op) BT__K_CUDA(cudaGetLastError(), op)
+#define BT__K_BLAS(call, op) do { cublasStatus_t s__ = (call); if (s__ != CUBLAS_STATUS_SUCCESS) \
+    bt_error("%s: %s failed: %s", op, #call, cublasGetStatusString(s__)); } while (0)
+
+static const char *bt__k_dtname(bt_dtype dt) {
+    static const char *names[] = {"f32", "f64", "bf16", "f16", "i32", "u16", "i64"};
+    return (unsigned)dt < (unsigned)BT_NDTYPES ? names[dt] : "?";
+}
+static size_t bt__k_dtsize(bt_dtype dt) {
+    static const size_t sizes[] = {4, 8, 2, 2, 4, 2, 8};
+    return (unsigned)dt < (unsigned)BT_NDTYPES ? sizes[dt] : 0;
+}
+
+BTDEF int bt_k_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) { (void)cudaGetLastError(); return 0; }
+    return n;
+}
+
+BTDEF void bt_k_init(int device) {
+    if (device < 0 || device >= BT_MAX_GPUS || device >= bt_k_device_count())
+        bt_error("bt_k_init: no CUDA device %d (%d present)", device, bt_k_device_count());
+    bt__k_ctx *c = &bt__k_ctxs[device];
+    if (c->init) return;
+    int prev = 0;
+    BT__K_CUDA(cudaGetDevice(&prev), "bt_k_init");
+    BT__K_CUDA(cudaSetDevice(device), "bt_k_init");
+    BT__K_CUDA(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "bt_k_init");
+    BT__K_CUDA(cudaDeviceGetAttribute(&c->sm_count, cudaDevAttrMultiProcessorCount, device), "bt_k_init");
+    BT__K_BLAS(cublasCreate(&c->blas), "bt_k_init");
+    BT__K_BLAS(cublasLtCreate(&c->lt), "bt_k_init");
+    c->ws = bt_alloc(bt_cuda_device(device), BT__K_WS_BYTES, (void *)c->stream);
+    c->has_user_stream = 0;
+    memset(c->mm, 0, sizeof c->mm);
+    c->init = 1;
+    BT__K_CUDA(cudaSetDevice(prev), "bt_k_init");
+}
+
+static bt__k_ctx *bt__k_cur(void) {
+    int d = 0;
+    BT__K_CUDA(cudaGetDevice(&d), "bt_kernels");
+    if (d < 0 || d >= BT_MAX_GPUS) bt_error("bt_kernels: device %d beyond BT_MAX_GPUS", d);
+    if (!bt__k_ctxs[d].init) bt_k_init(d);
+    return &bt__k_ctxs[d];
+}
+static int bt__k_device(void) { int d = 0; BT__K_CUDA(cudaGetDevice(&d), "bt_kernels"); return d; }
+
+BTDEF cudaStream_t bt_k_stream(void) {
+    bt__k_ctx *c = bt__k_cur();
+    return c->has_user_stream ? c->user_stream : c->stream;
+}
+/* s == NULL gives the device its own stream back (use cudaStreamLegacy for the legacy default one) */
+BTDEF void bt_k_set_stream(cudaStream_t s) {
+    bt__k_ctx *c = bt__k_cur();
+    c->user_stream = s; c->has_user_stream = s != NULL;
+}
+BTDEF void bt_k_synchronize(void) {
+    BT__K_CUDA(cudaStreamSynchronize(bt_k_stream()), "bt_k_synchronize");
+    BT__K_CUDA(cudaGetLastError(), "bt_k_synchronize");
+}
+
+static void bt__k_mm_plan_drop(bt__k_mm_plan *p) {
+    if (!p->used) return;
+    cublasLtMatrixLayoutDestroy(p->la); cublasLtMatrixLayoutDestroy(p->lb);
+    cublasLtMatrixLayoutDestroy(p->lc); cublasLtMatmulDescDestroy(p->op);
+    p->used = 0;
+}
+
+BTDEF void bt_k_shutdown(void) {
+    int prev = 0;
+    if (cudaGetDevice(&prev) != cudaSuccess) { (void)cudaGetLastError(); return; }
+    for (int d = 0; d < BT_MAX_GPUS; d++) {
+        bt__k_ctx *c = &bt__k_ctxs[d];
+        if (!c->init) continue;
+        BT__K_CUDA(cudaSetDevice(d), "bt_k_shutdown");
+        BT__K_CUDA(cudaStreamSynchronize(c->stream), "bt_k_shutdown");
+        for (int i = 0; i < BT__K_MM_SLOTS; i++) bt__k_mm_plan_drop(&c->mm[i]);
+        bt_free(c->ws);
+        cublasLtDestroy(c->lt); cublasDestroy(c->blas);
+        BT__K_CUDA(cudaStreamDestroy(c->stream), "bt_k_shutdown");
+        memset(c, 0, sizeof *c);
+    }
+    BT__K_CUDA(cudaSetDevice(prev), "bt_k_shutdown");
+}
+
+/* blocks for a grid-stride loop over `work` items: enough to fill the chip, no more */
+static unsigned bt__k_blocks(int64_t work, int threads) {
+    int64_t b = (work + threads - 1) / threads, cap = (int64_t)bt__k_cur()->sm_count * 16;
+    if (b > cap) b = cap;
+    return (unsigned)(b < 1 ? 1 : b);
+}
+static int bt__k_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+static void *bt__k_scratch(size_t nbytes, cudaStream_t s) {
+    return bt_alloc(bt_cuda_device(bt__k_device()), nbytes, (void *)s);
+}
+
+/* ---- device-side type helpers: storage type T, math in A = float (double for f64) ---- */
+template <typename T> struct bt__k_acc { typedef float t; };
+template <> struct bt__k_acc<double> { typedef double t; };
+__device__ __forceinline__ float bt__k_tof(float x) { return x; }
+__device__ __forceinline__ double bt__k_tof(double x) { return x; }
+__device__ __forceinline__ float bt__k_tof(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float bt__k_tof(__half x) { return __half2float(x); }
+template <typename T> __device__ __forceinline__ T bt__k_from(typename bt__k_acc<T>::t x);
+template <> __device__ __forceinline__ float bt__k_from<float>(float x) { return x; }
+template <> __device__ __forceinline__ double bt__k_from<double>(double x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 bt__k_from<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ __forceinline__ __half bt__k_from<__half>(float x) { return __float2half_rn(x); }
+__device__ __forceinline__ float bt__k_exp(float x) { return expf(x); }
+__device__ __forceinline__ double bt__k_exp(double x) { return exp(x); }
+__device__ __forceinline__ float bt__k_log(float x) { return logf(x); }
+__device__ __forceinline__ double bt__k_log(double x) { return log(x); }
+__device__ __forceinline__ float bt__k_sqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ double bt__k_sqrt(double x) { return sqrt(x); }
+__device__ __forceinline__ float bt__k_tanh(float x) { return tanhf(x); }
+__device__ __forceinline__ double bt__k_tanh(double x) { return tanh(x); }
+
+/* 16-byte vector access: V = 16 / sizeof(T) elements; the caller checked the alignment */
+template <typename T> __device__ __forceinline__ void bt__k_ld16(T *v, const T *p) {
+    uint4 u = __ldg(reinterpret_cast<const uint4 *>(p)); memcpy(v, &u, 16);
+}
+template <typename T> __device__ __forceinline__ void bt__k_st16(T *p, const T *v) {
+    uint4 u; memcpy(&u, v, 16); *reinterpret_cast<uint4 *>(p) = u;
+}
+
+__device__ __forceinline__ float bt__k_wsum(float v) {
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ double bt__k_wsum(double v) {
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+/* sum over a 1-D block (blockDim.x a multiple of 32, <= 1024); every thread gets the total */
+template <typename A> __device__ A bt__k_bsum(A v, A *sh /* 32 */) {
+    v = bt__k_wsum(v);
+    int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
+    __syncthreads();
+    if (l == 0) sh[w] = v;
+    __syncthreads();
+    v = l < nw ? sh[l] : (A)0;
+    return bt__k_wsum(v);
+}
+/* sum over the threads of one row: one warp (blockDim.x == 32) or the whole block (blockDim.y == 1) */
+__device__ __forceinline__ float bt__k_rsum(float v, float *sh) {
+    if (blockDim.x == 32) return bt__k_wsum(v);
+    return bt__k_bsum<float>(v, sh);
+}
+/* merge two online-softmax states (max m, sum of exp(x - m) s) */
+__device__ __forceinline__ void bt__k_ms_merge(float &m, float &s, float m2, float s2) {
+    float M = fmaxf(m, m2);
+    if (M == -INFINITY) { s = 0.f; m = M; return; }
+    s = s * expf(m - M) + s2 * expf(m2 - M);
+    m = M;
+}
+__device__ __forceinline__ void bt__k_ms_add(float &m, float &s, float x) {
+    if (x > m) { s = s * expf(m - x) + 1.f; m = x; }
+    else if (m > -INFINITY) s += expf(x - m);
+}
+__device__ void bt__k_rms(float &m, float &s, float *sh /* 64 */) {
+    for (int o = 16; o; o >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        bt__k_ms_merge(m, s, m2, s2);
+    }
+    if (blockDim.x == 32) return;
+    int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
+    __syncthreads();
+    if (l == 0) { sh[w] = m; sh[32 + w] = s; }
+    __syncthreads();
+    m = l < nw ? sh[l] : -INFINITY; s = l < nw ? sh[32 + l] : 0.f;
+    for (int o = 16; o; o >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        bt__k_ms_merge(m, s, m2, s2);
+    }
+}
+
+/* runtime dtype dispatch: binds T to the storage type of dt and runs the statement */
+#define BT__K_CASE(DT, TYPE, ...) case DT: { typedef TYPE T; __VA_ARGS__; } break;
+#define BT__K_DISPATCH3(dt, opname, ...) switch (dt) { \
+    BT__K_CASE(BT_F32, float, __VA_ARGS__) BT__K_CASE(BT_BF16, __nv_bfloat16, __VA_ARGS__) \
+    BT__K_CASE(BT_F16, __half, __VA_ARGS__) \
+    default: bt_error("%s: dtype %s not supported (f32, bf16, f16)", opname, bt__k_dtname(dt)); }
+#define BT__K_DISPATCH4(dt, opname, ...) switch (dt) { \
+    BT__K_CASE(BT_F32, float, __VA_ARGS__) BT__K_CASE(BT_BF16, __nv_bfloat16, __VA_ARGS__) \
+    BT__K_CASE(BT_F16, __half, __VA_ARGS__) BT__K_CASE(BT_F64, double, __VA_ARGS__) \
+    default: bt_error("%s: dtype %s not supported (f32, f64, bf16, f16)", opname, bt__k_dtname(dt)); }
+
+/* ---- 2. copy, cast, fill, random ---------------------------------------------------------------
+   Memory-bound: each element is read once (size of the source dtype) and written once (size of
+   the destination). Loads and stores go through a runtime dtype switch in double, which is exact
+   for every dtype here except i64 beyond 2^53; bf16/f16 are rounded from fp32, as on the CPU (same-dtype contiguous copies use cudaMemcpyAsync
+   and never convert). The strided copy decodes an index per element (div/mod per dim, after
+   merging dims that are contiguous with each other on the host). */
+__device__ __forceinline__ double bt__k_ldd(int dt, const void *p, int64_t i) {
+    switch (dt) {
+    case BT_F32: return ((const float *)p)[i];
+    case BT_F64: return ((const double *)p)[i];
+    case BT_BF16: return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    case BT_F16: return __half2float(((const __half *)p)[i]);
+    case BT_I32: return ((const int32_t *)p)[i];
+    case BT_U16: return ((const uint16_t *)p)[i];
+    case BT_I64: return (double)((const int64_t *)p)[i];
+    }
+    return 0;
+}
+__device__ __forceinline__ void bt__k_std(int dt, void *p, int64_t i, double v) {
+    switch (dt) {
+    case BT_F32: ((float *)p)[i] = (float)v; break;
+    case BT_F64: ((double *)p)[i] = v; break;
+    case BT_BF16: ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn((float)v); break;   /* via fp32, as the CPU */
+    case BT_F16: ((__half *)p)[i] = __float2half_rn((float)v); break;
+    case BT_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+    case BT_U16: ((uint16_t *)p)[i] = (uint16_t)v; break;
+    case BT_I64: ((int64_t *)p)[i] = (int64_t)v; break;
+    }
+}
+typedef struct { int ndim; int64_t shape[BT_MAX_DIMS], sa[BT_MAX_DIMS], sb[BT_MAX_DIMS]; } bt__k_geom;
+
+__global__ void bt__k_cast_kernel(int dtd, void *dst, int dts, const void *src, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        bt__k_std(dtd, dst, i, bt__k_ldd(dts, src, i));
+}
+__global__ void bt__k_copy_strided_kernel(int dtd, void *dst, int dts, const void *src, bt__k_geom g, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t rem = i, off = 0;
+        for (int d = g.ndim - 1; d >= 0; d--) {
+            int64_t q = rem / g.shape[d];
+            off += (rem - q * g.shape[d]) * g.sa[d];
+            rem = q;
+        }
+        bt__k_std(dtd, dst, i, bt__k_ldd(dts, src, off));
+    }
+}
+/* Drop size-1 dims and merge dim d into d+1 where every operand steps through them as one. */
+static int bt__k_coalesce(int ndim, const int64_t *shape, const int64_t *sa, const int64_t *sb, bt__k_geom *g) {
+    int k = 0;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] == 1) continue;
+        if (k > 0 && g->sa[k - 1] == sa[d] * shape[d] && (!sb || g->sb[k - 1] == sb[d] * shape[d])) {
+            g->shape[k - 1] *= shape[d]; g->sa[k - 1] = sa[d]; if (sb) g->sb[k - 1] = sb[d];
+            continue;
+        }
+        g->shape[k] = shape[d]; g->sa[k] = sa[d]; g->sb[k] = sb ? sb[d] : 0; k++;
+    }
+    g->ndim = k;
+    return k;
+}
+
+BTDEF void bt_k_cast(bt_dtype dt_dst, void *dst, bt_dtype dt_src, const void *src, int64_t n, cudaStream_t s) {
+    if (n <= 0) return;
+    if (!bt__k_dtsize(dt_dst) || !bt__k_dtsize(dt_src)) bt_error("bt_k_cast: bad dtype %d -> %d", (int)dt_src, (int)dt_dst);
+    if (dt_dst == dt_src) {
+        BT__K_CUDA(cudaMemcpyAsync(dst, src, (size_t)n * bt__k_dtsize(dt_dst), cudaMemcpyDeviceToDevice, s), "bt_k_cast");
+        return;
+    }
+    bt__k_cast_kernel<<<bt__k_blocks(n, 256), 256, 0, s>>>((int)dt_dst, dst, (int)dt_src, src, n);
+    BT__K_LAUNCHED("bt_k_cast");
+}
+
+BTDEF void bt_k_copy_strided(bt_dtype dt_dst, void *dst, bt_dtype dt_src, const void *src, int ndim,
+                             const int64_t *shape, const int64_t *src_strides, cudaStream_t s) {
+    if (ndim < 0 || ndim > BT_MAX_DIMS) bt_error("bt_k_copy_strided: %d dims (at most %d)", ndim, BT_MAX_DIMS);
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++) n *= shape[d];
+    if (n <= 0) return;
+    bt__k_geom g;
+    int k = bt__k_coalesce(ndim, shape, src_strides, NULL, &g);
+    if (k == 0 || (k == 1 && g.sa[0] == 1)) { bt_k_cast(dt_dst, dst, dt_src, src, n, s); return; }
+    bt__k_copy_strided_kernel<<<bt__k_blocks(n, 256), 256, 0, s>>>((int)dt_dst, dst, (int)dt_src, src, g, n);
+    BT__K_LAUNCHED("bt_k_copy_strided");
+}
+
+__global__ void bt__k_fill_kernel(int dt, void *dst, double v, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        bt__k_std(dt, dst, i, v);
+}
+BTDEF void bt_k_fill(bt_dtype dt, void *dst, double value, int64_t n, cudaStream_t s) {
+    if (n <= 0) return;
+    if (!bt__k_dtsize(dt)) bt_error("bt_k_fill: bad dtype %d", (int)dt);
+    if (value == 0.0 && !signbit(value)) {   /* +0 is all-zero bits in every dtype */
+        BT__K_CUDA(cudaMemsetAsync(dst, 0, (size_t)n * bt__k_dtsize(dt), s), "bt_k_fill");
+        return;
+    }
+    bt__k_fill_kernel<<<bt__k_blocks(n, 256), 256, 0, s>>>((int)dt, dst, value, n);
+    BT__K_LAUNCHED("bt_k_fill");
+}
+
+/* Philox: element i is bt_philox_uniform/normal(seed, offset + i), computed in double exactly as on
+   the CPU (no contraction of a*b+c into an fma), then rounded to dt. Writes n elements, reads none. */
+__global__ void bt__k_random_kernel(int dt, void *dst, int64_t n, uint64_t seed, uint64_t offset, double a, double b,
+                                    int normal) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        double r = normal ? bt_philox_normal(seed, offset + (uint64_t)i) : bt_philox_uniform(seed, offset + (uint64_t)i);
+        bt__k_std(dt, dst, i, __dadd_rn(__dmul_rn(r, a), b));
+    }
+}
+BTDEF void bt_k_uniform(bt_dtype dt, void *dst, int64_t n, uint64_t seed, uint64_t offset, double lo, double hi, cudaStream_t s) {
+    if (n <= 0) return;
+    if (!bt_dtype_is_float(dt)) bt_error("bt_k_uniform: dtype %s is not floating", bt__k_dtname(dt));
+    bt__k_random_kernel<<<bt__k_blocks(n, 256), 256, 0, s>>>((int)dt, dst, n, seed, offset, hi - lo, lo, 0);
+    BT__K_LAUNCHED("bt_k_uniform");
+}
+BTDEF void bt_k_normal(bt_dtype dt, void *dst, int64_t n, uint64_t seed, uint64_t offset, double mean, double std, cudaStream_t s) {
+    if (n <= 0) return;
+    if (!bt_dtype_is_float(dt)) bt_error("bt_k_normal: dtype %s is not floating", bt__k_dtname(dt));
+    bt__k_random_kernel<<<bt__k_blocks(n, 256), 256, 0, s>>>((int)dt, dst, n, seed, offset, std, mean, 1);
+    BT__K_LAUNCHED("bt_k_normal");
+}
+
+/* ---- 3. elementwise ----------------------------------------------------------------------------
+   unary: out = f(x); 1 read + 1 write per element (2n or 4n bytes for bf16/f32, 8n for f64).
+   GELU is the tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), with
+   d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+   backward: gx = gout * f'(x): 2 reads + 1 write per element. The derivative is taken from x
+   (recomputing exp/tanh costs less than reading y); from y only when x is NULL.
+   affine: out = alpha x + beta. binary: out = a op b, 2 reads + 1 write when nothing broadcasts.
+   Contiguous operands 16-byte aligned move in 16-byte vectors (4 f32 / 8 bf16 per access). */
+template <int OP, typename A> __device__ __forceinline__ A bt__k_uop(A x) {
+    switch (OP) {
+    case BT_UOP_NEG: return -x;
+    case BT_UOP_EXP: return bt__k_exp(x);
+    case BT_UOP_LOG: return bt__k_log(x);
+    case BT_UOP_SQRT: return bt__k_sqrt(x);
+    case BT_UOP_TANH: return bt__k_tanh(x);
+    case BT_UOP_RELU: return x > (A)0 ? x : (A)0;
+    case BT_UOP_GELU: {
+        const A k0 = (A)0.7978845608028654, k1 = (A)0.044715;
+        return (A)0.5 * x * ((A)1 + bt__k_tanh(k0 * (x + k1 * x * x * x)));
+    }
+    case BT_UOP_SQUARE: return x * x;
+    case BT_UOP_RECIP: return (A)1 / x;
+    }
+    return x;
+}
+/* f'(x) from x (FROMY == 0) or from y = f(x) (FROMY == 1: NEG, EXP, SQRT, TANH, RELU, RECIP) */
+template <int OP, int FROMY, typename A> __device__ __forceinline__ A bt__k_uop_grad(A x) {
+    switch (OP) {
+    case BT_UOP_NEG: return (A)-1;
+    case BT_UOP_EXP: return FROMY ? x : bt__k_exp(x);
+    case BT_UOP_LOG: return (A)1 / x;
+    case BT_UOP_SQRT: return FROMY ? (A)0.5 / x : (A)0.5 / bt__k_sqrt(x);
+    case BT_UOP_TANH: { A t = FROMY ? x : bt__k_tanh(x); return (A)1 - t * t; }
+    case BT_UOP_RELU: return x > (A)0 ? (A)1 : (A)0;
+    case BT_UOP_GELU: {
+        const A k0 = (A)0.7978845608028654, k1 = (A)0.044715;
+        A x2 = x * x, t = bt__k_tanh(k0 * (x + k1 * x2 * x));
+        return (A)0.5 * ((A)1 + t) + (A)0.5 * x * ((A)1 - t * t) * k0 * ((A)1 + (A)3 * k1 * x2);
+    }
+    case BT_UOP_SQUARE: return (A)2 * x;
+    case BT_UOP_RECIP: return FROMY ? -x * x : (A)-1 / (x * x);
+    }
+    return (A)0;
+}
+
+/* The elementwise kernels share one loop shape: grid-stride over 16-byte vectors first when
+   vec != 0 (V lanes unrolled in registers), then the scalar tail. */
+template <typename T, int OP> __global__ void bt__k_unary_kernel(T *out, const T *x, int64_t n, int vec) {
+    typedef typename bt__k_acc<T>::t A;
+    const int V = 16 / sizeof(T);
+    int64_t tid = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, st = (int64_t)gridDim.x * blockDim.x;
+    int64_t nv = vec ? n / V : 0;
+    for (int64_t c = tid; c < nv; c += st) {
+        T a[V];
+        bt__k_ld16(a, x + c * V);
+#pragma unroll
+        for (int e = 0; e < V; e++) a[e] = bt__k_from<T>(bt__k_uop<OP, A>(bt__k_tof(a[e])));
+        bt__k_st16(out + c * V, a);
+    }
+    for (int64_t i = nv * V + tid; i < n; i += st) out[i] = bt__k_from<T>(bt__k_uop<OP, A>(bt__k_tof(x[i])));
+}
+template <typename T, int OP, int FROMY>
+__global__ void bt__k_unary_bwd_kernel(T *gx, const T *g, const T *x, int64_t n, int vec) {
+    typedef typename bt__k_acc<T>::t A;
+    const int V = 16 / sizeof(T);
+    int64_t tid = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, st = (int64_t)gridDim.x * blockDim.x;
+    int64_t nv = vec ? n / V : 0;
+    for (int64_t c = tid; c < nv; c += st) {
+        T a[V], b[V];
+        bt__k_ld16(a, x + c * V); bt__k_ld16(b, g + c * V);
+#pragma unroll
+        for (int e = 0; e < V; e++) a[e] = bt__k_from<T>(bt__k_tof(b[e]) * bt__k_uop_grad<OP, FROMY, A>(bt__k_tof(a[e])));
+        bt__k_st16(gx + c * V, a);
+    }
+    for (int64_t i = nv * V + tid; i < n; i += st)
+        gx[i] = bt__k_from<T>(bt__k_tof(g[i]) * bt__k_uop_grad<OP, FROMY, A>(bt__k_tof(x[i])));
+}
+
+#define BT__K_UOPS(X) X(BT_UOP_NEG) X(BT_UOP_EXP) X(BT_UOP_LOG) X(BT_UOP_SQRT) X(BT_UOP_TANH) \
+    X(BT_UOP_RELU) X(BT_UOP_GELU) X(BT_UOP_SQUARE) X(BT_UOP_RECIP)
+
+template <typename T>
+static void bt__k_unary_t(bt_unary_op op, T *out, const T *x, int64_t n, int vec, cudaStream_t s) {
+    const int V = 16 / sizeof(T);
+    unsigned nb = bt__k_blocks(vec ? (n + V - 1) / V : n, 256);
+    switch (op) {
+#define BT__K_X(OPC) case OPC: bt__k_unary_kernel<T, OPC><<<nb, 256, 0, s>>>(out, x, n, vec); break;
+    BT__K_UOPS(BT__K_X)
+#undef BT__K_X
+    default: bt_error("bt_k_unary: unknown op %d", (int)op);
+    }
+}
+template <typename T>
+static void bt__k_unary_bwd_t(bt_unary_op op, T *gx, const T *g, const T *in, int fromy, int64_t n, int vec, cudaStream_t s) {
+    const int V = 16 / sizeof(T);
+    unsigned nb = bt__k_blocks(vec ? (n + V - 1) / V : n, 256);
+    switch (op) {
+#define BT__K_X(OPC) case OPC: \
+        if (fromy) bt__k_unary_bwd_kernel<T, OPC, 1><<<nb, 256, 0, s>>>(gx, g, in, n, vec); \
+        else bt__k_unary_bwd_kernel<T, OPC, 0><<<nb, 256, 0, s>>>(gx, g, in, n, vec); \
+        break;
+    BT__K_UOPS(BT__K_X)
+#undef BT__K_X
+    default: bt_error("bt_k_unary_backward: unknown op %d", (int)op);
+    }
+}
+BTDEF void bt_k_unary(bt_unary_op op, bt_dtype dt, void *out, const void *x, int64_t n, cudaStream_t s) {
+    if (n <= 0) return;
+    int vec = bt__k_aligned16(out) && bt__k_aligned16(x);
+    BT__K_DISPATCH4(dt, "bt_k_unary", { bt__k_unary_t<T>(op, (T *)out, (const T *)x, n, vec, s); })
+    BT__K_LAUNCHED("bt_k_unary");
+}
+
+BTDEF void bt_k_unary_backward(bt_unary_op op, bt_dtype dt, void *gx, const void *gout, const void *x, const void *y,
+                               int64_t n, cudaStream_t s) {
+    if (n <= 0) return;
+    int fromy = x == NULL;
+    if (fromy && (!y || op == BT_UOP_LOG || op == BT_UOP_GELU || op == BT_UOP_SQUARE))
+        bt_error("bt_k_unary_backward: op %d needs x (got x = NULL)", (int)op);
+    const void *in = fromy ? y : x;
+    int vec = bt__k_aligned16(gx) && bt__k_aligned16(gout) && bt__k_aligned16(in);
+    BT__K_DISPATCH4(dt, "bt_k_unary_backward",
+                    { bt__k_unary_bwd_t<T>(op, (T *)gx, (const T *)gout, (const T *)in, fromy, n, vec, s); })
+    BT__K_LAUNCHED("bt_k_unary_backward");
+}
+
+template <typename T> __global__ void bt__k_affine_kernel(T *out, const T *x, typename bt__k_acc<T>::t al,
+                                                          typename bt__k_acc<T>::t be, int64_t n, int vec) {
+    const int V = 16 / sizeof(T);
+    int64_t tid = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, st = (int64_t)gridDim.x * blockDim.x;
+    int64_t nv = vec ? n / V : 0;
+    for (int64_t c = tid; c < nv; c += st) {
+        T a[V];
+        bt__k_ld16(a, x + c * V);
+#pragma unroll
+        for (int e = 0; e < V; e++) a[e] = bt__k_from<T>(al * bt__k_tof(a[e]) + be);
+        bt__k_st16(out + c * V, a);
+    }
+    for (int64_t i = nv * V + tid; i < n; i += st) out[i] = bt__k_from<T>(al * bt__k_tof(x[i]) + be);
+}
+BTDEF void bt_k_affine(bt_dtype dt, void *out, const void *x, double alpha, double beta, int64_t n, cudaStream_t s) {
+    if (n <= 0) return;
+    int vec = bt__k_aligned16(out) && bt__k_aligned16(x);
+    BT__K_DISPATCH4(dt, "bt_k_affine", {
+        const int V = 16 / sizeof(T);
+        typedef typename bt__k_acc<T>::t A;
+        bt__k_affine_kernel<T><<<bt__k_blocks(vec ? (n + V - 1) / V : n, 256), 256, 0, s>>>(
+            (T *)out, (const T *)x, (A)alpha, (A)beta, n, vec);
+    })
+    BT__K_LAUNCHED("bt_k_affine");
+}
+
+template <int OP, typename A> __device__ __forceinline__ A bt__k_bop(A a, A b) {
+    switch (OP) {
+    case BT_BOP_ADD: return a + b;
+    case BT_BOP_SUB: return a - b;
+    case BT_BOP_MUL: return a * b;
+    case BT_BOP_DIV: return a / b;
+    }
+    return a;
+}
+template <typename T, int OP> __global__ void bt__k_binary_flat(T *out, const T *a, const T *b, int64_t n, int vec) {
+    typedef typename bt__k_acc<T>::t A;
+    const int V = 16 / sizeof(T);
+    int64_t tid = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, st = (int64_t)gridDim.x * blockDim.x;
+    int64_t nv = vec ? n / V : 0;
+    for (int64_t c = tid; c < nv; c += st) {
+        T u[V], w[V];
+        bt__k_ld16(u, a + c * V); bt__k_ld16(w, b + c * V);
+#pragma unroll
+        for (int e = 0; e < V; e++) u[e] = bt__k_from<T>(bt__k_bop<OP, A>(bt__k_tof(u[e]), bt__k_tof(w[e])));
+        bt__k_st16(out + c * V, u);
+    }
+    for (int64_t i = nv * V + tid; i < n; i += st) out[i] = bt__k_from<T>(bt__k_bop<OP, A>(bt__k_tof(a[i]), bt__k_tof(b[i])));
+}
+/* general case: per element, decode the output index into per-dim coordinates (div/mod per dim
+   after coalescing) and step a and b by their strides; broadcast dims have stride 0 and are
+   re-read from cache. */
+template <typename T, int OP> __global__ void bt__k_binary_strided(T *out, const T *a, const T *b, bt__k_geom g, int64_t n) {
+    typedef typename bt__k_acc<T>::t A;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t rem = i, oa = 0, ob = 0;
+        for (int d = g.ndim - 1; d >= 0; d--) {
+            int64_t q = rem / g.shape[d], c = rem - q * g.shape[d];
+            oa += c * g.sa[d]; ob += c * g.sb[d]; rem = q;
+        }
+        out[i] = bt__k_from<T>(bt__k_bop<OP, A>(bt__k_tof(a[oa]), bt__k_tof(b[ob])));
+    }
+}
+template <typename T>
+static void bt__k_binary_t(bt_binary_op op, T *out, const T *a, const T *b, int flat, int vec, const bt__k_geom *g,
+                           int64_t n, cudaStream_t s) {
+    const int V = 16 / sizeof(T);
+    unsigned nb = bt__k_blocks(vec ? (n + V - 1) / V : n, 256);
+    switch (op) {
+#define BT__K_X(OPC) case OPC: \
+        if (flat) bt__k_binary_flat<T, OPC><<<nb, 256, 0, s>>>(out, a, b, n, vec); \
+        else bt__k_binary_strided<T, OPC><<<nb, 256, 0, s>>>(out, a, b, *g, n); \
+        break;
+    BT__K_X(BT_BOP_ADD) BT__K_X(BT_BOP_SUB) BT__K_X(BT_BOP_MUL) BT__K_X(BT_BOP_DIV)
+#undef BT__K_X
+    default: bt_error("bt_k_binary: unknown op %d", (int)op);
+    }
+}
+BTDEF void bt_k_binary(bt_binary_op op, bt_dtype dt, void *out, const void *a, const int64_t *a_strides, const void *b,
+                       const int64_t *b_strides, int ndim, const int64_t *shape, cudaStream_t s) {
+    if (ndim < 0 || ndim > BT_MAX_DIMS) bt_error("bt_k_binary: %d dims (at most %d)", ndim, BT_MAX_DIMS);
+    if ((unsigned)op >= (unsigned)BT_NBOPS) bt_error("bt_k_binary: unknown op %d", (int)op);
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++) n *= shape[d];
+    if (n <= 0) return;
+    bt__k_geom g;
+    int k = bt__k_coalesce(ndim, shape, a_strides, b_strides, &g);
+    int flat = k == 0 || (k == 1 && g.sa[0] == 1 && g.sb[0] == 1);
+    int vec = flat && bt__k_aligned16(out) && bt__k_aligned16(a) && bt__k_aligned16(b);
+    BT__K_DISPATCH4(dt, "bt_k_binary", { bt__k_binary_t<T>(op, (T *)out, (const T *)a, (const T *)b, flat, vec, &g, n, s); })
+    BT__K_LAUNCHED("bt_k_binary");
+}
+
+/* ---- 4. reductions -----------------------------------------------------------------------------
+   in [outer, r, inner] -> out [outer, inner]; each input element is read once (plus the partials
+   of a second stage), each output written once. Accumulation in A (fp32; fp64 for f64); MEAN is
+   SUM divided by r at the end; MAX keeps (value, first index). Two shapes:
+     inner == 1: a block of 256 threads per row (of chunk of a row), strided coalesced reads;
+     inner > 1:  a block of 32 x 8 threads per 32 columns: 32 consecutive i (coalesced) by 8 rows.
+   When the rows alone cannot fill the chip, r is split across blocks (grid dim `splits`): stage 1
+   writes partials [outer, splits, inner] to scratch, stage 2 reduces them with the same kernel.
+   The combining order is fixed, so results are the same bits on every run. */
+template <typename A> __device__ __forceinline__ void bt__k_maxidx(A &v, int32_t &i, A v2, int32_t i2) {
+    if (i2 >= 0 && (i < 0 || v2 > v || (v2 == v && i2 < i))) { v = v2; i = i2; }
+}
+template <typename TI, typename TO, int MAX>
+__global__ void bt__k_reduce_last(const TI *in, const int32_t *in_idx, int64_t outer, int64_t r, int64_t chunk,
+                                  typename bt__k_acc<TO>::t *pval, int32_t *pidx, TO *out, int32_t *argmax,
+                                  typename bt__k_acc<TO>::t div) {
+    typedef typename bt__k_acc<TO>::t A;
+    __shared__ A shv[32];
+    __shared__ int32_t shi[32];
+    int splits = gridDim.x;
+    for (int64_t o = blockIdx.y; o < outer; o += gridDim.y) {
+        const TI *row = in + o * r;
+        int64_t j0 = blockIdx.x * chunk, j1 = j0 + chunk < r ? j0 + chunk : r;
+        A acc = MAX ? (A)-INFINITY : (A)0;
+        int32_t bi = -1;
+        for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+            A v = (A)bt__k_tof(row[j]);
+            if (MAX) bt__k_maxidx(acc, bi, v, in_idx ? in_idx[o * r + j] : (int32_t)j);
+            else acc += v;
+        }
+        if (MAX) {
+            for (int off = 16; off; off >>= 1) {
+                A v2 = __shfl_xor_sync(0xffffffffu, acc, off);
+                int32_t i2 = __shfl_xor_sync(0xffffffffu, bi, off);
+                bt__k_maxidx(acc, bi, v2, i2);
+            }
+            int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+            __syncthreads();
+            if (l == 0) { shv[w] = acc; shi[w] = bi; }
+            __syncthreads();
+            if (threadIdx.x == 0)
+                for (int k = 1; k < (int)(blockDim.x >> 5); k++) bt__k_maxidx(acc, bi, shv[k], shi[k]);
+        } else {
+            acc = bt__k_bsum<A>(acc, shv);
+        }
+        if (threadIdx.x == 0) {
+            if (splits == 1) {
+                out[o] = bt__k_from<TO>(MAX ? acc : acc / div);
+                if (argmax) argmax[o] = bi;
+            } else {
+                pval[o * splits + blockIdx.x] = acc;
+                if (pidx) pidx[o * splits + blockIdx.x] = bi;
+            }
+        }
+    }
+}
+template <typename TI, typename TO, int MAX>
+__global__ void bt__k_reduce_cols(const TI *in, const int32_t *in_idx, int64_t outer, int64_t r, int64_t inner,
+                                  int64_t chunk, typename bt__k_acc<TO>::t *pval, int32_t *pidx, TO *out,
+                                  int32_t *argmax, typename bt__k_acc<TO>::t div) {
+    typedef typename bt__k_acc<TO>::t A;
+    __shared__ A shv[8][33];
+    __shared__ int32_t shi[8][33];
+    int splits = gridDim.z, tx = threadIdx.x, ty = threadIdx.y;
+    int64_t i = blockIdx.x * (int64_t)32 + tx;
+    int64_t j0 = blockIdx.z * chunk, j1 = j0 + chunk < r ? j0 + chunk : r;
+    for (int64_t o = blockIdx.y; o < outer; o += gridDim.y) {
+        A acc = MAX ? (A)-INFINITY : (A)0;
+        int32_t bi = -1;
+        if (i < inner)
+            for (int64_t j = j0 + ty; j < j1; j += 8) {
+                int64_t e = (o * r + j) * inner + i;
+                A v = (A)bt__k_tof(in[e]);
+                if (MAX) bt__k_maxidx(acc, bi, v, in_idx ? in_idx[e] : (int32_t)j);
+                else acc += v;
+            }
+        shv[ty][tx] = acc; shi[ty][tx] = bi;
+        __syncthreads();
+        if (ty == 0 && i < inner) {
+            for (int y = 1; y < 8; y++) {
+                if (MAX) bt__k_maxidx(acc, bi, shv[y][tx], shi[y][tx]);
+                else acc += shv[y][tx];
+            }
+            if (splits == 1) {
+                out[o * inner + i] = bt__k_from<TO>(MAX ? acc : acc / div);
+                if (argmax) argmax[o * inner + i] = bi;
+            } else {
+                int64_t p = (o * splits + blockIdx.z) * inner + i;
+                pval[p] = acc;
+                if (pidx) pidx[p] = bi;
+            }
+        }
+        __syncthreads();
+    }
+}
+template <typename T>
+static void bt__k_reduce_t(int isMax, T *out, int32_t *argmax, const T *in, int64_t outer, int64_t r, int64_t inner,
+                           int mean, cudaStream_t s) {
+    typedef typename bt__k_acc<T>::t A;
+    int64_t sms = bt__k_cur()->sm_count, splits = 1;
+    A div = mean ? (A)r : (A)1;
+    unsigned gy = (unsigned)(outer < 65535 ? outer : 65535);
+    if (inner == 1) {
+        if (outer < 2 * sms && r > 8192) {
+            splits = (r + 4095) / 4096;
+            int64_t want = (4 * sms + outer - 1) / outer;
+            if (splits > want) splits = want;
+        }
+    } else {
+        int64_t base = ((inner + 31) / 32) * outer;
+        if (base < 2 * sms && r > 64) {
+            splits = (r + 63) / 64;
+            int64_t want = (4 * sms + base - 1) / base;
+            if (splits > want) splits = want;
+            if (splits > 65535) splits = 65535;
+        }
+    }
+    int64_t chunk = (r + splits - 1) / splits;
+    if (chunk < 1) chunk = 1;
+    A *pval = NULL;
+    int32_t *pidx = NULL;
+    if (splits > 1) {
+        size_t np = (size_t)(outer * splits * inner);
+        pval = (A *)bt__k_scratch(np * sizeof(A), s);
+        if (isMax) pidx = (int32_t *)bt__k_scratch(np * sizeof(int32_t), s);
+    }
+#define BT__K_RED(MX)                                                                                         \
+    if (inner == 1) {                                                                                         \
+        bt__k_reduce_last<T, T, MX><<<dim3((unsigned)splits, gy), 256, 0, s>>>(in, NULL, outer, r, chunk, pval, pidx, \
+                                                                               out, argmax, div);             \
+        if (splits > 1)                                                                                       \
+            bt__k_reduce_last<A, T, MX><<<dim3(1, gy), 256, 0, s>>>(pval, pidx, outer, splits, splits, NULL, NULL, \
+                                                                    out, argmax, div);                        \
+    } else {                                                                                                  \
+        dim3 g((unsigned)((inner + 31) / 32), gy, (unsigned)splits);                                          \
+        bt__k_reduce_cols<T, T, MX><<<g, dim3(32, 8), 0, s>>>(in, NULL, outer, r, inner, chunk, pval, pidx, out, argmax, div); \
+        if (splits > 1)                                                                                       \
+            bt__k_reduce_cols<A, T, MX><<<dim3(g.x, gy, 1), dim3(32, 8), 0, s>>>(pval, pidx, outer, splits, inner, \
+                                                                                 splits, NULL, NULL, out, argmax, div); \
+    }
+    if (isMax) { BT__K_RED(1) } else { BT__K_RED(0) }
+#undef BT__K_RED
+    BT__K_LAUNCHED("bt_k_reduce");
+    bt_free(pval); bt_free(pidx);
+}
+BTDEF void bt_k_reduce(bt_reduce_op op, bt_dtype dt, void *out, int32_t *argmax, const void *in, int64_t outer,
+                       int64_t r, int64_t inner, cudaStream_t s) {
+    if (outer <= 0 || inner <= 0) return;
+    if (r <= 0 && op == BT_REDUCE_MAX) bt_error("bt_k_reduce: max over an empty dim (r = %lld)", (long long)r);
+    if (r < 0) bt_error("bt_k_reduce: r = %lld", (long long)r);
+    int isMax = op == BT_REDUCE_MAX, mean = op == BT_REDUCE_MEAN;
+    if (!isMax) argmax = NULL;
+    BT__K_DISPATCH4(dt, "bt_k_reduce", { bt__k_reduce_t<T>(isMax, (T *)out, argmax, (const T *)in, outer, r, inner, mean, s); })
+}
+
+/* sum of squares into one fp32: stage 1, each block sums x^2 (fp32, fp64 for f64) over a grid-
+   stride slice, 16-byte loads; stage 2, one block adds the block partials in fp64 in a fixed order
+   and writes (or adds to) *out. No atomics: the same bits on every run. Reads n elements once. */
+template <typename T> __global__ void bt__k_sumsq_part(const T *x, int64_t n, int vec, double *part) {
+    typedef typename bt__k_acc<T>::t A;
+    __shared__ A sh[32];
+    const int V = 16 / sizeof(T);
+    int64_t tid = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, st = (int64_t)gridDim.x * blockDim.x;
+    int64_t nv = vec ? n / V : 0;
+    A acc = 0;
+    for (int64_t c = tid; c < nv; c += st) {
+        T a[V];
+        bt__k_ld16(a, x + c * V);
+#pragma unroll
+        for (int e = 0; e < V; e++) { A v = bt__k_tof(a[e]); acc += v * v; }
+    }
+    for (int64_t i = nv * V + tid; i < n; i += st) { A v = bt__k_tof(x[i]); acc += v * v; }
+    acc = bt__k_bsum<A>(acc, sh);
+    if (threadIdx.x == 0) part[blockIdx.x] = (double)acc;
+}
+__global__ void bt__k_sumsq_final(const double *part, int nb, float *out, int accumulate) {
+    __shared__ double sh[32];
+    double acc = 0;
+    for (int i = threadIdx.x; i < nb; i += blockDim.x) acc += part[i];
+    acc = bt__k_bsum<double>(acc, sh);
+    if (threadIdx.x == 0) *out = accumulate ? (float)((double)*out + acc) : (float)acc;
+}
+BTDEF void bt_k_sumsq(bt_dtype dt, float *out, const void *x, int64_t n, int accumulate, cudaStream_t s) {
+    if (n < 0) n = 0;
+    int vec = bt__k_aligned16(x);
+    BT__K_DISPATCH4(dt, "bt_k_sumsq", {
+        const int V = 16 / sizeof(T);
+        unsigned nb = bt__k_blocks(vec ? (n + V - 1) / V : n, 256);
+        double *part = (double *)bt__k_scratch(nb * sizeof(double), s);
+        bt__k_sumsq_part<T><<<nb, 256, 0, s>>>((const T *)x, n, vec, part);
+        BT__K_LAUNCHED("bt_k_sumsq");
+        bt__k_sumsq_final<<<1, 256, 0, s>>>(part, (int)nb, out, accumulate);
+        BT__K_LAUNCHED("bt_k_sumsq");
+        bt_free(part);
+    })
+}
+
+/* ---- 5. softmax / log_softmax over rows ---------------------------------------------------------
+   One warp per row when cols <= 1024 (8 rows per block), else a block of 256 threads per row.
+   Forward: pass 1 keeps an online (max m, sum s of exp(x - m)) per thread and merges them; pass 2
+   writes exp(x - m) / s, or x - m - log s. Reads the row twice (the second from L1/L2 for rows
+   that fit), writes it once. Backward: sum(g * y) (softmax) or sum(g) (log_softmax) in one pass,
+   then gx in a second: 2 + 2 reads, 1 write per element. Math in fp32. */
+static void bt__k_rowcfg(int64_t rows, int64_t cols, dim3 *blk, unsigned *grid) {
+    int tpr = cols <= 1024 ? 32 : 256, rpb = tpr == 32 ? 8 : 1;
+    *blk = dim3(tpr, rpb);
+    int64_t g = (rows + rpb - 1) / rpb, cap = (int64_t)bt__k_cur()->sm_count * 32;
+    *grid = (unsigned)(g < cap ? (g < 1 ? 1 : g) : cap);
+}
+#define BT__K_ROW_LOOP(row, rows) \
+    for (int64_t row = blockIdx.x * (int64_t)blockDim.y + threadIdx.y; row < (rows); row += (int64_t)gridDim.x * blockDim.y)
+
+template <typename T, int LOG> __global__ void bt__k_softmax_kernel(T *out, const T *x, int64_t rows, int64_t cols) {
+    __shared__ float sh[64];
+    BT__K_ROW_LOOP(row, rows) {
+        const T *xr = x + row * cols;
+        T *orow = out + row * cols;
+        float m = -INFINITY, sm = 0.f;
+        for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) bt__k_ms_add(m, sm, bt__k_tof(xr[j]));
+        bt__k_rms(m, sm, sh);
+        float inv = 1.f / sm, ls = logf(sm);
+        for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+            float v = bt__k_tof(xr[j]);
+            orow[j] = bt__k_from<T>(LOG ? v - m - ls : expf(v - m) * inv);
+        }
+    }
+}
+template <typename T, int LOG>
+__global__ void bt__k_softmax_bwd_kernel(T *gx, const T *g, const T *y, int64_t rows, int64_t cols) {
+    __shared__ float sh[32];
+    BT__K_ROW_LOOP(row, rows) {
+        const T *gr = g + row * cols, *yr = y + row * cols;
+        T *gxr = gx + row * cols;
+        float acc = 0.f;
+        for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+            acc += LOG ? bt__k_tof(gr[j]) : bt__k_tof(gr[j]) * bt__k_tof(yr[j]);
+        acc = bt__k_rsum(acc, sh);
+        for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+            float gj = bt__k_tof(gr[j]), yj = bt__k_tof(yr[j]);
+            gxr[j] = bt__k_from<T>(LOG ? gj - expf(yj) * acc : yj * (gj - acc));
+        }
+    }
+}
+BTDEF void bt_k_softmax(bt_dtype dt, void *out, const void *x, int64_t rows, int64_t cols, int log, cudaStream_t s) {
+    if (rows <= 0 || cols <= 0) return;
+    dim3 blk; unsigned grid;
+    bt__k_rowcfg(rows, cols, &blk, &grid);
+    BT__K_DISPATCH3(dt, "bt_k_softmax", {
+        if (log) bt__k_softmax_kernel<T, 1><<<grid, blk, 0, s>>>((T *)out, (const T *)x, rows, cols);
+        else bt__k_softmax_kernel<T, 0><<<grid, blk, 0, s>>>((T *)out, (const T *)x, rows, cols);
+    })
+    BT__K_LAUNCHED("bt_k_softmax");
+}
+BTDEF void bt_k_softmax_backward(bt_dtype dt, void *gx, const void *gout, const void *y, int64_t rows, int64_t cols,
+                                 int log, cudaStream_t s) {
+    if (rows <= 0 || cols <= 0) return;
+    dim3 blk; unsigned grid;
+    bt__k_rowcfg(rows, cols, &blk, &grid);
+    BT__K_DISPATCH3(dt, "bt_k_softmax_backward", {
+        if (log) bt__k_softmax_bwd_kernel<T, 1><<<grid, blk, 0, s>>>((T *)gx, (const T *)gout, (const T *)y, rows, cols);
+        else bt__k_softmax_bwd_kernel<T, 0><<<grid, blk, 0, s>>>((T *)gx, (const T *)gout, (const T *)y, rows, cols);
+    })
+    BT__K_LAUNCHED("bt_k_softmax_backward");
+}
+
+/* ---- 6. layernorm over the last dim C ------------------------------------------------------------
+   Forward: mean = sum x / C, var = sum (x - mean)^2 / C (biased; two passes for accuracy),
+   rstd = 1 / sqrt(var + eps), out = (x - mean) rstd w + b. One warp per row for C <= 1024, else a
+   block per row. Traffic: x read 3 times (passes 2 and 3 mostly from L1/L2), out written once,
+   w and b read per row (cached), 8 bytes of mean/rstd per row.
+   Backward, with xhat = (x - mean) rstd and wg = w g:
+     gx = rstd (wg - mean_j(wg) - xhat mean_j(wg xhat))      (kernel 1: rows, like the forward)
+     gw += sum_rows g xhat, gb += sum_rows g                  (kernel 2: 32 columns x 8 rows per
+   block, row chunks split over grid.y, fp32 partials [splits, C]; kernel 3 adds the partials in a
+   fixed order into gw, gb). No atomics, so the same bits every run. Traffic: g, x read twice
+   (once per kernel), gx written once, 8 bytes per column per split of partials. */
+template <typename T>
+__global__ void bt__k_layernorm_kernel(T *out, float *mean, float *rstd, const T *x, const T *w, const T *b,
+                                       int64_t rows, int64_t C, float eps) {
+    __shared__ float sh[32];
+    BT__K_ROW_LOOP(row, rows) {
+        const T *xr = x + row * C;
+        T *orow = out + row * C;
+        float acc = 0.f;
+        for (int64_t j = threadIdx.x; j < C; j += blockDim.x) acc += bt__k_tof(xr[j]);
+        float mu = bt__k_rsum(acc, sh) / (float)C;
+        acc = 0.f;
+        for (int64_t j = threadIdx.x; j < C; j += blockDim.x) { float d = bt__k_tof(xr[j]) - mu; acc += d * d; }
+        float rs = 1.f / sqrtf(bt__k_rsum(acc, sh) / (float)C + eps);
+        for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+            float v = (bt__k_tof(xr[j]) - mu) * rs;
+            if (w) v *= bt__k_tof(w[j]);
+            if (b) v += bt__k_tof(b[j]);
+            orow[j] = bt__k_from<T>(v);
+        }
+        if (threadIdx.x == 0) {
+            if (mean) mean[row] = mu;
+            if (rstd) rstd[row] = rs;
+        }
+    }
+}
+template <typename T>
+__global__ void bt__k_layernorm_bwd_gx(T *gx, const T *g, const T *x, const T *w, const float *mean, const float *rstd,
+                                       int64_t rows, int64_t C) {
+    __shared__ float sh[32];
+    BT__K_ROW_LOOP(row, rows) {
+        const T *gr = g + row * C, *xr = x + row * C;
+        float mu = mean[row], rs = rstd[row], a = 0.f, bb = 0.f;
+        for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+            float wg = bt__k_tof(gr[j]) * (w ? bt__k_tof(w[j]) : 1.f);
+            a += wg; bb += wg * (bt__k_tof(xr[j]) - mu) * rs;
+        }
+        a = bt__k_rsum(a, sh) / (float)C;
+        bb = bt__k_rsum(bb, sh) / (float)C;
+        for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+            float wg = bt__k_tof(gr[j]) * (w ? bt__k_tof(w[j]) : 1.f), xh = (bt__k_tof(xr[j]) - mu) * rs;
+            gx[row * C + j] = bt__k_from<T>(rs * (wg - a - xh * bb));
+        }
+    }
+}
+template <typename T>
+__global__ void bt__k_layernorm_bwd_wb(float *pw, float *pb, const T *g, const T *x, const float *mean, const float *rstd,
+                                       int64_t rows, int64_t C, int64_t chunk) {
+    __shared__ float sw[8][33], sb[8][33];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int64_t c = blockIdx.x * (int64_t)32 + tx, r0 = blockIdx.y * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
+    float aw = 0.f, ab = 0.f;
+    if (c < C)
+        for (int64_t r = r0 + ty; r < r1; r += 8) {
+            float gv = bt__k_tof(g[r * C + c]);
+            aw += gv * (bt__k_tof(x[r * C + c]) - mean[r]) * rstd[r];
+            ab += gv;
+        }
+    sw[ty][tx] = aw; sb[ty][tx] = ab;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        for (int y = 1; y < 8; y++) { aw += sw[y][tx]; ab += sb[y][tx]; }
+        pw[blockIdx.y * C + c] = aw; pb[blockIdx.y * C + c] = ab;
+    }
+}
+template <typename T>
+__global__ void bt__k_layernorm_bwd_add(T *gw, T *gb, const float *pw, const float *pb, int splits, int64_t C) {
+    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.x * blockDim.x) {
+        float aw = 0.f, ab = 0.f;
+        for (int z = 0; z < splits; z++) { aw += pw[z * C + c]; ab += pb[z * C + c]; }
+        if (gw) gw[c] = bt__k_from<T>(bt__k_tof(gw[c]) + aw);
+        if (gb) gb[c] = bt__k_from<T>(bt__k_tof(gb[c]) + ab);
+    }
+}
+BTDEF void bt_k_layernorm(bt_dtype dt, void *out, float *mean, float *rstd, const void *x, const void *w, const void *b,
+                          int64_t rows, int64_t C, float eps, cudaStream_t s) {
+    if (rows <= 0 || C <= 0) return;
+    dim3 blk; unsigned grid;
+    bt__k_rowcfg(rows, C, &blk, &grid);
+    BT__K_DISPATCH3(dt, "bt_k_layernorm", {
+        bt__k_layernorm_kernel<T><<<grid, blk, 0, s>>>((T *)out, mean, rstd, (const T *)x, (const T *)w, (const T *)b,
+                                                       rows, C, eps);
+    })
+    BT__K_LAUNCHED("bt_k_layernorm");
+}
+BTDEF void bt_k_layernorm_backward(bt_dtype dt, void *gx, void *gw, void *gb, const void *gout, const void *x,
+                                   const void *w, const float *mean, const float *rstd, int64_t rows, int64_t C,
+                                   cudaStream_t s) {
+    if (rows <= 0 || C <= 0) return;
+    dim3 blk; unsigned grid;
+    bt__k_rowcfg(rows, C, &blk, &grid);
+    int64_t sms = bt__k_cur()->sm_count, cb = (C + 31) / 32;
+    int64_t splits = (4 * sms + cb - 1) / cb, maxs = (rows + 7) / 8;
+    if (splits > maxs) splits = maxs;
+    if (splits > 1024) splits = 1024;
+    if (splits < 1) splits = 1;
+    int64_t chunk = (rows + splits - 1) / splits;
+    splits = (rows + chunk - 1) / chunk;
+    BT__K_DISPATCH3(dt, "bt_k_layernorm_backward", {
+        if (gx) {
+            bt__k_layernorm_bwd_gx<T><<<grid, blk, 0, s>>>((T *)gx, (const T *)gout, (const T *)x, (const T *)w, mean,
+                                                           rstd, rows, C);
+            BT__K_LAUNCHED("bt_k_layernorm_backward");
+        }
+        if (gw || gb) {
+            float *pw = (float *)bt__k_scratch((size_t)(2 * splits * C) * sizeof(float), s), *pb = pw + splits * C;
+            bt__k_layernorm_bwd_wb<T><<<dim3((unsigned)cb, (unsigned)splits), dim3(32, 8), 0, s>>>(
+                pw, pb, (const T *)gout, (const T *)x, mean, rstd, rows, C, chunk);
+            BT__K_LAUNCHED("bt_k_layernorm_backward");
+            bt__k_layernorm_bwd_add<T><<<bt__k_blocks(C, 256), 256, 0, s>>>((T *)gw, (T *)gb, pw, pb, (int)splits, C);
+            BT__K_LAUNCHED("bt_k_layernorm_backward");
+            bt_free(pw);
+        }
+    })
+}
+
+/* ---- 7. embedding ----------------------------------------------------------------------------------
+   Forward: out[i, :] = table[idx[i], :]: C elements read and written per row (16-byte vectors when
+   C and the pointers allow), 4 bytes of index per row; an index outside [0, V) writes a zero row
+   and sets *bad.
+   Backward, gtable[v, :] += sum_{i: idx[i] = v} gout[i, :]; out-of-range indices are skipped.
+     atomics: one fp32 atomicAdd per element of gout (f32 tables directly; bf16/f16 tables go
+       through an fp32 scratch [V, C], zeroed, then added: 4 V C bytes extra each way).
+     deterministic: LSD radix sort of (idx, i) pairs, 8 bits per pass, each pass a per-warp-tile
+       histogram, one exclusive scan and a stable scatter (warp tiles walk their elements in order,
+       ranking equal digits with __match_any_sync); then one block per run of equal keys sums its
+       rows of gout in sorted (= ascending i) order and adds into gtable. No float atomics, the
+       same bits on every run; costs about 16 n bytes per pass plus one read of gout. */
+template <typename T>
+__global__ void bt__k_embedding_kernel(T *out, const T *table, const int32_t *idx, int64_t n, int64_t C, int64_t V,
+                                       int *bad, int vec) {
+    const int VE = vec ? 16 / (int)sizeof(T) : 1;
+    int64_t cpr = C / VE, total = n * cpr;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i = e / cpr, cc = (e - i * cpr) * VE;
+        int64_t v = idx[i];
+        int ok = v >= 0 && v < V;
+        if (!ok && bad) *bad = 1;
+        if (vec) {
+            uint4 u = make_uint4(0, 0, 0, 0);
+            if (ok) u = __ldg(reinterpret_cast<const uint4 *>(table + v * C + cc));
+            *reinterpret_cast<uint4 *>(out + i * C + cc) = u;
+        } else {
+            out[i * C + cc] = ok ? table[v * C + cc] : bt__k_from<T>(0.f);
+        }
+    }
+}
+BTDEF void bt_k_embedding(bt_dtype dt, void *out, const void *table, const int32_t *idx, int64_t n, int64_t C, int64_t V,
+                          int *bad, cudaStream_t s) {
+    if (n <= 0 || C <= 0) return;
+    BT__K_DISPATCH3(dt, "bt_k_embedding", {
+        const int VE = 16 / sizeof(T);
+        int vec = C % VE == 0 && bt__k_aligned16(out) && bt__k_aligned16(table);
+        bt__k_embedding_kernel<T><<<bt__k_blocks(n * (vec ? C / VE : C), 256), 256, 0, s>>>(
+            (T *)out, (const T *)table, idx, n, C, V, bad, vec);
+    })
+    BT__K_LAUNCHED("bt_k_embedding");
+}
+
+template <typename T>
+__global__ void bt__k_embedding_bwd_atomic(float *acc, const T *g, const int32_t *idx, int64_t n, int64_t C, int64_t V) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n * C; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i = e / C, c = e - i * C, v = idx[i];
+        if (v >= 0 && v < V) atomicAdd(acc + v * C + c, bt__k_tof(g[e]));
+    }
+}
+template <typename T> __global__ void bt__k_add_f32_into(T *dst, const float *src, int64_t n) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x)
+        dst[e] = bt__k_from<T>(bt__k_tof(dst[e]) + src[e]);
+}
+
+#define BT__K_TILE 2048   /* elements per warp tile in the radix sort */
+__global__ void bt__k_sort_init(int32_t *keys, int32_t *vals, const int32_t *idx, int64_t n, int32_t V) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int32_t v = idx[i];
+        keys[i] = (v >= 0 && v < V) ? v : V;   /* V: the bucket of skipped indices, sorted last */
+        vals[i] = (int32_t)i;
+    }
+}
+/* one warp per tile: hist[d * ntiles + tile] = number of keys of the tile whose digit is d */
+__global__ void bt__k_sort_hist(const int32_t *keys, int64_t n, int shift, int32_t *hist, int64_t ntiles) {
+    __shared__ int32_t cnt[256];
+    int64_t tile = blockIdx.x;
+    for (int d = threadIdx.x; d < 256; d += 32) cnt[d] = 0;
+    __syncwarp();
+    int64_t b = tile * BT__K_TILE, e = b + BT__K_TILE < n ? b + BT__K_TILE : n;
+    for (int64_t j = b + threadIdx.x; j < e; j += 32) atomicAdd(&cnt[(keys[j] >> shift) & 255], 1);
+    __syncwarp();
+    for (int d = threadIdx.x; d < 256; d += 32) hist[d * ntiles + tile] = cnt[d];
+}
+/* exclusive prefix sum of m ints in place, one block of 1024 threads (m is 256 x tiles: small) */
+__global__ void bt__k_scan_excl(int32_t *a, int64_t m) {
+    __shared__ int32_t sh[1024];
+    int t = threadIdx.x;
+    int64_t per = (m + 1023) / 1024, b = t * per, e = b + per < m ? b + per : m;
+    int32_t sum = 0;
+    for (int64_t j = b; j < e; j++) sum += a[j];
+    sh[t] = sum;
+    __syncthreads();
+    for (int off = 1; off < 1024; off <<= 1) {
+        int32_t v = t >= off ? sh[t - off] : 0;
+        __syncthreads();
+        sh[t] += v;
+        __syncthreads();
+    }
+    int32_t run = t ? sh[t - 1] : 0;
+    for (int64_t j = b; j < e; j++) { int32_t c = a[j]; a[j] = run; run += c; }
+}
+/* stable scatter: the warp walks its tile 32 keys at a time; lanes with equal digits rank among
+   themselves by lane order, and the running offset of each digit advances after each step */
+__global__ void bt__k_sort_scatter(const int32_t *ki, const int32_t *vi, int32_t *ko, int32_t *vo, int64_t n, int shift,
+                                   const int32_t *hist, int64_t ntiles) {
+    __shared__ int32_t off[256];
+    int64_t tile = blockIdx.x;
+    int lane = threadIdx.x;
+    for (int d = lane; d < 256; d += 32) off[d] = hist[d * ntiles + tile];
+    __syncwarp();
+    int64_t b = tile * BT__K_TILE, e = b + BT__K_TILE < n ? b + BT__K_TILE : n;
+    for (int64_t base = b; base < e; base += 32) {
+        int64_t j = base + lane;
+        int active = j < e;
+        unsigned mask = __ballot_sync(0xffffffffu, active);
+        int32_t key = 0, d = 0, leader = 0;
+        unsigned peers = 0;
+        if (active) {
+            key = ki[j]; d = (key >> shift) & 255;
+            peers = __match_any_sync(mask, d);
+            leader = __ffs(peers) - 1;
+            int rank = __popc(peers & ((1u << lane) - 1u));
+            int32_t pos = off[d] + rank;
+            ko[pos] = key; vo[pos] = vi[j];
+        }
+        __syncwarp();
+        if (active && lane == leader) off[d] += __popc(peers);
+        __syncwarp();
+    }
+}
+/* one block per sorted position; the first position of each run of equal keys sums the run */
+template <typename T>
+__global__ void bt__k_embedding_bwd_segsum(T *gtable, const T *g, const int32_t *sk, const int32_t *sv, int64_t n,
+                                           int64_t C, int32_t V) {
+    for (int64_t p = blockIdx.x; p < n; p += gridDim.x) {
+        int32_t key = sk[p];
+        if (key >= V || (p > 0 && sk[p - 1] == key)) continue;
+        for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+            float acc = 0.f;
+            for (int64_t q = p; q < n && sk[q] == key; q++) acc += bt__k_tof(g[(int64_t)sv[q] * C + c]);
+            gtable[(int64_t)key * C + c] = bt__k_from<T>(bt__k_tof(gtable[(int64_t)key * C + c]) + acc);
+        }
+    }
+}
+BTDEF void bt_k_embedding_backward(bt_dtype dt, void *gtable, const void *gout, const int32_t *idx, int64_t n, int64_t C,
+                                   int64_t V, int deterministic, cudaStream_t s) {
+    if (n <= 0 || C <= 0 || V <= 0) return;
+    if (V >= INT32_MAX || n >= INT32_MAX) bt_error("bt_k_embedding_backward: V = %lld, n = %lld beyond int32", (long long)V, (long long)n);
+    if (!deterministic) {
+        BT__K_DISPATCH3(dt, "bt_k_embedding_backward", {
+            float *acc = (float *)gtable;
+            if (dt != BT_F32) {
+                acc = (float *)bt__k_scratch((size_t)(V * C) * sizeof(float), s);
+                BT__K_CUDA(cudaMemsetAsync(acc, 0, (size_t)(V * C) * sizeof(float), s), "bt_k_embedding_backward");
+            }
+            bt__k_embedding_bwd_atomic<T><<<bt__k_blocks(n * C, 256), 256, 0, s>>>(acc, (const T *)gout, idx, n, C, V);
+            BT__K_LAUNCHED("bt_k_embedding_backward");
+            if (dt != BT_F32) {
+                bt__k_add_f32_into<T><<<bt__k_blocks(V * C, 256), 256, 0, s>>>((T *)gtable, acc, V * C);
+                BT__K_LAUNCHED("bt_k_embedding_backward");
+                bt_free(acc);
+            }
+        })
+        return;
+    }
+    int64_t ntiles = (n + BT__K_TILE - 1) / BT__K_TILE;
+    int32_t *buf = (int32_t *)bt__k_scratch((size_t)(4 * n + 256 * ntiles) * sizeof(int32_t), s);
+    int32_t *ka = buf, *va = buf + n, *kb = buf + 2 * n, *vb = buf + 3 * n, *hist = buf + 4 * n;
+    bt__k_sort_init<<<bt__k_blocks(n, 256), 256, 0, s>>>(ka, va, idx, n, (int32_t)V);
+    BT__K_LAUNCHED("bt_k_embedding_backward");
+    int bits = 1;
+    while (bits < 31 && ((int64_t)1 << bits) <= V) bits++;   /* keys are in [0, V] */
+    for (int shift = 0; shift < bits; shift += 8) {
+        bt__k_sort_hist<<<(unsigned)ntiles, 32, 0, s>>>(ka, n, shift, hist, ntiles);
+        BT__K_LAUNCHED("bt_k_embedding_backward");
+        bt__k_scan_excl<<<1, 1024, 0, s>>>(hist, 256 * ntiles);
+        BT__K_LAUNCHED("bt_k_embedding_backward");
+        bt__k_sort_scatter<<<(unsigned)ntiles, 32, 0, s>>>(ka, va, kb, vb, n, shift, hist, ntiles);
+        BT__K_LAUNCHED("bt_k_embedding_backward");
+        int32_t *t = ka; ka = kb; kb = t; t = va; va = vb; vb = t;
+    }
+    BT__K_DISPATCH3(dt, "bt_k_embedding_backward", {
+        unsigned nb = (unsigned)(n < 65535 ? n : 65535);
+        int th = C >= 256 ? 256 : (int)((C + 31) / 32 * 32);
+        bt__k_embedding_bwd_segsum<T><<<nb, th, 0, s>>>((T *)gtable, (const T *)gout, ka, va, n, C, (int32_t)V);
+    })
+    BT__K_LAUNCHED("bt_k_embedding_backward");
+    bt_free(buf);
+}
+
+/* ---- 8. fused cross-entropy over a padded vocabulary ----------------------------------------------
+   Forward, per row i: lse = log sum_{j < V} exp(x_j) (online max/sum, one block of 256 threads
+   per row), loss = lse - x_{t_i} (0 for ignored rows). Reads the V real logits once (16-byte
+   vectors when Vp and the pointer allow), writes 8 bytes per row.
+   Backward: glogits = gloss_i (exp(x_j - lse) - [j == t_i]) for j < V, 0 for V <= j < Vp and for
+   ignored rows: reads V and writes Vp logits per row, no max/sum pass (lse is saved). */
+template <typename T>
+__global__ void bt__k_xent_kernel(float *losses, float *lse, const T *logits, const int32_t *tg, int64_t N, int64_t V,
+                                  int64_t Vp, int ignore, int *bad, int vec) {
+    __shared__ float sh[64];
+    const int VE = 16 / sizeof(T);
+    for (int64_t row = blockIdx.x; row < N; row += gridDim.x) {
+        const T *xr = logits + row * Vp;
+        float m = -INFINITY, sm = 0.f;
+        if (vec) {
+            int64_t nc = (V + VE - 1) / VE;
+            for (int64_t c = threadIdx.x; c < nc; c += blockDim.x) {
+                T a[VE];
+                bt__k_ld16(a, xr + c * VE);
+#pragma unroll
+                for (int e = 0; e < VE; e++)
+                    if (c * VE + e < V) bt__k_ms_add(m, sm, bt__k_tof(a[e]));
+            }
+        } else {
+            for (int64_t j = threadIdx.x; j < V; j += blockDim.x) bt__k_ms_add(m, sm, bt__k_tof(xr[j]));
+        }
+        bt__k_rms(m, sm, sh);
+        if (threadIdx.x == 0) {
+            float l = m + logf(sm), loss = 0.f;
+            int32_t t = tg[row];
+            if (t != ignore) {
+                if (t >= 0 && t < V) loss = l - bt__k_tof(xr[t]);
+                else if (bad) *bad = 1;
+            }
+            losses[row] = loss;
+            if (lse) lse[row] = l;
+        }
+    }
+}
+template <typename T>
+__global__ void bt__k_xent_bwd_kernel(T *gl, const T *logits, const float *lse, const int32_t *tg, const float *gloss,
+                                      int64_t N, int64_t V, int64_t Vp, int ignore, int vec) {
+    const int VE = 16 / sizeof(T);
+    for (int64_t row = blockIdx.x; row < N; row += gridDim.x) {
+        const T *xr = logits + row * Vp;
+        T *gr = gl + row * Vp;
+        int32_t t = tg[row];
+        float gv = t == ignore ? 0.f : gloss[row], l = lse[row];
+        if (vec) {
+            for (int64_t c = threadIdx.x; c < Vp / VE; c += blockDim.x) {
+                T a[VE];
+                if (c * VE < V) bt__k_ld16(a, xr + c * VE);
+#pragma unroll
+                for (int e = 0; e < VE; e++) {
+                    int64_t j = c * VE + e;
+                    a[e] = bt__k_from<T>(j < V ? gv * (expf(bt__k_tof(a[e]) - l) - (j == t ? 1.f : 0.f)) : 0.f);
+                }
+                bt__k_st16(gr + c * VE, a);
+            }
+        } else {
+            for (int64_t j = threadIdx.x; j < Vp; j += blockDim.x)
+                gr[j] = bt__k_from<T>(j < V ? gv * (expf(bt__k_tof(xr[j]) - l) - (j == t ? 1.f : 0.f)) : 0.f);
+        }
+    }
+}
+BTDEF void bt_k_cross_entropy(bt_dtype dt, float *losses, float *lse, const void *logits, const int32_t *targets,
+                              int64_t N, int64_t V, int64_t Vp, int ignore_index, int *bad, cudaStream_t s) {
+    if (N <= 0) return;
+    if (V <= 0 || V > Vp) bt_error("bt_k_cross_entropy: V = %lld, Vp = %lld (need 0 < V <= Vp)", (long long)V, (long long)Vp);
+    unsigned nb = (unsigned)(N < 1048576 ? N : 1048576);
+    BT__K_DISPATCH3(dt, "bt_k_cross_entropy", {
+        int vec = (Vp * (int64_t)sizeof(T)) % 16 == 0 && bt__k_aligned16(logits);
+        bt__k_xent_kernel<T><<<nb, 256, 0, s>>>(losses, lse, (const T *)logits, targets, N, V, Vp, ignore_index, bad, vec);
+    })
+    BT__K_LAUNCHED("bt_k_cross_entropy");
+}
+BTDEF void bt_k_cross_entropy_backward(bt_dtype dt, void *glogits, const void *logits, const float *lse,
+                                       const int32_t *targets, const float *gloss, int64_t N, int64_t V, int64_t Vp,
+                                       int ignore_index, cudaStream_t s) {
+    if (N <= 0) return;
+    if (V <= 0 || V > Vp) bt_error("bt_k_cross_entropy_backward: V = %lld, Vp = %lld", (long long)V, (long long)Vp);
+    unsigned nb = (unsigned)(N < 1048576 ? N : 1048576);
+    BT__K_DISPATCH3(dt, "bt_k_cross_entropy_backward", {
+        int vec = (Vp * (int64_t)sizeof(T)) % 16 == 0 && bt__k_aligned16(logits) && bt__k_aligned16(glogits);
+        bt__k_xent_bwd_kernel<T><<<nb, 256, 0, s>>>((T *)glogits, (const T *)logits, lse, targets, gloss, N, V, Vp,
+                                                    ignore_index, vec);
+    })
+    BT__K_LAUNCHED("bt_k_cross_entropy_backward");
+}
+
+/* ---- 9. causal self-attention: tiled, online softmax (flash-style), strided ---------------------
+   Per head: S = scale Q K^T with S_ij = -inf for j > i, P = softmax_j(S), out = P V,
+   lse_i = log sum_j exp(S_ij). Nothing of size T x T touches memory: tiles of 64 queries x 64
+   keys live in registers and shared memory.
+   Forward, one block per (64-query tile, b h), heaviest (last) tiles launched first: Q tile in
+   shared memory; for each key tile up to the diagonal (tiles above it are skipped) load K, V,
+   S = Q K^T, keep per row a running max m and sum l of exp2(S log2e - m), rescale the output
+   accumulator by exp2(m_old - m_new), add P V; out = acc / l, lse = (m + log2 l) ln 2.
+   Backward (lse saved, P recomputed), with Dvec_i = sum_d dO_id O_id (one small kernel):
+     dP = dO V^T, dS = P (dP - Dvec), dV = P^T dO, dK = scale dS^T Q, dQ = scale dS K.
+   Two kernels and no atomics (deterministic): one block per key tile walks the query tiles at
+   and below the diagonal and accumulates dK, dV in registers (S^T, dP^T computed directly in the
+   transposed orientation); one block per query tile walks the key tiles and accumulates dQ.
+   The price of determinism is recomputing S and dP in the dQ pass: 7 tile products instead of 5.
+   Flops (causal half): 4 B H T^2 D / 2 forward; backward 14 B H T^2 D / 2 (10 / 2 useful).
+   Traffic: per query tile, the K and V rows below it (Q tile count / 2 re-reads of K, V per head,
+   mostly from L2); outputs written once; lse 4 bytes per row; Dvec 4 bytes per row of scratch.
+   Paths:
+     bf16 / f16: tensor cores, mma.sync m16n8k16 (fp32 accumulate) fed by ldmatrix from shared
+       memory tiles (rows padded by 16 bytes: conflict-free), 4 warps x 16 rows, K/V (resp. Q/dO)
+       tiles double-buffered with cp.async; P and dS rounded to the dtype for their products.
+     f32: FFMA only (fp32 parity with PyTorch with TF32 off): 256 threads, each a 4 x 4 block of
+       the 64 x 64 score tile and 4 rows x D/16 columns of the output; tiles stored transposed
+       ([d][row]) in shared memory so that every product reads float4s.
+   Q, K, V, out and the gradients are [B, H, T, D] read or written through element strides
+   {batch, head, token} (D contiguous): the GPT-2 [B, T, H, D] layout needs no copies. Any D up
+   to 128: it is padded with zeros to 32, 64 or 128 inside the kernels. */
+#define BT__K_ATT_LOG2E 1.4426950408889634f
+#define BT__K_ATT_LN2 0.6931471805599453f
+#define BT__K_ATT_LDT 68   /* f32 path: pitch (floats) of a transposed [d][64] tile */
+
+typedef struct {
+    const void *q, *k, *v, *o, *go;
+    void *out, *gq, *gk, *gv;
+    int64_t sq[3], sk[3], sv[3], so[3], sgo[3], sgq[3], sgk[3], sgv[3];
+    float *lse_out;
+    const float *lse, *dvec;
+    int64_t BH;
+    int H, T, D, vec, vec_out;
+    float c2, scale;   /* c2 = scale log2(e) */
+} bt__k_attp;
+
+__device__ __forceinline__ int64_t bt__k_att_off(const int64_t *s, int64_t bh, int H) {
+    int64_t b = bh / H;
+    return b * s[0] + (bh - b * H) * s[1];
+}
+__device__ __forceinline__ void bt__k_cp16(void *sdst, const void *gsrc) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(sdst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gsrc) : "memory");
+}
+__device__ __forceinline__ void bt__k_cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void bt__k_cp_wait(void) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void bt__k_ldsm4(uint32_t r[4], const void *p) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a) : "memory");
+}
+__device__ __forceinline__ void bt__k_ldsm4t(uint32_t r[4], const void *p) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a) : "memory");
+}
+/* c (16 x 8, fp32) += a (16 x 16) b (16 x 8). Fragments (g = lane / 4, t = lane % 4):
+   a: {(g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)}, b: {(k 2t..2t+1, n g), (k 2t+8.., n g)},
+   c: {(g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)}. */
+__device__ __forceinline__ void bt__k_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1, __nv_bfloat16 *) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void bt__k_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1, __half *) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t bt__k_pack2(float x, float y, __nv_bfloat16 *) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+    uint32_t u; memcpy(&u, &v, 4); return u;
+}
+__device__ __forceinline__ uint32_t bt__k_pack2(float x, float y, __half *) {
+    __half2 v = __floats2half2_rn(x, y);
+    uint32_t u; memcpy(&u, &v, 4); return u;
+}
+/* fragments from a shared tile of pitch ld: A (16 x 16) at (m0, k0) of a row-major [m][k] tile;
+   B for the two n-tiles n0 and n0 + 8 (b[0..1], b[2..3]) at k0 of an [n][k] tile (nk) or of a
+   [k][n] tile (kn, transposing load) */
+template <typename T> __device__ __forceinline__ void bt__k_fragA(uint32_t a[4], const T *sm, int ld, int m0, int k0) {
+    int l = threadIdx.x & 31, i = l >> 3;
+    bt__k_ldsm4(a, sm + (m0 + (i & 1) * 8 + (l & 7)) * ld + k0 + (i >> 1) * 8);
+}
+template <typename T> __device__ __forceinline__ void bt__k_fragB_nk(uint32_t b[4], const T *sm, int ld, int n0, int k0) {
+    int l = threadIdx.x & 31, i = l >> 3;
+    bt__k_ldsm4(b, sm + (n0 + (i >> 1) * 8 + (l & 7)) * ld + k0 + (i & 1) * 8);
+}
+template <typename T> __device__ __forceinline__ void bt__k_fragB_kn(uint32_t b[4], const T *sm, int ld, int k0, int n0) {
+    int l = threadIdx.x & 31, i = l >> 3;
+    bt__k_ldsm4t(b, sm + (k0 + (i & 1) * 8 + (l & 7)) * ld + n0 + (i >> 1) * 8);
+}
+/* rows [r0, r0 + 64) of one head (row r at g + r st) into a [64][DP + 8] shared tile, zeros past
+   row T or column D; 16-byte cp.async chunks where whole and aligned, else element loads. */
+template <typename T, int DP>
+__device__ __forceinline__ void bt__k_att_tile(T *sm, const T *g, int64_t st, int r0, int Tn, int D, int vec) {
+    const int CH = DP / 8, LD = DP + 8;
+    for (int c = threadIdx.x; c < 64 * CH; c += blockDim.x) {
+        int r = c / CH, d0 = (c - r * CH) * 8;
+        T *dst = sm + r * LD + d0;
+        int ok = r0 + r < Tn;
+        const T *src = g + (int64_t)(r0 + r) * st + d0;
+        if (ok && vec && d0 + 8 <= D) {
+            bt__k_cp16(dst, src);
+        } else {
+            T tmp[8];
+#pragma unroll
+            for (int e = 0; e < 8; e++) tmp[e] = (ok && d0 + e < D) ? src[e] : bt__k_from<T>(0.f);
+            bt__k_st16(dst, tmp);
+        }
+    }
+}
+/* store the pair (x, y) to columns d, d + 1 of a row (d even), as one 4-byte store when allowed */
+template <typename T> __device__ __forceinline__ void bt__k_att_st2(T *row, int d, int D, float x, float y, int vec) {
+    if (vec && d + 1 < D) {
+        uint32_t u = bt__k_pack2(x, y, (T *)0);
+        *reinterpret_cast<uint32_t *>(row + d) = u;
+    } else {
+        if (d < D) row[d] = bt__k_from<T>(x);
+        if (d + 1 < D) row[d + 1] = bt__k_from<T>(y);
+    }
+}
+
+/* -- tensor-core forward: 128 threads, warp w owns query rows q0 + 16 w .. + 15 -- */
+template <typename T, int DP> __global__ void __launch_bounds__(128) bt__k_att_fwd_tc(bt__k_attp p) {
+    extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
+    const int LD = DP + 8, ND = DP / 8;
+    T *Qs = (T *)bt__k_att_sm, *Ks = Qs + 64 * LD, *Vs = Ks + 2 * 64 * LD;
+    int nqt = (p.T + 63) / 64, qt = nqt - 1 - (int)blockIdx.y, q0 = qt * 64;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
+    int row0 = q0 + warp * 16 + g;   /* this thread's rows: row0 and row0 + 8 */
+    for (int64_t bh = blockIdx.x; bh < p.BH; bh += gridDim.x) {
+        const T *q = (const T *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const T *)p.k + bt__k_att_off(p.sk, bh, p.H),
+                *v = (const T *)p.v + bt__k_att_off(p.sv, bh, p.H);
+        bt__k_att_tile<T, DP>(Qs, q, p.sq[2], q0, p.T, p.D, p.vec);
+        bt__k_att_tile<T, DP>(Ks, k, p.sk[2], 0, p.T, p.D, p.vec);
+        bt__k_att_tile<T, DP>(Vs, v, p.sv[2], 0, p.T, p.D, p.vec);
+        bt__k_cp_commit();
+        float o[ND][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+        uint32_t qf[DP / 16][4];
+#pragma unroll
+        for (int i = 0; i < ND; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+        for (int j = 0; j <= qt; j++) {
+            int cur = j & 1;
+            if (j < qt) {
+                bt__k_att_tile<T, DP>(Ks + (cur ^ 1) * 64 * LD, k, p.sk[2], (j + 1) * 64, p.T, p.D, p.vec);
+                bt__k_att_tile<T, DP>(Vs + (cur ^ 1) * 64 * LD, v, p.sv[2], (j + 1) * 64, p.T, p.D, p.vec);
+                bt__k_cp_commit();
+                bt__k_cp_wait<1>();
+            } else {
+                bt__k_cp_wait<0>();
+            }
+            __syncthreads();
+            if (j == 0)
+#pragma unroll
+                for (int kd = 0; kd < DP / 16; kd++) bt__k_fragA(qf[kd], Qs, LD, warp * 16, kd * 16);
+            const T *Kc = Ks + cur * 64 * LD, *Vc = Vs + cur * 64 * LD;
+            float s[8][4];
+#pragma unroll
+            for (int i = 0; i < 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+            for (int kd = 0; kd < DP / 16; kd++)
+#pragma unroll
+                for (int nt = 0; nt < 8; nt += 2) {
+                    uint32_t b[4];
+                    bt__k_fragB_nk(b, Kc, LD, nt * 8, kd * 16);
+                    bt__k_mma(s[nt], qf[kd], b[0], b[1], (T *)0);
+                    bt__k_mma(s[nt + 1], qf[kd], b[2], b[3], (T *)0);
+                }
+            float mx[2] = {m[0], m[1]};
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float x = s[nt][e] * p.c2;
+                    if (j == qt && j * 64 + nt * 8 + tg * 2 + (e & 1) > row0 + (e >> 1) * 8) x = -INFINITY;
+                    s[nt][e] = x;
+                    mx[e >> 1] = fmaxf(mx[e >> 1], x);
+                }
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                float al = exp2f(m[r] - mx[r]);   /* key 0 is in every row: mx is finite */
+                m[r] = mx[r];
+                l[r] *= al;
+#pragma unroll
+                for (int i = 0; i < ND; i++) { o[i][2 * r] *= al; o[i][2 * r + 1] *= al; }
+            }
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float pv = exp2f(s[nt][e] - m[e >> 1]);
+                    s[nt][e] = pv;
+                    l[e >> 1] += pv;
+                }
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                uint32_t a[4] = {bt__k_pack2(s[2 * kk][0], s[2 * kk][1], (T *)0), bt__k_pack2(s[2 * kk][2], s[2 * kk][3], (T *)0),
+                                 bt__k_pack2(s[2 * kk + 1][0], s[2 * kk + 1][1], (T *)0),
+                                 bt__k_pack2(s[2 * kk + 1][2], s[2 * kk + 1][3], (T *)0)};
+#pragma unroll
+                for (int dn = 0; dn < ND; dn += 2) {
+                    uint32_t b[4];
+                    bt__k_fragB_kn(b, Vc, LD, kk * 16, dn * 8);
+                    bt__k_mma(o[dn], a, b[0], b[1], (T *)0);
+                    bt__k_mma(o[dn + 1], a, b[2], b[3], (T *)0);
+                }
+            }
+            __syncthreads();
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+            int row = row0 + r * 8;
+            if (row >= p.T) continue;
+            float inv = 1.f / l[r];
+            T *orow = (T *)p.out + bt__k_att_off(p.so, bh, p.H) + (int64_t)row * p.so[2];
+#pragma unroll
+            for (int dn = 0; dn < ND; dn++)
+                bt__k_att_st2(orow, dn * 8 + tg * 2, p.D, o[dn][2 * r] * inv, o[dn][2 * r + 1] * inv, p.vec_out);
+            if (tg == 0 && p.lse_out) p.lse_out[bh * p.T + row] = (m[r] + log2f(l[r])) * BT__K_ATT_LN2;
+        }
+    }
+}
+
+/* -- tensor-core dQ: one block per query tile, walks the key tiles up to the diagonal -- */
+template <typename T, int DP> __global__ void __launch_bounds__(128) bt__k_att_dq_tc(bt__k_attp p) {
+    extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
+    const int LD = DP + 8, ND = DP / 8;
+    T *Qs = (T *)bt__k_att_sm, *Gs = Qs + 64 * LD, *Ks = Gs + 64 * LD, *Vs = Ks + 2 * 64 * LD;
+    int nqt = (p.T + 63) / 64, qt = nqt - 1 - (int)blockIdx.y, q0 = qt * 64;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
+    int row0 = q0 + warp * 16 + g;
+    for (int64_t bh = blockIdx.x; bh < p.BH; bh += gridDim.x) {
+        const T *q = (const T *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const T *)p.k + bt__k_att_off(p.sk, bh, p.H),
+                *v = (const T *)p.v + bt__k_att_off(p.sv, bh, p.H), *go = (const T *)p.go + bt__k_att_off(p.sgo, bh, p.H);
+        bt__k_att_tile<T, DP>(Qs, q, p.sq[2], q0, p.T, p.D, p.vec);
+        bt__k_att_tile<T, DP>(Gs, go, p.sgo[2], q0, p.T, p.D, p.vec);
+        bt__k_att_tile<T, DP>(Ks, k, p.sk[2], 0, p.T, p.D, p.vec);
+        bt__k_att_tile<T, DP>(Vs, v, p.sv[2], 0, p.T, p.D, p.vec);
+        bt__k_cp_commit();
+        float lse2[2], dv[2], dq[ND][4];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            int row = row0 + r * 8;
+            lse2[r] = row < p.T ? p.lse[bh * p.T + row] * BT__K_ATT_LOG2E : 0.f;
+            dv[r] = row < p.T ? p.dvec[bh * p.T + row] : 0.f;
+        }
+#pragma unroll
+        for (int i = 0; i < ND; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+        for (int j = 0; j <= qt; j++) {
+            int cur = j & 1;
+            if (j < qt) {
+                bt__k_att_tile<T, DP>(Ks + (cur ^ 1) * 64 * LD, k, p.sk[2], (j + 1) * 64, p.T, p.D, p.vec);
+                bt__k_att_tile<T, DP>(Vs + (cur ^ 1) * 64 * LD, v, p.sv[2], (j + 1) * 64, p.T, p.D, p.vec);
+                bt__k_cp_commit();
+                bt__k_cp_wait<1>();
+            } else {
+                bt__k_cp_wait<0>();
+            }
+            __syncthreads();
+            const T *Kc = Ks + cur * 64 * LD, *Vc = Vs + cur * 64 * LD;
+            float s[8][4], dp[8][4];
+#pragma unroll
+            for (int i = 0; i < 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = dp[i][0] = dp[i][1] = dp[i][2] = dp[i][3] = 0.f;
+#pragma unroll
+            for (int kd = 0; kd < DP / 16; kd++) {
+                uint32_t aq[4], ag[4];
+                bt__k_fragA(aq, Qs, LD, warp * 16, kd * 16);
+                bt__k_fragA(ag, Gs, LD, warp * 16, kd * 16);
+#pragma unroll
+                for (int nt = 0; nt < 8; nt += 2) {
+                    uint32_t b[4];
+                    bt__k_fragB_nk(b, Kc, LD, nt * 8, kd * 16);
+                    bt__k_mma(s[nt], aq, b[0], b[1], (T *)0);
+                    bt__k_mma(s[nt + 1], aq, b[2], b[3], (T *)0);
+                    bt__k_fragB_nk(b, Vc, LD, nt * 8, kd * 16);
+                    bt__k_mma(dp[nt], ag, b[0], b[1], (T *)0);
+                    bt__k_mma(dp[nt + 1], ag, b[2], b[3], (T *)0);
+                }
+            }
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int r = e >> 1;
+                    float pv = exp2f(s[nt][e] * p.c2 - lse2[r]);
+                    if (j == qt && j * 64 + nt * 8 + tg * 2 + (e & 1) > row0 + r * 8) pv = 0.f;
+                    s[nt][e] = pv * (dp[nt][e] - dv[r]);   /* dS / scale */
+                }
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                uint32_t a[4] = {bt__k_pack2(s[2 * kk][0], s[2 * kk][1], (T *)0), bt__k_pack2(s[2 * kk][2], s[2 * kk][3], (T *)0),
+                                 bt__k_pack2(s[2 * kk + 1][0], s[2 * kk + 1][1], (T *)0),
+                                 bt__k_pack2(s[2 * kk + 1][2], s[2 * kk + 1][3], (T *)0)};
+#pragma unroll
+                for (int dn = 0; dn < ND; dn += 2) {
+                    uint32_t b[4];
+                    bt__k_fragB_kn(b, Kc, LD, kk * 16, dn * 8);
+                    bt__k_mma(dq[dn], a, b[0], b[1], (T *)0);
+                    bt__k_mma(dq[dn + 1], a, b[2], b[3], (T *)0);
+                }
+            }
+            __syncthreads();
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            int row = row0 + r * 8;
+            if (row >= p.T) continue;
+            T *grow = (T *)p.gq + bt__k_att_off(p.sgq, bh, p.H) + (int64_t)row * p.sgq[2];
+#pragma unroll
+            for (int dn = 0; dn < ND; dn++)
+                bt__k_att_st2(grow, dn * 8 + tg * 2, p.D, dq[dn][2 * r] * p.scale, dq[dn][2 * r + 1] * p.scale, p.vec_out);
+        }
+    }
+}
+
+/* -- tensor-core dK, dV: one block per key tile, walks the query tiles from the diagonal down;
+   warp w owns keys k0 + 16 w .. + 15, so S^T = K Q^T and dP^T = V dO^T come out key-major -- */
+template <typename T, int DP> __global__ void __launch_bounds__(128) bt__k_att_dkv_tc(bt__k_attp p) {
+    extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
+    const int LD = DP + 8, ND = DP / 8;
+    T *Ks = (T *)bt__k_att_sm, *Vs = Ks + 64 * LD, *Qs = Vs + 64 * LD, *Gs = Qs + 2 * 64 * LD;
+    float *Ls = (float *)(Gs + 2 * 64 * LD), *Dv = Ls + 2 * 64;   /* [2][64] each: lse log2e, Dvec */
+    int nqt = (p.T + 63) / 64, kt = (int)blockIdx.y, k0 = kt * 64;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
+    int key0 = k0 + warp * 16 + g;   /* this thread's keys: key0 and key0 + 8 */
+    for (int64_t bh = blockIdx.x; bh < p.BH; bh += gridDim.x) {
+        const T *q = (const T *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const T *)p.k + bt__k_att_off(p.sk, bh, p.H),
+                *v = (const T *)p.v + bt__k_att_off(p.sv, bh, p.H), *go = (const T *)p.go + bt__k_att_off(p.sgo, bh, p.H);
+        const float *lse = p.lse + bh * p.T, *dvec = p.dvec + bh * p.T;
+        bt__k_att_tile<T, DP>(Ks, k, p.sk[2], k0, p.T, p.D, p.vec);
+        bt__k_att_tile<T, DP>(Vs, v, p.sv[2], k0, p.T, p.D, p.vec);
+        bt__k_att_tile<T, DP>(Qs, q, p.sq[2], k0, p.T, p.D, p.vec);
+        bt__k_att_tile<T, DP>(Gs, go, p.sgo[2], k0, p.T, p.D, p.vec);
+        if (threadIdx.x < 64) {
+            int r = k0 + threadIdx.x;
+            Ls[threadIdx.x] = r < p.T ? lse[r] * BT__K_ATT_LOG2E : 0.f;
+            Dv[threadIdx.x] = r < p.T ? dvec[r] : 0.f;
+        }
+        bt__k_cp_commit();
+        float dk[ND][4], dvv[ND][4];
+#pragma unroll
+        for (int i = 0; i < ND; i++) dk[i][0] = dk[i][1] = dk[i][2] = dk[i][3] = dvv[i][0] = dvv[i][1] = dvv[i][2] = dvv[i][3] = 0.f;
+        for (int i = kt; i < nqt; i++) {
+            int cur = (i - kt) & 1;
+            if (i + 1 < nqt) {
+                int nb = cur ^ 1;
+                bt__k_att_tile<T, DP>(Qs + nb * 64 * LD, q, p.sq[2], (i + 1) * 64, p.T, p.D, p.vec);
+                bt__k_att_tile<T, DP>(Gs + nb * 64 * LD, go, p.sgo[2], (i + 1) * 64, p.T, p.D, p.vec);
+                if (threadIdx.x < 64) {
+                    int r = (i + 1) * 64 + threadIdx.x;
+                    Ls[nb * 64 + threadIdx.x] = r < p.T ? lse[r] * BT__K_ATT_LOG2E : 0.f;
+                    Dv[nb * 64 + threadIdx.x] = r < p.T ? dvec[r] : 0.f;
+                }
+                bt__k_cp_commit();
+                bt__k_cp_wait<1>();
+            } else {
+                bt__k_cp_wait<0>();
+            }
+            __syncthreads();
+            const T *Qc = Qs + cur * 64 * LD, *Gc = Gs + cur * 64 * LD;
+            const float *Lc = Ls + cur * 64, *Dc = Dv + cur * 64;
+            float s[8][4], dp[8][4];
+#pragma unroll
+            for (int n = 0; n < 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.f;
+#pragma unroll
+            for (int kd = 0; kd < DP / 16; kd++) {
+                uint32_t ak[4], av[4];
+                bt__k_fragA(ak, Ks, LD, warp * 16, kd * 16);
+                bt__k_fragA(av, Vs, LD, warp * 16, kd * 16);
+#pragma unroll
+                for (int nt = 0; nt < 8; nt += 2) {
+                    uint32_t b[4];
+                    bt__k_fragB_nk(b, Qc, LD, nt * 8, kd * 16);
+                    bt__k_mma(s[nt], ak, b[0], b[1], (T *)0);
+                    bt__k_mma(s[nt + 1], ak, b[2], b[3], (T *)0);
+                    bt__k_fragB_nk(b, Gc, LD, nt * 8, kd * 16);
+                    bt__k_mma(dp[nt], av, b[0], b[1], (T *)0);
+                    bt__k_mma(dp[nt + 1], av, b[2], b[3], (T *)0);
+                }
+            }
+            int edge = i == kt || (i + 1) * 64 > p.T;
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int qc = nt * 8 + tg * 2 + (e & 1), qrow = i * 64 + qc;
+                    float pv = exp2f(s[nt][e] * p.c2 - Lc[qc]);
+                    if (edge && (qrow >= p.T || key0 + (e >> 1) * 8 > qrow)) pv = 0.f;
+                    s[nt][e] = pv;
+                    dp[nt][e] = pv * (dp[nt][e] - Dc[qc]);   /* dS^T / scale */
+                }
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                uint32_t a[4] = {bt__k_pack2(s[2 * kk][0], s[2 * kk][1], (T *)0), bt__k_pack2(s[2 * kk][2], s[2 * kk][3], (T *)0),
+                                 bt__k_pack2(s[2 * kk + 1][0], s[2 * kk + 1][1], (T *)0),
+                                 bt__k_pack2(s[2 * kk + 1][2], s[2 * kk + 1][3], (T *)0)};
+                uint32_t d[4] = {bt__k_pack2(dp[2 * kk][0], dp[2 * kk][1], (T *)0), bt__k_pack2(dp[2 * kk][2], dp[2 * kk][3], (T *)0),
+                                 bt__k_pack2(dp[2 * kk + 1][0], dp[2 * kk + 1][1], (T *)0),
+                                 bt__k_pack2(dp[2 * kk + 1][2], dp[2 * kk + 1][3], (T *)0)};
+#pragma unroll
+                for (int dn = 0; dn < ND; dn += 2) {
+                    uint32_t b[4];
+                    bt__k_fragB_kn(b, Gc, LD, kk * 16, dn * 8);
+                    bt__k_mma(dvv[dn], a, b[0], b[1], (T *)0);
+                    bt__k_mma(dvv[dn + 1], a, b[2], b[3], (T *)0);
+                    bt__k_fragB_kn(b, Qc, LD, kk * 16, dn * 8);
+                    bt__k_mma(dk[dn], d, b[0], b[1], (T *)0);
+                    bt__k_mma(dk[dn + 1], d, b[2], b[3], (T *)0);
+                }
+            }
+            __syncthreads();
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            int key = key0 + r * 8;
+            if (key >= p.T) continue;
+            T *krow = (T *)p.gk + bt__k_att_off(p.sgk, bh, p.H) + (int64_t)key * p.sgk[2];
+            T *vrow = (T *)p.gv + bt__k_att_off(p.sgv, bh, p.H) + (int64_t)key * p.sgv[2];
+#pragma unroll
+            for (int dn = 0; dn < ND; dn++) {
+                bt__k_att_st2(krow, dn * 8 + tg * 2, p.D, dk[dn][2 * r] * p.scale, dk[dn][2 * r + 1] * p.scale, p.vec_out);
+                bt__k_att_st2(vrow, dn * 8 + tg * 2, p.D, dvv[dn][2 * r], dvv[dn][2 * r + 1], p.vec_out);
+            }
+        }
+    }
+}
+
+/* -- f32 (FFMA) path: 256 threads as 16 x 16 (ty = tid / 16, tx = tid % 16); tiles transposed in
+   shared memory, [d][row] with pitch BT__K_ATT_LDT -- */
+template <int DP> __device__ __forceinline__ void bt__k_att_tileT(float *sm, const float *g, int64_t st, int r0, int Tn, int D,
+                                                                  int vec) {
+    for (int c = threadIdx.x; c < 64 * (DP / 4); c += blockDim.x) {
+        int r = c & 63, d0 = (c >> 6) * 4, ok = r0 + r < Tn;
+        const float *src = g + (int64_t)(r0 + r) * st + d0;
+        float x[4];
+        if (ok && vec && d0 + 4 <= D) {
+            float4 u = __ldg(reinterpret_cast<const float4 *>(src));
+            x[0] = u.x; x[1] = u.y; x[2] = u.z; x[3] = u.w;
+        } else {
+#pragma unroll
+            for (int e = 0; e < 4; e++) x[e] = ok && d0 + e < D ? src[e] : 0.f;
+        }
+#pragma unroll
+        for (int e = 0; e < 4; e++) sm[(d0 + e) * BT__K_ATT_LDT + r] = x[e];
+    }
+}
+/* c[i][j] += sum_d At[d][4 ty + i] Bt[d][4 tx + j] */
+template <int DP> __device__ __forceinline__ void bt__k_att_abt(float c[4][4], const float *At, const float *Bt) {
+    int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
+#pragma unroll 8
+    for (int d = 0; d < DP; d++) {
+        float4 a = *reinterpret_cast<const float4 *>(At + d * BT__K_ATT_LDT + ty * 4);
+        float4 b = *reinterpret_cast<const float4 *>(Bt + d * BT__K_ATT_LDT + tx * 4);
+        float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int jj = 0; jj < 4; jj++) c[i][jj] = fmaf(av[i], bv[jj], c[i][jj]);
+    }
+}
+/* o[i][j] += sum_k P[4 ty + i][k] Xt[tx + 16 j][k] (P row-major [64][LDT], X transposed) */
+template <int DP> __device__ __forceinline__ void bt__k_att_pv(float o[4][DP / 16], const float *P, const float *Xt) {
+    int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
+#pragma unroll 2
+    for (int k = 0; k < 64; k += 4) {
+        float4 pr[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) pr[i] = *reinterpret_cast<const float4 *>(P + (ty * 4 + i) * BT__K_ATT_LDT + k);
+#pragma unroll
+        for (int j = 0; j < DP / 16; j++) {
+            float4 x = *reinterpret_cast<const float4 *>(Xt + (tx + 16 * j) * BT__K_ATT_LDT + k);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                o[i][j] = fmaf(pr[i].x, x.x, o[i][j]); o[i][j] = fmaf(pr[i].y, x.y, o[i][j]);
+                o[i][j] = fmaf(pr[i].z, x.z, o[i][j]); o[i][j] = fmaf(pr[i].w, x.w, o[i][j]);
+            }
+        }
+    }
+}
+__device__ __forceinline__ float bt__k_hmax16(float x) {
+    for (int o = 8; o; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+__device__ __forceinline__ float bt__k_hsum16(float x) {
+    for (int o = 8; o; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+template <int DP> __global__ void __launch_bounds__(256) bt__k_att_fwd_f32(bt__k_attp p) {
+    extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
+    const int DJ = DP / 16, L = BT__K_ATT_LDT;
+    float *Qt = (float *)bt__k_att_sm, *Kt = Qt + DP * L, *Vt = Kt + DP * L, *Ps = Vt + DP * L;
+    int nqt = (p.T + 63) / 64, qt = nqt - 1 - (int)blockIdx.y, q0 = qt * 64;
+    int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
+    for (int64_t bh = blockIdx.x; bh < p.BH; bh += gridDim.x) {
+        const float *q = (const float *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const float *)p.k + bt__k_att_off(p.sk, bh, p.H),
+                    *v = (const float *)p.v + bt__k_att_off(p.sv, bh, p.H);
+        __syncthreads();
+        bt__k_att_tileT<DP>(Qt, q, p.sq[2], q0, p.T, p.D, p.vec);
+        float o[4][DJ], m[4], l[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            m[i] = -INFINITY; l[i] = 0.f;
+#pragma unroll
+            for (int j = 0; j < DJ; j++) o[i][j] = 0.f;
+        }
+        for (int j = 0; j <= qt; j++) {
+            __syncthreads();
+            bt__k_att_tileT<DP>(Kt, k, p.sk[2], j * 64, p.T, p.D, p.vec);
+            bt__k_att_tileT<DP>(Vt, v, p.sv[2], j * 64, p.T, p.D, p.vec);
+            __syncthreads();
+            float s[4][4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+            bt__k_att_abt<DP>(s, Qt, Kt);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int row = q0 + ty * 4 + i;
+                float mx = m[i];
+#pragma unroll
+                for (int jj = 0; jj < 4; jj++) {
+                    float x = s[i][jj] * p.c2;
+                    if (j == qt && j * 64 + tx * 4 + jj > row) x = -INFINITY;
+                    s[i][jj] = x;
+                    mx = fmaxf(mx, x);
+                }
+                mx = bt__k_hmax16(mx);
+                float al = exp2f(m[i] - mx);
+                m[i] = mx;
+                l[i] *= al;
+#pragma unroll
+                for (int jd = 0; jd < DJ; jd++) o[i][jd] *= al;
+#pragma unroll
+                for (int jj = 0; jj < 4; jj++) { s[i][jj] = exp2f(s[i][jj] - mx); l[i] += s[i][jj]; }
+                *reinterpret_cast<float4 *>(Ps + (ty * 4 + i) * L + tx * 4) = make_float4(s[i][0], s[i][1], s[i][2], s[i][3]);
+            }
+            __syncthreads();
+            bt__k_att_pv<DP>(o, Ps, Vt);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float lt = bt__k_hsum16(l[i]);
+            int row = q0 + ty * 4 + i;
+            if (row >= p.T) continue;
+            float *orow = (float *)p.out + bt__k_att_off(p.so, bh, p.H) + (int64_t)row * p.so[2];
+#pragma unroll
+            for (int jd = 0; jd < DJ; jd++)
+                if (tx + 16 * jd < p.D) orow[tx + 16 * jd] = o[i][jd] / lt;
+            if (tx == 0 && p.lse_out) p.lse_out[bh * p.T + row] = (m[i] + log2f(lt)) * BT__K_ATT_LN2;
+        }
+    }
+}
+
+template <int DP> __global__ void __launch_bounds__(256) bt__k_att_dq_f32(bt__k_attp p) {
+    extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
+    const int DJ = DP / 16, L = BT__K_ATT_LDT;
+    float *Qt = (float *)bt__k_att_sm, *Gt = Qt + DP * L, *Kt = Gt + DP * L, *Vt = Kt + DP * L, *Ps = Vt + DP * L;
+    int nqt = (p.T + 63) / 64, qt = nqt - 1 - (int)blockIdx.y, q0 = qt * 64;
+    int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
+    for (int64_t bh = blockIdx.x; bh < p.BH; bh += gridDim.x) {
+        const float *q = (const float *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const float *)p.k + bt__k_att_off(p.sk, bh, p.H),
+                    *v = (const float *)p.v + bt__k_att_off(p.sv, bh, p.H),
+                    *go = (const float *)p.go + bt__k_att_off(p.sgo, bh, p.H);
+        __syncthreads();
+        bt__k_att_tileT<DP>(Qt, q, p.sq[2], q0, p.T, p.D, p.vec);
+        bt__k_att_tileT<DP>(Gt, go, p.sgo[2], q0, p.T, p.D, p.vec);
+        float lse2[4], dv[4], dq[4][DJ];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int row = q0 + ty * 4 + i;
+            lse2[i] = row < p.T ? p.lse[bh * p.T + row] * BT__K_ATT_LOG2E : 0.f;
+            dv[i] = row < p.T ? p.dvec[bh * p.T + row] : 0.f;
+#pragma unroll
+            for (int jd = 0; jd < DJ; jd++) dq[i][jd] = 0.f;
+        }
+        for (int j = 0; j <= qt; j++) {
+            __syncthreads();
+            bt__k_att_tileT<DP>(Kt, k, p.sk[2], j * 64, p.T, p.D, p.vec);
+            bt__k_att_tileT<DP>(Vt, v, p.sv[2], j * 64, p.T, p.D, p.vec);
+            __syncthreads();
+            float s[4][4], dp[4][4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = dp[i][0] = dp[i][1] = dp[i][2] = dp[i][3] = 0.f;
+            bt__k_att_abt<DP>(s, Qt, Kt);
+            bt__k_att_abt<DP>(dp, Gt, Vt);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int row = q0 + ty * 4 + i;
+#pragma unroll
+                for (int jj = 0; jj < 4; jj++) {
+                    float pv = exp2f(s[i][jj] * p.c2 - lse2[i]);
+                    if (j == qt && j * 64 + tx * 4 + jj > row) pv = 0.f;
+                    s[i][jj] = pv * (dp[i][jj] - dv[i]);
+                }
+                *reinterpret_cast<float4 *>(Ps + (ty * 4 + i) * L + tx * 4) = make_float4(s[i][0], s[i][1], s[i][2], s[i][3]);
+            }
+            __syncthreads();
+            bt__k_att_pv<DP>(dq, Ps, Kt);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int row = q0 + ty * 4 + i;
+            if (row >= p.T) continue;
+            float *grow = (float *)p.gq + bt__k_att_off(p.sgq, bh, p.H) + (int64_t)row * p.sgq[2];
+#pragma unroll
+            for (int jd = 0; jd < DJ; jd++)
+                if (tx + 16 * jd < p.D) grow[tx + 16 * jd] = dq[i][jd] * p.scale;
+        }
+    }
+}
+
+template <int DP> __global__ void __launch_bounds__(256) bt__k_att_dkv_f32(bt__k_attp p) {
+    extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
+    const int DJ = DP / 16, L = BT__K_ATT_LDT;
+    float *Kt = (float *)bt__k_att_sm, *Vt = Kt + DP * L, *Qt = Vt + DP * L, *Gt = Qt + DP * L, *Ps = Gt + DP * L,
+          *Ds = Ps + 64 * L, *Ls = Ds + 64 * L, *Dv = Ls + 64;
+    int nqt = (p.T + 63) / 64, kt = (int)blockIdx.y, k0 = kt * 64;
+    int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
+    for (int64_t bh = blockIdx.x; bh < p.BH; bh += gridDim.x) {
+        const float *q = (const float *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const float *)p.k + bt__k_att_off(p.sk, bh, p.H),
+                    *v = (const float *)p.v + bt__k_att_off(p.sv, bh, p.H),
+                    *go = (const float *)p.go + bt__k_att_off(p.sgo, bh, p.H);
+        const float *lse = p.lse + bh * p.T, *dvec = p.dvec + bh * p.T;
+        __syncthreads();
+        bt__k_att_tileT<DP>(Kt, k, p.sk[2], k0, p.T, p.D, p.vec);
+        bt__k_att_tileT<DP>(Vt, v, p.sv[2], k0, p.T, p.D, p.vec);
+        float dk[4][DJ], dvv[4][DJ];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int jd = 0; jd < DJ; jd++) dk[i][jd] = dvv[i][jd] = 0.f;
+        for (int it = kt; it < nqt; it++) {
+            __syncthreads();
+            bt__k_att_tileT<DP>(Qt, q, p.sq[2], it * 64, p.T, p.D, p.vec);
+            bt__k_att_tileT<DP>(Gt, go, p.sgo[2], it * 64, p.T, p.D, p.vec);
+            if (threadIdx.x < 64) {
+                int r = it * 64 + threadIdx.x;
+                Ls[threadIdx.x] = r < p.T ? lse[r] * BT__K_ATT_LOG2E : 0.f;
+                Dv[threadIdx.x] = r < p.T ? dvec[r] : 0.f;
+            }
+            __syncthreads();
+            float s[4][4], dp[4][4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = dp[i][0] = dp[i][1] = dp[i][2] = dp[i][3] = 0.f;
+            bt__k_att_abt<DP>(s, Kt, Qt);    /* rows: keys, columns: queries */
+            bt__k_att_abt<DP>(dp, Vt, Gt);
+            int edge = it == kt || (it + 1) * 64 > p.T;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int key = k0 + ty * 4 + i;
+#pragma unroll
+                for (int jj = 0; jj < 4; jj++) {
+                    int qc = tx * 4 + jj, qrow = it * 64 + qc;
+                    float pv = exp2f(s[i][jj] * p.c2 - Ls[qc]);
+                    if (edge && (qrow >= p.T || key > qrow)) pv = 0.f;
+                    s[i][jj] = pv;
+                    dp[i][jj] = pv * (dp[i][jj] - Dv[qc]);
+                }
+                *reinterpret_cast<float4 *>(Ps + (ty * 4 + i) * L + tx * 4) = make_float4(s[i][0], s[i][1], s[i][2], s[i][3]);
+                *reinterpret_cast<float4 *>(Ds + (ty * 4 + i) * L + tx * 4) = make_float4(dp[i][0], dp[i][1], dp[i][2], dp[i][3]);
+            }
+            __syncthreads();
+            bt__k_att_pv<DP>(dvv, Ps, Gt);
+            bt__k_att_pv<DP>(dk, Ds, Qt);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int key = k0 + ty * 4 + i;
+            if (key >= p.T) continue;
+            float *krow = (float *)p.gk + bt__k_att_off(p.sgk, bh, p.H) + (int64_t)key * p.sgk[2];
+            float *vrow = (float *)p.gv + bt__k_att_off(p.sgv, bh, p.H) + (int64_t)key * p.sgv[2];
+#pragma unroll
+            for (int jd = 0; jd < DJ; jd++)
+                if (tx + 16 * jd < p.D) { krow[tx + 16 * jd] = dk[i][jd] * p.scale; vrow[tx + 16 * jd] = dvv[i][jd]; }
+        }
+    }
+}
+
+/* Dvec[bh, t] = sum_d dO[bh, t, d] O[bh, t, d]: a warp per row, 16-byte loads when aligned */
+template <typename T> __global__ void bt__k_att_dvec(float *dvec, bt__k_attp p) {
+    const int VE = 16 / sizeof(T);
+    int64_t rows = p.BH * p.T;
+    int lane = threadIdx.x & 31;
+    for (int64_t r = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5; r < rows; r += ((int64_t)gridDim.x * blockDim.x) >> 5) {
+        int64_t bh = r / p.T;
+        int t = (int)(r - bh * p.T);
+        const T *go = (const T *)p.go + bt__k_att_off(p.sgo, bh, p.H) + (int64_t)t * p.sgo[2];
+        const T *o = (const T *)p.o + bt__k_att_off(p.so, bh, p.H) + (int64_t)t * p.so[2];
+        float acc = 0.f;
+        if (p.vec) {
+            for (int d0 = lane * VE; d0 < p.D; d0 += 32 * VE) {
+                if (d0 + VE <= p.D) {
+                    T a[VE], b[VE];
+                    bt__k_ld16(a, go + d0); bt__k_ld16(b, o + d0);
+#pragma unroll
+                    for (int e = 0; e < VE; e++) acc += bt__k_tof(a[e]) * bt__k_tof(b[e]);
+                } else {
+                    for (int d = d0; d < p.D; d++) acc += bt__k_tof(go[d]) * bt__k_tof(o[d]);
+                }
+            }
+        } else {
+            for (int d = lane; d < p.D; d += 32) acc += bt__k_tof(go[d]) * bt__k_tof(o[d]);
+        }
+        acc = bt__k_wsum(acc);
+        if (lane == 0) dvec[r] = acc;
+    }
+}
+
+/* used by section 10 too */
+static cudaDataType_t bt__k_cuda_dt(bt_dtype dt) {
+    switch (dt) {
+    case BT_F64: return CUDA_R_64F;
+    case BT_BF16: return CUDA_R_16BF;
+    case BT_F16: return CUDA_R_16F;
+    default: return CUDA_R_32F;
+    }
+}
+static int bt__k_att_dp(int64_t D) { return D <= 32 ? 32 : D <= 64 ? 64 : 128; }
+/* every row start 16-byte aligned: the base 16-byte aligned, every stride a multiple of 16 bytes */
+static int bt__k_att_al(const void *ptr, const int64_t *st, size_t es, size_t al) {
+    if ((uintptr_t)ptr % al) return 0;
+    for (int i = 0; i < 3; i++) if (((size_t)st[i] * es) % al) return 0;
+    return 1;
+}
+static void bt__k_att_check(const char *op, bt_dtype dt, int64_t B, int64_t H, int64_t Tn, int64_t D) {
+    if (dt != BT_F32 && dt != BT_BF16 && dt != BT_F16)
+        bt_error("%s: dtype %s not supported (f32, bf16, f16)", op, bt__k_dtname(dt));
+    if (D > 128) bt_error("%s: head dim D = %lld not supported (1..128)", op, (long long)D);
+    if (Tn > 64 * (int64_t)65535 || H > INT32_MAX || B * H > ((int64_t)1 << 40))
+        bt_error("%s: B = %lld, H = %lld, T = %lld too large (T at most %d)", op, (long long)B, (long long)H, (long long)Tn,
+                 64 * 65535);
+}
+static void bt__k_att_run(void (*kern)(bt__k_attp), const bt__k_attp *p, unsigned tiles, int threads, size_t smem,
+                          cudaStream_t s, const char *op) {
+    BT__K_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), op);
+    unsigned gx = (unsigned)(p->BH < (1 << 30) ? p->BH : (1 << 30));
+    kern<<<dim3(gx, tiles), threads, smem, s>>>(*p);
+    BT__K_LAUNCHED(op);
+}
+static void bt__k_att_params(bt__k_attp *p, bt_dtype dt, int64_t B, int64_t H, int64_t Tn, int64_t D, float scale) {
+    memset(p, 0, sizeof *p);
+    p->BH = B * H; p->H = (int)H; p->T = (int)Tn; p->D = (int)D;
+    p->scale = scale; p->c2 = scale * BT__K_ATT_LOG2E;
+    (void)dt;
+}
+#define BT__K_ATT_DP(DPV, ...) switch (DPV) { \
+    case 32: { const int DP = 32; __VA_ARGS__; } break; \
+    case 64: { const int DP = 64; __VA_ARGS__; } break; \
+    default: { const int DP = 128; __VA_ARGS__; } break; }
+
+BTDEF void bt_k_attention_strided(bt_dtype dt, void *out, const int64_t *so, float *lse, const void *q, const int64_t *sq,
+                                  const void *k, const int64_t *sk, const void *v, const int64_t *sv, int64_t B, int64_t H,
+                                  int64_t Tn, int64_t D, float scale, cudaStream_t s) {
+    const char *op = "bt_k_attention";
+    if (B <= 0 || H <= 0 || Tn <= 0 || D <= 0) return;
+    bt__k_att_check(op, dt, B, H, Tn, D);
+    bt__k_attp p;
+    bt__k_att_params(&p, dt, B, H, Tn, D, scale);
+    p.q = q; p.k = k; p.v = v; p.out = out; p.lse_out = lse;
+    memcpy(p.sq, sq, sizeof p.sq); memcpy(p.sk, sk, sizeof p.sk); memcpy(p.sv, sv, sizeof p.sv); memcpy(p.so, so, sizeof p.so);
+    size_t es = bt__k_dtsize(dt);
+    p.vec = bt__k_att_al(q, sq, es, 16) && bt__k_att_al(k, sk, es, 16) && bt__k_att_al(v, sv, es, 16);
+    p.vec_out = bt__k_att_al(out, so, es, 4);
+    unsigned tiles = (unsigned)((Tn + 63) / 64);
+    int dp = bt__k_att_dp(D);
+    switch (dt) {
+    case BT_F32:
+        BT__K_ATT_DP(dp, bt__k_att_run(bt__k_att_fwd_f32<DP>, &p, tiles, 256, (size_t)(3 * DP + 64) * BT__K_ATT_LDT * 4, s, op))
+        break;
+    case BT_BF16:
+        BT__K_ATT_DP(dp, bt__k_att_run(bt__k_att_fwd_tc<__nv_bfloat16, DP>, &p, tiles, 128, (size_t)5 * 64 * (DP + 8) * 2, s, op))
+        break;
+    default:
+        BT__K_ATT_DP(dp, bt__k_att_run(bt__k_att_fwd_tc<__half, DP>, &p, tiles, 128, (size_t)5 * 64 * (DP + 8) * 2, s, op))
+        break;
+    }
+}
+
+BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t *sgq, void *gk, const int64_t *sgk, void *gv,
+                                           const int64_t *sgv, const void *gout, const int64_t *sgo, const void *q,
+                                           const int64_t *sq, const void *k, const int64_t *sk, const void *v, const int64_t *sv,
+                                           const void *out, const int64_t *so, const float *lse, int64_t B, int64_t H, int64_t Tn,
+                                           int64_t D, float scale, cudaStream_t s) {
+    const char *op = "bt_k_attention_backward";
+    if (B <= 0 || H <= 0 || Tn <= 0 || D <= 0) return;
+    bt__k_att_check(op, dt, B, H, Tn, D);
+    if (!gq || !gk || !gv) bt_error("%s: gq, gk and gv must all be given", op);
+    bt__k_attp p;
+    bt__k_att_params(&p, dt, B, H, Tn, D, scale);
+    p.q = q; p.k = k; p.v = v; p.o = out; p.go = gout; p.gq = gq; p.gk = gk; p.gv = gv; p.lse = lse;
+    memcpy(p.sq, sq, sizeof p.sq); memcpy(p.sk, sk, sizeof p.sk); memcpy(p.sv, sv, sizeof p.sv); memcpy(p.so, so, sizeof p.so);
+    memcpy(p.sgo, sgo, sizeof p.sgo); memcpy(p.sgq, sgq, sizeof p.sgq); memcpy(p.sgk, sgk, sizeof p.sgk);
+    memcpy(p.sgv, sgv, sizeof p.sgv);
+    size_t es = bt__k_dtsize(dt);
+    p.vec = bt__k_att_al(q, sq, es, 16) && bt__k_att_al(k, sk, es, 16) && bt__k_att_al(v, sv, es, 16) &&
+            bt__k_att_al(gout, sgo, es, 16) && bt__k_att_al(out, so, es, 16);
+    p.vec_out = bt__k_att_al(gq, sgq, es, 4) && bt__k_att_al(gk, sgk, es, 4) && bt__k_att_al(gv, sgv, es, 4);
+    float *dvec = (float *)bt__k_scratch((size_t)(B * H * Tn) * sizeof(float), s);
+    p.dvec = dvec;
+    unsigned tiles = (unsigned)((Tn + 63) / 64), nb = bt__k_blocks(B * H * Tn * 32, 256);
+    int dp = bt__k_att_dp(D);
+    BT__K_DISPATCH3(dt, op, { bt__k_att_dvec<T><<<nb, 256, 0, s>>>(dvec, p); })
+    BT__K_LAUNCHED(op);
+    switch (dt) {
+    case BT_F32:
+        BT__K_ATT_DP(dp, {
+            bt__k_att_run(bt__k_att_dq_f32<DP>, &p, tiles, 256, (size_t)(4 * DP + 64) * BT__K_ATT_LDT * 4, s, op);
+            bt__k_att_run(bt__k_att_dkv_f32<DP>, &p, tiles, 256, ((size_t)(4 * DP + 128) * BT__K_ATT_LDT + 128) * 4, s, op);
+        })
+        break;
+    case BT_BF16:
+        BT__K_ATT_DP(dp, {
+            bt__k_att_run(bt__k_att_dq_tc<__nv_bfloat16, DP>, &p, tiles, 128, (size_t)6 * 64 * (DP + 8) * 2, s, op);
+            bt__k_att_run(bt__k_att_dkv_tc<__nv_bfloat16, DP>, &p, tiles, 128, (size_t)6 * 64 * (DP + 8) * 2 + 4 * 64 * 4, s, op);
+        })
+        break;
+    default:
+        BT__K_ATT_DP(dp, {
+            bt__k_att_run(bt__k_att_dq_tc<__half, DP>, &p, tiles, 128, (size_t)6 * 64 * (DP + 8) * 2, s, op);
+            bt__k_att_run(bt__k_att_dkv_tc<__half, DP>, &p, tiles, 128, (size_t)6 * 64 * (DP + 8) * 2 + 4 * 64 * 4, s, op);
+        })
+        break;
+    }
+    bt_free(dvec);
+}
+
+/* the v0.1 entry points: contiguous [B, H, T, D] */
+BTDEF void bt_k_attention(bt_dtype dt, void *out, float *lse, const void *q, const void *k, const void *v, int64_t B,
+                          int64_t H, int64_t Tn, int64_t D, float scale, cudaStream_t s) {
+    int64_t st[3] = {H * Tn * D, Tn * D, D};
+    bt_k_attention_strided(dt, out, st, lse, q, st, k, st, v, st, B, H, Tn, D, scale, s);
+}
+BTDEF void bt_k_attention_backward(bt_dtype dt, void *gq, void *gk, void *gv, const void *gout, const void *q,
+                                   const void *k, const void *v, const void *out, const float *lse, int64_t B, int64_t H,
+                                   int64_t Tn, int64_t D, float scale, cudaStream_t s) {
+    int64_t st[3] = {H * Tn * D, Tn * D, D};
+    bt_k_attention_backward_strided(dt, gq, st, gk, st, gv, st, gout, st, q, st, k, st, v, st, out, st, lse, B, H, Tn, D,
+                                    scale, s);
+}
+
+/* ---- 10. matmul (cuBLASLt) ------------------------------------------------------------------------
+   Row-major C = A B is column-major C^T = B^T A^T, so cuBLASLt gets (B, A) as its (A, B) with m = N,
+   n = M: a row-major [R, S] matrix is a column-major [S, R] one with ld = S, and a transposed
+   operand is the other layout plus CUBLAS_OP_T. Compute: fp32 data in CUBLAS_COMPUTE_32F (no
+   tensor cores) or CUBLAS_COMPUTE_32F_FAST_TF32; bf16/f16 data in CUBLAS_COMPUTE_32F; f64 in 64F.
+   The bias rides the BIAS epilogue (a vector over cuBLASLt's m = our N) when batch == 1 and
+   cuBLASLt offers an algorithm for it, else a separate kernel adds it afterwards.
+   Plans (the operation and layout descriptors and the heuristic's algorithm) are cached per device
+   in an open-addressed table keyed by the whole shape tuple, dtype, precision and the pointers'
+   alignments, so the hot path is a hash lookup and one cublasLtMatmul. Traffic: (MK + KN + MN
+   (+ MN if beta != 0)) elements per matrix; 2 M N K flops. */
+static uint32_t bt__k_align_of(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    uint32_t al = 256;
+    while (al > 1 && (a & (al - 1))) al >>= 1;
+    return al;
+}
+template <typename T>
+__global__ void bt__k_bias_add(T *C, const T *bias, int64_t batch, int64_t M, int64_t N, int64_t strideC) {
+    int64_t mn = M * N;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < batch * mn; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t b = e / mn, r = e - b * mn;
+        T *p = C + b * strideC + r;
+        *p = bt__k_from<T>(bt__k_tof(*p) + bt__k_tof(bias[r % N]));
+    }
+}
+static void bt__k_matmul_bias(bt_dtype dt, void *C, const void *bias, int64_t batch, int64_t M, int64_t N, int64_t strideC,
+                              cudaStream_t s) {
+    BT__K_DISPATCH4(dt, "bt_k_matmul", {
+        bt__k_bias_add<T><<<bt__k_blocks(batch * M * N, 256), 256, 0, s>>>((T *)C, (const T *)bias, batch, M, N, strideC);
+    })
+    BT__K_LAUNCHED("bt_k_matmul (bias)");
+}
+static int bt__k_mm_make(bt__k_ctx *c, bt__k_mm_plan *p, bt_dtype dt, bt_matmul_precision prec, int64_t M, int64_t N,
+                         int64_t K, int transA, int transB, int64_t batch, int64_t sA, int64_t sB, int64_t sC,
+                         const void *bias, int try_bias, const uint32_t al[4]) {
+    const char *op = "bt_k_matmul";
+    cudaDataType_t cdt = bt__k_cuda_dt(dt), sct = dt == BT_F64 ? CUDA_R_64F : CUDA_R_32F;
+    cublasComputeType_t ct = dt == BT_F64 ? CUBLAS_COMPUTE_64F
+                           : (dt == BT_F32 && prec == BT_MATMUL_TF32) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    BT__K_BLAS(cublasLtMatmulDescCreate(&p->op, ct, sct), op);
+    cublasOperation_t opa = transB ? CUBLAS_OP_T : CUBLAS_OP_N, opb = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+    BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa), op);
+    BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb), op);
+    if (transB) BT__K_BLAS(cublasLtMatrixLayoutCreate(&p->la, cdt, (uint64_t)K, (uint64_t)N, K), op);
+    else BT__K_BLAS(cublasLtMatrixLayoutCreate(&p->la, cdt, (uint64_t)N, (uint64_t)K, N), op);
+    if (transA) BT__K_BLAS(cublasLtMatrixLayoutCreate(&p->lb, cdt, (uint64_t)M, (uint64_t)K, M), op);
+    else BT__K_BLAS(cublasLtMatrixLayoutCreate(&p->lb, cdt, (uint64_t)K, (uint64_t)M, K), op);
+    BT__K_BLAS(cublasLtMatrixLayoutCreate(&p->lc, cdt, (uint64_t)N, (uint64_t)M, N), op);
+    if (batch > 1) {
+        int32_t bc = (int32_t)batch;
+        cublasLtMatrixLayout_t ls[3] = {p->la, p->lb, p->lc};
+        int64_t st[3] = {sB, sA, sC};
+        for (int i = 0; i < 3; i++) {
+            BT__K_BLAS(cublasLtMatrixLayoutSetAttribute(ls[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc), op);
+            BT__K_BLAS(cublasLtMatrixLayoutSetAttribute(ls[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &st[i], sizeof st[i]), op);
+        }
+    }
+    cublasLtMatmulPreference_t pref;
+    BT__K_BLAS(cublasLtMatmulPreferenceCreate(&pref), op);
+    uint64_t wsb = BT__K_WS_BYTES;
+    BT__K_BLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb), op);
+    /* cuBLASLt's A is our B and vice versa */
+    BT__K_BLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al[1], sizeof al[1]), op);
+    BT__K_BLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[0], sizeof al[0]), op);
+    BT__K_BLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], sizeof al[2]), op);
+    BT__K_BLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[2], sizeof al[2]), op);
+    cublasLtMatmulHeuristicResult_t res;
+    int nres = 0;
+    p->epi_bias = 0;
+    if (try_bias) {
+        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), op);
+        BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), op);
+        if (cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &nres) ==
+                CUBLAS_STATUS_SUCCESS && nres > 0)
+            p->epi_bias = 1;
+        else {
+            epi = CUBLASLT_EPILOGUE_DEFAULT;
+            BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), op);
+            nres = 0;
+        }
+    }
+    if (!p->epi_bias) {
+        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &nres);
+        if (st != CUBLAS_STATUS_SUCCESS) nres = 0;
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (nres <= 0) {
+        p->used = 1;
+        bt__k_mm_plan_drop(p);
+        return 0;
+    }
+    p->algo = res.algo;
+    p->used = 1;
+    return 1;
+}
+BTDEF void bt_k_matmul(bt_dtype dt, void *C, const void *A, const void *B, const void *bias, int64_t M, int64_t N,
+                       int64_t K, int transA, int transB, int64_t batch, int64_t strideA, int64_t strideB,
+                       int64_t strideC, float alpha, float beta, bt_matmul_precision precision, cudaStream_t s) {
+    if (batch <= 0 || M <= 0 || N <= 0) return;
+    if (dt != BT_F32 && dt != BT_F64 && dt != BT_BF16 && dt != BT_F16)
+        bt_error("bt_k_matmul: dtype %s not supported (f32, f64, bf16, f16)", bt__k_dtname(dt));
+    if (K <= 0) {   /* empty product: C = beta C (+ bias) */
+        for (int64_t b = 0; b < batch; b++)
+            bt_k_affine(dt, (char *)C + (size_t)(b * strideC) * bt__k_dtsize(dt), (char *)C + (size_t)(b * strideC) * bt__k_dtsize(dt),
+                        beta, 0.0, M * N, s);
+        if (bias) bt__k_matmul_bias(dt, C, bias, batch, M, N, strideC, s);
+        return;
+    }
+    bt__k_ctx *c = bt__k_cur();
+    if (dt != BT_F32) precision = BT_MATMUL_FP32;
+    if (batch == 1) strideA = strideB = strideC = 0;
+    int try_bias = bias != NULL && batch == 1;
+    uint32_t al[4] = {bt__k_align_of(A), bt__k_align_of(B), bt__k_align_of(C), bias ? bt__k_align_of(bias) : 0};
+    int64_t key[18] = {dt, precision, M, N, K, transA != 0, transB != 0, batch, strideA, strideB, strideC, try_bias,
+                       al[0], al[1], al[2], al[3], 0, 0};
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < 18; i++) { h ^= (uint64_t)key[i]; h *= 1099511628211ull; h ^= h >> 29; }
+    bt__k_mm_plan *p = NULL;
+    for (int i = 0; i < 8 && !p; i++) {
+        bt__k_mm_plan *q = &c->mm[(h + i) % BT__K_MM_SLOTS];
+        if (q->used && !memcmp(q->key, key, sizeof key)) p = q;
+    }
+    if (!p) {
+        for (int i = 0; i < 8 && !p; i++) {
+            bt__k_mm_plan *q = &c->mm[(h + i) % BT__K_MM_SLOTS];
+            if (!q->used) p = q;
+        }
+        if (!p) { p = &c->mm[h % BT__K_MM_SLOTS]; bt__k_mm_plan_drop(p); }
+        if (!bt__k_mm_make(c, p, dt, precision, M, N, K, transA, transB, batch, strideA, strideB, strideC, bias, try_bias, al))
+            bt_error("bt_k_matmul: cuBLASLt has no algorithm for %s M=%lld N=%lld K=%lld transA=%d transB=%d batch=%lld",
+                     bt__k_dtname(dt), (long long)M, (long long)N, (long long)K, transA, transB, (long long)batch);
+        memcpy(p->key, key, sizeof key);
+    }
+    if (p->epi_bias)
+        BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), "bt_k_matmul");
+    double ad = alpha, bd = beta;
+    const void *pa = dt == BT_F64 ? (const void *)&ad : (const void *)&alpha;
+    const void *pb = dt == BT_F64 ? (const void *)&bd : (const void *)&beta;
+    BT__K_BLAS(cublasLtMatmul(c->lt, p->op, pa, B, p->la, A, p->lb, pb, C, p->lc, C, p->lc, &p->algo, c->ws, BT__K_WS_BYTES, s),
+               "bt_k_matmul");
+    if (bias && !p->epi_bias) bt__k_matmul_bias(dt, C, bias, batch, M, N, batch == 1 ? M * N : strideC, s);
+}
+
+/* ---- 11. AdamW ------------------------------------------------------------------------------------
+   Per parameter: g' = g scale, m = b1 m + (1 - b1) g', v = b2 v + (1 - b2) g'^2,
+   p -= lr (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd p). Reads p, m, v (fp32) and g,
+   writes p, m, v and the optional low-precision copy: 24 + 2 sizeof(g) (+ sizeof(lowp)) bytes per
+   parameter; p, m, v move as float4 when aligned. */
+/* weight decay of element i: the segment holding i, by binary search over at most 48 ends */
+__device__ __forceinline__ float bt__k_seg_wd(const bt_k_segments &sg, int64_t i) {
+    int lo = 0, hi = sg.n - 1;
+    while (lo < hi) { int mid = (lo + hi) >> 1; if (i < sg.end[mid]) hi = mid; else lo = mid + 1; }
+    return sg.wd[lo];
+}
+template <typename G, typename L>
+__global__ void bt__k_adamw_kernel(float *p, const G *g, float *m, float *v, L *lowp, int64_t n, float lr, float b1,
+                                   float b2, float eps, bt_k_segments sg, float bc1, float bc2, const float *gscale, int vec) {
+    float sc = gscale ? *gscale : 1.f;
+    int64_t nc = (n + 3) / 4;
+    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < nc; c += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i0 = c * 4;
+        float pp[4], mm[4], vv[4];
+        int cnt = n - i0 < 4 ? (int)(n - i0) : 4, full = vec && cnt == 4;
+        if (full) {
+            float4 a = *reinterpret_cast<const float4 *>(p + i0), b = *reinterpret_cast<const float4 *>(m + i0),
+                   d = *reinterpret_cast<const float4 *>(v + i0);
+            pp[0] = a.x; pp[1] = a.y; pp[2] = a.z; pp[3] = a.w; mm[0] = b.x; mm[1] = b.y; mm[2] = b.z; mm[3] = b.w;
+            vv[0] = d.x; vv[1] = d.y; vv[2] = d.z; vv[3] = d.w;
+        } else {
+            for (int e = 0; e < 4; e++) {
+                pp[e] = e < cnt ? p[i0 + e] : 0.f; mm[e] = e < cnt ? m[i0 + e] : 0.f; vv[e] = e < cnt ? v[i0 + e] : 0.f;
+            }
+        }
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float gi = e < cnt ? bt__k_tof(g[i0 + e]) * sc : 0.f;
+            mm[e] = b1 * mm[e] + (1.f - b1) * gi;
+            vv[e] = b2 * vv[e] + (1.f - b2) * gi * gi;
+            float wd = sg.n == 1 ? sg.wd[0] : bt__k_seg_wd(sg, i0 + e);
+            pp[e] -= lr * ((mm[e] / bc1) / (sqrtf(vv[e] / bc2) + eps) + wd * pp[e]);
+        }
+        if (full) {
+            *reinterpret_cast<float4 *>(p + i0) = make_float4(pp[0], pp[1], pp[2], pp[3]);
+            *reinterpret_cast<float4 *>(m + i0) = make_float4(mm[0], mm[1], mm[2], mm[3]);
+            *reinterpret_cast<float4 *>(v + i0) = make_float4(vv[0], vv[1], vv[2], vv[3]);
+        } else {
+            for (int e = 0; e < cnt; e++) { p[i0 + e] = pp[e]; m[i0 + e] = mm[e]; v[i0 + e] = vv[e]; }
+        }
+        if (lowp)
+            for (int e = 0; e < cnt; e++) lowp[i0 + e] = bt__k_from<L>(pp[e]);
+    }
+}
+BTDEF void bt_k_adamw_segments(float *p, const void *g, bt_dtype gdt, float *m, float *v, void *p_lowp, bt_dtype lowp_dt,
+                               const bt_k_segments *segs, float lr, float b1, float b2, float eps, int step,
+                               const float *grad_scale, cudaStream_t s) {
+    if (segs->n < 1 || segs->n > BT_K_MAX_SEGMENTS) bt_error("bt_k_adamw: %d segments (1 to %d)", segs->n, BT_K_MAX_SEGMENTS);
+    int64_t n = segs->end[segs->n - 1];
     if (n <= 0) return;
     if (step < 1) bt_error("bt_k_adamw: step %d (counts from 1)", step);
     float bc1 = (float)(1.0 - pow((double)b1, (double)step)), bc2 = (float)(1.0 - pow((double)b2, (double)step));
     int vec = bt__k_aligned16(p) && bt__k_aligned16(m) && bt__k_aligned16(v);
     unsigned nb = bt__k_blocks((n + 3) / 4, 256);
+    bt_k_segments sg = *segs;
     if (!p_lowp) lowp_dt = BT_F32;
     BT__K_DISPATCH3(gdt, "bt_k_adamw (grad)", {
         switch (lowp_dt) {
         case BT_F32: bt__k_adamw_kernel<T, float><<<nb, 256, 0, s>>>(p, (const T *)g, m, v, (float *)p_lowp, n, lr, b1, b2,
-                                                                     eps, wd, bc1, bc2, grad_scale, vec); break;
+                                                                     eps, sg, bc1, bc2, grad_scale, vec); break;
         case BT_BF16: bt__k_adamw_kernel<T, __nv_bfloat16><<<nb, 256, 0, s>>>(p, (const T *)g, m, v, (__nv_bfloat16 *)p_lowp,
-                                                                     n, lr, b1, b2, eps, wd, bc1, bc2, grad_scale, vec); break;
+                                                                     n, lr, b1, b2, eps, sg, bc1, bc2, grad_scale, vec); break;
         case BT_F16: bt__k_adamw_kernel<T, __half><<<nb, 256, 0, s>>>(p, (const T *)g, m, v, (__half *)p_lowp, n, lr, b1,
-                                                                     b2, eps, wd, bc1, bc2, grad_scale, vec); break;
+                                                                     b2, eps, sg, bc1, bc2, grad_scale, vec); break;
         default: bt_error("bt_k_adamw: low-precision copy dtype %s not supported", bt__k_dtname(lowp_dt));
         }
     })
     BT__K_LAUNCHED("bt_k_adamw");
+}
+BTDEF void bt_k_adamw(float *p, const void *g, bt_dtype gdt, float *m, float *v, void *p_lowp, bt_dtype lowp_dt, int64_t n,
+                      float lr, float b1, float b2, float eps, float wd, int step, const float *grad_scale, cudaStream_t s) {
+    if (n <= 0) return;
+    bt_k_segments one;
+    one.n = 1; one.end[0] = n; one.wd[0] = wd;
+    bt_k_adamw_segments(p, g, gdt, m, v, p_lowp, lowp_dt, &one, lr, b1, b2, eps, step, grad_scale, s);
 }
 
 /* ---- 12. the tensor core's less common paths ---------------------------------------------------
