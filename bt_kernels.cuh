@@ -107,8 +107,21 @@ BTDEF void bt_k_cross_entropy_backward(bt_dtype dt, void *glogits, const void *l
                                        const int32_t *targets, const float *gloss, int64_t N, int64_t V,
                                        int64_t Vp, int ignore_index, cudaStream_t s);
 
-/* ---- 9. causal attention: q, k, v, out [B, H, T, D]; lse fp32 [B, H, T] ---- */
-/* out = softmax(q k^T * scale + causal mask) v */
+/* ---- 9. causal attention (tiled, online softmax; no T x T scratch) ----
+   out = softmax(q k^T * scale + causal mask) v, lse = the log-sum-exp of each row (saved for the
+   backward). q, k, v, out (and gq, gk, gv, gout) are [B, H, T, D] read/written through element
+   strides {batch, head, token} (the D stride is 1): a view of a [B, T, H, D] buffer has strides
+   {T*H*D, D, H*D}. lse fp32 [B, H, T] contiguous. D from 1 to 128. f32 is computed with fp32 FFMA
+   (no TF32); bf16/f16 on tensor cores with fp32 accumulation. The backward is deterministic (no
+   atomics) and takes Dvec scratch (4 B H T bytes) from bt_alloc on the stream. */
+BTDEF void bt_k_attention_strided(bt_dtype dt, void *out, const int64_t *so, float *lse,
+    const void *q, const int64_t *sq, const void *k, const int64_t *sk, const void *v, const int64_t *sv,
+    int64_t B, int64_t H, int64_t T, int64_t D, float scale, cudaStream_t s);
+BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t *sgq, void *gk, const int64_t *sgk,
+    void *gv, const int64_t *sgv, const void *gout, const int64_t *sgo, const void *q, const int64_t *sq,
+    const void *k, const int64_t *sk, const void *v, const int64_t *sv, const void *out, const int64_t *so,
+    const float *lse, int64_t B, int64_t H, int64_t T, int64_t D, float scale, cudaStream_t s);
+/* the same on contiguous [B, H, T, D] tensors (strides {H*T*D, T*D, D}) */
 BTDEF void bt_k_attention(bt_dtype dt, void *out, float *lse, const void *q, const void *k, const void *v,
                           int64_t B, int64_t H, int64_t T, int64_t D, float scale, cudaStream_t s);
 BTDEF void bt_k_attention_backward(bt_dtype dt, void *gq, void *gk, void *gv, const void *gout, const void *q,
@@ -1388,26 +1401,728 @@ BTDEF void bt_k_cross_entropy_backward(bt_dtype dt, void *glogits, const void *l
     BT__K_LAUNCHED("bt_k_cross_entropy_backward");
 }
 
-/* ---- 9. causal self-attention --------------------------------------------------------------------
-   v0.1 is the plain three-step form, on cuBLAS strided-batched products (fp32 accumulation):
-     S = scale Q K^T            [BH, T, T] fp32 scratch (the upper triangle is computed, then masked)
-     P = softmax_causal(S)      in place (fp32), lse = m + log s saved; a dt copy of P for bf16/f16
-     out = P V
-   Backward recomputes P from S and lse, then dV = P^T dO, dP = dO V^T (fp32), delta = rowsum(dO O),
-   dS = P (dP - delta) scale, dQ = dS K, dK = dS^T Q.
-   Memory: 4 T^2 bytes per head (+2 T^2 for a bf16/f16 copy of P) forward, 8 T^2 (+2 T^2)
-   backward, processed in chunks of heads so that one call's scratch stays under
-   BT__K_ATTN_SCRATCH (2 GiB); GPT-2 small (B 8, H 12, T 1024) needs 576 MiB forward and 960 MiB
-   backward. Traffic is dominated by the T^2 matrices (written and read about 3 times forward,
-   6 times backward): a tiled flash kernel that keeps them on chip replaces this later.
-   Flops: 4 B H T^2 D forward, 8 B H T^2 D backward (x2 for the computed upper triangle). */
-static void bt__k_gemm_sb(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const void *A,
-                          cudaDataType_t at, int lda, long long sA, const void *B, cudaDataType_t bt, int ldb,
-                          long long sB, void *C, cudaDataType_t ct, int ldc, long long sC, int batch, const char *op) {
-    float beta = 0.f;
-    BT__K_BLAS(cublasGemmStridedBatchedEx(bt__k_cur()->blas, ta, tb, m, n, k, &alpha, A, at, lda, sA, B, bt, ldb, sB, &beta,
-                                          C, ct, ldc, sC, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT), op);
+/* ---- 9. causal self-attention: tiled, online softmax (flash-style), strided ---------------------
+   Per head: S = scale Q K^T with S_ij = -inf for j > i, P = softmax_j(S), out = P V,
+   lse_i = log sum_j exp(S_ij). Nothing of size T x T touches memory: tiles of 64 queries x 64
+   keys live in registers and shared memory.
+   Forward, one block per (64-query tile, b h), heaviest (last) tiles launched first: Q tile in
+   shared memory; for each key tile up to the diagonal (tiles above it are skipped) load K, V,
+   S = Q K^T, keep per row a running max m and sum l of exp2(S log2e - m), rescale the output
+   accumulator by exp2(m_old - m_new), add P V; out = acc / l, lse = (m + log2 l) ln 2.
+   Backward (lse saved, P recomputed), with Dvec_i = sum_d dO_id O_id (one small kernel):
+     dP = dO V^T, dS = P (dP - Dvec), dV = P^T dO, dK = scale dS^T Q, dQ = scale dS K.
+   Two kernels and no atomics (deterministic): one block per key tile walks the query tiles at
+   and below the diagonal and accumulates dK, dV in registers (S^T, dP^T computed directly in the
+   transposed orientation); one block per query tile walks the key tiles and accumulates dQ.
+   The price of determinism is recomputing S and dP in the dQ pass: 7 tile products instead of 5.
+   Flops (causal half): 4 B H T^2 D / 2 forward; backward 14 B H T^2 D / 2 (10 / 2 useful).
+   Traffic: per query tile, the K and V rows below it (Q tile count / 2 re-reads of K, V per head,
+   mostly from L2); outputs written once; lse 4 bytes per row; Dvec 4 bytes per row of scratch.
+   Paths:
+     bf16 / f16: tensor cores, mma.sync m16n8k16 (fp32 accumulate) fed by ldmatrix from shared
+       memory tiles (rows padded by 16 bytes: conflict-free), 4 warps x 16 rows, K/V (resp. Q/dO)
+       tiles double-buffered with cp.async; P and dS rounded to the dtype for their products.
+     f32: FFMA only (fp32 parity with PyTorch with TF32 off): 256 threads, each a 4 x 4 block of
+       the 64 x 64 score tile and 4 rows x D/16 columns of the output; tiles stored transposed
+       ([d][row]) in shared memory so that every product reads float4s.
+   Q, K, V, out and the gradients are [B, H, T, D] read or written through element strides
+   {batch, head, token} (D contiguous): the GPT-2 [B, T, H, D] layout needs no copies. Any D up
+   to 128: it is padded with zeros to 32, 64 or 128 inside the kernels. */
+#define BT__K_ATT_LOG2E 1.4426950408889634f
+#define BT__K_ATT_LN2 0.6931471805599453f
+#define BT__K_ATT_LDT 68   /* f32 path: pitch (floats) of a transposed [d][64] tile */
+
+typedef struct {
+    const void *q, *k, *v, *o, *go;
+    void *out, *gq, *gk, *gv;
+    int64_t sq[3], sk[3], sv[3], so[3], sgo[3], sgq[3], sgk[3], sgv[3];
+    float *lse_out;
+    const float *lse, *dvec;
+    int64_t BH;
+    int H, T, D, vec, vec_out;
+    float c2, scale;   /* c2 = scale log2(e) */
+} bt__k_attp;
+
+__device__ __forceinline__ int64_t bt__k_att_off(const int64_t *s, int64_t bh, int H) {
+    int64_t b = bh / H;
+    return b * s[0] + (bh - b * H) * s[1];
 }
+__device__ __forceinline__ void bt__k_cp16(void *sdst, const void *gsrc) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(sdst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gsrc) : "memory");
+}
+__device__ __forceinline__ void bt__k_cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void bt__k_cp_wait(void) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void bt__k_ldsm4(uint32_t r[4], const void *p) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a) : "memory");
+}
+__device__ __forceinline__ void bt__k_ldsm4t(uint32_t r[4], const void *p) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a) : "memory");
+}
+/* c (16 x 8, fp32) += a (16 x 16) b (16 x 8). Fragments (g = lane / 4, t = lane % 4):
+   a: {(g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)}, b: {(k 2t..2t+1, n g), (k 2t+8.., n g)},
+   c: {(g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)}. */
+__device__ __forceinline__ void bt__k_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1, __nv_bfloat16 *) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void bt__k_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1, __half *) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t bt__k_pack2(float x, float y, __nv_bfloat16 *) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+    uint32_t u; memcpy(&u, &v, 4); return u;
+}
+__device__ __forceinline__ uint32_t bt__k_pack2(float x, float y, __half *) {
+    __half2 v = __floats2half2_rn(x, y);
+    uint32_t u; memcpy(&u, &v, 4); return u;
+}
+/* fragments from a shared tile of pitch ld: A (16 x 16) at (m0, k0) of a row-major [m][k] tile;
+   B for the two n-tiles n0 and n0 + 8 (b[0..1], b[2..3]) at k0 of an [n][k] tile (nk) or of a
+   [k][n] tile (kn, transposing load) */
+template <typename T> __device__ __forceinline__ void bt__k_fragA(uint32_t a[4], const T *sm, int ld, int m0, int k0) {
+    int l = threadIdx.x & 31, i = l >> 3;
+    bt__k_ldsm4(a, sm + (m0 + (i & 1) * 8 + (l & 7)) * ld + k0 + (i >> 1) * 8);
+}
+template <typename T> __device__ __forceinline__ void bt__k_fragB_nk(uint32_t b[4], const T *sm, int ld, int n0, int k0) {
+    int l = threadIdx.x & 31, i = l >> 3;
+    bt__k_ldsm4(b, sm + (n0 + (i >> 1) * 8 + (l & 7)) * ld + k0 + (i & 1) * 8);
+}
+template <typename T> __device__ __forceinline__ void bt__k_fragB_kn(uint32_t b[4], const T *sm, int ld, int k0, int n0) {
+    int l = threadIdx.x & 31, i = l >> 3;
+    bt__k_ldsm4t(b, sm + (k0 + (i & 1) * 8 + (l & 7)) * ld + n0 + (i >> 1) * 8);
+}
+/* rows [r0, r0 + 64) of one head (row r at g + r st) into a [64][DP + 8] shared tile, zeros past
+   row T or column D; 16-byte cp.async chunks where whole and aligned, else element loads. */
+template <typename T, int DP>
+__device__ __forceinline__ void bt__k_att_tile(T *sm, const T *g, int64_t st, int r0, int Tn, int D, int vec) {
+    const int CH = DP / 8, LD = DP + 8;
+    for (int c = threadIdx.x; c < 64 * CH; c += blockDim.x) {
+        int r = c / CH, d0 = (c - r * CH) * 8;
+        T *dst = sm + r * LD + d0;
+        int ok = r0 + r < Tn;
+        const T *src = g + (int64_t)(r0 + r) * st + d0;
+        if (ok && vec && d0 + 8 <= D) {
+            bt__k_cp16(dst, src);
+        } else {
+            T tmp[8];
+#pragma unroll
+            for (int e = 0; e < 8; e++) tmp[e] = (ok && d0 + e < D) ? src[e] : bt__k_from<T>(0.f);
+            bt__k_st16(dst, tmp);
+        }
+    }
+}
+/* store the pair (x, y) to columns d, d + 1 of a row (d even), as one 4-byte store when allowed */
+template <typename T> __device__ __forceinline__ void bt__k_att_st2(T *row, int d, int D, float x, float y, int vec) {
+    if (vec && d + 1 < D) {
+        uint32_t u = bt__k_pack2(x, y, (T *)0);
+        *reinterpret_cast<uint32_t *>(row + d) = u;
+    } else {
+        if (d < D) row[d] = bt__k_from<T>(x);
+        if (d + 1 < D) row[d + 1] = bt__k_from<T>(y);
+    }
+}
+
+/* -- tensor-core forward: 128 threads, warp w owns query rows q0 + 16 w .. + 15 -- */
+template <typename T, int DP> __global__ void __launch_bounds__(128) bt__k_att_fwd_tc(bt__k_attp p) {
+    extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
+    const int LD = DP + 8, ND = DP / 8;
+    T *Qs = (T *)bt__k_att_sm, *Ks = Qs + 64 * LD, *Vs = Ks + 2 * 64 * LD;
+    int nqt = (p.T + 63) / 64, qt = nqt - 1 - (int)blockIdx.y, q0 = qt * 64;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
+    int row0 = q0 + warp * 16 + g;   /* this thread's rows: row0 and row0 + 8 */
+    for (int64_t bh = blockIdx.x; bh < p.BH; bh += gridDim.x) {
+        const T *q = (const T *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const T *)p.k + bt__k_att_off(p.sk, bh, p.H),
+                *v = (const T *)p.v + bt__k_att_off(p.sv, bh, p.H);
+        bt__k_att_tile<T, DP>(Qs, q, p.sq[2], q0, p.T, p.D, p.vec);
+        bt__k_att_tile<T, DP>(Ks, k, p.sk[2], 0, p.T, p.D, p.vec);
+        bt__k_att_tile<T, DP>(Vs, v, p.sv[2], 0, p.T, p.D, p.vec);
+        bt__k_cp_commit();
+        float o[ND][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+        uint32_t qf[DP / 16][4];
+#pragma unroll
+        for (int i = 0; i < ND; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+        for (int j = 0; j <= qt; j++) {
+            int cur = j & 1;
+            if (j < qt) {
+                bt__k_att_tile<T, DP>(Ks + (cur ^ 1) * 64 * LD, k, p.sk[2], (j + 1) * 64, p.T, p.D, p.vec);
+                bt__k_att_tile<T, DP>(Vs + (cur ^ 1) * 64 * LD, v, p.sv[2], (j + 1) * 64, p.T, p.D, p.vec);
+                bt__k_cp_commit();
+                bt__k_cp_wait<1>();
+            } else {
+                bt__k_cp_wait<0>();
+            }
+            __syncthreads();
+            if (j == 0)
+#pragma unroll
+                for (int kd = 0; kd < DP / 16; kd++) bt__k_fragA(qf[kd], Qs, LD, warp * 16, kd * 16);
+            const T *Kc = Ks + cur * 64 * LD, *Vc = Vs + cur * 64 * LD;
+            float s[8][4];
+#pragma unroll
+            for (int i = 0; i < 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+            for (int kd = 0; kd < DP / 16; kd++)
+#pragma unroll
+                for (int nt = 0; nt < 8; nt += 2) {
+                    uint32_t b[4];
+                    bt__k_fragB_nk(b, Kc, LD, nt * 8, kd * 16);
+                    bt__k_mma(s[nt], qf[kd], b[0], b[1], (T *)0);
+                    bt__k_mma(s[nt + 1], qf[kd], b[2], b[3], (T *)0);
+                }
+            float mx[2] = {m[0], m[1]};
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float x = s[nt][e] * p.c2;
+                    if (j == qt && j * 64 + nt * 8 + tg * 2 + (e & 1) > row0 + (e >> 1) * 8) x = -INFINITY;
+                    s[nt][e] = x;
+                    mx[e >> 1] = fmaxf(mx[e >> 1], x);
+                }
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                float al = exp2f(m[r] - mx[r]);   /* key 0 is in every row: mx is finite */
+                m[r] = mx[r];
+                l[r] *= al;
+#pragma unroll
+                for (int i = 0; i < ND; i++) { o[i][2 * r] *= al; o[i][2 * r + 1] *= al; }
+            }
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float pv = exp2f(s[nt][e] - m[e >> 1]);
+                    s[nt][e] = pv;
+                    l[e >> 1] += pv;
+                }
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                uint32_t a[4] = {bt__k_pack2(s[2 * kk][0], s[2 * kk][1], (T *)0), bt__k_pack2(s[2 * kk][2], s[2 * kk][3], (T *)0),
+                                 bt__k_pack2(s[2 * kk + 1][0], s[2 * kk + 1][1], (T *)0),
+                                 bt__k_pack2(s[2 * kk + 1][2], s[2 * kk + 1][3], (T *)0)};
+#pragma unroll
+                for (int dn = 0; dn < ND; dn += 2) {
+                    uint32_t b[4];
+                    bt__k_fragB_kn(b, Vc, LD, kk * 16, dn * 8);
+                    bt__k_mma(o[dn], a, b[0], b[1], (T *)0);
+                    bt__k_mma(o[dn + 1], a, b[2], b[3], (T *)0);
+                }
+            }
+            __syncthreads();
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+            int row = row0 + r * 8;
+            if (row >= p.T) continue;
+            float inv = 1.f / l[r];
+            T *orow = (T *)p.out + bt__k_att_off(p.so, bh, p.H) + (int64_t)row * p.so[2];
+#pragma unroll
+            for (int dn = 0; dn < ND; dn++)
+                bt__k_att_st2(orow, dn * 8 + tg * 2, p.D, o[dn][2 * r] * inv, o[dn][2 * r + 1] * inv, p.vec_out);
+            if (tg == 0 && p.lse_out) p.lse_out[bh * p.T + row] = (m[r] + log2f(l[r])) * BT__K_ATT_LN2;
+        }
+    }
+}
+
+/* -- tensor-core dQ: one block per query tile, walks the key tiles up to the diagonal -- */
+template <typename T, int DP> __global__ void __launch_bounds__(128) bt__k_att_dq_tc(bt__k_attp p) {
+    extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
+    const int LD = DP + 8, ND = DP / 8;
+    T *Qs = (T *)bt__k_att_sm, *Gs = Qs + 64 * LD, *Ks = Gs + 64 * LD, *Vs = Ks + 2 * 64 * LD;
+    int nqt = (p.T + 63) / 64, qt = nqt - 1 - (int)blockIdx.y, q0 = qt * 64;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
+    int row0 = q0 + warp * 16 + g;
+    for (int64_t bh = blockIdx.x; bh < p.BH; bh += gridDim.x) {
+        const T *q = (const T *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const T *)p.k + bt__k_att_off(p.sk, bh, p.H),
+                *v = (const T *)p.v + bt__k_att_off(p.sv, bh, p.H), *go = (const T *)p.go + bt__k_att_off(p.sgo, bh, p.H);
+        bt__k_att_tile<T, DP>(Qs, q, p.sq[2], q0, p.T, p.D, p.vec);
+        bt__k_att_tile<T, DP>(Gs, go, p.sgo[2], q0, p.T, p.D, p.vec);
+        bt__k_att_tile<T, DP>(Ks, k, p.sk[2], 0, p.T, p.D, p.vec);
+        bt__k_att_tile<T, DP>(Vs, v, p.sv[2], 0, p.T, p.D, p.vec);
+        bt__k_cp_commit();
+        float lse2[2], dv[2], dq[ND][4];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            int row = row0 + r * 8;
+            lse2[r] = row < p.T ? p.lse[bh * p.T + row] * BT__K_ATT_LOG2E : 0.f;
+            dv[r] = row < p.T ? p.dvec[bh * p.T + row] : 0.f;
+        }
+#pragma unroll
+        for (int i = 0; i < ND; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+        for (int j = 0; j <= qt; j++) {
+            int cur = j & 1;
+            if (j < qt) {
+                bt__k_att_tile<T, DP>(Ks + (cur ^ 1) * 64 * LD, k, p.sk[2], (j + 1) * 64, p.T, p.D, p.vec);
+                bt__k_att_tile<T, DP>(Vs + (cur ^ 1) * 64 * LD, v, p.sv[2], (j + 1) * 64, p.T, p.D, p.vec);
+                bt__k_cp_commit();
+                bt__k_cp_wait<1>();
+            } else {
+                bt__k_cp_wait<0>();
+            }
+            __syncthreads();
+            const T *Kc = Ks + cur * 64 * LD, *Vc = Vs + cur * 64 * LD;
+            float s[8][4], dp[8][4];
+#pragma unroll
+            for (int i = 0; i < 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = dp[i][0] = dp[i][1] = dp[i][2] = dp[i][3] = 0.f;
+#pragma unroll
+            for (int kd = 0; kd < DP / 16; kd++) {
+                uint32_t aq[4], ag[4];
+                bt__k_fragA(aq, Qs, LD, warp * 16, kd * 16);
+                bt__k_fragA(ag, Gs, LD, warp * 16, kd * 16);
+#pragma unroll
+                for (int nt = 0; nt < 8; nt += 2) {
+                    uint32_t b[4];
+                    bt__k_fragB_nk(b, Kc, LD, nt * 8, kd * 16);
+                    bt__k_mma(s[nt], aq, b[0], b[1], (T *)0);
+                    bt__k_mma(s[nt + 1], aq, b[2], b[3], (T *)0);
+                    bt__k_fragB_nk(b, Vc, LD, nt * 8, kd * 16);
+                    bt__k_mma(dp[nt], ag, b[0], b[1], (T *)0);
+                    bt__k_mma(dp[nt + 1], ag, b[2], b[3], (T *)0);
+                }
+            }
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int r = e >> 1;
+                    float pv = exp2f(s[nt][e] * p.c2 - lse2[r]);
+                    if (j == qt && j * 64 + nt * 8 + tg * 2 + (e & 1) > row0 + r * 8) pv = 0.f;
+                    s[nt][e] = pv * (dp[nt][e] - dv[r]);   /* dS / scale */
+                }
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                uint32_t a[4] = {bt__k_pack2(s[2 * kk][0], s[2 * kk][1], (T *)0), bt__k_pack2(s[2 * kk][2], s[2 * kk][3], (T *)0),
+                                 bt__k_pack2(s[2 * kk + 1][0], s[2 * kk + 1][1], (T *)0),
+                                 bt__k_pack2(s[2 * kk + 1][2], s[2 * kk + 1][3], (T *)0)};
+#pragma unroll
+                for (int dn = 0; dn < ND; dn += 2) {
+                    uint32_t b[4];
+                    bt__k_fragB_kn(b, Kc, LD, kk * 16, dn * 8);
+                    bt__k_mma(dq[dn], a, b[0], b[1], (T *)0);
+                    bt__k_mma(dq[dn + 1], a, b[2], b[3], (T *)0);
+                }
+            }
+            __syncthreads();
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            int row = row0 + r * 8;
+            if (row >= p.T) continue;
+            T *grow = (T *)p.gq + bt__k_att_off(p.sgq, bh, p.H) + (int64_t)row * p.sgq[2];
+#pragma unroll
+            for (int dn = 0; dn < ND; dn++)
+                bt__k_att_st2(grow, dn * 8 + tg * 2, p.D, dq[dn][2 * r] * p.scale, dq[dn][2 * r + 1] * p.scale, p.vec_out);
+        }
+    }
+}
+
+/* -- tensor-core dK, dV: one block per key tile, walks the query tiles from the diagonal down;
+   warp w owns keys k0 + 16 w .. + 15, so S^T = K Q^T and dP^T = V dO^T come out key-major -- */
+template <typename T, int DP> __global__ void __launch_bounds__(128) bt__k_att_dkv_tc(bt__k_attp p) {
+    extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
+    const int LD = DP + 8, ND = DP / 8;
+    T *Ks = (T *)bt__k_att_sm, *Vs = Ks + 64 * LD, *Qs = Vs + 64 * LD, *Gs = Qs + 2 * 64 * LD;
+    float *Ls = (float *)(Gs + 2 * 64 * LD), *Dv = Ls + 2 * 64;   /* [2][64] each: lse log2e, Dvec */
+    int nqt = (p.T + 63) / 64, kt = (int)blockIdx.y, k0 = kt * 64;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
+    int key0 = k0 + warp * 16 + g;   /* this thread's keys: key0 and key0 + 8 */
+    for (int64_t bh = blockIdx.x; bh < p.BH; bh += gridDim.x) {
+        const T *q = (const T *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const T *)p.k + bt__k_att_off(p.sk, bh, p.H),
+                *v = (const T *)p.v + bt__k_att_off(p.sv, bh, p.H), *go = (const T *)p.go + bt__k_att_off(p.sgo, bh, p.H);
+        const float *lse = p.lse + bh * p.T, *dvec = p.dvec + bh * p.T;
+        bt__k_att_tile<T, DP>(Ks, k, p.sk[2], k0, p.T, p.D, p.vec);
+        bt__k_att_tile<T, DP>(Vs, v, p.sv[2], k0, p.T, p.D, p.vec);
+        bt__k_att_tile<T, DP>(Qs, q, p.sq[2], k0, p.T, p.D, p.vec);
+        bt__k_att_tile<T, DP>(Gs, go, p.sgo[2], k0, p.T, p.D, p.vec);
+        if (threadIdx.x < 64) {
+            int r = k0 + threadIdx.x;
+            Ls[threadIdx.x] = r < p.T ? lse[r] * BT__K_ATT_LOG2E : 0.f;
+            Dv[threadIdx.x] = r < p.T ? dvec[r] : 0.f;
+        }
+        bt__k_cp_commit();
+        float dk[ND][4], dvv[ND][4];
+#pragma unroll
+        for (int i = 0; i < ND; i++) dk[i][0] = dk[i][1] = dk[i][2] = dk[i][3] = dvv[i][0] = dvv[i][1] = dvv[i][2] = dvv[i][3] = 0.f;
+        for (int i = kt; i < nqt; i++) {
+            int cur = (i - kt) & 1;
+            if (i + 1 < nqt) {
+                int nb = cur ^ 1;
+                bt__k_att_tile<T, DP>(Qs + nb * 64 * LD, q, p.sq[2], (i + 1) * 64, p.T, p.D, p.vec);
+                bt__k_att_tile<T, DP>(Gs + nb * 64 * LD, go, p.sgo[2], (i + 1) * 64, p.T, p.D, p.vec);
+                if (threadIdx.x < 64) {
+                    int r = (i + 1) * 64 + threadIdx.x;
+                    Ls[nb * 64 + threadIdx.x] = r < p.T ? lse[r] * BT__K_ATT_LOG2E : 0.f;
+                    Dv[nb * 64 + threadIdx.x] = r < p.T ? dvec[r] : 0.f;
+                }
+                bt__k_cp_commit();
+                bt__k_cp_wait<1>();
+            } else {
+                bt__k_cp_wait<0>();
+            }
+            __syncthreads();
+            const T *Qc = Qs + cur * 64 * LD, *Gc = Gs + cur * 64 * LD;
+            const float *Lc = Ls + cur * 64, *Dc = Dv + cur * 64;
+            float s[8][4], dp[8][4];
+#pragma unroll
+            for (int n = 0; n < 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.f;
+#pragma unroll
+            for (int kd = 0; kd < DP / 16; kd++) {
+                uint32_t ak[4], av[4];
+                bt__k_fragA(ak, Ks, LD, warp * 16, kd * 16);
+                bt__k_fragA(av, Vs, LD, warp * 16, kd * 16);
+#pragma unroll
+                for (int nt = 0; nt < 8; nt += 2) {
+                    uint32_t b[4];
+                    bt__k_fragB_nk(b, Qc, LD, nt * 8, kd * 16);
+                    bt__k_mma(s[nt], ak, b[0], b[1], (T *)0);
+                    bt__k_mma(s[nt + 1], ak, b[2], b[3], (T *)0);
+                    bt__k_fragB_nk(b, Gc, LD, nt * 8, kd * 16);
+                    bt__k_mma(dp[nt], av, b[0], b[1], (T *)0);
+                    bt__k_mma(dp[nt + 1], av, b[2], b[3], (T *)0);
+                }
+            }
+            int edge = i == kt || (i + 1) * 64 > p.T;
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int qc = nt * 8 + tg * 2 + (e & 1), qrow = i * 64 + qc;
+                    float pv = exp2f(s[nt][e] * p.c2 - Lc[qc]);
+                    if (edge && (qrow >= p.T || key0 + (e >> 1) * 8 > qrow)) pv = 0.f;
+                    s[nt][e] = pv;
+                    dp[nt][e] = pv * (dp[nt][e] - Dc[qc]);   /* dS^T / scale */
+                }
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                uint32_t a[4] = {bt__k_pack2(s[2 * kk][0], s[2 * kk][1], (T *)0), bt__k_pack2(s[2 * kk][2], s[2 * kk][3], (T *)0),
+                                 bt__k_pack2(s[2 * kk + 1][0], s[2 * kk + 1][1], (T *)0),
+                                 bt__k_pack2(s[2 * kk + 1][2], s[2 * kk + 1][3], (T *)0)};
+                uint32_t d[4] = {bt__k_pack2(dp[2 * kk][0], dp[2 * kk][1], (T *)0), bt__k_pack2(dp[2 * kk][2], dp[2 * kk][3], (T *)0),
+                                 bt__k_pack2(dp[2 * kk + 1][0], dp[2 * kk + 1][1], (T *)0),
+                                 bt__k_pack2(dp[2 * kk + 1][2], dp[2 * kk + 1][3], (T *)0)};
+#pragma unroll
+                for (int dn = 0; dn < ND; dn += 2) {
+                    uint32_t b[4];
+                    bt__k_fragB_kn(b, Gc, LD, kk * 16, dn * 8);
+                    bt__k_mma(dvv[dn], a, b[0], b[1], (T *)0);
+                    bt__k_mma(dvv[dn + 1], a, b[2], b[3], (T *)0);
+                    bt__k_fragB_kn(b, Qc, LD, kk * 16, dn * 8);
+                    bt__k_mma(dk[dn], d, b[0], b[1], (T *)0);
+                    bt__k_mma(dk[dn + 1], d, b[2], b[3], (T *)0);
+                }
+            }
+            __syncthreads();
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            int key = key0 + r * 8;
+            if (key >= p.T) continue;
+            T *krow = (T *)p.gk + bt__k_att_off(p.sgk, bh, p.H) + (int64_t)key * p.sgk[2];
+            T *vrow = (T *)p.gv + bt__k_att_off(p.sgv, bh, p.H) + (int64_t)key * p.sgv[2];
+#pragma unroll
+            for (int dn = 0; dn < ND; dn++) {
+                bt__k_att_st2(krow, dn * 8 + tg * 2, p.D, dk[dn][2 * r] * p.scale, dk[dn][2 * r + 1] * p.scale, p.vec_out);
+                bt__k_att_st2(vrow, dn * 8 + tg * 2, p.D, dvv[dn][2 * r], dvv[dn][2 * r + 1], p.vec_out);
+            }
+        }
+    }
+}
+
+/* -- f32 (FFMA) path: 256 threads as 16 x 16 (ty = tid / 16, tx = tid % 16); tiles transposed in
+   shared memory, [d][row] with pitch BT__K_ATT_LDT -- */
+template <int DP> __device__ __forceinline__ void bt__k_att_tileT(float *sm, const float *g, int64_t st, int r0, int Tn, int D,
+                                                                  int vec) {
+    for (int c = threadIdx.x; c < 64 * (DP / 4); c += blockDim.x) {
+        int r = c & 63, d0 = (c >> 6) * 4, ok = r0 + r < Tn;
+        const float *src = g + (int64_t)(r0 + r) * st + d0;
+        float x[4];
+        if (ok && vec && d0 + 4 <= D) {
+            float4 u = __ldg(reinterpret_cast<const float4 *>(src));
+            x[0] = u.x; x[1] = u.y; x[2] = u.z; x[3] = u.w;
+        } else {
+#pragma unroll
+            for (int e = 0; e < 4; e++) x[e] = ok && d0 + e < D ? src[e] : 0.f;
+        }
+#pragma unroll
+        for (int e = 0; e < 4; e++) sm[(d0 + e) * BT__K_ATT_LDT + r] = x[e];
+    }
+}
+/* c[i][j] += sum_d At[d][4 ty + i] Bt[d][4 tx + j] */
+template <int DP> __device__ __forceinline__ void bt__k_att_abt(float c[4][4], const float *At, const float *Bt) {
+    int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
+#pragma unroll 8
+    for (int d = 0; d < DP; d++) {
+        float4 a = *reinterpret_cast<const float4 *>(At + d * BT__K_ATT_LDT + ty * 4);
+        float4 b = *reinterpret_cast<const float4 *>(Bt + d * BT__K_ATT_LDT + tx * 4);
+        float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int jj = 0; jj < 4; jj++) c[i][jj] = fmaf(av[i], bv[jj], c[i][jj]);
+    }
+}
+/* o[i][j] += sum_k P[4 ty + i][k] Xt[tx + 16 j][k] (P row-major [64][LDT], X transposed) */
+template <int DP> __device__ __forceinline__ void bt__k_att_pv(float o[4][DP / 16], const float *P, const float *Xt) {
+    int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
+#pragma unroll 2
+    for (int k = 0; k < 64; k += 4) {
+        float4 pr[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) pr[i] = *reinterpret_cast<const float4 *>(P + (ty * 4 + i) * BT__K_ATT_LDT + k);
+#pragma unroll
+        for (int j = 0; j < DP / 16; j++) {
+            float4 x = *reinterpret_cast<const float4 *>(Xt + (tx + 16 * j) * BT__K_ATT_LDT + k);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                o[i][j] = fmaf(pr[i].x, x.x, o[i][j]); o[i][j] = fmaf(pr[i].y, x.y, o[i][j]);
+                o[i][j] = fmaf(pr[i].z, x.z, o[i][j]); o[i][j] = fmaf(pr[i].w, x.w, o[i][j]);
+            }
+        }
+    }
+}
+__device__ __forceinline__ float bt__k_hmax16(float x) {
+    for (int o = 8; o; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+__device__ __forceinline__ float bt__k_hsum16(float x) {
+    for (int o = 8; o; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+template <int DP> __global__ void __launch_bounds__(256) bt__k_att_fwd_f32(bt__k_attp p) {
+    extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
+    const int DJ = DP / 16, L = BT__K_ATT_LDT;
+    float *Qt = (float *)bt__k_att_sm, *Kt = Qt + DP * L, *Vt = Kt + DP * L, *Ps = Vt + DP * L;
+    int nqt = (p.T + 63) / 64, qt = nqt - 1 - (int)blockIdx.y, q0 = qt * 64;
+    int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
+    for (int64_t bh = blockIdx.x; bh < p.BH; bh += gridDim.x) {
+        const float *q = (const float *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const float *)p.k + bt__k_att_off(p.sk, bh, p.H),
+                    *v = (const float *)p.v + bt__k_att_off(p.sv, bh, p.H);
+        __syncthreads();
+        bt__k_att_tileT<DP>(Qt, q, p.sq[2], q0, p.T, p.D, p.vec);
+        float o[4][DJ], m[4], l[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            m[i] = -INFINITY; l[i] = 0.f;
+#pragma unroll
+            for (int j = 0; j < DJ; j++) o[i][j] = 0.f;
+        }
+        for (int j = 0; j <= qt; j++) {
+            __syncthreads();
+            bt__k_att_tileT<DP>(Kt, k, p.sk[2], j * 64, p.T, p.D, p.vec);
+            bt__k_att_tileT<DP>(Vt, v, p.sv[2], j * 64, p.T, p.D, p.vec);
+            __syncthreads();
+            float s[4][4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+            bt__k_att_abt<DP>(s, Qt, Kt);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int row = q0 + ty * 4 + i;
+                float mx = m[i];
+#pragma unroll
+                for (int jj = 0; jj < 4; jj++) {
+                    float x = s[i][jj] * p.c2;
+                    if (j == qt && j * 64 + tx * 4 + jj > row) x = -INFINITY;
+                    s[i][jj] = x;
+                    mx = fmaxf(mx, x);
+                }
+                mx = bt__k_hmax16(mx);
+                float al = exp2f(m[i] - mx);
+                m[i] = mx;
+                l[i] *= al;
+#pragma unroll
+                for (int jd = 0; jd < DJ; jd++) o[i][jd] *= al;
+#pragma unroll
+                for (int jj = 0; jj < 4; jj++) { s[i][jj] = exp2f(s[i][jj] - mx); l[i] += s[i][jj]; }
+                *reinterpret_cast<float4 *>(Ps + (ty * 4 + i) * L + tx * 4) = make_float4(s[i][0], s[i][1], s[i][2], s[i][3]);
+            }
+            __syncthreads();
+            bt__k_att_pv<DP>(o, Ps, Vt);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float lt = bt__k_hsum16(l[i]);
+            int row = q0 + ty * 4 + i;
+            if (row >= p.T) continue;
+            float *orow = (float *)p.out + bt__k_att_off(p.so, bh, p.H) + (int64_t)row * p.so[2];
+#pragma unroll
+            for (int jd = 0; jd < DJ; jd++)
+                if (tx + 16 * jd < p.D) orow[tx + 16 * jd] = o[i][jd] / lt;
+            if (tx == 0 && p.lse_out) p.lse_out[bh * p.T + row] = (m[i] + log2f(lt)) * BT__K_ATT_LN2;
+        }
+    }
+}
+
+template <int DP> __global__ void __launch_bounds__(256) bt__k_att_dq_f32(bt__k_attp p) {
+    extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
+    const int DJ = DP / 16, L = BT__K_ATT_LDT;
+    float *Qt = (float *)bt__k_att_sm, *Gt = Qt + DP * L, *Kt = Gt + DP * L, *Vt = Kt + DP * L, *Ps = Vt + DP * L;
+    int nqt = (p.T + 63) / 64, qt = nqt - 1 - (int)blockIdx.y, q0 = qt * 64;
+    int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
+    for (int64_t bh = blockIdx.x; bh < p.BH; bh += gridDim.x) {
+        const float *q = (const float *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const float *)p.k + bt__k_att_off(p.sk, bh, p.H),
+                    *v = (const float *)p.v + bt__k_att_off(p.sv, bh, p.H),
+                    *go = (const float *)p.go + bt__k_att_off(p.sgo, bh, p.H);
+        __syncthreads();
+        bt__k_att_tileT<DP>(Qt, q, p.sq[2], q0, p.T, p.D, p.vec);
+        bt__k_att_tileT<DP>(Gt, go, p.sgo[2], q0, p.T, p.D, p.vec);
+        float lse2[4], dv[4], dq[4][DJ];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int row = q0 + ty * 4 + i;
+            lse2[i] = row < p.T ? p.lse[bh * p.T + row] * BT__K_ATT_LOG2E : 0.f;
+            dv[i] = row < p.T ? p.dvec[bh * p.T + row] : 0.f;
+#pragma unroll
+            for (int jd = 0; jd < DJ; jd++) dq[i][jd] = 0.f;
+        }
+        for (int j = 0; j <= qt; j++) {
+            __syncthreads();
+            bt__k_att_tileT<DP>(Kt, k, p.sk[2], j * 64, p.T, p.D, p.vec);
+            bt__k_att_tileT<DP>(Vt, v, p.sv[2], j * 64, p.T, p.D, p.vec);
+            __syncthreads();
+            float s[4][4], dp[4][4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = dp[i][0] = dp[i][1] = dp[i][2] = dp[i][3] = 0.f;
+            bt__k_att_abt<DP>(s, Qt, Kt);
+            bt__k_att_abt<DP>(dp, Gt, Vt);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int row = q0 + ty * 4 + i;
+#pragma unroll
+                for (int jj = 0; jj < 4; jj++) {
+                    float pv = exp2f(s[i][jj] * p.c2 - lse2[i]);
+                    if (j == qt && j * 64 + tx * 4 + jj > row) pv = 0.f;
+                    s[i][jj] = pv * (dp[i][jj] - dv[i]);
+                }
+                *reinterpret_cast<float4 *>(Ps + (ty * 4 + i) * L + tx * 4) = make_float4(s[i][0], s[i][1], s[i][2], s[i][3]);
+            }
+            __syncthreads();
+            bt__k_att_pv<DP>(dq, Ps, Kt);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int row = q0 + ty * 4 + i;
+            if (row >= p.T) continue;
+            float *grow = (float *)p.gq + bt__k_att_off(p.sgq, bh, p.H) + (int64_t)row * p.sgq[2];
+#pragma unroll
+            for (int jd = 0; jd < DJ; jd++)
+                if (tx + 16 * jd < p.D) grow[tx + 16 * jd] = dq[i][jd] * p.scale;
+        }
+    }
+}
+
+template <int DP> __global__ void __launch_bounds__(256) bt__k_att_dkv_f32(bt__k_attp p) {
+    extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
+    const int DJ = DP / 16, L = BT__K_ATT_LDT;
+    float *Kt = (float *)bt__k_att_sm, *Vt = Kt + DP * L, *Qt = Vt + DP * L, *Gt = Qt + DP * L, *Ps = Gt + DP * L,
+          *Ds = Ps + 64 * L, *Ls = Ds + 64 * L, *Dv = Ls + 64;
+    int nqt = (p.T + 63) / 64, kt = (int)blockIdx.y, k0 = kt * 64;
+    int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
+    for (int64_t bh = blockIdx.x; bh < p.BH; bh += gridDim.x) {
+        const float *q = (const float *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const float *)p.k + bt__k_att_off(p.sk, bh, p.H),
+                    *v = (const float *)p.v + bt__k_att_off(p.sv, bh, p.H),
+                    *go = (const float *)p.go + bt__k_att_off(p.sgo, bh, p.H);
+        const float *lse = p.lse + bh * p.T, *dvec = p.dvec + bh * p.T;
+        __syncthreads();
+        bt__k_att_tileT<DP>(Kt, k, p.sk[2], k0, p.T, p.D, p.vec);
+        bt__k_att_tileT<DP>(Vt, v, p.sv[2], k0, p.T, p.D, p.vec);
+        float dk[4][DJ], dvv[4][DJ];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int jd = 0; jd < DJ; jd++) dk[i][jd] = dvv[i][jd] = 0.f;
+        for (int it = kt; it < nqt; it++) {
+            __syncthreads();
+            bt__k_att_tileT<DP>(Qt, q, p.sq[2], it * 64, p.T, p.D, p.vec);
+            bt__k_att_tileT<DP>(Gt, go, p.sgo[2], it * 64, p.T, p.D, p.vec);
+            if (threadIdx.x < 64) {
+                int r = it * 64 + threadIdx.x;
+                Ls[threadIdx.x] = r < p.T ? lse[r] * BT__K_ATT_LOG2E : 0.f;
+                Dv[threadIdx.x] = r < p.T ? dvec[r] : 0.f;
+            }
+            __syncthreads();
+            float s[4][4], dp[4][4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = dp[i][0] = dp[i][1] = dp[i][2] = dp[i][3] = 0.f;
+            bt__k_att_abt<DP>(s, Kt, Qt);    /* rows: keys, columns: queries */
+            bt__k_att_abt<DP>(dp, Vt, Gt);
+            int edge = it == kt || (it + 1) * 64 > p.T;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int key = k0 + ty * 4 + i;
+#pragma unroll
+                for (int jj = 0; jj < 4; jj++) {
+                    int qc = tx * 4 + jj, qrow = it * 64 + qc;
+                    float pv = exp2f(s[i][jj] * p.c2 - Ls[qc]);
+                    if (edge && (qrow >= p.T || key > qrow)) pv = 0.f;
+                    s[i][jj] = pv;
+                    dp[i][jj] = pv * (dp[i][jj] - Dv[qc]);
+                }
+                *reinterpret_cast<float4 *>(Ps + (ty * 4 + i) * L + tx * 4) = make_float4(s[i][0], s[i][1], s[i][2], s[i][3]);
+                *reinterpret_cast<float4 *>(Ds + (ty * 4 + i) * L + tx * 4) = make_float4(dp[i][0], dp[i][1], dp[i][2], dp[i][3]);
+            }
+            __syncthreads();
+            bt__k_att_pv<DP>(dvv, Ps, Gt);
+            bt__k_att_pv<DP>(dk, Ds, Qt);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int key = k0 + ty * 4 + i;
+            if (key >= p.T) continue;
+            float *krow = (float *)p.gk + bt__k_att_off(p.sgk, bh, p.H) + (int64_t)key * p.sgk[2];
+            float *vrow = (float *)p.gv + bt__k_att_off(p.sgv, bh, p.H) + (int64_t)key * p.sgv[2];
+#pragma unroll
+            for (int jd = 0; jd < DJ; jd++)
+                if (tx + 16 * jd < p.D) { krow[tx + 16 * jd] = dk[i][jd] * p.scale; vrow[tx + 16 * jd] = dvv[i][jd]; }
+        }
+    }
+}
+
+/* Dvec[bh, t] = sum_d dO[bh, t, d] O[bh, t, d]: a warp per row, 16-byte loads when aligned */
+template <typename T> __global__ void bt__k_att_dvec(float *dvec, bt__k_attp p) {
+    const int VE = 16 / sizeof(T);
+    int64_t rows = p.BH * p.T;
+    int lane = threadIdx.x & 31;
+    for (int64_t r = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5; r < rows; r += ((int64_t)gridDim.x * blockDim.x) >> 5) {
+        int64_t bh = r / p.T;
+        int t = (int)(r - bh * p.T);
+        const T *go = (const T *)p.go + bt__k_att_off(p.sgo, bh, p.H) + (int64_t)t * p.sgo[2];
+        const T *o = (const T *)p.o + bt__k_att_off(p.so, bh, p.H) + (int64_t)t * p.so[2];
+        float acc = 0.f;
+        if (p.vec) {
+            for (int d0 = lane * VE; d0 < p.D; d0 += 32 * VE) {
+                if (d0 + VE <= p.D) {
+                    T a[VE], b[VE];
+                    bt__k_ld16(a, go + d0); bt__k_ld16(b, o + d0);
+#pragma unroll
+                    for (int e = 0; e < VE; e++) acc += bt__k_tof(a[e]) * bt__k_tof(b[e]);
+                } else {
+                    for (int d = d0; d < p.D; d++) acc += bt__k_tof(go[d]) * bt__k_tof(o[d]);
+                }
+            }
+        } else {
+            for (int d = lane; d < p.D; d += 32) acc += bt__k_tof(go[d]) * bt__k_tof(o[d]);
+        }
+        acc = bt__k_wsum(acc);
+        if (lane == 0) dvec[r] = acc;
+    }
+}
+
+/* used by section 10 too */
 static cudaDataType_t bt__k_cuda_dt(bt_dtype dt) {
     switch (dt) {
     case BT_F64: return CUDA_R_64F;
@@ -1416,129 +2131,127 @@ static cudaDataType_t bt__k_cuda_dt(bt_dtype dt) {
     default: return CUDA_R_32F;
     }
 }
-/* P = causal softmax of the rows of S (row r is query t = r % T), in place; lse saved */
-template <typename T>
-__global__ void bt__k_attn_softmax(float *S, T *Pdt, float *lse, int64_t rows, int64_t Tn) {
-    __shared__ float sh[64];
-    BT__K_ROW_LOOP(r, rows) {
-        int64_t t = r % Tn;
-        float *sr = S + r * Tn;
-        float m = -INFINITY, sm = 0.f;
-        for (int64_t j = threadIdx.x; j <= t; j += blockDim.x) bt__k_ms_add(m, sm, sr[j]);
-        bt__k_rms(m, sm, sh);
-        float inv = 1.f / sm;
-        for (int64_t j = threadIdx.x; j < Tn; j += blockDim.x) {
-            float p = j <= t ? expf(sr[j] - m) * inv : 0.f;
-            sr[j] = p;
-            if (Pdt) Pdt[r * Tn + j] = bt__k_from<T>(p);
-        }
-        if (threadIdx.x == 0) lse[r] = m + logf(sm);
+static int bt__k_att_dp(int64_t D) { return D <= 32 ? 32 : D <= 64 ? 64 : 128; }
+/* every row start 16-byte aligned: the base 16-byte aligned, every stride a multiple of 16 bytes */
+static int bt__k_att_al(const void *ptr, const int64_t *st, size_t es, size_t al) {
+    if ((uintptr_t)ptr % al) return 0;
+    for (int i = 0; i < 3; i++) if (((size_t)st[i] * es) % al) return 0;
+    return 1;
+}
+static void bt__k_att_check(const char *op, bt_dtype dt, int64_t B, int64_t H, int64_t Tn, int64_t D) {
+    if (dt != BT_F32 && dt != BT_BF16 && dt != BT_F16)
+        bt_error("%s: dtype %s not supported (f32, bf16, f16)", op, bt__k_dtname(dt));
+    if (D > 128) bt_error("%s: head dim D = %lld not supported (1..128)", op, (long long)D);
+    if (Tn > 64 * (int64_t)65535 || H > INT32_MAX || B * H > ((int64_t)1 << 40))
+        bt_error("%s: B = %lld, H = %lld, T = %lld too large (T at most %d)", op, (long long)B, (long long)H, (long long)Tn,
+                 64 * 65535);
+}
+static void bt__k_att_run(void (*kern)(bt__k_attp), const bt__k_attp *p, unsigned tiles, int threads, size_t smem,
+                          cudaStream_t s, const char *op) {
+    BT__K_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), op);
+    unsigned gx = (unsigned)(p->BH < (1 << 30) ? p->BH : (1 << 30));
+    kern<<<dim3(gx, tiles), threads, smem, s>>>(*p);
+    BT__K_LAUNCHED(op);
+}
+static void bt__k_att_params(bt__k_attp *p, bt_dtype dt, int64_t B, int64_t H, int64_t Tn, int64_t D, float scale) {
+    memset(p, 0, sizeof *p);
+    p->BH = B * H; p->H = (int)H; p->T = (int)Tn; p->D = (int)D;
+    p->scale = scale; p->c2 = scale * BT__K_ATT_LOG2E;
+    (void)dt;
+}
+#define BT__K_ATT_DP(DPV, ...) switch (DPV) { \
+    case 32: { const int DP = 32; __VA_ARGS__; } break; \
+    case 64: { const int DP = 64; __VA_ARGS__; } break; \
+    default: { const int DP = 128; __VA_ARGS__; } break; }
+
+BTDEF void bt_k_attention_strided(bt_dtype dt, void *out, const int64_t *so, float *lse, const void *q, const int64_t *sq,
+                                  const void *k, const int64_t *sk, const void *v, const int64_t *sv, int64_t B, int64_t H,
+                                  int64_t Tn, int64_t D, float scale, cudaStream_t s) {
+    const char *op = "bt_k_attention";
+    if (B <= 0 || H <= 0 || Tn <= 0 || D <= 0) return;
+    bt__k_att_check(op, dt, B, H, Tn, D);
+    bt__k_attp p;
+    bt__k_att_params(&p, dt, B, H, Tn, D, scale);
+    p.q = q; p.k = k; p.v = v; p.out = out; p.lse_out = lse;
+    memcpy(p.sq, sq, sizeof p.sq); memcpy(p.sk, sk, sizeof p.sk); memcpy(p.sv, sv, sizeof p.sv); memcpy(p.so, so, sizeof p.so);
+    size_t es = bt__k_dtsize(dt);
+    p.vec = bt__k_att_al(q, sq, es, 16) && bt__k_att_al(k, sk, es, 16) && bt__k_att_al(v, sv, es, 16);
+    p.vec_out = bt__k_att_al(out, so, es, 4);
+    unsigned tiles = (unsigned)((Tn + 63) / 64);
+    int dp = bt__k_att_dp(D);
+    switch (dt) {
+    case BT_F32:
+        BT__K_ATT_DP(dp, bt__k_att_run(bt__k_att_fwd_f32<DP>, &p, tiles, 256, (size_t)(3 * DP + 64) * BT__K_ATT_LDT * 4, s, op))
+        break;
+    case BT_BF16:
+        BT__K_ATT_DP(dp, bt__k_att_run(bt__k_att_fwd_tc<__nv_bfloat16, DP>, &p, tiles, 128, (size_t)5 * 64 * (DP + 8) * 2, s, op))
+        break;
+    default:
+        BT__K_ATT_DP(dp, bt__k_att_run(bt__k_att_fwd_tc<__half, DP>, &p, tiles, 128, (size_t)5 * 64 * (DP + 8) * 2, s, op))
+        break;
     }
 }
-template <typename T>
-__global__ void bt__k_attn_probs(float *S, T *Pdt, const float *lse, int64_t rows, int64_t Tn) {
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < rows * Tn; e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t r = e / Tn, j = e - r * Tn;
-        float p = j <= r % Tn ? expf(S[e] - lse[r]) : 0.f;
-        S[e] = p;
-        if (Pdt) Pdt[e] = bt__k_from<T>(p);
+
+BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t *sgq, void *gk, const int64_t *sgk, void *gv,
+                                           const int64_t *sgv, const void *gout, const int64_t *sgo, const void *q,
+                                           const int64_t *sq, const void *k, const int64_t *sk, const void *v, const int64_t *sv,
+                                           const void *out, const int64_t *so, const float *lse, int64_t B, int64_t H, int64_t Tn,
+                                           int64_t D, float scale, cudaStream_t s) {
+    const char *op = "bt_k_attention_backward";
+    if (B <= 0 || H <= 0 || Tn <= 0 || D <= 0) return;
+    bt__k_att_check(op, dt, B, H, Tn, D);
+    if (!gq || !gk || !gv) bt_error("%s: gq, gk and gv must all be given", op);
+    bt__k_attp p;
+    bt__k_att_params(&p, dt, B, H, Tn, D, scale);
+    p.q = q; p.k = k; p.v = v; p.o = out; p.go = gout; p.gq = gq; p.gk = gk; p.gv = gv; p.lse = lse;
+    memcpy(p.sq, sq, sizeof p.sq); memcpy(p.sk, sk, sizeof p.sk); memcpy(p.sv, sv, sizeof p.sv); memcpy(p.so, so, sizeof p.so);
+    memcpy(p.sgo, sgo, sizeof p.sgo); memcpy(p.sgq, sgq, sizeof p.sgq); memcpy(p.sgk, sgk, sizeof p.sgk);
+    memcpy(p.sgv, sgv, sizeof p.sgv);
+    size_t es = bt__k_dtsize(dt);
+    p.vec = bt__k_att_al(q, sq, es, 16) && bt__k_att_al(k, sk, es, 16) && bt__k_att_al(v, sv, es, 16) &&
+            bt__k_att_al(gout, sgo, es, 16) && bt__k_att_al(out, so, es, 16);
+    p.vec_out = bt__k_att_al(gq, sgq, es, 4) && bt__k_att_al(gk, sgk, es, 4) && bt__k_att_al(gv, sgv, es, 4);
+    float *dvec = (float *)bt__k_scratch((size_t)(B * H * Tn) * sizeof(float), s);
+    p.dvec = dvec;
+    unsigned tiles = (unsigned)((Tn + 63) / 64), nb = bt__k_blocks(B * H * Tn * 32, 256);
+    int dp = bt__k_att_dp(D);
+    BT__K_DISPATCH3(dt, op, { bt__k_att_dvec<T><<<nb, 256, 0, s>>>(dvec, p); })
+    BT__K_LAUNCHED(op);
+    switch (dt) {
+    case BT_F32:
+        BT__K_ATT_DP(dp, {
+            bt__k_att_run(bt__k_att_dq_f32<DP>, &p, tiles, 256, (size_t)(4 * DP + 64) * BT__K_ATT_LDT * 4, s, op);
+            bt__k_att_run(bt__k_att_dkv_f32<DP>, &p, tiles, 256, ((size_t)(4 * DP + 128) * BT__K_ATT_LDT + 128) * 4, s, op);
+        })
+        break;
+    case BT_BF16:
+        BT__K_ATT_DP(dp, {
+            bt__k_att_run(bt__k_att_dq_tc<__nv_bfloat16, DP>, &p, tiles, 128, (size_t)6 * 64 * (DP + 8) * 2, s, op);
+            bt__k_att_run(bt__k_att_dkv_tc<__nv_bfloat16, DP>, &p, tiles, 128, (size_t)6 * 64 * (DP + 8) * 2 + 4 * 64 * 4, s, op);
+        })
+        break;
+    default:
+        BT__K_ATT_DP(dp, {
+            bt__k_att_run(bt__k_att_dq_tc<__half, DP>, &p, tiles, 128, (size_t)6 * 64 * (DP + 8) * 2, s, op);
+            bt__k_att_run(bt__k_att_dkv_tc<__half, DP>, &p, tiles, 128, (size_t)6 * 64 * (DP + 8) * 2 + 4 * 64 * 4, s, op);
+        })
+        break;
     }
+    bt_free(dvec);
 }
-/* dS = P (dP - delta) scale with delta = sum_d dO O for the row; into dSdt, or over dP (f32) */
-template <typename T>
-__global__ void bt__k_attn_ds(const float *P, float *dP, T *dSdt, const T *dO, const T *O, int64_t rows, int64_t Tn,
-                              int64_t D, float scale) {
-    __shared__ float sh[32];
-    BT__K_ROW_LOOP(r, rows) {
-        float acc = 0.f;
-        for (int64_t d = threadIdx.x; d < D; d += blockDim.x) acc += bt__k_tof(dO[r * D + d]) * bt__k_tof(O[r * D + d]);
-        float delta = bt__k_rsum(acc, sh);
-        for (int64_t j = threadIdx.x; j < Tn; j += blockDim.x) {
-            int64_t e = r * Tn + j;
-            float ds = P[e] * (dP[e] - delta) * scale;
-            if (dSdt) dSdt[e] = bt__k_from<T>(ds);
-            else dP[e] = ds;
-        }
-    }
-}
+
+/* the v0.1 entry points: contiguous [B, H, T, D] */
 BTDEF void bt_k_attention(bt_dtype dt, void *out, float *lse, const void *q, const void *k, const void *v, int64_t B,
                           int64_t H, int64_t Tn, int64_t D, float scale, cudaStream_t s) {
-    if (B <= 0 || H <= 0 || Tn <= 0 || D <= 0) return;
-    if (Tn > INT32_MAX / 2 || D > INT32_MAX / 2) bt_error("bt_k_attention: T = %lld, D = %lld too large", (long long)Tn, (long long)D);
-    bt__k_ctx *c = bt__k_cur();
-    BT__K_BLAS(cublasSetStream(c->blas, s), "bt_k_attention");
-    BT__K_BLAS(cublasSetWorkspace(c->blas, c->ws, BT__K_WS_BYTES), "bt_k_attention");
-    cudaDataType_t cdt = bt__k_cuda_dt(dt);
-    BT__K_DISPATCH3(dt, "bt_k_attention", {
-        int low = dt != BT_F32;
-        size_t per = (size_t)Tn * Tn * (4 + (low ? sizeof(T) : 0));
-        int64_t BH = B * H, bc = (int64_t)(BT__K_ATTN_SCRATCH / per);
-        if (bc < 1) bc = 1;
-        if (bc > BH) bc = BH;
-        float *S = (float *)bt__k_scratch(per * bc, s);
-        T *Pdt = low ? (T *)(S + bc * Tn * Tn) : NULL;
-        dim3 blk; unsigned grid;
-        for (int64_t h0 = 0; h0 < BH; h0 += bc) {
-            int64_t nb = BH - h0 < bc ? BH - h0 : bc;
-            const T *qc = (const T *)q + h0 * Tn * D, *kc = (const T *)k + h0 * Tn * D, *vc = (const T *)v + h0 * Tn * D;
-            bt__k_gemm_sb(CUBLAS_OP_T, CUBLAS_OP_N, (int)Tn, (int)Tn, (int)D, scale, kc, cdt, (int)D, Tn * D, qc, cdt, (int)D,
-                          Tn * D, S, CUDA_R_32F, (int)Tn, Tn * Tn, (int)nb, "bt_k_attention");
-            bt__k_rowcfg(nb * Tn, Tn, &blk, &grid);
-            bt__k_attn_softmax<T><<<grid, blk, 0, s>>>(S, Pdt, lse + h0 * Tn, nb * Tn, Tn);
-            BT__K_LAUNCHED("bt_k_attention");
-            bt__k_gemm_sb(CUBLAS_OP_N, CUBLAS_OP_N, (int)D, (int)Tn, (int)Tn, 1.f, vc, cdt, (int)D, Tn * D,
-                          low ? (const void *)Pdt : (const void *)S, cdt, (int)Tn, Tn * Tn, (T *)out + h0 * Tn * D, cdt,
-                          (int)D, Tn * D, (int)nb, "bt_k_attention");
-        }
-        bt_free(S);
-    })
+    int64_t st[3] = {H * Tn * D, Tn * D, D};
+    bt_k_attention_strided(dt, out, st, lse, q, st, k, st, v, st, B, H, Tn, D, scale, s);
 }
 BTDEF void bt_k_attention_backward(bt_dtype dt, void *gq, void *gk, void *gv, const void *gout, const void *q,
                                    const void *k, const void *v, const void *out, const float *lse, int64_t B, int64_t H,
                                    int64_t Tn, int64_t D, float scale, cudaStream_t s) {
-    if (B <= 0 || H <= 0 || Tn <= 0 || D <= 0) return;
-    if (Tn > INT32_MAX / 2 || D > INT32_MAX / 2) bt_error("bt_k_attention_backward: T = %lld, D = %lld too large", (long long)Tn, (long long)D);
-    bt__k_ctx *c = bt__k_cur();
-    BT__K_BLAS(cublasSetStream(c->blas, s), "bt_k_attention_backward");
-    BT__K_BLAS(cublasSetWorkspace(c->blas, c->ws, BT__K_WS_BYTES), "bt_k_attention_backward");
-    cudaDataType_t cdt = bt__k_cuda_dt(dt);
-    const char *opn = "bt_k_attention_backward";
-    BT__K_DISPATCH3(dt, "bt_k_attention_backward", {
-        int low = dt != BT_F32;
-        size_t per = (size_t)Tn * Tn * (8 + (low ? sizeof(T) : 0));
-        int64_t BH = B * H, bc = (int64_t)(BT__K_ATTN_SCRATCH / per);
-        if (bc < 1) bc = 1;
-        if (bc > BH) bc = BH;
-        float *S = (float *)bt__k_scratch(per * bc, s), *dP = S + bc * Tn * Tn;
-        T *Pdt = low ? (T *)(dP + bc * Tn * Tn) : NULL;
-        dim3 blk; unsigned grid;
-        for (int64_t h0 = 0; h0 < BH; h0 += bc) {
-            int64_t nb = BH - h0 < bc ? BH - h0 : bc, o = h0 * Tn * D;
-            const T *qc = (const T *)q + o, *kc = (const T *)k + o, *vc = (const T *)v + o;
-            const T *gc = (const T *)gout + o, *oc = (const T *)out + o;
-            bt__k_gemm_sb(CUBLAS_OP_T, CUBLAS_OP_N, (int)Tn, (int)Tn, (int)D, scale, kc, cdt, (int)D, Tn * D, qc, cdt, (int)D,
-                          Tn * D, S, CUDA_R_32F, (int)Tn, Tn * Tn, (int)nb, opn);
-            bt__k_attn_probs<T><<<bt__k_blocks(nb * Tn * Tn, 256), 256, 0, s>>>(S, Pdt, lse + h0 * Tn, nb * Tn, Tn);
-            BT__K_LAUNCHED(opn);
-            /* dV = P^Tn dO */
-            bt__k_gemm_sb(CUBLAS_OP_N, CUBLAS_OP_T, (int)D, (int)Tn, (int)Tn, 1.f, gc, cdt, (int)D, Tn * D,
-                          low ? (const void *)Pdt : (const void *)S, cdt, (int)Tn, Tn * Tn, (T *)gv + o, cdt, (int)D, Tn * D,
-                          (int)nb, opn);
-            /* dP = dO V^Tn (fp32) */
-            bt__k_gemm_sb(CUBLAS_OP_T, CUBLAS_OP_N, (int)Tn, (int)Tn, (int)D, 1.f, vc, cdt, (int)D, Tn * D, gc, cdt, (int)D,
-                          Tn * D, dP, CUDA_R_32F, (int)Tn, Tn * Tn, (int)nb, opn);
-            bt__k_rowcfg(nb * Tn, Tn, &blk, &grid);
-            bt__k_attn_ds<T><<<grid, blk, 0, s>>>(S, dP, Pdt, gc, oc, nb * Tn, Tn, D, scale);
-            BT__K_LAUNCHED(opn);
-            const void *dS = low ? (const void *)Pdt : (const void *)dP;
-            /* dQ = dS K, dK = dS^Tn Q */
-            bt__k_gemm_sb(CUBLAS_OP_N, CUBLAS_OP_N, (int)D, (int)Tn, (int)Tn, 1.f, kc, cdt, (int)D, Tn * D, dS, cdt, (int)Tn,
-                          Tn * Tn, (T *)gq + o, cdt, (int)D, Tn * D, (int)nb, opn);
-            bt__k_gemm_sb(CUBLAS_OP_N, CUBLAS_OP_T, (int)D, (int)Tn, (int)Tn, 1.f, qc, cdt, (int)D, Tn * D, dS, cdt, (int)Tn,
-                          Tn * Tn, (T *)gk + o, cdt, (int)D, Tn * D, (int)nb, opn);
-        }
-        bt_free(S);
-    })
+    int64_t st[3] = {H * Tn * D, Tn * D, D};
+    bt_k_attention_backward_strided(dt, gq, st, gk, st, gv, st, gout, st, q, st, k, st, v, st, out, st, lse, B, H, Tn, D,
+                                    scale, s);
 }
 
 /* ---- 10. matmul (cuBLASLt) ------------------------------------------------------------------------

@@ -28,6 +28,8 @@ static cudaEvent_t e0[REPS], e1[REPS];
 static double g_copy_bw, g_peak_tflops;   /* bytes/s, flop/s measured here */
 static char g_rows[64][256];
 static int g_nrows;
+static double g_attn_us[2][2], g_sdpa_us[2][2];   /* [bf16, f32][fwd, bwd] */
+static double f_of(int64_t B, int64_t H, int64_t T, int64_t D) { return 2.0 * B * H * T * T * D / 2; }
 
 static void *dev(size_t bytes) { return bt_alloc(bt_cuda_device(0), bytes, (void *)S); }
 static void *randn(bt_dtype dt, int64_t n, uint64_t seed, double std) {
@@ -152,21 +154,57 @@ int main(void) {
         report("cross_entropy_backward", shp, ms, 2.0 * N * V + 2.0 * n, 0);
         bt_free(lg); bt_free(gl); bt_free(tg); bt_free(loss); bt_free(lse); bt_free(gloss);
     }
-    /* ---- attention (v0.1: cuBLAS products + a T x T scratch). Flops count the causal half of
-       each T x T product: forward S and P V, backward S again, dV, dP, dQ, dK. ---- */
+    /* ---- attention at the GPT-2 step shape (B 16), q, k, v views of one [B, T, 3, H, D] buffer,
+       out [B, T, H, D], gradients into a [B, T, 3, H, D] buffer: the strides the model uses.
+       Flops count the causal half of each T x T product: 2 forward (2 B H T^2 D), 5 backward (2.5x;
+       our deterministic backward does 7, the useful 5 are counted). PyTorch's SDPA (is_causal) on
+       the same layout is timed by bench/bench_attention_torch.py in the same run. ---- */
     {
-        int64_t n = B * H * T * D;
+        const int64_t AB = 16, n = AB * H * T * D;
         nc = 1;
-        void *q = randn(BT_BF16, n, 80, 1), *k = randn(BT_BF16, n, 81, 1), *v = randn(BT_BF16, n, 82, 1),
-             *g = randn(BT_BF16, n, 83, 1), *o = dev(n * 2), *gq = dev(n * 2), *gk = dev(n * 2), *gv = dev(n * 2);
-        float *lse = (float *)dev(B * H * T * 4);
-        double f = 2.0 * B * H * T * T * D / 2;   /* one causal product */
-        snprintf(shp, sizeof shp, "B%lld H%lld T%lld D%lld bf16", (long long)B, (long long)H, (long long)T, (long long)D);
-        BENCH(ms, bt_k_attention(BT_BF16, o, lse, q, k, v, B, H, T, D, 0.125f, S));
-        report("attention", shp, ms, 0, 2 * f);
-        BENCH(ms, bt_k_attention_backward(BT_BF16, gq, gk, gv, g, q, k, v, o, lse, B, H, T, D, 0.125f, S));
-        report("attention_backward", shp, ms, 0, 5 * f);
-        bt_free(q); bt_free(k); bt_free(v); bt_free(g); bt_free(o); bt_free(gq); bt_free(gk); bt_free(gv); bt_free(lse);
+        int64_t sqkv[3] = {T * 3 * H * D, D, 3 * H * D}, so[3] = {T * H * D, D, H * D};
+        const bt_dtype adt[2] = {BT_BF16, BT_F32};
+        for (int a = 0; a < 2; a++) {
+            bt_dtype dt = adt[a];
+            size_t es = dt == BT_F32 ? 4 : 2;
+            char *qkv = (char *)randn(dt, 3 * n, 80, 1), *gqkv = (char *)dev(3 * n * es);
+            void *g = randn(dt, n, 83, 1), *o = dev(n * es);
+            float *lse = (float *)dev(AB * H * T * 4);
+            const void *q = qkv, *k = qkv + H * D * es, *v = qkv + 2 * H * D * es;
+            void *gq = gqkv, *gk = gqkv + H * D * es, *gv = gqkv + 2 * H * D * es;
+            double f = 2.0 * AB * H * T * T * D / 2;   /* one causal product */
+            snprintf(shp, sizeof shp, "B%lld H%lld T%lld D%lld %s [B,T,H,D]", (long long)AB, (long long)H, (long long)T,
+                     (long long)D, dt == BT_F32 ? "f32" : "bf16");
+            BENCH(ms, bt_k_attention_strided(dt, o, so, lse, q, sqkv, k, sqkv, v, sqkv, AB, H, T, D, 0.125f, S));
+            report("attention", shp, ms, 0, 2 * f);
+            g_attn_us[a][0] = ms * 1e3;
+            BENCH(ms, bt_k_attention_backward_strided(dt, gq, sqkv, gk, sqkv, gv, sqkv, g, so, q, sqkv, k, sqkv, v, sqkv, o, so,
+                                                      lse, AB, H, T, D, 0.125f, S));
+            report("attention_backward", shp, ms, 0, 5 * f);
+            g_attn_us[a][1] = ms * 1e3;
+            bt_free(qkv); bt_free(gqkv); bt_free(g); bt_free(o); bt_free(lse);
+        }
+        /* PyTorch in the same run (another process, the same GPU) */
+        CK(cudaStreamSynchronize(S));
+        char cmd[256], line[512];
+        snprintf(cmd, sizeof cmd, "python3 bench/bench_attention_torch.py --B %lld --H %lld --T %lld --D %lld 2>&1",
+                 (long long)AB, (long long)H, (long long)T, (long long)D);
+        FILE *pp = popen(cmd, "r");
+        while (pp && fgets(line, sizeof line, pp)) {
+            double fu, bu;
+            char nm[16], be[128] = "?";
+            if (sscanf(line, "sdpa %15s fwd_us=%lf bwd_us=%lf backend=%127s", nm, &fu, &bu, be) >= 3) {
+                int a = strcmp(nm, "f32") == 0;
+                g_sdpa_us[a][0] = fu; g_sdpa_us[a][1] = bu;
+                snprintf(shp, sizeof shp, "B%lld H%lld T%lld D%lld %s (%s)", (long long)AB, (long long)H, (long long)T,
+                         (long long)D, nm, be);
+                report("torch sdpa is_causal", shp, fu * 1e-3, 0, 2 * f_of(AB, H, T, D));
+                report("torch sdpa is_causal backward", shp, bu * 1e-3, 0, 5 * f_of(AB, H, T, D));
+            } else {
+                printf("bench_attention_torch.py: %s", line);
+            }
+        }
+        if (pp) pclose(pp);
     }
     /* ---- AdamW over 124M parameters, bf16 grads, bf16 copy out ---- */
     {
@@ -225,6 +263,11 @@ int main(void) {
     printf("\n| kernel | shape | median us | GB/s | %% of copy | TFLOP/s | %% of bf16 product |\n| --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
     for (int i = 0; i < g_nrows; i++) printf("%s\n", g_rows[i]);
     printf("ceilings: D2D copy %.0f GB/s, bf16 8192^3 product %.0f TFLOP/s\n", g_copy_bw / 1e9, g_peak_tflops / 1e12);
+    for (int a = 0; a < 2; a++)
+        for (int d = 0; d < 2; d++)
+            if (g_sdpa_us[a][d] > 0)
+                printf("attention %s %s: ours %.1f us, torch sdpa %.1f us, speed ours / torch = %.2fx\n", a ? "f32" : "bf16",
+                       d ? "backward" : "forward", g_attn_us[a][d], g_sdpa_us[a][d], g_sdpa_us[a][d] / g_attn_us[a][d]);
     bt_k_shutdown();
     return 0;
 }

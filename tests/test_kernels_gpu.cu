@@ -779,6 +779,192 @@ static void test_attention(void) {
         }
 }
 
+/* ---- the strided attention entry points ----
+   Layouts of the six [B, H, T, D] tensors (each a view: buffer, element offset, strides):
+     0 contiguous: separate [B, H, T, D] buffers.
+     1 GPT-2: q, k, v views of one [B, T, 3, H, D] buffer (the qkv projection); gout [B, T, H, D];
+       out into [B, T, H D + 8] and gq, gk, gv into one [B, T, 3 H D + 8] buffer (a pad of 8 per
+       token), as the model writes them.
+     2 odd: every tensor in its own [B, T, H D + 3] buffer starting one element in: no stride or
+       base is 16-byte aligned (the element-load fallback).
+   Output buffers are poisoned before the call; elements outside the views must stay poisoned. */
+typedef struct { int buf; int64_t off, st[3]; } attn_view;
+static int64_t attn_vidx(const attn_view *w, int64_t H, int64_t bh, int64_t t, int64_t d) {
+    return w->off + (bh / H) * w->st[0] + (bh % H) * w->st[1] + t * w->st[2] + d;
+}
+/* CPU reference in double, causal, on contiguous [BH, T, D] arrays */
+static void attn_ref(int64_t BH, int64_t T, int64_t D, double scale, const double *Q, const double *K, const double *V,
+                     const double *G, double *O, double *lse, double *dQ, double *dK, double *dV) {
+    double *p = zvec(T), *dp = zvec(T);
+    memset(dQ, 0, sizeof(double) * (size_t)(BH * T * D)); memset(dK, 0, sizeof(double) * (size_t)(BH * T * D));
+    memset(dV, 0, sizeof(double) * (size_t)(BH * T * D));
+    for (int64_t h = 0; h < BH; h++) {
+        const double *q = Q + h * T * D, *k = K + h * T * D, *v = V + h * T * D, *g = G + h * T * D;
+        double *o = O + h * T * D, *gq = dQ + h * T * D, *gk = dK + h * T * D, *gv = dV + h * T * D;
+        for (int64_t t = 0; t < T; t++) {
+            double m = -INFINITY, s = 0, delta = 0;
+            for (int64_t j = 0; j <= t; j++) {
+                double a = 0;
+                for (int64_t d = 0; d < D; d++) a += q[t * D + d] * k[j * D + d];
+                p[j] = a * scale; m = fmax(m, p[j]);
+            }
+            for (int64_t j = 0; j <= t; j++) { p[j] = exp(p[j] - m); s += p[j]; }
+            for (int64_t j = 0; j <= t; j++) p[j] /= s;
+            lse[h * T + t] = m + log(s);
+            for (int64_t d = 0; d < D; d++) {
+                double a = 0;
+                for (int64_t j = 0; j <= t; j++) a += p[j] * v[j * D + d];
+                o[t * D + d] = a;
+                delta += a * g[t * D + d];
+            }
+            for (int64_t j = 0; j <= t; j++) {
+                double a = 0;
+                for (int64_t d = 0; d < D; d++) a += g[t * D + d] * v[j * D + d];
+                dp[j] = p[j] * (a - delta) * scale;   /* dS */
+            }
+            for (int64_t j = 0; j <= t; j++)
+                for (int64_t d = 0; d < D; d++) {
+                    gv[j * D + d] += p[j] * g[t * D + d];
+                    gq[t * D + d] += dp[j] * k[j * D + d];
+                    gk[j * D + d] += dp[j] * q[t * D + d];
+                }
+        }
+    }
+    free(p); free(dp);
+}
+static void attn_case(bt_dtype dt, int64_t B, int64_t H, int64_t T, int64_t D, int layout, int check_bits) {
+    enum { Q, K, V, G, O, GQ, GK, GV, NT };
+    static const char *lname[] = {"contig", "gpt2", "odd"};
+    int64_t BH = B * H, HD = H * D, n = BH * T * D;
+    attn_view w[NT];
+    int64_t blen[NT];   /* buffer lengths (elements); a view's buffer is w[i].buf */
+    int nbuf = 0;
+    memset(w, 0, sizeof w);
+    for (int i = 0; i < NT; i++) blen[i] = 0;
+    if (layout == 0) {
+        for (int i = 0; i < NT; i++) {
+            w[i].buf = nbuf; blen[nbuf++] = n;
+            w[i].st[0] = H * T * D; w[i].st[1] = T * D; w[i].st[2] = D;
+        }
+    } else if (layout == 1) {
+        int qkv = nbuf++; blen[qkv] = B * T * 3 * HD;
+        for (int i = Q; i <= V; i++) { w[i].buf = qkv; w[i].off = i * HD; w[i].st[0] = T * 3 * HD; w[i].st[1] = D; w[i].st[2] = 3 * HD; }
+        w[G].buf = nbuf; blen[nbuf++] = B * T * HD; w[G].st[0] = T * HD; w[G].st[1] = D; w[G].st[2] = HD;
+        w[O].buf = nbuf; blen[nbuf++] = B * T * (HD + 8); w[O].st[0] = T * (HD + 8); w[O].st[1] = D; w[O].st[2] = HD + 8;
+        int gb = nbuf++; blen[gb] = B * T * (3 * HD + 8);
+        for (int i = GQ; i <= GV; i++) {
+            w[i].buf = gb; w[i].off = (i - GQ) * HD; w[i].st[0] = T * (3 * HD + 8); w[i].st[1] = D; w[i].st[2] = 3 * HD + 8;
+        }
+    } else {
+        for (int i = 0; i < NT; i++) {
+            w[i].buf = nbuf; blen[nbuf++] = 1 + B * T * (HD + 3);
+            w[i].off = 1; w[i].st[0] = T * (HD + 3); w[i].st[1] = D; w[i].st[2] = HD + 3;
+        }
+    }
+    double *hb[NT];
+    void *db[NT];
+    for (int b = 0; b < nbuf; b++) hb[b] = rvec(blen[b], -1.5, 1.5);
+    /* contiguous copies of the inputs as the GPU sees them (rounded to dt) */
+    for (int b = 0; b < nbuf; b++) quant(dt, hb[b], blen[b]);
+    double *X[NT];
+    for (int i = Q; i <= G; i++) {
+        X[i] = zvec(n);
+        for (int64_t bh = 0; bh < BH; bh++)
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t d = 0; d < D; d++) X[i][(bh * T + t) * D + d] = hb[w[i].buf][attn_vidx(&w[i], H, bh, t, d)];
+    }
+    for (int b = 0; b < nbuf; b++) db[b] = up(dt, hb[b], blen[b]);
+    /* output buffers (not holding an input) start poisoned */
+    int is_out[NT] = {0};
+    for (int i = O; i <= GV; i++) { is_out[w[i].buf] = 1; poison(db[w[i].buf], (size_t)blen[w[i].buf] * tsz(dt)); }
+    double scale = 1.0 / sqrt((double)D);
+    double *ro = zvec(n), *rl = zvec(BH * T), *rq = zvec(n), *rk = zvec(n), *rv = zvec(n);
+    attn_ref(BH, T, D, scale, X[Q], X[K], X[V], X[G], ro, rl, rq, rk, rv);
+    float *lse = (float *)dmalloc((size_t)(BH * T) * 4);
+#define AP(i) ((char *)db[w[i].buf] + (size_t)w[i].off * tsz(dt))
+    bt_k_attention_strided(dt, AP(O), w[O].st, lse, AP(Q), w[Q].st, AP(K), w[K].st, AP(V), w[V].st, B, H, T, D, (float)scale, st());
+    /* the backward reads the GPU's out (as in training) */
+    bt_k_attention_backward_strided(dt, AP(GQ), w[GQ].st, AP(GK), w[GK].st, AP(GV), w[GV].st, AP(G), w[G].st, AP(Q), w[Q].st,
+                                    AP(K), w[K].st, AP(V), w[V].st, AP(O), w[O].st, lse, B, H, T, D, (float)scale, st());
+    char what[128];
+    const double *refs[NT] = {0};
+    refs[O] = ro; refs[GQ] = rq; refs[GK] = rk; refs[GV] = rv;
+    static const char *on[NT] = {"", "", "", "", "out", "dq", "dk", "dv"};
+    /* download every output buffer once; compare the views; count poison lost outside them */
+    double *hout[NT] = {0};
+    char *cov[NT] = {0};
+    for (int b = 0; b < nbuf; b++)
+        if (is_out[b]) { hout[b] = zvec(blen[b]); down(dt, db[b], hout[b], blen[b]); cov[b] = (char *)calloc((size_t)blen[b], 1); }
+    for (int i = O; i <= GV; i++) {
+        double *got = zvec(n);
+        for (int64_t bh = 0; bh < BH; bh++)
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t d = 0; d < D; d++) {
+                    int64_t e = attn_vidx(&w[i], H, bh, t, d);
+                    got[(bh * T + t) * D + d] = hout[w[i].buf][e];
+                    cov[w[i].buf][e] = 1;
+                }
+        double e = bt_test_relerr(got, refs[i], n);
+        for (int64_t j = 0; j < n; j++) if (got[j] != got[j]) e = INFINITY;
+        snprintf(what, sizeof what, "attention_strided %s %s B%lld H%lld T%lld D%lld %s", on[i], lname[layout], (long long)B,
+                 (long long)H, (long long)T, (long long)D, tname(dt));
+        check_err(what, e, tol_of(dt));
+        free(got);
+    }
+    int64_t lost = 0;
+    for (int b = 0; b < nbuf; b++)
+        if (is_out[b])
+            for (int64_t j = 0; j < blen[b]; j++) lost += !cov[b][j] && hout[b][j] == hout[b][j];
+    snprintf(what, sizeof what, "attention_strided untouched %s T%lld D%lld %s (elements written)", lname[layout], (long long)T,
+             (long long)D, tname(dt));
+    check_err(what, (double)lost, 0);
+    snprintf(what, sizeof what, "attention_strided lse %s B%lld H%lld T%lld D%lld %s", lname[layout], (long long)B, (long long)H,
+             (long long)T, (long long)D, tname(dt));
+    expect(what, BT_F32, lse, rl, BH * T, dt == BT_F32 ? 1e-5 : 1e-4);
+    if (check_bits) {   /* deterministic: a second backward gives the same bits */
+        int gb = w[GQ].buf;
+        size_t nbytes = (size_t)blen[gb] * tsz(dt);
+        char *h1 = (char *)malloc(nbytes), *h2 = (char *)malloc(nbytes);
+        CK(cudaStreamSynchronize(st()));
+        CK(cudaMemcpy(h1, db[gb], nbytes, cudaMemcpyDeviceToHost));
+        poison(db[gb], nbytes);
+        bt_k_attention_backward_strided(dt, AP(GQ), w[GQ].st, AP(GK), w[GK].st, AP(GV), w[GV].st, AP(G), w[G].st, AP(Q), w[Q].st,
+                                        AP(K), w[K].st, AP(V), w[V].st, AP(O), w[O].st, lse, B, H, T, D, (float)scale, st());
+        CK(cudaStreamSynchronize(st()));
+        CK(cudaMemcpy(h2, db[gb], nbytes, cudaMemcpyDeviceToHost));
+        snprintf(what, sizeof what, "attention_strided bwd bits differ between runs %s %s (0/1)", lname[layout], tname(dt));
+        check_err(what, memcmp(h1, h2, nbytes) ? 1 : 0, 0);
+        free(h1); free(h2);
+    }
+#undef AP
+    for (int b = 0; b < nbuf; b++) { free(hb[b]); dfree(db[b]); free(hout[b]); free(cov[b]); }
+    for (int i = Q; i <= G; i++) free(X[i]);
+    free(ro); free(rl); free(rq); free(rk); free(rv); dfree(lse);
+}
+static void test_attention_strided(void) {
+    NEED_GPU();
+    bt_dtype dts[] = {BT_F32, BT_BF16};
+    int64_t Tbig = g_quick ? 200 : 1000;
+    for (int k = 0; k < 2; k++) {
+        bt_dtype dt = dts[k];
+        seed(1050 + k);
+        for (int layout = 0; layout < 3; layout++) attn_case(dt, 3, 2, 67, 64, layout, layout == 1);
+        for (int layout = 0; layout < 2; layout++) attn_case(dt, 1, 5, 129, 32, layout, 0);
+        for (int layout = 0; layout < 2; layout++) attn_case(dt, 1, 3, Tbig, 64, layout, 0);
+        attn_case(dt, 1, 3, 129, 128, 1, 0);   /* D = 128 */
+        attn_case(dt, 2, 1, 67, 40, 2, 0);     /* D = 40: zero-padded to 64, odd strides */
+        attn_case(dt, 2, 3, 33, 16, 0, 0);     /* D = 16 */
+        attn_case(dt, 1, 2, 1, 64, 1, 0);      /* T = 1 */
+    }
+    seed(1060);
+    attn_case(BT_F16, 2, 3, 67, 64, 1, 1);
+    int64_t st3[3] = {1, 1, 1};
+    BT_EXPECT_ERROR(bt_k_attention_strided(BT_BF16, NULL, st3, NULL, NULL, st3, NULL, st3, NULL, st3, 1, 1, 4, 129, 0.1f, st()),
+                    "head dim");
+    BT_EXPECT_ERROR(bt_k_attention_strided(BT_F64, NULL, st3, NULL, NULL, st3, NULL, st3, NULL, st3, 1, 1, 4, 64, 0.1f, st()),
+                    "dtype f64");
+}
+
 static void matmul_case(bt_dtype dt, bt_matmul_precision prec, int ta, int tb, int64_t batch, int use_bias, float alpha,
                         float beta, double tol) {
     int64_t M = 37, N = 77, K = 65;
@@ -899,6 +1085,7 @@ int main(void) {
     BT_RUN(test_embedding);
     BT_RUN(test_cross_entropy);
     BT_RUN(test_attention);
+    BT_RUN(test_attention_strided);
     BT_RUN(test_matmul);
     BT_RUN(test_adamw);
     if (have_gpu()) {

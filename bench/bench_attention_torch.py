@@ -1,0 +1,61 @@
+"""bench_attention_torch.py - PyTorch's causal attention at the shape bench_kernels.cu times, for
+its ratios: torch.nn.functional.scaled_dot_product_attention(is_causal=True) forward and backward,
+on q, k, v viewed out of one [B, T, 3, H, D] buffer (the GPT-2 layout, as ours reads them), with
+TF32 off. Medians of CUDA-event timings after warm-up. Prints one line per dtype:
+  sdpa <dtype> fwd_us=<median> bwd_us=<median> backend=<what torch picked, if it says>
+Usage: python3 bench/bench_attention_torch.py --B 16 --H 12 --T 1024 --D 64 [--reps 25]"""
+import argparse
+import torch
+import torch.nn.functional as F
+
+
+def median_us(fn, reps, warm=3):
+    for _ in range(warm):
+        fn()
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    for a, b in ev:
+        a.record()
+        fn()
+        b.record()
+    torch.cuda.synchronize()
+    t = sorted(a.elapsed_time(b) for a, b in ev)
+    return 1000.0 * t[reps // 2]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--B", type=int, default=16)
+    ap.add_argument("--H", type=int, default=12)
+    ap.add_argument("--T", type=int, default=1024)
+    ap.add_argument("--D", type=int, default=64)
+    ap.add_argument("--reps", type=int, default=25)
+    a = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    dev = "cuda"
+    for name, dt in (("bf16", torch.bfloat16), ("f32", torch.float32)):
+        g = torch.Generator(device=dev).manual_seed(1)
+        qkv = torch.randn(a.B, a.T, 3, a.H, a.D, device=dev, dtype=dt, generator=g)
+        q, k, v = (qkv[:, :, i].transpose(1, 2).detach().requires_grad_() for i in range(3))
+        go = torch.randn(a.B, a.H, a.T, a.D, device=dev, dtype=dt, generator=g)
+        scale = a.D ** -0.5
+
+        def fwd():
+            with torch.no_grad():
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+        backend = type(out.grad_fn).__name__.replace("ScaledDotProduct", "").replace("Backward0", "") if out.grad_fn is not None else "?"
+
+        def bwd():
+            torch.autograd.grad(out, (q, k, v), go, retain_graph=True)
+
+        f = median_us(fwd, a.reps)
+        b = median_us(bwd, a.reps)
+        print(f"sdpa {name} fwd_us={f:.1f} bwd_us={b:.1f} backend={backend}", flush=True)
+        del qkv, q, k, v, go, out
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
