@@ -2049,53 +2049,83 @@ BTDEF bt_tensor *bt_cross_entropy(bt_tensor *logits, bt_tensor *targets, int64_t
 /* ---- causal self-attention, q k v [B, H, T, D] ----
    S = q k^T / sqrt(D) with S_ij = -inf for j > i; P = softmax_j(S); out = P v; lse_i saved.
    Backward (P recomputed from lse): dv = P^T dout, dP = dout v^T, dS = P (dP - rowsum(dout * out)),
-   dq = dS k / sqrt(D), dk = dS^T q / sqrt(D). */
+   dq = dS k / sqrt(D), dk = dS^T q / sqrt(D).
+   q, k, v are read through their strides whenever D is contiguous (a head split of a [B, T, C]
+   activation costs no copy), and out, dq, dk, dv are laid out like q, so the permute back to
+   [B, T, H, D] is a view. */
+
+/* a new tensor of t's shape whose memory follows t's dimension order (dims sorted by stride),
+   dense: a permuted view of t's layout keeps that permutation */
+static bt_tensor *bt__new_like_layout(bt_tensor *t, bt_dtype dt) {
+    int order[BT_MAX_DIMS], nd = t->ndim;
+    for (int d = 0; d < nd; d++) order[d] = d;
+    for (int i = 1; i < nd; i++)              /* stable: outermost (largest stride) first */
+        for (int j = i; j > 0 && t->stride[order[j]] > t->stride[order[j - 1]]; j--) { int x = order[j]; order[j] = order[j - 1]; order[j - 1] = x; }
+    bt_shape ps; ps.ndim = nd;
+    for (int d = 0; d < nd; d++) ps.d[d] = t->shape[order[d]];
+    bt_tensor *dense = bt__new(ps, dt, bt_device_of(t)), *v = bt__alias(dense);
+    for (int d = 0; d < nd; d++) { v->shape[order[d]] = dense->shape[d]; v->stride[order[d]] = dense->stride[d]; }
+    bt_release(dense);
+    return v;
+}
+/* t itself (+1) when its last dim is contiguous, else a contiguous copy */
+static bt_tensor *bt__rows_dense(bt_tensor *t) { return t->stride[t->ndim - 1] == 1 ? bt_retain(t) : bt__contig(t); }
+/* element offset of [b, h, t, 0] */
+static inline int64_t bt__bht(const bt_tensor *x, int64_t b, int64_t h, int64_t t) {
+    return x->offset + b * x->stride[0] + h * x->stride[1] + t * x->stride[2];
+}
+
 static void bt__attention_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2], *o = n->saved[3], *lse = n->saved[4];
     int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3];
     bt_device dev = bt_device_of(q); bt_dtype dt = q->dtype;
     double scale = 1.0 / sqrt((double)D);
-    bt_tensor *gc = bt__contig(g);
-    bt_tensor *gq = bt__new(bt_shape_of(q), dt, dev), *gk = bt__new(bt_shape_of(q), dt, dev), *gv = bt__new(bt_shape_of(q), dt, dev);
+    bt_tensor *gc = bt__rows_dense(g);
+    bt_tensor *gq = bt__new_like_layout(q, dt), *gk = bt__new_like_layout(q, dt), *gv = bt__new_like_layout(q, dt);
     if (dev.type == BT_GPU) {
 #ifdef BT_CUDA
-        bt_k_attention_backward(dt, bt_data_ptr(gq), bt_data_ptr(gk), bt_data_ptr(gv), bt_data_ptr(gc), bt_data_ptr(q),
-                                bt_data_ptr(k), bt_data_ptr(v), bt_data_ptr(o), (const float *)bt_data_ptr(lse), B, H, T, D,
-                                (float)scale, bt_k_stream());
+        bt_k_attention_backward_strided(dt, bt_data_ptr(gq), gq->stride, bt_data_ptr(gk), gk->stride, bt_data_ptr(gv), gv->stride,
+                                        bt_data_ptr(gc), gc->stride, bt_data_ptr(q), q->stride, bt_data_ptr(k), k->stride,
+                                        bt_data_ptr(v), v->stride, bt_data_ptr(o), o->stride, (const float *)bt_data_ptr(lse),
+                                        B, H, T, D, (float)scale, bt_k_stream());
 #endif
     } else {
-        const void *qp = bt_data_ptr(q), *kp = bt_data_ptr(k), *vp = bt_data_ptr(v), *op_ = bt_data_ptr(o), *gp = bt_data_ptr(gc);
+        const void *qp = q->storage->data, *kp = k->storage->data, *vp = v->storage->data, *op_ = o->storage->data, *gp = gc->storage->data;
         const void *lp = bt_data_ptr(lse); bt_dtype ldt = lse->dtype;
         #pragma omp parallel for if (B * H * T * T * D > BT__PAR_MIN)
         for (int64_t bh = 0; bh < B * H; bh++) {
-            int64_t base = bh * T * D;
+            int64_t b = bh / H, h = bh % H;
             double *dq = (double *)calloc((size_t)(3 * T * D + T), sizeof(double));
             double *dk = dq + T * D, *dv = dk + T * D, *p = dv + T * D;
             for (int64_t i = 0; i < T; i++) {
+                int64_t qi = bt__bht(q, b, h, i), gi = bt__bht(gc, b, h, i), oi = bt__bht(o, b, h, i);
                 double l = bt__ld(lp, ldt, bh * T + i), Di = 0;
-                for (int64_t d = 0; d < D; d++) Di += bt__ld(gp, dt, base + i * D + d) * bt__ld(op_, dt, base + i * D + d);
+                for (int64_t d = 0; d < D; d++) Di += bt__ld(gp, dt, gi + d) * bt__ld(op_, dt, oi + d);
                 for (int64_t j = 0; j <= i; j++) {
-                    double s = 0;
-                    for (int64_t d = 0; d < D; d++) s += bt__ld(qp, dt, base + i * D + d) * bt__ld(kp, dt, base + j * D + d);
+                    double s = 0; int64_t kj = bt__bht(k, b, h, j);
+                    for (int64_t d = 0; d < D; d++) s += bt__ld(qp, dt, qi + d) * bt__ld(kp, dt, kj + d);
                     p[j] = exp(s * scale - l);
                 }
                 for (int64_t j = 0; j <= i; j++) {
-                    double dp = 0;
+                    double dp = 0; int64_t kj = bt__bht(k, b, h, j), vj = bt__bht(v, b, h, j);
                     for (int64_t d = 0; d < D; d++) {
-                        double go = bt__ld(gp, dt, base + i * D + d);
+                        double go = bt__ld(gp, dt, gi + d);
                         dv[j * D + d] += p[j] * go;
-                        dp += go * bt__ld(vp, dt, base + j * D + d);
+                        dp += go * bt__ld(vp, dt, vj + d);
                     }
                     double ds = p[j] * (dp - Di) * scale;
                     for (int64_t d = 0; d < D; d++) {
-                        dq[i * D + d] += ds * bt__ld(kp, dt, base + j * D + d);
-                        dk[j * D + d] += ds * bt__ld(qp, dt, base + i * D + d);
+                        dq[i * D + d] += ds * bt__ld(kp, dt, kj + d);
+                        dk[j * D + d] += ds * bt__ld(qp, dt, qi + d);
                     }
                 }
             }
-            for (int64_t e = 0; e < T * D; e++) {
-                bt__st(bt_data_ptr(gq), dt, base + e, dq[e]); bt__st(bt_data_ptr(gk), dt, base + e, dk[e]); bt__st(bt_data_ptr(gv), dt, base + e, dv[e]);
-            }
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t d = 0; d < D; d++) {
+                    bt__st(gq->storage->data, dt, bt__bht(gq, b, h, t) + d, dq[t * D + d]);
+                    bt__st(gk->storage->data, dt, bt__bht(gk, b, h, t) + d, dk[t * D + d]);
+                    bt__st(gv->storage->data, dt, bt__bht(gv, b, h, t) + d, dv[t * D + d]);
+                }
             free(dq);
         }
     }
@@ -2112,33 +2142,34 @@ BTDEF bt_tensor *bt_attention(bt_tensor *q, bt_tensor *k, bt_tensor *v) {
     bt_device dev = bt_device_of(q); bt_dtype dt = q->dtype;
     if (dev.type == BT_GPU && dt == BT_F64) bt_error("attention: f64 is CPU-only (gradient checks), got %s", bt__s(q));
     double scale = 1.0 / sqrt((double)(D ? D : 1));
-    bt_tensor *qc = bt__contig(q), *kc = bt__contig(k), *vc = bt__contig(v);
-    bt_tensor *o = bt__new(bt_shape_of(q), dt, dev), *lse = bt__new(bt_shape3(B, H, T), bt__stat_dtype(q), dev);
+    bt_tensor *qc = bt__rows_dense(q), *kc = bt__rows_dense(k), *vc = bt__rows_dense(v);
+    bt_tensor *o = bt__new_like_layout(qc, dt), *lse = bt__new(bt_shape3(B, H, T), bt__stat_dtype(q), dev);
     if (dev.type == BT_GPU) {
 #ifdef BT_CUDA
-        bt_k_attention(dt, bt_data_ptr(o), (float *)bt_data_ptr(lse), bt_data_ptr(qc), bt_data_ptr(kc), bt_data_ptr(vc), B, H, T, D,
-                       (float)scale, bt_k_stream());
+        bt_k_attention_strided(dt, bt_data_ptr(o), o->stride, (float *)bt_data_ptr(lse), bt_data_ptr(qc), qc->stride,
+                               bt_data_ptr(kc), kc->stride, bt_data_ptr(vc), vc->stride, B, H, T, D, (float)scale, bt_k_stream());
 #endif
     } else {
-        const void *qp = bt_data_ptr(qc), *kp = bt_data_ptr(kc), *vp = bt_data_ptr(vc); bt_dtype ldt = lse->dtype;
+        const void *qp = qc->storage->data, *kp = kc->storage->data, *vp = vc->storage->data; bt_dtype ldt = lse->dtype;
         #pragma omp parallel for if (B * H * T * T * D > BT__PAR_MIN)
         for (int64_t bh = 0; bh < B * H; bh++) {
-            int64_t base = bh * T * D;
+            int64_t b = bh / H, h = bh % H;
             double *s = (double *)malloc(sizeof(double) * (size_t)(T + D));
             double *acc = s + T;
             for (int64_t i = 0; i < T; i++) {
+                int64_t qi = bt__bht(qc, b, h, i);
                 double mx = -INFINITY, sum = 0;
                 for (int64_t j = 0; j <= i; j++) {
-                    double d_ = 0;
-                    for (int64_t d = 0; d < D; d++) d_ += bt__ld(qp, dt, base + i * D + d) * bt__ld(kp, dt, base + j * D + d);
+                    double d_ = 0; int64_t kj = bt__bht(kc, b, h, j);
+                    for (int64_t d = 0; d < D; d++) d_ += bt__ld(qp, dt, qi + d) * bt__ld(kp, dt, kj + d);
                     s[j] = d_ * scale; if (s[j] > mx) mx = s[j];
                 }
                 for (int64_t d = 0; d < D; d++) acc[d] = 0;
                 for (int64_t j = 0; j <= i; j++) {
-                    double p = exp(s[j] - mx); sum += p;
-                    for (int64_t d = 0; d < D; d++) acc[d] += p * bt__ld(vp, dt, base + j * D + d);
+                    double p = exp(s[j] - mx); int64_t vj = bt__bht(vc, b, h, j); sum += p;
+                    for (int64_t d = 0; d < D; d++) acc[d] += p * bt__ld(vp, dt, vj + d);
                 }
-                for (int64_t d = 0; d < D; d++) bt__st(bt_data_ptr(o), dt, base + i * D + d, acc[d] / sum);
+                for (int64_t d = 0; d < D; d++) bt__st(o->storage->data, dt, bt__bht(o, b, h, i) + d, acc[d] / sum);
                 bt__st(bt_data_ptr(lse), ldt, bh * T + i, mx + log(sum));
             }
             free(s);
