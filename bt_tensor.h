@@ -177,6 +177,10 @@ BTDEF bt_tensor *bt_clone(bt_tensor *t);
 BTDEF void bt_copy_(bt_tensor *dst, bt_tensor *src);  /* same shape, any dtypes/devices/strides */
 BTDEF bt_tensor *bt_to(bt_tensor *t, bt_device dev);  /* differentiable */
 BTDEF bt_tensor *bt_cast(bt_tensor *t, bt_dtype dt);  /* differentiable for float dtypes */
+/* t as dtype cache->dtype, where cache already holds that cast of t (the caller keeps it current):
+   no kernel runs; the backward casts the gradient back to t's dtype, as bt_cast's does. Mixed
+   precision uses it to cast the weights once per optimizer step, not once per micro-batch. */
+BTDEF bt_tensor *bt_cast_cached(bt_tensor *t, bt_tensor *cache);
 BTDEF void bt_to_host(bt_tensor *t, void *dst, bt_dtype dt);   /* copy all elements, converted to dt */
 BTDEF double bt_item(bt_tensor *t);                 /* one-element tensor -> double (syncs a GPU) */
 BTDEF double bt_get(bt_tensor *t, const int64_t *index);  /* one element, for tests */
@@ -1089,6 +1093,15 @@ BTDEF bt_tensor *bt_cast(bt_tensor *t, bt_dtype dt) {
     if (t->dtype == dt) return bt__register(bt_retain(t));
     bt_tensor *c = bt__contig_as(t, dt);
     if (bt_dtype_is_float(dt)) bt__record("cast", bt__cast_back, c, &t, 1);
+    return bt__register(c);
+}
+BTDEF bt_tensor *bt_cast_cached(bt_tensor *t, bt_tensor *cache) {
+    bt__need_float(t, "cast_cached", "t"); bt__need_float(cache, "cast_cached", "cache");
+    bt__same_device(t, cache, "cast_cached");
+    if (t->ndim != cache->ndim || memcmp(t->shape, cache->shape, sizeof(int64_t) * t->ndim))
+        bt_error("cast_cached: cache %s does not have the shape of %s", bt__s(cache), bt__s(t));
+    bt_tensor *c = bt__alias(cache);
+    bt__record("cast", bt__cast_back, c, &t, 1);
     return bt__register(c);
 }
 static void bt__check_async_errors(void);

@@ -86,6 +86,8 @@ typedef struct {
     gpt2_config cfg;
     int64_t num_params;
     bt_tensor *flat, *flat_grad;   /* every parameter and its gradient, one buffer each */
+    bt_tensor *flat_lowp;          /* bf16 copy of flat for mixed precision, made on demand */
+    uint32_t lowp_version;         /* flat's version when flat_lowp was last refreshed */
     bt_tensor *wte, *wpe, *lnfw, *lnfb;
     gpt2_layer *layers;
     bt_tensor **params;            /* the leaves, for the optimizer */
@@ -149,7 +151,7 @@ static void gpt2_build(gpt2 *m, gpt2_config cfg, bt_device dev) {
 
 static void gpt2_free(gpt2 *m) {
     for (int i = 0; i < m->n_params; i++) bt_release(m->params[i]);
-    bt_release(m->flat); bt_release(m->flat_grad);
+    bt_release(m->flat); bt_release(m->flat_grad); bt_release(m->flat_lowp);
     free(m->params); free(m->layers);
     memset(m, 0, sizeof *m);
 }
@@ -233,23 +235,41 @@ static int gpt2_save(gpt2 *m, const char *path, char *err, size_t errlen) {
 /* ============================================================================================
    3. the forward pass
    ============================================================================================ */
-/* a parameter as the compute dtype: a cast op (its backward casts the gradient back to fp32) */
-static bt_tensor *W(bt_tensor *p, bt_dtype dt) { return bt_cast(p, dt); }
-
-/* causal self-attention of one block: x [B, T, C] -> [B, T, C] */
-static bt_tensor *gpt2_attention(const gpt2_config *c, gpt2_layer *y, bt_tensor *h, bt_dtype dt) {
-    int64_t B = h->shape[0], T = h->shape[1], H = c->H, D = c->C / c->H;
-    int to_heads[4] = {0, 2, 1, 3};                       /* [B, T, H, D] <-> [B, H, T, D] */
-    bt_tensor *q = bt_permute(bt_view(bt_linear(h, W(y->wq, dt), W(y->bq, dt)), bt_shape4(B, T, H, D)), to_heads);
-    bt_tensor *k = bt_permute(bt_view(bt_linear(h, W(y->wk, dt), W(y->bk, dt)), bt_shape4(B, T, H, D)), to_heads);
-    bt_tensor *v = bt_permute(bt_view(bt_linear(h, W(y->wv, dt), W(y->bv, dt)), bt_shape4(B, T, H, D)), to_heads);
-    bt_tensor *a = bt_reshape(bt_permute(bt_attention(q, k, v), to_heads), bt_shape3(B, T, c->C));
-    return bt_linear(a, W(y->projw, dt), W(y->projb, dt));
+/* A parameter in the compute dtype. For bf16 the whole flat buffer is cast once after each
+   change of the fp32 weights (the optimizer step bumps their version), and each parameter is
+   a view of that copy; the cast node's backward returns fp32 gradients to the leaves. */
+static bt_tensor *W(gpt2 *m, bt_tensor *p, bt_dtype dt) {
+    if (dt == p->dtype) return p;
+    if (!m->flat_lowp || m->flat_lowp->dtype != dt || m->lowp_version != m->flat->storage->version) {
+        int old = bt_set_grad_enabled(0);
+        if (!m->flat_lowp || m->flat_lowp->dtype != dt) {
+            bt_release(m->flat_lowp);
+            bt_scope_begin();
+            m->flat_lowp = bt_keep(bt_empty(bt_shape_of(m->flat), dt, m->device));
+            bt_scope_end();
+        }
+        bt_copy_(m->flat_lowp, m->flat);
+        m->lowp_version = m->flat->storage->version;
+        bt_set_grad_enabled(old);
+    }
+    return bt_cast_cached(p, bt_view(bt_narrow(m->flat_lowp, 0, p->offset, bt_numel(p)), bt_shape_of(p)));
 }
 
-static bt_tensor *gpt2_mlp(gpt2_layer *y, bt_tensor *h, bt_dtype dt) {
-    bt_tensor *u = bt_gelu(bt_linear(h, W(y->fcw, dt), W(y->fcb, dt)));
-    return bt_linear(u, W(y->fcprojw, dt), W(y->fcprojb, dt));
+/* causal self-attention of one block: x [B, T, C] -> [B, T, C] */
+static bt_tensor *gpt2_attention(gpt2 *m, gpt2_layer *y, bt_tensor *h, bt_dtype dt) {
+    const gpt2_config *c = &m->cfg;
+    int64_t B = h->shape[0], T = h->shape[1], H = c->H, D = c->C / c->H;
+    int to_heads[4] = {0, 2, 1, 3};                       /* [B, T, H, D] <-> [B, H, T, D] */
+    bt_tensor *q = bt_permute(bt_view(bt_linear(h, W(m, y->wq, dt), W(m, y->bq, dt)), bt_shape4(B, T, H, D)), to_heads);
+    bt_tensor *k = bt_permute(bt_view(bt_linear(h, W(m, y->wk, dt), W(m, y->bk, dt)), bt_shape4(B, T, H, D)), to_heads);
+    bt_tensor *v = bt_permute(bt_view(bt_linear(h, W(m, y->wv, dt), W(m, y->bv, dt)), bt_shape4(B, T, H, D)), to_heads);
+    bt_tensor *a = bt_reshape(bt_permute(bt_attention(q, k, v), to_heads), bt_shape3(B, T, c->C));
+    return bt_linear(a, W(m, y->projw, dt), W(m, y->projb, dt));
+}
+
+static bt_tensor *gpt2_mlp(gpt2 *m, gpt2_layer *y, bt_tensor *h, bt_dtype dt) {
+    bt_tensor *u = bt_gelu(bt_linear(h, W(m, y->fcw, dt), W(m, y->fcb, dt)));
+    return bt_linear(u, W(m, y->fcprojw, dt), W(m, y->fcprojb, dt));
 }
 
 /* idx [B, T] i32 on the model's device -> logits [B, T, Vp] in dtype dt */
@@ -257,14 +277,14 @@ static bt_tensor *gpt2_logits(gpt2 *m, bt_tensor *idx, bt_dtype dt) {
     const gpt2_config *c = &m->cfg;
     int64_t T = idx->shape[1];
     bt_tensor *pos = bt_arange(T, BT_I32, m->device);
-    bt_tensor *x = bt_add(bt_embedding(W(m->wte, dt), idx), bt_embedding(W(m->wpe, dt), pos));
+    bt_tensor *x = bt_add(bt_embedding(W(m, m->wte, dt), idx), bt_embedding(W(m, m->wpe, dt), pos));
     for (int l = 0; l < c->L; l++) {
         gpt2_layer *y = &m->layers[l];
-        x = bt_add(x, gpt2_attention(c, y, bt_layernorm(x, W(y->ln1w, dt), W(y->ln1b, dt), 1e-5), dt));
-        x = bt_add(x, gpt2_mlp(y, bt_layernorm(x, W(y->ln2w, dt), W(y->ln2b, dt), 1e-5), dt));
+        x = bt_add(x, gpt2_attention(m, y, bt_layernorm(x, W(m, y->ln1w, dt), W(m, y->ln1b, dt), 1e-5), dt));
+        x = bt_add(x, gpt2_mlp(m, y, bt_layernorm(x, W(m, y->ln2w, dt), W(m, y->ln2b, dt), 1e-5), dt));
     }
-    x = bt_layernorm(x, W(m->lnfw, dt), W(m->lnfb, dt), 1e-5);
-    return bt_linear(x, W(m->wte, dt), NULL);             /* weight tying: the head is wte */
+    x = bt_layernorm(x, W(m, m->lnfw, dt), W(m, m->lnfb, dt), 1e-5);
+    return bt_linear(x, W(m, m->wte, dt), NULL);             /* weight tying: the head is wte */
 }
 
 /* mean cross-entropy of the next tokens over the V real columns (the padding never counts) */

@@ -863,6 +863,28 @@ static void test_nothing_left(void) {
     BT_CHECK(live == 0, "%zu bytes still allocated after all the tests", live);
 }
 
+/* bt_cast_cached: the value is the cache (no conversion happens), the gradient is cast back to the
+   leaf's dtype exactly as bt_cast's; a shape mismatch is an error */
+static void test_cast_cached(void) {
+    bt_scope_begin();
+    bt_tensor *x = bt_randn(bt_shape2(3, 5), BT_F32, bt_cpu(), 901);
+    bt_set_requires_grad(x, 1);
+    bt_tensor *cache = bt_cast(bt_randn(bt_shape2(3, 5), BT_F32, bt_cpu(), 902), BT_BF16);   /* deliberately not x */
+    bt_tensor *y = bt_cast_cached(x, cache);
+    BT_CHECK(y->dtype == BT_BF16 && bt_get(y, (int64_t[]){2, 4}) == bt_get(cache, (int64_t[]){2, 4}), "value must be the cache's");
+    bt_tensor *w = bt_cast(bt_randn(bt_shape2(3, 5), BT_F32, bt_cpu(), 903), BT_BF16);
+    bt_backward(bt_sum(bt_mul(y, w), NULL, 0, 0));
+    BT_CHECK(x->grad && x->grad->dtype == BT_F32, "grad dtype");
+    double e = 0;
+    for (int64_t i = 0; i < 3; i++) for (int64_t j = 0; j < 5; j++) {
+        int64_t ix[2] = {i, j};
+        e = fmax(e, fabs(bt_get(x->grad, ix) - bt_get(w, ix)));
+    }
+    BT_CHECK(e == 0, "d sum(y*w)/dx must be w exactly (bf16 values are exact in f32), max diff %g", e);
+    BT_EXPECT_ERROR(bt_cast_cached(x, bt_zeros(bt_shape2(5, 3), BT_BF16, bt_cpu())), "cast_cached: cache");
+    bt_scope_end();
+}
+
 int main(void) {
     const char *q = getenv("BT_TEST_QUICK");
     quick = q && *q && *q != '0';
@@ -882,6 +904,7 @@ int main(void) {
     BT_RUN(test_gradcheck_nn);
     BT_RUN(test_gradcheck_shape_ops);
     BT_RUN(test_gradcheck_composite);
+    BT_RUN(test_cast_cached);
     BT_RUN(test_nothing_left);
     return bt_test_summary("test_ops");
 }
