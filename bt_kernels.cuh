@@ -937,11 +937,127 @@ BTDEF void bt_k_sumsq(bt_dtype dt, float *out, const void *x, int64_t n, int acc
 }
 
 /* ---- 5. softmax / log_softmax over rows ---------------------------------------------------------
-   One warp per row when cols <= 1024 (8 rows per block), else a block of 256 threads per row.
-   Forward: pass 1 keeps an online (max m, sum s of exp(x - m)) per thread and merges them; pass 2
-   writes exp(x - m) / s, or x - m - log s. Reads the row twice (the second from L1/L2 for rows
-   that fit), writes it once. Backward: sum(g * y) (softmax) or sum(g) (log_softmax) in one pass,
-   then gx in a second: 2 + 2 reads, 1 write per element. Math in fp32. */
+   Fast path (cols <= 1024, cols a multiple of 16 / sizeof(T), rows 16-byte aligned): one warp per
+   row, 8 rows per block; lane L holds 16-byte vectors L, L + 32, ... of the row in registers
+   (NV of them, NV from 1 to 8 picked per call), so the row is read once and written once:
+   forward max, then sum of exp(x - m) (from registers), then the output; backward reads g and y
+   once, sum(g * y) (softmax) or sum(g) (log_softmax), then gx. Traffic: 2 bytes per element and
+   direction for bf16 (2 reads + 1 write backward), the least there is.
+   Fallback (any other shape): one warp per row for cols <= 1024, else a block of 256 threads per
+   row; forward keeps an online (max m, sum s of exp(x - m)) per thread and merges them, then
+   writes exp(x - m) / s, or x - m - log s, re-reading the row (from L1/L2 for rows that fit);
+   backward 2 + 2 reads, 1 write per element. Math in fp32. */
+/* the register-row helpers shared by sections 5 and 6 */
+static int bt__k_pick_nv(int64_t nvec) { int n = (int)((nvec + 31) / 32); return n <= 4 ? (n < 1 ? 1 : n) : n <= 6 ? 6 : 8; }
+/* NV for a row of nvec vectors (inside BT__K_DISPATCH*: 2-byte rows of <= 1024 elements never need more than 4) */
+#define BT__K_NV_DISPATCH(nv, ...) switch (nv) { \
+    case 1: { const int NV = 1; __VA_ARGS__; } break; case 2: { const int NV = 2; __VA_ARGS__; } break; \
+    case 3: { const int NV = 3; __VA_ARGS__; } break; case 4: { const int NV = 4; __VA_ARGS__; } break; \
+    case 6: { const int NV = sizeof(T) == 2 ? 4 : 6; __VA_ARGS__; } break; \
+    default: { const int NV = sizeof(T) == 2 ? 4 : 8; __VA_ARGS__; } break; }
+/* rows of the fast path: n elements a multiple of the vector, at most 1024, pointers 16-byte aligned */
+static int bt__k_rowfast(int64_t n, size_t es, const void *a, const void *b, const void *c, const void *d) {
+    int64_t ve = (int64_t)(16 / es);
+    return n <= 1024 && n % ve == 0 && bt__k_aligned16(a) && bt__k_aligned16(b) && bt__k_aligned16(c) && bt__k_aligned16(d);
+}
+static unsigned bt__k_warprows_grid(int64_t rows) {
+    int64_t g = (rows + 7) / 8, cap = (int64_t)bt__k_cur()->sm_count * 32;
+    return (unsigned)(g < cap ? (g < 1 ? 1 : g) : cap);
+}
+#define BT__K_WARP_ROW_LOOP(row, rows) \
+    for (int64_t row = blockIdx.x * (int64_t)8 + (threadIdx.x >> 5); row < (rows); row += (int64_t)gridDim.x * 8)
+/* lane's vectors i = 0..NV-1 of a row: x[i][e] = row[(lane + 32 i) VE + e] as fp32, 0 past nvec */
+template <typename T, int NV>
+__device__ __forceinline__ void bt__k_row_ld(float x[NV][16 / sizeof(T)], const T *row, int nvec) {
+    const int VE = 16 / sizeof(T);
+    int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        int c = lane + 32 * i;
+        if (c < nvec) {
+            T a[VE];
+            bt__k_ld16(a, row + c * VE);
+#pragma unroll
+            for (int e = 0; e < VE; e++) x[i][e] = bt__k_tof(a[e]);
+        } else {
+#pragma unroll
+            for (int e = 0; e < VE; e++) x[i][e] = 0.f;
+        }
+    }
+}
+template <typename T, int NV>
+__device__ __forceinline__ void bt__k_row_st(T *row, const float x[NV][16 / sizeof(T)], int nvec) {
+    const int VE = 16 / sizeof(T);
+    int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        int c = lane + 32 * i;
+        if (c < nvec) {
+            T a[VE];
+#pragma unroll
+            for (int e = 0; e < VE; e++) a[e] = bt__k_from<T>(x[i][e]);
+            bt__k_st16(row + c * VE, a);
+        }
+    }
+}
+__device__ __forceinline__ float bt__k_wmax(float v) {
+    for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+template <typename T, int NV>
+__global__ void __launch_bounds__(256) bt__k_softmax_warp(T *out, const T *x, int64_t rows, int cols, int log) {
+    const int VE = 16 / sizeof(T);
+    int nvec = cols / VE, lane = threadIdx.x & 31;
+    BT__K_WARP_ROW_LOOP(row, rows) {
+        float v[NV][VE];
+        bt__k_row_ld<T, NV>(v, x + row * cols, nvec);
+        float m = -INFINITY, sm = 0.f;
+#pragma unroll
+        for (int i = 0; i < NV; i++)
+            if (lane + 32 * i < nvec)
+#pragma unroll
+                for (int e = 0; e < VE; e++) m = fmaxf(m, v[i][e]);
+        m = bt__k_wmax(m);
+#pragma unroll
+        for (int i = 0; i < NV; i++)
+            if (lane + 32 * i < nvec)
+#pragma unroll
+                for (int e = 0; e < VE; e++) {
+                    float ex = expf(v[i][e] - m);
+                    sm += ex;
+                    if (!log) v[i][e] = ex;
+                }
+        sm = bt__k_wsum(sm);
+        float inv = 1.f / sm, ls = logf(sm);
+#pragma unroll
+        for (int i = 0; i < NV; i++)
+#pragma unroll
+            for (int e = 0; e < VE; e++) v[i][e] = log ? v[i][e] - m - ls : v[i][e] * inv;
+        bt__k_row_st<T, NV>(out + row * cols, v, nvec);
+    }
+}
+template <typename T, int NV>
+__global__ void __launch_bounds__(256) bt__k_softmax_bwd_warp(T *gx, const T *g, const T *y, int64_t rows, int cols, int log) {
+    const int VE = 16 / sizeof(T);
+    int nvec = cols / VE;
+    BT__K_WARP_ROW_LOOP(row, rows) {
+        float gv[NV][VE], yv[NV][VE];
+        bt__k_row_ld<T, NV>(gv, g + row * cols, nvec);
+        bt__k_row_ld<T, NV>(yv, y + row * cols, nvec);
+        float acc = 0.f;   /* padded lanes hold zeros */
+#pragma unroll
+        for (int i = 0; i < NV; i++)
+#pragma unroll
+            for (int e = 0; e < VE; e++) acc += log ? gv[i][e] : gv[i][e] * yv[i][e];
+        acc = bt__k_wsum(acc);
+#pragma unroll
+        for (int i = 0; i < NV; i++)
+#pragma unroll
+            for (int e = 0; e < VE; e++)
+                gv[i][e] = log ? gv[i][e] - expf(yv[i][e]) * acc : yv[i][e] * (gv[i][e] - acc);
+        bt__k_row_st<T, NV>(gx + row * cols, gv, nvec);
+    }
+}
 static void bt__k_rowcfg(int64_t rows, int64_t cols, dim3 *blk, unsigned *grid) {
     int tpr = cols <= 1024 ? 32 : 256, rpb = tpr == 32 ? 8 : 1;
     *blk = dim3(tpr, rpb);
@@ -987,8 +1103,15 @@ BTDEF void bt_k_softmax(bt_dtype dt, void *out, const void *x, int64_t rows, int
     dim3 blk; unsigned grid;
     bt__k_rowcfg(rows, cols, &blk, &grid);
     BT__K_DISPATCH3(dt, "bt_k_softmax", {
-        if (log) bt__k_softmax_kernel<T, 1><<<grid, blk, 0, s>>>((T *)out, (const T *)x, rows, cols);
-        else bt__k_softmax_kernel<T, 0><<<grid, blk, 0, s>>>((T *)out, (const T *)x, rows, cols);
+        if (bt__k_rowfast(cols, sizeof(T), out, x, x, x)) {
+            int nv = bt__k_pick_nv(cols / (int64_t)(16 / sizeof(T)));
+            BT__K_NV_DISPATCH(nv, bt__k_softmax_warp<T, NV><<<bt__k_warprows_grid(rows), 256, 0, s>>>((T *)out, (const T *)x, rows,
+                                                                                                     (int)cols, log))
+        } else if (log) {
+            bt__k_softmax_kernel<T, 1><<<grid, blk, 0, s>>>((T *)out, (const T *)x, rows, cols);
+        } else {
+            bt__k_softmax_kernel<T, 0><<<grid, blk, 0, s>>>((T *)out, (const T *)x, rows, cols);
+        }
     })
     BT__K_LAUNCHED("bt_k_softmax");
 }
@@ -998,23 +1121,178 @@ BTDEF void bt_k_softmax_backward(bt_dtype dt, void *gx, const void *gout, const 
     dim3 blk; unsigned grid;
     bt__k_rowcfg(rows, cols, &blk, &grid);
     BT__K_DISPATCH3(dt, "bt_k_softmax_backward", {
-        if (log) bt__k_softmax_bwd_kernel<T, 1><<<grid, blk, 0, s>>>((T *)gx, (const T *)gout, (const T *)y, rows, cols);
-        else bt__k_softmax_bwd_kernel<T, 0><<<grid, blk, 0, s>>>((T *)gx, (const T *)gout, (const T *)y, rows, cols);
+        if (bt__k_rowfast(cols, sizeof(T), gx, gout, y, y)) {
+            int nv = bt__k_pick_nv(cols / (int64_t)(16 / sizeof(T)));
+            BT__K_NV_DISPATCH(nv, bt__k_softmax_bwd_warp<T, NV><<<bt__k_warprows_grid(rows), 256, 0, s>>>(
+                                      (T *)gx, (const T *)gout, (const T *)y, rows, (int)cols, log))
+        } else if (log) {
+            bt__k_softmax_bwd_kernel<T, 1><<<grid, blk, 0, s>>>((T *)gx, (const T *)gout, (const T *)y, rows, cols);
+        } else {
+            bt__k_softmax_bwd_kernel<T, 0><<<grid, blk, 0, s>>>((T *)gx, (const T *)gout, (const T *)y, rows, cols);
+        }
     })
     BT__K_LAUNCHED("bt_k_softmax_backward");
 }
 
 /* ---- 6. layernorm over the last dim C ------------------------------------------------------------
    Forward: mean = sum x / C, var = sum (x - mean)^2 / C (biased; two passes for accuracy),
-   rstd = 1 / sqrt(var + eps), out = (x - mean) rstd w + b. One warp per row for C <= 1024, else a
-   block per row. Traffic: x read 3 times (passes 2 and 3 mostly from L1/L2), out written once,
-   w and b read per row (cached), 8 bytes of mean/rstd per row.
+   rstd = 1 / sqrt(var + eps), out = (x - mean) rstd w + b.
    Backward, with xhat = (x - mean) rstd and wg = w g:
-     gx = rstd (wg - mean_j(wg) - xhat mean_j(wg xhat))      (kernel 1: rows, like the forward)
-     gw += sum_rows g xhat, gb += sum_rows g                  (kernel 2: 32 columns x 8 rows per
-   block, row chunks split over grid.y, fp32 partials [splits, C]; kernel 3 adds the partials in a
-   fixed order into gw, gb). No atomics, so the same bits every run. Traffic: g, x read twice
-   (once per kernel), gx written once, 8 bytes per column per split of partials. */
+     gx = rstd (wg - mean_j(wg) - xhat mean_j(wg xhat)),  gw += sum_rows g xhat,  gb += sum_rows g.
+   Fast path (C <= 1024, C a multiple of 16 / sizeof(T), pointers 16-byte aligned): one warp per
+   row with the row in registers as 16-byte vectors (see section 5), w and b loaded once per warp.
+   Forward reads x once and writes out once (+ 8 bytes of mean/rstd per row): both passes of the
+   variance run over registers; w and b are re-read per row from L1 (holding them in registers
+   would halve the warps per SM). Backward reads g and x once and writes gx once; the gw/gb column
+   sums ride along: each warp keeps fp32 partials of g xhat and g over the rows it visits in its own
+   shared-memory rows, the block adds its 8 warps' rows in warp order into one [C] partial per
+   block (fp32 scratch [blocks, C] x 2, at most 3 blocks per SM), and a last small kernel adds the
+   block partials into gw, gb in a fixed order, 32 partials at a time in parallel (a serial walk
+   over hundreds of partials is latency-bound: it made the first fused version slower than the
+   two-kernel one). No atomics: the same bits on every run (for a given GPU, whose SM count sets
+   the grid).
+   Fallback: one warp (C <= 1024) or block (larger C) per row re-reading x three times forward;
+   backward a row kernel for gx plus a column kernel (32 columns x 8 rows per block, row chunks
+   over grid.y, fp32 partials [splits, C]) for gw, gb, then the same fixed-order add. */
+template <typename T, int NV>
+__global__ void __launch_bounds__(256) bt__k_layernorm_warp(T *out, float *mean, float *rstd, const T *x, const T *w,
+                                                            const T *b, int64_t rows, int C, float eps) {
+    const int VE = 16 / sizeof(T);
+    int nvec = C / VE, lane = threadIdx.x & 31;
+    BT__K_WARP_ROW_LOOP(row, rows) {
+        float v[NV][VE];
+        bt__k_row_ld<T, NV>(v, x + row * C, nvec);
+        float acc = 0.f;
+#pragma unroll
+        for (int i = 0; i < NV; i++)
+#pragma unroll
+            for (int e = 0; e < VE; e++) acc += v[i][e];   /* padded lanes hold zeros */
+        float mu = bt__k_wsum(acc) / (float)C;
+        acc = 0.f;
+#pragma unroll
+        for (int i = 0; i < NV; i++)
+            if (lane + 32 * i < nvec)
+#pragma unroll
+                for (int e = 0; e < VE; e++) { float d = v[i][e] - mu; acc += d * d; }
+        float rs = 1.f / sqrtf(bt__k_wsum(acc) / (float)C + eps);
+        {
+            float wb[NV][VE];
+#pragma unroll
+            for (int i = 0; i < NV; i++)
+#pragma unroll
+                for (int e = 0; e < VE; e++) v[i][e] = (v[i][e] - mu) * rs;
+            if (w) {
+                bt__k_row_ld<T, NV>(wb, w, nvec);
+#pragma unroll
+                for (int i = 0; i < NV; i++)
+#pragma unroll
+                    for (int e = 0; e < VE; e++) v[i][e] *= wb[i][e];
+            }
+            if (b) {
+                bt__k_row_ld<T, NV>(wb, b, nvec);
+#pragma unroll
+                for (int i = 0; i < NV; i++)
+#pragma unroll
+                    for (int e = 0; e < VE; e++) v[i][e] += wb[i][e];
+            }
+        }
+        bt__k_row_st<T, NV>(out + row * C, v, nvec);
+        if (lane == 0) {
+            if (mean) mean[row] = mu;
+            if (rstd) rstd[row] = rs;
+        }
+    }
+}
+/* gx for the rows of each warp; when pw != NULL also the block's column partials pw, pb [gridDim.x, C]:
+   each warp adds g xhat and g of its rows into its own shared-memory region (a lane only ever
+   touches its own columns, stored lane-major, slot (i VE + e) 32 + lane: no synchronization and no
+   bank conflicts), then the block sums its 8 warps' regions in warp order. Dynamic shared memory:
+   16 regions of NV VE 32 floats when pw != NULL. 256 threads. */
+template <typename T, int NV>
+__global__ void __launch_bounds__(256, 3) bt__k_layernorm_bwd_warp(T *gx, float *pw, float *pb, const T *g, const T *x, const T *w,
+                                                                const float *mean, const float *rstd, int64_t rows, int C) {
+    extern __shared__ __align__(16) float bt__k_ln_sh[];
+    const int VE = 16 / sizeof(T);
+    int nvec = C / VE, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int R = NV * VE * 32;
+    float *sw = bt__k_ln_sh + warp * R + lane, *sb = bt__k_ln_sh + (8 + warp) * R + lane;
+    if (pw)
+#pragma unroll
+        for (int i = 0; i < NV; i++)
+            if (lane + 32 * i < nvec)
+#pragma unroll
+                for (int e = 0; e < VE; e++) { sw[(i * VE + e) * 32] = 0.f; sb[(i * VE + e) * 32] = 0.f; }
+    BT__K_WARP_ROW_LOOP(row, rows) {
+        float gv[NV][VE], xv[NV][VE];
+        bt__k_row_ld<T, NV>(gv, g + row * C, nvec);
+        bt__k_row_ld<T, NV>(xv, x + row * C, nvec);
+        float mu = mean[row], rs = rstd[row], a = 0.f, bb = 0.f;
+#pragma unroll
+        for (int i = 0; i < NV; i++)
+#pragma unroll
+            for (int e = 0; e < VE; e++) xv[i][e] = (xv[i][e] - mu) * rs;   /* xhat (unused past nvec) */
+        if (pw)
+#pragma unroll
+            for (int i = 0; i < NV; i++)
+                if (lane + 32 * i < nvec)
+#pragma unroll
+                    for (int e = 0; e < VE; e++) {
+                        sw[(i * VE + e) * 32] += gv[i][e] * xv[i][e];
+                        sb[(i * VE + e) * 32] += gv[i][e];
+                    }
+        if (w) {   /* gv becomes w g; w re-read per row from L1 */
+            float wv[NV][VE];
+            bt__k_row_ld<T, NV>(wv, w, nvec);
+#pragma unroll
+            for (int i = 0; i < NV; i++)
+#pragma unroll
+                for (int e = 0; e < VE; e++) gv[i][e] *= wv[i][e];
+        }
+#pragma unroll
+        for (int i = 0; i < NV; i++)
+#pragma unroll
+            for (int e = 0; e < VE; e++) { a += gv[i][e]; bb += gv[i][e] * xv[i][e]; }   /* g is zero past nvec */
+        a = bt__k_wsum(a) / (float)C;
+        bb = bt__k_wsum(bb) / (float)C;
+        if (gx) {
+#pragma unroll
+            for (int i = 0; i < NV; i++)
+#pragma unroll
+                for (int e = 0; e < VE; e++) xv[i][e] = rs * (gv[i][e] - a - xv[i][e] * bb);
+            bt__k_row_st<T, NV>(gx + row * C, xv, nvec);
+        }
+    }
+    if (!pw) return;
+    __syncthreads();
+    for (int j = threadIdx.x; j < C; j += blockDim.x) {
+        int c = j / VE, slot = ((c >> 5) * VE + (j - c * VE)) * 32 + (c & 31);
+        float aw = 0.f, ab = 0.f;
+        for (int k = 0; k < 8; k++) { aw += bt__k_ln_sh[k * R + slot]; ab += bt__k_ln_sh[(8 + k) * R + slot]; }
+        pw[(int64_t)blockIdx.x * C + j] = aw;
+        pb[(int64_t)blockIdx.x * C + j] = ab;
+    }
+}
+/* gw[c] += sum_z pw[z, c], gb likewise, for many partials z: 32 columns x 32 threads per block; each
+   thread adds the partials z = ty, ty + 32, ... in order, then the column's 32 sums are added in ty
+   order (fixed: the same bits every run). Parallel over z, where the fallback's add walks z serially. */
+template <typename T>
+__global__ void __launch_bounds__(1024) bt__k_layernorm_bwd_add32(T *gw, T *gb, const float *pw, const float *pb, int splits,
+                                                                  int64_t C) {
+    __shared__ float sw[32][33], sb[32][33];
+    int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+    int64_t c = blockIdx.x * (int64_t)32 + tx;
+    float aw = 0.f, ab = 0.f;
+    if (c < C)
+#pragma unroll 4
+        for (int z = ty; z < splits; z += 32) { aw += pw[(int64_t)z * C + c]; ab += pb[(int64_t)z * C + c]; }
+    sw[ty][tx] = aw; sb[ty][tx] = ab;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        for (int y = 1; y < 32; y++) { aw += sw[y][tx]; ab += sb[y][tx]; }
+        if (gw) gw[c] = bt__k_from<T>(bt__k_tof(gw[c]) + aw);
+        if (gb) gb[c] = bt__k_from<T>(bt__k_tof(gb[c]) + ab);
+    }
+}
 template <typename T>
 __global__ void bt__k_layernorm_kernel(T *out, float *mean, float *rstd, const T *x, const T *w, const T *b,
                                        int64_t rows, int64_t C, float eps) {
@@ -1094,8 +1372,14 @@ BTDEF void bt_k_layernorm(bt_dtype dt, void *out, float *mean, float *rstd, cons
     dim3 blk; unsigned grid;
     bt__k_rowcfg(rows, C, &blk, &grid);
     BT__K_DISPATCH3(dt, "bt_k_layernorm", {
-        bt__k_layernorm_kernel<T><<<grid, blk, 0, s>>>((T *)out, mean, rstd, (const T *)x, (const T *)w, (const T *)b,
-                                                       rows, C, eps);
+        if (bt__k_rowfast(C, sizeof(T), out, x, w ? w : x, b ? b : x)) {
+            int nv = bt__k_pick_nv(C / (int64_t)(16 / sizeof(T)));
+            BT__K_NV_DISPATCH(nv, bt__k_layernorm_warp<T, NV><<<bt__k_warprows_grid(rows), 256, 0, s>>>(
+                                      (T *)out, mean, rstd, (const T *)x, (const T *)w, (const T *)b, rows, (int)C, eps))
+        } else {
+            bt__k_layernorm_kernel<T><<<grid, blk, 0, s>>>((T *)out, mean, rstd, (const T *)x, (const T *)w, (const T *)b,
+                                                           rows, C, eps);
+        }
     })
     BT__K_LAUNCHED("bt_k_layernorm");
 }
@@ -1106,26 +1390,52 @@ BTDEF void bt_k_layernorm_backward(bt_dtype dt, void *gx, void *gw, void *gb, co
     dim3 blk; unsigned grid;
     bt__k_rowcfg(rows, C, &blk, &grid);
     int64_t sms = bt__k_cur()->sm_count, cb = (C + 31) / 32;
-    int64_t splits = (4 * sms + cb - 1) / cb, maxs = (rows + 7) / 8;
-    if (splits > maxs) splits = maxs;
-    if (splits > 1024) splits = 1024;
-    if (splits < 1) splits = 1;
-    int64_t chunk = (rows + splits - 1) / splits;
-    splits = (rows + chunk - 1) / chunk;
     BT__K_DISPATCH3(dt, "bt_k_layernorm_backward", {
-        if (gx) {
-            bt__k_layernorm_bwd_gx<T><<<grid, blk, 0, s>>>((T *)gx, (const T *)gout, (const T *)x, (const T *)w, mean,
-                                                           rstd, rows, C);
+        if (bt__k_rowfast(C, sizeof(T), gx ? gx : gout, gout, x, w ? w : x)) {
+            /* one pass: gx and the block partials of gw, gb; then their fixed-order sum */
+            int64_t nblk = (rows + 7) / 8, cap = 3 * sms;
+            if (nblk > cap) nblk = cap;
+            float *pw = NULL, *pb = NULL;
+            size_t shb = 0;
+            if (gw || gb) {
+                pw = (float *)bt__k_scratch((size_t)(2 * nblk * C) * sizeof(float), s);
+                pb = pw + nblk * C;
+            }
+            int nv = bt__k_pick_nv(C / (int64_t)(16 / sizeof(T)));
+            BT__K_NV_DISPATCH(nv, {
+                if (pw) shb = (size_t)16 * NV * (16 / sizeof(T)) * 32 * sizeof(float);
+                BT__K_CUDA(cudaFuncSetAttribute(bt__k_layernorm_bwd_warp<T, NV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                (int)shb), "bt_k_layernorm_backward");
+                bt__k_layernorm_bwd_warp<T, NV><<<(unsigned)nblk, 256, shb, s>>>((T *)gx, pw, pb, (const T *)gout, (const T *)x,
+                                                                              (const T *)w, mean, rstd, rows, (int)C);
+            })
             BT__K_LAUNCHED("bt_k_layernorm_backward");
-        }
-        if (gw || gb) {
-            float *pw = (float *)bt__k_scratch((size_t)(2 * splits * C) * sizeof(float), s), *pb = pw + splits * C;
-            bt__k_layernorm_bwd_wb<T><<<dim3((unsigned)cb, (unsigned)splits), dim3(32, 8), 0, s>>>(
-                pw, pb, (const T *)gout, (const T *)x, mean, rstd, rows, C, chunk);
-            BT__K_LAUNCHED("bt_k_layernorm_backward");
-            bt__k_layernorm_bwd_add<T><<<bt__k_blocks(C, 256), 256, 0, s>>>((T *)gw, (T *)gb, pw, pb, (int)splits, C);
-            BT__K_LAUNCHED("bt_k_layernorm_backward");
-            bt_free(pw);
+            if (pw) {
+                bt__k_layernorm_bwd_add32<T><<<(unsigned)((C + 31) / 32), 1024, 0, s>>>((T *)gw, (T *)gb, pw, pb, (int)nblk, C);
+                BT__K_LAUNCHED("bt_k_layernorm_backward");
+                bt_free(pw);
+            }
+        } else {
+            int64_t splits = (4 * sms + cb - 1) / cb, maxs = (rows + 7) / 8;
+            if (splits > maxs) splits = maxs;
+            if (splits > 1024) splits = 1024;
+            if (splits < 1) splits = 1;
+            int64_t chunk = (rows + splits - 1) / splits;
+            splits = (rows + chunk - 1) / chunk;
+            if (gx) {
+                bt__k_layernorm_bwd_gx<T><<<grid, blk, 0, s>>>((T *)gx, (const T *)gout, (const T *)x, (const T *)w, mean,
+                                                               rstd, rows, C);
+                BT__K_LAUNCHED("bt_k_layernorm_backward");
+            }
+            if (gw || gb) {
+                float *pw = (float *)bt__k_scratch((size_t)(2 * splits * C) * sizeof(float), s), *pb = pw + splits * C;
+                bt__k_layernorm_bwd_wb<T><<<dim3((unsigned)cb, (unsigned)splits), dim3(32, 8), 0, s>>>(
+                    pw, pb, (const T *)gout, (const T *)x, mean, rstd, rows, C, chunk);
+                BT__K_LAUNCHED("bt_k_layernorm_backward");
+                bt__k_layernorm_bwd_add<T><<<bt__k_blocks(C, 256), 256, 0, s>>>((T *)gw, (T *)gb, pw, pb, (int)splits, C);
+                BT__K_LAUNCHED("bt_k_layernorm_backward");
+                bt_free(pw);
+            }
         }
     })
 }
@@ -1312,27 +1622,61 @@ BTDEF void bt_k_embedding_backward(bt_dtype dt, void *gtable, const void *gout, 
 }
 
 /* ---- 8. fused cross-entropy over a padded vocabulary ----------------------------------------------
-   Forward, per row i: lse = log sum_{j < V} exp(x_j) (online max/sum, one block of 256 threads
-   per row), loss = lse - x_{t_i} (0 for ignored rows). Reads the V real logits once (16-byte
-   vectors when Vp and the pointer allow), writes 8 bytes per row.
+   Forward, per row i: lse = log sum_{j < V} exp(x_j), loss = lse - x_{t_i} (0 for ignored rows).
+   One block of 256 threads per row, one pass over the V real logits: each thread loads 4 16-byte
+   vectors at a time (all in flight before the first use), takes their max, rescales its running
+   sum once per chunk, and adds the chunk's exp(x - m) in 4 independent partial sums (the old loop
+   updated (max, sum) element by element, a serial chain that kept one load in flight); the
+   threads' (m, s) are merged at the end. Reads the V logits once (16-byte vectors when Vp and the
+   pointer allow, else element loads), writes 8 bytes per row.
    Backward: glogits = gloss_i (exp(x_j - lse) - [j == t_i]) for j < V, 0 for V <= j < Vp and for
    ignored rows: reads V and writes Vp logits per row, no max/sum pass (lse is saved). */
+/* 2^x in one MUFU instruction (2 ulp; -inf gives 0) */
+__device__ __forceinline__ float bt__k_ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
 template <typename T>
-__global__ void bt__k_xent_kernel(float *losses, float *lse, const T *logits, const int32_t *tg, int64_t N, int64_t V,
-                                  int64_t Vp, int ignore, int *bad, int vec) {
+__global__ void __launch_bounds__(256) bt__k_xent_kernel(float *losses, float *lse, const T *logits, const int32_t *tg,
+                                                         int64_t N, int64_t V, int64_t Vp, int ignore, int *bad, int vec) {
     __shared__ float sh[64];
-    const int VE = 16 / sizeof(T);
+    const int VE = 16 / sizeof(T), U = 4;
     for (int64_t row = blockIdx.x; row < N; row += gridDim.x) {
         const T *xr = logits + row * Vp;
         float m = -INFINITY, sm = 0.f;
         if (vec) {
             int64_t nc = (V + VE - 1) / VE;
-            for (int64_t c = threadIdx.x; c < nc; c += blockDim.x) {
-                T a[VE];
-                bt__k_ld16(a, xr + c * VE);
+            for (int64_t c0 = threadIdx.x; c0 < nc; c0 += (int64_t)U * blockDim.x) {
+                float xv[U][VE];
 #pragma unroll
-                for (int e = 0; e < VE; e++)
-                    if (c * VE + e < V) bt__k_ms_add(m, sm, bt__k_tof(a[e]));
+                for (int u = 0; u < U; u++) {
+                    int64_t c = c0 + (int64_t)u * blockDim.x;
+                    if (c < nc) {
+                        T a[VE];
+                        bt__k_ld16(a, xr + c * VE);
+#pragma unroll
+                        for (int e = 0; e < VE; e++) xv[u][e] = c * VE + e < V ? bt__k_tof(a[e]) : -INFINITY;
+                    } else {
+#pragma unroll
+                        for (int e = 0; e < VE; e++) xv[u][e] = -INFINITY;
+                    }
+                }
+                float cm = -INFINITY, part[U];
+#pragma unroll
+                for (int u = 0; u < U; u++)
+#pragma unroll
+                    for (int e = 0; e < VE; e++) cm = fmaxf(cm, xv[u][e]);
+                if (cm > m) { sm *= expf(m - cm); m = cm; }
+                if (m == -INFINITY) continue;
+                float nm = -m * 1.4426950408889634f;   /* exp(x - m) = 2^(x log2 e - m log2 e): one FFMA, one MUFU */
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    part[u] = 0.f;
+#pragma unroll
+                    for (int e = 0; e < VE; e++) part[u] += bt__k_ex2(fmaf(xv[u][e], 1.4426950408889634f, nm));
+                }
+                sm += (part[0] + part[1]) + (part[2] + part[3]);
             }
         } else {
             for (int64_t j = threadIdx.x; j < V; j += blockDim.x) bt__k_ms_add(m, sm, bt__k_tof(xr[j]));
@@ -1578,22 +1922,26 @@ template <typename T, int DP> __global__ void __launch_bounds__(128) bt__k_att_f
                     bt__k_mma(s[nt], qf[kd], b[0], b[1], (T *)0);
                     bt__k_mma(s[nt + 1], qf[kd], b[2], b[3], (T *)0);
                 }
-            float mx[2] = {m[0], m[1]};
+            /* m is kept in raw score units (scale > 0 commutes with max); P = 2^(S c2 - m c2), one FFMA
+               and one MUFU per element; the mask only on the diagonal tile */
+            if (j == qt)
+#pragma unroll
+                for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        if (j * 64 + nt * 8 + tg * 2 + (e & 1) > row0 + (e >> 1) * 8) s[nt][e] = -INFINITY;
+            float mx[2] = {m[0], m[1]}, mc[2];
 #pragma unroll
             for (int nt = 0; nt < 8; nt++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float x = s[nt][e] * p.c2;
-                    if (j == qt && j * 64 + nt * 8 + tg * 2 + (e & 1) > row0 + (e >> 1) * 8) x = -INFINITY;
-                    s[nt][e] = x;
-                    mx[e >> 1] = fmaxf(mx[e >> 1], x);
-                }
+                for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
                 mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-                float al = exp2f(m[r] - mx[r]);   /* key 0 is in every row: mx is finite */
+                float al = bt__k_ex2((m[r] - mx[r]) * p.c2);   /* key 0 is in every row: mx is finite */
                 m[r] = mx[r];
+                mc[r] = -mx[r] * p.c2;
                 l[r] *= al;
 #pragma unroll
                 for (int i = 0; i < ND; i++) { o[i][2 * r] *= al; o[i][2 * r + 1] *= al; }
@@ -1602,7 +1950,7 @@ template <typename T, int DP> __global__ void __launch_bounds__(128) bt__k_att_f
             for (int nt = 0; nt < 8; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    float pv = exp2f(s[nt][e] - m[e >> 1]);
+                    float pv = bt__k_ex2(fmaf(s[nt][e], p.c2, mc[e >> 1]));
                     s[nt][e] = pv;
                     l[e >> 1] += pv;
                 }
@@ -1632,7 +1980,7 @@ template <typename T, int DP> __global__ void __launch_bounds__(128) bt__k_att_f
 #pragma unroll
             for (int dn = 0; dn < ND; dn++)
                 bt__k_att_st2(orow, dn * 8 + tg * 2, p.D, o[dn][2 * r] * inv, o[dn][2 * r + 1] * inv, p.vec_out);
-            if (tg == 0 && p.lse_out) p.lse_out[bh * p.T + row] = (m[r] + log2f(l[r])) * BT__K_ATT_LN2;
+            if (tg == 0 && p.lse_out) p.lse_out[bh * p.T + row] = (m[r] * p.c2 + log2f(l[r])) * BT__K_ATT_LN2;
         }
     }
 }
@@ -1696,12 +2044,17 @@ template <typename T, int DP> __global__ void __launch_bounds__(128) bt__k_att_d
 #pragma unroll
             for (int nt = 0; nt < 8; nt++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int r = e >> 1;
-                    float pv = exp2f(s[nt][e] * p.c2 - lse2[r]);
-                    if (j == qt && j * 64 + nt * 8 + tg * 2 + (e & 1) > row0 + r * 8) pv = 0.f;
-                    s[nt][e] = pv * (dp[nt][e] - dv[r]);   /* dS / scale */
-                }
+                for (int e = 0; e < 4; e++) s[nt][e] = bt__k_ex2(fmaf(s[nt][e], p.c2, -lse2[e >> 1]));
+            if (j == qt)
+#pragma unroll
+                for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        if (j * 64 + nt * 8 + tg * 2 + (e & 1) > row0 + (e >> 1) * 8) s[nt][e] = 0.f;
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) s[nt][e] *= dp[nt][e] - dv[e >> 1];   /* dS / scale */
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) {
                 uint32_t a[4] = {bt__k_pack2(s[2 * kk][0], s[2 * kk][1], (T *)0), bt__k_pack2(s[2 * kk][2], s[2 * kk][3], (T *)0),
@@ -1798,13 +2151,19 @@ template <typename T, int DP> __global__ void __launch_bounds__(128) bt__k_att_d
 #pragma unroll
             for (int nt = 0; nt < 8; nt++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int qc = nt * 8 + tg * 2 + (e & 1), qrow = i * 64 + qc;
-                    float pv = exp2f(s[nt][e] * p.c2 - Lc[qc]);
-                    if (edge && (qrow >= p.T || key0 + (e >> 1) * 8 > qrow)) pv = 0.f;
-                    s[nt][e] = pv;
-                    dp[nt][e] = pv * (dp[nt][e] - Dc[qc]);   /* dS^T / scale */
-                }
+                for (int e = 0; e < 4; e++) s[nt][e] = bt__k_ex2(fmaf(s[nt][e], p.c2, -Lc[nt * 8 + tg * 2 + (e & 1)]));
+            if (edge)
+#pragma unroll
+                for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        int qrow = i * 64 + nt * 8 + tg * 2 + (e & 1);
+                        if (qrow >= p.T || key0 + (e >> 1) * 8 > qrow) s[nt][e] = 0.f;
+                    }
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) dp[nt][e] = s[nt][e] * (dp[nt][e] - Dc[nt * 8 + tg * 2 + (e & 1)]);   /* dS^T / scale */
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) {
                 uint32_t a[4] = {bt__k_pack2(s[2 * kk][0], s[2 * kk][1], (T *)0), bt__k_pack2(s[2 * kk][2], s[2 * kk][3], (T *)0),

@@ -10,7 +10,10 @@
    GB/s = bytes / time, and "% copy" compares it with a device-to-device cudaMemcpy measured in
    the same run (bytes read + written). TFLOP/s counts 2 M N K per product (attention: only the
    causal half of its T x T products, 2 of them forward and 5 backward) against an 8192^3 bf16
-   cuBLASLt product measured in the same run. The last lines are a markdown table. */
+   cuBLASLt product measured in the same run. Attention runs at the GPT-2 step shape (B 16) in
+   bf16 and f32 on the model's [B, T, H, D] strides, next to PyTorch's SDPA (is_causal) timed by
+   bench/bench_attention_torch.py (run through popen from the repository root: same GPU, same
+   run); the ratio lines say how fast ours is against it. The last lines are a markdown table. */
 #define BT_ALLOC_IMPLEMENTATION
 #define BT_KERNELS_IMPLEMENTATION
 #include "bt_kernels.cuh"

@@ -492,10 +492,11 @@ static void test_sumsq(void) {
 
 static void test_softmax(void) {
     NEED_GPU();
-    int64_t rows = 37, colss[] = {77, 1500};
+    /* 77, 1500: the general kernels; 768, 1024, 264, 40: the warp-per-row register path (1..8 vectors per lane) */
+    int64_t rows = 37, colss[] = {77, 1500, 768, 1024, 264, 40};
     bt_dtype dts[] = {BT_F32, BT_BF16, BT_F16};
     char what[80];
-    for (int c = 0; c < 2; c++)
+    for (int c = 0; c < 6; c++)
         for (int k = 0; k < 3; k++)
             for (int lg = 0; lg < 2; lg++) {
                 bt_dtype dt = dts[k];
@@ -530,13 +531,15 @@ static void test_softmax(void) {
 
 static void test_layernorm(void) {
     NEED_GPU();
-    int64_t rows = 37, Cs[] = {77, 773, 1500};
+    /* 77, 773, 1500: the general kernels; 768 (over 5000 rows: several rows per warp and the grid
+       cap of the fused gw/gb partials), 264, 1024: the warp-per-row register path */
+    int64_t Cs[] = {77, 773, 1500, 768, 264, 1024};
     bt_dtype dts[] = {BT_F32, BT_BF16, BT_F16};
     char what[96];
-    for (int c = 0; c < 3; c++)
+    for (int c = 0; c < 6; c++)
         for (int k = 0; k < 3; k++) {
             bt_dtype dt = dts[k];
-            int64_t C = Cs[c], n = rows * C;
+            int64_t C = Cs[c], rows = C == 768 ? (g_quick ? 300 : 5000) : 37, n = rows * C;
             seed(700 + c * 8 + k);
             double *x = rvec(n, -1.5, 2.5), *w = rvec(C, 0.5, 1.5), *b = rvec(C, -0.5, 0.5), *g = rvec(n, -1, 1);
             double *gw0 = rvec(C, -1, 1), *gb0 = rvec(C, -1, 1);
@@ -567,18 +570,20 @@ static void test_layernorm(void) {
                 }
             }
             bt_k_layernorm(dt, o, dm, dr, dx, dw, db, rows, C, 1e-5f, st());
-            snprintf(what, sizeof what, "layernorm [37,%lld] %s", (long long)C, tname(dt)); expect(what, dt, o, ref, n, tol_of(dt));
-            snprintf(what, sizeof what, "layernorm mean [37,%lld] %s", (long long)C, tname(dt)); expect(what, BT_F32, dm, rmean, rows, 1e-5);
-            snprintf(what, sizeof what, "layernorm rstd [37,%lld] %s", (long long)C, tname(dt)); expect(what, BT_F32, dr, rrstd, rows, 1e-5);
+            snprintf(what, sizeof what, "layernorm [%lld,%lld] %s", (long long)rows, (long long)C, tname(dt)); expect(what, dt, o, ref, n, tol_of(dt));
+            snprintf(what, sizeof what, "layernorm mean [%lld,%lld] %s", (long long)rows, (long long)C, tname(dt)); expect(what, BT_F32, dm, rmean, rows, 1e-5);
+            snprintf(what, sizeof what, "layernorm rstd [%lld,%lld] %s", (long long)rows, (long long)C, tname(dt)); expect(what, BT_F32, dr, rrstd, rows, 1e-5);
             bt_k_layernorm_backward(dt, gx, dgw, dgb, dg, dx, dw, dm, dr, rows, C, st());
-            snprintf(what, sizeof what, "layernorm_bwd gx [37,%lld] %s", (long long)C, tname(dt)); expect(what, dt, gx, gxr, n, tol_of(dt));
-            snprintf(what, sizeof what, "layernorm_bwd gw+= [37,%lld] %s", (long long)C, tname(dt)); expect(what, dt, dgw, gwr, C, tol_of(dt));
-            snprintf(what, sizeof what, "layernorm_bwd gb+= [37,%lld] %s", (long long)C, tname(dt)); expect(what, dt, dgb, gbr, C, tol_of(dt));
-            if (c == 0 && k == 0) {   /* gx NULL, gb NULL: only gw moves (by the same sum again) */
+            snprintf(what, sizeof what, "layernorm_bwd gx [%lld,%lld] %s", (long long)rows, (long long)C, tname(dt)); expect(what, dt, gx, gxr, n, tol_of(dt));
+            snprintf(what, sizeof what, "layernorm_bwd gw+= [%lld,%lld] %s", (long long)rows, (long long)C, tname(dt)); expect(what, dt, dgw, gwr, C, tol_of(dt));
+            snprintf(what, sizeof what, "layernorm_bwd gb+= [%lld,%lld] %s", (long long)rows, (long long)C, tname(dt)); expect(what, dt, dgb, gbr, C, tol_of(dt));
+            if ((c == 0 || c == 3) && k == 0) {   /* gx NULL, gb NULL: only gw moves (by the same sum again) */
                 for (int64_t j = 0; j < C; j++) gwr[j] += gwr[j] - gw0[j];
                 bt_k_layernorm_backward(dt, NULL, dgw, NULL, dg, dx, dw, dm, dr, rows, C, st());
-                expect("layernorm_bwd gw only f32", dt, dgw, gwr, C, tol_of(dt));
-                expect("layernorm_bwd gb untouched f32", dt, dgb, gbr, C, tol_of(dt));
+                snprintf(what, sizeof what, "layernorm_bwd gw only [%lld,%lld] f32", (long long)rows, (long long)C);
+                expect(what, dt, dgw, gwr, C, tol_of(dt));
+                snprintf(what, sizeof what, "layernorm_bwd gb untouched [%lld,%lld] f32", (long long)rows, (long long)C);
+                expect(what, dt, dgb, gbr, C, tol_of(dt));
             }
             free(x); free(w); free(b); free(g); free(gw0); free(gb0); free(ref); free(rmean); free(rrstd); free(gxr);
             free(gwr); free(gbr);
@@ -651,14 +656,15 @@ static void test_embedding(void) {
 
 static void test_cross_entropy(void) {
     NEED_GPU();
-    int64_t N = 37, V = 1000, Vps[] = {1024, 1003};
+    /* (V, Vp): vector loads, element loads, and GPT-2's padded vocabulary */
+    int64_t N = 37, Vs[] = {1000, 1000, 50257}, Vps[] = {1024, 1003, 50304};
     int ign = -100;
     bt_dtype dts[] = {BT_F32, BT_BF16, BT_F16};
     char what[96];
-    for (int c = 0; c < 2; c++)
+    for (int c = 0; c < 3; c++)
         for (int k = 0; k < 3; k++) {
             bt_dtype dt = dts[k];
-            int64_t Vp = Vps[c], n = N * Vp;
+            int64_t V = Vs[c], Vp = Vps[c], n = N * Vp;
             seed(900 + c * 8 + k);
             double *x = rvec(n, -4, 4), *gl = rvec(N, 0.1, 1);
             for (int64_t i = 0; i < N; i++) for (int64_t j = V; j < Vp; j++) x[i * Vp + j] = 30.0;   /* padding must not count */
