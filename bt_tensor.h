@@ -38,8 +38,8 @@
    SECTIONS (implementation)
      1. dtypes, errors, storage, tensor lifetime, scopes
      2. creation, random numbers (Philox), copies, device moves
-     3. views
-     4. the autograd node record
+     3. the autograd node record
+     4. views
      5. ops: elementwise, scalar, broadcasting binary, reductions, matmul, activations,
         softmax, layernorm, embedding, cross-entropy, attention, concat/split, casts
 */
@@ -814,7 +814,7 @@ static bt_tensor *bt__contig_as(bt_tensor *t, bt_dtype dt) {
 static bt_tensor *bt__contig(bt_tensor *t) { return bt__contig_as(t, t->dtype); }
 
 /* ============================================================================================
-   4. the autograd node record (before the views, which record nodes too)
+   3. the autograd node record (before the views, which record nodes too)
    ============================================================================================ */
 BTDEF int bt__needs_grad(bt_tensor *t) { return t && (t->requires_grad || t->grad_fn); }
 
@@ -887,7 +887,7 @@ BTDEF void bt__save(bt_node *n, bt_tensor *t) {
 static int bt__wants(bt_node *n, int i) { return n->next[i].node || n->next[i].leaf; }
 
 /* ============================================================================================
-   3. views: they share the storage; each records a node whose backward maps the gradient back
+   4. views: they share the storage; each records a node whose backward maps the gradient back
    ============================================================================================ */
 static void bt__reshape_back(bt_node *n, bt_tensor *g, bt_tensor **gin) { gin[0] = bt_reshape(g, n->in_shape[0]); }
 
