@@ -111,17 +111,20 @@ BTDEF void bt_k_cross_entropy_backward(bt_dtype dt, void *glogits, const void *l
    out = softmax(q k^T * scale + causal mask) v, lse = the log-sum-exp of each row (saved for the
    backward). q, k, v, out (and gq, gk, gv, gout) are [B, H, T, D] read/written through element
    strides {batch, head, token} (the D stride is 1): a view of a [B, T, H, D] buffer has strides
-   {T*H*D, D, H*D}. lse fp32 [B, H, T] contiguous. D from 1 to 128. f32 is computed with fp32 FFMA
-   (no TF32); bf16/f16 on tensor cores with fp32 accumulation. The backward is deterministic (no
-   atomics) and takes Dvec scratch (4 B H T bytes) from bt_alloc on the stream. */
+   {T*H*D, D, H*D}. lse fp32 [B, H, T] contiguous. D from 1 to 128. precision (as for matmul):
+   f32 data with BT_MATMUL_FP32 is computed with fp32 FFMA (no TF32), with BT_MATMUL_TF32 on TF32
+   tensor cores (fp32 accumulation and softmax); bf16/f16 always on tensor cores with fp32
+   accumulation (precision ignored). The backward is deterministic (no atomics) and takes Dvec
+   scratch (4 B H T bytes) from bt_alloc on the stream. */
 BTDEF void bt_k_attention_strided(bt_dtype dt, void *out, const int64_t *so, float *lse,
     const void *q, const int64_t *sq, const void *k, const int64_t *sk, const void *v, const int64_t *sv,
-    int64_t B, int64_t H, int64_t T, int64_t D, float scale, cudaStream_t s);
+    int64_t B, int64_t H, int64_t T, int64_t D, float scale, bt_matmul_precision precision, cudaStream_t s);
 BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t *sgq, void *gk, const int64_t *sgk,
     void *gv, const int64_t *sgv, const void *gout, const int64_t *sgo, const void *q, const int64_t *sq,
     const void *k, const int64_t *sk, const void *v, const int64_t *sv, const void *out, const int64_t *so,
-    const float *lse, int64_t B, int64_t H, int64_t T, int64_t D, float scale, cudaStream_t s);
-/* the same on contiguous [B, H, T, D] tensors (strides {H*T*D, T*D, D}) */
+    const float *lse, int64_t B, int64_t H, int64_t T, int64_t D, float scale, bt_matmul_precision precision,
+    cudaStream_t s);
+/* the same on contiguous [B, H, T, D] tensors (strides {H*T*D, T*D, D}), precision BT_MATMUL_FP32 */
 BTDEF void bt_k_attention(bt_dtype dt, void *out, float *lse, const void *q, const void *k, const void *v,
                           int64_t B, int64_t H, int64_t T, int64_t D, float scale, cudaStream_t s);
 BTDEF void bt_k_attention_backward(bt_dtype dt, void *gq, void *gk, void *gv, const void *gout, const void *q,
@@ -1769,6 +1772,9 @@ BTDEF void bt_k_cross_entropy_backward(bt_dtype dt, void *glogits, const void *l
      f32: FFMA only (fp32 parity with PyTorch with TF32 off): 256 threads, each a 4 x 4 block of
        the 64 x 64 score tile and 4 rows x D/16 columns of the output; tiles stored transposed
        ([d][row]) in shared memory so that every product reads float4s.
+     f32 with precision BT_MATMUL_TF32: the bf16 kernels' structure on mma.sync m16n8k8 tf32 (fp32
+       accumulate), fp32 shared tiles of pitch D + 4, operands rounded by cvt.rna.tf32 as they are
+       read; 10-bit mantissa operands, so about 1e-3 relative error instead of fp32's 1e-6.
    Q, K, V, out and the gradients are [B, H, T, D] read or written through element strides
    {batch, head, token} (D contiguous): the GPT-2 [B, T, H, D] layout needs no copies. Any D up
    to 128: it is padded with zeros to 32, 64 or 128 inside the kernels. */
@@ -1845,22 +1851,23 @@ template <typename T> __device__ __forceinline__ void bt__k_fragB_kn(uint32_t b[
     int l = threadIdx.x & 31, i = l >> 3;
     bt__k_ldsm4t(b, sm + (k0 + (i & 1) * 8 + (l & 7)) * ld + n0 + (i >> 1) * 8);
 }
-/* rows [r0, r0 + 64) of one head (row r at g + r st) into a [64][DP + 8] shared tile, zeros past
-   row T or column D; 16-byte cp.async chunks where whole and aligned, else element loads. */
+/* rows [r0, r0 + 64) of one head (row r at g + r st) into a [64][DP + VE] shared tile (VE = the
+   elements of 16 bytes: 8 for bf16/f16, 4 for f32), zeros past row T or column D; 16-byte cp.async
+   chunks where whole and aligned, else element loads. */
 template <typename T, int DP>
 __device__ __forceinline__ void bt__k_att_tile(T *sm, const T *g, int64_t st, int r0, int Tn, int D, int vec) {
-    const int CH = DP / 8, LD = DP + 8;
+    const int VE = 16 / (int)sizeof(T), CH = DP / VE, LD = DP + VE;
     for (int c = threadIdx.x; c < 64 * CH; c += blockDim.x) {
-        int r = c / CH, d0 = (c - r * CH) * 8;
+        int r = c / CH, d0 = (c - r * CH) * VE;
         T *dst = sm + r * LD + d0;
         int ok = r0 + r < Tn;
         const T *src = g + (int64_t)(r0 + r) * st + d0;
-        if (ok && vec && d0 + 8 <= D) {
+        if (ok && vec && d0 + VE <= D) {
             bt__k_cp16(dst, src);
         } else {
-            T tmp[8];
+            T tmp[VE];
 #pragma unroll
-            for (int e = 0; e < 8; e++) tmp[e] = (ok && d0 + e < D) ? src[e] : bt__k_from<T>(0.f);
+            for (int e = 0; e < VE; e++) tmp[e] = (ok && d0 + e < D) ? src[e] : bt__k_from<T>(0.f);
             bt__k_st16(dst, tmp);
         }
     }
@@ -2451,6 +2458,355 @@ template <int DP> __global__ void __launch_bounds__(256) bt__k_att_dkv_f32(bt__k
     }
 }
 
+/* -- f32 data on TF32 tensor cores (precision BT_MATMUL_TF32): the tensor-core kernels' structure
+   (128 threads, warp w owns 16 rows, 64 x 64 tiles, cp.async double buffering) with fp32 shared
+   tiles of pitch DP + 4 floats and mma.sync m16n8k8 tf32 (fp32 accumulate). Operands are rounded
+   to tf32 (cvt.rna: 10-bit mantissa) as they are read from shared memory; the softmax statistics,
+   P and dS stay fp32 in registers and are rounded only as operands of their products.
+   A pitch of DP + 4 (4 mod 32 banks) makes every fragment read below conflict-free: lane (g, t)
+   reads row g, column t (bank 4 g + t), or rows 2t, 2t + 1, column g (banks 8 t + g, 8 t + 4 + g).
+   Fragments (g = lane / 4, t = lane % 4): a {(g, t), (g+8, t), (g, t+4), (g+8, t+4)}, b {(k t, n g),
+   (k t+4, n g)}, c as in m16n8k16. A product whose A comes from an accumulator (P V, dS K, P^T dO,
+   dS^T Q) sums its k in a permuted order: the accumulator holds columns 2t, 2t+1 of an n-tile where
+   the A fragment wants k = t, t+4, so k = t is taken as column 2t and k = t+4 as column 2t+1, and
+   B's rows are read in the same order (rows 2t, 2t+1 of the [k][n] tile). -- */
+__device__ __forceinline__ uint32_t bt__k_tf32(float x) {
+    uint32_t u;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(u) : "f"(x));
+    return u;
+}
+__device__ __forceinline__ void bt__k_mma8(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/* A (16 x 8) at (m0, k0) of a row-major [m][k] fp32 tile of pitch ld */
+__device__ __forceinline__ void bt__k_fragA8(uint32_t a[4], const float *sm, int ld, int m0, int k0) {
+    int l = threadIdx.x & 31;
+    const float *x = sm + (m0 + (l >> 2)) * ld + k0 + (l & 3);
+    a[0] = bt__k_tf32(x[0]); a[1] = bt__k_tf32(x[8 * ld]); a[2] = bt__k_tf32(x[4]); a[3] = bt__k_tf32(x[8 * ld + 4]);
+}
+/* B (8 x 8) of n-tile n0 at k0 of an [n][k] tile (b[0..1]) */
+__device__ __forceinline__ void bt__k_fragB8_nk(uint32_t b[2], const float *sm, int ld, int n0, int k0) {
+    int l = threadIdx.x & 31;
+    const float *x = sm + (n0 + (l >> 2)) * ld + k0 + (l & 3);
+    b[0] = bt__k_tf32(x[0]); b[1] = bt__k_tf32(x[4]);
+}
+/* B of n-tile n0 at k0 of a [k][n] tile, k in the permuted order (rows k0 + 2t, k0 + 2t + 1) */
+__device__ __forceinline__ void bt__k_fragB8_kn(uint32_t b[2], const float *sm, int ld, int k0, int n0) {
+    int l = threadIdx.x & 31;
+    const float *x = sm + (k0 + 2 * (l & 3)) * ld + n0 + (l >> 2);
+    b[0] = bt__k_tf32(x[0]); b[1] = bt__k_tf32(x[ld]);
+}
+/* A from an accumulator n-tile, in the permuted k order */
+__device__ __forceinline__ void bt__k_fragA8_acc(uint32_t a[4], const float c[4]) {
+    a[0] = bt__k_tf32(c[0]); a[1] = bt__k_tf32(c[2]); a[2] = bt__k_tf32(c[1]); a[3] = bt__k_tf32(c[3]);
+}
+
+template <int DP> __global__ void __launch_bounds__(128) bt__k_att_fwd_tf32(bt__k_attp p) {
+    extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
+    const int LD = DP + 4, ND = DP / 8, QF = DP <= 64 ? DP / 8 : 1;   /* Q fragments kept in registers up to D 64 */
+    float *Qs = (float *)bt__k_att_sm, *Ks = Qs + 64 * LD, *Vs = Ks + 2 * 64 * LD;
+    int nqt = (p.T + 63) / 64, qt = nqt - 1 - (int)blockIdx.y, q0 = qt * 64;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
+    int row0 = q0 + warp * 16 + g;
+    for (int64_t bh = blockIdx.x; bh < p.BH; bh += gridDim.x) {
+        const float *q = (const float *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const float *)p.k + bt__k_att_off(p.sk, bh, p.H),
+                    *v = (const float *)p.v + bt__k_att_off(p.sv, bh, p.H);
+        bt__k_att_tile<float, DP>(Qs, q, p.sq[2], q0, p.T, p.D, p.vec);
+        bt__k_att_tile<float, DP>(Ks, k, p.sk[2], 0, p.T, p.D, p.vec);
+        bt__k_att_tile<float, DP>(Vs, v, p.sv[2], 0, p.T, p.D, p.vec);
+        bt__k_cp_commit();
+        float o[ND][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+        uint32_t qf[QF][4];
+#pragma unroll
+        for (int i = 0; i < ND; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+        for (int j = 0; j <= qt; j++) {
+            int cur = j & 1;
+            if (j < qt) {
+                bt__k_att_tile<float, DP>(Ks + (cur ^ 1) * 64 * LD, k, p.sk[2], (j + 1) * 64, p.T, p.D, p.vec);
+                bt__k_att_tile<float, DP>(Vs + (cur ^ 1) * 64 * LD, v, p.sv[2], (j + 1) * 64, p.T, p.D, p.vec);
+                bt__k_cp_commit();
+                bt__k_cp_wait<1>();
+            } else {
+                bt__k_cp_wait<0>();
+            }
+            __syncthreads();
+            if (DP <= 64 && j == 0)
+#pragma unroll
+                for (int kd = 0; kd < QF; kd++) bt__k_fragA8(qf[kd], Qs, LD, warp * 16, kd * 8);
+            const float *Kc = Ks + cur * 64 * LD, *Vc = Vs + cur * 64 * LD;
+            float s[8][4];
+#pragma unroll
+            for (int i = 0; i < 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+            for (int kd = 0; kd < DP / 8; kd++) {
+                uint32_t a[4];
+                if (DP <= 64) { a[0] = qf[kd % QF][0]; a[1] = qf[kd % QF][1]; a[2] = qf[kd % QF][2]; a[3] = qf[kd % QF][3]; }
+                else bt__k_fragA8(a, Qs, LD, warp * 16, kd * 8);
+#pragma unroll
+                for (int nt = 0; nt < 8; nt++) {
+                    uint32_t b[2];
+                    bt__k_fragB8_nk(b, Kc, LD, nt * 8, kd * 8);
+                    bt__k_mma8(s[nt], a, b[0], b[1]);
+                }
+            }
+            if (j == qt)
+#pragma unroll
+                for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        if (j * 64 + nt * 8 + tg * 2 + (e & 1) > row0 + (e >> 1) * 8) s[nt][e] = -INFINITY;
+            float mx[2] = {m[0], m[1]}, mc[2];
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                float al = bt__k_ex2((m[r] - mx[r]) * p.c2);
+                m[r] = mx[r];
+                mc[r] = -mx[r] * p.c2;
+                l[r] *= al;
+#pragma unroll
+                for (int i = 0; i < ND; i++) { o[i][2 * r] *= al; o[i][2 * r + 1] *= al; }
+            }
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float pv = bt__k_ex2(fmaf(s[nt][e], p.c2, mc[e >> 1]));
+                    s[nt][e] = pv;
+                    l[e >> 1] += pv;
+                }
+#pragma unroll
+            for (int kk = 0; kk < 8; kk++) {   /* P's n-tile kk is the k8 step kk of P V */
+                uint32_t a[4];
+                bt__k_fragA8_acc(a, s[kk]);
+#pragma unroll
+                for (int dn = 0; dn < ND; dn++) {
+                    uint32_t b[2];
+                    bt__k_fragB8_kn(b, Vc, LD, kk * 8, dn * 8);
+                    bt__k_mma8(o[dn], a, b[0], b[1]);
+                }
+            }
+            __syncthreads();
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+            int row = row0 + r * 8;
+            if (row >= p.T) continue;
+            float inv = 1.f / l[r];
+            float *orow = (float *)p.out + bt__k_att_off(p.so, bh, p.H) + (int64_t)row * p.so[2];
+#pragma unroll
+            for (int dn = 0; dn < ND; dn++) {
+                int d = dn * 8 + tg * 2;
+                if (d < p.D) orow[d] = o[dn][2 * r] * inv;
+                if (d + 1 < p.D) orow[d + 1] = o[dn][2 * r + 1] * inv;
+            }
+            if (tg == 0 && p.lse_out) p.lse_out[bh * p.T + row] = (m[r] * p.c2 + log2f(l[r])) * BT__K_ATT_LN2;
+        }
+    }
+}
+
+template <int DP> __global__ void __launch_bounds__(128) bt__k_att_dq_tf32(bt__k_attp p) {
+    extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
+    const int LD = DP + 4, ND = DP / 8;
+    float *Qs = (float *)bt__k_att_sm, *Gs = Qs + 64 * LD, *Ks = Gs + 64 * LD, *Vs = Ks + 2 * 64 * LD;
+    int nqt = (p.T + 63) / 64, qt = nqt - 1 - (int)blockIdx.y, q0 = qt * 64;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
+    int row0 = q0 + warp * 16 + g;
+    for (int64_t bh = blockIdx.x; bh < p.BH; bh += gridDim.x) {
+        const float *q = (const float *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const float *)p.k + bt__k_att_off(p.sk, bh, p.H),
+                    *v = (const float *)p.v + bt__k_att_off(p.sv, bh, p.H),
+                    *go = (const float *)p.go + bt__k_att_off(p.sgo, bh, p.H);
+        bt__k_att_tile<float, DP>(Qs, q, p.sq[2], q0, p.T, p.D, p.vec);
+        bt__k_att_tile<float, DP>(Gs, go, p.sgo[2], q0, p.T, p.D, p.vec);
+        bt__k_att_tile<float, DP>(Ks, k, p.sk[2], 0, p.T, p.D, p.vec);
+        bt__k_att_tile<float, DP>(Vs, v, p.sv[2], 0, p.T, p.D, p.vec);
+        bt__k_cp_commit();
+        float lse2[2], dv[2], dq[ND][4];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            int row = row0 + r * 8;
+            lse2[r] = row < p.T ? p.lse[bh * p.T + row] * BT__K_ATT_LOG2E : 0.f;
+            dv[r] = row < p.T ? p.dvec[bh * p.T + row] : 0.f;
+        }
+#pragma unroll
+        for (int i = 0; i < ND; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+        for (int j = 0; j <= qt; j++) {
+            int cur = j & 1;
+            if (j < qt) {
+                bt__k_att_tile<float, DP>(Ks + (cur ^ 1) * 64 * LD, k, p.sk[2], (j + 1) * 64, p.T, p.D, p.vec);
+                bt__k_att_tile<float, DP>(Vs + (cur ^ 1) * 64 * LD, v, p.sv[2], (j + 1) * 64, p.T, p.D, p.vec);
+                bt__k_cp_commit();
+                bt__k_cp_wait<1>();
+            } else {
+                bt__k_cp_wait<0>();
+            }
+            __syncthreads();
+            const float *Kc = Ks + cur * 64 * LD, *Vc = Vs + cur * 64 * LD;
+            float s[8][4], dp[8][4];
+#pragma unroll
+            for (int i = 0; i < 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = dp[i][0] = dp[i][1] = dp[i][2] = dp[i][3] = 0.f;
+#pragma unroll
+            for (int kd = 0; kd < DP / 8; kd++) {
+                uint32_t aq[4], ag[4];
+                bt__k_fragA8(aq, Qs, LD, warp * 16, kd * 8);
+                bt__k_fragA8(ag, Gs, LD, warp * 16, kd * 8);
+#pragma unroll
+                for (int nt = 0; nt < 8; nt++) {
+                    uint32_t b[2];
+                    bt__k_fragB8_nk(b, Kc, LD, nt * 8, kd * 8);
+                    bt__k_mma8(s[nt], aq, b[0], b[1]);
+                    bt__k_fragB8_nk(b, Vc, LD, nt * 8, kd * 8);
+                    bt__k_mma8(dp[nt], ag, b[0], b[1]);
+                }
+            }
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float pv = bt__k_ex2(fmaf(s[nt][e], p.c2, -lse2[e >> 1]));
+                    if (j == qt && j * 64 + nt * 8 + tg * 2 + (e & 1) > row0 + (e >> 1) * 8) pv = 0.f;
+                    s[nt][e] = pv * (dp[nt][e] - dv[e >> 1]);   /* dS / scale */
+                }
+#pragma unroll
+            for (int kk = 0; kk < 8; kk++) {
+                uint32_t a[4];
+                bt__k_fragA8_acc(a, s[kk]);
+#pragma unroll
+                for (int dn = 0; dn < ND; dn++) {
+                    uint32_t b[2];
+                    bt__k_fragB8_kn(b, Kc, LD, kk * 8, dn * 8);
+                    bt__k_mma8(dq[dn], a, b[0], b[1]);
+                }
+            }
+            __syncthreads();
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            int row = row0 + r * 8;
+            if (row >= p.T) continue;
+            float *grow = (float *)p.gq + bt__k_att_off(p.sgq, bh, p.H) + (int64_t)row * p.sgq[2];
+#pragma unroll
+            for (int dn = 0; dn < ND; dn++) {
+                int d = dn * 8 + tg * 2;
+                if (d < p.D) grow[d] = dq[dn][2 * r] * p.scale;
+                if (d + 1 < p.D) grow[d + 1] = dq[dn][2 * r + 1] * p.scale;
+            }
+        }
+    }
+}
+
+template <int DP> __global__ void __launch_bounds__(128) bt__k_att_dkv_tf32(bt__k_attp p) {
+    extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
+    const int LD = DP + 4, ND = DP / 8;
+    float *Ks = (float *)bt__k_att_sm, *Vs = Ks + 64 * LD, *Qs = Vs + 64 * LD, *Gs = Qs + 2 * 64 * LD;
+    float *Ls = Gs + 2 * 64 * LD, *Dv = Ls + 2 * 64;   /* [2][64] each: lse log2e, Dvec */
+    int nqt = (p.T + 63) / 64, kt = (int)blockIdx.y, k0 = kt * 64;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
+    int key0 = k0 + warp * 16 + g;
+    for (int64_t bh = blockIdx.x; bh < p.BH; bh += gridDim.x) {
+        const float *q = (const float *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const float *)p.k + bt__k_att_off(p.sk, bh, p.H),
+                    *v = (const float *)p.v + bt__k_att_off(p.sv, bh, p.H),
+                    *go = (const float *)p.go + bt__k_att_off(p.sgo, bh, p.H);
+        const float *lse = p.lse + bh * p.T, *dvec = p.dvec + bh * p.T;
+        bt__k_att_tile<float, DP>(Ks, k, p.sk[2], k0, p.T, p.D, p.vec);
+        bt__k_att_tile<float, DP>(Vs, v, p.sv[2], k0, p.T, p.D, p.vec);
+        bt__k_att_tile<float, DP>(Qs, q, p.sq[2], k0, p.T, p.D, p.vec);
+        bt__k_att_tile<float, DP>(Gs, go, p.sgo[2], k0, p.T, p.D, p.vec);
+        if (threadIdx.x < 64) {
+            int r = k0 + threadIdx.x;
+            Ls[threadIdx.x] = r < p.T ? lse[r] * BT__K_ATT_LOG2E : 0.f;
+            Dv[threadIdx.x] = r < p.T ? dvec[r] : 0.f;
+        }
+        bt__k_cp_commit();
+        float dk[ND][4], dvv[ND][4];
+#pragma unroll
+        for (int i = 0; i < ND; i++) dk[i][0] = dk[i][1] = dk[i][2] = dk[i][3] = dvv[i][0] = dvv[i][1] = dvv[i][2] = dvv[i][3] = 0.f;
+        for (int i = kt; i < nqt; i++) {
+            int cur = (i - kt) & 1;
+            if (i + 1 < nqt) {
+                int nb = cur ^ 1;
+                bt__k_att_tile<float, DP>(Qs + nb * 64 * LD, q, p.sq[2], (i + 1) * 64, p.T, p.D, p.vec);
+                bt__k_att_tile<float, DP>(Gs + nb * 64 * LD, go, p.sgo[2], (i + 1) * 64, p.T, p.D, p.vec);
+                if (threadIdx.x < 64) {
+                    int r = (i + 1) * 64 + threadIdx.x;
+                    Ls[nb * 64 + threadIdx.x] = r < p.T ? lse[r] * BT__K_ATT_LOG2E : 0.f;
+                    Dv[nb * 64 + threadIdx.x] = r < p.T ? dvec[r] : 0.f;
+                }
+                bt__k_cp_commit();
+                bt__k_cp_wait<1>();
+            } else {
+                bt__k_cp_wait<0>();
+            }
+            __syncthreads();
+            const float *Qc = Qs + cur * 64 * LD, *Gc = Gs + cur * 64 * LD, *Lc = Ls + cur * 64, *Dc = Dv + cur * 64;
+            float s[8][4], dp[8][4];
+#pragma unroll
+            for (int n = 0; n < 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.f;
+#pragma unroll
+            for (int kd = 0; kd < DP / 8; kd++) {
+                uint32_t ak[4], av[4];
+                bt__k_fragA8(ak, Ks, LD, warp * 16, kd * 8);
+                bt__k_fragA8(av, Vs, LD, warp * 16, kd * 8);
+#pragma unroll
+                for (int nt = 0; nt < 8; nt++) {
+                    uint32_t b[2];
+                    bt__k_fragB8_nk(b, Qc, LD, nt * 8, kd * 8);
+                    bt__k_mma8(s[nt], ak, b[0], b[1]);
+                    bt__k_fragB8_nk(b, Gc, LD, nt * 8, kd * 8);
+                    bt__k_mma8(dp[nt], av, b[0], b[1]);
+                }
+            }
+            int edge = i == kt || (i + 1) * 64 > p.T;
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int qc = nt * 8 + tg * 2 + (e & 1), qrow = i * 64 + qc;
+                    float pv = bt__k_ex2(fmaf(s[nt][e], p.c2, -Lc[qc]));
+                    if (edge && (qrow >= p.T || key0 + (e >> 1) * 8 > qrow)) pv = 0.f;
+                    s[nt][e] = pv;
+                    dp[nt][e] = pv * (dp[nt][e] - Dc[qc]);   /* dS^T / scale */
+                }
+#pragma unroll
+            for (int kk = 0; kk < 8; kk++) {
+                uint32_t a[4], d[4];
+                bt__k_fragA8_acc(a, s[kk]);
+                bt__k_fragA8_acc(d, dp[kk]);
+#pragma unroll
+                for (int dn = 0; dn < ND; dn++) {
+                    uint32_t b[2];
+                    bt__k_fragB8_kn(b, Gc, LD, kk * 8, dn * 8);
+                    bt__k_mma8(dvv[dn], a, b[0], b[1]);
+                    bt__k_fragB8_kn(b, Qc, LD, kk * 8, dn * 8);
+                    bt__k_mma8(dk[dn], d, b[0], b[1]);
+                }
+            }
+            __syncthreads();
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            int key = key0 + r * 8;
+            if (key >= p.T) continue;
+            float *krow = (float *)p.gk + bt__k_att_off(p.sgk, bh, p.H) + (int64_t)key * p.sgk[2];
+            float *vrow = (float *)p.gv + bt__k_att_off(p.sgv, bh, p.H) + (int64_t)key * p.sgv[2];
+#pragma unroll
+            for (int dn = 0; dn < ND; dn++) {
+                int d = dn * 8 + tg * 2;
+                if (d < p.D) { krow[d] = dk[dn][2 * r] * p.scale; vrow[d] = dvv[dn][2 * r]; }
+                if (d + 1 < p.D) { krow[d + 1] = dk[dn][2 * r + 1] * p.scale; vrow[d + 1] = dvv[dn][2 * r + 1]; }
+            }
+        }
+    }
+}
+
 /* Dvec[bh, t] = sum_d dO[bh, t, d] O[bh, t, d]: a warp per row, 16-byte loads when aligned */
 template <typename T> __global__ void bt__k_att_dvec(float *dvec, bt__k_attp p) {
     const int VE = 16 / sizeof(T);
@@ -2525,7 +2881,7 @@ static void bt__k_att_params(bt__k_attp *p, bt_dtype dt, int64_t B, int64_t H, i
 
 BTDEF void bt_k_attention_strided(bt_dtype dt, void *out, const int64_t *so, float *lse, const void *q, const int64_t *sq,
                                   const void *k, const int64_t *sk, const void *v, const int64_t *sv, int64_t B, int64_t H,
-                                  int64_t Tn, int64_t D, float scale, cudaStream_t s) {
+                                  int64_t Tn, int64_t D, float scale, bt_matmul_precision precision, cudaStream_t s) {
     const char *op = "bt_k_attention";
     if (B <= 0 || H <= 0 || Tn <= 0 || D <= 0) return;
     bt__k_att_check(op, dt, B, H, Tn, D);
@@ -2540,7 +2896,10 @@ BTDEF void bt_k_attention_strided(bt_dtype dt, void *out, const int64_t *so, flo
     int dp = bt__k_att_dp(D);
     switch (dt) {
     case BT_F32:
-        BT__K_ATT_DP(dp, bt__k_att_run(bt__k_att_fwd_f32<DP>, &p, tiles, 256, (size_t)(3 * DP + 64) * BT__K_ATT_LDT * 4, s, op))
+        if (precision == BT_MATMUL_TF32)
+            BT__K_ATT_DP(dp, bt__k_att_run(bt__k_att_fwd_tf32<DP>, &p, tiles, 128, (size_t)5 * 64 * (DP + 4) * 4, s, op))
+        else
+            BT__K_ATT_DP(dp, bt__k_att_run(bt__k_att_fwd_f32<DP>, &p, tiles, 256, (size_t)(3 * DP + 64) * BT__K_ATT_LDT * 4, s, op))
         break;
     case BT_BF16:
         BT__K_ATT_DP(dp, bt__k_att_run(bt__k_att_fwd_tc<__nv_bfloat16, DP>, &p, tiles, 128, (size_t)5 * 64 * (DP + 8) * 2, s, op))
@@ -2555,7 +2914,7 @@ BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t 
                                            const int64_t *sgv, const void *gout, const int64_t *sgo, const void *q,
                                            const int64_t *sq, const void *k, const int64_t *sk, const void *v, const int64_t *sv,
                                            const void *out, const int64_t *so, const float *lse, int64_t B, int64_t H, int64_t Tn,
-                                           int64_t D, float scale, cudaStream_t s) {
+                                           int64_t D, float scale, bt_matmul_precision precision, cudaStream_t s) {
     const char *op = "bt_k_attention_backward";
     if (B <= 0 || H <= 0 || Tn <= 0 || D <= 0) return;
     bt__k_att_check(op, dt, B, H, Tn, D);
@@ -2578,6 +2937,13 @@ BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t 
     BT__K_LAUNCHED(op);
     switch (dt) {
     case BT_F32:
+        if (precision == BT_MATMUL_TF32) {
+            BT__K_ATT_DP(dp, {
+                bt__k_att_run(bt__k_att_dq_tf32<DP>, &p, tiles, 128, (size_t)6 * 64 * (DP + 4) * 4, s, op);
+                bt__k_att_run(bt__k_att_dkv_tf32<DP>, &p, tiles, 128, (size_t)6 * 64 * (DP + 4) * 4 + 4 * 64 * 4, s, op);
+            })
+            break;
+        }
         BT__K_ATT_DP(dp, {
             bt__k_att_run(bt__k_att_dq_f32<DP>, &p, tiles, 256, (size_t)(4 * DP + 64) * BT__K_ATT_LDT * 4, s, op);
             bt__k_att_run(bt__k_att_dkv_f32<DP>, &p, tiles, 256, ((size_t)(4 * DP + 128) * BT__K_ATT_LDT + 128) * 4, s, op);
@@ -2603,14 +2969,14 @@ BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t 
 BTDEF void bt_k_attention(bt_dtype dt, void *out, float *lse, const void *q, const void *k, const void *v, int64_t B,
                           int64_t H, int64_t Tn, int64_t D, float scale, cudaStream_t s) {
     int64_t st[3] = {H * Tn * D, Tn * D, D};
-    bt_k_attention_strided(dt, out, st, lse, q, st, k, st, v, st, B, H, Tn, D, scale, s);
+    bt_k_attention_strided(dt, out, st, lse, q, st, k, st, v, st, B, H, Tn, D, scale, BT_MATMUL_FP32, s);
 }
 BTDEF void bt_k_attention_backward(bt_dtype dt, void *gq, void *gk, void *gv, const void *gout, const void *q,
                                    const void *k, const void *v, const void *out, const float *lse, int64_t B, int64_t H,
                                    int64_t Tn, int64_t D, float scale, cudaStream_t s) {
     int64_t st[3] = {H * Tn * D, Tn * D, D};
     bt_k_attention_backward_strided(dt, gq, st, gk, st, gv, st, gout, st, q, st, k, st, v, st, out, st, lse, B, H, Tn, D,
-                                    scale, s);
+                                    scale, BT_MATMUL_FP32, s);
 }
 
 /* ---- 10. matmul (cuBLASLt) ------------------------------------------------------------------------

@@ -2100,7 +2100,7 @@ static void bt__attention_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
         bt_k_attention_backward_strided(dt, bt_data_ptr(gq), gq->stride, bt_data_ptr(gk), gk->stride, bt_data_ptr(gv), gv->stride,
                                         bt_data_ptr(gc), gc->stride, bt_data_ptr(q), q->stride, bt_data_ptr(k), k->stride,
                                         bt_data_ptr(v), v->stride, bt_data_ptr(o), o->stride, (const float *)bt_data_ptr(lse),
-                                        B, H, T, D, (float)scale, bt_k_stream());
+                                        B, H, T, D, (float)scale, bt__g.precision, bt_k_stream());
 #endif
     } else {
         const void *qp = q->storage->data, *kp = k->storage->data, *vp = v->storage->data, *op_ = o->storage->data, *gp = gc->storage->data;
@@ -2160,7 +2160,8 @@ BTDEF bt_tensor *bt_attention(bt_tensor *q, bt_tensor *k, bt_tensor *v) {
     if (dev.type == BT_GPU) {
 #ifdef BT_CUDA
         bt_k_attention_strided(dt, bt_data_ptr(o), o->stride, (float *)bt_data_ptr(lse), bt_data_ptr(qc), qc->stride,
-                               bt_data_ptr(kc), kc->stride, bt_data_ptr(vc), vc->stride, B, H, T, D, (float)scale, bt_k_stream());
+                               bt_data_ptr(kc), kc->stride, bt_data_ptr(vc), vc->stride, B, H, T, D, (float)scale,
+                               bt__g.precision, bt_k_stream());
 #endif
     } else {
         const void *qp = qc->storage->data, *kp = kc->storage->data, *vp = vc->storage->data; bt_dtype ldt = lse->dtype;

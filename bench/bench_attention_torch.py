@@ -1,8 +1,10 @@
 """bench_attention_torch.py - PyTorch's causal attention at the shape bench_kernels.cu times, for
 its ratios: torch.nn.functional.scaled_dot_product_attention(is_causal=True) forward and backward,
-on q, k, v viewed out of one [B, T, 3, H, D] buffer (the GPT-2 layout, as ours reads them), with
-TF32 off. Medians of CUDA-event timings after warm-up. Prints one line per dtype:
-  sdpa <dtype> fwd_us=<median> bwd_us=<median> backend=<what torch picked, if it says>
+on q, k, v viewed out of one [B, T, 3, H, D] buffer (the GPT-2 layout, as ours reads them).
+Rows bf16 and f32 run with TF32 off; row tf32 is f32 data with
+torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32 set (what train_gpt2's
+tf32 mode is compared with). Medians of CUDA-event timings after warm-up. Prints one line per row:
+  sdpa <row> fwd_us=<median> bwd_us=<median> backend=<what torch picked, if it says>
 Usage: python3 bench/bench_attention_torch.py --B 16 --H 12 --T 1024 --D 64 [--reps 25]"""
 import argparse
 import torch
@@ -30,10 +32,10 @@ def main():
     ap.add_argument("--D", type=int, default=64)
     ap.add_argument("--reps", type=int, default=25)
     a = ap.parse_args()
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
     dev = "cuda"
-    for name, dt in (("bf16", torch.bfloat16), ("f32", torch.float32)):
+    for name, dt, tf32 in (("bf16", torch.bfloat16, False), ("f32", torch.float32, False), ("tf32", torch.float32, True)):
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
         g = torch.Generator(device=dev).manual_seed(1)
         qkv = torch.randn(a.B, a.T, 3, a.H, a.D, device=dev, dtype=dt, generator=g)
         q, k, v = (qkv[:, :, i].transpose(1, 2).detach().requires_grad_() for i in range(3))

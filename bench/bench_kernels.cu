@@ -11,9 +11,12 @@
    the same run (bytes read + written). TFLOP/s counts 2 M N K per product (attention: only the
    causal half of its T x T products, 2 of them forward and 5 backward) against an 8192^3 bf16
    cuBLASLt product measured in the same run. Attention runs at the GPT-2 step shape (B 16) in
-   bf16 and f32 on the model's [B, T, H, D] strides, next to PyTorch's SDPA (is_causal) timed by
+   bf16, f32 (FFMA) and tf32 (f32 data, BT_MATMUL_TF32) on the model's [B, T, H, D] strides, next
+   to PyTorch's SDPA (is_causal; TF32 allowed for its tf32 row only) timed by
    bench/bench_attention_torch.py (run through popen from the repository root: same GPU, same
-   run); the ratio lines say how fast ours is against it. The last lines are a markdown table. */
+   run); the ratio lines say how fast ours is against it. The last lines are a markdown table.
+   BT_BENCH_ONLY=<layernorm|gelu|softmax|cross_entropy|attention|adamw|embedding|matmul> times one
+   group only, BT_BENCH_TORCH=0 skips PyTorch (for a profiler run). */
 #define BT_ALLOC_IMPLEMENTATION
 #define BT_KERNELS_IMPLEMENTATION
 #include "bt_kernels.cuh"
@@ -31,7 +34,10 @@ static cudaEvent_t e0[REPS], e1[REPS];
 static double g_copy_bw, g_peak_tflops;   /* bytes/s, flop/s measured here */
 static char g_rows[64][256];
 static int g_nrows;
-static double g_attn_us[2][2], g_sdpa_us[2][2];   /* [bf16, f32][fwd, bwd] */
+static double g_attn_us[3][2], g_sdpa_us[3][2];   /* [bf16, f32, tf32][fwd, bwd] */
+static const char *g_attn_name[3] = {"bf16", "f32", "tf32"};
+static const char *g_only;   /* BT_BENCH_ONLY=name: only that group (e.g. attention, for a profiler) */
+static int want(const char *name) { return !g_only || strcmp(g_only, name) == 0; }
 static double f_of(int64_t B, int64_t H, int64_t T, int64_t D) { return 2.0 * B * H * T * T * D / 2; }
 
 static void *dev(size_t bytes) { return bt_alloc(bt_cuda_device(0), bytes, (void *)S); }
@@ -74,6 +80,7 @@ int main(void) {
     if (bt_k_device_count() == 0) { printf("bench_kernels: no CUDA device\n"); return 0; }
     bt_k_init(0);
     S = bt_k_stream();
+    g_only = getenv("BT_BENCH_ONLY");
     for (int r = 0; r < REPS; r++) { CK(cudaEventCreate(&e0[r])); CK(cudaEventCreate(&e1[r])); }
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
@@ -100,7 +107,7 @@ int main(void) {
     const int64_t B = 8, T = 1024, C = 768, H = 12, D = 64, V = 50257, Vp = 50304, N = B * T;
     char shp[64];
     /* ---- layernorm ---- */
-    {
+    if (want("layernorm")) {
         int64_t n = N * C;
         nc = ncopies(4.0 * n);
         void *x[MAXCOPIES], *o[MAXCOPIES], *g[MAXCOPIES], *gx[MAXCOPIES];
@@ -116,7 +123,7 @@ int main(void) {
         bt_free(w); bt_free(b); bt_free(gw); bt_free(gb); bt_free(mean); bt_free(rstd);
     }
     /* ---- gelu ---- */
-    {
+    if (want("gelu")) {
         int64_t n = N * 4 * C;
         nc = ncopies(4.0 * n);
         void *x[MAXCOPIES], *o[MAXCOPIES], *g[MAXCOPIES];
@@ -129,7 +136,7 @@ int main(void) {
         for (int i = 0; i < nc; i++) { bt_free(x[i]); bt_free(o[i]); bt_free(g[i]); }
     }
     /* ---- softmax over attention-sized rows ---- */
-    {
+    if (want("softmax")) {
         int64_t rows = B * H * 64, cols = T, n = rows * cols;
         nc = ncopies(4.0 * n);
         void *x[MAXCOPIES], *o[MAXCOPIES];
@@ -142,7 +149,7 @@ int main(void) {
         for (int i = 0; i < nc; i++) { bt_free(x[i]); bt_free(o[i]); }
     }
     /* ---- cross-entropy over the padded vocabulary ---- */
-    {
+    if (want("cross_entropy")) {
         int64_t n = N * Vp;
         nc = 1;
         void *lg = randn(BT_BF16, n, 70, 2), *gl = dev((size_t)n * 2);
@@ -162,12 +169,13 @@ int main(void) {
        Flops count the causal half of each T x T product: 2 forward (2 B H T^2 D), 5 backward (2.5x;
        our deterministic backward does 7, the useful 5 are counted). PyTorch's SDPA (is_causal) on
        the same layout is timed by bench/bench_attention_torch.py in the same run. ---- */
-    {
+    if (want("attention")) {
         const int64_t AB = 16, n = AB * H * T * D;
         nc = 1;
         int64_t sqkv[3] = {T * 3 * H * D, D, 3 * H * D}, so[3] = {T * H * D, D, H * D};
-        const bt_dtype adt[2] = {BT_BF16, BT_F32};
-        for (int a = 0; a < 2; a++) {
+        const bt_dtype adt[3] = {BT_BF16, BT_F32, BT_F32};
+        const bt_matmul_precision apr[3] = {BT_MATMUL_FP32, BT_MATMUL_FP32, BT_MATMUL_TF32};
+        for (int a = 0; a < 3; a++) {
             bt_dtype dt = adt[a];
             size_t es = dt == BT_F32 ? 4 : 2;
             char *qkv = (char *)randn(dt, 3 * n, 80, 1), *gqkv = (char *)dev(3 * n * es);
@@ -177,27 +185,28 @@ int main(void) {
             void *gq = gqkv, *gk = gqkv + H * D * es, *gv = gqkv + 2 * H * D * es;
             double f = 2.0 * AB * H * T * T * D / 2;   /* one causal product */
             snprintf(shp, sizeof shp, "B%lld H%lld T%lld D%lld %s [B,T,H,D]", (long long)AB, (long long)H, (long long)T,
-                     (long long)D, dt == BT_F32 ? "f32" : "bf16");
-            BENCH(ms, bt_k_attention_strided(dt, o, so, lse, q, sqkv, k, sqkv, v, sqkv, AB, H, T, D, 0.125f, S));
+                     (long long)D, g_attn_name[a]);
+            BENCH(ms, bt_k_attention_strided(dt, o, so, lse, q, sqkv, k, sqkv, v, sqkv, AB, H, T, D, 0.125f, apr[a], S));
             report("attention", shp, ms, 0, 2 * f);
             g_attn_us[a][0] = ms * 1e3;
             BENCH(ms, bt_k_attention_backward_strided(dt, gq, sqkv, gk, sqkv, gv, sqkv, g, so, q, sqkv, k, sqkv, v, sqkv, o, so,
-                                                      lse, AB, H, T, D, 0.125f, S));
+                                                      lse, AB, H, T, D, 0.125f, apr[a], S));
             report("attention_backward", shp, ms, 0, 5 * f);
             g_attn_us[a][1] = ms * 1e3;
             bt_free(qkv); bt_free(gqkv); bt_free(g); bt_free(o); bt_free(lse);
         }
-        /* PyTorch in the same run (another process, the same GPU) */
+        /* PyTorch in the same run (another process, the same GPU); BT_BENCH_TORCH=0 skips it */
         CK(cudaStreamSynchronize(S));
+        const char *tv = getenv("BT_BENCH_TORCH");
         char cmd[256], line[512];
         snprintf(cmd, sizeof cmd, "python3 bench/bench_attention_torch.py --B %lld --H %lld --T %lld --D %lld 2>&1",
                  (long long)AB, (long long)H, (long long)T, (long long)D);
-        FILE *pp = popen(cmd, "r");
+        FILE *pp = tv && strcmp(tv, "0") == 0 ? NULL : popen(cmd, "r");
         while (pp && fgets(line, sizeof line, pp)) {
             double fu, bu;
             char nm[16], be[128] = "?";
             if (sscanf(line, "sdpa %15s fwd_us=%lf bwd_us=%lf backend=%127s", nm, &fu, &bu, be) >= 3) {
-                int a = strcmp(nm, "f32") == 0;
+                int a = strcmp(nm, "f32") == 0 ? 1 : strcmp(nm, "tf32") == 0 ? 2 : 0;
                 g_sdpa_us[a][0] = fu; g_sdpa_us[a][1] = bu;
                 snprintf(shp, sizeof shp, "B%lld H%lld T%lld D%lld %s (%s)", (long long)AB, (long long)H, (long long)T,
                          (long long)D, nm, be);
@@ -210,7 +219,7 @@ int main(void) {
         if (pp) pclose(pp);
     }
     /* ---- AdamW over 124M parameters, bf16 grads, bf16 copy out ---- */
-    {
+    if (want("adamw")) {
         int64_t n = 124475904;
         nc = 1;
         float *p = (float *)randn(BT_F32, n, 90, 1), *m = (float *)randn(BT_F32, n, 91, 0.01), *v = (float *)dev(n * 4);
@@ -224,7 +233,7 @@ int main(void) {
         bt_free(p); bt_free(m); bt_free(v); bt_free(g); bt_free(lo);
     }
     /* ---- embedding backward (tokens + positions) ---- */
-    {
+    if (want("embedding")) {
         int64_t n = N;
         nc = 1;
         void *gt = randn(BT_F32, V * C, 101, 1);
@@ -244,7 +253,7 @@ int main(void) {
         bt_free(gt); bt_free(idx); bt_free(g32);
     }
     /* ---- matmul (bf16, fp32 accumulation) at the GPT-2 layer shapes ---- */
-    {
+    if (want("matmul")) {
         struct { const char *name; int64_t M, N, K; int tb; int bias; } mm[] = {
             {"matmul qkv (x W^T + b)", N, 3 * C, C, 1, 1},
             {"matmul fc (x W^T + b)", N, 4 * C, C, 1, 1},
@@ -266,10 +275,10 @@ int main(void) {
     printf("\n| kernel | shape | median us | GB/s | %% of copy | TFLOP/s | %% of bf16 product |\n| --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
     for (int i = 0; i < g_nrows; i++) printf("%s\n", g_rows[i]);
     printf("ceilings: D2D copy %.0f GB/s, bf16 8192^3 product %.0f TFLOP/s\n", g_copy_bw / 1e9, g_peak_tflops / 1e12);
-    for (int a = 0; a < 2; a++)
+    for (int a = 0; a < 3; a++)
         for (int d = 0; d < 2; d++)
             if (g_sdpa_us[a][d] > 0)
-                printf("attention %s %s: ours %.1f us, torch sdpa %.1f us, speed ours / torch = %.2fx\n", a ? "f32" : "bf16",
+                printf("attention %s %s: ours %.1f us, torch sdpa %.1f us, speed ours / torch = %.2fx\n", g_attn_name[a],
                        d ? "backward" : "forward", g_attn_us[a][d], g_sdpa_us[a][d], g_sdpa_us[a][d] / g_attn_us[a][d]);
     bt_k_shutdown();
     return 0;

@@ -12,7 +12,8 @@
                 up to 2^-9 = 2e-3 relative, and a few stack up
      f16  5e-3  11-bit mantissa, the same reasoning at 2^-11
      f64  1e-12
-   BT_TEST_QUICK=1 shrinks the larger sizes (for the compute-sanitizer pass). Without a GPU every
+   BT_TEST_QUICK=1 shrinks the larger sizes (for the compute-sanitizer pass); BT_TEST_VERBOSE=1 lists
+   every check with its error, not only the failures. Without a GPU every
    test reports skipped. */
 #define BT_ALLOC_IMPLEMENTATION
 #define BT_KERNELS_IMPLEMENTATION
@@ -838,8 +839,17 @@ static void attn_ref(int64_t BH, int64_t T, int64_t D, double scale, const doubl
     }
     free(p); free(dp);
 }
-static void attn_case(bt_dtype dt, int64_t B, int64_t H, int64_t T, int64_t D, int layout, int check_bits) {
+/* prec BT_MATMUL_TF32 with f32 data: TF32 tensor cores, checked at the tf32 tolerance (5e-3: every
+   operand of the 4 products rounded to a 10-bit mantissa, up to 2^-11 = 4.9e-4 relative each; a
+   product of two costs up to 1e-3, and dS = P (dP - Dvec) subtracts nearly equal numbers, which
+   can multiply the relative error of dQ and dK a few times), lse at 1e-3 (at T = 1 lse is one
+   score, a tf32 dot product of D terms: 1.2e-4 was seen where fp32's 1e-5 bound does not hold). */
+static void attn_case(bt_dtype dt, bt_matmul_precision prec, int64_t B, int64_t H, int64_t T, int64_t D, int layout,
+                        int check_bits) {
     enum { Q, K, V, G, O, GQ, GK, GV, NT };
+    int tf32 = dt == BT_F32 && prec == BT_MATMUL_TF32;
+    double tol = tf32 ? 5e-3 : tol_of(dt);
+    const char *pname = tf32 ? "tf32" : tname(dt);
     static const char *lname[] = {"contig", "gpt2", "odd"};
     int64_t BH = B * H, HD = H * D, n = BH * T * D;
     attn_view w[NT];
@@ -888,10 +898,11 @@ static void attn_case(bt_dtype dt, int64_t B, int64_t H, int64_t T, int64_t D, i
     attn_ref(BH, T, D, scale, X[Q], X[K], X[V], X[G], ro, rl, rq, rk, rv);
     float *lse = (float *)dmalloc((size_t)(BH * T) * 4);
 #define AP(i) ((char *)db[w[i].buf] + (size_t)w[i].off * tsz(dt))
-    bt_k_attention_strided(dt, AP(O), w[O].st, lse, AP(Q), w[Q].st, AP(K), w[K].st, AP(V), w[V].st, B, H, T, D, (float)scale, st());
+    bt_k_attention_strided(dt, AP(O), w[O].st, lse, AP(Q), w[Q].st, AP(K), w[K].st, AP(V), w[V].st, B, H, T, D, (float)scale,
+                           prec, st());
     /* the backward reads the GPU's out (as in training) */
     bt_k_attention_backward_strided(dt, AP(GQ), w[GQ].st, AP(GK), w[GK].st, AP(GV), w[GV].st, AP(G), w[G].st, AP(Q), w[Q].st,
-                                    AP(K), w[K].st, AP(V), w[V].st, AP(O), w[O].st, lse, B, H, T, D, (float)scale, st());
+                                    AP(K), w[K].st, AP(V), w[V].st, AP(O), w[O].st, lse, B, H, T, D, (float)scale, prec, st());
     char what[128];
     const double *refs[NT] = {0};
     refs[O] = ro; refs[GQ] = rq; refs[GK] = rk; refs[GV] = rv;
@@ -913,8 +924,8 @@ static void attn_case(bt_dtype dt, int64_t B, int64_t H, int64_t T, int64_t D, i
         double e = bt_test_relerr(got, refs[i], n);
         for (int64_t j = 0; j < n; j++) if (got[j] != got[j]) e = INFINITY;
         snprintf(what, sizeof what, "attention_strided %s %s B%lld H%lld T%lld D%lld %s", on[i], lname[layout], (long long)B,
-                 (long long)H, (long long)T, (long long)D, tname(dt));
-        check_err(what, e, tol_of(dt));
+                 (long long)H, (long long)T, (long long)D, pname);
+        check_err(what, e, tol);
         free(got);
     }
     int64_t lost = 0;
@@ -922,11 +933,11 @@ static void attn_case(bt_dtype dt, int64_t B, int64_t H, int64_t T, int64_t D, i
         if (is_out[b])
             for (int64_t j = 0; j < blen[b]; j++) lost += !cov[b][j] && hout[b][j] == hout[b][j];
     snprintf(what, sizeof what, "attention_strided untouched %s T%lld D%lld %s (elements written)", lname[layout], (long long)T,
-             (long long)D, tname(dt));
+             (long long)D, pname);
     check_err(what, (double)lost, 0);
     snprintf(what, sizeof what, "attention_strided lse %s B%lld H%lld T%lld D%lld %s", lname[layout], (long long)B, (long long)H,
-             (long long)T, (long long)D, tname(dt));
-    expect(what, BT_F32, lse, rl, BH * T, dt == BT_F32 ? 1e-5 : 1e-4);
+             (long long)T, (long long)D, pname);
+    expect(what, BT_F32, lse, rl, BH * T, tf32 ? 1e-3 : dt == BT_F32 ? 1e-5 : 1e-4);
     if (check_bits) {   /* deterministic: a second backward gives the same bits */
         int gb = w[GQ].buf;
         size_t nbytes = (size_t)blen[gb] * tsz(dt);
@@ -935,10 +946,11 @@ static void attn_case(bt_dtype dt, int64_t B, int64_t H, int64_t T, int64_t D, i
         CK(cudaMemcpy(h1, db[gb], nbytes, cudaMemcpyDeviceToHost));
         poison(db[gb], nbytes);
         bt_k_attention_backward_strided(dt, AP(GQ), w[GQ].st, AP(GK), w[GK].st, AP(GV), w[GV].st, AP(G), w[G].st, AP(Q), w[Q].st,
-                                        AP(K), w[K].st, AP(V), w[V].st, AP(O), w[O].st, lse, B, H, T, D, (float)scale, st());
+                                        AP(K), w[K].st, AP(V), w[V].st, AP(O), w[O].st, lse, B, H, T, D, (float)scale, prec,
+                                        st());
         CK(cudaStreamSynchronize(st()));
         CK(cudaMemcpy(h2, db[gb], nbytes, cudaMemcpyDeviceToHost));
-        snprintf(what, sizeof what, "attention_strided bwd bits differ between runs %s %s (0/1)", lname[layout], tname(dt));
+        snprintf(what, sizeof what, "attention_strided bwd bits differ between runs %s %s (0/1)", lname[layout], pname);
         check_err(what, memcmp(h1, h2, nbytes) ? 1 : 0, 0);
         free(h1); free(h2);
     }
@@ -949,25 +961,30 @@ static void attn_case(bt_dtype dt, int64_t B, int64_t H, int64_t T, int64_t D, i
 }
 static void test_attention_strided(void) {
     NEED_GPU();
-    bt_dtype dts[] = {BT_F32, BT_BF16};
+    bt_dtype dts[] = {BT_F32, BT_BF16, BT_F32};
+    bt_matmul_precision precs[] = {BT_MATMUL_FP32, BT_MATMUL_FP32, BT_MATMUL_TF32};   /* f32 strict, bf16, f32 on tf32 */
     int64_t Tbig = g_quick ? 200 : 1000;
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
         bt_dtype dt = dts[k];
+        bt_matmul_precision pr = precs[k];
         seed(1050 + k);
-        for (int layout = 0; layout < 3; layout++) attn_case(dt, 3, 2, 67, 64, layout, layout == 1);
-        for (int layout = 0; layout < 2; layout++) attn_case(dt, 1, 5, 129, 32, layout, 0);
-        for (int layout = 0; layout < 2; layout++) attn_case(dt, 1, 3, Tbig, 64, layout, 0);
-        attn_case(dt, 1, 3, 129, 128, 1, 0);   /* D = 128 */
-        attn_case(dt, 2, 1, 67, 40, 2, 0);     /* D = 40: zero-padded to 64, odd strides */
-        attn_case(dt, 2, 3, 33, 16, 0, 0);     /* D = 16 */
-        attn_case(dt, 1, 2, 1, 64, 1, 0);      /* T = 1 */
+        for (int layout = 0; layout < 3; layout++) attn_case(dt, pr, 3, 2, 67, 64, layout, layout == 1);
+        for (int layout = 0; layout < 2; layout++) attn_case(dt, pr, 1, 5, 129, 32, layout, 0);
+        for (int layout = 0; layout < 2; layout++) attn_case(dt, pr, 1, 3, Tbig, 64, layout, 0);
+        attn_case(dt, pr, 1, 3, 129, 128, 1, 0);   /* D = 128 */
+        attn_case(dt, pr, 2, 1, 67, 40, 2, 0);     /* D = 40: zero-padded to 64, odd strides */
+        attn_case(dt, pr, 2, 3, 33, 16, 0, 0);     /* D = 16 */
+        attn_case(dt, pr, 1, 2, 1, 64, 1, 0);      /* T = 1 */
     }
     seed(1060);
-    attn_case(BT_F16, 2, 3, 67, 64, 1, 1);
+    attn_case(BT_F16, BT_MATMUL_FP32, 2, 3, 67, 64, 1, 1);
+    attn_case(BT_BF16, BT_MATMUL_TF32, 2, 3, 67, 64, 1, 0);   /* precision is ignored for 16-bit data */
     int64_t st3[3] = {1, 1, 1};
-    BT_EXPECT_ERROR(bt_k_attention_strided(BT_BF16, NULL, st3, NULL, NULL, st3, NULL, st3, NULL, st3, 1, 1, 4, 129, 0.1f, st()),
+    BT_EXPECT_ERROR(bt_k_attention_strided(BT_BF16, NULL, st3, NULL, NULL, st3, NULL, st3, NULL, st3, 1, 1, 4, 129, 0.1f,
+                                           BT_MATMUL_FP32, st()),
                     "head dim");
-    BT_EXPECT_ERROR(bt_k_attention_strided(BT_F64, NULL, st3, NULL, NULL, st3, NULL, st3, NULL, st3, 1, 1, 4, 64, 0.1f, st()),
+    BT_EXPECT_ERROR(bt_k_attention_strided(BT_F64, NULL, st3, NULL, NULL, st3, NULL, st3, NULL, st3, 1, 1, 4, 64, 0.1f,
+                                           BT_MATMUL_TF32, st()),
                     "dtype f64");
 }
 
@@ -1102,8 +1119,11 @@ int main(void) {
         int nfail = 0;
         for (int i = 0; i < g_nrec; i++) nfail += !g_recs[i].ok;
         printf("\n%-58s %10s %10s  %s\n", "check", "rel err", "tol", "");
+        const char *vv = getenv("BT_TEST_VERBOSE");   /* =1: every check, not only the failures */
+        int verbose = vv && atoi(vv) != 0;
         for (int i = 0; i < g_nrec; i++)
-            if (!g_recs[i].ok) printf("%-58s %10.3g %10.3g  FAIL\n", g_recs[i].what, g_recs[i].err, g_recs[i].tol);
+            if (!g_recs[i].ok || verbose)
+                printf("%-58s %10.3g %10.3g  %s\n", g_recs[i].what, g_recs[i].err, g_recs[i].tol, g_recs[i].ok ? "ok" : "FAIL");
         const char *fam[] = {"cast", "copy", "fill", "uniform", "normal", "unary", "affine", "binary", "reduce", "sumsq",
                              "softmax", "log_softmax", "layernorm", "embedding", "cross_entropy", "attention", "matmul", "adamw"};
         for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
