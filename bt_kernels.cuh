@@ -2209,10 +2209,13 @@ template <typename T, int DP> __global__ void __launch_bounds__(128) bt__k_att_d
 
 /* -- f32 (FFMA) path: 256 threads as 16 x 16 (ty = tid / 16, tx = tid % 16); tiles transposed in
    shared memory, [d][row] with pitch BT__K_ATT_LDT -- */
+/* A warp loads 16 rows x 2 float4 chunks (lane: row l & 15, chunk l >> 4): each row's 32 bytes are
+   one whole sector (32 rows x 16 bytes filled only half of each sector), and the transposed stores
+   land in banks 16 chunk + 4 e + row, all 32 distinct. */
 template <int DP> __device__ __forceinline__ void bt__k_att_tileT(float *sm, const float *g, int64_t st, int r0, int Tn, int D,
                                                                   int vec) {
     for (int c = threadIdx.x; c < 64 * (DP / 4); c += blockDim.x) {
-        int r = c & 63, d0 = (c >> 6) * 4, ok = r0 + r < Tn;
+        int w = c >> 5, r = (w & 3) * 16 + (c & 15), d0 = ((w >> 2) * 2 + ((c >> 4) & 1)) * 4, ok = r0 + r < Tn;
         const float *src = g + (int64_t)(r0 + r) * st + d0;
         float x[4];
         if (ok && vec && d0 + 4 <= D) {
