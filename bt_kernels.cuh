@@ -20,7 +20,7 @@
      7. embedding
      8. fused cross-entropy over a padded vocabulary
      9. causal self-attention
-    10. matmul (cuBLASLt: fp32, tf32, bf16; bias epilogue)
+    10. matmul (cuBLASLt: fp32, tf32, bf16; bias epilogue; the fastest candidate timed per shape)
     11. AdamW, fused over a flat parameter buffer
     12. the tensor core's less common paths: strided-to-strided copy, max's backward scatter, a
         device-side count for the cross-entropy mean
@@ -188,6 +188,7 @@ BTDEF void bt_k_inv_count_ne(float *out, const int32_t *x, int64_t n, int value,
    device is issued from one host thread at a time (the matmul cache is not locked). */
 #define BT__K_WS_BYTES ((size_t)32 << 20)
 #define BT__K_MM_SLOTS 256                       /* matmul plan cache entries per device */
+#define BT__K_MM_CANDIDATES 6                    /* cuBLASLt algorithms timed per new shape */
 #define BT__K_ATTN_SCRATCH ((size_t)2 << 30)     /* attention scratch cap per call, bytes */
 
 typedef struct {
@@ -197,6 +198,8 @@ typedef struct {
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
     int epi_bias;                                 /* 1: the bias epilogue is in the plan */
+    int n_cand;                                   /* candidates left to time (autotuning) */
+    cublasLtMatmulAlgo_t cand[BT__K_MM_CANDIDATES];
 } bt__k_mm_plan;
 
 typedef struct {
@@ -3049,14 +3052,14 @@ static int bt__k_mm_make(bt__k_ctx *c, bt__k_mm_plan *p, bt_dtype dt, bt_matmul_
     BT__K_BLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[0], sizeof al[0]), op);
     BT__K_BLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], sizeof al[2]), op);
     BT__K_BLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[2], sizeof al[2]), op);
-    cublasLtMatmulHeuristicResult_t res;
+    cublasLtMatmulHeuristicResult_t res[BT__K_MM_CANDIDATES];
     int nres = 0;
     p->epi_bias = 0;
     if (try_bias) {
         cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
         BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), op);
         BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), op);
-        if (cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &nres) ==
+        if (cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, BT__K_MM_CANDIDATES, res, &nres) ==
                 CUBLAS_STATUS_SUCCESS && nres > 0)
             p->epi_bias = 1;
         else {
@@ -3066,7 +3069,8 @@ static int bt__k_mm_make(bt__k_ctx *c, bt__k_mm_plan *p, bt_dtype dt, bt_matmul_
         }
     }
     if (!p->epi_bias) {
-        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &nres);
+        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, BT__K_MM_CANDIDATES,
+                                                           res, &nres);
         if (st != CUBLAS_STATUS_SUCCESS) nres = 0;
     }
     cublasLtMatmulPreferenceDestroy(pref);
@@ -3075,9 +3079,45 @@ static int bt__k_mm_make(bt__k_ctx *c, bt__k_mm_plan *p, bt_dtype dt, bt_matmul_
         bt__k_mm_plan_drop(p);
         return 0;
     }
-    p->algo = res.algo;
+    p->algo = res[0].algo;
+    p->n_cand = 0;
+    for (int i = 0; i < nres; i++) p->cand[p->n_cand++] = res[i].algo;
     p->used = 1;
     return 1;
+}
+
+/* Autotuning: the heuristic's order is a guess; on a shape's first use (with beta = 0, so C is
+   only written and the real operands can be used), time each candidate twice after a warm-up run
+   and keep the fastest. One host sync per new shape, none in the steady state. BT_MATMUL_AUTOTUNE=0
+   keeps the heuristic's first choice (the same algorithm, so the same bits, on every run). */
+static int bt__k_autotune_on(void) {
+    static int on = -1;
+    if (on < 0) { const char *e = getenv("BT_MATMUL_AUTOTUNE"); on = !(e && e[0] == '0'); }
+    return on;
+}
+static void bt__k_mm_autotune(bt__k_ctx *c, bt__k_mm_plan *p, const void *alpha, const void *A, const void *B,
+                              const void *beta, void *C, cudaStream_t s) {
+    if (p->n_cand < 2 || !bt__k_autotune_on()) { p->n_cand = 0; return; }
+    cudaEvent_t e0, e1;
+    BT__K_CUDA(cudaEventCreate(&e0), "bt_k_matmul (autotune)");
+    BT__K_CUDA(cudaEventCreate(&e1), "bt_k_matmul (autotune)");
+    float best = 0;
+    int have = 0;
+    for (int i = 0; i < p->n_cand; i++) {
+        int ok = 1;
+        for (int r = 0; r < 3 && ok; r++) {
+            if (r == 1) BT__K_CUDA(cudaEventRecord(e0, s), "bt_k_matmul (autotune)");
+            ok = cublasLtMatmul(c->lt, p->op, alpha, B, p->la, A, p->lb, beta, C, p->lc, C, p->lc, &p->cand[i], c->ws,
+                                BT__K_WS_BYTES, s) == CUBLAS_STATUS_SUCCESS;
+        }
+        BT__K_CUDA(cudaEventRecord(e1, s), "bt_k_matmul (autotune)");
+        BT__K_CUDA(cudaEventSynchronize(e1), "bt_k_matmul (autotune)");
+        float ms = 0;
+        BT__K_CUDA(cudaEventElapsedTime(&ms, e0, e1), "bt_k_matmul (autotune)");
+        if (ok && (!have || ms < best)) { best = ms; p->algo = p->cand[i]; have = 1; }
+    }
+    cudaEventDestroy(e0); cudaEventDestroy(e1);
+    p->n_cand = 0;
 }
 BTDEF void bt_k_matmul(bt_dtype dt, void *C, const void *A, const void *B, const void *bias, int64_t M, int64_t N,
                        int64_t K, int transA, int transB, int64_t batch, int64_t strideA, int64_t strideB,
@@ -3122,6 +3162,10 @@ BTDEF void bt_k_matmul(bt_dtype dt, void *C, const void *A, const void *B, const
     double ad = alpha, bd = beta;
     const void *pa = dt == BT_F64 ? (const void *)&ad : (const void *)&alpha;
     const void *pb = dt == BT_F64 ? (const void *)&bd : (const void *)&beta;
+    if (p->n_cand) {
+        if (beta == 0) bt__k_mm_autotune(c, p, pa, A, B, pb, C, s);
+        else p->n_cand = 0;          /* C holds data to accumulate into: keep the heuristic's pick */
+    }
     BT__K_BLAS(cublasLtMatmul(c->lt, p->op, pa, B, p->la, A, p->lb, pb, C, p->lc, C, p->lc, &p->algo, c->ws, BT__K_WS_BYTES, s),
                "bt_k_matmul");
     if (bias && !p->epi_bias) bt__k_matmul_bias(dt, C, bias, batch, M, N, batch == 1 ? M * N : strideC, s);
