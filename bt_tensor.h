@@ -251,6 +251,10 @@ BTDEF bt_tensor *bt_embedding(bt_tensor *table, bt_tensor *idx);
 BTDEF bt_tensor *bt_cross_entropy(bt_tensor *logits, bt_tensor *targets, int64_t V, int ignore_index);
 /* causal self-attention: q, k, v [B, H, T, D] -> softmax(q k^T / sqrt(D) + causal mask) v */
 BTDEF bt_tensor *bt_attention(bt_tensor *q, bt_tensor *k, bt_tensor *v);
+/* the same on a packed projection: qkv [B, T, 3C] holds q, k, v side by side (C = H D each) ->
+   [B, T, C]. q, k, v are read in place and their gradients written into one [B, T, 3C] buffer,
+   so the projection stays one matmul in both directions. */
+BTDEF bt_tensor *bt_attention_qkv(bt_tensor *qkv, int64_t H);
 /* concat along dim; split into pieces of the given sizes (returns n tensors into out) */
 BTDEF bt_tensor *bt_concat(bt_tensor **ts, int n, int dim);
 BTDEF void bt_split(bt_tensor *x, const int64_t *sizes, int n, int dim, bt_tensor **out);
@@ -2088,62 +2092,109 @@ static inline int64_t bt__bht(const bt_tensor *x, int64_t b, int64_t h, int64_t 
     return x->offset + b * x->stride[0] + h * x->stride[1] + t * x->stride[2];
 }
 
-static void bt__attention_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
-    bt_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2], *o = n->saved[3], *lse = n->saved[4];
+/* the attention math on [B, H, T, D] views (any strides with D contiguous): o and lse written */
+static void bt__attention_compute(bt_tensor *q, bt_tensor *k, bt_tensor *v, bt_tensor *o, bt_tensor *lse) {
     int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3];
-    bt_device dev = bt_device_of(q); bt_dtype dt = q->dtype;
-    double scale = 1.0 / sqrt((double)D);
-    bt_tensor *gc = bt__rows_dense(g);
-    bt_tensor *gq = bt__new_like_layout(q, dt), *gk = bt__new_like_layout(q, dt), *gv = bt__new_like_layout(q, dt);
-    if (dev.type == BT_GPU) {
+    bt_dtype dt = q->dtype;
+    double scale = 1.0 / sqrt((double)(D ? D : 1));
+    if (bt__is_gpu(q)) {
+#ifdef BT_CUDA
+        bt_k_attention_strided(dt, bt_data_ptr(o), o->stride, (float *)bt_data_ptr(lse), bt_data_ptr(q), q->stride,
+                               bt_data_ptr(k), k->stride, bt_data_ptr(v), v->stride, B, H, T, D, (float)scale, bt__g.precision,
+                               bt_k_stream());
+#endif
+        return;
+    }
+    const void *qp = q->storage->data, *kp = k->storage->data, *vp = v->storage->data; bt_dtype ldt = lse->dtype;
+    #pragma omp parallel for if (B * H * T * T * D > BT__PAR_MIN)
+    for (int64_t bh = 0; bh < B * H; bh++) {
+        int64_t b = bh / H, h = bh % H;
+        double *s = (double *)malloc(sizeof(double) * (size_t)(T + D));
+        double *acc = s + T;
+        for (int64_t i = 0; i < T; i++) {
+            int64_t qi = bt__bht(q, b, h, i);
+            double mx = -INFINITY, sum = 0;
+            for (int64_t j = 0; j <= i; j++) {
+                double d_ = 0; int64_t kj = bt__bht(k, b, h, j);
+                for (int64_t d = 0; d < D; d++) d_ += bt__ld(qp, dt, qi + d) * bt__ld(kp, dt, kj + d);
+                s[j] = d_ * scale; if (s[j] > mx) mx = s[j];
+            }
+            for (int64_t d = 0; d < D; d++) acc[d] = 0;
+            for (int64_t j = 0; j <= i; j++) {
+                double p = exp(s[j] - mx); int64_t vj = bt__bht(v, b, h, j); sum += p;
+                for (int64_t d = 0; d < D; d++) acc[d] += p * bt__ld(vp, dt, vj + d);
+            }
+            for (int64_t d = 0; d < D; d++) bt__st(o->storage->data, dt, bt__bht(o, b, h, i) + d, acc[d] / sum);
+            bt__st(bt_data_ptr(lse), ldt, bh * T + i, mx + log(sum));
+        }
+        free(s);
+    }
+}
+/* its backward: gq, gk, gv (views, written) from g = d loss / d o */
+static void bt__attention_grads(bt_tensor *q, bt_tensor *k, bt_tensor *v, bt_tensor *o, bt_tensor *lse, bt_tensor *gc,
+                                bt_tensor *gq, bt_tensor *gk, bt_tensor *gv) {
+    int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3];
+    bt_dtype dt = q->dtype;
+    double scale = 1.0 / sqrt((double)(D ? D : 1));
+    if (bt__is_gpu(q)) {
 #ifdef BT_CUDA
         bt_k_attention_backward_strided(dt, bt_data_ptr(gq), gq->stride, bt_data_ptr(gk), gk->stride, bt_data_ptr(gv), gv->stride,
                                         bt_data_ptr(gc), gc->stride, bt_data_ptr(q), q->stride, bt_data_ptr(k), k->stride,
                                         bt_data_ptr(v), v->stride, bt_data_ptr(o), o->stride, (const float *)bt_data_ptr(lse),
                                         B, H, T, D, (float)scale, bt__g.precision, bt_k_stream());
 #endif
-    } else {
-        const void *qp = q->storage->data, *kp = k->storage->data, *vp = v->storage->data, *op_ = o->storage->data, *gp = gc->storage->data;
-        const void *lp = bt_data_ptr(lse); bt_dtype ldt = lse->dtype;
-        #pragma omp parallel for if (B * H * T * T * D > BT__PAR_MIN)
-        for (int64_t bh = 0; bh < B * H; bh++) {
-            int64_t b = bh / H, h = bh % H;
-            double *dq = (double *)calloc((size_t)(3 * T * D + T), sizeof(double));
-            double *dk = dq + T * D, *dv = dk + T * D, *p = dv + T * D;
-            for (int64_t i = 0; i < T; i++) {
-                int64_t qi = bt__bht(q, b, h, i), gi = bt__bht(gc, b, h, i), oi = bt__bht(o, b, h, i);
-                double l = bt__ld(lp, ldt, bh * T + i), Di = 0;
-                for (int64_t d = 0; d < D; d++) Di += bt__ld(gp, dt, gi + d) * bt__ld(op_, dt, oi + d);
-                for (int64_t j = 0; j <= i; j++) {
-                    double s = 0; int64_t kj = bt__bht(k, b, h, j);
-                    for (int64_t d = 0; d < D; d++) s += bt__ld(qp, dt, qi + d) * bt__ld(kp, dt, kj + d);
-                    p[j] = exp(s * scale - l);
+        return;
+    }
+    const void *qp = q->storage->data, *kp = k->storage->data, *vp = v->storage->data, *op_ = o->storage->data, *gp = gc->storage->data;
+    const void *lp = bt_data_ptr(lse); bt_dtype ldt = lse->dtype;
+    #pragma omp parallel for if (B * H * T * T * D > BT__PAR_MIN)
+    for (int64_t bh = 0; bh < B * H; bh++) {
+        int64_t b = bh / H, h = bh % H;
+        double *dq = (double *)calloc((size_t)(3 * T * D + T), sizeof(double));
+        double *dk = dq + T * D, *dv = dk + T * D, *p = dv + T * D;
+        for (int64_t i = 0; i < T; i++) {
+            int64_t qi = bt__bht(q, b, h, i), gi = bt__bht(gc, b, h, i), oi = bt__bht(o, b, h, i);
+            double l = bt__ld(lp, ldt, bh * T + i), Di = 0;
+            for (int64_t d = 0; d < D; d++) Di += bt__ld(gp, dt, gi + d) * bt__ld(op_, dt, oi + d);
+            for (int64_t j = 0; j <= i; j++) {
+                double s = 0; int64_t kj = bt__bht(k, b, h, j);
+                for (int64_t d = 0; d < D; d++) s += bt__ld(qp, dt, qi + d) * bt__ld(kp, dt, kj + d);
+                p[j] = exp(s * scale - l);
+            }
+            for (int64_t j = 0; j <= i; j++) {
+                double dp = 0; int64_t kj = bt__bht(k, b, h, j), vj = bt__bht(v, b, h, j);
+                for (int64_t d = 0; d < D; d++) {
+                    double go = bt__ld(gp, dt, gi + d);
+                    dv[j * D + d] += p[j] * go;
+                    dp += go * bt__ld(vp, dt, vj + d);
                 }
-                for (int64_t j = 0; j <= i; j++) {
-                    double dp = 0; int64_t kj = bt__bht(k, b, h, j), vj = bt__bht(v, b, h, j);
-                    for (int64_t d = 0; d < D; d++) {
-                        double go = bt__ld(gp, dt, gi + d);
-                        dv[j * D + d] += p[j] * go;
-                        dp += go * bt__ld(vp, dt, vj + d);
-                    }
-                    double ds = p[j] * (dp - Di) * scale;
-                    for (int64_t d = 0; d < D; d++) {
-                        dq[i * D + d] += ds * bt__ld(kp, dt, kj + d);
-                        dk[j * D + d] += ds * bt__ld(qp, dt, qi + d);
-                    }
+                double ds = p[j] * (dp - Di) * scale;
+                for (int64_t d = 0; d < D; d++) {
+                    dq[i * D + d] += ds * bt__ld(kp, dt, kj + d);
+                    dk[j * D + d] += ds * bt__ld(qp, dt, qi + d);
                 }
             }
-            for (int64_t t = 0; t < T; t++)
-                for (int64_t d = 0; d < D; d++) {
-                    bt__st(gq->storage->data, dt, bt__bht(gq, b, h, t) + d, dq[t * D + d]);
-                    bt__st(gk->storage->data, dt, bt__bht(gk, b, h, t) + d, dk[t * D + d]);
-                    bt__st(gv->storage->data, dt, bt__bht(gv, b, h, t) + d, dv[t * D + d]);
-                }
-            free(dq);
         }
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t d = 0; d < D; d++) {
+                bt__st(gq->storage->data, dt, bt__bht(gq, b, h, t) + d, dq[t * D + d]);
+                bt__st(gk->storage->data, dt, bt__bht(gk, b, h, t) + d, dk[t * D + d]);
+                bt__st(gv->storage->data, dt, bt__bht(gv, b, h, t) + d, dv[t * D + d]);
+            }
+        free(dq);
     }
+}
+
+static void bt__attention_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2], *o = n->saved[3], *lse = n->saved[4];
+    bt_tensor *gc = bt__rows_dense(g);
+    bt_tensor *gq = bt__new_like_layout(q, q->dtype), *gk = bt__new_like_layout(q, q->dtype), *gv = bt__new_like_layout(q, q->dtype);
+    bt__attention_grads(q, k, v, o, lse, gc, gq, gk, gv);
     bt_release(gc);
     gin[0] = bt__register(gq); gin[1] = bt__register(gk); gin[2] = bt__register(gv);
+}
+static void bt__attention_check(bt_tensor *q, const char *op) {
+    if (bt__is_gpu(q) && q->dtype == BT_F64) bt_error("%s: f64 is CPU-only (gradient checks), got %s", op, bt__s(q));
 }
 BTDEF bt_tensor *bt_attention(bt_tensor *q, bt_tensor *k, bt_tensor *v) {
     bt__need_float(q, "attention", "q"); bt__need_float(k, "attention", "k"); bt__need_float(v, "attention", "v");
@@ -2151,49 +2202,61 @@ BTDEF bt_tensor *bt_attention(bt_tensor *q, bt_tensor *k, bt_tensor *v) {
     bt__same_dtype(q, k, "attention"); bt__same_dtype(q, v, "attention");
     if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || memcmp(q->shape, k->shape, 4 * sizeof(int64_t)) || memcmp(q->shape, v->shape, 4 * sizeof(int64_t)))
         bt_error("attention: q %s, k %s, v %s must all be [B, H, T, D]", bt__s(q), bt__s(k), bt__s(v));
-    int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3];
-    bt_device dev = bt_device_of(q); bt_dtype dt = q->dtype;
-    if (dev.type == BT_GPU && dt == BT_F64) bt_error("attention: f64 is CPU-only (gradient checks), got %s", bt__s(q));
-    double scale = 1.0 / sqrt((double)(D ? D : 1));
+    bt__attention_check(q, "attention");
     bt_tensor *qc = bt__rows_dense(q), *kc = bt__rows_dense(k), *vc = bt__rows_dense(v);
-    bt_tensor *o = bt__new_like_layout(qc, dt), *lse = bt__new(bt_shape3(B, H, T), bt__stat_dtype(q), dev);
-    if (dev.type == BT_GPU) {
-#ifdef BT_CUDA
-        bt_k_attention_strided(dt, bt_data_ptr(o), o->stride, (float *)bt_data_ptr(lse), bt_data_ptr(qc), qc->stride,
-                               bt_data_ptr(kc), kc->stride, bt_data_ptr(vc), vc->stride, B, H, T, D, (float)scale,
-                               bt__g.precision, bt_k_stream());
-#endif
-    } else {
-        const void *qp = qc->storage->data, *kp = kc->storage->data, *vp = vc->storage->data; bt_dtype ldt = lse->dtype;
-        #pragma omp parallel for if (B * H * T * T * D > BT__PAR_MIN)
-        for (int64_t bh = 0; bh < B * H; bh++) {
-            int64_t b = bh / H, h = bh % H;
-            double *s = (double *)malloc(sizeof(double) * (size_t)(T + D));
-            double *acc = s + T;
-            for (int64_t i = 0; i < T; i++) {
-                int64_t qi = bt__bht(qc, b, h, i);
-                double mx = -INFINITY, sum = 0;
-                for (int64_t j = 0; j <= i; j++) {
-                    double d_ = 0; int64_t kj = bt__bht(kc, b, h, j);
-                    for (int64_t d = 0; d < D; d++) d_ += bt__ld(qp, dt, qi + d) * bt__ld(kp, dt, kj + d);
-                    s[j] = d_ * scale; if (s[j] > mx) mx = s[j];
-                }
-                for (int64_t d = 0; d < D; d++) acc[d] = 0;
-                for (int64_t j = 0; j <= i; j++) {
-                    double p = exp(s[j] - mx); int64_t vj = bt__bht(vc, b, h, j); sum += p;
-                    for (int64_t d = 0; d < D; d++) acc[d] += p * bt__ld(vp, dt, vj + d);
-                }
-                for (int64_t d = 0; d < D; d++) bt__st(o->storage->data, dt, bt__bht(o, b, h, i) + d, acc[d] / sum);
-                bt__st(bt_data_ptr(lse), ldt, bh * T + i, mx + log(sum));
-            }
-            free(s);
-        }
-    }
+    bt_tensor *o = bt__new_like_layout(qc, q->dtype);
+    bt_tensor *lse = bt__new(bt_shape3(q->shape[0], q->shape[1], q->shape[2]), bt__stat_dtype(q), bt_device_of(q));
+    bt__attention_compute(qc, kc, vc, o, lse);
     bt_tensor *in[3] = {q, k, v};
     bt_node *n = bt__record("attention", bt__attention_back, o, in, 3);
     if (n) { bt__save(n, qc); bt__save(n, kc); bt__save(n, vc); bt__save(n, o); bt__save(n, lse); }
     bt_release(qc); bt_release(kc); bt_release(vc); bt_release(lse);
     return bt__register(o);
+}
+
+/* q, k, v ([B, H, T, D] views, no copy) of a packed [B, T, 3C] projection: part i = 0, 1, 2 */
+static bt_tensor *bt__qkv_part(bt_tensor *qkv, int64_t H, int i) {
+    int64_t B = qkv->shape[0], T = qkv->shape[1], C3 = qkv->shape[2], C = C3 / 3, D = C / H;
+    bt_tensor *v = bt__alias(qkv);
+    v->ndim = 4; v->offset += i * C;
+    v->shape[0] = B; v->shape[1] = H; v->shape[2] = T; v->shape[3] = D;
+    v->stride[0] = T * C3; v->stride[1] = D; v->stride[2] = C3; v->stride[3] = 1;
+    return v;
+}
+static void bt__attention_qkv_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt_tensor *qkv = n->saved[0], *o = n->saved[1], *lse = n->saved[2];
+    int64_t H = n->i[0], B = qkv->shape[0], T = qkv->shape[1], C = qkv->shape[2] / 3, D = C / H;
+    bt_tensor *gc = bt__contig(g), *g4 = bt__alias(gc);   /* [B, T, C] read as [B, H, T, D] */
+    g4->ndim = 4; g4->shape[0] = B; g4->shape[1] = H; g4->shape[2] = T; g4->shape[3] = D;
+    g4->stride[0] = T * C; g4->stride[1] = D; g4->stride[2] = C; g4->stride[3] = 1;
+    bt_tensor *gqkv = bt__new(bt_shape_of(qkv), qkv->dtype, bt_device_of(qkv));
+    bt_tensor *p[6];
+    for (int i = 0; i < 3; i++) { p[i] = bt__qkv_part(qkv, H, i); p[3 + i] = bt__qkv_part(gqkv, H, i); }
+    bt__attention_grads(p[0], p[1], p[2], o, lse, g4, p[3], p[4], p[5]);
+    for (int i = 0; i < 6; i++) bt_release(p[i]);
+    bt_release(g4); bt_release(gc);
+    gin[0] = bt__register(gqkv);
+}
+BTDEF bt_tensor *bt_attention_qkv(bt_tensor *qkv, int64_t H) {
+    bt__need_float(qkv, "attention_qkv", "qkv");
+    if (qkv->ndim != 3 || H <= 0 || qkv->shape[2] % (3 * H))
+        bt_error("attention_qkv: qkv %s must be [B, T, 3C] with C a multiple of H = %lld", bt__s(qkv), (long long)H);
+    bt__attention_check(qkv, "attention_qkv");
+    int64_t B = qkv->shape[0], T = qkv->shape[1], C = qkv->shape[2] / 3;
+    bt_tensor *qc = bt__contig(qkv);
+    bt_tensor *out = bt__new(bt_shape3(B, T, C), qkv->dtype, bt_device_of(qkv));
+    bt_tensor *o = bt__alias(out);                  /* the output's [B, T, C] buffer as [B, H, T, D] */
+    o->ndim = 4; o->shape[0] = B; o->shape[1] = H; o->shape[2] = T; o->shape[3] = C / H;
+    o->stride[0] = T * C; o->stride[1] = C / H; o->stride[2] = C; o->stride[3] = 1;
+    bt_tensor *lse = bt__new(bt_shape3(B, H, T), bt__stat_dtype(qkv), bt_device_of(qkv));
+    bt_tensor *p[3];
+    for (int i = 0; i < 3; i++) p[i] = bt__qkv_part(qc, H, i);
+    bt__attention_compute(p[0], p[1], p[2], o, lse);
+    for (int i = 0; i < 3; i++) bt_release(p[i]);
+    bt_node *n = bt__record("attention_qkv", bt__attention_qkv_back, out, &qkv, 1);
+    if (n) { n->i[0] = H; bt__save(n, qc); bt__save(n, o); bt__save(n, lse); }
+    bt_release(qc); bt_release(o); bt_release(lse);
+    return bt__register(out);
 }
 
 /* ---- concat / split ---- */

@@ -78,7 +78,7 @@ static void gpt2_param_sizes(const gpt2_config *c, int64_t *sz) {
 }
 
 typedef struct {
-    bt_tensor *ln1w, *ln1b, *wq, *wk, *wv, *bq, *bk, *bv, *projw, *projb;
+    bt_tensor *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb;
     bt_tensor *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 } gpt2_layer;
 
@@ -96,8 +96,7 @@ typedef struct {
 } gpt2;
 
 /* A leaf parameter viewing flat[off : off + numel(shape)], its gradient the same span of
-   flat_grad. q, k and v get leaves of their own (rows of the stacked qkv weight) so their
-   gradients land in place with no slicing in the graph. */
+   flat_grad: the optimizer and the model file see one buffer, the graph sees ordinary leaves. */
 static bt_tensor *gpt2_leaf(gpt2 *m, int64_t off, bt_shape shape) {
     int64_t n = 1;
     for (int d = 0; d < shape.ndim; d++) n *= shape.d[d];
@@ -130,12 +129,8 @@ static void gpt2_build(gpt2 *m, gpt2_config cfg, bt_device dev) {
         gpt2_layer *y = &m->layers[l];
         y->ln1w = gpt2_leaf(m, off[P_LN1W] + l * C, bt_shape1(C));
         y->ln1b = gpt2_leaf(m, off[P_LN1B] + l * C, bt_shape1(C));
-        y->wq = gpt2_leaf(m, off[P_QKVW] + l * 3 * C * C, bt_shape2(C, C));
-        y->wk = gpt2_leaf(m, off[P_QKVW] + l * 3 * C * C + C * C, bt_shape2(C, C));
-        y->wv = gpt2_leaf(m, off[P_QKVW] + l * 3 * C * C + 2 * C * C, bt_shape2(C, C));
-        y->bq = gpt2_leaf(m, off[P_QKVB] + l * 3 * C, bt_shape1(C));
-        y->bk = gpt2_leaf(m, off[P_QKVB] + l * 3 * C + C, bt_shape1(C));
-        y->bv = gpt2_leaf(m, off[P_QKVB] + l * 3 * C + 2 * C, bt_shape1(C));
+        y->qkvw = gpt2_leaf(m, off[P_QKVW] + l * 3 * C * C, bt_shape2(3 * C, C));
+        y->qkvb = gpt2_leaf(m, off[P_QKVB] + l * 3 * C, bt_shape1(3 * C));
         y->projw = gpt2_leaf(m, off[P_PROJW] + l * C * C, bt_shape2(C, C));
         y->projb = gpt2_leaf(m, off[P_PROJB] + l * C, bt_shape1(C));
         y->ln2w = gpt2_leaf(m, off[P_LN2W] + l * C, bt_shape1(C));
@@ -167,8 +162,8 @@ static void gpt2_init(gpt2 *m, uint64_t seed) {
     bt_normal_(m->wpe, 0, std, seed, (uint64_t)m->wte->offset + bt_numel(m->wte));
     for (int l = 0; l < m->cfg.L; l++) {
         gpt2_layer *y = &m->layers[l];
-        bt_tensor *w[4] = {y->wq, y->wk, y->wv, y->fcw}, *r[2] = {y->projw, y->fcprojw};
-        for (int i = 0; i < 4; i++) bt_normal_(w[i], 0, std, seed, (uint64_t)w[i]->offset);
+        bt_tensor *w[2] = {y->qkvw, y->fcw}, *r[2] = {y->projw, y->fcprojw};
+        for (int i = 0; i < 2; i++) bt_normal_(w[i], 0, std, seed, (uint64_t)w[i]->offset);
         for (int i = 0; i < 2; i++) bt_normal_(r[i], 0, res_std, seed, (uint64_t)r[i]->offset);
         bt_fill_(y->ln1w, 1.0); bt_fill_(y->ln2w, 1.0);
     }
@@ -255,16 +250,11 @@ static bt_tensor *W(gpt2 *m, bt_tensor *p, bt_dtype dt) {
     return bt_cast_cached(p, bt_view(bt_narrow(m->flat_lowp, 0, p->offset, bt_numel(p)), bt_shape_of(p)));
 }
 
-/* causal self-attention of one block: x [B, T, C] -> [B, T, C] */
+/* causal self-attention of one block: x [B, T, C] -> [B, T, C]. One projection makes q, k, v
+   side by side ([B, T, 3C]); the attention op reads the heads out of it in place. */
 static bt_tensor *gpt2_attention(gpt2 *m, gpt2_layer *y, bt_tensor *h, bt_dtype dt) {
-    const gpt2_config *c = &m->cfg;
-    int64_t B = h->shape[0], T = h->shape[1], H = c->H, D = c->C / c->H;
-    int to_heads[4] = {0, 2, 1, 3};                       /* [B, T, H, D] <-> [B, H, T, D] */
-    bt_tensor *q = bt_permute(bt_view(bt_linear(h, W(m, y->wq, dt), W(m, y->bq, dt)), bt_shape4(B, T, H, D)), to_heads);
-    bt_tensor *k = bt_permute(bt_view(bt_linear(h, W(m, y->wk, dt), W(m, y->bk, dt)), bt_shape4(B, T, H, D)), to_heads);
-    bt_tensor *v = bt_permute(bt_view(bt_linear(h, W(m, y->wv, dt), W(m, y->bv, dt)), bt_shape4(B, T, H, D)), to_heads);
-    bt_tensor *a = bt_reshape(bt_permute(bt_attention(q, k, v), to_heads), bt_shape3(B, T, c->C));
-    return bt_linear(a, W(m, y->projw, dt), W(m, y->projb, dt));
+    bt_tensor *qkv = bt_linear(h, W(m, y->qkvw, dt), W(m, y->qkvb, dt));
+    return bt_linear(bt_attention_qkv(qkv, m->cfg.H), W(m, y->projw, dt), W(m, y->projb, dt));
 }
 
 static bt_tensor *gpt2_mlp(gpt2 *m, gpt2_layer *y, bt_tensor *h, bt_dtype dt) {

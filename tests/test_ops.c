@@ -885,6 +885,39 @@ static void test_cast_cached(void) {
     bt_scope_end();
 }
 
+/* bt_attention_qkv on a packed [B, T, 3C] projection equals bt_attention on q, k, v split out of it
+   by views and copies, in value and in the gradient of the packed input (f64, odd sizes) */
+static void test_attention_qkv(void) {
+    int64_t B = 2, T = 7, H = 3, D = 5, C = H * D;
+    bt_scope_begin();
+    bt_tensor *x = bt_randn(bt_shape3(B, T, 3 * C), BT_F64, bt_cpu(), 911);
+    bt_tensor *r = bt_randn(bt_shape3(B, T, C), BT_F64, bt_cpu(), 912);
+    bt_set_requires_grad(x, 1);
+    bt_tensor *y1 = bt_attention_qkv(x, H);
+    bt_backward(bt_sum(bt_mul(y1, r), NULL, 0, 0));
+    bt_tensor *g1 = bt_clone(x->grad);
+    bt_zero_(x->grad);
+    int perm[4] = {0, 2, 1, 3};
+    bt_tensor *parts[3];
+    for (int i = 0; i < 3; i++)
+        parts[i] = bt_contiguous(bt_permute(bt_view(bt_narrow(x, 2, i * C, C), bt_shape4(B, T, H, D)), perm));
+    bt_tensor *y2 = bt_reshape(bt_permute(bt_attention(parts[0], parts[1], parts[2]), perm), bt_shape3(B, T, C));
+    bt_backward(bt_sum(bt_mul(y2, r), NULL, 0, 0));
+    double ey = 0, eg = 0;
+    for (int64_t i = 0; i < B * T * C; i++) {
+        int64_t ix[3] = {i / (T * C), (i / C) % T, i % C};
+        ey = fmax(ey, fabs(bt_get(y1, ix) - bt_get(y2, ix)));
+    }
+    for (int64_t i = 0; i < B * T * 3 * C; i++) {
+        int64_t ix[3] = {i / (T * 3 * C), (i / (3 * C)) % T, i % (3 * C)};
+        eg = fmax(eg, fabs(bt_get(g1, ix) - bt_get(x->grad, ix)));
+    }
+    BT_CHECK(ey < 1e-12 && eg < 1e-12, "packed vs split attention: value diff %g, grad diff %g", ey, eg);
+    BT_CHECK(fabs(bt_get(g1, (int64_t[]){1, 3, 2 * C + 1})) > 0, "the v part must receive gradient");
+    BT_EXPECT_ERROR(bt_attention_qkv(x, 4), "attention_qkv: qkv");
+    bt_scope_end();
+}
+
 int main(void) {
     const char *q = getenv("BT_TEST_QUICK");
     quick = q && *q && *q != '0';
@@ -905,6 +938,7 @@ int main(void) {
     BT_RUN(test_gradcheck_shape_ops);
     BT_RUN(test_gradcheck_composite);
     BT_RUN(test_cast_cached);
+    BT_RUN(test_attention_qkv);
     BT_RUN(test_nothing_left);
     return bt_test_summary("test_ops");
 }
