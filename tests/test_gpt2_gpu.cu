@@ -25,7 +25,9 @@ static void test_same_init_as_cpu(void) {
 /* Tolerances. fp32: PyTorch runs fp32 with TF32 off; both sum in different orders -> rounding
    only (~1e-6). tf32: 10-bit mantissa products, ~1e-3 per matmul, compounded through layers.
    bf16: activations and matmul inputs rounded to 8 bits (rel 4e-3 each); the reference is
-   PyTorch fp32, so the bounds cover bf16 rounding through the whole network. */
+   PyTorch fp32, so the bounds cover bf16 rounding through the whole network. Measured on the
+   H100 (2026-11-22): worst bf16 gradient 8.3e-3 (tiny) and 1.4e-2 (124M); the bounds are about
+   4x that, while a wrong backward formula is off by order 1. */
 static void run_parity(const char *tag, const char *model, const char *state, bt_dtype dt, bt_matmul_precision mp, parity_tol tol) {
     bt_set_matmul_precision(mp);
     parity_result r;
@@ -39,7 +41,7 @@ static void test_parity_tiny(void) {
     if (no_gpu()) return;
     const char *model = "tests/fixtures/gpt2_tiny.bin", *state = "tests/fixtures/gpt2_tiny_state.bin";
     if (access(state, R_OK)) { BT_SKIP("no %s", state); return; }
-    parity_tol f32 = {1e-5, 1e-5, 1e-4, 1e-4}, tf32 = {1e-2, 1e-3, 3e-2, 1e-2}, bf16 = {3e-2, 5e-3, 1e-1, 2e-2};
+    parity_tol f32 = {1e-5, 1e-5, 1e-4, 1e-4}, tf32 = {1e-2, 1e-3, 3e-2, 1e-2}, bf16 = {3e-2, 5e-3, 4e-2, 2e-2};
     run_parity("tiny gpu fp32", model, state, BT_F32, BT_MATMUL_FP32, f32);
     run_parity("tiny gpu tf32", model, state, BT_F32, BT_MATMUL_TF32, tf32);
     run_parity("tiny gpu bf16", model, state, BT_BF16, BT_MATMUL_FP32, bf16);
@@ -51,7 +53,7 @@ static void test_parity_d12(void) {
     if (!spec || !strchr(spec, ':')) { BT_SKIP("BT_PARITY_D12=<model>:<state> not set"); return; }
     char model[1024]; snprintf(model, sizeof model, "%.*s", (int)(strchr(spec, ':') - spec), spec);
     const char *state = strchr(spec, ':') + 1;
-    parity_tol f32 = {1e-5, 1e-5, 1e-3, 1e-4}, bf16 = {5e-2, 1e-2, 2e-1, 3e-2};
+    parity_tol f32 = {1e-5, 1e-5, 1e-3, 1e-4}, bf16 = {5e-2, 1e-2, 6e-2, 3e-2};
     run_parity("d12 gpu fp32", model, state, BT_F32, BT_MATMUL_FP32, f32);
     run_parity("d12 gpu bf16", model, state, BT_BF16, BT_MATMUL_FP32, bf16);
 }
