@@ -189,7 +189,6 @@ BTDEF void bt_k_inv_count_ne(float *out, const int32_t *x, int64_t n, int value,
 #define BT__K_WS_BYTES ((size_t)32 << 20)
 #define BT__K_MM_SLOTS 256                       /* matmul plan cache entries per device */
 #define BT__K_MM_CANDIDATES 6                    /* cuBLASLt algorithms timed per new shape */
-#define BT__K_ATTN_SCRATCH ((size_t)2 << 30)     /* attention scratch cap per call, bytes */
 
 typedef struct {
     int used;

@@ -511,7 +511,7 @@ static double evaluate(trainer *tr) {
     int n = tr->o.val_batches;
     if ((size_t)n > bt_loader_num_batches(tr->val)) n = (int)bt_loader_num_batches(tr->val);
     bt_scope_begin();
-    bt_tensor *sum = bt_zeros(bt_shape_of(bt_scalar(0, BT_F32, tr->model.device)), BT_F32, tr->model.device);
+    bt_tensor *sum = bt_scalar(0, BT_F32, tr->model.device);
     for (int i = 0; i < n; i++) {
         bt_scope_begin();
         bt_tensor *idx, *tgt;
@@ -530,7 +530,7 @@ static double train_step(trainer *tr, int step, double lr, double *grad_norm) {
     int accum = tr->o.total_batch / (tr->o.B * tr->o.T);
     bt_zero_(tr->model.flat_grad);
     bt_scope_begin();
-    bt_tensor *loss_sum = bt_zeros(bt_shape_of(bt_scalar(0, BT_F32, tr->model.device)), BT_F32, tr->model.device);
+    bt_tensor *loss_sum = bt_scalar(0, BT_F32, tr->model.device);
     for (int a = 0; a < accum; a++) {
         bt_scope_begin();
         bt_tensor *idx, *tgt;

@@ -9,12 +9,17 @@
 
 static int no_gpu(void) { if (bt_k_device_count() > 0) return 0; BT_SKIP("no GPU"); return 1; }
 
+/* the same small model on the CPU (a) and the GPU (b), initialised from one seed */
+static void cpu_gpu_pair(int L, int H, int C, int maxT, int V, uint64_t seed, gpt2 *a, gpt2 *b) {
+    gpt2_config c; c.L = L; c.H = H; c.C = C; c.maxT = maxT; c.V = V; c.Vp = round_up(V, 128);
+    gpt2_build(a, c, bt_cpu()); gpt2_init(a, seed);
+    gpt2_build(b, c, bt_cuda_device(0)); gpt2_init(b, seed);
+}
+
 static void test_same_init_as_cpu(void) {
     if (no_gpu()) return;
-    gpt2_config c; c.L = 2; c.H = 4; c.C = 64; c.maxT = 64; c.V = 1000; c.Vp = 1024;
     gpt2 a, b;
-    gpt2_build(&a, c, bt_cpu()); gpt2_init(&a, 1234);
-    gpt2_build(&b, c, bt_cuda_device(0)); gpt2_init(&b, 1234);
+    cpu_gpu_pair(2, 4, 64, 64, 1000, 1234, &a, &b);
     float *h = (float *)malloc(4 * (size_t)a.num_params);
     bt_to_host(b.flat, h, BT_F32);
     double e = relerr_f(h, (const float *)bt_data_ptr(a.flat), a.num_params);
@@ -86,10 +91,8 @@ static void test_bf16_overfit(void) {
    Philox gradients on both sides; decay 0.5 so a wrong segment shows. */
 static void test_flat_adamw_matches_cpu(void) {
     if (no_gpu()) return;
-    gpt2_config c; c.L = 2; c.H = 2; c.C = 32; c.maxT = 16; c.V = 100; c.Vp = 128;
     gpt2 a, b;
-    gpt2_build(&a, c, bt_cpu()); gpt2_init(&a, 5);
-    gpt2_build(&b, c, bt_cuda_device(0)); gpt2_init(&b, 5);
+    cpu_gpu_pair(2, 2, 32, 16, 100, 5, &a, &b);
     bt_adamw oa, ob;
     bt_adamw_init(&oa, a.params, a.n_params, 0.9f, 0.95f, 1e-8f, 0.5f, 1.0f);
     bt_adamw_init(&ob, b.params, b.n_params, 0.9f, 0.95f, 1e-8f, 0.5f, 1.0f);
