@@ -1782,7 +1782,6 @@ BTDEF void bt_k_cross_entropy_backward(bt_dtype dt, void *glogits, const void *l
    to 128: it is padded with zeros to 32, 64 or 128 inside the kernels. */
 #define BT__K_ATT_LOG2E 1.4426950408889634f
 #define BT__K_ATT_LN2 0.6931471805599453f
-#define BT__K_ATT_LDT 68   /* f32 path: pitch (floats) of a transposed [d][64] tile */
 
 typedef struct {
     const void *q, *k, *v, *o, *go;
@@ -1790,7 +1789,8 @@ typedef struct {
     int64_t sq[3], sk[3], sv[3], so[3], sgo[3], sgq[3], sgk[3], sgv[3];
     float *lse_out;
     const float *lse, *dvec;
-    int64_t BH;
+    float *ds;          /* f32 backward: dS scratch of heads bh0 .. bh1 - 1 */
+    int64_t BH, bh0, bh1;   /* heads of this launch: bh0 .. bh1 - 1 */
     int H, T, D, vec, vec_out;
     float c2, scale;   /* c2 = scale log2(e) */
 } bt__k_attp;
@@ -2209,257 +2209,316 @@ template <typename T, int DP> __global__ void __launch_bounds__(128) bt__k_att_d
     }
 }
 
-/* -- f32 (FFMA) path: 256 threads as 16 x 16 (ty = tid / 16, tx = tid % 16); tiles transposed in
-   shared memory, [d][row] with pitch BT__K_ATT_LDT -- */
-/* A warp loads 16 rows x 2 float4 chunks (lane: row l & 15, chunk l >> 4): each row's 32 bytes are
-   one whole sector (32 rows x 16 bytes filled only half of each sector), and the transposed stores
-   land in banks 16 chunk + 4 e + row, all 32 distinct. */
-template <int DP> __device__ __forceinline__ void bt__k_att_tileT(float *sm, const float *g, int64_t st, int r0, int Tn, int D,
-                                                                  int vec) {
-    for (int c = threadIdx.x; c < 64 * (DP / 4); c += blockDim.x) {
-        int w = c >> 5, r = (w & 3) * 16 + (c & 15), d0 = ((w >> 2) * 2 + ((c >> 4) & 1)) * 4, ok = r0 + r < Tn;
+/* -- f32 (FFMA) path, strict fp32. 256 threads; thread (ty, tx) owns rows 4 ty .. 4 ty + 3 and
+   columns 4 tx .. 4 tx + 3 (plus 64 for D 128) of a 64-row output tile. A warp covers 4 ty x 8 tx
+   (ty = 4 (w mod 4) + lane / 8, tx = 8 (w / 4) + lane mod 8): per k-step it needs 4 distinct
+   float4s of A and 8 of B, one shared-memory wavefront each, so the FFMA pipe, not shared memory,
+   sets the pace (a 2 x 16 warp needs three wavefronts per 16 FMAs).
+   Tiles are row-major [64][W] floats (W = DP, or 64 for P and dS), 16-byte chunk c of row r stored at
+   chunk c ^ ((r / 4) mod 8). Then both ways a product walks a tile are conflict-free: along rows
+   (rows 4 ty + i or 4 tx + j, one chunk: the XOR spreads them) and down columns (one row, chunks
+   ty or tx). The products, c[m][n] += sum_k ...:
+     abt: A[m][k] B[n][k]   S = Q K^T, dP = dO V^T
+     atb: A[k][m] B[k][n]   dV = P^T dO, dK = dS^T Q
+     ab:  A[m][k] B[k][n]   O = P V, dQ = dS K
+   Backward: the dK/dV kernel (a 64-key block over the query tiles) computes S, dP and dS once and
+   writes dS to a scratch buffer; the dQ kernel reads it back. Five products instead of the seven of
+   recomputing S and dP for dQ, and deterministic (no atomics). -- */
+#define BT__K_ATT_F32_SCRATCH ((size_t)512 << 20)   /* dS scratch cap; B H is split into chunks under it */
+template <int W> __device__ __forceinline__ int bt__k_swz(int r, int c) { return r * W + ((c ^ ((r >> 2) & 7)) << 2); }
+__device__ __forceinline__ float4 bt__k_lds4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
+__device__ __forceinline__ float bt__k_f4(float4 v, int e) { return e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w; }
+__device__ __forceinline__ void bt__k_f32_thread(int *ty, int *tx) {
+    int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+    *ty = 4 * (w & 3) + (l >> 3);
+    *tx = 8 * (w >> 2) + (l & 7);
+}
+/* rows [r0, r0 + 64) of a matrix (row r at g + r st, D columns) into a swizzled [64][W] tile, zeros
+   past row Tn or column D; 16-byte cp.async where whole and aligned (the caller commits and waits) */
+template <int W> __device__ __forceinline__ void bt__k_f32_load(float *sm, const float *g, int64_t st, int r0, int Tn, int D,
+                                                                int vec) {
+    const int CH = W / 4;
+    for (int c = threadIdx.x; c < 64 * CH; c += blockDim.x) {
+        int r = c / CH, ch = c - r * CH, d0 = ch * 4, ok = r0 + r < Tn;
+        float *dst = sm + bt__k_swz<W>(r, ch);
         const float *src = g + (int64_t)(r0 + r) * st + d0;
-        float x[4];
         if (ok && vec && d0 + 4 <= D) {
-            float4 u = __ldg(reinterpret_cast<const float4 *>(src));
-            x[0] = u.x; x[1] = u.y; x[2] = u.z; x[3] = u.w;
+            bt__k_cp16(dst, src);
         } else {
-#pragma unroll
-            for (int e = 0; e < 4; e++) x[e] = ok && d0 + e < D ? src[e] : 0.f;
+            float4 x;
+            x.x = ok && d0 < D ? src[0] : 0.f; x.y = ok && d0 + 1 < D ? src[1] : 0.f;
+            x.z = ok && d0 + 2 < D ? src[2] : 0.f; x.w = ok && d0 + 3 < D ? src[3] : 0.f;
+            *reinterpret_cast<float4 *>(dst) = x;
         }
-#pragma unroll
-        for (int e = 0; e < 4; e++) sm[(d0 + e) * BT__K_ATT_LDT + r] = x[e];
     }
 }
-/* c[i][j] += sum_d At[d][4 ty + i] Bt[d][4 tx + j] */
-template <int DP> __device__ __forceinline__ void bt__k_att_abt(float c[4][4], const float *At, const float *Bt) {
-    int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
-#pragma unroll 8
-    for (int d = 0; d < DP; d++) {
-        float4 a = *reinterpret_cast<const float4 *>(At + d * BT__K_ATT_LDT + ty * 4);
-        float4 b = *reinterpret_cast<const float4 *>(Bt + d * BT__K_ATT_LDT + tx * 4);
-        float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+/* c[i][j] += sum_k A[4 ty + i][k] B[4 tx + j][k], k < W */
+template <int W> __device__ __forceinline__ void bt__k_f32_abt(float c[4][4], const float *A, const float *B, int ty, int tx) {
+    const float *a0 = A + 4 * ty * W, *b0 = B + 4 * tx * W;
+    int sa = ty & 7, sb = tx & 7;
+#pragma unroll 4
+    for (int ch = 0; ch < W / 4; ch++) {
+        float4 a[4], b[4];
 #pragma unroll
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 4; i++) a[i] = bt__k_lds4(a0 + i * W + ((ch ^ sa) << 2));
 #pragma unroll
-            for (int jj = 0; jj < 4; jj++) c[i][jj] = fmaf(av[i], bv[jj], c[i][jj]);
+        for (int j = 0; j < 4; j++) b[j] = bt__k_lds4(b0 + j * W + ((ch ^ sb) << 2));
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) c[i][j] = fmaf(bt__k_f4(a[i], e), bt__k_f4(b[j], e), c[i][j]);
     }
 }
-/* o[i][j] += sum_k P[4 ty + i][k] Xt[tx + 16 j][k] (P row-major [64][LDT], X transposed) */
-template <int DP> __device__ __forceinline__ void bt__k_att_pv(float o[4][DP / 16], const float *P, const float *Xt) {
-    int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
+/* c[i][4 jb + j] += sum_k A[k][4 ty + i] B[k][64 jb + 4 tx + j], k < 64; A [64][64], B [64][W] */
+template <int W> __device__ __forceinline__ void bt__k_f32_atb(float c[4][W / 16], const float *A, const float *B, int ty,
+                                                               int tx) {
+#pragma unroll 4
+    for (int k = 0; k < 64; k++) {
+        int s = (k >> 2) & 7;
+        float4 a = bt__k_lds4(A + k * 64 + ((ty ^ s) << 2));
+#pragma unroll
+        for (int jb = 0; jb < W / 64; jb++) {
+            float4 b = bt__k_lds4(B + k * W + (((16 * jb + tx) ^ s) << 2));
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) c[i][4 * jb + j] = fmaf(bt__k_f4(a, i), bt__k_f4(b, j), c[i][4 * jb + j]);
+        }
+    }
+}
+/* c[i][4 jb + j] += sum_k A[4 ty + i][k] B[k][64 jb + 4 tx + j], k < 64; A [64][64], B [64][W] */
+template <int W> __device__ __forceinline__ void bt__k_f32_ab(float c[4][W / 16], const float *A, const float *B, int ty,
+                                                              int tx) {
+    const float *a0 = A + 4 * ty * 64;
+    int sa = ty & 7;
 #pragma unroll 2
-    for (int k = 0; k < 64; k += 4) {
-        float4 pr[4];
+    for (int ch = 0; ch < 16; ch++) {
+        float4 a[4];
 #pragma unroll
-        for (int i = 0; i < 4; i++) pr[i] = *reinterpret_cast<const float4 *>(P + (ty * 4 + i) * BT__K_ATT_LDT + k);
+        for (int i = 0; i < 4; i++) a[i] = bt__k_lds4(a0 + i * 64 + ((ch ^ sa) << 2));
 #pragma unroll
-        for (int j = 0; j < DP / 16; j++) {
-            float4 x = *reinterpret_cast<const float4 *>(Xt + (tx + 16 * j) * BT__K_ATT_LDT + k);
+        for (int e = 0; e < 4; e++) {
+            int k = 4 * ch + e;
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                o[i][j] = fmaf(pr[i].x, x.x, o[i][j]); o[i][j] = fmaf(pr[i].y, x.y, o[i][j]);
-                o[i][j] = fmaf(pr[i].z, x.z, o[i][j]); o[i][j] = fmaf(pr[i].w, x.w, o[i][j]);
+            for (int jb = 0; jb < W / 64; jb++) {
+                float4 b = bt__k_lds4(B + k * W + (((16 * jb + tx) ^ (ch & 7)) << 2));
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++)
+                        c[i][4 * jb + j] = fmaf(bt__k_f4(a[i], e), bt__k_f4(b, j), c[i][4 * jb + j]);
             }
         }
     }
 }
-__device__ __forceinline__ float bt__k_hmax16(float x) {
-    for (int o = 8; o; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-    return x;
+/* the four values at row 4 ty + i, columns 4 tx .. 4 tx + 3 of a swizzled [64][64] tile */
+__device__ __forceinline__ void bt__k_f32_st4(float *sm, int ty, int tx, int i, const float v[4]) {
+    *reinterpret_cast<float4 *>(sm + bt__k_swz<64>(4 * ty + i, tx)) = make_float4(v[0], v[1], v[2], v[3]);
 }
-__device__ __forceinline__ float bt__k_hsum16(float x) {
-    for (int o = 8; o; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-    return x;
+/* rows 4 ty + i of an output tile at row r0 (row r at g + r st), columns 4 tx + j (+ 64 jb), times mul */
+template <int W> __device__ __forceinline__ void bt__k_f32_store(float *g, int64_t st, int r0, int Tn, int D, const float c[4][W / 16],
+                                                                 const float mul[4], int ty, int tx) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int r = r0 + 4 * ty + i;
+        if (r >= Tn) continue;
+        float *row = g + (int64_t)r * st;
+#pragma unroll
+        for (int jb = 0; jb < W / 64; jb++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                int d = 64 * jb + 4 * tx + j;
+                if (d < D) row[d] = c[i][4 * jb + j] * mul[i];
+            }
+    }
 }
+/* first of query tile qt's dS tiles in a head's scratch: tiles (qt, 0 .. qt) are contiguous */
+__device__ __forceinline__ int64_t bt__k_ds_tile(int qt, int kt) { return ((int64_t)qt * (qt + 1) / 2 + kt) * 4096; }
 
 template <int DP> __global__ void __launch_bounds__(256) bt__k_att_fwd_f32(bt__k_attp p) {
     extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
-    const int DJ = DP / 16, L = BT__K_ATT_LDT;
-    float *Qt = (float *)bt__k_att_sm, *Kt = Qt + DP * L, *Vt = Kt + DP * L, *Ps = Vt + DP * L;
-    int nqt = (p.T + 63) / 64, qt = nqt - 1 - (int)blockIdx.y, q0 = qt * 64;
-    int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
-    for (int64_t bh = blockIdx.x; bh < p.BH; bh += gridDim.x) {
+    const int NJ = DP / 16;
+    /* K and V double-buffered: tile kt + 1 loads while tile kt is multiplied */
+    float *Qs = (float *)bt__k_att_sm, *KV = Qs + 64 * DP, *Ps = KV + 4 * 64 * DP, *Red = Ps + 64 * 64;
+    int nqt = (p.T + 63) / 64, qt = nqt - 1 - (int)blockIdx.y, q0 = qt * 64, ty, tx, half = threadIdx.x >> 7;
+    bt__k_f32_thread(&ty, &tx);
+    for (int64_t bh = p.bh0 + blockIdx.x; bh < p.bh1; bh += gridDim.x) {
         const float *q = (const float *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const float *)p.k + bt__k_att_off(p.sk, bh, p.H),
                     *v = (const float *)p.v + bt__k_att_off(p.sv, bh, p.H);
         __syncthreads();
-        bt__k_att_tileT<DP>(Qt, q, p.sq[2], q0, p.T, p.D, p.vec);
-        float o[4][DJ], m[4], l[4];
+        bt__k_f32_load<DP>(Qs, q, p.sq[2], q0, p.T, p.D, p.vec);
+        bt__k_f32_load<DP>(KV, k, p.sk[2], 0, p.T, p.D, p.vec);
+        bt__k_f32_load<DP>(KV + 64 * DP, v, p.sv[2], 0, p.T, p.D, p.vec);
+        bt__k_cp_commit();
+        float o[4][NJ], m[4], l[4];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             m[i] = -INFINITY; l[i] = 0.f;
 #pragma unroll
-            for (int j = 0; j < DJ; j++) o[i][j] = 0.f;
+            for (int j = 0; j < NJ; j++) o[i][j] = 0.f;
         }
-        for (int j = 0; j <= qt; j++) {
-            __syncthreads();
-            bt__k_att_tileT<DP>(Kt, k, p.sk[2], j * 64, p.T, p.D, p.vec);
-            bt__k_att_tileT<DP>(Vt, v, p.sv[2], j * 64, p.T, p.D, p.vec);
-            __syncthreads();
-            float s[4][4];
-#pragma unroll
-            for (int i = 0; i < 4; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
-            bt__k_att_abt<DP>(s, Qt, Kt);
+        for (int kt = 0; kt <= qt; kt++) {
+            float *Ks = KV + (kt & 1) * 2 * 64 * DP, *Vs = Ks + 64 * DP;
+            bt__k_cp_wait<0>();
+            __syncthreads();   /* tile kt is in; every thread is done with tile kt - 1's buffers */
+            if (kt < qt) {
+                float *Kn = KV + ((kt + 1) & 1) * 2 * 64 * DP;
+                bt__k_f32_load<DP>(Kn, k, p.sk[2], (kt + 1) * 64, p.T, p.D, p.vec);
+                bt__k_f32_load<DP>(Kn + 64 * DP, v, p.sv[2], (kt + 1) * 64, p.T, p.D, p.vec);
+                bt__k_cp_commit();
+            }
+            float s[4][4] = {{0.f}};
+            bt__k_f32_abt<DP>(s, Qs, Ks, ty, tx);
+            /* online softmax in base 2: a row's 64 columns are 8 lanes of two warps (tx < 8, tx >= 8) */
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-                int row = q0 + ty * 4 + i;
-                float mx = m[i];
+                int row = q0 + 4 * ty + i;
+                float mx = -INFINITY;
 #pragma unroll
-                for (int jj = 0; jj < 4; jj++) {
-                    float x = s[i][jj] * p.c2;
-                    if (j == qt && j * 64 + tx * 4 + jj > row) x = -INFINITY;
-                    s[i][jj] = x;
+                for (int j = 0; j < 4; j++) {
+                    float x = s[i][j] * p.c2;
+                    if (kt == qt && kt * 64 + 4 * tx + j > row) x = -INFINITY;
+                    s[i][j] = x;
                     mx = fmaxf(mx, x);
                 }
-                mx = bt__k_hmax16(mx);
-                float al = exp2f(m[i] - mx);
+                for (int off = 4; off; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+                if ((threadIdx.x & 7) == 0) Red[half * 64 + 4 * ty + i] = mx;
+            }
+            __syncthreads();
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float mx = fmaxf(m[i], fmaxf(Red[4 * ty + i], Red[64 + 4 * ty + i])), al = exp2f(m[i] - mx);
                 m[i] = mx;
                 l[i] *= al;
 #pragma unroll
-                for (int jd = 0; jd < DJ; jd++) o[i][jd] *= al;
+                for (int j = 0; j < NJ; j++) o[i][j] *= al;
 #pragma unroll
-                for (int jj = 0; jj < 4; jj++) { s[i][jj] = exp2f(s[i][jj] - mx); l[i] += s[i][jj]; }
-                *reinterpret_cast<float4 *>(Ps + (ty * 4 + i) * L + tx * 4) = make_float4(s[i][0], s[i][1], s[i][2], s[i][3]);
+                for (int j = 0; j < 4; j++) { s[i][j] = exp2f(s[i][j] - mx); l[i] += s[i][j]; }
+                bt__k_f32_st4(Ps, ty, tx, i, s[i]);
             }
             __syncthreads();
-            bt__k_att_pv<DP>(o, Ps, Vt);
+            bt__k_f32_ab<DP>(o, Ps, Vs, ty, tx);
         }
+        float inv[4];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            float lt = bt__k_hsum16(l[i]);
-            int row = q0 + ty * 4 + i;
-            if (row >= p.T) continue;
-            float *orow = (float *)p.out + bt__k_att_off(p.so, bh, p.H) + (int64_t)row * p.so[2];
-#pragma unroll
-            for (int jd = 0; jd < DJ; jd++)
-                if (tx + 16 * jd < p.D) orow[tx + 16 * jd] = o[i][jd] / lt;
-            if (tx == 0 && p.lse_out) p.lse_out[bh * p.T + row] = (m[i] + log2f(lt)) * BT__K_ATT_LN2;
+            for (int off = 4; off; off >>= 1) l[i] += __shfl_xor_sync(0xffffffffu, l[i], off);
+            if ((threadIdx.x & 7) == 0) Red[half * 64 + 4 * ty + i] = l[i];
         }
-    }
-}
-
-template <int DP> __global__ void __launch_bounds__(256) bt__k_att_dq_f32(bt__k_attp p) {
-    extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
-    const int DJ = DP / 16, L = BT__K_ATT_LDT;
-    float *Qt = (float *)bt__k_att_sm, *Gt = Qt + DP * L, *Kt = Gt + DP * L, *Vt = Kt + DP * L, *Ps = Vt + DP * L;
-    int nqt = (p.T + 63) / 64, qt = nqt - 1 - (int)blockIdx.y, q0 = qt * 64;
-    int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
-    for (int64_t bh = blockIdx.x; bh < p.BH; bh += gridDim.x) {
-        const float *q = (const float *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const float *)p.k + bt__k_att_off(p.sk, bh, p.H),
-                    *v = (const float *)p.v + bt__k_att_off(p.sv, bh, p.H),
-                    *go = (const float *)p.go + bt__k_att_off(p.sgo, bh, p.H);
         __syncthreads();
-        bt__k_att_tileT<DP>(Qt, q, p.sq[2], q0, p.T, p.D, p.vec);
-        bt__k_att_tileT<DP>(Gt, go, p.sgo[2], q0, p.T, p.D, p.vec);
-        float lse2[4], dv[4], dq[4][DJ];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            int row = q0 + ty * 4 + i;
-            lse2[i] = row < p.T ? p.lse[bh * p.T + row] * BT__K_ATT_LOG2E : 0.f;
-            dv[i] = row < p.T ? p.dvec[bh * p.T + row] : 0.f;
-#pragma unroll
-            for (int jd = 0; jd < DJ; jd++) dq[i][jd] = 0.f;
+            float lt = Red[4 * ty + i] + Red[64 + 4 * ty + i];
+            int row = q0 + 4 * ty + i;
+            inv[i] = 1.f / lt;
+            if (tx == 0 && row < p.T && p.lse_out) p.lse_out[bh * p.T + row] = (m[i] + log2f(lt)) * BT__K_ATT_LN2;
         }
-        for (int j = 0; j <= qt; j++) {
-            __syncthreads();
-            bt__k_att_tileT<DP>(Kt, k, p.sk[2], j * 64, p.T, p.D, p.vec);
-            bt__k_att_tileT<DP>(Vt, v, p.sv[2], j * 64, p.T, p.D, p.vec);
-            __syncthreads();
-            float s[4][4], dp[4][4];
-#pragma unroll
-            for (int i = 0; i < 4; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = dp[i][0] = dp[i][1] = dp[i][2] = dp[i][3] = 0.f;
-            bt__k_att_abt<DP>(s, Qt, Kt);
-            bt__k_att_abt<DP>(dp, Gt, Vt);
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                int row = q0 + ty * 4 + i;
-#pragma unroll
-                for (int jj = 0; jj < 4; jj++) {
-                    float pv = exp2f(s[i][jj] * p.c2 - lse2[i]);
-                    if (j == qt && j * 64 + tx * 4 + jj > row) pv = 0.f;
-                    s[i][jj] = pv * (dp[i][jj] - dv[i]);
-                }
-                *reinterpret_cast<float4 *>(Ps + (ty * 4 + i) * L + tx * 4) = make_float4(s[i][0], s[i][1], s[i][2], s[i][3]);
-            }
-            __syncthreads();
-            bt__k_att_pv<DP>(dq, Ps, Kt);
-        }
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            int row = q0 + ty * 4 + i;
-            if (row >= p.T) continue;
-            float *grow = (float *)p.gq + bt__k_att_off(p.sgq, bh, p.H) + (int64_t)row * p.sgq[2];
-#pragma unroll
-            for (int jd = 0; jd < DJ; jd++)
-                if (tx + 16 * jd < p.D) grow[tx + 16 * jd] = dq[i][jd] * p.scale;
-        }
+        bt__k_f32_store<DP>((float *)p.out + bt__k_att_off(p.so, bh, p.H), p.so[2], q0, p.T, p.D, o, inv, ty, tx);
     }
 }
 
-template <int DP> __global__ void __launch_bounds__(256) bt__k_att_dkv_f32(bt__k_attp p) {
+/* dK, dV of key tile kt over query tiles kt .. nqt - 1; dS (scale not applied) to p.ds */
+template <int DP> __global__ void __launch_bounds__(256, 2) bt__k_att_dkv_f32(bt__k_attp p) {
     extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
-    const int DJ = DP / 16, L = BT__K_ATT_LDT;
-    float *Kt = (float *)bt__k_att_sm, *Vt = Kt + DP * L, *Qt = Vt + DP * L, *Gt = Qt + DP * L, *Ps = Gt + DP * L,
-          *Ds = Ps + 64 * L, *Ls = Ds + 64 * L, *Dv = Ls + 64;
-    int nqt = (p.T + 63) / 64, kt = (int)blockIdx.y, k0 = kt * 64;
-    int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
-    for (int64_t bh = blockIdx.x; bh < p.BH; bh += gridDim.x) {
+    const int NJ = DP / 16;
+    float *Ks = (float *)bt__k_att_sm, *Vs = Ks + 64 * DP, *Qs = Vs + 64 * DP, *Gs = Qs + 64 * DP, *Ps = Gs + 64 * DP,
+          *Ds = Ps + 64 * 64, *Ls = Ds + 64 * 64, *Dv = Ls + 64;
+    int nqt = (p.T + 63) / 64, kt = (int)blockIdx.y, k0 = kt * 64, ty, tx;
+    int64_t per_bh = bt__k_ds_tile(nqt, 0);
+    bt__k_f32_thread(&ty, &tx);
+    for (int64_t bh = p.bh0 + blockIdx.x; bh < p.bh1; bh += gridDim.x) {
         const float *q = (const float *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const float *)p.k + bt__k_att_off(p.sk, bh, p.H),
                     *v = (const float *)p.v + bt__k_att_off(p.sv, bh, p.H),
                     *go = (const float *)p.go + bt__k_att_off(p.sgo, bh, p.H);
         const float *lse = p.lse + bh * p.T, *dvec = p.dvec + bh * p.T;
+        float *ds = p.ds + (bh - p.bh0) * per_bh;
         __syncthreads();
-        bt__k_att_tileT<DP>(Kt, k, p.sk[2], k0, p.T, p.D, p.vec);
-        bt__k_att_tileT<DP>(Vt, v, p.sv[2], k0, p.T, p.D, p.vec);
-        float dk[4][DJ], dvv[4][DJ];
+        bt__k_f32_load<DP>(Ks, k, p.sk[2], k0, p.T, p.D, p.vec);
+        bt__k_f32_load<DP>(Vs, v, p.sv[2], k0, p.T, p.D, p.vec);
+        float dk[4][NJ], dv[4][NJ];
 #pragma unroll
         for (int i = 0; i < 4; i++)
 #pragma unroll
-            for (int jd = 0; jd < DJ; jd++) dk[i][jd] = dvv[i][jd] = 0.f;
+            for (int j = 0; j < NJ; j++) dk[i][j] = dv[i][j] = 0.f;
         for (int it = kt; it < nqt; it++) {
             __syncthreads();
-            bt__k_att_tileT<DP>(Qt, q, p.sq[2], it * 64, p.T, p.D, p.vec);
-            bt__k_att_tileT<DP>(Gt, go, p.sgo[2], it * 64, p.T, p.D, p.vec);
+            bt__k_f32_load<DP>(Qs, q, p.sq[2], it * 64, p.T, p.D, p.vec);
+            bt__k_f32_load<DP>(Gs, go, p.sgo[2], it * 64, p.T, p.D, p.vec);
             if (threadIdx.x < 64) {
                 int r = it * 64 + threadIdx.x;
                 Ls[threadIdx.x] = r < p.T ? lse[r] * BT__K_ATT_LOG2E : 0.f;
                 Dv[threadIdx.x] = r < p.T ? dvec[r] : 0.f;
             }
+            bt__k_cp_commit(); bt__k_cp_wait<0>();
             __syncthreads();
-            float s[4][4], dp[4][4];
-#pragma unroll
-            for (int i = 0; i < 4; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = dp[i][0] = dp[i][1] = dp[i][2] = dp[i][3] = 0.f;
-            bt__k_att_abt<DP>(s, Kt, Qt);    /* rows: keys, columns: queries */
-            bt__k_att_abt<DP>(dp, Vt, Gt);
+            float s[4][4] = {{0.f}}, dp[4][4] = {{0.f}};
+            bt__k_f32_abt<DP>(s, Qs, Ks, ty, tx);   /* rows: queries, columns: keys */
+            bt__k_f32_abt<DP>(dp, Gs, Vs, ty, tx);
             int edge = it == kt || (it + 1) * 64 > p.T;
+            float *dst = ds + bt__k_ds_tile(it, kt);
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-                int key = k0 + ty * 4 + i;
+                int qr = 4 * ty + i, qrow = it * 64 + qr;
+                float ls = Ls[qr], dvq = Dv[qr];
 #pragma unroll
-                for (int jj = 0; jj < 4; jj++) {
-                    int qc = tx * 4 + jj, qrow = it * 64 + qc;
-                    float pv = exp2f(s[i][jj] * p.c2 - Ls[qc]);
-                    if (edge && (qrow >= p.T || key > qrow)) pv = 0.f;
-                    s[i][jj] = pv;
-                    dp[i][jj] = pv * (dp[i][jj] - Dv[qc]);
+                for (int j = 0; j < 4; j++) {
+                    float pv = exp2f(s[i][j] * p.c2 - ls);
+                    if (edge && (qrow >= p.T || k0 + 4 * tx + j > qrow)) pv = 0.f;
+                    s[i][j] = pv;
+                    dp[i][j] = pv * (dp[i][j] - dvq);
                 }
-                *reinterpret_cast<float4 *>(Ps + (ty * 4 + i) * L + tx * 4) = make_float4(s[i][0], s[i][1], s[i][2], s[i][3]);
-                *reinterpret_cast<float4 *>(Ds + (ty * 4 + i) * L + tx * 4) = make_float4(dp[i][0], dp[i][1], dp[i][2], dp[i][3]);
+                bt__k_f32_st4(Ps, ty, tx, i, s[i]);
+                bt__k_f32_st4(Ds, ty, tx, i, dp[i]);
+                *reinterpret_cast<float4 *>(dst + qr * 64 + 4 * tx) = make_float4(dp[i][0], dp[i][1], dp[i][2], dp[i][3]);
             }
             __syncthreads();
-            bt__k_att_pv<DP>(dvv, Ps, Gt);
-            bt__k_att_pv<DP>(dk, Ds, Qt);
+            bt__k_f32_atb<DP>(dv, Ps, Gs, ty, tx);
+            bt__k_f32_atb<DP>(dk, Ds, Qs, ty, tx);
         }
+        float sc[4] = {p.scale, p.scale, p.scale, p.scale}, one[4] = {1.f, 1.f, 1.f, 1.f};
+        bt__k_f32_store<DP>((float *)p.gk + bt__k_att_off(p.sgk, bh, p.H), p.sgk[2], k0, p.T, p.D, dk, sc, ty, tx);
+        bt__k_f32_store<DP>((float *)p.gv + bt__k_att_off(p.sgv, bh, p.H), p.sgv[2], k0, p.T, p.D, dv, one, ty, tx);
+    }
+}
+
+/* dQ of query tile qt = scale sum_kt dS(qt, kt) K(kt), from the scratch the dK/dV kernel wrote;
+   the next (dS, K) pair is loaded while this one is multiplied */
+template <int DP> __global__ void __launch_bounds__(256) bt__k_att_dq_f32(bt__k_attp p) {
+    extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
+    const int NJ = DP / 16;
+    float *Ss = (float *)bt__k_att_sm, *Ks = Ss + 2 * 64 * 64;
+    int nqt = (p.T + 63) / 64, qt = nqt - 1 - (int)blockIdx.y, q0 = qt * 64, ty, tx;
+    int64_t per_bh = bt__k_ds_tile(nqt, 0);
+    bt__k_f32_thread(&ty, &tx);
+    for (int64_t bh = p.bh0 + blockIdx.x; bh < p.bh1; bh += gridDim.x) {
+        const float *k = (const float *)p.k + bt__k_att_off(p.sk, bh, p.H), *ds = p.ds + (bh - p.bh0) * per_bh + bt__k_ds_tile(qt, 0);
+        float dq[4][NJ];
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            int key = k0 + ty * 4 + i;
-            if (key >= p.T) continue;
-            float *krow = (float *)p.gk + bt__k_att_off(p.sgk, bh, p.H) + (int64_t)key * p.sgk[2];
-            float *vrow = (float *)p.gv + bt__k_att_off(p.sgv, bh, p.H) + (int64_t)key * p.sgv[2];
+        for (int i = 0; i < 4; i++)
 #pragma unroll
-            for (int jd = 0; jd < DJ; jd++)
-                if (tx + 16 * jd < p.D) { krow[tx + 16 * jd] = dk[i][jd] * p.scale; vrow[tx + 16 * jd] = dvv[i][jd]; }
+            for (int j = 0; j < NJ; j++) dq[i][j] = 0.f;
+        __syncthreads();
+        bt__k_f32_load<64>(Ss, ds, 64, 0, 64, 64, 1);
+        bt__k_f32_load<DP>(Ks, k, p.sk[2], 0, p.T, p.D, p.vec);
+        bt__k_cp_commit();
+        for (int kt = 0; kt <= qt; kt++) {
+            int b = kt & 1;
+            if (kt < qt) {
+                bt__k_f32_load<64>(Ss + (b ^ 1) * 4096, ds + (int64_t)(kt + 1) * 4096, 64, 0, 64, 64, 1);
+                bt__k_f32_load<DP>(Ks + (b ^ 1) * 64 * DP, k, p.sk[2], (kt + 1) * 64, p.T, p.D, p.vec);
+                bt__k_cp_commit();
+                bt__k_cp_wait<1>();
+            } else {
+                bt__k_cp_wait<0>();
+            }
+            __syncthreads();
+            bt__k_f32_ab<DP>(dq, Ss + b * 4096, Ks + b * 64 * DP, ty, tx);
+            __syncthreads();
         }
+        float sc[4] = {p.scale, p.scale, p.scale, p.scale};
+        bt__k_f32_store<DP>((float *)p.gq + bt__k_att_off(p.sgq, bh, p.H), p.sgq[2], q0, p.T, p.D, dq, sc, ty, tx);
     }
 }
 
@@ -2869,13 +2928,14 @@ static void bt__k_att_check(const char *op, bt_dtype dt, int64_t B, int64_t H, i
 static void bt__k_att_run(void (*kern)(bt__k_attp), const bt__k_attp *p, unsigned tiles, int threads, size_t smem,
                           cudaStream_t s, const char *op) {
     BT__K_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), op);
-    unsigned gx = (unsigned)(p->BH < (1 << 30) ? p->BH : (1 << 30));
+    int64_t nbh = p->bh1 - p->bh0;
+    unsigned gx = (unsigned)(nbh < (1 << 30) ? nbh : (1 << 30));
     kern<<<dim3(gx, tiles), threads, smem, s>>>(*p);
     BT__K_LAUNCHED(op);
 }
 static void bt__k_att_params(bt__k_attp *p, bt_dtype dt, int64_t B, int64_t H, int64_t Tn, int64_t D, float scale) {
     memset(p, 0, sizeof *p);
-    p->BH = B * H; p->H = (int)H; p->T = (int)Tn; p->D = (int)D;
+    p->BH = p->bh1 = B * H; p->H = (int)H; p->T = (int)Tn; p->D = (int)D;
     p->scale = scale; p->c2 = scale * BT__K_ATT_LOG2E;
     (void)dt;
 }
@@ -2883,6 +2943,8 @@ static void bt__k_att_params(bt__k_attp *p, bt_dtype dt, int64_t B, int64_t H, i
     case 32: { const int DP = 32; __VA_ARGS__; } break; \
     case 64: { const int DP = 64; __VA_ARGS__; } break; \
     default: { const int DP = 128; __VA_ARGS__; } break; }
+/* the f32 kernels' thread tiles cover 64 columns: D is padded to 64 or 128 */
+#define BT__K_ATT_DP_F32(DPV, ...) if ((DPV) <= 64) { const int DP = 64; __VA_ARGS__; } else { const int DP = 128; __VA_ARGS__; }
 
 BTDEF void bt_k_attention_strided(bt_dtype dt, void *out, const int64_t *so, float *lse, const void *q, const int64_t *sq,
                                   const void *k, const int64_t *sk, const void *v, const int64_t *sv, int64_t B, int64_t H,
@@ -2904,7 +2966,7 @@ BTDEF void bt_k_attention_strided(bt_dtype dt, void *out, const int64_t *so, flo
         if (precision == BT_MATMUL_TF32)
             BT__K_ATT_DP(dp, bt__k_att_run(bt__k_att_fwd_tf32<DP>, &p, tiles, 128, (size_t)5 * 64 * (DP + 4) * 4, s, op))
         else
-            BT__K_ATT_DP(dp, bt__k_att_run(bt__k_att_fwd_f32<DP>, &p, tiles, 256, (size_t)(3 * DP + 64) * BT__K_ATT_LDT * 4, s, op))
+            BT__K_ATT_DP_F32(dp, bt__k_att_run(bt__k_att_fwd_f32<DP>, &p, tiles, 256, (size_t)(5 * 64 * DP + 64 * 64 + 128) * 4, s, op))
         break;
     case BT_BF16:
         BT__K_ATT_DP(dp, bt__k_att_run(bt__k_att_fwd_tc<__nv_bfloat16, DP>, &p, tiles, 128, (size_t)5 * 64 * (DP + 8) * 2, s, op))
@@ -2913,6 +2975,26 @@ BTDEF void bt_k_attention_strided(bt_dtype dt, void *out, const int64_t *so, flo
         BT__K_ATT_DP(dp, bt__k_att_run(bt__k_att_fwd_tc<__half, DP>, &p, tiles, 128, (size_t)5 * 64 * (DP + 8) * 2, s, op))
         break;
     }
+}
+
+/* dK/dV kernel then dQ kernel, over chunks of heads whose dS scratch (the causal 64 x 64 tiles, fp32)
+   fits under BT__K_ATT_F32_SCRATCH */
+static void bt__k_att_bwd_f32(bt__k_attp *p, unsigned tiles, int dp, cudaStream_t s, const char *op) {
+    size_t per_bh = (size_t)tiles * (tiles + 1) / 2 * 4096 * sizeof(float);
+    int64_t chunk = (int64_t)(BT__K_ATT_F32_SCRATCH / per_bh);
+    if (chunk < 1) chunk = 1;
+    if (chunk > p->BH) chunk = p->BH;
+    p->ds = (float *)bt__k_scratch((size_t)chunk * per_bh, s);
+    for (int64_t b0 = 0; b0 < p->BH; b0 += chunk) {
+        p->bh0 = b0;
+        p->bh1 = b0 + chunk < p->BH ? b0 + chunk : p->BH;
+        BT__K_ATT_DP_F32(dp, {
+            bt__k_att_run(bt__k_att_dkv_f32<DP>, p, tiles, 256, (size_t)(4 * 64 * DP + 2 * 64 * 64 + 128) * 4, s, op);
+            bt__k_att_run(bt__k_att_dq_f32<DP>, p, tiles, 256, (size_t)(2 * 64 * 64 + 2 * 64 * DP) * 4, s, op);
+        })
+    }
+    bt_free(p->ds);
+    p->ds = NULL; p->bh0 = 0; p->bh1 = p->BH;
 }
 
 BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t *sgq, void *gk, const int64_t *sgk, void *gv,
@@ -2949,10 +3031,7 @@ BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t 
             })
             break;
         }
-        BT__K_ATT_DP(dp, {
-            bt__k_att_run(bt__k_att_dq_f32<DP>, &p, tiles, 256, (size_t)(4 * DP + 64) * BT__K_ATT_LDT * 4, s, op);
-            bt__k_att_run(bt__k_att_dkv_f32<DP>, &p, tiles, 256, ((size_t)(4 * DP + 128) * BT__K_ATT_LDT + 128) * 4, s, op);
-        })
+        bt__k_att_bwd_f32(&p, tiles, dp, s, op);
         break;
     case BT_BF16:
         BT__K_ATT_DP(dp, {

@@ -3,6 +3,7 @@
 # the train_gpt2 vs PyTorch benchmark, printing a short table last. Usage (on the GPU machine):
 #   bench/gpu_session.sh test      build + make test-gpu + sanitizer + parity (tiny, d12)
 #   bench/gpu_session.sh bench     GPT-2 124M tokens/s and peak memory: train_gpt2 vs PyTorch
+#     (env: B, T, STEPS, PRECS, ROUNDS (alternating rounds), COMPILE= to skip torch.compile)
 # Data shards come from .carry/data (copied there by bench/carry_data.sh on the dev machine).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
@@ -31,10 +32,16 @@ fi
 if [ "$mode" = bench ]; then
   B=${B:-16}; T=${T:-1024}; STEPS=${STEPS:-12}; PRECS=${PRECS:-"fp32 tf32 bf16"}
   make -j16 NVCC_PATH=$NVCC build/train_gpt2_cuda 2>&1 | grep -E "error" | head
+  # ROUNDS > 1 alternates train_gpt2 and eager PyTorch, so that a card whose clocks drift as it
+  # heats up slows both sides alike (torch.compile runs once, in the first round)
+  ROUNDS=${ROUNDS:-1}
   for p in $PRECS; do
-    ./build/train_gpt2_cuda -e d12 -b $B -t $T -d $((B * T)) -x $STEPS -v 0 -g 0 --precision $p -o "$OUT/bt_$p" --quiet 2>&1 | tail -2
-    python3 bench/bench_gpt2_torch.py --config d12 --B $B --T $T --precision $p --steps $STEPS --warmup 3 --json-out "$OUT/torch.jsonl" 2>&1 | tail -1
-    [ -n "${COMPILE:-1}" ] && python3 bench/bench_gpt2_torch.py --config d12 --B $B --T $T --precision $p --compile --steps $STEPS --warmup 3 --json-out "$OUT/torch.jsonl" 2>&1 | tail -1
+    for r in $(seq 1 "$ROUNDS"); do
+      nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader | sed "s/^/$p round $r: sm clock, temp, power: /"
+      ./build/train_gpt2_cuda -e d12 -b $B -t $T -d $((B * T)) -x $STEPS -v 0 -g 0 --precision $p -o "$OUT/bt_${p}_r$r" --quiet 2>&1 | tail -1
+      python3 bench/bench_gpt2_torch.py --config d12 --B $B --T $T --precision $p --steps $STEPS --warmup 3 --json-out "$OUT/torch.jsonl" 2>&1 | tail -1 | cut -c1-160
+      [ "$r" = 1 ] && [ -n "${COMPILE-1}" ] && python3 bench/bench_gpt2_torch.py --config d12 --B $B --T $T --precision $p --compile --steps $STEPS --warmup 3 --json-out "$OUT/torch.jsonl" 2>&1 | tail -1 | cut -c1-160
+    done
   done
   python3 bench/summarize.py "$OUT" | tee "$OUT/summary.txt"
 fi
