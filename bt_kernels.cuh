@@ -115,7 +115,9 @@ BTDEF void bt_k_cross_entropy_backward(bt_dtype dt, void *glogits, const void *l
    f32 data with BT_MATMUL_FP32 is computed with fp32 FFMA (no TF32), with BT_MATMUL_TF32 on TF32
    tensor cores (fp32 accumulation and softmax); bf16/f16 always on tensor cores with fp32
    accumulation (precision ignored). The backward is deterministic (no atomics) and takes Dvec
-   scratch (4 B H T bytes) from bt_alloc on the stream. */
+   scratch (4 B H T bytes) from bt_alloc on the stream; the strict-fp32 backward also takes its dS
+   (the causal 64 x 64 tiles: 8 T^2 bytes per head, rounded up to whole tiles), over chunks of heads
+   that keep it under bt_k_attention_scratch_cap (512 MiB by default). */
 BTDEF void bt_k_attention_strided(bt_dtype dt, void *out, const int64_t *so, float *lse,
     const void *q, const int64_t *sq, const void *k, const int64_t *sk, const void *v, const int64_t *sv,
     int64_t B, int64_t H, int64_t T, int64_t D, float scale, bt_matmul_precision precision, cudaStream_t s);
@@ -124,6 +126,8 @@ BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t 
     const void *k, const int64_t *sk, const void *v, const int64_t *sv, const void *out, const int64_t *so,
     const float *lse, int64_t B, int64_t H, int64_t T, int64_t D, float scale, bt_matmul_precision precision,
     cudaStream_t s);
+/* sets the strict-fp32 backward's dS scratch cap (bytes; 0 only asks) and returns the one before */
+BTDEF size_t bt_k_attention_scratch_cap(size_t bytes);
 /* the same on contiguous [B, H, T, D] tensors (strides {H*T*D, T*D, D}), precision BT_MATMUL_FP32 */
 BTDEF void bt_k_attention(bt_dtype dt, void *out, float *lse, const void *q, const void *k, const void *v,
                           int64_t B, int64_t H, int64_t T, int64_t D, float scale, cudaStream_t s);
@@ -1771,9 +1775,10 @@ BTDEF void bt_k_cross_entropy_backward(bt_dtype dt, void *glogits, const void *l
      bf16 / f16: tensor cores, mma.sync m16n8k16 (fp32 accumulate) fed by ldmatrix from shared
        memory tiles (rows padded by 16 bytes: conflict-free), 4 warps x 16 rows, K/V (resp. Q/dO)
        tiles double-buffered with cp.async; P and dS rounded to the dtype for their products.
-     f32: FFMA only (fp32 parity with PyTorch with TF32 off): 256 threads, each a 4 x 4 block of
-       the 64 x 64 score tile and 4 rows x D/16 columns of the output; tiles stored transposed
-       ([d][row]) in shared memory so that every product reads float4s.
+     f32: FFMA only (fp32 parity with PyTorch with TF32 off): 128 threads, each an 8 x 4 block of
+       the 64 x 64 score tile and of the output; row-major tiles with XOR-swizzled 16-byte chunks
+       (conflict-free float4 reads along rows and down columns); the backward computes dS once
+       (dK/dV kernel) and keeps it in a scratch buffer for the dQ kernel.
      f32 with precision BT_MATMUL_TF32: the bf16 kernels' structure on mma.sync m16n8k8 tf32 (fp32
        accumulate), fp32 shared tiles of pitch D + 4, operands rounded by cvt.rna.tf32 as they are
        read; 10-bit mantissa operands, so about 1e-3 relative error instead of fp32's 1e-6.
@@ -2209,30 +2214,27 @@ template <typename T, int DP> __global__ void __launch_bounds__(128) bt__k_att_d
     }
 }
 
-/* -- f32 (FFMA) path, strict fp32. 256 threads; thread (ty, tx) owns rows 4 ty .. 4 ty + 3 and
-   columns 4 tx .. 4 tx + 3 (plus 64 for D 128) of a 64-row output tile. A warp covers 4 ty x 8 tx
-   (ty = 4 (w mod 4) + lane / 8, tx = 8 (w / 4) + lane mod 8): per k-step it needs 4 distinct
-   float4s of A and 8 of B, one shared-memory wavefront each, so the FFMA pipe, not shared memory,
-   sets the pace (a 2 x 16 warp needs three wavefronts per 16 FMAs).
+/* -- f32 (FFMA) path, strict fp32. 128 threads; thread (ty, tx) = (tid / 16, tid % 16) owns rows
+   8 ty .. 8 ty + 7 and columns 4 tx .. 4 tx + 3 (plus 64 for D 128) of a 64-row output tile.
+   Why 8 x 4: a float4 shared-memory load is served a quarter-warp (8 lanes) per cycle, so each
+   float a thread loads costs the SM a quarter of a cycle whatever the broadcast, while its 4 FFMA
+   pipes retire 4 warp-FMAs per cycle. An m x n block does m n FMAs per m + n floats loaded: 4 x 4
+   caps the FMA pipes at 2/4 = 50% busy, 8 x 4 at 67%.
    Tiles are row-major [64][W] floats (W = DP, or 64 for P and dS), 16-byte chunk c of row r stored at
-   chunk c ^ ((r / 4) mod 8). Then both ways a product walks a tile are conflict-free: along rows
-   (rows 4 ty + i or 4 tx + j, one chunk: the XOR spreads them) and down columns (one row, chunks
-   ty or tx). The products, c[m][n] += sum_k ...:
+   chunk c ^ ((r / 4) mod 8). A quarter-warp is 8 lanes of one ty and consecutive tx, so every read
+   is conflict-free: A (rows of ty) is one address per quarter; B along rows (rows 4 tx + j, one
+   chunk) meets 8 different XORs, B down columns (one row, chunks tx) 8 different chunks.
+   The products, c[m][n] += sum_k ...:
      abt: A[m][k] B[n][k]   S = Q K^T, dP = dO V^T
      atb: A[k][m] B[k][n]   dV = P^T dO, dK = dS^T Q
      ab:  A[m][k] B[k][n]   O = P V, dQ = dS K
    Backward: the dK/dV kernel (a 64-key block over the query tiles) computes S, dP and dS once and
    writes dS to a scratch buffer; the dQ kernel reads it back. Five products instead of the seven of
    recomputing S and dP for dQ, and deterministic (no atomics). -- */
-#define BT__K_ATT_F32_SCRATCH ((size_t)512 << 20)   /* dS scratch cap; B H is split into chunks under it */
+static size_t bt__k_att_scratch_cap = (size_t)512 << 20;   /* dS scratch cap; B H is split into chunks under it */
 template <int W> __device__ __forceinline__ int bt__k_swz(int r, int c) { return r * W + ((c ^ ((r >> 2) & 7)) << 2); }
 __device__ __forceinline__ float4 bt__k_lds4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
 __device__ __forceinline__ float bt__k_f4(float4 v, int e) { return e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w; }
-__device__ __forceinline__ void bt__k_f32_thread(int *ty, int *tx) {
-    int w = threadIdx.x >> 5, l = threadIdx.x & 31;
-    *ty = 4 * (w & 3) + (l >> 3);
-    *tx = 8 * (w >> 2) + (l & 7);
-}
 /* rows [r0, r0 + 64) of a matrix (row r at g + r st, D columns) into a swizzled [64][W] tile, zeros
    past row Tn or column D; 16-byte cp.async where whole and aligned (the caller commits and waits) */
 template <int W> __device__ __forceinline__ void bt__k_f32_load(float *sm, const float *g, int64_t st, int r0, int Tn, int D,
@@ -2252,52 +2254,53 @@ template <int W> __device__ __forceinline__ void bt__k_f32_load(float *sm, const
         }
     }
 }
-/* c[i][j] += sum_k A[4 ty + i][k] B[4 tx + j][k], k < W */
-template <int W> __device__ __forceinline__ void bt__k_f32_abt(float c[4][4], const float *A, const float *B, int ty, int tx) {
-    const float *a0 = A + 4 * ty * W, *b0 = B + 4 * tx * W;
-    int sa = ty & 7, sb = tx & 7;
-#pragma unroll 4
+/* c[i][j] += sum_k A[8 ty + i][k] B[4 tx + j][k], k < W */
+template <int W> __device__ __forceinline__ void bt__k_f32_abt(float c[8][4], const float *A, const float *B, int ty, int tx) {
+    const float *a0 = A + 8 * ty * W, *b0 = B + 4 * tx * W;
+    int sa0 = (2 * ty) & 7, sa1 = (2 * ty + 1) & 7, sb = tx & 7;
+#pragma unroll 2
     for (int ch = 0; ch < W / 4; ch++) {
-        float4 a[4], b[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++) a[i] = bt__k_lds4(a0 + i * W + ((ch ^ sa) << 2));
+        float4 b[4];
 #pragma unroll
         for (int j = 0; j < 4; j++) b[j] = bt__k_lds4(b0 + j * W + ((ch ^ sb) << 2));
 #pragma unroll
-        for (int e = 0; e < 4; e++)
+        for (int i = 0; i < 8; i++) {
+            float4 a = bt__k_lds4(a0 + i * W + ((ch ^ (i < 4 ? sa0 : sa1)) << 2));
 #pragma unroll
-            for (int i = 0; i < 4; i++)
+            for (int e = 0; e < 4; e++)
 #pragma unroll
-                for (int j = 0; j < 4; j++) c[i][j] = fmaf(bt__k_f4(a[i], e), bt__k_f4(b[j], e), c[i][j]);
+                for (int j = 0; j < 4; j++) c[i][j] = fmaf(bt__k_f4(a, e), bt__k_f4(b[j], e), c[i][j]);
+        }
     }
 }
-/* c[i][4 jb + j] += sum_k A[k][4 ty + i] B[k][64 jb + 4 tx + j], k < 64; A [64][64], B [64][W] */
-template <int W> __device__ __forceinline__ void bt__k_f32_atb(float c[4][W / 16], const float *A, const float *B, int ty,
+/* c[i][4 jb + j] += sum_k A[k][8 ty + i] B[k][64 jb + 4 tx + j], k < 64; A [64][64], B [64][W] */
+template <int W> __device__ __forceinline__ void bt__k_f32_atb(float c[8][W / 16], const float *A, const float *B, int ty,
                                                                int tx) {
 #pragma unroll 4
     for (int k = 0; k < 64; k++) {
         int s = (k >> 2) & 7;
-        float4 a = bt__k_lds4(A + k * 64 + ((ty ^ s) << 2));
+        float4 a0 = bt__k_lds4(A + k * 64 + (((2 * ty) ^ s) << 2)), a1 = bt__k_lds4(A + k * 64 + (((2 * ty + 1) ^ s) << 2));
 #pragma unroll
         for (int jb = 0; jb < W / 64; jb++) {
             float4 b = bt__k_lds4(B + k * W + (((16 * jb + tx) ^ s) << 2));
 #pragma unroll
-            for (int i = 0; i < 4; i++)
+            for (int i = 0; i < 8; i++)
 #pragma unroll
-                for (int j = 0; j < 4; j++) c[i][4 * jb + j] = fmaf(bt__k_f4(a, i), bt__k_f4(b, j), c[i][4 * jb + j]);
+                for (int j = 0; j < 4; j++)
+                    c[i][4 * jb + j] = fmaf(bt__k_f4(i < 4 ? a0 : a1, i & 3), bt__k_f4(b, j), c[i][4 * jb + j]);
         }
     }
 }
-/* c[i][4 jb + j] += sum_k A[4 ty + i][k] B[k][64 jb + 4 tx + j], k < 64; A [64][64], B [64][W] */
-template <int W> __device__ __forceinline__ void bt__k_f32_ab(float c[4][W / 16], const float *A, const float *B, int ty,
+/* c[i][4 jb + j] += sum_k A[8 ty + i][k] B[k][64 jb + 4 tx + j], k < 64; A [64][64], B [64][W] */
+template <int W> __device__ __forceinline__ void bt__k_f32_ab(float c[8][W / 16], const float *A, const float *B, int ty,
                                                               int tx) {
-    const float *a0 = A + 4 * ty * 64;
-    int sa = ty & 7;
-#pragma unroll 2
+    const float *a0 = A + 8 * ty * 64;
+    int sa0 = (2 * ty) & 7, sa1 = (2 * ty + 1) & 7;
+#pragma unroll 1
     for (int ch = 0; ch < 16; ch++) {
-        float4 a[4];
+        float4 a[8];
 #pragma unroll
-        for (int i = 0; i < 4; i++) a[i] = bt__k_lds4(a0 + i * 64 + ((ch ^ sa) << 2));
+        for (int i = 0; i < 8; i++) a[i] = bt__k_lds4(a0 + i * 64 + ((ch ^ (i < 4 ? sa0 : sa1)) << 2));
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             int k = 4 * ch + e;
@@ -2305,7 +2308,7 @@ template <int W> __device__ __forceinline__ void bt__k_f32_ab(float c[4][W / 16]
             for (int jb = 0; jb < W / 64; jb++) {
                 float4 b = bt__k_lds4(B + k * W + (((16 * jb + tx) ^ (ch & 7)) << 2));
 #pragma unroll
-                for (int i = 0; i < 4; i++)
+                for (int i = 0; i < 8; i++)
 #pragma unroll
                     for (int j = 0; j < 4; j++)
                         c[i][4 * jb + j] = fmaf(bt__k_f4(a[i], e), bt__k_f4(b, j), c[i][4 * jb + j]);
@@ -2313,16 +2316,16 @@ template <int W> __device__ __forceinline__ void bt__k_f32_ab(float c[4][W / 16]
         }
     }
 }
-/* the four values at row 4 ty + i, columns 4 tx .. 4 tx + 3 of a swizzled [64][64] tile */
+/* the four values at row 8 ty + i, columns 4 tx .. 4 tx + 3 of a swizzled [64][64] tile */
 __device__ __forceinline__ void bt__k_f32_st4(float *sm, int ty, int tx, int i, const float v[4]) {
-    *reinterpret_cast<float4 *>(sm + bt__k_swz<64>(4 * ty + i, tx)) = make_float4(v[0], v[1], v[2], v[3]);
+    *reinterpret_cast<float4 *>(sm + bt__k_swz<64>(8 * ty + i, tx)) = make_float4(v[0], v[1], v[2], v[3]);
 }
-/* rows 4 ty + i of an output tile at row r0 (row r at g + r st), columns 4 tx + j (+ 64 jb), times mul */
-template <int W> __device__ __forceinline__ void bt__k_f32_store(float *g, int64_t st, int r0, int Tn, int D, const float c[4][W / 16],
-                                                                 const float mul[4], int ty, int tx) {
+/* rows 8 ty + i of an output tile at row r0 (row r at g + r st), columns 4 tx + j (+ 64 jb), times mul */
+template <int W> __device__ __forceinline__ void bt__k_f32_store(float *g, int64_t st, int r0, int Tn, int D, const float c[8][W / 16],
+                                                                 const float mul[8], int ty, int tx) {
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        int r = r0 + 4 * ty + i;
+    for (int i = 0; i < 8; i++) {
+        int r = r0 + 8 * ty + i;
         if (r >= Tn) continue;
         float *row = g + (int64_t)r * st;
 #pragma unroll
@@ -2334,16 +2337,24 @@ template <int W> __device__ __forceinline__ void bt__k_f32_store(float *g, int64
             }
     }
 }
+/* a sum or max over the 16 lanes of one ty (half a warp) */
+__device__ __forceinline__ float bt__k_hsum16(float x) {
+    for (int o = 8; o; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+__device__ __forceinline__ float bt__k_hmax16(float x) {
+    for (int o = 8; o; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
 /* first of query tile qt's dS tiles in a head's scratch: tiles (qt, 0 .. qt) are contiguous */
 __device__ __forceinline__ int64_t bt__k_ds_tile(int qt, int kt) { return ((int64_t)qt * (qt + 1) / 2 + kt) * 4096; }
 
-template <int DP> __global__ void __launch_bounds__(256) bt__k_att_fwd_f32(bt__k_attp p) {
+template <int DP> __global__ void __launch_bounds__(128) bt__k_att_fwd_f32(bt__k_attp p) {
     extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
     const int NJ = DP / 16;
     /* K and V double-buffered: tile kt + 1 loads while tile kt is multiplied */
-    float *Qs = (float *)bt__k_att_sm, *KV = Qs + 64 * DP, *Ps = KV + 4 * 64 * DP, *Red = Ps + 64 * 64;
-    int nqt = (p.T + 63) / 64, qt = nqt - 1 - (int)blockIdx.y, q0 = qt * 64, ty, tx, half = threadIdx.x >> 7;
-    bt__k_f32_thread(&ty, &tx);
+    float *Qs = (float *)bt__k_att_sm, *KV = Qs + 64 * DP, *Ps = KV + 4 * 64 * DP;
+    int nqt = (p.T + 63) / 64, qt = nqt - 1 - (int)blockIdx.y, q0 = qt * 64, ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
     for (int64_t bh = p.bh0 + blockIdx.x; bh < p.bh1; bh += gridDim.x) {
         const float *q = (const float *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const float *)p.k + bt__k_att_off(p.sk, bh, p.H),
                     *v = (const float *)p.v + bt__k_att_off(p.sv, bh, p.H);
@@ -2352,9 +2363,9 @@ template <int DP> __global__ void __launch_bounds__(256) bt__k_att_fwd_f32(bt__k
         bt__k_f32_load<DP>(KV, k, p.sk[2], 0, p.T, p.D, p.vec);
         bt__k_f32_load<DP>(KV + 64 * DP, v, p.sv[2], 0, p.T, p.D, p.vec);
         bt__k_cp_commit();
-        float o[4][NJ], m[4], l[4];
+        float o[8][NJ], m[8], l[8];
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < 8; i++) {
             m[i] = -INFINITY; l[i] = 0.f;
 #pragma unroll
             for (int j = 0; j < NJ; j++) o[i][j] = 0.f;
@@ -2362,20 +2373,20 @@ template <int DP> __global__ void __launch_bounds__(256) bt__k_att_fwd_f32(bt__k
         for (int kt = 0; kt <= qt; kt++) {
             float *Ks = KV + (kt & 1) * 2 * 64 * DP, *Vs = Ks + 64 * DP;
             bt__k_cp_wait<0>();
-            __syncthreads();   /* tile kt is in; every thread is done with tile kt - 1's buffers */
+            __syncthreads();   /* tile kt is in; every thread is done with tile kt - 1's buffers and P */
             if (kt < qt) {
                 float *Kn = KV + ((kt + 1) & 1) * 2 * 64 * DP;
                 bt__k_f32_load<DP>(Kn, k, p.sk[2], (kt + 1) * 64, p.T, p.D, p.vec);
                 bt__k_f32_load<DP>(Kn + 64 * DP, v, p.sv[2], (kt + 1) * 64, p.T, p.D, p.vec);
                 bt__k_cp_commit();
             }
-            float s[4][4] = {{0.f}};
+            float s[8][4] = {{0.f}};
             bt__k_f32_abt<DP>(s, Qs, Ks, ty, tx);
-            /* online softmax in base 2: a row's 64 columns are 8 lanes of two warps (tx < 8, tx >= 8) */
+            /* online softmax in base 2; a row's 64 columns are the 16 lanes of its ty */
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                int row = q0 + 4 * ty + i;
-                float mx = -INFINITY;
+            for (int i = 0; i < 8; i++) {
+                int row = q0 + 8 * ty + i;
+                float mx = m[i];
 #pragma unroll
                 for (int j = 0; j < 4; j++) {
                     float x = s[i][j] * p.c2;
@@ -2383,13 +2394,8 @@ template <int DP> __global__ void __launch_bounds__(256) bt__k_att_fwd_f32(bt__k
                     s[i][j] = x;
                     mx = fmaxf(mx, x);
                 }
-                for (int off = 4; off; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-                if ((threadIdx.x & 7) == 0) Red[half * 64 + 4 * ty + i] = mx;
-            }
-            __syncthreads();
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                float mx = fmaxf(m[i], fmaxf(Red[4 * ty + i], Red[64 + 4 * ty + i])), al = exp2f(m[i] - mx);
+                mx = bt__k_hmax16(mx);
+                float al = exp2f(m[i] - mx);
                 m[i] = mx;
                 l[i] *= al;
 #pragma unroll
@@ -2401,17 +2407,11 @@ template <int DP> __global__ void __launch_bounds__(256) bt__k_att_fwd_f32(bt__k
             __syncthreads();
             bt__k_f32_ab<DP>(o, Ps, Vs, ty, tx);
         }
-        float inv[4];
+        float inv[8];
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            for (int off = 4; off; off >>= 1) l[i] += __shfl_xor_sync(0xffffffffu, l[i], off);
-            if ((threadIdx.x & 7) == 0) Red[half * 64 + 4 * ty + i] = l[i];
-        }
-        __syncthreads();
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            float lt = Red[4 * ty + i] + Red[64 + 4 * ty + i];
-            int row = q0 + 4 * ty + i;
+        for (int i = 0; i < 8; i++) {
+            float lt = bt__k_hsum16(l[i]);
+            int row = q0 + 8 * ty + i;
             inv[i] = 1.f / lt;
             if (tx == 0 && row < p.T && p.lse_out) p.lse_out[bh * p.T + row] = (m[i] + log2f(lt)) * BT__K_ATT_LN2;
         }
@@ -2420,14 +2420,13 @@ template <int DP> __global__ void __launch_bounds__(256) bt__k_att_fwd_f32(bt__k
 }
 
 /* dK, dV of key tile kt over query tiles kt .. nqt - 1; dS (scale not applied) to p.ds */
-template <int DP> __global__ void __launch_bounds__(256, 2) bt__k_att_dkv_f32(bt__k_attp p) {
+template <int DP> __global__ void __launch_bounds__(128) bt__k_att_dkv_f32(bt__k_attp p) {
     extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
     const int NJ = DP / 16;
     float *Ks = (float *)bt__k_att_sm, *Vs = Ks + 64 * DP, *Qs = Vs + 64 * DP, *Gs = Qs + 64 * DP, *Ps = Gs + 64 * DP,
           *Ds = Ps + 64 * 64, *Ls = Ds + 64 * 64, *Dv = Ls + 64;
-    int nqt = (p.T + 63) / 64, kt = (int)blockIdx.y, k0 = kt * 64, ty, tx;
+    int nqt = (p.T + 63) / 64, kt = (int)blockIdx.y, k0 = kt * 64, ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
     int64_t per_bh = bt__k_ds_tile(nqt, 0);
-    bt__k_f32_thread(&ty, &tx);
     for (int64_t bh = p.bh0 + blockIdx.x; bh < p.bh1; bh += gridDim.x) {
         const float *q = (const float *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const float *)p.k + bt__k_att_off(p.sk, bh, p.H),
                     *v = (const float *)p.v + bt__k_att_off(p.sv, bh, p.H),
@@ -2437,9 +2436,9 @@ template <int DP> __global__ void __launch_bounds__(256, 2) bt__k_att_dkv_f32(bt
         __syncthreads();
         bt__k_f32_load<DP>(Ks, k, p.sk[2], k0, p.T, p.D, p.vec);
         bt__k_f32_load<DP>(Vs, v, p.sv[2], k0, p.T, p.D, p.vec);
-        float dk[4][NJ], dv[4][NJ];
+        float dk[8][NJ], dv[8][NJ];
 #pragma unroll
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 8; i++)
 #pragma unroll
             for (int j = 0; j < NJ; j++) dk[i][j] = dv[i][j] = 0.f;
         for (int it = kt; it < nqt; it++) {
@@ -2453,14 +2452,14 @@ template <int DP> __global__ void __launch_bounds__(256, 2) bt__k_att_dkv_f32(bt
             }
             bt__k_cp_commit(); bt__k_cp_wait<0>();
             __syncthreads();
-            float s[4][4] = {{0.f}}, dp[4][4] = {{0.f}};
+            float s[8][4] = {{0.f}}, dp[8][4] = {{0.f}};
             bt__k_f32_abt<DP>(s, Qs, Ks, ty, tx);   /* rows: queries, columns: keys */
             bt__k_f32_abt<DP>(dp, Gs, Vs, ty, tx);
             int edge = it == kt || (it + 1) * 64 > p.T;
             float *dst = ds + bt__k_ds_tile(it, kt);
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                int qr = 4 * ty + i, qrow = it * 64 + qr;
+            for (int i = 0; i < 8; i++) {
+                int qr = 8 * ty + i, qrow = it * 64 + qr;
                 float ls = Ls[qr], dvq = Dv[qr];
 #pragma unroll
                 for (int j = 0; j < 4; j++) {
@@ -2477,7 +2476,9 @@ template <int DP> __global__ void __launch_bounds__(256, 2) bt__k_att_dkv_f32(bt
             bt__k_f32_atb<DP>(dv, Ps, Gs, ty, tx);
             bt__k_f32_atb<DP>(dk, Ds, Qs, ty, tx);
         }
-        float sc[4] = {p.scale, p.scale, p.scale, p.scale}, one[4] = {1.f, 1.f, 1.f, 1.f};
+        float sc[8], one[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) { sc[i] = p.scale; one[i] = 1.f; }
         bt__k_f32_store<DP>((float *)p.gk + bt__k_att_off(p.sgk, bh, p.H), p.sgk[2], k0, p.T, p.D, dk, sc, ty, tx);
         bt__k_f32_store<DP>((float *)p.gv + bt__k_att_off(p.sgv, bh, p.H), p.sgv[2], k0, p.T, p.D, dv, one, ty, tx);
     }
@@ -2485,18 +2486,17 @@ template <int DP> __global__ void __launch_bounds__(256, 2) bt__k_att_dkv_f32(bt
 
 /* dQ of query tile qt = scale sum_kt dS(qt, kt) K(kt), from the scratch the dK/dV kernel wrote;
    the next (dS, K) pair is loaded while this one is multiplied */
-template <int DP> __global__ void __launch_bounds__(256) bt__k_att_dq_f32(bt__k_attp p) {
+template <int DP> __global__ void __launch_bounds__(128) bt__k_att_dq_f32(bt__k_attp p) {
     extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
     const int NJ = DP / 16;
     float *Ss = (float *)bt__k_att_sm, *Ks = Ss + 2 * 64 * 64;
-    int nqt = (p.T + 63) / 64, qt = nqt - 1 - (int)blockIdx.y, q0 = qt * 64, ty, tx;
+    int nqt = (p.T + 63) / 64, qt = nqt - 1 - (int)blockIdx.y, q0 = qt * 64, ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
     int64_t per_bh = bt__k_ds_tile(nqt, 0);
-    bt__k_f32_thread(&ty, &tx);
     for (int64_t bh = p.bh0 + blockIdx.x; bh < p.bh1; bh += gridDim.x) {
         const float *k = (const float *)p.k + bt__k_att_off(p.sk, bh, p.H), *ds = p.ds + (bh - p.bh0) * per_bh + bt__k_ds_tile(qt, 0);
-        float dq[4][NJ];
+        float dq[8][NJ];
 #pragma unroll
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 8; i++)
 #pragma unroll
             for (int j = 0; j < NJ; j++) dq[i][j] = 0.f;
         __syncthreads();
@@ -2517,7 +2517,9 @@ template <int DP> __global__ void __launch_bounds__(256) bt__k_att_dq_f32(bt__k_
             bt__k_f32_ab<DP>(dq, Ss + b * 4096, Ks + b * 64 * DP, ty, tx);
             __syncthreads();
         }
-        float sc[4] = {p.scale, p.scale, p.scale, p.scale};
+        float sc[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) sc[i] = p.scale;
         bt__k_f32_store<DP>((float *)p.gq + bt__k_att_off(p.sgq, bh, p.H), p.sgq[2], q0, p.T, p.D, dq, sc, ty, tx);
     }
 }
@@ -2966,7 +2968,7 @@ BTDEF void bt_k_attention_strided(bt_dtype dt, void *out, const int64_t *so, flo
         if (precision == BT_MATMUL_TF32)
             BT__K_ATT_DP(dp, bt__k_att_run(bt__k_att_fwd_tf32<DP>, &p, tiles, 128, (size_t)5 * 64 * (DP + 4) * 4, s, op))
         else
-            BT__K_ATT_DP_F32(dp, bt__k_att_run(bt__k_att_fwd_f32<DP>, &p, tiles, 256, (size_t)(5 * 64 * DP + 64 * 64 + 128) * 4, s, op))
+            BT__K_ATT_DP_F32(dp, bt__k_att_run(bt__k_att_fwd_f32<DP>, &p, tiles, 128, (size_t)(5 * 64 * DP + 64 * 64) * 4, s, op))
         break;
     case BT_BF16:
         BT__K_ATT_DP(dp, bt__k_att_run(bt__k_att_fwd_tc<__nv_bfloat16, DP>, &p, tiles, 128, (size_t)5 * 64 * (DP + 8) * 2, s, op))
@@ -2977,11 +2979,16 @@ BTDEF void bt_k_attention_strided(bt_dtype dt, void *out, const int64_t *so, flo
     }
 }
 
+BTDEF size_t bt_k_attention_scratch_cap(size_t bytes) {
+    size_t prev = bt__k_att_scratch_cap;
+    if (bytes) bt__k_att_scratch_cap = bytes;
+    return prev;
+}
 /* dK/dV kernel then dQ kernel, over chunks of heads whose dS scratch (the causal 64 x 64 tiles, fp32)
-   fits under BT__K_ATT_F32_SCRATCH */
+   fits under bt__k_att_scratch_cap (one head at least) */
 static void bt__k_att_bwd_f32(bt__k_attp *p, unsigned tiles, int dp, cudaStream_t s, const char *op) {
     size_t per_bh = (size_t)tiles * (tiles + 1) / 2 * 4096 * sizeof(float);
-    int64_t chunk = (int64_t)(BT__K_ATT_F32_SCRATCH / per_bh);
+    int64_t chunk = (int64_t)(bt__k_att_scratch_cap / per_bh);
     if (chunk < 1) chunk = 1;
     if (chunk > p->BH) chunk = p->BH;
     p->ds = (float *)bt__k_scratch((size_t)chunk * per_bh, s);
@@ -2989,8 +2996,8 @@ static void bt__k_att_bwd_f32(bt__k_attp *p, unsigned tiles, int dp, cudaStream_
         p->bh0 = b0;
         p->bh1 = b0 + chunk < p->BH ? b0 + chunk : p->BH;
         BT__K_ATT_DP_F32(dp, {
-            bt__k_att_run(bt__k_att_dkv_f32<DP>, p, tiles, 256, (size_t)(4 * 64 * DP + 2 * 64 * 64 + 128) * 4, s, op);
-            bt__k_att_run(bt__k_att_dq_f32<DP>, p, tiles, 256, (size_t)(2 * 64 * 64 + 2 * 64 * DP) * 4, s, op);
+            bt__k_att_run(bt__k_att_dkv_f32<DP>, p, tiles, 128, (size_t)(4 * 64 * DP + 2 * 64 * 64 + 128) * 4, s, op);
+            bt__k_att_run(bt__k_att_dq_f32<DP>, p, tiles, 128, (size_t)(2 * 64 * 64 + 2 * 64 * DP) * 4, s, op);
         })
     }
     bt_free(p->ds);

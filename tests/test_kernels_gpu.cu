@@ -976,6 +976,13 @@ static void test_attention_strided(void) {
         attn_case(dt, pr, 2, 3, 33, 16, 0, 0);     /* D = 16 */
         attn_case(dt, pr, 1, 2, 1, 64, 1, 0);      /* T = 1 */
     }
+    /* the strict-fp32 backward over chunks of heads: a dS scratch cap of 2 heads at T = 130 (3 x 3
+       tiles, 6 causal: 96 KiB a head) splits B H = 6 into 3 chunks (and 5 into 2 full + 1 short) */
+    size_t prev = bt_k_attention_scratch_cap(2 * 6 * 4096 * 4);
+    attn_case(BT_F32, BT_MATMUL_FP32, 3, 2, 130, 64, 1, 1);
+    attn_case(BT_F32, BT_MATMUL_FP32, 1, 5, 130, 40, 2, 0);
+    bt_k_attention_scratch_cap(prev);
+    BT_CHECK(bt_k_attention_scratch_cap(0) == prev, "attention scratch cap not restored");
     seed(1060);
     attn_case(BT_F16, BT_MATMUL_FP32, 2, 3, 67, 64, 1, 1);
     attn_case(BT_BF16, BT_MATMUL_TF32, 2, 3, 67, 64, 1, 0);   /* precision is ignored for 16-bit data */
