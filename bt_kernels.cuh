@@ -1890,10 +1890,166 @@ template <typename T> __device__ __forceinline__ void bt__k_att_st2(T *row, int 
     }
 }
 
+/* float rows: element stores (vec_out asks only 4-byte alignment) */
+__device__ __forceinline__ void bt__k_att_st2(float *row, int d, int D, float x, float y, int) {
+    if (d < D) row[d] = x;
+    if (d + 1 < D) row[d + 1] = y;
+}
+
+/* -- f32 data on TF32 tensor cores (precision BT_MATMUL_TF32): the tensor-core kernels below on
+   mma.sync m16n8k8 tf32 (fp32 accumulate) with fp32 shared tiles of pitch DP + 4 floats. Operands
+   are rounded to tf32 (cvt.rna: 10-bit mantissa) as they are read from shared memory; the softmax
+   statistics, P and dS stay fp32 in registers and are rounded only as operands of their products.
+   A pitch of DP + 4 (4 mod 32 banks) makes every fragment read below conflict-free: lane (g, t)
+   reads row g, column t (bank 4 g + t), or rows 2t, 2t + 1, column g (banks 8 t + g, 8 t + 4 + g).
+   Fragments (g = lane / 4, t = lane % 4): a {(g, t), (g+8, t), (g, t+4), (g+8, t+4)}, b {(k t, n g),
+   (k t+4, n g)}, c as in m16n8k16. A product whose A comes from an accumulator (P V, dS K, P^T dO,
+   dS^T Q) sums its k in a permuted order: the accumulator holds columns 2t, 2t+1 of an n-tile where
+   the A fragment wants k = t, t+4, so k = t is taken as column 2t and k = t+4 as column 2t+1, and
+   B's rows are read in the same order (rows 2t, 2t+1 of the [k][n] tile). -- */
+__device__ __forceinline__ uint32_t bt__k_tf32(float x) {
+    uint32_t u;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(u) : "f"(x));
+    return u;
+}
+__device__ __forceinline__ void bt__k_mma8(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/* A (16 x 8) at (m0, k0) of a row-major [m][k] fp32 tile of pitch ld */
+__device__ __forceinline__ void bt__k_fragA8(uint32_t a[4], const float *sm, int ld, int m0, int k0) {
+    int l = threadIdx.x & 31;
+    const float *x = sm + (m0 + (l >> 2)) * ld + k0 + (l & 3);
+    a[0] = bt__k_tf32(x[0]); a[1] = bt__k_tf32(x[8 * ld]); a[2] = bt__k_tf32(x[4]); a[3] = bt__k_tf32(x[8 * ld + 4]);
+}
+/* B (8 x 8) of n-tile n0 at k0 of an [n][k] tile (b[0..1]) */
+__device__ __forceinline__ void bt__k_fragB8_nk(uint32_t b[2], const float *sm, int ld, int n0, int k0) {
+    int l = threadIdx.x & 31;
+    const float *x = sm + (n0 + (l >> 2)) * ld + k0 + (l & 3);
+    b[0] = bt__k_tf32(x[0]); b[1] = bt__k_tf32(x[4]);
+}
+/* B of n-tile n0 at k0 of a [k][n] tile, k in the permuted order (rows k0 + 2t, k0 + 2t + 1) */
+__device__ __forceinline__ void bt__k_fragB8_kn(uint32_t b[2], const float *sm, int ld, int k0, int n0) {
+    int l = threadIdx.x & 31;
+    const float *x = sm + (k0 + 2 * (l & 3)) * ld + n0 + (l >> 2);
+    b[0] = bt__k_tf32(x[0]); b[1] = bt__k_tf32(x[ld]);
+}
+/* A from an accumulator n-tile, in the permuted k order */
+__device__ __forceinline__ void bt__k_fragA8_acc(uint32_t a[4], const float c[4]) {
+    a[0] = bt__k_tf32(c[0]); a[1] = bt__k_tf32(c[2]); a[2] = bt__k_tf32(c[1]); a[3] = bt__k_tf32(c[3]);
+}
+
+/* -- the MMA shapes the tensor-core kernels are written over. E: the shared tiles' element type;
+   KS: the k of one MMA. frag_a: A (16 x KS) at (m0, k0) of a row-major [m][k] tile; mma_nk /
+   mma_kn: c0 += A B and c1 += A B' for the n-tiles n0 and n0 + 8 of an [n][k] / a [k][n] tile;
+   frag_acc: A for k step kk from a 16 x 64 accumulator (8 n-tiles), as the product's k order
+   wants it; st2: a pair of outputs into a row. -- */
+template <typename T> struct bt__k_mma16 {   /* bf16 / f16: m16n8k16 fed by ldmatrix */
+    typedef T E;
+    enum { KS = 16 };
+    static __device__ __forceinline__ void frag_a(uint32_t a[4], const E *sm, int ld, int m0, int k0) {
+        bt__k_fragA(a, sm, ld, m0, k0);
+    }
+    static __device__ __forceinline__ void mma_nk(float c0[4], float c1[4], const uint32_t a[4], const E *sm, int ld, int n0, int k0) {
+        uint32_t b[4];
+        bt__k_fragB_nk(b, sm, ld, n0, k0);
+        bt__k_mma(c0, a, b[0], b[1], (E *)0);
+        bt__k_mma(c1, a, b[2], b[3], (E *)0);
+    }
+    static __device__ __forceinline__ void mma_kn(float c0[4], float c1[4], const uint32_t a[4], const E *sm, int ld, int k0, int n0) {
+        uint32_t b[4];
+        bt__k_fragB_kn(b, sm, ld, k0, n0);
+        bt__k_mma(c0, a, b[0], b[1], (E *)0);
+        bt__k_mma(c1, a, b[2], b[3], (E *)0);
+    }
+    static __device__ __forceinline__ void frag_acc(uint32_t a[4], const float c[8][4], int kk) {
+        a[0] = bt__k_pack2(c[2 * kk][0], c[2 * kk][1], (E *)0); a[1] = bt__k_pack2(c[2 * kk][2], c[2 * kk][3], (E *)0);
+        a[2] = bt__k_pack2(c[2 * kk + 1][0], c[2 * kk + 1][1], (E *)0); a[3] = bt__k_pack2(c[2 * kk + 1][2], c[2 * kk + 1][3], (E *)0);
+    }
+};
+struct bt__k_mma_tf32 {   /* f32 data: m16n8k8 tf32 */
+    typedef float E;
+    enum { KS = 8 };
+    static __device__ __forceinline__ void frag_a(uint32_t a[4], const E *sm, int ld, int m0, int k0) {
+        bt__k_fragA8(a, sm, ld, m0, k0);
+    }
+    static __device__ __forceinline__ void mma_nk(float c0[4], float c1[4], const uint32_t a[4], const E *sm, int ld, int n0, int k0) {
+        uint32_t b[2];
+        bt__k_fragB8_nk(b, sm, ld, n0, k0);
+        bt__k_mma8(c0, a, b[0], b[1]);
+        bt__k_fragB8_nk(b, sm, ld, n0 + 8, k0);
+        bt__k_mma8(c1, a, b[0], b[1]);
+    }
+    static __device__ __forceinline__ void mma_kn(float c0[4], float c1[4], const uint32_t a[4], const E *sm, int ld, int k0, int n0) {
+        uint32_t b[2];
+        bt__k_fragB8_kn(b, sm, ld, k0, n0);
+        bt__k_mma8(c0, a, b[0], b[1]);
+        bt__k_fragB8_kn(b, sm, ld, k0, n0 + 8);
+        bt__k_mma8(c1, a, b[0], b[1]);
+    }
+    static __device__ __forceinline__ void frag_acc(uint32_t a[4], const float c[8][4], int kk) { bt__k_fragA8_acc(a, c[kk]); }
+};
+/* c[nt] += A (16 rows at m0 of As) B^T for the 8 n-tiles of a 64-row [n][k] tile Bs, k < DP */
+template <typename P, int DP>
+__device__ __forceinline__ void bt__k_tc_abt(float c[8][4], const typename P::E *As, const typename P::E *Bs, int ld, int m0) {
+#pragma unroll
+    for (int kd = 0; kd < DP / P::KS; kd++) {
+        uint32_t a[4];
+        P::frag_a(a, As, ld, m0, kd * P::KS);
+#pragma unroll
+        for (int nt = 0; nt < 8; nt += 2) P::mma_nk(c[nt], c[nt + 1], a, Bs, ld, nt * 8, kd * P::KS);
+    }
+}
+/* o[dn] += X B for X a 16 x 64 accumulator and B a [64][DP] tile */
+template <typename P, int DP>
+__device__ __forceinline__ void bt__k_tc_xb(float o[DP / 8][4], const float x[8][4], const typename P::E *Bs, int ld) {
+#pragma unroll
+    for (int kk = 0; kk < 64 / P::KS; kk++) {
+        uint32_t a[4];
+        P::frag_acc(a, x, kk);
+#pragma unroll
+        for (int dn = 0; dn < DP / 8; dn += 2) P::mma_kn(o[dn], o[dn + 1], a, Bs, ld, kk * P::KS, dn * 8);
+    }
+}
+
+/* o[dn] += X B and o2[dn] += X2 B2 in one pass over k (the dK/dV pair) */
+template <typename P, int DP>
+__device__ __forceinline__ void bt__k_tc_xb2(float o[DP / 8][4], const float x[8][4], const typename P::E *Bs, float o2[DP / 8][4],
+                                             const float x2[8][4], const typename P::E *B2s, int ld) {
+#pragma unroll
+    for (int kk = 0; kk < 64 / P::KS; kk++) {
+        uint32_t a[4], a2[4];
+        P::frag_acc(a, x, kk);
+        P::frag_acc(a2, x2, kk);
+#pragma unroll
+        for (int dn = 0; dn < DP / 8; dn += 2) {
+            P::mma_kn(o[dn], o[dn + 1], a, Bs, ld, kk * P::KS, dn * 8);
+            P::mma_kn(o2[dn], o2[dn + 1], a2, B2s, ld, kk * P::KS, dn * 8);
+        }
+    }
+}
+
+/* the forward's and dQ's double-buffered K/V: start loading key tile j + 1 into the other buffer,
+   then wait for tile j (after the last tile, only wait) */
+template <typename T, int DP>
+__device__ __forceinline__ void bt__k_att_kv_next(T *Ks, T *Vs, int ld, int j, int last, const T *k, const T *v, const bt__k_attp &p) {
+    if (j < last) {
+        int nb = (j & 1) ^ 1;
+        bt__k_att_tile<T, DP>(Ks + nb * 64 * ld, k, p.sk[2], (j + 1) * 64, p.T, p.D, p.vec);
+        bt__k_att_tile<T, DP>(Vs + nb * 64 * ld, v, p.sv[2], (j + 1) * 64, p.T, p.D, p.vec);
+        bt__k_cp_commit();
+        bt__k_cp_wait<1>();
+    } else {
+        bt__k_cp_wait<0>();
+    }
+}
+
 /* -- tensor-core forward: 128 threads, warp w owns query rows q0 + 16 w .. + 15 -- */
-template <typename T, int DP> __global__ void __launch_bounds__(128) bt__k_att_fwd_tc(bt__k_attp p) {
+template <typename P, int DP> __global__ void __launch_bounds__(128) bt__k_att_fwd_tc(bt__k_attp p) {
+    typedef typename P::E T;
     extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
-    const int LD = DP + 8, ND = DP / 8;
+    const int LD = DP + 16 / (int)sizeof(T), ND = DP / 8, NQ = DP / P::KS, QF = NQ <= 8 ? NQ : 1;   /* Q fragments kept in registers up to 8 */
     T *Qs = (T *)bt__k_att_sm, *Ks = Qs + 64 * LD, *Vs = Ks + 2 * 64 * LD;
     int nqt = (p.T + 63) / 64, qt = nqt - 1 - (int)blockIdx.y, q0 = qt * 64;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
@@ -1906,36 +2062,28 @@ template <typename T, int DP> __global__ void __launch_bounds__(128) bt__k_att_f
         bt__k_att_tile<T, DP>(Vs, v, p.sv[2], 0, p.T, p.D, p.vec);
         bt__k_cp_commit();
         float o[ND][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-        uint32_t qf[DP / 16][4];
+        uint32_t qf[QF][4];
 #pragma unroll
         for (int i = 0; i < ND; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
         for (int j = 0; j <= qt; j++) {
             int cur = j & 1;
-            if (j < qt) {
-                bt__k_att_tile<T, DP>(Ks + (cur ^ 1) * 64 * LD, k, p.sk[2], (j + 1) * 64, p.T, p.D, p.vec);
-                bt__k_att_tile<T, DP>(Vs + (cur ^ 1) * 64 * LD, v, p.sv[2], (j + 1) * 64, p.T, p.D, p.vec);
-                bt__k_cp_commit();
-                bt__k_cp_wait<1>();
-            } else {
-                bt__k_cp_wait<0>();
-            }
+            bt__k_att_kv_next<T, DP>(Ks, Vs, LD, j, qt, k, v, p);
             __syncthreads();
-            if (j == 0)
+            if (NQ <= 8 && j == 0)
 #pragma unroll
-                for (int kd = 0; kd < DP / 16; kd++) bt__k_fragA(qf[kd], Qs, LD, warp * 16, kd * 16);
+                for (int kd = 0; kd < QF; kd++) P::frag_a(qf[kd], Qs, LD, warp * 16, kd * P::KS);
             const T *Kc = Ks + cur * 64 * LD, *Vc = Vs + cur * 64 * LD;
             float s[8][4];
 #pragma unroll
             for (int i = 0; i < 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+            if (NQ <= 8) {
 #pragma unroll
-            for (int kd = 0; kd < DP / 16; kd++)
+                for (int kd = 0; kd < QF; kd++)
 #pragma unroll
-                for (int nt = 0; nt < 8; nt += 2) {
-                    uint32_t b[4];
-                    bt__k_fragB_nk(b, Kc, LD, nt * 8, kd * 16);
-                    bt__k_mma(s[nt], qf[kd], b[0], b[1], (T *)0);
-                    bt__k_mma(s[nt + 1], qf[kd], b[2], b[3], (T *)0);
-                }
+                    for (int nt = 0; nt < 8; nt += 2) P::mma_nk(s[nt], s[nt + 1], qf[kd], Kc, LD, nt * 8, kd * P::KS);
+            } else {
+                bt__k_tc_abt<P, DP>(s, Qs, Kc, LD, warp * 16);
+            }
             /* m is kept in raw score units (scale > 0 commutes with max); P = 2^(S c2 - m c2), one FFMA
                and one MUFU per element; the mask only on the diagonal tile */
             if (j == qt)
@@ -1968,19 +2116,7 @@ template <typename T, int DP> __global__ void __launch_bounds__(128) bt__k_att_f
                     s[nt][e] = pv;
                     l[e >> 1] += pv;
                 }
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++) {
-                uint32_t a[4] = {bt__k_pack2(s[2 * kk][0], s[2 * kk][1], (T *)0), bt__k_pack2(s[2 * kk][2], s[2 * kk][3], (T *)0),
-                                 bt__k_pack2(s[2 * kk + 1][0], s[2 * kk + 1][1], (T *)0),
-                                 bt__k_pack2(s[2 * kk + 1][2], s[2 * kk + 1][3], (T *)0)};
-#pragma unroll
-                for (int dn = 0; dn < ND; dn += 2) {
-                    uint32_t b[4];
-                    bt__k_fragB_kn(b, Vc, LD, kk * 16, dn * 8);
-                    bt__k_mma(o[dn], a, b[0], b[1], (T *)0);
-                    bt__k_mma(o[dn + 1], a, b[2], b[3], (T *)0);
-                }
-            }
+            bt__k_tc_xb<P, DP>(o, s, Vc, LD);
             __syncthreads();
         }
 #pragma unroll
@@ -2000,9 +2136,10 @@ template <typename T, int DP> __global__ void __launch_bounds__(128) bt__k_att_f
 }
 
 /* -- tensor-core dQ: one block per query tile, walks the key tiles up to the diagonal -- */
-template <typename T, int DP> __global__ void __launch_bounds__(128) bt__k_att_dq_tc(bt__k_attp p) {
+template <typename P, int DP> __global__ void __launch_bounds__(128) bt__k_att_dq_tc(bt__k_attp p) {
+    typedef typename P::E T;
     extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
-    const int LD = DP + 8, ND = DP / 8;
+    const int LD = DP + 16 / (int)sizeof(T), ND = DP / 8;
     T *Qs = (T *)bt__k_att_sm, *Gs = Qs + 64 * LD, *Ks = Gs + 64 * LD, *Vs = Ks + 2 * 64 * LD;
     int nqt = (p.T + 63) / 64, qt = nqt - 1 - (int)blockIdx.y, q0 = qt * 64;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
@@ -2026,62 +2163,23 @@ template <typename T, int DP> __global__ void __launch_bounds__(128) bt__k_att_d
         for (int i = 0; i < ND; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
         for (int j = 0; j <= qt; j++) {
             int cur = j & 1;
-            if (j < qt) {
-                bt__k_att_tile<T, DP>(Ks + (cur ^ 1) * 64 * LD, k, p.sk[2], (j + 1) * 64, p.T, p.D, p.vec);
-                bt__k_att_tile<T, DP>(Vs + (cur ^ 1) * 64 * LD, v, p.sv[2], (j + 1) * 64, p.T, p.D, p.vec);
-                bt__k_cp_commit();
-                bt__k_cp_wait<1>();
-            } else {
-                bt__k_cp_wait<0>();
-            }
+            bt__k_att_kv_next<T, DP>(Ks, Vs, LD, j, qt, k, v, p);
             __syncthreads();
             const T *Kc = Ks + cur * 64 * LD, *Vc = Vs + cur * 64 * LD;
             float s[8][4], dp[8][4];
 #pragma unroll
             for (int i = 0; i < 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = dp[i][0] = dp[i][1] = dp[i][2] = dp[i][3] = 0.f;
-#pragma unroll
-            for (int kd = 0; kd < DP / 16; kd++) {
-                uint32_t aq[4], ag[4];
-                bt__k_fragA(aq, Qs, LD, warp * 16, kd * 16);
-                bt__k_fragA(ag, Gs, LD, warp * 16, kd * 16);
-#pragma unroll
-                for (int nt = 0; nt < 8; nt += 2) {
-                    uint32_t b[4];
-                    bt__k_fragB_nk(b, Kc, LD, nt * 8, kd * 16);
-                    bt__k_mma(s[nt], aq, b[0], b[1], (T *)0);
-                    bt__k_mma(s[nt + 1], aq, b[2], b[3], (T *)0);
-                    bt__k_fragB_nk(b, Vc, LD, nt * 8, kd * 16);
-                    bt__k_mma(dp[nt], ag, b[0], b[1], (T *)0);
-                    bt__k_mma(dp[nt + 1], ag, b[2], b[3], (T *)0);
-                }
-            }
+            bt__k_tc_abt<P, DP>(s, Qs, Kc, LD, warp * 16);
+            bt__k_tc_abt<P, DP>(dp, Gs, Vc, LD, warp * 16);
 #pragma unroll
             for (int nt = 0; nt < 8; nt++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) s[nt][e] = bt__k_ex2(fmaf(s[nt][e], p.c2, -lse2[e >> 1]));
-            if (j == qt)
-#pragma unroll
-                for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        if (j * 64 + nt * 8 + tg * 2 + (e & 1) > row0 + (e >> 1) * 8) s[nt][e] = 0.f;
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) s[nt][e] *= dp[nt][e] - dv[e >> 1];   /* dS / scale */
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++) {
-                uint32_t a[4] = {bt__k_pack2(s[2 * kk][0], s[2 * kk][1], (T *)0), bt__k_pack2(s[2 * kk][2], s[2 * kk][3], (T *)0),
-                                 bt__k_pack2(s[2 * kk + 1][0], s[2 * kk + 1][1], (T *)0),
-                                 bt__k_pack2(s[2 * kk + 1][2], s[2 * kk + 1][3], (T *)0)};
-#pragma unroll
-                for (int dn = 0; dn < ND; dn += 2) {
-                    uint32_t b[4];
-                    bt__k_fragB_kn(b, Kc, LD, kk * 16, dn * 8);
-                    bt__k_mma(dq[dn], a, b[0], b[1], (T *)0);
-                    bt__k_mma(dq[dn + 1], a, b[2], b[3], (T *)0);
+                for (int e = 0; e < 4; e++) {
+                    float pv = bt__k_ex2(fmaf(s[nt][e], p.c2, -lse2[e >> 1]));
+                    if (j == qt && j * 64 + nt * 8 + tg * 2 + (e & 1) > row0 + (e >> 1) * 8) pv = 0.f;
+                    s[nt][e] = pv * (dp[nt][e] - dv[e >> 1]);   /* dS / scale */
                 }
-            }
+            bt__k_tc_xb<P, DP>(dq, s, Kc, LD);
             __syncthreads();
         }
 #pragma unroll
@@ -2098,9 +2196,10 @@ template <typename T, int DP> __global__ void __launch_bounds__(128) bt__k_att_d
 
 /* -- tensor-core dK, dV: one block per key tile, walks the query tiles from the diagonal down;
    warp w owns keys k0 + 16 w .. + 15, so S^T = K Q^T and dP^T = V dO^T come out key-major -- */
-template <typename T, int DP> __global__ void __launch_bounds__(128) bt__k_att_dkv_tc(bt__k_attp p) {
+template <typename P, int DP> __global__ void __launch_bounds__(128) bt__k_att_dkv_tc(bt__k_attp p) {
+    typedef typename P::E T;
     extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
-    const int LD = DP + 8, ND = DP / 8;
+    const int LD = DP + 16 / (int)sizeof(T), ND = DP / 8;
     T *Ks = (T *)bt__k_att_sm, *Vs = Ks + 64 * LD, *Qs = Vs + 64 * LD, *Gs = Qs + 2 * 64 * LD;
     float *Ls = (float *)(Gs + 2 * 64 * LD), *Dv = Ls + 2 * 64;   /* [2][64] each: lse log2e, Dvec */
     int nqt = (p.T + 63) / 64, kt = (int)blockIdx.y, k0 = kt * 64;
@@ -2145,58 +2244,20 @@ template <typename T, int DP> __global__ void __launch_bounds__(128) bt__k_att_d
             float s[8][4], dp[8][4];
 #pragma unroll
             for (int n = 0; n < 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.f;
-#pragma unroll
-            for (int kd = 0; kd < DP / 16; kd++) {
-                uint32_t ak[4], av[4];
-                bt__k_fragA(ak, Ks, LD, warp * 16, kd * 16);
-                bt__k_fragA(av, Vs, LD, warp * 16, kd * 16);
-#pragma unroll
-                for (int nt = 0; nt < 8; nt += 2) {
-                    uint32_t b[4];
-                    bt__k_fragB_nk(b, Qc, LD, nt * 8, kd * 16);
-                    bt__k_mma(s[nt], ak, b[0], b[1], (T *)0);
-                    bt__k_mma(s[nt + 1], ak, b[2], b[3], (T *)0);
-                    bt__k_fragB_nk(b, Gc, LD, nt * 8, kd * 16);
-                    bt__k_mma(dp[nt], av, b[0], b[1], (T *)0);
-                    bt__k_mma(dp[nt + 1], av, b[2], b[3], (T *)0);
-                }
-            }
+            bt__k_tc_abt<P, DP>(s, Ks, Qc, LD, warp * 16);
+            bt__k_tc_abt<P, DP>(dp, Vs, Gc, LD, warp * 16);
             int edge = i == kt || (i + 1) * 64 > p.T;
 #pragma unroll
             for (int nt = 0; nt < 8; nt++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) s[nt][e] = bt__k_ex2(fmaf(s[nt][e], p.c2, -Lc[nt * 8 + tg * 2 + (e & 1)]));
-            if (edge)
-#pragma unroll
-                for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        int qrow = i * 64 + nt * 8 + tg * 2 + (e & 1);
-                        if (qrow >= p.T || key0 + (e >> 1) * 8 > qrow) s[nt][e] = 0.f;
-                    }
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) dp[nt][e] = s[nt][e] * (dp[nt][e] - Dc[nt * 8 + tg * 2 + (e & 1)]);   /* dS^T / scale */
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++) {
-                uint32_t a[4] = {bt__k_pack2(s[2 * kk][0], s[2 * kk][1], (T *)0), bt__k_pack2(s[2 * kk][2], s[2 * kk][3], (T *)0),
-                                 bt__k_pack2(s[2 * kk + 1][0], s[2 * kk + 1][1], (T *)0),
-                                 bt__k_pack2(s[2 * kk + 1][2], s[2 * kk + 1][3], (T *)0)};
-                uint32_t d[4] = {bt__k_pack2(dp[2 * kk][0], dp[2 * kk][1], (T *)0), bt__k_pack2(dp[2 * kk][2], dp[2 * kk][3], (T *)0),
-                                 bt__k_pack2(dp[2 * kk + 1][0], dp[2 * kk + 1][1], (T *)0),
-                                 bt__k_pack2(dp[2 * kk + 1][2], dp[2 * kk + 1][3], (T *)0)};
-#pragma unroll
-                for (int dn = 0; dn < ND; dn += 2) {
-                    uint32_t b[4];
-                    bt__k_fragB_kn(b, Gc, LD, kk * 16, dn * 8);
-                    bt__k_mma(dvv[dn], a, b[0], b[1], (T *)0);
-                    bt__k_mma(dvv[dn + 1], a, b[2], b[3], (T *)0);
-                    bt__k_fragB_kn(b, Qc, LD, kk * 16, dn * 8);
-                    bt__k_mma(dk[dn], d, b[0], b[1], (T *)0);
-                    bt__k_mma(dk[dn + 1], d, b[2], b[3], (T *)0);
+                for (int e = 0; e < 4; e++) {
+                    int qc = nt * 8 + tg * 2 + (e & 1), qrow = i * 64 + qc;
+                    float pv = bt__k_ex2(fmaf(s[nt][e], p.c2, -Lc[qc]));
+                    if (edge && (qrow >= p.T || key0 + (e >> 1) * 8 > qrow)) pv = 0.f;
+                    s[nt][e] = pv;
+                    dp[nt][e] = pv * (dp[nt][e] - Dc[qc]);   /* dS^T / scale */
                 }
-            }
+            bt__k_tc_xb2<P, DP>(dvv, s, Gc, dk, dp, Qc, LD);
             __syncthreads();
         }
 #pragma unroll
@@ -2524,355 +2585,6 @@ template <int DP> __global__ void __launch_bounds__(128) bt__k_att_dq_f32(bt__k_
     }
 }
 
-/* -- f32 data on TF32 tensor cores (precision BT_MATMUL_TF32): the tensor-core kernels' structure
-   (128 threads, warp w owns 16 rows, 64 x 64 tiles, cp.async double buffering) with fp32 shared
-   tiles of pitch DP + 4 floats and mma.sync m16n8k8 tf32 (fp32 accumulate). Operands are rounded
-   to tf32 (cvt.rna: 10-bit mantissa) as they are read from shared memory; the softmax statistics,
-   P and dS stay fp32 in registers and are rounded only as operands of their products.
-   A pitch of DP + 4 (4 mod 32 banks) makes every fragment read below conflict-free: lane (g, t)
-   reads row g, column t (bank 4 g + t), or rows 2t, 2t + 1, column g (banks 8 t + g, 8 t + 4 + g).
-   Fragments (g = lane / 4, t = lane % 4): a {(g, t), (g+8, t), (g, t+4), (g+8, t+4)}, b {(k t, n g),
-   (k t+4, n g)}, c as in m16n8k16. A product whose A comes from an accumulator (P V, dS K, P^T dO,
-   dS^T Q) sums its k in a permuted order: the accumulator holds columns 2t, 2t+1 of an n-tile where
-   the A fragment wants k = t, t+4, so k = t is taken as column 2t and k = t+4 as column 2t+1, and
-   B's rows are read in the same order (rows 2t, 2t+1 of the [k][n] tile). -- */
-__device__ __forceinline__ uint32_t bt__k_tf32(float x) {
-    uint32_t u;
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(u) : "f"(x));
-    return u;
-}
-__device__ __forceinline__ void bt__k_mma8(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-/* A (16 x 8) at (m0, k0) of a row-major [m][k] fp32 tile of pitch ld */
-__device__ __forceinline__ void bt__k_fragA8(uint32_t a[4], const float *sm, int ld, int m0, int k0) {
-    int l = threadIdx.x & 31;
-    const float *x = sm + (m0 + (l >> 2)) * ld + k0 + (l & 3);
-    a[0] = bt__k_tf32(x[0]); a[1] = bt__k_tf32(x[8 * ld]); a[2] = bt__k_tf32(x[4]); a[3] = bt__k_tf32(x[8 * ld + 4]);
-}
-/* B (8 x 8) of n-tile n0 at k0 of an [n][k] tile (b[0..1]) */
-__device__ __forceinline__ void bt__k_fragB8_nk(uint32_t b[2], const float *sm, int ld, int n0, int k0) {
-    int l = threadIdx.x & 31;
-    const float *x = sm + (n0 + (l >> 2)) * ld + k0 + (l & 3);
-    b[0] = bt__k_tf32(x[0]); b[1] = bt__k_tf32(x[4]);
-}
-/* B of n-tile n0 at k0 of a [k][n] tile, k in the permuted order (rows k0 + 2t, k0 + 2t + 1) */
-__device__ __forceinline__ void bt__k_fragB8_kn(uint32_t b[2], const float *sm, int ld, int k0, int n0) {
-    int l = threadIdx.x & 31;
-    const float *x = sm + (k0 + 2 * (l & 3)) * ld + n0 + (l >> 2);
-    b[0] = bt__k_tf32(x[0]); b[1] = bt__k_tf32(x[ld]);
-}
-/* A from an accumulator n-tile, in the permuted k order */
-__device__ __forceinline__ void bt__k_fragA8_acc(uint32_t a[4], const float c[4]) {
-    a[0] = bt__k_tf32(c[0]); a[1] = bt__k_tf32(c[2]); a[2] = bt__k_tf32(c[1]); a[3] = bt__k_tf32(c[3]);
-}
-
-template <int DP> __global__ void __launch_bounds__(128) bt__k_att_fwd_tf32(bt__k_attp p) {
-    extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
-    const int LD = DP + 4, ND = DP / 8, QF = DP <= 64 ? DP / 8 : 1;   /* Q fragments kept in registers up to D 64 */
-    float *Qs = (float *)bt__k_att_sm, *Ks = Qs + 64 * LD, *Vs = Ks + 2 * 64 * LD;
-    int nqt = (p.T + 63) / 64, qt = nqt - 1 - (int)blockIdx.y, q0 = qt * 64;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
-    int row0 = q0 + warp * 16 + g;
-    for (int64_t bh = blockIdx.x; bh < p.BH; bh += gridDim.x) {
-        const float *q = (const float *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const float *)p.k + bt__k_att_off(p.sk, bh, p.H),
-                    *v = (const float *)p.v + bt__k_att_off(p.sv, bh, p.H);
-        bt__k_att_tile<float, DP>(Qs, q, p.sq[2], q0, p.T, p.D, p.vec);
-        bt__k_att_tile<float, DP>(Ks, k, p.sk[2], 0, p.T, p.D, p.vec);
-        bt__k_att_tile<float, DP>(Vs, v, p.sv[2], 0, p.T, p.D, p.vec);
-        bt__k_cp_commit();
-        float o[ND][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-        uint32_t qf[QF][4];
-#pragma unroll
-        for (int i = 0; i < ND; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-        for (int j = 0; j <= qt; j++) {
-            int cur = j & 1;
-            if (j < qt) {
-                bt__k_att_tile<float, DP>(Ks + (cur ^ 1) * 64 * LD, k, p.sk[2], (j + 1) * 64, p.T, p.D, p.vec);
-                bt__k_att_tile<float, DP>(Vs + (cur ^ 1) * 64 * LD, v, p.sv[2], (j + 1) * 64, p.T, p.D, p.vec);
-                bt__k_cp_commit();
-                bt__k_cp_wait<1>();
-            } else {
-                bt__k_cp_wait<0>();
-            }
-            __syncthreads();
-            if (DP <= 64 && j == 0)
-#pragma unroll
-                for (int kd = 0; kd < QF; kd++) bt__k_fragA8(qf[kd], Qs, LD, warp * 16, kd * 8);
-            const float *Kc = Ks + cur * 64 * LD, *Vc = Vs + cur * 64 * LD;
-            float s[8][4];
-#pragma unroll
-            for (int i = 0; i < 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
-#pragma unroll
-            for (int kd = 0; kd < DP / 8; kd++) {
-                uint32_t a[4];
-                if (DP <= 64) { a[0] = qf[kd % QF][0]; a[1] = qf[kd % QF][1]; a[2] = qf[kd % QF][2]; a[3] = qf[kd % QF][3]; }
-                else bt__k_fragA8(a, Qs, LD, warp * 16, kd * 8);
-#pragma unroll
-                for (int nt = 0; nt < 8; nt++) {
-                    uint32_t b[2];
-                    bt__k_fragB8_nk(b, Kc, LD, nt * 8, kd * 8);
-                    bt__k_mma8(s[nt], a, b[0], b[1]);
-                }
-            }
-            if (j == qt)
-#pragma unroll
-                for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        if (j * 64 + nt * 8 + tg * 2 + (e & 1) > row0 + (e >> 1) * 8) s[nt][e] = -INFINITY;
-            float mx[2] = {m[0], m[1]}, mc[2];
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-                float al = bt__k_ex2((m[r] - mx[r]) * p.c2);
-                m[r] = mx[r];
-                mc[r] = -mx[r] * p.c2;
-                l[r] *= al;
-#pragma unroll
-                for (int i = 0; i < ND; i++) { o[i][2 * r] *= al; o[i][2 * r + 1] *= al; }
-            }
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float pv = bt__k_ex2(fmaf(s[nt][e], p.c2, mc[e >> 1]));
-                    s[nt][e] = pv;
-                    l[e >> 1] += pv;
-                }
-#pragma unroll
-            for (int kk = 0; kk < 8; kk++) {   /* P's n-tile kk is the k8 step kk of P V */
-                uint32_t a[4];
-                bt__k_fragA8_acc(a, s[kk]);
-#pragma unroll
-                for (int dn = 0; dn < ND; dn++) {
-                    uint32_t b[2];
-                    bt__k_fragB8_kn(b, Vc, LD, kk * 8, dn * 8);
-                    bt__k_mma8(o[dn], a, b[0], b[1]);
-                }
-            }
-            __syncthreads();
-        }
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-            int row = row0 + r * 8;
-            if (row >= p.T) continue;
-            float inv = 1.f / l[r];
-            float *orow = (float *)p.out + bt__k_att_off(p.so, bh, p.H) + (int64_t)row * p.so[2];
-#pragma unroll
-            for (int dn = 0; dn < ND; dn++) {
-                int d = dn * 8 + tg * 2;
-                if (d < p.D) orow[d] = o[dn][2 * r] * inv;
-                if (d + 1 < p.D) orow[d + 1] = o[dn][2 * r + 1] * inv;
-            }
-            if (tg == 0 && p.lse_out) p.lse_out[bh * p.T + row] = (m[r] * p.c2 + log2f(l[r])) * BT__K_ATT_LN2;
-        }
-    }
-}
-
-template <int DP> __global__ void __launch_bounds__(128) bt__k_att_dq_tf32(bt__k_attp p) {
-    extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
-    const int LD = DP + 4, ND = DP / 8;
-    float *Qs = (float *)bt__k_att_sm, *Gs = Qs + 64 * LD, *Ks = Gs + 64 * LD, *Vs = Ks + 2 * 64 * LD;
-    int nqt = (p.T + 63) / 64, qt = nqt - 1 - (int)blockIdx.y, q0 = qt * 64;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
-    int row0 = q0 + warp * 16 + g;
-    for (int64_t bh = blockIdx.x; bh < p.BH; bh += gridDim.x) {
-        const float *q = (const float *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const float *)p.k + bt__k_att_off(p.sk, bh, p.H),
-                    *v = (const float *)p.v + bt__k_att_off(p.sv, bh, p.H),
-                    *go = (const float *)p.go + bt__k_att_off(p.sgo, bh, p.H);
-        bt__k_att_tile<float, DP>(Qs, q, p.sq[2], q0, p.T, p.D, p.vec);
-        bt__k_att_tile<float, DP>(Gs, go, p.sgo[2], q0, p.T, p.D, p.vec);
-        bt__k_att_tile<float, DP>(Ks, k, p.sk[2], 0, p.T, p.D, p.vec);
-        bt__k_att_tile<float, DP>(Vs, v, p.sv[2], 0, p.T, p.D, p.vec);
-        bt__k_cp_commit();
-        float lse2[2], dv[2], dq[ND][4];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            int row = row0 + r * 8;
-            lse2[r] = row < p.T ? p.lse[bh * p.T + row] * BT__K_ATT_LOG2E : 0.f;
-            dv[r] = row < p.T ? p.dvec[bh * p.T + row] : 0.f;
-        }
-#pragma unroll
-        for (int i = 0; i < ND; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
-        for (int j = 0; j <= qt; j++) {
-            int cur = j & 1;
-            if (j < qt) {
-                bt__k_att_tile<float, DP>(Ks + (cur ^ 1) * 64 * LD, k, p.sk[2], (j + 1) * 64, p.T, p.D, p.vec);
-                bt__k_att_tile<float, DP>(Vs + (cur ^ 1) * 64 * LD, v, p.sv[2], (j + 1) * 64, p.T, p.D, p.vec);
-                bt__k_cp_commit();
-                bt__k_cp_wait<1>();
-            } else {
-                bt__k_cp_wait<0>();
-            }
-            __syncthreads();
-            const float *Kc = Ks + cur * 64 * LD, *Vc = Vs + cur * 64 * LD;
-            float s[8][4], dp[8][4];
-#pragma unroll
-            for (int i = 0; i < 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = dp[i][0] = dp[i][1] = dp[i][2] = dp[i][3] = 0.f;
-#pragma unroll
-            for (int kd = 0; kd < DP / 8; kd++) {
-                uint32_t aq[4], ag[4];
-                bt__k_fragA8(aq, Qs, LD, warp * 16, kd * 8);
-                bt__k_fragA8(ag, Gs, LD, warp * 16, kd * 8);
-#pragma unroll
-                for (int nt = 0; nt < 8; nt++) {
-                    uint32_t b[2];
-                    bt__k_fragB8_nk(b, Kc, LD, nt * 8, kd * 8);
-                    bt__k_mma8(s[nt], aq, b[0], b[1]);
-                    bt__k_fragB8_nk(b, Vc, LD, nt * 8, kd * 8);
-                    bt__k_mma8(dp[nt], ag, b[0], b[1]);
-                }
-            }
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float pv = bt__k_ex2(fmaf(s[nt][e], p.c2, -lse2[e >> 1]));
-                    if (j == qt && j * 64 + nt * 8 + tg * 2 + (e & 1) > row0 + (e >> 1) * 8) pv = 0.f;
-                    s[nt][e] = pv * (dp[nt][e] - dv[e >> 1]);   /* dS / scale */
-                }
-#pragma unroll
-            for (int kk = 0; kk < 8; kk++) {
-                uint32_t a[4];
-                bt__k_fragA8_acc(a, s[kk]);
-#pragma unroll
-                for (int dn = 0; dn < ND; dn++) {
-                    uint32_t b[2];
-                    bt__k_fragB8_kn(b, Kc, LD, kk * 8, dn * 8);
-                    bt__k_mma8(dq[dn], a, b[0], b[1]);
-                }
-            }
-            __syncthreads();
-        }
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            int row = row0 + r * 8;
-            if (row >= p.T) continue;
-            float *grow = (float *)p.gq + bt__k_att_off(p.sgq, bh, p.H) + (int64_t)row * p.sgq[2];
-#pragma unroll
-            for (int dn = 0; dn < ND; dn++) {
-                int d = dn * 8 + tg * 2;
-                if (d < p.D) grow[d] = dq[dn][2 * r] * p.scale;
-                if (d + 1 < p.D) grow[d + 1] = dq[dn][2 * r + 1] * p.scale;
-            }
-        }
-    }
-}
-
-template <int DP> __global__ void __launch_bounds__(128) bt__k_att_dkv_tf32(bt__k_attp p) {
-    extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
-    const int LD = DP + 4, ND = DP / 8;
-    float *Ks = (float *)bt__k_att_sm, *Vs = Ks + 64 * LD, *Qs = Vs + 64 * LD, *Gs = Qs + 2 * 64 * LD;
-    float *Ls = Gs + 2 * 64 * LD, *Dv = Ls + 2 * 64;   /* [2][64] each: lse log2e, Dvec */
-    int nqt = (p.T + 63) / 64, kt = (int)blockIdx.y, k0 = kt * 64;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
-    int key0 = k0 + warp * 16 + g;
-    for (int64_t bh = blockIdx.x; bh < p.BH; bh += gridDim.x) {
-        const float *q = (const float *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const float *)p.k + bt__k_att_off(p.sk, bh, p.H),
-                    *v = (const float *)p.v + bt__k_att_off(p.sv, bh, p.H),
-                    *go = (const float *)p.go + bt__k_att_off(p.sgo, bh, p.H);
-        const float *lse = p.lse + bh * p.T, *dvec = p.dvec + bh * p.T;
-        bt__k_att_tile<float, DP>(Ks, k, p.sk[2], k0, p.T, p.D, p.vec);
-        bt__k_att_tile<float, DP>(Vs, v, p.sv[2], k0, p.T, p.D, p.vec);
-        bt__k_att_tile<float, DP>(Qs, q, p.sq[2], k0, p.T, p.D, p.vec);
-        bt__k_att_tile<float, DP>(Gs, go, p.sgo[2], k0, p.T, p.D, p.vec);
-        if (threadIdx.x < 64) {
-            int r = k0 + threadIdx.x;
-            Ls[threadIdx.x] = r < p.T ? lse[r] * BT__K_ATT_LOG2E : 0.f;
-            Dv[threadIdx.x] = r < p.T ? dvec[r] : 0.f;
-        }
-        bt__k_cp_commit();
-        float dk[ND][4], dvv[ND][4];
-#pragma unroll
-        for (int i = 0; i < ND; i++) dk[i][0] = dk[i][1] = dk[i][2] = dk[i][3] = dvv[i][0] = dvv[i][1] = dvv[i][2] = dvv[i][3] = 0.f;
-        for (int i = kt; i < nqt; i++) {
-            int cur = (i - kt) & 1;
-            if (i + 1 < nqt) {
-                int nb = cur ^ 1;
-                bt__k_att_tile<float, DP>(Qs + nb * 64 * LD, q, p.sq[2], (i + 1) * 64, p.T, p.D, p.vec);
-                bt__k_att_tile<float, DP>(Gs + nb * 64 * LD, go, p.sgo[2], (i + 1) * 64, p.T, p.D, p.vec);
-                if (threadIdx.x < 64) {
-                    int r = (i + 1) * 64 + threadIdx.x;
-                    Ls[nb * 64 + threadIdx.x] = r < p.T ? lse[r] * BT__K_ATT_LOG2E : 0.f;
-                    Dv[nb * 64 + threadIdx.x] = r < p.T ? dvec[r] : 0.f;
-                }
-                bt__k_cp_commit();
-                bt__k_cp_wait<1>();
-            } else {
-                bt__k_cp_wait<0>();
-            }
-            __syncthreads();
-            const float *Qc = Qs + cur * 64 * LD, *Gc = Gs + cur * 64 * LD, *Lc = Ls + cur * 64, *Dc = Dv + cur * 64;
-            float s[8][4], dp[8][4];
-#pragma unroll
-            for (int n = 0; n < 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.f;
-#pragma unroll
-            for (int kd = 0; kd < DP / 8; kd++) {
-                uint32_t ak[4], av[4];
-                bt__k_fragA8(ak, Ks, LD, warp * 16, kd * 8);
-                bt__k_fragA8(av, Vs, LD, warp * 16, kd * 8);
-#pragma unroll
-                for (int nt = 0; nt < 8; nt++) {
-                    uint32_t b[2];
-                    bt__k_fragB8_nk(b, Qc, LD, nt * 8, kd * 8);
-                    bt__k_mma8(s[nt], ak, b[0], b[1]);
-                    bt__k_fragB8_nk(b, Gc, LD, nt * 8, kd * 8);
-                    bt__k_mma8(dp[nt], av, b[0], b[1]);
-                }
-            }
-            int edge = i == kt || (i + 1) * 64 > p.T;
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int qc = nt * 8 + tg * 2 + (e & 1), qrow = i * 64 + qc;
-                    float pv = bt__k_ex2(fmaf(s[nt][e], p.c2, -Lc[qc]));
-                    if (edge && (qrow >= p.T || key0 + (e >> 1) * 8 > qrow)) pv = 0.f;
-                    s[nt][e] = pv;
-                    dp[nt][e] = pv * (dp[nt][e] - Dc[qc]);   /* dS^T / scale */
-                }
-#pragma unroll
-            for (int kk = 0; kk < 8; kk++) {
-                uint32_t a[4], d[4];
-                bt__k_fragA8_acc(a, s[kk]);
-                bt__k_fragA8_acc(d, dp[kk]);
-#pragma unroll
-                for (int dn = 0; dn < ND; dn++) {
-                    uint32_t b[2];
-                    bt__k_fragB8_kn(b, Gc, LD, kk * 8, dn * 8);
-                    bt__k_mma8(dvv[dn], a, b[0], b[1]);
-                    bt__k_fragB8_kn(b, Qc, LD, kk * 8, dn * 8);
-                    bt__k_mma8(dk[dn], d, b[0], b[1]);
-                }
-            }
-            __syncthreads();
-        }
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            int key = key0 + r * 8;
-            if (key >= p.T) continue;
-            float *krow = (float *)p.gk + bt__k_att_off(p.sgk, bh, p.H) + (int64_t)key * p.sgk[2];
-            float *vrow = (float *)p.gv + bt__k_att_off(p.sgv, bh, p.H) + (int64_t)key * p.sgv[2];
-#pragma unroll
-            for (int dn = 0; dn < ND; dn++) {
-                int d = dn * 8 + tg * 2;
-                if (d < p.D) { krow[d] = dk[dn][2 * r] * p.scale; vrow[d] = dvv[dn][2 * r]; }
-                if (d + 1 < p.D) { krow[d + 1] = dk[dn][2 * r + 1] * p.scale; vrow[d + 1] = dvv[dn][2 * r + 1]; }
-            }
-        }
-    }
-}
-
 /* Dvec[bh, t] = sum_d dO[bh, t, d] O[bh, t, d]: a warp per row, 16-byte loads when aligned */
 template <typename T> __global__ void bt__k_att_dvec(float *dvec, bt__k_attp p) {
     const int VE = 16 / sizeof(T);
@@ -2945,6 +2657,19 @@ static void bt__k_att_params(bt__k_attp *p, bt_dtype dt, int64_t B, int64_t H, i
     case 32: { const int DP = 32; __VA_ARGS__; } break; \
     case 64: { const int DP = 64; __VA_ARGS__; } break; \
     default: { const int DP = 128; __VA_ARGS__; } break; }
+/* the tensor-core kernels on MMA shape P: tiles of pitch DP + 16 bytes; forward Q and K/V x 2,
+   backward 6 tiles (+ the dK/dV kernel's lse and Dvec rows, x 2) */
+template <typename P> static void bt__k_att_fwd_tc_run(const bt__k_attp *p, unsigned tiles, int dp, cudaStream_t s, const char *op) {
+    const size_t es = sizeof(typename P::E);
+    BT__K_ATT_DP(dp, bt__k_att_run(bt__k_att_fwd_tc<P, DP>, p, tiles, 128, 5 * 64 * (DP + 16 / es) * es, s, op))
+}
+template <typename P> static void bt__k_att_bwd_tc_run(const bt__k_attp *p, unsigned tiles, int dp, cudaStream_t s, const char *op) {
+    const size_t es = sizeof(typename P::E);
+    BT__K_ATT_DP(dp, {
+        bt__k_att_run(bt__k_att_dq_tc<P, DP>, p, tiles, 128, 6 * 64 * (DP + 16 / es) * es, s, op);
+        bt__k_att_run(bt__k_att_dkv_tc<P, DP>, p, tiles, 128, 6 * 64 * (DP + 16 / es) * es + 4 * 64 * 4, s, op);
+    })
+}
 /* the f32 kernels' thread tiles cover 64 columns: D is padded to 64 or 128 */
 #define BT__K_ATT_DP_F32(DPV, ...) if ((DPV) <= 64) { const int DP = 64; __VA_ARGS__; } else { const int DP = 128; __VA_ARGS__; }
 
@@ -2966,16 +2691,12 @@ BTDEF void bt_k_attention_strided(bt_dtype dt, void *out, const int64_t *so, flo
     switch (dt) {
     case BT_F32:
         if (precision == BT_MATMUL_TF32)
-            BT__K_ATT_DP(dp, bt__k_att_run(bt__k_att_fwd_tf32<DP>, &p, tiles, 128, (size_t)5 * 64 * (DP + 4) * 4, s, op))
+            bt__k_att_fwd_tc_run<bt__k_mma_tf32>(&p, tiles, dp, s, op);
         else
             BT__K_ATT_DP_F32(dp, bt__k_att_run(bt__k_att_fwd_f32<DP>, &p, tiles, 128, (size_t)(5 * 64 * DP + 64 * 64) * 4, s, op))
         break;
-    case BT_BF16:
-        BT__K_ATT_DP(dp, bt__k_att_run(bt__k_att_fwd_tc<__nv_bfloat16, DP>, &p, tiles, 128, (size_t)5 * 64 * (DP + 8) * 2, s, op))
-        break;
-    default:
-        BT__K_ATT_DP(dp, bt__k_att_run(bt__k_att_fwd_tc<__half, DP>, &p, tiles, 128, (size_t)5 * 64 * (DP + 8) * 2, s, op))
-        break;
+    case BT_BF16: bt__k_att_fwd_tc_run<bt__k_mma16<__nv_bfloat16> >(&p, tiles, dp, s, op); break;
+    default: bt__k_att_fwd_tc_run<bt__k_mma16<__half> >(&p, tiles, dp, s, op); break;
     }
 }
 
@@ -3031,27 +2752,11 @@ BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t 
     BT__K_LAUNCHED(op);
     switch (dt) {
     case BT_F32:
-        if (precision == BT_MATMUL_TF32) {
-            BT__K_ATT_DP(dp, {
-                bt__k_att_run(bt__k_att_dq_tf32<DP>, &p, tiles, 128, (size_t)6 * 64 * (DP + 4) * 4, s, op);
-                bt__k_att_run(bt__k_att_dkv_tf32<DP>, &p, tiles, 128, (size_t)6 * 64 * (DP + 4) * 4 + 4 * 64 * 4, s, op);
-            })
-            break;
-        }
-        bt__k_att_bwd_f32(&p, tiles, dp, s, op);
+        if (precision == BT_MATMUL_TF32) bt__k_att_bwd_tc_run<bt__k_mma_tf32>(&p, tiles, dp, s, op);
+        else bt__k_att_bwd_f32(&p, tiles, dp, s, op);
         break;
-    case BT_BF16:
-        BT__K_ATT_DP(dp, {
-            bt__k_att_run(bt__k_att_dq_tc<__nv_bfloat16, DP>, &p, tiles, 128, (size_t)6 * 64 * (DP + 8) * 2, s, op);
-            bt__k_att_run(bt__k_att_dkv_tc<__nv_bfloat16, DP>, &p, tiles, 128, (size_t)6 * 64 * (DP + 8) * 2 + 4 * 64 * 4, s, op);
-        })
-        break;
-    default:
-        BT__K_ATT_DP(dp, {
-            bt__k_att_run(bt__k_att_dq_tc<__half, DP>, &p, tiles, 128, (size_t)6 * 64 * (DP + 8) * 2, s, op);
-            bt__k_att_run(bt__k_att_dkv_tc<__half, DP>, &p, tiles, 128, (size_t)6 * 64 * (DP + 8) * 2 + 4 * 64 * 4, s, op);
-        })
-        break;
+    case BT_BF16: bt__k_att_bwd_tc_run<bt__k_mma16<__nv_bfloat16> >(&p, tiles, dp, s, op); break;
+    default: bt__k_att_bwd_tc_run<bt__k_mma16<__half> >(&p, tiles, dp, s, op); break;
     }
     bt_free(dvec);
 }
