@@ -1779,7 +1779,7 @@ BTDEF void bt_k_cross_entropy_backward(bt_dtype dt, void *glogits, const void *l
        the 64 x 64 score tile and of the output; row-major tiles with XOR-swizzled 16-byte chunks
        (conflict-free float4 reads along rows and down columns); the backward computes dS once
        (dK/dV kernel) and keeps it in a scratch buffer for the dQ kernel.
-     f32 with precision BT_MATMUL_TF32: the bf16 kernels' structure on mma.sync m16n8k8 tf32 (fp32
+     f32 with precision BT_MATMUL_TF32: the same kernels (templates over the MMA shape) on mma.sync m16n8k8 tf32 (fp32
        accumulate), fp32 shared tiles of pitch D + 4, operands rounded by cvt.rna.tf32 as they are
        read; 10-bit mantissa operands, so about 1e-3 relative error instead of fp32's 1e-6.
    Q, K, V, out and the gradients are [B, H, T, D] read or written through element strides
