@@ -116,7 +116,7 @@ BTDEF void bt_k_cross_entropy_backward(bt_dtype dt, void *glogits, const void *l
    tensor cores (fp32 accumulation and softmax); bf16/f16 always on tensor cores with fp32
    accumulation (precision ignored). The backward is deterministic (no atomics) and takes Dvec
    scratch (4 B H T bytes) from bt_alloc on the stream; the strict-fp32 backward also takes its dS
-   (the causal 64 x 64 tiles: 8 T^2 bytes per head, rounded up to whole tiles), over chunks of heads
+   (the causal 64 x 64 tiles: fp32, about 2 T^2 bytes per head), over chunks of heads
    that keep it under bt_k_attention_scratch_cap (512 MiB by default). */
 BTDEF void bt_k_attention_strided(bt_dtype dt, void *out, const int64_t *so, float *lse,
     const void *q, const int64_t *sq, const void *k, const int64_t *sk, const void *v, const int64_t *sv,
