@@ -574,48 +574,44 @@ template <int OP, int FROMY, typename A> __device__ __forceinline__ A bt__k_uop_
     return (A)0;
 }
 
-/* The elementwise kernels share one loop shape: grid-stride over 16-byte vectors first when
-   vec != 0 (V lanes unrolled in registers), then the scalar tail. */
-template <typename T, int OP> __global__ void bt__k_unary_kernel(T *out, const T *x, int64_t n, int vec) {
-    typedef typename bt__k_acc<T>::t A;
-    const int V = 16 / sizeof(T);
-    int64_t tid = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, st = (int64_t)gridDim.x * blockDim.x;
-    int64_t nv = vec ? n / V : 0;
-    for (int64_t c = tid; c < nv; c += st) {
-        T a[V];
-        bt__k_ld16(a, x + c * V);
-#pragma unroll
-        for (int e = 0; e < V; e++) a[e] = bt__k_from<T>(bt__k_uop<OP, A>(bt__k_tof(a[e])));
-        bt__k_st16(out + c * V, a);
-    }
-    for (int64_t i = nv * V + tid; i < n; i += st) out[i] = bt__k_from<T>(bt__k_uop<OP, A>(bt__k_tof(x[i])));
-}
-template <typename T, int OP, int FROMY>
-__global__ void bt__k_unary_bwd_kernel(T *gx, const T *g, const T *x, int64_t n, int vec) {
-    typedef typename bt__k_acc<T>::t A;
+/* The flat elementwise kernels are one loop: out[i] = f(x[i]) (NIN 1) or f(x[i], y[i]) (NIN 2) in the
+   accumulation type, grid-stride over 16-byte vectors first when vec != 0 (V lanes unrolled in
+   registers), then the scalar tail. f is a functor; the ops below are its instances. */
+template <typename T, int NIN, typename F>
+__global__ void bt__k_map(T *out, const T *x, const T *y, int64_t n, int vec, F f) {
     const int V = 16 / sizeof(T);
     int64_t tid = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, st = (int64_t)gridDim.x * blockDim.x;
     int64_t nv = vec ? n / V : 0;
     for (int64_t c = tid; c < nv; c += st) {
         T a[V], b[V];
-        bt__k_ld16(a, x + c * V); bt__k_ld16(b, g + c * V);
+        bt__k_ld16(a, x + c * V);
+        if (NIN == 2) bt__k_ld16(b, y + c * V);
 #pragma unroll
-        for (int e = 0; e < V; e++) a[e] = bt__k_from<T>(bt__k_tof(b[e]) * bt__k_uop_grad<OP, FROMY, A>(bt__k_tof(a[e])));
-        bt__k_st16(gx + c * V, a);
+        for (int e = 0; e < V; e++) a[e] = bt__k_from<T>(f(bt__k_tof(a[e]), bt__k_tof(NIN == 2 ? b[e] : a[e])));
+        bt__k_st16(out + c * V, a);
     }
-    for (int64_t i = nv * V + tid; i < n; i += st)
-        gx[i] = bt__k_from<T>(bt__k_tof(g[i]) * bt__k_uop_grad<OP, FROMY, A>(bt__k_tof(x[i])));
+    for (int64_t i = nv * V + tid; i < n; i += st) out[i] = bt__k_from<T>(f(bt__k_tof(x[i]), bt__k_tof(NIN == 2 ? y[i] : x[i])));
 }
+template <typename T, int NIN, typename F>
+static void bt__k_map_run(T *out, const T *x, const T *y, int64_t n, int vec, F f, cudaStream_t s) {
+    const int V = 16 / sizeof(T);
+    bt__k_map<T, NIN, F><<<bt__k_blocks(vec ? (n + V - 1) / V : n, 256), 256, 0, s>>>(out, x, y, n, vec, f);
+}
+template <int OP> struct bt__k_uop_f {
+    template <typename A> __device__ __forceinline__ A operator()(A x, A) const { return bt__k_uop<OP, A>(x); }
+};
+/* gx = g f'(x) (f' from y = f(x) when FROMY) */
+template <int OP, int FROMY> struct bt__k_uop_grad_f {
+    template <typename A> __device__ __forceinline__ A operator()(A g, A x) const { return g * bt__k_uop_grad<OP, FROMY, A>(x); }
+};
 
 #define BT__K_UOPS(X) X(BT_UOP_NEG) X(BT_UOP_EXP) X(BT_UOP_LOG) X(BT_UOP_SQRT) X(BT_UOP_TANH) \
     X(BT_UOP_RELU) X(BT_UOP_GELU) X(BT_UOP_SQUARE) X(BT_UOP_RECIP)
 
 template <typename T>
 static void bt__k_unary_t(bt_unary_op op, T *out, const T *x, int64_t n, int vec, cudaStream_t s) {
-    const int V = 16 / sizeof(T);
-    unsigned nb = bt__k_blocks(vec ? (n + V - 1) / V : n, 256);
     switch (op) {
-#define BT__K_X(OPC) case OPC: bt__k_unary_kernel<T, OPC><<<nb, 256, 0, s>>>(out, x, n, vec); break;
+#define BT__K_X(OPC) case OPC: bt__k_map_run<T, 1>(out, x, x, n, vec, bt__k_uop_f<OPC>(), s); break;
     BT__K_UOPS(BT__K_X)
 #undef BT__K_X
     default: bt_error("bt_k_unary: unknown op %d", (int)op);
@@ -623,12 +619,10 @@ static void bt__k_unary_t(bt_unary_op op, T *out, const T *x, int64_t n, int vec
 }
 template <typename T>
 static void bt__k_unary_bwd_t(bt_unary_op op, T *gx, const T *g, const T *in, int fromy, int64_t n, int vec, cudaStream_t s) {
-    const int V = 16 / sizeof(T);
-    unsigned nb = bt__k_blocks(vec ? (n + V - 1) / V : n, 256);
     switch (op) {
 #define BT__K_X(OPC) case OPC: \
-        if (fromy) bt__k_unary_bwd_kernel<T, OPC, 1><<<nb, 256, 0, s>>>(gx, g, in, n, vec); \
-        else bt__k_unary_bwd_kernel<T, OPC, 0><<<nb, 256, 0, s>>>(gx, g, in, n, vec); \
+        if (fromy) bt__k_map_run<T, 2>(gx, g, in, n, vec, bt__k_uop_grad_f<OPC, 1>(), s); \
+        else bt__k_map_run<T, 2>(gx, g, in, n, vec, bt__k_uop_grad_f<OPC, 0>(), s); \
         break;
     BT__K_UOPS(BT__K_X)
 #undef BT__K_X
@@ -655,28 +649,17 @@ BTDEF void bt_k_unary_backward(bt_unary_op op, bt_dtype dt, void *gx, const void
     BT__K_LAUNCHED("bt_k_unary_backward");
 }
 
-template <typename T> __global__ void bt__k_affine_kernel(T *out, const T *x, typename bt__k_acc<T>::t al,
-                                                          typename bt__k_acc<T>::t be, int64_t n, int vec) {
-    const int V = 16 / sizeof(T);
-    int64_t tid = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, st = (int64_t)gridDim.x * blockDim.x;
-    int64_t nv = vec ? n / V : 0;
-    for (int64_t c = tid; c < nv; c += st) {
-        T a[V];
-        bt__k_ld16(a, x + c * V);
-#pragma unroll
-        for (int e = 0; e < V; e++) a[e] = bt__k_from<T>(al * bt__k_tof(a[e]) + be);
-        bt__k_st16(out + c * V, a);
-    }
-    for (int64_t i = nv * V + tid; i < n; i += st) out[i] = bt__k_from<T>(al * bt__k_tof(x[i]) + be);
-}
+template <typename A> struct bt__k_affine_f {   /* al x + be */
+    A al, be;
+    __device__ __forceinline__ A operator()(A x, A) const { return al * x + be; }
+};
 BTDEF void bt_k_affine(bt_dtype dt, void *out, const void *x, double alpha, double beta, int64_t n, cudaStream_t s) {
     if (n <= 0) return;
     int vec = bt__k_aligned16(out) && bt__k_aligned16(x);
     BT__K_DISPATCH4(dt, "bt_k_affine", {
-        const int V = 16 / sizeof(T);
         typedef typename bt__k_acc<T>::t A;
-        bt__k_affine_kernel<T><<<bt__k_blocks(vec ? (n + V - 1) / V : n, 256), 256, 0, s>>>(
-            (T *)out, (const T *)x, (A)alpha, (A)beta, n, vec);
+        bt__k_affine_f<A> f = {(A)alpha, (A)beta};
+        bt__k_map_run<T, 1>((T *)out, (const T *)x, (const T *)x, n, vec, f, s);
     })
     BT__K_LAUNCHED("bt_k_affine");
 }
@@ -690,20 +673,9 @@ template <int OP, typename A> __device__ __forceinline__ A bt__k_bop(A a, A b) {
     }
     return a;
 }
-template <typename T, int OP> __global__ void bt__k_binary_flat(T *out, const T *a, const T *b, int64_t n, int vec) {
-    typedef typename bt__k_acc<T>::t A;
-    const int V = 16 / sizeof(T);
-    int64_t tid = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, st = (int64_t)gridDim.x * blockDim.x;
-    int64_t nv = vec ? n / V : 0;
-    for (int64_t c = tid; c < nv; c += st) {
-        T u[V], w[V];
-        bt__k_ld16(u, a + c * V); bt__k_ld16(w, b + c * V);
-#pragma unroll
-        for (int e = 0; e < V; e++) u[e] = bt__k_from<T>(bt__k_bop<OP, A>(bt__k_tof(u[e]), bt__k_tof(w[e])));
-        bt__k_st16(out + c * V, u);
-    }
-    for (int64_t i = nv * V + tid; i < n; i += st) out[i] = bt__k_from<T>(bt__k_bop<OP, A>(bt__k_tof(a[i]), bt__k_tof(b[i])));
-}
+template <int OP> struct bt__k_bop_f {
+    template <typename A> __device__ __forceinline__ A operator()(A a, A b) const { return bt__k_bop<OP, A>(a, b); }
+};
 /* general case: per element, decode the output index into per-dim coordinates (div/mod per dim
    after coalescing) and step a and b by their strides; broadcast dims have stride 0 and are
    re-read from cache. */
@@ -721,12 +693,10 @@ template <typename T, int OP> __global__ void bt__k_binary_strided(T *out, const
 template <typename T>
 static void bt__k_binary_t(bt_binary_op op, T *out, const T *a, const T *b, int flat, int vec, const bt__k_geom *g,
                            int64_t n, cudaStream_t s) {
-    const int V = 16 / sizeof(T);
-    unsigned nb = bt__k_blocks(vec ? (n + V - 1) / V : n, 256);
     switch (op) {
 #define BT__K_X(OPC) case OPC: \
-        if (flat) bt__k_binary_flat<T, OPC><<<nb, 256, 0, s>>>(out, a, b, n, vec); \
-        else bt__k_binary_strided<T, OPC><<<nb, 256, 0, s>>>(out, a, b, *g, n); \
+        if (flat) bt__k_map_run<T, 2>(out, a, b, n, vec, bt__k_bop_f<OPC>(), s); \
+        else bt__k_binary_strided<T, OPC><<<bt__k_blocks(n, 256), 256, 0, s>>>(out, a, b, *g, n); \
         break;
     BT__K_X(BT_BOP_ADD) BT__K_X(BT_BOP_SUB) BT__K_X(BT_BOP_MUL) BT__K_X(BT_BOP_DIV)
 #undef BT__K_X

@@ -4,13 +4,13 @@
 // "warm" is the median of 5 further passes. Each file runs in its own process (the package's
 // cache cannot be cleared).
 //   node bench/bench_tokenizer.js GPT3_ENCODER_DIR FILE...     (make bench-tokenizer)
-// gpt-3-encoder's encode() appends each piece's ids with Array.concat, which is quadratic in the
-// number of tokens; a whole 1 MB file does not finish in minutes. So the text is cut at safe
-// points (before a space that follows a non-space: no pattern match spans such a cut) into
-// ~400-character chunks, each encoded separately; the ids are the same (tests/ check this).
+// gpt-3-encoder's encode() is quadratic in the number of tokens (a whole 1 MB file does not
+// finish in minutes), so the text is encoded in ~400-character safe chunks (tests/g3e_chunked.js);
+// the ids are the same (tests/ check this).
 'use strict';
 const fs = require('fs');
 const path = require('path');
+const { encodeChunked } = require(path.join(__dirname, '..', 'tests', 'g3e_chunked.js'));
 const { execFileSync } = require('child_process');
 
 const [encDir, ...files] = process.argv.slice(2);
@@ -26,22 +26,11 @@ const tl = Number(process.hrtime.bigint() - t0) / 1e6;
 const text = fs.readFileSync(files[0], 'utf8');
 const bytes = Buffer.byteLength(text, 'utf8');
 
-function encodeChunked(s) {
-  const parts = s.split(/(?<=\S)(?= )/u);
-  const ids = [];
-  let buf = '';
-  for (const p of parts) {
-    buf += p;
-    if (buf.length > 400) { for (const id of encode(buf)) ids.push(id); buf = ''; }
-  }
-  for (const id of encode(buf)) ids.push(id);
-  return ids;
-}
 const times = [];
 let n = 0;
 for (let r = 0; r < 6; r++) {
   const t = process.hrtime.bigint();
-  n = encodeChunked(text).length;
+  n = encodeChunked(encode, text).length;
   times.push(Number(process.hrtime.bigint() - t) / 1e9);
 }
 const cold = times[0], warm = times.slice(1).sort((a, b) => a - b)[2];
