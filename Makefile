@@ -27,8 +27,7 @@ CFLAGS += -std=c11 -Wall -Wextra -fopenmp $(ARCHFLAGS) -I.
 LDLIBS := -lm
 # nvcc compiles the same C sources as CUDA C++ (-x cu).
 NVFLAGS ?= -O3
-NVFLAGS += -std=c++17 -x cu -arch=sm_$(CUDA_ARCH) -I. -Xcompiler "-fopenmp -Wall -Wextra $(ARCHFLAGS)" \
-           -diag-suppress 177,550
+NVFLAGS += -std=c++17 -x cu -arch=sm_$(CUDA_ARCH) -I. -Xcompiler "-fopenmp -Wall -Wextra $(ARCHFLAGS)"
 NVLDFLAGS := -arch=sm_$(CUDA_ARCH)
 NVLIBS := -lcublas -lcublasLt -lgomp -lm
 ASANFLAGS := -O1 -g -std=c11 -Wall -Wextra -fopenmp -I. -fsanitize=address,undefined -fno-omit-frame-pointer \

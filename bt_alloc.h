@@ -9,6 +9,7 @@
      float *x = (float *)bt_alloc(cpu, 1000 * sizeof(float), NULL);
      bt_free(x);
      bt_alloc_stats_t st = bt_alloc_stats(cpu);   // allocated, reserved, peak, system calls
+     void *stage = bt_alloc(bt_pinned_host(), 1 << 20, NULL);   // page-locked host memory
 
    WHAT IT DOES
      Blocks come from pools (one per device and stream; a private pool may be pushed for CUDA
@@ -19,10 +20,21 @@
      out-of-memory error that prints the stats. Freed device blocks are returned to their stream's
      pool: reuse on the same stream is ordered by the stream, as in PyTorch.
 
+   PINNED HOST MEMORY
+     bt_pinned_host() names a third kind of pool: host memory locked in RAM (cudaHostAlloc,
+     portable to every device), which device copies read and write asynchronously (staging for
+     uploads, checkpoint snapshots). It is a pool of bt_alloc only, not a device tensors live on:
+     wrap a pinned block with bt_from_blob(ptr, shape, dtype, bt_cpu()). In a build without CUDA,
+     or on a machine without a GPU, the blocks are ordinary host memory.
+
    ERRORS
      Every subsystem of the core reports through bt_error(fmt, ...): the handler (default: print
-     "bt error: <message>" to stderr and exit(1)) may be replaced with bt_set_error_handler; a
-     handler must not return (longjmp or exit), else the process exits after it.
+     "bt error: <message>" to stderr and exit(1)) may be replaced with bt_set_error_handler, per
+     process; a handler must not return (longjmp or exit), else the process exits after it.
+     In a multi-process job (bt_dist.h) the handler must first abort the job's communicators, so
+     that the other ranks stop too instead of waiting in a collective for this one, and then
+     exit non-zero; bt_dist.h installs such a handler. The handler is called on the thread that
+     raised the error.
 
    SIZE CLASSES
      Every block is a multiple of 512 B (a request of 0 B gets 512 B, a unique pointer).
@@ -77,11 +89,13 @@ extern "C" {
 #endif
 
 typedef enum { BT_CPU = 0, BT_GPU = 1 } bt_device_type;
-typedef struct { int8_t type; int8_t index; } bt_device;   /* index: CUDA ordinal, 0 for the CPU */
+/* index: the CUDA ordinal; for the CPU 0, or 1 for the pinned-host pool (bt_alloc only) */
+typedef struct { int8_t type; int8_t index; } bt_device;
 
 #define BT_MAX_GPUS 16
 
 static inline bt_device bt_cpu(void) { bt_device d = { BT_CPU, 0 }; return d; }
+static inline bt_device bt_pinned_host(void) { bt_device d = { BT_CPU, 1 }; return d; }
 static inline bt_device bt_cuda_device(int i) { bt_device d = { BT_GPU, (int8_t)i }; return d; }
 static inline int bt_device_eq(bt_device a, bt_device b) { return a.type == b.type && a.index == b.index; }
 
@@ -205,7 +219,9 @@ BTDEF void bt_error(const char *fmt, ...) {
 #define BT__SMALL_SEG    ((size_t)2 << 20)          /* small segments; large ones round to this */
 #define BT__LARGE_SPLIT  ((size_t)1 << 20)          /* keep a large remainder only if > this */
 #define BT__HOST_ALIGN   64
-#define BT__NSLOTS       (1 + BT_MAX_GPUS)          /* slot 0: the host, 1 + i: cuda:i */
+#define BT__NSLOTS       (2 + BT_MAX_GPUS)          /* slot 0: the host, 1: pinned host, 2 + i: cuda:i */
+#define BT__PINNED       1
+#define BT__GPU0         2
 #define BT__MAX_PUSH     16
 
 /* A segment is one system allocation, cut into blocks chained by address (prev/next). Invariants:
@@ -221,6 +237,7 @@ typedef struct bt__block {
     struct bt__pool *pool;
     void *seg_raw;                   /* segment head (prev == NULL): what the system returned */
     size_t seg_size;                 /* segment head: bytes reserved */
+    int seg_malloc;                  /* segment head of the pinned pool: plain malloc (no GPU) */
     int large, live;
 } bt__block;
 
@@ -348,37 +365,54 @@ static int bt__cuda_enter(int index, int *prev) {
 static void bt__cuda_leave(int index, int prev) { if (prev != index) cudaSetDevice(prev); }
 #endif
 
-static void *bt__sys_alloc(int slot, size_t size, char **aligned) {
-    if (slot == 0) {
-        char *raw = (char *)BT_MALLOC(size + BT__HOST_ALIGN);
-        if (!raw) { snprintf(bt__sys_error, sizeof bt__sys_error, "malloc failed"); return NULL; }
-        *aligned = raw + (bt__round_up((uintptr_t)raw, BT__HOST_ALIGN) - (uintptr_t)raw);
-        return raw;
+static void *bt__host_alloc(size_t size, char **aligned) {
+    char *raw = (char *)BT_MALLOC(size + BT__HOST_ALIGN);
+    if (!raw) { snprintf(bt__sys_error, sizeof bt__sys_error, "malloc failed"); return NULL; }
+    *aligned = raw + (bt__round_up((uintptr_t)raw, BT__HOST_ALIGN) - (uintptr_t)raw);
+    return raw;
+}
+/* pinned host memory; *is_malloc = 1 when it fell back to malloc (no CUDA, or no GPU) */
+static void *bt__pinned_alloc(size_t size, char **aligned, int *is_malloc) {
+    *is_malloc = 0;
+#ifdef BT_CUDA
+    void *p = NULL;
+    cudaError_t e = cudaHostAlloc(&p, size, cudaHostAllocPortable);
+    if (e == cudaSuccess) { *aligned = (char *)p; return p; }
+    cudaGetLastError();
+    if (e != cudaErrorNoDevice && e != cudaErrorInsufficientDriver) {
+        snprintf(bt__sys_error, sizeof bt__sys_error, "cudaHostAlloc: %s", cudaGetErrorString(e));
+        return NULL;
     }
+#endif
+    *is_malloc = 1;
+    return bt__host_alloc(size, aligned);
+}
+static void *bt__device_alloc(int device, size_t size, char **aligned) {
 #ifdef BT_CUDA
     void *p = NULL;
     int prev;
-    if (!bt__cuda_enter(slot - 1, &prev)) return NULL;
+    if (!bt__cuda_enter(device, &prev)) return NULL;
     cudaError_t e = cudaMalloc(&p, size);
     if (e != cudaSuccess) {
         cudaGetLastError();   /* a failed cudaMalloc is not sticky: clear it for the caller */
         snprintf(bt__sys_error, sizeof bt__sys_error, "cudaMalloc: %s", cudaGetErrorString(e));
         p = NULL;
     }
-    bt__cuda_leave(slot - 1, prev);
+    bt__cuda_leave(device, prev);
     *aligned = (char *)p;
     return p;
 #else
-    (void)size; (void)aligned;
+    (void)device; (void)size; (void)aligned;
     return NULL;
 #endif
 }
 
-static void bt__sys_free(int slot, void *raw) {
-    if (slot == 0) { BT_FREE(raw); return; }
+static void bt__sys_free(int slot, void *raw, int is_malloc) {
+    if (slot == 0 || is_malloc) { BT_FREE(raw); return; }
 #ifdef BT_CUDA
+    if (slot == BT__PINNED) { cudaFreeHost(raw); return; }
     int prev;
-    if (bt__cuda_enter(slot - 1, &prev)) { cudaFree(raw); bt__cuda_leave(slot - 1, prev); }
+    if (bt__cuda_enter(slot - BT__GPU0, &prev)) { cudaFree(raw); bt__cuda_leave(slot - BT__GPU0, prev); }
 #endif
 }
 
@@ -391,11 +425,14 @@ static bt__block *bt__segment_new(bt__pool *pool, size_t size, int large) {
         return NULL;
     }
     char *ptr = NULL;
-    void *raw = bt__sys_alloc(pool->slot, size, &ptr);
+    int is_malloc = 0;
+    void *raw = pool->slot == 0 ? bt__host_alloc(size, &ptr)
+              : pool->slot == BT__PINNED ? bt__pinned_alloc(size, &ptr, &is_malloc)
+              : bt__device_alloc(pool->slot - BT__GPU0, size, &ptr);
     if (!raw) return NULL;
     bt__block *b = bt__block_new();
     b->ptr = ptr; b->size = size; b->pool = pool; b->large = large;
-    b->seg_raw = raw; b->seg_size = size;
+    b->seg_raw = raw; b->seg_size = size; b->seg_malloc = is_malloc;
     pool->n_segments++;
     d->st.reserved += size;
     d->st.n_system_allocs++;
@@ -407,7 +444,7 @@ static bt__block *bt__segment_new(bt__pool *pool, size_t size, int large) {
 static void bt__segment_release(bt__block *b) {
     bt__alloc_dev *d = &bt__A.dev[b->pool->slot];
     BT_ASSERT(!b->prev && !b->next && !b->live && b->size == b->seg_size);
-    bt__sys_free(b->pool->slot, b->seg_raw);
+    bt__sys_free(b->pool->slot, b->seg_raw, b->seg_malloc);
     d->st.reserved -= b->seg_size;
     d->st.n_system_frees++;
     b->pool->n_segments--;
@@ -417,24 +454,25 @@ static void bt__segment_release(bt__block *b) {
 /* ------------------------------------------ pools ----------------------------------------- */
 
 static int bt__slot(bt_device dev, const char *fn) {
-    if (dev.type == BT_CPU) return 0;
+    if (dev.type == BT_CPU && (dev.index == 0 || dev.index == 1)) return dev.index;   /* host, pinned host */
     if (dev.type != BT_GPU || dev.index < 0 || dev.index >= BT_MAX_GPUS)
-        bt_error("%s: invalid device (type %d, index %d); expected the CPU or cuda:0..%d", fn,
+        bt_error("%s: invalid device (type %d, index %d); expected the CPU, the pinned host or cuda:0..%d", fn,
                  dev.type, dev.index, BT_MAX_GPUS - 1);
 #ifndef BT_CUDA
     bt_error("%s: cuda:%d requested, but this build has no CUDA (compile with nvcc)", fn, dev.index);
 #endif
-    return 1 + dev.index;
+    return BT__GPU0 + dev.index;
 }
 
 static void bt__slot_name(int slot, char *buf, size_t n) {
     if (slot == 0) snprintf(buf, n, "cpu");
-    else snprintf(buf, n, "cuda:%d", slot - 1);
+    else if (slot == BT__PINNED) snprintf(buf, n, "pinned host");
+    else snprintf(buf, n, "cuda:%d", slot - BT__GPU0);
 }
 
 static bt__pool *bt__pool_get(int slot, int id, void *stream) {
     bt__alloc_dev *d = &bt__A.dev[slot];
-    if (slot == 0 || id > 0) stream = NULL;   /* the host and private pools ignore streams */
+    if (slot < BT__GPU0 || id > 0) stream = NULL;   /* host and private pools ignore streams */
     for (bt__pool *p = d->pools; p; p = p->next)
         if (p->id == id && p->stream == stream) return p;
     bt__pool *p = (bt__pool *)BT_MALLOC(sizeof(bt__pool));

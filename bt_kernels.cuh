@@ -1,17 +1,20 @@
 /* bt_kernels.cuh - BluTrain-C CUDA kernels, v0.1: the device side of every op in bt_tensor.h.
 
    Included by bt_tensor.h's implementation when compiled by nvcc (BT_CUDA); it sees bt_tensor.h's
-   declarations (bt_dtype, bt_philox_*). Every function here works on raw device pointers to
-   contiguous row-major data and launches on the stream it is given; none allocates with
-   cudaMalloc (scratch comes from bt_alloc on that stream) and none synchronizes with the host.
-   Every launch and library call is checked; an error names the op (bt_error).
+   declarations and its shared host/device code (the dtype list, the element loads and stores,
+   the op list BT_UNARY_OPS, Philox). Every function here works on raw device pointers to
+   contiguous row-major data, runs on the current CUDA device (bt_tensor.h's device guard sets
+   it to the tensor's) and launches on the stream it is given; none allocates with cudaMalloc
+   (scratch comes from bt_alloc on that stream) and none synchronizes with the host. Every
+   launch and library call is checked; an error names the op (bt_error).
 
    Floating dtypes: BT_F32, BT_BF16 and BT_F16 everywhere (math in fp32 registers); BT_F64 for
    the elementwise, reduction and copy kernels. Index tensors are BT_I32.
-   Device code is CUDA C; templates appear only to instantiate a kernel per dtype.
+   Device code is CUDA C++ used sparingly: templates instantiate a kernel per dtype and per op of
+   the op list, and, where a tile shape or an MMA shape varies, per shape (the attention kernels).
 
    SECTIONS
-     1. context: stream, cuBLAS(Lt) handles, checks
+     1. context: devices, stream stacks, cuBLASLt, checks
      2. copy, cast, fill, random (Philox, bit-identical counters with the CPU)
      3. elementwise: unary, scalar affine, broadcasting binary
      4. reductions (sum, mean, max with argmax), sum of squares
@@ -22,8 +25,8 @@
      9. causal self-attention
     10. matmul (cuBLASLt: fp32, tf32, bf16; bias epilogue; the fastest candidate timed per shape)
     11. AdamW, fused over a flat parameter buffer
-    12. the tensor core's less common paths: strided-to-strided copy, max's backward scatter, a
-        device-side count for the cross-entropy mean
+    12. less common paths: strided-to-strided copy, max's backward scatter, a device-side count
+        for the cross-entropy mean
 */
 #ifndef BT_KERNELS_CUH
 #define BT_KERNELS_CUH
@@ -31,14 +34,20 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-/* ---- 1. context ---- */
-BTDEF void bt_k_init(int device);            /* idempotent: creates handles for the device */
-BTDEF cudaStream_t bt_k_stream(void);        /* the stream every op of the current device uses */
-BTDEF void bt_k_set_stream(cudaStream_t s);  /* e.g. for graph capture */
-BTDEF void bt_k_synchronize(void);
-BTDEF int bt_k_device_count(void);           /* 0 when no GPU / no driver, never an error */
-/* Added to the v0.1 API: destroys every device's stream, handles and matmul cache and gives the
-   cuBLASLt workspace back to bt_alloc; a later call of any bt_k_ function initializes again. */
+/* ---- 1. context: devices, stream stacks ----
+   Every bt_k_ function launches on the stream it is given and runs on the CURRENT CUDA device,
+   which the caller sets (bt_tensor.h's device guard makes it the tensor's device). */
+BTDEF int bt_k_device_count(void);                      /* 0 when no GPU / no driver, never an error */
+BTDEF void bt_k_init(int device);                       /* idempotent: the device's stream and cuBLASLt handle */
+/* The stream ops on `device` use: the top of its stream stack, else the device's own
+   non-blocking stream. Push/pop nest (graph capture, communication and copy streams). */
+BTDEF cudaStream_t bt_k_current_stream(int device);
+BTDEF void bt_k_push_stream(int device, cudaStream_t s);
+BTDEF void bt_k_pop_stream(int device);
+/* forget what is cached for stream s (its matmul workspace): call before destroying s */
+BTDEF void bt_k_forget_stream(int device, cudaStream_t s);
+BTDEF void bt_k_synchronize(int device);                /* the host waits for the current stream */
+/* destroys every device's stream, handle, matmul plans and workspaces; a later bt_k_ call starts again */
 BTDEF void bt_k_shutdown(void);
 
 /* ---- 2. copy, cast, fill, random ---- */
@@ -52,12 +61,11 @@ BTDEF void bt_k_uniform(bt_dtype dt, void *dst, int64_t n, uint64_t seed, uint64
 BTDEF void bt_k_normal(bt_dtype dt, void *dst, int64_t n, uint64_t seed, uint64_t offset, double mean, double std, cudaStream_t s);
 
 /* ---- 3. elementwise ---- */
-/* out = f(x); bt_unary_op is declared in bt_tensor.h (NEG, EXP, LOG, SQRT, TANH, RELU, GELU, ...). */
+/* out = f(x) for an op of bt_tensor.h's list BT_UNARY_OPS (NEG, EXP, ..., GELU, ...) */
 BTDEF void bt_k_unary(bt_unary_op op, bt_dtype dt, void *out, const void *x, int64_t n, cudaStream_t s);
-/* gx = gout * f'(x), given x and y = f(x) (each kernel uses whichever is cheaper; y may be NULL
-   for ops whose derivative does not need it). gx may alias gout. */
-BTDEF void bt_k_unary_backward(bt_unary_op op, bt_dtype dt, void *gx, const void *gout, const void *x,
-                               const void *y, int64_t n, cudaStream_t s);
+/* gx = gout * f'(x) (f' from x: recomputing f costs less than reading a saved y). gx may alias gout. */
+BTDEF void bt_k_unary_backward(bt_unary_op op, bt_dtype dt, void *gx, const void *gout, const void *x, int64_t n,
+                               cudaStream_t s);
 /* out = alpha * x + beta */
 BTDEF void bt_k_affine(bt_dtype dt, void *out, const void *x, double alpha, double beta, int64_t n, cudaStream_t s);
 /* out (contiguous, `shape`) = a op b, a and b read through element strides (0 on broadcast dims);
@@ -145,21 +153,18 @@ BTDEF void bt_k_matmul(bt_dtype dt, void *C, const void *A, const void *B, const
                        int64_t strideC, float alpha, float beta, bt_matmul_precision precision, cudaStream_t s);
 
 /* ---- 11. AdamW over n fp32 parameters with gradients g of dtype gdt:
-   m = b1 m + (1-b1) g', v = b2 v + (1-b2) g'^2 with g' = g * grad_scale,
+   m = b1 m + (1-b1) g', v = b2 v + (1-b2) g'^2 with g' = g * grad_scale (a device scalar, or NULL),
    p -= lr * (m / (1-b1^t) / (sqrt(v / (1-b2^t)) + eps) + wd * p).
-   When p_lowp != NULL it also receives p cast to lowp_dt (the bf16 compute copy). */
-BTDEF void bt_k_adamw(float *p, const void *g, bt_dtype gdt, float *m, float *v, void *p_lowp, bt_dtype lowp_dt,
-                      int64_t n, float lr, float b1, float b2, float eps, float wd, int step,
-                      const float *grad_scale, cudaStream_t s);
-/* The same over a flat buffer of several parameters in one launch: segment k covers elements
-   [end[k-1], end[k]) (end[-1] = 0, end[n-1] = the total) with weight decay wd[k]. */
-#define BT_K_MAX_SEGMENTS 48
-typedef struct { int n; int64_t end[BT_K_MAX_SEGMENTS]; float wd[BT_K_MAX_SEGMENTS]; } bt_k_segments;
-BTDEF void bt_k_adamw_segments(float *p, const void *g, bt_dtype gdt, float *m, float *v, void *p_lowp, bt_dtype lowp_dt,
-                               const bt_k_segments *segs, float lr, float b1, float b2, float eps, int step,
-                               const float *grad_scale, cudaStream_t s);
+   The weight decay is wd for every element, or, when runs != NULL, given per run of elements:
+   run k covers [runs[k-1].end, runs[k].end) (from 0; the last end is n) with decay runs[k].wd;
+   the table (nruns entries) lives in device memory, so a flat buffer of many parameters with
+   different decays is one launch. */
+typedef struct { int64_t end; float wd; } bt_k_decay_run;
+BTDEF void bt_k_adamw(float *p, const void *g, bt_dtype gdt, float *m, float *v, int64_t n, float lr, float b1, float b2,
+                      float eps, float wd, const bt_k_decay_run *runs, int nruns, int step, const float *grad_scale,
+                      cudaStream_t s);
 
-/* ---- 12. for the tensor core's less common paths ---- */
+/* ---- 12. less common paths ---- */
 /* dst = src elementwise, both read/written through element strides (a write into a view) */
 BTDEF void bt_k_copy_general(bt_dtype dt_dst, void *dst, const int64_t *dst_strides, bt_dtype dt_src, const void *src,
                              const int64_t *src_strides, int ndim, const int64_t *shape, cudaStream_t s);
@@ -185,14 +190,17 @@ BTDEF void bt_k_inv_count_ne(float *out, const int32_t *x, int64_t n, int value,
 #include <string.h>
 #include <math.h>
 
-/* ---- 1. context: stream, cuBLAS(Lt) handles, checks ------------------------------------------
-   One record per device, made on first use: a non-blocking stream, a cuBLAS handle (attention's
-   strided-batched products, which mix bf16 inputs with fp32 outputs), a cuBLASLt handle
-   (bt_k_matmul) and one 32 MiB workspace from bt_alloc that both libraries share. Work on a
-   device is issued from one host thread at a time (the matmul cache is not locked). */
+/* ---- 1. context: devices, stream stacks, cuBLASLt, checks -------------------------------------
+   One record per device, made on first use: its own non-blocking stream, a stack of streams a
+   caller pushed, a cuBLASLt handle and the matmul plan cache (plans describe shapes, not streams,
+   so one cache serves every stream of the device), and a 32 MiB cuBLASLt workspace per stream
+   (two streams running matmuls at once must not share one), from bt_alloc on that stream. Work
+   on a device is issued from one host thread at a time (the plan cache is not locked). */
 #define BT__K_WS_BYTES ((size_t)32 << 20)
 #define BT__K_MM_SLOTS 256                       /* matmul plan cache entries per device */
 #define BT__K_MM_CANDIDATES 6                    /* cuBLASLt algorithms timed per new shape */
+#define BT__K_MAX_STACK 16                       /* pushed streams per device */
+#define BT__K_MAX_WS 16                          /* streams with a matmul workspace per device */
 
 typedef struct {
     int used;
@@ -207,11 +215,12 @@ typedef struct {
 
 typedef struct {
     int init;
-    cudaStream_t stream, user_stream;
-    int has_user_stream;
-    cublasHandle_t blas;
+    cudaStream_t stream;                          /* the device's own */
+    cudaStream_t stack[BT__K_MAX_STACK];
+    int depth;
     cublasLtHandle_t lt;
-    void *ws;
+    struct { cudaStream_t s; void *ws; } ws[BT__K_MAX_WS];
+    int n_ws;
     int sm_count;
     bt__k_mm_plan mm[BT__K_MM_SLOTS];
 } bt__k_ctx;
@@ -224,21 +233,19 @@ static bt__k_ctx bt__k_ctxs[BT_MAX_GPUS];
 #define BT__K_BLAS(call, op) do { cublasStatus_t s__ = (call); if (s__ != CUBLAS_STATUS_SUCCESS) \
     bt_error("%s: %s failed: %s", op, #call, cublasGetStatusString(s__)); } while (0)
 
-static const char *bt__k_dtname(bt_dtype dt) {
-    static const char *names[] = {"f32", "f64", "bf16", "f16", "i32", "u16", "i64"};
-    return (unsigned)dt < (unsigned)BT_NDTYPES ? names[dt] : "?";
-}
-static size_t bt__k_dtsize(bt_dtype dt) {
-    static const size_t sizes[] = {4, 8, 2, 2, 4, 2, 8};
-    return (unsigned)dt < (unsigned)BT_NDTYPES ? sizes[dt] : 0;
-}
-
 BTDEF int bt_k_device_count(void) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) { (void)cudaGetLastError(); return 0; }
+    static int n = -1;                            /* fixed for the life of the process */
+    if (n < 0 && cudaGetDeviceCount(&n) != cudaSuccess) { (void)cudaGetLastError(); n = 0; }
     return n;
 }
 
+static bt__k_ctx *bt__k_ctx_of(int device) {
+    if (device < 0 || device >= BT_MAX_GPUS || device >= bt_k_device_count())
+        bt_error("bt_kernels: no CUDA device %d (%d present)", device, bt_k_device_count());
+    bt__k_ctx *c = &bt__k_ctxs[device];
+    if (!c->init) bt_k_init(device);
+    return c;
+}
 BTDEF void bt_k_init(int device) {
     if (device < 0 || device >= BT_MAX_GPUS || device >= bt_k_device_count())
         bt_error("bt_k_init: no CUDA device %d (%d present)", device, bt_k_device_count());
@@ -247,38 +254,54 @@ BTDEF void bt_k_init(int device) {
     int prev = 0;
     BT__K_CUDA(cudaGetDevice(&prev), "bt_k_init");
     BT__K_CUDA(cudaSetDevice(device), "bt_k_init");
+    memset(c, 0, sizeof *c);
     BT__K_CUDA(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "bt_k_init");
     BT__K_CUDA(cudaDeviceGetAttribute(&c->sm_count, cudaDevAttrMultiProcessorCount, device), "bt_k_init");
-    BT__K_BLAS(cublasCreate(&c->blas), "bt_k_init");
     BT__K_BLAS(cublasLtCreate(&c->lt), "bt_k_init");
-    c->ws = bt_alloc(bt_cuda_device(device), BT__K_WS_BYTES, (void *)c->stream);
-    c->has_user_stream = 0;
-    memset(c->mm, 0, sizeof c->mm);
     c->init = 1;
     BT__K_CUDA(cudaSetDevice(prev), "bt_k_init");
 }
-
-static bt__k_ctx *bt__k_cur(void) {
-    int d = 0;
-    BT__K_CUDA(cudaGetDevice(&d), "bt_kernels");
-    if (d < 0 || d >= BT_MAX_GPUS) bt_error("bt_kernels: device %d beyond BT_MAX_GPUS", d);
-    if (!bt__k_ctxs[d].init) bt_k_init(d);
-    return &bt__k_ctxs[d];
-}
+/* the current device's record: the device a bt_k_ function runs on */
 static int bt__k_device(void) { int d = 0; BT__K_CUDA(cudaGetDevice(&d), "bt_kernels"); return d; }
+static bt__k_ctx *bt__k_cur(void) { return bt__k_ctx_of(bt__k_device()); }
 
-BTDEF cudaStream_t bt_k_stream(void) {
-    bt__k_ctx *c = bt__k_cur();
-    return c->has_user_stream ? c->user_stream : c->stream;
+BTDEF cudaStream_t bt_k_current_stream(int device) {
+    bt__k_ctx *c = bt__k_ctx_of(device);
+    return c->depth ? c->stack[c->depth - 1] : c->stream;
 }
-/* s == NULL gives the device its own stream back (use cudaStreamLegacy for the legacy default one) */
-BTDEF void bt_k_set_stream(cudaStream_t s) {
-    bt__k_ctx *c = bt__k_cur();
-    c->user_stream = s; c->has_user_stream = s != NULL;
+BTDEF void bt_k_push_stream(int device, cudaStream_t s) {
+    bt__k_ctx *c = bt__k_ctx_of(device);
+    if (c->depth == BT__K_MAX_STACK) bt_error("bt_k_push_stream: more than %d streams pushed on cuda:%d", BT__K_MAX_STACK, device);
+    c->stack[c->depth++] = s;
 }
-BTDEF void bt_k_synchronize(void) {
-    BT__K_CUDA(cudaStreamSynchronize(bt_k_stream()), "bt_k_synchronize");
+BTDEF void bt_k_pop_stream(int device) {
+    bt__k_ctx *c = bt__k_ctx_of(device);
+    if (!c->depth) bt_error("bt_k_pop_stream: no stream pushed on cuda:%d", device);
+    c->depth--;
+}
+BTDEF void bt_k_synchronize(int device) {
+    cudaStream_t s = bt_k_current_stream(device);
+    BT__K_CUDA(cudaStreamSynchronize(s), "bt_k_synchronize");
     BT__K_CUDA(cudaGetLastError(), "bt_k_synchronize");
+}
+/* the cuBLASLt workspace of stream s on the current device */
+static void *bt__k_workspace(bt__k_ctx *c, cudaStream_t s) {
+    for (int i = 0; i < c->n_ws; i++) if (c->ws[i].s == s) return c->ws[i].ws;
+    if (c->n_ws == BT__K_MAX_WS)
+        bt_error("bt_k_matmul: matmuls on more than %d streams of one device (bt_k_forget_stream frees a slot)", BT__K_MAX_WS);
+    c->ws[c->n_ws].s = s;
+    c->ws[c->n_ws].ws = bt_alloc(bt_cuda_device(bt__k_device()), BT__K_WS_BYTES, (void *)s);
+    return c->ws[c->n_ws++].ws;
+}
+BTDEF void bt_k_forget_stream(int device, cudaStream_t s) {
+    bt__k_ctx *c = bt__k_ctx_of(device);
+    for (int i = 0; i < c->n_ws; i++)
+        if (c->ws[i].s == s) {
+            BT__K_CUDA(cudaStreamSynchronize(s), "bt_k_forget_stream");   /* the workspace may still be in use */
+            bt_free(c->ws[i].ws);
+            c->ws[i] = c->ws[--c->n_ws];
+            return;
+        }
 }
 
 static void bt__k_mm_plan_drop(bt__k_mm_plan *p) {
@@ -295,10 +318,10 @@ BTDEF void bt_k_shutdown(void) {
         bt__k_ctx *c = &bt__k_ctxs[d];
         if (!c->init) continue;
         BT__K_CUDA(cudaSetDevice(d), "bt_k_shutdown");
-        BT__K_CUDA(cudaStreamSynchronize(c->stream), "bt_k_shutdown");
+        BT__K_CUDA(cudaDeviceSynchronize(), "bt_k_shutdown");
         for (int i = 0; i < BT__K_MM_SLOTS; i++) bt__k_mm_plan_drop(&c->mm[i]);
-        bt_free(c->ws);
-        cublasLtDestroy(c->lt); cublasDestroy(c->blas);
+        for (int i = 0; i < c->n_ws; i++) bt_free(c->ws[i].ws);
+        cublasLtDestroy(c->lt);
         BT__K_CUDA(cudaStreamDestroy(c->stream), "bt_k_shutdown");
         memset(c, 0, sizeof *c);
     }
@@ -328,15 +351,6 @@ template <> __device__ __forceinline__ float bt__k_from<float>(float x) { return
 template <> __device__ __forceinline__ double bt__k_from<double>(double x) { return x; }
 template <> __device__ __forceinline__ __nv_bfloat16 bt__k_from<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 template <> __device__ __forceinline__ __half bt__k_from<__half>(float x) { return __float2half_rn(x); }
-__device__ __forceinline__ float bt__k_exp(float x) { return expf(x); }
-__device__ __forceinline__ double bt__k_exp(double x) { return exp(x); }
-__device__ __forceinline__ float bt__k_log(float x) { return logf(x); }
-__device__ __forceinline__ double bt__k_log(double x) { return log(x); }
-__device__ __forceinline__ float bt__k_sqrt(float x) { return sqrtf(x); }
-__device__ __forceinline__ double bt__k_sqrt(double x) { return sqrt(x); }
-__device__ __forceinline__ float bt__k_tanh(float x) { return tanhf(x); }
-__device__ __forceinline__ double bt__k_tanh(double x) { return tanh(x); }
-
 /* 16-byte vector access: V = 16 / sizeof(T) elements; the caller checked the alignment */
 template <typename T> __device__ __forceinline__ void bt__k_ld16(T *v, const T *p) {
     uint4 u = __ldg(reinterpret_cast<const uint4 *>(p)); memcpy(v, &u, 16);
@@ -401,46 +415,24 @@ __device__ void bt__k_rms(float &m, float &s, float *sh /* 64 */) {
 #define BT__K_DISPATCH3(dt, opname, ...) switch (dt) { \
     BT__K_CASE(BT_F32, float, __VA_ARGS__) BT__K_CASE(BT_BF16, __nv_bfloat16, __VA_ARGS__) \
     BT__K_CASE(BT_F16, __half, __VA_ARGS__) \
-    default: bt_error("%s: dtype %s not supported (f32, bf16, f16)", opname, bt__k_dtname(dt)); }
+    default: bt_error("%s: dtype %s not supported (f32, bf16, f16)", opname, bt_dtype_name(dt)); }
 #define BT__K_DISPATCH4(dt, opname, ...) switch (dt) { \
     BT__K_CASE(BT_F32, float, __VA_ARGS__) BT__K_CASE(BT_BF16, __nv_bfloat16, __VA_ARGS__) \
     BT__K_CASE(BT_F16, __half, __VA_ARGS__) BT__K_CASE(BT_F64, double, __VA_ARGS__) \
-    default: bt_error("%s: dtype %s not supported (f32, f64, bf16, f16)", opname, bt__k_dtname(dt)); }
+    default: bt_error("%s: dtype %s not supported (f32, f64, bf16, f16)", opname, bt_dtype_name(dt)); }
 
 /* ---- 2. copy, cast, fill, random ---------------------------------------------------------------
    Memory-bound: each element is read once (size of the source dtype) and written once (size of
-   the destination). Loads and stores go through a runtime dtype switch in double, which is exact
-   for every dtype here except i64 beyond 2^53; bf16/f16 are rounded from fp32, as on the CPU (same-dtype contiguous copies use cudaMemcpyAsync
-   and never convert). The strided copy decodes an index per element (div/mod per dim, after
+   the destination). Loads and stores go through bt_tensor.h's bt__ld / bt__st (a runtime dtype
+   switch in double, exact for every dtype here except i64 beyond 2^53; bf16/f16 rounded from
+   fp32), the very functions of the CPU path, so a conversion gives the same bits on both sides
+   (same-dtype contiguous copies use cudaMemcpyAsync and never convert). The strided copy decodes an index per element (div/mod per dim, after
    merging dims that are contiguous with each other on the host). */
-__device__ __forceinline__ double bt__k_ldd(int dt, const void *p, int64_t i) {
-    switch (dt) {
-    case BT_F32: return ((const float *)p)[i];
-    case BT_F64: return ((const double *)p)[i];
-    case BT_BF16: return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
-    case BT_F16: return __half2float(((const __half *)p)[i]);
-    case BT_I32: return ((const int32_t *)p)[i];
-    case BT_U16: return ((const uint16_t *)p)[i];
-    case BT_I64: return (double)((const int64_t *)p)[i];
-    }
-    return 0;
-}
-__device__ __forceinline__ void bt__k_std(int dt, void *p, int64_t i, double v) {
-    switch (dt) {
-    case BT_F32: ((float *)p)[i] = (float)v; break;
-    case BT_F64: ((double *)p)[i] = v; break;
-    case BT_BF16: ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn((float)v); break;   /* via fp32, as the CPU */
-    case BT_F16: ((__half *)p)[i] = __float2half_rn((float)v); break;
-    case BT_I32: ((int32_t *)p)[i] = (int32_t)v; break;
-    case BT_U16: ((uint16_t *)p)[i] = (uint16_t)v; break;
-    case BT_I64: ((int64_t *)p)[i] = (int64_t)v; break;
-    }
-}
 typedef struct { int ndim; int64_t shape[BT_MAX_DIMS], sa[BT_MAX_DIMS], sb[BT_MAX_DIMS]; } bt__k_geom;
 
 __global__ void bt__k_cast_kernel(int dtd, void *dst, int dts, const void *src, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        bt__k_std(dtd, dst, i, bt__k_ldd(dts, src, i));
+        bt__st(dst, (bt_dtype)dtd, i, bt__ld(src, (bt_dtype)dts, i));
 }
 __global__ void bt__k_copy_strided_kernel(int dtd, void *dst, int dts, const void *src, bt__k_geom g, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
@@ -450,7 +442,7 @@ __global__ void bt__k_copy_strided_kernel(int dtd, void *dst, int dts, const voi
             off += (rem - q * g.shape[d]) * g.sa[d];
             rem = q;
         }
-        bt__k_std(dtd, dst, i, bt__k_ldd(dts, src, off));
+        bt__st(dst, (bt_dtype)dtd, i, bt__ld(src, (bt_dtype)dts, off));
     }
 }
 /* Drop size-1 dims and merge dim d into d+1 where every operand steps through them as one. */
@@ -470,9 +462,9 @@ static int bt__k_coalesce(int ndim, const int64_t *shape, const int64_t *sa, con
 
 BTDEF void bt_k_cast(bt_dtype dt_dst, void *dst, bt_dtype dt_src, const void *src, int64_t n, cudaStream_t s) {
     if (n <= 0) return;
-    if (!bt__k_dtsize(dt_dst) || !bt__k_dtsize(dt_src)) bt_error("bt_k_cast: bad dtype %d -> %d", (int)dt_src, (int)dt_dst);
+    if (!bt_dtype_size(dt_dst) || !bt_dtype_size(dt_src)) bt_error("bt_k_cast: bad dtype %d -> %d", (int)dt_src, (int)dt_dst);
     if (dt_dst == dt_src) {
-        BT__K_CUDA(cudaMemcpyAsync(dst, src, (size_t)n * bt__k_dtsize(dt_dst), cudaMemcpyDeviceToDevice, s), "bt_k_cast");
+        BT__K_CUDA(cudaMemcpyAsync(dst, src, (size_t)n * bt_dtype_size(dt_dst), cudaMemcpyDeviceToDevice, s), "bt_k_cast");
         return;
     }
     bt__k_cast_kernel<<<bt__k_blocks(n, 256), 256, 0, s>>>((int)dt_dst, dst, (int)dt_src, src, n);
@@ -494,13 +486,13 @@ BTDEF void bt_k_copy_strided(bt_dtype dt_dst, void *dst, bt_dtype dt_src, const 
 
 __global__ void bt__k_fill_kernel(int dt, void *dst, double v, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        bt__k_std(dt, dst, i, v);
+        bt__st(dst, (bt_dtype)dt, i, v);
 }
 BTDEF void bt_k_fill(bt_dtype dt, void *dst, double value, int64_t n, cudaStream_t s) {
     if (n <= 0) return;
-    if (!bt__k_dtsize(dt)) bt_error("bt_k_fill: bad dtype %d", (int)dt);
+    if (!bt_dtype_size(dt)) bt_error("bt_k_fill: bad dtype %d", (int)dt);
     if (value == 0.0 && !signbit(value)) {   /* +0 is all-zero bits in every dtype */
-        BT__K_CUDA(cudaMemsetAsync(dst, 0, (size_t)n * bt__k_dtsize(dt), s), "bt_k_fill");
+        BT__K_CUDA(cudaMemsetAsync(dst, 0, (size_t)n * bt_dtype_size(dt), s), "bt_k_fill");
         return;
     }
     bt__k_fill_kernel<<<bt__k_blocks(n, 256), 256, 0, s>>>((int)dt, dst, value, n);
@@ -513,18 +505,18 @@ __global__ void bt__k_random_kernel(int dt, void *dst, int64_t n, uint64_t seed,
                                     int normal) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         double r = normal ? bt_philox_normal(seed, offset + (uint64_t)i) : bt_philox_uniform(seed, offset + (uint64_t)i);
-        bt__k_std(dt, dst, i, __dadd_rn(__dmul_rn(r, a), b));
+        bt__st(dst, (bt_dtype)dt, i, __dadd_rn(__dmul_rn(r, a), b));
     }
 }
 BTDEF void bt_k_uniform(bt_dtype dt, void *dst, int64_t n, uint64_t seed, uint64_t offset, double lo, double hi, cudaStream_t s) {
     if (n <= 0) return;
-    if (!bt_dtype_is_float(dt)) bt_error("bt_k_uniform: dtype %s is not floating", bt__k_dtname(dt));
+    if (!bt_dtype_is_float(dt)) bt_error("bt_k_uniform: dtype %s is not floating", bt_dtype_name(dt));
     bt__k_random_kernel<<<bt__k_blocks(n, 256), 256, 0, s>>>((int)dt, dst, n, seed, offset, hi - lo, lo, 0);
     BT__K_LAUNCHED("bt_k_uniform");
 }
 BTDEF void bt_k_normal(bt_dtype dt, void *dst, int64_t n, uint64_t seed, uint64_t offset, double mean, double std, cudaStream_t s) {
     if (n <= 0) return;
-    if (!bt_dtype_is_float(dt)) bt_error("bt_k_normal: dtype %s is not floating", bt__k_dtname(dt));
+    if (!bt_dtype_is_float(dt)) bt_error("bt_k_normal: dtype %s is not floating", bt_dtype_name(dt));
     bt__k_random_kernel<<<bt__k_blocks(n, 256), 256, 0, s>>>((int)dt, dst, n, seed, offset, std, mean, 1);
     BT__K_LAUNCHED("bt_k_normal");
 }
@@ -537,41 +529,24 @@ BTDEF void bt_k_normal(bt_dtype dt, void *dst, int64_t n, uint64_t seed, uint64_
    (recomputing exp/tanh costs less than reading y); from y only when x is NULL.
    affine: out = alpha x + beta. binary: out = a op b, 2 reads + 1 write when nothing broadcasts.
    Contiguous operands 16-byte aligned move in 16-byte vectors (4 f32 / 8 bf16 per access). */
+/* f(x) and f'(x) of the op list (bt_tensor.h's BT_UNARY_OPS), in the accumulation type A */
 template <int OP, typename A> __device__ __forceinline__ A bt__k_uop(A x) {
+    typedef A bt_op_t;
     switch (OP) {
-    case BT_UOP_NEG: return -x;
-    case BT_UOP_EXP: return bt__k_exp(x);
-    case BT_UOP_LOG: return bt__k_log(x);
-    case BT_UOP_SQRT: return bt__k_sqrt(x);
-    case BT_UOP_TANH: return bt__k_tanh(x);
-    case BT_UOP_RELU: return x > (A)0 ? x : (A)0;
-    case BT_UOP_GELU: {
-        const A k0 = (A)0.7978845608028654, k1 = (A)0.044715;
-        return (A)0.5 * x * ((A)1 + bt__k_tanh(k0 * (x + k1 * x * x * x)));
-    }
-    case BT_UOP_SQUARE: return x * x;
-    case BT_UOP_RECIP: return (A)1 / x;
+#define BT__X(N, n, f, df) case BT_UOP_##N: return f;
+    BT_UNARY_OPS(BT__X)
+#undef BT__X
     }
     return x;
 }
-/* f'(x) from x (FROMY == 0) or from y = f(x) (FROMY == 1: NEG, EXP, SQRT, TANH, RELU, RECIP) */
-template <int OP, int FROMY, typename A> __device__ __forceinline__ A bt__k_uop_grad(A x) {
+template <int OP, typename A> __device__ __forceinline__ A bt__k_uop_grad(A x) {
+    typedef A bt_op_t;
     switch (OP) {
-    case BT_UOP_NEG: return (A)-1;
-    case BT_UOP_EXP: return FROMY ? x : bt__k_exp(x);
-    case BT_UOP_LOG: return (A)1 / x;
-    case BT_UOP_SQRT: return FROMY ? (A)0.5 / x : (A)0.5 / bt__k_sqrt(x);
-    case BT_UOP_TANH: { A t = FROMY ? x : bt__k_tanh(x); return (A)1 - t * t; }
-    case BT_UOP_RELU: return x > (A)0 ? (A)1 : (A)0;
-    case BT_UOP_GELU: {
-        const A k0 = (A)0.7978845608028654, k1 = (A)0.044715;
-        A x2 = x * x, t = bt__k_tanh(k0 * (x + k1 * x2 * x));
-        return (A)0.5 * ((A)1 + t) + (A)0.5 * x * ((A)1 - t * t) * k0 * ((A)1 + (A)3 * k1 * x2);
+#define BT__X(N, n, f, df) case BT_UOP_##N: { A y = f; (void)y; return df; }
+    BT_UNARY_OPS(BT__X)
+#undef BT__X
     }
-    case BT_UOP_SQUARE: return (A)2 * x;
-    case BT_UOP_RECIP: return FROMY ? -x * x : (A)-1 / (x * x);
-    }
-    return (A)0;
+    return x;
 }
 
 /* The flat elementwise kernels are one loop: out[i] = f(x[i]) (NIN 1) or f(x[i], y[i]) (NIN 2) in the
@@ -600,32 +575,25 @@ static void bt__k_map_run(T *out, const T *x, const T *y, int64_t n, int vec, F 
 template <int OP> struct bt__k_uop_f {
     template <typename A> __device__ __forceinline__ A operator()(A x, A) const { return bt__k_uop<OP, A>(x); }
 };
-/* gx = g f'(x) (f' from y = f(x) when FROMY) */
-template <int OP, int FROMY> struct bt__k_uop_grad_f {
-    template <typename A> __device__ __forceinline__ A operator()(A g, A x) const { return g * bt__k_uop_grad<OP, FROMY, A>(x); }
+template <int OP> struct bt__k_uop_grad_f {   /* gx = g f'(x) */
+    template <typename A> __device__ __forceinline__ A operator()(A g, A x) const { return g * bt__k_uop_grad<OP, A>(x); }
 };
-
-#define BT__K_UOPS(X) X(BT_UOP_NEG) X(BT_UOP_EXP) X(BT_UOP_LOG) X(BT_UOP_SQRT) X(BT_UOP_TANH) \
-    X(BT_UOP_RELU) X(BT_UOP_GELU) X(BT_UOP_SQUARE) X(BT_UOP_RECIP)
 
 template <typename T>
 static void bt__k_unary_t(bt_unary_op op, T *out, const T *x, int64_t n, int vec, cudaStream_t s) {
     switch (op) {
-#define BT__K_X(OPC) case OPC: bt__k_map_run<T, 1>(out, x, x, n, vec, bt__k_uop_f<OPC>(), s); break;
-    BT__K_UOPS(BT__K_X)
-#undef BT__K_X
+#define BT__X(N, nm, f, df) case BT_UOP_##N: bt__k_map_run<T, 1>(out, x, x, n, vec, bt__k_uop_f<BT_UOP_##N>(), s); break;
+    BT_UNARY_OPS(BT__X)
+#undef BT__X
     default: bt_error("bt_k_unary: unknown op %d", (int)op);
     }
 }
 template <typename T>
-static void bt__k_unary_bwd_t(bt_unary_op op, T *gx, const T *g, const T *in, int fromy, int64_t n, int vec, cudaStream_t s) {
+static void bt__k_unary_bwd_t(bt_unary_op op, T *gx, const T *g, const T *x, int64_t n, int vec, cudaStream_t s) {
     switch (op) {
-#define BT__K_X(OPC) case OPC: \
-        if (fromy) bt__k_map_run<T, 2>(gx, g, in, n, vec, bt__k_uop_grad_f<OPC, 1>(), s); \
-        else bt__k_map_run<T, 2>(gx, g, in, n, vec, bt__k_uop_grad_f<OPC, 0>(), s); \
-        break;
-    BT__K_UOPS(BT__K_X)
-#undef BT__K_X
+#define BT__X(N, nm, f, df) case BT_UOP_##N: bt__k_map_run<T, 2>(gx, g, x, n, vec, bt__k_uop_grad_f<BT_UOP_##N>(), s); break;
+    BT_UNARY_OPS(BT__X)
+#undef BT__X
     default: bt_error("bt_k_unary_backward: unknown op %d", (int)op);
     }
 }
@@ -636,16 +604,11 @@ BTDEF void bt_k_unary(bt_unary_op op, bt_dtype dt, void *out, const void *x, int
     BT__K_LAUNCHED("bt_k_unary");
 }
 
-BTDEF void bt_k_unary_backward(bt_unary_op op, bt_dtype dt, void *gx, const void *gout, const void *x, const void *y,
-                               int64_t n, cudaStream_t s) {
+BTDEF void bt_k_unary_backward(bt_unary_op op, bt_dtype dt, void *gx, const void *gout, const void *x, int64_t n,
+                               cudaStream_t s) {
     if (n <= 0) return;
-    int fromy = x == NULL;
-    if (fromy && (!y || op == BT_UOP_LOG || op == BT_UOP_GELU || op == BT_UOP_SQUARE))
-        bt_error("bt_k_unary_backward: op %d needs x (got x = NULL)", (int)op);
-    const void *in = fromy ? y : x;
-    int vec = bt__k_aligned16(gx) && bt__k_aligned16(gout) && bt__k_aligned16(in);
-    BT__K_DISPATCH4(dt, "bt_k_unary_backward",
-                    { bt__k_unary_bwd_t<T>(op, (T *)gx, (const T *)gout, (const T *)in, fromy, n, vec, s); })
+    int vec = bt__k_aligned16(gx) && bt__k_aligned16(gout) && bt__k_aligned16(x);
+    BT__K_DISPATCH4(dt, "bt_k_unary_backward", { bt__k_unary_bwd_t<T>(op, (T *)gx, (const T *)gout, (const T *)x, n, vec, s); })
     BT__K_LAUNCHED("bt_k_unary_backward");
 }
 
@@ -2603,7 +2566,7 @@ static int bt__k_att_al(const void *ptr, const int64_t *st, size_t es, size_t al
 }
 static void bt__k_att_check(const char *op, bt_dtype dt, int64_t B, int64_t H, int64_t Tn, int64_t D) {
     if (dt != BT_F32 && dt != BT_BF16 && dt != BT_F16)
-        bt_error("%s: dtype %s not supported (f32, bf16, f16)", op, bt__k_dtname(dt));
+        bt_error("%s: dtype %s not supported (f32, bf16, f16)", op, bt_dtype_name(dt));
     if (D > 128) bt_error("%s: head dim D = %lld not supported (1..128)", op, (long long)D);
     if (Tn > 64 * (int64_t)65535 || H > INT32_MAX || B * H > ((int64_t)1 << 40))
         bt_error("%s: B = %lld, H = %lld, T = %lld too large (T at most %d)", op, (long long)B, (long long)H, (long long)Tn,
@@ -2653,7 +2616,7 @@ BTDEF void bt_k_attention_strided(bt_dtype dt, void *out, const int64_t *so, flo
     bt__k_att_params(&p, dt, B, H, Tn, D, scale);
     p.q = q; p.k = k; p.v = v; p.out = out; p.lse_out = lse;
     memcpy(p.sq, sq, sizeof p.sq); memcpy(p.sk, sk, sizeof p.sk); memcpy(p.sv, sv, sizeof p.sv); memcpy(p.so, so, sizeof p.so);
-    size_t es = bt__k_dtsize(dt);
+    size_t es = bt_dtype_size(dt);
     p.vec = bt__k_att_al(q, sq, es, 16) && bt__k_att_al(k, sk, es, 16) && bt__k_att_al(v, sv, es, 16);
     p.vec_out = bt__k_att_al(out, so, es, 4);
     unsigned tiles = (unsigned)((Tn + 63) / 64);
@@ -2710,7 +2673,7 @@ BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t 
     memcpy(p.sq, sq, sizeof p.sq); memcpy(p.sk, sk, sizeof p.sk); memcpy(p.sv, sv, sizeof p.sv); memcpy(p.so, so, sizeof p.so);
     memcpy(p.sgo, sgo, sizeof p.sgo); memcpy(p.sgq, sgq, sizeof p.sgq); memcpy(p.sgk, sgk, sizeof p.sgk);
     memcpy(p.sgv, sgv, sizeof p.sgv);
-    size_t es = bt__k_dtsize(dt);
+    size_t es = bt_dtype_size(dt);
     p.vec = bt__k_att_al(q, sq, es, 16) && bt__k_att_al(k, sk, es, 16) && bt__k_att_al(v, sv, es, 16) &&
             bt__k_att_al(gout, sgo, es, 16) && bt__k_att_al(out, so, es, 16);
     p.vec_out = bt__k_att_al(gq, sgq, es, 4) && bt__k_att_al(gk, sgk, es, 4) && bt__k_att_al(gv, sgv, es, 4);
@@ -2867,7 +2830,7 @@ static void bt__k_mm_autotune(bt__k_ctx *c, bt__k_mm_plan *p, const void *alpha,
         int ok = 1;
         for (int r = 0; r < 3 && ok; r++) {
             if (r == 1) BT__K_CUDA(cudaEventRecord(e0, s), "bt_k_matmul (autotune)");
-            ok = cublasLtMatmul(c->lt, p->op, alpha, B, p->la, A, p->lb, beta, C, p->lc, C, p->lc, &p->cand[i], c->ws,
+            ok = cublasLtMatmul(c->lt, p->op, alpha, B, p->la, A, p->lb, beta, C, p->lc, C, p->lc, &p->cand[i], bt__k_workspace(c, s),
                                 BT__K_WS_BYTES, s) == CUBLAS_STATUS_SUCCESS;
         }
         BT__K_CUDA(cudaEventRecord(e1, s), "bt_k_matmul (autotune)");
@@ -2884,10 +2847,10 @@ BTDEF void bt_k_matmul(bt_dtype dt, void *C, const void *A, const void *B, const
                        int64_t strideC, float alpha, float beta, bt_matmul_precision precision, cudaStream_t s) {
     if (batch <= 0 || M <= 0 || N <= 0) return;
     if (dt != BT_F32 && dt != BT_F64 && dt != BT_BF16 && dt != BT_F16)
-        bt_error("bt_k_matmul: dtype %s not supported (f32, f64, bf16, f16)", bt__k_dtname(dt));
+        bt_error("bt_k_matmul: dtype %s not supported (f32, f64, bf16, f16)", bt_dtype_name(dt));
     if (K <= 0) {   /* empty product: C = beta C (+ bias) */
         for (int64_t b = 0; b < batch; b++)
-            bt_k_affine(dt, (char *)C + (size_t)(b * strideC) * bt__k_dtsize(dt), (char *)C + (size_t)(b * strideC) * bt__k_dtsize(dt),
+            bt_k_affine(dt, (char *)C + (size_t)(b * strideC) * bt_dtype_size(dt), (char *)C + (size_t)(b * strideC) * bt_dtype_size(dt),
                         beta, 0.0, M * N, s);
         if (bias) bt__k_matmul_bias(dt, C, bias, batch, M, N, strideC, s);
         return;
@@ -2914,7 +2877,7 @@ BTDEF void bt_k_matmul(bt_dtype dt, void *C, const void *A, const void *B, const
         if (!p) { p = &c->mm[h % BT__K_MM_SLOTS]; bt__k_mm_plan_drop(p); }
         if (!bt__k_mm_make(c, p, dt, precision, M, N, K, transA, transB, batch, strideA, strideB, strideC, bias, try_bias, al))
             bt_error("bt_k_matmul: cuBLASLt has no algorithm for %s M=%lld N=%lld K=%lld transA=%d transB=%d batch=%lld",
-                     bt__k_dtname(dt), (long long)M, (long long)N, (long long)K, transA, transB, (long long)batch);
+                     bt_dtype_name(dt), (long long)M, (long long)N, (long long)K, transA, transB, (long long)batch);
         memcpy(p->key, key, sizeof key);
     }
     if (p->epi_bias)
@@ -2926,7 +2889,7 @@ BTDEF void bt_k_matmul(bt_dtype dt, void *C, const void *A, const void *B, const
         if (beta == 0) bt__k_mm_autotune(c, p, pa, A, B, pb, C, s);
         else p->n_cand = 0;          /* C holds data to accumulate into: keep the heuristic's pick */
     }
-    BT__K_BLAS(cublasLtMatmul(c->lt, p->op, pa, B, p->la, A, p->lb, pb, C, p->lc, C, p->lc, &p->algo, c->ws, BT__K_WS_BYTES, s),
+    BT__K_BLAS(cublasLtMatmul(c->lt, p->op, pa, B, p->la, A, p->lb, pb, C, p->lc, C, p->lc, &p->algo, bt__k_workspace(c, s), BT__K_WS_BYTES, s),
                "bt_k_matmul");
     if (bias && !p->epi_bias) bt__k_matmul_bias(dt, C, bias, batch, M, N, batch == 1 ? M * N : strideC, s);
 }
@@ -2934,19 +2897,16 @@ BTDEF void bt_k_matmul(bt_dtype dt, void *C, const void *A, const void *B, const
 /* ---- 11. AdamW ------------------------------------------------------------------------------------
    Per parameter: g' = g scale, m = b1 m + (1 - b1) g', v = b2 v + (1 - b2) g'^2,
    p -= lr (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd p). Reads p, m, v (fp32) and g,
-   writes p, m, v and the optional low-precision copy: 24 + 2 sizeof(g) (+ sizeof(lowp)) bytes per
-   parameter; p, m, v move as float4 when aligned. */
-/* weight decay of element i: the segment holding i, by binary search over at most 48 ends */
-__device__ __forceinline__ float bt__k_seg_wd(const bt_k_segments &sg, int64_t i) {
-    int lo = 0, hi = sg.n - 1;
-    while (lo < hi) { int mid = (lo + hi) >> 1; if (i < sg.end[mid]) hi = mid; else lo = mid + 1; }
-    return sg.wd[lo];
-}
-template <typename G, typename L>
-__global__ void bt__k_adamw_kernel(float *p, const G *g, float *m, float *v, L *lowp, int64_t n, float lr, float b1,
-                                   float b2, float eps, bt_k_segments sg, float bc1, float bc2, const float *gscale, int vec) {
+   writes p, m, v: 24 + sizeof(g) bytes per parameter; p, m, v move as float4 when aligned. The
+   decay-run table is read from L1: a thread's chunks go up in index (grid-stride), so it walks the
+   table forward once. */
+template <typename G>
+__global__ void bt__k_adamw_kernel(float *p, const G *g, float *m, float *v, int64_t n, float lr, float b1, float b2,
+                                   float eps, float wd0, const bt_k_decay_run *runs, float bc1, float bc2,
+                                   const float *gscale, int vec) {
     float sc = gscale ? *gscale : 1.f;
     int64_t nc = (n + 3) / 4;
+    int r = 0;
     for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < nc; c += (int64_t)gridDim.x * blockDim.x) {
         int64_t i0 = c * 4;
         float pp[4], mm[4], vv[4];
@@ -2963,10 +2923,10 @@ __global__ void bt__k_adamw_kernel(float *p, const G *g, float *m, float *v, L *
         }
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            float gi = e < cnt ? bt__k_tof(g[i0 + e]) * sc : 0.f;
+            float gi = e < cnt ? bt__k_tof(g[i0 + e]) * sc : 0.f, wd = wd0;
+            if (runs) { while (i0 + e >= runs[r].end && e < cnt) r++; wd = runs[r].wd; }
             mm[e] = b1 * mm[e] + (1.f - b1) * gi;
             vv[e] = b2 * vv[e] + (1.f - b2) * gi * gi;
-            float wd = sg.n == 1 ? sg.wd[0] : bt__k_seg_wd(sg, i0 + e);
             pp[e] -= lr * ((mm[e] / bc1) / (sqrtf(vv[e] / bc2) + eps) + wd * pp[e]);
         }
         if (full) {
@@ -2976,44 +2936,24 @@ __global__ void bt__k_adamw_kernel(float *p, const G *g, float *m, float *v, L *
         } else {
             for (int e = 0; e < cnt; e++) { p[i0 + e] = pp[e]; m[i0 + e] = mm[e]; v[i0 + e] = vv[e]; }
         }
-        if (lowp)
-            for (int e = 0; e < cnt; e++) lowp[i0 + e] = bt__k_from<L>(pp[e]);
     }
 }
-BTDEF void bt_k_adamw_segments(float *p, const void *g, bt_dtype gdt, float *m, float *v, void *p_lowp, bt_dtype lowp_dt,
-                               const bt_k_segments *segs, float lr, float b1, float b2, float eps, int step,
-                               const float *grad_scale, cudaStream_t s) {
-    if (segs->n < 1 || segs->n > BT_K_MAX_SEGMENTS) bt_error("bt_k_adamw: %d segments (1 to %d)", segs->n, BT_K_MAX_SEGMENTS);
-    int64_t n = segs->end[segs->n - 1];
+BTDEF void bt_k_adamw(float *p, const void *g, bt_dtype gdt, float *m, float *v, int64_t n, float lr, float b1, float b2,
+                      float eps, float wd, const bt_k_decay_run *runs, int nruns, int step, const float *grad_scale,
+                      cudaStream_t s) {
     if (n <= 0) return;
     if (step < 1) bt_error("bt_k_adamw: step %d (counts from 1)", step);
+    if (runs && nruns < 1) bt_error("bt_k_adamw: %d decay runs", nruns);
     float bc1 = (float)(1.0 - pow((double)b1, (double)step)), bc2 = (float)(1.0 - pow((double)b2, (double)step));
     int vec = bt__k_aligned16(p) && bt__k_aligned16(m) && bt__k_aligned16(v);
     unsigned nb = bt__k_blocks((n + 3) / 4, 256);
-    bt_k_segments sg = *segs;
-    if (!p_lowp) lowp_dt = BT_F32;
     BT__K_DISPATCH3(gdt, "bt_k_adamw (grad)", {
-        switch (lowp_dt) {
-        case BT_F32: bt__k_adamw_kernel<T, float><<<nb, 256, 0, s>>>(p, (const T *)g, m, v, (float *)p_lowp, n, lr, b1, b2,
-                                                                     eps, sg, bc1, bc2, grad_scale, vec); break;
-        case BT_BF16: bt__k_adamw_kernel<T, __nv_bfloat16><<<nb, 256, 0, s>>>(p, (const T *)g, m, v, (__nv_bfloat16 *)p_lowp,
-                                                                     n, lr, b1, b2, eps, sg, bc1, bc2, grad_scale, vec); break;
-        case BT_F16: bt__k_adamw_kernel<T, __half><<<nb, 256, 0, s>>>(p, (const T *)g, m, v, (__half *)p_lowp, n, lr, b1,
-                                                                     b2, eps, sg, bc1, bc2, grad_scale, vec); break;
-        default: bt_error("bt_k_adamw: low-precision copy dtype %s not supported", bt__k_dtname(lowp_dt));
-        }
+        bt__k_adamw_kernel<T><<<nb, 256, 0, s>>>(p, (const T *)g, m, v, n, lr, b1, b2, eps, wd, runs, bc1, bc2, grad_scale, vec);
     })
     BT__K_LAUNCHED("bt_k_adamw");
 }
-BTDEF void bt_k_adamw(float *p, const void *g, bt_dtype gdt, float *m, float *v, void *p_lowp, bt_dtype lowp_dt, int64_t n,
-                      float lr, float b1, float b2, float eps, float wd, int step, const float *grad_scale, cudaStream_t s) {
-    if (n <= 0) return;
-    bt_k_segments one;
-    one.n = 1; one.end[0] = n; one.wd[0] = wd;
-    bt_k_adamw_segments(p, g, gdt, m, v, p_lowp, lowp_dt, &one, lr, b1, b2, eps, step, grad_scale, s);
-}
 
-/* ---- 12. the tensor core's less common paths ---------------------------------------------------
+/* ---- 12. less common paths ---------------------------------------------------
    copy_general: one read and one write per element, index decoded for both sides (dims merged
    where both step through them as one). scatter_rows: one read of g and one write per kept
    element. inv_count_ne: one pass over n int32 in a single block (n is a batch of targets). */
@@ -3024,7 +2964,7 @@ __global__ void bt__k_copy_general_kernel(int dtd, void *dst, int dts, const voi
             int64_t q = rem / g.shape[d], c = rem - q * g.shape[d];
             so += c * g.sa[d]; dof += c * g.sb[d]; rem = q;
         }
-        bt__k_std(dtd, dst, dof, bt__k_ldd(dts, src, so));
+        bt__st(dst, (bt_dtype)dtd, dof, bt__ld(src, (bt_dtype)dts, so));
     }
 }
 BTDEF void bt_k_copy_general(bt_dtype dt_dst, void *dst, const int64_t *dst_strides, bt_dtype dt_src, const void *src,
@@ -3044,7 +2984,7 @@ __global__ void bt__k_scatter_rows_kernel(int dt, void *gx, const void *g, const
     int64_t n = outer * inner;
     for (int64_t oi = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; oi < n; oi += (int64_t)gridDim.x * blockDim.x) {
         int64_t o = oi / inner, i = oi - o * inner;
-        bt__k_std(dt, gx, (o * r + am[oi]) * inner + i, bt__k_ldd(dt, g, oi));
+        bt__st(gx, (bt_dtype)dt, (o * r + am[oi]) * inner + i, bt__ld(g, (bt_dtype)dt, oi));
     }
 }
 BTDEF void bt_k_scatter_rows(bt_dtype dt, void *gx, const void *g, const int32_t *argmax, int64_t outer, int64_t r,

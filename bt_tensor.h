@@ -49,6 +49,7 @@
 #include "bt_alloc.h"
 #include <stdint.h>
 #include <stddef.h>
+#include <string.h>
 #include <math.h>
 
 #ifdef __CUDACC__
@@ -57,22 +58,178 @@
 #define BT_HOSTDEV
 #endif
 
+/* ---- dtypes: X(NAME, name, bytes) once; the enum, bt_dtype_size and bt_dtype_name expand it.
+   The float dtypes come first (bt_dtype_is_float relies on it). ---- */
+#define BT_DTYPES(X) X(F32, f32, 4) X(F64, f64, 8) X(BF16, bf16, 2) X(F16, f16, 2) \
+                     X(I32, i32, 4) X(U16, u16, 2) X(I64, i64, 8)
+
+/* ---- the elementwise op list ----
+   Each unary op once: X(NAME, name, f(x), f'(x)). Both expressions are written over x, y = f(x)
+   and constants BT_C(c) in a type bt_op_t that the expanding code typedefs (double in the CPU
+   loops, float in the CUDA kernels), with the math BT_M_EXP, BT_M_LOG, BT_M_SQRT, BT_M_TANH.
+   The enum bt_unary_op, the op names, the CPU loops, the kernels, the op tests and bt_mlir.h
+   all expand this list; a new line is a new op everywhere, bt_<name>(x) included.
+   Binary ops: X(NAME, name, a op b, d/da, d/db). Their backward in bt_tensor.h applies these
+   partials as graph ops, so that add's backward moves no data. */
+#define BT_C(c) ((bt_op_t)(c))
+#define BT_SIGM(x) (BT_C(1) / (BT_C(1) + BT_M_EXP(-(x))))
+#define BT_GELU_U(x) (BT_C(0.7978845608028654) * ((x) + BT_C(0.044715) * (x) * (x) * (x)))  /* sqrt(2/pi) (x + 0.044715 x^3) */
+#define BT_GELU(x) (BT_C(0.5) * (x) * (BT_C(1) + BT_M_TANH(BT_GELU_U(x))))                    /* GPT-2's tanh form */
+#define BT_GELU_GRAD(x) (BT_C(0.5) * (BT_C(1) + BT_M_TANH(BT_GELU_U(x))) + BT_C(0.5) * (x) \
+    * (BT_C(1) - BT_M_TANH(BT_GELU_U(x)) * BT_M_TANH(BT_GELU_U(x))) * BT_C(0.7978845608028654) \
+    * (BT_C(1) + BT_C(3 * 0.044715) * (x) * (x)))
+#define BT_UNARY_OPS(X) \
+    X(NEG,     neg,     -x,                          BT_C(-1)) \
+    X(EXP,     exp,     BT_M_EXP(x),                 y) \
+    X(LOG,     log,     BT_M_LOG(x),                 BT_C(1) / x) \
+    X(SQRT,    sqrt,    BT_M_SQRT(x),                BT_C(0.5) / y) \
+    X(RSQRT,   rsqrt,   BT_C(1) / BT_M_SQRT(x),      BT_C(-0.5) * y * y * y) \
+    X(TANH,    tanh,    BT_M_TANH(x),                BT_C(1) - y * y) \
+    X(SIGMOID, sigmoid, BT_SIGM(x),                  y * (BT_C(1) - y)) \
+    X(SILU,    silu,    x * BT_SIGM(x),              BT_SIGM(x) * (BT_C(1) + x * (BT_C(1) - BT_SIGM(x)))) \
+    X(RELU,    relu,    x > BT_C(0) ? x : BT_C(0),   x > BT_C(0) ? BT_C(1) : BT_C(0)) \
+    X(GELU,    gelu,    BT_GELU(x),                  BT_GELU_GRAD(x)) \
+    X(SQUARE,  square,  x * x,                       BT_C(2) * x) \
+    X(RECIP,   recip,   BT_C(1) / x,                 -y * y)
+#define BT_BINARY_OPS(X) \
+    X(ADD, add, a + b, BT_C(1),     BT_C(1)) \
+    X(SUB, sub, a - b, BT_C(1),     BT_C(-1)) \
+    X(MUL, mul, a * b, b,           a) \
+    X(DIV, div, a / b, BT_C(1) / b, -a / (b * b))
+
+/* The math of the op list for double and (CUDA C++) float: one name, the type's own function. */
+#ifdef __cplusplus
+static inline BT_HOSTDEV float bt_m_exp(float x) { return expf(x); }
+static inline BT_HOSTDEV float bt_m_log(float x) { return logf(x); }
+static inline BT_HOSTDEV float bt_m_sqrt(float x) { return sqrtf(x); }
+static inline BT_HOSTDEV float bt_m_tanh(float x) { return tanhf(x); }
+static inline BT_HOSTDEV double bt_m_exp(double x) { return exp(x); }
+static inline BT_HOSTDEV double bt_m_log(double x) { return log(x); }
+static inline BT_HOSTDEV double bt_m_sqrt(double x) { return sqrt(x); }
+static inline BT_HOSTDEV double bt_m_tanh(double x) { return tanh(x); }
+#define BT_M_EXP(x) bt_m_exp(x)
+#define BT_M_LOG(x) bt_m_log(x)
+#define BT_M_SQRT(x) bt_m_sqrt(x)
+#define BT_M_TANH(x) bt_m_tanh(x)
+#else
+#define BT_M_EXP(x) exp(x)
+#define BT_M_LOG(x) log(x)
+#define BT_M_SQRT(x) sqrt(x)
+#define BT_M_TANH(x) tanh(x)
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* ---- dtypes ---- */
-typedef enum { BT_F32 = 0, BT_F64, BT_BF16, BT_F16, BT_I32, BT_U16, BT_I64, BT_NDTYPES } bt_dtype;
-BTDEF size_t bt_dtype_size(bt_dtype dt);
-BTDEF const char *bt_dtype_name(bt_dtype dt);
+#define BT__X(N, n, b) BT_##N,
+typedef enum { BT_DTYPES(BT__X) BT_NDTYPES } bt_dtype;
+#undef BT__X
 static inline int bt_dtype_is_float(bt_dtype dt) { return dt <= BT_F16; }
 
 /* ---- op kinds shared with the kernels ---- */
-typedef enum { BT_UOP_NEG = 0, BT_UOP_EXP, BT_UOP_LOG, BT_UOP_SQRT, BT_UOP_TANH, BT_UOP_RELU, BT_UOP_GELU,
-               BT_UOP_SQUARE, BT_UOP_RECIP, BT_NUOPS } bt_unary_op;
-typedef enum { BT_BOP_ADD = 0, BT_BOP_SUB, BT_BOP_MUL, BT_BOP_DIV, BT_NBOPS } bt_binary_op;
+#define BT__X(N, n, f, df) BT_UOP_##N,
+typedef enum { BT_UNARY_OPS(BT__X) BT_NUOPS } bt_unary_op;
+#undef BT__X
+#define BT__X(N, n, f, da, db) BT_BOP_##N,
+typedef enum { BT_BINARY_OPS(BT__X) BT_NBOPS } bt_binary_op;
+#undef BT__X
+static inline const char *bt_unary_op_name(bt_unary_op op) {
+#define BT__X(N, n, f, df) #n,
+    static const char *names[BT_NUOPS] = {BT_UNARY_OPS(BT__X)};
+#undef BT__X
+    return (unsigned)op < BT_NUOPS ? names[op] : "?";
+}
+static inline const char *bt_binary_op_name(bt_binary_op op) {
+#define BT__X(N, n, f, da, db) #n,
+    static const char *names[BT_NBOPS] = {BT_BINARY_OPS(BT__X)};
+#undef BT__X
+    return (unsigned)op < BT_NBOPS ? names[op] : "?";
+}
+/* the list's f(x), f'(x) and a op b in double: its CPU reference */
+BTDEF double bt_unary_op_eval(bt_unary_op op, double x);
+BTDEF double bt_unary_op_grad(bt_unary_op op, double x);
+BTDEF double bt_binary_op_eval(bt_binary_op op, double a, double b);
 typedef enum { BT_REDUCE_SUM = 0, BT_REDUCE_MEAN, BT_REDUCE_MAX } bt_reduce_op;
 typedef enum { BT_MATMUL_FP32 = 0, BT_MATMUL_TF32 = 1 } bt_matmul_precision;
+
+/* ---- dtype sizes and names, element loads and stores: inline, shared by the CPU code and the
+   kernels (so a conversion gives the same bits on both sides) ---- */
+static inline size_t bt_dtype_size(bt_dtype dt) {
+#define BT__X(N, n, b) b,
+    static const size_t sizes[BT_NDTYPES] = {BT_DTYPES(BT__X)};
+#undef BT__X
+    return (unsigned)dt < BT_NDTYPES ? sizes[dt] : 0;
+}
+static inline const char *bt_dtype_name(bt_dtype dt) {
+#define BT__X(N, n, b) #n,
+    static const char *names[BT_NDTYPES] = {BT_DTYPES(BT__X)};
+#undef BT__X
+    return (unsigned)dt < BT_NDTYPES ? names[dt] : "?";
+}
+/* bf16: the top half of an fp32, rounded to nearest even (NaN kept quiet). */
+static inline BT_HOSTDEV float bt__bf16_to_f32(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
+static inline BT_HOSTDEV uint16_t bt__f32_to_bf16(float f) {
+    uint32_t u; memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+/* IEEE half <-> float, round to nearest even, subnormals and infinities handled. */
+static inline BT_HOSTDEV float bt__f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
+    if (exp == 0x1f) u = sign | 0x7f800000u | (man << 13);
+    else if (exp) u = sign | ((exp + 112) << 23) | (man << 13);
+    else if (!man) u = sign;
+    else { int e = -1; do { e++; man <<= 1; } while (!(man & 0x400)); u = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13); }
+    float f; memcpy(&f, &u, 4); return f;
+}
+static inline BT_HOSTDEV uint16_t bt__f32_to_f16(float f) {
+    uint32_t u; memcpy(&u, &f, 4);
+    uint32_t sign = (u >> 16) & 0x8000, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00);
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);           /* overflow -> inf */
+    if (a < 0x38800000u) {                                           /* subnormal half */
+        if (a < 0x33000000u) return (uint16_t)sign;
+        uint32_t man = (a & 0x7fffff) | 0x800000; int shift = 126 - (int)(a >> 23);
+        uint32_t half = man >> shift, rem = man & ((1u << shift) - 1), mid = 1u << (shift - 1);
+        if (rem > mid || (rem == mid && (half & 1))) half++;
+        return (uint16_t)(sign | half);
+    }
+    uint32_t h = ((a - 0x38000000u) >> 13), rem = a & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
+    return (uint16_t)(sign | h);
+}
+/* element i of a buffer of dtype dt, as double; and the reverse. The CPU reference paths compute
+   through these, so one loop serves every dtype; the generic copy kernels use them too, so a
+   conversion gives the same bits on both sides. */
+static inline BT_HOSTDEV double bt__ld(const void *p, bt_dtype dt, int64_t i) {
+    switch (dt) {
+    case BT_F32: return ((const float *)p)[i];
+    case BT_F64: return ((const double *)p)[i];
+    case BT_BF16: return bt__bf16_to_f32(((const uint16_t *)p)[i]);
+    case BT_F16: return bt__f16_to_f32(((const uint16_t *)p)[i]);
+    case BT_I32: return ((const int32_t *)p)[i];
+    case BT_U16: return ((const uint16_t *)p)[i];
+    case BT_I64: return (double)((const int64_t *)p)[i];
+    default: return 0;
+    }
+}
+static inline BT_HOSTDEV void bt__st(void *p, bt_dtype dt, int64_t i, double v) {
+    switch (dt) {
+    case BT_F32: ((float *)p)[i] = (float)v; break;
+    case BT_F64: ((double *)p)[i] = v; break;
+    case BT_BF16: ((uint16_t *)p)[i] = bt__f32_to_bf16((float)v); break;
+    case BT_F16: ((uint16_t *)p)[i] = bt__f32_to_f16((float)v); break;
+    case BT_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+    case BT_U16: ((uint16_t *)p)[i] = (uint16_t)v; break;
+    case BT_I64: ((int64_t *)p)[i] = (int64_t)v; break;
+    default: break;
+    }
+}
+
+
 
 /* ---- Philox4x32-10: counter-based RNG, the same bits on the CPU and the GPU ----
    A random stream is (seed, index): element `index` of a fill uses the counter index / 4 and takes
@@ -119,9 +276,11 @@ typedef struct bt_storage {
     int refcount;
     uint32_t version;        /* bumped by every in-place write to any view of it */
     int external;            /* 1: data not owned (bt_from_blob), never freed */
+    struct bt_storage *next_free;   /* the recycled-storage list */
 } bt_storage;
 
 struct bt_node;
+struct bt_hook;
 typedef struct bt_tensor {
     bt_storage *storage;
     int64_t offset;                       /* in elements */
@@ -137,7 +296,35 @@ typedef struct bt_tensor {
     int retain_grad;                      /* non-leaf that keeps its .grad */
     const char *name;                     /* optional, for messages */
     int grad_pending;                     /* engine scratch: edges still to deliver (leaves) */
+    struct bt_hook *hooks;                /* gradient-ready hooks (bt_autograd.h), owned */
+    struct bt_tensor *next_free;          /* the recycled-tensor list */
 } bt_tensor;
+
+/* ---- devices, streams, events ----
+   An op runs on its tensors' device: a device guard makes that the current CUDA device for the
+   op and gives the caller's back after it, so nothing depends on which device the caller left
+   current. It runs on that device's CURRENT stream: the top of the device's stream stack, else
+   the device's own non-blocking stream. Streams and events are cudaStream_t / cudaEvent_t held
+   as void *, so C code without CUDA headers can pass them around. Work on two streams is
+   ordered only by events (bt_event_record, then bt_stream_wait_event), never by a device-wide
+   sync. Memory allocated while a stream is current belongs to that stream's pool: a block freed
+   there is reused only by later work on the same stream, so a tensor made on one stream and read
+   on another must stay alive (referenced) until that read has finished. */
+BTDEF int bt_cuda_device_count(void);                   /* 0 in a CPU build or with no GPU */
+BTDEF const char *bt_device_name(bt_device dev);        /* "cpu", or the GPU's product name */
+BTDEF void bt_device_memory(bt_device dev, size_t *free_bytes, size_t *total_bytes);   /* a GPU's, now */
+BTDEF void *bt_stream_create(bt_device dev);            /* a new non-blocking stream on dev */
+BTDEF void bt_stream_destroy(bt_device dev, void *stream);   /* waits for its work first */
+BTDEF void bt_stream_push(bt_device dev, void *stream); /* dev's ops run on stream until the pop */
+BTDEF void bt_stream_pop(bt_device dev);
+BTDEF void *bt_stream_current(bt_device dev);           /* NULL for the CPU */
+BTDEF void *bt_event_create(bt_device dev);
+BTDEF void bt_event_destroy(void *event);
+BTDEF void bt_event_record(void *event, void *stream);  /* completes when stream's work so far has */
+BTDEF void bt_stream_wait_event(void *stream, void *event);  /* stream's later work waits for it */
+BTDEF void bt_event_synchronize(void *event);           /* the host waits for it */
+BTDEF int bt_event_done(void *event);                   /* 1 when complete, without waiting */
+BTDEF void bt_synchronize(bt_device dev);               /* the host waits for dev's current stream */
 
 /* ---- lifetime and scopes ---- */
 BTDEF bt_tensor *bt_retain(bt_tensor *t);
@@ -182,6 +369,11 @@ BTDEF bt_tensor *bt_cast(bt_tensor *t, bt_dtype dt);  /* differentiable for floa
    precision uses it to cast the weights once per optimizer step, not once per micro-batch. */
 BTDEF bt_tensor *bt_cast_cached(bt_tensor *t, bt_tensor *cache);
 BTDEF void bt_to_host(bt_tensor *t, void *dst, bt_dtype dt);   /* copy all elements, converted to dt */
+/* The same without waiting: the copy runs on `stream` (NULL: t's current stream) after the work
+   already queued on t's current stream, and `event` (may be NULL) is recorded behind it; read dst
+   after the event. dst should be pinned (bt_alloc(bt_pinned_host(), ...)) for the copy to be
+   asynchronous. t must stay unchanged until the event (a CPU t is copied at once). */
+BTDEF void bt_to_host_async(bt_tensor *t, void *dst, bt_dtype dt, void *stream, void *event);
 BTDEF double bt_item(bt_tensor *t);                 /* one-element tensor -> double (syncs a GPU) */
 BTDEF double bt_get(bt_tensor *t, const int64_t *index);  /* one element, for tests */
 
@@ -207,15 +399,11 @@ BTDEF bt_matmul_precision bt_get_matmul_precision(void);
 BTDEF void bt_set_deterministic(int on);            /* deterministic embedding backward on the GPU */
 
 /* ---- ops (differentiable unless noted) ---- */
-/* elementwise */
-BTDEF bt_tensor *bt_neg(bt_tensor *x);
-BTDEF bt_tensor *bt_exp(bt_tensor *x);
-BTDEF bt_tensor *bt_log(bt_tensor *x);
-BTDEF bt_tensor *bt_sqrt(bt_tensor *x);
-BTDEF bt_tensor *bt_tanh(bt_tensor *x);
-BTDEF bt_tensor *bt_relu(bt_tensor *x);
-BTDEF bt_tensor *bt_gelu(bt_tensor *x);             /* tanh form, as GPT-2 */
-BTDEF bt_tensor *bt_square(bt_tensor *x);
+/* elementwise, one function per line of BT_UNARY_OPS: bt_neg, bt_exp, bt_log, bt_sqrt, bt_rsqrt,
+   bt_tanh, bt_sigmoid, bt_silu, bt_relu, bt_gelu (GPT-2's tanh form), bt_square, bt_recip */
+#define BT__X(N, n, f, df) BTDEF bt_tensor *bt_##n(bt_tensor *x);
+BT_UNARY_OPS(BT__X)
+#undef BT__X
 /* scalar: alpha * x + beta */
 BTDEF bt_tensor *bt_affine(bt_tensor *x, double alpha, double beta);
 BTDEF bt_tensor *bt_scale(bt_tensor *x, double alpha);
@@ -288,8 +476,12 @@ struct bt_node {
     int consumed;                 /* the backward pass has run it */
     int deps;                     /* engine scratch */
     bt_tensor *grad;              /* engine scratch: accumulated gradient of the output */
+    bt_node *next_free;           /* the recycled-node list */
 };
 BTDEF void bt_node_release(bt_node *n);
+/* A gradient-ready hook of a leaf (bt_autograd.h registers and fires them; a tensor owns its list) */
+typedef void (*bt_grad_hook_fn)(bt_tensor *leaf, void *user);
+typedef struct bt_hook { bt_grad_hook_fn fn; void *user; bt_tensor *leaf; struct bt_hook *next; } bt_hook;
 BTDEF int bt__needs_grad(bt_tensor *t);
 BTDEF bt_node *bt__record(const char *op, bt_backward_fn fn, bt_tensor *out, bt_tensor **inputs, int n_in);
 BTDEF void bt__save(bt_node *n, bt_tensor *t);
@@ -305,85 +497,51 @@ BTDEF bt_tensor *bt__register(bt_tensor *t);   /* hand a fresh (+1) tensor to th
 #ifndef BT_TENSOR_IMPLEMENTATION_DONE
 #define BT_TENSOR_IMPLEMENTATION_DONE
 
-#ifdef BT_CUDA
-#ifndef BT_KERNELS_IMPLEMENTATION
-#define BT_KERNELS_IMPLEMENTATION
-#endif
-#include "bt_kernels.cuh"
-#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdarg.h>
 
 /* ============================================================================================
-   1. dtypes, errors, storage, tensor lifetime, scopes
+   1. the op list's CPU reference
    ============================================================================================ */
-static const size_t bt__dtype_sizes[BT_NDTYPES] = {4, 8, 2, 2, 4, 2, 8};
-static const char *bt__dtype_names[BT_NDTYPES] = {"f32", "f64", "bf16", "f16", "i32", "u16", "i64"};
-BTDEF size_t bt_dtype_size(bt_dtype dt) { return (unsigned)dt < BT_NDTYPES ? bt__dtype_sizes[dt] : 0; }
-BTDEF const char *bt_dtype_name(bt_dtype dt) { return (unsigned)dt < BT_NDTYPES ? bt__dtype_names[dt] : "?"; }
-
-/* bf16: the top half of an fp32, rounded to nearest even (NaN kept quiet). */
-static inline float bt__bf16_to_f32(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
-static inline uint16_t bt__f32_to_bf16(float f) {
-    uint32_t u; memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1);
-    return (uint16_t)(u >> 16);
-}
-/* IEEE half <-> float, round to nearest even, subnormals and infinities handled. */
-static inline float bt__f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
-    if (exp == 0x1f) u = sign | 0x7f800000u | (man << 13);
-    else if (exp) u = sign | ((exp + 112) << 23) | (man << 13);
-    else if (!man) u = sign;
-    else { int e = -1; do { e++; man <<= 1; } while (!(man & 0x400)); u = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13); }
-    float f; memcpy(&f, &u, 4); return f;
-}
-static inline uint16_t bt__f32_to_f16(float f) {
-    uint32_t u; memcpy(&u, &f, 4);
-    uint32_t sign = (u >> 16) & 0x8000, a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00);
-    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);           /* overflow -> inf */
-    if (a < 0x38800000u) {                                           /* subnormal half */
-        if (a < 0x33000000u) return (uint16_t)sign;
-        uint32_t man = (a & 0x7fffff) | 0x800000; int shift = 126 - (int)(a >> 23);
-        uint32_t half = man >> shift, rem = man & ((1u << shift) - 1), mid = 1u << (shift - 1);
-        if (rem > mid || (rem == mid && (half & 1))) half++;
-        return (uint16_t)(sign | half);
-    }
-    uint32_t h = ((a - 0x38000000u) >> 13), rem = a & 0x1fff;
-    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
-    return (uint16_t)(sign | h);
-}
-/* element i of a buffer of dtype dt, as double; and the reverse. The CPU reference paths compute
-   through these, so one loop serves every dtype. */
-static inline double bt__ld(const void *p, bt_dtype dt, int64_t i) {
-    switch (dt) {
-    case BT_F32: return ((const float *)p)[i];
-    case BT_F64: return ((const double *)p)[i];
-    case BT_BF16: return bt__bf16_to_f32(((const uint16_t *)p)[i]);
-    case BT_F16: return bt__f16_to_f32(((const uint16_t *)p)[i]);
-    case BT_I32: return ((const int32_t *)p)[i];
-    case BT_U16: return ((const uint16_t *)p)[i];
-    case BT_I64: return (double)((const int64_t *)p)[i];
-    default: return 0;
+BTDEF double bt_unary_op_eval(bt_unary_op op, double x) {
+    typedef double bt_op_t;
+    switch (op) {
+#define BT__X(N, n, f, df) case BT_UOP_##N: return f;
+    BT_UNARY_OPS(BT__X)
+#undef BT__X
+    default: return NAN;
     }
 }
-static inline void bt__st(void *p, bt_dtype dt, int64_t i, double v) {
-    switch (dt) {
-    case BT_F32: ((float *)p)[i] = (float)v; break;
-    case BT_F64: ((double *)p)[i] = v; break;
-    case BT_BF16: ((uint16_t *)p)[i] = bt__f32_to_bf16((float)v); break;
-    case BT_F16: ((uint16_t *)p)[i] = bt__f32_to_f16((float)v); break;
-    case BT_I32: ((int32_t *)p)[i] = (int32_t)v; break;
-    case BT_U16: ((uint16_t *)p)[i] = (uint16_t)v; break;
-    case BT_I64: ((int64_t *)p)[i] = (int64_t)v; break;
-    default: break;
+BTDEF double bt_unary_op_grad(bt_unary_op op, double x) {
+    typedef double bt_op_t;
+    switch (op) {
+#define BT__X(N, n, f, df) case BT_UOP_##N: { bt_op_t y = f; (void)y; return df; }
+    BT_UNARY_OPS(BT__X)
+#undef BT__X
+    default: return NAN;
+    }
+}
+BTDEF double bt_binary_op_eval(bt_binary_op op, double a, double b) {
+    switch (op) {
+#define BT__X(N, n, f, da, db) case BT_BOP_##N: return f;
+    BT_BINARY_OPS(BT__X)
+#undef BT__X
+    default: return NAN;
     }
 }
 
+#ifdef BT_CUDA
+#ifndef BT_KERNELS_IMPLEMENTATION
+#define BT_KERNELS_IMPLEMENTATION
+#endif
+#include "bt_kernels.cuh"
+#endif
+
+/* ============================================================================================
+   2. errors, storage, tensor lifetime, scopes
+   ============================================================================================ */
 /* the global state of this header, all resettable through its setters */
 static struct {
     int grad_enabled;
@@ -414,41 +572,191 @@ BTDEF void bt_set_matmul_precision(bt_matmul_precision p) { bt__g.precision = p;
 BTDEF bt_matmul_precision bt_get_matmul_precision(void) { return bt__g.precision; }
 BTDEF void bt_set_deterministic(int on) { bt__g.deterministic = on != 0; }
 
-static void *bt__stream_for(bt_device dev) {
+/* ---- devices, streams, events ----
+   A GPU branch runs inside BT__ON_GPU(dev, s) { ... }: the device guard makes dev the current
+   CUDA device for the block and restores the caller's device after it, and s is dev's current
+   stream. No return, goto or break out of the block. */
 #ifdef BT_CUDA
-    if (dev.type == BT_GPU) { bt_k_init(dev.index); return (void *)bt_k_stream(); }
-#endif
-    (void)dev; return NULL;
+#define BT__CUDA_CHECK(call, op) do { cudaError_t e__ = (call); \
+    if (e__ != cudaSuccess) bt_error("%s: %s", op, cudaGetErrorString(e__)); } while (0)
+typedef struct { int prev, dev, active; cudaStream_t stream; } bt__gpu_guard;
+static bt__gpu_guard bt__gpu_enter(bt_device dev) {
+    bt__gpu_guard g;
+    g.dev = dev.index; g.active = 1;
+    g.stream = bt_k_current_stream(g.dev);        /* checks the device and initializes it */
+    BT__CUDA_CHECK(cudaGetDevice(&g.prev), "device guard");
+    if (g.prev != g.dev) BT__CUDA_CHECK(cudaSetDevice(g.dev), "device guard");
+    return g;
 }
-static void bt__check_device(bt_device dev, const char *op) {
-    if (dev.type == BT_CPU) return;
+static void bt__gpu_leave(bt__gpu_guard *g) { if (g->prev != g->dev) BT__CUDA_CHECK(cudaSetDevice(g->prev), "device guard"); }
+#define BT__ON_GPU(dev, s) \
+    for (bt__gpu_guard bt__gg = bt__gpu_enter(dev); bt__gg.active; bt__gpu_leave(&bt__gg)) \
+        for (cudaStream_t s = bt__gg.stream; bt__gg.active; bt__gg.active = 0)
+#define BT__ON_DEVICE(dev) \
+    for (bt__gpu_guard bt__gg = bt__gpu_enter(dev); bt__gg.active; bt__gpu_leave(&bt__gg), bt__gg.active = 0)
+#endif
+
+static void bt__need_gpu(bt_device dev, const char *fn) {
+    if (dev.type != BT_GPU) bt_error("%s: %s is not a GPU", fn, dev.type == BT_CPU ? "the CPU" : "the device");
 #ifdef BT_CUDA
     if (dev.index < 0 || dev.index >= bt_k_device_count())
-        bt_error("%s: cuda:%d does not exist (%d GPUs visible)", op, dev.index, bt_k_device_count());
-    bt_k_init(dev.index);
+        bt_error("%s: cuda:%d does not exist (%d GPUs visible)", fn, dev.index, bt_k_device_count());
 #else
-    bt_error("%s: cuda:%d requested, but this binary was built without CUDA (build with nvcc)", op, dev.index);
+    bt_error("%s: cuda:%d requested, but this binary was built without CUDA (build with nvcc)", fn, dev.index);
+#endif
+}
+BTDEF int bt_cuda_device_count(void) {
+#ifdef BT_CUDA
+    return bt_k_device_count();
+#else
+    return 0;
+#endif
+}
+BTDEF void bt_device_memory(bt_device dev, size_t *free_bytes, size_t *total_bytes) {
+    *free_bytes = *total_bytes = 0;
+    bt__need_gpu(dev, "bt_device_memory");
+#ifdef BT_CUDA
+    BT__ON_DEVICE(dev) BT__CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes), "bt_device_memory");
+#endif
+}
+BTDEF const char *bt_device_name(bt_device dev) {
+    if (dev.type == BT_CPU) return "cpu";
+    bt__need_gpu(dev, "bt_device_name");
+#ifdef BT_CUDA
+    static char names[BT_MAX_GPUS][256];
+    if (!names[dev.index][0]) {
+        cudaDeviceProp prop;
+        BT__CUDA_CHECK(cudaGetDeviceProperties(&prop, dev.index), "bt_device_name");
+        snprintf(names[dev.index], sizeof names[dev.index], "%s", prop.name);
+    }
+    return names[dev.index];
+#else
+    return "?";
+#endif
+}
+BTDEF void *bt_stream_current(bt_device dev) {
+    if (dev.type == BT_CPU) return NULL;
+    bt__need_gpu(dev, "bt_stream_current");
+#ifdef BT_CUDA
+    return (void *)bt_k_current_stream(dev.index);
+#else
+    return NULL;
+#endif
+}
+BTDEF void *bt_stream_create(bt_device dev) {
+    bt__need_gpu(dev, "bt_stream_create");
+    void *s = NULL;
+#ifdef BT_CUDA
+    BT__ON_DEVICE(dev) BT__CUDA_CHECK(cudaStreamCreateWithFlags((cudaStream_t *)&s, cudaStreamNonBlocking), "bt_stream_create");
+#endif
+    return s;
+}
+BTDEF void bt_stream_destroy(bt_device dev, void *stream) {
+    if (!stream) return;
+    bt__need_gpu(dev, "bt_stream_destroy");
+#ifdef BT_CUDA
+    bt_k_forget_stream(dev.index, (cudaStream_t)stream);
+    BT__CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)stream), "bt_stream_destroy");
+    BT__CUDA_CHECK(cudaStreamDestroy((cudaStream_t)stream), "bt_stream_destroy");
+#endif
+}
+BTDEF void bt_stream_push(bt_device dev, void *stream) {
+    bt__need_gpu(dev, "bt_stream_push");
+#ifdef BT_CUDA
+    bt_k_push_stream(dev.index, (cudaStream_t)stream);
+#else
+    (void)stream;
+#endif
+}
+BTDEF void bt_stream_pop(bt_device dev) {
+    bt__need_gpu(dev, "bt_stream_pop");
+#ifdef BT_CUDA
+    bt_k_pop_stream(dev.index);
+#endif
+}
+BTDEF void *bt_event_create(bt_device dev) {
+    bt__need_gpu(dev, "bt_event_create");
+    void *e = NULL;
+#ifdef BT_CUDA
+    BT__ON_DEVICE(dev) BT__CUDA_CHECK(cudaEventCreateWithFlags((cudaEvent_t *)&e, cudaEventDisableTiming), "bt_event_create");
+#endif
+    return e;
+}
+BTDEF void bt_event_destroy(void *event) {
+#ifdef BT_CUDA
+    if (event) BT__CUDA_CHECK(cudaEventDestroy((cudaEvent_t)event), "bt_event_destroy");
+#else
+    (void)event;
+#endif
+}
+BTDEF void bt_event_record(void *event, void *stream) {
+#ifdef BT_CUDA
+    BT__CUDA_CHECK(cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream), "bt_event_record");
+#else
+    (void)event; (void)stream; bt_error("bt_event_record: this binary was built without CUDA");
+#endif
+}
+BTDEF void bt_stream_wait_event(void *stream, void *event) {
+#ifdef BT_CUDA
+    BT__CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0), "bt_stream_wait_event");
+#else
+    (void)event; (void)stream; bt_error("bt_stream_wait_event: this binary was built without CUDA");
+#endif
+}
+BTDEF void bt_event_synchronize(void *event) {
+#ifdef BT_CUDA
+    BT__CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)event), "bt_event_synchronize");
+#else
+    (void)event;
+#endif
+}
+BTDEF int bt_event_done(void *event) {
+#ifdef BT_CUDA
+    cudaError_t e = cudaEventQuery((cudaEvent_t)event);
+    if (e == cudaErrorNotReady) { (void)cudaGetLastError(); return 0; }
+    BT__CUDA_CHECK(e, "bt_event_done");
+#else
+    (void)event;
+#endif
+    return 1;
+}
+BTDEF void bt_synchronize(bt_device dev) {
+    if (dev.type == BT_CPU) return;
+    bt__need_gpu(dev, "bt_synchronize");
+#ifdef BT_CUDA
+    bt_k_synchronize(dev.index);
 #endif
 }
 
+static void *bt__stream_for(bt_device dev) { return bt_stream_current(dev); }
+static void bt__check_device(bt_device dev, const char *op) {
+    if (dev.type == BT_CPU && dev.index == 0) return;
+    if (dev.type == BT_CPU) bt_error("%s: the pinned host pool holds bt_alloc blocks, not tensors (use bt_cpu())", op);
+    bt__need_gpu(dev, op);
+}
+
+/* a storage record over data (refcount 1), recycled from the free list when one is there */
+static bt_storage *bt__storage_struct(void *data, size_t nbytes, bt_device dev, int external) {
+    bt_storage *s = bt__g.free_storages;
+    if (s) bt__g.free_storages = s->next_free;
+    else s = (bt_storage *)bt__xmalloc(sizeof *s, "a storage");
+    memset(s, 0, sizeof *s);
+    s->data = data; s->nbytes = nbytes; s->device = dev; s->refcount = 1; s->external = external;
+    return s;
+}
 static bt_storage *bt__storage_new(size_t nbytes, bt_device dev) {
     bt__check_device(dev, "alloc");
-    bt_storage *s = bt__g.free_storages;
-    if (s) bt__g.free_storages = (bt_storage *)s->data;
-    else s = (bt_storage *)bt__xmalloc(sizeof *s, "a storage");
-    s->data = bt_alloc(dev, nbytes, bt__stream_for(dev));
-    s->nbytes = nbytes; s->device = dev; s->refcount = 1; s->version = 0; s->external = 0;
-    return s;
+    return bt__storage_struct(bt_alloc(dev, nbytes, bt__stream_for(dev)), nbytes, dev, 0);
 }
 static void bt__storage_release(bt_storage *s) {
     if (!s || --s->refcount > 0) return;
     if (!s->external) bt_free(s->data);
-    s->data = bt__g.free_storages; bt__g.free_storages = s;
+    s->next_free = bt__g.free_storages; bt__g.free_storages = s;
 }
 
 static bt_tensor *bt__tensor_struct(void) {
     bt_tensor *t = bt__g.free_tensors;
-    if (t) bt__g.free_tensors = t->grad; else t = (bt_tensor *)bt__xmalloc(sizeof *t, "a tensor");
+    if (t) bt__g.free_tensors = t->next_free; else t = (bt_tensor *)bt__xmalloc(sizeof *t, "a tensor");
     memset(t, 0, sizeof *t);
     t->refcount = 1;
     return t;
@@ -475,7 +783,7 @@ static bt_tensor *bt__new(bt_shape shape, bt_dtype dt, bt_device dev) {
     bt__set_contiguous_strides(t);
     return t;
 }
-/* a new view struct over t's storage (+1), same metadata */
+/* a new view struct over t's storage (+1, no graph node), same metadata */
 static bt_tensor *bt__alias(bt_tensor *t) {
     bt_tensor *v = bt__tensor_struct();
     v->storage = t->storage; t->storage->refcount++;
@@ -483,7 +791,26 @@ static bt_tensor *bt__alias(bt_tensor *t) {
     memcpy(v->shape, t->shape, sizeof v->shape); memcpy(v->stride, t->stride, sizeof v->stride);
     return v;
 }
+/* the same with its own geometry: ndim dims of shape and stride (elements) from element offset */
+static bt_tensor *bt__view_raw(bt_tensor *t, int ndim, const int64_t *shape, const int64_t *stride, int64_t offset) {
+    bt_tensor *v = bt__alias(t);
+    v->ndim = ndim; v->offset = offset;
+    memcpy(v->shape, shape, sizeof(int64_t) * (size_t)ndim); memcpy(v->stride, stride, sizeof(int64_t) * (size_t)ndim);
+    return v;
+}
+/* a contiguous t read as `shape` (same elements, row-major) */
+static bt_tensor *bt__view_dense(bt_tensor *t, bt_shape shape) {
+    bt_tensor *v = bt__alias(t);
+    v->ndim = shape.ndim;
+    memcpy(v->shape, shape.d, sizeof(int64_t) * (size_t)shape.ndim);
+    bt__set_contiguous_strides(v);
+    return v;
+}
 
+static void bt__free_hooks(bt_tensor *t) {
+    for (bt_hook *h = t->hooks, *nx; h; h = nx) { nx = h->next; free(h); }
+    t->hooks = NULL;
+}
 BTDEF bt_tensor *bt_retain(bt_tensor *t) { if (t) t->refcount++; return t; }
 BTDEF void bt_release(bt_tensor *t) {
     if (!t) return;
@@ -492,7 +819,8 @@ BTDEF void bt_release(bt_tensor *t) {
     bt_release(t->grad);
     if (t->grad_fn) bt_node_release(t->grad_fn);
     bt__storage_release(t->storage);
-    t->grad = bt__g.free_tensors; bt__g.free_tensors = t;
+    bt__free_hooks(t);
+    t->next_free = bt__g.free_tensors; bt__g.free_tensors = t;
 }
 
 BTDEF void bt_scope_begin(void) {
@@ -608,13 +936,8 @@ static int bt__is_gpu(const bt_tensor *t) { return bt_device_of(t).type == BT_GP
 #define BT__PAR_MIN 32768
 
 /* ============================================================================================
-   2. creation, random numbers, copies, device moves
+   3. creation, random numbers, copies, device moves
    ============================================================================================ */
-#ifdef BT_CUDA
-#define BT__CUDA_CHECK(call, op) do { cudaError_t e__ = (call); \
-    if (e__ != cudaSuccess) bt_error("%s: %s", op, cudaGetErrorString(e__)); } while (0)
-#endif
-
 /* storage offset of element `lin` (row-major linear index) of a strided view */
 static inline int64_t bt__offset_of(const int64_t *shape, const int64_t *stride, int ndim, int64_t lin) {
     int64_t off = 0;
@@ -635,7 +958,7 @@ BTDEF void bt_fill_(bt_tensor *t, double value) {
     int64_t n = bt_numel(t); void *p = bt_data_ptr(t); bt_dtype dt = t->dtype;
     if (bt__is_gpu(t)) {
 #ifdef BT_CUDA
-        bt_k_fill(dt, p, value, n, bt_k_stream());
+        BT__ON_GPU(bt_device_of(t), stream) bt_k_fill(dt, p, value, n, stream);
 #endif
         return;
     }
@@ -659,43 +982,50 @@ BTDEF bt_tensor *bt_scalar(double value, bt_dtype dt, bt_device dev) {
 #ifdef BT_CUDA
 /* A copy from pageable host memory makes the host wait for the stream, which would stall the
    host behind the GPU at every batch upload. Small uploads go through a ring of pinned staging
-   buffers instead: the host copies into a free slot and returns at once; a slot is reused only
-   after the event recorded behind its copy has passed (with 4 slots, in practice never waited). */
+   buffers per device instead (from bt_alloc's pinned pool): the host copies into a free slot and
+   returns at once; a slot is reused only after the event recorded behind its copy has passed
+   (with 4 slots, in practice never waited). */
 #define BT__STAGE_SLOTS 4
 #define BT__STAGE_MAX ((size_t)64 << 20)
-static struct { void *buf; size_t cap; cudaEvent_t done; int used; } bt__stage[BT__STAGE_SLOTS];
-static int bt__stage_next;
-static void bt__upload_staged(void *dst, const void *src, size_t nbytes) {
-    int k = bt__stage_next; bt__stage_next = (k + 1) % BT__STAGE_SLOTS;
-    if (bt__stage[k].used) BT__CUDA_CHECK(cudaEventSynchronize(bt__stage[k].done), "upload to GPU");
-    else BT__CUDA_CHECK(cudaEventCreateWithFlags(&bt__stage[k].done, cudaEventDisableTiming), "upload to GPU");
-    if (bt__stage[k].cap < nbytes) {
-        if (bt__stage[k].buf) BT__CUDA_CHECK(cudaFreeHost(bt__stage[k].buf), "upload to GPU");
-        size_t cap = nbytes < 65536 ? 65536 : nbytes;
-        BT__CUDA_CHECK(cudaMallocHost(&bt__stage[k].buf, cap), "upload to GPU (pinned staging buffer)");
-        bt__stage[k].cap = cap;
+typedef struct { void *buf; size_t cap; cudaEvent_t done; int used; } bt__stage_slot;
+static struct { bt__stage_slot slot[BT__STAGE_SLOTS]; int next; } bt__stage[BT_MAX_GPUS];
+/* the caller holds the device guard of dev (the event is made on the current device) */
+static void bt__upload_staged(void *dst, int dev, const void *src, size_t nbytes, cudaStream_t stream) {
+    bt__stage_slot *sl = &bt__stage[dev].slot[bt__stage[dev].next];
+    bt__stage[dev].next = (bt__stage[dev].next + 1) % BT__STAGE_SLOTS;
+    if (sl->used) BT__CUDA_CHECK(cudaEventSynchronize(sl->done), "upload to GPU");
+    else BT__CUDA_CHECK(cudaEventCreateWithFlags(&sl->done, cudaEventDisableTiming), "upload to GPU");
+    if (sl->cap < nbytes) {
+        bt_free(sl->buf);
+        sl->cap = nbytes < 65536 ? 65536 : nbytes;
+        sl->buf = bt_alloc(bt_pinned_host(), sl->cap, NULL);
     }
-    memcpy(bt__stage[k].buf, src, nbytes);
-    BT__CUDA_CHECK(cudaMemcpyAsync(dst, bt__stage[k].buf, nbytes, cudaMemcpyHostToDevice, bt_k_stream()), "upload to GPU");
-    BT__CUDA_CHECK(cudaEventRecord(bt__stage[k].done, bt_k_stream()), "upload to GPU");
-    bt__stage[k].used = 1;
+    memcpy(sl->buf, src, nbytes);
+    BT__CUDA_CHECK(cudaMemcpyAsync(dst, sl->buf, nbytes, cudaMemcpyHostToDevice, stream), "upload to GPU");
+    BT__CUDA_CHECK(cudaEventRecord(sl->done, stream), "upload to GPU");
+    sl->used = 1;
 }
 #endif
 static void bt__upload(void *dst, bt_device dev, const void *src, size_t nbytes) {
     if (dev.type == BT_CPU) { if (nbytes) memcpy(dst, src, nbytes); return; }
 #ifdef BT_CUDA
     if (nbytes == 0) return;
-    if (nbytes <= BT__STAGE_MAX) { bt__upload_staged(dst, src, nbytes); return; }
-    BT__CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, bt_k_stream()), "upload to GPU");
+    BT__ON_GPU(dev, stream) {
+        if (nbytes <= BT__STAGE_MAX) bt__upload_staged(dst, dev.index, src, nbytes, stream);
+        else BT__CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, stream), "upload to GPU");
+    }
 #else
     (void)dst; (void)src; (void)nbytes;
 #endif
 }
+/* the host waits for the copy (and for the work queued before it on dev's current stream) */
 static void bt__download(void *dst, const void *src, bt_device dev, size_t nbytes) {
     if (dev.type == BT_CPU) { if (nbytes) memcpy(dst, src, nbytes); return; }
 #ifdef BT_CUDA
-    BT__CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, bt_k_stream()), "download from GPU");
-    BT__CUDA_CHECK(cudaStreamSynchronize(bt_k_stream()), "download from GPU");
+    BT__ON_GPU(dev, stream) {
+        BT__CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, stream), "download from GPU");
+        BT__CUDA_CHECK(cudaStreamSynchronize(stream), "download from GPU");
+    }
 #else
     (void)dst; (void)src; (void)nbytes;
 #endif
@@ -709,15 +1039,12 @@ BTDEF bt_tensor *bt_from_data(const void *data, bt_shape shape, bt_dtype dt, bt_
 BTDEF bt_tensor *bt_from_blob(void *data, bt_shape shape, bt_dtype dt, bt_device dev) {
     if (!data) bt_error("from_blob: data is NULL");
     bt__check_shape(shape, "from_blob");
+    bt__check_device(dev, "from_blob");
     bt_tensor *t = bt__tensor_struct();
-    bt_storage *s = bt__g.free_storages;
-    if (s) bt__g.free_storages = (bt_storage *)s->data; else s = (bt_storage *)bt__xmalloc(sizeof *s, "a storage");
     t->ndim = shape.ndim; t->dtype = dt;
     memcpy(t->shape, shape.d, sizeof(int64_t) * shape.ndim);
     bt__set_contiguous_strides(t);
-    s->data = data; s->nbytes = (size_t)bt_numel(t) * bt_dtype_size(dt); s->device = dev;
-    s->refcount = 1; s->version = 0; s->external = 1;
-    t->storage = s;
+    t->storage = bt__storage_struct(data, (size_t)bt_numel(t) * bt_dtype_size(dt), dev, 1);
     return bt__register(t);
 }
 BTDEF bt_tensor *bt_arange(int64_t n, bt_dtype dt, bt_device dev) {
@@ -740,8 +1067,10 @@ static void bt__random_fill(bt_tensor *t, int normal, double a, double b, uint64
     int64_t n = bt_numel(t); void *p = bt_data_ptr(t); bt_dtype dt = t->dtype;
     if (bt__is_gpu(t)) {
 #ifdef BT_CUDA
-        if (normal) bt_k_normal(dt, p, n, seed, offset, a, b, bt_k_stream());
-        else bt_k_uniform(dt, p, n, seed, offset, a, b, bt_k_stream());
+        BT__ON_GPU(bt_device_of(t), stream) {
+            if (normal) bt_k_normal(dt, p, n, seed, offset, a, b, stream);
+            else bt_k_uniform(dt, p, n, seed, offset, a, b, stream);
+        }
 #endif
         return;
     }
@@ -767,12 +1096,14 @@ static void bt__copy_same_device(bt_tensor *dst, bt_tensor *src) {
     if (n == 0) return;
     if (bt__is_gpu(dst)) {
 #ifdef BT_CUDA
-        if (bt_is_contiguous(dst))
-            bt_k_copy_strided(dst->dtype, bt_data_ptr(dst), src->dtype, bt_data_ptr(src), src->ndim, src->shape,
-                              src->stride, bt_k_stream());
-        else
-            bt_k_copy_general(dst->dtype, bt_data_ptr(dst), dst->stride, src->dtype, bt_data_ptr(src), src->stride,
-                              src->ndim, src->shape, bt_k_stream());
+        BT__ON_GPU(bt_device_of(dst), stream) {
+            if (bt_is_contiguous(dst))
+                bt_k_copy_strided(dst->dtype, bt_data_ptr(dst), src->dtype, bt_data_ptr(src), src->ndim, src->shape,
+                                  src->stride, stream);
+            else
+                bt_k_copy_general(dst->dtype, bt_data_ptr(dst), dst->stride, src->dtype, bt_data_ptr(src), src->stride,
+                                  src->ndim, src->shape, stream);
+        }
 #endif
         return;
     }
@@ -786,6 +1117,23 @@ static void bt__copy_same_device(bt_tensor *dst, bt_tensor *src) {
         bt__st(d, dst->dtype, doff, bt__ld(s, src->dtype, so));
     }
 }
+#ifdef BT_CUDA
+/* dst (on one GPU) = src (on another), both contiguous: the copy runs on dst's current stream
+   after the work queued on src's, and src's stream then waits for it, so that src's memory is
+   not reused by src's stream before the copy has read it. */
+static void bt__copy_peer(bt_tensor *dst, bt_tensor *src, size_t nbytes) {
+    bt_device dd = bt_device_of(dst), sd = bt_device_of(src);
+    void *src_done = bt_event_create(sd), *copied = bt_event_create(dd);
+    bt_event_record(src_done, bt_stream_current(sd));
+    bt_stream_wait_event(bt_stream_current(dd), src_done);
+    BT__ON_GPU(dd, stream) {
+        BT__CUDA_CHECK(cudaMemcpyPeerAsync(bt_data_ptr(dst), dd.index, bt_data_ptr(src), sd.index, nbytes, stream), "copy_ between GPUs");
+        BT__CUDA_CHECK(cudaEventRecord((cudaEvent_t)copied, stream), "copy_ between GPUs");
+    }
+    bt_stream_wait_event(bt_stream_current(sd), copied);
+    bt_event_destroy(src_done); bt_event_destroy(copied);   /* destroyed once they complete */
+}
+#endif
 BTDEF void bt_copy_(bt_tensor *dst, bt_tensor *src) {
     bt__need(dst, "copy_", "dst"); bt__need(src, "copy_", "src");
     if (dst->ndim != src->ndim || memcmp(dst->shape, src->shape, sizeof(int64_t) * dst->ndim))
@@ -799,9 +1147,7 @@ BTDEF void bt_copy_(bt_tensor *dst, bt_tensor *src) {
     size_t nbytes = (size_t)bt_numel(src) * bt_dtype_size(src->dtype);
     if (bt__is_gpu(src) && bt__is_gpu(dst)) {
 #ifdef BT_CUDA
-        bt_k_synchronize();
-        BT__CUDA_CHECK(cudaMemcpyPeer(bt_data_ptr(moved), bt_device_of(dst).index, bt_data_ptr(cs),
-                                      bt_device_of(src).index, nbytes), "copy_ between GPUs");
+        bt__copy_peer(moved, cs, nbytes);
 #endif
     } else if (bt__is_gpu(src)) bt__download(bt_data_ptr(moved), bt_data_ptr(cs), bt_device_of(src), nbytes);
     else bt__upload(bt_data_ptr(moved), bt_device_of(dst), bt_data_ptr(cs), nbytes);
@@ -818,7 +1164,7 @@ static bt_tensor *bt__contig_as(bt_tensor *t, bt_dtype dt) {
 static bt_tensor *bt__contig(bt_tensor *t) { return bt__contig_as(t, t->dtype); }
 
 /* ============================================================================================
-   3. the autograd node record (before the views, which record nodes too)
+   4. the autograd node record (before the views, which record nodes too)
    ============================================================================================ */
 BTDEF int bt__needs_grad(bt_tensor *t) { return t && (t->requires_grad || t->grad_fn); }
 
@@ -831,7 +1177,7 @@ BTDEF void bt_set_requires_grad(bt_tensor *t, int on) {
 
 static bt_node *bt__node_alloc(void) {
     bt_node *n = bt__g.free_nodes;
-    if (n) bt__g.free_nodes = (bt_node *)n->grad; else n = (bt_node *)bt__xmalloc(sizeof *n, "an autograd node");
+    if (n) bt__g.free_nodes = n->next_free; else n = (bt_node *)bt__xmalloc(sizeof *n, "an autograd node");
     memset(n, 0, sizeof *n);
     return n;
 }
@@ -856,7 +1202,7 @@ BTDEF void bt_node_release(bt_node *n) {
             }
             stack[sp++] = m->next[i].node;
         }
-        m->grad = (bt_tensor *)bt__g.free_nodes; bt__g.free_nodes = m;
+        m->next_free = bt__g.free_nodes; bt__g.free_nodes = m;
     }
     if (stack != stack_buf) free(stack);
 }
@@ -891,7 +1237,7 @@ BTDEF void bt__save(bt_node *n, bt_tensor *t) {
 static int bt__wants(bt_node *n, int i) { return n->next[i].node || n->next[i].leaf; }
 
 /* ============================================================================================
-   4. views: they share the storage; each records a node whose backward maps the gradient back
+   5. views: they share the storage; each records a node whose backward maps the gradient back
    ============================================================================================ */
 static void bt__reshape_back(bt_node *n, bt_tensor *g, bt_tensor **gin) { gin[0] = bt_reshape(g, n->in_shape[0]); }
 
@@ -1061,7 +1407,7 @@ BTDEF bt_tensor *bt_squeeze(bt_tensor *t, int dim) {
 }
 
 /* ============================================================================================
-   5. ops
+   6. ops
    ============================================================================================ */
 /* ---- identity-like ops: contiguous, clone, to, cast ---- */
 static void bt__identity_back(bt_node *n, bt_tensor *g, bt_tensor **gin) { (void)n; gin[0] = bt_retain(g); bt__register(gin[0]); }
@@ -1108,19 +1454,44 @@ BTDEF bt_tensor *bt_cast_cached(bt_tensor *t, bt_tensor *cache) {
     bt__record("cast", bt__cast_back, c, &t, 1);
     return bt__register(c);
 }
-static void bt__check_async_errors(void);
+static void bt__check_async_errors(bt_device dev);
 BTDEF void bt_to_host(bt_tensor *t, void *dst, bt_dtype dt) {
     bt__need(t, "to_host", "t");
     bt_tensor *c = bt__is_gpu(t) ? bt__contig_as(t, dt) : bt_retain(t);
     if (bt__is_gpu(t)) {
         bt__download(dst, bt_data_ptr(c), bt_device_of(c), (size_t)bt_numel(c) * bt_dtype_size(dt));
-        bt__check_async_errors();
+        bt__check_async_errors(bt_device_of(c));
     } else {
         bt_tensor *h = bt_from_blob(dst, bt_shape_of(t), dt, bt_cpu());
         bt__copy_same_device(h, c);
         if (bt__g.scope_depth == 0) bt_release(h);
     }
     bt_release(c);
+}
+BTDEF void bt_to_host_async(bt_tensor *t, void *dst, bt_dtype dt, void *stream, void *event) {
+    bt__need(t, "to_host_async", "t");
+    if (!bt__is_gpu(t)) { bt_to_host(t, dst, dt); return; }
+#ifdef BT_CUDA
+    bt_device dev = bt_device_of(t);
+    void *cur = bt_stream_current(dev), *s = stream ? stream : cur;
+    if (s != cur) {                             /* s waits for the work that produced t */
+        void *ready = bt_event_create(dev);
+        bt_event_record(ready, cur);
+        bt_stream_wait_event(s, ready);
+        bt_event_destroy(ready);
+    }
+    bt_stream_push(dev, s);                     /* a conversion runs on s and its memory is s's */
+    bt_tensor *c = bt__contig_as(t, dt);
+    BT__ON_GPU(dev, st) {
+        BT__CUDA_CHECK(cudaMemcpyAsync(dst, bt_data_ptr(c), (size_t)bt_numel(c) * bt_dtype_size(dt), cudaMemcpyDeviceToHost, st),
+                       "to_host_async");
+        if (event) BT__CUDA_CHECK(cudaEventRecord((cudaEvent_t)event, st), "to_host_async");
+    }
+    bt_release(c);
+    bt_stream_pop(dev);
+#else
+    (void)stream; (void)event; (void)dst; (void)dt;
+#endif
 }
 BTDEF double bt_item(bt_tensor *t) {
     bt__need(t, "item", "t");
@@ -1150,122 +1521,78 @@ static int *bt__bad_flag[BT_MAX_GPUS];
 static int *bt__bad(bt_device dev) {
     if (!bt__bad_flag[dev.index]) {
         bt__bad_flag[dev.index] = (int *)bt_alloc(dev, sizeof(int), bt__stream_for(dev));
-        BT__CUDA_CHECK(cudaMemsetAsync(bt__bad_flag[dev.index], 0, sizeof(int), bt_k_stream()), "error flag");
+        BT__ON_GPU(dev, stream) BT__CUDA_CHECK(cudaMemsetAsync(bt__bad_flag[dev.index], 0, sizeof(int), stream), "error flag");
     }
     return bt__bad_flag[dev.index];
 }
 #endif
-static void bt__check_async_errors(void) {
+/* after a host sync on dev: raise the error a kernel flagged there */
+static void bt__check_async_errors(bt_device dev) {
 #ifdef BT_CUDA
-    for (int d = 0; d < BT_MAX_GPUS; d++) {
-        if (!bt__bad_flag[d]) continue;
-        int bad = 0;
-        BT__CUDA_CHECK(cudaMemcpy(&bad, bt__bad_flag[d], sizeof(int), cudaMemcpyDeviceToHost), "error flag");
-        if (bad) {
-            BT__CUDA_CHECK(cudaMemset(bt__bad_flag[d], 0, sizeof(int)), "error flag");
-            bt_error("embedding or cross_entropy on cuda:%d: an index or target was out of range (found after the kernel ran; those rows were not read)", d);
-        }
+    if (dev.type != BT_GPU || !bt__bad_flag[dev.index]) return;
+    int bad = 0;
+    BT__ON_GPU(dev, stream) {
+        BT__CUDA_CHECK(cudaMemcpyAsync(&bad, bt__bad_flag[dev.index], sizeof(int), cudaMemcpyDeviceToHost, stream), "error flag");
+        BT__CUDA_CHECK(cudaStreamSynchronize(stream), "error flag");
+        if (bad) BT__CUDA_CHECK(cudaMemsetAsync(bt__bad_flag[dev.index], 0, sizeof(int), stream), "error flag");
     }
+    if (bad)
+        bt_error("embedding or cross_entropy on cuda:%d: an index or target was out of range (found after the kernel ran; those rows were not read)", dev.index);
+#else
+    (void)dev;
 #endif
 }
 
-/* ---- unary elementwise ---- */
-static const char *bt__uop_names[BT_NUOPS] = {"neg", "exp", "log", "sqrt", "tanh", "relu", "gelu", "square", "recip"};
-#define BT__GELU_K 0.7978845608028654   /* sqrt(2/pi) */
-static inline double bt__uop(bt_unary_op op, double x) {
-    switch (op) {
-    case BT_UOP_NEG: return -x;
-    case BT_UOP_EXP: return exp(x);
-    case BT_UOP_LOG: return log(x);
-    case BT_UOP_SQRT: return sqrt(x);
-    case BT_UOP_TANH: return tanh(x);
-    case BT_UOP_RELU: return x > 0 ? x : 0;
-    case BT_UOP_GELU: return 0.5 * x * (1.0 + tanh(BT__GELU_K * (x + 0.044715 * x * x * x)));
-    case BT_UOP_SQUARE: return x * x;
-    case BT_UOP_RECIP: return 1.0 / x;
-    default: return 0;
-    }
-}
-/* f'(x), given x and y = f(x) */
-static inline double bt__uop_grad(bt_unary_op op, double x, double y) {
-    switch (op) {
-    case BT_UOP_NEG: return -1;
-    case BT_UOP_EXP: return y;
-    case BT_UOP_LOG: return 1.0 / x;
-    case BT_UOP_SQRT: return 0.5 / y;
-    case BT_UOP_TANH: return 1.0 - y * y;
-    case BT_UOP_RELU: return x > 0 ? 1 : 0;
-    case BT_UOP_GELU: {      /* d/dx 0.5 x (1 + tanh u), u = k (x + 0.044715 x^3) */
-        double th = tanh(BT__GELU_K * (x + 0.044715 * x * x * x));
-        return 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * BT__GELU_K * (1 + 3 * 0.044715 * x * x);
-    }
-    case BT_UOP_SQUARE: return 2 * x;
-    case BT_UOP_RECIP: return -y * y;
-    default: return 0;
-    }
-}
+/* ---- unary elementwise: f(x) of the op list (BT_UNARY_OPS); backward gx = g f'(x), f' from x ---- */
 static void bt__unary_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_unary_op op = (bt_unary_op)n->i[0];
-    bt_tensor *x = n->saved[0], *y = n->n_saved > 1 ? n->saved[1] : NULL;
+    bt_tensor *x = n->saved[0];
     bt_tensor *gc = bt__contig(g);
     bt_tensor *gx = bt__new(bt_shape_of(x), x->dtype, bt_device_of(x));
     int64_t nel = bt_numel(x);
     if (bt__is_gpu(x)) {
 #ifdef BT_CUDA
-        bt_k_unary_backward(op, x->dtype, bt_data_ptr(gx), bt_data_ptr(gc), bt_data_ptr(x), y ? bt_data_ptr(y) : NULL, nel, bt_k_stream());
+        BT__ON_GPU(bt_device_of(x), stream) bt_k_unary_backward(op, x->dtype, bt_data_ptr(gx), bt_data_ptr(gc), bt_data_ptr(x), nel, stream);
 #endif
     } else {
-        const void *gp = bt_data_ptr(gc), *xp = bt_data_ptr(x), *yp = y ? bt_data_ptr(y) : NULL; void *op_ = bt_data_ptr(gx);
+        const void *gp = bt_data_ptr(gc), *xp = bt_data_ptr(x); void *op_ = bt_data_ptr(gx);
         bt_dtype dt = x->dtype;
         #pragma omp parallel for if (nel > BT__PAR_MIN)
-        for (int64_t i = 0; i < nel; i++) {
-            double xv = bt__ld(xp, dt, i), yv = yp ? bt__ld(yp, dt, i) : bt__uop(op, xv);
-            bt__st(op_, dt, i, bt__ld(gp, dt, i) * bt__uop_grad(op, xv, yv));
-        }
+        for (int64_t i = 0; i < nel; i++) bt__st(op_, dt, i, bt__ld(gp, dt, i) * bt_unary_op_grad(op, bt__ld(xp, dt, i)));
     }
     bt_release(gc);
     gin[0] = bt__register(gx);
 }
 static bt_tensor *bt__unary(bt_unary_op op, bt_tensor *x) {
-    const char *name = bt__uop_names[op];
+    const char *name = bt_unary_op_name(op);
     bt__need_float(x, name, "x");
     bt_tensor *xc = bt__contig(x);
     bt_tensor *y = bt__new(bt_shape_of(x), x->dtype, bt_device_of(x));
     int64_t nel = bt_numel(x);
     if (bt__is_gpu(x)) {
 #ifdef BT_CUDA
-        bt_k_unary(op, x->dtype, bt_data_ptr(y), bt_data_ptr(xc), nel, bt_k_stream());
+        BT__ON_GPU(bt_device_of(x), stream) bt_k_unary(op, x->dtype, bt_data_ptr(y), bt_data_ptr(xc), nel, stream);
 #endif
     } else {
         const void *xp = bt_data_ptr(xc); void *yp = bt_data_ptr(y); bt_dtype dt = x->dtype;
         #pragma omp parallel for if (nel > BT__PAR_MIN)
-        for (int64_t i = 0; i < nel; i++) bt__st(yp, dt, i, bt__uop(op, bt__ld(xp, dt, i)));
+        for (int64_t i = 0; i < nel; i++) bt__st(yp, dt, i, bt_unary_op_eval(op, bt__ld(xp, dt, i)));
     }
     bt_node *n = bt__record(name, bt__unary_back, y, &x, 1);
-    if (n) {
-        n->i[0] = op;
-        bt__save(n, xc);
-        /* derivatives written through y save it too (exp, sqrt, tanh, recip) */
-        if (op == BT_UOP_EXP || op == BT_UOP_SQRT || op == BT_UOP_TANH || op == BT_UOP_RECIP) bt__save(n, y);
-    }
+    if (n) { n->i[0] = op; bt__save(n, xc); }
     bt_release(xc);
     return bt__register(y);
 }
-BTDEF bt_tensor *bt_neg(bt_tensor *x) { return bt__unary(BT_UOP_NEG, x); }
-BTDEF bt_tensor *bt_exp(bt_tensor *x) { return bt__unary(BT_UOP_EXP, x); }
-BTDEF bt_tensor *bt_log(bt_tensor *x) { return bt__unary(BT_UOP_LOG, x); }
-BTDEF bt_tensor *bt_sqrt(bt_tensor *x) { return bt__unary(BT_UOP_SQRT, x); }
-BTDEF bt_tensor *bt_tanh(bt_tensor *x) { return bt__unary(BT_UOP_TANH, x); }
-BTDEF bt_tensor *bt_relu(bt_tensor *x) { return bt__unary(BT_UOP_RELU, x); }
-BTDEF bt_tensor *bt_gelu(bt_tensor *x) { return bt__unary(BT_UOP_GELU, x); }
-BTDEF bt_tensor *bt_square(bt_tensor *x) { return bt__unary(BT_UOP_SQUARE, x); }
+#define BT__X(N, n, f, df) BTDEF bt_tensor *bt_##n(bt_tensor *x) { return bt__unary(BT_UOP_##N, x); }
+BT_UNARY_OPS(BT__X)
+#undef BT__X
 
 /* ---- scalar affine: alpha x + beta ---- */
 static void bt__affine_into(bt_tensor *out, bt_tensor *xc, double alpha, double beta) {
     int64_t nel = bt_numel(xc);
     if (bt__is_gpu(xc)) {
 #ifdef BT_CUDA
-        bt_k_affine(xc->dtype, bt_data_ptr(out), bt_data_ptr(xc), alpha, beta, nel, bt_k_stream());
+        BT__ON_GPU(bt_device_of(xc), stream) bt_k_affine(xc->dtype, bt_data_ptr(out), bt_data_ptr(xc), alpha, beta, nel, stream);
 #endif
         return;
     }
@@ -1295,7 +1622,6 @@ BTDEF void bt_mul_scalar_(bt_tensor *a, double alpha) {
 }
 
 /* ---- broadcasting binary ---- */
-static const char *bt__bop_names[BT_NBOPS] = {"add", "sub", "mul", "div"};
 static bt_shape bt__broadcast_shapes(bt_tensor *a, bt_tensor *b, const char *op) {
     bt_shape s; s.ndim = a->ndim > b->ndim ? a->ndim : b->ndim;
     for (int d = 0; d < s.ndim; d++) {
@@ -1313,9 +1639,6 @@ static void bt__broadcast_strides(bt_tensor *t, bt_shape s, int64_t *st) {
         st[d] = (dt < 0 || t->shape[dt] == 1) ? 0 : t->stride[dt];
     }
 }
-static inline double bt__bop(bt_binary_op op, double a, double b) {
-    switch (op) { case BT_BOP_ADD: return a + b; case BT_BOP_SUB: return a - b; case BT_BOP_MUL: return a * b; default: return a / b; }
-}
 /* out (contiguous, shape s) = a op b, a and b read through broadcast strides */
 static void bt__binary_into(bt_binary_op op, bt_tensor *out, bt_tensor *a, bt_tensor *b) {
     bt_shape s = bt_shape_of(out);
@@ -1324,7 +1647,7 @@ static void bt__binary_into(bt_binary_op op, bt_tensor *out, bt_tensor *a, bt_te
     int64_t nel = bt_numel(out);
     if (bt__is_gpu(out)) {
 #ifdef BT_CUDA
-        bt_k_binary(op, out->dtype, bt_data_ptr(out), bt_data_ptr(a), sa, bt_data_ptr(b), sb, s.ndim, s.d, bt_k_stream());
+        BT__ON_GPU(bt_device_of(out), stream) bt_k_binary(op, out->dtype, bt_data_ptr(out), bt_data_ptr(a), sa, bt_data_ptr(b), sb, s.ndim, s.d, stream);
 #endif
         return;
     }
@@ -1333,13 +1656,13 @@ static void bt__binary_into(bt_binary_op op, bt_tensor *out, bt_tensor *a, bt_te
     if (fast && dt == BT_F32) {
         const float *x = (const float *)ap, *y = (const float *)bp; float *z = (float *)op_;
         #pragma omp parallel for if (nel > BT__PAR_MIN)
-        for (int64_t i = 0; i < nel; i++) z[i] = (float)bt__bop(op, x[i], y[i]);
+        for (int64_t i = 0; i < nel; i++) z[i] = (float)bt_binary_op_eval(op, x[i], y[i]);
         return;
     }
     #pragma omp parallel for if (nel > BT__PAR_MIN)
     for (int64_t i = 0; i < nel; i++) {
         int64_t ia = fast ? i : bt__offset_of(s.d, sa, s.ndim, i), ib = fast ? i : bt__offset_of(s.d, sb, s.ndim, i);
-        bt__st(op_, dt, i, bt__bop(op, bt__ld(ap, dt, ia), bt__ld(bp, dt, ib)));
+        bt__st(op_, dt, i, bt_binary_op_eval(op, bt__ld(ap, dt, ia), bt__ld(bp, dt, ib)));
     }
 }
 /* the gradient of an input broadcast from shape `to`: sum g over the broadcast dims */
@@ -1365,7 +1688,7 @@ static void bt__binary_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     }
 }
 static bt_tensor *bt__binary(bt_binary_op op, bt_tensor *a, bt_tensor *b) {
-    const char *name = bt__bop_names[op];
+    const char *name = bt_binary_op_name(op);
     bt__need_float(a, name, "a"); bt__need_float(b, name, "b");
     bt__same_device(a, b, name); bt__same_dtype(a, b, name);
     bt_shape s = bt__broadcast_shapes(a, b, name);
@@ -1422,15 +1745,16 @@ static bt_tensor *bt__reduce(bt_tensor *x, const int *mask, bt_reduce_op op, int
         int perm[BT_MAX_DIMS], k = 0;
         for (int d = 0; d < x->ndim; d++) if (!mask[d]) { perm[k++] = d; outer *= x->shape[d]; }
         for (int d = 0; d < x->ndim; d++) if (mask[d]) perm[k++] = d;
-        bt_tensor *p = bt__alias(x);
-        for (int d = 0; d < x->ndim; d++) { p->shape[d] = x->shape[perm[d]]; p->stride[d] = x->stride[perm[d]]; }
+        int64_t shape[BT_MAX_DIMS], stride[BT_MAX_DIMS];
+        for (int d = 0; d < x->ndim; d++) { shape[d] = x->shape[perm[d]]; stride[d] = x->stride[perm[d]]; }
+        bt_tensor *p = bt__view_raw(x, x->ndim, shape, stride, x->offset);
         xc = bt__contig(p); bt_release(p);
     }
     bt_tensor *out = bt__new(out_s, x->dtype, bt_device_of(x));
     if (argmax) *argmax = bt__new(out_s, BT_I32, bt_device_of(x));
     if (bt__is_gpu(x)) {
 #ifdef BT_CUDA
-        bt_k_reduce(op, x->dtype, bt_data_ptr(out), argmax ? (int32_t *)bt_data_ptr(*argmax) : NULL, bt_data_ptr(xc), outer, r, inner, bt_k_stream());
+        BT__ON_GPU(bt_device_of(x), stream) bt_k_reduce(op, x->dtype, bt_data_ptr(out), argmax ? (int32_t *)bt_data_ptr(*argmax) : NULL, bt_data_ptr(xc), outer, r, inner, stream);
 #endif
     } else {
         const void *xp = bt_data_ptr(xc); void *op_ = bt_data_ptr(out); bt_dtype dt = x->dtype;
@@ -1490,7 +1814,7 @@ static void bt__max_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_fill_(gx, 0.0);
     if (bt__is_gpu(g)) {
 #ifdef BT_CUDA
-        bt_k_scatter_rows(g->dtype, bt_data_ptr(gx), bt_data_ptr(gc), (const int32_t *)bt_data_ptr(am), outer, r, inner, bt_k_stream());
+        BT__ON_GPU(bt_device_of(g), stream) bt_k_scatter_rows(g->dtype, bt_data_ptr(gx), bt_data_ptr(gc), (const int32_t *)bt_data_ptr(am), outer, r, inner, stream);
 #endif
     } else {
         const int32_t *a = (const int32_t *)bt_data_ptr(am);
@@ -1618,7 +1942,7 @@ static void bt__gemm(bt_dtype dt, bt_device dev, void *C, const void *A, const v
                      double alpha, double beta) {
     if (dev.type == BT_GPU) {
 #ifdef BT_CUDA
-        bt_k_matmul(dt, C, A, B, bias, M, N, K, ta, tb, batch, sA, sB, sC, (float)alpha, (float)beta, bt__g.precision, bt_k_stream());
+        BT__ON_GPU(dev, stream) bt_k_matmul(dt, C, A, B, bias, M, N, K, ta, tb, batch, sA, sB, sC, (float)alpha, (float)beta, bt__g.precision, stream);
 #endif
         return;
     }
@@ -1723,7 +2047,7 @@ static void bt__linear_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     }
     if (n->n_in > 2 && bt__wants(n, 2)) {
         int mask[2] = {1, 0};
-        bt_tensor *gv = bt__alias(g2); gv->ndim = 2; gv->shape[0] = rows; gv->shape[1] = out_f; bt__set_contiguous_strides(gv);
+        bt_tensor *gv = bt__view_dense(g2, bt_shape2(rows, out_f));
         gin[2] = bt__register(bt__reduce(gv, mask, BT_REDUCE_SUM, 0, NULL));
         bt_release(gv);
     }
@@ -1740,7 +2064,7 @@ BTDEF bt_tensor *bt_linear(bt_tensor *x, bt_tensor *w, bt_tensor *b) {
     }
     int64_t in_f = w->shape[1], out_f = w->shape[0], rows = bt_numel(x) / (in_f ? in_f : 1);
     bt_tensor *xc = bt__contig(x), *wc = bt__contig(w), *bc = b ? bt__contig(b) : NULL;
-    bt_tensor *x2 = bt__alias(xc); x2->ndim = 2; x2->shape[0] = rows; x2->shape[1] = in_f; bt__set_contiguous_strides(x2);
+    bt_tensor *x2 = bt__view_dense(xc, bt_shape2(rows, in_f));
     bt_shape os = bt_shape_of(x); os.d[os.ndim - 1] = out_f;
     bt_tensor *y = bt__new(os, x->dtype, bt_device_of(x));
     bt__gemm(x->dtype, bt_device_of(x), bt_data_ptr(y), bt_data_ptr(x2), bt_data_ptr(wc), bc ? bt_data_ptr(bc) : NULL,
@@ -1760,7 +2084,7 @@ static void bt__softmax_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_tensor *gc = bt__contig(g), *gx = bt__new(bt_shape_of(y), y->dtype, bt_device_of(y));
     if (bt__is_gpu(y)) {
 #ifdef BT_CUDA
-        bt_k_softmax_backward(y->dtype, bt_data_ptr(gx), bt_data_ptr(gc), bt_data_ptr(y), rows, cols, lg, bt_k_stream());
+        BT__ON_GPU(bt_device_of(y), stream) bt_k_softmax_backward(y->dtype, bt_data_ptr(gx), bt_data_ptr(gc), bt_data_ptr(y), rows, cols, lg, stream);
 #endif
     } else {
         const void *gp = bt_data_ptr(gc), *yp = bt_data_ptr(y); void *xp = bt_data_ptr(gx); bt_dtype dt = y->dtype;
@@ -1785,7 +2109,7 @@ static bt_tensor *bt__softmax(bt_tensor *x, int lg) {
     bt_tensor *xc = bt__contig(x), *y = bt__new(bt_shape_of(x), x->dtype, bt_device_of(x));
     if (bt__is_gpu(x)) {
 #ifdef BT_CUDA
-        bt_k_softmax(x->dtype, bt_data_ptr(y), bt_data_ptr(xc), rows, cols, lg, bt_k_stream());
+        BT__ON_GPU(bt_device_of(x), stream) bt_k_softmax(x->dtype, bt_data_ptr(y), bt_data_ptr(xc), rows, cols, lg, stream);
 #endif
     } else {
         const void *xp = bt_data_ptr(xc); void *yp = bt_data_ptr(y); bt_dtype dt = x->dtype;
@@ -1826,9 +2150,9 @@ static void bt__layernorm_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_tensor *gb = has_b && bt__wants(n, 2) ? bt_zeros(bt_shape1(C), dt, dev) : NULL;
     if (bt__is_gpu(x)) {
 #ifdef BT_CUDA
-        bt_k_layernorm_backward(dt, gx ? bt_data_ptr(gx) : NULL, gw ? bt_data_ptr(gw) : NULL, gb ? bt_data_ptr(gb) : NULL,
+        BT__ON_GPU(dev, stream) bt_k_layernorm_backward(dt, gx ? bt_data_ptr(gx) : NULL, gw ? bt_data_ptr(gw) : NULL, gb ? bt_data_ptr(gb) : NULL,
                                 bt_data_ptr(gc), bt_data_ptr(x), w ? bt_data_ptr(w) : NULL, (const float *)bt_data_ptr(mean),
-                                (const float *)bt_data_ptr(rstd), rows, C, bt_k_stream());
+                                (const float *)bt_data_ptr(rstd), rows, C, stream);
 #endif
     } else {
         const void *gp = bt_data_ptr(gc), *xp = bt_data_ptr(x), *wp = w ? bt_data_ptr(w) : NULL;
@@ -1882,8 +2206,8 @@ BTDEF bt_tensor *bt_layernorm(bt_tensor *x, bt_tensor *w, bt_tensor *b, double e
     bt_tensor *mean = bt__new(bt_shape1(rows), bt__stat_dtype(x), dev), *rstd = bt__new(bt_shape1(rows), bt__stat_dtype(x), dev);
     if (dev.type == BT_GPU) {
 #ifdef BT_CUDA
-        bt_k_layernorm(dt, bt_data_ptr(y), (float *)bt_data_ptr(mean), (float *)bt_data_ptr(rstd), bt_data_ptr(xc),
-                       wc ? bt_data_ptr(wc) : NULL, bc ? bt_data_ptr(bc) : NULL, rows, C, (float)eps, bt_k_stream());
+        BT__ON_GPU(dev, stream) bt_k_layernorm(dt, bt_data_ptr(y), (float *)bt_data_ptr(mean), (float *)bt_data_ptr(rstd), bt_data_ptr(xc),
+                       wc ? bt_data_ptr(wc) : NULL, bc ? bt_data_ptr(bc) : NULL, rows, C, (float)eps, stream);
 #endif
     } else {
         const void *xp = bt_data_ptr(xc), *wp = wc ? bt_data_ptr(wc) : NULL, *bp = bc ? bt_data_ptr(bc) : NULL;
@@ -1919,8 +2243,8 @@ static void bt__embedding_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_tensor *gc = bt__contig(g), *gt = bt_zeros(n->in_shape[0], g->dtype, bt_device_of(g));
     if (bt__is_gpu(g)) {
 #ifdef BT_CUDA
-        bt_k_embedding_backward(g->dtype, bt_data_ptr(gt), bt_data_ptr(gc), (const int32_t *)bt_data_ptr(idx), cnt, C, V,
-                                bt__g.deterministic, bt_k_stream());
+        BT__ON_GPU(bt_device_of(g), stream) bt_k_embedding_backward(g->dtype, bt_data_ptr(gt), bt_data_ptr(gc), (const int32_t *)bt_data_ptr(idx), cnt, C, V,
+                                bt__g.deterministic, stream);
 #endif
     } else {
         const int32_t *ip = (const int32_t *)bt_data_ptr(idx); const void *gp = bt_data_ptr(gc); void *tp = bt_data_ptr(gt);
@@ -1948,8 +2272,8 @@ BTDEF bt_tensor *bt_embedding(bt_tensor *table, bt_tensor *idx) {
     bt_tensor *out = bt__new(os, table->dtype, bt_device_of(table));
     if (bt__is_gpu(table)) {
 #ifdef BT_CUDA
-        bt_k_embedding(table->dtype, bt_data_ptr(out), bt_data_ptr(tc), (const int32_t *)bt_data_ptr(ic), cnt, C, V,
-                       bt__bad(bt_device_of(table)), bt_k_stream());
+        BT__ON_GPU(bt_device_of(table), stream) bt_k_embedding(table->dtype, bt_data_ptr(out), bt_data_ptr(tc), (const int32_t *)bt_data_ptr(ic), cnt, C, V,
+                       bt__bad(bt_device_of(table)), stream);
 #endif
     } else {
         const int32_t *ip = (const int32_t *)bt_data_ptr(ic);
@@ -1983,8 +2307,8 @@ static void bt__xent_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_tensor *gz = bt__new(bt_shape2(N, Vp), dt, dev);
     if (dev.type == BT_GPU) {
 #ifdef BT_CUDA
-        bt_k_cross_entropy_backward(dt, bt_data_ptr(gz), bt_data_ptr(logits), (const float *)bt_data_ptr(lse),
-                                    (const int32_t *)bt_data_ptr(tg), (const float *)bt_data_ptr(gl), N, V, Vp, ign, bt_k_stream());
+        BT__ON_GPU(dev, stream) bt_k_cross_entropy_backward(dt, bt_data_ptr(gz), bt_data_ptr(logits), (const float *)bt_data_ptr(lse),
+                                    (const int32_t *)bt_data_ptr(tg), (const float *)bt_data_ptr(gl), N, V, Vp, ign, stream);
 #endif
     } else {
         const void *zp = bt_data_ptr(logits); const int32_t *tp = (const int32_t *)bt_data_ptr(tg);
@@ -2015,8 +2339,7 @@ BTDEF bt_tensor *bt_cross_entropy(bt_tensor *logits, bt_tensor *targets, int64_t
     bt_device dev = bt_device_of(logits); bt_dtype dt = logits->dtype;
     if (dev.type == BT_GPU && dt == BT_F64) bt_error("cross_entropy: f64 is CPU-only (gradient checks), got %s", bt__s(logits));
     bt_tensor *zc = bt__contig(logits), *tc = bt__contig(targets);
-    bt_tensor *z2 = bt__alias(zc); z2->ndim = 2; z2->shape[0] = N; z2->shape[1] = Vp; bt__set_contiguous_strides(z2);
-    bt_tensor *t1 = bt__alias(tc); t1->ndim = 1; t1->shape[0] = N; bt__set_contiguous_strides(t1);
+    bt_tensor *z2 = bt__view_dense(zc, bt_shape2(N, Vp)), *t1 = bt__view_dense(tc, bt_shape1(N));
     bt_dtype sdt = bt__stat_dtype(logits);
     bt_tensor *losses = bt__new(bt_shape1(N), sdt, dev), *lse = bt__new(bt_shape1(N), sdt, dev);
     bt_tensor *inv = bt__new(bt_shape1(1), sdt, dev);   /* 1 / max(1, n_valid) */
@@ -2024,13 +2347,15 @@ BTDEF bt_tensor *bt_cross_entropy(bt_tensor *logits, bt_tensor *targets, int64_t
     bt_tensor *loss = bt__new(s0, sdt, dev);
     if (dev.type == BT_GPU) {
 #ifdef BT_CUDA
-        cudaStream_t st = bt_k_stream();
-        bt_k_cross_entropy(dt, (float *)bt_data_ptr(losses), (float *)bt_data_ptr(lse), bt_data_ptr(z2),
-                           (const int32_t *)bt_data_ptr(t1), N, V, Vp, ignore_index, bt__bad(dev), st);
-        bt_k_inv_count_ne((float *)bt_data_ptr(inv), (const int32_t *)bt_data_ptr(t1), N, ignore_index, st);
-        bt_k_reduce(BT_REDUCE_SUM, BT_F32, bt_data_ptr(loss), NULL, bt_data_ptr(losses), 1, N, 1, st);
+        int *bad = bt__bad(dev);
         int64_t one = 1, st0 = 0;
-        bt_k_binary(BT_BOP_MUL, BT_F32, bt_data_ptr(loss), bt_data_ptr(loss), &st0, bt_data_ptr(inv), &st0, 1, &one, st);
+        BT__ON_GPU(dev, st) {
+            bt_k_cross_entropy(dt, (float *)bt_data_ptr(losses), (float *)bt_data_ptr(lse), bt_data_ptr(z2),
+                               (const int32_t *)bt_data_ptr(t1), N, V, Vp, ignore_index, bad, st);
+            bt_k_inv_count_ne((float *)bt_data_ptr(inv), (const int32_t *)bt_data_ptr(t1), N, ignore_index, st);
+            bt_k_reduce(BT_REDUCE_SUM, BT_F32, bt_data_ptr(loss), NULL, bt_data_ptr(losses), 1, N, 1, st);
+            bt_k_binary(BT_BOP_MUL, BT_F32, bt_data_ptr(loss), bt_data_ptr(loss), &st0, bt_data_ptr(inv), &st0, 1, &one, st);
+        }
 #endif
     } else {
         const void *zp = bt_data_ptr(z2); const int32_t *tp = (const int32_t *)bt_data_ptr(t1);
@@ -2099,9 +2424,9 @@ static void bt__attention_compute(bt_tensor *q, bt_tensor *k, bt_tensor *v, bt_t
     double scale = 1.0 / sqrt((double)(D ? D : 1));
     if (bt__is_gpu(q)) {
 #ifdef BT_CUDA
-        bt_k_attention_strided(dt, bt_data_ptr(o), o->stride, (float *)bt_data_ptr(lse), bt_data_ptr(q), q->stride,
+        BT__ON_GPU(bt_device_of(q), stream) bt_k_attention_strided(dt, bt_data_ptr(o), o->stride, (float *)bt_data_ptr(lse), bt_data_ptr(q), q->stride,
                                bt_data_ptr(k), k->stride, bt_data_ptr(v), v->stride, B, H, T, D, (float)scale, bt__g.precision,
-                               bt_k_stream());
+                               stream);
 #endif
         return;
     }
@@ -2138,10 +2463,10 @@ static void bt__attention_grads(bt_tensor *q, bt_tensor *k, bt_tensor *v, bt_ten
     double scale = 1.0 / sqrt((double)(D ? D : 1));
     if (bt__is_gpu(q)) {
 #ifdef BT_CUDA
-        bt_k_attention_backward_strided(dt, bt_data_ptr(gq), gq->stride, bt_data_ptr(gk), gk->stride, bt_data_ptr(gv), gv->stride,
+        BT__ON_GPU(bt_device_of(q), stream) bt_k_attention_backward_strided(dt, bt_data_ptr(gq), gq->stride, bt_data_ptr(gk), gk->stride, bt_data_ptr(gv), gv->stride,
                                         bt_data_ptr(gc), gc->stride, bt_data_ptr(q), q->stride, bt_data_ptr(k), k->stride,
                                         bt_data_ptr(v), v->stride, bt_data_ptr(o), o->stride, (const float *)bt_data_ptr(lse),
-                                        B, H, T, D, (float)scale, bt__g.precision, bt_k_stream());
+                                        B, H, T, D, (float)scale, bt__g.precision, stream);
 #endif
         return;
     }
@@ -2214,24 +2539,20 @@ BTDEF bt_tensor *bt_attention(bt_tensor *q, bt_tensor *k, bt_tensor *v) {
     return bt__register(o);
 }
 
-/* q, k, v ([B, H, T, D] views, no copy) of a packed [B, T, 3C] projection: part i = 0, 1, 2 */
-static bt_tensor *bt__qkv_part(bt_tensor *qkv, int64_t H, int i) {
-    int64_t B = qkv->shape[0], T = qkv->shape[1], C3 = qkv->shape[2], C = C3 / 3, D = C / H;
-    bt_tensor *v = bt__alias(qkv);
-    v->ndim = 4; v->offset += i * C;
-    v->shape[0] = B; v->shape[1] = H; v->shape[2] = T; v->shape[3] = D;
-    v->stride[0] = T * C3; v->stride[1] = D; v->stride[2] = C3; v->stride[3] = 1;
-    return v;
+/* columns [part C, part C + C) of a contiguous [B, T, W] buffer as [B, H, T, D] (D = C / H), no copy:
+   the q, k or v of a packed [B, T, 3C] projection, or a [B, T, C] activation split into heads */
+static bt_tensor *bt__heads(bt_tensor *t, int64_t H, int64_t C, int part) {
+    int64_t B = t->shape[0], T = t->shape[1], W = t->shape[2], D = C / H;
+    int64_t shape[4] = {B, H, T, D}, stride[4] = {T * W, D, W, 1};
+    return bt__view_raw(t, 4, shape, stride, t->offset + part * C);
 }
 static void bt__attention_qkv_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_tensor *qkv = n->saved[0], *o = n->saved[1], *lse = n->saved[2];
-    int64_t H = n->i[0], B = qkv->shape[0], T = qkv->shape[1], C = qkv->shape[2] / 3, D = C / H;
-    bt_tensor *gc = bt__contig(g), *g4 = bt__alias(gc);   /* [B, T, C] read as [B, H, T, D] */
-    g4->ndim = 4; g4->shape[0] = B; g4->shape[1] = H; g4->shape[2] = T; g4->shape[3] = D;
-    g4->stride[0] = T * C; g4->stride[1] = D; g4->stride[2] = C; g4->stride[3] = 1;
+    int64_t H = n->i[0], C = qkv->shape[2] / 3;
+    bt_tensor *gc = bt__contig(g), *g4 = bt__heads(gc, H, C, 0);
     bt_tensor *gqkv = bt__new(bt_shape_of(qkv), qkv->dtype, bt_device_of(qkv));
     bt_tensor *p[6];
-    for (int i = 0; i < 3; i++) { p[i] = bt__qkv_part(qkv, H, i); p[3 + i] = bt__qkv_part(gqkv, H, i); }
+    for (int i = 0; i < 3; i++) { p[i] = bt__heads(qkv, H, C, i); p[3 + i] = bt__heads(gqkv, H, C, i); }
     bt__attention_grads(p[0], p[1], p[2], o, lse, g4, p[3], p[4], p[5]);
     for (int i = 0; i < 6; i++) bt_release(p[i]);
     bt_release(g4); bt_release(gc);
@@ -2245,12 +2566,10 @@ BTDEF bt_tensor *bt_attention_qkv(bt_tensor *qkv, int64_t H) {
     int64_t B = qkv->shape[0], T = qkv->shape[1], C = qkv->shape[2] / 3;
     bt_tensor *qc = bt__contig(qkv);
     bt_tensor *out = bt__new(bt_shape3(B, T, C), qkv->dtype, bt_device_of(qkv));
-    bt_tensor *o = bt__alias(out);                  /* the output's [B, T, C] buffer as [B, H, T, D] */
-    o->ndim = 4; o->shape[0] = B; o->shape[1] = H; o->shape[2] = T; o->shape[3] = C / H;
-    o->stride[0] = T * C; o->stride[1] = C / H; o->stride[2] = C; o->stride[3] = 1;
+    bt_tensor *o = bt__heads(out, H, C, 0);        /* the output's [B, T, C] buffer as [B, H, T, D] */
     bt_tensor *lse = bt__new(bt_shape3(B, H, T), bt__stat_dtype(qkv), bt_device_of(qkv));
     bt_tensor *p[3];
-    for (int i = 0; i < 3; i++) p[i] = bt__qkv_part(qc, H, i);
+    for (int i = 0; i < 3; i++) p[i] = bt__heads(qc, H, C, i);
     bt__attention_compute(p[0], p[1], p[2], o, lse);
     for (int i = 0; i < 3; i++) bt_release(p[i]);
     bt_node *n = bt__record("attention_qkv", bt__attention_qkv_back, out, &qkv, 1);
@@ -2298,8 +2617,9 @@ BTDEF bt_tensor *bt_concat(bt_tensor **ts, int n, int dim) {
     bt_tensor *out = bt__new(s, a->dtype, bt_device_of(a));
     int64_t off = 0;
     for (int k = 0; k < n; k++) {
-        bt_tensor *slot = bt__alias(out);
-        slot->offset += off * out->stride[dim]; slot->shape[dim] = ts[k]->shape[dim];
+        int64_t shape[BT_MAX_DIMS];
+        memcpy(shape, out->shape, sizeof shape); shape[dim] = ts[k]->shape[dim];
+        bt_tensor *slot = bt__view_raw(out, out->ndim, shape, out->stride, out->offset + off * out->stride[dim]);
         bt__copy_same_device(slot, ts[k]);
         bt_release(slot);
         off += ts[k]->shape[dim];

@@ -13,8 +13,10 @@
 #define BT_ALLOC_IMPLEMENTATION
 #define BT_TENSOR_IMPLEMENTATION
 #define BT_AUTOGRAD_IMPLEMENTATION
+#define BT_OPTIM_IMPLEMENTATION
 #define BT_DATA_IMPLEMENTATION
 #include "bt_autograd.h"
+#include "bt_optim.h"
 #include "bt_data.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -230,10 +232,10 @@ static int gpt2_save(gpt2 *m, const char *path, char *err, size_t errlen) {
 /* ============================================================================================
    3. the forward pass
    ============================================================================================ */
-/* A parameter in the compute dtype. For bf16 the whole flat buffer is cast once after each
-   change of the fp32 weights (the optimizer step bumps their version), and each parameter is
+/* Parameter p as dtype dt (the compute dtype). For bf16 the whole flat buffer is cast once after
+   each change of the fp32 weights (the optimizer step bumps their version), and each parameter is
    a view of that copy; the cast node's backward returns fp32 gradients to the leaves. */
-static bt_tensor *W(gpt2 *m, bt_tensor *p, bt_dtype dt) {
+static bt_tensor *param_as(gpt2 *m, bt_tensor *p, bt_dtype dt) {
     if (dt == p->dtype) return p;
     if (!m->flat_lowp || m->flat_lowp->dtype != dt || m->lowp_version != m->flat->storage->version) {
         int old = bt_set_grad_enabled(0);
@@ -253,13 +255,13 @@ static bt_tensor *W(gpt2 *m, bt_tensor *p, bt_dtype dt) {
 /* causal self-attention of one block: x [B, T, C] -> [B, T, C]. One projection makes q, k, v
    side by side ([B, T, 3C]); the attention op reads the heads out of it in place. */
 static bt_tensor *gpt2_attention(gpt2 *m, gpt2_layer *y, bt_tensor *h, bt_dtype dt) {
-    bt_tensor *qkv = bt_linear(h, W(m, y->qkvw, dt), W(m, y->qkvb, dt));
-    return bt_linear(bt_attention_qkv(qkv, m->cfg.H), W(m, y->projw, dt), W(m, y->projb, dt));
+    bt_tensor *qkv = bt_linear(h, param_as(m, y->qkvw, dt), param_as(m, y->qkvb, dt));
+    return bt_linear(bt_attention_qkv(qkv, m->cfg.H), param_as(m, y->projw, dt), param_as(m, y->projb, dt));
 }
 
 static bt_tensor *gpt2_mlp(gpt2 *m, gpt2_layer *y, bt_tensor *h, bt_dtype dt) {
-    bt_tensor *u = bt_gelu(bt_linear(h, W(m, y->fcw, dt), W(m, y->fcb, dt)));
-    return bt_linear(u, W(m, y->fcprojw, dt), W(m, y->fcprojb, dt));
+    bt_tensor *u = bt_gelu(bt_linear(h, param_as(m, y->fcw, dt), param_as(m, y->fcb, dt)));
+    return bt_linear(u, param_as(m, y->fcprojw, dt), param_as(m, y->fcprojb, dt));
 }
 
 /* idx [B, T] i32 on the model's device -> logits [B, T, Vp] in dtype dt */
@@ -267,14 +269,14 @@ static bt_tensor *gpt2_logits(gpt2 *m, bt_tensor *idx, bt_dtype dt) {
     const gpt2_config *c = &m->cfg;
     int64_t T = idx->shape[1];
     bt_tensor *pos = bt_arange(T, BT_I32, m->device);
-    bt_tensor *x = bt_add(bt_embedding(W(m, m->wte, dt), idx), bt_embedding(W(m, m->wpe, dt), pos));
+    bt_tensor *x = bt_add(bt_embedding(param_as(m, m->wte, dt), idx), bt_embedding(param_as(m, m->wpe, dt), pos));
     for (int l = 0; l < c->L; l++) {
         gpt2_layer *y = &m->layers[l];
-        x = bt_add(x, gpt2_attention(m, y, bt_layernorm(x, W(m, y->ln1w, dt), W(m, y->ln1b, dt), 1e-5), dt));
-        x = bt_add(x, gpt2_mlp(m, y, bt_layernorm(x, W(m, y->ln2w, dt), W(m, y->ln2b, dt), 1e-5), dt));
+        x = bt_add(x, gpt2_attention(m, y, bt_layernorm(x, param_as(m, y->ln1w, dt), param_as(m, y->ln1b, dt), 1e-5), dt));
+        x = bt_add(x, gpt2_mlp(m, y, bt_layernorm(x, param_as(m, y->ln2w, dt), param_as(m, y->ln2b, dt), 1e-5), dt));
     }
-    x = bt_layernorm(x, W(m, m->lnfw, dt), W(m, m->lnfb, dt), 1e-5);
-    return bt_linear(x, W(m, m->wte, dt), NULL);             /* weight tying: the head is wte */
+    x = bt_layernorm(x, param_as(m, m->lnfw, dt), param_as(m, m->lnfb, dt), 1e-5);
+    return bt_linear(x, param_as(m, m->wte, dt), NULL);             /* weight tying: the head is wte */
 }
 
 /* mean cross-entropy of the next tokens over the V real columns (the padding never counts) */
@@ -385,7 +387,7 @@ static void usage(FILE *f) {
         "  -o DIR    write DIR/log.jsonl (one JSON object per step)\n"
         "  --save PATH   write the trained model (llm.c layout) at the end\n"
         "  --precision fp32|tf32|bf16   (default bf16 on a GPU, fp32 on a CPU)\n"
-        "  --device auto|cpu|cuda       (default auto: the GPU when there is one)\n"
+        "  --device auto|cpu|cuda|cuda:N  (default auto: cuda:0 when there is a GPU)\n"
         "  --seed N  --topk N  --temp T  --clip C (0 = no clipping)\n"
         "  --tokenizer DIR   encoder.json and vocab.bpe (default data)\n"
         "  --overfit         train on the first batch only (a check that the model can learn)\n"
@@ -442,7 +444,10 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
             if (strcmp(v, "fp32") && strcmp(v, "tf32") && strcmp(v, "bf16")) { snprintf(err, errlen, "--precision must be fp32, tf32 or bf16, got '%s'", v); return -1; }
         } else if (!strcmp(a, "--device")) {
             o->device = v;
-            if (strcmp(v, "auto") && strcmp(v, "cpu") && strcmp(v, "cuda")) { snprintf(err, errlen, "--device must be auto, cpu or cuda, got '%s'", v); return -1; }
+            int n;
+            if (strcmp(v, "auto") && strcmp(v, "cpu") && strcmp(v, "cuda") && (strncmp(v, "cuda:", 5) || parse_int(v + 5, 0, BT_MAX_GPUS - 1, &n))) {
+                snprintf(err, errlen, "--device must be auto, cpu, cuda or cuda:N, got '%s'", v); return -1;
+            }
         } else { snprintf(err, errlen, "unknown option '%s'", a); return -1; }
         if (bad) { snprintf(err, errlen, "bad value '%s' for %s", v, a); return -1; }
     }
@@ -478,11 +483,19 @@ static int resolve_opts(train_opts *o, int on_gpu, const gpt2_config *cfg, char 
    ============================================================================================ */
 static double now_s(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec + 1e-9 * ts.tv_nsec; }
 
-/* peak dense rate of the precision, for MFU (H100 SXM datasheet: fp32 67, tf32 495, bf16 989 TFLOP/s) */
-static double peak_flops(const char *precision) {
-    if (!strcmp(precision, "bf16")) return 989e12;
-    if (!strcmp(precision, "tf32")) return 495e12;
-    return 67e12;
+/* dense peak FLOP/s of a GPU in a precision, for MFU, looked up by the GPU's name (datasheet
+   figures, without sparsity); 0 when the GPU is not in the table */
+static double peak_flops(const char *gpu, const char *precision) {
+    static const struct { const char *name; double bf16, tf32, fp32; } table[] = {
+        {"H100 PCIe", 756e12, 378e12, 51e12},
+        {"H100", 989e12, 495e12, 67e12},     /* SXM (HBM3) */
+        {"H200", 989e12, 495e12, 67e12},
+        {"A100", 312e12, 156e12, 19.5e12},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (strstr(gpu, table[i].name))
+            return !strcmp(precision, "bf16") ? table[i].bf16 : !strcmp(precision, "tf32") ? table[i].tf32 : table[i].fp32;
+    return 0;
 }
 
 typedef struct {
@@ -593,7 +606,7 @@ static int auto_micro_batch(gpt2 *m, int T, int total_batch, bt_dtype dt) {
 #ifdef BT_CUDA
     size_t p1 = probe_peak(m, 1, T, dt), p2 = probe_peak(m, 2, T, dt), free_b = 0, total_b = 0;
     size_t per = p2 > p1 ? p2 - p1 : 1, fixed = p1 > per ? p1 - per : 0;
-    BT__CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b), "auto micro-batch");
+    bt_device_memory(m->device, &free_b, &total_b);
     double budget = 0.9 * (double)(free_b + bt_alloc_stats(m->device).reserved);
     while (best * 2 * T <= total_batch && total_batch % (best * 2 * T) == 0 && fixed + (double)per * best * 2 <= budget) best *= 2;
     printf("auto micro-batch: %.0f MiB per sequence of %d tokens, %.0f MiB fixed, %.0f MiB usable -> B = %d\n",
@@ -606,23 +619,21 @@ static int auto_micro_batch(gpt2 *m, int T, int total_batch, bt_dtype dt) {
 
 static int train_main(train_opts *o) {
     char err[1024];
-    int have_gpu = 0;
+    int n_gpus = bt_cuda_device_count(), want = !strncmp(o->device, "cuda", 4);
+    int gpu_index = !strncmp(o->device, "cuda:", 5) ? atoi(o->device + 5) : 0;
+    if (want && gpu_index >= n_gpus) {
 #ifdef BT_CUDA
-    have_gpu = bt_k_device_count() > 0;
-#endif
-    if (!strcmp(o->device, "cuda") && !have_gpu) {
-#ifdef BT_CUDA
-        fprintf(stderr, "error: --device cuda, but no GPU is visible\n");
+        fprintf(stderr, "error: --device %s, but %d GPU%s visible\n", o->device, n_gpus, n_gpus == 1 ? " is" : "s are");
 #else
-        fprintf(stderr, "error: --device cuda, but this binary was built without CUDA (build with nvcc)\n");
+        fprintf(stderr, "error: --device %s, but this binary was built without CUDA (build with nvcc)\n", o->device);
 #endif
         return 1;
     }
-    int on_gpu = have_gpu && strcmp(o->device, "cpu");
+    int on_gpu = n_gpus > 0 && strcmp(o->device, "cpu");
 #ifdef BT_CUDA
-    if (!have_gpu) printf("no GPU found: running on the CPU\n");
+    if (!n_gpus) printf("no GPU found: running on the CPU\n");
 #endif
-    bt_device dev = on_gpu ? bt_cuda_device(0) : bt_cpu();
+    bt_device dev = on_gpu ? bt_cuda_device(gpu_index) : bt_cpu();
 
     gpt2_config cfg;
     const char *model = o->model ? o->model : (on_gpu ? "d12" : "s4");
@@ -667,8 +678,9 @@ static int train_main(train_opts *o) {
     }
     int accum = o->total_batch / (o->B * o->T);
     double flops_per_token = 6.0 * tr.model.num_params + 12.0 * cfg.L * cfg.C * o->T;
+    double peak = on_gpu ? peak_flops(bt_device_name(dev), o->precision) : 0;   /* 0: MFU not shown */
     printf("model %s: L %d H %d C %d maxT %d V %d (padded %d), %.2fM parameters on %s\n", model, cfg.L, cfg.H, cfg.C,
-           cfg.maxT, cfg.V, cfg.Vp, tr.model.num_params / 1e6, on_gpu ? "cuda:0" : "cpu");
+           cfg.maxT, cfg.V, cfg.Vp, tr.model.num_params / 1e6, on_gpu ? bt_device_name(dev) : "cpu");
     printf("B %d T %d, total batch %d tokens (%d micro-batches), %d steps, lr %.2e warmup %d, precision %s\n",
            o->B, o->T, o->total_batch, accum, o->steps, o->lr, o->warmup, o->precision);
     printf("train %zu batches/epoch (%s), val %zu batches of %d rows (%s)\n", bt_loader_num_batches(tr.train), o->train_glob,
@@ -681,13 +693,13 @@ static int train_main(train_opts *o) {
         double t0 = now_s(), norm = 0;
         double loss = train_step(&tr, step, lr, &norm);
         double dt_s = now_s() - t0, tps = o->total_batch / dt_s;
-        double mfu = on_gpu ? 100.0 * flops_per_token * tps / peak_flops(o->precision) : 0;
+        double mfu = peak > 0 ? 100.0 * flops_per_token * tps / peak : 0;
         int last = step == o->steps - 1;
         double val = NAN;
         if (o->val_every && ((step + 1) % o->val_every == 0 || last)) val = last_val = evaluate(&tr);
         if (!o->quiet || last || val == val) {
             printf("step %4d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s", step + 1, o->steps, loss, lr, norm, dt_s * 1e3, tps);
-            if (on_gpu) printf(" | MFU %.1f%%", mfu);
+            if (peak > 0) printf(" | MFU %.1f%%", mfu);
             printf(" | mem %.0f MiB", bt_alloc_stats(dev).allocated / 1048576.0);
             if (val == val) printf(" | val %.4f", val);
             printf("\n");

@@ -22,11 +22,12 @@ static void test_cli(void) {
     train_opts o; char err[256];
     BT_CHECK(parse("-b 4 -t 32 -x 10 --precision bf16", &o, err) == 0 && o.B == 4 && o.T == 32 && o.steps == 10, "good flags: %s", err);
     BT_CHECK(parse("-h", &o, err) == 1, "-h asks for help");
+    BT_CHECK(parse("--device cuda:1", &o, err) == 0 && !strcmp(o.device, "cuda:1"), "--device cuda:1: %s", err);
     struct { const char *args, *msg; } bad[] = {
         {"-b", "-b needs a value"}, {"-b 0", "bad value '0' for -b"}, {"-b x", "bad value 'x' for -b"},
         {"-t 12abc", "bad value '12abc' for -t"}, {"-l -1", "bad value '-1' for -l"}, {"--bogus 1", "unknown option '--bogus'"},
-        {"--precision fp8", "--precision must be fp32, tf32 or bf16"}, {"--device tpu", "--device must be auto, cpu or cuda"},
-        {"-q 2", "bad value '2' for -q"},
+        {"--precision fp8", "--precision must be fp32, tf32 or bf16"}, {"--device tpu", "--device must be auto, cpu, cuda or cuda:N"},
+        {"-q 2", "bad value '2' for -q"}, {"--device cuda:x", "--device must be"}, {"--device cuda:99", "--device must be"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int r = parse(bad[i].args, &o, err);

@@ -31,7 +31,7 @@ static int have_gpu(void) {
 #define NEED_GPU() do { if (!have_gpu()) { BT_SKIP("no CUDA device"); return; } } while (0)
 #define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
     fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); exit(2); } } while (0)
-static cudaStream_t st(void) { return bt_k_stream(); }
+static cudaStream_t st(void) { return bt_k_current_stream(0); }
 
 static size_t tsz(bt_dtype dt) {
     switch (dt) {
@@ -179,17 +179,25 @@ static void test_context(void) {
     NEED_GPU();
     BT_CHECK(bt_k_device_count() >= 1, "device count %d", bt_k_device_count());
     bt_k_init(0); bt_k_init(0);
-    cudaStream_t s0 = bt_k_stream();
+    cudaStream_t s0 = bt_k_current_stream(0);
     BT_CHECK(s0 != NULL, "the device stream is the legacy default stream");
-    cudaStream_t mine;
+    cudaStream_t mine, other;
     CK(cudaStreamCreateWithFlags(&mine, cudaStreamNonBlocking));
-    bt_k_set_stream(mine);
-    BT_CHECK(bt_k_stream() == mine, "set_stream");
-    bt_k_set_stream(NULL);
-    BT_CHECK(bt_k_stream() == s0, "set_stream(NULL) restores");
-    CK(cudaStreamDestroy(mine));
-    bt_k_synchronize();
+    CK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+    bt_k_push_stream(0, mine);
+    BT_CHECK(bt_k_current_stream(0) == mine, "push_stream");
+    bt_k_push_stream(0, other);
+    BT_CHECK(bt_k_current_stream(0) == other, "push_stream nests");
+    bt_k_pop_stream(0);
+    BT_CHECK(bt_k_current_stream(0) == mine, "pop_stream returns to the one below");
+    bt_k_pop_stream(0);
+    BT_CHECK(bt_k_current_stream(0) == s0, "the last pop restores the device's own stream");
+    BT_EXPECT_ERROR(bt_k_pop_stream(0), "no stream pushed");
+    bt_k_forget_stream(0, mine); bt_k_forget_stream(0, other);
+    CK(cudaStreamDestroy(mine)); CK(cudaStreamDestroy(other));
+    bt_k_synchronize(0);
     BT_EXPECT_ERROR(bt_k_init(BT_MAX_GPUS + 3), "no CUDA device");
+    BT_EXPECT_ERROR(bt_k_current_stream(bt_k_device_count()), "no CUDA device");
     BT_EXPECT_ERROR(bt_k_unary(BT_UOP_EXP, BT_I32, NULL, NULL, 4, st()), "dtype i32");
     BT_EXPECT_ERROR(bt_k_softmax(BT_F64, NULL, NULL, 2, 2, 0, st()), "bt_k_softmax");
 }
@@ -309,8 +317,11 @@ static double uop_ref(int op, double x) {
     case BT_UOP_GELU: return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
     case BT_UOP_SQUARE: return x * x;
     case BT_UOP_RECIP: return 1 / x;
+    case BT_UOP_RSQRT: return 1 / sqrt(x);
+    case BT_UOP_SIGMOID: return 1 / (1 + exp(-x));
+    case BT_UOP_SILU: return x / (1 + exp(-x));
     }
-    return 0;
+    return NAN;
 }
 static double uop_dref(int op, double x) {
     switch (op) {
@@ -326,12 +337,14 @@ static double uop_dref(int op, double x) {
     }
     case BT_UOP_SQUARE: return 2 * x;
     case BT_UOP_RECIP: return -1 / (x * x);
+    case BT_UOP_RSQRT: return -0.5 / (x * sqrt(x));
+    case BT_UOP_SIGMOID: { double sg = 1 / (1 + exp(-x)); return sg * (1 - sg); }
+    case BT_UOP_SILU: { double sg = 1 / (1 + exp(-x)); return sg + x * sg * (1 - sg); }
     }
-    return 0;
+    return NAN;
 }
 static void test_unary(void) {
     NEED_GPU();
-    static const char *names[] = {"neg", "exp", "log", "sqrt", "tanh", "relu", "gelu", "square", "recip"};
     bt_dtype dts[] = {BT_F32, BT_F64, BT_BF16, BT_F16};
     int64_t n = 1003;
     char what[64];
@@ -339,26 +352,20 @@ static void test_unary(void) {
         bt_dtype dt = dts[k];
         for (int op = 0; op < BT_NUOPS; op++) {
             seed(100 + k * 16 + op);
-            int pos = op == BT_UOP_LOG || op == BT_UOP_SQRT || op == BT_UOP_RECIP;
+            int pos = op == BT_UOP_LOG || op == BT_UOP_SQRT || op == BT_UOP_RSQRT || op == BT_UOP_RECIP;
             double *x = rvec(n, pos ? 0.2 : -3, 3), *g = rvec(n, -1, 1), *ref = zvec(n), *gref = zvec(n);
             void *dx = up(dt, x, n), *dg = up(dt, g, n), *o = dmalloc((size_t)n * tsz(dt)), *gx = dmalloc((size_t)n * tsz(dt));
             for (int64_t i = 0; i < n; i++) { ref[i] = uop_ref(op, x[i]); gref[i] = g[i] * uop_dref(op, x[i]); }
             bt_k_unary((bt_unary_op)op, dt, o, dx, n, st());
-            snprintf(what, sizeof what, "unary %s %s", names[op], tname(dt)); expect(what, dt, o, ref, n, tol_of(dt));
-            bt_k_unary_backward((bt_unary_op)op, dt, gx, dg, dx, NULL, n, st());
-            snprintf(what, sizeof what, "unary_bwd %s %s", names[op], tname(dt)); expect(what, dt, gx, gref, n, tol_of(dt));
-            if (op == BT_UOP_EXP || op == BT_UOP_SQRT || op == BT_UOP_TANH || op == BT_UOP_RELU || op == BT_UOP_RECIP) {
-                poison(gx, (size_t)n * tsz(dt));
-                bt_k_unary_backward((bt_unary_op)op, dt, gx, dg, NULL, o, n, st());
-                snprintf(what, sizeof what, "unary_bwd(y) %s %s", names[op], tname(dt));
-                expect(what, dt, gx, gref, n, dt == BT_F32 ? 1e-5 : tol_of(dt) * (dt == BT_F64 ? 1 : 2));
-            }
+            snprintf(what, sizeof what, "unary %s %s", bt_unary_op_name((bt_unary_op)op), tname(dt)); expect(what, dt, o, ref, n, tol_of(dt));
+            bt_k_unary_backward((bt_unary_op)op, dt, gx, dg, dx, n, st());
+            snprintf(what, sizeof what, "unary_bwd %s %s", bt_unary_op_name((bt_unary_op)op), tname(dt)); expect(what, dt, gx, gref, n, tol_of(dt));
             if (op == BT_UOP_GELU) {
                 /* unaligned (scalar path) and in place: gx aliases gout */
                 poison(o, (size_t)n * tsz(dt));
                 bt_k_unary((bt_unary_op)op, dt, (char *)o + tsz(dt), (const char *)dx + tsz(dt), n - 1, st());
                 snprintf(what, sizeof what, "unary gelu %s unaligned", tname(dt)); expect(what, dt, (char *)o + tsz(dt), ref + 1, n - 1, tol_of(dt));
-                bt_k_unary_backward((bt_unary_op)op, dt, dg, dg, dx, NULL, n, st());
+                bt_k_unary_backward((bt_unary_op)op, dt, dg, dg, dx, n, st());
                 snprintf(what, sizeof what, "unary_bwd gelu %s in place", tname(dt)); expect(what, dt, dg, gref, n, tol_of(dt));
             }
             free(x); free(g); free(ref); free(gref); dfree(dx); dfree(dg); dfree(o); dfree(gx);
@@ -1061,42 +1068,45 @@ static void test_adamw(void) {
     bt_dtype gdts[] = {BT_F32, BT_BF16, BT_F16};
     char what[96];
     for (int k = 0; k < 3; k++)
-        for (int variant = 0; variant < 2; variant++) {   /* 0: aligned, scale, bf16 copy; 1: offset by 1, no scale */
+        for (int variant = 0; variant < 2; variant++) {   /* 0: aligned, scaled, 3 decay runs; 1: offset by 1, one decay */
             seed(1200 + k * 4 + variant);
             bt_dtype gdt = gdts[k];
             double *p = rvec(n + 1, -1, 1), *m = rvec(n + 1, -0.1, 0.1), *v = rvec(n + 1, 1e-4, 1e-2), *g = rvec(n + 1, -1, 1);
             for (int64_t i = 0; i <= n; i++) v[i] = fabs(v[i]);
             void *dp = up(BT_F32, p, n + 1), *dm = up(BT_F32, m, n + 1), *dv = up(BT_F32, v, n + 1), *dg = up(gdt, g, n + 1);
-            void *lo = dmalloc((size_t)(n + 1) * 2);
             double sc = variant == 0 ? 0.5 : 1.0;
             float *dsc = NULL;
             if (variant == 0) { double s1 = sc; dsc = (float *)up(BT_F32, &s1, 1); }
+            /* runs: [0, 301) wd 0.1, [301, 302) wd 0, [302, n) wd 0.05 (a run of one element too) */
+            bt_k_decay_run runs[3] = {{301, 0.1f}, {302, 0.0f}, {n, 0.05f}};
+            bt_k_decay_run *druns = NULL;
+            if (variant == 0) {
+                CK(cudaMalloc(&druns, sizeof runs));
+                CK(cudaMemcpy(druns, runs, sizeof runs, cudaMemcpyHostToDevice));
+            }
             int off = variant, step = 3;
             double lr = 1e-2, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.1;
-            double *rp = zvec(n), *rm = zvec(n), *rv = zvec(n), *rl = zvec(n);
+            double *rp = zvec(n), *rm = zvec(n), *rv = zvec(n);
             for (int64_t i = 0; i < n; i++) {
-                double gi = g[i + off] * sc;
+                double gi = g[i + off] * sc, wi = variant ? wd : i < 301 ? 0.1 : i < 302 ? 0.0 : 0.05;
                 rm[i] = b1 * m[i + off] + (1 - b1) * gi;
                 rv[i] = b2 * v[i + off] + (1 - b2) * gi * gi;
                 double mh = rm[i] / (1 - pow(b1, step)), vh = rv[i] / (1 - pow(b2, step));
-                rp[i] = p[i + off] - lr * (mh / (sqrt(vh) + eps) + wd * p[i + off]);
-                rl[i] = q(BT_BF16, rp[i]);
+                rp[i] = p[i + off] - lr * (mh / (sqrt(vh) + eps) + (double)(float)wi * p[i + off]);
             }
-            bt_k_adamw((float *)dp + off, (char *)dg + off * tsz(gdt), gdt, (float *)dm + off, (float *)dv + off,
-                       variant == 0 ? lo : NULL, BT_BF16, n, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, step, dsc, st());
-            snprintf(what, sizeof what, "adamw p g=%s %s", tname(gdt), variant ? "unaligned" : "scaled+bf16 copy");
+            bt_k_adamw((float *)dp + off, (char *)dg + off * tsz(gdt), gdt, (float *)dm + off, (float *)dv + off, n,
+                       (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, druns, variant == 0 ? 3 : 0, step, dsc, st());
+            const char *how = variant ? "unaligned" : "scaled, decay runs";
+            snprintf(what, sizeof what, "adamw p g=%s %s", tname(gdt), how);
             expect(what, BT_F32, (float *)dp + off, rp, n, 1e-5);
-            snprintf(what, sizeof what, "adamw m g=%s %s", tname(gdt), variant ? "unaligned" : "scaled+bf16 copy");
+            snprintf(what, sizeof what, "adamw m g=%s %s", tname(gdt), how);
             expect(what, BT_F32, (float *)dm + off, rm, n, 1e-5);
-            snprintf(what, sizeof what, "adamw v g=%s %s", tname(gdt), variant ? "unaligned" : "scaled+bf16 copy");
+            snprintf(what, sizeof what, "adamw v g=%s %s", tname(gdt), how);
             expect(what, BT_F32, (float *)dv + off, rv, n, 1e-5);
-            if (variant == 0) {
-                snprintf(what, sizeof what, "adamw bf16 copy g=%s", tname(gdt));
-                expect(what, BT_BF16, lo, rl, n, 1e-5);
-            }
-            free(p); free(m); free(v); free(g); free(rp); free(rm); free(rv); free(rl);
-            dfree(dp); dfree(dm); dfree(dv); dfree(dg); dfree(lo);
+            free(p); free(m); free(v); free(g); free(rp); free(rm); free(rv);
+            dfree(dp); dfree(dm); dfree(dv); dfree(dg);
             if (dsc) dfree(dsc);
+            if (druns) CK(cudaFree(druns));
         }
 }
 

@@ -4,7 +4,9 @@
 #define BT_ALLOC_IMPLEMENTATION
 #define BT_TENSOR_IMPLEMENTATION
 #define BT_AUTOGRAD_IMPLEMENTATION
+#define BT_OPTIM_IMPLEMENTATION
 #include "bt_autograd.h"
+#include "bt_optim.h"
 #include "tests/bt_test.h"
 /* BT_EXPECT_ERROR's setjmp: its saved handler is never written after the setjmp, so gcc's
    -Wclobbered warning about it is a false positive */

@@ -1,0 +1,460 @@
+/* bt_optim.h - BluTrain-C optimizers, v0.1: AdamW and SGD, the global gradient norm and
+   clipping, the learning-rate schedule. They update parameters from their gradients; the
+   autograd engine (bt_autograd.h) only computes the gradients and knows nothing of this.
+
+   USAGE
+     #define BT_OPTIM_IMPLEMENTATION in *one* C/CUDA file, in the file that also defines
+     BT_TENSOR_IMPLEMENTATION (the implementation uses bt_tensor.h's internals).
+
+     bt_adamw opt;
+     bt_adamw_init(&opt, params, n, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f);   // clip the norm at 1.0
+     ... bt_backward(loss) ...
+     bt_adamw_step(&opt, lr);                  // clip by the global norm, then one fused update
+     bt_adamw_free(&opt);
+
+   ADAMW STATE IS PLAIN DATA
+     The moments live in two fp32 tensors m and v over one index space of all the parameters'
+     elements: parameter i occupies [offset[i], offset[i] + numel(i)). When the parameters tile
+     one buffer (a model with a flat parameter buffer, as train_gpt2's), that space is the
+     buffer's own order, so a range [lo, hi) of m and v matches the same range of the parameter
+     and gradient buffers; otherwise parameters follow in list order. step counts the updates.
+     m, v and step are fields the caller reads and writes (a checkpoint saves them; bt_adamw_set_state
+     loads them with checks). bt_adamw_shard(opt, lo, hi) keeps state only for [lo, hi) and updates
+     only those elements: a ZeRO rank's shard. bt_adamw_step = bt_adamw_set_grad_norm (the global
+     gradient norm and the clip factor, on the device, no host sync) + bt_adamw_update; a caller
+     whose gradient is sharded computes the norm itself (bt_sumsq of its shard, summed over the
+     ranks) and hands the reduced shard to bt_adamw_update.
+
+   DEVICES
+     Every parameter of one optimizer lives on one device; the update runs on that device's
+     current stream (bt_tensor.h) in one kernel launch over the flat buffer when the parameters
+     and gradients tile one, else one launch per parameter. The CPU path computes in double.
+
+   OPTIONS: those of bt_tensor.h.
+*/
+#ifndef BT_OPTIM_H
+#define BT_OPTIM_H
+#include "bt_tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- AdamW (decoupled weight decay, bias correction) ---- */
+typedef struct {
+    bt_tensor **params; int n;            /* one float dtype (f32 on a GPU), contiguous, one device; not owned */
+    float beta1, beta2, eps, weight_decay;
+    float max_grad_norm;                  /* > 0: scale the gradients so their global L2 norm <= this */
+    unsigned char *decay;                 /* per parameter: 1 = weight decay applies (default: ndim >= 2) */
+    /* the state */
+    int64_t step;                         /* updates done */
+    int64_t numel;                        /* all parameters' elements: the state's index space */
+    int64_t *offset;                      /* [n]: where parameter i starts in it */
+    int64_t lo, hi;                       /* the range held and updated ([0, numel) unless sharded) */
+    bt_tensor *m, *v;                     /* [hi - lo], the parameters' dtype and device */
+    bt_tensor *grad_norm;                 /* fp32 [1]: the last step's global gradient norm */
+    bt_tensor *clip_scale;                /* fp32 [1]: min(1, max_grad_norm / norm), or NULL */
+    /* internal */
+    bt_tensor *flat_p;                    /* the parameters' buffer when they tile one, else NULL */
+    void *runs;                           /* GPU: the weight-decay runs over [lo, hi), a device table */
+    int nruns;
+} bt_adamw;
+
+BTDEF void bt_adamw_init(bt_adamw *opt, bt_tensor **params, int n, float beta1, float beta2, float eps,
+                         float weight_decay, float max_grad_norm);
+BTDEF void bt_adamw_step(bt_adamw *opt, float lr);   /* set_grad_norm over all grads + update */
+BTDEF void bt_adamw_free(bt_adamw *opt);
+/* hold state for and update only [lo, hi) of the index space (kept state is carried over) */
+BTDEF void bt_adamw_shard(bt_adamw *opt, int64_t lo, int64_t hi);
+/* norm: an fp32 one-element tensor on the parameters' device (kept); sets grad_norm and clip_scale */
+BTDEF void bt_adamw_set_grad_norm(bt_adamw *opt, bt_tensor *norm);
+/* One update of [lo, hi) with the clip factor set last. grad NULL: the parameters' own .grad;
+   else a contiguous [hi - lo] tensor (f32/bf16/f16) holding the gradient of that range. */
+BTDEF void bt_adamw_update(bt_adamw *opt, float lr, bt_tensor *grad);
+/* Copy a saved state in: m, v of [hi - lo] elements on any device, step >= 0. */
+BTDEF void bt_adamw_set_state(bt_adamw *opt, bt_tensor *m, bt_tensor *v, int64_t step);
+
+/* ---- SGD with momentum (PyTorch's form: buf = mu buf + g + wd p; p -= lr buf) ---- */
+typedef struct {
+    bt_tensor **params; int n;
+    float momentum, weight_decay;
+    bt_tensor **buf;
+} bt_sgd;
+BTDEF void bt_sgd_init(bt_sgd *opt, bt_tensor **params, int n, float momentum, float weight_decay);
+BTDEF void bt_sgd_step(bt_sgd *opt, float lr);
+BTDEF void bt_sgd_free(bt_sgd *opt);
+
+/* ---- norms and schedules ---- */
+/* global L2 norm of the grads, as an fp32 [1] tensor on the grads' device (no host sync) */
+BTDEF bt_tensor *bt_grad_norm(bt_tensor **params, int n);
+/* sum of squares of x (any float dtype, contiguous) as an fp32 [1] tensor on x's device */
+BTDEF bt_tensor *bt_sumsq(bt_tensor *x);
+/* linear warmup over `warmup` steps to max_lr, then cosine to min_lr at `total` */
+BTDEF double bt_lr_cosine(int step, int warmup, int total, double max_lr, double min_lr);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* BT_OPTIM_H */
+
+#ifdef BT_OPTIM_IMPLEMENTATION
+#ifndef BT_OPTIM_IMPLEMENTATION_DONE
+#define BT_OPTIM_IMPLEMENTATION_DONE
+#ifndef BT_TENSOR_IMPLEMENTATION_DONE
+#error "bt_optim.h: define BT_TENSOR_IMPLEMENTATION in the same file, before BT_OPTIM_IMPLEMENTATION"
+#endif
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+
+/* ============================================================================================
+   1. flat buffers: parameters (or gradients) that tile one storage
+   ============================================================================================ */
+/* indices of ts sorted by storage offset (insertion sort: a few hundred parameters, rarely) */
+static void bt__sort_by_offset(bt_tensor **ts, int n, int *order) {
+    for (int i = 0; i < n; i++) {
+        int j = i;
+        for (; j > 0 && ts[order[j - 1]]->offset > ts[i]->offset; j--) order[j] = order[j - 1];
+        order[j] = i;
+    }
+}
+/* 1 when ts[order[0..n)] are contiguous, of one dtype, in one storage, each starting where the
+   previous one ends */
+static int bt__tiles(bt_tensor **ts, const int *order, int n) {
+    for (int k = 0; k < n; k++) {
+        bt_tensor *t = ts[order[k]], *t0 = ts[order[0]];
+        if (!t || !bt_is_contiguous(t) || t->storage != t0->storage || t->dtype != t0->dtype) return 0;
+        if (k && t->offset != ts[order[k - 1]]->offset + bt_numel(ts[order[k - 1]])) return 0;
+    }
+    return n > 0;
+}
+/* the flat buffer the n tensors tile, as a 1-D view of `numel` elements from the first; else NULL.
+   `like` (may be NULL): the tensors must also sit at the same relative offsets as like's. */
+static bt_tensor *bt__flat_view(bt_tensor **ts, int n, int64_t numel, bt_tensor **like) {
+    int *order = (int *)malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+    if (!order) bt_error("optimizer: out of host memory");
+    for (int i = 0; i < n; i++) if (!ts[i]) { free(order); return NULL; }
+    bt__sort_by_offset(ts, n, order);
+    int ok = bt__tiles(ts, order, n);
+    for (int i = 0; ok && like && i < n; i++)
+        ok = ts[i]->offset - ts[order[0]]->offset == like[i]->offset - like[order[0]]->offset;
+    bt_tensor *flat = NULL;
+    if (ok) {
+        int64_t shape[1] = {numel}, stride[1] = {1};
+        flat = bt__view_raw(ts[order[0]], 1, shape, stride, ts[order[0]]->offset);
+    }
+    free(order);
+    return flat;
+}
+static int64_t bt__total_numel(bt_tensor **ts, int n) { int64_t s = 0; for (int i = 0; i < n; i++) s += bt_numel(ts[i]); return s; }
+
+/* ============================================================================================
+   2. norms
+   ============================================================================================ */
+BTDEF bt_tensor *bt_sumsq(bt_tensor *x) {
+    bt__need_float(x, "sumsq", "x");
+    if (!bt_is_contiguous(x)) bt_error("sumsq: %s is not contiguous", bt__s(x));
+    bt_tensor *out = bt__new(bt_shape1(1), BT_F32, bt_device_of(x));
+    if (bt__is_gpu(x)) {
+#ifdef BT_CUDA
+        BT__ON_GPU(bt_device_of(x), stream) bt_k_sumsq(x->dtype, (float *)bt_data_ptr(out), bt_data_ptr(x), bt_numel(x), 0, stream);
+#endif
+    } else {
+        double s = 0; const void *p = bt_data_ptr(x); int64_t m = bt_numel(x);
+        for (int64_t j = 0; j < m; j++) { double v = bt__ld(p, x->dtype, j); s += v * v; }
+        ((float *)bt_data_ptr(out))[0] = (float)s;
+    }
+    return bt__register(out);
+}
+
+BTDEF bt_tensor *bt_grad_norm(bt_tensor **params, int n) {
+    bt_device dev = bt_cpu(); int found = 0;
+    for (int i = 0; i < n; i++) if (params[i]->grad) { dev = bt_device_of(params[i]->grad); found = 1; break; }
+    int old = bt_set_grad_enabled(0);
+    bt_tensor *norm = NULL;
+    bt_scope_begin();
+    if (!found) norm = bt_retain(bt_zeros(bt_shape1(1), BT_F32, dev));
+    else if (dev.type == BT_GPU) {
+        bt_tensor **grads = (bt_tensor **)malloc(sizeof(bt_tensor *) * (size_t)n);
+        int all = grads != NULL;
+        for (int i = 0; all && i < n; i++) all = (grads[i] = params[i]->grad) != NULL;
+        bt_tensor *flat = all ? bt__flat_view(grads, n, bt__total_numel(grads, n), NULL) : NULL;
+        free(grads);
+        bt_tensor *sq;
+        if (flat) { sq = bt_sumsq(flat); bt_release(flat); }      /* one buffer: one pass */
+        else {
+            sq = bt_zeros(bt_shape1(1), BT_F32, dev);
+            for (int i = 0; i < n; i++) if (params[i]->grad) bt_add_(sq, bt_sumsq(params[i]->grad), 1.0);
+        }
+        norm = bt_retain(bt_sqrt(sq));
+    } else {
+        double s = 0;
+        for (int i = 0; i < n; i++) {
+            bt_tensor *g = params[i]->grad;
+            if (!g) continue;
+            bt_tensor *gc = bt__contig(g); const void *p = bt_data_ptr(gc); int64_t m = bt_numel(g);
+            for (int64_t j = 0; j < m; j++) { double v = bt__ld(p, gc->dtype, j); s += v * v; }
+            bt_release(gc);
+        }
+        norm = bt_retain(bt_full(bt_shape1(1), sqrt(s), BT_F32, dev));
+    }
+    bt_scope_end();
+    bt_set_grad_enabled(old);
+    return bt__register(norm);
+}
+
+/* ============================================================================================
+   3. AdamW
+   ============================================================================================ */
+static bt_device bt__opt_device(const bt_adamw *opt) { return bt_device_of(opt->params[0]); }
+
+#ifdef BT_CUDA
+/* the weight-decay runs of [lo, hi) on the GPU: consecutive elements of equal decay, one entry
+   each, so one launch updates a flat buffer of many parameters */
+static void bt__adamw_build_runs(bt_adamw *opt) {
+    bt_k_decay_run *runs = (bt_k_decay_run *)malloc(sizeof(bt_k_decay_run) * (size_t)(opt->n + 1));
+    int *order = (int *)malloc(sizeof(int) * (size_t)(opt->n + 1)), nr = 0;
+    if (!runs || !order) bt_error("adamw: out of host memory");
+    for (int i = 0; i < opt->n; i++) {           /* parameters by offset in the index space */
+        int j = i;
+        for (; j > 0 && opt->offset[order[j - 1]] > opt->offset[i]; j--) order[j] = order[j - 1];
+        order[j] = i;
+    }
+    for (int k = 0; k < opt->n; k++) {
+        int i = order[k];
+        int64_t a = opt->offset[i], b = a + bt_numel(opt->params[i]);
+        if (a < opt->lo) a = opt->lo;
+        if (b > opt->hi) b = opt->hi;
+        if (a >= b) continue;
+        float wd = opt->decay[i] ? opt->weight_decay : 0.f;
+        if (nr && runs[nr - 1].wd == wd) runs[nr - 1].end = b - opt->lo;
+        else { runs[nr].end = b - opt->lo; runs[nr].wd = wd; nr++; }
+    }
+    free(order);
+    bt_device dev = bt__opt_device(opt);
+    bt_free(opt->runs);
+    opt->runs = bt_alloc(dev, sizeof(bt_k_decay_run) * (size_t)(nr ? nr : 1), bt_stream_current(dev));
+    opt->nruns = nr;
+    BT__ON_GPU(dev, stream) {
+        BT__CUDA_CHECK(cudaMemcpyAsync(opt->runs, runs, sizeof(bt_k_decay_run) * (size_t)nr, cudaMemcpyHostToDevice, stream), "adamw");
+        BT__CUDA_CHECK(cudaStreamSynchronize(stream), "adamw");   /* runs is freed next: once, at setup */
+    }
+    free(runs);
+}
+#endif
+
+/* m, v as fp32 zeros over [lo, hi) */
+static void bt__adamw_alloc_state(bt_adamw *opt) {
+    bt_release(opt->m); bt_release(opt->v);
+    bt_dtype dt = opt->params[0]->dtype;
+    opt->m = bt__new(bt_shape1(opt->hi - opt->lo), dt, bt__opt_device(opt));
+    opt->v = bt__new(bt_shape1(opt->hi - opt->lo), dt, bt__opt_device(opt));
+    bt_fill_(opt->m, 0.0); bt_fill_(opt->v, 0.0);
+#ifdef BT_CUDA
+    if (bt__opt_device(opt).type == BT_GPU) bt__adamw_build_runs(opt);
+#endif
+}
+
+BTDEF void bt_adamw_init(bt_adamw *opt, bt_tensor **params, int n, float beta1, float beta2, float eps,
+                         float weight_decay, float max_grad_norm) {
+    memset(opt, 0, sizeof *opt);
+    if (n <= 0 || !params) bt_error("adamw_init: no parameters");
+    opt->params = params; opt->n = n;
+    opt->beta1 = beta1; opt->beta2 = beta2; opt->eps = eps; opt->weight_decay = weight_decay;
+    opt->max_grad_norm = max_grad_norm;
+    opt->offset = (int64_t *)calloc((size_t)n, sizeof(int64_t));
+    opt->decay = (unsigned char *)calloc((size_t)n, 1);
+    if (!opt->offset || !opt->decay) bt_error("adamw_init: out of host memory");
+    for (int i = 0; i < n; i++) {
+        bt_tensor *p = params[i];
+        if (!p || !bt_dtype_is_float(p->dtype) || p->dtype != params[0]->dtype) bt_error("adamw_init: parameter %d is not a float tensor of parameter 0's dtype", i);
+        if (bt_device_of(p).type == BT_GPU && p->dtype != BT_F32) bt_error("adamw_init: GPU parameter %d must be f32 (master weights)", i);
+        if (!bt_is_contiguous(p)) bt_error("adamw_init: parameter %d %s is not contiguous", i, bt__s(p));
+        if (!bt_device_eq(bt_device_of(p), bt_device_of(params[0])))
+            bt_error("adamw_init: parameter %d is on %s, parameter 0 on %s", i, bt__s(p), bt__s(params[0]));
+        opt->decay[i] = p->ndim >= 2;
+    }
+    opt->numel = bt__total_numel(params, n);
+    opt->flat_p = bt__flat_view(params, n, opt->numel, NULL);
+    for (int i = 0; i < n; i++) {                  /* the buffer's order, else the list's */
+        if (opt->flat_p) opt->offset[i] = params[i]->offset - opt->flat_p->offset;
+        else opt->offset[i] = i ? opt->offset[i - 1] + bt_numel(params[i - 1]) : 0;
+    }
+    opt->lo = 0; opt->hi = opt->numel;
+    bt__adamw_alloc_state(opt);
+}
+BTDEF void bt_adamw_free(bt_adamw *opt) {
+    bt_release(opt->m); bt_release(opt->v); bt_release(opt->flat_p);
+    bt_release(opt->grad_norm); bt_release(opt->clip_scale);
+    bt_free(opt->runs);
+    free(opt->offset); free(opt->decay);
+    memset(opt, 0, sizeof *opt);
+}
+BTDEF void bt_adamw_shard(bt_adamw *opt, int64_t lo, int64_t hi) {
+    if (lo < 0 || hi < lo || hi > opt->numel)
+        bt_error("adamw_shard: [%lld, %lld) is not inside [0, %lld)", (long long)lo, (long long)hi, (long long)opt->numel);
+    bt_tensor *m = opt->m, *v = opt->v;
+    int64_t olo = opt->lo, ohi = opt->hi;
+    opt->m = opt->v = NULL;
+    opt->lo = lo; opt->hi = hi;
+    bt__adamw_alloc_state(opt);
+    int64_t a = lo > olo ? lo : olo, b = hi < ohi ? hi : ohi;   /* carry the overlap over */
+    if (a < b) {
+        bt_scope_begin();
+        bt_copy_(bt_narrow(opt->m, 0, a - lo, b - a), bt_narrow(m, 0, a - olo, b - a));
+        bt_copy_(bt_narrow(opt->v, 0, a - lo, b - a), bt_narrow(v, 0, a - olo, b - a));
+        bt_scope_end();
+    }
+    bt_release(m); bt_release(v);
+}
+BTDEF void bt_adamw_set_state(bt_adamw *opt, bt_tensor *m, bt_tensor *v, int64_t step) {
+    bt__need(m, "adamw_set_state", "m"); bt__need(v, "adamw_set_state", "v");
+    if (bt_numel(m) != opt->hi - opt->lo || bt_numel(v) != opt->hi - opt->lo)
+        bt_error("adamw_set_state: m %s and v %s must hold %lld elements (the range [%lld, %lld))", bt__s(m), bt__s(v),
+                 (long long)(opt->hi - opt->lo), (long long)opt->lo, (long long)opt->hi);
+    if (step < 0) bt_error("adamw_set_state: step %lld < 0", (long long)step);
+    bt_scope_begin();
+    bt_copy_(opt->m, bt_reshape(m, bt_shape1(-1)));
+    bt_copy_(opt->v, bt_reshape(v, bt_shape1(-1)));
+    bt_scope_end();
+    opt->step = step;
+}
+
+/* clip factor min(1, max_norm / (norm + 1e-6)) as a device scalar, no host sync: -max(-1, -r) is
+   exact, where 1 - relu(1 - r) in fp32 would lose r's low bits (a relative error of 1e-5 at r = 1e-3) */
+BTDEF void bt_adamw_set_grad_norm(bt_adamw *opt, bt_tensor *norm) {
+    bt__need(norm, "adamw_set_grad_norm", "norm");
+    if (bt_numel(norm) != 1 || norm->dtype != BT_F32) bt_error("adamw_set_grad_norm: norm %s must be one f32", bt__s(norm));
+    int old = bt_set_grad_enabled(0);
+    bt_release(opt->grad_norm); bt_release(opt->clip_scale);
+    opt->grad_norm = bt_retain(norm);
+    opt->clip_scale = NULL;
+    if (opt->max_grad_norm > 0) {
+        bt_scope_begin();
+        bt_device dev = bt_device_of(norm);
+        bt_tensor *r = bt_div(bt_full(bt_shape1(1), opt->max_grad_norm, BT_F32, dev), bt_add_scalar(bt_reshape(norm, bt_shape1(1)), 1e-6));
+        bt_tensor *pair[2] = {bt_full(bt_shape1(1), -1.0, BT_F32, dev), bt_neg(r)};
+        opt->clip_scale = bt_keep(bt_neg(bt_max(bt_concat(pair, 2, 0), 0, 1)));
+        bt_scope_end();
+    }
+    bt_set_grad_enabled(old);
+}
+
+/* the update of n elements from element a of the index space: parameters at p (the parameters'
+   dtype), gradients at g (dtype gdt), decay wd, or the run table when the span is all of [lo, hi) */
+static void bt__adamw_span(bt_adamw *opt, float lr, void *p, const void *g, bt_dtype gdt, int64_t a, int64_t n, float wd,
+                           int whole) {
+    bt_dtype dt = opt->m->dtype;
+    size_t es = bt_dtype_size(dt);
+    void *m = (char *)bt_data_ptr(opt->m) + (a - opt->lo) * (int64_t)es, *v = (char *)bt_data_ptr(opt->v) + (a - opt->lo) * (int64_t)es;
+    bt_device dev = bt__opt_device(opt);
+    if (dev.type == BT_GPU) {
+#ifdef BT_CUDA
+        const float *cs = opt->clip_scale ? (const float *)bt_data_ptr(opt->clip_scale) : NULL;
+        BT__ON_GPU(dev, stream)
+            bt_k_adamw((float *)p, g, gdt, (float *)m, (float *)v, n, lr, opt->beta1, opt->beta2, opt->eps, wd,
+                       whole ? (const bt_k_decay_run *)opt->runs : NULL, whole ? opt->nruns : 0, (int)opt->step, cs, stream);
+#else
+        (void)whole;
+#endif
+        return;
+    }
+    double b1 = opt->beta1, b2 = opt->beta2, c1 = 1.0 - pow(b1, (double)opt->step), c2 = 1.0 - pow(b2, (double)opt->step);
+    double cs = opt->clip_scale ? bt__ld(bt_data_ptr(opt->clip_scale), BT_F32, 0) : 1.0;
+    #pragma omp parallel for if (n > BT__PAR_MIN)
+    for (int64_t j = 0; j < n; j++) {
+        double gj = bt__ld(g, gdt, j) * cs, pj = bt__ld(p, dt, j);
+        double mj = b1 * bt__ld(m, dt, j) + (1 - b1) * gj, vj = b2 * bt__ld(v, dt, j) + (1 - b2) * gj * gj;
+        pj -= lr * ((mj / c1) / (sqrt(vj / c2) + opt->eps) + wd * pj);
+        bt__st(m, dt, j, mj); bt__st(v, dt, j, vj); bt__st(p, dt, j, pj);
+    }
+}
+BTDEF void bt_adamw_update(bt_adamw *opt, float lr, bt_tensor *grad) {
+    if (grad) {
+        bt__need_float(grad, "adamw_update", "grad");
+        if (!bt_is_contiguous(grad) || bt_numel(grad) != opt->hi - opt->lo || !bt_device_eq(bt_device_of(grad), bt__opt_device(opt)))
+            bt_error("adamw_update: grad %s must be a contiguous [%lld] tensor on the parameters' device", bt__s(grad),
+                     (long long)(opt->hi - opt->lo));
+    }
+    int old = bt_set_grad_enabled(0);
+    opt->step++;
+    bt_tensor **grads = (bt_tensor **)malloc(sizeof(bt_tensor *) * (size_t)opt->n);
+    if (!grads) bt_error("adamw_update: out of host memory");
+    for (int i = 0; i < opt->n; i++) grads[i] = opt->params[i]->grad;
+    /* one launch over [lo, hi) when parameters and gradients each tile one buffer the same way */
+    bt_tensor *gflat = grad ? bt_retain(grad) : opt->flat_p ? bt__flat_view(grads, opt->n, opt->numel, opt->params) : NULL;
+    if (opt->flat_p && gflat && bt__opt_device(opt).type == BT_GPU) {
+        int64_t gofs = grad ? 0 : opt->lo;
+        bt__adamw_span(opt, lr, (float *)bt_data_ptr(opt->flat_p) + opt->lo,
+                       (const char *)bt_data_ptr(gflat) + gofs * (int64_t)bt_dtype_size(gflat->dtype),
+                       gflat->dtype, opt->lo, opt->hi - opt->lo, 0.f, 1);
+    } else {
+        for (int i = 0; i < opt->n; i++) {                /* the part of each parameter in [lo, hi) */
+            bt_tensor *p = opt->params[i], *g = grad ? grad : grads[i];
+            int64_t a = opt->offset[i], b = a + bt_numel(p);
+            if (a < opt->lo) a = opt->lo;
+            if (b > opt->hi) b = opt->hi;
+            if (a >= b || !g) continue;
+            if (!grad && !bt_is_contiguous(g)) bt_error("adamw_update: the gradient of parameter %d is not contiguous", i);
+            int64_t gofs = grad ? a - opt->lo : a - opt->offset[i];
+            bt__adamw_span(opt, lr, (char *)bt_data_ptr(p) + (a - opt->offset[i]) * (int64_t)bt_dtype_size(p->dtype),
+                           (const char *)bt_data_ptr(g) + gofs * (int64_t)bt_dtype_size(g->dtype), g->dtype, a, b - a,
+                           opt->decay[i] ? opt->weight_decay : 0.f, 0);
+        }
+    }
+    bt_release(gflat);
+    free(grads);
+    for (int i = 0; i < opt->n; i++) opt->params[i]->storage->version++;
+    bt_set_grad_enabled(old);
+}
+BTDEF void bt_adamw_step(bt_adamw *opt, float lr) {
+    int old = bt_set_grad_enabled(0);
+    bt_scope_begin();
+    bt_adamw_set_grad_norm(opt, bt_grad_norm(opt->params, opt->n));
+    bt_scope_end();
+    bt_set_grad_enabled(old);
+    bt_adamw_update(opt, lr, NULL);
+}
+
+/* ============================================================================================
+   4. SGD
+   ============================================================================================ */
+BTDEF void bt_sgd_init(bt_sgd *opt, bt_tensor **params, int n, float momentum, float weight_decay) {
+    memset(opt, 0, sizeof *opt);
+    opt->params = params; opt->n = n; opt->momentum = momentum; opt->weight_decay = weight_decay;
+    opt->buf = (bt_tensor **)calloc((size_t)(n > 0 ? n : 1), sizeof(bt_tensor *));
+    if (!opt->buf) bt_error("sgd_init: out of host memory");
+}
+/* buf = momentum buf + (g + wd p); p -= lr buf (PyTorch's form; the first step sets buf = g) */
+BTDEF void bt_sgd_step(bt_sgd *opt, float lr) {
+    int old = bt_set_grad_enabled(0);
+    for (int i = 0; i < opt->n; i++) {
+        bt_tensor *p = opt->params[i];
+        if (!p->grad) continue;
+        bt_scope_begin();
+        bt_tensor *d = p->grad;
+        if (opt->weight_decay != 0) d = bt_add(d, bt_scale(p, opt->weight_decay));
+        if (opt->momentum != 0) {
+            if (!opt->buf[i]) opt->buf[i] = bt_keep(bt_clone(d));
+            else { bt_mul_scalar_(opt->buf[i], opt->momentum); bt_add_(opt->buf[i], d, 1.0); }
+            d = opt->buf[i];
+        }
+        bt_add_(p, d, -lr);
+        bt_scope_end();
+    }
+    bt_set_grad_enabled(old);
+}
+BTDEF void bt_sgd_free(bt_sgd *opt) {
+    for (int i = 0; i < opt->n; i++) bt_release(opt->buf[i]);
+    free(opt->buf); memset(opt, 0, sizeof *opt);
+}
+
+BTDEF double bt_lr_cosine(int step, int warmup, int total, double max_lr, double min_lr) {
+    if (step < warmup) return max_lr * (double)(step + 1) / (double)warmup;
+    if (step >= total) return min_lr;
+    double progress = (double)(step - warmup) / (double)(total - warmup > 0 ? total - warmup : 1);
+    return min_lr + 0.5 * (max_lr - min_lr) * (1.0 + cos(3.14159265358979323846 * progress));
+}
+
+#endif /* BT_OPTIM_IMPLEMENTATION_DONE */
+#endif /* BT_OPTIM_IMPLEMENTATION */
