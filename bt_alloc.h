@@ -47,12 +47,14 @@
      is one O(log n) descent. Live blocks are found from their pointer in a hash table.
 
    STREAMS AND THREADS
-     Device pools are keyed by (device, stream); the host has one pool. bt_free never waits for
+     Device pools are keyed by (device, stream); the host and the pinned host have one pool
+     each (their stream argument is ignored). bt_free never waits for
      the device: the block is reusable at once, but only by allocations on the same stream,
      which run after the work already queued there. A block used on another stream must be
      synchronized with that stream by the caller before bt_free. Segments go back to the
      system (cudaFree, which synchronizes) only in bt_alloc_empty_cache, bt_alloc_pool_release,
-     or when a request misses and the cache is emptied before an out-of-memory error.
+     or when a request misses and the cache is emptied before an out-of-memory error. Pinned
+     blocks that a device copy may still read must likewise outlive that copy.
      One mutex guards all pools, so any thread (an OpenMP region) may allocate and free.
 
    PRIVATE POOLS
@@ -66,7 +68,8 @@
      Host segments are BT_MALLOC(size + 64) aligned up by hand, so any malloc will do.
 
    HISTORY
-     0.1  first version: size classes, best fit, split/coalesce, stream and private pools, stats.
+     0.1  first version: size classes, best fit, split/coalesce, stream and private pools, stats;
+          the pinned-host pool.
 */
 #ifndef BT_ALLOC_H
 #define BT_ALLOC_H

@@ -2694,7 +2694,7 @@ BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t 
     bt_free(dvec);
 }
 
-/* the v0.1 entry points: contiguous [B, H, T, D] */
+/* the same on contiguous [B, H, T, D] tensors */
 BTDEF void bt_k_attention(bt_dtype dt, void *out, float *lse, const void *q, const void *k, const void *v, int64_t B,
                           int64_t H, int64_t Tn, int64_t D, float scale, cudaStream_t s) {
     int64_t st[3] = {H * Tn * D, Tn * D, D};

@@ -27,6 +27,15 @@
      that reference at its end: a training step frees its temporaries without calling bt_release.
      bt_retain keeps one past its scope; with no scope open, the caller owns the result.
 
+   DEVICES AND STREAMS
+     A tensor lives on one device (bt_cpu() or bt_cuda_device(i)); an op's inputs share it. Every
+     GPU op runs on its tensors' own device (a device guard makes it the current CUDA device for
+     the op and gives the caller's back after) and on that device's current stream: the top of
+     the device's stream stack (bt_stream_push / bt_stream_pop), else the device's own stream.
+     Work on different streams is ordered by events only (bt_event_record, bt_stream_wait_event);
+     nothing in the library synchronizes a whole device. The host waits only where a value must
+     reach it: bt_item, bt_to_host, bt_synchronize (bt_to_host_async does not wait).
+
    ERRORS
      Every op checks its arguments (shapes, dtypes, devices) and raises bt_error naming the op,
      the shapes and the dtypes; see bt_alloc.h for the handler.
@@ -35,12 +44,18 @@
      When grad mode is on and an input requires grad, an op records a node (its backward
      function, the inputs, the tensors it saved). bt_autograd.h runs the graph.
 
+   THE OP LIST
+     The elementwise ops are one X-macro list (BT_UNARY_OPS, BT_BINARY_OPS, below): each op's
+     value and derivative are written once, and the CPU loops, the CUDA kernels, the tests and
+     bt_mlir.h expand the list. Dtypes likewise (BT_DTYPES).
+
    SECTIONS (implementation)
-     1. dtypes, errors, storage, tensor lifetime, scopes
-     2. creation, random numbers (Philox), copies, device moves
-     3. the autograd node record
-     4. views
-     5. ops: elementwise, scalar, broadcasting binary, reductions, matmul, activations,
+     1. the op list's CPU reference
+     2. errors, devices and streams, storage, tensor lifetime, scopes
+     3. creation, random numbers (Philox), copies, device moves
+     4. the autograd node record
+     5. views
+     6. ops: elementwise, scalar, broadcasting binary, reductions, matmul, activations,
         softmax, layernorm, embedding, cross-entropy, attention, concat/split, casts
 */
 #ifndef BT_TENSOR_H
@@ -540,7 +555,7 @@ BTDEF double bt_binary_op_eval(bt_binary_op op, double a, double b) {
 #endif
 
 /* ============================================================================================
-   2. errors, storage, tensor lifetime, scopes
+   2. errors, devices and streams, storage, tensor lifetime, scopes
    ============================================================================================ */
 /* the global state of this header, all resettable through its setters */
 static struct {

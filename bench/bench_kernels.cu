@@ -61,8 +61,8 @@ static double median_ms(void) {
     return ms[REPS / 2];
 }
 #define BENCH(ms_out, STMT) do { \
-    for (int w_ = 0; w_ < 3; w_++) { int it = w_ % nc; (void)it; STMT; } \
-    for (int r_ = 0; r_ < REPS; r_++) { int it = r_ % nc; (void)it; \
+    for (int w_ = 0; w_ < 3; w_++) { [[maybe_unused]] int it = w_ % nc; STMT; } \
+    for (int r_ = 0; r_ < REPS; r_++) { [[maybe_unused]] int it = r_ % nc; \
         CK(cudaEventRecord(e0[r_], S)); STMT; CK(cudaEventRecord(e1[r_], S)); } \
     CK(cudaGetLastError()); ms_out = median_ms(); } while (0)
 

@@ -33,17 +33,8 @@ static int have_gpu(void) {
     fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); exit(2); } } while (0)
 static cudaStream_t st(void) { return bt_k_current_stream(0); }
 
-static size_t tsz(bt_dtype dt) {
-    switch (dt) {
-    case BT_F32: case BT_I32: return 4;
-    case BT_F64: case BT_I64: return 8;
-    default: return 2;
-    }
-}
-static const char *tname(bt_dtype dt) {
-    static const char *n[] = {"f32", "f64", "bf16", "f16", "i32", "u16", "i64"};
-    return n[dt];
-}
+static size_t tsz(bt_dtype dt) { return bt_dtype_size(dt); }
+static const char *tname(bt_dtype dt) { return bt_dtype_name(dt); }
 static double tol_of(bt_dtype dt) {
     switch (dt) {
     case BT_F32: return 1e-5;
