@@ -78,6 +78,9 @@ BTDEF void bt_k_binary(bt_binary_op op, bt_dtype dt, void *out, const void *a, c
    (int32, may be NULL) receives j. Accumulation in fp32 (fp64 for BT_F64). */
 BTDEF void bt_k_reduce(bt_reduce_op op, bt_dtype dt, void *out, int32_t *argmax, const void *in,
                        int64_t outer, int64_t r, int64_t inner, cudaStream_t s);
+/* acc[j] += sum_i in[i, j] for in [rows, cols] of dtype dt (f32/bf16/f16), acc fp32: a bias gradient
+   added straight into an fp32 gradient buffer */
+BTDEF void bt_k_sum_rows_acc(bt_dtype dt, float *acc, const void *in, int64_t rows, int64_t cols, cudaStream_t s);
 /* *out (one fp32 on the device) = sum_i x[i]^2, accumulated when accumulate != 0 */
 BTDEF void bt_k_sumsq(bt_dtype dt, float *out, const void *x, int64_t n, int accumulate, cudaStream_t s);
 
@@ -151,6 +154,18 @@ BTDEF void bt_k_attention_backward(bt_dtype dt, void *gq, void *gk, void *gv, co
 BTDEF void bt_k_matmul(bt_dtype dt, void *C, const void *A, const void *B, const void *bias, int64_t M, int64_t N,
                        int64_t K, int transA, int transB, int64_t batch, int64_t strideA, int64_t strideB,
                        int64_t strideC, float alpha, float beta, bt_matmul_precision precision, cudaStream_t s);
+/* The same with C (and the bias) of dtype dt_c: dt_c == dt, or bf16/f16 operands into an fp32 C
+   (a weight gradient added with beta = 1 straight into an fp32 gradient buffer). */
+/* Autotuning (timing cuBLASLt's candidates on a shape's first use) on or off; off, or with
+   BT_MATMUL_AUTOTUNE=0, the heuristic's first pick: the same bits on every run. The choices made on
+   a device export as bytes (the size needed is returned; buf may be NULL) and import into another
+   run, which then picks the same algorithms (a resumed run must compute like the one it resumes). */
+BTDEF void bt_k_matmul_set_autotune(int on);
+BTDEF size_t bt_k_matmul_tuning_export(int device, void *buf, size_t cap);
+BTDEF void bt_k_matmul_tuning_import(int device, const void *buf, size_t n);
+BTDEF void bt_k_matmul_out(bt_dtype dt, bt_dtype dt_c, void *C, const void *A, const void *B, const void *bias, int64_t M,
+                           int64_t N, int64_t K, int transA, int transB, int64_t batch, int64_t strideA, int64_t strideB,
+                           int64_t strideC, float alpha, float beta, bt_matmul_precision precision, cudaStream_t s);
 
 /* ---- 11. AdamW over n fp32 parameters with gradients g of dtype gdt:
    m = b1 m + (1-b1) g', v = b2 v + (1-b2) g'^2 with g' = g * grad_scale (a device scalar, or NULL),
@@ -696,7 +711,7 @@ template <typename A> __device__ __forceinline__ void bt__k_maxidx(A &v, int32_t
 template <typename TI, typename TO, int MAX>
 __global__ void bt__k_reduce_last(const TI *in, const int32_t *in_idx, int64_t outer, int64_t r, int64_t chunk,
                                   typename bt__k_acc<TO>::t *pval, int32_t *pidx, TO *out, int32_t *argmax,
-                                  typename bt__k_acc<TO>::t div) {
+                                  typename bt__k_acc<TO>::t div, int accumulate) {
     typedef typename bt__k_acc<TO>::t A;
     __shared__ A shv[32];
     __shared__ int32_t shi[32];
@@ -728,7 +743,8 @@ __global__ void bt__k_reduce_last(const TI *in, const int32_t *in_idx, int64_t o
         }
         if (threadIdx.x == 0) {
             if (splits == 1) {
-                out[o] = bt__k_from<TO>(MAX ? acc : acc / div);
+                A val = MAX ? acc : acc / div;
+                out[o] = bt__k_from<TO>(accumulate ? (A)bt__k_tof(out[o]) + val : val);
                 if (argmax) argmax[o] = bi;
             } else {
                 pval[o * splits + blockIdx.x] = acc;
@@ -740,7 +756,7 @@ __global__ void bt__k_reduce_last(const TI *in, const int32_t *in_idx, int64_t o
 template <typename TI, typename TO, int MAX>
 __global__ void bt__k_reduce_cols(const TI *in, const int32_t *in_idx, int64_t outer, int64_t r, int64_t inner,
                                   int64_t chunk, typename bt__k_acc<TO>::t *pval, int32_t *pidx, TO *out,
-                                  int32_t *argmax, typename bt__k_acc<TO>::t div) {
+                                  int32_t *argmax, typename bt__k_acc<TO>::t div, int accumulate) {
     typedef typename bt__k_acc<TO>::t A;
     __shared__ A shv[8][33];
     __shared__ int32_t shi[8][33];
@@ -765,7 +781,8 @@ __global__ void bt__k_reduce_cols(const TI *in, const int32_t *in_idx, int64_t o
                 else acc += shv[y][tx];
             }
             if (splits == 1) {
-                out[o * inner + i] = bt__k_from<TO>(MAX ? acc : acc / div);
+                A val = MAX ? acc : acc / div;
+                out[o * inner + i] = bt__k_from<TO>(accumulate ? (A)bt__k_tof(out[o * inner + i]) + val : val);
                 if (argmax) argmax[o * inner + i] = bi;
             } else {
                 int64_t p = (o * splits + blockIdx.z) * inner + i;
@@ -776,10 +793,12 @@ __global__ void bt__k_reduce_cols(const TI *in, const int32_t *in_idx, int64_t o
         __syncthreads();
     }
 }
-template <typename T>
-static void bt__k_reduce_t(int isMax, T *out, int32_t *argmax, const T *in, int64_t outer, int64_t r, int64_t inner,
-                           int mean, cudaStream_t s) {
-    typedef typename bt__k_acc<T>::t A;
+/* TO: the output type (T, or float when a low-precision sum lands in an fp32 accumulator);
+   accumulate: out += the result instead of out = */
+template <typename T, typename TO>
+static void bt__k_reduce_t(int isMax, TO *out, int32_t *argmax, const T *in, int64_t outer, int64_t r, int64_t inner,
+                           int mean, int accumulate, cudaStream_t s) {
+    typedef typename bt__k_acc<TO>::t A;
     int64_t sms = bt__k_cur()->sm_count, splits = 1;
     A div = mean ? (A)r : (A)1;
     unsigned gy = (unsigned)(outer < 65535 ? outer : 65535);
@@ -809,17 +828,19 @@ static void bt__k_reduce_t(int isMax, T *out, int32_t *argmax, const T *in, int6
     }
 #define BT__K_RED(MX)                                                                                         \
     if (inner == 1) {                                                                                         \
-        bt__k_reduce_last<T, T, MX><<<dim3((unsigned)splits, gy), 256, 0, s>>>(in, NULL, outer, r, chunk, pval, pidx, \
-                                                                               out, argmax, div);             \
+        bt__k_reduce_last<T, TO, MX><<<dim3((unsigned)splits, gy), 256, 0, s>>>(in, NULL, outer, r, chunk, pval, pidx, \
+                                                                                out, argmax, div, accumulate); \
         if (splits > 1)                                                                                       \
-            bt__k_reduce_last<A, T, MX><<<dim3(1, gy), 256, 0, s>>>(pval, pidx, outer, splits, splits, NULL, NULL, \
-                                                                    out, argmax, div);                        \
+            bt__k_reduce_last<A, TO, MX><<<dim3(1, gy), 256, 0, s>>>(pval, pidx, outer, splits, splits, NULL, NULL, \
+                                                                     out, argmax, div, accumulate);           \
     } else {                                                                                                  \
         dim3 g((unsigned)((inner + 31) / 32), gy, (unsigned)splits);                                          \
-        bt__k_reduce_cols<T, T, MX><<<g, dim3(32, 8), 0, s>>>(in, NULL, outer, r, inner, chunk, pval, pidx, out, argmax, div); \
+        bt__k_reduce_cols<T, TO, MX><<<g, dim3(32, 8), 0, s>>>(in, NULL, outer, r, inner, chunk, pval, pidx, out, argmax, \
+                                                               div, accumulate);                              \
         if (splits > 1)                                                                                       \
-            bt__k_reduce_cols<A, T, MX><<<dim3(g.x, gy, 1), dim3(32, 8), 0, s>>>(pval, pidx, outer, splits, inner, \
-                                                                                 splits, NULL, NULL, out, argmax, div); \
+            bt__k_reduce_cols<A, TO, MX><<<dim3(g.x, gy, 1), dim3(32, 8), 0, s>>>(pval, pidx, outer, splits, inner, \
+                                                                                  splits, NULL, NULL, out, argmax, div, \
+                                                                                  accumulate);                \
     }
     if (isMax) { BT__K_RED(1) } else { BT__K_RED(0) }
 #undef BT__K_RED
@@ -833,7 +854,11 @@ BTDEF void bt_k_reduce(bt_reduce_op op, bt_dtype dt, void *out, int32_t *argmax,
     if (r < 0) bt_error("bt_k_reduce: r = %lld", (long long)r);
     int isMax = op == BT_REDUCE_MAX, mean = op == BT_REDUCE_MEAN;
     if (!isMax) argmax = NULL;
-    BT__K_DISPATCH4(dt, "bt_k_reduce", { bt__k_reduce_t<T>(isMax, (T *)out, argmax, (const T *)in, outer, r, inner, mean, s); })
+    BT__K_DISPATCH4(dt, "bt_k_reduce", { bt__k_reduce_t<T, T>(isMax, (T *)out, argmax, (const T *)in, outer, r, inner, mean, 0, s); })
+}
+BTDEF void bt_k_sum_rows_acc(bt_dtype dt, float *acc, const void *in, int64_t rows, int64_t cols, cudaStream_t s) {
+    if (rows <= 0 || cols <= 0) return;
+    BT__K_DISPATCH3(dt, "bt_k_sum_rows_acc", { bt__k_reduce_t<T, float>(0, acc, NULL, (const T *)in, 1, rows, cols, 0, 1, s); })
 }
 
 /* sum of squares into one fp32: stage 1, each block sums x^2 (fp32, fp64 for f64) over a grid-
@@ -2741,11 +2766,11 @@ static void bt__k_matmul_bias(bt_dtype dt, void *C, const void *bias, int64_t ba
     })
     BT__K_LAUNCHED("bt_k_matmul (bias)");
 }
-static int bt__k_mm_make(bt__k_ctx *c, bt__k_mm_plan *p, bt_dtype dt, bt_matmul_precision prec, int64_t M, int64_t N,
-                         int64_t K, int transA, int transB, int64_t batch, int64_t sA, int64_t sB, int64_t sC,
+static int bt__k_mm_make(bt__k_ctx *c, bt__k_mm_plan *p, bt_dtype dt, bt_dtype dt_c, bt_matmul_precision prec, int64_t M,
+                         int64_t N, int64_t K, int transA, int transB, int64_t batch, int64_t sA, int64_t sB, int64_t sC,
                          const void *bias, int try_bias, const uint32_t al[4]) {
     const char *op = "bt_k_matmul";
-    cudaDataType_t cdt = bt__k_cuda_dt(dt), sct = dt == BT_F64 ? CUDA_R_64F : CUDA_R_32F;
+    cudaDataType_t cdt = bt__k_cuda_dt(dt), odt = bt__k_cuda_dt(dt_c), sct = dt == BT_F64 ? CUDA_R_64F : CUDA_R_32F;
     cublasComputeType_t ct = dt == BT_F64 ? CUBLAS_COMPUTE_64F
                            : (dt == BT_F32 && prec == BT_MATMUL_TF32) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     BT__K_BLAS(cublasLtMatmulDescCreate(&p->op, ct, sct), op);
@@ -2756,7 +2781,7 @@ static int bt__k_mm_make(bt__k_ctx *c, bt__k_mm_plan *p, bt_dtype dt, bt_matmul_
     else BT__K_BLAS(cublasLtMatrixLayoutCreate(&p->la, cdt, (uint64_t)N, (uint64_t)K, N), op);
     if (transA) BT__K_BLAS(cublasLtMatrixLayoutCreate(&p->lb, cdt, (uint64_t)M, (uint64_t)K, M), op);
     else BT__K_BLAS(cublasLtMatrixLayoutCreate(&p->lb, cdt, (uint64_t)K, (uint64_t)M, K), op);
-    BT__K_BLAS(cublasLtMatrixLayoutCreate(&p->lc, cdt, (uint64_t)N, (uint64_t)M, N), op);
+    BT__K_BLAS(cublasLtMatrixLayoutCreate(&p->lc, odt, (uint64_t)N, (uint64_t)M, N), op);
     if (batch > 1) {
         int32_t bc = (int32_t)batch;
         cublasLtMatrixLayout_t ls[3] = {p->la, p->lb, p->lc};
@@ -2809,14 +2834,48 @@ static int bt__k_mm_make(bt__k_ctx *c, bt__k_mm_plan *p, bt_dtype dt, bt_matmul_
     return 1;
 }
 
-/* Autotuning: the heuristic's order is a guess; on a shape's first use (with beta = 0, so C is
-   only written and the real operands can be used), time each candidate twice after a warm-up run
-   and keep the fastest. One host sync per new shape, none in the steady state. BT_MATMUL_AUTOTUNE=0
-   keeps the heuristic's first choice (the same algorithm, so the same bits, on every run). */
+/* Autotuning: the heuristic's order is a guess; on a shape's first use, time each candidate twice
+   after a warm-up run (into C when beta = 0, else into a scratch copy's place, so C's data survive)
+   and keep the fastest. One host sync per new shape, none in the steady state. Off
+   (bt_k_matmul_set_autotune(0) or BT_MATMUL_AUTOTUNE=0): the heuristic's first choice, the same
+   algorithm, so the same bits, on every run. Choices made earlier (another run's, saved with
+   bt_k_matmul_tuning_export) can be loaded: a plan whose key was loaded takes that algorithm. */
+static int bt__k_autotune = -1;
 static int bt__k_autotune_on(void) {
-    static int on = -1;
-    if (on < 0) { const char *e = getenv("BT_MATMUL_AUTOTUNE"); on = !(e && e[0] == '0'); }
-    return on;
+    if (bt__k_autotune < 0) { const char *e = getenv("BT_MATMUL_AUTOTUNE"); bt__k_autotune = !(e && e[0] == '0'); }
+    return bt__k_autotune;
+}
+BTDEF void bt_k_matmul_set_autotune(int on) { bt__k_autotune = on != 0; }
+typedef struct { int64_t key[18]; cublasLtMatmulAlgo_t algo; } bt__k_tuned;
+static struct { bt__k_tuned *e; int n; } bt__k_loaded[BT_MAX_GPUS];
+/* the loaded choice for a plan key, if any */
+static const cublasLtMatmulAlgo_t *bt__k_loaded_algo(int device, const int64_t *key) {
+    for (int i = 0; i < bt__k_loaded[device].n; i++)
+        if (!memcmp(bt__k_loaded[device].e[i].key, key, sizeof bt__k_loaded[device].e[i].key)) return &bt__k_loaded[device].e[i].algo;
+    return NULL;
+}
+BTDEF size_t bt_k_matmul_tuning_export(int device, void *buf, size_t cap) {
+    bt__k_ctx *c = bt__k_ctx_of(device);
+    size_t n = 0;
+    for (int i = 0; i < BT__K_MM_SLOTS; i++) {
+        if (!c->mm[i].used) continue;
+        if (buf && (n + 1) * sizeof(bt__k_tuned) <= cap) {
+            bt__k_tuned t;
+            memcpy(t.key, c->mm[i].key, sizeof t.key); t.algo = c->mm[i].algo;
+            memcpy((char *)buf + n * sizeof t, &t, sizeof t);
+        }
+        n++;
+    }
+    return n * sizeof(bt__k_tuned);
+}
+BTDEF void bt_k_matmul_tuning_import(int device, const void *buf, size_t n) {
+    (void)bt__k_ctx_of(device);
+    if (n % sizeof(bt__k_tuned)) bt_error("bt_k_matmul_tuning_import: %zu bytes is not a whole number of entries of %zu", n, sizeof(bt__k_tuned));
+    free(bt__k_loaded[device].e);
+    bt__k_loaded[device].n = (int)(n / sizeof(bt__k_tuned));
+    bt__k_loaded[device].e = (bt__k_tuned *)malloc(n ? n : 1);
+    if (!bt__k_loaded[device].e) bt_error("bt_k_matmul_tuning_import: out of host memory");
+    memcpy(bt__k_loaded[device].e, buf, n);
 }
 static void bt__k_mm_autotune(bt__k_ctx *c, bt__k_mm_plan *p, const void *alpha, const void *A, const void *B,
                               const void *beta, void *C, cudaStream_t s) {
@@ -2842,17 +2901,20 @@ static void bt__k_mm_autotune(bt__k_ctx *c, bt__k_mm_plan *p, const void *alpha,
     cudaEventDestroy(e0); cudaEventDestroy(e1);
     p->n_cand = 0;
 }
-BTDEF void bt_k_matmul(bt_dtype dt, void *C, const void *A, const void *B, const void *bias, int64_t M, int64_t N,
-                       int64_t K, int transA, int transB, int64_t batch, int64_t strideA, int64_t strideB,
-                       int64_t strideC, float alpha, float beta, bt_matmul_precision precision, cudaStream_t s) {
+BTDEF void bt_k_matmul_out(bt_dtype dt, bt_dtype dt_c, void *C, const void *A, const void *B, const void *bias, int64_t M,
+                           int64_t N, int64_t K, int transA, int transB, int64_t batch, int64_t strideA, int64_t strideB,
+                           int64_t strideC, float alpha, float beta, bt_matmul_precision precision, cudaStream_t s) {
     if (batch <= 0 || M <= 0 || N <= 0) return;
     if (dt != BT_F32 && dt != BT_F64 && dt != BT_BF16 && dt != BT_F16)
         bt_error("bt_k_matmul: dtype %s not supported (f32, f64, bf16, f16)", bt_dtype_name(dt));
+    if (dt_c != dt && !(dt_c == BT_F32 && (dt == BT_BF16 || dt == BT_F16)))
+        bt_error("bt_k_matmul: %s operands into a %s C not supported (the same dtype, or bf16/f16 into f32)", bt_dtype_name(dt),
+                 bt_dtype_name(dt_c));
     if (K <= 0) {   /* empty product: C = beta C (+ bias) */
         for (int64_t b = 0; b < batch; b++)
-            bt_k_affine(dt, (char *)C + (size_t)(b * strideC) * bt_dtype_size(dt), (char *)C + (size_t)(b * strideC) * bt_dtype_size(dt),
+            bt_k_affine(dt_c, (char *)C + (size_t)(b * strideC) * bt_dtype_size(dt_c), (char *)C + (size_t)(b * strideC) * bt_dtype_size(dt_c),
                         beta, 0.0, M * N, s);
-        if (bias) bt__k_matmul_bias(dt, C, bias, batch, M, N, strideC, s);
+        if (bias) bt__k_matmul_bias(dt_c, C, bias, batch, M, N, strideC, s);
         return;
     }
     bt__k_ctx *c = bt__k_cur();
@@ -2861,7 +2923,7 @@ BTDEF void bt_k_matmul(bt_dtype dt, void *C, const void *A, const void *B, const
     int try_bias = bias != NULL && batch == 1;
     uint32_t al[4] = {bt__k_align_of(A), bt__k_align_of(B), bt__k_align_of(C), bias ? bt__k_align_of(bias) : 0};
     int64_t key[18] = {dt, precision, M, N, K, transA != 0, transB != 0, batch, strideA, strideB, strideC, try_bias,
-                       al[0], al[1], al[2], al[3], 0, 0};
+                       al[0], al[1], al[2], al[3], dt_c, 0};
     uint64_t h = 1469598103934665603ull;
     for (int i = 0; i < 18; i++) { h ^= (uint64_t)key[i]; h *= 1099511628211ull; h ^= h >> 29; }
     bt__k_mm_plan *p = NULL;
@@ -2875,10 +2937,12 @@ BTDEF void bt_k_matmul(bt_dtype dt, void *C, const void *A, const void *B, const
             if (!q->used) p = q;
         }
         if (!p) { p = &c->mm[h % BT__K_MM_SLOTS]; bt__k_mm_plan_drop(p); }
-        if (!bt__k_mm_make(c, p, dt, precision, M, N, K, transA, transB, batch, strideA, strideB, strideC, bias, try_bias, al))
-            bt_error("bt_k_matmul: cuBLASLt has no algorithm for %s M=%lld N=%lld K=%lld transA=%d transB=%d batch=%lld",
-                     bt_dtype_name(dt), (long long)M, (long long)N, (long long)K, transA, transB, (long long)batch);
+        if (!bt__k_mm_make(c, p, dt, dt_c, precision, M, N, K, transA, transB, batch, strideA, strideB, strideC, bias, try_bias, al))
+            bt_error("bt_k_matmul: cuBLASLt has no algorithm for %s -> %s M=%lld N=%lld K=%lld transA=%d transB=%d batch=%lld",
+                     bt_dtype_name(dt), bt_dtype_name(dt_c), (long long)M, (long long)N, (long long)K, transA, transB, (long long)batch);
         memcpy(p->key, key, sizeof key);
+        const cublasLtMatmulAlgo_t *loaded = bt__k_loaded_algo(bt__k_device(), key);
+        if (loaded) { p->algo = *loaded; p->n_cand = 0; }
     }
     if (p->epi_bias)
         BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), "bt_k_matmul");
@@ -2886,12 +2950,23 @@ BTDEF void bt_k_matmul(bt_dtype dt, void *C, const void *A, const void *B, const
     const void *pa = dt == BT_F64 ? (const void *)&ad : (const void *)&alpha;
     const void *pb = dt == BT_F64 ? (const void *)&bd : (const void *)&beta;
     if (p->n_cand) {
-        if (beta == 0) bt__k_mm_autotune(c, p, pa, A, B, pb, C, s);
-        else p->n_cand = 0;          /* C holds data to accumulate into: keep the heuristic's pick */
+        void *scratch = NULL;
+        if (beta != 0) {             /* C holds data to accumulate into: time the candidates elsewhere */
+            size_t nb = (size_t)((batch - 1) * strideC + M * N) * bt_dtype_size(dt_c);
+            scratch = bt__k_scratch(nb, s);
+            BT__K_CUDA(cudaMemsetAsync(scratch, 0, nb, s), "bt_k_matmul (autotune)");
+        }
+        bt__k_mm_autotune(c, p, pa, A, B, pb, scratch ? scratch : C, s);
+        bt_free(scratch);
     }
     BT__K_BLAS(cublasLtMatmul(c->lt, p->op, pa, B, p->la, A, p->lb, pb, C, p->lc, C, p->lc, &p->algo, bt__k_workspace(c, s), BT__K_WS_BYTES, s),
                "bt_k_matmul");
-    if (bias && !p->epi_bias) bt__k_matmul_bias(dt, C, bias, batch, M, N, batch == 1 ? M * N : strideC, s);
+    if (bias && !p->epi_bias) bt__k_matmul_bias(dt_c, C, bias, batch, M, N, batch == 1 ? M * N : strideC, s);
+}
+BTDEF void bt_k_matmul(bt_dtype dt, void *C, const void *A, const void *B, const void *bias, int64_t M, int64_t N,
+                       int64_t K, int transA, int transB, int64_t batch, int64_t strideA, int64_t strideB,
+                       int64_t strideC, float alpha, float beta, bt_matmul_precision precision, cudaStream_t s) {
+    bt_k_matmul_out(dt, dt, C, A, B, bias, M, N, K, transA, transB, batch, strideA, strideB, strideC, alpha, beta, precision, s);
 }
 
 /* ---- 11. AdamW ------------------------------------------------------------------------------------

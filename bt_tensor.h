@@ -2045,6 +2045,39 @@ BTDEF bt_tensor *bt_matmul_t(bt_tensor *a, bt_tensor *b, int ta, int tb) {
 BTDEF bt_tensor *bt_matmul(bt_tensor *a, bt_tensor *b) { return bt_matmul_t(a, b, 0, 0); }
 
 /* y = x w^T + b over the last dim; backward: dx = dy w, dw = dy^T x (rows folded), db = sum dy */
+/* Gradient sinks. A backward may add input i's gradient straight into the .grad of the leaf the
+   edge leads to, directly or through one cast node (the bf16 compute copy of an fp32 master
+   weight), instead of returning it: when that .grad exists, is contiguous, has the input's element
+   count and a dtype the kernel can write (the compute dtype, or fp32 from bf16/f16 on a GPU). The
+   weight gradient's GEMM then accumulates (beta = 1) into the fp32 buffer in its epilogue, and the
+   bf16 temporary, the cast back and the separate add disappear. The node returns NULL for that
+   input; the engine still counts the edge, so the leaf's hooks fire when its gradient is final. */
+static bt_tensor *bt__grad_sink(bt_node *n, int i, bt_dtype compute) {
+    bt_tensor *leaf = n->next[i].leaf;
+    bt_node *c = n->next[i].node;
+    if (!leaf && c && c->backward == bt__cast_back && c->n_in == 1) leaf = c->next[0].leaf;
+    if (!leaf || !leaf->grad || !bt_is_contiguous(leaf->grad)) return NULL;
+    bt_tensor *g = leaf->grad;
+    int64_t want = 1;
+    for (int d = 0; d < n->in_shape[i].ndim; d++) want *= n->in_shape[i].d[d];
+    if (bt_numel(g) != want) return NULL;
+    int writable = g->dtype == compute || (bt__is_gpu(g) && g->dtype == BT_F32 && (compute == BT_BF16 || compute == BT_F16));
+    return writable ? g : NULL;
+}
+/* sink += alpha op(A) op(B) ([M, N]), A and B of dtype dt */
+static void bt__gemm_into(bt_tensor *sink, bt_dtype dt, const void *A, const void *B, int64_t M, int64_t N, int64_t K, int ta,
+                          int tb) {
+    sink->storage->version++;
+    if (bt__is_gpu(sink)) {
+#ifdef BT_CUDA
+        BT__ON_GPU(bt_device_of(sink), stream)
+            bt_k_matmul_out(dt, sink->dtype, bt_data_ptr(sink), A, B, NULL, M, N, K, ta, tb, 1, 0, 0, 0, 1.f, 1.f, bt__g.precision, stream);
+#endif
+        return;
+    }
+    bt__gemm(dt, bt_cpu(), bt_data_ptr(sink), A, B, NULL, M, N, K, ta, tb, 1, 0, 0, 0, 1.0, 1.0);
+}
+
 static void bt__linear_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_tensor *x2 = n->saved[0], *w = n->saved[1];
     int64_t out_f = w->shape[0], in_f = w->shape[1], rows = x2->shape[0];
@@ -2056,15 +2089,27 @@ static void bt__linear_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
         gin[0] = bt__register(gx);
     }
     if (bt__wants(n, 1)) {
-        bt_tensor *gw = bt__new(bt_shape2(out_f, in_f), g->dtype, dev);
-        bt__gemm(g->dtype, dev, bt_data_ptr(gw), bt_data_ptr(g2), bt_data_ptr(x2), NULL, out_f, in_f, rows, 1, 0, 1, 0, 0, 0, 1.0, 0.0);
-        gin[1] = bt__register(gw);
+        bt_tensor *sink = bt__grad_sink(n, 1, g->dtype);
+        if (sink) bt__gemm_into(sink, g->dtype, bt_data_ptr(g2), bt_data_ptr(x2), out_f, in_f, rows, 1, 0);   /* dw += g^T x */
+        else {
+            bt_tensor *gw = bt__new(bt_shape2(out_f, in_f), g->dtype, dev);
+            bt__gemm(g->dtype, dev, bt_data_ptr(gw), bt_data_ptr(g2), bt_data_ptr(x2), NULL, out_f, in_f, rows, 1, 0, 1, 0, 0, 0, 1.0, 0.0);
+            gin[1] = bt__register(gw);
+        }
     }
     if (n->n_in > 2 && bt__wants(n, 2)) {
-        int mask[2] = {1, 0};
-        bt_tensor *gv = bt__view_dense(g2, bt_shape2(rows, out_f));
-        gin[2] = bt__register(bt__reduce(gv, mask, BT_REDUCE_SUM, 0, NULL));
-        bt_release(gv);
+        bt_tensor *sink = bt__is_gpu(g) ? bt__grad_sink(n, 2, g->dtype) : NULL;
+        if (sink && sink->dtype == BT_F32) {                       /* db += the column sums of g */
+#ifdef BT_CUDA
+            sink->storage->version++;
+            BT__ON_GPU(dev, stream) bt_k_sum_rows_acc(g->dtype, (float *)bt_data_ptr(sink), bt_data_ptr(g2), rows, out_f, stream);
+#endif
+        } else {
+            int mask[2] = {1, 0};
+            bt_tensor *gv = bt__view_dense(g2, bt_shape2(rows, out_f));
+            gin[2] = bt__register(bt__reduce(gv, mask, BT_REDUCE_SUM, 0, NULL));
+            bt_release(gv);
+        }
     }
     bt_release(g2);
 }

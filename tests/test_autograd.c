@@ -393,6 +393,47 @@ static void test_hook_handles(void) {
     BT_CHECK(allocated() == base, "leaked %lld bytes", (long long)(allocated() - base));
 }
 
+/* gradient sinks: a linear's weight and bias gradients land in the leaves' existing .grad (views of
+   one flat buffer, as GPT-2's) by accumulation, equal to the ordinary path, with hooks on time */
+static void test_grad_sink(void) {
+    size_t base = allocated();
+    bt_tensor *x = leaf(bt_shape2(6, 5), BT_F32, 0);
+    bt_tensor *flat = leaf(bt_shape1(4 * 5 + 4), BT_F32, 0), *gflat = leaf(bt_shape1(24), BT_F32, 0);
+    bt_tensor *w, *b, *w2 = leaf(bt_shape2(4, 5), BT_F32, 1), *b2 = leaf(bt_shape1(4), BT_F32, 1);
+    bt_scope_begin();
+    w = bt_keep(bt_view(bt_narrow(flat, 0, 0, 20), bt_shape2(4, 5)));
+    b = bt_keep(bt_narrow(flat, 0, 20, 4));
+    bt_copy_(w2, w); bt_copy_(b2, b);
+    w->requires_grad = b->requires_grad = 1;
+    w->grad = bt_keep(bt_view(bt_narrow(gflat, 0, 0, 20), bt_shape2(4, 5)));
+    b->grad = bt_keep(bt_narrow(gflat, 0, 20, 4));
+    bt_scope_end();
+    double *g0 = host(gflat);
+    bt_scope_begin();
+    bt_tensor *probe = bt_linear(x, w, b), *probe2 = bt_linear(x, w2, b2);
+    BT_CHECK(bt__grad_sink(probe->grad_fn, 1, BT_F32) == w->grad && bt__grad_sink(probe->grad_fn, 2, BT_F32) == b->grad,
+             "the linear node does not see its leaves' grads as sinks");
+    BT_CHECK(bt__grad_sink(probe2->grad_fn, 1, BT_F32) == NULL, "a leaf without a grad is a sink");
+    bt_scope_end();
+    hook_log hw = {0};
+    bt_register_grad_hook(w, count_hook, &hw);
+    for (int pass = 0; pass < 2; pass++) {
+        bt_scope_begin();
+        bt_backward(bt_sum(bt_tanh(bt_linear(x, w, b)), NULL, 0, 0));     /* into the existing grads */
+        bt_backward(bt_sum(bt_tanh(bt_linear(x, w2, b2)), NULL, 0, 0));   /* fresh leaves: the ordinary path */
+        bt_scope_end();
+    }
+    double *gw = host(w->grad), *gb = host(b->grad), *rw = host(w2->grad), *rb = host(b2->grad), ew = 0, eb = 0;
+    for (int i = 0; i < 20; i++) ew = fmax(ew, fabs(gw[i] - (g0[i] + rw[i])));
+    for (int i = 0; i < 4; i++) eb = fmax(eb, fabs(gb[i] - (g0[20 + i] + rb[i])));
+    BT_CHECK(ew < 1e-5 && eb < 1e-5, "sunk gradients differ from the ordinary path: w %.3g b %.3g", ew, eb);
+    BT_CHECK(hw.calls == 2, "the weight's hook fired %d times in 2 passes", hw.calls);
+    free(g0); free(gw); free(gb); free(rw); free(rb);
+    unhook(w);
+    bt_release(w); bt_release(b); bt_release(w2); bt_release(b2); bt_release(flat); bt_release(gflat); bt_release(x);
+    BT_CHECK(allocated() == base, "leaked %lld bytes", (long long)(allocated() - base));
+}
+
 int main(void) {
     const char *q = getenv("BT_TEST_QUICK");
     quick = q && *q && *q != '0';
@@ -403,6 +444,7 @@ int main(void) {
     BT_RUN(test_saved_tensors_freed);
     BT_RUN(test_hooks_order);
     BT_RUN(test_hook_handles);
+    BT_RUN(test_grad_sink);
     BT_RUN(test_deep_graph);
     BT_RUN(test_backward_with_seed);
     return bt_test_summary("test_autograd");
