@@ -180,6 +180,8 @@ BTDEF void bt_k_adamw(float *p, const void *g, bt_dtype gdt, float *m, float *v,
                       cudaStream_t s);
 
 /* ---- 12. less common paths ---- */
+/* y += a[0] x, fp32, a a device scalar (a gradient scaled by the upstream one, added into a buffer) */
+BTDEF void bt_k_axpy_f32(float *y, const float *a, const float *x, int64_t n, cudaStream_t s);
 /* dst = src elementwise, both read/written through element strides (a write into a view) */
 BTDEF void bt_k_copy_general(bt_dtype dt_dst, void *dst, const int64_t *dst_strides, bt_dtype dt_src, const void *src,
                              const int64_t *src_strides, int ndim, const int64_t *shape, cudaStream_t s);
@@ -3029,9 +3031,20 @@ BTDEF void bt_k_adamw(float *p, const void *g, bt_dtype gdt, float *m, float *v,
 }
 
 /* ---- 12. less common paths ---------------------------------------------------
+   axpy: two reads and one write per element.
    copy_general: one read and one write per element, index decoded for both sides (dims merged
    where both step through them as one). scatter_rows: one read of g and one write per kept
    element. inv_count_ne: one pass over n int32 in a single block (n is a batch of targets). */
+struct bt__k_axpy_f {
+    const float *a;
+    __device__ __forceinline__ float operator()(float y, float x) const { return y + *a * x; }
+};
+BTDEF void bt_k_axpy_f32(float *y, const float *a, const float *x, int64_t n, cudaStream_t s) {
+    if (n <= 0) return;
+    bt__k_axpy_f f = {a};
+    bt__k_map_run<float, 2>(y, y, x, n, bt__k_aligned16(y) && bt__k_aligned16(x), f, s);
+    BT__K_LAUNCHED("bt_k_axpy_f32");
+}
 __global__ void bt__k_copy_general_kernel(int dtd, void *dst, int dts, const void *src, bt__k_geom g, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t rem = i, so = 0, dof = 0;

@@ -452,6 +452,11 @@ BTDEF bt_tensor *bt_embedding(bt_tensor *table, bt_tensor *idx);
 /* cross-entropy: logits [.., Vp] (only the first V columns are classes; V <= 0 means all),
    targets i32 [..]; mean over the rows whose target != ignore_index -> scalar f32 */
 BTDEF bt_tensor *bt_cross_entropy(bt_tensor *logits, bt_tensor *targets, int64_t V, int ignore_index);
+/* cross_entropy(linear(x, w), targets, V, ignore_index) without the [rows, Vp] logits: x [.., C],
+   w [Vp, C], the logits made a bounded chunk of rows at a time (bt_linear_cross_entropy_chunk sets
+   the chunk's bytes, default 256 MiB, and returns the old value; 0 only asks) */
+BTDEF bt_tensor *bt_linear_cross_entropy(bt_tensor *x, bt_tensor *w, bt_tensor *targets, int64_t V, int ignore_index);
+BTDEF size_t bt_linear_cross_entropy_chunk(size_t bytes);
 /* causal self-attention: q, k, v [B, H, T, D] -> softmax(q k^T / sqrt(D) + causal mask) v */
 BTDEF bt_tensor *bt_attention(bt_tensor *q, bt_tensor *k, bt_tensor *v);
 /* the same on a packed projection: qkv [B, T, 3C] holds q, k, v side by side (C = H D each) ->
@@ -2355,96 +2360,249 @@ BTDEF bt_tensor *bt_embedding(bt_tensor *table, bt_tensor *idx) {
 
 /* ---- cross-entropy over the first V of Vp columns ----
    loss = (1 / n_valid) sum_{i valid} (logsumexp_{j<V} z_ij - z_{i,t_i});
-   dz_ij = g / n_valid (softmax_j - [j = t_i]) for j < V, 0 for padding and ignored rows. */
+   dz_ij = g / n_valid (softmax_j - [j = t_i]) for j < V, 0 for padding and ignored rows.
+   The three steps below serve bt_cross_entropy and bt_linear_cross_entropy on either device. */
+/* losses[r] and lse[r] (stat dtype) of N rows of z [N, Vp]; a target out of [0, V) that is not
+   ignore is an error (on the GPU flagged, raised at the next host sync). CPU: 0, or -1 with *bad_row. */
+static int bt__xent_rows(bt_device dev, bt_dtype dt, const void *z, const int32_t *tg, int64_t N, int64_t V, int64_t Vp,
+                         int ign, void *losses, void *lse, bt_dtype sdt, int64_t *bad_row) {
+    if (dev.type == BT_GPU) {
+#ifdef BT_CUDA
+        int *bad = bt__bad(dev);
+        BT__ON_GPU(dev, st) bt_k_cross_entropy(dt, (float *)losses, (float *)lse, z, tg, N, V, Vp, ign, bad, st);
+#endif
+        return 0;
+    }
+    for (int64_t r = 0; r < N; r++)
+        if (tg[r] != ign && (tg[r] < 0 || tg[r] >= V)) { *bad_row = r; return -1; }
+    #pragma omp parallel for if (N * V > BT__PAR_MIN)
+    for (int64_t r = 0; r < N; r++) {
+        double mx = -INFINITY, s = 0;
+        for (int64_t j = 0; j < V; j++) { double v = bt__ld(z, dt, r * Vp + j); if (v > mx) mx = v; }
+        for (int64_t j = 0; j < V; j++) s += exp(bt__ld(z, dt, r * Vp + j) - mx);
+        double l = mx + log(s);
+        bt__st(lse, sdt, r, l);
+        bt__st(losses, sdt, r, tg[r] == ign ? 0 : l - bt__ld(z, dt, r * Vp + tg[r]));
+    }
+    return 0;
+}
+/* gz [N, Vp] = gl[r] (softmax(z_r) - onehot(t_r)) over the first V columns, 0 elsewhere and on
+   ignored rows; gz may be z itself (each element is read, then written, by one thread) */
+static void bt__xent_grad(bt_device dev, bt_dtype dt, void *gz, const void *z, const void *lse, const int32_t *tg,
+                          const void *gl, bt_dtype sdt, int64_t N, int64_t V, int64_t Vp, int ign) {
+    if (dev.type == BT_GPU) {
+#ifdef BT_CUDA
+        BT__ON_GPU(dev, stream) bt_k_cross_entropy_backward(dt, gz, z, (const float *)lse, tg, (const float *)gl, N, V, Vp, ign, stream);
+#endif
+        return;
+    }
+    #pragma omp parallel for if (N * Vp > BT__PAR_MIN)
+    for (int64_t r = 0; r < N; r++) {
+        int valid = tg[r] != ign; double l = bt__ld(lse, sdt, r), s = valid ? bt__ld(gl, sdt, r) : 0;
+        for (int64_t j = 0; j < Vp; j++) {
+            double v = j < V && valid ? s * (exp(bt__ld(z, dt, r * Vp + j) - l) - (j == tg[r])) : 0;
+            bt__st(gz, dt, r * Vp + j, v);
+        }
+    }
+}
+/* *inv = 1 / max(1, #{r : tg[r] != ign}) (stat dtype, one element on the device, no host sync) */
+static void bt__xent_inv_count(bt_device dev, void *inv, const int32_t *tg, int64_t N, int ign, bt_dtype sdt) {
+    if (dev.type == BT_GPU) {
+#ifdef BT_CUDA
+        BT__ON_GPU(dev, st) bt_k_inv_count_ne((float *)inv, tg, N, ign, st);
+#endif
+        return;
+    }
+    int64_t valid = 0;
+    for (int64_t r = 0; r < N; r++) valid += tg[r] != ign;
+    bt__st(inv, sdt, 0, 1.0 / (double)(valid ? valid : 1));
+}
+/* *acc += sum of n values (stat dtype) */
+static void bt__sum_into(bt_device dev, void *acc, const void *x, int64_t n, bt_dtype sdt) {
+    if (dev.type == BT_GPU) {
+#ifdef BT_CUDA
+        BT__ON_GPU(dev, st) bt_k_sum_rows_acc(BT_F32, (float *)acc, x, n, 1, st);
+#endif
+        return;
+    }
+    double s = bt__ld(acc, sdt, 0);
+    for (int64_t i = 0; i < n; i++) s += bt__ld(x, sdt, i);
+    bt__st(acc, sdt, 0, s);
+}
+/* x[0] *= s[0] (one element each, stat dtype) */
+static void bt__scale_by(bt_device dev, void *x, const void *s, bt_dtype sdt) {
+    if (dev.type == BT_GPU) {
+#ifdef BT_CUDA
+        int64_t one = 1, st0 = 0;
+        BT__ON_GPU(dev, st) bt_k_binary(BT_BOP_MUL, BT_F32, x, x, &st0, s, &st0, 1, &one, st);
+#endif
+        return;
+    }
+    bt__st(x, sdt, 0, bt__ld(x, sdt, 0) * bt__ld(s, sdt, 0));
+}
+/* the per-row upstream gradient g * inv_count as an [N] tensor of the stat dtype, no host sync */
+static bt_tensor *bt__xent_row_grads(bt_tensor *g, bt_tensor *inv, int64_t N) {
+    bt_tensor *scale = bt_mul(bt_cast(g, inv->dtype), inv);
+    return bt__contig(bt_expand(bt_reshape(scale, bt_shape1(1)), bt_shape1(N)));
+}
+static void bt__xent_check(bt_tensor *logits_or_x, bt_tensor *targets, int64_t lead_dims, const char *op) {
+    if (targets->dtype != BT_I32) bt_error("%s: targets must be i32, got %s", op, bt__s(targets));
+    bt__same_device(logits_or_x, targets, op);
+    if (logits_or_x->ndim < 1 || logits_or_x->ndim != targets->ndim + 1)
+        bt_error("%s: %s must be targets %s plus a last dim", op, bt__s(logits_or_x), bt__s(targets));
+    for (int d = 0; d < lead_dims; d++)
+        if (targets->shape[d] != logits_or_x->shape[d]) bt_error("%s: %s and targets %s differ in dim %d", op, bt__s(logits_or_x), bt__s(targets), d);
+    if (bt__is_gpu(logits_or_x) && logits_or_x->dtype == BT_F64) bt_error("%s: f64 is CPU-only (gradient checks), got %s", op, bt__s(logits_or_x));
+}
+
 static void bt__xent_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_tensor *logits = n->saved[0], *tg = n->saved[1], *lse = n->saved[2], *inv = n->saved[3];
     int64_t N = logits->shape[0], Vp = logits->shape[1], V = n->i[0]; int ign = (int)n->i[1];
-    (void)V;
-    bt_device dev = bt_device_of(logits); bt_dtype dt = logits->dtype;
-    /* the per-row upstream gradient g * inv_count, on the device without a sync */
-    bt_tensor *scale = bt_mul(bt_cast(g, inv->dtype), inv);
-    bt_tensor *gl = bt__contig(bt_expand(bt_reshape(scale, bt_shape1(1)), bt_shape1(N)));   /* dtype of lse */
-    bt_tensor *gz = bt__new(bt_shape2(N, Vp), dt, dev);
-    if (dev.type == BT_GPU) {
-#ifdef BT_CUDA
-        BT__ON_GPU(dev, stream) bt_k_cross_entropy_backward(dt, bt_data_ptr(gz), bt_data_ptr(logits), (const float *)bt_data_ptr(lse),
-                                    (const int32_t *)bt_data_ptr(tg), (const float *)bt_data_ptr(gl), N, V, Vp, ign, stream);
-#endif
-    } else {
-        const void *zp = bt_data_ptr(logits); const int32_t *tp = (const int32_t *)bt_data_ptr(tg);
-        const void *gp = bt_data_ptr(gl); void *op_ = bt_data_ptr(gz); bt_dtype ldt = lse->dtype;
-        #pragma omp parallel for if (N * Vp > BT__PAR_MIN)
-        for (int64_t r = 0; r < N; r++) {
-            int valid = tp[r] != ign; double l = bt__ld(bt_data_ptr(lse), ldt, r), s = valid ? bt__ld(gp, ldt, r) : 0;
-            for (int64_t j = 0; j < Vp; j++) {
-                double v = j < V && valid ? s * (exp(bt__ld(zp, dt, r * Vp + j) - l) - (j == tp[r])) : 0;
-                bt__st(op_, dt, r * Vp + j, v);
-            }
-        }
-    }
+    bt_tensor *gl = bt__xent_row_grads(g, inv, N);
+    bt_tensor *gz = bt__new(bt_shape2(N, Vp), logits->dtype, bt_device_of(logits));
+    bt__xent_grad(bt_device_of(logits), logits->dtype, bt_data_ptr(gz), bt_data_ptr(logits), bt_data_ptr(lse),
+                  (const int32_t *)bt_data_ptr(tg), bt_data_ptr(gl), lse->dtype, N, V, Vp, ign);
     bt_release(gl);
     gin[0] = bt_reshape(bt__register(gz), n->in_shape[0]);
 }
 BTDEF bt_tensor *bt_cross_entropy(bt_tensor *logits, bt_tensor *targets, int64_t V, int ignore_index) {
     bt__need_float(logits, "cross_entropy", "logits"); bt__need(targets, "cross_entropy", "targets");
-    if (targets->dtype != BT_I32) bt_error("cross_entropy: targets must be i32, got %s", bt__s(targets));
-    bt__same_device(logits, targets, "cross_entropy");
-    if (logits->ndim < 1 || logits->ndim != targets->ndim + 1)
-        bt_error("cross_entropy: logits %s must be targets %s plus a class dim", bt__s(logits), bt__s(targets));
-    for (int d = 0; d < targets->ndim; d++)
-        if (targets->shape[d] != logits->shape[d]) bt_error("cross_entropy: logits %s and targets %s differ in dim %d", bt__s(logits), bt__s(targets), d);
+    bt__xent_check(logits, targets, targets->ndim, "cross_entropy");
     int64_t Vp = logits->shape[logits->ndim - 1], N = bt_numel(targets);
     if (V <= 0) V = Vp;
     if (V > Vp) bt_error("cross_entropy: V = %lld but logits %s have only %lld columns", (long long)V, bt__s(logits), (long long)Vp);
     bt_device dev = bt_device_of(logits); bt_dtype dt = logits->dtype;
-    if (dev.type == BT_GPU && dt == BT_F64) bt_error("cross_entropy: f64 is CPU-only (gradient checks), got %s", bt__s(logits));
     bt_tensor *zc = bt__contig(logits), *tc = bt__contig(targets);
     bt_tensor *z2 = bt__view_dense(zc, bt_shape2(N, Vp)), *t1 = bt__view_dense(tc, bt_shape1(N));
     bt_dtype sdt = bt__stat_dtype(logits);
     bt_tensor *losses = bt__new(bt_shape1(N), sdt, dev), *lse = bt__new(bt_shape1(N), sdt, dev);
     bt_tensor *inv = bt__new(bt_shape1(1), sdt, dev);   /* 1 / max(1, n_valid) */
-    bt_shape s0; s0.ndim = 0;
-    bt_tensor *loss = bt__new(s0, sdt, dev);
-    if (dev.type == BT_GPU) {
-#ifdef BT_CUDA
-        int *bad = bt__bad(dev);
-        int64_t one = 1, st0 = 0;
-        BT__ON_GPU(dev, st) {
-            bt_k_cross_entropy(dt, (float *)bt_data_ptr(losses), (float *)bt_data_ptr(lse), bt_data_ptr(z2),
-                               (const int32_t *)bt_data_ptr(t1), N, V, Vp, ignore_index, bad, st);
-            bt_k_inv_count_ne((float *)bt_data_ptr(inv), (const int32_t *)bt_data_ptr(t1), N, ignore_index, st);
-            bt_k_reduce(BT_REDUCE_SUM, BT_F32, bt_data_ptr(loss), NULL, bt_data_ptr(losses), 1, N, 1, st);
-            bt_k_binary(BT_BOP_MUL, BT_F32, bt_data_ptr(loss), bt_data_ptr(loss), &st0, bt_data_ptr(inv), &st0, 1, &one, st);
-        }
-#endif
-    } else {
-        const void *zp = bt_data_ptr(z2); const int32_t *tp = (const int32_t *)bt_data_ptr(t1);
-        for (int64_t r = 0; r < N; r++)
-            if (tp[r] != ignore_index && (tp[r] < 0 || tp[r] >= V)) {
-                int64_t bad = tp[r];
-                bt_release(zc); bt_release(tc); bt_release(z2); bt_release(t1); bt_release(losses); bt_release(lse); bt_release(inv); bt_release(loss);
-                bt_error("cross_entropy: target %lld at position %lld is out of range [0, %lld) and not ignore_index %d", (long long)bad, (long long)r, (long long)V, ignore_index);
-            }
-        int64_t valid = 0; double total = 0;
-        #pragma omp parallel for reduction(+ : valid, total) if (N * V > BT__PAR_MIN)
-        for (int64_t r = 0; r < N; r++) {
-            double mx = -INFINITY, s = 0;
-            for (int64_t j = 0; j < V; j++) { double v = bt__ld(zp, dt, r * Vp + j); if (v > mx) mx = v; }
-            for (int64_t j = 0; j < V; j++) s += exp(bt__ld(zp, dt, r * Vp + j) - mx);
-            double l = mx + log(s);
-            bt__st(bt_data_ptr(lse), sdt, r, l);
-            if (tp[r] == ignore_index) { bt__st(bt_data_ptr(losses), sdt, r, 0); continue; }
-            double li = l - bt__ld(zp, dt, r * Vp + tp[r]);
-            bt__st(bt_data_ptr(losses), sdt, r, li);
-            valid++; total += li;
-        }
-        double iv = 1.0 / (double)(valid ? valid : 1);
-        bt__st(bt_data_ptr(inv), sdt, 0, iv);
-        bt__st(bt_data_ptr(loss), sdt, 0, total * iv);
+    int64_t bad = 0;
+    const int32_t *tp = (const int32_t *)bt_data_ptr(t1);
+    if (bt__xent_rows(dev, dt, bt_data_ptr(z2), tp, N, V, Vp, ignore_index, bt_data_ptr(losses), bt_data_ptr(lse), sdt, &bad)) {
+        int64_t t = tp[bad];
+        bt_release(zc); bt_release(tc); bt_release(z2); bt_release(t1); bt_release(losses); bt_release(lse); bt_release(inv);
+        bt_error("cross_entropy: target %lld at position %lld is out of range [0, %lld) and not ignore_index %d", (long long)t,
+                 (long long)bad, (long long)V, ignore_index);
     }
+    bt__xent_inv_count(dev, bt_data_ptr(inv), tp, N, ignore_index, sdt);
+    bt_tensor *loss = bt__new(bt_shapev(0, NULL), sdt, dev);
+    bt_fill_(loss, 0.0);
+    bt__sum_into(dev, bt_data_ptr(loss), bt_data_ptr(losses), N, sdt);
+    bt__scale_by(dev, bt_data_ptr(loss), bt_data_ptr(inv), sdt);
     bt_node *n = bt__record("cross_entropy", bt__xent_back, loss, &logits, 1);
     if (n) { n->i[0] = V; n->i[1] = ignore_index; bt__save(n, z2); bt__save(n, t1); bt__save(n, lse); bt__save(n, inv); }
     bt_release(zc); bt_release(tc); bt_release(z2); bt_release(t1); bt_release(losses); bt_release(lse); bt_release(inv);
+    return bt__register(loss);
+}
+
+/* ---- the classifier: cross_entropy(linear(x, w), targets) without the [rows, Vp] logits ----
+   x [.., C], w [Vp, C] (PyTorch's layout; GPT-2's is the tied embedding), targets i32 [..]. The
+   logits are made a chunk of rows at a time into one bounded temporary; the loss needs only their
+   per-row log-sum-exp. When a gradient is wanted the chunk's logit gradient is taken at once, in
+   place (d loss / d z for an upstream gradient of 1), and turned into its parts of dx = dz w and
+   dw = dz^T x before the next chunk; the backward only scales those two by the upstream gradient
+   (the gradient is linear in it). Same three GEMMs as unfused; what goes is the largest activation
+   of a language model (1.6 GB of bf16 logits for GPT-2 at 16 x 1024 rows) and two of the
+   cross-entropy's passes over it. */
+static size_t bt__lxent_chunk_bytes = (size_t)256 << 20;
+BTDEF size_t bt_linear_cross_entropy_chunk(size_t bytes) {
+    size_t old = bt__lxent_chunk_bytes;
+    if (bytes) bt__lxent_chunk_bytes = bytes;
+    return old;
+}
+/* y += a[0] x over n elements of dtype dt (a: one element of dt, on y's device) */
+static void bt__axpy_dev(bt_device dev, bt_dtype dt, void *y, const void *a, const void *x, int64_t n) {
+    if (dev.type == BT_GPU) {
+#ifdef BT_CUDA
+        if (dt != BT_F32) bt_error("linear_cross_entropy: a %s gradient accumulator on the GPU (f32 expected)", bt_dtype_name(dt));
+        BT__ON_GPU(dev, st) bt_k_axpy_f32((float *)y, (const float *)a, (const float *)x, n, st);
+#endif
+        return;
+    }
+    double av = bt__ld(a, dt, 0);
+    #pragma omp parallel for if (n > BT__PAR_MIN)
+    for (int64_t i = 0; i < n; i++) bt__st(y, dt, i, bt__ld(y, dt, i) + av * bt__ld(x, dt, i));
+}
+static void bt__lxent_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt_tensor *dx = n->n_saved > 0 && n->i[0] ? n->saved[0] : NULL, *dw = n->i[1] ? n->saved[n->i[0] ? 1 : 0] : NULL;
+    if (dx && bt__wants(n, 0)) gin[0] = bt_reshape(bt_mul(dx, bt_cast(g, dx->dtype)), n->in_shape[0]);
+    if (!dw || !bt__wants(n, 1)) return;
+    bt_tensor *gs = bt_contiguous(bt_reshape(bt_cast(g, dw->dtype), bt_shape1(1)));
+    bt_tensor *sink = bt__grad_sink(n, 1, dw->dtype);
+    if (sink && sink->dtype == dw->dtype) {            /* dw_leaf += g dw, no temporary */
+        sink->storage->version++;
+        bt__axpy_dev(bt_device_of(dw), dw->dtype, bt_data_ptr(sink), bt_data_ptr(gs), bt_data_ptr(dw), bt_numel(dw));
+    } else gin[1] = bt_cast(bt_mul(dw, gs), n->in_dtype[1]);
+}
+BTDEF bt_tensor *bt_linear_cross_entropy(bt_tensor *x, bt_tensor *w, bt_tensor *targets, int64_t V, int ignore_index) {
+    const char *op = "linear_cross_entropy";
+    bt__need_float(x, op, "x"); bt__need_float(w, op, "w"); bt__need(targets, op, "targets");
+    bt__same_device(x, w, op); bt__same_dtype(x, w, op);
+    bt__xent_check(x, targets, targets->ndim, op);
+    if (w->ndim != 2 || x->shape[x->ndim - 1] != w->shape[1])
+        bt_error("%s: x %s needs last dim = in of w %s ([Vp, C])", op, bt__s(x), bt__s(w));
+    int64_t N = bt_numel(targets), C = w->shape[1], Vp = w->shape[0];
+    if (V <= 0) V = Vp;
+    if (V > Vp) bt_error("%s: V = %lld but w %s has only %lld rows", op, (long long)V, bt__s(w), (long long)Vp);
+    bt_device dev = bt_device_of(x); bt_dtype dt = x->dtype, sdt = bt__stat_dtype(x);
+    int want_dx = bt__g.grad_enabled && bt__needs_grad(x), want_dw = bt__g.grad_enabled && bt__needs_grad(w);
+    if (want_dw && dev.type == BT_CPU && dt != sdt)
+        bt_error("%s: a gradient of a %s w on the CPU is not supported (f32 or f64)", op, bt_dtype_name(dt));
+    bt_tensor *xc = bt__contig(x), *wc = bt__contig(w), *tc = bt__contig(targets);
+    const int32_t *tp = (const int32_t *)bt_data_ptr(tc);
+    size_t es = bt_dtype_size(dt);
+    int64_t chunk = (int64_t)(bt__lxent_chunk_bytes / ((size_t)Vp * es));
+    if (chunk < 1) chunk = 1;
+    if (chunk > N) chunk = N;
+    bt_tensor *inv = bt__new(bt_shape1(1), sdt, dev), *loss = bt__new(bt_shapev(0, NULL), sdt, dev);
+    bt_tensor *z = bt__new(bt_shape2(chunk, Vp), dt, dev), *losses = bt__new(bt_shape1(chunk), sdt, dev);
+    bt_tensor *lse = bt__new(bt_shape1(chunk), sdt, dev), *gl = NULL;
+    bt_tensor *dx = want_dx ? bt__new(bt_shape2(N, C), dt, dev) : NULL, *dw = want_dw ? bt__new(bt_shape2(Vp, C), sdt, dev) : NULL;
+    bt_fill_(loss, 0.0);
+    bt__xent_inv_count(dev, bt_data_ptr(inv), tp, N, ignore_index, sdt);
+    if (want_dx || want_dw) {                          /* d loss / d z_r = inv (softmax - onehot) */
+        int old = bt_set_grad_enabled(0);
+        bt_scope_begin();
+        gl = bt_retain(bt_contiguous(bt_expand(inv, bt_shape1(chunk))));
+        bt_scope_end();
+        bt_set_grad_enabled(old);
+    }
+    for (int64_t r0 = 0; r0 < N; r0 += chunk) {
+        int64_t n = N - r0 < chunk ? N - r0 : chunk, bad = 0;
+        const char *xr = (const char *)bt_data_ptr(xc) + r0 * C * (int64_t)es;
+        bt__gemm(dt, dev, bt_data_ptr(z), xr, bt_data_ptr(wc), NULL, n, Vp, C, 0, 1, 1, 0, 0, 0, 1.0, 0.0);
+        if (bt__xent_rows(dev, dt, bt_data_ptr(z), tp + r0, n, V, Vp, ignore_index, bt_data_ptr(losses), bt_data_ptr(lse), sdt, &bad)) {
+            int64_t t = tp[r0 + bad];
+            bt_release(xc); bt_release(wc); bt_release(tc); bt_release(inv); bt_release(loss); bt_release(z); bt_release(losses);
+            bt_release(lse); bt_release(gl); bt_release(dx); bt_release(dw);
+            bt_error("%s: target %lld at position %lld is out of range [0, %lld) and not ignore_index %d", op, (long long)t,
+                     (long long)(r0 + bad), (long long)V, ignore_index);
+        }
+        bt__sum_into(dev, bt_data_ptr(loss), bt_data_ptr(losses), n, sdt);
+        if (!gl) continue;
+        bt__xent_grad(dev, dt, bt_data_ptr(z), bt_data_ptr(z), bt_data_ptr(lse), tp + r0, bt_data_ptr(gl), sdt, n, V, Vp, ignore_index);
+        if (dx)      /* dx[r0 : r0 + n] = dz w */
+            bt__gemm(dt, dev, (char *)bt_data_ptr(dx) + r0 * C * (int64_t)es, bt_data_ptr(z), bt_data_ptr(wc), NULL, n, C, Vp, 0, 0, 1, 0, 0, 0, 1.0, 0.0);
+        if (dw) {    /* dw (+)= dz^T x[r0 : r0 + n], in the stat dtype */
+            if (dev.type == BT_GPU) {
+#ifdef BT_CUDA
+                BT__ON_GPU(dev, st) bt_k_matmul_out(dt, sdt, bt_data_ptr(dw), bt_data_ptr(z), xr, NULL, Vp, C, n, 1, 0, 1, 0, 0, 0, 1.f,
+                                                    r0 ? 1.f : 0.f, bt__g.precision, st);
+#endif
+            } else bt__gemm(dt, dev, bt_data_ptr(dw), bt_data_ptr(z), xr, NULL, Vp, C, n, 1, 0, 1, 0, 0, 0, 1.0, r0 ? 1.0 : 0.0);
+        }
+    }
+    bt__scale_by(dev, bt_data_ptr(loss), bt_data_ptr(inv), sdt);
+    bt_tensor *in[2] = {x, w};
+    bt_node *nd = bt__record(op, bt__lxent_back, loss, in, 2);
+    if (nd) {
+        nd->i[0] = dx != NULL; nd->i[1] = dw != NULL;
+        if (dx) bt__save(nd, dx);
+        if (dw) bt__save(nd, dw);
+    }
+    bt_release(xc); bt_release(wc); bt_release(tc); bt_release(inv); bt_release(z); bt_release(losses); bt_release(lse);
+    bt_release(gl); bt_release(dx); bt_release(dw);
     return bt__register(loss);
 }
 

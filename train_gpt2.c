@@ -264,8 +264,8 @@ static bt_tensor *gpt2_mlp(gpt2 *m, gpt2_layer *y, bt_tensor *h, bt_dtype dt) {
     return bt_linear(u, param_as(m, y->fcprojw, dt), param_as(m, y->fcprojb, dt));
 }
 
-/* idx [B, T] i32 on the model's device -> logits [B, T, Vp] in dtype dt */
-static bt_tensor *gpt2_logits(gpt2 *m, bt_tensor *idx, bt_dtype dt) {
+/* idx [B, T] i32 on the model's device -> the final layernorm's output [B, T, C] in dtype dt */
+static bt_tensor *gpt2_hidden(gpt2 *m, bt_tensor *idx, bt_dtype dt) {
     const gpt2_config *c = &m->cfg;
     int64_t T = idx->shape[1];
     bt_tensor *pos = bt_arange(T, BT_I32, m->device);
@@ -275,13 +275,18 @@ static bt_tensor *gpt2_logits(gpt2 *m, bt_tensor *idx, bt_dtype dt) {
         x = bt_add(x, gpt2_attention(m, y, bt_layernorm(x, param_as(m, y->ln1w, dt), param_as(m, y->ln1b, dt), 1e-5), dt));
         x = bt_add(x, gpt2_mlp(m, y, bt_layernorm(x, param_as(m, y->ln2w, dt), param_as(m, y->ln2b, dt), 1e-5), dt));
     }
-    x = bt_layernorm(x, param_as(m, m->lnfw, dt), param_as(m, m->lnfb, dt), 1e-5);
-    return bt_linear(x, param_as(m, m->wte, dt), NULL);             /* weight tying: the head is wte */
+    return bt_layernorm(x, param_as(m, m->lnfw, dt), param_as(m, m->lnfb, dt), 1e-5);
 }
 
-/* mean cross-entropy of the next tokens over the V real columns (the padding never counts) */
+/* idx [B, T] -> logits [B, T, Vp] in dtype dt; weight tying: the head is wte */
+static bt_tensor *gpt2_logits(gpt2 *m, bt_tensor *idx, bt_dtype dt) {
+    return bt_linear(gpt2_hidden(m, idx, dt), param_as(m, m->wte, dt), NULL);
+}
+
+/* mean cross-entropy of the next tokens over the V real columns (the padding never counts), with
+   the head fused into the loss: the [B, T, Vp] logits are never held whole */
 static bt_tensor *gpt2_loss(gpt2 *m, bt_tensor *idx, bt_tensor *targets, bt_dtype dt) {
-    return bt_cross_entropy(gpt2_logits(m, idx, dt), targets, m->cfg.V, -1);
+    return bt_linear_cross_entropy(gpt2_hidden(m, idx, dt), param_as(m, m->wte, dt), targets, m->cfg.V, -1);
 }
 
 /* ============================================================================================
