@@ -4,7 +4,9 @@
    USAGE
      #define BT_CKPT_IMPLEMENTATION   in *one* C/CUDA file before including this header (with the
      implementations of bt_tensor.h, bt_alloc.h and bt_data.h in that file or another). It includes
-     bt_tensor.h and bt_data.h; compiled by nvcc (BT_CUDA) it copies GPU tensors too.
+     bt_tensor.h and bt_data.h; compiled by nvcc (BT_CUDA) it copies GPU tensors too. Like
+     bt_data.h it needs POSIX.1-2008 (pread): that file defines _POSIX_C_SOURCE 200809L before
+     its first #include. Link with -lpthread where libc does not hold it.
 
      // synchronous: any tensors, any device
      bt_ckpt_writer *w = bt_ckpt_writer_new();
@@ -290,7 +292,7 @@ typedef struct {
     int64_t removed;                     /* old checkpoints deleted by rotation */
 } bt_ckpt_saver_stats;
 typedef struct bt_ckpt_saver bt_ckpt_saver;
-/* dir must exist. keep > 0: after each save, our checkpoints beyond the newest `keep` (by
+/* dir is made when absent (and must be writable). keep > 0: after each save, our checkpoints beyond the newest `keep` (by
    step) are deleted; keep <= 0 keeps all. NULL and bt_ckpt_error() on failure. */
 BTDEF bt_ckpt_saver *bt_ckpt_saver_new(const char *dir, int keep);
 /* Snapshot n tensors (contiguous; CPU ones, and GPU ones all on one device) under names, with
@@ -356,6 +358,7 @@ BTDEF int bt_ckpt_find_latest(const char *dir, int64_t *step, char *path, size_t
 #include <unistd.h>
 #include <dirent.h>
 #include <pthread.h>
+#include <signal.h>
 #include <time.h>
 #include <locale.h>
 #include <sys/stat.h>
@@ -366,16 +369,6 @@ BTDEF int bt_ckpt_find_latest(const char *dir, int64_t *step, char *path, size_t
 #ifdef BT_CUDA
 #include <cuda_runtime.h>
 #include "bt_kernels.cuh"
-#endif
-
-/* pread is POSIX 2008 (XSI before): compiled with -std=c11 and no feature macro, glibc's
-   <unistd.h> hides its declaration, though the function is there. */
-#if defined(__GLIBC__) && !defined(__USE_XOPEN2K8) && !defined(__USE_UNIX98)
-#if defined(__LP64__) || !defined(_FILE_OFFSET_BITS) || _FILE_OFFSET_BITS != 64
-extern ssize_t pread(int fd, void *buf, size_t n, off_t offset);
-#else
-#error "bt_ckpt.h: define _POSIX_C_SOURCE 200809L before the first #include"
-#endif
 #endif
 
 /* ---- 1. Common ------------------------------------------------------------------------------ */
@@ -1971,14 +1964,11 @@ fail:
     return NULL;
 }
 BTDEF bt_ckpt_file *bt_ckpt_open(const char *path, int flags) {
-    struct stat sb;
+    uint64_t size = 0;
     int fd;
     if (!path) { bt__ckerr("bt_ckpt_open: NULL path"); return NULL; }
-    if ((fd = open(path, O_RDONLY)) < 0) { bt__ckerr("%s: cannot open: %s", path, strerror(errno)); return NULL; }
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        bt__ckerr("%s: not a regular file", path); close(fd); return NULL;
-    }
-    return bt__ck_open(path, fd, NULL, (uint64_t)sb.st_size, flags);
+    if ((fd = bt_input_open(path, &size)) < 0) { bt__ckerr("%s", bt_data_error()); return NULL; }
+    return bt__ck_open(path, fd, NULL, size, flags);
 }
 BTDEF bt_ckpt_file *bt_ckpt_open_memory(const void *buf, size_t n, int flags) {
     static const unsigned char empty[1] = {0};
@@ -2295,6 +2285,7 @@ static void bt__ck_memcpy_par(void *dst, const void *src, size_t n) {
 }
 
 static int bt__ck_rotate(const char *dir, int keep, int64_t written, int64_t *removed, char *err, size_t errlen);
+static int64_t bt__ck_sweep_temporaries(const char *dir);
 
 static void *bt__ck_writer_main(void *arg) {
     bt_ckpt_saver *s = (bt_ckpt_saver *)arg;
@@ -2352,13 +2343,13 @@ static void *bt__ck_writer_main(void *arg) {
 
 BTDEF bt_ckpt_saver *bt_ckpt_saver_new(const char *dir, int keep) {
     bt_ckpt_saver *s;
-    struct stat sb;
     if (!dir) { bt__ckerr("checkpoint saver: NULL directory"); return NULL; }
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) { bt__ckerr("checkpoint directory %s: %s", dir, errno ? strerror(errno) : "not a directory"); return NULL; }
+    if (bt_output_dir(dir)) { bt__ckerr("checkpoint directory: %s", bt_data_error()); return NULL; }
     if (!(s = (bt_ckpt_saver *)bt__ckmalloc(sizeof *s))) { bt__ckerr("checkpoint saver: out of memory"); return NULL; }
     memset(s, 0, sizeof *s);
     s->keep = keep;
     s->st.last_step = -1;
+    s->st.removed = bt__ck_sweep_temporaries(dir);     /* what a killed run left behind */
 #ifdef BT_CUDA
     s->cuda_device = -1;
 #endif
@@ -2611,7 +2602,39 @@ BTDEF int bt_ckpt_list(const char *dir, int64_t **steps) {
     *steps = v;
     return (int)n;
 }
-/* delete our checkpoints of dir beyond the newest `keep` by step, never `written` */
+/* Temporaries that a killed writer left beside our checkpoints ("ckpt_STEP.safetensors.tmp.PID.N",
+   bt_data.h's naming): removed when PID is no process here and the file has not changed for
+   BT__CK_STALE_S seconds (a directory shared between hosts may hold another host's live one). */
+#define BT__CK_STALE_S 120
+static int64_t bt__ck_sweep_temporaries(const char *dir) {
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int64_t removed = 0;
+    if (!d) return 0;
+    while ((de = readdir(d)) != NULL) {
+        const char *tmp = strstr(de->d_name, ".safetensors.tmp.");
+        char base[256], path[4096], *dot;
+        uint64_t pid, k;
+        struct stat sb;
+        size_t bl;
+        if (!tmp || (bl = (size_t)(tmp - de->d_name) + 12) >= sizeof base) continue;
+        memcpy(base, de->d_name, bl);
+        base[bl] = 0;
+        if (bt__ck_name_step(base) < 0) continue;                    /* not one of ours */
+        snprintf(base, sizeof base, "%s", tmp + 17);                  /* "PID.N" */
+        if (!(dot = strchr(base, '.'))) continue;
+        *dot = 0;
+        if (bt__ck_digits_u64(base, &pid) || bt__ck_digits_u64(dot + 1, &k)) continue;
+        if (pid == 0 || pid > 0x7fffffff || (pid_t)pid == getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= sizeof path) continue;
+        if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode) || time(NULL) - sb.st_mtime < BT__CK_STALE_S) continue;
+        if (remove(path) == 0) removed++;
+    }
+    closedir(d);
+    return removed;
+}
+/* delete our checkpoints of dir beyond the newest `keep` by step, never `written`; and stale
+   temporaries */
 static int bt__ck_rotate(const char *dir, int keep, int64_t written, int64_t *removed, char *err, size_t errlen) {
     int64_t *steps;
     int n = bt_ckpt_list(dir, &steps), i, kept = 1, r = 0;
@@ -2628,6 +2651,7 @@ static int bt__ck_rotate(const char *dir, int keep, int64_t written, int64_t *re
         (*removed)++;
     }
     bt__ckfree(steps);
+    *removed += bt__ck_sweep_temporaries(dir);
     return r;
 }
 BTDEF int bt_ckpt_find_latest(const char *dir, int64_t *step, char *path, size_t pathlen, bt_ckpt_bad_fn on_bad, void *user) {
