@@ -2561,10 +2561,15 @@ BTDEF int bt_ckpt_saver_free(bt_ckpt_saver *s) {
 /* ---- 9. Directories ------------------------------------------------------------------------- */
 
 BTDEF int bt_ckpt_path(const char *dir, int64_t step, char *buf, size_t n) {
-    int k;
+    char name[48];
+    size_t dl, nl;
     if (!dir || !buf || step < 0) return -1;
-    k = snprintf(buf, n, "%s/ckpt_%09lld.safetensors", dir, (long long)step);
-    return k < 0 || (size_t)k >= n ? -1 : 0;
+    snprintf(name, sizeof name, "/ckpt_%09lld.safetensors", (long long)step);
+    dl = strlen(dir); nl = strlen(name);
+    if (dl + nl + 1 > n) return -1;
+    memcpy(buf, dir, dl);
+    memcpy(buf + dl, name, nl + 1);
+    return 0;
 }
 /* the step of a file name of exactly our form (the one bt_ckpt_path writes), else -1 */
 static int64_t bt__ck_name_step(const char *name) {
