@@ -1980,16 +1980,20 @@ BTDEF bt_ckpt_file *bt_ckpt_open_memory(const void *buf, size_t n, int flags) {
    CRC into *crc, by several threads when n is large. 0 ok, -1 naming the tensor and offset. */
 static int bt__ck_read_crc(const bt_ckpt_file *f, const bt_ckpt_info *t, uint64_t at, unsigned char *dst, size_t n, uint32_t *crc) {
     uint64_t off = t->offset + at, bad_at = UINT64_MAX;
-    size_t nc = (n + BT__CK_READ_CHUNK - 1) / BT__CK_READ_CHUNK, c;
+    int T = bt__ck_threads();
+    /* about two pieces per thread, 1..8 MiB each: every thread busy, little scheduling */
+    size_t chunk = n / (size_t)(2 * T), nc, c;
     uint32_t *part, one;
     int bad_errno = 0;
     long ci;
+    chunk = chunk < ((size_t)1 << 20) ? ((size_t)1 << 20) : chunk > BT__CK_READ_CHUNK ? BT__CK_READ_CHUNK : (chunk + 4095) & ~(size_t)4095;
+    nc = (n + chunk - 1) / chunk;
     if (f->mem && !dst) { *crc = bt_crc32c_parallel(0, f->mem + off, n); return 0; }
     part = nc > 1 ? (uint32_t *)bt__ckmalloc(nc * sizeof *part) : &one;
     if (!part) { bt__ckerr("%s: out of memory", f->path); return -1; }
-    #pragma omp parallel for schedule(dynamic, 1) num_threads(bt__ck_threads()) if (nc > 1)
+    #pragma omp parallel for schedule(dynamic, 1) num_threads(T) if (nc > 1)
     for (ci = 0; ci < (long)nc; ci++) {
-        size_t o = (size_t)ci * BT__CK_READ_CHUNK, len = n - o < BT__CK_READ_CHUNK ? n - o : BT__CK_READ_CHUNK, got = 0;
+        size_t o = (size_t)ci * chunk, len = n - o < chunk ? n - o : chunk, got = 0;
         if (bt__ck_pread(f, dst + o, len, off + o, &got)) {
             #pragma omp critical(bt__ck_read_err)
             if (off + o + got < bad_at) { bad_at = off + o + got; bad_errno = errno; }
@@ -2004,7 +2008,7 @@ static int bt__ck_read_crc(const bt_ckpt_file *f, const bt_ckpt_info *t, uint64_
     }
     *crc = 0;
     for (c = 0; c < nc; c++) {
-        size_t o = c * BT__CK_READ_CHUNK, len = n - o < BT__CK_READ_CHUNK ? n - o : BT__CK_READ_CHUNK;
+        size_t o = c * chunk, len = n - o < chunk ? n - o : chunk;
         *crc = bt_crc32c_combine(*crc, part[c], len);
     }
     if (part != &one) bt__ckfree(part);
@@ -2314,8 +2318,8 @@ static void *bt__ck_writer_main(void *arg) {
             snprintf(msg, sizeof msg, "checkpoint: %.1000s", bt_ckpt_error());
             r = -1;
         }
+        t_end = bt__ck_now_ms();                 /* committed; deleting old files is not the save */
         if (!r && s->keep > 0) r = bt__ck_rotate(s->dir, s->keep, s->step, &removed, msg, sizeof msg);
-        t_end = bt__ck_now_ms();
         pthread_mutex_lock(&s->mu);
         if (r) { s->failed = 1; snprintf(s->err, sizeof s->err, "%s", msg); }
         else {
