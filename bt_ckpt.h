@@ -18,6 +18,7 @@
      // asynchronous: the step waits only for a device-to-host copy
      bt_ckpt_saver *s = bt_ckpt_saver_new("run", 3);             // keep the newest 3
      if (bt_ckpt_saver_snapshot(s, step, tensors, names, n, meta)) report(bt_ckpt_error());
+     forward_backward();                  // reads the weights while they are copied
      bt_ckpt_saver_fence(s, NULL);        // the compute stream waits (device-side) for the copies
      optimizer_step();                    // may now overwrite the tensors
      ...
@@ -73,12 +74,15 @@
      flight: that wait is reported as the stall), then for GPU tensors enqueues on a copy stream,
      behind an event of the tensors' compute stream, device-to-host copies into the staging
      buffer and records a copy-done event; it returns without waiting for them. CPU tensors are
-     copied on the caller's thread. Before anything overwrites the tensors (the optimizer step)
-     the caller makes its stream wait for that event: bt_ckpt_saver_fence (device-side; the
-     host never blocks). The writer thread waits for the copies, checksums, writes the file
-     atomically and deletes our older checkpoints beyond the newest `keep` (never the one just
-     written, never a file that is not ours). Its errors do not end the process: the next
-     snapshot() or wait() returns -1 with the message, and that snapshot is not taken.
+     copied on the caller's thread. Before anything overwrites or frees the tensors (the
+     optimizer step) the caller makes its stream wait for that event: bt_ckpt_saver_fence
+     (device-side; the host never blocks). Fenced just before the optimizer step, the copies
+     overlap the next forward and backward passes, which only read the weights. The writer
+     thread waits for the copies, checksums, writes the file atomically and deletes our older
+     checkpoints beyond the newest `keep` (never the one just written, never a file that is not
+     ours; also temporaries that a killed writer left, once stale). Its errors do not end the
+     process: the next snapshot() or wait() returns -1 with the message, and that snapshot is
+     not taken.
 
    READING
      bt_ckpt_open reads and checks the header only: the length (at most 100,000,000 bytes, as
@@ -89,10 +93,18 @@
      bt_ckpt_verify reads and checks all. Every problem is an error message naming the file, the
      tensor and the byte offsets; nothing is read out of bounds.
 
+   HUGGING FACE
+     A model in another layout loads tensor by tensor: bt_ckpt_load(f, name, dst, flags) with
+     BT_CKPT_TRANSPOSE (transformers' Conv1D stores [in, out], a linear layer here is [out, in]),
+     BT_CKPT_PAD_ROWS (a vocabulary padded past the file's rows: the extra rows become zeros)
+     and BT_CKPT_CONVERT (e.g. an F16 file into F32 weights); dst may be any view (one layer's
+     slice of a stacked buffer). Export is the reverse: bt_ckpt_writer_add_tensor(w, name, t,
+     BT_CKPT_TRANSPOSE, rows). config.json is written with the JSON writer and bt_json_save.
+
    ERRORS
      Functions return -1 / NULL and leave a message for bt_ckpt_error() (a per-thread buffer),
-     as bt_data.h does; they never print and never exit. Exception: bt_tensor.h's own checks on
-     the tensors handed in (a NULL tensor) raise bt_error as any op does.
+     as bt_data.h does; they never print and never exit. Exception: a failure inside
+     bt_tensor.h's own calls (a CUDA error during a copy) raises bt_error as any op does.
 
    THREADS
      Checksums and reads of large tensors use OpenMP threads (bt_ckpt_set_threads; built
@@ -1580,7 +1592,7 @@ BTDEF int bt_ckpt_writer_add_tensor(bt_ckpt_writer *w, const char *name, bt_tens
     if (bt_device_of(t).type == BT_CPU && bt_is_contiguous(t) && !transpose) {
         e->data = (const unsigned char *)bt_data_ptr(t);     /* the first rows of a contiguous tensor */
     } else {
-        bt_tensor *v, *h;
+        bt_tensor *v;
         if (!(e->owned = bt__ckmalloc(e->nbytes ? e->nbytes : 1))) {
             bt__ckfree(e->name); bt__ckerr("tensor \"%.100s\": out of host memory for %llu bytes", name, (unsigned long long)e->nbytes);
             return -1;
@@ -1588,8 +1600,7 @@ BTDEF int bt_ckpt_writer_add_tensor(bt_ckpt_writer *w, const char *name, bt_tens
         bt_scope_begin();
         v = rows > 0 ? bt_narrow(t, 0, 0, rows) : t;
         if (transpose) v = bt_transpose(v, 0, 1);
-        h = bt_from_blob(e->owned, bt_shape_of(v), t->dtype, bt_cpu());
-        bt_copy_(h, v);                       /* any device and strides, gathered on the host */
+        bt_to_host(v, e->owned, t->dtype);    /* any device and strides, gathered in row-major order */
         bt_scope_end();
         e->data = (const unsigned char *)e->owned;
     }
@@ -2202,10 +2213,7 @@ BTDEF int bt_ckpt_load(bt_ckpt_file *f, const char *name, bt_tensor *dst, int fl
         bt_copy_(target, src);
         if (target != dst) bt_zero_(bt_narrow(dst, 0, rows, dst->shape[0] - rows));
         bt_scope_end();
-#ifdef BT_CUDA
-        if (dev.type == BT_GPU) bt_k_synchronize();       /* buf is read by the copy */
-#endif
-        bt__ckfree(buf);
+        bt__ckfree(buf);      /* an upload has copied it out of buf when bt_copy_ returns */
     }
     return r;
 }
@@ -2475,7 +2483,8 @@ BTDEF int bt_ckpt_saver_snapshot(bt_ckpt_saver *s, int64_t step, bt_tensor *cons
     if (step < 0 || bt_ckpt_path(s->dir, step, s->path, sizeof s->path)) { bt__ckerr("checkpoint snapshot: bad step %lld or directory too long", (long long)step); return -1; }
     if (bt__ck_check_user_meta(meta)) return -1;
     if ((total = bt__ck_saver_plan(s, tensors, names, n, &gpu_dev)) == UINT64_MAX) return -1;
-    if (total > (uint64_t)(SIZE_MAX / 2) || bt__ck_staging(s, (size_t)total, gpu_dev >= 0)) return -1;
+    if (total > (uint64_t)(SIZE_MAX / 2)) { bt__ckerr("checkpoint snapshot: %llu bytes", (unsigned long long)total); return -1; }
+    if (bt__ck_staging(s, (size_t)total, gpu_dev >= 0)) return -1;
     bt_ckpt_meta_free(s->meta);
     if (!(s->meta = bt__ck_meta_copy(meta))) return -1;
     for (i = 0; i < n; i++) s->e[i].data = s->staging + s->e[i].begin;
