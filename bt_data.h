@@ -1,9 +1,11 @@
-/* bt_data.h - BluTrain-C training data, v0.1: GPT-2 byte-level BPE, token shards, a data loader.
+/* bt_data.h - BluTrain-C training data, v0.2: GPT-2 byte-level BPE, token shards, a data loader.
 
    USAGE
      #define BT_DATA_IMPLEMENTATION   in *one* C/CUDA file before including this header.
-     It stands alone: it includes no other bt_ header, and needs only libc and POSIX
-     (mmap, glob). It compiles as C11 and as CUDA C++ (nvcc -x cu).
+     It stands alone: it includes no other bt_ header, and needs only libc and POSIX.1-2008
+     (pread, readlink, glob, sigaction): that file defines _POSIX_C_SOURCE 200809L before its
+     first #include (gnu11 and C++ compilers have it already). It compiles as C11 and as CUDA
+     C++ (nvcc -x cu).
 
      bt_tokenizer *tok = bt_tokenizer_load("data/encoder.json", "data/vocab.bpe");
      int32_t *ids; size_t n = bt_encode(tok, text, len, &ids);    // ids are malloc'd
@@ -41,10 +43,25 @@
         from (seed, epoch); without, all is in file order (validation). The state (epoch, shard,
         position, RNG) is plain data: save it with a checkpoint and a resumed run sees the same
         batches.
+     4. Files. Inputs are opened by bt_input_open: a FIFO, device or directory is refused at once
+        (stat first, then a non-blocking open), never waited on. Outputs are checked before the
+        work that makes them (bt_output_check, bt_output_dir: a run must not train for an hour and
+        then find that it cannot save), then written through a bt_atomic_file: the bytes go to
+        "TARGET.tmp.<pid>.<n>" beside the target (unique per process and call, created O_EXCL);
+        commit fsyncs it, renames it over the target and fsyncs the directory. A failure, a kill
+        or a concurrent writer never leaves a half-written target: readers see the old file or a
+        whole new one, and of two concurrent writers the last rename wins. A symlink is followed
+        (the temporary goes beside its final target, and the link survives); a target that is
+        not a regular file (a device such as /dev/null, a FIFO, a directory) is refused, never
+        replaced. Open temporaries are listed in a fixed lock-free registry (BT_ATOMIC_MAX_OPEN
+        slots, safe from any thread) that bt_atomic_cleanup() empties from a signal handler;
+        SIGINT/SIGTERM cleanup is opt-in (bt_atomic_install_signal_cleanup). After kill -9 a
+        temporary stays behind (the target is intact); its name says which process left it.
 
    THREADS
      A tokenizer's merge cache is written by bt_encode: use one tokenizer per thread (loading
-     takes about 15 ms). Shards are read-only; a loader belongs to one thread.
+     takes about 15 ms). Shards are read-only; a loader belongs to one thread. Atomic files may
+     be opened, written and committed from several threads at once (one file per thread).
 
    ERRORS
      Library code never prints and never exits. A failing function returns NULL / -1 /
@@ -55,8 +72,10 @@
      BT_MALLOC/BT_FREE (both or neither; else malloc/free). Buffers handed to the caller
      (bt_encode's ids, bt_decode's text) come from BT_MALLOC: release them with BT_FREE.
      BT_DATA_STATIC: make every function static to the including file.
+     BT_ATOMIC_MAX_OPEN: how many atomic files may be open at once (default 16).
 
    HISTORY
+     0.2  output files (checks, atomic replacement, signal cleanup), non-blocking inputs.
      0.1  first version: tokenizer, shards, loader, bt_tokenize tool.
 */
 #ifndef BT_DATA_H
@@ -101,13 +120,44 @@ BT_DATA_DEF const char *bt_decode_token(bt_tokenizer *t, int32_t id, size_t *len
 /* Drop the merge cache (it is bounded anyway; this frees its memory now). */
 BT_DATA_DEF void bt_tokenizer_clear_cache(bt_tokenizer *t);
 
+/* ---- files: inputs that never block; outputs checked first and replaced atomically ---- */
+/* A read-only descriptor of a regular file (its size in *size if size != NULL), or -1 + error.
+   A FIFO, device or directory is refused at once (stat first, then a non-blocking open), never
+   waited on. Every reader in this header opens its files through it. */
+BT_DATA_DEF int bt_input_open(const char *path, uint64_t *size);
+/* 0 if path can be written as a regular file: not empty, not a directory or a special file (a
+   symlink counts as its target), its directory exists and is writable. -1 + bt_data_error(). */
+BT_DATA_DEF int bt_output_check(const char *path);
+/* 0 if dir is a directory where files can be created; made first (with missing parents) when
+   absent. -1 + error (an empty name, a file in the way, no permission). */
+BT_DATA_DEF int bt_output_dir(const char *dir);
+/* An output that grows while a program runs (a log): bt_output_check, then opened write-only,
+   truncated (append = 0) or appended to, without blocking. A descriptor, or -1 + error. */
+BT_DATA_DEF int bt_output_open(const char *path, int append);
+/* A file written to a unique temporary beside its target (symlinks resolved, so a link is written
+   through and survives) and renamed over it: a failure or a kill never leaves a half-written
+   target and the previous file survives. */
+typedef struct bt_atomic_file bt_atomic_file;
+BT_DATA_DEF bt_atomic_file *bt_atomic_open(const char *path);                   /* NULL + bt_data_error() */
+BT_DATA_DEF int  bt_atomic_write(bt_atomic_file *f, const void *buf, size_t n); /* 0 / -1 */
+BT_DATA_DEF int  bt_atomic_fd(bt_atomic_file *f);                               /* for pwrite and friends */
+BT_DATA_DEF int  bt_atomic_commit(bt_atomic_file *f);  /* fsync, rename, fsync the directory; frees f; 0 / -1 (temporary removed) */
+BT_DATA_DEF void bt_atomic_abort(bt_atomic_file *f);   /* removes the temporary, frees f; NULL is a no-op */
+BT_DATA_DEF void bt_atomic_cleanup(void);              /* async-signal-safe: unlink every open temporary (call from a signal handler) */
+/* Opt-in cleanup on SIGINT and SIGTERM (a signal that is ignored stays ignored): unlink every open
+   temporary, then do what the signal did before (call the previous handler, or the default
+   action: the process ends). A program with its own SIGINT handler (one that finishes the step
+   and checkpoints) calls bt_atomic_cleanup() itself when it is about to exit instead. Installed
+   once; later calls do nothing. 0, or -1 + error. */
+BT_DATA_DEF int  bt_atomic_install_signal_cleanup(void);
+
 /* ---- shards (llm.c layout) ---- */
 #define BT_SHARD_MAGIC 20240520
 #define BT_SHARD_VERSION 1
 #define BT_SHARD_HEADER_INTS 256
 #define BT_SHARD_HEADER_BYTES (BT_SHARD_HEADER_INTS * 4)
 
-/* Atomic: writes path.tmp.<pid> and renames it over path. n <= INT32_MAX. 0 ok, -1 error. */
+/* Written through a bt_atomic_file (see above). n <= INT32_MAX. 0 ok, -1 error. */
 BT_DATA_DEF int bt_shard_write(const char *path, const uint16_t *tokens, size_t n);
 
 typedef struct {
@@ -165,13 +215,14 @@ BT_DATA_DEF void   bt_loader_close(bt_loader *L);               /* NULL is a no-
    IMPLEMENTATION
    ------------------------------------------------------------------------------------------------
    Contents
-     1. Common: allocation, errors, file reading, hashing, RNG
-     2. Unicode classes (generated table) and UTF-8 decoding
-     3. Tokenizer loading: encoder.json, vocab.bpe, the byte alphabet
-     4. BPE: heap-ordered merges of one piece, the piece cache
-     5. Pre-tokenizer and encode / decode
-     6. Shards
-     7. Loader
+     1. Common: allocation, errors, hashing, RNG
+     2. Files: inputs, output checks, atomic replacement, the registry of temporaries
+     3. Unicode classes (generated table) and UTF-8 decoding
+     4. Tokenizer loading: encoder.json, vocab.bpe, the byte alphabet
+     5. BPE: heap-ordered merges of one piece, the piece cache
+     6. Pre-tokenizer and encode / decode
+     7. Shards
+     8. Loader
    ================================================================================================ */
 #ifdef BT_DATA_IMPLEMENTATION
 #ifndef BT_DATA_IMPLEMENTATION_DONE
@@ -185,9 +236,14 @@ BT_DATA_DEF void   bt_loader_close(bt_loader *L);               /* NULL is a no-
 #include <fcntl.h>
 #include <unistd.h>
 #include <glob.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+
+#if !defined(_WIN32) && (!defined(_POSIX_C_SOURCE) || _POSIX_C_SOURCE < 200809L)
+#error "bt_data.h needs POSIX.1-2008 (pread, readlink, sigaction): #define _POSIX_C_SOURCE 200809L before the first #include"
+#endif
 
 /* ---- 1. Common ------------------------------------------------------------------------------ */
 
@@ -240,26 +296,6 @@ static int bt__grow(void **p, size_t *cap, size_t need, size_t elt) {
     return 0;
 }
 
-/* the whole file, NUL-terminated; NULL (error set) on failure */
-static char *bt__read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    long sz;
-    if (!f) { bt__seterr("%s: cannot open: %s", path, strerror(errno)); return NULL; }
-    if (fseek(f, 0, SEEK_END) != 0 || (sz = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        bt__seterr("%s: cannot seek: %s", path, strerror(errno)); fclose(f); return NULL;
-    }
-    buf = (char *)bt__dmalloc((size_t)sz + 1);
-    if (!buf) { bt__seterr("%s: out of memory reading %ld bytes", path, sz); fclose(f); return NULL; }
-    if (fread(buf, 1, (size_t)sz, f) != (size_t)sz) {
-        bt__seterr("%s: read error", path); bt__dfree(buf); fclose(f); return NULL;
-    }
-    fclose(f);
-    buf[sz] = 0;
-    *len = (size_t)sz;
-    return buf;
-}
-
 /* 64-bit hash of a short byte string (pieces are a few bytes: one multiply per 8 bytes) */
 static uint64_t bt__hash_bytes(const unsigned char *s, size_t n) {
     uint64_t h = 0x243F6A8885A308D3ull ^ (n * 0x9E3779B97F4A7C15ull);
@@ -292,7 +328,385 @@ static uint64_t bt__rng_below(uint64_t *s, uint64_t n) {
     return r % n;
 }
 
-/* ---- 2. Unicode classes and UTF-8 ------------------------------------------------------------ */
+/* ---- 2. Files ------------------------------------------------------------------------------- */
+
+static const char *bt__file_kind(mode_t m) {
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISSOCK(m)) return "a socket";
+    return "not a regular file";
+}
+
+/* the first n bytes of s as a NUL-terminated copy (BT_MALLOC); NULL when out of memory */
+static char *bt__strndup(const char *s, size_t n) {
+    char *p = (char *)bt__dmalloc(n + 1);
+    if (p) { memcpy(p, s, n); p[n] = 0; }
+    return p;
+}
+
+/* the directory part of path: "." when it has no '/', "/" for a file at the root */
+static char *bt__dir_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) return bt__strndup(".", 1);
+    return bt__strndup(path, slash == path ? 1 : (size_t)(slash - path));
+}
+
+/* write all n bytes (write(2) may write less); 0 ok, -1 with errno set */
+static int bt__write_all(int fd, const void *buf, size_t n) {
+    const char *p = (const char *)buf;
+    while (n) {
+        ssize_t w = write(fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n);
+        if (w < 0) { if (errno == EINTR) continue; return -1; }
+        p += w; n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* read up to n bytes at offset off: the count read (less than n only at the end of the file),
+   or -1 with errno set */
+static int64_t bt__pread_all(int fd, void *buf, size_t n, uint64_t off) {
+    size_t got = 0;
+    while (got < n) {
+        size_t want = n - got > ((size_t)1 << 30) ? ((size_t)1 << 30) : n - got;
+        ssize_t r = pread(fd, (char *)buf + got, want, (off_t)(off + got));
+        if (r < 0) { if (errno == EINTR) continue; return -1; }
+        if (r == 0) break;
+        got += (size_t)r;
+    }
+    return (int64_t)got;
+}
+
+BT_DATA_DEF int bt_input_open(const char *path, uint64_t *size) {
+    struct stat st;
+    int fd;
+    if (!path || !*path) { bt__seterr("input path is empty"); return -1; }
+    if (stat(path, &st) != 0) { bt__seterr("%s: cannot open: %s", path, strerror(errno)); return -1; }
+    if (!S_ISREG(st.st_mode)) { bt__seterr("%s: is %s, not a regular file", path, bt__file_kind(st.st_mode)); return -1; }
+    /* non-blocking: a file swapped for a FIFO since the stat still cannot hang the open */
+    fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) { bt__seterr("%s: cannot open: %s", path, strerror(errno)); return -1; }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        bt__seterr("%s: not a regular file (it changed while being opened)", path);
+        close(fd); return -1;
+    }
+    if (size) *size = (uint64_t)st.st_size;
+    return fd;
+}
+
+/* the whole file, NUL-terminated; NULL (error set) on failure */
+static char *bt__read_file(const char *path, size_t *len) {
+    uint64_t sz;
+    int64_t got;
+    char *buf;
+    int fd = bt_input_open(path, &sz), err;
+    if (fd < 0) return NULL;
+    buf = sz < (uint64_t)(size_t)-1 ? (char *)bt__dmalloc((size_t)sz + 1) : NULL;
+    if (!buf) { bt__seterr("%s: out of memory reading %llu bytes", path, (unsigned long long)sz); close(fd); return NULL; }
+    got = bt__pread_all(fd, buf, (size_t)sz, 0);
+    err = errno;
+    close(fd);
+    if (got != (int64_t)sz) {
+        if (got < 0) bt__seterr("%s: read error: %s", path, strerror(err));
+        else bt__seterr("%s: read %lld of %llu bytes: the file shrank while being read", path, (long long)got, (unsigned long long)sz);
+        bt__dfree(buf); return NULL;
+    }
+    buf[sz] = 0;
+    *len = (size_t)sz;
+    return buf;
+}
+
+/* Where a write to path lands: its symlinks followed to the final target (which need not exist
+   yet; a relative link is relative to the link's directory). NULL + error on a loop. */
+static char *bt__follow_links(const char *path) {
+    char *cur = bt__strndup(path, strlen(path)), *target = NULL;
+    int hops;
+    for (hops = 0; cur; hops++) {
+        struct stat ls;
+        size_t cap, dl;
+        ssize_t len;
+        char *next;
+        if (lstat(cur, &ls) != 0 || !S_ISLNK(ls.st_mode)) return cur;   /* absent, or not a link: the end */
+        if (hops == 40) { bt__seterr("%s: too many levels of symbolic links", path); break; }
+        cap = ls.st_size > 0 ? (size_t)ls.st_size + 1 : 4096;
+        target = (char *)bt__dmalloc(cap);
+        if (!target) { bt__seterr("%s: out of memory", path); break; }
+        len = readlink(cur, target, cap);
+        if (len < 0 || (size_t)len >= cap) { bt__seterr("%s: cannot read the symbolic link %s", path, cur); break; }
+        target[len] = 0;
+        dl = target[0] == '/' || !strrchr(cur, '/') ? 0 : (size_t)(strrchr(cur, '/') - cur) + 1;
+        next = (char *)bt__dmalloc(dl + (size_t)len + 1);
+        if (!next) { bt__seterr("%s: out of memory", path); break; }
+        memcpy(next, cur, dl);
+        memcpy(next + dl, target, (size_t)len + 1);
+        bt__dfree(target); target = NULL;
+        bt__dfree(cur); cur = next;
+    }
+    if (!cur) bt__seterr("%s: out of memory", path);
+    bt__dfree(target); bt__dfree(cur);
+    return NULL;
+}
+
+/* path checked as an output: *target is where it lands (links followed, BT_MALLOC'd), *mode the
+   mode of the regular file there now (0: none yet). 0 ok, -1 + error. */
+static int bt__output_target(const char *path, char **target, mode_t *mode) {
+    struct stat st;
+    char *real, *dir;
+    const char *why = NULL;
+    int err = 0;
+    *target = NULL; *mode = 0;
+    if (!path || !*path) { bt__seterr("output path is empty"); return -1; }
+    if (path[strlen(path) - 1] == '/') { bt__seterr("%s: names a directory (it ends in '/'), not a file", path); return -1; }
+    if (!(real = bt__follow_links(path))) return -1;
+    if (stat(real, &st) == 0) {
+        if (!S_ISREG(st.st_mode)) {
+            bt__seterr("%s%s%s: is %s, not a regular file: refusing to replace it", path, strcmp(real, path) ? " -> " : "",
+                       strcmp(real, path) ? real : "", bt__file_kind(st.st_mode));
+            bt__dfree(real); return -1;
+        }
+        *mode = st.st_mode;
+    } else if (errno != ENOENT) {
+        bt__seterr("%s: %s", path, strerror(errno)); bt__dfree(real); return -1;
+    }
+    if (!(dir = bt__dir_of(real))) { bt__seterr("%s: out of memory", path); bt__dfree(real); return -1; }
+    if (stat(dir, &st) != 0) { err = errno; why = err == ENOENT ? "does not exist" : "cannot be reached"; }
+    else if (!S_ISDIR(st.st_mode)) { err = ENOTDIR; why = "is not a directory"; }
+    else if (access(dir, W_OK | X_OK) != 0) { err = errno; why = "does not let files be created in it"; }
+    if (why) {
+        bt__seterr("%s: the directory %s %s (%s)", path, dir, why, strerror(err));
+        bt__dfree(dir); bt__dfree(real); return -1;
+    }
+    bt__dfree(dir);
+    *target = real;
+    return 0;
+}
+
+BT_DATA_DEF int bt_output_check(const char *path) {
+    char *target;
+    mode_t mode;
+    if (bt__output_target(path, &target, &mode)) return -1;
+    bt__dfree(target);
+    return 0;
+}
+
+BT_DATA_DEF int bt_output_dir(const char *dir) {
+    struct stat st;
+    char *p;
+    size_t n, i;
+    int mkerr = 0;
+    if (!dir || !*dir) { bt__seterr("output directory name is empty"); return -1; }
+    n = strlen(dir);
+    if (!(p = bt__strndup(dir, n))) { bt__seterr("%s: out of memory", dir); return -1; }
+    for (i = 1; i <= n; i++)   /* mkdir -p: every prefix that ends before a '/', then the whole */
+        if (i == n || (p[i] == '/' && p[i - 1] != '/')) {
+            char c = p[i];
+            p[i] = 0;
+            if (mkdir(p, 0777) != 0 && errno != EEXIST && !mkerr) mkerr = errno;
+            p[i] = c;
+        }
+    bt__dfree(p);
+    if (stat(dir, &st) != 0) { bt__seterr("%s: cannot make the directory: %s", dir, strerror(mkerr ? mkerr : errno)); return -1; }
+    if (!S_ISDIR(st.st_mode)) { bt__seterr("%s: is %s, not a directory", dir, bt__file_kind(st.st_mode)); return -1; }
+    if (access(dir, W_OK | X_OK) != 0) { bt__seterr("%s: cannot create files in the directory: %s", dir, strerror(errno)); return -1; }
+    return 0;
+}
+
+BT_DATA_DEF int bt_output_open(const char *path, int append) {
+    struct stat st;
+    int fd;
+    if (bt_output_check(path)) return -1;
+    fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0666);
+    if (fd < 0) { bt__seterr("%s: cannot open for writing: %s", path, strerror(errno)); return -1; }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        bt__seterr("%s: not a regular file (it changed while being opened)", path);
+        close(fd); return -1;
+    }
+    return fd;
+}
+
+/* The registry of open temporaries, for bt_atomic_cleanup in a signal handler: fixed slots (no
+   allocation), each a state word changed only by atomic compare-and-swap, so any thread and any
+   handler may use it at once. A slot goes FREE -> CLAIMED (its name being written) -> LIVE ->
+   FREE (committed or aborted by its owner), or LIVE -> CLEANING -> CLEANED (a handler unlinked
+   the temporary) -> FREE (its owner sees that and fails). */
+#ifndef BT_ATOMIC_MAX_OPEN
+#define BT_ATOMIC_MAX_OPEN 16
+#endif
+#define BT__TMP_NAME_MAX 4096
+enum { BT__TMPREG_FREE, BT__TMPREG_CLAIMED, BT__TMPREG_LIVE, BT__TMPREG_CLEANING, BT__TMPREG_CLEANED };
+static int bt__tmpreg_state[BT_ATOMIC_MAX_OPEN];
+static char bt__tmpreg_name[BT_ATOMIC_MAX_OPEN][BT__TMP_NAME_MAX];
+static unsigned bt__tmp_counter;
+
+static int bt__data_cas(int *p, int expect, int desired) {
+    return __atomic_compare_exchange_n(p, &expect, desired, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+static int bt__tmpreg_take(const char *name) {
+    int i;
+    for (i = 0; i < BT_ATOMIC_MAX_OPEN; i++)
+        if (bt__data_cas(&bt__tmpreg_state[i], BT__TMPREG_FREE, BT__TMPREG_CLAIMED)) {
+            memcpy(bt__tmpreg_name[i], name, strlen(name) + 1);
+            __atomic_store_n(&bt__tmpreg_state[i], BT__TMPREG_LIVE, __ATOMIC_RELEASE);
+            return i;
+        }
+    return -1;
+}
+static int bt__tmpreg_cleaned(int i) { return __atomic_load_n(&bt__tmpreg_state[i], __ATOMIC_ACQUIRE) >= BT__TMPREG_CLEANING; }
+/* give slot i back; 1 if a signal's cleanup unlinked its temporary meanwhile */
+static int bt__tmpreg_give(int i) {
+    for (;;) {   /* CLEANING: a handler on another thread is unlinking it now; it ends soon */
+        int s = __atomic_load_n(&bt__tmpreg_state[i], __ATOMIC_ACQUIRE);
+        if (s == BT__TMPREG_LIVE && bt__data_cas(&bt__tmpreg_state[i], BT__TMPREG_LIVE, BT__TMPREG_FREE)) return 0;
+        if (s == BT__TMPREG_CLEANED) { __atomic_store_n(&bt__tmpreg_state[i], BT__TMPREG_FREE, __ATOMIC_RELEASE); return 1; }
+    }
+}
+
+BT_DATA_DEF void bt_atomic_cleanup(void) {
+    int i, saved = errno;
+    for (i = 0; i < BT_ATOMIC_MAX_OPEN; i++)
+        if (bt__data_cas(&bt__tmpreg_state[i], BT__TMPREG_LIVE, BT__TMPREG_CLEANING)) {
+            unlink(bt__tmpreg_name[i]);
+            __atomic_store_n(&bt__tmpreg_state[i], BT__TMPREG_CLEANED, __ATOMIC_RELEASE);
+        }
+    errno = saved;
+}
+
+struct bt_atomic_file {
+    int fd, slot;
+    int err;                  /* errno of the first failed write; 0 while all went well */
+    char *path, *target, *tmp;    /* as given, links followed, the temporary */
+};
+
+static void bt__atomic_free(bt_atomic_file *f) {
+    bt__dfree(f->path); bt__dfree(f->target); bt__dfree(f->tmp); bt__dfree(f);
+}
+
+BT_DATA_DEF void bt_atomic_abort(bt_atomic_file *f) {
+    if (!f) return;
+    if (f->fd >= 0) close(f->fd);
+    if (f->slot >= 0) {
+        if (!bt__tmpreg_cleaned(f->slot)) unlink(f->tmp);
+        bt__tmpreg_give(f->slot);
+    }
+    bt__atomic_free(f);
+}
+
+BT_DATA_DEF bt_atomic_file *bt_atomic_open(const char *path) {
+    bt_atomic_file *f;
+    char *target;
+    mode_t mode;
+    size_t cap;
+    int tries;
+    if (bt__output_target(path, &target, &mode)) return NULL;
+    cap = strlen(target) + 64;
+    f = (bt_atomic_file *)bt__dmalloc(sizeof *f);
+    if (f) { f->fd = -1; f->slot = -1; f->err = 0; f->target = target; f->path = bt__strndup(path, strlen(path)); f->tmp = (char *)bt__dmalloc(cap); }
+    if (!f || !f->path || !f->tmp) { bt__seterr("%s: out of memory", path); if (f) bt__atomic_free(f); else bt__dfree(target); return NULL; }
+    if (cap > BT__TMP_NAME_MAX) { bt__seterr("%s: the path is too long (%zu bytes)", path, strlen(target)); bt__atomic_free(f); return NULL; }
+    for (tries = 0; tries < 1000 && f->fd < 0; tries++) {
+        unsigned k = __atomic_fetch_add(&bt__tmp_counter, 1u, __ATOMIC_RELAXED);
+        int err;
+        snprintf(f->tmp, cap, "%s.tmp.%ld.%u", target, (long)getpid(), k);
+        /* listed before it exists: from here on a signal's cleanup removes it */
+        if ((f->slot = bt__tmpreg_take(f->tmp)) < 0) {
+            bt__seterr("%s: more than %d atomic files are open at once (BT_ATOMIC_MAX_OPEN)", path, BT_ATOMIC_MAX_OPEN);
+            bt__atomic_free(f); return NULL;
+        }
+        f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode ? (mode & 0777) : 0666);
+        if (f->fd >= 0) break;
+        err = errno;
+        bt__tmpreg_give(f->slot); f->slot = -1;
+        if (err != EEXIST) {   /* EEXIST: a dead process with our pid left that name; take the next */
+            bt__seterr("%s: cannot create the temporary %s: %s", path, f->tmp, strerror(err));
+            bt__atomic_free(f); return NULL;
+        }
+    }
+    if (f->fd < 0) { bt__seterr("%s: no free temporary name beside it", path); bt__atomic_free(f); return NULL; }
+    if (mode) (void)fchmod(f->fd, mode & 0777);   /* the replacement keeps the old file's permissions (umask aside) */
+    if (bt__tmpreg_cleaned(f->slot)) { bt__seterr("%s: interrupted by a signal", path); bt_atomic_abort(f); return NULL; }
+    return f;
+}
+
+BT_DATA_DEF int bt_atomic_write(bt_atomic_file *f, const void *buf, size_t n) {
+    if (!f) { bt__seterr("bt_atomic_write: NULL file"); return -1; }
+    if (!f->err && n && !buf) f->err = EFAULT;
+    if (!f->err && bt__write_all(f->fd, buf, n) != 0) f->err = errno ? errno : EIO;
+    if (f->err) { bt__seterr("%s: write error on the temporary %s: %s", f->path, f->tmp, strerror(f->err)); return -1; }
+    return 0;
+}
+
+BT_DATA_DEF int bt_atomic_fd(bt_atomic_file *f) { return f ? f->fd : -1; }
+
+/* fsync the directory that holds target, so that the rename itself survives a power cut (a file
+   system that cannot sync directories, EINVAL, is not an error) */
+static int bt__sync_dir(const char *path, const char *target) {
+    char *dir = bt__dir_of(target);
+    int fd = dir ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1, rc = 0;
+    if (fd >= 0 && fsync(fd) != 0 && errno != EINVAL) {
+        bt__seterr("%s: written, but syncing its directory %s failed: %s", path, dir, strerror(errno));
+        rc = -1;
+    }
+    if (fd >= 0) close(fd);
+    bt__dfree(dir);
+    return rc;
+}
+
+BT_DATA_DEF int bt_atomic_commit(bt_atomic_file *f) {
+    const char *what = NULL;
+    int err = 0, rc;
+    if (!f) { bt__seterr("bt_atomic_commit: NULL file"); return -1; }
+    if (f->err) { err = f->err; what = "a write failed"; }
+    else if (fsync(f->fd) != 0) { err = errno; what = "cannot sync the temporary to disk"; }
+    if (close(f->fd) != 0 && !what) { err = errno; what = "cannot close the temporary"; }
+    f->fd = -1;
+    if (!what && bt__tmpreg_cleaned(f->slot)) { err = EINTR; what = "a signal removed the temporary"; }
+    if (!what && rename(f->tmp, f->target) != 0) { err = errno; what = "cannot rename the temporary over it"; }
+    if (what) {
+        bt__seterr("%s: not written (%s %s: %s); any previous file is unchanged", f->path, what, f->tmp, strerror(err));
+        bt_atomic_abort(f);
+        return -1;
+    }
+    bt__tmpreg_give(f->slot);
+    rc = bt__sync_dir(f->path, f->target);
+    bt__atomic_free(f);
+    return rc;
+}
+
+/* the dispositions SIGINT and SIGTERM had before bt_atomic_install_signal_cleanup */
+static struct sigaction bt__atomic_prev_action[2];
+static int bt__atomic_signals_installed;
+
+static void bt__atomic_on_signal(int sig, siginfo_t *info, void *ctx) {
+    const struct sigaction *prev = &bt__atomic_prev_action[sig == SIGTERM];
+    bt_atomic_cleanup();
+    if (prev->sa_flags & SA_SIGINFO) { if (prev->sa_sigaction) prev->sa_sigaction(sig, info, ctx); }
+    else if (prev->sa_handler == SIG_DFL) {   /* the default action, once this handler returns */
+        sigaction(sig, prev, NULL);
+        raise(sig);
+    } else if (prev->sa_handler != SIG_IGN) prev->sa_handler(sig);
+}
+
+BT_DATA_DEF int bt_atomic_install_signal_cleanup(void) {
+    static const int sigs[2] = {SIGINT, SIGTERM};
+    int k;
+    if (!bt__data_cas(&bt__atomic_signals_installed, 0, 1)) return 0;
+    for (k = 0; k < 2; k++) {
+        struct sigaction sa;
+        if (sigaction(sigs[k], NULL, &bt__atomic_prev_action[k]) != 0) { bt__seterr("sigaction: %s", strerror(errno)); return -1; }
+        if (!(bt__atomic_prev_action[k].sa_flags & SA_SIGINFO) && bt__atomic_prev_action[k].sa_handler == SIG_IGN) continue;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = bt__atomic_on_signal;
+        sa.sa_flags = SA_SIGINFO | SA_RESTART;
+        sigemptyset(&sa.sa_mask);
+        sigaddset(&sa.sa_mask, SIGINT);
+        sigaddset(&sa.sa_mask, SIGTERM);
+        if (sigaction(sigs[k], &sa, NULL) != 0) { bt__seterr("sigaction: %s", strerror(errno)); return -1; }
+    }
+    return 0;
+}
+
+/* ---- 3. Unicode classes and UTF-8 ------------------------------------------------------------ */
 
 enum { BT__OTHER = 0, BT__LETTER = 1, BT__NUMBER = 2, BT__SPACE = 3 };
 
@@ -477,7 +891,7 @@ static size_t bt__utf8_unit(const unsigned char *s, size_t n, size_t i, uint32_t
     return 1;
 }
 
-/* ---- 3. Tokenizer loading -------------------------------------------------------------------- */
+/* ---- 4. Tokenizer loading -------------------------------------------------------------------- */
 
 /* GPT-2 stores token bytes as printable characters: the bytes '!'..'~', 0xA1..0xAC and
    0xAE..0xFF stand for themselves; the other 68 bytes, in increasing order, become U+0100,
@@ -796,7 +1210,7 @@ BT_DATA_DEF bt_tokenizer *bt_tokenizer_load(const char *encoder_json_path, const
 
 BT_DATA_DEF int bt_tokenizer_vocab_size(const bt_tokenizer *t) { return t ? t->vocab : 0; }
 
-/* ---- 4. BPE ----------------------------------------------------------------------------------- */
+/* ---- 5. BPE ----------------------------------------------------------------------------------- */
 
 /* min-heap of (rank << 32 | byte position of the left symbol): lowest rank first, leftmost first */
 static void bt__heap_push(uint64_t *h, size_t *n, uint64_t v) {
@@ -938,7 +1352,7 @@ static void bt__cache_put(bt_tokenizer *t, uint64_t h, const unsigned char *s, s
     t->cache_n++;
 }
 
-/* ---- 5. Pre-tokenizer, encode, decode -------------------------------------------------------- */
+/* ---- 6. Pre-tokenizer, encode, decode -------------------------------------------------------- */
 
 /* the class and length of the unit at s[i] */
 static int bt__unit(const bt_tokenizer *t, const unsigned char *s, size_t n, size_t i, size_t *ulen) {
@@ -1055,51 +1469,20 @@ BT_DATA_DEF size_t bt_decode(bt_tokenizer *t, const int32_t *ids, size_t n, char
     return o;
 }
 
-/* ---- 6. Shards -------------------------------------------------------------------------------- */
-
-/* write all n bytes (write(2) may write less); 0 ok */
-static int bt__write_all(int fd, const void *buf, size_t n) {
-    const char *p = (const char *)buf;
-    while (n) {
-        ssize_t w = write(fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n);
-        if (w < 0) { if (errno == EINTR) continue; return -1; }
-        p += w; n -= (size_t)w;
-    }
-    return 0;
-}
+/* ---- 7. Shards -------------------------------------------------------------------------------- */
 
 BT_DATA_DEF int bt_shard_write(const char *path, const uint16_t *tokens, size_t n) {
     int32_t header[BT_SHARD_HEADER_INTS];
-    char *tmp;
-    size_t plen;
-    int fd, err;
+    bt_atomic_file *f;
     if (!path || (!tokens && n)) { bt__seterr("bt_shard_write: NULL argument"); return -1; }
     if (n > 0x7FFFFFFFu) { bt__seterr("%s: %zu tokens do not fit the int32 count of the shard header", path, n); return -1; }
-    plen = strlen(path) + 32;
-    tmp = (char *)bt__dmalloc(plen);
-    if (!tmp) { bt__seterr("%s: out of memory", path); return -1; }
-    snprintf(tmp, plen, "%s.tmp.%ld", path, (long)getpid());
     memset(header, 0, sizeof header);
     header[0] = BT_SHARD_MAGIC;
     header[1] = BT_SHARD_VERSION;
     header[2] = (int32_t)n;
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) { bt__seterr("%s: cannot create %s: %s", path, tmp, strerror(errno)); bt__dfree(tmp); return -1; }
-    /* data reaches the disk before the rename makes it visible under its name */
-    if (bt__write_all(fd, header, sizeof header) || bt__write_all(fd, tokens, n * sizeof(uint16_t)) || fsync(fd) != 0) {
-        err = errno;
-        close(fd); remove(tmp);
-        bt__seterr("%s: write error on %s: %s", path, tmp, strerror(err));
-        bt__dfree(tmp); return -1;
-    }
-    if (close(fd) != 0 || rename(tmp, path) != 0) {
-        err = errno;
-        remove(tmp);
-        bt__seterr("%s: cannot write %s and rename it over the shard: %s", path, tmp, strerror(err));
-        bt__dfree(tmp); return -1;
-    }
-    bt__dfree(tmp);
-    return 0;
+    if (!(f = bt_atomic_open(path))) return -1;
+    if (bt_atomic_write(f, header, sizeof header) || bt_atomic_write(f, tokens, n * sizeof(uint16_t))) { bt_atomic_abort(f); return -1; }
+    return bt_atomic_commit(f);
 }
 
 BT_DATA_DEF void bt_shard_close(bt_shard *s) {
@@ -1165,7 +1548,7 @@ BT_DATA_DEF int bt_shard_check_vocab(const bt_shard *s, const char *path, int vo
     return 0;
 }
 
-/* ---- 7. Loader -------------------------------------------------------------------------------- */
+/* ---- 8. Loader -------------------------------------------------------------------------------- */
 
 struct bt_loader {
     int B, T, rank, world, shuffle;

@@ -10,6 +10,7 @@
      2. the model: parameters, init, I/O  5. command line
      3. the forward pass                  6. the training loop
    The backward pass is the autograd engine's (bt_autograd.h); each op's math sits in bt_tensor.h. */
+#define _POSIX_C_SOURCE 200809L   /* before any #include: bt_data.h uses pread, readlink, sigaction */
 #define BT_ALLOC_IMPLEMENTATION
 #define BT_TENSOR_IMPLEMENTATION
 #define BT_AUTOGRAD_IMPLEMENTATION
