@@ -511,10 +511,9 @@ static uint32_t bt__gf_xpow8n(uint64_t n) {
 static inline uint64_t bt__crc32q(uint64_t c, uint64_t v) { __asm__("crc32q %1, %0" : "+r"(c) : "rm"(v)); return c; }
 static inline uint32_t bt__crc32b(uint32_t c, uint8_t v) { __asm__("crc32b %1, %0" : "+r"(c) : "rm"(v)); return c; }
 static int bt__cpu_has_sse42(void) {
-    uint32_t a = 1, b, c = 0, d;
-    __asm__ volatile("cpuid" : "+a"(a), "=b"(b), "+c"(c), "=d"(d));
-    (void)b; (void)d;
-    return (int)((c >> 20) & 1);
+    uint32_t r[4] = {1, 0, 0, 0};   /* eax = 1: feature bits; ecx bit 20 = SSE4.2 */
+    __asm__ volatile("cpuid" : "+a"(r[0]), "=b"(r[1]), "+c"(r[2]), "=d"(r[3]));
+    return (int)((r[2] >> 20) & 1);
 }
 #endif
 
@@ -1701,6 +1700,10 @@ struct bt_ckpt_file {
 #endif
 };
 
+/* pinned host memory from bt_alloc's pinned pool, so device-to-host copies run asynchronously at
+   full speed (NULL when it cannot be had) */
+static void *bt__ck_pinned_alloc(size_t n) { return bt_try_alloc(bt_pinned_host(), n ? n : 1, NULL); }
+static void bt__ck_pinned_free(void *p) { bt_free(p); }
 BTDEF void bt_ckpt_close(bt_ckpt_file *f) {
     if (!f) return;
 #ifdef BT_CUDA
@@ -1708,7 +1711,7 @@ BTDEF void bt_ckpt_close(bt_ckpt_file *f) {
         int i;
         for (i = 0; i < 2; i++) {
             if (f->ev_made) { cudaEventSynchronize(f->ev[i]); cudaEventDestroy(f->ev[i]); }
-            if (f->pinned[i]) cudaFreeHost(f->pinned[i]);
+            if (f->pinned[i]) bt__ck_pinned_free(f->pinned[i]);
         }
     }
 #endif
@@ -2099,7 +2102,9 @@ BTDEF int bt_ckpt_read(bt_ckpt_file *f, const char *name, void *dst, size_t nbyt
 /* all of t into device memory dptr on the current device: windows read (and checksummed) into
    two pinned buffers in turn, each copied on the compute stream while the next is read */
 static int bt__ck_load_gpu(bt_ckpt_file *f, const bt_ckpt_info *t, unsigned char *dptr, uint32_t *crc) {
-    cudaStream_t st = bt_k_stream();
+    int cur = 0;
+    cudaGetDevice(&cur);
+    cudaStream_t st = bt_k_current_stream(cur);
     uint64_t at = 0;
     int w = 0, i;
     *crc = 0;
@@ -2114,8 +2119,7 @@ static int bt__ck_load_gpu(bt_ckpt_file *f, const bt_ckpt_info *t, unsigned char
         size_t cap = t->nbytes < BT__CK_WINDOW ? (size_t)t->nbytes : BT__CK_WINDOW;
         cap = cap < ((size_t)1 << 20) ? ((size_t)1 << 20) : cap;
         for (i = 0; i < 2; i++)
-            if (cudaMallocHost(&f->pinned[i], cap) != cudaSuccess) {
-                (void)cudaGetLastError();
+            if (!(f->pinned[i] = bt__ck_pinned_alloc(cap))) {
                 bt__ckerr("%s: cannot pin %zu bytes of host memory for loading", f->path, cap); return -1;
             }
         f->pinned_cap = cap;
@@ -2194,7 +2198,8 @@ BTDEF int bt_ckpt_load(bt_ckpt_file *f, const char *name, bt_tensor *dst, int fl
         cudaGetDevice(&prev);
         cudaSetDevice(dev.index);
         r = bt__ck_load_gpu(f, t, (unsigned char *)bt_data_ptr(dst), &crc);
-        if (!r && all > t->nbytes && cudaMemsetAsync((unsigned char *)bt_data_ptr(dst) + t->nbytes, 0, all - t->nbytes, bt_k_stream()) != cudaSuccess) {
+        if (!r && all > t->nbytes && cudaMemsetAsync((unsigned char *)bt_data_ptr(dst) + t->nbytes, 0, all - t->nbytes,
+                                                     bt_k_current_stream(dev.index)) != cudaSuccess) {
             bt__ckerr("%s: tensor '%.100s': cudaMemset of the padding failed", f->path, t->name); r = -1;
         }
         cudaSetDevice(prev);
@@ -2251,24 +2256,6 @@ struct bt_ckpt_saver {
     bt_ckpt_saver_stats st;
 };
 
-/* pinned host memory, so device-to-host copies run asynchronously at full speed. (One place to
-   switch to bt_alloc's pinned pool.) */
-static void *bt__ck_pinned_alloc(size_t n) {
-#ifdef BT_CUDA
-    void *p = NULL;
-    if (cudaMallocHost(&p, n ? n : 1) != cudaSuccess) { (void)cudaGetLastError(); return NULL; }
-    return p;
-#else
-    (void)n; return NULL;
-#endif
-}
-static void bt__ck_pinned_free(void *p) {
-#ifdef BT_CUDA
-    if (p) cudaFreeHost(p);
-#else
-    (void)p;
-#endif
-}
 static void bt__ck_staging_free(bt_ckpt_saver *s) {
     if (s->staging_pinned) bt__ck_pinned_free(s->staging); else bt__ckfree(s->staging);
     s->staging = NULL; s->staging_cap = 0; s->staging_pinned = 0;
@@ -2457,7 +2444,7 @@ static int bt__ck_saver_copy_gpu(bt_ckpt_saver *s, bt_tensor *const *ts, int n, 
             (ce = cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming)) != cudaSuccess) r = -1;
         else s->cuda_device = dev;
     }
-    if (!r && ((ce = cudaEventRecord(s->ready, bt_k_stream())) != cudaSuccess ||
+    if (!r && ((ce = cudaEventRecord(s->ready, bt_k_current_stream(dev))) != cudaSuccess ||
                (ce = cudaStreamWaitEvent(s->copy_stream, s->ready, 0)) != cudaSuccess)) r = -1;
     for (i = 0; !r && i < n; i++)
         if (bt_device_of(ts[i]).type == BT_GPU && s->e[i].nbytes &&
@@ -2517,7 +2504,7 @@ BTDEF void bt_ckpt_saver_fence(bt_ckpt_saver *s, void *stream) {
     if (!s || !s->gpu || s->cuda_device < 0) return;
     cudaGetDevice(&prev);
     cudaSetDevice(s->cuda_device);
-    cudaStreamWaitEvent(stream ? (cudaStream_t)stream : bt_k_stream(), s->done, 0);
+    cudaStreamWaitEvent(stream ? (cudaStream_t)stream : bt_k_current_stream(s->cuda_device), s->done, 0);
     cudaSetDevice(prev);
 #else
     (void)s; (void)stream;

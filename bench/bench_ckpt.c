@@ -35,7 +35,7 @@ static int cmp_double(const void *a, const void *b) { double x = *(const double 
 static double median(double *v, int n) { qsort(v, (size_t)n, sizeof *v, cmp_double); return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]); }
 static void sync_device(bt_device d) {
 #ifdef BT_CUDA
-    if (d.type == BT_GPU) bt_k_synchronize();
+    if (d.type == BT_GPU) bt_synchronize(d);
 #else
     (void)d;
 #endif
@@ -158,9 +158,9 @@ int main(int argc, char **argv) {
                 cudaEvent_t a, b;
                 float ms = 0;
                 cudaEventCreate(&a); cudaEventCreate(&b);
-                cudaEventRecord(a, bt_k_stream());
+                cudaEventRecord(a, (cudaStream_t)bt_stream_current(dev));
                 bt_ckpt_saver_fence(s, NULL);
-                cudaEventRecord(b, bt_k_stream());
+                cudaEventRecord(b, (cudaStream_t)bt_stream_current(dev));
                 cudaEventSynchronize(b);
                 cudaEventElapsedTime(&ms, a, b);
                 if (r) wait_ms[r - 1] = ms;

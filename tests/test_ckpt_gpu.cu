@@ -77,7 +77,7 @@ static void test_gpu_async_snapshot(void) {
                 void *h0, *h1;
                 double t1 = bt__ck_now_ms();
                 BT_CHECK(!bt_ckpt_load(f, "params", back, 0) && !bt_ckpt_load(f, "m", back1, 0), "load to GPU: %s", bt_ckpt_error());
-                bt_k_synchronize();
+                bt_synchronize(g);
                 fprintf(stderr, "info: loaded %.0f MB into the GPU in %.1f ms (page cache warm)\n", n * 6 / 1e6, bt__ck_now_ms() - t1);
                 h0 = host_bytes(back); h1 = host_bytes(back1);
                 BT_CHECK(!memcmp(h0, want[0], (size_t)n * 4) && !memcmp(h1, want[1], (size_t)n * 2), "GPU reload bit-exact");
