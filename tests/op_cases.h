@@ -32,13 +32,14 @@
                    at most 6e-8 relative; the sums here have at most a few thousand terms and
                    random signs, so ~1e-7..1e-6 is expected. 3e-5 for the loose cases (a 20000-
                    term sum, attention's online softmax over up to 100 keys).
-     tf32   5e-3   f32 data on TF32 tensor cores (matmul, attention): operands keep a 10-bit
-                   mantissa, 2^-11 = 5e-4 relative each, and a product sums K such terms.
-                   1e-2 loose.
+     tf32   1e-2   f32 data on TF32 tensor cores (matmul, attention): operands keep a 10-bit
+                   mantissa, 2^-11 (rounded) to 2^-10 (truncated, biased: errors need not cancel)
+                   relative each, so up to ~2e-3 per product; a backward chains two or three
+                   products (and a layernorm's rstd) before a gradient is compared.
      bf16   2e-2   8-bit mantissa: each rounding costs up to 2^-9 = 2e-3; an op rounds its output,
                    and a backward chain rounds 2 to 4 intermediates (div's gb = -g a / b^2 is three)
-                   before a sum. 3e-2 loose: long reductions, and attention, whose kernels round
-                   the probabilities P and dS to bf16 inside.
+                   before a sum. 3e-2 loose: long reductions, attention, whose kernels round the
+                   probabilities P and dS to bf16 inside, and the composites (several ops chained).
      f16    5e-3   11-bit mantissa: 2^-11 = 5e-4 per rounding, the same counts. 1e-2 loose.
    A wrong formula, index, stride, stream or device is off by order 1, far above all of these.
    Inputs whose sums could cancel (reductions, vector dot products) are drawn with mean 0.5, so
@@ -585,7 +586,7 @@ static int oc_build_table(void) {
             k->i[0] = j; k->s[0] = bt_shape2(7, 9);
         }
     }
-    oc__add(oc_f_mlp, OC_NO_GPU_F64 | OC_TF32, "composite: linear, layernorm, gelu, linear");
+    oc__add(oc_f_mlp, OC_NO_GPU_F64 | OC_TF32 | OC_LOOSE, "composite: linear, layernorm, gelu, linear");
     oc__add(oc_f_attn_block, OC_NO_GPU_F64 | OC_TF32 | OC_LOOSE, "composite: attention block to the loss");
     return oc_ncases;
 }
@@ -658,7 +659,7 @@ static double oc_tol(const oc_case *k, bt_dtype dt, int tf32, int grad) {
     int loose = (k->flags & OC_LOOSE) != 0;
     switch (dt) {
     case BT_F64: return 1e-12;
-    case BT_F32: return tf32 ? (loose ? 1e-2 : 5e-3) : (loose ? 3e-5 : 1e-5);
+    case BT_F32: return tf32 ? 1e-2 : loose ? 3e-5 : 1e-5;
     case BT_BF16: return loose ? 3e-2 : 2e-2;
     case BT_F16: return loose ? 1e-2 : 5e-3;
     default: return 0.0;
@@ -725,7 +726,7 @@ static void oc_check(const char *where, int idx, bt_device dev, bt_device dev2, 
 }
 /* one line on stdout: what ran and the worst error relative to its tolerance */
 static void oc_report(const char *where, const oc_stats *st) {
-    printf("info: %-26s %3d runs, %d failed, %d skipped; worst err/tol %.2g: %s\n", where, st->runs, st->failed, st->skipped, st->worst,
+    printf("info: %-34s %3d runs, %d failed, %d skipped; worst err/tol %.2g: %s\n", where, st->runs, st->failed, st->skipped, st->worst,
            st->worst_what);
 }
 
