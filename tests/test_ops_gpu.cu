@@ -1,6 +1,7 @@
 /* test_ops_gpu.cu - every op of bt_tensor.h on every GPU through the public API, and the device,
    stream, event and hook API on the GPU.
 
+   (0) The device queries; bt_get, bt_item, bt_from_blob over device memory, on every GPU.
    (1) The op table of tests/op_cases.h (a case per op, forward and backward) on cuda:0 in f32,
        bf16, f16, f64 and f32 with TF32 matmuls, each case against the same case run on the CPU in
        f64 from the same rounded inputs (tolerances and their reasons in op_cases.h). The f64 run
@@ -169,6 +170,34 @@ static void test_devices(void) {
     BT_CHECK(cur_device() == 0, "the device queries left cuda:%d current", cur_device());
     BT_EXPECT_ERROR(bt_stream_create(bt_cuda_device(ndev())), "does not exist");
     BT_EXPECT_ERROR(bt_stream_pop(bt_cuda_device(0)), "no stream pushed");
+}
+
+/* bt_get, bt_item and bt_from_blob (over device memory) on every GPU, cuda:0 current */
+static void test_get_item_blob(void) {
+    NEED_GPUS(1);
+    set_device(0);
+    for (int d = 0; d < ndev(); d++) {
+        bt_device dev = bt_cuda_device(d);
+        bt_scope_begin();
+        bt_tensor *x = drawn(bt_shape2(5, 7), BT_BF16, dev, 2050 + d), *xt = bt_transpose(x, 0, 1);
+        double *h = host(x), want = 0, mag = 0;
+        int ok = 1;
+        for (int64_t i = 0; i < 5; i++)
+            for (int64_t j = 0; j < 7; j++) {
+                int64_t ix[2] = {i, j}, it[2] = {j, i};
+                ok &= bt_get(x, ix) == h[i * 7 + j] && bt_get(xt, it) == h[i * 7 + j];
+                want += h[i * 7 + j]; mag += fabs(h[i * 7 + j]);
+            }
+        BT_CHECK(ok, "cuda:%d: bt_get differs from bt_to_host", d);
+        double got = bt_item(bt_sum(bt_cast(x, BT_F64), NULL, 0, 0));      /* 35 terms in f64 */
+        BT_CHECK(fabs(got - want) <= 1e-12 * mag, "cuda:%d: bt_item of a sum %.17g, want %.17g", d, got, want);
+        bt_tensor *blob = bt_from_blob(bt_data_ptr(bt_narrow(x, 0, 2, 3)), bt_shape2(3, 7), BT_BF16, dev);
+        double *hb = host(blob);
+        BT_CHECK(!memcmp(hb, h + 2 * 7, sizeof(double) * 21), "cuda:%d: bt_from_blob over device memory reads other values", d);
+        free(h); free(hb);
+        bt_scope_end();
+        BT_CHECK(cur_device() == 0, "cuda:%d's get/item left cuda:%d current", d, cur_device());
+    }
 }
 
 /* =============================================================================================
@@ -431,6 +460,7 @@ int main(void) {
     const char *q = getenv("BT_TEST_QUICK");
     g_quick = q && *q && *q != '0';
     BT_RUN(test_devices);
+    BT_RUN(test_get_item_blob);
     BT_RUN(test_table_cuda0);
     BT_RUN(test_table_other_gpus);
     BT_RUN(test_table_cuda0_from_cuda1);
