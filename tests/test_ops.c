@@ -1,12 +1,17 @@
 /* test_ops.c - every op of bt_tensor.h: (1) the forward against a plain reference loop written here
    in double precision, on random shapes with odd sizes, in f32 (rel err < 1e-5), f64 (< 1e-12) and
    for a few ops bf16 (< 1e-2); (2) the backward of every differentiable op against float64 central
-   finite differences (gradcheck below), alone and in small composite graphs. */
+   finite differences (gradcheck below), alone and in small composite graphs; (3) every op of the
+   BT_UNARY_OPS list against a hand-written reference and finite differences; (4) the op table of
+   tests/op_cases.h, forward and backward, run on the CPU in f32, bf16 and f16 against the same
+   table in f64 (tests/test_ops_gpu.cu runs it on every GPU). (1)-(3) make the f64 path the
+   reference that (4) and the GPU tests stand on. */
 #define BT_ALLOC_IMPLEMENTATION
 #define BT_TENSOR_IMPLEMENTATION
 #define BT_AUTOGRAD_IMPLEMENTATION
 #include "bt_autograd.h"
 #include "tests/bt_test.h"
+#include "tests/op_cases.h"
 #pragma GCC diagnostic ignored "-Wclobbered"   /* BT_EXPECT_ERROR's setjmp: a false positive */
 #include <stdlib.h>
 #include <stdint.h>
@@ -858,6 +863,116 @@ static void test_gradcheck_composite(void) {
     release_all(blk, 5); bt_release(c.aux[0]);
 }
 
+
+/* =============================================================================================
+   (3) the whole unary op list: a reference written here for every op of BT_UNARY_OPS, independent
+   of the list's own formulas, and float64 finite differences of each. An op added to the list
+   without a reference here fails (so its formula is checked once by hand).
+   ============================================================================================= */
+static int ref_unary(int op, double x, double *y) {
+    switch (op) {
+    case BT_UOP_NEG: *y = -x; return 1;
+    case BT_UOP_EXP: *y = exp(x); return 1;
+    case BT_UOP_LOG: *y = log(x); return 1;
+    case BT_UOP_SQRT: *y = sqrt(x); return 1;
+    case BT_UOP_RSQRT: *y = 1.0 / sqrt(x); return 1;
+    case BT_UOP_TANH: *y = tanh(x); return 1;
+    case BT_UOP_SIGMOID: *y = 1.0 / (1.0 + exp(-x)); return 1;
+    case BT_UOP_SILU: *y = x / (1.0 + exp(-x)); return 1;
+    case BT_UOP_RELU: *y = x > 0 ? x : 0; return 1;
+    case BT_UOP_GELU: *y = ref_uop(6, x); return 1;
+    case BT_UOP_SQUARE: *y = x * x; return 1;
+    case BT_UOP_RECIP: *y = 1.0 / x; return 1;
+    default: return 0;
+    }
+}
+static bt_tensor *f_unary_list(bt_tensor **in, const gc_ctx *c) { return oc_unary_fn[c->i[0]](in[0]); }
+static void test_unary_list(void) {
+    bt_scope_begin();
+    for (int op = 0; op < BT_NUOPS; op++) {
+        const char *name = bt_unary_op_name((bt_unary_op)op);
+        int pos = oc_unary_positive(op);
+        bt_tensor *x = pos ? rnd_in(SH(67), BT_F64, 0.25, 3.0) : bt_scale(rnd(SH(67), BT_F64), 1.5);
+        double *xh = host(x), want[67];
+        int ok = 1;
+        for (int i = 0; i < 67; i++) ok &= ref_unary(op, xh[i], &want[i]);
+        BT_CHECK(ok, "unary op %s has no hand-written reference in test_ops.c (ref_unary)", name);
+        if (ok) {
+            char what[48]; snprintf(what, sizeof what, "unary list %s", name);
+            expect_close(what, oc_unary_fn[op](x), SH(67), want, 1e-12);
+            bt_tensor *xf = bt_cast(x, BT_F32);
+            double *xfh = host(xf);
+            for (int i = 0; i < 67; i++) ref_unary(op, xfh[i], &want[i]);
+            expect_close(what, oc_unary_fn[op](xf), SH(67), want, 1e-6);
+            free(xfh);
+        }
+        free(xh);
+    }
+    bt_scope_end();
+    for (int op = 0; op < BT_NUOPS; op++) {
+        bt_tensor *x = oc_unary_positive(op) ? leaf_in(SH(3, 4), 0.25, 3.0) : leaf(SH(3, 4));
+        gc_ctx c = {.i = {op}};
+        char what[48]; snprintf(what, sizeof what, "gradcheck unary list %s", bt_unary_op_name((bt_unary_op)op));
+        gradcheck(what, f_unary_list, &x, 1, &c);
+        bt_release(x);
+    }
+}
+
+/* =============================================================================================
+   (4) the op table of tests/op_cases.h on the CPU, in f32, bf16 and f16, each case against the
+   same case in f64 from the same (rounded) inputs; tolerances in op_cases.h
+   ============================================================================================= */
+static void run_table(bt_dtype dt) {
+    char where[32];
+    snprintf(where, sizeof where, "cpu %s", bt_dtype_name(dt));
+    oc_build_table();
+    oc_stats st; memset(&st, 0, sizeof st);
+    for (int i = 0; i < oc_ncases; i++) {
+        oc_result ref;
+        if (oc_run_guarded(i, CPU, CPU, BT_F64, dt, &ref)) {
+            BT_CHECK(0, "%s reference of %s: error: %s", where, oc_cases[i].name, oc_error_msg);
+            st.failed++;
+            continue;
+        }
+        oc_check(where, i, CPU, CPU, dt, 0, &ref, &st);
+        oc_result_free(&ref);
+    }
+    oc_report(where, &st);
+}
+static void test_table_cpu_f32(void) { run_table(BT_F32); }
+static void test_table_cpu_bf16(void) { run_table(BT_BF16); }
+static void test_table_cpu_f16(void) { run_table(BT_F16); }
+
+/* no case is vacuous: every reference output and gradient is finite and not all zero (except
+   bt_zeros'), every differentiable case has a gradient for each of its inputs, and the table
+   holds every op of the two op lists */
+static void test_table_references(void) {
+    oc_build_table();
+    int n_unary = 0, n_binary = 0;
+    for (int i = 0; i < oc_ncases; i++) {
+        const oc_case *k = &oc_cases[i];
+        n_unary += k->fn == oc_f_unary && !k->i[1];
+        n_binary += k->fn == oc_f_binary && k->i[1];
+        oc_result r;
+        if (oc_run_guarded(i, CPU, CPU, BT_F64, BT_F32, &r)) { BT_CHECK(0, "%s: error: %s", k->name, oc_error_msg); continue; }
+        BT_CHECK(r.n >= 1 + !(k->flags & OC_NO_BACKWARD), "%s: %d results", k->name, r.n);
+        for (int j = 0; j < r.n; j++) {
+            BT_CHECK(r.have[j], "%s: result %d missing", k->name, j);
+            if (!r.have[j]) continue;
+            int64_t n = 1;
+            for (int d = 0; d < r.shape[j].ndim; d++) n *= r.shape[j].d[d];
+            double s = 0;
+            for (int64_t e = 0; e < n; e++) s += r.v[j][e] * r.v[j][e];
+            BT_CHECK(isfinite(s), "%s: result %d is not finite", k->name, j);
+            BT_CHECK(n > 0 && (s > 0 || (k->flags & OC_ZERO_OK)), "%s: result %d is all zero (the check would be vacuous)", k->name, j);
+        }
+        oc_result_free(&r);
+    }
+    BT_CHECK(n_unary == BT_NUOPS, "%d unary cases for %d ops in BT_UNARY_OPS", n_unary, (int)BT_NUOPS);
+    BT_CHECK(n_binary == BT_NBOPS, "%d strided binary cases for %d ops in BT_BINARY_OPS", n_binary, (int)BT_NBOPS);
+    printf("info: op table: %d cases\n", oc_ncases);
+}
+
 static void test_nothing_left(void) {
     size_t live = bt_alloc_stats(CPU).allocated;
     BT_CHECK(live == 0, "%zu bytes still allocated after all the tests", live);
@@ -939,6 +1054,11 @@ int main(void) {
     BT_RUN(test_gradcheck_composite);
     BT_RUN(test_cast_cached);
     BT_RUN(test_attention_qkv);
+    BT_RUN(test_unary_list);
+    BT_RUN(test_table_references);
+    BT_RUN(test_table_cpu_f32);
+    BT_RUN(test_table_cpu_bf16);
+    BT_RUN(test_table_cpu_f16);
     BT_RUN(test_nothing_left);
     return bt_test_summary("test_ops");
 }
