@@ -281,10 +281,6 @@ static char *bt__mstrdup(const char *s) {
     size_t n = strlen(s) + 1;
     return (char *)memcpy(bt__mmalloc(n), s, n);
 }
-static double bt__mnow_ms(void) {
-    struct timespec ts; timespec_get(&ts, TIME_UTC);
-    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
-}
 
 /* a growing string */
 typedef struct { char *p; size_t n, cap; } bt__sb;
@@ -1457,6 +1453,10 @@ BTDEF int bt_mlir_kernels(bt_mlir_kernel_info *out, int max) {
    registered; its diagnostics are collected into a text that error messages quote.
    ============================================================================================ */
 #ifdef BT_MLIR
+static double bt__mnow_ms(void) {
+    struct timespec ts; timespec_get(&ts, TIME_UTC);
+    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
 static struct { int init; MlirContext ctx; bt__sb diag; } bt__mc;
 static void bt__mc_put(MlirStringRef s, void *user) { bt__sb_put((bt__sb *)user, s.data, s.length); }
 static MlirLogicalResult bt__mc_on_diag(MlirDiagnostic d, void *user) {

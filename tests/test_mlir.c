@@ -11,9 +11,10 @@
            every intermediate to f32 (computed in double), the fused kernel keeps f32 registers; the
            difference is a few f32 roundings (6e-8 each) through chains of up to ~10 ops.
      bf16  against an f64 run of the same ops on the same (exactly representable) inputs: the fused
-           kernel computes in f32 and rounds once, to the bf16 output: at most 2^-9 = 2.0e-3 per
-           element, so 2.5e-3 normwise leaves room for the f32 part. The unfused bf16 ops round every
-           intermediate; their error is printed next to it (not checked: it is the comparison).
+           kernel computes in f32 and rounds once, to the bf16 output (8 significant bits): at most
+           2^-8 = 3.9e-3 relative per element, so normwise too; 4e-3 leaves room for the f32 part
+           (measured: 1.3e-3 to 2.3e-3). The unfused bf16 ops round every intermediate (measured up
+           to 3.3e-3 on these chains); BT_TEST_VERBOSE=1 prints both.
    Usage: test_mlir (the tests); test_mlir --disk-child DIR (one process of the disk-cache test);
           test_mlir --aot DIR (make mlir-aot: PTX of the GPU tests' chains into DIR). */
 #define BT_ALLOC_IMPLEMENTATION
@@ -33,11 +34,7 @@ static int quick;
 static const char *argv0;
 static char cache_dir[512];
 
-#ifdef BT_MLIR
-#define NEED_MLIR() ((void)0)
-#else
-#define NEED_MLIR() do { BT_SKIP("built without MLIR (apt-get install libmlir-19-dev, then make test)"); return; } while (0)
-#endif
+static int no_mlir(void) { if (bt_mlir_can_compile()) return 0; BT_SKIP("built without MLIR (apt-get install libmlir-19-dev, then make test)"); return 1; }
 
 static double *host(bt_tensor *t) {
     int64_t n = bt_numel(t);
@@ -99,24 +96,26 @@ static void check_chain_f32(const mlir_chain *ch, int64_t B, int64_t T, int64_t 
              (unsigned long long)st1.fused_backwards, (unsigned long long)st1.replay_backwards, (unsigned long long)st2.replay_backwards);
     BT_CHECK(y1->ndim == y0->ndim && !memcmp(y1->shape, y0->shape, sizeof(int64_t) * (size_t)y0->ndim) && y1->dtype == y0->dtype,
              "%s: fused output shape/dtype differ", ch->name);
-    double ey = relerr_t(y1, y0), ey2 = relerr_t(y2, y0);
+    double ey = relerr_t(y1, y0), ey2 = relerr_t(y2, y0), worst = 0;
     BT_CHECK(ey < 1e-6 && ey2 < 1e-6, "%s C=%lld: forward rel err %.3g (replay fn %.3g)", ch->name, (long long)C, ey, ey2);
     for (int k = 0; k < ch->n_in; k++) {
         double e1 = relerr_t(g1[k], g0[k]), e2 = relerr_t(g2[k], g0[k]), e12 = relerr_t(g1[k], g2[k]);
+        worst = fmax(worst, e1);
         BT_CHECK(e1 < 1e-6, "%s C=%lld: grad %d, fused backward vs unfused: rel err %.3g", ch->name, (long long)C, k, e1);
         BT_CHECK(e2 < 1e-6, "%s C=%lld: grad %d, replay backward vs unfused: rel err %.3g", ch->name, (long long)C, k, e2);
         BT_CHECK(e12 < 1e-6, "%s C=%lld: grad %d, fused vs replay backward: rel err %.3g", ch->name, (long long)C, k, e12);
         BT_CHECK(g1[k] && g1[k]->ndim == in[k]->ndim && g1[k]->dtype == in[k]->dtype, "%s: grad %d missing or of the wrong shape", ch->name, k);
     }
+    if (getenv("BT_TEST_VERBOSE")) printf("info: %-20s f32 C=%-4lld forward err %.2e, worst grad err %.2e\n", ch->name, (long long)C, ey, worst);
     bt_scope_end();
     bt_mlir_fn_free(fused); bt_mlir_fn_free(replay);
 }
 static void test_ops_f32(void) {
-    NEED_MLIR();
+    if (no_mlir()) return;
     for (int i = 0; i < N_MLIR_OPS; i++) check_chain_f32(&mlir_ops[i], 3, 5, 37, 100 + 10 * (uint64_t)i);
 }
 static void test_chains_f32(void) {
-    NEED_MLIR();
+    if (no_mlir()) return;
     const int64_t Cs[3] = {40, 768, 1};
     for (int i = 0; i < N_MLIR_CHAINS; i++)
         for (int c = 0; c < (quick ? 1 : 3); c++) {
@@ -138,24 +137,24 @@ static void check_chain_bf16(const mlir_chain *ch, int64_t B, int64_t T, int64_t
     bt_tensor *yu = run_chain(NULL, ch, in, r, 0, gu);
     bt_tensor *yf = run_chain(fn, ch, in, r, 1, g);
     double ef = relerr_t(yf, y64), eu = relerr_t(yu, y64);
-    BT_CHECK(yf->dtype == BT_BF16 && ef < 2.5e-3, "%s bf16: fused forward vs f64 rel err %.3g (unfused bf16 %.3g)", ch->name, ef, eu);
+    BT_CHECK(yf->dtype == BT_BF16 && ef < 4e-3, "%s bf16: fused forward vs f64 rel err %.3g (unfused bf16 %.3g)", ch->name, ef, eu);
     for (int k = 0; k < ch->n_in; k++) {
         double e = relerr_t(g[k], g64[k]), e2 = relerr_t(gu[k], g64[k]);
-        BT_CHECK(g[k] && g[k]->dtype == BT_BF16 && e < 2.5e-3, "%s bf16: grad %d fused vs f64 rel err %.3g (unfused bf16 %.3g)", ch->name, k, e, e2);
+        BT_CHECK(g[k] && g[k]->dtype == BT_BF16 && e < 4e-3, "%s bf16: grad %d fused vs f64 rel err %.3g (unfused bf16 %.3g)", ch->name, k, e, e2);
     }
     if (getenv("BT_TEST_VERBOSE")) printf("info: %-20s bf16 forward err fused %.2e unfused %.2e\n", ch->name, ef, eu);
     bt_scope_end();
     bt_mlir_fn_free(fn);
 }
 static void test_chains_bf16(void) {
-    NEED_MLIR();
+    if (no_mlir()) return;
     for (int i = 0; i < N_MLIR_CHAINS; i++) check_chain_bf16(&mlir_chains[i], 2, 5, 96, 900 + 10 * (uint64_t)i);
     for (int i = 0; i < N_MLIR_OPS; i++)
         if (strcmp(mlir_ops[i].name, "cast_bf16")) check_chain_bf16(&mlir_ops[i], 2, 3, 40, 1300 + 10 * (uint64_t)i);
 }
 /* f64 chains compute in f64 on the CPU */
 static void test_f64(void) {
-    NEED_MLIR();
+    if (no_mlir()) return;
     const mlir_chain *ch = &mlir_chains[0];
     bt_scope_begin();
     bt_tensor *in[4], *g0[4], *g1[4];
@@ -177,7 +176,7 @@ static bt_tensor *ln_result(bt_mlir_fn *fn, int64_t B, uint64_t seed) {
     return bt_mlir_call(fn, in);
 }
 static void test_cache_memory(void) {
-    NEED_MLIR();
+    if (no_mlir()) return;
     bt_mlir_reset();
     bt_scope_begin();
     bt_mlir_fn *a = bt_mlir_fn_new("ln_a", ch_layernorm, 3, NULL, BT_MLIR_STRICT), *b = bt_mlir_fn_new("ln_b", ch_layernorm, 3, NULL, BT_MLIR_STRICT);
@@ -229,7 +228,7 @@ static int run_child(const char *dir, unsigned long long *compiles, unsigned lon
     return rc;
 }
 static void test_cache_disk(void) {
-    NEED_MLIR();
+    if (no_mlir()) return;
     char dir[600], cmd[700];
     snprintf(dir, sizeof dir, "%s/disk", cache_dir);
     unsigned long long c1, h1, c2, h2, c3, h3;
@@ -332,7 +331,7 @@ static bt_tensor *region_ln(bt_mlir_fn *reg, bt_tensor **in) {
     return y;
 }
 static void test_region(void) {
-    NEED_MLIR();
+    if (no_mlir()) return;
     bt_scope_begin();
     bt_mlir_fn *reg = bt_mlir_region_new("ln_region", 3, 0);
     bt_tensor *in[3], *g0[3];
@@ -374,7 +373,7 @@ static void test_region(void) {
 
 /* ---- ready-made chains and the Llama-style block ---- */
 static void test_ready_made(void) {
-    NEED_MLIR();
+    if (no_mlir()) return;
     bt_scope_begin();
     bt_tensor *x = bt_randn(bt_shape3(2, 3, 64), BT_F32, CPU, 50), *w = bt_randn(bt_shape1(64), BT_F32, CPU, 51);
     bt_tensor *v = bt_randn(bt_shape3(2, 3, 64), BT_F32, CPU, 52);
@@ -412,7 +411,7 @@ static double llama_train(int fused, int steps, double *first) {
     return loss;
 }
 static void test_llama_block(void) {
-    NEED_MLIR();
+    if (no_mlir()) return;
     double f0, u0;
     bt_mlir_stats_t s0 = bt_mlir_stats();
     double lf = llama_train(1, 6, &f0);
@@ -435,7 +434,7 @@ static const char *find_ptxas(void) {
     return NULL;
 }
 static void test_ptx(void) {
-    NEED_MLIR();
+    if (no_mlir()) return;
     const char *ptxas = find_ptxas();
     if (!ptxas) { BT_SKIP("no ptxas (CUDA toolkit) found"); return; }
     bt_mlir_reset();
