@@ -541,10 +541,10 @@ static int bt__mcap_value(bt__mcap *c, bt_node *node, bt_tensor *leaf, bt_shape 
 
 /* input k's node, checked against the shape its consumer saw */
 static int bt__mcap_input(bt__mcap *c, int k, bt_shape shape) {
-    char b[96];
+    char b1[96], b2[96];
     if (c->in_cls[k] < 0)
         return bt__mcap_fail(c, "input %d %s is not [rows.., C], [rows.., 1], [C] or a scalar of the frame %s", k,
-                             bt__mshape_str(shape, b, sizeof b), bt__mshape_str(c->frame, b + 48, 48));
+                             bt__mshape_str(shape, b1, sizeof b1), bt__mshape_str(c->frame, b2, sizeof b2));
     return bt__mg_input(c->g, k, c->in_dt[k], c->in_cls[k]);
 }
 /* operand i of node n (whose result has shape `shape`) */

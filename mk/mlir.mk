@@ -50,3 +50,11 @@ $(BUILD)/tests/test_mlir_gpu: tests/test_mlir_gpu.cu tests/test_mlir_chains.h $(
 .PHONY: mlir-aot
 mlir-aot: $(BUILD)/tests/test_mlir
 	$(BUILD)/tests/test_mlir --aot $(MLIR_AOT_DIR)
+
+# ---- benchmark (GPU): make bench-mlir; bench/bench_mlir_torch.py is its PyTorch counterpart ----
+.PHONY: bench-mlir
+$(BUILD)/bench_mlir: bench/bench_mlir.cu tests/test_mlir_chains.h $(HEADERS) | $(BUILD)
+	@if [ -z "$(MLIR_FOUND)" ]; then echo "bench_mlir needs MLIR: apt-get install libmlir-19-dev" >&2; exit 1; fi
+	$(NVCC_PATH) $(NVFLAGS) $(TEST_MLIR_FLAGS) -o $@ $< $(NVLIBS) $(if $(TEST_MLIR_FLAGS),$(MLIR_NVLIBS))
+bench-mlir: $(BUILD)/bench_mlir
+	$(BUILD)/bench_mlir

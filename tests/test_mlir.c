@@ -169,6 +169,48 @@ static void test_f64(void) {
     bt_mlir_fn_free(fn);
 }
 
+/* ---- sigmoid, silu and rsqrt as ops of their own ----
+   bt_tensor.h has no such ops yet; when it gets them (op names "sigmoid", "silu", "rsqrt"), the
+   capture knows them by name. Here they are made the way an op of bt_tensor.h is: the value computed
+   without recording, then one node with the op's own backward (bt__record / bt__save). */
+static void back_sigmoid(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt_tensor *y = n->saved[0];
+    gin[0] = bt_mul(g, bt_mul(y, bt_affine(y, -1, 1)));
+}
+static void back_silu(bt_node *n, bt_tensor *g, bt_tensor **gin) {      /* s (1 + x (1 - s)) */
+    bt_tensor *x = n->saved[0], *s = bt_mlir_sigmoid_ops(x);
+    gin[0] = bt_mul(g, bt_mul(s, bt_add_scalar(bt_mul(x, bt_affine(s, -1, 1)), 1)));
+}
+static void back_rsqrt(bt_node *n, bt_tensor *g, bt_tensor **gin) {     /* -y^3 / 2 */
+    bt_tensor *y = n->saved[0];
+    gin[0] = bt_mul(g, bt_scale(bt_mul(y, bt_square(y)), -0.5));
+}
+static bt_tensor *own_op(const char *name, bt_backward_fn back, bt_tensor *x, int save_output) {
+    int old = bt_set_grad_enabled(0);
+    bt_tensor *y = !strcmp(name, "sigmoid") ? bt_mlir_sigmoid_ops(x) : !strcmp(name, "silu") ? bt_mlir_silu_ops(x)
+                 : bt_div(bt_full(bt_shape_of(x), 1.0, x->dtype, bt_device_of(x)), bt_sqrt(x));
+    bt_set_grad_enabled(old);
+    bt_node *n = bt__record(name, back, y, &x, 1);
+    if (n) bt__save(n, save_output ? y : x);
+    return y;
+}
+static bt_tensor *ch_sigmoid_op(bt_tensor **in, int n, void *u) { (void)n; (void)u; return bt_scale(own_op("sigmoid", back_sigmoid, in[0], 1), 3.0); }
+static bt_tensor *ch_swiglu_op(bt_tensor **in, int n, void *u) { (void)n; (void)u; return bt_mul(own_op("silu", back_silu, in[0], 0), in[1]); }
+static bt_tensor *ch_rmsnorm_rsqrt(bt_tensor **in, int n, void *u) {
+    (void)n; (void)u;
+    bt_tensor *r = own_op("rsqrt", back_rsqrt, bt_add_scalar(bt_mean(bt_square(in[0]), &last_dim, 1, 1), 1e-5), 1);
+    return bt_mul(bt_mul(in[0], r), in[1]);
+}
+static void test_own_ops(void) {
+    if (no_mlir()) return;
+    const mlir_chain chains[3] = {
+        {"sigmoid_op", ch_sigmoid_op, 1, {IN_FULL}, -4, 4, 0},
+        {"swiglu_silu_op", ch_swiglu_op, 2, {IN_FULL, IN_FULL}, -4, 4, 1},
+        {"rmsnorm_rsqrt_op", ch_rmsnorm_rsqrt, 2, {IN_FULL, IN_COL}, -2, 2, 1},
+    };
+    for (int i = 0; i < 3; i++) check_chain_f32(&chains[i], 2, 5, 96, 1500 + 10 * (uint64_t)i);
+}
+
 /* ---- caches ---- */
 static bt_tensor *ln_result(bt_mlir_fn *fn, int64_t B, uint64_t seed) {
     bt_tensor *in[3];
@@ -524,6 +566,7 @@ int main(int argc, char **argv) {
     BT_RUN(test_chains_f32);
     BT_RUN(test_chains_bf16);
     BT_RUN(test_f64);
+    BT_RUN(test_own_ops);
     BT_RUN(test_cache_memory);
     BT_RUN(test_cache_disk);
     BT_RUN(test_unsupported);
