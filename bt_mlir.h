@@ -34,7 +34,8 @@
        binary     add sub mul div, broadcasting whole rows or whole columns
        reduce     sum mean max over the last dim (keepdim or not)
        composite  softmax and log_softmax over the last dim (expanded into max, exp, sum, div)
-       casts      between float dtypes (a cast to a narrower one rounds, as the op does)
+       casts      between float dtypes (a cast to a narrower dtype rounds there; the gradient
+                  through a widening cast is rounded to the narrower dtype, as bt_cast's is)
        views      view reshape squeeze unsqueeze expand contiguous clone that keep the [rows, C]
                   layout (the last dim stays the last dim)
      Every value of the chain is one of: full [rows, C], a row value [rows, 1], a column value [C],
@@ -49,10 +50,12 @@
      stores the outputs. Every elementwise value is recomputed from the inputs where it is needed,
      never stored: the memory traffic is the inputs (read once per phase, from cache after the
      first) plus the outputs. Values are computed in f32 (f64 when a tensor of the chain is f64)
-     and rounded once to the output's dtype; a cast inside the chain to bf16/f16 rounds there.
-     CPU: one function over a range of rows, called on row blocks from OpenMP threads.
-     GPU: one thread block per row (grid-stride), each thread a strided set of columns, block
-     reductions by warp shuffles and shared memory.
+     and rounded once to the output's dtype, where the unfused ops round after every op.
+     CPU: one function over a range of rows, called on 16 row blocks from OpenMP threads; sums
+     accumulate in f64, as bt_tensor.h's CPU reductions do.
+     GPU: one thread block per row (grid-stride; 8 blocks per SM when column partial sums exist),
+     about 4 columns per thread (whole warps, 32 to 1024 threads), each thread a strided set of
+     columns (coalesced), block reductions by warp shuffles and shared memory.
      The kernels are written directly in the scf/arith/math/memref (+ gpu) dialects as text and
      parsed by the C API: the fusion schedule is decided here, so linalg's tiling and mapping
      machinery would add nothing but fragility, and the text is what the cache hashes.
@@ -1825,6 +1828,7 @@ static void bt__mspec_build(bt__mspec *s, bt__mcap *c, bt_tensor *out) {
     s->out = id; s->n_fwd = s->g.n;
     s->out_shape = bt_shape_of(out); s->out_dt = out->dtype;
     s->out_cls = bt__mshape_class(c, s->out_shape);
+    if (s->out_cls < 0) { s->unsupported = 1; snprintf(s->why, sizeof s->why, "the result's shape is not a class of the frame"); return; }
     s->R = c->R; s->C = c->C;
     for (int k = 0; k < c->n_in; k++) s->in_cls[k] = c->in_cls[k] < 0 ? BT__MC_FULL : c->in_cls[k];
     s->f64 = out->dtype == BT_F64;
