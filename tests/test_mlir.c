@@ -66,11 +66,11 @@ static bt_shape out_shape(const mlir_chain *ch, bt_tensor **in) {
 }
 static void zero_grads(bt_tensor **in, int n) { for (int k = 0; k < n; k++) { bt_release(in[k]->grad); in[k]->grad = NULL; } }
 
-/* y = f(in) and the gradients of sum(y * r) into grads[] (clones): by calling fused (bt_mlir_call on
-   fn) or the body itself */
-static bt_tensor *run_chain(bt_mlir_fn *fn, const mlir_chain *ch, bt_tensor **in, bt_tensor *r, int fused, bt_tensor **grads) {
+/* y = f(in) and the gradients of sum(y * r) into grads[] (clones): fused through fn, or (fn NULL) the
+   body's own ops */
+static bt_tensor *run_chain(bt_mlir_fn *fn, const mlir_chain *ch, bt_tensor **in, bt_tensor *r, bt_tensor **grads) {
     zero_grads(in, ch->n_in);
-    bt_tensor *y = fused ? bt_mlir_call(fn, in) : ch->body(in, ch->n_in, NULL);
+    bt_tensor *y = fn ? bt_mlir_call(fn, in) : ch->body(in, ch->n_in, NULL);
     bt_backward_with(y, r->dtype == y->dtype ? r : bt_cast(r, y->dtype));
     for (int k = 0; k < ch->n_in; k++) grads[k] = in[k]->grad ? bt_clone(in[k]->grad) : NULL;
     return y;
@@ -84,11 +84,11 @@ static void check_chain_f32(const mlir_chain *ch, int64_t B, int64_t T, int64_t 
     bt_mlir_fn *fused = bt_mlir_fn_new(ch->name, ch->body, ch->n_in, NULL, BT_MLIR_STRICT);
     bt_mlir_fn *replay = bt_mlir_fn_new(ch->name, ch->body, ch->n_in, NULL, BT_MLIR_STRICT | BT_MLIR_REPLAY_BACKWARD);
     bt_tensor *r = bt_randn(out_shape(ch, in), BT_F32, CPU, seed + 99);
-    bt_tensor *y0 = run_chain(NULL, ch, in, r, 0, g0);
+    bt_tensor *y0 = run_chain(NULL, ch, in, r, g0);
     bt_mlir_stats_t st0 = bt_mlir_stats();
-    bt_tensor *y1 = run_chain(fused, ch, in, r, 1, g1);
+    bt_tensor *y1 = run_chain(fused, ch, in, r, g1);
     bt_mlir_stats_t st1 = bt_mlir_stats();
-    bt_tensor *y2 = run_chain(replay, ch, in, r, 1, g2);
+    bt_tensor *y2 = run_chain(replay, ch, in, r, g2);
     bt_mlir_stats_t st2 = bt_mlir_stats();
     BT_CHECK(bt_mlir_last_fused(fused) && bt_mlir_last_fused(replay), "%s: not fused: %s", ch->name, bt_mlir_last_reason(fused));
     BT_CHECK(st1.fused_backwards == st0.fused_backwards + 1 && st2.replay_backwards == st1.replay_backwards + 1,
@@ -133,9 +133,9 @@ static void check_chain_bf16(const mlir_chain *ch, int64_t B, int64_t T, int64_t
     for (int k = 0; k < ch->n_in; k++) in64[k] = copy_leaf(in[k], BT_F64);
     bt_mlir_fn *fn = bt_mlir_fn_new(ch->name, ch->body, ch->n_in, NULL, BT_MLIR_STRICT);
     bt_tensor *r = bt_cast(bt_randn(out_shape(ch, in), BT_F32, CPU, seed + 99), BT_BF16);
-    bt_tensor *y64 = run_chain(NULL, ch, in64, bt_cast(r, BT_F64), 0, g64);
-    bt_tensor *yu = run_chain(NULL, ch, in, r, 0, gu);
-    bt_tensor *yf = run_chain(fn, ch, in, r, 1, g);
+    bt_tensor *y64 = run_chain(NULL, ch, in64, bt_cast(r, BT_F64), g64);
+    bt_tensor *yu = run_chain(NULL, ch, in, r, gu);
+    bt_tensor *yf = run_chain(fn, ch, in, r, g);
     double ef = relerr_t(yf, y64), eu = relerr_t(yu, y64);
     BT_CHECK(yf->dtype == BT_BF16 && ef < 4e-3, "%s bf16: fused forward vs f64 rel err %.3g (unfused bf16 %.3g)", ch->name, ef, eu);
     for (int k = 0; k < ch->n_in; k++) {
@@ -161,7 +161,7 @@ static void test_f64(void) {
     chain_inputs(ch, 2, 3, 50, BT_F64, CPU, 77, in);
     bt_mlir_fn *fn = bt_mlir_fn_new(ch->name, ch->body, ch->n_in, NULL, BT_MLIR_STRICT);
     bt_tensor *r = bt_randn(bt_shape3(2, 3, 50), BT_F64, CPU, 78);
-    bt_tensor *y0 = run_chain(NULL, ch, in, r, 0, g0), *y1 = run_chain(fn, ch, in, r, 1, g1);
+    bt_tensor *y0 = run_chain(NULL, ch, in, r, g0), *y1 = run_chain(fn, ch, in, r, g1);
     double e = relerr_t(y1, y0), eg = 0;
     for (int k = 0; k < 3; k++) eg = fmax(eg, relerr_t(g1[k], g0[k]));
     BT_CHECK(e < 1e-13 && eg < 1e-13, "layernorm f64: forward %.3g, worst grad %.3g", e, eg);
@@ -249,7 +249,7 @@ static int disk_child(const char *dir) {
     bt_tensor *in[3], *g[3], *g0[3];
     chain_inputs(&mlir_chains[0], 3, 4, 64, BT_F32, CPU, 31, in);
     bt_tensor *r = bt_randn(bt_shape3(3, 4, 64), BT_F32, CPU, 32);
-    bt_tensor *y = run_chain(fn, &mlir_chains[0], in, r, 1, g), *y0 = run_chain(NULL, &mlir_chains[0], in, r, 0, g0);
+    bt_tensor *y = run_chain(fn, &mlir_chains[0], in, r, g), *y0 = run_chain(NULL, &mlir_chains[0], in, r, g0);
     double e = relerr_t(y, y0);
     for (int k = 0; k < 3; k++) e = fmax(e, relerr_t(g[k], g0[k]));
     bt_mlir_stats_t st = bt_mlir_stats();
@@ -380,7 +380,7 @@ static void test_region(void) {
     chain_inputs(&mlir_chains[0], 2, 5, 48, BT_F32, CPU, 40, in);
     bt_set_requires_grad(in[2], 0);                     /* b needs no grad: recorded with grad, then restored */
     bt_tensor *r = bt_randn(bt_shape3(2, 5, 48), BT_F32, CPU, 41);
-    bt_tensor *y0 = run_chain(NULL, &mlir_chains[0], in, r, 0, g0);
+    bt_tensor *y0 = run_chain(NULL, &mlir_chains[0], in, r, g0);
     for (int pass = 0; pass < 2; pass++) {             /* pass 0 records, pass 1 runs the kernel from begin */
         zero_grads(in, 3);
         bt_mlir_stats_t s0 = bt_mlir_stats();
