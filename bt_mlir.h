@@ -54,8 +54,9 @@
      CPU: one function over a range of rows, called on 16 row blocks from OpenMP threads; sums
      accumulate in f64, as bt_tensor.h's CPU reductions do.
      GPU: one thread block per row (grid-stride; 8 blocks per SM when column partial sums exist),
-     about 4 columns per thread (whole warps, 32 to 1024 threads), each thread a strided set of
-     columns (coalesced), block reductions by warp shuffles and shared memory.
+     about 4 columns per thread (whole warps, 32 to 1024 threads, fewer when the kernel's registers
+     allow fewer), each thread a strided set of columns (coalesced), block reductions by warp
+     shuffles and shared memory.
      The kernels are written directly in the scf/arith/math/memref (+ gpu) dialects as text and
      parsed by the C API: the fusion schedule is decided here, so linalg's tiling and mapping
      machinery would add nothing but fragility, and the text is what the cache hashes.
@@ -1314,6 +1315,7 @@ struct bt__mkernel {
 #ifdef BT_CUDA
     CUmodule mod[BT_MAX_GPUS];
     CUfunction func[BT_MAX_GPUS];
+    int max_threads[BT_MAX_GPUS];   /* the most threads a block of it may have (its registers decide) */
 #endif
 };
 static int bt__mtarget_gpu(const char *target) { return strcmp(target, "cpu") != 0; }
@@ -1635,9 +1637,11 @@ typedef CUresult (*bt__cu_launch_t)(CUfunction, unsigned, unsigned, unsigned, un
                                     CUstream, void **, void **);
 typedef CUresult (*bt__cu_unload_t)(CUmodule);
 typedef CUresult (*bt__cu_errstr_t)(CUresult, const char **);
+typedef CUresult (*bt__cu_attr_t)(int *, CUfunction_attribute, CUfunction);
 static struct {
     int tried; void *lib;
     bt__cu_load_t load; bt__cu_getfn_t getfn; bt__cu_launch_t launch; bt__cu_unload_t unload; bt__cu_errstr_t errstr;
+    bt__cu_attr_t attr;
 } bt__mcu;
 static void bt__mcu_sym(void *fnptr, const char *name) {
     void *p = dlsym(bt__mcu.lib, name);
@@ -1653,8 +1657,9 @@ static void bt__mcu_open(void) {
     bt__mcu_sym(&bt__mcu.launch, "cuLaunchKernel");
     bt__mcu_sym(&bt__mcu.unload, "cuModuleUnload");
     bt__mcu_sym(&bt__mcu.errstr, "cuGetErrorString");
-    if (!bt__mcu.load || !bt__mcu.getfn || !bt__mcu.launch || !bt__mcu.unload || !bt__mcu.errstr)
-        bt_error("bt_mlir: the CUDA driver lacks cuModuleLoadDataEx / cuModuleGetFunction / cuLaunchKernel");
+    bt__mcu_sym(&bt__mcu.attr, "cuFuncGetAttribute");
+    if (!bt__mcu.load || !bt__mcu.getfn || !bt__mcu.launch || !bt__mcu.unload || !bt__mcu.errstr || !bt__mcu.attr)
+        bt_error("bt_mlir: the CUDA driver lacks cuModuleLoadDataEx / cuModuleGetFunction / cuLaunchKernel / cuFuncGetAttribute");
 }
 static const char *bt__mcu_err(CUresult r) {
     const char *s = NULL;
@@ -1672,6 +1677,8 @@ static CUfunction bt__mk_function(bt__mkernel *k, int dev) {
     if (r != CUDA_SUCCESS) bt_error("bt_mlir: loading kernel %s (%s) on cuda:%d: %s %.2000s", k->name, k->target, dev, bt__mcu_err(r), log);
     r = bt__mcu.getfn(&k->func[dev], k->mod[dev], "k");
     if (r != CUDA_SUCCESS) bt_error("bt_mlir: kernel %s has no entry k: %s", k->name, bt__mcu_err(r));
+    r = bt__mcu.attr(&k->max_threads[dev], CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, k->func[dev]);
+    if (r != CUDA_SUCCESS || k->max_threads[dev] < 32) k->max_threads[dev] = 256;
     return k->func[dev];
 }
 static int bt__mgpu_threads(int64_t C) {    /* about 4 columns a thread, whole warps, 32..1024 */
@@ -1691,7 +1698,9 @@ static void bt__mrun_gpu(bt__mkernel *k, int dev, int nbuf, void *const *ptr, co
     }
     P[5 * nbuf] = (uint64_t)R;
     for (int i = 0; i <= 5 * nbuf; i++) kp[i] = &P[i];
-    CUresult r = bt__mcu.launch(f, (unsigned)grid, 1, 1, (unsigned)bt__mgpu_threads(C), 1, 1, 0, (CUstream)bt_k_stream(), kp, NULL);
+    int threads = bt__mgpu_threads(C), most = k->max_threads[dev] / 32 * 32;
+    if (threads > most) threads = most;        /* whole warps still: the block reduction needs them */
+    CUresult r = bt__mcu.launch(f, (unsigned)grid, 1, 1, (unsigned)threads, 1, 1, 0, (CUstream)bt_k_stream(), kp, NULL);
     if (r != CUDA_SUCCESS) bt_error("bt_mlir: launching %s on cuda:%d (%d blocks): %s", k->name, dev, grid, bt__mcu_err(r));
     if (prev != dev) BT__M_CUDA(cudaSetDevice(prev), "bt_mlir");
 }
@@ -1707,7 +1716,8 @@ static void bt__mk_unload(bt__mkernel *k) {
     k->jit.ptr = NULL;
 #endif
 #ifdef BT_CUDA
-    for (int d = 0; d < BT_MAX_GPUS; d++) if (k->mod[d] && bt__mcu.unload) { bt__mcu.unload(k->mod[d]); k->mod[d] = NULL; k->func[d] = NULL; }
+    for (int d = 0; d < BT_MAX_GPUS; d++)
+        if (k->mod[d] && bt__mcu.unload) { bt__mcu.unload(k->mod[d]); k->mod[d] = NULL; k->func[d] = NULL; k->max_threads[d] = 0; }
 #endif
     k->packed = NULL;
 }
