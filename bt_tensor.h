@@ -1628,7 +1628,7 @@ BTDEF bt_tensor *bt_affine(bt_tensor *x, double alpha, double beta) {
     bt__affine_into(y, xc, alpha, beta);
     bt_release(xc);
     bt_node *n = bt__record("affine", bt__affine_back, y, &x, 1);
-    if (n) n->f[0] = alpha;
+    if (n) { n->f[0] = alpha; n->f[1] = beta; }      /* beta: unused by the backward; bt_mlir.h's capture reads it */
     return bt__register(y);
 }
 BTDEF bt_tensor *bt_scale(bt_tensor *x, double alpha) { return bt_affine(x, alpha, 0.0); }
