@@ -61,12 +61,14 @@ CPU_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CPU_TEST_SRCS))
 ASAN_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/asan_%,$(CPU_TEST_SRCS))
 GPU_TESTS := $(patsubst tests/%.cu,$(BUILD)/tests/%,$(GPU_TEST_SRCS))
 
-$(BUILD)/tests/%: tests/%.c $(HEADERS) tests/bt_test.h | $(BUILD)/tests
+TEST_HEADERS := $(wildcard tests/*.h)
+$(BUILD)/tests/%: tests/%.c $(HEADERS) $(TEST_HEADERS) | $(BUILD)/tests
 	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
-$(BUILD)/tests/asan_%: tests/%.c $(HEADERS) tests/bt_test.h | $(BUILD)/tests
+$(BUILD)/tests/asan_%: tests/%.c $(HEADERS) $(TEST_HEADERS) | $(BUILD)/tests
 	$(CC) $(ASANFLAGS) -o $@ $< $(LDLIBS)
-$(BUILD)/tests/%_gpu: tests/%_gpu.cu $(HEADERS) tests/bt_test.h | $(BUILD)/tests
+$(BUILD)/tests/%_gpu: tests/%_gpu.cu $(HEADERS) $(TEST_HEADERS) | $(BUILD)/tests
 	$(NVCC_PATH) $(NVFLAGS) -o $@ $< $(NVLIBS)
+$(BUILD)/tests/test_fused_gpu: tests/test_fused.c
 
 # The CUDA build is compiled whenever nvcc exists; its tests skip themselves without a GPU.
 ifneq ($(NVCC_PATH),)

@@ -78,7 +78,7 @@
           gpu.module(convert-scf-to-cf, convert-gpu-to-nvvm, canonicalize, cse,
           reconcile-unrealized-casts), gpu-module-to-binary{format=isa toolkit=$CUDA}; the PTX
           (libdevice linked from $CUDA/nvvm/libdevice) is loaded with cuModuleLoadDataEx and
-          launched with cuLaunchKernel on bt_k_stream(). The driver is opened with dlopen, so a
+          launched with cuLaunchKernel on the device's current stream. The driver is opened with dlopen, so a
           binary needs no -lcuda and runs (on the CPU) where there is no driver.
 
    CACHE
@@ -1700,7 +1700,7 @@ static void bt__mrun_gpu(bt__mkernel *k, int dev, int nbuf, void *const *ptr, co
     for (int i = 0; i <= 5 * nbuf; i++) kp[i] = &P[i];
     int threads = bt__mgpu_threads(C), most = k->max_threads[dev] / 32 * 32;
     if (threads > most) threads = most;        /* whole warps still: the block reduction needs them */
-    CUresult r = bt__mcu.launch(f, (unsigned)grid, 1, 1, (unsigned)threads, 1, 1, 0, (CUstream)bt_k_stream(), kp, NULL);
+    CUresult r = bt__mcu.launch(f, (unsigned)grid, 1, 1, (unsigned)threads, 1, 1, 0, (CUstream)bt_k_current_stream(dev), kp, NULL);
     if (r != CUDA_SUCCESS) bt_error("bt_mlir: launching %s on cuda:%d (%d blocks): %s", k->name, dev, grid, bt__mcu_err(r));
     if (prev != dev) BT__M_CUDA(cudaSetDevice(prev), "bt_mlir");
 }

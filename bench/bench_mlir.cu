@@ -11,16 +11,15 @@
      make bench-mlir                 # = build/bench_mlir, then runs it
      build/bench_mlir [--quick] [--dtype bf16|f32]
    bench/bench_mlir_torch.py runs the same chains in PyTorch eager and torch.compile.
-   Timing: CUDA events around each call on bt_k_stream(), 5 warm-up calls, the median of 20, inputs
+   Timing: CUDA events around each call on bt_k_current_stream(0), 5 warm-up calls, the median of 20, inputs
    rotated over 4 sets so that a call does not find the previous call's data in L2. */
-/* GCC 12 reports a false "may be used uninitialized" in bt_autograd.h's bt_grad_norm once AdamW on four
-   parameters is inlined here (the array is written in full before it is read) */
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #define BT_ALLOC_IMPLEMENTATION
 #define BT_TENSOR_IMPLEMENTATION
 #define BT_AUTOGRAD_IMPLEMENTATION
 #define BT_MLIR_IMPLEMENTATION
+#define BT_OPTIM_IMPLEMENTATION
 #include "bt_mlir.h"
+#include "bt_optim.h"
 #include "tests/test_mlir_chains.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,10 +66,10 @@ static double time_calls(const mlir_chain *ch, const bench_case *bc, bt_mlir_fn 
     for (int it = 0; it < WARMUP + REPS; it++) {
         bt_tensor **in = sets[it % NSETS];
         bt_scope_begin();
-        cudaEventRecord(e0, bt_k_stream());
+        cudaEventRecord(e0, bt_k_current_stream(0));
         bt_tensor *y = kind == RUN_FUSED ? bt_mlir_call(fn, in) : kind == RUN_HAND ? bc->hand(in) : ch->body(in, ch->n_in, NULL);
         if (backward) bt_backward_with(y, r[it % NSETS]);
-        cudaEventRecord(e1, bt_k_stream());
+        cudaEventRecord(e1, bt_k_current_stream(0));
         bt_scope_end();
         cudaEventSynchronize(e1);
         float t = 0; cudaEventElapsedTime(&t, e0, e1);
@@ -84,13 +83,13 @@ static double time_calls(const mlir_chain *ch, const bench_case *bc, bt_mlir_fn 
 }
 static double copy_gbs(void) {                 /* device-to-device copy, read + write counted */
     size_t n = (size_t)1 << 30;
-    void *a = bt_alloc(GPU, n, bt_k_stream()), *b = bt_alloc(GPU, n, bt_k_stream());
+    void *a = bt_alloc(GPU, n, bt_k_current_stream(0)), *b = bt_alloc(GPU, n, bt_k_current_stream(0));
     cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
     double best = 1e30;
     for (int i = 0; i < 8; i++) {
-        cudaEventRecord(e0, bt_k_stream());
-        cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, bt_k_stream());
-        cudaEventRecord(e1, bt_k_stream());
+        cudaEventRecord(e0, bt_k_current_stream(0));
+        cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, bt_k_current_stream(0));
+        cudaEventRecord(e1, bt_k_current_stream(0));
         cudaEventSynchronize(e1);
         float t; cudaEventElapsedTime(&t, e0, e1);
         if (i > 1 && t < best) best = t;

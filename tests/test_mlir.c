@@ -21,7 +21,9 @@
 #define BT_TENSOR_IMPLEMENTATION
 #define BT_AUTOGRAD_IMPLEMENTATION
 #define BT_MLIR_IMPLEMENTATION
+#define BT_OPTIM_IMPLEMENTATION
 #include "bt_mlir.h"
+#include "bt_optim.h"
 #include "tests/bt_test.h"
 #include "tests/test_mlir_chains.h"
 #pragma GCC diagnostic ignored "-Wclobbered"   /* BT_EXPECT_ERROR's setjmp: a false positive */

@@ -16,14 +16,13 @@
    Tolerances: f32 1e-5 relative against the unfused GPU ops (libdevice's exp/tanh are within a few
    ulp, reductions sum in other orders; the measured values are printed with BT_TEST_VERBOSE=1);
    bf16 5e-3 against an f64 CPU run of the same ops (one rounding to bf16: 2^-8, plus the f32 part). */
-/* GCC 12 reports a false "may be used uninitialized" in bt_autograd.h's bt_grad_norm once AdamW on four
-   parameters is inlined here (the array is written in full before it is read) */
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #define BT_ALLOC_IMPLEMENTATION
 #define BT_TENSOR_IMPLEMENTATION
 #define BT_AUTOGRAD_IMPLEMENTATION
 #define BT_MLIR_IMPLEMENTATION
+#define BT_OPTIM_IMPLEMENTATION
 #include "bt_mlir.h"
+#include "bt_optim.h"
 #include "tests/bt_test.h"
 #include "tests/test_mlir_chains.h"
 #ifdef BT_MLIR_AOT_SOURCE
