@@ -171,14 +171,14 @@ static void test_gpu_partials_and_stream(void) {
     if (no_gpu()) return;
     if (no_mlir()) return;
     bt_scope_begin();
-    cudaStream_t s;
-    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    bt_k_set_stream(s);
+    bt_device g = bt_cuda_device(0);
+    void *s = bt_stream_create(g);
+    bt_stream_push(g, s);
     check_gpu_chain(&mlir_chains[0], 16, 1024, 768, BT_F32, 77, BT_MLIR_STRICT);     /* 16384 rows */
     check_gpu_chain(&mlir_chains[2], 16, 1024, 768, BT_BF16, 78, BT_MLIR_STRICT);
-    cudaStreamSynchronize(s);
-    bt_k_set_stream(NULL);
-    cudaStreamDestroy(s);
+    bt_synchronize(g);
+    bt_stream_pop(g);
+    bt_stream_destroy(g, s);
     bt_scope_end();
 }
 static double llama_train(int fused, int steps, double *first) {
