@@ -6,7 +6,7 @@
 
    The same file builds two ways: `cc` gives a CPU binary; `nvcc -x cu` a CUDA one, which runs on
    the CPU when no GPU is present. Read top to bottom:
-     1. configuration and presets        4. sampling
+     1. configuration and presets        4. inference: KV cache, sampling
      2. the model: parameters, init, I/O  5. command line
      3. the forward pass                  6. the training loop
    The backward pass is the autograd engine's (bt_autograd.h); each op's math sits in bt_tensor.h. */
@@ -24,7 +24,7 @@
 #include <string.h>
 #include <errno.h>
 #include <time.h>
-#include <sys/stat.h>
+#include <unistd.h>
 
 /* ============================================================================================
    1. configuration and presets
@@ -175,27 +175,68 @@ static void gpt2_init(gpt2 *m, uint64_t seed) {
 }
 
 /* Model file: llm.c's layout, version 3 (fp32): int32 header[256] = {20240326, 3, maxT, V, L,
-   H, C, Vp, 0...}, then the flat buffer. */
+   H, C, Vp, 0...}, then the flat buffer. Each header field is bounded and the parameter count
+   (in 64 bits) must match the file's size before anything is allocated. */
 #define GPT2_MODEL_MAGIC 20240326
+#define GPT2_MAX_PARAMS (1LL << 40)     /* 4 TiB of fp32: more than any host holds */
+static int64_t gpt2_num_params(const gpt2_config *c) {
+    int64_t sz[P_COUNT], n = 0;
+    gpt2_param_sizes(c, sz);
+    for (int i = 0; i < P_COUNT; i++) n += sz[i];
+    return n;
+}
+/* err = a followed by b, cut to errlen (b may be a whole bt_data_error() message) */
+static void err_join(char *err, size_t errlen, const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > errlen - 1) la = errlen - 1;
+    if (lb > errlen - 1 - la) lb = errlen - 1 - la;
+    memcpy(err, a, la); memcpy(err + la, b, lb); err[la + lb] = 0;
+}
+/* a model file opened for reading: a FIFO or directory is refused, never waited on */
+static FILE *gpt2_open_model(const char *path, uint64_t *size, char *err, size_t errlen) {
+    int fd = bt_input_open(path, size);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (!f) { err_join(err, errlen, "", fd < 0 ? bt_data_error() : strerror(errno)); if (fd >= 0) close(fd); }
+    return f;
+}
 static int gpt2_read_header(const char *path, gpt2_config *cfg, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { snprintf(err, errlen, "%s: %s", path, strerror(errno)); return -1; }
+    uint64_t size;
+    FILE *f = gpt2_open_model(path, &size, err, errlen);
+    if (!f) return -1;
     int32_t h[256];
     size_t got = fread(h, sizeof(int32_t), 256, f);
     fclose(f);
     if (got != 256) { snprintf(err, errlen, "%s: too short for a model header (%zu of 1024 bytes)", path, got * 4); return -1; }
     if (h[0] != GPT2_MODEL_MAGIC) { snprintf(err, errlen, "%s: bad magic %d (expected %d, an llm.c/BluTrain model file)", path, h[0], GPT2_MODEL_MAGIC); return -1; }
     if (h[1] != 3) { snprintf(err, errlen, "%s: version %d (only 3, fp32, is read)", path, h[1]); return -1; }
+    static const struct { const char *name; int32_t hi; } field[6] = {
+        {"maxT", 1 << 20}, {"V", 1 << 24}, {"L", 4096}, {"H", 1 << 16}, {"C", 1 << 16}, {"Vp", 1 << 24}};
+    for (int i = 0; i < 6; i++)
+        if (h[2 + i] < 1 || h[2 + i] > field[i].hi) {
+            snprintf(err, errlen, "%s: header field %s = %d is out of range (1 to %d)", path, field[i].name, h[2 + i], field[i].hi);
+            return -1;
+        }
     cfg->maxT = h[2]; cfg->V = h[3]; cfg->L = h[4]; cfg->H = h[5]; cfg->C = h[6]; cfg->Vp = h[7];
-    if (cfg->maxT <= 0 || cfg->V <= 0 || cfg->L <= 0 || cfg->H <= 0 || cfg->C <= 0 || cfg->Vp < cfg->V || cfg->C % cfg->H) {
+    if (cfg->Vp < cfg->V || cfg->C % cfg->H) {
         snprintf(err, errlen, "%s: inconsistent config maxT %d V %d Vp %d L %d H %d C %d", path, cfg->maxT, cfg->V, cfg->Vp, cfg->L, cfg->H, cfg->C);
+        return -1;
+    }
+    int64_t n = gpt2_num_params(cfg);   /* at most ~2^48 with the bounds above: no overflow */
+    if (n > GPT2_MAX_PARAMS) {
+        snprintf(err, errlen, "%s: header fields L %d, C %d, Vp %d, maxT %d give %lld parameters, more than 2^40", path, cfg->L, cfg->C, cfg->Vp, cfg->maxT, (long long)n);
+        return -1;
+    }
+    if (size != 1024 + 4 * (uint64_t)n) {
+        snprintf(err, errlen, "%s: the header's config (L %d, C %d, Vp %d, maxT %d) has %lld parameters (%llu bytes with the header), the file has %llu bytes",
+                 path, cfg->L, cfg->C, cfg->Vp, cfg->maxT, (long long)n, (unsigned long long)(1024 + 4 * (uint64_t)n), (unsigned long long)size);
         return -1;
     }
     return 0;
 }
 static int gpt2_load_weights(gpt2 *m, const char *path, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { snprintf(err, errlen, "%s: %s", path, strerror(errno)); return -1; }
+    uint64_t size;
+    FILE *f = gpt2_open_model(path, &size, err, errlen);
+    if (!f) return -1;
     float *buf = (float *)malloc(sizeof(float) * (size_t)m->num_params);
     if (!buf) { fclose(f); snprintf(err, errlen, "%s: out of host memory", path); return -1; }
     int ok = fseek(f, 1024, SEEK_SET) == 0 && fread(buf, sizeof(float), (size_t)m->num_params, f) == (size_t)m->num_params;
@@ -212,21 +253,20 @@ static int gpt2_load_weights(gpt2 *m, const char *path, char *err, size_t errlen
     free(buf);
     return 0;
 }
-/* written to PATH.tmp then renamed: a failure never leaves a half-written model at PATH */
+/* through a bt_atomic_file (bt_data.h): a failure, a kill or a concurrent save never leaves a
+   half-written model at path; a symlink is written through; a device or FIFO is refused */
 static int gpt2_save(gpt2 *m, const char *path, char *err, size_t errlen) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
     int32_t h[256] = {0};
     h[0] = GPT2_MODEL_MAGIC; h[1] = 3; h[2] = m->cfg.maxT; h[3] = m->cfg.V; h[4] = m->cfg.L;
     h[5] = m->cfg.H; h[6] = m->cfg.C; h[7] = m->cfg.Vp;
     float *buf = (float *)malloc(sizeof(float) * (size_t)m->num_params);
     if (!buf) { snprintf(err, errlen, "%s: out of host memory", path); return -1; }
     bt_to_host(m->flat, buf, BT_F32);
-    FILE *f = fopen(tmp, "wb");
-    int ok = f && fwrite(h, sizeof h, 1, f) == 1 && fwrite(buf, sizeof(float), (size_t)m->num_params, f) == (size_t)m->num_params;
-    if (f && fclose(f) != 0) ok = 0;
+    bt_atomic_file *f = bt_atomic_open(path);
+    int ok = f && !bt_atomic_write(f, h, sizeof h) && !bt_atomic_write(f, buf, sizeof(float) * (size_t)m->num_params);
     free(buf);
-    if (!ok || rename(tmp, path) != 0) { snprintf(err, errlen, "%s: %s", path, strerror(errno)); remove(tmp); return -1; }
+    if (f && !ok) bt_atomic_abort(f);
+    if (!ok || bt_atomic_commit(f)) { err_join(err, errlen, "", bt_data_error()); return -1; }
     return 0;
 }
 
@@ -291,8 +331,98 @@ static bt_tensor *gpt2_loss(gpt2 *m, bt_tensor *idx, bt_tensor *targets, bt_dtyp
 }
 
 /* ============================================================================================
-   4. sampling
+   4. inference: a KV cache, sampling
    ============================================================================================ */
+/* The keys and values every layer computed for the positions seen so far. With them a new token
+   costs one position's forward pass (its attention reads the cached keys and values) instead of
+   the whole sequence's: generating n tokens is O(n) matmul rows, not O(n^2).
+       gpt2_kv_cache *c = gpt2_kv_cache_create(m, BT_F32);
+       bt_tensor *logits = gpt2_forward_cached(m, c, prompt, n);   // [Vp] of the last position
+       ... then one token at a time; gpt2_kv_cache_reset(c) starts a new sequence
+       gpt2_kv_cache_free(c); */
+typedef struct {
+    bt_tensor **k, **v;     /* per layer [H, maxT, D] in the compute dtype: positions 0..len-1 filled */
+    int len;
+    bt_dtype dt;
+} gpt2_kv_cache;
+
+static gpt2_kv_cache *gpt2_kv_cache_create(gpt2 *m, bt_dtype dt) {
+    const gpt2_config *c = &m->cfg;
+    gpt2_kv_cache *kv = (gpt2_kv_cache *)calloc(1, sizeof *kv);
+    if (kv) { kv->k = (bt_tensor **)calloc((size_t)c->L, sizeof(bt_tensor *)); kv->v = (bt_tensor **)calloc((size_t)c->L, sizeof(bt_tensor *)); }
+    if (!kv || !kv->k || !kv->v) bt_error("gpt2_kv_cache_create: out of host memory");
+    kv->dt = dt;
+    bt_scope_begin();
+    for (int l = 0; l < c->L; l++) {
+        kv->k[l] = bt_keep(bt_empty(bt_shape3(c->H, c->maxT, c->C / c->H), dt, m->device));
+        kv->v[l] = bt_keep(bt_empty(bt_shape3(c->H, c->maxT, c->C / c->H), dt, m->device));
+    }
+    bt_scope_end();
+    return kv;
+}
+static void gpt2_kv_cache_reset(gpt2_kv_cache *kv) { kv->len = 0; }
+static void gpt2_kv_cache_free(gpt2_kv_cache *kv, int L) {
+    if (!kv) return;
+    for (int l = 0; l < L; l++) { bt_release(kv->k[l]); bt_release(kv->v[l]); }
+    free(kv->k); free(kv->v); free(kv);
+}
+
+/* attention of n new positions (h [1, n, C]) over the len cached ones and themselves: their
+   keys and values are appended to the cache, then softmax(q K^T / sqrt(D) + mask) V with K, V
+   the cache's first len + n rows; mask (NULL when n = 1) hides the later new positions */
+static bt_tensor *gpt2_attention_cached(gpt2 *m, gpt2_layer *y, bt_tensor *h, gpt2_kv_cache *kv, int l, bt_tensor *mask) {
+    int64_t n = h->shape[1], C = m->cfg.C, H = m->cfg.H, D = C / H, T = kv->len + n;
+    bt_tensor *qkv = bt_linear(h, param_as(m, y->qkvw, kv->dt), param_as(m, y->qkvb, kv->dt));   /* [1, n, 3C] */
+    const int heads_first[3] = {1, 0, 2};
+    bt_tensor *part[3];                                                             /* q, k, v as [H, n, D] */
+    for (int i = 0; i < 3; i++) part[i] = bt_permute(bt_reshape(bt_narrow(qkv, 2, i * C, C), bt_shape3(n, H, D)), heads_first);
+    bt_copy_(bt_narrow(kv->k[l], 1, kv->len, n), part[1]);
+    bt_copy_(bt_narrow(kv->v[l], 1, kv->len, n), part[2]);
+    bt_tensor *s = bt_scale(bt_matmul_t(part[0], bt_narrow(kv->k[l], 1, 0, T), 0, 1), 1.0 / sqrt((double)D));   /* [H, n, T] */
+    if (mask) s = bt_add(s, mask);
+    bt_tensor *o = bt_matmul(bt_softmax(s), bt_narrow(kv->v[l], 1, 0, T));                                     /* [H, n, D] */
+    o = bt_reshape(bt_permute(o, heads_first), bt_shape3(1, n, C));
+    return bt_linear(o, param_as(m, y->projw, kv->dt), param_as(m, y->projb, kv->dt));
+}
+
+/* [n, len + n]: 0 where new position i may see key j (j <= len + i), -inf elsewhere */
+static bt_tensor *gpt2_causal_mask(int n, int len, bt_dtype dt, bt_device dev) {
+    int T = len + n;
+    float *mk = (float *)malloc(sizeof(float) * (size_t)n * T);
+    if (!mk) bt_error("gpt2_causal_mask: out of host memory");
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < T; j++) mk[(size_t)i * T + j] = j <= len + i ? 0.0f : -INFINITY;
+    bt_tensor *t = bt_cast(bt_from_data(mk, bt_shape2(n, T), BT_F32, dev), dt);
+    free(mk);
+    return t;
+}
+
+/* Runs the n tokens ids (host memory) at positions kv->len .. kv->len + n - 1, appends their
+   keys and values, and returns the logits of the last one: [Vp] in the cache's dtype. Call it
+   inside a scope (bt_scope_begin/end): the logits and every temporary die at its end. Gradients
+   off. kv->len + n must not exceed maxT (bt_error otherwise). */
+static bt_tensor *gpt2_forward_cached(gpt2 *m, gpt2_kv_cache *kv, const int32_t *ids, int n) {
+    const gpt2_config *c = &m->cfg;
+    bt_dtype dt = kv->dt;
+    if (n < 1 || kv->len + n > c->maxT)
+        bt_error("gpt2_forward_cached: %d new positions after %d cached ones do not fit the context of %d", n, kv->len, c->maxT);
+    int old = bt_set_grad_enabled(0);
+    bt_tensor *idx = bt_from_data(ids, bt_shape2(1, n), BT_I32, m->device);
+    bt_tensor *pos = bt_narrow(bt_arange(kv->len + n, BT_I32, m->device), 0, kv->len, n);
+    bt_tensor *x = bt_add(bt_embedding(param_as(m, m->wte, dt), idx), bt_embedding(param_as(m, m->wpe, dt), pos));
+    bt_tensor *mask = n > 1 ? gpt2_causal_mask(n, kv->len, dt, m->device) : NULL;
+    for (int l = 0; l < c->L; l++) {
+        gpt2_layer *y = &m->layers[l];
+        x = bt_add(x, gpt2_attention_cached(m, y, bt_layernorm(x, param_as(m, y->ln1w, dt), param_as(m, y->ln1b, dt), 1e-5), kv, l, mask));
+        x = bt_add(x, gpt2_mlp(m, y, bt_layernorm(x, param_as(m, y->ln2w, dt), param_as(m, y->ln2b, dt), 1e-5), dt));
+    }
+    kv->len += n;
+    x = bt_layernorm(bt_select(bt_select(x, 0, 0), 0, n - 1), param_as(m, m->lnfw, dt), param_as(m, m->lnfb, dt), 1e-5);   /* [C] */
+    bt_tensor *logits = bt_matmul(param_as(m, m->wte, dt), x);                                                        /* [Vp] */
+    bt_set_grad_enabled(old);
+    return logits;
+}
+
 /* next token from the logits of the last position: greedy when topk <= 1 or temp <= 0, else
    top-k over the real vocabulary with temperature; r is a uniform draw in [0, 1) */
 static int sample_next(const float *logits, int V, int topk, double temp, double r) {
@@ -317,24 +447,25 @@ static int sample_next(const float *logits, int V, int topk, double temp, double
     return pick;
 }
 
-/* generate n tokens after <|endoftext|>, print them as text */
+/* Generate n tokens after <|endoftext|> through a KV cache and print them as text. When the
+   context fills up, the cache restarts from the last maxT/2 tokens. */
 static void gpt2_sample(gpt2 *m, bt_tokenizer *tok, int n, int topk, double temp, uint64_t seed, bt_dtype dt) {
     const gpt2_config *c = &m->cfg;
     int32_t *ids = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n + 1));
     float *row = (float *)malloc(sizeof(float) * (size_t)c->Vp);
-    int len = 1;
-    ids[0] = BT_EOT;
-    int old = bt_set_grad_enabled(0);
+    if (!ids || !row) bt_error("gpt2_sample: out of host memory");
+    gpt2_kv_cache *kv = gpt2_kv_cache_create(m, dt);
+    int len = 1, fed = 0;          /* ids[0..fed) are in the cache */
+    ids[0] = BT_EOT < c->V ? BT_EOT : 0;   /* a model with a smaller vocabulary starts from token 0 */
     for (int s = 0; s < n; s++) {
-        int start = len > c->maxT ? len - c->maxT : 0, T = len - start;
+        if (kv->len + (len - fed) > c->maxT) { gpt2_kv_cache_reset(kv); fed = len - (c->maxT > 1 ? c->maxT / 2 : 1); }
         bt_scope_begin();
-        bt_tensor *idx = bt_from_data(ids + start, bt_shape2(1, T), BT_I32, m->device);
-        bt_tensor *logits = gpt2_logits(m, idx, dt);
-        bt_to_host(bt_select(bt_select(logits, 0, 0), 0, T - 1), row, BT_F32);
+        bt_to_host(gpt2_forward_cached(m, kv, ids + fed, len - fed), row, BT_F32);
         bt_scope_end();
+        fed = len;
         ids[len++] = sample_next(row, c->V, topk, temp, bt_philox_uniform(seed, (uint64_t)s));
     }
-    bt_set_grad_enabled(old);
+    gpt2_kv_cache_free(kv, c->L);
     if (tok) {
         char *text = NULL;
         size_t nb = bt_decode(tok, ids + 1, (size_t)n, &text);
@@ -359,6 +490,7 @@ typedef struct {
     const char *device;       /* auto | cpu | cuda */
     int overfit;              /* train on the first batch only */
     int quiet;
+    int given_i, given_j, given_t, given_tok;   /* flags the user gave: defaults are explained, not blamed */
 } train_opts;
 
 static void default_opts(train_opts *o) {
@@ -386,16 +518,16 @@ static void usage(FILE *f) {
         "  -q F      final learning rate as a fraction of the peak (default 0.1)\n"
         "  -c WD     AdamW weight decay of the matrices (default 0.1)\n"
         "  -x N      training steps (default 20 GPU, 300 CPU)\n"
-        "  -v N      validate every N steps (and at the end) (default 25 CPU, 10 GPU)\n"
+        "  -v N      validate every N steps (and at the end; 0 = never, -j unused) (default 25 CPU, 10 GPU)\n"
         "  -m N      validation batches (default 20)\n"
         "  -s N      sample every N steps (and at the end; 0 = only at the end)\n"
         "  -g N      tokens to sample (default 64)\n"
-        "  -o DIR    write DIR/log.jsonl (one JSON object per step)\n"
-        "  --save PATH   write the trained model (llm.c layout) at the end\n"
+        "  -o DIR    write DIR/log.jsonl (one JSON object per step; DIR is made if missing)\n"
+        "  --save PATH   write the trained model (llm.c layout) at the end, before the last sample\n"
         "  --precision fp32|tf32|bf16   (default bf16 on a GPU, fp32 on a CPU)\n"
         "  --device auto|cpu|cuda|cuda:N  (default auto: cuda:0 when there is a GPU)\n"
         "  --seed N  --topk N  --temp T  --clip C (0 = no clipping)\n"
-        "  --tokenizer DIR   encoder.json and vocab.bpe (default data)\n"
+        "  --tokenizer DIR   encoder.json and vocab.bpe (default data; without them samples print as ids)\n"
         "  --overfit         train on the first batch only (a check that the model can learn)\n"
         "  -h        this help\n");
 }
@@ -423,14 +555,19 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
         if (i + 1 >= argc) { snprintf(err, errlen, "%s needs a value", a); return -1; }
         const char *v = argv[++i];
         int bad = 0;
-        if (!strcmp(a, "-i")) o->train_glob = v;
-        else if (!strcmp(a, "-j")) o->val_glob = v;
+        /* "--save --quiet" is a forgotten value, not a file named --quiet ("-l -1" stays a number) */
+        if (v[0] == '-' && v[1] && !(v[1] >= '0' && v[1] <= '9') && v[1] != '.') {
+            snprintf(err, errlen, "%s needs a value, but the next argument is the option '%s'", a, v); return -1;
+        }
+        if (!*v) { snprintf(err, errlen, "%s needs a value, got an empty one", a); return -1; }
+        if (!strcmp(a, "-i")) { o->train_glob = v; o->given_i = 1; }
+        else if (!strcmp(a, "-j")) { o->val_glob = v; o->given_j = 1; }
         else if (!strcmp(a, "-o")) o->out_dir = v;
         else if (!strcmp(a, "-e")) o->model = v;
         else if (!strcmp(a, "--save")) o->save_path = v;
-        else if (!strcmp(a, "--tokenizer")) o->tok_dir = v;
+        else if (!strcmp(a, "--tokenizer")) { o->tok_dir = v; o->given_tok = 1; }
         else if (!strcmp(a, "-b")) bad = parse_int(v, 1, 1 << 20, &o->B);
-        else if (!strcmp(a, "-t")) bad = parse_int(v, 1, 1 << 20, &o->T);
+        else if (!strcmp(a, "-t")) { bad = parse_int(v, 1, 1 << 20, &o->T); o->given_t = 1; }
         else if (!strcmp(a, "-d")) bad = parse_int(v, 1, 1 << 30, &o->total_batch);
         else if (!strcmp(a, "-x")) bad = parse_int(v, 0, 1 << 30, &o->steps);
         else if (!strcmp(a, "-v")) bad = parse_int(v, 0, 1 << 30, &o->val_every);
@@ -463,7 +600,11 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
 /* fill what the flags left open from the machine, then check the combination */
 static int resolve_opts(train_opts *o, int on_gpu, const gpt2_config *cfg, char *err, size_t errlen) {
     if (o->T < 0) o->T = on_gpu ? 1024 : 64;
-    if (o->T > cfg->maxT) { snprintf(err, errlen, "-t %d is longer than the model's context %d", o->T, cfg->maxT); return -1; }
+    if (o->T > cfg->maxT) {
+        if (o->given_t) snprintf(err, errlen, "-t %d is longer than the model's context %d", o->T, cfg->maxT);
+        else snprintf(err, errlen, "the default -t %d (on a %s) is longer than the model's context %d: give -t %d or less", o->T, on_gpu ? "GPU" : "CPU", cfg->maxT, cfg->maxT);
+        return -1;
+    }
     if (o->steps < 0) o->steps = on_gpu ? 20 : 300;
     if (o->val_every < 0) o->val_every = on_gpu ? 10 : 25;
     if (o->sample_every < 0) o->sample_every = 0;
@@ -477,8 +618,12 @@ static int resolve_opts(train_opts *o, int on_gpu, const gpt2_config *cfg, char 
         if (on_gpu) return 0;          /* measured once the model exists: auto_micro_batch */
         o->B = 8;
     }
-    if (o->total_batch < 0) o->total_batch = on_gpu ? 524288 : o->B * o->T;
-    if (o->total_batch % (o->B * o->T)) {
+    int64_t bt = (int64_t)o->B * o->T;   /* 64 bits: -b and -t may each be up to 2^20 */
+    if (bt > INT32_MAX) {
+        snprintf(err, errlen, "-b %d x -t %d = %lld tokens per micro-batch, more than 2^31 - 1", o->B, o->T, (long long)bt); return -1;
+    }
+    if (o->total_batch < 0) o->total_batch = on_gpu ? 524288 : (int)bt;
+    if (o->total_batch % bt) {
         snprintf(err, errlen, "-d %d is not a multiple of B*T = %d*%d", o->total_batch, o->B, o->T); return -1;
     }
     return 0;
@@ -544,8 +689,12 @@ static double evaluate(trainer *tr) {
     return loss;
 }
 
-/* one optimizer step over total_batch tokens; returns the mean loss (one host sync) */
-static double train_step(trainer *tr, int step, double lr, double *grad_norm) {
+/* One optimizer step over total_batch tokens. The mean loss and the sum of the gradients (a NaN
+   or Inf anywhere makes it non-finite) are read (one host sync) before the update, which is made
+   only when both are finite: returns 1 when it was made (*grad_norm is then the optimizer's
+   pre-clipping norm), 0 when it was not (the weights are unchanged, *grad_norm is NaN). The
+   check costs one more read of the gradients (0.5 GB for GPT-2 124M). */
+static int train_step(trainer *tr, int step, double lr, double *loss, double *grad_norm) {
     int accum = tr->o.total_batch / (tr->o.B * tr->o.T);
     bt_zero_(tr->model.flat_grad);
     bt_scope_begin();
@@ -562,30 +711,108 @@ static double train_step(trainer *tr, int step, double lr, double *grad_norm) {
         bt_set_grad_enabled(old);
         bt_scope_end();
     }
-    bt_adamw_step(&tr->opt, (float)lr);
-    double loss = bt_item(loss_sum);
-    *grad_norm = bt_item(tr->opt.grad_norm);
+    bt_tensor *grad_sum = bt_sum(tr->model.flat_grad, NULL, 0, 0);
+    *loss = bt_item(loss_sum);
+    int finite = isfinite(*loss) && isfinite(bt_item(grad_sum));
+    *grad_norm = NAN;
+    if (finite) {
+        bt_adamw_step(&tr->opt, (float)lr);
+        *grad_norm = bt_item(tr->opt.grad_norm);
+    }
     bt_scope_end();
-    return loss;
+    return finite;
 }
 
-static void log_json(trainer *tr, int step, double loss, double lr, double norm, double ms, double tps, double val) {
+/* A step whose loss or gradient norm is not finite made no update (train_step). This is the one
+   place that decides what follows: the run stops, naming the step, and saves nothing (a
+   --skip-nonfinite would warn and return 0 here to go on with the next batch). 1: stop. */
+static int on_nonfinite_step(trainer *tr, int step, double loss) {
+    (void)tr;
+    fprintf(stderr, "error: step %d: %s not finite: training diverged; stopped before that update, and no model is saved "
+            "(try a lower -l, a longer warmup -u, or --clip)\n", step, isfinite(loss) ? "the gradients are" : "the loss is");
+    return 1;
+}
+
+/* a JSON number (fmt), or null for a non-finite one: JSON has no nan or inf */
+static const char *json_num(char *buf, size_t n, const char *fmt, double x) {
+    if (!isfinite(x)) return "null";
+    snprintf(buf, n, fmt, x);
+    return buf;
+}
+
+/* Close the log. failed_errno != 0: a write failed. A log that cannot be written is a warning,
+   once: it stops, the run goes on (the model matters more than its log). */
+static void log_close(trainer *tr, int failed_errno, const char *then) {
     if (!tr->log) return;
-    bt_alloc_stats_t st = bt_alloc_stats(tr->model.device);
-    fprintf(tr->log, "{\"step\": %d, \"train_loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, \"ms\": %.3f, \"tok_per_s\": %.1f, "
-            "\"mem_mib\": %.1f, \"peak_allocated_mib\": %.1f, \"peak_reserved_mib\": %.1f",
-            step, loss, lr, norm, ms, tps, st.allocated / 1048576.0, st.peak_allocated / 1048576.0, st.peak_reserved / 1048576.0);
-    if (val == val) fprintf(tr->log, ", \"val_loss\": %.6f", val);
-    fprintf(tr->log, "}\n");
-    fflush(tr->log);
+    int e = failed_errno;
+    if (fclose(tr->log) != 0 && !e) e = errno;
+    tr->log = NULL;
+    if (e) fprintf(stderr, "warning: -o %s: cannot write %s/log.jsonl (%s): %s\n", tr->o.out_dir, tr->o.out_dir, strerror(e), then);
 }
 
-static bt_tokenizer *load_tokenizer(const char *dir) {
+/* one JSON object per step; val is NULL on steps without validation */
+static void log_json(trainer *tr, int step, double loss, double lr, double norm, double ms, double tps, const double *val) {
+    if (!tr->log) return;
+    char a[32], b[32], c[32];
+    bt_alloc_stats_t st = bt_alloc_stats(tr->model.device);
+    errno = 0;
+    int bad = fprintf(tr->log, "{\"step\": %d, \"train_loss\": %s, \"lr\": %.6e, \"grad_norm\": %s, \"ms\": %.3f, \"tok_per_s\": %.1f, "
+                      "\"mem_mib\": %.1f, \"peak_allocated_mib\": %.1f, \"peak_reserved_mib\": %.1f", step, json_num(a, sizeof a, "%.6f", loss),
+                      lr, json_num(b, sizeof b, "%.6f", norm), ms, tps, st.allocated / 1048576.0, st.peak_allocated / 1048576.0,
+                      st.peak_reserved / 1048576.0) < 0;
+    if (val) bad |= fprintf(tr->log, ", \"val_loss\": %s", json_num(c, sizeof c, "%.6f", *val)) < 0;
+    bad |= fprintf(tr->log, "}\n") < 0;
+    bad |= fflush(tr->log) != 0;
+    if (bad) log_close(tr, errno ? errno : EIO, "the log stops here, the run goes on");
+}
+
+/* The tokenizer for samples. One given with --tokenizer must load; the default one may be
+   absent (samples then print as token ids). */
+static int load_tokenizer(trainer *tr, char *err, size_t errlen) {
     char enc[4096], bpe[4096];
-    snprintf(enc, sizeof enc, "%s/encoder.json", dir); snprintf(bpe, sizeof bpe, "%s/vocab.bpe", dir);
-    bt_tokenizer *t = bt_tokenizer_load(enc, bpe);
-    if (!t) fprintf(stderr, "note: no tokenizer (%s); samples print as token ids\n", bt_data_error());
-    return t;
+    snprintf(enc, sizeof enc, "%s/encoder.json", tr->o.tok_dir); snprintf(bpe, sizeof bpe, "%s/vocab.bpe", tr->o.tok_dir);
+    tr->tok = bt_tokenizer_load(enc, bpe);
+    if (tr->tok) return 0;
+    if (tr->o.given_tok) { err_join(err, errlen, "--tokenizer: ", bt_data_error()); return -1; }
+    fprintf(stderr, "note: no tokenizer (%s); samples print as token ids\n", bt_data_error());
+    return 0;
+}
+
+/* Every output of the run, checked before anything is built or trained: a bad --save or -o
+   path must not cost a run. -o DIR is made here when missing. */
+static int check_outputs(const train_opts *o, char *err, size_t errlen) {
+    if (o->save_path && bt_output_check(o->save_path)) { err_join(err, errlen, "--save: ", bt_data_error()); return -1; }
+    if (o->out_dir) {
+        char path[4096];
+        if (snprintf(path, sizeof path, "%s/log.jsonl", o->out_dir) >= (int)sizeof path) { snprintf(err, errlen, "-o: the directory name is too long"); return -1; }
+        if (bt_output_dir(o->out_dir) || bt_output_check(path)) { err_join(err, errlen, "-o: ", bt_data_error()); return -1; }
+    }
+    return 0;
+}
+
+/* -o DIR: DIR/log.jsonl, created or truncated now (after check_outputs) */
+static int open_log(trainer *tr, char *err, size_t errlen) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/log.jsonl", tr->o.out_dir);
+    int fd = bt_output_open(path, 0);
+    if (fd < 0 || !(tr->log = fdopen(fd, "w"))) {
+        err_join(err, errlen, "-o: ", fd < 0 ? bt_data_error() : strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    return 0;
+}
+
+/* frees what the trainer holds (any part may be missing: every exit path comes here); rc passes through */
+static int trainer_end(trainer *tr, int rc) {
+    log_close(tr, 0, "the log is incomplete");
+    bt_adamw_free(&tr->opt);
+    gpt2_free(&tr->model);
+    bt_loader_close(tr->train); bt_loader_close(tr->val);
+    bt_tokenizer_free(tr->tok);
+    free(tr->inputs); free(tr->targets);
+    memset(tr, 0, sizeof *tr);
+    return rc;
 }
 
 #ifdef BT_CUDA
@@ -614,7 +841,7 @@ static int auto_micro_batch(gpt2 *m, int T, int total_batch, bt_dtype dt) {
     size_t per = p2 > p1 ? p2 - p1 : 1, fixed = p1 > per ? p1 - per : 0;
     bt_device_memory(m->device, &free_b, &total_b);
     double budget = 0.9 * (double)(free_b + bt_alloc_stats(m->device).reserved);
-    while (best * 2 * T <= total_batch && total_batch % (best * 2 * T) == 0 && fixed + (double)per * best * 2 <= budget) best *= 2;
+    while ((int64_t)best * 2 * T <= total_batch && total_batch % ((int64_t)best * 2 * T) == 0 && fixed + (double)per * best * 2 <= budget) best *= 2;
     printf("auto micro-batch: %.0f MiB per sequence of %d tokens, %.0f MiB fixed, %.0f MiB usable -> B = %d\n",
            per / 1048576.0, T, fixed / 1048576.0, budget / 1048576.0, best);
 #else
@@ -645,43 +872,49 @@ static int train_main(train_opts *o) {
     const char *model = o->model ? o->model : (on_gpu ? "d12" : "s4");
     int from_file = gpt2_config_from_preset(model, BT_GPT2_VOCAB, &cfg) != 0;
     if (from_file && gpt2_read_header(model, &cfg, err, sizeof err)) {
+        usage(stderr);
         fprintf(stderr, "error: -e %s is neither a preset nor a readable model file: %s\n", model, err);
         return 1;
     }
     if (resolve_opts(o, on_gpu, &cfg, err, sizeof err)) { usage(stderr); fprintf(stderr, "error: %s\n", err); return 1; }
+    if (check_outputs(o, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return 1; }
 
     trainer tr;
     memset(&tr, 0, sizeof tr);
     tr.o = *o;
+    if (load_tokenizer(&tr, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
     tr.dt = !strcmp(o->precision, "bf16") ? BT_BF16 : BT_F32;
     bt_set_matmul_precision(!strcmp(o->precision, "tf32") ? BT_MATMUL_TF32 : BT_MATMUL_FP32);
     gpt2_build(&tr.model, cfg, dev);
     if (from_file) {
-        if (gpt2_load_weights(&tr.model, model, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return 1; }
+        if (gpt2_load_weights(&tr.model, model, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
     } else gpt2_init(&tr.model, o->seed);
     bt_adamw_init(&tr.opt, tr.model.params, tr.model.n_params, 0.9f, 0.95f, 1e-8f, (float)o->weight_decay, (float)o->clip);
     if (o->B < 0) {                                  /* the GPU default: the largest that fits */
         if (o->total_batch < 0) o->total_batch = 524288;
         o->B = auto_micro_batch(&tr.model, o->T, o->total_batch, tr.dt);
-        if (resolve_opts(o, on_gpu, &cfg, err, sizeof err)) { usage(stderr); fprintf(stderr, "error: %s\n", err); return 1; }
+        if (resolve_opts(o, on_gpu, &cfg, err, sizeof err)) { usage(stderr); fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
         tr.o = *o;
     }
+    /* every token of every shard is checked against the vocabulary now, not at step 5000 */
     tr.train = bt_loader_open(o->train_glob, o->B, o->T, 0, 1, 1, o->seed);
-    if (!tr.train) { fprintf(stderr, "error: train data (-i %s): %s\n(make data builds the default shards)\n", o->train_glob, bt_data_error()); return 1; }
-    /* a large (auto) micro-batch can outgrow a small validation set: halve B for validation */
-    for (tr.val_B = o->B; !(tr.val = bt_loader_open(o->val_glob, tr.val_B, o->T, 0, 1, 0, 0)) && tr.val_B > 1;) tr.val_B /= 2;
-    if (!tr.val) { fprintf(stderr, "error: val data (-j %s): %s\n", o->val_glob, bt_data_error()); bt_loader_close(tr.train); return 1; }
-    tr.tok = load_tokenizer(o->tok_dir);
+    if (!tr.train || bt_loader_check_vocab(tr.train, cfg.V)) {
+        fprintf(stderr, "error: train data (-i %s): %s\n%s", o->train_glob, bt_data_error(), o->given_i ? "" : "(make data builds the default shards)\n");
+        return trainer_end(&tr, 1);
+    }
+    if (o->val_every > 0) {   /* -v 0: no validation, -j unused */
+        /* a large (auto) micro-batch can outgrow a small validation set: halve B for validation */
+        for (tr.val_B = o->B; !(tr.val = bt_loader_open(o->val_glob, tr.val_B, o->T, 0, 1, 0, 0)) && tr.val_B > 1;) tr.val_B /= 2;
+        if (!tr.val || bt_loader_check_vocab(tr.val, cfg.V)) {
+            fprintf(stderr, "error: val data (-j %s): %s\n%s", o->val_glob, bt_data_error(), o->given_j ? "" : "(make data builds the default shards; -v 0 trains without validation)\n");
+            return trainer_end(&tr, 1);
+        }
+    }
     tr.inputs = (int32_t *)malloc(sizeof(int32_t) * (size_t)o->B * o->T);
     tr.targets = (int32_t *)malloc(sizeof(int32_t) * (size_t)o->B * o->T);
+    if (!tr.inputs || !tr.targets) { fprintf(stderr, "error: out of host memory for a batch of -b %d x -t %d tokens\n", o->B, o->T); return trainer_end(&tr, 1); }
+    if (o->out_dir && open_log(&tr, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
 
-    if (o->out_dir) {
-        char path[4096];
-        mkdir(o->out_dir, 0755);
-        snprintf(path, sizeof path, "%s/log.jsonl", o->out_dir);
-        tr.log = fopen(path, "w");
-        if (!tr.log) { fprintf(stderr, "error: -o %s: cannot write %s: %s\n", o->out_dir, path, strerror(errno)); return 1; }
-    }
     int accum = o->total_batch / (o->B * o->T);
     double flops_per_token = 6.0 * tr.model.num_params + 12.0 * cfg.L * cfg.C * o->T;
     double peak = on_gpu ? peak_flops(bt_device_name(dev), o->precision) : 0;   /* 0: MFU not shown */
@@ -689,30 +922,32 @@ static int train_main(train_opts *o) {
            cfg.maxT, cfg.V, cfg.Vp, tr.model.num_params / 1e6, on_gpu ? bt_device_name(dev) : "cpu");
     printf("B %d T %d, total batch %d tokens (%d micro-batches), %d steps, lr %.2e warmup %d, precision %s\n",
            o->B, o->T, o->total_batch, accum, o->steps, o->lr, o->warmup, o->precision);
-    printf("train %zu batches/epoch (%s), val %zu batches of %d rows (%s)\n", bt_loader_num_batches(tr.train), o->train_glob,
-           bt_loader_num_batches(tr.val), tr.val_B, o->val_glob);
+    printf("train %zu batches/epoch (%s), ", bt_loader_num_batches(tr.train), o->train_glob);
+    if (tr.val) printf("val %zu batches of %d rows (%s)\n", bt_loader_num_batches(tr.val), tr.val_B, o->val_glob);
+    else printf("no validation (-v 0)\n");
     fflush(stdout);
 
     double t_start = now_s(), last_val = NAN;
+    int rc = 0;
     for (int step = 0; step < o->steps; step++) {
         double lr = bt_lr_cosine(step, o->warmup, o->steps, o->lr, o->lr * o->final_lr_frac);
-        double t0 = now_s(), norm = 0;
-        double loss = train_step(&tr, step, lr, &norm);
+        double t0 = now_s(), loss = 0, norm = 0;
+        int updated = train_step(&tr, step, lr, &loss, &norm);
         double dt_s = now_s() - t0, tps = o->total_batch / dt_s;
         double mfu = peak > 0 ? 100.0 * flops_per_token * tps / peak : 0;
-        int last = step == o->steps - 1;
-        double val = NAN;
-        if (o->val_every && ((step + 1) % o->val_every == 0 || last)) val = last_val = evaluate(&tr);
-        if (!o->quiet || last || val == val) {
+        int last = step == o->steps - 1, validated = updated && tr.val && ((step + 1) % o->val_every == 0 || last);
+        double val = validated ? (last_val = evaluate(&tr)) : NAN;
+        if (!o->quiet || last || validated || !updated) {
             printf("step %4d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s", step + 1, o->steps, loss, lr, norm, dt_s * 1e3, tps);
             if (peak > 0) printf(" | MFU %.1f%%", mfu);
             printf(" | mem %.0f MiB", bt_alloc_stats(dev).allocated / 1048576.0);
-            if (val == val) printf(" | val %.4f", val);
+            if (validated) printf(" | val %.4f", val);
             printf("\n");
             fflush(stdout);
         }
-        log_json(&tr, step + 1, loss, lr, norm, dt_s * 1e3, tps, val);
-        if ((o->sample_every && (step + 1) % o->sample_every == 0) || (last && o->gen_len > 0)) {
+        log_json(&tr, step + 1, loss, lr, norm, dt_s * 1e3, tps, validated ? &val : NULL);
+        if (!updated && on_nonfinite_step(&tr, step + 1, loss)) { rc = 1; break; }
+        if (o->sample_every && (step + 1) % o->sample_every == 0 && !last) {
             printf("--- sample (greedy) ---\n");
             gpt2_sample(&tr.model, tr.tok, o->gen_len, 1, 0, o->seed + (uint64_t)step, tr.dt);
             printf("--- sample (top-%d, temperature %.2f) ---\n", o->topk, o->temp);
@@ -720,17 +955,22 @@ static int train_main(train_opts *o) {
             printf("---\n");
         }
     }
-    printf("done: %d steps in %.1f s, final val loss %.4f, peak memory %.0f MiB\n", o->steps, now_s() - t_start, last_val,
-           bt_alloc_stats(dev).peak_allocated / 1048576.0);
-    int rc = 0;
-    if (o->save_path && gpt2_save(&tr.model, o->save_path, err, sizeof err)) { fprintf(stderr, "error: --save: %s\n", err); rc = 1; }
-    if (tr.log) fclose(tr.log);
-    bt_adamw_free(&tr.opt);
-    gpt2_free(&tr.model);
-    bt_loader_close(tr.train); bt_loader_close(tr.val);
-    bt_tokenizer_free(tr.tok);
-    free(tr.inputs); free(tr.targets);
-    return rc;
+    if (rc) return trainer_end(&tr, rc);
+    printf("done: %d steps in %.1f s, ", o->steps, now_s() - t_start);
+    if (last_val == last_val) printf("final val loss %.4f, ", last_val);
+    printf("peak memory %.0f MiB\n", bt_alloc_stats(dev).peak_allocated / 1048576.0);
+    /* the model is saved before the last sample: a slow or interrupted sample cannot lose it */
+    if (o->save_path && gpt2_save(&tr.model, o->save_path, err, sizeof err)) { fprintf(stderr, "error: --save: %s\n", err); return trainer_end(&tr, 1); }
+    if (o->save_path) printf("saved %s\n", o->save_path);
+    if (o->gen_len > 0) {
+        uint64_t seed = o->seed + (uint64_t)(o->steps > 0 ? o->steps - 1 : 0);
+        printf("--- sample (greedy) ---\n");
+        gpt2_sample(&tr.model, tr.tok, o->gen_len, 1, 0, seed, tr.dt);
+        printf("--- sample (top-%d, temperature %.2f) ---\n", o->topk, o->temp);
+        gpt2_sample(&tr.model, tr.tok, o->gen_len, o->topk, o->temp, seed, tr.dt);
+        printf("---\n");
+    }
+    return trainer_end(&tr, 0);
 }
 
 #ifndef TRAIN_GPT2_NO_MAIN
@@ -741,6 +981,7 @@ int main(int argc, char **argv) {
     int r = parse_args(argc, argv, &o, err, sizeof err);
     if (r == 1) { usage(stdout); return 0; }
     if (r < 0) { usage(stderr); fprintf(stderr, "error: %s\n", err); return 2; }
+    bt_atomic_install_signal_cleanup();   /* Ctrl-C or a kill during --save leaves no temporary behind */
     return train_main(&o);
 }
 #endif

@@ -1,7 +1,9 @@
 # ---- data (bt_data.h): the bt_tokenize tool, token shards, fuzzing, the tokenizer benchmark ----
 #   make bt_tokenize        text -> GPT-2 token shard (tools/bt_tokenize.c)
 #   make data               shards under data/ (incremental; sources below)
-#   make fuzz               libFuzzer on the shard reader and on encode/decode, FUZZ_TIME s each
+#   make fuzz               libFuzzer, FUZZ_TIME s each: the shard reader and loader, encode/decode,
+#                           the encoder.json/vocab.bpe readers, the model-file reader (train_gpt2.c),
+#                           bt_tokenize's --eot splitting
 #   make bench-tokenizer    our encoder's MB/s next to gpt-3-encoder's (node), same input
 #
 # Sources: $(SHARED_DATA) (../shared/data) when it has the file, else a download into data/raw
@@ -93,14 +95,21 @@ BT_FUZZ := $(BUILD)/fuzz
 $(BT_FUZZ)/fuzz_%: tests/fuzz_%.c bt_data.h
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZFLAGS) -o $@ $< -lm
+$(BT_FUZZ)/fuzz_model_file: train_gpt2.c $(HEADERS)
+$(BT_FUZZ)/fuzz_eot: tools/bt_tokenize.c
 
-fuzz: $(BT_FUZZ)/fuzz_shard $(BT_FUZZ)/fuzz_tokenizer bt_tokenize
+BT_FUZZERS := fuzz_shard fuzz_tokenizer fuzz_tokenizer_files fuzz_model_file fuzz_eot
+fuzz: $(addprefix $(BT_FUZZ)/,$(BT_FUZZERS)) bt_tokenize $(BT_TOKFILES)
 	@mkdir -p $(BT_FUZZ)/corpus_shard $(BT_FUZZ)/corpus_tokenizer
 	./bt_tokenize -q tests/fixtures/gpt2_corpus.txt $(BT_FUZZ)/corpus_shard/seed.bin
 	i=0; cut -f1 tests/fixtures/gpt2_cases.txt | grep -v '^#' | while read -r h; do \
 	  i=$$((i + 1)); printf '%s' "$$h" | xxd -r -p > $(BT_FUZZ)/corpus_tokenizer/case_$$i; done
+	python3 tests/fuzz_seeds.py $(BT_FUZZ) $(DATA_DIR)/encoder.json $(DATA_DIR)/vocab.bpe
 	$(BT_FUZZ)/fuzz_shard -max_total_time=$(FUZZ_TIME) -max_len=8192 -print_final_stats=1 $(BT_FUZZ)/corpus_shard
 	$(BT_FUZZ)/fuzz_tokenizer -max_total_time=$(FUZZ_TIME) -max_len=4096 -print_final_stats=1 $(BT_FUZZ)/corpus_tokenizer
+	$(BT_FUZZ)/fuzz_tokenizer_files -max_total_time=$(FUZZ_TIME) -max_len=16384 -print_final_stats=1 $(BT_FUZZ)/corpus_tokenizer_files
+	$(BT_FUZZ)/fuzz_model_file -max_total_time=$(FUZZ_TIME) -max_len=8192 -print_final_stats=1 $(BT_FUZZ)/corpus_model_file
+	$(BT_FUZZ)/fuzz_eot -max_total_time=$(FUZZ_TIME) -max_len=4096 -print_final_stats=1 $(BT_FUZZ)/corpus_eot
 
 # ---- tokenizer benchmark: bench/bench_tokenizer.c and, when it is installed, gpt-3-encoder ----
 #   GPT3_ENCODER: the npm package's folder (mkdir -p /tmp/g3e && cd /tmp/g3e && npm install gpt-3-encoder)

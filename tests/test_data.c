@@ -2,13 +2,15 @@
    shards (round trip, corrupt and truncated files), the loader (rank disjointness, exact resume),
    and the bt_tokenize tool. Run from the repository root. The tokenizer files are taken from
    ../shared/data/gpt2-tokenizer or data/; the full-corpus checks need ../shared/data. */
-#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700   /* POSIX.1-2008 and mknod */
 #define BT_DATA_IMPLEMENTATION
 #include "bt_data.h"
 #include "tests/bt_test.h"
 
 #include <stdlib.h>
 #include <unistd.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 
 static bt_tokenizer *tok;
@@ -468,6 +470,92 @@ static void test_shard_corrupt(void) {
     BT_CHECK(bt_loader_open(path, 1, 4, 0, 1, 0, 0) == NULL && strstr(bt_data_error(), "bad magic"), "loader: %s", bt_data_error());
 }
 
+/* finding 7: special files are refused without blocking; a directory given as encoder.json is a
+   clear error. Finding 8 (test_loader_truncated_shard): a shard cut short under a running
+   loader is an error naming the file and the offset, not a SIGBUS. */
+static void test_special_files(void) {
+    char fifo[512];
+    bt_shard s;
+    snprintf(fifo, sizeof fifo, "%s/fifo.bin", tmpdir);
+    if (enc_path)
+        BT_CHECK(bt_tokenizer_load(tmpdir, voc_path) == NULL && strstr(bt_data_error(), tmpdir) && strstr(bt_data_error(), "is a directory"),
+                 "encoder.json directory: %s", bt_data_error());
+    BT_CHECK(mkfifo(fifo, 0644) == 0, "mkfifo");
+    alarm(30);   /* a blocking open would hang: the alarm ends the test binary instead */
+    BT_CHECK(bt_shard_open(&s, fifo) == -1 && strstr(bt_data_error(), fifo) && strstr(bt_data_error(), "FIFO"), "shard FIFO: %s", bt_data_error());
+    BT_CHECK(bt_loader_open(fifo, 1, 4, 0, 1, 0, 0) == NULL && strstr(bt_data_error(), "FIFO"), "loader FIFO: %s", bt_data_error());
+    if (enc_path) {
+        BT_CHECK(bt_tokenizer_load(fifo, voc_path) == NULL && strstr(bt_data_error(), "FIFO"), "encoder.json FIFO: %s", bt_data_error());
+        BT_CHECK(bt_tokenizer_load(enc_path, fifo) == NULL && strstr(bt_data_error(), "FIFO"), "vocab.bpe FIFO: %s", bt_data_error());
+    }
+    if (file_exists("./bt_tokenize") && enc_path) {
+        char cmd[2048];
+        snprintf(cmd, sizeof cmd, "./bt_tokenize --encoder %s --vocab %s --decode %s 2>/dev/null", enc_path, voc_path, fifo);
+        BT_CHECK(run(cmd) == 1, "--decode FIFO");
+    }
+    alarm(0);
+}
+
+static void test_loader_truncated_shard(void) {
+    static uint16_t toks[20000];
+    char path[512];
+    int32_t in[16], tg[16];
+    size_t i;
+    int rc = 0, k;
+    bt_loader *L;
+    for (i = 0; i < 20000; i++) toks[i] = (uint16_t)(i % 50000);
+    snprintf(path, sizeof path, "%s/cut.bin", tmpdir);
+    bt_shard_write(path, toks, 20000);
+    L = bt_loader_open(path, 2, 8, 0, 1, 0, 0);
+    BT_CHECK(L && bt_loader_next(L, in, tg) == 0, "open: %s", bt_data_error());
+    if (!L) return;
+    BT_CHECK(truncate(path, 1024 + 2 * 4000) == 0, "truncate");
+    for (k = 0; k < 2000 && rc == 0; k++) rc = bt_loader_next(L, in, tg);
+    BT_CHECK(rc == -1 && strstr(bt_data_error(), path) && strstr(bt_data_error(), "byte offset") && strstr(bt_data_error(), "truncated"),
+             "truncated shard: %d %s", rc, bt_data_error());
+    bt_loader_close(L);
+}
+
+/* finding 4: tokens outside the model's vocabulary are found when the loader opens the shards
+   (above V, and between V and a padded Vp), naming the file and the position; a token written
+   into a shard after that is caught when its window is read */
+static void test_loader_vocab(void) {
+    static uint16_t toks[5000];
+    char path[512];
+    int32_t in[64], tg[64];
+    bt_loader *L;
+    size_t i;
+    int k, rc = 0, bad;
+    const int bads[2] = {60000, 50300};
+    for (i = 0; i < 5000; i++) toks[i] = (uint16_t)(rnd() % 50257);
+    snprintf(path, sizeof path, "%s/vocab_bad.bin", tmpdir);
+    for (bad = 0; bad < 2; bad++) {
+        char want[96];
+        toks[392] = (uint16_t)bads[bad];
+        bt_shard_write(path, toks, 5000);
+        L = bt_loader_open(path, 2, 16, 0, 1, 1, 3);
+        BT_CHECK(L != NULL, "open: %s", bt_data_error());
+        if (!L) return;
+        snprintf(want, sizeof want, "token %d at position 392 (byte offset 1808)", bads[bad]);
+        BT_CHECK(bt_loader_check_vocab(L, 50257) == -1 && strstr(bt_data_error(), path) && strstr(bt_data_error(), want), "vocab: %s", bt_data_error());
+        BT_CHECK(bt_loader_check_vocab(L, 65536) == 0, "a larger vocabulary accepts it: %s", bt_data_error());
+        bt_loader_close(L);
+    }
+    /* clean at open, then a bad token written in place: the window read reports it */
+    toks[392] = 7;
+    bt_shard_write(path, toks, 5000);
+    L = bt_loader_open(path, 2, 16, 0, 1, 0, 0);
+    BT_CHECK(L && bt_loader_check_vocab(L, 50257) == 0, "clean: %s", bt_data_error());
+    {
+        FILE *f = fopen(path, "r+b");
+        uint16_t v = 60001;
+        fseek(f, 1024 + 2 * 4000, SEEK_SET); fwrite(&v, 2, 1, f); fclose(f);
+    }
+    for (k = 0; k < 200 && rc == 0; k++) rc = bt_loader_next(L, in, tg);
+    BT_CHECK(rc == -1 && strstr(bt_data_error(), "token 60001 at position 4000") && strstr(bt_data_error(), path), "window check: %s", bt_data_error());
+    bt_loader_close(L);
+}
+
 /* ---- loader ---- */
 
 /* shards whose token at position i of shard k is k*1000 + i (sizes < 1000): a window is known by
@@ -661,6 +749,37 @@ static void test_bt_tokenize_tool(void) {
     snprintf(cmd, sizeof cmd, "./bt_tokenize --encoder %s --vocab %s --decode %s 2>/dev/null", enc_path, voc_path, in);
     BT_CHECK(run(cmd) == 1, "decoding a text file must fail");
     BT_CHECK(run("./bt_tokenize 2>/dev/null") == 2, "usage error");
+    /* finding 2: OUT is checked before the work: not IN itself, not a device; a link is written through */
+    {
+        char link[512], dev[512], *t2;
+        struct stat st;
+        size_t l2;
+        snprintf(cmd, sizeof cmd, "./bt_tokenize -q --encoder %s --vocab %s %s %s 2>/dev/null", enc_path, voc_path, in, in);
+        BT_CHECK(run(cmd) == 1, "IN as OUT must fail");
+        t2 = slurp(in, &l2);
+        BT_CHECK(t2 && l2 == strlen(text) && !memcmp(t2, text, l2), "the input text was overwritten");
+        free(t2);
+        snprintf(link, sizeof link, "%s/doc_link.txt", tmpdir);
+        BT_CHECK(symlink("doc.txt", link) == 0, "symlink");
+        snprintf(cmd, sizeof cmd, "./bt_tokenize -q --encoder %s --vocab %s %s %s 2>/dev/null", enc_path, voc_path, in, link);
+        BT_CHECK(run(cmd) == 1 && file_exists(in) && lstat(link, &st) == 0 && S_ISLNK(st.st_mode), "IN through a link as OUT must fail");
+        snprintf(link, sizeof link, "%s/out_link.bin", tmpdir);
+        BT_CHECK(symlink("doc.bin", link) == 0, "symlink");
+        snprintf(cmd, sizeof cmd, "./bt_tokenize -q --encoder %s --vocab %s %s %s", enc_path, voc_path, in, link);
+        nw = enc(text, strlen(text), want, 256);
+        BT_CHECK(run(cmd) == 0 && lstat(link, &st) == 0 && S_ISLNK(st.st_mode) && bt_shard_open(&s, out) == 0 && s.n == nw,
+                 "OUT through a link: the link survives, the shard is its target (%s)", bt_data_error());
+        bt_shard_close(&s);
+        snprintf(dev, sizeof dev, "%s/dev_out", tmpdir);
+        if (mknod(dev, S_IFCHR | 0666, makedev(1, 3)) == 0) {   /* a /dev/null of our own (root only) */
+            snprintf(cmd, sizeof cmd, "./bt_tokenize -q --encoder %s --vocab %s %s %s 2>/dev/null", enc_path, voc_path, in, dev);
+            BT_CHECK(run(cmd) == 1 && stat(dev, &st) == 0 && S_ISCHR(st.st_mode), "a device as OUT must fail and stay a device");
+        }
+        snprintf(cmd, sizeof cmd, "./bt_tokenize -q --encoder %s --vocab %s %s /nonexistent/dir/x.bin 2>&1 | grep -q 'does not exist'", enc_path, voc_path, in);
+        BT_CHECK(run(cmd) == 0, "a missing directory is named");
+        snprintf(cmd, sizeof cmd, "./bt_tokenize --encoder --eot %s %s 2>/dev/null", in, out);
+        BT_CHECK(run(cmd) == 2, "--encoder --eot is a usage error");
+    }
 }
 
 int main(void) {
@@ -693,6 +812,9 @@ int main(void) {
     }
     BT_RUN(test_shard_roundtrip);
     BT_RUN(test_shard_corrupt);
+    BT_RUN(test_special_files);
+    BT_RUN(test_loader_truncated_shard);
+    BT_RUN(test_loader_vocab);
     BT_RUN(test_loader_sequential);
     BT_RUN(test_loader_ranks_disjoint);
     BT_RUN(test_loader_resume);

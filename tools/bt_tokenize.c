@@ -14,7 +14,12 @@
                      ../shared/data/gpt2-tokenizer/encoder.json)
      --vocab PATH    vocab.bpe (the same defaults)
      -q              no summary line on stderr
-   Exit status 0 on success, 1 on an error (printed on stderr), 2 on a usage error. */
+   OUT is checked before any work (its directory must exist; a directory, device or FIFO is
+   refused, and so is IN itself) and written atomically: a symlink is written through, and a
+   failure or Ctrl-C leaves any previous OUT as it was. IN may be a pipe (bt_tokenize /dev/stdin
+   OUT.bin); a shard to --decode must be a regular file.
+   Exit status 0 on success, 1 on an error (printed on stderr), 2 on a usage error.
+   Built with -DBT_TOKENIZE_NO_MAIN it is only encode_documents(), for the fuzzer. */
 #define _POSIX_C_SOURCE 200809L
 #define BT_DATA_IMPLEMENTATION
 #include "bt_data.h"
@@ -24,6 +29,32 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/stat.h>
+
+/* text[0..len) as documents, the way llm.c's data scripts do: "<|endoftext|>" + text, with
+   "\n\n" replaced by "\n\n<|endoftext|>" (non-overlapping, left to right; a text that ends in
+   "\n\n" gets a last, empty document). Appends to *ids (n tokens, capacity *cap) as
+   bt_encode_append does; the new count, or (size_t)-1 on an error (bt_data_error()). */
+static size_t encode_documents(bt_tokenizer *tok, const char *text, size_t len, int32_t **ids, size_t n, size_t *cap) {
+    size_t start = 0, p = 0;
+    for (;;) {
+        while (p + 1 < len && !(text[p] == '\n' && text[p + 1] == '\n')) p++;
+        size_t end = p + 1 < len ? p + 2 : len;
+        if (n + 1 > *cap) {
+            size_t c2 = *cap ? 2 * *cap : 1024;
+            int32_t *ids2 = (int32_t *)malloc(c2 * sizeof(int32_t));
+            if (!ids2) return (size_t)-1;
+            if (n) memcpy(ids2, *ids, n * sizeof(int32_t));
+            free(*ids); *ids = ids2; *cap = c2;
+        }
+        (*ids)[n++] = BT_EOT;
+        n = bt_encode_append(tok, text + start, end - start, ids, n, cap);
+        if (n == (size_t)-1 || !(p + 1 < len)) return n;
+        start = p = end;
+    }
+}
+
+#ifndef BT_TOKENIZE_NO_MAIN
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -54,14 +85,33 @@ static const char *pick(const char *given, const char *a, const char *b) {
     return access(a, R_OK) == 0 ? a : b;
 }
 
+/* OUT checked before any work: writable, and not IN itself (through links or another name) */
+static int check_output(const char *in, const char *out) {
+    struct stat si, so;
+    if (bt_output_check(out) != 0) { fprintf(stderr, "bt_tokenize: %s\n", bt_data_error()); return -1; }
+    if (stat(in, &si) == 0 && stat(out, &so) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
+        fprintf(stderr, "bt_tokenize: %s is the input file %s: refusing to overwrite the text with its tokens\n", out, in);
+        return -1;
+    }
+    return 0;
+}
+
+/* the value of option argv[*i], or NULL (a message printed) when it is missing or is another option */
+static const char *option_value(int argc, char **argv, int *i) {
+    const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    if (!v || (v[0] == '-' && v[1])) { fprintf(stderr, "bt_tokenize: %s needs a value%s%s\n", argv[*i], v ? ", got the option " : "", v ? v : ""); return NULL; }
+    ++*i;
+    return v;
+}
+
 int main(int argc, char **argv) {
     const char *enc = NULL, *voc = NULL, *in = NULL, *out = NULL, *dec = NULL;
-    int eot = 0, quiet = 0, i;
+    int eot = 0, quiet = 0, i, rc = 1;
     size_t skip = 0, limit = (size_t)-1, len = 0, n = 0, cap = 0, k;
     bt_tokenizer *tok;
-    char *text;
+    char *text = NULL;
     int32_t *ids = NULL;
-    uint16_t *u16;
+    uint16_t *u16 = NULL;
     double t0, t1;
     FILE *f;
     for (i = 1; i < argc; i++) {
@@ -70,9 +120,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "-q")) quiet = 1;
         else if (!strcmp(a, "--skip")) { if (parse_count(a, i + 1 < argc ? argv[++i] : NULL, &skip)) return 2; }
         else if (!strcmp(a, "--limit")) { if (parse_count(a, i + 1 < argc ? argv[++i] : NULL, &limit)) return 2; }
-        else if (!strcmp(a, "--encoder") && i + 1 < argc) enc = argv[++i];
-        else if (!strcmp(a, "--vocab") && i + 1 < argc) voc = argv[++i];
-        else if (!strcmp(a, "--decode") && i + 1 < argc) dec = argv[++i];
+        else if (!strcmp(a, "--encoder")) { if (!(enc = option_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(a, "--vocab")) { if (!(voc = option_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(a, "--decode")) { if (!(dec = option_value(argc, argv, &i))) return 2; }
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else if (a[0] == '-' && a[1]) { fprintf(stderr, "bt_tokenize: unknown or incomplete option '%s'\n", a); usage(stderr); return 2; }
         else if (!in) in = a;
@@ -80,6 +130,8 @@ int main(int argc, char **argv) {
         else { fprintf(stderr, "bt_tokenize: unexpected argument '%s'\n", a); usage(stderr); return 2; }
     }
     if (dec ? (in != NULL || eot || skip || limit != (size_t)-1) : (!in || !out)) { usage(stderr); return 2; }
+    if (!dec && check_output(in, out)) return 1;
+    bt_atomic_install_signal_cleanup();   /* Ctrl-C while writing OUT leaves no temporary */
     enc = pick(enc, "data/encoder.json", "../shared/data/gpt2-tokenizer/encoder.json");
     voc = pick(voc, "data/vocab.bpe", "../shared/data/gpt2-tokenizer/vocab.bpe");
     tok = bt_tokenizer_load(enc, voc);
@@ -101,8 +153,8 @@ int main(int argc, char **argv) {
         return rc;
     }
 
-    f = fopen(in, "rb");
-    if (!f) { perror(in); bt_tokenizer_free(tok); return 1; }
+    /* every exit below goes through done: (frees all) */
+    if (!(f = fopen(in, "rb"))) { perror(in); goto done; }
     {
         size_t got, tcap = 1 << 20;
         text = (char *)malloc(tcap);
@@ -110,52 +162,31 @@ int main(int argc, char **argv) {
             len += got;
             if (len == tcap) { char *t2 = (char *)realloc(text, tcap *= 2); if (!t2) { free(text); text = NULL; } else text = t2; }
         }
-        if (!text || ferror(f)) { fprintf(stderr, "bt_tokenize: %s: read error or out of memory\n", in); fclose(f); free(text); bt_tokenizer_free(tok); return 1; }
+        if (!text || ferror(f)) { fprintf(stderr, "bt_tokenize: %s: read error or out of memory\n", in); fclose(f); goto done; }
         fclose(f);
     }
 
     t0 = now_s();
-    if (!eot) {
-        n = bt_encode_append(tok, text, len, &ids, 0, &cap);
-    } else {   /* "<|endoftext|>" + each document, a document ending after each "\n\n" */
-        size_t start = 0, p = 0;
-        for (;;) {
-            while (p + 1 < len && !(text[p] == '\n' && text[p + 1] == '\n')) p++;
-            size_t end = p + 1 < len ? p + 2 : len;
-            if (n + 1 > cap) {
-                size_t c2 = cap ? 2 * cap : 1024;
-                int32_t *ids2 = (int32_t *)malloc(c2 * sizeof(int32_t));
-                if (!ids2) { n = (size_t)-1; break; }
-                if (n) memcpy(ids2, ids, n * sizeof(int32_t));
-                free(ids); ids = ids2; cap = c2;
-            }
-            ids[n++] = BT_EOT;
-            n = bt_encode_append(tok, text + start, end - start, &ids, n, &cap);
-            if (n == (size_t)-1 || !(p + 1 < len)) break;   /* a text ending in "\n\n" gets a last, empty document */
-            start = p = end;
-        }
-    }
+    n = eot ? encode_documents(tok, text, len, &ids, 0, &cap) : bt_encode_append(tok, text, len, &ids, 0, &cap);
     t1 = now_s();
-    if (n == (size_t)-1) { fprintf(stderr, "bt_tokenize: %s: %s\n", in, bt_data_error()); free(text); free(ids); bt_tokenizer_free(tok); return 1; }
+    if (n == (size_t)-1) { fprintf(stderr, "bt_tokenize: %s: %s\n", in, bt_data_error()); goto done; }
 
     if (skip > n) skip = n;
     if (limit > n - skip) limit = n - skip;
-    u16 = (uint16_t *)malloc((limit ? limit : 1) * sizeof(uint16_t));
-    if (!u16) { fprintf(stderr, "bt_tokenize: out of memory\n"); free(text); free(ids); bt_tokenizer_free(tok); return 1; }
-    for (k = 0; k < limit; k++) {
-        int32_t v = ids[skip + k];
-        if (v < 0 || v > 65535) { fprintf(stderr, "bt_tokenize: token %ld does not fit uint16\n", (long)v); return 1; }
-        u16[k] = (uint16_t)v;
+    if (!(u16 = (uint16_t *)malloc((limit ? limit : 1) * sizeof(uint16_t)))) { fprintf(stderr, "bt_tokenize: out of memory\n"); goto done; }
+    for (k = 0; k < limit; k++) {   /* a shard holds uint16: a larger vocabulary cannot be stored */
+        if (ids[skip + k] < 0 || ids[skip + k] > 65535) { fprintf(stderr, "bt_tokenize: token %ld does not fit uint16\n", (long)ids[skip + k]); goto done; }
+        u16[k] = (uint16_t)ids[skip + k];
     }
-    if (bt_shard_write(out, u16, limit) != 0) {
-        fprintf(stderr, "bt_tokenize: %s\n", bt_data_error());
-        free(u16); free(text); free(ids); bt_tokenizer_free(tok); return 1;
-    }
+    if (bt_shard_write(out, u16, limit) != 0) { fprintf(stderr, "bt_tokenize: %s\n", bt_data_error()); goto done; }
     if (!quiet)
         fprintf(stderr, "bt_tokenize: %s: %zu bytes -> %zu tokens%s in %.3f s (%.1f MB/s); wrote %zu tokens [%zu, %zu) to %s\n",
                 in, len, n, eot ? " (with <|endoftext|>)" : "", t1 - t0, t1 > t0 ? (double)len / (t1 - t0) / 1e6 : 0.0,
                 limit, skip, skip + limit, out);
+    rc = 0;
+done:
     free(u16); free(text); free(ids);
     bt_tokenizer_free(tok);
-    return 0;
+    return rc;
 }
+#endif
