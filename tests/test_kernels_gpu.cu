@@ -897,10 +897,10 @@ static void attn_case(bt_dtype dt, bt_matmul_precision prec, int64_t B, int64_t 
     float *lse = (float *)dmalloc((size_t)(BH * T) * 4);
 #define AP(i) ((char *)db[w[i].buf] + (size_t)w[i].off * tsz(dt))
     bt_k_attention_strided(dt, AP(O), w[O].st, lse, AP(Q), w[Q].st, AP(K), w[K].st, AP(V), w[V].st, B, H, T, D, (float)scale,
-                           prec, st());
+                           1, prec, st());
     /* the backward reads the GPU's out (as in training) */
     bt_k_attention_backward_strided(dt, AP(GQ), w[GQ].st, AP(GK), w[GK].st, AP(GV), w[GV].st, AP(G), w[G].st, AP(Q), w[Q].st,
-                                    AP(K), w[K].st, AP(V), w[V].st, AP(O), w[O].st, lse, B, H, T, D, (float)scale, prec, st());
+                                    AP(K), w[K].st, AP(V), w[V].st, AP(O), w[O].st, lse, B, H, T, D, (float)scale, 1, prec, st());
     char what[128];
     const double *refs[NT] = {0};
     refs[O] = ro; refs[GQ] = rq; refs[GK] = rk; refs[GV] = rv;
@@ -944,7 +944,7 @@ static void attn_case(bt_dtype dt, bt_matmul_precision prec, int64_t B, int64_t 
         CK(cudaMemcpy(h1, db[gb], nbytes, cudaMemcpyDeviceToHost));
         poison(db[gb], nbytes);
         bt_k_attention_backward_strided(dt, AP(GQ), w[GQ].st, AP(GK), w[GK].st, AP(GV), w[GV].st, AP(G), w[G].st, AP(Q), w[Q].st,
-                                        AP(K), w[K].st, AP(V), w[V].st, AP(O), w[O].st, lse, B, H, T, D, (float)scale, prec,
+                                        AP(K), w[K].st, AP(V), w[V].st, AP(O), w[O].st, lse, B, H, T, D, (float)scale, 1, prec,
                                         st());
         CK(cudaStreamSynchronize(st()));
         CK(cudaMemcpy(h2, db[gb], nbytes, cudaMemcpyDeviceToHost));
@@ -986,10 +986,10 @@ static void test_attention_strided(void) {
     attn_case(BT_BF16, BT_MATMUL_TF32, 2, 3, 67, 64, 1, 0);   /* precision is ignored for 16-bit data */
     int64_t st3[3] = {1, 1, 1};
     BT_EXPECT_ERROR(bt_k_attention_strided(BT_BF16, NULL, st3, NULL, NULL, st3, NULL, st3, NULL, st3, 1, 1, 4, 129, 0.1f,
-                                           BT_MATMUL_FP32, st()),
+                                           1, BT_MATMUL_FP32, st()),
                     "head dim");
     BT_EXPECT_ERROR(bt_k_attention_strided(BT_F64, NULL, st3, NULL, NULL, st3, NULL, st3, NULL, st3, 1, 1, 4, 64, 0.1f,
-                                           BT_MATMUL_TF32, st()),
+                                           1, BT_MATMUL_TF32, st()),
                     "dtype f64");
 }
 
