@@ -139,7 +139,8 @@ BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t 
     bt_matmul_precision precision, cudaStream_t s);
 /* the Hopper path (wgmma kernels, used on a compute capability 9.0 device by an sm_90a build for
    bf16 / f16 with D 64 or 128 and 16-byte aligned rows): on = 1 allows it (the default), 0 keeps
-   every call on the sm_80 kernels, -1 only asks; returns the setting before */
+   every call on the sm_80 kernels, -1 only asks. Returns the setting before (bit 0), plus 2 when
+   the current device can run the wgmma kernels (3: they run). */
 BTDEF int bt_k_attention_hopper(int on);
 /* sets the strict-fp32 backward's dS scratch cap (bytes; 0 only asks) and returns the one before */
 BTDEF size_t bt_k_attention_scratch_cap(size_t bytes);
@@ -3112,8 +3113,9 @@ template <typename P> static void bt__k_att_bwd_tc_run(const bt__k_attp *p, unsi
 
 /* the Hopper path: on unless bt_k_attention_hopper(0) */
 static int bt__k_att_hopper_on = 1;
+static int bt__k_att_wg_ready(void);
 BTDEF int bt_k_attention_hopper(int on) {
-    int prev = bt__k_att_hopper_on;
+    int prev = bt__k_att_hopper_on | (bt_k_device_count() > 0 && bt__k_att_wg_ready() ? 2 : 0);
     if (on >= 0) bt__k_att_hopper_on = on != 0;
     return prev;
 }
