@@ -2767,7 +2767,7 @@ template <typename T, int D> __global__ void __launch_bounds__(BT__K_WG_THREADS,
             bt__k_wg_load<T, BN, D>(sV + s * TILE, v, p.sv[2], j * BN, p.T, t);
             bt__k_cp_mbar_arrive(vfull + 8 * s);
         }
-        bt__k_cp_wait<0>();
+        asm volatile("cp.async.wait_all;\n" ::: "memory");   /* every copy landed before this warpgroup exits */
     } else {
         bt__k_wg_regs_inc<BT__K_WG_CONSUMER_REGS>();
         /* consumers: warpgroup w owns queries q0 + 64 w ..; this thread rows r0 and r0 + 8 */
@@ -2895,7 +2895,7 @@ template <typename T, int D, int BQ> __global__ void __launch_bounds__(BT__K_WG_
             bt__k_wg_load_row(st + 2 * QB + BQ * 4, dvec, r, BQ, p.T, t);
             bt__k_cp_mbar_arrive(full + 8 * s);
         }
-        bt__k_cp_wait<0>();
+        asm volatile("cp.async.wait_all;\n" ::: "memory");   /* every copy landed before this warpgroup exits */
     } else {
         bt__k_wg_regs_inc<BT__K_WG_CONSUMER_REGS>();
         const int w = warp >> 2, g = lane >> 2, tg = lane & 3, key0 = k0 + 64 * w + 16 * (warp & 3) + g;
@@ -2994,7 +2994,7 @@ template <typename T, int D, int BK> __global__ void __launch_bounds__(BT__K_WG_
             bt__k_wg_load<T, BK, D>(sV + s * KB, v, p.sv[2], j * BK, p.T, t);
             bt__k_cp_mbar_arrive(full + 8 * s);
         }
-        bt__k_cp_wait<0>();
+        asm volatile("cp.async.wait_all;\n" ::: "memory");   /* every copy landed before this warpgroup exits */
     } else {
         bt__k_wg_regs_inc<BT__K_WG_CONSUMER_REGS>();
         const int w = warp >> 2, g = lane >> 2, tg = lane & 3, r0 = q0 + 64 * w + 16 * (warp & 3) + g;
