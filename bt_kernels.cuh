@@ -2857,12 +2857,17 @@ template <typename T, int D> __global__ void __launch_bounds__(BT__K_WG_THREADS,
 #endif
 }
 
+/* bytes of a dK/dV stage (Q, dO tiles of BQ rows, lse and Dvec rows), rounded up to 1024: every
+   tile must start on a 1024-byte boundary (the swizzle repeats every 8 rows of 128 bytes, and the
+   descriptors assume a tile starts at the pattern's start) */
+__host__ __device__ constexpr int bt__k_att_dkv_stage(int D, int BQ) { return (2 * BQ * D * 2 + 2 * BQ * 4 + 1023) / 1024 * 1024; }
+
 /* -- dK, dV: grid (B H, key tiles of 128); warpgroup w owns keys k0 + 64 w ..; query tiles of BQ
    (from the first one reaching k0 when causal); smem K, V 128 x D, stages of Q, dO (BQ x D) and
    lse, Dvec (BQ floats) -- */
 template <typename T, int D, int BQ> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt__k_att_dkv_wg(bt__k_attp p) {
 #ifdef BT__K_WG
-    enum { BK = 128, ST = 2, QB = BQ * D * 2, STAGE = 2 * QB + 2 * BQ * 4, NS = BQ / 2, NO = D / 2 };
+    enum { BK = 128, ST = 2, QB = BQ * D * 2, STAGE = bt__k_att_dkv_stage(D, BQ), NS = BQ / 2, NO = D / 2 };
     __shared__ __align__(8) uint64_t bars[2 * ST];   /* full, empty */
     extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
     const uint32_t sK = bt__k_wg_base(bt__k_att_sm), sV = sK + BK * D * 2, sS = sV + BK * D * 2;
@@ -3147,7 +3152,7 @@ static int bt__k_att_wg_use(bt_dtype dt, const bt__k_attp *p) {
 /* shared memory (bytes, + 1 KiB for the 1024-byte alignment): forward Q + 2 x (K, V) tiles of 128
    rows; dK/dV K, V + 2 x (Q, dO of BQ rows, lse, Dvec); dQ Q, dO + 2 x (K, V of BK rows) */
 static size_t bt__k_att_wg_smem_fwd(int D) { return (size_t)(128 + 4 * 128) * D * 2 + 1024; }
-static size_t bt__k_att_wg_smem_dkv(int D, int BQ) { return (size_t)2 * 128 * D * 2 + 2 * ((size_t)2 * BQ * D * 2 + 2 * BQ * 4) + 1024; }
+static size_t bt__k_att_wg_smem_dkv(int D, int BQ) { return (size_t)2 * 128 * D * 2 + 2 * (size_t)bt__k_att_dkv_stage(D, BQ) + 1024; }
 static size_t bt__k_att_wg_smem_dq(int D, int BK) { return (size_t)2 * 128 * D * 2 + (size_t)4 * BK * D * 2 + 1024; }
 template <typename T> static void bt__k_att_fwd_wg_run(const bt__k_attp *p, cudaStream_t s, const char *op) {
     unsigned tiles = (unsigned)((p->T + 127) / 128);
