@@ -12,7 +12,7 @@ SHELL := /bin/bash
 CC ?= cc
 CPU ?= 0
 NATIVE ?= 1
-CUDA_ARCH ?= 90
+CUDA_ARCH ?= 90a
 NVCC_PATH := $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
 ifeq ($(CPU),1)
   NVCC :=
@@ -27,8 +27,11 @@ CFLAGS += -std=c11 -Wall -Wextra -fopenmp $(ARCHFLAGS) -I.
 LDLIBS := -lm
 # nvcc compiles the same C sources as CUDA C++ (-x cu).
 NVFLAGS ?= -O3
-NVFLAGS += -std=c++17 -x cu -arch=sm_$(CUDA_ARCH) -I. -Xcompiler "-fopenmp -Wall -Wextra $(ARCHFLAGS)"
-NVLDFLAGS := -arch=sm_$(CUDA_ARCH)
+# an arch-specific target (90a: wgmma, setmaxnreg) must be named with -gencode; others keep -arch
+comma := ,
+NVARCH := $(if $(filter %a,$(CUDA_ARCH)),-gencode=arch=compute_$(CUDA_ARCH)$(comma)code=sm_$(CUDA_ARCH),-arch=sm_$(CUDA_ARCH))
+NVFLAGS += -std=c++17 -x cu $(NVARCH) -I. -Xcompiler "-fopenmp -Wall -Wextra $(ARCHFLAGS)"
+NVLDFLAGS := $(NVARCH)
 NVLIBS := -lcublas -lcublasLt -lgomp -lm
 ASANFLAGS := -O1 -g -std=c11 -Wall -Wextra -fopenmp -I. -fsanitize=address,undefined -fno-omit-frame-pointer \
              -fno-sanitize-recover=undefined

@@ -22,7 +22,7 @@
      6. layernorm
      7. embedding
      8. fused cross-entropy over a padded vocabulary
-     9. causal self-attention
+     9. attention (causal or not; sm_80 kernels and an sm_90a wgmma path)
     10. matmul (cuBLASLt: fp32, tf32, bf16; bias epilogue; the fastest candidate timed per shape)
     11. AdamW, fused over a flat parameter buffer
     12. less common paths: strided-to-strided copy, max's backward scatter, a device-side count
@@ -118,25 +118,33 @@ BTDEF void bt_k_cross_entropy_backward(bt_dtype dt, void *glogits, const void *l
                                        const int32_t *targets, const float *gloss, int64_t N, int64_t V,
                                        int64_t Vp, int ignore_index, cudaStream_t s);
 
-/* ---- 9. causal attention (tiled, online softmax; no T x T scratch) ----
-   out = softmax(q k^T * scale + causal mask) v, lse = the log-sum-exp of each row (saved for the
-   backward). q, k, v, out (and gq, gk, gv, gout) are [B, H, T, D] read/written through element
+/* ---- 9. attention, causal or not (tiled, online softmax; no T x T scratch) ----
+   out = softmax(q k^T * scale + mask) v, lse = the log-sum-exp of each row (saved for the
+   backward). causal = 1 hides key j from query i for j > i (GPT-2); causal = 0 lets every query
+   see every key (a ring-attention block off the diagonal). scale > 0.
+   q, k, v, out (and gq, gk, gv, gout) are [B, H, T, D] read/written through element
    strides {batch, head, token} (the D stride is 1): a view of a [B, T, H, D] buffer has strides
    {T*H*D, D, H*D}. lse fp32 [B, H, T] contiguous. D from 1 to 128. precision (as for matmul):
    f32 data with BT_MATMUL_FP32 is computed with fp32 FFMA (no TF32), with BT_MATMUL_TF32 on TF32
    tensor cores (fp32 accumulation and softmax); bf16/f16 always on tensor cores with fp32
    accumulation (precision ignored). The backward is deterministic (no atomics) and takes Dvec
    scratch (4 B H T bytes) from bt_alloc on the stream; the strict-fp32 backward also takes its dS
-   (the causal 64 x 64 tiles: fp32, about 2 T^2 bytes per head), over chunks of heads
-   that keep it under bt_k_attention_scratch_cap (512 MiB by default). */
+   (64 x 64 fp32 tiles: about 2 T^2 bytes per head causal, 4 T^2 not), over chunks of heads
+   that keep it under bt_k_attention_scratch_cap (512 MiB by default). On an H100 (sm_90a build)
+   bf16/f16 with D 64 or 128 run on warpgroup-MMA kernels (bt_k_attention_hopper). */
 BTDEF void bt_k_attention_strided(bt_dtype dt, void *out, const int64_t *so, float *lse,
     const void *q, const int64_t *sq, const void *k, const int64_t *sk, const void *v, const int64_t *sv,
-    int64_t B, int64_t H, int64_t T, int64_t D, float scale, bt_matmul_precision precision, cudaStream_t s);
+    int64_t B, int64_t H, int64_t T, int64_t D, float scale, int causal, bt_matmul_precision precision, cudaStream_t s);
 BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t *sgq, void *gk, const int64_t *sgk,
     void *gv, const int64_t *sgv, const void *gout, const int64_t *sgo, const void *q, const int64_t *sq,
     const void *k, const int64_t *sk, const void *v, const int64_t *sv, const void *out, const int64_t *so,
-    const float *lse, int64_t B, int64_t H, int64_t T, int64_t D, float scale, bt_matmul_precision precision,
-    cudaStream_t s);
+    const float *lse, int64_t B, int64_t H, int64_t T, int64_t D, float scale, int causal,
+    bt_matmul_precision precision, cudaStream_t s);
+/* the Hopper path (wgmma kernels, used on a compute capability 9.0 device by an sm_90a build for
+   bf16 / f16 with D 64 or 128 and 16-byte aligned rows): on = 1 allows it (the default), 0 keeps
+   every call on the sm_80 kernels, -1 only asks. Returns the setting before (bit 0), plus 2 when
+   the current device can run the wgmma kernels (3: they run). */
+BTDEF int bt_k_attention_hopper(int on);
 /* sets the strict-fp32 backward's dS scratch cap (bytes; 0 only asks) and returns the one before */
 BTDEF size_t bt_k_attention_scratch_cap(size_t bytes);
 /* the same on contiguous [B, H, T, D] tensors (strides {H*T*D, T*D, D}), precision BT_MATMUL_FP32 */
@@ -1714,7 +1722,7 @@ BTDEF void bt_k_cross_entropy_backward(bt_dtype dt, void *glogits, const void *l
     BT__K_LAUNCHED("bt_k_cross_entropy_backward");
 }
 
-/* ---- 9. causal self-attention: tiled, online softmax (flash-style), strided ---------------------
+/* ---- 9. attention: tiled, online softmax (flash-style), strided, causal or not -----------------
    Per head: S = scale Q K^T with S_ij = -inf for j > i, P = softmax_j(S), out = P V,
    lse_i = log sum_j exp(S_ij). Nothing of size T x T touches memory: tiles of 64 queries x 64
    keys live in registers and shared memory.
@@ -1757,12 +1765,18 @@ typedef struct {
     float *ds;          /* f32 backward: dS scratch of heads bh0 .. bh1 - 1 */
     int64_t BH, bh0, bh1;   /* heads of this launch: bh0 .. bh1 - 1 */
     int H, T, D, vec, vec_out;
+    int causal;         /* 1: key j > query i masked; 0: every query sees every key */
     float c2, scale;   /* c2 = scale log2(e) */
 } bt__k_attp;
 
 __device__ __forceinline__ int64_t bt__k_att_off(const int64_t *s, int64_t bh, int H) {
     int64_t b = bh / H;
     return b * s[0] + (bh - b * H) * s[1];
+}
+/* key hidden from query row: above the diagonal when causal, past the end (key >= T) when not
+   (causal covers the end for every row < T; rows >= T are computed but never stored) */
+__device__ __forceinline__ int bt__k_att_masked(const bt__k_attp &p, int key, int row) {
+    return p.causal ? key > row : key >= p.T;
 }
 __device__ __forceinline__ void bt__k_cp16(void *sdst, const void *gsrc) {
     unsigned a = (unsigned)__cvta_generic_to_shared(sdst);
@@ -2011,7 +2025,7 @@ template <typename P, int DP> __global__ void __launch_bounds__(128) bt__k_att_f
     extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
     const int LD = DP + 16 / (int)sizeof(T), ND = DP / 8, NQ = DP / P::KS, QF = NQ <= 8 ? NQ : 1;   /* Q fragments kept in registers up to 8 */
     T *Qs = (T *)bt__k_att_sm, *Ks = Qs + 64 * LD, *Vs = Ks + 2 * 64 * LD;
-    int nqt = (p.T + 63) / 64, qt = nqt - 1 - (int)blockIdx.y, q0 = qt * 64;
+    int nqt = (p.T + 63) / 64, qt = nqt - 1 - (int)blockIdx.y, q0 = qt * 64, jlast = p.causal ? qt : nqt - 1;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
     int row0 = q0 + warp * 16 + g;   /* this thread's rows: row0 and row0 + 8 */
     for (int64_t bh = blockIdx.x; bh < p.BH; bh += gridDim.x) {
@@ -2025,9 +2039,9 @@ template <typename P, int DP> __global__ void __launch_bounds__(128) bt__k_att_f
         uint32_t qf[QF][4];
 #pragma unroll
         for (int i = 0; i < ND; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-        for (int j = 0; j <= qt; j++) {
+        for (int j = 0; j <= jlast; j++) {
             int cur = j & 1;
-            bt__k_att_kv_next<T, DP>(Ks, Vs, LD, j, qt, k, v, p);
+            bt__k_att_kv_next<T, DP>(Ks, Vs, LD, j, jlast, k, v, p);
             __syncthreads();
             if (NQ <= 8 && j == 0)
 #pragma unroll
@@ -2045,13 +2059,13 @@ template <typename P, int DP> __global__ void __launch_bounds__(128) bt__k_att_f
                 bt__k_tc_abt<P, DP>(s, Qs, Kc, LD, warp * 16);
             }
             /* m is kept in raw score units (scale > 0 commutes with max); P = 2^(S c2 - m c2), one FFMA
-               and one MUFU per element; the mask only on the diagonal tile */
-            if (j == qt)
+               and one MUFU per element; the mask only on the last tile (the diagonal when causal) */
+            if (j == jlast)
 #pragma unroll
                 for (int nt = 0; nt < 8; nt++)
 #pragma unroll
                     for (int e = 0; e < 4; e++)
-                        if (j * 64 + nt * 8 + tg * 2 + (e & 1) > row0 + (e >> 1) * 8) s[nt][e] = -INFINITY;
+                        if (bt__k_att_masked(p, j * 64 + nt * 8 + tg * 2 + (e & 1), row0 + (e >> 1) * 8)) s[nt][e] = -INFINITY;
             float mx[2] = {m[0], m[1]}, mc[2];
 #pragma unroll
             for (int nt = 0; nt < 8; nt++)
@@ -2101,7 +2115,7 @@ template <typename P, int DP> __global__ void __launch_bounds__(128) bt__k_att_d
     extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
     const int LD = DP + 16 / (int)sizeof(T), ND = DP / 8;
     T *Qs = (T *)bt__k_att_sm, *Gs = Qs + 64 * LD, *Ks = Gs + 64 * LD, *Vs = Ks + 2 * 64 * LD;
-    int nqt = (p.T + 63) / 64, qt = nqt - 1 - (int)blockIdx.y, q0 = qt * 64;
+    int nqt = (p.T + 63) / 64, qt = nqt - 1 - (int)blockIdx.y, q0 = qt * 64, jlast = p.causal ? qt : nqt - 1;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
     int row0 = q0 + warp * 16 + g;
     for (int64_t bh = blockIdx.x; bh < p.BH; bh += gridDim.x) {
@@ -2121,9 +2135,9 @@ template <typename P, int DP> __global__ void __launch_bounds__(128) bt__k_att_d
         }
 #pragma unroll
         for (int i = 0; i < ND; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
-        for (int j = 0; j <= qt; j++) {
+        for (int j = 0; j <= jlast; j++) {
             int cur = j & 1;
-            bt__k_att_kv_next<T, DP>(Ks, Vs, LD, j, qt, k, v, p);
+            bt__k_att_kv_next<T, DP>(Ks, Vs, LD, j, jlast, k, v, p);
             __syncthreads();
             const T *Kc = Ks + cur * 64 * LD, *Vc = Vs + cur * 64 * LD;
             float s[8][4], dp[8][4];
@@ -2136,7 +2150,7 @@ template <typename P, int DP> __global__ void __launch_bounds__(128) bt__k_att_d
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     float pv = bt__k_ex2(fmaf(s[nt][e], p.c2, -lse2[e >> 1]));
-                    if (j == qt && j * 64 + nt * 8 + tg * 2 + (e & 1) > row0 + (e >> 1) * 8) pv = 0.f;
+                    if (j == jlast && bt__k_att_masked(p, j * 64 + nt * 8 + tg * 2 + (e & 1), row0 + (e >> 1) * 8)) pv = 0.f;
                     s[nt][e] = pv * (dp[nt][e] - dv[e >> 1]);   /* dS / scale */
                 }
             bt__k_tc_xb<P, DP>(dq, s, Kc, LD);
@@ -2162,7 +2176,7 @@ template <typename P, int DP> __global__ void __launch_bounds__(128) bt__k_att_d
     const int LD = DP + 16 / (int)sizeof(T), ND = DP / 8;
     T *Ks = (T *)bt__k_att_sm, *Vs = Ks + 64 * LD, *Qs = Vs + 64 * LD, *Gs = Qs + 2 * 64 * LD;
     float *Ls = (float *)(Gs + 2 * 64 * LD), *Dv = Ls + 2 * 64;   /* [2][64] each: lse log2e, Dvec */
-    int nqt = (p.T + 63) / 64, kt = (int)blockIdx.y, k0 = kt * 64;
+    int nqt = (p.T + 63) / 64, kt = (int)blockIdx.y, k0 = kt * 64, i0 = p.causal ? kt : 0;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
     int key0 = k0 + warp * 16 + g;   /* this thread's keys: key0 and key0 + 8 */
     for (int64_t bh = blockIdx.x; bh < p.BH; bh += gridDim.x) {
@@ -2171,10 +2185,10 @@ template <typename P, int DP> __global__ void __launch_bounds__(128) bt__k_att_d
         const float *lse = p.lse + bh * p.T, *dvec = p.dvec + bh * p.T;
         bt__k_att_tile<T, DP>(Ks, k, p.sk[2], k0, p.T, p.D, p.vec);
         bt__k_att_tile<T, DP>(Vs, v, p.sv[2], k0, p.T, p.D, p.vec);
-        bt__k_att_tile<T, DP>(Qs, q, p.sq[2], k0, p.T, p.D, p.vec);
-        bt__k_att_tile<T, DP>(Gs, go, p.sgo[2], k0, p.T, p.D, p.vec);
+        bt__k_att_tile<T, DP>(Qs, q, p.sq[2], i0 * 64, p.T, p.D, p.vec);
+        bt__k_att_tile<T, DP>(Gs, go, p.sgo[2], i0 * 64, p.T, p.D, p.vec);
         if (threadIdx.x < 64) {
-            int r = k0 + threadIdx.x;
+            int r = i0 * 64 + threadIdx.x;
             Ls[threadIdx.x] = r < p.T ? lse[r] * BT__K_ATT_LOG2E : 0.f;
             Dv[threadIdx.x] = r < p.T ? dvec[r] : 0.f;
         }
@@ -2182,8 +2196,8 @@ template <typename P, int DP> __global__ void __launch_bounds__(128) bt__k_att_d
         float dk[ND][4], dvv[ND][4];
 #pragma unroll
         for (int i = 0; i < ND; i++) dk[i][0] = dk[i][1] = dk[i][2] = dk[i][3] = dvv[i][0] = dvv[i][1] = dvv[i][2] = dvv[i][3] = 0.f;
-        for (int i = kt; i < nqt; i++) {
-            int cur = (i - kt) & 1;
+        for (int i = i0; i < nqt; i++) {
+            int cur = (i - i0) & 1;
             if (i + 1 < nqt) {
                 int nb = cur ^ 1;
                 bt__k_att_tile<T, DP>(Qs + nb * 64 * LD, q, p.sq[2], (i + 1) * 64, p.T, p.D, p.vec);
@@ -2206,14 +2220,14 @@ template <typename P, int DP> __global__ void __launch_bounds__(128) bt__k_att_d
             for (int n = 0; n < 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.f;
             bt__k_tc_abt<P, DP>(s, Ks, Qc, LD, warp * 16);
             bt__k_tc_abt<P, DP>(dp, Vs, Gc, LD, warp * 16);
-            int edge = i == kt || (i + 1) * 64 > p.T;
+            int edge = (p.causal && i == kt) || (i + 1) * 64 > p.T;
 #pragma unroll
             for (int nt = 0; nt < 8; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     int qc = nt * 8 + tg * 2 + (e & 1), qrow = i * 64 + qc;
                     float pv = bt__k_ex2(fmaf(s[nt][e], p.c2, -Lc[qc]));
-                    if (edge && (qrow >= p.T || key0 + (e >> 1) * 8 > qrow)) pv = 0.f;
+                    if (edge && (qrow >= p.T || (p.causal && key0 + (e >> 1) * 8 > qrow))) pv = 0.f;
                     s[nt][e] = pv;
                     dp[nt][e] = pv * (dp[nt][e] - Dc[qc]);   /* dS^T / scale */
                 }
@@ -2367,8 +2381,11 @@ __device__ __forceinline__ float bt__k_hmax16(float x) {
     for (int o = 8; o; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
     return x;
 }
-/* first of query tile qt's dS tiles in a head's scratch: tiles (qt, 0 .. qt) are contiguous */
-__device__ __forceinline__ int64_t bt__k_ds_tile(int qt, int kt) { return ((int64_t)qt * (qt + 1) / 2 + kt) * 4096; }
+/* dS tile (qt, kt) in a head's scratch (floats): causal, the tiles at and below the diagonal
+   row by row; else all nqt x nqt. Tiles (qt, 0 ..) are contiguous; (nqt, 0) is the head's size. */
+__device__ __forceinline__ int64_t bt__k_ds_tile(const bt__k_attp &p, int nqt, int qt, int kt) {
+    return (p.causal ? (int64_t)qt * (qt + 1) / 2 + kt : (int64_t)qt * nqt + kt) * 4096;
+}
 
 template <int DP> __global__ void __launch_bounds__(128) bt__k_att_fwd_f32(bt__k_attp p) {
     extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
@@ -2376,6 +2393,7 @@ template <int DP> __global__ void __launch_bounds__(128) bt__k_att_fwd_f32(bt__k
     /* K and V double-buffered: tile kt + 1 loads while tile kt is multiplied */
     float *Qs = (float *)bt__k_att_sm, *KV = Qs + 64 * DP, *Ps = KV + 4 * 64 * DP;
     int nqt = (p.T + 63) / 64, qt = nqt - 1 - (int)blockIdx.y, q0 = qt * 64, ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
+    int klast = p.causal ? qt : nqt - 1;
     for (int64_t bh = p.bh0 + blockIdx.x; bh < p.bh1; bh += gridDim.x) {
         const float *q = (const float *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const float *)p.k + bt__k_att_off(p.sk, bh, p.H),
                     *v = (const float *)p.v + bt__k_att_off(p.sv, bh, p.H);
@@ -2391,11 +2409,11 @@ template <int DP> __global__ void __launch_bounds__(128) bt__k_att_fwd_f32(bt__k
 #pragma unroll
             for (int j = 0; j < NJ; j++) o[i][j] = 0.f;
         }
-        for (int kt = 0; kt <= qt; kt++) {
+        for (int kt = 0; kt <= klast; kt++) {
             float *Ks = KV + (kt & 1) * 2 * 64 * DP, *Vs = Ks + 64 * DP;
             bt__k_cp_wait<0>();
             __syncthreads();   /* tile kt is in; every thread is done with tile kt - 1's buffers and P */
-            if (kt < qt) {
+            if (kt < klast) {
                 float *Kn = KV + ((kt + 1) & 1) * 2 * 64 * DP;
                 bt__k_f32_load<DP>(Kn, k, p.sk[2], (kt + 1) * 64, p.T, p.D, p.vec);
                 bt__k_f32_load<DP>(Kn + 64 * DP, v, p.sv[2], (kt + 1) * 64, p.T, p.D, p.vec);
@@ -2411,7 +2429,7 @@ template <int DP> __global__ void __launch_bounds__(128) bt__k_att_fwd_f32(bt__k
 #pragma unroll
                 for (int j = 0; j < 4; j++) {
                     float x = s[i][j] * p.c2;
-                    if (kt == qt && kt * 64 + 4 * tx + j > row) x = -INFINITY;
+                    if (kt == klast && bt__k_att_masked(p, kt * 64 + 4 * tx + j, row)) x = -INFINITY;
                     s[i][j] = x;
                     mx = fmaxf(mx, x);
                 }
@@ -2447,7 +2465,7 @@ template <int DP> __global__ void __launch_bounds__(128) bt__k_att_dkv_f32(bt__k
     float *Ks = (float *)bt__k_att_sm, *Vs = Ks + 64 * DP, *Qs = Vs + 64 * DP, *Gs = Qs + 64 * DP, *Ps = Gs + 64 * DP,
           *Ds = Ps + 64 * 64, *Ls = Ds + 64 * 64, *Dv = Ls + 64;
     int nqt = (p.T + 63) / 64, kt = (int)blockIdx.y, k0 = kt * 64, ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
-    int64_t per_bh = bt__k_ds_tile(nqt, 0);
+    int64_t per_bh = bt__k_ds_tile(p, nqt, nqt, 0);
     for (int64_t bh = p.bh0 + blockIdx.x; bh < p.bh1; bh += gridDim.x) {
         const float *q = (const float *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const float *)p.k + bt__k_att_off(p.sk, bh, p.H),
                     *v = (const float *)p.v + bt__k_att_off(p.sv, bh, p.H),
@@ -2462,7 +2480,7 @@ template <int DP> __global__ void __launch_bounds__(128) bt__k_att_dkv_f32(bt__k
         for (int i = 0; i < 8; i++)
 #pragma unroll
             for (int j = 0; j < NJ; j++) dk[i][j] = dv[i][j] = 0.f;
-        for (int it = kt; it < nqt; it++) {
+        for (int it = p.causal ? kt : 0; it < nqt; it++) {
             __syncthreads();
             bt__k_f32_load<DP>(Qs, q, p.sq[2], it * 64, p.T, p.D, p.vec);
             bt__k_f32_load<DP>(Gs, go, p.sgo[2], it * 64, p.T, p.D, p.vec);
@@ -2476,8 +2494,8 @@ template <int DP> __global__ void __launch_bounds__(128) bt__k_att_dkv_f32(bt__k
             float s[8][4] = {{0.f}}, dp[8][4] = {{0.f}};
             bt__k_f32_abt<DP>(s, Qs, Ks, ty, tx);   /* rows: queries, columns: keys */
             bt__k_f32_abt<DP>(dp, Gs, Vs, ty, tx);
-            int edge = it == kt || (it + 1) * 64 > p.T;
-            float *dst = ds + bt__k_ds_tile(it, kt);
+            int edge = (p.causal && it == kt) || (it + 1) * 64 > p.T;
+            float *dst = ds + bt__k_ds_tile(p, nqt, it, kt);
 #pragma unroll
             for (int i = 0; i < 8; i++) {
                 int qr = 8 * ty + i, qrow = it * 64 + qr;
@@ -2485,7 +2503,7 @@ template <int DP> __global__ void __launch_bounds__(128) bt__k_att_dkv_f32(bt__k
 #pragma unroll
                 for (int j = 0; j < 4; j++) {
                     float pv = exp2f(s[i][j] * p.c2 - ls);
-                    if (edge && (qrow >= p.T || k0 + 4 * tx + j > qrow)) pv = 0.f;
+                    if (edge && (qrow >= p.T || (p.causal && k0 + 4 * tx + j > qrow))) pv = 0.f;
                     s[i][j] = pv;
                     dp[i][j] = pv * (dp[i][j] - dvq);
                 }
@@ -2512,9 +2530,10 @@ template <int DP> __global__ void __launch_bounds__(128) bt__k_att_dq_f32(bt__k_
     const int NJ = DP / 16;
     float *Ss = (float *)bt__k_att_sm, *Ks = Ss + 2 * 64 * 64;
     int nqt = (p.T + 63) / 64, qt = nqt - 1 - (int)blockIdx.y, q0 = qt * 64, ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
-    int64_t per_bh = bt__k_ds_tile(nqt, 0);
+    int klast = p.causal ? qt : nqt - 1;
+    int64_t per_bh = bt__k_ds_tile(p, nqt, nqt, 0);
     for (int64_t bh = p.bh0 + blockIdx.x; bh < p.bh1; bh += gridDim.x) {
-        const float *k = (const float *)p.k + bt__k_att_off(p.sk, bh, p.H), *ds = p.ds + (bh - p.bh0) * per_bh + bt__k_ds_tile(qt, 0);
+        const float *k = (const float *)p.k + bt__k_att_off(p.sk, bh, p.H), *ds = p.ds + (bh - p.bh0) * per_bh + bt__k_ds_tile(p, nqt, qt, 0);
         float dq[8][NJ];
 #pragma unroll
         for (int i = 0; i < 8; i++)
@@ -2524,9 +2543,9 @@ template <int DP> __global__ void __launch_bounds__(128) bt__k_att_dq_f32(bt__k_
         bt__k_f32_load<64>(Ss, ds, 64, 0, 64, 64, 1);
         bt__k_f32_load<DP>(Ks, k, p.sk[2], 0, p.T, p.D, p.vec);
         bt__k_cp_commit();
-        for (int kt = 0; kt <= qt; kt++) {
+        for (int kt = 0; kt <= klast; kt++) {
             int b = kt & 1;
-            if (kt < qt) {
+            if (kt < klast) {
                 bt__k_f32_load<64>(Ss + (b ^ 1) * 4096, ds + (int64_t)(kt + 1) * 4096, 64, 0, 64, 64, 1);
                 bt__k_f32_load<DP>(Ks + (b ^ 1) * 64 * DP, k, p.sk[2], (kt + 1) * 64, p.T, p.D, p.vec);
                 bt__k_cp_commit();
@@ -2573,6 +2592,497 @@ template <typename T> __global__ void bt__k_att_dvec(float *dvec, bt__k_attp p) 
         acc = bt__k_wsum(acc);
         if (lane == 0) dvec[r] = acc;
     }
+}
+
+/* -- Hopper (sm_90a) path: bf16 / f16, D = 64 or 128, 16-byte aligned rows ------------------------
+   The same math on warpgroup MMAs (wgmma.mma_async: a 64 x N x 16 product issued by 4 warps, B
+   and optionally A read by the tensor cores straight from shared memory, fp32 accumulators in
+   registers). Every CTA is 288 threads: two consumer warpgroups (warps 0-3 and 4-7) that compute
+   and one producer warp (warp 8) that only loads. The producer streams tiles with cp.async into
+   a two-stage ring per operand and completes an mbarrier per stage ("full": cp.async.mbarrier.arrive
+   fires when its copies land); the consumers wait on it, multiply, and give the stage back on its
+   "empty" mbarrier (one arrival per consumer warp, after its wgmma.wait_group says the tensor
+   cores are done reading). The stage counts give a phase parity per use: the n-th use of a stage
+   waits for the n-th completion, parity n & 1.
+   Shared tiles hold R rows of D elements as D / 64 column blocks of [R][64] (128 bytes a row), the
+   16-byte chunk c of row r stored at chunk c ^ (r & 7) of its row: the 128-byte swizzle the MMA
+   descriptors name, so a tile is read conflict-free both as a K-major operand (rows = M or N, D =
+   the product's k: Q K^T, dO V^T, K Q^T, V dO^T) and as an MN-major one (rows = the product's k:
+   P V, dS K, P^T dO, dS^T Q). P and dS go from the accumulators to the A operand in registers
+   (the accumulator's pairs are the A fragment's pairs), rounded to the dtype.
+   Forward: a CTA owns 128 queries (64 per warpgroup) and walks 128-key tiles; K and V have their
+   own rings, so K of tile j + 2 loads while tile j's softmax runs. The two warpgroups take turns
+   at the tensor cores (named barriers 1 and 2, "ping-pong"): a warpgroup issues O += P(j-1)
+   V(j-1) and S = Q K(j)^T, lets the other issue its pair, and runs its softmax while the other's
+   products run; the exp2 of the softmax (MUFU, 16 a clock an SM) is then hidden under the MMAs.
+   Backward: the same two kernels as above (deterministic, no atomics): dK/dV over 128-key CTAs
+   (64 keys a warpgroup, S^T = K Q^T and dP^T = V dO^T from shared memory, dV += P^T dO and dK
+   += dS^T Q with A from registers), dQ over 128-query CTAs (S, dP, dQ += dS K). Registers bound
+   the tiles: D = 64 walks 128-row tiles, D = 128 64-row ones. */
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define BT__K_WG 1   /* this device pass compiles the wgmma kernels (sm_90a) */
+#endif
+#define BT__K_WG_THREADS 384   /* consumer warpgroups 0 and 1, producer warpgroup 2 */
+#define BT__K_WG_PRODUCER_REGS 40
+#define BT__K_WG_CONSUMER_REGS 232   /* per SM sub-partition: 2 consumer warps + 1 producer warp, 2 x 232 + 40 <= 512 */
+#define BT__K_WG_R32 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+                     "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define BT__K_WG_R64 BT__K_WG_R32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+                     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define BT__K_WG_F8(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+                          "+f"(d[i + 6]), "+f"(d[i + 7])
+#define BT__K_WG_F32(d, i) BT__K_WG_F8(d, i), BT__K_WG_F8(d, i + 8), BT__K_WG_F8(d, i + 16), BT__K_WG_F8(d, i + 24)
+#define BT__K_WG_F64(d) BT__K_WG_F32(d, 0), BT__K_WG_F32(d, 32)
+/* d (64 x N fp32: N / 2 a thread, the m16n8 accumulator layout per warp and n-tile of 8) for one
+   k step of 16: ss: d = A B (+ d when acc), A and B K-major in shared memory (descriptors);
+   rs: d += A B, A from registers (the m16n8k16 A fragment of the warp's 16 rows), B MN-major
+   (imm-trans-b 1). The 4th operand of .f32 wgmma is the scale-d predicate. */
+#define BT__K_WG_DEF(N, NR, REGS, OPS, SA, SB, SC, RA, RB, PT, CT)                                                        \
+    __device__ __forceinline__ void bt__k_wg_ss(float (&d)[NR], uint64_t a, uint64_t b, int acc, CT *) {               \
+        asm volatile("{ .reg .pred p; setp.ne.b32 p, " SC ", 0;\n"                                                      \
+                     "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PT "." PT " {" REGS "}, " SA ", " SB             \
+                     ", p, 1, 1, 0, 0; }\n" : OPS : "l"(a), "l"(b), "r"(acc));                                           \
+    }                                                                                                                    \
+    __device__ __forceinline__ void bt__k_wg_rs(float (&d)[NR], const uint32_t (&a)[4], uint64_t b, CT *) {            \
+        asm volatile("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PT "." PT " {" REGS "}, " RA ", " RB             \
+                     ", 1, 1, 1, 1;\n" : OPS : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));                       \
+    }
+BT__K_WG_DEF(64, 32, BT__K_WG_R32, BT__K_WG_F32(d, 0), "%32", "%33", "%34", "{%32, %33, %34, %35}", "%36", "bf16", __nv_bfloat16)
+BT__K_WG_DEF(64, 32, BT__K_WG_R32, BT__K_WG_F32(d, 0), "%32", "%33", "%34", "{%32, %33, %34, %35}", "%36", "f16", __half)
+BT__K_WG_DEF(128, 64, BT__K_WG_R64, BT__K_WG_F64(d), "%64", "%65", "%66", "{%64, %65, %66, %67}", "%68", "bf16", __nv_bfloat16)
+BT__K_WG_DEF(128, 64, BT__K_WG_R64, BT__K_WG_F64(d), "%64", "%65", "%66", "{%64, %65, %66, %67}", "%68", "f16", __half)
+__device__ __forceinline__ void bt__k_wg_arrive(void) { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void bt__k_wg_commit(void) { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void bt__k_wg_wait0(void) { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+/* the compiler sees an accumulator written when the wgmma is issued: this pins its reads after the
+   wait (and its writes before the issue) */
+template <int N> __device__ __forceinline__ void bt__k_wg_pin(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+__device__ __forceinline__ uint32_t bt__k_smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+/* shared-memory matrix descriptor, 128-byte swizzle: start, leading byte offset, stride byte offset
+   1024 (8 rows of 128 bytes) */
+__device__ __forceinline__ uint64_t bt__k_wg_desc(uint32_t addr, uint32_t lbo) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+/* K-major operand: rows r0 .. of an R-row tile, k step kd (columns 16 kd .. 16 kd + 15); the
+   leading byte offset is unused for this layout (1 by convention) */
+__device__ __forceinline__ uint64_t bt__k_wg_kmaj(uint32_t tile, int R, int r0, int kd) {
+    return bt__k_wg_desc(tile + (uint32_t)((kd >> 2) * R * 128 + r0 * 128 + (kd & 3) * 32), 16);
+}
+/* MN-major operand: rows 16 kk .. 16 kk + 15 of an R-row tile are the product's k; its columns
+   the n, 64 a column block, blocks R * 128 bytes apart (the leading byte offset) */
+__device__ __forceinline__ uint64_t bt__k_wg_mnmaj(uint32_t tile, int R, int kk) {
+    return bt__k_wg_desc(tile + (uint32_t)(kk * 2048), (uint32_t)(R * 128));
+}
+/* byte offset of 16-byte chunk c of row r in a swizzled R-row tile */
+__device__ __forceinline__ uint32_t bt__k_sw(int r, int c, int R) {
+    return (uint32_t)((c >> 3) * R * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+__device__ __forceinline__ void bt__k_mbar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void bt__k_mbar_wait(uint32_t bar, int parity) {
+    uint32_t done;
+    do {
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }\n"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    } while (!done);
+}
+__device__ __forceinline__ void bt__k_mbar_arrive(uint32_t bar) {
+    asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }\n" ::"r"(bar) : "memory");
+}
+/* the barrier's pending count drops by one when every earlier cp.async of this thread has landed */
+__device__ __forceinline__ void bt__k_cp_mbar_arrive(uint32_t bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+/* data written through the generic proxy (cp.async) is next read by the tensor cores (async proxy) */
+__device__ __forceinline__ void bt__k_fence_async(void) { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void bt__k_bar_sync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void bt__k_bar_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
+/* 16 bytes (n = 16) or zeros (n = 0) into shared memory */
+__device__ __forceinline__ void bt__k_cp16z(uint32_t dst, const void *src, int n) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void bt__k_cp4z(uint32_t dst, const void *src, int n) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+/* the producer warpgroup (thread t of 128): rows r0 .. r0 + R - 1 of one head (row r at g + r st)
+   into a swizzled tile, zeros for rows >= Tn (the source then stays at row 0, never read) */
+template <typename T, int R, int D>
+__device__ __forceinline__ void bt__k_wg_load(uint32_t tile, const T *g, int64_t st, int r0, int Tn, int t) {
+    const int CPR = D / 8;
+#pragma unroll 4
+    for (int c = t; c < R * CPR; c += 128) {
+        int r = c / CPR, ch = c - r * CPR, ok = r0 + r < Tn;
+        bt__k_cp16z(tile + bt__k_sw(r, ch, R), g + (ok ? (int64_t)(r0 + r) * st + ch * 8 : 0), ok ? 16 : 0);
+    }
+}
+/* the producer warpgroup: n floats x[r0 ..] (zeros past Tn) into shared memory */
+__device__ __forceinline__ void bt__k_wg_load_row(uint32_t dst, const float *x, int r0, int n, int Tn, int t) {
+    for (int i = t; i < n; i += 128) bt__k_cp4z(dst + 4 * i, x + (r0 + i < Tn ? r0 + i : 0), r0 + i < Tn ? 4 : 0);
+}
+/* A fragments (k steps of 16 columns) of a 64 x 16 KS accumulator, rounded to T: the accumulator's
+   n-tiles 2 kk and 2 kk + 1 are k step kk */
+template <typename T, int KS>
+__device__ __forceinline__ void bt__k_wg_afrag(uint32_t (&a)[KS][4], const float (&c)[KS * 8]) {
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) {
+        a[kk][0] = bt__k_pack2(c[8 * kk], c[8 * kk + 1], (T *)0);
+        a[kk][1] = bt__k_pack2(c[8 * kk + 2], c[8 * kk + 3], (T *)0);
+        a[kk][2] = bt__k_pack2(c[8 * kk + 4], c[8 * kk + 5], (T *)0);
+        a[kk][3] = bt__k_pack2(c[8 * kk + 6], c[8 * kk + 7], (T *)0);
+    }
+}
+/* rows row0 and row0 + 8 of a 64 x D accumulator (times mul) into rows of g (stride st), rows < Tn */
+template <typename T, int D>
+__device__ __forceinline__ void bt__k_wg_store(T *g, int64_t st, int row0, int Tn, const float (&c)[D / 2], const float mul[2]) {
+    int tg = threadIdx.x & 3;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int row = row0 + 8 * r;
+        if (row >= Tn) continue;
+        T *x = g + (int64_t)row * st;
+#pragma unroll
+        for (int dn = 0; dn < D / 8; dn++)
+            *reinterpret_cast<uint32_t *>(x + dn * 8 + 2 * tg) =
+                bt__k_pack2(c[4 * dn + 2 * r] * mul[r], c[4 * dn + 2 * r + 1] * mul[r], (T *)0);
+    }
+}
+/* registers move from the producer warpgroup to the consumers (sm_90a; the kernel starts at the
+   __launch_bounds__ cap of 168, 65536 / 384) */
+template <int N> __device__ __forceinline__ void bt__k_wg_regs_dec(void) { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
+template <int N> __device__ __forceinline__ void bt__k_wg_regs_inc(void) { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
+/* the warp index as a value the compiler knows to be warp-uniform (the wgmma code runs in
+   warp-uniform branches only) */
+__device__ __forceinline__ int bt__k_warp_id(void) { return __shfl_sync(0xffffffffu, (int)threadIdx.x >> 5, 0); }
+/* the 1024-aligned start of the dynamic shared memory (the launch asks 1 KiB more) */
+__device__ __forceinline__ uint32_t bt__k_wg_base(const unsigned char *sm) { return (bt__k_smem(sm) + 1023u) & ~1023u; }
+
+/* -- forward: grid (B H, query tiles of 128, last first); smem Q 128 x D, K and V 2 x 128 x D -- */
+template <typename T, int D> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt__k_att_fwd_wg(bt__k_attp p) {
+#ifdef BT__K_WG
+    enum { BM = 128, BN = 128, ST = 2, TILE = BN * D * 2, NS = BN / 2, NO = D / 2 };
+    __shared__ __align__(8) uint64_t bars[4 * ST];   /* K full, K empty, V full, V empty (static: marks the sm_90a build) */
+    extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
+    const uint32_t sQ = bt__k_wg_base(bt__k_att_sm), sK = sQ + BM * D * 2, sV = sK + ST * TILE;
+    const uint32_t kfull = bt__k_smem(bars), kempty = kfull + 8 * ST, vfull = kempty + 8 * ST, vempty = vfull + 8 * ST;
+    const int nqt = (p.T + BM - 1) / BM, qt = nqt - 1 - (int)blockIdx.y, q0 = qt * BM;
+    const int nt = p.causal ? qt + 1 : (p.T + BN - 1) / BN;   /* key tiles (BN = BM: tile qt is the diagonal) */
+    const int64_t bh = blockIdx.x;
+    const int warp = bt__k_warp_id(), lane = threadIdx.x & 31, t = threadIdx.x & 127;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < ST; s++) {
+            bt__k_mbar_init(kfull + 8 * s, 128); bt__k_mbar_init(vfull + 8 * s, 128);
+            bt__k_mbar_init(kempty + 8 * s, 8); bt__k_mbar_init(vempty + 8 * s, 8);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (warp >= 8) {   /* producer: Q once, then K(j) and V(j) as the stages come back */
+        bt__k_wg_regs_dec<BT__K_WG_PRODUCER_REGS>();
+        const T *q = (const T *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const T *)p.k + bt__k_att_off(p.sk, bh, p.H),
+                *v = (const T *)p.v + bt__k_att_off(p.sv, bh, p.H);
+        for (int j = 0; j < nt; j++) {
+            int s = j % ST, ph = (j / ST - 1) & 1;
+            if (j >= ST) bt__k_mbar_wait(kempty + 8 * s, ph);
+            if (j == 0) bt__k_wg_load<T, BM, D>(sQ, q, p.sq[2], q0, p.T, t);
+            bt__k_wg_load<T, BN, D>(sK + s * TILE, k, p.sk[2], j * BN, p.T, t);
+            bt__k_cp_mbar_arrive(kfull + 8 * s);
+            if (j >= ST) bt__k_mbar_wait(vempty + 8 * s, ph);
+            bt__k_wg_load<T, BN, D>(sV + s * TILE, v, p.sv[2], j * BN, p.T, t);
+            bt__k_cp_mbar_arrive(vfull + 8 * s);
+        }
+        asm volatile("cp.async.wait_all;\n" ::: "memory");   /* every copy landed before this warpgroup exits */
+    } else {
+        bt__k_wg_regs_inc<BT__K_WG_CONSUMER_REGS>();
+        /* consumers: warpgroup w owns queries q0 + 64 w ..; this thread rows r0 and r0 + 8 */
+        const int w = warp >> 2, g = lane >> 2, tg = lane & 3, r0 = q0 + 64 * w + 16 * (warp & 3) + g;
+        float o[NO], sc[NS], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+        uint32_t pf[BN / 16][4];
+#pragma unroll
+        for (int i = 0; i < NO; i++) o[i] = 0.f;
+#pragma unroll
+        for (int i = 0; i < NS; i++) sc[i] = 0.f;
+        if (w == 1) bt__k_bar_arrive(1);   /* warpgroup 0 issues first */
+        for (int j = 0; j < nt; j++) {
+            const int s = j % ST, sp = (j + ST - 1) % ST;
+            bt__k_mbar_wait(kfull + 8 * s, (j / ST) & 1);
+            if (j > 0) bt__k_mbar_wait(vfull + 8 * sp, ((j - 1) / ST) & 1);
+            bt__k_fence_async();
+            bt__k_bar_sync(1 + w);   /* this warpgroup's turn at the tensor cores */
+            bt__k_wg_pin(o);
+            bt__k_wg_arrive();
+            if (j > 0)   /* O += P(j-1) V(j-1): O was rescaled by the softmax of tile j-1 */
+#pragma unroll
+                for (int kk = 0; kk < BN / 16; kk++) bt__k_wg_rs(o, pf[kk], bt__k_wg_mnmaj(sV + sp * TILE, BN, kk), (T *)0);
+#pragma unroll
+            for (int kd = 0; kd < D / 16; kd++)
+                bt__k_wg_ss(sc, bt__k_wg_kmaj(sQ, BM, 64 * w, kd), bt__k_wg_kmaj(sK + s * TILE, BN, 0, kd), kd > 0, (T *)0);
+            bt__k_wg_commit();
+            if (w == 0 || j + 1 < nt) bt__k_bar_arrive(2 - w);   /* the other's turn (balanced: n syncs, n arrivals) */
+            bt__k_wg_wait0();
+            bt__k_wg_pin(o); bt__k_wg_pin(sc);
+            if (lane == 0) {
+                bt__k_mbar_arrive(kempty + 8 * s);
+                if (j > 0) bt__k_mbar_arrive(vempty + 8 * sp);
+            }
+            /* online softmax in raw score units (scale > 0 commutes with max): P = 2^(S c2 - m c2) */
+            if ((p.causal && j == qt) || (j + 1) * BN > p.T)
+#pragma unroll
+                for (int i = 0; i < NS; i++)
+                    if (bt__k_att_masked(p, j * BN + (i >> 2) * 8 + 2 * tg + (i & 1), r0 + ((i >> 1) & 1) * 8)) sc[i] = -INFINITY;
+            float mx[2] = {m[0], m[1]}, mc[2];
+#pragma unroll
+            for (int i = 0; i < NS; i++) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], sc[i]);
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                float al = bt__k_ex2((m[r] - mx[r]) * p.c2);   /* key 0 is in every row's first tile: mx finite */
+                m[r] = mx[r];
+                mc[r] = -mx[r] * p.c2;
+                l[r] *= al;
+#pragma unroll
+                for (int i = 0; i < NO; i++)
+                    if (((i >> 1) & 1) == r) o[i] *= al;
+            }
+#pragma unroll
+            for (int i = 0; i < NS; i++) {
+                float pv = bt__k_ex2(fmaf(sc[i], p.c2, mc[(i >> 1) & 1]));
+                sc[i] = pv;
+                l[(i >> 1) & 1] += pv;
+            }
+            bt__k_wg_afrag<T, BN / 16>(pf, sc);
+        }
+        {   /* the last O += P V */
+            const int sp = (nt - 1) % ST;
+            bt__k_mbar_wait(vfull + 8 * sp, ((nt - 1) / ST) & 1);
+            bt__k_fence_async();
+            bt__k_wg_pin(o);
+            bt__k_wg_arrive();
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) bt__k_wg_rs(o, pf[kk], bt__k_wg_mnmaj(sV + sp * TILE, BN, kk), (T *)0);
+            bt__k_wg_commit();
+            bt__k_wg_wait0();
+            bt__k_wg_pin(o);
+        }
+        float inv[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+            inv[r] = 1.f / l[r];
+            int row = r0 + 8 * r;
+            if (tg == 0 && row < p.T && p.lse_out) p.lse_out[bh * p.T + row] = (m[r] * p.c2 + log2f(l[r])) * BT__K_ATT_LN2;
+        }
+        bt__k_wg_store<T, D>((T *)p.out + bt__k_att_off(p.so, bh, p.H), p.so[2], r0, p.T, o, inv);
+    }
+#else
+    __trap();
+#endif
+}
+
+/* bytes of a dK/dV stage (Q, dO tiles of BQ rows, lse and Dvec rows), rounded up to 1024: every
+   tile must start on a 1024-byte boundary (the swizzle repeats every 8 rows of 128 bytes, and the
+   descriptors assume a tile starts at the pattern's start) */
+__host__ __device__ constexpr int bt__k_att_dkv_stage(int D, int BQ) { return (2 * BQ * D * 2 + 2 * BQ * 4 + 1023) / 1024 * 1024; }
+
+/* -- dK, dV: grid (B H, key tiles of 128); warpgroup w owns keys k0 + 64 w ..; query tiles of BQ
+   (from the first one reaching k0 when causal); smem K, V 128 x D, stages of Q, dO (BQ x D) and
+   lse, Dvec (BQ floats) -- */
+template <typename T, int D, int BQ> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt__k_att_dkv_wg(bt__k_attp p) {
+#ifdef BT__K_WG
+    enum { BK = 128, ST = 2, QB = BQ * D * 2, STAGE = bt__k_att_dkv_stage(D, BQ), NS = BQ / 2, NO = D / 2 };
+    __shared__ __align__(8) uint64_t bars[2 * ST];   /* full, empty */
+    extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
+    const uint32_t sK = bt__k_wg_base(bt__k_att_sm), sV = sK + BK * D * 2, sS = sV + BK * D * 2;
+    const unsigned char *gS = bt__k_att_sm + (sS - bt__k_smem(bt__k_att_sm));   /* sS as a generic pointer */
+    const uint32_t full = bt__k_smem(bars), empty = full + 8 * ST;
+    const int nqt = (p.T + BQ - 1) / BQ, kt = (int)blockIdx.y, k0 = kt * BK, i0 = p.causal ? k0 / BQ : 0, n = nqt - i0;
+    const int64_t bh = blockIdx.x;
+    const int warp = bt__k_warp_id(), lane = threadIdx.x & 31, t = threadIdx.x & 127;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < ST; s++) { bt__k_mbar_init(full + 8 * s, 128); bt__k_mbar_init(empty + 8 * s, 8); }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (warp >= 8) {   /* producer: K, V once, then (Q, dO, lse, Dvec) of query tile i0 + it */
+        bt__k_wg_regs_dec<BT__K_WG_PRODUCER_REGS>();
+        const T *q = (const T *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const T *)p.k + bt__k_att_off(p.sk, bh, p.H),
+                *v = (const T *)p.v + bt__k_att_off(p.sv, bh, p.H), *go = (const T *)p.go + bt__k_att_off(p.sgo, bh, p.H);
+        const float *lse = p.lse + bh * p.T, *dvec = p.dvec + bh * p.T;
+        for (int it = 0; it < n; it++) {
+            int s = it % ST, r = (i0 + it) * BQ;
+            uint32_t st = sS + s * STAGE;
+            if (it >= ST) bt__k_mbar_wait(empty + 8 * s, (it / ST - 1) & 1);
+            if (it == 0) {
+                bt__k_wg_load<T, BK, D>(sK, k, p.sk[2], k0, p.T, t);
+                bt__k_wg_load<T, BK, D>(sV, v, p.sv[2], k0, p.T, t);
+            }
+            bt__k_wg_load<T, BQ, D>(st, q, p.sq[2], r, p.T, t);
+            bt__k_wg_load<T, BQ, D>(st + QB, go, p.sgo[2], r, p.T, t);
+            bt__k_wg_load_row(st + 2 * QB, lse, r, BQ, p.T, t);
+            bt__k_wg_load_row(st + 2 * QB + BQ * 4, dvec, r, BQ, p.T, t);
+            bt__k_cp_mbar_arrive(full + 8 * s);
+        }
+        asm volatile("cp.async.wait_all;\n" ::: "memory");   /* every copy landed before this warpgroup exits */
+    } else {
+        bt__k_wg_regs_inc<BT__K_WG_CONSUMER_REGS>();
+        const int w = warp >> 2, g = lane >> 2, tg = lane & 3, key0 = k0 + 64 * w + 16 * (warp & 3) + g;
+        float dk[NO], dv[NO], sc[NS], dp[NS];
+#pragma unroll
+        for (int i = 0; i < NO; i++) dk[i] = dv[i] = 0.f;
+#pragma unroll
+        for (int i = 0; i < NS; i++) sc[i] = dp[i] = 0.f;
+        for (int it = 0; it < n; it++) {
+            const int s = it % ST, i = i0 + it;
+            const uint32_t sQ = sS + s * STAGE, sG = sQ + QB;
+            bt__k_mbar_wait(full + 8 * s, (it / ST) & 1);
+            bt__k_fence_async();
+            if (!(p.causal && i * BQ + BQ - 1 < k0 + 64 * w)) {   /* else every query precedes this warpgroup's keys */
+                bt__k_wg_arrive();
+#pragma unroll
+                for (int kd = 0; kd < D / 16; kd++)   /* S^T = K Q^T, dP^T = V dO^T */
+                    bt__k_wg_ss(sc, bt__k_wg_kmaj(sK, BK, 64 * w, kd), bt__k_wg_kmaj(sQ, BQ, 0, kd), kd > 0, (T *)0);
+#pragma unroll
+                for (int kd = 0; kd < D / 16; kd++)
+                    bt__k_wg_ss(dp, bt__k_wg_kmaj(sV, BK, 64 * w, kd), bt__k_wg_kmaj(sG, BQ, 0, kd), kd > 0, (T *)0);
+                bt__k_wg_commit();
+                bt__k_wg_wait0();
+                bt__k_wg_pin(sc); bt__k_wg_pin(dp);
+                /* P^T = 2^(S^T c2 - lse log2e) (0 where masked), dS^T / scale = P^T (dP^T - Dvec); column c
+                   of the tile is query i BQ + c */
+                const float *Ls = (const float *)(gS + s * STAGE + 2 * QB), *Dc = Ls + BQ;
+                const int edge = (p.causal && i * BQ < k0 + BK) || (i + 1) * BQ > p.T;
+#pragma unroll
+                for (int nt = 0; nt < BQ / 8; nt++) {
+                    int c = nt * 8 + 2 * tg;
+                    float2 lv = *reinterpret_cast<const float2 *>(Ls + c), dvv = *reinterpret_cast<const float2 *>(Dc + c);
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        int qrow = i * BQ + c + (e & 1);
+                        float pv = bt__k_ex2(fmaf(sc[4 * nt + e], p.c2, -BT__K_ATT_LOG2E * ((e & 1) ? lv.y : lv.x)));
+                        if (edge && (qrow >= p.T || (p.causal && key0 + 8 * (e >> 1) > qrow))) pv = 0.f;
+                        sc[4 * nt + e] = pv;
+                        dp[4 * nt + e] = pv * (dp[4 * nt + e] - ((e & 1) ? dvv.y : dvv.x));
+                    }
+                }
+                uint32_t pa[BQ / 16][4], da[BQ / 16][4];
+                bt__k_wg_afrag<T, BQ / 16>(pa, sc);
+                bt__k_wg_afrag<T, BQ / 16>(da, dp);
+                bt__k_wg_pin(dv); bt__k_wg_pin(dk);
+                bt__k_wg_arrive();
+#pragma unroll
+                for (int kk = 0; kk < BQ / 16; kk++) bt__k_wg_rs(dv, pa[kk], bt__k_wg_mnmaj(sG, BQ, kk), (T *)0);   /* dV += P^T dO */
+#pragma unroll
+                for (int kk = 0; kk < BQ / 16; kk++) bt__k_wg_rs(dk, da[kk], bt__k_wg_mnmaj(sQ, BQ, kk), (T *)0);   /* dK += dS^T Q */
+                bt__k_wg_commit();
+                bt__k_wg_wait0();
+                bt__k_wg_pin(dv); bt__k_wg_pin(dk);
+            }
+            if (lane == 0) bt__k_mbar_arrive(empty + 8 * s);
+        }
+        const float sc2[2] = {p.scale, p.scale}, one[2] = {1.f, 1.f};
+        bt__k_wg_store<T, D>((T *)p.gk + bt__k_att_off(p.sgk, bh, p.H), p.sgk[2], key0, p.T, dk, sc2);
+        bt__k_wg_store<T, D>((T *)p.gv + bt__k_att_off(p.sgv, bh, p.H), p.sgv[2], key0, p.T, dv, one);
+    }
+#else
+    __trap();
+#endif
+}
+
+/* -- dQ: grid (B H, query tiles of 128, last first); warpgroup w owns queries q0 + 64 w ..; key
+   tiles of BK; smem Q, dO 128 x D, stages of K, V (BK x D) -- */
+template <typename T, int D, int BK> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt__k_att_dq_wg(bt__k_attp p) {
+#ifdef BT__K_WG
+    enum { BM = 128, ST = 2, KB = BK * D * 2, NS = BK / 2, NO = D / 2 };
+    __shared__ __align__(8) uint64_t bars[2 * ST];   /* full, empty */
+    extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
+    const uint32_t sQ = bt__k_wg_base(bt__k_att_sm), sG = sQ + BM * D * 2, sK = sG + BM * D * 2, sV = sK + ST * KB;
+    const uint32_t full = bt__k_smem(bars), empty = full + 8 * ST;
+    const int nqt = (p.T + BM - 1) / BM, qt = nqt - 1 - (int)blockIdx.y, q0 = qt * BM, nkt = (p.T + BK - 1) / BK;
+    const int nt = p.causal && (q0 + BM - 1) / BK + 1 < nkt ? (q0 + BM - 1) / BK + 1 : nkt;
+    const int64_t bh = blockIdx.x;
+    const int warp = bt__k_warp_id(), lane = threadIdx.x & 31, t = threadIdx.x & 127;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < ST; s++) { bt__k_mbar_init(full + 8 * s, 128); bt__k_mbar_init(empty + 8 * s, 8); }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (warp >= 8) {   /* producer: Q, dO once, then K(j), V(j) */
+        bt__k_wg_regs_dec<BT__K_WG_PRODUCER_REGS>();
+        const T *q = (const T *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const T *)p.k + bt__k_att_off(p.sk, bh, p.H),
+                *v = (const T *)p.v + bt__k_att_off(p.sv, bh, p.H), *go = (const T *)p.go + bt__k_att_off(p.sgo, bh, p.H);
+        for (int j = 0; j < nt; j++) {
+            int s = j % ST;
+            if (j >= ST) bt__k_mbar_wait(empty + 8 * s, (j / ST - 1) & 1);
+            if (j == 0) {
+                bt__k_wg_load<T, BM, D>(sQ, q, p.sq[2], q0, p.T, t);
+                bt__k_wg_load<T, BM, D>(sG, go, p.sgo[2], q0, p.T, t);
+            }
+            bt__k_wg_load<T, BK, D>(sK + s * KB, k, p.sk[2], j * BK, p.T, t);
+            bt__k_wg_load<T, BK, D>(sV + s * KB, v, p.sv[2], j * BK, p.T, t);
+            bt__k_cp_mbar_arrive(full + 8 * s);
+        }
+        asm volatile("cp.async.wait_all;\n" ::: "memory");   /* every copy landed before this warpgroup exits */
+    } else {
+        bt__k_wg_regs_inc<BT__K_WG_CONSUMER_REGS>();
+        const int w = warp >> 2, g = lane >> 2, tg = lane & 3, r0 = q0 + 64 * w + 16 * (warp & 3) + g;
+        float dq[NO], sc[NS], dp[NS], lse2[2], dvr[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            int row = r0 + 8 * r;
+            lse2[r] = row < p.T ? p.lse[bh * p.T + row] * BT__K_ATT_LOG2E : 0.f;
+            dvr[r] = row < p.T ? p.dvec[bh * p.T + row] : 0.f;
+        }
+#pragma unroll
+        for (int i = 0; i < NO; i++) dq[i] = 0.f;
+#pragma unroll
+        for (int i = 0; i < NS; i++) sc[i] = dp[i] = 0.f;
+        for (int j = 0; j < nt; j++) {
+            const int s = j % ST;
+            const uint32_t kb = sK + s * KB, vb = sV + s * KB;
+            bt__k_mbar_wait(full + 8 * s, (j / ST) & 1);
+            bt__k_fence_async();
+            if (!(p.causal && j * BK > q0 + 64 * w + 63)) {   /* else every key follows this warpgroup's queries */
+                bt__k_wg_arrive();
+#pragma unroll
+                for (int kd = 0; kd < D / 16; kd++)   /* S = Q K^T, dP = dO V^T */
+                    bt__k_wg_ss(sc, bt__k_wg_kmaj(sQ, BM, 64 * w, kd), bt__k_wg_kmaj(kb, BK, 0, kd), kd > 0, (T *)0);
+#pragma unroll
+                for (int kd = 0; kd < D / 16; kd++)
+                    bt__k_wg_ss(dp, bt__k_wg_kmaj(sG, BM, 64 * w, kd), bt__k_wg_kmaj(vb, BK, 0, kd), kd > 0, (T *)0);
+                bt__k_wg_commit();
+                bt__k_wg_wait0();
+                bt__k_wg_pin(sc); bt__k_wg_pin(dp);
+                const int edge = (p.causal && j * BK + BK - 1 > q0) || (j + 1) * BK > p.T;
+#pragma unroll
+                for (int i = 0; i < NS; i++) {
+                    int r = (i >> 1) & 1;
+                    float pv = bt__k_ex2(fmaf(sc[i], p.c2, -lse2[r]));
+                    if (edge && bt__k_att_masked(p, j * BK + (i >> 2) * 8 + 2 * tg + (i & 1), r0 + 8 * r)) pv = 0.f;
+                    dp[i] = pv * (dp[i] - dvr[r]);   /* dS / scale */
+                }
+                uint32_t da[BK / 16][4];
+                bt__k_wg_afrag<T, BK / 16>(da, dp);
+                bt__k_wg_pin(dq);
+                bt__k_wg_arrive();
+#pragma unroll
+                for (int kk = 0; kk < BK / 16; kk++) bt__k_wg_rs(dq, da[kk], bt__k_wg_mnmaj(kb, BK, kk), (T *)0);   /* dQ += dS K */
+                bt__k_wg_commit();
+                bt__k_wg_wait0();
+                bt__k_wg_pin(dq);
+            }
+            if (lane == 0) bt__k_mbar_arrive(empty + 8 * s);
+        }
+        const float sc2[2] = {p.scale, p.scale};
+        bt__k_wg_store<T, D>((T *)p.gq + bt__k_att_off(p.sgq, bh, p.H), p.sgq[2], r0, p.T, dq, sc2);
+    }
+#else
+    __trap();
+#endif
 }
 
 /* used by section 10 too */
@@ -2633,19 +3143,80 @@ template <typename P> static void bt__k_att_bwd_tc_run(const bt__k_attp *p, unsi
 /* the f32 kernels' thread tiles cover 64 columns: D is padded to 64 or 128 */
 #define BT__K_ATT_DP_F32(DPV, ...) if ((DPV) <= 64) { const int DP = 64; __VA_ARGS__; } else { const int DP = 128; __VA_ARGS__; }
 
+/* the Hopper path: on unless bt_k_attention_hopper(0) */
+static int bt__k_att_hopper_on = 1;
+static int bt__k_att_wg_ready(void);
+BTDEF int bt_k_attention_hopper(int on) {
+    int prev = bt__k_att_hopper_on | (bt_k_device_count() > 0 && bt__k_att_wg_ready() ? 2 : 0);
+    if (on >= 0) bt__k_att_hopper_on = on != 0;
+    return prev;
+}
+/* 1 when the current device runs the wgmma kernels: compute capability 9.0 and kernels compiled
+   for sm_90a (only that device pass gives them static shared memory: any other pass, e.g. a
+   `make CUDA_ARCH=80` build JIT-compiled on an H100, compiles them empty). Asked once per device. */
+static int bt__k_att_wg_ready(void) {
+    static signed char ready[BT_MAX_GPUS];
+    int dev = bt__k_device();
+    if (dev < 0 || dev >= BT_MAX_GPUS) return 0;
+    if (!ready[dev]) {
+        int major = 0, minor = 0, ok = 0;
+        cudaFuncAttributes a;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess && major == 9 && minor == 0) {
+            if (cudaFuncGetAttributes(&a, (const void *)bt__k_att_fwd_wg<__nv_bfloat16, 64>) == cudaSuccess) ok = a.sharedSizeBytes > 0;
+            else (void)cudaGetLastError();   /* no image for this device: not an error of the caller's */
+        }
+        ready[dev] = ok ? 1 : -1;
+    }
+    return ready[dev] > 0;
+}
+/* the cases the wgmma kernels take: 16-bit data, D 64 or 128, rows 16-byte aligned (inputs) and
+   4-byte aligned (outputs), one CTA column per head */
+static int bt__k_att_wg_use(bt_dtype dt, const bt__k_attp *p) {
+    return bt__k_att_hopper_on && (dt == BT_BF16 || dt == BT_F16) && (p->D == 64 || p->D == 128) && p->vec && p->vec_out &&
+           p->BH <= ((int64_t)1 << 30) && bt__k_att_wg_ready();
+}
+/* shared memory (bytes, + 1 KiB for the 1024-byte alignment): forward Q + 2 x (K, V) tiles of 128
+   rows; dK/dV K, V + 2 x (Q, dO of BQ rows, lse, Dvec); dQ Q, dO + 2 x (K, V of BK rows) */
+static size_t bt__k_att_wg_smem_fwd(int D) { return (size_t)(128 + 4 * 128) * D * 2 + 1024; }
+static size_t bt__k_att_wg_smem_dkv(int D, int BQ) { return (size_t)2 * 128 * D * 2 + 2 * (size_t)bt__k_att_dkv_stage(D, BQ) + 1024; }
+static size_t bt__k_att_wg_smem_dq(int D, int BK) { return (size_t)2 * 128 * D * 2 + (size_t)4 * BK * D * 2 + 1024; }
+template <typename T> static void bt__k_att_fwd_wg_run(const bt__k_attp *p, cudaStream_t s, const char *op) {
+    unsigned tiles = (unsigned)((p->T + 127) / 128);
+    if (p->D == 64) bt__k_att_run(bt__k_att_fwd_wg<T, 64>, p, tiles, BT__K_WG_THREADS, bt__k_att_wg_smem_fwd(64), s, op);
+    else bt__k_att_run(bt__k_att_fwd_wg<T, 128>, p, tiles, BT__K_WG_THREADS, bt__k_att_wg_smem_fwd(128), s, op);
+}
+/* D 64: 128-row query / key tiles in both kernels; D 128: 64 (the accumulators' registers) */
+template <typename T> static void bt__k_att_bwd_wg_run(const bt__k_attp *p, cudaStream_t s, const char *op) {
+    unsigned tiles = (unsigned)((p->T + 127) / 128);
+    if (p->D == 64) {
+        bt__k_att_run(bt__k_att_dq_wg<T, 64, 128>, p, tiles, BT__K_WG_THREADS, bt__k_att_wg_smem_dq(64, 128), s, op);
+        bt__k_att_run(bt__k_att_dkv_wg<T, 64, 128>, p, tiles, BT__K_WG_THREADS, bt__k_att_wg_smem_dkv(64, 128), s, op);
+    } else {
+        bt__k_att_run(bt__k_att_dq_wg<T, 128, 64>, p, tiles, BT__K_WG_THREADS, bt__k_att_wg_smem_dq(128, 64), s, op);
+        bt__k_att_run(bt__k_att_dkv_wg<T, 128, 64>, p, tiles, BT__K_WG_THREADS, bt__k_att_wg_smem_dkv(128, 64), s, op);
+    }
+}
+
 BTDEF void bt_k_attention_strided(bt_dtype dt, void *out, const int64_t *so, float *lse, const void *q, const int64_t *sq,
                                   const void *k, const int64_t *sk, const void *v, const int64_t *sv, int64_t B, int64_t H,
-                                  int64_t Tn, int64_t D, float scale, bt_matmul_precision precision, cudaStream_t s) {
+                                  int64_t Tn, int64_t D, float scale, int causal, bt_matmul_precision precision, cudaStream_t s) {
     const char *op = "bt_k_attention";
     if (B <= 0 || H <= 0 || Tn <= 0 || D <= 0) return;
     bt__k_att_check(op, dt, B, H, Tn, D);
     bt__k_attp p;
     bt__k_att_params(&p, dt, B, H, Tn, D, scale);
+    p.causal = causal != 0;
     p.q = q; p.k = k; p.v = v; p.out = out; p.lse_out = lse;
     memcpy(p.sq, sq, sizeof p.sq); memcpy(p.sk, sk, sizeof p.sk); memcpy(p.sv, sv, sizeof p.sv); memcpy(p.so, so, sizeof p.so);
     size_t es = bt_dtype_size(dt);
     p.vec = bt__k_att_al(q, sq, es, 16) && bt__k_att_al(k, sk, es, 16) && bt__k_att_al(v, sv, es, 16);
     p.vec_out = bt__k_att_al(out, so, es, 4);
+    if (bt__k_att_wg_use(dt, &p)) {
+        if (dt == BT_BF16) bt__k_att_fwd_wg_run<__nv_bfloat16>(&p, s, op);
+        else bt__k_att_fwd_wg_run<__half>(&p, s, op);
+        return;
+    }
     unsigned tiles = (unsigned)((Tn + 63) / 64);
     int dp = bt__k_att_dp(D);
     switch (dt) {
@@ -2665,10 +3236,11 @@ BTDEF size_t bt_k_attention_scratch_cap(size_t bytes) {
     if (bytes) bt__k_att_scratch_cap = bytes;
     return prev;
 }
-/* dK/dV kernel then dQ kernel, over chunks of heads whose dS scratch (the causal 64 x 64 tiles, fp32)
-   fits under bt__k_att_scratch_cap (one head at least) */
+/* dK/dV kernel then dQ kernel, over chunks of heads whose dS scratch (the 64 x 64 tiles, fp32: at and
+   below the diagonal when causal, all when not) fits under bt__k_att_scratch_cap (one head at least) */
 static void bt__k_att_bwd_f32(bt__k_attp *p, unsigned tiles, int dp, cudaStream_t s, const char *op) {
-    size_t per_bh = (size_t)tiles * (tiles + 1) / 2 * 4096 * sizeof(float);
+    size_t ntile = p->causal ? (size_t)tiles * (tiles + 1) / 2 : (size_t)tiles * tiles;
+    size_t per_bh = ntile * 4096 * sizeof(float);
     int64_t chunk = (int64_t)(bt__k_att_scratch_cap / per_bh);
     if (chunk < 1) chunk = 1;
     if (chunk > p->BH) chunk = p->BH;
@@ -2689,13 +3261,14 @@ BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t 
                                            const int64_t *sgv, const void *gout, const int64_t *sgo, const void *q,
                                            const int64_t *sq, const void *k, const int64_t *sk, const void *v, const int64_t *sv,
                                            const void *out, const int64_t *so, const float *lse, int64_t B, int64_t H, int64_t Tn,
-                                           int64_t D, float scale, bt_matmul_precision precision, cudaStream_t s) {
+                                           int64_t D, float scale, int causal, bt_matmul_precision precision, cudaStream_t s) {
     const char *op = "bt_k_attention_backward";
     if (B <= 0 || H <= 0 || Tn <= 0 || D <= 0) return;
     bt__k_att_check(op, dt, B, H, Tn, D);
     if (!gq || !gk || !gv) bt_error("%s: gq, gk and gv must all be given", op);
     bt__k_attp p;
     bt__k_att_params(&p, dt, B, H, Tn, D, scale);
+    p.causal = causal != 0;
     p.q = q; p.k = k; p.v = v; p.o = out; p.go = gout; p.gq = gq; p.gk = gk; p.gv = gv; p.lse = lse;
     memcpy(p.sq, sq, sizeof p.sq); memcpy(p.sk, sk, sizeof p.sk); memcpy(p.sv, sv, sizeof p.sv); memcpy(p.so, so, sizeof p.so);
     memcpy(p.sgo, sgo, sizeof p.sgo); memcpy(p.sgq, sgq, sizeof p.sgq); memcpy(p.sgk, sgk, sizeof p.sgk);
@@ -2710,6 +3283,12 @@ BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t 
     int dp = bt__k_att_dp(D);
     BT__K_DISPATCH3(dt, op, { bt__k_att_dvec<T><<<nb, 256, 0, s>>>(dvec, p); })
     BT__K_LAUNCHED(op);
+    if (bt__k_att_wg_use(dt, &p)) {
+        if (dt == BT_BF16) bt__k_att_bwd_wg_run<__nv_bfloat16>(&p, s, op);
+        else bt__k_att_bwd_wg_run<__half>(&p, s, op);
+        bt_free(dvec);
+        return;
+    }
     switch (dt) {
     case BT_F32:
         if (precision == BT_MATMUL_TF32) bt__k_att_bwd_tc_run<bt__k_mma_tf32>(&p, tiles, dp, s, op);
@@ -2725,14 +3304,14 @@ BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t 
 BTDEF void bt_k_attention(bt_dtype dt, void *out, float *lse, const void *q, const void *k, const void *v, int64_t B,
                           int64_t H, int64_t Tn, int64_t D, float scale, cudaStream_t s) {
     int64_t st[3] = {H * Tn * D, Tn * D, D};
-    bt_k_attention_strided(dt, out, st, lse, q, st, k, st, v, st, B, H, Tn, D, scale, BT_MATMUL_FP32, s);
+    bt_k_attention_strided(dt, out, st, lse, q, st, k, st, v, st, B, H, Tn, D, scale, 1, BT_MATMUL_FP32, s);
 }
 BTDEF void bt_k_attention_backward(bt_dtype dt, void *gq, void *gk, void *gv, const void *gout, const void *q,
                                    const void *k, const void *v, const void *out, const float *lse, int64_t B, int64_t H,
                                    int64_t Tn, int64_t D, float scale, cudaStream_t s) {
     int64_t st[3] = {H * Tn * D, Tn * D, D};
     bt_k_attention_backward_strided(dt, gq, st, gk, st, gv, st, gout, st, q, st, k, st, v, st, out, st, lse, B, H, Tn, D,
-                                    scale, BT_MATMUL_FP32, s);
+                                    scale, 1, BT_MATMUL_FP32, s);
 }
 
 /* ---- 10. matmul (cuBLASLt) ------------------------------------------------------------------------

@@ -2643,7 +2643,7 @@ static void bt__attention_compute(bt_tensor *q, bt_tensor *k, bt_tensor *v, bt_t
     if (bt__is_gpu(q)) {
 #ifdef BT_CUDA
         BT__ON_GPU(bt_device_of(q), stream) bt_k_attention_strided(dt, bt_data_ptr(o), o->stride, (float *)bt_data_ptr(lse), bt_data_ptr(q), q->stride,
-                               bt_data_ptr(k), k->stride, bt_data_ptr(v), v->stride, B, H, T, D, (float)scale, bt__g.precision,
+                               bt_data_ptr(k), k->stride, bt_data_ptr(v), v->stride, B, H, T, D, (float)scale, 1, bt__g.precision,
                                stream);
 #endif
         return;
@@ -2684,7 +2684,7 @@ static void bt__attention_grads(bt_tensor *q, bt_tensor *k, bt_tensor *v, bt_ten
         BT__ON_GPU(bt_device_of(q), stream) bt_k_attention_backward_strided(dt, bt_data_ptr(gq), gq->stride, bt_data_ptr(gk), gk->stride, bt_data_ptr(gv), gv->stride,
                                         bt_data_ptr(gc), gc->stride, bt_data_ptr(q), q->stride, bt_data_ptr(k), k->stride,
                                         bt_data_ptr(v), v->stride, bt_data_ptr(o), o->stride, (const float *)bt_data_ptr(lse),
-                                        B, H, T, D, (float)scale, bt__g.precision, stream);
+                                        B, H, T, D, (float)scale, 1, bt__g.precision, stream);
 #endif
         return;
     }

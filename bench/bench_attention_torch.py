@@ -5,8 +5,12 @@ Rows bf16 and f32 run with TF32 off; row tf32 is f32 data with
 torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32 set (what train_gpt2's
 tf32 mode is compared with). Medians of CUDA-event timings after warm-up. Prints one line per row:
   sdpa <row> fwd_us=<median> bwd_us=<median> backend=<what torch picked, if it says>
-Usage: python3 bench/bench_attention_torch.py --B 16 --H 12 --T 1024 --D 64 [--reps 25]"""
+Usage: python3 bench/bench_attention_torch.py --B 16 --H 12 --T 1024 --D 64 [--reps 25]
+--sweep: bf16 over the shapes bench_kernels.cu sweeps (B 16, H 12; T 512..4096 at D 64, T 1024 and
+4096 at D 128; causal and not), with the default backend, flash and cuDNN forced, one line each:
+  sweep T=<T> D=<D> causal=<0|1> backend=<default|flash|cudnn> fwd_us=<median> bwd_us=<median> picked=<node>"""
 import argparse
+import contextlib
 import torch
 import torch.nn.functional as F
 
@@ -24,6 +28,42 @@ def median_us(fn, reps, warm=3):
     return 1000.0 * t[reps // 2]
 
 
+SWEEP = [(t, 64, c) for c in (1, 0) for t in (512, 1024, 2048, 4096)] + [(t, 128, c) for c in (1, 0) for t in (1024, 4096)]
+
+
+def sweep(reps):
+    from torch.nn.attention import sdpa_kernel, SDPBackend
+    dev = "cuda"
+    B, H = 16, 12
+    for T, D, causal in SWEEP:
+        g = torch.Generator(device=dev).manual_seed(1)
+        qkv = torch.randn(B, T, 3, H, D, device=dev, dtype=torch.bfloat16, generator=g)
+        q, k, v = (qkv[:, :, i].transpose(1, 2).detach().requires_grad_() for i in range(3))
+        go = torch.randn(B, H, T, D, device=dev, dtype=torch.bfloat16, generator=g)
+        for name, backends in (("default", None), ("flash", [SDPBackend.FLASH_ATTENTION]), ("cudnn", [SDPBackend.CUDNN_ATTENTION])):
+            try:
+                ctx = sdpa_kernel(backends) if backends else contextlib.nullcontext()
+                with ctx:
+                    def fwd():
+                        with torch.no_grad():
+                            return F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+
+                    out = F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+                    picked = type(out.grad_fn).__name__.replace("ScaledDotProduct", "").replace("Backward0", "")
+
+                    def bwd():
+                        torch.autograd.grad(out, (q, k, v), go, retain_graph=True)
+
+                    f = median_us(fwd, reps)
+                    b = median_us(bwd, reps)
+                print(f"sweep T={T} D={D} causal={causal} backend={name} fwd_us={f:.1f} bwd_us={b:.1f} picked={picked}", flush=True)
+                del out
+            except Exception as e:  # a backend that refuses the shape or layout
+                print(f"sweep T={T} D={D} causal={causal} backend={name} unavailable: {str(e).splitlines()[0][:120]}", flush=True)
+        del qkv, q, k, v, go
+        torch.cuda.empty_cache()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--B", type=int, default=16)
@@ -31,7 +71,11 @@ def main():
     ap.add_argument("--T", type=int, default=1024)
     ap.add_argument("--D", type=int, default=64)
     ap.add_argument("--reps", type=int, default=25)
+    ap.add_argument("--sweep", action="store_true")
     a = ap.parse_args()
+    if a.sweep:
+        sweep(a.reps)
+        return
     dev = "cuda"
     for name, dt, tf32 in (("bf16", torch.bfloat16, False), ("f32", torch.float32, False), ("tf32", torch.float32, True)):
         torch.backends.cuda.matmul.allow_tf32 = tf32

@@ -15,6 +15,9 @@
    to PyTorch's SDPA (is_causal; TF32 allowed for its tf32 row only) timed by
    bench/bench_attention_torch.py (run through popen from the repository root: same GPU, same
    run); the ratio lines say how fast ours is against it. The last lines are a markdown table.
+   The attention group also times bf16 on the sm_80 kernels (the wgmma path off) and a sweep over
+   T = 512 .. 4096 (B 16, H 12, D 64 and 128, causal and not) next to PyTorch's default, flash and
+   cuDNN SDPA backends (bench_attention_torch.py --sweep); its table is printed last.
    BT_BENCH_ONLY=<layernorm|gelu|softmax|cross_entropy|attention|adamw|embedding|matmul> times one
    group only, BT_BENCH_TORCH=0 skips PyTorch (for a profiler run). */
 #define BT_ALLOC_IMPLEMENTATION
@@ -32,7 +35,7 @@
 static cudaStream_t S;
 static cudaEvent_t e0[REPS], e1[REPS];
 static double g_copy_bw, g_peak_tflops;   /* bytes/s, flop/s measured here */
-static char g_rows[64][256];
+static char g_rows[128][256];
 static int g_nrows;
 static double g_attn_us[3][2], g_sdpa_us[3][2];   /* [bf16, f32, tf32][fwd, bwd] */
 static const char *g_attn_name[3] = {"bf16", "f32", "tf32"};
@@ -72,8 +75,83 @@ static void report(const char *name, const char *shape, double ms, double bytes,
     if (bytes > 0) { snprintf(bw, sizeof bw, "%.0f", bytes / s / 1e9); snprintf(pc, sizeof pc, "%.0f%%", 100 * bytes / s / g_copy_bw); }
     if (flops > 0) { snprintf(tf, sizeof tf, "%.0f", flops / s / 1e12); snprintf(pt, sizeof pt, "%.0f%%", 100 * flops / s / g_peak_tflops); }
     printf("%-34s %-30s %9.1f us %7s GB/s %5s %6s TFLOP/s %5s\n", name, shape, ms * 1e3, bw, pc, tf, pt);
-    if (g_nrows < 64)
+    if (g_nrows < 128)
         snprintf(g_rows[g_nrows++], 256, "| %s | %s | %.1f | %s | %s | %s | %s |", name, shape, ms * 1e3, bw, pc, tf, pt);
+}
+
+/* ---- bf16 attention over T = 512 .. 4096 (B 16, H 12; D 64, and 128 at two T), causal and not,
+   on the model's [B, T, 3, H, D] strides, next to PyTorch's SDPA backends (default, flash, cuDNN)
+   timed by bench/bench_attention_torch.py --sweep in the same run. Flops: 4 B H T^2 D forward
+   (half when causal), 2.5x that backward (the useful products; ours does 3.5x). The last table
+   gives each shape's times, TFLOP/s, % of the measured bf16 product peak and the ratios. ---- */
+#define NSWEEP 12
+static const int g_sw_T[NSWEEP] = {512, 1024, 2048, 4096, 512, 1024, 2048, 4096, 1024, 4096, 1024, 4096};
+static const int g_sw_D[NSWEEP] = {64, 64, 64, 64, 64, 64, 64, 64, 128, 128, 128, 128};
+static const int g_sw_C[NSWEEP] = {1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0, 0};
+static double g_sw_us[NSWEEP][2], g_sw_torch[NSWEEP][3][2];   /* [shape][default, flash, cudnn][fwd, bwd] */
+static char g_sw_backend[NSWEEP][32];
+static void attention_sweep(void) {
+    const int64_t AB = 16, H = 12;
+    int nc = 1;
+    double ms;
+    char shp[96];
+    for (int i = 0; i < NSWEEP; i++) {
+        int64_t T = g_sw_T[i], D = g_sw_D[i], n = AB * H * T * D;
+        int64_t sqkv[3] = {T * 3 * H * D, D, 3 * H * D}, so[3] = {T * H * D, D, H * D};
+        char *qkv = (char *)randn(BT_BF16, 3 * n, 200 + i, 1), *gqkv = (char *)dev(3 * n * 2);
+        void *g = randn(BT_BF16, n, 300 + i, 1), *o = dev(n * 2);
+        float *lse = (float *)dev(AB * H * T * 4);
+        const void *q = qkv, *k = qkv + H * D * 2, *v = qkv + 2 * H * D * 2;
+        void *gq = gqkv, *gk = gqkv + H * D * 2, *gv = gqkv + 2 * H * D * 2;
+        double f = 4.0 * AB * H * T * T * D / (g_sw_C[i] ? 2 : 1);
+        float sc = (float)(1.0 / sqrt((double)D));
+        snprintf(shp, sizeof shp, "B16 H12 T%lld D%lld bf16 %s", (long long)T, (long long)D, g_sw_C[i] ? "causal" : "full");
+        BENCH(ms, bt_k_attention_strided(BT_BF16, o, so, lse, q, sqkv, k, sqkv, v, sqkv, AB, H, T, D, sc, g_sw_C[i],
+                                         BT_MATMUL_FP32, S));
+        report("attention sweep", shp, ms, 0, f);
+        g_sw_us[i][0] = ms * 1e3;
+        BENCH(ms, bt_k_attention_backward_strided(BT_BF16, gq, sqkv, gk, sqkv, gv, sqkv, g, so, q, sqkv, k, sqkv, v, sqkv, o, so,
+                                                  lse, AB, H, T, D, sc, g_sw_C[i], BT_MATMUL_FP32, S));
+        report("attention sweep backward", shp, ms, 0, 2.5 * f);
+        g_sw_us[i][1] = ms * 1e3;
+        bt_free(qkv); bt_free(gqkv); bt_free(g); bt_free(o); bt_free(lse);
+    }
+    CK(cudaStreamSynchronize(S));
+    const char *tv = getenv("BT_BENCH_TORCH");
+    FILE *pp = tv && strcmp(tv, "0") == 0 ? NULL : popen("python3 bench/bench_attention_torch.py --sweep 2>&1", "r");
+    char line[512];
+    while (pp && fgets(line, sizeof line, pp)) {
+        int T, D, C;
+        double fu, bu;
+        char be[32], got[32] = "?";
+        if (sscanf(line, "sweep T=%d D=%d causal=%d backend=%31s fwd_us=%lf bwd_us=%lf picked=%31s", &T, &D, &C, be, &fu, &bu,
+                   got) >= 6) {
+            int b = strcmp(be, "flash") == 0 ? 1 : strcmp(be, "cudnn") == 0 ? 2 : 0;
+            for (int i = 0; i < NSWEEP; i++)
+                if (g_sw_T[i] == T && g_sw_D[i] == D && g_sw_C[i] == C) {
+                    g_sw_torch[i][b][0] = fu; g_sw_torch[i][b][1] = bu;
+                    if (b == 0) snprintf(g_sw_backend[i], sizeof g_sw_backend[i], "%s", got);
+                }
+        } else {
+            printf("bench_attention_torch.py: %s", line);
+        }
+    }
+    if (pp) pclose(pp);
+}
+static void attention_sweep_table(void) {
+    printf("\n| attention bf16, B16 H12 | ours fwd us | TFLOP/s | %% peak | ours bwd us | TFLOP/s | %% peak | torch default fwd / bwd us"
+           " | flash fwd / bwd | cuDNN fwd / bwd | ours vs default fwd, bwd | ours vs cuDNN fwd, bwd |\n"
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- | --- | --- |\n");
+    for (int i = 0; i < NSWEEP; i++) {
+        double f = 4.0 * 16 * 12 * (double)g_sw_T[i] * g_sw_T[i] * g_sw_D[i] / (g_sw_C[i] ? 2 : 1), fb = 2.5 * f;
+        double tf = f / (g_sw_us[i][0] * 1e-6) / 1e12, tb = fb / (g_sw_us[i][1] * 1e-6) / 1e12;
+        const double (*t)[2] = g_sw_torch[i];
+        printf("| T%d D%d %s | %.1f | %.0f | %.0f%% | %.1f | %.0f | %.0f%% | %.1f / %.1f (%s) | %.1f / %.1f | %.1f / %.1f | "
+               "%.2fx, %.2fx | %.2fx, %.2fx |\n",
+               g_sw_T[i], g_sw_D[i], g_sw_C[i] ? "causal" : "full", g_sw_us[i][0], tf, 100 * tf * 1e12 / g_peak_tflops,
+               g_sw_us[i][1], tb, 100 * tb * 1e12 / g_peak_tflops, t[0][0], t[0][1], g_sw_backend[i], t[1][0], t[1][1], t[2][0],
+               t[2][1], t[0][0] / g_sw_us[i][0], t[0][1] / g_sw_us[i][1], t[2][0] / g_sw_us[i][0], t[2][1] / g_sw_us[i][1]);
+    }
 }
 
 int main(void) {
@@ -186,13 +264,24 @@ int main(void) {
             double f = 2.0 * AB * H * T * T * D / 2;   /* one causal product */
             snprintf(shp, sizeof shp, "B%lld H%lld T%lld D%lld %s [B,T,H,D]", (long long)AB, (long long)H, (long long)T,
                      (long long)D, g_attn_name[a]);
-            BENCH(ms, bt_k_attention_strided(dt, o, so, lse, q, sqkv, k, sqkv, v, sqkv, AB, H, T, D, 0.125f, apr[a], S));
+            BENCH(ms, bt_k_attention_strided(dt, o, so, lse, q, sqkv, k, sqkv, v, sqkv, AB, H, T, D, 0.125f, 1, apr[a], S));
             report("attention", shp, ms, 0, 2 * f);
             g_attn_us[a][0] = ms * 1e3;
             BENCH(ms, bt_k_attention_backward_strided(dt, gq, sqkv, gk, sqkv, gv, sqkv, g, so, q, sqkv, k, sqkv, v, sqkv, o, so,
-                                                      lse, AB, H, T, D, 0.125f, apr[a], S));
+                                                      lse, AB, H, T, D, 0.125f, 1, apr[a], S));
             report("attention_backward", shp, ms, 0, 5 * f);
             g_attn_us[a][1] = ms * 1e3;
+            if (a == 0) {   /* bf16 on the sm_80 kernels too (the wgmma path off), for the comparison */
+                int prev = bt_k_attention_hopper(0);
+                snprintf(shp, sizeof shp, "B%lld H%lld T%lld D%lld bf16 sm80 path", (long long)AB, (long long)H, (long long)T,
+                         (long long)D);
+                BENCH(ms, bt_k_attention_strided(dt, o, so, lse, q, sqkv, k, sqkv, v, sqkv, AB, H, T, D, 0.125f, 1, apr[a], S));
+                report("attention", shp, ms, 0, 2 * f);
+                BENCH(ms, bt_k_attention_backward_strided(dt, gq, sqkv, gk, sqkv, gv, sqkv, g, so, q, sqkv, k, sqkv, v, sqkv, o,
+                                                          so, lse, AB, H, T, D, 0.125f, 1, apr[a], S));
+                report("attention_backward", shp, ms, 0, 5 * f);
+                bt_k_attention_hopper(prev & 1);
+            }
             bt_free(qkv); bt_free(gqkv); bt_free(g); bt_free(o); bt_free(lse);
         }
         /* PyTorch in the same run (another process, the same GPU); BT_BENCH_TORCH=0 skips it */
@@ -217,6 +306,7 @@ int main(void) {
             }
         }
         if (pp) pclose(pp);
+        attention_sweep();
     }
     /* ---- AdamW over 124M parameters, bf16 grads ---- */
     if (want("adamw")) {
@@ -280,6 +370,7 @@ int main(void) {
             if (g_sdpa_us[a][d] > 0)
                 printf("attention %s %s: ours %.1f us, torch sdpa %.1f us, speed ours / torch = %.2fx\n", g_attn_name[a],
                        d ? "backward" : "forward", g_attn_us[a][d], g_sdpa_us[a][d], g_sdpa_us[a][d] / g_attn_us[a][d]);
+    if (want("attention")) attention_sweep_table();
     bt_k_shutdown();
     return 0;
 }

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# attn_gpu.sh - one device call for the attention kernels of bt_kernels.cuh section 9 (issue 12):
+# build for sm_90a, show that the wgmma kernels hold HGMMA, run the attention tests (full size,
+# then quick under compute-sanitizer memcheck), time the attention group of bench_kernels next to
+# PyTorch's SDPA (default, flash, cuDNN), and print a short table last.
+# Usage, from the repository root on the GPU machine:
+#   bash bench/attn_gpu.sh              build with make (CUDA_ARCH=90a, the default), then run
+#   NOBUILD=1 bash bench/attn_gpu.sh    use build/tests/test_kernels_gpu and build/bench_kernels as carried
+#   SAN=0 ...                           skip the memcheck pass;  TORCH=0 ... skip PyTorch
+# Full logs go to $OUT (default /tmp/bt_out).
+set -uo pipefail
+OUT=${OUT:-/tmp/bt_out}; mkdir -p "$OUT"
+NVCC=nvcc; command -v nvcc >/dev/null || NVCC=/usr/local/cuda/bin/nvcc
+CUOBJDUMP=$(dirname "$(command -v $NVCC)")/cuobjdump
+TEST=build/tests/test_kernels_gpu BENCH=build/bench_kernels
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader | tee "$OUT/gpu.txt"
+if [ -z "${NOBUILD:-}" ]; then
+  # -Xptxas -v: registers / spills of the wgmma kernels; C7508/C7512/C7520 would say setmaxnreg was
+  # ignored or the wgmmas were serialized
+  NVFLAGS="-O3 -Xptxas -v" make -j16 NVCC_PATH=$NVCC $TEST $BENCH > "$OUT/build.txt" 2>&1 || { tail -30 "$OUT/build.txt"; exit 1; }
+  grep -A3 "_wg.*sm_90a" "$OUT/build.txt" | grep -E "spill|Used" | sort | uniq -c | head -8
+  grep -E "C75(08|12|20)" "$OUT/build.txt" | head -5
+fi
+# the SASS of the wgmma kernels must hold HGMMA (warpgroup MMAs), not only HMMA
+if [ -x "$CUOBJDUMP" ]; then
+  "$CUOBJDUMP" -sass "$TEST" | awk '/Function :/ {f = $3} /HGMMA/ && f ~ /_wg/ {n[f]++} END {for (k in n) print "HGMMA", n[k], k}' \
+    | sort -k3 | tee "$OUT/hgmma.txt"
+fi
+# the attention tests at full size (BT_TEST_VERBOSE=1: every check with its error, in the log)
+BT_TEST_ONLY=attention BT_TEST_VERBOSE=1 timeout 420 "$TEST" > "$OUT/test_attention.txt" 2>&1
+echo "tests: exit $? $(grep -c ' FAIL$' "$OUT/test_attention.txt") failed checks"
+grep -E "wgmma path|FAIL|^attention |passed, .* failed" "$OUT/test_attention.txt" | head -20
+if [ "${SAN:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+  BT_TEST_QUICK=1 BT_TEST_ONLY=attention timeout 420 compute-sanitizer --tool memcheck --error-exitcode 9 "$TEST" \
+    > "$OUT/memcheck_attention.txt" 2>&1
+  echo "memcheck: exit $? $(grep 'ERROR SUMMARY' "$OUT/memcheck_attention.txt")"
+fi
+BT_BENCH_ONLY=attention BT_BENCH_TORCH=${TORCH:-1} timeout 420 "$BENCH" > "$OUT/bench_attention.txt" 2>&1
+echo "bench: exit $?"
+echo "=== summary ($(cat "$OUT/gpu.txt"))"
+grep -E "passed, .* failed" "$OUT/test_attention.txt"
+grep -E "ERROR SUMMARY" "$OUT/memcheck_attention.txt" 2>/dev/null
+grep -E "^ceilings|^\| attention( |_backward)|^attention (bf16|f32|tf32)" "$OUT/bench_attention.txt"
+sed -n '/^| attention bf16, B16 H12/,$p' "$OUT/bench_attention.txt"
