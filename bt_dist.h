@@ -1064,8 +1064,9 @@ static int bt__connect_retry(const bt_store *s, double t0, double deadline) {
         int fatal = 0, fd = bt__connect_once(s->host, s->port, deadline, why, sizeof why, &fatal);
         if (fd >= 0) return fd;
         if (fatal) return bt__dist_fail_msg("rank %d: could not reach rank 0 at %s:%d: %s (MASTER_ADDR)", s->rank, s->host, s->port, why);
-        if (bt__now() + backoff >= deadline) break;
-        bt__sleep(backoff);
+        double left = deadline - bt__now();
+        if (left <= 0) break;
+        bt__sleep(backoff < left ? backoff : left);
         backoff = backoff * 2 > 1.0 ? 1.0 : backoff * 2;
     }
     return bt__dist_fail_msg("rank %d: could not reach rank 0 at %s:%d after %.3g s (last error: %s); is rank 0 running, and are "
@@ -1725,13 +1726,20 @@ static void bt__dist_opts_defaults(bt_dist_opts *o, const bt_dist_opts *in) {
 }
 
 BTDEF bt_dist *bt_dist_init(const bt_dist_opts *opts) {
+    bt_dist_env env;
     setenv("NCCL_NVLS_ENABLE", "0", 0);   /* before any NCCL call: multicast stays off (see the top) */
+    if (opts && opts->env) env = *opts->env;
+    else if (bt_dist_env_read(&env)) bt_error("bt_dist_init: %s", bt_dist_error());
+#if !BT_DIST_NCCL
+    if (env.world > 1 && !(opts && opts->store_only))
+        bt_error("bt_dist_init: world size %d (%s), but this build has no CUDA/NCCL; build with nvcc (make) to run more than one "
+                 "process", env.world, bt_launcher_name(env.launcher));
+#endif
     bt_dist *d = (bt_dist *)bt__dcalloc(1, sizeof(bt_dist));
     bt__dist_state *S = d->state = (bt__dist_state *)bt__dcalloc(1, sizeof(bt__dist_state));
     bt__dist_opts_defaults(&S->opts, opts);
-    if (S->opts.env) d->env = *S->opts.env;
-    else if (bt_dist_env_read(&d->env)) { char m[1024]; snprintf(m, sizeof m, "%s", bt_dist_error()); bt__dfree(S); bt__dfree(d); bt_error("bt_dist_init: %s", m); }
-    d->rank = d->env.rank; d->world = d->env.world; d->local_rank = d->env.local_rank; d->local_world = d->env.local_world;
+    d->env = env;
+    d->rank = env.rank; d->world = env.world; d->local_rank = env.local_rank; d->local_world = env.local_world;
     d->device = -1;
     if (gethostname(d->host, sizeof d->host - 1) != 0) snprintf(d->host, sizeof d->host, "?");
     pthread_mutexattr_t ma;
@@ -1742,10 +1750,6 @@ BTDEF bt_dist *bt_dist_init(const bt_dist_opts *opts) {
     pthread_mutexattr_destroy(&ma);
 #if BT_DIST_NCCL
     if (!S->opts.store_only) bt__dist_gpu(d);
-#else
-    if (d->world > 1 && !S->opts.store_only)
-        bt_error("bt_dist_init: world size %d (%s), but this build has no CUDA/NCCL; build with nvcc (make) to run more than one "
-                 "process", d->world, bt_launcher_name(d->env.launcher));
 #endif
     if (d->world == 1) { d->world_comm = bt__comm_new(d, "world", 0, 1, NULL); return d; }
     bt__dist_install_handler(d);
