@@ -1443,6 +1443,8 @@ BTDEF void bt_dist_abort(bt_dist *d, const char *msg) {
 BTDEF void bt_dist_error_handler(const char *msg, void *user) {
     bt_dist *d = (bt_dist *)user;
     char m[1200];
+    /* an NCCL call that failed because a peer died: give the watchdog a moment to say so first */
+    if (d->state->watchdog_on) bt__sleep(0.3);
     snprintf(m, sizeof m, "rank %d (%s): bt error: %s", d->rank, d->host, msg);
     bt__dist_die(d, d->rank, 1, m);
 }
@@ -1460,6 +1462,13 @@ static void bt__peer_failed(bt_dist *d, int st, int who) {
 }
 
 #if BT_DIST_NCCL
+/* A collective that fails or hangs is usually a peer that died: when the liveness links say so
+   within a moment, that is the message (the root cause), not the collective's. Watchdog only. */
+static void bt__prefer_peer_news(bt_dist *d) {
+    int who = -1, st = d->state->store ? bt_store_check_peers(d->state->store, 300, &who) : BT_PEER_OK;
+    if (st > 0) bt__peer_failed(d, st, who);
+}
+
 /* retire finished collectives from the head; the watchdog's timeout and error checks */
 static void bt__ring_retire(bt__dist_state *S, int *timed_out, const char **op, const char **comm, double *age, cudaError_t *err) {
     while (S->ring_count) {
@@ -1486,6 +1495,7 @@ static void bt__watch_collectives(bt_dist *d) {
     bt__ring_retire(S, &timed_out, &op, &comm, &age, &err);
     pthread_mutex_unlock(&S->ring_lock);
     char m[512];
+    if (timed_out || err != cudaSuccess) bt__prefer_peer_news(d);
     if (timed_out) {
         snprintf(m, sizeof m, "rank %d (%s): collective %s on communicator %s timed out after %.0f s (a peer may have died or hung); "
                  "aborting", d->rank, d->host, op, comm, age);
@@ -1501,9 +1511,10 @@ static void bt__watch_collectives(bt_dist *d) {
         if (!S->comms[i] || !S->comms[i]->handle) continue;
         ncclCommGetAsyncError((ncclComm_t)S->comms[i]->handle, &r);
         if (r == ncclSuccess || r == ncclInProgress) continue;
+        pthread_mutex_unlock(&S->nccl_lock);
+        bt__prefer_peer_news(d);
         snprintf(m, sizeof m, "rank %d (%s): NCCL error on communicator %s: %s (%s); aborting", d->rank, d->host, S->comms[i]->name,
                  ncclGetErrorString(r), ncclGetLastError((ncclComm_t)S->comms[i]->handle));
-        pthread_mutex_unlock(&S->nccl_lock);
         bt__dist_die(d, d->rank, 1, m);
     }
     pthread_mutex_unlock(&S->nccl_lock);
