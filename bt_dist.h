@@ -1384,7 +1384,7 @@ typedef struct bt__dist_state {
     void *prev_user;
     int handler_installed;
 #if BT_DIST_NCCL
-    struct { cudaEvent_t ev; double t0; const char *op; const char *comm; } ring[BT__DIST_RING];
+    struct { cudaEvent_t ev; double t0; const char *op; char comm[32]; } ring[BT__DIST_RING];
     int ring_head, ring_count, ring_ready;
 #endif
 } bt__dist_state;
@@ -1470,13 +1470,13 @@ static void bt__prefer_peer_news(bt_dist *d) {
 }
 
 /* retire finished collectives from the head; the watchdog's timeout and error checks */
-static void bt__ring_retire(bt__dist_state *S, int *timed_out, const char **op, const char **comm, double *age, cudaError_t *err) {
+static void bt__ring_retire(bt__dist_state *S, int *timed_out, const char **op, char *comm, double *age, cudaError_t *err) {
     while (S->ring_count) {
         int h = S->ring_head;
         cudaError_t q = cudaEventQuery(S->ring[h].ev);
         if (q == cudaErrorNotReady) {
             double a = bt__now() - S->ring[h].t0;
-            if (timed_out && a > S->opts.nccl_timeout_s) { *timed_out = 1; *op = S->ring[h].op; *comm = S->ring[h].comm; *age = a; }
+            if (timed_out && a > S->opts.nccl_timeout_s) { *timed_out = 1; *op = S->ring[h].op; memcpy(comm, S->ring[h].comm, 32); *age = a; }
             return;
         }
         if (q != cudaSuccess) { if (err) *err = q; return; }
@@ -1488,11 +1488,12 @@ static void bt__ring_retire(bt__dist_state *S, int *timed_out, const char **op, 
 static void bt__watch_collectives(bt_dist *d) {
     bt__dist_state *S = d->state;
     int timed_out = 0;
-    const char *op = "", *comm = "";
+    const char *op = "";
+    char comm[32] = "";
     double age = 0;
     cudaError_t err = cudaSuccess;
     pthread_mutex_lock(&S->ring_lock);
-    bt__ring_retire(S, &timed_out, &op, &comm, &age, &err);
+    bt__ring_retire(S, &timed_out, &op, comm, &age, &err);
     pthread_mutex_unlock(&S->ring_lock);
     char m[512];
     if (timed_out || err != cudaSuccess) bt__prefer_peer_news(d);
@@ -1635,7 +1636,8 @@ static void bt__track(bt_comm *c, const char *op, cudaStream_t s) {
     }
     int t = (S->ring_head + S->ring_count) % BT__DIST_RING;
     cudaError_t e = cudaEventRecord(S->ring[t].ev, s);
-    S->ring[t].t0 = bt__now(); S->ring[t].op = op; S->ring[t].comm = c->name;
+    S->ring[t].t0 = bt__now(); S->ring[t].op = op;
+    memcpy(S->ring[t].comm, c->name, sizeof c->name);
     S->ring_count++;
     pthread_mutex_unlock(&S->ring_lock);
     if (e != cudaSuccess) bt_error("rank %d: %s: cudaEventRecord failed: %s", c->dist->rank, op, cudaGetErrorString(e));
@@ -1821,17 +1823,19 @@ static void bt__dist_destroy_comms(bt_dist *d) {
     for (int i = S->n_comms - 1; i >= 0; i--) {
         bt_comm *c = S->comms[i];
 #if BT_DIST_NCCL
-        if (c->handle) {
+        ncclComm_t h = (ncclComm_t)c->handle;
+        if (h) {
             bt__nccl_lock(d);
-            bt__nccl_done(c, (ncclComm_t)c->handle, ncclCommFinalize((ncclComm_t)c->handle), "ncclCommFinalize", S->opts.nccl_timeout_s);
-            bt__nccl_lock(d);
-            ncclCommDestroy((ncclComm_t)c->handle);
-            c->handle = NULL;
-            pthread_mutex_unlock(&S->nccl_lock);
+            bt__nccl_done(c, h, ncclCommFinalize(h), "ncclCommFinalize", S->opts.nccl_timeout_s);
         }
 #endif
-        bt__dfree(c);
+        pthread_mutex_lock(&S->nccl_lock);   /* the watchdog reads S->comms under this lock */
         S->comms[i] = NULL;
+#if BT_DIST_NCCL
+        if (h) ncclCommDestroy(h);
+#endif
+        pthread_mutex_unlock(&S->nccl_lock);
+        bt__dfree(c);
     }
     S->n_comms = 0;
 }
@@ -1889,20 +1893,26 @@ static ncclDataType_t bt__nccl_dtype(bt_dtype dt) {
     default: return ncclFloat32;
     }
 }
-static ncclRedOp_t bt__nccl_op(bt_comm *c, const char *what, bt_red_op op, bt_dtype dt) {
-    if (op == BT_RED_AVG && dt == BT_I32) bt_error("%s on %s: average of i32 is not defined; sum instead", what, c->name);
+static ncclRedOp_t bt__nccl_op(bt_red_op op) {
     return op == BT_RED_SUM ? ncclSum : op == BT_RED_AVG ? ncclAvg : op == BT_RED_MAX ? ncclMax : ncclMin;
 }
+/* call is evaluated with nccl_lock held: it must not raise (arguments are checked before) */
 #define BT__COLL(c, what, call, stream) do { ncclComm_t nc__ = (ncclComm_t)(c)->handle; bt__nccl_lock((c)->dist); \
     bt__nccl_done((c), nc__, (call), what, (c)->dist->state->opts.nccl_timeout_s); bt__track((c), what, (stream)); } while (0)
 #endif
 
+static void bt__check_op(bt_comm *c, const char *what, bt_red_op op, bt_dtype dt) {
+    if ((unsigned)op > BT_RED_MIN) bt_error("%s on %s: reduction %d; expected BT_RED_SUM, _AVG, _MAX or _MIN", what, c->name, (int)op);
+    if (op == BT_RED_AVG && dt == BT_I32) bt_error("%s on %s: the average of i32 values is not an i32; sum them instead", what, c->name);
+}
+
 BTDEF void bt_all_reduce(bt_comm *c, const void *send, void *recv, int64_t count, bt_dtype dt, bt_red_op op, void *stream) {
     size_t es = bt__coll_check(c, "all_reduce", send, recv, count, dt);
+    bt__check_op(c, "all_reduce", op, dt);
     if (c->size == 1 || !c->handle) { bt__local_copy(recv, send, (size_t)count * es, stream); return; }
 #if BT_DIST_NCCL
     cudaStream_t s = bt__stream(stream);
-    BT__COLL(c, "all_reduce", ncclAllReduce(send, recv, (size_t)count, bt__nccl_dtype(dt), bt__nccl_op(c, "all_reduce", op, dt), nc__, s), s);
+    BT__COLL(c, "all_reduce", ncclAllReduce(send, recv, (size_t)count, bt__nccl_dtype(dt), bt__nccl_op(op), nc__, s), s);
 #else
     (void)op;
 #endif
@@ -1910,11 +1920,12 @@ BTDEF void bt_all_reduce(bt_comm *c, const void *send, void *recv, int64_t count
 
 BTDEF void bt_reduce_scatter(bt_comm *c, const void *send, void *recv, int64_t recv_count, bt_dtype dt, bt_red_op op, void *stream) {
     size_t es = bt__coll_check(c, "reduce_scatter", send, recv, recv_count, dt);
+    bt__check_op(c, "reduce_scatter", op, dt);
     if (c->size == 1 || !c->handle) { bt__local_copy(recv, send, (size_t)recv_count * es, stream); return; }
 #if BT_DIST_NCCL
     cudaStream_t s = bt__stream(stream);
     BT__COLL(c, "reduce_scatter", ncclReduceScatter(send, recv, (size_t)recv_count, bt__nccl_dtype(dt),
-                                                    bt__nccl_op(c, "reduce_scatter", op, dt), nc__, s), s);
+                                                    bt__nccl_op(op), nc__, s), s);
 #else
     (void)op;
 #endif
@@ -1966,6 +1977,7 @@ BTDEF void bt_send_recv(bt_comm *c, const void *send, int64_t send_count, int ds
 BTDEF void bt_reduce_to_owners(bt_comm *c, void *span, int64_t span_lo, int64_t n, int64_t shard, bt_dtype dt, bt_red_op op,
                                void *stream) {
     size_t es = bt__coll_check(c, "reduce_to_owners", span, span, n, dt);
+    bt__check_op(c, "reduce_to_owners", op, dt);
     if (shard < 1 || span_lo < 0 || span_lo + n > shard * (int64_t)c->size)
         bt_error("reduce_to_owners on %s: elements [%lld, %lld) with shards of %lld over %d ranks", c->name, (long long)span_lo,
                  (long long)(span_lo + n), (long long)shard, c->size);
@@ -1979,7 +1991,7 @@ BTDEF void bt_reduce_to_owners(bt_comm *c, void *span, int64_t span_lo, int64_t 
         int owner = (int)(lo / shard);
         int64_t hi = (int64_t)(owner + 1) * shard < span_lo + n ? (int64_t)(owner + 1) * shard : span_lo + n;
         char *p = (char *)span + (size_t)(lo - span_lo) * es;
-        r = ncclReduce(p, p, (size_t)(hi - lo), bt__nccl_dtype(dt), bt__nccl_op(c, "reduce_to_owners", op, dt), owner, nc, s);
+        r = ncclReduce(p, p, (size_t)(hi - lo), bt__nccl_dtype(dt), bt__nccl_op(op), owner, nc, s);
         lo = hi;
     }
     ncclResult_t e = ncclGroupEnd();
@@ -2005,6 +2017,7 @@ struct bt_ddp {
     int *pending;               /* per bucket: parameters still to report this pass */
     unsigned char *seen;        /* per parameter: reported this pass */
     int next;                   /* the next bucket to launch (buckets go out in plan order) */
+    int reported;               /* parameters reported this pass */
     int sync, passes;
     bt__ddp_arg *args;
 #ifdef BT_CUDA
@@ -2037,7 +2050,7 @@ BTDEF int bt_ddp_spans_from_grads(bt_tensor **params, int n, const bt_tensor *fl
 static void bt__ddp_reset(bt_ddp *d) {
     for (int b = 0; b < d->plan.n_buckets; b++) d->pending[b] = d->plan.buckets[b].count;
     memset(d->seen, 0, (size_t)(d->plan.n_params ? d->plan.n_params : 1));
-    d->next = 0;
+    d->next = 0; d->reported = 0;
 }
 
 #ifdef BT_CUDA
@@ -2132,7 +2145,7 @@ BTDEF bt_ddp *bt_ddp_create(bt_comm *c, void *flat_grad, bt_dtype grad_dtype, in
 }
 
 BTDEF void bt_ddp_set_sync(bt_ddp *d, int sync) {
-    if (d->next > 0 && !sync) bt_error("ddp: set_sync(0) in the middle of a synced pass (call bt_ddp_wait first)");
+    if (d->reported > 0 && !sync) bt_error("ddp: set_sync(0) in the middle of a synced pass (call bt_ddp_wait first)");
     d->sync = sync != 0;
 }
 
@@ -2143,6 +2156,7 @@ BTDEF void bt_ddp_param_ready(bt_ddp *d, int param, void *stream) {
         bt_error("ddp: parameter %d reported ready twice in one backward pass (a hook registered twice, or bt_ddp_wait not called "
                  "after the last pass?)", param);
     d->seen[param] = 1;
+    d->reported++;
     d->pending[d->plan.param_bucket[param]]--;
     bt__ddp_launch_ready(d, stream, 0);
 }
