@@ -56,9 +56,10 @@
      Aborting = tell rank 0 (which tells the others), print the message, ncclCommAbort every
      communicator (non-blocking communicators, so abort works while the main thread is blocked in
      CUDA), flush stdio, _exit(1). A guard thread _exits after 10 s should the abort itself hang.
-     bt_dist_init also installs bt_dist_error_handler as bt_error's handler (bt_alloc.h): any
-     bt_error in a rank prints "rank r (host): bt error: ...", aborts the communicators and
-     _exits(1), so the others learn of it within moments instead of hanging in a collective.
+     With world > 1, bt_dist_init also installs bt_dist_error_handler as bt_error's handler
+     (bt_alloc.h; bt_dist_shutdown puts the previous one back): any bt_error in a rank prints
+     "rank r (host): bt error: ...", aborts the communicators and _exits(1), so the others learn
+     of it within moments instead of hanging in a collective.
      A library used inside a multi-process job must not simply exit(): use this handler (or one
      that calls bt_dist_abort). opts.no_error_handler leaves the handler alone.
 
@@ -100,6 +101,12 @@
      per owner), and after the optimizer step bt_all_gather(c, flat + r*S, flat, S, ...) in place
      brings back the updated weights (allocate flat buffers of world * S elements,
      S = bt_shard_numel(n, world, align)).
+     Overlap needs a layout in which the parameters whose gradients are final first lie at the
+     end of the buffer (layers in forward order). Where one tensor kind is stacked over all layers
+     (llm.c's checkpoint order), every bucket that holds a slice of a stacked tensor waits for the
+     first layer's backward; communication then starts only at the end of the backward pass.
+     A parameter that gets no gradient in a pass is communicated by bt_ddp_wait, in plan order,
+     so every rank issues the same collectives in the same order.
 
    THREADS AND SIGNALS
      One watchdog thread per process (world > 1) with all signals blocked; it uses the liveness
@@ -364,11 +371,11 @@ static cudaStream_t bt__stream(void *s) { return s ? (cudaStream_t)s : bt_k_stre
 #define BT__DIST_TLS _Thread_local
 #endif
 #ifdef BT_MALLOC
-#define bt__dmalloc(sz) BT_MALLOC(sz)
-#define bt__dfree(p) BT_FREE(p)
+#define bt__dist_malloc(sz) BT_MALLOC(sz)
+#define bt__dist_free(p) BT_FREE(p)
 #else
-#define bt__dmalloc(sz) malloc(sz)
-#define bt__dfree(p) free(p)
+#define bt__dist_malloc(sz) malloc(sz)
+#define bt__dist_free(p) free(p)
 #endif
 
 static BT__DIST_TLS char bt__dist_errbuf[1024];
@@ -385,10 +392,10 @@ static int bt__dist_fail_msg(const char *fmt, ...) {   /* sets the message; retu
     return -1;
 }
 
-static void *bt__dcalloc(size_t n, size_t size) {   /* zeroed, never NULL for n*size > 0 */
+static void *bt__dist_calloc(size_t n, size_t size) {   /* zeroed, never NULL for n*size > 0 */
     size_t bytes = n * size;
     if (bytes == 0) bytes = 1;
-    void *p = bt__dmalloc(bytes);
+    void *p = bt__dist_malloc(bytes);
     if (!p) bt_error("bt_dist: out of host memory (%zu bytes)", bytes);
     memset(p, 0, bytes);
     return p;
@@ -510,7 +517,8 @@ static int bt__env_master(bt_getenv_fn get, void *user, bt_dist_env *e, const ch
 static int bt__env_torchrun(bt_getenv_fn get, void *user, bt_dist_env *e) {
     e->launcher = BT_LAUNCHER_TORCHRUN;
     if (!bt__env_set(get, user, "RANK")) return bt__dist_fail_msg("WORLD_SIZE is set but RANK is not (torchrun-style launch): set both");
-    if (!bt__env_set(get, user, "WORLD_SIZE")) return bt__dist_fail_msg("RANK is set but WORLD_SIZE is not (torchrun-style launch): set both");
+    if (!bt__env_set(get, user, "WORLD_SIZE"))
+        return bt__dist_fail_msg("RANK is set but WORLD_SIZE is not (torchrun-style launch): set both");
     if (bt__env_int(get, user, "WORLD_SIZE", 1, 1 << 20, &e->world) || bt__env_int(get, user, "RANK", 0, 1 << 20, &e->rank)) return -1;
     if (bt__env_set(get, user, "LOCAL_RANK")) { if (bt__env_int(get, user, "LOCAL_RANK", 0, 1 << 20, &e->local_rank)) return -1; }
     else if (e->world > 1)
@@ -576,7 +584,8 @@ static int bt__env_check(const bt_dist_env *e) {
                                              "OMPI_COMM_WORLD_LOCAL_SIZE"};
     int l = (int)e->launcher;
     if (e->rank >= e->world)
-        return bt__dist_fail_msg("%s=%d is not below %s=%d (%s)", rank_var[l], e->rank, world_var[l], e->world, bt_launcher_name(e->launcher));
+        return bt__dist_fail_msg("%s=%d is not below %s=%d (%s)", rank_var[l], e->rank, world_var[l], e->world,
+                                 bt_launcher_name(e->launcher));
     if (e->local_world > e->world)
         return bt__dist_fail_msg("%s=%d is larger than %s=%d", lworld_var[l], e->local_world, world_var[l], e->world);
     if (e->local_world > 0 && e->local_rank >= e->local_world)
@@ -590,7 +599,8 @@ BTDEF int bt_dist_env_parse(bt_getenv_fn get, void *user, bt_dist_env *e) {
     memset(e, 0, sizeof *e);
     int r;
     if (bt__env_set(get, user, "RANK") || bt__env_set(get, user, "WORLD_SIZE")) r = bt__env_torchrun(get, user, e);
-    else if (bt__env_set(get, user, "OMPI_COMM_WORLD_SIZE") || bt__env_set(get, user, "OMPI_COMM_WORLD_RANK")) r = bt__env_mpi(get, user, e);
+    else if (bt__env_set(get, user, "OMPI_COMM_WORLD_SIZE") || bt__env_set(get, user, "OMPI_COMM_WORLD_RANK"))
+        r = bt__env_mpi(get, user, e);
     else if (bt__env_set(get, user, "SLURM_PROCID")) r = bt__env_slurm(get, user, e);
     else { e->world = 1; e->local_world = 1; return 0; }
     if (r == 0) r = bt__env_check(e);
@@ -643,7 +653,7 @@ static int bt__span_desc(const void *pa, const void *pb) {   /* by offset, then 
 }
 
 BTDEF void bt_bucket_plan_free(bt_bucket_plan *p) {
-    bt__dfree(p->buckets); bt__dfree(p->order); bt__dfree(p->param_bucket);
+    bt__dist_free(p->buckets); bt__dist_free(p->order); bt__dist_free(p->param_bucket);
     memset(p, 0, sizeof *p);
 }
 
@@ -665,9 +675,9 @@ BTDEF int bt_bucket_plan_make(bt_bucket_plan *p, const bt_param_span *params, in
     int64_t cap = (int64_t)((cap_bytes ? cap_bytes : BT_DIST_BUCKET_CAP_DEFAULT) / elem_size);
     if (cap < 1) cap = 1;
     p->n_params = n;
-    p->order = (int *)bt__dcalloc((size_t)n, sizeof(int));
-    p->param_bucket = (int *)bt__dcalloc((size_t)n, sizeof(int));
-    p->buckets = (bt_bucket *)bt__dcalloc((size_t)n, sizeof(bt_bucket));
+    p->order = (int *)bt__dist_calloc((size_t)n, sizeof(int));
+    p->param_bucket = (int *)bt__dist_calloc((size_t)n, sizeof(int));
+    p->buckets = (bt_bucket *)bt__dist_calloc((size_t)n, sizeof(bt_bucket));
     for (int i = 0; i < n; i++) p->order[i] = i;
     bt__sort_spans = params;
     qsort(p->order, (size_t)n, sizeof(int), bt__span_desc);
@@ -709,7 +719,7 @@ static int bt__set_nonblock(int fd) {
     int fl = fcntl(fd, F_GETFL, 0);
     return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
-static void bt__write_all(int fd, const char *buf, size_t n) {   /* best effort, blocking fd */
+static void bt__fd_write_all(int fd, const char *buf, size_t n) {   /* best effort, blocking fd */
     while (n) {
         ssize_t w = write(fd, buf, n);
         if (w < 0 && errno == EINTR) continue;
@@ -729,7 +739,7 @@ static void bt__launcher_say(const char *fmt, ...) {   /* one line to stderr, on
     va_end(ap);
     if (k > (int)sizeof line - 2) k = (int)sizeof line - 2;
     line[k++] = '\n';
-    bt__write_all(2, line, (size_t)k);
+    bt__fd_write_all(2, line, (size_t)k);
 }
 
 BTDEF int bt_dist_free_port(const char *host) {
@@ -755,7 +765,7 @@ static void bt__relay_line(int rank, const char *s, size_t n) {
     int k = snprintf(out, 32, "[rank %d] ", rank);
     memcpy(out + k, s, n);
     out[(size_t)k + n] = '\n';
-    bt__write_all(2, out, (size_t)k + n + 1);
+    bt__fd_write_all(2, out, (size_t)k + n + 1);
 }
 static void bt__relay_feed(bt__relay *r, int rank, const char *s, size_t n) {
     for (size_t i = 0; i < n; i++) {
@@ -856,7 +866,7 @@ static void bt__supervise(bt__sup *S, const bt_spawn_opts *o) {
     }
     for (int k = 0; k < S->n; k++) if (S->err[k].fd >= 0) bt__relay_read(&S->err[k], k);   /* the rest */
     int code = S->got_signal ? 128 + S->got_signal : S->fail_rank >= 0 ? S->fail_code : 0;
-    bt__dfree(S->pid); bt__dfree(S->status); bt__dfree(S->done); bt__dfree(S->err);
+    bt__dist_free(S->pid); bt__dist_free(S->status); bt__dist_free(S->done); bt__dist_free(S->err);
     fflush(NULL);
     exit(code);
 }
@@ -882,7 +892,7 @@ static void bt__child_setup(bt__sup *S, int k, int *wfd, pid_t parent) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
 #endif
     if (getppid() != parent) _exit(1);
-    bt__dfree(S->pid); bt__dfree(S->status); bt__dfree(S->done); bt__dfree(S->err); bt__dfree(wfd);
+    bt__dist_free(S->pid); bt__dist_free(S->status); bt__dist_free(S->done); bt__dist_free(S->err); bt__dist_free(wfd);
 }
 
 BTDEF int bt_dist_spawn(const bt_spawn_opts *o) {
@@ -894,11 +904,11 @@ BTDEF int bt_dist_spawn(const bt_spawn_opts *o) {
     bt__sup S;
     memset(&S, 0, sizeof S);
     S.n = o->nproc; S.fail_rank = -1;
-    S.pid = (pid_t *)bt__dcalloc((size_t)S.n, sizeof(pid_t));
-    S.status = (int *)bt__dcalloc((size_t)S.n, sizeof(int));
-    S.done = (int *)bt__dcalloc((size_t)S.n, sizeof(int));
-    S.err = (bt__relay *)bt__dcalloc((size_t)S.n, sizeof(bt__relay));
-    int *wfd = (int *)bt__dcalloc((size_t)S.n, sizeof(int));
+    S.pid = (pid_t *)bt__dist_calloc((size_t)S.n, sizeof(pid_t));
+    S.status = (int *)bt__dist_calloc((size_t)S.n, sizeof(int));
+    S.done = (int *)bt__dist_calloc((size_t)S.n, sizeof(int));
+    S.err = (bt__relay *)bt__dist_calloc((size_t)S.n, sizeof(bt__relay));
+    int *wfd = (int *)bt__dist_calloc((size_t)S.n, sizeof(int));
     for (int k = 0; k < S.n; k++) S.err[k].fd = -1;
     fflush(NULL);
     pid_t parent = getpid();
@@ -917,7 +927,7 @@ BTDEF int bt_dist_spawn(const bt_spawn_opts *o) {
         close(wfd[k]);
         bt__set_nonblock(pfd[0]);
     }
-    bt__dfree(wfd);
+    bt__dist_free(wfd);
     bt__supervise(&S, o);
     return -1;   /* not reached */
 }
@@ -1091,11 +1101,13 @@ static int bt__store_join(bt_store *s) {
         if (r == 0) r = bt__recv_msg(fd, &m, deadline);
         if (r) return bt__dist_fail_msg("rank %d: no handshake from %s:%d within %.3g s (%s); is it this job's rank 0?", s->rank,
                                         s->host, s->port, s->timeout_s, bt__io_why(r));
-        if (m.magic != BT__STORE_MAGIC) return bt__dist_fail_msg("rank %d: %s:%d is not a BluTrain-C rank 0 (bad handshake)", s->rank, s->host, s->port);
+        if (m.magic != BT__STORE_MAGIC)
+            return bt__dist_fail_msg("rank %d: %s:%d is not a BluTrain-C rank 0 (bad handshake)", s->rank, s->host, s->port);
         if (m.type == BT__M_NAK)
             return bt__dist_fail_msg("rank %d (of world %d): rank 0 at %s:%d refused this process: %s (rank 0's world is %u)",
                                      s->rank, s->world, s->host, s->port, bt__nak_why(m.a), m.b);
-        if (m.type != BT__M_ACK) return bt__dist_fail_msg("rank %d: unexpected handshake reply %u from %s:%d", s->rank, m.type, s->host, s->port);
+        if (m.type != BT__M_ACK)
+            return bt__dist_fail_msg("rank %d: unexpected handshake reply %u from %s:%d", s->rank, m.type, s->host, s->port);
     }
     return 0;
 }
@@ -1194,24 +1206,24 @@ static void bt__store_free(bt_store *s) {
         if (s->live_fd[k] >= 0) close(s->live_fd[k]);
     }
     if (s->listen_fd >= 0) close(s->listen_fd);
-    bt__dfree(s->data_fd); bt__dfree(s->live_fd); bt__dfree(s->left); bt__dfree(s->live_buf); bt__dfree(s->live_len);
-    bt__dfree(s);
+    bt__dist_free(s->data_fd); bt__dist_free(s->live_fd); bt__dist_free(s->left); bt__dist_free(s->live_buf); bt__dist_free(s->live_len);
+    bt__dist_free(s);
 }
 
 BTDEF bt_store *bt_store_open(const char *host, int port, int rank, int world, double timeout_s) {
     if (world < 1 || rank < 0 || rank >= world) { bt__dist_fail_msg("store: rank %d of world %d", rank, world); return NULL; }
     if (port < 1 || port > 65535) { bt__dist_fail_msg("store: port %d (MASTER_PORT) is not in 1..65535", port); return NULL; }
     if (!host || !*host || strlen(host) >= BT_DIST_HOST_MAX) { bt__dist_fail_msg("store: bad host name (MASTER_ADDR)"); return NULL; }
-    bt_store *s = (bt_store *)bt__dcalloc(1, sizeof(bt_store));
+    bt_store *s = (bt_store *)bt__dist_calloc(1, sizeof(bt_store));
     int n = rank == 0 ? world : 1;
     s->rank = rank; s->world = world; s->port = port; s->listen_fd = -1;
     s->timeout_s = timeout_s > 0 ? timeout_s : 300;
     strcpy(s->host, host);
-    s->data_fd = (int *)bt__dcalloc((size_t)n, sizeof(int));
-    s->live_fd = (int *)bt__dcalloc((size_t)n, sizeof(int));
-    s->left = (int *)bt__dcalloc((size_t)n, sizeof(int));
-    s->live_buf = (unsigned char(*)[16])bt__dcalloc((size_t)n, 16);
-    s->live_len = (int *)bt__dcalloc((size_t)n, sizeof(int));
+    s->data_fd = (int *)bt__dist_calloc((size_t)n, sizeof(int));
+    s->live_fd = (int *)bt__dist_calloc((size_t)n, sizeof(int));
+    s->left = (int *)bt__dist_calloc((size_t)n, sizeof(int));
+    s->live_buf = (unsigned char(*)[16])bt__dist_calloc((size_t)n, 16);
+    s->live_len = (int *)bt__dist_calloc((size_t)n, sizeof(int));
     for (int k = 0; k < n; k++) s->data_fd[k] = s->live_fd[k] = -1;
     int r = world == 1 ? 0 : rank == 0 ? (bt__store_listen(s) || bt__store_accept_all(s)) : bt__store_join(s);
     if (r) { bt__store_free(s); return NULL; }
@@ -1476,7 +1488,10 @@ static void bt__ring_retire(bt__dist_state *S, int *timed_out, const char **op, 
         cudaError_t q = cudaEventQuery(S->ring[h].ev);
         if (q == cudaErrorNotReady) {
             double a = bt__now() - S->ring[h].t0;
-            if (timed_out && a > S->opts.nccl_timeout_s) { *timed_out = 1; *op = S->ring[h].op; memcpy(comm, S->ring[h].comm, 32); *age = a; }
+            if (timed_out && a > S->opts.nccl_timeout_s) {
+                *timed_out = 1; *op = S->ring[h].op; *age = a;
+                memcpy(comm, S->ring[h].comm, 32);
+            }
             return;
         }
         if (q != cudaSuccess) { if (err) *err = q; return; }
@@ -1558,7 +1573,7 @@ static void bt__watchdog_stop(bt_dist *d) {
 static bt_comm *bt__comm_new(bt_dist *d, const char *name, int rank, int size, void *handle) {
     bt__dist_state *S = d->state;
     if (S->n_comms == BT_DIST_MAX_COMMS) bt_error("rank %d: more than %d communicators", d->rank, BT_DIST_MAX_COMMS);
-    bt_comm *c = (bt_comm *)bt__dcalloc(1, sizeof(bt_comm));
+    bt_comm *c = (bt_comm *)bt__dist_calloc(1, sizeof(bt_comm));
     snprintf(c->name, sizeof c->name, "%s", name ? name : "comm");
     c->rank = rank; c->size = size; c->handle = handle; c->dist = d;
     pthread_mutex_lock(&S->nccl_lock);
@@ -1710,7 +1725,7 @@ static void bt__dist_rendezvous(bt_dist *d) {
     bt__dist_state *S = d->state;
     S->store = bt_store_open(d->env.master_addr, d->env.master_port, d->rank, d->world, S->opts.timeout_s);
     if (!S->store) bt_error("%s", bt_dist_error());
-    bt__rank_info mine, *all = (bt__rank_info *)bt__dcalloc((size_t)d->world, sizeof(bt__rank_info));
+    bt__rank_info mine, *all = (bt__rank_info *)bt__dist_calloc((size_t)d->world, sizeof(bt__rank_info));
     memset(&mine, 0, sizeof mine);
     memcpy(mine.host, d->host, sizeof mine.host);
     bt__machine_id(mine.machine, sizeof mine.machine, d->host);
@@ -1718,10 +1733,10 @@ static void bt__dist_rendezvous(bt_dist *d) {
 #if BT_DIST_NCCL
     mine.gpus = S->opts.store_only ? 0 : bt_k_device_count();
 #endif
-    if (bt_store_allgather(S->store, &mine, all, sizeof mine)) { bt__dfree(all); bt_error("%s", bt_dist_error()); }
-    S->hosts = (char(*)[64])bt__dcalloc((size_t)d->world, 64);
+    if (bt_store_allgather(S->store, &mine, all, sizeof mine)) { bt__dist_free(all); bt_error("%s", bt_dist_error()); }
+    S->hosts = (char(*)[64])bt__dist_calloc((size_t)d->world, 64);
     bt__dist_check_placement(d, all);
-    bt__dfree(all);
+    bt__dist_free(all);
 }
 
 static void bt__dist_install_handler(bt_dist *d) {
@@ -1748,8 +1763,8 @@ BTDEF bt_dist *bt_dist_init(const bt_dist_opts *opts) {
         bt_error("bt_dist_init: world size %d (%s), but this build has no CUDA/NCCL; build with nvcc (make) to run more than one "
                  "process", env.world, bt_launcher_name(env.launcher));
 #endif
-    bt_dist *d = (bt_dist *)bt__dcalloc(1, sizeof(bt_dist));
-    bt__dist_state *S = d->state = (bt__dist_state *)bt__dcalloc(1, sizeof(bt__dist_state));
+    bt_dist *d = (bt_dist *)bt__dist_calloc(1, sizeof(bt_dist));
+    bt__dist_state *S = d->state = (bt__dist_state *)bt__dist_calloc(1, sizeof(bt__dist_state));
     bt__dist_opts_defaults(&S->opts, opts);
     d->env = env;
     d->rank = env.rank; d->world = env.world; d->local_rank = env.local_rank; d->local_world = env.local_world;
@@ -1835,7 +1850,7 @@ static void bt__dist_destroy_comms(bt_dist *d) {
         if (h) ncclCommDestroy(h);
 #endif
         pthread_mutex_unlock(&S->nccl_lock);
-        bt__dfree(c);
+        bt__dist_free(c);
     }
     S->n_comms = 0;
 }
@@ -1853,9 +1868,9 @@ BTDEF void bt_dist_shutdown(bt_dist *d) {
     if (S->handler_installed) bt_set_error_handler(S->prev_fn, S->prev_user);
     pthread_mutex_destroy(&S->nccl_lock);
     pthread_mutex_destroy(&S->ring_lock);
-    bt__dfree(S->hosts);
-    bt__dfree(S);
-    bt__dfree(d);
+    bt__dist_free(S->hosts);
+    bt__dist_free(S);
+    bt__dist_free(d);
 }
 
 /* ============================================================================================
@@ -2035,7 +2050,8 @@ static int bt__ddp_remote(const bt_ddp *d) { return d->comm->size > 1 && d->comm
 BTDEF int bt_ddp_spans_from_grads(bt_tensor **params, int n, const bt_tensor *flat_grad, bt_param_span *out) {
     for (int i = 0; i < n; i++) {
         const bt_tensor *g = params[i] ? params[i]->grad : NULL;
-        if (!g) return bt__dist_fail_msg("ddp: parameter %d (%s) has no ->grad view", i, params[i] && params[i]->name ? params[i]->name : "?");
+        if (!g)
+            return bt__dist_fail_msg("ddp: parameter %d (%s) has no ->grad view", i, params[i] && params[i]->name ? params[i]->name : "?");
         if (g->storage != flat_grad->storage || !bt_is_contiguous(g) || g->dtype != flat_grad->dtype)
             return bt__dist_fail_msg("ddp: parameter %d's gradient is not a contiguous %s view of the flat gradient buffer", i,
                                      bt_dtype_name(flat_grad->dtype));
@@ -2058,8 +2074,8 @@ static void bt__ddp_gpu_init(bt_ddp *d, const bt_ddp_opts *o) {
     int nb = d->plan.n_buckets;
     d->stream = (cudaStream_t)o->comm_stream;
     if (!d->stream) { BT__DIST_CUDA(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking), "ddp"); d->own_stream = 1; }
-    d->ready_ev = (cudaEvent_t *)bt__dcalloc((size_t)nb, sizeof(cudaEvent_t));
-    d->done_ev = (cudaEvent_t *)bt__dcalloc((size_t)nb, sizeof(cudaEvent_t));
+    d->ready_ev = (cudaEvent_t *)bt__dist_calloc((size_t)nb, sizeof(cudaEvent_t));
+    d->done_ev = (cudaEvent_t *)bt__dist_calloc((size_t)nb, sizeof(cudaEvent_t));
     int64_t most = 0;
     for (int b = 0; b < nb; b++) {
         BT__DIST_CUDA(cudaEventCreateWithFlags(&d->ready_ev[b], cudaEventDisableTiming), "ddp");
@@ -2125,17 +2141,17 @@ BTDEF bt_ddp *bt_ddp_create(bt_comm *c, void *flat_grad, bt_dtype grad_dtype, in
         if (params[i].offset + params[i].numel > flat_numel)
             bt_error("ddp: parameter %d ends at element %lld, past the flat buffer's %lld", i,
                      (long long)(params[i].offset + params[i].numel), (long long)flat_numel);
-    bt_ddp *d = (bt_ddp *)bt__dcalloc(1, sizeof(bt_ddp));
+    bt_ddp *d = (bt_ddp *)bt__dist_calloc(1, sizeof(bt_ddp));
     if (bt_bucket_plan_make(&d->plan, params, n_params, bt_dtype_size(grad_dtype), o.bucket_cap_bytes)) {
-        bt__dfree(d);
+        bt__dist_free(d);
         bt_error("ddp: %s", bt_dist_error());
     }
     d->comm = c; d->flat = (char *)flat_grad; d->flat_numel = flat_numel; d->shard = o.shard_numel;
     d->grad_dt = grad_dtype; d->comm_dt = cdt; d->grad_es = bt_dtype_size(grad_dtype); d->comm_es = bt_dtype_size(cdt);
     d->sync = 1;
-    d->pending = (int *)bt__dcalloc((size_t)d->plan.n_buckets, sizeof(int));
-    d->seen = (unsigned char *)bt__dcalloc((size_t)n_params, 1);
-    d->args = (bt__ddp_arg *)bt__dcalloc((size_t)n_params, sizeof(bt__ddp_arg));
+    d->pending = (int *)bt__dist_calloc((size_t)d->plan.n_buckets, sizeof(int));
+    d->seen = (unsigned char *)bt__dist_calloc((size_t)n_params, 1);
+    d->args = (bt__ddp_arg *)bt__dist_calloc((size_t)n_params, sizeof(bt__ddp_arg));
     for (int i = 0; i < n_params; i++) { d->args[i].ddp = d; d->args[i].param = i; }
     bt__ddp_reset(d);
 #ifdef BT_CUDA
@@ -2199,12 +2215,12 @@ BTDEF void bt_ddp_free(bt_ddp *d) {
         for (int b = 0; b < d->plan.n_buckets; b++) { cudaEventDestroy(d->ready_ev[b]); cudaEventDestroy(d->done_ev[b]); }
         if (d->stage) bt_free(d->stage);
         if (d->own_stream) cudaStreamDestroy(d->stream);
-        bt__dfree(d->ready_ev); bt__dfree(d->done_ev);
+        bt__dist_free(d->ready_ev); bt__dist_free(d->done_ev);
     }
 #endif
     bt_bucket_plan_free(&d->plan);
-    bt__dfree(d->pending); bt__dfree(d->seen); bt__dfree(d->args);
-    bt__dfree(d);
+    bt__dist_free(d->pending); bt__dist_free(d->seen); bt__dist_free(d->args);
+    bt__dist_free(d);
 }
 
 #endif /* BT_DIST_IMPLEMENTATION_DONE */
