@@ -161,7 +161,7 @@ static void check_collectives(bt_dist *d, bt_comm *c, bt_dtype dt, int64_t m) {
     int r = c->rank, W = c->size;
     int64_t n = W * m;
     double *x[2] = {NULL, NULL}, *got = (double *)malloc(sizeof(double) * (size_t)n), *want = (double *)malloc(sizeof(double) * (size_t)n);
-    void *dx[2];
+    void *dx[2] = {NULL, NULL};
     for (int k = 0; k < W; k++) { x[k] = (double *)malloc(sizeof(double) * (size_t)n); dx[k] = upload(dt, k, n, 1, x[k]); }
     void *out = upload(dt, r, n, 2, NULL);
     /* all-reduce: sum and mean, out of place and in place */
