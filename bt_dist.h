@@ -105,8 +105,11 @@
      end of the buffer (layers in forward order). Where one tensor kind is stacked over all layers
      (llm.c's checkpoint order), every bucket that holds a slice of a stacked tensor waits for the
      first layer's backward; communication then starts only at the end of the backward pass.
-     A parameter that gets no gradient in a pass is communicated by bt_ddp_wait, in plan order,
-     so every rank issues the same collectives in the same order.
+     opts.launch_as_ready sends each bucket as soon as it is full instead of in plan order, so a
+     bucket that waits for the first layer holds back only itself. Every rank must then fill its
+     buckets in the same order: true when the ranks run the same graph (bt_autograd's order is
+     deterministic); a rank that differs makes the collectives mismatch (the watchdog's timeout).
+     A parameter that gets no gradient in a pass is communicated by bt_ddp_wait, in plan order.
 
    THREADS AND SIGNALS
      One watchdog thread per process (world > 1) with all signals blocked; it uses the liveness
@@ -293,6 +296,7 @@ typedef struct {
     bt_dtype comm_dtype;        /* = the gradient dtype (default, also when 0 = BT_F32), or BT_BF16 */
     int64_t shard_numel;        /* > 0: ZeRO, reduce to owners (see above); 0: all-reduce */
     void *comm_stream;          /* NULL: the engine makes its own non-blocking stream */
+    int launch_as_ready;        /* 1: a full bucket goes out at once, in the order buckets fill; 0: in plan order */
 } bt_ddp_opts;
 typedef struct { int buckets, launched, passes; } bt_ddp_stats;   /* launched: in the current pass */
 
@@ -2031,8 +2035,10 @@ struct bt_ddp {
     bt_bucket_plan plan;
     int *pending;               /* per bucket: parameters still to report this pass */
     unsigned char *seen;        /* per parameter: reported this pass */
-    int next;                   /* the next bucket to launch (buckets go out in plan order) */
-    int reported;               /* parameters reported this pass */
+    int next;                   /* plan order: the next bucket to launch */
+    int reported, launched;     /* parameters reported, buckets launched this pass */
+    int as_ready;
+    unsigned char *out;         /* per bucket: launched this pass */
     int sync, passes;
     bt__ddp_arg *args;
 #ifdef BT_CUDA
@@ -2066,7 +2072,8 @@ BTDEF int bt_ddp_spans_from_grads(bt_tensor **params, int n, const bt_tensor *fl
 static void bt__ddp_reset(bt_ddp *d) {
     for (int b = 0; b < d->plan.n_buckets; b++) d->pending[b] = d->plan.buckets[b].count;
     memset(d->seen, 0, (size_t)(d->plan.n_params ? d->plan.n_params : 1));
-    d->next = 0; d->reported = 0;
+    memset(d->out, 0, (size_t)(d->plan.n_buckets ? d->plan.n_buckets : 1));
+    d->next = 0; d->reported = 0; d->launched = 0;
 }
 
 #ifdef BT_CUDA
@@ -2114,15 +2121,20 @@ static void bt__ddp_launch_gpu(bt_ddp *d, int bi, cudaStream_t compute) {
 }
 #endif
 
-static void bt__ddp_launch_ready(bt_ddp *d, void *stream, int force) {
-    while (d->next < d->plan.n_buckets && (force || d->pending[d->next] == 0)) {
+static void bt__ddp_launch(bt_ddp *d, int b, void *stream) {
+    if (d->out[b]) return;
 #ifdef BT_CUDA
-        if (bt__ddp_remote(d)) bt__ddp_launch_gpu(d, d->next, bt__stream(stream));
+    if (bt__ddp_remote(d)) bt__ddp_launch_gpu(d, b, bt__stream(stream));
 #else
-        (void)stream;
+    (void)stream;
 #endif
-        d->next++;
-    }
+    d->out[b] = 1;
+    d->launched++;
+}
+
+/* plan order: every full bucket at the head of the plan (force: all the rest) */
+static void bt__ddp_launch_ready(bt_ddp *d, void *stream, int force) {
+    for (; d->next < d->plan.n_buckets && (force || d->pending[d->next] == 0); d->next++) bt__ddp_launch(d, d->next, stream);
 }
 
 BTDEF bt_ddp *bt_ddp_create(bt_comm *c, void *flat_grad, bt_dtype grad_dtype, int64_t flat_numel, const bt_param_span *params,
@@ -2150,6 +2162,8 @@ BTDEF bt_ddp *bt_ddp_create(bt_comm *c, void *flat_grad, bt_dtype grad_dtype, in
     d->grad_dt = grad_dtype; d->comm_dt = cdt; d->grad_es = bt_dtype_size(grad_dtype); d->comm_es = bt_dtype_size(cdt);
     d->sync = 1;
     d->pending = (int *)bt__dist_calloc((size_t)d->plan.n_buckets, sizeof(int));
+    d->out = (unsigned char *)bt__dist_calloc((size_t)d->plan.n_buckets, 1);
+    d->as_ready = o.launch_as_ready != 0;
     d->seen = (unsigned char *)bt__dist_calloc((size_t)n_params, 1);
     d->args = (bt__ddp_arg *)bt__dist_calloc((size_t)n_params, sizeof(bt__ddp_arg));
     for (int i = 0; i < n_params; i++) { d->args[i].ddp = d; d->args[i].param = i; }
@@ -2173,8 +2187,9 @@ BTDEF void bt_ddp_param_ready(bt_ddp *d, int param, void *stream) {
                  "after the last pass?)", param);
     d->seen[param] = 1;
     d->reported++;
-    d->pending[d->plan.param_bucket[param]]--;
-    bt__ddp_launch_ready(d, stream, 0);
+    int b = d->plan.param_bucket[param];
+    if (--d->pending[b] == 0 && d->as_ready) bt__ddp_launch(d, b, stream);
+    else bt__ddp_launch_ready(d, stream, 0);
 }
 
 BTDEF void bt_ddp_grad_hook(bt_tensor *leaf, void *user) {
@@ -2203,7 +2218,7 @@ BTDEF void bt_ddp_wait(bt_ddp *d, void *stream) {
 BTDEF const bt_bucket_plan *bt_ddp_plan(const bt_ddp *d) { return &d->plan; }
 BTDEF bt_ddp_stats bt_ddp_get_stats(const bt_ddp *d) {
     bt_ddp_stats s;
-    s.buckets = d->plan.n_buckets; s.launched = d->next; s.passes = d->passes;
+    s.buckets = d->plan.n_buckets; s.launched = d->launched; s.passes = d->passes;
     return s;
 }
 
@@ -2219,7 +2234,7 @@ BTDEF void bt_ddp_free(bt_ddp *d) {
     }
 #endif
     bt_bucket_plan_free(&d->plan);
-    bt__dist_free(d->pending); bt__dist_free(d->seen); bt__dist_free(d->args);
+    bt__dist_free(d->pending); bt__dist_free(d->seen); bt__dist_free(d->args); bt__dist_free(d->out);
     bt__dist_free(d);
 }
 

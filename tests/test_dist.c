@@ -722,6 +722,18 @@ static void test_ddp_bookkeeping(void) {
     for (int k = p->buckets[0].first; k < p->buckets[0].first + p->buckets[0].count; k++) bt_ddp_param_ready(dd, p->order[k], NULL);
     BT_CHECK(bt_ddp_get_stats(dd).launched == 2, "launched %d after buckets 0 and 1", bt_ddp_get_stats(dd).launched);
     expect_ddp_misuse(dd, b1);
+    {   /* launch_as_ready: bucket 1 goes out as soon as it is full */
+        bt_ddp_opts o2 = dopt;
+        o2.launch_as_ready = 1;
+        bt_ddp *d2 = bt_ddp_create(d->world_comm, bt_data_ptr(flat_grad), BT_F32, total, spans, NP, &o2);
+        for (int k = p->buckets[1].first; k < p->buckets[1].first + p->buckets[1].count; k++) bt_ddp_param_ready(d2, p->order[k], NULL);
+        BT_CHECK(bt_ddp_get_stats(d2).launched == 1, "as ready: %d launched after bucket 1 filled", bt_ddp_get_stats(d2).launched);
+        for (int k = p->buckets[0].first; k < p->buckets[0].first + p->buckets[0].count; k++) bt_ddp_param_ready(d2, p->order[k], NULL);
+        BT_CHECK(bt_ddp_get_stats(d2).launched == 2, "as ready: %d launched", bt_ddp_get_stats(d2).launched);
+        bt_ddp_wait(d2, NULL);
+        BT_CHECK(bt_ddp_get_stats(d2).launched == 0 && bt_ddp_get_stats(d2).passes == 1, "as ready: reset");
+        bt_ddp_free(d2);
+    }
     bt_ddp_wait(dd, NULL);   /* the rest had no gradient: launched here */
     bt_ddp_stats st = bt_ddp_get_stats(dd);
     BT_CHECK(st.passes == 1 && st.launched == 0, "after wait: passes %d launched %d", st.passes, st.launched);

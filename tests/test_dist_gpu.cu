@@ -1,7 +1,7 @@
 /* test_dist_gpu.cu - bt_dist.h on two GPUs through NCCL: every collective (f32 and bf16, plus
    f64/f16/i32 sums) against host-computed results, the mesh's sub-communicators, the DDP bucket
    engine (f32 and bf16 communication, ZeRO's reduce-to-owners with the all-gather back, no-sync
-   accumulation, real autograd hooks), the network transport (two separate launches with
+   accumulation, launch as ready, real autograd hooks), the network transport (two separate launches with
    NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, as between nodes), and faults: a rank SIGKILLed during a
    collective (rank 1, then rank 0) and a rank that stops taking part (the collective timeout).
    Every test starts its ranks with the --nproc launcher (bt_dist_spawn) from a forked child, so
@@ -307,7 +307,7 @@ static int ddp_step(bt_ddp *dd, float *flat, const bt_param_span *ps, const floa
     return launched;
 }
 
-static void check_ddp(bt_dist *d, bt_dtype comm_dt, int zero, int step) {
+static void check_ddp(bt_dist *d, bt_dtype comm_dt, int zero, int as_ready, int step) {
     bt_param_span ps[NP];
     int64_t N = ddp_layout(ps), W = d->world, S = bt_shard_numel(N, (int)W, 64);
     int64_t alloc = zero ? W * S : N;
@@ -323,11 +323,11 @@ static void check_ddp(bt_dist *d, bt_dtype comm_dt, int zero, int step) {
     cudaMemset(flat, 0, sizeof(float) * (size_t)alloc);
     bt_ddp_opts o;
     memset(&o, 0, sizeof o);
-    o.bucket_cap_bytes = (size_t)1 << 20; o.comm_dtype = comm_dt; o.shard_numel = zero ? S : 0;
+    o.bucket_cap_bytes = (size_t)1 << 20; o.comm_dtype = comm_dt; o.shard_numel = zero ? S : 0; o.launch_as_ready = as_ready;
     bt_ddp *dd = bt_ddp_create(d->world_comm, flat, BT_F32, N, ps, NP, &o);
     int nb = bt_ddp_plan(dd)->n_buckets;
     char what[96];
-    snprintf(what, sizeof what, "ddp %s%s step %d", bt_dtype_name(comm_dt), zero ? " zero" : "", step);
+    snprintf(what, sizeof what, "ddp %s%s%s step %d", bt_dtype_name(comm_dt), zero ? " zero" : "", as_ready ? " as-ready" : "", step);
     for (int rep = 0; rep < 2; rep++) {   /* twice: the engine resets between steps */
         int launched = ddp_step(dd, flat, ps, g[d->rank], rep + 1, s);
         if (launched != nb) { fprintf(stderr, "FAIL rank %d: %s: %d of %d buckets launched before the wait\n", d->rank, what, launched, nb); fails++; }
@@ -396,10 +396,11 @@ static void check_ddp_hooks(bt_dist *d) {
 
 static int ddp_rank(int rank) {
     bt_dist *d = bt_dist_init(NULL);
-    check_ddp(d, BT_F32, 0, 0);
-    check_ddp(d, BT_BF16, 0, 1);
-    check_ddp(d, BT_F32, 1, 2);
-    check_ddp(d, BT_BF16, 1, 3);
+    check_ddp(d, BT_F32, 0, 0, 0);
+    check_ddp(d, BT_BF16, 0, 0, 1);
+    check_ddp(d, BT_F32, 1, 0, 2);
+    check_ddp(d, BT_BF16, 1, 0, 3);
+    check_ddp(d, BT_F32, 0, 1, 4);
     check_ddp_hooks(d);
     bt_dist_shutdown(d);
     fprintf(stderr, "rank %d: ddp done, %d failures\n", rank, fails);
