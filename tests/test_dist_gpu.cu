@@ -1,11 +1,12 @@
 /* test_dist_gpu.cu - bt_dist.h on two GPUs through NCCL: every collective (f32 and bf16, plus
    f64/f16/i32 sums) against host-computed results, the mesh's sub-communicators, the DDP bucket
    engine (f32 and bf16 communication, ZeRO's reduce-to-owners with the all-gather back, no-sync
-   accumulation, launch as ready, real autograd hooks), the network transport (two separate launches with
-   NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, as between nodes), and faults: a rank SIGKILLed during a
-   collective (rank 1, then rank 0) and a rank that stops taking part (the collective timeout).
-   Every test starts its ranks with the --nproc launcher (bt_dist_spawn) from a forked child, so
-   this process never initializes CUDA; each skips itself with fewer than 2 GPUs.
+   accumulation, launch as ready, real autograd hooks), the network transport (two separate
+   launches with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, as between nodes), and faults: a rank
+   SIGKILLed during a collective (rank 1, then rank 0) and a rank that stops taking part (the
+   collective timeout). Every test but the network one starts its ranks with the --nproc launcher
+   (bt_dist_spawn) from a forked child; this process never initializes CUDA. Each test skips
+   itself with fewer than 2 GPUs. Run: make test-gpu on a 2-GPU machine (about 1-2 minutes).
    NCCL_NVLS_ENABLE=0 is set in every rank (the launcher does it). */
 #define BT_ALLOC_IMPLEMENTATION
 #define BT_TENSOR_IMPLEMENTATION
