@@ -1,0 +1,2242 @@
+/* bt_dist.h - BluTrain-C distributed execution, v0.1: launchers, rendezvous, NCCL process groups,
+   collectives, DDP gradient buckets.
+
+   USAGE
+     #define BT_DIST_IMPLEMENTATION in *one* C/CUDA file (with the BT_ALLOC_ and BT_TENSOR_
+     implementations), and define _POSIX_C_SOURCE 200809L (or _GNU_SOURCE) before the first
+     #include of that file: the implementation uses POSIX sockets, fork and threads.
+     Compiled by nvcc (BT_CUDA) it uses NCCL (link -lnccl; mk/dist.mk adds it); a plain C build
+     has everything but NCCL: one process works, and asking for more is an error
+     ("this build has no CUDA/NCCL; build with nvcc"). BT_NO_NCCL makes a CUDA build without it.
+
+     int main(int argc, char **argv) {
+         bt_dist_launch(nproc_from_argv);      // --nproc N: FIRST, before any CUDA call. The parent
+                                               // supervises N children and never returns; each
+                                               // child returns here as one rank.
+         bt_dist *d = bt_dist_init(NULL);      // reads RANK/WORLD_SIZE/... (torchrun, Slurm, Open
+                                               // MPI, or nothing = one process), picks the GPU of
+                                               // the local rank, rendezvous, NCCL, watchdog
+         ... bt_all_reduce(d->world_comm, g, g, n, BT_F32, BT_RED_AVG, NULL); ...
+         bt_dist_shutdown(d);                  // every rank, at the end (a collective)
+     }
+
+   LAUNCHERS (section 1)
+     torchrun-style  RANK, WORLD_SIZE, LOCAL_RANK (needed when WORLD_SIZE > 1), LOCAL_WORLD_SIZE,
+                     MASTER_ADDR (needed when WORLD_SIZE > 1), MASTER_PORT (default 29500).
+                     Our own --nproc launcher sets these too.
+     Open MPI        OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE; mpirun does not say
+                     where rank 0 is: export MASTER_ADDR (mpirun -x MASTER_ADDR=host ...).
+     Slurm (srun)    SLURM_PROCID, SLURM_STEP_NUM_TASKS (else SLURM_NTASKS), SLURM_LOCALID;
+                     local world from SLURM_NTASKS_PER_NODE or SLURM_STEP_TASKS_PER_NODE /
+                     SLURM_TASKS_PER_NODE ("2(x3),1") at SLURM_NODEID. MASTER_ADDR if set, else
+                     the first host of SLURM_STEP_NODELIST (else SLURM_JOB_NODELIST,
+                     SLURM_NODELIST): where srun's block and cyclic distributions put task 0.
+                     Set MASTER_ADDR for an arbitrary distribution (-m arbitrary / a hostfile),
+                     or where node names do not resolve. MASTER_PORT if set, else
+                     20000 + SLURM_JOB_ID % 20000 (the same for every rank of a job). Start ranks
+                     with srun: a batch script alone looks like rank 0 of SLURM_NTASKS.
+     Precedence: torchrun variables, then Open MPI, then Slurm (torchrun or mpirun inside a Slurm
+     allocation see Slurm's variables too). No variables: one process.
+
+   RENDEZVOUS AND LIVENESS (section 5)
+     Rank 0 listens on MASTER_PORT (every interface); every other rank connects to
+     MASTER_ADDR:MASTER_PORT twice, retrying with backoff while rank 0 starts: a data connection
+     for store operations (broadcast from rank 0, all-gather of small blobs, barrier: the NCCL
+     unique id, host names, loader states) and a liveness connection that stays open for the
+     whole run. Nothing assumes one host. Everything has a timeout (bt_dist_opts.timeout_s).
+     A rank whose liveness connection closes without a goodbye has died: rank 0 sees it, tells the
+     survivors, and every rank aborts. TCP keepalive catches a host that vanished without a FIN.
+
+   FAULTS (section 6)
+     bt_dist_init starts a watchdog thread (with world > 1). It aborts the run when
+       - a rank died ("rank 0: rank 1 died ..."), or reported its own failure;
+       - a collective did not finish within nccl_timeout_s of being enqueued ("collective
+         all_reduce on communicator world timed out after 600 s (a peer may have died or hung)");
+       - NCCL reports an asynchronous error (ncclCommGetAsyncError).
+     Aborting = tell rank 0 (which tells the others), print the message, ncclCommAbort every
+     communicator (non-blocking communicators, so abort works while the main thread is blocked in
+     CUDA), flush stdio, _exit(1). A guard thread _exits after 10 s should the abort itself hang.
+     With world > 1, bt_dist_init also installs bt_dist_error_handler as bt_error's handler
+     (bt_alloc.h; bt_dist_shutdown puts the previous one back): any bt_error in a rank prints
+     "rank r (host): bt error: ...", aborts the communicators and _exits(1), so the others learn
+     of it within moments instead of hanging in a collective.
+     A library used inside a multi-process job must not simply exit(): use this handler (or one
+     that calls bt_dist_abort). opts.no_error_handler leaves the handler alone.
+
+   THE --nproc LAUNCHER (section 4)
+     bt_dist_launch(N) forks N children (no exec: call it before any CUDA call or thread). Each
+     child gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1,
+     MASTER_PORT (a free port) and NCCL_NVLS_ENABLE=0, and returns its rank. The parent relays
+     rank 0's stdout (the others' goes to /dev/null), prefixes each line of every rank's stderr
+     with "[rank k] ", passes SIGINT/SIGTERM on to the ranks, and when a rank fails ("rank k
+     exited with code c" / "was killed by signal s") gives the others stop_delay_s to exit on
+     their own (their watchdogs report the failure), then SIGTERM, then SIGKILL after
+     kill_grace_s. It exits 0 when every rank did, else with the first failure's code
+     (128 + signal for a signal). Children die with the parent (PR_SET_PDEATHSIG).
+
+   NVLINK MULTICAST
+     bt_dist_init and the launcher set NCCL_NVLS_ENABLE=0 when it is unset, before any NCCL call:
+     NVLink SHARP / multicast must stay off on the machines this project uses (a user who knows
+     better sets NCCL_NVLS_ENABLE=1 explicitly). Nothing here calls cuMulticastCreate.
+
+   DEVICE MESH (section 2)
+     world = dp x tp x cp, tp fastest, then cp, then dp (Megatron's order: a tensor-parallel group
+     is tp consecutive ranks, on one node when tp <= GPUs per node):
+         rank = (dp_i * cp + cp_i) * tp + tp_i
+     bt_dist_mesh_comms splits one communicator per group (ncclCommSplit).
+
+   DDP GRADIENT BUCKETS (sections 3 and 8)
+     Gradients live in one flat buffer, parameters at element offsets (the layout of the forward
+     pass). The planner cuts it into contiguous buckets [lo, hi) at parameter boundaries, from the
+     END of the buffer backwards (backward produces the last layers' gradients first), each up to
+     cap bytes (25 MiB default; a larger parameter gets a bucket alone). At run time a gradient-
+     ready hook per parameter (bt_ddp_grad_hook, bt_grad_hook_fn's shape) counts down its bucket;
+     a full bucket is launched, in plan order, on the engine's communication stream after that
+     stream waits on an event recorded on the compute stream: all-reduce with ncclAvg (the mean
+     over ranks, divided exactly once), optionally in bf16 (cast into a bf16 buffer, reduce, cast
+     back). bt_ddp_wait makes the compute stream wait for every bucket (no host sync).
+     bt_ddp_set_sync(d, 0) skips communication (gradient accumulation: only the last micro-batch
+     communicates). ZeRO-1/2 use the same plan with shard_numel > 0: each element is reduced only
+     to the rank that owns it (rank r owns [r*S, (r+1)*S) of the flat buffer; grouped ncclReduce
+     per owner), and after the optimizer step bt_all_gather(c, flat + r*S, flat, S, ...) in place
+     brings back the updated weights (allocate flat buffers of world * S elements,
+     S = bt_shard_numel(n, world, align)).
+     Overlap needs a layout in which the parameters whose gradients are final first lie at the
+     end of the buffer (layers in forward order). Where one tensor kind is stacked over all layers
+     (llm.c's checkpoint order), every bucket that holds a slice of a stacked tensor waits for the
+     first layer's backward; communication then starts only at the end of the backward pass.
+     opts.launch_as_ready sends each bucket as soon as it is full instead of in plan order, so a
+     bucket that waits for the first layer holds back only itself. Every rank must then fill its
+     buckets in the same order: true when the ranks run the same graph (bt_autograd's order is
+     deterministic); a rank that differs makes the collectives mismatch (the watchdog's timeout).
+     A parameter that gets no gradient in a pass is communicated by bt_ddp_wait, in plan order.
+
+   THREADS AND SIGNALS
+     One watchdog thread per process (world > 1) with all signals blocked; it uses the liveness
+     sockets, CUDA event queries on the rank's device, and ncclCommGetAsyncError. Collectives and
+     the DDP engine are called from one host thread. The store, launcher and liveness code never
+     raise SIGPIPE (MSG_NOSIGNAL).
+
+   ERRORS
+     Pure functions and the store return -1 / NULL and leave a message for bt_dist_error()
+     (per thread); bt_dist_init, the collectives and the DDP engine raise bt_error. Messages name
+     the rank, host, port and variable concerned.
+
+   SECTIONS
+     1. launcher environment      5. TCP store: rendezvous, broadcast, all-gather, barrier, liveness
+     2. device mesh               6. process group: init, watchdog, faults, shutdown
+     3. bucket planner            7. collectives (NCCL)
+     4. the --nproc launcher      8. DDP gradient buckets
+
+   HISTORY
+     0.1  first version: launchers, store, watchdog, NCCL setup, mesh, collectives, DDP buckets.
+*/
+#ifndef BT_DIST_H
+#define BT_DIST_H
+
+#include "bt_tensor.h"
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(BT_CUDA) && !defined(BT_NO_NCCL)
+#define BT_DIST_NCCL 1
+#else
+#define BT_DIST_NCCL 0
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+BTDEF const char *bt_dist_error(void);   /* the last failure's message of this thread ("" if none) */
+
+/* ---- 1. launcher environment ---- */
+typedef enum { BT_LAUNCHER_NONE = 0, BT_LAUNCHER_TORCHRUN, BT_LAUNCHER_SLURM, BT_LAUNCHER_MPI } bt_launcher;
+#define BT_DIST_HOST_MAX 256
+typedef struct {
+    bt_launcher launcher;
+    int rank, world;                      /* this process; how many */
+    int local_rank, local_world;          /* on this node; local_world 0 = the launcher does not say */
+    char master_addr[BT_DIST_HOST_MAX];   /* rank 0's host ("" when world == 1) */
+    int master_port;
+} bt_dist_env;
+typedef const char *(*bt_getenv_fn)(const char *name, void *user);   /* NULL = unset */
+/* Parses the launcher variables read through get (pure: tests feed fake environments). 0, or -1
+   with a message naming the variable (bt_dist_error). */
+BTDEF int bt_dist_env_parse(bt_getenv_fn get, void *user, bt_dist_env *env);
+BTDEF int bt_dist_env_read(bt_dist_env *env);                /* the same on getenv */
+BTDEF const char *bt_launcher_name(bt_launcher l);           /* "torchrun", "slurm", ... */
+
+/* ---- 2. device mesh: world = dp x tp x cp, rank = (dp_i * cp + cp_i) * tp + tp_i ---- */
+typedef enum { BT_MESH_DP = 0, BT_MESH_TP, BT_MESH_CP } bt_mesh_axis;
+typedef struct { int world, dp, tp, cp; } bt_mesh;
+BTDEF int bt_mesh_init(bt_mesh *m, int world, int tp, int cp);   /* dp = world / (tp cp); 0 or -1 */
+BTDEF int bt_mesh_rank(const bt_mesh *m, int dp_i, int tp_i, int cp_i);
+BTDEF int bt_mesh_coord(const bt_mesh *m, int rank, bt_mesh_axis a);
+BTDEF int bt_mesh_size(const bt_mesh *m, bt_mesh_axis a);
+/* the group of rank along axis a: ranks[i] = the member with coordinate i; returns its size */
+BTDEF int bt_mesh_group(const bt_mesh *m, int rank, bt_mesh_axis a, int *ranks);
+/* the group's id (its member with coordinate 0 along a): the color for ncclCommSplit */
+BTDEF int bt_mesh_color(const bt_mesh *m, int rank, bt_mesh_axis a);
+
+/* ---- 3. bucket planner ---- */
+typedef struct { int64_t offset, numel; } bt_param_span;   /* a parameter in the flat buffer (elements) */
+typedef struct { int64_t lo, hi; int first, count; } bt_bucket;  /* [lo, hi); params order[first..+count) */
+typedef struct {
+    int n_buckets, n_params;
+    bt_bucket *buckets;       /* launch order: buckets[0] ends at the end of the buffer */
+    int *order;               /* parameter indices by descending offset (backward order) */
+    int *param_bucket;        /* [n_params]: the bucket of each parameter */
+} bt_bucket_plan;
+#define BT_DIST_BUCKET_CAP_DEFAULT ((size_t)25 << 20)
+/* params in any order, non-overlapping; cap_bytes 0 = 25 MiB. 0, or -1 (bt_dist_error). */
+BTDEF int bt_bucket_plan_make(bt_bucket_plan *p, const bt_param_span *params, int n, size_t elem_size,
+                              size_t cap_bytes);
+BTDEF void bt_bucket_plan_free(bt_bucket_plan *p);
+/* ZeRO shard length: ceil(total / world) rounded up to align (>= 1) elements */
+BTDEF int64_t bt_shard_numel(int64_t total, int world, int64_t align);
+
+/* ---- 4. the --nproc launcher ---- */
+typedef struct {
+    int nproc;                 /* ranks to start (1 = return 0 at once, no fork) */
+    const char *master_addr;   /* NULL: 127.0.0.1 */
+    int master_port;           /* 0: a free port */
+    double stop_delay_s;       /* after a failure, time the others get to exit on their own; <= 0: 3 s */
+    double kill_grace_s;       /* SIGTERM -> SIGKILL; <= 0: 5 s */
+} bt_spawn_opts;
+/* Forks the ranks. Returns the rank in each child; the parent supervises and exit()s. -1 (in
+   the parent, nothing forked) on a setup error (bt_dist_error). Works in CPU builds too. */
+BTDEF int bt_dist_spawn(const bt_spawn_opts *o);
+/* For programs: nproc <= 1 returns 0; else bt_dist_spawn with defaults, and bt_error when the
+   build has no NCCL or the process was already started by a launcher. */
+BTDEF int bt_dist_launch(int nproc);
+BTDEF int bt_dist_free_port(const char *host);   /* a port nobody listens on now, or -1 */
+
+/* ---- 5. TCP store ---- */
+typedef struct bt_store bt_store;
+/* rank 0 listens on port; the others connect to host:port (retrying while rank 0 starts).
+   timeout_s bounds the rendezvous and every later operation. NULL on failure (bt_dist_error). */
+BTDEF bt_store *bt_store_open(const char *host, int port, int rank, int world, double timeout_s);
+BTDEF int bt_store_broadcast(bt_store *s, void *buf, size_t n);                /* rank 0's n bytes to all */
+BTDEF int bt_store_allgather(bt_store *s, const void *mine, void *all, size_t n);  /* all[k*n..] = rank k's */
+BTDEF int bt_store_barrier(bt_store *s);
+BTDEF void bt_store_set_timeout(bt_store *s, double timeout_s);
+enum { BT_PEER_OK = 0, BT_PEER_DIED = 1, BT_PEER_ABORTED = 2 };
+/* Liveness, for the watchdog (one thread): waits up to timeout_ms for news; BT_PEER_DIED /
+   BT_PEER_ABORTED with *rank set, BT_PEER_OK, or -1 (bt_dist_error). */
+BTDEF int bt_store_check_peers(bt_store *s, int timeout_ms, int *rank);
+/* Tells the others (rank 0) or rank 0 (failed_rank == own rank) that failed_rank failed. */
+BTDEF void bt_store_notify_failure(bt_store *s, int failed_rank, int aborted);
+/* A clean leave: the others learn this rank did not die. Rank 0 waits for every goodbye. */
+BTDEF void bt_store_close(bt_store *s);
+
+/* ---- 6. process group ---- */
+struct bt_dist;
+typedef struct bt_comm {
+    int rank, size;
+    char name[32];
+    void *handle;               /* ncclComm_t; NULL when size == 1 (collectives are local copies) */
+    struct bt_dist *dist;
+} bt_comm;
+
+typedef void (*bt_fault_fn)(const char *msg, void *user);
+typedef struct {
+    double timeout_s;           /* rendezvous and store operations; 0: 300 s */
+    double nccl_timeout_s;      /* a collective unfinished this long after its enqueue aborts; 0: 600 s */
+    int store_only;             /* 1: store and liveness only, no GPU or NCCL (CPU programs, tests) */
+    int no_error_handler;       /* 1: leave bt_error's handler alone */
+    const bt_dist_env *env;     /* NULL: read the process environment */
+    bt_fault_fn on_fault;       /* NULL: print the message; else called after the abort (must not return) */
+    void *on_fault_user;
+} bt_dist_opts;
+
+#define BT_DIST_MAX_COMMS 16
+typedef struct bt_dist {
+    int rank, world, local_rank, local_world;
+    int device;                 /* the CUDA ordinal in use, -1 without a GPU */
+    bt_dist_env env;
+    bt_comm *world_comm;
+    char host[64];              /* this rank's host name */
+    struct bt__dist_state *state;
+} bt_dist;
+
+BTDEF bt_dist *bt_dist_init(const bt_dist_opts *opts);     /* NULL = defaults; bt_error on failure */
+/* Collective over parent: the ranks with the same color form one communicator, ordered by key.
+   color < 0: not a member (returns NULL). Every rank of parent calls it, in the same order. */
+BTDEF bt_comm *bt_dist_split(bt_dist *d, bt_comm *parent, int color, int key, const char *name);
+BTDEF void bt_dist_mesh_comms(bt_dist *d, const bt_mesh *m, bt_comm **dp, bt_comm **tp, bt_comm **cp);
+BTDEF bt_store *bt_dist_store(bt_dist *d);                  /* NULL when world == 1 */
+BTDEF void bt_dist_abort(bt_dist *d, const char *msg);      /* tell the others, abort, _exit(1) */
+BTDEF void bt_dist_error_handler(const char *msg, void *user);   /* a bt_error_fn; user = the bt_dist */
+BTDEF void bt_dist_shutdown(bt_dist *d);                    /* collective: barrier, destroy, goodbye */
+
+/* ---- 7. collectives (stream: a cudaStream_t; NULL = bt_k_stream()) ---- */
+typedef enum { BT_RED_SUM = 0, BT_RED_AVG, BT_RED_MAX, BT_RED_MIN } bt_red_op;
+/* recv[i] = op over ranks of send[i], count elements (send == recv: in place) */
+BTDEF void bt_all_reduce(bt_comm *c, const void *send, void *recv, int64_t count, bt_dtype dt, bt_red_op op,
+                         void *stream);
+/* recv (recv_count) = rank's block of op over ranks of send (size * recv_count) */
+BTDEF void bt_reduce_scatter(bt_comm *c, const void *send, void *recv, int64_t recv_count, bt_dtype dt,
+                             bt_red_op op, void *stream);
+/* recv (size * send_count) = every rank's send, by rank; in place when send == recv + rank*send_count */
+BTDEF void bt_all_gather(bt_comm *c, const void *send, void *recv, int64_t send_count, bt_dtype dt, void *stream);
+BTDEF void bt_broadcast(bt_comm *c, const void *send, void *recv, int64_t count, bt_dtype dt, int root, void *stream);
+/* one group: send to dst and receive from src (either < 0: that side is skipped) */
+BTDEF void bt_send_recv(bt_comm *c, const void *send, int64_t send_count, int dst, void *recv, int64_t recv_count,
+                        int src, bt_dtype dt, void *stream);
+/* ZeRO: span holds elements [span_lo, span_lo + n) of a flat buffer; rank r receives op over ranks
+   of the elements it owns, [r*shard, (r+1)*shard) (grouped ncclReduce, one per owner, in place) */
+BTDEF void bt_reduce_to_owners(bt_comm *c, void *span, int64_t span_lo, int64_t n, int64_t shard, bt_dtype dt,
+                               bt_red_op op, void *stream);
+
+/* ---- 8. DDP gradient buckets ---- */
+typedef struct bt_ddp bt_ddp;
+typedef struct {
+    size_t bucket_cap_bytes;    /* of the gradient buffer; 0: 25 MiB */
+    bt_dtype comm_dtype;        /* = the gradient dtype (default, also when 0 = BT_F32), or BT_BF16 */
+    int64_t shard_numel;        /* > 0: ZeRO, reduce to owners (see above); 0: all-reduce */
+    void *comm_stream;          /* NULL: the engine makes its own non-blocking stream */
+    int launch_as_ready;        /* 1: a full bucket goes out at once, in the order buckets fill; 0: in plan order */
+} bt_ddp_opts;
+typedef struct { int buckets, launched, passes; } bt_ddp_stats;   /* launched: in the current pass */
+
+/* flat_grad: flat_numel elements of grad_dtype on the comm's device; params: where each
+   parameter's gradient lies in it (bt_ddp_spans_from_grads makes them from the leaves). */
+BTDEF bt_ddp *bt_ddp_create(bt_comm *c, void *flat_grad, bt_dtype grad_dtype, int64_t flat_numel,
+                            const bt_param_span *params, int n_params, const bt_ddp_opts *opts);
+BTDEF void bt_ddp_set_sync(bt_ddp *d, int sync);     /* 0: the next backward passes only accumulate */
+/* param's gradient is final (its last write was enqueued on stream, NULL = bt_k_stream()) */
+BTDEF void bt_ddp_param_ready(bt_ddp *d, int param, void *stream);
+BTDEF void bt_ddp_grad_hook(bt_tensor *leaf, void *user);  /* bt_grad_hook_fn; user = bt_ddp_hook_arg */
+BTDEF void *bt_ddp_hook_arg(bt_ddp *d, int param);
+/* stream waits for every bucket; buckets whose parameters got no gradient are launched here, in
+   order. Call once after each synced backward. */
+BTDEF void bt_ddp_wait(bt_ddp *d, void *stream);
+BTDEF const bt_bucket_plan *bt_ddp_plan(const bt_ddp *d);
+BTDEF bt_ddp_stats bt_ddp_get_stats(const bt_ddp *d);
+BTDEF void bt_ddp_free(bt_ddp *d);
+/* spans of the leaves' ->grad inside flat_grad (same storage, contiguous); 0 or -1 (bt_dist_error) */
+BTDEF int bt_ddp_spans_from_grads(bt_tensor **params, int n, const bt_tensor *flat_grad, bt_param_span *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* BT_DIST_H */
+
+/* ============================================================================================ */
+/*                                       IMPLEMENTATION                                         */
+/* ============================================================================================ */
+#ifdef BT_DIST_IMPLEMENTATION
+#ifndef BT_DIST_IMPLEMENTATION_DONE
+#define BT_DIST_IMPLEMENTATION_DONE
+
+#ifdef _WIN32
+#error "bt_dist.h: POSIX only (sockets, fork, pthreads)"
+#endif
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdarg.h>
+#include <errno.h>
+#include <ctype.h>
+#include <time.h>
+#include <unistd.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <pthread.h>
+#include <netdb.h>
+#include <sys/types.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+#if !defined(_POSIX_C_SOURCE) || _POSIX_C_SOURCE < 200809L
+#error "bt_dist.h: #define _POSIX_C_SOURCE 200809L (or _GNU_SOURCE) before the first #include of the file with BT_DIST_IMPLEMENTATION"
+#endif
+#if BT_DIST_NCCL
+#include <cuda_runtime.h>
+#include <nccl.h>
+#endif
+#ifdef BT_CUDA
+#include "bt_kernels.cuh"
+#define BT__DIST_CUDA(call, what) do { cudaError_t e__ = (call); if (e__ != cudaSuccess) \
+    bt_error("bt_dist: %s: %s failed: %s", what, #call, cudaGetErrorString(e__)); } while (0)
+static cudaStream_t bt__stream(void *s) { return s ? (cudaStream_t)s : bt_k_stream(); }
+#endif
+
+#ifdef __cplusplus
+#define BT__DIST_TLS thread_local
+#else
+#define BT__DIST_TLS _Thread_local
+#endif
+#ifdef BT_MALLOC
+#define bt__dist_malloc(sz) BT_MALLOC(sz)
+#define bt__dist_free(p) BT_FREE(p)
+#else
+#define bt__dist_malloc(sz) malloc(sz)
+#define bt__dist_free(p) free(p)
+#endif
+
+static BT__DIST_TLS char bt__dist_errbuf[1024];
+BTDEF const char *bt_dist_error(void) { return bt__dist_errbuf; }
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 1, 2)))
+#endif
+static int bt__dist_fail_msg(const char *fmt, ...) {   /* sets the message; returns -1 */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(bt__dist_errbuf, sizeof bt__dist_errbuf, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static void *bt__dist_calloc(size_t n, size_t size) {   /* zeroed, never NULL for n*size > 0 */
+    size_t bytes = n * size;
+    if (bytes == 0) bytes = 1;
+    void *p = bt__dist_malloc(bytes);
+    if (!p) bt_error("bt_dist: out of host memory (%zu bytes)", bytes);
+    memset(p, 0, bytes);
+    return p;
+}
+
+static double bt__now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+static void bt__sleep(double s) {
+    if (s <= 0) return;
+    struct timespec ts;
+    ts.tv_sec = (time_t)s; ts.tv_nsec = (long)((s - (double)ts.tv_sec) * 1e9);
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}
+static int bt__ms_until(double deadline, double cap_s) {   /* poll timeout: ms left, at most cap_s */
+    double left = deadline - bt__now();
+    if (left > cap_s) left = cap_s;
+    return left <= 0 ? 0 : (int)(left * 1000.0) + 1;
+}
+
+/* ============================================================================================
+   1. launcher environment
+   ============================================================================================ */
+BTDEF const char *bt_launcher_name(bt_launcher l) {
+    static const char *names[] = {"none", "torchrun", "slurm", "mpirun"};
+    return (unsigned)l < 4 ? names[l] : "?";
+}
+
+/* a non-negative decimal of at most 9 digits in [lo, hi] */
+static int bt__env_int(bt_getenv_fn get, void *user, const char *name, int lo, int hi, int *out) {
+    const char *s = get(name, user);
+    if (!s) return bt__dist_fail_msg("%s is not set", name);
+    size_t n = strlen(s);
+    if (n == 0) return bt__dist_fail_msg("%s is set but empty; expected an integer", name);
+    for (size_t i = 0; i < n; i++)
+        if (!isdigit((unsigned char)s[i]) || n > 9)
+            return bt__dist_fail_msg("%s=\"%s\" is not a non-negative integer", name, s);
+    long v = strtol(s, NULL, 10);
+    if (v < lo || v > hi) return bt__dist_fail_msg("%s=%ld is out of range [%d, %d]", name, v, lo, hi);
+    *out = (int)v;
+    return 0;
+}
+static int bt__env_set(bt_getenv_fn get, void *user, const char *name) { return get(name, user) != NULL; }
+/* the first of the names that is set, or NULL */
+static const char *bt__env_first(bt_getenv_fn get, void *user, const char *const *names, int n) {
+    for (int i = 0; i < n; i++) if (bt__env_set(get, user, names[i])) return names[i];
+    return NULL;
+}
+
+/* Slurm's tasks-per-node list, "2(x3),1": the count of node `node`; 0 if node is beyond it.
+   node < 0: the count when all nodes have the same, else 0. -1 on a malformed list. */
+static int bt__slurm_tasks_on_node(const char *list, int node, int *count) {
+    const char *p = list;
+    int at = 0, common = -1, mixed = 0;
+    *count = 0;
+    while (*p) {
+        char *end;
+        if (!isdigit((unsigned char)*p)) return -1;
+        long c = strtol(p, &end, 10), rep = 1;
+        p = end;
+        if (*p == '(') {
+            if (p[1] != 'x' || !isdigit((unsigned char)p[2])) return -1;
+            rep = strtol(p + 2, &end, 10);
+            if (*end != ')' || rep < 1) return -1;
+            p = end + 1;
+        }
+        if (*p == ',') { p++; if (!*p) return -1; }
+        else if (*p) return -1;
+        if (c < 1 || c > 1 << 20) return -1;
+        if (node >= at && node < at + rep) *count = (int)c;
+        if (common >= 0 && common != c) mixed = 1;
+        common = (int)c;
+        at += (int)rep;
+    }
+    if (at == 0) return -1;
+    if (node < 0) *count = mixed ? 0 : common;
+    return 0;
+}
+
+/* The first host of a Slurm host list, "node[01-04,07]-ib,gpu5" -> "node01-ib": each bracket
+   group becomes the first number of its first range (zero padding kept). */
+static int bt__slurm_first_host(const char *list, char *out, size_t outlen) {
+    size_t o = 0;
+    const char *p = list;
+    while (*p && *p != ',') {
+        if (*p == '[') {
+            const char *q = ++p;
+            while (isdigit((unsigned char)*q)) q++;
+            if (q == p) return -1;
+            if (o + (size_t)(q - p) >= outlen) return -1;
+            memcpy(out + o, p, (size_t)(q - p)); o += (size_t)(q - p);
+            while (*q && *q != ']') { if (*q == '[') return -1; q++; }
+            if (*q != ']') return -1;
+            p = q + 1;
+            continue;
+        }
+        if (*p == ']' || isspace((unsigned char)*p)) return -1;
+        if (o + 1 >= outlen) return -1;
+        out[o++] = *p++;
+    }
+    out[o] = 0;
+    return o ? 0 : -1;
+}
+
+static int bt__env_master(bt_getenv_fn get, void *user, bt_dist_env *e, const char *hint) {
+    const char *a = get("MASTER_ADDR", user);
+    if (e->world > 1 && (!a || !*a))
+        return bt__dist_fail_msg("MASTER_ADDR is not set (%s, WORLD %d): set it to rank 0's host name or address%s",
+                                 bt_launcher_name(e->launcher), e->world, hint);
+    if (a && strlen(a) >= sizeof e->master_addr) return bt__dist_fail_msg("MASTER_ADDR is longer than %d characters", BT_DIST_HOST_MAX - 1);
+    if (a) strcpy(e->master_addr, a);
+    e->master_port = 29500;
+    if (bt__env_set(get, user, "MASTER_PORT") && bt__env_int(get, user, "MASTER_PORT", 1, 65535, &e->master_port)) return -1;
+    return 0;
+}
+
+static int bt__env_torchrun(bt_getenv_fn get, void *user, bt_dist_env *e) {
+    e->launcher = BT_LAUNCHER_TORCHRUN;
+    if (!bt__env_set(get, user, "RANK")) return bt__dist_fail_msg("WORLD_SIZE is set but RANK is not (torchrun-style launch): set both");
+    if (!bt__env_set(get, user, "WORLD_SIZE"))
+        return bt__dist_fail_msg("RANK is set but WORLD_SIZE is not (torchrun-style launch): set both");
+    if (bt__env_int(get, user, "WORLD_SIZE", 1, 1 << 20, &e->world) || bt__env_int(get, user, "RANK", 0, 1 << 20, &e->rank)) return -1;
+    if (bt__env_set(get, user, "LOCAL_RANK")) { if (bt__env_int(get, user, "LOCAL_RANK", 0, 1 << 20, &e->local_rank)) return -1; }
+    else if (e->world > 1)
+        return bt__dist_fail_msg("LOCAL_RANK is not set (RANK=%d WORLD_SIZE=%d): set it to this rank's GPU index on its node",
+                                 e->rank, e->world);
+    if (bt__env_set(get, user, "LOCAL_WORLD_SIZE") && bt__env_int(get, user, "LOCAL_WORLD_SIZE", 1, 1 << 20, &e->local_world)) return -1;
+    return bt__env_master(get, user, e, "");
+}
+
+static int bt__env_mpi(bt_getenv_fn get, void *user, bt_dist_env *e) {
+    e->launcher = BT_LAUNCHER_MPI;
+    if (bt__env_int(get, user, "OMPI_COMM_WORLD_SIZE", 1, 1 << 20, &e->world) ||
+        bt__env_int(get, user, "OMPI_COMM_WORLD_RANK", 0, 1 << 20, &e->rank) ||
+        bt__env_int(get, user, "OMPI_COMM_WORLD_LOCAL_RANK", 0, 1 << 20, &e->local_rank) ||
+        bt__env_int(get, user, "OMPI_COMM_WORLD_LOCAL_SIZE", 1, 1 << 20, &e->local_world))
+        return -1;
+    return bt__env_master(get, user, e, " (mpirun does not say where rank 0 runs: mpirun -x MASTER_ADDR=host)");
+}
+
+static int bt__env_slurm(bt_getenv_fn get, void *user, bt_dist_env *e) {
+    static const char *const ntasks[] = {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS"};
+    static const char *const per_node[] = {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"};
+    static const char *const nodelists[] = {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"};
+    e->launcher = BT_LAUNCHER_SLURM;
+    const char *nt = bt__env_first(get, user, ntasks, 3);
+    if (!nt) return bt__dist_fail_msg("SLURM_PROCID is set but none of SLURM_STEP_NUM_TASKS, SLURM_NTASKS, SLURM_NPROCS is");
+    if (bt__env_int(get, user, nt, 1, 1 << 20, &e->world) || bt__env_int(get, user, "SLURM_PROCID", 0, 1 << 20, &e->rank) ||
+        bt__env_int(get, user, "SLURM_LOCALID", 0, 1 << 20, &e->local_rank))
+        return -1;
+    const char *pn = bt__env_first(get, user, per_node, 2);
+    if (bt__env_set(get, user, "SLURM_NTASKS_PER_NODE")) {
+        if (bt__env_int(get, user, "SLURM_NTASKS_PER_NODE", 1, 1 << 20, &e->local_world)) return -1;
+    } else if (pn) {
+        int node = -1;
+        if (bt__env_set(get, user, "SLURM_NODEID") && bt__env_int(get, user, "SLURM_NODEID", 0, 1 << 20, &node)) return -1;
+        if (bt__slurm_tasks_on_node(get(pn, user), node, &e->local_world))
+            return bt__dist_fail_msg("%s=\"%s\" is not a Slurm task count list like \"2(x3),1\"", pn, get(pn, user));
+    }
+    if (bt__env_set(get, user, "MASTER_ADDR")) {
+        if (bt__env_master(get, user, e, "")) return -1;
+    } else if (e->world > 1) {
+        const char *nl = bt__env_first(get, user, nodelists, 3);
+        if (!nl) return bt__dist_fail_msg("MASTER_ADDR is not set and Slurm gives no node list (SLURM_STEP_NODELIST): set MASTER_ADDR");
+        if (bt__slurm_first_host(get(nl, user), e->master_addr, sizeof e->master_addr))
+            return bt__dist_fail_msg("%s=\"%s\" is not a Slurm host list; set MASTER_ADDR to rank 0's host", nl, get(nl, user));
+    }
+    e->master_port = 29500;
+    if (bt__env_set(get, user, "MASTER_PORT")) {
+        if (bt__env_int(get, user, "MASTER_PORT", 1, 65535, &e->master_port)) return -1;
+    } else if (bt__env_set(get, user, "SLURM_JOB_ID")) {
+        int job = 0;
+        if (bt__env_int(get, user, "SLURM_JOB_ID", 0, 999999999, &job)) return -1;
+        e->master_port = 20000 + job % 20000;
+    }
+    return 0;
+}
+
+static int bt__env_check(const bt_dist_env *e) {
+    static const char *const rank_var[] = {"RANK", "RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"};
+    static const char *const world_var[] = {"WORLD_SIZE", "WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"};
+    static const char *const local_var[] = {"LOCAL_RANK", "LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"};
+    static const char *const lworld_var[] = {"LOCAL_WORLD_SIZE", "LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE",
+                                             "OMPI_COMM_WORLD_LOCAL_SIZE"};
+    int l = (int)e->launcher;
+    if (e->rank >= e->world)
+        return bt__dist_fail_msg("%s=%d is not below %s=%d (%s)", rank_var[l], e->rank, world_var[l], e->world,
+                                 bt_launcher_name(e->launcher));
+    if (e->local_world > e->world)
+        return bt__dist_fail_msg("%s=%d is larger than %s=%d", lworld_var[l], e->local_world, world_var[l], e->world);
+    if (e->local_world > 0 && e->local_rank >= e->local_world)
+        return bt__dist_fail_msg("%s=%d is not below %s=%d", local_var[l], e->local_rank, lworld_var[l], e->local_world);
+    if (e->local_rank >= e->world)
+        return bt__dist_fail_msg("%s=%d is not below %s=%d", local_var[l], e->local_rank, world_var[l], e->world);
+    return 0;
+}
+
+BTDEF int bt_dist_env_parse(bt_getenv_fn get, void *user, bt_dist_env *e) {
+    memset(e, 0, sizeof *e);
+    int r;
+    if (bt__env_set(get, user, "RANK") || bt__env_set(get, user, "WORLD_SIZE")) r = bt__env_torchrun(get, user, e);
+    else if (bt__env_set(get, user, "OMPI_COMM_WORLD_SIZE") || bt__env_set(get, user, "OMPI_COMM_WORLD_RANK"))
+        r = bt__env_mpi(get, user, e);
+    else if (bt__env_set(get, user, "SLURM_PROCID")) r = bt__env_slurm(get, user, e);
+    else { e->world = 1; e->local_world = 1; return 0; }
+    if (r == 0) r = bt__env_check(e);
+    return r;
+}
+
+static const char *bt__getenv(const char *name, void *user) { (void)user; return getenv(name); }
+BTDEF int bt_dist_env_read(bt_dist_env *e) { return bt_dist_env_parse(bt__getenv, NULL, e); }
+
+/* ============================================================================================
+   2. device mesh
+   ============================================================================================ */
+BTDEF int bt_mesh_init(bt_mesh *m, int world, int tp, int cp) {
+    memset(m, 0, sizeof *m);
+    if (world < 1) return bt__dist_fail_msg("mesh: world size %d; expected >= 1", world);
+    if (tp < 1 || cp < 1) return bt__dist_fail_msg("mesh: tp %d, cp %d; expected sizes >= 1", tp, cp);
+    if (world % (tp * cp))
+        return bt__dist_fail_msg("mesh: world %d is not divisible by tp x cp = %d x %d = %d", world, tp, cp, tp * cp);
+    m->world = world; m->tp = tp; m->cp = cp; m->dp = world / (tp * cp);
+    return 0;
+}
+BTDEF int bt_mesh_rank(const bt_mesh *m, int dp_i, int tp_i, int cp_i) { return (dp_i * m->cp + cp_i) * m->tp + tp_i; }
+BTDEF int bt_mesh_size(const bt_mesh *m, bt_mesh_axis a) { return a == BT_MESH_TP ? m->tp : a == BT_MESH_CP ? m->cp : m->dp; }
+BTDEF int bt_mesh_coord(const bt_mesh *m, int rank, bt_mesh_axis a) {
+    if (a == BT_MESH_TP) return rank % m->tp;
+    if (a == BT_MESH_CP) return rank / m->tp % m->cp;
+    return rank / (m->tp * m->cp);
+}
+static int bt__mesh_with(const bt_mesh *m, int rank, bt_mesh_axis a, int v) {   /* rank with coord a := v */
+    int c[3] = {bt_mesh_coord(m, rank, BT_MESH_DP), bt_mesh_coord(m, rank, BT_MESH_TP), bt_mesh_coord(m, rank, BT_MESH_CP)};
+    c[a] = v;
+    return bt_mesh_rank(m, c[0], c[1], c[2]);
+}
+BTDEF int bt_mesh_group(const bt_mesh *m, int rank, bt_mesh_axis a, int *ranks) {
+    int n = bt_mesh_size(m, a);
+    for (int i = 0; i < n; i++) ranks[i] = bt__mesh_with(m, rank, a, i);
+    return n;
+}
+BTDEF int bt_mesh_color(const bt_mesh *m, int rank, bt_mesh_axis a) { return bt__mesh_with(m, rank, a, 0); }
+
+/* ============================================================================================
+   3. bucket planner
+   ============================================================================================ */
+static const bt_param_span *bt__sort_spans;
+static int bt__span_desc(const void *pa, const void *pb) {   /* by offset, then end, descending */
+    const bt_param_span *a = &bt__sort_spans[*(const int *)pa], *b = &bt__sort_spans[*(const int *)pb];
+    if (a->offset != b->offset) return a->offset < b->offset ? 1 : -1;
+    if (a->numel != b->numel) return a->numel < b->numel ? 1 : -1;
+    return *(const int *)pa - *(const int *)pb;
+}
+
+BTDEF void bt_bucket_plan_free(bt_bucket_plan *p) {
+    bt__dist_free(p->buckets); bt__dist_free(p->order); bt__dist_free(p->param_bucket);
+    memset(p, 0, sizeof *p);
+}
+
+static int bt__plan_check(const bt_param_span *params, int n, size_t elem_size) {
+    if (n < 0) return bt__dist_fail_msg("bucket plan: %d parameters", n);
+    if (elem_size == 0) return bt__dist_fail_msg("bucket plan: element size 0");
+    for (int i = 0; i < n; i++)
+        if (params[i].offset < 0 || params[i].numel < 0)
+            return bt__dist_fail_msg("bucket plan: parameter %d has offset %lld, numel %lld; expected both >= 0", i,
+                                     (long long)params[i].offset, (long long)params[i].numel);
+    return 0;
+}
+
+/* Greedy from the end: a bucket grows down while its span stays within the cap; the parameter
+   that would break it starts the next one (alone, if it is larger than the cap itself). */
+BTDEF int bt_bucket_plan_make(bt_bucket_plan *p, const bt_param_span *params, int n, size_t elem_size, size_t cap_bytes) {
+    memset(p, 0, sizeof *p);
+    if (bt__plan_check(params, n, elem_size)) return -1;
+    int64_t cap = (int64_t)((cap_bytes ? cap_bytes : BT_DIST_BUCKET_CAP_DEFAULT) / elem_size);
+    if (cap < 1) cap = 1;
+    p->n_params = n;
+    p->order = (int *)bt__dist_calloc((size_t)n, sizeof(int));
+    p->param_bucket = (int *)bt__dist_calloc((size_t)n, sizeof(int));
+    p->buckets = (bt_bucket *)bt__dist_calloc((size_t)n, sizeof(bt_bucket));
+    for (int i = 0; i < n; i++) p->order[i] = i;
+    bt__sort_spans = params;
+    qsort(p->order, (size_t)n, sizeof(int), bt__span_desc);
+    for (int k = 1; k < n; k++) {
+        const bt_param_span *hi = &params[p->order[k - 1]], *lo = &params[p->order[k]];
+        if (lo->offset + lo->numel > hi->offset && lo->numel > 0 && hi->numel > 0) {
+            int a = p->order[k], b = p->order[k - 1];
+            bt_bucket_plan_free(p);
+            return bt__dist_fail_msg("bucket plan: parameters %d [%lld, %lld) and %d [%lld, %lld) overlap", a,
+                                     (long long)params[a].offset, (long long)(params[a].offset + params[a].numel), b,
+                                     (long long)params[b].offset, (long long)(params[b].offset + params[b].numel));
+        }
+    }
+    bt_bucket *cur = NULL;
+    for (int k = 0; k < n; k++) {
+        const bt_param_span *s = &params[p->order[k]];
+        if (!cur || cur->hi - s->offset > cap) {
+            cur = &p->buckets[p->n_buckets++];
+            cur->hi = s->offset + s->numel; cur->lo = s->offset; cur->first = k; cur->count = 0;
+        }
+        if (s->offset < cur->lo) cur->lo = s->offset;
+        cur->count++;
+        p->param_bucket[p->order[k]] = p->n_buckets - 1;
+    }
+    return 0;
+}
+
+BTDEF int64_t bt_shard_numel(int64_t total, int world, int64_t align) {
+    if (world < 1) world = 1;
+    if (align < 1) align = 1;
+    int64_t s = (total + world - 1) / world;
+    return (s + align - 1) / align * align;
+}
+
+/* ============================================================================================
+   4. the --nproc launcher
+   ============================================================================================ */
+static int bt__set_nonblock(int fd) {
+    int fl = fcntl(fd, F_GETFL, 0);
+    return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+static void bt__fd_write_all(int fd, const char *buf, size_t n) {   /* best effort, blocking fd */
+    while (n) {
+        ssize_t w = write(fd, buf, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return;
+        buf += w; n -= (size_t)w;
+    }
+}
+#if defined(__GNUC__)
+__attribute__((format(printf, 1, 2)))
+#endif
+static void bt__launcher_say(const char *fmt, ...) {   /* one line to stderr, one write */
+    char line[512];
+    int k = snprintf(line, sizeof line, "bt_dist: ");
+    va_list ap;
+    va_start(ap, fmt);
+    k += vsnprintf(line + k, sizeof line - (size_t)k - 1, fmt, ap);
+    va_end(ap);
+    if (k > (int)sizeof line - 2) k = (int)sizeof line - 2;
+    line[k++] = '\n';
+    bt__fd_write_all(2, line, (size_t)k);
+}
+
+BTDEF int bt_dist_free_port(const char *host) {
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = 0;
+    if (inet_pton(AF_INET, host ? host : "127.0.0.1", &a.sin_addr) != 1) a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0) port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+/* A rank's stderr, cut into lines that go out whole with the "[rank k] " prefix. */
+typedef struct { int fd; size_t len; char buf[4096]; } bt__relay;
+
+static void bt__relay_line(int rank, const char *s, size_t n) {
+    char out[4096 + 32];
+    int k = snprintf(out, 32, "[rank %d] ", rank);
+    memcpy(out + k, s, n);
+    out[(size_t)k + n] = '\n';
+    bt__fd_write_all(2, out, (size_t)k + n + 1);
+}
+static void bt__relay_feed(bt__relay *r, int rank, const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '\n') { bt__relay_line(rank, r->buf, r->len); r->len = 0; continue; }
+        if (r->len == sizeof r->buf) { bt__relay_line(rank, r->buf, r->len); r->len = 0; }
+        r->buf[r->len++] = s[i];
+    }
+}
+static void bt__relay_read(bt__relay *r, int rank) {   /* drains what is there; closes on EOF */
+    char tmp[4096];
+    for (;;) {
+        ssize_t n = read(r->fd, tmp, sizeof tmp);
+        if (n > 0) { bt__relay_feed(r, rank, tmp, (size_t)n); continue; }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        if (r->len) { bt__relay_line(rank, r->buf, r->len); r->len = 0; }
+        close(r->fd); r->fd = -1;
+        return;
+    }
+}
+
+static volatile sig_atomic_t bt__launcher_signal;
+static void bt__launcher_on_signal(int sig) { bt__launcher_signal = sig; }
+
+typedef struct {
+    int n;
+    pid_t *pid;
+    int *status, *done;        /* waitpid status; 1 once reaped */
+    bt__relay *err;
+    int fail_rank, fail_code;  /* the first failure; -1 none */
+    double stop_at, kill_at;   /* when the survivors get SIGTERM, then SIGKILL; 0 = not planned */
+    int termed, killed, got_signal;
+} bt__sup;
+
+static void bt__sup_signal_all(bt__sup *S, int sig) {
+    for (int k = 0; k < S->n; k++) if (!S->done[k]) kill(S->pid[k], sig);
+}
+
+static void bt__sup_reaped(bt__sup *S, int k, int st, const bt_spawn_opts *o) {
+    S->done[k] = 1; S->status[k] = st;
+    int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    if (ok) return;
+    int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    int ours = WIFSIGNALED(st) && (S->termed || S->killed || S->got_signal);
+    if (WIFEXITED(st)) bt__launcher_say("rank %d exited with code %d", k, WEXITSTATUS(st));
+    else if (!ours) bt__launcher_say("rank %d was killed by signal %d (%s)", k, WTERMSIG(st), strsignal(WTERMSIG(st)));
+    if (S->fail_rank >= 0 || S->got_signal) return;
+    S->fail_rank = k; S->fail_code = code;
+    S->stop_at = bt__now() + (o->stop_delay_s > 0 ? o->stop_delay_s : 3.0);
+    int alive = 0;
+    for (int j = 0; j < S->n; j++) alive += !S->done[j];
+    if (alive) bt__launcher_say("stopping the other ranks");
+}
+
+static void bt__sup_poll_pipes(bt__sup *S, int timeout_ms) {
+    struct pollfd pf[1024];
+    int idx[1024], m = 0;
+    for (int k = 0; k < S->n && m < 1024; k++)
+        if (S->err[k].fd >= 0) { pf[m].fd = S->err[k].fd; pf[m].events = POLLIN; pf[m].revents = 0; idx[m++] = k; }
+    if (poll(pf, (nfds_t)m, timeout_ms) <= 0) return;
+    for (int i = 0; i < m; i++) if (pf[i].revents) bt__relay_read(&S->err[idx[i]], idx[i]);
+}
+
+static void bt__sup_escalate(bt__sup *S, const bt_spawn_opts *o) {
+    double now = bt__now();
+    if (S->stop_at > 0 && !S->termed && now >= S->stop_at) {
+        S->termed = 1; bt__sup_signal_all(S, SIGTERM);
+        S->kill_at = now + (o->kill_grace_s > 0 ? o->kill_grace_s : 5.0);
+    }
+    if (S->kill_at > 0 && !S->killed && now >= S->kill_at) { S->killed = 1; bt__sup_signal_all(S, SIGKILL); }
+}
+
+/* The parent: relay, reap, pass signals on, stop the others after a failure; never returns. */
+static void bt__supervise(bt__sup *S, const bt_spawn_opts *o) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = bt__launcher_on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL); sigaction(SIGTERM, &sa, NULL); sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    int alive = S->n;
+    while (alive) {
+        bt__sup_poll_pipes(S, 50);
+        int sig = bt__launcher_signal;
+        if (sig) {
+            bt__launcher_signal = 0;
+            if (!S->got_signal) bt__launcher_say("got signal %d (%s): passing it to the ranks", sig, strsignal(sig));
+            S->got_signal = sig;
+            bt__sup_signal_all(S, sig);
+            if (S->stop_at == 0) S->stop_at = bt__now() + (o->stop_delay_s > 0 ? o->stop_delay_s : 3.0);
+        }
+        int st;
+        pid_t p;
+        while ((p = waitpid(-1, &st, WNOHANG)) > 0)
+            for (int k = 0; k < S->n; k++)
+                if (S->pid[k] == p && !S->done[k]) { bt__sup_reaped(S, k, st, o); alive--; }
+        bt__sup_escalate(S, o);
+    }
+    for (int k = 0; k < S->n; k++) if (S->err[k].fd >= 0) bt__relay_read(&S->err[k], k);   /* the rest */
+    int code = S->got_signal ? 128 + S->got_signal : S->fail_rank >= 0 ? S->fail_code : 0;
+    bt__dist_free(S->pid); bt__dist_free(S->status); bt__dist_free(S->done); bt__dist_free(S->err);
+    fflush(NULL);
+    exit(code);
+}
+
+static void bt__child_env(int rank, const bt_spawn_opts *o, const char *addr, int port) {
+    char v[32];
+    snprintf(v, sizeof v, "%d", rank); setenv("RANK", v, 1); setenv("LOCAL_RANK", v, 1);
+    snprintf(v, sizeof v, "%d", o->nproc); setenv("WORLD_SIZE", v, 1); setenv("LOCAL_WORLD_SIZE", v, 1);
+    snprintf(v, sizeof v, "%d", port); setenv("MASTER_PORT", v, 1);
+    setenv("MASTER_ADDR", addr, 1);
+    setenv("NCCL_NVLS_ENABLE", "0", 0);
+}
+
+/* in the child: stderr -> its pipe, stdout -> the parent's (rank 0) or /dev/null; die with the parent */
+static void bt__child_setup(bt__sup *S, int k, int *wfd, pid_t parent) {
+    for (int j = 0; j < S->n; j++) if (S->err[j].fd >= 0) close(S->err[j].fd);
+    if (wfd[k] != 2) { dup2(wfd[k], 2); close(wfd[k]); }   /* the others' write ends are closed already */
+    if (k > 0) {
+        int nul = open("/dev/null", O_WRONLY);
+        if (nul >= 0) { dup2(nul, 1); close(nul); }
+    }
+#ifdef __linux__
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+#endif
+    if (getppid() != parent) _exit(1);
+    bt__dist_free(S->pid); bt__dist_free(S->status); bt__dist_free(S->done); bt__dist_free(S->err); bt__dist_free(wfd);
+}
+
+BTDEF int bt_dist_spawn(const bt_spawn_opts *o) {
+    if (o->nproc < 1 || o->nproc > 1024) return bt__dist_fail_msg("--nproc %d: expected 1 to 1024 processes", o->nproc);
+    if (o->nproc == 1) return 0;
+    const char *addr = o->master_addr ? o->master_addr : "127.0.0.1";
+    int port = o->master_port ? o->master_port : bt_dist_free_port(addr);
+    if (port <= 0 || port > 65535) return bt__dist_fail_msg("--nproc: found no free TCP port on %s", addr);
+    bt__sup S;
+    memset(&S, 0, sizeof S);
+    S.n = o->nproc; S.fail_rank = -1;
+    S.pid = (pid_t *)bt__dist_calloc((size_t)S.n, sizeof(pid_t));
+    S.status = (int *)bt__dist_calloc((size_t)S.n, sizeof(int));
+    S.done = (int *)bt__dist_calloc((size_t)S.n, sizeof(int));
+    S.err = (bt__relay *)bt__dist_calloc((size_t)S.n, sizeof(bt__relay));
+    int *wfd = (int *)bt__dist_calloc((size_t)S.n, sizeof(int));
+    for (int k = 0; k < S.n; k++) S.err[k].fd = -1;
+    fflush(NULL);
+    pid_t parent = getpid();
+    for (int k = 0; k < S.n; k++) {
+        int pfd[2];
+        if (pipe(pfd) != 0) { bt__launcher_say("pipe: %s", strerror(errno)); bt__sup_signal_all(&S, SIGKILL); exit(1); }
+        S.err[k].fd = pfd[0]; wfd[k] = pfd[1];
+        pid_t p = fork();
+        if (p < 0) { bt__launcher_say("fork: %s", strerror(errno)); S.n = k; bt__sup_signal_all(&S, SIGKILL); exit(1); }
+        if (p == 0) {
+            bt__child_setup(&S, k, wfd, parent);
+            bt__child_env(k, o, addr, port);
+            return k;
+        }
+        S.pid[k] = p;
+        close(wfd[k]);
+        bt__set_nonblock(pfd[0]);
+    }
+    bt__dist_free(wfd);
+    bt__supervise(&S, o);
+    return -1;   /* not reached */
+}
+
+BTDEF int bt_dist_launch(int nproc) {
+    if (nproc <= 1) return 0;
+#if !BT_DIST_NCCL
+    bt_error("--nproc %d: this build has no CUDA/NCCL; build with nvcc (make) to run more than one process", nproc);
+#endif
+    const char *r = getenv("RANK") ? "RANK" : getenv("OMPI_COMM_WORLD_RANK") ? "OMPI_COMM_WORLD_RANK" : NULL;
+    if (r) bt_error("--nproc %d: this process was already started by a launcher (%s=%s); drop --nproc", nproc, r, getenv(r));
+    const char *nt = getenv("SLURM_STEP_NUM_TASKS");
+    if (getenv("SLURM_PROCID") && nt && atoi(nt) > 1)
+        bt_error("--nproc %d: running as one of %s srun tasks (SLURM_STEP_NUM_TASKS); let srun start the ranks or drop --nproc", nproc, nt);
+    bt_spawn_opts o;
+    memset(&o, 0, sizeof o);
+    o.nproc = nproc;
+    int rank = bt_dist_spawn(&o);
+    if (rank < 0) bt_error("%s", bt_dist_error());
+    return rank;
+}
+
+/* ============================================================================================
+   5. TCP store
+   A star around rank 0. Every message starts with a 16-byte header {magic, type, a, b} (network
+   order). Hello {HELLO_DATA|HELLO_LIVE, rank, world} -> {ACK, 0, world} | {NAK, reason, world}.
+   Broadcast: rank 0 sends {BCAST, n} + n bytes. All-gather: each sends {GATHER, n} + n bytes to
+   rank 0, which answers {ALL, world*n} + all. Liveness: {BYE} (leaving cleanly), {ABORT} (this
+   rank failed) to rank 0; {FAILED, rank, aborted} from rank 0.
+   ============================================================================================ */
+#define BT__STORE_MAGIC 0x42544453u   /* "BTDS" */
+enum { BT__M_HELLO_DATA = 1, BT__M_HELLO_LIVE, BT__M_ACK, BT__M_NAK, BT__M_BCAST, BT__M_GATHER, BT__M_ALL,
+       BT__M_BYE, BT__M_ABORT, BT__M_FAILED };
+enum { BT__NAK_WORLD = 1, BT__NAK_RANK, BT__NAK_DUP };
+
+struct bt_store {
+    int rank, world, port;
+    double timeout_s;
+    char host[BT_DIST_HOST_MAX];
+    int listen_fd;
+    int *data_fd, *live_fd;     /* rank 0: [world] (index = peer rank); others: [1], the link to rank 0 */
+    int *left;                  /* rank 0: rank k said goodbye */
+    unsigned char (*live_buf)[16];
+    int *live_len;
+};
+
+typedef struct { uint32_t magic, type, a, b; } bt__msg;
+
+static void bt__msg_pack(unsigned char out[16], uint32_t type, uint32_t a, uint32_t b) {
+    uint32_t w[4] = {htonl(BT__STORE_MAGIC), htonl(type), htonl(a), htonl(b)};
+    memcpy(out, w, 16);
+}
+static bt__msg bt__msg_unpack(const unsigned char in[16]) {
+    uint32_t w[4];
+    memcpy(w, in, 16);
+    bt__msg m = {ntohl(w[0]), ntohl(w[1]), ntohl(w[2]), ntohl(w[3])};
+    return m;
+}
+
+/* 0 done; -1 error (errno), -2 peer closed, -3 deadline passed */
+static int bt__io(int fd, void *buf, size_t n, double deadline, int writing) {
+    char *p = (char *)buf;
+    while (n) {
+        struct pollfd pf = {fd, (short)(writing ? POLLOUT : POLLIN), 0};
+        int ms = bt__ms_until(deadline, 1.0);
+        if (ms == 0 && bt__now() >= deadline) return -3;
+        int r = poll(&pf, 1, ms);
+        if (r < 0 && errno != EINTR) return -1;
+        if (r <= 0) continue;
+        ssize_t k = writing ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
+        if (k > 0) { p += k; n -= (size_t)k; continue; }
+        if (k == 0 && !writing) return -2;
+        if (k < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+        return errno == EPIPE || errno == ECONNRESET ? -2 : -1;
+    }
+    return 0;
+}
+static const char *bt__io_why(int r) {
+    return r == -2 ? "the connection closed" : r == -3 ? "timed out" : strerror(errno);
+}
+
+static int bt__send_msg(int fd, uint32_t type, uint32_t a, uint32_t b, double deadline) {
+    unsigned char m[16];
+    bt__msg_pack(m, type, a, b);
+    return bt__io(fd, m, 16, deadline, 1);
+}
+static int bt__recv_msg(int fd, bt__msg *m, double deadline) {
+    unsigned char raw[16];
+    int r = bt__io(fd, raw, 16, deadline, 0);
+    if (r == 0) *m = bt__msg_unpack(raw);
+    return r;
+}
+
+static void bt__sock_opts(int fd, int live) {
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (!live) return;
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+#if defined(TCP_KEEPIDLE) && defined(TCP_KEEPINTVL) && defined(TCP_KEEPCNT)
+    int idle = 10, intvl = 5, cnt = 3;   /* a vanished host is noticed in about 25 s */
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+#endif
+}
+
+/* one non-blocking connect attempt to any address of host:port; fd or -1 (why filled) */
+static int bt__connect_once(const char *host, int port, double deadline, char *why, size_t wl, int *fatal) {
+    struct addrinfo hints, *res = NULL, *ai;
+    char ps[16];
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC; hints.ai_socktype = SOCK_STREAM;
+    snprintf(ps, sizeof ps, "%d", port);
+    int g = getaddrinfo(host, ps, &hints, &res);
+    if (g) {
+        snprintf(why, wl, "cannot resolve %s: %s", host, gai_strerror(g));
+        *fatal = g != EAI_AGAIN;
+        return -1;
+    }
+    int fd = -1;
+    for (ai = res; ai && fd < 0; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
+        if (fd < 0) { snprintf(why, wl, "socket: %s", strerror(errno)); continue; }
+        bt__set_nonblock(fd);
+        int r = connect(fd, ai->ai_addr, ai->ai_addrlen);
+        if (r != 0 && errno == EINPROGRESS) {
+            struct pollfd pf = {fd, POLLOUT, 0};
+            int err = 0;
+            socklen_t el = sizeof err;
+            r = poll(&pf, 1, bt__ms_until(deadline, 2.0)) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && !err ? 0 : -1;
+            if (r) errno = err ? err : ETIMEDOUT;
+        }
+        if (r != 0) { snprintf(why, wl, "%s", strerror(errno)); close(fd); fd = -1; }
+    }
+    freeaddrinfo(res);
+    return fd;
+}
+
+/* connect, retrying with backoff until the deadline; -1 with the store error set */
+static int bt__connect_retry(const bt_store *s, double t0, double deadline) {
+    char why[768] = "no attempt";
+    double backoff = 0.05;
+    for (;;) {
+        int fatal = 0, fd = bt__connect_once(s->host, s->port, deadline, why, sizeof why, &fatal);
+        if (fd >= 0) return fd;
+        if (fatal) return bt__dist_fail_msg("rank %d: could not reach rank 0 at %s:%d: %s (MASTER_ADDR)", s->rank, s->host, s->port, why);
+        double left = deadline - bt__now();
+        if (left <= 0) break;
+        bt__sleep(backoff < left ? backoff : left);
+        backoff = backoff * 2 > 1.0 ? 1.0 : backoff * 2;
+    }
+    return bt__dist_fail_msg("rank %d: could not reach rank 0 at %s:%d after %.3g s (last error: %s); is rank 0 running, and are "
+                             "MASTER_ADDR and MASTER_PORT right?", s->rank, s->host, s->port, bt__now() - t0, why);
+}
+
+static const char *bt__nak_why(uint32_t reason) {
+    return reason == BT__NAK_WORLD ? "its world size differs" : reason == BT__NAK_RANK ? "the rank is out of range"
+                                                                                       : "another process already has this rank";
+}
+
+/* a non-zero rank: the data and the liveness connection, each with its handshake */
+static int bt__store_join(bt_store *s) {
+    double t0 = bt__now(), deadline = t0 + s->timeout_s;
+    for (int kind = BT__M_HELLO_DATA; kind <= BT__M_HELLO_LIVE; kind++) {
+        int fd = bt__connect_retry(s, t0, deadline);
+        if (fd < 0) return -1;
+        if (kind == BT__M_HELLO_DATA) s->data_fd[0] = fd; else s->live_fd[0] = fd;
+        bt__sock_opts(fd, kind == BT__M_HELLO_LIVE);
+        bt__msg m;
+        int r = bt__send_msg(fd, (uint32_t)kind, (uint32_t)s->rank, (uint32_t)s->world, deadline);
+        if (r == 0) r = bt__recv_msg(fd, &m, deadline);
+        if (r) return bt__dist_fail_msg("rank %d: no handshake from %s:%d within %.3g s (%s); is it this job's rank 0?", s->rank,
+                                        s->host, s->port, s->timeout_s, bt__io_why(r));
+        if (m.magic != BT__STORE_MAGIC)
+            return bt__dist_fail_msg("rank %d: %s:%d is not a BluTrain-C rank 0 (bad handshake)", s->rank, s->host, s->port);
+        if (m.type == BT__M_NAK)
+            return bt__dist_fail_msg("rank %d (of world %d): rank 0 at %s:%d refused this process: %s (rank 0's world is %u)",
+                                     s->rank, s->world, s->host, s->port, bt__nak_why(m.a), m.b);
+        if (m.type != BT__M_ACK)
+            return bt__dist_fail_msg("rank %d: unexpected handshake reply %u from %s:%d", s->rank, m.type, s->host, s->port);
+    }
+    return 0;
+}
+
+static int bt__store_listen(bt_store *s) {
+    int fd = socket(AF_INET6, SOCK_STREAM, 0), v6 = fd >= 0, one = 1, zero = 0;
+    if (!v6) fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return bt__dist_fail_msg("rank 0: socket: %s", strerror(errno));
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    int r;
+    if (v6) {
+        struct sockaddr_in6 a;
+        memset(&a, 0, sizeof a);
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+        a.sin6_family = AF_INET6; a.sin6_addr = in6addr_any; a.sin6_port = htons((uint16_t)s->port);
+        r = bind(fd, (struct sockaddr *)&a, sizeof a);
+    } else {
+        struct sockaddr_in a;
+        memset(&a, 0, sizeof a);
+        a.sin_family = AF_INET; a.sin_addr.s_addr = htonl(INADDR_ANY); a.sin_port = htons((uint16_t)s->port);
+        r = bind(fd, (struct sockaddr *)&a, sizeof a);
+    }
+    if (r != 0 || listen(fd, 2 * s->world + 16) != 0) {
+        int e = errno;
+        close(fd);
+        return bt__dist_fail_msg("rank 0: cannot listen on port %d (MASTER_PORT): %s", s->port, strerror(e));
+    }
+    bt__set_nonblock(fd);
+    s->listen_fd = fd;
+    return 0;
+}
+
+static void bt__store_missing(const bt_store *s, char *out, size_t n) {   /* "1, 3" */
+    size_t o = 0;
+    out[0] = 0;
+    for (int k = 1; k < s->world && o + 16 < n; k++)
+        if (s->data_fd[k] < 0 || s->live_fd[k] < 0) o += (size_t)snprintf(out + o, n - o, "%s%d", o ? ", " : "", k);
+}
+
+/* rank 0: takes one hello; 1 = registered, 0 = a stray connection (closed), -1 = a fatal mismatch */
+static int bt__store_admit(bt_store *s, int fd, double deadline) {
+    bt__msg m;
+    double d = bt__now() + 5.0 < deadline ? bt__now() + 5.0 : deadline;
+    if (bt__recv_msg(fd, &m, d) || m.magic != BT__STORE_MAGIC || (m.type != BT__M_HELLO_DATA && m.type != BT__M_HELLO_LIVE)) {
+        close(fd);
+        return 0;
+    }
+    int rank = (int)m.a, live = m.type == BT__M_HELLO_LIVE;
+    int *slot = rank >= 1 && rank < s->world ? (live ? &s->live_fd[rank] : &s->data_fd[rank]) : NULL;
+    uint32_t nak = (int)m.b != s->world ? BT__NAK_WORLD : !slot ? BT__NAK_RANK : *slot >= 0 ? BT__NAK_DUP : 0;
+    if (nak) {
+        bt__send_msg(fd, BT__M_NAK, nak, (uint32_t)s->world, bt__now() + 1.0);
+        close(fd);
+        if (nak == BT__NAK_WORLD)
+            return bt__dist_fail_msg("rank 0: a process that says it is rank %d of world %u connected to port %d, but this job's world "
+                                     "is %d: the ranks disagree on WORLD_SIZE", rank, m.b, s->port, s->world);
+        if (nak == BT__NAK_RANK)
+            return bt__dist_fail_msg("rank 0: a process that says it is rank %d connected to port %d; expected ranks 1 to %d", rank,
+                                     s->port, s->world - 1);
+        return bt__dist_fail_msg("rank 0: two processes claim rank %d (check RANK / SLURM_PROCID of every process)", rank);
+    }
+    if (bt__send_msg(fd, BT__M_ACK, 0, (uint32_t)s->world, d)) { close(fd); return 0; }
+    bt__sock_opts(fd, live);
+    *slot = fd;
+    return 1;
+}
+
+static int bt__store_accept_all(bt_store *s) {
+    double t0 = bt__now(), deadline = t0 + s->timeout_s;
+    int need = 2 * (s->world - 1), have = 0;
+    while (have < need) {
+        if (bt__now() >= deadline) {
+            char miss[256];
+            bt__store_missing(s, miss, sizeof miss);
+            return bt__dist_fail_msg("rank 0: timed out after %.3g s waiting for rank(s) %s to connect to port %d (%d of %d "
+                                     "connected); did every rank start, with the same MASTER_ADDR:MASTER_PORT?",
+                                     s->timeout_s, miss, s->port, have / 2, s->world - 1);
+        }
+        struct pollfd pf = {s->listen_fd, POLLIN, 0};
+        if (poll(&pf, 1, bt__ms_until(deadline, 0.5)) <= 0) continue;
+        int fd = accept(s->listen_fd, NULL, NULL);
+        if (fd < 0) continue;
+        bt__set_nonblock(fd);
+        int r = bt__store_admit(s, fd, deadline);
+        if (r < 0) return -1;
+        have += r;
+    }
+    return 0;
+}
+
+static void bt__store_free(bt_store *s) {
+    if (!s) return;
+    int n = s->rank == 0 ? s->world : 1;
+    for (int k = 0; k < n; k++) {
+        if (s->data_fd[k] >= 0) close(s->data_fd[k]);
+        if (s->live_fd[k] >= 0) close(s->live_fd[k]);
+    }
+    if (s->listen_fd >= 0) close(s->listen_fd);
+    bt__dist_free(s->data_fd); bt__dist_free(s->live_fd); bt__dist_free(s->left); bt__dist_free(s->live_buf); bt__dist_free(s->live_len);
+    bt__dist_free(s);
+}
+
+BTDEF bt_store *bt_store_open(const char *host, int port, int rank, int world, double timeout_s) {
+    if (world < 1 || rank < 0 || rank >= world) { bt__dist_fail_msg("store: rank %d of world %d", rank, world); return NULL; }
+    if (port < 1 || port > 65535) { bt__dist_fail_msg("store: port %d (MASTER_PORT) is not in 1..65535", port); return NULL; }
+    if (!host || !*host || strlen(host) >= BT_DIST_HOST_MAX) { bt__dist_fail_msg("store: bad host name (MASTER_ADDR)"); return NULL; }
+    bt_store *s = (bt_store *)bt__dist_calloc(1, sizeof(bt_store));
+    int n = rank == 0 ? world : 1;
+    s->rank = rank; s->world = world; s->port = port; s->listen_fd = -1;
+    s->timeout_s = timeout_s > 0 ? timeout_s : 300;
+    strcpy(s->host, host);
+    s->data_fd = (int *)bt__dist_calloc((size_t)n, sizeof(int));
+    s->live_fd = (int *)bt__dist_calloc((size_t)n, sizeof(int));
+    s->left = (int *)bt__dist_calloc((size_t)n, sizeof(int));
+    s->live_buf = (unsigned char(*)[16])bt__dist_calloc((size_t)n, 16);
+    s->live_len = (int *)bt__dist_calloc((size_t)n, sizeof(int));
+    for (int k = 0; k < n; k++) s->data_fd[k] = s->live_fd[k] = -1;
+    int r = world == 1 ? 0 : rank == 0 ? (bt__store_listen(s) || bt__store_accept_all(s)) : bt__store_join(s);
+    if (r) { bt__store_free(s); return NULL; }
+    if (s->listen_fd >= 0) { close(s->listen_fd); s->listen_fd = -1; }
+    return s;
+}
+
+BTDEF void bt_store_set_timeout(bt_store *s, double timeout_s) { if (timeout_s > 0) s->timeout_s = timeout_s; }
+
+static int bt__store_io_fail(const bt_store *s, const char *op, int peer, int r) {
+    if (s->rank == 0)
+        return bt__dist_fail_msg("rank 0: store %s: rank %d: %s (after up to %.3g s)", op, peer, bt__io_why(r), s->timeout_s);
+    return bt__dist_fail_msg("rank %d: store %s with rank 0 at %s:%d: %s (after up to %.3g s)", s->rank, op, s->host, s->port,
+                             bt__io_why(r), s->timeout_s);
+}
+/* receive a header of the given type and size from fd */
+static int bt__store_expect(const bt_store *s, int fd, int peer, uint32_t type, uint64_t n, const char *op, double deadline) {
+    bt__msg m;
+    int r = bt__recv_msg(fd, &m, deadline);
+    if (r) return bt__store_io_fail(s, op, peer, r);
+    uint64_t got = ((uint64_t)m.a << 32) | m.b;
+    if (m.magic != BT__STORE_MAGIC || m.type != type || got != n)
+        return bt__dist_fail_msg("rank %d: store %s: rank %d sent message %u of %llu bytes, expected %u of %llu (did the ranks call "
+                                 "different store operations?)", s->rank, op, peer, m.type, (unsigned long long)got, type,
+                                 (unsigned long long)n);
+    return 0;
+}
+static int bt__store_send(const bt_store *s, int fd, int peer, uint32_t type, const void *buf, uint64_t n, const char *op,
+                          double deadline) {
+    int r = bt__send_msg(fd, type, (uint32_t)(n >> 32), (uint32_t)n, deadline);
+    if (r == 0 && n) r = bt__io(fd, (void *)buf, (size_t)n, deadline, 1);
+    return r ? bt__store_io_fail(s, op, peer, r) : 0;
+}
+
+BTDEF int bt_store_broadcast(bt_store *s, void *buf, size_t n) {
+    double deadline = bt__now() + s->timeout_s;
+    if (s->world == 1) return 0;
+    if (s->rank != 0) {
+        if (bt__store_expect(s, s->data_fd[0], 0, BT__M_BCAST, n, "broadcast", deadline)) return -1;
+        int r = n ? bt__io(s->data_fd[0], buf, n, deadline, 0) : 0;
+        return r ? bt__store_io_fail(s, "broadcast", 0, r) : 0;
+    }
+    for (int k = 1; k < s->world; k++)
+        if (bt__store_send(s, s->data_fd[k], k, BT__M_BCAST, buf, n, "broadcast", deadline)) return -1;
+    return 0;
+}
+
+BTDEF int bt_store_allgather(bt_store *s, const void *mine, void *all, size_t n) {
+    double deadline = bt__now() + s->timeout_s;
+    uint64_t total = (uint64_t)n * (uint64_t)s->world;
+    if (n) memmove((char *)all + (size_t)s->rank * n, mine, n);
+    if (s->world == 1) return 0;
+    if (s->rank != 0) {
+        if (bt__store_send(s, s->data_fd[0], 0, BT__M_GATHER, mine, n, "all-gather", deadline) ||
+            bt__store_expect(s, s->data_fd[0], 0, BT__M_ALL, total, "all-gather", deadline))
+            return -1;
+        int r = total ? bt__io(s->data_fd[0], all, (size_t)total, deadline, 0) : 0;
+        return r ? bt__store_io_fail(s, "all-gather", 0, r) : 0;
+    }
+    for (int k = 1; k < s->world; k++) {
+        if (bt__store_expect(s, s->data_fd[k], k, BT__M_GATHER, n, "all-gather", deadline)) return -1;
+        int r = n ? bt__io(s->data_fd[k], (char *)all + (size_t)k * n, n, deadline, 0) : 0;
+        if (r) return bt__store_io_fail(s, "all-gather", k, r);
+    }
+    for (int k = 1; k < s->world; k++)
+        if (bt__store_send(s, s->data_fd[k], k, BT__M_ALL, all, total, "all-gather", deadline)) return -1;
+    return 0;
+}
+
+BTDEF int bt_store_barrier(bt_store *s) { return bt_store_allgather(s, NULL, NULL, 0); }
+
+/* reads what a liveness socket has; returns 1 and *m for a whole message, 0 for nothing yet,
+   -2 when the peer closed or the link broke */
+static int bt__live_read(bt_store *s, int k, bt__msg *m) {
+    int fd = s->live_fd[k];
+    ssize_t r = recv(fd, s->live_buf[k] + s->live_len[k], (size_t)(16 - s->live_len[k]), 0);
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return -2;
+    if (r < 0) return 0;
+    s->live_len[k] += (int)r;
+    if (s->live_len[k] < 16) return 0;
+    s->live_len[k] = 0;
+    *m = bt__msg_unpack(s->live_buf[k]);
+    return 1;
+}
+
+static int bt__check_root(bt_store *s, int timeout_ms, int *rank) {
+    struct pollfd pf[1024];
+    int idx[1024], n = 0;
+    for (int k = 1; k < s->world && n < 1024; k++)
+        if (s->live_fd[k] >= 0) { pf[n].fd = s->live_fd[k]; pf[n].events = POLLIN; pf[n].revents = 0; idx[n++] = k; }
+    if (poll(pf, (nfds_t)n, timeout_ms) <= 0) return BT_PEER_OK;
+    for (int i = 0; i < n; i++) {
+        int k = idx[i];
+        if (!pf[i].revents) continue;
+        bt__msg m;
+        int r = bt__live_read(s, k, &m);
+        if (r == -2) {
+            close(s->live_fd[k]); s->live_fd[k] = -1;
+            if (!s->left[k]) { *rank = k; return BT_PEER_DIED; }
+        } else if (r == 1 && m.type == BT__M_BYE) s->left[k] = 1;
+        else if (r == 1 && m.type == BT__M_ABORT) { *rank = k; return BT_PEER_ABORTED; }
+    }
+    return BT_PEER_OK;
+}
+
+static int bt__check_member(bt_store *s, int timeout_ms, int *rank) {
+    struct pollfd pf = {s->live_fd[0], POLLIN, 0};
+    if (s->live_fd[0] < 0 || poll(&pf, 1, timeout_ms) <= 0) return BT_PEER_OK;
+    bt__msg m;
+    int r = bt__live_read(s, 0, &m);
+    if (r == -2) { *rank = 0; return BT_PEER_DIED; }
+    if (r == 1 && m.type == BT__M_FAILED) { *rank = (int)m.a; return m.b ? BT_PEER_ABORTED : BT_PEER_DIED; }
+    return BT_PEER_OK;
+}
+
+BTDEF int bt_store_check_peers(bt_store *s, int timeout_ms, int *rank) {
+    *rank = -1;
+    if (s->world == 1) { poll(NULL, 0, timeout_ms); return BT_PEER_OK; }
+    return s->rank == 0 ? bt__check_root(s, timeout_ms, rank) : bt__check_member(s, timeout_ms, rank);
+}
+
+BTDEF void bt_store_notify_failure(bt_store *s, int failed_rank, int aborted) {
+    double deadline = bt__now() + 0.5;
+    if (s->world == 1) return;
+    if (s->rank != 0) {
+        if (failed_rank == s->rank && s->live_fd[0] >= 0) bt__send_msg(s->live_fd[0], BT__M_ABORT, (uint32_t)s->rank, 0, deadline);
+        return;
+    }
+    for (int k = 1; k < s->world; k++)
+        if (k != failed_rank && s->live_fd[k] >= 0)
+            bt__send_msg(s->live_fd[k], BT__M_FAILED, (uint32_t)failed_rank, (uint32_t)(aborted != 0), deadline);
+}
+
+/* rank 0 closes only after every other rank has said goodbye (or is gone), so no rank still
+   watching its liveness link sees rank 0 vanish during a clean shutdown */
+BTDEF void bt_store_close(bt_store *s) {
+    if (!s) return;
+    if (s->world > 1 && s->rank != 0 && s->live_fd[0] >= 0) bt__send_msg(s->live_fd[0], BT__M_BYE, (uint32_t)s->rank, 0, bt__now() + 1.0);
+    if (s->world > 1 && s->rank == 0) {
+        double deadline = bt__now() + s->timeout_s;
+        for (int k = 1; k < s->world; k++) {
+            while (s->live_fd[k] >= 0 && !s->left[k] && bt__now() < deadline) {
+                struct pollfd pf = {s->live_fd[k], POLLIN, 0};
+                if (poll(&pf, 1, bt__ms_until(deadline, 0.5)) <= 0) continue;
+                bt__msg m;
+                int r = bt__live_read(s, k, &m);
+                if (r == -2) break;
+                if (r == 1 && m.type == BT__M_BYE) s->left[k] = 1;
+            }
+        }
+    }
+    bt__store_free(s);
+}
+
+/* ============================================================================================
+   6. process group: init, watchdog, faults, shutdown
+   ============================================================================================ */
+#define BT__DIST_RING 256   /* collectives in flight tracked by the watchdog */
+
+typedef struct bt__dist_state {
+    bt_store *store;
+    bt_dist_opts opts;
+    pthread_t watchdog;
+    int watchdog_on, stop, failing;       /* stop, failing: __atomic */
+    pthread_mutex_t nccl_lock, ring_lock;
+    bt_comm *comms[BT_DIST_MAX_COMMS];
+    int n_comms;
+    char (*hosts)[64];                    /* every rank's host name */
+    bt_error_fn prev_fn;
+    void *prev_user;
+    int handler_installed;
+#if BT_DIST_NCCL
+    struct { cudaEvent_t ev; double t0; const char *op; char comm[32]; } ring[BT__DIST_RING];
+    int ring_head, ring_count, ring_ready;
+#endif
+} bt__dist_state;
+
+static const char *bt__host_of(const bt_dist *d, int rank) {
+    return d->state->hosts && rank >= 0 && rank < d->world ? d->state->hosts[rank] : "?";
+}
+
+static void *bt__exit_guard(void *arg) {
+    bt__sleep(*(double *)arg);
+    bt__launcher_say("the abort did not finish in time: exiting");
+    _exit(1);
+    return NULL;
+}
+static void bt__start_exit_guard(void) {
+    static double secs = 10.0;
+    pthread_t t;
+    if (pthread_create(&t, NULL, bt__exit_guard, &secs) == 0) pthread_detach(t);
+}
+
+static void bt__abort_comms(bt_dist *d) {
+#if BT_DIST_NCCL
+    bt__dist_state *S = d->state;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 2;
+    int locked = pthread_mutex_timedlock(&S->nccl_lock, &ts) == 0;   /* EDEADLK: this thread holds it */
+    for (int i = 0; i < S->n_comms; i++)
+        if (S->comms[i] && S->comms[i]->handle) { ncclCommAbort((ncclComm_t)S->comms[i]->handle); S->comms[i]->handle = NULL; }
+    if (locked) pthread_mutex_unlock(&S->nccl_lock);
+#else
+    (void)d;
+#endif
+}
+
+/* The one way out of a failed run: tell the others, say why, abort NCCL, _exit. The first
+   thread to get here wins; a second one parks until the first has ended the process. */
+static void bt__dist_die(bt_dist *d, int failed_rank, int aborted, const char *msg) {
+    bt__dist_state *S = d->state;
+    if (__atomic_exchange_n(&S->failing, 1, __ATOMIC_SEQ_CST)) for (;;) pause();
+    if (S->store) bt_store_notify_failure(S->store, failed_rank, aborted);
+    if (!S->opts.on_fault) { fprintf(stderr, "%s\n", msg); fflush(stderr); }
+    bt__start_exit_guard();
+    bt__abort_comms(d);
+    if (S->opts.on_fault) S->opts.on_fault(msg, S->opts.on_fault_user);
+    fflush(NULL);
+    _exit(1);
+}
+
+BTDEF void bt_dist_abort(bt_dist *d, const char *msg) {
+    char m[1200];
+    snprintf(m, sizeof m, "rank %d (%s): %s; aborting", d->rank, d->host, msg);
+    bt__dist_die(d, d->rank, 1, m);
+}
+
+BTDEF void bt_dist_error_handler(const char *msg, void *user) {
+    bt_dist *d = (bt_dist *)user;
+    char m[1200];
+    /* an NCCL call that failed because a peer died: give the watchdog a moment to say so first */
+    if (d->state->watchdog_on) bt__sleep(0.3);
+    snprintf(m, sizeof m, "rank %d (%s): bt error: %s", d->rank, d->host, msg);
+    bt__dist_die(d, d->rank, 1, m);
+}
+
+static void bt__peer_failed(bt_dist *d, int st, int who) {
+    char m[512];
+    if (st == BT_PEER_DIED && (d->rank == 0 || who == 0))
+        snprintf(m, sizeof m, "rank %d (%s): rank %d (%s) died (its connection closed); aborting", d->rank, d->host, who,
+                 bt__host_of(d, who));
+    else if (st == BT_PEER_DIED)
+        snprintf(m, sizeof m, "rank %d (%s): rank %d (%s) died (reported by rank 0); aborting", d->rank, d->host, who, bt__host_of(d, who));
+    else
+        snprintf(m, sizeof m, "rank %d (%s): rank %d (%s) failed (see its message); aborting", d->rank, d->host, who, bt__host_of(d, who));
+    bt__dist_die(d, who, st == BT_PEER_ABORTED, m);
+}
+
+#if BT_DIST_NCCL
+/* A collective that fails or hangs is usually a peer that died: when the liveness links say so
+   within a moment, that is the message (the root cause), not the collective's. Watchdog only. */
+static void bt__prefer_peer_news(bt_dist *d) {
+    int who = -1, st = d->state->store ? bt_store_check_peers(d->state->store, 300, &who) : BT_PEER_OK;
+    if (st > 0) bt__peer_failed(d, st, who);
+}
+
+/* retire finished collectives from the head; the watchdog's timeout and error checks */
+static void bt__ring_retire(bt__dist_state *S, int *timed_out, const char **op, char *comm, double *age, cudaError_t *err) {
+    while (S->ring_count) {
+        int h = S->ring_head;
+        cudaError_t q = cudaEventQuery(S->ring[h].ev);
+        if (q == cudaErrorNotReady) {
+            double a = bt__now() - S->ring[h].t0;
+            if (timed_out && a > S->opts.nccl_timeout_s) {
+                *timed_out = 1; *op = S->ring[h].op; *age = a;
+                memcpy(comm, S->ring[h].comm, 32);
+            }
+            return;
+        }
+        if (q != cudaSuccess) { if (err) *err = q; return; }
+        S->ring_head = (h + 1) % BT__DIST_RING;
+        S->ring_count--;
+    }
+}
+
+static void bt__watch_collectives(bt_dist *d) {
+    bt__dist_state *S = d->state;
+    int timed_out = 0;
+    const char *op = "";
+    char comm[32] = "";
+    double age = 0;
+    cudaError_t err = cudaSuccess;
+    pthread_mutex_lock(&S->ring_lock);
+    bt__ring_retire(S, &timed_out, &op, comm, &age, &err);
+    pthread_mutex_unlock(&S->ring_lock);
+    char m[512];
+    if (timed_out || err != cudaSuccess) bt__prefer_peer_news(d);
+    if (timed_out) {
+        snprintf(m, sizeof m, "rank %d (%s): collective %s on communicator %s timed out after %.0f s (a peer may have died or hung); "
+                 "aborting", d->rank, d->host, op, comm, age);
+        bt__dist_die(d, d->rank, 1, m);
+    }
+    if (err != cudaSuccess) {
+        snprintf(m, sizeof m, "rank %d (%s): CUDA error behind a collective: %s; aborting", d->rank, d->host, cudaGetErrorString(err));
+        bt__dist_die(d, d->rank, 1, m);
+    }
+    if (pthread_mutex_trylock(&S->nccl_lock) != 0) return;   /* the main thread is in NCCL: next round */
+    for (int i = 0; i < S->n_comms; i++) {
+        ncclResult_t r = ncclSuccess;
+        if (!S->comms[i] || !S->comms[i]->handle) continue;
+        ncclCommGetAsyncError((ncclComm_t)S->comms[i]->handle, &r);
+        if (r == ncclSuccess || r == ncclInProgress) continue;
+        pthread_mutex_unlock(&S->nccl_lock);
+        bt__prefer_peer_news(d);
+        snprintf(m, sizeof m, "rank %d (%s): NCCL error on communicator %s: %s (%s); aborting", d->rank, d->host, S->comms[i]->name,
+                 ncclGetErrorString(r), ncclGetLastError((ncclComm_t)S->comms[i]->handle));
+        bt__dist_die(d, d->rank, 1, m);
+    }
+    pthread_mutex_unlock(&S->nccl_lock);
+}
+#endif
+
+static void *bt__watchdog_main(void *arg) {
+    bt_dist *d = (bt_dist *)arg;
+    bt__dist_state *S = d->state;
+#if BT_DIST_NCCL
+    if (d->device >= 0) cudaSetDevice(d->device);
+#endif
+    while (!__atomic_load_n(&S->stop, __ATOMIC_SEQ_CST)) {
+        int who = -1;
+        int st = S->store ? bt_store_check_peers(S->store, 100, &who) : (poll(NULL, 0, 100), BT_PEER_OK);
+        if (st > 0 && !__atomic_load_n(&S->stop, __ATOMIC_SEQ_CST)) bt__peer_failed(d, st, who);
+#if BT_DIST_NCCL
+        if (S->ring_ready) bt__watch_collectives(d);
+#endif
+    }
+    return NULL;
+}
+
+static void bt__watchdog_start(bt_dist *d) {
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);   /* the thread inherits a mask that blocks every signal */
+    int r = pthread_create(&d->state->watchdog, NULL, bt__watchdog_main, d);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (r != 0) bt_error("rank %d: cannot start the watchdog thread: %s", d->rank, strerror(r));
+    d->state->watchdog_on = 1;
+}
+static void bt__watchdog_stop(bt_dist *d) {
+    if (!d->state->watchdog_on) return;
+    __atomic_store_n(&d->state->stop, 1, __ATOMIC_SEQ_CST);
+    pthread_join(d->state->watchdog, NULL);
+    d->state->watchdog_on = 0;
+}
+
+static bt_comm *bt__comm_new(bt_dist *d, const char *name, int rank, int size, void *handle) {
+    bt__dist_state *S = d->state;
+    if (S->n_comms == BT_DIST_MAX_COMMS) bt_error("rank %d: more than %d communicators", d->rank, BT_DIST_MAX_COMMS);
+    bt_comm *c = (bt_comm *)bt__dist_calloc(1, sizeof(bt_comm));
+    snprintf(c->name, sizeof c->name, "%s", name ? name : "comm");
+    c->rank = rank; c->size = size; c->handle = handle; c->dist = d;
+    pthread_mutex_lock(&S->nccl_lock);
+    S->comms[S->n_comms++] = c;
+    pthread_mutex_unlock(&S->nccl_lock);
+    return c;
+}
+
+#if BT_DIST_NCCL
+/* Waits out ncclInProgress on a non-blocking communicator (called and returning with nccl_lock
+   held, released between polls so that the watchdog can abort). ncclInProgress past the
+   deadline comes back as is. */
+static ncclResult_t bt__nccl_settle(bt_dist *d, ncclComm_t comm, ncclResult_t r, double timeout_s) {
+    bt__dist_state *S = d->state;
+    double deadline = bt__now() + timeout_s, nap = 20e-6;
+    while (r == ncclInProgress && bt__now() < deadline) {
+        pthread_mutex_unlock(&S->nccl_lock);
+        bt__sleep(nap);
+        nap = nap * 2 < 1e-3 ? nap * 2 : 1e-3;
+        pthread_mutex_lock(&S->nccl_lock);
+        if (__atomic_load_n(&S->failing, __ATOMIC_SEQ_CST)) { pthread_mutex_unlock(&S->nccl_lock); for (;;) pause(); }
+        if (ncclCommGetAsyncError(comm, &r) != ncclSuccess) r = ncclInternalError;
+    }
+    return r;
+}
+
+static void bt__nccl_lock(bt_dist *d) {
+    pthread_mutex_lock(&d->state->nccl_lock);
+    if (__atomic_load_n(&d->state->failing, __ATOMIC_SEQ_CST)) { pthread_mutex_unlock(&d->state->nccl_lock); for (;;) pause(); }
+}
+
+/* settles r, unlocks, raises on failure */
+static void bt__nccl_done(bt_comm *c, ncclComm_t comm, ncclResult_t r, const char *what, double timeout_s) {
+    bt_dist *d = c->dist;
+    r = bt__nccl_settle(d, comm, r, timeout_s);
+    const char *last = comm ? ncclGetLastError(comm) : "";
+    pthread_mutex_unlock(&d->state->nccl_lock);
+    if (r == ncclInProgress)
+        bt_error("rank %d (%s): %s on communicator %s did not finish within %.0f s (did every rank get here?)", d->rank, d->host,
+                 what, c->name, timeout_s);
+    if (r != ncclSuccess)
+        bt_error("rank %d (%s): %s on communicator %s failed: %s (%s)", d->rank, d->host, what, c->name, ncclGetErrorString(r), last);
+}
+
+static void bt__nccl_config(ncclConfig_t *cfg, const char *name) {
+    ncclConfig_t init = NCCL_CONFIG_INITIALIZER;
+    *cfg = init;
+    cfg->blocking = 0;            /* ncclCommAbort must be able to stop a hung collective */
+    cfg->commName = name;
+}
+
+static void bt__ring_init(bt_dist *d) {
+    bt__dist_state *S = d->state;
+    for (int i = 0; i < BT__DIST_RING; i++) BT__DIST_CUDA(cudaEventCreateWithFlags(&S->ring[i].ev, cudaEventDisableTiming), "init");
+    S->ring_ready = 1;
+}
+static void bt__ring_free(bt_dist *d) {
+    bt__dist_state *S = d->state;
+    if (!S->ring_ready) return;
+    for (int i = 0; i < BT__DIST_RING; i++) cudaEventDestroy(S->ring[i].ev);
+    S->ring_ready = 0;
+}
+
+/* an event after the collective just enqueued on s, for the watchdog's timeout */
+static void bt__track(bt_comm *c, const char *op, cudaStream_t s) {
+    bt__dist_state *S = c->dist->state;
+    if (!S->ring_ready) return;
+    pthread_mutex_lock(&S->ring_lock);
+    bt__ring_retire(S, NULL, NULL, NULL, NULL, NULL);
+    while (S->ring_count == BT__DIST_RING) {   /* the GPU is far behind: wait (the watchdog times it) */
+        pthread_mutex_unlock(&S->ring_lock);
+        bt__sleep(1e-3);
+        pthread_mutex_lock(&S->ring_lock);
+        bt__ring_retire(S, NULL, NULL, NULL, NULL, NULL);
+    }
+    int t = (S->ring_head + S->ring_count) % BT__DIST_RING;
+    cudaError_t e = cudaEventRecord(S->ring[t].ev, s);
+    S->ring[t].t0 = bt__now(); S->ring[t].op = op;
+    memcpy(S->ring[t].comm, c->name, sizeof c->name);
+    S->ring_count++;
+    pthread_mutex_unlock(&S->ring_lock);
+    if (e != cudaSuccess) bt_error("rank %d: %s: cudaEventRecord failed: %s", c->dist->rank, op, cudaGetErrorString(e));
+}
+
+static void bt__dist_gpu(bt_dist *d) {
+    int n = bt_k_device_count();
+    d->device = d->local_rank < n ? d->local_rank : -1;
+    if (d->device >= 0) BT__DIST_CUDA(cudaSetDevice(d->device), "init");
+}
+
+static void bt__dist_nccl_world(bt_dist *d) {
+    bt__dist_state *S = d->state;
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    if (d->rank == 0) {
+        ncclResult_t r = ncclGetUniqueId(&id);
+        if (r != ncclSuccess) bt_error("rank 0 (%s): ncclGetUniqueId failed: %s", d->host, ncclGetErrorString(r));
+    }
+    if (bt_store_broadcast(S->store, &id, sizeof id)) bt_error("%s", bt_dist_error());
+    ncclConfig_t cfg;
+    bt__nccl_config(&cfg, "world");
+    ncclComm_t comm = NULL;
+    bt__nccl_lock(d);
+    ncclResult_t r = ncclCommInitRankConfig(&comm, d->world, id, d->rank, &cfg);
+    bt_comm tmp;
+    memset(&tmp, 0, sizeof tmp);
+    snprintf(tmp.name, sizeof tmp.name, "world"); tmp.dist = d;
+    bt__nccl_done(&tmp, comm, r, "ncclCommInitRankConfig", S->opts.timeout_s);
+    bt__ring_init(d);
+    d->world_comm = bt__comm_new(d, "world", d->rank, d->world, comm);
+}
+#endif
+
+/* every rank's host, GPU count and local rank, so that a bad placement is one clear error on
+   every rank instead of a hang */
+typedef struct { char host[64], machine[64]; int32_t local_rank, gpus; } bt__rank_info;
+
+/* which ranks share a machine: the kernel's boot id (containers of one host share it, two hosts
+   that both call themselves "localhost" do not), else the host name */
+static void bt__machine_id(char *out, size_t n, const char *host) {
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    out[0] = 0;
+    if (f) {
+        if (!fgets(out, (int)n, f)) out[0] = 0;
+        fclose(f);
+        out[strcspn(out, "\n")] = 0;
+    }
+    if (!out[0]) snprintf(out, n, "%s", host);
+}
+
+static void bt__dist_check_placement(bt_dist *d, const bt__rank_info *all) {
+    bt__dist_state *S = d->state;
+    for (int k = 0; k < d->world; k++) memcpy(S->hosts[k], all[k].host, 64);
+    if (S->opts.store_only) return;
+    for (int k = 0; k < d->world; k++) {
+        if (all[k].gpus == 0) bt_error("rank %d (%s): no GPU visible (CUDA_VISIBLE_DEVICES?)", k, all[k].host);
+        if (all[k].local_rank >= all[k].gpus)
+            bt_error("rank %d (%s): local rank %d, but only %d GPU(s) visible there: one process per GPU", k, all[k].host,
+                     all[k].local_rank, all[k].gpus);
+        int on_host = 0;
+        for (int j = 0; j < d->world; j++) on_host += !strcmp(all[j].machine, all[k].machine);
+        if (on_host > all[k].gpus)
+            bt_error("%d ranks run on host %s, which has %d GPU(s) visible: the world is larger than the GPUs (one process per GPU)",
+                     on_host, all[k].host, all[k].gpus);
+    }
+}
+
+static void bt__dist_rendezvous(bt_dist *d) {
+    bt__dist_state *S = d->state;
+    S->store = bt_store_open(d->env.master_addr, d->env.master_port, d->rank, d->world, S->opts.timeout_s);
+    if (!S->store) bt_error("%s", bt_dist_error());
+    bt__rank_info mine, *all = (bt__rank_info *)bt__dist_calloc((size_t)d->world, sizeof(bt__rank_info));
+    memset(&mine, 0, sizeof mine);
+    memcpy(mine.host, d->host, sizeof mine.host);
+    bt__machine_id(mine.machine, sizeof mine.machine, d->host);
+    mine.local_rank = d->local_rank;
+#if BT_DIST_NCCL
+    mine.gpus = S->opts.store_only ? 0 : bt_k_device_count();
+#endif
+    if (bt_store_allgather(S->store, &mine, all, sizeof mine)) { bt__dist_free(all); bt_error("%s", bt_dist_error()); }
+    S->hosts = (char(*)[64])bt__dist_calloc((size_t)d->world, 64);
+    bt__dist_check_placement(d, all);
+    bt__dist_free(all);
+}
+
+static void bt__dist_install_handler(bt_dist *d) {
+    bt__dist_state *S = d->state;
+    if (S->opts.no_error_handler) return;
+    bt_get_error_handler(&S->prev_fn, &S->prev_user);
+    bt_set_error_handler(bt_dist_error_handler, d);
+    S->handler_installed = 1;
+}
+
+static void bt__dist_opts_defaults(bt_dist_opts *o, const bt_dist_opts *in) {
+    if (in) *o = *in; else memset(o, 0, sizeof *o);
+    if (o->timeout_s <= 0) o->timeout_s = 300;
+    if (o->nccl_timeout_s <= 0) o->nccl_timeout_s = 600;
+}
+
+BTDEF bt_dist *bt_dist_init(const bt_dist_opts *opts) {
+    bt_dist_env env;
+    setenv("NCCL_NVLS_ENABLE", "0", 0);   /* before any NCCL call: multicast stays off (see the top) */
+    if (opts && opts->env) env = *opts->env;
+    else if (bt_dist_env_read(&env)) bt_error("bt_dist_init: %s", bt_dist_error());
+#if !BT_DIST_NCCL
+    if (env.world > 1 && !(opts && opts->store_only))
+        bt_error("bt_dist_init: world size %d (%s), but this build has no CUDA/NCCL; build with nvcc (make) to run more than one "
+                 "process", env.world, bt_launcher_name(env.launcher));
+#endif
+    bt_dist *d = (bt_dist *)bt__dist_calloc(1, sizeof(bt_dist));
+    bt__dist_state *S = d->state = (bt__dist_state *)bt__dist_calloc(1, sizeof(bt__dist_state));
+    bt__dist_opts_defaults(&S->opts, opts);
+    d->env = env;
+    d->rank = env.rank; d->world = env.world; d->local_rank = env.local_rank; d->local_world = env.local_world;
+    d->device = -1;
+    if (gethostname(d->host, sizeof d->host - 1) != 0) snprintf(d->host, sizeof d->host, "?");
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ERRORCHECK);
+    pthread_mutex_init(&S->nccl_lock, &ma);
+    pthread_mutex_init(&S->ring_lock, NULL);
+    pthread_mutexattr_destroy(&ma);
+#if BT_DIST_NCCL
+    if (!S->opts.store_only) bt__dist_gpu(d);
+#endif
+    if (d->world == 1) { d->world_comm = bt__comm_new(d, "world", 0, 1, NULL); return d; }
+    bt__dist_install_handler(d);
+    bt__dist_rendezvous(d);
+    bt__watchdog_start(d);
+#if BT_DIST_NCCL
+    if (!S->opts.store_only) bt__dist_nccl_world(d);
+#endif
+    if (!d->world_comm) d->world_comm = bt__comm_new(d, "world", d->rank, d->world, NULL);
+    return d;
+}
+
+BTDEF bt_store *bt_dist_store(bt_dist *d) { return d->state->store; }
+
+BTDEF bt_comm *bt_dist_split(bt_dist *d, bt_comm *parent, int color, int key, const char *name) {
+    if (!parent->handle) {   /* size 1, or no NCCL: the only possible group is this rank alone */
+        if (parent->size > 1) bt_error("rank %d: split of communicator %s: this build has no NCCL", d->rank, parent->name);
+        (void)key;
+        return color < 0 ? NULL : bt__comm_new(d, name, 0, 1, NULL);
+    }
+#if BT_DIST_NCCL
+    ncclConfig_t cfg;
+    bt__nccl_config(&cfg, name);
+    ncclComm_t nc = NULL;
+    bt__nccl_lock(d);
+    ncclResult_t r = ncclCommSplit((ncclComm_t)parent->handle, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &nc, &cfg);
+    bt__nccl_done(parent, (ncclComm_t)parent->handle, r, "ncclCommSplit", d->state->opts.timeout_s);
+    if (nc) {   /* the new communicator settles on its own */
+        bt_comm tmp;
+        memset(&tmp, 0, sizeof tmp);
+        snprintf(tmp.name, sizeof tmp.name, "%s", name ? name : "split"); tmp.dist = d;
+        bt__nccl_lock(d);
+        bt__nccl_done(&tmp, nc, ncclInProgress, "ncclCommSplit", d->state->opts.timeout_s);
+    }
+    if (color < 0 || !nc) return NULL;
+    int rank = 0, size = 0;
+    ncclCommUserRank(nc, &rank);
+    ncclCommCount(nc, &size);
+    return bt__comm_new(d, name, rank, size, nc);
+#else
+    return NULL;
+#endif
+}
+
+BTDEF void bt_dist_mesh_comms(bt_dist *d, const bt_mesh *m, bt_comm **dp, bt_comm **tp, bt_comm **cp) {
+    if (m->world != d->world) bt_error("rank %d: mesh of %d ranks, but the world has %d", d->rank, m->world, d->world);
+    bt_comm **out[3] = {dp, tp, cp};
+    static const char *names[3] = {"dp", "tp", "cp"};
+    for (int a = 0; a < 3; a++) {   /* every rank splits in the same order: dp, tp, cp */
+        bt_comm *c = bt_dist_split(d, d->world_comm, bt_mesh_color(m, d->rank, (bt_mesh_axis)a),
+                                   bt_mesh_coord(m, d->rank, (bt_mesh_axis)a), names[a]);
+        if (out[a]) *out[a] = c;
+    }
+}
+
+static void bt__dist_destroy_comms(bt_dist *d) {
+    bt__dist_state *S = d->state;
+    for (int i = S->n_comms - 1; i >= 0; i--) {
+        bt_comm *c = S->comms[i];
+#if BT_DIST_NCCL
+        ncclComm_t h = (ncclComm_t)c->handle;
+        if (h) {
+            bt__nccl_lock(d);
+            bt__nccl_done(c, h, ncclCommFinalize(h), "ncclCommFinalize", S->opts.nccl_timeout_s);
+        }
+#endif
+        pthread_mutex_lock(&S->nccl_lock);   /* the watchdog reads S->comms under this lock */
+        S->comms[i] = NULL;
+#if BT_DIST_NCCL
+        if (h) ncclCommDestroy(h);
+#endif
+        pthread_mutex_unlock(&S->nccl_lock);
+        bt__dist_free(c);
+    }
+    S->n_comms = 0;
+}
+
+BTDEF void bt_dist_shutdown(bt_dist *d) {
+    if (!d) return;
+    bt__dist_state *S = d->state;
+    if (S->store && bt_store_barrier(S->store)) bt_error("%s", bt_dist_error());
+    bt__dist_destroy_comms(d);
+    bt__watchdog_stop(d);
+#if BT_DIST_NCCL
+    bt__ring_free(d);
+#endif
+    bt_store_close(S->store);
+    if (S->handler_installed) bt_set_error_handler(S->prev_fn, S->prev_user);
+    pthread_mutex_destroy(&S->nccl_lock);
+    pthread_mutex_destroy(&S->ring_lock);
+    bt__dist_free(S->hosts);
+    bt__dist_free(S);
+    bt__dist_free(d);
+}
+
+/* ============================================================================================
+   7. collectives
+   ============================================================================================ */
+static size_t bt__coll_check(bt_comm *c, const char *op, const void *a, const void *b, int64_t count, bt_dtype dt) {
+    if (!c) bt_error("%s: no communicator (NULL)", op);
+    if (count < 0) bt_error("%s: count %lld < 0", op, (long long)count);
+    if (count > 0 && (!a || !b)) bt_error("%s on %s: NULL buffer with count %lld", op, c->name, (long long)count);
+    if (dt != BT_F32 && dt != BT_F64 && dt != BT_BF16 && dt != BT_F16 && dt != BT_I32)
+        bt_error("%s on %s: dtype %s; NCCL collectives here take f32, f64, bf16, f16 or i32", op, c->name, bt_dtype_name(dt));
+    return bt_dtype_size(dt);
+}
+
+/* a size-1 communicator: the collective is a copy (or nothing) */
+static void bt__local_copy(void *dst, const void *src, size_t bytes, void *stream) {
+    if (dst == src || bytes == 0) return;
+#ifdef BT_CUDA
+    cudaStream_t s = stream ? (cudaStream_t)stream : bt_k_stream();
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s);
+    if (e != cudaSuccess) bt_error("bt_dist: local collective copy failed: %s", cudaGetErrorString(e));
+#else
+    (void)stream;
+    memmove(dst, src, bytes);
+#endif
+}
+
+#if BT_DIST_NCCL
+static ncclDataType_t bt__nccl_dtype(bt_dtype dt) {
+    switch (dt) {
+    case BT_F64: return ncclFloat64;
+    case BT_BF16: return ncclBfloat16;
+    case BT_F16: return ncclFloat16;
+    case BT_I32: return ncclInt32;
+    default: return ncclFloat32;
+    }
+}
+static ncclRedOp_t bt__nccl_op(bt_red_op op) {
+    return op == BT_RED_SUM ? ncclSum : op == BT_RED_AVG ? ncclAvg : op == BT_RED_MAX ? ncclMax : ncclMin;
+}
+/* call is evaluated with nccl_lock held: it must not raise (arguments are checked before) */
+#define BT__COLL(c, what, call, stream) do { ncclComm_t nc__ = (ncclComm_t)(c)->handle; bt__nccl_lock((c)->dist); \
+    bt__nccl_done((c), nc__, (call), what, (c)->dist->state->opts.nccl_timeout_s); bt__track((c), what, (stream)); } while (0)
+#endif
+
+static void bt__check_op(bt_comm *c, const char *what, bt_red_op op, bt_dtype dt) {
+    if ((unsigned)op > BT_RED_MIN) bt_error("%s on %s: reduction %d; expected BT_RED_SUM, _AVG, _MAX or _MIN", what, c->name, (int)op);
+    if (op == BT_RED_AVG && dt == BT_I32) bt_error("%s on %s: the average of i32 values is not an i32; sum them instead", what, c->name);
+}
+
+BTDEF void bt_all_reduce(bt_comm *c, const void *send, void *recv, int64_t count, bt_dtype dt, bt_red_op op, void *stream) {
+    size_t es = bt__coll_check(c, "all_reduce", send, recv, count, dt);
+    bt__check_op(c, "all_reduce", op, dt);
+    if (c->size == 1 || !c->handle) { bt__local_copy(recv, send, (size_t)count * es, stream); return; }
+#if BT_DIST_NCCL
+    cudaStream_t s = bt__stream(stream);
+    BT__COLL(c, "all_reduce", ncclAllReduce(send, recv, (size_t)count, bt__nccl_dtype(dt), bt__nccl_op(op), nc__, s), s);
+#else
+    (void)op;
+#endif
+}
+
+BTDEF void bt_reduce_scatter(bt_comm *c, const void *send, void *recv, int64_t recv_count, bt_dtype dt, bt_red_op op, void *stream) {
+    size_t es = bt__coll_check(c, "reduce_scatter", send, recv, recv_count, dt);
+    bt__check_op(c, "reduce_scatter", op, dt);
+    if (c->size == 1 || !c->handle) { bt__local_copy(recv, send, (size_t)recv_count * es, stream); return; }
+#if BT_DIST_NCCL
+    cudaStream_t s = bt__stream(stream);
+    BT__COLL(c, "reduce_scatter", ncclReduceScatter(send, recv, (size_t)recv_count, bt__nccl_dtype(dt),
+                                                    bt__nccl_op(op), nc__, s), s);
+#else
+    (void)op;
+#endif
+}
+
+BTDEF void bt_all_gather(bt_comm *c, const void *send, void *recv, int64_t send_count, bt_dtype dt, void *stream) {
+    size_t es = bt__coll_check(c, "all_gather", send, recv, send_count, dt);
+    if (c->size == 1 || !c->handle) { bt__local_copy(recv, send, (size_t)send_count * es, stream); return; }
+#if BT_DIST_NCCL
+    cudaStream_t s = bt__stream(stream);
+    BT__COLL(c, "all_gather", ncclAllGather(send, recv, (size_t)send_count, bt__nccl_dtype(dt), nc__, s), s);
+#endif
+}
+
+BTDEF void bt_broadcast(bt_comm *c, const void *send, void *recv, int64_t count, bt_dtype dt, int root, void *stream) {
+    size_t es = bt__coll_check(c, "broadcast", c && c->rank == root ? send : recv, recv, count, dt);
+    if (root < 0 || root >= c->size) bt_error("broadcast on %s: root %d; expected 0..%d", c->name, root, c->size - 1);
+    if (c->size == 1 || !c->handle) { bt__local_copy(recv, send, (size_t)count * es, stream); return; }
+#if BT_DIST_NCCL
+    cudaStream_t s = bt__stream(stream);
+    BT__COLL(c, "broadcast", ncclBroadcast(send, recv, (size_t)count, bt__nccl_dtype(dt), root, nc__, s), s);
+#endif
+}
+
+BTDEF void bt_send_recv(bt_comm *c, const void *send, int64_t send_count, int dst, void *recv, int64_t recv_count, int src,
+                        bt_dtype dt, void *stream) {
+    size_t es = bt__coll_check(c, "send_recv", dst >= 0 ? send : recv, src >= 0 ? recv : send, dst >= 0 ? send_count : recv_count, dt);
+    if (dst >= c->size || src >= c->size) bt_error("send_recv on %s: peer %d / %d; expected < %d", c->name, dst, src, c->size);
+    if (c->size == 1 || !c->handle) {   /* only this rank: a send to itself meets a receive from itself */
+        if ((dst >= 0) != (src >= 0) || send_count != recv_count)
+            bt_error("send_recv on %s (one rank): a send to self needs the matching receive of the same count", c->name);
+        if (dst >= 0) bt__local_copy(recv, send, (size_t)send_count * es, stream);
+        return;
+    }
+#if BT_DIST_NCCL
+    cudaStream_t s = bt__stream(stream);
+    ncclComm_t nc = (ncclComm_t)c->handle;
+    ncclDataType_t t = bt__nccl_dtype(dt);
+    bt__nccl_lock(c->dist);
+    ncclResult_t r = ncclGroupStart();
+    if (r == ncclSuccess && dst >= 0) r = ncclSend(send, (size_t)send_count, t, dst, nc, s);
+    if (r == ncclSuccess && src >= 0) r = ncclRecv(recv, (size_t)recv_count, t, src, nc, s);
+    ncclResult_t e = ncclGroupEnd();
+    bt__nccl_done(c, nc, r != ncclSuccess ? r : e, "send_recv", c->dist->state->opts.nccl_timeout_s);
+    bt__track(c, "send_recv", s);
+#endif
+}
+
+BTDEF void bt_reduce_to_owners(bt_comm *c, void *span, int64_t span_lo, int64_t n, int64_t shard, bt_dtype dt, bt_red_op op,
+                               void *stream) {
+    size_t es = bt__coll_check(c, "reduce_to_owners", span, span, n, dt);
+    bt__check_op(c, "reduce_to_owners", op, dt);
+    if (shard < 1 || span_lo < 0 || span_lo + n > shard * (int64_t)c->size)
+        bt_error("reduce_to_owners on %s: elements [%lld, %lld) with shards of %lld over %d ranks", c->name, (long long)span_lo,
+                 (long long)(span_lo + n), (long long)shard, c->size);
+    if (c->size == 1 || !c->handle || n == 0) return;
+#if BT_DIST_NCCL
+    cudaStream_t s = bt__stream(stream);
+    ncclComm_t nc = (ncclComm_t)c->handle;
+    bt__nccl_lock(c->dist);
+    ncclResult_t r = ncclGroupStart();
+    for (int64_t lo = span_lo; r == ncclSuccess && lo < span_lo + n;) {   /* one reduce per owner the span touches */
+        int owner = (int)(lo / shard);
+        int64_t hi = (int64_t)(owner + 1) * shard < span_lo + n ? (int64_t)(owner + 1) * shard : span_lo + n;
+        char *p = (char *)span + (size_t)(lo - span_lo) * es;
+        r = ncclReduce(p, p, (size_t)(hi - lo), bt__nccl_dtype(dt), bt__nccl_op(op), owner, nc, s);
+        lo = hi;
+    }
+    ncclResult_t e = ncclGroupEnd();
+    bt__nccl_done(c, nc, r != ncclSuccess ? r : e, "reduce_to_owners", c->dist->state->opts.nccl_timeout_s);
+    bt__track(c, "reduce_to_owners", s);
+#else
+    (void)es; (void)op; (void)stream;
+#endif
+}
+
+/* ============================================================================================
+   8. DDP gradient buckets
+   ============================================================================================ */
+typedef struct { struct bt_ddp *ddp; int param; } bt__ddp_arg;
+
+struct bt_ddp {
+    bt_comm *comm;
+    char *flat;
+    int64_t flat_numel, shard;
+    bt_dtype grad_dt, comm_dt;
+    size_t grad_es, comm_es;
+    bt_bucket_plan plan;
+    int *pending;               /* per bucket: parameters still to report this pass */
+    unsigned char *seen;        /* per parameter: reported this pass */
+    int next;                   /* plan order: the next bucket to launch */
+    int reported, launched;     /* parameters reported, buckets launched this pass */
+    int as_ready;
+    unsigned char *out;         /* per bucket: launched this pass */
+    int sync, passes;
+    bt__ddp_arg *args;
+#ifdef BT_CUDA
+    cudaStream_t stream;
+    int own_stream;
+    cudaEvent_t *ready_ev, *done_ev;
+    void *stage;                /* comm_dtype copy of the largest bucket, when the dtypes differ */
+#endif
+};
+
+#ifdef BT_CUDA
+static int bt__ddp_remote(const bt_ddp *d) { return d->comm->size > 1 && d->comm->handle; }
+#endif
+
+BTDEF int bt_ddp_spans_from_grads(bt_tensor **params, int n, const bt_tensor *flat_grad, bt_param_span *out) {
+    for (int i = 0; i < n; i++) {
+        const bt_tensor *g = params[i] ? params[i]->grad : NULL;
+        if (!g)
+            return bt__dist_fail_msg("ddp: parameter %d (%s) has no ->grad view", i, params[i] && params[i]->name ? params[i]->name : "?");
+        if (g->storage != flat_grad->storage || !bt_is_contiguous(g) || g->dtype != flat_grad->dtype)
+            return bt__dist_fail_msg("ddp: parameter %d's gradient is not a contiguous %s view of the flat gradient buffer", i,
+                                     bt_dtype_name(flat_grad->dtype));
+        out[i].offset = g->offset - flat_grad->offset;
+        out[i].numel = bt_numel(g);
+        if (out[i].offset < 0 || out[i].offset + out[i].numel > bt_numel(flat_grad))
+            return bt__dist_fail_msg("ddp: parameter %d's gradient lies outside the flat gradient buffer", i);
+    }
+    return 0;
+}
+
+static void bt__ddp_reset(bt_ddp *d) {
+    for (int b = 0; b < d->plan.n_buckets; b++) d->pending[b] = d->plan.buckets[b].count;
+    memset(d->seen, 0, (size_t)(d->plan.n_params ? d->plan.n_params : 1));
+    memset(d->out, 0, (size_t)(d->plan.n_buckets ? d->plan.n_buckets : 1));
+    d->next = 0; d->reported = 0; d->launched = 0;
+}
+
+#ifdef BT_CUDA
+static void bt__ddp_gpu_init(bt_ddp *d, const bt_ddp_opts *o) {
+    int nb = d->plan.n_buckets;
+    d->stream = (cudaStream_t)o->comm_stream;
+    if (!d->stream) { BT__DIST_CUDA(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking), "ddp"); d->own_stream = 1; }
+    d->ready_ev = (cudaEvent_t *)bt__dist_calloc((size_t)nb, sizeof(cudaEvent_t));
+    d->done_ev = (cudaEvent_t *)bt__dist_calloc((size_t)nb, sizeof(cudaEvent_t));
+    int64_t most = 0;
+    for (int b = 0; b < nb; b++) {
+        BT__DIST_CUDA(cudaEventCreateWithFlags(&d->ready_ev[b], cudaEventDisableTiming), "ddp");
+        BT__DIST_CUDA(cudaEventCreateWithFlags(&d->done_ev[b], cudaEventDisableTiming), "ddp");
+        if (d->plan.buckets[b].hi - d->plan.buckets[b].lo > most) most = d->plan.buckets[b].hi - d->plan.buckets[b].lo;
+    }
+    if (d->comm_dt != d->grad_dt) d->stage = bt_alloc(bt_cuda_device(d->comm->dist->device), (size_t)most * d->comm_es, (void *)d->stream);
+}
+
+/* [lo, hi) of bucket b that this rank must hold reduced afterwards */
+static void bt__ddp_result_span(const bt_ddp *d, const bt_bucket *b, int64_t *lo, int64_t *hi) {
+    *lo = b->lo; *hi = b->hi;
+    if (d->shard <= 0) return;
+    int64_t mlo = (int64_t)d->comm->rank * d->shard, mhi = mlo + d->shard;
+    *lo = b->lo > mlo ? b->lo : mlo;
+    *hi = b->hi < mhi ? b->hi : mhi;
+    if (*hi < *lo) *hi = *lo;
+}
+
+/* comm stream: wait for the compute stream, (cast,) reduce, (cast back,) mark done */
+static void bt__ddp_launch_gpu(bt_ddp *d, int bi, cudaStream_t compute) {
+    const bt_bucket *b = &d->plan.buckets[bi];
+    int64_t n = b->hi - b->lo, rlo, rhi;
+    char *grad = d->flat + (size_t)b->lo * d->grad_es;
+    void *buf = d->stage ? d->stage : grad;
+    BT__DIST_CUDA(cudaEventRecord(d->ready_ev[bi], compute), "ddp");
+    BT__DIST_CUDA(cudaStreamWaitEvent(d->stream, d->ready_ev[bi], 0), "ddp");
+    if (d->stage) bt_k_cast(d->comm_dt, d->stage, d->grad_dt, grad, n, d->stream);
+    if (d->shard > 0) bt_reduce_to_owners(d->comm, buf, b->lo, n, d->shard, d->comm_dt, BT_RED_AVG, d->stream);
+    else bt_all_reduce(d->comm, buf, buf, n, d->comm_dt, BT_RED_AVG, d->stream);
+    bt__ddp_result_span(d, b, &rlo, &rhi);
+    if (d->stage && rhi > rlo)
+        bt_k_cast(d->grad_dt, d->flat + (size_t)rlo * d->grad_es, d->comm_dt, (char *)d->stage + (size_t)(rlo - b->lo) * d->comm_es,
+                  rhi - rlo, d->stream);
+    BT__DIST_CUDA(cudaEventRecord(d->done_ev[bi], d->stream), "ddp");
+}
+#endif
+
+static void bt__ddp_launch(bt_ddp *d, int b, void *stream) {
+    if (d->out[b]) return;
+#ifdef BT_CUDA
+    if (bt__ddp_remote(d)) bt__ddp_launch_gpu(d, b, bt__stream(stream));
+#else
+    (void)stream;
+#endif
+    d->out[b] = 1;
+    d->launched++;
+}
+
+/* plan order: every full bucket at the head of the plan (force: all the rest) */
+static void bt__ddp_launch_ready(bt_ddp *d, void *stream, int force) {
+    for (; d->next < d->plan.n_buckets && (force || d->pending[d->next] == 0); d->next++) bt__ddp_launch(d, d->next, stream);
+}
+
+BTDEF bt_ddp *bt_ddp_create(bt_comm *c, void *flat_grad, bt_dtype grad_dtype, int64_t flat_numel, const bt_param_span *params,
+                            int n_params, const bt_ddp_opts *opts) {
+    bt_ddp_opts o;
+    if (opts) o = *opts; else memset(&o, 0, sizeof o);
+    if (!c) bt_error("ddp: no communicator");
+    bt_dtype cdt = o.comm_dtype == BT_F32 ? grad_dtype : o.comm_dtype;
+    if (cdt != grad_dtype && !(grad_dtype == BT_F32 && cdt == BT_BF16))
+        bt_error("ddp: gradients of %s communicated in %s; expected the same dtype or f32 gradients in bf16", bt_dtype_name(grad_dtype),
+                 bt_dtype_name(cdt));
+    if (o.shard_numel > 0 && o.shard_numel * (int64_t)c->size < flat_numel)
+        bt_error("ddp: shards of %lld elements over %d ranks do not cover the %lld of the flat buffer", (long long)o.shard_numel,
+                 c->size, (long long)flat_numel);
+    for (int i = 0; i < n_params; i++)
+        if (params[i].offset + params[i].numel > flat_numel)
+            bt_error("ddp: parameter %d ends at element %lld, past the flat buffer's %lld", i,
+                     (long long)(params[i].offset + params[i].numel), (long long)flat_numel);
+    bt_ddp *d = (bt_ddp *)bt__dist_calloc(1, sizeof(bt_ddp));
+    if (bt_bucket_plan_make(&d->plan, params, n_params, bt_dtype_size(grad_dtype), o.bucket_cap_bytes)) {
+        bt__dist_free(d);
+        bt_error("ddp: %s", bt_dist_error());
+    }
+    d->comm = c; d->flat = (char *)flat_grad; d->flat_numel = flat_numel; d->shard = o.shard_numel;
+    d->grad_dt = grad_dtype; d->comm_dt = cdt; d->grad_es = bt_dtype_size(grad_dtype); d->comm_es = bt_dtype_size(cdt);
+    d->sync = 1;
+    d->pending = (int *)bt__dist_calloc((size_t)d->plan.n_buckets, sizeof(int));
+    d->out = (unsigned char *)bt__dist_calloc((size_t)d->plan.n_buckets, 1);
+    d->as_ready = o.launch_as_ready != 0;
+    d->seen = (unsigned char *)bt__dist_calloc((size_t)n_params, 1);
+    d->args = (bt__ddp_arg *)bt__dist_calloc((size_t)n_params, sizeof(bt__ddp_arg));
+    for (int i = 0; i < n_params; i++) { d->args[i].ddp = d; d->args[i].param = i; }
+    bt__ddp_reset(d);
+#ifdef BT_CUDA
+    if (bt__ddp_remote(d)) bt__ddp_gpu_init(d, &o);
+#endif
+    return d;
+}
+
+BTDEF void bt_ddp_set_sync(bt_ddp *d, int sync) {
+    if (d->reported > 0 && !sync) bt_error("ddp: set_sync(0) in the middle of a synced pass (call bt_ddp_wait first)");
+    d->sync = sync != 0;
+}
+
+BTDEF void bt_ddp_param_ready(bt_ddp *d, int param, void *stream) {
+    if (param < 0 || param >= d->plan.n_params) bt_error("ddp: parameter %d; expected 0..%d", param, d->plan.n_params - 1);
+    if (!d->sync) return;
+    if (d->seen[param])
+        bt_error("ddp: parameter %d reported ready twice in one backward pass (a hook registered twice, or bt_ddp_wait not called "
+                 "after the last pass?)", param);
+    d->seen[param] = 1;
+    d->reported++;
+    int b = d->plan.param_bucket[param];
+    if (--d->pending[b] == 0 && d->as_ready) bt__ddp_launch(d, b, stream);
+    else bt__ddp_launch_ready(d, stream, 0);
+}
+
+BTDEF void bt_ddp_grad_hook(bt_tensor *leaf, void *user) {
+    bt__ddp_arg *a = (bt__ddp_arg *)user;
+    (void)leaf;
+    bt_ddp_param_ready(a->ddp, a->param, NULL);
+}
+BTDEF void *bt_ddp_hook_arg(bt_ddp *d, int param) {
+    if (param < 0 || param >= d->plan.n_params) bt_error("ddp: parameter %d; expected 0..%d", param, d->plan.n_params - 1);
+    return &d->args[param];
+}
+
+BTDEF void bt_ddp_wait(bt_ddp *d, void *stream) {
+    if (!d->sync) return;
+    bt__ddp_launch_ready(d, stream, 1);
+#ifdef BT_CUDA
+    if (bt__ddp_remote(d)) {
+        cudaStream_t s = bt__stream(stream);
+        for (int b = 0; b < d->plan.n_buckets; b++) BT__DIST_CUDA(cudaStreamWaitEvent(s, d->done_ev[b], 0), "ddp wait");
+    }
+#endif
+    bt__ddp_reset(d);
+    d->passes++;
+}
+
+BTDEF const bt_bucket_plan *bt_ddp_plan(const bt_ddp *d) { return &d->plan; }
+BTDEF bt_ddp_stats bt_ddp_get_stats(const bt_ddp *d) {
+    bt_ddp_stats s;
+    s.buckets = d->plan.n_buckets; s.launched = d->launched; s.passes = d->passes;
+    return s;
+}
+
+BTDEF void bt_ddp_free(bt_ddp *d) {
+    if (!d) return;
+#ifdef BT_CUDA
+    if (bt__ddp_remote(d)) {
+        cudaStreamSynchronize(d->stream);
+        for (int b = 0; b < d->plan.n_buckets; b++) { cudaEventDestroy(d->ready_ev[b]); cudaEventDestroy(d->done_ev[b]); }
+        if (d->stage) bt_free(d->stage);
+        if (d->own_stream) cudaStreamDestroy(d->stream);
+        bt__dist_free(d->ready_ev); bt__dist_free(d->done_ev);
+    }
+#endif
+    bt_bucket_plan_free(&d->plan);
+    bt__dist_free(d->pending); bt__dist_free(d->seen); bt__dist_free(d->args); bt__dist_free(d->out);
+    bt__dist_free(d);
+}
+
+#endif /* BT_DIST_IMPLEMENTATION_DONE */
+#endif /* BT_DIST_IMPLEMENTATION */
