@@ -270,7 +270,7 @@ BTDEF void bt_dist_abort(bt_dist *d, const char *msg);      /* tell the others, 
 BTDEF void bt_dist_error_handler(const char *msg, void *user);   /* a bt_error_fn; user = the bt_dist */
 BTDEF void bt_dist_shutdown(bt_dist *d);                    /* collective: barrier, destroy, goodbye */
 
-/* ---- 7. collectives (stream: a cudaStream_t; NULL = bt_k_stream()) ---- */
+/* ---- 7. collectives (stream: a cudaStream_t; NULL = the current stream of the rank's device) ---- */
 typedef enum { BT_RED_SUM = 0, BT_RED_AVG, BT_RED_MAX, BT_RED_MIN } bt_red_op;
 /* recv[i] = op over ranks of send[i], count elements (send == recv: in place) */
 BTDEF void bt_all_reduce(bt_comm *c, const void *send, void *recv, int64_t count, bt_dtype dt, bt_red_op op,
@@ -305,7 +305,7 @@ typedef struct { int buckets, launched, passes; } bt_ddp_stats;   /* launched: i
 BTDEF bt_ddp *bt_ddp_create(bt_comm *c, void *flat_grad, bt_dtype grad_dtype, int64_t flat_numel,
                             const bt_param_span *params, int n_params, const bt_ddp_opts *opts);
 BTDEF void bt_ddp_set_sync(bt_ddp *d, int sync);     /* 0: the next backward passes only accumulate */
-/* param's gradient is final (its last write was enqueued on stream, NULL = bt_k_stream()) */
+/* param's gradient is final (its last write was enqueued on stream, NULL = the device's current stream) */
 BTDEF void bt_ddp_param_ready(bt_ddp *d, int param, void *stream);
 BTDEF void bt_ddp_grad_hook(bt_tensor *leaf, void *user);  /* bt_grad_hook_fn; user = bt_ddp_hook_arg */
 BTDEF void *bt_ddp_hook_arg(bt_ddp *d, int param);
@@ -366,7 +366,13 @@ BTDEF int bt_ddp_spans_from_grads(bt_tensor **params, int n, const bt_tensor *fl
 #include "bt_kernels.cuh"
 #define BT__DIST_CUDA(call, what) do { cudaError_t e__ = (call); if (e__ != cudaSuccess) \
     bt_error("bt_dist: %s: %s failed: %s", what, #call, cudaGetErrorString(e__)); } while (0)
-static cudaStream_t bt__stream(void *s) { return s ? (cudaStream_t)s : bt_k_stream(); }
+/* s, or the current stream of the current device (the rank's: bt_dist_init made it current) */
+static cudaStream_t bt__stream(void *s) {
+    if (s) return (cudaStream_t)s;
+    int d = 0;
+    BT__DIST_CUDA(cudaGetDevice(&d), "current stream");
+    return bt_k_current_stream(d);
+}
 #endif
 
 #ifdef __cplusplus
@@ -1893,7 +1899,7 @@ static size_t bt__coll_check(bt_comm *c, const char *op, const void *a, const vo
 static void bt__local_copy(void *dst, const void *src, size_t bytes, void *stream) {
     if (dst == src || bytes == 0) return;
 #ifdef BT_CUDA
-    cudaStream_t s = stream ? (cudaStream_t)stream : bt_k_stream();
+    cudaStream_t s = bt__stream(stream);
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s);
     if (e != cudaSuccess) bt_error("bt_dist: local collective copy failed: %s", cudaGetErrorString(e));
 #else

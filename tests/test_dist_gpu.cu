@@ -129,7 +129,9 @@ static void *upload(bt_dtype dt, int rank, int64_t n, int salt, double *host) {
 static void download(bt_dtype dt, const void *d, int64_t n, double *host) {
     size_t es = bt_dtype_size(dt);
     unsigned char *h = (unsigned char *)malloc((size_t)n * es);
-    cudaStreamSynchronize(bt_k_stream());
+    int dev = 0;
+    cudaGetDevice(&dev);                       /* the rank's device (bt_dist_init made it current) */
+    cudaStreamSynchronize(bt_k_current_stream(dev));
     cudaMemcpy(h, d, (size_t)n * es, cudaMemcpyDeviceToHost);
     for (int64_t i = 0; i < n; i++) {
         if (dt == BT_F32) { float f; memcpy(&f, h + i * es, 4); host[i] = f; }
@@ -312,7 +314,7 @@ static void check_ddp(bt_dist *d, bt_dtype comm_dt, int zero, int as_ready, int 
     bt_param_span ps[NP];
     int64_t N = ddp_layout(ps), W = d->world, S = bt_shard_numel(N, (int)W, 64);
     int64_t alloc = zero ? W * S : N;
-    cudaStream_t s = bt_k_stream();
+    cudaStream_t s = bt_k_current_stream(d->device);
     float *g[2], *flat = NULL, *got = (float *)malloc(sizeof(float) * (size_t)alloc);
     double *want = (double *)malloc(sizeof(double) * (size_t)alloc), *gotd = (double *)malloc(sizeof(double) * (size_t)alloc);
     for (int k = 0; k < 2; k++) {
@@ -433,7 +435,7 @@ static int fault_rank(int rank) {
         if (rank == fault_victim && it == 5 && fault_mode == 1) for (;;) bt__sleep(1);   /* alive, silent */
         bt_all_reduce(d->world_comm, buf, buf, n, BT_F32, BT_RED_SUM, NULL);
         if (rank == fault_victim && it == 5) raise(SIGKILL);   /* its peer is inside this collective */
-        cudaStreamSynchronize(bt_k_stream());
+        cudaStreamSynchronize(bt_k_current_stream(d->device));
     }
     fprintf(stderr, "rank %d: the loop ended, which it must not\n", rank);
     return 0;
