@@ -411,7 +411,10 @@ BTDEF void bt_set_requires_grad(bt_tensor *t, int on);  /* leaves only */
 /* ---- precision ---- */
 BTDEF void bt_set_matmul_precision(bt_matmul_precision p);
 BTDEF bt_matmul_precision bt_get_matmul_precision(void);
-BTDEF void bt_set_deterministic(int on);            /* deterministic embedding backward on the GPU */
+/* Deterministic GPU work: no float atomics (the embedding backward sorts instead) and no matmul
+   autotuning (each shape's algorithm is cuBLASLt's first pick): two runs give the same bits. */
+BTDEF void bt_set_deterministic(int on);
+BTDEF int bt_get_deterministic(void);
 
 /* ---- ops (differentiable unless noted) ---- */
 /* elementwise, one function per line of BT_UNARY_OPS: bt_neg, bt_exp, bt_log, bt_sqrt, bt_rsqrt,
@@ -590,7 +593,13 @@ BTDEF int bt_grad_enabled(void) { return bt__g.grad_enabled; }
 BTDEF int bt_set_grad_enabled(int on) { int old = bt__g.grad_enabled; bt__g.grad_enabled = on != 0; return old; }
 BTDEF void bt_set_matmul_precision(bt_matmul_precision p) { bt__g.precision = p; }
 BTDEF bt_matmul_precision bt_get_matmul_precision(void) { return bt__g.precision; }
-BTDEF void bt_set_deterministic(int on) { bt__g.deterministic = on != 0; }
+BTDEF void bt_set_deterministic(int on) {
+    bt__g.deterministic = on != 0;
+#ifdef BT_CUDA
+    if (on) bt_k_matmul_set_autotune(0);
+#endif
+}
+BTDEF int bt_get_deterministic(void) { return bt__g.deterministic; }
 
 /* ---- devices, streams, events ----
    A GPU branch runs inside BT__ON_GPU(dev, s) { ... }: the device guard makes dev the current

@@ -16,9 +16,11 @@
 #define BT_AUTOGRAD_IMPLEMENTATION
 #define BT_OPTIM_IMPLEMENTATION
 #define BT_DATA_IMPLEMENTATION
+#define BT_DIST_IMPLEMENTATION
 #include "bt_autograd.h"
 #include "bt_optim.h"
 #include "bt_data.h"
+#include "bt_dist.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,10 +63,15 @@ static int gpt2_config_from_preset(const char *name, int V, gpt2_config *cfg) {
 }
 
 /* ============================================================================================
-   2. the model: parameters in one flat fp32 buffer, in llm.c's checkpoint order
+   2. the model: parameters in one flat fp32 buffer, layer by layer
    ============================================================================================ */
-/* The 16 tensors of llm.c's layout (per-layer ones stacked over L). The model file is this
-   buffer after a 256-int header, so it reads and writes in one call and loads llm.c's files. */
+/* The parameters and their gradients live in one flat fp32 buffer each, in forward order:
+       wte, wpe, layer 0 (ln1w ln1b qkvw qkvb projw projb ln2w ln2b fcw fcb fcprojw fcprojb),
+       layer 1, ..., lnfw, lnfb
+   so that the backward pass finishes the gradients at the END of the buffer first: data
+   parallelism sends those while the earlier layers still compute. llm.c's model file stacks each
+   of its 16 tensors over the layers instead (the enum below); each leaf knows its offset there
+   (file_off), and reading and writing a model file permutes between the two orders. */
 enum { P_WTE, P_WPE, P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_PROJW, P_PROJB, P_LN2W, P_LN2B, P_FCW, P_FCB,
        P_FCPROJW, P_FCPROJB, P_LNFW, P_LNFB, P_COUNT };
 
@@ -88,86 +95,113 @@ typedef struct {
 typedef struct {
     gpt2_config cfg;
     int64_t num_params;
+    int64_t flat_numel;            /* the buffers' length: num_params, padded when sharded (ZeRO) */
     bt_tensor *flat, *flat_grad;   /* every parameter and its gradient, one buffer each */
     bt_tensor *flat_lowp;          /* bf16 copy of flat for mixed precision, made on demand */
     uint32_t lowp_version;         /* flat's version when flat_lowp was last refreshed */
     bt_tensor *wte, *wpe, *lnfw, *lnfb;
     gpt2_layer *layers;
     bt_tensor **params;            /* the leaves, for the optimizer */
+    int64_t *file_off;             /* [n_params]: each leaf's offset in llm.c's file order */
     int n_params;
     bt_device device;
 } gpt2;
 
-/* A leaf parameter viewing flat[off : off + numel(shape)], its gradient the same span of
-   flat_grad: the optimizer and the model file see one buffer, the graph sees ordinary leaves. */
-static bt_tensor *gpt2_leaf(gpt2 *m, int64_t off, bt_shape shape) {
+/* The next leaf, numel(shape) elements from the buffer's fill mark, in file order at file_off:
+   a view of flat, its gradient the same span of flat_grad. The optimizer and the files see one
+   buffer, the graph sees ordinary leaves. */
+static bt_tensor *gpt2_leaf(gpt2 *m, int64_t *mark, int64_t file_off, bt_shape shape) {
     int64_t n = 1;
     for (int d = 0; d < shape.ndim; d++) n *= shape.d[d];
-    bt_tensor *span = bt_narrow(m->flat, 0, off, n), *p = bt_view(span, shape);
-    bt_tensor *gspan = bt_narrow(m->flat_grad, 0, off, n);
+    bt_tensor *span = bt_narrow(m->flat, 0, *mark, n), *p = bt_view(span, shape);
+    bt_tensor *gspan = bt_narrow(m->flat_grad, 0, *mark, n);
     bt_release(span);
     bt_set_requires_grad(p, 1);
     p->grad = bt_view(gspan, shape);
     bt_release(gspan);
+    m->file_off[m->n_params] = file_off;
     m->params[m->n_params++] = p;
+    *mark += n;
     return p;
 }
 
-static void gpt2_build(gpt2 *m, gpt2_config cfg, bt_device dev) {
+/* flat buffers of num_params elements rounded up to a multiple of pad_to (>= 1): ZeRO gives each
+   rank an equal shard; the padding is zero and never read as a parameter. The gradients are kept
+   in grad_dt: fp32, or the compute dtype when they only hold one micro-batch's (ZeRO-2). */
+static void gpt2_build_padded(gpt2 *m, gpt2_config cfg, bt_device dev, int64_t pad_to, bt_dtype grad_dt) {
     memset(m, 0, sizeof *m);
     m->cfg = cfg; m->device = dev;
-    int64_t sz[P_COUNT], off[P_COUNT], total = 0;
+    int64_t sz[P_COUNT], off[P_COUNT], total = 0, mark = 0, C = cfg.C;
     gpt2_param_sizes(&cfg, sz);
     for (int i = 0; i < P_COUNT; i++) { off[i] = total; total += sz[i]; }
     m->num_params = total;
-    m->flat = bt_zeros(bt_shape1(total), BT_F32, dev);
-    m->flat_grad = bt_zeros(bt_shape1(total), BT_F32, dev);
-    m->params = (bt_tensor **)calloc((size_t)(4 + 16 * cfg.L), sizeof(bt_tensor *));
+    m->flat_numel = (total + pad_to - 1) / pad_to * pad_to;
+    m->flat = bt_zeros(bt_shape1(m->flat_numel), BT_F32, dev);
+    m->flat_grad = bt_zeros(bt_shape1(m->flat_numel), grad_dt, dev);
+    m->params = (bt_tensor **)calloc((size_t)(4 + 12 * cfg.L), sizeof(bt_tensor *));
+    m->file_off = (int64_t *)calloc((size_t)(4 + 12 * cfg.L), sizeof(int64_t));
     m->layers = (gpt2_layer *)calloc((size_t)cfg.L, sizeof(gpt2_layer));
-    if (!m->params || !m->layers) bt_error("gpt2_build: out of host memory");
-    int64_t C = cfg.C;
-    m->wte = gpt2_leaf(m, off[P_WTE], bt_shape2(cfg.Vp, C));
-    m->wpe = gpt2_leaf(m, off[P_WPE], bt_shape2(cfg.maxT, C));
+    if (!m->params || !m->file_off || !m->layers) bt_error("gpt2_build: out of host memory");
+    m->wte = gpt2_leaf(m, &mark, off[P_WTE], bt_shape2(cfg.Vp, C));
+    m->wpe = gpt2_leaf(m, &mark, off[P_WPE], bt_shape2(cfg.maxT, C));
     for (int l = 0; l < cfg.L; l++) {
         gpt2_layer *y = &m->layers[l];
-        y->ln1w = gpt2_leaf(m, off[P_LN1W] + l * C, bt_shape1(C));
-        y->ln1b = gpt2_leaf(m, off[P_LN1B] + l * C, bt_shape1(C));
-        y->qkvw = gpt2_leaf(m, off[P_QKVW] + l * 3 * C * C, bt_shape2(3 * C, C));
-        y->qkvb = gpt2_leaf(m, off[P_QKVB] + l * 3 * C, bt_shape1(3 * C));
-        y->projw = gpt2_leaf(m, off[P_PROJW] + l * C * C, bt_shape2(C, C));
-        y->projb = gpt2_leaf(m, off[P_PROJB] + l * C, bt_shape1(C));
-        y->ln2w = gpt2_leaf(m, off[P_LN2W] + l * C, bt_shape1(C));
-        y->ln2b = gpt2_leaf(m, off[P_LN2B] + l * C, bt_shape1(C));
-        y->fcw = gpt2_leaf(m, off[P_FCW] + l * 4 * C * C, bt_shape2(4 * C, C));
-        y->fcb = gpt2_leaf(m, off[P_FCB] + l * 4 * C, bt_shape1(4 * C));
-        y->fcprojw = gpt2_leaf(m, off[P_FCPROJW] + l * 4 * C * C, bt_shape2(C, 4 * C));
-        y->fcprojb = gpt2_leaf(m, off[P_FCPROJB] + l * C, bt_shape1(C));
+        y->ln1w = gpt2_leaf(m, &mark, off[P_LN1W] + l * C, bt_shape1(C));
+        y->ln1b = gpt2_leaf(m, &mark, off[P_LN1B] + l * C, bt_shape1(C));
+        y->qkvw = gpt2_leaf(m, &mark, off[P_QKVW] + l * 3 * C * C, bt_shape2(3 * C, C));
+        y->qkvb = gpt2_leaf(m, &mark, off[P_QKVB] + l * 3 * C, bt_shape1(3 * C));
+        y->projw = gpt2_leaf(m, &mark, off[P_PROJW] + l * C * C, bt_shape2(C, C));
+        y->projb = gpt2_leaf(m, &mark, off[P_PROJB] + l * C, bt_shape1(C));
+        y->ln2w = gpt2_leaf(m, &mark, off[P_LN2W] + l * C, bt_shape1(C));
+        y->ln2b = gpt2_leaf(m, &mark, off[P_LN2B] + l * C, bt_shape1(C));
+        y->fcw = gpt2_leaf(m, &mark, off[P_FCW] + l * 4 * C * C, bt_shape2(4 * C, C));
+        y->fcb = gpt2_leaf(m, &mark, off[P_FCB] + l * 4 * C, bt_shape1(4 * C));
+        y->fcprojw = gpt2_leaf(m, &mark, off[P_FCPROJW] + l * 4 * C * C, bt_shape2(C, 4 * C));
+        y->fcprojb = gpt2_leaf(m, &mark, off[P_FCPROJB] + l * C, bt_shape1(C));
     }
-    m->lnfw = gpt2_leaf(m, off[P_LNFW], bt_shape1(C));
-    m->lnfb = gpt2_leaf(m, off[P_LNFB], bt_shape1(C));
+    m->lnfw = gpt2_leaf(m, &mark, off[P_LNFW], bt_shape1(C));
+    m->lnfb = gpt2_leaf(m, &mark, off[P_LNFB], bt_shape1(C));
 }
+/* one process: no padding, fp32 gradients (the tests build models this way) */
+static inline void gpt2_build(gpt2 *m, gpt2_config cfg, bt_device dev) { gpt2_build_padded(m, cfg, dev, 1, BT_F32); }
 
 static void gpt2_free(gpt2 *m) {
     for (int i = 0; i < m->n_params; i++) bt_release(m->params[i]);
     bt_release(m->flat); bt_release(m->flat_grad); bt_release(m->flat_lowp);
-    free(m->params); free(m->layers);
+    free(m->params); free(m->file_off); free(m->layers);
     memset(m, 0, sizeof *m);
 }
 
+/* between the buffer's order (mem) and llm.c's file order (file), num_params floats each */
+static void gpt2_to_file_order(const gpt2 *m, const float *mem, float *file) {
+    for (int i = 0; i < m->n_params; i++)
+        memcpy(file + m->file_off[i], mem + (m->params[i]->offset - m->flat->offset), sizeof(float) * (size_t)bt_numel(m->params[i]));
+}
+static void gpt2_from_file_order(const gpt2 *m, const float *file, float *mem) {
+    for (int i = 0; i < m->n_params; i++)
+        memcpy(mem + (m->params[i]->offset - m->flat->offset), file + m->file_off[i], sizeof(float) * (size_t)bt_numel(m->params[i]));
+}
+
+/* the file-order offset of leaf p */
+static int64_t gpt2_file_offset(const gpt2 *m, const bt_tensor *p) {
+    for (int i = 0; i < m->n_params; i++) if (m->params[i] == p) return m->file_off[i];
+    bt_error("gpt2: %p is not a parameter of the model", (const void *)p);
+    return 0;
+}
 /* GPT-2's init: weights and embeddings N(0, 0.02), the two residual projections N(0, 0.02 /
    sqrt(2 L)) so the residual stream's variance does not grow with depth, biases 0, layernorm
-   gains 1. Each tensor draws from Philox at its own offset of the flat buffer, so a seed gives
-   the same weights on any device. */
+   gains 1. Each tensor draws from Philox at its offset in llm.c's file order, so a seed gives the
+   same weights on any device and in any buffer layout. */
 static void gpt2_init(gpt2 *m, uint64_t seed) {
     int old = bt_set_grad_enabled(0);
     double std = 0.02, res_std = 0.02 / sqrt(2.0 * m->cfg.L);
-    bt_normal_(m->wte, 0, std, seed, 0);
-    bt_normal_(m->wpe, 0, std, seed, (uint64_t)m->wte->offset + bt_numel(m->wte));
+    bt_normal_(m->wte, 0, std, seed, (uint64_t)gpt2_file_offset(m, m->wte));
+    bt_normal_(m->wpe, 0, std, seed, (uint64_t)gpt2_file_offset(m, m->wpe));
     for (int l = 0; l < m->cfg.L; l++) {
         gpt2_layer *y = &m->layers[l];
         bt_tensor *w[2] = {y->qkvw, y->fcw}, *r[2] = {y->projw, y->fcprojw};
-        for (int i = 0; i < 2; i++) bt_normal_(w[i], 0, std, seed, (uint64_t)w[i]->offset);
-        for (int i = 0; i < 2; i++) bt_normal_(r[i], 0, res_std, seed, (uint64_t)r[i]->offset);
+        for (int i = 0; i < 2; i++) bt_normal_(w[i], 0, std, seed, (uint64_t)gpt2_file_offset(m, w[i]));
+        for (int i = 0; i < 2; i++) bt_normal_(r[i], 0, res_std, seed, (uint64_t)gpt2_file_offset(m, r[i]));
         bt_fill_(y->ln1w, 1.0); bt_fill_(y->ln2w, 1.0);
     }
     bt_fill_(m->lnfw, 1.0);
@@ -237,20 +271,21 @@ static int gpt2_load_weights(gpt2 *m, const char *path, char *err, size_t errlen
     uint64_t size;
     FILE *f = gpt2_open_model(path, &size, err, errlen);
     if (!f) return -1;
-    float *buf = (float *)malloc(sizeof(float) * (size_t)m->num_params);
-    if (!buf) { fclose(f); snprintf(err, errlen, "%s: out of host memory", path); return -1; }
+    float *buf = (float *)malloc(sizeof(float) * (size_t)m->num_params), *mem = (float *)calloc((size_t)m->flat_numel, sizeof(float));
+    if (!buf || !mem) { fclose(f); free(buf); free(mem); snprintf(err, errlen, "%s: out of host memory", path); return -1; }
     int ok = fseek(f, 1024, SEEK_SET) == 0 && fread(buf, sizeof(float), (size_t)m->num_params, f) == (size_t)m->num_params;
     int extra = fgetc(f) != EOF;
     fclose(f);
     if (!ok || extra) {
-        free(buf);
+        free(buf); free(mem);
         snprintf(err, errlen, "%s: expected exactly %lld parameters after the header", path, (long long)m->num_params);
         return -1;
     }
-    bt_tensor *host = bt_from_blob(buf, bt_shape1(m->num_params), BT_F32, bt_cpu());
+    gpt2_from_file_order(m, buf, mem);
+    bt_tensor *host = bt_from_blob(mem, bt_shape1(m->flat_numel), BT_F32, bt_cpu());
     bt_copy_(m->flat, host);
     bt_release(host);
-    free(buf);
+    free(buf); free(mem);
     return 0;
 }
 /* through a bt_atomic_file (bt_data.h): a failure, a kill or a concurrent save never leaves a
@@ -259,9 +294,11 @@ static int gpt2_save(gpt2 *m, const char *path, char *err, size_t errlen) {
     int32_t h[256] = {0};
     h[0] = GPT2_MODEL_MAGIC; h[1] = 3; h[2] = m->cfg.maxT; h[3] = m->cfg.V; h[4] = m->cfg.L;
     h[5] = m->cfg.H; h[6] = m->cfg.C; h[7] = m->cfg.Vp;
-    float *buf = (float *)malloc(sizeof(float) * (size_t)m->num_params);
-    if (!buf) { snprintf(err, errlen, "%s: out of host memory", path); return -1; }
-    bt_to_host(m->flat, buf, BT_F32);
+    float *buf = (float *)malloc(sizeof(float) * (size_t)m->num_params), *mem = (float *)malloc(sizeof(float) * (size_t)m->flat_numel);
+    if (!buf || !mem) { free(buf); free(mem); snprintf(err, errlen, "%s: out of host memory", path); return -1; }
+    bt_to_host(m->flat, mem, BT_F32);
+    gpt2_to_file_order(m, mem, buf);
+    free(mem);
     bt_atomic_file *f = bt_atomic_open(path);
     int ok = f && !bt_atomic_write(f, h, sizeof h) && !bt_atomic_write(f, buf, sizeof(float) * (size_t)m->num_params);
     free(buf);
@@ -320,7 +357,7 @@ static bt_tensor *gpt2_hidden(gpt2 *m, bt_tensor *idx, bt_dtype dt) {
 }
 
 /* idx [B, T] -> logits [B, T, Vp] in dtype dt; weight tying: the head is wte */
-static bt_tensor *gpt2_logits(gpt2 *m, bt_tensor *idx, bt_dtype dt) {
+static inline bt_tensor *gpt2_logits(gpt2 *m, bt_tensor *idx, bt_dtype dt) {
     return bt_linear(gpt2_hidden(m, idx, dt), param_as(m, m->wte, dt), NULL);
 }
 
@@ -490,6 +527,12 @@ typedef struct {
     const char *device;       /* auto | cpu | cuda */
     int overfit;              /* train on the first batch only */
     int quiet;
+    int deterministic;        /* the same bits on every run (no atomics, no matmul autotuning) */
+    int nproc;                /* --nproc: ranks this process starts on its node (1: none) */
+    const char *dp;           /* ddp | zero1 | zero2: data parallelism when world > 1 */
+    int bucket_mb;            /* DDP bucket size */
+    const char *comm_dtype;   /* fp32 | bf16: the gradients' dtype on the wire */
+    double nccl_timeout;      /* seconds a collective may take before the run is aborted */
     int given_i, given_j, given_t, given_tok;   /* flags the user gave: defaults are explained, not blamed */
 } train_opts;
 
@@ -501,6 +544,7 @@ static void default_opts(train_opts *o) {
     o->sample_every = -1; o->gen_len = 64; o->topk = 40; o->warmup = -1;
     o->lr = -1; o->final_lr_frac = 0.1; o->weight_decay = 0.1; o->clip = 1.0; o->temp = 1.0;
     o->seed = 1337; o->precision = NULL; o->device = "auto";
+    o->nproc = 1; o->dp = "ddp"; o->bucket_mb = 25; o->comm_dtype = "fp32"; o->nccl_timeout = 600;
 }
 
 static void usage(FILE *f) {
@@ -529,6 +573,13 @@ static void usage(FILE *f) {
         "  --seed N  --topk N  --temp T  --clip C (0 = no clipping)\n"
         "  --tokenizer DIR   encoder.json and vocab.bpe (default data; without them samples print as ids)\n"
         "  --overfit         train on the first batch only (a check that the model can learn)\n"
+        "  --deterministic   the same bits on every run: no float atomics, no matmul autotuning\n"
+        "  -n, --nproc N     start N processes on this node, one per GPU (data parallel; -d stays the global batch)\n"
+        "  --dp ddp|zero1|zero2   with several processes (this, torchrun, srun or mpirun): all-reduced\n"
+        "            gradients (ddp, default), + sharded AdamW state (zero1), + sharded gradients (zero2)\n"
+        "  --bucket-mb N     DDP gradient bucket size (default 25)\n"
+        "  --comm-dtype fp32|bf16   gradients on the wire (default fp32)\n"
+        "  --nccl-timeout S  abort the run when a collective takes longer (default 600)\n"
         "  -h        this help\n");
 }
 
@@ -552,6 +603,7 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 1;
         if (!strcmp(a, "--overfit")) { o->overfit = 1; continue; }
         if (!strcmp(a, "--quiet")) { o->quiet = 1; continue; }
+        if (!strcmp(a, "--deterministic")) { o->deterministic = 1; continue; }
         if (i + 1 >= argc) { snprintf(err, errlen, "%s needs a value", a); return -1; }
         const char *v = argv[++i];
         int bad = 0;
@@ -582,6 +634,16 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
         else if (!strcmp(a, "--clip")) bad = parse_double(v, 0, 1e9, &o->clip);
         else if (!strcmp(a, "--temp")) bad = parse_double(v, 0, 100, &o->temp);
         else if (!strcmp(a, "--seed")) { int s; bad = parse_int(v, 0, 2147483647L, &s); o->seed = (uint64_t)s; }
+        else if (!strcmp(a, "-n") || !strcmp(a, "--nproc")) bad = parse_int(v, 1, 1024, &o->nproc);
+        else if (!strcmp(a, "--bucket-mb")) bad = parse_int(v, 1, 1 << 16, &o->bucket_mb);
+        else if (!strcmp(a, "--nccl-timeout")) bad = parse_double(v, 1, 1e7, &o->nccl_timeout);
+        else if (!strcmp(a, "--dp")) {
+            o->dp = v;
+            if (strcmp(v, "ddp") && strcmp(v, "zero1") && strcmp(v, "zero2")) { snprintf(err, errlen, "--dp must be ddp, zero1 or zero2, got '%s'", v); return -1; }
+        } else if (!strcmp(a, "--comm-dtype")) {
+            o->comm_dtype = v;
+            if (strcmp(v, "fp32") && strcmp(v, "bf16")) { snprintf(err, errlen, "--comm-dtype must be fp32 or bf16, got '%s'", v); return -1; }
+        }
         else if (!strcmp(a, "--precision")) {
             o->precision = v;
             if (strcmp(v, "fp32") && strcmp(v, "tf32") && strcmp(v, "bf16")) { snprintf(err, errlen, "--precision must be fp32, tf32 or bf16, got '%s'", v); return -1; }
@@ -659,6 +721,13 @@ typedef struct {
     int val_B;                 /* validation rows per batch: B, or fewer when the val shards are small */
     train_opts o;
     FILE *log;
+    /* data parallelism over several processes (dist == NULL: one) */
+    bt_dist *dist;
+    bt_ddp *ddp;               /* the gradient buckets */
+    int zero;                  /* 0: ddp, 1: zero1, 2: zero2 */
+    int64_t shard_lo, shard_hi;   /* ZeRO: this rank's range of the flat buffers (AdamW state, updates) */
+    int64_t shard;             /* ZeRO: elements per rank; the flat buffers are world * shard long */
+    bt_tensor *grad_shard;     /* zero2: this rank's fp32 gradients, summed over the micro-batches */
 } trainer;
 
 /* one batch of B rows from L onto the device as i32 [B, T] tensors (in the current scope) */
@@ -683,20 +752,42 @@ static double evaluate(trainer *tr) {
         bt_add_(sum, bt_cast(gpt2_loss(&tr->model, idx, tgt, tr->dt), BT_F32), 1.0);
         bt_scope_end();
     }
+    if (tr->dist) bt_all_reduce(tr->dist->world_comm, bt_data_ptr(sum), bt_data_ptr(sum), 1, BT_F32, BT_RED_AVG, NULL);
     double loss = bt_item(sum) / (n ? n : 1);
     bt_scope_end();
     bt_set_grad_enabled(old);
     return loss;
 }
 
-/* One optimizer step over total_batch tokens. The mean loss and the sum of the gradients (a NaN
-   or Inf anywhere makes it non-finite) are read (one host sync) before the update, which is made
-   only when both are finite: returns 1 when it was made (*grad_norm is then the optimizer's
-   pre-clipping norm), 0 when it was not (the weights are unchanged, *grad_norm is NaN). The
-   check costs one more read of the gradients (0.5 GB for GPT-2 124M). */
-static int train_step(trainer *tr, int step, double lr, double *loss, double *grad_norm) {
-    int accum = tr->o.total_batch / (tr->o.B * tr->o.T);
+/* The global L2 norm of the gradients (fp32 [1] on the device, no host sync): with ZeRO each rank
+   holds the reduced gradients of its shard only, so the shards' sums of squares are added up. */
+static bt_tensor *global_grad_norm(trainer *tr) {
+    if (!tr->zero) return bt_grad_norm(tr->model.params, tr->model.n_params);
+    bt_tensor *g = tr->zero == 2 ? tr->grad_shard : bt_narrow(tr->model.flat_grad, 0, tr->shard_lo, tr->shard_hi - tr->shard_lo);
+    bt_tensor *sq = bt_sumsq(g);
+    bt_all_reduce(tr->dist->world_comm, bt_data_ptr(sq), bt_data_ptr(sq), 1, BT_F32, BT_RED_SUM, NULL);
+    return bt_sqrt(sq);
+}
+/* zero2: the reduced gradients of this rank's shard, added (in fp32) to the shard's sum; the
+   gradient buffer then holds the next micro-batch's */
+static void zero2_accumulate(trainer *tr) {
+    bt_scope_begin();
+    bt_tensor *part = bt_narrow(tr->model.flat_grad, 0, tr->shard_lo, tr->shard_hi - tr->shard_lo);
+    bt_add_(tr->grad_shard, bt_cast(part, BT_F32), 1.0);
+    bt_scope_end();
     bt_zero_(tr->model.flat_grad);
+}
+
+/* One optimizer step over total_batch tokens (this rank's share of it with several processes).
+   The mean loss and the global gradient norm are read (one host sync) before the update, which is
+   made only when both are finite: returns 1 when it was made (*grad_norm is the pre-clipping norm),
+   0 when it was not (the weights are unchanged). With data parallelism every rank sees the same
+   reduced loss and norm, so every rank decides alike. */
+static int train_step(trainer *tr, int step, double lr, double *loss, double *grad_norm) {
+    int world = tr->dist ? tr->dist->world : 1;
+    int accum = tr->o.total_batch / (tr->o.B * tr->o.T * world);
+    bt_zero_(tr->model.flat_grad);
+    if (tr->grad_shard) bt_zero_(tr->grad_shard);
     bt_scope_begin();
     bt_tensor *loss_sum = bt_scalar(0, BT_F32, tr->model.device);
     for (int a = 0; a < accum; a++) {
@@ -704,20 +795,28 @@ static int train_step(trainer *tr, int step, double lr, double *loss, double *gr
         bt_tensor *idx, *tgt;
         if (tr->o.overfit && step + a > 0) bt_loader_reset(tr->train);
         next_batch(tr, tr->train, tr->o.B, &idx, &tgt);
+        /* only the last micro-batch communicates (ZeRO-2: every one, its gradients then fold into the shard) */
+        if (tr->ddp) bt_ddp_set_sync(tr->ddp, tr->zero == 2 || a == accum - 1);
         bt_tensor *loss = gpt2_loss(&tr->model, idx, tgt, tr->dt);
         bt_backward(bt_scale(loss, 1.0 / accum));        /* grads average over the micro-batches */
         int old = bt_set_grad_enabled(0);
         bt_add_(loss_sum, bt_cast(loss, BT_F32), 1.0 / accum);
         bt_set_grad_enabled(old);
+        if (tr->ddp && (tr->zero == 2 || a == accum - 1)) bt_ddp_wait(tr->ddp, NULL);
+        if (tr->zero == 2) zero2_accumulate(tr);
         bt_scope_end();
     }
-    bt_tensor *grad_sum = bt_sum(tr->model.flat_grad, NULL, 0, 0);
+    if (tr->dist) bt_all_reduce(tr->dist->world_comm, bt_data_ptr(loss_sum), bt_data_ptr(loss_sum), 1, BT_F32, BT_RED_AVG, NULL);
+    bt_tensor *norm = global_grad_norm(tr);
     *loss = bt_item(loss_sum);
-    int finite = isfinite(*loss) && isfinite(bt_item(grad_sum));
-    *grad_norm = NAN;
+    *grad_norm = bt_item(norm);
+    int finite = isfinite(*loss) && isfinite(*grad_norm);
     if (finite) {
-        bt_adamw_step(&tr->opt, (float)lr);
-        *grad_norm = bt_item(tr->opt.grad_norm);
+        bt_adamw_set_grad_norm(&tr->opt, norm);
+        bt_adamw_update(&tr->opt, (float)lr, tr->grad_shard);
+        if (tr->zero)      /* every rank's updated shard to every rank, in place */
+            bt_all_gather(tr->dist->world_comm, (float *)bt_data_ptr(tr->model.flat) + tr->dist->rank * tr->shard,
+                          bt_data_ptr(tr->model.flat), tr->shard, BT_F32, NULL);
     }
     bt_scope_end();
     return finite;
@@ -803,9 +902,17 @@ static int open_log(trainer *tr, char *err, size_t errlen) {
     return 0;
 }
 
-/* frees what the trainer holds (any part may be missing: every exit path comes here); rc passes through */
+/* frees what the trainer holds (any part may be missing: every exit path comes here); rc passes
+   through. With several processes a failed rank aborts the job (the others are waiting in a
+   collective for it), a finished one leaves cleanly (a collective: every rank gets here). */
 static int trainer_end(trainer *tr, int rc) {
     log_close(tr, 0, "the log is incomplete");
+    if (tr->ddp) bt_ddp_free(tr->ddp);
+    bt_release(tr->grad_shard);
+    if (tr->dist) {
+        if (rc) bt_dist_abort(tr->dist, "stopped with an error (above)");
+        bt_dist_shutdown(tr->dist);
+    }
     bt_adamw_free(&tr->opt);
     gpt2_free(&tr->model);
     bt_loader_close(tr->train); bt_loader_close(tr->val);
@@ -850,8 +957,55 @@ static int auto_micro_batch(gpt2 *m, int T, int total_batch, bt_dtype dt) {
     return best;
 }
 
+/* The data-parallel parts: every rank starts from rank 0's weights, holds (ZeRO) its shard of
+   the AdamW state and, for zero2, of the summed gradients, and communicates its gradients through
+   the bucket engine, whose hooks fire as the backward pass finishes each parameter. */
+static void setup_data_parallel(trainer *tr) {
+    gpt2 *m = &tr->model;
+    bt_comm *c = tr->dist->world_comm;
+    bt_broadcast(c, bt_data_ptr(m->flat), bt_data_ptr(m->flat), m->flat_numel, BT_F32, 0, NULL);
+    m->flat->storage->version++;
+    if (tr->zero) {
+        int64_t lo = tr->dist->rank * tr->shard, hi = lo + tr->shard;
+        tr->shard_lo = lo < m->num_params ? lo : m->num_params;
+        tr->shard_hi = hi < m->num_params ? hi : m->num_params;
+        bt_adamw_shard(&tr->opt, tr->shard_lo, tr->shard_hi);
+        if (tr->zero == 2) {
+            bt_scope_begin();
+            tr->grad_shard = bt_keep(bt_zeros(bt_shape1(tr->shard_hi - tr->shard_lo), BT_F32, m->device));
+            bt_scope_end();
+        }
+    }
+    bt_param_span *spans = (bt_param_span *)malloc(sizeof(bt_param_span) * (size_t)m->n_params);
+    if (!spans || bt_ddp_spans_from_grads(m->params, m->n_params, m->flat_grad, spans)) bt_error("data parallel: %s", bt_dist_error());
+    bt_ddp_opts d;
+    memset(&d, 0, sizeof d);
+    d.bucket_cap_bytes = (size_t)tr->o.bucket_mb << 20;
+    d.comm_dtype = !strcmp(tr->o.comm_dtype, "bf16") ? BT_BF16 : m->flat_grad->dtype;
+    d.shard_numel = tr->zero ? tr->shard : 0;
+    tr->ddp = bt_ddp_create(c, bt_data_ptr(m->flat_grad), m->flat_grad->dtype, m->flat_numel, spans, m->n_params, &d);
+    for (int i = 0; i < m->n_params; i++) bt_register_grad_hook(m->params[i], bt_ddp_grad_hook, bt_ddp_hook_arg(tr->ddp, i));
+    free(spans);
+}
+
 static int train_main(train_opts *o) {
     char err[1024];
+    /* several processes (--nproc, torchrun, srun, mpirun): one GPU each; rank 0 prints */
+    bt_dist *dist = NULL;
+    bt_dist_env env;
+    if (bt_dist_env_read(&env)) { fprintf(stderr, "error: %s\n", bt_dist_error()); return 1; }
+    if (env.world > 1) {
+        if (!strcmp(o->device, "cpu")) { fprintf(stderr, "error: --device cpu with %d processes: data parallelism needs a GPU per process\n", env.world); return 1; }
+        bt_dist_opts dop;
+        memset(&dop, 0, sizeof dop);
+        dop.nccl_timeout_s = o->nccl_timeout;
+        dist = bt_dist_init(&dop);
+        if (dist->rank != 0 && !freopen("/dev/null", "w", stdout)) fprintf(stderr, "warning: rank %d: stdout stays open\n", dist->rank);
+        static char devname[16];
+        snprintf(devname, sizeof devname, "cuda:%d", dist->device);
+        o->device = devname;
+    }
+    int world = dist ? dist->world : 1;
     int n_gpus = bt_cuda_device_count(), want = !strncmp(o->device, "cuda", 4);
     int gpu_index = !strncmp(o->device, "cuda:", 5) ? atoi(o->device + 5) : 0;
     if (want && gpu_index >= n_gpus) {
@@ -882,29 +1036,46 @@ static int train_main(train_opts *o) {
     trainer tr;
     memset(&tr, 0, sizeof tr);
     tr.o = *o;
+    tr.dist = dist;
     if (load_tokenizer(&tr, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
     tr.dt = !strcmp(o->precision, "bf16") ? BT_BF16 : BT_F32;
     bt_set_matmul_precision(!strcmp(o->precision, "tf32") ? BT_MATMUL_TF32 : BT_MATMUL_FP32);
-    gpt2_build(&tr.model, cfg, dev);
+    if (o->deterministic) bt_set_deterministic(1);
+    tr.zero = !dist ? 0 : !strcmp(o->dp, "zero1") ? 1 : !strcmp(o->dp, "zero2") ? 2 : 0;
+    tr.shard = tr.zero ? bt_shard_numel(gpt2_num_params(&cfg), world, 64) : 0;
+    gpt2_build_padded(&tr.model, cfg, dev, tr.zero ? tr.shard * world : 1, tr.zero == 2 ? tr.dt : BT_F32);
     if (from_file) {
         if (gpt2_load_weights(&tr.model, model, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
     } else gpt2_init(&tr.model, o->seed);
     bt_adamw_init(&tr.opt, tr.model.params, tr.model.n_params, 0.9f, 0.95f, 1e-8f, (float)o->weight_decay, (float)o->clip);
     if (o->B < 0) {                                  /* the GPU default: the largest that fits */
         if (o->total_batch < 0) o->total_batch = 524288;
-        o->B = auto_micro_batch(&tr.model, o->T, o->total_batch, tr.dt);
+        o->B = auto_micro_batch(&tr.model, o->T, o->total_batch / world, tr.dt);
+        if (dist) {                                  /* every rank takes the smallest */
+            bt_scope_begin();
+            bt_tensor *b = bt_full(bt_shape1(1), o->B, BT_I32, dev);
+            bt_all_reduce(dist->world_comm, bt_data_ptr(b), bt_data_ptr(b), 1, BT_I32, BT_RED_MIN, NULL);
+            o->B = (int)bt_item(b);
+            bt_scope_end();
+        }
         if (resolve_opts(o, on_gpu, &cfg, err, sizeof err)) { usage(stderr); fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
         tr.o = *o;
     }
+    if (o->total_batch % ((int64_t)o->B * o->T * world)) {
+        fprintf(stderr, "error: -d %d is not a multiple of B*T*processes = %d*%d*%d\n", o->total_batch, o->B, o->T, world);
+        return trainer_end(&tr, 1);
+    }
+    if (dist) setup_data_parallel(&tr);
+    int rank = dist ? dist->rank : 0;
     /* every token of every shard is checked against the vocabulary now, not at step 5000 */
-    tr.train = bt_loader_open(o->train_glob, o->B, o->T, 0, 1, 1, o->seed);
+    tr.train = bt_loader_open(o->train_glob, o->B, o->T, rank, world, 1, o->seed);
     if (!tr.train || bt_loader_check_vocab(tr.train, cfg.V)) {
         fprintf(stderr, "error: train data (-i %s): %s\n%s", o->train_glob, bt_data_error(), o->given_i ? "" : "(make data builds the default shards)\n");
         return trainer_end(&tr, 1);
     }
     if (o->val_every > 0) {   /* -v 0: no validation, -j unused */
         /* a large (auto) micro-batch can outgrow a small validation set: halve B for validation */
-        for (tr.val_B = o->B; !(tr.val = bt_loader_open(o->val_glob, tr.val_B, o->T, 0, 1, 0, 0)) && tr.val_B > 1;) tr.val_B /= 2;
+        for (tr.val_B = o->B; !(tr.val = bt_loader_open(o->val_glob, tr.val_B, o->T, rank, world, 0, 0)) && tr.val_B > 1;) tr.val_B /= 2;
         if (!tr.val || bt_loader_check_vocab(tr.val, cfg.V)) {
             fprintf(stderr, "error: val data (-j %s): %s\n%s", o->val_glob, bt_data_error(), o->given_j ? "" : "(make data builds the default shards; -v 0 trains without validation)\n");
             return trainer_end(&tr, 1);
@@ -913,15 +1084,17 @@ static int train_main(train_opts *o) {
     tr.inputs = (int32_t *)malloc(sizeof(int32_t) * (size_t)o->B * o->T);
     tr.targets = (int32_t *)malloc(sizeof(int32_t) * (size_t)o->B * o->T);
     if (!tr.inputs || !tr.targets) { fprintf(stderr, "error: out of host memory for a batch of -b %d x -t %d tokens\n", o->B, o->T); return trainer_end(&tr, 1); }
-    if (o->out_dir && open_log(&tr, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
+    if (o->out_dir && rank == 0 && open_log(&tr, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
 
-    int accum = o->total_batch / (o->B * o->T);
+    int accum = o->total_batch / (o->B * o->T * world);
     double flops_per_token = 6.0 * tr.model.num_params + 12.0 * cfg.L * cfg.C * o->T;
     double peak = on_gpu ? peak_flops(bt_device_name(dev), o->precision) : 0;   /* 0: MFU not shown */
     printf("model %s: L %d H %d C %d maxT %d V %d (padded %d), %.2fM parameters on %s\n", model, cfg.L, cfg.H, cfg.C,
            cfg.maxT, cfg.V, cfg.Vp, tr.model.num_params / 1e6, on_gpu ? bt_device_name(dev) : "cpu");
     printf("B %d T %d, total batch %d tokens (%d micro-batches), %d steps, lr %.2e warmup %d, precision %s\n",
            o->B, o->T, o->total_batch, accum, o->steps, o->lr, o->warmup, o->precision);
+    if (dist) printf("data parallel: %d processes (%s), %s, buckets of %d MB, gradients on the wire in %s\n", world,
+                     bt_launcher_name(dist->env.launcher), o->dp, o->bucket_mb, o->comm_dtype);
     printf("train %zu batches/epoch (%s), ", bt_loader_num_batches(tr.train), o->train_glob);
     if (tr.val) printf("val %zu batches of %d rows (%s)\n", bt_loader_num_batches(tr.val), tr.val_B, o->val_glob);
     else printf("no validation (-v 0)\n");
@@ -934,7 +1107,7 @@ static int train_main(train_opts *o) {
         double t0 = now_s(), loss = 0, norm = 0;
         int updated = train_step(&tr, step, lr, &loss, &norm);
         double dt_s = now_s() - t0, tps = o->total_batch / dt_s;
-        double mfu = peak > 0 ? 100.0 * flops_per_token * tps / peak : 0;
+        double mfu = peak > 0 ? 100.0 * flops_per_token * tps / world / peak : 0;   /* per GPU */
         int last = step == o->steps - 1, validated = updated && tr.val && ((step + 1) % o->val_every == 0 || last);
         double val = validated ? (last_val = evaluate(&tr)) : NAN;
         if (!o->quiet || last || validated || !updated) {
@@ -947,7 +1120,7 @@ static int train_main(train_opts *o) {
         }
         log_json(&tr, step + 1, loss, lr, norm, dt_s * 1e3, tps, validated ? &val : NULL);
         if (!updated && on_nonfinite_step(&tr, step + 1, loss)) { rc = 1; break; }
-        if (o->sample_every && (step + 1) % o->sample_every == 0 && !last) {
+        if (o->sample_every && (step + 1) % o->sample_every == 0 && !last && rank == 0) {
             printf("--- sample (greedy) ---\n");
             gpt2_sample(&tr.model, tr.tok, o->gen_len, 1, 0, o->seed + (uint64_t)step, tr.dt);
             printf("--- sample (top-%d, temperature %.2f) ---\n", o->topk, o->temp);
@@ -960,9 +1133,9 @@ static int train_main(train_opts *o) {
     if (last_val == last_val) printf("final val loss %.4f, ", last_val);
     printf("peak memory %.0f MiB\n", bt_alloc_stats(dev).peak_allocated / 1048576.0);
     /* the model is saved before the last sample: a slow or interrupted sample cannot lose it */
-    if (o->save_path && gpt2_save(&tr.model, o->save_path, err, sizeof err)) { fprintf(stderr, "error: --save: %s\n", err); return trainer_end(&tr, 1); }
+    if (rank == 0 && o->save_path && gpt2_save(&tr.model, o->save_path, err, sizeof err)) { fprintf(stderr, "error: --save: %s\n", err); return trainer_end(&tr, 1); }
     if (o->save_path) printf("saved %s\n", o->save_path);
-    if (o->gen_len > 0) {
+    if (o->gen_len > 0 && rank == 0) {
         uint64_t seed = o->seed + (uint64_t)(o->steps > 0 ? o->steps - 1 : 0);
         printf("--- sample (greedy) ---\n");
         gpt2_sample(&tr.model, tr.tok, o->gen_len, 1, 0, seed, tr.dt);
@@ -981,6 +1154,7 @@ int main(int argc, char **argv) {
     int r = parse_args(argc, argv, &o, err, sizeof err);
     if (r == 1) { usage(stdout); return 0; }
     if (r < 0) { usage(stderr); fprintf(stderr, "error: %s\n", err); return 2; }
+    bt_dist_launch(o.nproc);              /* --nproc N: the parent supervises N ranks; each returns here */
     bt_atomic_install_signal_cleanup();   /* Ctrl-C or a kill during --save leaves no temporary behind */
     return train_main(&o);
 }

@@ -10,6 +10,9 @@ first --warmup steps (torch.compile's compilation among them) are left out of
 the timing but not out of the peak memory, which is what the process needs.
 The last line printed is one JSON object, also appended to --json-out; an
 out-of-memory run reports {"oom": true, ...} and exits 0.
+
+Launched by torchrun (WORLD_SIZE > 1) it trains with DistributedDataParallel (NCCL, --bucket-mb
+buckets, B rows per GPU): tokens_per_s is then the global rate and rank 0 reports.
 """
 import argparse
 import datetime
@@ -37,7 +40,12 @@ def parse_args():
     p.add_argument("--warmup", type=int, default=5, help="untimed steps first (default 5)")
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--json-out", help="append the result line to this file")
+    p.add_argument("--bucket-mb", type=float, default=25, help="DDP bucket size under torchrun (default 25)")
     return p.parse_args()
+
+
+def world():
+    return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def run(args, result):
@@ -48,11 +56,14 @@ def run(args, result):
     g.init_weights(model, args.seed)
     model.to("cuda").train()
     opt = g.make_adamw(model, DEFAULT_LR[args.config], fused=True)
+    if world() > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[torch.cuda.current_device()],
+                                                          bucket_cap_mb=args.bucket_mb)
     fwd = torch.compile(model) if args.compile else model
     result["params"] = sum(p.numel() for p in model.parameters())
 
     # A few batches of random tokens, rotated; y is x shifted by one as in real data.
-    gen = torch.Generator(device="cuda").manual_seed(args.seed)
+    gen = torch.Generator(device="cuda").manual_seed(args.seed + int(os.environ.get("RANK", "0")))
     data = torch.randint(0, cfg.vocab_size, (4, args.B, args.T + 1), device="cuda", generator=gen)
     batches = [(d[:, :-1].contiguous(), d[:, 1:].contiguous()) for d in data]
 
@@ -74,7 +85,7 @@ def run(args, result):
     median = statistics.median(times_ms)
     result.update(median_ms=round(median, 3), mean_ms=round(statistics.mean(times_ms), 3),
                   min_ms=round(min(times_ms), 3), max_ms=round(max(times_ms), 3),
-                  tokens_per_s=round(args.B * args.T / (median / 1000.0), 1),
+                  tokens_per_s=round(world() * args.B * args.T / (median / 1000.0), 1),
                   loss_first=round(losses[0], 6), loss_last=round(losses[-1], 6))
 
 
@@ -89,11 +100,15 @@ def main():
     args = parse_args()
     if not torch.cuda.is_available():
         sys.exit("bench_gpt2_torch.py needs a CUDA GPU")
+    if world() > 1:
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        torch.distributed.init_process_group("nccl")
     if args.steps < 1 or args.warmup < 0 or not 1 <= args.T <= g.CONFIGS[args.config].max_seq_len:
         sys.exit("need --steps >= 1, --warmup >= 0 and 1 <= --T <= maxT")
     result = {"impl": "pytorch", "config": args.config, "B": args.B, "T": args.T,
               "precision": args.precision, "compile": args.compile, "steps": args.steps,
               "warmup": args.warmup, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+              "world": world(), "bucket_mb": args.bucket_mb if world() > 1 else None,
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "oom": False}
     torch.cuda.reset_peak_memory_stats()
@@ -108,10 +123,13 @@ def main():
     result["peak_allocated_mib"] = round(torch.cuda.max_memory_allocated() / mib, 1)
     result["peak_reserved_mib"] = round(torch.cuda.max_memory_reserved() / mib, 1)
     line = json.dumps(result)
-    if args.json_out:
-        with open(args.json_out, "a") as f:
-            f.write(line + "\n")
-    print(line)
+    if int(os.environ.get("RANK", "0")) == 0:
+        if args.json_out:
+            with open(args.json_out, "a") as f:
+                f.write(line + "\n")
+        print(line)
+    if world() > 1:
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -88,8 +88,10 @@ static void gpt2_parity(const char *model_path, const char *state_path, bt_devic
     bt_backward(loss);
     bt_scope_end();
 
-    float *g = (float *)malloc(4 * (size_t)m.num_params);
-    bt_to_host(m.flat_grad, g, BT_F32);
+    float *gm = (float *)malloc(4 * (size_t)m.flat_numel), *g = (float *)malloc(4 * (size_t)m.num_params);
+    bt_to_host(m.flat_grad, gm, BT_F32);
+    gpt2_to_file_order(&m, gm, g);      /* the reference's gradients are in llm.c's file order */
+    free(gm);
     int64_t sz[P_COUNT], off = 0;
     gpt2_param_sizes(&cfg, sz);
     res->grad_worst = 0; res->grad_worst_name = "";

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# One call on the two-GPU machine (nvidia-h200-x2): data parallelism tested and measured.
+#   bench/dist_gpu.sh test    the GPU test binaries (two-device op table, collectives, DDP engine,
+#                             faults), 2-GPU training against 1 GPU (tests/dist_parity.py), a killed rank
+#   bench/dist_gpu.sh bench   GPT-2 124M T=1024 B=16 per GPU: train_gpt2 on 1 and 2 GPUs (fp32 with TF32
+#                             off and bf16; ddp, zero1, zero2) next to PyTorch DDP (eager, torch.compile),
+#                             the bucket-size sweep (+ PNG) and the share of the gradient communication
+#                             hidden behind the backward pass
+#   (env: NOBUILD=1 uses carried binaries; STEPS, PRECS, SWEEP="5 10 25 50 100")
+# NVLink multicast stays off in every process (NCCL_NVLS_ENABLE=0 and the others below).
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/bt_out}; mkdir -p "$OUT" data
+cp -n .carry/data/* data/ 2>/dev/null
+mode=${1:-test}
+BIN=./build/train_gpt2_cuda
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+nvidia-smi topo -m 2>/dev/null | head -4
+[ -z "${NOBUILD:-}" ] && make -j32 build/train_gpt2_cuda build/tests/test_ops_gpu build/tests/test_dist_gpu 2>&1 | grep -E "error" | head
+
+if [ "$mode" = test ]; then
+  for t in build/tests/test_dist_gpu build/tests/test_ops_gpu; do
+    timeout 300 "$t" > "$OUT/$(basename "$t").txt" 2>&1; echo "$(basename "$t"): exit $? $(tail -1 "$OUT/$(basename "$t").txt")"
+    grep -E "FAIL|info:" "$OUT/$(basename "$t").txt" | head -12
+  done
+  timeout 900 python3 tests/dist_parity.py "$BIN" "$OUT/parity" --steps ${STEPS:-20} 2>&1 | tee "$OUT/parity.txt" | grep -vE "^$"
+  # a rank killed mid-step: the other must exit non-zero, naming it, within the timeout
+  ( $BIN --nproc 2 -e d12 -b 8 -t 1024 -d 16384 -x 200 -v 0 -g 0 --nccl-timeout 30 > "$OUT/fault.txt" 2>&1; echo "exit $?" >> "$OUT/fault.txt" ) &
+  sleep 25
+  victim=$(pgrep -f "train_gpt2_cuda --nproc 2" | sort -n | tail -1)
+  t0=$(date +%s); kill -9 "$victim" 2>/dev/null; wait
+  echo "fault: killed pid $victim; the job ended $(( $(date +%s) - t0 )) s later: $(tail -1 "$OUT/fault.txt"); $(grep -m1 -E 'died|killed|failed' "$OUT/fault.txt")"
+fi
+
+if [ "$mode" = bench ]; then
+  STEPS=${STEPS:-12}; B=16; T=1024
+  for p in ${PRECS:-bf16 fp32}; do
+    $BIN -e d12 -b $B -t $T -d $((B * T)) -x $STEPS -v 0 -g 0 --precision $p -o "$OUT/bt_${p}_1" --quiet 2>&1 | tail -1
+    for m in ddp zero1 zero2; do
+      $BIN --nproc 2 --dp $m -e d12 -b $B -t $T -d $((2 * B * T)) -x $STEPS -v 0 -g 0 --precision $p -o "$OUT/bt_${p}_2_$m" --quiet 2>&1 | tail -1
+    done
+    python3 bench/bench_gpt2_torch.py --config d12 --B $B --T $T --precision $p --steps $STEPS --warmup 3 --json-out "$OUT/torch.jsonl" | tail -1 | cut -c1-120
+    torchrun --nproc_per_node 2 bench/bench_gpt2_torch.py --config d12 --B $B --T $T --precision $p --steps $STEPS --warmup 3 --json-out "$OUT/torch.jsonl" 2>&1 | tail -1 | cut -c1-120
+    if [ "$p" = bf16 ]; then
+      python3 bench/bench_gpt2_torch.py --config d12 --B $B --T $T --precision $p --compile --steps $STEPS --warmup 3 --json-out "$OUT/torch.jsonl" | tail -1 | cut -c1-120
+      torchrun --nproc_per_node 2 bench/bench_gpt2_torch.py --config d12 --B $B --T $T --precision $p --compile --steps $STEPS --warmup 3 --json-out "$OUT/torch.jsonl" 2>&1 | tail -1 | cut -c1-120
+    fi
+  done
+  for mb in ${SWEEP:-5 10 25 50 100}; do
+    $BIN --nproc 2 --bucket-mb $mb -e d12 -b $B -t $T -d $((2 * B * T)) -x $STEPS -v 0 -g 0 --precision bf16 -o "$OUT/sweep_$mb" --quiet 2>&1 | tail -1
+  done
+  # hidden share: the 2-GPU step against the 1-GPU step (the same per-GPU work) is the exposed
+  # communication; NCCL's all-reduce of the whole gradient alone is all of it
+  torchrun --nproc_per_node 2 bench/allreduce_time.py "$OUT/allreduce.jsonl" 2>&1 | tail -1
+  python3 bench/dist_summary.py "$OUT" | tee "$OUT/summary.txt"
+fi
