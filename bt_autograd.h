@@ -128,7 +128,15 @@ static void bt__accumulate(bt_tensor **acc, bt_tensor *g) {
     bt_release(*acc); bt_release(g);
     *acc = sum;
 }
+/* leaf->grad += g; an existing .grad keeps its own dtype (a model may hold its gradients in bf16) */
 static void bt__accumulate_leaf(bt_tensor *leaf, bt_tensor *g) {
+    if (leaf->grad && leaf->grad->dtype != g->dtype) {
+        bt_scope_begin();
+        bt_add_(leaf->grad, bt_cast(g, leaf->grad->dtype), 1.0);
+        bt_scope_end();
+        bt_release(g);
+        return;
+    }
     if (leaf->grad) { bt_add_(leaf->grad, g, 1.0); bt_release(g); return; }
     if (bt__exclusive(g) && g->dtype == leaf->dtype) { leaf->grad = g; return; }
     bt_scope_begin();

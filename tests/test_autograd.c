@@ -434,6 +434,22 @@ static void test_grad_sink(void) {
     BT_CHECK(allocated() == base, "leaked %lld bytes", (long long)(allocated() - base));
 }
 
+/* a leaf's existing .grad in another float dtype (bf16 gradients of an f32 model) keeps its dtype */
+static void test_grad_other_dtype(void) {
+    size_t base = allocated();
+    bt_tensor *x = leaf(bt_shape1(6), BT_F32, 1);
+    bt_scope_begin();
+    x->grad = bt_keep(bt_zeros(bt_shape1(6), BT_BF16, CPU));
+    bt_scope_end();
+    for (int k = 0; k < 2; k++) { bt_scope_begin(); bt_backward(bt_sum(bt_square(x), NULL, 0, 0)); bt_scope_end(); }
+    double *g = host(x->grad), *xh = host(x), e = 0;
+    for (int i = 0; i < 6; i++) e = fmax(e, fabs(g[i] - 4 * xh[i]) / fabs(4 * xh[i]));
+    BT_CHECK(x->grad->dtype == BT_BF16 && e < 1e-2, "bf16 grad of an f32 leaf: dtype %s, rel err %.3g", bt_dtype_name(x->grad->dtype), e);
+    free(g); free(xh);
+    bt_release(x);
+    BT_CHECK(allocated() == base, "leaked %lld bytes", (long long)(allocated() - base));
+}
+
 int main(void) {
     const char *q = getenv("BT_TEST_QUICK");
     quick = q && *q && *q != '0';
@@ -445,6 +461,7 @@ int main(void) {
     BT_RUN(test_hooks_order);
     BT_RUN(test_hook_handles);
     BT_RUN(test_grad_sink);
+    BT_RUN(test_grad_other_dtype);
     BT_RUN(test_deep_graph);
     BT_RUN(test_backward_with_seed);
     return bt_test_summary("test_autograd");
