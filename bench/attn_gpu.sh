@@ -27,15 +27,15 @@ if [ -x "$CUOBJDUMP" ]; then
     | sort -k3 | tee "$OUT/hgmma.txt"
 fi
 # the attention tests at full size (BT_TEST_VERBOSE=1: every check with its error, in the log)
-BT_TEST_ONLY=attention BT_TEST_VERBOSE=1 timeout 420 "$TEST" > "$OUT/test_attention.txt" 2>&1
+BT_TEST_ONLY=attention BT_TEST_VERBOSE=1 timeout ${TMO:-420} "$TEST" > "$OUT/test_attention.txt" 2>&1
 echo "tests: exit $? $(grep -c ' FAIL$' "$OUT/test_attention.txt") failed checks"
 grep -E "wgmma path|FAIL|^attention |passed, .* failed" "$OUT/test_attention.txt" | head -20
 if [ "${SAN:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
-  BT_TEST_QUICK=1 BT_TEST_ONLY=attention timeout 420 compute-sanitizer --tool memcheck --error-exitcode 9 "$TEST" \
+  BT_TEST_QUICK=1 BT_TEST_ONLY=attention timeout ${TMO:-420} compute-sanitizer --tool memcheck --error-exitcode 9 "$TEST" \
     > "$OUT/memcheck_attention.txt" 2>&1
   echo "memcheck: exit $? $(grep 'ERROR SUMMARY' "$OUT/memcheck_attention.txt")"
 fi
-BT_BENCH_ONLY=attention BT_BENCH_TORCH=${TORCH:-1} timeout 420 "$BENCH" > "$OUT/bench_attention.txt" 2>&1
+BT_BENCH_ONLY=attention BT_BENCH_TORCH=${TORCH:-1} timeout ${TMO:-420} "$BENCH" > "$OUT/bench_attention.txt" 2>&1
 echo "bench: exit $?"
 echo "=== summary ($(cat "$OUT/gpu.txt"))"
 grep -E "passed, .* failed" "$OUT/test_attention.txt"

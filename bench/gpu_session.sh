@@ -13,6 +13,8 @@ OUT=${OUT:-/tmp/bt_out}; mkdir -p "$OUT"
 mode=${1:-test}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 mkdir -p data; cp -n .carry/data/* data/ 2>/dev/null
+# binaries built on the dev machine and packed by bench/carry_bins.sh
+[ -n "${NOBUILD:-}" ] && [ -f .carry/bins.tar.xz ] && tar -xJf .carry/bins.tar.xz
 NVCC=nvcc; command -v nvcc >/dev/null || NVCC=/usr/local/cuda/bin/nvcc
 GPU_TESTS=$(ls tests/test_*_gpu.cu | sed 's|tests/\(.*\)\.cu|build/tests/\1|')
 
