@@ -1822,6 +1822,11 @@ BTDEF bt_comm *bt_dist_split(bt_dist *d, bt_comm *parent, int color, int key, co
         bt__nccl_lock(d);
         bt__nccl_done(&tmp, nc, ncclInProgress, "ncclCommSplit", d->state->opts.timeout_s);
     }
+    /* a non-blocking split keeps the parent "in progress" until its part of the child's setup is
+       over (measured: the next split on it failed with "Attempt to use communicator before the
+       previous operation returned ncclSuccess"), so wait the parent out too */
+    bt__nccl_lock(d);
+    bt__nccl_done(parent, (ncclComm_t)parent->handle, ncclInProgress, "ncclCommSplit (parent)", d->state->opts.timeout_s);
     if (color < 0 || !nc) return NULL;
     int rank = 0, size = 0;
     ncclCommUserRank(nc, &rank);

@@ -339,6 +339,10 @@ BTDEF void bt_event_record(void *event, void *stream);  /* completes when stream
 BTDEF void bt_stream_wait_event(void *stream, void *event);  /* stream's later work waits for it */
 BTDEF void bt_event_synchronize(void *event);           /* the host waits for it */
 BTDEF int bt_event_done(void *event);                   /* 1 when complete, without waiting */
+/* an event that also keeps the time it completed, for bt_event_elapsed_ms (timing costs a little:
+   the plain bt_event_create is for ordering) */
+BTDEF void *bt_event_create_timed(bt_device dev);
+BTDEF float bt_event_elapsed_ms(void *start, void *end);   /* both timed and complete */
 BTDEF void bt_synchronize(bt_device dev);               /* the host waits for dev's current stream */
 
 /* ---- lifetime and scopes ---- */
@@ -703,13 +707,26 @@ BTDEF void bt_stream_pop(bt_device dev) {
     bt_k_pop_stream(dev.index);
 #endif
 }
-BTDEF void *bt_event_create(bt_device dev) {
-    bt__need_gpu(dev, "bt_event_create");
+static void *bt__event_new(bt_device dev, int timed, const char *who) {
+    bt__need_gpu(dev, who);
     void *e = NULL;
 #ifdef BT_CUDA
-    BT__ON_DEVICE(dev) BT__CUDA_CHECK(cudaEventCreateWithFlags((cudaEvent_t *)&e, cudaEventDisableTiming), "bt_event_create");
+    BT__ON_DEVICE(dev) BT__CUDA_CHECK(cudaEventCreateWithFlags((cudaEvent_t *)&e, timed ? cudaEventDefault : cudaEventDisableTiming), who);
+#else
+    (void)timed;
 #endif
     return e;
+}
+BTDEF void *bt_event_create(bt_device dev) { return bt__event_new(dev, 0, "bt_event_create"); }
+BTDEF void *bt_event_create_timed(bt_device dev) { return bt__event_new(dev, 1, "bt_event_create_timed"); }
+BTDEF float bt_event_elapsed_ms(void *start, void *end) {
+    float ms = 0;
+#ifdef BT_CUDA
+    BT__CUDA_CHECK(cudaEventElapsedTime(&ms, (cudaEvent_t)start, (cudaEvent_t)end), "bt_event_elapsed_ms");
+#else
+    (void)start; (void)end; bt_error("bt_event_elapsed_ms: this binary was built without CUDA");
+#endif
+    return ms;
 }
 BTDEF void bt_event_destroy(void *event) {
 #ifdef BT_CUDA

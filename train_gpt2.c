@@ -728,6 +728,8 @@ typedef struct {
     int64_t shard_lo, shard_hi;   /* ZeRO: this rank's range of the flat buffers (AdamW state, updates) */
     int64_t shard;             /* ZeRO: elements per rank; the flat buffers are world * shard long */
     bt_tensor *grad_shard;     /* zero2: this rank's fp32 gradients, summed over the micro-batches */
+    void *comm_ev[2];          /* around the step's last bt_ddp_wait on the compute stream (timed) */
+    int comm_early;            /* buckets already launched when the step's last backward ended */
 } trainer;
 
 /* one batch of B rows from L onto the device as i32 [B, T] tensors (in the current scope) */
@@ -778,6 +780,21 @@ static void zero2_accumulate(trainer *tr) {
     bt_zero_(tr->model.flat_grad);
 }
 
+/* The gradient communication the backward pass did not hide: the compute stream's time from the
+   end of the backward to the arrival of the last bucket (timed events around bt_ddp_wait; read
+   after the step's host sync, so a step with several synced micro-batches reports its last), and
+   the buckets that were already on their way when the backward ended. */
+static void ddp_wait_timed(trainer *tr) {
+    void *s = bt_stream_current(tr->model.device);
+    tr->comm_early = bt_ddp_get_stats(tr->ddp).launched;
+    if (tr->comm_ev[0]) bt_event_record(tr->comm_ev[0], s);
+    bt_ddp_wait(tr->ddp, NULL);
+    if (tr->comm_ev[1]) bt_event_record(tr->comm_ev[1], s);
+}
+static double comm_exposed_ms(trainer *tr) {
+    return tr->comm_ev[0] ? bt_event_elapsed_ms(tr->comm_ev[0], tr->comm_ev[1]) : NAN;
+}
+
 /* One optimizer step over total_batch tokens (this rank's share of it with several processes).
    The mean loss and the global gradient norm are read (one host sync) before the update, which is
    made only when both are finite: returns 1 when it was made (*grad_norm is the pre-clipping norm),
@@ -802,7 +819,7 @@ static int train_step(trainer *tr, int step, double lr, double *loss, double *gr
         int old = bt_set_grad_enabled(0);
         bt_add_(loss_sum, bt_cast(loss, BT_F32), 1.0 / accum);
         bt_set_grad_enabled(old);
-        if (tr->ddp && (tr->zero == 2 || a == accum - 1)) bt_ddp_wait(tr->ddp, NULL);
+        if (tr->ddp && (tr->zero == 2 || a == accum - 1)) ddp_wait_timed(tr);
         if (tr->zero == 2) zero2_accumulate(tr);
         bt_scope_end();
     }
@@ -908,6 +925,7 @@ static int open_log(trainer *tr, char *err, size_t errlen) {
 static int trainer_end(trainer *tr, int rc) {
     log_close(tr, 0, "the log is incomplete");
     if (tr->ddp) bt_ddp_free(tr->ddp);
+    for (int i = 0; i < 2; i++) if (tr->comm_ev[i]) bt_event_destroy(tr->comm_ev[i]);
     bt_release(tr->grad_shard);
     if (tr->dist) {
         if (rc) bt_dist_abort(tr->dist, "stopped with an error (above)");
@@ -986,6 +1004,8 @@ static void setup_data_parallel(trainer *tr) {
     tr->ddp = bt_ddp_create(c, bt_data_ptr(m->flat_grad), m->flat_grad->dtype, m->flat_numel, spans, m->n_params, &d);
     for (int i = 0; i < m->n_params; i++) bt_register_grad_hook(m->params[i], bt_ddp_grad_hook, bt_ddp_hook_arg(tr->ddp, i));
     free(spans);
+    if (m->device.type == BT_GPU)
+        for (int i = 0; i < 2; i++) tr->comm_ev[i] = bt_event_create_timed(m->device);
 }
 
 static int train_main(train_opts *o) {
@@ -1115,6 +1135,8 @@ static int train_main(train_opts *o) {
             if (peak > 0) printf(" | MFU %.1f%%", mfu);
             printf(" | mem %.0f MiB", bt_alloc_stats(dev).allocated / 1048576.0);
             if (validated) printf(" | val %.4f", val);
+            if (tr.ddp && tr.comm_ev[0])
+                printf(" | comm %.2f ms exposed, %d/%d buckets early", comm_exposed_ms(&tr), tr.comm_early, bt_ddp_get_stats(tr.ddp).buckets);
             printf("\n");
             fflush(stdout);
         }

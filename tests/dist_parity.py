@@ -1,6 +1,6 @@
 """dist_parity.py: data-parallel training against one GPU on the same global batch (GPU machine).
 
-    python3 tests/dist_parity.py BIN OUTDIR [--steps 20] [--model d12] [--B 8] [--T 1024]
+    python3 tests/dist_parity.py BIN OUTDIR [--steps 10] [--model d12] [--B 8] [--T 1024]
 
 For each precision (fp32 with TF32 off, bf16) it trains once on one GPU (B rows a micro-batch,
 2 micro-batches a step) and then with --nproc 2 (B rows on each GPU, one micro-batch) for each
@@ -10,8 +10,9 @@ For each precision (fp32 with TF32 off, bf16) it trains once on one GPU (B rows 
     (relative norm of the difference).
 The bf16 bounds: a bf16 run differs from another bf16 run in the order of its fp32 reductions
 only (both sides round the same activations to bf16), but a step's update divides by sqrt(v) and
-amplifies early differences of the tiny gradients; measured differences are printed, and the
-bounds are about 4x the largest measured on an H200 pair (see bench/RESULTS.md).
+amplifies early differences of the tiny gradients; measured differences are printed. Measured on
+two H200s (2026-11-23, 10 steps, B 8, T 1024): worst loss difference 9.5e-6 and weights 3.3e-4 (zero2,
+whose fp32 shard sums the micro-batches in another order); the bounds are about 10x those.
 Prints one "PASS"/"FAIL" line per comparison and exits 1 if any failed."""
 import argparse
 import json
@@ -23,8 +24,8 @@ import sys
 import numpy as np
 
 FP32_TOL = 1e-5
-BF16_TOL = 2e-3
-BF16_W_TOL = 2e-2
+BF16_TOL = 1e-4
+BF16_W_TOL = 4e-3
 
 
 def run(cmd, log):
@@ -53,7 +54,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("bin")
     p.add_argument("out")
-    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--steps", type=int, default=10)
     p.add_argument("--model", default="d12")
     p.add_argument("--B", type=int, default=8)
     p.add_argument("--T", type=int, default=1024)
