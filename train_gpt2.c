@@ -162,8 +162,9 @@ static void gpt2_build_padded(gpt2 *m, gpt2_config cfg, bt_device dev, int64_t p
     m->lnfw = gpt2_leaf(m, &mark, off[P_LNFW], bt_shape1(C));
     m->lnfb = gpt2_leaf(m, &mark, off[P_LNFB], bt_shape1(C));
 }
-/* one process: no padding, fp32 gradients (the tests build models this way) */
-static inline void gpt2_build(gpt2 *m, gpt2_config cfg, bt_device dev) { gpt2_build_padded(m, cfg, dev, 1, BT_F32); }
+/* one process: no padding, fp32 gradients (the tests build models this way; not static, so that
+   a build that does not call it has no unused-function warning) */
+void gpt2_build(gpt2 *m, gpt2_config cfg, bt_device dev) { gpt2_build_padded(m, cfg, dev, 1, BT_F32); }
 
 static void gpt2_free(gpt2 *m) {
     for (int i = 0; i < m->n_params; i++) bt_release(m->params[i]);
@@ -356,8 +357,9 @@ static bt_tensor *gpt2_hidden(gpt2 *m, bt_tensor *idx, bt_dtype dt) {
     return bt_layernorm(x, param_as(m, m->lnfw, dt), param_as(m, m->lnfb, dt), 1e-5);
 }
 
-/* idx [B, T] -> logits [B, T, Vp] in dtype dt; weight tying: the head is wte */
-static inline bt_tensor *gpt2_logits(gpt2 *m, bt_tensor *idx, bt_dtype dt) {
+/* idx [B, T] -> logits [B, T, Vp] in dtype dt; weight tying: the head is wte (training uses the
+   fused gpt2_loss; the tests and programs that include this file use this) */
+bt_tensor *gpt2_logits(gpt2 *m, bt_tensor *idx, bt_dtype dt) {
     return bt_linear(gpt2_hidden(m, idx, dt), param_as(m, m->wte, dt), NULL);
 }
 
