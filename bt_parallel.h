@@ -1985,7 +1985,8 @@ static bt_tensor *bt__cp_allgather_bwd(const bt__cp_geo *g, const bt__cp_work *w
 /* forward of ring / all-gather: writes o4, returns the final lse [2, B, H, c] (stat dtype) */
 static bt_tensor *bt__cp_kv_forward(const bt__cp_geo *g, bt_tensor *q4, bt_tensor *k4, bt_tensor *v4, bt_tensor *o4) {
     bt_tensor *kv0 = bt__cp_pack(g, k4, v4);
-    bt_tensor *oacc = bt_zeros(bt_shape1(2 * bt__cp_half(g)), g->sdt, g->dev), *lacc = bt_full(bt_shape1(2 * bt__cp_rows(g)), -INFINITY, g->sdt, g->dev);
+    bt_tensor *oacc = bt_zeros(bt_shape1(2 * bt__cp_half(g)), g->sdt, g->dev);
+    bt_tensor *lacc = bt_full(bt_shape1(2 * bt__cp_rows(g)), -INFINITY, g->sdt, g->dev);   /* no key seen yet */
     bt_tensor *ot = bt_empty(bt_shape1(bt__cp_half(g)), g->dt, g->dev), *lt = bt_empty(bt_shape1(bt__cp_rows(g)), g->sdt, g->dev);
     bt__cp_work w;
     memset(&w, 0, sizeof w);
@@ -2096,7 +2097,11 @@ static void bt__cp_attention_back(bt_node *nd, bt_tensor *g, bt_tensor **gin) {
         for (int i = 0; i < 3; i++) d4[i] = bt__cp_heads(gqkv, H, C, i);
         g4 = bt__cp_heads(gc, H, C, 0);
         q4 = cp->kv == BT_CP_ALLTOALL ? d4[0] : bt__cp_heads(nd->saved[0], H, C, 0);
-        if (cp->kv != BT_CP_ALLTOALL) { k4 = bt__cp_heads(nd->saved[0], H, C, 1); v4 = bt__cp_heads(nd->saved[0], H, C, 2); o4 = bt__cp_heads(nd->saved[1], H, C, 0); }
+        if (cp->kv != BT_CP_ALLTOALL) {
+            k4 = bt__cp_heads(nd->saved[0], H, C, 1);
+            v4 = bt__cp_heads(nd->saved[0], H, C, 2);
+            o4 = bt__cp_heads(nd->saved[1], H, C, 0);
+        }
         gin[0] = gqkv;
     } else {
         for (int i = 0; i < 3; i++) d4[i] = gin[i] = bt_empty(nd->in_shape[i], g->dtype, dev);

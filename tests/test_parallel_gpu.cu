@@ -10,8 +10,9 @@
        change the order of sums (chunked GEMMs, 2-term reductions, lse merges): ~1e-7 expected.
      bf16: both the parallel and the 1-GPU bf16 op are measured against the f32 op on the same
        (bf16-rounded) inputs, err_par and err_1gpu; the test requires err_par <= 2 err_1gpu + 2e-3
-       and prints both ("info:" lines): the parallel op may round at other places (per tile, per
-       chunk), but must not be less accurate than the 1-GPU op beyond that factor.
+       and prints both: the parallel op may round at other places (partial sums reduced in bf16,
+       one rounding per attention tile), but must not be less accurate than the 1-GPU op beyond
+       that factor. One "info:" line per case: each tensor's error (f32), or err_par/err_1gpu (bf16).
    Also prints the time of an MLP block's forward + backward at GPT-2 124M's width, sync vs async
    TP (information only). Each test skips itself with fewer than 2 GPUs. The ranks start with the
    --nproc launcher (bt_dist_spawn) from a forked child; this process never initializes CUDA.
@@ -118,16 +119,22 @@ static double relerr(bt_tensor *a, bt_tensor *b) {
     free(x); free(y);
     return e;
 }
-/* f32: par against the 1-GPU op; bf16: both against the f32 op (ref) */
+/* One "info:" line per case (rank 0), listing each compared tensor's errors:
+   f32: par against the 1-GPU op; bf16: both against the f32 op on the same inputs (par/1gpu). */
+static char info[1024];
+static void case_begin(const char *name) { snprintf(info, sizeof info, "info: %s:", name); }
+static void case_end(void) { if (the_rank == 0) fprintf(stderr, "%s\n", info); }
 static void compare(const char *what, bt_tensor *par, bt_tensor *one, bt_tensor *ref) {
+    const char *name = strrchr(what, ' ') ? strrchr(what, ' ') + 1 : what;   /* the tensor: "y", "dx", ... */
+    size_t n = strlen(info);
     if (!ref) {
         double e = relerr(par, one);
-        if (the_rank == 0) fprintf(stderr, "info: %s f32: err vs 1-GPU %.2e\n", what, e);
+        snprintf(info + n, sizeof info - n, " %s %.1e", name, e);
         if (!(e <= 1e-5)) { fprintf(stderr, "FAIL rank %d: %s f32: relative error %.3g > 1e-5\n", the_rank, what, e); fails++; }
         return;
     }
-    double ep = relerr(par, ref), e1 = relerr(one, ref), ed = relerr(par, one);
-    if (the_rank == 0) fprintf(stderr, "info: %s bf16: err_par %.2e err_1gpu %.2e (par vs 1-GPU %.2e)\n", what, ep, e1, ed);
+    double ep = relerr(par, ref), e1 = relerr(one, ref);
+    snprintf(info + n, sizeof info - n, " %s %.1e/%.1e", name, ep, e1);
     if (!(ep <= 2 * e1 + 2e-3)) {
         fprintf(stderr, "FAIL rank %d: %s bf16: err_par %.3g > 2 x err_1gpu %.3g + 2e-3\n", the_rank, what, ep, e1);
         fails++;
@@ -182,6 +189,7 @@ static void tp_col(bt_comm *c, int sp, int async, bt_dtype dt) {
     int64_t B = 4, T = 256, C = 256, O = 512, Ol = O / W;
     char what[96];
     snprintf(what, sizeof what, "linear_col sp %d async %d", sp, async);
+    snprintf(info, sizeof info, "info: %s %s:", what, bt_dtype_name(dt));
     bt_scope_begin();
     bt_tp *tp = make_tp(c, sp, async);
     bt_tensor *x32, *w32, *b32, *R32;
@@ -198,6 +206,7 @@ static void tp_col(bt_comm *c, int sp, int async, bt_dtype dt) {
     compare(k, xl->grad, sp ? seq_slice(one.dx, r, W) : one.dx, sp ? seq_slice(ref.dx, r, W) : ref.dx);
     snprintf(k, sizeof k, "%s dw", what); compare(k, wl->grad, nar(one.dw, 0, r * Ol, Ol), nar(ref.dw, 0, r * Ol, Ol));
     snprintf(k, sizeof k, "%s db", what); compare(k, bl->grad, nar(one.db, 0, r * Ol, Ol), nar(ref.db, 0, r * Ol, Ol));
+    case_end();
     bt_tp_free(tp);
     bt_scope_end();
 }
@@ -206,6 +215,7 @@ static void tp_row(bt_comm *c, int sp, int async, bt_dtype dt) {
     int64_t B = 4, T = 256, I = 512, Il = I / W, O = 256;
     char what[96], k[128];
     snprintf(what, sizeof what, "linear_row sp %d async %d", sp, async);
+    snprintf(info, sizeof info, "info: %s %s:", what, bt_dtype_name(dt));
     bt_scope_begin();
     bt_tp *tp = make_tp(c, sp, async);
     bt_tensor *x32, *w32, *b32, *R32;
@@ -221,6 +231,7 @@ static void tp_row(bt_comm *c, int sp, int async, bt_dtype dt) {
     snprintf(k, sizeof k, "%s dx", what); compare(k, xl->grad, nar(one.dx, 2, r * Il, Il), nar(ref.dx, 2, r * Il, Il));
     snprintf(k, sizeof k, "%s dw", what); compare(k, wl->grad, nar(one.dw, 1, r * Il, Il), nar(ref.dw, 1, r * Il, Il));
     snprintf(k, sizeof k, "%s db", what); compare(k, bl->grad, one.db, ref.db);
+    case_end();
     bt_tp_free(tp);
     bt_scope_end();
 }
@@ -242,9 +253,12 @@ static void tp_async_vs_sync(bt_comm *c, int sp) {
         bt_tp_free(tp);
     }
     char k[96];
+    snprintf(k, sizeof k, "mlp async vs sync sp %d f32", sp);
+    case_begin(k);
     snprintf(k, sizeof k, "mlp async vs sync sp %d y", sp); compare(k, y[1], y[0], NULL);
     snprintf(k, sizeof k, "mlp async vs sync sp %d dx", sp); compare(k, dx[1], dx[0], NULL);
     snprintf(k, sizeof k, "mlp async vs sync sp %d dw1", sp); compare(k, dw1[1], dw1[0], NULL);
+    case_end();
     bt_scope_end();
 }
 static bt_tensor *ids(bt_shape s, int64_t V, int ign_every, int salt) {   /* i32 in [0, V), every ign_every-th -1 */
@@ -270,11 +284,14 @@ static void tp_vocab(bt_comm *c, int sp, bt_dtype dt) {
     bt_tensor *one_t = leaf(tab), *one_y = bt_embedding(one_t, idx), *ref_t = NULL, *ref_y = NULL;
     bt_backward(dot(one_y, R));
     if (t32) { ref_t = leaf(t32); ref_y = bt_embedding(ref_t, idx); bt_backward(dot(ref_y, R32)); }
+    snprintf(k, sizeof k, "embedding sp %d %s", sp, bt_dtype_name(dt));
+    case_begin(k);
     bt_tensor *tl = leaf(nar(tab, 0, r * Vs, Vs)), *y = bt_tp_embedding(tp, tl, idx);
     bt_backward(dot(y, sp ? seq_slice(R, r, W) : R));
     snprintf(k, sizeof k, "embedding sp %d y", sp); compare(k, y, sp ? seq_slice(one_y, r, W) : one_y, sp ? seq_slice(ref_y, r, W) : ref_y);
     snprintf(k, sizeof k, "embedding sp %d dtable", sp);
     compare(k, tl->grad, nar(one_t->grad, 0, r * Vs, Vs), ref_t ? nar(ref_t->grad, 0, r * Vs, Vs) : NULL);
+    case_end();
     /* the fused head and loss (GPT-2's: x [B, T, C], the tied table as w) */
     bt_tensor *x = data(bt_shape3(B, T, C), dt, 16, &x32), *w = data(bt_shape2(Vp, C), dt, 17, &w32), *tg = ids(bt_shape2(B, T), V, 9, 18);
     bt_tensor *ox = leaf(x), *ow = leaf(w), *ol = bt_linear_cross_entropy(ox, ow, tg, V, -1), *rx = NULL, *rw = NULL, *rl = NULL;
@@ -283,11 +300,14 @@ static void tp_vocab(bt_comm *c, int sp, bt_dtype dt) {
     bt_tensor *xl = leaf(sp ? seq_slice(x, r, W) : x), *wl = leaf(nar(w, 0, r * Vs, Vs));
     bt_tensor *l = bt_tp_linear_cross_entropy(tp, xl, wl, tg, V, -1);
     bt_backward(l);
+    snprintf(k, sizeof k, "linear_cross_entropy sp %d %s", sp, bt_dtype_name(dt));
+    case_begin(k);
     snprintf(k, sizeof k, "linear_cross_entropy sp %d loss", sp); compare(k, l, ol, rl);
     snprintf(k, sizeof k, "linear_cross_entropy sp %d dx", sp);
     compare(k, xl->grad, sp ? seq_slice(ox->grad, r, W) : ox->grad, rx ? (sp ? seq_slice(rx->grad, r, W) : rx->grad) : NULL);
     snprintf(k, sizeof k, "linear_cross_entropy sp %d dw", sp);
     compare(k, wl->grad, nar(ow->grad, 0, r * Vs, Vs), rw ? nar(rw->grad, 0, r * Vs, Vs) : NULL);
+    case_end();
     /* the loss on logits the rank holds for its columns only */
     if (!sp) {
         bt_tensor *z32, *z = data(bt_shape3(2, 128, Vp), dt, 19, &z32), *tz = ids(bt_shape2(2, 128), V, 5, 20);
@@ -296,8 +316,11 @@ static void tp_vocab(bt_comm *c, int sp, bt_dtype dt) {
         if (z32) { rz = leaf(z32); rL = bt_cross_entropy(rz, tz, V, -1); bt_backward(rL); }
         bt_tensor *zl = leaf(nar(z, 2, r * Vs, Vs)), *L = bt_tp_cross_entropy(tp, zl, tz, V, -1);
         bt_backward(L);
+        snprintf(k, sizeof k, "cross_entropy %s", bt_dtype_name(dt));
+        case_begin(k);
         compare("cross_entropy loss", L, oL, rL);
         compare("cross_entropy dlogits", zl->grad, nar(oz->grad, 2, r * Vs, Vs), rz ? nar(rz->grad, 2, r * Vs, Vs) : NULL);
+        case_end();
     }
     bt_tp_check(tp);
     bt_tp_free(tp);
@@ -377,6 +400,7 @@ static void cp_case(bt_comm *c, bt_cp_kv kv, int causal, int64_t T, bt_dtype dt)
     int64_t B = 1, H = 4, D = 64;
     char what[96], k2[128];
     snprintf(what, sizeof what, "cp %s causal %d T %lld", bt_cp_kv_name(kv), causal, (long long)T);
+    snprintf(info, sizeof info, "info: %s %s:", what, bt_dtype_name(dt));
     bt_scope_begin();
     bt_cp *cp = bt_cp_create(c, kv);
     bt_shape s = bt_shape4(B, H, T, D);
@@ -391,6 +415,7 @@ static void cp_case(bt_comm *c, bt_cp_kv kv, int causal, int64_t T, bt_dtype dt)
     snprintf(k2, sizeof k2, "%s dq", what); compare(k2, ql->grad, zz(one.dq, 2, W, r), zz(ref.dq, 2, W, r));
     snprintf(k2, sizeof k2, "%s dk", what); compare(k2, kl->grad, zz(one.dk, 2, W, r), zz(ref.dk, 2, W, r));
     snprintf(k2, sizeof k2, "%s dv", what); compare(k2, vl->grad, zz(one.dv, 2, W, r), zz(ref.dv, 2, W, r));
+    case_end();
     bt_cp_free(cp);
     bt_scope_end();
 }
@@ -405,11 +430,14 @@ static void cp_qkv_case(bt_comm *c, bt_cp_kv kv, bt_dtype dt) {
     bt_tensor *ox = leaf(x), *oy = bt_attention_qkv(ox, H), *rx = NULL, *ry = NULL;
     bt_backward(dot(oy, R));
     if (x32) { rx = leaf(x32); ry = bt_attention_qkv(rx, H); bt_backward(dot(ry, R32)); }
+    snprintf(k2, sizeof k2, "cp_qkv %s B2 T1024 C768 H12 %s", bt_cp_kv_name(kv), bt_dtype_name(dt));
+    case_begin(k2);
     bt_tensor *xl = leaf(zz(x, 1, W, r)), *y = bt_cp_attention_qkv(cp, xl, H, 1);
     bt_backward(dot(y, zz(R, 1, W, r)));
     snprintf(k2, sizeof k2, "cp_qkv %s y", bt_cp_kv_name(kv)); compare(k2, y, zz(oy, 1, W, r), zz(ry, 1, W, r));
     snprintf(k2, sizeof k2, "cp_qkv %s dqkv", bt_cp_kv_name(kv));
     compare(k2, xl->grad, zz(ox->grad, 1, W, r), rx ? zz(rx->grad, 1, W, r) : NULL);
+    case_end();
     bt_cp_free(cp);
     bt_scope_end();
 }
