@@ -127,6 +127,7 @@
      2. device mesh               6. process group: init, watchdog, faults, shutdown
      3. bucket planner            7. collectives (NCCL)
      4. the --nproc launcher      8. DDP gradient buckets
+     9. all-to-all (grouped send/recv; context parallelism's head scatter, bt_parallel.h)
 
    HISTORY
      0.1  first version: launchers, store, watchdog, NCCL setup, mesh, collectives, DDP buckets.
@@ -317,6 +318,11 @@ BTDEF bt_ddp_stats bt_ddp_get_stats(const bt_ddp *d);
 BTDEF void bt_ddp_free(bt_ddp *d);
 /* spans of the leaves' ->grad inside flat_grad (same storage, contiguous); 0 or -1 (bt_dist_error) */
 BTDEF int bt_ddp_spans_from_grads(bt_tensor **params, int n, const bt_tensor *flat_grad, bt_param_span *out);
+
+/* ---- 9. all-to-all ---- */
+/* recv[p * count ..] = rank p's send[rank * count ..] for every rank p: equal blocks of count
+   elements, one grouped send/recv per peer (send and recv must not overlap) */
+BTDEF void bt_all_to_all(bt_comm *c, const void *send, void *recv, int64_t count, bt_dtype dt, void *stream);
 
 #ifdef __cplusplus
 }
@@ -2247,6 +2253,32 @@ BTDEF void bt_ddp_free(bt_ddp *d) {
     bt_bucket_plan_free(&d->plan);
     bt__dist_free(d->pending); bt__dist_free(d->seen); bt__dist_free(d->args); bt__dist_free(d->out);
     bt__dist_free(d);
+}
+
+/* ============================================================================================
+   9. all-to-all
+   ============================================================================================ */
+BTDEF void bt_all_to_all(bt_comm *c, const void *send, void *recv, int64_t count, bt_dtype dt, void *stream) {
+    size_t es = bt__coll_check(c, "all_to_all", send, recv, count, dt);
+    size_t block = (size_t)count * es;
+    if (count > 0 && send != recv && (const char *)send < (char *)recv + block * (size_t)c->size &&
+        (char *)recv < (const char *)send + block * (size_t)c->size)
+        bt_error("all_to_all on %s: the send and receive buffers overlap", c->name);
+    if (c->size == 1 || !c->handle) { bt__local_copy(recv, send, block, stream); return; }
+#if BT_DIST_NCCL
+    cudaStream_t s = bt__stream(stream);
+    ncclComm_t nc = (ncclComm_t)c->handle;
+    ncclDataType_t t = bt__nccl_dtype(dt);
+    bt__nccl_lock(c->dist);
+    ncclResult_t r = ncclGroupStart();
+    for (int p = 0; r == ncclSuccess && p < c->size; p++) {   /* every peer, this rank included */
+        r = ncclSend((const char *)send + (size_t)p * block, (size_t)count, t, p, nc, s);
+        if (r == ncclSuccess) r = ncclRecv((char *)recv + (size_t)p * block, (size_t)count, t, p, nc, s);
+    }
+    ncclResult_t e = ncclGroupEnd();
+    bt__nccl_done(c, nc, r != ncclSuccess ? r : e, "all_to_all", c->dist->state->opts.nccl_timeout_s);
+    bt__track(c, "all_to_all", s);
+#endif
 }
 
 #endif /* BT_DIST_IMPLEMENTATION_DONE */
