@@ -1157,21 +1157,6 @@ static int ckpt_fields(const train_opts *o, const gpt2_config *c, int world, ckp
 #undef FIELD
     return n;
 }
-/* --resume: the run's options against the checkpoint's, naming the first that differs */
-static int ckpt_check_fields(const model_source *src, const train_opts *o, const gpt2_config *c, int world, char *err, size_t errlen) {
-    ckpt_field f[CKPT_MAX_FIELDS];
-    int n = ckpt_fields(o, c, world, f);
-    for (int i = 0; i < n; i++) {
-        const char *v = bt_ckpt_meta_get(bt_ckpt_file_meta(src->file), f[i].key);
-        if (!v) { snprintf(err, errlen, "--resume %.500s: no \"%s\" in its metadata: not a train_gpt2 checkpoint", src->path, f[i].key); return -1; }
-        if (strcmp(v, f[i].val)) {
-            snprintf(err, errlen, "--resume %.500s: the checkpoint's run had %s = %s (%s), this one %s: give the options of the run "
-                     "it continues (or start a new run from its weights with --init-from)", src->path, f[i].key, v, f[i].flag, f[i].val);
-            return -1;
-        }
-    }
-    return 0;
-}
 /* the model's config out of a checkpoint's metadata, checked as a model file's header is */
 static int ckpt_config(const bt_ckpt_meta *meta, const char *path, gpt2_config *c, char *err, size_t errlen) {
     static const char *const keys[6] = {"gpt2.maxT", "gpt2.V", "gpt2.Vp", "gpt2.L", "gpt2.H", "gpt2.C"};
@@ -1186,6 +1171,28 @@ static int ckpt_config(const bt_ckpt_meta *meta, const char *path, gpt2_config *
     return gpt2_config_check(c, path, "gpt2.", err, errlen);
 }
 
+/* --resume: the run's options against the checkpoint's, naming the first that differs */
+static int ckpt_check_fields(const model_source *src, const train_opts *o, const gpt2_config *c, int world, char *err, size_t errlen) {
+    ckpt_field f[CKPT_MAX_FIELDS];
+    int n = ckpt_fields(o, c, world, f);
+    for (int i = 0; i < n; i++) {
+        const char *v = bt_ckpt_meta_get(bt_ckpt_file_meta(src->file), f[i].key);
+        if (!v) { snprintf(err, errlen, "--resume %.500s: no \"%s\" in its metadata: not a train_gpt2 checkpoint", src->path, f[i].key); return -1; }
+        if (strcmp(v, f[i].val) && !strncmp(f[i].key, "gpt2.", 5)) {
+            gpt2_config h;
+            if (ckpt_config(bt_ckpt_file_meta(src->file), src->path, &h, err, errlen)) return -1;
+            snprintf(err, errlen, "--resume %.500s: the checkpoint holds a model of L %d H %d C %d maxT %d V %d, -e %s is L %d H %d "
+                     "C %d maxT %d V %d", src->path, h.L, h.H, h.C, h.maxT, h.V, o->model ? o->model : "?", c->L, c->H, c->C, c->maxT, c->V);
+            return -1;
+        }
+        if (strcmp(v, f[i].val)) {
+            snprintf(err, errlen, "--resume %.500s: the checkpoint's run had %s = %s (%s), this one %s: give the options of the run "
+                     "it continues (or start a new run from its weights with --init-from)", src->path, f[i].key, v, f[i].flag, f[i].val);
+            return -1;
+        }
+    }
+    return 0;
+}
 /* Every rank's matmul choices (bt_k_matmul_tuning_export) into rank 0's meta: a resumed rank
    imports its own, so each picks the algorithms it picked before. A collective. */
 static int ckpt_meta_tuning(trainer *tr, bt_ckpt_meta *meta) {
@@ -1369,7 +1376,8 @@ static void ckpt_end(trainer *tr) {
 /* ---- resuming ---- */
 static void ckpt_report_bad(const char *path, const char *why, void *user) {
     (void)user;
-    fprintf(stderr, "warning: --resume: skipping %s: %s\n", path, why);
+    (void)path;   /* why names it */
+    fprintf(stderr, "warning: --resume: skipping a damaged checkpoint: %s\n", why);
 }
 /* the file --resume names (on this process): FILE, or the newest checkpoint of DIR (auto:
    --ckpt-dir) that passes every check, each newer one that fails reported and skipped. 0 found,
