@@ -607,9 +607,9 @@ static void usage(FILE *f) {
         "  --resume FILE|DIR|auto   continue a run from a checkpoint (DIR: its newest valid one; auto: that of\n"
         "            --ckpt-dir, or a fresh start when it has none), bit for bit; give the run's options again\n"
         "  --init-from PATH  start from a Hugging Face GPT-2 model.safetensors (or its directory), or from a\n"
-        "            checkpoint's weights (a new run: fresh AdamW state, step 0, any number of processes)\n"
+        "            checkpoint's weights (a new run from the start: fresh AdamW state, any number of processes)\n"
         "  --export-hf DIR   write DIR/model.safetensors and DIR/config.json for transformers at the end\n"
-        "  --skip-nonfinite  a step whose loss or gradient norm is not finite skips its update (default: stop)\n"
+        "  --skip-nonfinite  skip an update whose loss or gradient norm is not finite (default: stop the run)\n"
         "  -h        this help\n");
 }
 
@@ -1107,8 +1107,9 @@ static void on_stop_signal(int sig, siginfo_t *info, void *ctx) {
     signal(sig, SIG_DFL);
     raise(sig);                        /* delivered when the handler returns: the default, the end */
 }
-/* a signal that was ignored when the process started (nohup, `&` in a script) stays ignored */
-static void install_stop_signals(void) {
+/* main's: a signal that was ignored when the process started (nohup, `&` in a script) stays
+   ignored (inline: the tests that include this file need not use it) */
+static inline void install_stop_signals(void) {
     static const int sigs[2] = {SIGINT, SIGTERM};
     for (int k = 0; k < 2; k++) {
         struct sigaction sa, old;
@@ -1314,6 +1315,7 @@ static void ckpt_fence(trainer *tr) {
    is a warning, the run goes on (the previous checkpoint is whole). */
 static void ckpt_snapshot(trainer *tr, int step, double loss) {
     double t0 = now_s();
+    if (tr->fence_pending) ckpt_fence(tr);   /* no update since the last snapshot (skipped ones) */
     bt_scope_begin();
     bt_tensor *m, *v;
     ckpt_gather_adamw(tr, &m, &v);

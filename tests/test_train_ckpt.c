@@ -485,6 +485,32 @@ static void test_hf_roundtrip(void) {
         BT_CHECK(same_weights(&a, &b), "the weights differ after export + --init-from");
         gpt2_free(&b);
     }
+    /* a bf16 file (as transformers saves a bf16 model): converted, each weight a's rounded to bf16 */
+    bt_ckpt_writer *w = bt_ckpt_writer_new();
+    char name[160];
+    bt_scope_begin();
+    for (int i = 0; i < a.n_params; i++) {
+        int tr = hf_name(&a, i, "transformer.", name, sizeof name);
+        bt_ckpt_writer_add_tensor(w, name, bt_cast(a.params[i], BT_BF16), tr ? BT_CKPT_TRANSPOSE : 0, i == 0 ? a.cfg.V : 0);
+    }
+    mkdir(tp("hf16"), 0755);
+    snprintf(path, sizeof path, "%s/model.safetensors", tp("hf16"));
+    BT_CHECK(bt_ckpt_writer_save(w, path) == 0, "%s", bt_ckpt_error());
+    bt_ckpt_writer_free(w);
+    bt_copy_(a.flat, bt_cast(bt_cast(a.flat, BT_BF16), BT_F32));
+    bt_scope_end();
+    r = init_from(path, &b, &got, err, sizeof err);   /* no config.json: H from no preset (C 32) */
+    BT_CHECK(r == -1 && strstr(err, "no config.json"), "bf16 without config.json: %s", err);
+    snprintf(path, sizeof path, "%s/config.json", tp("hf"));
+    char cj2[600];
+    snprintf(cj2, sizeof cj2, "%s/config.json", tp("hf16"));
+    copy_file(path, cj2);
+    r = init_from(tp("hf16"), &b, &got, err, sizeof err);
+    BT_CHECK(r == 0, "bf16 file: %s", err);
+    if (r == 0) {
+        BT_CHECK(same_weights(&a, &b), "a bf16 file's weights differ from the rounded ones");
+        gpt2_free(&b);
+    }
     gpt2_free(&a);
 }
 
