@@ -6,9 +6,10 @@
 
    The same file builds two ways: `cc` gives a CPU binary; `nvcc -x cu` a CUDA one, which runs on
    the CPU when no GPU is present. Read top to bottom:
-     1. configuration and presets        4. inference: KV cache, sampling
-     2. the model: parameters, init, I/O  5. command line
-     3. the forward pass                  6. the training loop
+     1. configuration and presets        5. command line
+     2. the model: parameters, init, I/O  6. the training loop
+     3. the forward pass                  7. checkpoints: save, resume, signals, Hugging Face files
+     4. inference: KV cache, sampling     8. a run, from the flags to the saved model
    The backward pass is the autograd engine's (bt_autograd.h); each op's math sits in bt_tensor.h. */
 #define _POSIX_C_SOURCE 200809L   /* before any #include: bt_data.h uses pread, readlink, sigaction */
 #define BT_ALLOC_IMPLEMENTATION
@@ -17,16 +18,20 @@
 #define BT_OPTIM_IMPLEMENTATION
 #define BT_DATA_IMPLEMENTATION
 #define BT_DIST_IMPLEMENTATION
+#define BT_CKPT_IMPLEMENTATION
 #include "bt_autograd.h"
 #include "bt_optim.h"
 #include "bt_data.h"
 #include "bt_dist.h"
+#include "bt_ckpt.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
 #include <time.h>
+#include <signal.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 /* ============================================================================================
    1. configuration and presets
@@ -234,6 +239,28 @@ static FILE *gpt2_open_model(const char *path, uint64_t *size, char *err, size_t
     if (!f) { err_join(err, errlen, "", fd < 0 ? bt_data_error() : strerror(errno)); if (fd >= 0) close(fd); }
     return f;
 }
+/* cfg's fields bounded and consistent, its parameter count at most 2^40; the messages name src and
+   the fields as `field` says them ("header field ": a model file's, "gpt2.": a checkpoint's) */
+static int gpt2_config_check(const gpt2_config *cfg, const char *src, const char *field, char *err, size_t errlen) {
+    static const struct { const char *name; int32_t hi; } bound[6] = {
+        {"maxT", 1 << 20}, {"V", 1 << 24}, {"L", 4096}, {"H", 1 << 16}, {"C", 1 << 16}, {"Vp", 1 << 24}};
+    const int v[6] = {cfg->maxT, cfg->V, cfg->L, cfg->H, cfg->C, cfg->Vp};
+    for (int i = 0; i < 6; i++)
+        if (v[i] < 1 || v[i] > bound[i].hi) {
+            snprintf(err, errlen, "%s: %s%s = %d is out of range (1 to %d)", src, field, bound[i].name, v[i], bound[i].hi);
+            return -1;
+        }
+    if (cfg->Vp < cfg->V || cfg->C % cfg->H) {
+        snprintf(err, errlen, "%s: inconsistent config maxT %d V %d Vp %d L %d H %d C %d", src, cfg->maxT, cfg->V, cfg->Vp, cfg->L, cfg->H, cfg->C);
+        return -1;
+    }
+    int64_t n = gpt2_num_params(cfg);   /* at most ~2^48 with the bounds above: no overflow */
+    if (n > GPT2_MAX_PARAMS) {
+        snprintf(err, errlen, "%s: L %d, C %d, Vp %d, maxT %d give %lld parameters, more than 2^40", src, cfg->L, cfg->C, cfg->Vp, cfg->maxT, (long long)n);
+        return -1;
+    }
+    return 0;
+}
 static int gpt2_read_header(const char *path, gpt2_config *cfg, char *err, size_t errlen) {
     uint64_t size;
     FILE *f = gpt2_open_model(path, &size, err, errlen);
@@ -244,23 +271,9 @@ static int gpt2_read_header(const char *path, gpt2_config *cfg, char *err, size_
     if (got != 256) { snprintf(err, errlen, "%s: too short for a model header (%zu of 1024 bytes)", path, got * 4); return -1; }
     if (h[0] != GPT2_MODEL_MAGIC) { snprintf(err, errlen, "%s: bad magic %d (expected %d, an llm.c/BluTrain model file)", path, h[0], GPT2_MODEL_MAGIC); return -1; }
     if (h[1] != 3) { snprintf(err, errlen, "%s: version %d (only 3, fp32, is read)", path, h[1]); return -1; }
-    static const struct { const char *name; int32_t hi; } field[6] = {
-        {"maxT", 1 << 20}, {"V", 1 << 24}, {"L", 4096}, {"H", 1 << 16}, {"C", 1 << 16}, {"Vp", 1 << 24}};
-    for (int i = 0; i < 6; i++)
-        if (h[2 + i] < 1 || h[2 + i] > field[i].hi) {
-            snprintf(err, errlen, "%s: header field %s = %d is out of range (1 to %d)", path, field[i].name, h[2 + i], field[i].hi);
-            return -1;
-        }
     cfg->maxT = h[2]; cfg->V = h[3]; cfg->L = h[4]; cfg->H = h[5]; cfg->C = h[6]; cfg->Vp = h[7];
-    if (cfg->Vp < cfg->V || cfg->C % cfg->H) {
-        snprintf(err, errlen, "%s: inconsistent config maxT %d V %d Vp %d L %d H %d C %d", path, cfg->maxT, cfg->V, cfg->Vp, cfg->L, cfg->H, cfg->C);
-        return -1;
-    }
-    int64_t n = gpt2_num_params(cfg);   /* at most ~2^48 with the bounds above: no overflow */
-    if (n > GPT2_MAX_PARAMS) {
-        snprintf(err, errlen, "%s: header fields L %d, C %d, Vp %d, maxT %d give %lld parameters, more than 2^40", path, cfg->L, cfg->C, cfg->Vp, cfg->maxT, (long long)n);
-        return -1;
-    }
+    if (gpt2_config_check(cfg, path, "header field ", err, errlen)) return -1;
+    int64_t n = gpt2_num_params(cfg);
     if (size != 1024 + 4 * (uint64_t)n) {
         snprintf(err, errlen, "%s: the header's config (L %d, C %d, Vp %d, maxT %d) has %lld parameters (%llu bytes with the header), the file has %llu bytes",
                  path, cfg->L, cfg->C, cfg->Vp, cfg->maxT, (long long)n, (unsigned long long)(1024 + 4 * (uint64_t)n), (unsigned long long)size);
@@ -535,6 +548,12 @@ typedef struct {
     int bucket_mb;            /* DDP bucket size */
     const char *comm_dtype;   /* fp32 | bf16: the gradients' dtype on the wire */
     double nccl_timeout;      /* seconds a collective may take before the run is aborted */
+    const char *ckpt_dir;     /* checkpoints (section 7): where they go; also --resume auto's place */
+    int ckpt_every, ckpt_keep;   /* a checkpoint every N steps (0: only at the end and on a signal); the newest K kept (0: all) */
+    const char *resume;       /* FILE, DIR or auto: continue that run */
+    const char *init_from;    /* a Hugging Face model.safetensors (or its directory), or a checkpoint: its weights */
+    const char *export_hf;    /* DIR: model.safetensors + config.json for transformers at the end */
+    int skip_nonfinite;       /* a step with a non-finite loss or norm skips its update instead of stopping the run */
     int given_i, given_j, given_t, given_tok;   /* flags the user gave: defaults are explained, not blamed */
 } train_opts;
 
@@ -547,6 +566,7 @@ static void default_opts(train_opts *o) {
     o->lr = -1; o->final_lr_frac = 0.1; o->weight_decay = 0.1; o->clip = 1.0; o->temp = 1.0;
     o->seed = 1337; o->precision = NULL; o->device = "auto";
     o->nproc = 1; o->dp = "ddp"; o->bucket_mb = 25; o->comm_dtype = "fp32"; o->nccl_timeout = 600;
+    o->ckpt_keep = 3;
 }
 
 static void usage(FILE *f) {
@@ -582,6 +602,16 @@ static void usage(FILE *f) {
         "  --bucket-mb N     DDP gradient bucket size (default 25)\n"
         "  --comm-dtype fp32|bf16   gradients on the wire (default fp32)\n"
         "  --nccl-timeout S  abort the run when a collective takes longer (default 600)\n"
+        "  --ckpt-dir DIR    checkpoints (weights, AdamW state, data position) go to DIR/ckpt_STEP.safetensors:\n"
+        "            after the last step, on SIGINT/SIGTERM, and every --ckpt-every steps\n"
+        "  --ckpt-every N    a checkpoint every N steps, written while training goes on (default 0: none)\n"
+        "  --ckpt-keep K     keep the newest K checkpoints (default 3; 0 keeps all)\n"
+        "  --resume FILE|DIR|auto   continue a run from a checkpoint (DIR: its newest valid one; auto: that of\n"
+        "            --ckpt-dir, or a fresh start when it has none), bit for bit; give the run's options again\n"
+        "  --init-from PATH  start from a Hugging Face GPT-2 model.safetensors (or its directory), or from a\n"
+        "            checkpoint's weights (a new run from the start: fresh AdamW state, any number of processes)\n"
+        "  --export-hf DIR   write DIR/model.safetensors and DIR/config.json for transformers at the end\n"
+        "  --skip-nonfinite  skip an update whose loss or gradient norm is not finite (default: stop the run)\n"
         "  -h        this help\n");
 }
 
@@ -606,6 +636,7 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
         if (!strcmp(a, "--overfit")) { o->overfit = 1; continue; }
         if (!strcmp(a, "--quiet")) { o->quiet = 1; continue; }
         if (!strcmp(a, "--deterministic")) { o->deterministic = 1; continue; }
+        if (!strcmp(a, "--skip-nonfinite")) { o->skip_nonfinite = 1; continue; }
         if (i + 1 >= argc) { snprintf(err, errlen, "%s needs a value", a); return -1; }
         const char *v = argv[++i];
         int bad = 0;
@@ -639,6 +670,12 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
         else if (!strcmp(a, "-n") || !strcmp(a, "--nproc")) bad = parse_int(v, 1, 1024, &o->nproc);
         else if (!strcmp(a, "--bucket-mb")) bad = parse_int(v, 1, 1 << 16, &o->bucket_mb);
         else if (!strcmp(a, "--nccl-timeout")) bad = parse_double(v, 1, 1e7, &o->nccl_timeout);
+        else if (!strcmp(a, "--ckpt-dir")) o->ckpt_dir = v;
+        else if (!strcmp(a, "--ckpt-every")) bad = parse_int(v, 0, 1 << 30, &o->ckpt_every);
+        else if (!strcmp(a, "--ckpt-keep")) bad = parse_int(v, 0, 1 << 20, &o->ckpt_keep);
+        else if (!strcmp(a, "--resume")) o->resume = v;
+        else if (!strcmp(a, "--init-from")) o->init_from = v;
+        else if (!strcmp(a, "--export-hf")) o->export_hf = v;
         else if (!strcmp(a, "--dp")) {
             o->dp = v;
             if (strcmp(v, "ddp") && strcmp(v, "zero1") && strcmp(v, "zero2")) { snprintf(err, errlen, "--dp must be ddp, zero1 or zero2, got '%s'", v); return -1; }
@@ -658,6 +695,11 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
         } else { snprintf(err, errlen, "unknown option '%s'", a); return -1; }
         if (bad) { snprintf(err, errlen, "bad value '%s' for %s", v, a); return -1; }
     }
+    const char *clash = o->ckpt_every && !o->ckpt_dir ? "--ckpt-every needs --ckpt-dir DIR (where the checkpoints go)"
+        : o->resume && !strcmp(o->resume, "auto") && !o->ckpt_dir ? "--resume auto needs --ckpt-dir DIR (where to look)"
+        : o->resume && o->init_from ? "--resume and --init-from exclude each other (--init-from starts a new run from a model's weights)"
+        : o->init_from && o->model ? "-e and --init-from exclude each other (both say where the model comes from)" : NULL;
+    if (clash) { snprintf(err, errlen, "%s", clash); return -1; }
     return 0;
 }
 
@@ -713,6 +755,15 @@ static double peak_flops(const char *gpu, const char *precision) {
     return 0;
 }
 
+/* where the weights come from: --resume, --init-from (section 7), else -e */
+typedef struct {
+    bt_ckpt_file *file;    /* NULL: -e */
+    int resume;            /* 1: the whole state is resumed from it, 0: its weights only */
+    int hf;                /* 1: a Hugging Face GPT-2 file */
+    char prefix[16];       /* its names' prefix: "transformer." or "" (older files) */
+    char path[4096];
+} model_source;
+
 typedef struct {
     gpt2 model;
     bt_adamw opt;
@@ -732,7 +783,17 @@ typedef struct {
     bt_tensor *grad_shard;     /* zero2: this rank's fp32 gradients, summed over the micro-batches */
     void *comm_ev[2];          /* around the step's last bt_ddp_wait on the compute stream (timed) */
     int comm_early;            /* buckets already launched when the step's last backward ended */
+    /* checkpoints (section 7) */
+    model_source src;
+    int start_step;            /* the first step to run: 0, or the resumed checkpoint's */
+    bt_ckpt_saver *saver;      /* rank 0 with --ckpt-dir: the asynchronous writer */
+    int fence_pending;         /* a snapshot's copies must be done before the next update (ckpt_fence) */
+    bt_tensor *gathered[2];    /* ZeRO: AdamW's m and v of every rank, alive until the fence */
+    double last_stall_ms, total_stall_ms;   /* host time of the last snapshot, of all */
+    int64_t saves_seen;        /* finished saves reported so far */
+    int skipped;               /* --skip-nonfinite: updates skipped */
 } trainer;
+static void ckpt_fence(trainer *tr);   /* section 7 */
 
 /* one batch of B rows from L onto the device as i32 [B, T] tensors (in the current scope) */
 static void next_batch(trainer *tr, bt_loader *L, int B, bt_tensor **idx, bt_tensor **tgt) {
@@ -831,6 +892,7 @@ static int train_step(trainer *tr, int step, double lr, double *loss, double *gr
     *grad_norm = bt_item(norm);
     int finite = isfinite(*loss) && isfinite(*grad_norm);
     if (finite) {
+        if (tr->fence_pending) ckpt_fence(tr);   /* a checkpoint's copies of the weights and state finish first */
         bt_adamw_set_grad_norm(&tr->opt, norm);
         bt_adamw_update(&tr->opt, (float)lr, tr->grad_shard);
         if (tr->zero)      /* every rank's updated shard to every rank, in place */
@@ -842,12 +904,17 @@ static int train_step(trainer *tr, int step, double lr, double *loss, double *gr
 }
 
 /* A step whose loss or gradient norm is not finite made no update (train_step). This is the one
-   place that decides what follows: the run stops, naming the step, and saves nothing (a
-   --skip-nonfinite would warn and return 0 here to go on with the next batch). 1: stop. */
+   place that decides what follows: the run stops, naming the step, and saves nothing; with
+   --skip-nonfinite it warns and goes on with the next batch (that update skipped). 1: stop. */
 static int on_nonfinite_step(trainer *tr, int step, double loss) {
-    (void)tr;
+    const char *what = isfinite(loss) ? "the gradients are" : "the loss is";
+    if (tr->o.skip_nonfinite) {
+        tr->skipped++;
+        fprintf(stderr, "warning: step %d: %s not finite: its update is skipped (--skip-nonfinite), the run goes on\n", step, what);
+        return 0;
+    }
     fprintf(stderr, "error: step %d: %s not finite: training diverged; stopped before that update, and no model is saved "
-            "(try a lower -l, a longer warmup -u, or --clip)\n", step, isfinite(loss) ? "the gradients are" : "the loss is");
+            "(try a lower -l, a longer warmup -u, or --clip; --skip-nonfinite skips such updates)\n", step, what);
     return 1;
 }
 
@@ -868,8 +935,9 @@ static void log_close(trainer *tr, int failed_errno, const char *then) {
     if (e) fprintf(stderr, "warning: -o %s: cannot write %s/log.jsonl (%s): %s\n", tr->o.out_dir, tr->o.out_dir, strerror(e), then);
 }
 
-/* one JSON object per step; val is NULL on steps without validation */
-static void log_json(trainer *tr, int step, double loss, double lr, double norm, double ms, double tps, const double *val) {
+/* one JSON object per step; val is NULL on steps without validation; extra: more members
+   (", \"key\": value ...") or "" */
+static void log_json(trainer *tr, int step, double loss, double lr, double norm, double ms, double tps, const double *val, const char *extra) {
     if (!tr->log) return;
     char a[32], b[32], c[32];
     bt_alloc_stats_t st = bt_alloc_stats(tr->model.device);
@@ -879,7 +947,7 @@ static void log_json(trainer *tr, int step, double loss, double lr, double norm,
                       lr, json_num(b, sizeof b, "%.6f", norm), ms, tps, st.allocated / 1048576.0, st.peak_allocated / 1048576.0,
                       st.peak_reserved / 1048576.0) < 0;
     if (val) bad |= fprintf(tr->log, ", \"val_loss\": %s", json_num(c, sizeof c, "%.6f", *val)) < 0;
-    bad |= fprintf(tr->log, "}\n") < 0;
+    bad |= fprintf(tr->log, "%s}\n", extra) < 0;
     bad |= fflush(tr->log) != 0;
     if (bad) log_close(tr, errno ? errno : EIO, "the log stops here, the run goes on");
 }
@@ -905,14 +973,27 @@ static int check_outputs(const train_opts *o, char *err, size_t errlen) {
         if (snprintf(path, sizeof path, "%s/log.jsonl", o->out_dir) >= (int)sizeof path) { snprintf(err, errlen, "-o: the directory name is too long"); return -1; }
         if (bt_output_dir(o->out_dir) || bt_output_check(path)) { err_join(err, errlen, "-o: ", bt_data_error()); return -1; }
     }
+    if (o->ckpt_dir) {   /* made here; a checkpoint's name in it must be writable */
+        char path[4096];
+        if (bt_ckpt_path(o->ckpt_dir, 0, path, sizeof path)) { snprintf(err, errlen, "--ckpt-dir: the directory name is too long"); return -1; }
+        if (bt_output_dir(o->ckpt_dir) || bt_output_check(path)) { err_join(err, errlen, "--ckpt-dir: ", bt_data_error()); return -1; }
+    }
+    if (o->export_hf) {
+        static const char *const files[2] = {"model.safetensors", "config.json"};
+        for (int i = 0; i < 2; i++) {
+            char path[4096];
+            if (snprintf(path, sizeof path, "%s/%s", o->export_hf, files[i]) >= (int)sizeof path) { snprintf(err, errlen, "--export-hf: the directory name is too long"); return -1; }
+            if (bt_output_dir(o->export_hf) || bt_output_check(path)) { err_join(err, errlen, "--export-hf: ", bt_data_error()); return -1; }
+        }
+    }
     return 0;
 }
 
-/* -o DIR: DIR/log.jsonl, created or truncated now (after check_outputs) */
+/* -o DIR: DIR/log.jsonl, created or truncated now (after check_outputs); a resumed run appends */
 static int open_log(trainer *tr, char *err, size_t errlen) {
     char path[4096];
     snprintf(path, sizeof path, "%s/log.jsonl", tr->o.out_dir);
-    int fd = bt_output_open(path, 0);
+    int fd = bt_output_open(path, tr->src.resume);
     if (fd < 0 || !(tr->log = fdopen(fd, "w"))) {
         err_join(err, errlen, "-o: ", fd < 0 ? bt_data_error() : strerror(errno));
         if (fd >= 0) close(fd);
@@ -924,7 +1005,9 @@ static int open_log(trainer *tr, char *err, size_t errlen) {
 /* frees what the trainer holds (any part may be missing: every exit path comes here); rc passes
    through. With several processes a failed rank aborts the job (the others are waiting in a
    collective for it), a finished one leaves cleanly (a collective: every rank gets here). */
+static void ckpt_end(trainer *tr);   /* section 7 */
 static int trainer_end(trainer *tr, int rc) {
+    ckpt_end(tr);                    /* first: a save in flight still reads the weights */
     log_close(tr, 0, "the log is incomplete");
     if (tr->ddp) bt_ddp_free(tr->ddp);
     for (int i = 0; i < 2; i++) if (tr->comm_ev[i]) bt_event_destroy(tr->comm_ev[i]);
@@ -1010,6 +1093,615 @@ static void setup_data_parallel(trainer *tr) {
         for (int i = 0; i < 2; i++) tr->comm_ev[i] = bt_event_create_timed(m->device);
 }
 
+/* ============================================================================================
+   7. checkpoints: save, resume, signals, Hugging Face files
+   ============================================================================================ */
+/* A checkpoint (bt_ckpt.h) is one safetensors file, DIR/ckpt_STEP.safetensors, holding
+       params    [num_params] f32   the weights in the flat buffer's order (section 2: wte, wpe,
+                                    layer 0 .. L-1 with its 12 tensors each, lnfw, lnfb)
+       adamw.m   [num_params] f32   AdamW's moments over the same elements
+       adamw.v   [num_params] f32
+   and in its metadata the run: what a resume must share with it (ckpt_fields: the model, the
+   batch, the schedule, the seed, the precision, the data parallelism), the steps done
+   (train.step, which is also the learning-rate schedule's position, and adamw.step), every
+   rank's data-loader position (loader.RANK), every rank's matmul autotuner choices
+   (train.matmul_tuning.RANK) and the device; bt_ckpt.h adds a CRC32C of every tensor and one
+   of the header. Only rank 0 writes. With ZeRO each rank holds a shard of m and v: at a
+   checkpoint the shards are all-gathered into temporaries, so the file is the same whatever the
+   data-parallel mode, and a resume reads its own shard out of it.
+   A snapshot costs the loop only the enqueueing of device-to-host copies into pinned memory (on
+   a copy stream); the next optimizer update waits for them on the device (ckpt_fence), and a
+   thread checksums and writes the file while training goes on (at most one save in flight). */
+
+/* ---- signals ---- */
+static volatile sig_atomic_t stop_signal;   /* the first SIGINT/SIGTERM: stop after this step */
+static pid_t signal_launcher;               /* a rank's launcher (its parent process), or 0 */
+
+/* The first SIGINT/SIGTERM asks the loop to finish its step, checkpoint and exit 0; a second one
+   ends the process at once, after removing the temporaries of files being written (the previous
+   checkpoint stays whole). A launcher (--nproc, torchrun) passes on the Ctrl-C that its ranks
+   got from the terminal too: a copy from it does not count as the second. */
+static void on_stop_signal(int sig, siginfo_t *info, void *ctx) {
+    (void)ctx;
+    if (!stop_signal) { stop_signal = sig; return; }
+    if (signal_launcher > 0 && info && info->si_code == SI_USER && info->si_pid == signal_launcher) return;
+    bt_atomic_cleanup();
+    signal(sig, SIG_DFL);
+    raise(sig);                        /* delivered when the handler returns: the default, the end */
+}
+/* main's: a signal that was ignored when the process started (nohup, `&` in a script) stays
+   ignored (inline: the tests that include this file need not use it) */
+static inline void install_stop_signals(void) {
+    static const int sigs[2] = {SIGINT, SIGTERM};
+    for (int k = 0; k < 2; k++) {
+        struct sigaction sa, old;
+        if (sigaction(sigs[k], NULL, &old) == 0 && !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_IGN) continue;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_stop_signal;
+        sa.sa_flags = SA_SIGINFO | SA_RESTART;
+        sigemptyset(&sa.sa_mask);
+        sigaddset(&sa.sa_mask, SIGINT); sigaddset(&sa.sa_mask, SIGTERM);
+        sigaction(sigs[k], &sa, NULL);
+    }
+}
+/* Stop now? A collective with several processes (a MAX over the ranks' flags once per step):
+   ranks that got the signal at different steps stop after the same one, and none waits alone. */
+static int stop_agreed(trainer *tr) {
+    int mine = stop_signal != 0;
+    if (!tr->dist) return mine;
+    bt_scope_begin();
+    bt_tensor *f = bt_full(bt_shape1(1), mine, BT_I32, tr->model.device);
+    bt_all_reduce(tr->dist->world_comm, bt_data_ptr(f), bt_data_ptr(f), 1, BT_I32, BT_RED_MAX, NULL);
+    int any = bt_item(f) != 0;
+    bt_scope_end();
+    return any;
+}
+
+/* ---- what a checkpoint records of the run ---- */
+/* What a resumed run must share with the run it resumes (all that changes its losses), as text:
+   doubles as %.17g, so equal values give equal text. One table for writing and for checking. */
+#define CKPT_MAX_FIELDS 24
+typedef struct { const char *key, *flag; char val[48]; } ckpt_field;
+static int ckpt_fields(const train_opts *o, const gpt2_config *c, int world, ckpt_field *f) {
+    int n = 0;
+#define FIELD(k, fl, fmt, v) (f[n].key = (k), f[n].flag = (fl), snprintf(f[n].val, sizeof f[n].val, fmt, v), n++)
+    FIELD("gpt2.maxT", "-e", "%d", c->maxT); FIELD("gpt2.V", "-e", "%d", c->V); FIELD("gpt2.Vp", "-e", "%d", c->Vp);
+    FIELD("gpt2.L", "-e", "%d", c->L); FIELD("gpt2.H", "-e", "%d", c->H); FIELD("gpt2.C", "-e", "%d", c->C);
+    FIELD("train.B", "-b", "%d", o->B); FIELD("train.T", "-t", "%d", o->T);
+    FIELD("train.total_batch", "-d", "%d", o->total_batch); FIELD("train.steps", "-x", "%d", o->steps);
+    FIELD("train.lr", "-l", "%.17g", o->lr); FIELD("train.warmup", "-u", "%d", o->warmup);
+    FIELD("train.final_lr_frac", "-q", "%.17g", o->final_lr_frac); FIELD("train.weight_decay", "-c", "%.17g", o->weight_decay);
+    FIELD("train.clip", "--clip", "%.17g", o->clip); FIELD("train.seed", "--seed", "%llu", (unsigned long long)o->seed);
+    FIELD("train.overfit", "--overfit", "%d", o->overfit); FIELD("train.precision", "--precision", "%s", o->precision);
+    FIELD("train.world", "the number of processes", "%d", world);
+    FIELD("train.dp", "--dp", "%s", world > 1 ? o->dp : "none");
+    FIELD("train.comm_dtype", "--comm-dtype", "%s", world > 1 ? o->comm_dtype : "none");
+    FIELD("train.bucket_mb", "--bucket-mb", "%d", world > 1 ? o->bucket_mb : 0);
+#undef FIELD
+    return n;
+}
+/* the model's config out of a checkpoint's metadata, checked as a model file's header is */
+static int ckpt_config(const bt_ckpt_meta *meta, const char *path, gpt2_config *c, char *err, size_t errlen) {
+    static const char *const keys[6] = {"gpt2.maxT", "gpt2.V", "gpt2.Vp", "gpt2.L", "gpt2.H", "gpt2.C"};
+    int *dst[6] = {&c->maxT, &c->V, &c->Vp, &c->L, &c->H, &c->C};
+    for (int i = 0; i < 6; i++) {
+        int64_t v;
+        if (bt_ckpt_meta_get_i64(meta, keys[i], &v) || v < INT32_MIN || v > INT32_MAX) {
+            snprintf(err, errlen, "%.500s: metadata \"%s\": %.400s", path, keys[i], bt_ckpt_error()); return -1;
+        }
+        *dst[i] = (int)v;
+    }
+    return gpt2_config_check(c, path, "gpt2.", err, errlen);
+}
+
+/* --resume: the run's options against the checkpoint's, naming the first that differs */
+static int ckpt_check_fields(const model_source *src, const train_opts *o, const gpt2_config *c, int world, char *err, size_t errlen) {
+    ckpt_field f[CKPT_MAX_FIELDS];
+    int n = ckpt_fields(o, c, world, f);
+    for (int i = 0; i < n; i++) {
+        const char *v = bt_ckpt_meta_get(bt_ckpt_file_meta(src->file), f[i].key);
+        if (!v) { snprintf(err, errlen, "--resume %.500s: no \"%s\" in its metadata: not a train_gpt2 checkpoint", src->path, f[i].key); return -1; }
+        if (strcmp(v, f[i].val) && !strncmp(f[i].key, "gpt2.", 5)) {
+            gpt2_config h;
+            if (ckpt_config(bt_ckpt_file_meta(src->file), src->path, &h, err, errlen)) return -1;
+            snprintf(err, errlen, "--resume %.500s: the checkpoint holds a model of L %d H %d C %d maxT %d V %d, -e %s is L %d H %d "
+                     "C %d maxT %d V %d", src->path, h.L, h.H, h.C, h.maxT, h.V, o->model ? o->model : "?", c->L, c->H, c->C, c->maxT, c->V);
+            return -1;
+        }
+        if (strcmp(v, f[i].val)) {
+            snprintf(err, errlen, "--resume %.500s: the checkpoint's run had %s = %s (%s), this one %s: give the options of the run "
+                     "it continues (or start a new run from its weights with --init-from)", src->path, f[i].key, v, f[i].flag, f[i].val);
+            return -1;
+        }
+    }
+    return 0;
+}
+/* Every rank's matmul choices (bt_k_matmul_tuning_export) into rank 0's meta: a resumed rank
+   imports its own, so each picks the algorithms it picked before. A collective. */
+static int ckpt_meta_tuning(trainer *tr, bt_ckpt_meta *meta) {
+    int bad = 0;
+#ifdef BT_CUDA
+    bt_device dev = tr->model.device;
+    if (dev.type != BT_GPU) return 0;
+    int world = tr->dist ? tr->dist->world : 1;
+    uint64_t n = bt_k_matmul_tuning_export(dev.index, NULL, 0), max = 0;
+    uint64_t *sizes = (uint64_t *)calloc((size_t)world, sizeof *sizes);
+    if (!sizes) bt_error("checkpoint: out of host memory");
+    sizes[0] = n;
+    if (tr->dist && bt_store_allgather(bt_dist_store(tr->dist), &n, sizes, sizeof n)) bt_error("checkpoint: %s", bt_dist_error());
+    for (int r = 0; r < world; r++) max = sizes[r] > max ? sizes[r] : max;
+    unsigned char *mine = (unsigned char *)calloc(max ? max : 1, 1), *all = (unsigned char *)calloc(max ? (size_t)max * world : 1, 1);
+    if (!mine || !all) bt_error("checkpoint: out of host memory");
+    bt_k_matmul_tuning_export(dev.index, mine, max);
+    memcpy(all, mine, n);
+    if (tr->dist && bt_store_allgather(bt_dist_store(tr->dist), mine, all, max)) bt_error("checkpoint: %s", bt_dist_error());
+    for (int r = 0; meta && r < world; r++) {
+        char key[48];
+        snprintf(key, sizeof key, "train.matmul_tuning.%d", r);
+        bad |= bt_ckpt_meta_set_blob(meta, key, all + (size_t)r * max, sizes[r]);
+    }
+    free(sizes); free(mine); free(all);
+#else
+    (void)tr; (void)meta;
+#endif
+    return bad;
+}
+/* --resume: this rank's matmul choices back, before the first matmul plans them anew; only on
+   the GPU model that made them */
+static void ckpt_import_tuning(trainer *tr) {
+#ifdef BT_CUDA
+    const bt_ckpt_meta *meta = bt_ckpt_file_meta(tr->src.file);
+    bt_device dev = tr->model.device;
+    char key[48];
+    snprintf(key, sizeof key, "train.matmul_tuning.%d", tr->dist ? tr->dist->rank : 0);
+    if (dev.type != BT_GPU || !bt_ckpt_meta_get(meta, key)) return;
+    const char *made_on = bt_ckpt_meta_get(meta, "train.device");
+    if (!made_on || strcmp(made_on, bt_device_name(dev))) {
+        printf("note: the checkpoint was made on %s, this is %s: the matmuls choose their algorithms afresh, and the "
+               "losses may differ from the first run's in the last bits\n", made_on ? made_on : "?", bt_device_name(dev));
+        return;
+    }
+    void *blob = NULL;
+    size_t n = 0;
+    if (bt_ckpt_meta_get_blob(meta, key, &blob, &n)) { fprintf(stderr, "warning: --resume: %s\n", bt_ckpt_error()); return; }
+    bt_k_matmul_tuning_import(dev.index, blob, n);
+    free(blob);
+#else
+    (void)tr;
+#endif
+}
+
+/* The checkpoint's metadata (rank 0's; NULL on the others): a collective, as every rank's loader
+   state and matmul choices are gathered through the store. */
+static bt_ckpt_meta *ckpt_meta(trainer *tr, int step, double loss) {
+    int world = tr->dist ? tr->dist->world : 1, rank = tr->dist ? tr->dist->rank : 0, bad = 0;
+    bt_loader_state mine, *all = (bt_loader_state *)calloc((size_t)world, sizeof *all);
+    if (!all) bt_error("checkpoint: out of host memory");
+    memset(&mine, 0, sizeof mine);
+    bt_loader_get_state(tr->train, &mine);
+    all[0] = mine;
+    if (tr->dist && bt_store_allgather(bt_dist_store(tr->dist), &mine, all, sizeof mine)) bt_error("checkpoint: %s", bt_dist_error());
+    bt_ckpt_meta *meta = rank == 0 ? bt_ckpt_meta_new() : NULL;
+    bad |= ckpt_meta_tuning(tr, meta);
+    if (meta) {
+        ckpt_field f[CKPT_MAX_FIELDS];
+        int n = ckpt_fields(&tr->o, &tr->model.cfg, world, f);
+        const train_opts *o = &tr->o;
+        for (int i = 0; i < n; i++) bad |= bt_ckpt_meta_set(meta, f[i].key, f[i].val);
+        bad |= bt_ckpt_meta_set(meta, "train_gpt2.checkpoint", "1");
+        bad |= bt_ckpt_meta_set_i64(meta, "train.step", step);
+        bad |= bt_ckpt_meta_set_i64(meta, "adamw.step", tr->opt.step);
+        bad |= bt_ckpt_meta_set_f64(meta, "train.loss", loss);
+        bad |= bt_ckpt_meta_set_f64(meta, "train.lr_next", bt_lr_cosine(step, o->warmup, o->steps, o->lr, o->lr * o->final_lr_frac));
+        bad |= bt_ckpt_meta_set(meta, "train.device", bt_device_of(tr->model.flat).type == BT_GPU ? bt_device_name(tr->model.device) : "cpu");
+        bad |= bt_ckpt_meta_set_i64(meta, "train.deterministic", o->deterministic);
+        for (int r = 0; r < world; r++) bad |= bt_ckpt_meta_set_loader(meta, r, &all[r]);
+        if (bad) bt_error("checkpoint: the metadata: %s", bt_ckpt_error());
+    }
+    free(all);
+    return meta;
+}
+
+/* ---- saving ---- */
+/* AdamW's m and v over all num_params elements: the optimizer's own, or with ZeRO every rank's
+   shard all-gathered (a collective) into temporaries that live until the fence */
+static void ckpt_gather_adamw(trainer *tr, bt_tensor **m, bt_tensor **v) {
+    if (!tr->zero) { *m = tr->opt.m; *v = tr->opt.v; return; }
+    bt_tensor *shard[2] = {tr->opt.m, tr->opt.v};
+    int rank = tr->dist->rank;
+    int64_t S = tr->shard, n = tr->shard_hi - tr->shard_lo;
+    for (int k = 0; k < 2; k++) {
+        bt_scope_begin();
+        bt_tensor *all = bt_keep(bt_zeros(bt_shape1(S * tr->dist->world), BT_F32, tr->model.device));
+        if (n > 0) bt_copy_(bt_narrow(all, 0, rank * S, n), shard[k]);   /* the padding past num_params stays 0 */
+        bt_all_gather(tr->dist->world_comm, (float *)bt_data_ptr(all) + rank * S, bt_data_ptr(all), S, BT_F32, NULL);
+        bt_scope_end();
+        tr->gathered[k] = all;
+    }
+    *m = bt_narrow(tr->gathered[0], 0, 0, tr->model.num_params);
+    *v = bt_narrow(tr->gathered[1], 0, 0, tr->model.num_params);
+}
+static void ckpt_release_gathered(trainer *tr) {
+    for (int k = 0; k < 2; k++) { bt_release(tr->gathered[k]); tr->gathered[k] = NULL; }
+}
+/* before the next optimizer update: the device waits there for the snapshot's copies (the host
+   does not); the gathered temporaries may then go (later work on the stream comes after them) */
+static void ckpt_fence(trainer *tr) {
+    bt_ckpt_saver_fence(tr->saver, NULL);
+    ckpt_release_gathered(tr);
+    tr->fence_pending = 0;
+}
+
+/* The checkpoint after `step` steps, a collective (every rank calls it after the same step): the
+   state gathered, rank 0's copies enqueued; the host time is the loop's stall. A save that failed
+   is a warning, the run goes on (the previous checkpoint is whole). */
+static void ckpt_snapshot(trainer *tr, int step, double loss) {
+    double t0 = now_s();
+    if (tr->fence_pending) ckpt_fence(tr);   /* no update since the last snapshot (skipped ones) */
+    bt_scope_begin();
+    bt_tensor *m, *v;
+    ckpt_gather_adamw(tr, &m, &v);
+    bt_ckpt_meta *meta = ckpt_meta(tr, step, loss);
+    if (tr->saver) {
+        bt_tensor *t[3] = {bt_narrow(tr->model.flat, 0, 0, tr->model.num_params), m, v};
+        const char *names[3] = {"params", "adamw.m", "adamw.v"};
+        if (bt_ckpt_saver_wait(tr->saver)) fprintf(stderr, "warning: checkpoint: %s\n", bt_ckpt_error());   /* the previous one */
+        if (bt_ckpt_saver_snapshot(tr->saver, step, t, names, 3, meta))
+            fprintf(stderr, "warning: the checkpoint of step %d was not taken: %s\n", step, bt_ckpt_error());
+        else tr->fence_pending = 1;
+    }
+    bt_ckpt_meta_free(meta);
+    bt_scope_end();
+    if (!tr->fence_pending) ckpt_release_gathered(tr);
+    tr->last_stall_ms = 1e3 * (now_s() - t0);
+    tr->total_stall_ms += tr->last_stall_ms;
+}
+/* a checkpoint after step s (1-based): every --ckpt-every steps and after the last one */
+static int ckpt_due(const trainer *tr, int s) {
+    return tr->o.ckpt_dir && ((tr->o.ckpt_every && s % tr->o.ckpt_every == 0) || s == tr->o.steps);
+}
+/* A save that finished since the last call: printed, and its figures appended to `json` (a log
+   line's extra members, cap bytes). 1 when there was one. */
+static int ckpt_report(trainer *tr, char *json, size_t cap) {
+    bt_ckpt_saver_stats st;
+    if (!tr->saver) return 0;
+    bt_ckpt_saver_get_stats(tr->saver, &st);
+    if (st.saves == tr->saves_seen) return 0;
+    tr->saves_seen = st.saves;
+    printf("checkpoint %s: %.1f MB in %.0f ms (%.0f MB/s; checksums %.0f ms, write %.0f ms)\n", bt_ckpt_saver_last_path(tr->saver),
+           st.last_bytes / 1e6, st.last_save_ms, st.last_mb_per_s, st.last_checksum_ms, st.last_write_ms);
+    fflush(stdout);
+    size_t len = strlen(json);
+    snprintf(json + len, cap - len, ", \"ckpt_saved_step\": %lld, \"ckpt_save_ms\": %.1f, \"ckpt_mb_per_s\": %.1f",
+             (long long)st.last_step, st.last_save_ms, st.last_mb_per_s);
+    return 1;
+}
+/* the end of a run (its last step, or a signal): the checkpoint of `step` unless taken already,
+   then the host waits for the save. 0, or -1 when it failed (said). */
+static int ckpt_finish(trainer *tr, int step, int saved_step, double loss) {
+    if (!tr->o.ckpt_dir || step == tr->start_step) return 0;   /* nothing new to save */
+    if (step != saved_step) ckpt_snapshot(tr, step, loss);
+    if (!tr->saver) return 0;
+    int r = bt_ckpt_saver_wait(tr->saver);
+    if (r) fprintf(stderr, "error: checkpoint: %s\n", bt_ckpt_error());
+    char json[256] = "";
+    ckpt_report(tr, json, sizeof json);
+    return r;
+}
+/* trainer_end's part: the save in flight finishes (a whole checkpoint), then all is freed */
+static void ckpt_end(trainer *tr) {
+    if (tr->saver && bt_ckpt_saver_free(tr->saver)) fprintf(stderr, "warning: checkpoint: %s\n", bt_ckpt_error());
+    tr->saver = NULL;
+    ckpt_release_gathered(tr);
+    bt_ckpt_close(tr->src.file);
+    tr->src.file = NULL;
+}
+
+/* ---- resuming ---- */
+static void ckpt_report_bad(const char *path, const char *why, void *user) {
+    (void)user;
+    (void)path;   /* why names it */
+    fprintf(stderr, "warning: --resume: skipping a damaged checkpoint: %s\n", why);
+}
+/* the file --resume names (on this process): FILE, or the newest checkpoint of DIR (auto:
+   --ckpt-dir) that passes every check, each newer one that fails reported and skipped. 0 found,
+   1 auto found none (a fresh start), -1 error. */
+static int ckpt_find_resume_here(const train_opts *o, char *path, size_t n, char *err, size_t errlen) {
+    int is_auto = !strcmp(o->resume, "auto");
+    const char *dir = is_auto ? o->ckpt_dir : o->resume;
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        if (is_auto) return 1;                        /* not made yet: nothing to resume */
+        snprintf(path, n, "%s", o->resume);           /* a file: its own checks name any problem */
+        return 0;
+    }
+    int64_t step, *steps = NULL;
+    int r = bt_ckpt_find_latest(dir, &step, path, n, ckpt_report_bad, NULL);
+    if (r == 0) return 0;
+    int count = r == 1 ? bt_ckpt_list(dir, &steps) : -1;
+    free(steps);
+    if (count == 0 && is_auto) return 1;
+    if (count == 0) snprintf(err, errlen, "--resume %.500s: no checkpoint (ckpt_STEP.safetensors) in it", dir);
+    else if (count > 0) snprintf(err, errlen, "--resume %.500s: none of its %d checkpoints is whole (each is reported above)", is_auto ? o->ckpt_dir : dir, count);
+    else err_join(err, errlen, "--resume: ", bt_ckpt_error());
+    return -1;
+}
+/* the same for every rank: rank 0 looks, the others are told */
+static int ckpt_find_resume(const train_opts *o, bt_dist *dist, char *path, size_t n, char *err, size_t errlen) {
+    struct { int32_t rc; char path[4096], err[1024]; } msg;
+    memset(&msg, 0, sizeof msg);
+    if (!dist || dist->rank == 0) msg.rc = ckpt_find_resume_here(o, msg.path, sizeof msg.path, msg.err, sizeof msg.err);
+    if (dist && bt_store_broadcast(bt_dist_store(dist), &msg, sizeof msg)) { err_join(err, errlen, "--resume: ", bt_dist_error()); return -1; }
+    snprintf(path, n, "%s", msg.path);
+    snprintf(err, errlen, "%s", msg.err);
+    return msg.rc;
+}
+
+/* ---- Hugging Face GPT-2 (transformers' GPT2LMHeadModel) ---- */
+/* Its names: PREFIX + wte.weight [V, C], wpe.weight [maxT, C], h.N.* (below), ln_f.weight,
+   ln_f.bias, PREFIX "transformer." ("" in older files), the head tied to wte (no lm_head.weight,
+   or one equal to wte). Its Conv1D layers keep weights as [in, out]; ours are [out, in]. */
+static const struct { const char *name; int transpose; } hf_layer_tensors[12] = {
+    {"ln_1.weight", 0}, {"ln_1.bias", 0}, {"attn.c_attn.weight", 1}, {"attn.c_attn.bias", 0},
+    {"attn.c_proj.weight", 1}, {"attn.c_proj.bias", 0}, {"ln_2.weight", 0}, {"ln_2.bias", 0},
+    {"mlp.c_fc.weight", 1}, {"mlp.c_fc.bias", 0}, {"mlp.c_proj.weight", 1}, {"mlp.c_proj.bias", 0}};
+/* the Hugging Face name of leaf i (gpt2_build_padded's order: wte, wpe, 12 per layer in the order
+   above, lnfw, lnfb); 1 when that file holds its transpose */
+static int hf_name(const gpt2 *m, int i, const char *prefix, char *name, size_t n) {
+    int L = m->cfg.L;
+    if (i >= 2 && i < 2 + 12 * L) {
+        snprintf(name, n, "%sh.%d.%s", prefix, (i - 2) / 12, hf_layer_tensors[(i - 2) % 12].name);
+        return hf_layer_tensors[(i - 2) % 12].transpose;
+    }
+    snprintf(name, n, "%s%s", prefix, i == 0 ? "wte.weight" : i == 1 ? "wpe.weight" : i == 2 + 12 * L ? "ln_f.weight" : "ln_f.bias");
+    return 0;
+}
+/* 1 when a GPT-2 file of L layers may hold `name`: ours, the attention's mask buffers of older
+   transformers, a head */
+static int hf_known_name(const char *name, const char *prefix, int L) {
+    size_t pl = strlen(prefix);
+    int l, end = 0;
+    if (!strcmp(name, "lm_head.weight")) return 1;
+    if (strncmp(name, prefix, pl)) return 0;
+    name += pl;
+    if (!strcmp(name, "wte.weight") || !strcmp(name, "wpe.weight") || !strcmp(name, "ln_f.weight") || !strcmp(name, "ln_f.bias")) return 1;
+    if (sscanf(name, "h.%d.%n", &l, &end) != 1 || end == 0 || l < 0 || l >= L) return 0;
+    if (!strcmp(name + end, "attn.bias") || !strcmp(name + end, "attn.masked_bias")) return 1;
+    for (int k = 0; k < 12; k++) if (!strcmp(name + end, hf_layer_tensors[k].name)) return 1;
+    return 0;
+}
+/* config.json beside the model file, parsed (NULL when there is none; -1 on a bad one) */
+static int hf_read_config_json(const char *model_path, bt_json_doc **doc, char *err, size_t errlen) {
+    char path[4096];
+    const char *slash = strrchr(model_path, '/');
+    int dl = slash ? (int)(slash - model_path) : 0;
+    snprintf(path, sizeof path, "%.*s%sconfig.json", dl, model_path, slash ? "/" : "");
+    *doc = NULL;
+    uint64_t size = 0;
+    if (access(path, F_OK) != 0) return 0;
+    int fd = bt_input_open(path, &size);
+    if (fd < 0) { err_join(err, errlen, "--init-from: ", bt_data_error()); return -1; }
+    char *text = size <= (1u << 20) ? (char *)malloc((size_t)size + 1) : NULL;
+    ssize_t got = text ? pread(fd, text, (size_t)size, 0) : -1;
+    close(fd);
+    if (got != (ssize_t)size) { free(text); snprintf(err, errlen, "--init-from: %.500s: cannot read it (%llu bytes; at most 1 MiB)", path, (unsigned long long)size); return -1; }
+    *doc = bt_json_parse(text, (size_t)size, 0);
+    free(text);
+    if (!*doc) { snprintf(err, errlen, "--init-from: %.500s: %.400s", path, bt_ckpt_error()); return -1; }
+    return 0;
+}
+/* n_head from config.json (its other fields must agree with the tensors), else from the preset
+   of the same depth and width */
+static int hf_heads(const model_source *src, gpt2_config *c, char *err, size_t errlen) {
+    bt_json_doc *doc;
+    if (hf_read_config_json(src->path, &doc, err, errlen)) return -1;
+    if (!doc) {
+        for (int i = 0; i < GPT2_NPRESETS; i++)
+            if (gpt2_presets[i].L == c->L && gpt2_presets[i].C == c->C) { c->H = gpt2_presets[i].H; return 0; }
+        snprintf(err, errlen, "--init-from %.500s: no config.json beside it to give the number of heads (n_head), and no preset has "
+                 "L %d and C %d", src->path, c->L, c->C);
+        return -1;
+    }
+    const bt_json *root = bt_json_root(doc), *act = bt_json_get(root, "activation_function");
+    static const char *const keys[5] = {"n_head", "n_layer", "n_embd", "n_positions", "vocab_size"};
+    const int want[5] = {0, c->L, c->C, c->maxT, c->V};
+    int r = 0;
+    for (int i = 0; i < 5 && !r; i++) {
+        const bt_json *v = bt_json_get(root, keys[i]);
+        int64_t x = 0;
+        if ((!v && i == 0) || (v && (bt_json_i64(v, &x) || x < 1 || x > INT32_MAX))) {
+            snprintf(err, errlen, "--init-from: config.json beside %.500s: \"%s\" is %s", src->path, keys[i], v ? "not a positive integer" : "missing");
+            r = -1;
+        } else if (v && i == 0) c->H = (int)x;
+        else if (v && x != want[i]) {
+            snprintf(err, errlen, "--init-from: config.json beside %.500s says %s %lld, the tensors %d", src->path, keys[i], (long long)x, want[i]);
+            r = -1;
+        }
+    }
+    if (!r && act && (act->type != BT_JSON_STRING || (strcmp(act->str, "gelu_new") && strcmp(act->str, "gelu_pytorch_tanh")))) {
+        snprintf(err, errlen, "--init-from: config.json beside %.500s: activation_function \"%s\": train_gpt2's GELU is the tanh form "
+                 "(gelu_new)", src->path, act->type == BT_JSON_STRING ? act->str : "?");
+        r = -1;
+    }
+    bt_json_free(doc);
+    return r;
+}
+/* the config of a Hugging Face GPT-2 file from its tensors' shapes (+ n_head); every tensor of it
+   must be one a GPT-2 has */
+static int hf_config(model_source *src, gpt2_config *c, char *err, size_t errlen) {
+    bt_ckpt_file *f = src->file;
+    char name[160];
+    snprintf(src->prefix, sizeof src->prefix, "%s", bt_ckpt_find(f, "transformer.wte.weight") ? "transformer." : "");
+    snprintf(name, sizeof name, "%swte.weight", src->prefix);
+    const bt_ckpt_info *wte = bt_ckpt_find(f, name), *wpe;
+    snprintf(name, sizeof name, "%swpe.weight", src->prefix);
+    wpe = bt_ckpt_find(f, name);
+    if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2 || wte->shape[1] != wpe->shape[1]) {
+        snprintf(err, errlen, "--init-from %.500s: not a GPT-2 model in Hugging Face's layout (transformer.wte.weight [V, C] and "
+                 "transformer.wpe.weight [maxT, C] expected), nor a train_gpt2 checkpoint", src->path);
+        return -1;
+    }
+    int L = 0;
+    for (; L < 4096; L++) {
+        snprintf(name, sizeof name, "%sh.%d.ln_1.weight", src->prefix, L);
+        if (!bt_ckpt_find(f, name)) break;
+    }
+    if (wte->shape[0] > INT32_MAX || wpe->shape[0] > INT32_MAX || wte->shape[1] > INT32_MAX) {
+        snprintf(err, errlen, "--init-from %.500s: wte or wpe has more than 2^31 rows or columns", src->path); return -1;
+    }
+    c->V = (int)wte->shape[0]; c->C = (int)wte->shape[1]; c->maxT = (int)wpe->shape[0]; c->L = L;
+    c->Vp = round_up(c->V, 128); c->H = 1;
+    if (L == 0) { snprintf(err, errlen, "--init-from %.500s: no layers (%sh.0.ln_1.weight)", src->path, src->prefix); return -1; }
+    for (int i = 0; i < bt_ckpt_count(f); i++)
+        if (!hf_known_name(bt_ckpt_info_at(f, i)->name, src->prefix, L)) {
+            snprintf(err, errlen, "--init-from %.500s: tensor '%s' is not part of a GPT-2 of %d layers", src->path, bt_ckpt_info_at(f, i)->name, L);
+            return -1;
+        }
+    if (hf_heads(src, c, err, errlen)) return -1;
+    return gpt2_config_check(c, src->path, "", err, errlen);
+}
+/* a head (lm_head.weight) in the file must be wte itself: ours is tied */
+static int hf_check_tied_head(gpt2 *m, model_source *src, char *err, size_t errlen) {
+    const bt_ckpt_info *h = bt_ckpt_find(src->file, "lm_head.weight");
+    int V = m->cfg.V, C = m->cfg.C, r = 0;
+    if (!h) return 0;
+    bt_scope_begin();
+    bt_tensor *head = bt_empty(bt_shape2(V, C), BT_F32, bt_cpu()), *wte = bt_empty(bt_shape2(V, C), BT_F32, bt_cpu());
+    bt_to_host(bt_narrow(m->wte, 0, 0, V), bt_data_ptr(wte), BT_F32);
+    if (bt_ckpt_load(src->file, "lm_head.weight", head, BT_CKPT_CONVERT)) { err_join(err, errlen, "--init-from: ", bt_ckpt_error()); r = -1; }
+    else if (memcmp(bt_data_ptr(head), bt_data_ptr(wte), sizeof(float) * (size_t)V * C)) {
+        snprintf(err, errlen, "--init-from %.500s: lm_head.weight differs from %swte.weight: train_gpt2's head is the embedding itself "
+                 "(tie_word_embeddings)", src->path, src->prefix);
+        r = -1;
+    }
+    bt_scope_end();
+    return r;
+}
+/* every leaf from the file: Conv1D weights transposed, wte's rows padded to Vp with zeros, any
+   float dtype converted to f32 */
+static int hf_load(gpt2 *m, model_source *src, char *err, size_t errlen) {
+    char name[160];
+    int r = 0;
+    for (int i = 0; i < m->n_params && !r; i++) {
+        bt_tensor *p = m->params[i];
+        int flags = BT_CKPT_CONVERT | (hf_name(m, i, src->prefix, name, sizeof name) ? BT_CKPT_TRANSPOSE : 0) | (i == 0 ? BT_CKPT_PAD_ROWS : 0);
+        bt_scope_begin();   /* into a view of the flat buffer: the leaf itself is autograd's */
+        bt_tensor *dst = bt_view(bt_narrow(m->flat, 0, p->offset - m->flat->offset, bt_numel(p)), bt_shape_of(p));
+        if (bt_ckpt_load(src->file, name, dst, flags)) { err_join(err, errlen, "--init-from: ", bt_ckpt_error()); r = -1; }
+        bt_scope_end();
+    }
+    return r ? -1 : hf_check_tied_head(m, src, err, errlen);
+}
+/* --export-hf DIR: model.safetensors (f32, transformers' names, the real vocabulary's rows of
+   wte, no head: it is tied) and config.json, each written atomically */
+static int hf_export(gpt2 *m, const char *dir, char *err, size_t errlen) {
+    char path[4096], name[160];
+    bt_ckpt_writer *w = bt_ckpt_writer_new();
+    int bad = !w;
+    for (int i = 0; i < m->n_params && !bad; i++) {
+        int tr = hf_name(m, i, "transformer.", name, sizeof name);
+        bad = bt_ckpt_writer_add_tensor(w, name, m->params[i], tr ? BT_CKPT_TRANSPOSE : 0, i == 0 ? m->cfg.V : 0) != 0;
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (!bad) bad = bt_ckpt_writer_save(w, path) != 0;
+    bt_ckpt_writer_free(w);
+    if (bad) { err_join(err, errlen, "--export-hf: ", bt_ckpt_error()); return -1; }
+    const gpt2_config *c = &m->cfg;
+    bt_json_writer j;
+    bt_json_writer_init(&j, 2);
+    bt_json_object(&j, NULL);
+    bt_json_array(&j, "architectures"); bt_json_string(&j, NULL, "GPT2LMHeadModel"); bt_json_end(&j);
+    bt_json_string(&j, "model_type", "gpt2");
+    bt_json_int(&j, "vocab_size", c->V); bt_json_int(&j, "n_positions", c->maxT); bt_json_int(&j, "n_ctx", c->maxT);
+    bt_json_int(&j, "n_embd", c->C); bt_json_int(&j, "n_layer", c->L); bt_json_int(&j, "n_head", c->H);
+    bt_json_null(&j, "n_inner");                              /* 4 n_embd */
+    bt_json_string(&j, "activation_function", "gelu_new");    /* the tanh form, as bt_gelu */
+    bt_json_number(&j, "layer_norm_epsilon", 1e-5);
+    bt_json_number(&j, "initializer_range", 0.02);
+    bt_json_number(&j, "resid_pdrop", 0.0); bt_json_number(&j, "embd_pdrop", 0.0); bt_json_number(&j, "attn_pdrop", 0.0);
+    bt_json_bool(&j, "scale_attn_weights", 1);
+    bt_json_bool(&j, "tie_word_embeddings", 1);
+    bt_json_bool(&j, "use_cache", 1);
+    if (c->V > BT_EOT) { bt_json_int(&j, "bos_token_id", BT_EOT); bt_json_int(&j, "eos_token_id", BT_EOT); }
+    bt_json_string(&j, "dtype", "float32");
+    bt_json_end(&j);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    int r = bt_json_save(&j, path);
+    bt_json_writer_free(&j);
+    if (r) { err_join(err, errlen, "--export-hf: ", bt_ckpt_error()); return -1; }
+    return 0;
+}
+
+/* ---- where the model comes from ---- */
+/* --resume (a checkpoint: config, weights, AdamW state, step, data position) or --init-from (a
+   Hugging Face file, or a checkpoint's weights): the file opened and the model's config read.
+   Neither (or --resume auto with nothing to resume): src->file stays NULL, -e decides. */
+static int model_source_open(const train_opts *o, bt_dist *dist, model_source *src, gpt2_config *cfg, char *err, size_t errlen) {
+    memset(src, 0, sizeof *src);
+    if (o->resume) {
+        int r = ckpt_find_resume(o, dist, src->path, sizeof src->path, err, errlen);
+        if (r) return r < 0 ? -1 : 0;
+        src->resume = 1;
+    } else if (o->init_from) {
+        struct stat sb;
+        int is_dir = stat(o->init_from, &sb) == 0 && S_ISDIR(sb.st_mode);
+        snprintf(src->path, sizeof src->path, "%s%s", o->init_from, is_dir ? "/model.safetensors" : "");
+    } else return 0;
+    const char *flag = src->resume ? "--resume" : "--init-from";
+    if (!(src->file = bt_ckpt_open(src->path, src->resume ? BT_CKPT_REQUIRE_CHECKSUMS : 0))) {
+        snprintf(err, errlen, "%s: %.900s", flag, bt_ckpt_error());
+        return -1;
+    }
+    const bt_ckpt_meta *meta = bt_ckpt_file_meta(src->file);
+    if (bt_ckpt_meta_get(meta, "train_gpt2.checkpoint")) return ckpt_config(meta, src->path, cfg, err, errlen);
+    if (src->resume) { snprintf(err, errlen, "--resume %.500s: not a train_gpt2 checkpoint (no train_gpt2.checkpoint in its metadata)", src->path); return -1; }
+    src->hf = 1;
+    return hf_config(src, cfg, err, errlen);
+}
+/* the weights from the source: a checkpoint's params, or a Hugging Face file's tensors */
+static int model_source_load(trainer *tr, char *err, size_t errlen) {
+    if (tr->src.hf) return hf_load(&tr->model, &tr->src, err, errlen);
+    bt_scope_begin();
+    int r = bt_ckpt_load(tr->src.file, "params", bt_narrow(tr->model.flat, 0, 0, tr->model.num_params), 0);
+    bt_scope_end();
+    if (r) err_join(err, errlen, tr->src.resume ? "--resume: " : "--init-from: ", bt_ckpt_error());
+    return r;
+}
+/* --resume, once the optimizer and the loaders exist: AdamW's state (this rank's range of it),
+   the step counts, this rank's data position; then the file is closed */
+static int ckpt_restore(trainer *tr, char *err, size_t errlen) {
+    const bt_ckpt_meta *meta = bt_ckpt_file_meta(tr->src.file);
+    bt_adamw *opt = &tr->opt;
+    int64_t step, astep;
+    bt_loader_state st;
+    if (bt_ckpt_meta_get_i64(meta, "train.step", &step) || bt_ckpt_meta_get_i64(meta, "adamw.step", &astep) ||
+        step < 0 || step > tr->o.steps || astep < 0 || astep > step) {
+        snprintf(err, errlen, "--resume %.500s: train.step or adamw.step is missing or out of range (%.400s)", tr->src.path, bt_ckpt_error());
+        return -1;
+    }
+    int r;
+    bt_scope_begin();
+    if (opt->lo == 0 && opt->hi == tr->model.num_params) {
+        r = bt_ckpt_load(tr->src.file, "adamw.m", opt->m, 0) || bt_ckpt_load(tr->src.file, "adamw.v", opt->v, 0);
+    } else {   /* ZeRO: the whole state through host memory, this rank's range copied in */
+        bt_tensor *m = bt_empty(bt_shape1(tr->model.num_params), BT_F32, bt_cpu()), *v = bt_empty(bt_shape1(tr->model.num_params), BT_F32, bt_cpu());
+        r = bt_ckpt_load(tr->src.file, "adamw.m", m, 0) || bt_ckpt_load(tr->src.file, "adamw.v", v, 0);
+        if (!r) bt_adamw_set_state(opt, bt_narrow(m, 0, opt->lo, opt->hi - opt->lo), bt_narrow(v, 0, opt->lo, opt->hi - opt->lo), astep);
+    }
+    bt_scope_end();
+    if (r) { err_join(err, errlen, "--resume: ", bt_ckpt_error()); return -1; }
+    opt->step = astep;
+    if (bt_ckpt_meta_get_loader(meta, tr->dist ? tr->dist->rank : 0, &st)) { err_join(err, errlen, "--resume: ", bt_ckpt_error()); return -1; }
+    if (bt_loader_set_state(tr->train, &st)) { err_join(err, errlen, "--resume: the data position: ", bt_data_error()); return -1; }
+    tr->start_step = (int)step;
+    bt_ckpt_close(tr->src.file);
+    tr->src.file = NULL;
+    return 0;
+}
+
+/* ============================================================================================
+   8. a run: from the flags to the saved model
+   ============================================================================================ */
 static int train_main(train_opts *o) {
     char err[1024];
     /* several processes (--nproc, torchrun, srun, mpirun): one GPU each; rank 0 prints */
@@ -1022,6 +1714,7 @@ static int train_main(train_opts *o) {
         memset(&dop, 0, sizeof dop);
         dop.nccl_timeout_s = o->nccl_timeout;
         dist = bt_dist_init(&dop);
+        signal_launcher = getppid();   /* its copies of a Ctrl-C are not a second signal (section 7) */
         if (dist->rank != 0 && !freopen("/dev/null", "w", stdout)) fprintf(stderr, "warning: rank %d: stdout stays open\n", dist->rank);
         static char devname[16];
         snprintf(devname, sizeof devname, "cuda:%d", dist->device);
@@ -1044,19 +1737,31 @@ static int train_main(train_opts *o) {
 #endif
     bt_device dev = on_gpu ? bt_cuda_device(gpu_index) : bt_cpu();
 
-    gpt2_config cfg;
-    const char *model = o->model ? o->model : (on_gpu ? "d12" : "s4");
-    int from_file = gpt2_config_from_preset(model, BT_GPT2_VOCAB, &cfg) != 0;
-    if (from_file && gpt2_read_header(model, &cfg, err, sizeof err)) {
-        usage(stderr);
-        fprintf(stderr, "error: -e %s is neither a preset nor a readable model file: %s\n", model, err);
-        return 1;
-    }
-    if (resolve_opts(o, on_gpu, &cfg, err, sizeof err)) { usage(stderr); fprintf(stderr, "error: %s\n", err); return 1; }
-    if (check_outputs(o, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return 1; }
-
+    /* the model: a checkpoint resumed (--resume), a Hugging Face file or a checkpoint's weights
+       (--init-from), else -e: a preset or an llm.c model file */
     trainer tr;
     memset(&tr, 0, sizeof tr);
+    gpt2_config cfg;
+    const char *model = o->model ? o->model : (on_gpu ? "d12" : "s4");
+    if (model_source_open(o, dist, &tr.src, &cfg, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
+    int from_file = 0;
+    if (!tr.src.file || o->model) {   /* with --resume, -e names the model the checkpoint must hold */
+        from_file = gpt2_config_from_preset(model, BT_GPT2_VOCAB, &cfg) != 0;
+        if (from_file && gpt2_read_header(model, &cfg, err, sizeof err)) {
+            usage(stderr);
+            fprintf(stderr, "error: -e %s is neither a preset nor a readable model file: %s\n", model, err);
+            return trainer_end(&tr, 1);
+        }
+    }
+    if (tr.src.file) from_file = 0;
+    if (tr.src.resume && o->B < 0) {  /* -b omitted: the checkpoint's, not one measured anew */
+        int64_t b;
+        if (!bt_ckpt_meta_get_i64(bt_ckpt_file_meta(tr.src.file), "train.B", &b) && b >= 1 && b <= (1 << 20)) o->B = (int)b;
+    }
+    if (resolve_opts(o, on_gpu, &cfg, err, sizeof err)) { usage(stderr); fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
+    if (check_outputs(o, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
+    if (tr.src.resume && ckpt_check_fields(&tr.src, o, &cfg, world, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
+
     tr.o = *o;
     tr.dist = dist;
     if (load_tokenizer(&tr, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
@@ -1066,7 +1771,11 @@ static int train_main(train_opts *o) {
     tr.zero = !dist ? 0 : !strcmp(o->dp, "zero1") ? 1 : !strcmp(o->dp, "zero2") ? 2 : 0;
     tr.shard = tr.zero ? bt_shard_numel(gpt2_num_params(&cfg), world, 64) : 0;
     gpt2_build_padded(&tr.model, cfg, dev, tr.zero ? tr.shard * world : 1, tr.zero == 2 ? tr.dt : BT_F32);
-    if (from_file) {
+    if (tr.src.resume) ckpt_import_tuning(&tr);   /* before any matmul chooses its algorithm */
+    if (tr.src.file) {
+        if (model_source_load(&tr, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
+        if (!tr.src.resume) { bt_ckpt_close(tr.src.file); tr.src.file = NULL; }
+    } else if (from_file) {
         if (gpt2_load_weights(&tr.model, model, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
     } else gpt2_init(&tr.model, o->seed);
     bt_adamw_init(&tr.opt, tr.model.params, tr.model.n_params, 0.9f, 0.95f, 1e-8f, (float)o->weight_decay, (float)o->clip);
@@ -1106,12 +1815,16 @@ static int train_main(train_opts *o) {
     tr.inputs = (int32_t *)malloc(sizeof(int32_t) * (size_t)o->B * o->T);
     tr.targets = (int32_t *)malloc(sizeof(int32_t) * (size_t)o->B * o->T);
     if (!tr.inputs || !tr.targets) { fprintf(stderr, "error: out of host memory for a batch of -b %d x -t %d tokens\n", o->B, o->T); return trainer_end(&tr, 1); }
+    if (tr.src.resume && ckpt_restore(&tr, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
+    if (o->ckpt_dir && rank == 0 && !(tr.saver = bt_ckpt_saver_new(o->ckpt_dir, o->ckpt_keep))) {
+        fprintf(stderr, "error: --ckpt-dir: %s\n", bt_ckpt_error()); return trainer_end(&tr, 1);
+    }
     if (o->out_dir && rank == 0 && open_log(&tr, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
 
     int accum = o->total_batch / (o->B * o->T * world);
     double flops_per_token = 6.0 * tr.model.num_params + 12.0 * cfg.L * cfg.C * o->T;
     double peak = on_gpu ? peak_flops(bt_device_name(dev), o->precision) : 0;   /* 0: MFU not shown */
-    printf("model %s: L %d H %d C %d maxT %d V %d (padded %d), %.2fM parameters on %s\n", model, cfg.L, cfg.H, cfg.C,
+    printf("model %s: L %d H %d C %d maxT %d V %d (padded %d), %.2fM parameters on %s\n", tr.src.file || tr.src.resume ? tr.src.path : model, cfg.L, cfg.H, cfg.C,
            cfg.maxT, cfg.V, cfg.Vp, tr.model.num_params / 1e6, on_gpu ? bt_device_name(dev) : "cpu");
     printf("B %d T %d, total batch %d tokens (%d micro-batches), %d steps, lr %.2e warmup %d, precision %s\n",
            o->B, o->T, o->total_batch, accum, o->steps, o->lr, o->warmup, o->precision);
@@ -1120,29 +1833,42 @@ static int train_main(train_opts *o) {
     printf("train %zu batches/epoch (%s), ", bt_loader_num_batches(tr.train), o->train_glob);
     if (tr.val) printf("val %zu batches of %d rows (%s)\n", bt_loader_num_batches(tr.val), tr.val_B, o->val_glob);
     else printf("no validation (-v 0)\n");
+    if (tr.src.resume) printf("resumed from %s after step %d\n", tr.src.path, tr.start_step);
+    else if (tr.src.hf) printf("initialized from %s (Hugging Face GPT-2)\n", tr.src.path);
     fflush(stdout);
 
-    double t_start = now_s(), last_val = NAN;
-    int rc = 0;
-    for (int step = 0; step < o->steps; step++) {
+    double t_start = now_s(), last_val = NAN, last_loss = NAN;
+    int rc = 0, step = tr.start_step, saved_step = tr.start_step, stopped = 0;
+    for (; step < o->steps; step++) {
+        if (stop_agreed(&tr)) { stopped = 1; break; }   /* SIGINT/SIGTERM: this many steps are done */
         double lr = bt_lr_cosine(step, o->warmup, o->steps, o->lr, o->lr * o->final_lr_frac);
         double t0 = now_s(), loss = 0, norm = 0;
         int updated = train_step(&tr, step, lr, &loss, &norm);
+        last_loss = loss;
         double dt_s = now_s() - t0, tps = o->total_batch / dt_s;
         double mfu = peak > 0 ? 100.0 * flops_per_token * tps / world / peak : 0;   /* per GPU */
         int last = step == o->steps - 1, validated = updated && tr.val && ((step + 1) % o->val_every == 0 || last);
         double val = validated ? (last_val = evaluate(&tr)) : NAN;
-        if (!o->quiet || last || validated || !updated) {
+        char extra[512] = "";        /* the log line's checkpoint figures */
+        int snap = ckpt_due(&tr, step + 1) && (updated || o->skip_nonfinite);   /* not of a run about to stop */
+        if (snap) {
+            ckpt_snapshot(&tr, step + 1, loss);
+            saved_step = step + 1;
+            snprintf(extra, sizeof extra, ", \"ckpt_stall_ms\": %.3f, \"ckpt_stall_total_ms\": %.3f", tr.last_stall_ms, tr.total_stall_ms);
+        }
+        if (!o->quiet || last || validated || !updated || snap) {
             printf("step %4d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s", step + 1, o->steps, loss, lr, norm, dt_s * 1e3, tps);
             if (peak > 0) printf(" | MFU %.1f%%", mfu);
             printf(" | mem %.0f MiB", bt_alloc_stats(dev).allocated / 1048576.0);
             if (validated) printf(" | val %.4f", val);
             if (tr.ddp && tr.comm_ev[0])
                 printf(" | comm %.2f ms exposed, %d/%d buckets early", comm_exposed_ms(&tr), tr.comm_early, bt_ddp_get_stats(tr.ddp).buckets);
+            if (snap) printf(" | checkpoint stall %.1f ms", tr.last_stall_ms);
             printf("\n");
             fflush(stdout);
         }
-        log_json(&tr, step + 1, loss, lr, norm, dt_s * 1e3, tps, validated ? &val : NULL);
+        ckpt_report(&tr, extra, sizeof extra);
+        log_json(&tr, step + 1, loss, lr, norm, dt_s * 1e3, tps, validated ? &val : NULL, extra);
         if (!updated && on_nonfinite_step(&tr, step + 1, loss)) { rc = 1; break; }
         if (o->sample_every && (step + 1) % o->sample_every == 0 && !last && rank == 0) {
             printf("--- sample (greedy) ---\n");
@@ -1153,13 +1879,19 @@ static int train_main(train_opts *o) {
         }
     }
     if (rc) return trainer_end(&tr, rc);
-    printf("done: %d steps in %.1f s, ", o->steps, now_s() - t_start);
+    if (ckpt_finish(&tr, step, saved_step, last_loss)) return trainer_end(&tr, 1);
+    if (stopped) printf("stopped by %s after step %d of %d%s\n", stop_signal == SIGTERM ? "SIGTERM" : "SIGINT", step, o->steps,
+                        o->ckpt_dir ? "" : " (no --ckpt-dir: no checkpoint written)");
+    printf("done: %d steps in %.1f s, ", step - tr.start_step, now_s() - t_start);
+    if (tr.skipped) printf("%d updates skipped (not finite), ", tr.skipped);
     if (last_val == last_val) printf("final val loss %.4f, ", last_val);
     printf("peak memory %.0f MiB\n", bt_alloc_stats(dev).peak_allocated / 1048576.0);
     /* the model is saved before the last sample: a slow or interrupted sample cannot lose it */
     if (rank == 0 && o->save_path && gpt2_save(&tr.model, o->save_path, err, sizeof err)) { fprintf(stderr, "error: --save: %s\n", err); return trainer_end(&tr, 1); }
     if (o->save_path) printf("saved %s\n", o->save_path);
-    if (o->gen_len > 0 && rank == 0) {
+    if (rank == 0 && o->export_hf && hf_export(&tr.model, o->export_hf, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
+    if (o->export_hf) printf("exported %s/model.safetensors and config.json (Hugging Face GPT-2)\n", o->export_hf);
+    if (o->gen_len > 0 && rank == 0 && !stopped && !stop_signal) {
         uint64_t seed = o->seed + (uint64_t)(o->steps > 0 ? o->steps - 1 : 0);
         printf("--- sample (greedy) ---\n");
         gpt2_sample(&tr.model, tr.tok, o->gen_len, 1, 0, seed, tr.dt);
@@ -1178,8 +1910,8 @@ int main(int argc, char **argv) {
     int r = parse_args(argc, argv, &o, err, sizeof err);
     if (r == 1) { usage(stdout); return 0; }
     if (r < 0) { usage(stderr); fprintf(stderr, "error: %s\n", err); return 2; }
-    bt_dist_launch(o.nproc);              /* --nproc N: the parent supervises N ranks; each returns here */
-    bt_atomic_install_signal_cleanup();   /* Ctrl-C or a kill during --save leaves no temporary behind */
+    bt_dist_launch(o.nproc);   /* --nproc N: the parent supervises N ranks; each returns here */
+    install_stop_signals();    /* SIGINT/SIGTERM: finish the step, checkpoint, exit 0; a second one: at once (section 7) */
     return train_main(&o);
 }
 #endif

@@ -1,0 +1,666 @@
+/* test_train_ckpt.c - checkpoints of train_gpt2.c on the CPU (issue 10): a run resumed from a
+   middle checkpoint gives the uninterrupted run's losses and final state bit for bit; so does a
+   run killed with SIGKILL at a random step and resumed with --resume auto; SIGINT makes a run
+   checkpoint and exit 0, a second one ends it at once leaving no temporary; --resume auto skips
+   a damaged or truncated newest checkpoint, naming the tensor and the bytes; a resume with other
+   options is a clear error; --skip-nonfinite goes on; the Hugging Face export and --init-from
+   give the same weights back, in transformers' layout and in the older one; bad --init-from files
+   are clear errors. Runs are this binary re-executed with --run-train ARGS, with train_gpt2's own
+   signal handler (a fresh process: its exit status, output and leaks are its own). The runs use
+   the s2 preset, -b 1 -t 8, ten steps or fewer (about 0.05 s each on a 2-core CPU, 0.5 s under ASan). */
+#define TRAIN_GPT2_NO_MAIN
+#include "train_gpt2.c"
+#include "tests/bt_test.h"
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <dirent.h>
+
+static int quick(void) { return getenv("BT_TEST_QUICK") != NULL; }
+static int have_data(void) { return !access("data/tinyshakespeare_train.bin", R_OK) && !access("data/tinyshakespeare_val.bin", R_OK); }
+
+static char self_exe[1024], tmpdir[256];
+static const char *tp(const char *name) {   /* a path in tmpdir (eight rotating buffers) */
+    static char buf[8][512]; static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
+    return buf[k];
+}
+static void sleep_ms(int ms) { struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L}; nanosleep(&ts, NULL); }
+
+#define RUN "-e s2 -b 1 -t 8 -v 0 -g 0 --quiet"
+#define RUN_NO_E "-b 1 -t 8 -v 0 -g 0 --quiet"
+static int STEPS = 10;   /* of the reference run: 6 under BT_TEST_QUICK (ASan) */
+
+/* ---- runs of train_gpt2 in a child process ---- */
+/* starts `--run-train ARGS` (split at spaces), its stdout and stderr into out_path; its pid */
+static pid_t spawn_train(const char *args, const char *out_path) {
+    char buf[4096], *argv[64];
+    int argc = 0;
+    snprintf(buf, sizeof buf, "%s", args);
+    argv[argc++] = self_exe;
+    argv[argc++] = (char *)"--run-train";
+    for (char *t = strtok(buf, " "); t && argc < 63; t = strtok(NULL, " ")) argv[argc++] = t;
+    argv[argc] = NULL;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) { dup2(fd, 1); dup2(fd, 2); close(fd); }
+        execv(self_exe, argv);
+        _exit(127);
+    }
+    return pid;
+}
+static void slurp(const char *path, char *out, size_t cap) {
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(out, 1, cap - 1, f) : 0;
+    out[n] = 0;
+    if (f) fclose(f);
+}
+/* waits for pid: its exit code, 128 + signal when a signal ended it, -1 past timeout_s (killed) */
+static int wait_for(pid_t pid, double timeout_s) {
+    int st;
+    for (double t = 0; t < timeout_s; t += 0.01) {
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        if (r < 0) return -1;
+        sleep_ms(10);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    return -1;
+}
+/* a whole run: its exit code, its output into out */
+static int run_train(const char *args, char *out, size_t cap) {
+    const char *path = tp("run.out");
+    int rc = wait_for(spawn_train(args, path), 300);
+    slurp(path, out, cap);
+    return rc;
+}
+static int lines_of(const char *path) {   /* -1: no such file */
+    FILE *f = fopen(path, "rb");
+    int n = 0, c;
+    if (!f) return -1;
+    while ((c = fgetc(f)) != EOF) n += c == '\n';
+    fclose(f);
+    return n;
+}
+/* polls until path has n lines; 0, or -1 when pid ended first or 60 s passed */
+static int wait_lines(const char *path, int n, pid_t pid) {
+    for (int i = 0; i < 6000; i++) {
+        if (lines_of(path) >= n) return 0;
+        if (waitpid(pid, NULL, WNOHANG) == pid) return -1;
+        sleep_ms(10);
+    }
+    return -1;
+}
+
+/* ---- what the runs leave ---- */
+/* the step, loss, lr and norm of each log line of a step > after, as the log printed them: the
+   part of each line before "ms" (timings differ between runs, these must not) */
+static void log_losses(const char *path, int after, char *out, size_t cap) {
+    char line[2048];
+    FILE *f = fopen(path, "rb");
+    size_t len = 0;
+    out[0] = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        int step;
+        char *ms = strstr(line, ", \"ms\"");
+        if (sscanf(line, "{\"step\": %d", &step) != 1 || step <= after || !ms) continue;
+        *ms = 0;
+        len += (size_t)snprintf(out + len, cap - len, "%s\n", line);
+        if (len >= cap) break;
+    }
+    if (f) fclose(f);
+}
+static int first_logged_step(const char *path) {
+    int step = -1;
+    FILE *f = fopen(path, "rb");
+    if (f && fscanf(f, "{\"step\": %d", &step) != 1) step = -1;
+    if (f) fclose(f);
+    return step;
+}
+static const char *ckpt(const char *dir, int step) {
+    static char buf[4][600]; static int k;
+    k = (k + 1) % 4;
+    bt_ckpt_path(dir, step, buf[k], sizeof buf[k]);
+    return buf[k];
+}
+/* 1 when the two checkpoints hold the same bytes in every tensor and the same step counts */
+static int same_state(const char *a, const char *b, char *why, size_t n) {
+    bt_ckpt_file *fa = bt_ckpt_open(a, BT_CKPT_REQUIRE_CHECKSUMS), *fb = bt_ckpt_open(b, BT_CKPT_REQUIRE_CHECKSUMS);
+    static const char *const names[3] = {"params", "adamw.m", "adamw.v"};
+    int same = fa && fb;
+    if (!same) snprintf(why, n, "cannot open: %.200s", bt_ckpt_error());
+    for (int i = 0; same && i < 3; i++) {
+        const bt_ckpt_info *ia = bt_ckpt_find(fa, names[i]), *ib = bt_ckpt_find(fb, names[i]);
+        if (!ia || !ib || ia->nbytes != ib->nbytes) { snprintf(why, n, "%s: missing or of another size", names[i]); same = 0; break; }
+        void *x = malloc(ia->nbytes), *y = malloc(ib->nbytes);
+        if (bt_ckpt_read(fa, names[i], x, ia->nbytes) || bt_ckpt_read(fb, names[i], y, ib->nbytes)) { snprintf(why, n, "read: %.200s", bt_ckpt_error()); same = 0; }
+        else if (memcmp(x, y, ia->nbytes)) { snprintf(why, n, "%s differs", names[i]); same = 0; }
+        free(x); free(y);
+    }
+    static const char *const keys[2] = {"train.step", "adamw.step"};
+    for (int i = 0; same && i < 2; i++) {
+        const char *va = bt_ckpt_meta_get(bt_ckpt_file_meta(fa), keys[i]), *vb = bt_ckpt_meta_get(bt_ckpt_file_meta(fb), keys[i]);
+        if (!va || !vb || strcmp(va, vb)) { snprintf(why, n, "%s: %s vs %s", keys[i], va ? va : "-", vb ? vb : "-"); same = 0; }
+    }
+    bt_ckpt_close(fa); bt_ckpt_close(fb);
+    return same;
+}
+static int count_temporaries(const char *dir) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+    while (d && (e = readdir(d)) != NULL) n += strstr(e->d_name, ".tmp.") != NULL;
+    if (d) closedir(d);
+    return n;
+}
+
+/* the uninterrupted reference run: STEPS steps, a checkpoint every 2, all kept */
+static int reference_ok;
+static void make_reference(void) {
+    char args[2000], out[65536];
+    snprintf(args, sizeof args, RUN " -x %d --ckpt-every 2 --ckpt-keep 0 --ckpt-dir %s -o %s", STEPS, tp("ref"), tp("ref_log"));
+    int rc = run_train(args, out, sizeof out);
+    reference_ok = rc == 0 && !access(ckpt(tp("ref"), STEPS), R_OK);
+    BT_CHECK(reference_ok, "the reference run: exit %d: %s", rc, out);
+}
+
+/* a run resumed from the checkpoint of step 4 continues bit for bit: the same losses, norms and
+   learning rates in the log, the same checkpoints after (weights, AdamW state, steps) */
+static void test_resume_bit_exact(void) {
+    if (!have_data()) { BT_SKIP("no data/tinyshakespeare_*.bin (make data)"); return; }
+    make_reference();
+    if (!reference_ok) return;
+    char args[2000], out[65536], why[256];
+    /* what the file holds */
+    bt_ckpt_file *f = bt_ckpt_open(ckpt(tp("ref"), 4), BT_CKPT_VERIFY | BT_CKPT_REQUIRE_CHECKSUMS);
+    BT_CHECK(f != NULL, "%s", bt_ckpt_error());
+    if (f) {
+        const bt_ckpt_meta *m = bt_ckpt_file_meta(f);
+        const bt_ckpt_info *p = bt_ckpt_find(f, "params");
+        int64_t step = -1, astep = -1;
+        bt_loader_state st;
+        BT_CHECK(bt_ckpt_count(f) == 3 && p && p->dtype == BT_CKPT_F32 && bt_ckpt_find(f, "adamw.m") && bt_ckpt_find(f, "adamw.v"),
+                 "params, adamw.m, adamw.v (%d tensors)", bt_ckpt_count(f));
+        BT_CHECK(!bt_ckpt_meta_get_i64(m, "train.step", &step) && step == 4 && !bt_ckpt_meta_get_i64(m, "adamw.step", &astep) && astep == 4,
+                 "steps %lld %lld", (long long)step, (long long)astep);
+        BT_CHECK(!bt_ckpt_meta_get_loader(m, 0, &st) && st.step == 4 && st.B == 1 && st.T == 8, "loader state: %s", bt_ckpt_error());
+        BT_CHECK(bt_ckpt_meta_get(m, "train.lr") && bt_ckpt_meta_get(m, "train.seed") && bt_ckpt_meta_get(m, "train.precision") &&
+                 bt_ckpt_meta_get(m, "train.world") && bt_ckpt_meta_get(m, "train.dp") && bt_ckpt_meta_get(m, "gpt2.C"), "the run's config");
+        bt_ckpt_close(f);
+    }
+    snprintf(args, sizeof args, RUN " -x %d --ckpt-every 2 --ckpt-keep 0 --resume %s --ckpt-dir %s -o %s", STEPS, ckpt(tp("ref"), 4),
+             tp("res"), tp("res_log"));
+    int rc = run_train(args, out, sizeof out);
+    BT_CHECK(rc == 0 && strstr(out, "resumed from") && strstr(out, "after step 4"), "resume: exit %d: %s", rc, out);
+    static char want[32768], got[32768];
+    log_losses(tp("ref_log/log.jsonl"), 4, want, sizeof want);
+    log_losses(tp("res_log/log.jsonl"), 4, got, sizeof got);
+    BT_CHECK(first_logged_step(tp("res_log/log.jsonl")) == 5, "the resumed log starts at step %d", first_logged_step(tp("res_log/log.jsonl")));
+    BT_CHECK(want[0] && !strcmp(want, got), "the losses after the resume differ:\n%s\nvs the uninterrupted run's:\n%s", got, want);
+    for (int s = 6; s <= STEPS; s += 2)
+        BT_CHECK(same_state(ckpt(tp("ref"), s), ckpt(tp("res"), s), why, sizeof why), "checkpoint of step %d: %s", s, why);
+    /* the log reports the stall of each snapshot and the saves */
+    char log[65536];
+    slurp(tp("ref_log/log.jsonl"), log, sizeof log);
+    BT_CHECK(strstr(log, "\"ckpt_stall_ms\"") && strstr(log, "\"ckpt_stall_total_ms\"") && strstr(log, "\"ckpt_saved_step\""), "log: %.300s", log);
+}
+
+/* kill -9 at a random step, then --resume auto: the same final state as the uninterrupted run */
+static void test_kill9_resume(void) {
+    if (!have_data() || !reference_ok) { BT_SKIP(reference_ok ? "no data (make data)" : "no reference run"); return; }
+    srand((unsigned)getpid());
+    for (int round = 0; round < (quick() ? 1 : 2); round++) {
+        char args[2000], out[65536], why[256], dir[64], log[64], log2[64];
+        int at = 1 + rand() % (STEPS - 2);
+        snprintf(dir, sizeof dir, "kill%d", round); snprintf(log, sizeof log, "kill%d_log", round); snprintf(log2, sizeof log2, "kill%d_log2", round);
+        snprintf(args, sizeof args, RUN " -x %d --ckpt-every 2 --ckpt-dir %s -o %s", STEPS, tp(dir), tp(log));
+        pid_t pid = spawn_train(args, tp("kill.out"));
+        char lp[600];
+        snprintf(lp, sizeof lp, "%s/log.jsonl", tp(log));
+        int reached = wait_lines(lp, at, pid) == 0;
+        kill(pid, SIGKILL);
+        int st = wait_for(pid, 60);
+        int done = lines_of(lp);
+        printf("info: round %d: killed with SIGKILL after %d logged steps (aimed at %d), status %d\n", round, done, at, st);
+        BT_CHECK(reached && st == 128 + SIGKILL, "the run was not killed mid-way (status %d, %d lines)", st, done);
+        snprintf(args, sizeof args, RUN " -x %d --ckpt-every 2 --ckpt-dir %s --resume auto -o %s", STEPS, tp(dir), tp(log2));
+        int rc = run_train(args, out, sizeof out);
+        BT_CHECK(rc == 0, "resume after kill -9: exit %d: %s", rc, out);
+        BT_CHECK(same_state(ckpt(tp("ref"), STEPS), ckpt(tp(dir), STEPS), why, sizeof why), "final state after kill -9 at %d: %s", done, why);
+        char lp2[600];
+        static char want[32768], got[32768];
+        snprintf(lp2, sizeof lp2, "%s/log.jsonl", tp(log2));
+        int from = first_logged_step(lp2) - 1;
+        log_losses(tp("ref_log/log.jsonl"), from, want, sizeof want);
+        log_losses(lp2, from, got, sizeof got);
+        BT_CHECK(from >= 0 && !strcmp(want, got), "losses after resuming at step %d differ:\n%s\nvs\n%s", from, got, want);
+    }
+}
+
+/* SIGINT: the step finishes, a checkpoint is written, exit 0; a resume goes on from it. Two
+   signals: the process ends at once (by the signal), leaving no temporary and no bad file. */
+static void test_sigint(void) {
+    if (!have_data()) { BT_SKIP("no data (make data)"); return; }
+    char args[2000], out[65536], lp[600];
+    snprintf(args, sizeof args, RUN " -x 100000 --ckpt-dir %s -o %s", tp("int"), tp("int_log"));
+    snprintf(lp, sizeof lp, "%s/log.jsonl", tp("int_log"));
+    pid_t pid = spawn_train(args, tp("int.out"));
+    BT_CHECK(wait_lines(lp, 3, pid) == 0, "the run did not start");
+    kill(pid, SIGINT);
+    int rc = wait_for(pid, 60);
+    slurp(tp("int.out"), out, sizeof out);
+    int steps = lines_of(lp);
+    char want[64];
+    snprintf(want, sizeof want, "stopped by SIGINT after step %d of 100000", steps);
+    BT_CHECK(rc == 0 && strstr(out, want), "SIGINT: exit %d (want 0, '%s'): %s", rc, want, out);
+    bt_ckpt_file *f = bt_ckpt_open(ckpt(tp("int"), steps), BT_CKPT_VERIFY | BT_CKPT_REQUIRE_CHECKSUMS);
+    BT_CHECK(f != NULL, "the checkpoint of step %d: %s", steps, bt_ckpt_error());
+    bt_ckpt_close(f);
+    /* resumed, and stopped again by SIGTERM two steps later */
+    snprintf(args, sizeof args, RUN " -x 100000 --ckpt-dir %s --resume auto -o %s", tp("int"), tp("int_log"));
+    pid = spawn_train(args, tp("int.out"));
+    BT_CHECK(wait_lines(lp, steps + 2, pid) == 0, "the resumed run did not go on");
+    kill(pid, SIGTERM);
+    rc = wait_for(pid, 60);
+    slurp(tp("int.out"), out, sizeof out);
+    snprintf(want, sizeof want, "after step %d", steps);
+    BT_CHECK(rc == 0 && strstr(out, want) && strstr(out, "stopped by SIGTERM"), "resume + SIGTERM: exit %d: %s", rc, out);
+    /* two signals: ended by the second, not by the loop (30 ms apart: two pending SIGINTs would
+       merge into one; 250 ms: often inside the checkpoint's write, which must leave no temporary) */
+    for (int delay = 30; delay <= 250; delay += 220) {
+        snprintf(args, sizeof args, RUN " -x 100000 --ckpt-dir %s", tp("int2"));
+        pid = spawn_train(args, tp("int2.out"));
+        sleep_ms(1500);    /* into training (startup is ~0.5 s) */
+        kill(pid, SIGINT);
+        sleep_ms(delay);
+        kill(pid, SIGINT);
+        rc = wait_for(pid, 30);
+        slurp(tp("int2.out"), out, sizeof out);
+        if (delay == 30) BT_CHECK(rc == 128 + SIGINT && !strstr(out, "stopped by"), "two SIGINTs: status %d: %s", rc, out);
+        else BT_CHECK(rc == 128 + SIGINT || rc == 0, "two SIGINTs %d ms apart: status %d: %s", delay, rc, out);
+        BT_CHECK(count_temporaries(tp("int2")) == 0, "a temporary was left in %s", tp("int2"));
+        int64_t *steps_found = NULL;
+        int n = bt_ckpt_list(tp("int2"), &steps_found);
+        for (int i = 0; i < n; i++) {
+            bt_ckpt_file *g = bt_ckpt_open(ckpt(tp("int2"), steps_found[i]), BT_CKPT_VERIFY | BT_CKPT_REQUIRE_CHECKSUMS);
+            BT_CHECK(g != NULL, "a checkpoint left by the second signal is damaged: %s", bt_ckpt_error());
+            bt_ckpt_close(g);
+        }
+        free(steps_found);
+        if (delay > 30) printf("info: two SIGINTs %d ms apart: status %d, %d checkpoint(s) left, all whole\n", delay, rc, n);
+    }
+}
+
+/* copies file src to dst */
+static void copy_file(const char *src, const char *dst) {
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", src, dst);
+    BT_CHECK(system(cmd) == 0, "%s", cmd);
+}
+/* --resume auto: the newest checkpoint damaged (a flipped byte in adamw.m), the next truncated:
+   each reported (tensor, bytes), the one before used, the run the same as the reference */
+static void test_resume_auto_skips_damaged(void) {
+    if (!have_data() || !reference_ok) { BT_SKIP(reference_ok ? "no data (make data)" : "no reference run"); return; }
+    char args[2000], out[65536], why[256];
+    mkdir(tp("dmg"), 0755);
+    for (int s = 2; s <= STEPS; s += 2) copy_file(ckpt(tp("ref"), s), ckpt(tp("dmg"), s));
+    bt_ckpt_file *f = bt_ckpt_open(ckpt(tp("dmg"), STEPS), 0);
+    uint64_t at = f ? bt_ckpt_find(f, "adamw.m")->offset + 1000 : 0;
+    bt_ckpt_close(f);
+    int fd = open(ckpt(tp("dmg"), STEPS), O_RDWR);
+    unsigned char b = 0;
+    BT_CHECK(fd >= 0 && pread(fd, &b, 1, (off_t)at) == 1, "read");
+    b ^= 0x10;
+    BT_CHECK(pwrite(fd, &b, 1, (off_t)at) == 1, "write");
+    close(fd);
+    BT_CHECK(truncate(ckpt(tp("dmg"), STEPS - 2), 1000000) == 0, "truncate");
+    snprintf(args, sizeof args, RUN " -x %d --ckpt-every 2 --ckpt-dir %s --resume auto", STEPS, tp("dmg"));
+    int rc = run_train(args, out, sizeof out);
+    char want[64];
+    snprintf(want, sizeof want, "after step %d", STEPS - 4);
+    char m1[96], m2[96];
+    snprintf(m1, sizeof m1, "ckpt_%09d.safetensors: tensor 'adamw.m' (file bytes", STEPS);
+    snprintf(m2, sizeof m2, "ckpt_%09d.safetensors: truncated", STEPS - 2);
+    const char *w1 = strstr(out, m1), *w2 = strstr(out, m2);
+    BT_CHECK(rc == 0 && w1 && strstr(out, "checksum") && w2 && strstr(out, want), "exit %d: %s", rc, out);
+    BT_CHECK(same_state(ckpt(tp("ref"), STEPS), ckpt(tp("dmg"), STEPS), why, sizeof why), "the run from step %d: %s", STEPS - 4, why);
+    /* nothing whole: an error; auto in an empty directory: a fresh start */
+    mkdir(tp("dmg2"), 0755);
+    copy_file(ckpt(tp("ref"), 2), ckpt(tp("dmg2"), 2));
+    BT_CHECK(truncate(ckpt(tp("dmg2"), 2), 100) == 0, "truncate");
+    snprintf(args, sizeof args, RUN " -x %d --resume %s", STEPS, tp("dmg2"));
+    rc = run_train(args, out, sizeof out);
+    BT_CHECK(rc == 1 && strstr(out, "none of its 1 checkpoints is whole") && !strstr(out, "step "), "exit %d: %s", rc, out);
+    snprintf(args, sizeof args, RUN " -x 2 --ckpt-dir %s --resume auto -o %s", tp("fresh"), tp("fresh_log"));
+    rc = run_train(args, out, sizeof out);
+    BT_CHECK(rc == 0 && first_logged_step(tp("fresh_log/log.jsonl")) == 1 && !strstr(out, "resumed"), "auto, nothing yet: exit %d: %s", rc, out);
+}
+
+/* a resume with options that change the run is refused before training, naming the option */
+static void test_resume_config_mismatch(void) {
+    if (!have_data() || !reference_ok) { BT_SKIP(reference_ok ? "no data (make data)" : "no reference run"); return; }
+    char args[2000], out[65536];
+    char xs[64];
+    snprintf(xs, sizeof xs, "train.steps = %d (-x)", STEPS);
+    const char *cases[][2] = {{"-l 1e-3", "train.lr = 0.002 (-l), this one 0.001"}, {"-b 4", "train.B = 1 (-b), this one 4"},
+                              {"--seed 7", "train.seed = 1337 (--seed)"}, {"-x 12", xs}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(args, sizeof args, RUN " -x %d --resume %s %s", STEPS, ckpt(tp("ref"), 4), cases[i][0]);
+        if (!strncmp(cases[i][0], "-x", 2)) snprintf(args, sizeof args, RUN " --resume %s %s", ckpt(tp("ref"), 4), cases[i][0]);
+        int rc = run_train(args, out, sizeof out);
+        BT_CHECK(rc == 1 && strstr(out, cases[i][1]) && strstr(out, "--init-from") && !strstr(out, "step "), "%s: exit %d: %s", cases[i][0], rc, out);
+    }
+    snprintf(args, sizeof args, "-e s4 " RUN_NO_E " -x %d --resume %s", STEPS, ckpt(tp("ref"), 4));
+    int rc = run_train(args, out, sizeof out);
+    BT_CHECK(rc == 1 && strstr(out, "holds a model of L 2 H 2 C 64") && strstr(out, "-e s4 is L 4"), "-e s4: exit %d: %s", rc, out);
+    snprintf(args, sizeof args, RUN " -x %d --resume %s", STEPS, tp("no_such.safetensors"));
+    rc = run_train(args, out, sizeof out);
+    BT_CHECK(rc == 1 && strstr(out, "no_such.safetensors") && !strstr(out, "step "), "missing file: exit %d: %s", rc, out);
+    /* flags that cannot go together */
+    train_opts o; char err[256];
+    const char *bad[][2] = {{"--ckpt-every 5", "--ckpt-every needs --ckpt-dir"}, {"--resume auto", "--resume auto needs --ckpt-dir"},
+                            {"--resume x --init-from y", "exclude each other"}, {"-e s2 --init-from y", "exclude each other"},
+                            {"--ckpt-every -1 --ckpt-dir d", "bad value '-1' for --ckpt-every"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char buf[256], *argv[16]; int argc = 0;
+        snprintf(buf, sizeof buf, "%s", bad[i][0]);
+        argv[argc++] = (char *)"train_gpt2";
+        for (char *t = strtok(buf, " "); t && argc < 16; t = strtok(NULL, " ")) argv[argc++] = t;
+        default_opts(&o);
+        int r = parse_args(argc, argv, &o, err, sizeof err);
+        BT_CHECK(r == -1 && strstr(err, bad[i][1]), "'%s': %d '%s'", bad[i][0], r, err);
+    }
+}
+
+/* --skip-nonfinite: a model whose loss is NaN at every step trains on (each update skipped,
+   warned), exits 0, and its checkpoint counts the steps but no AdamW update */
+static void test_skip_nonfinite(void) {
+    if (!have_data()) { BT_SKIP("no data (make data)"); return; }
+    gpt2 m; char err[512], args[2000], out[65536];
+    gpt2_config cfg;
+    gpt2_config_from_preset("s2", BT_GPT2_VOCAB, &cfg);
+    gpt2_build(&m, cfg, bt_cpu()); gpt2_init(&m, 5);
+    bt_fill_(m.lnfw, NAN);   /* every logit is NaN */
+    BT_CHECK(gpt2_save(&m, tp("nan.bin"), err, sizeof err) == 0, "%s", err);
+    gpt2_free(&m);
+    snprintf(args, sizeof args, "-e %s " RUN_NO_E " -x 3 --skip-nonfinite --ckpt-dir %s", tp("nan.bin"), tp("nan"));
+    int rc = run_train(args, out, sizeof out);
+    int warned = 0;
+    for (const char *p = out; (p = strstr(p, "its update is skipped (--skip-nonfinite)")); p++) warned++;
+    BT_CHECK(rc == 0 && warned == 3 && strstr(out, "3 updates skipped"), "exit %d, %d warnings: %s", rc, warned, out);
+    bt_ckpt_file *f = bt_ckpt_open(ckpt(tp("nan"), 3), BT_CKPT_REQUIRE_CHECKSUMS);
+    int64_t step = -1, astep = -1;
+    BT_CHECK(f && !bt_ckpt_meta_get_i64(bt_ckpt_file_meta(f), "train.step", &step) && step == 3 &&
+             !bt_ckpt_meta_get_i64(bt_ckpt_file_meta(f), "adamw.step", &astep) && astep == 0, "steps %lld, updates %lld", (long long)step, (long long)astep);
+    bt_ckpt_close(f);
+}
+
+/* ---- Hugging Face files ---- */
+static gpt2_config hf_cfg(int L, int H, int C, int maxT, int V) {
+    gpt2_config c; c.L = L; c.H = H; c.C = C; c.maxT = maxT; c.V = V; c.Vp = round_up(V, 128);
+    return c;
+}
+/* --init-from PATH into a fresh model of the file's config; 0, or -1 with err */
+static int init_from(const char *path, gpt2 *m, gpt2_config *cfg, char *err, size_t errlen) {
+    train_opts o;
+    default_opts(&o);
+    o.init_from = path;
+    trainer tr;
+    memset(&tr, 0, sizeof tr);
+    int r = model_source_open(&o, NULL, &tr.src, cfg, err, errlen);
+    if (!r) {
+        gpt2_build(&tr.model, *cfg, bt_cpu());
+        r = model_source_load(&tr, err, errlen);
+        *m = tr.model;
+        if (r) gpt2_free(m);
+    }
+    bt_ckpt_close(tr.src.file);
+    return r;
+}
+/* 1 when b's parameters are a's, but for wte's padding rows, which must be zeros in b */
+static int same_weights(const gpt2 *a, const gpt2 *b) {
+    const float *x = (const float *)bt_data_ptr(a->flat), *y = (const float *)bt_data_ptr(b->flat);
+    int64_t real = (int64_t)a->cfg.V * a->cfg.C, pad = (int64_t)(a->cfg.Vp - a->cfg.V) * a->cfg.C;
+    if (a->num_params != b->num_params || memcmp(x, y, sizeof(float) * (size_t)real)) return 0;
+    for (int64_t i = 0; i < pad; i++) if (y[real + i] != 0) return 0;
+    return !memcmp(x + real + pad, y + real + pad, sizeof(float) * (size_t)(a->num_params - real - pad));
+}
+
+/* export, then --init-from: the same weights; the file is transformers' layout */
+static void test_hf_roundtrip(void) {
+    gpt2 a, b; char err[1024], path[600];
+    gpt2_config cfg = hf_cfg(2, 2, 32, 32, 300), got;
+    gpt2_build(&a, cfg, bt_cpu()); gpt2_init(&a, 21);
+    bt_normal_(a.layers[1].qkvb, 0, 0.1, 3, 0);        /* biases not zero: a transposed bias would show */
+    bt_normal_(a.lnfb, 0, 0.1, 4, 0);
+    mkdir(tp("hf"), 0755);
+    BT_CHECK(hf_export(&a, tp("hf"), err, sizeof err) == 0, "export: %s", err);
+    snprintf(path, sizeof path, "%s/model.safetensors", tp("hf"));
+    bt_ckpt_file *f = bt_ckpt_open(path, 0);
+    BT_CHECK(f != NULL, "%s", bt_ckpt_error());
+    if (f) {
+        struct { const char *name; int64_t r, c; } want[] = {
+            {"transformer.wte.weight", 300, 32}, {"transformer.wpe.weight", 32, 32}, {"transformer.h.1.attn.c_attn.weight", 32, 96},
+            {"transformer.h.0.attn.c_proj.weight", 32, 32}, {"transformer.h.1.mlp.c_fc.weight", 32, 128},
+            {"transformer.h.0.mlp.c_proj.weight", 128, 32}, {"transformer.ln_f.bias", 32, -1}};
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+            const bt_ckpt_info *t = bt_ckpt_find(f, want[i].name);
+            BT_CHECK(t && t->dtype == BT_CKPT_F32 && t->shape[0] == want[i].r && (want[i].c < 0 ? t->ndim == 1 : t->ndim == 2 && t->shape[1] == want[i].c),
+                     "%s", want[i].name);
+        }
+        BT_CHECK(bt_ckpt_count(f) == 4 + 12 * 2 && !bt_ckpt_find(f, "lm_head.weight"), "%d tensors, no head (tied)", bt_ckpt_count(f));
+        BT_CHECK(!strcmp(bt_ckpt_meta_get(bt_ckpt_file_meta(f), "format") ? bt_ckpt_meta_get(bt_ckpt_file_meta(f), "format") : "", "pt"), "format pt");
+        float w[4], ours[4];   /* a Conv1D weight is ours transposed: file [in, out] */
+        float *c_attn = (float *)malloc(32 * 96 * 4);
+        BT_CHECK(!bt_ckpt_read(f, "transformer.h.1.attn.c_attn.weight", c_attn, 32 * 96 * 4), "%s", bt_ckpt_error());
+        w[0] = c_attn[0 * 96 + 5]; w[1] = c_attn[7 * 96 + 90];
+        ours[0] = (float)bt_get(a.layers[1].qkvw, (int64_t[]){5, 0}); ours[1] = (float)bt_get(a.layers[1].qkvw, (int64_t[]){90, 7});
+        BT_CHECK(w[0] == ours[0] && w[1] == ours[1], "transpose: %g %g vs %g %g", w[0], w[1], ours[0], ours[1]);
+        free(c_attn);
+        bt_ckpt_close(f);
+    }
+    /* config.json */
+    char cj[4096];
+    snprintf(path, sizeof path, "%s/config.json", tp("hf"));
+    slurp(path, cj, sizeof cj);
+    bt_json_doc *d = bt_json_parse(cj, strlen(cj), 0);
+    BT_CHECK(d != NULL, "config.json: %s", bt_ckpt_error());
+    if (d) {
+        const bt_json *r = bt_json_root(d);
+        int64_t v[5] = {0};
+        static const char *const keys[5] = {"n_head", "n_layer", "n_embd", "n_positions", "vocab_size"};
+        for (int i = 0; i < 5; i++) bt_json_i64(bt_json_get(r, keys[i]), &v[i]);
+        BT_CHECK(v[0] == 2 && v[1] == 2 && v[2] == 32 && v[3] == 32 && v[4] == 300, "config fields");
+        const bt_json *act = bt_json_get(r, "activation_function"), *tie = bt_json_get(r, "tie_word_embeddings"), *mt = bt_json_get(r, "model_type");
+        BT_CHECK(act && !strcmp(act->str, "gelu_new") && tie && tie->type == BT_JSON_TRUE && mt && !strcmp(mt->str, "gpt2"), "activation, tie, type");
+        bt_json_free(d);
+    }
+    int r = init_from(tp("hf"), &b, &got, err, sizeof err);
+    BT_CHECK(r == 0, "init-from: %s", err);
+    if (r == 0) {
+        BT_CHECK(got.L == 2 && got.H == 2 && got.C == 32 && got.maxT == 32 && got.V == 300 && got.Vp == 384, "config from the file");
+        BT_CHECK(same_weights(&a, &b), "the weights differ after export + --init-from");
+        gpt2_free(&b);
+    }
+    /* a bf16 file (as transformers saves a bf16 model): converted, each weight a's rounded to bf16 */
+    bt_ckpt_writer *w = bt_ckpt_writer_new();
+    char name[160];
+    bt_scope_begin();
+    for (int i = 0; i < a.n_params; i++) {
+        int tr = hf_name(&a, i, "transformer.", name, sizeof name);
+        bt_ckpt_writer_add_tensor(w, name, bt_cast(a.params[i], BT_BF16), tr ? BT_CKPT_TRANSPOSE : 0, i == 0 ? a.cfg.V : 0);
+    }
+    mkdir(tp("hf16"), 0755);
+    snprintf(path, sizeof path, "%s/model.safetensors", tp("hf16"));
+    BT_CHECK(bt_ckpt_writer_save(w, path) == 0, "%s", bt_ckpt_error());
+    bt_ckpt_writer_free(w);
+    bt_copy_(a.flat, bt_cast(bt_cast(a.flat, BT_BF16), BT_F32));
+    bt_scope_end();
+    r = init_from(path, &b, &got, err, sizeof err);   /* no config.json: H from no preset (C 32) */
+    BT_CHECK(r == -1 && strstr(err, "no config.json"), "bf16 without config.json: %s", err);
+    snprintf(path, sizeof path, "%s/config.json", tp("hf"));
+    char cj2[600];
+    snprintf(cj2, sizeof cj2, "%s/config.json", tp("hf16"));
+    copy_file(path, cj2);
+    r = init_from(tp("hf16"), &b, &got, err, sizeof err);
+    BT_CHECK(r == 0, "bf16 file: %s", err);
+    if (r == 0) {
+        BT_CHECK(same_weights(&a, &b), "a bf16 file's weights differ from the rounded ones");
+        gpt2_free(&b);
+    }
+    gpt2_free(&a);
+}
+
+/* a file of the older layout: no "transformer." prefix, the attention's mask buffers, a tied
+   lm_head, no config.json (n_head from the preset of the same L and C: s2) */
+static void write_old_layout(gpt2 *a, const char *path, int lm_head_perturbed, int extra_tensor) {
+    bt_ckpt_writer *w = bt_ckpt_writer_new();
+    char name[160];
+    for (int i = 0; i < a->n_params; i++) {
+        int tr = hf_name(a, i, "", name, sizeof name);
+        bt_ckpt_writer_add_tensor(w, name, a->params[i], tr ? BT_CKPT_TRANSPOSE : 0, i == 0 ? a->cfg.V : 0);
+    }
+    static float mask[16 * 16], masked = -1e4f;
+    int64_t ms[4] = {1, 1, 16, 16}, hs[2] = {a->cfg.V, a->cfg.C};
+    float *head = (float *)malloc(sizeof(float) * (size_t)a->cfg.V * a->cfg.C);
+    for (int i = 0; i < 256; i++) mask[i] = (i % 16) <= (i / 16);
+    bt_ckpt_writer_add(w, "h.0.attn.bias", BT_CKPT_F32, 4, ms, mask);
+    bt_ckpt_writer_add(w, "h.1.attn.masked_bias", BT_CKPT_F32, 0, NULL, &masked);
+    memcpy(head, bt_data_ptr(a->wte), sizeof(float) * (size_t)a->cfg.V * a->cfg.C);
+    if (lm_head_perturbed) head[77] += 1e-3f;
+    bt_ckpt_writer_add(w, "lm_head.weight", BT_CKPT_F32, 2, hs, head);
+    if (extra_tensor) bt_ckpt_writer_add(w, "h.1.attn.lora_a", BT_CKPT_F32, 4, ms, mask);
+    BT_CHECK(bt_ckpt_writer_save(w, path) == 0, "%s", bt_ckpt_error());
+    bt_ckpt_writer_free(w);
+    free(head);
+}
+static void test_hf_old_layout(void) {
+    gpt2 a, b; char err[1024];
+    gpt2_config got;
+    gpt2_build(&a, hf_cfg(2, 2, 64, 16, 300), bt_cpu()); gpt2_init(&a, 8);
+    write_old_layout(&a, tp("old.safetensors"), 0, 0);
+    int r = init_from(tp("old.safetensors"), &b, &got, err, sizeof err);
+    BT_CHECK(r == 0, "old layout: %s", err);
+    if (r == 0) {
+        BT_CHECK(got.H == 2 && got.C == 64 && got.maxT == 16 && got.V == 300, "config (H from the s2 preset)");
+        BT_CHECK(same_weights(&a, &b), "the weights of the old layout differ");
+        gpt2_free(&b);
+    }
+    gpt2_free(&a);
+}
+
+/* bad --init-from files: each a clear error naming the file and what is wrong */
+static void test_init_from_bad_files(void) {
+    gpt2 a, b; char err[1024], path[600];
+    gpt2_config got;
+    gpt2_build(&a, hf_cfg(2, 2, 64, 16, 300), bt_cpu()); gpt2_init(&a, 9);
+    /* missing, not safetensors */
+    BT_CHECK(init_from(tp("nothing.safetensors"), &b, &got, err, sizeof err) == -1 && strstr(err, "--init-from") && strstr(err, "nothing.safetensors"), "%s", err);
+    FILE *f = fopen(tp("garbage.safetensors"), "wb");
+    for (int i = 0; i < 4096; i++) fputc((int)(bt_philox_uniform(3, (uint64_t)i) * 256), f);
+    fclose(f);
+    BT_CHECK(init_from(tp("garbage.safetensors"), &b, &got, err, sizeof err) == -1 && strstr(err, "garbage.safetensors"), "%s", err);
+    /* an untied head, a tensor no GPT-2 has */
+    write_old_layout(&a, tp("untied.safetensors"), 1, 0);
+    BT_CHECK(init_from(tp("untied.safetensors"), &b, &got, err, sizeof err) == -1 && strstr(err, "lm_head.weight differs"), "%s", err);
+    write_old_layout(&a, tp("extra.safetensors"), 0, 1);
+    BT_CHECK(init_from(tp("extra.safetensors"), &b, &got, err, sizeof err) == -1 && strstr(err, "'h.1.attn.lora_a' is not part of a GPT-2"), "%s", err);
+    /* transformers' layout with one tensor missing, one of the wrong shape (not transposed) */
+    const char *which[2] = {"missing", "shape"};
+    for (int k = 0; k < 2; k++) {
+        bt_ckpt_writer *w = bt_ckpt_writer_new();
+        char name[160];
+        for (int i = 0; i < a.n_params; i++) {
+            int tr = hf_name(&a, i, "transformer.", name, sizeof name);
+            if (k == 0 && !strcmp(name, "transformer.h.1.mlp.c_fc.weight")) continue;
+            if (k == 1 && !strcmp(name, "transformer.h.0.attn.c_attn.weight")) tr = 0;
+            bt_ckpt_writer_add_tensor(w, name, a.params[i], tr ? BT_CKPT_TRANSPOSE : 0, i == 0 ? a.cfg.V : 0);
+        }
+        snprintf(path, sizeof path, "%s/%s.safetensors", tmpdir, which[k]);
+        BT_CHECK(bt_ckpt_writer_save(w, path) == 0, "%s", bt_ckpt_error());
+        bt_ckpt_writer_free(w);
+        int r = init_from(path, &b, &got, err, sizeof err);
+        BT_CHECK(r == -1 && strstr(err, k ? "h.0.attn.c_attn.weight' has shape [192, 64]" : "no tensor 'transformer.h.1.mlp.c_fc.weight'"), "%s: %s", which[k], err);
+    }
+    /* config.json that disagrees, or names another activation; none, and no preset of that shape */
+    mkdir(tp("cj"), 0755);
+    snprintf(path, sizeof path, "%s/model.safetensors", tp("cj"));
+    BT_CHECK(hf_export(&a, tp("cj"), err, sizeof err) == 0, "%s", err);
+    const char *configs[][2] = {{"{\"n_head\": 2, \"n_layer\": 3}", "says n_layer 3, the tensors 2"},
+                                {"{\"n_head\": 3}", "inconsistent config"},
+                                {"{\"n_head\": 2, \"activation_function\": \"relu\"}", "activation_function \"relu\""},
+                                {"{\"n_layer\": 2}", "\"n_head\" is missing"}, {"{\"n_head\": ", "config.json"}};
+    for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++) {
+        char cp[600];
+        snprintf(cp, sizeof cp, "%s/config.json", tp("cj"));
+        f = fopen(cp, "wb"); fputs(configs[i][0], f); fclose(f);
+        BT_CHECK(init_from(tp("cj"), &b, &got, err, sizeof err) == -1 && strstr(err, configs[i][1]), "'%s': %s", configs[i][0], err);
+    }
+    gpt2_free(&a);
+    gpt2_build(&a, hf_cfg(2, 2, 48, 16, 300), bt_cpu()); gpt2_init(&a, 9);
+    write_old_layout(&a, tp("c48.safetensors"), 0, 0);
+    BT_CHECK(init_from(tp("c48.safetensors"), &b, &got, err, sizeof err) == -1 && strstr(err, "no config.json") && strstr(err, "C 48"), "%s", err);
+    gpt2_free(&a);
+    BT_CHECK(bt_alloc_stats(bt_cpu()).allocated == 0, "leaked %zu bytes", bt_alloc_stats(bt_cpu()).allocated);
+}
+
+/* the flags end to end: a trained model exported, read back with --init-from; a checkpoint's
+   weights as a new run's start; a bad file is an error before training */
+static void test_hf_runs(void) {
+    if (!have_data()) { BT_SKIP("no data (make data)"); return; }
+    char args[2000], out[65536];
+    snprintf(args, sizeof args, RUN " -x 2 --export-hf %s --save %s", tp("hf_run"), tp("a.bin"));
+    int rc = run_train(args, out, sizeof out);
+    BT_CHECK(rc == 0 && strstr(out, "exported"), "export: exit %d: %s", rc, out);
+    snprintf(args, sizeof args, RUN_NO_E " -x 0 --init-from %s --save %s", tp("hf_run"), tp("b.bin"));
+    rc = run_train(args, out, sizeof out);
+    BT_CHECK(rc == 0 && strstr(out, "Hugging Face"), "init-from: exit %d: %s", rc, out);
+    gpt2 a, b; char err[512];
+    gpt2_config cfg;
+    gpt2_config_from_preset("s2", BT_GPT2_VOCAB, &cfg);
+    gpt2_build(&a, cfg, bt_cpu()); gpt2_build(&b, cfg, bt_cpu());
+    BT_CHECK(!gpt2_load_weights(&a, tp("a.bin"), err, sizeof err) && !gpt2_load_weights(&b, tp("b.bin"), err, sizeof err), "%s", err);
+    BT_CHECK(same_weights(&a, &b), "a trained model exported and read back differs");
+    gpt2_free(&a); gpt2_free(&b);
+    if (reference_ok) {   /* a checkpoint's weights: step 0, fresh state */
+        snprintf(args, sizeof args, RUN_NO_E " -x 1 --init-from %s -o %s", ckpt(tp("ref"), 4), tp("w_log"));
+        rc = run_train(args, out, sizeof out);
+        BT_CHECK(rc == 0 && first_logged_step(tp("w_log/log.jsonl")) == 1, "weights only: exit %d: %s", rc, out);
+    }
+    snprintf(args, sizeof args, RUN_NO_E " -x 1 --init-from %s", tp("garbage.safetensors"));
+    rc = run_train(args, out, sizeof out);
+    BT_CHECK(rc == 1 && strstr(out, "--init-from") && !strstr(out, "step "), "bad file: exit %d: %s", rc, out);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--run-train")) {   /* a run of train_gpt2 in this process, as its main does */
+        train_opts o; char err[1024];
+        default_opts(&o);
+        int r = parse_args(argc - 1, argv + 1, &o, err, sizeof err);
+        if (r) { fprintf(stderr, "error: %s\n", err); return 2; }
+        install_stop_signals();
+        return train_main(&o);
+    }
+    ssize_t n = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
+    self_exe[n > 0 ? n : 0] = 0;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/bt_test_train_ckpt.%ld", (long)getpid());
+    if (quick()) STEPS = 6;
+    mkdir(tmpdir, 0755);
+    BT_RUN(test_resume_bit_exact);
+    BT_RUN(test_kill9_resume);
+    BT_RUN(test_sigint);
+    BT_RUN(test_resume_auto_skips_damaged);
+    BT_RUN(test_resume_config_mismatch);
+    BT_RUN(test_skip_nonfinite);
+    BT_RUN(test_hf_roundtrip);
+    BT_RUN(test_hf_old_layout);
+    BT_RUN(test_init_from_bad_files);
+    BT_RUN(test_hf_runs);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    return bt_test_summary("test_train_ckpt");
+}
