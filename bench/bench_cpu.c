@@ -1,0 +1,222 @@
+/* bench_cpu.c - the CPU fp32 matrix product of bt_tensor.h (bt__sgemm) against the machine's
+   measured peak and, when built with BT_BENCH_OPENBLAS, against OpenBLAS's cblas_sgemm.
+
+     build/bench_cpu [--quick] [--reps N]        (make bench-cpu)
+
+   Peak: an FMA loop with 12 independent accumulators in the widest vector the build has (AVX-512,
+   else AVX2), one copy per OpenMP thread. "per core" divides the flops by the thread's own CPU time
+   (what a core does while it runs: unaffected by other processes sharing the machine), "all cores"
+   by the wall time of all threads together (what the machine gave us just now).
+   Products: the shapes of the default CPU training run (GPT-2 s4: 4 layers, C 128, B 8 x T 64 = 512
+   rows, vocabulary padded to 50304) with their transposes as linear/matmul call them, and 1024^3
+   in all four transposes. Each is timed as the median of N calls after a warm-up, on random inputs;
+   GFLOP/s counts 2 M N K. "% peak" compares the wall rate with the per-core peak times the number
+   of threads (the machine's nominal peak); "cpu GF/core" divides by the process CPU time instead,
+   so it shows the kernel's efficiency even when other processes take turns on the cores.
+   The load average is printed with the results: timings on a shared machine are only comparable
+   at similar loads. */
+#define _POSIX_C_SOURCE 200809L
+#define BT_ALLOC_IMPLEMENTATION
+#define BT_TENSOR_IMPLEMENTATION
+#include "bt_tensor.h"
+#ifdef BT_BENCH_OPENBLAS
+#include <cblas.h>
+#endif
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <omp.h>
+
+static double clock_s(clockid_t id) {
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* ---- peak: 12 chains of FMAs per thread, long enough that the chains' latency is hidden ---- */
+#if defined(__AVX512F__)
+#define PEAK_ISA "AVX-512"
+#define PEAK_W 16
+typedef __m512 pv;
+#define PV_SET(x) _mm512_set1_ps(x)
+#define PV_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define PV_SUM(v) _mm512_reduce_add_ps(v)
+#elif defined(__AVX2__) && defined(__FMA__)
+#define PEAK_ISA "AVX2+FMA"
+#define PEAK_W 8
+typedef __m256 pv;
+#define PV_SET(x) _mm256_set1_ps(x)
+#define PV_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+static float pv_sum(__m256 v) { float f[8]; _mm256_storeu_ps(f, v); return f[0] + f[1] + f[2] + f[3] + f[4] + f[5] + f[6] + f[7]; }
+#define PV_SUM(v) pv_sum(v)
+#else
+#define PEAK_ISA "scalar"
+#define PEAK_W 1
+typedef float pv;
+#define PV_SET(x) (x)
+#define PV_FMA(a, b, c) ((a) * (b) + (c))
+#define PV_SUM(v) (v)
+#endif
+#define R12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+/* flops per second of one thread's own CPU time; *sink keeps the result alive */
+static double peak_thread(long iters, float *sink) {
+    double t0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
+#define DECL(i) pv a##i = PV_SET(0.001f * (i));
+    R12(DECL)
+    pv b = PV_SET(0.9999f), c = PV_SET(0.0001f);
+    for (long it = 0; it < iters; it++) {
+#define STEP(i) a##i = PV_FMA(a##i, b, c);
+        R12(STEP)
+#if PEAK_W > 1
+        __asm__ volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6), "+v"(a7), "+v"(a8),
+                         "+v"(a9), "+v"(a10), "+v"(a11));
+#endif
+    }
+#define ADD(i) s += PV_SUM(a##i);
+    float s = 0;
+    R12(ADD)
+    *sink = s;
+    return 2.0 * PEAK_W * 12 * (double)iters / (clock_s(CLOCK_THREAD_CPUTIME_ID) - t0);
+}
+/* *per_core: the median thread's rate by its CPU time; returns the all-threads wall rate */
+static double measure_peak(double *per_core) {
+    long iters = 50000000 / PEAK_W * 8;
+    int nt = omp_get_max_threads();
+    double *rate = (double *)malloc(sizeof(double) * (size_t)nt), t0 = omp_get_wtime();
+    float sink = 0;
+    #pragma omp parallel reduction(+ : sink)
+    { float s; rate[omp_get_thread_num()] = peak_thread(iters, &s); sink += s; }
+    double wall = omp_get_wtime() - t0;
+    qsort(rate, (size_t)nt, sizeof(double), cmp_double);
+    *per_core = rate[nt / 2];
+    free(rate);
+    if (sink == 12345.f) printf(" ");
+    return 2.0 * PEAK_W * 12 * (double)iters * nt / wall;
+}
+
+/* ---- products ---- */
+typedef struct { const char *what; int64_t M, N, K; int ta, tb; } shape;
+static const shape SHAPES[] = {
+    /* per layer (x4): qkv, attention projection, fc, fc projection; forward y = x w^T (NT),
+       backward dx = dy w (NN) and dw = dy^T x (TN) */
+    {"qkv fwd", 512, 384, 128, 0, 1},   {"qkv dx", 512, 128, 384, 0, 0},   {"qkv dw", 384, 128, 512, 1, 0},
+    {"proj fwd", 512, 128, 128, 0, 1},  {"proj dx", 512, 128, 128, 0, 0},  {"proj dw", 128, 128, 512, 1, 0},
+    {"fc fwd", 512, 512, 128, 0, 1},    {"fc dx", 512, 128, 512, 0, 0},    {"fc dw", 512, 128, 512, 1, 0},
+    {"fcproj fwd", 512, 128, 512, 0, 1}, {"fcproj dx", 512, 512, 128, 0, 0}, {"fcproj dw", 128, 512, 512, 1, 0},
+    /* the tied lm head: logits = x wte^T, dx = dlogits wte, dwte = dlogits^T x */
+    {"lm head fwd", 512, 50304, 128, 0, 1}, {"lm head dx", 512, 128, 50304, 0, 0}, {"lm head dw", 50304, 128, 512, 1, 0},
+    {"1024^3 NN", 1024, 1024, 1024, 0, 0}, {"1024^3 NT", 1024, 1024, 1024, 0, 1},
+    {"1024^3 TN", 1024, 1024, 1024, 1, 0}, {"1024^3 TT", 1024, 1024, 1024, 1, 1},
+};
+#define NSHAPES ((int)(sizeof SHAPES / sizeof SHAPES[0]))
+
+typedef void (*gemm_fn)(const shape *s, const float *A, const float *B, float *C);
+static void ours(const shape *s, const float *A, const float *B, float *C) {
+    bt__sgemm(s->ta, s->tb, s->M, s->N, s->K, 1.f, A, B, 0.f, C, NULL);
+}
+#ifdef BT_BENCH_OPENBLAS
+static void openblas(const shape *s, const float *A, const float *B, float *C) {
+    cblas_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans, s->tb ? CblasTrans : CblasNoTrans, (int)s->M,
+                (int)s->N, (int)s->K, 1.f, A, s->ta ? (int)s->M : (int)s->K, B, s->tb ? (int)s->K : (int)s->N, 0.f, C,
+                (int)s->N);
+}
+#endif
+/* median wall seconds of reps calls; *cpu_s: process CPU seconds per call over them */
+static double time_gemm(gemm_fn f, const shape *s, const float *A, const float *B, float *C, int reps, double *cpu_s) {
+    double *t = (double *)malloc(sizeof(double) * (size_t)reps);
+    f(s, A, B, C);                            /* warm-up: packing buffers, pages, caches */
+    double c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+    for (int r = 0; r < reps; r++) {
+        double t0 = clock_s(CLOCK_MONOTONIC);
+        f(s, A, B, C);
+        t[r] = clock_s(CLOCK_MONOTONIC) - t0;
+    }
+    *cpu_s = (clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0) / reps;
+    qsort(t, (size_t)reps, sizeof(double), cmp_double);
+    double med = t[reps / 2];
+    free(t);
+    return med;
+}
+static float *random_floats(int64_t n, uint64_t seed) {
+    float *p = (float *)malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) p[i] = (float)(2.0 * bt_philox_uniform(seed, (uint64_t)i) - 1.0);
+    return p;
+}
+/* max |ours - other| / max |other|: the two implementations agree */
+static double max_rel_diff(const float *a, const float *b, int64_t n) {
+    double d = 0, m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - b[i]), v = fabs((double)b[i]);
+        if (e > d) d = e;
+        if (v > m) m = v;
+    }
+    return m > 0 ? d / m : d;
+}
+
+int main(int argc, char **argv) {
+    int reps = 9, quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else { fprintf(stderr, "usage: %s [--quick] [--reps N]\n", argv[0]); return 2; }
+    }
+    if (reps < 1) reps = 1;
+    double load[3] = {0, 0, 0};
+    FILE *lf = fopen("/proc/loadavg", "r");
+    if (lf) { if (fscanf(lf, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3) load[0] = -1; fclose(lf); }
+    int nt = omp_get_max_threads();
+    double core_peak, wall_peak = measure_peak(&core_peak);
+    double peak = core_peak * nt;
+    printf("bench_cpu: %d threads, ISA %s, GEMM micro-tile %dx%d, load average %.2f %.2f %.2f\n", nt, PEAK_ISA, BT__MR,
+           BT__NR, load[0], load[1], load[2]);
+    printf("peak fp32 FMA: %.1f GFLOP/s per core (CPU time) -> nominal %.1f GFLOP/s on %d threads; %.1f GFLOP/s wall "
+           "just now\n", core_peak / 1e9, peak / 1e9, nt, wall_peak / 1e9);
+#ifdef BT_BENCH_OPENBLAS
+    printf("%-12s %-19s | %9s %8s %7s %11s | %9s %8s %7s %11s | %s\n", "product", "M x N x K op", "ours ms", "GFLOP/s",
+           "% peak", "cpu GF/core", "blas ms", "GFLOP/s", "% peak", "cpu GF/core", "max rel diff");
+#else
+    printf("%-12s %-19s | %9s %8s %7s %11s\n", "product", "M x N x K op", "ours ms", "GFLOP/s", "% peak", "cpu GF/core");
+#endif
+    double tot_flops = 0, tot_ours = 0, tot_blas = 0;
+    for (int i = 0; i < NSHAPES; i++) {
+        const shape *s = &SHAPES[i];
+        if (quick && s->M * s->N * s->K > 1e8) continue;
+        double fl = 2.0 * s->M * s->N * s->K, cpu;
+        float *A = random_floats(s->M * s->K, 1 + i), *B = random_floats(s->K * s->N, 100 + i);
+        float *C = (float *)malloc(sizeof(float) * (size_t)(s->M * s->N));
+        double t = time_gemm(ours, s, A, B, C, reps, &cpu);
+        char dims[40];
+        snprintf(dims, sizeof dims, "%lldx%lldx%lld %s%s", (long long)s->M, (long long)s->N, (long long)s->K,
+                 s->ta ? "T" : "N", s->tb ? "T" : "N");
+        printf("%-12s %-19s | %9.3f %8.1f %6.1f%% %11.1f", s->what, dims, t * 1e3, fl / t / 1e9, 100 * fl / t / peak,
+               fl / cpu / 1e9);
+        int layer = i < 12;                   /* the per-layer products run once in each of the 4 layers */
+        tot_flops += fl * (layer ? 4 : 1) * (i < 15);
+        tot_ours += t * (layer ? 4 : 1) * (i < 15);
+#ifdef BT_BENCH_OPENBLAS
+        float *C2 = (float *)malloc(sizeof(float) * (size_t)(s->M * s->N));
+        double cpu2, t2 = time_gemm(openblas, s, A, B, C2, reps, &cpu2);
+        tot_blas += t2 * (layer ? 4 : 1) * (i < 15);
+        printf(" | %9.3f %8.1f %6.1f%% %11.1f | %.1e", t2 * 1e3, fl / t2 / 1e9, 100 * fl / t2 / peak, fl / cpu2 / 1e9,
+               max_rel_diff(C, C2, s->M * s->N));
+        free(C2);
+#endif
+        printf("\n");
+        free(A); free(B); free(C);
+    }
+    if (!quick) {
+        printf("one training step's products (the 15 shapes above, layers x4): %.2f GFLOP in %.1f ms ours (%.1f GFLOP/s)",
+               tot_flops / 1e9, tot_ours * 1e3, tot_flops / tot_ours / 1e9);
+#ifdef BT_BENCH_OPENBLAS
+        printf(", %.1f ms OpenBLAS (%.1f GFLOP/s)", tot_blas * 1e3, tot_flops / tot_blas / 1e9);
+#endif
+        printf("\n");
+    }
+    (void)tot_blas;
+    return 0;
+}
