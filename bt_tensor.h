@@ -1631,15 +1631,13 @@ static double bt__sum_exp_f32(const float *z, int64_t n, float m) {
 #define BT_M_TANH(x) bt__tanhf(x)
 static void bt__unary_f32(bt_unary_op op, float *out, const float *xp, const float *g, int64_t n) {
     typedef float bt_op_t;
-    int par = n > BT__PAR_MIN;
-    (void)par;                                /* read only by the pragmas */
     switch (op) {
 #define BT__X(N, n_, f, df) case BT_UOP_##N: \
         if (!g) { \
-            _Pragma("omp parallel for simd if (par)") \
+            _Pragma("omp parallel for simd if (n > BT__PAR_MIN)") \
             for (int64_t i = 0; i < n; i++) { bt_op_t x = xp[i]; out[i] = f; } \
         } else { \
-            _Pragma("omp parallel for simd if (par)") \
+            _Pragma("omp parallel for simd if (n > BT__PAR_MIN)") \
             for (int64_t i = 0; i < n; i++) { bt_op_t x = xp[i], y = f; (void)y; out[i] = g[i] * (df); } \
         } \
         break;
@@ -1771,11 +1769,9 @@ static void bt__binary_into(bt_binary_op op, bt_tensor *out, bt_tensor *a, bt_te
     if (fast && dt == BT_F32) {               /* the op list's a op b in float, one vectorised loop per op */
         const float *x = (const float *)ap, *y = (const float *)bp; float *z = (float *)op_;
         typedef float bt_op_t;
-        int par = nel > BT__PAR_MIN;
-        (void)par;                            /* read only by the pragmas */
         switch (op) {
 #define BT__X(N, n_, f, da, db) case BT_BOP_##N: \
-            _Pragma("omp parallel for simd if (par)") \
+            _Pragma("omp parallel for simd if (nel > BT__PAR_MIN)") \
             for (int64_t i = 0; i < nel; i++) { bt_op_t a = x[i], b = y[i]; z[i] = f; } \
             break;
         BT_BINARY_OPS(BT__X)
@@ -1976,14 +1972,15 @@ BTDEF bt_tensor *bt_argmax(bt_tensor *x, int dim) {
 /* ---- matmul ---- */
 /* C[M, N] = alpha op(A) op(B) + beta C (+ bias[N]), fp32, row-major, where op(A) [M, K] is A or, with
    ta, A^T read from A [K, M] in place (likewise op(B) [K, N] and tb): no transpose is materialised.
-   The scheme is BLIS's. K is cut into KC slices. For each slice, an MC x KC block of op(A) is packed
-   into MR-row micro-panels and a KC x NC panel of op(B) into NR-column micro-panels, both k-major
-   with the edges zero-padded; the packing reads either layout, which is where the transposes go.
+   The scheme is BLIS's. K is cut into KC slices. For each slice a KC x NC panel of op(B) is packed
+   into NR-column micro-panels (k-major, the edge zero-padded); the packing reads either layout,
+   which is where a transposed B goes. op(A) = A is read in place, MR rows at a time; A transposed
+   is packed an MC x KC block at a time into MR-row micro-panels (k-major), as is a ragged last tile.
    The micro-kernel holds an MR x NR tile of C in registers over the whole slice: per k it loads NR
    floats of B, broadcasts MR floats of A and issues MR x NR / VW vector FMAs. The KC x NR micro-panel
-   of B (32 KiB) stays in L1 while the block's A micro-panels stream from L2.
-   Traffic: op(B) is packed once per MC rows of C, op(A) once per NC columns; each packed float
-   feeds 2 NC (A) or 2 MC (B) flops. The first K slice applies beta and the bias; later ones add.
+   of B (32 KiB) stays in L1 while the block's MR-row strips of A stream past it from L2.
+   Traffic: op(B) is packed once per MC rows of C (each packed float feeds 2 MC flops); A is read
+   once per NC columns. The first K slice applies beta and the bias; later ones add.
    Work is split into tasks, each an MC x NC block of C over one part of K, shrinking the blocks
    (or, when K is long next to M and N, splitting K into parts summed at the end in a fixed order)
    until there are BT__TASKS of them; the split depends on the shape only, so the result does not
@@ -2045,15 +2042,27 @@ typedef struct {
     float alpha, beta;
 } bt__sgemm_args;
 
-/* Ap <- the MR x kc tile of op(A) at rows i0, i0 + 1, ... (mr of them, then zeros), k0, ...: k-major */
-static void bt__sgemm_pack_a(float *Ap, const bt__sgemm_args *g, int64_t i0, int64_t mr, int64_t k0, int64_t kc) {
-    if (g->ta && mr == BT__MR) {              /* A [K, M]: the MR floats of one k are adjacent */
-        for (int64_t k = 0; k < kc; k++) memcpy(Ap + k * BT__MR, g->A + (k0 + k) * g->M + i0, sizeof(float) * BT__MR);
+/* Ap <- op(A)[i0 : i0 + mc, k0 : k0 + kc] as MR-row micro-panels, each kc x MR (k-major); rows at or
+   past M are zeros. A transposed (A [K, M]) is read a row at a time, mc adjacent floats per k. */
+static void bt__sgemm_pack_a(float *Ap, const bt__sgemm_args *g, int64_t i0, int64_t mc, int64_t k0, int64_t kc) {
+    if (g->ta) {                              /* 16 rows of A at a time: each panel gets 16 k's in a row */
+        for (int64_t k1 = 0; k1 < kc; k1 += 16)
+            for (int64_t p = 0; p < mc; p += BT__MR)
+                for (int64_t k = k1; k < kc && k < k1 + 16; k++) {
+                    const float *s = g->A + (k0 + k) * g->M + i0 + p;
+                    float *d = Ap + p * kc + k * BT__MR;
+                    if (i0 + p + BT__MR <= g->M) memcpy(d, s, sizeof(float) * BT__MR);
+                    else for (int64_t r = 0; r < BT__MR; r++) d[r] = i0 + p + r < g->M ? s[r] : 0.f;
+                }
         return;
     }
-    for (int64_t k = 0; k < kc; k++)
-        for (int64_t r = 0; r < BT__MR; r++)
-            Ap[k * BT__MR + r] = r >= mr ? 0.f : g->ta ? g->A[(k0 + k) * g->M + i0 + r] : g->A[(i0 + r) * g->K + k0 + k];
+    for (int64_t p = 0; p < mc; p += BT__MR)
+        for (int64_t r = 0; r < BT__MR; r++) {
+            const float *s = g->A + (i0 + p + r) * g->K + k0;
+            float *d = Ap + p * kc + r;
+            if (i0 + p + r < g->M) for (int64_t k = 0; k < kc; k++) d[k * BT__MR] = s[k];
+            else for (int64_t k = 0; k < kc; k++) d[k * BT__MR] = 0.f;
+        }
 }
 /* Bp <- op(B)[k0 : k0 + kc, j0 : j0 + nc] as NR-column micro-panels, each kc x NR (k-major);
    columns at or past N are zeros */
@@ -2114,19 +2123,20 @@ static void bt__sgemm_micro(int64_t kc, const float *a, int64_t ars, int64_t acs
             *p = x;
         }
 }
-/* C[i0 : i0 + mc, j0 : j0 + nc] over k in [kb, ke); Ap (MR x KC) and Bp (KC x NC) the caller's buffers.
-   op(A) = A is read in place (its MR rows stream through L1 while a B micro-panel stays there); a
-   transposed A, and the ragged last rows, are packed one MR x kc tile at a time. */
+/* C[i0 : i0 + mc, j0 : j0 + nc] over k in [kb, ke); Ap (mc x KC) and Bp (KC x NC) the caller's buffers.
+   A transposed is packed a block at a time; op(A) = A is read in place (its MR rows stream through
+   L1 while a B micro-panel stays there), but for the ragged last rows, packed as one tile. */
 static void bt__sgemm_block(const bt__sgemm_args *g, float *Ap, float *Bp, int64_t i0, int64_t mc, int64_t j0,
                             int64_t nc, int64_t kb, int64_t ke) {
     for (int64_t k0 = kb;; k0 += BT__KC) {    /* at least one slice: K = 0 still writes beta C + bias */
         int64_t kc = ke - k0 < BT__KC ? ke - k0 : BT__KC;
         bt__sgemm_pack_b(Bp, g, j0, nc, k0, kc);
+        if (g->ta) bt__sgemm_pack_a(Ap, g, i0, mc, k0, kc);
         for (int64_t p = 0; p < mc; p += BT__MR) {
             int64_t mr = mc - p < BT__MR ? mc - p : BT__MR;
-            const float *a = g->A + (i0 + p) * g->K + k0;
-            int64_t ars = g->K, acs = 1;
-            if (g->ta || mr < BT__MR) { bt__sgemm_pack_a(Ap, g, i0 + p, mr, k0, kc); a = Ap; ars = 1; acs = BT__MR; }
+            const float *a = g->ta ? Ap + p * kc : g->A + (i0 + p) * g->K + k0;
+            int64_t ars = g->ta ? 1 : g->K, acs = g->ta ? BT__MR : 1;
+            if (!g->ta && mr < BT__MR) { bt__sgemm_pack_a(Ap, g, i0 + p, mr, k0, kc); a = Ap; ars = 1; acs = BT__MR; }
             for (int64_t q = 0; q < nc; q += BT__NR)
                 bt__sgemm_micro(kc, a, ars, acs, Bp + q * kc, g->C + (i0 + p) * g->ldc + j0 + q, g->ldc, mr,
                                 nc - q < BT__NR ? nc - q : BT__NR, g->alpha, g->beta, g->bias ? g->bias + j0 + q : NULL,
@@ -2159,7 +2169,7 @@ static void bt__sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alp
     /* K parts after the first go to scratch C's (beta 0, no bias), added to C below */
     float *part = ks > 1 ? (float *)bt_alloc(bt_cpu(), sizeof(float) * (size_t)((ks - 1) * M * N), NULL) : NULL;
     int64_t kcmax = K < BT__KC ? K : BT__KC;
-    size_t abytes = sizeof(float) * (size_t)(BT__MR * kcmax) + 64, bbytes = sizeof(float) * (size_t)(kcmax * nc) + 64;
+    size_t abytes = sizeof(float) * (size_t)(mc * kcmax) + 64, bbytes = sizeof(float) * (size_t)(kcmax * nc) + 64;
     int failed = 0;
     #pragma omp parallel if (2.0 * M * N * K > BT__GEMM_PAR_FLOPS && ntask > 1)
     {

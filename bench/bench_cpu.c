@@ -1,7 +1,8 @@
 /* bench_cpu.c - the CPU fp32 matrix product of bt_tensor.h (bt__sgemm) against the machine's
    measured peak and, when built with BT_BENCH_OPENBLAS, against OpenBLAS's cblas_sgemm.
 
-     build/bench_cpu [--quick] [--reps N]        (make bench-cpu)
+     build/bench_cpu [--quick] [--reps N] [--only TEXT]        (make bench-cpu)
+   --quick skips the products over 10^8 multiply-adds; --only keeps those whose name contains TEXT.
 
    Peak: an FMA loop with 12 independent accumulators in the widest vector the build has (AVX-512,
    else AVX2), one copy per OpenMP thread. "per core" divides the flops by the thread's own CPU time
@@ -160,10 +161,12 @@ static double max_rel_diff(const float *a, const float *b, int64_t n) {
 
 int main(int argc, char **argv) {
     int reps = 9, quick = 0;
+    const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-        else { fprintf(stderr, "usage: %s [--quick] [--reps N]\n", argv[0]); return 2; }
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+        else { fprintf(stderr, "usage: %s [--quick] [--reps N] [--only TEXT]\n", argv[0]); return 2; }
     }
     if (reps < 1) reps = 1;
     double load[3] = {0, 0, 0};
@@ -185,7 +188,7 @@ int main(int argc, char **argv) {
     double tot_flops = 0, tot_ours = 0, tot_blas = 0;
     for (int i = 0; i < NSHAPES; i++) {
         const shape *s = &SHAPES[i];
-        if (quick && s->M * s->N * s->K > 1e8) continue;
+        if ((quick && s->M * s->N * s->K > 1e8) || (only && !strstr(s->what, only))) continue;
         double fl = 2.0 * s->M * s->N * s->K, cpu;
         float *A = random_floats(s->M * s->K, 1 + i), *B = random_floats(s->K * s->N, 100 + i);
         float *C = (float *)malloc(sizeof(float) * (size_t)(s->M * s->N));
@@ -209,7 +212,7 @@ int main(int argc, char **argv) {
         printf("\n");
         free(A); free(B); free(C);
     }
-    if (!quick) {
+    if (!quick && !only) {
         printf("one training step's products (the 15 shapes above, layers x4): %.2f GFLOP in %.1f ms ours (%.1f GFLOP/s)",
                tot_flops / 1e9, tot_ours * 1e3, tot_flops / tot_ours / 1e9);
 #ifdef BT_BENCH_OPENBLAS
