@@ -10,10 +10,10 @@
    by the wall time of all threads together (what the machine gave us just now).
    Products: the shapes of the default CPU training run (GPT-2 s4: 4 layers, C 128, B 8 x T 64 = 512
    rows, vocabulary padded to 50304) with their transposes as linear/matmul call them, and 1024^3
-   in all four transposes. Each is timed as the median of N calls after a warm-up, on random inputs;
-   GFLOP/s counts 2 M N K. "% peak" compares the wall rate with the per-core peak times the number
-   of threads (the machine's nominal peak); "cpu GF/core" divides by the process CPU time instead,
-   so it shows the kernel's efficiency even when other processes take turns on the cores.
+   in all four transposes. Each is timed as the median of N calls after a warm-up, on random inputs,
+   on one thread (against the per-core peak: the kernel's efficiency, the figure other processes
+   disturb least) and on all threads (against the nominal peak, per-core peak x threads).
+   GFLOP/s counts 2 M N K; the step total adds the products of one training step (layers x 4).
    The load average is printed with the results: timings on a shared machine are only comparable
    at similar loads. */
 #define _POSIX_C_SOURCE 200809L
@@ -127,17 +127,23 @@ static void openblas(const shape *s, const float *A, const float *B, float *C) {
                 (int)s->N);
 }
 #endif
-/* median wall seconds of reps calls; *cpu_s: process CPU seconds per call over them */
-static double time_gemm(gemm_fn f, const shape *s, const float *A, const float *B, float *C, int reps, double *cpu_s) {
+/* median wall seconds of reps calls on nt threads. First a pause: the other implementation's idle
+   threads (OpenMP's and OpenBLAS's both spin for a while after a call) must be asleep, or they take
+   cores from this one. */
+static double time_gemm(gemm_fn f, int nt, const shape *s, const float *A, const float *B, float *C, int reps) {
     double *t = (double *)malloc(sizeof(double) * (size_t)reps);
+    struct timespec pause = {0, 300000000};
+    omp_set_num_threads(nt);
+#ifdef BT_BENCH_OPENBLAS
+    openblas_set_num_threads(nt);
+#endif
+    nanosleep(&pause, NULL);
     f(s, A, B, C);                            /* warm-up: packing buffers, pages, caches */
-    double c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
     for (int r = 0; r < reps; r++) {
         double t0 = clock_s(CLOCK_MONOTONIC);
         f(s, A, B, C);
         t[r] = clock_s(CLOCK_MONOTONIC) - t0;
     }
-    *cpu_s = (clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0) / reps;
     qsort(t, (size_t)reps, sizeof(double), cmp_double);
     double med = t[reps / 2];
     free(t);
@@ -180,38 +186,42 @@ int main(int argc, char **argv) {
     printf("peak fp32 FMA: %.1f GFLOP/s per core (CPU time) -> nominal %.1f GFLOP/s on %d threads; %.1f GFLOP/s wall "
            "just now\n", core_peak / 1e9, peak / 1e9, nt, wall_peak / 1e9);
 #ifdef BT_BENCH_OPENBLAS
-    printf("%-12s %-19s | %9s %8s %7s %11s | %9s %8s %7s %11s | %s\n", "product", "M x N x K op", "ours ms", "GFLOP/s",
-           "% peak", "cpu GF/core", "blas ms", "GFLOP/s", "% peak", "cpu GF/core", "max rel diff");
-#else
-    printf("%-12s %-19s | %9s %8s %7s %11s\n", "product", "M x N x K op", "ours ms", "GFLOP/s", "% peak", "cpu GF/core");
+    printf("OpenBLAS: %s, core %s\n", openblas_get_config(), openblas_get_corename());
 #endif
+    printf("%-12s %-19s | %-23s | %-31s", "product", "M x N x K op", "ours, 1 thread", "ours, all threads");
+#ifdef BT_BENCH_OPENBLAS
+    printf(" | %-23s | %-31s | %s", "OpenBLAS, 1 thread", "OpenBLAS, all threads", "max rel diff");
+#endif
+    printf("\n");
     double tot_flops = 0, tot_ours = 0, tot_blas = 0;
     for (int i = 0; i < NSHAPES; i++) {
         const shape *s = &SHAPES[i];
         if ((quick && s->M * s->N * s->K > 1e8) || (only && !strstr(s->what, only))) continue;
-        double fl = 2.0 * s->M * s->N * s->K, cpu;
+        double fl = 2.0 * s->M * s->N * s->K;
         float *A = random_floats(s->M * s->K, 1 + i), *B = random_floats(s->K * s->N, 100 + i);
         float *C = (float *)malloc(sizeof(float) * (size_t)(s->M * s->N));
-        double t = time_gemm(ours, s, A, B, C, reps, &cpu);
         char dims[40];
         snprintf(dims, sizeof dims, "%lldx%lldx%lld %s%s", (long long)s->M, (long long)s->N, (long long)s->K,
                  s->ta ? "T" : "N", s->tb ? "T" : "N");
-        printf("%-12s %-19s | %9.3f %8.1f %6.1f%% %11.1f", s->what, dims, t * 1e3, fl / t / 1e9, 100 * fl / t / peak,
-               fl / cpu / 1e9);
+        double t1 = time_gemm(ours, 1, s, A, B, C, reps), tn = time_gemm(ours, nt, s, A, B, C, reps);
+        printf("%-12s %-19s | %6.1f GF/s %5.1f%% core | %8.3f ms %6.1f GF/s %5.1f%%", s->what, dims, fl / t1 / 1e9,
+               100 * fl / t1 / core_peak, tn * 1e3, fl / tn / 1e9, 100 * fl / tn / peak);
         int layer = i < 12;                   /* the per-layer products run once in each of the 4 layers */
         tot_flops += fl * (layer ? 4 : 1) * (i < 15);
-        tot_ours += t * (layer ? 4 : 1) * (i < 15);
+        tot_ours += tn * (layer ? 4 : 1) * (i < 15);
 #ifdef BT_BENCH_OPENBLAS
         float *C2 = (float *)malloc(sizeof(float) * (size_t)(s->M * s->N));
-        double cpu2, t2 = time_gemm(openblas, s, A, B, C2, reps, &cpu2);
-        tot_blas += t2 * (layer ? 4 : 1) * (i < 15);
-        printf(" | %9.3f %8.1f %6.1f%% %11.1f | %.1e", t2 * 1e3, fl / t2 / 1e9, 100 * fl / t2 / peak, fl / cpu2 / 1e9,
-               max_rel_diff(C, C2, s->M * s->N));
+        double b1 = time_gemm(openblas, 1, s, A, B, C2, reps), bn = time_gemm(openblas, nt, s, A, B, C2, reps);
+        tot_blas += bn * (layer ? 4 : 1) * (i < 15);
+        printf(" | %6.1f GF/s %5.1f%% core | %8.3f ms %6.1f GF/s %5.1f%% | %.1e", fl / b1 / 1e9, 100 * fl / b1 / core_peak,
+               bn * 1e3, fl / bn / 1e9, 100 * fl / bn / peak, max_rel_diff(C, C2, s->M * s->N));
         free(C2);
 #endif
         printf("\n");
+        fflush(stdout);
         free(A); free(B); free(C);
     }
+    omp_set_num_threads(nt);
     if (!quick && !only) {
         printf("one training step's products (the 15 shapes above, layers x4): %.2f GFLOP in %.1f ms ours (%.1f GFLOP/s)",
                tot_flops / 1e9, tot_ours * 1e3, tot_flops / tot_ours / 1e9);
