@@ -1560,36 +1560,45 @@ static void bt__check_async_errors(bt_device dev) {
 
 /* ---- fp32 math for the CPU loops (elementwise ops, the loss over the vocabulary, attention) ----
    x = n ln2 + r with n = round(x / ln2), |r| <= ln2 / 2 (ln 2 in two parts, so n ln2 is exact);
-   e^r - 1 = r (1 + r/2 + r^2/6 + ... + r^7/8!) (truncation < 6e-9 relative), 2^n written into the
-   exponent bits; e^x = 2^n (1 + q), e^x - 1 = 2^n q + (2^n - 1), which is exact near 0. x is clamped
-   to [-87, 88]. Within ~2 ulp; no branch and no call, so loops over these vectorise (the reductions
-   through `omp simd`, which lets the compiler reorder the float sums). */
+   q = e^r - 1 = r (1 + r/2 + r^2/6 + ... + r^7/8!) (truncation < 1e-9 relative); e^x = 2^n (1 + q)
+   and e^x - 1 = 2^n (1 + q) - 1, with 2^n applied as two powers of two 2^h 2^l (h = floor(n/2)), so
+   that results near overflow and in the subnormal range come out right (x is clamped to [-104, 89],
+   past which e^x rounds to 0 or infinity anyway), and e^x - 1 = q exactly when n = 0. Within ~2 ulp;
+   no branch and no call, so loops over these vectorise (the reductions through `omp simd`, which
+   lets the compiler reorder the float sums). */
 #ifdef __FMA__
 #define BT__FMAF(a, b, c) fmaf(a, b, c)
 #else
 #define BT__FMAF(a, b, c) ((a) * (b) + (c))
 #endif
-/* 2^n, and *q = e^r - 1 */
-static inline float bt__exp_parts(float x, float *q) {
-    x = -87.f > x ? -87.f : x;                /* written so that NaN stays NaN (max/min operand order) */
-    x = 88.f < x ? 88.f : x;
-    float t = BT__FMAF(x, 1.44269504088896341f, 12582912.f);   /* + 1.5 * 2^23: n in the low bits */
-    float n = t - 12582912.f;
-    float r = BT__FMAF(n, -0.693145751953125f, x);
-    r = BT__FMAF(n, -1.42860682030941723e-6f, r);
-    float p = BT__FMAF(r, 1.f / 40320, 1.f / 5040);
-    p = BT__FMAF(r, p, 1.f / 720); p = BT__FMAF(r, p, 1.f / 120); p = BT__FMAF(r, p, 1.f / 24);
-    p = BT__FMAF(r, p, 1.f / 6); p = BT__FMAF(r, p, 0.5f); p = BT__FMAF(r, p, 1.f);
-    *q = r * p;
-    int32_t ti, e;
+/* 2^i for i in [-126, 127] */
+static inline float bt__pow2i(int32_t i) {
+    int32_t e = (int32_t)((uint32_t)(i + 127) << 23);
     float s;
-    memcpy(&ti, &t, 4);
-    e = (int32_t)((uint32_t)(ti - 0x4b400000 + 127) << 23);
     memcpy(&s, &e, 4);
     return s;
 }
-static inline float bt__expf(float x) { float q, s = bt__exp_parts(x, &q); return BT__FMAF(s, q, s); }
-static inline float bt__expm1f(float x) { float q, s = bt__exp_parts(x, &q); return BT__FMAF(s, q, s - 1.f); }
+/* q = e^r - 1, and *h, *l with 2^n = *h * *l */
+static inline float bt__exp_parts(float x, float *h, float *l) {
+    x = -104.f > x ? -104.f : x;              /* written so that NaN stays NaN (max/min operand order) */
+    x = 89.f < x ? 89.f : x;
+    float t = BT__FMAF(x, 1.44269504088896341f, 12582912.f);   /* + 1.5 * 2^23: n in the low bits */
+    float nf = t - 12582912.f;
+    float r = BT__FMAF(nf, -0.693145751953125f, x);
+    r = BT__FMAF(nf, -1.42860682030941723e-6f, r);
+    float p = BT__FMAF(r, 1.f / 40320, 1.f / 5040);
+    p = BT__FMAF(r, p, 1.f / 720); p = BT__FMAF(r, p, 1.f / 120); p = BT__FMAF(r, p, 1.f / 24);
+    p = BT__FMAF(r, p, 1.f / 6); p = BT__FMAF(r, p, 0.5f); p = BT__FMAF(r, p, 1.f);
+    int32_t ti;
+    memcpy(&ti, &t, 4);
+    int32_t n = ti - 0x4b400000, nh = n >> 1;
+    *h = bt__pow2i(nh);
+    *l = bt__pow2i(n - nh);
+    return r * p;
+}
+static inline float bt__expf(float x) { float h, l, q = bt__exp_parts(x, &h, &l); return BT__FMAF(h, q, h) * l; }
+/* 2^n (1 + q) - 1 = (2^h (1 + q) - 2^-l) 2^l: exact powers of two but for the one rounding */
+static inline float bt__expm1f(float x) { float h, l, q = bt__exp_parts(x, &h, &l); return BT__FMAF(h, q, h - 1.f / l) * l; }
 /* tanh |x| = -m / (m + 2) with m = e^(-2|x|) - 1: no cancellation near 0 */
 static inline float bt__tanhf(float x) {
     float m = bt__expm1f(-2.f * fabsf(x));

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # cpu_val6.sh - wall time of the default CPU training run to its first validation loss below 6.0
 #   bash bench/cpu_val6.sh [BINARY [ARGS...]]      (make bench-cpu; BINARY defaults to ./train_gpt2)
-# Runs BINARY --device cpu ARGS (the default CPU configuration unless ARGS change it), prints each
-# step line with the seconds since the start, and stops the run at the first "val" below
+# Runs BINARY --device cpu ARGS (the default CPU configuration unless ARGS change it), prints its
+# header and each validation line with the seconds since the start (VERBOSE=1: every step line),
+# and stops the run at the first "val" below
 # VAL_TARGET (default 6.0); then one summary line with the step, the time and the load averages
 # before and after. OMP_NUM_THREADS and OMP_WAIT_POLICY pass through from the environment.
 set -u
@@ -19,7 +20,11 @@ pid=$!
 hit=""
 while IFS= read -r line; do
     t=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
-    case "$line" in step*) printf '%7s s  %s\n' "$t" "$line" ;; *) printf '           %s\n' "$line" ;; esac
+    case "$line" in
+        *"| val "*) printf '%7s s  %s\n' "$t" "$line" ;;
+        step*) [ "${VERBOSE:-0}" = 1 ] && printf '%7s s  %s\n' "$t" "$line" ;;
+        *) printf '           %s\n' "$line" ;;
+    esac
     if [[ $line =~ \|\ val\ ([0-9.]+) ]] && awk -v v="${BASH_REMATCH[1]}" -v g="$target" 'BEGIN { exit !(v < g) }'; then
         hit="$t s at $(echo "$line" | awk '{print $2}') (val ${BASH_REMATCH[1]})"
         kill "$pid" 2>/dev/null
