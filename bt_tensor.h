@@ -2447,6 +2447,61 @@ BTDEF bt_tensor *bt_log_softmax(bt_tensor *x) { return bt__softmax(x, 1); }
    Backward with xhat = (x - mean) rstd and dxhat = dy w:
    dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), dw = sum dy xhat, db = sum dy. */
 static bt_dtype bt__stat_dtype(bt_tensor *x) { return x->dtype == BT_F64 ? BT_F64 : BT_F32; }
+/* its CPU loops for fp32 (mean and rstd in f32): float loads and stores around the same double
+   arithmetic, vectorised; w, b, gx, gw, gb may be NULL */
+static void bt__layernorm_f32(float *y, float *mean, float *rstd, const float *x, const float *w, const float *b,
+                              int64_t rows, int64_t C, double eps) {
+    #pragma omp parallel for if (rows * C > BT__PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * C;
+        float *yr = y + r * C;
+        double m = 0, v = 0;
+        #pragma omp simd reduction(+ : m)
+        for (int64_t j = 0; j < C; j++) m += xr[j];
+        m /= (double)C;
+        #pragma omp simd reduction(+ : v)
+        for (int64_t j = 0; j < C; j++) v += (xr[j] - m) * (xr[j] - m);
+        double rs = 1.0 / sqrt(v / (double)C + eps);
+        #pragma omp simd
+        for (int64_t j = 0; j < C; j++) yr[j] = (float)((xr[j] - m) * rs * (w ? w[j] : 1.0) + (b ? b[j] : 0.0));
+        mean[r] = (float)m; rstd[r] = (float)rs;
+    }
+}
+static void bt__layernorm_back_f32(float *gx, float *gw, float *gb, const float *g, const float *x, const float *w,
+                                   const float *mean, const float *rstd, int64_t rows, int64_t C) {
+    if (gx) {
+        #pragma omp parallel for if (rows * C > BT__PAR_MIN)
+        for (int64_t r = 0; r < rows; r++) {
+            const float *xr = x + r * C, *gr = g + r * C;
+            double m = mean[r], rs = rstd[r], s1 = 0, s2 = 0;
+            #pragma omp simd reduction(+ : s1, s2)
+            for (int64_t j = 0; j < C; j++) {
+                double dxh = gr[j] * (w ? w[j] : 1.0);
+                s1 += dxh; s2 += dxh * ((xr[j] - m) * rs);
+            }
+            s1 /= (double)C; s2 /= (double)C;
+            #pragma omp simd
+            for (int64_t j = 0; j < C; j++) {
+                double xh = (xr[j] - m) * rs, dxh = gr[j] * (w ? w[j] : 1.0);
+                gx[r * C + j] = (float)(rs * (dxh - s1 - xh * s2));
+            }
+        }
+    }
+    if (gw || gb) {                           /* column sums: 64 columns a task, rows streamed in order */
+        #pragma omp parallel for if (rows * C > BT__PAR_MIN)
+        for (int64_t j0 = 0; j0 < C; j0 += 64) {
+            int64_t nj = C - j0 < 64 ? C - j0 : 64;
+            double sw[64] = {0}, sb[64] = {0};
+            for (int64_t r = 0; r < rows; r++) {
+                const float *xr = x + r * C + j0, *gr = g + r * C + j0;
+                double m = mean[r], rs = rstd[r];
+                #pragma omp simd
+                for (int64_t j = 0; j < nj; j++) { sw[j] += gr[j] * ((xr[j] - m) * rs); sb[j] += gr[j]; }
+            }
+            for (int64_t j = 0; j < nj; j++) { if (gw) gw[j0 + j] = (float)sw[j]; if (gb) gb[j0 + j] = (float)sb[j]; }
+        }
+    }
+}
 static void bt__layernorm_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_tensor *x = n->saved[0], *mean = n->saved[1], *rstd = n->saved[2];
     bt_tensor *w = n->n_saved > 3 ? n->saved[3] : NULL;
@@ -2466,7 +2521,11 @@ static void bt__layernorm_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     } else {
         const void *gp = bt_data_ptr(gc), *xp = bt_data_ptr(x), *wp = w ? bt_data_ptr(w) : NULL;
         const void *mp = bt_data_ptr(mean), *rp = bt_data_ptr(rstd); bt_dtype sdt = mean->dtype;
-        if (gx) {
+        if (dt == BT_F32) {
+            bt__layernorm_back_f32(gx ? (float *)bt_data_ptr(gx) : NULL, gw ? (float *)bt_data_ptr(gw) : NULL,
+                                   gb ? (float *)bt_data_ptr(gb) : NULL, (const float *)gp, (const float *)xp,
+                                   (const float *)wp, (const float *)mp, (const float *)rp, rows, C);
+        } else if (gx) {
             #pragma omp parallel for if (rows * C > BT__PAR_MIN)
             for (int64_t r = 0; r < rows; r++) {
                 double m = bt__ld(mp, sdt, r), rs = bt__ld(rp, sdt, r), s1 = 0, s2 = 0;
@@ -2481,7 +2540,7 @@ static void bt__layernorm_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
                 }
             }
         }
-        if (gw || gb) {
+        if (dt != BT_F32 && (gw || gb)) {
             #pragma omp parallel for if (rows * C > BT__PAR_MIN)
             for (int64_t j = 0; j < C; j++) {
                 double sw = 0, sb = 0;
@@ -2521,20 +2580,24 @@ BTDEF bt_tensor *bt_layernorm(bt_tensor *x, bt_tensor *w, bt_tensor *b, double e
     } else {
         const void *xp = bt_data_ptr(xc), *wp = wc ? bt_data_ptr(wc) : NULL, *bp = bc ? bt_data_ptr(bc) : NULL;
         void *yp = bt_data_ptr(y); bt_dtype sdt = mean->dtype;
-        #pragma omp parallel for if (rows * C > BT__PAR_MIN)
-        for (int64_t r = 0; r < rows; r++) {
-            double m = 0, v = 0;
-            for (int64_t j = 0; j < C; j++) m += bt__ld(xp, dt, r * C + j);
-            m /= (double)C;
-            for (int64_t j = 0; j < C; j++) { double d = bt__ld(xp, dt, r * C + j) - m; v += d * d; }
-            double rs = 1.0 / sqrt(v / (double)C + eps);
-            for (int64_t j = 0; j < C; j++) {
-                double o = (bt__ld(xp, dt, r * C + j) - m) * rs;
-                if (wp) o *= bt__ld(wp, dt, j);
-                if (bp) o += bt__ld(bp, dt, j);
-                bt__st(yp, dt, r * C + j, o);
+        if (dt == BT_F32) bt__layernorm_f32((float *)yp, (float *)bt_data_ptr(mean), (float *)bt_data_ptr(rstd), (const float *)xp,
+                                            (const float *)wp, (const float *)bp, rows, C, eps);
+        else {
+            #pragma omp parallel for if (rows * C > BT__PAR_MIN)
+            for (int64_t r = 0; r < rows; r++) {
+                double m = 0, v = 0;
+                for (int64_t j = 0; j < C; j++) m += bt__ld(xp, dt, r * C + j);
+                m /= (double)C;
+                for (int64_t j = 0; j < C; j++) { double d = bt__ld(xp, dt, r * C + j) - m; v += d * d; }
+                double rs = 1.0 / sqrt(v / (double)C + eps);
+                for (int64_t j = 0; j < C; j++) {
+                    double o = (bt__ld(xp, dt, r * C + j) - m) * rs;
+                    if (wp) o *= bt__ld(wp, dt, j);
+                    if (bp) o += bt__ld(bp, dt, j);
+                    bt__st(yp, dt, r * C + j, o);
+                }
+                bt__st(bt_data_ptr(mean), sdt, r, m); bt__st(bt_data_ptr(rstd), sdt, r, rs);
             }
-            bt__st(bt_data_ptr(mean), sdt, r, m); bt__st(bt_data_ptr(rstd), sdt, r, rs);
         }
     }
     bt_tensor *in[3] = {x, w, b};

@@ -1052,6 +1052,14 @@ static void test_fp32_paths(void) {
     bt_tensor *logits = leaf_in(SH(2, 3, 1031), -8.0, 8.0);
     check_f32_path("cross_entropy", f_xent, &logits, 1, &cx, 1e-5);
     bt_release(logits); bt_release(cx.aux[0]);
+    /* layernorm with and without its affine parameters (x offset from 0, so centring matters) */
+    for (int m = 0; m < 4; m++) {
+        bt_tensor *in[3] = {leaf_in(SH(37, 129), 2.0, 5.0), m & 1 ? leaf(SH(129)) : NULL, m & 2 ? leaf(SH(129)) : NULL};
+        gc_ctx c = {.f = {1e-5}};
+        char what[48]; snprintf(what, sizeof what, "layernorm w %d b %d", m & 1, m >> 1);
+        check_f32_path(what, f_layernorm, in, 3, &c, 1e-5);
+        release_all(in, 3);
+    }
     /* attention, and the packed projection the model uses */
     bt_tensor *qkv[3] = {leaf(SH(2, 3, 33, 8)), leaf(SH(2, 3, 33, 8)), leaf(SH(2, 3, 33, 8))};
     gc_ctx c0 = {.i = {0}};
