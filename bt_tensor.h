@@ -2178,13 +2178,14 @@ static void bt__sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alp
     /* K parts after the first go to scratch C's (beta 0, no bias), added to C below */
     float *part = ks > 1 ? (float *)bt_alloc(bt_cpu(), sizeof(float) * (size_t)((ks - 1) * M * N), NULL) : NULL;
     int64_t kcmax = K < BT__KC ? K : BT__KC;
-    size_t abytes = sizeof(float) * (size_t)(mc * kcmax) + 64, bbytes = sizeof(float) * (size_t)(kcmax * nc) + 64;
+    size_t abytes = (sizeof(float) * (size_t)(mc * kcmax) + 63) / 64 * 64, bbytes = sizeof(float) * (size_t)(kcmax * nc);
     int failed = 0;
     #pragma omp parallel if (2.0 * M * N * K > BT__GEMM_PAR_FLOPS && ntask > 1)
     {
-        char *raw = (char *)BT_MALLOC(abytes + bbytes);   /* this thread's packing buffers, 64-byte aligned */
-        float *Ap = raw ? (float *)(((uintptr_t)raw + 63) & ~(uintptr_t)63) : NULL;
-        float *Bp = raw ? (float *)(((uintptr_t)raw + abytes + 63) & ~(uintptr_t)63) : NULL;
+        /* this thread's packing buffers (64-byte aligned), from the caching allocator (thread-safe):
+           a malloc of this size per call would map and unmap fresh pages each time */
+        char *raw = (char *)bt_try_alloc(bt_cpu(), abytes + bbytes, NULL);
+        float *Ap = (float *)raw, *Bp = raw ? (float *)(raw + abytes) : NULL;
         if (!raw) {
             #pragma omp atomic write
             failed = 1;
@@ -2198,7 +2199,7 @@ static void bt__sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alp
             int64_t i0 = ib * mc, j0 = jb * nc, kb = kp * kpart, ke = kb + kpart < K ? kb + kpart : K;
             bt__sgemm_block(&g, Ap, Bp, i0, M - i0 < mc ? M - i0 : mc, j0, N - j0 < nc ? N - j0 : nc, kb, ke);
         }
-        BT_FREE(raw);
+        bt_free(raw);
     }
     if (failed) { bt_free(part); bt_error("matmul: out of host memory for the %zu-byte packing buffers", abytes + bbytes); }
     if (part) {
