@@ -3,9 +3,9 @@
 #   bash bench/cpu_val6.sh [BINARY [ARGS...]]      (make bench-cpu; BINARY defaults to ./train_gpt2)
 # Runs BINARY --device cpu ARGS (the default CPU configuration unless ARGS change it), prints its
 # header and each validation line with the seconds since the start (VERBOSE=1: every step line),
-# and stops the run at the first "val" below
-# VAL_TARGET (default 6.0); then one summary line with the step, the time and the load averages
-# before and after. OMP_NUM_THREADS and OMP_WAIT_POLICY pass through from the environment.
+# stops the run at the first "val" below VAL_TARGET (default 6.0), then prints one summary line:
+# the step, the time, the load averages before and after. OMP_NUM_THREADS and OMP_WAIT_POLICY pass
+# through from the environment (on a shared machine OMP_WAIT_POLICY=passive matters: mk/cpu.mk).
 set -u
 bin=${1:-./train_gpt2}
 [ $# -gt 0 ] && shift
@@ -14,6 +14,9 @@ target=${VAL_TARGET:-6.0}
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 fifo=$(mktemp -u /tmp/cpu_val6.XXXXXX)
 mkfifo "$fifo"
+pid=""
+trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -f "$fifo"' EXIT
+trap 'exit 130' INT TERM
 t0=$EPOCHREALTIME
 "$bin" --device cpu "$@" > "$fifo" 2>&1 &
 pid=$!
@@ -27,12 +30,12 @@ while IFS= read -r line; do
     esac
     if [[ $line =~ \|\ val\ ([0-9.]+) ]] && awk -v v="${BASH_REMATCH[1]}" -v g="$target" 'BEGIN { exit !(v < g) }'; then
         hit="$t s at $(echo "$line" | awk '{print $2}') (val ${BASH_REMATCH[1]})"
-        kill "$pid" 2>/dev/null
         break
     fi
 done < "$fifo"
+kill "$pid" 2>/dev/null
 wait "$pid" 2>/dev/null
-rm -f "$fifo"
+pid=""
 load1=$(cut -d' ' -f1-3 /proc/loadavg)
 if [ -n "$hit" ]; then
     echo "time to val < $target: $hit; load average before $load0, after $load1; $(nproc) cores"

@@ -6,6 +6,10 @@
 #                       installed) at the default CPU run's shapes and 1024^3, against the measured
 #                       FMA peak; then the default CPU run's wall time to val < 6.0 (bench/cpu_val6.sh,
 #                       skipped with CPU_RUN=0). bench/RESULTS.md records what it measured.
+# On a machine shared with other busy processes, OpenMP's default wait policy (threads spin for a
+# while after each parallel region) loses cores to them: on the 2-core dev machine at load averages
+# of 2 to 10, training steps took 3.5-4.6x as long as with OMP_WAIT_POLICY=passive (the environment
+# passes through to both targets); at load 1.5 the two were about even.
 .PHONY: bench-cpu
 
 ifeq ($(BLAS),1)
