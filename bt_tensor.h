@@ -1589,6 +1589,107 @@ static void bt__check_async_errors(bt_device dev) {
 #endif
 }
 
+/* ---- fp32 math for the CPU loops (elementwise ops, the loss over the vocabulary, attention) ----
+   x = n ln2 + r with n = round(x / ln2), |r| <= ln2 / 2 (ln 2 in two parts, so n ln2 is exact);
+   q = e^r - 1 = r (1 + r/2 + r^2/6 + ... + r^7/8!) (truncation < 1e-9 relative); e^x = 2^n (1 + q)
+   and e^x - 1 = 2^n (1 + q) - 1, with 2^n applied as two powers of two 2^h 2^l (h = floor(n/2)), so
+   that results near overflow and in the subnormal range come out right (x is clamped to [-104, 89],
+   past which e^x rounds to 0 or infinity anyway), and e^x - 1 = q exactly when n = 0. Within ~2 ulp;
+   no branch and no call, so loops over these vectorise (the reductions through `omp simd`, which
+   lets the compiler reorder the float sums). */
+#ifdef __FMA__
+#define BT__FMAF(a, b, c) fmaf(a, b, c)
+#else
+#define BT__FMAF(a, b, c) ((a) * (b) + (c))
+#endif
+/* 2^i for i in [-126, 127] */
+static inline float bt__pow2i(int32_t i) {
+    int32_t e = (int32_t)((uint32_t)(i + 127) << 23);
+    float s;
+    memcpy(&s, &e, 4);
+    return s;
+}
+/* q = e^r - 1, and *h, *l with 2^n = *h * *l */
+static inline float bt__exp_parts(float x, float *h, float *l) {
+    x = -104.f > x ? -104.f : x;              /* written so that NaN stays NaN (max/min operand order) */
+    x = 89.f < x ? 89.f : x;
+    float t = BT__FMAF(x, 1.44269504088896341f, 12582912.f);   /* + 1.5 * 2^23: n in the low bits */
+    float nf = t - 12582912.f;
+    float r = BT__FMAF(nf, -0.693145751953125f, x);
+    r = BT__FMAF(nf, -1.42860682030941723e-6f, r);
+    float p = BT__FMAF(r, 1.f / 40320, 1.f / 5040);
+    p = BT__FMAF(r, p, 1.f / 720); p = BT__FMAF(r, p, 1.f / 120); p = BT__FMAF(r, p, 1.f / 24);
+    p = BT__FMAF(r, p, 1.f / 6); p = BT__FMAF(r, p, 0.5f); p = BT__FMAF(r, p, 1.f);
+    int32_t ti;
+    memcpy(&ti, &t, 4);
+    int32_t n = ti - 0x4b400000, nh = n >> 1;
+    *h = bt__pow2i(nh);
+    *l = bt__pow2i(n - nh);
+    return r * p;
+}
+static inline float bt__expf(float x) { float h, l, q = bt__exp_parts(x, &h, &l); return BT__FMAF(h, q, h) * l; }
+/* 2^n (1 + q) - 1 = (2^h (1 + q) - 2^-l) 2^l: exact powers of two but for the one rounding */
+static inline float bt__expm1f(float x) { float h, l, q = bt__exp_parts(x, &h, &l); return BT__FMAF(h, q, h - 1.f / l) * l; }
+/* tanh |x| = -m / (m + 2) with m = e^(-2|x|) - 1: no cancellation near 0 */
+static inline float bt__tanhf(float x) {
+    float m = bt__expm1f(-2.f * fabsf(x));
+    return copysignf(-m / (m + 2.f), x);
+}
+/* max of z[0, n) (NaNs skipped) */
+static float bt__max_f32(const float *z, int64_t n) {
+    float m = -INFINITY;
+    #pragma omp simd reduction(max : m)
+    for (int64_t j = 0; j < n; j++) m = z[j] > m ? z[j] : m;
+    return m;
+}
+/* sum of e^(z_j - m) over [0, n): float lanes within blocks of 1024 terms, the blocks added in double */
+static double bt__sum_exp_f32(const float *z, int64_t n, float m) {
+    double total = 0;
+    for (int64_t j0 = 0; j0 < n; j0 += 1024) {
+        int64_t j1 = j0 + 1024 < n ? j0 + 1024 : n;
+        float s = 0;
+        #pragma omp simd reduction(+ : s)
+        for (int64_t j = j0; j < j1; j++) s += bt__expf(z[j] - m);
+        total += s;
+    }
+    return total;
+}
+
+/* The op list in float for fp32 tensors on the CPU: out = f(x), or out = g f'(x) when g is given,
+   each op's f and f' as BT_UNARY_OPS writes them, with float math (exp and tanh above; logf, sqrtf). */
+#pragma push_macro("BT_M_EXP")
+#pragma push_macro("BT_M_LOG")
+#pragma push_macro("BT_M_SQRT")
+#pragma push_macro("BT_M_TANH")
+#undef BT_M_EXP
+#undef BT_M_LOG
+#undef BT_M_SQRT
+#undef BT_M_TANH
+#define BT_M_EXP(x) bt__expf(x)
+#define BT_M_LOG(x) logf(x)
+#define BT_M_SQRT(x) sqrtf(x)
+#define BT_M_TANH(x) bt__tanhf(x)
+static void bt__unary_f32(bt_unary_op op, float *out, const float *xp, const float *g, int64_t n) {
+    typedef float bt_op_t;
+    switch (op) {
+#define BT__X(N, n_, f, df) case BT_UOP_##N: \
+        if (!g) { \
+            _Pragma("omp parallel for simd if (n > BT__PAR_MIN)") \
+            for (int64_t i = 0; i < n; i++) { bt_op_t x = xp[i]; out[i] = f; } \
+        } else { \
+            _Pragma("omp parallel for simd if (n > BT__PAR_MIN)") \
+            for (int64_t i = 0; i < n; i++) { bt_op_t x = xp[i], y = f; (void)y; out[i] = g[i] * (df); } \
+        } \
+        break;
+    BT_UNARY_OPS(BT__X)
+#undef BT__X
+    default: break;
+    }
+}
+#pragma pop_macro("BT_M_EXP")
+#pragma pop_macro("BT_M_LOG")
+#pragma pop_macro("BT_M_SQRT")
+#pragma pop_macro("BT_M_TANH")
 /* ---- unary elementwise: f(x) of the op list (BT_UNARY_OPS); backward gx = g f'(x), f' from x ---- */
 static void bt__unary_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_unary_op op = (bt_unary_op)n->i[0];
@@ -1603,8 +1704,11 @@ static void bt__unary_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     } else {
         const void *gp = bt_data_ptr(gc), *xp = bt_data_ptr(x); void *op_ = bt_data_ptr(gx);
         bt_dtype dt = x->dtype;
-        #pragma omp parallel for if (nel > BT__PAR_MIN)
-        for (int64_t i = 0; i < nel; i++) bt__st(op_, dt, i, bt__ld(gp, dt, i) * bt_unary_op_grad(op, bt__ld(xp, dt, i)));
+        if (dt == BT_F32) bt__unary_f32(op, (float *)op_, (const float *)xp, (const float *)gp, nel);
+        else {
+            #pragma omp parallel for if (nel > BT__PAR_MIN)
+            for (int64_t i = 0; i < nel; i++) bt__st(op_, dt, i, bt__ld(gp, dt, i) * bt_unary_op_grad(op, bt__ld(xp, dt, i)));
+        }
     }
     bt_release(gc);
     gin[0] = bt__register(gx);
@@ -1621,8 +1725,11 @@ static bt_tensor *bt__unary(bt_unary_op op, bt_tensor *x) {
 #endif
     } else {
         const void *xp = bt_data_ptr(xc); void *yp = bt_data_ptr(y); bt_dtype dt = x->dtype;
-        #pragma omp parallel for if (nel > BT__PAR_MIN)
-        for (int64_t i = 0; i < nel; i++) bt__st(yp, dt, i, bt_unary_op_eval(op, bt__ld(xp, dt, i)));
+        if (dt == BT_F32) bt__unary_f32(op, (float *)yp, (const float *)xp, NULL, nel);
+        else {
+            #pragma omp parallel for if (nel > BT__PAR_MIN)
+            for (int64_t i = 0; i < nel; i++) bt__st(yp, dt, i, bt_unary_op_eval(op, bt__ld(xp, dt, i)));
+        }
     }
     bt_node *n = bt__record(name, bt__unary_back, y, &x, 1);
     if (n) { n->i[0] = op; bt__save(n, xc); }
@@ -1699,10 +1806,18 @@ static void bt__binary_into(bt_binary_op op, bt_tensor *out, bt_tensor *a, bt_te
     }
     const void *ap = bt_data_ptr(a), *bp = bt_data_ptr(b); void *op_ = bt_data_ptr(out); bt_dtype dt = out->dtype;
     int fast = bt_is_contiguous(a) && bt_is_contiguous(b) && bt_numel(a) == nel && bt_numel(b) == nel;
-    if (fast && dt == BT_F32) {
+    if (fast && dt == BT_F32) {               /* the op list's a op b in float, one vectorised loop per op */
         const float *x = (const float *)ap, *y = (const float *)bp; float *z = (float *)op_;
-        #pragma omp parallel for if (nel > BT__PAR_MIN)
-        for (int64_t i = 0; i < nel; i++) z[i] = (float)bt_binary_op_eval(op, x[i], y[i]);
+        typedef float bt_op_t;
+        switch (op) {
+#define BT__X(N, n_, f, da, db) case BT_BOP_##N: \
+            _Pragma("omp parallel for simd if (nel > BT__PAR_MIN)") \
+            for (int64_t i = 0; i < nel; i++) { bt_op_t a = x[i], b = y[i]; z[i] = f; } \
+            break;
+        BT_BINARY_OPS(BT__X)
+#undef BT__X
+        default: break;
+        }
         return;
     }
     #pragma omp parallel for if (nel > BT__PAR_MIN)
@@ -1895,81 +2010,261 @@ BTDEF bt_tensor *bt_argmax(bt_tensor *x, int dim) {
 }
 
 /* ---- matmul ---- */
-/* C[M,N] = alpha * A[M,K] B[K,N] + beta * C (+ bias[N]), fp32, all row-major and contiguous.
-   Blocked for the cache: C is cut into MC x NB blocks (the OpenMP tasks) and K into KC slices,
-   so a KC x NB panel of B (256 KiB) stays in L2 while the block's rows stream past it; inside,
-   an MR x NR tile of C lives in registers (4 x 32 floats: 8 AVX-512 or 16 AVX2 accumulators)
-   for a whole K slice. Traffic: B is read M/MC times, A N/NB times. */
+/* C[M, N] = alpha op(A) op(B) + beta C (+ bias[N]), fp32, row-major, where op(A) [M, K] is A or, with
+   ta, A^T read from A [K, M] in place (likewise op(B) [K, N] and tb): no transpose is materialised.
+   The scheme is BLIS's. K is cut into KC slices. For each slice a KC x NC panel of op(B) is packed
+   into NR-column micro-panels (k-major, the edge zero-padded); the packing reads either layout,
+   which is where a transposed B goes. op(A) = A is read in place, MR rows at a time; A transposed
+   is packed an MC x KC block at a time into MR-row micro-panels (k-major), as is a ragged last tile.
+   The micro-kernel holds an MR x NR tile of C in registers over the whole slice: per k it loads NR
+   floats of B, broadcasts MR floats of A and issues MR x NR / VW vector FMAs. The KC x NR micro-panel
+   of B (32 KiB) stays in L1 while the block's MR-row strips of A stream past it from L2.
+   Traffic: op(B) is packed once per MC rows of C (each packed float feeds 2 MC flops); A is read
+   once per NC columns. The first K slice applies beta and the bias; later ones add.
+   Work is split into tasks, each an MC x NC block of C over one part of K, shrinking the blocks
+   (or, when K is long next to M and N, splitting K into parts summed at the end in a fixed order)
+   until there are BT__TASKS of them; the split depends on the shape only, so the result does not
+   depend on the number of threads. OpenMP hands the tasks out one at a time (a thread that the OS
+   delays does not hold the others up); each thread packs into its own buffers.
+   Vector width: AVX-512 (16 floats), else AVX2 + FMA (8), else a portable scalar kernel; the
+   Makefile builds with -march=native. `make BLAS=1` (BT_BLAS) routes this through cblas_sgemm. */
+#if defined(__AVX512F__)
+#include <immintrin.h>
+typedef __m512 bt__vf;
+#define BT__VW 16
+#define BT__MR 12                             /* 12 x 32: 24 accumulators of the 32 zmm registers */
+#define BT__NV 2
+#define bt__vzero() _mm512_setzero_ps()
+#define bt__vld(p) _mm512_loadu_ps(p)
+#define bt__vst(p, v) _mm512_storeu_ps(p, v)
+#define bt__vbc(x) _mm512_set1_ps(x)
+#define bt__vfma(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define bt__vmul(a, b) _mm512_mul_ps(a, b)
+#define bt__vadd(a, b) _mm512_add_ps(a, b)
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+typedef __m256 bt__vf;
+#define BT__VW 8
+#define BT__MR 6                              /* 6 x 16: 12 accumulators of the 16 ymm registers */
+#define BT__NV 2
+#define bt__vzero() _mm256_setzero_ps()
+#define bt__vld(p) _mm256_loadu_ps(p)
+#define bt__vst(p, v) _mm256_storeu_ps(p, v)
+#define bt__vbc(x) _mm256_set1_ps(x)
+#define bt__vfma(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define bt__vmul(a, b) _mm256_mul_ps(a, b)
+#define bt__vadd(a, b) _mm256_add_ps(a, b)
+#else
+typedef float bt__vf;                         /* portable: one float per "vector" */
+#define BT__VW 1
 #define BT__MR 4
-#define BT__NR 32
-#define BT__NB 256
-#define BT__MC 64
-#define BT__KC 256
-/* C[MR, NR] += alpha * A[MR, kc] B[kc, NR] */
-static inline void bt__sgemm_tile(int64_t kc, const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
-                                  int64_t ldc, float alpha) {
-    float c[BT__MR][BT__NR];
-    for (int r = 0; r < BT__MR; r++) for (int j = 0; j < BT__NR; j++) c[r][j] = 0;
-    for (int64_t k = 0; k < kc; k++) {
-        const float *b = B + k * ldb;
-        for (int r = 0; r < BT__MR; r++) {
-            float a = A[r * lda + k];
-            for (int j = 0; j < BT__NR; j++) c[r][j] += a * b[j];
-        }
-    }
-    for (int r = 0; r < BT__MR; r++) for (int j = 0; j < BT__NR; j++) C[r * ldc + j] += alpha * c[r][j];
-}
-/* the same for a ragged edge tile of mr x nr */
-static void bt__sgemm_edge(int64_t mr, int64_t nr, int64_t kc, const float *A, int64_t lda, const float *B, int64_t ldb,
-                           float *C, int64_t ldc, float alpha) {
-    for (int64_t r = 0; r < mr; r++)
-        for (int64_t j = 0; j < nr; j++) {
-            float s = 0;
-            for (int64_t k = 0; k < kc; k++) s += A[r * lda + k] * B[k * ldb + j];
-            C[r * ldc + j] += alpha * s;
-        }
-}
-static void bt__sgemm_nn(int64_t M, int64_t N, int64_t K, float alpha, const float *A, const float *B, float beta,
-                         float *C, const float *bias) {
-    int64_t npanel = (N + BT__NB - 1) / BT__NB, nrows = (M + BT__MC - 1) / BT__MC;
-    #pragma omp parallel for collapse(2) schedule(dynamic, 1) if (M * N * K > 100000)
-    for (int64_t p = 0; p < npanel; p++)
-        for (int64_t rb = 0; rb < nrows; rb++) {
-            int64_t j0 = p * BT__NB, j1 = j0 + BT__NB < N ? j0 + BT__NB : N;
-            int64_t i0 = rb * BT__MC, i1 = i0 + BT__MC < M ? i0 + BT__MC : M;
-            for (int64_t i = i0; i < i1; i++)
-                for (int64_t j = j0; j < j1; j++) {
-                    float c0 = beta != 0 ? beta * C[i * N + j] : 0.f;
-                    C[i * N + j] = bias ? c0 + bias[j] : c0;
+#define BT__NV 8
+#define bt__vzero() 0.f
+#define bt__vld(p) (*(p))
+#define bt__vst(p, v) (*(p) = (v))
+#define bt__vbc(x) (x)
+#define bt__vfma(a, b, c) ((a) * (b) + (c))
+#define bt__vmul(a, b) ((a) * (b))
+#define bt__vadd(a, b) ((a) + (b))
+#endif
+#define BT__NR (BT__VW * BT__NV)
+#define BT__KC 256                            /* a KC x NR micro-panel of B: 32 KiB with AVX-512 */
+#define BT__MC (BT__MR * 48)                  /* an MC x KC block of A: 576 KiB with AVX-512 (L2) */
+#define BT__NC (BT__NR * 16)
+#define BT__TASKS 8
+#define BT__GEMM_PAR_FLOPS 2000000.0          /* smaller products run on one thread */
+
+typedef struct {
+    const float *A, *B, *bias;
+    float *C;
+    int64_t M, N, K, ldc;
+    int ta, tb;
+    float alpha, beta;
+} bt__sgemm_args;
+
+/* Ap <- op(A)[i0 : i0 + mc, k0 : k0 + kc] as MR-row micro-panels, each kc x MR (k-major); rows at or
+   past M are zeros. A transposed (A [K, M]) is read a row at a time, mc adjacent floats per k. */
+static void bt__sgemm_pack_a(float *Ap, const bt__sgemm_args *g, int64_t i0, int64_t mc, int64_t k0, int64_t kc) {
+    if (g->ta) {                              /* 16 rows of A at a time: each panel gets 16 k's in a row */
+        for (int64_t k1 = 0; k1 < kc; k1 += 16)
+            for (int64_t p = 0; p < mc; p += BT__MR)
+                for (int64_t k = k1; k < kc && k < k1 + 16; k++) {
+                    const float *s = g->A + (k0 + k) * g->M + i0 + p;
+                    float *d = Ap + p * kc + k * BT__MR;
+                    if (i0 + p + BT__MR <= g->M) memcpy(d, s, sizeof(float) * BT__MR);
+                    else for (int64_t r = 0; r < BT__MR; r++) d[r] = i0 + p + r < g->M ? s[r] : 0.f;
                 }
-            for (int64_t k0 = 0; k0 < K; k0 += BT__KC) {
-                int64_t kc = K - k0 < BT__KC ? K - k0 : BT__KC;
-                for (int64_t i = i0; i < i1; i += BT__MR)
-                    for (int64_t j = j0; j < j1; j += BT__NR) {
-                        const float *a = A + i * K + k0, *b = B + k0 * N + j; float *c = C + i * N + j;
-                        if (i + BT__MR <= i1 && j + BT__NR <= j1) bt__sgemm_tile(kc, a, K, b, N, c, N, alpha);
-                        else bt__sgemm_edge(i1 - i < BT__MR ? i1 - i : BT__MR, j1 - j < BT__NR ? j1 - j : BT__NR, kc, a, K, b, N, c, N, alpha);
-                    }
+        return;
+    }
+    for (int64_t p = 0; p < mc; p += BT__MR)
+        for (int64_t r = 0; r < BT__MR; r++) {
+            const float *s = g->A + (i0 + p + r) * g->K + k0;
+            float *d = Ap + p * kc + r;
+            if (i0 + p + r < g->M) for (int64_t k = 0; k < kc; k++) d[k * BT__MR] = s[k];
+            else for (int64_t k = 0; k < kc; k++) d[k * BT__MR] = 0.f;
+        }
+}
+/* Bp <- op(B)[k0 : k0 + kc, j0 : j0 + nc] as NR-column micro-panels, each kc x NR (k-major);
+   columns at or past N are zeros */
+static void bt__sgemm_pack_b(float *Bp, const bt__sgemm_args *g, int64_t j0, int64_t nc, int64_t k0, int64_t kc) {
+    for (int64_t q = 0; q < nc; q += BT__NR, Bp += BT__NR * kc) {
+        int64_t nr = g->N - j0 - q < BT__NR ? g->N - j0 - q : BT__NR;
+        if (!g->tb && nr == BT__NR) {         /* B [K, N]: NR adjacent floats per k, a plain copy */
+            for (int64_t k = 0; k < kc; k++) memcpy(Bp + k * BT__NR, g->B + (k0 + k) * g->N + j0 + q, sizeof(float) * BT__NR);
+        } else if (!g->tb) {
+            for (int64_t k = 0; k < kc; k++)
+                for (int64_t j = 0; j < BT__NR; j++) Bp[k * BT__NR + j] = j < nr ? g->B[(k0 + k) * g->N + j0 + q + j] : 0.f;
+        } else {                              /* B [N, K]: one column of op(B) at a time, unit stride */
+            for (int64_t j = 0; j < BT__NR; j++) {
+                const float *s = g->B + (j0 + q + j) * g->K + k0;
+                if (j < nr) for (int64_t k = 0; k < kc; k++) Bp[k * BT__NR + j] = s[k];
+                else for (int64_t k = 0; k < kc; k++) Bp[k * BT__NR + j] = 0.f;
             }
         }
+    }
 }
-/* dst [cols, rows] = transpose of src [rows, cols] */
-static void bt__transpose_f32(float *dst, const float *src, int64_t rows, int64_t cols) {
-    #pragma omp parallel for if (rows * cols > BT__PAR_MIN)
-    for (int64_t c0 = 0; c0 < cols; c0 += 32)
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t c = c0; c < cols && c < c0 + 32; c++) dst[c * rows + r] = src[r * cols + c];
+/* the micro-kernel: acc = (MR x kc tile of A) Bp, an MR x NR tile, then into the mr x nr corner of C at
+   c: on the first K slice C = alpha acc + beta C + bias (C not read when beta = 0), else C += alpha acc.
+   Element (r, k) of the A tile is a[r ars + k acs]: a packed tile (1, MR) or op(A) = A in place (lda, 1). */
+static void bt__sgemm_micro(int64_t kc, const float *a, int64_t ars, int64_t acs, const float *Bp, float *c,
+                            int64_t ldc, int64_t mr, int64_t nr, float alpha, float beta, const float *bias, int first) {
+    bt__vf acc[BT__MR][BT__NV];
+    for (int r = 0; r < BT__MR; r++) for (int v = 0; v < BT__NV; v++) acc[r][v] = bt__vzero();
+    for (int64_t k = 0; k < kc; k++, a += acs, Bp += BT__NR) {
+        bt__vf b[BT__NV];
+        for (int v = 0; v < BT__NV; v++) b[v] = bt__vld(Bp + v * BT__VW);
+        for (int r = 0; r < BT__MR; r++) {
+            bt__vf x = bt__vbc(a[r * ars]);
+            for (int v = 0; v < BT__NV; v++) acc[r][v] = bt__vfma(x, b[v], acc[r][v]);
+        }
+    }
+    if (mr == BT__MR && nr == BT__NR) {
+        bt__vf va = bt__vbc(alpha), vb = bt__vbc(beta);
+        for (int r = 0; r < BT__MR; r++)
+            for (int v = 0; v < BT__NV; v++) {
+                float *p = c + r * ldc + v * BT__VW;
+                bt__vf x = bt__vmul(va, acc[r][v]);
+                if (!first) x = bt__vadd(x, bt__vld(p));
+                else {
+                    if (beta != 0) x = bt__vfma(vb, bt__vld(p), x);
+                    if (bias) x = bt__vadd(x, bt__vld(bias + v * BT__VW));
+                }
+                bt__vst(p, x);
+            }
+        return;
+    }
+    float t[BT__MR * BT__NR];                 /* a ragged edge: through memory */
+    for (int r = 0; r < BT__MR; r++) for (int v = 0; v < BT__NV; v++) bt__vst(t + r * BT__NR + v * BT__VW, acc[r][v]);
+    for (int64_t r = 0; r < mr; r++)
+        for (int64_t j = 0; j < nr; j++) {
+            float *p = c + r * ldc + j, x = alpha * t[r * BT__NR + j];
+            if (!first) x += *p;
+            else { if (beta != 0) x += beta * *p; if (bias) x += bias[j]; }
+            *p = x;
+        }
 }
+/* C[i0 : i0 + mc, j0 : j0 + nc] over k in [kb, ke); Ap (mc x KC) and Bp (KC x NC) the caller's buffers.
+   A transposed is packed a block at a time; op(A) = A is read in place (its MR rows stream through
+   L1 while a B micro-panel stays there), but for the ragged last rows, packed as one tile. */
+static void bt__sgemm_block(const bt__sgemm_args *g, float *Ap, float *Bp, int64_t i0, int64_t mc, int64_t j0,
+                            int64_t nc, int64_t kb, int64_t ke) {
+    for (int64_t k0 = kb;; k0 += BT__KC) {    /* at least one slice: K = 0 still writes beta C + bias */
+        int64_t kc = ke - k0 < BT__KC ? ke - k0 : BT__KC;
+        bt__sgemm_pack_b(Bp, g, j0, nc, k0, kc);
+        if (g->ta) bt__sgemm_pack_a(Ap, g, i0, mc, k0, kc);
+        for (int64_t p = 0; p < mc; p += BT__MR) {
+            int64_t mr = mc - p < BT__MR ? mc - p : BT__MR;
+            const float *a = g->ta ? Ap + p * kc : g->A + (i0 + p) * g->K + k0;
+            int64_t ars = g->ta ? 1 : g->K, acs = g->ta ? BT__MR : 1;
+            if (!g->ta && mr < BT__MR) { bt__sgemm_pack_a(Ap, g, i0 + p, mr, k0, kc); a = Ap; ars = 1; acs = BT__MR; }
+            for (int64_t q = 0; q < nc; q += BT__NR)
+                bt__sgemm_micro(kc, a, ars, acs, Bp + q * kc, g->C + (i0 + p) * g->ldc + j0 + q, g->ldc, mr,
+                                nc - q < BT__NR ? nc - q : BT__NR, g->alpha, g->beta, g->bias ? g->bias + j0 + q : NULL,
+                                k0 == kb);
+        }
+        if (k0 + kc >= ke) break;
+    }
+}
+static int64_t bt__cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+/* the task grid: block sizes mc x nc (multiples of MR, NR) and K parts ks, from the shape alone */
+static void bt__sgemm_grid(int64_t M, int64_t N, int64_t K, int64_t *mc, int64_t *nc, int64_t *ks) {
+    *mc = bt__cdiv(M, BT__MR) * BT__MR; if (*mc > BT__MC) *mc = BT__MC;
+    *nc = bt__cdiv(N, BT__NR) * BT__NR; if (*nc > BT__NC) *nc = BT__NC;
+    *ks = 1;
+    while (bt__cdiv(M, *mc) * bt__cdiv(N, *nc) * *ks < BT__TASKS) {
+        /* a smaller block repacks the other operand once more (K x N or M x K floats); a K part
+           costs an M x N sum: split K when it is the longest side */
+        if (K / (2 * *ks) >= BT__KC && K >= 2 * (M > N ? M : N)) *ks *= 2;
+        else if (*mc >= *nc && *mc > BT__MR) *mc = bt__cdiv(*mc / 2, BT__MR) * BT__MR;
+        else if (*nc > BT__NR) *nc = bt__cdiv(*nc / 2, BT__NR) * BT__NR;
+        else break;
+    }
+}
+static void bt__sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, const float *B,
+                      float beta, float *C, const float *bias) {
+    if (M <= 0 || N <= 0) return;
+    int64_t mc, nc, ks;
+    bt__sgemm_grid(M, N, K, &mc, &nc, &ks);
+    int64_t nib = bt__cdiv(M, mc), njb = bt__cdiv(N, nc), ntask = nib * njb * ks, kpart = bt__cdiv(K, ks);
+    /* K parts after the first go to scratch C's (beta 0, no bias), added to C below */
+    float *part = ks > 1 ? (float *)bt_alloc(bt_cpu(), sizeof(float) * (size_t)((ks - 1) * M * N), NULL) : NULL;
+    int64_t kcmax = K < BT__KC ? K : BT__KC;
+    size_t abytes = (sizeof(float) * (size_t)(mc * kcmax) + 63) / 64 * 64, bbytes = sizeof(float) * (size_t)(kcmax * nc);
+    int failed = 0;
+    #pragma omp parallel if (2.0 * M * N * K > BT__GEMM_PAR_FLOPS && ntask > 1)
+    {
+        /* this thread's packing buffers (64-byte aligned), from the caching allocator (thread-safe):
+           a malloc of this size per call would map and unmap fresh pages each time */
+        char *raw = (char *)bt_try_alloc(bt_cpu(), abytes + bbytes, NULL);
+        float *Ap = (float *)raw, *Bp = raw ? (float *)(raw + abytes) : NULL;
+        if (!raw) {
+            #pragma omp atomic write
+            failed = 1;
+        }
+        #pragma omp for schedule(dynamic, 1)
+        for (int64_t t = 0; t < ntask; t++) {
+            if (!raw) continue;
+            int64_t kp = t / (nib * njb), jb = t / nib % njb, ib = t % nib;
+            bt__sgemm_args g = {A, B, bias, C, M, N, K, N, ta, tb, alpha, beta};
+            if (kp > 0) { g.C = part + (kp - 1) * M * N; g.bias = NULL; g.beta = 0; }
+            int64_t i0 = ib * mc, j0 = jb * nc, kb = kp * kpart, ke = kb + kpart < K ? kb + kpart : K;
+            bt__sgemm_block(&g, Ap, Bp, i0, M - i0 < mc ? M - i0 : mc, j0, N - j0 < nc ? N - j0 : nc, kb, ke);
+        }
+        bt_free(raw);
+    }
+    if (failed) { bt_free(part); bt_error("matmul: out of host memory for the %zu-byte packing buffers", abytes + bbytes); }
+    if (part) {
+        #pragma omp parallel for if (M * N > BT__PAR_MIN)
+        for (int64_t i = 0; i < M * N; i++)
+            for (int64_t p = 0; p < ks - 1; p++) C[i] += part[p * M * N + i];
+        bt_free(part);
+    }
+}
+#ifdef BT_BLAS
+#include <cblas.h>
+/* the same product through the system BLAS (make BLAS=1): bias and beta folded into C first */
+static void bt__sgemm_blas(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, const float *B,
+                           float beta, float *C, const float *bias) {
+    if (M <= 0 || N <= 0) return;
+    if (bias) {
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) C[i * N + j] = (beta != 0 ? beta * C[i * N + j] : 0.f) + bias[j];
+        beta = 1;
+    }
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
+                alpha, A, ta ? (int)M : (int)(K ? K : 1), B, tb ? (int)(K ? K : 1) : (int)N, beta, C, (int)N);
+}
+#endif
 /* one matrix product on the CPU for any float dtype (fp32 blocked; others through double) */
 static void bt__cpu_gemm(bt_dtype dt, void *C, const void *A, const void *B, const void *bias, int64_t M, int64_t N,
                          int64_t K, int ta, int tb, double alpha, double beta) {
     if (dt == BT_F32) {
-        float *at = NULL, *bt_ = NULL;
-        const float *a = (const float *)A, *b = (const float *)B;
-        if (ta) { at = (float *)bt_alloc(bt_cpu(), sizeof(float) * M * K, NULL); bt__transpose_f32(at, a, K, M); a = at; }
-        if (tb) { bt_ = (float *)bt_alloc(bt_cpu(), sizeof(float) * K * N, NULL); bt__transpose_f32(bt_, b, N, K); b = bt_; }
-        bt__sgemm_nn(M, N, K, (float)alpha, a, b, (float)beta, (float *)C, (const float *)bias);
-        bt_free(at); bt_free(bt_);
+#ifdef BT_BLAS
+        bt__sgemm_blas(ta, tb, M, N, K, (float)alpha, (const float *)A, (const float *)B, (float)beta, (float *)C, (const float *)bias);
+        (void)bt__sgemm;                      /* ours stays compiled: bench/bench_cpu.c compares the two */
+#else
+        bt__sgemm(ta, tb, M, N, K, (float)alpha, (const float *)A, (const float *)B, (float)beta, (float *)C, (const float *)bias);
+#endif
         return;
     }
     #pragma omp parallel for if (M * N * K > 100000)
@@ -2229,6 +2524,61 @@ BTDEF bt_tensor *bt_log_softmax(bt_tensor *x) { return bt__softmax(x, 1); }
    Backward with xhat = (x - mean) rstd and dxhat = dy w:
    dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), dw = sum dy xhat, db = sum dy. */
 static bt_dtype bt__stat_dtype(bt_tensor *x) { return x->dtype == BT_F64 ? BT_F64 : BT_F32; }
+/* its CPU loops for fp32 (mean and rstd in f32): float loads and stores around the same double
+   arithmetic, vectorised; w, b, gx, gw, gb may be NULL */
+static void bt__layernorm_f32(float *y, float *mean, float *rstd, const float *x, const float *w, const float *b,
+                              int64_t rows, int64_t C, double eps) {
+    #pragma omp parallel for if (rows * C > BT__PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * C;
+        float *yr = y + r * C;
+        double m = 0, v = 0;
+        #pragma omp simd reduction(+ : m)
+        for (int64_t j = 0; j < C; j++) m += xr[j];
+        m /= (double)C;
+        #pragma omp simd reduction(+ : v)
+        for (int64_t j = 0; j < C; j++) v += (xr[j] - m) * (xr[j] - m);
+        double rs = 1.0 / sqrt(v / (double)C + eps);
+        #pragma omp simd
+        for (int64_t j = 0; j < C; j++) yr[j] = (float)((xr[j] - m) * rs * (w ? w[j] : 1.0) + (b ? b[j] : 0.0));
+        mean[r] = (float)m; rstd[r] = (float)rs;
+    }
+}
+static void bt__layernorm_back_f32(float *gx, float *gw, float *gb, const float *g, const float *x, const float *w,
+                                   const float *mean, const float *rstd, int64_t rows, int64_t C) {
+    if (gx) {
+        #pragma omp parallel for if (rows * C > BT__PAR_MIN)
+        for (int64_t r = 0; r < rows; r++) {
+            const float *xr = x + r * C, *gr = g + r * C;
+            double m = mean[r], rs = rstd[r], s1 = 0, s2 = 0;
+            #pragma omp simd reduction(+ : s1, s2)
+            for (int64_t j = 0; j < C; j++) {
+                double dxh = gr[j] * (w ? w[j] : 1.0);
+                s1 += dxh; s2 += dxh * ((xr[j] - m) * rs);
+            }
+            s1 /= (double)C; s2 /= (double)C;
+            #pragma omp simd
+            for (int64_t j = 0; j < C; j++) {
+                double xh = (xr[j] - m) * rs, dxh = gr[j] * (w ? w[j] : 1.0);
+                gx[r * C + j] = (float)(rs * (dxh - s1 - xh * s2));
+            }
+        }
+    }
+    if (gw || gb) {                           /* column sums: 64 columns a task, rows streamed in order */
+        #pragma omp parallel for if (rows * C > BT__PAR_MIN)
+        for (int64_t j0 = 0; j0 < C; j0 += 64) {
+            int64_t nj = C - j0 < 64 ? C - j0 : 64;
+            double sw[64] = {0}, sb[64] = {0};
+            for (int64_t r = 0; r < rows; r++) {
+                const float *xr = x + r * C + j0, *gr = g + r * C + j0;
+                double m = mean[r], rs = rstd[r];
+                #pragma omp simd
+                for (int64_t j = 0; j < nj; j++) { sw[j] += gr[j] * ((xr[j] - m) * rs); sb[j] += gr[j]; }
+            }
+            for (int64_t j = 0; j < nj; j++) { if (gw) gw[j0 + j] = (float)sw[j]; if (gb) gb[j0 + j] = (float)sb[j]; }
+        }
+    }
+}
 static void bt__layernorm_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_tensor *x = n->saved[0], *mean = n->saved[1], *rstd = n->saved[2];
     bt_tensor *w = n->n_saved > 3 ? n->saved[3] : NULL;
@@ -2248,7 +2598,11 @@ static void bt__layernorm_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     } else {
         const void *gp = bt_data_ptr(gc), *xp = bt_data_ptr(x), *wp = w ? bt_data_ptr(w) : NULL;
         const void *mp = bt_data_ptr(mean), *rp = bt_data_ptr(rstd); bt_dtype sdt = mean->dtype;
-        if (gx) {
+        if (dt == BT_F32) {
+            bt__layernorm_back_f32(gx ? (float *)bt_data_ptr(gx) : NULL, gw ? (float *)bt_data_ptr(gw) : NULL,
+                                   gb ? (float *)bt_data_ptr(gb) : NULL, (const float *)gp, (const float *)xp,
+                                   (const float *)wp, (const float *)mp, (const float *)rp, rows, C);
+        } else if (gx) {
             #pragma omp parallel for if (rows * C > BT__PAR_MIN)
             for (int64_t r = 0; r < rows; r++) {
                 double m = bt__ld(mp, sdt, r), rs = bt__ld(rp, sdt, r), s1 = 0, s2 = 0;
@@ -2263,7 +2617,7 @@ static void bt__layernorm_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
                 }
             }
         }
-        if (gw || gb) {
+        if (dt != BT_F32 && (gw || gb)) {
             #pragma omp parallel for if (rows * C > BT__PAR_MIN)
             for (int64_t j = 0; j < C; j++) {
                 double sw = 0, sb = 0;
@@ -2303,20 +2657,24 @@ BTDEF bt_tensor *bt_layernorm(bt_tensor *x, bt_tensor *w, bt_tensor *b, double e
     } else {
         const void *xp = bt_data_ptr(xc), *wp = wc ? bt_data_ptr(wc) : NULL, *bp = bc ? bt_data_ptr(bc) : NULL;
         void *yp = bt_data_ptr(y); bt_dtype sdt = mean->dtype;
-        #pragma omp parallel for if (rows * C > BT__PAR_MIN)
-        for (int64_t r = 0; r < rows; r++) {
-            double m = 0, v = 0;
-            for (int64_t j = 0; j < C; j++) m += bt__ld(xp, dt, r * C + j);
-            m /= (double)C;
-            for (int64_t j = 0; j < C; j++) { double d = bt__ld(xp, dt, r * C + j) - m; v += d * d; }
-            double rs = 1.0 / sqrt(v / (double)C + eps);
-            for (int64_t j = 0; j < C; j++) {
-                double o = (bt__ld(xp, dt, r * C + j) - m) * rs;
-                if (wp) o *= bt__ld(wp, dt, j);
-                if (bp) o += bt__ld(bp, dt, j);
-                bt__st(yp, dt, r * C + j, o);
+        if (dt == BT_F32) bt__layernorm_f32((float *)yp, (float *)bt_data_ptr(mean), (float *)bt_data_ptr(rstd), (const float *)xp,
+                                            (const float *)wp, (const float *)bp, rows, C, eps);
+        else {
+            #pragma omp parallel for if (rows * C > BT__PAR_MIN)
+            for (int64_t r = 0; r < rows; r++) {
+                double m = 0, v = 0;
+                for (int64_t j = 0; j < C; j++) m += bt__ld(xp, dt, r * C + j);
+                m /= (double)C;
+                for (int64_t j = 0; j < C; j++) { double d = bt__ld(xp, dt, r * C + j) - m; v += d * d; }
+                double rs = 1.0 / sqrt(v / (double)C + eps);
+                for (int64_t j = 0; j < C; j++) {
+                    double o = (bt__ld(xp, dt, r * C + j) - m) * rs;
+                    if (wp) o *= bt__ld(wp, dt, j);
+                    if (bp) o += bt__ld(bp, dt, j);
+                    bt__st(yp, dt, r * C + j, o);
+                }
+                bt__st(bt_data_ptr(mean), sdt, r, m); bt__st(bt_data_ptr(rstd), sdt, r, rs);
             }
-            bt__st(bt_data_ptr(mean), sdt, r, m); bt__st(bt_data_ptr(rstd), sdt, r, rs);
         }
     }
     bt_tensor *in[3] = {x, w, b};
@@ -2404,8 +2762,13 @@ static int bt__xent_rows(bt_device dev, bt_dtype dt, const void *z, const int32_
     #pragma omp parallel for if (N * V > BT__PAR_MIN)
     for (int64_t r = 0; r < N; r++) {
         double mx = -INFINITY, s = 0;
-        for (int64_t j = 0; j < V; j++) { double v = bt__ld(z, dt, r * Vp + j); if (v > mx) mx = v; }
-        for (int64_t j = 0; j < V; j++) s += exp(bt__ld(z, dt, r * Vp + j) - mx);
+        if (dt == BT_F32) {   /* float loads and exp, double sums (vectorised) */
+            mx = bt__max_f32((const float *)z + r * Vp, V);
+            s = bt__sum_exp_f32((const float *)z + r * Vp, V, (float)mx);
+        } else {
+            for (int64_t j = 0; j < V; j++) { double v = bt__ld(z, dt, r * Vp + j); if (v > mx) mx = v; }
+            for (int64_t j = 0; j < V; j++) s += exp(bt__ld(z, dt, r * Vp + j) - mx);
+        }
         double l = mx + log(s);
         bt__st(lse, sdt, r, l);
         bt__st(losses, sdt, r, tg[r] == ign ? 0 : l - bt__ld(z, dt, r * Vp + tg[r]));
@@ -2425,6 +2788,16 @@ static void bt__xent_grad(bt_device dev, bt_dtype dt, void *gz, const void *z, c
     #pragma omp parallel for if (N * Vp > BT__PAR_MIN)
     for (int64_t r = 0; r < N; r++) {
         int valid = tg[r] != ign; double l = bt__ld(lse, sdt, r), s = valid ? bt__ld(gl, sdt, r) : 0;
+        if (dt == BT_F32) {               /* s softmax_j in float; then -s at the target; 0 past V */
+            const float *zr = (const float *)z + r * Vp; float *o = (float *)gz + r * Vp, fl = (float)l, fs = (float)s;
+            int64_t j0 = valid ? V : 0;
+            float zt = valid ? zr[tg[r]] : 0;   /* read before the row is overwritten (gz may be z) */
+            #pragma omp simd
+            for (int64_t j = 0; j < j0; j++) o[j] = fs * bt__expf(zr[j] - fl);
+            if (valid) o[tg[r]] = (float)(s * ((double)bt__expf(zt - fl) - 1));
+            memset(o + j0, 0, sizeof(float) * (size_t)(Vp - j0));
+            continue;
+        }
         for (int64_t j = 0; j < Vp; j++) {
             double v = j < V && valid ? s * (exp(bt__ld(z, dt, r * Vp + j) - l) - (j == tg[r])) : 0;
             bt__st(gz, dt, r * Vp + j, v);
@@ -2661,6 +3034,42 @@ static inline int64_t bt__bht(const bt_tensor *x, int64_t b, int64_t h, int64_t 
     return x->offset + b * x->stride[0] + h * x->stride[1] + t * x->stride[2];
 }
 
+/* The same math in float for fp32 on the CPU (scores, exponentials and the weighted sum of v
+   vectorised along j or d; the row sums in double). q, k, v, o: base pointers with strides st[3]
+   (b, h, t; d contiguous). */
+static void bt__attention_compute_f32(const float *q, const int64_t *qs, const float *k, const int64_t *ks,
+                                      const float *v, const int64_t *vs, float *o, const int64_t *os, float *lse,
+                                      int64_t B, int64_t H, int64_t T, int64_t D, float scale) {
+    #pragma omp parallel for if (B * H * T * T * D > BT__PAR_MIN)
+    for (int64_t bh = 0; bh < B * H; bh++) {
+        int64_t b = bh / H, h = bh % H;
+        float *s = (float *)malloc(sizeof(float) * (size_t)(T + D)), *acc = s + T;
+        for (int64_t i = 0; i < T; i++) {
+            const float *qi = q + b * qs[0] + h * qs[1] + i * qs[2];
+            for (int64_t j = 0; j <= i; j++) {
+                const float *kj = k + b * ks[0] + h * ks[1] + j * ks[2];
+                float d_ = 0;
+                #pragma omp simd reduction(+ : d_)
+                for (int64_t d = 0; d < D; d++) d_ += qi[d] * kj[d];
+                s[j] = d_ * scale;
+            }
+            float mx = bt__max_f32(s, i + 1), sum = 0;
+            #pragma omp simd reduction(+ : sum)
+            for (int64_t j = 0; j <= i; j++) { s[j] = bt__expf(s[j] - mx); sum += s[j]; }
+            for (int64_t d = 0; d < D; d++) acc[d] = 0;
+            for (int64_t j = 0; j <= i; j++) {
+                const float *vj = v + b * vs[0] + h * vs[1] + j * vs[2];
+                float p = s[j];
+                #pragma omp simd
+                for (int64_t d = 0; d < D; d++) acc[d] += p * vj[d];
+            }
+            float *oi = o + b * os[0] + h * os[1] + i * os[2];
+            for (int64_t d = 0; d < D; d++) oi[d] = acc[d] / sum;
+            lse[bh * T + i] = mx + logf(sum);
+        }
+        free(s);
+    }
+}
 /* the attention math on [B, H, T, D] views (any strides with D contiguous): o and lse written */
 static void bt__attention_compute(bt_tensor *q, bt_tensor *k, bt_tensor *v, bt_tensor *o, bt_tensor *lse) {
     int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3];
@@ -2672,6 +3081,12 @@ static void bt__attention_compute(bt_tensor *q, bt_tensor *k, bt_tensor *v, bt_t
                                bt_data_ptr(k), k->stride, bt_data_ptr(v), v->stride, B, H, T, D, (float)scale, 1, bt__g.precision,
                                stream);
 #endif
+        return;
+    }
+    if (dt == BT_F32) {
+        bt__attention_compute_f32((const float *)q->storage->data + q->offset, q->stride, (const float *)k->storage->data + k->offset,
+                                  k->stride, (const float *)v->storage->data + v->offset, v->stride,
+                                  (float *)o->storage->data + o->offset, o->stride, (float *)bt_data_ptr(lse), B, H, T, D, (float)scale);
         return;
     }
     const void *qp = q->storage->data, *kp = k->storage->data, *vp = v->storage->data; bt_dtype ldt = lse->dtype;
@@ -2699,6 +3114,51 @@ static void bt__attention_compute(bt_tensor *q, bt_tensor *k, bt_tensor *v, bt_t
         free(s);
     }
 }
+/* its backward in float for fp32 on the CPU, the same loops as bt__attention_grads below; g and
+   the outputs gq, gk, gv as base pointers with strides like the inputs */
+static void bt__attention_grads_f32(const float *q, const int64_t *qs, const float *k, const int64_t *ks,
+                                    const float *v, const int64_t *vs, const float *o, const int64_t *os,
+                                    const float *lse, const float *g, const int64_t *gs, float *gq, const int64_t *gqs,
+                                    float *gk, const int64_t *gks, float *gv, const int64_t *gvs, int64_t B, int64_t H,
+                                    int64_t T, int64_t D, float scale) {
+    #pragma omp parallel for if (B * H * T * T * D > BT__PAR_MIN)
+    for (int64_t bh = 0; bh < B * H; bh++) {
+        int64_t b = bh / H, h = bh % H;
+        float *dq = (float *)calloc((size_t)(3 * T * D + T), sizeof(float));
+        float *dk = dq + T * D, *dv = dk + T * D, *p = dv + T * D;
+        for (int64_t i = 0; i < T; i++) {
+            const float *qi = q + b * qs[0] + h * qs[1] + i * qs[2], *gi = g + b * gs[0] + h * gs[1] + i * gs[2];
+            const float *oi = o + b * os[0] + h * os[1] + i * os[2];
+            float l = lse[bh * T + i], Di = 0;
+            #pragma omp simd reduction(+ : Di)
+            for (int64_t d = 0; d < D; d++) Di += gi[d] * oi[d];
+            for (int64_t j = 0; j <= i; j++) {
+                const float *kj = k + b * ks[0] + h * ks[1] + j * ks[2];
+                float s_ = 0;
+                #pragma omp simd reduction(+ : s_)
+                for (int64_t d = 0; d < D; d++) s_ += qi[d] * kj[d];
+                p[j] = s_ * scale - l;
+            }
+            #pragma omp simd
+            for (int64_t j = 0; j <= i; j++) p[j] = bt__expf(p[j]);
+            for (int64_t j = 0; j <= i; j++) {
+                const float *kj = k + b * ks[0] + h * ks[1] + j * ks[2], *vj = v + b * vs[0] + h * vs[1] + j * vs[2];
+                float dp = 0, pj = p[j];
+                #pragma omp simd reduction(+ : dp)
+                for (int64_t d = 0; d < D; d++) { dv[j * D + d] += pj * gi[d]; dp += gi[d] * vj[d]; }
+                float ds = pj * (dp - Di) * scale;
+                #pragma omp simd
+                for (int64_t d = 0; d < D; d++) { dq[i * D + d] += ds * kj[d]; dk[j * D + d] += ds * qi[d]; }
+            }
+        }
+        for (int64_t t = 0; t < T; t++) {
+            memcpy(gq + b * gqs[0] + h * gqs[1] + t * gqs[2], dq + t * D, sizeof(float) * (size_t)D);
+            memcpy(gk + b * gks[0] + h * gks[1] + t * gks[2], dk + t * D, sizeof(float) * (size_t)D);
+            memcpy(gv + b * gvs[0] + h * gvs[1] + t * gvs[2], dv + t * D, sizeof(float) * (size_t)D);
+        }
+        free(dq);
+    }
+}
 /* its backward: gq, gk, gv (views, written) from g = d loss / d o */
 static void bt__attention_grads(bt_tensor *q, bt_tensor *k, bt_tensor *v, bt_tensor *o, bt_tensor *lse, bt_tensor *gc,
                                 bt_tensor *gq, bt_tensor *gk, bt_tensor *gv) {
@@ -2712,6 +3172,13 @@ static void bt__attention_grads(bt_tensor *q, bt_tensor *k, bt_tensor *v, bt_ten
                                         bt_data_ptr(v), v->stride, bt_data_ptr(o), o->stride, (const float *)bt_data_ptr(lse),
                                         B, H, T, D, (float)scale, 1, bt__g.precision, stream);
 #endif
+        return;
+    }
+    if (dt == BT_F32) {
+#define BT__F(t) (float *)(t)->storage->data + (t)->offset, (t)->stride
+        bt__attention_grads_f32(BT__F(q), BT__F(k), BT__F(v), BT__F(o), (const float *)bt_data_ptr(lse), BT__F(gc), BT__F(gq),
+                                BT__F(gk), BT__F(gv), B, H, T, D, (float)scale);
+#undef BT__F
         return;
     }
     const void *qp = q->storage->data, *kp = k->storage->data, *vp = v->storage->data, *op_ = o->storage->data, *gp = gc->storage->data;

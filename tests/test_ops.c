@@ -15,6 +15,7 @@
 #pragma GCC diagnostic ignored "-Wclobbered"   /* BT_EXPECT_ERROR's setjmp: a false positive */
 #include <stdlib.h>
 #include <stdint.h>
+#include <omp.h>
 
 #define CPU bt_cpu()
 static int quick;                      /* BT_TEST_QUICK=1: fewer shapes (ASan runs) */
@@ -1033,6 +1034,158 @@ static void test_attention_qkv(void) {
     bt_scope_end();
 }
 
+/* =============================================================================================
+   (3) the fp32 CPU paths against float64: the blocked GEMM (bt__cpu_gemm) at edge sizes, and
+   the float loops of the op list, cross-entropy and attention (forward and backward) against the
+   same ops on float64 copies of the inputs
+   ============================================================================================= */
+/* C = alpha op(A) op(B) + beta C0 (+ bias) for every (ta, tb): against a double loop, with guard
+   floats after C that must stay untouched */
+static void check_sgemm(int64_t M, int64_t N, int64_t K, float alpha, float beta, int has_bias) {
+    for (int t = 0; t < 4; t++) {
+        int ta = t & 1, tb = t >> 1;
+        bt_scope_begin();
+        bt_tensor *a = rnd(SH(M * K + 1), BT_F32), *b = rnd(SH(K * N + 1), BT_F32);
+        bt_tensor *c = rnd(SH(M * N + 8), BT_F32), *bias = rnd(SH(N), BT_F32);
+        const float *A = (const float *)bt_data_ptr(a), *B = (const float *)bt_data_ptr(b), *bs = (const float *)bt_data_ptr(bias);
+        float *C = (float *)bt_data_ptr(c);
+        double *want = (double *)malloc(sizeof(double) * (size_t)(M * N + 8));
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                double s = 0;
+                for (int64_t k = 0; k < K; k++) s += (double)(ta ? A[k * M + i] : A[i * K + k]) * (tb ? B[j * K + k] : B[k * N + j]);
+                want[i * N + j] = alpha * s + (beta != 0 ? beta * (double)C[i * N + j] : 0) + (has_bias ? bs[j] : 0);
+            }
+        for (int64_t i = M * N; i < M * N + 8; i++) want[i] = C[i];
+        bt__cpu_gemm(BT_F32, C, A, B, has_bias ? bs : NULL, M, N, K, ta, tb, alpha, beta);
+        double got_err = 0, den = 0;
+        for (int64_t i = 0; i < M * N; i++) { double d = C[i] - want[i]; got_err += d * d; den += want[i] * want[i]; }
+        int guard_ok = 1;
+        for (int64_t i = M * N; i < M * N + 8; i++) guard_ok &= C[i] == (float)want[i];
+        double e = sqrt(got_err) / (den > 0 ? sqrt(den) : 1);
+        BT_CHECK(e < 1e-5, "sgemm %lldx%lldx%lld ta %d tb %d alpha %g beta %g bias %d: rel err %.3g", (long long)M,
+                 (long long)N, (long long)K, ta, tb, alpha, beta, has_bias, e);
+        BT_CHECK(guard_ok, "sgemm %lldx%lldx%lld ta %d tb %d: wrote past C", (long long)M, (long long)N, (long long)K, ta, tb);
+        free(want);
+        bt_scope_end();
+    }
+}
+static void test_sgemm_edges(void) {
+    struct { int64_t M, N, K; } cs[] = {
+        {1, 1, 1}, {1, 37, 5}, {37, 1, 5}, {13, 17, 19}, {5, 3, 0},                 /* K = 0: C = beta C + bias */
+        {BT__MR, BT__NR, BT__KC}, {BT__MR + 1, BT__NR + 1, BT__KC + 1},              /* one tile, one past */
+        {BT__MC + 5, 40, 30}, {20, BT__NC + 3, 30}, {30, 20, 2 * BT__KC + 7},        /* past a block */
+        {13, 7, 16 * BT__KC + 3},                                                   /* K split into parts */
+        {512, 128, 384},                                                            /* the model's shapes */
+    };
+    float ab[3][2] = {{1, 0}, {0.5f, 1}, {-2, 0}};
+    for (int i = 0; i < (int)(sizeof cs / sizeof cs[0]); i++)
+        for (int v = 0; v < 3; v++) {
+            if (quick && v && cs[i].M * cs[i].N * cs[i].K > 100000) continue;
+            check_sgemm(cs[i].M, cs[i].N, cs[i].K, ab[v][0], ab[v][1], v > 0);
+        }
+    /* the task grid depends on the shape only: the same bits on 1 thread and on several */
+    bt_scope_begin();
+    int64_t M = 70, N = 45, K = 20 * BT__KC;
+    bt_tensor *a = rnd(SH(M, K), BT_F32), *b = rnd(SH(K, N), BT_F32), *c1 = rnd(SH(M, N), BT_F32), *c2 = rnd(SH(M, N), BT_F32);
+    int nt = omp_get_max_threads();
+    omp_set_num_threads(1);
+    bt__cpu_gemm(BT_F32, bt_data_ptr(c1), bt_data_ptr(a), bt_data_ptr(b), NULL, M, N, K, 0, 0, 1.0, 0.0);
+    omp_set_num_threads(nt > 1 ? nt : 2);
+    bt__cpu_gemm(BT_F32, bt_data_ptr(c2), bt_data_ptr(a), bt_data_ptr(b), NULL, M, N, K, 0, 0, 1.0, 0.0);
+    omp_set_num_threads(nt);
+    BT_CHECK(!memcmp(bt_data_ptr(c1), bt_data_ptr(c2), sizeof(float) * (size_t)(M * N)), "sgemm: 1 thread and %d differ", nt > 1 ? nt : 2);
+    bt_scope_end();
+}
+
+/* f on float32 copies of the f64 leaves `in` against f on `in`: the output and every gradient */
+static void check_f32_path(const char *name, gc_fn f, bt_tensor **in, int n, const gc_ctx *c, double tol) {
+    bt_tensor *in32[8] = {0};
+    bt_scope_begin();
+    for (int k = 0; k < n; k++)
+        if (in[k]) {
+            int old = bt_set_grad_enabled(0);
+            in32[k] = bt_keep(bt_cast(in[k], BT_F32));
+            bt_set_grad_enabled(old);
+            bt_set_requires_grad(in32[k], 1);
+        }
+    bt_tensor *y64 = f(in, c), *y32 = f(in32, c);
+    bt_tensor *R = rnd(bt_shape_of(y64), BT_F64);
+    bt_backward(bt_sum(bt_mul(y64, R), NULL, 0, 0));
+    bt_backward(bt_sum(bt_mul(y32, bt_cast(R, BT_F32)), NULL, 0, 0));
+    double *want = host(y64);
+    char what[128];
+    snprintf(what, sizeof what, "%s f32 forward", name);
+    expect_close(what, y32, bt_shape_of(y64), want, tol);
+    free(want);
+    for (int k = 0; k < n; k++) {
+        if (!in[k]) continue;
+        BT_CHECK(in[k]->grad && in32[k]->grad, "%s: input %d got no gradient", name, k);
+        if (!in[k]->grad || !in32[k]->grad) continue;
+        double *gw = host(in[k]->grad);
+        snprintf(what, sizeof what, "%s f32 gradient of input %d", name, k);
+        expect_close(what, in32[k]->grad, bt_shape_of(in[k]), gw, tol);
+        free(gw);
+        bt_release(in[k]->grad); in[k]->grad = NULL;
+    }
+    bt_scope_end();
+    for (int k = 0; k < n; k++) bt_release(in32[k]);
+}
+static bt_tensor *f_unary_op(bt_tensor **in, const gc_ctx *c) {
+    switch (c->i[0]) {
+#define BT__X(N, n_, f, df) case BT_UOP_##N: return bt_##n_(in[0]);
+    BT_UNARY_OPS(BT__X)
+#undef BT__X
+    default: return NULL;
+    }
+}
+static bt_tensor *f_attention_qkv(bt_tensor **in, const gc_ctx *c) { return bt_attention_qkv(in[0], c->i[0]); }
+static void test_fp32_paths(void) {
+    for (int op = 0; op < BT_NUOPS; op++) {
+        /* positive inputs for the ops defined there (log, sqrt, rsqrt, recip); wide ones elsewhere
+           (exp, tanh, gelu reach both tails) */
+        int pos = op == BT_UOP_LOG || op == BT_UOP_SQRT || op == BT_UOP_RSQRT || op == BT_UOP_RECIP;
+        bt_tensor *x = pos ? leaf_in(SH(37, 29), 0.2, 3.0) : leaf_in(SH(37, 29), -9.0, 9.0);
+        gc_ctx c = {.i = {op}};
+        char what[48]; snprintf(what, sizeof what, "unary %s", bt_unary_op_name((bt_unary_op)op));
+        check_f32_path(what, f_unary_op, &x, 1, &c, 1e-5);
+        bt_release(x);
+    }
+    for (int op = 0; op < 4; op++) {
+        bt_tensor *ab[2] = {leaf(SH(41, 33)), op == 3 ? leaf_in(SH(41, 33), 0.5, 2.0) : leaf(SH(41, 33))};
+        gc_ctx c = {.i = {op}};
+        char what[48]; snprintf(what, sizeof what, "binary %s", bop_name[op]);
+        check_f32_path(what, f_binary, ab, 2, &c, 1e-5);
+        release_all(ab, 2);
+    }
+    /* cross-entropy over 1000 of 1031 columns (padding), one ignored row */
+    bt_scope_begin();
+    int32_t tg[6] = {0, 999, -100, 517, 3, 42};
+    gc_ctx cx = {.i = {1000, -100}};
+    cx.aux[0] = bt_keep(bt_from_data(tg, SH(2, 3), BT_I32, CPU));
+    bt_scope_end();
+    bt_tensor *logits = leaf_in(SH(2, 3, 1031), -8.0, 8.0);
+    check_f32_path("cross_entropy", f_xent, &logits, 1, &cx, 1e-5);
+    bt_release(logits); bt_release(cx.aux[0]);
+    /* layernorm with and without its affine parameters (x offset from 0, so centring matters) */
+    for (int m = 0; m < 4; m++) {
+        bt_tensor *in[3] = {leaf_in(SH(37, 129), 2.0, 5.0), m & 1 ? leaf(SH(129)) : NULL, m & 2 ? leaf(SH(129)) : NULL};
+        gc_ctx c = {.f = {1e-5}};
+        char what[48]; snprintf(what, sizeof what, "layernorm w %d b %d", m & 1, m >> 1);
+        check_f32_path(what, f_layernorm, in, 3, &c, 1e-5);
+        release_all(in, 3);
+    }
+    /* attention, and the packed projection the model uses */
+    bt_tensor *qkv[3] = {leaf(SH(2, 3, 33, 8)), leaf(SH(2, 3, 33, 8)), leaf(SH(2, 3, 33, 8))};
+    gc_ctx c0 = {.i = {0}};
+    check_f32_path("attention", f_attention, qkv, 3, &c0, 1e-5);
+    release_all(qkv, 3);
+    bt_tensor *packed = leaf(SH(2, 17, 3 * 4 * 8));
+    gc_ctx ch = {.i = {4}};
+    check_f32_path("attention_qkv", f_attention_qkv, &packed, 1, &ch, 1e-5);
+    bt_release(packed);
+}
+
 int main(void) {
     const char *q = getenv("BT_TEST_QUICK");
     quick = q && *q && *q != '0';
@@ -1059,6 +1212,8 @@ int main(void) {
     BT_RUN(test_table_cpu_f32);
     BT_RUN(test_table_cpu_bf16);
     BT_RUN(test_table_cpu_f16);
+    BT_RUN(test_sgemm_edges);
+    BT_RUN(test_fp32_paths);
     BT_RUN(test_nothing_left);
     return bt_test_summary("test_ops");
 }
