@@ -1767,6 +1767,8 @@ typedef struct {
     int64_t sec;        /* wgmma kernels: heads per section of the work order (bt__k_att_work) */
     float *dvec_out;    /* wgmma dQ kernel: writes Dvec of its rows here (no pre-pass) when set */
     int turns;          /* wgmma backward kernels: the two warpgroups take turns issuing products */
+    int *ctr;           /* persistent wgmma forward: work items taken from this counter (zeroed per launch),
+                           as the SMs free up; NULL: a fixed snake order (bt__k_att_item) */
     int H, T, D, vec, vec_out;
     int causal;         /* 1: key j > query i masked; 0: every query sees every key */
     float c2, scale;   /* c2 = scale log2(e) */
@@ -2788,6 +2790,26 @@ __device__ __forceinline__ int64_t bt__k_att_item(int64_t n) {
     const int64_t G = gridDim.x, c = blockIdx.x;
     return n * G + ((n & 1) ? G - 1 - c : c);
 }
+/* the CTA's n-th work item, the same in every thread. With p.ctr the producer's first thread
+   (threadIdx.x 256) takes items from the counter, the next one fetched a whole item ahead, and
+   hands each to all 12 warps through shared memory: *slot written, then ifull (1 arrival); every
+   warp reads it, then iempty (12 arrivals) lets the next be written. next: that thread's fetched
+   item (starts at blockIdx.x). Else the fixed order bt__k_att_item(n). */
+__device__ __forceinline__ int64_t bt__k_att_next(const bt__k_attp &p, int64_t n, int64_t nitems, volatile int64_t *slot,
+                                                 uint32_t ifull, uint32_t iempty, int64_t &next) {
+    if (!p.ctr) return bt__k_att_item(n);
+    if (threadIdx.x == 256) {
+        if (n > 0) bt__k_mbar_wait(iempty, (int)((n - 1) & 1));
+        *slot = next;
+        bt__k_mbar_arrive(ifull);
+        if (next < nitems) next = (int64_t)gridDim.x + atomicAdd(p.ctr, 1);
+    }
+    bt__k_mbar_wait(ifull, (int)(n & 1));
+    const int64_t L = *slot;
+    __syncwarp();
+    if ((threadIdx.x & 31) == 0) bt__k_mbar_arrive(iempty);
+    return L;
+}
 /* S = Q K^T for warpgroup w: rows 64 w .. of the Q tile, the 128 keys of a K stage */
 template <typename T, int D>
 __device__ __forceinline__ void bt__k_att_fwd_s(float (&sc)[64], uint32_t sQ, uint32_t sKs, int w) {
@@ -2802,21 +2824,25 @@ __device__ __forceinline__ void bt__k_att_fwd_s(float (&sc)[64], uint32_t sQ, ui
 template <typename T, int D> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt__k_att_fwd_wg(bt__k_attp p) {
 #ifdef BT__K_WG
     enum { BM = 128, BN = 128, ST = 2, TILE = BN * D * 2, NS = BN / 2, NO = D / 2 };
-    /* K full, K empty, V full, V empty (ST each), Q full, Q empty (static: marks the sm_90a build) */
-    __shared__ __align__(8) uint64_t bars[4 * ST + 2];
+    /* K full, K empty, V full, V empty (ST each), Q full, Q empty, item full, item empty (static:
+       marks the sm_90a build) */
+    __shared__ __align__(8) uint64_t bars[4 * ST + 4];
+    __shared__ int64_t item_slot;
     extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
     const uint32_t sQ = bt__k_wg_base(bt__k_att_sm), sK = sQ + BM * D * 2, sV = sK + ST * TILE;
     const uint32_t kfull = bt__k_smem(bars), kempty = kfull + 8 * ST, vfull = kempty + 8 * ST, vempty = vfull + 8 * ST,
-                   qfull = vempty + 8 * ST, qempty = qfull + 8;
+                   qfull = vempty + 8 * ST, qempty = qfull + 8, ifull = qempty + 8, iempty = ifull + 8;
     const int nqt = (p.T + BM - 1) / BM;
     const int64_t nitems = (p.bh1 - p.bh0) * nqt;
     const int warp = bt__k_warp_id(), lane = threadIdx.x & 31, t = threadIdx.x & 127;
+    int64_t next = blockIdx.x;   /* the item fetched ahead (threadIdx.x 256, with p.ctr) */
     if (threadIdx.x == 0) {
         for (int s = 0; s < ST; s++) {
             bt__k_mbar_init(kfull + 8 * s, 128); bt__k_mbar_init(vfull + 8 * s, 128);
             bt__k_mbar_init(kempty + 8 * s, 8); bt__k_mbar_init(vempty + 8 * s, 8);
         }
         bt__k_mbar_init(qfull, 128); bt__k_mbar_init(qempty, 8);
+        bt__k_mbar_init(ifull, 1); bt__k_mbar_init(iempty, 12);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
@@ -2824,7 +2850,7 @@ template <typename T, int D> __global__ void __launch_bounds__(BT__K_WG_THREADS,
         bt__k_wg_regs_dec<BT__K_WG_PRODUCER_REGS>();
         int u = 0;   /* K, V tiles loaded so far: use u of the rings is stage u % ST, its (u / ST)-th */
         for (int64_t n = 0;; n++) {
-            const int64_t L = bt__k_att_item(n);
+            const int64_t L = bt__k_att_next(p, n, nitems, &item_slot, ifull, iempty, next);
             if (L >= nitems) break;
             int rank;
             const int64_t bh = bt__k_att_work(p, L, nqt, rank);
@@ -2850,7 +2876,7 @@ template <typename T, int D> __global__ void __launch_bounds__(BT__K_WG_THREADS,
         const int w = warp >> 2, g = lane >> 2, tg = lane & 3;
         int u = 0;   /* K, V tiles consumed so far (as the producer's u) */
         for (int64_t n = 0;; n++) {
-            const int64_t L = bt__k_att_item(n);
+            const int64_t L = bt__k_att_next(p, n, nitems, &item_slot, ifull, iempty, next);
             if (L >= nitems) break;
             int rank;
             const int64_t bh = bt__k_att_work(p, L, nqt, rank);
@@ -3293,7 +3319,9 @@ static int bt__k_att_wg_use(bt_dtype dt, const bt__k_attp *p) {
 }
 /* tuning of the wgmma path (developer switches, read from the environment at each call; the
    defaults are the measured best): BT_ATT_L2_MB, the L2 bytes (MiB) a section of heads may re-read (0: one
-   section of all heads, the plain order); BT_ATT_PERSIST=0|1, the forward on a persistent grid;
+   section of all heads, the plain order), BT_ATT_L2_ONE_MB: one section when all heads' re-read
+   bytes fit in this many MiB; BT_ATT_PERSIST=0|1, the forward on a persistent grid; BT_ATT_DYN=0|1,
+   its work items from an atomic counter as SMs free up (else a fixed snake order);
    BT_ATT_DVEC_FUSED=0|1, Dvec computed by the dQ kernel (else by a pre-pass kernel);
    BT_ATT_BWD_TURNS=0|1, the backward kernels' warpgroups taking turns at the tensor cores */
 static int bt__k_att_tune(const char *name, int dflt) {
@@ -3305,13 +3333,20 @@ static int bt__k_att_tune(const char *name, int dflt) {
 static void bt__k_att_wg_launch(void (*kern)(bt__k_attp), bt__k_attp p, int64_t ntiles, size_t head_bytes, int persistent,
                                 size_t smem, cudaStream_t s, const char *op) {
     int64_t nbh = p.bh1 - p.bh0, items = nbh * ntiles, sms = bt__k_cur()->sm_count;
-    int l2_mb = bt__k_att_tune("BT_ATT_L2_MB", 16);
+    int l2_mb = bt__k_att_tune("BT_ATT_L2_MB", 16), one_mb = bt__k_att_tune("BT_ATT_L2_ONE_MB", 48);
     int64_t sec = l2_mb > 0 ? (int64_t)(((size_t)l2_mb << 20) / head_bytes) : nbh;
+    if ((double)nbh * (double)head_bytes <= (double)one_mb * 1048576.0) sec = nbh;   /* all heads fit: one section */
     p.sec = sec < 1 ? 1 : sec > nbh ? nbh : sec;
     int64_t grid = persistent && items > sms ? sms : items;
+    p.ctr = NULL;
+    if (grid < items && bt__k_att_tune("BT_ATT_DYN", 1)) {   /* items handed out as the SMs free up */
+        p.ctr = (int *)bt__k_scratch(sizeof(int), s);
+        BT__K_CUDA(cudaMemsetAsync(p.ctr, 0, sizeof(int), s), op);
+    }
     BT__K_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), op);
     kern<<<(unsigned)grid, BT__K_WG_THREADS, smem, s>>>(p);
     BT__K_LAUNCHED(op);
+    if (p.ctr) bt_free(p.ctr);
 }
 /* shared memory (bytes, + 1 KiB for the 1024-byte alignment): forward Q + 2 x (K, V) tiles of 128
    rows; dK/dV K, V + 2 x (Q, dO of BQ rows, lse, Dvec); dQ Q, dO + 2 x (K, V of BK rows) */
