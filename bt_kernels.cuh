@@ -1764,6 +1764,11 @@ typedef struct {
     const float *lse, *dvec;
     float *ds;          /* f32 backward: dS scratch of heads bh0 .. bh1 - 1 */
     int64_t BH, bh0, bh1;   /* heads of this launch: bh0 .. bh1 - 1 */
+    int64_t sec;        /* wgmma kernels: heads per section of the work order (bt__k_att_work) */
+    float *dvec_out;    /* wgmma dQ kernel: writes Dvec of its rows here (no pre-pass) when set */
+    int turns;          /* wgmma backward kernels: the two warpgroups take turns issuing products */
+    int *ctr;           /* persistent wgmma forward: work items taken from this counter (zeroed per launch),
+                           as the SMs free up; NULL: a fixed snake order (bt__k_att_item) */
     int H, T, D, vec, vec_out;
     int causal;         /* 1: key j > query i masked; 0: every query sees every key */
     float c2, scale;   /* c2 = scale log2(e) */
@@ -2623,8 +2628,8 @@ template <typename T> __global__ void bt__k_att_dvec(float *dvec, bt__k_attp p) 
 #define BT__K_WG 1   /* this device pass compiles the wgmma kernels (sm_90a) */
 #endif
 #define BT__K_WG_THREADS 384   /* consumer warpgroups 0 and 1, producer warpgroup 2 */
-#define BT__K_WG_PRODUCER_REGS 40
-#define BT__K_WG_CONSUMER_REGS 232   /* per SM sub-partition: 2 consumer warps + 1 producer warp, 2 x 232 + 40 <= 512 */
+#define BT__K_WG_PRODUCER_REGS 56
+#define BT__K_WG_CONSUMER_REGS 224   /* per SM sub-partition: 2 consumer warps + 1 producer warp, 2 x 224 + 56 <= 512 */
 #define BT__K_WG_R32 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
                      "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
 #define BT__K_WG_R64 BT__K_WG_R32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
@@ -2701,6 +2706,13 @@ __device__ __forceinline__ void bt__k_cp_mbar_arrive(uint32_t bar) {
 __device__ __forceinline__ void bt__k_fence_async(void) { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 __device__ __forceinline__ void bt__k_bar_sync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void bt__k_bar_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
+/* turns of the two consumer warpgroups at the tensor cores (named barriers 1 and 2): warpgroup w
+   waits for its turn, issues a group of products, hands the turn over. Warpgroup 1 hands one turn
+   over before its first (bt__k_turn_open) and none after its last, so both barriers see as many
+   arrivals as waits; a warpgroup with nothing to issue still takes and gives its turn. */
+__device__ __forceinline__ void bt__k_turn_open(int on, int w) { if (on && w == 1) bt__k_bar_arrive(1); }
+__device__ __forceinline__ void bt__k_turn_take(int on, int w) { if (on) bt__k_bar_sync(1 + w); }
+__device__ __forceinline__ void bt__k_turn_give(int on, int w, int last) { if (on && (w == 0 || !last)) bt__k_bar_arrive(2 - w); }
 /* 16 bytes (n = 16) or zeros (n = 0) into shared memory */
 __device__ __forceinline__ void bt__k_cp16z(uint32_t dst, const void *src, int n) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
@@ -2760,124 +2772,205 @@ __device__ __forceinline__ int bt__k_warp_id(void) { return __shfl_sync(0xffffff
 /* the 1024-aligned start of the dynamic shared memory (the launch asks 1 KiB more) */
 __device__ __forceinline__ uint32_t bt__k_wg_base(const unsigned char *sm) { return (bt__k_smem(sm) + 1023u) & ~1023u; }
 
-/* -- forward: grid (B H, query tiles of 128, last first); smem Q 128 x D, K and V 2 x 128 x D -- */
+/* work item L (0 .. heads x ntiles - 1) of a wgmma kernel -> its head (returned) and tile rank
+   (0 = the tile with the most key / query tiles to walk when causal). Heads go in sections of
+   p.sec, a section's tiles rank by rank: the CTAs running at once share the re-read operands (K, V
+   or Q, dO) of a few heads in L2 instead of streaming those of every head from memory, and within
+   a section the longest tiles start first. */
+__device__ __forceinline__ int64_t bt__k_att_work(const bt__k_attp &p, int64_t L, int ntiles, int &rank) {
+    const int64_t nbh = p.bh1 - p.bh0, per = p.sec * ntiles, sct = L / per, h0 = sct * p.sec;
+    const int64_t nh = nbh - h0 < p.sec ? nbh - h0 : p.sec, r = L - sct * per, tr = r / nh;
+    rank = (int)tr;
+    return h0 + (r - tr * nh);
+}
+/* the n-th work item of this CTA: item n G + c on even rounds n, n G + G - 1 - c on odd ones (CTA c
+   of G; a snake, so that with a persistent grid the long tiles of each round alternate ends and
+   the CTAs' sums of tile lengths even out) */
+__device__ __forceinline__ int64_t bt__k_att_item(int64_t n) {
+    const int64_t G = gridDim.x, c = blockIdx.x;
+    return n * G + ((n & 1) ? G - 1 - c : c);
+}
+/* the CTA's n-th work item, the same in every thread. With p.ctr the producer's first thread
+   (threadIdx.x 256) takes items from the counter, the next one fetched a whole item ahead, and
+   hands each to all 12 warps through shared memory: *slot written, then ifull (1 arrival); every
+   warp reads it, then iempty (12 arrivals) lets the next be written. next: that thread's fetched
+   item (starts at blockIdx.x). Else the fixed order bt__k_att_item(n). */
+__device__ __forceinline__ int64_t bt__k_att_next(const bt__k_attp &p, int64_t n, int64_t nitems, volatile int64_t *slot,
+                                                 uint32_t ifull, uint32_t iempty, int64_t &next) {
+    if (!p.ctr) return bt__k_att_item(n);
+    if (threadIdx.x == 256) {
+        if (n > 0) bt__k_mbar_wait(iempty, (int)((n - 1) & 1));
+        *slot = next;
+        bt__k_mbar_arrive(ifull);
+        if (next < nitems) next = (int64_t)gridDim.x + atomicAdd(p.ctr, 1);
+    }
+    bt__k_mbar_wait(ifull, (int)(n & 1));
+    const int64_t L = *slot;
+    __syncwarp();
+    if ((threadIdx.x & 31) == 0) bt__k_mbar_arrive(iempty);
+    return L;
+}
+/* S = Q K^T for warpgroup w: rows 64 w .. of the Q tile, the 128 keys of a K stage */
+template <typename T, int D>
+__device__ __forceinline__ void bt__k_att_fwd_s(float (&sc)[64], uint32_t sQ, uint32_t sKs, int w) {
+#pragma unroll
+    for (int kd = 0; kd < D / 16; kd++)
+        bt__k_wg_ss(sc, bt__k_wg_kmaj(sQ, 128, 64 * w, kd), bt__k_wg_kmaj(sKs, 128, 0, kd), kd > 0, (T *)0);
+}
+
+/* -- forward: work items (head, query tile of 128, longest first; bt__k_att_work), one per CTA or,
+   with a persistent grid (one CTA per SM), several a CTA: the producer then loads the next item's
+   Q, K(0), V(0) while the consumers finish the last one. smem Q 128 x D, K and V 2 x 128 x D -- */
 template <typename T, int D> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt__k_att_fwd_wg(bt__k_attp p) {
 #ifdef BT__K_WG
     enum { BM = 128, BN = 128, ST = 2, TILE = BN * D * 2, NS = BN / 2, NO = D / 2 };
-    __shared__ __align__(8) uint64_t bars[4 * ST];   /* K full, K empty, V full, V empty (static: marks the sm_90a build) */
+    /* K full, K empty, V full, V empty (ST each), Q full, Q empty, item full, item empty (static:
+       marks the sm_90a build) */
+    __shared__ __align__(8) uint64_t bars[4 * ST + 4];
+    __shared__ int64_t item_slot;
     extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
     const uint32_t sQ = bt__k_wg_base(bt__k_att_sm), sK = sQ + BM * D * 2, sV = sK + ST * TILE;
-    const uint32_t kfull = bt__k_smem(bars), kempty = kfull + 8 * ST, vfull = kempty + 8 * ST, vempty = vfull + 8 * ST;
-    const int nqt = (p.T + BM - 1) / BM, qt = nqt - 1 - (int)blockIdx.y, q0 = qt * BM;
-    const int nt = p.causal ? qt + 1 : (p.T + BN - 1) / BN;   /* key tiles (BN = BM: tile qt is the diagonal) */
-    const int64_t bh = blockIdx.x;
+    const uint32_t kfull = bt__k_smem(bars), kempty = kfull + 8 * ST, vfull = kempty + 8 * ST, vempty = vfull + 8 * ST,
+                   qfull = vempty + 8 * ST, qempty = qfull + 8, ifull = qempty + 8, iempty = ifull + 8;
+    const int nqt = (p.T + BM - 1) / BM;
+    const int64_t nitems = (p.bh1 - p.bh0) * nqt;
     const int warp = bt__k_warp_id(), lane = threadIdx.x & 31, t = threadIdx.x & 127;
+    int64_t next = blockIdx.x;   /* the item fetched ahead (threadIdx.x 256, with p.ctr) */
     if (threadIdx.x == 0) {
         for (int s = 0; s < ST; s++) {
             bt__k_mbar_init(kfull + 8 * s, 128); bt__k_mbar_init(vfull + 8 * s, 128);
             bt__k_mbar_init(kempty + 8 * s, 8); bt__k_mbar_init(vempty + 8 * s, 8);
         }
+        bt__k_mbar_init(qfull, 128); bt__k_mbar_init(qempty, 8);
+        bt__k_mbar_init(ifull, 1); bt__k_mbar_init(iempty, 12);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
-    if (warp >= 8) {   /* producer: Q once, then K(j) and V(j) as the stages come back */
+    if (warp >= 8) {   /* producer: per item Q (once the last item's S products are done), then K(j), V(j) */
         bt__k_wg_regs_dec<BT__K_WG_PRODUCER_REGS>();
-        const T *q = (const T *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const T *)p.k + bt__k_att_off(p.sk, bh, p.H),
-                *v = (const T *)p.v + bt__k_att_off(p.sv, bh, p.H);
-        for (int j = 0; j < nt; j++) {
-            int s = j % ST, ph = (j / ST - 1) & 1;
-            if (j >= ST) bt__k_mbar_wait(kempty + 8 * s, ph);
-            if (j == 0) bt__k_wg_load<T, BM, D>(sQ, q, p.sq[2], q0, p.T, t);
-            bt__k_wg_load<T, BN, D>(sK + s * TILE, k, p.sk[2], j * BN, p.T, t);
-            bt__k_cp_mbar_arrive(kfull + 8 * s);
-            if (j >= ST) bt__k_mbar_wait(vempty + 8 * s, ph);
-            bt__k_wg_load<T, BN, D>(sV + s * TILE, v, p.sv[2], j * BN, p.T, t);
-            bt__k_cp_mbar_arrive(vfull + 8 * s);
+        int u = 0;   /* K, V tiles loaded so far: use u of the rings is stage u % ST, its (u / ST)-th */
+        for (int64_t n = 0;; n++) {
+            const int64_t L = bt__k_att_next(p, n, nitems, &item_slot, ifull, iempty, next);
+            if (L >= nitems) break;
+            int rank;
+            const int64_t bh = bt__k_att_work(p, L, nqt, rank);
+            const int qt = nqt - 1 - rank, nt = p.causal ? qt + 1 : (p.T + BN - 1) / BN;
+            const T *q = (const T *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const T *)p.k + bt__k_att_off(p.sk, bh, p.H),
+                    *v = (const T *)p.v + bt__k_att_off(p.sv, bh, p.H);
+            if (n > 0) bt__k_mbar_wait(qempty, (int)((n - 1) & 1));
+            bt__k_wg_load<T, BM, D>(sQ, q, p.sq[2], qt * BM, p.T, t);
+            bt__k_cp_mbar_arrive(qfull);
+            for (int j = 0; j < nt; j++, u++) {
+                const int s = u % ST, ph = (u / ST - 1) & 1;
+                if (u >= ST) bt__k_mbar_wait(kempty + 8 * s, ph);
+                bt__k_wg_load<T, BN, D>(sK + s * TILE, k, p.sk[2], j * BN, p.T, t);
+                bt__k_cp_mbar_arrive(kfull + 8 * s);
+                if (u >= ST) bt__k_mbar_wait(vempty + 8 * s, ph);
+                bt__k_wg_load<T, BN, D>(sV + s * TILE, v, p.sv[2], j * BN, p.T, t);
+                bt__k_cp_mbar_arrive(vfull + 8 * s);
+            }
         }
         asm volatile("cp.async.wait_all;\n" ::: "memory");   /* every copy landed before this warpgroup exits */
     } else {
         bt__k_wg_regs_inc<BT__K_WG_CONSUMER_REGS>();
-        /* consumers: warpgroup w owns queries q0 + 64 w ..; this thread rows r0 and r0 + 8 */
-        const int w = warp >> 2, g = lane >> 2, tg = lane & 3, r0 = q0 + 64 * w + 16 * (warp & 3) + g;
-        float o[NO], sc[NS], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-        uint32_t pf[BN / 16][4];
+        const int w = warp >> 2, g = lane >> 2, tg = lane & 3;
+        int u = 0;   /* K, V tiles consumed so far (as the producer's u) */
+        for (int64_t n = 0;; n++) {
+            const int64_t L = bt__k_att_next(p, n, nitems, &item_slot, ifull, iempty, next);
+            if (L >= nitems) break;
+            int rank;
+            const int64_t bh = bt__k_att_work(p, L, nqt, rank);
+            const int qt = nqt - 1 - rank, q0 = qt * BM, nt = p.causal ? qt + 1 : (p.T + BN - 1) / BN;
+            /* warpgroup w owns queries q0 + 64 w ..; this thread rows r0 and r0 + 8 */
+            const int r0 = q0 + 64 * w + 16 * (warp & 3) + g;
+            float o[NO], sc[NS], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+            uint32_t pf[BN / 16][4];
 #pragma unroll
-        for (int i = 0; i < NO; i++) o[i] = 0.f;
+            for (int i = 0; i < NO; i++) o[i] = 0.f;
 #pragma unroll
-        for (int i = 0; i < NS; i++) sc[i] = 0.f;
-        if (w == 1) bt__k_bar_arrive(1);   /* warpgroup 0 issues first */
-        for (int j = 0; j < nt; j++) {
-            const int s = j % ST, sp = (j + ST - 1) % ST;
-            bt__k_mbar_wait(kfull + 8 * s, (j / ST) & 1);
-            if (j > 0) bt__k_mbar_wait(vfull + 8 * sp, ((j - 1) / ST) & 1);
-            bt__k_fence_async();
-            bt__k_bar_sync(1 + w);   /* this warpgroup's turn at the tensor cores */
-            bt__k_wg_pin(o);
-            bt__k_wg_arrive();
-            if (j > 0)   /* O += P(j-1) V(j-1): O was rescaled by the softmax of tile j-1 */
+            for (int i = 0; i < NS; i++) sc[i] = 0.f;
+            bt__k_mbar_wait(qfull, (int)(n & 1));
+            if (w == 1) bt__k_bar_arrive(1);   /* warpgroup 0 issues first */
+            for (int j = 0; j < nt; j++) {
+                const int uj = u + j, s = uj % ST, sp = (uj + ST - 1) % ST;
+                bt__k_mbar_wait(kfull + 8 * s, (uj / ST) & 1);
+                if (j > 0) bt__k_mbar_wait(vfull + 8 * sp, ((uj - 1) / ST) & 1);
+                bt__k_fence_async();
+                bt__k_bar_sync(1 + w);   /* this warpgroup's turn at the tensor cores */
+                /* each branch fences right before its products (no register of theirs touched between) */
+                if (j > 0) {   /* O += P(j-1) V(j-1): O was rescaled by the softmax of tile j-1 */
+                    bt__k_wg_pin(o);
+                    bt__k_wg_arrive();
+#pragma unroll
+                    for (int kk = 0; kk < BN / 16; kk++) bt__k_wg_rs(o, pf[kk], bt__k_wg_mnmaj(sV + sp * TILE, BN, kk), (T *)0);
+                    bt__k_att_fwd_s<T, D>(sc, sQ, sK + s * TILE, w);
+                    bt__k_wg_commit();
+                } else {
+                    bt__k_wg_arrive();
+                    bt__k_att_fwd_s<T, D>(sc, sQ, sK + s * TILE, w);
+                    bt__k_wg_commit();
+                }
+                if (w == 0 || j + 1 < nt) bt__k_bar_arrive(2 - w);   /* the other's turn (balanced: n syncs, n arrivals) */
+                bt__k_wg_wait0();
+                bt__k_wg_pin(o); bt__k_wg_pin(sc);
+                if (lane == 0) {
+                    bt__k_mbar_arrive(kempty + 8 * s);
+                    if (j > 0) bt__k_mbar_arrive(vempty + 8 * sp);
+                    if (j == nt - 1) bt__k_mbar_arrive(qempty);   /* Q read for the last time */
+                }
+                /* online softmax in raw score units (scale > 0 commutes with max): P = 2^(S c2 - m c2) */
+                if ((p.causal && j == qt) || (j + 1) * BN > p.T)
+#pragma unroll
+                    for (int i = 0; i < NS; i++)
+                        if (bt__k_att_masked(p, j * BN + (i >> 2) * 8 + 2 * tg + (i & 1), r0 + ((i >> 1) & 1) * 8)) sc[i] = -INFINITY;
+                float mx[2] = {m[0], m[1]}, mc[2];
+#pragma unroll
+                for (int i = 0; i < NS; i++) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], sc[i]);
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                    float al = bt__k_ex2((m[r] - mx[r]) * p.c2);   /* key 0 is in every row's first tile: mx finite */
+                    m[r] = mx[r];
+                    mc[r] = -mx[r] * p.c2;
+                    l[r] *= al;
+#pragma unroll
+                    for (int i = 0; i < NO; i++)
+                        if (((i >> 1) & 1) == r) o[i] *= al;
+                }
+#pragma unroll
+                for (int i = 0; i < NS; i++) {
+                    float pv = bt__k_ex2(fmaf(sc[i], p.c2, mc[(i >> 1) & 1]));
+                    sc[i] = pv;
+                    l[(i >> 1) & 1] += pv;
+                }
+                bt__k_wg_afrag<T, BN / 16>(pf, sc);
+            }
+            {   /* the last O += P V, then V's stage goes back */
+                const int ul = u + nt - 1, sp = ul % ST;
+                bt__k_mbar_wait(vfull + 8 * sp, (ul / ST) & 1);
+                bt__k_fence_async();
+                bt__k_wg_pin(o);
+                bt__k_wg_arrive();
 #pragma unroll
                 for (int kk = 0; kk < BN / 16; kk++) bt__k_wg_rs(o, pf[kk], bt__k_wg_mnmaj(sV + sp * TILE, BN, kk), (T *)0);
-#pragma unroll
-            for (int kd = 0; kd < D / 16; kd++)
-                bt__k_wg_ss(sc, bt__k_wg_kmaj(sQ, BM, 64 * w, kd), bt__k_wg_kmaj(sK + s * TILE, BN, 0, kd), kd > 0, (T *)0);
-            bt__k_wg_commit();
-            if (w == 0 || j + 1 < nt) bt__k_bar_arrive(2 - w);   /* the other's turn (balanced: n syncs, n arrivals) */
-            bt__k_wg_wait0();
-            bt__k_wg_pin(o); bt__k_wg_pin(sc);
-            if (lane == 0) {
-                bt__k_mbar_arrive(kempty + 8 * s);
-                if (j > 0) bt__k_mbar_arrive(vempty + 8 * sp);
+                bt__k_wg_commit();
+                bt__k_wg_wait0();
+                bt__k_wg_pin(o);
+                if (lane == 0) bt__k_mbar_arrive(vempty + 8 * sp);
             }
-            /* online softmax in raw score units (scale > 0 commutes with max): P = 2^(S c2 - m c2) */
-            if ((p.causal && j == qt) || (j + 1) * BN > p.T)
-#pragma unroll
-                for (int i = 0; i < NS; i++)
-                    if (bt__k_att_masked(p, j * BN + (i >> 2) * 8 + 2 * tg + (i & 1), r0 + ((i >> 1) & 1) * 8)) sc[i] = -INFINITY;
-            float mx[2] = {m[0], m[1]}, mc[2];
-#pragma unroll
-            for (int i = 0; i < NS; i++) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], sc[i]);
+            u += nt;
+            float inv[2];
 #pragma unroll
             for (int r = 0; r < 2; r++) {
-                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-                float al = bt__k_ex2((m[r] - mx[r]) * p.c2);   /* key 0 is in every row's first tile: mx finite */
-                m[r] = mx[r];
-                mc[r] = -mx[r] * p.c2;
-                l[r] *= al;
-#pragma unroll
-                for (int i = 0; i < NO; i++)
-                    if (((i >> 1) & 1) == r) o[i] *= al;
+                l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+                l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+                inv[r] = 1.f / l[r];
+                int row = r0 + 8 * r;
+                if (tg == 0 && row < p.T && p.lse_out) p.lse_out[bh * p.T + row] = (m[r] * p.c2 + log2f(l[r])) * BT__K_ATT_LN2;
             }
-#pragma unroll
-            for (int i = 0; i < NS; i++) {
-                float pv = bt__k_ex2(fmaf(sc[i], p.c2, mc[(i >> 1) & 1]));
-                sc[i] = pv;
-                l[(i >> 1) & 1] += pv;
-            }
-            bt__k_wg_afrag<T, BN / 16>(pf, sc);
+            bt__k_wg_store<T, D>((T *)p.out + bt__k_att_off(p.so, bh, p.H), p.so[2], r0, p.T, o, inv);
         }
-        {   /* the last O += P V */
-            const int sp = (nt - 1) % ST;
-            bt__k_mbar_wait(vfull + 8 * sp, ((nt - 1) / ST) & 1);
-            bt__k_fence_async();
-            bt__k_wg_pin(o);
-            bt__k_wg_arrive();
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++) bt__k_wg_rs(o, pf[kk], bt__k_wg_mnmaj(sV + sp * TILE, BN, kk), (T *)0);
-            bt__k_wg_commit();
-            bt__k_wg_wait0();
-            bt__k_wg_pin(o);
-        }
-        float inv[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-            inv[r] = 1.f / l[r];
-            int row = r0 + 8 * r;
-            if (tg == 0 && row < p.T && p.lse_out) p.lse_out[bh * p.T + row] = (m[r] * p.c2 + log2f(l[r])) * BT__K_ATT_LN2;
-        }
-        bt__k_wg_store<T, D>((T *)p.out + bt__k_att_off(p.so, bh, p.H), p.so[2], r0, p.T, o, inv);
     }
 #else
     __trap();
@@ -2900,8 +2993,9 @@ template <typename T, int D, int BQ> __global__ void __launch_bounds__(BT__K_WG_
     const uint32_t sK = bt__k_wg_base(bt__k_att_sm), sV = sK + BK * D * 2, sS = sV + BK * D * 2;
     const unsigned char *gS = bt__k_att_sm + (sS - bt__k_smem(bt__k_att_sm));   /* sS as a generic pointer */
     const uint32_t full = bt__k_smem(bars), empty = full + 8 * ST;
-    const int nqt = (p.T + BQ - 1) / BQ, kt = (int)blockIdx.y, k0 = kt * BK, i0 = p.causal ? k0 / BQ : 0, n = nqt - i0;
-    const int64_t bh = blockIdx.x;
+    int kt;
+    const int64_t bh = bt__k_att_work(p, blockIdx.x, (p.T + BK - 1) / BK, kt);   /* rank = key tile: tile 0 walks the most */
+    const int nqt = (p.T + BQ - 1) / BQ, k0 = kt * BK, i0 = p.causal ? k0 / BQ : 0, n = nqt - i0;
     const int warp = bt__k_warp_id(), lane = threadIdx.x & 31, t = threadIdx.x & 127;
     if (threadIdx.x == 0) {
         for (int s = 0; s < ST; s++) { bt__k_mbar_init(full + 8 * s, 128); bt__k_mbar_init(empty + 8 * s, 8); }
@@ -2936,12 +3030,19 @@ template <typename T, int D, int BQ> __global__ void __launch_bounds__(BT__K_WG_
         for (int i = 0; i < NO; i++) dk[i] = dv[i] = 0.f;
 #pragma unroll
         for (int i = 0; i < NS; i++) sc[i] = dp[i] = 0.f;
+        /* turns (p.turns): products S^T, dP^T of warpgroup 0, then of 1, then dV, dK of 0, then of 1,
+           ...: one warpgroup's exponentials run under the other's products */
+        bt__k_turn_open(p.turns, w);
         for (int it = 0; it < n; it++) {
             const int s = it % ST, i = i0 + it;
             const uint32_t sQ = sS + s * STAGE, sG = sQ + QB;
+            /* a tile whose queries all precede this warpgroup's keys (D 128: warpgroup 1's first) is
+               multiplied anyway, all masked (P = 0 adds nothing): straight-line code, every product
+               fenced and waited for on one path */
             bt__k_mbar_wait(full + 8 * s, (it / ST) & 1);
             bt__k_fence_async();
-            if (!(p.causal && i * BQ + BQ - 1 < k0 + 64 * w)) {   /* else every query precedes this warpgroup's keys */
+            bt__k_turn_take(p.turns, w);
+            {
                 bt__k_wg_arrive();
 #pragma unroll
                 for (int kd = 0; kd < D / 16; kd++)   /* S^T = K Q^T, dP^T = V dO^T */
@@ -2950,6 +3051,10 @@ template <typename T, int D, int BQ> __global__ void __launch_bounds__(BT__K_WG_
                 for (int kd = 0; kd < D / 16; kd++)
                     bt__k_wg_ss(dp, bt__k_wg_kmaj(sV, BK, 64 * w, kd), bt__k_wg_kmaj(sG, BQ, 0, kd), kd > 0, (T *)0);
                 bt__k_wg_commit();
+            }
+            bt__k_turn_give(p.turns, w, 0);
+            uint32_t pa[BQ / 16][4], da[BQ / 16][4];
+            {
                 bt__k_wg_wait0();
                 bt__k_wg_pin(sc); bt__k_wg_pin(dp);
                 /* P^T = 2^(S^T c2 - lse log2e) (0 where masked), dS^T / scale = P^T (dP^T - Dvec); column c
@@ -2969,9 +3074,11 @@ template <typename T, int D, int BQ> __global__ void __launch_bounds__(BT__K_WG_
                         dp[4 * nt + e] = pv * (dp[4 * nt + e] - ((e & 1) ? dvv.y : dvv.x));
                     }
                 }
-                uint32_t pa[BQ / 16][4], da[BQ / 16][4];
                 bt__k_wg_afrag<T, BQ / 16>(pa, sc);
                 bt__k_wg_afrag<T, BQ / 16>(da, dp);
+            }
+            bt__k_turn_take(p.turns, w);
+            {
                 bt__k_wg_pin(dv); bt__k_wg_pin(dk);
                 bt__k_wg_arrive();
 #pragma unroll
@@ -2979,9 +3086,10 @@ template <typename T, int D, int BQ> __global__ void __launch_bounds__(BT__K_WG_
 #pragma unroll
                 for (int kk = 0; kk < BQ / 16; kk++) bt__k_wg_rs(dk, da[kk], bt__k_wg_mnmaj(sQ, BQ, kk), (T *)0);   /* dK += dS^T Q */
                 bt__k_wg_commit();
-                bt__k_wg_wait0();
-                bt__k_wg_pin(dv); bt__k_wg_pin(dk);
             }
+            bt__k_turn_give(p.turns, w, it == n - 1);
+            bt__k_wg_wait0();
+            bt__k_wg_pin(dv); bt__k_wg_pin(dk);
             if (lane == 0) bt__k_mbar_arrive(empty + 8 * s);
         }
         const float sc2[2] = {p.scale, p.scale}, one[2] = {1.f, 1.f};
@@ -3002,9 +3110,11 @@ template <typename T, int D, int BK> __global__ void __launch_bounds__(BT__K_WG_
     extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
     const uint32_t sQ = bt__k_wg_base(bt__k_att_sm), sG = sQ + BM * D * 2, sK = sG + BM * D * 2, sV = sK + ST * KB;
     const uint32_t full = bt__k_smem(bars), empty = full + 8 * ST;
-    const int nqt = (p.T + BM - 1) / BM, qt = nqt - 1 - (int)blockIdx.y, q0 = qt * BM, nkt = (p.T + BK - 1) / BK;
+    int rank;
+    const int nqt = (p.T + BM - 1) / BM;
+    const int64_t bh = bt__k_att_work(p, blockIdx.x, nqt, rank);
+    const int qt = nqt - 1 - rank, q0 = qt * BM, nkt = (p.T + BK - 1) / BK;
     const int nt = p.causal && (q0 + BM - 1) / BK + 1 < nkt ? (q0 + BM - 1) / BK + 1 : nkt;
-    const int64_t bh = blockIdx.x;
     const int warp = bt__k_warp_id(), lane = threadIdx.x & 31, t = threadIdx.x & 127;
     if (threadIdx.x == 0) {
         for (int s = 0; s < ST; s++) { bt__k_mbar_init(full + 8 * s, 128); bt__k_mbar_init(empty + 8 * s, 8); }
@@ -3035,18 +3145,42 @@ template <typename T, int D, int BK> __global__ void __launch_bounds__(BT__K_WG_
         for (int r = 0; r < 2; r++) {
             int row = r0 + 8 * r;
             lse2[r] = row < p.T ? p.lse[bh * p.T + row] * BT__K_ATT_LOG2E : 0.f;
-            dvr[r] = row < p.T ? p.dvec[bh * p.T + row] : 0.f;
+            if (p.dvec_out) {   /* Dvec_row = sum_d dO O: the quad's 4 lanes D / 4 columns each, 16-byte loads */
+                float a = 0.f;
+                if (row < p.T) {
+                    const T *go = (const T *)p.go + bt__k_att_off(p.sgo, bh, p.H) + (int64_t)row * p.sgo[2] + tg * (D / 4),
+                            *o = (const T *)p.o + bt__k_att_off(p.so, bh, p.H) + (int64_t)row * p.so[2] + tg * (D / 4);
+#pragma unroll
+                    for (int c = 0; c < D / 32; c++) {
+                        T x[8], y[8];
+                        bt__k_ld16(x, go + 8 * c); bt__k_ld16(y, o + 8 * c);
+#pragma unroll
+                        for (int e = 0; e < 8; e++) a = fmaf(bt__k_tof(x[e]), bt__k_tof(y[e]), a);
+                    }
+                }
+                a += __shfl_xor_sync(0xffffffffu, a, 1);
+                a += __shfl_xor_sync(0xffffffffu, a, 2);
+                dvr[r] = a;
+                if (tg == 0 && row < p.T) p.dvec_out[bh * p.T + row] = a;   /* for the dK/dV kernel */
+            } else {
+                dvr[r] = row < p.T ? p.dvec[bh * p.T + row] : 0.f;
+            }
         }
 #pragma unroll
         for (int i = 0; i < NO; i++) dq[i] = 0.f;
 #pragma unroll
         for (int i = 0; i < NS; i++) sc[i] = dp[i] = 0.f;
+        /* turns (p.turns) as in the dK/dV kernel: S, dP of warpgroup 0, of 1, dQ of 0, of 1, ... */
+        bt__k_turn_open(p.turns, w);
         for (int j = 0; j < nt; j++) {
             const int s = j % ST;
             const uint32_t kb = sK + s * KB, vb = sV + s * KB;
+            /* a tile whose keys all follow this warpgroup's queries (D 128: warpgroup 0's last) is
+               multiplied anyway, all masked (dS = 0): straight-line code as in the dK/dV kernel */
             bt__k_mbar_wait(full + 8 * s, (j / ST) & 1);
             bt__k_fence_async();
-            if (!(p.causal && j * BK > q0 + 64 * w + 63)) {   /* else every key follows this warpgroup's queries */
+            bt__k_turn_take(p.turns, w);
+            {
                 bt__k_wg_arrive();
 #pragma unroll
                 for (int kd = 0; kd < D / 16; kd++)   /* S = Q K^T, dP = dO V^T */
@@ -3055,6 +3189,10 @@ template <typename T, int D, int BK> __global__ void __launch_bounds__(BT__K_WG_
                 for (int kd = 0; kd < D / 16; kd++)
                     bt__k_wg_ss(dp, bt__k_wg_kmaj(sG, BM, 64 * w, kd), bt__k_wg_kmaj(vb, BK, 0, kd), kd > 0, (T *)0);
                 bt__k_wg_commit();
+            }
+            bt__k_turn_give(p.turns, w, 0);
+            uint32_t da[BK / 16][4];
+            {
                 bt__k_wg_wait0();
                 bt__k_wg_pin(sc); bt__k_wg_pin(dp);
                 const int edge = (p.causal && j * BK + BK - 1 > q0) || (j + 1) * BK > p.T;
@@ -3065,16 +3203,19 @@ template <typename T, int D, int BK> __global__ void __launch_bounds__(BT__K_WG_
                     if (edge && bt__k_att_masked(p, j * BK + (i >> 2) * 8 + 2 * tg + (i & 1), r0 + 8 * r)) pv = 0.f;
                     dp[i] = pv * (dp[i] - dvr[r]);   /* dS / scale */
                 }
-                uint32_t da[BK / 16][4];
                 bt__k_wg_afrag<T, BK / 16>(da, dp);
+            }
+            bt__k_turn_take(p.turns, w);
+            {
                 bt__k_wg_pin(dq);
                 bt__k_wg_arrive();
 #pragma unroll
                 for (int kk = 0; kk < BK / 16; kk++) bt__k_wg_rs(dq, da[kk], bt__k_wg_mnmaj(kb, BK, kk), (T *)0);   /* dQ += dS K */
                 bt__k_wg_commit();
-                bt__k_wg_wait0();
-                bt__k_wg_pin(dq);
             }
+            bt__k_turn_give(p.turns, w, j == nt - 1);
+            bt__k_wg_wait0();
+            bt__k_wg_pin(dq);
             if (lane == 0) bt__k_mbar_arrive(empty + 8 * s);
         }
         const float sc2[2] = {p.scale, p.scale};
@@ -3174,27 +3315,63 @@ static int bt__k_att_wg_ready(void) {
    4-byte aligned (outputs), one CTA column per head */
 static int bt__k_att_wg_use(bt_dtype dt, const bt__k_attp *p) {
     return bt__k_att_hopper_on && (dt == BT_BF16 || dt == BT_F16) && (p->D == 64 || p->D == 128) && p->vec && p->vec_out &&
-           p->BH <= ((int64_t)1 << 30) && bt__k_att_wg_ready();
+           p->BH * ((p->T + 63) / 64) <= INT32_MAX && bt__k_att_wg_ready();   /* a 1-D grid of work items */
+}
+/* tuning of the wgmma path (developer switches, read from the environment at each call; the
+   defaults are the measured best): BT_ATT_L2_MB, the L2 bytes (MiB) a section of heads may re-read (0: one
+   section of all heads, the plain order), BT_ATT_L2_ONE_MB: one section when all heads' re-read
+   bytes fit in this many MiB; BT_ATT_PERSIST=0|1, the forward on a persistent grid; BT_ATT_DYN=0|1,
+   its work items from an atomic counter as SMs free up (else a fixed snake order);
+   BT_ATT_DVEC_FUSED=0|1, Dvec computed by the dQ kernel (else by a pre-pass kernel);
+   BT_ATT_BWD_TURNS=0|1, the backward kernels' warpgroups taking turns at the tensor cores */
+static int bt__k_att_tune(const char *name, int dflt) {
+    const char *e = getenv(name);
+    return e && *e ? atoi(e) : dflt;
+}
+/* a wgmma kernel over heads x ntiles work items, heads in sections whose re-read operands (head_bytes
+   each) fit in the L2 share; a grid of one CTA per item, or (persistent) one per SM */
+static void bt__k_att_wg_launch(void (*kern)(bt__k_attp), bt__k_attp p, int64_t ntiles, size_t head_bytes, int persistent,
+                                size_t smem, cudaStream_t s, const char *op) {
+    int64_t nbh = p.bh1 - p.bh0, items = nbh * ntiles, sms = bt__k_cur()->sm_count;
+    int l2_mb = bt__k_att_tune("BT_ATT_L2_MB", 16), one_mb = bt__k_att_tune("BT_ATT_L2_ONE_MB", 48);
+    int64_t sec = l2_mb > 0 ? (int64_t)(((size_t)l2_mb << 20) / head_bytes) : nbh;
+    if ((double)nbh * (double)head_bytes <= (double)one_mb * 1048576.0) sec = nbh;   /* all heads fit: one section */
+    p.sec = sec < 1 ? 1 : sec > nbh ? nbh : sec;
+    int64_t grid = persistent && items > sms ? sms : items;
+    p.ctr = NULL;
+    if (grid < items && bt__k_att_tune("BT_ATT_DYN", 1)) {   /* items handed out as the SMs free up */
+        p.ctr = (int *)bt__k_scratch(sizeof(int), s);
+        BT__K_CUDA(cudaMemsetAsync(p.ctr, 0, sizeof(int), s), op);
+    }
+    BT__K_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), op);
+    kern<<<(unsigned)grid, BT__K_WG_THREADS, smem, s>>>(p);
+    BT__K_LAUNCHED(op);
+    if (p.ctr) bt_free(p.ctr);
 }
 /* shared memory (bytes, + 1 KiB for the 1024-byte alignment): forward Q + 2 x (K, V) tiles of 128
    rows; dK/dV K, V + 2 x (Q, dO of BQ rows, lse, Dvec); dQ Q, dO + 2 x (K, V of BK rows) */
 static size_t bt__k_att_wg_smem_fwd(int D) { return (size_t)(128 + 4 * 128) * D * 2 + 1024; }
+/* bytes of a head that the CTAs of a section re-read: K and V (forward, dQ), Q, dO, lse, Dvec (dK/dV) */
+static size_t bt__k_att_wg_kv_bytes(const bt__k_attp *p) { return (size_t)p->T * p->D * 2 * 2; }
 static size_t bt__k_att_wg_smem_dkv(int D, int BQ) { return (size_t)2 * 128 * D * 2 + 2 * (size_t)bt__k_att_dkv_stage(D, BQ) + 1024; }
 static size_t bt__k_att_wg_smem_dq(int D, int BK) { return (size_t)2 * 128 * D * 2 + (size_t)4 * BK * D * 2 + 1024; }
 template <typename T> static void bt__k_att_fwd_wg_run(const bt__k_attp *p, cudaStream_t s, const char *op) {
-    unsigned tiles = (unsigned)((p->T + 127) / 128);
-    if (p->D == 64) bt__k_att_run(bt__k_att_fwd_wg<T, 64>, p, tiles, BT__K_WG_THREADS, bt__k_att_wg_smem_fwd(64), s, op);
-    else bt__k_att_run(bt__k_att_fwd_wg<T, 128>, p, tiles, BT__K_WG_THREADS, bt__k_att_wg_smem_fwd(128), s, op);
+    int64_t tiles = (p->T + 127) / 128;
+    size_t hb = bt__k_att_wg_kv_bytes(p);
+    int per = bt__k_att_tune("BT_ATT_PERSIST", 1) != 0;
+    if (p->D == 64) bt__k_att_wg_launch(bt__k_att_fwd_wg<T, 64>, *p, tiles, hb, per, bt__k_att_wg_smem_fwd(64), s, op);
+    else bt__k_att_wg_launch(bt__k_att_fwd_wg<T, 128>, *p, tiles, hb, per, bt__k_att_wg_smem_fwd(128), s, op);
 }
 /* D 64: 128-row query / key tiles in both kernels; D 128: 64 (the accumulators' registers) */
 template <typename T> static void bt__k_att_bwd_wg_run(const bt__k_attp *p, cudaStream_t s, const char *op) {
-    unsigned tiles = (unsigned)((p->T + 127) / 128);
+    int64_t tiles = (p->T + 127) / 128;
+    size_t kv = bt__k_att_wg_kv_bytes(p), qg = kv + (size_t)p->T * 8;
     if (p->D == 64) {
-        bt__k_att_run(bt__k_att_dq_wg<T, 64, 128>, p, tiles, BT__K_WG_THREADS, bt__k_att_wg_smem_dq(64, 128), s, op);
-        bt__k_att_run(bt__k_att_dkv_wg<T, 64, 128>, p, tiles, BT__K_WG_THREADS, bt__k_att_wg_smem_dkv(64, 128), s, op);
+        bt__k_att_wg_launch(bt__k_att_dq_wg<T, 64, 128>, *p, tiles, kv, 0, bt__k_att_wg_smem_dq(64, 128), s, op);
+        bt__k_att_wg_launch(bt__k_att_dkv_wg<T, 64, 128>, *p, tiles, qg, 0, bt__k_att_wg_smem_dkv(64, 128), s, op);
     } else {
-        bt__k_att_run(bt__k_att_dq_wg<T, 128, 64>, p, tiles, BT__K_WG_THREADS, bt__k_att_wg_smem_dq(128, 64), s, op);
-        bt__k_att_run(bt__k_att_dkv_wg<T, 128, 64>, p, tiles, BT__K_WG_THREADS, bt__k_att_wg_smem_dkv(128, 64), s, op);
+        bt__k_att_wg_launch(bt__k_att_dq_wg<T, 128, 64>, *p, tiles, kv, 0, bt__k_att_wg_smem_dq(128, 64), s, op);
+        bt__k_att_wg_launch(bt__k_att_dkv_wg<T, 128, 64>, *p, tiles, qg, 0, bt__k_att_wg_smem_dkv(128, 64), s, op);
     }
 }
 
@@ -3280,10 +3457,15 @@ BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t 
     float *dvec = (float *)bt__k_scratch((size_t)(B * H * Tn) * sizeof(float), s);
     p.dvec = dvec;
     unsigned tiles = (unsigned)((Tn + 63) / 64), nb = bt__k_blocks(B * H * Tn * 32, 256);
-    int dp = bt__k_att_dp(D);
-    BT__K_DISPATCH3(dt, op, { bt__k_att_dvec<T><<<nb, 256, 0, s>>>(dvec, p); })
-    BT__K_LAUNCHED(op);
-    if (bt__k_att_wg_use(dt, &p)) {
+    int dp = bt__k_att_dp(D), wg = bt__k_att_wg_use(dt, &p);
+    if (wg) p.turns = bt__k_att_tune("BT_ATT_BWD_TURNS", 1) != 0;
+    if (wg && bt__k_att_tune("BT_ATT_DVEC_FUSED", 1)) {
+        p.dvec_out = dvec;   /* the dQ kernel computes it, before the dK/dV kernel reads it */
+    } else {
+        BT__K_DISPATCH3(dt, op, { bt__k_att_dvec<T><<<nb, 256, 0, s>>>(dvec, p); })
+        BT__K_LAUNCHED(op);
+    }
+    if (wg) {
         if (dt == BT_BF16) bt__k_att_bwd_wg_run<__nv_bfloat16>(&p, s, op);
         else bt__k_att_bwd_wg_run<__half>(&p, s, op);
         bt_free(dvec);

@@ -19,7 +19,9 @@
    T = 512 .. 4096 (B 16, H 12, D 64 and 128, causal and not) next to PyTorch's default, flash and
    cuDNN SDPA backends (bench_attention_torch.py --sweep); its table is printed last.
    BT_BENCH_ONLY=<layernorm|gelu|softmax|cross_entropy|attention|adamw|embedding|matmul> times one
-   group only, BT_BENCH_TORCH=0 skips PyTorch (for a profiler run). */
+   group only, BT_BENCH_ONLY=attention_sweep the attention sweep only, BT_BENCH_SWEEP=i,j,.. only
+   those shapes of the sweep (indices into its list, from 0), BT_BENCH_TORCH=0 skips PyTorch (for
+   a profiler run). */
 #define BT_ALLOC_IMPLEMENTATION
 #define BT_KERNELS_IMPLEMENTATION
 #include "bt_kernels.cuh"
@@ -89,6 +91,19 @@ static const int g_sw_T[NSWEEP] = {512, 1024, 2048, 4096, 512, 1024, 2048, 4096,
 static const int g_sw_D[NSWEEP] = {64, 64, 64, 64, 64, 64, 64, 64, 128, 128, 128, 128};
 static const int g_sw_C[NSWEEP] = {1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0, 0};
 static double g_sw_us[NSWEEP][2], g_sw_torch[NSWEEP][3][2];   /* [shape][default, flash, cudnn][fwd, bwd] */
+/* shape i of the sweep is timed: every one, or those listed in BT_BENCH_SWEEP */
+static int sweep_on(int i) {
+    const char *e = getenv("BT_BENCH_SWEEP");
+    if (!e || !*e) return 1;
+    for (const char *c = e; *c;) {
+        char *end;
+        long v = strtol(c, &end, 10);
+        if (end == c) return 0;
+        if (v == i) return 1;
+        c = *end ? end + 1 : end;
+    }
+    return 0;
+}
 static char g_sw_backend[NSWEEP][32];
 static void attention_sweep(void) {
     const int64_t AB = 16, H = 12;
@@ -96,6 +111,7 @@ static void attention_sweep(void) {
     double ms;
     char shp[96];
     for (int i = 0; i < NSWEEP; i++) {
+        if (!sweep_on(i)) continue;
         int64_t T = g_sw_T[i], D = g_sw_D[i], n = AB * H * T * D;
         int64_t sqkv[3] = {T * 3 * H * D, D, 3 * H * D}, so[3] = {T * H * D, D, H * D};
         char *qkv = (char *)randn(BT_BF16, 3 * n, 200 + i, 1), *gqkv = (char *)dev(3 * n * 2);
@@ -143,6 +159,7 @@ static void attention_sweep_table(void) {
            " | flash fwd / bwd | cuDNN fwd / bwd | ours vs default fwd, bwd | ours vs cuDNN fwd, bwd |\n"
            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- | --- | --- |\n");
     for (int i = 0; i < NSWEEP; i++) {
+        if (!sweep_on(i)) continue;
         double f = 4.0 * 16 * 12 * (double)g_sw_T[i] * g_sw_T[i] * g_sw_D[i] / (g_sw_C[i] ? 2 : 1), fb = 2.5 * f;
         double tf = f / (g_sw_us[i][0] * 1e-6) / 1e12, tb = fb / (g_sw_us[i][1] * 1e-6) / 1e12;
         const double (*t)[2] = g_sw_torch[i];
@@ -308,6 +325,8 @@ int main(void) {
         if (pp) pclose(pp);
         attention_sweep();
     }
+    int sweep_only = g_only && strcmp(g_only, "attention_sweep") == 0;
+    if (sweep_only) attention_sweep();
     /* ---- AdamW over 124M parameters, bf16 grads ---- */
     if (want("adamw")) {
         int64_t n = 124475904;
@@ -370,7 +389,7 @@ int main(void) {
             if (g_sdpa_us[a][d] > 0)
                 printf("attention %s %s: ours %.1f us, torch sdpa %.1f us, speed ours / torch = %.2fx\n", g_attn_name[a],
                        d ? "backward" : "forward", g_attn_us[a][d], g_sdpa_us[a][d], g_sdpa_us[a][d] / g_attn_us[a][d]);
-    if (want("attention")) attention_sweep_table();
+    if (want("attention") || sweep_only) attention_sweep_table();
     bt_k_shutdown();
     return 0;
 }

@@ -2,12 +2,12 @@
 # Where a training step's GPU time goes: every kernel of one micro-step of GPT-2 124M timed by
 # Nsight Compute (duration only, clocks left alone), summed per kernel name. Kernel time only:
 # the gap between the sum and the step's wall time is host overhead and idle GPU.
-# Usage (GPU machine): bench/profile_step.sh [precision] [B] [T]
+# Usage (GPU machine): bench/profile_step.sh [precision] [B] [T]   (NOBUILD=1: no make)
 set -uo pipefail
 P=${1:-bf16}; B=${2:-16}; T=${3:-1024}
 OUT=${OUT:-/tmp/bt_out}; mkdir -p "$OUT"
 mkdir -p data; cp -n .carry/data/* data/ 2>/dev/null   # the shards (bench/carry_data.sh)
-make -s build/train_gpt2_cuda >/dev/null
+[ -n "${NOBUILD:-}" ] || make -s build/train_gpt2_cuda >/dev/null   # NOBUILD=1: the binary as carried (bench/carry_bins.sh)
 # step 1 warms up (allocator, cuBLAS plans); profile the kernels of step 2 only
 BIN="./build/train_gpt2_cuda -e d12 -b $B -t $T -d $((B * T)) -x 2 -v 0 -g 0 --precision $P --quiet"
 n1=$(ncu --clock-control none --metrics gpu__time_duration.sum --csv $BIN 2>/dev/null | grep -c '"gpu__time_duration.sum"')

@@ -1045,6 +1045,32 @@ static void test_attention_hopper(void) {
     seed(1400);
     attn_case(BT_BF16, BT_MATMUL_FP32, g_quick ? 2 : 16, 12, 1024, 64, 1, 1, 1, 47);
     attn_case(BT_BF16, BT_MATMUL_FP32, g_quick ? 2 : 16, 12, 1024, 64, 1, 0, 0, 47);
+    /* more work items than SMs (the persistent forward takes several per CTA, from its counter) and
+       sections of heads with a short last one: B 4, H 37, T 200 is 148 heads x 2 query tiles;
+       BT_ATT_L2_MB=1 makes a section 20 heads (K, V 50 KiB a head at D 64; 19 for dK/dV, 10 at
+       D 128); then the fixed order of the persistent forward, the plain order (0), and the
+       forward on one CTA per item with the Dvec pre-pass and no turns in the backward (the other
+       settings of the tuning switches) */
+    const char *prev_l2 = getenv("BT_ATT_L2_MB");
+    char saved[32] = "";
+    if (prev_l2) snprintf(saved, sizeof saved, "%s", prev_l2);
+    seed(1410);
+    setenv("BT_ATT_L2_MB", "1", 1);
+    setenv("BT_ATT_L2_ONE_MB", "0", 1);   /* sections even where all heads would fit */
+    attn_case(BT_BF16, BT_MATMUL_FP32, 4, 37, 200, 64, 1, 1, 1, 5);
+    attn_case(BT_BF16, BT_MATMUL_FP32, 4, 37, 200, 64, 0, 0, 0, 5);
+    attn_case(BT_F16, BT_MATMUL_FP32, 2, 37, 200, 128, 1, 0, 1, 5);
+    setenv("BT_ATT_DYN", "0", 1);   /* the fixed snake order of the persistent forward */
+    attn_case(BT_BF16, BT_MATMUL_FP32, 4, 37, 200, 64, 1, 0, 1, 5);
+    unsetenv("BT_ATT_DYN");
+    setenv("BT_ATT_L2_MB", "0", 1);
+    attn_case(BT_BF16, BT_MATMUL_FP32, 4, 37, 200, 64, 1, 0, 1, 5);
+    setenv("BT_ATT_PERSIST", "0", 1); setenv("BT_ATT_DVEC_FUSED", "0", 1); setenv("BT_ATT_BWD_TURNS", "0", 1);
+    attn_case(BT_BF16, BT_MATMUL_FP32, 4, 37, 200, 64, 1, 1, 1, 5);
+    attn_case(BT_F16, BT_MATMUL_FP32, 2, 37, 200, 128, 0, 0, 0, 5);
+    unsetenv("BT_ATT_PERSIST"); unsetenv("BT_ATT_DVEC_FUSED"); unsetenv("BT_ATT_BWD_TURNS"); unsetenv("BT_ATT_L2_ONE_MB");
+    if (prev_l2) setenv("BT_ATT_L2_MB", saved, 1);
+    else unsetenv("BT_ATT_L2_MB");
 }
 /* causal = 0 on the sm_80 kernels (bf16, f16, strict f32, tf32), the wgmma path switched off */
 static void test_attention_full(void) {
