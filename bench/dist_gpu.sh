@@ -17,10 +17,10 @@ mode=${1:-test}
 BIN=./build/train_gpt2_cuda
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 nvidia-smi topo -m 2>/dev/null | head -4
-[ -z "${NOBUILD:-}" ] && make -j32 build/train_gpt2_cuda build/tests/test_ops_gpu build/tests/test_dist_gpu 2>&1 | grep -E "error" | head
+[ -z "${NOBUILD:-}" ] && make -j32 build/train_gpt2_cuda build/tests/test_ops_gpu build/tests/test_dist_gpu build/tests/test_parallel_gpu 2>&1 | grep -E "error" | head
 
 if [ "$mode" = test ]; then
-  for t in build/tests/test_dist_gpu build/tests/test_ops_gpu; do
+  for t in build/tests/test_dist_gpu build/tests/test_ops_gpu build/tests/test_parallel_gpu; do
     timeout 300 "$t" > "$OUT/$(basename "$t").txt" 2>&1; echo "$(basename "$t"): exit $? $(tail -1 "$OUT/$(basename "$t").txt")"
     grep -E "FAIL|info:" "$OUT/$(basename "$t").txt" | head -12
   done
