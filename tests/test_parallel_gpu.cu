@@ -336,8 +336,7 @@ static double mlp_ms(bt_comm *c, int sp, int async) {
     bt_tensor *x = data(bt_shape3(B, sp ? T / W : T, C), BT_BF16, 21, &n32), *w1 = leaf(data(bt_shape2(Hl, C), BT_BF16, 22, &n32));
     bt_tensor *w2 = leaf(data(bt_shape2(C, Hl), BT_BF16, 23, &n32));
     bt_set_requires_grad(x, 1);
-    void *e0 = bt_event_create(gpu()), *e1 = bt_event_create(gpu());
-    float ms = 0;
+    void *e0 = bt_event_create_timed(gpu()), *e1 = bt_event_create_timed(gpu());   /* timing events */
     for (int it = 0; it < 13; it++) {
         if (it == 3) bt_event_record(e0, bt_stream_current(gpu()));
         bt_scope_begin();
@@ -346,7 +345,7 @@ static double mlp_ms(bt_comm *c, int sp, int async) {
     }
     bt_event_record(e1, bt_stream_current(gpu()));
     bt_event_synchronize(e1);
-    cudaEventElapsedTime(&ms, (cudaEvent_t)e0, (cudaEvent_t)e1);
+    double ms = bt_event_elapsed_ms(e0, e1);
     bt_event_destroy(e0); bt_event_destroy(e1);
     bt_tp_free(tp);
     bt_scope_end();
