@@ -319,6 +319,9 @@ BTDEF int bt_ckpt_saver_snapshot(bt_ckpt_saver *s, int64_t step, bt_tensor *cons
 BTDEF void bt_ckpt_saver_fence(bt_ckpt_saver *s, void *stream);
 /* the last snapshot's copy-done event (a cudaEvent_t) for callers who wait by hand; NULL if none */
 BTDEF void *bt_ckpt_saver_event(bt_ckpt_saver *s);
+/* allocate the staging buffer now (bytes: the sum of the snapshot tensors' bytes; gpu: pinned
+   memory, for GPU tensors), so the first snapshot does not stall on the allocation: 0, or -1 */
+BTDEF int bt_ckpt_saver_reserve(bt_ckpt_saver *s, size_t bytes, int gpu);
 /* block until no save is in flight: 0, or -1 with the failed save's message (reported once) */
 BTDEF int bt_ckpt_saver_wait(bt_ckpt_saver *s);
 BTDEF void bt_ckpt_saver_get_stats(bt_ckpt_saver *s, bt_ckpt_saver_stats *st);
@@ -2517,6 +2520,11 @@ BTDEF void *bt_ckpt_saver_event(bt_ckpt_saver *s) {
     (void)s;
 #endif
     return NULL;
+}
+BTDEF int bt_ckpt_saver_reserve(bt_ckpt_saver *s, size_t bytes, int gpu) {
+    if (!s) { bt__ckerr("checkpoint saver: NULL"); return -1; }
+    if (bt_ckpt_saver_wait(s)) return -1;   /* the staging buffer is not in use */
+    return bt__ck_staging(s, bytes, gpu != 0);
 }
 BTDEF int bt_ckpt_saver_wait(bt_ckpt_saver *s) {
     if (!s) { bt__ckerr("checkpoint saver: NULL"); return -1; }
