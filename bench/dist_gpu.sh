@@ -47,6 +47,9 @@ if [ "$mode" = bench ]; then
       torchrun --nproc_per_node 2 bench/bench_gpt2_torch.py --config d12 --B $B --T $T --precision $p --compile --steps $STEPS --warmup 3 --json-out "$OUT/torch.jsonl" 2>&1 | tail -1 | cut -c1-120
     fi
   done
+  # the communication stream at the default priority instead of the highest (bt_dist.h)
+  echo "ddp bf16, comm stream at default priority:"
+  BT_DDP_PRIORITY=0 $BIN --nproc 2 -e d12 -b $B -t $T -d $((2 * B * T)) -x $STEPS -v 0 -g 0 --precision bf16 -o "$OUT/prio0" --quiet 2>&1 | tail -2
   for mb in ${SWEEP:-5 10 25 50 100}; do
     $BIN --nproc 2 --bucket-mb $mb -e d12 -b $B -t $T -d $((2 * B * T)) -x $STEPS -v 0 -g 0 --precision bf16 -o "$OUT/sweep_$mb" --quiet 2>&1 | tail -1
   done
