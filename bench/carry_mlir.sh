@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Packs the run-time libraries of the MLIR-linked binaries (make MLIR=1) into .carry/mlir.tar.xz
-# (git-ignored), for a GPU machine that has no MLIR: bench/mlir_gpu.sh unpacks it into .carry/mlir/lib
+# (git-ignored), for a GPU machine that has no MLIR: bench/mlir_gpu.sh unpacks it into /tmp/bt_mlir_libs/lib
 # and runs those binaries with LD_LIBRARY_PATH pointing there. Usage: bash bench/carry_mlir.sh
 #
 # What a binary linked with MLIR's C API needs beyond a bare Ubuntu/Debian with CUDA (ldd of

@@ -7,6 +7,7 @@
 #        build/mlir/train_llama_cuda build/mlir/bench_mlir                                   # with MLIR
 #   bash bench/carry_bins.sh mlir      # those binaries + build/mlir_aot -> .carry/bins.tar.xz
 #   bash bench/carry_mlir.sh           # Debian's libMLIR/libLLVM 19 (+ deps, stubs) -> .carry/mlir.tar.xz
+#                                      # (unpacked here into $MLIR_LIBS, default /tmp/bt_mlir_libs)
 #   bash bench/carry_data.sh           # the Tiny Shakespeare shards -> .carry/data
 # then on the GPU machine (carry .carry): NOBUILD=1 bash bench/mlir_gpu.sh
 # What runs:
@@ -20,7 +21,7 @@
 #   6. train_llama, l12 bf16 B16 T1024: without and with --mlir (tokens/s; RMSNorm + SwiGLU fused)
 #   7. bench_mlir (GB/s vs the copy bandwidth, compile times cold/memory/disk) and bench_mlir_torch.py
 # Env: OUT (default /tmp/bt_out), STEPS (default 10), QUICK=1 (bench_mlir and the torch bench with
-# --quick, the default; QUICK=0: the full shapes), SAN=0 skips the sanitizer.
+# --quick, the default; QUICK=0: the full shapes; both bf16 only), SAN=0 skips the sanitizer.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/bt_out}; mkdir -p "$OUT"
@@ -36,9 +37,10 @@ CUDA=$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")
 [ -f "$CUDA/nvvm/libdevice/libdevice.10.bc" ] || echo "warning: no libdevice under $CUDA/nvvm/libdevice (the JIT path needs it: BT_MLIR_CUDA_PATH)"
 
 # ---- the carried MLIR libraries ----
-ML=$PWD/.carry/mlir/lib
+# unpacked outside the repository (195 MB: it must never end up in a carried folder)
+ML=${MLIR_LIBS:-/tmp/bt_mlir_libs}/lib
 if [ ! -d "$ML" ] && [ -f .carry/mlir.tar.xz ]; then
-  mkdir -p .carry/mlir && XZ_OPT=-T0 tar -xJf .carry/mlir.tar.xz -C .carry/mlir
+  mkdir -p "$(dirname "$ML")" && XZ_OPT=-T0 tar -xJf .carry/mlir.tar.xz -C "$(dirname "$ML")"
 fi
 MLENV=(env "LD_LIBRARY_PATH=$ML${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "BT_MLIR_CUDA_PATH=$CUDA" "BT_MLIR_CACHE_DIR=$OUT/mlir_cache")
 rm -rf "$OUT/mlir_cache"
@@ -76,12 +78,12 @@ fi
 # ---- 4: compute-sanitizer ----
 if [ "$SAN" = 1 ]; then
   if [ $mlir_ok = 1 ]; then   # the kernels come from the disk cache test 2 filled: no compile under the sanitizer
-    BT_TEST_QUICK=1 "${MLENV[@]}" timeout 75 compute-sanitizer --tool memcheck --error-exitcode 9 build/mlir/tests/test_mlir_gpu > "$OUT/san_mlir_jit.txt" 2>&1
-    echo "$(since) sanitizer test_mlir_gpu (MLIR): exit $?; $(grep 'ERROR SUMMARY' "$OUT/san_mlir_jit.txt" | tail -1); $(grep -E 'passed, .* failed' "$OUT/san_mlir_jit.txt" | tail -1)"
+    BT_TEST_QUICK=1 "${MLENV[@]}" timeout 75 compute-sanitizer --tool memcheck --error-exitcode 9 build/mlir/tests/test_mlir_gpu > "$OUT/san_mlir_jit.txt" 2>&1; rc=$?
+    echo "$(since) sanitizer test_mlir_gpu (MLIR): exit $rc; $(grep 'ERROR SUMMARY' "$OUT/san_mlir_jit.txt" | tail -1); $(grep -E 'passed, .* failed' "$OUT/san_mlir_jit.txt" | tail -1)"
   fi
   if [ -x build/tests/test_mlir_gpu ]; then
-    BT_TEST_QUICK=1 env -u LD_LIBRARY_PATH BT_MLIR_AOT_DIR=build/mlir_aot timeout 25 compute-sanitizer --tool memcheck --error-exitcode 9 build/tests/test_mlir_gpu > "$OUT/san_mlir_aot.txt" 2>&1
-    echo "$(since) sanitizer test_mlir_gpu (AOT): exit $?; $(grep 'ERROR SUMMARY' "$OUT/san_mlir_aot.txt" | tail -1); $(grep -E 'passed, .* failed' "$OUT/san_mlir_aot.txt" | tail -1)"
+    BT_TEST_QUICK=1 env -u LD_LIBRARY_PATH BT_MLIR_AOT_DIR=build/mlir_aot timeout 25 compute-sanitizer --tool memcheck --error-exitcode 9 build/tests/test_mlir_gpu > "$OUT/san_mlir_aot.txt" 2>&1; rc=$?
+    echo "$(since) sanitizer test_mlir_gpu (AOT): exit $rc; $(grep 'ERROR SUMMARY' "$OUT/san_mlir_aot.txt" | tail -1); $(grep -E 'passed, .* failed' "$OUT/san_mlir_aot.txt" | tail -1)"
   fi
 fi
 
@@ -91,8 +93,8 @@ gpt2() {   # gpt2 NAME BINARY [flags]: d12 bf16 B16 T1024, STEPS steps, the log 
   [ -x "$bin" ] || return
   local envs=(env); case "$bin" in build/mlir/*) envs=("${MLENV[@]}") ;; esac
   "${envs[@]}" timeout 40 "$bin" -e d12 -b 16 -t 1024 -d 16384 -x "$STEPS" -v 0 -g 0 --precision bf16 -o "$OUT/gpt2_$name" --quiet "$@" \
-    > "$OUT/gpt2_$name.txt" 2>&1
-  echo "$(since) train_gpt2 $name: exit $?; $(grep -E '^(done|mlir|error)' "$OUT/gpt2_$name.txt" | tr '\n' ' ')"
+    > "$OUT/gpt2_$name.txt" 2>&1; rc=$?
+  echo "$(since) train_gpt2 $name: exit $rc; $(grep -E '^(step|done|mlir|error)' "$OUT/gpt2_$name.txt" | tail -3 | tr '\n' ' ')"
 }
 gpt2 plain build/train_gpt2_cuda
 if [ $mlir_ok = 1 ]; then gpt2 mlir build/mlir/train_gpt2_cuda --mlir; fi
@@ -102,18 +104,18 @@ llama() {  # llama NAME BINARY [flags]
   local name=$1 bin=$2; shift 2
   [ -x "$bin" ] || return
   local envs=(env); case "$bin" in build/mlir/*) envs=("${MLENV[@]}") ;; esac
-  "${envs[@]}" timeout 40 "$bin" -e l12 -b 16 -t 1024 -x "$STEPS" --precision bf16 --quiet "$@" > "$OUT/llama_$name.txt" 2>&1
-  echo "$(since) train_llama $name: exit $?; $(grep -E '^(done|mlir|error)' "$OUT/llama_$name.txt" | tr '\n' ' ')"
+  "${envs[@]}" timeout 40 "$bin" -e l12 -b 16 -t 1024 -x "$STEPS" --precision bf16 --quiet "$@" > "$OUT/llama_$name.txt" 2>&1; rc=$?
+  echo "$(since) train_llama $name: exit $rc; $(grep -E '^(done|mlir|error)' "$OUT/llama_$name.txt" | tr '\n' ' ')"
 }
 llama plain build/train_llama_cuda
 if [ $mlir_ok = 1 ]; then llama mlir build/mlir/train_llama_cuda --mlir; fi
 
 # ---- 7: the chains: bt_mlir vs unfused vs hand-written vs PyTorch ----
 if [ $mlir_ok = 1 ]; then
-  "${MLENV[@]}" timeout 55 build/mlir/bench_mlir $q > "$OUT/bench_mlir.txt" 2>&1; echo "$(since) bench_mlir: exit $?"
+  "${MLENV[@]}" timeout 55 build/mlir/bench_mlir $q --dtype bf16 > "$OUT/bench_mlir.txt" 2>&1; rc=$?; echo "$(since) bench_mlir: exit $rc"
   cat "$OUT/bench_mlir.txt" | head -80
 fi
-timeout 55 python3 bench/bench_mlir_torch.py $q > "$OUT/bench_mlir_torch.txt" 2>&1; echo "$(since) bench_mlir_torch.py: exit $?"
+timeout 55 python3 bench/bench_mlir_torch.py $q --dtype bf16 > "$OUT/bench_mlir_torch.txt" 2>&1; rc=$?; echo "$(since) bench_mlir_torch.py: exit $rc"
 grep -E "^\|" "$OUT/bench_mlir_torch.txt" | head -40
 
 # ---- the table ----
