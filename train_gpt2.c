@@ -355,9 +355,11 @@ static bt_tensor *gpt2_attention(gpt2 *m, gpt2_layer *y, bt_tensor *h, bt_dtype 
     return bt_linear(bt_attention_qkv(qkv, m->cfg.H), param_as(m, y->projw, dt), param_as(m, y->projb, dt));
 }
 
-/* --mlir (a BT_MLIR build): the fc layer's bias + GELU as one fused kernel (bt_mlir_bias_gelu),
-   forward and backward, after a matmul without bias; the same math as bt_linear + bt_gelu */
+#ifdef BT_MLIR
+/* --mlir: the fc layer's bias + GELU as one fused kernel (bt_mlir_bias_gelu), forward and
+   backward, after a matmul without bias; the same math as bt_linear + bt_gelu */
 static int gpt2_use_mlir;
+#endif
 
 static bt_tensor *gpt2_mlp(gpt2 *m, gpt2_layer *y, bt_tensor *h, bt_dtype dt) {
 #ifdef BT_MLIR
@@ -1796,7 +1798,9 @@ static int train_main(train_opts *o) {
     tr.dist = dist;
     if (load_tokenizer(&tr, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
     tr.dt = !strcmp(o->precision, "bf16") ? BT_BF16 : BT_F32;
+#ifdef BT_MLIR
     gpt2_use_mlir = o->mlir;
+#endif
     bt_set_matmul_precision(!strcmp(o->precision, "tf32") ? BT_MATMUL_TF32 : BT_MATMUL_FP32);
     if (o->deterministic) bt_set_deterministic(1);
     tr.zero = !dist ? 0 : !strcmp(o->dp, "zero1") ? 1 : !strcmp(o->dp, "zero2") ? 2 : 0;
