@@ -10,6 +10,7 @@
 #                                      # (unpacked here into $MLIR_LIBS, default /tmp/bt_mlir_libs)
 #   bash bench/carry_data.sh           # the Tiny Shakespeare shards -> .carry/data
 # then on the GPU machine (carry .carry): NOBUILD=1 bash bench/mlir_gpu.sh
+# (it never builds there, NOBUILD or not: that machine has no MLIR; the timeouts add up to 460 s)
 # What runs:
 #   1. the loader check: ldd of an MLIR-linked binary with the carried libraries (if they cannot
 #      load there, e.g. glibc < 2.36, it prints ldd's answer and runs only the MLIR-free parts)
@@ -78,7 +79,7 @@ fi
 # ---- 4: compute-sanitizer ----
 if [ "$SAN" = 1 ]; then
   if [ $mlir_ok = 1 ]; then   # the kernels come from the disk cache test 2 filled: no compile under the sanitizer
-    BT_TEST_QUICK=1 "${MLENV[@]}" timeout 75 compute-sanitizer --tool memcheck --error-exitcode 9 build/mlir/tests/test_mlir_gpu > "$OUT/san_mlir_jit.txt" 2>&1; rc=$?
+    BT_TEST_QUICK=1 "${MLENV[@]}" timeout 70 compute-sanitizer --tool memcheck --error-exitcode 9 build/mlir/tests/test_mlir_gpu > "$OUT/san_mlir_jit.txt" 2>&1; rc=$?
     echo "$(since) sanitizer test_mlir_gpu (MLIR): exit $rc; $(grep 'ERROR SUMMARY' "$OUT/san_mlir_jit.txt" | tail -1); $(grep -E 'passed, .* failed' "$OUT/san_mlir_jit.txt" | tail -1)"
   fi
   if [ -x build/tests/test_mlir_gpu ]; then
@@ -112,10 +113,10 @@ if [ $mlir_ok = 1 ]; then llama mlir build/mlir/train_llama_cuda --mlir; fi
 
 # ---- 7: the chains: bt_mlir vs unfused vs hand-written vs PyTorch ----
 if [ $mlir_ok = 1 ]; then
-  "${MLENV[@]}" timeout 55 build/mlir/bench_mlir $q --dtype bf16 > "$OUT/bench_mlir.txt" 2>&1; rc=$?; echo "$(since) bench_mlir: exit $rc"
+  "${MLENV[@]}" timeout 50 build/mlir/bench_mlir $q --dtype bf16 > "$OUT/bench_mlir.txt" 2>&1; rc=$?; echo "$(since) bench_mlir: exit $rc"
   cat "$OUT/bench_mlir.txt" | head -80
 fi
-timeout 55 python3 bench/bench_mlir_torch.py $q --dtype bf16 > "$OUT/bench_mlir_torch.txt" 2>&1; rc=$?; echo "$(since) bench_mlir_torch.py: exit $rc"
+timeout 50 python3 bench/bench_mlir_torch.py $q --dtype bf16 > "$OUT/bench_mlir_torch.txt" 2>&1; rc=$?; echo "$(since) bench_mlir_torch.py: exit $rc"
 grep -E "^\|" "$OUT/bench_mlir_torch.txt" | head -40
 
 # ---- the table ----
