@@ -24,6 +24,10 @@
 #include "bt_data.h"
 #include "bt_dist.h"
 #include "bt_ckpt.h"
+#ifdef BT_MLIR                /* make MLIR=1: --mlir routes elementwise chains through bt_mlir.h */
+#define BT_MLIR_IMPLEMENTATION
+#include "bt_mlir.h"
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -351,8 +355,19 @@ static bt_tensor *gpt2_attention(gpt2 *m, gpt2_layer *y, bt_tensor *h, bt_dtype 
     return bt_linear(bt_attention_qkv(qkv, m->cfg.H), param_as(m, y->projw, dt), param_as(m, y->projb, dt));
 }
 
+#ifdef BT_MLIR
+/* --mlir: the fc layer's bias + GELU as one fused kernel (bt_mlir_bias_gelu), forward and
+   backward, after a matmul without bias; the same math as bt_linear + bt_gelu */
+static int gpt2_use_mlir;
+#endif
+
 static bt_tensor *gpt2_mlp(gpt2 *m, gpt2_layer *y, bt_tensor *h, bt_dtype dt) {
+#ifdef BT_MLIR
+    bt_tensor *u = gpt2_use_mlir ? bt_mlir_bias_gelu(bt_linear(h, param_as(m, y->fcw, dt), NULL), param_as(m, y->fcb, dt))
+                                 : bt_gelu(bt_linear(h, param_as(m, y->fcw, dt), param_as(m, y->fcb, dt)));
+#else
     bt_tensor *u = bt_gelu(bt_linear(h, param_as(m, y->fcw, dt), param_as(m, y->fcb, dt)));
+#endif
     return bt_linear(u, param_as(m, y->fcprojw, dt), param_as(m, y->fcprojb, dt));
 }
 
@@ -554,6 +569,7 @@ typedef struct {
     const char *init_from;    /* a Hugging Face model.safetensors (or its directory), or a checkpoint: its weights */
     const char *export_hf;    /* DIR: model.safetensors + config.json for transformers at the end */
     int skip_nonfinite;       /* a step with a non-finite loss or norm skips its update instead of stopping the run */
+    int mlir;                 /* --mlir: fused chains through bt_mlir.h (BT_MLIR builds only) */
     int given_i, given_j, given_t, given_tok;   /* flags the user gave: defaults are explained, not blamed */
 } train_opts;
 
@@ -612,6 +628,7 @@ static void usage(FILE *f) {
         "            checkpoint's weights (a new run from the start: fresh AdamW state, any number of processes)\n"
         "  --export-hf DIR   write DIR/model.safetensors and DIR/config.json for transformers at the end\n"
         "  --skip-nonfinite  skip an update whose loss or gradient norm is not finite (default: stop the run)\n"
+        "  --mlir            the MLP's bias + GELU as one kernel compiled by MLIR (bt_mlir.h; a make MLIR=1 build)\n"
         "  -h        this help\n");
 }
 
@@ -637,6 +654,12 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
         if (!strcmp(a, "--quiet")) { o->quiet = 1; continue; }
         if (!strcmp(a, "--deterministic")) { o->deterministic = 1; continue; }
         if (!strcmp(a, "--skip-nonfinite")) { o->skip_nonfinite = 1; continue; }
+        if (!strcmp(a, "--mlir")) {
+#ifndef BT_MLIR
+            snprintf(err, errlen, "--mlir: this binary was built without MLIR; make MLIR=1 (needs libmlir-19-dev)"); return -1;
+#endif
+            o->mlir = 1; continue;
+        }
         if (i + 1 >= argc) { snprintf(err, errlen, "%s needs a value", a); return -1; }
         const char *v = argv[++i];
         int bad = 0;
@@ -1009,6 +1032,15 @@ static void ckpt_end(trainer *tr);   /* section 7 */
 static int trainer_end(trainer *tr, int rc) {
     ckpt_end(tr);                    /* first: a save in flight still reads the weights */
     log_close(tr, 0, "the log is incomplete");
+#ifdef BT_MLIR
+    if (gpt2_use_mlir && !rc && (!tr->dist || tr->dist->rank == 0)) {
+        bt_mlir_stats_t st = bt_mlir_stats();
+        printf("mlir: %llu fused calls, %llu fused backwards, %llu fallbacks; %llu compiles (%.0f ms), %llu disk hits (cache %s)\n",
+               (unsigned long long)st.fused_calls, (unsigned long long)st.fused_backwards, (unsigned long long)st.fallbacks,
+               (unsigned long long)st.compiles, st.compile_ms, (unsigned long long)st.disk_hits, *bt_mlir_cache_dir() ? bt_mlir_cache_dir() : "off");
+    }
+    bt_mlir_shutdown();
+#endif
     if (tr->ddp) bt_ddp_free(tr->ddp);
     for (int i = 0; i < 2; i++) if (tr->comm_ev[i]) bt_event_destroy(tr->comm_ev[i]);
     bt_release(tr->grad_shard);
@@ -1766,6 +1798,9 @@ static int train_main(train_opts *o) {
     tr.dist = dist;
     if (load_tokenizer(&tr, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
     tr.dt = !strcmp(o->precision, "bf16") ? BT_BF16 : BT_F32;
+#ifdef BT_MLIR
+    gpt2_use_mlir = o->mlir;
+#endif
     bt_set_matmul_precision(!strcmp(o->precision, "tf32") ? BT_MATMUL_TF32 : BT_MATMUL_FP32);
     if (o->deterministic) bt_set_deterministic(1);
     tr.zero = !dist ? 0 : !strcmp(o->dp, "zero1") ? 1 : !strcmp(o->dp, "zero2") ? 2 : 0;

@@ -42,6 +42,12 @@ $(BUILD)/tests/test_mlir: tests/test_mlir.c tests/test_mlir_chains.h $(HEADERS) 
 $(BUILD)/tests/asan_test_mlir: tests/test_mlir.c tests/test_mlir_chains.h $(HEADERS) tests/bt_test.h | $(BUILD)/tests
 	$(CC) $(ASANFLAGS) $(TEST_MLIR_FLAGS) -o $@ $< $(LDLIBS) $(TEST_MLIR_LIBS)
 
+# the programs' --mlir tests (train_gpt2, examples/train_llama.c): against MLIR whenever it is installed
+$(BUILD)/tests/test_gpt2_mlir: tests/test_gpt2_mlir.c train_gpt2.c $(HEADERS) tests/bt_test.h | $(BUILD)/tests
+	$(CC) $(CFLAGS) $(TEST_MLIR_FLAGS) -o $@ $< $(LDLIBS) $(TEST_MLIR_LIBS)
+$(BUILD)/tests/asan_test_gpt2_mlir: tests/test_gpt2_mlir.c train_gpt2.c $(HEADERS) tests/bt_test.h | $(BUILD)/tests
+	$(CC) $(ASANFLAGS) $(TEST_MLIR_FLAGS) -o $@ $< $(LDLIBS) $(TEST_MLIR_LIBS)
+
 # test_mlir_gpu: compiles in the ahead-of-time kernels when make mlir-aot has written them
 MLIR_AOT_SRC := $(wildcard $(MLIR_AOT_DIR)/bt_mlir_aot.c)
 $(BUILD)/tests/test_mlir_gpu: tests/test_mlir_gpu.cu tests/test_mlir_chains.h $(HEADERS) tests/bt_test.h $(MLIR_AOT_SRC) | $(BUILD)/tests
