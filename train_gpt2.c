@@ -49,6 +49,7 @@ typedef struct {
 typedef struct { const char *name; int L, H, C, maxT; } gpt2_preset;
 static const gpt2_preset gpt2_presets[] = {
     {"d12", 12, 12, 768, 1024},    /* GPT-2 124M */
+    {"d12_32k", 12, 12, 768, 32768},   /* its shape with a 32768-token position table (long contexts: --cp) */
     {"d24", 24, 16, 1024, 1024},   /* 350M */
     {"d36", 36, 20, 1280, 1024},   /* 774M */
     {"d48", 48, 25, 1600, 1024},   /* 1558M */
@@ -595,7 +596,7 @@ static void usage(FILE *f) {
         "usage: train_gpt2 [options]\n"
         "  -i GLOB   train shards (default data/tinyshakespeare_train.bin)\n"
         "  -j GLOB   val shards (default data/tinyshakespeare_val.bin)\n"
-        "  -e NAME   model: a preset (d12 d24 d36 d48 s6 s4 s2) or a model file (llm.c layout, fp32)\n"
+        "  -e NAME   model: a preset (d12 d24 d36 d48 s6 s4 s2; d12_32k: d12 with maxT 32768) or a model file (llm.c layout, fp32)\n"
         "            (default: d12 on a GPU, s4 on a CPU)\n"
         "  -b N      micro-batch size B (default: the largest power of two that fits on a GPU; 8 on a CPU)\n"
         "  -t N      sequence length T (default 1024 on a GPU, 64 on a CPU; at most the model's context)\n"
@@ -839,6 +840,7 @@ static bt_tensor *par_grad_norm(trainer *tr);
 static void par_free(struct gpt2_par *p);
 static int par_data_world(const trainer *tr);
 static bt_comm *par_dpcp_comm(const struct gpt2_par *p);
+static void par_stage_mark(trainer *tr, int k);
 
 /* one batch of B rows from L onto the device as i32 [B, T] tensors (in the current scope) */
 static void next_batch(trainer *tr, bt_loader *L, int B, bt_tensor **idx, bt_tensor **tgt) {
@@ -924,8 +926,11 @@ static int train_step(trainer *tr, int step, double lr, double *loss, double *gr
         next_batch(tr, tr->train, tr->o.B, &idx, &tgt);
         /* only the last micro-batch communicates (ZeRO-2: every one, its gradients then fold into the shard) */
         if (tr->ddp) bt_ddp_set_sync(tr->ddp, tr->zero == 2 || a == accum - 1);
+        if (tr->par) par_stage_mark(tr, 0);
         bt_tensor *loss = gpt2_loss(&tr->model, idx, tgt, tr->dt);
+        if (tr->par) par_stage_mark(tr, 1);
         bt_backward(bt_scale(loss, 1.0 / accum));        /* grads average over the micro-batches */
+        if (tr->par) par_stage_mark(tr, 2);
         int old = bt_set_grad_enabled(0);
         bt_add_(loss_sum, bt_cast(loss, BT_F32), 1.0 / accum);
         bt_set_grad_enabled(old);
@@ -1786,6 +1791,8 @@ typedef struct gpt2_par {
     int Tl;                    /* this rank's tokens of a sequence: T / cp */
     int32_t *pos;              /* [Tl]: their global positions */
     int32_t *loc_in, *loc_tg;  /* [B Tl]: a batch's tokens and targets of this rank */
+    void *stage_ev[3];         /* GPU: timed events before the forward, after it, after the backward */
+    double fwd_ms, bwd_ms;     /* their intervals in the last step */
     gpt2 whole;                /* rank 0 with tp > 1: the gathered model for the outputs */
 } gpt2_par;
 
@@ -2014,6 +2021,7 @@ static gpt2_par *par_open(const train_opts *o, bt_dist *d, int on_gpu) {
         p->cpc = bt_cp_create(cpc, kv);
         if (!on_gpu) p->cp_sum = bt_tp_create(cpc, NULL);
     }
+    for (int k = 0; k < 3 && on_gpu; k++) p->stage_ev[k] = bt_event_create_timed(bt_cuda_device(d->device));
     p->Tl = o->T / o->cp;
     p->pos = (int32_t *)malloc(sizeof(int32_t) * (size_t)p->Tl);
     p->loc_in = (int32_t *)malloc(sizeof(int32_t) * (size_t)o->B * p->Tl);
@@ -2026,6 +2034,7 @@ static gpt2_par *par_open(const train_opts *o, bt_dist *d, int on_gpu) {
 static void par_free(gpt2_par *p) {
     if (!p) return;
     bt_tp_free(p->tpc); bt_cp_free(p->cpc); bt_tp_free(p->cp_sum);
+    for (int k = 0; k < 3; k++) if (p->stage_ev[k]) bt_event_destroy(p->stage_ev[k]);
     gpt2_free(&p->whole);
     free(p->pos); free(p->loc_in); free(p->loc_tg);
     free(p);
@@ -2114,6 +2123,26 @@ static gpt2 *par_whole_model(trainer *tr) {
     free(host); free(file);
     bt_set_grad_enabled(old);
     return rank0 ? &p->whole : NULL;
+}
+/* Where a step's time goes, for async against sync TP: the compute stream's time of the last
+   micro-batch's forward pass (with its collectives) and backward pass, from timed events read
+   after the step's host sync. The communication async TP hides is the difference of the two
+   runs' stage times. */
+static void par_stage_mark(trainer *tr, int k) {
+    gpt2_par *p = tr->par;
+    if (p->stage_ev[k]) bt_event_record(p->stage_ev[k], bt_stream_current(tr->model.device));
+}
+/* the step's stage times, appended to a log line's extra members (", \"fwd_ms\": .., \"bwd_ms\": ..") */
+static void par_stage_report(trainer *tr, char *json, size_t cap) {
+    gpt2_par *p = tr->par;
+    if (!p->stage_ev[0]) return;
+    p->fwd_ms = bt_event_elapsed_ms(p->stage_ev[0], p->stage_ev[1]);
+    p->bwd_ms = bt_event_elapsed_ms(p->stage_ev[1], p->stage_ev[2]);
+    size_t len = strlen(json);
+    snprintf(json + len, cap - len, ", \"fwd_ms\": %.3f, \"bwd_ms\": %.3f", p->fwd_ms, p->bwd_ms);
+}
+static void par_stage_print(const gpt2_par *p) {
+    if (p->stage_ev[0]) printf(" | fwd %.1f ms bwd %.1f ms", p->fwd_ms, p->bwd_ms);
 }
 /* the run's layout, printed once */
 static void par_describe(const gpt2_par *p, const train_opts *o) {
@@ -2289,6 +2318,7 @@ static int train_main(train_opts *o) {
             saved_step = step + 1;
             snprintf(extra, sizeof extra, ", \"ckpt_stall_ms\": %.3f, \"ckpt_stall_total_ms\": %.3f", tr.last_stall_ms, tr.total_stall_ms);
         }
+        if (tr.par) par_stage_report(&tr, extra, sizeof extra);
         if (!o->quiet || last || validated || !updated || snap) {
             printf("step %4d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s", step + 1, o->steps, loss, lr, norm, dt_s * 1e3, tps);
             if (peak > 0) printf(" | MFU %.1f%%", mfu);
@@ -2297,6 +2327,7 @@ static int train_main(train_opts *o) {
             if (tr.ddp && tr.comm_ev[0])
                 printf(" | comm %.2f ms exposed, %d/%d buckets early", comm_exposed_ms(&tr), tr.comm_early, bt_ddp_get_stats(tr.ddp).buckets);
             if (snap) printf(" | checkpoint stall %.1f ms", tr.last_stall_ms);
+            if (tr.par) par_stage_print(tr.par);
             printf("\n");
             fflush(stdout);
         }
