@@ -117,7 +117,7 @@ def run(args, world, result):
     params = list(model.parameters())
     opt = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
                              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}], lr=1e-4, betas=(0.9, 0.95),
-                            foreach=True)
+                            foreach=args.mode != "tp")   # tp: DTensor and plain parameters side by side
     result["params"] = sum(p.numel() for p in inner.parameters())
     gen = torch.Generator(device="cuda").manual_seed(args.seed)   # the same tokens on every rank
     data = torch.randint(0, cfg.vocab_size, (2, args.B, args.T + 1), device="cuda", generator=gen)
