@@ -2376,6 +2376,13 @@ int main(int argc, char **argv) {
     int r = parse_args(argc, argv, &o, err, sizeof err);
     if (r == 1) { usage(stdout); return 0; }
     if (r < 0) { usage(stderr); fprintf(stderr, "error: %s\n", err); return 2; }
+#if !BT_DIST_NCCL
+    if (o.nproc > 1 && o.tp * o.cp > 1) {   /* the store path (section 8) needs ranks started by a launcher */
+        fprintf(stderr, "error: --nproc %d: this build has no NCCL; --tp/--cp on CPUs run as processes started with RANK, WORLD_SIZE, "
+                "LOCAL_RANK and MASTER_ADDR set (torchrun, srun, mpirun or by hand: README)\n", o.nproc);
+        return 2;
+    }
+#endif
     bt_dist_launch(o.nproc);   /* --nproc N: the parent supervises N ranks; each returns here */
     install_stop_signals();    /* SIGINT/SIGTERM: finish the step, checkpoint, exit 0; a second one: at once (section 7) */
     return train_main(&o);
