@@ -9,7 +9,8 @@
      1. configuration and presets        5. command line
      2. the model: parameters, init, I/O  6. the training loop
      3. the forward pass                  7. checkpoints: save, resume, signals, Hugging Face files
-     4. inference: KV cache, sampling     8. a run, from the flags to the saved model
+     4. inference: KV cache, sampling     8. tensor and context parallelism (--tp, --cp)
+                                          9. a run, from the flags to the saved model
    The backward pass is the autograd engine's (bt_autograd.h); each op's math sits in bt_tensor.h. */
 #define _POSIX_C_SOURCE 200809L   /* before any #include: bt_data.h uses pread, readlink, sigaction */
 #define BT_ALLOC_IMPLEMENTATION
@@ -19,6 +20,7 @@
 #define BT_DATA_IMPLEMENTATION
 #define BT_DIST_IMPLEMENTATION
 #define BT_CKPT_IMPLEMENTATION
+#define BT_PARALLEL_IMPLEMENTATION
 #include "bt_autograd.h"
 #include "bt_optim.h"
 #include "bt_data.h"
@@ -28,6 +30,7 @@
 #define BT_MLIR_IMPLEMENTATION
 #include "bt_mlir.h"
 #endif
+#include "bt_parallel.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +53,7 @@ typedef struct {
 typedef struct { const char *name; int L, H, C, maxT; } gpt2_preset;
 static const gpt2_preset gpt2_presets[] = {
     {"d12", 12, 12, 768, 1024},    /* GPT-2 124M */
+    {"d12_32k", 12, 12, 768, 32768},   /* its shape with a 32768-token position table (long contexts: --cp) */
     {"d24", 24, 16, 1024, 1024},   /* 350M */
     {"d36", 36, 20, 1280, 1024},   /* 774M */
     {"d48", 48, 25, 1600, 1024},   /* 1558M */
@@ -114,7 +118,17 @@ typedef struct {
     int64_t *file_off;             /* [n_params]: each leaf's offset in llm.c's file order */
     int n_params;
     bt_device device;
+    int tp, tp_rank;               /* tensor parallelism: this rank's shard of tp (section 8); 0 when whole */
+    struct gpt2_par *par;          /* tensor/context parallelism (section 8), NULL: none */
 } gpt2;
+/* section 8: a tensor-parallel shard's file order, init and forward pass */
+static void par_to_file_order(const gpt2 *m, int rank, const float *mem, float *file);
+static void par_from_file_order(const gpt2 *m, const float *file, float *mem);
+static void par_init(gpt2 *m, uint64_t seed);
+static bt_tensor *par_embed(gpt2 *m, bt_tensor *idx, bt_dtype dt);
+static bt_tensor *par_attention(gpt2 *m, gpt2_layer *y, bt_tensor *h, bt_dtype dt);
+static bt_tensor *par_mlp(gpt2 *m, gpt2_layer *y, bt_tensor *h, bt_dtype dt);
+static bt_tensor *par_loss(gpt2 *m, bt_tensor *x, bt_tensor *targets, bt_dtype dt);
 
 /* The next leaf, numel(shape) elements from the buffer's fill mark, in file order at file_off:
    a view of flat, its gradient the same span of flat_grad. The optimizer and the files see one
@@ -184,10 +198,12 @@ static void gpt2_free(gpt2 *m) {
 
 /* between the buffer's order (mem) and llm.c's file order (file), num_params floats each */
 static void gpt2_to_file_order(const gpt2 *m, const float *mem, float *file) {
+    if (m->tp > 1) { par_to_file_order(m, m->tp_rank, mem, file); return; }
     for (int i = 0; i < m->n_params; i++)
         memcpy(file + m->file_off[i], mem + (m->params[i]->offset - m->flat->offset), sizeof(float) * (size_t)bt_numel(m->params[i]));
 }
 static void gpt2_from_file_order(const gpt2 *m, const float *file, float *mem) {
+    if (m->tp > 1) { par_from_file_order(m, file, mem); return; }
     for (int i = 0; i < m->n_params; i++)
         memcpy(mem + (m->params[i]->offset - m->flat->offset), file + m->file_off[i], sizeof(float) * (size_t)bt_numel(m->params[i]));
 }
@@ -203,6 +219,7 @@ static int64_t gpt2_file_offset(const gpt2 *m, const bt_tensor *p) {
    gains 1. Each tensor draws from Philox at its offset in llm.c's file order, so a seed gives the
    same weights on any device and in any buffer layout. */
 static void gpt2_init(gpt2 *m, uint64_t seed) {
+    if (m->tp > 1) { par_init(m, seed); return; }
     int old = bt_set_grad_enabled(0);
     double std = 0.02, res_std = 0.02 / sqrt(2.0 * m->cfg.L);
     bt_normal_(m->wte, 0, std, seed, (uint64_t)gpt2_file_offset(m, m->wte));
@@ -351,6 +368,7 @@ static bt_tensor *param_as(gpt2 *m, bt_tensor *p, bt_dtype dt) {
 /* causal self-attention of one block: x [B, T, C] -> [B, T, C]. One projection makes q, k, v
    side by side ([B, T, 3C]); the attention op reads the heads out of it in place. */
 static bt_tensor *gpt2_attention(gpt2 *m, gpt2_layer *y, bt_tensor *h, bt_dtype dt) {
+    if (m->par) return par_attention(m, y, h, dt);
     bt_tensor *qkv = bt_linear(h, param_as(m, y->qkvw, dt), param_as(m, y->qkvb, dt));
     return bt_linear(bt_attention_qkv(qkv, m->cfg.H), param_as(m, y->projw, dt), param_as(m, y->projb, dt));
 }
@@ -362,6 +380,7 @@ static int gpt2_use_mlir;
 #endif
 
 static bt_tensor *gpt2_mlp(gpt2 *m, gpt2_layer *y, bt_tensor *h, bt_dtype dt) {
+    if (m->tp > 1) return par_mlp(m, y, h, dt);
 #ifdef BT_MLIR
     bt_tensor *u = gpt2_use_mlir ? bt_mlir_bias_gelu(bt_linear(h, param_as(m, y->fcw, dt), NULL), param_as(m, y->fcb, dt))
                                  : bt_gelu(bt_linear(h, param_as(m, y->fcw, dt), param_as(m, y->fcb, dt)));
@@ -376,7 +395,7 @@ static bt_tensor *gpt2_hidden(gpt2 *m, bt_tensor *idx, bt_dtype dt) {
     const gpt2_config *c = &m->cfg;
     int64_t T = idx->shape[1];
     bt_tensor *pos = bt_arange(T, BT_I32, m->device);
-    bt_tensor *x = bt_add(bt_embedding(param_as(m, m->wte, dt), idx), bt_embedding(param_as(m, m->wpe, dt), pos));
+    bt_tensor *x = m->par ? par_embed(m, idx, dt) : bt_add(bt_embedding(param_as(m, m->wte, dt), idx), bt_embedding(param_as(m, m->wpe, dt), pos));
     for (int l = 0; l < c->L; l++) {
         gpt2_layer *y = &m->layers[l];
         x = bt_add(x, gpt2_attention(m, y, bt_layernorm(x, param_as(m, y->ln1w, dt), param_as(m, y->ln1b, dt), 1e-5), dt));
@@ -394,6 +413,7 @@ bt_tensor *gpt2_logits(gpt2 *m, bt_tensor *idx, bt_dtype dt) {
 /* mean cross-entropy of the next tokens over the V real columns (the padding never counts), with
    the head fused into the loss: the [B, T, Vp] logits are never held whole */
 static bt_tensor *gpt2_loss(gpt2 *m, bt_tensor *idx, bt_tensor *targets, bt_dtype dt) {
+    if (m->tp > 1) return par_loss(m, gpt2_hidden(m, idx, dt), targets, dt);
     return bt_linear_cross_entropy(gpt2_hidden(m, idx, dt), param_as(m, m->wte, dt), targets, m->cfg.V, -1);
 }
 
@@ -570,6 +590,8 @@ typedef struct {
     const char *export_hf;    /* DIR: model.safetensors + config.json for transformers at the end */
     int skip_nonfinite;       /* a step with a non-finite loss or norm skips its update instead of stopping the run */
     int mlir;                 /* --mlir: fused chains through bt_mlir.h (BT_MLIR builds only) */
+    int tp, cp, sp, async_tp; /* tensor / context parallelism (section 8): group sizes, sequence parallel, overlap */
+    const char *cp_comm;      /* ring | allgather | alltoall: how context parallelism moves K/V (NULL: ring) */
     int given_i, given_j, given_t, given_tok;   /* flags the user gave: defaults are explained, not blamed */
 } train_opts;
 
@@ -582,7 +604,7 @@ static void default_opts(train_opts *o) {
     o->lr = -1; o->final_lr_frac = 0.1; o->weight_decay = 0.1; o->clip = 1.0; o->temp = 1.0;
     o->seed = 1337; o->precision = NULL; o->device = "auto";
     o->nproc = 1; o->dp = "ddp"; o->bucket_mb = 25; o->comm_dtype = "fp32"; o->nccl_timeout = 600;
-    o->ckpt_keep = 3;
+    o->ckpt_keep = 3; o->tp = 1; o->cp = 1;
 }
 
 static void usage(FILE *f) {
@@ -590,7 +612,7 @@ static void usage(FILE *f) {
         "usage: train_gpt2 [options]\n"
         "  -i GLOB   train shards (default data/tinyshakespeare_train.bin)\n"
         "  -j GLOB   val shards (default data/tinyshakespeare_val.bin)\n"
-        "  -e NAME   model: a preset (d12 d24 d36 d48 s6 s4 s2) or a model file (llm.c layout, fp32)\n"
+        "  -e NAME   model: a preset (d12 d24 d36 d48 s6 s4 s2; d12_32k: d12 with maxT 32768) or a model file (llm.c layout, fp32)\n"
         "            (default: d12 on a GPU, s4 on a CPU)\n"
         "  -b N      micro-batch size B (default: the largest power of two that fits on a GPU; 8 on a CPU)\n"
         "  -t N      sequence length T (default 1024 on a GPU, 64 on a CPU; at most the model's context)\n"
@@ -629,6 +651,12 @@ static void usage(FILE *f) {
         "  --export-hf DIR   write DIR/model.safetensors and DIR/config.json for transformers at the end\n"
         "  --skip-nonfinite  skip an update whose loss or gradient norm is not finite (default: stop the run)\n"
         "  --mlir            the MLP's bias + GELU as one kernel compiled by MLIR (bt_mlir.h; a make MLIR=1 build)\n"
+        "  --tp N    tensor parallelism over N processes (heads, MLP and vocabulary split; data parallel over\n"
+        "            processes / (tp x cp)); N divides the heads, 4C and the padded vocabulary\n"
+        "  --sp      with --tp: sequence parallelism (layernorms and residuals on T/tp tokens)\n"
+        "  --async-tp  with --tp: overlap each layer's collective with its matmul (chunked)\n"
+        "  --cp N    context parallelism over N processes (each holds 2 zig-zag chunks of T/(2N) tokens)\n"
+        "  --cp-comm ring|allgather|alltoall   how --cp moves keys and values (default ring)\n"
         "  -h        this help\n");
 }
 
@@ -660,6 +688,8 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
 #endif
             o->mlir = 1; continue;
         }
+        if (!strcmp(a, "--sp")) { o->sp = 1; continue; }
+        if (!strcmp(a, "--async-tp")) { o->async_tp = 1; continue; }
         if (i + 1 >= argc) { snprintf(err, errlen, "%s needs a value", a); return -1; }
         const char *v = argv[++i];
         int bad = 0;
@@ -699,6 +729,13 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
         else if (!strcmp(a, "--resume")) o->resume = v;
         else if (!strcmp(a, "--init-from")) o->init_from = v;
         else if (!strcmp(a, "--export-hf")) o->export_hf = v;
+        else if (!strcmp(a, "--tp")) bad = parse_int(v, 1, 1024, &o->tp);
+        else if (!strcmp(a, "--cp")) bad = parse_int(v, 1, 1024, &o->cp);
+        else if (!strcmp(a, "--cp-comm")) {
+            bt_cp_kv kv;
+            o->cp_comm = v;
+            if (bt_cp_kv_parse(v, &kv)) { snprintf(err, errlen, "--cp-comm must be ring, allgather or alltoall, got '%s'", v); return -1; }
+        }
         else if (!strcmp(a, "--dp")) {
             o->dp = v;
             if (strcmp(v, "ddp") && strcmp(v, "zero1") && strcmp(v, "zero2")) { snprintf(err, errlen, "--dp must be ddp, zero1 or zero2, got '%s'", v); return -1; }
@@ -815,8 +852,18 @@ typedef struct {
     double last_stall_ms, total_stall_ms;   /* host time of the last snapshot, of all */
     int64_t saves_seen;        /* finished saves reported so far */
     int skipped;               /* --skip-nonfinite: updates skipped */
+    struct gpt2_par *par;      /* tensor/context parallelism (section 8), NULL: none */
 } trainer;
 static void ckpt_fence(trainer *tr);   /* section 7 */
+/* section 8 */
+static void par_batch(trainer *tr, int B, bt_tensor **idx, bt_tensor **tgt);
+static void par_reduce_grads(trainer *tr);
+static void par_mean(trainer *tr, bt_tensor *t);
+static bt_tensor *par_grad_norm(trainer *tr);
+static void par_free(struct gpt2_par *p);
+static int par_data_world(const trainer *tr);
+static bt_comm *par_dpcp_comm(const struct gpt2_par *p);
+static void par_stage_mark(trainer *tr, int k);
 
 /* one batch of B rows from L onto the device as i32 [B, T] tensors (in the current scope) */
 static void next_batch(trainer *tr, bt_loader *L, int B, bt_tensor **idx, bt_tensor **tgt) {
@@ -824,6 +871,7 @@ static void next_batch(trainer *tr, bt_loader *L, int B, bt_tensor **idx, bt_ten
     bt_shape s = bt_shape2(B, tr->o.T);
     *idx = bt_from_data(tr->inputs, s, BT_I32, tr->model.device);
     *tgt = bt_from_data(tr->targets, s, BT_I32, tr->model.device);
+    if (tr->par) par_batch(tr, B, idx, tgt);   /* this rank's zig-zag tokens (cp) */
 }
 
 static double evaluate(trainer *tr) {
@@ -840,7 +888,8 @@ static double evaluate(trainer *tr) {
         bt_add_(sum, bt_cast(gpt2_loss(&tr->model, idx, tgt, tr->dt), BT_F32), 1.0);
         bt_scope_end();
     }
-    if (tr->dist) bt_all_reduce(tr->dist->world_comm, bt_data_ptr(sum), bt_data_ptr(sum), 1, BT_F32, BT_RED_AVG, NULL);
+    if (tr->par) par_mean(tr, sum);
+    else if (tr->dist) bt_all_reduce(tr->dist->world_comm, bt_data_ptr(sum), bt_data_ptr(sum), 1, BT_F32, BT_RED_AVG, NULL);
     double loss = bt_item(sum) / (n ? n : 1);
     bt_scope_end();
     bt_set_grad_enabled(old);
@@ -850,6 +899,7 @@ static double evaluate(trainer *tr) {
 /* The global L2 norm of the gradients (fp32 [1] on the device, no host sync): with ZeRO each rank
    holds the reduced gradients of its shard only, so the shards' sums of squares are added up. */
 static bt_tensor *global_grad_norm(trainer *tr) {
+    if (tr->par) return par_grad_norm(tr);
     if (!tr->zero) return bt_grad_norm(tr->model.params, tr->model.n_params);
     bt_tensor *g = tr->zero == 2 ? tr->grad_shard : bt_narrow(tr->model.flat_grad, 0, tr->shard_lo, tr->shard_hi - tr->shard_lo);
     bt_tensor *sq = bt_sumsq(g);
@@ -887,8 +937,7 @@ static double comm_exposed_ms(trainer *tr) {
    0 when it was not (the weights are unchanged). With data parallelism every rank sees the same
    reduced loss and norm, so every rank decides alike. */
 static int train_step(trainer *tr, int step, double lr, double *loss, double *grad_norm) {
-    int world = tr->dist ? tr->dist->world : 1;
-    int accum = tr->o.total_batch / (tr->o.B * tr->o.T * world);
+    int accum = tr->o.total_batch / (tr->o.B * tr->o.T * par_data_world(tr));
     bt_zero_(tr->model.flat_grad);
     if (tr->grad_shard) bt_zero_(tr->grad_shard);
     bt_scope_begin();
@@ -900,8 +949,11 @@ static int train_step(trainer *tr, int step, double lr, double *loss, double *gr
         next_batch(tr, tr->train, tr->o.B, &idx, &tgt);
         /* only the last micro-batch communicates (ZeRO-2: every one, its gradients then fold into the shard) */
         if (tr->ddp) bt_ddp_set_sync(tr->ddp, tr->zero == 2 || a == accum - 1);
+        if (tr->par) par_stage_mark(tr, 0);
         bt_tensor *loss = gpt2_loss(&tr->model, idx, tgt, tr->dt);
+        if (tr->par) par_stage_mark(tr, 1);
         bt_backward(bt_scale(loss, 1.0 / accum));        /* grads average over the micro-batches */
+        if (tr->par) par_stage_mark(tr, 2);
         int old = bt_set_grad_enabled(0);
         bt_add_(loss_sum, bt_cast(loss, BT_F32), 1.0 / accum);
         bt_set_grad_enabled(old);
@@ -909,7 +961,8 @@ static int train_step(trainer *tr, int step, double lr, double *loss, double *gr
         if (tr->zero == 2) zero2_accumulate(tr);
         bt_scope_end();
     }
-    if (tr->dist) bt_all_reduce(tr->dist->world_comm, bt_data_ptr(loss_sum), bt_data_ptr(loss_sum), 1, BT_F32, BT_RED_AVG, NULL);
+    if (tr->par) { par_reduce_grads(tr); par_mean(tr, loss_sum); }
+    else if (tr->dist) bt_all_reduce(tr->dist->world_comm, bt_data_ptr(loss_sum), bt_data_ptr(loss_sum), 1, BT_F32, BT_RED_AVG, NULL);
     bt_tensor *norm = global_grad_norm(tr);
     *loss = bt_item(loss_sum);
     *grad_norm = bt_item(norm);
@@ -1044,6 +1097,8 @@ static int trainer_end(trainer *tr, int rc) {
     if (tr->ddp) bt_ddp_free(tr->ddp);
     for (int i = 0; i < 2; i++) if (tr->comm_ev[i]) bt_event_destroy(tr->comm_ev[i]);
     bt_release(tr->grad_shard);
+    par_free(tr->par);               /* before the communicators go */
+    tr->model.par = NULL;
     if (tr->dist) {
         if (rc) bt_dist_abort(tr->dist, "stopped with an error (above)");
         bt_dist_shutdown(tr->dist);
@@ -1097,7 +1152,7 @@ static int auto_micro_batch(gpt2 *m, int T, int total_batch, bt_dtype dt) {
    the bucket engine, whose hooks fire as the backward pass finishes each parameter. */
 static void setup_data_parallel(trainer *tr) {
     gpt2 *m = &tr->model;
-    bt_comm *c = tr->dist->world_comm;
+    bt_comm *c = tr->par ? par_dpcp_comm(tr->par) : tr->dist->world_comm;   /* tp/cp: the ranks holding the same shard */
     bt_broadcast(c, bt_data_ptr(m->flat), bt_data_ptr(m->flat), m->flat_numel, BT_F32, 0, NULL);
     m->flat->storage->version++;
     if (tr->zero) {
@@ -1732,7 +1787,404 @@ static int ckpt_restore(trainer *tr, char *err, size_t errlen) {
 }
 
 /* ============================================================================================
-   8. a run: from the flags to the saved model
+   8. tensor and context parallelism (--tp, --cp)
+   ============================================================================================ */
+/* The processes form a mesh dp x tp x cp (bt_dist.h: rank = (dp_i cp + cp_i) tp + tp_i), the
+   ops are bt_parallel.h's. Tensor parallelism (--tp, Megatron's split): rank r of a tp group holds
+       wte         rows [r Vp/tp, (r+1) Vp/tp): the vocabulary-parallel embedding and the fused
+                   vocabulary-parallel loss (max and sum-exp all-reduced; no logits gathered)
+       qkvw, qkvb  the q, k and v rows of its H/tp heads (column-parallel: the heads' attention
+                   is local)
+       projw       columns [r C/tp, ..): row-parallel, its partial sums all-reduced
+       fcw, fcb    rows [r 4C/tp, ..): column-parallel
+       fcprojw     columns [r 4C/tp, ..): row-parallel
+   and the other tensors whole (wpe, the layernorms, the row-parallel layers' biases). With --sp
+   the activations between the parallel regions hold T/tp of the sequence, so the whole tensors'
+   gradients come from the rank's slice only: they are summed over the tp group after backward.
+   Every shard element is drawn at its whole-model file offset, so a tp run starts from the
+   1-GPU weights of its seed; model files hold the whole model in llm.c's order (shards gathered
+   on save, sliced on load).
+   Context parallelism (--cp): rank i of a cp group holds the zig-zag chunks i and 2 cp - 1 - i of
+   every sequence (tokens, targets and positions, bt_zigzag_global); attention is
+   bt_cp_attention_qkv with the --cp-comm K/V strategy, every other op works per token. A rank's
+   loss is its tokens' mean; the cp ranks hold equal token counts, so the mean of their means is
+   the sequence's mean and the gradients are averaged over the dp x cp group (the DDP buckets run
+   on that communicator). The loader runs per dp index: each tp and cp rank of it reads the same
+   rows, so -b B -d D is the same global batch as on one GPU.
+   On CPUs the collectives go through the TCP store: tp or cp (one of them) must span every
+   process, and a launcher's variables start the ranks (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR;
+   --nproc needs NCCL); the cp group's gradients are then summed through the store too. */
+typedef struct gpt2_par {
+    int tp, cp, dp, tp_rank, cp_rank, dp_rank, sp, on_cpu;
+    bt_comm *dpcp_comm;        /* the ranks of this tp index: they hold the same shard (DDP's group) */
+    bt_tp *tpc;                /* tp > 1 */
+    bt_cp *cpc;                /* cp > 1 */
+    bt_tp *cp_sum;             /* CPU with cp > 1: sums over the cp group through the store */
+    int Tl;                    /* this rank's tokens of a sequence: T / cp */
+    int32_t *pos;              /* [Tl]: their global positions */
+    int32_t *loc_in, *loc_tg;  /* [B Tl]: a batch's tokens and targets of this rank */
+    void *stage_ev[3];         /* GPU: timed events before the forward, after it, after the backward */
+    double fwd_ms, bwd_ms;     /* their intervals in the last step */
+    gpt2 whole;                /* rank 0 with tp > 1: the gathered model for the outputs */
+} gpt2_par;
+
+/* ---- shards: which part of each whole tensor a rank holds ---- */
+enum { SHARD_WHOLE, SHARD_ROWS, SHARD_QKV, SHARD_COLS };
+typedef struct { int kind; int64_t R, K; int ndim; } gpt2_shard;   /* of the whole tensor [R, K] (K = 1: a vector) */
+static gpt2_shard shard_make(int kind, int64_t R, int64_t K, int ndim) { gpt2_shard s; s.kind = kind; s.R = R; s.K = K; s.ndim = ndim; return s; }
+/* leaf i in gpt2_build_padded's order (wte, wpe, 12 per layer, lnfw, lnfb) */
+static gpt2_shard gpt2_shard_of(const gpt2_config *c, int leaf) {
+    int64_t C = c->C;
+    if (leaf == 0) return shard_make(SHARD_ROWS, c->Vp, C, 2);
+    if (leaf == 1) return shard_make(SHARD_WHOLE, c->maxT, C, 2);
+    if (leaf >= 2 + 12 * c->L) return shard_make(SHARD_WHOLE, C, 1, 1);
+    switch ((leaf - 2) % 12) {
+    case 2: return shard_make(SHARD_QKV, 3 * C, C, 2);      /* qkvw */
+    case 3: return shard_make(SHARD_QKV, 3 * C, 1, 1);      /* qkvb */
+    case 4: return shard_make(SHARD_COLS, C, C, 2);         /* projw */
+    case 8: return shard_make(SHARD_ROWS, 4 * C, C, 2);     /* fcw */
+    case 9: return shard_make(SHARD_ROWS, 4 * C, 1, 1);     /* fcb */
+    case 10: return shard_make(SHARD_COLS, C, 4 * C, 2);    /* fcprojw */
+    default: return shard_make(SHARD_WHOLE, C, 1, 1);      /* ln1w ln1b projb ln2w ln2b fcprojb */
+    }
+}
+static bt_shape gpt2_shard_shape(gpt2_shard s, int tp) {
+    int64_t R = s.R, K = s.K;
+    if (s.kind == SHARD_ROWS || s.kind == SHARD_QKV) R /= tp;
+    else if (s.kind == SHARD_COLS) K /= tp;
+    return s.ndim == 1 ? bt_shape1(R * K) : bt_shape2(R, K);
+}
+/* rank r's elements of the whole tensor full [R, K] as a view whose row-major order is the
+   shard's (QKV: [3, R/3/tp, K], the q, k and v rows of the rank's heads) */
+static bt_tensor *gpt2_shard_view(bt_tensor *full, gpt2_shard s, int tp, int r) {
+    switch (s.kind) {
+    case SHARD_ROWS: return bt_narrow(full, 0, r * (s.R / tp), s.R / tp);
+    case SHARD_COLS: return bt_narrow(full, 1, r * (s.K / tp), s.K / tp);
+    case SHARD_QKV: return bt_narrow(bt_view(full, bt_shape3(3, s.R / 3, s.K)), 1, r * (s.R / 3 / tp), s.R / 3 / tp);
+    default: return full;
+    }
+}
+/* leaf i's shard of rank r (local: its elements, 1-D) to or from the whole tensor full [R, K] */
+static void gpt2_shard_copy(const gpt2_config *c, int i, int tp, int r, bt_tensor *local, bt_tensor *full, int to_full) {
+    bt_tensor *v = gpt2_shard_view(full, gpt2_shard_of(c, i), tp, r), *l = bt_view(local, bt_shape_of(v));
+    if (to_full) bt_copy_(v, l); else bt_copy_(l, v);
+}
+/* the file-order offset of leaf i's whole tensor (llm.c's order: each kind stacked over layers) */
+static int64_t gpt2_leaf_file_base(const gpt2_config *c, int i) {
+    int64_t sz[P_COUNT], off[P_COUNT], total = 0;
+    gpt2_param_sizes(c, sz);
+    for (int k = 0; k < P_COUNT; k++) { off[k] = total; total += sz[k]; }
+    if (i < 2) return off[i == 0 ? P_WTE : P_WPE];
+    if (i >= 2 + 12 * c->L) return off[i == 2 + 12 * c->L ? P_LNFW : P_LNFB];
+    int k = P_LN1W + (i - 2) % 12, l = (i - 2) / 12;   /* the 12 layer kinds in the enum's order */
+    return off[k] + l * (sz[k] / c->L);
+}
+
+/* rank r's shard of a tp-way model: the same leaves as gpt2_build_padded, each its shard's
+   shape; num_params stays the whole model's (files, FLOPs), flat_numel is the shard's */
+static void gpt2_build_tp(gpt2 *m, gpt2_config cfg, bt_device dev, int tp, int r) {
+    memset(m, 0, sizeof *m);
+    m->cfg = cfg; m->device = dev; m->tp = tp; m->tp_rank = r;
+    int n = 4 + 12 * cfg.L;
+    int64_t local = 0, mark = 0;
+    for (int i = 0; i < n; i++) {
+        bt_shape sh = gpt2_shard_shape(gpt2_shard_of(&cfg, i), tp);
+        local += sh.ndim == 1 ? sh.d[0] : sh.d[0] * sh.d[1];
+    }
+    m->num_params = gpt2_num_params(&cfg);
+    m->flat_numel = local;
+    m->flat = bt_zeros(bt_shape1(local), BT_F32, dev);
+    m->flat_grad = bt_zeros(bt_shape1(local), BT_F32, dev);
+    m->params = (bt_tensor **)calloc((size_t)n, sizeof(bt_tensor *));
+    m->file_off = (int64_t *)calloc((size_t)n, sizeof(int64_t));
+    m->layers = (gpt2_layer *)calloc((size_t)cfg.L, sizeof(gpt2_layer));
+    if (!m->params || !m->file_off || !m->layers) bt_error("gpt2_build_tp: out of host memory");
+    for (int i = 0; i < n; i++) {
+        bt_tensor *p = gpt2_leaf(m, &mark, gpt2_leaf_file_base(&cfg, i), gpt2_shard_shape(gpt2_shard_of(&cfg, i), tp));
+        if (i < 2) *(i == 0 ? &m->wte : &m->wpe) = p;
+        else if (i >= 2 + 12 * cfg.L) *(i == 2 + 12 * cfg.L ? &m->lnfw : &m->lnfb) = p;
+        else {
+            gpt2_layer *y = &m->layers[(i - 2) / 12];
+            bt_tensor **slot[12] = {&y->ln1w, &y->ln1b, &y->qkvw, &y->qkvb, &y->projw, &y->projb,
+                                    &y->ln2w, &y->ln2b, &y->fcw, &y->fcb, &y->fcprojw, &y->fcprojb};
+            *slot[(i - 2) % 12] = p;
+        }
+    }
+}
+/* leaf i's offset in the flat buffer */
+static int64_t gpt2_leaf_off(const gpt2 *m, int i) { return m->params[i]->offset - m->flat->offset; }
+
+/* between rank's shard (mem: its flat buffer, in host memory) and the whole model in file order */
+static void par_shards_file(const gpt2 *m, int rank, float *mem, float *file, int to_file) {
+    bt_scope_begin();
+    for (int i = 0; i < m->n_params; i++) {
+        gpt2_shard s = gpt2_shard_of(&m->cfg, i);
+        bt_tensor *full = bt_from_blob(file + m->file_off[i], bt_shape2(s.R, s.K), BT_F32, bt_cpu());
+        bt_tensor *local = bt_from_blob(mem + gpt2_leaf_off(m, i), bt_shape1(bt_numel(m->params[i])), BT_F32, bt_cpu());
+        gpt2_shard_copy(&m->cfg, i, m->tp, rank, local, full, to_file);
+    }
+    bt_scope_end();
+}
+static void par_to_file_order(const gpt2 *m, int rank, const float *mem, float *file) { par_shards_file(m, rank, (float *)mem, file, 1); }
+static void par_from_file_order(const gpt2 *m, const float *file, float *mem) { par_shards_file(m, m->tp_rank, mem, (float *)file, 0); }
+
+/* gpt2_init on a shard: every element drawn at its whole-model file offset (a strided shard
+   through a whole tensor made on the device and sliced), so the shards are the 1-GPU weights */
+static void par_init(gpt2 *m, uint64_t seed) {
+    int old = bt_set_grad_enabled(0), L = m->cfg.L;
+    double std = 0.02, res_std = 0.02 / sqrt(2.0 * L);
+    for (int i = 0; i < m->n_params; i++) {
+        int k = i >= 2 && i < 2 + 12 * L ? (i - 2) % 12 : -1;
+        double sd = i < 2 || k == 2 || k == 8 ? std : k == 4 || k == 10 ? res_std : 0;
+        int one = k == 0 || k == 6 || i == 2 + 12 * L;   /* ln1w, ln2w, lnfw */
+        gpt2_shard s = gpt2_shard_of(&m->cfg, i);
+        bt_scope_begin();
+        bt_tensor *local = bt_narrow(m->flat, 0, gpt2_leaf_off(m, i), bt_numel(m->params[i]));
+        if (sd > 0 && (s.kind == SHARD_WHOLE || s.kind == SHARD_ROWS)) {   /* one contiguous run */
+            int64_t first = s.kind == SHARD_ROWS ? (int64_t)m->tp_rank * (s.R / m->tp) * s.K : 0;
+            bt_normal_(local, 0, sd, seed, (uint64_t)(m->file_off[i] + first));
+        } else if (sd > 0) {
+            bt_tensor *full = bt_empty(bt_shape2(s.R, s.K), BT_F32, m->device);
+            bt_normal_(full, 0, sd, seed, (uint64_t)m->file_off[i]);
+            gpt2_shard_copy(&m->cfg, i, m->tp, m->tp_rank, local, full, 0);
+        } else if (one) bt_fill_(local, 1.0);
+        bt_scope_end();
+    }
+    bt_set_grad_enabled(old);
+}
+
+/* ---- the forward pass's parallel parts (gpt2_hidden, gpt2_attention, gpt2_mlp, gpt2_loss
+   branch here) ---- */
+/* token + position embeddings of this rank's tokens idx [B, Tl] -> [B, Tl, C] ([B, Tl/tp, C] with sp) */
+static bt_tensor *par_embed(gpt2 *m, bt_tensor *idx, bt_dtype dt) {
+    gpt2_par *p = m->par;
+    if (idx->shape[1] != p->Tl) bt_error("tp/cp forward: %lld tokens per row, the positions are set for %d", (long long)idx->shape[1], p->Tl);
+    int64_t n = p->sp ? p->Tl / p->tp : p->Tl, lo = p->sp ? (int64_t)p->tp_rank * n : 0;
+    bt_tensor *wte = param_as(m, m->wte, dt);
+    bt_tensor *tok = m->tp > 1 ? bt_tp_embedding(p->tpc, wte, idx) : bt_embedding(wte, idx);
+    bt_tensor *pos = bt_from_data(p->pos + lo, bt_shape1(n), BT_I32, m->device);
+    return bt_add(tok, bt_embedding(param_as(m, m->wpe, dt), pos));
+}
+/* qkv column-parallel (this rank's H/tp heads), attention (the cp ring with cp > 1), the
+   projection row-parallel */
+static bt_tensor *par_attention(gpt2 *m, gpt2_layer *y, bt_tensor *h, bt_dtype dt) {
+    gpt2_par *p = m->par;
+    bt_tensor *qw = param_as(m, y->qkvw, dt), *qb = param_as(m, y->qkvb, dt), *pw = param_as(m, y->projw, dt), *pb = param_as(m, y->projb, dt);
+    int64_t H = m->cfg.H / (m->tp > 1 ? m->tp : 1);
+    bt_tensor *qkv = m->tp > 1 ? bt_tp_linear_col(p->tpc, h, qw, qb) : bt_linear(h, qw, qb);
+    bt_tensor *a = p->cp > 1 ? bt_cp_attention_qkv(p->cpc, qkv, H, 1) : bt_attention_qkv(qkv, H);
+    return m->tp > 1 ? bt_tp_linear_row(p->tpc, a, pw, pb) : bt_linear(a, pw, pb);
+}
+static bt_tensor *par_mlp(gpt2 *m, gpt2_layer *y, bt_tensor *h, bt_dtype dt) {
+    bt_tp *tp = m->par->tpc;
+    bt_tensor *u = bt_gelu(bt_tp_linear_col(tp, h, param_as(m, y->fcw, dt), param_as(m, y->fcb, dt)));
+    return bt_tp_linear_row(tp, u, param_as(m, y->fcprojw, dt), param_as(m, y->fcprojb, dt));
+}
+/* the vocabulary-parallel head and loss on the final layernorm's output x (entered, with sp
+   gathered, inside) */
+static bt_tensor *par_loss(gpt2 *m, bt_tensor *x, bt_tensor *targets, bt_dtype dt) {
+    return bt_tp_linear_cross_entropy(m->par->tpc, x, param_as(m, m->wte, dt), targets, m->cfg.V, -1);
+}
+
+/* ---- the flags ---- */
+/* 0, or -1 with err naming the flag: the combination of --tp, --cp, --sp, --async-tp, --cp-comm
+   with the model, the sequence, the processes and the other options */
+static int par_check(const train_opts *o, const gpt2_config *c, int world, int on_gpu, char *err, size_t errlen) {
+    int tp = o->tp, cp = o->cp;
+    if (o->sp && tp < 2) { snprintf(err, errlen, "--sp (sequence parallelism) needs --tp 2 or more"); return -1; }
+    if (o->async_tp && tp < 2) { snprintf(err, errlen, "--async-tp needs --tp 2 or more"); return -1; }
+    if (o->cp_comm && cp < 2) { snprintf(err, errlen, "--cp-comm %s needs --cp 2 or more", o->cp_comm); return -1; }
+    if (tp * cp == 1) return 0;
+    const char *what = tp > 1 && cp > 1 ? "--tp/--cp" : tp > 1 ? "--tp" : "--cp";
+    if (world % (tp * cp)) {
+        snprintf(err, errlen, "--tp %d x --cp %d = %d does not divide the %d process%s (start a multiple of %d: --nproc, torchrun, srun or mpirun)",
+                 tp, cp, tp * cp, world, world == 1 ? "" : "es", tp * cp);
+        return -1;
+    }
+    if (c->H % tp) { snprintf(err, errlen, "--tp %d does not divide the model's %d heads", tp, c->H); return -1; }
+    if ((4 * c->C) % tp) { snprintf(err, errlen, "--tp %d does not divide the MLP width 4C = %d", tp, 4 * c->C); return -1; }
+    if (c->Vp % tp) { snprintf(err, errlen, "--tp %d does not divide the padded vocabulary Vp = %d", tp, c->Vp); return -1; }
+    if (o->T % (2 * cp)) { snprintf(err, errlen, "-t %d is not a multiple of 2 x --cp = %d (each rank holds two equal zig-zag chunks)", o->T, 2 * cp); return -1; }
+    if (o->sp && (o->T / cp) % tp) { snprintf(err, errlen, "--sp: the %d tokens per rank (-t %d / --cp %d) are not a multiple of --tp %d", o->T / cp, o->T, cp, tp); return -1; }
+    if (o->cp_comm && !strcmp(o->cp_comm, "alltoall") && (c->H / tp) % cp) {
+        snprintf(err, errlen, "--cp-comm alltoall: the %d heads per tp rank are not a multiple of --cp %d", c->H / tp, cp); return -1;
+    }
+    if (strcmp(o->dp, "ddp")) { snprintf(err, errlen, "--dp %s with %s is not supported yet (use --dp ddp)", o->dp, what); return -1; }
+    if (o->B < 0) { snprintf(err, errlen, "%s needs -b (the automatic micro-batch probe is for one GPU)", what); return -1; }
+    if (o->ckpt_dir || o->resume || o->init_from) {
+        snprintf(err, errlen, "%s with %s is not supported yet (model files are: -e FILE, --save)", o->ckpt_dir ? "--ckpt-dir" : o->resume ? "--resume" : "--init-from", what);
+        return -1;
+    }
+    if (o->sample_every > 0 && tp > 1) { snprintf(err, errlen, "-s with --tp is not supported yet (the sample at the end is: -g)"); return -1; }
+    if (!on_gpu && world != tp * cp) {
+        snprintf(err, errlen, "%s on CPUs: collectives go through the TCP store, so --tp x --cp must be all %d processes (no data parallelism)", what, world);
+        return -1;
+    }
+    if (!on_gpu && tp > 1 && cp > 1) { snprintf(err, errlen, "--tp with --cp on CPUs: each needs the whole world's store; use one of them"); return -1; }
+    return 0;
+}
+
+/* ---- the mesh, the contexts, the data ---- */
+/* the mesh's communicators and contexts, this rank's positions; a collective (the splits) */
+static gpt2_par *par_open(const train_opts *o, bt_dist *d, int on_gpu) {
+    gpt2_par *p = (gpt2_par *)calloc(1, sizeof *p);
+    if (!p) bt_error("tp/cp: out of host memory");
+    bt_mesh mesh;
+    if (bt_mesh_init(&mesh, d->world, o->tp, o->cp)) bt_error("tp/cp: %s", bt_dist_error());
+    p->tp = o->tp; p->cp = o->cp; p->dp = mesh.dp; p->sp = o->sp; p->on_cpu = !on_gpu;
+    p->tp_rank = bt_mesh_coord(&mesh, d->rank, BT_MESH_TP);
+    p->cp_rank = bt_mesh_coord(&mesh, d->rank, BT_MESH_CP);
+    p->dp_rank = bt_mesh_coord(&mesh, d->rank, BT_MESH_DP);
+    bt_comm *tpc = NULL, *cpc = NULL;
+    if (on_gpu) {
+        bt_dist_mesh_comms(d, &mesh, NULL, &tpc, &cpc);
+        p->dpcp_comm = bt_dist_split(d, d->world_comm, p->tp_rank, d->rank, "dpcp");
+    } else {                        /* the store path: the one parallel axis spans the world */
+        tpc = o->tp > 1 ? d->world_comm : NULL;
+        cpc = o->cp > 1 ? d->world_comm : NULL;
+    }
+    bt_tp_opts to;
+    memset(&to, 0, sizeof to);
+    to.sp = o->sp; to.async = o->async_tp; to.deterministic = o->deterministic;
+    if (o->tp > 1) p->tpc = bt_tp_create(tpc, &to);
+    if (o->cp > 1) {
+        bt_cp_kv kv = BT_CP_RING;
+        if (o->cp_comm) bt_cp_kv_parse(o->cp_comm, &kv);   /* checked by the parser */
+        p->cpc = bt_cp_create(cpc, kv);
+        if (!on_gpu) p->cp_sum = bt_tp_create(cpc, NULL);
+    }
+    for (int k = 0; k < 3 && on_gpu; k++) p->stage_ev[k] = bt_event_create_timed(bt_cuda_device(d->device));
+    p->Tl = o->T / o->cp;
+    p->pos = (int32_t *)malloc(sizeof(int32_t) * (size_t)p->Tl);
+    p->loc_in = (int32_t *)malloc(sizeof(int32_t) * (size_t)o->B * p->Tl);
+    p->loc_tg = (int32_t *)malloc(sizeof(int32_t) * (size_t)o->B * p->Tl);
+    if (!p->pos || !p->loc_in || !p->loc_tg) bt_error("tp/cp: out of host memory");
+    for (int j = 0; j < p->Tl; j++) p->pos[j] = (int32_t)bt_zigzag_global(o->T, o->cp, p->cp_rank, j);
+    return p;
+}
+/* before bt_dist_shutdown (the contexts' streams) */
+static void par_free(gpt2_par *p) {
+    if (!p) return;
+    bt_tp_free(p->tpc); bt_cp_free(p->cpc); bt_tp_free(p->cp_sum);
+    for (int k = 0; k < 3; k++) if (p->stage_ev[k]) bt_event_destroy(p->stage_ev[k]);
+    gpt2_free(&p->whole);
+    free(p->pos); free(p->loc_in); free(p->loc_tg);
+    free(p);
+}
+/* a batch's rows (full sequences, in tr->inputs / tr->targets) -> this rank's zig-zag tokens */
+static void par_batch(trainer *tr, int B, bt_tensor **idx, bt_tensor **tgt) {
+    gpt2_par *p = tr->par;
+    int T = tr->o.T;
+    if (p->cp == 1) return;
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < p->Tl; j++) {
+            p->loc_in[(size_t)b * p->Tl + j] = tr->inputs[(size_t)b * T + p->pos[j]];
+            p->loc_tg[(size_t)b * p->Tl + j] = tr->targets[(size_t)b * T + p->pos[j]];
+        }
+    *idx = bt_from_data(p->loc_in, bt_shape2(B, p->Tl), BT_I32, tr->model.device);
+    *tgt = bt_from_data(p->loc_tg, bt_shape2(B, p->Tl), BT_I32, tr->model.device);
+}
+static bt_comm *par_dpcp_comm(const gpt2_par *p) { return p->dpcp_comm; }
+/* the data-parallel ranks: the loaders' world, the divisor of the global batch */
+static int par_data_world(const trainer *tr) { return tr->par ? tr->par->dp : tr->dist ? tr->dist->world : 1; }
+/* the DDP buckets over the dp x cp group (every rank of it holds the same shard) */
+static void par_setup_grads(trainer *tr) {
+    if (!tr->par->on_cpu && tr->par->dpcp_comm && tr->par->dpcp_comm->size > 1) setup_data_parallel(tr);
+}
+/* after a step's backward passes: the sums the DDP buckets do not make. With sp the whole
+   tensors' gradients over tp; on CPUs the gradients' mean over cp */
+static void par_reduce_grads(trainer *tr) {
+    gpt2_par *p = tr->par;
+    gpt2 *m = &tr->model;
+    if (p->cp_sum) {
+        bt_tp_reduce_grad(p->cp_sum, m->flat_grad);
+        bt_mul_scalar_(m->flat_grad, 1.0 / p->cp);
+    }
+    if (p->sp && p->tpc)
+        for (int i = 0; i < m->n_params; i++)
+            if (gpt2_shard_of(&m->cfg, i).kind == SHARD_WHOLE) bt_tp_reduce_grad(p->tpc, m->params[i]->grad);
+}
+/* t (fp32, one element) := its mean over the processes (the tp ranks hold equal values) */
+static void par_mean(trainer *tr, bt_tensor *t) {
+    gpt2_par *p = tr->par;
+    if (!p->on_cpu) { bt_all_reduce(tr->dist->world_comm, bt_data_ptr(t), bt_data_ptr(t), 1, BT_F32, BT_RED_AVG, NULL); return; }
+    if (!p->cp_sum) return;
+    bt_tp_reduce_grad(p->cp_sum, t);
+    bt_mul_scalar_(t, 1.0 / p->cp);
+}
+/* the global gradient norm: the shards' squares summed over tp, the whole tensors' once */
+static bt_tensor *par_grad_norm(trainer *tr) {
+    gpt2 *m = &tr->model;
+    if (m->tp <= 1) return bt_grad_norm(m->params, m->n_params);
+    bt_tensor **sh = (bt_tensor **)malloc(sizeof(bt_tensor *) * (size_t)m->n_params * 2), **wh = sh + m->n_params;
+    if (!sh) bt_error("tp: out of host memory");
+    int ns = 0, nw = 0;
+    for (int i = 0; i < m->n_params; i++) {
+        if (gpt2_shard_of(&m->cfg, i).kind == SHARD_WHOLE) wh[nw++] = m->params[i];
+        else sh[ns++] = m->params[i];
+    }
+    bt_tensor *a = bt_grad_norm(sh, ns), *b = bt_grad_norm(wh, nw), *sq = bt_mul(a, a);
+    free(sh);
+    bt_tp_reduce_grad(m->par->tpc, sq);
+    return bt_sqrt(bt_add(sq, bt_mul(b, b)));
+}
+/* the model for the outputs (--save, --export-hf, the final sample): the model itself, or with
+   tp > 1 the shards gathered into a whole model on rank 0 (NULL on the others); a collective */
+static gpt2 *par_whole_model(trainer *tr) {
+    gpt2 *m = &tr->model;
+    gpt2_par *p = tr->par;
+    if (m->tp <= 1) return m;
+    int old = bt_set_grad_enabled(0), rank0 = tr->dist->rank == 0;
+    int64_t n = m->flat_numel;
+    float *host = (float *)malloc(sizeof(float) * (size_t)(n * p->tp)), *file = (float *)calloc((size_t)m->num_params, sizeof(float));
+    if (!host || !file) bt_error("tp: out of host memory gathering the model");
+    bt_scope_begin();
+    bt_to_host(bt_tp_all_gather(p->tpc, bt_view(m->flat, bt_shape2(1, n))), host, BT_F32);
+    bt_scope_end();
+    if (rank0) {
+        for (int r = 0; r < p->tp; r++) par_to_file_order(m, r, host + (size_t)r * n, file);
+        gpt2_build(&p->whole, m->cfg, m->device);
+        float *mem = (float *)calloc((size_t)p->whole.flat_numel, sizeof(float));
+        if (!mem) bt_error("tp: out of host memory gathering the model");
+        gpt2_from_file_order(&p->whole, file, mem);
+        bt_scope_begin();
+        bt_copy_(p->whole.flat, bt_from_blob(mem, bt_shape1(p->whole.flat_numel), BT_F32, bt_cpu()));
+        bt_scope_end();
+        free(mem);
+    }
+    free(host); free(file);
+    bt_set_grad_enabled(old);
+    return rank0 ? &p->whole : NULL;
+}
+/* Where a step's time goes, for async against sync TP: the compute stream's time of the last
+   micro-batch's forward pass (with its collectives) and backward pass, from timed events read
+   after the step's host sync. The communication async TP hides is the difference of the two
+   runs' stage times. */
+static void par_stage_mark(trainer *tr, int k) {
+    gpt2_par *p = tr->par;
+    if (p->stage_ev[k]) bt_event_record(p->stage_ev[k], bt_stream_current(tr->model.device));
+}
+/* the step's stage times, appended to a log line's extra members (", \"fwd_ms\": .., \"bwd_ms\": ..") */
+static void par_stage_report(trainer *tr, char *json, size_t cap) {
+    gpt2_par *p = tr->par;
+    if (!p->stage_ev[0]) return;
+    p->fwd_ms = bt_event_elapsed_ms(p->stage_ev[0], p->stage_ev[1]);
+    p->bwd_ms = bt_event_elapsed_ms(p->stage_ev[1], p->stage_ev[2]);
+    size_t len = strlen(json);
+    snprintf(json + len, cap - len, ", \"fwd_ms\": %.3f, \"bwd_ms\": %.3f", p->fwd_ms, p->bwd_ms);
+}
+static void par_stage_print(const gpt2_par *p) {
+    if (p->stage_ev[0]) printf(" | fwd %.1f ms bwd %.1f ms", p->fwd_ms, p->bwd_ms);
+}
+/* the run's layout, printed once */
+static void par_describe(const gpt2_par *p, const train_opts *o) {
+    printf("model parallel: dp %d x tp %d x cp %d%s%s", p->dp, p->tp, p->cp, p->sp ? ", sequence parallel" : "", o->async_tp ? ", async TP" : "");
+    if (p->cp > 1) printf(", K/V by %s, %d tokens per rank", o->cp_comm ? o->cp_comm : "ring", p->Tl);
+    printf("%s\n", p->on_cpu ? " (CPU: collectives through the TCP store)" : "");
+}
+
+/* ============================================================================================
+   9. a run: from the flags to the saved model
    ============================================================================================ */
 static int train_main(train_opts *o) {
     char err[1024];
@@ -1740,17 +2192,20 @@ static int train_main(train_opts *o) {
     bt_dist *dist = NULL;
     bt_dist_env env;
     if (bt_dist_env_read(&env)) { fprintf(stderr, "error: %s\n", bt_dist_error()); return 1; }
+    /* tp or cp on CPUs: collectives through the TCP store (section 8) */
+    int cpu_ranks = env.world > 1 && o->tp * o->cp > 1 && (!strcmp(o->device, "cpu") || bt_cuda_device_count() == 0);
     if (env.world > 1) {
-        if (!strcmp(o->device, "cpu")) { fprintf(stderr, "error: --device cpu with %d processes: data parallelism needs a GPU per process\n", env.world); return 1; }
+        if (!strcmp(o->device, "cpu") && !cpu_ranks) { fprintf(stderr, "error: --device cpu with %d processes: data parallelism needs a GPU per process\n", env.world); return 1; }
         bt_dist_opts dop;
         memset(&dop, 0, sizeof dop);
         dop.nccl_timeout_s = o->nccl_timeout;
+        dop.store_only = cpu_ranks;
         dist = bt_dist_init(&dop);
         signal_launcher = getppid();   /* its copies of a Ctrl-C are not a second signal (section 7) */
         if (dist->rank != 0 && !freopen("/dev/null", "w", stdout)) fprintf(stderr, "warning: rank %d: stdout stays open\n", dist->rank);
         static char devname[16];
         snprintf(devname, sizeof devname, "cuda:%d", dist->device);
-        o->device = devname;
+        if (!cpu_ranks) o->device = devname;
     }
     int world = dist ? dist->world : 1;
     int n_gpus = bt_cuda_device_count(), want = !strncmp(o->device, "cuda", 4);
@@ -1793,6 +2248,7 @@ static int train_main(train_opts *o) {
     if (resolve_opts(o, on_gpu, &cfg, err, sizeof err)) { usage(stderr); fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
     if (check_outputs(o, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
     if (tr.src.resume && ckpt_check_fields(&tr.src, o, &cfg, world, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
+    if (par_check(o, &cfg, world, on_gpu, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
 
     tr.o = *o;
     tr.dist = dist;
@@ -1805,7 +2261,10 @@ static int train_main(train_opts *o) {
     if (o->deterministic) bt_set_deterministic(1);
     tr.zero = !dist ? 0 : !strcmp(o->dp, "zero1") ? 1 : !strcmp(o->dp, "zero2") ? 2 : 0;
     tr.shard = tr.zero ? bt_shard_numel(gpt2_num_params(&cfg), world, 64) : 0;
-    gpt2_build_padded(&tr.model, cfg, dev, tr.zero ? tr.shard * world : 1, tr.zero == 2 ? tr.dt : BT_F32);
+    if (o->tp * o->cp > 1) tr.par = par_open(o, dist, on_gpu);
+    if (o->tp > 1) gpt2_build_tp(&tr.model, cfg, dev, o->tp, tr.par->tp_rank);
+    else gpt2_build_padded(&tr.model, cfg, dev, tr.zero ? tr.shard * world : 1, tr.zero == 2 ? tr.dt : BT_F32);
+    tr.model.par = tr.par;
     if (tr.src.resume) ckpt_import_tuning(&tr);   /* before any matmul chooses its algorithm */
     if (tr.src.file) {
         if (model_source_load(&tr, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
@@ -1827,21 +2286,23 @@ static int train_main(train_opts *o) {
         if (resolve_opts(o, on_gpu, &cfg, err, sizeof err)) { usage(stderr); fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
         tr.o = *o;
     }
-    if (o->total_batch % ((int64_t)o->B * o->T * world)) {
-        fprintf(stderr, "error: -d %d is not a multiple of B*T*processes = %d*%d*%d\n", o->total_batch, o->B, o->T, world);
+    int dworld = par_data_world(&tr);   /* the data-parallel ranks: world / (tp cp) */
+    if (o->total_batch % ((int64_t)o->B * o->T * dworld)) {
+        fprintf(stderr, "error: -d %d is not a multiple of B*T*%s = %d*%d*%d\n", o->total_batch, tr.par ? "data-parallel ranks" : "processes", o->B, o->T, dworld);
         return trainer_end(&tr, 1);
     }
-    if (dist) setup_data_parallel(&tr);
-    int rank = dist ? dist->rank : 0;
+    if (tr.par) par_setup_grads(&tr);
+    else if (dist) setup_data_parallel(&tr);
+    int rank = dist ? dist->rank : 0, drank = tr.par ? tr.par->dp_rank : rank;
     /* every token of every shard is checked against the vocabulary now, not at step 5000 */
-    tr.train = bt_loader_open(o->train_glob, o->B, o->T, rank, world, 1, o->seed);
+    tr.train = bt_loader_open(o->train_glob, o->B, o->T, drank, dworld, 1, o->seed);
     if (!tr.train || bt_loader_check_vocab(tr.train, cfg.V)) {
         fprintf(stderr, "error: train data (-i %s): %s\n%s", o->train_glob, bt_data_error(), o->given_i ? "" : "(make data builds the default shards)\n");
         return trainer_end(&tr, 1);
     }
     if (o->val_every > 0) {   /* -v 0: no validation, -j unused */
         /* a large (auto) micro-batch can outgrow a small validation set: halve B for validation */
-        for (tr.val_B = o->B; !(tr.val = bt_loader_open(o->val_glob, tr.val_B, o->T, rank, world, 0, 0)) && tr.val_B > 1;) tr.val_B /= 2;
+        for (tr.val_B = o->B; !(tr.val = bt_loader_open(o->val_glob, tr.val_B, o->T, drank, dworld, 0, 0)) && tr.val_B > 1;) tr.val_B /= 2;
         if (!tr.val || bt_loader_check_vocab(tr.val, cfg.V)) {
             fprintf(stderr, "error: val data (-j %s): %s\n%s", o->val_glob, bt_data_error(), o->given_j ? "" : "(make data builds the default shards; -v 0 trains without validation)\n");
             return trainer_end(&tr, 1);
@@ -1861,15 +2322,16 @@ static int train_main(train_opts *o) {
     }
     if (o->out_dir && rank == 0 && open_log(&tr, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
 
-    int accum = o->total_batch / (o->B * o->T * world);
+    int accum = o->total_batch / (o->B * o->T * dworld);
     double flops_per_token = 6.0 * tr.model.num_params + 12.0 * cfg.L * cfg.C * o->T;
     double peak = on_gpu ? peak_flops(bt_device_name(dev), o->precision) : 0;   /* 0: MFU not shown */
     printf("model %s: L %d H %d C %d maxT %d V %d (padded %d), %.2fM parameters on %s\n", tr.src.file || tr.src.resume ? tr.src.path : model, cfg.L, cfg.H, cfg.C,
            cfg.maxT, cfg.V, cfg.Vp, tr.model.num_params / 1e6, on_gpu ? bt_device_name(dev) : "cpu");
     printf("B %d T %d, total batch %d tokens (%d micro-batches), %d steps, lr %.2e warmup %d, precision %s\n",
            o->B, o->T, o->total_batch, accum, o->steps, o->lr, o->warmup, o->precision);
-    if (dist) printf("data parallel: %d processes (%s), %s, buckets of %d MB, gradients on the wire in %s\n", world,
+    if (dist && dworld > 1) printf("data parallel: %d processes (%s), %s, buckets of %d MB, gradients on the wire in %s\n", dworld,
                      bt_launcher_name(dist->env.launcher), o->dp, o->bucket_mb, o->comm_dtype);
+    if (tr.par) par_describe(tr.par, o);
     printf("train %zu batches/epoch (%s), ", bt_loader_num_batches(tr.train), o->train_glob);
     if (tr.val) printf("val %zu batches of %d rows (%s)\n", bt_loader_num_batches(tr.val), tr.val_B, o->val_glob);
     else printf("no validation (-v 0)\n");
@@ -1896,6 +2358,7 @@ static int train_main(train_opts *o) {
             saved_step = step + 1;
             snprintf(extra, sizeof extra, ", \"ckpt_stall_ms\": %.3f, \"ckpt_stall_total_ms\": %.3f", tr.last_stall_ms, tr.total_stall_ms);
         }
+        if (tr.par) par_stage_report(&tr, extra, sizeof extra);
         if (!o->quiet || last || validated || !updated || snap) {
             printf("step %4d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s", step + 1, o->steps, loss, lr, norm, dt_s * 1e3, tps);
             if (peak > 0) printf(" | MFU %.1f%%", mfu);
@@ -1904,6 +2367,7 @@ static int train_main(train_opts *o) {
             if (tr.ddp && tr.comm_ev[0])
                 printf(" | comm %.2f ms exposed, %d/%d buckets early", comm_exposed_ms(&tr), tr.comm_early, bt_ddp_get_stats(tr.ddp).buckets);
             if (snap) printf(" | checkpoint stall %.1f ms", tr.last_stall_ms);
+            if (tr.par) par_stage_print(tr.par);
             printf("\n");
             fflush(stdout);
         }
@@ -1926,17 +2390,19 @@ static int train_main(train_opts *o) {
     if (tr.skipped) printf("%d updates skipped (not finite), ", tr.skipped);
     if (last_val == last_val) printf("final val loss %.4f, ", last_val);
     printf("peak memory %.0f MiB\n", bt_alloc_stats(dev).peak_allocated / 1048576.0);
+    /* with --tp the outputs come from the shards gathered into a whole model on rank 0 (a collective) */
+    gpt2 *out = tr.par && (o->save_path || o->export_hf || (o->gen_len > 0 && !stopped)) ? par_whole_model(&tr) : &tr.model;
     /* the model is saved before the last sample: a slow or interrupted sample cannot lose it */
-    if (rank == 0 && o->save_path && gpt2_save(&tr.model, o->save_path, err, sizeof err)) { fprintf(stderr, "error: --save: %s\n", err); return trainer_end(&tr, 1); }
+    if (rank == 0 && o->save_path && gpt2_save(out, o->save_path, err, sizeof err)) { fprintf(stderr, "error: --save: %s\n", err); return trainer_end(&tr, 1); }
     if (o->save_path) printf("saved %s\n", o->save_path);
-    if (rank == 0 && o->export_hf && hf_export(&tr.model, o->export_hf, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
+    if (rank == 0 && o->export_hf && hf_export(out, o->export_hf, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
     if (o->export_hf) printf("exported %s/model.safetensors and config.json (Hugging Face GPT-2)\n", o->export_hf);
     if (o->gen_len > 0 && rank == 0 && !stopped && !stop_signal) {
         uint64_t seed = o->seed + (uint64_t)(o->steps > 0 ? o->steps - 1 : 0);
         printf("--- sample (greedy) ---\n");
-        gpt2_sample(&tr.model, tr.tok, o->gen_len, 1, 0, seed, tr.dt);
+        gpt2_sample(out, tr.tok, o->gen_len, 1, 0, seed, tr.dt);
         printf("--- sample (top-%d, temperature %.2f) ---\n", o->topk, o->temp);
-        gpt2_sample(&tr.model, tr.tok, o->gen_len, o->topk, o->temp, seed, tr.dt);
+        gpt2_sample(out, tr.tok, o->gen_len, o->topk, o->temp, seed, tr.dt);
         printf("---\n");
     }
     return trainer_end(&tr, 0);
@@ -1950,6 +2416,13 @@ int main(int argc, char **argv) {
     int r = parse_args(argc, argv, &o, err, sizeof err);
     if (r == 1) { usage(stdout); return 0; }
     if (r < 0) { usage(stderr); fprintf(stderr, "error: %s\n", err); return 2; }
+#if !BT_DIST_NCCL
+    if (o.nproc > 1 && o.tp * o.cp > 1) {   /* the store path (section 8) needs ranks started by a launcher */
+        fprintf(stderr, "error: --nproc %d: this build has no NCCL; --tp/--cp on CPUs run as processes started with RANK, WORLD_SIZE, "
+                "LOCAL_RANK and MASTER_ADDR set (torchrun, srun, mpirun or by hand: README)\n", o.nproc);
+        return 2;
+    }
+#endif
     bt_dist_launch(o.nproc);   /* --nproc N: the parent supervises N ranks; each returns here */
     install_stop_signals();    /* SIGINT/SIGTERM: finish the step, checkpoint, exit 0; a second one: at once (section 7) */
     return train_main(&o);

@@ -1,0 +1,285 @@
+/* test_tp_gpt2.c - tensor and context parallelism in train_gpt2.c (section 8) on the CPU: the
+   shard table (which part of each tensor a rank holds, and that the shards tile the model), the
+   file offsets of the shards (tp ranks initialised from a seed are exactly the 1-process weights,
+   and a model file sliced into shards and gathered back is the same file), the flag checks, and
+   whole runs: two CPU ranks (this binary re-executed with --run-train, started by the launcher
+   variables RANK, WORLD_SIZE, ...; collectives through the TCP store) with --tp 2, --tp 2 --sp,
+   --tp 2 --async-tp and --cp 2 with each --cp-comm, whose losses match one process on the same
+   batch and whose --save file matches the 1-process one. */
+#define TRAIN_GPT2_NO_MAIN
+#include "train_gpt2.c"
+#include "tests/bt_test.h"
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char self_exe[1024], tmpdir[512];
+static int quick(void) { return getenv("BT_TEST_QUICK") != NULL; }
+static int have_data(void) { return !access("data/tinyshakespeare_train.bin", R_OK); }
+
+static gpt2_config small_config(const char *preset) {
+    gpt2_config c;
+    if (gpt2_config_from_preset(preset, BT_GPT2_VOCAB, &c)) bt_error("no preset %s", preset);
+    return c;
+}
+
+/* ---- 1. the shard table -------------------------------------------------------------------- */
+/* the shards of all ranks tile every tensor: shard sizes x tp for the split tensors plus the
+   whole ones = the parameter count; each split tensor's kind is the one Megatron's layout asks */
+static void test_shard_table(void) {
+    gpt2_config c = small_config("s4");   /* L 4, H 4, C 128 */
+    int n = 4 + 12 * c.L;
+    for (int tp = 1; tp <= 4; tp *= 2) {
+        int64_t total = 0;
+        for (int i = 0; i < n; i++) {
+            gpt2_shard s = gpt2_shard_of(&c, i);
+            bt_shape sh = gpt2_shard_shape(s, tp);
+            int64_t numel = sh.ndim == 1 ? sh.d[0] : sh.d[0] * sh.d[1];
+            total += s.kind == SHARD_WHOLE ? numel : numel * tp;
+        }
+        BT_CHECK(total == gpt2_num_params(&c), "tp %d: shards cover %lld of %lld parameters", tp, (long long)total, (long long)gpt2_num_params(&c));
+    }
+    static const int kinds[12] = {SHARD_WHOLE, SHARD_WHOLE, SHARD_QKV, SHARD_QKV, SHARD_COLS, SHARD_WHOLE,
+                                  SHARD_WHOLE, SHARD_WHOLE, SHARD_ROWS, SHARD_ROWS, SHARD_COLS, SHARD_WHOLE};
+    for (int k = 0; k < 12; k++) BT_CHECK(gpt2_shard_of(&c, 2 + 12 * 2 + k).kind == kinds[k], "layer leaf %d: kind %d", k, gpt2_shard_of(&c, 2 + 24 + k).kind);
+    BT_CHECK(gpt2_shard_of(&c, 0).kind == SHARD_ROWS && gpt2_shard_of(&c, 1).kind == SHARD_WHOLE, "wte rows, wpe whole");
+    bt_shape q = gpt2_shard_shape(gpt2_shard_of(&c, 2 + 2), 2), p = gpt2_shard_shape(gpt2_shard_of(&c, 2 + 10), 2);
+    BT_CHECK(q.ndim == 2 && q.d[0] == 3 * c.C / 2 && q.d[1] == c.C, "qkvw shard [%lld, %lld]", (long long)q.d[0], (long long)q.d[1]);
+    BT_CHECK(p.ndim == 2 && p.d[0] == c.C && p.d[1] == 2 * c.C, "fcprojw shard [%lld, %lld]", (long long)p.d[0], (long long)p.d[1]);
+    /* the leaves' file bases are gpt2_build_padded's */
+    gpt2 m;
+    gpt2_build(&m, c, bt_cpu());
+    int same = 1;
+    for (int i = 0; i < n; i++) same &= m.file_off[i] == gpt2_leaf_file_base(&c, i);
+    BT_CHECK(same, "gpt2_leaf_file_base differs from gpt2_build's file offsets");
+    gpt2_free(&m);
+}
+
+/* ---- 2. file offsets: the shards are the 1-process weights ----------------------------------- */
+static float *file_of(gpt2 *m, int rank, float *file) {   /* m's (shard's) weights into file (whole model) */
+    float *mem = (float *)malloc(sizeof(float) * (size_t)m->flat_numel);
+    bt_to_host(m->flat, mem, BT_F32);
+    if (m->tp > 1) par_to_file_order(m, rank, mem, file);
+    else gpt2_to_file_order(m, mem, file);
+    free(mem);
+    return file;
+}
+static void check_init_matches(const char *preset, int tp, uint64_t seed) {
+    gpt2_config c = small_config(preset);
+    int64_t N = gpt2_num_params(&c);
+    float *one = (float *)calloc((size_t)N, sizeof(float)), *sharded = (float *)calloc((size_t)N, sizeof(float));
+    float *mark = (float *)malloc(sizeof(float) * (size_t)N);
+    for (int64_t i = 0; i < N; i++) sharded[i] = mark[i] = NAN;   /* every element must be written by some rank */
+    gpt2 m;
+    gpt2_build(&m, c, bt_cpu());
+    gpt2_init(&m, seed);
+    file_of(&m, 0, one);
+    gpt2_free(&m);
+    for (int r = 0; r < tp; r++) {
+        gpt2 s;
+        gpt2_build_tp(&s, c, bt_cpu(), tp, r);
+        BT_CHECK(s.num_params == N, "%s tp %d: num_params %lld", preset, tp, (long long)s.num_params);
+        gpt2_init(&s, seed);   /* branches to par_init */
+        file_of(&s, r, sharded);
+        /* the load path: the whole file sliced into this rank's shard gives the same shard */
+        float *mem = (float *)malloc(sizeof(float) * (size_t)s.flat_numel), *back = (float *)malloc(sizeof(float) * (size_t)s.flat_numel);
+        bt_to_host(s.flat, mem, BT_F32);
+        gpt2_from_file_order(&s, one, back);
+        BT_CHECK(!memcmp(mem, back, sizeof(float) * (size_t)s.flat_numel), "%s tp %d rank %d: the file sliced differs from the shard", preset, tp, r);
+        free(mem); free(back);
+        gpt2_free(&s);
+    }
+    int64_t bad = -1;
+    for (int64_t i = 0; i < N && bad < 0; i++) if (memcmp(&one[i], &sharded[i], sizeof(float))) bad = i;
+    BT_CHECK(bad < 0, "%s tp %d: element %lld of the file: 1 process %g, shards %g", preset, tp, (long long)bad, bad >= 0 ? one[bad] : 0.0,
+             bad >= 0 ? sharded[bad] : 0.0);
+    free(one); free(sharded); free(mark);
+}
+static void test_shard_init_is_one_process(void) {
+    check_init_matches("s2", 2, 1337);
+    check_init_matches("s4", 2, 7);
+    check_init_matches("s4", 4, 99);
+}
+
+/* ---- 3. the flags ------------------------------------------------------------------------- */
+static int check_flags(const char *args, int world, int on_gpu, char *err, size_t n) {
+    train_opts o;
+    char buf[512], *argv[64];
+    int argc = 1;
+    default_opts(&o);
+    snprintf(buf, sizeof buf, "%s", args);
+    argv[0] = (char *)"train_gpt2";
+    for (char *t = strtok(buf, " "); t && argc < 63; t = strtok(NULL, " ")) argv[argc++] = t;
+    err[0] = 0;
+    if (parse_args(argc, argv, &o, err, n)) return -2;
+    gpt2_config c = small_config("s4");
+    if (resolve_opts(&o, on_gpu, &c, err, n)) return -3;
+    return par_check(&o, &c, world, on_gpu, err, n);
+}
+static void test_flag_errors(void) {
+    static const struct { const char *args; int world, on_gpu; const char *want; } bad[] = {
+        {"--tp 2 -b 2 -t 16", 1, 1, "does not divide the 1 process"},
+        {"--tp 2 --cp 2 -b 2 -t 16", 6, 1, "--tp 2 x --cp 2 = 4 does not divide the 6 processes"},
+        {"--tp 8 -b 2 -t 16", 8, 1, "--tp 8 does not divide the model's 4 heads"},
+        {"--tp 3 -b 2 -t 16", 3, 1, "--tp 3 does not divide the model's 4 heads"},
+        {"--cp 2 -b 2 -t 18 -d 36", 2, 1, "-t 18 is not a multiple of 2 x --cp = 4"},
+        {"--tp 4 --sp -b 2 -t 24 -d 48 --cp 4", 16, 1, "--sp: the 6 tokens per rank (-t 24 / --cp 4) are not a multiple of --tp 4"},
+        {"--sp -b 2 -t 16", 2, 1, "--sp (sequence parallelism) needs --tp 2"},
+        {"--async-tp -b 2 -t 16", 1, 1, "--async-tp needs --tp 2"},
+        {"--cp-comm allgather -b 2 -t 16", 1, 1, "--cp-comm allgather needs --cp 2"},
+        {"--tp 2 --cp 4 --cp-comm alltoall -b 2 -t 16", 8, 1, "--cp-comm alltoall: the 2 heads per tp rank are not a multiple of --cp 4"},
+        {"--tp 2 --dp zero1 -b 2 -t 16", 2, 1, "--dp zero1 with --tp is not supported yet"},
+        {"--cp 2 -t 16", 2, 1, "--cp needs -b"},
+        {"--tp 2 -b 2 -t 16 --ckpt-dir /tmp/x", 2, 1, "--ckpt-dir with --tp is not supported yet"},
+        {"--tp 2 -b 2 -t 16 -s 5", 2, 1, "-s with --tp is not supported yet"},
+        {"--tp 2 -b 2 -t 16", 4, 0, "--tp on CPUs: collectives go through the TCP store"},
+        {"--tp 2 --cp 2 -b 2 -t 16", 4, 0, "--tp with --cp on CPUs"},
+    };
+    char err[1024];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int r = check_flags(bad[i].args, bad[i].world, bad[i].on_gpu, err, sizeof err);
+        BT_CHECK(r == -1 && strstr(err, bad[i].want), "'%s' world %d: %d '%s' (want '%s')", bad[i].args, bad[i].world, r, err, bad[i].want);
+    }
+    BT_CHECK(check_flags("--cp-comm ulysses", 1, 1, err, sizeof err) == -2 && strstr(err, "--cp-comm must be ring, allgather or alltoall"), "%s", err);
+    BT_CHECK(check_flags("--tp 0", 1, 1, err, sizeof err) == -2 && strstr(err, "--tp"), "%s", err);
+    static const struct { const char *args; int world, on_gpu; } good[] = {
+        {"--tp 2 --sp --async-tp -b 2 -t 16", 2, 1}, {"--tp 2 --cp 2 --cp-comm alltoall -b 2 -t 16", 8, 1},
+        {"--cp 2 --cp-comm ring -b 2 -t 16", 2, 0}, {"--tp 4 -b 2 -t 16", 4, 0}, {"-b 2 -t 16", 1, 0},
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
+        BT_CHECK(check_flags(good[i].args, good[i].world, good[i].on_gpu, err, sizeof err) == 0, "'%s' world %d: %s", good[i].args, good[i].world, err);
+}
+
+/* ---- 4. whole runs on two CPU ranks ------------------------------------------------------- */
+/* runs `nproc` ranks of this binary with args (and the launcher variables), rank 0's output in
+   out; 0 when every rank exited 0 */
+static int run_ranks(int nproc, const char *args, const char *tag, char *out, size_t cap) {
+    char cmd[8192], outfile[700];
+    int port = bt_dist_free_port(NULL), len = 0;
+    snprintf(outfile, sizeof outfile, "%s/%s.out", tmpdir, tag);
+    len += snprintf(cmd + len, sizeof cmd - len, "(");
+    for (int r = 0; r < nproc; r++)
+        len += snprintf(cmd + len, sizeof cmd - len,
+                        "RANK=%d WORLD_SIZE=%d LOCAL_RANK=%d LOCAL_WORLD_SIZE=%d MASTER_ADDR=127.0.0.1 MASTER_PORT=%d OMP_NUM_THREADS=1 "
+                        "timeout 120 %s --run-train %s > %s%s 2>&1 & pids=\"$pids $!\"; ", r, nproc, r, nproc, port, self_exe, args, outfile, r ? ".r1" : "");
+    snprintf(cmd + len, sizeof cmd - len, "fail=0; for j in $pids; do wait $j || fail=$?; done; exit $fail)");
+    int rc = system(cmd);
+    out[0] = 0;
+    FILE *f = fopen(outfile, "rb");
+    if (f) { size_t n = fread(out, 1, cap - 1, f); out[n] = 0; fclose(f); }
+    return rc == -1 ? -1 : WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
+}
+/* the train_loss column of DIR/log.jsonl */
+static int read_losses(const char *dir, double *loss, int cap) {
+    char path[800], line[2048];
+    snprintf(path, sizeof path, "%s/log.jsonl", dir);
+    FILE *f = fopen(path, "r");
+    int n = 0;
+    if (!f) return -1;
+    while (n < cap && fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, "\"train_loss\": ");
+        if (p) loss[n++] = atof(p + 14);
+    }
+    fclose(f);
+    return n;
+}
+static float *read_model(const char *path, int64_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    *n = (size - 1024) / 4;
+    float *w = (float *)malloc((size_t)(size > 1024 ? size - 1024 : 1));
+    fseek(f, 1024, SEEK_SET);
+    if (fread(w, 4, (size_t)*n, f) != (size_t)*n) *n = 0;
+    fclose(f);
+    return w;
+}
+static double rel_diff(const float *a, const float *b, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) { double d = (double)a[i] - b[i]; num += d * d; den += (double)b[i] * b[i]; }
+    return num != num ? INFINITY : sqrt(num) / (den > 0 ? sqrt(den) : 1);
+}
+
+#define TP_RUN "-e s2 -b 2 -t 16 -d 64 -v 0 -g 0 -u 1 --seed 5"
+static void test_runs_match_one_process(void) {
+    if (!have_data()) { BT_SKIP("no data/tinyshakespeare_train.bin (make data)"); return; }
+    int steps = quick() ? 2 : 3;
+    char args[2000], out[65536], dir[700];
+    double l1[16], l2[16];
+    snprintf(dir, sizeof dir, "%s/one", tmpdir);
+    snprintf(args, sizeof args, TP_RUN " -x %d -o %s --save %s/one.bin", steps, dir, tmpdir);
+    int rc = run_ranks(1, args, "one", out, sizeof out);
+    int n1 = read_losses(dir, l1, 16);
+    BT_CHECK(rc == 0 && n1 == steps, "one process: exit %d, %d losses: %s", rc, n1, out);
+    if (rc || n1 != steps) return;
+    char ref[800];
+    snprintf(ref, sizeof ref, "%s/one.bin", tmpdir);
+    int64_t nw1 = 0;
+    float *w1 = read_model(ref, &nw1);
+    static const char *const modes[] = {"--tp 2", "--tp 2 --sp", "--tp 2 --async-tp", "--cp 2", "--cp 2 --cp-comm allgather", "--cp 2 --cp-comm alltoall"};
+    int nmodes = quick() ? 2 : 6;
+    for (int k = 0; k < nmodes; k++) {
+        char tag[16];
+        snprintf(tag, sizeof tag, "m%d", k);
+        snprintf(dir, sizeof dir, "%s/%s", tmpdir, tag);
+        snprintf(args, sizeof args, TP_RUN " -x %d -o %s --save %s/%s.bin %s", steps, dir, tmpdir, tag, modes[k]);
+        rc = run_ranks(2, args, tag, out, sizeof out);
+        int n2 = read_losses(dir, l2, 16);
+        BT_CHECK(rc == 0 && n2 == steps && strstr(out, "model parallel: dp 1"), "%s: exit %d, %d losses: %s", modes[k], rc, n2, out);
+        if (rc || n2 != steps) continue;
+        double worst = 0;
+        for (int i = 0; i < steps; i++) worst = fmax(worst, fabs(l2[i] - l1[i]) / fabs(l1[i]));
+        BT_CHECK(worst < 1e-5, "%s: worst loss relative difference %.3g (step 1: %.6f vs %.6f)", modes[k], worst, l2[0], l1[0]);
+        char path[800];
+        snprintf(path, sizeof path, "%s/%s.bin", tmpdir, tag);
+        int64_t nw2 = 0;
+        float *w2 = read_model(path, &nw2);
+        double e = w1 && w2 && nw1 == nw2 && nw1 > 0 ? rel_diff(w2, w1, nw1) : INFINITY;
+        BT_CHECK(e < 1e-5, "%s: the saved model differs from one process's by %.3g (relative)", modes[k], e);
+        fprintf(stderr, "  info: %s on 2 CPU ranks vs 1: worst loss relative difference %.2e, saved weights %.2e\n", modes[k], worst, e);
+        free(w2);
+    }
+    /* a 1-process model file loads into the shards: the first loss of -e FILE is the same */
+    snprintf(args, sizeof args, TP_RUN " -x 1 -e %s --tp 2 -o %s/load", ref, tmpdir);
+    rc = run_ranks(2, args, "load2", out, sizeof out);
+    snprintf(dir, sizeof dir, "%s/load", tmpdir);
+    int n2 = read_losses(dir, l2, 16);
+    snprintf(args, sizeof args, TP_RUN " -x 1 -e %s -o %s/load1", ref, tmpdir);
+    int rc1 = run_ranks(1, args, "load1", out, sizeof out);
+    snprintf(dir, sizeof dir, "%s/load1", tmpdir);
+    int n1b = read_losses(dir, l1, 16);
+    BT_CHECK(rc == 0 && rc1 == 0 && n2 == 1 && n1b == 1 && fabs(l2[0] - l1[0]) < 1e-5 * fabs(l1[0]), "-e FILE --tp 2: exit %d/%d, loss %.6f vs %.6f",
+             rc, rc1, n2 == 1 ? l2[0] : NAN, n1b == 1 ? l1[0] : NAN);
+    free(w1);
+}
+/* a CPU run with --tp but one process fails before training, naming the flag */
+static void test_run_errors(void) {
+    if (!have_data()) { BT_SKIP("no data/tinyshakespeare_train.bin (make data)"); return; }
+    char out[65536];
+    int rc = run_ranks(1, TP_RUN " -x 1 --tp 2", "err1", out, sizeof out);
+    BT_CHECK(rc == 1 && strstr(out, "--tp 2 x --cp 1 = 2 does not divide the 1 process") && !strstr(out, "step "), "exit %d: %s", rc, out);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--run-train")) {   /* a run of train_gpt2 in this process, as its main does */
+        train_opts o; char err[1024];
+        default_opts(&o);
+        int r = parse_args(argc - 1, argv + 1, &o, err, sizeof err);
+        if (r) { fprintf(stderr, "error: %s\n", err); return 2; }
+        return train_main(&o);
+    }
+    ssize_t n = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
+    self_exe[n > 0 ? n : 0] = 0;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/bt_test_tp_gpt2.%ld", (long)getpid());
+    mkdir(tmpdir, 0755);
+    BT_RUN(test_shard_table);
+    BT_RUN(test_shard_init_is_one_process);
+    BT_RUN(test_flag_errors);
+    BT_RUN(test_run_errors);
+    BT_RUN(test_runs_match_one_process);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    return bt_test_summary("test_tp_gpt2");
+}
