@@ -352,8 +352,8 @@ static bt_tensor *gpt2_attention(gpt2 *m, gpt2_layer *y, bt_tensor *h, bt_dtype 
 }
 
 static bt_tensor *gpt2_mlp(gpt2 *m, gpt2_layer *y, bt_tensor *h, bt_dtype dt) {
-    bt_tensor *u = bt_gelu(bt_linear(h, param_as(m, y->fcw, dt), param_as(m, y->fcb, dt)));
-    return bt_linear(u, param_as(m, y->fcprojw, dt), param_as(m, y->fcprojb, dt));
+    return bt_mlp_gelu(h, param_as(m, y->fcw, dt), param_as(m, y->fcb, dt), param_as(m, y->fcprojw, dt),
+                       param_as(m, y->fcprojb, dt));
 }
 
 /* idx [B, T] i32 on the model's device -> the final layernorm's output [B, T, C] in dtype dt */

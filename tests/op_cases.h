@@ -375,6 +375,14 @@ static bt_tensor *oc_f_mlp(oc_ctx *c, const oc_case *k) {
     bt_tensor *w2 = oc_normal(c, bt_shape2(5, 16), 0.0, 0.5), *b2 = oc_normal(c, bt_shape1(5), 0.0, 1.0);
     return bt_linear(bt_gelu(bt_layernorm(bt_linear(x, w1, b1), lw, lb, 1e-5)), w2, b2);
 }
+/* bt_mlp_gelu on x s[0] with w1 s[1] [hid, in] and w2 s[2] [out, hid]: on a GPU the fused GEMM
+   epilogues when the sizes allow them (in, hid, out multiples of 8), the three ops otherwise */
+static bt_tensor *oc_f_mlp_gelu(oc_ctx *c, const oc_case *k) {
+    bt_tensor *x = oc_normal(c, k->s[0], 0.0, 1.0);
+    bt_tensor *w1 = oc_normal(c, k->s[1], 0.0, 0.5), *b1 = oc_normal(c, bt_shape1(k->s[1].d[0]), 0.0, 1.0);
+    bt_tensor *w2 = oc_normal(c, k->s[2], 0.0, 0.5), *b2 = oc_normal(c, bt_shape1(k->s[2].d[0]), 0.0, 1.0);
+    return bt_mlp_gelu(x, w1, b1, w2, b2);
+}
 /* a transformer block's attention half to the loss: layernorm, one q,k,v projection split into
    heads by views, attention, heads merged by transpose + reshape (a copy), output projection,
    residual, cross-entropy with an ignored target. B 2, T 5, H 2, D 4 */
@@ -588,6 +596,10 @@ static int oc_build_table(void) {
         }
     }
     oc__add(oc_f_mlp, OC_NO_GPU_F64 | OC_TF32 | OC_LOOSE, "composite: linear, layernorm, gelu, linear");
+    k = oc__add(oc_f_mlp_gelu, OC_TF32 | OC_LOOSE, "mlp_gelu [3, 5, 16] -> 40 -> 24 (fusable sizes)");
+    k->s[0] = bt_shape3(3, 5, 16); k->s[1] = bt_shape2(40, 16); k->s[2] = bt_shape2(24, 40);
+    k = oc__add(oc_f_mlp_gelu, OC_TF32 | OC_LOOSE, "mlp_gelu [37, 13] -> 21 -> 7 (odd sizes)");
+    k->s[0] = bt_shape2(37, 13); k->s[1] = bt_shape2(21, 13); k->s[2] = bt_shape2(7, 21);
     oc__add(oc_f_attn_block, OC_NO_GPU_F64 | OC_TF32 | OC_LOOSE, "composite: attention block to the loss");
     return oc_ncases;
 }
