@@ -184,6 +184,11 @@ BTDEF void bt_k_matmul_out(bt_dtype dt, bt_dtype dt_c, void *C, const void *A, c
    vec and aux are of dtype dt_c, vec written, never accumulated. Returns 1 when it ran, 0 when
    cuBLASLt offers no algorithm for it (then nothing was written and the caller does the work by
    other means); the answer is cached with the plan. */
+/* D = op(A) op(B) + bias[n] + R ([M, N], batch 1, dtype dt; bias may be NULL; R may be D): a linear
+   layer and the residual add after it in one pass, R entering as cuBLASLt's C with beta = 1
+   (traffic: the product's plus R read once, instead of a separate add's 2 reads and a write). */
+BTDEF void bt_k_matmul_add(bt_dtype dt, void *D, const void *A, const void *B, const void *bias, const void *R, int64_t M, int64_t N,
+                           int64_t K, int transA, int transB, bt_matmul_precision precision, cudaStream_t s);
 typedef enum { BT_K_EPI_NONE, BT_K_EPI_BIAS, BT_K_EPI_GELU_AUX_BIAS, BT_K_EPI_DGELU_BGRAD, BT_K_EPI_BGRADB } bt_k_epilogue;
 BTDEF int bt_k_matmul_epi(bt_dtype dt, bt_dtype dt_c, void *C, const void *A, const void *B, int64_t M, int64_t N, int64_t K,
                           int transA, int transB, float beta, bt_k_epilogue epi, void *vec, void *aux,
@@ -3669,7 +3674,7 @@ BTDEF void bt_k_matmul_tuning_import(int device, const void *buf, size_t n) {
     memcpy(bt__k_loaded[device].e, buf, n);
 }
 static void bt__k_mm_autotune(bt__k_ctx *c, bt__k_mm_plan *p, const void *alpha, const void *A, const void *B,
-                              const void *beta, void *C, cudaStream_t s) {
+                              const void *beta, const void *Cin, void *C, cudaStream_t s) {
     if (p->n_cand < 2 || !bt__k_autotune_on()) { p->n_cand = 0; return; }
     cudaEvent_t e0, e1;
     BT__K_CUDA(cudaEventCreate(&e0), "bt_k_matmul (autotune)");
@@ -3680,8 +3685,8 @@ static void bt__k_mm_autotune(bt__k_ctx *c, bt__k_mm_plan *p, const void *alpha,
         int ok = 1;
         for (int r = 0; r < 3 && ok; r++) {
             if (r == 1) BT__K_CUDA(cudaEventRecord(e0, s), "bt_k_matmul (autotune)");
-            ok = cublasLtMatmul(c->lt, p->op, alpha, B, p->la, A, p->lb, beta, C, p->lc, C, p->lc, &p->cand[i], bt__k_workspace(c, s),
-                                BT__K_WS_BYTES, s) == CUBLAS_STATUS_SUCCESS;
+            ok = cublasLtMatmul(c->lt, p->op, alpha, B, p->la, A, p->lb, beta, Cin ? Cin : C, p->lc, C, p->lc, &p->cand[i],
+                                bt__k_workspace(c, s), BT__K_WS_BYTES, s) == CUBLAS_STATUS_SUCCESS;
         }
         BT__K_CUDA(cudaEventRecord(e1, s), "bt_k_matmul (autotune)");
         BT__K_CUDA(cudaEventSynchronize(e1), "bt_k_matmul (autotune)");
@@ -3699,16 +3704,18 @@ static void bt__k_mm_check(bt_dtype dt, bt_dtype dt_c) {
         bt_error("bt_k_matmul: %s operands into a %s C not supported (the same dtype, or bf16/f16 into f32)", bt_dtype_name(dt),
                  bt_dtype_name(dt_c));
 }
-/* the plan for a key (made on first use) and one cublasLtMatmul: 2 when it ran with the epilogue, 1
-   without (the plain BIAS one may be dropped), 0 when a fused epilogue has no algorithm (nothing ran) */
+/* the plan for a key (made on first use) and one cublasLtMatmul, reading beta's C from Cin when
+   that is given (else from C): 2 when it ran with the epilogue, 1 without (the plain BIAS one may
+   be dropped), 0 when a fused epilogue has no algorithm (nothing ran) */
 static int bt__k_mm_run(bt_dtype dt, bt_dtype dt_c, void *C, const void *A, const void *B, int64_t M, int64_t N, int64_t K,
                         int transA, int transB, int64_t batch, int64_t strideA, int64_t strideB, int64_t strideC, float alpha,
                         float beta, bt_matmul_precision precision, bt_k_epilogue epi, const void *bias, const void *aux,
-                        cudaStream_t s) {
+                        const void *Cin, cudaStream_t s) {
     bt__k_ctx *c = bt__k_cur();
     if (dt != BT_F32) precision = BT_MATMUL_FP32;
     if (batch == 1) strideA = strideB = strideC = 0;
     uint32_t al[4] = {bt__k_align_of(A), bt__k_align_of(B), bt__k_align_of(C), bias ? bt__k_align_of(bias) : 0};
+    if (Cin && bt__k_align_of(Cin) < al[2]) al[2] = bt__k_align_of(Cin);   /* C read from Cin, written to C: both aligned */
     int64_t key[18] = {dt, precision, M, N, K, transA != 0, transB != 0, batch, strideA, strideB, strideC, epi == BT_K_EPI_BIAS,
                        al[0], al[1], al[2], al[3], dt_c, epi > BT_K_EPI_BIAS ? (int64_t)epi | (int64_t)(aux ? bt__k_align_of(aux) : 0) << 8 : 0};
     uint64_t h = 1469598103934665603ull;
@@ -3744,16 +3751,16 @@ static int bt__k_mm_run(bt_dtype dt, bt_dtype dt_c, void *C, const void *A, cons
     const void *pb = dt == BT_F64 ? (const void *)&bd : (const void *)&beta;
     if (p->n_cand) {
         void *scratch = NULL;
-        if (beta != 0) {             /* C holds data to accumulate into: time the candidates elsewhere */
+        if (beta != 0 && !Cin) {     /* C holds data to accumulate into: time the candidates elsewhere */
             size_t nb = (size_t)((batch - 1) * strideC + M * N) * bt_dtype_size(dt_c);
             scratch = bt__k_scratch(nb, s);
             BT__K_CUDA(cudaMemsetAsync(scratch, 0, nb, s), "bt_k_matmul (autotune)");
         }
-        bt__k_mm_autotune(c, p, pa, A, B, pb, scratch ? scratch : C, s);   /* epilogue outputs: rewritten by the last run */
+        bt__k_mm_autotune(c, p, pa, A, B, pb, Cin, scratch ? scratch : C, s);   /* epilogue outputs: rewritten by the last run */
         bt_free(scratch);
     }
-    BT__K_BLAS(cublasLtMatmul(c->lt, p->op, pa, B, p->la, A, p->lb, pb, C, p->lc, C, p->lc, &p->algo, bt__k_workspace(c, s), BT__K_WS_BYTES, s),
-               "bt_k_matmul");
+    BT__K_BLAS(cublasLtMatmul(c->lt, p->op, pa, B, p->la, A, p->lb, pb, Cin ? Cin : C, p->lc, C, p->lc, &p->algo, bt__k_workspace(c, s),
+                              BT__K_WS_BYTES, s), "bt_k_matmul");
     return 1 + p->epi_bias;
 }
 BTDEF int bt_k_matmul_epi(bt_dtype dt, bt_dtype dt_c, void *C, const void *A, const void *B, int64_t M, int64_t N, int64_t K,
@@ -3768,7 +3775,7 @@ BTDEF int bt_k_matmul_epi(bt_dtype dt, bt_dtype dt_c, void *C, const void *A, co
     if (M <= 0 || N <= 0 || K <= 0) return 0;
     if (aux && N % 8) return 0;      /* cuBLASLt wants the aux leading dimension a multiple of 8 */
     return bt__k_mm_run(dt, dt_c, C, A, B, M, N, K, transA, transB, 1, 0, 0, 0, 1.f, beta, precision, epi, vec,
-                        epi == BT_K_EPI_BGRADB ? NULL : aux, s) == 2;
+                        epi == BT_K_EPI_BGRADB ? NULL : aux, NULL, s) == 2;
 }
 BTDEF void bt_k_matmul_out(bt_dtype dt, bt_dtype dt_c, void *C, const void *A, const void *B, const void *bias, int64_t M,
                            int64_t N, int64_t K, int transA, int transB, int64_t batch, int64_t strideA, int64_t strideB,
@@ -3784,8 +3791,21 @@ BTDEF void bt_k_matmul_out(bt_dtype dt, bt_dtype dt_c, void *C, const void *A, c
     }
     int try_bias = bias != NULL && batch == 1;
     int fused = bt__k_mm_run(dt, dt_c, C, A, B, M, N, K, transA, transB, batch, strideA, strideB, strideC, alpha, beta, precision,
-                             try_bias ? BT_K_EPI_BIAS : BT_K_EPI_NONE, try_bias ? bias : NULL, NULL, s) == 2;
+                             try_bias ? BT_K_EPI_BIAS : BT_K_EPI_NONE, try_bias ? bias : NULL, NULL, NULL, s) == 2;
     if (bias && !fused) bt__k_matmul_bias(dt_c, C, bias, batch, M, N, batch == 1 ? M * N : strideC, s);
+}
+BTDEF void bt_k_matmul_add(bt_dtype dt, void *D, const void *A, const void *B, const void *bias, const void *R, int64_t M, int64_t N,
+                           int64_t K, int transA, int transB, bt_matmul_precision precision, cudaStream_t s) {
+    if (M <= 0 || N <= 0) return;
+    bt__k_mm_check(dt, dt);
+    if (K <= 0) {   /* empty product: D = R (+ bias) */
+        if (D != R) BT__K_CUDA(cudaMemcpyAsync(D, R, (size_t)(M * N) * bt_dtype_size(dt), cudaMemcpyDeviceToDevice, s), "bt_k_matmul_add");
+        if (bias) bt__k_matmul_bias(dt, D, bias, 1, M, N, M * N, s);
+        return;
+    }
+    int fused = bt__k_mm_run(dt, dt, D, A, B, M, N, K, transA, transB, 1, 0, 0, 0, 1.f, 1.f, precision,
+                             bias ? BT_K_EPI_BIAS : BT_K_EPI_NONE, bias, NULL, R, s) == 2;
+    if (bias && !fused) bt__k_matmul_bias(dt, D, bias, 1, M, N, M * N, s);
 }
 BTDEF void bt_k_matmul(bt_dtype dt, void *C, const void *A, const void *B, const void *bias, int64_t M, int64_t N,
                        int64_t K, int transA, int transB, int64_t batch, int64_t strideA, int64_t strideB,

@@ -453,10 +453,14 @@ BTDEF bt_tensor *bt_matmul(bt_tensor *a, bt_tensor *b);
 BTDEF bt_tensor *bt_matmul_t(bt_tensor *a, bt_tensor *b, int transa, int transb);
 /* y = x w^T + b: x [.., in], w [out, in] (PyTorch's layout), b [out] or NULL */
 BTDEF bt_tensor *bt_linear(bt_tensor *x, bt_tensor *w, bt_tensor *b);
-/* GPT-2's MLP, linear(gelu(linear(x, w1, b1)), w2, b2) with w1 [hid, in], w2 [out, hid], as one op:
-   on a GPU the bias and GELU ride the first GEMM's epilogue and the backward's GELU gradient and
-   both bias gradients ride GEMMs too (bt_set_fused_epilogues); elsewhere the three ops it names. */
-BTDEF bt_tensor *bt_mlp_gelu(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tensor *w2, bt_tensor *b2);
+/* GPT-2's MLP, linear(gelu(linear(x, w1, b1)), w2, b2) with w1 [hid, in], w2 [out, hid], plus the
+   residual r when r != NULL (r of the output's shape), as one op: on a GPU the bias and GELU ride
+   the first GEMM's epilogue, r the second's C input, and the backward's GELU gradient and both
+   bias gradients ride GEMMs too (bt_set_fused_epilogues); elsewhere the ops it names. */
+BTDEF bt_tensor *bt_mlp_gelu(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tensor *w2, bt_tensor *b2, bt_tensor *r);
+/* r + linear(x, w, b), r of the output's shape: the residual add rides the GEMM on a GPU (its C
+   input with beta = 1) when fused epilogues are on; elsewhere bt_add(r, bt_linear(x, w, b)) */
+BTDEF bt_tensor *bt_linear_add(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tensor *r);
 /* softmax family, over the last dim */
 BTDEF bt_tensor *bt_softmax(bt_tensor *x);
 BTDEF bt_tensor *bt_log_softmax(bt_tensor *x);
@@ -2484,7 +2488,8 @@ static void bt__linear_wgrad(bt_node *n, int iw, int ib, bt_tensor *g2, bt_tenso
     if (want_b) bt__bias_grad_reduce(n, ib, g2, gin);
 }
 
-static void bt__linear_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+/* the gradients of y = x w^T (+ b) for inputs 0 (x), 1 (w) and, when it has one, 2 (b) */
+static void bt__linear_grads(bt_node *n, bt_tensor *g, int has_bias, bt_tensor **gin) {
     bt_tensor *x2 = n->saved[0], *w = n->saved[1];
     int64_t out_f = w->shape[0], in_f = w->shape[1], rows = x2->shape[0];
     bt_tensor *gc = bt__contig(g), *g2 = bt__view_dense(gc, bt_shape2(rows, out_f));
@@ -2494,8 +2499,14 @@ static void bt__linear_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
         bt__gemm(g->dtype, dev, bt_data_ptr(gx), bt_data_ptr(g2), bt_data_ptr(w), NULL, rows, in_f, out_f, 0, 0, 1, 0, 0, 0, 1.0, 0.0);
         gin[0] = bt__register(gx);
     }
-    bt__linear_wgrad(n, 1, n->n_in > 2 ? 2 : -1, g2, x2, gin);
+    bt__linear_wgrad(n, 1, has_bias ? 2 : -1, g2, x2, gin);
     bt_release(g2); bt_release(gc);
+}
+static void bt__linear_back(bt_node *n, bt_tensor *g, bt_tensor **gin) { bt__linear_grads(n, g, n->n_in > 2, gin); }
+/* r + linear(x, w, b): the residual's gradient is g itself, as add's is */
+static void bt__linear_add_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt__linear_grads(n, g, n->i[0] != 0, gin);
+    if (bt__wants(n, 3)) gin[3] = bt__register(bt_retain(g));
 }
 BTDEF bt_tensor *bt_linear(bt_tensor *x, bt_tensor *w, bt_tensor *b) {
     bt__need_float(x, "linear", "x"); bt__need_float(w, "linear", "w");
@@ -2517,6 +2528,35 @@ BTDEF bt_tensor *bt_linear(bt_tensor *x, bt_tensor *w, bt_tensor *b) {
     bt_node *n = bt__record("linear", bt__linear_back, y, in, b ? 3 : 2);
     if (n) { bt__save(n, x2); bt__save(n, wc); }
     bt_release(xc); bt_release(wc); bt_release(bc); bt_release(x2);
+    return bt__register(y);
+}
+
+BTDEF bt_tensor *bt_linear_add(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tensor *r) {
+    int fusable = bt__is_gpu(x) && bt__fused_on() && x->dtype != BT_F64 && r && r->dtype == x->dtype && bt__is_gpu(r) &&
+                  bt_device_of(r).index == bt_device_of(x).index && w->ndim == 2 && x->ndim >= 1 && x->shape[x->ndim - 1] == w->shape[1];
+    if (fusable) {   /* r must have exactly y's shape (no broadcast) */
+        bt_shape os = bt_shape_of(x); os.d[os.ndim - 1] = w->shape[0];
+        fusable = r->ndim == os.ndim && !memcmp(r->shape, os.d, sizeof(int64_t) * (size_t)os.ndim);
+    }
+    if (!fusable) return bt_add(r, bt_linear(x, w, b));      /* the ops check their operands */
+    bt__need_float(w, "linear_add", "w"); bt__same_device(x, w, "linear_add"); bt__same_dtype(x, w, "linear_add");
+    if (b) {
+        bt__need_float(b, "linear_add", "b"); bt__same_device(x, b, "linear_add"); bt__same_dtype(x, b, "linear_add");
+        if (b->ndim != 1 || b->shape[0] != w->shape[0]) bt_error("linear_add: bias %s must be [%lld]", bt__s(b), (long long)w->shape[0]);
+    }
+    int64_t in_f = w->shape[1], rows = bt_numel(x) / (in_f ? in_f : 1);
+    bt_tensor *xc = bt__contig(x), *wc = bt__contig(w), *bc = b ? bt__contig(b) : NULL, *rc = bt__contig(r);
+    bt_tensor *x2 = bt__view_dense(xc, bt_shape2(rows, in_f));
+    bt_tensor *y = bt__new(bt_shape_of(r), x->dtype, bt_device_of(x));
+#ifdef BT_CUDA
+    BT__ON_GPU(bt_device_of(x), stream)
+        bt_k_matmul_add(x->dtype, bt_data_ptr(y), bt_data_ptr(x2), bt_data_ptr(wc), bc ? bt_data_ptr(bc) : NULL, bt_data_ptr(rc), rows,
+                        w->shape[0], in_f, 0, 1, bt__g.precision, stream);
+#endif
+    bt_tensor *in[4] = {x, w, b, r};
+    bt_node *n = bt__record("linear_add", bt__linear_add_back, y, in, 4);
+    if (n) { n->i[0] = b != NULL; bt__save(n, x2); bt__save(n, wc); }
+    bt_release(xc); bt_release(wc); bt_release(bc); bt_release(rc); bt_release(x2);
     return bt__register(y);
 }
 
@@ -2561,10 +2601,11 @@ static void bt__mlp_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
         }
         bt_release(dh); bt_release(db1);
     }
+    if (n->n_in > 5 && bt__wants(n, 5)) gin[5] = bt__register(bt_retain(g));   /* the residual's: g, as add's */
     bt_release(g2); bt_release(gc);
 }
 /* y [.., out] from the fused GEMMs, or NULL when cuBLASLt has no GELU epilogue for these shapes */
-static bt_tensor *bt__mlp_fused(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tensor *w2, bt_tensor *b2) {
+static bt_tensor *bt__mlp_fused(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tensor *w2, bt_tensor *b2, bt_tensor *r) {
     bt_tensor *y = NULL;
 #ifdef BT_CUDA
     int64_t in_f = w1->shape[1], hid = w1->shape[0], out_f = w2->shape[0], rows = bt_numel(x) / (in_f ? in_f : 1);
@@ -2580,19 +2621,26 @@ static bt_tensor *bt__mlp_fused(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_t
     if (ok) {
         bt_shape os = bt_shape_of(x); os.d[os.ndim - 1] = out_f;
         y = bt__new(os, dt, dev);
-        bt__gemm(dt, dev, bt_data_ptr(y), bt_data_ptr(u), bt_data_ptr(w2c), bt_data_ptr(b2c), rows, out_f, hid, 0, 1, 1, 0, 0, 0, 1.0, 0.0);
-        bt_tensor *in[5] = {x, w1, b1, w2, b2};
-        bt_node *n = bt__record("mlp_gelu", bt__mlp_back, y, in, 5);
+        bt_tensor *rc = r ? bt__contig(r) : NULL;
+        BT__ON_GPU(dev, stream) {
+            if (rc) bt_k_matmul_add(dt, bt_data_ptr(y), bt_data_ptr(u), bt_data_ptr(w2c), bt_data_ptr(b2c), bt_data_ptr(rc), rows, out_f, hid,
+                                    0, 1, bt__g.precision, stream);
+            else bt_k_matmul(dt, bt_data_ptr(y), bt_data_ptr(u), bt_data_ptr(w2c), bt_data_ptr(b2c), rows, out_f, hid, 0, 1, 1, 0, 0, 0,
+                             1.f, 0.f, bt__g.precision, stream);
+        }
+        bt_release(rc);
+        bt_tensor *in[6] = {x, w1, b1, w2, b2, r};
+        bt_node *n = bt__record("mlp_gelu", bt__mlp_back, y, in, r ? 6 : 5);
         if (n) { bt__save(n, x2); bt__save(n, w1c); bt__save(n, h); bt__save(n, u); bt__save(n, w2c); }
     }
     bt_release(h); bt_release(u); bt_release(x2);
     bt_release(xc); bt_release(w1c); bt_release(b1c); bt_release(w2c); bt_release(b2c);
 #else
-    (void)x; (void)w1; (void)b1; (void)w2; (void)b2; (void)bt__mlp_back;   /* no GPU: never fused */
+    (void)x; (void)w1; (void)b1; (void)w2; (void)b2; (void)r; (void)bt__mlp_back;   /* no GPU: never fused */
 #endif
     return y;
 }
-BTDEF bt_tensor *bt_mlp_gelu(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tensor *w2, bt_tensor *b2) {
+BTDEF bt_tensor *bt_mlp_gelu(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tensor *w2, bt_tensor *b2, bt_tensor *r) {
     bt__need_float(x, "mlp_gelu", "x"); bt__need_float(w1, "mlp_gelu", "w1"); bt__need_float(w2, "mlp_gelu", "w2");
     if (w1->ndim != 2 || w2->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w1->shape[1] || w2->shape[1] != w1->shape[0])
         bt_error("mlp_gelu: x %s, w1 %s, w2 %s: expected x [.., in], w1 [hid, in], w2 [out, hid]", bt__s(x), bt__s(w1), bt__s(w2));
@@ -2601,8 +2649,14 @@ BTDEF bt_tensor *bt_mlp_gelu(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tens
                   b1->shape[0] == w1->shape[0] && b2->shape[0] == w2->shape[0] && bt__is_gpu(w1) && bt__is_gpu(w2) && bt__is_gpu(b1) &&
                   bt__is_gpu(b2) && bt_device_of(w1).index == bt_device_of(x).index && bt_device_of(w2).index == bt_device_of(x).index &&
                   bt_device_of(b1).index == bt_device_of(x).index && bt_device_of(b2).index == bt_device_of(x).index;
-    bt_tensor *y = fusable ? bt__mlp_fused(x, w1, b1, w2, b2) : NULL;
+    if (fusable && r) {   /* r: y's shape exactly, on x's device, in its dtype */
+        bt_shape os = bt_shape_of(x); os.d[os.ndim - 1] = w2->shape[0];
+        fusable = r->dtype == x->dtype && bt__is_gpu(r) && bt_device_of(r).index == bt_device_of(x).index && r->ndim == os.ndim &&
+                  !memcmp(r->shape, os.d, sizeof(int64_t) * (size_t)os.ndim);
+    }
+    bt_tensor *y = fusable ? bt__mlp_fused(x, w1, b1, w2, b2, r) : NULL;
     if (y) return bt__register(y);
+    if (r) return bt_linear_add(bt_gelu(bt_linear(x, w1, b1)), w2, b2, r);
     return bt_linear(bt_gelu(bt_linear(x, w1, b1)), w2, b2);   /* the linears check the rest */
 }
 
