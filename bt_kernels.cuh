@@ -181,7 +181,11 @@ BTDEF void bt_k_matmul_out(bt_dtype dt, bt_dtype dt_c, void *C, const void *A, c
                              beta must be 0.
      BT_K_EPI_BGRADB         C = op(A) op(B) + beta C; vec[m] <- sum over k of op(A)[m, k] (the bias
                              gradient of a weight gradient dW = dY^T X: column sums of dY).
-   vec and aux are of dtype dt_c, vec written, never accumulated. Returns 1 when it ran, 0 when
+     BT_K_EPI_DGELU          C = (op(A) op(B)) * gelu'(aux[m, n]); vec unused. beta must be 0.
+   vec and aux are of dtype dt_c, vec written, never accumulated. Measured on an H100 (bench
+   rows in bench/RESULTS.md) at GPT-2's MLP shape: DGELU_BGRAD ran at 20% of the bf16 product
+   rate, slower than the product plus separate kernels, so bt_mlp_gelu uses DGELU and takes the
+   bias gradient from the next GEMM's BGRADB. Returns 1 when it ran, 0 when
    cuBLASLt offers no algorithm for it (then nothing was written and the caller does the work by
    other means); the answer is cached with the plan. */
 /* D = op(A) op(B) + bias[n] + R ([M, N], batch 1, dtype dt; bias may be NULL; R may be D): a linear
@@ -189,7 +193,7 @@ BTDEF void bt_k_matmul_out(bt_dtype dt, bt_dtype dt_c, void *C, const void *A, c
    (traffic: the product's plus R read once, instead of a separate add's 2 reads and a write). */
 BTDEF void bt_k_matmul_add(bt_dtype dt, void *D, const void *A, const void *B, const void *bias, const void *R, int64_t M, int64_t N,
                            int64_t K, int transA, int transB, bt_matmul_precision precision, cudaStream_t s);
-typedef enum { BT_K_EPI_NONE, BT_K_EPI_BIAS, BT_K_EPI_GELU_AUX_BIAS, BT_K_EPI_DGELU_BGRAD, BT_K_EPI_BGRADB } bt_k_epilogue;
+typedef enum { BT_K_EPI_NONE, BT_K_EPI_BIAS, BT_K_EPI_GELU_AUX_BIAS, BT_K_EPI_DGELU_BGRAD, BT_K_EPI_BGRADB, BT_K_EPI_DGELU } bt_k_epilogue;
 BTDEF int bt_k_matmul_epi(bt_dtype dt, bt_dtype dt_c, void *C, const void *A, const void *B, int64_t M, int64_t N, int64_t K,
                           int transA, int transB, float beta, bt_k_epilogue epi, void *vec, void *aux,
                           bt_matmul_precision precision, cudaStream_t s);
@@ -3589,7 +3593,8 @@ static int bt__k_mm_make(bt__k_ctx *c, bt__k_mm_plan *p, bt_dtype dt, bt_dtype d
     p->epi_bias = 0; p->no_algo = 0;
     if (epi != BT_K_EPI_NONE) {
         cublasLtEpilogue_t e = epi == BT_K_EPI_BIAS ? CUBLASLT_EPILOGUE_BIAS : epi == BT_K_EPI_GELU_AUX_BIAS ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
-                             : epi == BT_K_EPI_DGELU_BGRAD ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_BGRADB;
+                             : epi == BT_K_EPI_DGELU_BGRAD ? CUBLASLT_EPILOGUE_DGELU_BGRAD
+                             : epi == BT_K_EPI_DGELU ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_BGRADB;
         BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e), op);
         BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), op);
         if (aux) {   /* the pre-activation, laid out like C: cuBLASLt's rows are our N */
@@ -3767,15 +3772,16 @@ BTDEF int bt_k_matmul_epi(bt_dtype dt, bt_dtype dt_c, void *C, const void *A, co
                           int transA, int transB, float beta, bt_k_epilogue epi, void *vec, void *aux,
                           bt_matmul_precision precision, cudaStream_t s) {
     bt__k_mm_check(dt, dt_c);
-    if (epi <= BT_K_EPI_BIAS || epi > BT_K_EPI_BGRADB) bt_error("bt_k_matmul_epi: epilogue %d is not one of the fused kinds", (int)epi);
+    if (epi <= BT_K_EPI_BIAS || epi > BT_K_EPI_DGELU) bt_error("bt_k_matmul_epi: epilogue %d is not one of the fused kinds", (int)epi);
     if (dt == BT_F64) return 0;
-    if (!vec || ((epi == BT_K_EPI_GELU_AUX_BIAS || epi == BT_K_EPI_DGELU_BGRAD) && !aux))
-        bt_error("bt_k_matmul_epi: epilogue %d needs its vector%s", (int)epi, epi == BT_K_EPI_BGRADB ? "" : " and aux matrix");
+    if ((!vec && epi != BT_K_EPI_DGELU) || (epi != BT_K_EPI_BGRADB && !aux))
+        bt_error("bt_k_matmul_epi: epilogue %d needs its %s", (int)epi,
+                 epi == BT_K_EPI_BGRADB ? "vector" : epi == BT_K_EPI_DGELU ? "aux matrix" : "vector and aux matrix");
     if (epi != BT_K_EPI_BGRADB && beta != 0) bt_error("bt_k_matmul_epi: beta = %g with a GELU epilogue (0 expected)", (double)beta);
     if (M <= 0 || N <= 0 || K <= 0) return 0;
     if (aux && N % 8) return 0;      /* cuBLASLt wants the aux leading dimension a multiple of 8 */
-    return bt__k_mm_run(dt, dt_c, C, A, B, M, N, K, transA, transB, 1, 0, 0, 0, 1.f, beta, precision, epi, vec,
-                        epi == BT_K_EPI_BGRADB ? NULL : aux, NULL, s) == 2;
+    return bt__k_mm_run(dt, dt_c, C, A, B, M, N, K, transA, transB, 1, 0, 0, 0, 1.f, beta, precision, epi,
+                        epi == BT_K_EPI_DGELU ? NULL : vec, epi == BT_K_EPI_BGRADB ? NULL : aux, NULL, s) == 2;
 }
 BTDEF void bt_k_matmul_out(bt_dtype dt, bt_dtype dt_c, void *C, const void *A, const void *B, const void *bias, int64_t M,
                            int64_t N, int64_t K, int transA, int transB, int64_t batch, int64_t strideA, int64_t strideB,

@@ -2560,13 +2560,17 @@ BTDEF bt_tensor *bt_linear_add(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tens
     return bt__register(y);
 }
 
-/* ---- GPT-2's MLP as one op: y = linear(gelu(linear(x, w1, b1)), w2, b2) ----
+/* ---- GPT-2's MLP as one op: y = r + linear(gelu(linear(x, w1, b1)), w2, b2) ----
    Fused (a GPU, fused epilogues on, cuBLASLt offering the algorithms): the first GEMM adds b1 and
    applies GELU in its epilogue, writing u = gelu(h) and the pre-activation h (kept for the
-   backward); the backward's dh = (g w2) * gelu'(h) and db1 = column sums of dh come out of the
-   GEMM g w2 (DGELU_BGRAD), db2 out of dw2's GEMM (BGRADB). Per call that saves the GELU kernels
-   (forward: read and write rows x hid; backward: read 2, write 1) and two passes for the bias
-   gradients. Otherwise it is the three ops it names, recorded as such. */
+   backward); the second adds b2 and the residual r. The backward's dh = (g w2) * gelu'(h) comes
+   out of the GEMM g w2 (DGELU epilogue; BT_FUSED_DGELU=0: a separate kernel), db1 out of dw1's
+   GEMM and db2 out of dw2's (BGRADB: the column sums of dh and g as they stream past). Per call
+   that saves the GELU kernels (forward: read and write rows x hid; backward: read 2, write 1),
+   both bias-gradient passes and the residual add. (cuBLASLt's DGELU_BGRAD, dh and db1 in one
+   GEMM, ran at a fifth of the product's rate on an H100: slower than this.) Otherwise it is the
+   ops it names, recorded as such. */
+static int bt__fused_dgelu(void) { const char *e = getenv("BT_FUSED_DGELU"); return !(e && e[0] == '0'); }
 static void bt__mlp_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_tensor *x2 = n->saved[0], *w1 = n->saved[1], *h = n->saved[2], *u = n->saved[3], *w2 = n->saved[4];
     int64_t rows = x2->shape[0], in_f = w1->shape[1], hid = w1->shape[0], out_f = w2->shape[0];
@@ -2576,12 +2580,12 @@ static void bt__mlp_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_tensor *gc = bt__contig(g), *g2 = bt__view_dense(gc, bt_shape2(rows, out_f));
     bt__linear_wgrad(n, 3, 4, g2, u, gin);                          /* dw2 = g^T u, db2 */
     if (bt__wants(n, 0) || bt__wants(n, 1) || bt__wants(n, 2)) {
-        bt_tensor *dh = bt__new(bt_shape2(rows, hid), dt, dev), *db1 = bt__new(bt_shape1(hid), dt, dev);
-        int fused = 0;
+        bt_tensor *dh = bt__new(bt_shape2(rows, hid), dt, dev);
 #ifdef BT_CUDA
         BT__ON_GPU(dev, stream) {
-            fused = bt__fused_on() && bt_k_matmul_epi(dt, dt, bt_data_ptr(dh), bt_data_ptr(g2), bt_data_ptr(w2), rows, hid, out_f, 0, 0,
-                                                      0.f, BT_K_EPI_DGELU_BGRAD, bt_data_ptr(db1), bt_data_ptr(h), bt__g.precision, stream);
+            int fused = bt__fused_on() && bt__fused_dgelu() &&
+                        bt_k_matmul_epi(dt, dt, bt_data_ptr(dh), bt_data_ptr(g2), bt_data_ptr(w2), rows, hid, out_f, 0, 0, 0.f,
+                                        BT_K_EPI_DGELU, NULL, bt_data_ptr(h), bt__g.precision, stream);
             if (!fused) {                                            /* du = g w2, then dh = du gelu'(h) in place */
                 bt_k_matmul(dt, bt_data_ptr(dh), bt_data_ptr(g2), bt_data_ptr(w2), NULL, rows, hid, out_f, 0, 0, 1, 0, 0, 0, 1.f, 0.f,
                             bt__g.precision, stream);
@@ -2589,17 +2593,13 @@ static void bt__mlp_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
             }
         }
 #endif
-        if (bt__wants(n, 2)) {
-            if (fused) bt__bias_grad_give(n, 2, db1, gin);
-            else bt__bias_grad_reduce(n, 2, dh, gin);
-        }
-        bt__linear_wgrad(n, 1, -1, dh, x2, gin);                    /* dw1 = dh^T x */
+        bt__linear_wgrad(n, 1, 2, dh, x2, gin);                     /* dw1 = dh^T x, db1 */
         if (bt__wants(n, 0)) {
             bt_tensor *gx = bt__new(n->in_shape[0], dt, dev);
             bt__gemm(dt, dev, bt_data_ptr(gx), bt_data_ptr(dh), bt_data_ptr(w1), NULL, rows, in_f, hid, 0, 0, 1, 0, 0, 0, 1.0, 0.0);
             gin[0] = bt__register(gx);
         }
-        bt_release(dh); bt_release(db1);
+        bt_release(dh);
     }
     if (n->n_in > 5 && bt__wants(n, 5)) gin[5] = bt__register(bt_retain(g));   /* the residual's: g, as add's */
     bt_release(g2); bt_release(gc);
