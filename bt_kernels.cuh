@@ -3719,6 +3719,7 @@ static int bt__k_mm_run(bt_dtype dt, bt_dtype dt_c, void *C, const void *A, cons
     bt__k_ctx *c = bt__k_cur();
     if (dt != BT_F32) precision = BT_MATMUL_FP32;
     if (batch == 1) strideA = strideB = strideC = 0;
+    if (Cin == C) Cin = NULL;   /* in place: autotuning must then time into a scratch C, not accumulate into C */
     uint32_t al[4] = {bt__k_align_of(A), bt__k_align_of(B), bt__k_align_of(C), bias ? bt__k_align_of(bias) : 0};
     if (Cin && bt__k_align_of(Cin) < al[2]) al[2] = bt__k_align_of(Cin);   /* C read from Cin, written to C: both aligned */
     int64_t key[18] = {dt, precision, M, N, K, transA != 0, transB != 0, batch, strideA, strideB, strideC, epi == BT_K_EPI_BIAS,

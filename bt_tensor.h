@@ -2437,19 +2437,19 @@ static void bt__bias_grad_reduce(bt_node *n, int ib, bt_tensor *g2, bt_tensor **
     int mask[2] = {1, 0};
     gin[ib] = bt__register(bt__reduce(g2, mask, BT_REDUCE_SUM, 0, NULL));
 }
+#ifdef BT_CUDA
 /* input ib's bias gradient db [out] already summed (by a GEMM epilogue, in the compute dtype or
    fp32): added into the leaf's fp32 .grad when it has one, else returned in the input's dtype */
 static void bt__bias_grad_give(bt_node *n, int ib, bt_tensor *db, bt_tensor **gin) {
     bt_tensor *sink = bt__is_gpu(db) ? bt__grad_sink(n, ib, n->in_dtype[ib]) : NULL;
     if (sink && sink->dtype == BT_F32) {
-#ifdef BT_CUDA
         sink->storage->version++;
         BT__ON_GPU(bt_device_of(db), stream) bt_k_sum_rows_acc(db->dtype, (float *)bt_data_ptr(sink), bt_data_ptr(db), 1, bt_numel(db), stream);
-#endif
         return;
     }
     gin[ib] = bt__register(bt__contig_as(db, n->in_dtype[ib]));
 }
+#endif
 /* the weight gradient of y = x w^T (+ b) for input iw, dw = g2^T x2 ([out, in], the rows summed),
    and, when ib >= 0, the bias gradient for input ib: into the leaves' .grad where bt__grad_sink
    allows (the GEMM accumulates with beta = 1), else returned in gin. On a GPU the bias gradient
@@ -2570,7 +2570,9 @@ BTDEF bt_tensor *bt_linear_add(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tens
    both bias-gradient passes and the residual add. (cuBLASLt's DGELU_BGRAD, dh and db1 in one
    GEMM, ran at a fifth of the product's rate on an H100: slower than this.) Otherwise it is the
    ops it names, recorded as such. */
+#ifdef BT_CUDA
 static int bt__fused_dgelu(void) { const char *e = getenv("BT_FUSED_DGELU"); return !(e && e[0] == '0'); }
+#endif
 static void bt__mlp_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_tensor *x2 = n->saved[0], *w1 = n->saved[1], *h = n->saved[2], *u = n->saved[3], *w2 = n->saved[4];
     int64_t rows = x2->shape[0], in_f = w1->shape[1], hid = w1->shape[0], out_f = w2->shape[0];
