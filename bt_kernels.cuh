@@ -23,7 +23,8 @@
      7. embedding
      8. fused cross-entropy over a padded vocabulary
      9. attention (causal or not; sm_80 kernels and an sm_90a wgmma path)
-    10. matmul (cuBLASLt: fp32, tf32, bf16; bias epilogue; the fastest candidate timed per shape)
+    10. matmul (cuBLASLt: fp32, tf32, bf16; epilogues: bias, residual add, GELU / dGELU, bias
+        gradient; the fastest candidate timed per shape)
     11. AdamW, fused over a flat parameter buffer
     12. less common paths: strided-to-strided copy, max's backward scatter, a device-side count
         for the cross-entropy mean
