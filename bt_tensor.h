@@ -419,9 +419,10 @@ BTDEF bt_matmul_precision bt_get_matmul_precision(void);
    autotuning (each shape's algorithm is cuBLASLt's first pick): two runs give the same bits. */
 BTDEF void bt_set_deterministic(int on);
 BTDEF int bt_get_deterministic(void);
-/* Work fused into cuBLASLt's matmul epilogues (bias gradients, GELU and its gradient) on or off:
-   on by default, off with BT_FUSED_EPILOGUES=0 in the environment; off gives the separate kernels
-   (to compare or bisect). Returns the previous setting. */
+/* Work fused into cuBLASLt's matmul epilogues (bias gradients, GELU and its gradient, the residual
+   add of bt_linear_add / bt_mlp_gelu) on or off: on by default, off with BT_FUSED_EPILOGUES=0 in the
+   environment; off gives the separate kernels (to compare or bisect). BT_FUSED_DGELU=0 keeps the
+   rest but computes the GELU gradient with its own kernel. Returns the previous setting. */
 BTDEF int bt_set_fused_epilogues(int on);
 
 /* ---- ops (differentiable unless noted) ---- */
@@ -2532,6 +2533,8 @@ BTDEF bt_tensor *bt_linear(bt_tensor *x, bt_tensor *w, bt_tensor *b) {
 }
 
 BTDEF bt_tensor *bt_linear_add(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tensor *r) {
+    bt__need_float(x, "linear_add", "x");
+    if (!r) bt_error("linear_add: no residual r (bt_linear is the op without one)");
     int fusable = bt__is_gpu(x) && bt__fused_on() && x->dtype != BT_F64 && r && r->dtype == x->dtype && bt__is_gpu(r) &&
                   bt_device_of(r).index == bt_device_of(x).index && w->ndim == 2 && x->ndim >= 1 && x->shape[x->ndim - 1] == w->shape[1];
     if (fusable) {   /* r must have exactly y's shape (no broadcast) */

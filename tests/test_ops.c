@@ -866,6 +866,7 @@ static void test_gradcheck_composite(void) {
     release_all(mg, 5);
     bt_tensor *la[4] = {leaf(SH(2, 3, 5)), leaf(SH(4, 5)), leaf(SH(4)), leaf(SH(2, 3, 4))};
     gradcheck("gradcheck linear_add", f_linear_add, la, 4, &c0);
+    BT_EXPECT_ERROR(bt_linear_add(la[0], la[1], la[2], NULL), "no residual");
     release_all(la, 4);
     int64_t B = 2, T = 3, H = 2, D = 2, C = H * D;
     bt_tensor *blk[5] = {leaf(SH(B, T, C)), leaf(SH(3 * C, C)), leaf(SH(3 * C)), leaf(SH(C)), leaf(SH(C, C))};
