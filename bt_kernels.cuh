@@ -175,6 +175,11 @@ BTDEF void bt_k_matmul_tuning_import(int device, const void *buf, size_t n);
 BTDEF void bt_k_matmul_out(bt_dtype dt, bt_dtype dt_c, void *C, const void *A, const void *B, const void *bias, int64_t M,
                            int64_t N, int64_t K, int transA, int transB, int64_t batch, int64_t strideA, int64_t strideB,
                            int64_t strideC, float alpha, float beta, bt_matmul_precision precision, cudaStream_t s);
+/* D = op(A) op(B) + bias[n] + R ([M, N], batch 1, dtype dt; bias may be NULL; R may be D): a linear
+   layer and the residual add after it in one pass, R entering as cuBLASLt's C with beta = 1
+   (traffic: the product's plus R read once, instead of a separate add's 2 reads and a write). */
+BTDEF void bt_k_matmul_add(bt_dtype dt, void *D, const void *A, const void *B, const void *bias, const void *R, int64_t M, int64_t N,
+                           int64_t K, int transA, int transB, bt_matmul_precision precision, cudaStream_t s);
 /* One product C = op(A) op(B) + beta C ([M, N], batch 1, alpha 1) with a cuBLASLt epilogue fused in:
      BT_K_EPI_GELU_AUX_BIAS  C = gelu(op(A) op(B) + vec[n]) (GPT-2's tanh form); aux [M, N] <- the
                              pre-activation (dtype dt_c, for the backward). beta must be 0.
@@ -186,14 +191,9 @@ BTDEF void bt_k_matmul_out(bt_dtype dt, bt_dtype dt_c, void *C, const void *A, c
    vec and aux are of dtype dt_c, vec written, never accumulated. Measured on an H100 (bench
    rows in bench/RESULTS.md) at GPT-2's MLP shape: DGELU_BGRAD ran at 20% of the bf16 product
    rate, slower than the product plus separate kernels, so bt_mlp_gelu uses DGELU and takes the
-   bias gradient from the next GEMM's BGRADB. Returns 1 when it ran, 0 when
-   cuBLASLt offers no algorithm for it (then nothing was written and the caller does the work by
-   other means); the answer is cached with the plan. */
-/* D = op(A) op(B) + bias[n] + R ([M, N], batch 1, dtype dt; bias may be NULL; R may be D): a linear
-   layer and the residual add after it in one pass, R entering as cuBLASLt's C with beta = 1
-   (traffic: the product's plus R read once, instead of a separate add's 2 reads and a write). */
-BTDEF void bt_k_matmul_add(bt_dtype dt, void *D, const void *A, const void *B, const void *bias, const void *R, int64_t M, int64_t N,
-                           int64_t K, int transA, int transB, bt_matmul_precision precision, cudaStream_t s);
+   bias gradient from the next GEMM's BGRADB. Returns 1 when it ran, 0 when cuBLASLt offers no
+   algorithm for it (then nothing was written and the caller does the work by other means); the
+   answer is cached with the plan. */
 typedef enum { BT_K_EPI_NONE, BT_K_EPI_BIAS, BT_K_EPI_GELU_AUX_BIAS, BT_K_EPI_DGELU_BGRAD, BT_K_EPI_BGRADB, BT_K_EPI_DGELU } bt_k_epilogue;
 BTDEF int bt_k_matmul_epi(bt_dtype dt, bt_dtype dt_c, void *C, const void *A, const void *B, int64_t M, int64_t N, int64_t K,
                           int transA, int transB, float beta, bt_k_epilogue epi, void *vec, void *aux,
@@ -3660,7 +3660,7 @@ BTDEF size_t bt_k_matmul_tuning_export(int device, void *buf, size_t cap) {
     bt__k_ctx *c = bt__k_ctx_of(device);
     size_t n = 0;
     for (int i = 0; i < BT__K_MM_SLOTS; i++) {
-        if (!c->mm[i].used) continue;
+        if (!c->mm[i].used || c->mm[i].no_algo) continue;   /* a key with no algorithm has none to export */
         if (buf && (n + 1) * sizeof(bt__k_tuned) <= cap) {
             bt__k_tuned t;
             memcpy(t.key, c->mm[i].key, sizeof t.key); t.algo = c->mm[i].algo;
