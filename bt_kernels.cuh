@@ -23,7 +23,8 @@
      7. embedding
      8. fused cross-entropy over a padded vocabulary
      9. attention (causal or not; sm_80 kernels and an sm_90a wgmma path)
-    10. matmul (cuBLASLt: fp32, tf32, bf16; bias epilogue; the fastest candidate timed per shape)
+    10. matmul (cuBLASLt: fp32, tf32, bf16; epilogues: bias, residual add, GELU / dGELU, bias
+        gradient; the fastest candidate timed per shape)
     11. AdamW, fused over a flat parameter buffer
     12. less common paths: strided-to-strided copy, max's backward scatter, a device-side count
         for the cross-entropy mean
@@ -174,6 +175,29 @@ BTDEF void bt_k_matmul_tuning_import(int device, const void *buf, size_t n);
 BTDEF void bt_k_matmul_out(bt_dtype dt, bt_dtype dt_c, void *C, const void *A, const void *B, const void *bias, int64_t M,
                            int64_t N, int64_t K, int transA, int transB, int64_t batch, int64_t strideA, int64_t strideB,
                            int64_t strideC, float alpha, float beta, bt_matmul_precision precision, cudaStream_t s);
+/* D = op(A) op(B) + bias[n] + R ([M, N], batch 1, dtype dt; bias may be NULL; R may be D): a linear
+   layer and the residual add after it in one pass, R entering as cuBLASLt's C with beta = 1
+   (traffic: the product's plus R read once, instead of a separate add's 2 reads and a write). */
+BTDEF void bt_k_matmul_add(bt_dtype dt, void *D, const void *A, const void *B, const void *bias, const void *R, int64_t M, int64_t N,
+                           int64_t K, int transA, int transB, bt_matmul_precision precision, cudaStream_t s);
+/* One product C = op(A) op(B) + beta C ([M, N], batch 1, alpha 1) with a cuBLASLt epilogue fused in:
+     BT_K_EPI_GELU_AUX_BIAS  C = gelu(op(A) op(B) + vec[n]) (GPT-2's tanh form); aux [M, N] <- the
+                             pre-activation (dtype dt_c, for the backward). beta must be 0.
+     BT_K_EPI_DGELU_BGRAD    C = (op(A) op(B)) * gelu'(aux[m, n]); vec[n] <- sum over m of that C.
+                             beta must be 0.
+     BT_K_EPI_BGRADB         C = op(A) op(B) + beta C; vec[m] <- sum over k of op(A)[m, k] (the bias
+                             gradient of a weight gradient dW = dY^T X: column sums of dY).
+     BT_K_EPI_DGELU          C = (op(A) op(B)) * gelu'(aux[m, n]); vec unused. beta must be 0.
+   vec and aux are of dtype dt_c, vec written, never accumulated. Measured on an H100 (bench
+   rows in bench/RESULTS.md) at GPT-2's MLP shape: DGELU_BGRAD ran at 20% of the bf16 product
+   rate, slower than the product plus separate kernels, so bt_mlp_gelu uses DGELU and takes the
+   bias gradient from the next GEMM's BGRADB. Returns 1 when it ran, 0 when cuBLASLt offers no
+   algorithm for it (then nothing was written and the caller does the work by other means); the
+   answer is cached with the plan. */
+typedef enum { BT_K_EPI_NONE, BT_K_EPI_BIAS, BT_K_EPI_GELU_AUX_BIAS, BT_K_EPI_DGELU_BGRAD, BT_K_EPI_BGRADB, BT_K_EPI_DGELU } bt_k_epilogue;
+BTDEF int bt_k_matmul_epi(bt_dtype dt, bt_dtype dt_c, void *C, const void *A, const void *B, int64_t M, int64_t N, int64_t K,
+                          int transA, int transB, float beta, bt_k_epilogue epi, void *vec, void *aux,
+                          bt_matmul_precision precision, cudaStream_t s);
 
 /* ---- 11. AdamW over n fp32 parameters with gradients g of dtype gdt:
    m = b1 m + (1-b1) g', v = b2 v + (1-b2) g'^2 with g' = g * grad_scale (a device scalar, or NULL),
@@ -234,6 +258,7 @@ typedef struct {
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
     int epi_bias;                                 /* 1: the bias epilogue is in the plan */
+    int no_algo;                                  /* 1: cuBLASLt has none for this key's epilogue (no descriptors held) */
     int n_cand;                                   /* candidates left to time (autotuning) */
     cublasLtMatmulAlgo_t cand[BT__K_MM_CANDIDATES];
 } bt__k_mm_plan;
@@ -331,6 +356,7 @@ BTDEF void bt_k_forget_stream(int device, cudaStream_t s) {
 
 static void bt__k_mm_plan_drop(bt__k_mm_plan *p) {
     if (!p->used) return;
+    if (p->no_algo) { p->used = 0; p->no_algo = 0; return; }
     cublasLtMatrixLayoutDestroy(p->la); cublasLtMatrixLayoutDestroy(p->lb);
     cublasLtMatrixLayoutDestroy(p->lc); cublasLtMatmulDescDestroy(p->op);
     p->used = 0;
@@ -3531,7 +3557,7 @@ static void bt__k_matmul_bias(bt_dtype dt, void *C, const void *bias, int64_t ba
 }
 static int bt__k_mm_make(bt__k_ctx *c, bt__k_mm_plan *p, bt_dtype dt, bt_dtype dt_c, bt_matmul_precision prec, int64_t M,
                          int64_t N, int64_t K, int transA, int transB, int64_t batch, int64_t sA, int64_t sB, int64_t sC,
-                         const void *bias, int try_bias, const uint32_t al[4]) {
+                         bt_k_epilogue epi, const void *bias, const void *aux, const uint32_t al[4]) {
     const char *op = "bt_k_matmul";
     cudaDataType_t cdt = bt__k_cuda_dt(dt), odt = bt__k_cuda_dt(dt_c), sct = dt == BT_F64 ? CUDA_R_64F : CUDA_R_32F;
     cublasComputeType_t ct = dt == BT_F64 ? CUBLAS_COMPUTE_64F
@@ -3565,17 +3591,30 @@ static int bt__k_mm_make(bt__k_ctx *c, bt__k_mm_plan *p, bt_dtype dt, bt_dtype d
     BT__K_BLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[2], sizeof al[2]), op);
     cublasLtMatmulHeuristicResult_t res[BT__K_MM_CANDIDATES];
     int nres = 0;
-    p->epi_bias = 0;
-    if (try_bias) {
-        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-        BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), op);
+    p->epi_bias = 0; p->no_algo = 0;
+    if (epi != BT_K_EPI_NONE) {
+        cublasLtEpilogue_t e = epi == BT_K_EPI_BIAS ? CUBLASLT_EPILOGUE_BIAS : epi == BT_K_EPI_GELU_AUX_BIAS ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                             : epi == BT_K_EPI_DGELU_BGRAD ? CUBLASLT_EPILOGUE_DGELU_BGRAD
+                             : epi == BT_K_EPI_DGELU ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_BGRADB;
+        BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e), op);
         BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), op);
+        if (aux) {   /* the pre-activation, laid out like C: cuBLASLt's rows are our N */
+            int64_t ld = N;
+            BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux), op);
+            BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld), op);
+        }
         if (cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, BT__K_MM_CANDIDATES, res, &nres) ==
                 CUBLAS_STATUS_SUCCESS && nres > 0)
             p->epi_bias = 1;
-        else {
-            epi = CUBLASLT_EPILOGUE_DEFAULT;
-            BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), op);
+        else if (epi != BT_K_EPI_BIAS) {   /* the fused epilogue or nothing: the caller has another way */
+            cublasLtMatmulPreferenceDestroy(pref);
+            p->used = 1;
+            bt__k_mm_plan_drop(p);
+            p->used = 1; p->no_algo = 1;
+            return -1;
+        } else {
+            e = CUBLASLT_EPILOGUE_DEFAULT;
+            BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e), op);
             nres = 0;
         }
     }
@@ -3621,7 +3660,7 @@ BTDEF size_t bt_k_matmul_tuning_export(int device, void *buf, size_t cap) {
     bt__k_ctx *c = bt__k_ctx_of(device);
     size_t n = 0;
     for (int i = 0; i < BT__K_MM_SLOTS; i++) {
-        if (!c->mm[i].used) continue;
+        if (!c->mm[i].used || c->mm[i].no_algo) continue;   /* a key with no algorithm has none to export */
         if (buf && (n + 1) * sizeof(bt__k_tuned) <= cap) {
             bt__k_tuned t;
             memcpy(t.key, c->mm[i].key, sizeof t.key); t.algo = c->mm[i].algo;
@@ -3641,7 +3680,7 @@ BTDEF void bt_k_matmul_tuning_import(int device, const void *buf, size_t n) {
     memcpy(bt__k_loaded[device].e, buf, n);
 }
 static void bt__k_mm_autotune(bt__k_ctx *c, bt__k_mm_plan *p, const void *alpha, const void *A, const void *B,
-                              const void *beta, void *C, cudaStream_t s) {
+                              const void *beta, const void *Cin, void *C, cudaStream_t s) {
     if (p->n_cand < 2 || !bt__k_autotune_on()) { p->n_cand = 0; return; }
     cudaEvent_t e0, e1;
     BT__K_CUDA(cudaEventCreate(&e0), "bt_k_matmul (autotune)");
@@ -3652,8 +3691,8 @@ static void bt__k_mm_autotune(bt__k_ctx *c, bt__k_mm_plan *p, const void *alpha,
         int ok = 1;
         for (int r = 0; r < 3 && ok; r++) {
             if (r == 1) BT__K_CUDA(cudaEventRecord(e0, s), "bt_k_matmul (autotune)");
-            ok = cublasLtMatmul(c->lt, p->op, alpha, B, p->la, A, p->lb, beta, C, p->lc, C, p->lc, &p->cand[i], bt__k_workspace(c, s),
-                                BT__K_WS_BYTES, s) == CUBLAS_STATUS_SUCCESS;
+            ok = cublasLtMatmul(c->lt, p->op, alpha, B, p->la, A, p->lb, beta, Cin ? Cin : C, p->lc, C, p->lc, &p->cand[i],
+                                bt__k_workspace(c, s), BT__K_WS_BYTES, s) == CUBLAS_STATUS_SUCCESS;
         }
         BT__K_CUDA(cudaEventRecord(e1, s), "bt_k_matmul (autotune)");
         BT__K_CUDA(cudaEventSynchronize(e1), "bt_k_matmul (autotune)");
@@ -3664,29 +3703,28 @@ static void bt__k_mm_autotune(bt__k_ctx *c, bt__k_mm_plan *p, const void *alpha,
     cudaEventDestroy(e0); cudaEventDestroy(e1);
     p->n_cand = 0;
 }
-BTDEF void bt_k_matmul_out(bt_dtype dt, bt_dtype dt_c, void *C, const void *A, const void *B, const void *bias, int64_t M,
-                           int64_t N, int64_t K, int transA, int transB, int64_t batch, int64_t strideA, int64_t strideB,
-                           int64_t strideC, float alpha, float beta, bt_matmul_precision precision, cudaStream_t s) {
-    if (batch <= 0 || M <= 0 || N <= 0) return;
+static void bt__k_mm_check(bt_dtype dt, bt_dtype dt_c) {
     if (dt != BT_F32 && dt != BT_F64 && dt != BT_BF16 && dt != BT_F16)
         bt_error("bt_k_matmul: dtype %s not supported (f32, f64, bf16, f16)", bt_dtype_name(dt));
     if (dt_c != dt && !(dt_c == BT_F32 && (dt == BT_BF16 || dt == BT_F16)))
         bt_error("bt_k_matmul: %s operands into a %s C not supported (the same dtype, or bf16/f16 into f32)", bt_dtype_name(dt),
                  bt_dtype_name(dt_c));
-    if (K <= 0) {   /* empty product: C = beta C (+ bias) */
-        for (int64_t b = 0; b < batch; b++)
-            bt_k_affine(dt_c, (char *)C + (size_t)(b * strideC) * bt_dtype_size(dt_c), (char *)C + (size_t)(b * strideC) * bt_dtype_size(dt_c),
-                        beta, 0.0, M * N, s);
-        if (bias) bt__k_matmul_bias(dt_c, C, bias, batch, M, N, strideC, s);
-        return;
-    }
+}
+/* the plan for a key (made on first use) and one cublasLtMatmul, reading beta's C from Cin when
+   that is given (else from C): 2 when it ran with the epilogue, 1 without (the plain BIAS one may
+   be dropped), 0 when a fused epilogue has no algorithm (nothing ran) */
+static int bt__k_mm_run(bt_dtype dt, bt_dtype dt_c, void *C, const void *A, const void *B, int64_t M, int64_t N, int64_t K,
+                        int transA, int transB, int64_t batch, int64_t strideA, int64_t strideB, int64_t strideC, float alpha,
+                        float beta, bt_matmul_precision precision, bt_k_epilogue epi, const void *bias, const void *aux,
+                        const void *Cin, cudaStream_t s) {
     bt__k_ctx *c = bt__k_cur();
     if (dt != BT_F32) precision = BT_MATMUL_FP32;
     if (batch == 1) strideA = strideB = strideC = 0;
-    int try_bias = bias != NULL && batch == 1;
+    if (Cin == C) Cin = NULL;   /* in place: autotuning must then time into a scratch C, not accumulate into C */
     uint32_t al[4] = {bt__k_align_of(A), bt__k_align_of(B), bt__k_align_of(C), bias ? bt__k_align_of(bias) : 0};
-    int64_t key[18] = {dt, precision, M, N, K, transA != 0, transB != 0, batch, strideA, strideB, strideC, try_bias,
-                       al[0], al[1], al[2], al[3], dt_c, 0};
+    if (Cin && bt__k_align_of(Cin) < al[2]) al[2] = bt__k_align_of(Cin);   /* C read from Cin, written to C: both aligned */
+    int64_t key[18] = {dt, precision, M, N, K, transA != 0, transB != 0, batch, strideA, strideB, strideC, epi == BT_K_EPI_BIAS,
+                       al[0], al[1], al[2], al[3], dt_c, epi > BT_K_EPI_BIAS ? (int64_t)epi | (int64_t)(aux ? bt__k_align_of(aux) : 0) << 8 : 0};
     uint64_t h = 1469598103934665603ull;
     for (int i = 0; i < 18; i++) { h ^= (uint64_t)key[i]; h *= 1099511628211ull; h ^= h >> 29; }
     bt__k_mm_plan *p = NULL;
@@ -3700,31 +3738,82 @@ BTDEF void bt_k_matmul_out(bt_dtype dt, bt_dtype dt_c, void *C, const void *A, c
             if (!q->used) p = q;
         }
         if (!p) { p = &c->mm[h % BT__K_MM_SLOTS]; bt__k_mm_plan_drop(p); }
-        if (!bt__k_mm_make(c, p, dt, dt_c, precision, M, N, K, transA, transB, batch, strideA, strideB, strideC, bias, try_bias, al))
+        int made = bt__k_mm_make(c, p, dt, dt_c, precision, M, N, K, transA, transB, batch, strideA, strideB, strideC, epi, bias, aux, al);
+        if (!made)
             bt_error("bt_k_matmul: cuBLASLt has no algorithm for %s -> %s M=%lld N=%lld K=%lld transA=%d transB=%d batch=%lld",
                      bt_dtype_name(dt), bt_dtype_name(dt_c), (long long)M, (long long)N, (long long)K, transA, transB, (long long)batch);
         memcpy(p->key, key, sizeof key);
-        const cublasLtMatmulAlgo_t *loaded = bt__k_loaded_algo(bt__k_device(), key);
-        if (loaded) { p->algo = *loaded; p->n_cand = 0; }
+        if (made > 0) {
+            const cublasLtMatmulAlgo_t *loaded = bt__k_loaded_algo(bt__k_device(), key);
+            if (loaded) { p->algo = *loaded; p->n_cand = 0; }
+        }
     }
+    if (p->no_algo) return 0;
     if (p->epi_bias)
         BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), "bt_k_matmul");
+    if (aux && p->epi_bias)
+        BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux), "bt_k_matmul");
     double ad = alpha, bd = beta;
     const void *pa = dt == BT_F64 ? (const void *)&ad : (const void *)&alpha;
     const void *pb = dt == BT_F64 ? (const void *)&bd : (const void *)&beta;
     if (p->n_cand) {
         void *scratch = NULL;
-        if (beta != 0) {             /* C holds data to accumulate into: time the candidates elsewhere */
+        if (beta != 0 && !Cin) {     /* C holds data to accumulate into: time the candidates elsewhere */
             size_t nb = (size_t)((batch - 1) * strideC + M * N) * bt_dtype_size(dt_c);
             scratch = bt__k_scratch(nb, s);
             BT__K_CUDA(cudaMemsetAsync(scratch, 0, nb, s), "bt_k_matmul (autotune)");
         }
-        bt__k_mm_autotune(c, p, pa, A, B, pb, scratch ? scratch : C, s);
+        bt__k_mm_autotune(c, p, pa, A, B, pb, Cin, scratch ? scratch : C, s);   /* epilogue outputs: rewritten by the last run */
         bt_free(scratch);
     }
-    BT__K_BLAS(cublasLtMatmul(c->lt, p->op, pa, B, p->la, A, p->lb, pb, C, p->lc, C, p->lc, &p->algo, bt__k_workspace(c, s), BT__K_WS_BYTES, s),
-               "bt_k_matmul");
-    if (bias && !p->epi_bias) bt__k_matmul_bias(dt_c, C, bias, batch, M, N, batch == 1 ? M * N : strideC, s);
+    BT__K_BLAS(cublasLtMatmul(c->lt, p->op, pa, B, p->la, A, p->lb, pb, Cin ? Cin : C, p->lc, C, p->lc, &p->algo, bt__k_workspace(c, s),
+                              BT__K_WS_BYTES, s), "bt_k_matmul");
+    return 1 + p->epi_bias;
+}
+BTDEF int bt_k_matmul_epi(bt_dtype dt, bt_dtype dt_c, void *C, const void *A, const void *B, int64_t M, int64_t N, int64_t K,
+                          int transA, int transB, float beta, bt_k_epilogue epi, void *vec, void *aux,
+                          bt_matmul_precision precision, cudaStream_t s) {
+    bt__k_mm_check(dt, dt_c);
+    if (epi <= BT_K_EPI_BIAS || epi > BT_K_EPI_DGELU) bt_error("bt_k_matmul_epi: epilogue %d is not one of the fused kinds", (int)epi);
+    if (dt == BT_F64) return 0;
+    if ((!vec && epi != BT_K_EPI_DGELU) || (epi != BT_K_EPI_BGRADB && !aux))
+        bt_error("bt_k_matmul_epi: epilogue %d needs its %s", (int)epi,
+                 epi == BT_K_EPI_BGRADB ? "vector" : epi == BT_K_EPI_DGELU ? "aux matrix" : "vector and aux matrix");
+    if (epi != BT_K_EPI_BGRADB && beta != 0) bt_error("bt_k_matmul_epi: beta = %g with a GELU epilogue (0 expected)", (double)beta);
+    if (M <= 0 || N <= 0 || K <= 0) return 0;
+    if (aux && N % 8) return 0;      /* cuBLASLt wants the aux leading dimension a multiple of 8 */
+    return bt__k_mm_run(dt, dt_c, C, A, B, M, N, K, transA, transB, 1, 0, 0, 0, 1.f, beta, precision, epi,
+                        epi == BT_K_EPI_DGELU ? NULL : vec, epi == BT_K_EPI_BGRADB ? NULL : aux, NULL, s) == 2;
+}
+BTDEF void bt_k_matmul_out(bt_dtype dt, bt_dtype dt_c, void *C, const void *A, const void *B, const void *bias, int64_t M,
+                           int64_t N, int64_t K, int transA, int transB, int64_t batch, int64_t strideA, int64_t strideB,
+                           int64_t strideC, float alpha, float beta, bt_matmul_precision precision, cudaStream_t s) {
+    if (batch <= 0 || M <= 0 || N <= 0) return;
+    bt__k_mm_check(dt, dt_c);
+    if (K <= 0) {   /* empty product: C = beta C (+ bias) */
+        for (int64_t b = 0; b < batch; b++)
+            bt_k_affine(dt_c, (char *)C + (size_t)(b * strideC) * bt_dtype_size(dt_c), (char *)C + (size_t)(b * strideC) * bt_dtype_size(dt_c),
+                        beta, 0.0, M * N, s);
+        if (bias) bt__k_matmul_bias(dt_c, C, bias, batch, M, N, strideC, s);
+        return;
+    }
+    int try_bias = bias != NULL && batch == 1;
+    int fused = bt__k_mm_run(dt, dt_c, C, A, B, M, N, K, transA, transB, batch, strideA, strideB, strideC, alpha, beta, precision,
+                             try_bias ? BT_K_EPI_BIAS : BT_K_EPI_NONE, try_bias ? bias : NULL, NULL, NULL, s) == 2;
+    if (bias && !fused) bt__k_matmul_bias(dt_c, C, bias, batch, M, N, batch == 1 ? M * N : strideC, s);
+}
+BTDEF void bt_k_matmul_add(bt_dtype dt, void *D, const void *A, const void *B, const void *bias, const void *R, int64_t M, int64_t N,
+                           int64_t K, int transA, int transB, bt_matmul_precision precision, cudaStream_t s) {
+    if (M <= 0 || N <= 0) return;
+    bt__k_mm_check(dt, dt);
+    if (K <= 0) {   /* empty product: D = R (+ bias) */
+        if (D != R) BT__K_CUDA(cudaMemcpyAsync(D, R, (size_t)(M * N) * bt_dtype_size(dt), cudaMemcpyDeviceToDevice, s), "bt_k_matmul_add");
+        if (bias) bt__k_matmul_bias(dt, D, bias, 1, M, N, M * N, s);
+        return;
+    }
+    int fused = bt__k_mm_run(dt, dt, D, A, B, M, N, K, transA, transB, 1, 0, 0, 0, 1.f, 1.f, precision,
+                             bias ? BT_K_EPI_BIAS : BT_K_EPI_NONE, bias, NULL, R, s) == 2;
+    if (bias && !fused) bt__k_matmul_bias(dt, D, bias, 1, M, N, M * N, s);
 }
 BTDEF void bt_k_matmul(bt_dtype dt, void *C, const void *A, const void *B, const void *bias, int64_t M, int64_t N,
                        int64_t K, int transA, int transB, int64_t batch, int64_t strideA, int64_t strideB,

@@ -419,6 +419,11 @@ BTDEF bt_matmul_precision bt_get_matmul_precision(void);
    autotuning (each shape's algorithm is cuBLASLt's first pick): two runs give the same bits. */
 BTDEF void bt_set_deterministic(int on);
 BTDEF int bt_get_deterministic(void);
+/* Work fused into cuBLASLt's matmul epilogues (bias gradients, GELU and its gradient, the residual
+   add of bt_linear_add / bt_mlp_gelu) on or off: on by default, off with BT_FUSED_EPILOGUES=0 in the
+   environment; off gives the separate kernels (to compare or bisect). BT_FUSED_DGELU=0 keeps the
+   rest but computes the GELU gradient with its own kernel. Returns the previous setting. */
+BTDEF int bt_set_fused_epilogues(int on);
 
 /* ---- ops (differentiable unless noted) ---- */
 /* elementwise, one function per line of BT_UNARY_OPS: bt_neg, bt_exp, bt_log, bt_sqrt, bt_rsqrt,
@@ -449,6 +454,14 @@ BTDEF bt_tensor *bt_matmul(bt_tensor *a, bt_tensor *b);
 BTDEF bt_tensor *bt_matmul_t(bt_tensor *a, bt_tensor *b, int transa, int transb);
 /* y = x w^T + b: x [.., in], w [out, in] (PyTorch's layout), b [out] or NULL */
 BTDEF bt_tensor *bt_linear(bt_tensor *x, bt_tensor *w, bt_tensor *b);
+/* GPT-2's MLP, linear(gelu(linear(x, w1, b1)), w2, b2) with w1 [hid, in], w2 [out, hid], plus the
+   residual r when r != NULL (r of the output's shape), as one op: on a GPU the bias and GELU ride
+   the first GEMM's epilogue, r the second's C input, and the backward's GELU gradient and both
+   bias gradients ride GEMMs too (bt_set_fused_epilogues); elsewhere the ops it names. */
+BTDEF bt_tensor *bt_mlp_gelu(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tensor *w2, bt_tensor *b2, bt_tensor *r);
+/* r + linear(x, w, b), r of the output's shape: the residual add rides the GEMM on a GPU (its C
+   input with beta = 1) when fused epilogues are on; elsewhere bt_add(r, bt_linear(x, w, b)) */
+BTDEF bt_tensor *bt_linear_add(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tensor *r);
 /* softmax family, over the last dim */
 BTDEF bt_tensor *bt_softmax(bt_tensor *x);
 BTDEF bt_tensor *bt_log_softmax(bt_tensor *x);
@@ -580,7 +593,8 @@ static struct {
     bt_storage *free_storages;
     bt_tensor **scope_items; int scope_n, scope_cap;   /* registered tensors, stack */
     int *scope_marks; int scope_depth, scope_marks_cap;
-} bt__g = { 1, BT_MATMUL_FP32, 0, 0, NULL, NULL, NULL, NULL, 0, 0, NULL, 0, 0 };
+    int fused_epi;                /* -1: not read from BT_FUSED_EPILOGUES yet */
+} bt__g = { 1, BT_MATMUL_FP32, 0, 0, NULL, NULL, NULL, NULL, 0, 0, NULL, 0, 0, -1 };
 
 static void *bt__xmalloc(size_t n, const char *what) {
     void *p = malloc(n ? n : 1);
@@ -597,6 +611,11 @@ BTDEF int bt_grad_enabled(void) { return bt__g.grad_enabled; }
 BTDEF int bt_set_grad_enabled(int on) { int old = bt__g.grad_enabled; bt__g.grad_enabled = on != 0; return old; }
 BTDEF void bt_set_matmul_precision(bt_matmul_precision p) { bt__g.precision = p; }
 BTDEF bt_matmul_precision bt_get_matmul_precision(void) { return bt__g.precision; }
+static int bt__fused_on(void) {
+    if (bt__g.fused_epi < 0) { const char *e = getenv("BT_FUSED_EPILOGUES"); bt__g.fused_epi = !(e && e[0] == '0'); }
+    return bt__g.fused_epi;
+}
+BTDEF int bt_set_fused_epilogues(int on) { int old = bt__fused_on(); bt__g.fused_epi = on != 0; return old; }
 BTDEF void bt_set_deterministic(int on) {
     bt__g.deterministic = on != 0;
 #ifdef BT_CUDA
@@ -2404,40 +2423,91 @@ static void bt__gemm_into(bt_tensor *sink, bt_dtype dt, const void *A, const voi
     bt__gemm(dt, bt_cpu(), bt_data_ptr(sink), A, B, NULL, M, N, K, ta, tb, 1, 0, 0, 0, 1.0, 1.0);
 }
 
-static void bt__linear_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+/* input ib's bias gradient, the column sums of g2 [rows, out]: added into the leaf's fp32 .grad on
+   a GPU when it has one (bt__grad_sink), else returned in gin[ib] */
+static void bt__bias_grad_reduce(bt_node *n, int ib, bt_tensor *g2, bt_tensor **gin) {
+    bt_tensor *sink = bt__is_gpu(g2) ? bt__grad_sink(n, ib, g2->dtype) : NULL;
+    if (sink && sink->dtype == BT_F32) {
+#ifdef BT_CUDA
+        sink->storage->version++;
+        BT__ON_GPU(bt_device_of(g2), stream) bt_k_sum_rows_acc(g2->dtype, (float *)bt_data_ptr(sink), bt_data_ptr(g2), g2->shape[0], g2->shape[1],
+                                                             stream);
+#endif
+        return;
+    }
+    int mask[2] = {1, 0};
+    gin[ib] = bt__register(bt__reduce(g2, mask, BT_REDUCE_SUM, 0, NULL));
+}
+#ifdef BT_CUDA
+/* input ib's bias gradient db [out] already summed (by a GEMM epilogue, in the compute dtype or
+   fp32): added into the leaf's fp32 .grad when it has one, else returned in the input's dtype */
+static void bt__bias_grad_give(bt_node *n, int ib, bt_tensor *db, bt_tensor **gin) {
+    bt_tensor *sink = bt__is_gpu(db) ? bt__grad_sink(n, ib, n->in_dtype[ib]) : NULL;
+    if (sink && sink->dtype == BT_F32) {
+        sink->storage->version++;
+        BT__ON_GPU(bt_device_of(db), stream) bt_k_sum_rows_acc(db->dtype, (float *)bt_data_ptr(sink), bt_data_ptr(db), 1, bt_numel(db), stream);
+        return;
+    }
+    gin[ib] = bt__register(bt__contig_as(db, n->in_dtype[ib]));
+}
+#endif
+/* the weight gradient of y = x w^T (+ b) for input iw, dw = g2^T x2 ([out, in], the rows summed),
+   and, when ib >= 0, the bias gradient for input ib: into the leaves' .grad where bt__grad_sink
+   allows (the GEMM accumulates with beta = 1), else returned in gin. On a GPU the bias gradient
+   rides the weight GEMM (cuBLASLt's BGRADB epilogue: the column sums of g2 as it streams past)
+   when cuBLASLt has an algorithm for it, which saves a pass over g2. */
+static void bt__linear_wgrad(bt_node *n, int iw, int ib, bt_tensor *g2, bt_tensor *x2, bt_tensor **gin) {
+    int64_t rows = x2->shape[0], in_f = x2->shape[1], out_f = g2->shape[1];
+    bt_device dev = bt_device_of(g2);
+    bt_dtype dt = g2->dtype;
+    int want_b = ib >= 0 && bt__wants(n, ib);
+    if (bt__wants(n, iw)) {
+        bt_tensor *sink = bt__grad_sink(n, iw, dt);
+        bt_tensor *gw = sink ? NULL : bt__new(bt_shape2(out_f, in_f), dt, dev);
+        int fused = 0;
+#ifdef BT_CUDA
+        if (want_b && bt__is_gpu(g2) && bt__fused_on()) {
+            bt_tensor *dst = sink ? sink : gw;
+            bt_tensor *db = bt__new(bt_shape1(out_f), dst->dtype, dev);   /* cuBLASLt writes it in C's dtype */
+            BT__ON_GPU(dev, stream)
+                fused = bt_k_matmul_epi(dt, dst->dtype, bt_data_ptr(dst), bt_data_ptr(g2), bt_data_ptr(x2), out_f, in_f, rows, 1, 0,
+                                        sink ? 1.f : 0.f, BT_K_EPI_BGRADB, bt_data_ptr(db), NULL, bt__g.precision, stream);
+            if (fused) {
+                if (sink) sink->storage->version++;
+                bt__bias_grad_give(n, ib, db, gin);
+                want_b = 0;
+            }
+            bt_release(db);
+        }
+#endif
+        if (!fused) {
+            if (sink) bt__gemm_into(sink, dt, bt_data_ptr(g2), bt_data_ptr(x2), out_f, in_f, rows, 1, 0);   /* dw += g^T x */
+            else bt__gemm(dt, dev, bt_data_ptr(gw), bt_data_ptr(g2), bt_data_ptr(x2), NULL, out_f, in_f, rows, 1, 0, 1, 0, 0, 0, 1.0, 0.0);
+        }
+        if (gw) gin[iw] = bt__register(gw);
+    }
+    if (want_b) bt__bias_grad_reduce(n, ib, g2, gin);
+}
+
+/* the gradients of y = x w^T (+ b) for inputs 0 (x), 1 (w) and, when it has one, 2 (b) */
+static void bt__linear_grads(bt_node *n, bt_tensor *g, int has_bias, bt_tensor **gin) {
     bt_tensor *x2 = n->saved[0], *w = n->saved[1];
     int64_t out_f = w->shape[0], in_f = w->shape[1], rows = x2->shape[0];
-    bt_tensor *g2 = bt__contig(g);
+    bt_tensor *gc = bt__contig(g), *g2 = bt__view_dense(gc, bt_shape2(rows, out_f));
     bt_device dev = bt_device_of(g);
     if (bt__wants(n, 0)) {
         bt_tensor *gx = bt__new(n->in_shape[0], g->dtype, dev);
         bt__gemm(g->dtype, dev, bt_data_ptr(gx), bt_data_ptr(g2), bt_data_ptr(w), NULL, rows, in_f, out_f, 0, 0, 1, 0, 0, 0, 1.0, 0.0);
         gin[0] = bt__register(gx);
     }
-    if (bt__wants(n, 1)) {
-        bt_tensor *sink = bt__grad_sink(n, 1, g->dtype);
-        if (sink) bt__gemm_into(sink, g->dtype, bt_data_ptr(g2), bt_data_ptr(x2), out_f, in_f, rows, 1, 0);   /* dw += g^T x */
-        else {
-            bt_tensor *gw = bt__new(bt_shape2(out_f, in_f), g->dtype, dev);
-            bt__gemm(g->dtype, dev, bt_data_ptr(gw), bt_data_ptr(g2), bt_data_ptr(x2), NULL, out_f, in_f, rows, 1, 0, 1, 0, 0, 0, 1.0, 0.0);
-            gin[1] = bt__register(gw);
-        }
-    }
-    if (n->n_in > 2 && bt__wants(n, 2)) {
-        bt_tensor *sink = bt__is_gpu(g) ? bt__grad_sink(n, 2, g->dtype) : NULL;
-        if (sink && sink->dtype == BT_F32) {                       /* db += the column sums of g */
-#ifdef BT_CUDA
-            sink->storage->version++;
-            BT__ON_GPU(dev, stream) bt_k_sum_rows_acc(g->dtype, (float *)bt_data_ptr(sink), bt_data_ptr(g2), rows, out_f, stream);
-#endif
-        } else {
-            int mask[2] = {1, 0};
-            bt_tensor *gv = bt__view_dense(g2, bt_shape2(rows, out_f));
-            gin[2] = bt__register(bt__reduce(gv, mask, BT_REDUCE_SUM, 0, NULL));
-            bt_release(gv);
-        }
-    }
-    bt_release(g2);
+    bt__linear_wgrad(n, 1, has_bias ? 2 : -1, g2, x2, gin);
+    bt_release(g2); bt_release(gc);
+}
+static void bt__linear_back(bt_node *n, bt_tensor *g, bt_tensor **gin) { bt__linear_grads(n, g, n->n_in > 2, gin); }
+/* r + linear(x, w, b): the residual's gradient is g itself, as add's is */
+static void bt__linear_add_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt__linear_grads(n, g, n->i[0] != 0, gin);
+    if (bt__wants(n, 3)) gin[3] = bt__register(bt_retain(g));
 }
 BTDEF bt_tensor *bt_linear(bt_tensor *x, bt_tensor *w, bt_tensor *b) {
     bt__need_float(x, "linear", "x"); bt__need_float(w, "linear", "w");
@@ -2460,6 +2530,139 @@ BTDEF bt_tensor *bt_linear(bt_tensor *x, bt_tensor *w, bt_tensor *b) {
     if (n) { bt__save(n, x2); bt__save(n, wc); }
     bt_release(xc); bt_release(wc); bt_release(bc); bt_release(x2);
     return bt__register(y);
+}
+
+BTDEF bt_tensor *bt_linear_add(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tensor *r) {
+    bt__need_float(x, "linear_add", "x");
+    if (!r) bt_error("linear_add: no residual r (bt_linear is the op without one)");
+    int fusable = bt__is_gpu(x) && bt__fused_on() && x->dtype != BT_F64 && r && r->dtype == x->dtype && bt__is_gpu(r) &&
+                  bt_device_of(r).index == bt_device_of(x).index && w->ndim == 2 && x->ndim >= 1 && x->shape[x->ndim - 1] == w->shape[1];
+    if (fusable) {   /* r must have exactly y's shape (no broadcast) */
+        bt_shape os = bt_shape_of(x); os.d[os.ndim - 1] = w->shape[0];
+        fusable = r->ndim == os.ndim && !memcmp(r->shape, os.d, sizeof(int64_t) * (size_t)os.ndim);
+    }
+    if (!fusable) return bt_add(r, bt_linear(x, w, b));      /* the ops check their operands */
+    bt__need_float(w, "linear_add", "w"); bt__same_device(x, w, "linear_add"); bt__same_dtype(x, w, "linear_add");
+    if (b) {
+        bt__need_float(b, "linear_add", "b"); bt__same_device(x, b, "linear_add"); bt__same_dtype(x, b, "linear_add");
+        if (b->ndim != 1 || b->shape[0] != w->shape[0]) bt_error("linear_add: bias %s must be [%lld]", bt__s(b), (long long)w->shape[0]);
+    }
+    int64_t in_f = w->shape[1], rows = bt_numel(x) / (in_f ? in_f : 1);
+    bt_tensor *xc = bt__contig(x), *wc = bt__contig(w), *bc = b ? bt__contig(b) : NULL, *rc = bt__contig(r);
+    bt_tensor *x2 = bt__view_dense(xc, bt_shape2(rows, in_f));
+    bt_tensor *y = bt__new(bt_shape_of(r), x->dtype, bt_device_of(x));
+#ifdef BT_CUDA
+    BT__ON_GPU(bt_device_of(x), stream)
+        bt_k_matmul_add(x->dtype, bt_data_ptr(y), bt_data_ptr(x2), bt_data_ptr(wc), bc ? bt_data_ptr(bc) : NULL, bt_data_ptr(rc), rows,
+                        w->shape[0], in_f, 0, 1, bt__g.precision, stream);
+#endif
+    bt_tensor *in[4] = {x, w, b, r};
+    bt_node *n = bt__record("linear_add", bt__linear_add_back, y, in, 4);
+    if (n) { n->i[0] = b != NULL; bt__save(n, x2); bt__save(n, wc); }
+    bt_release(xc); bt_release(wc); bt_release(bc); bt_release(rc); bt_release(x2);
+    return bt__register(y);
+}
+
+/* ---- GPT-2's MLP as one op: y = r + linear(gelu(linear(x, w1, b1)), w2, b2) ----
+   Fused (a GPU, fused epilogues on, cuBLASLt offering the algorithms): the first GEMM adds b1 and
+   applies GELU in its epilogue, writing u = gelu(h) and the pre-activation h (kept for the
+   backward); the second adds b2 and the residual r. The backward's dh = (g w2) * gelu'(h) comes
+   out of the GEMM g w2 (DGELU epilogue; BT_FUSED_DGELU=0: a separate kernel), db1 out of dw1's
+   GEMM and db2 out of dw2's (BGRADB: the column sums of dh and g as they stream past). Per call
+   that saves the GELU kernels (forward: read and write rows x hid; backward: read 2, write 1),
+   both bias-gradient passes and the residual add. (cuBLASLt's DGELU_BGRAD, dh and db1 in one
+   GEMM, ran at a fifth of the product's rate on an H100: slower than this.) Otherwise it is the
+   ops it names, recorded as such. */
+#ifdef BT_CUDA
+static int bt__fused_dgelu(void) { const char *e = getenv("BT_FUSED_DGELU"); return !(e && e[0] == '0'); }
+#endif
+static void bt__mlp_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt_tensor *x2 = n->saved[0], *w1 = n->saved[1], *h = n->saved[2], *u = n->saved[3], *w2 = n->saved[4];
+    int64_t rows = x2->shape[0], in_f = w1->shape[1], hid = w1->shape[0], out_f = w2->shape[0];
+    bt_dtype dt = g->dtype;
+    bt_device dev = bt_device_of(g);
+    (void)h;                                                         /* read by the GPU's epilogue only */
+    bt_tensor *gc = bt__contig(g), *g2 = bt__view_dense(gc, bt_shape2(rows, out_f));
+    bt__linear_wgrad(n, 3, 4, g2, u, gin);                          /* dw2 = g^T u, db2 */
+    if (bt__wants(n, 0) || bt__wants(n, 1) || bt__wants(n, 2)) {
+        bt_tensor *dh = bt__new(bt_shape2(rows, hid), dt, dev);
+#ifdef BT_CUDA
+        BT__ON_GPU(dev, stream) {
+            int fused = bt__fused_on() && bt__fused_dgelu() &&
+                        bt_k_matmul_epi(dt, dt, bt_data_ptr(dh), bt_data_ptr(g2), bt_data_ptr(w2), rows, hid, out_f, 0, 0, 0.f,
+                                        BT_K_EPI_DGELU, NULL, bt_data_ptr(h), bt__g.precision, stream);
+            if (!fused) {                                            /* du = g w2, then dh = du gelu'(h) in place */
+                bt_k_matmul(dt, bt_data_ptr(dh), bt_data_ptr(g2), bt_data_ptr(w2), NULL, rows, hid, out_f, 0, 0, 1, 0, 0, 0, 1.f, 0.f,
+                            bt__g.precision, stream);
+                bt_k_unary_backward(BT_UOP_GELU, dt, bt_data_ptr(dh), bt_data_ptr(dh), bt_data_ptr(h), rows * hid, stream);
+            }
+        }
+#endif
+        bt__linear_wgrad(n, 1, 2, dh, x2, gin);                     /* dw1 = dh^T x, db1 */
+        if (bt__wants(n, 0)) {
+            bt_tensor *gx = bt__new(n->in_shape[0], dt, dev);
+            bt__gemm(dt, dev, bt_data_ptr(gx), bt_data_ptr(dh), bt_data_ptr(w1), NULL, rows, in_f, hid, 0, 0, 1, 0, 0, 0, 1.0, 0.0);
+            gin[0] = bt__register(gx);
+        }
+        bt_release(dh);
+    }
+    if (n->n_in > 5 && bt__wants(n, 5)) gin[5] = bt__register(bt_retain(g));   /* the residual's: g, as add's */
+    bt_release(g2); bt_release(gc);
+}
+/* y [.., out] from the fused GEMMs, or NULL when cuBLASLt has no GELU epilogue for these shapes */
+static bt_tensor *bt__mlp_fused(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tensor *w2, bt_tensor *b2, bt_tensor *r) {
+    bt_tensor *y = NULL;
+#ifdef BT_CUDA
+    int64_t in_f = w1->shape[1], hid = w1->shape[0], out_f = w2->shape[0], rows = bt_numel(x) / (in_f ? in_f : 1);
+    bt_dtype dt = x->dtype;
+    bt_device dev = bt_device_of(x);
+    bt_tensor *xc = bt__contig(x), *w1c = bt__contig(w1), *b1c = bt__contig(b1), *w2c = bt__contig(w2), *b2c = bt__contig(b2);
+    bt_tensor *x2 = bt__view_dense(xc, bt_shape2(rows, in_f));
+    bt_tensor *h = bt__new(bt_shape2(rows, hid), dt, dev), *u = bt__new(bt_shape2(rows, hid), dt, dev);
+    int ok = 0;
+    BT__ON_GPU(dev, stream)
+        ok = bt_k_matmul_epi(dt, dt, bt_data_ptr(u), bt_data_ptr(x2), bt_data_ptr(w1c), rows, hid, in_f, 0, 1, 0.f,
+                             BT_K_EPI_GELU_AUX_BIAS, bt_data_ptr(b1c), bt_data_ptr(h), bt__g.precision, stream);
+    if (ok) {
+        bt_shape os = bt_shape_of(x); os.d[os.ndim - 1] = out_f;
+        y = bt__new(os, dt, dev);
+        bt_tensor *rc = r ? bt__contig(r) : NULL;
+        BT__ON_GPU(dev, stream) {
+            if (rc) bt_k_matmul_add(dt, bt_data_ptr(y), bt_data_ptr(u), bt_data_ptr(w2c), bt_data_ptr(b2c), bt_data_ptr(rc), rows, out_f, hid,
+                                    0, 1, bt__g.precision, stream);
+            else bt_k_matmul(dt, bt_data_ptr(y), bt_data_ptr(u), bt_data_ptr(w2c), bt_data_ptr(b2c), rows, out_f, hid, 0, 1, 1, 0, 0, 0,
+                             1.f, 0.f, bt__g.precision, stream);
+        }
+        bt_release(rc);
+        bt_tensor *in[6] = {x, w1, b1, w2, b2, r};
+        bt_node *n = bt__record("mlp_gelu", bt__mlp_back, y, in, r ? 6 : 5);
+        if (n) { bt__save(n, x2); bt__save(n, w1c); bt__save(n, h); bt__save(n, u); bt__save(n, w2c); }
+    }
+    bt_release(h); bt_release(u); bt_release(x2);
+    bt_release(xc); bt_release(w1c); bt_release(b1c); bt_release(w2c); bt_release(b2c);
+#else
+    (void)x; (void)w1; (void)b1; (void)w2; (void)b2; (void)r; (void)bt__mlp_back;   /* no GPU: never fused */
+#endif
+    return y;
+}
+BTDEF bt_tensor *bt_mlp_gelu(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tensor *w2, bt_tensor *b2, bt_tensor *r) {
+    bt__need_float(x, "mlp_gelu", "x"); bt__need_float(w1, "mlp_gelu", "w1"); bt__need_float(w2, "mlp_gelu", "w2");
+    if (w1->ndim != 2 || w2->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w1->shape[1] || w2->shape[1] != w1->shape[0])
+        bt_error("mlp_gelu: x %s, w1 %s, w2 %s: expected x [.., in], w1 [hid, in], w2 [out, hid]", bt__s(x), bt__s(w1), bt__s(w2));
+    int fusable = bt__is_gpu(x) && b1 && b2 && x->dtype != BT_F64 && bt__fused_on() && bt_numel(x) > 0 && w1->dtype == x->dtype &&
+                  w2->dtype == x->dtype && b1->dtype == x->dtype && b2->dtype == x->dtype && b1->ndim == 1 && b2->ndim == 1 &&
+                  b1->shape[0] == w1->shape[0] && b2->shape[0] == w2->shape[0] && bt__is_gpu(w1) && bt__is_gpu(w2) && bt__is_gpu(b1) &&
+                  bt__is_gpu(b2) && bt_device_of(w1).index == bt_device_of(x).index && bt_device_of(w2).index == bt_device_of(x).index &&
+                  bt_device_of(b1).index == bt_device_of(x).index && bt_device_of(b2).index == bt_device_of(x).index;
+    if (fusable && r) {   /* r: y's shape exactly, on x's device, in its dtype */
+        bt_shape os = bt_shape_of(x); os.d[os.ndim - 1] = w2->shape[0];
+        fusable = r->dtype == x->dtype && bt__is_gpu(r) && bt_device_of(r).index == bt_device_of(x).index && r->ndim == os.ndim &&
+                  !memcmp(r->shape, os.d, sizeof(int64_t) * (size_t)os.ndim);
+    }
+    bt_tensor *y = fusable ? bt__mlp_fused(x, w1, b1, w2, b2, r) : NULL;
+    if (y) return bt__register(y);
+    if (r) return bt_linear_add(bt_gelu(bt_linear(x, w1, b1)), w2, b2, r);
+    return bt_linear(bt_gelu(bt_linear(x, w1, b1)), w2, b2);   /* the linears check the rest */
 }
 
 /* ---- softmax / log_softmax over the last dim ---- */

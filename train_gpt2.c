@@ -365,12 +365,13 @@ static bt_tensor *param_as(gpt2 *m, bt_tensor *p, bt_dtype dt) {
     return bt_cast_cached(p, bt_view(bt_narrow(m->flat_lowp, 0, p->offset, bt_numel(p)), bt_shape_of(p)));
 }
 
-/* causal self-attention of one block: x [B, T, C] -> [B, T, C]. One projection makes q, k, v
-   side by side ([B, T, 3C]); the attention op reads the heads out of it in place. */
-static bt_tensor *gpt2_attention(gpt2 *m, gpt2_layer *y, bt_tensor *h, bt_dtype dt) {
-    if (m->par) return par_attention(m, y, h, dt);
+/* x + causal self-attention of one block's h: [B, T, C] -> [B, T, C]. One projection makes q, k, v
+   side by side ([B, T, 3C]); the attention op reads the heads out of it in place; the residual add
+   rides the output projection. */
+static bt_tensor *gpt2_attention(gpt2 *m, gpt2_layer *y, bt_tensor *h, bt_tensor *x, bt_dtype dt) {
+    if (m->par) return bt_add(x, par_attention(m, y, h, dt));
     bt_tensor *qkv = bt_linear(h, param_as(m, y->qkvw, dt), param_as(m, y->qkvb, dt));
-    return bt_linear(bt_attention_qkv(qkv, m->cfg.H), param_as(m, y->projw, dt), param_as(m, y->projb, dt));
+    return bt_linear_add(bt_attention_qkv(qkv, m->cfg.H), param_as(m, y->projw, dt), param_as(m, y->projb, dt), x);
 }
 
 #ifdef BT_MLIR
@@ -379,15 +380,17 @@ static bt_tensor *gpt2_attention(gpt2 *m, gpt2_layer *y, bt_tensor *h, bt_dtype 
 static int gpt2_use_mlir;
 #endif
 
-static bt_tensor *gpt2_mlp(gpt2 *m, gpt2_layer *y, bt_tensor *h, bt_dtype dt) {
-    if (m->tp > 1) return par_mlp(m, y, h, dt);
+/* x + the MLP of h (bias + GELU and the residual add ride the GEMMs: bt_mlp_gelu) */
+static bt_tensor *gpt2_mlp(gpt2 *m, gpt2_layer *y, bt_tensor *h, bt_tensor *x, bt_dtype dt) {
+    if (m->tp > 1) return bt_add(x, par_mlp(m, y, h, dt));
 #ifdef BT_MLIR
-    bt_tensor *u = gpt2_use_mlir ? bt_mlir_bias_gelu(bt_linear(h, param_as(m, y->fcw, dt), NULL), param_as(m, y->fcb, dt))
-                                 : bt_gelu(bt_linear(h, param_as(m, y->fcw, dt), param_as(m, y->fcb, dt)));
-#else
-    bt_tensor *u = bt_gelu(bt_linear(h, param_as(m, y->fcw, dt), param_as(m, y->fcb, dt)));
+    if (gpt2_use_mlir) {
+        bt_tensor *u = bt_mlir_bias_gelu(bt_linear(h, param_as(m, y->fcw, dt), NULL), param_as(m, y->fcb, dt));
+        return bt_linear_add(u, param_as(m, y->fcprojw, dt), param_as(m, y->fcprojb, dt), x);
+    }
 #endif
-    return bt_linear(u, param_as(m, y->fcprojw, dt), param_as(m, y->fcprojb, dt));
+    return bt_mlp_gelu(h, param_as(m, y->fcw, dt), param_as(m, y->fcb, dt), param_as(m, y->fcprojw, dt),
+                       param_as(m, y->fcprojb, dt), x);
 }
 
 /* idx [B, T] i32 on the model's device -> the final layernorm's output [B, T, C] in dtype dt */
@@ -398,8 +401,8 @@ static bt_tensor *gpt2_hidden(gpt2 *m, bt_tensor *idx, bt_dtype dt) {
     bt_tensor *x = m->par ? par_embed(m, idx, dt) : bt_add(bt_embedding(param_as(m, m->wte, dt), idx), bt_embedding(param_as(m, m->wpe, dt), pos));
     for (int l = 0; l < c->L; l++) {
         gpt2_layer *y = &m->layers[l];
-        x = bt_add(x, gpt2_attention(m, y, bt_layernorm(x, param_as(m, y->ln1w, dt), param_as(m, y->ln1b, dt), 1e-5), dt));
-        x = bt_add(x, gpt2_mlp(m, y, bt_layernorm(x, param_as(m, y->ln2w, dt), param_as(m, y->ln2b, dt), 1e-5), dt));
+        x = gpt2_attention(m, y, bt_layernorm(x, param_as(m, y->ln1w, dt), param_as(m, y->ln1b, dt), 1e-5), x, dt);
+        x = gpt2_mlp(m, y, bt_layernorm(x, param_as(m, y->ln2w, dt), param_as(m, y->ln2b, dt), 1e-5), x, dt);
     }
     return bt_layernorm(x, param_as(m, m->lnfw, dt), param_as(m, m->lnfb, dt), 1e-5);
 }
@@ -501,7 +504,7 @@ static bt_tensor *gpt2_forward_cached(gpt2 *m, gpt2_kv_cache *kv, const int32_t 
     for (int l = 0; l < c->L; l++) {
         gpt2_layer *y = &m->layers[l];
         x = bt_add(x, gpt2_attention_cached(m, y, bt_layernorm(x, param_as(m, y->ln1w, dt), param_as(m, y->ln1b, dt), 1e-5), kv, l, mask));
-        x = bt_add(x, gpt2_mlp(m, y, bt_layernorm(x, param_as(m, y->ln2w, dt), param_as(m, y->ln2b, dt), 1e-5), dt));
+        x = gpt2_mlp(m, y, bt_layernorm(x, param_as(m, y->ln2w, dt), param_as(m, y->ln2b, dt), 1e-5), x, dt);
     }
     kv->len += n;
     x = bt_layernorm(bt_select(bt_select(x, 0, 0), 0, n - 1), param_as(m, m->lnfw, dt), param_as(m, m->lnfb, dt), 1e-5);   /* [C] */

@@ -379,6 +379,49 @@ int main(void) {
             report(mm[i].name, shp, ms, 0, 2.0 * mm[i].M * mm[i].N * mm[i].K);
             bt_free(a); bt_free(b); bt_free(bias); bt_free(c);
         }
+        /* the MLP's fused epilogues (bt_k_matmul_epi) next to what they replace: the product, then
+           the GELU / GELU-gradient / column-sum kernels. bytes: the extra traffic of the epilogue
+           (aux written or read, the vector), flops: the product's */
+        const int64_t F = 4 * C;
+        void *x = randn(BT_BF16, N * C, 140, 1), *w = randn(BT_BF16, F * C, 141, 1), *b1 = randn(BT_BF16, F, 142, 1);
+        void *u = dev((size_t)(N * F) * 2), *h = randn(BT_BF16, N * F, 143, 1), *g = randn(BT_BF16, N * C, 144, 1);
+        void *v = dev((size_t)F * 4), *dw = dev((size_t)(F * C) * 4);
+        CK(cudaMemsetAsync(dw, 0, (size_t)(F * C) * 4, S));
+        snprintf(shp, sizeof shp, "%lldx%lldx%lld bf16", (long long)N, (long long)F, (long long)C);
+        BENCH(ms, bt_k_matmul_epi(BT_BF16, BT_BF16, u, x, w, N, F, C, 0, 1, 0.f, BT_K_EPI_GELU_AUX_BIAS, b1, h, BT_MATMUL_FP32, S));
+        report("matmul fc + GELU_AUX_BIAS", shp, ms, 2.0 * N * F, 2.0 * N * F * C);
+        BENCH(ms, { bt_k_matmul(BT_BF16, h, x, w, b1, N, F, C, 0, 1, 1, 0, 0, 0, 1.f, 0.f, BT_MATMUL_FP32, S);
+                    bt_k_unary(BT_UOP_GELU, BT_BF16, u, h, N * F, S); });
+        report("  unfused: fc + bias, gelu kernel", shp, ms, 2.0 * 2 * N * F, 2.0 * N * F * C);
+        snprintf(shp, sizeof shp, "%lldx%lldx%lld bf16", (long long)N, (long long)F, (long long)C);
+        BENCH(ms, bt_k_matmul_epi(BT_BF16, BT_BF16, u, g, w, N, F, C, 0, 0, 0.f, BT_K_EPI_DGELU_BGRAD, v, h, BT_MATMUL_FP32, S));
+        report("matmul dh = (g W) gelu'(h) DGELU_BGRAD", shp, ms, 2.0 * N * F, 2.0 * N * F * C);
+        BENCH(ms, { bt_k_matmul(BT_BF16, u, g, w, NULL, N, F, C, 0, 0, 1, 0, 0, 0, 1.f, 0.f, BT_MATMUL_FP32, S);
+                    bt_k_unary_backward(BT_UOP_GELU, BT_BF16, u, u, h, N * F, S);
+                    bt_k_sum_rows_acc(BT_BF16, (float *)v, u, N, F, S); });
+        report("  unfused: g W, gelu bwd, col sums", shp, ms, 2.0 * 4 * N * F, 2.0 * N * F * C);
+        BENCH(ms, bt_k_matmul_epi(BT_BF16, BT_BF16, u, g, w, N, F, C, 0, 0, 0.f, BT_K_EPI_DGELU, NULL, h, BT_MATMUL_FP32, S));
+        report("matmul dh = (g W) gelu'(h) DGELU", shp, ms, 2.0 * N * F, 2.0 * N * F * C);
+        BENCH(ms, { bt_k_matmul(BT_BF16, u, g, w, NULL, N, F, C, 0, 0, 1, 0, 0, 0, 1.f, 0.f, BT_MATMUL_FP32, S);
+                    bt_k_unary_backward(BT_UOP_GELU, BT_BF16, u, u, h, N * F, S); });
+        report("  unfused: g W, gelu bwd", shp, ms, 2.0 * 3 * N * F, 2.0 * N * F * C);
+        snprintf(shp, sizeof shp, "%lldx%lldx%lld bf16->f32", (long long)F, (long long)C, (long long)N);
+        BENCH(ms, bt_k_matmul_epi(BT_BF16, BT_F32, dw, u, x, F, C, N, 1, 0, 1.f, BT_K_EPI_BGRADB, v, NULL, BT_MATMUL_FP32, S));
+        report("matmul dW += dh^T x, db BGRADB", shp, ms, 0, 2.0 * N * F * C);
+        BENCH(ms, { bt_k_matmul_out(BT_BF16, BT_F32, dw, u, x, NULL, F, C, N, 1, 0, 1, 0, 0, 0, 1.f, 1.f, BT_MATMUL_FP32, S);
+                    bt_k_sum_rows_acc(BT_BF16, (float *)v, u, N, F, S); });
+        report("  unfused: dW += dh^T x, col sums", shp, ms, 2.0 * N * F, 2.0 * N * F * C);
+        /* the residual add in the fc proj GEMM (bt_k_matmul_add) next to the GEMM and an add */
+        snprintf(shp, sizeof shp, "%lldx%lldx%lld bf16", (long long)N, (long long)C, (long long)F);
+        void *res = randn(BT_BF16, N * C, 145, 1), *yo = dev((size_t)(N * C) * 2);
+        BENCH(ms, bt_k_matmul_add(BT_BF16, yo, u, w, b1, res, N, C, F, 0, 1, BT_MATMUL_FP32, S));
+        report("matmul fc proj + bias + residual", shp, ms, 2.0 * N * C, 2.0 * N * F * C);
+        const int64_t st1[1] = {1}, nel = N * C;
+        BENCH(ms, { bt_k_matmul(BT_BF16, yo, u, w, b1, N, C, F, 0, 1, 1, 0, 0, 0, 1.f, 0.f, BT_MATMUL_FP32, S);
+                    bt_k_binary(BT_BOP_ADD, BT_BF16, g, res, st1, yo, st1, 1, &nel, S); });
+        report("  unfused: fc proj + bias, add", shp, ms, 2.0 * 3 * N * C, 2.0 * N * F * C);
+        bt_free(res); bt_free(yo);
+        bt_free(x); bt_free(w); bt_free(b1); bt_free(u); bt_free(h); bt_free(g); bt_free(v); bt_free(dw);
     }
     CK(cudaStreamSynchronize(S));
     printf("\n| kernel | shape | median us | GB/s | %% of copy | TFLOP/s | %% of bf16 product |\n| --- | --- | ---: | ---: | ---: | ---: | ---: |\n");

@@ -375,6 +375,24 @@ static bt_tensor *oc_f_mlp(oc_ctx *c, const oc_case *k) {
     bt_tensor *w2 = oc_normal(c, bt_shape2(5, 16), 0.0, 0.5), *b2 = oc_normal(c, bt_shape1(5), 0.0, 1.0);
     return bt_linear(bt_gelu(bt_layernorm(bt_linear(x, w1, b1), lw, lb, 1e-5)), w2, b2);
 }
+/* bt_mlp_gelu on x s[0] with w1 s[1] [hid, in] and w2 s[2] [out, hid] (plus a residual when i[0]):
+   on a GPU the fused GEMM epilogues when the sizes allow them (in, hid, out multiples of 8), the
+   ops it names otherwise */
+static bt_tensor *oc_f_mlp_gelu(oc_ctx *c, const oc_case *k) {
+    bt_tensor *x = oc_normal(c, k->s[0], 0.0, 1.0);
+    bt_tensor *w1 = oc_normal(c, k->s[1], 0.0, 0.5), *b1 = oc_normal(c, bt_shape1(k->s[1].d[0]), 0.0, 1.0);
+    bt_tensor *w2 = oc_normal(c, k->s[2], 0.0, 0.5), *b2 = oc_normal(c, bt_shape1(k->s[2].d[0]), 0.0, 1.0);
+    bt_shape os = k->s[0]; os.d[os.ndim - 1] = k->s[2].d[0];
+    bt_tensor *r = k->i[0] ? oc_normal(c, os, 0.0, 1.0) : NULL;   /* i[0]: plus a residual */
+    return bt_mlp_gelu(x, w1, b1, w2, b2, r);
+}
+/* r + x [s0] w [s1]^T + b: linear_add (the residual in the GEMM on a GPU) */
+static bt_tensor *oc_f_linear_add(oc_ctx *c, const oc_case *k) {
+    bt_tensor *x = oc_normal(c, k->s[0], 0.0, 1.0), *w = oc_normal(c, k->s[1], 0.0, 1.0);
+    bt_tensor *b = k->i[0] ? oc_normal(c, bt_shape1(k->s[1].d[0]), 0.0, 1.0) : NULL;
+    bt_shape os = k->s[0]; os.d[os.ndim - 1] = k->s[1].d[0];
+    return bt_linear_add(x, w, b, oc_normal(c, os, 0.0, 1.0));
+}
 /* a transformer block's attention half to the loss: layernorm, one q,k,v projection split into
    heads by views, attention, heads merged by transpose + reshape (a copy), output projection,
    residual, cross-entropy with an ignored target. B 2, T 5, H 2, D 4 */
@@ -588,6 +606,20 @@ static int oc_build_table(void) {
         }
     }
     oc__add(oc_f_mlp, OC_NO_GPU_F64 | OC_TF32 | OC_LOOSE, "composite: linear, layernorm, gelu, linear");
+    k = oc__add(oc_f_mlp_gelu, OC_TF32 | OC_LOOSE, "mlp_gelu [3, 5, 16] -> 40 -> 24 (fusable sizes)");
+    k->s[0] = bt_shape3(3, 5, 16); k->s[1] = bt_shape2(40, 16); k->s[2] = bt_shape2(24, 40);
+    k = oc__add(oc_f_mlp_gelu, OC_TF32 | OC_LOOSE, "mlp_gelu [37, 13] -> 21 -> 7 (odd sizes)");
+    k->s[0] = bt_shape2(37, 13); k->s[1] = bt_shape2(21, 13); k->s[2] = bt_shape2(7, 21);
+    k = oc__add(oc_f_mlp_gelu, OC_TF32 | OC_LOOSE, "mlp_gelu [3, 5, 16] -> 40 -> 24 plus a residual");
+    k->s[0] = bt_shape3(3, 5, 16); k->s[1] = bt_shape2(40, 16); k->s[2] = bt_shape2(24, 40); k->i[0] = 1;
+    k = oc__add(oc_f_mlp_gelu, OC_TF32 | OC_LOOSE, "mlp_gelu [37, 13] -> 21 -> 7 plus a residual (odd sizes)");
+    k->s[0] = bt_shape2(37, 13); k->s[1] = bt_shape2(21, 13); k->s[2] = bt_shape2(7, 21); k->i[0] = 1;
+    for (int hb = 0; hb < 2; hb++) {
+        k = oc__add(oc_f_linear_add, OC_TF32, "linear_add [2, 7, 16] x [40, 16]^T %s bias, plus a residual", hb ? "with" : "without");
+        k->s[0] = bt_shape3(2, 7, 16); k->s[1] = bt_shape2(40, 16); k->i[0] = hb;
+    }
+    k = oc__add(oc_f_linear_add, OC_TF32, "linear_add [37, 45] x [30, 45]^T with bias, plus a residual");
+    k->s[0] = bt_shape2(37, 45); k->s[1] = bt_shape2(30, 45); k->i[0] = 1;
     oc__add(oc_f_attn_block, OC_NO_GPU_F64 | OC_TF32 | OC_LOOSE, "composite: attention block to the loss");
     return oc_ncases;
 }

@@ -1149,6 +1149,108 @@ static void test_matmul(void) {
     matmul_case(BT_F64, BT_MATMUL_FP32, 1, 1, 2, 1, 0.7f, 0.3f, 1e-12);
 }
 
+/* the fused epilogues (bt_k_matmul_epi) against a float64 reference on the operands as stored:
+   GELU_AUX_BIAS (C = gelu(A B^T + v), aux = the pre-activation), DGELU_BGRAD (C = (A B) gelu'(aux),
+   v = column sums of C), DGELU (C alone) and BGRADB (C = A^T B + beta C, v = row sums of A^T), shapes multiples of 8
+   where cuBLASLt wants aligned rows, odd elsewhere. GELU is GPT-2's tanh form: the f32 case, at
+   1e-5, tells it from the erf form (they differ by up to ~5e-4). */
+static double gelu_ref(double x) { return 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+static double gelu_dref(double x) {
+    double u = 0.7978845608028654 * (x + 0.044715 * x * x * x), t = tanh(u);
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * 0.7978845608028654 * (1 + 3 * 0.044715 * x * x);
+}
+static void epi_case(bt_dtype dt, bt_dtype dt_c, bt_k_epilogue epi, int64_t M, int64_t N, int64_t K, float beta, double tol) {
+    int ta = epi == BT_K_EPI_BGRADB, tb = epi == BT_K_EPI_GELU_AUX_BIAS;
+    int64_t nv = epi == BT_K_EPI_BGRADB ? M : N;
+    double *A = rvec(M * K, -1, 1), *Bm = rvec(K * N, -1, 1), *C0 = rvec(M * N, -1, 1), *v = rvec(nv, -1, 1);
+    double *aux = rvec(M * N, -2.5, 2.5), *ref = zvec(M * N), *vref = zvec(nv), *auxref = zvec(M * N);
+    quant(dt, A, M * K); quant(dt, Bm, K * N); quant(dt_c, C0, M * N); quant(dt_c, v, nv); quant(dt_c, aux, M * N);
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            double a = 0;
+            for (int64_t k = 0; k < K; k++) a += (ta ? A[k * M + m] : A[m * K + k]) * (tb ? Bm[n * K + k] : Bm[k * N + n]);
+            if (epi == BT_K_EPI_GELU_AUX_BIAS) { auxref[m * N + n] = a + v[n]; ref[m * N + n] = gelu_ref(a + v[n]); }
+            else if (epi == BT_K_EPI_DGELU_BGRAD || epi == BT_K_EPI_DGELU) { ref[m * N + n] = a * gelu_dref(aux[m * N + n]); vref[n] += ref[m * N + n]; }
+            else ref[m * N + n] = a + beta * C0[m * N + n];
+        }
+    if (epi == BT_K_EPI_BGRADB)
+        for (int64_t m = 0; m < M; m++) for (int64_t k = 0; k < K; k++) vref[m] += A[k * M + m];
+    void *dA = up(dt, A, M * K), *dB = up(dt, Bm, K * N), *dC = up(dt_c, C0, M * N);
+    void *dv = epi == BT_K_EPI_GELU_AUX_BIAS ? up(dt_c, v, nv) : dmalloc((size_t)nv * tsz(dt_c));
+    void *daux = epi == BT_K_EPI_DGELU_BGRAD || epi == BT_K_EPI_DGELU ? up(dt_c, aux, M * N) : dmalloc((size_t)(M * N) * tsz(dt_c));
+    const char *en = epi == BT_K_EPI_GELU_AUX_BIAS ? "gelu_aux_bias" : epi == BT_K_EPI_DGELU_BGRAD ? "dgelu_bgrad"
+                   : epi == BT_K_EPI_DGELU ? "dgelu" : "bgradb";
+    for (int rep = 0; rep < 2; rep++) {   /* the second call takes the cached plan */
+        if (epi != BT_K_EPI_GELU_AUX_BIAS) poison(dv, (size_t)nv * tsz(dt_c));
+        if (epi == BT_K_EPI_GELU_AUX_BIAS) poison(daux, (size_t)(M * N) * tsz(dt_c));
+        if (beta == 0) poison(dC, (size_t)(M * N) * tsz(dt_c));
+        else { void *t = up(dt_c, C0, M * N); CK(cudaMemcpy(dC, t, (size_t)(M * N) * tsz(dt_c), cudaMemcpyDeviceToDevice)); dfree(t); }
+        int ok = bt_k_matmul_epi(dt, dt_c, dC, dA, dB, M, N, K, ta, tb, beta, epi, dv, daux, BT_MATMUL_FP32, st());
+        char what[96];
+        snprintf(what, sizeof what, "matmul_epi %s %s->%s %lldx%lldx%lld%s", en, tname(dt), tname(dt_c), (long long)M,
+                 (long long)N, (long long)K, rep ? " (cached)" : "");
+        if (!ok) {   /* the bf16 ones are the training path: cuBLASLt must have them on every GPU we run */
+            BT_CHECK(dt != BT_BF16, "%s: cuBLASLt offered no algorithm", what);
+            if (dt != BT_BF16) printf("info: %s: no cuBLASLt algorithm (the op falls back to separate kernels)\n", what);
+            break;
+        }
+        check_err(what, cmp(dt_c, dC, ref, M * N), tol);
+        if (epi == BT_K_EPI_GELU_AUX_BIAS) check_err(what, cmp(dt_c, daux, auxref, M * N), tol);
+        else if (epi != BT_K_EPI_DGELU) check_err(what, cmp(dt_c, dv, vref, nv), tol);
+    }
+    free(A); free(Bm); free(C0); free(v); free(aux); free(ref); free(vref); free(auxref);
+    dfree(dA); dfree(dB); dfree(dC); dfree(dv); dfree(daux);
+}
+/* bt_k_matmul_add: D = A B^T + bias + R against float64, R a separate buffer and R == D (in place) */
+static void matmul_add_case(bt_dtype dt, int64_t M, int64_t N, int64_t K, int use_bias, int in_place, double tol) {
+    double *A = rvec(M * K, -1, 1), *Bm = rvec(N * K, -1, 1), *R = rvec(M * N, -1, 1), *bias = rvec(N, -1, 1), *ref = zvec(M * N);
+    quant(dt, A, M * K); quant(dt, Bm, N * K); quant(dt, R, M * N); quant(dt, bias, N);
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            double a = R[m * N + n] + (use_bias ? bias[n] : 0);
+            for (int64_t k = 0; k < K; k++) a += A[m * K + k] * Bm[n * K + k];
+            ref[m * N + n] = a;
+        }
+    void *dA = up(dt, A, M * K), *dB = up(dt, Bm, N * K), *dR = up(dt, R, M * N), *db = up(dt, bias, N);
+    void *dD = in_place ? dR : dmalloc((size_t)(M * N) * tsz(dt));
+    if (!in_place) poison(dD, (size_t)(M * N) * tsz(dt));
+    bt_k_matmul_add(dt, dD, dA, dB, use_bias ? db : NULL, dR, M, N, K, 0, 1, BT_MATMUL_FP32, st());
+    char what[96];
+    snprintf(what, sizeof what, "matmul_add %s %lldx%lldx%lld%s%s", tname(dt), (long long)M, (long long)N, (long long)K,
+             use_bias ? " bias" : "", in_place ? " in place" : "");
+    check_err(what, cmp(dt, dD, ref, M * N), tol);
+    if (!in_place) check_err(what, cmp(dt, dR, R, M * N), 0);   /* R is only read */
+    free(A); free(Bm); free(R); free(bias); free(ref);
+    dfree(dA); dfree(dB); dfree(dR); dfree(db);
+    if (!in_place) dfree(dD);
+}
+static void test_matmul_add(void) {
+    NEED_GPU();
+    seed(1160);
+    matmul_add_case(BT_BF16, 37, 40, 24, 1, 0, 2e-2);
+    matmul_add_case(BT_BF16, 37, 40, 24, 0, 1, 2e-2);
+    matmul_add_case(BT_F32, 33, 29, 17, 1, 0, 1e-5);
+    matmul_add_case(BT_F16, 33, 40, 24, 1, 1, 5e-3);
+}
+static void test_matmul_epi(void) {
+    NEED_GPU();
+    seed(1150);
+    epi_case(BT_BF16, BT_BF16, BT_K_EPI_GELU_AUX_BIAS, 37, 88, 72, 0.f, 2e-2);
+    epi_case(BT_F32, BT_F32, BT_K_EPI_GELU_AUX_BIAS, 37, 88, 72, 0.f, 1e-5);
+    epi_case(BT_BF16, BT_BF16, BT_K_EPI_DGELU_BGRAD, 37, 88, 40, 0.f, 2e-2);
+    epi_case(BT_F32, BT_F32, BT_K_EPI_DGELU_BGRAD, 37, 88, 40, 0.f, 1e-5);
+    epi_case(BT_BF16, BT_BF16, BT_K_EPI_DGELU, 37, 88, 40, 0.f, 2e-2);
+    epi_case(BT_F32, BT_F32, BT_K_EPI_DGELU, 37, 88, 40, 0.f, 1e-5);
+    epi_case(BT_BF16, BT_BF16, BT_K_EPI_BGRADB, 48, 40, 37, 0.f, 2e-2);
+    epi_case(BT_BF16, BT_F32, BT_K_EPI_BGRADB, 48, 40, 37, 1.f, 2e-2);     /* a weight gradient into an fp32 .grad */
+    epi_case(BT_F32, BT_F32, BT_K_EPI_BGRADB, 48, 40, 37, 0.5f, 1e-5);
+    epi_case(BT_BF16, BT_BF16, BT_K_EPI_GELU_AUX_BIAS, 1031, 3072, 768, 0.f, 2e-2);   /* GPT-2's fc at 1031 rows */
+    BT_EXPECT_ERROR(bt_k_matmul_epi(BT_BF16, BT_BF16, NULL, NULL, NULL, 8, 8, 8, 0, 0, 1.f, BT_K_EPI_DGELU_BGRAD, NULL, NULL,
+                                    BT_MATMUL_FP32, st()), "needs its vector");
+    BT_EXPECT_ERROR(bt_k_matmul_epi(BT_BF16, BT_BF16, NULL, NULL, NULL, 8, 8, 8, 0, 0, 0.f, BT_K_EPI_DGELU, NULL, NULL,
+                                    BT_MATMUL_FP32, st()), "needs its aux matrix");
+}
+
 static void test_adamw(void) {
     NEED_GPU();
     int64_t n = 1003;
@@ -1220,6 +1322,8 @@ int main(void) {
     RUN(test_attention_hopper);
     RUN(test_attention_full);
     RUN(test_matmul);
+    RUN(test_matmul_epi);
+    RUN(test_matmul_add);
     RUN(test_adamw);
     if (have_gpu()) {
         CK(cudaStreamSynchronize(st()));

@@ -652,6 +652,8 @@ static bt_tensor *f_sum(bt_tensor **in, const gc_ctx *c) {
 static bt_tensor *f_max(bt_tensor **in, const gc_ctx *c) { return bt_max(in[0], c->i[0], c->i[1]); }
 static bt_tensor *f_matmul(bt_tensor **in, const gc_ctx *c) { return bt_matmul_t(in[0], in[1], c->i[0], c->i[1]); }
 static bt_tensor *f_linear(bt_tensor **in, const gc_ctx *c) { (void)c; return bt_linear(in[0], in[1], in[2]); }
+static bt_tensor *f_linear_add(bt_tensor **in, const gc_ctx *c) { (void)c; return bt_linear_add(in[0], in[1], in[2], in[3]); }
+static bt_tensor *f_mlp_gelu(bt_tensor **in, const gc_ctx *c) { (void)c; return bt_mlp_gelu(in[0], in[1], in[2], in[3], in[4], in[5]); }
 static bt_tensor *f_softmax(bt_tensor **in, const gc_ctx *c) { return c->i[0] ? bt_log_softmax(in[0]) : bt_softmax(in[0]); }
 static bt_tensor *f_layernorm(bt_tensor **in, const gc_ctx *c) { return bt_layernorm(in[0], in[1], in[2], c->f[0]); }
 static bt_tensor *f_embedding(bt_tensor **in, const gc_ctx *c) { return bt_embedding(in[0], c->aux[0]); }
@@ -855,6 +857,17 @@ static void test_gradcheck_composite(void) {
     gc_ctx c0; memset(&c0, 0, sizeof c0);
     gradcheck("gradcheck MLP (linear, layernorm, gelu, linear)", f_mlp, mlp, 7, &c0);
     release_all(mlp, 7);
+    bt_tensor *mg[6] = {leaf(SH(2, 3, 5)), leaf(SH(7, 5)), leaf(SH(7)), leaf(SH(4, 7)), leaf(SH(4)), leaf(SH(2, 3, 4))};
+    gradcheck("gradcheck mlp_gelu with a residual", f_mlp_gelu, mg, 6, &c0);
+    bt_tensor *res = mg[5];
+    mg[5] = NULL;
+    gradcheck("gradcheck mlp_gelu", f_mlp_gelu, mg, 5, &c0);
+    bt_release(res);
+    release_all(mg, 5);
+    bt_tensor *la[4] = {leaf(SH(2, 3, 5)), leaf(SH(4, 5)), leaf(SH(4)), leaf(SH(2, 3, 4))};
+    gradcheck("gradcheck linear_add", f_linear_add, la, 4, &c0);
+    BT_EXPECT_ERROR(bt_linear_add(la[0], la[1], la[2], NULL), "no residual");
+    release_all(la, 4);
     int64_t B = 2, T = 3, H = 2, D = 2, C = H * D;
     bt_tensor *blk[5] = {leaf(SH(B, T, C)), leaf(SH(3 * C, C)), leaf(SH(3 * C)), leaf(SH(C)), leaf(SH(C, C))};
     gc_ctx c = {.i = {(int)B, (int)T, (int)H, (int)D}};
