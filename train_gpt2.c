@@ -54,6 +54,7 @@ typedef struct { const char *name; int L, H, C, maxT; } gpt2_preset;
 static const gpt2_preset gpt2_presets[] = {
     {"d12", 12, 12, 768, 1024},    /* GPT-2 124M */
     {"d12_32k", 12, 12, 768, 32768},   /* its shape with a 32768-token position table (long contexts: --cp) */
+    {"d48_64k", 48, 25, 1600, 65536},  /* 1.5B with a 65536-token table: T 65536 overflows one 141 GB GPU */
     {"d24", 24, 16, 1024, 1024},   /* 350M */
     {"d36", 36, 20, 1280, 1024},   /* 774M */
     {"d48", 48, 25, 1600, 1024},   /* 1558M */
@@ -615,7 +616,7 @@ static void usage(FILE *f) {
         "usage: train_gpt2 [options]\n"
         "  -i GLOB   train shards (default data/tinyshakespeare_train.bin)\n"
         "  -j GLOB   val shards (default data/tinyshakespeare_val.bin)\n"
-        "  -e NAME   model: a preset (d12 d24 d36 d48 s6 s4 s2; d12_32k: d12 with maxT 32768) or a model file (llm.c layout, fp32)\n"
+        "  -e NAME   model: a preset (d12 d24 d36 d48 s6 s4 s2; d12_32k, d48_64k: d12, d48 with maxT 32768, 65536) or a model file (llm.c layout, fp32)\n"
         "            (default: d12 on a GPU, s4 on a CPU)\n"
         "  -b N      micro-batch size B (default: the largest power of two that fits on a GPU; 8 on a CPU)\n"
         "  -t N      sequence length T (default 1024 on a GPU, 64 on a CPU; at most the model's context)\n"
