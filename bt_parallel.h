@@ -423,6 +423,32 @@ static void bt__par_copy(bt_device dev, void *dst, const void *src, size_t bytes
     (void)stream;
     memmove(dst, src, bytes);
 }
+/* [K, Q, P, X] -> [K, P, Q, X] (x contiguous, X elements a row): the reorder between a collective's
+   rank-major blocks and the natural rows, as 2-D copies of whole rows (cudaMemcpy2DAsync on the
+   compute stream: one read and one write of each byte, no per-element index math), min(P, Q) of
+   them per k */
+static bt_tensor *bt__par_swap(bt_tensor *x, int64_t K, int64_t Q, int64_t P, int64_t X) {
+    bt_device dev = bt_device_of(x);
+    bt_tensor *y = bt_empty(bt_shape1(bt_numel(x)), x->dtype, dev);
+    size_t row = (size_t)X * bt_dtype_size(x->dtype);
+    const char *s = (const char *)bt_data_ptr(x);
+    char *d = (char *)bt_data_ptr(y);
+    int by_q = Q <= P;
+    for (int64_t k = 0; k < K; k++)
+        for (int64_t i = 0; i < (by_q ? Q : P); i++) {   /* rows (q, p) for p < P (by_q) or q < Q */
+            const char *sp = s + (size_t)(k * Q * P) * row + (size_t)(by_q ? i * P : i) * row;
+            char *dp = d + (size_t)(k * P * Q) * row + (size_t)(by_q ? i : i * Q) * row;
+            size_t ss = by_q ? row : (size_t)P * row, ds = by_q ? (size_t)Q * row : row, h = (size_t)(by_q ? P : Q);
+            if (dev.type == BT_GPU) {
+#ifdef BT_CUDA
+                cudaError_t e = cudaMemcpy2DAsync(dp, ds, sp, ss, row, h, cudaMemcpyDeviceToDevice, (cudaStream_t)bt_stream_current(dev));
+                if (e != cudaSuccess) bt_error("bt_parallel: reorder copy failed: %s", cudaGetErrorString(e));
+#endif
+            } else
+                for (size_t r = 0; r < h; r++) memcpy(dp + r * ds, sp + r * ss, row);
+        }
+    return y;
+}
 /* every rank's n bytes, by rank, through the store (CPU data; the communicator spans the world) */
 static void bt__par_store_gather(bt_comm *c, const void *mine, void *all, size_t n, const char *op) {
     bt_store *s = c->dist ? bt_dist_store(c->dist) : NULL;
@@ -1078,10 +1104,7 @@ static bt_tensor *bt__tp_gather(bt_tp *tp, bt_tensor *x) {
     bt__par_fence_in(&tp->x);
     bt__par_all_gather(tp->x.comm, tp->x.dev, bt_data_ptr(xc), bt_data_ptr(buf), g.A * g.n * g.F, x->dtype, bt__par_comm(&tp->x));
     bt__par_fence_out(&tp->x);
-    if (g.A != 1) {                       /* [W, A, n F] -> [A, W, n F] */
-        int perm[3] = {1, 0, 2};
-        buf = bt_contiguous(bt_permute(buf, perm));
-    }
+    if (g.A != 1) buf = bt__par_swap(buf, 1, W, g.A, g.n * g.F);   /* [W, A, n F] -> [A, W, n F] */
     return bt_view(buf, bt__shape_with(x, 2, W * g.n));
 }
 /* [.., W n, F] -> [.., n, F]: this rank's slice of dim -2 of the sum over the group */
@@ -1091,10 +1114,7 @@ static bt_tensor *bt__tp_scatter_sum(bt_tp *tp, bt_tensor *x) {
     if (g.n % W) bt_error("tp reduce_scatter: dim -2 of %s is not a multiple of the %d tensor-parallel ranks", bt__par_s(x), W);
     int64_t n = g.n / W;
     bt_tensor *xs = bt_contiguous(x);
-    if (g.A != 1) {                       /* [A, W, n F] -> [W, A, n F]: each rank's block contiguous */
-        int perm[3] = {1, 0, 2};
-        xs = bt_contiguous(bt_permute(bt_reshape(xs, bt_shape3(g.A, W, n * g.F)), perm));
-    }
+    if (g.A != 1) xs = bt__par_swap(xs, 1, g.A, W, n * g.F);   /* [A, W, n F] -> [W, A, n F]: each rank's block contiguous */
     bt_tensor *out = bt_empty(bt__shape_with(x, 2, n), x->dtype, bt_device_of(x));
     bt__par_fence_in(&tp->x);
     bt__par_reduce_scatter(tp->x.comm, tp->x.dev, bt_data_ptr(xs), bt_data_ptr(out), g.A * n * g.F, x->dtype, bt__par_comm(&tp->x));
@@ -1234,9 +1254,7 @@ static void bt__tp_chunk_gemm(bt_device dev, bt_dtype dt, char *nat, char *rm, i
 /* gathered chunks G [K, W, Ac, n, F] -> natural [K Ac, W n, F]: a copy only when Ac > 1 */
 static bt_tensor *bt__tp_gathered_natural(bt_tensor *G, int64_t K, int W, int64_t Ac, int64_t n, int64_t F) {
     if (Ac == 1 || W == 1) return bt_reshape(G, bt_shape3(K * Ac, W * n, F));
-    int64_t d[5] = {K, W, Ac, n, F};
-    int perm[5] = {0, 2, 1, 3, 4};
-    return bt_reshape(bt_contiguous(bt_permute(bt_reshape(G, bt_shapev(5, d)), perm)), bt_shape3(K * Ac, W * n, F));
+    return bt_reshape(bt__par_swap(G, K, W, Ac, n * F), bt_shape3(K * Ac, W * n, F));
 }
 
 /* Where bt_linear would add a weight's gradient straight into its leaf's .grad (the leaf, or the
