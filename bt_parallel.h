@@ -54,16 +54,21 @@
      The linear layers split their collective into chunks overlapped with the matmul that
      produces or consumes it, the collectives on the context's communication stream and the
      matmuls on the compute stream, ordered by events only:
-       col forward (sp)    all-gather of sequence chunk j+1 while the GEMMs of chunk j run
-                           ("chunk j": rows j m .. j m + m of every rank's block, m = n / chunks)
+       col forward (sp)    all-gather of chunk j+1 while the GEMMs of chunk j run
        col backward        dx GEMM per chunk, its all-reduce (reduce-scatter with sp) launched as
                            soon as the chunk is done; with sp the all-gather of x for dw runs
                            meanwhile; dw and db overlap the last chunks' collectives
        row forward         GEMM per chunk, its all-reduce / reduce-scatter right behind it (the
                            bias is added by rank 0's GEMM, so the reduction adds it once)
        row backward (sp)   chunked all-gather of dy overlapped with the dx GEMMs
-     The results equal the synchronous ops' up to the matmuls' summation order. chunks (default 4,
-     at most 16) is lowered to a divisor of the local sequence length.
+     Without sp a chunk is a block of whole rows of x. With sp it is A / chunks whole sequences
+     (A: the product of the dims before the last two), so a chunk of the local slice is
+     contiguous and the GEMMs read and write the rank-major collective buffers in place (strided
+     batches; one plain GEMM per chunk when it is one sequence): no permuted copies, except one of
+     the gathered x or dy for dw when a chunk holds several sequences. Every collective costs the
+     host a launch (tens of us with a non-blocking NCCL communicator), so chunks are few.
+     The results equal the synchronous ops' up to the matmuls' summation order. chunks (default 2,
+     at most 16) is lowered to a divisor of the rows (of A with sp); 1 is the synchronous schedule.
 
    CONTEXT PARALLELISM (section 8)
      The sequence of T tokens is cut into 2 cp chunks of c = T / (2 cp); rank i holds chunks i and
@@ -154,7 +159,7 @@ typedef struct bt_tp bt_tp;
 typedef struct {
     int sp;              /* sequence parallelism: activations outside TP regions hold 1/tp of dim -2 */
     int async;           /* overlap each linear layer's collective with its matmul (section 6) */
-    int chunks;          /* async: chunks per layer; 0: 4 (at most 16) */
+    int chunks;          /* async: chunks per layer; 0: 2 (at most 16) */
     int deterministic;   /* the GPU embedding backward without float atomics (as bt_set_deterministic) */
 } bt_tp_opts;
 BTDEF bt_tp *bt_tp_create(bt_comm *comm, const bt_tp_opts *opts);   /* opts NULL: all 0 */
@@ -417,6 +422,32 @@ static void bt__par_copy(bt_device dev, void *dst, const void *src, size_t bytes
     }
     (void)stream;
     memmove(dst, src, bytes);
+}
+/* [K, Q, P, X] -> [K, P, Q, X] (x contiguous, X elements a row): the reorder between a collective's
+   rank-major blocks and the natural rows, as 2-D copies of whole rows (cudaMemcpy2DAsync on the
+   compute stream: one read and one write of each byte, no per-element index math), min(P, Q) of
+   them per k */
+static bt_tensor *bt__par_swap(bt_tensor *x, int64_t K, int64_t Q, int64_t P, int64_t X) {
+    bt_device dev = bt_device_of(x);
+    bt_tensor *y = bt_empty(bt_shape1(bt_numel(x)), x->dtype, dev);
+    size_t row = (size_t)X * bt_dtype_size(x->dtype);
+    const char *s = (const char *)bt_data_ptr(x);
+    char *d = (char *)bt_data_ptr(y);
+    int by_q = Q <= P;
+    for (int64_t k = 0; k < K; k++)
+        for (int64_t i = 0; i < (by_q ? Q : P); i++) {   /* rows (q, p) for p < P (by_q) or q < Q */
+            const char *sp = s + (size_t)(k * Q * P) * row + (size_t)(by_q ? i * P : i) * row;
+            char *dp = d + (size_t)(k * P * Q) * row + (size_t)(by_q ? i : i * Q) * row;
+            size_t ss = by_q ? row : (size_t)P * row, ds = by_q ? (size_t)Q * row : row, h = (size_t)(by_q ? P : Q);
+            if (dev.type == BT_GPU) {
+#ifdef BT_CUDA
+                cudaError_t e = cudaMemcpy2DAsync(dp, ds, sp, ss, row, h, cudaMemcpyDeviceToDevice, (cudaStream_t)bt_stream_current(dev));
+                if (e != cudaSuccess) bt_error("bt_parallel: reorder copy failed: %s", cudaGetErrorString(e));
+#endif
+            } else
+                for (size_t r = 0; r < h; r++) memcpy(dp + r * ds, sp + r * ss, row);
+        }
+    return y;
 }
 /* every rank's n bytes, by rank, through the store (CPU data; the communicator spans the world) */
 static void bt__par_store_gather(bt_comm *c, const void *mine, void *all, size_t n, const char *op) {
@@ -996,7 +1027,7 @@ BTDEF bt_tp *bt_tp_create(bt_comm *comm, const bt_tp_opts *opts) {
     if (!tp) bt_error("bt_tp_create: out of host memory");
     bt__par_ctx_init(&tp->x, comm, "bt_tp_create");
     if (opts) { tp->sp = opts->sp != 0; tp->async = opts->async != 0; tp->chunks = opts->chunks; tp->det = opts->deterministic != 0; }
-    if (tp->chunks <= 0) tp->chunks = 4;
+    if (tp->chunks <= 0) tp->chunks = 2;
     if (tp->chunks > BT__PAR_MAX_CHUNKS) tp->chunks = BT__PAR_MAX_CHUNKS;
     return tp;
 }
@@ -1073,10 +1104,7 @@ static bt_tensor *bt__tp_gather(bt_tp *tp, bt_tensor *x) {
     bt__par_fence_in(&tp->x);
     bt__par_all_gather(tp->x.comm, tp->x.dev, bt_data_ptr(xc), bt_data_ptr(buf), g.A * g.n * g.F, x->dtype, bt__par_comm(&tp->x));
     bt__par_fence_out(&tp->x);
-    if (g.A != 1) {                       /* [W, A, n F] -> [A, W, n F] */
-        int perm[3] = {1, 0, 2};
-        buf = bt_contiguous(bt_permute(buf, perm));
-    }
+    if (g.A != 1) buf = bt__par_swap(buf, 1, W, g.A, g.n * g.F);   /* [W, A, n F] -> [A, W, n F] */
     return bt_view(buf, bt__shape_with(x, 2, W * g.n));
 }
 /* [.., W n, F] -> [.., n, F]: this rank's slice of dim -2 of the sum over the group */
@@ -1086,10 +1114,7 @@ static bt_tensor *bt__tp_scatter_sum(bt_tp *tp, bt_tensor *x) {
     if (g.n % W) bt_error("tp reduce_scatter: dim -2 of %s is not a multiple of the %d tensor-parallel ranks", bt__par_s(x), W);
     int64_t n = g.n / W;
     bt_tensor *xs = bt_contiguous(x);
-    if (g.A != 1) {                       /* [A, W, n F] -> [W, A, n F]: each rank's block contiguous */
-        int perm[3] = {1, 0, 2};
-        xs = bt_contiguous(bt_permute(bt_reshape(xs, bt_shape3(g.A, W, n * g.F)), perm));
-    }
+    if (g.A != 1) xs = bt__par_swap(xs, 1, g.A, W, n * g.F);   /* [A, W, n F] -> [W, A, n F]: each rank's block contiguous */
     bt_tensor *out = bt_empty(bt__shape_with(x, 2, n), x->dtype, bt_device_of(x));
     bt__par_fence_in(&tp->x);
     bt__par_reduce_scatter(tp->x.comm, tp->x.dev, bt_data_ptr(xs), bt_data_ptr(out), g.A * n * g.F, x->dtype, bt__par_comm(&tp->x));
@@ -1205,23 +1230,31 @@ static int64_t bt__tp_chunks(const bt_tp *tp, int64_t n) {
     while (k > 1 && n % k) k--;
     return k < 1 ? 1 : k;
 }
-/* [A, K m, F] <-> [K, A, m, F]: chunk j of every row block side by side (what one collective moves) */
-static bt_tensor *bt__tp_chunk_major(bt_tensor *xc, int64_t A, int64_t K, int64_t m, int64_t F) {
-    if (A == 1 || K == 1) return xc;
-    int perm[4] = {1, 0, 2, 3};
-    return bt_contiguous(bt_permute(bt_reshape(xc, bt_shape4(A, K, m, F)), perm));
+/* With sp a chunk is Ac = A / K whole rows of A ([A, n, F] local, [A, S = W n, F] gathered), so its
+   local part is contiguous and what one collective moves is its rank-major form [W, Ac, n, F]. The
+   GEMMs go straight between that form and the natural rows [Ac, S, F]: per rank r a GEMM batched
+   over the Ac rows of A (natural side strided S rows, rank-major side n rows); for Ac = 1 the two
+   forms are the same memory and one plain GEMM of S rows does it. No permuted copies.
+   C = op(A) w (+ bias): the natural side is C when nat_is_c (else the A operand); fa, fc the
+   widths of A's and C's rows, tb: w is [fc, fa] (y = x w^T) rather than [fa, fc]. */
+static void bt__tp_chunk_gemm(bt_device dev, bt_dtype dt, char *nat, char *rm, int nat_is_c, const void *w, const void *bias, int W,
+                              int64_t Ac, int64_t n, int64_t fa, int64_t fc, int tb) {
+    int64_t es = (int64_t)bt_dtype_size(dt), fn = nat_is_c ? fc : fa, fr = nat_is_c ? fa : fc;
+    if (Ac == 1 || W == 1) {
+        bt__par_gemm(dev, dt, dt, nat_is_c ? nat : rm, nat_is_c ? rm : nat, w, bias, Ac * W * n, fc, fa, 0, tb, 1, 0, 0, 0, 0.0);
+        return;
+    }
+    for (int r = 0; r < W; r++) {
+        char *pn = nat + r * n * fn * es, *pr = rm + r * Ac * n * fr * es;
+        int64_t sn = W * n * fn, sr = n * fr;
+        bt__par_gemm(dev, dt, dt, nat_is_c ? pn : pr, nat_is_c ? pr : pn, w, bias, n, fc, fa, 0, tb, Ac, nat_is_c ? sr : sn, 0,
+                     nat_is_c ? sn : sr, 0.0);
+    }
 }
-static bt_tensor *bt__tp_chunk_natural(bt_tensor *c, int64_t A, int64_t K, int64_t m, int64_t F) {
-    if (A == 1 || K == 1) return bt_reshape(c, bt_shape3(A, K * m, F));
-    int perm[4] = {1, 0, 2, 3};
-    return bt_reshape(bt_contiguous(bt_permute(bt_reshape(c, bt_shape4(K, A, m, F)), perm)), bt_shape3(A, K * m, F));
-}
-/* gathered chunks G [K, W, A, m, F] (G[j][r] = rank r's rows j m .. of every block) -> [A, W K m, F] */
-static bt_tensor *bt__tp_gathered_natural(bt_tensor *G, int64_t K, int W, int64_t A, int64_t m, int64_t F) {
-    if (A == 1 && K == 1) return bt_reshape(G, bt_shape3(1, W * m, F));
-    int64_t d[5] = {K, W, A, m, F};
-    int perm[5] = {2, 1, 0, 3, 4};
-    return bt_reshape(bt_contiguous(bt_permute(bt_reshape(G, bt_shapev(5, d)), perm)), bt_shape3(A, W * K * m, F));
+/* gathered chunks G [K, W, Ac, n, F] -> natural [K Ac, W n, F]: a copy only when Ac > 1 */
+static bt_tensor *bt__tp_gathered_natural(bt_tensor *G, int64_t K, int W, int64_t Ac, int64_t n, int64_t F) {
+    if (Ac == 1 || W == 1) return bt_reshape(G, bt_shape3(K * Ac, W * n, F));
+    return bt_reshape(bt__par_swap(G, K, W, Ac, n * F), bt_shape3(K * Ac, W * n, F));
 }
 
 /* Where bt_linear would add a weight's gradient straight into its leaf's .grad (the leaf, or the
@@ -1297,39 +1330,34 @@ static void bt__tp_col_back(bt_node *nd, bt_tensor *g, bt_tensor **gin) {
         if (dx) { bt__par_fence_out(x); gin[0] = dx; }
     } else {                              /* dx = reduce_scatter(g w) by chunks; x gathered again for dw */
         bt__sp_geo sg = bt__sp_geo_of(gc, "tp_linear_col backward");
-        int64_t A = sg.A, S = sg.n, n = S / W, K = bt__tp_chunks(tp, n), m = n / K;
+        int64_t A = sg.A, S = sg.n, n = S / W, K = bt__tp_chunks(tp, A), Ac = A / K;
         bt__par_fence_in(x);
         bt_tensor *XG = NULL;
         void *xg_ev = NULL;
-        if (want_w) {
-            XG = bt_empty(bt_shape4(W, A, n, Fin), dt, dev);
+        if (want_w) {                      /* one collective, not K: each costs the host more than the copy below */
+            XG = bt_empty(bt_shape1(W * A * n * Fin), dt, dev);
             bt__par_all_gather(tp->x.comm, dev, bt_data_ptr(xc), bt_data_ptr(XG), A * n * Fin, dt, cs);
             xg_ev = bt__par_mark(x, cs);
         }
         bt_tensor *DX = NULL;
-        if (want_x) {
-            bt_tensor *D = bt_empty(bt_shape1(K * W * A * m * Fin), dt, dev);
-            DX = bt_empty(bt_shape1(K * A * m * Fin), dt, dev);
+        if (want_x) {                      /* D chunk j [W, Ac, n, Fin] = g w, reduce-scattered into DX's rows of chunk j */
+            bt_tensor *D = bt_empty(bt_shape1(W * A * n * Fin), dt, dev);
+            DX = bt_empty(bt_shape_of(xc), dt, dev);
             for (int64_t j = 0; j < K; j++) {
-                for (int r = 0; r < W; r++)        /* D[j][r] = rows (a, r n + j m ..) of g, times w */
-                    bt__par_gemm(dev, dt, dt, bt__par_at(D, (j * W + r) * A * m * Fin), gp + (r * n + j * m) * out * es, bt_data_ptr(wc),
-                                 NULL, m, Fin, out, 0, 0, A, S * out, 0, m * Fin, 0.0);
+                char *Dj = bt__par_at(D, j * W * Ac * n * Fin);
+                bt__tp_chunk_gemm(dev, dt, (char *)gp + j * Ac * S * out * es, Dj, 0, bt_data_ptr(wc), NULL, W, Ac, n, out, Fin, 0);
                 bt__par_wait(x, cs, bt__par_mark(x, ks));
-                bt__par_reduce_scatter(tp->x.comm, dev, bt__par_at(D, j * W * A * m * Fin), bt__par_at(DX, j * A * m * Fin), A * m * Fin, dt, cs);
+                bt__par_reduce_scatter(tp->x.comm, dev, Dj, bt__par_at(DX, j * Ac * n * Fin), Ac * n * Fin, dt, cs);
             }
         }
         if (want_w) {
             bt__par_wait(x, ks, xg_ev);
-            bt_tensor *xf = XG;
-            if (A != 1) {
-                int perm[3] = {1, 0, 2};
-                xf = bt_contiguous(bt_permute(bt_reshape(XG, bt_shape3(W, A, n * Fin)), perm));
-            }
+            bt_tensor *xf = bt__tp_gathered_natural(XG, 1, W, A, n, Fin);
             gin[1] = bt__par_wgrad(nd, 1, dev, dt, gp, bt_data_ptr(xf), A * S, out, Fin);
         }
         if (want_b) gin[2] = bt__par_bgrad(nd, 2, bt_reshape(gc, bt_shape2(A * S, out)));
         bt__par_fence_out(x);
-        if (DX) gin[0] = bt_reshape(bt__tp_chunk_natural(DX, A, K, m, Fin), bt_shape_of(xc));
+        if (DX) gin[0] = DX;
     }
     bt__par_dev_leave(pg);
 }
@@ -1347,24 +1375,23 @@ static bt_tensor *bt__tp_col_async(bt_tp *tp, bt_tensor *x, bt_tensor *w, bt_ten
         int64_t N = bt_numel(xc) / Fin;
         y = bt_empty(bt__shape_with(x, 1, out), dt, dev);
         bt__par_gemm(dev, dt, dt, bt_data_ptr(y), bt_data_ptr(xc), bt_data_ptr(wc), bias, N, out, Fin, 0, 1, 1, 0, 0, 0, 0.0);
-    } else {                              /* all-gather chunk j on the comm stream, GEMMs of chunk j behind it */
+    } else {                              /* all-gather chunk j on the comm stream, the GEMMs of chunk j behind it */
         bt__sp_geo sg = bt__sp_geo_of(x, "tp_linear_col");
-        int64_t A = sg.A, n = sg.n, K = bt__tp_chunks(tp, n), m = n / K;
-        bt_tensor *xk = bt__tp_chunk_major(xc, A, K, m, Fin), *G = bt_empty(bt_shape1(K * W * A * m * Fin), dt, dev);
-        bt_shape os = bt__shape_with(x, 2, W * n);
+        int64_t A = sg.A, n = sg.n, S = W * n, K = bt__tp_chunks(tp, A), Ac = A / K;
+        bt_tensor *G = bt_empty(bt_shape1(W * A * n * Fin), dt, dev);
+        bt_shape os = bt__shape_with(x, 2, S);
         os.d[os.ndim - 1] = out;
         y = bt_empty(os, dt, dev);
         void *cs = bt__par_comm(cx), *ks = bt__par_compute(cx), *ev[BT__PAR_MAX_CHUNKS];
         bt__par_fence_in(cx);
         for (int64_t j = 0; j < K; j++) {
-            bt__par_all_gather(cx->comm, dev, bt__par_at(xk, j * A * m * Fin), bt__par_at(G, j * W * A * m * Fin), A * m * Fin, dt, cs);
+            bt__par_all_gather(cx->comm, dev, bt__par_at(xc, j * Ac * n * Fin), bt__par_at(G, j * W * Ac * n * Fin), Ac * n * Fin, dt, cs);
             ev[j] = bt__par_mark(cx, cs);
         }
         for (int64_t j = 0; j < K; j++) {
             bt__par_wait(cx, ks, ev[j]);
-            for (int r = 0; r < W; r++)           /* y rows (a, r n + j m ..) = G[j][r] w^T + b */
-                bt__par_gemm(dev, dt, dt, bt__par_at(y, (r * n + j * m) * out), bt__par_at(G, (j * W + r) * A * m * Fin), bt_data_ptr(wc),
-                             bias, m, out, Fin, 0, 1, A, m * Fin, 0, W * n * out, 0.0);
+            bt__tp_chunk_gemm(dev, dt, bt__par_at(y, j * Ac * S * out), bt__par_at(G, j * W * Ac * n * Fin), 1, bt_data_ptr(wc), bias, W,
+                              Ac, n, Fin, out, 1);
         }
     }
     y = bt__par_end(old, y);
@@ -1406,24 +1433,23 @@ static void bt__tp_row_back(bt_node *nd, bt_tensor *g, bt_tensor **gin) {
         if (want_b) gin[2] = bt__par_bgrad(nd, 2, bt_reshape(gc, bt_shape2(N, out)));
     } else {                              /* g gathered chunk by chunk on the comm stream, dx GEMMs behind it */
         bt__sp_geo sg = bt__sp_geo_of(gc, "tp_linear_row backward");
-        int64_t A = sg.A, n = sg.n, S = W * n, K = bt__tp_chunks(tp, n), m = n / K;
-        bt_tensor *gk = bt__tp_chunk_major(gc, A, K, m, out), *G = bt_empty(bt_shape1(K * W * A * m * out), dt, dev);
+        int64_t A = sg.A, n = sg.n, S = W * n, K = bt__tp_chunks(tp, A), Ac = A / K;
+        bt_tensor *G = bt_empty(bt_shape1(W * A * n * out), dt, dev);
         void *cs = bt__par_comm(x), *ks = bt__par_compute(x), *ev[BT__PAR_MAX_CHUNKS];
         bt__par_fence_in(x);
         for (int64_t j = 0; j < K; j++) {
-            bt__par_all_gather(tp->x.comm, dev, bt__par_at(gk, j * A * m * out), bt__par_at(G, j * W * A * m * out), A * m * out, dt, cs);
+            bt__par_all_gather(tp->x.comm, dev, bt__par_at(gc, j * Ac * n * out), bt__par_at(G, j * W * Ac * n * out), Ac * n * out, dt, cs);
             ev[j] = bt__par_mark(x, cs);
         }
         bt_tensor *dx = want_x ? bt_empty(bt_shape_of(xc), dt, dev) : NULL;
         for (int64_t j = 0; j < K; j++) {
             bt__par_wait(x, ks, ev[j]);
-            if (dx)
-                for (int r = 0; r < W; r++)       /* dx rows (a, r n + j m ..) = G[j][r] w */
-                    bt__par_gemm(dev, dt, dt, bt__par_at(dx, (r * n + j * m) * Fin), bt__par_at(G, (j * W + r) * A * m * out), bt_data_ptr(wc),
-                                 NULL, m, Fin, out, 0, 0, A, m * out, 0, S * Fin, 0.0);
+            if (dx)                           /* dx rows of chunk j = G chunk j w */
+                bt__tp_chunk_gemm(dev, dt, bt__par_at(dx, j * Ac * S * Fin), bt__par_at(G, j * W * Ac * n * out), 1, bt_data_ptr(wc), NULL, W,
+                                  Ac, n, out, Fin, 0);
         }
         if (want_w) {
-            bt_tensor *gf = bt__tp_gathered_natural(G, K, W, A, m, out);
+            bt_tensor *gf = bt__tp_gathered_natural(G, K, W, Ac, n, out);
             gin[1] = bt__par_wgrad(nd, 1, dev, dt, bt_data_ptr(gf), bt_data_ptr(xc), A * S, out, Fin);
         }
         if (want_b) gin[2] = bt__par_bgrad(nd, 2, bt_reshape(gc, bt_shape2(A * n, out)));   /* this slice's share (sp) */
@@ -1454,23 +1480,22 @@ static bt_tensor *bt__tp_row_async(bt_tp *tp, bt_tensor *x, bt_tensor *w, bt_ten
             bt__par_all_reduce(cx->comm, dev, bt__par_at(y, r0 * out), nr * out, dt, BT_RED_SUM, cs);
         }
         bt__par_fence_out(cx);
-    } else {                              /* GEMMs of chunk j into [W, A, m, out], its reduce-scatter behind them */
+    } else {                              /* GEMMs of chunk j into [W, Ac, n, out], its reduce-scatter behind them */
         bt__sp_geo sg = bt__sp_geo_of(x, "tp_linear_row");
         int64_t A = sg.A, S = sg.n;
         if (S % W) bt_error("tp_linear_row: dim -2 of %s is not a multiple of the %d tensor-parallel ranks", bt__par_s(x), W);
-        int64_t n = S / W, K = bt__tp_chunks(tp, n), m = n / K;
-        bt_tensor *D = bt_empty(bt_shape1(K * W * A * m * out), dt, dev), *Y = bt_empty(bt_shape1(K * A * m * out), dt, dev);
-        for (int64_t j = 0; j < K; j++) {
-            for (int r = 0; r < W; r++)           /* D[j][r] = x rows (a, r n + j m ..) w^T (+ b on rank 0) */
-                bt__par_gemm(dev, dt, dt, bt__par_at(D, (j * W + r) * A * m * out), bt__par_at(xc, (r * n + j * m) * Fin), bt_data_ptr(wc),
-                             bias, m, out, Fin, 0, 1, A, S * Fin, 0, m * out, 0.0);
-            bt__par_wait(cx, cs, bt__par_mark(cx, ks));
-            bt__par_reduce_scatter(cx->comm, dev, bt__par_at(D, j * W * A * m * out), bt__par_at(Y, j * A * m * out), A * m * out, dt, cs);
-        }
-        bt__par_fence_out(cx);
+        int64_t n = S / W, K = bt__tp_chunks(tp, A), Ac = A / K;
+        bt_tensor *D = bt_empty(bt_shape1(W * A * n * out), dt, dev);
         bt_shape os = bt__shape_with(x, 2, n);
         os.d[os.ndim - 1] = out;
-        y = bt_reshape(bt__tp_chunk_natural(Y, A, K, m, out), os);
+        y = bt_empty(os, dt, dev);
+        for (int64_t j = 0; j < K; j++) {     /* D chunk j = x rows of chunk j w^T (+ b on rank 0) */
+            char *Dj = bt__par_at(D, j * W * Ac * n * out);
+            bt__tp_chunk_gemm(dev, dt, bt__par_at(xc, j * Ac * S * Fin), Dj, 0, bt_data_ptr(wc), bias, W, Ac, n, Fin, out, 1);
+            bt__par_wait(cx, cs, bt__par_mark(cx, ks));
+            bt__par_reduce_scatter(cx->comm, dev, Dj, bt__par_at(y, j * Ac * n * out), Ac * n * out, dt, cs);
+        }
+        bt__par_fence_out(cx);
     }
     y = bt__par_end(old, y);
     bt_tensor *in[3] = {x, w, b};

@@ -248,7 +248,7 @@ static const char *mode_name(tp_mode md) {
 /* column-parallel: w's rows split; the output stays split (its columns) */
 static void check_col(bt_comm *c, tp_mode md) {
     int W = c->size, r = c->rank;
-    int64_t B = 2, T = 4 * W, C = 6, O = 5 * W, Ol = O / W;
+    int64_t B = 4, T = 4 * W, C = 6, O = 5 * W, Ol = O / W;
     bt_scope_begin();
     bt_tp *tp = make_tp(c, md);
     bt_tensor *x = rnd(bt_shape3(B, T, C), 1), *w = rnd(bt_shape2(O, C), 2), *b = rnd(bt_shape1(O), 3), *R = rnd(bt_shape3(B, T, O), 4);
@@ -267,7 +267,7 @@ static void check_col(bt_comm *c, tp_mode md) {
 /* row-parallel: w's columns split, the input's features too; the bias added once */
 static void check_row(bt_comm *c, tp_mode md) {
     int W = c->size, r = c->rank;
-    int64_t B = 2, T = 4 * W, I = 4 * W, Il = I / W, O = 7;
+    int64_t B = 4, T = 4 * W, I = 4 * W, Il = I / W, O = 7;
     bt_scope_begin();
     bt_tp *tp = make_tp(c, md);
     bt_tensor *x = rnd(bt_shape3(B, T, I), 5), *w = rnd(bt_shape2(O, I), 6), *b = rnd(bt_shape1(O), 7), *R = rnd(bt_shape3(B, T, O), 8);
@@ -287,7 +287,7 @@ static void check_row(bt_comm *c, tp_mode md) {
 /* an MLP block: col -> gelu -> row, entering and leaving the TP region once each way */
 static void check_mlp(bt_comm *c, tp_mode md) {
     int W = c->size, r = c->rank;
-    int64_t B = 2, T = 4 * W, C = 5, Hd = 3 * W, Hl = Hd / W;
+    int64_t B = 4, T = 4 * W, C = 5, Hd = 3 * W, Hl = Hd / W;
     bt_scope_begin();
     bt_tp *tp = make_tp(c, md);
     bt_tensor *x = rnd(bt_shape3(B, T, C), 9), *w1 = rnd(bt_shape2(Hd, C), 10), *w2 = rnd(bt_shape2(C, Hd), 11), *R = rnd(bt_shape3(B, T, C), 12);
