@@ -1388,6 +1388,8 @@ typedef struct {
     uint64_t nbytes;
     const unsigned char *data;   /* host bytes */
     void *owned;                 /* data's buffer when the writer made it */
+    int owned_pinned;            /* owned is from bt_alloc's pinned pool (a GPU tensor's copy: full-speed
+                                    transfers, and the pool keeps the memory for the next save) */
     uint64_t begin;              /* offset in the data section */
     uint32_t crc;
 } bt__ck_entry;
@@ -1509,7 +1511,10 @@ struct bt_ckpt_writer {
 
 static void bt__ck_entries_free(bt__ck_entry *e, size_t n) {
     size_t i;
-    for (i = 0; i < n; i++) { bt__ckfree(e[i].name); bt__ckfree(e[i].owned); }
+    for (i = 0; i < n; i++) {
+        bt__ckfree(e[i].name);
+        if (e[i].owned_pinned) bt_free(e[i].owned); else bt__ckfree(e[i].owned);
+    }
 }
 BTDEF bt_ckpt_writer *bt_ckpt_writer_new(void) {
     bt_ckpt_writer *w = (bt_ckpt_writer *)bt__ckmalloc(sizeof *w);
@@ -1595,7 +1600,9 @@ BTDEF int bt_ckpt_writer_add_tensor(bt_ckpt_writer *w, const char *name, bt_tens
         e->data = (const unsigned char *)bt_data_ptr(t);     /* the first rows of a contiguous tensor */
     } else {
         bt_tensor *v;
-        if (!(e->owned = bt__ckmalloc(e->nbytes ? e->nbytes : 1))) {
+        size_t nb = e->nbytes ? (size_t)e->nbytes : 1;
+        if (bt_device_of(t).type == BT_GPU && (e->owned = bt_try_alloc(bt_pinned_host(), nb, NULL))) e->owned_pinned = 1;
+        else if (!(e->owned = bt__ckmalloc(nb))) {
             bt__ckfree(e->name); bt__ckerr("tensor \"%.100s\": out of host memory for %llu bytes", name, (unsigned long long)e->nbytes);
             return -1;
         }
