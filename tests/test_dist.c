@@ -13,6 +13,7 @@
 #include "bt_autograd.h"
 #include "bt_dist.h"
 #include "tests/bt_test.h"
+#include "tests/proc_test.h"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -35,18 +36,6 @@ static void fill_pattern(unsigned char *p, size_t n, uint64_t seed) {   /* never
     for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(((seed + 1) * 2654435761u + i * 40503u) >> 7 | 1);
 }
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = (char *)malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) n = 0;
-    if (b) b[n] = 0;
-    fclose(f);
-    return b;
-}
 static int file_has(const char *path, const char *needle) {
     char *s = slurp(path);
     int r = s && strstr(s, needle);
@@ -67,18 +56,6 @@ static void write_file(const char *path, const char *text) {
     if (f) { fputs(text, f); fclose(f); }
 }
 
-/* waits for pid up to limit_s (then SIGKILL); returns the exit code, 128 + signal, or -1 */
-static int wait_limit(pid_t pid, double limit_s) {
-    double end = bt__now() + limit_s;
-    int st;
-    for (;;) {
-        pid_t r = waitpid(pid, &st, WNOHANG);
-        if (r == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        if (r < 0) return -1;
-        if (bt__now() > end) { kill(pid, SIGKILL); waitpid(pid, &st, 0); return -1; }
-        bt__sleep(0.005);
-    }
-}
 
 /* forks world processes running body(rank, arg); codes[k] = exit code (-1: killed at the limit) */
 typedef int (*rank_body)(int rank, void *arg);

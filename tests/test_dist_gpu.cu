@@ -19,6 +19,7 @@
 #pragma GCC diagnostic pop
 #include "bt_dist.h"
 #include "tests/bt_test.h"
+#include "tests/proc_test.h"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -31,40 +32,8 @@ static char tmpdir[64];
 
 /* ---- process helpers (no CUDA in this process) ------------------------------------------ */
 
-static int gpu_count(void) {
-    fflush(NULL);
-    pid_t p = fork();
-    if (p == 0) { int n = bt_k_device_count(); _exit(n > 100 ? 100 : n); }
-    int st = 0;
-    waitpid(p, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 0;
-}
-#define NEED_2_GPUS() do { int n__ = gpu_count(); if (n__ < 2) { BT_SKIP("needs 2 GPUs, found %d", n__); return; } } while (0)
 
-static int wait_limit(pid_t pid, double limit_s) {
-    double end = bt__now() + limit_s;
-    int st;
-    for (;;) {
-        pid_t r = waitpid(pid, &st, WNOHANG);
-        if (r == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        if (r < 0) return -1;
-        if (bt__now() > end) { kill(pid, SIGKILL); waitpid(pid, &st, 0); return -1; }
-        bt__sleep(0.01);
-    }
-}
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = (char *)malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) n = 0;
-    if (b) b[n] = 0;
-    fclose(f);
-    return b;
-}
 static int file_has(const char *path, const char *needle) {
     char *s = slurp(path);
     int r = s && strstr(s, needle);

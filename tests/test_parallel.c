@@ -13,6 +13,7 @@
 #include "bt_autograd.h"
 #include "bt_parallel.h"
 #include "tests/bt_test.h"
+#include "tests/proc_test.h"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -444,17 +445,6 @@ static int mp_body(int rank, void *arg) {
     return rank_fails ? 1 : 0;
 }
 
-static int wait_limit(pid_t pid, double limit_s) {   /* exit code, 128 + signal, or -1 at the limit */
-    double end = bt__now() + limit_s;
-    int st;
-    for (;;) {
-        pid_t r = waitpid(pid, &st, WNOHANG);
-        if (r == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        if (r < 0) return -1;
-        if (bt__now() > end) { kill(pid, SIGKILL); waitpid(pid, &st, 0); return -1; }
-        bt__sleep(0.005);
-    }
-}
 
 static void run_world(int world) {
     mp_args a = {bt_dist_free_port(NULL), world};

@@ -28,6 +28,7 @@
 #pragma GCC diagnostic pop
 #include "bt_parallel.h"
 #include "tests/bt_test.h"
+#include "tests/proc_test.h"
 
 #include <stdlib.h>
 #include <time.h>
@@ -42,39 +43,7 @@ static uint64_t seed0;                    /* the run's base seed (the ranks inhe
 
 /* ---- process helpers (no CUDA in this process) ------------------------------------------ */
 
-static int gpu_count(void) {
-    fflush(NULL);
-    pid_t p = fork();
-    if (p == 0) { int n = bt_k_device_count(); _exit(n > 100 ? 100 : n); }
-    int st = 0;
-    waitpid(p, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 0;
-}
-#define NEED_2_GPUS() do { int n__ = gpu_count(); if (n__ < 2) { BT_SKIP("needs 2 GPUs, found %d", n__); return; } } while (0)
 
-static int wait_limit(pid_t pid, double limit_s) {
-    double end = bt__now() + limit_s;
-    int st;
-    for (;;) {
-        pid_t r = waitpid(pid, &st, WNOHANG);
-        if (r == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        if (r < 0) return -1;
-        if (bt__now() > end) { kill(pid, SIGKILL); waitpid(pid, &st, 0); return -1; }
-        bt__sleep(0.01);
-    }
-}
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = (char *)malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) n = 0;
-    if (b) b[n] = 0;
-    fclose(f);
-    return b;
-}
 /* rank 0's "info:" lines and every FAIL line of a run, to this process's stderr */
 static void relay(const char *path) {
     char *s = slurp(path);
