@@ -298,11 +298,19 @@ typedef struct {
     int64_t shard_numel;        /* > 0: ZeRO, reduce to owners (see above); 0: all-reduce */
     void *comm_stream;          /* NULL: the engine makes its own non-blocking stream */
     int launch_as_ready;        /* 1: a full bucket goes out at once, in the order buckets fill; 0: in plan order */
+    int trace;                  /* 1: time each bucket (ready, start, done; host cost of its launch) for bt_ddp_print_trace */
+    int launch_thread;          /* 1: a thread of its own enqueues the collectives (see bt_ddp_create) */
 } bt_ddp_opts;
 typedef struct { int buckets, launched, passes; } bt_ddp_stats;   /* launched: in the current pass */
 
 /* flat_grad: flat_numel elements of grad_dtype on the comm's device; params: where each
-   parameter's gradient lies in it (bt_ddp_spans_from_grads makes them from the leaves). */
+   parameter's gradient lies in it (bt_ddp_spans_from_grads makes them from the leaves).
+   launch_thread: the calling thread only records each bucket's ready event and queues it; a
+   thread of the engine's own makes the comm stream wait and enqueues the collective. NCCL's
+   enqueue (and on a non-blocking communicator the wait for ncclInProgress to settle) costs the
+   host 100-400 us a bucket (measured on two H200s), time the backward pass's kernel launches
+   would otherwise lose. Use it only while no other communicator issues collectives during the
+   backward pass (plain data parallelism): the thread's order against them would differ by rank. */
 BTDEF bt_ddp *bt_ddp_create(bt_comm *c, void *flat_grad, bt_dtype grad_dtype, int64_t flat_numel,
                             const bt_param_span *params, int n_params, const bt_ddp_opts *opts);
 BTDEF void bt_ddp_set_sync(bt_ddp *d, int sync);     /* 0: the next backward passes only accumulate */
@@ -316,6 +324,25 @@ BTDEF void bt_ddp_wait(bt_ddp *d, void *stream);
 BTDEF const bt_bucket_plan *bt_ddp_plan(const bt_ddp *d);
 BTDEF bt_ddp_stats bt_ddp_get_stats(const bt_ddp *d);
 BTDEF void bt_ddp_free(bt_ddp *d);
+/* with opts.trace: one line per bucket of the last synced pass, in launch order: when its gradients
+   were ready on the compute stream, when its reduction started and ended on the comm stream (ms
+   after the first bucket was ready; start - ready = queued behind earlier buckets), and the host
+   time its launch took. Call after a host sync that covers the pass (the events must be done). */
+BTDEF void bt_ddp_print_trace(const bt_ddp *d, FILE *f);
+/* Rows of an embedding's gradient for parameter param, a [V, C] table: grad[idx[i], :] += rows[i, :]
+   for i < n (idx i32, rows of dt, both on stream). Instead of all-reducing the whole table after
+   the lookup's backward (the last op of a backward pass, so nothing would hide it), every rank's
+   (idx, rows) are all-gathered and each rank adds all of them, scaled by 1/world, to its reduced
+   gradient: world x n x C elements move instead of V x C. The parameter's bucket must have been
+   launched before (report it ready once the rest of its gradient is final; with a tied output
+   layer that is right after the output layer's backward). Every rank passes the same n; an fp32
+   gradient buffer. Returns 1 when it took the rows, 0 when it did not (a pass that does not
+   communicate, or a single process): the caller adds them itself then. */
+BTDEF int bt_ddp_add_rows(bt_ddp *d, int param, const int32_t *idx, const void *rows, bt_dtype dt, int64_t n, int64_t C,
+                          void *stream);
+/* bt_rows_hook_fn (bt_set_rows_hook) over bt_ddp_add_rows; user = bt_ddp_hook_arg(d, param). Declines
+   (returns 0) when the gradient buffer is not fp32. */
+BTDEF int bt_ddp_rows_hook(bt_tensor *leaf, bt_tensor *idx, bt_tensor *rows, void *user);
 /* spans of the leaves' ->grad inside flat_grad (same storage, contiguous); 0 or -1 (bt_dist_error) */
 BTDEF int bt_ddp_spans_from_grads(bt_tensor **params, int n, const bt_tensor *flat_grad, bt_param_span *out);
 
@@ -2051,6 +2078,7 @@ struct bt_ddp {
     bt_comm *comm;
     char *flat;
     int64_t flat_numel, shard;
+    bt_param_span *spans;       /* [n_params] */
     bt_dtype grad_dt, comm_dt;
     size_t grad_es, comm_es;
     bt_bucket_plan plan;
@@ -2067,6 +2095,18 @@ struct bt_ddp {
     int own_stream;
     cudaEvent_t *ready_ev, *done_ev;
     void *stage;                /* comm_dtype copy of the largest bucket, when the dtypes differ */
+    cudaEvent_t *start_ev;      /* trace: after the comm stream's wait for the bucket */
+    double *host_us;            /* trace: host time of each bucket's launch */
+    int *order;                 /* trace: bucket launched k-th */
+    int threaded, device, quit; /* launch_thread: the queue of ready buckets, [q_head, q_tail) not yet enqueued */
+    int *queue, q_head, q_tail;
+    pthread_t thread;
+    pthread_mutex_t q_lock;
+    pthread_cond_t q_cv;
+    void *rows_buf;             /* bt_ddp_add_rows: world x n idx then world x n x C rows */
+    size_t rows_cap;
+    cudaEvent_t rows_ev, rows_done_ev;
+    int rows_pending;
 #endif
 };
 
@@ -2114,10 +2154,19 @@ static void bt__ddp_gpu_init(bt_ddp *d, const bt_ddp_opts *o) {
     }
     d->ready_ev = (cudaEvent_t *)bt__dist_calloc((size_t)nb, sizeof(cudaEvent_t));
     d->done_ev = (cudaEvent_t *)bt__dist_calloc((size_t)nb, sizeof(cudaEvent_t));
+    BT__DIST_CUDA(cudaEventCreateWithFlags(&d->rows_ev, cudaEventDisableTiming), "ddp");
+    BT__DIST_CUDA(cudaEventCreateWithFlags(&d->rows_done_ev, cudaEventDisableTiming), "ddp");
+    unsigned flags = o->trace ? cudaEventDefault : cudaEventDisableTiming;
+    if (o->trace) {
+        d->start_ev = (cudaEvent_t *)bt__dist_calloc((size_t)nb, sizeof(cudaEvent_t));
+        d->host_us = (double *)bt__dist_calloc((size_t)nb, sizeof(double));
+        d->order = (int *)bt__dist_calloc((size_t)nb, sizeof(int));
+    }
     int64_t most = 0;
     for (int b = 0; b < nb; b++) {
-        BT__DIST_CUDA(cudaEventCreateWithFlags(&d->ready_ev[b], cudaEventDisableTiming), "ddp");
-        BT__DIST_CUDA(cudaEventCreateWithFlags(&d->done_ev[b], cudaEventDisableTiming), "ddp");
+        BT__DIST_CUDA(cudaEventCreateWithFlags(&d->ready_ev[b], flags), "ddp");
+        BT__DIST_CUDA(cudaEventCreateWithFlags(&d->done_ev[b], flags), "ddp");
+        if (o->trace) BT__DIST_CUDA(cudaEventCreate(&d->start_ev[b]), "ddp");
         if (d->plan.buckets[b].hi - d->plan.buckets[b].lo > most) most = d->plan.buckets[b].hi - d->plan.buckets[b].lo;
     }
     if (d->comm_dt != d->grad_dt) d->stage = bt_alloc(bt_cuda_device(d->comm->dist->device), (size_t)most * d->comm_es, (void *)d->stream);
@@ -2133,14 +2182,15 @@ static void bt__ddp_result_span(const bt_ddp *d, const bt_bucket *b, int64_t *lo
     if (*hi < *lo) *hi = *lo;
 }
 
-/* comm stream: wait for the compute stream, (cast,) reduce, (cast back,) mark done */
-static void bt__ddp_launch_gpu(bt_ddp *d, int bi, cudaStream_t compute) {
+/* comm stream: wait for the bucket's ready event, (cast,) reduce, (cast back,) mark done */
+static void bt__ddp_enqueue(bt_ddp *d, int bi) {
     const bt_bucket *b = &d->plan.buckets[bi];
     int64_t n = b->hi - b->lo, rlo, rhi;
     char *grad = d->flat + (size_t)b->lo * d->grad_es;
     void *buf = d->stage ? d->stage : grad;
-    BT__DIST_CUDA(cudaEventRecord(d->ready_ev[bi], compute), "ddp");
+    double t0 = d->host_us ? bt__now() : 0;
     BT__DIST_CUDA(cudaStreamWaitEvent(d->stream, d->ready_ev[bi], 0), "ddp");
+    if (d->start_ev) BT__DIST_CUDA(cudaEventRecord(d->start_ev[bi], d->stream), "ddp");
     if (d->stage) bt_k_cast(d->comm_dt, d->stage, d->grad_dt, grad, n, d->stream);
     if (d->shard > 0) bt_reduce_to_owners(d->comm, buf, b->lo, n, d->shard, d->comm_dt, BT_RED_AVG, d->stream);
     else bt_all_reduce(d->comm, buf, buf, n, d->comm_dt, BT_RED_AVG, d->stream);
@@ -2149,13 +2199,75 @@ static void bt__ddp_launch_gpu(bt_ddp *d, int bi, cudaStream_t compute) {
         bt_k_cast(d->grad_dt, d->flat + (size_t)rlo * d->grad_es, d->comm_dt, (char *)d->stage + (size_t)(rlo - b->lo) * d->comm_es,
                   rhi - rlo, d->stream);
     BT__DIST_CUDA(cudaEventRecord(d->done_ev[bi], d->stream), "ddp");
+    if (d->host_us) d->host_us[bi] = (bt__now() - t0) * 1e6;
+}
+
+static void *bt__ddp_thread_main(void *arg) {
+    bt_ddp *d = (bt_ddp *)arg;
+    BT__DIST_CUDA(cudaSetDevice(d->device), "ddp launch thread");
+    pthread_mutex_lock(&d->q_lock);
+    for (;;) {
+        while (d->q_head == d->q_tail && !d->quit) pthread_cond_wait(&d->q_cv, &d->q_lock);
+        if (d->q_head == d->q_tail) break;
+        int b = d->queue[d->q_head];
+        pthread_mutex_unlock(&d->q_lock);
+        bt__ddp_enqueue(d, b);
+        pthread_mutex_lock(&d->q_lock);
+        d->q_head++;
+        pthread_cond_broadcast(&d->q_cv);
+    }
+    pthread_mutex_unlock(&d->q_lock);
+    return NULL;
+}
+
+/* the compute stream's work for bucket bi is enqueued: mark it, then enqueue (or queue) its reduction */
+static void bt__ddp_launch_gpu(bt_ddp *d, int bi, cudaStream_t compute) {
+    BT__DIST_CUDA(cudaEventRecord(d->ready_ev[bi], compute), "ddp");
+    if (!d->threaded) { bt__ddp_enqueue(d, bi); return; }
+    pthread_mutex_lock(&d->q_lock);
+    d->queue[d->q_tail++] = bi;
+    pthread_cond_broadcast(&d->q_cv);
+    pthread_mutex_unlock(&d->q_lock);
+}
+
+/* the launch thread has enqueued every queued bucket (the queue restarts empty) */
+static void bt__ddp_drain(bt_ddp *d) {
+    if (!d->threaded) return;
+    pthread_mutex_lock(&d->q_lock);
+    while (d->q_head < d->q_tail) pthread_cond_wait(&d->q_cv, &d->q_lock);
+    d->q_head = d->q_tail = 0;
+    pthread_mutex_unlock(&d->q_lock);
+}
+
+static void bt__ddp_thread_start(bt_ddp *d) {
+    BT__DIST_CUDA(cudaGetDevice(&d->device), "ddp");
+    d->queue = (int *)bt__dist_calloc((size_t)d->plan.n_buckets + 1, sizeof(int));
+    pthread_mutex_init(&d->q_lock, NULL);
+    pthread_cond_init(&d->q_cv, NULL);
+    if (pthread_create(&d->thread, NULL, bt__ddp_thread_main, d)) bt_error("ddp: cannot start the launch thread");
+    d->threaded = 1;
+}
+static void bt__ddp_thread_stop(bt_ddp *d) {
+    if (!d->threaded) return;
+    pthread_mutex_lock(&d->q_lock);
+    d->quit = 1;
+    pthread_cond_broadcast(&d->q_cv);
+    pthread_mutex_unlock(&d->q_lock);
+    pthread_join(d->thread, NULL);
+    pthread_mutex_destroy(&d->q_lock);
+    pthread_cond_destroy(&d->q_cv);
+    bt__dist_free(d->queue);
+    d->threaded = 0;
 }
 #endif
 
 static void bt__ddp_launch(bt_ddp *d, int b, void *stream) {
     if (d->out[b]) return;
 #ifdef BT_CUDA
-    if (bt__ddp_remote(d)) bt__ddp_launch_gpu(d, b, bt__stream(stream));
+    if (bt__ddp_remote(d)) {
+        if (d->order) d->order[d->launched] = b;
+        bt__ddp_launch_gpu(d, b, bt__stream(stream));
+    }
 #else
     (void)stream;
 #endif
@@ -2190,6 +2302,8 @@ BTDEF bt_ddp *bt_ddp_create(bt_comm *c, void *flat_grad, bt_dtype grad_dtype, in
         bt_error("ddp: %s", bt_dist_error());
     }
     d->comm = c; d->flat = (char *)flat_grad; d->flat_numel = flat_numel; d->shard = o.shard_numel;
+    d->spans = (bt_param_span *)bt__dist_calloc((size_t)(n_params ? n_params : 1), sizeof(bt_param_span));
+    memcpy(d->spans, params, sizeof(bt_param_span) * (size_t)n_params);
     d->grad_dt = grad_dtype; d->comm_dt = cdt; d->grad_es = bt_dtype_size(grad_dtype); d->comm_es = bt_dtype_size(cdt);
     d->sync = 1;
     d->pending = (int *)bt__dist_calloc((size_t)d->plan.n_buckets, sizeof(int));
@@ -2201,6 +2315,7 @@ BTDEF bt_ddp *bt_ddp_create(bt_comm *c, void *flat_grad, bt_dtype grad_dtype, in
     bt__ddp_reset(d);
 #ifdef BT_CUDA
     if (bt__ddp_remote(d)) bt__ddp_gpu_init(d, &o);
+    if (bt__ddp_remote(d) && o.launch_thread) bt__ddp_thread_start(d);
 #endif
     return d;
 }
@@ -2239,7 +2354,10 @@ BTDEF void bt_ddp_wait(bt_ddp *d, void *stream) {
 #ifdef BT_CUDA
     if (bt__ddp_remote(d)) {
         cudaStream_t s = bt__stream(stream);
+        bt__ddp_drain(d);
         for (int b = 0; b < d->plan.n_buckets; b++) BT__DIST_CUDA(cudaStreamWaitEvent(s, d->done_ev[b], 0), "ddp wait");
+        if (d->rows_pending) BT__DIST_CUDA(cudaStreamWaitEvent(s, d->rows_done_ev, 0), "ddp wait");
+        d->rows_pending = 0;
     }
 #endif
     bt__ddp_reset(d);
@@ -2253,19 +2371,100 @@ BTDEF bt_ddp_stats bt_ddp_get_stats(const bt_ddp *d) {
     return s;
 }
 
+BTDEF int bt_ddp_add_rows(bt_ddp *d, int param, const int32_t *idx, const void *rows, bt_dtype dt, int64_t n, int64_t C,
+                          void *stream) {
+    if (param < 0 || param >= d->plan.n_params) bt_error("ddp add_rows: parameter %d; expected 0..%d", param, d->plan.n_params - 1);
+    int64_t numel = d->spans[param].numel;
+    if (n < 0 || C <= 0 || numel % C) bt_error("ddp add_rows: parameter %d (%lld elements) is not a table of rows of %lld", param,
+                                               (long long)numel, (long long)C);
+    if (d->grad_dt != BT_F32) bt_error("ddp add_rows: the gradient buffer is %s; rows need fp32", bt_dtype_name(d->grad_dt));
+    if (!d->sync) return 0;
+#ifdef BT_CUDA
+    if (!bt__ddp_remote(d)) return 0;
+    if (!d->out[d->plan.param_bucket[param]])
+        bt_error("ddp add_rows: parameter %d's bucket was not launched yet (report the parameter ready before its rows)", param);
+    int W = d->comm->size, r = d->comm->rank;
+    size_t es = bt_dtype_size(dt), idx_bytes = ((size_t)(W * n) * 4 + 255) / 256 * 256, need = idx_bytes + (size_t)(W * n * C) * es;
+    if (need > d->rows_cap) {   /* freed on the comm stream, the last to use it */
+        if (d->rows_buf) bt_free(d->rows_buf);
+        d->rows_buf = bt_alloc(bt_cuda_device(d->comm->dist->device), need, (void *)d->stream);
+        d->rows_cap = need;
+    }
+    int32_t *gidx = (int32_t *)d->rows_buf;
+    char *grows = (char *)d->rows_buf + idx_bytes;
+    /* this rank's slot on the rows' stream (the previous pass's reads of the buffer finished before
+       bt_ddp_wait returned that stream), then the comm stream takes over */
+    cudaStream_t cs = bt__stream(stream);
+    BT__DIST_CUDA(cudaMemcpyAsync(gidx + (size_t)r * n, idx, (size_t)n * 4, cudaMemcpyDeviceToDevice, cs), "ddp add_rows");
+    BT__DIST_CUDA(cudaMemcpyAsync(grows + (size_t)(r * n * C) * es, rows, (size_t)(n * C) * es, cudaMemcpyDeviceToDevice, cs), "ddp add_rows");
+    BT__DIST_CUDA(cudaEventRecord(d->rows_ev, cs), "ddp add_rows");
+    bt__ddp_drain(d);   /* the buckets queued so far go first, in the same order on every rank */
+    BT__DIST_CUDA(cudaStreamWaitEvent(d->stream, d->rows_ev, 0), "ddp add_rows");
+    bt_all_gather(d->comm, gidx + (size_t)r * n, gidx, n, BT_I32, d->stream);
+    bt_all_gather(d->comm, grows + (size_t)(r * n * C) * es, grows, n * C, dt, d->stream);
+    /* rank order, and the deterministic kernel keeps equal indices in that order: the same sum on every rank */
+    bt_k_embedding_backward_f32(dt, (float *)d->flat + d->spans[param].offset, grows, gidx, W * n, C, numel / C, 1.f / (float)W,
+                                bt_get_deterministic(), d->stream);
+    BT__DIST_CUDA(cudaEventRecord(d->rows_done_ev, d->stream), "ddp add_rows");
+    d->rows_pending = 1;
+    return 1;
+#else
+    (void)idx; (void)rows; (void)dt; (void)stream;
+    return 0;
+#endif
+}
+
+BTDEF int bt_ddp_rows_hook(bt_tensor *leaf, bt_tensor *idx, bt_tensor *rows, void *user) {
+    bt__ddp_arg *a = (bt__ddp_arg *)user;
+    (void)leaf;
+    if (a->ddp->grad_dt != BT_F32 || rows->ndim < 1) return 0;
+    return bt_ddp_add_rows(a->ddp, a->param, (const int32_t *)bt_data_ptr(idx), bt_data_ptr(rows), rows->dtype, bt_numel(idx),
+                           rows->shape[rows->ndim - 1], NULL);
+}
+
+BTDEF void bt_ddp_print_trace(const bt_ddp *d, FILE *f) {
+#ifdef BT_CUDA
+    if (!bt__ddp_remote(d) || !d->start_ev) return;
+    int n = d->plan.n_buckets;
+    cudaEvent_t t0 = d->ready_ev[d->order[0]];
+    double busy = 0, host = 0;
+    fprintf(f, "ddp trace (ms after the first bucket was ready): bucket MB ready start done | host us\n");
+    for (int k = 0; k < n; k++) {
+        int b = d->order[k];
+        float r = 0, s = 0, e = 0;
+        if (cudaEventElapsedTime(&r, t0, d->ready_ev[b]) || cudaEventElapsedTime(&s, t0, d->start_ev[b]) ||
+            cudaEventElapsedTime(&e, t0, d->done_ev[b])) { fprintf(f, "ddp trace: events not complete\n"); cudaGetLastError(); return; }
+        double mb = (double)(d->plan.buckets[b].hi - d->plan.buckets[b].lo) * d->grad_es / 1048576.0;
+        fprintf(f, "  %2d %7.1f %8.3f %8.3f %8.3f | %6.1f\n", b, mb, r, s, e, d->host_us[b]);
+        busy += e - s; host += d->host_us[b];
+    }
+    fprintf(f, "ddp trace: %d buckets, comm stream busy %.3f ms, host %.1f us in launches\n", n, busy, host);
+#else
+    (void)d; (void)f;
+#endif
+}
+
 BTDEF void bt_ddp_free(bt_ddp *d) {
     if (!d) return;
 #ifdef BT_CUDA
     if (bt__ddp_remote(d)) {
+        bt__ddp_drain(d);
+        bt__ddp_thread_stop(d);
         cudaStreamSynchronize(d->stream);
-        for (int b = 0; b < d->plan.n_buckets; b++) { cudaEventDestroy(d->ready_ev[b]); cudaEventDestroy(d->done_ev[b]); }
+        for (int b = 0; b < d->plan.n_buckets; b++) {
+            cudaEventDestroy(d->ready_ev[b]); cudaEventDestroy(d->done_ev[b]);
+            if (d->start_ev) cudaEventDestroy(d->start_ev[b]);
+        }
         if (d->stage) bt_free(d->stage);
+        if (d->rows_buf) bt_free(d->rows_buf);
+        cudaEventDestroy(d->rows_ev); cudaEventDestroy(d->rows_done_ev);
         if (d->own_stream) cudaStreamDestroy(d->stream);
         bt__dist_free(d->ready_ev); bt__dist_free(d->done_ev);
+        bt__dist_free(d->start_ev); bt__dist_free(d->host_us); bt__dist_free(d->order);
     }
 #endif
     bt_bucket_plan_free(&d->plan);
-    bt__dist_free(d->pending); bt__dist_free(d->seen); bt__dist_free(d->args); bt__dist_free(d->out);
+    bt__dist_free(d->pending); bt__dist_free(d->seen); bt__dist_free(d->args); bt__dist_free(d->out); bt__dist_free(d->spans);
     bt__dist_free(d);
 }
 

@@ -107,6 +107,10 @@ BTDEF void bt_k_embedding(bt_dtype dt, void *out, const void *table, const int32
    idx then a segmented sum), the same bits on every run. */
 BTDEF void bt_k_embedding_backward(bt_dtype dt, void *gtable, const void *gout, const int32_t *idx, int64_t n,
                                    int64_t C, int64_t V, int deterministic, cudaStream_t s);
+/* gtable[v, :] += scale sum_{i: idx[i]=v} gout[i, :] into an fp32 table whatever dt gout is (a leaf's
+   fp32 gradient: no [V, C] temporary, no cast and add of the whole table afterwards) */
+BTDEF void bt_k_embedding_backward_f32(bt_dtype dt, float *gtable, const void *gout, const int32_t *idx, int64_t n,
+                                       int64_t C, int64_t V, float scale, int deterministic, cudaStream_t s);
 
 /* ---- 8. cross-entropy over logits [N, Vp] of which the first V columns are real ---- */
 /* losses[i] = logsumexp(logits[i, :V]) - logits[i, t_i] (0 where t_i == ignore_index); lse[i] saved.
@@ -1487,10 +1491,11 @@ BTDEF void bt_k_embedding(bt_dtype dt, void *out, const void *table, const int32
 }
 
 template <typename T>
-__global__ void bt__k_embedding_bwd_atomic(float *acc, const T *g, const int32_t *idx, int64_t n, int64_t C, int64_t V) {
+__global__ void bt__k_embedding_bwd_atomic(float *acc, const T *g, const int32_t *idx, int64_t n, int64_t C, int64_t V,
+                                           float scale) {
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n * C; e += (int64_t)gridDim.x * blockDim.x) {
         int64_t i = e / C, c = e - i * C, v = idx[i];
-        if (v >= 0 && v < V) atomicAdd(acc + v * C + c, bt__k_tof(g[e]));
+        if (v >= 0 && v < V) atomicAdd(acc + v * C + c, scale * bt__k_tof(g[e]));
     }
 }
 template <typename T> __global__ void bt__k_add_f32_into(T *dst, const float *src, int64_t n) {
@@ -1565,33 +1570,34 @@ __global__ void bt__k_sort_scatter(const int32_t *ki, const int32_t *vi, int32_t
     }
 }
 /* one block per sorted position; the first position of each run of equal keys sums the run */
-template <typename T>
-__global__ void bt__k_embedding_bwd_segsum(T *gtable, const T *g, const int32_t *sk, const int32_t *sv, int64_t n,
-                                           int64_t C, int32_t V) {
+template <typename T, typename TT>
+__global__ void bt__k_embedding_bwd_segsum(TT *gtable, const T *g, const int32_t *sk, const int32_t *sv, int64_t n,
+                                           int64_t C, int32_t V, float scale) {
     for (int64_t p = blockIdx.x; p < n; p += gridDim.x) {
         int32_t key = sk[p];
         if (key >= V || (p > 0 && sk[p - 1] == key)) continue;
         for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
             float acc = 0.f;
             for (int64_t q = p; q < n && sk[q] == key; q++) acc += bt__k_tof(g[(int64_t)sv[q] * C + c]);
-            gtable[(int64_t)key * C + c] = bt__k_from<T>(bt__k_tof(gtable[(int64_t)key * C + c]) + acc);
+            gtable[(int64_t)key * C + c] = bt__k_from<TT>(bt__k_tof(gtable[(int64_t)key * C + c]) + scale * acc);
         }
     }
 }
-BTDEF void bt_k_embedding_backward(bt_dtype dt, void *gtable, const void *gout, const int32_t *idx, int64_t n, int64_t C,
-                                   int64_t V, int deterministic, cudaStream_t s) {
+/* table_f32: gtable is fp32 whatever dt is (scale 1 adds the rows as they are, bit for bit) */
+static void bt__k_embedding_backward(bt_dtype dt, void *gtable, int table_f32, const void *gout, const int32_t *idx, int64_t n,
+                                     int64_t C, int64_t V, float scale, int deterministic, cudaStream_t s) {
     if (n <= 0 || C <= 0 || V <= 0) return;
     if (V >= INT32_MAX || n >= INT32_MAX) bt_error("bt_k_embedding_backward: V = %lld, n = %lld beyond int32", (long long)V, (long long)n);
     if (!deterministic) {
         BT__K_DISPATCH3(dt, "bt_k_embedding_backward", {
             float *acc = (float *)gtable;
-            if (dt != BT_F32) {
+            if (dt != BT_F32 && !table_f32) {
                 acc = (float *)bt__k_scratch((size_t)(V * C) * sizeof(float), s);
                 BT__K_CUDA(cudaMemsetAsync(acc, 0, (size_t)(V * C) * sizeof(float), s), "bt_k_embedding_backward");
             }
-            bt__k_embedding_bwd_atomic<T><<<bt__k_blocks(n * C, 256), 256, 0, s>>>(acc, (const T *)gout, idx, n, C, V);
+            bt__k_embedding_bwd_atomic<T><<<bt__k_blocks(n * C, 256), 256, 0, s>>>(acc, (const T *)gout, idx, n, C, V, scale);
             BT__K_LAUNCHED("bt_k_embedding_backward");
-            if (dt != BT_F32) {
+            if (dt != BT_F32 && !table_f32) {
                 bt__k_add_f32_into<T><<<bt__k_blocks(V * C, 256), 256, 0, s>>>((T *)gtable, acc, V * C);
                 BT__K_LAUNCHED("bt_k_embedding_backward");
                 bt_free(acc);
@@ -1618,10 +1624,19 @@ BTDEF void bt_k_embedding_backward(bt_dtype dt, void *gtable, const void *gout, 
     BT__K_DISPATCH3(dt, "bt_k_embedding_backward", {
         unsigned nb = (unsigned)(n < 65535 ? n : 65535);
         int th = C >= 256 ? 256 : (int)((C + 31) / 32 * 32);
-        bt__k_embedding_bwd_segsum<T><<<nb, th, 0, s>>>((T *)gtable, (const T *)gout, ka, va, n, C, (int32_t)V);
+        if (table_f32) bt__k_embedding_bwd_segsum<T, float><<<nb, th, 0, s>>>((float *)gtable, (const T *)gout, ka, va, n, C, (int32_t)V, scale);
+        else bt__k_embedding_bwd_segsum<T, T><<<nb, th, 0, s>>>((T *)gtable, (const T *)gout, ka, va, n, C, (int32_t)V, scale);
     })
     BT__K_LAUNCHED("bt_k_embedding_backward");
     bt_free(buf);
+}
+BTDEF void bt_k_embedding_backward(bt_dtype dt, void *gtable, const void *gout, const int32_t *idx, int64_t n, int64_t C,
+                                   int64_t V, int deterministic, cudaStream_t s) {
+    bt__k_embedding_backward(dt, gtable, dt == BT_F32, gout, idx, n, C, V, 1.f, deterministic, s);
+}
+BTDEF void bt_k_embedding_backward_f32(bt_dtype dt, float *gtable, const void *gout, const int32_t *idx, int64_t n, int64_t C,
+                                       int64_t V, float scale, int deterministic, cudaStream_t s) {
+    bt__k_embedding_backward(dt, gtable, 1, gout, idx, n, C, V, scale, deterministic, s);
 }
 
 /* ---- 8. fused cross-entropy over a padded vocabulary ----------------------------------------------

@@ -296,6 +296,8 @@ typedef struct bt_storage {
 
 struct bt_node;
 struct bt_hook;
+struct bt_tensor;
+typedef int (*bt_rows_hook_fn)(struct bt_tensor *leaf, struct bt_tensor *idx, struct bt_tensor *rows, void *user);
 typedef struct bt_tensor {
     bt_storage *storage;
     int64_t offset;                       /* in elements */
@@ -312,6 +314,8 @@ typedef struct bt_tensor {
     const char *name;                     /* optional, for messages */
     int grad_pending;                     /* engine scratch: edges still to deliver (leaves) */
     struct bt_hook *hooks;                /* gradient-ready hooks (bt_autograd.h), owned */
+    bt_rows_hook_fn rows_hook;            /* bt_set_rows_hook */
+    void *rows_user;
     struct bt_tensor *next_free;          /* the recycled-tensor list */
 } bt_tensor;
 
@@ -469,6 +473,12 @@ BTDEF bt_tensor *bt_log_softmax(bt_tensor *x);
 BTDEF bt_tensor *bt_layernorm(bt_tensor *x, bt_tensor *w, bt_tensor *b, double eps);
 /* embedding: table [V, C], idx i32 of any shape -> [idx.shape.., C]; backward = scatter-add */
 BTDEF bt_tensor *bt_embedding(bt_tensor *table, bt_tensor *idx);
+/* An embedding's backward into leaf (its table, or the table cast from it) first offers the
+   gradient as rows, leaf.grad[idx[i], :] += rows[i, :] (idx i32 [n], rows [n, C] contiguous, on
+   the device's current stream), to fn; when fn returns 1 it has taken them and the lookup adds
+   nothing to leaf.grad (bt_dist.h's data parallelism all-gathers the rows instead of all-reducing
+   a whole [V, C] table). fn NULL removes the hook. */
+BTDEF void bt_set_rows_hook(bt_tensor *leaf, bt_rows_hook_fn fn, void *user);
 /* cross-entropy: logits [.., Vp] (only the first V columns are classes; V <= 0 means all),
    targets i32 [..]; mean over the rows whose target != ignore_index -> scalar f32 */
 BTDEF bt_tensor *bt_cross_entropy(bt_tensor *logits, bt_tensor *targets, int64_t V, int ignore_index);
@@ -2397,10 +2407,15 @@ BTDEF bt_tensor *bt_matmul(bt_tensor *a, bt_tensor *b) { return bt_matmul_t(a, b
    weight gradient's GEMM then accumulates (beta = 1) into the fp32 buffer in its epilogue, and the
    bf16 temporary, the cast back and the separate add disappear. The node returns NULL for that
    input; the engine still counts the edge, so the leaf's hooks fire when its gradient is final. */
-static bt_tensor *bt__grad_sink(bt_node *n, int i, bt_dtype compute) {
+/* the leaf input i's edge leads to, directly or through one cast node; NULL if none */
+static bt_tensor *bt__edge_leaf(bt_node *n, int i) {
     bt_tensor *leaf = n->next[i].leaf;
     bt_node *c = n->next[i].node;
     if (!leaf && c && c->backward == bt__cast_back && c->n_in == 1) leaf = c->next[0].leaf;
+    return leaf;
+}
+static bt_tensor *bt__grad_sink(bt_node *n, int i, bt_dtype compute) {
+    bt_tensor *leaf = bt__edge_leaf(n, i);
     if (!leaf || !leaf->grad || !bt_is_contiguous(leaf->grad)) return NULL;
     bt_tensor *g = leaf->grad;
     int64_t want = 1;
@@ -2892,6 +2907,25 @@ static void bt__embedding_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_tensor *idx = n->saved[0];
     int64_t V = n->in_shape[0].d[0], C = n->in_shape[0].d[1], cnt = bt_numel(idx);
     (void)V;   /* the GPU kernel's bound */
+    bt_tensor *leaf = bt__edge_leaf(n, 0);
+    if (leaf && leaf->rows_hook) {
+        bt_tensor *gc = bt__contig(g);
+        int taken = leaf->rows_hook(leaf, idx, gc, leaf->rows_user);
+        bt_release(gc);
+        if (taken) { gin[0] = NULL; return; }
+    }
+    bt_tensor *sink = bt__is_gpu(g) ? bt__grad_sink(n, 0, g->dtype) : NULL;
+    if (sink && sink->dtype == BT_F32) {   /* rows straight into the leaf's fp32 gradient */
+#ifdef BT_CUDA
+        bt_tensor *gc = bt__contig(g);
+        sink->storage->version++;
+        BT__ON_GPU(bt_device_of(g), stream) bt_k_embedding_backward_f32(g->dtype, (float *)bt_data_ptr(sink), bt_data_ptr(gc),
+                                    (const int32_t *)bt_data_ptr(idx), cnt, C, V, 1.f, bt__g.deterministic, stream);
+        bt_release(gc);
+#endif
+        gin[0] = NULL;
+        return;
+    }
     bt_tensor *gc = bt__contig(g), *gt = bt_zeros(n->in_shape[0], g->dtype, bt_device_of(g));
     if (bt__is_gpu(g)) {
 #ifdef BT_CUDA
@@ -2911,6 +2945,11 @@ static void bt__embedding_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     }
     bt_release(gc);
     gin[0] = gt;
+}
+BTDEF void bt_set_rows_hook(bt_tensor *leaf, bt_rows_hook_fn fn, void *user) {
+    if (!leaf) bt_error("set_rows_hook: leaf must not be NULL");
+    if (leaf->grad_fn) bt_error("set_rows_hook: tensor is not a leaf (made by %s)", leaf->grad_fn->op);
+    leaf->rows_hook = fn; leaf->rows_user = fn ? user : NULL;
 }
 BTDEF bt_tensor *bt_embedding(bt_tensor *table, bt_tensor *idx) {
     bt__need_float(table, "embedding", "table"); bt__need(idx, "embedding", "idx");

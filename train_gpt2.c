@@ -846,6 +846,7 @@ typedef struct {
     int64_t shard;             /* ZeRO: elements per rank; the flat buffers are world * shard long */
     bt_tensor *grad_shard;     /* zero2: this rank's fp32 gradients, summed over the micro-batches */
     void *comm_ev[2];          /* around the step's last bt_ddp_wait on the compute stream (timed) */
+    void *work_ev[2];          /* BT_STEP_TIMES=1: the step's start and the end of its last backward (timed) */
     int comm_early;            /* buckets already launched when the step's last backward ended */
     /* checkpoints (section 7) */
     model_source src;
@@ -920,6 +921,33 @@ static void zero2_accumulate(trainer *tr) {
     bt_zero_(tr->model.flat_grad);
 }
 
+/* GPT-2's tied embedding under data parallelism. wte's gradient is the output layer's (dense,
+   final right after that layer's backward, the first of the pass) plus the lookup's rows (added by
+   the last op of the pass). All-reduced as one table its bucket goes out last, with nothing left to
+   hide it (0.55 ms of a 34 ms step on two H200s). Instead the dense part's bucket goes out as soon
+   as the final layernorm's weight gradient is ready (that layernorm's backward follows the output
+   layer's), and the rows travel by bt_ddp_add_rows: world x B x T rows of C instead of V x C.
+   Taken when the gathered rows are smaller than the fp32 table (few tokens per rank), with plain
+   data parallelism and an fp32 gradient buffer; BT_DDP_ROWS=0 or 1 in the environment overrides. */
+static int param_index(const gpt2 *m, const bt_tensor *p) {
+    for (int i = 0; i < m->n_params; i++) if (m->params[i] == p) return i;
+    bt_error("param_index: not a parameter of the model");
+    return -1;
+}
+static void wte_dense_ready(bt_tensor *leaf, void *user) {
+    trainer *tr = (trainer *)user;
+    (void)leaf;
+    bt_ddp_param_ready(tr->ddp, param_index(&tr->model, tr->model.wte), NULL);
+}
+static int ddp_rows_exchange(trainer *tr) {
+    const gpt2 *m = &tr->model;
+    const char *env = getenv("BT_DDP_ROWS");
+    if (tr->par || m->device.type != BT_GPU || m->flat_grad->dtype != BT_F32 || tr->dist->world < 2 || tr->o.B < 1) return 0;
+    if (env && (!strcmp(env, "0") || !strcmp(env, "1"))) return env[0] == '1';
+    double gathered = (double)tr->dist->world * tr->o.B * tr->o.T * bt_dtype_size(tr->dt);   /* per column */
+    return gathered <= 4.0 * (double)m->wte->shape[0];
+}
+
 /* The gradient communication the backward pass did not hide: the compute stream's time from the
    end of the backward to the arrival of the last bucket (timed events around bt_ddp_wait; read
    after the step's host sync, so a step with several synced micro-batches reports its last), and
@@ -946,6 +974,7 @@ static int train_step(trainer *tr, int step, double lr, double *loss, double *gr
     if (tr->grad_shard) bt_zero_(tr->grad_shard);
     bt_scope_begin();
     bt_tensor *loss_sum = bt_scalar(0, BT_F32, tr->model.device);
+    if (tr->work_ev[0]) bt_event_record(tr->work_ev[0], bt_stream_current(tr->model.device));
     for (int a = 0; a < accum; a++) {
         bt_scope_begin();
         bt_tensor *idx, *tgt;
@@ -958,6 +987,7 @@ static int train_step(trainer *tr, int step, double lr, double *loss, double *gr
         if (tr->par) par_stage_mark(tr, 1);
         bt_backward(bt_scale(loss, 1.0 / accum));        /* grads average over the micro-batches */
         if (tr->par) par_stage_mark(tr, 2);
+        if (tr->work_ev[1] && a == accum - 1) bt_event_record(tr->work_ev[1], bt_stream_current(tr->model.device));
         int old = bt_set_grad_enabled(0);
         bt_add_(loss_sum, bt_cast(loss, BT_F32), 1.0 / accum);
         bt_set_grad_enabled(old);
@@ -1100,6 +1130,7 @@ static int trainer_end(trainer *tr, int rc) {
 #endif
     if (tr->ddp) bt_ddp_free(tr->ddp);
     for (int i = 0; i < 2; i++) if (tr->comm_ev[i]) bt_event_destroy(tr->comm_ev[i]);
+    for (int i = 0; i < 2; i++) if (tr->work_ev[i]) bt_event_destroy(tr->work_ev[i]);
     bt_release(tr->grad_shard);
     par_free(tr->par);               /* before the communicators go */
     tr->model.par = NULL;
@@ -1177,8 +1208,20 @@ static void setup_data_parallel(trainer *tr) {
     d.bucket_cap_bytes = (size_t)tr->o.bucket_mb << 20;
     d.comm_dtype = !strcmp(tr->o.comm_dtype, "bf16") ? BT_BF16 : m->flat_grad->dtype;
     d.shard_numel = tr->zero ? tr->shard : 0;
+    d.trace = getenv("BT_DDP_TRACE") && atoi(getenv("BT_DDP_TRACE")) > 0;   /* per-bucket timeline of the last step */
+    /* NCCL's host cost per bucket moves off the thread that launches the backward's kernels; not
+       with tp/cp, whose collectives during the backward must keep one order on every rank
+       (BT_DDP_THREAD=0: in the calling thread, for comparison) */
+    d.launch_thread = !tr->par && !(getenv("BT_DDP_THREAD") && !strcmp(getenv("BT_DDP_THREAD"), "0"));
+    int rows = ddp_rows_exchange(tr);
+    if (rows) d.launch_as_ready = 1;   /* wte's bucket fills first and must not wait for the plan's order */
     tr->ddp = bt_ddp_create(c, bt_data_ptr(m->flat_grad), m->flat_grad->dtype, m->flat_numel, spans, m->n_params, &d);
-    for (int i = 0; i < m->n_params; i++) bt_register_grad_hook(m->params[i], bt_ddp_grad_hook, bt_ddp_hook_arg(tr->ddp, i));
+    for (int i = 0; i < m->n_params; i++)
+        if (!(rows && m->params[i] == m->wte)) bt_register_grad_hook(m->params[i], bt_ddp_grad_hook, bt_ddp_hook_arg(tr->ddp, i));
+    if (rows) {
+        bt_register_grad_hook(m->lnfw, wte_dense_ready, tr);
+        bt_set_rows_hook(m->wte, bt_ddp_rows_hook, bt_ddp_hook_arg(tr->ddp, param_index(m, m->wte)));
+    }
     free(spans);
     if (m->device.type == BT_GPU)
         for (int i = 0; i < 2; i++) tr->comm_ev[i] = bt_event_create_timed(m->device);
@@ -2297,6 +2340,8 @@ static int train_main(train_opts *o) {
     }
     if (tr.par) par_setup_grads(&tr);
     else if (dist) setup_data_parallel(&tr);
+    if (dev.type == BT_GPU && getenv("BT_STEP_TIMES") && atoi(getenv("BT_STEP_TIMES")) > 0)   /* the step line gets fwd+bwd ms */
+        for (int i = 0; i < 2; i++) tr.work_ev[i] = bt_event_create_timed(dev);
     int rank = dist ? dist->rank : 0, drank = tr.par ? tr.par->dp_rank : rank;
     /* every token of every shard is checked against the vocabulary now, not at step 5000 */
     tr.train = bt_loader_open(o->train_glob, o->B, o->T, drank, dworld, 1, o->seed);
@@ -2370,9 +2415,11 @@ static int train_main(train_opts *o) {
             if (validated) printf(" | val %.4f", val);
             if (tr.ddp && tr.comm_ev[0])
                 printf(" | comm %.2f ms exposed, %d/%d buckets early", comm_exposed_ms(&tr), tr.comm_early, bt_ddp_get_stats(tr.ddp).buckets);
+            if (tr.work_ev[0]) printf(" | fwd+bwd %.2f ms", bt_event_elapsed_ms(tr.work_ev[0], tr.work_ev[1]));
             if (snap) printf(" | checkpoint stall %.1f ms", tr.last_stall_ms);
             if (tr.par) par_stage_print(tr.par);
             printf("\n");
+            if (last && tr.ddp) bt_ddp_print_trace(tr.ddp, stdout);
             fflush(stdout);
         }
         ckpt_report(&tr, extra, sizeof extra);

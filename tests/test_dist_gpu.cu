@@ -279,7 +279,7 @@ static int ddp_step(bt_ddp *dd, float *flat, const bt_param_span *ps, const floa
     return launched;
 }
 
-static void check_ddp(bt_dist *d, bt_dtype comm_dt, int zero, int as_ready, int step) {
+static void check_ddp(bt_dist *d, bt_dtype comm_dt, int zero, int as_ready, int thread, int step) {
     bt_param_span ps[NP];
     int64_t N = ddp_layout(ps), W = d->world, S = bt_shard_numel(N, (int)W, 64);
     int64_t alloc = zero ? W * S : N;
@@ -296,10 +296,12 @@ static void check_ddp(bt_dist *d, bt_dtype comm_dt, int zero, int as_ready, int 
     bt_ddp_opts o;
     memset(&o, 0, sizeof o);
     o.bucket_cap_bytes = (size_t)1 << 20; o.comm_dtype = comm_dt; o.shard_numel = zero ? S : 0; o.launch_as_ready = as_ready;
+    o.launch_thread = thread;
     bt_ddp *dd = bt_ddp_create(d->world_comm, flat, BT_F32, N, ps, NP, &o);
     int nb = bt_ddp_plan(dd)->n_buckets;
     char what[96];
-    snprintf(what, sizeof what, "ddp %s%s%s step %d", bt_dtype_name(comm_dt), zero ? " zero" : "", as_ready ? " as-ready" : "", step);
+    snprintf(what, sizeof what, "ddp %s%s%s%s step %d", bt_dtype_name(comm_dt), zero ? " zero" : "", as_ready ? " as-ready" : "",
+             thread ? " launch-thread" : "", step);
     for (int rep = 0; rep < 2; rep++) {   /* twice: the engine resets between steps */
         int launched = ddp_step(dd, flat, ps, g[d->rank], rep + 1, s);
         if (launched != nb) { fprintf(stderr, "FAIL rank %d: %s: %d of %d buckets launched before the wait\n", d->rank, what, launched, nb); fails++; }
@@ -312,6 +314,70 @@ static void check_ddp(bt_dist *d, bt_dtype comm_dt, int zero, int as_ready, int 
     bt_ddp_free(dd);
     cudaFree(flat);
     free(g[0]); free(g[1]); free(got); free(want); free(gotd);
+}
+
+/* bt_ddp_add_rows: a [V, C] table whose dense gradient is reported first (its bucket goes out
+   early, launched as ready, by the launch thread) and whose rows arrive last; the result is the
+   mean of the dense parts plus the mean of every rank's scattered rows (rows in f32, then bf16) */
+static void check_ddp_rows(bt_dist *d, bt_dtype rows_dt) {
+    enum { V = 300, C = 24, N = 257, OTHER = 5000 };
+    bt_param_span ps[2] = {{0, V * C}, {V * C, OTHER}};
+    int64_t total = V * C + OTHER;
+    cudaStream_t s = bt_k_current_stream(d->device);
+    float *flat = NULL, *g = (float *)malloc(sizeof(float) * total), *got = (float *)malloc(sizeof(float) * total);
+    double *want = (double *)calloc((size_t)total, sizeof(double)), *gotd = (double *)malloc(sizeof(double) * total);
+    int32_t *idx[2];
+    double *rows[2];
+    for (int k = 0; k < 2; k++) {
+        idx[k] = (int32_t *)malloc(sizeof(int32_t) * N);
+        rows[k] = (double *)malloc(sizeof(double) * N * C);
+        for (int i = 0; i < N; i++) idx[k][i] = (int32_t)((i * 7 + k * 13 + (i % 5) * 50) % V);   /* repeats within and across ranks */
+        for (int j = 0; j < N * C; j++) {
+            double v = input(k, j, 60);
+            rows[k][j] = rows_dt == BT_BF16 ? (double)__bfloat162float(__float2bfloat16_rn((float)v)) : (double)(float)v;
+        }
+        for (int64_t i = 0; i < total; i++) want[i] += (double)(float)input(k, i, 61) / 2;
+        for (int i = 0; i < N; i++) for (int c = 0; c < C; c++) want[(int64_t)idx[k][i] * C + c] += rows[k][i * C + c] / 2;
+    }
+    for (int64_t i = 0; i < total; i++) g[i] = (float)input(d->rank, i, 61);
+    size_t es = bt_dtype_size(rows_dt);
+    void *hrows = malloc(es * N * C), *drows = NULL;
+    int32_t *didx = NULL;
+    for (int j = 0; j < N * C; j++) {
+        if (rows_dt == BT_BF16) ((__nv_bfloat16 *)hrows)[j] = __float2bfloat16_rn((float)rows[d->rank][j]);
+        else ((float *)hrows)[j] = (float)rows[d->rank][j];
+    }
+    cudaMalloc(&flat, sizeof(float) * total); cudaMalloc(&drows, es * N * C); cudaMalloc(&didx, sizeof(int32_t) * N);
+    cudaMemcpy(drows, hrows, es * N * C, cudaMemcpyHostToDevice);
+    cudaMemcpy(didx, idx[d->rank], sizeof(int32_t) * N, cudaMemcpyHostToDevice);
+    bt_ddp_opts o;
+    memset(&o, 0, sizeof o);
+    o.bucket_cap_bytes = (size_t)16 << 10; o.launch_as_ready = 1; o.launch_thread = 1;
+    bt_ddp *dd = bt_ddp_create(d->world_comm, flat, BT_F32, total, ps, 2, &o);
+    char what[64];
+    snprintf(what, sizeof what, "ddp add_rows (%s rows)", bt_dtype_name(rows_dt));
+    for (int rep = 0; rep < 2; rep++) {
+        cudaMemcpyAsync(flat, g, sizeof(float) * total, cudaMemcpyHostToDevice, s);
+        spin_kernel<<<1, 1, 0, s>>>(200000);
+        bt_ddp_param_ready(dd, 0, s);                       /* the table's dense part is final */
+        spin_kernel<<<1, 1, 0, s>>>(200000);
+        int took = bt_ddp_add_rows(dd, 0, didx, drows, rows_dt, N, C, s);
+        bt_ddp_param_ready(dd, 1, s);
+        bt_ddp_wait(dd, s);
+        cudaMemcpyAsync(got, flat, sizeof(float) * total, cudaMemcpyDeviceToHost, s);
+        cudaStreamSynchronize(s);
+        if (took != 1) { fprintf(stderr, "FAIL rank %d: %s: add_rows declined the rows\n", d->rank, what); fails++; }
+        for (int64_t i = 0; i < total; i++) gotd[i] = got[i];
+        expect(d->rank, what, BT_F32, gotd, want, total);
+    }
+    /* a pass that does not communicate declines the rows (the caller adds them) */
+    bt_ddp_set_sync(dd, 0);
+    if (bt_ddp_add_rows(dd, 0, didx, drows, rows_dt, N, C, s) != 0) { fprintf(stderr, "FAIL rank %d: %s: took rows in a no-sync pass\n", d->rank, what); fails++; }
+    bt_ddp_set_sync(dd, 1);
+    bt_ddp_free(dd);
+    cudaFree(flat); cudaFree(drows); cudaFree(didx);
+    for (int k = 0; k < 2; k++) { free(idx[k]); free(rows[k]); }
+    free(g); free(got); free(want); free(gotd); free(hrows);
 }
 
 /* real autograd: leaves viewing a flat buffer on the GPU, hooks fire in backward order */
@@ -368,11 +434,15 @@ static void check_ddp_hooks(bt_dist *d) {
 
 static int ddp_rank(int rank) {
     bt_dist *d = bt_dist_init(NULL);
-    check_ddp(d, BT_F32, 0, 0, 0);
-    check_ddp(d, BT_BF16, 0, 0, 1);
-    check_ddp(d, BT_F32, 1, 0, 2);
-    check_ddp(d, BT_BF16, 1, 0, 3);
-    check_ddp(d, BT_F32, 0, 1, 4);
+    check_ddp(d, BT_F32, 0, 0, 0, 0);
+    check_ddp(d, BT_BF16, 0, 0, 0, 1);
+    check_ddp(d, BT_F32, 1, 0, 0, 2);
+    check_ddp(d, BT_BF16, 1, 0, 0, 3);
+    check_ddp(d, BT_F32, 0, 1, 0, 4);
+    check_ddp(d, BT_F32, 0, 0, 1, 5);   /* the collectives enqueued by the engine's own thread */
+    check_ddp(d, BT_BF16, 1, 1, 1, 6);
+    check_ddp_rows(d, BT_F32);
+    check_ddp_rows(d, BT_BF16);
     check_ddp_hooks(d);
     bt_dist_shutdown(d);
     fprintf(stderr, "rank %d: ddp done, %d failures\n", rank, fails);

@@ -648,6 +648,13 @@ static void test_embedding(void) {
                     free(h1); free(h2); dfree(gt2);
                 }
                 dfree(gt);
+                /* into an fp32 table (a leaf's fp32 gradient) from rows of dt */
+                void *gt32 = up(BT_F32, tab, V * C);
+                bt_k_embedding_backward_f32(dt, (float *)gt32, dg, didx, n, C, V, 1.f, det, st());
+                snprintf(what, sizeof what, "embedding_bwd_f32 %s V=%lld C=%lld n=%lld rows %s", det ? "det" : "atomic", (long long)V,
+                         (long long)C, (long long)n, tname(dt));
+                expect(what, BT_F32, gt32, gtr, V * C, tol_of(dt));   /* the rows carry dt's rounding */
+                dfree(gt32);
             }
             free(tab); free(g); free(ref); free(gtr); free(idx);
             dfree(dtab); dfree(dg); dfree(o); dfree(didx); dfree(bad);
