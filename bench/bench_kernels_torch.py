@@ -18,7 +18,8 @@ each in eager mode and under torch.compile (default mode, dynamic=False) where t
                                  wd 0.1) step on 124475904 f32 parameters with f32 gradients (fused
                                  AdamW wants the parameter's dtype: 28 bytes a parameter, ours 26
                                  with bf16 gradients), as one flat tensor and as GPT-2's 148 tensors;
-                                 compiled: the non-fused (foreach) AdamW step under torch.compile
+                                 also the foreach (PyTorch's default) eager step; compiled: the
+                                 foreach AdamW step under torch.compile
 Backward rows time torch.autograd.grad(out, inputs, grad_out, retain_graph=True): the backward
 kernels alone (no forward), under compile those AOTAutograd generated.
 
@@ -242,21 +243,25 @@ def bench_sum(bn, torch, F, compile_on):
 def bench_adamw(bn, torch, F, compile_on):
     kw = dict(lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
 
-    def one(mode, label, shapes):
+    def one(mode, impl, label, shapes):
         ps = [randn(torch, s, torch.float32, 300 + k).requires_grad_() for k, s in enumerate(shapes)]
         for k, p in enumerate(ps):
             p.grad = randn(torch, p.shape, torch.float32, 600 + k)
+        opt = torch.optim.AdamW(ps, fused=impl == "fused", foreach=impl == "foreach", **kw)
         if mode == "eager":
-            opt = torch.optim.AdamW(ps, fused=True, **kw)
-            step, note = opt.step, "fused=True, f32 grads"
+            step, note = opt.step, f"{impl}=True, f32 grads"
         else:
-            opt = torch.optim.AdamW(ps, foreach=True, **kw)
-            step, note = torch.compile(opt.step, dynamic=False), "foreach AdamW step under torch.compile, f32 grads"
-        bn.try_row("adamw", mode, f"{NPARAM} params ({label}), g f32", lambda i: step(), 1, 28.0 * NPARAM, note)
+            step = torch.compile(lambda: opt.step(), dynamic=False)
+            note = "foreach AdamW step under torch.compile, f32 grads"
+        # the fused row is the eager twin of the compiled one; the foreach eager row (PyTorch's
+        # default on CUDA) gets a shape label of its own
+        shape = f"{NPARAM} params ({label}{', foreach' if impl == 'foreach' and mode == 'eager' else ''}), g f32"
+        bn.try_row("adamw", mode, shape, lambda i: step(), 1, 28.0 * NPARAM, note)
 
+    runs = [("eager", "fused"), ("eager", "foreach")] + ([("compile", "foreach")] if compile_on else [])
     for label, shapes in (("one tensor", [(NPARAM,)]), ("148 tensors", gpt2_param_shapes())):
-        for mode in (("eager", "compile") if compile_on else ("eager",)):
-            guarded("adamw", mode, lambda: one(mode, label, shapes))
+        for mode, impl in runs:
+            guarded("adamw", mode, lambda: one(mode, impl, label, shapes))
             torch.cuda.empty_cache()
 
 

@@ -78,7 +78,7 @@ def main(argv):
             print(f"{p}: {n} tokens, llm.c layout OK")
         return 0
     if len(argv) != 2:
-        print(__doc__.split("Usage")[1].split("Exit")[0].strip(), file=sys.stderr)
+        print("usage: python3 bench/llmc_data.py SHARD OUT.bin   (or --check SHARD...)", file=sys.stderr)
         return 1
     src, dst = argv
     tokens = read_shard(src)
