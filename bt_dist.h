@@ -56,6 +56,11 @@
      Aborting = tell rank 0 (which tells the others), print the message, ncclCommAbort every
      communicator (non-blocking communicators, so abort works while the main thread is blocked in
      CUDA), flush stdio, _exit(1). A guard thread _exits after 10 s should the abort itself hang.
+     opts.blocking_comms makes the communicators blocking: each collective's enqueue then returns
+     without the wait for ncclInProgress (with the enqueue, 100-400 us of host time per DDP bucket
+     measured on two H200s), too much for the hundreds of collectives of a tensor-parallel step (async TP on two H200s: 1.00-1.04x sync
+     with non-blocking communicators, 1.05-1.07x with blocking ones). The abort path is the same;
+     should an abort wait on a thread stuck inside NCCL, the guard thread ends the process.
      With world > 1, bt_dist_init also installs bt_dist_error_handler as bt_error's handler
      (bt_alloc.h; bt_dist_shutdown puts the previous one back): any bt_error in a rank prints
      "rank r (host): bt error: ...", aborts the communicators and _exits(1), so the others learn
@@ -246,6 +251,7 @@ typedef struct {
     double nccl_timeout_s;      /* a collective unfinished this long after its enqueue aborts; 0: 600 s */
     int store_only;             /* 1: store and liveness only, no GPU or NCCL (CPU programs, tests) */
     int no_error_handler;       /* 1: leave bt_error's handler alone */
+    int blocking_comms;         /* 1: blocking NCCL communicators (see FAULTS) */
     const bt_dist_env *env;     /* NULL: read the process environment */
     bt_fault_fn on_fault;       /* NULL: print the message; else called after the abort (must not return) */
     void *on_fault_user;
@@ -1665,10 +1671,10 @@ static void bt__nccl_done(bt_comm *c, ncclComm_t comm, ncclResult_t r, const cha
         bt_error("rank %d (%s): %s on communicator %s failed: %s (%s)", d->rank, d->host, what, c->name, ncclGetErrorString(r), last);
 }
 
-static void bt__nccl_config(ncclConfig_t *cfg, const char *name) {
+static void bt__nccl_config(ncclConfig_t *cfg, const char *name, int blocking) {
     ncclConfig_t init = NCCL_CONFIG_INITIALIZER;
     *cfg = init;
-    cfg->blocking = 0;            /* ncclCommAbort must be able to stop a hung collective */
+    cfg->blocking = blocking != 0;   /* non-blocking by default: ncclCommAbort must be able to stop a hung collective */
     cfg->commName = name;
 }
 
@@ -1721,7 +1727,7 @@ static void bt__dist_nccl_world(bt_dist *d) {
     }
     if (bt_store_broadcast(S->store, &id, sizeof id)) bt_error("%s", bt_dist_error());
     ncclConfig_t cfg;
-    bt__nccl_config(&cfg, "world");
+    bt__nccl_config(&cfg, "world", S->opts.blocking_comms);
     ncclComm_t comm = NULL;
     bt__nccl_lock(d);
     ncclResult_t r = ncclCommInitRankConfig(&comm, d->world, id, d->rank, &cfg);
@@ -1847,7 +1853,7 @@ BTDEF bt_comm *bt_dist_split(bt_dist *d, bt_comm *parent, int color, int key, co
     }
 #if BT_DIST_NCCL
     ncclConfig_t cfg;
-    bt__nccl_config(&cfg, name);
+    bt__nccl_config(&cfg, name, d->state->opts.blocking_comms);
     ncclComm_t nc = NULL;
     bt__nccl_lock(d);
     ncclResult_t r = ncclCommSplit((ncclComm_t)parent->handle, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &nc, &cfg);

@@ -2247,6 +2247,10 @@ static int train_main(train_opts *o) {
         memset(&dop, 0, sizeof dop);
         dop.nccl_timeout_s = o->nccl_timeout;
         dop.store_only = cpu_ranks;
+        /* tp/cp issue hundreds of collectives a step on the critical path: blocking communicators
+           spare each one the host's wait for ncclInProgress (bt_dist.h, FAULTS); BT_NCCL_BLOCKING=0|1 overrides */
+        dop.blocking_comms = o->tp * o->cp > 1;
+        if (getenv("BT_NCCL_BLOCKING")) dop.blocking_comms = atoi(getenv("BT_NCCL_BLOCKING")) != 0;
         dist = bt_dist_init(&dop);
         signal_launcher = getppid();   /* its copies of a Ctrl-C are not a second signal (section 7) */
         if (dist->rank != 0 && !freopen("/dev/null", "w", stdout)) fprintf(stderr, "warning: rank %d: stdout stays open\n", dist->rank);
