@@ -5,7 +5,9 @@
    whole runs: two CPU ranks (this binary re-executed with --run-train, started by the launcher
    variables RANK, WORLD_SIZE, ...; collectives through the TCP store) with --tp 2, --tp 2 --sp,
    --tp 2 --async-tp and --cp 2 with each --cp-comm, whose losses match one process on the same
-   batch and whose --save file matches the 1-process one. */
+   batch and whose --save file matches the 1-process one; and checkpoints across layouts: a --tp 2
+   or --cp 2 checkpoint is the 1-process file, resumes bit for bit in its layout and on the
+   1-process losses by one process (and the reverse), --init-from and -s work with --tp 2. */
 #define TRAIN_GPT2_NO_MAIN
 #include "train_gpt2.c"
 #include "tests/bt_test.h"
