@@ -853,7 +853,7 @@ typedef struct {
     int start_step;            /* the first step to run: 0, or the resumed checkpoint's */
     bt_ckpt_saver *saver;      /* rank 0 with --ckpt-dir: the asynchronous writer */
     int fence_pending;         /* a snapshot's copies must be done before the next update (ckpt_fence) */
-    bt_tensor *gathered[2];    /* ZeRO: AdamW's m and v of every rank, alive until the fence */
+    bt_tensor *gathered[3];    /* ZeRO or tp: AdamW's m and v (and with tp the weights) gathered, alive until the fence */
     double last_stall_ms, total_stall_ms;   /* host time of the last snapshot, of all */
     int64_t saves_seen;        /* finished saves reported so far */
     int skipped;               /* --skip-nonfinite: updates skipped */
@@ -867,6 +867,11 @@ static void par_mean(trainer *tr, bt_tensor *t);
 static bt_tensor *par_grad_norm(trainer *tr);
 static void par_free(struct gpt2_par *p);
 static int par_data_world(const trainer *tr);
+static int par_data_rank(const struct gpt2_par *p);
+static int par_first_rank_of_data(const struct gpt2_par *p, int d);
+static bt_tensor *par_gather_whole(trainer *tr, bt_tensor *x);
+static bt_tensor *par_shard_of_whole(const gpt2 *m, bt_tensor *whole);
+static int par_source_load(trainer *tr, char *err, size_t errlen);
 static bt_comm *par_dpcp_comm(const struct gpt2_par *p);
 static void par_stage_mark(trainer *tr, int k);
 
@@ -1242,7 +1247,10 @@ static void setup_data_parallel(trainer *tr) {
    (train.matmul_tuning.RANK) and the device; bt_ckpt.h adds a CRC32C of every tensor and one
    of the header. Only rank 0 writes. With ZeRO each rank holds a shard of m and v: at a
    checkpoint the shards are all-gathered into temporaries, so the file is the same whatever the
-   data-parallel mode, and a resume reads its own shard out of it.
+   data-parallel mode, and a resume reads its own shard out of it. With --tp the weights, m and v
+   are gathered over the tp group into the 1-GPU layout the same way (section 8), and the loader
+   positions are the data-parallel ranks' (a tp or cp group reads one dp index's rows): a
+   checkpoint of --tp 2 or --cp 2 is the file one process writes, and resumes in any layout.
    A snapshot costs the loop only the enqueueing of device-to-host copies into pinned memory (on
    a copy stream); the next optimizer update waits for them on the device (ckpt_fence), and a
    thread checksums and writes the file while training goes on (at most one save in flight). */
@@ -1293,7 +1301,9 @@ static int stop_agreed(trainer *tr) {
 
 /* ---- what a checkpoint records of the run ---- */
 /* What a resumed run must share with the run it resumes (all that changes its losses), as text:
-   doubles as %.17g, so equal values give equal text. One table for writing and for checking. */
+   doubles as %.17g, so equal values give equal text. One table for writing and for checking.
+   world is the data-parallel one: --tp and --cp change no loss (beyond rounding), so a
+   checkpoint moves between them freely. */
 #define CKPT_MAX_FIELDS 24
 typedef struct { const char *key, *flag; char val[48]; } ckpt_field;
 static int ckpt_fields(const train_opts *o, const gpt2_config *c, int world, ckpt_field *f) {
@@ -1307,7 +1317,7 @@ static int ckpt_fields(const train_opts *o, const gpt2_config *c, int world, ckp
     FIELD("train.final_lr_frac", "-q", "%.17g", o->final_lr_frac); FIELD("train.weight_decay", "-c", "%.17g", o->weight_decay);
     FIELD("train.clip", "--clip", "%.17g", o->clip); FIELD("train.seed", "--seed", "%llu", (unsigned long long)o->seed);
     FIELD("train.overfit", "--overfit", "%d", o->overfit); FIELD("train.precision", "--precision", "%s", o->precision);
-    FIELD("train.world", "the number of processes", "%d", world);
+    FIELD("train.world", "the number of data-parallel processes: processes / (--tp x --cp)", "%d", world);
     FIELD("train.dp", "--dp", "%s", world > 1 ? o->dp : "none");
     FIELD("train.comm_dtype", "--comm-dtype", "%s", world > 1 ? o->comm_dtype : "none");
     FIELD("train.bucket_mb", "--bucket-mb", "%d", world > 1 ? o->bucket_mb : 0);
@@ -1390,6 +1400,9 @@ static void ckpt_import_tuning(trainer *tr) {
     snprintf(key, sizeof key, "train.matmul_tuning.%d", tr->dist ? tr->dist->rank : 0);
     if (dev.type != BT_GPU || !bt_ckpt_meta_get(meta, key)) return;
     const char *made_on = bt_ckpt_meta_get(meta, "train.device");
+    int64_t tp = 1, cp = 1;   /* absent: a checkpoint of one layout */
+    bt_ckpt_meta_get_i64(meta, "train.tp", &tp); bt_ckpt_meta_get_i64(meta, "train.cp", &cp);
+    if (tp != tr->o.tp || cp != tr->o.cp) return;   /* other shapes per rank: the choices do not apply */
     if (!made_on || strcmp(made_on, bt_device_name(dev))) {
         printf("note: the checkpoint was made on %s, this is %s: the matmuls choose their algorithms afresh, and the "
                "losses may differ from the first run's in the last bits\n", made_on ? made_on : "?", bt_device_name(dev));
@@ -1406,9 +1419,12 @@ static void ckpt_import_tuning(trainer *tr) {
 }
 
 /* The checkpoint's metadata (rank 0's; NULL on the others): a collective, as every rank's loader
-   state and matmul choices are gathered through the store. */
+   state and matmul choices are gathered through the store. The loader positions are the data-
+   parallel ranks' (with tp/cp one per dp index: its ranks read the same rows), and the fields
+   name the data-parallel world, so a tp or cp run's checkpoint is the one a run of as many
+   processes / (tp x cp) would write. */
 static bt_ckpt_meta *ckpt_meta(trainer *tr, int step, double loss) {
-    int world = tr->dist ? tr->dist->world : 1, rank = tr->dist ? tr->dist->rank : 0, bad = 0;
+    int world = tr->dist ? tr->dist->world : 1, rank = tr->dist ? tr->dist->rank : 0, bad = 0, dworld = par_data_world(tr);
     bt_loader_state mine, *all = (bt_loader_state *)calloc((size_t)world, sizeof *all);
     if (!all) bt_error("checkpoint: out of host memory");
     memset(&mine, 0, sizeof mine);
@@ -1419,7 +1435,7 @@ static bt_ckpt_meta *ckpt_meta(trainer *tr, int step, double loss) {
     bad |= ckpt_meta_tuning(tr, meta);
     if (meta) {
         ckpt_field f[CKPT_MAX_FIELDS];
-        int n = ckpt_fields(&tr->o, &tr->model.cfg, world, f);
+        int n = ckpt_fields(&tr->o, &tr->model.cfg, dworld, f);
         const train_opts *o = &tr->o;
         for (int i = 0; i < n; i++) bad |= bt_ckpt_meta_set(meta, f[i].key, f[i].val);
         bad |= bt_ckpt_meta_set(meta, "train_gpt2.checkpoint", "1");
@@ -1429,7 +1445,9 @@ static bt_ckpt_meta *ckpt_meta(trainer *tr, int step, double loss) {
         bad |= bt_ckpt_meta_set_f64(meta, "train.lr_next", bt_lr_cosine(step, o->warmup, o->steps, o->lr, o->lr * o->final_lr_frac));
         bad |= bt_ckpt_meta_set(meta, "train.device", bt_device_of(tr->model.flat).type == BT_GPU ? bt_device_name(tr->model.device) : "cpu");
         bad |= bt_ckpt_meta_set_i64(meta, "train.deterministic", o->deterministic);
-        for (int r = 0; r < world; r++) bad |= bt_ckpt_meta_set_loader(meta, r, &all[r]);
+        bad |= bt_ckpt_meta_set_i64(meta, "train.tp", o->tp);   /* the layout it was made in: not a resume's constraint */
+        bad |= bt_ckpt_meta_set_i64(meta, "train.cp", o->cp);
+        for (int d = 0; d < dworld; d++) bad |= bt_ckpt_meta_set_loader(meta, d, &all[tr->par ? par_first_rank_of_data(tr->par, d) : d]);
         if (bad) bt_error("checkpoint: the metadata: %s", bt_ckpt_error());
     }
     free(all);
@@ -1438,8 +1456,14 @@ static bt_ckpt_meta *ckpt_meta(trainer *tr, int step, double loss) {
 
 /* ---- saving ---- */
 /* AdamW's m and v over all num_params elements: the optimizer's own, or with ZeRO every rank's
-   shard all-gathered (a collective) into temporaries that live until the fence */
+   shard all-gathered (a collective) into temporaries that live until the fence; with tp the
+   shards gathered into the 1-GPU layout the same way (on rank 0; NULL on the others) */
 static void ckpt_gather_adamw(trainer *tr, bt_tensor **m, bt_tensor **v) {
+    if (tr->model.tp > 1) {
+        *m = tr->gathered[0] = par_gather_whole(tr, tr->opt.m);
+        *v = tr->gathered[1] = par_gather_whole(tr, tr->opt.v);
+        return;
+    }
     if (!tr->zero) { *m = tr->opt.m; *v = tr->opt.v; return; }
     bt_tensor *shard[2] = {tr->opt.m, tr->opt.v};
     int rank = tr->dist->rank;
@@ -1456,7 +1480,7 @@ static void ckpt_gather_adamw(trainer *tr, bt_tensor **m, bt_tensor **v) {
     *v = bt_narrow(tr->gathered[1], 0, 0, tr->model.num_params);
 }
 static void ckpt_release_gathered(trainer *tr) {
-    for (int k = 0; k < 2; k++) { bt_release(tr->gathered[k]); tr->gathered[k] = NULL; }
+    for (int k = 0; k < 3; k++) { bt_release(tr->gathered[k]); tr->gathered[k] = NULL; }
 }
 /* before the next optimizer update: the device waits there for the snapshot's copies (the host
    does not); the gathered temporaries may then go (later work on the stream comes after them) */
@@ -1475,9 +1499,11 @@ static void ckpt_snapshot(trainer *tr, int step, double loss) {
     bt_scope_begin();
     bt_tensor *m, *v;
     ckpt_gather_adamw(tr, &m, &v);
+    /* the weights in the 1-GPU layout: with tp the shards gathered (rank 0), else the buffer */
+    bt_tensor *w = tr->model.tp > 1 ? (tr->gathered[2] = par_gather_whole(tr, tr->model.flat)) : bt_narrow(tr->model.flat, 0, 0, tr->model.num_params);
     bt_ckpt_meta *meta = ckpt_meta(tr, step, loss);
     if (tr->saver) {
-        bt_tensor *t[3] = {bt_narrow(tr->model.flat, 0, 0, tr->model.num_params), m, v};
+        bt_tensor *t[3] = {w, m, v};
         const char *names[3] = {"params", "adamw.m", "adamw.v"};
         if (bt_ckpt_saver_wait(tr->saver)) fprintf(stderr, "warning: checkpoint: %s\n", bt_ckpt_error());   /* the previous one */
         if (bt_ckpt_saver_snapshot(tr->saver, step, t, names, 3, meta))
@@ -1792,14 +1818,20 @@ static int model_source_open(const train_opts *o, bt_dist *dist, model_source *s
     src->hf = 1;
     return hf_config(src, cfg, err, errlen);
 }
-/* the weights from the source: a checkpoint's params, or a Hugging Face file's tensors */
-static int model_source_load(trainer *tr, char *err, size_t errlen) {
-    if (tr->src.hf) return hf_load(&tr->model, &tr->src, err, errlen);
+/* the weights from the source into a whole (one-process) model m: a checkpoint's params, or a
+   Hugging Face file's tensors */
+static int model_source_load_into(gpt2 *m, model_source *src, char *err, size_t errlen) {
+    if (src->hf) return hf_load(m, src, err, errlen);
     bt_scope_begin();
-    int r = bt_ckpt_load(tr->src.file, "params", bt_narrow(tr->model.flat, 0, 0, tr->model.num_params), 0);
+    int r = bt_ckpt_load(src->file, "params", bt_narrow(m->flat, 0, 0, m->num_params), 0);
     bt_scope_end();
-    if (r) err_join(err, errlen, tr->src.resume ? "--resume: " : "--init-from: ", bt_ckpt_error());
+    if (r) err_join(err, errlen, src->resume ? "--resume: " : "--init-from: ", bt_ckpt_error());
     return r;
+}
+/* ... into the run's model: with tp > 1 through a whole model in host memory (section 8) */
+static int model_source_load(trainer *tr, char *err, size_t errlen) {
+    if (tr->model.tp > 1) return par_source_load(tr, err, errlen);
+    return model_source_load_into(&tr->model, &tr->src, err, errlen);
 }
 /* --resume, once the optimizer and the loaders exist: AdamW's state (this rank's range of it),
    the step counts, this rank's data position; then the file is closed */
@@ -1813,19 +1845,21 @@ static int ckpt_restore(trainer *tr, char *err, size_t errlen) {
         snprintf(err, errlen, "--resume %.500s: train.step or adamw.step is missing or out of range (%.400s)", tr->src.path, bt_ckpt_error());
         return -1;
     }
-    int r;
+    int r, tp = tr->model.tp > 1;
     bt_scope_begin();
-    if (opt->lo == 0 && opt->hi == tr->model.num_params) {
+    if (!tp && opt->lo == 0 && opt->hi == tr->model.num_params) {
         r = bt_ckpt_load(tr->src.file, "adamw.m", opt->m, 0) || bt_ckpt_load(tr->src.file, "adamw.v", opt->v, 0);
-    } else {   /* ZeRO: the whole state through host memory, this rank's range copied in */
+    } else {   /* ZeRO or tp: the whole state through host memory, this rank's range (or shard) copied in */
         bt_tensor *m = bt_empty(bt_shape1(tr->model.num_params), BT_F32, bt_cpu()), *v = bt_empty(bt_shape1(tr->model.num_params), BT_F32, bt_cpu());
         r = bt_ckpt_load(tr->src.file, "adamw.m", m, 0) || bt_ckpt_load(tr->src.file, "adamw.v", v, 0);
+        if (!r && tp) { m = par_shard_of_whole(&tr->model, m); v = par_shard_of_whole(&tr->model, v); }
         if (!r) bt_adamw_set_state(opt, bt_narrow(m, 0, opt->lo, opt->hi - opt->lo), bt_narrow(v, 0, opt->lo, opt->hi - opt->lo), astep);
     }
     bt_scope_end();
     if (r) { err_join(err, errlen, "--resume: ", bt_ckpt_error()); return -1; }
     opt->step = astep;
-    if (bt_ckpt_meta_get_loader(meta, tr->dist ? tr->dist->rank : 0, &st)) { err_join(err, errlen, "--resume: ", bt_ckpt_error()); return -1; }
+    int drank = tr->par ? par_data_rank(tr->par) : tr->dist ? tr->dist->rank : 0;   /* tp/cp ranks read their dp index's rows */
+    if (bt_ckpt_meta_get_loader(meta, drank, &st)) { err_join(err, errlen, "--resume: ", bt_ckpt_error()); return -1; }
     if (bt_loader_set_state(tr->train, &st)) { err_join(err, errlen, "--resume: the data position: ", bt_data_error()); return -1; }
     tr->start_step = (int)step;
     bt_ckpt_close(tr->src.file);
@@ -1849,8 +1883,9 @@ static int ckpt_restore(trainer *tr, char *err, size_t errlen) {
    the activations between the parallel regions hold T/tp of the sequence, so the whole tensors'
    gradients come from the rank's slice only: they are summed over the tp group after backward.
    Every shard element is drawn at its whole-model file offset, so a tp run starts from the
-   1-GPU weights of its seed; model files hold the whole model in llm.c's order (shards gathered
-   on save, sliced on load).
+   1-GPU weights of its seed; model files hold the whole model in llm.c's order and checkpoints
+   (weights and AdamW's m and v, which follow the weights element for element) the 1-GPU
+   buffer's: shards gathered on save, sliced on load, so files move between layouts.
    Context parallelism (--cp): rank i of a cp group holds the zig-zag chunks i and 2 cp - 1 - i of
    every sequence (tokens, targets and positions, bt_zigzag_global); attention is
    bt_cp_attention_qkv with the --cp-comm K/V strategy, every other op works per token. A rank's
@@ -1928,16 +1963,22 @@ static int64_t gpt2_leaf_file_base(const gpt2_config *c, int i) {
 }
 
 /* rank r's shard of a tp-way model: the same leaves as gpt2_build_padded, each its shard's
-   shape; num_params stays the whole model's (files, FLOPs), flat_numel is the shard's */
+   shape; num_params stays the whole model's (files, FLOPs), flat_numel is the shard's. The whole
+   (replicated) tensors come first in the buffer, in leaf order, then the shards: with sp their
+   gradients are one span of flat_grad, summed over tp by one collective (par_reduce_grads). */
 static void gpt2_build_tp(gpt2 *m, gpt2_config cfg, bt_device dev, int tp, int r) {
     memset(m, 0, sizeof *m);
     m->cfg = cfg; m->device = dev; m->tp = tp; m->tp_rank = r;
     int n = 4 + 12 * cfg.L;
-    int64_t local = 0, mark = 0;
+    int64_t local = 0, whole = 0;
     for (int i = 0; i < n; i++) {
-        bt_shape sh = gpt2_shard_shape(gpt2_shard_of(&cfg, i), tp);
-        local += sh.ndim == 1 ? sh.d[0] : sh.d[0] * sh.d[1];
+        gpt2_shard s = gpt2_shard_of(&cfg, i);
+        bt_shape sh = gpt2_shard_shape(s, tp);
+        int64_t k = sh.ndim == 1 ? sh.d[0] : sh.d[0] * sh.d[1];
+        local += k;
+        if (s.kind == SHARD_WHOLE) whole += k;
     }
+    int64_t mark[2] = {0, whole};   /* the next whole tensor's offset, the next shard's */
     m->num_params = gpt2_num_params(&cfg);
     m->flat_numel = local;
     m->flat = bt_zeros(bt_shape1(local), BT_F32, dev);
@@ -1947,7 +1988,8 @@ static void gpt2_build_tp(gpt2 *m, gpt2_config cfg, bt_device dev, int tp, int r
     m->layers = (gpt2_layer *)calloc((size_t)cfg.L, sizeof(gpt2_layer));
     if (!m->params || !m->file_off || !m->layers) bt_error("gpt2_build_tp: out of host memory");
     for (int i = 0; i < n; i++) {
-        bt_tensor *p = gpt2_leaf(m, &mark, gpt2_leaf_file_base(&cfg, i), gpt2_shard_shape(gpt2_shard_of(&cfg, i), tp));
+        gpt2_shard s = gpt2_shard_of(&cfg, i);
+        bt_tensor *p = gpt2_leaf(m, &mark[s.kind != SHARD_WHOLE], gpt2_leaf_file_base(&cfg, i), gpt2_shard_shape(s, tp));
         if (i < 2) *(i == 0 ? &m->wte : &m->wpe) = p;
         else if (i >= 2 + 12 * cfg.L) *(i == 2 + 12 * cfg.L ? &m->lnfw : &m->lnfb) = p;
         else {
@@ -1960,20 +2002,51 @@ static void gpt2_build_tp(gpt2 *m, gpt2_config cfg, bt_device dev, int tp, int r
 }
 /* leaf i's offset in the flat buffer */
 static int64_t gpt2_leaf_off(const gpt2 *m, int i) { return m->params[i]->offset - m->flat->offset; }
+/* the elements of the whole tensors, the first span of a tp shard's buffer (gpt2_build_tp) */
+static int64_t par_whole_numel(const gpt2 *m) {
+    int64_t n = 0;
+    for (int i = 0; i < m->n_params; i++) if (gpt2_shard_of(&m->cfg, i).kind == SHARD_WHOLE) n += bt_numel(m->params[i]);
+    return n;
+}
+/* off[i] = leaf i's offset in the 1-GPU flat buffer (gpt2_build_padded: leaf order, whole tensors) */
+static void gpt2_whole_offsets(const gpt2_config *c, int64_t *off) {
+    int64_t at = 0;
+    for (int i = 0; i < 4 + 12 * c->L; i++) { gpt2_shard s = gpt2_shard_of(c, i); off[i] = at; at += s.R * s.K; }
+}
 
-/* between rank's shard (mem: its flat buffer, in host memory) and the whole model in file order */
-static void par_shards_file(const gpt2 *m, int rank, float *mem, float *file, int to_file) {
+/* Between rank's shard (local: a [flat_numel] buffer in the shard's layout: the weights, or
+   AdamW's m or v, which follow them element for element) and the whole model (whole:
+   [num_params], leaf i at off[i]: llm.c's file order with m->file_off, the 1-GPU buffer's with
+   gpt2_whole_offsets); both on one device */
+static void par_shards_map(const gpt2 *m, int rank, bt_tensor *local, bt_tensor *whole, const int64_t *off, int to_whole) {
     bt_scope_begin();
     for (int i = 0; i < m->n_params; i++) {
         gpt2_shard s = gpt2_shard_of(&m->cfg, i);
-        bt_tensor *full = bt_from_blob(file + m->file_off[i], bt_shape2(s.R, s.K), BT_F32, bt_cpu());
-        bt_tensor *local = bt_from_blob(mem + gpt2_leaf_off(m, i), bt_shape1(bt_numel(m->params[i])), BT_F32, bt_cpu());
-        gpt2_shard_copy(&m->cfg, i, m->tp, rank, local, full, to_file);
+        bt_tensor *full = bt_view(bt_narrow(whole, 0, off[i], s.R * s.K), bt_shape2(s.R, s.K));
+        gpt2_shard_copy(&m->cfg, i, m->tp, rank, bt_narrow(local, 0, gpt2_leaf_off(m, i), bt_numel(m->params[i])), full, to_whole);
     }
+    bt_scope_end();
+}
+/* the same in host memory, the whole model in llm.c's file order (model files) */
+static void par_shards_file(const gpt2 *m, int rank, float *mem, float *file, int to_file) {
+    bt_scope_begin();
+    par_shards_map(m, rank, bt_from_blob(mem, bt_shape1(m->flat_numel), BT_F32, bt_cpu()),
+                   bt_from_blob(file, bt_shape1(m->num_params), BT_F32, bt_cpu()), m->file_off, to_file);
     bt_scope_end();
 }
 static void par_to_file_order(const gpt2 *m, int rank, const float *mem, float *file) { par_shards_file(m, rank, (float *)mem, file, 1); }
 static void par_from_file_order(const gpt2 *m, const float *file, float *mem) { par_shards_file(m, m->tp_rank, mem, (float *)file, 0); }
+/* this rank's shard of whole ([num_params] in the 1-GPU buffer's order, any device) as a new
+   [flat_numel] tensor on whole's device (in the current scope): a resume's weights and AdamW state */
+static bt_tensor *par_shard_of_whole(const gpt2 *m, bt_tensor *whole) {
+    int64_t *off = (int64_t *)malloc(sizeof(int64_t) * (size_t)m->n_params);
+    if (!off) bt_error("tp: out of host memory");
+    gpt2_whole_offsets(&m->cfg, off);
+    bt_tensor *local = bt_zeros(bt_shape1(m->flat_numel), BT_F32, bt_device_of(whole));
+    par_shards_map(m, m->tp_rank, local, whole, off, 0);
+    free(off);
+    return local;
+}
 
 /* gpt2_init on a shard: every element drawn at its whole-model file offset (a strided shard
    through a whole tensor made on the device and sliced), so the shards are the 1-GPU weights */
@@ -2056,13 +2129,11 @@ static int par_check(const train_opts *o, const gpt2_config *c, int world, int o
     if (o->cp_comm && !strcmp(o->cp_comm, "alltoall") && (c->H / tp) % cp) {
         snprintf(err, errlen, "--cp-comm alltoall: the %d heads per tp rank are not a multiple of --cp %d", c->H / tp, cp); return -1;
     }
-    if (strcmp(o->dp, "ddp")) { snprintf(err, errlen, "--dp %s with %s is not supported yet (use --dp ddp)", o->dp, what); return -1; }
-    if (o->B < 0) { snprintf(err, errlen, "%s needs -b (the automatic micro-batch probe is for one GPU)", what); return -1; }
-    if (o->ckpt_dir || o->resume || o->init_from) {
-        snprintf(err, errlen, "%s with %s is not supported yet (model files are: -e FILE, --save)", o->ckpt_dir ? "--ckpt-dir" : o->resume ? "--resume" : "--init-from", what);
+    if (strcmp(o->dp, "ddp")) {   /* ZeRO would split each shard's state again over its dp x cp group: not built */
+        snprintf(err, errlen, "--dp %s with %s is not supported (ZeRO shards the whole model's state over all processes; use --dp ddp)", o->dp, what);
         return -1;
     }
-    if (o->sample_every > 0 && tp > 1) { snprintf(err, errlen, "-s with --tp is not supported yet (the sample at the end is: -g)"); return -1; }
+    if (o->B < 0) { snprintf(err, errlen, "%s needs -b (the automatic micro-batch probe is for one GPU)", what); return -1; }
     if (!on_gpu && world != tp * cp) {
         snprintf(err, errlen, "%s on CPUs: collectives go through the TCP store, so --tp x --cp must be all %d processes (no data parallelism)", what, world);
         return -1;
@@ -2134,12 +2205,17 @@ static void par_batch(trainer *tr, int B, bt_tensor **idx, bt_tensor **tgt) {
 static bt_comm *par_dpcp_comm(const gpt2_par *p) { return p->dpcp_comm; }
 /* the data-parallel ranks: the loaders' world, the divisor of the global batch */
 static int par_data_world(const trainer *tr) { return tr->par ? tr->par->dp : tr->dist ? tr->dist->world : 1; }
+/* this rank's index among them (its loader's rank), and the first process of index d (bt_dist.h's
+   mesh: rank = (dp_i cp + cp_i) tp + tp_i) */
+static int par_data_rank(const gpt2_par *p) { return p->dp_rank; }
+static int par_first_rank_of_data(const gpt2_par *p, int d) { return d * p->cp * p->tp; }
 /* the DDP buckets over the dp x cp group (every rank of it holds the same shard) */
 static void par_setup_grads(trainer *tr) {
     if (!tr->par->on_cpu && tr->par->dpcp_comm && tr->par->dpcp_comm->size > 1) setup_data_parallel(tr);
 }
 /* after a step's backward passes: the sums the DDP buckets do not make. With sp the whole
-   tensors' gradients over tp; on CPUs the gradients' mean over cp */
+   tensors' gradients over tp (the first span of the buffer: one collective); on CPUs the
+   gradients' mean over cp */
 static void par_reduce_grads(trainer *tr) {
     gpt2_par *p = tr->par;
     gpt2 *m = &tr->model;
@@ -2147,9 +2223,11 @@ static void par_reduce_grads(trainer *tr) {
         bt_tp_reduce_grad(p->cp_sum, m->flat_grad);
         bt_mul_scalar_(m->flat_grad, 1.0 / p->cp);
     }
-    if (p->sp && p->tpc)
-        for (int i = 0; i < m->n_params; i++)
-            if (gpt2_shard_of(&m->cfg, i).kind == SHARD_WHOLE) bt_tp_reduce_grad(p->tpc, m->params[i]->grad);
+    if (p->sp && p->tpc) {
+        bt_scope_begin();
+        bt_tp_reduce_grad(p->tpc, bt_narrow(m->flat_grad, 0, 0, par_whole_numel(m)));
+        bt_scope_end();
+    }
 }
 /* t (fp32, one element) := its mean over the processes (the tp ranks hold equal values) */
 static void par_mean(trainer *tr, bt_tensor *t) {
@@ -2159,49 +2237,66 @@ static void par_mean(trainer *tr, bt_tensor *t) {
     bt_tp_reduce_grad(p->cp_sum, t);
     bt_mul_scalar_(t, 1.0 / p->cp);
 }
-/* the global gradient norm: the shards' squares summed over tp, the whole tensors' once */
+/* the global gradient norm: the shards' squares (the buffer past the whole tensors) summed over
+   tp, the whole tensors' once */
 static bt_tensor *par_grad_norm(trainer *tr) {
     gpt2 *m = &tr->model;
     if (m->tp <= 1) return bt_grad_norm(m->params, m->n_params);
-    bt_tensor **sh = (bt_tensor **)malloc(sizeof(bt_tensor *) * (size_t)m->n_params * 2), **wh = sh + m->n_params;
-    if (!sh) bt_error("tp: out of host memory");
-    int ns = 0, nw = 0;
-    for (int i = 0; i < m->n_params; i++) {
-        if (gpt2_shard_of(&m->cfg, i).kind == SHARD_WHOLE) wh[nw++] = m->params[i];
-        else sh[ns++] = m->params[i];
-    }
-    bt_tensor *a = bt_grad_norm(sh, ns), *b = bt_grad_norm(wh, nw), *sq = bt_mul(a, a);
-    free(sh);
+    int64_t W = par_whole_numel(m);
+    bt_tensor *sq = bt_sumsq(bt_narrow(m->flat_grad, 0, W, m->flat_numel - W));
     bt_tp_reduce_grad(m->par->tpc, sq);
-    return bt_sqrt(bt_add(sq, bt_mul(b, b)));
+    return bt_sqrt(bt_add(sq, bt_sumsq(bt_narrow(m->flat_grad, 0, 0, W))));
 }
-/* the model for the outputs (--save, --export-hf, the final sample): the model itself, or with
-   tp > 1 the shards gathered into a whole model on rank 0 (NULL on the others); a collective */
+/* The shards of x (this tp rank's [flat_numel] buffer: the weights, or AdamW's m or v) gathered
+   over the tp group into the whole model in the 1-GPU buffer's order: [num_params] on the
+   device, owned by the caller, on rank 0 (NULL on the others). A collective; no host sync, so a
+   checkpoint's copies of it overlap the next step. Memory: tp x flat_numel for the gather (every
+   tp rank) and num_params for the whole (rank 0). */
+static bt_tensor *par_gather_whole(trainer *tr, bt_tensor *x) {
+    gpt2 *m = &tr->model;
+    gpt2_par *p = tr->par;
+    int old = bt_set_grad_enabled(0), rank0 = tr->dist->rank == 0;
+    int64_t n = m->flat_numel, *off = (int64_t *)malloc(sizeof(int64_t) * (size_t)m->n_params);
+    if (!off) bt_error("tp: out of host memory");
+    gpt2_whole_offsets(&m->cfg, off);
+    bt_scope_begin();
+    bt_tensor *all = bt_tp_all_gather(p->tpc, bt_view(x, bt_shape2(1, n))), *whole = NULL;   /* [tp, n] */
+    if (rank0) {
+        whole = bt_keep(bt_empty(bt_shape1(m->num_params), BT_F32, m->device));
+        for (int r = 0; r < p->tp; r++) par_shards_map(m, r, bt_select(all, 0, r), whole, off, 1);
+    }
+    bt_scope_end();
+    free(off);
+    bt_set_grad_enabled(old);
+    return whole;
+}
+/* the model for the outputs (--save, --export-hf, samples): the model itself, or with tp > 1
+   the shards gathered into a whole model on rank 0 (NULL on the others; made once, refreshed on
+   each call); a collective */
 static gpt2 *par_whole_model(trainer *tr) {
     gpt2 *m = &tr->model;
     gpt2_par *p = tr->par;
     if (m->tp <= 1) return m;
-    int old = bt_set_grad_enabled(0), rank0 = tr->dist->rank == 0;
-    int64_t n = m->flat_numel;
-    float *host = (float *)malloc(sizeof(float) * (size_t)(n * p->tp)), *file = (float *)calloc((size_t)m->num_params, sizeof(float));
-    if (!host || !file) bt_error("tp: out of host memory gathering the model");
-    bt_scope_begin();
-    bt_to_host(bt_tp_all_gather(p->tpc, bt_view(m->flat, bt_shape2(1, n))), host, BT_F32);
-    bt_scope_end();
-    if (rank0) {
-        for (int r = 0; r < p->tp; r++) par_to_file_order(m, r, host + (size_t)r * n, file);
-        gpt2_build(&p->whole, m->cfg, m->device);
-        float *mem = (float *)calloc((size_t)p->whole.flat_numel, sizeof(float));
-        if (!mem) bt_error("tp: out of host memory gathering the model");
-        gpt2_from_file_order(&p->whole, file, mem);
+    bt_tensor *w = par_gather_whole(tr, m->flat);
+    if (!w) return NULL;
+    if (!p->whole.flat) gpt2_build(&p->whole, m->cfg, m->device);
+    bt_copy_(p->whole.flat, w);   /* gpt2_build: flat_numel = num_params, no padding */
+    bt_release(w);
+    return &p->whole;
+}
+/* --resume or --init-from with tp > 1: the source loaded as one process would, into a whole
+   model in host memory, and this rank's shard of it copied in */
+static int par_source_load(trainer *tr, char *err, size_t errlen) {
+    gpt2 *m = &tr->model, whole;
+    gpt2_build(&whole, m->cfg, bt_cpu());
+    int r = model_source_load_into(&whole, &tr->src, err, errlen);
+    if (!r) {
         bt_scope_begin();
-        bt_copy_(p->whole.flat, bt_from_blob(mem, bt_shape1(p->whole.flat_numel), BT_F32, bt_cpu()));
+        bt_copy_(m->flat, par_shard_of_whole(m, whole.flat));
         bt_scope_end();
-        free(mem);
     }
-    free(host); free(file);
-    bt_set_grad_enabled(old);
-    return rank0 ? &p->whole : NULL;
+    gpt2_free(&whole);
+    return r;
 }
 /* Where a step's time goes, for async against sync TP: the compute stream's time of the last
    micro-batch's forward pass (with its collectives) and backward pass, from timed events read
@@ -2298,8 +2393,8 @@ static int train_main(train_opts *o) {
     }
     if (resolve_opts(o, on_gpu, &cfg, err, sizeof err)) { usage(stderr); fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
     if (check_outputs(o, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
-    if (tr.src.resume && ckpt_check_fields(&tr.src, o, &cfg, world, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
     if (par_check(o, &cfg, world, on_gpu, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
+    if (tr.src.resume && ckpt_check_fields(&tr.src, o, &cfg, world / (o->tp * o->cp), err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
 
     tr.o = *o;
     tr.dist = dist;
@@ -2429,11 +2524,12 @@ static int train_main(train_opts *o) {
         ckpt_report(&tr, extra, sizeof extra);
         log_json(&tr, step + 1, loss, lr, norm, dt_s * 1e3, tps, validated ? &val : NULL, extra);
         if (!updated && on_nonfinite_step(&tr, step + 1, loss)) { rc = 1; break; }
-        if (o->sample_every && (step + 1) % o->sample_every == 0 && !last && rank == 0) {
+        gpt2 *sm = o->sample_every && (step + 1) % o->sample_every == 0 && !last ? (tr.par ? par_whole_model(&tr) : &tr.model) : NULL;
+        if (sm && rank == 0) {   /* tp: the shards gathered on rank 0 (a collective: every rank took part) */
             printf("--- sample (greedy) ---\n");
-            gpt2_sample(&tr.model, tr.tok, o->gen_len, 1, 0, o->seed + (uint64_t)step, tr.dt);
+            gpt2_sample(sm, tr.tok, o->gen_len, 1, 0, o->seed + (uint64_t)step, tr.dt);
             printf("--- sample (top-%d, temperature %.2f) ---\n", o->topk, o->temp);
-            gpt2_sample(&tr.model, tr.tok, o->gen_len, o->topk, o->temp, o->seed + (uint64_t)step, tr.dt);
+            gpt2_sample(sm, tr.tok, o->gen_len, o->topk, o->temp, o->seed + (uint64_t)step, tr.dt);
             printf("---\n");
         }
     }

@@ -5,7 +5,9 @@
    whole runs: two CPU ranks (this binary re-executed with --run-train, started by the launcher
    variables RANK, WORLD_SIZE, ...; collectives through the TCP store) with --tp 2, --tp 2 --sp,
    --tp 2 --async-tp and --cp 2 with each --cp-comm, whose losses match one process on the same
-   batch and whose --save file matches the 1-process one. */
+   batch and whose --save file matches the 1-process one; and checkpoints across layouts: a --tp 2
+   or --cp 2 checkpoint is the 1-process file, resumes bit for bit in its layout and on the
+   1-process losses by one process (and the reverse), --init-from and -s work with --tp 2. */
 #define TRAIN_GPT2_NO_MAIN
 #include "train_gpt2.c"
 #include "tests/bt_test.h"
@@ -128,10 +130,9 @@ static void test_flag_errors(void) {
         {"--async-tp -b 2 -t 16", 1, 1, "--async-tp needs --tp 2"},
         {"--cp-comm allgather -b 2 -t 16", 1, 1, "--cp-comm allgather needs --cp 2"},
         {"--tp 2 --cp 4 --cp-comm alltoall -b 2 -t 16", 8, 1, "--cp-comm alltoall: the 2 heads per tp rank are not a multiple of --cp 4"},
-        {"--tp 2 --dp zero1 -b 2 -t 16", 2, 1, "--dp zero1 with --tp is not supported yet"},
+        {"--tp 2 --dp zero1 -b 2 -t 16", 2, 1, "--dp zero1 with --tp is not supported (ZeRO"},
+        {"--cp 2 --dp zero2 -b 2 -t 16", 2, 1, "--dp zero2 with --cp is not supported (ZeRO"},
         {"--cp 2 -t 16", 2, 1, "--cp needs -b"},
-        {"--tp 2 -b 2 -t 16 --ckpt-dir /tmp/x", 2, 1, "--ckpt-dir with --tp is not supported yet"},
-        {"--tp 2 -b 2 -t 16 -s 5", 2, 1, "-s with --tp is not supported yet"},
         {"--tp 2 -b 2 -t 16", 4, 0, "--tp on CPUs: collectives go through the TCP store"},
         {"--tp 2 --cp 2 -b 2 -t 16", 4, 0, "--tp with --cp on CPUs"},
     };
@@ -145,6 +146,8 @@ static void test_flag_errors(void) {
     static const struct { const char *args; int world, on_gpu; } good[] = {
         {"--tp 2 --sp --async-tp -b 2 -t 16", 2, 1}, {"--tp 2 --cp 2 --cp-comm alltoall -b 2 -t 16", 8, 1},
         {"--cp 2 --cp-comm ring -b 2 -t 16", 2, 0}, {"--tp 4 -b 2 -t 16", 4, 0}, {"-b 2 -t 16", 1, 0},
+        {"--tp 2 -b 2 -t 16 -s 5", 2, 1}, {"--tp 2 -b 2 -t 16 --ckpt-dir /tmp/x --ckpt-every 5 --resume auto", 2, 0},
+        {"--cp 2 -b 2 -t 16 --init-from x.safetensors", 2, 0},
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
         BT_CHECK(check_flags(good[i].args, good[i].world, good[i].on_gpu, err, sizeof err) == 0, "'%s' world %d: %s", good[i].args, good[i].world, err);
@@ -201,7 +204,8 @@ static double rel_diff(const float *a, const float *b, int64_t n) {
     return num != num ? INFINITY : sqrt(num) / (den > 0 ? sqrt(den) : 1);
 }
 
-#define TP_RUN "-e s2 -b 2 -t 16 -d 64 -v 0 -g 0 -u 1 --seed 5"
+#define TP_OPTS "-b 2 -t 16 -d 64 -v 0 -g 0 -u 1 --seed 5"
+#define TP_RUN "-e s2 " TP_OPTS
 static void test_runs_match_one_process(void) {
     if (!have_data()) { BT_SKIP("no data/tinyshakespeare_train.bin (make data)"); return; }
     int steps = quick() ? 2 : 3;
@@ -253,6 +257,162 @@ static void test_runs_match_one_process(void) {
              rc, rc1, n2 == 1 ? l2[0] : NAN, n1b == 1 ? l1[0] : NAN);
     free(w1);
 }
+/* ---- 5. checkpoints, --init-from and samples with tp and cp ------------------------------------- */
+/* a checkpoint's 1-D tensor `name` as floats (malloc'd, *n elements); NULL when it cannot be read */
+static float *ckpt_tensor(const char *path, const char *name, int64_t *n) {
+    bt_ckpt_file *f = bt_ckpt_open(path, BT_CKPT_REQUIRE_CHECKSUMS);
+    const bt_ckpt_info *t = f ? bt_ckpt_find(f, name) : NULL;
+    float *x = t && t->ndim == 1 ? (float *)malloc(sizeof(float) * (size_t)t->shape[0]) : NULL;
+    *n = 0;
+    if (x) {
+        bt_scope_begin();
+        if (bt_ckpt_load(f, name, bt_from_blob(x, bt_shape1(t->shape[0]), BT_F32, bt_cpu()), 0)) { free(x); x = NULL; }
+        else *n = t->shape[0];
+        bt_scope_end();
+    }
+    bt_ckpt_close(f);
+    return x;
+}
+/* two checkpoints' weights and AdamW moments: the worst relative difference (norm) of the three
+   tensors, *bitwise = 1 when all three are equal bit for bit; INFINITY when one is missing */
+static double ckpt_diff(const char *a, const char *b, int *bitwise) {
+    static const char *const names[3] = {"params", "adamw.m", "adamw.v"};
+    double worst = 0;
+    *bitwise = 1;
+    for (int k = 0; k < 3; k++) {
+        int64_t na = 0, nb = 0;
+        float *x = ckpt_tensor(a, names[k], &na), *y = ckpt_tensor(b, names[k], &nb);
+        int ok = x && y && na == nb && na > 0, same = ok && !memcmp(x, y, sizeof(float) * (size_t)na);
+        worst = fmax(worst, !ok ? INFINITY : same ? 0 : rel_diff(x, y, na));
+        *bitwise &= same;
+        free(x); free(y);
+    }
+    return worst;
+}
+static void ckpt_file(const char *dir, int step, char *path, size_t n) {
+    char d[800];
+    snprintf(d, sizeof d, "%s/%s", tmpdir, dir);
+    if (bt_ckpt_path(d, step, path, n)) path[0] = 0;
+}
+/* runs nproc ranks with args, `-o tmpdir/tag`; the losses of its log into loss (cap), their count
+   (-1 when the run failed: said) */
+static int run_logged(int nproc, const char *args, const char *tag, double *loss, int cap) {
+    char full[2400], dir[700], out[65536];
+    snprintf(dir, sizeof dir, "%s/%s", tmpdir, tag);
+    snprintf(full, sizeof full, "%s -o %s", args, dir);
+    int rc = run_ranks(nproc, full, tag, out, sizeof out), n = rc ? -1 : read_losses(dir, loss, cap);
+    BT_CHECK(rc == 0 && n > 0, "%s (%d process%s): exit %d, %d losses: %s", args, nproc, nproc > 1 ? "es" : "", rc, n, out);
+    return rc ? -1 : n;
+}
+/* worst relative difference of a's n losses from b's */
+static double loss_diff(const double *a, const double *b, int n) {
+    double w = 0;
+    for (int i = 0; i < n; i++) w = fmax(w, fabs(a[i] - b[i]) / fabs(b[i]));
+    return w;
+}
+
+/* Tolerances. The same layout resumed (tp 2 -> tp 2, cp 2 -> cp 2) runs the same math as the
+   uninterrupted run: its last checkpoint (weights, m, v) must be bitwise the uninterrupted one's.
+   Across layouts the sums run in another order (row-parallel partial sums, the vocabulary-
+   parallel loss, cp's attention merge): losses within LOSS_TOL = 1e-5 relative, as the runs above;
+   checkpoints within CKPT_TOL = 1e-4 relative norm per tensor (measured, the worst of params, m
+   and v: 8e-6 for --tp 2, 4e-6 for --cp 2; printed as info lines: a tenth of the bound, since v
+   holds squared gradients and so twice their relative rounding, and a longer run drifts more). */
+#define LOSS_TOL 1e-5
+#define CKPT_TOL 1e-4
+#define CKPT_RUN TP_RUN " -x 4 --ckpt-every 2"
+static void check_layout_checkpoints(const char *layout, const char *tag, const double *l1, const char *one_ck) {
+    char args[2000], t[64], ck2[900], ck4[900], one2[900], a[900], b[900];
+    double lu[8], lr[8];
+    int bitwise;
+    snprintf(args, sizeof args, CKPT_RUN " %s --ckpt-dir %s/%s.ck", layout, tmpdir, tag);
+    snprintf(t, sizeof t, "%s_u", tag);
+    if (run_logged(2, args, t, lu, 8) != 4) return;
+    snprintf(t, sizeof t, "%s.ck", tag);
+    ckpt_file(t, 2, ck2, sizeof ck2); ckpt_file(t, 4, ck4, sizeof ck4);
+    /* its checkpoint is the 1-process run's file */
+    ckpt_file(one_ck, 2, one2, sizeof one2);
+    double e = ckpt_diff(ck2, one2, &bitwise);
+    BT_CHECK(e < CKPT_TOL, "%s: the checkpoint of step 2 differs from one process's by %.3g (relative)", layout, e);
+    fprintf(stderr, "  info: %s checkpoint vs 1 process's: params, m, v within %.2e relative\n", layout, e);
+    /* resumed in the same layout: the same losses, the same last checkpoint bit for bit */
+    snprintf(args, sizeof args, CKPT_RUN " %s --resume %s --ckpt-dir %s/%s_r.ck", layout, ck2, tmpdir, tag);
+    snprintf(t, sizeof t, "%s_r", tag);
+    if (run_logged(2, args, t, lr, 8) == 2) {
+        BT_CHECK(lr[0] == lu[2] && lr[1] == lu[3], "%s resumed: losses %.6f %.6f, uninterrupted %.6f %.6f", layout, lr[0], lr[1], lu[2], lu[3]);
+        snprintf(t, sizeof t, "%s_r.ck", tag);
+        ckpt_file(t, 4, a, sizeof a);
+        e = ckpt_diff(a, ck4, &bitwise);
+        BT_CHECK(bitwise, "%s resumed in %s: the checkpoint of step 4 is not bitwise the uninterrupted run's (%.3g)", layout, layout, e);
+    }
+    /* resumed by one process: the 1-process run's losses and weights */
+    snprintf(args, sizeof args, CKPT_RUN " --resume %s --ckpt-dir %s/%s_1.ck", ck2, tmpdir, tag);
+    snprintf(t, sizeof t, "%s_1", tag);
+    if (run_logged(1, args, t, lr, 8) == 2) {
+        double d = loss_diff(lr, l1 + 2, 2);
+        BT_CHECK(d < LOSS_TOL, "%s checkpoint resumed by 1 process: losses %.6f %.6f, 1-process run %.6f %.6f", layout, lr[0], lr[1], l1[2], l1[3]);
+        snprintf(t, sizeof t, "%s_1.ck", tag);
+        ckpt_file(t, 4, a, sizeof a);
+        ckpt_file(one_ck, 4, b, sizeof b);
+        e = ckpt_diff(a, b, &bitwise);
+        BT_CHECK(e < CKPT_TOL, "%s checkpoint resumed by 1 process: step 4 differs from the 1-process run's by %.3g", layout, e);
+        fprintf(stderr, "  info: %s -> 1 process: losses within %.2e, checkpoint of step 4 within %.2e\n", layout, d, e);
+    }
+    /* the 1-process checkpoint resumed in this layout: this layout's losses */
+    snprintf(args, sizeof args, CKPT_RUN " %s --resume %s --ckpt-dir %s/%s_x.ck", layout, one2, tmpdir, tag);
+    snprintf(t, sizeof t, "%s_x", tag);
+    if (run_logged(2, args, t, lr, 8) == 2) {
+        double d = loss_diff(lr, lu + 2, 2);
+        BT_CHECK(d < LOSS_TOL, "1-process checkpoint resumed with %s: losses %.6f %.6f, uninterrupted %.6f %.6f", layout, lr[0], lr[1], lu[2], lu[3]);
+    }
+}
+static void test_checkpoints_across_layouts(void) {
+    if (!have_data()) { BT_SKIP("no data/tinyshakespeare_train.bin (make data)"); return; }
+    char args[2000];
+    double l1[8];
+    snprintf(args, sizeof args, CKPT_RUN " --ckpt-dir %s/one.ck", tmpdir);
+    if (run_logged(1, args, "ckone", l1, 8) != 4) return;
+    check_layout_checkpoints("--tp 2", "tp", l1, "one.ck");
+    if (!quick()) check_layout_checkpoints("--cp 2", "cp", l1, "one.ck");
+}
+
+/* --init-from with --tp 2 (a checkpoint's weights, and a Hugging Face export): the first loss is
+   one process's from the same file; -s with --tp 2: the samples during the run come from the
+   gathered model, the greedy one the same text as one process's */
+static void greedy_text(const char *out, char *text, size_t n) {
+    const char *a = strstr(out, "--- sample (greedy) ---\n"), *b = a ? strstr(a, "--- sample (top-") : NULL;
+    text[0] = 0;
+    if (a && b) snprintf(text, n, "%.*s", (int)(b - a), a);
+}
+static void test_init_from_and_samples(void) {
+    if (!have_data()) { BT_SKIP("no data/tinyshakespeare_train.bin (make data)"); return; }
+    char args[2000], src[900], out[65536], t1[4096], t2[4096];
+    double l1[4], l2[4];
+    snprintf(args, sizeof args, TP_RUN " -x 2 --ckpt-dir %s/init.ck --export-hf %s/init.hf", tmpdir, tmpdir);
+    if (run_logged(1, args, "init", l1, 4) != 2) return;
+    ckpt_file("init.ck", 2, src, sizeof src);
+    for (int k = 0; k < 2; k++) {
+        const char *from = k == 0 ? src : "hf";
+        if (k == 1) snprintf(src, sizeof src, "%s/init.hf", tmpdir);
+        snprintf(args, sizeof args, TP_OPTS " -x 1 --init-from %s", src);
+        int n1 = run_logged(1, args, k ? "hf1" : "from1", l1, 4);
+        snprintf(args, sizeof args, TP_OPTS " -x 1 --tp 2 --init-from %s", src);
+        int n2 = run_logged(2, args, k ? "hf2" : "from2", l2, 4);
+        BT_CHECK(n1 == 1 && n2 == 1 && fabs(l2[0] - l1[0]) < LOSS_TOL * fabs(l1[0]), "--init-from %s --tp 2: loss %.6f, one process %.6f",
+                 from, n2 == 1 ? l2[0] : NAN, n1 == 1 ? l1[0] : NAN);
+    }
+    /* -s 1 over 3 steps: two samples during the run (the gathered model made, then refreshed) */
+    snprintf(args, sizeof args, TP_RUN " -x 3 -s 1 -g 12");
+    int rc1 = run_ranks(1, args, "sample1", out, sizeof out);
+    greedy_text(out, t1, sizeof t1);
+    snprintf(args, sizeof args, TP_RUN " -x 3 -s 1 -g 12 --tp 2");
+    int rc2 = run_ranks(2, args, "sample2", out, sizeof out);
+    greedy_text(out, t2, sizeof t2);
+    int samples = 0;
+    for (const char *p = out; (p = strstr(p, "--- sample (greedy) ---")); p++) samples++;
+    BT_CHECK(rc1 == 0 && rc2 == 0 && samples == 3 && t1[0] && !strcmp(t1, t2), "-s 1 --tp 2: exit %d/%d, %d greedy samples; first: '%s' vs one process's '%s'",
+             rc1, rc2, samples, t2, t1);
+}
 /* a CPU run with --tp but one process fails before training, naming the flag */
 static void test_run_errors(void) {
     if (!have_data()) { BT_SKIP("no data/tinyshakespeare_train.bin (make data)"); return; }
@@ -278,6 +438,8 @@ int main(int argc, char **argv) {
     BT_RUN(test_flag_errors);
     BT_RUN(test_run_errors);
     BT_RUN(test_runs_match_one_process);
+    BT_RUN(test_checkpoints_across_layouts);
+    BT_RUN(test_init_from_and_samples);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);

@@ -25,19 +25,40 @@ math; the size of bf16 rounding on this model and batch is the 1-GPU bf16 run's 
 1-GPU fp32 run. BF16_TOL = max(2 x that worst relative difference over the steps, 5e-4); both
 figures are printed. (fp32 and bf16 are both run when --precisions has both; with bf16 alone
 the bound falls back to 5e-3.)
+With --ckpt-layouts tp,cp (fp32, --deterministic, CKPT_STEPS steps, a checkpoint every half)
+it then checks that checkpoints compose with each layout L (--tp 2, --cp 2):
+  ckpt_file    L's checkpoint of the middle step is the 1-GPU run's file: params, adamw.m and
+               adamw.v each within CKPT_TOL (relative norm; printed) of the 1-GPU checkpoint
+  resume_same  L resumed from it in L: the later steps' losses, norms and lrs print the same, and
+               the last checkpoint is the uninterrupted L run's bit for bit (tests/resume_check.py)
+  resume_1gpu  one GPU resumed from L's checkpoint: the 1-GPU run's losses within FP32_TOL, its
+               last checkpoint within CKPT_TOL
+  resume_from1 L resumed from the 1-GPU checkpoint: L's losses within FP32_TOL
+and, with tp in the list, --init-from (the 1-GPU checkpoint) with --tp 2 against one GPU (the
+first loss within FP32_TOL) and -s with --tp 2 (a sample every CKPT_STEPS/2 steps from the model
+gathered on rank 0: the run ends well and prints them; whether the greedy text equals one GPU's
+is printed). CKPT_TOL = 1e-3 for params and m (FP32_W_TOL), 1e-2 for v (squares of the
+gradients: twice their relative rounding, and its small entries are relatively noisier); the CPU
+test (tests/test_tp_gpt2.c) measures 8e-6 for all three on a small model after two steps.
 NCCL_NVLS_ENABLE=0 (and the other multicast switches) in every process. Prints one PASS/FAIL line
 per comparison and exits 1 if any failed."""
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import resume_check  # noqa: E402  (tests/resume_check.py: bit-for-bit resume checks)
+
 FP32_TOL = 1e-5
 FP32_W_TOL = 1e-3
 BF16_W_TOL = 2e-2
+CKPT_TOL = {"params": 1e-3, "adamw.m": 1e-3, "adamw.v": 1e-2}
+LAYOUTS = {"tp": ["--tp", "2"], "cp": ["--cp", "2"]}
 MODES = {
     "tp": ["--tp", "2"],
     "tp_sp": ["--tp", "2", "--sp"],
@@ -75,6 +96,128 @@ def worst_rel(a, b):
     return float(np.max(np.abs(a - b) / np.abs(b))) if len(a) == len(b) and len(a) else float("inf")
 
 
+def ckpt_path(d, step):
+    return os.path.join(d, f"ckpt_{step:09d}.safetensors")
+
+
+def ckpt_tensors(path):
+    f, h, data = resume_check.header(path)
+    out = {}
+    for name in CKPT_TOL:
+        (b, e) = h[name]["data_offsets"]
+        f.seek(data + b)
+        out[name] = np.frombuffer(f.read(e - b), dtype="<f4").astype(np.float64)
+    return out
+
+
+def ckpt_rel(a, b):
+    """per tensor: relative norm of a's difference from b (inf when a shape differs)"""
+    ta, tb = ckpt_tensors(a), ckpt_tensors(b)
+    return {k: float(np.linalg.norm(ta[k] - tb[k]) / max(np.linalg.norm(tb[k]), 1e-30)) if ta[k].shape == tb[k].shape else float("inf")
+            for k in CKPT_TOL}
+
+
+def ckpt_within(rel):
+    return all(rel[k] < CKPT_TOL[k] for k in CKPT_TOL)
+
+
+def ckpt_fmt(rel):
+    return ", ".join(f"{k} {v:.2e}" for k, v in rel.items())
+
+
+def report(good, what):
+    print(f"{'PASS' if good else 'FAIL'}: {what}")
+    return good
+
+
+def greedy(log):
+    text = open(log, errors="replace").read()
+    a = text.find("--- sample (greedy) ---")
+    b = text.find("--- sample (top-", a)
+    return text[a:b] if a >= 0 and b > a else None
+
+
+def ckpt_cases(a, layouts):
+    """checkpoints, --init-from and -s across layouts (the module docstring); True when all passed"""
+    ok = True
+    half = a.ckpt_steps // 2
+    common = ["-e", a.model, "-b", str(a.B), "-t", str(a.T), "-d", str(a.B * a.T), "-x", str(a.ckpt_steps), "-v", "0", "-g", "0",
+              "-u", "2", "--seed", "7", "--quiet", "--deterministic", "--precision", "fp32", "--ckpt-every", str(half)]
+
+    def fresh(tag):   # a resumed run appends to its log: every run starts from empty directories
+        d = os.path.join(a.out, tag)
+        shutil.rmtree(d, ignore_errors=True)
+        shutil.rmtree(d + ".ck", ignore_errors=True)
+        return d
+
+    def train(tag, nproc, extra):
+        d = fresh(tag)
+        cmd = [a.bin, *(["--nproc", str(nproc)] if nproc > 1 else []), *common, *extra, "-o", d, "--ckpt-dir", d + ".ck"]
+        return d if run(cmd, d + ".log", a.timeout) else None
+
+    one = train("ck_one", 1, [])
+    if not one:
+        return report(False, "ckpt: the 1-GPU run failed")
+    l1 = losses(one)
+    for lay in layouts:
+        L = LAYOUTS[lay]
+        u = train(f"ck_{lay}", 2, L)
+        if not u:
+            ok = False
+            continue
+        lu = losses(u)
+        rel = ckpt_rel(ckpt_path(u + ".ck", half), ckpt_path(one + ".ck", half))
+        ok &= report(ckpt_within(rel), f"ckpt_file {lay}: the checkpoint of step {half} vs the 1-GPU one: {ckpt_fmt(rel)}")
+        r = train(f"ck_{lay}_same", 2, [*L, "--resume", ckpt_path(u + ".ck", half)])
+        if r:
+            rc = subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "resume_check.py"), "--after", str(half),
+                                 "--log-a", os.path.join(u, "log.jsonl"), "--log-b", os.path.join(r, "log.jsonl"),
+                                 "--ckpt-a", ckpt_path(u + ".ck", a.ckpt_steps), "--ckpt-b", ckpt_path(r + ".ck", a.ckpt_steps)],
+                                capture_output=True, text=True)
+            print(rc.stdout.strip())
+            ok &= report(rc.returncode == 0, f"resume_same {lay}: resumed after step {half} in {' '.join(L)}, bit for bit the uninterrupted run")
+        else:
+            ok = False
+        s1 = train(f"ck_{lay}_to1", 1, ["--resume", ckpt_path(u + ".ck", half)])
+        if s1:
+            el = worst_rel(losses(s1), l1[half:])
+            rel = ckpt_rel(ckpt_path(s1 + ".ck", a.ckpt_steps), ckpt_path(one + ".ck", a.ckpt_steps))
+            ok &= report(el < FP32_TOL and ckpt_within(rel), f"resume_1gpu {lay}: 1 GPU from its checkpoint: worst loss rel diff {el:.2e} "
+                         f"(bound {FP32_TOL:.0e}); last checkpoint vs the 1-GPU run's: {ckpt_fmt(rel)}")
+        else:
+            ok = False
+        x = train(f"ck_{lay}_from1", 2, [*L, "--resume", ckpt_path(one + ".ck", half)])
+        if x:
+            el = worst_rel(losses(x), lu[half:])
+            ok &= report(el < FP32_TOL, f"resume_from1 {lay}: {' '.join(L)} from the 1-GPU checkpoint: worst loss rel diff {el:.2e} (bound {FP32_TOL:.0e})")
+        else:
+            ok = False
+    if "tp" in layouts:
+        src = ckpt_path(one + ".ck", half)
+        init = ["-b", str(a.B), "-t", str(a.T), "-d", str(a.B * a.T), "-x", "1", "-v", "0", "-g", "0", "-u", "2", "--seed", "7",
+                "--deterministic", "--precision", "fp32"]
+        lo = []
+        for nproc, extra in ((1, []), (2, ["--tp", "2"])):
+            d = fresh(f"init_{nproc}")
+            cmd = [a.bin, *(["--nproc", "2"] if nproc > 1 else []), *init, *extra, "--init-from", src, "-o", d]
+            lo.append(losses(d) if run(cmd, d + ".log", a.timeout) else None)
+        good = all(x is not None and len(x) == 1 for x in lo) and worst_rel(lo[1], lo[0]) < FP32_TOL
+        ok &= report(good, f"init_from tp: --init-from the 1-GPU checkpoint with --tp 2: first loss "
+                     f"{lo[1][0] if lo[1] is not None else float('nan'):.6f} vs one GPU's {lo[0][0] if lo[0] is not None else float('nan'):.6f}")
+        texts, counts = [], []
+        for nproc, extra in ((1, []), (2, ["--tp", "2"])):
+            d = fresh(f"sample_{nproc}")
+            cmd = [a.bin, *(["--nproc", "2"] if nproc > 1 else []), "-e", a.model, "-b", str(a.B), "-t", str(a.T), "-d", str(a.B * a.T),
+                   "-x", str(a.ckpt_steps), "-v", "0", "-u", "2", "--seed", "7", "--quiet", "--deterministic", "--precision", "fp32",
+                   "-s", str(half), "-g", "16", *extra, "-o", d]
+            good = run(cmd, d + ".log", a.timeout)
+            texts.append(greedy(d + ".log") if good else None)
+            counts.append(open(d + ".log", errors="replace").read().count("--- sample (greedy) ---") if good else 0)
+        ok &= report(counts[1] == 2 and texts[1] is not None, f"sample tp: -s {half} with --tp 2 over {a.ckpt_steps} steps: {counts[1]} greedy samples "
+                     f"(2 expected: one during the run, one at the end); the first one's text equals one GPU's: {texts[0] == texts[1]}")
+    return ok
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("bin")
@@ -86,6 +229,8 @@ def main():
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--precisions", default="fp32,bf16")
     p.add_argument("--timeout", type=int, default=120, help="seconds per run")
+    p.add_argument("--ckpt-layouts", default="", help="tp,cp: the checkpoint cases (module docstring) in these layouts")
+    p.add_argument("--ckpt-steps", type=int, default=8, help="steps of a checkpoint case's run (a checkpoint every half)")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     ok = True
@@ -107,7 +252,7 @@ def main():
             continue
         l1, w1 = ref[prec]
         tol, wtol = (FP32_TOL, FP32_W_TOL) if prec == "fp32" else (bf16_tol, BF16_W_TOL)
-        for mode in a.modes.split(","):
+        for mode in filter(None, a.modes.split(",")):
             d = os.path.join(a.out, f"two_{prec}_{mode}")
             if not run([a.bin, "--nproc", "2", *MODES[mode], *common, "--precision", prec, "-o", d, "--save", d + ".bin"], d + ".log", a.timeout):
                 ok = False
@@ -119,6 +264,8 @@ def main():
             ok &= good
             print(f"{'PASS' if good else 'FAIL'}: {prec} {mode} 2 GPUs vs 1: {len(l2)} steps, worst loss rel diff {el:.2e} "
                   f"(bound {tol:.0e}), weights rel diff {ew:.2e} (bound {wtol:.0e}); final loss {l2[-1]:.5f} vs {l1[-1]:.5f}")
+    if a.ckpt_layouts:
+        ok &= ckpt_cases(a, a.ckpt_layouts.split(","))
     print("tp_parity:", "all passed" if ok else "FAILED")
     return 0 if ok else 1
 
