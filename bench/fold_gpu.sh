@@ -52,6 +52,9 @@ if [ "$mode" = ab ]; then
     f="$W/t_$(basename $bin)_${envs//[^A-Za-z0-9]/_}.txt"
     env $envs timeout 300 $bin > "$f" 2>&1; echo "$envs $(basename $bin) exit $?: $(tail -1 "$f")" | tee -a "$W/tests.txt"
   done
+  if [ -n "${BENCHGEMM:-}" ]; then   # BENCHGEMM="128 10672": bench_gemm's table (the alternative layouts included)
+    timeout 150 ./build/bench_gemm $BENCHGEMM > "$OUT/gemm.txt" 2>&1; echo "bench_gemm exit $?"
+  fi
   for g in ${KGROUPS:-}; do BT_BENCH_ONLY=$g BT_BENCH_TORCH=0 timeout 120 ./build/bench_kernels 2>&1 | grep -E "^(cross_entropy|sum_rows|layernorm|ceilings)" >> "$W/kernels.txt"; done
   for r in $(seq 1 "$ROUNDS"); do
     for b in "$OLD" "$NEW"; do
@@ -62,7 +65,7 @@ if [ "$mode" = ab ]; then
   done | tee "$W/ab.txt"
   for v in ${VARIANTS:-}; do
     f="$W/run_var_${v//[^A-Za-z0-9]/_}.txt"
-    env $v timeout 200 $NEW $DEFAULT > "$f" 2>&1
+    env ${v//,/ } timeout 200 $NEW $DEFAULT > "$f" 2>&1   # a variant: VAR=v[,VAR2=w...]
     echo "variant $v $(basename $NEW): exit $? median tok/s (steps 4-8) $(tps "$f") | $(grep -E '^step +8' "$f" | cut -c1-120)"
   done | tee -a "$W/ab.txt"
   if [ "${PROF:-0}" = 1 ]; then
@@ -72,6 +75,7 @@ if [ "$mode" = ab ]; then
   fi
   echo "=== kernels"; cat "$W/kernels.txt" 2>/dev/null
   [ -f "$W/profile_new_b128.txt" ] && { echo "=== profile NEW B=128"; head -32 "$W/profile_new_b128.txt"; }
+  [ -f "$OUT/gemm.txt" ] && { echo "=== bench_gemm"; grep -E "^\| (alt|ref|plain|fwd fc|bwd dh|bwd fc dW1|bwd qkv dW|bwd fcproj dW|bwd attproj dW)" "$OUT/gemm.txt"; }
   echo "=== summary"; cat "$W/tests.txt" 2>/dev/null; grep -h "parity" "$W"/t_test_gpt2_gpu*.txt 2>/dev/null | head -8; cat "$W/ab.txt"
   cp "$W/tests.txt" "$W/ab.txt" "$OUT/" 2>/dev/null; cp "$W/kernels.txt" "$W/profile_new_b128.txt" "$OUT/" 2>/dev/null
   for f in "$W"/t_*.txt; do echo "== $f"; tail -60 "$f"; done > "$OUT/tests_full.txt" 2>/dev/null
