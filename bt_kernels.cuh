@@ -122,6 +122,12 @@ BTDEF void bt_k_cross_entropy(bt_dtype dt, float *losses, float *lse, const void
 BTDEF void bt_k_cross_entropy_backward(bt_dtype dt, void *glogits, const void *logits, const float *lse,
                                        const int32_t *targets, const float *gloss, int64_t N, int64_t V,
                                        int64_t Vp, int ignore_index, cudaStream_t s);
+/* Both in one pass, in place: losses (and lse, when not NULL) as bt_k_cross_entropy, then logits
+   overwritten by glogits as bt_k_cross_entropy_backward. Traffic: the V logits read once and the
+   Vp written once per row (the two kernels: V read, then V read and Vp written). */
+BTDEF void bt_k_cross_entropy_fused(bt_dtype dt, float *losses, float *lse, void *logits, const int32_t *targets,
+                                    const float *gloss, int64_t N, int64_t V, int64_t Vp, int ignore_index, int *bad,
+                                    cudaStream_t s);
 
 /* ---- 9. attention, causal or not (tiled, online softmax; no T x T scratch) ----
    out = softmax(q k^T * scale + mask) v, lse = the log-sum-exp of each row (saved for the
@@ -251,7 +257,9 @@ BTDEF void bt_k_inv_count_ne(float *out, const int32_t *x, int64_t n, int value,
    on a device is issued from one host thread at a time (the plan cache is not locked). */
 #define BT__K_WS_BYTES ((size_t)32 << 20)
 #define BT__K_MM_SLOTS 256                       /* matmul plan cache entries per device */
+#ifndef BT__K_MM_CANDIDATES
 #define BT__K_MM_CANDIDATES 6                    /* cuBLASLt algorithms timed per new shape */
+#endif
 #define BT__K_MAX_STACK 16                       /* pushed streams per device */
 #define BT__K_MAX_WS 16                          /* streams with a matmul workspace per device */
 
@@ -896,9 +904,92 @@ BTDEF void bt_k_reduce(bt_reduce_op op, bt_dtype dt, void *out, int32_t *argmax,
     if (!isMax) argmax = NULL;
     BT__K_DISPATCH4(dt, "bt_k_reduce", { bt__k_reduce_t<T, T>(isMax, (T *)out, argmax, (const T *)in, outer, r, inner, mean, 0, s); })
 }
+/* Column sums of a tall [rows, cols] matrix (a bias gradient: rows = tokens, cols = features),
+   the fast path: a block of 32 x 8 threads covers 32 16-byte column vectors (256 bf16 columns);
+   each thread adds the vectors of every 8th row of the block's row range (4 loads in flight),
+   the 8 row lanes merge through shared memory, and the block writes one fp32 partial row; a
+   second kernel adds the partials of each column in split order into acc. Reads the matrix once
+   (a warp reads 512 contiguous bytes of a row); partials: splits x cols fp32 (about 1 MB for
+   GPT-2's). No atomics: the same bits on every run. */
+template <typename T>
+__global__ void __launch_bounds__(256) bt__k_colsum_part(const T *in, int64_t rows, int64_t cols, int64_t per, float *part) {
+    const int VE = 16 / sizeof(T), U = 4;
+    __shared__ float sh[8][32][16 / sizeof(T) + 1];
+    int64_t cv = blockIdx.x * 32 + threadIdx.x, ncv = cols / VE;
+    int64_t r0 = blockIdx.y * per, r1 = r0 + per < rows ? r0 + per : rows;
+    float acc[VE];
+#pragma unroll
+    for (int e = 0; e < VE; e++) acc[e] = 0.f;
+    if (cv < ncv) {
+        const T *p = in + cv * VE;
+        int64_t r = r0 + threadIdx.y;
+        for (; r + 8 * (U - 1) < r1; r += 8 * U) {
+            T a[U][VE];
+#pragma unroll
+            for (int u = 0; u < U; u++) bt__k_ld16(a[u], p + (r + 8 * u) * cols);
+#pragma unroll
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int e = 0; e < VE; e++) acc[e] += bt__k_tof(a[u][e]);
+        }
+        for (; r < r1; r += 8) {
+            T a[VE];
+            bt__k_ld16(a, p + r * cols);
+#pragma unroll
+            for (int e = 0; e < VE; e++) acc[e] += bt__k_tof(a[e]);
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < VE; e++) sh[threadIdx.y][threadIdx.x][e] = acc[e];
+    __syncthreads();
+    if (threadIdx.y == 0 && cv < ncv) {
+#pragma unroll
+        for (int e = 0; e < VE; e++) {
+            float v = 0.f;
+#pragma unroll
+            for (int y = 0; y < 8; y++) v += sh[y][threadIdx.x][e];
+            part[blockIdx.y * cols + cv * VE + e] = v;
+        }
+    }
+}
+/* acc[j] += sum over k of part[k, j]: 32 columns a block, its 8 row lanes each add every 8th
+   partial (in order), then lane 0 adds the 8 lane sums (in order) */
+__global__ void __launch_bounds__(256) bt__k_colsum_final(const float *part, int64_t splits, int64_t cols, float *acc) {
+    __shared__ float sh[8][33];
+    int64_t j = blockIdx.x * 32 + threadIdx.x;
+    float v = 0.f;
+    if (j < cols)
+        for (int64_t k = threadIdx.y; k < splits; k += 8) v += part[k * cols + j];
+    sh[threadIdx.y][threadIdx.x] = v;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < cols) {
+        float t = 0.f;
+#pragma unroll
+        for (int y = 0; y < 8; y++) t += sh[y][threadIdx.x];
+        acc[j] += t;
+    }
+}
 BTDEF void bt_k_sum_rows_acc(bt_dtype dt, float *acc, const void *in, int64_t rows, int64_t cols, cudaStream_t s) {
     if (rows <= 0 || cols <= 0) return;
-    BT__K_DISPATCH3(dt, "bt_k_sum_rows_acc", { bt__k_reduce_t<T, float>(0, acc, NULL, (const T *)in, 1, rows, cols, 0, 1, s); })
+    BT__K_DISPATCH3(dt, "bt_k_sum_rows_acc", {
+        const int64_t VE = 16 / (int64_t)sizeof(T);
+        if (rows >= 64 && cols % VE == 0 && bt__k_aligned16(in)) {   /* tall, vector-wide rows: the fast path */
+            int64_t gx = (cols / VE + 31) / 32, splits = 8 * (int64_t)bt__k_cur()->sm_count / gx;
+            if (splits > rows / 32) splits = rows / 32;               /* at least 32 rows a block */
+            if (splits < 1) splits = 1;
+            if (splits > 65535) splits = 65535;
+            int64_t per = (rows + splits - 1) / splits;
+            splits = (rows + per - 1) / per;
+            float *part = (float *)bt__k_scratch((size_t)(splits * cols) * sizeof(float), s);
+            bt__k_colsum_part<T><<<dim3((unsigned)gx, (unsigned)splits), dim3(32, 8), 0, s>>>((const T *)in, rows, cols, per, part);
+            BT__K_LAUNCHED("bt_k_sum_rows_acc");
+            bt__k_colsum_final<<<(unsigned)((cols + 31) / 32), dim3(32, 8), 0, s>>>(part, splits, cols, acc);
+            BT__K_LAUNCHED("bt_k_sum_rows_acc");
+            bt_free(part);
+        } else {
+            bt__k_reduce_t<T, float>(0, acc, NULL, (const T *)in, 1, rows, cols, 0, 1, s);
+        }
+    })
 }
 
 /* sum of squares into one fp32: stage 1, each block sums x^2 (fp32, fp64 for f64) over a grid-
@@ -1761,6 +1852,110 @@ BTDEF void bt_k_cross_entropy_backward(bt_dtype dt, void *glogits, const void *l
                                                     ignore_index, vec);
     })
     BT__K_LAUNCHED("bt_k_cross_entropy_backward");
+}
+/* Fused forward + backward: a block of 512 threads per row stages the row's V logits in shared
+   memory as it reads them (the forward kernel's loop: 4 16-byte vectors in flight per thread, the
+   online max / sum of exp2; 8 vectors kept packed measured slower, 1.37 TB/s against 1.88), merges (max, sum) over the block, writes the loss and lse, then writes
+   the gradient (expf(x - lse), the backward kernel's form) from the staged copy over the row. Two
+   rows of GPT-2's bf16 vocabulary (100 KB each) fit an SM, so one block's reduction overlaps the
+   other's loads. Global traffic: V read + Vp written per row. Rows whose V logits exceed the
+   shared memory a block may have, or unaligned ones, take the two kernels. */
+#define BT__K_XF_THREADS 512
+template <typename T>
+__global__ void __launch_bounds__(BT__K_XF_THREADS) bt__k_xent_fused_kernel(float *losses, float *lse, T *logits, const int32_t *tg,
+                                                                          const float *gloss, int64_t N, int64_t V, int64_t Vp,
+                                                                          int ignore, int *bad) {
+    extern __shared__ uint4 bt__k_xf_row[];   /* the row's first nc vectors */
+    __shared__ float sh[64];
+    const int VE = 16 / sizeof(T), U = 4;
+    const int64_t nc = (V + VE - 1) / VE, nvec = Vp / VE;
+    const T *srow = reinterpret_cast<const T *>(bt__k_xf_row);
+    for (int64_t row = blockIdx.x; row < N; row += gridDim.x) {
+        T *xr = logits + row * Vp;
+        float m = -INFINITY, sm = 0.f;
+        for (int64_t c0 = threadIdx.x; c0 < nc; c0 += (int64_t)U * blockDim.x) {
+            float xv[U][VE];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                int64_t c = c0 + (int64_t)u * blockDim.x;
+                if (c < nc) {
+                    uint4 raw = __ldg(reinterpret_cast<const uint4 *>(xr + c * VE));
+                    bt__k_xf_row[c] = raw;
+                    T a[VE];
+                    memcpy(a, &raw, 16);
+#pragma unroll
+                    for (int e = 0; e < VE; e++) xv[u][e] = c * VE + e < V ? bt__k_tof(a[e]) : -INFINITY;
+                } else {
+#pragma unroll
+                    for (int e = 0; e < VE; e++) xv[u][e] = -INFINITY;
+                }
+            }
+            float cm = -INFINITY, part[U];
+#pragma unroll
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int e = 0; e < VE; e++) cm = fmaxf(cm, xv[u][e]);
+            if (cm > m) { sm *= expf(m - cm); m = cm; }
+            if (m == -INFINITY) continue;
+            float nm = -m * 1.4426950408889634f;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                part[u] = 0.f;
+#pragma unroll
+                for (int e = 0; e < VE; e++) part[u] += bt__k_ex2(fmaf(xv[u][e], 1.4426950408889634f, nm));
+            }
+            sm += (part[0] + part[1]) + (part[2] + part[3]);
+        }
+        bt__k_rms(m, sm, sh);   /* its barriers also publish the staged row */
+        float ls = m + logf(sm);
+        int32_t t = tg[row];
+        if (threadIdx.x == 0) {
+            float loss = 0.f;
+            if (t != ignore) {
+                if (t >= 0 && t < V) loss = ls - bt__k_tof(srow[t]);
+                else if (bad) *bad = 1;
+            }
+            losses[row] = loss;
+            if (lse) lse[row] = ls;
+        }
+        float gv = t == ignore ? 0.f : gloss[row];
+        for (int64_t c = threadIdx.x; c < nvec; c += blockDim.x) {
+            T a[VE];
+            if (c < nc) memcpy(a, &bt__k_xf_row[c], 16);
+#pragma unroll
+            for (int e = 0; e < VE; e++) {
+                int64_t j = c * VE + e;
+                a[e] = bt__k_from<T>(j < V ? gv * (expf(bt__k_tof(a[e]) - ls) - (j == t ? 1.f : 0.f)) : 0.f);
+            }
+            bt__k_st16(xr + c * VE, a);
+        }
+        __syncthreads();        /* the staged row is read before the next row overwrites it */
+    }
+}
+BTDEF void bt_k_cross_entropy_fused(bt_dtype dt, float *losses, float *lse, void *logits, const int32_t *targets,
+                                    const float *gloss, int64_t N, int64_t V, int64_t Vp, int ignore_index, int *bad,
+                                    cudaStream_t s) {
+    if (N <= 0) return;
+    if (V <= 0 || V > Vp) bt_error("bt_k_cross_entropy_fused: V = %lld, Vp = %lld (need 0 < V <= Vp)", (long long)V, (long long)Vp);
+    int done = 0, optin = 0;
+    BT__K_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, bt__k_device()), "bt_k_cross_entropy_fused");
+    BT__K_DISPATCH3(dt, "bt_k_cross_entropy_fused", {
+        const int64_t VE = 16 / (int64_t)sizeof(T);
+        size_t smem = (size_t)((V + VE - 1) / VE) * 16;
+        if (Vp % VE == 0 && bt__k_aligned16(logits) && smem + 512 <= (size_t)optin) {
+            BT__K_CUDA(cudaFuncSetAttribute(bt__k_xent_fused_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                       "bt_k_cross_entropy_fused");
+            unsigned nb = (unsigned)(N < 1048576 ? N : 1048576);
+            bt__k_xent_fused_kernel<T><<<nb, BT__K_XF_THREADS, smem, s>>>(losses, lse, (T *)logits, targets, gloss, N, V, Vp,
+                                                                          ignore_index, bad);
+            done = 1;
+        }
+    })
+    if (done) { BT__K_LAUNCHED("bt_k_cross_entropy_fused"); return; }
+    float *tmp = lse ? NULL : (float *)bt__k_scratch((size_t)N * sizeof(float), s);   /* the backward needs lse */
+    bt_k_cross_entropy(dt, losses, lse ? lse : tmp, logits, targets, N, V, Vp, ignore_index, bad, s);
+    bt_k_cross_entropy_backward(dt, logits, logits, lse ? lse : tmp, targets, gloss, N, V, Vp, ignore_index, s);
+    bt_free(tmp);
 }
 
 /* ---- 9. attention: tiled, online softmax (flash-style), strided, causal or not -----------------

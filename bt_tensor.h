@@ -2468,9 +2468,14 @@ static void bt__bias_grad_give(bt_node *n, int ib, bt_tensor *db, bt_tensor **gi
 #endif
 /* the weight gradient of y = x w^T (+ b) for input iw, dw = g2^T x2 ([out, in], the rows summed),
    and, when ib >= 0, the bias gradient for input ib: into the leaves' .grad where bt__grad_sink
-   allows (the GEMM accumulates with beta = 1), else returned in gin. On a GPU the bias gradient
-   rides the weight GEMM (cuBLASLt's BGRADB epilogue: the column sums of g2 as it streams past)
-   when cuBLASLt has an algorithm for it, which saves a pass over g2. */
+   allows (the GEMM accumulates with beta = 1), else returned in gin. The bias gradient is the
+   column sums of g2 (bt_k_sum_rows_acc's fast path into the fp32 .grad on a GPU). BT_FUSED_BGRAD=1
+   takes it from the weight GEMM instead (cuBLASLt's BGRADB epilogue, when it has an algorithm):
+   measured on an H100 at GPT-2's B=128 shapes, cuBLASLt runs that epilogue as a kernel of its own
+   reading g2 at about 2.1 TB/s, slower than the column-sum kernel (bench/RESULTS.md). */
+#ifdef BT_CUDA
+static int bt__fused_bgrad(void) { const char *e = getenv("BT_FUSED_BGRAD"); return e && e[0] == '1'; }
+#endif
 static void bt__linear_wgrad(bt_node *n, int iw, int ib, bt_tensor *g2, bt_tensor *x2, bt_tensor **gin) {
     int64_t rows = x2->shape[0], in_f = x2->shape[1], out_f = g2->shape[1];
     bt_device dev = bt_device_of(g2);
@@ -2481,7 +2486,7 @@ static void bt__linear_wgrad(bt_node *n, int iw, int ib, bt_tensor *g2, bt_tenso
         bt_tensor *gw = sink ? NULL : bt__new(bt_shape2(out_f, in_f), dt, dev);
         int fused = 0;
 #ifdef BT_CUDA
-        if (want_b && bt__is_gpu(g2) && bt__fused_on()) {
+        if (want_b && bt__is_gpu(g2) && bt__fused_on() && bt__fused_bgrad()) {
             bt_tensor *dst = sink ? sink : gw;
             bt_tensor *db = bt__new(bt_shape1(out_f), dst->dtype, dev);   /* cuBLASLt writes it in C's dtype */
             BT__ON_GPU(dev, stream)
@@ -2582,12 +2587,13 @@ BTDEF bt_tensor *bt_linear_add(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tens
    Fused (a GPU, fused epilogues on, cuBLASLt offering the algorithms): the first GEMM adds b1 and
    applies GELU in its epilogue, writing u = gelu(h) and the pre-activation h (kept for the
    backward); the second adds b2 and the residual r. The backward's dh = (g w2) * gelu'(h) comes
-   out of the GEMM g w2 (DGELU epilogue; BT_FUSED_DGELU=0: a separate kernel), db1 out of dw1's
-   GEMM and db2 out of dw2's (BGRADB: the column sums of dh and g as they stream past). Per call
-   that saves the GELU kernels (forward: read and write rows x hid; backward: read 2, write 1),
-   both bias-gradient passes and the residual add. (cuBLASLt's DGELU_BGRAD, dh and db1 in one
-   GEMM, ran at a fifth of the product's rate on an H100: slower than this.) Otherwise it is the
-   ops it names, recorded as such. */
+   out of the GEMM g w2 (DGELU epilogue; BT_FUSED_DGELU=0: a separate kernel); db1 and db2 are the
+   column sums of dh and g (bt__linear_wgrad). Per call that saves the GELU kernels (forward: read
+   and write rows x hid; backward: read 2, write 1) and the residual add. (cuBLASLt's DGELU_BGRAD, dh and db1 in one
+   GEMM, ran at a fifth of the product's rate on an H100: slower than this. For DGELU and
+   GELU_AUX_BIAS cuBLASLt 13.0 runs 531-550 TFLOP/s at GPT-2's B=128 shapes against 780 for the
+   plain product; the other operand layout (the weight stored transposed) measured no faster.)
+   Otherwise it is the ops it names, recorded as such. */
 #ifdef BT_CUDA
 static int bt__fused_dgelu(void) { const char *e = getenv("BT_FUSED_DGELU"); return !(e && e[0] == '0'); }
 #endif
@@ -3146,12 +3152,25 @@ BTDEF bt_tensor *bt_cross_entropy(bt_tensor *logits, bt_tensor *targets, int64_t
    (the gradient is linear in it). Same three GEMMs as unfused; what goes is the largest activation
    of a language model (1.6 GB of bf16 logits for GPT-2 at 16 x 1024 rows) and two of the
    cross-entropy's passes over it. */
-static size_t bt__lxent_chunk_bytes = (size_t)256 << 20;
+/* 1 GiB of logits a chunk (BT_XENT_CHUNK_MB=n: n MiB): GPT-2's bf16 head at 10,672 rows a chunk.
+   Measured on an H100 at 131,072 rows: the three GEMMs of a chunk ran at 707-775 TFLOP/s there
+   against 657-750 at 256 MiB (2,668 rows, where dx's output fills half the SMs' tiles and dw's
+   fp32 accumulator is re-read 4x as often); bench/RESULTS.md. */
+static size_t bt__lxent_chunk_bytes;
 BTDEF size_t bt_linear_cross_entropy_chunk(size_t bytes) {
+    if (!bt__lxent_chunk_bytes) {
+        const char *e = getenv("BT_XENT_CHUNK_MB");
+        long mb = e ? atol(e) : 0;
+        bt__lxent_chunk_bytes = (size_t)(mb > 0 ? mb : 1024) << 20;
+    }
     size_t old = bt__lxent_chunk_bytes;
     if (bytes) bt__lxent_chunk_bytes = bytes;
     return old;
 }
+#ifdef BT_CUDA
+/* BT_XENT_FUSED=0: the classifier's loss and logit gradient by the two kernels, not the fused one */
+static int bt__xent_fused_on(void) { const char *e = getenv("BT_XENT_FUSED"); return !(e && e[0] == '0'); }
+#endif
 /* y += a[0] x over n elements of dtype dt (a: one element of dt, on y's device) */
 static void bt__axpy_dev(bt_device dev, bt_dtype dt, void *y, const void *a, const void *x, int64_t n) {
     if (dev.type == BT_GPU) {
@@ -3193,7 +3212,7 @@ BTDEF bt_tensor *bt_linear_cross_entropy(bt_tensor *x, bt_tensor *w, bt_tensor *
     bt_tensor *xc = bt__contig(x), *wc = bt__contig(w), *tc = bt__contig(targets);
     const int32_t *tp = (const int32_t *)bt_data_ptr(tc);
     size_t es = bt_dtype_size(dt);
-    int64_t chunk = (int64_t)(bt__lxent_chunk_bytes / ((size_t)Vp * es));
+    int64_t chunk = (int64_t)(bt_linear_cross_entropy_chunk(0) / ((size_t)Vp * es));
     if (chunk < 1) chunk = 1;
     if (chunk > N) chunk = N;
     bt_tensor *inv = bt__new(bt_shape1(1), sdt, dev), *loss = bt__new(bt_shapev(0, NULL), sdt, dev);
@@ -3213,7 +3232,16 @@ BTDEF bt_tensor *bt_linear_cross_entropy(bt_tensor *x, bt_tensor *w, bt_tensor *
         int64_t n = N - r0 < chunk ? N - r0 : chunk, bad = 0;
         const char *xr = (const char *)bt_data_ptr(xc) + r0 * C * (int64_t)es;
         bt__gemm(dt, dev, bt_data_ptr(z), xr, bt_data_ptr(wc), NULL, n, Vp, C, 0, 1, 1, 0, 0, 0, 1.0, 0.0);
-        if (bt__xent_rows(dev, dt, bt_data_ptr(z), tp + r0, n, V, Vp, ignore_index, bt_data_ptr(losses), bt_data_ptr(lse), sdt, &bad)) {
+        int fused = 0;   /* the loss and the logit gradient in one pass over z (GPU) */
+#ifdef BT_CUDA
+        if (gl && dev.type == BT_GPU && bt__xent_fused_on()) {
+            BT__ON_GPU(dev, st) bt_k_cross_entropy_fused(dt, (float *)bt_data_ptr(losses), NULL, bt_data_ptr(z), tp + r0,
+                                                         (const float *)bt_data_ptr(gl), n, V, Vp, ignore_index, bt__bad(dev), st);
+            fused = 1;
+        }
+#endif
+        if (!fused &&
+            bt__xent_rows(dev, dt, bt_data_ptr(z), tp + r0, n, V, Vp, ignore_index, bt_data_ptr(losses), bt_data_ptr(lse), sdt, &bad)) {
             int64_t t = tp[r0 + bad];
             bt_release(xc); bt_release(wc); bt_release(tc); bt_release(inv); bt_release(loss); bt_release(z); bt_release(losses);
             bt_release(lse); bt_release(gl); bt_release(dx); bt_release(dw);
@@ -3222,7 +3250,7 @@ BTDEF bt_tensor *bt_linear_cross_entropy(bt_tensor *x, bt_tensor *w, bt_tensor *
         }
         bt__sum_into(dev, bt_data_ptr(loss), bt_data_ptr(losses), n, sdt);
         if (!gl) continue;
-        bt__xent_grad(dev, dt, bt_data_ptr(z), bt_data_ptr(z), bt_data_ptr(lse), tp + r0, bt_data_ptr(gl), sdt, n, V, Vp, ignore_index);
+        if (!fused) bt__xent_grad(dev, dt, bt_data_ptr(z), bt_data_ptr(z), bt_data_ptr(lse), tp + r0, bt_data_ptr(gl), sdt, n, V, Vp, ignore_index);
         if (dx)      /* dx[r0 : r0 + n] = dz w */
             bt__gemm(dt, dev, (char *)bt_data_ptr(dx) + r0 * C * (int64_t)es, bt_data_ptr(z), bt_data_ptr(wc), NULL, n, C, Vp, 0, 0, 1, 0, 0, 0, 1.0, 0.0);
         if (dw) {    /* dw (+)= dz^T x[r0 : r0 + n], in the stat dtype */

@@ -18,7 +18,7 @@
    The attention group also times bf16 on the sm_80 kernels (the wgmma path off) and a sweep over
    T = 512 .. 4096 (B 16, H 12, D 64 and 128, causal and not) next to PyTorch's default, flash and
    cuDNN SDPA backends (bench_attention_torch.py --sweep); its table is printed last.
-   BT_BENCH_ONLY=<layernorm|gelu|softmax|cross_entropy|attention|adamw|embedding|matmul> times one
+   BT_BENCH_ONLY=<layernorm|gelu|softmax|cross_entropy|colsum|attention|adamw|embedding|matmul> times one
    group only, BT_BENCH_ONLY=attention_sweep the attention sweep only, BT_BENCH_SWEEP=i,j,.. only
    those shapes of the sweep (indices into its list, from 0), BT_BENCH_TORCH=0 skips PyTorch (for
    a profiler run). */
@@ -257,7 +257,23 @@ int main(void) {
         report("cross_entropy", shp, ms, 2.0 * N * V + 8.0 * N, 0);
         BENCH(ms, bt_k_cross_entropy_backward(BT_BF16, gl, lg, lse, tg, gloss, N, V, Vp, -100, S));
         report("cross_entropy_backward", shp, ms, 2.0 * N * V + 2.0 * n, 0);
+        BENCH(ms, bt_k_cross_entropy_fused(BT_BF16, loss, lse, gl, tg, gloss, N, V, Vp, -100, NULL, S));
+        report("cross_entropy_fused (in place)", shp, ms, 2.0 * N * V + 2.0 * n + 8.0 * N, 0);
         bt_free(lg); bt_free(gl); bt_free(tg); bt_free(loss); bt_free(lse); bt_free(gloss);
+    }
+    /* ---- column sums into fp32 (the bias gradients of a B=128 micro-step: [131072, 768 | 3072]) ---- */
+    if (want("colsum")) {
+        const int64_t R = 131072, cs[3] = {768, 2304, 3072};
+        nc = 1;
+        for (int i = 0; i < 3; i++) {
+            void *x = randn(BT_BF16, R * cs[i], 75 + i, 1);
+            float *acc = (float *)dev((size_t)cs[i] * 4);
+            CK(cudaMemsetAsync(acc, 0, (size_t)cs[i] * 4, S));
+            snprintf(shp, sizeof shp, "[%lld, %lld] bf16 -> f32", (long long)R, (long long)cs[i]);
+            BENCH(ms, bt_k_sum_rows_acc(BT_BF16, acc, x, R, cs[i], S));
+            report("sum_rows_acc (column sums)", shp, ms, 2.0 * R * cs[i] + 8.0 * cs[i], 0);
+            bt_free(x); bt_free(acc);
+        }
     }
     /* ---- attention at the GPT-2 step shape (B 16), q, k, v views of one [B, T, 3, H, D] buffer,
        out [B, T, H, D], gradients into a [B, T, 3, H, D] buffer: the strides the model uses.

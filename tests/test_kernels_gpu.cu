@@ -468,6 +468,33 @@ static void test_reduce(void) {
         }
 }
 
+/* acc[j] += column sums of [rows, cols]: the fast path (tall, 16-byte rows; splits of the rows,
+   ragged ones included) and the general one (cols not a vector multiple, few rows) */
+static void test_sum_rows_acc(void) {
+    NEED_GPU();
+    int64_t cases[][2] = {{1000, 776}, {131, 3072}, {5003, 24}, {64, 8}, {70, 13}, {40, 768}, {20000, 40}};
+    if (g_quick) cases[6][0] = 2000;
+    bt_dtype dts[] = {BT_F32, BT_BF16, BT_F16};
+    char what[96];
+    for (int c = 0; c < 7; c++)
+        for (int k = 0; k < 3; k++) {
+            bt_dtype dt = dts[k];
+            int64_t R = cases[c][0], C = cases[c][1], n = R * C;
+            seed(450 + c * 8 + k);
+            double *x = rvec(n, -2, 2), *a0 = rvec(C, -1, 1), *ref = zvec(C);
+            void *dx = up(dt, x, n), *da = up(BT_F32, a0, C);
+            for (int64_t j = 0; j < C; j++) {
+                double s = a0[j];
+                for (int64_t i = 0; i < R; i++) s += x[i * C + j];
+                ref[j] = s;
+            }
+            bt_k_sum_rows_acc(dt, (float *)da, dx, R, C, st());
+            snprintf(what, sizeof what, "reduce sum_rows_acc [%lld,%lld] %s", (long long)R, (long long)C, tname(dt));
+            expect(what, BT_F32, da, ref, C, 1e-5);
+            free(x); free(a0); free(ref); dfree(dx); dfree(da);
+        }
+}
+
 static void test_sumsq(void) {
     NEED_GPU();
     int64_t ns[] = {g_quick ? 100003 : 1000003, 5};
@@ -663,12 +690,13 @@ static void test_embedding(void) {
 
 static void test_cross_entropy(void) {
     NEED_GPU();
-    /* (V, Vp): vector loads, element loads, and GPT-2's padded vocabulary */
-    int64_t N = 37, Vs[] = {1000, 1000, 50257}, Vps[] = {1024, 1003, 50304};
+    /* (V, Vp): vector loads, element loads, GPT-2's padded vocabulary, and rows past the shared
+       memory of the fused kernel in f32 (its fallback to the two kernels; bf16 still fits) */
+    int64_t N = 37, Vs[] = {1000, 1000, 50257, 70001}, Vps[] = {1024, 1003, 50304, 70008};
     int ign = -100;
     bt_dtype dts[] = {BT_F32, BT_BF16, BT_F16};
     char what[96];
-    for (int c = 0; c < 3; c++)
+    for (int c = 0; c < 4; c++)
         for (int k = 0; k < 3; k++) {
             bt_dtype dt = dts[k];
             int64_t V = Vs[c], Vp = Vps[c], n = N * Vp;
@@ -702,11 +730,31 @@ static void test_cross_entropy(void) {
             bt_k_cross_entropy_backward(dt, gx, dx, lse, dt_, (const float *)dgl, N, V, Vp, ign, st());
             snprintf(what, sizeof what, "cross_entropy_bwd V=%lld Vp=%lld %s", (long long)V, (long long)Vp, tname(dt));
             expect(what, dt, gx, rg, n, tol_of(dt));
+            /* the fused pass, in place over a copy of the logits, with and without lse */
+            for (int wl = 0; wl < 2; wl++) {
+                poison(gx, (size_t)n * tsz(dt)); poison(loss, (size_t)N * 4); poison(lse, (size_t)N * 4);
+                CK(cudaMemcpyAsync(gx, dx, (size_t)n * tsz(dt), cudaMemcpyDeviceToDevice, st()));
+                bt_k_cross_entropy_fused(dt, loss, wl ? lse : NULL, gx, dt_, (const float *)dgl, N, V, Vp, ign, bad, st());
+                snprintf(what, sizeof what, "cross_entropy_fused loss V=%lld Vp=%lld %s%s", (long long)V, (long long)Vp, tname(dt),
+                         wl ? "" : " no lse");
+                expect(what, BT_F32, loss, rl, N, 1e-5);
+                if (wl) {
+                    snprintf(what, sizeof what, "cross_entropy_fused lse V=%lld Vp=%lld %s", (long long)V, (long long)Vp, tname(dt));
+                    expect(what, BT_F32, lse, rlse, N, 1e-5);
+                }
+                snprintf(what, sizeof what, "cross_entropy_fused grad V=%lld Vp=%lld %s%s", (long long)V, (long long)Vp, tname(dt),
+                         wl ? "" : " no lse");
+                expect(what, dt, gx, rg, n, tol_of(dt));
+                BT_CHECK(dget_int(bad) == 0, "%s: *bad set on valid targets", what);
+            }
             /* out-of-range targets set *bad */
             t[4] = (int32_t)V; t[6] = -5;
             CK(cudaMemcpy(dt_, t, (size_t)N * 4, cudaMemcpyHostToDevice));
             bt_k_cross_entropy(dt, loss, lse, dx, dt_, N, V, Vp, ign, bad, st());
             BT_CHECK(dget_int(bad) == 1, "cross_entropy: *bad not set for targets %d and %d", (int)V, -5);
+            CK(cudaMemsetAsync(bad, 0, 4, st()));
+            bt_k_cross_entropy_fused(dt, loss, lse, dx, dt_, (const float *)dgl, N, V, Vp, ign, bad, st());
+            BT_CHECK(dget_int(bad) == 1, "cross_entropy_fused: *bad not set for targets %d and %d", (int)V, -5);
             free(x); free(gl); free(t); free(rl); free(rlse); free(rg);
             dfree(dx); dfree(dgl); dfree(gx); dfree(dt_); dfree(loss); dfree(lse); dfree(bad);
         }
@@ -1319,6 +1367,7 @@ int main(void) {
     RUN(test_unary);
     RUN(test_binary);
     RUN(test_reduce);
+    RUN(test_sum_rows_acc);
     RUN(test_sumsq);
     RUN(test_softmax);
     RUN(test_layernorm);

@@ -460,6 +460,99 @@ static void test_cross_gpu(void) {
     bt_scope_end();
 }
 
+/* =============================================================================================
+   (6) the training paths that the op table's small cases do not reach
+   ============================================================================================= */
+/* A bias gradient added into an existing fp32 .grad (the training step's gradient sink; the
+   column-sum kernel's fast path: rows >= 64, 16-byte rows) and the weight gradient beside it,
+   bf16 compute through casts of fp32 leaves: a first micro-batch makes the .grad (in bf16, then
+   cast: not the path under test), zeroed; two more add into it, b.grad = 2 colsum(g), w.grad =
+   2 g^T x in fp32, against f64 loops over the same rounded inputs. Also with BT_FUSED_BGRAD=1
+   (the bias gradient from cuBLASLt's BGRADB epilogue). */
+static void test_bias_grad_sink(void) {
+    NEED_GPUS(1);
+    set_device(0);
+    bt_device g0 = bt_cuda_device(0);
+    const int64_t R = 130, I = 24, O = 40;
+    for (int mode = 0; mode < 2; mode++) {
+        setenv("BT_FUSED_BGRAD", mode ? "1" : "0", 1);
+        bt_scope_begin();
+        bt_tensor *w = bt_keep(drawn(bt_shape2(O, I), BT_F32, g0, 2501)), *b = bt_keep(drawn(bt_shape1(O), BT_F32, g0, 2502));
+        bt_set_requires_grad(w, 1); bt_set_requires_grad(b, 1);
+        bt_tensor *x = drawn(bt_shape2(R, I), BT_BF16, g0, 2503), *g = drawn(bt_shape2(R, O), BT_BF16, g0, 2504);
+        for (int it = 0; it < 3; it++) {
+            bt_scope_begin();
+            bt_backward_with(bt_linear(x, bt_cast(w, BT_BF16), bt_cast(b, BT_BF16)), g);
+            bt_scope_end();
+            if (it == 0) { bt_tensor *ps[2] = {w, b}; bt_zero_grad(ps, 2); }
+        }
+        double *hx = host(x), *hg = host(g), *rw = (double *)calloc((size_t)(O * I), sizeof(double)), *rb = (double *)calloc((size_t)O, sizeof(double));
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t o = 0; o < O; o++) {
+                rb[o] += 2 * hg[r * O + o];
+                for (int64_t i = 0; i < I; i++) rw[o * I + i] += 2 * hg[r * O + o] * hx[r * I + i];
+            }
+        BT_CHECK(w->grad && b->grad && w->grad->dtype == BT_F32 && b->grad->dtype == BT_F32, "no fp32 .grad on the leaves");
+        if (w->grad && b->grad) {
+            double *gw = host(w->grad), *gb = host(b->grad);
+            double ew = bt_test_relerr(gw, rw, O * I), eb = bt_test_relerr(gb, rb, O);
+            BT_CHECK(ew < 1e-5 && eb < 1e-5, "BT_FUSED_BGRAD=%d: w.grad rel err %.3g, b.grad rel err %.3g (tol 1e-5)", mode, ew, eb);
+            if (getenv("BT_TEST_VERBOSE")) printf("info: bias grad sink BT_FUSED_BGRAD=%d: w %.3g b %.3g\n", mode, ew, eb);
+            free(gw); free(gb);
+        }
+        free(hx); free(hg); free(rw); free(rb);
+        bt_release(w); bt_release(b);
+        bt_scope_end();
+    }
+    unsetenv("BT_FUSED_BGRAD");
+}
+/* The classifier, bt_linear_cross_entropy, on cuda:0 in f32 and bf16 with chunks of 11 rows (77
+   rows: 7 chunks) and ignored targets, the fused loss + gradient kernel and (BT_XENT_FUSED=0) the
+   two kernels, against the same op on the CPU in f64 from the same rounded inputs: the loss and
+   the gradients of x and w. */
+static void test_linear_xent(void) {
+    NEED_GPUS(1);
+    set_device(0);
+    const int64_t N = 77, C = 32, V = 1000, Vp = 1008;
+    const bt_dtype dts[2] = {BT_F32, BT_BF16};
+    size_t old = bt_linear_cross_entropy_chunk((size_t)(11 * Vp) * 4);
+    for (int k = 0; k < 2; k++)
+        for (int fused = 0; fused < 2; fused++) {
+            setenv("BT_XENT_FUSED", fused ? "1" : "0", 1);
+            bt_linear_cross_entropy_chunk((size_t)(11 * Vp) * bt_dtype_size(dts[k]));
+            bt_scope_begin();
+            int32_t tg[N];
+            for (int64_t i = 0; i < N; i++) tg[i] = (int32_t)((i * 7919 + 13) % V);
+            tg[5] = -100; tg[40] = -100;
+            bt_tensor *res[2][3];
+            const bt_device devs[2] = {bt_cuda_device(0), CPU};
+            for (int r = 0; r < 2; r++) {
+                bt_dtype dt = r ? BT_F64 : dts[k];
+                bt_tensor *x = bt_to(bt_cast(bt_cast(bt_randn(bt_shape2(N, C), BT_F32, CPU, 2601), dts[k]), dt), devs[r]);
+                bt_tensor *w = bt_to(bt_cast(bt_cast(bt_scale(bt_randn(bt_shape2(Vp, C), BT_F32, CPU, 2602), 0.5), dts[k]), dt), devs[r]);
+                bt_set_requires_grad(x, 1); bt_set_requires_grad(w, 1);
+                bt_tensor *t = bt_to(bt_from_data(tg, bt_shape1(N), BT_I32, CPU), devs[r]);
+                bt_tensor *loss = bt_linear_cross_entropy(x, w, t, V, -100);
+                bt_backward(loss);
+                res[r][0] = loss; res[r][1] = x->grad; res[r][2] = w->grad;
+            }
+            const char *nm[3] = {"loss", "dx", "dw"};
+            const int64_t cnt[3] = {1, N * C, Vp * C};
+            double tol = dts[k] == BT_F32 ? 1e-4 : 2e-2;
+            for (int j = 0; j < 3; j++) {
+                BT_CHECK(res[0][j] && res[1][j], "linear_cross_entropy %s: no %s", bt_dtype_name(dts[k]), nm[j]);
+                if (!res[0][j] || !res[1][j]) continue;
+                double *got = host(res[0][j]), *want = host(res[1][j]), e = bt_test_relerr(got, want, cnt[j]);
+                BT_CHECK(e < tol, "linear_cross_entropy %s BT_XENT_FUSED=%d %s: rel err %.3g > %.3g", bt_dtype_name(dts[k]), fused, nm[j], e, tol);
+                if (getenv("BT_TEST_VERBOSE")) printf("info: linear_cross_entropy %s fused %d %s rel err %.3g\n", bt_dtype_name(dts[k]), fused, nm[j], e);
+                free(got); free(want);
+            }
+            bt_scope_end();
+        }
+    unsetenv("BT_XENT_FUSED");
+    bt_linear_cross_entropy_chunk(old);
+}
+
 int main(void) {
     const char *q = getenv("BT_TEST_QUICK");
     g_quick = q && *q && *q != '0';
@@ -473,6 +566,8 @@ int main(void) {
     BT_RUN(test_to_host_async);
     BT_RUN(test_hook_event);
     BT_RUN(test_cross_gpu);
+    BT_RUN(test_bias_grad_sink);
+    BT_RUN(test_linear_xent);
     free_refs();
     return bt_test_summary("test_ops_gpu");
 }
