@@ -444,6 +444,12 @@ BTDEF int bt_get_deterministic(void);
    environment; off gives the separate kernels (to compare or bisect). BT_FUSED_DGELU=0 keeps the
    rest but computes the GELU gradient with its own kernel. Returns the previous setting. */
 BTDEF int bt_set_fused_epilogues(int on);
+/* Activation recomputation (a saved-tensor policy: less memory for a little more work): with
+   BT_RECOMPUTE_GELU the fused bt_mlp_gelu keeps the pre-activation h for its backward but not
+   gelu(h), which its backward remakes with one elementwise kernel and frees after use (GPU path;
+   the unfused ops save what they always did). Returns the previous flags. */
+#define BT_RECOMPUTE_GELU 1
+BTDEF int bt_set_recompute(int flags);
 
 /* ---- ops (differentiable unless noted) ---- */
 /* elementwise, one function per line of BT_UNARY_OPS: bt_neg, bt_exp, bt_log, bt_sqrt, bt_rsqrt,
@@ -614,7 +620,8 @@ static struct {
     bt_tensor **scope_items; int scope_n, scope_cap;   /* registered tensors, stack */
     int *scope_marks; int scope_depth, scope_marks_cap;
     int fused_epi;                /* -1: not read from BT_FUSED_EPILOGUES yet */
-} bt__g = { 1, BT_MATMUL_FP32, 0, 0, NULL, NULL, NULL, NULL, 0, 0, NULL, 0, 0, -1 };
+    int recompute;                /* BT_RECOMPUTE_* flags */
+} bt__g = { 1, BT_MATMUL_FP32, 0, 0, NULL, NULL, NULL, NULL, 0, 0, NULL, 0, 0, -1, 0 };
 
 static void *bt__xmalloc(size_t n, const char *what) {
     void *p = malloc(n ? n : 1);
@@ -636,6 +643,7 @@ static int bt__fused_on(void) {
     return bt__g.fused_epi;
 }
 BTDEF int bt_set_fused_epilogues(int on) { int old = bt__fused_on(); bt__g.fused_epi = on != 0; return old; }
+BTDEF int bt_set_recompute(int flags) { int old = bt__g.recompute; bt__g.recompute = flags; return old; }
 BTDEF void bt_set_deterministic(int on) {
     bt__g.deterministic = on != 0;
 #ifdef BT_CUDA
@@ -2684,14 +2692,24 @@ BTDEF bt_tensor *bt_linear_add(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tens
 #ifdef BT_CUDA
 static int bt__fused_dgelu(void) { const char *e = getenv("BT_FUSED_DGELU"); return !(e && e[0] == '0'); }
 #endif
+/* the MLP's saved gelu(h), or (BT_RECOMPUTE_GELU: not saved) gelu(h) remade: +1 either way */
+static bt_tensor *bt__mlp_saved_u(bt_node *n, bt_tensor *h) {
+    if (n->n_saved > 4) return bt_retain(n->saved[4]);
+    bt_tensor *u = bt__new(bt_shape_of(h), h->dtype, bt_device_of(h));
+#ifdef BT_CUDA
+    BT__ON_GPU(bt_device_of(h), stream) bt_k_unary(BT_UOP_GELU, h->dtype, bt_data_ptr(u), bt_data_ptr(h), bt_numel(h), stream);
+#endif
+    return u;
+}
 static void bt__mlp_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
-    bt_tensor *x2 = n->saved[0], *w1 = n->saved[1], *h = n->saved[2], *u = n->saved[3], *w2 = n->saved[4];
+    bt_tensor *x2 = n->saved[0], *w1 = n->saved[1], *h = n->saved[2], *w2 = n->saved[3], *u = bt__mlp_saved_u(n, h);
     int64_t rows = x2->shape[0], in_f = w1->shape[1], hid = w1->shape[0], out_f = w2->shape[0];
     bt_dtype dt = g->dtype;
     bt_device dev = bt_device_of(g);
     (void)h;                                                         /* read by the GPU's epilogue only */
     bt_tensor *gc = bt__contig(g), *g2 = bt__view_dense(gc, bt_shape2(rows, out_f));
     bt__linear_wgrad(n, 3, 4, g2, u, gin);                          /* dw2 = g^T u, db2 */
+    bt_release(u);                                                  /* a remade u goes at once */
     if (bt__wants(n, 0) || bt__wants(n, 1) || bt__wants(n, 2)) {
         bt_tensor *dh = bt__new(bt_shape2(rows, hid), dt, dev);
 #ifdef BT_CUDA
@@ -2744,7 +2762,10 @@ static bt_tensor *bt__mlp_fused(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_t
         bt_release(rc);
         bt_tensor *in[6] = {x, w1, b1, w2, b2, r};
         bt_node *n = bt__record("mlp_gelu", bt__mlp_back, y, in, r ? 6 : 5);
-        if (n) { bt__save(n, x2); bt__save(n, w1c); bt__save(n, h); bt__save(n, u); bt__save(n, w2c); }
+        if (n) {   /* saved[4], gelu(h), only when the backward is not to remake it (bt__mlp_saved_u) */
+            bt__save(n, x2); bt__save(n, w1c); bt__save(n, h); bt__save(n, w2c);
+            if (!(bt__g.recompute & BT_RECOMPUTE_GELU)) bt__save(n, u);
+        }
     }
     bt_release(h); bt_release(u); bt_release(x2);
     bt_release(xc); bt_release(w1c); bt_release(b1c); bt_release(w2c); bt_release(b2c);

@@ -613,6 +613,7 @@ typedef struct {
     int tp, cp, sp, async_tp; /* tensor / context parallelism (section 8): group sizes, sequence parallel, overlap */
     const char *cp_comm;      /* ring | allgather | alltoall: how context parallelism moves K/V (NULL: ring) */
     int cuda_graph;           /* --cuda-graph: 1 on, 0 off, -1 (default) on where it is supported (resolve_graph) */
+    int recompute;            /* --recompute: BT_RECOMPUTE_* flags, -1 (default) chosen by memory (choose_recompute) */
     int given_i, given_j, given_t, given_tok;   /* flags the user gave: defaults are explained, not blamed */
 } train_opts;
 
@@ -625,7 +626,7 @@ static void default_opts(train_opts *o) {
     o->lr = -1; o->final_lr_frac = 0.1; o->weight_decay = 0.1; o->clip = 1.0; o->temp = 1.0;
     o->seed = 1337; o->precision = NULL; o->device = "auto";
     o->nproc = 1; o->dp = "ddp"; o->bucket_mb = 25; o->comm_dtype = "fp32"; o->nccl_timeout = 600;
-    o->ckpt_keep = 3; o->tp = 1; o->cp = 1; o->cuda_graph = -1;
+    o->ckpt_keep = 3; o->tp = 1; o->cp = 1; o->cuda_graph = -1; o->recompute = -1;
 }
 
 static void usage(FILE *f) {
@@ -680,6 +681,8 @@ static void usage(FILE *f) {
         "  --cp-comm ring|allgather|alltoall   how --cp moves keys and values (default ring)\n"
         "  --cuda-graph on|off   capture each micro-batch's forward + backward in a CUDA graph, replayed\n"
         "            (default on with one GPU; off with several processes, --tp, --cp, --mlir; the CPU ignores it)\n"
+        "  --recompute none|gelu   activations remade in the backward instead of kept: gelu(h) of the MLP\n"
+        "            (default: none when -b fits without, else gelu; none with the measured -b)\n"
         "  -h        this help\n");
 }
 
@@ -758,6 +761,10 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
             bt_cp_kv kv;
             o->cp_comm = v;
             if (bt_cp_kv_parse(v, &kv)) { snprintf(err, errlen, "--cp-comm must be ring, allgather or alltoall, got '%s'", v); return -1; }
+        }
+        else if (!strcmp(a, "--recompute")) {
+            if (strcmp(v, "none") && strcmp(v, "gelu")) { snprintf(err, errlen, "--recompute must be none or gelu, got '%s'", v); return -1; }
+            o->recompute = !strcmp(v, "gelu") ? BT_RECOMPUTE_GELU : 0;
         }
         else if (!strcmp(a, "--cuda-graph")) {
             if (strcmp(v, "on") && strcmp(v, "off")) { snprintf(err, errlen, "--cuda-graph must be on or off, got '%s'", v); return -1; }
@@ -1266,16 +1273,43 @@ static size_t probe_peak(gpt2 *m, int B, int T, bt_dtype dt) {
 }
 #endif
 
-/* The largest power-of-two micro-batch that fits: activations grow linearly in B, so two
-   probes (B = 1, 2) give the fixed part and the part per sequence; keep 10% of the device free
-   for fragmentation and the libraries' own buffers. */
+/* Memory of a micro-step at B: activations grow linearly in B, so two probes (B = 1, 2) give the
+   fixed part and the part per sequence (with the recomputation set now). The budget keeps 10% of
+   the device free for fragmentation and the libraries' own buffers. */
+typedef struct { size_t fixed, per; double budget; } mem_model;
+static mem_model probe_memory(gpt2 *m, int T, bt_dtype dt) {
+    mem_model mm = {0, 1, 0};
+#ifdef BT_CUDA
+    size_t p1 = probe_peak(m, 1, T, dt), p2 = probe_peak(m, 2, T, dt), free_b = 0, total_b = 0;
+    mm.per = p2 > p1 ? p2 - p1 : 1; mm.fixed = p1 > mm.per ? p1 - mm.per : 0;
+    bt_device_memory(m->device, &free_b, &total_b);
+    mm.budget = 0.9 * (double)(free_b + bt_alloc_stats(m->device).reserved);
+#else
+    (void)m; (void)T; (void)dt;
+#endif
+    return mm;
+}
+static int mem_fits(mem_model mm, int B) { return mm.fixed + (double)mm.per * B <= mm.budget; }
+
+/* --recompute by default: none (the fastest) when micro-batch B fits without it, else gelu */
+static int choose_recompute(gpt2 *m, int B, int T, bt_dtype dt) {
+    mem_model none = probe_memory(m, T, dt);
+    if (mem_fits(none, B)) { printf("recompute: none (B %d fits: %.0f of %.0f MiB)\n", B, (none.fixed + (double)none.per * B) / 1048576.0, none.budget / 1048576.0); return 0; }
+    int old = bt_set_recompute(BT_RECOMPUTE_GELU);
+    mem_model gelu = probe_memory(m, T, dt);
+    bt_set_recompute(old);
+    printf("recompute: gelu (B %d needs %.0f MiB without, %.0f with; %.0f usable)\n", B, (none.fixed + (double)none.per * B) / 1048576.0,
+           (gelu.fixed + (double)gelu.per * B) / 1048576.0, gelu.budget / 1048576.0);
+    return BT_RECOMPUTE_GELU;
+}
+
+/* The largest power-of-two micro-batch that fits (probe_memory). */
 static int auto_micro_batch(gpt2 *m, int T, int total_batch, bt_dtype dt) {
     int best = 1;
 #ifdef BT_CUDA
-    size_t p1 = probe_peak(m, 1, T, dt), p2 = probe_peak(m, 2, T, dt), free_b = 0, total_b = 0;
-    size_t per = p2 > p1 ? p2 - p1 : 1, fixed = p1 > per ? p1 - per : 0;
-    bt_device_memory(m->device, &free_b, &total_b);
-    double budget = 0.9 * (double)(free_b + bt_alloc_stats(m->device).reserved);
+    mem_model mm = probe_memory(m, T, dt);
+    size_t per = mm.per, fixed = mm.fixed;
+    double budget = mm.budget;
     while ((int64_t)best * 2 * T <= total_batch && total_batch % ((int64_t)best * 2 * T) == 0 && fixed + (double)per * best * 2 <= budget) best *= 2;
     printf("auto micro-batch: %.0f MiB per sequence of %d tokens, %.0f MiB fixed, %.0f MiB usable -> B = %d\n",
            per / 1048576.0, T, fixed / 1048576.0, budget / 1048576.0, best);
@@ -2412,6 +2446,8 @@ static int train_main(train_opts *o) {
         if (gpt2_load_weights(&tr.model, model, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
     } else gpt2_init(&tr.model, o->seed);
     bt_adamw_init(&tr.opt, tr.model.params, tr.model.n_params, 0.9f, 0.95f, 1e-8f, (float)o->weight_decay, (float)o->clip);
+    if (o->recompute >= 0) bt_set_recompute(o->recompute);   /* before the probes: auto B counts with it */
+    int auto_b = o->B < 0;
     if (o->B < 0) {                                  /* the GPU default: the largest that fits */
         if (o->total_batch < 0) o->total_batch = 524288;
         o->B = auto_micro_batch(&tr.model, o->T, o->total_batch / world, tr.dt);
@@ -2423,8 +2459,11 @@ static int train_main(train_opts *o) {
             bt_scope_end();
         }
         if (resolve_opts(o, on_gpu, &cfg, err, sizeof err)) { usage(stderr); fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
-        tr.o = *o;
     }
+    /* --recompute by default: none with the measured B (it fits by construction) or several processes */
+    if (o->recompute < 0) o->recompute = on_gpu && !auto_b && world == 1 ? choose_recompute(&tr.model, o->B, o->T, tr.dt) : 0;
+    bt_set_recompute(o->recompute);
+    tr.o = *o;
     int dworld = par_data_world(&tr);   /* the data-parallel ranks: world / (tp cp) */
     if (o->total_batch % ((int64_t)o->B * o->T * dworld)) {
         fprintf(stderr, "error: -d %d is not a multiple of B*T*%s = %d*%d*%d\n", o->total_batch, tr.par ? "data-parallel ranks" : "processes", o->B, o->T, dworld);
@@ -2466,8 +2505,8 @@ static int train_main(train_opts *o) {
     double peak = on_gpu ? peak_flops(bt_device_name(dev), o->precision) : 0;   /* 0: MFU not shown */
     printf("model %s: L %d H %d C %d maxT %d V %d (padded %d), %.2fM parameters on %s\n", tr.src.file || tr.src.resume ? tr.src.path : model, cfg.L, cfg.H, cfg.C,
            cfg.maxT, cfg.V, cfg.Vp, tr.model.num_params / 1e6, on_gpu ? bt_device_name(dev) : "cpu");
-    printf("B %d T %d, total batch %d tokens (%d micro-batches), %d steps, lr %.2e warmup %d, precision %s\n",
-           o->B, o->T, o->total_batch, accum, o->steps, o->lr, o->warmup, o->precision);
+    printf("B %d T %d, total batch %d tokens (%d micro-batches), %d steps, lr %.2e warmup %d, precision %s%s\n",
+           o->B, o->T, o->total_batch, accum, o->steps, o->lr, o->warmup, o->precision, o->recompute ? ", recompute gelu" : "");
     if (on_gpu) printf("cuda graph: %s\n", o->cuda_graph ? "on (the micro-step is captured after one eager micro-step, then replayed)" : "off");
     if (dist && dworld > 1) printf("data parallel: %d processes (%s), %s, buckets of %d MB, gradients on the wire in %s\n", dworld,
                      bt_launcher_name(dist->env.launcher), o->dp, o->bucket_mb, o->comm_dtype);

@@ -9,8 +9,11 @@
 #      last checkpoint against an eager (--cuda-graph off) run's
 #   3. tok/s and host ms per step (the host's time until the loss read), graph against eager, GPT-2
 #      124M bf16, T=1024, 0.5M tokens per step, at B = 4, 16 and the default (measured) micro-batch:
-#      the median over the steps after the first two
-# Env: OUT (logs, default /tmp/bt_out), CKPT_DIR (default /tmp/bt_ckpt_graph), STEPS (8), SKIP="tests resume time".
+#      the median over the steps after the first two; and a host-bound case (T=128, B=4)
+#   4. --recompute none vs gelu (activation recomputation): tok/s and peak reserved memory of GPT-2
+#      124M bf16, T=1024, at B = 16, 32, 64; the default's choice at a B that fits only with gelu
+# Env: OUT (logs, default /tmp/bt_out), CKPT_DIR (default /tmp/bt_ckpt_graph), STEPS (8),
+# SKIP="tests resume time host recompute".
 # Binaries: build/ (carried; nothing is built here). Data: data/ or .carry/data.
 set -uo pipefail
 OUT=${OUT:-/tmp/bt_out}; C=${CKPT_DIR:-/tmp/bt_ckpt_graph}; STEPS=${STEPS:-8}; SKIP=${SKIP:-}
@@ -26,7 +29,8 @@ check() { python3 tests/resume_check.py "$@" 2>&1 | tail -1; }
 
 # ---- 1. tests ----
 if [[ " $SKIP " != *" tests "* ]]; then
-  for t in test_graph_gpu test_gpt2_gpu; do
+  for t in test_graph_gpu test_recompute_gpu test_gpt2_gpu; do
+    [ -x ./build/tests/$t ] || continue
     timeout 240 ./build/tests/$t > "$OUT/$t.txt" 2>&1; rc=$?
     grep -E "^(FAILED|  FAIL|  SKIP)|differ|captures|parity" "$OUT/$t.txt" | head -20
     row "$t (rc $rc)" "$(tail -1 "$OUT/$t.txt")"
@@ -68,6 +72,29 @@ if [[ " $SKIP " != *" time "* ]]; then
       row "d12 bf16 $bb (-b $b) graph $g" "$(summ "$OUT/t_${b}_$g/log.jsonl" 2>&1 | tail -1)"
     done
   done
+fi
+if [[ " $SKIP " != *" host "* ]]; then   # a step of many small micro-steps: the host's cost shows
+  for g in off on; do
+    timeout 120 $BIN -e d12 -b 4 -t 128 -d 65536 -x $STEPS -v 0 -g 0 --quiet --cuda-graph $g -o "$OUT/h_$g" > "$OUT/h_$g.txt" 2>&1 \
+      || echo "run host-bound graph $g failed: $(tail -3 "$OUT/h_$g.txt")"
+    row "d12 bf16 B 4 T 128 (128 micro-steps) graph $g" "$(summ "$OUT/h_$g/log.jsonl" 2>&1 | tail -1)"
+  done
+fi
+
+# ---- 4. activation recomputation ----
+if [[ " $SKIP " != *" recompute "* ]]; then
+  for b in 16 32 64; do
+    for r in none gelu; do
+      timeout 120 $BIN -e d12 -b $b -t 1024 -d 131072 -x 6 -v 0 -g 0 --quiet --recompute $r -o "$OUT/r_${b}_$r" > "$OUT/r_${b}_$r.txt" 2>&1 \
+        || echo "run B=$b recompute $r failed: $(tail -3 "$OUT/r_${b}_$r.txt")"
+      row "d12 bf16 B $b recompute $r" "$(summ "$OUT/r_${b}_$r/log.jsonl" 2>&1 | tail -1)"
+    done
+  done
+  # B=192: 372 MiB per sequence without recomputation overflows the H100's budget; the default picks gelu
+  timeout 150 $BIN -e d12 -b 192 -t 1024 -d 196608 -x 4 -v 0 -g 0 --quiet -o "$OUT/r_192_default" > "$OUT/r_192_default.txt" 2>&1 \
+    || echo "run B=192 default failed: $(tail -3 "$OUT/r_192_default.txt")"
+  grep -h "^recompute\|^B " "$OUT/r_192_default.txt"
+  row "d12 bf16 B 192 default ($(grep -o '^recompute: [a-z]*' "$OUT/r_192_default.txt"))" "$(summ "$OUT/r_192_default/log.jsonl" 2>&1 | tail -1)"
 fi
 
 echo
