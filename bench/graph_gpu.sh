@@ -13,7 +13,7 @@
 #   4. --recompute none vs gelu (activation recomputation): tok/s and peak reserved memory of GPT-2
 #      124M bf16, T=1024, at B = 16, 32, 64; the default's choice at a B that fits only with gelu
 # Env: OUT (logs, default /tmp/bt_out), CKPT_DIR (default /tmp/bt_ckpt_graph), STEPS (8),
-# SKIP="tests resume time host recompute".
+# SKIP="tests resume time host recompute choice", TESTS (the test binaries to run).
 # Binaries: build/ (carried; nothing is built here). Data: data/ or .carry/data.
 set -uo pipefail
 OUT=${OUT:-/tmp/bt_out}; C=${CKPT_DIR:-/tmp/bt_ckpt_graph}; STEPS=${STEPS:-8}; SKIP=${SKIP:-}
@@ -29,7 +29,7 @@ check() { python3 tests/resume_check.py "$@" 2>&1 | tail -1; }
 
 # ---- 1. tests ----
 if [[ " $SKIP " != *" tests "* ]]; then
-  for t in test_graph_gpu test_recompute_gpu test_gpt2_gpu; do
+  for t in ${TESTS:-test_graph_gpu test_recompute_gpu test_gpt2_gpu}; do
     [ -x ./build/tests/$t ] || continue
     timeout 240 ./build/tests/$t > "$OUT/$t.txt" 2>&1; rc=$?
     grep -E "^(FAILED|  FAIL|  SKIP)|differ|captures|parity" "$OUT/$t.txt" | head -20
@@ -73,7 +73,14 @@ if [[ " $SKIP " != *" time "* ]]; then
     done
   done
 fi
-if [[ " $SKIP " != *" host "* ]]; then   # a step of many small micro-steps: the host's cost shows
+if [[ " $SKIP " != *" host "* ]]; then
+  # two micro-steps of B=64 per step: the launch queue never fills, so host_ms is the host's own work
+  for g in off on; do
+    timeout 120 $BIN -e d12 -b 64 -t 1024 -d 131072 -x $STEPS -v 0 -g 0 --quiet --recompute none --cuda-graph $g -o "$OUT/h64_$g" > "$OUT/h64_$g.txt" 2>&1 \
+      || echo "run B=64 graph $g failed: $(tail -3 "$OUT/h64_$g.txt")"
+    row "d12 bf16 B 64 (2 micro-steps) graph $g" "$(summ "$OUT/h64_$g/log.jsonl" 2>&1 | tail -1)"
+  done
+  # a step of many small micro-steps: the GPU's kernels are short, the launches show
   for g in off on; do
     timeout 120 $BIN -e d12 -b 4 -t 128 -d 65536 -x $STEPS -v 0 -g 0 --quiet --cuda-graph $g -o "$OUT/h_$g" > "$OUT/h_$g.txt" 2>&1 \
       || echo "run host-bound graph $g failed: $(tail -3 "$OUT/h_$g.txt")"
@@ -90,11 +97,16 @@ if [[ " $SKIP " != *" recompute "* ]]; then
       row "d12 bf16 B $b recompute $r" "$(summ "$OUT/r_${b}_$r/log.jsonl" 2>&1 | tail -1)"
     done
   done
+fi
+if [[ " $SKIP " != *" choice "* ]]; then
   # B=192: 372 MiB per sequence without recomputation overflows the H100's budget; the default picks gelu
   timeout 150 $BIN -e d12 -b 192 -t 1024 -d 196608 -x 4 -v 0 -g 0 --quiet -o "$OUT/r_192_default" > "$OUT/r_192_default.txt" 2>&1 \
     || echo "run B=192 default failed: $(tail -3 "$OUT/r_192_default.txt")"
   grep -h "^recompute\|^B " "$OUT/r_192_default.txt"
   row "d12 bf16 B 192 default ($(grep -o '^recompute: [a-z]*' "$OUT/r_192_default.txt"))" "$(summ "$OUT/r_192_default/log.jsonl" 2>&1 | tail -1)"
+  # what the linear memory model refused: does B=192 run without recomputation?
+  timeout 150 $BIN -e d12 -b 192 -t 1024 -d 196608 -x 4 -v 0 -g 0 --quiet --recompute none -o "$OUT/r_192_none" > "$OUT/r_192_none.txt" 2>&1
+  row "d12 bf16 B 192 --recompute none (rc $?)" "$(summ "$OUT/r_192_none/log.jsonl" 2>&1 | tail -1) $(grep -o 'out of memory[^(]*' "$OUT/r_192_none.txt" | head -1)"
 fi
 
 echo
