@@ -99,7 +99,7 @@ if [[ " $SKIP " != *" recompute "* ]]; then
   done
 fi
 if [[ " $SKIP " != *" choice "* ]]; then
-  # B=192: 372 MiB per sequence without recomputation overflows the H100's budget; the default picks gelu
+  # B=192: fits without recomputation (~300 MiB per sequence); the default should pick none
   timeout 150 $BIN -e d12 -b 192 -t 1024 -d 196608 -x 4 -v 0 -g 0 --quiet -o "$OUT/r_192_default" > "$OUT/r_192_default.txt" 2>&1 \
     || echo "run B=192 default failed: $(tail -3 "$OUT/r_192_default.txt")"
   grep -h "^recompute\|^B " "$OUT/r_192_default.txt"
@@ -107,6 +107,14 @@ if [[ " $SKIP " != *" choice "* ]]; then
   # what the linear memory model refused: does B=192 run without recomputation?
   timeout 150 $BIN -e d12 -b 192 -t 1024 -d 196608 -x 4 -v 0 -g 0 --quiet --recompute none -o "$OUT/r_192_none" > "$OUT/r_192_none.txt" 2>&1
   row "d12 bf16 B 192 --recompute none (rc $?)" "$(summ "$OUT/r_192_none/log.jsonl" 2>&1 | tail -1) $(grep -o 'out of memory[^(]*' "$OUT/r_192_none.txt" | head -1)"
+  # B=256: too large without recomputation on an 80 GB GPU; the default should pick gelu and run
+  for r in default none; do
+    rflag=$([ $r = default ] && echo "" || echo "--recompute $r")
+    timeout 150 $BIN -e d12 -b 256 -t 1024 -d 262144 -x 4 -v 0 -g 0 --quiet $rflag -o "$OUT/r_256_$r" > "$OUT/r_256_$r.txt" 2>&1
+    rc=$?
+    grep -h "^recompute" "$OUT/r_256_$r.txt"
+    row "d12 bf16 B 256 $r (rc $rc$(grep -o ', recompute gelu' "$OUT/r_256_$r.txt" | head -1))" "$(summ "$OUT/r_256_$r/log.jsonl" 2>&1 | tail -1) $(grep -o 'out of memory[^(]*' "$OUT/r_256_$r.txt" | head -1)"
+  done
 fi
 
 echo
