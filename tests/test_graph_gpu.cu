@@ -9,6 +9,30 @@
 
 static int no_gpu(void) { if (bt_k_device_count() > 0) return 0; BT_SKIP("no GPU"); return 1; }
 
+/* --cuda-graph and --recompute: parsed, and resolved against the run (no GPU needed) */
+static void test_graph_flags(void) {
+    train_opts o; char err[256];
+    const char *on[] = {"train_gpt2", "--cuda-graph", "on", "--recompute", "gelu"}, *bad[] = {"train_gpt2", "--cuda-graph", "yes"};
+    const char *badr[] = {"train_gpt2", "--recompute", "all"};
+    default_opts(&o);
+    BT_CHECK(parse_args(5, (char **)on, &o, err, sizeof err) == 0 && o.cuda_graph == 1 && o.recompute == BT_RECOMPUTE_GELU, "flags: %s", err);
+    default_opts(&o);
+    BT_CHECK(parse_args(3, (char **)bad, &o, err, sizeof err) < 0 && strstr(err, "--cuda-graph must be on or off"), "bad value: %s", err);
+    default_opts(&o);
+    BT_CHECK(parse_args(3, (char **)badr, &o, err, sizeof err) < 0 && strstr(err, "--recompute must be none or gelu"), "bad value: %s", err);
+    default_opts(&o);
+    BT_CHECK(o.cuda_graph == -1 && o.recompute == -1, "defaults %d %d", o.cuda_graph, o.recompute);
+    BT_CHECK(resolve_graph(&o, 1, 1, err, sizeof err) == 0 && o.cuda_graph == 1, "one GPU: on by default");
+    o.cuda_graph = -1;
+    BT_CHECK(resolve_graph(&o, 0, 1, err, sizeof err) == 0 && o.cuda_graph == 0, "the CPU ignores it");
+    o.cuda_graph = -1;
+    BT_CHECK(resolve_graph(&o, 1, 2, err, sizeof err) == 0 && o.cuda_graph == 0, "two processes: off by default");
+    o.cuda_graph = 1;
+    BT_CHECK(resolve_graph(&o, 1, 2, err, sizeof err) < 0 && strstr(err, "several processes"), "on with two processes: %s", err);
+    o.cuda_graph = 1; o.tp = 2;
+    BT_CHECK(resolve_graph(&o, 1, 1, err, sizeof err) < 0 && strstr(err, "--tp or --cp"), "on with --tp: %s", err);
+}
+
 /* y = 2 x + 1 captured once; every launch reads x's current contents into y */
 static void test_graph_replays(void) {
     if (no_gpu()) return;
@@ -140,6 +164,7 @@ static void test_graph_step_bf16(void) { compare("bf16 B=4 accum 2", BT_BF16, 4,
 static void test_graph_recapture(void) { compare("bf16 B=4 then B=2", BT_BF16, 4, 2, 2); }
 
 int main(void) {
+    BT_RUN(test_graph_flags);
     BT_RUN(test_graph_replays);
     BT_RUN(test_graph_capture_error);
     BT_RUN(test_graph_step_fp32);
