@@ -61,7 +61,9 @@
      While pool id is pushed for a device, every allocation on that device (whatever its
      stream) comes from it; blocks return to the pool they came from. bt_alloc_empty_cache
      leaves private pools alone; bt_alloc_pool_release frees their free segments now and
-     each remaining one as soon as its last live block is freed.
+     each remaining one as soon as its last live block is freed. A pool may grow during a
+     CUDA graph capture (bt_graph_capture_begin, bt_tensor.h): cudaMalloc runs in the relaxed
+     capture mode; a cudaFree (emptying a cache) in a capture is an error.
 
    OPTIONS (define before the implementation)
      BT_MALLOC/BT_FREE (both or neither), BT_ASSERT, BT_LOG(...) (default fprintf(stderr, ...)).
@@ -395,7 +397,12 @@ static void *bt__device_alloc(int device, size_t size, char **aligned) {
     void *p = NULL;
     int prev;
     if (!bt__cuda_enter(device, &prev)) return NULL;
+    /* a private pool grows while a CUDA graph is being captured: cudaMalloc enqueues nothing, so
+       it is safe there, but a strict capture mode would refuse it; relax this thread's mode for it */
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
     cudaError_t e = cudaMalloc(&p, size);
+    cudaThreadExchangeStreamCaptureMode(&mode);
     if (e != cudaSuccess) {
         cudaGetLastError();   /* a failed cudaMalloc is not sticky: clear it for the caller */
         snprintf(bt__sys_error, sizeof bt__sys_error, "cudaMalloc: %s", cudaGetErrorString(e));

@@ -349,6 +349,26 @@ BTDEF void *bt_event_create_timed(bt_device dev);
 BTDEF float bt_event_elapsed_ms(void *start, void *end);   /* both timed and complete */
 BTDEF void bt_synchronize(bt_device dev);               /* the host waits for dev's current stream */
 
+/* ---- CUDA graphs: a device's work captured once, replayed with one launch ----
+     bt_graph *g = bt_graph_capture_begin(dev);   // dev's current stream records instead of running
+     ... ops on dev (memory from g's private pool, bt_alloc.h) ...
+     bt_graph_capture_end(g);                     // instantiated; nothing has run yet
+     bt_graph_launch(g);                          // on dev's current stream, as often as wanted
+     bt_graph_free(g);                            // the graph, then its pool
+   A replay reads and writes the addresses of the capture: inputs are copied into tensors made
+   before it, results read from tensors made before it; the temporaries' blocks stay in the pool
+   (free between replays: work on the same stream may borrow them, bt_graph_pool). Nothing in a
+   capture may make the host wait for the device (bt_item, bt_to_host, bt_synchronize) or upload
+   host data (bt_from_data, bt_to from the CPU): CUDA refuses it, and that error, like any error
+   raised while capturing, abandons the capture (the stream runs work again, the pool is popped)
+   and is raised again naming the capture. One capture at a time per process. */
+typedef struct bt_graph bt_graph;
+BTDEF bt_graph *bt_graph_capture_begin(bt_device dev);
+BTDEF void bt_graph_capture_end(bt_graph *g);
+BTDEF void bt_graph_launch(bt_graph *g);
+BTDEF void bt_graph_free(bt_graph *g);                  /* NULL is a no-op */
+BTDEF int bt_graph_pool(const bt_graph *g);             /* its private pool's id */
+
 /* ---- lifetime and scopes ---- */
 BTDEF bt_tensor *bt_retain(bt_tensor *t);
 BTDEF void bt_release(bt_tensor *t);               /* NULL is a no-op */
@@ -428,6 +448,12 @@ BTDEF int bt_get_deterministic(void);
    environment; off gives the separate kernels (to compare or bisect). BT_FUSED_DGELU=0 keeps the
    rest but computes the GELU gradient with its own kernel. Returns the previous setting. */
 BTDEF int bt_set_fused_epilogues(int on);
+/* Activation recomputation (a saved-tensor policy: less memory for a little more work): with
+   BT_RECOMPUTE_GELU the fused bt_mlp_gelu keeps the pre-activation h for its backward but not
+   gelu(h), which its backward remakes with one elementwise kernel and frees after use (GPU path;
+   the unfused ops save what they always did). Returns the previous flags. */
+#define BT_RECOMPUTE_GELU 1
+BTDEF int bt_set_recompute(int flags);
 
 /* ---- ops (differentiable unless noted) ---- */
 /* elementwise, one function per line of BT_UNARY_OPS: bt_neg, bt_exp, bt_log, bt_sqrt, bt_rsqrt,
@@ -604,7 +630,8 @@ static struct {
     bt_tensor **scope_items; int scope_n, scope_cap;   /* registered tensors, stack */
     int *scope_marks; int scope_depth, scope_marks_cap;
     int fused_epi;                /* -1: not read from BT_FUSED_EPILOGUES yet */
-} bt__g = { 1, BT_MATMUL_FP32, 0, 0, NULL, NULL, NULL, NULL, 0, 0, NULL, 0, 0, -1 };
+    int recompute;                /* BT_RECOMPUTE_* flags */
+} bt__g = { 1, BT_MATMUL_FP32, 0, 0, NULL, NULL, NULL, NULL, 0, 0, NULL, 0, 0, -1, 0 };
 
 static void *bt__xmalloc(size_t n, const char *what) {
     void *p = malloc(n ? n : 1);
@@ -626,6 +653,7 @@ static int bt__fused_on(void) {
     return bt__g.fused_epi;
 }
 BTDEF int bt_set_fused_epilogues(int on) { int old = bt__fused_on(); bt__g.fused_epi = on != 0; return old; }
+BTDEF int bt_set_recompute(int flags) { int old = bt__g.recompute; bt__g.recompute = flags; return old; }
 BTDEF void bt_set_deterministic(int on) {
     bt__g.deterministic = on != 0;
 #ifdef BT_CUDA
@@ -802,6 +830,94 @@ BTDEF void bt_synchronize(bt_device dev) {
     bt_k_synchronize(dev.index);
 #endif
 }
+
+/* ---- CUDA graphs ---- */
+struct bt_graph {
+    bt_device dev;
+    int pool;                      /* the private pool of its temporaries */
+    void *stream;                  /* the captured stream */
+    void *exec;                    /* cudaGraphExec_t, once captured */
+    bt_error_fn prev_fn;           /* the error handler outside the capture */
+    void *prev_user;
+};
+#ifdef BT_CUDA
+static int bt__graph_next_pool = 1 << 24;   /* ids above those a program picks by hand */
+/* end a capture that failed: the stream leaves capture mode, the pool and the handler return */
+static void bt__graph_abandon(bt_graph *g) {
+    cudaGraph_t graph = NULL;
+    BT__ON_DEVICE(g->dev) {
+        if (cudaStreamEndCapture((cudaStream_t)g->stream, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+        (void)cudaGetLastError();
+    }
+    bt_alloc_pool_pop(g->dev);
+    bt_set_error_handler(g->prev_fn, g->prev_user);
+}
+static void bt__graph_on_error(const char *msg, void *user) {
+    bt_graph *g = (bt_graph *)user;
+    bt__graph_abandon(g);
+    bt_error("%s (raised while capturing a CUDA graph on cuda:%d: the capture is abandoned; host syncs and host "
+             "uploads cannot be captured)", msg, g->dev.index);
+}
+#endif
+BTDEF bt_graph *bt_graph_capture_begin(bt_device dev) {
+    bt__need_gpu(dev, "bt_graph_capture_begin");
+    bt_graph *g = (bt_graph *)calloc(1, sizeof *g);
+    if (!g) bt_error("bt_graph_capture_begin: out of host memory");
+#ifdef BT_CUDA
+    bt_error_fn fn; void *user;
+    bt_get_error_handler(&fn, &user);
+    if (fn == bt__graph_on_error) { free(g); bt_error("bt_graph_capture_begin: a capture is already under way on cuda:%d", ((bt_graph *)user)->dev.index); }
+    g->dev = dev; g->pool = bt__graph_next_pool++; g->stream = bt_stream_current(dev);
+    g->prev_fn = fn; g->prev_user = user;
+    bt_alloc_pool_push(dev, g->pool);
+    cudaError_t e = cudaSuccess;
+    /* thread-local: another thread's unsafe call (a checkpoint writer's) does not break this capture */
+    BT__ON_DEVICE(dev) e = cudaStreamBeginCapture((cudaStream_t)g->stream, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) {
+        bt_alloc_pool_pop(dev); bt_alloc_pool_release(dev, g->pool); free(g);
+        bt_error("bt_graph_capture_begin on cuda:%d: %s", dev.index, cudaGetErrorString(e));
+    }
+    bt_set_error_handler(bt__graph_on_error, g);
+#endif
+    return g;
+}
+BTDEF void bt_graph_capture_end(bt_graph *g) {
+    if (!g || g->exec) bt_error("bt_graph_capture_end: %s", g ? "this graph was already captured" : "graph is NULL");
+#ifdef BT_CUDA
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaSuccess;
+    BT__ON_DEVICE(g->dev) {
+        e = cudaStreamEndCapture((cudaStream_t)g->stream, &graph);
+        if (e == cudaSuccess) e = cudaGraphInstantiate((cudaGraphExec_t *)&g->exec, graph, 0);
+        if (graph) cudaGraphDestroy(graph);
+        if (e != cudaSuccess) (void)cudaGetLastError();
+    }
+    bt_alloc_pool_pop(g->dev);
+    bt_set_error_handler(g->prev_fn, g->prev_user);
+    if (e != cudaSuccess) {
+        g->exec = NULL;
+        bt_error("bt_graph_capture_end on cuda:%d: %s (something in the capture was not capturable: a host sync, an upload, "
+                 "or work on another stream that was not joined back)", g->dev.index, cudaGetErrorString(e));
+    }
+#endif
+}
+BTDEF void bt_graph_launch(bt_graph *g) {
+    if (!g || !g->exec) bt_error("bt_graph_launch: %s", g ? "the graph was not captured (bt_graph_capture_end)" : "graph is NULL");
+#ifdef BT_CUDA
+    BT__ON_GPU(g->dev, s) BT__CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)g->exec, s), "bt_graph_launch");
+#endif
+}
+BTDEF void bt_graph_free(bt_graph *g) {
+    if (!g) return;
+#ifdef BT_CUDA
+    /* a launch still running is freed when it completes; the pool's segments go back through
+       cudaFree, which waits for the device */
+    if (g->exec) BT__ON_DEVICE(g->dev) BT__CUDA_CHECK(cudaGraphExecDestroy((cudaGraphExec_t)g->exec), "bt_graph_free");
+    bt_alloc_pool_release(g->dev, g->pool);
+#endif
+    free(g);
+}
+BTDEF int bt_graph_pool(const bt_graph *g) { return g ? g->pool : 0; }
 
 static void *bt__stream_for(bt_device dev) { return bt_stream_current(dev); }
 static void bt__check_device(bt_device dev, const char *op) {
@@ -2597,14 +2713,24 @@ BTDEF bt_tensor *bt_linear_add(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tens
 #ifdef BT_CUDA
 static int bt__fused_dgelu(void) { const char *e = getenv("BT_FUSED_DGELU"); return !(e && e[0] == '0'); }
 #endif
+/* the MLP's saved gelu(h), or (BT_RECOMPUTE_GELU: not saved) gelu(h) remade: +1 either way */
+static bt_tensor *bt__mlp_saved_u(bt_node *n, bt_tensor *h) {
+    if (n->n_saved > 4) return bt_retain(n->saved[4]);
+    bt_tensor *u = bt__new(bt_shape_of(h), h->dtype, bt_device_of(h));
+#ifdef BT_CUDA
+    BT__ON_GPU(bt_device_of(h), stream) bt_k_unary(BT_UOP_GELU, h->dtype, bt_data_ptr(u), bt_data_ptr(h), bt_numel(h), stream);
+#endif
+    return u;
+}
 static void bt__mlp_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
-    bt_tensor *x2 = n->saved[0], *w1 = n->saved[1], *h = n->saved[2], *u = n->saved[3], *w2 = n->saved[4];
+    bt_tensor *x2 = n->saved[0], *w1 = n->saved[1], *h = n->saved[2], *w2 = n->saved[3], *u = bt__mlp_saved_u(n, h);
     int64_t rows = x2->shape[0], in_f = w1->shape[1], hid = w1->shape[0], out_f = w2->shape[0];
     bt_dtype dt = g->dtype;
     bt_device dev = bt_device_of(g);
     (void)h;                                                         /* read by the GPU's epilogue only */
     bt_tensor *gc = bt__contig(g), *g2 = bt__view_dense(gc, bt_shape2(rows, out_f));
     bt__linear_wgrad(n, 3, 4, g2, u, gin);                          /* dw2 = g^T u, db2 */
+    bt_release(u);                                                  /* a remade u goes at once */
     if (bt__wants(n, 0) || bt__wants(n, 1) || bt__wants(n, 2)) {
         bt_tensor *dh = bt__new(bt_shape2(rows, hid), dt, dev);
 #ifdef BT_CUDA
@@ -2657,7 +2783,10 @@ static bt_tensor *bt__mlp_fused(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_t
         bt_release(rc);
         bt_tensor *in[6] = {x, w1, b1, w2, b2, r};
         bt_node *n = bt__record("mlp_gelu", bt__mlp_back, y, in, r ? 6 : 5);
-        if (n) { bt__save(n, x2); bt__save(n, w1c); bt__save(n, h); bt__save(n, u); bt__save(n, w2c); }
+        if (n) {   /* saved[4], gelu(h), only when the backward is not to remake it (bt__mlp_saved_u) */
+            bt__save(n, x2); bt__save(n, w1c); bt__save(n, h); bt__save(n, w2c);
+            if (!(bt__g.recompute & BT_RECOMPUTE_GELU)) bt__save(n, u);
+        }
     }
     bt_release(h); bt_release(u); bt_release(x2);
     bt_release(xc); bt_release(w1c); bt_release(b1c); bt_release(w2c); bt_release(b2c);

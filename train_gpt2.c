@@ -113,6 +113,7 @@ typedef struct {
     bt_tensor *flat, *flat_grad;   /* every parameter and its gradient, one buffer each */
     bt_tensor *flat_lowp;          /* bf16 copy of flat for mixed precision, made on demand */
     uint32_t lowp_version;         /* flat's version when flat_lowp was last refreshed */
+    bt_tensor *pos;                /* [maxT] i32 positions 0..maxT-1, made on first use: no upload per forward */
     bt_tensor *wte, *wpe, *lnfw, *lnfb;
     gpt2_layer *layers;
     bt_tensor **params;            /* the leaves, for the optimizer */
@@ -192,7 +193,7 @@ void gpt2_build(gpt2 *m, gpt2_config cfg, bt_device dev) { gpt2_build_padded(m, 
 
 static void gpt2_free(gpt2 *m) {
     for (int i = 0; i < m->n_params; i++) bt_release(m->params[i]);
-    bt_release(m->flat); bt_release(m->flat_grad); bt_release(m->flat_lowp);
+    bt_release(m->flat); bt_release(m->flat_grad); bt_release(m->flat_lowp); bt_release(m->pos);
     free(m->params); free(m->file_off); free(m->layers);
     memset(m, 0, sizeof *m);
 }
@@ -349,8 +350,8 @@ static int gpt2_save(gpt2 *m, const char *path, char *err, size_t errlen) {
 /* Parameter p as dtype dt (the compute dtype). For bf16 the whole flat buffer is cast once after
    each change of the fp32 weights (the optimizer step bumps their version), and each parameter is
    a view of that copy; the cast node's backward returns fp32 gradients to the leaves. */
-static bt_tensor *param_as(gpt2 *m, bt_tensor *p, bt_dtype dt) {
-    if (dt == p->dtype) return p;
+static void gpt2_lowp_refresh(gpt2 *m, bt_dtype dt) {
+    if (dt == m->flat->dtype) return;
     if (!m->flat_lowp || m->flat_lowp->dtype != dt || m->lowp_version != m->flat->storage->version) {
         int old = bt_set_grad_enabled(0);
         if (!m->flat_lowp || m->flat_lowp->dtype != dt) {
@@ -363,6 +364,10 @@ static bt_tensor *param_as(gpt2 *m, bt_tensor *p, bt_dtype dt) {
         m->lowp_version = m->flat->storage->version;
         bt_set_grad_enabled(old);
     }
+}
+static bt_tensor *param_as(gpt2 *m, bt_tensor *p, bt_dtype dt) {
+    if (dt == p->dtype) return p;
+    gpt2_lowp_refresh(m, dt);
     return bt_cast_cached(p, bt_view(bt_narrow(m->flat_lowp, 0, p->offset, bt_numel(p)), bt_shape_of(p)));
 }
 
@@ -394,11 +399,22 @@ static bt_tensor *gpt2_mlp(gpt2 *m, gpt2_layer *y, bt_tensor *h, bt_tensor *x, b
                        param_as(m, y->fcprojb, dt), x);
 }
 
+/* positions 0..T-1 on the model's device: a view of one tensor made once, so that a forward pass
+   uploads nothing (a CUDA graph cannot capture an upload) */
+static bt_tensor *gpt2_positions(gpt2 *m, int64_t T) {
+    if (!m->pos) {
+        bt_scope_begin();
+        m->pos = bt_keep(bt_arange(m->cfg.maxT, BT_I32, m->device));
+        bt_scope_end();
+    }
+    return bt_narrow(m->pos, 0, 0, T);
+}
+
 /* idx [B, T] i32 on the model's device -> the final layernorm's output [B, T, C] in dtype dt */
 static bt_tensor *gpt2_hidden(gpt2 *m, bt_tensor *idx, bt_dtype dt) {
     const gpt2_config *c = &m->cfg;
     int64_t T = idx->shape[1];
-    bt_tensor *pos = bt_arange(T, BT_I32, m->device);
+    bt_tensor *pos = gpt2_positions(m, T);
     bt_tensor *x = m->par ? par_embed(m, idx, dt) : bt_add(bt_embedding(param_as(m, m->wte, dt), idx), bt_embedding(param_as(m, m->wpe, dt), pos));
     for (int l = 0; l < c->L; l++) {
         gpt2_layer *y = &m->layers[l];
@@ -596,6 +612,8 @@ typedef struct {
     int mlir;                 /* --mlir: fused chains through bt_mlir.h (BT_MLIR builds only) */
     int tp, cp, sp, async_tp; /* tensor / context parallelism (section 8): group sizes, sequence parallel, overlap */
     const char *cp_comm;      /* ring | allgather | alltoall: how context parallelism moves K/V (NULL: ring) */
+    int cuda_graph;           /* --cuda-graph: 1 on, 0 off, -1 (default) on where it is supported (resolve_graph) */
+    int recompute;            /* --recompute: BT_RECOMPUTE_* flags, -1 (default) chosen by memory (choose_recompute) */
     int given_i, given_j, given_t, given_tok;   /* flags the user gave: defaults are explained, not blamed */
 } train_opts;
 
@@ -608,7 +626,7 @@ static void default_opts(train_opts *o) {
     o->lr = -1; o->final_lr_frac = 0.1; o->weight_decay = 0.1; o->clip = 1.0; o->temp = 1.0;
     o->seed = 1337; o->precision = NULL; o->device = "auto";
     o->nproc = 1; o->dp = "ddp"; o->bucket_mb = 25; o->comm_dtype = "fp32"; o->nccl_timeout = 600;
-    o->ckpt_keep = 3; o->tp = 1; o->cp = 1;
+    o->ckpt_keep = 3; o->tp = 1; o->cp = 1; o->cuda_graph = -1; o->recompute = -1;
 }
 
 static void usage(FILE *f) {
@@ -661,6 +679,10 @@ static void usage(FILE *f) {
         "  --async-tp  with --tp: overlap each layer's collective with its matmul (chunked)\n"
         "  --cp N    context parallelism over N processes (each holds 2 zig-zag chunks of T/(2N) tokens)\n"
         "  --cp-comm ring|allgather|alltoall   how --cp moves keys and values (default ring)\n"
+        "  --cuda-graph on|off   capture each micro-batch's forward + backward in a CUDA graph, replayed\n"
+        "            (default on with one GPU; off with several processes, --tp, --cp, --mlir; the CPU ignores it)\n"
+        "  --recompute none|gelu   activations remade in the backward instead of kept: gelu(h) of the MLP\n"
+        "            (default: none when -b fits without, else gelu; none with the measured -b)\n"
         "  -h        this help\n");
 }
 
@@ -740,6 +762,14 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
             o->cp_comm = v;
             if (bt_cp_kv_parse(v, &kv)) { snprintf(err, errlen, "--cp-comm must be ring, allgather or alltoall, got '%s'", v); return -1; }
         }
+        else if (!strcmp(a, "--recompute")) {
+            if (strcmp(v, "none") && strcmp(v, "gelu")) { snprintf(err, errlen, "--recompute must be none or gelu, got '%s'", v); return -1; }
+            o->recompute = !strcmp(v, "gelu") ? BT_RECOMPUTE_GELU : 0;
+        }
+        else if (!strcmp(a, "--cuda-graph")) {
+            if (strcmp(v, "on") && strcmp(v, "off")) { snprintf(err, errlen, "--cuda-graph must be on or off, got '%s'", v); return -1; }
+            o->cuda_graph = !strcmp(v, "on");
+        }
         else if (!strcmp(a, "--dp")) {
             o->dp = v;
             if (strcmp(v, "ddp") && strcmp(v, "zero1") && strcmp(v, "zero2")) { snprintf(err, errlen, "--dp must be ddp, zero1 or zero2, got '%s'", v); return -1; }
@@ -799,6 +829,16 @@ static int resolve_opts(train_opts *o, int on_gpu, const gpt2_config *cfg, char 
     return 0;
 }
 
+/* --cuda-graph: on by default on one GPU; several processes' collectives, tp/cp and --mlir's
+   kernels are not captured yet (off by default there, an error when asked for); no GPU: ignored */
+static int resolve_graph(train_opts *o, int on_gpu, int world, char *err, size_t errlen) {
+    const char *why = world > 1 ? "several processes (their collectives are not captured yet)"
+        : o->tp * o->cp > 1 ? "--tp or --cp" : o->mlir ? "--mlir" : NULL;
+    if (on_gpu && why && o->cuda_graph == 1) { snprintf(err, errlen, "--cuda-graph on: not supported with %s; use --cuda-graph off", why); return -1; }
+    o->cuda_graph = on_gpu && !why && o->cuda_graph != 0;
+    return 0;
+}
+
 /* ============================================================================================
    6. the training loop
    ============================================================================================ */
@@ -827,6 +867,20 @@ typedef struct {
     char prefix[16];       /* its names' prefix: "transformer." or "" (older files) */
     char path[4096];
 } model_source;
+
+/* The micro-step's CUDA graph (--cuda-graph): the shapes it was captured for and the tensors it
+   reads and writes, made before the capture so that their addresses stay fixed */
+typedef struct {
+    bt_graph *graph;           /* NULL until captured */
+    int B, T, accum;           /* the shapes, and the scale 1/accum, baked into the graph */
+    bt_dtype dt;
+    bt_tensor *in;             /* [2, B, T] i32: a micro-batch's inputs and targets, copied in before a launch */
+    bt_tensor *idx, *tgt;      /* its two halves */
+    bt_tensor *loss_sum;       /* f32 scalar: every micro-step adds its loss / accum */
+    int32_t *host;             /* [accum, 2, B, T]: a step's tokens, uploaded at once */
+    int warmed;                /* the eager micro-step before the capture has run */
+    int captures;              /* captures made in this run (a change of shape makes a new one) */
+} step_graph;
 
 typedef struct {
     gpt2 model;
@@ -858,6 +912,8 @@ typedef struct {
     int64_t saves_seen;        /* finished saves reported so far */
     int skipped;               /* --skip-nonfinite: updates skipped */
     struct gpt2_par *par;      /* tensor/context parallelism (section 8), NULL: none */
+    step_graph sg;             /* --cuda-graph */
+    double host_ms;            /* the last step's host time until its loss read (the rest is waiting for the GPU) */
 } trainer;
 static void ckpt_fence(trainer *tr);   /* section 7 */
 /* section 8 */
@@ -875,9 +931,13 @@ static int par_source_load(trainer *tr, char *err, size_t errlen);
 static bt_comm *par_dpcp_comm(const struct gpt2_par *p);
 static void par_stage_mark(trainer *tr, int k);
 
+/* the next batch of L into tr->inputs and tr->targets */
+static void load_batch(trainer *tr, bt_loader *L) {
+    if (bt_loader_next(L, tr->inputs, tr->targets) != 0) bt_error("data: %s", bt_data_error());
+}
 /* one batch of B rows from L onto the device as i32 [B, T] tensors (in the current scope) */
 static void next_batch(trainer *tr, bt_loader *L, int B, bt_tensor **idx, bt_tensor **tgt) {
-    if (bt_loader_next(L, tr->inputs, tr->targets) != 0) bt_error("data: %s", bt_data_error());
+    load_batch(tr, L);
     bt_shape s = bt_shape2(B, tr->o.T);
     *idx = bt_from_data(tr->inputs, s, BT_I32, tr->model.device);
     *tgt = bt_from_data(tr->targets, s, BT_I32, tr->model.device);
@@ -885,6 +945,9 @@ static void next_batch(trainer *tr, bt_loader *L, int B, bt_tensor **idx, bt_ten
 }
 
 static double evaluate(trainer *tr) {
+    /* the graph's pool is free between launches: validation borrows it instead of reserving more */
+    int pool = bt_graph_pool(tr->sg.graph);
+    if (pool) bt_alloc_pool_push(tr->model.device, pool);
     int old = bt_set_grad_enabled(0);
     bt_loader_reset(tr->val);
     int n = tr->o.val_batches;
@@ -903,6 +966,7 @@ static double evaluate(trainer *tr) {
     double loss = bt_item(sum) / (n ? n : 1);
     bt_scope_end();
     bt_set_grad_enabled(old);
+    if (pool) bt_alloc_pool_pop(tr->model.device);
     return loss;
 }
 
@@ -968,41 +1032,119 @@ static double comm_exposed_ms(trainer *tr) {
     return tr->comm_ev[0] ? bt_event_elapsed_ms(tr->comm_ev[0], tr->comm_ev[1]) : NAN;
 }
 
+/* One micro-batch: the forward pass, the backward of loss / accum (the gradients average over the
+   micro-batches) and loss / accum added into loss_sum (f32 on the device) */
+static void micro_step(trainer *tr, bt_tensor *idx, bt_tensor *tgt, int accum, bt_tensor *loss_sum) {
+    if (tr->par) par_stage_mark(tr, 0);
+    bt_tensor *loss = gpt2_loss(&tr->model, idx, tgt, tr->dt);
+    if (tr->par) par_stage_mark(tr, 1);
+    bt_backward(bt_scale(loss, 1.0 / accum));
+    if (tr->par) par_stage_mark(tr, 2);
+    int old = bt_set_grad_enabled(0);
+    bt_add_(loss_sum, bt_cast(loss, BT_F32), 1.0 / accum);
+    bt_set_grad_enabled(old);
+}
+
+/* ---- the micro-step as a CUDA graph (--cuda-graph; one GPU) ----
+   Every micro-batch issues the same kernels on the same shapes, so after one eager micro-step
+   (which tunes the matmuls and makes every lazily made buffer: none of that may happen in a
+   capture) the next one is captured into a graph, in a private pool, and each later micro-step is
+   one launch. What the graph cannot hold stays outside: the upload of the tokens (a step's at
+   once, then one device copy per micro-batch into the graph's inputs), the refresh of the bf16
+   weights after an update, the gradient norm, the loss read and AdamW. The kernels are the eager
+   path's, so the losses and weights are the same bits with and without the graph. */
+static void step_graph_free(step_graph *g) {
+    int captures = g->captures;
+    bt_graph_free(g->graph);
+    bt_release(g->idx); bt_release(g->tgt); bt_release(g->in); bt_release(g->loss_sum);
+    free(g->host);
+    memset(g, 0, sizeof *g);
+    g->captures = captures;
+}
+/* the graph's tensors for this step's shapes: a change of B, T, accumulation or dtype drops the
+   graph, and the next micro-steps warm up and capture anew */
+static step_graph *step_graph_for(trainer *tr, int accum) {
+    step_graph *g = &tr->sg;
+    int B = tr->o.B, T = tr->o.T;
+    if (g->in && g->B == B && g->T == T && g->accum == accum && g->dt == tr->dt) return g;
+    step_graph_free(g);
+    g->B = B; g->T = T; g->accum = accum; g->dt = tr->dt;
+    g->host = (int32_t *)malloc(sizeof(int32_t) * 2 * (size_t)accum * B * T);
+    if (!g->host) bt_error("--cuda-graph: out of host memory for %d micro-batches of %d x %d tokens", accum, B, T);
+    bt_scope_begin();
+    g->in = bt_keep(bt_zeros(bt_shape3(2, B, T), BT_I32, tr->model.device));
+    g->idx = bt_keep(bt_view(bt_narrow(g->in, 0, 0, 1), bt_shape2(B, T)));
+    g->tgt = bt_keep(bt_view(bt_narrow(g->in, 0, 1, 1), bt_shape2(B, T)));
+    g->loss_sum = bt_keep(bt_scalar(0, BT_F32, tr->model.device));
+    bt_scope_end();
+    return g;
+}
+/* the step's accum micro-batches onto the device in one upload: [accum, 2, B, T] (current scope) */
+static bt_tensor *step_graph_tokens(trainer *tr, step_graph *g, int step) {
+    size_t n = (size_t)g->B * g->T;
+    for (int a = 0; a < g->accum; a++) {
+        if (tr->o.overfit && step + a > 0) bt_loader_reset(tr->train);
+        load_batch(tr, tr->train);
+        memcpy(g->host + (2 * (size_t)a) * n, tr->inputs, n * sizeof(int32_t));
+        memcpy(g->host + (2 * (size_t)a + 1) * n, tr->targets, n * sizeof(int32_t));
+    }
+    return bt_from_data(g->host, bt_shape4(g->accum, 2, g->B, g->T), BT_I32, tr->model.device);
+}
+/* micro-batch a of the step's tokens through the graph (warm-up and capture on first use) */
+static void graph_micro_step(trainer *tr, step_graph *g, bt_tensor *tokens, int a) {
+    gpt2 *m = &tr->model;
+    bt_copy_(g->in, bt_view(bt_narrow(tokens, 0, a, 1), bt_shape3(2, g->B, g->T)));
+    gpt2_lowp_refresh(m, tr->dt);   /* the bf16 weights after the last update: a copy outside the graph */
+    if (!g->graph && !g->warmed) { micro_step(tr, g->idx, g->tgt, g->accum, g->loss_sum); g->warmed = 1; return; }
+    if (!g->graph) {
+        bt_alloc_empty_cache(m->device);   /* the warm-up's cached blocks go back: the graph's pool takes their place */
+        g->graph = bt_graph_capture_begin(m->device);
+        bt_scope_begin();
+        micro_step(tr, g->idx, g->tgt, g->accum, g->loss_sum);
+        bt_scope_end();
+        bt_graph_capture_end(g->graph);
+        g->captures++;
+    }
+    bt_graph_launch(g->graph);
+}
+
 /* One optimizer step over total_batch tokens (this rank's share of it with several processes).
    The mean loss and the global gradient norm are read (one host sync) before the update, which is
    made only when both are finite: returns 1 when it was made (*grad_norm is the pre-clipping norm),
    0 when it was not (the weights are unchanged). With data parallelism every rank sees the same
    reduced loss and norm, so every rank decides alike. */
 static int train_step(trainer *tr, int step, double lr, double *loss, double *grad_norm) {
+    double t0 = now_s();
     int accum = tr->o.total_batch / (tr->o.B * tr->o.T * par_data_world(tr));
     bt_zero_(tr->model.flat_grad);
     if (tr->grad_shard) bt_zero_(tr->grad_shard);
     bt_scope_begin();
-    bt_tensor *loss_sum = bt_scalar(0, BT_F32, tr->model.device);
+    step_graph *g = tr->o.cuda_graph == 1 ? step_graph_for(tr, accum) : NULL;
+    bt_tensor *loss_sum = g ? g->loss_sum : bt_scalar(0, BT_F32, tr->model.device), *tokens = NULL;
+    if (g) { bt_zero_(loss_sum); tokens = step_graph_tokens(tr, g, step); }
     if (tr->work_ev[0]) bt_event_record(tr->work_ev[0], bt_stream_current(tr->model.device));
     for (int a = 0; a < accum; a++) {
         bt_scope_begin();
-        bt_tensor *idx, *tgt;
-        if (tr->o.overfit && step + a > 0) bt_loader_reset(tr->train);
-        next_batch(tr, tr->train, tr->o.B, &idx, &tgt);
-        /* only the last micro-batch communicates (ZeRO-2: every one, its gradients then fold into the shard) */
-        if (tr->ddp) bt_ddp_set_sync(tr->ddp, tr->zero == 2 || a == accum - 1);
-        if (tr->par) par_stage_mark(tr, 0);
-        bt_tensor *loss = gpt2_loss(&tr->model, idx, tgt, tr->dt);
-        if (tr->par) par_stage_mark(tr, 1);
-        bt_backward(bt_scale(loss, 1.0 / accum));        /* grads average over the micro-batches */
-        if (tr->par) par_stage_mark(tr, 2);
-        if (tr->work_ev[1] && a == accum - 1) bt_event_record(tr->work_ev[1], bt_stream_current(tr->model.device));
-        int old = bt_set_grad_enabled(0);
-        bt_add_(loss_sum, bt_cast(loss, BT_F32), 1.0 / accum);
-        bt_set_grad_enabled(old);
-        if (tr->ddp && (tr->zero == 2 || a == accum - 1)) ddp_wait_timed(tr);
-        if (tr->zero == 2) zero2_accumulate(tr);
+        if (g) {
+            graph_micro_step(tr, g, tokens, a);
+            if (tr->work_ev[1] && a == accum - 1) bt_event_record(tr->work_ev[1], bt_stream_current(tr->model.device));
+        } else {
+            bt_tensor *idx, *tgt;
+            if (tr->o.overfit && step + a > 0) bt_loader_reset(tr->train);
+            next_batch(tr, tr->train, tr->o.B, &idx, &tgt);
+            /* only the last micro-batch communicates (ZeRO-2: every one, its gradients then fold into the shard) */
+            if (tr->ddp) bt_ddp_set_sync(tr->ddp, tr->zero == 2 || a == accum - 1);
+            micro_step(tr, idx, tgt, accum, loss_sum);
+            if (tr->work_ev[1] && a == accum - 1) bt_event_record(tr->work_ev[1], bt_stream_current(tr->model.device));
+            if (tr->ddp && (tr->zero == 2 || a == accum - 1)) ddp_wait_timed(tr);
+            if (tr->zero == 2) zero2_accumulate(tr);
+        }
         bt_scope_end();
     }
     if (tr->par) { par_reduce_grads(tr); par_mean(tr, loss_sum); }
     else if (tr->dist) bt_all_reduce(tr->dist->world_comm, bt_data_ptr(loss_sum), bt_data_ptr(loss_sum), 1, BT_F32, BT_RED_AVG, NULL);
     bt_tensor *norm = global_grad_norm(tr);
+    tr->host_ms = (now_s() - t0) * 1e3;
     *loss = bt_item(loss_sum);
     *grad_norm = bt_item(norm);
     int finite = isfinite(*loss) && isfinite(*grad_norm);
@@ -1057,10 +1199,10 @@ static void log_json(trainer *tr, int step, double loss, double lr, double norm,
     char a[32], b[32], c[32];
     bt_alloc_stats_t st = bt_alloc_stats(tr->model.device);
     errno = 0;
-    int bad = fprintf(tr->log, "{\"step\": %d, \"train_loss\": %s, \"lr\": %.6e, \"grad_norm\": %s, \"ms\": %.3f, \"tok_per_s\": %.1f, "
-                      "\"mem_mib\": %.1f, \"peak_allocated_mib\": %.1f, \"peak_reserved_mib\": %.1f", step, json_num(a, sizeof a, "%.6f", loss),
-                      lr, json_num(b, sizeof b, "%.6f", norm), ms, tps, st.allocated / 1048576.0, st.peak_allocated / 1048576.0,
-                      st.peak_reserved / 1048576.0) < 0;
+    int bad = fprintf(tr->log, "{\"step\": %d, \"train_loss\": %s, \"lr\": %.6e, \"grad_norm\": %s, \"ms\": %.3f, \"host_ms\": %.3f, "
+                      "\"tok_per_s\": %.1f, \"mem_mib\": %.1f, \"peak_allocated_mib\": %.1f, \"peak_reserved_mib\": %.1f",
+                      step, json_num(a, sizeof a, "%.6f", loss), lr, json_num(b, sizeof b, "%.6f", norm), ms, tr->host_ms, tps,
+                      st.allocated / 1048576.0, st.peak_allocated / 1048576.0, st.peak_reserved / 1048576.0) < 0;
     if (val) bad |= fprintf(tr->log, ", \"val_loss\": %s", json_num(c, sizeof c, "%.6f", *val)) < 0;
     bad |= fprintf(tr->log, "%s}\n", extra) < 0;
     bad |= fflush(tr->log) != 0;
@@ -1133,6 +1275,7 @@ static int trainer_end(trainer *tr, int rc) {
     }
     bt_mlir_shutdown();
 #endif
+    step_graph_free(&tr->sg);
     if (tr->ddp) bt_ddp_free(tr->ddp);
     for (int i = 0; i < 2; i++) if (tr->comm_ev[i]) bt_event_destroy(tr->comm_ev[i]);
     for (int i = 0; i < 2; i++) if (tr->work_ev[i]) bt_event_destroy(tr->work_ev[i]);
@@ -1168,16 +1311,45 @@ static size_t probe_peak(gpt2 *m, int B, int T, bt_dtype dt) {
 }
 #endif
 
-/* The largest power-of-two micro-batch that fits: activations grow linearly in B, so two
-   probes (B = 1, 2) give the fixed part and the part per sequence; keep 10% of the device free
-   for fragmentation and the libraries' own buffers. */
+/* Memory of a micro-step at B: activations grow linearly in B, so two probes (B = 1, b2) give the
+   fixed part and the part per sequence (with the recomputation set now). The budget keeps 10% of
+   the device free for fragmentation and the libraries' own buffers. A larger b2 measures the part
+   per sequence closer to a large B's (d12 at T=1024: 372 MiB from B = 1, 2, ~300 MiB seen at B = 64..192). */
+typedef struct { size_t fixed, per; double budget; } mem_model;
+static mem_model probe_memory(gpt2 *m, int T, bt_dtype dt, int b2) {
+    mem_model mm = {0, 1, 0};
+#ifdef BT_CUDA
+    size_t p1 = probe_peak(m, 1, T, dt), p2 = probe_peak(m, b2, T, dt), free_b = 0, total_b = 0;
+    mm.per = p2 > p1 ? (p2 - p1) / (size_t)(b2 - 1) : 1; mm.fixed = p1 > mm.per ? p1 - mm.per : 0;
+    bt_device_memory(m->device, &free_b, &total_b);
+    mm.budget = 0.9 * (double)(free_b + bt_alloc_stats(m->device).reserved);
+#else
+    (void)m; (void)T; (void)dt; (void)b2;
+#endif
+    return mm;
+}
+static int mem_fits(mem_model mm, int B) { return mm.fixed + (double)mm.per * B <= mm.budget; }
+
+/* --recompute by default: none (the fastest) when micro-batch B fits without it, else gelu */
+static int choose_recompute(gpt2 *m, int B, int T, bt_dtype dt) {
+    int b2 = B >= 8 ? 8 : 2;
+    mem_model none = probe_memory(m, T, dt, b2);
+    if (mem_fits(none, B)) { printf("recompute: none (B %d fits: %.0f of %.0f MiB)\n", B, (none.fixed + (double)none.per * B) / 1048576.0, none.budget / 1048576.0); return 0; }
+    int old = bt_set_recompute(BT_RECOMPUTE_GELU);
+    mem_model gelu = probe_memory(m, T, dt, b2);
+    bt_set_recompute(old);
+    printf("recompute: gelu (B %d needs %.0f MiB without, %.0f with; %.0f usable)\n", B, (none.fixed + (double)none.per * B) / 1048576.0,
+           (gelu.fixed + (double)gelu.per * B) / 1048576.0, gelu.budget / 1048576.0);
+    return BT_RECOMPUTE_GELU;
+}
+
+/* The largest power-of-two micro-batch that fits (probe_memory). */
 static int auto_micro_batch(gpt2 *m, int T, int total_batch, bt_dtype dt) {
     int best = 1;
 #ifdef BT_CUDA
-    size_t p1 = probe_peak(m, 1, T, dt), p2 = probe_peak(m, 2, T, dt), free_b = 0, total_b = 0;
-    size_t per = p2 > p1 ? p2 - p1 : 1, fixed = p1 > per ? p1 - per : 0;
-    bt_device_memory(m->device, &free_b, &total_b);
-    double budget = 0.9 * (double)(free_b + bt_alloc_stats(m->device).reserved);
+    mem_model mm = probe_memory(m, T, dt, 2);
+    size_t per = mm.per, fixed = mm.fixed;
+    double budget = mm.budget;
     while ((int64_t)best * 2 * T <= total_batch && total_batch % ((int64_t)best * 2 * T) == 0 && fixed + (double)per * best * 2 <= budget) best *= 2;
     printf("auto micro-batch: %.0f MiB per sequence of %d tokens, %.0f MiB fixed, %.0f MiB usable -> B = %d\n",
            per / 1048576.0, T, fixed / 1048576.0, budget / 1048576.0, best);
@@ -2395,6 +2567,7 @@ static int train_main(train_opts *o) {
     if (check_outputs(o, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
     if (par_check(o, &cfg, world, on_gpu, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
     if (tr.src.resume && ckpt_check_fields(&tr.src, o, &cfg, world / (o->tp * o->cp), err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
+    if (resolve_graph(o, on_gpu, world, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
 
     tr.o = *o;
     tr.dist = dist;
@@ -2419,6 +2592,8 @@ static int train_main(train_opts *o) {
         if (gpt2_load_weights(&tr.model, model, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
     } else gpt2_init(&tr.model, o->seed);
     bt_adamw_init(&tr.opt, tr.model.params, tr.model.n_params, 0.9f, 0.95f, 1e-8f, (float)o->weight_decay, (float)o->clip);
+    if (o->recompute >= 0) bt_set_recompute(o->recompute);   /* before the probes: auto B counts with it */
+    int auto_b = o->B < 0;
     if (o->B < 0) {                                  /* the GPU default: the largest that fits */
         if (o->total_batch < 0) o->total_batch = 524288;
         o->B = auto_micro_batch(&tr.model, o->T, o->total_batch / world, tr.dt);
@@ -2430,8 +2605,11 @@ static int train_main(train_opts *o) {
             bt_scope_end();
         }
         if (resolve_opts(o, on_gpu, &cfg, err, sizeof err)) { usage(stderr); fprintf(stderr, "error: %s\n", err); return trainer_end(&tr, 1); }
-        tr.o = *o;
     }
+    /* --recompute by default: none with the measured B (it fits by construction) or several processes */
+    if (o->recompute < 0) o->recompute = on_gpu && !auto_b && world == 1 ? choose_recompute(&tr.model, o->B, o->T, tr.dt) : 0;
+    bt_set_recompute(o->recompute);
+    tr.o = *o;
     int dworld = par_data_world(&tr);   /* the data-parallel ranks: world / (tp cp) */
     if (o->total_batch % ((int64_t)o->B * o->T * dworld)) {
         fprintf(stderr, "error: -d %d is not a multiple of B*T*%s = %d*%d*%d\n", o->total_batch, tr.par ? "data-parallel ranks" : "processes", o->B, o->T, dworld);
@@ -2475,8 +2653,9 @@ static int train_main(train_opts *o) {
     double peak = on_gpu ? peak_flops(bt_device_name(dev), o->precision) : 0;   /* 0: MFU not shown */
     printf("model %s: L %d H %d C %d maxT %d V %d (padded %d), %.2fM parameters on %s\n", tr.src.file || tr.src.resume ? tr.src.path : model, cfg.L, cfg.H, cfg.C,
            cfg.maxT, cfg.V, cfg.Vp, tr.model.num_params / 1e6, on_gpu ? bt_device_name(dev) : "cpu");
-    printf("B %d T %d, total batch %d tokens (%d micro-batches), %d steps, lr %.2e warmup %d, precision %s\n",
-           o->B, o->T, o->total_batch, accum, o->steps, o->lr, o->warmup, o->precision);
+    printf("B %d T %d, total batch %d tokens (%d micro-batches), %d steps, lr %.2e warmup %d, precision %s%s\n",
+           o->B, o->T, o->total_batch, accum, o->steps, o->lr, o->warmup, o->precision, o->recompute ? ", recompute gelu" : "");
+    if (on_gpu) printf("cuda graph: %s\n", o->cuda_graph ? "on (the micro-step is captured after one eager micro-step, then replayed)" : "off");
     if (dist && dworld > 1) printf("data parallel: %d processes (%s), %s, buckets of %d MB, gradients on the wire in %s\n", dworld,
                      bt_launcher_name(dist->env.launcher), o->dp, o->bucket_mb, o->comm_dtype);
     if (tr.par) par_describe(tr.par, o);
