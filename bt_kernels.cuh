@@ -2630,8 +2630,9 @@ template <typename T> __global__ void bt__k_att_dvec(float *dvec, bt__k_attp p) 
 /* -- Hopper (sm_90a) path: bf16 / f16, D = 64 or 128, 16-byte aligned rows ------------------------
    The same math on warpgroup MMAs (wgmma.mma_async: a 64 x N x 16 product issued by 4 warps, B
    and optionally A read by the tensor cores straight from shared memory, fp32 accumulators in
-   registers). Every CTA is 288 threads: two consumer warpgroups (warps 0-3 and 4-7) that compute
-   and one producer warp (warp 8) that only loads. The producer streams tiles with cp.async into
+   registers). Every CTA is 384 threads: two consumer warpgroups (warps 0-3 and 4-7) that compute
+   and a producer warpgroup (warps 8-11, registers handed to the consumers by setmaxnreg) that
+   loads (and in the fused backward adds dQ parts). The producer streams tiles with cp.async into
    a two-stage ring per operand and completes an mbarrier per stage ("full": cp.async.mbarrier.arrive
    fires when its copies land); the consumers wait on it, multiply, and give the stage back on its
    "empty" mbarrier (one arrival per consumer warp, after its wgmma.wait_group says the tensor
@@ -2644,14 +2645,16 @@ template <typename T> __global__ void bt__k_att_dvec(float *dvec, bt__k_attp p) 
    P V, dS K, P^T dO, dS^T Q). P and dS go from the accumulators to the A operand in registers
    (the accumulator's pairs are the A fragment's pairs), rounded to the dtype.
    Forward: a CTA owns 128 queries (64 per warpgroup) and walks 128-key tiles; K and V have their
-   own rings, so K of tile j + 2 loads while tile j's softmax runs. The two warpgroups take turns
-   at the tensor cores (named barriers 1 and 2, "ping-pong"): a warpgroup issues O += P(j-1)
-   V(j-1) and S = Q K(j)^T, lets the other issue its pair, and runs its softmax while the other's
-   products run; the exp2 of the softmax (MUFU, 16 a clock an SM) is then hidden under the MMAs.
-   Backward: the same two kernels as above (deterministic, no atomics): dK/dV over 128-key CTAs
-   (64 keys a warpgroup, S^T = K Q^T and dP^T = V dO^T from shared memory, dV += P^T dO and dK
-   += dS^T Q with A from registers), dQ over 128-query CTAs (S, dP, dQ += dS K). Registers bound
-   the tiles: D = 64 walks 128-row tiles, D = 128 64-row ones. */
+   own rings (3 stages at D 64, 2 at D 128) and Q two buffers (items alternate), so the next
+   tiles load while a tile's softmax runs. The two warpgroups take turns at the tensor cores
+   (named barriers 1 and 2, "ping-pong"): a warpgroup issues S = Q K(j)^T and O += P(j-1) V(j-1),
+   lets the other issue its pair, and runs its softmax while the other's products run; the exp2
+   of the softmax (MUFU, 16 a clock an SM) is then hidden under the MMAs.
+   Backward: causal D 64 in one fused kernel (below: 5 products, dQ summed in a fixed order);
+   else the two kernels above (deterministic, no atomics): dK/dV over 128-key CTAs (64 keys a
+   warpgroup, S^T = K Q^T and dP^T = V dO^T from shared memory, dV += P^T dO and dK += dS^T Q
+   with A from registers), dQ over 128-query CTAs (S, dP, dQ += dS K). Registers bound the tiles:
+   D = 64 walks 128-row tiles, D = 128 64-row ones. */
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define BT__K_WG 1   /* this device pass compiles the wgmma kernels (sm_90a) */
 #endif
@@ -3287,13 +3290,15 @@ template <typename T, int D, int BK> __global__ void __launch_bounds__(BT__K_WG_
    dQ, deterministic without atomics in arbitrary order: query tile i receives one part from each
    key tile 0 .. i, always in the order kt = i, i - 1, .., 0 (rank i - kt, the step at which key
    tile kt reaches query tile i: a CTA one key tile higher got there one step earlier). A counter
-   per (head, query tile) holds the ranks done; warps 10-11 of the producer warpgroup ("reducer")
-   wait for it to reach this part's rank, then rank 0 stores the part into an fp32 scratch tile,
-   ranks 1 .. i - 1 add it there (the copy engine: cp.async.bulk, cp.reduce.async.bulk .add.f32),
-   and rank i (key tile 0) reads the scratch, adds its part and writes dQ scaled and rounded into
-   gq. The fp32 sums are thus always taken in the same order: the bits do not depend on timing.
-   No deadlock: an item waits only for items earlier in the work order (key tile kt + 1 of the
-   same head), which CTAs took before it from the counter (or the fixed order) and run.
+   per (head, query tile) holds the ranks done. For key tiles > 0 one producer thread (threadIdx
+   256 + 64, the "reducer") waits for the counter to reach the part's rank, then rank 0 stores the
+   part into an fp32 scratch tile and ranks 1 .. i - 1 add it there (the copy engine:
+   cp.async.bulk, cp.reduce.async.bulk .add.f32), waits for the writes and publishes rank + 1;
+   key tile 0 (rank i) is the consumers' own: they wait for rank i, add the scratch to their part
+   in registers and write dQ scaled and rounded into gq. The fp32 sums are thus always taken in
+   the same order: the bits do not depend on timing. No deadlock: an item waits only for items
+   earlier in the work order (key tile kt + 1 of the same head), which CTAs took before it from
+   the counter (taken only when the CTA is about to start it) or the fixed order, and run.
    Warps 8-9 load (K, V per item into one of two buffers; Q, dO, lse, Dvec per query tile).
    smem: 2 x (K, V) 64 KiB, 2 stages 66 KiB, dS^T 32 KiB, dQ part 32 KiB. -- */
 __host__ __device__ constexpr int bt__k_att_bwd_smem_bytes(void) {
@@ -3359,8 +3364,8 @@ template <typename T> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt_
     __syncthreads();
     if (warp >= 8) {
         bt__k_wg_regs_dec<BT__K_WG_PRODUCER_REGS>();
-        const int t = threadIdx.x - 256;   /* 0 .. 63 loader, 64 .. 127 reducer */
-        int u = 0;                         /* query tiles so far (all items of this CTA) */
+        const int t = threadIdx.x - 256;   /* 0 .. 63 loader, 64 reducer */
+        int u = 0, uq = 0;                 /* query tiles so far (all items of this CTA); those with a part to add */
         for (int64_t n = 0;; n++) {
             const int64_t L = bt__k_att_next(p, n, nitems, &item_slot, ifull, iempty, next, 0);
             if (L >= nitems) break;
@@ -3386,66 +3391,34 @@ template <typename T> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt_
                     bt__k_wg_load_row<64>(st + 2 * QB + BQ * 4, dvec, r, BQ, p.T, t);
                     bt__k_cp_mbar_arrive(full + 8 * su);
                 }
-            } else {   /* reducer: the dQ parts of this item, query tile i = kt + s at rank s */
-                const int rt = t - 64;
-                T *gq = (T *)p.gq + bt__k_att_off(p.sgq, bh, p.H);
-                for (int s = 0; s < ns; s++, u++) {
+            } else if (t == 64 && kt > 0) {   /* reducer (one thread): the parts of key tiles > 0 into the sums */
+                for (int s = 0; s < ns; s++, uq++) {
                     const int i = kt + s;
                     float *acc = p.dqacc + (hr * nkt + i) * (int64_t)(BQ * D);
                     int *cnt = p.dqcnt + hr * nkt + i;
-                    bt__k_mbar_wait(dqfull, u & 1);
-                    if (kt > 0) {   /* not the last part: through the copy engine, one thread */
-                        if (rt == 0) {
-                            if (s > 0) bt__k_seq_wait(cnt, s);
-                            if (s == 0) bt__k_bulk_store(acc, sDQ, DQB);
-                            else bt__k_bulk_add_f32(acc, sDQ, DQB);
-                            bt__k_bulk_commit();
-                            bt__k_bulk_wait_read();
-                            bt__k_mbar_arrive(dqempty);
-                            bt__k_bulk_wait();
-                            bt__k_seq_pass(cnt, s + 1);
-                        }
-                    } else {   /* the last part: scratch + part, scaled, rounded, into gq (64 threads) */
-                        if (rt == 0 && s > 0) bt__k_seq_wait(cnt, s);
-                        bt__k_bar_sync_n(4, 64);
-                        const float4 *part = (const float4 *)(bt__k_att_sm + (sDQ - sm0));
-                        const float4 *sum = (const float4 *)acc;
-#pragma unroll 1
-                        for (int f0 = 0; f0 < BQ * D / 4; f0 += 4 * 64) {   /* 4 loads in flight (56 registers) */
-                            float4 x[4];
-#pragma unroll
-                            for (int e = 0; e < 4; e++) x[e] = s > 0 ? __ldcg(sum + f0 + e * 64 + rt) : make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-                            for (int e = 0; e < 4; e++) {
-                                /* float4 f = part j (column block of 8) of consumer thread c: rows 64 w + 16 wi + g
-                                   (+ 8), columns 8 j + 2 tg (+ 1); the layout the consumers wrote */
-                                const int f = f0 + e * 64 + rt, c = f & 255, j = f >> 8;
-                                const float4 y = part[f];
-                                const int row = i * BQ + 64 * (c >> 7) + 16 * ((c >> 5) & 3) + ((c >> 2) & 7), col = 8 * j + 2 * (c & 3);
-                                if (row < p.T)
-                                    *reinterpret_cast<uint32_t *>(gq + (int64_t)row * p.sgq[2] + col) =
-                                        bt__k_pack2((x[e].x + y.x) * p.scale, (x[e].y + y.y) * p.scale, (T *)0);
-                                if (row + 8 < p.T)
-                                    *reinterpret_cast<uint32_t *>(gq + (int64_t)(row + 8) * p.sgq[2] + col) =
-                                        bt__k_pack2((x[e].z + y.z) * p.scale, (x[e].w + y.w) * p.scale, (T *)0);
-                            }
-                        }
-                        bt__k_bar_sync_n(4, 64);
-                        if (rt == 0) bt__k_mbar_arrive(dqempty);
-                    }
+                    bt__k_mbar_wait(dqfull, uq & 1);
+                    if (s > 0) bt__k_seq_wait(cnt, s);   /* ranks 0 .. s - 1 (key tiles i .. kt + 1) added */
+                    if (s == 0) bt__k_bulk_store(acc, sDQ, DQB);
+                    else bt__k_bulk_add_f32(acc, sDQ, DQB);
+                    bt__k_bulk_commit();
+                    bt__k_bulk_wait_read();
+                    bt__k_mbar_arrive(dqempty);
+                    bt__k_bulk_wait();
+                    bt__k_seq_pass(cnt, s + 1);
                 }
             }
         }
         if (t < 64) asm volatile("cp.async.wait_all;\n" ::: "memory");   /* every copy landed before this warp exits */
+        if (t == 64) bt__k_bulk_wait();
     } else {
         bt__k_wg_regs_inc<BT__K_WG_CONSUMER_REGS>();
         const int w = warp >> 2, g = lane >> 2, tg = lane & 3;
-        int u = 0;
+        int u = 0, uq = 0;   /* query tiles so far; those whose part went to the reducer */
         for (int64_t n = 0;; n++) {
             const int64_t L = bt__k_att_next(p, n, nitems, &item_slot, ifull, iempty, next, 0);
             if (L >= nitems) break;
             int rank;
-            const int64_t bh = p.bh0 + bt__k_att_work(p, L, nkt, rank);
+            const int64_t hr = bt__k_att_work(p, L, nkt, rank), bh = p.bh0 + hr;
             const int kt = nkt - 1 - rank, ns = nkt - kt, k0 = kt * BK, key0 = k0 + 64 * w + 16 * (warp & 3) + g;
             const int kb = (int)(n & 1);
             const uint32_t sK = sKV + kb * 2 * KT, sV = sK + KT;
@@ -3534,15 +3507,31 @@ template <typename T> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt_
                 bt__k_wg_pin(dv); bt__k_wg_pin(dk); bt__k_wg_pin(dq);
                 bt__k_wg_pin_u(pa); bt__k_wg_pin_u(da);   /* read by dV, dK until the wait: not reused for dQ's registers */
                 if (lane == 0) { bt__k_mbar_arrive(empty + 8 * su); bt__k_mbar_arrive(dsfree); }
-                /* the part to the reducer: float4 j of thread c at (j 256 + c) 16 bytes (conflict-free) */
-                if (u > 0) bt__k_mbar_wait(dqempty, (u - 1) & 1);
-                {
+                /* float4 j of consumer thread c (its dQ part, columns 8 j ..) at (j 256 + c) 16 bytes of the
+                   shared part (conflict-free) and of the scratch sum */
+                if (kt > 0) {   /* the part to the reducer */
+                    if (uq > 0) bt__k_mbar_wait(dqempty, (uq - 1) & 1);
                     float4 *dst = (float4 *)(bt__k_att_sm + (sDQ - sm0)) + (threadIdx.x & 255);
 #pragma unroll
                     for (int j = 0; j < D / 8; j++) dst[256 * j] = make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
+                    bt__k_fence_async();   /* read next by the copy engine */
+                    bt__k_mbar_arrive(dqfull);
+                    uq++;
+                } else {   /* the last part (key tile 0): + the sum of key tiles 1 .. i, scaled, rounded, into gq */
+                    if (s > 0) {
+                        if (threadIdx.x == 0) bt__k_seq_wait(p.dqcnt + hr * nkt + i, s);
+                        bt__k_bar_sync(5);
+                        const float4 *sum = (const float4 *)(p.dqacc + (hr * nkt + i) * (int64_t)(BQ * D)) + (threadIdx.x & 255);
+                        float4 x[D / 8];
+#pragma unroll
+                        for (int j = 0; j < D / 8; j++) x[j] = __ldcg(sum + 256 * j);
+#pragma unroll
+                        for (int j = 0; j < D / 8; j++) { dq[4 * j] += x[j].x; dq[4 * j + 1] += x[j].y; dq[4 * j + 2] += x[j].z; dq[4 * j + 3] += x[j].w; }
+                    }
+                    const float sc2[2] = {p.scale, p.scale};
+                    bt__k_wg_store<T, D>((T *)p.gq + bt__k_att_off(p.sgq, bh, p.H), p.sgq[2], i * BQ + 64 * w + 16 * (warp & 3) + g,
+                                         p.T, dq, sc2);
                 }
-                bt__k_fence_async();   /* read next by the copy engine */
-                bt__k_mbar_arrive(dqfull);
             }
             if (lane == 0) bt__k_mbar_arrive(kvempty + 8 * kb);
             const float sc2[2] = {p.scale, p.scale}, one[2] = {1.f, 1.f};
@@ -3684,8 +3673,10 @@ static int bt__k_att_wg_use(bt_dtype dt, const bt__k_attp *p) {
    its work items from an atomic counter as SMs free up (else a fixed snake order);
    BT_ATT_DVEC_FUSED=0|1, Dvec computed by the dQ kernel (else by a pre-pass kernel);
    BT_ATT_BWD_TURNS=0|1, the backward kernels' warpgroups taking turns at the tensor cores;
-   BT_ATT_FUSED_BWD=0|1, the causal D 64 backward in one kernel (else the dQ and dK/dV kernels);
-   BT_ATT_FWD_OVERLAP=0|1, the forward's softmax of a tile under the P V product of the last */
+   BT_ATT_FUSED_BWD=0|1, the causal D 64 backward in one kernel (else the dQ and dK/dV kernels) when
+   T <= BT_ATT_FUSED_TMAX (default 1024);
+   BT_ATT_FWD_OVERLAP=0|1, the forward's softmax of a tile under the P V product of the last
+   (default 0: ptxas serializes that kernel's wgmmas, warning C7515, and it measured slower) */
 static int bt__k_att_tune(const char *name, int dflt) {
     const char *e = getenv(name);
     return e && *e ? atoi(e) : dflt;
@@ -3849,7 +3840,9 @@ BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t 
     unsigned tiles = (unsigned)((Tn + 63) / 64), nb = bt__k_blocks(B * H * Tn * 32, 256);
     int dp = bt__k_att_dp(D), wg = bt__k_att_wg_use(dt, &p);
     if (wg) p.turns = bt__k_att_tune("BT_ATT_BWD_TURNS", 1) != 0;
-    if (wg && D == 64 && p.causal && bt__k_att_tune("BT_ATT_FUSED_BWD", 1)) {   /* one kernel, 5 products */
+    /* one kernel, 5 products: measured faster at T 512 and 1024, slower from 2048 on (the dQ sums wait longer) */
+    if (wg && D == 64 && p.causal && bt__k_att_tune("BT_ATT_FUSED_BWD", 1) &&
+        Tn <= bt__k_att_tune("BT_ATT_FUSED_TMAX", 1024)) {
         if (dt == BT_BF16) bt__k_att_bwd_fused_run<__nv_bfloat16>(&p, s, op);
         else bt__k_att_bwd_fused_run<__half>(&p, s, op);
         bt_free(dvec);

@@ -1080,6 +1080,11 @@ static void test_attention_hopper(void) {
     seed(1420);
     attn_case(BT_BF16, BT_MATMUL_FP32, 2, 5, 200, 64, 1, 1, 1, 1);
     bt_k_attention_scratch_cap(prev_cap);
+    /* the fused backward past its default T (BT_ATT_FUSED_TMAX): 9 query tiles (a dQ sum of 9 parts), f16,
+       bits twice */
+    setenv("BT_ATT_FUSED_TMAX", "4096", 1);
+    attn_case(BT_F16, BT_MATMUL_FP32, 1, 3, g_quick ? 257 : 1100, 64, 0, 1, 1, 1);
+    unsetenv("BT_ATT_FUSED_TMAX");
     if (prev_l2) setenv("BT_ATT_L2_MB", saved, 1);
     else unsetenv("BT_ATT_L2_MB");
 }
