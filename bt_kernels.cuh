@@ -2690,7 +2690,6 @@ BT__K_WG_DEF(128, 64, BT__K_WG_R64, BT__K_WG_F64(d), "%64", "%65", "%66", "{%64,
 __device__ __forceinline__ void bt__k_wg_arrive(void) { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void bt__k_wg_commit(void) { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void bt__k_wg_wait0(void) { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-__device__ __forceinline__ void bt__k_wg_wait1(void) { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
 /* the compiler sees an accumulator written when the wgmma is issued: this pins its reads after the
    wait (and its writes before the issue) */
 template <int N> __device__ __forceinline__ void bt__k_wg_pin(float (&d)[N]) {
@@ -2866,7 +2865,7 @@ __host__ __device__ constexpr int bt__k_att_fwd_st(int D) { return D == 64 ? 3 :
    with a persistent grid (one CTA per SM), several a CTA: the producer then loads the next item's
    Q (its own buffer: items alternate between two), K(0), V(0) while the consumers finish the last
    one. smem Q 2 x 128 x D, K and V ST x 128 x D -- */
-template <typename T, int D, int OVL> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt__k_att_fwd_wg(bt__k_attp p) {
+template <typename T, int D> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt__k_att_fwd_wg(bt__k_attp p) {
 #ifdef BT__K_WG
     enum { BM = 128, BN = 128, ST = bt__k_att_fwd_st(D), TILE = BN * D * 2, NS = BN / 2, NO = D / 2, QT = BM * D * 2 };
     /* K full, K empty, V full, V empty (ST each), Q full, Q empty (2 each), item full, item empty
@@ -2944,9 +2943,10 @@ template <typename T, int D, int OVL> __global__ void __launch_bounds__(BT__K_WG
                 if (j > 0) bt__k_mbar_wait(vfull + 8 * sp, ((uj - 1) / ST) & 1);
                 bt__k_fence_async();
                 bt__k_bar_sync(1 + w);   /* this warpgroup's turn at the tensor cores */
-                /* S(j) = Q K(j)^T, then O += P(j-1) V(j-1) (O in the units of m(j-1)), two groups: with
-                   OVL the softmax of tile j starts once S(j) is done, under P V; each branch fences
-                   right before its products (no register of theirs touched between) */
+                /* S(j) = Q K(j)^T, then O += P(j-1) V(j-1) (O in the units of m(j-1)), two groups, both
+                   waited for before the softmax (starting it after S(j) alone, wait_group 1, made ptxas
+                   serialize every wgmma of the kernel: warning C7515, measured slower); each branch
+                   fences right before its products (no register of theirs touched between) */
                 if (j > 0) {
                     bt__k_wg_pin(o);
                     bt__k_wg_arrive();
@@ -2961,11 +2961,11 @@ template <typename T, int D, int OVL> __global__ void __launch_bounds__(BT__K_WG
                     bt__k_wg_commit();
                 }
                 if (w == 0 || j + 1 < nt) bt__k_bar_arrive(2 - w);   /* the other's turn (balanced: n syncs, n arrivals) */
-                if (OVL && j > 0) bt__k_wg_wait1();
-                else bt__k_wg_wait0();
-                bt__k_wg_pin(sc);
+                bt__k_wg_wait0();
+                bt__k_wg_pin(sc); bt__k_wg_pin(o); bt__k_wg_pin_u(pf);   /* P(j-1)'s registers free from here */
                 if (lane == 0) {
                     bt__k_mbar_arrive(kempty + 8 * s);
+                    if (j > 0) bt__k_mbar_arrive(vempty + 8 * sp);
                     if (j == nt - 1) bt__k_mbar_arrive(qempty + 8 * qb);   /* Q read for the last time */
                 }
                 /* online softmax in raw score units (scale > 0 commutes with max): P = 2^(S c2 - m c2) */
@@ -2991,10 +2991,6 @@ template <typename T, int D, int OVL> __global__ void __launch_bounds__(BT__K_WG
                     sc[i] = pv;
                     l[(i >> 1) & 1] += pv;
                 }
-                /* P(j-1) V(j-1) done: O (and P(j-1)'s registers, read by the tensor cores until now) free */
-                bt__k_wg_wait0();
-                bt__k_wg_pin(o); bt__k_wg_pin_u(pf);
-                if (lane == 0 && j > 0) bt__k_mbar_arrive(vempty + 8 * sp);
 #pragma unroll
                 for (int i = 0; i < NO; i++) o[i] *= al[(i >> 1) & 1];
                 bt__k_wg_afrag<T, BN / 16>(pf, sc);
@@ -3653,7 +3649,7 @@ static int bt__k_att_wg_ready(void) {
         cudaFuncAttributes a;
         if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
             cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess && major == 9 && minor == 0) {
-            if (cudaFuncGetAttributes(&a, (const void *)bt__k_att_fwd_wg<__nv_bfloat16, 64, 0>) == cudaSuccess) ok = a.sharedSizeBytes > 0;
+            if (cudaFuncGetAttributes(&a, (const void *)bt__k_att_fwd_wg<__nv_bfloat16, 64>) == cudaSuccess) ok = a.sharedSizeBytes > 0;
             else (void)cudaGetLastError();   /* no image for this device: not an error of the caller's */
         }
         ready[dev] = ok ? 1 : -1;
@@ -3674,9 +3670,7 @@ static int bt__k_att_wg_use(bt_dtype dt, const bt__k_attp *p) {
    BT_ATT_DVEC_FUSED=0|1, Dvec computed by the dQ kernel (else by a pre-pass kernel);
    BT_ATT_BWD_TURNS=0|1, the backward kernels' warpgroups taking turns at the tensor cores;
    BT_ATT_FUSED_BWD=0|1, the causal D 64 backward in one kernel (else the dQ and dK/dV kernels) when
-   T <= BT_ATT_FUSED_TMAX (default 1024);
-   BT_ATT_FWD_OVERLAP=0|1, the forward's softmax of a tile under the P V product of the last
-   (default 0: ptxas serializes that kernel's wgmmas, warning C7515, and it measured slower) */
+   T <= BT_ATT_FUSED_TMAX (default 1024) */
 static int bt__k_att_tune(const char *name, int dflt) {
     const char *e = getenv(name);
     return e && *e ? atoi(e) : dflt;
@@ -3715,10 +3709,9 @@ static size_t bt__k_att_wg_smem_dq(int D, int BK) { return (size_t)2 * 128 * D *
 template <typename T> static void bt__k_att_fwd_wg_run(const bt__k_attp *p, cudaStream_t s, const char *op) {
     int64_t tiles = (p->T + 127) / 128;
     size_t hb = bt__k_att_wg_kv_bytes(p);
-    int per = bt__k_att_tune("BT_ATT_PERSIST", 1) != 0, ovl = bt__k_att_tune("BT_ATT_FWD_OVERLAP", 0) != 0;
-    void (*kern)(bt__k_attp) = p->D == 64 ? (ovl ? bt__k_att_fwd_wg<T, 64, 1> : bt__k_att_fwd_wg<T, 64, 0>)
-                                          : (ovl ? bt__k_att_fwd_wg<T, 128, 1> : bt__k_att_fwd_wg<T, 128, 0>);
-    bt__k_att_wg_launch(kern, *p, tiles, hb, per, bt__k_att_wg_smem_fwd((int)p->D), s, op);
+    int per = bt__k_att_tune("BT_ATT_PERSIST", 1) != 0;
+    if (p->D == 64) bt__k_att_wg_launch(bt__k_att_fwd_wg<T, 64>, *p, tiles, hb, per, bt__k_att_wg_smem_fwd(64), s, op);
+    else bt__k_att_wg_launch(bt__k_att_fwd_wg<T, 128>, *p, tiles, hb, per, bt__k_att_wg_smem_fwd(128), s, op);
 }
 /* the fused backward (causal, D 64): Dvec by the pre-pass, then the kernel over chunks of heads
    whose fp32 dQ sums (32 KiB a query tile of 128: 50 MiB at B 16, H 12, T 1024; 403 MB at B 128)
