@@ -2005,6 +2005,8 @@ typedef struct {
     int turns;          /* wgmma backward kernels: the two warpgroups take turns issuing products */
     int *ctr;           /* persistent wgmma forward: work items taken from this counter (zeroed per launch),
                            as the SMs free up; NULL: a fixed snake order (bt__k_att_item) */
+    float *dqacc;       /* fused wgmma backward: fp32 dQ sums, a 128 x 64 tile per (head - bh0, query tile) */
+    int *dqcnt;         /* fused wgmma backward: dQ parts added per (head - bh0, query tile), zeroed per launch */
     int H, T, D, vec, vec_out;
     int causal;         /* 1: key j > query i masked; 0: every query sees every key */
     float c2, scale;   /* c2 = scale log2(e) */
@@ -2838,8 +2840,9 @@ template <typename T> __global__ void bt__k_att_dvec(float *dvec, bt__k_attp p) 
 /* -- Hopper (sm_90a) path: bf16 / f16, D = 64 or 128, 16-byte aligned rows ------------------------
    The same math on warpgroup MMAs (wgmma.mma_async: a 64 x N x 16 product issued by 4 warps, B
    and optionally A read by the tensor cores straight from shared memory, fp32 accumulators in
-   registers). Every CTA is 288 threads: two consumer warpgroups (warps 0-3 and 4-7) that compute
-   and one producer warp (warp 8) that only loads. The producer streams tiles with cp.async into
+   registers). Every CTA is 384 threads: two consumer warpgroups (warps 0-3 and 4-7) that compute
+   and a producer warpgroup (warps 8-11, registers handed to the consumers by setmaxnreg) that
+   loads (and in the fused backward adds dQ parts). The producer streams tiles with cp.async into
    a two-stage ring per operand and completes an mbarrier per stage ("full": cp.async.mbarrier.arrive
    fires when its copies land); the consumers wait on it, multiply, and give the stage back on its
    "empty" mbarrier (one arrival per consumer warp, after its wgmma.wait_group says the tensor
@@ -2852,14 +2855,16 @@ template <typename T> __global__ void bt__k_att_dvec(float *dvec, bt__k_attp p) 
    P V, dS K, P^T dO, dS^T Q). P and dS go from the accumulators to the A operand in registers
    (the accumulator's pairs are the A fragment's pairs), rounded to the dtype.
    Forward: a CTA owns 128 queries (64 per warpgroup) and walks 128-key tiles; K and V have their
-   own rings, so K of tile j + 2 loads while tile j's softmax runs. The two warpgroups take turns
-   at the tensor cores (named barriers 1 and 2, "ping-pong"): a warpgroup issues O += P(j-1)
-   V(j-1) and S = Q K(j)^T, lets the other issue its pair, and runs its softmax while the other's
-   products run; the exp2 of the softmax (MUFU, 16 a clock an SM) is then hidden under the MMAs.
-   Backward: the same two kernels as above (deterministic, no atomics): dK/dV over 128-key CTAs
-   (64 keys a warpgroup, S^T = K Q^T and dP^T = V dO^T from shared memory, dV += P^T dO and dK
-   += dS^T Q with A from registers), dQ over 128-query CTAs (S, dP, dQ += dS K). Registers bound
-   the tiles: D = 64 walks 128-row tiles, D = 128 64-row ones. */
+   own rings (3 stages at D 64, 2 at D 128) and Q two buffers (items alternate), so the next
+   tiles load while a tile's softmax runs. The two warpgroups take turns at the tensor cores
+   (named barriers 1 and 2, "ping-pong"): a warpgroup issues S = Q K(j)^T and O += P(j-1) V(j-1),
+   lets the other issue its pair, and runs its softmax while the other's products run; the exp2
+   of the softmax (MUFU, 16 a clock an SM) is then hidden under the MMAs.
+   Backward: causal D 64 in one fused kernel (below: 5 products, dQ summed in a fixed order);
+   else the two kernels above (deterministic, no atomics): dK/dV over 128-key CTAs (64 keys a
+   warpgroup, S^T = K Q^T and dP^T = V dO^T from shared memory, dV += P^T dO and dK += dS^T Q
+   with A from registers), dQ over 128-query CTAs (S, dP, dQ += dS K). Registers bound the tiles:
+   D = 64 walks 128-row tiles, D = 128 64-row ones. */
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define BT__K_WG 1   /* this device pass compiles the wgmma kernels (sm_90a) */
 #endif
@@ -2900,6 +2905,11 @@ __device__ __forceinline__ void bt__k_wg_wait0(void) { asm volatile("wgmma.wait_
 template <int N> __device__ __forceinline__ void bt__k_wg_pin(float (&d)[N]) {
 #pragma unroll
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+/* A fragments read by an issued product stay live (their registers not reused) until after the wait */
+template <int KS> __device__ __forceinline__ void bt__k_wg_pin_u(uint32_t (&a)[KS][4]) {
+#pragma unroll
+    for (int i = 0; i < KS; i++) asm volatile("" : "+r"(a[i][0]), "+r"(a[i][1]), "+r"(a[i][2]), "+r"(a[i][3])::"memory");
 }
 __device__ __forceinline__ uint32_t bt__k_smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 /* shared-memory matrix descriptor, 128-byte swizzle: start, leading byte offset, stride byte offset
@@ -2956,20 +2966,21 @@ __device__ __forceinline__ void bt__k_cp16z(uint32_t dst, const void *src, int n
 __device__ __forceinline__ void bt__k_cp4z(uint32_t dst, const void *src, int n) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
 }
-/* the producer warpgroup (thread t of 128): rows r0 .. r0 + R - 1 of one head (row r at g + r st)
-   into a swizzled tile, zeros for rows >= Tn (the source then stays at row 0, never read) */
-template <typename T, int R, int D>
+/* the producer's NT loading threads (thread t of NT): rows r0 .. r0 + R - 1 of one head (row r at
+   g + r st) into a swizzled tile, zeros for rows >= Tn (the source then stays at row 0, never read) */
+template <typename T, int R, int D, int NT = 128>
 __device__ __forceinline__ void bt__k_wg_load(uint32_t tile, const T *g, int64_t st, int r0, int Tn, int t) {
     const int CPR = D / 8;
 #pragma unroll 4
-    for (int c = t; c < R * CPR; c += 128) {
+    for (int c = t; c < R * CPR; c += NT) {
         int r = c / CPR, ch = c - r * CPR, ok = r0 + r < Tn;
         bt__k_cp16z(tile + bt__k_sw(r, ch, R), g + (ok ? (int64_t)(r0 + r) * st + ch * 8 : 0), ok ? 16 : 0);
     }
 }
-/* the producer warpgroup: n floats x[r0 ..] (zeros past Tn) into shared memory */
+/* the producer's NT loading threads: n floats x[r0 ..] (zeros past Tn) into shared memory */
+template <int NT = 128>
 __device__ __forceinline__ void bt__k_wg_load_row(uint32_t dst, const float *x, int r0, int n, int Tn, int t) {
-    for (int i = t; i < n; i += 128) bt__k_cp4z(dst + 4 * i, x + (r0 + i < Tn ? r0 + i : 0), r0 + i < Tn ? 4 : 0);
+    for (int i = t; i < n; i += NT) bt__k_cp4z(dst + 4 * i, x + (r0 + i < Tn ? r0 + i : 0), r0 + i < Tn ? 4 : 0);
 }
 /* A fragments (k steps of 16 columns) of a 64 x 16 KS accumulator, rounded to T: the accumulator's
    n-tiles 2 kk and 2 kk + 1 are k step kk */
@@ -3027,18 +3038,21 @@ __device__ __forceinline__ int64_t bt__k_att_item(int64_t n) {
     return n * G + ((n & 1) ? G - 1 - c : c);
 }
 /* the CTA's n-th work item, the same in every thread. With p.ctr the producer's first thread
-   (threadIdx.x 256) takes items from the counter, the next one fetched a whole item ahead, and
-   hands each to all 12 warps through shared memory: *slot written, then ifull (1 arrival); every
-   warp reads it, then iempty (12 arrivals) lets the next be written. next: that thread's fetched
-   item (starts at blockIdx.x). Else the fixed order bt__k_att_item(n). */
+   (threadIdx.x 256) takes items from the counter and hands each to all 12 warps through shared
+   memory: *slot written, then ifull (1 arrival); every warp reads it, then iempty (12 arrivals)
+   lets the next be written. ahead: the next item is taken from the counter a whole item ahead
+   (its latency hidden); else only when that thread asks for it (an item taken is then started at
+   once: the fused backward's items wait for earlier ones). next: that thread's taken item (starts
+   at blockIdx.x). Else the fixed order bt__k_att_item(n). */
 __device__ __forceinline__ int64_t bt__k_att_next(const bt__k_attp &p, int64_t n, int64_t nitems, volatile int64_t *slot,
-                                                 uint32_t ifull, uint32_t iempty, int64_t &next) {
+                                                 uint32_t ifull, uint32_t iempty, int64_t &next, int ahead = 1) {
     if (!p.ctr) return bt__k_att_item(n);
     if (threadIdx.x == 256) {
         if (n > 0) bt__k_mbar_wait(iempty, (int)((n - 1) & 1));
+        if (!ahead && n > 0) next = (int64_t)gridDim.x + atomicAdd(p.ctr, 1);
         *slot = next;
         bt__k_mbar_arrive(ifull);
-        if (next < nitems) next = (int64_t)gridDim.x + atomicAdd(p.ctr, 1);
+        if (ahead && next < nitems) next = (int64_t)gridDim.x + atomicAdd(p.ctr, 1);
     }
     bt__k_mbar_wait(ifull, (int)(n & 1));
     const int64_t L = *slot;
@@ -3054,20 +3068,24 @@ __device__ __forceinline__ void bt__k_att_fwd_s(float (&sc)[64], uint32_t sQ, ui
         bt__k_wg_ss(sc, bt__k_wg_kmaj(sQ, 128, 64 * w, kd), bt__k_wg_kmaj(sKs, 128, 0, kd), kd > 0, (T *)0);
 }
 
+/* stages of the forward's K and V rings: 3 at D 64 (the next item's first tiles load under the last
+   item's end), 2 at D 128 (shared memory) */
+__host__ __device__ constexpr int bt__k_att_fwd_st(int D) { return D == 64 ? 3 : 2; }
 /* -- forward: work items (head, query tile of 128, longest first; bt__k_att_work), one per CTA or,
    with a persistent grid (one CTA per SM), several a CTA: the producer then loads the next item's
-   Q, K(0), V(0) while the consumers finish the last one. smem Q 128 x D, K and V 2 x 128 x D -- */
+   Q (its own buffer: items alternate between two), K(0), V(0) while the consumers finish the last
+   one. smem Q 2 x 128 x D, K and V ST x 128 x D -- */
 template <typename T, int D> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt__k_att_fwd_wg(bt__k_attp p) {
 #ifdef BT__K_WG
-    enum { BM = 128, BN = 128, ST = 2, TILE = BN * D * 2, NS = BN / 2, NO = D / 2 };
-    /* K full, K empty, V full, V empty (ST each), Q full, Q empty, item full, item empty (static:
-       marks the sm_90a build) */
-    __shared__ __align__(8) uint64_t bars[4 * ST + 4];
+    enum { BM = 128, BN = 128, ST = bt__k_att_fwd_st(D), TILE = BN * D * 2, NS = BN / 2, NO = D / 2, QT = BM * D * 2 };
+    /* K full, K empty, V full, V empty (ST each), Q full, Q empty (2 each), item full, item empty
+       (static: marks the sm_90a build) */
+    __shared__ __align__(8) uint64_t bars[4 * ST + 6];
     __shared__ int64_t item_slot;
     extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
-    const uint32_t sQ = bt__k_wg_base(bt__k_att_sm), sK = sQ + BM * D * 2, sV = sK + ST * TILE;
+    const uint32_t sQ0 = bt__k_wg_base(bt__k_att_sm), sK = sQ0 + 2 * QT, sV = sK + ST * TILE;
     const uint32_t kfull = bt__k_smem(bars), kempty = kfull + 8 * ST, vfull = kempty + 8 * ST, vempty = vfull + 8 * ST,
-                   qfull = vempty + 8 * ST, qempty = qfull + 8, ifull = qempty + 8, iempty = ifull + 8;
+                   qfull = vempty + 8 * ST, qempty = qfull + 16, ifull = qempty + 16, iempty = ifull + 8;
     const int nqt = (p.T + BM - 1) / BM;
     const int64_t nitems = (p.bh1 - p.bh0) * nqt;
     const int warp = bt__k_warp_id(), lane = threadIdx.x & 31, t = threadIdx.x & 127;
@@ -3077,12 +3095,12 @@ template <typename T, int D> __global__ void __launch_bounds__(BT__K_WG_THREADS,
             bt__k_mbar_init(kfull + 8 * s, 128); bt__k_mbar_init(vfull + 8 * s, 128);
             bt__k_mbar_init(kempty + 8 * s, 8); bt__k_mbar_init(vempty + 8 * s, 8);
         }
-        bt__k_mbar_init(qfull, 128); bt__k_mbar_init(qempty, 8);
+        for (int b = 0; b < 2; b++) { bt__k_mbar_init(qfull + 8 * b, 128); bt__k_mbar_init(qempty + 8 * b, 8); }
         bt__k_mbar_init(ifull, 1); bt__k_mbar_init(iempty, 12);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
-    if (warp >= 8) {   /* producer: per item Q (once the last item's S products are done), then K(j), V(j) */
+    if (warp >= 8) {   /* producer: per item Q (into the buffer the item before last used), then K(j), V(j) */
         bt__k_wg_regs_dec<BT__K_WG_PRODUCER_REGS>();
         int u = 0;   /* K, V tiles loaded so far: use u of the rings is stage u % ST, its (u / ST)-th */
         for (int64_t n = 0;; n++) {
@@ -3093,9 +3111,10 @@ template <typename T, int D> __global__ void __launch_bounds__(BT__K_WG_THREADS,
             const int qt = nqt - 1 - rank, nt = p.causal ? qt + 1 : (p.T + BN - 1) / BN;
             const T *q = (const T *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const T *)p.k + bt__k_att_off(p.sk, bh, p.H),
                     *v = (const T *)p.v + bt__k_att_off(p.sv, bh, p.H);
-            if (n > 0) bt__k_mbar_wait(qempty, (int)((n - 1) & 1));
-            bt__k_wg_load<T, BM, D>(sQ, q, p.sq[2], qt * BM, p.T, t);
-            bt__k_cp_mbar_arrive(qfull);
+            const int qb = (int)(n & 1);   /* item n's Q buffer, its (n / 2)-th use */
+            if (n >= 2) bt__k_mbar_wait(qempty + 8 * qb, (int)(((n >> 1) - 1) & 1));
+            bt__k_wg_load<T, BM, D>(sQ0 + qb * QT, q, p.sq[2], qt * BM, p.T, t);
+            bt__k_cp_mbar_arrive(qfull + 8 * qb);
             for (int j = 0; j < nt; j++, u++) {
                 const int s = u % ST, ph = (u / ST - 1) & 1;
                 if (u >= ST) bt__k_mbar_wait(kempty + 8 * s, ph);
@@ -3119,27 +3138,32 @@ template <typename T, int D> __global__ void __launch_bounds__(BT__K_WG_THREADS,
             const int qt = nqt - 1 - rank, q0 = qt * BM, nt = p.causal ? qt + 1 : (p.T + BN - 1) / BN;
             /* warpgroup w owns queries q0 + 64 w ..; this thread rows r0 and r0 + 8 */
             const int r0 = q0 + 64 * w + 16 * (warp & 3) + g;
-            float o[NO], sc[NS], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+            float o[NO], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
             uint32_t pf[BN / 16][4];
 #pragma unroll
             for (int i = 0; i < NO; i++) o[i] = 0.f;
-#pragma unroll
-            for (int i = 0; i < NS; i++) sc[i] = 0.f;
-            bt__k_mbar_wait(qfull, (int)(n & 1));
+            const int qb = (int)(n & 1);
+            const uint32_t sQ = sQ0 + qb * QT;
+            bt__k_mbar_wait(qfull + 8 * qb, (int)((n >> 1) & 1));
             if (w == 1) bt__k_bar_arrive(1);   /* warpgroup 0 issues first */
             for (int j = 0; j < nt; j++) {
                 const int uj = u + j, s = uj % ST, sp = (uj + ST - 1) % ST;
+                float sc[NS];   /* this tile's scores (the first product overwrites them): nothing carried between tiles */
                 bt__k_mbar_wait(kfull + 8 * s, (uj / ST) & 1);
                 if (j > 0) bt__k_mbar_wait(vfull + 8 * sp, ((uj - 1) / ST) & 1);
                 bt__k_fence_async();
                 bt__k_bar_sync(1 + w);   /* this warpgroup's turn at the tensor cores */
-                /* each branch fences right before its products (no register of theirs touched between) */
-                if (j > 0) {   /* O += P(j-1) V(j-1): O was rescaled by the softmax of tile j-1 */
+                /* S(j) = Q K(j)^T, then O += P(j-1) V(j-1) (O in the units of m(j-1)), two groups, both
+                   waited for before the softmax (starting it after S(j) alone, wait_group 1, made ptxas
+                   serialize every wgmma of the kernel: warning C7515, measured slower); each branch
+                   fences right before its products (no register of theirs touched between) */
+                if (j > 0) {
                     bt__k_wg_pin(o);
                     bt__k_wg_arrive();
+                    bt__k_att_fwd_s<T, D>(sc, sQ, sK + s * TILE, w);
+                    bt__k_wg_commit();
 #pragma unroll
                     for (int kk = 0; kk < BN / 16; kk++) bt__k_wg_rs(o, pf[kk], bt__k_wg_mnmaj(sV + sp * TILE, BN, kk), (T *)0);
-                    bt__k_att_fwd_s<T, D>(sc, sQ, sK + s * TILE, w);
                     bt__k_wg_commit();
                 } else {
                     bt__k_wg_arrive();
@@ -3148,31 +3172,28 @@ template <typename T, int D> __global__ void __launch_bounds__(BT__K_WG_THREADS,
                 }
                 if (w == 0 || j + 1 < nt) bt__k_bar_arrive(2 - w);   /* the other's turn (balanced: n syncs, n arrivals) */
                 bt__k_wg_wait0();
-                bt__k_wg_pin(o); bt__k_wg_pin(sc);
+                bt__k_wg_pin(sc); bt__k_wg_pin(o); bt__k_wg_pin_u(pf);   /* P(j-1)'s registers free from here */
                 if (lane == 0) {
                     bt__k_mbar_arrive(kempty + 8 * s);
                     if (j > 0) bt__k_mbar_arrive(vempty + 8 * sp);
-                    if (j == nt - 1) bt__k_mbar_arrive(qempty);   /* Q read for the last time */
+                    if (j == nt - 1) bt__k_mbar_arrive(qempty + 8 * qb);   /* Q read for the last time */
                 }
                 /* online softmax in raw score units (scale > 0 commutes with max): P = 2^(S c2 - m c2) */
                 if ((p.causal && j == qt) || (j + 1) * BN > p.T)
 #pragma unroll
                     for (int i = 0; i < NS; i++)
                         if (bt__k_att_masked(p, j * BN + (i >> 2) * 8 + 2 * tg + (i & 1), r0 + ((i >> 1) & 1) * 8)) sc[i] = -INFINITY;
-                float mx[2] = {m[0], m[1]}, mc[2];
+                float mx[2] = {m[0], m[1]}, mc[2], al[2];
 #pragma unroll
                 for (int i = 0; i < NS; i++) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], sc[i]);
 #pragma unroll
                 for (int r = 0; r < 2; r++) {
                     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
                     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-                    float al = bt__k_ex2((m[r] - mx[r]) * p.c2);   /* key 0 is in every row's first tile: mx finite */
+                    al[r] = bt__k_ex2((m[r] - mx[r]) * p.c2);   /* key 0 is in every row's first tile: mx finite */
                     m[r] = mx[r];
                     mc[r] = -mx[r] * p.c2;
-                    l[r] *= al;
-#pragma unroll
-                    for (int i = 0; i < NO; i++)
-                        if (((i >> 1) & 1) == r) o[i] *= al;
+                    l[r] *= al[r];
                 }
 #pragma unroll
                 for (int i = 0; i < NS; i++) {
@@ -3180,6 +3201,8 @@ template <typename T, int D> __global__ void __launch_bounds__(BT__K_WG_THREADS,
                     sc[i] = pv;
                     l[(i >> 1) & 1] += pv;
                 }
+#pragma unroll
+                for (int i = 0; i < NO; i++) o[i] *= al[(i >> 1) & 1];
                 bt__k_wg_afrag<T, BN / 16>(pf, sc);
             }
             {   /* the last O += P V, then V's stage goes back */
@@ -3462,6 +3485,302 @@ template <typename T, int D, int BK> __global__ void __launch_bounds__(BT__K_WG_
 #endif
 }
 
+/* -- fused backward (causal, D 64): every product once (S^T, dP^T, dV, dK, dQ: 5 where the two
+   kernels above take 7). Work items (head, key tile kt of 128) on a persistent grid, shortest first
+   (kt = nkt - 1 - rank: see the order of dQ below); warpgroup w owns keys 128 kt + 64 w ..; the
+   query tiles i = kt .. nqt - 1 (128 rows) stream through two stages as in the dK/dV kernel.
+   Per query tile: S^T, dP^T (SS, turns), P^T and dS^T in registers, dS^T also to shared memory
+   (bf16/f16, the 128-byte swizzle, key rows), dV += P^T dO and dK += dS^T Q (RS, turns), then,
+   once both warpgroups wrote their half, dQ_part = dS K (SS, A read transposed from the dS^T
+   tile: warpgroup w the queries 64 w ..), and dQ_part (fp32, 32 KiB) to shared memory.
+   dQ, deterministic without atomics in arbitrary order: query tile i receives one part from each
+   key tile 0 .. i, always in the order kt = i, i - 1, .., 0 (rank i - kt, the step at which key
+   tile kt reaches query tile i: a CTA one key tile higher got there one step earlier). A counter
+   per (head, query tile) holds the ranks done. For key tiles > 0 one producer thread (threadIdx
+   256 + 64, the "reducer") waits for the counter to reach the part's rank, then rank 0 stores the
+   part into an fp32 scratch tile and ranks 1 .. i - 1 add it there (the copy engine:
+   cp.async.bulk, cp.reduce.async.bulk .add.f32), waits for the writes and publishes rank + 1;
+   key tile 0 (rank i) is the consumers' own: they wait for rank i, add the scratch to their part
+   in registers and write dQ scaled and rounded into gq. The fp32 sums are thus always taken in
+   the same order: the bits do not depend on timing. No deadlock: an item waits only for items
+   earlier in the work order (key tile kt + 1 of the same head), which CTAs took before it from
+   the counter (taken only when the CTA is about to start it) or the fixed order, and run.
+   Warps 8-9 load (K, V per item into one of two buffers; Q, dO, lse, Dvec per query tile).
+   smem: 2 x (K, V) 64 KiB, 2 stages 66 KiB, dS^T 32 KiB, dQ part 32 KiB. -- */
+__host__ __device__ constexpr int bt__k_att_bwd_smem_bytes(void) {
+    return 4 * 128 * 64 * 2 + 2 * bt__k_att_dkv_stage(64, 128) + 128 * 128 * 2 + 128 * 64 * 4 + 1024;
+}
+/* d (64 x 64 fp32) = A B (+ d when acc), A and B both MN-major in shared memory (transposed reads):
+   A's rows (the product's m) are the columns of a [k][m] tile */
+#define BT__K_WG_SSTT(PT, CT)                                                                                             \
+    __device__ __forceinline__ void bt__k_wg_ss_tt(float (&d)[32], uint64_t a, uint64_t b, int acc, CT *) {              \
+        asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0;\n"                                                            \
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32." PT "." PT " {" BT__K_WG_R32 "}, %32, %33, p, 1, 1, 1, 1; }\n" \
+                     : BT__K_WG_F32(d, 0) : "l"(a), "l"(b), "r"(acc));                                                      \
+    }
+BT__K_WG_SSTT("bf16", __nv_bfloat16)
+BT__K_WG_SSTT("f16", __half)
+/* bulk copies (the copy engine) of a shared block to global memory, plain or added into fp32, in
+   bulk groups: wait_read = the source may be overwritten, wait = the writes are done */
+__device__ __forceinline__ void bt__k_bulk_store(void *g, uint32_t s, uint32_t bytes) {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(g), "r"(s), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bt__k_bulk_add_f32(float *g, uint32_t s, uint32_t bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(g), "r"(s), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void bt__k_bulk_commit(void) { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void bt__k_bulk_wait_read(void) { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void bt__k_bulk_wait(void) { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+/* rank counters: wait until *c == v (acquire at gpu scope; later copy-engine accesses ordered after
+   it), and publish v after this thread's earlier writes, the copy engine's included (release) */
+__device__ __forceinline__ void bt__k_seq_wait(const int *c, int v) {
+    int x;
+    do { asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(x) : "l"(c) : "memory"); } while (x != v);
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+__device__ __forceinline__ void bt__k_seq_pass(int *c, int v) {
+    asm volatile("fence.proxy.async.global;\nfence.acq_rel.gpu;\nst.relaxed.gpu.global.b32 [%0], %1;\n" ::"l"(c), "r"(v)
+                 : "memory");
+}
+__device__ __forceinline__ void bt__k_bar_sync_n(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+template <typename T> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt__k_att_bwd_wg(bt__k_attp p) {
+#ifdef BT__K_WG
+    enum { D = 64, BK = 128, BQ = 128, ST = 2, KT = BK * D * 2, QB = BQ * D * 2, STAGE = bt__k_att_dkv_stage(D, BQ),
+           NS = BQ / 2, NO = D / 2, DQB = BQ * D * 4 };
+    /* stage full, empty (ST each), K/V full, empty (2 each), dS^T free, dQ part full, empty, item full, empty */
+    __shared__ __align__(8) uint64_t bars[2 * ST + 4 + 5];
+    __shared__ int64_t item_slot;
+    extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
+    const uint32_t sm0 = bt__k_smem(bt__k_att_sm), sKV = bt__k_wg_base(bt__k_att_sm), sS = sKV + 4 * KT, sDS = sS + ST * STAGE,
+                   sDQ = sDS + BK * BQ * 2;
+    const uint32_t full = bt__k_smem(bars), empty = full + 8 * ST, kvfull = empty + 8 * ST, kvempty = kvfull + 16,
+                   dsfree = kvempty + 16, dqfull = dsfree + 8, dqempty = dqfull + 8, ifull = dqempty + 8, iempty = ifull + 8;
+    const int nkt = (p.T + BK - 1) / BK;
+    const int64_t nitems = (p.bh1 - p.bh0) * nkt;
+    const int warp = bt__k_warp_id(), lane = threadIdx.x & 31;
+    int64_t next = blockIdx.x;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < ST; s++) { bt__k_mbar_init(full + 8 * s, 64); bt__k_mbar_init(empty + 8 * s, 8); }
+        for (int b = 0; b < 2; b++) { bt__k_mbar_init(kvfull + 8 * b, 64); bt__k_mbar_init(kvempty + 8 * b, 8); }
+        bt__k_mbar_init(dsfree, 8); bt__k_mbar_init(dqfull, 256); bt__k_mbar_init(dqempty, 1);
+        bt__k_mbar_init(ifull, 1); bt__k_mbar_init(iempty, 12);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (warp >= 8) {
+        bt__k_wg_regs_dec<BT__K_WG_PRODUCER_REGS>();
+        const int t = threadIdx.x - 256;   /* 0 .. 63 loader, 64 reducer */
+        int u = 0, uq = 0;                 /* query tiles so far (all items of this CTA); those with a part to add */
+        for (int64_t n = 0;; n++) {
+            const int64_t L = bt__k_att_next(p, n, nitems, &item_slot, ifull, iempty, next, 0);
+            if (L >= nitems) break;
+            int rank;
+            const int64_t hr = bt__k_att_work(p, L, nkt, rank), bh = p.bh0 + hr;
+            const int kt = nkt - 1 - rank, ns = nkt - kt;
+            if (t < 64) {   /* loader */
+                const T *q = (const T *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const T *)p.k + bt__k_att_off(p.sk, bh, p.H),
+                        *v = (const T *)p.v + bt__k_att_off(p.sv, bh, p.H), *go = (const T *)p.go + bt__k_att_off(p.sgo, bh, p.H);
+                const float *lse = p.lse + bh * p.T, *dvec = p.dvec + bh * p.T;
+                const int kb = (int)(n & 1);
+                if (n >= 2) bt__k_mbar_wait(kvempty + 8 * kb, (int)(((n >> 1) - 1) & 1));
+                bt__k_wg_load<T, BK, D, 64>(sKV + kb * 2 * KT, k, p.sk[2], kt * BK, p.T, t);
+                bt__k_wg_load<T, BK, D, 64>(sKV + kb * 2 * KT + KT, v, p.sv[2], kt * BK, p.T, t);
+                bt__k_cp_mbar_arrive(kvfull + 8 * kb);
+                for (int s = 0; s < ns; s++, u++) {
+                    const int su = u % ST, r = (kt + s) * BQ;
+                    const uint32_t st = sS + su * STAGE;
+                    if (u >= ST) bt__k_mbar_wait(empty + 8 * su, (u / ST - 1) & 1);
+                    bt__k_wg_load<T, BQ, D, 64>(st, q, p.sq[2], r, p.T, t);
+                    bt__k_wg_load<T, BQ, D, 64>(st + QB, go, p.sgo[2], r, p.T, t);
+                    bt__k_wg_load_row<64>(st + 2 * QB, lse, r, BQ, p.T, t);
+                    bt__k_wg_load_row<64>(st + 2 * QB + BQ * 4, dvec, r, BQ, p.T, t);
+                    bt__k_cp_mbar_arrive(full + 8 * su);
+                }
+            } else if (t == 64 && kt > 0) {   /* reducer (one thread): the parts of key tiles > 0 into the sums */
+                for (int s = 0; s < ns; s++, uq++) {
+                    const int i = kt + s;
+                    float *acc = p.dqacc + (hr * nkt + i) * (int64_t)(BQ * D);
+                    int *cnt = p.dqcnt + hr * nkt + i;
+                    bt__k_mbar_wait(dqfull, uq & 1);
+                    if (s > 0) bt__k_seq_wait(cnt, s);   /* ranks 0 .. s - 1 (key tiles i .. kt + 1) added */
+                    if (s == 0) bt__k_bulk_store(acc, sDQ, DQB);
+                    else bt__k_bulk_add_f32(acc, sDQ, DQB);
+                    bt__k_bulk_commit();
+                    bt__k_bulk_wait_read();
+                    bt__k_mbar_arrive(dqempty);
+                    bt__k_bulk_wait();
+                    bt__k_seq_pass(cnt, s + 1);
+                }
+            }
+        }
+        if (t < 64) asm volatile("cp.async.wait_all;\n" ::: "memory");   /* every copy landed before this warp exits */
+        if (t == 64) bt__k_bulk_wait();
+    } else {
+        bt__k_wg_regs_inc<BT__K_WG_CONSUMER_REGS>();
+        const int w = warp >> 2, g = lane >> 2, tg = lane & 3;
+        int u = 0, uq = 0;   /* query tiles so far; those whose part went to the reducer */
+        for (int64_t n = 0;; n++) {
+            const int64_t L = bt__k_att_next(p, n, nitems, &item_slot, ifull, iempty, next, 0);
+            if (L >= nitems) break;
+            int rank;
+            const int64_t hr = bt__k_att_work(p, L, nkt, rank), bh = p.bh0 + hr;
+            const int kt = nkt - 1 - rank, ns = nkt - kt, k0 = kt * BK, key0 = k0 + 64 * w + 16 * (warp & 3) + g;
+            const int kb = (int)(n & 1);
+            const uint32_t sK = sKV + kb * 2 * KT, sV = sK + KT;
+            float dk[NO], dv[NO], sc[NS], dp[NS], dq[NO];
+#pragma unroll
+            for (int i = 0; i < NO; i++) dk[i] = dv[i] = 0.f;
+#pragma unroll
+            for (int i = 0; i < NS; i++) sc[i] = dp[i] = 0.f;
+            bt__k_mbar_wait(kvfull + 8 * kb, (int)((n >> 1) & 1));
+            bt__k_turn_open(p.turns, w);
+            for (int s = 0; s < ns; s++, u++) {
+                const int su = u % ST, i = kt + s;
+                const uint32_t sQ = sS + su * STAGE, sG = sQ + QB;
+                bt__k_mbar_wait(full + 8 * su, (u / ST) & 1);
+                bt__k_fence_async();
+                bt__k_turn_take(p.turns, w);
+                {
+                    bt__k_wg_arrive();
+#pragma unroll
+                    for (int kd = 0; kd < D / 16; kd++)   /* S^T = K Q^T, dP^T = V dO^T */
+                        bt__k_wg_ss(sc, bt__k_wg_kmaj(sK, BK, 64 * w, kd), bt__k_wg_kmaj(sQ, BQ, 0, kd), kd > 0, (T *)0);
+#pragma unroll
+                    for (int kd = 0; kd < D / 16; kd++)
+                        bt__k_wg_ss(dp, bt__k_wg_kmaj(sV, BK, 64 * w, kd), bt__k_wg_kmaj(sG, BQ, 0, kd), kd > 0, (T *)0);
+                    bt__k_wg_commit();
+                }
+                bt__k_turn_give(p.turns, w, 0);
+                uint32_t pa[BQ / 16][4], da[BQ / 16][4];
+                {
+                    bt__k_wg_wait0();
+                    bt__k_wg_pin(sc); bt__k_wg_pin(dp);
+                    const float *Ls = (const float *)(bt__k_att_sm + (sQ + 2 * QB - sm0)), *Dc = Ls + BQ;
+                    const int edge = i == kt || (i + 1) * BQ > p.T;
+#pragma unroll
+                    for (int nt = 0; nt < BQ / 8; nt++) {
+                        int c = nt * 8 + 2 * tg;
+                        float2 lv = *reinterpret_cast<const float2 *>(Ls + c), dvv = *reinterpret_cast<const float2 *>(Dc + c);
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            int qrow = i * BQ + c + (e & 1);
+                            float pv = bt__k_ex2(fmaf(sc[4 * nt + e], p.c2, -BT__K_ATT_LOG2E * ((e & 1) ? lv.y : lv.x)));
+                            if (edge && (qrow >= p.T || key0 + 8 * (e >> 1) > qrow)) pv = 0.f;
+                            sc[4 * nt + e] = pv;
+                            dp[4 * nt + e] = pv * (dp[4 * nt + e] - ((e & 1) ? dvv.y : dvv.x));
+                        }
+                    }
+                    bt__k_wg_afrag<T, BQ / 16>(pa, sc);
+                    bt__k_wg_afrag<T, BQ / 16>(da, dp);
+                }
+                /* dS^T to shared memory: key rows 64 w + 16 wi + g (+ 8), query columns 16 kk + 2 tg (+ 8) */
+                if (u > 0) bt__k_mbar_wait(dsfree, (u - 1) & 1);   /* both warpgroups' dQ products of the last tile done */
+                {
+                    const int r = 64 * w + 16 * (warp & 3) + g;
+#pragma unroll
+                    for (int kk = 0; kk < BQ / 16; kk++) {
+                        const uint32_t b0 = sDS + (uint32_t)(4 * tg);
+                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(b0 + bt__k_sw(r, 2 * kk, BK)), "r"(da[kk][0]) : "memory");
+                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(b0 + bt__k_sw(r + 8, 2 * kk, BK)), "r"(da[kk][1]) : "memory");
+                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(b0 + bt__k_sw(r, 2 * kk + 1, BK)), "r"(da[kk][2]) : "memory");
+                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(b0 + bt__k_sw(r + 8, 2 * kk + 1, BK)), "r"(da[kk][3]) : "memory");
+                    }
+                }
+                bt__k_fence_async();   /* the tensor cores read the tile next */
+                bt__k_turn_take(p.turns, w);
+                {
+                    bt__k_wg_pin(dv); bt__k_wg_pin(dk);
+                    bt__k_wg_arrive();
+#pragma unroll
+                    for (int kk = 0; kk < BQ / 16; kk++) bt__k_wg_rs(dv, pa[kk], bt__k_wg_mnmaj(sG, BQ, kk), (T *)0);   /* dV += P^T dO */
+#pragma unroll
+                    for (int kk = 0; kk < BQ / 16; kk++) bt__k_wg_rs(dk, da[kk], bt__k_wg_mnmaj(sQ, BQ, kk), (T *)0);   /* dK += dS^T Q */
+                    bt__k_wg_commit();
+                }
+                bt__k_turn_give(p.turns, w, s == ns - 1);
+                bt__k_bar_sync(3);   /* both halves of dS^T written */
+                {
+#pragma unroll
+                    for (int i = 0; i < NO; i++) dq[i] = 0.f;   /* not live across the softmax (the first product overwrites) */
+                    bt__k_wg_arrive();
+#pragma unroll
+                    for (int kk = 0; kk < BK / 16; kk++)   /* dQ_part = dS K: queries 64 w .. (columns of dS^T), keys kk */
+                        bt__k_wg_ss_tt(dq, bt__k_wg_mnmaj(sDS + w * BK * 128, BK, kk), bt__k_wg_mnmaj(sK, BK, kk), kk > 0, (T *)0);
+                    bt__k_wg_commit();
+                }
+                bt__k_wg_wait0();
+                bt__k_wg_pin(dv); bt__k_wg_pin(dk); bt__k_wg_pin(dq);
+                bt__k_wg_pin_u(pa); bt__k_wg_pin_u(da);   /* read by dV, dK until the wait: not reused for dQ's registers */
+                if (lane == 0) { bt__k_mbar_arrive(empty + 8 * su); bt__k_mbar_arrive(dsfree); }
+                /* float4 j of consumer thread c (its dQ part, columns 8 j ..) at (j 256 + c) 16 bytes of the
+                   shared part (conflict-free) and of the scratch sum */
+                if (kt > 0) {   /* the part to the reducer */
+                    if (uq > 0) bt__k_mbar_wait(dqempty, (uq - 1) & 1);
+                    float4 *dst = (float4 *)(bt__k_att_sm + (sDQ - sm0)) + (threadIdx.x & 255);
+#pragma unroll
+                    for (int j = 0; j < D / 8; j++) dst[256 * j] = make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
+                    bt__k_fence_async();   /* read next by the copy engine */
+                    bt__k_mbar_arrive(dqfull);
+                    uq++;
+                } else {   /* the last part (key tile 0): + the sum of key tiles 1 .. i, scaled, rounded, into gq */
+                    if (s > 0) {
+                        if (threadIdx.x == 0) bt__k_seq_wait(p.dqcnt + hr * nkt + i, s);
+                        bt__k_bar_sync(5);
+                        const float4 *sum = (const float4 *)(p.dqacc + (hr * nkt + i) * (int64_t)(BQ * D)) + (threadIdx.x & 255);
+                        float4 x[D / 8];
+#pragma unroll
+                        for (int j = 0; j < D / 8; j++) x[j] = __ldcg(sum + 256 * j);
+#pragma unroll
+                        for (int j = 0; j < D / 8; j++) { dq[4 * j] += x[j].x; dq[4 * j + 1] += x[j].y; dq[4 * j + 2] += x[j].z; dq[4 * j + 3] += x[j].w; }
+                    }
+                    const float sc2[2] = {p.scale, p.scale};
+                    bt__k_wg_store<T, D>((T *)p.gq + bt__k_att_off(p.sgq, bh, p.H), p.sgq[2], i * BQ + 64 * w + 16 * (warp & 3) + g,
+                                         p.T, dq, sc2);
+                }
+            }
+            if (lane == 0) bt__k_mbar_arrive(kvempty + 8 * kb);
+            const float sc2[2] = {p.scale, p.scale}, one[2] = {1.f, 1.f};
+            bt__k_wg_store<T, D>((T *)p.gk + bt__k_att_off(p.sgk, bh, p.H), p.sgk[2], key0, p.T, dk, sc2);
+            bt__k_wg_store<T, D>((T *)p.gv + bt__k_att_off(p.sgv, bh, p.H), p.sgv[2], key0, p.T, dv, one);
+        }
+    }
+#else
+    __trap();
+#endif
+}
+/* Dvec = rowsum(dO o O) for the fused backward (16-bit data, rows 16-byte aligned): D / 8 lanes a
+   row, 16 bytes of each a lane, U rows a thread in flight */
+template <typename T, int D> __global__ void __launch_bounds__(256) bt__k_att_dvec16(float *dvec, bt__k_attp p) {
+    enum { L = D / 8, U = 4 };
+    const int64_t n = (p.bh1 - p.bh0) * (int64_t)p.T, groups = (int64_t)gridDim.x * (blockDim.x / L);
+    const int64_t g0 = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / L, wg0 = g0 - (threadIdx.x & 31) / L;
+    const int c = (threadIdx.x % L) * 8;
+    for (int64_t b = 0; wg0 + b < n; b += U * groups) {   /* the same trip count in a whole warp */
+        float a[U];
+#pragma unroll
+        for (int e = 0; e < U; e++) {
+            const int64_t r = g0 + b + e * groups;
+            a[e] = 0.f;
+            if (r < n) {
+                const int64_t bh = p.bh0 + r / p.T, t = r - (r / p.T) * p.T;
+                T x[8], y[8];
+                bt__k_ld16(x, (const T *)p.go + bt__k_att_off(p.sgo, bh, p.H) + t * p.sgo[2] + c);
+                bt__k_ld16(y, (const T *)p.o + bt__k_att_off(p.so, bh, p.H) + t * p.so[2] + c);
+#pragma unroll
+                for (int k = 0; k < 8; k++) a[e] = fmaf(bt__k_tof(x[k]), bt__k_tof(y[k]), a[e]);
+            }
+        }
+#pragma unroll
+        for (int e = 0; e < U; e++) {
+#pragma unroll
+            for (int o = L / 2; o; o >>= 1) a[e] += __shfl_xor_sync(0xffffffffu, a[e], o);
+            const int64_t r = g0 + b + e * groups;
+            if (c == 0 && r < n) dvec[p.bh0 * p.T + r] = a[e];
+        }
+    }
+}
+
 /* used by section 10 too */
 static cudaDataType_t bt__k_cuda_dt(bt_dtype dt) {
     switch (dt) {
@@ -3559,19 +3878,25 @@ static int bt__k_att_wg_use(bt_dtype dt, const bt__k_attp *p) {
    bytes fit in this many MiB; BT_ATT_PERSIST=0|1, the forward on a persistent grid; BT_ATT_DYN=0|1,
    its work items from an atomic counter as SMs free up (else a fixed snake order);
    BT_ATT_DVEC_FUSED=0|1, Dvec computed by the dQ kernel (else by a pre-pass kernel);
-   BT_ATT_BWD_TURNS=0|1, the backward kernels' warpgroups taking turns at the tensor cores */
+   BT_ATT_BWD_TURNS=0|1, the backward kernels' warpgroups taking turns at the tensor cores;
+   BT_ATT_FUSED_BWD=0|1, the causal D 64 backward in one kernel (else the dQ and dK/dV kernels) when
+   T <= BT_ATT_FUSED_TMAX (default 1024) */
 static int bt__k_att_tune(const char *name, int dflt) {
     const char *e = getenv(name);
     return e && *e ? atoi(e) : dflt;
 }
 /* a wgmma kernel over heads x ntiles work items, heads in sections whose re-read operands (head_bytes
-   each) fit in the L2 share; a grid of one CTA per item, or (persistent) one per SM */
+   each) fit in the L2 share (head_bytes 0: one head a section, the items of a head one after the
+   other); a grid of one CTA per item, or (persistent) one per SM */
 static void bt__k_att_wg_launch(void (*kern)(bt__k_attp), bt__k_attp p, int64_t ntiles, size_t head_bytes, int persistent,
                                 size_t smem, cudaStream_t s, const char *op) {
     int64_t nbh = p.bh1 - p.bh0, items = nbh * ntiles, sms = bt__k_cur()->sm_count;
     int l2_mb = bt__k_att_tune("BT_ATT_L2_MB", 16), one_mb = bt__k_att_tune("BT_ATT_L2_ONE_MB", 48);
-    int64_t sec = l2_mb > 0 ? (int64_t)(((size_t)l2_mb << 20) / head_bytes) : nbh;
-    if ((double)nbh * (double)head_bytes <= (double)one_mb * 1048576.0) sec = nbh;   /* all heads fit: one section */
+    int64_t sec = 1;
+    if (head_bytes) {
+        sec = l2_mb > 0 ? (int64_t)(((size_t)l2_mb << 20) / head_bytes) : nbh;
+        if ((double)nbh * (double)head_bytes <= (double)one_mb * 1048576.0) sec = nbh;   /* all heads fit: one section */
+    }
     p.sec = sec < 1 ? 1 : sec > nbh ? nbh : sec;
     int64_t grid = persistent && items > sms ? sms : items;
     p.ctr = NULL;
@@ -3584,9 +3909,9 @@ static void bt__k_att_wg_launch(void (*kern)(bt__k_attp), bt__k_attp p, int64_t 
     BT__K_LAUNCHED(op);
     if (p.ctr) bt_free(p.ctr);
 }
-/* shared memory (bytes, + 1 KiB for the 1024-byte alignment): forward Q + 2 x (K, V) tiles of 128
-   rows; dK/dV K, V + 2 x (Q, dO of BQ rows, lse, Dvec); dQ Q, dO + 2 x (K, V of BK rows) */
-static size_t bt__k_att_wg_smem_fwd(int D) { return (size_t)(128 + 4 * 128) * D * 2 + 1024; }
+/* shared memory (bytes, + 1 KiB for the 1024-byte alignment): forward 2 x Q + ST x (K, V) tiles of
+   128 rows; dK/dV K, V + 2 x (Q, dO of BQ rows, lse, Dvec); dQ Q, dO + 2 x (K, V of BK rows) */
+static size_t bt__k_att_wg_smem_fwd(int D) { return (size_t)(2 + 2 * bt__k_att_fwd_st(D)) * 128 * D * 2 + 1024; }
 /* bytes of a head that the CTAs of a section re-read: K and V (forward, dQ), Q, dO, lse, Dvec (dK/dV) */
 static size_t bt__k_att_wg_kv_bytes(const bt__k_attp *p) { return (size_t)p->T * p->D * 2 * 2; }
 static size_t bt__k_att_wg_smem_dkv(int D, int BQ) { return (size_t)2 * 128 * D * 2 + 2 * (size_t)bt__k_att_dkv_stage(D, BQ) + 1024; }
@@ -3597,6 +3922,29 @@ template <typename T> static void bt__k_att_fwd_wg_run(const bt__k_attp *p, cuda
     int per = bt__k_att_tune("BT_ATT_PERSIST", 1) != 0;
     if (p->D == 64) bt__k_att_wg_launch(bt__k_att_fwd_wg<T, 64>, *p, tiles, hb, per, bt__k_att_wg_smem_fwd(64), s, op);
     else bt__k_att_wg_launch(bt__k_att_fwd_wg<T, 128>, *p, tiles, hb, per, bt__k_att_wg_smem_fwd(128), s, op);
+}
+/* the fused backward (causal, D 64): Dvec by the pre-pass, then the kernel over chunks of heads
+   whose fp32 dQ sums (32 KiB a query tile of 128: 50 MiB at B 16, H 12, T 1024; 403 MB at B 128)
+   fit under bt__k_att_scratch_cap; the rank counters zeroed per chunk */
+template <typename T> static void bt__k_att_bwd_fused_run(bt__k_attp *p, cudaStream_t s, const char *op) {
+    const int64_t nqt = (p->T + 127) / 128, rows = p->BH * (int64_t)p->T;
+    const size_t per_bh = (size_t)nqt * 128 * 64 * 4;
+    int64_t chunk = (int64_t)(bt__k_att_scratch_cap / per_bh);
+    if (chunk < 1) chunk = 1;
+    if (chunk > p->BH) chunk = p->BH;
+    bt__k_att_dvec16<T, 64><<<bt__k_blocks(rows * 8 / 4, 256), 256, 0, s>>>((float *)p->dvec, *p);
+    BT__K_LAUNCHED(op);
+    p->dqacc = (float *)bt__k_scratch((size_t)chunk * per_bh, s);
+    p->dqcnt = (int *)bt__k_scratch((size_t)(chunk * nqt) * sizeof(int), s);
+    for (int64_t b0 = 0; b0 < p->BH; b0 += chunk) {
+        p->bh0 = b0;
+        p->bh1 = b0 + chunk < p->BH ? b0 + chunk : p->BH;
+        BT__K_CUDA(cudaMemsetAsync(p->dqcnt, 0, (size_t)((p->bh1 - b0) * nqt) * sizeof(int), s), op);
+        /* head by head (all key tiles of a head at once, shortest first: each waits for the one before) */
+        bt__k_att_wg_launch(bt__k_att_bwd_wg<T>, *p, nqt, 0, 1, bt__k_att_bwd_smem_bytes(), s, op);
+    }
+    bt_free(p->dqacc); bt_free(p->dqcnt);
+    p->dqacc = NULL; p->dqcnt = NULL; p->bh0 = 0; p->bh1 = p->BH;
 }
 /* D 64: 128-row query / key tiles in both kernels; D 128: 64 (the accumulators' registers) */
 template <typename T> static void bt__k_att_bwd_wg_run(const bt__k_attp *p, cudaStream_t s, const char *op) {
@@ -3695,6 +4043,14 @@ BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t 
     unsigned tiles = (unsigned)((Tn + 63) / 64), nb = bt__k_blocks(B * H * Tn * 32, 256);
     int dp = bt__k_att_dp(D), wg = bt__k_att_wg_use(dt, &p);
     if (wg) p.turns = bt__k_att_tune("BT_ATT_BWD_TURNS", 1) != 0;
+    /* one kernel, 5 products: measured faster at T 512 and 1024, slower from 2048 on (the dQ sums wait longer) */
+    if (wg && D == 64 && p.causal && bt__k_att_tune("BT_ATT_FUSED_BWD", 1) &&
+        Tn <= bt__k_att_tune("BT_ATT_FUSED_TMAX", 1024)) {
+        if (dt == BT_BF16) bt__k_att_bwd_fused_run<__nv_bfloat16>(&p, s, op);
+        else bt__k_att_bwd_fused_run<__half>(&p, s, op);
+        bt_free(dvec);
+        return;
+    }
     if (wg && bt__k_att_tune("BT_ATT_DVEC_FUSED", 1)) {
         p.dvec_out = dvec;   /* the dQ kernel computes it, before the dK/dV kernel reads it */
     } else {

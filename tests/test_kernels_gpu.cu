@@ -1124,6 +1124,22 @@ static void test_attention_hopper(void) {
     attn_case(BT_BF16, BT_MATMUL_FP32, 4, 37, 200, 64, 1, 1, 1, 5);
     attn_case(BT_F16, BT_MATMUL_FP32, 2, 37, 200, 128, 0, 0, 0, 5);
     unsetenv("BT_ATT_PERSIST"); unsetenv("BT_ATT_DVEC_FUSED"); unsetenv("BT_ATT_BWD_TURNS"); unsetenv("BT_ATT_L2_ONE_MB");
+    /* the causal D 64 backward on the two kernels (dQ; dK/dV) instead of the fused one */
+    setenv("BT_ATT_FUSED_BWD", "0", 1);
+    attn_case(BT_BF16, BT_MATMUL_FP32, 4, 37, 200, 64, 1, 1, 1, 5);
+    attn_case(BT_F16, BT_MATMUL_FP32, 1, 3, 257, 64, 0, 0, 1, 1);
+    unsetenv("BT_ATT_FUSED_BWD");
+    /* the fused backward over chunks of heads: a dQ-sum cap of 3 heads at T 200 (2 query tiles of
+       32 KiB a head) splits B H = 10 into 3 + 3 + 3 + 1 launches; bits twice */
+    size_t prev_cap = bt_k_attention_scratch_cap(3 * 2 * 32768);
+    seed(1420);
+    attn_case(BT_BF16, BT_MATMUL_FP32, 2, 5, 200, 64, 1, 1, 1, 1);
+    bt_k_attention_scratch_cap(prev_cap);
+    /* the fused backward past its default T (BT_ATT_FUSED_TMAX): 9 query tiles (a dQ sum of 9 parts), f16,
+       bits twice */
+    setenv("BT_ATT_FUSED_TMAX", "4096", 1);
+    attn_case(BT_F16, BT_MATMUL_FP32, 1, 3, g_quick ? 257 : 1100, 64, 0, 1, 1, 1);
+    unsetenv("BT_ATT_FUSED_TMAX");
     if (prev_l2) setenv("BT_ATT_L2_MB", saved, 1);
     else unsetenv("BT_ATT_L2_MB");
 }
