@@ -142,7 +142,7 @@ static int dget_int(const int *d) {
 }
 
 /* ---- the results table printed at the end ---- */
-typedef struct { char what[64]; double err, tol; int ok; } bt_rec;
+typedef struct { char what[128]; double err, tol; int ok; } bt_rec;
 static bt_rec g_recs[2048];
 static int g_nrec;
 static void check_err(const char *what, double err, double tol) {
