@@ -981,7 +981,8 @@ BTDEF void bt_k_sum_rows_acc(bt_dtype dt, float *acc, const void *in, int64_t ro
             int64_t per = (rows + splits - 1) / splits;
             splits = (rows + per - 1) / per;
             float *part = (float *)bt__k_scratch((size_t)(splits * cols) * sizeof(float), s);
-            bt__k_colsum_part<T><<<dim3((unsigned)gx, (unsigned)splits), dim3(32, 8), 0, s>>>((const T *)in, rows, cols, per, part);
+            dim3 grid((unsigned)gx, (unsigned)splits);
+            bt__k_colsum_part<T><<<grid, dim3(32, 8), 0, s>>>((const T *)in, rows, cols, per, part);
             BT__K_LAUNCHED("bt_k_sum_rows_acc");
             bt__k_colsum_final<<<(unsigned)((cols + 31) / 32), dim3(32, 8), 0, s>>>(part, splits, cols, acc);
             BT__K_LAUNCHED("bt_k_sum_rows_acc");
@@ -1855,11 +1856,12 @@ BTDEF void bt_k_cross_entropy_backward(bt_dtype dt, void *glogits, const void *l
 }
 /* Fused forward + backward: a block of 512 threads per row stages the row's V logits in shared
    memory as it reads them (the forward kernel's loop: 4 16-byte vectors in flight per thread, the
-   online max / sum of exp2; 8 vectors kept packed measured slower, 1.37 TB/s against 1.88), merges (max, sum) over the block, writes the loss and lse, then writes
-   the gradient (expf(x - lse), the backward kernel's form) from the staged copy over the row. Two
-   rows of GPT-2's bf16 vocabulary (100 KB each) fit an SM, so one block's reduction overlaps the
-   other's loads. Global traffic: V read + Vp written per row. Rows whose V logits exceed the
-   shared memory a block may have, or unaligned ones, take the two kernels. */
+   online max / sum of exp2; 8 kept packed measured slower on an H100, 1.37 TB/s against 1.88),
+   merges (max, sum) over the block, writes the loss and lse, then writes the gradient (expf(x -
+   lse), the backward kernel's form) from the staged copy over the row. Two rows of GPT-2's bf16
+   vocabulary (100 KB each) fit an SM, so one block's reduction overlaps the other's loads. Global
+   traffic: V read + Vp written per row (the two kernels: 2 V read, Vp written). Rows whose V
+   logits exceed the shared memory a block may have, or unaligned ones, take the two kernels. */
 #define BT__K_XF_THREADS 512
 template <typename T>
 __global__ void __launch_bounds__(BT__K_XF_THREADS) bt__k_xent_fused_kernel(float *losses, float *lse, T *logits, const int32_t *tg,

@@ -510,7 +510,7 @@ BTDEF void bt_set_rows_hook(bt_tensor *leaf, bt_rows_hook_fn fn, void *user);
 BTDEF bt_tensor *bt_cross_entropy(bt_tensor *logits, bt_tensor *targets, int64_t V, int ignore_index);
 /* cross_entropy(linear(x, w), targets, V, ignore_index) without the [rows, Vp] logits: x [.., C],
    w [Vp, C], the logits made a bounded chunk of rows at a time (bt_linear_cross_entropy_chunk sets
-   the chunk's bytes, default 256 MiB, and returns the old value; 0 only asks) */
+   the chunk's bytes, default 1 GiB or BT_XENT_CHUNK_MB, and returns the old value; 0 only asks) */
 BTDEF bt_tensor *bt_linear_cross_entropy(bt_tensor *x, bt_tensor *w, bt_tensor *targets, int64_t V, int ignore_index);
 BTDEF size_t bt_linear_cross_entropy_chunk(size_t bytes);
 /* causal self-attention: q, k, v [B, H, T, D] -> softmax(q k^T / sqrt(D) + causal mask) v */
@@ -2705,11 +2705,12 @@ BTDEF bt_tensor *bt_linear_add(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tens
    backward); the second adds b2 and the residual r. The backward's dh = (g w2) * gelu'(h) comes
    out of the GEMM g w2 (DGELU epilogue; BT_FUSED_DGELU=0: a separate kernel); db1 and db2 are the
    column sums of dh and g (bt__linear_wgrad). Per call that saves the GELU kernels (forward: read
-   and write rows x hid; backward: read 2, write 1) and the residual add. (cuBLASLt's DGELU_BGRAD, dh and db1 in one
-   GEMM, ran at a fifth of the product's rate on an H100: slower than this. For DGELU and
-   GELU_AUX_BIAS cuBLASLt 13.0 runs 531-550 TFLOP/s at GPT-2's B=128 shapes against 780 for the
-   plain product; the other operand layout (the weight stored transposed) measured no faster.)
-   Otherwise it is the ops it names, recorded as such. */
+   and write rows x hid; backward: read 2, write 1) and the residual add. (cuBLASLt's DGELU_BGRAD,
+   dh and db1 in one GEMM, ran at a fifth of the product's rate on an H100: slower than this. With
+   DGELU and GELU_AUX_BIAS cuBLASLt 13.0 runs 531-550 TFLOP/s at GPT-2's B=128 shapes against 780
+   for the plain product, and the other operand layout (the weight stored transposed) measured no
+   faster; still cheaper than a separate GELU pass.) Otherwise it is the ops it names, recorded as
+   such. */
 #ifdef BT_CUDA
 static int bt__fused_dgelu(void) { const char *e = getenv("BT_FUSED_DGELU"); return !(e && e[0] == '0'); }
 #endif
