@@ -13,7 +13,8 @@
 #define STEPS 4
 
 static int parse(const char *line, train_opts *o, char *err) {
-    char buf[512], *argv[32]; int argc = 0;
+    static char buf[512];   /* the options point into it (o->model ...): it must outlive the call */
+    char *argv[32]; int argc = 0;
     snprintf(buf, sizeof buf, "%s", line);
     argv[argc++] = (char *)"train_gpt2";
     for (char *t = strtok(buf, " "); t && argc < 32; t = strtok(NULL, " ")) argv[argc++] = t;
