@@ -30,6 +30,6 @@ el; echo "== DDP bf16 B16 T1024: bucket sweep (default mode) and PyTorch DDP eag
 A="-e d12 -b 16 -t 1024 -x 12 -v 0 -g 0 --precision bf16"
 echo "-- 1 GPU"; timeout 60 $B $A -d 16384 2>&1 | med
 for mb in 10 25 50; do echo "-- 2 GPUs ddp --bucket-mb $mb"; timeout 60 $B --nproc 2 $A -d 32768 --bucket-mb $mb 2>&1 | med; done
-echo "-- PyTorch eager 1 GPU"; timeout 90 python3 bench/bench_gpt2_torch.py --config d12 --B 16 --T 1024 --precision bf16 --steps 12 --warmup 3 2>&1 | tail -1 | cut -c1-160
-echo "-- PyTorch DDP eager 2 GPUs"; timeout 100 torchrun --nproc_per_node 2 bench/bench_gpt2_torch.py --config d12 --B 16 --T 1024 --precision bf16 --steps 12 --warmup 3 2>&1 | tail -1 | cut -c1-160
+echo "-- PyTorch eager 1 GPU"; timeout 90 python3 bench/bench_gpt2_torch.py --config d12 --B 16 --T 1024 --precision bf16 --steps 12 --warmup 3 2>&1 | tail -1
+echo "-- PyTorch DDP eager 2 GPUs"; timeout 100 torchrun --nproc_per_node 2 bench/bench_gpt2_torch.py --config d12 --B 16 --T 1024 --precision bf16 --steps 12 --warmup 3 2>&1 | tail -1
 el
