@@ -143,20 +143,26 @@ def randn(torch, shape, dtype, seed, std=1.0):
     return (torch.randn(shape, device="cuda", dtype=torch.float32, generator=g) * std).to(dtype)
 
 
-def bench_gelu(bn, torch, F, compile_on):
-    n = N * 4 * C
+def bench_elementwise(bn, torch, compile_on, name, fn, rows, cols, seed, std=1.0):
+    """name (forward) and name_backward of y = fn(x) over a bf16 [rows, cols]: 4 bytes an element
+    forward (x read, y written), 6 backward (x or y and dy read, dx written)"""
+    n = rows * cols
     nc = ncopies(4.0 * n)
-    shape = f"[{N}, {4 * C}] bf16"
+    shape = f"[{rows}, {cols}] bf16"
 
     def one(mode, wrap):
-        f = wrap(lambda x: F.gelu(x, approximate="tanh"))
-        x = [randn(torch, (N, 4 * C), torch.bfloat16, 40 + i).requires_grad_() for i in range(nc)]
-        g = [randn(torch, (N, 4 * C), torch.bfloat16, 50 + i) for i in range(nc)]
+        f = wrap(fn)
+        x = [randn(torch, (rows, cols), torch.bfloat16, seed + i, std).requires_grad_() for i in range(nc)]
+        g = [randn(torch, (rows, cols), torch.bfloat16, seed + 10 + i) for i in range(nc)]
         y = [f(xi) for xi in x]
-        bn.try_row("gelu", mode, shape, lambda i: f(x[i]), nc, 4.0 * n)
-        bn.try_row("gelu_backward", mode, shape, lambda i: torch.autograd.grad(y[i], x[i], g[i], retain_graph=True), nc, 6.0 * n)
+        bn.try_row(name, mode, shape, lambda i: f(x[i]), nc, 4.0 * n)
+        bn.try_row(name + "_backward", mode, shape, lambda i: torch.autograd.grad(y[i], x[i], g[i], retain_graph=True), nc, 6.0 * n)
     for mode, wrap in modes(torch, compile_on):
-        guarded("gelu", mode, lambda: one(mode, wrap))
+        guarded(name, mode, lambda: one(mode, wrap))
+
+
+def bench_gelu(bn, torch, F, compile_on):
+    bench_elementwise(bn, torch, compile_on, "gelu", lambda x: F.gelu(x, approximate="tanh"), N, 4 * C, 40)
 
 
 def bench_layernorm(bn, torch, F, compile_on):
@@ -179,20 +185,7 @@ def bench_layernorm(bn, torch, F, compile_on):
 
 
 def bench_softmax(bn, torch, F, compile_on):
-    rows, cols = B * 12 * 64, T
-    n = rows * cols
-    nc = ncopies(4.0 * n)
-    shape = f"[{rows}, {cols}] bf16"
-
-    def one(mode, wrap):
-        f = wrap(lambda x: F.softmax(x, dim=-1))
-        x = [randn(torch, (rows, cols), torch.bfloat16, 60 + i, 2.0).requires_grad_() for i in range(nc)]
-        g = [randn(torch, (rows, cols), torch.bfloat16, 70 + i) for i in range(nc)]
-        y = [f(xi) for xi in x]
-        bn.try_row("softmax", mode, shape, lambda i: f(x[i]), nc, 4.0 * n)
-        bn.try_row("softmax_backward", mode, shape, lambda i: torch.autograd.grad(y[i], x[i], g[i], retain_graph=True), nc, 6.0 * n)
-    for mode, wrap in modes(torch, compile_on):
-        guarded("softmax", mode, lambda: one(mode, wrap))
+    bench_elementwise(bn, torch, compile_on, "softmax", lambda x: F.softmax(x, dim=-1), B * 12 * 64, T, 60, 2.0)
 
 
 def bench_cross_entropy(bn, torch, F, compile_on):

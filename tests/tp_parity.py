@@ -37,9 +37,9 @@ it then checks that checkpoints compose with each layout L (--tp 2, --cp 2):
 and, with tp in the list, --init-from (the 1-GPU checkpoint) with --tp 2 against one GPU (the
 first loss within FP32_TOL) and -s with --tp 2 (a sample every CKPT_STEPS/2 steps from the model
 gathered on rank 0: the run ends well and prints them; whether the greedy text equals one GPU's
-is printed). CKPT_TOL = 1e-3 for params and m (FP32_W_TOL), 1e-2 for v (squares of the
-gradients: twice their relative rounding, and its small entries are relatively noisier); the CPU
-test (tests/test_tp_gpt2.c) measures 8e-6 for all three on a small model after two steps.
+is printed). CKPT_TOL = 1e-4 for params, m and v (relative norm): measured on two H200s
+(2026-11-23, d12, 3 steps) at most 7.4e-7 (params), 2.9e-6 (m), 3.2e-6 (v); the CPU test
+(tests/test_tp_gpt2.c, same bound) measures 8e-6 for all three on a small model after two steps.
 NCCL_NVLS_ENABLE=0 (and the other multicast switches) in every process. Prints one PASS/FAIL line
 per comparison and exits 1 if any failed."""
 import argparse
@@ -57,7 +57,7 @@ import resume_check  # noqa: E402  (tests/resume_check.py: bit-for-bit resume ch
 FP32_TOL = 1e-5
 FP32_W_TOL = 1e-3
 BF16_W_TOL = 2e-2
-CKPT_TOL = {"params": 1e-3, "adamw.m": 1e-3, "adamw.v": 1e-2}
+CKPT_TOL = {"params": 1e-4, "adamw.m": 1e-4, "adamw.v": 1e-4}
 LAYOUTS = {"tp": ["--tp", "2"], "cp": ["--cp", "2"]}
 MODES = {
     "tp": ["--tp", "2"],

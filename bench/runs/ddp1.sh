@@ -6,20 +6,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 tar -xJf .carry/bins.tar.xz; mkdir -p data; cp -n .carry/data/* data/ 2>/dev/null
 B=./build/train_gpt2_cuda; T0=$(date +%s)
 el() { echo "[$(( $(date +%s) - T0 )) s]"; }
-# median tok/s and fwd+bwd ms over steps 4..N of the step lines on stdin; the last step line too
-med() { python3 -c '
-import sys, re, statistics as st
-t, f, e = [], [], []
-for line in sys.stdin:
-    if line.startswith("ddp trace") or re.match(r"^  [ 0-9][0-9] ", line): print(line, end="")
-    if not line.startswith("step"): continue
-    m = re.search(r"([0-9]+) tok/s", line); t.append(float(m.group(1)) if m else float("nan"))
-    m = re.search(r"fwd\+bwd ([0-9.]+) ms", line); f.append(float(m.group(1)) if m else float("nan"))
-    m = re.search(r"comm ([0-9.]+) ms exposed", line); e.append(float(m.group(1)) if m else float("nan"))
-    last = line
-med = lambda v: st.median(v[3:]) if len(v) > 3 else float("nan")
-print("  median of %d steps: %.0f tok/s, fwd+bwd %.2f ms, exposed %.2f ms" % (max(len(t) - 3, 0), med(t), med(f), med(e)))
-'; }
+source bench/runs/med.sh
 A="-e d12 -b 16 -t 1024 -x 14 -v 0 -g 0 --precision bf16"
 export BT_STEP_TIMES=1
 el; echo "== bf16 B16: 1 GPU"; timeout 60 $B $A -d 16384 2>&1 | med
