@@ -115,9 +115,7 @@ static bt_node *bt__ready_pop(bt__ready_heap *h) {
     return top;
 }
 
-/* a gradient we may add into in place: ours alone (no other reference, no other view) */
-static int bt__exclusive(bt_tensor *t) { return t->refcount == 1 && t->storage->refcount == 1 && bt_is_contiguous(t); }
-
+/* bt__exclusive (bt_tensor.h): a gradient we may add into in place */
 /* *acc += g, taking ownership of one reference to g */
 static void bt__accumulate(bt_tensor **acc, bt_tensor *g) {
     if (!*acc) { *acc = g; return; }

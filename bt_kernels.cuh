@@ -94,8 +94,9 @@ BTDEF void bt_k_softmax_backward(bt_dtype dt, void *gx, const void *gout, const 
 /* ---- 6. layernorm over the last dim C of [rows, C]; w, b of dtype dt; mean, rstd fp32 [rows] ---- */
 BTDEF void bt_k_layernorm(bt_dtype dt, void *out, float *mean, float *rstd, const void *x, const void *w,
                           const void *b, int64_t rows, int64_t C, float eps, cudaStream_t s);
-/* gx = (written, not accumulated); gw, gb accumulated (+=) in dtype dt; any may be NULL. */
-BTDEF void bt_k_layernorm_backward(bt_dtype dt, void *gx, void *gw, void *gb, const void *gout, const void *x,
+/* gx written, or with gx_add != 0 added to (gx += dx: a residual stream's gradient, one rounding);
+   gw, gb accumulated (+=) in dtype dt; any of the three may be NULL. */
+BTDEF void bt_k_layernorm_backward(bt_dtype dt, void *gx, int gx_add, void *gw, void *gb, const void *gout, const void *x,
                                    const void *w, const float *mean, const float *rstd, int64_t rows, int64_t C,
                                    cudaStream_t s);
 
@@ -1308,8 +1309,9 @@ __global__ void __launch_bounds__(256) bt__k_layernorm_warp(T *out, float *mean,
    bank conflicts), then the block sums its 8 warps' regions in warp order. Dynamic shared memory:
    16 regions of NV VE 32 floats when pw != NULL. 256 threads. */
 template <typename T, int NV>
-__global__ void __launch_bounds__(256, 3) bt__k_layernorm_bwd_warp(T *gx, float *pw, float *pb, const T *g, const T *x, const T *w,
-                                                                const float *mean, const float *rstd, int64_t rows, int C) {
+__global__ void __launch_bounds__(256, 3) bt__k_layernorm_bwd_warp(T *gx, int gx_add, float *pw, float *pb, const T *g, const T *x,
+                                                                const T *w, const float *mean, const float *rstd, int64_t rows,
+                                                                int C) {
     extern __shared__ __align__(16) float bt__k_ln_sh[];
     const int VE = 16 / sizeof(T);
     int nvec = C / VE, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -1358,6 +1360,13 @@ __global__ void __launch_bounds__(256, 3) bt__k_layernorm_bwd_warp(T *gx, float 
             for (int i = 0; i < NV; i++)
 #pragma unroll
                 for (int e = 0; e < VE; e++) xv[i][e] = rs * (gv[i][e] - a - xv[i][e] * bb);
+            if (gx_add) {   /* the residual's gradient so far: gv is free again */
+                bt__k_row_ld<T, NV>(gv, gx + row * C, nvec);
+#pragma unroll
+                for (int i = 0; i < NV; i++)
+#pragma unroll
+                    for (int e = 0; e < VE; e++) xv[i][e] += gv[i][e];
+            }
             bt__k_row_st<T, NV>(gx + row * C, xv, nvec);
         }
     }
@@ -1418,8 +1427,8 @@ __global__ void bt__k_layernorm_kernel(T *out, float *mean, float *rstd, const T
     }
 }
 template <typename T>
-__global__ void bt__k_layernorm_bwd_gx(T *gx, const T *g, const T *x, const T *w, const float *mean, const float *rstd,
-                                       int64_t rows, int64_t C) {
+__global__ void bt__k_layernorm_bwd_gx(T *gx, int gx_add, const T *g, const T *x, const T *w, const float *mean,
+                                       const float *rstd, int64_t rows, int64_t C) {
     __shared__ float sh[32];
     BT__K_ROW_LOOP(row, rows) {
         const T *gr = g + row * C, *xr = x + row * C;
@@ -1432,7 +1441,8 @@ __global__ void bt__k_layernorm_bwd_gx(T *gx, const T *g, const T *x, const T *w
         bb = bt__k_rsum(bb, sh) / (float)C;
         for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
             float wg = bt__k_tof(gr[j]) * (w ? bt__k_tof(w[j]) : 1.f), xh = (bt__k_tof(xr[j]) - mu) * rs;
-            gx[row * C + j] = bt__k_from<T>(rs * (wg - a - xh * bb));
+            float d = rs * (wg - a - xh * bb);
+            gx[row * C + j] = bt__k_from<T>(gx_add ? bt__k_tof(gx[row * C + j]) + d : d);
         }
     }
 }
@@ -1482,7 +1492,7 @@ BTDEF void bt_k_layernorm(bt_dtype dt, void *out, float *mean, float *rstd, cons
     })
     BT__K_LAUNCHED("bt_k_layernorm");
 }
-BTDEF void bt_k_layernorm_backward(bt_dtype dt, void *gx, void *gw, void *gb, const void *gout, const void *x,
+BTDEF void bt_k_layernorm_backward(bt_dtype dt, void *gx, int gx_add, void *gw, void *gb, const void *gout, const void *x,
                                    const void *w, const float *mean, const float *rstd, int64_t rows, int64_t C,
                                    cudaStream_t s) {
     if (rows <= 0 || C <= 0) return;
@@ -1505,7 +1515,7 @@ BTDEF void bt_k_layernorm_backward(bt_dtype dt, void *gx, void *gw, void *gb, co
                 if (pw) shb = (size_t)16 * NV * (16 / sizeof(T)) * 32 * sizeof(float);
                 BT__K_CUDA(cudaFuncSetAttribute(bt__k_layernorm_bwd_warp<T, NV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 (int)shb), "bt_k_layernorm_backward");
-                bt__k_layernorm_bwd_warp<T, NV><<<(unsigned)nblk, 256, shb, s>>>((T *)gx, pw, pb, (const T *)gout, (const T *)x,
+                bt__k_layernorm_bwd_warp<T, NV><<<(unsigned)nblk, 256, shb, s>>>((T *)gx, gx_add, pw, pb, (const T *)gout, (const T *)x,
                                                                               (const T *)w, mean, rstd, rows, (int)C);
             })
             BT__K_LAUNCHED("bt_k_layernorm_backward");
@@ -1522,7 +1532,7 @@ BTDEF void bt_k_layernorm_backward(bt_dtype dt, void *gx, void *gw, void *gb, co
             int64_t chunk = (rows + splits - 1) / splits;
             splits = (rows + chunk - 1) / chunk;
             if (gx) {
-                bt__k_layernorm_bwd_gx<T><<<grid, blk, 0, s>>>((T *)gx, (const T *)gout, (const T *)x, (const T *)w, mean,
+                bt__k_layernorm_bwd_gx<T><<<grid, blk, 0, s>>>((T *)gx, gx_add, (const T *)gout, (const T *)x, (const T *)w, mean,
                                                                rstd, rows, C);
                 BT__K_LAUNCHED("bt_k_layernorm_backward");
             }

@@ -2530,6 +2530,20 @@ static bt_tensor *bt__edge_leaf(bt_node *n, int i) {
     if (!leaf && c && c->backward == bt__cast_back && c->n_in == 1) leaf = c->next[0].leaf;
     return leaf;
 }
+/* a gradient we may add into in place: ours alone (no other reference, no other view) */
+static int bt__exclusive(bt_tensor *t) { return t->refcount == 1 && t->storage->refcount == 1 && bt_is_contiguous(t); }
+/* The gradient already summed for input i's producer node (another consumer's backward ran first,
+   e.g. a residual stream's skip path before its layernorm), when a backward kernel may add its
+   input gradient into it in place (exclusive, same shape and dtype): one pass over it instead of a
+   separate result and an add. The engine then gets gin[i] = NULL and still counts the edge. */
+static bt_tensor *bt__pending_grad_sink(bt_node *n, int i) {
+    bt_node *m = n->next[i].node;
+    if (!m || !m->grad || !bt__exclusive(m->grad) || m->grad->dtype != n->in_dtype[i]) return NULL;
+    const bt_shape s = n->in_shape[i];
+    if (m->grad->ndim != s.ndim || memcmp(m->grad->shape, s.d, sizeof(int64_t) * (size_t)s.ndim)) return NULL;
+    m->grad->storage->version++;
+    return m->grad;
+}
 static bt_tensor *bt__grad_sink(bt_node *n, int i, bt_dtype compute) {
     bt_tensor *leaf = bt__edge_leaf(n, i);
     if (!leaf || !leaf->grad || !bt_is_contiguous(leaf->grad)) return NULL;
@@ -2898,7 +2912,8 @@ static void bt__layernorm_f32(float *y, float *mean, float *rstd, const float *x
         mean[r] = (float)m; rstd[r] = (float)rs;
     }
 }
-static void bt__layernorm_back_f32(float *gx, float *gw, float *gb, const float *g, const float *x, const float *w,
+/* gx = dx, or gx += dx with gx_add; gw, gb written (the caller's zeros) */
+static void bt__layernorm_back_f32(float *gx, int gx_add, float *gw, float *gb, const float *g, const float *x, const float *w,
                                    const float *mean, const float *rstd, int64_t rows, int64_t C) {
     if (gx) {
         #pragma omp parallel for if (rows * C > BT__PAR_MIN)
@@ -2914,7 +2929,7 @@ static void bt__layernorm_back_f32(float *gx, float *gw, float *gb, const float 
             #pragma omp simd
             for (int64_t j = 0; j < C; j++) {
                 double xh = (xr[j] - m) * rs, dxh = gr[j] * (w ? w[j] : 1.0);
-                gx[r * C + j] = (float)(rs * (dxh - s1 - xh * s2));
+                gx[r * C + j] = (float)((gx_add ? gx[r * C + j] : 0.0) + rs * (dxh - s1 - xh * s2));
             }
         }
     }
@@ -2940,12 +2955,13 @@ static void bt__layernorm_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     int64_t C = x->shape[x->ndim - 1], rows = C ? bt_numel(x) / C : 0;
     bt_device dev = bt_device_of(x); bt_dtype dt = x->dtype;
     bt_tensor *gc = bt__contig(g);
-    bt_tensor *gx = bt__wants(n, 0) ? bt__new(bt_shape_of(x), dt, dev) : NULL;
+    bt_tensor *gsum = bt__wants(n, 0) ? bt__pending_grad_sink(n, 0) : NULL;   /* gx += dx in the kernel */
+    bt_tensor *gx = gsum ? gsum : bt__wants(n, 0) ? bt__new(bt_shape_of(x), dt, dev) : NULL;
     bt_tensor *gw = has_w && bt__wants(n, 1) ? bt_zeros(bt_shape1(C), dt, dev) : NULL;
     bt_tensor *gb = has_b && bt__wants(n, 2) ? bt_zeros(bt_shape1(C), dt, dev) : NULL;
     if (bt__is_gpu(x)) {
 #ifdef BT_CUDA
-        BT__ON_GPU(dev, stream) bt_k_layernorm_backward(dt, gx ? bt_data_ptr(gx) : NULL, gw ? bt_data_ptr(gw) : NULL, gb ? bt_data_ptr(gb) : NULL,
+        BT__ON_GPU(dev, stream) bt_k_layernorm_backward(dt, gx ? bt_data_ptr(gx) : NULL, gsum != NULL, gw ? bt_data_ptr(gw) : NULL, gb ? bt_data_ptr(gb) : NULL,
                                 bt_data_ptr(gc), bt_data_ptr(x), w ? bt_data_ptr(w) : NULL, (const float *)bt_data_ptr(mean),
                                 (const float *)bt_data_ptr(rstd), rows, C, stream);
 #endif
@@ -2953,7 +2969,7 @@ static void bt__layernorm_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
         const void *gp = bt_data_ptr(gc), *xp = bt_data_ptr(x), *wp = w ? bt_data_ptr(w) : NULL;
         const void *mp = bt_data_ptr(mean), *rp = bt_data_ptr(rstd); bt_dtype sdt = mean->dtype;
         if (dt == BT_F32) {
-            bt__layernorm_back_f32(gx ? (float *)bt_data_ptr(gx) : NULL, gw ? (float *)bt_data_ptr(gw) : NULL,
+            bt__layernorm_back_f32(gx ? (float *)bt_data_ptr(gx) : NULL, gsum != NULL, gw ? (float *)bt_data_ptr(gw) : NULL,
                                    gb ? (float *)bt_data_ptr(gb) : NULL, (const float *)gp, (const float *)xp,
                                    (const float *)wp, (const float *)mp, (const float *)rp, rows, C);
         } else if (gx) {
@@ -2967,7 +2983,8 @@ static void bt__layernorm_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
                 s1 /= (double)C; s2 /= (double)C;
                 for (int64_t j = 0; j < C; j++) {
                     double xh = (bt__ld(xp, dt, r * C + j) - m) * rs, dxh = bt__ld(gp, dt, r * C + j) * (wp ? bt__ld(wp, dt, j) : 1);
-                    bt__st(bt_data_ptr(gx), dt, r * C + j, rs * (dxh - s1 - xh * s2));
+                    double prev = gsum ? bt__ld(bt_data_ptr(gx), dt, r * C + j) : 0.0;
+                    bt__st(bt_data_ptr(gx), dt, r * C + j, prev + rs * (dxh - s1 - xh * s2));
                 }
             }
         }
@@ -2985,7 +3002,7 @@ static void bt__layernorm_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
         }
     }
     bt_release(gc);
-    gin[0] = gx ? bt__register(gx) : NULL;
+    gin[0] = gx && !gsum ? bt__register(gx) : NULL;   /* a sunk gx is the producer's own gradient */
     gin[1] = gw; gin[2] = gb;
 }
 BTDEF bt_tensor *bt_layernorm(bt_tensor *x, bt_tensor *w, bt_tensor *b, double eps) {

@@ -393,6 +393,16 @@ static bt_tensor *oc_f_linear_add(oc_ctx *c, const oc_case *k) {
     bt_shape os = k->s[0]; os.d[os.ndim - 1] = k->s[1].d[0];
     return bt_linear_add(x, w, b, oc_normal(c, os, 0.0, 1.0));
 }
+/* a pre-norm residual step, (h + linear(layernorm(h))) / 2 with h = 1.5 x [s0] (a node, so that its
+   gradient is summed in the engine): the skip path's gradient arrives first and the layernorm's
+   backward adds its input gradient into it in place (bt__pending_grad_sink) */
+static bt_tensor *oc_f_residual_ln(oc_ctx *c, const oc_case *k) {
+    int64_t C = k->s[0].d[k->s[0].ndim - 1];
+    bt_tensor *h = bt_scale(oc_normal(c, k->s[0], 0.5, 1.0), 1.5);
+    bt_tensor *lw = oc_normal(c, bt_shape1(C), 1.0, 0.5), *lb = oc_normal(c, bt_shape1(C), 0.0, 1.0);
+    bt_tensor *w = oc_normal(c, bt_shape2(C, C), 0.0, 0.5), *b = oc_normal(c, bt_shape1(C), 0.0, 1.0);
+    return bt_scale(bt_linear_add(bt_layernorm(h, lw, lb, 1e-5), w, b, h), 0.5);   /* not the root: its gradient is ours alone */
+}
 /* a transformer block's attention half to the loss: layernorm, one q,k,v projection split into
    heads by views, attention, heads merged by transpose + reshape (a copy), output projection,
    residual, cross-entropy with an ignored target. B 2, T 5, H 2, D 4 */
@@ -620,6 +630,10 @@ static int oc_build_table(void) {
     }
     k = oc__add(oc_f_linear_add, OC_TF32, "linear_add [37, 45] x [30, 45]^T with bias, plus a residual");
     k->s[0] = bt_shape2(37, 45); k->s[1] = bt_shape2(30, 45); k->i[0] = 1;
+    k = oc__add(oc_f_residual_ln, OC_NO_GPU_F64 | OC_TF32 | OC_LOOSE, "composite: h + linear(layernorm(h)) [2, 7, 33]");
+    k->s[0] = bt_shape3(2, 7, 33);
+    k = oc__add(oc_f_residual_ln, OC_NO_GPU_F64 | OC_TF32 | OC_LOOSE, "composite: h + linear(layernorm(h)) [9, 256]");
+    k->s[0] = bt_shape2(9, 256);
     oc__add(oc_f_attn_block, OC_NO_GPU_F64 | OC_TF32 | OC_LOOSE, "composite: attention block to the loss");
     return oc_ncases;
 }

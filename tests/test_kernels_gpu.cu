@@ -600,13 +600,22 @@ static void test_layernorm(void) {
             snprintf(what, sizeof what, "layernorm [%lld,%lld] %s", (long long)rows, (long long)C, tname(dt)); expect(what, dt, o, ref, n, tol_of(dt));
             snprintf(what, sizeof what, "layernorm mean [%lld,%lld] %s", (long long)rows, (long long)C, tname(dt)); expect(what, BT_F32, dm, rmean, rows, 1e-5);
             snprintf(what, sizeof what, "layernorm rstd [%lld,%lld] %s", (long long)rows, (long long)C, tname(dt)); expect(what, BT_F32, dr, rrstd, rows, 1e-5);
-            bt_k_layernorm_backward(dt, gx, dgw, dgb, dg, dx, dw, dm, dr, rows, C, st());
+            bt_k_layernorm_backward(dt, gx, 0, dgw, dgb, dg, dx, dw, dm, dr, rows, C, st());
             snprintf(what, sizeof what, "layernorm_bwd gx [%lld,%lld] %s", (long long)rows, (long long)C, tname(dt)); expect(what, dt, gx, gxr, n, tol_of(dt));
+            {   /* gx_add: into a residual gradient r already there (fresh random), gw/gb untouched here */
+                double *r0 = rvec(n, -1, 1), *sum = zvec(n);
+                void *dres = up(dt, r0, n);   /* rounds r0 to dt in place */
+                for (int64_t i = 0; i < n; i++) sum[i] = r0[i] + gxr[i];
+                bt_k_layernorm_backward(dt, dres, 1, NULL, NULL, dg, dx, dw, dm, dr, rows, C, st());
+                snprintf(what, sizeof what, "layernorm_bwd gx+= [%lld,%lld] %s", (long long)rows, (long long)C, tname(dt));
+                expect(what, dt, dres, sum, n, tol_of(dt));
+                free(r0); free(sum); dfree(dres);
+            }
             snprintf(what, sizeof what, "layernorm_bwd gw+= [%lld,%lld] %s", (long long)rows, (long long)C, tname(dt)); expect(what, dt, dgw, gwr, C, tol_of(dt));
             snprintf(what, sizeof what, "layernorm_bwd gb+= [%lld,%lld] %s", (long long)rows, (long long)C, tname(dt)); expect(what, dt, dgb, gbr, C, tol_of(dt));
             if ((c == 0 || c == 3) && k == 0) {   /* gx NULL, gb NULL: only gw moves (by the same sum again) */
                 for (int64_t j = 0; j < C; j++) gwr[j] += gwr[j] - gw0[j];
-                bt_k_layernorm_backward(dt, NULL, dgw, NULL, dg, dx, dw, dm, dr, rows, C, st());
+                bt_k_layernorm_backward(dt, NULL, 0, dgw, NULL, dg, dx, dw, dm, dr, rows, C, st());
                 snprintf(what, sizeof what, "layernorm_bwd gw only [%lld,%lld] f32", (long long)rows, (long long)C);
                 expect(what, dt, dgw, gwr, C, tol_of(dt));
                 snprintf(what, sizeof what, "layernorm_bwd gb untouched [%lld,%lld] f32", (long long)rows, (long long)C);

@@ -685,6 +685,13 @@ static bt_tensor *f_views(bt_tensor **in, const gc_ctx *c) {
     }
     }
 }
+/* h + linear(layernorm(h)), h = 2 x: the layernorm's input gradient is added in place into the
+   skip path's (bt__pending_grad_sink) */
+static bt_tensor *f_residual_ln(bt_tensor **in, const gc_ctx *c) {
+    (void)c;
+    bt_tensor *h = bt_scale(in[0], 2.0);
+    return bt_linear_add(bt_layernorm(h, in[1], in[2], 1e-5), in[3], in[4], h);
+}
 /* 2-layer MLP: linear -> layernorm -> gelu -> linear, on a 3-D input */
 static bt_tensor *f_mlp(bt_tensor **in, const gc_ctx *c) {
     (void)c;
@@ -864,6 +871,9 @@ static void test_gradcheck_composite(void) {
     gradcheck("gradcheck mlp_gelu", f_mlp_gelu, mg, 5, &c0);
     bt_release(res);
     release_all(mg, 5);
+    bt_tensor *rl[5] = {leaf(SH(2, 3, 6)), leaf(SH(6)), leaf(SH(6)), leaf(SH(6, 6)), leaf(SH(6))};
+    gradcheck("gradcheck h + linear(layernorm(h)) (gradient summed in place)", f_residual_ln, rl, 5, &c0);
+    release_all(rl, 5);
     bt_tensor *la[4] = {leaf(SH(2, 3, 5)), leaf(SH(4, 5)), leaf(SH(4)), leaf(SH(2, 3, 4))};
     gradcheck("gradcheck linear_add", f_linear_add, la, 4, &c0);
     BT_EXPECT_ERROR(bt_linear_add(la[0], la[1], la[2], NULL), "no residual");
