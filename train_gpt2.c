@@ -658,7 +658,8 @@ static void usage(FILE *f) {
         "  --deterministic   the same bits on every run: no float atomics, no matmul autotuning\n"
         "  -n, --nproc N     start N processes on this node, one per GPU (data parallel; -d stays the global batch)\n"
         "  --dp ddp|zero1|zero2   with several processes (this, torchrun, srun or mpirun): all-reduced\n"
-        "            gradients (ddp, default), + sharded AdamW state (zero1), + sharded gradients (zero2)\n"
+        "            gradients (ddp, default), + sharded AdamW state (zero1), + sharded gradients (zero2);\n"
+        "            with --tp/--cp over the dp x cp ranks of each tp index (GPUs only)\n"
         "  --bucket-mb N     DDP gradient bucket size (default 25)\n"
         "  --comm-dtype fp32|bf16   gradients on the wire (default fp32)\n"
         "  --nccl-timeout S  abort the run when a collective takes longer (default 600)\n"
@@ -897,7 +898,7 @@ typedef struct {
     bt_ddp *ddp;               /* the gradient buckets */
     int zero;                  /* 0: ddp, 1: zero1, 2: zero2 */
     int64_t shard_lo, shard_hi;   /* ZeRO: this rank's range of the flat buffers (AdamW state, updates) */
-    int64_t shard;             /* ZeRO: elements per rank; the flat buffers are world * shard long */
+    int64_t shard;             /* ZeRO: elements per rank; the flat buffers are shard x the ZeRO group's size (zero_comm) */
     bt_tensor *grad_shard;     /* zero2: this rank's fp32 gradients, summed over the micro-batches */
     void *comm_ev[2];          /* around the step's last bt_ddp_wait on the compute stream (timed) */
     void *work_ev[2];          /* BT_STEP_TIMES=1: the step's start and the end of its last backward (timed) */
@@ -907,7 +908,8 @@ typedef struct {
     int start_step;            /* the first step to run: 0, or the resumed checkpoint's */
     bt_ckpt_saver *saver;      /* rank 0 with --ckpt-dir: the asynchronous writer */
     int fence_pending;         /* a snapshot's copies must be done before the next update (ckpt_fence) */
-    bt_tensor *gathered[3];    /* ZeRO or tp: AdamW's m and v (and with tp the weights) gathered, alive until the fence */
+    bt_tensor *gathered[5];    /* ZeRO or tp: AdamW's m and v (and with tp the weights) gathered, alive until the fence;
+                                  [3], [4]: with ZeRO m and v over the ZeRO group (with tp the input of the tp gather) */
     double last_stall_ms, total_stall_ms;   /* host time of the last snapshot, of all */
     int64_t saves_seen;        /* finished saves reported so far */
     int skipped;               /* --skip-nonfinite: updates skipped */
@@ -929,6 +931,8 @@ static bt_tensor *par_gather_whole(trainer *tr, bt_tensor *x);
 static bt_tensor *par_shard_of_whole(const gpt2 *m, bt_tensor *whole);
 static int par_source_load(trainer *tr, char *err, size_t errlen);
 static bt_comm *par_dpcp_comm(const struct gpt2_par *p);
+static int64_t par_whole_numel(const gpt2 *m);
+static void par_tp_sum(const struct gpt2_par *p, bt_tensor *t);
 static void par_stage_mark(trainer *tr, int k);
 
 /* the next batch of L into tr->inputs and tr->targets */
@@ -970,15 +974,66 @@ static double evaluate(trainer *tr) {
     return loss;
 }
 
-/* The global L2 norm of the gradients (fp32 [1] on the device, no host sync): with ZeRO each rank
-   holds the reduced gradients of its shard only, so the shards' sums of squares are added up. */
+/* ---- ZeRO (--dp zero1|zero2) ----
+   The ranks that hold the same flat buffer share out its AdamW state (zero2: and its gradients'
+   sum): all processes, or with tp/cp the dp x cp ranks of one tp index, whose buffer is that tp
+   rank's part of the model (section 8). Rank g of that group owns [g S, (g+1) S) of the buffer,
+   S = bt_shard_numel(its parameters, the group's size, 64); the buffer is padded to S x size. */
+static bt_comm *zero_comm(const trainer *tr) { return tr->par ? par_dpcp_comm(tr->par) : tr->dist->world_comm; }
+/* group rank g's range [*lo, *hi) of a buffer of n parameters in shards of S: clipped to n (the
+   padding past the parameters holds no state; the last ranks' ranges may be empty) */
+static void zero_shard_range(int g, int64_t S, int64_t n, int64_t *lo, int64_t *hi) {
+    int64_t a = (int64_t)g * S, b = a + S;
+    *lo = a < n ? a : n;
+    *hi = b < n ? b : n;
+}
+/* the elements of the range [lo, hi) below W (a tp buffer's whole tensors, which come first):
+   [lo, lo + k) is in the whole tensors, [lo + k, hi) in the split ones; returns k */
+static int64_t zero_whole_part(int64_t lo, int64_t hi, int64_t W) {
+    int64_t k = W - lo;
+    return k < 0 ? 0 : k > hi - lo ? hi - lo : k;
+}
+/* this rank's reduced gradients of its range: zero2's fp32 sum, or zero1's part of flat_grad */
+static bt_tensor *zero_grads(trainer *tr) {
+    return tr->zero == 2 ? tr->grad_shard : bt_narrow(tr->model.flat_grad, 0, tr->shard_lo, tr->shard_hi - tr->shard_lo);
+}
+/* fp32 [2] on g's device: the sum of squares of g's first w elements, of the others */
+static bt_tensor *zero_sumsq_parts(bt_tensor *g, int64_t w) {
+    int64_t n = bt_numel(g);
+    bt_tensor *sq = bt_zeros(bt_shape1(2), BT_F32, bt_device_of(g));
+    if (w > 0) bt_add_(bt_narrow(sq, 0, 0, 1), bt_sumsq(bt_narrow(g, 0, 0, w)), 1.0);
+    if (n > w) bt_add_(bt_narrow(sq, 0, 1, 1), bt_sumsq(bt_narrow(g, 0, w, n - w)), 1.0);
+    return sq;
+}
+/* Each rank holds the reduced gradients of its range only, so the ranges' sums of squares are
+   added over the group. With tp, norm^2 = the whole tensors' part (equal on every tp rank: counted
+   once) + the split tensors' part of every tp rank: the two parts are summed over the group apart,
+   then the split part over tp (a rank's tp peers have its group rank, so they own the same range
+   of buffers laid out alike). */
+static bt_tensor *zero_grad_norm(trainer *tr) {
+    gpt2 *m = &tr->model;
+    int64_t W = m->tp > 1 ? par_whole_numel(m) : m->flat_numel;   /* tp = 1: every tensor whole */
+    bt_tensor *sq = zero_sumsq_parts(zero_grads(tr), zero_whole_part(tr->shard_lo, tr->shard_hi, W));
+    bt_all_reduce(zero_comm(tr), bt_data_ptr(sq), bt_data_ptr(sq), 2, BT_F32, BT_RED_SUM, NULL);
+    if (m->tp > 1) par_tp_sum(tr->par, bt_narrow(sq, 0, 1, 1));
+    return bt_sqrt(bt_add(bt_narrow(sq, 0, 0, 1), bt_narrow(sq, 0, 1, 1)));
+}
+/* this rank's range of the buffer, AdamW's state for it alone, zero2's fp32 sum of its gradients */
+static void zero_setup(trainer *tr) {
+    zero_shard_range(zero_comm(tr)->rank, tr->shard, tr->opt.numel, &tr->shard_lo, &tr->shard_hi);   /* opt.numel: the parameters */
+    bt_adamw_shard(&tr->opt, tr->shard_lo, tr->shard_hi);
+    if (tr->zero == 2) {
+        bt_scope_begin();
+        tr->grad_shard = bt_keep(bt_zeros(bt_shape1(tr->shard_hi - tr->shard_lo), BT_F32, tr->model.device));
+        bt_scope_end();
+    }
+}
+
+/* The global L2 norm of the gradients (fp32 [1] on the device, no host sync) */
 static bt_tensor *global_grad_norm(trainer *tr) {
+    if (tr->zero) return zero_grad_norm(tr);
     if (tr->par) return par_grad_norm(tr);
-    if (!tr->zero) return bt_grad_norm(tr->model.params, tr->model.n_params);
-    bt_tensor *g = tr->zero == 2 ? tr->grad_shard : bt_narrow(tr->model.flat_grad, 0, tr->shard_lo, tr->shard_hi - tr->shard_lo);
-    bt_tensor *sq = bt_sumsq(g);
-    bt_all_reduce(tr->dist->world_comm, bt_data_ptr(sq), bt_data_ptr(sq), 1, BT_F32, BT_RED_SUM, NULL);
-    return bt_sqrt(sq);
+    return bt_grad_norm(tr->model.params, tr->model.n_params);
 }
 /* zero2: the reduced gradients of this rank's shard, added (in fp32) to the shard's sum; the
    gradient buffer then holds the next micro-batch's */
@@ -1152,8 +1207,8 @@ static int train_step(trainer *tr, int step, double lr, double *loss, double *gr
         if (tr->fence_pending) ckpt_fence(tr);   /* a checkpoint's copies of the weights and state finish first */
         bt_adamw_set_grad_norm(&tr->opt, norm);
         bt_adamw_update(&tr->opt, (float)lr, tr->grad_shard);
-        if (tr->zero)      /* every rank's updated shard to every rank, in place */
-            bt_all_gather(tr->dist->world_comm, (float *)bt_data_ptr(tr->model.flat) + tr->dist->rank * tr->shard,
+        if (tr->zero)      /* every rank's updated shard to every rank of its group, in place */
+            bt_all_gather(zero_comm(tr), (float *)bt_data_ptr(tr->model.flat) + zero_comm(tr)->rank * tr->shard,
                           bt_data_ptr(tr->model.flat), tr->shard, BT_F32, NULL);
     }
     bt_scope_end();
@@ -1367,17 +1422,7 @@ static void setup_data_parallel(trainer *tr) {
     bt_comm *c = tr->par ? par_dpcp_comm(tr->par) : tr->dist->world_comm;   /* tp/cp: the ranks holding the same shard */
     bt_broadcast(c, bt_data_ptr(m->flat), bt_data_ptr(m->flat), m->flat_numel, BT_F32, 0, NULL);
     m->flat->storage->version++;
-    if (tr->zero) {
-        int64_t lo = tr->dist->rank * tr->shard, hi = lo + tr->shard;
-        tr->shard_lo = lo < m->num_params ? lo : m->num_params;
-        tr->shard_hi = hi < m->num_params ? hi : m->num_params;
-        bt_adamw_shard(&tr->opt, tr->shard_lo, tr->shard_hi);
-        if (tr->zero == 2) {
-            bt_scope_begin();
-            tr->grad_shard = bt_keep(bt_zeros(bt_shape1(tr->shard_hi - tr->shard_lo), BT_F32, m->device));
-            bt_scope_end();
-        }
-    }
+    if (tr->zero) zero_setup(tr);
     bt_param_span *spans = (bt_param_span *)malloc(sizeof(bt_param_span) * (size_t)m->n_params);
     if (!spans || bt_ddp_spans_from_grads(m->params, m->n_params, m->flat_grad, spans)) bt_error("data parallel: %s", bt_dist_error());
     bt_ddp_opts d;
@@ -1627,32 +1672,32 @@ static bt_ckpt_meta *ckpt_meta(trainer *tr, int step, double loss) {
 }
 
 /* ---- saving ---- */
-/* AdamW's m and v over all num_params elements: the optimizer's own, or with ZeRO every rank's
-   shard all-gathered (a collective) into temporaries that live until the fence; with tp the
-   shards gathered into the 1-GPU layout the same way (on rank 0; NULL on the others) */
-static void ckpt_gather_adamw(trainer *tr, bt_tensor **m, bt_tensor **v) {
-    if (tr->model.tp > 1) {
-        *m = tr->gathered[0] = par_gather_whole(tr, tr->opt.m);
-        *v = tr->gathered[1] = par_gather_whole(tr, tr->opt.v);
-        return;
-    }
-    if (!tr->zero) { *m = tr->opt.m; *v = tr->opt.v; return; }
-    bt_tensor *shard[2] = {tr->opt.m, tr->opt.v};
-    int rank = tr->dist->rank;
+/* ZeRO: x (this rank's range of AdamW's m or v) all-gathered over the ZeRO group into a new
+   buffer laid out as the flat buffer ([flat_numel], the padding 0), owned by the caller */
+static bt_tensor *zero_gather(trainer *tr, bt_tensor *x) {
+    bt_comm *c = zero_comm(tr);
     int64_t S = tr->shard, n = tr->shard_hi - tr->shard_lo;
+    bt_scope_begin();
+    bt_tensor *all = bt_keep(bt_zeros(bt_shape1(S * c->size), BT_F32, tr->model.device));
+    if (n > 0) bt_copy_(bt_narrow(all, 0, c->rank * S, n), x);
+    bt_all_gather(c, (float *)bt_data_ptr(all) + c->rank * S, bt_data_ptr(all), S, BT_F32, NULL);
+    bt_scope_end();
+    return all;
+}
+/* AdamW's m and v over all num_params elements in the 1-GPU layout: the optimizer's own, or
+   gathered (collectives) into temporaries that live until the fence: with ZeRO every rank's range
+   over the ZeRO group, then with tp the tp ranks' buffers into the 1-GPU layout (on rank 0; NULL
+   on the others) */
+static void ckpt_gather_adamw(trainer *tr, bt_tensor **m, bt_tensor **v) {
+    if (!tr->zero && tr->model.tp <= 1) { *m = tr->opt.m; *v = tr->opt.v; return; }
+    bt_tensor *state[2] = {tr->opt.m, tr->opt.v}, **out[2] = {m, v};
     for (int k = 0; k < 2; k++) {
-        bt_scope_begin();
-        bt_tensor *all = bt_keep(bt_zeros(bt_shape1(S * tr->dist->world), BT_F32, tr->model.device));
-        if (n > 0) bt_copy_(bt_narrow(all, 0, rank * S, n), shard[k]);   /* the padding past num_params stays 0 */
-        bt_all_gather(tr->dist->world_comm, (float *)bt_data_ptr(all) + rank * S, bt_data_ptr(all), S, BT_F32, NULL);
-        bt_scope_end();
-        tr->gathered[k] = all;
+        bt_tensor *x = tr->zero ? (tr->gathered[3 + k] = zero_gather(tr, state[k])) : state[k];
+        *out[k] = tr->model.tp > 1 ? (tr->gathered[k] = par_gather_whole(tr, x)) : bt_narrow(x, 0, 0, tr->model.num_params);
     }
-    *m = bt_narrow(tr->gathered[0], 0, 0, tr->model.num_params);
-    *v = bt_narrow(tr->gathered[1], 0, 0, tr->model.num_params);
 }
 static void ckpt_release_gathered(trainer *tr) {
-    for (int k = 0; k < 3; k++) { bt_release(tr->gathered[k]); tr->gathered[k] = NULL; }
+    for (int k = 0; k < 5; k++) { bt_release(tr->gathered[k]); tr->gathered[k] = NULL; }
 }
 /* before the next optimizer update: the device waits there for the snapshot's copies (the host
    does not); the gathered temporaries may then go (later work on the stream comes after them) */
@@ -2134,27 +2179,36 @@ static int64_t gpt2_leaf_file_base(const gpt2_config *c, int i) {
     return off[k] + l * (sz[k] / c->L);
 }
 
-/* rank r's shard of a tp-way model: the same leaves as gpt2_build_padded, each its shard's
-   shape; num_params stays the whole model's (files, FLOPs), flat_numel is the shard's. The whole
-   (replicated) tensors come first in the buffer, in leaf order, then the shards: with sp their
-   gradients are one span of flat_grad, summed over tp by one collective (par_reduce_grads). */
-static void gpt2_build_tp(gpt2 *m, gpt2_config cfg, bt_device dev, int tp, int r) {
-    memset(m, 0, sizeof *m);
-    m->cfg = cfg; m->device = dev; m->tp = tp; m->tp_rank = r;
-    int n = 4 + 12 * cfg.L;
-    int64_t local = 0, whole = 0;
-    for (int i = 0; i < n; i++) {
-        gpt2_shard s = gpt2_shard_of(&cfg, i);
+/* the parameters a rank of a tp-way model holds (tp = 1: all of them); *whole (may be NULL): the
+   elements of its whole (replicated) tensors among them */
+static int64_t gpt2_local_numel(const gpt2_config *cfg, int tp, int64_t *whole) {
+    int64_t local = 0, w = 0;
+    for (int i = 0; i < 4 + 12 * cfg->L; i++) {
+        gpt2_shard s = gpt2_shard_of(cfg, i);
         bt_shape sh = gpt2_shard_shape(s, tp);
         int64_t k = sh.ndim == 1 ? sh.d[0] : sh.d[0] * sh.d[1];
         local += k;
-        if (s.kind == SHARD_WHOLE) whole += k;
+        if (s.kind == SHARD_WHOLE) w += k;
     }
+    if (whole) *whole = w;
+    return local;
+}
+/* rank r's shard of a tp-way model: the same leaves as gpt2_build_padded, each its shard's
+   shape; num_params stays the whole model's (files, FLOPs), flat_numel is the shard's, rounded
+   up to a multiple of pad_to as gpt2_build_padded's (ZeRO over the ranks of this tp index), with
+   the gradients in grad_dt. The whole (replicated) tensors come first in the buffer, in leaf
+   order, then the shards: with sp their gradients are one span of flat_grad, summed over tp by
+   one collective (par_reduce_grads). */
+static void gpt2_build_tp(gpt2 *m, gpt2_config cfg, bt_device dev, int tp, int r, int64_t pad_to, bt_dtype grad_dt) {
+    memset(m, 0, sizeof *m);
+    m->cfg = cfg; m->device = dev; m->tp = tp; m->tp_rank = r;
+    int n = 4 + 12 * cfg.L;
+    int64_t whole, local = gpt2_local_numel(&cfg, tp, &whole);
     int64_t mark[2] = {0, whole};   /* the next whole tensor's offset, the next shard's */
     m->num_params = gpt2_num_params(&cfg);
-    m->flat_numel = local;
-    m->flat = bt_zeros(bt_shape1(local), BT_F32, dev);
-    m->flat_grad = bt_zeros(bt_shape1(local), BT_F32, dev);
+    m->flat_numel = (local + pad_to - 1) / pad_to * pad_to;
+    m->flat = bt_zeros(bt_shape1(m->flat_numel), BT_F32, dev);
+    m->flat_grad = bt_zeros(bt_shape1(m->flat_numel), grad_dt, dev);
     m->params = (bt_tensor **)calloc((size_t)n, sizeof(bt_tensor *));
     m->file_off = (int64_t *)calloc((size_t)n, sizeof(int64_t));
     m->layers = (gpt2_layer *)calloc((size_t)cfg.L, sizeof(gpt2_layer));
@@ -2301,13 +2355,14 @@ static int par_check(const train_opts *o, const gpt2_config *c, int world, int o
     if (o->cp_comm && !strcmp(o->cp_comm, "alltoall") && (c->H / tp) % cp) {
         snprintf(err, errlen, "--cp-comm alltoall: the %d heads per tp rank are not a multiple of --cp %d", c->H / tp, cp); return -1;
     }
-    if (strcmp(o->dp, "ddp")) {   /* ZeRO would split each shard's state again over its dp x cp group: not built */
-        snprintf(err, errlen, "--dp %s with %s is not supported (ZeRO shards the whole model's state over all processes; use --dp ddp)", o->dp, what);
-        return -1;
-    }
     if (o->B < 0) { snprintf(err, errlen, "%s needs -b (the automatic micro-batch probe is for one GPU)", what); return -1; }
     if (!on_gpu && world != tp * cp) {
         snprintf(err, errlen, "%s on CPUs: collectives go through the TCP store, so --tp x --cp must be all %d processes (no data parallelism)", what, world);
+        return -1;
+    }
+    if (!on_gpu && strcmp(o->dp, "ddp")) {
+        snprintf(err, errlen, "--dp %s with %s on CPUs: ZeRO shards the state over data-parallel ranks, and tp/cp on CPUs have none "
+                 "(the store path; use --dp ddp, or GPUs)", o->dp, what);
         return -1;
     }
     if (!on_gpu && tp > 1 && cp > 1) { snprintf(err, errlen, "--tp with --cp on CPUs: each needs the whole world's store; use one of them"); return -1; }
@@ -2375,19 +2430,39 @@ static void par_batch(trainer *tr, int B, bt_tensor **idx, bt_tensor **tgt) {
     *tgt = bt_from_data(p->loc_tg, bt_shape2(B, p->Tl), BT_I32, tr->model.device);
 }
 static bt_comm *par_dpcp_comm(const gpt2_par *p) { return p->dpcp_comm; }
+/* t (contiguous) := its sum over the tp group, in place */
+static void par_tp_sum(const gpt2_par *p, bt_tensor *t) { bt_tp_reduce_grad(p->tpc, t); }
 /* the data-parallel ranks: the loaders' world, the divisor of the global batch */
 static int par_data_world(const trainer *tr) { return tr->par ? tr->par->dp : tr->dist ? tr->dist->world : 1; }
 /* this rank's index among them (its loader's rank), and the first process of index d (bt_dist.h's
    mesh: rank = (dp_i cp + cp_i) tp + tp_i) */
 static int par_data_rank(const gpt2_par *p) { return p->dp_rank; }
 static int par_first_rank_of_data(const gpt2_par *p, int d) { return d * p->cp * p->tp; }
-/* the DDP buckets over the dp x cp group (every rank of it holds the same shard) */
+/* the DDP buckets over the dp x cp group (every rank of it holds the same shard), with ZeRO
+   reducing to the owners of that group's ranges; a group of one (--tp 2 on two GPUs) reduces
+   nothing, and ZeRO's range is then the whole buffer */
 static void par_setup_grads(trainer *tr) {
     if (!tr->par->on_cpu && tr->par->dpcp_comm && tr->par->dpcp_comm->size > 1) setup_data_parallel(tr);
+    else if (tr->zero) zero_setup(tr);
+}
+/* With sp each tp rank's gradients of the whole tensors come from its slice of the sequence: they
+   are summed over tp after the step's backward passes, where the dp x cp reduction has put them.
+   Both reductions are sums, so their order is free; only the place differs. ddp: all of the
+   buffer's whole span. ZeRO-1: the buckets reduced the last micro-batch's gradients to the
+   owners, so only the rank's range of flat_grad holds them (the rest is not read). ZeRO-2: every
+   micro-batch was reduced to the owners and folded into grad_shard (fp32), flat_grad zeroed, so
+   the sum is of grad_shard (of the sums over the micro-batches: linear, the same). The tp peers of
+   a rank own the same range of buffers laid out alike, so each takes part with as many elements:
+   the part of its range below the whole span's end (none: no collective on any of them). */
+static bt_tensor *par_whole_grads(trainer *tr) {
+    gpt2 *m = &tr->model;
+    int64_t W = par_whole_numel(m);
+    if (!tr->zero) return bt_narrow(m->flat_grad, 0, 0, W);
+    return bt_narrow(zero_grads(tr), 0, 0, zero_whole_part(tr->shard_lo, tr->shard_hi, W));
 }
 /* after a step's backward passes: the sums the DDP buckets do not make. With sp the whole
-   tensors' gradients over tp (the first span of the buffer: one collective); on CPUs the
-   gradients' mean over cp */
+   tensors' gradients over tp (the first span of the buffer, or of the ZeRO range: one collective,
+   par_whole_grads); on CPUs the gradients' mean over cp */
 static void par_reduce_grads(trainer *tr) {
     gpt2_par *p = tr->par;
     gpt2 *m = &tr->model;
@@ -2397,7 +2472,8 @@ static void par_reduce_grads(trainer *tr) {
     }
     if (p->sp && p->tpc) {
         bt_scope_begin();
-        bt_tp_reduce_grad(p->tpc, bt_narrow(m->flat_grad, 0, 0, par_whole_numel(m)));
+        bt_tensor *g = par_whole_grads(tr);
+        if (bt_numel(g) > 0) bt_tp_reduce_grad(p->tpc, g);
         bt_scope_end();
     }
 }
@@ -2494,6 +2570,7 @@ static void par_stage_print(const gpt2_par *p) {
 static void par_describe(const gpt2_par *p, const train_opts *o) {
     printf("model parallel: dp %d x tp %d x cp %d%s%s", p->dp, p->tp, p->cp, p->sp ? ", sequence parallel" : "", o->async_tp ? ", async TP" : "");
     if (p->cp > 1) printf(", K/V by %s, %d tokens per rank", o->cp_comm ? o->cp_comm : "ring", p->Tl);
+    if (strcmp(o->dp, "ddp")) printf(", %s: AdamW state%s in %d shards (dp x cp)", o->dp, !strcmp(o->dp, "zero2") ? " and gradients" : "", p->dp * p->cp);
     printf("%s\n", p->on_cpu ? " (CPU: collectives through the TCP store)" : "");
 }
 
@@ -2579,10 +2656,14 @@ static int train_main(train_opts *o) {
     bt_set_matmul_precision(!strcmp(o->precision, "tf32") ? BT_MATMUL_TF32 : BT_MATMUL_FP32);
     if (o->deterministic) bt_set_deterministic(1);
     tr.zero = !dist ? 0 : !strcmp(o->dp, "zero1") ? 1 : !strcmp(o->dp, "zero2") ? 2 : 0;
-    tr.shard = tr.zero ? bt_shard_numel(gpt2_num_params(&cfg), world, 64) : 0;
     if (o->tp * o->cp > 1) tr.par = par_open(o, dist, on_gpu);
-    if (o->tp > 1) gpt2_build_tp(&tr.model, cfg, dev, o->tp, tr.par->tp_rank);
-    else gpt2_build_padded(&tr.model, cfg, dev, tr.zero ? tr.shard * world : 1, tr.zero == 2 ? tr.dt : BT_F32);
+    /* ZeRO's group: the processes, or with tp/cp the dp x cp ranks of this tp index (zero_comm) */
+    int zworld = tr.par ? tr.par->dp * tr.par->cp : world;
+    tr.shard = tr.zero ? bt_shard_numel(gpt2_local_numel(&cfg, o->tp, NULL), zworld, 64) : 0;
+    int64_t pad_to = tr.zero ? tr.shard * zworld : 1;
+    bt_dtype grad_dt = tr.zero == 2 ? tr.dt : BT_F32;
+    if (o->tp > 1) gpt2_build_tp(&tr.model, cfg, dev, o->tp, tr.par->tp_rank, pad_to, grad_dt);
+    else gpt2_build_padded(&tr.model, cfg, dev, pad_to, grad_dt);
     tr.model.par = tr.par;
     if (tr.src.resume) ckpt_import_tuning(&tr);   /* before any matmul chooses its algorithm */
     if (tr.src.file) {

@@ -1,7 +1,9 @@
 /* test_tp_gpt2.c - tensor and context parallelism in train_gpt2.c (section 8) on the CPU: the
    shard table (which part of each tensor a rank holds, and that the shards tile the model), the
    file offsets of the shards (tp ranks initialised from a seed are exactly the 1-process weights,
-   and a model file sliced into shards and gathered back is the same file), the flag checks, and
+   and a model file sliced into shards and gathered back is the same file), the flag checks (ZeRO
+   with tp/cp: GPUs only), ZeRO's ranges of a tp rank's buffer (they tile it, and the gradient
+   norm's split into whole and split tensors adds up), and
    whole runs: two CPU ranks (this binary re-executed with --run-train, started by the launcher
    variables RANK, WORLD_SIZE, ...; collectives through the TCP store) with --tp 2, --tp 2 --sp,
    --tp 2 --async-tp and --cp 2 with each --cp-comm, whose losses match one process on the same
@@ -79,7 +81,7 @@ static void check_init_matches(const char *preset, int tp, uint64_t seed) {
     gpt2_free(&m);
     for (int r = 0; r < tp; r++) {
         gpt2 s;
-        gpt2_build_tp(&s, c, bt_cpu(), tp, r);
+        gpt2_build_tp(&s, c, bt_cpu(), tp, r, 1, BT_F32);
         BT_CHECK(s.num_params == N, "%s tp %d: num_params %lld", preset, tp, (long long)s.num_params);
         gpt2_init(&s, seed);   /* branches to par_init */
         file_of(&s, r, sharded);
@@ -130,8 +132,8 @@ static void test_flag_errors(void) {
         {"--async-tp -b 2 -t 16", 1, 1, "--async-tp needs --tp 2"},
         {"--cp-comm allgather -b 2 -t 16", 1, 1, "--cp-comm allgather needs --cp 2"},
         {"--tp 2 --cp 4 --cp-comm alltoall -b 2 -t 16", 8, 1, "--cp-comm alltoall: the 2 heads per tp rank are not a multiple of --cp 4"},
-        {"--tp 2 --dp zero1 -b 2 -t 16", 2, 1, "--dp zero1 with --tp is not supported (ZeRO"},
-        {"--cp 2 --dp zero2 -b 2 -t 16", 2, 1, "--dp zero2 with --cp is not supported (ZeRO"},
+        {"--tp 2 --dp zero1 -b 2 -t 16", 2, 0, "--dp zero1 with --tp on CPUs: ZeRO shards the state over data-parallel ranks"},
+        {"--cp 2 --dp zero2 -b 2 -t 16", 2, 0, "--dp zero2 with --cp on CPUs"},
         {"--cp 2 -t 16", 2, 1, "--cp needs -b"},
         {"--tp 2 -b 2 -t 16", 4, 0, "--tp on CPUs: collectives go through the TCP store"},
         {"--tp 2 --cp 2 -b 2 -t 16", 4, 0, "--tp with --cp on CPUs"},
@@ -148,9 +150,62 @@ static void test_flag_errors(void) {
         {"--cp 2 --cp-comm ring -b 2 -t 16", 2, 0}, {"--tp 4 -b 2 -t 16", 4, 0}, {"-b 2 -t 16", 1, 0},
         {"--tp 2 -b 2 -t 16 -s 5", 2, 1}, {"--tp 2 -b 2 -t 16 --ckpt-dir /tmp/x --ckpt-every 5 --resume auto", 2, 0},
         {"--cp 2 -b 2 -t 16 --init-from x.safetensors", 2, 0},
+        {"--tp 2 --dp zero1 -b 2 -t 16", 2, 1}, {"--cp 2 --dp zero2 -b 2 -t 16", 2, 1}, {"--tp 2 --cp 2 --dp zero2 --sp -b 2 -t 16", 8, 1},
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
         BT_CHECK(check_flags(good[i].args, good[i].world, good[i].on_gpu, err, sizeof err) == 0, "'%s' world %d: %s", good[i].args, good[i].world, err);
+}
+
+/* ---- ZeRO over the ranks of one tp index: the ranges and the gradient norm's split ---------- */
+/* A rank's buffer (tp = 1: the whole model; else its tp part, whole tensors first) padded for a
+   ZeRO group of g ranks: the group's ranges tile its parameters (AdamW's index space), and the
+   parts of the ranges' squared gradients below and above the whole span, added over the group,
+   are the whole tensors' and the split tensors' sums of squares (what zero_grad_norm reduces). */
+static void check_zero_ranges(const gpt2_config *c, int tp, int g) {
+    int64_t whole, n = gpt2_local_numel(c, tp, &whole), S = bt_shard_numel(n, g, 64);
+    gpt2 m;
+    if (tp > 1) gpt2_build_tp(&m, *c, bt_cpu(), tp, tp - 1, S * g, BT_F32);
+    else { gpt2_build_padded(&m, *c, bt_cpu(), S * g, BT_F32); whole = n; }
+    bt_adamw opt;
+    bt_adamw_init(&opt, m.params, m.n_params, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f);
+    BT_CHECK(m.flat_numel == S * g && m.flat_numel >= n && opt.numel == n && (tp == 1 || par_whole_numel(&m) == whole),
+             "tp %d group %d: flat %lld, shard %lld, parameters %lld (optimizer %lld), whole %lld", tp, g, (long long)m.flat_numel,
+             (long long)S, (long long)n, (long long)opt.numel, (long long)whole);
+    bt_scope_begin();
+    bt_copy_(m.flat_grad, bt_randn(bt_shape1(m.flat_numel), BT_F32, bt_cpu(), 11 + tp * 7 + g));   /* the padding too: never read */
+    bt_tensor *sum = bt_zeros(bt_shape1(2), BT_F32, bt_cpu());
+    int64_t at = 0, wsum = 0;
+    int tiles = 1;
+    for (int r = 0; r < g; r++) {
+        int64_t lo, hi;
+        zero_shard_range(r, S, opt.numel, &lo, &hi);
+        tiles &= lo == at && hi >= lo && hi - lo <= S;
+        at = hi;
+        int64_t w = zero_whole_part(lo, hi, whole);
+        wsum += w;
+        bt_add_(sum, zero_sumsq_parts(bt_narrow(m.flat_grad, 0, lo, hi - lo), w), 1.0);
+    }
+    BT_CHECK(tiles && at == n && wsum == whole, "tp %d group %d: the ranges end at %lld of %lld, whole parts %lld of %lld", tp, g,
+             (long long)at, (long long)n, (long long)wsum, (long long)whole);
+    double want[2] = {bt_item(bt_sumsq(bt_narrow(m.flat_grad, 0, 0, whole))), n > whole ? bt_item(bt_sumsq(bt_narrow(m.flat_grad, 0, whole, n - whole))) : 0};
+    float got[2];
+    bt_to_host(sum, got, BT_F32);
+    for (int k = 0; k < 2; k++)
+        BT_CHECK(fabs(got[k] - want[k]) <= 1e-5 * want[k], "tp %d group %d: %s part %.7g, the span's %.7g", tp, g, k ? "split" : "whole", got[k], want[k]);
+    bt_scope_end();
+    bt_adamw_free(&opt);
+    gpt2_free(&m);
+}
+static void test_zero_ranges(void) {
+    gpt2_config c = small_config("s4");
+    for (int tp = 1; tp <= 4; tp *= 2)
+        for (int g = 1; g <= 5; g++) check_zero_ranges(&c, tp, g);
+    /* the split of a range at W: before, across, after it */
+    BT_CHECK(zero_whole_part(0, 10, 25) == 10 && zero_whole_part(20, 30, 25) == 5 && zero_whole_part(30, 40, 25) == 0 &&
+             zero_whole_part(40, 40, 25) == 0, "zero_whole_part");
+    int64_t lo, hi;
+    zero_shard_range(3, 64, 150, &lo, &hi);
+    BT_CHECK(lo == 150 && hi == 150, "a range past the parameters: [%lld, %lld)", (long long)lo, (long long)hi);
 }
 
 /* ---- 4. whole runs on two CPU ranks ------------------------------------------------------- */
@@ -421,6 +476,9 @@ static void test_run_errors(void) {
     char out[65536];
     int rc = run_ranks(1, TP_RUN " -x 1 --tp 2", "err1", out, sizeof out);
     BT_CHECK(rc == 1 && strstr(out, "--tp 2 x --cp 1 = 2 does not divide the 1 process") && !strstr(out, "step "), "exit %d: %s", rc, out);
+    /* ZeRO on the CPU ranks' store path: refused on every rank before training, naming the flags */
+    rc = run_ranks(2, TP_RUN " -x 1 --cp 2 --dp zero1", "err2", out, sizeof out);
+    BT_CHECK(rc == 1 && strstr(out, "--dp zero1 with --cp on CPUs") && !strstr(out, "step "), "exit %d: %s", rc, out);
 }
 
 int main(int argc, char **argv) {
@@ -438,6 +496,7 @@ int main(int argc, char **argv) {
     BT_RUN(test_shard_table);
     BT_RUN(test_shard_init_is_one_process);
     BT_RUN(test_flag_errors);
+    BT_RUN(test_zero_ranges);
     BT_RUN(test_run_errors);
     BT_RUN(test_runs_match_one_process);
     BT_RUN(test_checkpoints_across_layouts);

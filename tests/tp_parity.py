@@ -12,7 +12,12 @@ of T tokens a step), then on two GPUs (--nproc 2) in each mode:
     cp_ring       --cp 2 --cp-comm ring    (zig-zag halves of every sequence; K/V around the ring)
     cp_allgather  --cp 2 --cp-comm allgather
     cp_alltoall   --cp 2 --cp-comm alltoall
-with the same seed, data and global batch (B x T tokens), --deterministic, and compares
+    cp_zero1      --cp 2 --dp zero1        (AdamW state sharded over the two cp ranks)
+    cp_zero2      --cp 2 --dp zero2        (+ the gradients reduced to their owners, fp32 shard sums)
+    tp_zero1      --tp 2 --dp zero1        (a ZeRO group of one: the whole tp buffer is the shard)
+    tp_sp_zero2   --tp 2 --sp --dp zero2   (the replicated tensors' gradients summed over tp from
+                                            the fp32 shard sum)
+(the zero modes are not in the default list) with the same seed, data and global batch (B x T tokens), --deterministic, and compares
   - the loss of every step (log.jsonl): fp32 (TF32 off) within FP32_TOL = 1e-5 relative;
     bf16 within BF16_TOL (below);
   - the weights after the last step (--save: the shards gathered into one llm.c file), which checks
@@ -25,8 +30,9 @@ math; the size of bf16 rounding on this model and batch is the 1-GPU bf16 run's 
 1-GPU fp32 run. BF16_TOL = max(2 x that worst relative difference over the steps, 5e-4); both
 figures are printed. (fp32 and bf16 are both run when --precisions has both; with bf16 alone
 the bound falls back to 5e-3.)
-With --ckpt-layouts tp,cp (fp32, --deterministic, CKPT_STEPS steps, a checkpoint every half)
-it then checks that checkpoints compose with each layout L (--tp 2, --cp 2):
+With --ckpt-layouts tp,cp,cp_zero1,tp_zero1 (fp32, --deterministic, CKPT_STEPS steps, a checkpoint every half)
+it then checks that checkpoints compose with each layout L (--tp 2, --cp 2, --cp 2 --dp zero1,
+--tp 2 --dp zero1):
   ckpt_file    L's checkpoint of the middle step is the 1-GPU run's file: params, adamw.m and
                adamw.v each within CKPT_TOL (relative norm; printed) of the 1-GPU checkpoint
   resume_same  L resumed from it in L: the later steps' losses, norms and lrs print the same, and
@@ -58,7 +64,7 @@ FP32_TOL = 1e-5
 FP32_W_TOL = 1e-3
 BF16_W_TOL = 2e-2
 CKPT_TOL = {"params": 1e-4, "adamw.m": 1e-4, "adamw.v": 1e-4}
-LAYOUTS = {"tp": ["--tp", "2"], "cp": ["--cp", "2"]}
+LAYOUTS = {"tp": ["--tp", "2"], "cp": ["--cp", "2"], "cp_zero1": ["--cp", "2", "--dp", "zero1"], "tp_zero1": ["--tp", "2", "--dp", "zero1"]}
 MODES = {
     "tp": ["--tp", "2"],
     "tp_sp": ["--tp", "2", "--sp"],
@@ -66,6 +72,12 @@ MODES = {
     "cp_ring": ["--cp", "2", "--cp-comm", "ring"],
     "cp_allgather": ["--cp", "2", "--cp-comm", "allgather"],
     "cp_alltoall": ["--cp", "2", "--cp-comm", "alltoall"],
+}
+ZERO_MODES = {
+    "cp_zero1": ["--cp", "2", "--dp", "zero1"],
+    "cp_zero2": ["--cp", "2", "--dp", "zero2"],
+    "tp_zero1": ["--tp", "2", "--dp", "zero1"],
+    "tp_sp_zero2": ["--tp", "2", "--sp", "--dp", "zero2"],
 }
 ENV = dict(os.environ, NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
 
@@ -226,10 +238,10 @@ def main():
     p.add_argument("--model", default="d12")
     p.add_argument("--B", type=int, default=4)
     p.add_argument("--T", type=int, default=1024)
-    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--modes", default=",".join(MODES), help="of " + ",".join([*MODES, *ZERO_MODES]))
     p.add_argument("--precisions", default="fp32,bf16")
     p.add_argument("--timeout", type=int, default=120, help="seconds per run")
-    p.add_argument("--ckpt-layouts", default="", help="tp,cp: the checkpoint cases (module docstring) in these layouts")
+    p.add_argument("--ckpt-layouts", default="", help="of " + ",".join(LAYOUTS) + ": the checkpoint cases (module docstring) in these layouts")
     p.add_argument("--ckpt-steps", type=int, default=8, help="steps of a checkpoint case's run (a checkpoint every half)")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -254,7 +266,7 @@ def main():
         tol, wtol = (FP32_TOL, FP32_W_TOL) if prec == "fp32" else (bf16_tol, BF16_W_TOL)
         for mode in filter(None, a.modes.split(",")):
             d = os.path.join(a.out, f"two_{prec}_{mode}")
-            if not run([a.bin, "--nproc", "2", *MODES[mode], *common, "--precision", prec, "-o", d, "--save", d + ".bin"], d + ".log", a.timeout):
+            if not run([a.bin, "--nproc", "2", *{**MODES, **ZERO_MODES}[mode], *common, "--precision", prec, "-o", d, "--save", d + ".bin"], d + ".log", a.timeout):
                 ok = False
                 continue
             l2, w2 = losses(d), weights(d + ".bin")
