@@ -123,7 +123,9 @@
      event (fork) and leaving it through the done events bt_ddp_wait makes the compute stream wait
      for (join), all before the capture ends. Inside a capture nothing polls on the host: no
      per-bucket trace times, no watchdog events (bt_dist_watch after each replay instead), no
-     growth of the rows buffer (run one synced pass eagerly first: it sizes every buffer). A
+     growth of the rows buffer (run one synced pass eagerly first: it sizes every buffer); the
+     rows exchange makes the compute stream wait for it at once (its kernel's scratch memory comes
+     from the graph's pool, which does not order streams). A
      replay runs the pass's collectives in the captured order on every rank; the host's
      bookkeeping (bt_ddp_get_stats, the trace) is that of the capture. NCCL's collectives are
      captured on blocking communicators (opts.blocking_comms): on a non-blocking one NCCL enqueues
@@ -2460,6 +2462,10 @@ BTDEF int bt_ddp_add_rows(bt_ddp *d, int param, const int32_t *idx, const void *
                                 bt_get_deterministic(), d->stream);
     BT__DIST_CUDA(cudaEventRecord(d->rows_done_ev, d->stream), "ddp add_rows");
     d->rows_pending = 1;
+    /* the embedding backward may take scratch memory on the comm stream; inside a capture it comes
+       from the graph's pool, which ignores streams: the compute stream's later allocations could
+       reuse it, so its later work waits for the rows (the last gradient of the pass) */
+    if (d->captured) BT__DIST_CUDA(cudaStreamWaitEvent(cs, d->rows_done_ev, 0), "ddp add_rows");
     return 1;
 #else
     (void)idx; (void)rows; (void)dt; (void)stream;
