@@ -115,6 +115,21 @@
      buckets in the same order: true when the ranks run the same graph (bt_autograd's order is
      deterministic); a rank that differs makes the collectives mismatch (the watchdog's timeout).
      A parameter that gets no gradient in a pass is communicated by bt_ddp_wait, in plan order.
+   CUDA GRAPHS
+     A synced pass may be captured in a CUDA graph (the capture started on the compute stream,
+     bt_graph_capture_begin in bt_tensor.h) and replayed: the engine sees the capture on the
+     compute stream and then enqueues each bucket on the calling thread (the launch thread cannot
+     join a thread-local capture), the comm stream joining the capture through the bucket's ready
+     event (fork) and leaving it through the done events bt_ddp_wait makes the compute stream wait
+     for (join), all before the capture ends. Inside a capture nothing polls on the host: no
+     per-bucket trace times, no watchdog events (bt_dist_watch after each replay instead), no
+     growth of the rows buffer (run one synced pass eagerly first: it sizes every buffer); the
+     rows exchange makes the compute stream wait for it at once (its kernel's scratch memory comes
+     from the graph's pool, which does not order streams). A
+     replay runs the pass's collectives in the captured order on every rank; the host's
+     bookkeeping (bt_ddp_get_stats, the trace) is that of the capture. NCCL's collectives are
+     captured on blocking communicators (opts.blocking_comms): on a non-blocking one NCCL enqueues
+     from a thread of its own, which this code has not been tried with inside a capture.
 
    THREADS AND SIGNALS
      One watchdog thread per process (world > 1) with all signals blocked; it uses the liveness
@@ -291,6 +306,11 @@ BTDEF void bt_broadcast(bt_comm *c, const void *send, void *recv, int64_t count,
 /* one group: send to dst and receive from src (either < 0: that side is skipped) */
 BTDEF void bt_send_recv(bt_comm *c, const void *send, int64_t send_count, int dst, void *recv, int64_t recv_count,
                         int src, bt_dtype dt, void *stream);
+/* The watchdog's timeout for collectives enqueued on stream outside these functions: a CUDA graph
+   holding captured collectives (a captured collective is not timed: its event would belong to the
+   capture) is watched by an event after each launch. what names it in the timeout's message and
+   must outlive the run (a string literal). A no-op on a one-rank communicator. */
+BTDEF void bt_dist_watch(bt_comm *c, const char *what, void *stream);
 /* ZeRO: span holds elements [span_lo, span_lo + n) of a flat buffer; rank r receives op over ranks
    of the elements it owns, [r*shard, (r+1)*shard) (grouped ncclReduce, one per owner, in place) */
 BTDEF void bt_reduce_to_owners(bt_comm *c, void *span, int64_t span_lo, int64_t n, int64_t shard, bt_dtype dt,
@@ -316,7 +336,8 @@ typedef struct { int buckets, launched, passes; } bt_ddp_stats;   /* launched: i
    enqueue (and on a non-blocking communicator the wait for ncclInProgress to settle) costs the
    host 100-400 us a bucket (measured on two H200s), time the backward pass's kernel launches
    would otherwise lose. Use it only while no other communicator issues collectives during the
-   backward pass (plain data parallelism): the thread's order against them would differ by rank. */
+   backward pass (plain data parallelism): the thread's order against them would differ by rank.
+   A pass captured in a CUDA graph is enqueued by the calling thread (see CUDA GRAPHS). */
 BTDEF bt_ddp *bt_ddp_create(bt_comm *c, void *flat_grad, bt_dtype grad_dtype, int64_t flat_numel,
                             const bt_param_span *params, int n_params, const bt_ddp_opts *opts);
 BTDEF void bt_ddp_set_sync(bt_ddp *d, int sync);     /* 0: the next backward passes only accumulate */
@@ -412,6 +433,12 @@ static cudaStream_t bt__stream(void *s) {
     int d = 0;
     BT__DIST_CUDA(cudaGetDevice(&d), "current stream");
     return bt_k_current_stream(d);
+}
+/* 1 while s records a CUDA graph (or a capture on it broke: the capture's end reports that) */
+static int bt__capturing(cudaStream_t s) {
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(s, &st) != cudaSuccess) { (void)cudaGetLastError(); return 1; }
+    return st != cudaStreamCaptureStatusNone;
 }
 #endif
 
@@ -1690,10 +1717,11 @@ static void bt__ring_free(bt_dist *d) {
     S->ring_ready = 0;
 }
 
-/* an event after the collective just enqueued on s, for the watchdog's timeout */
+/* an event after the collective just enqueued on s, for the watchdog's timeout; none inside a
+   capture: an event recorded there cannot be queried (the graph's launch is watched instead) */
 static void bt__track(bt_comm *c, const char *op, cudaStream_t s) {
     bt__dist_state *S = c->dist->state;
-    if (!S->ring_ready) return;
+    if (!S->ring_ready || bt__capturing(s)) return;
     pthread_mutex_lock(&S->ring_lock);
     bt__ring_retire(S, NULL, NULL, NULL, NULL, NULL);
     while (S->ring_count == BT__DIST_RING) {   /* the GPU is far behind: wait (the watchdog times it) */
@@ -2075,6 +2103,16 @@ BTDEF void bt_reduce_to_owners(bt_comm *c, void *span, int64_t span_lo, int64_t 
 #endif
 }
 
+BTDEF void bt_dist_watch(bt_comm *c, const char *what, void *stream) {
+    if (!c) bt_error("bt_dist_watch: no communicator (NULL)");
+    if (c->size == 1 || !c->handle) return;
+#if BT_DIST_NCCL
+    bt__track(c, what ? what : "work", bt__stream(stream));
+#else
+    (void)what; (void)stream;
+#endif
+}
+
 /* ============================================================================================
    8. DDP gradient buckets
    ============================================================================================ */
@@ -2104,6 +2142,7 @@ struct bt_ddp {
     cudaEvent_t *start_ev;      /* trace: after the comm stream's wait for the bucket */
     double *host_us;            /* trace: host time of each bucket's launch */
     int *order;                 /* trace: bucket launched k-th */
+    int captured, last_captured;   /* this pass / the last synced pass was captured in a CUDA graph */
     int threaded, device, quit; /* launch_thread: the queue of ready buckets, [q_head, q_tail) not yet enqueued */
     int *queue, q_head, q_tail;
     pthread_t thread;
@@ -2194,9 +2233,10 @@ static void bt__ddp_enqueue(bt_ddp *d, int bi) {
     int64_t n = b->hi - b->lo, rlo, rhi;
     char *grad = d->flat + (size_t)b->lo * d->grad_es;
     void *buf = d->stage ? d->stage : grad;
-    double t0 = d->host_us ? bt__now() : 0;
+    int timed = d->host_us && !d->captured;   /* a captured pass has no times of its own */
+    double t0 = timed ? bt__now() : 0;
     BT__DIST_CUDA(cudaStreamWaitEvent(d->stream, d->ready_ev[bi], 0), "ddp");
-    if (d->start_ev) BT__DIST_CUDA(cudaEventRecord(d->start_ev[bi], d->stream), "ddp");
+    if (timed) BT__DIST_CUDA(cudaEventRecord(d->start_ev[bi], d->stream), "ddp");
     if (d->stage) bt_k_cast(d->comm_dt, d->stage, d->grad_dt, grad, n, d->stream);
     if (d->shard > 0) bt_reduce_to_owners(d->comm, buf, b->lo, n, d->shard, d->comm_dt, BT_RED_AVG, d->stream);
     else bt_all_reduce(d->comm, buf, buf, n, d->comm_dt, BT_RED_AVG, d->stream);
@@ -2205,7 +2245,7 @@ static void bt__ddp_enqueue(bt_ddp *d, int bi) {
         bt_k_cast(d->grad_dt, d->flat + (size_t)rlo * d->grad_es, d->comm_dt, (char *)d->stage + (size_t)(rlo - b->lo) * d->comm_es,
                   rhi - rlo, d->stream);
     BT__DIST_CUDA(cudaEventRecord(d->done_ev[bi], d->stream), "ddp");
-    if (d->host_us) d->host_us[bi] = (bt__now() - t0) * 1e6;
+    if (timed) d->host_us[bi] = (bt__now() - t0) * 1e6;
 }
 
 static void *bt__ddp_thread_main(void *arg) {
@@ -2228,8 +2268,12 @@ static void *bt__ddp_thread_main(void *arg) {
 
 /* the compute stream's work for bucket bi is enqueued: mark it, then enqueue (or queue) its reduction */
 static void bt__ddp_launch_gpu(bt_ddp *d, int bi, cudaStream_t compute) {
+    /* the pass's first launch tells whether it is being captured (see CUDA GRAPHS): a capture is
+       thread-local, so its buckets go out from this thread (the queue is empty: drained by the
+       last bt_ddp_wait) */
+    if (d->launched == 0) d->captured = bt__capturing(compute);
     BT__DIST_CUDA(cudaEventRecord(d->ready_ev[bi], compute), "ddp");
-    if (!d->threaded) { bt__ddp_enqueue(d, bi); return; }
+    if (!d->threaded || d->captured) { bt__ddp_enqueue(d, bi); return; }
     pthread_mutex_lock(&d->q_lock);
     d->queue[d->q_tail++] = bi;
     pthread_cond_broadcast(&d->q_cv);
@@ -2364,6 +2408,8 @@ BTDEF void bt_ddp_wait(bt_ddp *d, void *stream) {
         for (int b = 0; b < d->plan.n_buckets; b++) BT__DIST_CUDA(cudaStreamWaitEvent(s, d->done_ev[b], 0), "ddp wait");
         if (d->rows_pending) BT__DIST_CUDA(cudaStreamWaitEvent(s, d->rows_done_ev, 0), "ddp wait");
         d->rows_pending = 0;
+        d->last_captured = d->captured;
+        d->captured = 0;
     }
 #endif
     bt__ddp_reset(d);
@@ -2391,6 +2437,9 @@ BTDEF int bt_ddp_add_rows(bt_ddp *d, int param, const int32_t *idx, const void *
         bt_error("ddp add_rows: parameter %d's bucket was not launched yet (report the parameter ready before its rows)", param);
     int W = d->comm->size, r = d->comm->rank;
     size_t es = bt_dtype_size(dt), idx_bytes = ((size_t)(W * n) * 4 + 255) / 256 * 256, need = idx_bytes + (size_t)(W * n * C) * es;
+    if (need > d->rows_cap && d->captured)
+        bt_error("ddp add_rows: %lld rows of %lld need a larger exchange buffer inside a CUDA graph capture (run one synced "
+                 "pass with the same rows eagerly before capturing)", (long long)n, (long long)C);
     if (need > d->rows_cap) {   /* freed on the comm stream, the last to use it */
         if (d->rows_buf) bt_free(d->rows_buf);
         d->rows_buf = bt_alloc(bt_cuda_device(d->comm->dist->device), need, (void *)d->stream);
@@ -2413,6 +2462,10 @@ BTDEF int bt_ddp_add_rows(bt_ddp *d, int param, const int32_t *idx, const void *
                                 bt_get_deterministic(), d->stream);
     BT__DIST_CUDA(cudaEventRecord(d->rows_done_ev, d->stream), "ddp add_rows");
     d->rows_pending = 1;
+    /* the embedding backward may take scratch memory on the comm stream; inside a capture it comes
+       from the graph's pool, which ignores streams: the compute stream's later allocations could
+       reuse it, so its later work waits for the rows (the last gradient of the pass) */
+    if (d->captured) BT__DIST_CUDA(cudaStreamWaitEvent(cs, d->rows_done_ev, 0), "ddp add_rows");
     return 1;
 #else
     (void)idx; (void)rows; (void)dt; (void)stream;
@@ -2431,6 +2484,7 @@ BTDEF int bt_ddp_rows_hook(bt_tensor *leaf, bt_tensor *idx, bt_tensor *rows, voi
 BTDEF void bt_ddp_print_trace(const bt_ddp *d, FILE *f) {
 #ifdef BT_CUDA
     if (!bt__ddp_remote(d) || !d->start_ev) return;
+    if (d->last_captured) { fprintf(f, "ddp trace: the last synced pass ran in a CUDA graph (no per-bucket times)\n"); return; }
     int n = d->plan.n_buckets;
     cudaEvent_t t0 = d->ready_ev[d->order[0]];
     double busy = 0, host = 0;

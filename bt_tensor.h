@@ -888,7 +888,9 @@ BTDEF void bt_graph_capture_end(bt_graph *g) {
     cudaError_t e = cudaSuccess;
     BT__ON_DEVICE(g->dev) {
         e = cudaStreamEndCapture((cudaStream_t)g->stream, &graph);
-        if (e == cudaSuccess) e = cudaGraphInstantiate((cudaGraphExec_t *)&g->exec, graph, 0);
+        /* each kernel keeps the priority of the stream it was captured from (a high-priority
+           communication stream's kernels keep taking SMs first, as they do eagerly) */
+        if (e == cudaSuccess) e = cudaGraphInstantiate((cudaGraphExec_t *)&g->exec, graph, cudaGraphInstantiateFlagUseNodePriority);
         if (graph) cudaGraphDestroy(graph);
         if (e != cudaSuccess) (void)cudaGetLastError();
     }

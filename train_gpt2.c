@@ -681,7 +681,9 @@ static void usage(FILE *f) {
         "  --cp N    context parallelism over N processes (each holds 2 zig-zag chunks of T/(2N) tokens)\n"
         "  --cp-comm ring|allgather|alltoall   how --cp moves keys and values (default ring)\n"
         "  --cuda-graph on|off   capture each micro-batch's forward + backward in a CUDA graph, replayed\n"
-        "            (default on with one GPU; off with several processes, --tp, --cp, --mlir; the CPU ignores it)\n"
+        "            (default on with one GPU; with several processes of data parallelism (ddp, zero1, zero2)\n"
+        "            off unless on is given, which captures the gradient buckets' collectives too; not with\n"
+        "            --tp, --cp, --mlir; the CPU ignores it)\n"
         "  --recompute none|gelu   activations remade in the backward instead of kept: gelu(h) of the MLP\n"
         "            (default: none when -b fits without, else gelu; none with the measured -b)\n"
         "  -h        this help\n");
@@ -830,13 +832,13 @@ static int resolve_opts(train_opts *o, int on_gpu, const gpt2_config *cfg, char 
     return 0;
 }
 
-/* --cuda-graph: on by default on one GPU; several processes' collectives, tp/cp and --mlir's
-   kernels are not captured yet (off by default there, an error when asked for); no GPU: ignored */
+/* --cuda-graph: on by default on one GPU; with several processes of data parallelism only when
+   asked for (the micro-step's graph then holds the gradient buckets' collectives); tp/cp's
+   collectives and --mlir's kernels are not captured (an error when asked for); no GPU: ignored */
 static int resolve_graph(train_opts *o, int on_gpu, int world, char *err, size_t errlen) {
-    const char *why = world > 1 ? "several processes (their collectives are not captured yet)"
-        : o->tp * o->cp > 1 ? "--tp or --cp" : o->mlir ? "--mlir" : NULL;
+    const char *why = o->tp * o->cp > 1 ? "--tp or --cp" : o->mlir ? "--mlir" : NULL;
     if (on_gpu && why && o->cuda_graph == 1) { snprintf(err, errlen, "--cuda-graph on: not supported with %s; use --cuda-graph off", why); return -1; }
-    o->cuda_graph = on_gpu && !why && o->cuda_graph != 0;
+    o->cuda_graph = on_gpu && !why && (o->cuda_graph == 1 || (o->cuda_graph < 0 && world == 1));
     return 0;
 }
 
@@ -869,17 +871,20 @@ typedef struct {
     char path[4096];
 } model_source;
 
-/* The micro-step's CUDA graph (--cuda-graph): the shapes it was captured for and the tensors it
-   reads and writes, made before the capture so that their addresses stay fixed */
+/* The micro-step's CUDA graphs (--cuda-graph): the shapes they were captured for and the tensors
+   they read and write, made before the capture so that their addresses stay fixed. One graph per
+   kind of micro-step: [0] computes (one process; or data parallel, accumulating only), [1]
+   computes and communicates (data parallel: the step's last micro-batch; zero2: every one). */
 typedef struct {
-    bt_graph *graph;           /* NULL until captured */
+    bt_graph *graph[2];        /* NULL until captured */
+    int pool;                  /* the private pool they share (the first capture's), 0 before */
     int B, T, accum;           /* the shapes, and the scale 1/accum, baked into the graph */
     bt_dtype dt;
     bt_tensor *in;             /* [2, B, T] i32: a micro-batch's inputs and targets, copied in before a launch */
     bt_tensor *idx, *tgt;      /* its two halves */
     bt_tensor *loss_sum;       /* f32 scalar: every micro-step adds its loss / accum */
     int32_t *host;             /* [accum, 2, B, T]: a step's tokens, uploaded at once */
-    int warmed;                /* the eager micro-step before the capture has run */
+    int warmed[2];             /* the eager micro-step before each capture has run */
     int captures;              /* captures made in this run (a change of shape makes a new one) */
 } step_graph;
 
@@ -902,7 +907,7 @@ typedef struct {
     bt_tensor *grad_shard;     /* zero2: this rank's fp32 gradients, summed over the micro-batches */
     void *comm_ev[2];          /* around the step's last bt_ddp_wait on the compute stream (timed) */
     void *work_ev[2];          /* BT_STEP_TIMES=1: the step's start and the end of its last backward (timed) */
-    int comm_early;            /* buckets already launched when the step's last backward ended */
+    int comm_early;            /* buckets already launched when the step's last backward ended; -1: no timed wait this step (graphs) */
     /* checkpoints (section 7) */
     model_source src;
     int start_step;            /* the first step to run: 0, or the resumed checkpoint's */
@@ -950,7 +955,7 @@ static void next_batch(trainer *tr, bt_loader *L, int B, bt_tensor **idx, bt_ten
 
 static double evaluate(trainer *tr) {
     /* the graph's pool is free between launches: validation borrows it instead of reserving more */
-    int pool = bt_graph_pool(tr->sg.graph);
+    int pool = tr->sg.pool;
     if (pool) bt_alloc_pool_push(tr->model.device, pool);
     int old = bt_set_grad_enabled(0);
     bt_loader_reset(tr->val);
@@ -1100,17 +1105,43 @@ static void micro_step(trainer *tr, bt_tensor *idx, bt_tensor *tgt, int accum, b
     bt_set_grad_enabled(old);
 }
 
-/* ---- the micro-step as a CUDA graph (--cuda-graph; one GPU) ----
+/* does micro-batch a of accum communicate its gradients? ddp, zero1: the step's last; zero2:
+   every one (its reduced shard is then added to the step's sum) */
+static int dp_sync(const trainer *tr, int a, int accum) { return tr->zero == 2 || a == accum - 1; }
+
+/* micro-batch a with its data-parallel part: the buckets' collectives during the backward (a
+   synced one), the compute stream's wait for them, zero2's fold. graphed: run for (or inside) a
+   CUDA graph, so no timing events: the eager path times the step's last backward and its wait. */
+static void dp_micro_step(trainer *tr, bt_tensor *idx, bt_tensor *tgt, int a, int accum, bt_tensor *loss_sum, int graphed) {
+    int sync = dp_sync(tr, a, accum);
+    if (tr->ddp) bt_ddp_set_sync(tr->ddp, sync);
+    micro_step(tr, idx, tgt, accum, loss_sum);
+    if (!graphed && tr->work_ev[1] && a == accum - 1) bt_event_record(tr->work_ev[1], bt_stream_current(tr->model.device));
+    if (tr->ddp && sync) {
+        if (graphed) bt_ddp_wait(tr->ddp, NULL);
+        else ddp_wait_timed(tr);
+    }
+    if (tr->zero == 2) zero2_accumulate(tr);
+}
+
+/* ---- the micro-step as a CUDA graph (--cuda-graph) ----
    Every micro-batch issues the same kernels on the same shapes, so after one eager micro-step
    (which tunes the matmuls and makes every lazily made buffer: none of that may happen in a
    capture) the next one is captured into a graph, in a private pool, and each later micro-step is
    one launch. What the graph cannot hold stays outside: the upload of the tokens (a step's at
    once, then one device copy per micro-batch into the graph's inputs), the refresh of the bf16
    weights after an update, the gradient norm, the loss read and AdamW. The kernels are the eager
-   path's, so the losses and weights are the same bits with and without the graph. */
+   path's, so the losses and weights are the same bits with and without the graph.
+   Data parallelism: the micro-step that communicates is a graph of its own, captured after one
+   eager run of it (which sizes every buffer and connects NCCL) and holding the gradient buckets'
+   collectives (bt_dist.h, CUDA GRAPHS: the comm stream forks from and joins the capture), so one
+   replay does the backward, the overlapped reductions and the compute stream's wait for them; the
+   optimizer step simply follows it. The loss and norm all-reduces and ZeRO's all-gather stay
+   outside. The two graphs share one pool: they replay one after the other on one stream and free
+   every temporary by their end. Every rank captures and replays the same sequence. */
 static void step_graph_free(step_graph *g) {
     int captures = g->captures;
-    bt_graph_free(g->graph);
+    for (int k = 0; k < 2; k++) bt_graph_free(g->graph[k]);
     bt_release(g->idx); bt_release(g->tgt); bt_release(g->in); bt_release(g->loss_sum);
     free(g->host);
     memset(g, 0, sizeof *g);
@@ -1145,22 +1176,31 @@ static bt_tensor *step_graph_tokens(trainer *tr, step_graph *g, int step) {
     }
     return bt_from_data(g->host, bt_shape4(g->accum, 2, g->B, g->T), BT_I32, tr->model.device);
 }
-/* micro-batch a of the step's tokens through the graph (warm-up and capture on first use) */
+/* micro-batch a (of kind k) captured into g->graph[k], in the pool of the step's graphs */
+static void step_graph_capture(trainer *tr, step_graph *g, int k, int a) {
+    gpt2 *m = &tr->model;
+    bt_alloc_empty_cache(m->device);   /* the warm-up's cached blocks go back: the graph's pool takes their place */
+    bt_graph *cg = bt_graph_capture_begin(m->device);
+    if (g->pool) { bt_alloc_pool_pop(m->device); bt_alloc_pool_push(m->device, g->pool); }   /* the end pops it */
+    else g->pool = bt_graph_pool(cg);
+    bt_scope_begin();
+    dp_micro_step(tr, g->idx, g->tgt, a, g->accum, g->loss_sum, 1);
+    bt_scope_end();
+    bt_graph_capture_end(cg);
+    g->graph[k] = cg;
+    g->captures++;
+}
+/* micro-batch a of the step's tokens through its kind's graph (warm-up and capture on first use) */
 static void graph_micro_step(trainer *tr, step_graph *g, bt_tensor *tokens, int a) {
     gpt2 *m = &tr->model;
+    int k = tr->ddp && dp_sync(tr, a, g->accum);
     bt_copy_(g->in, bt_view(bt_narrow(tokens, 0, a, 1), bt_shape3(2, g->B, g->T)));
     gpt2_lowp_refresh(m, tr->dt);   /* the bf16 weights after the last update: a copy outside the graph */
-    if (!g->graph && !g->warmed) { micro_step(tr, g->idx, g->tgt, g->accum, g->loss_sum); g->warmed = 1; return; }
-    if (!g->graph) {
-        bt_alloc_empty_cache(m->device);   /* the warm-up's cached blocks go back: the graph's pool takes their place */
-        g->graph = bt_graph_capture_begin(m->device);
-        bt_scope_begin();
-        micro_step(tr, g->idx, g->tgt, g->accum, g->loss_sum);
-        bt_scope_end();
-        bt_graph_capture_end(g->graph);
-        g->captures++;
-    }
-    bt_graph_launch(g->graph);
+    if (!g->graph[k] && !g->warmed[k]) { dp_micro_step(tr, g->idx, g->tgt, a, g->accum, g->loss_sum, 1); g->warmed[k] = 1; return; }
+    if (!g->graph[k]) step_graph_capture(tr, g, k, a);
+    bt_graph_launch(g->graph[k]);
+    /* its collectives were not timed in the capture: the watchdog times the replay */
+    if (k) bt_dist_watch(tr->dist->world_comm, "ddp micro-step graph", NULL);
 }
 
 /* One optimizer step over total_batch tokens (this rank's share of it with several processes).
@@ -1177,6 +1217,7 @@ static int train_step(trainer *tr, int step, double lr, double *loss, double *gr
     step_graph *g = tr->o.cuda_graph == 1 ? step_graph_for(tr, accum) : NULL;
     bt_tensor *loss_sum = g ? g->loss_sum : bt_scalar(0, BT_F32, tr->model.device), *tokens = NULL;
     if (g) { bt_zero_(loss_sum); tokens = step_graph_tokens(tr, g, step); }
+    tr->comm_early = -1;   /* no timed wait (yet) in this step */
     if (tr->work_ev[0]) bt_event_record(tr->work_ev[0], bt_stream_current(tr->model.device));
     for (int a = 0; a < accum; a++) {
         bt_scope_begin();
@@ -1187,12 +1228,7 @@ static int train_step(trainer *tr, int step, double lr, double *loss, double *gr
             bt_tensor *idx, *tgt;
             if (tr->o.overfit && step + a > 0) bt_loader_reset(tr->train);
             next_batch(tr, tr->train, tr->o.B, &idx, &tgt);
-            /* only the last micro-batch communicates (ZeRO-2: every one, its gradients then fold into the shard) */
-            if (tr->ddp) bt_ddp_set_sync(tr->ddp, tr->zero == 2 || a == accum - 1);
-            micro_step(tr, idx, tgt, accum, loss_sum);
-            if (tr->work_ev[1] && a == accum - 1) bt_event_record(tr->work_ev[1], bt_stream_current(tr->model.device));
-            if (tr->ddp && (tr->zero == 2 || a == accum - 1)) ddp_wait_timed(tr);
-            if (tr->zero == 2) zero2_accumulate(tr);
+            dp_micro_step(tr, idx, tgt, a, accum, loss_sum, 0);
         }
         bt_scope_end();
     }
@@ -2592,8 +2628,11 @@ static int train_main(train_opts *o) {
         dop.nccl_timeout_s = o->nccl_timeout;
         dop.store_only = cpu_ranks;
         /* tp/cp issue hundreds of collectives a step on the critical path: blocking communicators
-           spare each one the host's wait for ncclInProgress (bt_dist.h, FAULTS); BT_NCCL_BLOCKING=0|1 overrides */
-        dop.blocking_comms = o->tp * o->cp > 1;
+           spare each one the host's wait for ncclInProgress (bt_dist.h, FAULTS). --cuda-graph on
+           captures the buckets' collectives from this thread: a blocking communicator enqueues
+           them on it (a non-blocking one hands the launch to a thread of NCCL's, untried inside a
+           capture). BT_NCCL_BLOCKING=0|1 overrides */
+        dop.blocking_comms = o->tp * o->cp > 1 || o->cuda_graph == 1;
         if (getenv("BT_NCCL_BLOCKING")) dop.blocking_comms = atoi(getenv("BT_NCCL_BLOCKING")) != 0;
         dist = bt_dist_init(&dop);
         signal_launcher = getppid();   /* its copies of a Ctrl-C are not a second signal (section 7) */
@@ -2736,7 +2775,9 @@ static int train_main(train_opts *o) {
            cfg.maxT, cfg.V, cfg.Vp, tr.model.num_params / 1e6, on_gpu ? bt_device_name(dev) : "cpu");
     printf("B %d T %d, total batch %d tokens (%d micro-batches), %d steps, lr %.2e warmup %d, precision %s%s\n",
            o->B, o->T, o->total_batch, accum, o->steps, o->lr, o->warmup, o->precision, o->recompute ? ", recompute gelu" : "");
-    if (on_gpu) printf("cuda graph: %s\n", o->cuda_graph ? "on (the micro-step is captured after one eager micro-step, then replayed)" : "off");
+    if (on_gpu) printf("cuda graph: %s\n", !o->cuda_graph ? "off" : dist && dworld > 1
+                       ? "on (each kind of micro-step, accumulating or communicating, is captured with its collectives after one eager run, then replayed)"
+                       : "on (the micro-step is captured after one eager micro-step, then replayed)");
     if (dist && dworld > 1) printf("data parallel: %d processes (%s), %s, buckets of %d MB, gradients on the wire in %s\n", dworld,
                      bt_launcher_name(dist->env.launcher), o->dp, o->bucket_mb, o->comm_dtype);
     if (tr.par) par_describe(tr.par, o);
@@ -2772,7 +2813,7 @@ static int train_main(train_opts *o) {
             if (peak > 0) printf(" | MFU %.1f%%", mfu);
             printf(" | mem %.0f MiB", bt_alloc_stats(dev).allocated / 1048576.0);
             if (validated) printf(" | val %.4f", val);
-            if (tr.ddp && tr.comm_ev[0])
+            if (tr.ddp && tr.comm_ev[0] && tr.comm_early >= 0)
                 printf(" | comm %.2f ms exposed, %d/%d buckets early", comm_exposed_ms(&tr), tr.comm_early, bt_ddp_get_stats(tr.ddp).buckets);
             if (tr.work_ev[0]) printf(" | fwd+bwd %.2f ms", bt_event_elapsed_ms(tr.work_ev[0], tr.work_ev[1]));
             if (snap) printf(" | checkpoint stall %.1f ms", tr.last_stall_ms);
@@ -2797,6 +2838,7 @@ static int train_main(train_opts *o) {
     if (ckpt_finish(&tr, step, saved_step, last_loss)) return trainer_end(&tr, 1);
     if (stopped) printf("stopped by %s after step %d of %d%s\n", stop_signal == SIGTERM ? "SIGTERM" : "SIGINT", step, o->steps,
                         o->ckpt_dir ? "" : " (no --ckpt-dir: no checkpoint written)");
+    if (tr.sg.captures) printf("cuda graph: %d captures\n", tr.sg.captures);
     printf("done: %d steps in %.1f s, ", step - tr.start_step, now_s() - t_start);
     if (tr.skipped) printf("%d updates skipped (not finite), ", tr.skipped);
     if (last_val == last_val) printf("final val loss %.4f, ", last_val);

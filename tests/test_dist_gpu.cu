@@ -1,10 +1,11 @@
 /* test_dist_gpu.cu - bt_dist.h on two GPUs through NCCL: every collective (f32 and bf16, plus
    f64/f16/i32 sums) against host-computed results, the mesh's sub-communicators, the DDP bucket
    engine (f32 and bf16 communication, ZeRO's reduce-to-owners with the all-gather back, no-sync
-   accumulation, launch as ready, real autograd hooks), the network transport (two separate
+   accumulation, launch as ready, real autograd hooks; a synced pass captured in a CUDA graph and
+   replayed, bit for bit against eager passes, on blocking and non-blocking communicators), the network transport (two separate
    launches with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, as between nodes), and faults: a rank
    SIGKILLed during a collective (rank 1, then rank 0) and a rank that stops taking part (the
-   collective timeout). Every test but the network one starts its ranks with the --nproc launcher
+   collective timeout; and inside a replayed CUDA graph, bt_dist_watch). Every test but the network one starts its ranks with the --nproc launcher
    (bt_dist_spawn) from a forked child; this process never initializes CUDA. Each test skips
    itself with fewer than 2 GPUs. Run: make test-gpu on a 2-GPU machine (about 1-2 minutes).
    NCCL_NVLS_ENABLE=0 is set in every rank (the launcher does it). */
@@ -432,6 +433,113 @@ static void check_ddp_hooks(bt_dist *d) {
     free(got); free(want); free(h); free(a);
 }
 
+/* ---- DDP inside a CUDA graph ------------------------------------------------------------- */
+
+/* one synced pass: each parameter's gradient copied on the device from src (behind a busy
+   kernel), then reported; the stream waits for the buckets */
+static void ddp_graph_pass(bt_ddp *dd, float *flat, const bt_param_span *ps, const float *src, cudaStream_t s) {
+    bt_ddp_set_sync(dd, 1);
+    for (int i = NP - 1; i >= 0; i--) {
+        spin_kernel<<<1, 1, 0, s>>>(20000);
+        cudaMemcpyAsync(flat + ps[i].offset, src + ps[i].offset, (size_t)ps[i].numel * 4, cudaMemcpyDeviceToDevice, s);
+        bt_ddp_param_ready(dd, i, s);
+    }
+    bt_ddp_wait(dd, s);
+}
+/* the pass's result on the host (ZeRO: every rank's shard gathered back first, outside any graph) */
+static void ddp_graph_result(bt_dist *d, float *flat, int64_t N, int64_t S, int zero, float *host, cudaStream_t s) {
+    if (zero) bt_all_gather(d->world_comm, flat + d->rank * S, flat, S, BT_F32, s);
+    cudaMemcpyAsync(host, flat, sizeof(float) * (size_t)N, cudaMemcpyDeviceToHost, s);
+    cudaStreamSynchronize(s);
+}
+
+/* A synced pass captured once (bt_graph) and replayed on new gradients gives the eager pass's
+   bits on the same gradients (3 sets), and the engine runs eagerly again afterwards. The launch
+   thread, when on, must stand aside inside the capture (a capture is thread-local). */
+static void check_ddp_graph(bt_dist *d, bt_dtype comm_dt, int zero, int thread) {
+    enum { SETS = 3 };
+    bt_param_span ps[NP];
+    int64_t N = ddp_layout(ps), W = d->world, S = bt_shard_numel(N, (int)W, 64), alloc = zero ? W * S : N;
+    bt_device dev = bt_cuda_device(d->device);
+    cudaStream_t s = (cudaStream_t)bt_stream_current(dev);
+    float *g = (float *)malloc(sizeof(float) * (size_t)N * SETS), *ref = (float *)malloc(sizeof(float) * (size_t)N * SETS);
+    float *got = (float *)malloc(sizeof(float) * (size_t)N), *flat = NULL, *src = NULL;
+    double *gotd = (double *)malloc(sizeof(double) * (size_t)N), *want = (double *)malloc(sizeof(double) * (size_t)N);
+    for (int k = 0; k < SETS; k++) for (int64_t i = 0; i < N; i++) g[(size_t)k * N + i] = (float)input(d->rank, i, 70 + k);
+    cudaMalloc(&flat, sizeof(float) * (size_t)alloc); cudaMalloc(&src, sizeof(float) * (size_t)N);
+    cudaMemset(flat, 0, sizeof(float) * (size_t)alloc);
+    bt_ddp_opts o;
+    memset(&o, 0, sizeof o);
+    o.bucket_cap_bytes = (size_t)1 << 20; o.comm_dtype = comm_dt; o.shard_numel = zero ? S : 0; o.launch_as_ready = 1;
+    o.launch_thread = thread; o.trace = 1;
+    bt_ddp *dd = bt_ddp_create(d->world_comm, flat, BT_F32, N, ps, NP, &o);
+    char what[96];
+    snprintf(what, sizeof what, "ddp graph %s%s%s", bt_dtype_name(comm_dt), zero ? " zero" : "", thread ? " launch-thread" : "");
+    for (int k = 0; k < SETS; k++) {   /* the eager references */
+        cudaMemcpy(src, g + (size_t)k * N, sizeof(float) * (size_t)N, cudaMemcpyHostToDevice);
+        ddp_graph_pass(dd, flat, ps, src, s);
+        ddp_graph_result(d, flat, N, S, zero, ref + (size_t)k * N, s);
+    }
+    bt_graph *gr = bt_graph_capture_begin(dev);
+    ddp_graph_pass(dd, flat, ps, src, s);
+    bt_graph_capture_end(gr);
+    int nb = bt_ddp_plan(dd)->n_buckets, launched = bt_ddp_get_stats(dd).launched;
+    if (launched != 0) { fprintf(stderr, "FAIL rank %d: %s: %d buckets still counted after the captured pass's wait\n", d->rank, what, launched); fails++; }
+    for (int k = 0; k < SETS + 1; k++) {   /* replays, then one more eager pass */
+        int kk = k % SETS;
+        cudaMemcpy(src, g + (size_t)kk * N, sizeof(float) * (size_t)N, cudaMemcpyHostToDevice);
+        if (k < SETS) { bt_graph_launch(gr); bt_dist_watch(d->world_comm, "ddp test graph", s); }
+        else ddp_graph_pass(dd, flat, ps, src, s);
+        ddp_graph_result(d, flat, N, S, zero, got, s);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < N; i++) bad += memcmp(&got[i], &ref[(size_t)kk * N + i], 4) != 0;
+        if (bad) { fprintf(stderr, "FAIL rank %d: %s: %s %d: %lld of %lld values differ from the eager pass's\n", d->rank, what,
+                           k < SETS ? "replay" : "eager pass after the replays", k, (long long)bad, (long long)N); fails++; }
+        for (int64_t i = 0; i < N; i++) {
+            gotd[i] = got[i];
+            want[i] = ((double)(float)input(0, i, 70 + kk) + (double)(float)input(1, i, 70 + kk)) / 2;
+        }
+        expect(d->rank, what, comm_dt, gotd, want, N);
+    }
+    if (d->rank == 0) fprintf(stderr, "%s: %d buckets, %d replays and an eager pass checked\n", what, nb, SETS);
+    bt_graph_free(gr);
+    bt_ddp_free(dd);
+    cudaFree(flat); cudaFree(src);
+    free(g); free(ref); free(got); free(gotd); free(want);
+}
+
+/* blocking communicators (what train_gpt2 --cuda-graph on takes with several processes), then
+   the default non-blocking ones (BT_NCCL_BLOCKING=0 in train_gpt2: NCCL enqueues from a thread of
+   its own; a failure there prints "nonblocking" in its line) */
+static int ddp_graph_blocking;
+static int ddp_graph_rank(int rank) {
+    bt_dist_opts o;
+    memset(&o, 0, sizeof o);
+    o.blocking_comms = ddp_graph_blocking;
+    o.nccl_timeout_s = 60;
+    bt_dist *d = bt_dist_init(&o);
+    check_ddp_graph(d, BT_F32, 0, 0);
+    check_ddp_graph(d, BT_F32, 0, 1);
+    check_ddp_graph(d, BT_BF16, 0, 1);
+    check_ddp_graph(d, BT_F32, 1, 1);
+    check_ddp_graph(d, BT_BF16, 1, 0);
+    bt_dist_shutdown(d);
+    fprintf(stderr, "rank %d: ddp graph (%s communicators) done, %d failures\n", rank, ddp_graph_blocking ? "blocking" : "nonblocking", fails);
+    return fails ? 1 : 0;
+}
+static void test_ddp_graph(void) {
+    NEED_2_GPUS();
+    for (int b = 1; b >= 0; b--) {
+        char err[256], line[2][96];
+        const char *kind = b ? "blocking" : "nonblocking";
+        ddp_graph_blocking = b;
+        int code = launch2(ddp_graph_rank, b ? "ddp_graph_blocking" : "ddp_graph_nonblocking", 5, 120, err, sizeof err, NULL);
+        for (int r = 0; r < 2; r++) snprintf(line[r], sizeof line[r], "rank %d: ddp graph (%s communicators) done, 0 failures", r, kind);
+        BT_CHECK(code == 0 && file_has(err, line[0]) && file_has(err, line[1]), "ddp graph with %s communicators: exit %d", kind, code);
+        if (code || !file_has(err, line[0])) dump(kind, err);
+    }
+}
+
 static int ddp_rank(int rank) {
     bt_dist *d = bt_dist_init(NULL);
     check_ddp(d, BT_F32, 0, 0, 0, 0);
@@ -459,17 +567,33 @@ static void test_ddp(void) {
 
 /* ---- faults ------------------------------------------------------------------------------- */
 
-static int fault_victim, fault_mode;   /* mode 0: the victim SIGKILLs itself; 1: it stops taking part */
+static int fault_victim, fault_mode;   /* mode 0: the victim SIGKILLs itself; 1: it stops taking part; 2: the same in a graph */
 
 static int fault_rank(int rank) {
     bt_dist_opts o;
     memset(&o, 0, sizeof o);
-    o.nccl_timeout_s = fault_mode == 1 ? 5 : 60;
+    o.nccl_timeout_s = fault_mode >= 1 ? 5 : 60;
+    o.blocking_comms = fault_mode == 2;
     bt_dist *d = bt_dist_init(&o);
     int64_t n = 16 << 20;
     float *buf = NULL;
     cudaMalloc(&buf, (size_t)n * 4);
     cudaMemset(buf, 0, (size_t)n * 4);
+    if (fault_mode == 2) {   /* an all-reduce captured in a graph: only bt_dist_watch times its replays */
+        bt_device dev = bt_cuda_device(d->device);
+        bt_all_reduce(d->world_comm, buf, buf, n, BT_F32, BT_RED_SUM, NULL);   /* NCCL connects outside the capture */
+        bt_graph *gr = bt_graph_capture_begin(dev);
+        bt_all_reduce(d->world_comm, buf, buf, n, BT_F32, BT_RED_SUM, NULL);
+        bt_graph_capture_end(gr);
+        for (int it = 0; it < 200; it++) {
+            if (rank == fault_victim && it == 5) for (;;) bt__sleep(1);
+            bt_graph_launch(gr);
+            bt_dist_watch(d->world_comm, "ddp test graph", NULL);
+            cudaStreamSynchronize(bt_k_current_stream(d->device));
+        }
+        fprintf(stderr, "rank %d: the loop ended, which it must not\n", rank);
+        return 0;
+    }
     for (int it = 0; it < 200; it++) {
         if (rank == fault_victim && it == 5 && fault_mode == 1) for (;;) bt__sleep(1);   /* alive, silent */
         bt_all_reduce(d->world_comm, buf, buf, n, BT_F32, BT_RED_SUM, NULL);
@@ -508,15 +632,27 @@ static void test_fault_timeout(void) {
     run_fault(1, 1, "hang1", "collective all_reduce on communicator world timed out after", "a peer may have died or hung", 25);
 }
 
+/* a peer that stops taking part in a replayed graph's collective: the watch after the launch times it */
+static void test_fault_graph_timeout(void) {
+    NEED_2_GPUS();
+    run_fault(1, 2, "hang_graph", "collective ddp test graph on communicator world timed out after", "a peer may have died or hung", 25);
+}
+
+/* BT_TEST_ONLY=word runs the tests whose name holds it (graph: the CUDA graph ones) */
+static const char *g_only;
+#define RUN(fn) do { if (!g_only || strstr(#fn, g_only)) BT_RUN(fn); } while (0)
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/bt_test_dist_gpu_XXXXXX");
     if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
     signal(SIGPIPE, SIG_IGN);
-    BT_RUN(test_collectives);
-    BT_RUN(test_network_transport);
-    BT_RUN(test_ddp);
-    BT_RUN(test_fault_kill);
-    BT_RUN(test_fault_timeout);
+    g_only = getenv("BT_TEST_ONLY");
+    RUN(test_collectives);
+    RUN(test_network_transport);
+    RUN(test_ddp);
+    RUN(test_ddp_graph);
+    RUN(test_fault_kill);
+    RUN(test_fault_timeout);
+    RUN(test_fault_graph_timeout);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);

@@ -28,7 +28,10 @@ static void test_graph_flags(void) {
     o.cuda_graph = -1;
     BT_CHECK(resolve_graph(&o, 1, 2, err, sizeof err) == 0 && o.cuda_graph == 0, "two processes: off by default");
     o.cuda_graph = 1;
-    BT_CHECK(resolve_graph(&o, 1, 2, err, sizeof err) < 0 && strstr(err, "several processes"), "on with two processes: %s", err);
+    BT_CHECK(resolve_graph(&o, 1, 2, err, sizeof err) == 0 && o.cuda_graph == 1, "on with two processes (data parallel): %s", err);
+    o.cuda_graph = 1; o.mlir = 1;
+    BT_CHECK(resolve_graph(&o, 1, 2, err, sizeof err) < 0 && strstr(err, "--mlir"), "on with --mlir: %s", err);
+    o.mlir = 0;
     o.cuda_graph = 1; o.tp = 2;
     BT_CHECK(resolve_graph(&o, 1, 1, err, sizeof err) < 0 && strstr(err, "--tp or --cp"), "on with --tp: %s", err);
 }
@@ -129,7 +132,7 @@ static void run(int graph, bt_dtype dt, int B, int B2, run_out *r) {
     bt_to_host(bt_narrow(tr.model.flat, 0, 0, tr.model.num_params), r->w, BT_F32);
     bt_scope_end();
     r->captures = tr.sg.captures;
-    r->graphed = tr.sg.graph != NULL;
+    r->graphed = tr.sg.graph[0] != NULL && tr.sg.graph[1] == NULL;   /* one process: one kind of micro-step */
     trainer_end(&tr, 0);
 }
 
