@@ -1477,6 +1477,12 @@ typedef struct bt__dist_state {
     int ring_head, ring_count, ring_ready;
 #endif
 } bt__dist_state;
+/* A thread that meets a dying process stops here: the thread in bt__dist_die aborts the
+   communicators (which lets a blocked replay or collective return) and _exits; nothing may train on
+   meanwhile or return 0 from main before it does. */
+static void bt__halt_if_failing(bt__dist_state *S) {
+    if (__atomic_load_n(&S->failing, __ATOMIC_SEQ_CST)) for (;;) pause();
+}
 
 static const char *bt__host_of(const bt_dist *d, int rank) {
     return d->state->hosts && rank >= 0 && rank < d->world ? d->state->hosts[rank] : "?";
@@ -1721,6 +1727,7 @@ static void bt__ring_free(bt_dist *d) {
    capture: an event recorded there cannot be queried (the graph's launch is watched instead) */
 static void bt__track(bt_comm *c, const char *op, cudaStream_t s) {
     bt__dist_state *S = c->dist->state;
+    bt__halt_if_failing(S);
     if (!S->ring_ready || bt__capturing(s)) return;
     pthread_mutex_lock(&S->ring_lock);
     bt__ring_retire(S, NULL, NULL, NULL, NULL, NULL);
@@ -1944,6 +1951,7 @@ static void bt__dist_destroy_comms(bt_dist *d) {
 BTDEF void bt_dist_shutdown(bt_dist *d) {
     if (!d) return;
     bt__dist_state *S = d->state;
+    bt__halt_if_failing(S);
     if (S->store && bt_store_barrier(S->store)) bt_error("%s", bt_dist_error());
     bt__dist_destroy_comms(d);
     bt__watchdog_stop(d);
