@@ -3077,7 +3077,7 @@ __host__ __device__ constexpr int bt__k_att_fwd_st(int D) { return D == 64 ? 3 :
    with a persistent grid (one CTA per SM), several a CTA: the producer then loads the next item's
    Q (its own buffer: items alternate between two), K(0), V(0) while the consumers finish the last
    one. smem Q 2 x 128 x D, K and V ST x 128 x D -- */
-template <typename T, int D> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt__k_att_fwd_wg(bt__k_attp p) {
+template <typename T, int D, int ILP> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt__k_att_fwd_wg(bt__k_attp p) {
 #ifdef BT__K_WG
     enum { BM = 128, BN = 128, ST = bt__k_att_fwd_st(D), TILE = BN * D * 2, NS = BN / 2, NO = D / 2, QT = BM * D * 2 };
     /* K full, K empty, V full, V empty (ST each), Q full, Q empty (2 each), item full, item empty
@@ -3185,9 +3185,23 @@ template <typename T, int D> __global__ void __launch_bounds__(BT__K_WG_THREADS,
 #pragma unroll
                     for (int i = 0; i < NS; i++)
                         if (bt__k_att_masked(p, j * BN + (i >> 2) * 8 + 2 * tg + (i & 1), r0 + ((i >> 1) & 1) * 8)) sc[i] = -INFINITY;
-                float mx[2] = {m[0], m[1]}, mc[2], al[2];
+                /* ILP: the row maxima and sums as 4 independent chains each (n-tile mod 4), combined at the
+                   end: one warp of each scheduler runs its softmax at a time, so the chains' latency, not
+                   the issue rate, bounds it (else one chain of 32 dependent instructions a row) */
+                float mx[2] = {m[0], m[1]}, mc[2], al[2], m4[2][4], l4[2][4];
+                if (ILP) {
 #pragma unroll
-                for (int i = 0; i < NS; i++) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], sc[i]);
+                    for (int r = 0; r < 2; r++)
+#pragma unroll
+                        for (int c = 0; c < 4; c++) m4[r][c] = m[r];
+#pragma unroll
+                    for (int i = 0; i < NS; i++) m4[(i >> 1) & 1][(i >> 2) & 3] = fmaxf(m4[(i >> 1) & 1][(i >> 2) & 3], sc[i]);
+#pragma unroll
+                    for (int r = 0; r < 2; r++) mx[r] = fmaxf(fmaxf(m4[r][0], m4[r][1]), fmaxf(m4[r][2], m4[r][3]));
+                } else {
+#pragma unroll
+                    for (int i = 0; i < NS; i++) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], sc[i]);
+                }
 #pragma unroll
                 for (int r = 0; r < 2; r++) {
                     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
@@ -3198,11 +3212,19 @@ template <typename T, int D> __global__ void __launch_bounds__(BT__K_WG_THREADS,
                     l[r] *= al[r];
                 }
 #pragma unroll
+                for (int r = 0; r < 2; r++)
+#pragma unroll
+                    for (int c = 0; c < 4; c++) l4[r][c] = 0.f;
+#pragma unroll
                 for (int i = 0; i < NS; i++) {
                     float pv = bt__k_ex2(fmaf(sc[i], p.c2, mc[(i >> 1) & 1]));
                     sc[i] = pv;
-                    l[(i >> 1) & 1] += pv;
+                    if (ILP) l4[(i >> 1) & 1][(i >> 2) & 3] += pv;
+                    else l[(i >> 1) & 1] += pv;
                 }
+                if (ILP)
+#pragma unroll
+                    for (int r = 0; r < 2; r++) l[r] += (l4[r][0] + l4[r][1]) + (l4[r][2] + l4[r][3]);
 #pragma unroll
                 for (int i = 0; i < NO; i++) o[i] *= al[(i >> 1) & 1];
                 bt__k_wg_afrag<T, BN / 16>(pf, sc);
@@ -3242,6 +3264,86 @@ template <typename T, int D> __global__ void __launch_bounds__(BT__K_WG_THREADS,
    tile must start on a 1024-byte boundary (the swizzle repeats every 8 rows of 128 bytes, and the
    descriptors assume a tile starts at the pattern's start) */
 __host__ __device__ constexpr int bt__k_att_dkv_stage(int D, int BQ) { return (2 * BQ * D * 2 + 2 * BQ * 4 + 1023) / 1024 * 1024; }
+
+/* d (64 x 64 fp32) = A B (+ d when acc), B MN-major in shared memory (a [k][n] tile read transposed);
+   ss_t: A K-major; ss_tt: A MN-major too (A's rows, the product's m, are the columns of a [k][m] tile) */
+#define BT__K_WG_SST(NAME, TA, PT, CT)                                                                                   \
+    __device__ __forceinline__ void NAME(float (&d)[32], uint64_t a, uint64_t b, int acc, CT *) {                        \
+        asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0;\n"                                                           \
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32." PT "." PT " {" BT__K_WG_R32 "}, %32, %33, p, 1, 1, " TA \
+                     ", 1; }\n" : BT__K_WG_F32(d, 0) : "l"(a), "l"(b), "r"(acc));                                       \
+    }
+BT__K_WG_SST(bt__k_wg_ss_t, "0", "bf16", __nv_bfloat16)
+BT__K_WG_SST(bt__k_wg_ss_t, "0", "f16", __half)
+BT__K_WG_SST(bt__k_wg_ss_tt, "1", "bf16", __nv_bfloat16)
+BT__K_WG_SST(bt__k_wg_ss_tt, "1", "f16", __half)
+/* the tile work of dK, dV (the dK/dV kernel and the fused backward), warpgroup w: keys 64 w .. of the
+   K, V tiles, the BQ queries of a stage (Q, dO tiles, lse and Dvec rows). kv_sdp issues S^T = K Q^T
+   and dP^T = V dO^T (SS, one commit group); kv_grads waits for them and leaves P^T = 2^(S^T c2 -
+   lse log2e) (0 where masked) and dS^T / scale = P^T (dP^T - Dvec) as A fragments; kv_acc issues
+   dV += P^T dO and dK += dS^T Q (RS, one commit group, not waited for). Column c of the tile is
+   query i BQ + c; this thread's keys key0 and key0 + 8. */
+template <typename T, int D, int BQ>
+__device__ __forceinline__ void bt__k_att_kv_sdp(float (&sc)[BQ / 2], float (&dp)[BQ / 2], uint32_t sK, uint32_t sV, uint32_t sQ,
+                                                 uint32_t sG, int w) {
+    bt__k_wg_arrive();
+#pragma unroll
+    for (int kd = 0; kd < D / 16; kd++)
+        bt__k_wg_ss(sc, bt__k_wg_kmaj(sK, 128, 64 * w, kd), bt__k_wg_kmaj(sQ, BQ, 0, kd), kd > 0, (T *)0);
+#pragma unroll
+    for (int kd = 0; kd < D / 16; kd++)
+        bt__k_wg_ss(dp, bt__k_wg_kmaj(sV, 128, 64 * w, kd), bt__k_wg_kmaj(sG, BQ, 0, kd), kd > 0, (T *)0);
+    bt__k_wg_commit();
+}
+template <typename T, int BQ>
+__device__ __forceinline__ void bt__k_att_kv_grads(const bt__k_attp &p, uint32_t (&pa)[BQ / 16][4], uint32_t (&da)[BQ / 16][4],
+                                                   float (&sc)[BQ / 2], float (&dp)[BQ / 2], const float *Ls, int i, int k0,
+                                                   int key0, int tg) {
+    bt__k_wg_wait0();
+    bt__k_wg_pin(sc); bt__k_wg_pin(dp);
+    const float *Dc = Ls + BQ;
+    const int edge = (p.causal && i * BQ < k0 + 128) || (i + 1) * BQ > p.T;
+#pragma unroll
+    for (int nt = 0; nt < BQ / 8; nt++) {
+        int c = nt * 8 + 2 * tg;
+        float2 lv = *reinterpret_cast<const float2 *>(Ls + c), dvv = *reinterpret_cast<const float2 *>(Dc + c);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int qrow = i * BQ + c + (e & 1);
+            float pv = bt__k_ex2(fmaf(sc[4 * nt + e], p.c2, -BT__K_ATT_LOG2E * ((e & 1) ? lv.y : lv.x)));
+            if (edge && (qrow >= p.T || (p.causal && key0 + 8 * (e >> 1) > qrow))) pv = 0.f;
+            sc[4 * nt + e] = pv;
+            dp[4 * nt + e] = pv * (dp[4 * nt + e] - ((e & 1) ? dvv.y : dvv.x));
+        }
+    }
+    bt__k_wg_afrag<T, BQ / 16>(pa, sc);
+    bt__k_wg_afrag<T, BQ / 16>(da, dp);
+}
+template <typename T, int D, int BQ>
+__device__ __forceinline__ void bt__k_att_kv_acc(float (&dv)[D / 2], float (&dk)[D / 2], const uint32_t (&pa)[BQ / 16][4],
+                                                 const uint32_t (&da)[BQ / 16][4], uint32_t sQ, uint32_t sG) {
+    bt__k_wg_pin(dv); bt__k_wg_pin(dk);
+    bt__k_wg_arrive();
+#pragma unroll
+    for (int kk = 0; kk < BQ / 16; kk++) bt__k_wg_rs(dv, pa[kk], bt__k_wg_mnmaj(sG, BQ, kk), (T *)0);   /* dV += P^T dO */
+#pragma unroll
+    for (int kk = 0; kk < BQ / 16; kk++) bt__k_wg_rs(dk, da[kk], bt__k_wg_mnmaj(sQ, BQ, kk), (T *)0);   /* dK += dS^T Q */
+    bt__k_wg_commit();
+}
+/* the same at D 64 with dS^T read from shared memory (the fused backward's swizzled [128 keys][BQ]
+   tile, this warpgroup's rows 64 w ..: K-major A, SS): da's registers are free while the products run */
+template <typename T, int BQ>
+__device__ __forceinline__ void bt__k_att_kv_acc_ss(float (&dv)[32], float (&dk)[32], const uint32_t (&pa)[BQ / 16][4],
+                                                    uint32_t sDS, int w, uint32_t sQ, uint32_t sG) {
+    bt__k_wg_pin(dv); bt__k_wg_pin(dk);
+    bt__k_wg_arrive();
+#pragma unroll
+    for (int kk = 0; kk < BQ / 16; kk++) bt__k_wg_rs(dv, pa[kk], bt__k_wg_mnmaj(sG, BQ, kk), (T *)0);   /* dV += P^T dO */
+#pragma unroll
+    for (int kk = 0; kk < BQ / 16; kk++)   /* dK += dS^T Q */
+        bt__k_wg_ss_t(dk, bt__k_wg_kmaj(sDS, 128, 64 * w, kk), bt__k_wg_mnmaj(sQ, BQ, kk), 1, (T *)0);
+    bt__k_wg_commit();
+}
 
 /* -- dK, dV: grid (B H, key tiles of 128); warpgroup w owns keys k0 + 64 w ..; query tiles of BQ
    (from the first one reaching k0 when causal); smem K, V 128 x D, stages of Q, dO (BQ x D) and
@@ -3303,51 +3405,12 @@ template <typename T, int D, int BQ> __global__ void __launch_bounds__(BT__K_WG_
             bt__k_mbar_wait(full + 8 * s, (it / ST) & 1);
             bt__k_fence_async();
             bt__k_turn_take(p.turns, w);
-            {
-                bt__k_wg_arrive();
-#pragma unroll
-                for (int kd = 0; kd < D / 16; kd++)   /* S^T = K Q^T, dP^T = V dO^T */
-                    bt__k_wg_ss(sc, bt__k_wg_kmaj(sK, BK, 64 * w, kd), bt__k_wg_kmaj(sQ, BQ, 0, kd), kd > 0, (T *)0);
-#pragma unroll
-                for (int kd = 0; kd < D / 16; kd++)
-                    bt__k_wg_ss(dp, bt__k_wg_kmaj(sV, BK, 64 * w, kd), bt__k_wg_kmaj(sG, BQ, 0, kd), kd > 0, (T *)0);
-                bt__k_wg_commit();
-            }
+            bt__k_att_kv_sdp<T, D, BQ>(sc, dp, sK, sV, sQ, sG, w);
             bt__k_turn_give(p.turns, w, 0);
             uint32_t pa[BQ / 16][4], da[BQ / 16][4];
-            {
-                bt__k_wg_wait0();
-                bt__k_wg_pin(sc); bt__k_wg_pin(dp);
-                /* P^T = 2^(S^T c2 - lse log2e) (0 where masked), dS^T / scale = P^T (dP^T - Dvec); column c
-                   of the tile is query i BQ + c */
-                const float *Ls = (const float *)(gS + s * STAGE + 2 * QB), *Dc = Ls + BQ;
-                const int edge = (p.causal && i * BQ < k0 + BK) || (i + 1) * BQ > p.T;
-#pragma unroll
-                for (int nt = 0; nt < BQ / 8; nt++) {
-                    int c = nt * 8 + 2 * tg;
-                    float2 lv = *reinterpret_cast<const float2 *>(Ls + c), dvv = *reinterpret_cast<const float2 *>(Dc + c);
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        int qrow = i * BQ + c + (e & 1);
-                        float pv = bt__k_ex2(fmaf(sc[4 * nt + e], p.c2, -BT__K_ATT_LOG2E * ((e & 1) ? lv.y : lv.x)));
-                        if (edge && (qrow >= p.T || (p.causal && key0 + 8 * (e >> 1) > qrow))) pv = 0.f;
-                        sc[4 * nt + e] = pv;
-                        dp[4 * nt + e] = pv * (dp[4 * nt + e] - ((e & 1) ? dvv.y : dvv.x));
-                    }
-                }
-                bt__k_wg_afrag<T, BQ / 16>(pa, sc);
-                bt__k_wg_afrag<T, BQ / 16>(da, dp);
-            }
+            bt__k_att_kv_grads<T, BQ>(p, pa, da, sc, dp, (const float *)(gS + s * STAGE + 2 * QB), i, k0, key0, tg);
             bt__k_turn_take(p.turns, w);
-            {
-                bt__k_wg_pin(dv); bt__k_wg_pin(dk);
-                bt__k_wg_arrive();
-#pragma unroll
-                for (int kk = 0; kk < BQ / 16; kk++) bt__k_wg_rs(dv, pa[kk], bt__k_wg_mnmaj(sG, BQ, kk), (T *)0);   /* dV += P^T dO */
-#pragma unroll
-                for (int kk = 0; kk < BQ / 16; kk++) bt__k_wg_rs(dk, da[kk], bt__k_wg_mnmaj(sQ, BQ, kk), (T *)0);   /* dK += dS^T Q */
-                bt__k_wg_commit();
-            }
+            bt__k_att_kv_acc<T, D, BQ>(dv, dk, pa, da, sQ, sG);
             bt__k_turn_give(p.turns, w, it == n - 1);
             bt__k_wg_wait0();
             bt__k_wg_pin(dv); bt__k_wg_pin(dk);
@@ -3512,16 +3575,6 @@ template <typename T, int D, int BK> __global__ void __launch_bounds__(BT__K_WG_
 __host__ __device__ constexpr int bt__k_att_bwd_smem_bytes(void) {
     return 4 * 128 * 64 * 2 + 2 * bt__k_att_dkv_stage(64, 128) + 128 * 128 * 2 + 128 * 64 * 4 + 1024;
 }
-/* d (64 x 64 fp32) = A B (+ d when acc), A and B both MN-major in shared memory (transposed reads):
-   A's rows (the product's m) are the columns of a [k][m] tile */
-#define BT__K_WG_SSTT(PT, CT)                                                                                             \
-    __device__ __forceinline__ void bt__k_wg_ss_tt(float (&d)[32], uint64_t a, uint64_t b, int acc, CT *) {              \
-        asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0;\n"                                                            \
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32." PT "." PT " {" BT__K_WG_R32 "}, %32, %33, p, 1, 1, 1, 1; }\n" \
-                     : BT__K_WG_F32(d, 0) : "l"(a), "l"(b), "r"(acc));                                                      \
-    }
-BT__K_WG_SSTT("bf16", __nv_bfloat16)
-BT__K_WG_SSTT("f16", __half)
 /* bulk copies (the copy engine) of a shared block to global memory, plain or added into fp32, in
    bulk groups: wait_read = the source may be overwritten, wait = the writes are done */
 __device__ __forceinline__ void bt__k_bulk_store(void *g, uint32_t s, uint32_t bytes) {
@@ -3599,13 +3652,17 @@ template <typename T> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt_
                     bt__k_wg_load_row<64>(st + 2 * QB + BQ * 4, dvec, r, BQ, p.T, t);
                     bt__k_cp_mbar_arrive(full + 8 * su);
                 }
-            } else if (t == 64 && kt > 0) {   /* reducer (one thread): the parts of key tiles > 0 into the sums */
-                for (int s = 0; s < ns; s++, uq++) {
+            } else if (t == 64) {   /* reducer (one thread): the parts of key tiles > 0 into the sums */
+                for (int s = kt > 0 ? 0 : 1; s < ns; s++, uq++) {
                     const int i = kt + s;
                     float *acc = p.dqacc + (hr * nkt + i) * (int64_t)(BQ * D);
                     int *cnt = p.dqcnt + hr * nkt + i;
                     bt__k_mbar_wait(dqfull, uq & 1);
                     if (s > 0) bt__k_seq_wait(cnt, s);   /* ranks 0 .. s - 1 (key tiles i .. kt + 1) added */
+                    if (kt == 0) {   /* the consumers' last part: tell them the sum is complete */
+                        bt__k_mbar_arrive(dqempty);
+                        continue;
+                    }
                     if (s == 0) bt__k_bulk_store(acc, sDQ, DQB);
                     else bt__k_bulk_add_f32(acc, sDQ, DQB);
                     bt__k_bulk_commit();
@@ -3640,42 +3697,18 @@ template <typename T> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt_
             for (int s = 0; s < ns; s++, u++) {
                 const int su = u % ST, i = kt + s;
                 const uint32_t sQ = sS + su * STAGE, sG = sQ + QB;
+                const int pre = kt == 0 && s > 0;   /* dQ of query tile i = the sum of key tiles 1 .. i + this part */
                 bt__k_mbar_wait(full + 8 * su, (u / ST) & 1);
+                if (pre) {   /* ask the reducer for the sum (its last exchange with us ended: at most one ahead) */
+                    if (uq > 0) bt__k_mbar_wait(dqempty, (uq - 1) & 1);
+                    bt__k_mbar_arrive(dqfull);
+                }
                 bt__k_fence_async();
                 bt__k_turn_take(p.turns, w);
-                {
-                    bt__k_wg_arrive();
-#pragma unroll
-                    for (int kd = 0; kd < D / 16; kd++)   /* S^T = K Q^T, dP^T = V dO^T */
-                        bt__k_wg_ss(sc, bt__k_wg_kmaj(sK, BK, 64 * w, kd), bt__k_wg_kmaj(sQ, BQ, 0, kd), kd > 0, (T *)0);
-#pragma unroll
-                    for (int kd = 0; kd < D / 16; kd++)
-                        bt__k_wg_ss(dp, bt__k_wg_kmaj(sV, BK, 64 * w, kd), bt__k_wg_kmaj(sG, BQ, 0, kd), kd > 0, (T *)0);
-                    bt__k_wg_commit();
-                }
+                bt__k_att_kv_sdp<T, D, BQ>(sc, dp, sK, sV, sQ, sG, w);
                 bt__k_turn_give(p.turns, w, 0);
                 uint32_t pa[BQ / 16][4], da[BQ / 16][4];
-                {
-                    bt__k_wg_wait0();
-                    bt__k_wg_pin(sc); bt__k_wg_pin(dp);
-                    const float *Ls = (const float *)(bt__k_att_sm + (sQ + 2 * QB - sm0)), *Dc = Ls + BQ;
-                    const int edge = i == kt || (i + 1) * BQ > p.T;
-#pragma unroll
-                    for (int nt = 0; nt < BQ / 8; nt++) {
-                        int c = nt * 8 + 2 * tg;
-                        float2 lv = *reinterpret_cast<const float2 *>(Ls + c), dvv = *reinterpret_cast<const float2 *>(Dc + c);
-#pragma unroll
-                        for (int e = 0; e < 4; e++) {
-                            int qrow = i * BQ + c + (e & 1);
-                            float pv = bt__k_ex2(fmaf(sc[4 * nt + e], p.c2, -BT__K_ATT_LOG2E * ((e & 1) ? lv.y : lv.x)));
-                            if (edge && (qrow >= p.T || key0 + 8 * (e >> 1) > qrow)) pv = 0.f;
-                            sc[4 * nt + e] = pv;
-                            dp[4 * nt + e] = pv * (dp[4 * nt + e] - ((e & 1) ? dvv.y : dvv.x));
-                        }
-                    }
-                    bt__k_wg_afrag<T, BQ / 16>(pa, sc);
-                    bt__k_wg_afrag<T, BQ / 16>(da, dp);
-                }
+                bt__k_att_kv_grads<T, BQ>(p, pa, da, sc, dp, (const float *)(bt__k_att_sm + (sQ + 2 * QB - sm0)), i, k0, key0, tg);
                 /* dS^T to shared memory: key rows 64 w + 16 wi + g (+ 8), query columns 16 kk + 2 tg (+ 8) */
                 if (u > 0) bt__k_mbar_wait(dsfree, (u - 1) & 1);   /* both warpgroups' dQ products of the last tile done */
                 {
@@ -3690,30 +3723,37 @@ template <typename T> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt_
                     }
                 }
                 bt__k_fence_async();   /* the tensor cores read the tile next */
+                if (!p.turns) bt__k_bar_sync_n(4 + w, 128);   /* this warpgroup's rows written (else the turn's barrier) */
                 bt__k_turn_take(p.turns, w);
-                {
-                    bt__k_wg_pin(dv); bt__k_wg_pin(dk);
-                    bt__k_wg_arrive();
-#pragma unroll
-                    for (int kk = 0; kk < BQ / 16; kk++) bt__k_wg_rs(dv, pa[kk], bt__k_wg_mnmaj(sG, BQ, kk), (T *)0);   /* dV += P^T dO */
-#pragma unroll
-                    for (int kk = 0; kk < BQ / 16; kk++) bt__k_wg_rs(dk, da[kk], bt__k_wg_mnmaj(sQ, BQ, kk), (T *)0);   /* dK += dS^T Q */
-                    bt__k_wg_commit();
-                }
+                bt__k_att_kv_acc_ss<T, BQ>(dv, dk, pa, sDS, w, sQ, sG);
                 bt__k_turn_give(p.turns, w, s == ns - 1);
+                /* key tile 0 (the last part of query tile i): dQ starts from the sum of key tiles 1 .. i,
+                   loaded straight into the accumulator (no extra registers while dV, dK are in flight), once
+                   the reducer saw the sum complete (a wait on the counter here, a loop on a global load, made
+                   ptxas serialize every wgmma of the kernel: C7512) */
+                if (pre) { bt__k_mbar_wait(dqempty, uq & 1); uq++; }
                 bt__k_bar_sync(3);   /* both halves of dS^T written */
                 {
+                    if (pre) {
+                        const float4 *sum = (const float4 *)(p.dqacc + (hr * nkt + i) * (int64_t)(BQ * D)) + (threadIdx.x & 255);
 #pragma unroll
-                    for (int i = 0; i < NO; i++) dq[i] = 0.f;   /* not live across the softmax (the first product overwrites) */
+                        for (int j = 0; j < D / 8; j++) {
+                            const float4 x = __ldcg(sum + 256 * j);
+                            dq[4 * j] = x.x; dq[4 * j + 1] = x.y; dq[4 * j + 2] = x.z; dq[4 * j + 3] = x.w;
+                        }
+                    } else {
+#pragma unroll
+                        for (int i = 0; i < NO; i++) dq[i] = 0.f;   /* not live across the softmax */
+                    }
                     bt__k_wg_arrive();
 #pragma unroll
-                    for (int kk = 0; kk < BK / 16; kk++)   /* dQ_part = dS K: queries 64 w .. (columns of dS^T), keys kk */
-                        bt__k_wg_ss_tt(dq, bt__k_wg_mnmaj(sDS + w * BK * 128, BK, kk), bt__k_wg_mnmaj(sK, BK, kk), kk > 0, (T *)0);
+                    for (int kk = 0; kk < BK / 16; kk++)   /* dQ_part (+)= dS K: queries 64 w .. (columns of dS^T), keys kk */
+                        bt__k_wg_ss_tt(dq, bt__k_wg_mnmaj(sDS + w * BK * 128, BK, kk), bt__k_wg_mnmaj(sK, BK, kk), kk > 0 || pre, (T *)0);
                     bt__k_wg_commit();
                 }
                 bt__k_wg_wait0();
                 bt__k_wg_pin(dv); bt__k_wg_pin(dk); bt__k_wg_pin(dq);
-                bt__k_wg_pin_u(pa); bt__k_wg_pin_u(da);   /* read by dV, dK until the wait: not reused for dQ's registers */
+                bt__k_wg_pin_u(pa);   /* read by dV until the wait: not reused for dQ's registers */
                 if (lane == 0) { bt__k_mbar_arrive(empty + 8 * su); bt__k_mbar_arrive(dsfree); }
                 /* float4 j of consumer thread c (its dQ part, columns 8 j ..) at (j 256 + c) 16 bytes of the
                    shared part (conflict-free) and of the scratch sum */
@@ -3725,17 +3765,7 @@ template <typename T> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt_
                     bt__k_fence_async();   /* read next by the copy engine */
                     bt__k_mbar_arrive(dqfull);
                     uq++;
-                } else {   /* the last part (key tile 0): + the sum of key tiles 1 .. i, scaled, rounded, into gq */
-                    if (s > 0) {
-                        if (threadIdx.x == 0) bt__k_seq_wait(p.dqcnt + hr * nkt + i, s);
-                        bt__k_bar_sync(5);
-                        const float4 *sum = (const float4 *)(p.dqacc + (hr * nkt + i) * (int64_t)(BQ * D)) + (threadIdx.x & 255);
-                        float4 x[D / 8];
-#pragma unroll
-                        for (int j = 0; j < D / 8; j++) x[j] = __ldcg(sum + 256 * j);
-#pragma unroll
-                        for (int j = 0; j < D / 8; j++) { dq[4 * j] += x[j].x; dq[4 * j + 1] += x[j].y; dq[4 * j + 2] += x[j].z; dq[4 * j + 3] += x[j].w; }
-                    }
+                } else {   /* key tile 0: dQ complete, scaled, rounded, into gq */
                     const float sc2[2] = {p.scale, p.scale};
                     bt__k_wg_store<T, D>((T *)p.gq + bt__k_att_off(p.sgq, bh, p.H), p.sgq[2], i * BQ + 64 * w + 16 * (warp & 3) + g,
                                          p.T, dq, sc2);
@@ -3861,7 +3891,7 @@ static int bt__k_att_wg_ready(void) {
         cudaFuncAttributes a;
         if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
             cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess && major == 9 && minor == 0) {
-            if (cudaFuncGetAttributes(&a, (const void *)bt__k_att_fwd_wg<__nv_bfloat16, 64>) == cudaSuccess) ok = a.sharedSizeBytes > 0;
+            if (cudaFuncGetAttributes(&a, (const void *)bt__k_att_fwd_wg<__nv_bfloat16, 64, 1>) == cudaSuccess) ok = a.sharedSizeBytes > 0;
             else (void)cudaGetLastError();   /* no image for this device: not an error of the caller's */
         }
         ready[dev] = ok ? 1 : -1;
@@ -3922,8 +3952,9 @@ template <typename T> static void bt__k_att_fwd_wg_run(const bt__k_attp *p, cuda
     int64_t tiles = (p->T + 127) / 128;
     size_t hb = bt__k_att_wg_kv_bytes(p);
     int per = bt__k_att_tune("BT_ATT_PERSIST", 1) != 0;
-    if (p->D == 64) bt__k_att_wg_launch(bt__k_att_fwd_wg<T, 64>, *p, tiles, hb, per, bt__k_att_wg_smem_fwd(64), s, op);
-    else bt__k_att_wg_launch(bt__k_att_fwd_wg<T, 128>, *p, tiles, hb, per, bt__k_att_wg_smem_fwd(128), s, op);
+    void (*kern)(bt__k_attp) = bt__k_att_tune("BT_ATT_FWD_ILP", 1) ? (p->D == 64 ? bt__k_att_fwd_wg<T, 64, 1> : bt__k_att_fwd_wg<T, 128, 1>)
+                                                                   : (p->D == 64 ? bt__k_att_fwd_wg<T, 64, 0> : bt__k_att_fwd_wg<T, 128, 0>);
+    bt__k_att_wg_launch(kern, *p, tiles, hb, per, bt__k_att_wg_smem_fwd((int)p->D), s, op);
 }
 /* the fused backward (causal, D 64): Dvec by the pre-pass, then the kernel over chunks of heads
    whose fp32 dQ sums (32 KiB a query tile of 128: 50 MiB at B 16, H 12, T 1024; 403 MB at B 128)
