@@ -2009,6 +2009,7 @@ typedef struct {
                            as the SMs free up; NULL: a fixed snake order (bt__k_att_item) */
     float *dqacc;       /* fused wgmma backward: fp32 dQ sums, a 128 x 64 tile per (head - bh0, query tile) */
     int *dqcnt;         /* fused wgmma backward: dQ parts added per (head - bh0, query tile), zeroed per launch */
+    unsigned long long *trace;   /* wgmma forward, BT_ATT_TRACE: 8 clocks a work item (bt__k_att_fwd_trace) */
     int H, T, D, vec, vec_out;
     int causal;         /* 1: key j > query i masked; 0: every query sees every key */
     float c2, scale;   /* c2 = scale log2(e) */
@@ -3070,6 +3071,79 @@ __device__ __forceinline__ void bt__k_att_fwd_s(float (&sc)[64], uint32_t sQ, ui
         bt__k_wg_ss(sc, bt__k_wg_kmaj(sQ, 128, 64 * w, kd), bt__k_wg_kmaj(sKs, 128, 0, kd), kd > 0, (T *)0);
 }
 
+/* BT_ATT_TRACE (timing only): thread th writes the SM clock into slot k of work item L's 8 */
+__device__ __forceinline__ void bt__k_att_mark(const bt__k_attp &p, int64_t L, int k, int th) {
+    if (p.trace && threadIdx.x == th) p.trace[L * 8 + k] = clock64();
+}
+/* the forward's online softmax of this thread's part of a 64 x 128 score tile (keys k0 .., rows r0 and
+   r0 + 8; masked first when edge), in raw score units (scale > 0 commutes with max): m the row max,
+   l the row sum (in units of m), O rescaled by 2^((m_old - m) c2), P = 2^(S c2 - m c2) rounded into
+   the A fragments pf. ILP: the row maxima and sums as 4 independent chains each (n-tile mod 4),
+   combined at the end: one warp of each scheduler runs its softmax at a time, so the chains'
+   latency, not the issue rate, bounds it (else one chain of 32 dependent instructions a row) */
+template <typename T, int NS, int NO, int ILP>
+__device__ __forceinline__ void bt__k_att_fwd_softmax(const bt__k_attp &p, float (&sc)[NS], float (&o)[NO], float (&m)[2],
+                                                      float (&l)[2], uint32_t (&pf)[NS / 8][4], int edge, int k0, int r0, int tg) {
+    if (edge)
+#pragma unroll
+        for (int i = 0; i < NS; i++)
+            if (bt__k_att_masked(p, k0 + (i >> 2) * 8 + 2 * tg + (i & 1), r0 + ((i >> 1) & 1) * 8)) sc[i] = -INFINITY;
+    float mx[2] = {m[0], m[1]}, mc[2], al[2], m4[2][4], l4[2][4];
+    if (ILP) {
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) m4[r][c] = m[r];
+#pragma unroll
+        for (int i = 0; i < NS; i++) m4[(i >> 1) & 1][(i >> 2) & 3] = fmaxf(m4[(i >> 1) & 1][(i >> 2) & 3], sc[i]);
+#pragma unroll
+        for (int r = 0; r < 2; r++) mx[r] = fmaxf(fmaxf(m4[r][0], m4[r][1]), fmaxf(m4[r][2], m4[r][3]));
+    } else {
+#pragma unroll
+        for (int i = 0; i < NS; i++) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], sc[i]);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        al[r] = bt__k_ex2((m[r] - mx[r]) * p.c2);   /* key 0 is in every row's first tile: mx finite */
+        m[r] = mx[r];
+        mc[r] = -mx[r] * p.c2;
+        l[r] *= al[r];
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) l4[r][c] = 0.f;
+#pragma unroll
+    for (int i = 0; i < NS; i++) {
+        float pv = bt__k_ex2(fmaf(sc[i], p.c2, mc[(i >> 1) & 1]));
+        sc[i] = pv;
+        if (ILP) l4[(i >> 1) & 1][(i >> 2) & 3] += pv;
+        else l[(i >> 1) & 1] += pv;
+    }
+    if (ILP)
+#pragma unroll
+        for (int r = 0; r < 2; r++) l[r] += (l4[r][0] + l4[r][1]) + (l4[r][2] + l4[r][3]);
+#pragma unroll
+    for (int i = 0; i < NO; i++) o[i] *= al[(i >> 1) & 1];
+    bt__k_wg_afrag<T, NS / 8>(pf, sc);
+}
+/* the forward's output rows r0 and r0 + 8 of head bh: O / l (the quad's sums) and lse */
+template <typename T, int D>
+__device__ __forceinline__ void bt__k_att_fwd_out(const bt__k_attp &p, int64_t bh, int r0, int tg, const float (&o)[D / 2],
+                                                  float (&l)[2], const float (&m)[2]) {
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        inv[r] = 1.f / l[r];
+        int row = r0 + 8 * r;
+        if (tg == 0 && row < p.T && p.lse_out) p.lse_out[bh * p.T + row] = (m[r] * p.c2 + log2f(l[r])) * BT__K_ATT_LN2;
+    }
+    bt__k_wg_store<T, D>((T *)p.out + bt__k_att_off(p.so, bh, p.H), p.so[2], r0, p.T, o, inv);
+}
 /* stages of the forward's K and V rings: 3 at D 64 (the next item's first tiles load under the last
    item's end), 2 at D 128 (shared memory) */
 __host__ __device__ constexpr int bt__k_att_fwd_st(int D) { return D == 64 ? 3 : 2; }
@@ -3077,8 +3151,9 @@ __host__ __device__ constexpr int bt__k_att_fwd_st(int D) { return D == 64 ? 3 :
    with a persistent grid (one CTA per SM), several a CTA: the producer then loads the next item's
    Q (its own buffer: items alternate between two), K(0), V(0) while the consumers finish the last
    one. smem Q 2 x 128 x D, K and V ST x 128 x D -- */
-template <typename T, int D, int ILP> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt__k_att_fwd_wg(bt__k_attp p) {
+template <typename T, int D, int MODE> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt__k_att_fwd_wg(bt__k_attp p) {
 #ifdef BT__K_WG
+    enum { ILP = MODE & 1, FLAT = MODE & 2 };
     enum { BM = 128, BN = 128, ST = bt__k_att_fwd_st(D), TILE = BN * D * 2, NS = BN / 2, NO = D / 2, QT = BM * D * 2 };
     /* K full, K empty, V full, V empty (ST each), Q full, Q empty (2 each), item full, item empty
        (static: marks the sm_90a build) */
@@ -3108,6 +3183,7 @@ template <typename T, int D, int ILP> __global__ void __launch_bounds__(BT__K_WG
         for (int64_t n = 0;; n++) {
             const int64_t L = bt__k_att_next(p, n, nitems, &item_slot, ifull, iempty, next);
             if (L >= nitems) break;
+            bt__k_att_mark(p, L, 6, 256);
             int rank;
             const int64_t bh = bt__k_att_work(p, L, nqt, rank);
             const int qt = nqt - 1 - rank, nt = p.causal ? qt + 1 : (p.T + BN - 1) / BN;
@@ -3126,15 +3202,110 @@ template <typename T, int D, int ILP> __global__ void __launch_bounds__(BT__K_WG
                 bt__k_wg_load<T, BN, D>(sV + s * TILE, v, p.sv[2], j * BN, p.T, t);
                 bt__k_cp_mbar_arrive(vfull + 8 * s);
             }
+            bt__k_att_mark(p, L, 7, 256);
         }
         asm volatile("cp.async.wait_all;\n" ::: "memory");   /* every copy landed before this warpgroup exits */
     } else {
         bt__k_wg_regs_inc<BT__K_WG_CONSUMER_REGS>();
         const int w = warp >> 2, g = lane >> 2, tg = lane & 3;
         int u = 0;   /* K, V tiles consumed so far (as the producer's u) */
+        if (FLAT) {
+            /* one step a tile of all the CTA's items: S(j) = Q K(j)^T with O += P V of the tile before,
+               also across items (the first S of an item rides with the last P V of the one before; that
+               item's output is written after the step): the turns at the tensor cores never restart */
+            int64_t n = 0, L = bt__k_att_next(p, 0, nitems, &item_slot, ifull, iempty, next), pbh = 0, pL = L;
+            if (L < nitems) {
+                int rank, pr0 = 0;
+                int64_t bh = bt__k_att_work(p, L, nqt, rank);
+                int qt = nqt - 1 - rank, nt = p.causal ? qt + 1 : (p.T + BN - 1) / BN, r0 = qt * BM + 64 * w + 16 * (warp & 3) + g;
+                float o[NO], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+                uint32_t pf[BN / 16][4];
+#pragma unroll
+                for (int i = 0; i < NO; i++) o[i] = 0.f;
+                bt__k_att_mark(p, L, 0, 0);
+                bt__k_mbar_wait(qfull, 0);
+                bt__k_att_mark(p, L, 1, 0);
+                if (w == 1) bt__k_bar_arrive(1);   /* warpgroup 0 issues first */
+                for (int j = 0;;) {
+                    const int s = u % ST, sp = (u + ST - 1) % ST, qb = (int)(n & 1);
+                    const uint32_t sQ = sQ0 + qb * QT;
+                    float sc[NS];
+                    bt__k_mbar_wait(kfull + 8 * s, (u / ST) & 1);
+                    if (u > 0) bt__k_mbar_wait(vfull + 8 * sp, ((u - 1) / ST) & 1);
+                    bt__k_fence_async();
+                    bt__k_bar_sync(1 + w);
+                    if (u > 0) {
+                        bt__k_wg_pin(o);
+                        bt__k_wg_arrive();
+                        bt__k_att_fwd_s<T, D>(sc, sQ, sK + s * TILE, w);
+                        bt__k_wg_commit();
+#pragma unroll
+                        for (int kk = 0; kk < BN / 16; kk++) bt__k_wg_rs(o, pf[kk], bt__k_wg_mnmaj(sV + sp * TILE, BN, kk), (T *)0);
+                        bt__k_wg_commit();
+                    } else {
+                        bt__k_wg_arrive();
+                        bt__k_att_fwd_s<T, D>(sc, sQ, sK + s * TILE, w);
+                        bt__k_wg_commit();
+                    }
+                    bt__k_bar_arrive(2 - w);   /* warpgroup 0 takes the one left over after the last step */
+                    bt__k_wg_wait0();
+                    bt__k_wg_pin(sc); bt__k_wg_pin(o); bt__k_wg_pin_u(pf);
+                    if (j == 0) bt__k_att_mark(p, L, 2, 0);
+                    if (lane == 0) {
+                        bt__k_mbar_arrive(kempty + 8 * s);
+                        if (u > 0) bt__k_mbar_arrive(vempty + 8 * sp);
+                        if (j == nt - 1) bt__k_mbar_arrive(qempty + 8 * qb);
+                    }
+                    if (j == 0 && u > 0) {   /* the item before is complete */
+                        bt__k_att_fwd_out<T, D>(p, pbh, pr0, tg, o, l, m);
+                        bt__k_att_mark(p, pL, 4, 0);
+#pragma unroll
+                        for (int i = 0; i < NO; i++) o[i] = 0.f;
+                        m[0] = m[1] = -INFINITY;
+                        l[0] = l[1] = 0.f;
+                    }
+                    bt__k_att_fwd_softmax<T, NS, NO, ILP>(p, sc, o, m, l, pf, (p.causal && j == qt) || (j + 1) * BN > p.T, j * BN, r0, tg);
+                    u++;
+                    if (++j < nt) continue;
+                    bt__k_att_mark(p, L, 3, 0);
+                    if (p.trace && threadIdx.x == 0) {
+                        unsigned sm;
+                        asm volatile("mov.u32 %0, %%smid;\n" : "=r"(sm));
+                        p.trace[L * 8 + 5] = sm | (unsigned long long)nt << 16;
+                    }
+                    pL = L;
+                    L = bt__k_att_next(p, ++n, nitems, &item_slot, ifull, iempty, next);
+                    if (L >= nitems) break;
+                    pbh = bh; pr0 = r0;
+                    bh = bt__k_att_work(p, L, nqt, rank);
+                    qt = nqt - 1 - rank; nt = p.causal ? qt + 1 : (p.T + BN - 1) / BN; r0 = qt * BM + 64 * w + 16 * (warp & 3) + g;
+                    j = 0;
+                    bt__k_att_mark(p, L, 0, 0);
+                    bt__k_mbar_wait(qfull + 8 * (int)(n & 1), (int)((n >> 1) & 1));
+                    bt__k_att_mark(p, L, 1, 0);
+                }
+                if (w == 0) bt__k_bar_sync(1);   /* warpgroup 1's arrival after its last step */
+                {   /* the last O += P V */
+                    const int sp = (u - 1) % ST;
+                    bt__k_mbar_wait(vfull + 8 * sp, ((u - 1) / ST) & 1);
+                    bt__k_fence_async();
+                    bt__k_wg_pin(o);
+                    bt__k_wg_arrive();
+#pragma unroll
+                    for (int kk = 0; kk < BN / 16; kk++) bt__k_wg_rs(o, pf[kk], bt__k_wg_mnmaj(sV + sp * TILE, BN, kk), (T *)0);
+                    bt__k_wg_commit();
+                    bt__k_wg_wait0();
+                    bt__k_wg_pin(o);
+                    if (lane == 0) bt__k_mbar_arrive(vempty + 8 * sp);
+                }
+                bt__k_att_fwd_out<T, D>(p, bh, r0, tg, o, l, m);
+                bt__k_att_mark(p, pL, 4, 0);
+            }
+        } else
         for (int64_t n = 0;; n++) {
             const int64_t L = bt__k_att_next(p, n, nitems, &item_slot, ifull, iempty, next);
             if (L >= nitems) break;
+            bt__k_att_mark(p, L, 0, 0);
             int rank;
             const int64_t bh = bt__k_att_work(p, L, nqt, rank);
             const int qt = nqt - 1 - rank, q0 = qt * BM, nt = p.causal ? qt + 1 : (p.T + BN - 1) / BN;
@@ -3147,6 +3318,7 @@ template <typename T, int D, int ILP> __global__ void __launch_bounds__(BT__K_WG
             const int qb = (int)(n & 1);
             const uint32_t sQ = sQ0 + qb * QT;
             bt__k_mbar_wait(qfull + 8 * qb, (int)((n >> 1) & 1));
+            bt__k_att_mark(p, L, 1, 0);
             if (w == 1) bt__k_bar_arrive(1);   /* warpgroup 0 issues first */
             for (int j = 0; j < nt; j++) {
                 const int uj = u + j, s = uj % ST, sp = (uj + ST - 1) % ST;
@@ -3175,60 +3347,15 @@ template <typename T, int D, int ILP> __global__ void __launch_bounds__(BT__K_WG
                 if (w == 0 || j + 1 < nt) bt__k_bar_arrive(2 - w);   /* the other's turn (balanced: n syncs, n arrivals) */
                 bt__k_wg_wait0();
                 bt__k_wg_pin(sc); bt__k_wg_pin(o); bt__k_wg_pin_u(pf);   /* P(j-1)'s registers free from here */
+                if (j == 0) bt__k_att_mark(p, L, 2, 0);
                 if (lane == 0) {
                     bt__k_mbar_arrive(kempty + 8 * s);
                     if (j > 0) bt__k_mbar_arrive(vempty + 8 * sp);
                     if (j == nt - 1) bt__k_mbar_arrive(qempty + 8 * qb);   /* Q read for the last time */
                 }
-                /* online softmax in raw score units (scale > 0 commutes with max): P = 2^(S c2 - m c2) */
-                if ((p.causal && j == qt) || (j + 1) * BN > p.T)
-#pragma unroll
-                    for (int i = 0; i < NS; i++)
-                        if (bt__k_att_masked(p, j * BN + (i >> 2) * 8 + 2 * tg + (i & 1), r0 + ((i >> 1) & 1) * 8)) sc[i] = -INFINITY;
-                /* ILP: the row maxima and sums as 4 independent chains each (n-tile mod 4), combined at the
-                   end: one warp of each scheduler runs its softmax at a time, so the chains' latency, not
-                   the issue rate, bounds it (else one chain of 32 dependent instructions a row) */
-                float mx[2] = {m[0], m[1]}, mc[2], al[2], m4[2][4], l4[2][4];
-                if (ILP) {
-#pragma unroll
-                    for (int r = 0; r < 2; r++)
-#pragma unroll
-                        for (int c = 0; c < 4; c++) m4[r][c] = m[r];
-#pragma unroll
-                    for (int i = 0; i < NS; i++) m4[(i >> 1) & 1][(i >> 2) & 3] = fmaxf(m4[(i >> 1) & 1][(i >> 2) & 3], sc[i]);
-#pragma unroll
-                    for (int r = 0; r < 2; r++) mx[r] = fmaxf(fmaxf(m4[r][0], m4[r][1]), fmaxf(m4[r][2], m4[r][3]));
-                } else {
-#pragma unroll
-                    for (int i = 0; i < NS; i++) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], sc[i]);
-                }
-#pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-                    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-                    al[r] = bt__k_ex2((m[r] - mx[r]) * p.c2);   /* key 0 is in every row's first tile: mx finite */
-                    m[r] = mx[r];
-                    mc[r] = -mx[r] * p.c2;
-                    l[r] *= al[r];
-                }
-#pragma unroll
-                for (int r = 0; r < 2; r++)
-#pragma unroll
-                    for (int c = 0; c < 4; c++) l4[r][c] = 0.f;
-#pragma unroll
-                for (int i = 0; i < NS; i++) {
-                    float pv = bt__k_ex2(fmaf(sc[i], p.c2, mc[(i >> 1) & 1]));
-                    sc[i] = pv;
-                    if (ILP) l4[(i >> 1) & 1][(i >> 2) & 3] += pv;
-                    else l[(i >> 1) & 1] += pv;
-                }
-                if (ILP)
-#pragma unroll
-                    for (int r = 0; r < 2; r++) l[r] += (l4[r][0] + l4[r][1]) + (l4[r][2] + l4[r][3]);
-#pragma unroll
-                for (int i = 0; i < NO; i++) o[i] *= al[(i >> 1) & 1];
-                bt__k_wg_afrag<T, BN / 16>(pf, sc);
+                bt__k_att_fwd_softmax<T, NS, NO, ILP>(p, sc, o, m, l, pf, (p.causal && j == qt) || (j + 1) * BN > p.T, j * BN, r0, tg);
             }
+            bt__k_att_mark(p, L, 3, 0);
             {   /* the last O += P V, then V's stage goes back */
                 const int ul = u + nt - 1, sp = ul % ST;
                 bt__k_mbar_wait(vfull + 8 * sp, (ul / ST) & 1);
@@ -3243,16 +3370,13 @@ template <typename T, int D, int ILP> __global__ void __launch_bounds__(BT__K_WG
                 if (lane == 0) bt__k_mbar_arrive(vempty + 8 * sp);
             }
             u += nt;
-            float inv[2];
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-                l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-                inv[r] = 1.f / l[r];
-                int row = r0 + 8 * r;
-                if (tg == 0 && row < p.T && p.lse_out) p.lse_out[bh * p.T + row] = (m[r] * p.c2 + log2f(l[r])) * BT__K_ATT_LN2;
+            bt__k_att_fwd_out<T, D>(p, bh, r0, tg, o, l, m);
+            bt__k_att_mark(p, L, 4, 0);
+            if (p.trace && threadIdx.x == 0) {
+                unsigned sm;
+                asm volatile("mov.u32 %0, %%smid;\n" : "=r"(sm));
+                p.trace[L * 8 + 5] = sm | (unsigned long long)nt << 16;
             }
-            bt__k_wg_store<T, D>((T *)p.out + bt__k_att_off(p.so, bh, p.H), p.so[2], r0, p.T, o, inv);
         }
     }
 #else
@@ -3891,7 +4015,7 @@ static int bt__k_att_wg_ready(void) {
         cudaFuncAttributes a;
         if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
             cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess && major == 9 && minor == 0) {
-            if (cudaFuncGetAttributes(&a, (const void *)bt__k_att_fwd_wg<__nv_bfloat16, 64, 1>) == cudaSuccess) ok = a.sharedSizeBytes > 0;
+            if (cudaFuncGetAttributes(&a, (const void *)bt__k_att_fwd_wg<__nv_bfloat16, 64, 3>) == cudaSuccess) ok = a.sharedSizeBytes > 0;
             else (void)cudaGetLastError();   /* no image for this device: not an error of the caller's */
         }
         ready[dev] = ok ? 1 : -1;
@@ -3912,7 +4036,10 @@ static int bt__k_att_wg_use(bt_dtype dt, const bt__k_attp *p) {
    BT_ATT_DVEC_FUSED=0|1, Dvec computed by the dQ kernel (else by a pre-pass kernel);
    BT_ATT_BWD_TURNS=0|1, the backward kernels' warpgroups taking turns at the tensor cores;
    BT_ATT_FUSED_BWD=0|1, the causal D 64 backward in one kernel (else the dQ and dK/dV kernels) when
-   T <= BT_ATT_FUSED_TMAX (default 1024) */
+   T <= BT_ATT_FUSED_TMAX (default 1024); BT_ATT_FWD_FLAT=0|1, the forward's steps run across its work
+   items (else each item starts and drains its own pipeline); BT_ATT_FWD_ILP=0|1 (with FLAT=0), the
+   softmax's row maxima and sums in 4 chains (else 1); BT_ATT_TRACE=T, clocks per work item of one
+   forward call at that T (bt__k_att_fwd_trace_print) */
 static int bt__k_att_tune(const char *name, int dflt) {
     const char *e = getenv(name);
     return e && *e ? atoi(e) : dflt;
@@ -3948,13 +4075,80 @@ static size_t bt__k_att_wg_smem_fwd(int D) { return (size_t)(2 + 2 * bt__k_att_f
 static size_t bt__k_att_wg_kv_bytes(const bt__k_attp *p) { return (size_t)p->T * p->D * 2 * 2; }
 static size_t bt__k_att_wg_smem_dkv(int D, int BQ) { return (size_t)2 * 128 * D * 2 + 2 * (size_t)bt__k_att_dkv_stage(D, BQ) + 1024; }
 static size_t bt__k_att_wg_smem_dq(int D, int BK) { return (size_t)2 * 128 * D * 2 + (size_t)4 * BK * D * 2 + 1024; }
+/* BT_ATT_TRACE=T (a developer's timing aid): the third forward call at that T records SM clocks per
+   work item (consumer thread 0: 0 item start, 1 Q landed, 2 first S done, 3 last softmax done, 4 O
+   stored; 5 SM and tile count; producer thread: 6 item taken, 7 last load issued) and prints, per
+   tile count, the mean cycles of each phase, and the mean gap between an SM's items, to stderr */
+static void bt__k_att_fwd_trace_print(const unsigned long long *tr, int64_t items, int T) {
+    double sum[33][7] = {{0}};
+    int64_t cnt[33] = {0};
+    for (int64_t L = 0; L < items; L++) {
+        const unsigned long long *x = tr + L * 8;
+        int nt = (int)(x[5] >> 16);
+        if (nt < 1 || nt > 32) continue;
+        double d[7] = {(double)(x[1] - x[0]), (double)(x[2] - x[1]), nt > 1 ? (double)(x[3] - x[2]) / (nt - 1) : 0.,
+                       (double)(x[4] - x[3]), (double)(x[4] - x[0]), (double)x[0] - (double)x[6], (double)x[7] - (double)x[0]};
+        for (int k = 0; k < 7; k++) sum[nt][k] += d[k];
+        cnt[nt]++;
+    }
+    fprintf(stderr, "att_fwd trace T %d: tiles items | Q wait | first S | per later tile | last PV + store | item | producer took it before | its last load issued after start (cycles)\n", T);
+    for (int nt = 1; nt <= 32; nt++) {
+        if (!cnt[nt]) continue;
+        fprintf(stderr, "att_fwd trace %2d %5lld", nt, (long long)cnt[nt]);
+        for (int k = 0; k < 7; k++) fprintf(stderr, " | %8.0f", sum[nt][k] / cnt[nt]);
+        fprintf(stderr, "\n");
+    }
+    /* gaps: an SM's items in start order, the next start minus the last end */
+    double gap = 0., busy = 0., span = 0.;
+    int64_t ng = 0;
+    for (int sm = 0; sm < 1024; sm++) {
+        unsigned long long first = ~0ull, last = 0, prev_end = 0, prev_start = 0;
+        int any = 0;
+        for (;;) {   /* the item with the least start after prev_start (items per SM are few) */
+            int64_t best = -1;
+            for (int64_t L = 0; L < items; L++) {
+                const unsigned long long *x = tr + L * 8;
+                if ((int)(x[5] & 0xffff) != sm || (x[5] >> 16) == 0 || (any && x[0] <= prev_start)) continue;
+                if (best < 0 || x[0] < tr[best * 8]) best = L;
+            }
+            if (best < 0) break;
+            const unsigned long long *x = tr + best * 8;
+            if (any) { gap += (double)x[0] - (double)prev_end; ng++; }
+            busy += (double)(x[4] - x[0]);
+            if (x[0] < first) first = x[0];
+            if (x[4] > last) last = x[4];
+            prev_end = x[4]; prev_start = x[0]; any = 1;
+        }
+        if (any) span += (double)(last - first);
+    }
+    fprintf(stderr, "att_fwd trace T %d: mean gap between an SM's items %.0f cycles (%lld gaps); items busy %.1f%% of the SMs' spans\n", T,
+            ng ? gap / ng : 0., (long long)ng, span > 0 ? 100. * busy / span : 0.);
+}
 template <typename T> static void bt__k_att_fwd_wg_run(const bt__k_attp *p, cudaStream_t s, const char *op) {
     int64_t tiles = (p->T + 127) / 128;
     size_t hb = bt__k_att_wg_kv_bytes(p);
     int per = bt__k_att_tune("BT_ATT_PERSIST", 1) != 0;
-    void (*kern)(bt__k_attp) = bt__k_att_tune("BT_ATT_FWD_ILP", 1) ? (p->D == 64 ? bt__k_att_fwd_wg<T, 64, 1> : bt__k_att_fwd_wg<T, 128, 1>)
-                                                                   : (p->D == 64 ? bt__k_att_fwd_wg<T, 64, 0> : bt__k_att_fwd_wg<T, 128, 0>);
-    bt__k_att_wg_launch(kern, *p, tiles, hb, per, bt__k_att_wg_smem_fwd((int)p->D), s, op);
+    void (*kern)(bt__k_attp) = p->D == 64 ? bt__k_att_fwd_wg<T, 64, 3> : bt__k_att_fwd_wg<T, 128, 3>;
+    if (!bt__k_att_tune("BT_ATT_FWD_FLAT", 1))
+        kern = bt__k_att_tune("BT_ATT_FWD_ILP", 1) ? (p->D == 64 ? bt__k_att_fwd_wg<T, 64, 1> : bt__k_att_fwd_wg<T, 128, 1>)
+                                                   : (p->D == 64 ? bt__k_att_fwd_wg<T, 64, 0> : bt__k_att_fwd_wg<T, 128, 0>);
+    static int calls_at_T = 0;   /* the third call at that T is traced (warm caches and clocks) */
+    if (bt__k_att_tune("BT_ATT_TRACE", 0) != p->T || ++calls_at_T != 3) {
+        bt__k_att_wg_launch(kern, *p, tiles, hb, per, bt__k_att_wg_smem_fwd((int)p->D), s, op);
+        return;
+    }
+    bt__k_attp q = *p;
+    const int64_t items = (p->bh1 - p->bh0) * tiles;
+    q.trace = (unsigned long long *)bt__k_scratch((size_t)items * 64, s);
+    BT__K_CUDA(cudaMemsetAsync(q.trace, 0, (size_t)items * 64, s), op);
+    bt__k_att_wg_launch(kern, q, tiles, hb, per, bt__k_att_wg_smem_fwd((int)p->D), s, op);
+    unsigned long long *h = (unsigned long long *)malloc((size_t)items * 64);
+    if (!h) bt_error("%s: trace: out of host memory (%lld items)", op, (long long)items);
+    BT__K_CUDA(cudaMemcpyAsync(h, q.trace, (size_t)items * 64, cudaMemcpyDeviceToHost, s), op);
+    BT__K_CUDA(cudaStreamSynchronize(s), op);
+    bt__k_att_fwd_trace_print(h, items, p->T);
+    free(h);
+    bt_free(q.trace);
 }
 /* the fused backward (causal, D 64): Dvec by the pre-pass, then the kernel over chunks of heads
    whose fp32 dQ sums (32 KiB a query tile of 128: 50 MiB at B 16, H 12, T 1024; 403 MB at B 128)

@@ -1129,11 +1129,15 @@ static void test_attention_hopper(void) {
     attn_case(BT_BF16, BT_MATMUL_FP32, 4, 37, 200, 64, 1, 1, 1, 5);
     attn_case(BT_F16, BT_MATMUL_FP32, 1, 3, 257, 64, 0, 0, 1, 1);
     unsetenv("BT_ATT_FUSED_BWD");
-    /* the forward's softmax with one max / sum chain a row (BT_ATT_FWD_ILP=0) instead of 4 */
+    /* the forward with a pipeline per work item (BT_ATT_FWD_FLAT=0; several items a CTA), its softmax
+       with 4 max / sum chains a row, then one (BT_ATT_FWD_ILP=0) */
+    setenv("BT_ATT_FWD_FLAT", "0", 1);
+    attn_case(BT_BF16, BT_MATMUL_FP32, 4, 37, 200, 64, 1, 0, 1, 5);
+    attn_case(BT_F16, BT_MATMUL_FP32, 2, 37, 200, 128, 0, 0, 0, 5);
     setenv("BT_ATT_FWD_ILP", "0", 1);
-    attn_case(BT_BF16, BT_MATMUL_FP32, 2, 3, 300, 64, 1, 0, 1, 1);
-    attn_case(BT_F16, BT_MATMUL_FP32, 1, 2, 300, 128, 0, 0, 0, 1);
-    unsetenv("BT_ATT_FWD_ILP");
+    attn_case(BT_BF16, BT_MATMUL_FP32, 4, 37, 200, 64, 1, 0, 1, 5);
+    attn_case(BT_F16, BT_MATMUL_FP32, 2, 37, 300, 128, 0, 0, 0, 1);
+    unsetenv("BT_ATT_FWD_ILP"); unsetenv("BT_ATT_FWD_FLAT");
     /* the fused backward over chunks of heads: a dQ-sum cap of 3 heads at T 200 (2 query tiles of
        32 KiB a head) splits B H = 10 into 3 + 3 + 3 + 1 launches; bits twice */
     size_t prev_cap = bt_k_attention_scratch_cap(3 * 2 * 32768);
