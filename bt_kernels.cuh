@@ -4036,9 +4036,9 @@ static int bt__k_att_wg_use(bt_dtype dt, const bt__k_attp *p) {
    BT_ATT_DVEC_FUSED=0|1, Dvec computed by the dQ kernel (else by a pre-pass kernel);
    BT_ATT_BWD_TURNS=0|1, the backward kernels' warpgroups taking turns at the tensor cores;
    BT_ATT_FUSED_BWD=0|1, the causal D 64 backward in one kernel (else the dQ and dK/dV kernels) when
-   T <= BT_ATT_FUSED_TMAX (default 1024); BT_ATT_FWD_FLAT=0|1, the forward's steps run across its work
-   items (else each item starts and drains its own pipeline); BT_ATT_FWD_ILP=0|1 (with FLAT=0), the
-   softmax's row maxima and sums in 4 chains (else 1); BT_ATT_TRACE=T, clocks per work item of one
+   T <= BT_ATT_FUSED_TMAX (default 4096); BT_ATT_FWD_FLAT=0|1 (default 0), the forward's steps run across
+   its work items (else each item starts and drains its own pipeline); BT_ATT_FWD_ILP=0|1 (default 0,
+   with FLAT=0), the softmax's row maxima and sums in 4 chains (else 1); BT_ATT_TRACE=T, clocks per work item of one
    forward call at that T (bt__k_att_fwd_trace_print) */
 static int bt__k_att_tune(const char *name, int dflt) {
     const char *e = getenv(name);
@@ -4129,8 +4129,8 @@ template <typename T> static void bt__k_att_fwd_wg_run(const bt__k_attp *p, cuda
     size_t hb = bt__k_att_wg_kv_bytes(p);
     int per = bt__k_att_tune("BT_ATT_PERSIST", 1) != 0;
     void (*kern)(bt__k_attp) = p->D == 64 ? bt__k_att_fwd_wg<T, 64, 3> : bt__k_att_fwd_wg<T, 128, 3>;
-    if (!bt__k_att_tune("BT_ATT_FWD_FLAT", 1))
-        kern = bt__k_att_tune("BT_ATT_FWD_ILP", 1) ? (p->D == 64 ? bt__k_att_fwd_wg<T, 64, 1> : bt__k_att_fwd_wg<T, 128, 1>)
+    if (!bt__k_att_tune("BT_ATT_FWD_FLAT", 0))   /* measured: the flat loop ~5% more cycles an item, 4 chains 2-3% more a tile */
+        kern = bt__k_att_tune("BT_ATT_FWD_ILP", 0) ? (p->D == 64 ? bt__k_att_fwd_wg<T, 64, 1> : bt__k_att_fwd_wg<T, 128, 1>)
                                                    : (p->D == 64 ? bt__k_att_fwd_wg<T, 64, 0> : bt__k_att_fwd_wg<T, 128, 0>);
     static int calls_at_T = 0;   /* the third call at that T is traced (warm caches and clocks) */
     if (bt__k_att_tune("BT_ATT_TRACE", 0) != p->T || ++calls_at_T != 3) {
@@ -4270,9 +4270,10 @@ BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t 
     unsigned tiles = (unsigned)((Tn + 63) / 64), nb = bt__k_blocks(B * H * Tn * 32, 256);
     int dp = bt__k_att_dp(D), wg = bt__k_att_wg_use(dt, &p);
     if (wg) p.turns = bt__k_att_tune("BT_ATT_BWD_TURNS", 1) != 0;
-    /* one kernel, 5 products: measured faster at T 512 and 1024, slower from 2048 on (the dQ sums wait longer) */
+    /* one kernel, 5 products: measured faster than the two kernels at T 512 - 4096 (3288 vs 3867 us at T 4096,
+       H100, session attn4); longer T not measured */
     if (wg && D == 64 && p.causal && bt__k_att_tune("BT_ATT_FUSED_BWD", 1) &&
-        Tn <= bt__k_att_tune("BT_ATT_FUSED_TMAX", 1024)) {
+        Tn <= bt__k_att_tune("BT_ATT_FUSED_TMAX", 4096)) {
         if (dt == BT_BF16) bt__k_att_bwd_fused_run<__nv_bfloat16>(&p, s, op);
         else bt__k_att_bwd_fused_run<__half>(&p, s, op);
         bt_free(dvec);

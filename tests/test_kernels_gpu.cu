@@ -1129,12 +1129,13 @@ static void test_attention_hopper(void) {
     attn_case(BT_BF16, BT_MATMUL_FP32, 4, 37, 200, 64, 1, 1, 1, 5);
     attn_case(BT_F16, BT_MATMUL_FP32, 1, 3, 257, 64, 0, 0, 1, 1);
     unsetenv("BT_ATT_FUSED_BWD");
-    /* the forward with a pipeline per work item (BT_ATT_FWD_FLAT=0; several items a CTA), its softmax
-       with 4 max / sum chains a row, then one (BT_ATT_FWD_ILP=0) */
-    setenv("BT_ATT_FWD_FLAT", "0", 1);
+    /* the forward's tried loops: steps across work items (BT_ATT_FWD_FLAT=1; several items a CTA), and
+       the per-item loop with 4 max / sum chains a row (BT_ATT_FWD_ILP=1) */
+    setenv("BT_ATT_FWD_FLAT", "1", 1);
     attn_case(BT_BF16, BT_MATMUL_FP32, 4, 37, 200, 64, 1, 0, 1, 5);
     attn_case(BT_F16, BT_MATMUL_FP32, 2, 37, 200, 128, 0, 0, 0, 5);
-    setenv("BT_ATT_FWD_ILP", "0", 1);
+    setenv("BT_ATT_FWD_FLAT", "0", 1);
+    setenv("BT_ATT_FWD_ILP", "1", 1);
     attn_case(BT_BF16, BT_MATMUL_FP32, 4, 37, 200, 64, 1, 0, 1, 5);
     attn_case(BT_F16, BT_MATMUL_FP32, 2, 37, 300, 128, 0, 0, 0, 1);
     unsetenv("BT_ATT_FWD_ILP"); unsetenv("BT_ATT_FWD_FLAT");
@@ -1144,9 +1145,10 @@ static void test_attention_hopper(void) {
     seed(1420);
     attn_case(BT_BF16, BT_MATMUL_FP32, 2, 5, 200, 64, 1, 1, 1, 1);
     bt_k_attention_scratch_cap(prev_cap);
-    /* the fused backward past its default T (BT_ATT_FUSED_TMAX): 9 query tiles (a dQ sum of 9 parts), f16,
-       bits twice */
-    setenv("BT_ATT_FUSED_TMAX", "4096", 1);
+    /* the fused backward beyond T 1024: 9 query tiles (a dQ sum of 9 parts), f16, bits twice; then the
+       same T on the two kernels (BT_ATT_FUSED_TMAX below it) */
+    attn_case(BT_F16, BT_MATMUL_FP32, 1, 3, g_quick ? 257 : 1100, 64, 0, 1, 1, 1);
+    setenv("BT_ATT_FUSED_TMAX", "256", 1);
     attn_case(BT_F16, BT_MATMUL_FP32, 1, 3, g_quick ? 257 : 1100, 64, 0, 1, 1, 1);
     unsetenv("BT_ATT_FUSED_TMAX");
     if (prev_l2) setenv("BT_ATT_L2_MB", saved, 1);
