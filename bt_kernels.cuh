@@ -3151,9 +3151,8 @@ __host__ __device__ constexpr int bt__k_att_fwd_st(int D) { return D == 64 ? 3 :
    with a persistent grid (one CTA per SM), several a CTA: the producer then loads the next item's
    Q (its own buffer: items alternate between two), K(0), V(0) while the consumers finish the last
    one. smem Q 2 x 128 x D, K and V ST x 128 x D -- */
-template <typename T, int D, int MODE> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt__k_att_fwd_wg(bt__k_attp p) {
+template <typename T, int D, int ILP> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt__k_att_fwd_wg(bt__k_attp p) {
 #ifdef BT__K_WG
-    enum { ILP = MODE & 1, FLAT = MODE & 2 };
     enum { BM = 128, BN = 128, ST = bt__k_att_fwd_st(D), TILE = BN * D * 2, NS = BN / 2, NO = D / 2, QT = BM * D * 2 };
     /* K full, K empty, V full, V empty (ST each), Q full, Q empty (2 each), item full, item empty
        (static: marks the sm_90a build) */
@@ -3209,99 +3208,6 @@ template <typename T, int D, int MODE> __global__ void __launch_bounds__(BT__K_W
         bt__k_wg_regs_inc<BT__K_WG_CONSUMER_REGS>();
         const int w = warp >> 2, g = lane >> 2, tg = lane & 3;
         int u = 0;   /* K, V tiles consumed so far (as the producer's u) */
-        if (FLAT) {
-            /* one step a tile of all the CTA's items: S(j) = Q K(j)^T with O += P V of the tile before,
-               also across items (the first S of an item rides with the last P V of the one before; that
-               item's output is written after the step): the turns at the tensor cores never restart */
-            int64_t n = 0, L = bt__k_att_next(p, 0, nitems, &item_slot, ifull, iempty, next), pbh = 0, pL = L;
-            if (L < nitems) {
-                int rank, pr0 = 0;
-                int64_t bh = bt__k_att_work(p, L, nqt, rank);
-                int qt = nqt - 1 - rank, nt = p.causal ? qt + 1 : (p.T + BN - 1) / BN, r0 = qt * BM + 64 * w + 16 * (warp & 3) + g;
-                float o[NO], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-                uint32_t pf[BN / 16][4];
-#pragma unroll
-                for (int i = 0; i < NO; i++) o[i] = 0.f;
-                bt__k_att_mark(p, L, 0, 0);
-                bt__k_mbar_wait(qfull, 0);
-                bt__k_att_mark(p, L, 1, 0);
-                if (w == 1) bt__k_bar_arrive(1);   /* warpgroup 0 issues first */
-                for (int j = 0;;) {
-                    const int s = u % ST, sp = (u + ST - 1) % ST, qb = (int)(n & 1);
-                    const uint32_t sQ = sQ0 + qb * QT;
-                    float sc[NS];
-                    bt__k_mbar_wait(kfull + 8 * s, (u / ST) & 1);
-                    if (u > 0) bt__k_mbar_wait(vfull + 8 * sp, ((u - 1) / ST) & 1);
-                    bt__k_fence_async();
-                    bt__k_bar_sync(1 + w);
-                    if (u > 0) {
-                        bt__k_wg_pin(o);
-                        bt__k_wg_arrive();
-                        bt__k_att_fwd_s<T, D>(sc, sQ, sK + s * TILE, w);
-                        bt__k_wg_commit();
-#pragma unroll
-                        for (int kk = 0; kk < BN / 16; kk++) bt__k_wg_rs(o, pf[kk], bt__k_wg_mnmaj(sV + sp * TILE, BN, kk), (T *)0);
-                        bt__k_wg_commit();
-                    } else {
-                        bt__k_wg_arrive();
-                        bt__k_att_fwd_s<T, D>(sc, sQ, sK + s * TILE, w);
-                        bt__k_wg_commit();
-                    }
-                    bt__k_bar_arrive(2 - w);   /* warpgroup 0 takes the one left over after the last step */
-                    bt__k_wg_wait0();
-                    bt__k_wg_pin(sc); bt__k_wg_pin(o); bt__k_wg_pin_u(pf);
-                    if (j == 0) bt__k_att_mark(p, L, 2, 0);
-                    if (lane == 0) {
-                        bt__k_mbar_arrive(kempty + 8 * s);
-                        if (u > 0) bt__k_mbar_arrive(vempty + 8 * sp);
-                        if (j == nt - 1) bt__k_mbar_arrive(qempty + 8 * qb);
-                    }
-                    if (j == 0 && u > 0) {   /* the item before is complete */
-                        bt__k_att_fwd_out<T, D>(p, pbh, pr0, tg, o, l, m);
-                        bt__k_att_mark(p, pL, 4, 0);
-#pragma unroll
-                        for (int i = 0; i < NO; i++) o[i] = 0.f;
-                        m[0] = m[1] = -INFINITY;
-                        l[0] = l[1] = 0.f;
-                    }
-                    bt__k_att_fwd_softmax<T, NS, NO, ILP>(p, sc, o, m, l, pf, (p.causal && j == qt) || (j + 1) * BN > p.T, j * BN, r0, tg);
-                    u++;
-                    if (++j < nt) continue;
-                    bt__k_att_mark(p, L, 3, 0);
-                    if (p.trace && threadIdx.x == 0) {
-                        unsigned sm;
-                        asm volatile("mov.u32 %0, %%smid;\n" : "=r"(sm));
-                        p.trace[L * 8 + 5] = sm | (unsigned long long)nt << 16;
-                    }
-                    pL = L;
-                    L = bt__k_att_next(p, ++n, nitems, &item_slot, ifull, iempty, next);
-                    if (L >= nitems) break;
-                    pbh = bh; pr0 = r0;
-                    bh = bt__k_att_work(p, L, nqt, rank);
-                    qt = nqt - 1 - rank; nt = p.causal ? qt + 1 : (p.T + BN - 1) / BN; r0 = qt * BM + 64 * w + 16 * (warp & 3) + g;
-                    j = 0;
-                    bt__k_att_mark(p, L, 0, 0);
-                    bt__k_mbar_wait(qfull + 8 * (int)(n & 1), (int)((n >> 1) & 1));
-                    bt__k_att_mark(p, L, 1, 0);
-                }
-                if (w == 0) bt__k_bar_sync(1);   /* warpgroup 1's arrival after its last step */
-                {   /* the last O += P V */
-                    const int sp = (u - 1) % ST;
-                    bt__k_mbar_wait(vfull + 8 * sp, ((u - 1) / ST) & 1);
-                    bt__k_fence_async();
-                    bt__k_wg_pin(o);
-                    bt__k_wg_arrive();
-#pragma unroll
-                    for (int kk = 0; kk < BN / 16; kk++) bt__k_wg_rs(o, pf[kk], bt__k_wg_mnmaj(sV + sp * TILE, BN, kk), (T *)0);
-                    bt__k_wg_commit();
-                    bt__k_wg_wait0();
-                    bt__k_wg_pin(o);
-                    if (lane == 0) bt__k_mbar_arrive(vempty + 8 * sp);
-                }
-                bt__k_att_fwd_out<T, D>(p, bh, r0, tg, o, l, m);
-                bt__k_att_mark(p, pL, 4, 0);
-            }
-        } else
         for (int64_t n = 0;; n++) {
             const int64_t L = bt__k_att_next(p, n, nitems, &item_slot, ifull, iempty, next);
             if (L >= nitems) break;
@@ -4015,7 +3921,7 @@ static int bt__k_att_wg_ready(void) {
         cudaFuncAttributes a;
         if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
             cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess && major == 9 && minor == 0) {
-            if (cudaFuncGetAttributes(&a, (const void *)bt__k_att_fwd_wg<__nv_bfloat16, 64, 3>) == cudaSuccess) ok = a.sharedSizeBytes > 0;
+            if (cudaFuncGetAttributes(&a, (const void *)bt__k_att_fwd_wg<__nv_bfloat16, 64, 0>) == cudaSuccess) ok = a.sharedSizeBytes > 0;
             else (void)cudaGetLastError();   /* no image for this device: not an error of the caller's */
         }
         ready[dev] = ok ? 1 : -1;
@@ -4036,9 +3942,8 @@ static int bt__k_att_wg_use(bt_dtype dt, const bt__k_attp *p) {
    BT_ATT_DVEC_FUSED=0|1, Dvec computed by the dQ kernel (else by a pre-pass kernel);
    BT_ATT_BWD_TURNS=0|1, the backward kernels' warpgroups taking turns at the tensor cores;
    BT_ATT_FUSED_BWD=0|1, the causal D 64 backward in one kernel (else the dQ and dK/dV kernels) when
-   T <= BT_ATT_FUSED_TMAX (default 4096); BT_ATT_FWD_FLAT=0|1 (default 0), the forward's steps run across
-   its work items (else each item starts and drains its own pipeline); BT_ATT_FWD_ILP=0|1 (default 0,
-   with FLAT=0), the softmax's row maxima and sums in 4 chains (else 1); BT_ATT_TRACE=T, clocks per work item of one
+   T <= BT_ATT_FUSED_TMAX (default 4096); BT_ATT_FWD_ILP=0|1 (default 0), the forward softmax's row
+   maxima and sums in 4 chains (else 1); BT_ATT_TRACE=T, clocks per work item of one
    forward call at that T (bt__k_att_fwd_trace_print) */
 static int bt__k_att_tune(const char *name, int dflt) {
     const char *e = getenv(name);
@@ -4128,10 +4033,9 @@ template <typename T> static void bt__k_att_fwd_wg_run(const bt__k_attp *p, cuda
     int64_t tiles = (p->T + 127) / 128;
     size_t hb = bt__k_att_wg_kv_bytes(p);
     int per = bt__k_att_tune("BT_ATT_PERSIST", 1) != 0;
-    void (*kern)(bt__k_attp) = p->D == 64 ? bt__k_att_fwd_wg<T, 64, 3> : bt__k_att_fwd_wg<T, 128, 3>;
-    if (!bt__k_att_tune("BT_ATT_FWD_FLAT", 0))   /* measured: the flat loop ~5% more cycles an item, 4 chains 2-3% more a tile */
-        kern = bt__k_att_tune("BT_ATT_FWD_ILP", 0) ? (p->D == 64 ? bt__k_att_fwd_wg<T, 64, 1> : bt__k_att_fwd_wg<T, 128, 1>)
-                                                   : (p->D == 64 ? bt__k_att_fwd_wg<T, 64, 0> : bt__k_att_fwd_wg<T, 128, 0>);
+    /* 4 chains: measured 2-3% more cycles a tile (per-item traces, H100) */
+    void (*kern)(bt__k_attp) = bt__k_att_tune("BT_ATT_FWD_ILP", 0) ? (p->D == 64 ? bt__k_att_fwd_wg<T, 64, 1> : bt__k_att_fwd_wg<T, 128, 1>)
+                                                                   : (p->D == 64 ? bt__k_att_fwd_wg<T, 64, 0> : bt__k_att_fwd_wg<T, 128, 0>);
     static int calls_at_T = 0;   /* the third call at that T is traced (warm caches and clocks) */
     if (bt__k_att_tune("BT_ATT_TRACE", 0) != p->T || ++calls_at_T != 3) {
         bt__k_att_wg_launch(kern, *p, tiles, hb, per, bt__k_att_wg_smem_fwd((int)p->D), s, op);

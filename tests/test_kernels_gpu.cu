@@ -1129,16 +1129,11 @@ static void test_attention_hopper(void) {
     attn_case(BT_BF16, BT_MATMUL_FP32, 4, 37, 200, 64, 1, 1, 1, 5);
     attn_case(BT_F16, BT_MATMUL_FP32, 1, 3, 257, 64, 0, 0, 1, 1);
     unsetenv("BT_ATT_FUSED_BWD");
-    /* the forward's tried loops: steps across work items (BT_ATT_FWD_FLAT=1; several items a CTA), and
-       the per-item loop with 4 max / sum chains a row (BT_ATT_FWD_ILP=1) */
-    setenv("BT_ATT_FWD_FLAT", "1", 1);
-    attn_case(BT_BF16, BT_MATMUL_FP32, 4, 37, 200, 64, 1, 0, 1, 5);
-    attn_case(BT_F16, BT_MATMUL_FP32, 2, 37, 200, 128, 0, 0, 0, 5);
-    setenv("BT_ATT_FWD_FLAT", "0", 1);
+    /* the forward softmax's row max / sum in 4 chains (BT_ATT_FWD_ILP=1; several items a CTA) */
     setenv("BT_ATT_FWD_ILP", "1", 1);
     attn_case(BT_BF16, BT_MATMUL_FP32, 4, 37, 200, 64, 1, 0, 1, 5);
     attn_case(BT_F16, BT_MATMUL_FP32, 2, 37, 300, 128, 0, 0, 0, 1);
-    unsetenv("BT_ATT_FWD_ILP"); unsetenv("BT_ATT_FWD_FLAT");
+    unsetenv("BT_ATT_FWD_ILP");
     /* the fused backward over chunks of heads: a dQ-sum cap of 3 heads at T 200 (2 query tiles of
        32 KiB a head) splits B H = 10 into 3 + 3 + 3 + 1 launches; bits twice */
     size_t prev_cap = bt_k_attention_scratch_cap(3 * 2 * 32768);
