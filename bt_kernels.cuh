@@ -2019,6 +2019,7 @@ typedef struct {
                            as the SMs free up; NULL: a fixed snake order (bt__k_att_item) */
     float *dqacc;       /* fused wgmma backward: fp32 dQ sums, a 128 x 64 tile per (head - bh0, query tile) */
     int *dqcnt;         /* fused wgmma backward: dQ parts added per (head - bh0, query tile), zeroed per launch */
+    unsigned long long *trace;   /* wgmma forward, BT_ATT_TRACE: 8 clocks a work item (bt__k_att_fwd_trace) */
     int H, T, D, vec, vec_out;
     int causal;         /* 1: key j > query i masked; 0: every query sees every key */
     float c2, scale;   /* c2 = scale log2(e) */
@@ -3080,6 +3081,79 @@ __device__ __forceinline__ void bt__k_att_fwd_s(float (&sc)[64], uint32_t sQ, ui
         bt__k_wg_ss(sc, bt__k_wg_kmaj(sQ, 128, 64 * w, kd), bt__k_wg_kmaj(sKs, 128, 0, kd), kd > 0, (T *)0);
 }
 
+/* BT_ATT_TRACE (timing only): thread th writes the SM clock into slot k of work item L's 8 */
+__device__ __forceinline__ void bt__k_att_mark(const bt__k_attp &p, int64_t L, int k, int th) {
+    if (p.trace && threadIdx.x == th) p.trace[L * 8 + k] = clock64();
+}
+/* the forward's online softmax of this thread's part of a 64 x 128 score tile (keys k0 .., rows r0 and
+   r0 + 8; masked first when edge), in raw score units (scale > 0 commutes with max): m the row max,
+   l the row sum (in units of m), O rescaled by 2^((m_old - m) c2), P = 2^(S c2 - m c2) rounded into
+   the A fragments pf. ILP: the row maxima and sums as 4 independent chains each (n-tile mod 4),
+   combined at the end: one warp of each scheduler runs its softmax at a time, so the chains'
+   latency, not the issue rate, bounds it (else one chain of 32 dependent instructions a row) */
+template <typename T, int NS, int NO, int ILP>
+__device__ __forceinline__ void bt__k_att_fwd_softmax(const bt__k_attp &p, float (&sc)[NS], float (&o)[NO], float (&m)[2],
+                                                      float (&l)[2], uint32_t (&pf)[NS / 8][4], int edge, int k0, int r0, int tg) {
+    if (edge)
+#pragma unroll
+        for (int i = 0; i < NS; i++)
+            if (bt__k_att_masked(p, k0 + (i >> 2) * 8 + 2 * tg + (i & 1), r0 + ((i >> 1) & 1) * 8)) sc[i] = -INFINITY;
+    float mx[2] = {m[0], m[1]}, mc[2], al[2], m4[2][4], l4[2][4];
+    if (ILP) {
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) m4[r][c] = m[r];
+#pragma unroll
+        for (int i = 0; i < NS; i++) m4[(i >> 1) & 1][(i >> 2) & 3] = fmaxf(m4[(i >> 1) & 1][(i >> 2) & 3], sc[i]);
+#pragma unroll
+        for (int r = 0; r < 2; r++) mx[r] = fmaxf(fmaxf(m4[r][0], m4[r][1]), fmaxf(m4[r][2], m4[r][3]));
+    } else {
+#pragma unroll
+        for (int i = 0; i < NS; i++) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], sc[i]);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        al[r] = bt__k_ex2((m[r] - mx[r]) * p.c2);   /* key 0 is in every row's first tile: mx finite */
+        m[r] = mx[r];
+        mc[r] = -mx[r] * p.c2;
+        l[r] *= al[r];
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) l4[r][c] = 0.f;
+#pragma unroll
+    for (int i = 0; i < NS; i++) {
+        float pv = bt__k_ex2(fmaf(sc[i], p.c2, mc[(i >> 1) & 1]));
+        sc[i] = pv;
+        if (ILP) l4[(i >> 1) & 1][(i >> 2) & 3] += pv;
+        else l[(i >> 1) & 1] += pv;
+    }
+    if (ILP)
+#pragma unroll
+        for (int r = 0; r < 2; r++) l[r] += (l4[r][0] + l4[r][1]) + (l4[r][2] + l4[r][3]);
+#pragma unroll
+    for (int i = 0; i < NO; i++) o[i] *= al[(i >> 1) & 1];
+    bt__k_wg_afrag<T, NS / 8>(pf, sc);
+}
+/* the forward's output rows r0 and r0 + 8 of head bh: O / l (the quad's sums) and lse */
+template <typename T, int D>
+__device__ __forceinline__ void bt__k_att_fwd_out(const bt__k_attp &p, int64_t bh, int r0, int tg, const float (&o)[D / 2],
+                                                  float (&l)[2], const float (&m)[2]) {
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        inv[r] = 1.f / l[r];
+        int row = r0 + 8 * r;
+        if (tg == 0 && row < p.T && p.lse_out) p.lse_out[bh * p.T + row] = (m[r] * p.c2 + log2f(l[r])) * BT__K_ATT_LN2;
+    }
+    bt__k_wg_store<T, D>((T *)p.out + bt__k_att_off(p.so, bh, p.H), p.so[2], r0, p.T, o, inv);
+}
 /* stages of the forward's K and V rings: 3 at D 64 (the next item's first tiles load under the last
    item's end), 2 at D 128 (shared memory) */
 __host__ __device__ constexpr int bt__k_att_fwd_st(int D) { return D == 64 ? 3 : 2; }
@@ -3087,7 +3161,7 @@ __host__ __device__ constexpr int bt__k_att_fwd_st(int D) { return D == 64 ? 3 :
    with a persistent grid (one CTA per SM), several a CTA: the producer then loads the next item's
    Q (its own buffer: items alternate between two), K(0), V(0) while the consumers finish the last
    one. smem Q 2 x 128 x D, K and V ST x 128 x D -- */
-template <typename T, int D> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt__k_att_fwd_wg(bt__k_attp p) {
+template <typename T, int D, int ILP> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt__k_att_fwd_wg(bt__k_attp p) {
 #ifdef BT__K_WG
     enum { BM = 128, BN = 128, ST = bt__k_att_fwd_st(D), TILE = BN * D * 2, NS = BN / 2, NO = D / 2, QT = BM * D * 2 };
     /* K full, K empty, V full, V empty (ST each), Q full, Q empty (2 each), item full, item empty
@@ -3118,6 +3192,7 @@ template <typename T, int D> __global__ void __launch_bounds__(BT__K_WG_THREADS,
         for (int64_t n = 0;; n++) {
             const int64_t L = bt__k_att_next(p, n, nitems, &item_slot, ifull, iempty, next);
             if (L >= nitems) break;
+            bt__k_att_mark(p, L, 6, 256);
             int rank;
             const int64_t bh = bt__k_att_work(p, L, nqt, rank);
             const int qt = nqt - 1 - rank, nt = p.causal ? qt + 1 : (p.T + BN - 1) / BN;
@@ -3136,6 +3211,7 @@ template <typename T, int D> __global__ void __launch_bounds__(BT__K_WG_THREADS,
                 bt__k_wg_load<T, BN, D>(sV + s * TILE, v, p.sv[2], j * BN, p.T, t);
                 bt__k_cp_mbar_arrive(vfull + 8 * s);
             }
+            bt__k_att_mark(p, L, 7, 256);
         }
         asm volatile("cp.async.wait_all;\n" ::: "memory");   /* every copy landed before this warpgroup exits */
     } else {
@@ -3145,6 +3221,7 @@ template <typename T, int D> __global__ void __launch_bounds__(BT__K_WG_THREADS,
         for (int64_t n = 0;; n++) {
             const int64_t L = bt__k_att_next(p, n, nitems, &item_slot, ifull, iempty, next);
             if (L >= nitems) break;
+            bt__k_att_mark(p, L, 0, 0);
             int rank;
             const int64_t bh = bt__k_att_work(p, L, nqt, rank);
             const int qt = nqt - 1 - rank, q0 = qt * BM, nt = p.causal ? qt + 1 : (p.T + BN - 1) / BN;
@@ -3157,6 +3234,7 @@ template <typename T, int D> __global__ void __launch_bounds__(BT__K_WG_THREADS,
             const int qb = (int)(n & 1);
             const uint32_t sQ = sQ0 + qb * QT;
             bt__k_mbar_wait(qfull + 8 * qb, (int)((n >> 1) & 1));
+            bt__k_att_mark(p, L, 1, 0);
             if (w == 1) bt__k_bar_arrive(1);   /* warpgroup 0 issues first */
             for (int j = 0; j < nt; j++) {
                 const int uj = u + j, s = uj % ST, sp = (uj + ST - 1) % ST;
@@ -3185,38 +3263,15 @@ template <typename T, int D> __global__ void __launch_bounds__(BT__K_WG_THREADS,
                 if (w == 0 || j + 1 < nt) bt__k_bar_arrive(2 - w);   /* the other's turn (balanced: n syncs, n arrivals) */
                 bt__k_wg_wait0();
                 bt__k_wg_pin(sc); bt__k_wg_pin(o); bt__k_wg_pin_u(pf);   /* P(j-1)'s registers free from here */
+                if (j == 0) bt__k_att_mark(p, L, 2, 0);
                 if (lane == 0) {
                     bt__k_mbar_arrive(kempty + 8 * s);
                     if (j > 0) bt__k_mbar_arrive(vempty + 8 * sp);
                     if (j == nt - 1) bt__k_mbar_arrive(qempty + 8 * qb);   /* Q read for the last time */
                 }
-                /* online softmax in raw score units (scale > 0 commutes with max): P = 2^(S c2 - m c2) */
-                if ((p.causal && j == qt) || (j + 1) * BN > p.T)
-#pragma unroll
-                    for (int i = 0; i < NS; i++)
-                        if (bt__k_att_masked(p, j * BN + (i >> 2) * 8 + 2 * tg + (i & 1), r0 + ((i >> 1) & 1) * 8)) sc[i] = -INFINITY;
-                float mx[2] = {m[0], m[1]}, mc[2], al[2];
-#pragma unroll
-                for (int i = 0; i < NS; i++) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], sc[i]);
-#pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-                    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-                    al[r] = bt__k_ex2((m[r] - mx[r]) * p.c2);   /* key 0 is in every row's first tile: mx finite */
-                    m[r] = mx[r];
-                    mc[r] = -mx[r] * p.c2;
-                    l[r] *= al[r];
-                }
-#pragma unroll
-                for (int i = 0; i < NS; i++) {
-                    float pv = bt__k_ex2(fmaf(sc[i], p.c2, mc[(i >> 1) & 1]));
-                    sc[i] = pv;
-                    l[(i >> 1) & 1] += pv;
-                }
-#pragma unroll
-                for (int i = 0; i < NO; i++) o[i] *= al[(i >> 1) & 1];
-                bt__k_wg_afrag<T, BN / 16>(pf, sc);
+                bt__k_att_fwd_softmax<T, NS, NO, ILP>(p, sc, o, m, l, pf, (p.causal && j == qt) || (j + 1) * BN > p.T, j * BN, r0, tg);
             }
+            bt__k_att_mark(p, L, 3, 0);
             {   /* the last O += P V, then V's stage goes back */
                 const int ul = u + nt - 1, sp = ul % ST;
                 bt__k_mbar_wait(vfull + 8 * sp, (ul / ST) & 1);
@@ -3231,16 +3286,13 @@ template <typename T, int D> __global__ void __launch_bounds__(BT__K_WG_THREADS,
                 if (lane == 0) bt__k_mbar_arrive(vempty + 8 * sp);
             }
             u += nt;
-            float inv[2];
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-                l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-                inv[r] = 1.f / l[r];
-                int row = r0 + 8 * r;
-                if (tg == 0 && row < p.T && p.lse_out) p.lse_out[bh * p.T + row] = (m[r] * p.c2 + log2f(l[r])) * BT__K_ATT_LN2;
+            bt__k_att_fwd_out<T, D>(p, bh, r0, tg, o, l, m);
+            bt__k_att_mark(p, L, 4, 0);
+            if (p.trace && threadIdx.x == 0) {
+                unsigned sm;
+                asm volatile("mov.u32 %0, %%smid;\n" : "=r"(sm));
+                p.trace[L * 8 + 5] = sm | (unsigned long long)nt << 16;
             }
-            bt__k_wg_store<T, D>((T *)p.out + bt__k_att_off(p.so, bh, p.H), p.so[2], r0, p.T, o, inv);
         }
     }
 #else
@@ -3252,6 +3304,86 @@ template <typename T, int D> __global__ void __launch_bounds__(BT__K_WG_THREADS,
    tile must start on a 1024-byte boundary (the swizzle repeats every 8 rows of 128 bytes, and the
    descriptors assume a tile starts at the pattern's start) */
 __host__ __device__ constexpr int bt__k_att_dkv_stage(int D, int BQ) { return (2 * BQ * D * 2 + 2 * BQ * 4 + 1023) / 1024 * 1024; }
+
+/* d (64 x 64 fp32) = A B (+ d when acc), B MN-major in shared memory (a [k][n] tile read transposed);
+   ss_t: A K-major; ss_tt: A MN-major too (A's rows, the product's m, are the columns of a [k][m] tile) */
+#define BT__K_WG_SST(NAME, TA, PT, CT)                                                                                   \
+    __device__ __forceinline__ void NAME(float (&d)[32], uint64_t a, uint64_t b, int acc, CT *) {                        \
+        asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0;\n"                                                           \
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32." PT "." PT " {" BT__K_WG_R32 "}, %32, %33, p, 1, 1, " TA \
+                     ", 1; }\n" : BT__K_WG_F32(d, 0) : "l"(a), "l"(b), "r"(acc));                                       \
+    }
+BT__K_WG_SST(bt__k_wg_ss_t, "0", "bf16", __nv_bfloat16)
+BT__K_WG_SST(bt__k_wg_ss_t, "0", "f16", __half)
+BT__K_WG_SST(bt__k_wg_ss_tt, "1", "bf16", __nv_bfloat16)
+BT__K_WG_SST(bt__k_wg_ss_tt, "1", "f16", __half)
+/* the tile work of dK, dV (the dK/dV kernel and the fused backward), warpgroup w: keys 64 w .. of the
+   K, V tiles, the BQ queries of a stage (Q, dO tiles, lse and Dvec rows). kv_sdp issues S^T = K Q^T
+   and dP^T = V dO^T (SS, one commit group); kv_grads waits for them and leaves P^T = 2^(S^T c2 -
+   lse log2e) (0 where masked) and dS^T / scale = P^T (dP^T - Dvec) as A fragments; kv_acc issues
+   dV += P^T dO and dK += dS^T Q (RS, one commit group, not waited for). Column c of the tile is
+   query i BQ + c; this thread's keys key0 and key0 + 8. */
+template <typename T, int D, int BQ>
+__device__ __forceinline__ void bt__k_att_kv_sdp(float (&sc)[BQ / 2], float (&dp)[BQ / 2], uint32_t sK, uint32_t sV, uint32_t sQ,
+                                                 uint32_t sG, int w) {
+    bt__k_wg_arrive();
+#pragma unroll
+    for (int kd = 0; kd < D / 16; kd++)
+        bt__k_wg_ss(sc, bt__k_wg_kmaj(sK, 128, 64 * w, kd), bt__k_wg_kmaj(sQ, BQ, 0, kd), kd > 0, (T *)0);
+#pragma unroll
+    for (int kd = 0; kd < D / 16; kd++)
+        bt__k_wg_ss(dp, bt__k_wg_kmaj(sV, 128, 64 * w, kd), bt__k_wg_kmaj(sG, BQ, 0, kd), kd > 0, (T *)0);
+    bt__k_wg_commit();
+}
+template <typename T, int BQ>
+__device__ __forceinline__ void bt__k_att_kv_grads(const bt__k_attp &p, uint32_t (&pa)[BQ / 16][4], uint32_t (&da)[BQ / 16][4],
+                                                   float (&sc)[BQ / 2], float (&dp)[BQ / 2], const float *Ls, int i, int k0,
+                                                   int key0, int tg) {
+    bt__k_wg_wait0();
+    bt__k_wg_pin(sc); bt__k_wg_pin(dp);
+    const float *Dc = Ls + BQ;
+    const int edge = (p.causal && i * BQ < k0 + 128) || (i + 1) * BQ > p.T;
+#pragma unroll
+    for (int nt = 0; nt < BQ / 8; nt++) {
+        int c = nt * 8 + 2 * tg;
+        float2 lv = *reinterpret_cast<const float2 *>(Ls + c), dvv = *reinterpret_cast<const float2 *>(Dc + c);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int qrow = i * BQ + c + (e & 1);
+            float pv = bt__k_ex2(fmaf(sc[4 * nt + e], p.c2, -BT__K_ATT_LOG2E * ((e & 1) ? lv.y : lv.x)));
+            if (edge && (qrow >= p.T || (p.causal && key0 + 8 * (e >> 1) > qrow))) pv = 0.f;
+            sc[4 * nt + e] = pv;
+            dp[4 * nt + e] = pv * (dp[4 * nt + e] - ((e & 1) ? dvv.y : dvv.x));
+        }
+    }
+    bt__k_wg_afrag<T, BQ / 16>(pa, sc);
+    bt__k_wg_afrag<T, BQ / 16>(da, dp);
+}
+template <typename T, int D, int BQ>
+__device__ __forceinline__ void bt__k_att_kv_acc(float (&dv)[D / 2], float (&dk)[D / 2], const uint32_t (&pa)[BQ / 16][4],
+                                                 const uint32_t (&da)[BQ / 16][4], uint32_t sQ, uint32_t sG) {
+    bt__k_wg_pin(dv); bt__k_wg_pin(dk);
+    bt__k_wg_arrive();
+#pragma unroll
+    for (int kk = 0; kk < BQ / 16; kk++) bt__k_wg_rs(dv, pa[kk], bt__k_wg_mnmaj(sG, BQ, kk), (T *)0);   /* dV += P^T dO */
+#pragma unroll
+    for (int kk = 0; kk < BQ / 16; kk++) bt__k_wg_rs(dk, da[kk], bt__k_wg_mnmaj(sQ, BQ, kk), (T *)0);   /* dK += dS^T Q */
+    bt__k_wg_commit();
+}
+/* the same at D 64 with dS^T read from shared memory (the fused backward's swizzled [128 keys][BQ]
+   tile, this warpgroup's rows 64 w ..: K-major A, SS): da's registers are free while the products run */
+template <typename T, int BQ>
+__device__ __forceinline__ void bt__k_att_kv_acc_ss(float (&dv)[32], float (&dk)[32], const uint32_t (&pa)[BQ / 16][4],
+                                                    uint32_t sDS, int w, uint32_t sQ, uint32_t sG) {
+    bt__k_wg_pin(dv); bt__k_wg_pin(dk);
+    bt__k_wg_arrive();
+#pragma unroll
+    for (int kk = 0; kk < BQ / 16; kk++) bt__k_wg_rs(dv, pa[kk], bt__k_wg_mnmaj(sG, BQ, kk), (T *)0);   /* dV += P^T dO */
+#pragma unroll
+    for (int kk = 0; kk < BQ / 16; kk++)   /* dK += dS^T Q */
+        bt__k_wg_ss_t(dk, bt__k_wg_kmaj(sDS, 128, 64 * w, kk), bt__k_wg_mnmaj(sQ, BQ, kk), 1, (T *)0);
+    bt__k_wg_commit();
+}
 
 /* -- dK, dV: grid (B H, key tiles of 128); warpgroup w owns keys k0 + 64 w ..; query tiles of BQ
    (from the first one reaching k0 when causal); smem K, V 128 x D, stages of Q, dO (BQ x D) and
@@ -3313,51 +3445,12 @@ template <typename T, int D, int BQ> __global__ void __launch_bounds__(BT__K_WG_
             bt__k_mbar_wait(full + 8 * s, (it / ST) & 1);
             bt__k_fence_async();
             bt__k_turn_take(p.turns, w);
-            {
-                bt__k_wg_arrive();
-#pragma unroll
-                for (int kd = 0; kd < D / 16; kd++)   /* S^T = K Q^T, dP^T = V dO^T */
-                    bt__k_wg_ss(sc, bt__k_wg_kmaj(sK, BK, 64 * w, kd), bt__k_wg_kmaj(sQ, BQ, 0, kd), kd > 0, (T *)0);
-#pragma unroll
-                for (int kd = 0; kd < D / 16; kd++)
-                    bt__k_wg_ss(dp, bt__k_wg_kmaj(sV, BK, 64 * w, kd), bt__k_wg_kmaj(sG, BQ, 0, kd), kd > 0, (T *)0);
-                bt__k_wg_commit();
-            }
+            bt__k_att_kv_sdp<T, D, BQ>(sc, dp, sK, sV, sQ, sG, w);
             bt__k_turn_give(p.turns, w, 0);
             uint32_t pa[BQ / 16][4], da[BQ / 16][4];
-            {
-                bt__k_wg_wait0();
-                bt__k_wg_pin(sc); bt__k_wg_pin(dp);
-                /* P^T = 2^(S^T c2 - lse log2e) (0 where masked), dS^T / scale = P^T (dP^T - Dvec); column c
-                   of the tile is query i BQ + c */
-                const float *Ls = (const float *)(gS + s * STAGE + 2 * QB), *Dc = Ls + BQ;
-                const int edge = (p.causal && i * BQ < k0 + BK) || (i + 1) * BQ > p.T;
-#pragma unroll
-                for (int nt = 0; nt < BQ / 8; nt++) {
-                    int c = nt * 8 + 2 * tg;
-                    float2 lv = *reinterpret_cast<const float2 *>(Ls + c), dvv = *reinterpret_cast<const float2 *>(Dc + c);
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        int qrow = i * BQ + c + (e & 1);
-                        float pv = bt__k_ex2(fmaf(sc[4 * nt + e], p.c2, -BT__K_ATT_LOG2E * ((e & 1) ? lv.y : lv.x)));
-                        if (edge && (qrow >= p.T || (p.causal && key0 + 8 * (e >> 1) > qrow))) pv = 0.f;
-                        sc[4 * nt + e] = pv;
-                        dp[4 * nt + e] = pv * (dp[4 * nt + e] - ((e & 1) ? dvv.y : dvv.x));
-                    }
-                }
-                bt__k_wg_afrag<T, BQ / 16>(pa, sc);
-                bt__k_wg_afrag<T, BQ / 16>(da, dp);
-            }
+            bt__k_att_kv_grads<T, BQ>(p, pa, da, sc, dp, (const float *)(gS + s * STAGE + 2 * QB), i, k0, key0, tg);
             bt__k_turn_take(p.turns, w);
-            {
-                bt__k_wg_pin(dv); bt__k_wg_pin(dk);
-                bt__k_wg_arrive();
-#pragma unroll
-                for (int kk = 0; kk < BQ / 16; kk++) bt__k_wg_rs(dv, pa[kk], bt__k_wg_mnmaj(sG, BQ, kk), (T *)0);   /* dV += P^T dO */
-#pragma unroll
-                for (int kk = 0; kk < BQ / 16; kk++) bt__k_wg_rs(dk, da[kk], bt__k_wg_mnmaj(sQ, BQ, kk), (T *)0);   /* dK += dS^T Q */
-                bt__k_wg_commit();
-            }
+            bt__k_att_kv_acc<T, D, BQ>(dv, dk, pa, da, sQ, sG);
             bt__k_turn_give(p.turns, w, it == n - 1);
             bt__k_wg_wait0();
             bt__k_wg_pin(dv); bt__k_wg_pin(dk);
@@ -3522,16 +3615,6 @@ template <typename T, int D, int BK> __global__ void __launch_bounds__(BT__K_WG_
 __host__ __device__ constexpr int bt__k_att_bwd_smem_bytes(void) {
     return 4 * 128 * 64 * 2 + 2 * bt__k_att_dkv_stage(64, 128) + 128 * 128 * 2 + 128 * 64 * 4 + 1024;
 }
-/* d (64 x 64 fp32) = A B (+ d when acc), A and B both MN-major in shared memory (transposed reads):
-   A's rows (the product's m) are the columns of a [k][m] tile */
-#define BT__K_WG_SSTT(PT, CT)                                                                                             \
-    __device__ __forceinline__ void bt__k_wg_ss_tt(float (&d)[32], uint64_t a, uint64_t b, int acc, CT *) {              \
-        asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0;\n"                                                            \
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32." PT "." PT " {" BT__K_WG_R32 "}, %32, %33, p, 1, 1, 1, 1; }\n" \
-                     : BT__K_WG_F32(d, 0) : "l"(a), "l"(b), "r"(acc));                                                      \
-    }
-BT__K_WG_SSTT("bf16", __nv_bfloat16)
-BT__K_WG_SSTT("f16", __half)
 /* bulk copies (the copy engine) of a shared block to global memory, plain or added into fp32, in
    bulk groups: wait_read = the source may be overwritten, wait = the writes are done */
 __device__ __forceinline__ void bt__k_bulk_store(void *g, uint32_t s, uint32_t bytes) {
@@ -3609,13 +3692,17 @@ template <typename T> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt_
                     bt__k_wg_load_row<64>(st + 2 * QB + BQ * 4, dvec, r, BQ, p.T, t);
                     bt__k_cp_mbar_arrive(full + 8 * su);
                 }
-            } else if (t == 64 && kt > 0) {   /* reducer (one thread): the parts of key tiles > 0 into the sums */
-                for (int s = 0; s < ns; s++, uq++) {
+            } else if (t == 64) {   /* reducer (one thread): the parts of key tiles > 0 into the sums */
+                for (int s = kt > 0 ? 0 : 1; s < ns; s++, uq++) {
                     const int i = kt + s;
                     float *acc = p.dqacc + (hr * nkt + i) * (int64_t)(BQ * D);
                     int *cnt = p.dqcnt + hr * nkt + i;
                     bt__k_mbar_wait(dqfull, uq & 1);
                     if (s > 0) bt__k_seq_wait(cnt, s);   /* ranks 0 .. s - 1 (key tiles i .. kt + 1) added */
+                    if (kt == 0) {   /* the consumers' last part: tell them the sum is complete */
+                        bt__k_mbar_arrive(dqempty);
+                        continue;
+                    }
                     if (s == 0) bt__k_bulk_store(acc, sDQ, DQB);
                     else bt__k_bulk_add_f32(acc, sDQ, DQB);
                     bt__k_bulk_commit();
@@ -3650,42 +3737,18 @@ template <typename T> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt_
             for (int s = 0; s < ns; s++, u++) {
                 const int su = u % ST, i = kt + s;
                 const uint32_t sQ = sS + su * STAGE, sG = sQ + QB;
+                const int pre = kt == 0 && s > 0;   /* dQ of query tile i = the sum of key tiles 1 .. i + this part */
                 bt__k_mbar_wait(full + 8 * su, (u / ST) & 1);
+                if (pre) {   /* ask the reducer for the sum (its last exchange with us ended: at most one ahead) */
+                    if (uq > 0) bt__k_mbar_wait(dqempty, (uq - 1) & 1);
+                    bt__k_mbar_arrive(dqfull);
+                }
                 bt__k_fence_async();
                 bt__k_turn_take(p.turns, w);
-                {
-                    bt__k_wg_arrive();
-#pragma unroll
-                    for (int kd = 0; kd < D / 16; kd++)   /* S^T = K Q^T, dP^T = V dO^T */
-                        bt__k_wg_ss(sc, bt__k_wg_kmaj(sK, BK, 64 * w, kd), bt__k_wg_kmaj(sQ, BQ, 0, kd), kd > 0, (T *)0);
-#pragma unroll
-                    for (int kd = 0; kd < D / 16; kd++)
-                        bt__k_wg_ss(dp, bt__k_wg_kmaj(sV, BK, 64 * w, kd), bt__k_wg_kmaj(sG, BQ, 0, kd), kd > 0, (T *)0);
-                    bt__k_wg_commit();
-                }
+                bt__k_att_kv_sdp<T, D, BQ>(sc, dp, sK, sV, sQ, sG, w);
                 bt__k_turn_give(p.turns, w, 0);
                 uint32_t pa[BQ / 16][4], da[BQ / 16][4];
-                {
-                    bt__k_wg_wait0();
-                    bt__k_wg_pin(sc); bt__k_wg_pin(dp);
-                    const float *Ls = (const float *)(bt__k_att_sm + (sQ + 2 * QB - sm0)), *Dc = Ls + BQ;
-                    const int edge = i == kt || (i + 1) * BQ > p.T;
-#pragma unroll
-                    for (int nt = 0; nt < BQ / 8; nt++) {
-                        int c = nt * 8 + 2 * tg;
-                        float2 lv = *reinterpret_cast<const float2 *>(Ls + c), dvv = *reinterpret_cast<const float2 *>(Dc + c);
-#pragma unroll
-                        for (int e = 0; e < 4; e++) {
-                            int qrow = i * BQ + c + (e & 1);
-                            float pv = bt__k_ex2(fmaf(sc[4 * nt + e], p.c2, -BT__K_ATT_LOG2E * ((e & 1) ? lv.y : lv.x)));
-                            if (edge && (qrow >= p.T || key0 + 8 * (e >> 1) > qrow)) pv = 0.f;
-                            sc[4 * nt + e] = pv;
-                            dp[4 * nt + e] = pv * (dp[4 * nt + e] - ((e & 1) ? dvv.y : dvv.x));
-                        }
-                    }
-                    bt__k_wg_afrag<T, BQ / 16>(pa, sc);
-                    bt__k_wg_afrag<T, BQ / 16>(da, dp);
-                }
+                bt__k_att_kv_grads<T, BQ>(p, pa, da, sc, dp, (const float *)(bt__k_att_sm + (sQ + 2 * QB - sm0)), i, k0, key0, tg);
                 /* dS^T to shared memory: key rows 64 w + 16 wi + g (+ 8), query columns 16 kk + 2 tg (+ 8) */
                 if (u > 0) bt__k_mbar_wait(dsfree, (u - 1) & 1);   /* both warpgroups' dQ products of the last tile done */
                 {
@@ -3700,30 +3763,37 @@ template <typename T> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt_
                     }
                 }
                 bt__k_fence_async();   /* the tensor cores read the tile next */
+                if (!p.turns) bt__k_bar_sync_n(4 + w, 128);   /* this warpgroup's rows written (else the turn's barrier) */
                 bt__k_turn_take(p.turns, w);
-                {
-                    bt__k_wg_pin(dv); bt__k_wg_pin(dk);
-                    bt__k_wg_arrive();
-#pragma unroll
-                    for (int kk = 0; kk < BQ / 16; kk++) bt__k_wg_rs(dv, pa[kk], bt__k_wg_mnmaj(sG, BQ, kk), (T *)0);   /* dV += P^T dO */
-#pragma unroll
-                    for (int kk = 0; kk < BQ / 16; kk++) bt__k_wg_rs(dk, da[kk], bt__k_wg_mnmaj(sQ, BQ, kk), (T *)0);   /* dK += dS^T Q */
-                    bt__k_wg_commit();
-                }
+                bt__k_att_kv_acc_ss<T, BQ>(dv, dk, pa, sDS, w, sQ, sG);
                 bt__k_turn_give(p.turns, w, s == ns - 1);
+                /* key tile 0 (the last part of query tile i): dQ starts from the sum of key tiles 1 .. i,
+                   loaded straight into the accumulator (no extra registers while dV, dK are in flight), once
+                   the reducer saw the sum complete (a wait on the counter here, a loop on a global load, made
+                   ptxas serialize every wgmma of the kernel: C7512) */
+                if (pre) { bt__k_mbar_wait(dqempty, uq & 1); uq++; }
                 bt__k_bar_sync(3);   /* both halves of dS^T written */
                 {
+                    if (pre) {
+                        const float4 *sum = (const float4 *)(p.dqacc + (hr * nkt + i) * (int64_t)(BQ * D)) + (threadIdx.x & 255);
 #pragma unroll
-                    for (int i = 0; i < NO; i++) dq[i] = 0.f;   /* not live across the softmax (the first product overwrites) */
+                        for (int j = 0; j < D / 8; j++) {
+                            const float4 x = __ldcg(sum + 256 * j);
+                            dq[4 * j] = x.x; dq[4 * j + 1] = x.y; dq[4 * j + 2] = x.z; dq[4 * j + 3] = x.w;
+                        }
+                    } else {
+#pragma unroll
+                        for (int i = 0; i < NO; i++) dq[i] = 0.f;   /* not live across the softmax */
+                    }
                     bt__k_wg_arrive();
 #pragma unroll
-                    for (int kk = 0; kk < BK / 16; kk++)   /* dQ_part = dS K: queries 64 w .. (columns of dS^T), keys kk */
-                        bt__k_wg_ss_tt(dq, bt__k_wg_mnmaj(sDS + w * BK * 128, BK, kk), bt__k_wg_mnmaj(sK, BK, kk), kk > 0, (T *)0);
+                    for (int kk = 0; kk < BK / 16; kk++)   /* dQ_part (+)= dS K: queries 64 w .. (columns of dS^T), keys kk */
+                        bt__k_wg_ss_tt(dq, bt__k_wg_mnmaj(sDS + w * BK * 128, BK, kk), bt__k_wg_mnmaj(sK, BK, kk), kk > 0 || pre, (T *)0);
                     bt__k_wg_commit();
                 }
                 bt__k_wg_wait0();
                 bt__k_wg_pin(dv); bt__k_wg_pin(dk); bt__k_wg_pin(dq);
-                bt__k_wg_pin_u(pa); bt__k_wg_pin_u(da);   /* read by dV, dK until the wait: not reused for dQ's registers */
+                bt__k_wg_pin_u(pa);   /* read by dV until the wait: not reused for dQ's registers */
                 if (lane == 0) { bt__k_mbar_arrive(empty + 8 * su); bt__k_mbar_arrive(dsfree); }
                 /* float4 j of consumer thread c (its dQ part, columns 8 j ..) at (j 256 + c) 16 bytes of the
                    shared part (conflict-free) and of the scratch sum */
@@ -3735,17 +3805,7 @@ template <typename T> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt_
                     bt__k_fence_async();   /* read next by the copy engine */
                     bt__k_mbar_arrive(dqfull);
                     uq++;
-                } else {   /* the last part (key tile 0): + the sum of key tiles 1 .. i, scaled, rounded, into gq */
-                    if (s > 0) {
-                        if (threadIdx.x == 0) bt__k_seq_wait(p.dqcnt + hr * nkt + i, s);
-                        bt__k_bar_sync(5);
-                        const float4 *sum = (const float4 *)(p.dqacc + (hr * nkt + i) * (int64_t)(BQ * D)) + (threadIdx.x & 255);
-                        float4 x[D / 8];
-#pragma unroll
-                        for (int j = 0; j < D / 8; j++) x[j] = __ldcg(sum + 256 * j);
-#pragma unroll
-                        for (int j = 0; j < D / 8; j++) { dq[4 * j] += x[j].x; dq[4 * j + 1] += x[j].y; dq[4 * j + 2] += x[j].z; dq[4 * j + 3] += x[j].w; }
-                    }
+                } else {   /* key tile 0: dQ complete, scaled, rounded, into gq */
                     const float sc2[2] = {p.scale, p.scale};
                     bt__k_wg_store<T, D>((T *)p.gq + bt__k_att_off(p.sgq, bh, p.H), p.sgq[2], i * BQ + 64 * w + 16 * (warp & 3) + g,
                                          p.T, dq, sc2);
@@ -3871,7 +3931,7 @@ static int bt__k_att_wg_ready(void) {
         cudaFuncAttributes a;
         if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
             cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess && major == 9 && minor == 0) {
-            if (cudaFuncGetAttributes(&a, (const void *)bt__k_att_fwd_wg<__nv_bfloat16, 64>) == cudaSuccess) ok = a.sharedSizeBytes > 0;
+            if (cudaFuncGetAttributes(&a, (const void *)bt__k_att_fwd_wg<__nv_bfloat16, 64, 0>) == cudaSuccess) ok = a.sharedSizeBytes > 0;
             else (void)cudaGetLastError();   /* no image for this device: not an error of the caller's */
         }
         ready[dev] = ok ? 1 : -1;
@@ -3892,7 +3952,9 @@ static int bt__k_att_wg_use(bt_dtype dt, const bt__k_attp *p) {
    BT_ATT_DVEC_FUSED=0|1, Dvec computed by the dQ kernel (else by a pre-pass kernel);
    BT_ATT_BWD_TURNS=0|1, the backward kernels' warpgroups taking turns at the tensor cores;
    BT_ATT_FUSED_BWD=0|1, the causal D 64 backward in one kernel (else the dQ and dK/dV kernels) when
-   T <= BT_ATT_FUSED_TMAX (default 1024) */
+   T <= BT_ATT_FUSED_TMAX (default 4096); BT_ATT_FWD_ILP=0|1 (default 0), the forward softmax's row
+   maxima and sums in 4 chains (else 1); BT_ATT_TRACE=T, clocks per work item of one
+   forward call at that T (bt__k_att_fwd_trace_print) */
 static int bt__k_att_tune(const char *name, int dflt) {
     const char *e = getenv(name);
     return e && *e ? atoi(e) : dflt;
@@ -3928,12 +3990,79 @@ static size_t bt__k_att_wg_smem_fwd(int D) { return (size_t)(2 + 2 * bt__k_att_f
 static size_t bt__k_att_wg_kv_bytes(const bt__k_attp *p) { return (size_t)p->T * p->D * 2 * 2; }
 static size_t bt__k_att_wg_smem_dkv(int D, int BQ) { return (size_t)2 * 128 * D * 2 + 2 * (size_t)bt__k_att_dkv_stage(D, BQ) + 1024; }
 static size_t bt__k_att_wg_smem_dq(int D, int BK) { return (size_t)2 * 128 * D * 2 + (size_t)4 * BK * D * 2 + 1024; }
+/* BT_ATT_TRACE=T (a developer's timing aid): the third forward call at that T records SM clocks per
+   work item (consumer thread 0: 0 item start, 1 Q landed, 2 first S done, 3 last softmax done, 4 O
+   stored; 5 SM and tile count; producer thread: 6 item taken, 7 last load issued) and prints, per
+   tile count, the mean cycles of each phase, and the mean gap between an SM's items, to stderr */
+static void bt__k_att_fwd_trace_print(const unsigned long long *tr, int64_t items, int T) {
+    double sum[33][7] = {{0}};
+    int64_t cnt[33] = {0};
+    for (int64_t L = 0; L < items; L++) {
+        const unsigned long long *x = tr + L * 8;
+        int nt = (int)(x[5] >> 16);
+        if (nt < 1 || nt > 32) continue;
+        double d[7] = {(double)(x[1] - x[0]), (double)(x[2] - x[1]), nt > 1 ? (double)(x[3] - x[2]) / (nt - 1) : 0.,
+                       (double)(x[4] - x[3]), (double)(x[4] - x[0]), (double)x[0] - (double)x[6], (double)x[7] - (double)x[0]};
+        for (int k = 0; k < 7; k++) sum[nt][k] += d[k];
+        cnt[nt]++;
+    }
+    fprintf(stderr, "att_fwd trace T %d: tiles items | Q wait | first S | per later tile | last PV + store | item | producer took it before | its last load issued after start (cycles)\n", T);
+    for (int nt = 1; nt <= 32; nt++) {
+        if (!cnt[nt]) continue;
+        fprintf(stderr, "att_fwd trace %2d %5lld", nt, (long long)cnt[nt]);
+        for (int k = 0; k < 7; k++) fprintf(stderr, " | %8.0f", sum[nt][k] / cnt[nt]);
+        fprintf(stderr, "\n");
+    }
+    /* gaps: an SM's items in start order, the next start minus the last end */
+    double gap = 0., busy = 0., span = 0.;
+    int64_t ng = 0;
+    for (int sm = 0; sm < 1024; sm++) {
+        unsigned long long first = ~0ull, last = 0, prev_end = 0, prev_start = 0;
+        int any = 0;
+        for (;;) {   /* the item with the least start after prev_start (items per SM are few) */
+            int64_t best = -1;
+            for (int64_t L = 0; L < items; L++) {
+                const unsigned long long *x = tr + L * 8;
+                if ((int)(x[5] & 0xffff) != sm || (x[5] >> 16) == 0 || (any && x[0] <= prev_start)) continue;
+                if (best < 0 || x[0] < tr[best * 8]) best = L;
+            }
+            if (best < 0) break;
+            const unsigned long long *x = tr + best * 8;
+            if (any) { gap += (double)x[0] - (double)prev_end; ng++; }
+            busy += (double)(x[4] - x[0]);
+            if (x[0] < first) first = x[0];
+            if (x[4] > last) last = x[4];
+            prev_end = x[4]; prev_start = x[0]; any = 1;
+        }
+        if (any) span += (double)(last - first);
+    }
+    fprintf(stderr, "att_fwd trace T %d: mean gap between an SM's items %.0f cycles (%lld gaps); items busy %.1f%% of the SMs' spans\n", T,
+            ng ? gap / ng : 0., (long long)ng, span > 0 ? 100. * busy / span : 0.);
+}
 template <typename T> static void bt__k_att_fwd_wg_run(const bt__k_attp *p, cudaStream_t s, const char *op) {
     int64_t tiles = (p->T + 127) / 128;
     size_t hb = bt__k_att_wg_kv_bytes(p);
     int per = bt__k_att_tune("BT_ATT_PERSIST", 1) != 0;
-    if (p->D == 64) bt__k_att_wg_launch(bt__k_att_fwd_wg<T, 64>, *p, tiles, hb, per, bt__k_att_wg_smem_fwd(64), s, op);
-    else bt__k_att_wg_launch(bt__k_att_fwd_wg<T, 128>, *p, tiles, hb, per, bt__k_att_wg_smem_fwd(128), s, op);
+    /* 4 chains: measured 2-3% more cycles a tile (per-item traces, H100) */
+    void (*kern)(bt__k_attp) = bt__k_att_tune("BT_ATT_FWD_ILP", 0) ? (p->D == 64 ? bt__k_att_fwd_wg<T, 64, 1> : bt__k_att_fwd_wg<T, 128, 1>)
+                                                                   : (p->D == 64 ? bt__k_att_fwd_wg<T, 64, 0> : bt__k_att_fwd_wg<T, 128, 0>);
+    static int calls_at_T = 0;   /* the third call at that T is traced (warm caches and clocks) */
+    if (bt__k_att_tune("BT_ATT_TRACE", 0) != p->T || ++calls_at_T != 3) {
+        bt__k_att_wg_launch(kern, *p, tiles, hb, per, bt__k_att_wg_smem_fwd((int)p->D), s, op);
+        return;
+    }
+    bt__k_attp q = *p;
+    const int64_t items = (p->bh1 - p->bh0) * tiles;
+    q.trace = (unsigned long long *)bt__k_scratch((size_t)items * 64, s);
+    BT__K_CUDA(cudaMemsetAsync(q.trace, 0, (size_t)items * 64, s), op);
+    bt__k_att_wg_launch(kern, q, tiles, hb, per, bt__k_att_wg_smem_fwd((int)p->D), s, op);
+    unsigned long long *h = (unsigned long long *)malloc((size_t)items * 64);
+    if (!h) bt_error("%s: trace: out of host memory (%lld items)", op, (long long)items);
+    BT__K_CUDA(cudaMemcpyAsync(h, q.trace, (size_t)items * 64, cudaMemcpyDeviceToHost, s), op);
+    BT__K_CUDA(cudaStreamSynchronize(s), op);
+    bt__k_att_fwd_trace_print(h, items, p->T);
+    free(h);
+    bt_free(q.trace);
 }
 /* the fused backward (causal, D 64): Dvec by the pre-pass, then the kernel over chunks of heads
    whose fp32 dQ sums (32 KiB a query tile of 128: 50 MiB at B 16, H 12, T 1024; 403 MB at B 128)
@@ -4055,9 +4184,10 @@ BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t 
     unsigned tiles = (unsigned)((Tn + 63) / 64), nb = bt__k_blocks(B * H * Tn * 32, 256);
     int dp = bt__k_att_dp(D), wg = bt__k_att_wg_use(dt, &p);
     if (wg) p.turns = bt__k_att_tune("BT_ATT_BWD_TURNS", 1) != 0;
-    /* one kernel, 5 products: measured faster at T 512 and 1024, slower from 2048 on (the dQ sums wait longer) */
+    /* one kernel, 5 products: measured faster than the two kernels at T 512 - 4096 (3288 vs 3867 us at T 4096,
+       H100, session attn4); longer T not measured */
     if (wg && D == 64 && p.causal && bt__k_att_tune("BT_ATT_FUSED_BWD", 1) &&
-        Tn <= bt__k_att_tune("BT_ATT_FUSED_TMAX", 1024)) {
+        Tn <= bt__k_att_tune("BT_ATT_FUSED_TMAX", 4096)) {
         if (dt == BT_BF16) bt__k_att_bwd_fused_run<__nv_bfloat16>(&p, s, op);
         else bt__k_att_bwd_fused_run<__half>(&p, s, op);
         bt_free(dvec);

@@ -11,6 +11,10 @@
 #   VARIANTS="BT_ATT_FUSED_BWD=0 A=1,B=2"  also time the attention group under each of these settings
 #                                       (space-separated; NAME=VALUE pairs joined by commas: one run
 #                                       each; no PyTorch, sweep shapes SWEEP, default 0,1,2,3)
+#   BONLY=attention_sweep ...           the first bench's group (default attention: the whole group)
+#   VONLY=attention_sweep ...           the variants' bench group (default attention)
+#   BASE=path/to/bench_kernels ...      also time an earlier build's bench binary as the variant "base"
+#   TMO=s, TMO_TEST=s, TMO_BENCH=s      time limits per command (default 420; the tests, the first bench)
 #   NCU=1 ...                           Nsight Compute on one forward and one backward at the GPT-2 shape
 # Full logs go to $OUT (default /tmp/bt_out).
 set -uo pipefail
@@ -28,8 +32,9 @@ if [ -z "${NOBUILD:-}" ]; then
 fi
 # the SASS of the wgmma kernels must hold HGMMA (warpgroup MMAs), not only HMMA
 if [ -x "$CUOBJDUMP" ]; then
-  "$CUOBJDUMP" -sass "$TEST" | awk '/Function :/ {f = $3} /HGMMA/ && f ~ /_wg/ {n[f]++} END {for (k in n) print "HGMMA", n[k], k}' \
-    | sort -k3 | tee "$OUT/hgmma.txt"
+  # and WARPGROUP.DEPBAR (a wait for the tensor cores): about one per HGMMA means ptxas serialized them
+  "$CUOBJDUMP" -sass "$TEST" | awk '/Function :/ {f = $3} /HGMMA/ && f ~ /_wg/ {n[f]++} /WARPGROUP.DEPBAR/ && f ~ /_wg/ {d[f]++}
+    END {for (k in n) print "HGMMA", n[k], "DEPBAR", d[k] + 0, k}' | sort -k5 | tee "$OUT/hgmma.txt"
   # local-memory spills of the fused backward, each with the 4 instructions before it (which region)
   "$CUOBJDUMP" -sass "$TEST" | awk '/Function :/ {on = ($3 ~ /att_bwd_wg/)} on' > "$OUT/bwd_wg.sass"
   grep -B4 -E "STL|LDL" "$OUT/bwd_wg.sass" | cut -c1-100 > "$OUT/bwd_wg_spills.txt"
@@ -38,7 +43,7 @@ fi
 # the attention tests at full size (BT_TEST_VERBOSE=1: every check with its error, in the log)
 rc=skipped
 if [ "${TESTS:-1}" = 1 ]; then
-  BT_TEST_ONLY=attention BT_TEST_VERBOSE=1 timeout ${TMO:-420} "$TEST" > "$OUT/test_attention.txt" 2>&1
+  BT_TEST_ONLY=attention BT_TEST_VERBOSE=1 timeout ${TMO_TEST:-${TMO:-420}} "$TEST" > "$OUT/test_attention.txt" 2>&1
   rc=$?
 fi
 echo "tests: exit $rc $(grep -c ' FAIL$' "$OUT/test_attention.txt" 2>/dev/null) failed checks"
@@ -50,13 +55,17 @@ if [ "${SAN:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
     > "$OUT/memcheck_attention.txt" 2>&1
   echo "memcheck: exit $? $(grep 'ERROR SUMMARY' "$OUT/memcheck_attention.txt")"
 fi
-BT_BENCH_ONLY=attention BT_BENCH_TORCH=${TORCH:-1} timeout ${TMO:-420} "$BENCH" > "$OUT/bench_attention.txt" 2>&1
+BT_BENCH_ONLY=${BONLY:-attention} BT_BENCH_TORCH=${TORCH:-1} timeout ${TMO_BENCH:-${TMO:-420}} "$BENCH" > "$OUT/bench_attention.txt" 2>&1
 echo "bench: exit $?"
 for v in ${VARIANTS:-}; do
-  env ${v//,/ } BT_BENCH_ONLY=attention BT_BENCH_TORCH=0 BT_BENCH_SWEEP=${SWEEP:-0,1,2,3} timeout ${TMO:-420} "$BENCH" \
+  env ${v//,/ } BT_BENCH_ONLY=${VONLY:-attention} BT_BENCH_TORCH=0 BT_BENCH_SWEEP=${SWEEP:-0,1,2,3} timeout ${TMO:-420} "$BENCH" \
     > "$OUT/variant_${v//[=,]/_}.txt" 2>&1
   echo "bench $v: exit $?"
 done
+if [ -n "${BASE:-}" ]; then
+  BT_BENCH_ONLY=${VONLY:-attention} BT_BENCH_TORCH=0 BT_BENCH_SWEEP=${SWEEP:-0,1,2,3} timeout ${TMO:-420} "$BASE" > "$OUT/variant_base.txt" 2>&1
+  echo "bench base ($BASE): exit $?"
+fi
 if [ "${NCU:-0}" = 1 ] && command -v ncu >/dev/null; then
   # one launch of each attention wgmma kernel at the GPT-2 shape (the bench's first calls)
   for kn in ${NCU_KERNELS:-fwd_wg bwd_wg dvec16}; do
@@ -75,7 +84,7 @@ grep -E "passed, .* failed" "$OUT/test_attention.txt" 2>/dev/null
 grep -E "ERROR SUMMARY" "$OUT/memcheck_attention.txt" 2>/dev/null
 grep -E "^ceilings|^\| attention( |_backward)|^attention (bf16|f32|tf32)" "$OUT/bench_attention.txt"
 sed -n '/^| attention bf16, B16 H12/,$p' "$OUT/bench_attention.txt"
-for v in ${VARIANTS:-}; do
+for v in ${VARIANTS:-} ${BASE:+base}; do
   echo "--- $v"
   grep -E "^\| attention( |_backward)|^\| attention sweep" "$OUT/variant_${v//[=,]/_}.txt"
 done

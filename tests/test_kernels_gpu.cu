@@ -1138,15 +1138,21 @@ static void test_attention_hopper(void) {
     attn_case(BT_BF16, BT_MATMUL_FP32, 4, 37, 200, 64, 1, 1, 1, 5);
     attn_case(BT_F16, BT_MATMUL_FP32, 1, 3, 257, 64, 0, 0, 1, 1);
     unsetenv("BT_ATT_FUSED_BWD");
+    /* the forward softmax's row max / sum in 4 chains (BT_ATT_FWD_ILP=1; several items a CTA) */
+    setenv("BT_ATT_FWD_ILP", "1", 1);
+    attn_case(BT_BF16, BT_MATMUL_FP32, 4, 37, 200, 64, 1, 0, 1, 5);
+    attn_case(BT_F16, BT_MATMUL_FP32, 2, 37, 300, 128, 0, 0, 0, 1);
+    unsetenv("BT_ATT_FWD_ILP");
     /* the fused backward over chunks of heads: a dQ-sum cap of 3 heads at T 200 (2 query tiles of
        32 KiB a head) splits B H = 10 into 3 + 3 + 3 + 1 launches; bits twice */
     size_t prev_cap = bt_k_attention_scratch_cap(3 * 2 * 32768);
     seed(1420);
     attn_case(BT_BF16, BT_MATMUL_FP32, 2, 5, 200, 64, 1, 1, 1, 1);
     bt_k_attention_scratch_cap(prev_cap);
-    /* the fused backward past its default T (BT_ATT_FUSED_TMAX): 9 query tiles (a dQ sum of 9 parts), f16,
-       bits twice */
-    setenv("BT_ATT_FUSED_TMAX", "4096", 1);
+    /* the fused backward beyond T 1024: 9 query tiles (a dQ sum of 9 parts), f16, bits twice; then the
+       same T on the two kernels (BT_ATT_FUSED_TMAX below it) */
+    attn_case(BT_F16, BT_MATMUL_FP32, 1, 3, g_quick ? 257 : 1100, 64, 0, 1, 1, 1);
+    setenv("BT_ATT_FUSED_TMAX", "256", 1);
     attn_case(BT_F16, BT_MATMUL_FP32, 1, 3, g_quick ? 257 : 1100, 64, 0, 1, 1, 1);
     unsetenv("BT_ATT_FUSED_TMAX");
     if (prev_l2) setenv("BT_ATT_L2_MB", saved, 1);
