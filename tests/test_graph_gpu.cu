@@ -22,18 +22,20 @@ static void test_graph_flags(void) {
     BT_CHECK(parse_args(3, (char **)badr, &o, err, sizeof err) < 0 && strstr(err, "--recompute must be none or gelu"), "bad value: %s", err);
     default_opts(&o);
     BT_CHECK(o.cuda_graph == -1 && o.recompute == -1, "defaults %d %d", o.cuda_graph, o.recompute);
-    BT_CHECK(resolve_graph(&o, 1, 1, err, sizeof err) == 0 && o.cuda_graph == 1, "one GPU: on by default");
+    BT_CHECK(resolve_graph(&o, 1, err, sizeof err) == 0 && o.cuda_graph == 1, "on a GPU (one or several data-parallel processes): on by default");
     o.cuda_graph = -1;
-    BT_CHECK(resolve_graph(&o, 0, 1, err, sizeof err) == 0 && o.cuda_graph == 0, "the CPU ignores it");
-    o.cuda_graph = -1;
-    BT_CHECK(resolve_graph(&o, 1, 2, err, sizeof err) == 0 && o.cuda_graph == 0, "two processes: off by default");
-    o.cuda_graph = 1;
-    BT_CHECK(resolve_graph(&o, 1, 2, err, sizeof err) == 0 && o.cuda_graph == 1, "on with two processes (data parallel): %s", err);
+    BT_CHECK(resolve_graph(&o, 0, err, sizeof err) == 0 && o.cuda_graph == 0, "the CPU ignores it");
+    o.cuda_graph = 0;
+    BT_CHECK(resolve_graph(&o, 1, err, sizeof err) == 0 && o.cuda_graph == 0, "off when asked: %s", err);
     o.cuda_graph = 1; o.mlir = 1;
-    BT_CHECK(resolve_graph(&o, 1, 2, err, sizeof err) < 0 && strstr(err, "--mlir"), "on with --mlir: %s", err);
+    BT_CHECK(resolve_graph(&o, 1, err, sizeof err) < 0 && strstr(err, "--mlir"), "on with --mlir: %s", err);
+    o.cuda_graph = -1;
+    BT_CHECK(resolve_graph(&o, 1, err, sizeof err) == 0 && o.cuda_graph == 0, "--mlir: off by default: %s", err);
     o.mlir = 0;
     o.cuda_graph = 1; o.tp = 2;
-    BT_CHECK(resolve_graph(&o, 1, 1, err, sizeof err) < 0 && strstr(err, "--tp or --cp"), "on with --tp: %s", err);
+    BT_CHECK(resolve_graph(&o, 1, err, sizeof err) < 0 && strstr(err, "--tp or --cp"), "on with --tp: %s", err);
+    o.cuda_graph = -1;
+    BT_CHECK(resolve_graph(&o, 1, err, sizeof err) == 0 && o.cuda_graph == 0, "--tp: off by default: %s", err);
 }
 
 /* y = 2 x + 1 captured once; every launch reads x's current contents into y */
