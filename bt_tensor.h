@@ -2539,8 +2539,10 @@ static int bt__exclusive(bt_tensor *t) { return t->refcount == 1 && t->storage->
    input gradient into it in place (exclusive, same shape and dtype): one pass over it instead of a
    separate result and an add. The engine then gets gin[i] = NULL and still counts the edge. */
 static bt_tensor *bt__pending_grad_sink(bt_node *n, int i) {
+    static int off = -1;   /* BT_GRAD_SINK=0: a separate result and add, for comparison */
+    if (off < 0) off = getenv("BT_GRAD_SINK") && getenv("BT_GRAD_SINK")[0] == '0';
     bt_node *m = n->next[i].node;
-    if (!m || !m->grad || !bt__exclusive(m->grad) || m->grad->dtype != n->in_dtype[i]) return NULL;
+    if (off || !m || !m->grad || !bt__exclusive(m->grad) || m->grad->dtype != n->in_dtype[i]) return NULL;
     const bt_shape s = n->in_shape[i];
     if (m->grad->ndim != s.ndim || memcmp(m->grad->shape, s.d, sizeof(int64_t) * (size_t)s.ndim)) return NULL;
     m->grad->storage->version++;
