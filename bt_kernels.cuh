@@ -1757,6 +1757,40 @@ __device__ __forceinline__ float bt__k_ex2(float x) {
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
 }
+/* a chunk of U x VE logits into a thread's running (max m, sum sm of exp(x - m)): one rescale per
+   chunk, the exps in U independent partial sums (added in a fixed order: the same bits in both
+   cross-entropy kernels) */
+template <int U, int VE>
+__device__ __forceinline__ void bt__k_ms_chunk(const float (&xv)[U][VE], float &m, float &sm) {
+    static_assert(U == 4, "the partial sums are added as (0 + 1) + (2 + 3)");
+    float cm = -INFINITY, part[U];
+#pragma unroll
+    for (int u = 0; u < U; u++)
+#pragma unroll
+        for (int e = 0; e < VE; e++) cm = fmaxf(cm, xv[u][e]);
+    if (cm > m) { sm *= expf(m - cm); m = cm; }
+    if (m == -INFINITY) return;
+    float nm = -m * 1.4426950408889634f;   /* exp(x - m) = 2^(x log2 e - m log2 e): one FFMA, one MUFU */
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        part[u] = 0.f;
+#pragma unroll
+        for (int e = 0; e < VE; e++) part[u] += bt__k_ex2(fmaf(xv[u][e], 1.4426950408889634f, nm));
+    }
+    sm += (part[0] + part[1]) + (part[2] + part[3]);
+}
+/* thread 0 of a row: loss = lse - x_t (0 for an ignored row; a target outside [0, V) sets *bad) */
+template <typename T>
+__device__ __forceinline__ void bt__k_xent_row_loss(float *losses, float *lse, int64_t row, float l, int32_t t, const T *xr,
+                                                    int64_t V, int ignore, int *bad) {
+    float loss = 0.f;
+    if (t != ignore) {
+        if (t >= 0 && t < V) loss = l - bt__k_tof(xr[t]);
+        else if (bad) *bad = 1;
+    }
+    losses[row] = loss;
+    if (lse) lse[row] = l;
+}
 template <typename T>
 __global__ void __launch_bounds__(256) bt__k_xent_kernel(float *losses, float *lse, const T *logits, const int32_t *tg,
                                                          int64_t N, int64_t V, int64_t Vp, int ignore, int *bad, int vec) {
@@ -1782,36 +1816,13 @@ __global__ void __launch_bounds__(256) bt__k_xent_kernel(float *losses, float *l
                         for (int e = 0; e < VE; e++) xv[u][e] = -INFINITY;
                     }
                 }
-                float cm = -INFINITY, part[U];
-#pragma unroll
-                for (int u = 0; u < U; u++)
-#pragma unroll
-                    for (int e = 0; e < VE; e++) cm = fmaxf(cm, xv[u][e]);
-                if (cm > m) { sm *= expf(m - cm); m = cm; }
-                if (m == -INFINITY) continue;
-                float nm = -m * 1.4426950408889634f;   /* exp(x - m) = 2^(x log2 e - m log2 e): one FFMA, one MUFU */
-#pragma unroll
-                for (int u = 0; u < U; u++) {
-                    part[u] = 0.f;
-#pragma unroll
-                    for (int e = 0; e < VE; e++) part[u] += bt__k_ex2(fmaf(xv[u][e], 1.4426950408889634f, nm));
-                }
-                sm += (part[0] + part[1]) + (part[2] + part[3]);
+                bt__k_ms_chunk<U, VE>(xv, m, sm);
             }
         } else {
             for (int64_t j = threadIdx.x; j < V; j += blockDim.x) bt__k_ms_add(m, sm, bt__k_tof(xr[j]));
         }
         bt__k_rms(m, sm, sh);
-        if (threadIdx.x == 0) {
-            float l = m + logf(sm), loss = 0.f;
-            int32_t t = tg[row];
-            if (t != ignore) {
-                if (t >= 0 && t < V) loss = l - bt__k_tof(xr[t]);
-                else if (bad) *bad = 1;
-            }
-            losses[row] = loss;
-            if (lse) lse[row] = l;
-        }
+        if (threadIdx.x == 0) bt__k_xent_row_loss(losses, lse, row, m + logf(sm), tg[row], xr, V, ignore, bad);
     }
 }
 template <typename T>
@@ -1902,34 +1913,12 @@ __global__ void __launch_bounds__(BT__K_XF_THREADS) bt__k_xent_fused_kernel(floa
                     for (int e = 0; e < VE; e++) xv[u][e] = -INFINITY;
                 }
             }
-            float cm = -INFINITY, part[U];
-#pragma unroll
-            for (int u = 0; u < U; u++)
-#pragma unroll
-                for (int e = 0; e < VE; e++) cm = fmaxf(cm, xv[u][e]);
-            if (cm > m) { sm *= expf(m - cm); m = cm; }
-            if (m == -INFINITY) continue;
-            float nm = -m * 1.4426950408889634f;
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                part[u] = 0.f;
-#pragma unroll
-                for (int e = 0; e < VE; e++) part[u] += bt__k_ex2(fmaf(xv[u][e], 1.4426950408889634f, nm));
-            }
-            sm += (part[0] + part[1]) + (part[2] + part[3]);
+            bt__k_ms_chunk<U, VE>(xv, m, sm);
         }
         bt__k_rms(m, sm, sh);   /* its barriers also publish the staged row */
         float ls = m + logf(sm);
         int32_t t = tg[row];
-        if (threadIdx.x == 0) {
-            float loss = 0.f;
-            if (t != ignore) {
-                if (t >= 0 && t < V) loss = ls - bt__k_tof(srow[t]);
-                else if (bad) *bad = 1;
-            }
-            losses[row] = loss;
-            if (lse) lse[row] = ls;
-        }
+        if (threadIdx.x == 0) bt__k_xent_row_loss(losses, lse, row, ls, t, srow, V, ignore, bad);
         float gv = t == ignore ? 0.f : gloss[row];
         for (int64_t c = threadIdx.x; c < nvec; c += blockDim.x) {
             T a[VE];

@@ -20,18 +20,7 @@
 # MODEL, PB, PT for part 1 (a CPU smoke test of the script: a stand-in BIN whose --nproc 2 starts
 # two CPU ranks, MODEL=s2 PB=2 PT=16 SKIP_SPEED=1 NOBUILD=1).
 # Every command runs under `timeout`; NVLink multicast stays off in every process.
-set -uo pipefail
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-cd "$(dirname "$0")/.."
-T0=$(date +%s)
-OUT=${OUT:-/tmp/bt_out}; mkdir -p "$OUT" data
-cp -n .carry/data/* data/ 2>/dev/null
-[ -n "${NOBUILD:-}" ] && [ -f .carry/bins.tar.xz ] && tar -xJf .carry/bins.tar.xz
-BIN=${BIN:-./build/train_gpt2_cuda}
-[ -z "${NOBUILD:-}" ] && timeout 300 make -j32 build/train_gpt2_cuda 2>&1 | grep -E "error" | head
-[ -x "$BIN" ] || { echo "tpcomp_gpu: no $BIN (build it, or NOBUILD=1 with .carry/bins.tar.xz)"; exit 1; }
-[ -f data/tinyshakespeare_train.bin ] || timeout 120 make data > /dev/null 2>&1
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+NAME=tpcomp_gpu BUILD_S=300; source "$(dirname "$0")/tp_prelude.sh"   # env, OUT, data, BIN, T0/T1
 
 # ---- 1. parity and the checkpoint cases ----
 timeout 430 python3 tests/tp_parity.py "$BIN" "$OUT/tpcomp" --model "${MODEL:-d12}" --B "${PB:-4}" --T "${PT:-1024}" --steps "${PSTEPS:-10}" \

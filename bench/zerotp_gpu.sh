@@ -26,19 +26,7 @@
 # (the stand-in starts two CPU ranks and drops --dp, which tp/cp refuse on CPUs: it checks the
 # plumbing and the summary, not ZeRO).
 # Every command runs under `timeout`; NVLink multicast stays off in every process.
-set -uo pipefail
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-cd "$(dirname "$0")/.."
-T0=$(date +%s)
-OUT=${OUT:-/tmp/bt_out}; mkdir -p "$OUT" data
-cp -n .carry/data/* data/ 2>/dev/null
-[ -n "${NOBUILD:-}" ] && [ -f .carry/bins.tar.xz ] && tar -xJf .carry/bins.tar.xz
-BIN=${BIN:-./build/train_gpt2_cuda}
-[ -z "${NOBUILD:-}" ] && timeout 280 make -j32 build/train_gpt2_cuda 2>&1 | grep -E "error" | head
-[ -x "$BIN" ] || { echo "zerotp_gpu: no $BIN (build it, or NOBUILD=1 with .carry/bins.tar.xz)"; echo "zerotp_gpu: 0 passed, 1 failed"; exit 1; }
-[ -f data/tinyshakespeare_train.bin ] || timeout 120 make data > /dev/null 2>&1
-T1=$(date +%s)   # the time budget counts from here (a build is not part of it)
-timeout 10 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | tee "$OUT/gpu.txt"
+NAME=zerotp_gpu BUILD_S=280; source "$(dirname "$0")/tp_prelude.sh"   # env, OUT, data, BIN, T0/T1
 LOG="$OUT/zerotp.txt"
 
 # ---- 1. parity and the checkpoint cases ----

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# x2 call C (2026-11-23, fourth session): --cuda-graph now on by default with data parallelism. A rank
+# x2 call C (2026-11-23, fourth session; NOT run yet: no two-GPU machine lent from 11:28 UTC): --cuda-graph now
+# on by default with data parallelism. A rank
 # killed (kill -9) in a default 2-GPU run, tests/dist_parity.py at the defaults (2 GPUs, graphs, vs 1),
 # and the scaling at the defaults (2 rounds) and with --bucket-mb 100; test_ops_gpu with BT_GRAD_SINK=1|0.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
