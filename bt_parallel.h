@@ -1714,9 +1714,8 @@ static bt_tensor *bt__tp_lxent(bt_tp *tp, bt_tensor *x, bt_tensor *w, bt_tensor 
     int pg = bt__par_dev_enter(dev);
     bt__tp_bind(tp, dev, op);
     tp->bad_V = V;
-    int64_t chunk = (int64_t)(bt_linear_cross_entropy_chunk(0) / ((size_t)Vs * (size_t)es));   /* the same on every rank */
+    int64_t chunk = bt__lxent_rows(N, (int64_t)(bt_linear_cross_entropy_chunk(0) / ((size_t)Vs * (size_t)es)));   /* the same on every rank */
     if (chunk < 1) chunk = 1;
-    if (chunk > N) chunk = N > 0 ? N : 1;
     int old = bt__par_begin();
     bt_tensor *xc = bt_contiguous(x), *wc = bt_contiguous(w), *tc = bt_reshape(bt_contiguous(targets), bt_shape1(N));
     bt_tensor *z = bt_empty(bt_shape2(chunk, Vs), dt, dev), *scratch = bt_empty(bt_shape1(4 * chunk), sdt, dev);

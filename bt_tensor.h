@@ -3318,6 +3318,15 @@ BTDEF size_t bt_linear_cross_entropy_chunk(size_t bytes) {
     if (bytes) bt__lxent_chunk_bytes = bytes;
     return old;
 }
+/* rows a chunk: the fewest chunks under the cap (rows), made equal (so no chunk holds more logits
+   than the work needs: 8,192 rows, not 10,672, at GPT-2's B 16 x 1024), rounded up to 64 rows (the
+   GEMMs' tiles) where that stays under the cap */
+static int64_t bt__lxent_rows(int64_t N, int64_t cap) {
+    if (cap < 1) cap = 1;
+    if (N <= cap) return N;
+    const int64_t nch = (N + cap - 1) / cap, even = (N + nch - 1) / nch, up = (even + 63) / 64 * 64;
+    return up <= cap ? up : even;
+}
 #ifdef BT_CUDA
 /* BT_XENT_FUSED=0: the classifier's loss and logit gradient by the two kernels, not the fused one */
 static int bt__xent_fused_on(void) { const char *e = getenv("BT_XENT_FUSED"); return !(e && e[0] == '0'); }
@@ -3363,9 +3372,7 @@ BTDEF bt_tensor *bt_linear_cross_entropy(bt_tensor *x, bt_tensor *w, bt_tensor *
     bt_tensor *xc = bt__contig(x), *wc = bt__contig(w), *tc = bt__contig(targets);
     const int32_t *tp = (const int32_t *)bt_data_ptr(tc);
     size_t es = bt_dtype_size(dt);
-    int64_t chunk = (int64_t)(bt_linear_cross_entropy_chunk(0) / ((size_t)Vp * es));
-    if (chunk < 1) chunk = 1;
-    if (chunk > N) chunk = N;
+    int64_t chunk = bt__lxent_rows(N, (int64_t)(bt_linear_cross_entropy_chunk(0) / ((size_t)Vp * es)));
     bt_tensor *inv = bt__new(bt_shape1(1), sdt, dev), *loss = bt__new(bt_shapev(0, NULL), sdt, dev);
     bt_tensor *z = bt__new(bt_shape2(chunk, Vp), dt, dev), *losses = bt__new(bt_shape1(chunk), sdt, dev);
     bt_tensor *lse = bt__new(bt_shape1(chunk), sdt, dev), *gl = NULL;

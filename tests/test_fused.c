@@ -77,7 +77,7 @@ static void test_linear_cross_entropy(void) {
         for (int k = 0; k < 2; k++) {
             /* f64: the fused and unfused sums differ only in order; f32: chunked GEMMs on the GPU */
             double tol = dts[k] == BT_F64 ? 1e-12 : 2e-5;
-            classifier_case(dev, dts[k], 40, 16, 50, 64, (size_t)64 * 64 * 8 * 7, 0, tol);   /* chunks of 7 rows */
+            classifier_case(dev, dts[k], 40, 16, 50, 64, (size_t)64 * 8 * 7, 0, tol);   /* chunks of 7 (f64) or 14 (f32) rows */
             classifier_case(dev, dts[k], 40, 16, 64, 64, (size_t)1 << 30, 1, tol);          /* one chunk, sink */
             classifier_case(dev, dts[k], 40, 16, 50, 64, (size_t)1, 1, tol);                /* one row at a time */
         }
@@ -98,8 +98,23 @@ static void test_linear_cross_entropy(void) {
     bt_scope_end();
 }
 
+/* the classifier's rows split: the fewest chunks under the cap, equal, 64-row multiples when they fit */
+static void test_lxent_rows(void) {
+    const int64_t cases[][3] = {{16384, 10672, 8192}, {131072, 10672, 10112}, {40, 7, 7}, {40, 14, 14}, {5, 10, 5},
+                                {0, 10, 0}, {1000, 1, 1}, {130, 64, 64}, {129, 64, 64}, {129, 50, 43}, {100000, 99999, 50048}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int64_t N = cases[i][0], cap = cases[i][1], r = bt__lxent_rows(N, cap);
+        const int64_t least = cap < 1 ? N : (N + cap - 1) / cap;   /* chunks a cap-sized split needs */
+        BT_CHECK(r == cases[i][2], "N %lld cap %lld: %lld rows a chunk, expected %lld", (long long)N, (long long)cap, (long long)r,
+                 (long long)cases[i][2]);
+        BT_CHECK(r <= cap && (N == 0 || (N + r - 1) / r == least), "N %lld cap %lld: %lld rows breaks the cap or adds chunks",
+                 (long long)N, (long long)cap, (long long)r);
+    }
+}
+
 #ifndef TEST_FUSED_GPU
 int main(void) {
+    BT_RUN(test_lxent_rows);
     BT_RUN(test_linear_cross_entropy);
     return bt_test_summary("test_fused");
 }
