@@ -42,22 +42,23 @@ for v in 8 32 40; do run v${v}b build/bench_kernels BT_ATT_FWD_V=$v; done
 BT_BENCH_ONLY=attention_sweep BT_BENCH_TORCH=1 BT_BENCH_SWEEP=1 timeout 90 build/bench_kernels > "$W/torch.txt" 2>&1
 echo "torch run: exit $?" | tee -a "$RET/times.txt"
 grep -E "^\| (attention bf16|T1024 D64 causal)" "$W/torch.txt" | tee -a "$RET/times.txt"
+BT_TEST_ONLY=attention BT_TEST_VERBOSE=1 timeout 90 build/tests/test_kernels_gpu > "$W/test.txt" 2>&1
+echo "tests: exit $?" | tee -a "$RET/times.txt"
+grep -E "FAIL|wgmma path|passed, .* failed" "$W/test.txt" | head -20 | tee "$RET/tests.txt"
+grep -E "wg" "$W/test.txt" | grep -E "T=?1000|T200|T300" | tail -40 > "$RET/test_wg_tail.txt"
+tar -cJf "$OUTD/attnf_call1.tar.xz" -C "$W" ret   # in case ncu runs past the limit
 if command -v ncu >/dev/null; then
   for v in 0 8; do
-    BT_ATT_FWD_V=$v BT_BENCH_ONLY=attention_sweep BT_BENCH_TORCH=0 BT_BENCH_SWEEP=1 timeout 100 ncu --clock-control none \
+    BT_ATT_FWD_V=$v BT_BENCH_ONLY=attention_sweep BT_BENCH_TORCH=0 BT_BENCH_SWEEP=1 timeout 60 ncu --clock-control none \
       -k regex:bt__k_att_fwd_wg -c 1 --section SpeedOfLight --section SchedulerStats --section WarpStateStats \
       --section InstructionStats --section SourceCounters build/bench_kernels > "$RET/ncu_v$v.txt" 2>&1
     echo "ncu v$v: exit $?" | tee -a "$RET/times.txt"
   done
-  BT_BENCH_ONLY=attention_sweep BT_BENCH_TORCH=0 BT_BENCH_SWEEP=1 timeout 100 ncu --clock-control none -k regex:bt__k_att_fwd_wg -c 1 \
+  BT_BENCH_ONLY=attention_sweep BT_BENCH_TORCH=0 BT_BENCH_SWEEP=1 timeout 60 ncu --clock-control none -k regex:bt__k_att_fwd_wg -c 1 \
     --section SourceCounters --page source --print-source sass --csv build/bench_kernels > "$W/ncu_src.csv" 2>&1
   echo "ncu source: exit $? $(wc -l < "$W/ncu_src.csv") lines" | tee -a "$RET/times.txt"
   xz -6 -c "$W/ncu_src.csv" > "$RET/ncu_src_v0.csv.xz"
 fi
-BT_TEST_ONLY=attention BT_TEST_VERBOSE=1 timeout 110 build/tests/test_kernels_gpu > "$W/test.txt" 2>&1
-echo "tests: exit $?" | tee -a "$RET/times.txt"
-grep -E "FAIL|wgmma path|passed, .* failed" "$W/test.txt" | head -20 | tee "$RET/tests.txt"
-grep -E "wg" "$W/test.txt" | grep -E "T=?1000|T200|T300" | tail -40 > "$RET/test_wg_tail.txt"
 echo "=== summary"
 cat "$RET/gpu.txt" "$RET/sass_counts.txt" 2>/dev/null
 cat "$RET/times.txt"
