@@ -2860,8 +2860,9 @@ template <typename T> __global__ void bt__k_att_dvec(float *dvec, bt__k_attp p) 
    own rings (3 stages at D 64, 2 at D 128) and Q two buffers (items alternate), so the next
    tiles load while a tile's softmax runs. The two warpgroups take turns at the tensor cores
    (named barriers 1 and 2, "ping-pong"): a warpgroup issues S = Q K(j)^T and O += P(j-1) V(j-1),
-   lets the other issue its pair, and runs its softmax while the other's products run; the exp2
-   of the softmax (MUFU, 16 a clock an SM) is then hidden under the MMAs.
+   lets the other issue its pair, and runs its softmax while the other's products run (at D 64 also
+   while its own P V runs: BT__K_FWD_OVL); the exp2 of the softmax (MUFU, 16 a clock an SM) is then
+   hidden under the MMAs.
    Backward: causal D 64 in one fused kernel (below: 5 products, dQ summed in a fixed order);
    else the two kernels above (deterministic, no atomics): dK/dV over 128-key CTAs (64 keys a
    warpgroup, S^T = K Q^T and dP^T = V dO^T from shared memory, dV += P^T dO and dK += dS^T Q
@@ -3063,12 +3064,73 @@ __device__ __forceinline__ int64_t bt__k_att_next(const bt__k_attp &p, int64_t n
     if ((threadIdx.x & 31) == 0) bt__k_mbar_arrive(iempty);
     return L;
 }
+/* the forward's variants and timing-only ablations (template argument M of bt__k_att_fwd_wg; the
+   run-time choice in bt__k_att_fwd_wg_run). Variants (correct results): BT__K_FWD_OVL, the softmax
+   of tile j under the warpgroup's own O += P(j-1) V(j-1) (issued together, waited for apart; the
+   default at D 64); BT__K_FWD_LEAN, fewer instructions a step (loads with per-thread addresses
+   computed once per tile, descriptors as offsets of per-item bases, the diagonal tile's mask as one
+   compare a score). Ablations (BT_ATT_FWD_ABL=1..6, results wrong on purpose, compiled only with
+   -DBT_ATT_FWD_ABLATIONS, on the variant without OVL): 1 no softmax (S converted to P as is), 2 exp2
+   replaced by a multiply, 3 every K / V / Q stage loaded only the first time, 4 no turns at the
+   tensor cores, 5 no output store, 6 no products (S made up from registers) */
+enum { BT__K_FWD_ABL = 7, BT__K_FWD_OVL = 8, BT__K_FWD_LEAN = 16 };
 /* S = Q K^T for warpgroup w: rows 64 w .. of the Q tile, the 128 keys of a K stage */
 template <typename T, int D>
 __device__ __forceinline__ void bt__k_att_fwd_s(float (&sc)[64], uint32_t sQ, uint32_t sKs, int w) {
 #pragma unroll
     for (int kd = 0; kd < D / 16; kd++)
         bt__k_wg_ss(sc, bt__k_wg_kmaj(sQ, 128, 64 * w, kd), bt__k_wg_kmaj(sKs, 128, 0, kd), kd > 0, (T *)0);
+}
+/* LEAN: descriptor d's layout at a start `bytes` further (a multiple of 16): only the 14-bit start
+   field changes (shared addresses stay under 2^18, so it never overflows into the next field) */
+__device__ __forceinline__ uint64_t bt__k_att_desc_at(uint64_t d, uint32_t bytes) {
+    return (d & 0xFFFFFFFF00000000ull) | (uint32_t)((uint32_t)d + (bytes >> 4));
+}
+/* LEAN: S = Q K^T from the descriptors of k step 0 (dq: warpgroup w's rows of the Q tile, dk: a K
+   stage); k step kd starts (kd / 4) column blocks and (kd % 4) 32-byte steps further */
+template <typename T, int D>
+__device__ __forceinline__ void bt__k_att_fwd_s_lean(float (&sc)[64], uint64_t dq, uint64_t dk) {
+#pragma unroll
+    for (int kd = 0; kd < D / 16; kd++) {
+        const uint32_t off = (uint32_t)((kd >> 2) * 128 * 128 + (kd & 3) * 32);
+        bt__k_wg_ss(sc, bt__k_att_desc_at(dq, off), bt__k_att_desc_at(dk, off), kd > 0, (T *)0);
+    }
+}
+/* O += P V for warpgroup w: P from the A fragments pf, V a stage at sVs (dv: the descriptor of the V
+   ring's start, used when LEAN) */
+template <typename T, int D, int LEAN>
+__device__ __forceinline__ void bt__k_att_fwd_pv(float (&o)[D / 2], const uint32_t (&pf)[8][4], uint32_t sVs, uint64_t dv, uint32_t voff) {
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++)
+        bt__k_wg_rs(o, pf[kk], LEAN ? bt__k_att_desc_at(dv, voff + kk * 2048) : bt__k_wg_mnmaj(sVs, 128, kk), (T *)0);
+}
+/* LEAN: the producer's 128 threads load rows r0 .. r0 + R - 1 (row r at g + r st) into a swizzled tile,
+   zeros for rows >= Tn, as bt__k_wg_load does; thread t's chunk (t % CPR) and first row (t / CPR) are
+   the same in each of its R / RP copies (RP = 128 / CPR rows a pass, a multiple of 8: the swizzle
+   repeats), so its addresses are computed once and stepped (RP rows: RP 128 bytes here, RP st there) */
+template <typename T, int R, int D>
+__device__ __forceinline__ void bt__k_att_fwd_load(uint32_t tile, const T *g, int64_t st, int r0, int Tn, int t) {
+    enum { CPR = D / 8, RP = 128 / CPR, N = R / RP };
+    const int rr = t / CPR, ch = t % CPR;
+    const uint32_t dst = tile + bt__k_sw(rr, ch, R);
+    const T *src = g + (int64_t)(r0 + rr) * st + ch * 8;
+    const int64_t step = (int64_t)RP * st;
+    if (r0 + R <= Tn) {
+#pragma unroll
+        for (int i = 0; i < N; i++) bt__k_cp16z(dst + i * RP * 128, src + i * step, 16);
+    } else {
+#pragma unroll
+        for (int i = 0; i < N; i++) {
+            const int ok = r0 + rr + i * RP < Tn;
+            bt__k_cp16z(dst + i * RP * 128, ok ? src + i * step : g, ok ? 16 : 0);
+        }
+    }
+}
+/* a tile load of the forward's producer under variant M */
+template <typename T, int R, int D, int M>
+__device__ __forceinline__ void bt__k_att_fwd_ld(uint32_t tile, const T *g, int64_t st, int r0, int Tn, int t) {
+    if (M & BT__K_FWD_LEAN) bt__k_att_fwd_load<T, R, D>(tile, g, st, r0, Tn, t);
+    else bt__k_wg_load<T, R, D>(tile, g, st, r0, Tn, t);
 }
 
 /* BT_ATT_TRACE (timing only): thread th writes the SM clock into slot k of work item L's 8 */
@@ -3087,30 +3149,26 @@ __device__ __forceinline__ void bt__k_att_fwd_tmark(const bt__k_attp &p, int64_t
     (void)p; (void)nitems; (void)step; (void)w; (void)k;
 #endif
 }
-/* the forward's variants and timing-only ablations (template argument M of bt__k_att_fwd_wg; the
-   run-time choice in bt__k_att_fwd_wg_run). Variants (correct results): BT__K_FWD_OVL, the softmax
-   of tile j under the warpgroup's own O += P(j-1) V(j-1) (issued together, waited for apart);
-   BT__K_FWD_POLY4 / POLY2, 1 in 4 / 1 in 2 of the exp2 on the FMA pipe (a polynomial) instead of
-   the MUFU. Ablations (BT_ATT_FWD_ABL=1..6, results wrong on purpose, compiled only with
-   -DBT_ATT_FWD_ABLATIONS): 1 no softmax (S converted to P as is), 2 exp2 replaced by a multiply,
-   3 every K / V / Q stage loaded only the first time, 4 no turns at the tensor cores, 5 no output
-   store, 6 no products (S made up from registers) */
-enum { BT__K_FWD_ABL = 7, BT__K_FWD_OVL = 8, BT__K_FWD_POLY4 = 16, BT__K_FWD_POLY2 = 32 };
-/* 2^x for x <= 0 on the FMA pipe: x = j + f (j = round(x), |f| <= 1/2), 2^f by the cubic Taylor sum
-   (relative error 6e-4 at |f| = 1/2, under bf16's rounding of P, about f16's), j added to the exponent field in one integer
-   multiply-add (the magic constant's own bits shift out of the word); x is clamped at -126
-   (2^-126, nothing to the sums; -inf included: the masked scores) */
-__device__ __forceinline__ float bt__k_att_fwd_ex2p(float x) {
-    x = fmaxf(x, -126.f);
-    const float t = x + 12582912.f, f = x - (t - 12582912.f);
-    const float y = fmaf(fmaf(fmaf(0.0555041087f, f, 0.2402264923f), f, 0.6931471825f), f, 1.f);
-    return __int_as_float((int)((unsigned)__float_as_int(t) * 8388608u + (unsigned)__float_as_int(y)));
-}
-/* the exp2 of score i of a tile under variant M */
-template <int M> __device__ __forceinline__ float bt__k_att_fwd_ex2(float x, int i) {
+/* the exp2 of the softmax under variant M */
+template <int M> __device__ __forceinline__ float bt__k_att_fwd_ex2(float x) {
     if ((M & BT__K_FWD_ABL) == 2) return x * 0.5f;
-    if (((M & BT__K_FWD_POLY4) && (i & 3) == 3) || ((M & BT__K_FWD_POLY2) && (i & 1))) return bt__k_att_fwd_ex2p(x);
     return bt__k_ex2(x);
+}
+/* the mask of an edge tile (keys k0 .., rows r0 and r0 + 8 of this thread), LEAN: score i's key minus
+   its row is a constant of i plus k0 + 2 tg - r0, so each score is one compare with an immediate
+   (causal: key > row; else key > T - 1, the row not in it) */
+template <int NS> __device__ __forceinline__ void bt__k_att_fwd_mask_lean(const bt__k_attp &p, float (&sc)[NS], int k0, int r0, int tg) {
+    if (p.causal) {
+        const int lim = r0 - k0 - 2 * tg;
+#pragma unroll
+        for (int i = 0; i < NS; i++)
+            if ((i >> 2) * 8 + (i & 1) - ((i >> 1) & 1) * 8 > lim) sc[i] = -INFINITY;
+    } else {
+        const int lim = p.T - 1 - k0 - 2 * tg;
+#pragma unroll
+        for (int i = 0; i < NS; i++)
+            if ((i >> 2) * 8 + (i & 1) > lim) sc[i] = -INFINITY;
+    }
 }
 /* the forward's online softmax of this thread's part of a 64 x 128 score tile (keys k0 .., rows r0 and
    r0 + 8; masked first when edge), in raw score units (scale > 0 commutes with max): m the row max,
@@ -3120,7 +3178,9 @@ template <int M> __device__ __forceinline__ float bt__k_att_fwd_ex2(float x, int
 template <int M, int NS>
 __device__ __forceinline__ void bt__k_att_fwd_p(const bt__k_attp &p, float (&sc)[NS], float (&m)[2], float (&l)[2], float (&al)[2],
                                                 int edge, int k0, int r0, int tg) {
-    if (edge)
+    if (edge && (M & BT__K_FWD_LEAN))
+        bt__k_att_fwd_mask_lean(p, sc, k0, r0, tg);
+    else if (edge)
 #pragma unroll
         for (int i = 0; i < NS; i++)
             if (bt__k_att_masked(p, k0 + (i >> 2) * 8 + 2 * tg + (i & 1), r0 + ((i >> 1) & 1) * 8)) sc[i] = -INFINITY;
@@ -3131,14 +3191,14 @@ __device__ __forceinline__ void bt__k_att_fwd_p(const bt__k_attp &p, float (&sc)
     for (int r = 0; r < 2; r++) {
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        al[r] = bt__k_att_fwd_ex2<M & BT__K_FWD_ABL>((m[r] - mx[r]) * p.c2, 0);   /* key 0 is in every row's first tile: mx finite */
+        al[r] = bt__k_att_fwd_ex2<M>((m[r] - mx[r]) * p.c2);   /* key 0 is in every row's first tile: mx finite */
         m[r] = mx[r];
         mc[r] = -mx[r] * p.c2;
         l[r] *= al[r];
     }
 #pragma unroll
     for (int i = 0; i < NS; i++) {
-        float pv = bt__k_att_fwd_ex2<M>(fmaf(sc[i], p.c2, mc[(i >> 1) & 1]), i);
+        float pv = bt__k_att_fwd_ex2<M>(fmaf(sc[i], p.c2, mc[(i >> 1) & 1]));
         sc[i] = pv;
         l[(i >> 1) & 1] += pv;
     }
@@ -3187,13 +3247,21 @@ __host__ __device__ constexpr int bt__k_att_fwd_st(int D) { return D == 64 ? 3 :
 struct bt__k_att_fwd_ctx {
     const bt__k_attp &p;
     uint32_t sQ, sK, sV, kfull, kempty, vfull, vempty, qempty;
+    uint64_t dq, dk, dv;   /* LEAN: descriptors of this warpgroup's Q rows, the K ring's and V ring's starts */
     int64_t L, nitems;
     int u, nt, qt, qb, w, lane, r0, tg;
 };
+/* S = Q K(stage s)^T for the step's warpgroup under variant M */
+template <typename T, int D, int M>
+__device__ __forceinline__ void bt__k_att_fwd_qk(float (&sc)[64], const bt__k_att_fwd_ctx &c, int s) {
+    enum { TILE = 128 * D * 2 };
+    if (M & BT__K_FWD_LEAN) bt__k_att_fwd_s_lean<T, D>(sc, c.dq, bt__k_att_desc_at(c.dk, (uint32_t)(s * TILE)));
+    else bt__k_att_fwd_s<T, D>(sc, c.sQ, c.sK + s * TILE, c.w);
+}
 /* a consumer warpgroup's step j of its item: S(j) = Q K(j)^T, then O += P(j-1) V(j-1) (O in the
    units of m(j-1)), two groups issued in this warpgroup's turn at the tensor cores; the softmax of
-   S(j) into the A fragments pf (P(j)) and O rescaled. Default (OVL off): both products waited for
-   before the softmax. OVL: the softmax after S(j) alone (wait_group 1) while P(j-1) V(j-1) runs, O
+   S(j) into the A fragments pf (P(j)) and O rescaled. Without OVL: both products waited for before
+   the softmax. OVL (the default at D 64): the softmax after S(j) alone (wait_group 1) while P(j-1) V(j-1) runs, O
    rescaled and P(j) written into pf only after it (wait_group 0): no register of the product in
    flight is touched. KIND: 0 any step (j > 0 known at run time), 1 the first, 2 a later one (the
    OVL loop: ptxas needs the in-flight products known in the code's shape, else C7514 / C7515) */
@@ -3201,7 +3269,7 @@ template <typename T, int D, int M, int KIND>
 __device__ __forceinline__ void bt__k_att_fwd_step(const bt__k_att_fwd_ctx &c, int j, float (&o)[D / 2], float (&m)[2], float (&l)[2],
                                                    uint32_t (&pf)[8][4]) {
     enum { BN = 128, ST = bt__k_att_fwd_st(D), TILE = BN * D * 2, NS = BN / 2, NO = D / 2 };
-    enum { ABL = M & BT__K_FWD_ABL, TURNS = ABL != 4 };
+    enum { ABL = M & BT__K_FWD_ABL, TURNS = ABL != 4, LEAN = (M & BT__K_FWD_LEAN) != 0 };
     const bt__k_attp &p = c.p;
     const int later = KIND == 2 || (KIND == 0 && j > 0), ovl = (M & BT__K_FWD_OVL) && KIND == 2;
     const int uj = c.u + j, s = uj % ST, sp = (uj + ST - 1) % ST;
@@ -3219,15 +3287,14 @@ __device__ __forceinline__ void bt__k_att_fwd_step(const bt__k_att_fwd_ctx &c, i
     } else if (later) {
         bt__k_wg_pin(o);
         bt__k_wg_arrive();
-        bt__k_att_fwd_s<T, D>(sc, c.sQ, c.sK + s * TILE, c.w);
+        bt__k_att_fwd_qk<T, D, M>(sc, c, s);
         bt__k_wg_commit();
         if (ovl) bt__k_wg_arrive();   /* a pipeline stage of its own for ptxas (else C7514) */
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) bt__k_wg_rs(o, pf[kk], bt__k_wg_mnmaj(c.sV + sp * TILE, BN, kk), (T *)0);
+        bt__k_att_fwd_pv<T, D, LEAN>(o, pf, c.sV + sp * TILE, c.dv, (uint32_t)(sp * TILE));
         bt__k_wg_commit();
     } else {
         bt__k_wg_arrive();
-        bt__k_att_fwd_s<T, D>(sc, c.sQ, c.sK + s * TILE, c.w);
+        bt__k_att_fwd_qk<T, D, M>(sc, c, s);
         bt__k_wg_commit();
     }
     if (TURNS && (c.w == 0 || j + 1 < c.nt)) bt__k_bar_arrive(2 - c.w);   /* the other's turn (balanced: n syncs, n arrivals) */
@@ -3301,15 +3368,15 @@ template <typename T, int D, int M> __global__ void __launch_bounds__(BT__K_WG_T
                     *v = (const T *)p.v + bt__k_att_off(p.sv, bh, p.H);
             const int qb = (int)(n & 1);   /* item n's Q buffer, its (n / 2)-th use */
             if (n >= 2) bt__k_mbar_wait(qempty + 8 * qb, (int)(((n >> 1) - 1) & 1));
-            if (ABL != 3 || n < 2) bt__k_wg_load<T, BM, D>(sQ0 + qb * QT, q, p.sq[2], qt * BM, p.T, t);
+            if (ABL != 3 || n < 2) bt__k_att_fwd_ld<T, BM, D, M>(sQ0 + qb * QT, q, p.sq[2], qt * BM, p.T, t);
             bt__k_cp_mbar_arrive(qfull + 8 * qb);
             for (int j = 0; j < nt; j++, u++) {
                 const int s = u % ST, ph = (u / ST - 1) & 1;
                 if (u >= ST) bt__k_mbar_wait(kempty + 8 * s, ph);
-                if (ABL != 3 || u < ST) bt__k_wg_load<T, BN, D>(sK + s * TILE, k, p.sk[2], j * BN, p.T, t);
+                if (ABL != 3 || u < ST) bt__k_att_fwd_ld<T, BN, D, M>(sK + s * TILE, k, p.sk[2], j * BN, p.T, t);
                 bt__k_cp_mbar_arrive(kfull + 8 * s);
                 if (u >= ST) bt__k_mbar_wait(vempty + 8 * s, ph);
-                if (ABL != 3 || u < ST) bt__k_wg_load<T, BN, D>(sV + s * TILE, v, p.sv[2], j * BN, p.T, t);
+                if (ABL != 3 || u < ST) bt__k_att_fwd_ld<T, BN, D, M>(sV + s * TILE, v, p.sv[2], j * BN, p.T, t);
                 bt__k_cp_mbar_arrive(vfull + 8 * s);
             }
             bt__k_att_mark(p, L, 7, 256);
@@ -3337,7 +3404,9 @@ template <typename T, int D, int M> __global__ void __launch_bounds__(BT__K_WG_T
             bt__k_mbar_wait(qfull + 8 * qb, (int)((n >> 1) & 1));
             bt__k_att_mark(p, L, 1, 0);
             if (TURNS && w == 1) bt__k_bar_arrive(1);   /* warpgroup 0 issues first */
-            const bt__k_att_fwd_ctx c = {p, sQ, sK, sV, kfull, kempty, vfull, vempty, qempty, L, nitems, u, nt, qt, qb, w, lane, r0, tg};
+            const bt__k_att_fwd_ctx c = {p, sQ, sK, sV, kfull, kempty, vfull, vempty, qempty, bt__k_wg_kmaj(sQ, 128, 64 * w, 0),
+                                         bt__k_wg_kmaj(sK, 128, 0, 0), bt__k_wg_mnmaj(sV, 128, 0), L, nitems, u, nt, qt, qb, w,
+                                         lane, r0, tg};
             if (OVL) {   /* the first step apart: ptxas then knows which products are in flight where (else C7514) */
                 bt__k_att_fwd_step<T, D, M, 1>(c, 0, o, m, l, pf);
                 for (int j = 1; j < nt; j++) bt__k_att_fwd_step<T, D, M, 2>(c, j, o, m, l, pf);
@@ -3352,8 +3421,7 @@ template <typename T, int D, int M> __global__ void __launch_bounds__(BT__K_WG_T
                 if (ABL != 6) {
                     bt__k_wg_pin(o);
                     bt__k_wg_arrive();
-#pragma unroll
-                    for (int kk = 0; kk < BN / 16; kk++) bt__k_wg_rs(o, pf[kk], bt__k_wg_mnmaj(sV + sp * TILE, BN, kk), (T *)0);
+                    bt__k_att_fwd_pv<T, D, (M & BT__K_FWD_LEAN) != 0>(o, pf, sV + sp * TILE, c.dv, (uint32_t)(sp * TILE));
                     bt__k_wg_commit();
                     bt__k_wg_wait0();
                     bt__k_wg_pin(o);
@@ -4028,9 +4096,10 @@ static int bt__k_att_wg_use(bt_dtype dt, const bt__k_attp *p) {
    BT_ATT_DVEC_FUSED=0|1, Dvec computed by the dQ kernel (else by a pre-pass kernel);
    BT_ATT_BWD_TURNS=0|1, the backward kernels' warpgroups taking turns at the tensor cores;
    BT_ATT_FUSED_BWD=0|1, the causal D 64 backward in one kernel (else the dQ and dK/dV kernels) when
-   T <= BT_ATT_FUSED_TMAX (default 4096); BT_ATT_FWD_V=0|8|16|32|24|40, the forward's variant at D 64
-   (BT__K_FWD_*: 8 softmax under P V, 16 / 32 a quarter / half of exp2 as a polynomial);
-   BT_ATT_FWD_ABL=1..6, timing-only ablations (builds with -DBT_ATT_FWD_ABLATIONS); BT_ATT_TRACE=T, clocks per work item of one
+   T <= BT_ATT_FUSED_TMAX (default 4096); BT_ATT_FWD_OVL=0|1 (default 1), the forward's softmax under
+   its warpgroup's P V at D 64; BT_ATT_FWD_LEAN=0|1 (default 0: not yet run on a GPU), its leaner
+   steps (BT__K_FWD_LEAN); BT_ATT_FWD_ABL=1..6, timing-only ablations (builds with
+   -DBT_ATT_FWD_ABLATIONS); BT_ATT_TRACE=T, clocks per work item of one
    forward call at that T (bt__k_att_fwd_trace_print) */
 static int bt__k_att_tune(const char *name, int dflt) {
     const char *e = getenv(name);
@@ -4116,9 +4185,6 @@ static void bt__k_att_fwd_trace_print(const unsigned long long *tr, int64_t item
     fprintf(stderr, "att_fwd trace T %d: mean gap between an SM's items %.0f cycles (%lld gaps); items busy %.1f%% of the SMs' spans\n", T,
             ng ? gap / ng : 0., (long long)ng, span > 0 ? 100. * busy / span : 0.);
 }
-/* the forward kernel of variant v (BT__K_FWD_OVL, POLY4, POLY2, or one of those two with OVL; D 64 only,
-   D 128 runs the default) or, built with -DBT_ATT_FWD_ABLATIONS, of timing-only ablation abl 1..6
-   (bf16 / f16 D 64) */
 /* BT_ATT_TRACE: CTA 0's steps (bt__k_att_fwd_tmark), per warpgroup the mean cycles of each phase over
    the recorded steps and the mean period (a step's start to the next one's) */
 static void bt__k_att_fwd_tsteps_print(const unsigned long long *st, int T) {
@@ -4138,6 +4204,8 @@ static void bt__k_att_fwd_tsteps_print(const unsigned long long *st, int T) {
                        np ? per / np : 0.);
     }
 }
+/* the forward kernel of variant v (BT__K_FWD_OVL, LEAN bits; D 64 only, D 128 runs variant 0) or,
+   built with -DBT_ATT_FWD_ABLATIONS, of timing-only ablation abl 1..6 (D 64, variant 0) */
 template <typename T> static void (*bt__k_att_fwd_pick(int D, int v, int abl))(bt__k_attp) {
     if (D != 64) return bt__k_att_fwd_wg<T, 128, 0>;
 #ifdef BT_ATT_FWD_ABLATIONS
@@ -4153,12 +4221,10 @@ template <typename T> static void (*bt__k_att_fwd_pick(int D, int v, int abl))(b
 #else
     (void)abl;
 #endif
-    switch (v) {
+    switch (v & (BT__K_FWD_OVL | BT__K_FWD_LEAN)) {
     case BT__K_FWD_OVL: return bt__k_att_fwd_wg<T, 64, BT__K_FWD_OVL>;
-    case BT__K_FWD_POLY4: return bt__k_att_fwd_wg<T, 64, BT__K_FWD_POLY4>;
-    case BT__K_FWD_POLY2: return bt__k_att_fwd_wg<T, 64, BT__K_FWD_POLY2>;
-    case BT__K_FWD_OVL | BT__K_FWD_POLY4: return bt__k_att_fwd_wg<T, 64, BT__K_FWD_OVL | BT__K_FWD_POLY4>;
-    case BT__K_FWD_OVL | BT__K_FWD_POLY2: return bt__k_att_fwd_wg<T, 64, BT__K_FWD_OVL | BT__K_FWD_POLY2>;
+    case BT__K_FWD_LEAN: return bt__k_att_fwd_wg<T, 64, BT__K_FWD_LEAN>;
+    case BT__K_FWD_OVL | BT__K_FWD_LEAN: return bt__k_att_fwd_wg<T, 64, BT__K_FWD_OVL | BT__K_FWD_LEAN>;
     default: return bt__k_att_fwd_wg<T, 64, 0>;
     }
 }
@@ -4166,7 +4232,9 @@ template <typename T> static void bt__k_att_fwd_wg_run(const bt__k_attp *p, cuda
     int64_t tiles = (p->T + 127) / 128;
     size_t hb = bt__k_att_wg_kv_bytes(p);
     int per = bt__k_att_tune("BT_ATT_PERSIST", 1) != 0;
-    void (*kern)(bt__k_attp) = bt__k_att_fwd_pick<T>((int)p->D, bt__k_att_tune("BT_ATT_FWD_V", 0), bt__k_att_tune("BT_ATT_FWD_ABL", 0));
+    /* OVL: measured 1281 - 1293 us against 1318 - 1364 without at T 4096 (B 16, H 12, causal; H100) */
+    const int v = (bt__k_att_tune("BT_ATT_FWD_OVL", 1) ? BT__K_FWD_OVL : 0) | (bt__k_att_tune("BT_ATT_FWD_LEAN", 0) ? BT__K_FWD_LEAN : 0);
+    void (*kern)(bt__k_attp) = bt__k_att_fwd_pick<T>((int)p->D, v, bt__k_att_tune("BT_ATT_FWD_ABL", 0));
     static int calls_at_T = 0;   /* the third call at that T is traced (warm caches and clocks) */
     if (bt__k_att_tune("BT_ATT_TRACE", 0) != p->T || ++calls_at_T != 3) {
         bt__k_att_wg_launch(kern, *p, tiles, hb, per, bt__k_att_wg_smem_fwd((int)p->D), s, op);
