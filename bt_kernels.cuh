@@ -3205,7 +3205,8 @@ __device__ __forceinline__ void bt__k_att_fwd_p(const bt__k_attp &p, float (&sc)
 }
 /* O *= al (per row), P (sc) rounded into the A fragments pf */
 template <typename T, int NS, int NO>
-__device__ __forceinline__ void bt__k_att_fwd_rescale(float (&o)[NO], const float (&al)[2], const float (&sc)[NS], uint32_t (&pf)[NS / 8][4]) {
+__device__ __forceinline__ void bt__k_att_fwd_rescale(float (&o)[NO], const float (&al)[2], const float (&sc)[NS],
+                                                      uint32_t (&pf)[NS / 8][4]) {
 #pragma unroll
     for (int i = 0; i < NO; i++) o[i] *= al[(i >> 1) & 1];
     bt__k_wg_afrag<T, NS / 8>(pf, sc);
@@ -3261,9 +3262,9 @@ __device__ __forceinline__ void bt__k_att_fwd_qk(float (&sc)[64], const bt__k_at
 /* a consumer warpgroup's step j of its item: S(j) = Q K(j)^T, then O += P(j-1) V(j-1) (O in the
    units of m(j-1)), two groups issued in this warpgroup's turn at the tensor cores; the softmax of
    S(j) into the A fragments pf (P(j)) and O rescaled. Without OVL: both products waited for before
-   the softmax. OVL (the default at D 64): the softmax after S(j) alone (wait_group 1) while P(j-1) V(j-1) runs, O
-   rescaled and P(j) written into pf only after it (wait_group 0): no register of the product in
-   flight is touched. KIND: 0 any step (j > 0 known at run time), 1 the first, 2 a later one (the
+   the softmax. OVL (the default at D 64): the softmax after S(j) alone (wait_group 1) while
+   P(j-1) V(j-1) runs, O rescaled and P(j) written into pf only after it (wait_group 0): no
+   register of the product in flight is touched. KIND: 0 any step (j > 0 known at run time), 1 the first, 2 a later one (the
    OVL loop: ptxas needs the in-flight products known in the code's shape, else C7514 / C7515) */
 template <typename T, int D, int M, int KIND>
 __device__ __forceinline__ void bt__k_att_fwd_step(const bt__k_att_fwd_ctx &c, int j, float (&o)[D / 2], float (&m)[2], float (&l)[2],
@@ -4199,9 +4200,10 @@ static void bt__k_att_fwd_tsteps_print(const unsigned long long *st, int T) {
             n++;
             if (k + 1 < BT__K_FWD_TSTEPS && x[16]) { per += (double)x[16] - (double)x[0]; np++; }
         }
-        if (n) fprintf(stderr, "att_fwd steps T %d wg %d: %d steps | K/V wait %.0f | turn wait %.0f | issue + products %.0f | softmax %.0f | "
-                               "step %.0f | period %.0f (cycles)\n", T, w, n, sum[0] / n, sum[1] / n, sum[2] / n, sum[3] / n, sum[4] / n,
-                       np ? per / np : 0.);
+        if (n)
+            fprintf(stderr, "att_fwd steps T %d wg %d: %d steps | K/V wait %.0f | turn wait %.0f | issue + products %.0f | "
+                            "softmax %.0f | step %.0f | period %.0f (cycles)\n", T, w, n, sum[0] / n, sum[1] / n, sum[2] / n,
+                    sum[3] / n, sum[4] / n, np ? per / np : 0.);
     }
 }
 /* the forward kernel of variant v (BT__K_FWD_OVL, LEAN bits; D 64 only, D 128 runs variant 0) or,
