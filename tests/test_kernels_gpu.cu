@@ -1138,11 +1138,31 @@ static void test_attention_hopper(void) {
     attn_case(BT_BF16, BT_MATMUL_FP32, 4, 37, 200, 64, 1, 1, 1, 5);
     attn_case(BT_F16, BT_MATMUL_FP32, 1, 3, 257, 64, 0, 0, 1, 1);
     unsetenv("BT_ATT_FUSED_BWD");
-    /* the forward softmax's row max / sum in 4 chains (BT_ATT_FWD_ILP=1; several items a CTA) */
-    setenv("BT_ATT_FWD_ILP", "1", 1);
-    attn_case(BT_BF16, BT_MATMUL_FP32, 4, 37, 200, 64, 1, 0, 1, 5);
-    attn_case(BT_F16, BT_MATMUL_FP32, 2, 37, 300, 128, 0, 0, 0, 1);
-    unsetenv("BT_ATT_FWD_ILP");
+    /* the forward's variants at D 64 (the default: the softmax under P V, BT_ATT_FWD_OVL=1): without
+       it, and the leaner steps (BT_ATT_FWD_LEAN=1) with and without it; several items a CTA, causal
+       and not, T not a multiple of 128 (the last tiles' zero rows and masks) */
+    const char *fwd_env[2] = {"BT_ATT_FWD_OVL", "BT_ATT_FWD_LEAN"};
+    char fwd_saved[2][32];
+    int fwd_had[2];
+    for (int e = 0; e < 2; e++) {
+        const char *x = getenv(fwd_env[e]);
+        fwd_had[e] = x != NULL;
+        snprintf(fwd_saved[e], sizeof fwd_saved[e], "%s", x ? x : "");
+    }
+    const char *fwd_v[3][2] = {{"0", "0"}, {"1", "1"}, {"0", "1"}};
+    for (int i = 0; i < 3; i++) {
+        setenv(fwd_env[0], fwd_v[i][0], 1);
+        setenv(fwd_env[1], fwd_v[i][1], 1);
+        seed(1420 + i);
+        attn_case(i & 1 ? BT_F16 : BT_BF16, BT_MATMUL_FP32, 4, 37, 200, 64, 1, 0, 1, 5);
+        attn_case(i & 1 ? BT_BF16 : BT_F16, BT_MATMUL_FP32, 2, 5, 300, 64, 0, 0, 0, 1);
+        attn_case(BT_BF16, BT_MATMUL_FP32, 1, 3, 1000, 64, 1, 0, 1, 1);
+        attn_case(BT_F16, BT_MATMUL_FP32, 2, 3, 1024, 64, 0, 0, 1, 1);
+    }
+    for (int e = 0; e < 2; e++) {
+        if (fwd_had[e]) setenv(fwd_env[e], fwd_saved[e], 1);
+        else unsetenv(fwd_env[e]);
+    }
     /* the fused backward over chunks of heads: a dQ-sum cap of 3 heads at T 200 (2 query tiles of
        32 KiB a head) splits B H = 10 into 3 + 3 + 3 + 1 launches; bits twice */
     size_t prev_cap = bt_k_attention_scratch_cap(3 * 2 * 32768);
