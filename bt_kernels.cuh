@@ -4098,7 +4098,7 @@ static int bt__k_att_wg_use(bt_dtype dt, const bt__k_attp *p) {
    BT_ATT_BWD_TURNS=0|1, the backward kernels' warpgroups taking turns at the tensor cores;
    BT_ATT_FUSED_BWD=0|1, the causal D 64 backward in one kernel (else the dQ and dK/dV kernels) when
    T <= BT_ATT_FUSED_TMAX (default 4096); BT_ATT_FWD_OVL=0|1 (default 1), the forward's softmax under
-   its warpgroup's P V at D 64; BT_ATT_FWD_LEAN=0|1 (default 0: not yet run on a GPU), its leaner
+   its warpgroup's P V at D 64; BT_ATT_FWD_LEAN=0|1 (default 1), its leaner
    steps (BT__K_FWD_LEAN); BT_ATT_FWD_ABL=1..6, timing-only ablations (builds with
    -DBT_ATT_FWD_ABLATIONS); BT_ATT_TRACE=T, clocks per work item of one
    forward call at that T (bt__k_att_fwd_trace_print) */
@@ -4234,8 +4234,10 @@ template <typename T> static void bt__k_att_fwd_wg_run(const bt__k_attp *p, cuda
     int64_t tiles = (p->T + 127) / 128;
     size_t hb = bt__k_att_wg_kv_bytes(p);
     int per = bt__k_att_tune("BT_ATT_PERSIST", 1) != 0;
-    /* OVL: measured 1281 - 1293 us against 1318 - 1364 without at T 4096 (B 16, H 12, causal; H100) */
-    const int v = (bt__k_att_tune("BT_ATT_FWD_OVL", 1) ? BT__K_FWD_OVL : 0) | (bt__k_att_tune("BT_ATT_FWD_LEAN", 0) ? BT__K_FWD_LEAN : 0);
+    /* OVL: measured 1281 - 1293 us against 1318 - 1364 without at T 4096 (B 16, H 12, causal; H100);
+       LEAN + OVL at T 1024: 103.2 / 103.4 / 127.5 us in three processes against OVL alone 115.8 /
+       135.6 / 145.5 and the code before both 143.3 / 150.5 (H100, 13:03 UTC, bench/runs/attnf_call2.sh) */
+    const int v = (bt__k_att_tune("BT_ATT_FWD_OVL", 1) ? BT__K_FWD_OVL : 0) | (bt__k_att_tune("BT_ATT_FWD_LEAN", 1) ? BT__K_FWD_LEAN : 0);
     void (*kern)(bt__k_attp) = bt__k_att_fwd_pick<T>((int)p->D, v, bt__k_att_tune("BT_ATT_FWD_ABL", 0));
     static int calls_at_T = 0;   /* the third call at that T is traced (warm caches and clocks) */
     if (bt__k_att_tune("BT_ATT_TRACE", 0) != p->T || ++calls_at_T != 3) {
