@@ -2862,7 +2862,10 @@ template <typename T> __global__ void bt__k_att_dvec(float *dvec, bt__k_attp p) 
    (named barriers 1 and 2, "ping-pong"): a warpgroup issues S = Q K(j)^T and O += P(j-1) V(j-1),
    lets the other issue its pair, and runs its softmax while the other's products run (at D 64 also
    while its own P V runs: BT__K_FWD_OVL); the exp2 of the softmax (MUFU, 16 a clock an SM) is then
-   hidden under the MMAs.
+   hidden under the MMAs. At D 64 the default (BT__K_FWD_WG3, session attnf3) has three consumer
+   warpgroups on 192-query tiles (512 threads), which issue without turns: three warps a scheduler
+   hide each other's softmax chains; a warpgroup past its last key tile (causal) or wholly past T
+   only lets the stages go.
    Backward: causal D 64 in one fused kernel (below: 5 products, dQ summed in a fixed order);
    else the two kernels above (deterministic, no atomics): dK/dV over 128-key CTAs (64 keys a
    warpgroup, S^T = K Q^T and dP^T = V dO^T from shared memory, dV += P^T dO and dK += dS^T Q
@@ -3078,7 +3081,7 @@ __device__ __forceinline__ int64_t bt__k_att_next(const bt__k_attp &p, int64_t n
    three consumer warpgroups and 192-query tiles (512 threads; bt__k_att_fwd_nw); BT__K_FWD_SKIP: a
    row keeps its running max unless a tile raises it by more than BT__K_FWD_SKIP_LOG2 (log2 units),
    and a warp whose rows all kept theirs skips the O rescale (bt__k_att_fwd_p); BT__K_FWD_NOTURN
-   (with WG3): no turns at the tensor cores */
+   (with WG3): no turns at the tensor cores (the default at D 64: WG3 | OVL | LEAN | NOTURN) */
 enum { BT__K_FWD_ABL = 7, BT__K_FWD_OVL = 8, BT__K_FWD_LEAN = 16, BT__K_FWD_WG3 = 32, BT__K_FWD_SKIP = 64, BT__K_FWD_NOTURN = 128 };
 /* SKIP: P = 2^(S c2 - m c2) stays below 2^8 with a stale max m (within bf16 / f16 range, and l, O
    are in the same stale units, so O / l and lse stay exact) */
@@ -4158,10 +4161,11 @@ static int bt__k_att_wg_use(bt_dtype dt, const bt__k_attp *p) {
    BT_ATT_FUSED_BWD=0|1, the causal D 64 backward in one kernel (else the dQ and dK/dV kernels) when
    T <= BT_ATT_FUSED_TMAX (default 4096); BT_ATT_FWD_OVL=0|1 (default 1), the forward's softmax under
    its warpgroup's P V at D 64; BT_ATT_FWD_LEAN=0|1 (default 1), its leaner
-   steps (BT__K_FWD_LEAN); BT_ATT_FWD_WG3=0|1 (default 0), three consumer warpgroups and 192-query tiles
-   at D 64 (BT__K_FWD_WG3, with LEAN); BT_ATT_FWD_SKIP=0|1 (default 0), the O rescale skipped while
-   no row max rises by more than 2^8 (with OVL and LEAN); BT_ATT_FWD_TURNS=0|1 (default 1; 0: no
-   turns at the tensor cores, WG3 with OVL only); BT_ATT_FWD_ABL=1..6, timing-only ablations (builds with
+   steps (BT__K_FWD_LEAN); BT_ATT_FWD_WG3=0|1 (default 1), three consumer warpgroups and 192-query
+   tiles at D 64 (BT__K_FWD_WG3, always with LEAN); BT_ATT_FWD_SKIP=0|1 (default 0), the O rescale
+   skipped while no row max rises by more than 2^8 (with OVL and LEAN); BT_ATT_FWD_TURNS=0|1 (WG3
+   with OVL only, default 0: its warpgroups do not take turns at the tensor cores; the two-warpgroup
+   kernel always takes them); BT_ATT_FWD_ABL=1..6 (with BT_ATT_FWD_WG3=0), timing-only ablations (builds with
    -DBT_ATT_FWD_ABLATIONS); BT_ATT_TRACE=T, clocks per work item of one
    forward call at that T (bt__k_att_fwd_trace_print) */
 static int bt__k_att_tune(const char *name, int dflt) {
@@ -4291,7 +4295,7 @@ template <typename T> static void (*bt__k_att_fwd_pick(int D, int v, int abl))(b
     enum { W = BT__K_FWD_WG3 | BT__K_FWD_LEAN, OL = BT__K_FWD_OVL | BT__K_FWD_LEAN, SK = BT__K_FWD_SKIP, NT = BT__K_FWD_NOTURN };
     if (v & BT__K_FWD_WG3) {
         if (!(v & BT__K_FWD_OVL)) return bt__k_att_fwd_wg<T, 64, W>;
-        if (v & NT) return bt__k_att_fwd_wg<T, 64, W | OL | NT>;
+        if (v & NT) return (v & SK) ? bt__k_att_fwd_wg<T, 64, W | OL | NT | SK> : bt__k_att_fwd_wg<T, 64, W | OL | NT>;
         return (v & SK) ? bt__k_att_fwd_wg<T, 64, W | OL | SK> : bt__k_att_fwd_wg<T, 64, W | OL>;
     }
     if ((v & (OL | SK)) == (OL | SK)) return bt__k_att_fwd_wg<T, 64, OL | SK>;
@@ -4303,7 +4307,7 @@ template <typename T> static void (*bt__k_att_fwd_pick(int D, int v, int abl))(b
     }
 }
 template <typename T> static void bt__k_att_fwd_wg_run(const bt__k_attp *p, cudaStream_t s, const char *op) {
-    const int wg3 = p->D == 64 && bt__k_att_tune("BT_ATT_FWD_WG3", 0), BM = wg3 ? 192 : 128;
+    const int wg3 = p->D == 64 && bt__k_att_tune("BT_ATT_FWD_WG3", 1), BM = wg3 ? 192 : 128;
     const unsigned threads = wg3 ? 512 : BT__K_WG_THREADS;
     const size_t smem = bt__k_att_wg_smem_fwd((int)p->D, BM);
     int64_t tiles = (p->T + BM - 1) / BM;
@@ -4311,10 +4315,13 @@ template <typename T> static void bt__k_att_fwd_wg_run(const bt__k_attp *p, cuda
     int per = bt__k_att_tune("BT_ATT_PERSIST", 1) != 0;
     /* OVL: measured 1281 - 1293 us against 1318 - 1364 without at T 4096 (B 16, H 12, causal; H100);
        LEAN + OVL at T 1024: 103.2 / 103.4 / 127.5 us in three processes against OVL alone 115.8 /
-       135.6 / 145.5 and the code before both 143.3 / 150.5 (H100, 13:03 UTC, bench/runs/attnf_call2.sh) */
+       135.6 / 145.5 and the code before both 143.3 / 150.5 (H100, 13:03 UTC, bench/runs/attnf_call2.sh).
+       WG3 without turns (the default since session attnf3): T 1024 112.6 / 100.5 us against LEAN + OVL
+       116.8 / 103.3, T 4096 1073 / 1063 against 1231 / 1187 (process pairs; H100, 13:18 UTC,
+       bench/runs/attnf3_call.sh); WG3 with turns 1067 - 1134 at T 4096 but not faster at T 1024 */
     const int v = (bt__k_att_tune("BT_ATT_FWD_OVL", 1) ? BT__K_FWD_OVL : 0) | (bt__k_att_tune("BT_ATT_FWD_LEAN", 1) ? BT__K_FWD_LEAN : 0) |
                   (wg3 ? BT__K_FWD_WG3 : 0) | (bt__k_att_tune("BT_ATT_FWD_SKIP", 0) ? BT__K_FWD_SKIP : 0) |
-                  (bt__k_att_tune("BT_ATT_FWD_TURNS", 1) ? 0 : BT__K_FWD_NOTURN);
+                  (bt__k_att_tune("BT_ATT_FWD_TURNS", 0) ? 0 : BT__K_FWD_NOTURN);
     void (*kern)(bt__k_attp) = bt__k_att_fwd_pick<T>((int)p->D, v, wg3 ? 0 : bt__k_att_tune("BT_ATT_FWD_ABL", 0));
     static int calls_at_T = 0;   /* the third call at that T is traced (warm caches and clocks) */
     if (bt__k_att_tune("BT_ATT_TRACE", 0) != p->T || ++calls_at_T != 3) {
