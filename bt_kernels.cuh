@@ -2862,7 +2862,10 @@ template <typename T> __global__ void bt__k_att_dvec(float *dvec, bt__k_attp p) 
    (named barriers 1 and 2, "ping-pong"): a warpgroup issues S = Q K(j)^T and O += P(j-1) V(j-1),
    lets the other issue its pair, and runs its softmax while the other's products run (at D 64 also
    while its own P V runs: BT__K_FWD_OVL); the exp2 of the softmax (MUFU, 16 a clock an SM) is then
-   hidden under the MMAs.
+   hidden under the MMAs. At D 64 the default (BT__K_FWD_WG3, session attnf3) has three consumer
+   warpgroups on 192-query tiles (512 threads), which issue without turns: three warps a scheduler
+   hide each other's softmax chains; a warpgroup past its last key tile (causal) or wholly past T
+   only lets the stages go.
    Backward: causal D 64 in one fused kernel (below: 5 products, dQ summed in a fixed order);
    else the two kernels above (deterministic, no atomics): dK/dV over 128-key CTAs (64 keys a
    warpgroup, S^T = K Q^T and dP^T = V dO^T from shared memory, dV += P^T dO and dK += dS^T Q
@@ -3043,15 +3046,17 @@ __device__ __forceinline__ int64_t bt__k_att_item(int64_t n) {
 }
 /* the CTA's n-th work item, the same in every thread. With p.ctr the producer's first thread
    (threadIdx.x 256) takes items from the counter and hands each to all 12 warps through shared
-   memory: *slot written, then ifull (1 arrival); every warp reads it, then iempty (12 arrivals)
+   memory: *slot written, then ifull (1 arrival); every warp reads it, then iempty (one arrival a warp)
    lets the next be written. ahead: the next item is taken from the counter a whole item ahead
    (its latency hidden); else only when that thread asks for it (an item taken is then started at
    once: the fused backward's items wait for earlier ones). next: that thread's taken item (starts
-   at blockIdx.x). Else the fixed order bt__k_att_item(n). */
+   at blockIdx.x). pt: that thread (the producer's first: 256, or 384 in the forward's 3-warpgroup
+   variant). Else the fixed order bt__k_att_item(n). */
 __device__ __forceinline__ int64_t bt__k_att_next(const bt__k_attp &p, int64_t n, int64_t nitems, volatile int64_t *slot,
-                                                 uint32_t ifull, uint32_t iempty, int64_t &next, int ahead = 1) {
+                                                 uint32_t ifull, uint32_t iempty, int64_t &next, int ahead = 1,
+                                                 int pt = 256) {
     if (!p.ctr) return bt__k_att_item(n);
-    if (threadIdx.x == 256) {
+    if ((int)threadIdx.x == pt) {
         if (n > 0) bt__k_mbar_wait(iempty, (int)((n - 1) & 1));
         if (!ahead && n > 0) next = (int64_t)gridDim.x + atomicAdd(p.ctr, 1);
         *slot = next;
@@ -3072,8 +3077,19 @@ __device__ __forceinline__ int64_t bt__k_att_next(const bt__k_attp &p, int64_t n
    compare a score). Ablations (BT_ATT_FWD_ABL=1..6, results wrong on purpose, compiled only with
    -DBT_ATT_FWD_ABLATIONS, on the variant without OVL): 1 no softmax (S converted to P as is), 2 exp2
    replaced by a multiply, 3 every K / V / Q stage loaded only the first time, 4 no turns at the
-   tensor cores, 5 no output store, 6 no products (S made up from registers) */
-enum { BT__K_FWD_ABL = 7, BT__K_FWD_OVL = 8, BT__K_FWD_LEAN = 16 };
+   tensor cores, 5 no output store, 6 no products (S made up from registers). BT__K_FWD_WG3 (D 64):
+   three consumer warpgroups and 192-query tiles (512 threads; bt__k_att_fwd_nw); BT__K_FWD_SKIP: a
+   row keeps its running max unless a tile raises it by more than BT__K_FWD_SKIP_LOG2 (log2 units),
+   and a warp whose rows all kept theirs skips the O rescale (bt__k_att_fwd_p); BT__K_FWD_NOTURN
+   (with WG3): no turns at the tensor cores (the default at D 64: WG3 | OVL | LEAN | NOTURN) */
+enum { BT__K_FWD_ABL = 7, BT__K_FWD_OVL = 8, BT__K_FWD_LEAN = 16, BT__K_FWD_WG3 = 32, BT__K_FWD_SKIP = 64, BT__K_FWD_NOTURN = 128 };
+/* SKIP: P = 2^(S c2 - m c2) stays below 2^8 with a stale max m (within bf16 / f16 range, and l, O
+   are in the same stale units, so O / l and lse stay exact) */
+#define BT__K_FWD_SKIP_LOG2 8.f
+/* consumer warpgroups of the forward's variant M: 2 (64 query rows each, 384 threads) or, WG3, 3
+   (512 threads: per SM sub-partition three consumer warps whose softmax chains hide each other's
+   latency, registers 3 x 160 + 32 = 512 after setmaxnreg) */
+__host__ __device__ constexpr int bt__k_att_fwd_nw(int M) { return (M & BT__K_FWD_WG3) ? 3 : 2; }
 /* S = Q K^T for warpgroup w: rows 64 w .. of the Q tile, the 128 keys of a K stage */
 template <typename T, int D>
 __device__ __forceinline__ void bt__k_att_fwd_s(float (&sc)[64], uint32_t sQ, uint32_t sKs, int w) {
@@ -3143,7 +3159,7 @@ __device__ __forceinline__ void bt__k_att_mark(const bt__k_attp &p, int64_t L, i
 #define BT__K_FWD_TSTEPS 512
 __device__ __forceinline__ void bt__k_att_fwd_tmark(const bt__k_attp &p, int64_t nitems, int step, int w, int k) {
 #ifdef BT_ATT_FWD_ABLATIONS
-    if (p.trace && blockIdx.x == 0 && (threadIdx.x & 127) == 0 && step < BT__K_FWD_TSTEPS)
+    if (p.trace && blockIdx.x == 0 && (threadIdx.x & 127) == 0 && w < 2 && step < BT__K_FWD_TSTEPS)
         p.trace[nitems * 8 + (int64_t)step * 16 + 8 * w + k] = clock64();
 #else
     (void)p; (void)nitems; (void)step; (void)w; (void)k;
@@ -3191,6 +3207,7 @@ __device__ __forceinline__ void bt__k_att_fwd_p(const bt__k_attp &p, float (&sc)
     for (int r = 0; r < 2; r++) {
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        if ((M & BT__K_FWD_SKIP) && (mx[r] - m[r]) * p.c2 <= BT__K_FWD_SKIP_LOG2) mx[r] = m[r];   /* m[r] = -inf: never */
         al[r] = bt__k_att_fwd_ex2<M>((m[r] - mx[r]) * p.c2);   /* key 0 is in every row's first tile: mx finite */
         m[r] = mx[r];
         mc[r] = -mx[r] * p.c2;
@@ -3203,12 +3220,14 @@ __device__ __forceinline__ void bt__k_att_fwd_p(const bt__k_attp &p, float (&sc)
         l[(i >> 1) & 1] += pv;
     }
 }
-/* O *= al (per row), P (sc) rounded into the A fragments pf */
-template <typename T, int NS, int NO>
+/* O *= al (per row), P (sc) rounded into the A fragments pf. SKIP: not when every row of the warp
+   kept its max (al exactly 1; a warp-uniform vote) */
+template <typename T, int NS, int NO, int SKIP>
 __device__ __forceinline__ void bt__k_att_fwd_rescale(float (&o)[NO], const float (&al)[2], const float (&sc)[NS],
                                                       uint32_t (&pf)[NS / 8][4]) {
+    if (!SKIP || __any_sync(0xffffffffu, al[0] != 1.f || al[1] != 1.f))
 #pragma unroll
-    for (int i = 0; i < NO; i++) o[i] *= al[(i >> 1) & 1];
+        for (int i = 0; i < NO; i++) o[i] *= al[(i >> 1) & 1];
     bt__k_wg_afrag<T, NS / 8>(pf, sc);
 }
 /* the forward's output rows r0 and r0 + 8 of head bh: O / l (the quad's sums) and lse */
@@ -3242,15 +3261,21 @@ template <int NS> __device__ __forceinline__ void bt__k_att_fwd_fake_s(float (&s
 /* stages of the forward's K and V rings: 3 at D 64 (the next item's first tiles load under the last
    item's end), 2 at D 128 (shared memory) */
 __host__ __device__ constexpr int bt__k_att_fwd_st(int D) { return D == 64 ? 3 : 2; }
+/* key tiles of BN that queries below row `end` (exclusive) see: causal, those up to min(end, T) - 1;
+   else all */
+__device__ __forceinline__ int bt__k_att_fwd_nt(const bt__k_attp &p, int end, int BN) {
+    return ((p.causal && end < p.T ? end : p.T) + BN - 1) / BN;
+}
 /* what a consumer's forward step needs of its item: the shared tiles and barriers, the item (L, its
-   first ring use u, nt key tiles, query tile qt, Q buffer qb), the thread (warpgroup w, lane, rows
+   first ring use u, nt key tiles, Q buffer qb), the warpgroup (w; ntw <= nt key tiles it multiplies,
+   the rest idle turns; ke its first key tile with masked scores when causal), the thread (lane, rows
    r0 and r0 + 8, tg = lane % 4) */
 struct bt__k_att_fwd_ctx {
     const bt__k_attp &p;
     uint32_t sQ, sK, sV, kfull, kempty, vfull, vempty, qempty;
     uint64_t dq, dk, dv;   /* LEAN: descriptors of this warpgroup's Q rows, the K ring's and V ring's starts */
     int64_t L, nitems;
-    int u, nt, qt, qb, w, lane, r0, tg;
+    int u, nt, ntw, ke, qb, w, lane, r0, tg;
 };
 /* S = Q K(stage s)^T for the step's warpgroup under variant M */
 template <typename T, int D, int M>
@@ -3258,6 +3283,31 @@ __device__ __forceinline__ void bt__k_att_fwd_qk(float (&sc)[64], const bt__k_at
     enum { TILE = 128 * D * 2 };
     if (M & BT__K_FWD_LEAN) bt__k_att_fwd_s_lean<T, D>(sc, c.dq, bt__k_att_desc_at(c.dk, (uint32_t)(s * TILE)));
     else bt__k_att_fwd_s<T, D>(sc, c.sQ, c.sK + s * TILE, c.w);
+}
+/* the turn at the tensor cores goes from warpgroup w to w + 1 (mod NW) after step j: named barrier
+   1 + w is warpgroup w's, the one before it arrives on it; warpgroup NW - 1 opens each item's first
+   turn (bt__k_att_fwd_turn_open) and hands none over after its last, so every barrier sees as many
+   arrivals as waits (nt a warpgroup and item) */
+template <int NW> __device__ __forceinline__ void bt__k_att_fwd_turn_give(int on, const bt__k_att_fwd_ctx &c, int j) {
+    if (on && (c.w != NW - 1 || j + 1 < c.nt)) bt__k_bar_arrive(1 + (c.w + 1) % NW);
+}
+template <int NW> __device__ __forceinline__ void bt__k_att_fwd_turn_open(int on, int w) {
+    if (on && w == NW - 1) bt__k_bar_arrive(1);
+}
+/* WG3: a warpgroup's key tile j past its last row (causal) or an item's warpgroup with no query
+   below T: its K and V stages wait to be full and go back, its turn is taken and handed on (the
+   other warpgroups multiply this tile) */
+template <int NW, int TURNS>
+__device__ __forceinline__ void bt__k_att_fwd_idle(const bt__k_att_fwd_ctx &c, int j, int ST) {
+    const int uj = c.u + j, s = uj % ST;
+    bt__k_mbar_wait(c.kfull + 8 * s, (uj / ST) & 1);
+    bt__k_mbar_wait(c.vfull + 8 * s, (uj / ST) & 1);
+    if (TURNS) bt__k_bar_sync(1 + c.w);
+    bt__k_att_fwd_turn_give<NW>(TURNS, c, j);
+    if (c.lane == 0) {
+        bt__k_mbar_arrive(c.kempty + 8 * s);
+        bt__k_mbar_arrive(c.vempty + 8 * s);
+    }
 }
 /* a consumer warpgroup's step j of its item: S(j) = Q K(j)^T, then O += P(j-1) V(j-1) (O in the
    units of m(j-1)), two groups issued in this warpgroup's turn at the tensor cores; the softmax of
@@ -3270,7 +3320,8 @@ template <typename T, int D, int M, int KIND>
 __device__ __forceinline__ void bt__k_att_fwd_step(const bt__k_att_fwd_ctx &c, int j, float (&o)[D / 2], float (&m)[2], float (&l)[2],
                                                    uint32_t (&pf)[8][4]) {
     enum { BN = 128, ST = bt__k_att_fwd_st(D), TILE = BN * D * 2, NS = BN / 2, NO = D / 2 };
-    enum { ABL = M & BT__K_FWD_ABL, TURNS = ABL != 4, LEAN = (M & BT__K_FWD_LEAN) != 0 };
+    enum { ABL = M & BT__K_FWD_ABL, TURNS = ABL != 4 && !(M & BT__K_FWD_NOTURN), LEAN = (M & BT__K_FWD_LEAN) != 0 };
+    enum { NW = bt__k_att_fwd_nw(M) };
     const bt__k_attp &p = c.p;
     const int later = KIND == 2 || (KIND == 0 && j > 0), ovl = (M & BT__K_FWD_OVL) && KIND == 2;
     const int uj = c.u + j, s = uj % ST, sp = (uj + ST - 1) % ST;
@@ -3298,7 +3349,7 @@ __device__ __forceinline__ void bt__k_att_fwd_step(const bt__k_att_fwd_ctx &c, i
         bt__k_att_fwd_qk<T, D, M>(sc, c, s);
         bt__k_wg_commit();
     }
-    if (TURNS && (c.w == 0 || j + 1 < c.nt)) bt__k_bar_arrive(2 - c.w);   /* the other's turn (balanced: n syncs, n arrivals) */
+    bt__k_att_fwd_turn_give<NW>(TURNS, c, j);
     if (ovl) {
         bt__k_wg_wait1();   /* S(j) landed, P(j-1) V(j-1) may run on */
         bt__k_wg_pin(sc);
@@ -3311,9 +3362,9 @@ __device__ __forceinline__ void bt__k_att_fwd_step(const bt__k_att_fwd_ctx &c, i
     if (c.lane == 0) {
         bt__k_mbar_arrive(c.kempty + 8 * s);
         if (later && !ovl) bt__k_mbar_arrive(c.vempty + 8 * sp);
-        if (j == c.nt - 1) bt__k_mbar_arrive(c.qempty + 8 * c.qb);   /* Q read for the last time */
+        if (j == c.ntw - 1) bt__k_mbar_arrive(c.qempty + 8 * c.qb);   /* Q read for the last time */
     }
-    const int edge = (p.causal && j == c.qt) || (j + 1) * BN > p.T;
+    const int edge = (p.causal && j >= c.ke) || (j + 1) * BN > p.T;
     if (ABL != 1) bt__k_att_fwd_p<M, NS>(p, sc, m, l, al, edge, j * BN, c.r0, c.tg);
     if (ovl) {
         bt__k_wg_wait0();
@@ -3321,18 +3372,21 @@ __device__ __forceinline__ void bt__k_att_fwd_step(const bt__k_att_fwd_ctx &c, i
         if (c.lane == 0) bt__k_mbar_arrive(c.vempty + 8 * sp);
     }
     if (ABL == 1) bt__k_wg_afrag<T, NS / 8>(pf, sc);
-    else bt__k_att_fwd_rescale<T, NS, NO>(o, al, sc, pf);
+    else bt__k_att_fwd_rescale<T, NS, NO, (M & BT__K_FWD_SKIP) != 0>(o, al, sc, pf);
     if (ABL == 6) bt__k_wg_pin_u(pf);
     bt__k_att_fwd_tmark(p, c.nitems, uj, c.w, 4);
 }
-/* -- forward: work items (head, query tile of 128, longest first; bt__k_att_work), one per CTA or,
+/* -- forward: work items (head, query tile of BM = 64 NW, longest first; bt__k_att_work), one per CTA or,
    with a persistent grid (one CTA per SM), several a CTA: the producer then loads the next item's
    Q (its own buffer: items alternate between two), K(0), V(0) while the consumers finish the last
-   one. smem Q 2 x 128 x D, K and V ST x 128 x D. M: the variant or ablation (BT__K_FWD_*) -- */
-template <typename T, int D, int M> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt__k_att_fwd_wg(bt__k_attp p) {
+   one. smem Q 2 x BM x D, K and V ST x 128 x D. M: the variant or ablation (BT__K_FWD_*); NW
+   consumer warpgroups (bt__k_att_fwd_nw), then the producer warpgroup -- */
+template <typename T, int D, int M>
+__global__ void __launch_bounds__(128 * (bt__k_att_fwd_nw(M) + 1), 1) bt__k_att_fwd_wg(bt__k_attp p) {
 #ifdef BT__K_WG
-    enum { BM = 128, BN = 128, ST = bt__k_att_fwd_st(D), TILE = BN * D * 2, NS = BN / 2, NO = D / 2, QT = BM * D * 2 };
-    enum { ABL = M & BT__K_FWD_ABL, OVL = (M & BT__K_FWD_OVL) != 0, TURNS = ABL != 4 };
+    enum { NW = bt__k_att_fwd_nw(M), BM = 64 * NW, BN = 128, ST = bt__k_att_fwd_st(D), TILE = BN * D * 2, NS = BN / 2, NO = D / 2 };
+    enum { QT = BM * D * 2, PT = 128 * NW };   /* PT: the producer's first thread */
+    enum { ABL = M & BT__K_FWD_ABL, OVL = (M & BT__K_FWD_OVL) != 0, TURNS = ABL != 4 && !(M & BT__K_FWD_NOTURN) };
     /* K full, K empty, V full, V empty (ST each), Q full, Q empty (2 each), item full, item empty
        (static: marks the sm_90a build) */
     __shared__ __align__(8) uint64_t bars[4 * ST + 6];
@@ -3348,23 +3402,24 @@ template <typename T, int D, int M> __global__ void __launch_bounds__(BT__K_WG_T
     if (threadIdx.x == 0) {
         for (int s = 0; s < ST; s++) {
             bt__k_mbar_init(kfull + 8 * s, 128); bt__k_mbar_init(vfull + 8 * s, 128);
-            bt__k_mbar_init(kempty + 8 * s, 8); bt__k_mbar_init(vempty + 8 * s, 8);
+            bt__k_mbar_init(kempty + 8 * s, 4 * NW); bt__k_mbar_init(vempty + 8 * s, 4 * NW);
         }
-        for (int b = 0; b < 2; b++) { bt__k_mbar_init(qfull + 8 * b, 128); bt__k_mbar_init(qempty + 8 * b, 8); }
-        bt__k_mbar_init(ifull, 1); bt__k_mbar_init(iempty, 12);
+        for (int b = 0; b < 2; b++) { bt__k_mbar_init(qfull + 8 * b, 128); bt__k_mbar_init(qempty + 8 * b, 4 * NW); }
+        bt__k_mbar_init(ifull, 1); bt__k_mbar_init(iempty, 4 * NW + 4);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
-    if (warp >= 8) {   /* producer: per item Q (into the buffer the item before last used), then K(j), V(j) */
-        bt__k_wg_regs_dec<BT__K_WG_PRODUCER_REGS>();
+    if (warp >= 4 * NW) {   /* producer: per item Q (into the buffer the item before last used), then K(j), V(j) */
+        if (NW == 3) bt__k_wg_regs_dec<32>();
+        else bt__k_wg_regs_dec<BT__K_WG_PRODUCER_REGS>();
         int u = 0;   /* K, V tiles loaded so far: use u of the rings is stage u % ST, its (u / ST)-th */
         for (int64_t n = 0;; n++) {
-            const int64_t L = bt__k_att_next(p, n, nitems, &item_slot, ifull, iempty, next);
+            const int64_t L = bt__k_att_next(p, n, nitems, &item_slot, ifull, iempty, next, 1, PT);
             if (L >= nitems) break;
-            bt__k_att_mark(p, L, 6, 256);
+            bt__k_att_mark(p, L, 6, PT);
             int rank;
             const int64_t bh = bt__k_att_work(p, L, nqt, rank);
-            const int qt = nqt - 1 - rank, nt = p.causal ? qt + 1 : (p.T + BN - 1) / BN;
+            const int qt = nqt - 1 - rank, nt = bt__k_att_fwd_nt(p, qt * BM + BM, BN);
             const T *q = (const T *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const T *)p.k + bt__k_att_off(p.sk, bh, p.H),
                     *v = (const T *)p.v + bt__k_att_off(p.sv, bh, p.H);
             const int qb = (int)(n & 1);   /* item n's Q buffer, its (n / 2)-th use */
@@ -3384,18 +3439,23 @@ template <typename T, int D, int M> __global__ void __launch_bounds__(BT__K_WG_T
         }
         asm volatile("cp.async.wait_all;\n" ::: "memory");   /* every copy landed before this warpgroup exits */
     } else {
-        bt__k_wg_regs_inc<BT__K_WG_CONSUMER_REGS>();
+        if (NW == 3) bt__k_wg_regs_inc<160>();
+        else bt__k_wg_regs_inc<BT__K_WG_CONSUMER_REGS>();
         const int w = warp >> 2, g = lane >> 2, tg = lane & 3;
         int u = 0;   /* K, V tiles consumed so far (as the producer's u) */
         for (int64_t n = 0;; n++) {
-            const int64_t L = bt__k_att_next(p, n, nitems, &item_slot, ifull, iempty, next);
+            const int64_t L = bt__k_att_next(p, n, nitems, &item_slot, ifull, iempty, next, 1, PT);
             if (L >= nitems) break;
             bt__k_att_mark(p, L, 0, 0);
             int rank;
             const int64_t bh = bt__k_att_work(p, L, nqt, rank);
-            const int qt = nqt - 1 - rank, q0 = qt * BM, nt = p.causal ? qt + 1 : (p.T + BN - 1) / BN;
-            /* warpgroup w owns queries q0 + 64 w ..; this thread rows r0 and r0 + 8 */
-            const int r0 = q0 + 64 * w + 16 * (warp & 3) + g;
+            const int qt = nqt - 1 - rank, q0 = qt * BM, nt = bt__k_att_fwd_nt(p, q0 + BM, BN);
+            /* warpgroup w owns queries q0 + 64 w ..; this thread rows r0 and r0 + 8. It multiplies
+               its first ntw key tiles (at least one: a warpgroup wholly past T multiplies zero rows
+               once, so that no product is issued under a run-time condition); ke: its first key
+               tile with a key above its first row (the causal mask) */
+            const int rw = q0 + 64 * w, r0 = rw + 16 * (warp & 3) + g;
+            const int ntw = NW == 2 ? nt : rw >= p.T ? 1 : bt__k_att_fwd_nt(p, rw + 64, BN), ke = (rw + 1) / BN;
             float o[NO], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
             uint32_t pf[BN / 16][4];
 #pragma unroll
@@ -3404,19 +3464,19 @@ template <typename T, int D, int M> __global__ void __launch_bounds__(BT__K_WG_T
             const uint32_t sQ = sQ0 + qb * QT;
             bt__k_mbar_wait(qfull + 8 * qb, (int)((n >> 1) & 1));
             bt__k_att_mark(p, L, 1, 0);
-            if (TURNS && w == 1) bt__k_bar_arrive(1);   /* warpgroup 0 issues first */
-            const bt__k_att_fwd_ctx c = {p, sQ, sK, sV, kfull, kempty, vfull, vempty, qempty, bt__k_wg_kmaj(sQ, 128, 64 * w, 0),
-                                         bt__k_wg_kmaj(sK, 128, 0, 0), bt__k_wg_mnmaj(sV, 128, 0), L, nitems, u, nt, qt, qb, w,
+            bt__k_att_fwd_turn_open<NW>(TURNS, w);   /* warpgroup 0 issues first */
+            const bt__k_att_fwd_ctx c = {p, sQ, sK, sV, kfull, kempty, vfull, vempty, qempty, bt__k_wg_kmaj(sQ, BM, 64 * w, 0),
+                                         bt__k_wg_kmaj(sK, 128, 0, 0), bt__k_wg_mnmaj(sV, 128, 0), L, nitems, u, nt, ntw, ke, qb, w,
                                          lane, r0, tg};
             if (OVL) {   /* the first step apart: ptxas then knows which products are in flight where (else C7514) */
                 bt__k_att_fwd_step<T, D, M, 1>(c, 0, o, m, l, pf);
-                for (int j = 1; j < nt; j++) bt__k_att_fwd_step<T, D, M, 2>(c, j, o, m, l, pf);
+                for (int j = 1; j < ntw; j++) bt__k_att_fwd_step<T, D, M, 2>(c, j, o, m, l, pf);
             } else {
-                for (int j = 0; j < nt; j++) bt__k_att_fwd_step<T, D, M, 0>(c, j, o, m, l, pf);
+                for (int j = 0; j < ntw; j++) bt__k_att_fwd_step<T, D, M, 0>(c, j, o, m, l, pf);
             }
             bt__k_att_mark(p, L, 3, 0);
             {   /* the last O += P V, then V's stage goes back */
-                const int ul = u + nt - 1, sp = ul % ST;
+                const int ul = u + ntw - 1, sp = ul % ST;
                 bt__k_mbar_wait(vfull + 8 * sp, (ul / ST) & 1);
                 bt__k_fence_async();
                 if (ABL != 6) {
@@ -3429,6 +3489,8 @@ template <typename T, int D, int M> __global__ void __launch_bounds__(BT__K_WG_T
                 }
                 if (lane == 0) bt__k_mbar_arrive(vempty + 8 * sp);
             }
+            if (NW != 2)
+                for (int j = ntw; j < nt; j++) bt__k_att_fwd_idle<NW, TURNS>(c, j, ST);
             u += nt;
             if (ABL == 5) bt__k_att_fwd_out_none<NO>(p, o, l);
             else bt__k_att_fwd_out<T, D>(p, bh, r0, tg, o, l, m);
@@ -4099,7 +4161,11 @@ static int bt__k_att_wg_use(bt_dtype dt, const bt__k_attp *p) {
    BT_ATT_FUSED_BWD=0|1, the causal D 64 backward in one kernel (else the dQ and dK/dV kernels) when
    T <= BT_ATT_FUSED_TMAX (default 4096); BT_ATT_FWD_OVL=0|1 (default 1), the forward's softmax under
    its warpgroup's P V at D 64; BT_ATT_FWD_LEAN=0|1 (default 1), its leaner
-   steps (BT__K_FWD_LEAN); BT_ATT_FWD_ABL=1..6, timing-only ablations (builds with
+   steps (BT__K_FWD_LEAN); BT_ATT_FWD_WG3=0|1 (default 1), three consumer warpgroups and 192-query
+   tiles at D 64 (BT__K_FWD_WG3, always with LEAN); BT_ATT_FWD_SKIP=0|1 (default 0), the O rescale
+   skipped while no row max rises by more than 2^8 (with OVL and LEAN); BT_ATT_FWD_TURNS=0|1 (WG3
+   with OVL only, default 0: its warpgroups do not take turns at the tensor cores; the two-warpgroup
+   kernel always takes them); BT_ATT_FWD_ABL=1..6 (with BT_ATT_FWD_WG3=0), timing-only ablations (builds with
    -DBT_ATT_FWD_ABLATIONS); BT_ATT_TRACE=T, clocks per work item of one
    forward call at that T (bt__k_att_fwd_trace_print) */
 static int bt__k_att_tune(const char *name, int dflt) {
@@ -4110,7 +4176,7 @@ static int bt__k_att_tune(const char *name, int dflt) {
    each) fit in the L2 share (head_bytes 0: one head a section, the items of a head one after the
    other); a grid of one CTA per item, or (persistent) one per SM */
 static void bt__k_att_wg_launch(void (*kern)(bt__k_attp), bt__k_attp p, int64_t ntiles, size_t head_bytes, int persistent,
-                                size_t smem, cudaStream_t s, const char *op) {
+                                size_t smem, cudaStream_t s, const char *op, unsigned threads = BT__K_WG_THREADS) {
     int64_t nbh = p.bh1 - p.bh0, items = nbh * ntiles, sms = bt__k_cur()->sm_count;
     int l2_mb = bt__k_att_tune("BT_ATT_L2_MB", 16), one_mb = bt__k_att_tune("BT_ATT_L2_ONE_MB", 48);
     int64_t sec = 1;
@@ -4126,13 +4192,15 @@ static void bt__k_att_wg_launch(void (*kern)(bt__k_attp), bt__k_attp p, int64_t 
         BT__K_CUDA(cudaMemsetAsync(p.ctr, 0, sizeof(int), s), op);
     }
     BT__K_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), op);
-    kern<<<(unsigned)grid, BT__K_WG_THREADS, smem, s>>>(p);
+    kern<<<(unsigned)grid, threads, smem, s>>>(p);
     BT__K_LAUNCHED(op);
     if (p.ctr) bt_free(p.ctr);
 }
 /* shared memory (bytes, + 1 KiB for the 1024-byte alignment): forward 2 x Q + ST x (K, V) tiles of
    128 rows; dK/dV K, V + 2 x (Q, dO of BQ rows, lse, Dvec); dQ Q, dO + 2 x (K, V of BK rows) */
-static size_t bt__k_att_wg_smem_fwd(int D) { return (size_t)(2 + 2 * bt__k_att_fwd_st(D)) * 128 * D * 2 + 1024; }
+static size_t bt__k_att_wg_smem_fwd(int D, int BM = 128) {
+    return ((size_t)2 * BM + (size_t)2 * bt__k_att_fwd_st(D) * 128) * D * 2 + 1024;
+}
 /* bytes of a head that the CTAs of a section re-read: K and V (forward, dQ), Q, dO, lse, Dvec (dK/dV) */
 static size_t bt__k_att_wg_kv_bytes(const bt__k_attp *p) { return (size_t)p->T * p->D * 2 * 2; }
 static size_t bt__k_att_wg_smem_dkv(int D, int BQ) { return (size_t)2 * 128 * D * 2 + 2 * (size_t)bt__k_att_dkv_stage(D, BQ) + 1024; }
@@ -4206,7 +4274,8 @@ static void bt__k_att_fwd_tsteps_print(const unsigned long long *st, int T) {
                     sum[3] / n, sum[4] / n, np ? per / np : 0.);
     }
 }
-/* the forward kernel of variant v (BT__K_FWD_OVL, LEAN bits; D 64 only, D 128 runs variant 0) or,
+/* the forward kernel of variant v (BT__K_FWD_OVL, LEAN, WG3 bits; D 64 only, D 128 runs variant 0; WG3
+   always with LEAN) or,
    built with -DBT_ATT_FWD_ABLATIONS, of timing-only ablation abl 1..6 (D 64, variant 0) */
 template <typename T> static void (*bt__k_att_fwd_pick(int D, int v, int abl))(bt__k_attp) {
     if (D != 64) return bt__k_att_fwd_wg<T, 128, 0>;
@@ -4223,6 +4292,13 @@ template <typename T> static void (*bt__k_att_fwd_pick(int D, int v, int abl))(b
 #else
     (void)abl;
 #endif
+    enum { W = BT__K_FWD_WG3 | BT__K_FWD_LEAN, OL = BT__K_FWD_OVL | BT__K_FWD_LEAN, SK = BT__K_FWD_SKIP, NT = BT__K_FWD_NOTURN };
+    if (v & BT__K_FWD_WG3) {
+        if (!(v & BT__K_FWD_OVL)) return bt__k_att_fwd_wg<T, 64, W>;
+        if (v & NT) return (v & SK) ? bt__k_att_fwd_wg<T, 64, W | OL | NT | SK> : bt__k_att_fwd_wg<T, 64, W | OL | NT>;
+        return (v & SK) ? bt__k_att_fwd_wg<T, 64, W | OL | SK> : bt__k_att_fwd_wg<T, 64, W | OL>;
+    }
+    if ((v & (OL | SK)) == (OL | SK)) return bt__k_att_fwd_wg<T, 64, OL | SK>;
     switch (v & (BT__K_FWD_OVL | BT__K_FWD_LEAN)) {
     case BT__K_FWD_OVL: return bt__k_att_fwd_wg<T, 64, BT__K_FWD_OVL>;
     case BT__K_FWD_LEAN: return bt__k_att_fwd_wg<T, 64, BT__K_FWD_LEAN>;
@@ -4231,17 +4307,25 @@ template <typename T> static void (*bt__k_att_fwd_pick(int D, int v, int abl))(b
     }
 }
 template <typename T> static void bt__k_att_fwd_wg_run(const bt__k_attp *p, cudaStream_t s, const char *op) {
-    int64_t tiles = (p->T + 127) / 128;
+    const int wg3 = p->D == 64 && bt__k_att_tune("BT_ATT_FWD_WG3", 1), BM = wg3 ? 192 : 128;
+    const unsigned threads = wg3 ? 512 : BT__K_WG_THREADS;
+    const size_t smem = bt__k_att_wg_smem_fwd((int)p->D, BM);
+    int64_t tiles = (p->T + BM - 1) / BM;
     size_t hb = bt__k_att_wg_kv_bytes(p);
     int per = bt__k_att_tune("BT_ATT_PERSIST", 1) != 0;
     /* OVL: measured 1281 - 1293 us against 1318 - 1364 without at T 4096 (B 16, H 12, causal; H100);
        LEAN + OVL at T 1024: 103.2 / 103.4 / 127.5 us in three processes against OVL alone 115.8 /
-       135.6 / 145.5 and the code before both 143.3 / 150.5 (H100, 13:03 UTC, bench/runs/attnf_call2.sh) */
-    const int v = (bt__k_att_tune("BT_ATT_FWD_OVL", 1) ? BT__K_FWD_OVL : 0) | (bt__k_att_tune("BT_ATT_FWD_LEAN", 1) ? BT__K_FWD_LEAN : 0);
-    void (*kern)(bt__k_attp) = bt__k_att_fwd_pick<T>((int)p->D, v, bt__k_att_tune("BT_ATT_FWD_ABL", 0));
+       135.6 / 145.5 and the code before both 143.3 / 150.5 (H100, 13:03 UTC, bench/runs/attnf_call2.sh).
+       WG3 without turns (the default since session attnf3): T 1024 112.6 / 100.5 us against LEAN + OVL
+       116.8 / 103.3, T 4096 1073 / 1063 against 1231 / 1187 (process pairs; H100, 13:18 UTC,
+       bench/runs/attnf3_call.sh); WG3 with turns 1067 - 1134 at T 4096 but not faster at T 1024 */
+    const int v = (bt__k_att_tune("BT_ATT_FWD_OVL", 1) ? BT__K_FWD_OVL : 0) | (bt__k_att_tune("BT_ATT_FWD_LEAN", 1) ? BT__K_FWD_LEAN : 0) |
+                  (wg3 ? BT__K_FWD_WG3 : 0) | (bt__k_att_tune("BT_ATT_FWD_SKIP", 0) ? BT__K_FWD_SKIP : 0) |
+                  (bt__k_att_tune("BT_ATT_FWD_TURNS", 0) ? 0 : BT__K_FWD_NOTURN);
+    void (*kern)(bt__k_attp) = bt__k_att_fwd_pick<T>((int)p->D, v, wg3 ? 0 : bt__k_att_tune("BT_ATT_FWD_ABL", 0));
     static int calls_at_T = 0;   /* the third call at that T is traced (warm caches and clocks) */
     if (bt__k_att_tune("BT_ATT_TRACE", 0) != p->T || ++calls_at_T != 3) {
-        bt__k_att_wg_launch(kern, *p, tiles, hb, per, bt__k_att_wg_smem_fwd((int)p->D), s, op);
+        bt__k_att_wg_launch(kern, *p, tiles, hb, per, smem, s, op, threads);
         return;
     }
     bt__k_attp q = *p;
@@ -4249,7 +4333,7 @@ template <typename T> static void bt__k_att_fwd_wg_run(const bt__k_attp *p, cuda
     const size_t bytes = (size_t)items * 64 + (size_t)BT__K_FWD_TSTEPS * 16 * 8;
     q.trace = (unsigned long long *)bt__k_scratch(bytes, s);
     BT__K_CUDA(cudaMemsetAsync(q.trace, 0, bytes, s), op);
-    bt__k_att_wg_launch(kern, q, tiles, hb, per, bt__k_att_wg_smem_fwd((int)p->D), s, op);
+    bt__k_att_wg_launch(kern, q, tiles, hb, per, smem, s, op, threads);
     unsigned long long *h = (unsigned long long *)malloc(bytes);
     if (!h) bt_error("%s: trace: out of host memory (%lld items)", op, (long long)items);
     BT__K_CUDA(cudaMemcpyAsync(h, q.trace, bytes, cudaMemcpyDeviceToHost, s), op);

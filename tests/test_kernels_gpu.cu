@@ -1138,28 +1138,36 @@ static void test_attention_hopper(void) {
     attn_case(BT_BF16, BT_MATMUL_FP32, 4, 37, 200, 64, 1, 1, 1, 5);
     attn_case(BT_F16, BT_MATMUL_FP32, 1, 3, 257, 64, 0, 0, 1, 1);
     unsetenv("BT_ATT_FUSED_BWD");
-    /* the forward's variants at D 64 (the default: the leaner steps with the softmax under P V,
-       BT_ATT_FWD_LEAN=1 BT_ATT_FWD_OVL=1): neither, OVL alone, LEAN alone; several items a CTA, causal
-       and not, T not a multiple of 128 (the last tiles' zero rows and masks) */
-    const char *fwd_env[2] = {"BT_ATT_FWD_OVL", "BT_ATT_FWD_LEAN"};
-    char fwd_saved[2][32];
-    int fwd_had[2];
-    for (int e = 0; e < 2; e++) {
+    /* the forward's variants at D 64 (the default: three consumer warpgroups with 192-query tiles,
+       BT_ATT_FWD_WG3=1, the leaner steps with the softmax under P V, BT_ATT_FWD_LEAN=1
+       BT_ATT_FWD_OVL=1, no turns at the tensor cores, BT_ATT_FWD_TURNS=0): two warpgroups with
+       neither, OVL alone, LEAN alone, both; WG3 (always LEAN) with turns, with and without OVL; the
+       stale row max (BT_ATT_FWD_SKIP) on WG3 with and without turns and on two warpgroups; WG3
+       without turns (the default, set);
+       several items a CTA, causal and not, T not a multiple of 128 or 192 (the last tiles' zero rows
+       and masks; WG3: warpgroups wholly past T, and the causal diagonal across two key tiles) */
+    enum { NE = 5, NV = 10 };
+    const char *fwd_env[NE] = {"BT_ATT_FWD_OVL", "BT_ATT_FWD_LEAN", "BT_ATT_FWD_WG3", "BT_ATT_FWD_SKIP", "BT_ATT_FWD_TURNS"};
+    char fwd_saved[NE][32];
+    int fwd_had[NE];
+    for (int e = 0; e < NE; e++) {
         const char *x = getenv(fwd_env[e]);
         fwd_had[e] = x != NULL;
         snprintf(fwd_saved[e], sizeof fwd_saved[e], "%s", x ? x : "");
     }
-    const char *fwd_v[3][2] = {{"0", "0"}, {"1", "0"}, {"0", "1"}};
-    for (int i = 0; i < 3; i++) {
-        setenv(fwd_env[0], fwd_v[i][0], 1);
-        setenv(fwd_env[1], fwd_v[i][1], 1);
+    const char *fwd_v[NV][NE] = {{"0", "0", "0", "0", "1"}, {"1", "0", "0", "0", "1"}, {"0", "1", "0", "0", "1"},
+                                 {"1", "1", "1", "0", "1"}, {"0", "1", "1", "0", "1"}, {"1", "1", "1", "1", "1"},
+                                 {"1", "1", "0", "1", "1"}, {"1", "1", "1", "0", "0"}, {"1", "1", "0", "0", "1"},
+                                 {"1", "1", "1", "1", "0"}};
+    for (int i = 0; i < NV; i++) {
+        for (int e = 0; e < NE; e++) setenv(fwd_env[e], fwd_v[i][e], 1);
         seed(1420 + i);
         attn_case(i & 1 ? BT_F16 : BT_BF16, BT_MATMUL_FP32, 4, 37, 200, 64, 1, 0, 1, 5);
         attn_case(i & 1 ? BT_BF16 : BT_F16, BT_MATMUL_FP32, 2, 5, 300, 64, 0, 0, 0, 1);
         attn_case(BT_BF16, BT_MATMUL_FP32, 1, 3, 1000, 64, 1, 0, 1, 1);
         attn_case(BT_F16, BT_MATMUL_FP32, 2, 3, 1024, 64, 0, 0, 1, 1);
     }
-    for (int e = 0; e < 2; e++) {
+    for (int e = 0; e < NE; e++) {
         if (fwd_had[e]) setenv(fwd_env[e], fwd_saved[e], 1);
         else unsetenv(fwd_env[e]);
     }
