@@ -4178,7 +4178,11 @@ static int bt__k_att_tune(const char *name, int dflt) {
 static void bt__k_att_wg_launch(void (*kern)(bt__k_attp), bt__k_attp p, int64_t ntiles, size_t head_bytes, int persistent,
                                 size_t smem, cudaStream_t s, const char *op, unsigned threads = BT__K_WG_THREADS) {
     int64_t nbh = p.bh1 - p.bh0, items = nbh * ntiles, sms = bt__k_cur()->sm_count;
-    int l2_mb = bt__k_att_tune("BT_ATT_L2_MB", 16), one_mb = bt__k_att_tune("BT_ATT_L2_ONE_MB", 48);
+    /* one_mb 16, not the L2's 50 MiB: data that every SM reads is held in both halves of the L2. At
+       B 16, H 12, T 1024 (48 MiB of K and V) one section of all heads read 190 MB from DRAM a forward
+       (K, V re-read ~3x) against 77 MB in sections of 16 MiB, and took 100 us against 94 (H100,
+       ncu and CUDA events, 2026-11-23 16:29 UTC, bench/runs/modes2.sh) */
+    int l2_mb = bt__k_att_tune("BT_ATT_L2_MB", 16), one_mb = bt__k_att_tune("BT_ATT_L2_ONE_MB", 16);
     int64_t sec = 1;
     if (head_bytes) {
         sec = l2_mb > 0 ? (int64_t)(((size_t)l2_mb << 20) / head_bytes) : nbh;
@@ -4192,6 +4196,9 @@ static void bt__k_att_wg_launch(void (*kern)(bt__k_attp), bt__k_attp p, int64_t 
         BT__K_CUDA(cudaMemsetAsync(p.ctr, 0, sizeof(int), s), op);
     }
     BT__K_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), op);
+    /* BT_ATT_CARVEOUT=0..100: the shared-memory share of the L1 asked for (percent; unset: the driver's choice) */
+    int carve = bt__k_att_tune("BT_ATT_CARVEOUT", -1);
+    if (carve >= 0) BT__K_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, carve), op);
     kern<<<(unsigned)grid, threads, smem, s>>>(p);
     BT__K_LAUNCHED(op);
     if (p.ctr) bt_free(p.ctr);

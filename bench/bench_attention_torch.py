@@ -10,12 +10,22 @@ Usage: python3 bench/bench_attention_torch.py --B 16 --H 12 --T 1024 --D 64 [--r
 4096 at D 128; causal and not), with the default backend, flash and cuDNN forced, one line each:
   sweep T=<T> D=<D> causal=<0|1> backend=<default|flash|cudnn> fwd_us=<median> bwd_us=<median> picked=<node>"""
 import argparse
+import os
+import time
 import contextlib
 import torch
 import torch.nn.functional as F
 
 
+def settle():
+    """idle the GPU before a row, as bench_kernels.cu does before its attention rows (after large
+    GEMMs the SM clock stays lowered for a while); BT_BENCH_SETTLE_MS, default 500"""
+    torch.cuda.synchronize()
+    time.sleep(int(os.environ.get("BT_BENCH_SETTLE_MS", "500")) / 1000.0)
+
+
 def median_us(fn, reps, warm=3):
+    settle()
     for _ in range(warm):
         fn()
     ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
     fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); exit(2); } } while (0)
@@ -51,6 +52,16 @@ static void *randn(bt_dtype dt, int64_t n, uint64_t seed, double std) {
     void *p = dev((size_t)n * es);
     bt_k_normal(dt, p, n, seed, 0, 0.0, std, S);
     return p;
+}
+/* Let the GPU idle before a timed row that is compared across processes (attention vs PyTorch's
+   SDPA): right after a burst of large GEMMs (the ceilings above) the SM clock stays lowered for a
+   while, and a row timed then reads up to ~1.25x slow (H100, 2026-11-23, bench/runs/modes3.sh and
+   modes4.sh; bench_attention_torch.py waits the same before its rows). BT_BENCH_SETTLE_MS, default 500. */
+static void settle(void) {
+    CK(cudaStreamSynchronize(S));
+    const char *e = getenv("BT_BENCH_SETTLE_MS");
+    int ms = e && *e ? atoi(e) : 500;
+    if (ms > 0) usleep((useconds_t)ms * 1000);
 }
 static int cmpf(const void *a, const void *b) { float x = *(const float *)a, y = *(const float *)b; return (x > y) - (x < y); }
 /* copies of a working set of `bytes` so that a round of them exceeds 2 x 50 MB of L2 */
@@ -123,10 +134,12 @@ static void attention_sweep(void) {
         double f = 4.0 * AB * H * T * T * D / (g_sw_C[i] ? 2 : 1);
         float sc = (float)(1.0 / sqrt((double)D));
         snprintf(shp, sizeof shp, "B16 H12 T%lld D%lld bf16 %s", (long long)T, (long long)D, g_sw_C[i] ? "causal" : "full");
+        settle();
         BENCH(ms, bt_k_attention_strided(BT_BF16, o, so, lse, q, sqkv, k, sqkv, v, sqkv, AB, H, T, D, sc, g_sw_C[i],
                                          BT_MATMUL_FP32, S));
         report("attention sweep", shp, ms, 0, f);
         g_sw_us[i][0] = ms * 1e3;
+        settle();
         BENCH(ms, bt_k_attention_backward_strided(BT_BF16, gq, sqkv, gk, sqkv, gv, sqkv, g, so, q, sqkv, k, sqkv, v, sqkv, o, so,
                                                   lse, AB, H, T, D, sc, g_sw_C[i], BT_MATMUL_FP32, S));
         report("attention sweep backward", shp, ms, 0, 2.5 * f);
@@ -298,9 +311,11 @@ int main(void) {
             double f = 2.0 * AB * H * T * T * D / 2;   /* one causal product */
             snprintf(shp, sizeof shp, "B%lld H%lld T%lld D%lld %s [B,T,H,D]", (long long)AB, (long long)H, (long long)T,
                      (long long)D, g_attn_name[a]);
+            settle();
             BENCH(ms, bt_k_attention_strided(dt, o, so, lse, q, sqkv, k, sqkv, v, sqkv, AB, H, T, D, 0.125f, 1, apr[a], S));
             report("attention", shp, ms, 0, 2 * f);
             g_attn_us[a][0] = ms * 1e3;
+            settle();
             BENCH(ms, bt_k_attention_backward_strided(dt, gq, sqkv, gk, sqkv, gv, sqkv, g, so, q, sqkv, k, sqkv, v, sqkv, o, so,
                                                       lse, AB, H, T, D, 0.125f, 1, apr[a], S));
             report("attention_backward", shp, ms, 0, 5 * f);

@@ -13,3 +13,7 @@ bench-kernels: $(BUILD)/bench_kernels
 
 bench-gpt2: $(BUILD)/train_gpt2_cuda $(TEST_DATA)
 	bash bench/gpu_session.sh bench
+
+# bench/attn_modes.cu: the attention's fast / slow process modes against memory placement (issue 12)
+$(BUILD)/attn_modes: bench/attn_modes.cu $(HEADERS) | $(BUILD)
+	$(NVCC_PATH) $(NVFLAGS) -o $@ $< $(NVLIBS)
