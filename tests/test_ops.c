@@ -490,7 +490,7 @@ static void test_attention_forward(void) {
                     for (int64_t j = 0; j <= i; j++)
                         for (int64_t e = 0; e < D; e++) want[(bh * T + i) * D + e] += p[j] / z * vh[(bh * T + j) * D + e];
                 }
-            char what[64]; snprintf(what, sizeof what, "attention B%lld H%lld T%lld D%lld", (long long)B, (long long)H, (long long)T, (long long)D);
+            char what[112]; snprintf(what, sizeof what, "attention B%lld H%lld T%lld D%lld", (long long)B, (long long)H, (long long)T, (long long)D);
             expect_close(what, bt_attention(q, kk, v), s, want, tol_of(DTS[k]));
             free(qh); free(kh); free(vh); free(want); free(p);
         }
