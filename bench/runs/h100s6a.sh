@@ -3,12 +3,7 @@
 # (BT_ATT_L2_ONE_MB 16: sections of 16 MiB of K and V even where all heads would fit in 48):
 # attention tests, section sizes timed in alternating processes (build/attn_modes), the attention
 # sweep next to cuDNN, the default run twice, and an ncu profile of one B = 128 micro-step.
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/bt_out}; mkdir -p $OUT; T0=$(date +%s)
-el() { echo "[$(( $(date +%s) - T0 )) s]"; }
-tar -xJf .carry/bins.tar.xz; mkdir -p data; cp -n .carry/data/* data/ 2>/dev/null
-source bench/runs/med.sh
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader; date -u
+source bench/runs/prelude.sh
 BT_TEST_ONLY=attention timeout 150 build/tests/test_kernels_gpu > $OUT/test_attention.txt 2>&1; echo "attention tests: exit $?: $(tail -1 $OUT/test_attention.txt)"; el
 line() { grep -E "^place (alloc|pad130|vmm) " | awk '{printf "%s %.1f/%.1f  ", $2, $4, $6} END {print ""}'; }
 for r in 1 2; do

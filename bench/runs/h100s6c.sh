@@ -3,12 +3,7 @@
 # default 1): attention tests, memcheck (quick), the causal sweep rows with QEND on and off in
 # alternating processes, attn_modes at T 1024, and the default run (its losses must not move: a
 # row's keys and their order are the same either way).
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/bt_out}; mkdir -p $OUT; T0=$(date +%s)
-el() { echo "[$(( $(date +%s) - T0 )) s]"; }
-tar -xJf .carry/bins.tar.xz; mkdir -p data; cp -n .carry/data/* data/ 2>/dev/null
-source bench/runs/med.sh
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader; date -u
+source bench/runs/prelude.sh
 BT_TEST_ONLY=attention timeout 150 build/tests/test_kernels_gpu > $OUT/test_attention.txt 2>&1; echo "attention tests: exit $?: $(tail -1 $OUT/test_attention.txt)"
 grep -E "FAIL" $OUT/test_attention.txt | head -5; el
 BT_TEST_QUICK=1 BT_TEST_ONLY=attention timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 build/tests/test_kernels_gpu > $OUT/mc.txt 2>&1

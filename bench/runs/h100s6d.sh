@@ -3,12 +3,7 @@
 # L2 sections, end-aligned causal query tiles where the last would hold one live warpgroup, bench
 # rows from an idle GPU): every GPU test (no sanitizer: the attention memcheck ran at 17:03 on the
 # same kernel code), the attention group next to PyTorch's SDPA in one run, the default run.
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/bt_out}; mkdir -p $OUT; T0=$(date +%s)
-el() { echo "[$(( $(date +%s) - T0 )) s]"; }
-tar -xJf .carry/bins.tar.xz; mkdir -p data; cp -n .carry/data/* data/ 2>/dev/null
-source bench/runs/med.sh
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader; date -u
+source bench/runs/prelude.sh
 NOBUILD=1 SAN=0 timeout 300 bash bench/gpu_session.sh test > $OUT/test.txt 2>&1; echo "gpu tests: exit $?"; el
 BT_BENCH_ONLY=attention BT_BENCH_TORCH=1 timeout 200 build/bench_kernels > $OUT/attention.txt 2>&1; echo "attention group: exit $?"; el
 timeout 90 ./build/train_gpt2_cuda -x 8 -v 0 -g 0 2>&1 | tee $OUT/default.txt | med | sed "s/^/default: /"; grep -E "^step +8/" $OUT/default.txt; el
