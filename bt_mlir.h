@@ -905,6 +905,27 @@ static void bt__me_unary(bt__memit *E, bt__sb *s, const char *ind, int op, const
     default: bt_error("bt_mlir: internal: unary op %d", op);
     }
 }
+/* f32 t -> bf16 (name) rounded to nearest even with integer ops, NaN kept a quiet NaN: on a CPU
+   without AVX512-BF16, LLVM lowers arith.truncf to bf16 as a call of __truncsfbf2, which the JIT
+   cannot resolve where the C runtime lacks it (GCC 12's libgcc, Debian 12) */
+static void bt__me_trunc_bf16(bt__memit *E, bt__sb *s, const char *ind, const char *t, char *name) {
+    bt__mname c16, c1, cb, cq, b, hi, lsb, bias, r, h, un, q, sel, i16;
+    bt__sb_printf(s, "%s%s = arith.constant 16 : i32\n", ind, bt__me_fresh(E, c16));
+    bt__sb_printf(s, "%s%s = arith.constant 1 : i32\n", ind, bt__me_fresh(E, c1));
+    bt__sb_printf(s, "%s%s = arith.constant 32767 : i32\n", ind, bt__me_fresh(E, cb));
+    bt__sb_printf(s, "%s%s = arith.constant 64 : i32\n", ind, bt__me_fresh(E, cq));
+    bt__sb_printf(s, "%s%s = arith.bitcast %s : f32 to i32\n", ind, bt__me_fresh(E, b), t);
+    bt__sb_printf(s, "%s%s = arith.shrui %s, %s : i32\n", ind, bt__me_fresh(E, hi), b, c16);
+    bt__sb_printf(s, "%s%s = arith.andi %s, %s : i32\n", ind, bt__me_fresh(E, lsb), hi, c1);
+    bt__sb_printf(s, "%s%s = arith.addi %s, %s : i32\n", ind, bt__me_fresh(E, bias), lsb, cb);   /* 0x7FFF + the kept lsb */
+    bt__sb_printf(s, "%s%s = arith.addi %s, %s : i32\n", ind, bt__me_fresh(E, r), b, bias);
+    bt__sb_printf(s, "%s%s = arith.shrui %s, %s : i32\n", ind, bt__me_fresh(E, h), r, c16);
+    bt__sb_printf(s, "%s%s = arith.cmpf uno, %s, %s : f32\n", ind, bt__me_fresh(E, un), t, t);
+    bt__sb_printf(s, "%s%s = arith.ori %s, %s : i32\n", ind, bt__me_fresh(E, q), hi, cq);
+    bt__sb_printf(s, "%s%s = arith.select %s, %s, %s : i32\n", ind, bt__me_fresh(E, sel), un, q, h);
+    bt__sb_printf(s, "%s%s = arith.trunci %s : i32 to i16\n", ind, bt__me_fresh(E, i16), sel);
+    bt__sb_printf(s, "%s%s = arith.bitcast %s : i16 to bf16\n", ind, bt__me_fresh(E, name), i16);
+}
 /* v's value converted from the compute type to dtype dt (rounded when narrower) */
 static void bt__me_to_dtype(bt__memit *E, bt__sb *s, const char *ind, const char *v, bt_dtype dt, char *name) {
     const char *ty = bt__mty(dt);
@@ -915,8 +936,10 @@ static void bt__me_to_dtype(bt__memit *E, bt__sb *s, const char *ind, const char
         bt__me_fresh(E, t);
         bt__sb_printf(s, "%s%s = arith.truncf %s : f64 to f32\n", ind, t, v);
     }
+    const char *from = E->pr->f64 && dt != BT_F32 ? "f32" : E->T;
+    if (!E->gpu && dt == BT_BF16 && !strcmp(from, "f32")) { bt__me_trunc_bf16(E, s, ind, t, name); return; }
     bt__me_fresh(E, name);
-    bt__sb_printf(s, "%s%s = arith.truncf %s : %s to %s\n", ind, name, t, E->pr->f64 && dt != BT_F32 ? "f32" : E->T, ty);
+    bt__sb_printf(s, "%s%s = arith.truncf %s : %s to %s\n", ind, name, t, from, ty);
 }
 static void bt__me_from_dtype(bt__memit *E, bt__sb *s, const char *ind, const char *v, bt_dtype dt, char *name) {
     if (!strcmp(bt__mty(dt), E->T)) { snprintf(name, sizeof(bt__mname), "%s", v); return; }
