@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# H100 call (2026-11-23, sixth session): the backward's Dvec pre-pass in memory order (BT_ATT_DVEC_MO,
-# a trial, not kept (notes_attention.md); the build of that trial was carried: a time step's heads in consecutive rows for the model's [B, T, H, D] views): attention
-# tests, memcheck (quick), the causal T 1024 / 4096 rows with it on and off in alternating processes.
+# H100 call (2026-11-23, sixth session): a trial, not kept (notes_attention.md): the backward's Dvec
+# pre-pass in memory order (BT_ATT_DVEC_MO=1, a time step's heads in consecutive rows of the model's
+# [B, T, H, D] views), built on the dev machine and carried: attention tests, memcheck (quick), the
+# causal T 1024 / 4096 rows with it on and off in alternating processes.
 source bench/runs/prelude.sh
 BT_TEST_ONLY=attention timeout 150 build/tests/test_kernels_gpu > $OUT/test_attention.txt 2>&1; echo "attention tests: exit $?: $(tail -1 $OUT/test_attention.txt)"
 BT_TEST_QUICK=1 BT_TEST_ONLY=attention timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 build/tests/test_kernels_gpu > $OUT/mc.txt 2>&1
