@@ -3124,9 +3124,10 @@ __device__ __forceinline__ void bt__k_att_fwd_pv(float (&o)[D / 2], const uint32
         bt__k_wg_rs(o, pf[kk], LEAN ? bt__k_att_desc_at(dv, voff + kk * 2048) : bt__k_wg_mnmaj(sVs, 128, kk), (T *)0);
 }
 /* LEAN: the producer's 128 threads load rows r0 .. r0 + R - 1 (row r at g + r st) into a swizzled tile,
-   zeros for rows outside 0 .. Tn - 1 (r0 < 0: the forward's end-aligned query tiles), as bt__k_wg_load does; thread t's chunk (t % CPR) and first row (t / CPR) are
-   the same in each of its R / RP copies (RP = 128 / CPR rows a pass, a multiple of 8: the swizzle
-   repeats), so its addresses are computed once and stepped (RP rows: RP 128 bytes here, RP st there) */
+   zeros for rows outside 0 .. Tn - 1 (r0 < 0: the forward's end-aligned query tiles), as bt__k_wg_load
+   does; thread t's chunk (t % CPR) and first row (t / CPR) are the same in each of its R / RP copies
+   (RP = 128 / CPR rows a pass, a multiple of 8: the swizzle repeats), so its addresses are computed
+   once and stepped (RP rows: RP 128 bytes here, RP st there) */
 template <typename T, int R, int D>
 __device__ __forceinline__ void bt__k_att_fwd_load(uint32_t tile, const T *g, int64_t st, int r0, int Tn, int t) {
     enum { CPR = D / 8, RP = 128 / CPR, N = R / RP };
@@ -3244,7 +3245,8 @@ __device__ __forceinline__ void bt__k_att_fwd_out(const bt__k_attp &p, int64_t b
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
         inv[r] = 1.f / l[r];
         int row = r0 + 8 * r;
-        if (tg == 0 && (unsigned)row < (unsigned)p.T && p.lse_out) p.lse_out[bh * p.T + row] = (m[r] * p.c2 + log2f(l[r])) * BT__K_ATT_LN2;
+        if (tg == 0 && (unsigned)row < (unsigned)p.T && p.lse_out)
+            p.lse_out[bh * p.T + row] = (m[r] * p.c2 + log2f(l[r])) * BT__K_ATT_LN2;
     }
     bt__k_wg_store<T, D>((T *)p.out + bt__k_att_off(p.so, bh, p.H), p.so[2], r0, p.T, o, inv);
 }
