@@ -422,6 +422,43 @@ template <typename T> __device__ __forceinline__ void bt__k_ld16(T *v, const T *
 template <typename T> __device__ __forceinline__ void bt__k_st16(T *p, const T *v) {
     uint4 u; memcpy(&u, v, 16); *reinterpret_cast<uint4 *>(p) = u;
 }
+/* 16-byte asynchronous copy global -> shared (sm_80+, through L2 only), in commit groups; the
+   issuing thread sees the data after its wait, the others after a barrier that follows it */
+__device__ __forceinline__ void bt__k_cp16(void *sdst, const void *gsrc) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(sdst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gsrc) : "memory");
+}
+__device__ __forceinline__ void bt__k_cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void bt__k_cp_wait(void) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+/* mbarriers (shared::cta): a phase completes when its arrivals (and, for bulk copies, its expected
+   bytes) are in; waiters poll the phase's parity */
+__device__ __forceinline__ void bt__k_mbar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void bt__k_mbar_wait(uint32_t bar, int parity) {
+    uint32_t done;
+    do {
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }\n"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    } while (!done);
+}
+__device__ __forceinline__ void bt__k_mbar_arrive(uint32_t bar) {
+    asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }\n" ::"r"(bar) : "memory");
+}
+/* shared memory handed between the generic proxy (threads, cp.async) and the async proxy (the
+   tensor cores, bulk copies): after generic writes before async reads, or generic reads before
+   async writes */
+__device__ __forceinline__ void bt__k_fence_async(void) { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+/* sm_90: one bulk copy of `bytes` (a multiple of 16) global -> shared by the copy engine, no thread
+   waits for it; the mbarrier's phase completes when the bytes have landed (this call is its one
+   arrival) */
+__device__ __forceinline__ void bt__k_bulk_load(uint32_t sdst, const void *gsrc, uint32_t bytes, uint32_t bar) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(sdst),
+                 "l"(gsrc), "r"(bytes), "r"(bar) : "memory");
+}
 
 __device__ __forceinline__ float bt__k_wsum(float v) {
     for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -717,12 +754,36 @@ template <typename T, int OP> __global__ void bt__k_binary_strided(T *out, const
         out[i] = bt__k_from<T>(bt__k_bop<OP, A>(bt__k_tof(a[oa]), bt__k_tof(b[ob])));
     }
 }
+/* one operand repeated along the outer dim (x + the position embedding: [B, T C] + [T C]):
+   out[i] = a[i] op b[i mod nb] (BA 0) or b[i mod nb] op a[i] (BA 1), in 16-byte vectors (nb a whole
+   number of them); the index into b steps with the loop, no division */
+template <typename T, int OP, int BA>
+__global__ void bt__k_binary_bcast(T *out, const T *a, const T *b, int64_t n, int64_t nb) {
+    typedef typename bt__k_acc<T>::t A;
+    const int V = 16 / sizeof(T);
+    const int64_t nv = n / V, nbv = nb / V, st = (int64_t)gridDim.x * blockDim.x, stb = st % nbv;
+    int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, cb = c % nbv;
+    for (; c < nv; c += st) {
+        T x[V], y[V];
+        bt__k_ld16(x, a + c * V);
+        bt__k_ld16(y, b + cb * V);
+#pragma unroll
+        for (int e = 0; e < V; e++)
+            x[e] = bt__k_from<T>(BA ? bt__k_bop<OP, A>(bt__k_tof(y[e]), bt__k_tof(x[e])) : bt__k_bop<OP, A>(bt__k_tof(x[e]), bt__k_tof(y[e])));
+        bt__k_st16(out + c * V, x);
+        cb += stb;
+        if (cb >= nbv) cb -= nbv;
+    }
+}
 template <typename T>
-static void bt__k_binary_t(bt_binary_op op, T *out, const T *a, const T *b, int flat, int vec, const bt__k_geom *g,
+static void bt__k_binary_t(bt_binary_op op, T *out, const T *a, const T *b, int flat, int vec, int bcast, const bt__k_geom *g,
                            int64_t n, cudaStream_t s) {
+    const int V = 16 / sizeof(T);
     switch (op) {
 #define BT__K_X(OPC) case OPC: \
         if (flat) bt__k_map_run<T, 2>(out, a, b, n, vec, bt__k_bop_f<OPC>(), s); \
+        else if (bcast == 1) bt__k_binary_bcast<T, OPC, 0><<<bt__k_blocks(n / V, 256), 256, 0, s>>>(out, a, b, n, g->shape[1]); \
+        else if (bcast == 2) bt__k_binary_bcast<T, OPC, 1><<<bt__k_blocks(n / V, 256), 256, 0, s>>>(out, b, a, n, g->shape[1]); \
         else bt__k_binary_strided<T, OPC><<<bt__k_blocks(n, 256), 256, 0, s>>>(out, a, b, *g, n); \
         break;
     BT__K_X(BT_BOP_ADD) BT__K_X(BT_BOP_SUB) BT__K_X(BT_BOP_MUL) BT__K_X(BT_BOP_DIV)
@@ -740,8 +801,11 @@ BTDEF void bt_k_binary(bt_binary_op op, bt_dtype dt, void *out, const void *a, c
     bt__k_geom g;
     int k = bt__k_coalesce(ndim, shape, a_strides, b_strides, &g);
     int flat = k == 0 || (k == 1 && g.sa[0] == 1 && g.sb[0] == 1);
-    int vec = flat && bt__k_aligned16(out) && bt__k_aligned16(a) && bt__k_aligned16(b);
-    BT__K_DISPATCH4(dt, "bt_k_binary", { bt__k_binary_t<T>(op, (T *)out, (const T *)a, (const T *)b, flat, vec, &g, n, s); })
+    int vec = bt__k_aligned16(out) && bt__k_aligned16(a) && bt__k_aligned16(b);
+    /* [outer, inner] with b (1) or a (2) repeated over outer, in whole 16-byte vectors */
+    int two = !flat && vec && k == 2 && (g.shape[1] * (int64_t)bt_dtype_size(dt)) % 16 == 0 && g.sa[1] == 1 && g.sb[1] == 1;
+    int bcast = two && g.sa[0] == g.shape[1] && g.sb[0] == 0 ? 1 : two && g.sa[0] == 0 && g.sb[0] == g.shape[1] ? 2 : 0;
+    BT__K_DISPATCH4(dt, "bt_k_binary", { bt__k_binary_t<T>(op, (T *)out, (const T *)a, (const T *)b, flat, flat && vec, bcast, &g, n, s); })
     BT__K_LAUNCHED("bt_k_binary");
 }
 
@@ -1875,63 +1939,164 @@ BTDEF void bt_k_cross_entropy_backward(bt_dtype dt, void *glogits, const void *l
     })
     BT__K_LAUNCHED("bt_k_cross_entropy_backward");
 }
-/* Fused forward + backward: a block of 512 threads per row stages the row's V logits in shared
-   memory as it reads them (the forward kernel's loop: 4 16-byte vectors in flight per thread, the
-   online max / sum of exp2; 8 kept packed measured slower on an H100, 1.37 TB/s against 1.88),
-   merges (max, sum) over the block, writes the loss and lse, then writes the gradient (expf(x -
-   lse), the backward kernel's form) from the staged copy over the row. Two rows of GPT-2's bf16
-   vocabulary (100 KB each) fit an SM, so one block's reduction overlaps the other's loads. Global
-   traffic: V read + Vp written per row (the two kernels: 2 V read, Vp written). Rows whose V
-   logits exceed the shared memory a block may have, or unaligned ones, take the two kernels. */
+/* Fused forward + backward, in place. A persistent block of 512 threads takes rows in turn and
+   stages each in shared memory in chunks of 4 x 512 16-byte vectors; thread tid reads the vectors
+   c = tid + 512 i of a chunk (its slots). Pass 1 folds each chunk into the thread's running (max,
+   sum of exp) as soon as the chunk has landed (the forward kernel's online form, the same partition
+   of the row: the same bits), the block merges the pairs into lse. Pass 2 writes the gradient
+   gv (exp(x - lse) - [j = t]) of each chunk over the row in place, then (after a barrier: every
+   thread is done with the chunk) refills the chunk with the next row's. So the next row's loads are
+   in flight while this row's gradient is written and its sums reduced, and no block leaves the
+   memory idle between rows (the earlier kernel, loading a row only after the one before was
+   written, ran at 62% of the copy rate). On sm_90 a chunk is one bulk copy by the copy engine
+   completing an mbarrier (measured: with every thread's own cp.async, 512 x 12 in flight a block,
+   the warps stalled on the load queue and it ran slower than before); elsewhere each thread
+   cp.asyncs its slots (one commit group a chunk). The target's owner writes the loss. Two rows of
+   GPT-2's bf16 vocabulary (100 KB each) fit an SM. Global traffic per row: V read, Vp written. Rows
+   wider than the shared memory a block may have, or unaligned ones, take the two kernels. */
 #define BT__K_XF_THREADS 512
+#define BT__K_XF_U 4        /* slots a thread has in a chunk */
+#define BT__K_XF_CHUNKS 8   /* at most, a row (the host checks) */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define BT__K_XF_BULK 1
+#endif
+/* wait until at most n of the thread's commit groups are in flight (n >= 4 waits for 4: sooner) */
+__device__ __forceinline__ void bt__k_cp_wait_upto(int n) {
+    if (n <= 0) bt__k_cp_wait<0>();
+    else if (n == 1) bt__k_cp_wait<1>();
+    else if (n == 2) bt__k_cp_wait<2>();
+    else if (n == 3) bt__k_cp_wait<3>();
+    else bt__k_cp_wait<4>();
+}
+/* start loading chunk k of row xr into the staging rows (after a barrier: nobody reads it any more) */
 template <typename T>
-__global__ void __launch_bounds__(BT__K_XF_THREADS) bt__k_xent_fused_kernel(float *losses, float *lse, T *logits, const int32_t *tg,
-                                                                          const float *gloss, int64_t N, int64_t V, int64_t Vp,
-                                                                          int ignore, int *bad) {
+__device__ __forceinline__ void bt__k_xf_fetch(uint4 *slots, const T *xr, int64_t nc, int k, uint64_t *bars) {
+    const int VE = 16 / sizeof(T);
+    const int64_t c0 = (int64_t)k * BT__K_XF_U * blockDim.x;
+#ifdef BT__K_XF_BULK
+    if (threadIdx.x == 0) {
+        int64_t n = nc - c0 < (int64_t)BT__K_XF_U * blockDim.x ? nc - c0 : (int64_t)BT__K_XF_U * blockDim.x;
+        bt__k_fence_async();   /* the generic reads of the chunk before the copy engine's writes */
+        bt__k_bulk_load((uint32_t)__cvta_generic_to_shared(slots + c0), xr + c0 * VE, (uint32_t)(n * 16),
+                        (uint32_t)__cvta_generic_to_shared(bars + k));
+    }
+#else
+    (void)bars;
+#pragma unroll
+    for (int u = 0; u < BT__K_XF_U; u++) {
+        int64_t c = c0 + threadIdx.x + (int64_t)u * blockDim.x;
+        if (c < nc) bt__k_cp16(&slots[c], xr + c * VE);
+    }
+    bt__k_cp_commit();
+#endif
+}
+/* wait for chunk k of the block's it-th row (of nch chunks) */
+__device__ __forceinline__ void bt__k_xf_wait(int k, int nch, int64_t it, uint64_t *bars) {
+#ifdef BT__K_XF_BULK
+    (void)nch;
+    bt__k_mbar_wait((uint32_t)__cvta_generic_to_shared(bars + k), (int)(it & 1));
+#else
+    (void)k; (void)it; (void)bars;
+    bt__k_cp_wait_upto(nch - 1 - k);
+#endif
+}
+/* The per-element work is the limit (ncu: the kernel at ~45% of DRAM bandwidth), so a vector wholly
+   inside the row's V logits and without the target (all but one or two a row) takes the short path:
+   p = 2^(x log2 e - lse log2 e) (one FFMA, one MUFU), gv p, no compares; the others the checked one. */
+/* the gradient of the row's vector c (below V / VE, staged) in place, short path */
+template <typename T>
+__device__ __forceinline__ void bt__k_xf_grad_fast(T *xr, int64_t c, const uint4 *staged, float gv, float nls) {
+    const int VE = 16 / sizeof(T);
+    T a[VE];
+    memcpy(a, staged, 16);
+#pragma unroll
+    for (int e = 0; e < VE; e++) a[e] = bt__k_from<T>(gv * bt__k_ex2(fmaf(bt__k_tof(a[e]), 1.4426950408889634f, nls)));
+    bt__k_st16(xr + c * VE, a);
+}
+/* checked path: the vector holding the target (its owner writes the loss), the one across V, and
+   the padding past V (staged NULL, written 0) */
+template <typename T>
+__device__ __noinline__ void bt__k_xf_grad_edge(T *xr, int64_t c, const uint4 *staged, int64_t V, int32_t t, int scored, float gv,
+                                                float ls, float nls, float *loss) {
+    const int VE = 16 / sizeof(T);
+    T a[VE];
+    if (staged) memcpy(a, staged, 16);
+#pragma unroll
+    for (int e = 0; e < VE; e++) {
+        int64_t j = c * VE + e;
+        float x = staged ? bt__k_tof(a[e]) : 0.f;
+        if (scored && j == t) *loss = ls - x;
+        a[e] = bt__k_from<T>(j < V ? gv * (bt__k_ex2(fmaf(x, 1.4426950408889634f, nls)) - (j == t ? 1.f : 0.f)) : 0.f);
+    }
+    bt__k_st16(xr + c * VE, a);
+}
+template <typename T>
+__global__ void __launch_bounds__(BT__K_XF_THREADS, 2) bt__k_xent_fused_kernel(float *losses, float *lse, T *logits, const int32_t *tg,
+                                                                             const float *gloss, int64_t N, int64_t V, int64_t Vp,
+                                                                             int ignore, int *bad) {
     extern __shared__ uint4 bt__k_xf_row[];   /* the row's first nc vectors */
     __shared__ float sh[64];
-    const int VE = 16 / sizeof(T), U = 4;
-    const int64_t nc = (V + VE - 1) / VE, nvec = Vp / VE;
-    const T *srow = reinterpret_cast<const T *>(bt__k_xf_row);
-    for (int64_t row = blockIdx.x; row < N; row += gridDim.x) {
+    __shared__ uint64_t bars[BT__K_XF_CHUNKS];
+    const int VE = 16 / sizeof(T), U = BT__K_XF_U;
+    const int64_t nc = (V + VE - 1) / VE, nfull = V / VE, nvec = Vp / VE, step = (int64_t)U * blockDim.x;
+    const int nch = (int)((nc + step - 1) / step);
+#ifdef BT__K_XF_BULK
+    if (threadIdx.x == 0)
+        for (int k = 0; k < nch; k++) bt__k_mbar_init((uint32_t)__cvta_generic_to_shared(bars + k), 1);
+    __syncthreads();
+#endif
+    if ((int64_t)blockIdx.x < N)
+        for (int k = 0; k < nch; k++) bt__k_xf_fetch(bt__k_xf_row, logits + (int64_t)blockIdx.x * Vp, nc, k, bars);
+    int64_t it = 0;
+    for (int64_t row = blockIdx.x; row < N; row += gridDim.x, it++) {
         T *xr = logits + row * Vp;
+        const int64_t next = row + gridDim.x;
         float m = -INFINITY, sm = 0.f;
-        for (int64_t c0 = threadIdx.x; c0 < nc; c0 += (int64_t)U * blockDim.x) {
+        for (int k = 0; k < nch; k++) {
+            bt__k_xf_wait(k, nch, it, bars);
             float xv[U][VE];
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                int64_t c = c0 + (int64_t)u * blockDim.x;
-                if (c < nc) {
-                    uint4 raw = __ldg(reinterpret_cast<const uint4 *>(xr + c * VE));
-                    bt__k_xf_row[c] = raw;
-                    T a[VE];
-                    memcpy(a, &raw, 16);
+                int64_t c = threadIdx.x + (k * step) + (int64_t)u * blockDim.x;
+                T a[VE];
+                if (c < nc) memcpy(a, &bt__k_xf_row[c], 16);
+                if (c < nfull) {
 #pragma unroll
-                    for (int e = 0; e < VE; e++) xv[u][e] = c * VE + e < V ? bt__k_tof(a[e]) : -INFINITY;
+                    for (int e = 0; e < VE; e++) xv[u][e] = bt__k_tof(a[e]);
                 } else {
 #pragma unroll
-                    for (int e = 0; e < VE; e++) xv[u][e] = -INFINITY;
+                    for (int e = 0; e < VE; e++) xv[u][e] = c < nc && c * VE + e < V ? bt__k_tof(a[e]) : -INFINITY;
                 }
             }
             bt__k_ms_chunk<U, VE>(xv, m, sm);
         }
-        bt__k_rms(m, sm, sh);   /* its barriers also publish the staged row */
-        float ls = m + logf(sm);
-        int32_t t = tg[row];
-        if (threadIdx.x == 0) bt__k_xent_row_loss(losses, lse, row, ls, t, srow, V, ignore, bad);
-        float gv = t == ignore ? 0.f : gloss[row];
-        for (int64_t c = threadIdx.x; c < nvec; c += blockDim.x) {
-            T a[VE];
-            if (c < nc) memcpy(a, &bt__k_xf_row[c], 16);
-#pragma unroll
-            for (int e = 0; e < VE; e++) {
-                int64_t j = c * VE + e;
-                a[e] = bt__k_from<T>(j < V ? gv * (expf(bt__k_tof(a[e]) - ls) - (j == t ? 1.f : 0.f)) : 0.f);
-            }
-            bt__k_st16(xr + c * VE, a);
+        bt__k_rms(m, sm, sh);
+        const float ls = m + logf(sm), nls = -ls * 1.4426950408889634f;
+        const int32_t t = tg[row];
+        const int scored = t != ignore && t >= 0 && t < V;
+        const int64_t ct = scored ? t / VE : -1;   /* the target's vector */
+        if (threadIdx.x == 0) {
+            if (lse) lse[row] = ls;
+            if (!scored) losses[row] = 0.f;
+            if (!scored && t != ignore && bad) *bad = 1;
         }
-        __syncthreads();        /* the staged row is read before the next row overwrites it */
+        const float gv = t == ignore ? 0.f : gloss[row];
+        for (int k = 0; k < nch; k++) {
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                int64_t c = threadIdx.x + (k * step) + (int64_t)u * blockDim.x;
+                if (c < nfull && c != ct) bt__k_xf_grad_fast(xr, c, &bt__k_xf_row[c], gv, nls);
+                else if (c < nvec) bt__k_xf_grad_edge(xr, c, c < nc ? &bt__k_xf_row[c] : NULL, V, t, scored, gv, ls, nls, losses + row);
+            }
+            __syncthreads();   /* chunk k is read: the next row's may come in */
+            if (next < N) bt__k_xf_fetch(bt__k_xf_row, logits + next * Vp, nc, k, bars);
+        }
+        for (int64_t c = threadIdx.x + nch * step; c < nvec; c += blockDim.x)   /* padding past the chunks */
+            bt__k_xf_grad_edge(xr, c, (const uint4 *)NULL, V, t, scored, gv, ls, nls, losses + row);
     }
+#ifndef BT__K_XF_BULK
+    bt__k_cp_wait<0>();
+#endif
 }
 BTDEF void bt_k_cross_entropy_fused(bt_dtype dt, float *losses, float *lse, void *logits, const int32_t *targets,
                                     const float *gloss, int64_t N, int64_t V, int64_t Vp, int ignore_index, int *bad,
@@ -1943,10 +2108,19 @@ BTDEF void bt_k_cross_entropy_fused(bt_dtype dt, float *losses, float *lse, void
     BT__K_DISPATCH3(dt, "bt_k_cross_entropy_fused", {
         const int64_t VE = 16 / (int64_t)sizeof(T);
         size_t smem = (size_t)((V + VE - 1) / VE) * 16;
-        if (Vp % VE == 0 && bt__k_aligned16(logits) && smem + 512 <= (size_t)optin) {
+        int64_t nch = ((V + VE - 1) / VE + BT__K_XF_U * BT__K_XF_THREADS - 1) / (BT__K_XF_U * BT__K_XF_THREADS);   /* chunks a row */
+        if (Vp % VE == 0 && bt__k_aligned16(logits) && smem + 512 <= (size_t)optin && nch <= BT__K_XF_CHUNKS) {
             BT__K_CUDA(cudaFuncSetAttribute(bt__k_xent_fused_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                        "bt_k_cross_entropy_fused");
-            unsigned nb = (unsigned)(N < 1048576 ? N : 1048576);
+            int per_sm = 0, sms = 0;   /* persistent: as many blocks as fit at once */
+            BT__K_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, bt__k_xent_fused_kernel<T>, BT__K_XF_THREADS, smem),
+                       "bt_k_cross_entropy_fused");
+            BT__K_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, bt__k_device()), "bt_k_cross_entropy_fused");
+            int64_t fit = (int64_t)(per_sm > 0 ? per_sm : 1) * sms;
+            static int per_row = -1;   /* BT_XENT_PERSIST=0: a block per row (no row's loads under another's gradient), to compare */
+            if (per_row < 0) per_row = getenv("BT_XENT_PERSIST") && getenv("BT_XENT_PERSIST")[0] == '0';
+            if (per_row) fit = 1048576;
+            unsigned nb = (unsigned)(N < fit ? N : fit);
             bt__k_xent_fused_kernel<T><<<nb, BT__K_XF_THREADS, smem, s>>>(losses, lse, (T *)logits, targets, gloss, N, V, Vp,
                                                                           ignore_index, bad);
             done = 1;
@@ -2024,14 +2198,6 @@ __device__ __forceinline__ int64_t bt__k_att_off(const int64_t *s, int64_t bh, i
    (causal covers the end for every row < T; rows >= T are computed but never stored) */
 __device__ __forceinline__ int bt__k_att_masked(const bt__k_attp &p, int key, int row) {
     return p.causal ? key > row : key >= p.T;
-}
-__device__ __forceinline__ void bt__k_cp16(void *sdst, const void *gsrc) {
-    unsigned a = (unsigned)__cvta_generic_to_shared(sdst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gsrc) : "memory");
-}
-__device__ __forceinline__ void bt__k_cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void bt__k_cp_wait(void) {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 __device__ __forceinline__ void bt__k_ldsm4(uint32_t r[4], const void *p) {
     unsigned a = (unsigned)__cvta_generic_to_shared(p);
@@ -2940,25 +3106,10 @@ __device__ __forceinline__ uint64_t bt__k_wg_mnmaj(uint32_t tile, int R, int kk)
 __device__ __forceinline__ uint32_t bt__k_sw(int r, int c, int R) {
     return (uint32_t)((c >> 3) * R * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
-__device__ __forceinline__ void bt__k_mbar_init(uint32_t bar, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void bt__k_mbar_wait(uint32_t bar, int parity) {
-    uint32_t done;
-    do {
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }\n"
-                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-    } while (!done);
-}
-__device__ __forceinline__ void bt__k_mbar_arrive(uint32_t bar) {
-    asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }\n" ::"r"(bar) : "memory");
-}
 /* the barrier's pending count drops by one when every earlier cp.async of this thread has landed */
 __device__ __forceinline__ void bt__k_cp_mbar_arrive(uint32_t bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
-/* data written through the generic proxy (cp.async) is next read by the tensor cores (async proxy) */
-__device__ __forceinline__ void bt__k_fence_async(void) { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 __device__ __forceinline__ void bt__k_bar_sync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void bt__k_bar_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
 /* turns of the two consumer warpgroups at the tensor cores (named barriers 1 and 2): warpgroup w

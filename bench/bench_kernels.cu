@@ -393,6 +393,16 @@ int main(void) {
         report("embedding_backward deterministic", shp, ms, 8.0 * n * C, 0);
         bt_free(gt); bt_free(idx); bt_free(g32);
     }
+    /* ---- the token + position embedding add: [B, T C] + [T C] (one side repeated over B) ---- */
+    if (want("bcast_add")) {
+        int64_t n = N * C, nb = T * C, sh[2] = {B, T * C}, sa[2] = {T * C, 1}, sb[2] = {0, 1};
+        nc = 1;
+        void *a = randn(BT_BF16, n, 104, 1), *b = randn(BT_BF16, nb, 105, 1), *o = dev((size_t)n * 2);
+        snprintf(shp, sizeof shp, "[%lld, %lld] + [%lld] bf16", (long long)B, (long long)(T * C), (long long)(T * C));
+        BENCH(ms, bt_k_binary(BT_BOP_ADD, BT_BF16, o, a, sa, b, sb, 2, sh, S));
+        report("binary add, b repeated", shp, ms, 4.0 * n + 2.0 * nb, 0);
+        bt_free(a); bt_free(b); bt_free(o);
+    }
     /* ---- matmul (bf16, fp32 accumulation) at the GPT-2 layer shapes ---- */
     if (want("matmul")) {
         struct { const char *name; int64_t M, N, K; int tb; int bias; } mm[] = {

@@ -418,6 +418,11 @@ static void test_binary(void) {
             int64_t sh2[2] = {37, 77}, at[2] = {1, 37}, bc2[2] = {77, 1};
             binary_case("transposed a", dt, op, 2, sh2, 37 * 77, at, 37 * 77, bc2, 0);
             binary_case("in place", dt, op, 3, sh, 3 * 37 * 77, cs, 77, bs, 1);
+            /* one side repeated over the outer dim in whole 16-byte vectors (the broadcast kernel):
+               270 x 16384 elements are more vectors than the grid has threads, so its loop wraps */
+            int64_t sh3[3] = {270, 128, 128}, cs3[3] = {128 * 128, 128, 1}, rep[3] = {0, 128, 1};
+            binary_case("[270,128,128]x[128,128]", dt, op, 3, sh3, 270 * 16384, cs3, 16384, rep, 0);
+            binary_case("[128,128]x[270,128,128]", dt, op, 3, sh3, 16384, rep, 270 * 16384, cs3, 0);
         }
 }
 
@@ -699,16 +704,18 @@ static void test_embedding(void) {
 
 static void test_cross_entropy(void) {
     NEED_GPU();
-    /* (V, Vp): vector loads, element loads, GPT-2's padded vocabulary, and rows past the shared
-       memory of the fused kernel in f32 (its fallback to the two kernels; bf16 still fits) */
-    int64_t N = 37, Vs[] = {1000, 1000, 50257, 70001}, Vps[] = {1024, 1003, 50304, 70008};
+    /* (N, V, Vp): vector loads, element loads, GPT-2's padded vocabulary, and rows past the shared
+       memory of the fused kernel in f32 (its fallback to the two kernels; bf16 still fits). The
+       fused kernel's blocks are persistent (1-4 an SM): N of 2000, 700 and 300 give them several
+       rows each, so the next row's loads overlap this row's gradient. */
+    int64_t Ns[] = {2000, 37, 700, 300}, Vs[] = {1000, 1000, 50257, 70001}, Vps[] = {1024, 1003, 50304, 70008};
     int ign = -100;
     bt_dtype dts[] = {BT_F32, BT_BF16, BT_F16};
     char what[96];
     for (int c = 0; c < 4; c++)
         for (int k = 0; k < 3; k++) {
             bt_dtype dt = dts[k];
-            int64_t V = Vs[c], Vp = Vps[c], n = N * Vp;
+            int64_t N = Ns[c], V = Vs[c], Vp = Vps[c], n = N * Vp;
             seed(900 + c * 8 + k);
             double *x = rvec(n, -4, 4), *gl = rvec(N, 0.1, 1);
             for (int64_t i = 0; i < N; i++) for (int64_t j = V; j < Vp; j++) x[i * Vp + j] = 30.0;   /* padding must not count */
