@@ -95,9 +95,12 @@ BTDEF void bt_k_softmax_backward(bt_dtype dt, void *gx, const void *gout, const 
 BTDEF void bt_k_layernorm(bt_dtype dt, void *out, float *mean, float *rstd, const void *x, const void *w,
                           const void *b, int64_t rows, int64_t C, float eps, cudaStream_t s);
 /* gx written, or with gx_add != 0 added to (gx += dx: a residual stream's gradient, one rounding);
-   gw, gb accumulated (+=) in dtype dt; any of the three may be NULL. */
-BTDEF void bt_k_layernorm_backward(bt_dtype dt, void *gx, int gx_add, void *gw, void *gb, const void *gout, const void *x,
-                                   const void *w, const float *mean, const float *rstd, int64_t rows, int64_t C,
+   gw, gb accumulated (+=) in dtype dt; any of the three may be NULL. gx_colsum (fp32 [C], may be
+   NULL; needs gx) receives the column sums of the gx written: a residual stream's gradient is the
+   next linear layer's output gradient, whose bias gradient is exactly that sum, so it costs no pass
+   of its own. */
+BTDEF void bt_k_layernorm_backward(bt_dtype dt, void *gx, int gx_add, void *gw, void *gb, float *gx_colsum, const void *gout,
+                                   const void *x, const void *w, const float *mean, const float *rstd, int64_t rows, int64_t C,
                                    cudaStream_t s);
 
 /* ---- 7. embedding: out[i, :] = table[idx[i], :], table [V, C] ---- */
@@ -152,6 +155,15 @@ BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t 
     const void *k, const int64_t *sk, const void *v, const int64_t *sv, const void *out, const int64_t *so,
     const float *lse, int64_t B, int64_t H, int64_t T, int64_t D, float scale, int causal,
     bt_matmul_precision precision, cudaStream_t s);
+/* the backward, and the column sums of gq, gk and gv too when the kernel can give them in its own pass
+   (the fused Hopper backward: causal, bf16/f16, D 64): colsum (fp32 [3, H, D]) gets, for part q / k /
+   v, head h and column d, the sum over b and t of that gradient (before its rounding): the bias
+   gradient of a packed qkv projection. Returns 1 when it wrote colsum, 0 when not (untouched). */
+BTDEF int bt_k_attention_backward_colsum(bt_dtype dt, void *gq, const int64_t *sgq, void *gk, const int64_t *sgk,
+    void *gv, const int64_t *sgv, const void *gout, const int64_t *sgo, const void *q, const int64_t *sq,
+    const void *k, const int64_t *sk, const void *v, const int64_t *sv, const void *out, const int64_t *so,
+    const float *lse, int64_t B, int64_t H, int64_t T, int64_t D, float scale, int causal,
+    bt_matmul_precision precision, float *colsum, cudaStream_t s);
 /* the Hopper path (wgmma kernels, used on a compute capability 9.0 device by an sm_90a build for
    bf16 / f16 with D 64 or 128 and 16-byte aligned rows): on = 1 allows it (the default), 0 keeps
    every call on the sm_80 kernels, -1 only asks. Returns the setting before (bit 0), plus 2 when
@@ -1373,20 +1385,22 @@ __global__ void __launch_bounds__(256) bt__k_layernorm_warp(T *out, float *mean,
    bank conflicts), then the block sums its 8 warps' regions in warp order. Dynamic shared memory:
    16 regions of NV VE 32 floats when pw != NULL. 256 threads. */
 template <typename T, int NV>
-__global__ void __launch_bounds__(256, 3) bt__k_layernorm_bwd_warp(T *gx, int gx_add, float *pw, float *pb, const T *g, const T *x,
+__global__ void __launch_bounds__(256, 3) bt__k_layernorm_bwd_warp(T *gx, int gx_add, float *pw, float *pb, float *pr, const T *g, const T *x,
                                                                 const T *w, const float *mean, const float *rstd, int64_t rows,
                                                                 int C) {
     extern __shared__ __align__(16) float bt__k_ln_sh[];
     const int VE = 16 / sizeof(T);
     int nvec = C / VE, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int R = NV * VE * 32;
-    float *sw = bt__k_ln_sh + warp * R + lane, *sb = bt__k_ln_sh + (8 + warp) * R + lane;
-    if (pw)
+    float *sw = bt__k_ln_sh + warp * R + lane, *sb = bt__k_ln_sh + (8 + warp) * R + lane, *sr = bt__k_ln_sh + (16 + warp) * R + lane;
 #pragma unroll
-        for (int i = 0; i < NV; i++)
-            if (lane + 32 * i < nvec)
+    for (int i = 0; i < NV; i++)
+        if (lane + 32 * i < nvec)
 #pragma unroll
-                for (int e = 0; e < VE; e++) { sw[(i * VE + e) * 32] = 0.f; sb[(i * VE + e) * 32] = 0.f; }
+            for (int e = 0; e < VE; e++) {
+                if (pw) { sw[(i * VE + e) * 32] = 0.f; sb[(i * VE + e) * 32] = 0.f; }
+                if (pr) sr[(i * VE + e) * 32] = 0.f;
+            }
     BT__K_WARP_ROW_LOOP(row, rows) {
         float gv[NV][VE], xv[NV][VE];
         bt__k_row_ld<T, NV>(gv, g + row * C, nvec);
@@ -1432,37 +1446,50 @@ __global__ void __launch_bounds__(256, 3) bt__k_layernorm_bwd_warp(T *gx, int gx
                     for (int e = 0; e < VE; e++) xv[i][e] += gv[i][e];
             }
             bt__k_row_st<T, NV>(gx + row * C, xv, nvec);
+            if (pr)   /* the sums of the fp32 values before their rounding to T */
+#pragma unroll
+                for (int i = 0; i < NV; i++)
+                    if (lane + 32 * i < nvec)
+#pragma unroll
+                        for (int e = 0; e < VE; e++) sr[(i * VE + e) * 32] += xv[i][e];
         }
     }
-    if (!pw) return;
+    if (!pw && !pr) return;
     __syncthreads();
     for (int j = threadIdx.x; j < C; j += blockDim.x) {
         int c = j / VE, slot = ((c >> 5) * VE + (j - c * VE)) * 32 + (c & 31);
-        float aw = 0.f, ab = 0.f;
-        for (int k = 0; k < 8; k++) { aw += bt__k_ln_sh[k * R + slot]; ab += bt__k_ln_sh[(8 + k) * R + slot]; }
-        pw[(int64_t)blockIdx.x * C + j] = aw;
-        pb[(int64_t)blockIdx.x * C + j] = ab;
+        float aw = 0.f, ab = 0.f, ar = 0.f;
+        for (int k = 0; k < 8; k++) {
+            if (pw) { aw += bt__k_ln_sh[k * R + slot]; ab += bt__k_ln_sh[(8 + k) * R + slot]; }
+            if (pr) ar += bt__k_ln_sh[(16 + k) * R + slot];
+        }
+        if (pw) { pw[(int64_t)blockIdx.x * C + j] = aw; pb[(int64_t)blockIdx.x * C + j] = ab; }
+        if (pr) pr[(int64_t)blockIdx.x * C + j] = ar;
     }
 }
 /* gw[c] += sum_z pw[z, c], gb likewise, for many partials z: 32 columns x 32 threads per block; each
    thread adds the partials z = ty, ty + 32, ... in order, then the column's 32 sums are added in ty
    order (fixed: the same bits every run). Parallel over z, where the fallback's add walks z serially. */
 template <typename T>
-__global__ void __launch_bounds__(1024) bt__k_layernorm_bwd_add32(T *gw, T *gb, const float *pw, const float *pb, int splits,
-                                                                  int64_t C) {
-    __shared__ float sw[32][33], sb[32][33];
+__global__ void __launch_bounds__(1024) bt__k_layernorm_bwd_add32(T *gw, T *gb, float *gr, const float *pw, const float *pb,
+                                                                  const float *pr, int splits, int64_t C) {
+    __shared__ float sw[32][33], sb[32][33], sr[32][33];
     int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
     int64_t c = blockIdx.x * (int64_t)32 + tx;
-    float aw = 0.f, ab = 0.f;
+    float aw = 0.f, ab = 0.f, ar = 0.f;
     if (c < C)
 #pragma unroll 4
-        for (int z = ty; z < splits; z += 32) { aw += pw[(int64_t)z * C + c]; ab += pb[(int64_t)z * C + c]; }
-    sw[ty][tx] = aw; sb[ty][tx] = ab;
+        for (int z = ty; z < splits; z += 32) {
+            if (pw) { aw += pw[(int64_t)z * C + c]; ab += pb[(int64_t)z * C + c]; }
+            if (pr) ar += pr[(int64_t)z * C + c];
+        }
+    sw[ty][tx] = aw; sb[ty][tx] = ab; sr[ty][tx] = ar;
     __syncthreads();
     if (ty == 0 && c < C) {
-        for (int y = 1; y < 32; y++) { aw += sw[y][tx]; ab += sb[y][tx]; }
+        for (int y = 1; y < 32; y++) { aw += sw[y][tx]; ab += sb[y][tx]; ar += sr[y][tx]; }
         if (gw) gw[c] = bt__k_from<T>(bt__k_tof(gw[c]) + aw);
         if (gb) gb[c] = bt__k_from<T>(bt__k_tof(gb[c]) + ab);
+        if (gr) gr[c] = ar;   /* written, not added */
     }
 }
 template <typename T>
@@ -1556,37 +1583,38 @@ BTDEF void bt_k_layernorm(bt_dtype dt, void *out, float *mean, float *rstd, cons
     })
     BT__K_LAUNCHED("bt_k_layernorm");
 }
-BTDEF void bt_k_layernorm_backward(bt_dtype dt, void *gx, int gx_add, void *gw, void *gb, const void *gout, const void *x,
-                                   const void *w, const float *mean, const float *rstd, int64_t rows, int64_t C,
+BTDEF void bt_k_layernorm_backward(bt_dtype dt, void *gx, int gx_add, void *gw, void *gb, float *gx_colsum, const void *gout,
+                                   const void *x, const void *w, const float *mean, const float *rstd, int64_t rows, int64_t C,
                                    cudaStream_t s) {
     if (rows <= 0 || C <= 0) return;
+    if (gx_colsum && !gx) bt_error("bt_k_layernorm_backward: gx_colsum without gx");
     dim3 blk; unsigned grid;
     bt__k_rowcfg(rows, C, &blk, &grid);
     int64_t sms = bt__k_cur()->sm_count, cb = (C + 31) / 32;
     BT__K_DISPATCH3(dt, "bt_k_layernorm_backward", {
         if (bt__k_rowfast(C, sizeof(T), gx ? gx : gout, gout, x, w ? w : x)) {
-            /* one pass: gx and the block partials of gw, gb; then their fixed-order sum */
+            /* one pass: gx and the block partials of gw, gb (and of gx's column sums); then their
+               fixed-order sum */
             int64_t nblk = (rows + 7) / 8, cap = 3 * sms;
             if (nblk > cap) nblk = cap;
-            float *pw = NULL, *pb = NULL;
+            int parts = (gw || gb ? 2 : 0) + (gx_colsum ? 1 : 0);
+            float *scr = parts ? (float *)bt__k_scratch((size_t)(parts * nblk * C) * sizeof(float), s) : NULL;
+            float *pw = gw || gb ? scr : NULL, *pb = pw ? pw + nblk * C : NULL, *pr = gx_colsum ? scr + (parts - 1) * nblk * C : NULL;
             size_t shb = 0;
-            if (gw || gb) {
-                pw = (float *)bt__k_scratch((size_t)(2 * nblk * C) * sizeof(float), s);
-                pb = pw + nblk * C;
-            }
             int nv = bt__k_pick_nv(C / (int64_t)(16 / sizeof(T)));
             BT__K_NV_DISPATCH(nv, {
-                if (pw) shb = (size_t)16 * NV * (16 / sizeof(T)) * 32 * sizeof(float);
+                if (parts) shb = (size_t)(pr ? 24 : 16) * NV * (16 / sizeof(T)) * 32 * sizeof(float);   /* 8 warps a part */
                 BT__K_CUDA(cudaFuncSetAttribute(bt__k_layernorm_bwd_warp<T, NV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 (int)shb), "bt_k_layernorm_backward");
-                bt__k_layernorm_bwd_warp<T, NV><<<(unsigned)nblk, 256, shb, s>>>((T *)gx, gx_add, pw, pb, (const T *)gout, (const T *)x,
-                                                                              (const T *)w, mean, rstd, rows, (int)C);
+                bt__k_layernorm_bwd_warp<T, NV><<<(unsigned)nblk, 256, shb, s>>>((T *)gx, gx_add, pw, pb, pr, (const T *)gout,
+                                                                              (const T *)x, (const T *)w, mean, rstd, rows, (int)C);
             })
             BT__K_LAUNCHED("bt_k_layernorm_backward");
-            if (pw) {
-                bt__k_layernorm_bwd_add32<T><<<(unsigned)((C + 31) / 32), 1024, 0, s>>>((T *)gw, (T *)gb, pw, pb, (int)nblk, C);
+            if (scr) {
+                bt__k_layernorm_bwd_add32<T><<<(unsigned)((C + 31) / 32), 1024, 0, s>>>((T *)gw, (T *)gb, gx_colsum, pw, pb, pr,
+                                                                                        (int)nblk, C);
                 BT__K_LAUNCHED("bt_k_layernorm_backward");
-                bt_free(pw);
+                bt_free(scr);
             }
         } else {
             int64_t splits = (4 * sms + cb - 1) / cb, maxs = (rows + 7) / 8;
@@ -1599,6 +1627,10 @@ BTDEF void bt_k_layernorm_backward(bt_dtype dt, void *gx, int gx_add, void *gw, 
                 bt__k_layernorm_bwd_gx<T><<<grid, blk, 0, s>>>((T *)gx, gx_add, (const T *)gout, (const T *)x, (const T *)w, mean,
                                                                rstd, rows, C);
                 BT__K_LAUNCHED("bt_k_layernorm_backward");
+            }
+            if (gx_colsum) {   /* general shapes: a pass of its own over the gx written */
+                BT__K_CUDA(cudaMemsetAsync(gx_colsum, 0, (size_t)C * sizeof(float), s), "bt_k_layernorm_backward");
+                bt_k_sum_rows_acc(dt, gx_colsum, gx, rows, C, s);
             }
             if (gw || gb) {
                 float *pw = (float *)bt__k_scratch((size_t)(2 * splits * C) * sizeof(float), s), *pb = pw + splits * C;
@@ -2183,6 +2215,9 @@ typedef struct {
     float *dqacc;       /* fused wgmma backward: fp32 dQ sums, a 128 x 64 tile per (head - bh0, query tile) */
     int *dqcnt;         /* fused wgmma backward: dQ parts added per (head - bh0, query tile), zeroed per launch */
     unsigned long long *trace;   /* wgmma forward, BT_ATT_TRACE: 8 clocks a work item (bt__k_att_fwd_trace) */
+    float *cs_part;     /* fused wgmma backward, may be NULL: column sums of gq, gk, gv over each warp's 16 rows,
+                           fp32 [B][cs_slabs][3][H][D] (bt__k_wg_colsum) */
+    int cs_slabs;       /* (T + 15) / 16 */
     int H, T, D, vec, vec_out;
     int causal;         /* 1: key j > query i masked; 0: every query sees every key */
     int qoff;           /* wgmma forward: query tile qt starts at row qt BM - qoff (causal, BM not dividing T:
@@ -3169,6 +3204,39 @@ __device__ __forceinline__ void bt__k_wg_store(T *g, int64_t st, int row0, int T
             *reinterpret_cast<uint32_t *>(x + dn * 8 + 2 * tg) =
                 bt__k_pack2(c[4 * dn + 2 * r] * mul[r], c[4 * dn + 2 * r + 1] * mul[r], (T *)0);
     }
+}
+/* The column sums of what bt__k_wg_store writes (scaled, before the rounding) over the warp's 16 rows
+   below Tn (rows row0 - g .. + 15), as one fp32 row of D at part + (row0 >> 4) slab (lanes 0 - 3
+   store it): summed over B and the slabs they are the bias gradient of a packed qkv projection,
+   with no pass over the [B T, 3 C] gradient of its own. */
+template <int D>
+__device__ __forceinline__ void bt__k_wg_colsum(float *part, int64_t slab, int slabs, int row0, int Tn, const float (&c)[D / 2],
+                                                const float mul[2]) {
+    float cs[D / 4];
+#pragma unroll
+    for (int dn = 0; dn < D / 8; dn++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            float v = 0.f;
+#pragma unroll
+            for (int r = 0; r < 2; r++) if ((unsigned)(row0 + 8 * r) < (unsigned)Tn) v += c[4 * dn + 2 * r + e] * mul[r];
+            cs[2 * dn + e] = v;
+        }
+#pragma unroll
+    for (int o = 4; o < 32; o <<= 1)   /* over g: the lanes holding the same columns */
+#pragma unroll
+        for (int j = 0; j < D / 4; j++) cs[j] += __shfl_xor_sync(0xffffffffu, cs[j], o);
+    int sl = row0 >> 4;
+    if ((threadIdx.x & 31) < 4 && sl < slabs) {
+        float *dst = part + sl * slab + 2 * (threadIdx.x & 3);
+#pragma unroll
+        for (int dn = 0; dn < D / 8; dn++) *reinterpret_cast<float2 *>(dst + 8 * dn) = make_float2(cs[2 * dn], cs[2 * dn + 1]);
+    }
+}
+/* where bt__k_wg_colsum puts part `which` (0 q, 1 k, 2 v) of head bh */
+__device__ __forceinline__ float *bt__k_att_cs_at(const bt__k_attp &p, int64_t bh, int which) {
+    int64_t b = bh / p.H, h = bh - b * p.H;
+    return p.cs_part + ((b * p.cs_slabs) * 3 + which) * (int64_t)p.H * p.D + h * p.D;
 }
 /* registers move from the producer warpgroup to the consumers (sm_90a; the kernel starts at the
    __launch_bounds__ cap of 168, 65536 / 384) */
@@ -4172,14 +4240,19 @@ template <typename T> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt_
                     uq++;
                 } else {   /* key tile 0: dQ complete, scaled, rounded, into gq */
                     const float sc2[2] = {p.scale, p.scale};
-                    bt__k_wg_store<T, D>((T *)p.gq + bt__k_att_off(p.sgq, bh, p.H), p.sgq[2], i * BQ + 64 * w + 16 * (warp & 3) + g,
-                                         p.T, dq, sc2);
+                    const int row0 = i * BQ + 64 * w + 16 * (warp & 3) + g;
+                    bt__k_wg_store<T, D>((T *)p.gq + bt__k_att_off(p.sgq, bh, p.H), p.sgq[2], row0, p.T, dq, sc2);
+                    if (p.cs_part) bt__k_wg_colsum<D>(bt__k_att_cs_at(p, bh, 0), 3 * (int64_t)p.H * D, p.cs_slabs, row0, p.T, dq, sc2);
                 }
             }
             if (lane == 0) bt__k_mbar_arrive(kvempty + 8 * kb);
             const float sc2[2] = {p.scale, p.scale}, one[2] = {1.f, 1.f};
             bt__k_wg_store<T, D>((T *)p.gk + bt__k_att_off(p.sgk, bh, p.H), p.sgk[2], key0, p.T, dk, sc2);
             bt__k_wg_store<T, D>((T *)p.gv + bt__k_att_off(p.sgv, bh, p.H), p.sgv[2], key0, p.T, dv, one);
+            if (p.cs_part) {
+                bt__k_wg_colsum<D>(bt__k_att_cs_at(p, bh, 1), 3 * (int64_t)p.H * D, p.cs_slabs, key0, p.T, dk, sc2);
+                bt__k_wg_colsum<D>(bt__k_att_cs_at(p, bh, 2), 3 * (int64_t)p.H * D, p.cs_slabs, key0, p.T, dv, one);
+            }
         }
     }
 #else
@@ -4614,13 +4687,14 @@ static void bt__k_att_bwd_f32(bt__k_attp *p, unsigned tiles, int dp, cudaStream_
     p->ds = NULL; p->bh0 = 0; p->bh1 = p->BH;
 }
 
-BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t *sgq, void *gk, const int64_t *sgk, void *gv,
-                                           const int64_t *sgv, const void *gout, const int64_t *sgo, const void *q,
-                                           const int64_t *sq, const void *k, const int64_t *sk, const void *v, const int64_t *sv,
-                                           const void *out, const int64_t *so, const float *lse, int64_t B, int64_t H, int64_t Tn,
-                                           int64_t D, float scale, int causal, bt_matmul_precision precision, cudaStream_t s) {
+BTDEF int bt_k_attention_backward_colsum(bt_dtype dt, void *gq, const int64_t *sgq, void *gk, const int64_t *sgk, void *gv,
+                                          const int64_t *sgv, const void *gout, const int64_t *sgo, const void *q,
+                                          const int64_t *sq, const void *k, const int64_t *sk, const void *v, const int64_t *sv,
+                                          const void *out, const int64_t *so, const float *lse, int64_t B, int64_t H, int64_t Tn,
+                                          int64_t D, float scale, int causal, bt_matmul_precision precision, float *colsum,
+                                          cudaStream_t s) {
     const char *op = "bt_k_attention_backward";
-    if (B <= 0 || H <= 0 || Tn <= 0 || D <= 0) return;
+    if (B <= 0 || H <= 0 || Tn <= 0 || D <= 0) return 0;
     bt__k_att_check(op, dt, B, H, Tn, D);
     if (!gq || !gk || !gv) bt_error("%s: gq, gk and gv must all be given", op);
     bt__k_attp p;
@@ -4643,10 +4717,19 @@ BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t 
        H100, session attn4); longer T not measured */
     if (wg && D == 64 && p.causal && bt__k_att_tune("BT_ATT_FUSED_BWD", 1) &&
         Tn <= bt__k_att_tune("BT_ATT_FUSED_TMAX", 4096)) {
+        if (colsum) {   /* [B slabs rows, 3 H D]: their column sums are colsum */
+            p.cs_slabs = (int)((Tn + 15) / 16);
+            p.cs_part = (float *)bt__k_scratch((size_t)(B * p.cs_slabs * 3 * H * D) * sizeof(float), s);
+        }
         if (dt == BT_BF16) bt__k_att_bwd_fused_run<__nv_bfloat16>(&p, s, op);
         else bt__k_att_bwd_fused_run<__half>(&p, s, op);
         bt_free(dvec);
-        return;
+        if (colsum) {
+            BT__K_CUDA(cudaMemsetAsync(colsum, 0, (size_t)(3 * H * D) * sizeof(float), s), op);
+            bt_k_sum_rows_acc(BT_F32, colsum, p.cs_part, B * p.cs_slabs, 3 * H * D, s);
+            bt_free(p.cs_part);
+        }
+        return colsum != NULL;
     }
     if (wg && bt__k_att_tune("BT_ATT_DVEC_FUSED", 1)) {
         p.dvec_out = dvec;   /* the dQ kernel computes it, before the dK/dV kernel reads it */
@@ -4658,7 +4741,7 @@ BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t 
         if (dt == BT_BF16) bt__k_att_bwd_wg_run<__nv_bfloat16>(&p, s, op);
         else bt__k_att_bwd_wg_run<__half>(&p, s, op);
         bt_free(dvec);
-        return;
+        return 0;
     }
     switch (dt) {
     case BT_F32:
@@ -4669,6 +4752,15 @@ BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t 
     default: bt__k_att_bwd_tc_run<bt__k_mma16<__half> >(&p, tiles, dp, s, op); break;
     }
     bt_free(dvec);
+    return 0;
+}
+BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t *sgq, void *gk, const int64_t *sgk, void *gv,
+                                           const int64_t *sgv, const void *gout, const int64_t *sgo, const void *q,
+                                           const int64_t *sq, const void *k, const int64_t *sk, const void *v, const int64_t *sv,
+                                           const void *out, const int64_t *so, const float *lse, int64_t B, int64_t H, int64_t Tn,
+                                           int64_t D, float scale, int causal, bt_matmul_precision precision, cudaStream_t s) {
+    bt_k_attention_backward_colsum(dt, gq, sgq, gk, sgk, gv, sgv, gout, sgo, q, sq, k, sk, v, sv, out, so, lse, B, H, Tn, D, scale,
+                                   causal, precision, NULL, s);
 }
 
 /* the same on contiguous [B, H, T, D] tensors */

@@ -291,6 +291,9 @@ typedef struct bt_storage {
     int refcount;
     uint32_t version;        /* bumped by every in-place write to any view of it */
     int external;            /* 1: data not owned (bt_from_blob), never freed */
+    float *colsum;           /* owned, GPU, may be NULL: the column sums of the data as [rows, colsum_cols], */
+    int64_t colsum_cols;     /* left by the kernel that wrote it (a layernorm backward's gx); valid while */
+    uint32_t colsum_version; /* version is still colsum_version (bt__cached_colsum) */
     struct bt_storage *next_free;   /* the recycled-storage list */
 } bt_storage;
 
@@ -379,6 +382,8 @@ BTDEF bt_tensor *bt_keep(bt_tensor *t);            /* take t out of the innermos
 /* ---- properties ---- */
 static inline bt_device bt_device_of(const bt_tensor *t) { return t->storage->device; }
 BTDEF int64_t bt_numel(const bt_tensor *t);
+/* how many bias gradients took the column sums a layernorm backward left (a test and bench hook) */
+BTDEF int64_t bt_grad_colsum_reuses(void);
 BTDEF int bt_is_contiguous(const bt_tensor *t);
 BTDEF void *bt_data_ptr(const bt_tensor *t);        /* storage data + offset, in bytes */
 BTDEF bt_shape bt_shape_of(const bt_tensor *t);
@@ -944,6 +949,7 @@ static bt_storage *bt__storage_new(size_t nbytes, bt_device dev) {
 static void bt__storage_release(bt_storage *s) {
     if (!s || --s->refcount > 0) return;
     if (!s->external) bt_free(s->data);
+    if (s->colsum) bt_free(s->colsum);
     s->next_free = bt__g.free_storages; bt__g.free_storages = s;
 }
 
@@ -2572,6 +2578,39 @@ static void bt__gemm_into(bt_tensor *sink, bt_dtype dt, const void *A, const voi
     bt__gemm(dt, bt_cpu(), bt_data_ptr(sink), A, B, NULL, M, N, K, ta, tb, 1, 0, 0, 0, 1.0, 1.0);
 }
 
+/* Column sums left with a gradient. A layernorm backward on a GPU also sums the columns of the gx
+   it writes (in the same pass: bt_k_layernorm_backward's gx_colsum) and leaves them on gx's storage.
+   In a residual network that gx is the output gradient of the linear layer before it (attention
+   and MLP projections), whose bias gradient is exactly those sums: bt__bias_grad_reduce takes them
+   instead of reading the [rows, C] gradient again, when the storage has not been written since
+   (its version) and the gradient covers it whole. BT_LN_COLSUM=0 turns it off, for comparison. */
+static int64_t bt__colsum_reuses;   /* bias gradients that took the sums left (bt_grad_colsum_reuses) */
+BTDEF int64_t bt_grad_colsum_reuses(void) { return bt__colsum_reuses; }
+#ifdef BT_CUDA
+static int bt__colsum_on(void) { return !(getenv("BT_LN_COLSUM") && getenv("BT_LN_COLSUM")[0] == '0'); }
+/* t covers its storage whole, as [rows, cols] */
+static int bt__covers_storage(const bt_tensor *t, int64_t cols) {
+    return t->offset == 0 && t->ndim >= 1 && t->shape[t->ndim - 1] == cols && bt_is_contiguous(t) &&
+           (size_t)bt_numel(t) * bt_dtype_size(t->dtype) == t->storage->nbytes;
+}
+/* a [C] fp32 buffer for the column sums of gx, to be handed to the kernel that writes gx, or NULL */
+static float *bt__colsum_for(bt_tensor *gx, int64_t C) {
+    if (!gx || !bt__is_gpu(gx) || !bt__colsum_on() || !bt__covers_storage(gx, C)) return NULL;
+    return (float *)bt_alloc(bt_device_of(gx), (size_t)C * sizeof(float), bt__stream_for(bt_device_of(gx)));
+}
+/* after that kernel: the sums stay with gx's storage at its current version */
+static void bt__colsum_leave(bt_tensor *gx, float *cs, int64_t C) {
+    if (!cs) return;
+    bt_storage *s = gx->storage;
+    if (s->colsum) bt_free(s->colsum);
+    s->colsum = cs; s->colsum_cols = C; s->colsum_version = s->version;
+}
+static const float *bt__cached_colsum(const bt_tensor *g2) {
+    const bt_storage *s = g2->storage;
+    if (!s->colsum || s->colsum_version != s->version || !bt__covers_storage(g2, s->colsum_cols) || g2->ndim != 2) return NULL;
+    return s->colsum;
+}
+#endif
 /* input ib's bias gradient, the column sums of g2 [rows, out]: added into the leaf's fp32 .grad on
    a GPU when it has one (bt__grad_sink), else returned in gin[ib] */
 static void bt__bias_grad_reduce(bt_node *n, int ib, bt_tensor *g2, bt_tensor **gin) {
@@ -2579,8 +2618,12 @@ static void bt__bias_grad_reduce(bt_node *n, int ib, bt_tensor *g2, bt_tensor **
     if (sink && sink->dtype == BT_F32) {
 #ifdef BT_CUDA
         sink->storage->version++;
-        BT__ON_GPU(bt_device_of(g2), stream) bt_k_sum_rows_acc(g2->dtype, (float *)bt_data_ptr(sink), bt_data_ptr(g2), g2->shape[0], g2->shape[1],
-                                                             stream);
+        const float *cs = bt__cached_colsum(g2);
+        if (cs) bt__colsum_reuses++;
+        BT__ON_GPU(bt_device_of(g2), stream) {
+            if (cs) bt_k_sum_rows_acc(BT_F32, (float *)bt_data_ptr(sink), cs, 1, g2->shape[1], stream);   /* += the sums left */
+            else bt_k_sum_rows_acc(g2->dtype, (float *)bt_data_ptr(sink), bt_data_ptr(g2), g2->shape[0], g2->shape[1], stream);
+        }
 #endif
         return;
     }
@@ -2965,9 +3008,11 @@ static void bt__layernorm_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_tensor *gb = has_b && bt__wants(n, 2) ? bt_zeros(bt_shape1(C), dt, dev) : NULL;
     if (bt__is_gpu(x)) {
 #ifdef BT_CUDA
+        float *cs = bt__colsum_for(gx, C);   /* the next linear layer's bias gradient, in the same pass */
         BT__ON_GPU(dev, stream) bt_k_layernorm_backward(dt, gx ? bt_data_ptr(gx) : NULL, gsum != NULL, gw ? bt_data_ptr(gw) : NULL, gb ? bt_data_ptr(gb) : NULL,
-                                bt_data_ptr(gc), bt_data_ptr(x), w ? bt_data_ptr(w) : NULL, (const float *)bt_data_ptr(mean),
+                                cs, bt_data_ptr(gc), bt_data_ptr(x), w ? bt_data_ptr(w) : NULL, (const float *)bt_data_ptr(mean),
                                 (const float *)bt_data_ptr(rstd), rows, C, stream);
+        bt__colsum_leave(gx, cs, C);
 #endif
     } else {
         const void *gp = bt_data_ptr(gc), *xp = bt_data_ptr(x), *wp = w ? bt_data_ptr(w) : NULL;
@@ -3587,27 +3632,31 @@ static void bt__attention_grads_f32(const float *q, const int64_t *qs, const flo
         free(dq);
     }
 }
-/* its backward: gq, gk, gv (views, written) from g = d loss / d o */
-static void bt__attention_grads(bt_tensor *q, bt_tensor *k, bt_tensor *v, bt_tensor *o, bt_tensor *lse, bt_tensor *gc,
-                                bt_tensor *gq, bt_tensor *gk, bt_tensor *gv) {
+/* its backward: gq, gk, gv (views, written) from g = d loss / d o; colsum (GPU, may be NULL): the
+   column sums of gq, gk, gv as [3, H, D], when the kernel gives them (returns 1) */
+static int bt__attention_grads(bt_tensor *q, bt_tensor *k, bt_tensor *v, bt_tensor *o, bt_tensor *lse, bt_tensor *gc,
+                               bt_tensor *gq, bt_tensor *gk, bt_tensor *gv, float *colsum) {
     int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3];
     bt_dtype dt = q->dtype;
     double scale = 1.0 / sqrt((double)(D ? D : 1));
     if (bt__is_gpu(q)) {
+        int given = 0;
 #ifdef BT_CUDA
-        BT__ON_GPU(bt_device_of(q), stream) bt_k_attention_backward_strided(dt, bt_data_ptr(gq), gq->stride, bt_data_ptr(gk), gk->stride, bt_data_ptr(gv), gv->stride,
+        BT__ON_GPU(bt_device_of(q), stream) given = bt_k_attention_backward_colsum(dt, bt_data_ptr(gq), gq->stride, bt_data_ptr(gk), gk->stride, bt_data_ptr(gv), gv->stride,
                                         bt_data_ptr(gc), gc->stride, bt_data_ptr(q), q->stride, bt_data_ptr(k), k->stride,
                                         bt_data_ptr(v), v->stride, bt_data_ptr(o), o->stride, (const float *)bt_data_ptr(lse),
-                                        B, H, T, D, (float)scale, 1, bt__g.precision, stream);
+                                        B, H, T, D, (float)scale, 1, bt__g.precision, colsum, stream);
+#else
+        (void)colsum;
 #endif
-        return;
+        return given;
     }
     if (dt == BT_F32) {
 #define BT__F(t) (float *)(t)->storage->data + (t)->offset, (t)->stride
         bt__attention_grads_f32(BT__F(q), BT__F(k), BT__F(v), BT__F(o), (const float *)bt_data_ptr(lse), BT__F(gc), BT__F(gq),
                                 BT__F(gk), BT__F(gv), B, H, T, D, (float)scale);
 #undef BT__F
-        return;
+        return 0;
     }
     const void *qp = q->storage->data, *kp = k->storage->data, *vp = v->storage->data, *op_ = o->storage->data, *gp = gc->storage->data;
     const void *lp = bt_data_ptr(lse); bt_dtype ldt = lse->dtype;
@@ -3647,13 +3696,14 @@ static void bt__attention_grads(bt_tensor *q, bt_tensor *k, bt_tensor *v, bt_ten
             }
         free(dq);
     }
+    return 0;
 }
 
 static void bt__attention_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2], *o = n->saved[3], *lse = n->saved[4];
     bt_tensor *gc = bt__rows_dense(g);
     bt_tensor *gq = bt__new_like_layout(q, q->dtype), *gk = bt__new_like_layout(q, q->dtype), *gv = bt__new_like_layout(q, q->dtype);
-    bt__attention_grads(q, k, v, o, lse, gc, gq, gk, gv);
+    bt__attention_grads(q, k, v, o, lse, gc, gq, gk, gv, NULL);
     bt_release(gc);
     gin[0] = bt__register(gq); gin[1] = bt__register(gk); gin[2] = bt__register(gv);
 }
@@ -3692,7 +3742,13 @@ static void bt__attention_qkv_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_tensor *gqkv = bt__new(bt_shape_of(qkv), qkv->dtype, bt_device_of(qkv));
     bt_tensor *p[6];
     for (int i = 0; i < 3; i++) { p[i] = bt__heads(qkv, H, C, i); p[3 + i] = bt__heads(gqkv, H, C, i); }
-    bt__attention_grads(p[0], p[1], p[2], o, lse, g4, p[3], p[4], p[5]);
+#ifdef BT_CUDA
+    float *cs = bt__colsum_for(gqkv, 3 * C);   /* the qkv projection's bias gradient, from the kernel's own pass */
+    if (bt__attention_grads(p[0], p[1], p[2], o, lse, g4, p[3], p[4], p[5], cs)) bt__colsum_leave(gqkv, cs, 3 * C);
+    else if (cs) bt_free(cs);
+#else
+    bt__attention_grads(p[0], p[1], p[2], o, lse, g4, p[3], p[4], p[5], NULL);
+#endif
     for (int i = 0; i < 6; i++) bt_release(p[i]);
     bt_release(g4); bt_release(gc);
     gin[0] = bt__register(gqkv);

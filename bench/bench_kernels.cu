@@ -226,8 +226,12 @@ int main(void) {
         snprintf(shp, sizeof shp, "[%lld, %lld] bf16", (long long)N, (long long)C);
         BENCH(ms, bt_k_layernorm(BT_BF16, o[it], mean, rstd, x[it], w, b, N, C, 1e-5f, S));
         report("layernorm", shp, ms, 4.0 * n + 8.0 * N, 0);
-        BENCH(ms, bt_k_layernorm_backward(BT_BF16, gx[it], 0, gw, gb, g[it], x[it], w, mean, rstd, N, C, S));
+        BENCH(ms, bt_k_layernorm_backward(BT_BF16, gx[it], 0, gw, gb, NULL, g[it], x[it], w, mean, rstd, N, C, S));
         report("layernorm_backward", shp, ms, 6.0 * n + 8.0 * N, 0);
+        float *cs = (float *)dev(C * 4);
+        BENCH(ms, bt_k_layernorm_backward(BT_BF16, gx[it], 0, gw, gb, cs, g[it], x[it], w, mean, rstd, N, C, S));
+        report("layernorm_backward + gx column sums", shp, ms, 6.0 * n + 8.0 * N, 0);
+        bt_free(cs);
         for (int i = 0; i < nc; i++) { bt_free(x[i]); bt_free(o[i]); bt_free(g[i]); bt_free(gx[i]); }
         bt_free(w); bt_free(b); bt_free(gw); bt_free(gb); bt_free(mean); bt_free(rstd);
     }

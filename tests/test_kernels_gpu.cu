@@ -605,30 +605,41 @@ static void test_layernorm(void) {
             snprintf(what, sizeof what, "layernorm [%lld,%lld] %s", (long long)rows, (long long)C, tname(dt)); expect(what, dt, o, ref, n, tol_of(dt));
             snprintf(what, sizeof what, "layernorm mean [%lld,%lld] %s", (long long)rows, (long long)C, tname(dt)); expect(what, BT_F32, dm, rmean, rows, 1e-5);
             snprintf(what, sizeof what, "layernorm rstd [%lld,%lld] %s", (long long)rows, (long long)C, tname(dt)); expect(what, BT_F32, dr, rrstd, rows, 1e-5);
-            bt_k_layernorm_backward(dt, gx, 0, dgw, dgb, dg, dx, dw, dm, dr, rows, C, st());
+            float *dcs = (float *)dmalloc((size_t)C * 4);
+            double *csr = zvec(C);   /* the column sums of the gx written (fp32 out; the fast path sums before rounding) */
+            for (int64_t i = 0; i < n; i++) csr[i % C] += gxr[i];
+            poison(dcs, (size_t)C * 4);
+            bt_k_layernorm_backward(dt, gx, 0, dgw, dgb, dcs, dg, dx, dw, dm, dr, rows, C, st());
             snprintf(what, sizeof what, "layernorm_bwd gx [%lld,%lld] %s", (long long)rows, (long long)C, tname(dt)); expect(what, dt, gx, gxr, n, tol_of(dt));
+            snprintf(what, sizeof what, "layernorm_bwd gx colsum [%lld,%lld] %s", (long long)rows, (long long)C, tname(dt));
+            expect(what, BT_F32, dcs, csr, C, tol_of(dt));
             {   /* gx_add: into a residual gradient r already there (fresh random), gw/gb untouched here */
                 double *r0 = rvec(n, -1, 1), *sum = zvec(n);
                 void *dres = up(dt, r0, n);   /* rounds r0 to dt in place */
                 for (int64_t i = 0; i < n; i++) sum[i] = r0[i] + gxr[i];
-                bt_k_layernorm_backward(dt, dres, 1, NULL, NULL, dg, dx, dw, dm, dr, rows, C, st());
+                for (int64_t j = 0; j < C; j++) csr[j] = 0;
+                for (int64_t i = 0; i < n; i++) csr[i % C] += sum[i];
+                poison(dcs, (size_t)C * 4);
+                bt_k_layernorm_backward(dt, dres, 1, NULL, NULL, dcs, dg, dx, dw, dm, dr, rows, C, st());
                 snprintf(what, sizeof what, "layernorm_bwd gx+= [%lld,%lld] %s", (long long)rows, (long long)C, tname(dt));
                 expect(what, dt, dres, sum, n, tol_of(dt));
+                snprintf(what, sizeof what, "layernorm_bwd gx+= colsum [%lld,%lld] %s", (long long)rows, (long long)C, tname(dt));
+                expect(what, BT_F32, dcs, csr, C, tol_of(dt));
                 free(r0); free(sum); dfree(dres);
             }
             snprintf(what, sizeof what, "layernorm_bwd gw+= [%lld,%lld] %s", (long long)rows, (long long)C, tname(dt)); expect(what, dt, dgw, gwr, C, tol_of(dt));
             snprintf(what, sizeof what, "layernorm_bwd gb+= [%lld,%lld] %s", (long long)rows, (long long)C, tname(dt)); expect(what, dt, dgb, gbr, C, tol_of(dt));
             if ((c == 0 || c == 3) && k == 0) {   /* gx NULL, gb NULL: only gw moves (by the same sum again) */
                 for (int64_t j = 0; j < C; j++) gwr[j] += gwr[j] - gw0[j];
-                bt_k_layernorm_backward(dt, NULL, 0, dgw, NULL, dg, dx, dw, dm, dr, rows, C, st());
+                bt_k_layernorm_backward(dt, NULL, 0, dgw, NULL, NULL, dg, dx, dw, dm, dr, rows, C, st());
                 snprintf(what, sizeof what, "layernorm_bwd gw only [%lld,%lld] f32", (long long)rows, (long long)C);
                 expect(what, dt, dgw, gwr, C, tol_of(dt));
                 snprintf(what, sizeof what, "layernorm_bwd gb untouched [%lld,%lld] f32", (long long)rows, (long long)C);
                 expect(what, dt, dgb, gbr, C, tol_of(dt));
             }
             free(x); free(w); free(b); free(g); free(gw0); free(gb0); free(ref); free(rmean); free(rrstd); free(gxr);
-            free(gwr); free(gbr);
-            dfree(dx); dfree(dw); dfree(db); dfree(dg); dfree(dgw); dfree(dgb); dfree(o); dfree(gx); dfree(dm); dfree(dr);
+            free(gwr); free(gbr); free(csr);
+            dfree(dx); dfree(dw); dfree(db); dfree(dg); dfree(dgw); dfree(dgb); dfree(o); dfree(gx); dfree(dm); dfree(dr); dfree(dcs);
         }
 }
 
@@ -919,6 +930,7 @@ static void attn_ref(int64_t BH, int64_t T, int64_t D, double scale, int causal,
    product of two costs up to 1e-3, and dS = P (dP - Dvec) subtracts nearly equal numbers, which
    can multiply the relative error of dQ and dK a few times), lse at 1e-3 (at T = 1 lse is one
    score, a tf32 dot product of D terms: 1.2e-4 was seen where fp32's 1e-5 bound does not hold). */
+static int g_att_colsums;   /* cases whose backward gave the column sums and had them checked */
 static void attn_case(bt_dtype dt, bt_matmul_precision prec, int64_t B, int64_t H, int64_t T, int64_t D, int layout,
                         int check_bits, int causal, int64_t hs) {
     enum { Q, K, V, G, O, GQ, GK, GV, NT };
@@ -977,10 +989,28 @@ static void attn_case(bt_dtype dt, bt_matmul_precision prec, int64_t B, int64_t 
 #define AP(i) ((char *)db[w[i].buf] + (size_t)w[i].off * tsz(dt))
     bt_k_attention_strided(dt, AP(O), w[O].st, lse, AP(Q), w[Q].st, AP(K), w[K].st, AP(V), w[V].st, B, H, T, D, (float)scale,
                            causal, prec, st());
-    /* the backward reads the GPU's out (as in training) */
-    bt_k_attention_backward_strided(dt, AP(GQ), w[GQ].st, AP(GK), w[GK].st, AP(GV), w[GV].st, AP(G), w[G].st, AP(Q), w[Q].st,
-                                    AP(K), w[K].st, AP(V), w[V].st, AP(O), w[O].st, lse, B, H, T, D, (float)scale, causal, prec, st());
+    /* the backward reads the GPU's out (as in training); with the column sums of gq, gk, gv where the
+       kernel gives them (the fused Hopper backward) */
+    float *dcs = (float *)dmalloc((size_t)(3 * HD) * 4);
+    poison(dcs, (size_t)(3 * HD) * 4);
+    int given = bt_k_attention_backward_colsum(dt, AP(GQ), w[GQ].st, AP(GK), w[GK].st, AP(GV), w[GV].st, AP(G), w[G].st, AP(Q),
+                                               w[Q].st, AP(K), w[K].st, AP(V), w[V].st, AP(O), w[O].st, lse, B, H, T, D,
+                                               (float)scale, causal, prec, dcs, st());
     char what[128];
+    if (given && hs == 1) {   /* every head in the reference: sum it over b and t */
+        double *csr = zvec(3 * HD);
+        const double *rg[3] = {rq, rk, rv};
+        for (int part = 0; part < 3; part++)
+            for (int64_t bh = 0; bh < BH; bh++)
+                for (int64_t t = 0; t < T; t++)
+                    for (int64_t d = 0; d < D; d++) csr[part * HD + (bh % H) * D + d] += rg[part][(bh * T + t) * D + d];
+        snprintf(what, sizeof what, "attention_strided colsum of dq dk dv B%lld H%lld T%lld D%lld %s", (long long)B, (long long)H,
+                 (long long)T, (long long)D, pname);
+        expect(what, BT_F32, dcs, csr, 3 * HD, tol);
+        g_att_colsums++;
+        free(csr);
+    }
+    dfree(dcs);
     const double *refs[NT] = {0};
     refs[O] = ro; refs[GQ] = rq; refs[GK] = rk; refs[GV] = rv;
     static const char *on[NT] = {"", "", "", "", "out", "dq", "dk", "dv"};
@@ -1080,6 +1110,8 @@ static void test_attention_strided(void) {
     seed(1060);
     attn_case(BT_F16, BT_MATMUL_FP32, 2, 3, 67, 64, 1, 1, 1, 1);
     attn_case(BT_BF16, BT_MATMUL_TF32, 2, 3, 67, 64, 1, 0, 1, 1);   /* precision is ignored for 16-bit data */
+    if (bt_k_attention_hopper(-1) == 3)   /* the fused backward ran (bf16 / f16 causal D 64) and summed its columns */
+        BT_CHECK(g_att_colsums > 0, "no attention backward gave the column sums of dq, dk, dv");
     int64_t st3[3] = {1, 1, 1};
     BT_EXPECT_ERROR(bt_k_attention_strided(BT_BF16, NULL, st3, NULL, NULL, st3, NULL, st3, NULL, st3, 1, 1, 4, 129, 0.1f,
                                            1, BT_MATMUL_FP32, st()),

@@ -553,6 +553,69 @@ static void test_linear_xent(void) {
     bt_linear_cross_entropy_chunk(old);
 }
 
+/* Two pre-norm residual blocks on cuda:0, y = h + L2(ln2(h)), h = x + L1(ln1(x)), loss = sum(y g),
+   in bf16 with fp32 master weights (their .grad sinks), against the same graph on the CPU in f64
+   from the same rounded values. L1's bias gradient is the column sums of h's gradient, which ln2's
+   backward writes (adding into the skip path's, in place): with BT_LN_COLSUM=1 (the default) it
+   takes the sums that backward leaves, and bt_grad_colsum_reuses must count it; with 0 it sums the
+   gradient again. Both must match the CPU. */
+static void test_residual_colsum(void) {
+    NEED_GPUS(1);
+    set_device(0);
+    const int64_t R = 300, C = 64;
+    const char *nm[4] = {"b1", "b2", "w1", "lnb1"};
+    for (int mode = 0; mode < 2; mode++) {
+        setenv("BT_LN_COLSUM", mode ? "1" : "0", 1);
+        bt_scope_begin();
+        bt_tensor *got[4] = {0}, *want[4] = {0}, *pp[2][8];
+        int64_t before = 0, after = 0;
+        for (int r = 0; r < 2; r++) {   /* r 0: cuda:0, bf16 compute; r 1: CPU, f64 */
+            bt_device dev = r ? CPU : bt_cuda_device(0);
+            bt_dtype leaf = r ? BT_F64 : BT_F32, cd = r ? BT_F64 : BT_BF16;
+            bt_tensor **p = pp[r];   /* ln1 w, b, L1 w, b, ln2 w, b, L2 w, b: values rounded to bf16 */
+            for (int i = 0; i < 8; i++) {
+                bt_shape sh = i % 4 == 2 ? bt_shape2(C, C) : bt_shape1(C);
+                bt_tensor *v = bt_randn(sh, BT_F32, CPU, 2700 + (uint64_t)i);
+                if (i % 4 == 0) v = bt_add_scalar(bt_scale(v, 0.2), 1.0);
+                if (i % 4 == 2) v = bt_scale(v, 0.3);
+                p[i] = bt_keep(bt_to(bt_cast(bt_cast(v, BT_BF16), leaf), dev));
+                bt_set_requires_grad(p[i], 1);
+            }
+            bt_tensor *x = bt_to(bt_cast(bt_cast(bt_randn(bt_shape2(R, C), BT_F32, CPU, 2710), BT_BF16), cd), dev);
+            bt_tensor *g = bt_to(bt_cast(bt_cast(bt_randn(bt_shape2(R, C), BT_F32, CPU, 2711), BT_BF16), cd), dev);
+            for (int it = 0; it < 2; it++) {   /* the second pass adds into the .grad the first made (the sinks) */
+                bt_scope_begin();
+                bt_tensor *q[8];
+                for (int i = 0; i < 8; i++) q[i] = bt_cast(p[i], cd);
+                bt_tensor *h = bt_add(x, bt_linear(bt_layernorm(x, q[0], q[1], 1e-5), q[2], q[3]));
+                bt_tensor *y = bt_add(h, bt_linear(bt_layernorm(h, q[4], q[5], 1e-5), q[6], q[7]));
+                if (r == 0 && it == 1) before = bt_grad_colsum_reuses();
+                bt_backward(bt_sum(bt_mul(y, g), NULL, 0, 0));   /* y's gradient g, a tensor of the graph's own */
+                if (r == 0 && it == 1) after = bt_grad_colsum_reuses();
+                bt_scope_end();
+                if (it == 0) bt_zero_grad(p, 8);
+            }
+            bt_tensor **dst = r ? want : got;
+            dst[0] = p[3]->grad; dst[1] = p[7]->grad; dst[2] = p[2]->grad; dst[3] = p[1]->grad;
+        }
+        if (mode) BT_CHECK(after > before, "BT_LN_COLSUM=1: no bias gradient took the layernorm's column sums (%lld -> %lld)",
+                           (long long)before, (long long)after);
+        else BT_CHECK(after == before, "BT_LN_COLSUM=0: %lld bias gradients took column sums", (long long)(after - before));
+        const int64_t cnt[4] = {C, C, C * C, C};
+        for (int i = 0; i < 4; i++) {
+            BT_CHECK(got[i] && want[i], "residual colsum: no %s gradient", nm[i]);
+            if (!got[i] || !want[i]) continue;
+            double *a = host(got[i]), *b = host(want[i]), e = bt_test_relerr(a, b, cnt[i]);
+            BT_CHECK(e < 2e-2, "BT_LN_COLSUM=%d: %s.grad rel err %.3g vs the CPU in f64 (tol 2e-2)", mode, nm[i], e);
+            if (getenv("BT_TEST_VERBOSE")) printf("info: residual colsum BT_LN_COLSUM=%d %s rel err %.3g\n", mode, nm[i], e);
+            free(a); free(b);
+        }
+        for (int r = 0; r < 2; r++) for (int i = 0; i < 8; i++) bt_release(pp[r][i]);
+        bt_scope_end();
+    }
+    unsetenv("BT_LN_COLSUM");
+}
+
 int main(void) {
     const char *q = getenv("BT_TEST_QUICK");
     g_quick = q && *q && *q != '0';
@@ -568,6 +631,7 @@ int main(void) {
     BT_RUN(test_cross_gpu);
     BT_RUN(test_bias_grad_sink);
     BT_RUN(test_linear_xent);
+    BT_RUN(test_residual_colsum);
     free_refs();
     return bt_test_summary("test_ops_gpu");
 }
