@@ -1971,21 +1971,19 @@ BTDEF void bt_k_cross_entropy_backward(bt_dtype dt, void *glogits, const void *l
     })
     BT__K_LAUNCHED("bt_k_cross_entropy_backward");
 }
-/* Fused forward + backward, in place. A persistent block of 512 threads takes rows in turn and
-   stages each in shared memory in chunks of 4 x 512 16-byte vectors; thread tid reads the vectors
-   c = tid + 512 i of a chunk (its slots). Pass 1 folds each chunk into the thread's running (max,
-   sum of exp) as soon as the chunk has landed (the forward kernel's online form, the same partition
-   of the row: the same bits), the block merges the pairs into lse. Pass 2 writes the gradient
-   gv (exp(x - lse) - [j = t]) of each chunk over the row in place, then (after a barrier: every
-   thread is done with the chunk) refills the chunk with the next row's. So the next row's loads are
-   in flight while this row's gradient is written and its sums reduced, and no block leaves the
-   memory idle between rows (the earlier kernel, loading a row only after the one before was
-   written, ran at 62% of the copy rate). On sm_90 a chunk is one bulk copy by the copy engine
-   completing an mbarrier (measured: with every thread's own cp.async, 512 x 12 in flight a block,
-   the warps stalled on the load queue and it ran slower than before); elsewhere each thread
-   cp.asyncs its slots (one commit group a chunk). The target's owner writes the loss. Two rows of
-   GPT-2's bf16 vocabulary (100 KB each) fit an SM. Global traffic per row: V read, Vp written. Rows
-   wider than the shared memory a block may have, or unaligned ones, take the two kernels. */
+/* Fused forward + backward, in place, a block of 512 threads a row. The row is staged in shared
+   memory in chunks of 4 x 512 16-byte vectors, all requested at the start; thread tid reads the
+   vectors c = tid + 512 i of a chunk. Pass 1 folds each chunk into the thread's running (max, sum
+   of exp) as soon as it has landed (the forward kernel's online form, the same partition of the
+   row: the same bits), the block merges the pairs into lse; pass 2 writes the gradient
+   gv (exp(x - lse) - [j = t]) over the row. On sm_90 a chunk is one bulk copy by the copy engine
+   completing an mbarrier; elsewhere each thread cp.asyncs its vectors (a commit group a chunk). The
+   target's owner writes the loss. Two rows of GPT-2's bf16 vocabulary (100 KB each) fit an SM, so
+   one block's sums and gradient overlap the other's loads. Global traffic per row: V read, Vp
+   written. Measured on an H100 (bench/RESULTS.md): the element path, not the memory, was the limit;
+   persistent blocks loading the next row during this row's gradient gained nothing over a block a
+   row and were removed. Rows wider than the shared memory a block may have, or unaligned ones,
+   take the two kernels. */
 #define BT__K_XF_THREADS 512
 #define BT__K_XF_U 4        /* slots a thread has in a chunk */
 #define BT__K_XF_CHUNKS 8   /* at most, a row (the host checks) */
@@ -2000,7 +1998,7 @@ __device__ __forceinline__ void bt__k_cp_wait_upto(int n) {
     else if (n == 3) bt__k_cp_wait<3>();
     else bt__k_cp_wait<4>();
 }
-/* start loading chunk k of row xr into the staging rows (after a barrier: nobody reads it any more) */
+/* start loading chunk k of row xr into the block's (fresh) staging row */
 template <typename T>
 __device__ __forceinline__ void bt__k_xf_fetch(uint4 *slots, const T *xr, int64_t nc, int k, uint64_t *bars) {
     const int VE = 16 / sizeof(T);
@@ -2008,7 +2006,6 @@ __device__ __forceinline__ void bt__k_xf_fetch(uint4 *slots, const T *xr, int64_
 #ifdef BT__K_XF_BULK
     if (threadIdx.x == 0) {
         int64_t n = nc - c0 < (int64_t)BT__K_XF_U * blockDim.x ? nc - c0 : (int64_t)BT__K_XF_U * blockDim.x;
-        bt__k_fence_async();   /* the generic reads of the chunk before the copy engine's writes */
         bt__k_bulk_load((uint32_t)__cvta_generic_to_shared(slots + c0), xr + c0 * VE, (uint32_t)(n * 16),
                         (uint32_t)__cvta_generic_to_shared(bars + k));
     }
@@ -2022,13 +2019,13 @@ __device__ __forceinline__ void bt__k_xf_fetch(uint4 *slots, const T *xr, int64_
     bt__k_cp_commit();
 #endif
 }
-/* wait for chunk k of the block's it-th row (of nch chunks) */
-__device__ __forceinline__ void bt__k_xf_wait(int k, int nch, int64_t it, uint64_t *bars) {
+/* wait for chunk k of the row (of nch chunks) */
+__device__ __forceinline__ void bt__k_xf_wait(int k, int nch, uint64_t *bars) {
 #ifdef BT__K_XF_BULK
     (void)nch;
-    bt__k_mbar_wait((uint32_t)__cvta_generic_to_shared(bars + k), (int)(it & 1));
+    bt__k_mbar_wait((uint32_t)__cvta_generic_to_shared(bars + k), 0);
 #else
-    (void)k; (void)it; (void)bars;
+    (void)k; (void)bars;
     bt__k_cp_wait_upto(nch - 1 - k);
 #endif
 }
@@ -2064,8 +2061,8 @@ __device__ __noinline__ void bt__k_xf_grad_edge(T *xr, int64_t c, const uint4 *s
 }
 template <typename T>
 __global__ void __launch_bounds__(BT__K_XF_THREADS, 2) bt__k_xent_fused_kernel(float *losses, float *lse, T *logits, const int32_t *tg,
-                                                                             const float *gloss, int64_t N, int64_t V, int64_t Vp,
-                                                                             int ignore, int *bad) {
+                                                                             const float *gloss, int64_t V, int64_t Vp, int ignore,
+                                                                             int *bad) {
     extern __shared__ uint4 bt__k_xf_row[];   /* the row's first nc vectors */
     __shared__ float sh[64];
     __shared__ uint64_t bars[BT__K_XF_CHUNKS];
@@ -2077,58 +2074,43 @@ __global__ void __launch_bounds__(BT__K_XF_THREADS, 2) bt__k_xent_fused_kernel(f
         for (int k = 0; k < nch; k++) bt__k_mbar_init((uint32_t)__cvta_generic_to_shared(bars + k), 1);
     __syncthreads();
 #endif
-    if ((int64_t)blockIdx.x < N)
-        for (int k = 0; k < nch; k++) bt__k_xf_fetch(bt__k_xf_row, logits + (int64_t)blockIdx.x * Vp, nc, k, bars);
-    int64_t it = 0;
-    for (int64_t row = blockIdx.x; row < N; row += gridDim.x, it++) {
-        T *xr = logits + row * Vp;
-        const int64_t next = row + gridDim.x;
-        float m = -INFINITY, sm = 0.f;
-        for (int k = 0; k < nch; k++) {
-            bt__k_xf_wait(k, nch, it, bars);
-            float xv[U][VE];
+    const int64_t row = blockIdx.x;
+    T *xr = logits + row * Vp;
+    for (int k = 0; k < nch; k++) bt__k_xf_fetch(bt__k_xf_row, xr, nc, k, bars);
+    float m = -INFINITY, sm = 0.f;
+    for (int k = 0; k < nch; k++) {
+        bt__k_xf_wait(k, nch, bars);
+        float xv[U][VE];
 #pragma unroll
-            for (int u = 0; u < U; u++) {
-                int64_t c = threadIdx.x + (k * step) + (int64_t)u * blockDim.x;
-                T a[VE];
-                if (c < nc) memcpy(a, &bt__k_xf_row[c], 16);
-                if (c < nfull) {
+        for (int u = 0; u < U; u++) {
+            int64_t c = threadIdx.x + (k * step) + (int64_t)u * blockDim.x;
+            T a[VE];
+            if (c < nc) memcpy(a, &bt__k_xf_row[c], 16);
+            if (c < nfull) {
 #pragma unroll
-                    for (int e = 0; e < VE; e++) xv[u][e] = bt__k_tof(a[e]);
-                } else {
+                for (int e = 0; e < VE; e++) xv[u][e] = bt__k_tof(a[e]);
+            } else {
 #pragma unroll
-                    for (int e = 0; e < VE; e++) xv[u][e] = c < nc && c * VE + e < V ? bt__k_tof(a[e]) : -INFINITY;
-                }
+                for (int e = 0; e < VE; e++) xv[u][e] = c < nc && c * VE + e < V ? bt__k_tof(a[e]) : -INFINITY;
             }
-            bt__k_ms_chunk<U, VE>(xv, m, sm);
         }
-        bt__k_rms(m, sm, sh);
-        const float ls = m + logf(sm), nls = -ls * 1.4426950408889634f;
-        const int32_t t = tg[row];
-        const int scored = t != ignore && t >= 0 && t < V;
-        const int64_t ct = scored ? t / VE : -1;   /* the target's vector */
-        if (threadIdx.x == 0) {
-            if (lse) lse[row] = ls;
-            if (!scored) losses[row] = 0.f;
-            if (!scored && t != ignore && bad) *bad = 1;
-        }
-        const float gv = t == ignore ? 0.f : gloss[row];
-        for (int k = 0; k < nch; k++) {
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                int64_t c = threadIdx.x + (k * step) + (int64_t)u * blockDim.x;
-                if (c < nfull && c != ct) bt__k_xf_grad_fast(xr, c, &bt__k_xf_row[c], gv, nls);
-                else if (c < nvec) bt__k_xf_grad_edge(xr, c, c < nc ? &bt__k_xf_row[c] : NULL, V, t, scored, gv, ls, nls, losses + row);
-            }
-            __syncthreads();   /* chunk k is read: the next row's may come in */
-            if (next < N) bt__k_xf_fetch(bt__k_xf_row, logits + next * Vp, nc, k, bars);
-        }
-        for (int64_t c = threadIdx.x + nch * step; c < nvec; c += blockDim.x)   /* padding past the chunks */
-            bt__k_xf_grad_edge(xr, c, (const uint4 *)NULL, V, t, scored, gv, ls, nls, losses + row);
+        bt__k_ms_chunk<U, VE>(xv, m, sm);
     }
-#ifndef BT__K_XF_BULK
-    bt__k_cp_wait<0>();
-#endif
+    bt__k_rms(m, sm, sh);
+    const float ls = m + logf(sm), nls = -ls * 1.4426950408889634f;
+    const int32_t t = tg[row];
+    const int scored = t != ignore && t >= 0 && t < V;
+    const int64_t ct = scored ? t / VE : -1;   /* the target's vector */
+    if (threadIdx.x == 0) {
+        if (lse) lse[row] = ls;
+        if (!scored) losses[row] = 0.f;
+        if (!scored && t != ignore && bad) *bad = 1;
+    }
+    const float gv = t == ignore ? 0.f : gloss[row];
+    for (int64_t c = threadIdx.x; c < nvec; c += blockDim.x) {   /* the staged vectors each thread read */
+        if (c < nfull && c != ct) bt__k_xf_grad_fast(xr, c, &bt__k_xf_row[c], gv, nls);
+        else bt__k_xf_grad_edge(xr, c, c < nc ? &bt__k_xf_row[c] : NULL, V, t, scored, gv, ls, nls, losses + row);
+    }
 }
 BTDEF void bt_k_cross_entropy_fused(bt_dtype dt, float *losses, float *lse, void *logits, const int32_t *targets,
                                     const float *gloss, int64_t N, int64_t V, int64_t Vp, int ignore_index, int *bad,
@@ -2144,17 +2126,12 @@ BTDEF void bt_k_cross_entropy_fused(bt_dtype dt, float *losses, float *lse, void
         if (Vp % VE == 0 && bt__k_aligned16(logits) && smem + 512 <= (size_t)optin && nch <= BT__K_XF_CHUNKS) {
             BT__K_CUDA(cudaFuncSetAttribute(bt__k_xent_fused_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                        "bt_k_cross_entropy_fused");
-            int per_sm = 0, sms = 0;   /* persistent: as many blocks as fit at once */
-            BT__K_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, bt__k_xent_fused_kernel<T>, BT__K_XF_THREADS, smem),
-                       "bt_k_cross_entropy_fused");
-            BT__K_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, bt__k_device()), "bt_k_cross_entropy_fused");
-            int64_t fit = (int64_t)(per_sm > 0 ? per_sm : 1) * sms;
-            static int per_row = -1;   /* BT_XENT_PERSIST=0: a block per row (no row's loads under another's gradient), to compare */
-            if (per_row < 0) per_row = getenv("BT_XENT_PERSIST") && getenv("BT_XENT_PERSIST")[0] == '0';
-            if (per_row) fit = 1048576;
-            unsigned nb = (unsigned)(N < fit ? N : fit);
-            bt__k_xent_fused_kernel<T><<<nb, BT__K_XF_THREADS, smem, s>>>(losses, lse, (T *)logits, targets, gloss, N, V, Vp,
-                                                                          ignore_index, bad);
+            const int64_t most = (int64_t)1 << 30;   /* rows a launch (a block each) */
+            for (int64_t r0 = 0; r0 < N; r0 += most) {
+                unsigned nb = (unsigned)(N - r0 < most ? N - r0 : most);
+                bt__k_xent_fused_kernel<T><<<nb, BT__K_XF_THREADS, smem, s>>>(losses + r0, lse ? lse + r0 : NULL, (T *)logits + r0 * Vp,
+                                                                              targets + r0, gloss + r0, V, Vp, ignore_index, bad);
+            }
             done = 1;
         }
     })

@@ -292,7 +292,7 @@ typedef struct bt_storage {
     uint32_t version;        /* bumped by every in-place write to any view of it */
     int external;            /* 1: data not owned (bt_from_blob), never freed */
     float *colsum;           /* owned, GPU, may be NULL: the column sums of the data as [rows, colsum_cols], */
-    int64_t colsum_cols;     /* left by the kernel that wrote it (a layernorm backward's gx); valid while */
+    int64_t colsum_cols;     /* left by the kernel that wrote it (a layernorm's gx, attention's gqkv); valid while */
     uint32_t colsum_version; /* version is still colsum_version (bt__cached_colsum) */
     struct bt_storage *next_free;   /* the recycled-storage list */
 } bt_storage;
@@ -382,7 +382,7 @@ BTDEF bt_tensor *bt_keep(bt_tensor *t);            /* take t out of the innermos
 /* ---- properties ---- */
 static inline bt_device bt_device_of(const bt_tensor *t) { return t->storage->device; }
 BTDEF int64_t bt_numel(const bt_tensor *t);
-/* how many bias gradients took the column sums a layernorm backward left (a test and bench hook) */
+/* how many bias gradients took the column sums a backward pass left (a test and bench hook) */
 BTDEF int64_t bt_grad_colsum_reuses(void);
 BTDEF int bt_is_contiguous(const bt_tensor *t);
 BTDEF void *bt_data_ptr(const bt_tensor *t);        /* storage data + offset, in bytes */
@@ -2579,11 +2579,13 @@ static void bt__gemm_into(bt_tensor *sink, bt_dtype dt, const void *A, const voi
 }
 
 /* Column sums left with a gradient. A layernorm backward on a GPU also sums the columns of the gx
-   it writes (in the same pass: bt_k_layernorm_backward's gx_colsum) and leaves them on gx's storage.
-   In a residual network that gx is the output gradient of the linear layer before it (attention
-   and MLP projections), whose bias gradient is exactly those sums: bt__bias_grad_reduce takes them
-   instead of reading the [rows, C] gradient again, when the storage has not been written since
-   (its version) and the gradient covers it whole. BT_LN_COLSUM=0 turns it off, for comparison. */
+   it writes (in the same pass: bt_k_layernorm_backward's gx_colsum) and leaves them on gx's storage;
+   the fused attention backward does the same for a packed qkv gradient
+   (bt_k_attention_backward_colsum). In a residual network that gx is the output gradient of the
+   linear layer before it (attention and MLP projections), gqkv that of the qkv projection, and their
+   bias gradients are exactly those sums: bt__bias_grad_reduce takes them instead of reading the
+   [rows, C] gradient again, when the storage has not been written since (its version) and the
+   gradient covers it whole. BT_LN_COLSUM=0 turns both off, for comparison. */
 static int64_t bt__colsum_reuses;   /* bias gradients that took the sums left (bt_grad_colsum_reuses) */
 BTDEF int64_t bt_grad_colsum_reuses(void) { return bt__colsum_reuses; }
 #ifdef BT_CUDA
