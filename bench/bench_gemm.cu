@@ -10,7 +10,10 @@
    timed (3 warm-ups, median of 10 CUDA-event timings) and shown with its tile, split-K and stages;
    then "pick6" (what autotuning chooses: the best of the first 6, BT__K_MM_CANDIDATES's default)
    and "best" (the best of the whole list). The last lines: per micro-step totals (12 layers, the
-   classifier's chunks) for heuristic #0, pick6 and best. BT_GEMM_NAMES=1: after timing, each
+   classifier's chunks) for heuristic #0, pick6 and best. The weight gradients also as "splitS" rows:
+   their K rows in S parts as one strided-batch call into fp32 parts, plus the parts' sum into C
+   (timed alone and added), what bt_k_matmul's autotuning may choose; and the plain ones with
+   cuBLASLt's own split-K set on the first candidates ("splitK #i xS" lines). BT_GEMM_NAMES=1: after timing, each
    GEMM once with its pick6 algorithm between marker kernels (for ncu: the kernel name of each). */
 #define BT_ALLOC_IMPLEMENTATION
 #define BT_KERNELS_IMPLEMENTATION
@@ -47,6 +50,8 @@ typedef struct {
     bt__k_mm_plan plan;
     float t0, pick6, best;
     int ibest, ipick;
+    int split;               /* > 1: the rows (K) in `split` parts, a strided batch into a scratch [split, M, N] */
+    float red_ms;            /* then the scratch's parts added into C (sum_parts), timed alone */
 } gemm;
 
 static float time_algo(bt__k_ctx *c, gemm *g, const cublasLtMatmulAlgo_t *algo) {
@@ -75,14 +80,66 @@ static void algo_desc(const cublasLtMatmulAlgo_t *a, char *buf, size_t n) {
     cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof cluster, &w);
     snprintf(buf, n, "algo %d tile %d splitK %d red %d stages %d cluster %d", id, tile, splitk, red, stages, cluster);
 }
+/* C[i] += sum over p of P[p][i] (the split rows' parts), fp32 */
+__global__ void sum_parts(float *C, const float *P, int parts, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float s = C[i];
+        for (int p = 0; p < parts; p++) s += P[p * n + i];
+        C[i] = s;
+    }
+}
+static float *g_acc;   /* the fp32 gradient the split GEMMs' parts go into */
+static float time_sum_parts(gemm *g) {
+    int64_t n = g->M * g->N;
+    float ms[REPS];
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+    for (int r = 0; r < 3 + REPS; r++) {
+        CK(cudaEventRecord(e0, S));
+        sum_parts<<<132 * 8, 256, 0, S>>>(g_acc, (const float *)g->C, g->split, n);
+        CK(cudaEventRecord(e1, S));
+        CK(cudaEventSynchronize(e1));
+        if (r >= 3) CK(cudaEventElapsedTime(&ms[r - 3], e0, e1));
+    }
+    cudaEventDestroy(e0); cudaEventDestroy(e1);
+    qsort(ms, REPS, sizeof ms[0], cmpf);
+    return ms[REPS / 2];
+}
+/* cuBLASLt's own split-K on the first candidates: SPLITK_NUM set on the algorithm, each reduction
+   scheme cublasLtMatmulAlgoCheck accepts, timed */
+static void try_splitk(bt__k_ctx *c, gemm *g) {
+    double fl = 2.0 * g->M * g->N * g->K;
+    int ks[4] = {2, 3, 4, 8};
+    cublasLtReductionScheme_t rs[3] = {CUBLASLT_REDUCTION_SCHEME_INPLACE, CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE,
+                                       CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE};
+    for (int i = 0; i < g->plan.n_cand && i < 6; i++)
+        for (int k = 0; k < 4; k++)
+            for (int r = 0; r < 3; r++) {
+                cublasLtMatmulAlgo_t a = g->plan.cand[i];
+                uint32_t sc = (uint32_t)rs[r];
+                if (cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &ks[k], sizeof ks[k]) != CUBLAS_STATUS_SUCCESS ||
+                    cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &sc, sizeof sc) != CUBLAS_STATUS_SUCCESS)
+                    continue;
+                cublasLtMatmulHeuristicResult_t res;
+                if (cublasLtMatmulAlgoCheck(c->lt, g->plan.op, g->plan.la, g->plan.lb, g->plan.lc, g->plan.lc, &a, &res) !=
+                        CUBLAS_STATUS_SUCCESS || res.workspaceSize > BT__K_WS_BYTES)
+                    continue;
+                char d[160];
+                algo_desc(&a, d, sizeof d);
+                float t = time_algo(c, g, &a);
+                if (t > 0) printf("  splitK #%d x%d: %9.1f us %6.0f TFLOP/s  %s\n", i, ks[k], t * 1e3, fl / (t * 1e-3) / 1e12, d);
+                if (t > 0 && t < g->best) { g->best = t; g->ibest = 100 + i; }
+            }
+}
 static void run_gemm(gemm *g) {
     bt__k_ctx *c = bt__k_cur();
     uint32_t al[4] = {bt__k_align_of(g->A), bt__k_align_of(g->B), bt__k_align_of(g->C), g->vec ? bt__k_align_of(g->vec) : 0};
     memset(&g->plan, 0, sizeof g->plan);
     const void *bias = g->epi == BT_K_EPI_DGELU ? NULL : g->vec;
     const void *aux = (g->epi == BT_K_EPI_GELU_AUX_BIAS || g->epi == BT_K_EPI_DGELU) ? g->aux : NULL;
-    int made = bt__k_mm_make(c, &g->plan, BT_BF16, g->dt_c, BT_MATMUL_FP32, g->M, g->N, g->K, g->ta, g->tb, 1, 0, 0, 0, g->epi,
-                             bias, aux, al);
+    int64_t S_ = g->split > 1 ? g->split : 1, Kp = g->K / S_;
+    int made = bt__k_mm_make(c, &g->plan, BT_BF16, g->dt_c, BT_MATMUL_FP32, g->M, g->N, Kp, g->ta, g->tb, S_, Kp * g->M, Kp * g->N,
+                             g->M * g->N, g->epi, bias, aux, al);
     double fl = 2.0 * g->M * g->N * g->K;
     printf("\n%s: M %lld N %lld K %lld ta %d tb %d %s C, beta %g, epilogue %d, %d per micro-step, %d candidates%s\n", g->name,
            (long long)g->M, (long long)g->N, (long long)g->K, g->ta, g->tb, bt_dtype_name(g->dt_c), (double)g->beta, (int)g->epi,
@@ -101,6 +158,12 @@ static void run_gemm(gemm *g) {
     }
     printf("  => heuristic #0 %.1f us, pick6 #%d %.1f us (%.0f TFLOP/s), best #%d %.1f us (%.0f TFLOP/s)\n", g->t0 * 1e3, g->ipick,
            g->pick6 * 1e3, fl / (g->pick6 * 1e-3) / 1e12, g->ibest, g->best * 1e3, fl / (g->best * 1e-3) / 1e12);
+    if (g->split > 1) {
+        g->red_ms = time_sum_parts(g);
+        printf("  + sum of the %d parts into C: %.1f us; with it pick6 %.1f us (%.0f TFLOP/s)\n", g->split, g->red_ms * 1e3,
+               (g->pick6 + g->red_ms) * 1e3, fl / ((g->pick6 + g->red_ms) * 1e-3) / 1e12);
+        g->pick6 += g->red_ms; g->best += g->red_ms; g->t0 += g->red_ms;
+    } else if (g->dt_c == BT_F32 && g->epi == BT_K_EPI_NONE && g->beta == 1.f) try_splitk(c, g);
 }
 
 int main(int argc, char **argv) {
@@ -121,7 +184,7 @@ int main(int argc, char **argv) {
     void *w2 = randn(BT_BF16, C * F, 10, 0.02), *bvec = randn(BT_BF16, F, 11, 0.02), *wte = randn(BT_BF16, Vp * C, 12, 0.02);
     void *dw = dev((size_t)(Vp * C) * 4), *db = dev((size_t)Vp * 4), *z = randn(BT_BF16, maxch * Vp, 13, 0.01);
     CK(cudaMemsetAsync(dw, 0, (size_t)(Vp * C) * 4, S));
-    gemm gs[32];
+    gemm gs[64];
     int n = 0;
     gs[n++] = (gemm){"fwd qkv = x Wqkv^T + b", BT_BF16, R, 3 * C, C, 0, 1, 0, BT_K_EPI_BIAS, 0, (int)L, x, wqkv, y3, NULL, bvec, NULL};
     gs[n++] = (gemm){"fwd attproj = y Wo^T + b + x", BT_BF16, R, C, C, 0, 1, 1, BT_K_EPI_BIAS, 1, (int)L, x, wo, y1, g, bvec, NULL};
@@ -145,6 +208,21 @@ int main(int argc, char **argv) {
     gs[n++] = (gemm){"plain qkv dWqkv += dqkv^T x (no BGRADB)", BT_F32, 3 * C, C, R, 1, 0, 1, BT_K_EPI_NONE, 0, 0, dqkv, x, dw, NULL, NULL, NULL};
     gs[n++] = (gemm){"plain fcproj dW2 += g^T u (no BGRADB)", BT_F32, C, F, R, 1, 0, 1, BT_K_EPI_NONE, 0, 0, g, u, dw, NULL, NULL, NULL};
     gs[n++] = (gemm){"plain attproj dWo += g^T y (no BGRADB)", BT_F32, C, C, R, 1, 0, 1, BT_K_EPI_NONE, 0, 0, g, x, dw, NULL, NULL, NULL};
+    /* the weight gradients with their rows (K) split into parts as a strided batch (more output
+       tiles than SMs), the parts then added into the fp32 gradient */
+    void *scratch = dev((size_t)8 * F * C * 4);
+    g_acc = (float *)dw;
+    static char snm[4][6][64];
+    const char *wn[4] = {"dW1 += dh^T x", "dWqkv += dqkv^T x", "dW2 += g^T u", "dWo += g^T y"};
+    int64_t wm[4] = {F, 3 * C, C, C}, wnn[4] = {C, C, F, C};
+    void *wa[4] = {dh, dqkv, g, g}, *wb[4] = {x, x, u, x};
+    int sp[4] = {2, 3, 4, 8};
+    for (int w = 0; w < 4; w++)
+        for (int k = 0; k < 4; k++) {
+            snprintf(snm[w][k], 64, "split%d %s", sp[k], wn[w]);
+            gs[n] = (gemm){snm[w][k], BT_F32, wm[w], wnn[w], R, 1, 0, 0, BT_K_EPI_NONE, 0, 0, wa[w], wb[w], scratch, NULL, NULL, NULL};
+            gs[n++].split = sp[k];
+        }
     int layer_n = n;
     for (int i = 0; i < nch; i++) {
         int64_t nc = chunks[i], per = (R + nc - 1) / nc;
