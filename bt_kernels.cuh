@@ -787,6 +787,24 @@ __global__ void bt__k_binary_bcast(T *out, const T *a, const T *b, int64_t n, in
         if (cb >= nbv) cb -= nbv;
     }
 }
+/* out = a op s (BA = 0) or s op a (BA = 1) with s one element (a tensor times its upstream
+   gradient, a device scalar): a in 16-byte vectors, s read once; the last n % V elements after */
+template <typename T, int OP, int BA>
+__global__ void bt__k_binary_scalar(T *out, const T *a, const T *s, int64_t n) {
+    typedef typename bt__k_acc<T>::t A;
+    const int V = 16 / sizeof(T);
+    const A y = bt__k_tof(*s);
+    const int64_t nv = n / V, st = (int64_t)gridDim.x * blockDim.x, c0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    for (int64_t c = c0; c < nv; c += st) {
+        T x[V];
+        bt__k_ld16(x, a + c * V);
+#pragma unroll
+        for (int e = 0; e < V; e++) x[e] = bt__k_from<T>(BA ? bt__k_bop<OP, A>(y, bt__k_tof(x[e])) : bt__k_bop<OP, A>(bt__k_tof(x[e]), y));
+        bt__k_st16(out + c * V, x);
+    }
+    for (int64_t i = nv * V + c0; i < n; i += st)
+        out[i] = bt__k_from<T>(BA ? bt__k_bop<OP, A>(y, bt__k_tof(a[i])) : bt__k_bop<OP, A>(bt__k_tof(a[i]), y));
+}
 template <typename T>
 static void bt__k_binary_t(bt_binary_op op, T *out, const T *a, const T *b, int flat, int vec, int bcast, const bt__k_geom *g,
                            int64_t n, cudaStream_t s) {
@@ -796,6 +814,8 @@ static void bt__k_binary_t(bt_binary_op op, T *out, const T *a, const T *b, int 
         if (flat) bt__k_map_run<T, 2>(out, a, b, n, vec, bt__k_bop_f<OPC>(), s); \
         else if (bcast == 1) bt__k_binary_bcast<T, OPC, 0><<<bt__k_blocks(n / V, 256), 256, 0, s>>>(out, a, b, n, g->shape[1]); \
         else if (bcast == 2) bt__k_binary_bcast<T, OPC, 1><<<bt__k_blocks(n / V, 256), 256, 0, s>>>(out, b, a, n, g->shape[1]); \
+        else if (bcast == 3) bt__k_binary_scalar<T, OPC, 0><<<bt__k_blocks(n / V + 1, 256), 256, 0, s>>>(out, a, b, n); \
+        else if (bcast == 4) bt__k_binary_scalar<T, OPC, 1><<<bt__k_blocks(n / V + 1, 256), 256, 0, s>>>(out, b, a, n); \
         else bt__k_binary_strided<T, OPC><<<bt__k_blocks(n, 256), 256, 0, s>>>(out, a, b, *g, n); \
         break;
     BT__K_X(BT_BOP_ADD) BT__K_X(BT_BOP_SUB) BT__K_X(BT_BOP_MUL) BT__K_X(BT_BOP_DIV)
@@ -817,6 +837,9 @@ BTDEF void bt_k_binary(bt_binary_op op, bt_dtype dt, void *out, const void *a, c
     /* [outer, inner] with b (1) or a (2) repeated over outer, in whole 16-byte vectors */
     int two = !flat && vec && k == 2 && (g.shape[1] * (int64_t)bt_dtype_size(dt)) % 16 == 0 && g.sa[1] == 1 && g.sb[1] == 1;
     int bcast = two && g.sa[0] == g.shape[1] && g.sb[0] == 0 ? 1 : two && g.sa[0] == 0 && g.sb[0] == g.shape[1] ? 2 : 0;
+    /* one side a single element against a dense other side: b (3) or a (4) the scalar */
+    int dense_out = bt__k_aligned16(out) && bt__k_aligned16(k == 1 && g.sb[0] == 0 ? a : b);
+    if (!flat && !bcast && k == 1 && dense_out) bcast = g.sa[0] == 1 && g.sb[0] == 0 ? 3 : g.sa[0] == 0 && g.sb[0] == 1 ? 4 : 0;
     BT__K_DISPATCH4(dt, "bt_k_binary", { bt__k_binary_t<T>(op, (T *)out, (const T *)a, (const T *)b, flat, flat && vec, bcast, &g, n, s); })
     BT__K_LAUNCHED("bt_k_binary");
 }

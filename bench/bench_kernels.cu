@@ -407,6 +407,21 @@ int main(void) {
         report("binary add, b repeated", shp, ms, 4.0 * n + 2.0 * nb, 0);
         bt_free(a); bt_free(b); bt_free(o);
     }
+    /* ---- a gradient times its upstream scalar: [16 N, C] * [1] (the classifier's dx times d loss at
+       the default micro-batch, B = 128) ---- */
+    if (want("scalar_mul")) {
+        int64_t n = 16 * N * C, sh[1] = {n}, sa[1] = {1}, sb[1] = {0};
+        nc = 1;
+        void *a = randn(BT_BF16, n, 106, 1), *b = randn(BT_BF16, 1, 107, 1), *o = dev((size_t)n * 2);
+        snprintf(shp, sizeof shp, "[%lld, %lld] * [1] bf16", (long long)(16 * N), (long long)C);
+        BENCH(ms, bt_k_binary(BT_BOP_MUL, BT_BF16, o, a, sa, b, sb, 1, sh, S));
+        report("binary mul by a scalar", shp, ms, 4.0 * n, 0);
+        /* the same off 16-byte alignment: the general strided kernel (what ran before the scalar kernel) */
+        int64_t sh1[1] = {n - 1};
+        BENCH(ms, bt_k_binary(BT_BOP_MUL, BT_BF16, (char *)o + 2, (char *)a + 2, sa, b, sb, 1, sh1, S));
+        report("binary mul by a scalar, unaligned (strided kernel)", shp, ms, 4.0 * (n - 1), 0);
+        bt_free(a); bt_free(b); bt_free(o);
+    }
     /* ---- matmul (bf16, fp32 accumulation) at the GPT-2 layer shapes ---- */
     if (want("matmul")) {
         struct { const char *name; int64_t M, N, K; int tb; int bias; } mm[] = {

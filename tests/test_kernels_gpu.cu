@@ -423,6 +423,13 @@ static void test_binary(void) {
             int64_t sh3[3] = {270, 128, 128}, cs3[3] = {128 * 128, 128, 1}, rep[3] = {0, 128, 1};
             binary_case("[270,128,128]x[128,128]", dt, op, 3, sh3, 270 * 16384, cs3, 16384, rep, 0);
             binary_case("[128,128]x[270,128,128]", dt, op, 3, sh3, 16384, rep, 270 * 16384, cs3, 0);
+            /* one side a single element (the scalar kernel): 8547 elements leave a tail after the
+               16-byte vectors; 270 x 16384 wrap the grid */
+            int64_t z3[3] = {0, 0, 0};
+            binary_case("x scalar", dt, op, 3, sh, 3 * 37 * 77, cs, 1, z3, 0);
+            binary_case("scalar x", dt, op, 3, sh, 1, z3, 3 * 37 * 77, cs, 0);
+            binary_case("x scalar in place", dt, op, 3, sh, 3 * 37 * 77, cs, 1, z3, 1);
+            binary_case("[270,128,128]x scalar", dt, op, 3, sh3, 270 * 16384, cs3, 1, z3, 0);
         }
 }
 
