@@ -144,6 +144,14 @@ static void attention_sweep(void) {
                                                   lse, AB, H, T, D, sc, g_sw_C[i], BT_MATMUL_FP32, S));
         report("attention sweep backward", shp, ms, 0, 2.5 * f);
         g_sw_us[i][1] = ms * 1e3;
+        /* the same with the bias gradients' column sums of dq, dk, dv (what the model calls: the
+           per-warp partials in the kernel, then one pass over them) */
+        float *cs = (float *)dev(3 * H * D * 4);
+        settle();
+        BENCH(ms, bt_k_attention_backward_colsum(BT_BF16, gq, sqkv, gk, sqkv, gv, sqkv, g, so, q, sqkv, k, sqkv, v, sqkv, o, so,
+                                                 lse, AB, H, T, D, sc, g_sw_C[i], BT_MATMUL_FP32, cs, S));
+        report("attention sweep backward + colsums", shp, ms, 0, 2.5 * f);
+        bt_free(cs);
         bt_free(qkv); bt_free(gqkv); bt_free(g); bt_free(o); bt_free(lse);
     }
     CK(cudaStreamSynchronize(S));
