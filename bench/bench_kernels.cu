@@ -18,8 +18,9 @@
    The attention group also times bf16 on the sm_80 kernels (the wgmma path off) and a sweep over
    T = 512 .. 4096 (B 16, H 12, D 64 and 128, causal and not) next to PyTorch's default, flash and
    cuDNN SDPA backends (bench_attention_torch.py --sweep); its table is printed last.
-   BT_BENCH_ONLY=<layernorm|gelu|softmax|cross_entropy|colsum|attention|adamw|embedding|matmul> times one
-   group only, BT_BENCH_ONLY=attention_sweep the attention sweep only, BT_BENCH_SWEEP=i,j,.. only
+   BT_BENCH_ONLY=<layernorm|gelu|softmax|cross_entropy|colsum|attention|adamw|embedding|matmul|bcast_add|
+   scalar_mul> times one group only (the sweep's rows include the backward with the bias gradients'
+   column sums), BT_BENCH_ONLY=attention_sweep the attention sweep only, BT_BENCH_SWEEP=i,j,.. only
    those shapes of the sweep (indices into its list, from 0), BT_BENCH_TORCH=0 skips PyTorch (for
    a profiler run). */
 #define BT_ALLOC_IMPLEMENTATION
