@@ -837,9 +837,11 @@ BTDEF void bt_k_binary(bt_binary_op op, bt_dtype dt, void *out, const void *a, c
     /* [outer, inner] with b (1) or a (2) repeated over outer, in whole 16-byte vectors */
     int two = !flat && vec && k == 2 && (g.shape[1] * (int64_t)bt_dtype_size(dt)) % 16 == 0 && g.sa[1] == 1 && g.sb[1] == 1;
     int bcast = two && g.sa[0] == g.shape[1] && g.sb[0] == 0 ? 1 : two && g.sa[0] == 0 && g.sb[0] == g.shape[1] ? 2 : 0;
-    /* one side a single element against a dense other side: b (3) or a (4) the scalar */
-    int dense_out = bt__k_aligned16(out) && bt__k_aligned16(k == 1 && g.sb[0] == 0 ? a : b);
-    if (!flat && !bcast && k == 1 && dense_out) bcast = g.sa[0] == 1 && g.sb[0] == 0 ? 3 : g.sa[0] == 0 && g.sb[0] == 1 ? 4 : 0;
+    /* one side a single element, the other dense and 16-byte aligned like out: b (3) or a (4) the scalar */
+    if (!flat && k == 1 && bt__k_aligned16(out)) {
+        if (g.sa[0] == 1 && g.sb[0] == 0 && bt__k_aligned16(a)) bcast = 3;
+        else if (g.sa[0] == 0 && g.sb[0] == 1 && bt__k_aligned16(b)) bcast = 4;
+    }
     BT__K_DISPATCH4(dt, "bt_k_binary", { bt__k_binary_t<T>(op, (T *)out, (const T *)a, (const T *)b, flat, flat && vec, bcast, &g, n, s); })
     BT__K_LAUNCHED("bt_k_binary");
 }
