@@ -3129,15 +3129,29 @@ __device__ __forceinline__ uint32_t bt__k_smem(const void *p) { return (uint32_t
 __device__ __forceinline__ uint64_t bt__k_wg_desc(uint32_t addr, uint32_t lbo) {
     return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
 }
+/* descriptor d moved `bytes` further (a multiple of 16): only the 14-bit start field changes (shared
+   addresses stay under 2^18, so it never carries into the next field). Descriptors of one tile are
+   thus its base's plus a constant: one integer add a product instead of the whole encoding (the
+   backward step issued ~9 uniform instructions a product before) */
+__device__ __forceinline__ uint64_t bt__k_att_desc_at(uint64_t d, uint32_t bytes) {
+    return (d & 0xFFFFFFFF00000000ull) | (uint32_t)((uint32_t)d + (bytes >> 4));
+}
 /* K-major operand: rows r0 .. of an R-row tile, k step kd (columns 16 kd .. 16 kd + 15); the
    leading byte offset is unused for this layout (1 by convention) */
 __device__ __forceinline__ uint64_t bt__k_wg_kmaj(uint32_t tile, int R, int r0, int kd) {
-    return bt__k_wg_desc(tile + (uint32_t)((kd >> 2) * R * 128 + r0 * 128 + (kd & 3) * 32), 16);
+    return bt__k_att_desc_at(bt__k_wg_desc(tile, 16), (uint32_t)((kd >> 2) * R * 128 + r0 * 128 + (kd & 3) * 32));
 }
 /* MN-major operand: rows 16 kk .. 16 kk + 15 of an R-row tile are the product's k; its columns
    the n, 64 a column block, blocks R * 128 bytes apart (the leading byte offset) */
 __device__ __forceinline__ uint64_t bt__k_wg_mnmaj(uint32_t tile, int R, int kk) {
-    return bt__k_wg_desc(tile + (uint32_t)(kk * 2048), (uint32_t)(R * 128));
+    return bt__k_att_desc_at(bt__k_wg_desc(tile, (uint32_t)(R * 128)), (uint32_t)(kk * 2048));
+}
+/* four 8 x 8 16-bit matrices from mma fragments (a[j]: matrix j, this lane's two elements of row
+   lane / 4) into shared memory, lanes 8 j .. 8 j + 7 giving the addresses of matrix j's rows */
+__device__ __forceinline__ void bt__k_stmatrix4(uint32_t addr, const uint32_t (&a)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(a[0]), "r"(a[1]), "r"(a[2]),
+                 "r"(a[3])
+                 : "memory");
 }
 /* byte offset of 16-byte chunk c of row r in a swizzled R-row tile */
 __device__ __forceinline__ uint32_t bt__k_sw(int r, int c, int R) {
@@ -3320,11 +3334,6 @@ __device__ __forceinline__ void bt__k_att_fwd_s(float (&sc)[64], uint32_t sQ, ui
 #pragma unroll
     for (int kd = 0; kd < D / 16; kd++)
         bt__k_wg_ss(sc, bt__k_wg_kmaj(sQ, 128, 64 * w, kd), bt__k_wg_kmaj(sKs, 128, 0, kd), kd > 0, (T *)0);
-}
-/* LEAN: descriptor d's layout at a start `bytes` further (a multiple of 16): only the 14-bit start
-   field changes (shared addresses stay under 2^18, so it never overflows into the next field) */
-__device__ __forceinline__ uint64_t bt__k_att_desc_at(uint64_t d, uint32_t bytes) {
-    return (d & 0xFFFFFFFF00000000ull) | (uint32_t)((uint32_t)d + (bytes >> 4));
 }
 /* LEAN: S = Q K^T from the descriptors of k step 0 (dq: warpgroup w's rows of the Q tile, dk: a K
    stage); k step kd starts (kd / 4) column blocks and (kd % 4) 32-byte steps further */
@@ -3770,14 +3779,12 @@ __device__ __forceinline__ void bt__k_att_kv_sdp(float (&sc)[BQ / 2], float (&dp
         bt__k_wg_ss(dp, bt__k_wg_kmaj(sV, 128, 64 * w, kd), bt__k_wg_kmaj(sG, BQ, 0, kd), kd > 0, (T *)0);
     bt__k_wg_commit();
 }
-template <typename T, int BQ>
-__device__ __forceinline__ void bt__k_att_kv_grads(const bt__k_attp &p, uint32_t (&pa)[BQ / 16][4], uint32_t (&da)[BQ / 16][4],
-                                                   float (&sc)[BQ / 2], float (&dp)[BQ / 2], const float *Ls, int i, int k0,
-                                                   int key0, int tg) {
-    bt__k_wg_wait0();
-    bt__k_wg_pin(sc); bt__k_wg_pin(dp);
+/* P^T = 2^(S^T c2 - lse log2e) (0 where MASK and masked) into sc, dS^T / scale = P^T (dP^T - Dvec)
+   into dp; Ls: the stage's lse row, Dvec right after it */
+template <int BQ, int MASK>
+__device__ __forceinline__ void bt__k_att_kv_p_ds(const bt__k_attp &p, float (&sc)[BQ / 2], float (&dp)[BQ / 2], const float *Ls,
+                                                  int i, int key0, int tg) {
     const float *Dc = Ls + BQ;
-    const int edge = (p.causal && i * BQ < k0 + 128) || (i + 1) * BQ > p.T;
 #pragma unroll
     for (int nt = 0; nt < BQ / 8; nt++) {
         int c = nt * 8 + 2 * tg;
@@ -3786,11 +3793,22 @@ __device__ __forceinline__ void bt__k_att_kv_grads(const bt__k_attp &p, uint32_t
         for (int e = 0; e < 4; e++) {
             int qrow = i * BQ + c + (e & 1);
             float pv = bt__k_ex2(fmaf(sc[4 * nt + e], p.c2, -BT__K_ATT_LOG2E * ((e & 1) ? lv.y : lv.x)));
-            if (edge && (qrow >= p.T || (p.causal && key0 + 8 * (e >> 1) > qrow))) pv = 0.f;
+            if (MASK && (qrow >= p.T || (p.causal && key0 + 8 * (e >> 1) > qrow))) pv = 0.f;
             sc[4 * nt + e] = pv;
             dp[4 * nt + e] = pv * (dp[4 * nt + e] - ((e & 1) ? dvv.y : dvv.x));
         }
     }
+}
+template <typename T, int BQ>
+__device__ __forceinline__ void bt__k_att_kv_grads(const bt__k_attp &p, uint32_t (&pa)[BQ / 16][4], uint32_t (&da)[BQ / 16][4],
+                                                   float (&sc)[BQ / 2], float (&dp)[BQ / 2], const float *Ls, int i, int k0,
+                                                   int key0, int tg) {
+    bt__k_wg_wait0();
+    bt__k_wg_pin(sc); bt__k_wg_pin(dp);
+    /* edge tiles (the causal diagonal, rows past T) in a loop of their own: with the mask inside the
+       one loop ptxas if-converted it into every step (a branch, select and predicate op a score) */
+    if ((p.causal && i * BQ < k0 + 128) || (i + 1) * BQ > p.T) bt__k_att_kv_p_ds<BQ, 1>(p, sc, dp, Ls, i, key0, tg);
+    else bt__k_att_kv_p_ds<BQ, 0>(p, sc, dp, Ls, i, key0, tg);
     bt__k_wg_afrag<T, BQ / 16>(pa, sc);
     bt__k_wg_afrag<T, BQ / 16>(da, dp);
 }
@@ -4184,18 +4202,14 @@ template <typename T> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt_
                 bt__k_turn_give(p.turns, w, 0);
                 uint32_t pa[BQ / 16][4], da[BQ / 16][4];
                 bt__k_att_kv_grads<T, BQ>(p, pa, da, sc, dp, (const float *)(bt__k_att_sm + (sQ + 2 * QB - sm0)), i, k0, key0, tg);
-                /* dS^T to shared memory: key rows 64 w + 16 wi + g (+ 8), query columns 16 kk + 2 tg (+ 8) */
+                /* dS^T to shared memory: key rows 64 w + 16 wi + g (+ 8), query columns 16 kk + 2 tg (+ 8);
+                   one stmatrix a kk: its four 8 x 8 matrices are da[kk][0..3] (rows +0 / +8, chunks 2 kk / 2 kk + 1),
+                   lane l giving row l % 8 of matrix l / 8 */
                 if (u > 0) bt__k_mbar_wait(dsfree, (u - 1) & 1);   /* both warpgroups' dQ products of the last tile done */
                 {
-                    const int r = 64 * w + 16 * (warp & 3) + g;
+                    const int r = 64 * w + 16 * (warp & 3) + ((lane >> 3) & 1) * 8 + (lane & 7), ch = lane >> 4;
 #pragma unroll
-                    for (int kk = 0; kk < BQ / 16; kk++) {
-                        const uint32_t b0 = sDS + (uint32_t)(4 * tg);
-                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(b0 + bt__k_sw(r, 2 * kk, BK)), "r"(da[kk][0]) : "memory");
-                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(b0 + bt__k_sw(r + 8, 2 * kk, BK)), "r"(da[kk][1]) : "memory");
-                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(b0 + bt__k_sw(r, 2 * kk + 1, BK)), "r"(da[kk][2]) : "memory");
-                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(b0 + bt__k_sw(r + 8, 2 * kk + 1, BK)), "r"(da[kk][3]) : "memory");
-                    }
+                    for (int kk = 0; kk < BQ / 16; kk++) bt__k_stmatrix4(sDS + bt__k_sw(r, 2 * kk + ch, BK), da[kk]);
                 }
                 bt__k_fence_async();   /* the tensor cores read the tile next */
                 if (!p.turns) bt__k_bar_sync_n(4 + w, 128);   /* this warpgroup's rows written (else the turn's barrier) */
