@@ -2207,6 +2207,8 @@ typedef struct {
     int64_t sq[3], sk[3], sv[3], so[3], sgo[3], sgq[3], sgk[3], sgv[3];
     float *lse_out;
     const float *lse, *dvec;
+    float *lse2;        /* fused wgmma backward: -lse log2(e) a row, written by the Dvec pre-pass (a multiply a
+                           row there instead of one for every two scores in the kernel; the same fp32 product) */
     float *ds;          /* f32 backward: dS scratch of heads bh0 .. bh1 - 1 */
     int64_t BH, bh0, bh1;   /* heads of this launch: bh0 .. bh1 - 1 */
     int64_t sec;        /* wgmma kernels: heads per section of the work order (bt__k_att_work) */
@@ -3189,6 +3191,32 @@ __device__ __forceinline__ void bt__k_wg_load(uint32_t tile, const T *g, int64_t
         bt__k_cp16z(tile + bt__k_sw(r, ch, R), g + (ok ? (int64_t)(r0 + r) * st + ch * 8 : 0), ok ? 16 : 0);
     }
 }
+/* the same for a producer warpgroup with registers to spare (the forward's, the fused backward's):
+   r0 may be < 0 (the forward's end-aligned query tiles). Thread t's chunk (t % CPR) and first row
+   (t / CPR) are the same in each of its R / RP copies (RP = NT / CPR rows a pass, a multiple of 8:
+   the swizzle repeats), so its addresses are computed once and stepped (RP 128 bytes here, RP st
+   there): ~3 instructions a copy instead of ~20 (the fused backward's loader warps issued about as
+   many instructions a step as a consumer warp with the loop above). Fully unrolled: the two-kernel
+   backward, whose loads share the consumers' registers, would spill with it */
+template <typename T, int R, int D, int NT = 128>
+__device__ __forceinline__ void bt__k_wg_load_lean(uint32_t tile, const T *g, int64_t st, int r0, int Tn, int t) {
+    enum { CPR = D / 8, RP = NT / CPR, N = R / RP };
+    static_assert(NT % CPR == 0 && RP % 8 == 0 && R % RP == 0, "bt__k_wg_load_lean: rows a pass must tile R in multiples of 8");
+    const int rr = t / CPR, ch = t % CPR;
+    const uint32_t dst = tile + bt__k_sw(rr, ch, R);
+    const T *src = g + (int64_t)(r0 + rr) * st + ch * 8;
+    const int64_t step = (int64_t)RP * st;
+    if (r0 >= 0 && r0 + R <= Tn) {
+#pragma unroll
+        for (int i = 0; i < N; i++) bt__k_cp16z(dst + i * RP * 128, src + i * step, 16);
+    } else {
+#pragma unroll
+        for (int i = 0; i < N; i++) {
+            const int ok = (unsigned)(r0 + rr + i * RP) < (unsigned)Tn;
+            bt__k_cp16z(dst + i * RP * 128, ok ? src + i * step : g, ok ? 16 : 0);
+        }
+    }
+}
 /* the producer's NT loading threads: n floats x[r0 ..] (zeros past Tn) into shared memory */
 template <int NT = 128>
 __device__ __forceinline__ void bt__k_wg_load_row(uint32_t dst, const float *x, int r0, int n, int Tn, int t) {
@@ -3310,10 +3338,9 @@ __device__ __forceinline__ int64_t bt__k_att_next(const bt__k_attp &p, int64_t n
 /* the forward's variants and timing-only ablations (template argument M of bt__k_att_fwd_wg; the
    run-time choice in bt__k_att_fwd_wg_run). Variants (correct results): BT__K_FWD_OVL, the softmax
    of tile j under the warpgroup's own O += P(j-1) V(j-1) (issued together, waited for apart; the
-   default at D 64); BT__K_FWD_LEAN, fewer instructions a step (loads with per-thread addresses
-   computed once per tile, descriptors as offsets of per-item bases, the diagonal tile's mask as one
-   compare a score). Ablations (BT_ATT_FWD_ABL=1..6, results wrong on purpose, compiled only with
-   -DBT_ATT_FWD_ABLATIONS, on the variant without OVL): 1 no softmax (S converted to P as is), 2 exp2
+   default at D 64); BT__K_FWD_LEAN, fewer instructions a step (descriptors as offsets of per-item
+   bases, the diagonal tile's mask as one compare a score). Ablations (BT_ATT_FWD_ABL=1..6, results
+   wrong on purpose, compiled only with -DBT_ATT_FWD_ABLATIONS, on the variant without OVL): 1 no softmax (S converted to P as is), 2 exp2
    replaced by a multiply, 3 every K / V / Q stage loaded only the first time, 4 no turns at the
    tensor cores, 5 no output store, 6 no products (S made up from registers). BT__K_FWD_WG3 (D 64):
    three consumer warpgroups and 192-query tiles (512 threads; bt__k_att_fwd_nw); BT__K_FWD_SKIP: a
@@ -3353,36 +3380,6 @@ __device__ __forceinline__ void bt__k_att_fwd_pv(float (&o)[D / 2], const uint32
     for (int kk = 0; kk < 8; kk++)
         bt__k_wg_rs(o, pf[kk], LEAN ? bt__k_att_desc_at(dv, voff + kk * 2048) : bt__k_wg_mnmaj(sVs, 128, kk), (T *)0);
 }
-/* LEAN: the producer's 128 threads load rows r0 .. r0 + R - 1 (row r at g + r st) into a swizzled tile,
-   zeros for rows outside 0 .. Tn - 1 (r0 < 0: the forward's end-aligned query tiles), as bt__k_wg_load
-   does; thread t's chunk (t % CPR) and first row (t / CPR) are the same in each of its R / RP copies
-   (RP = 128 / CPR rows a pass, a multiple of 8: the swizzle repeats), so its addresses are computed
-   once and stepped (RP rows: RP 128 bytes here, RP st there) */
-template <typename T, int R, int D>
-__device__ __forceinline__ void bt__k_att_fwd_load(uint32_t tile, const T *g, int64_t st, int r0, int Tn, int t) {
-    enum { CPR = D / 8, RP = 128 / CPR, N = R / RP };
-    const int rr = t / CPR, ch = t % CPR;
-    const uint32_t dst = tile + bt__k_sw(rr, ch, R);
-    const T *src = g + (int64_t)(r0 + rr) * st + ch * 8;
-    const int64_t step = (int64_t)RP * st;
-    if (r0 >= 0 && r0 + R <= Tn) {
-#pragma unroll
-        for (int i = 0; i < N; i++) bt__k_cp16z(dst + i * RP * 128, src + i * step, 16);
-    } else {
-#pragma unroll
-        for (int i = 0; i < N; i++) {
-            const int ok = (unsigned)(r0 + rr + i * RP) < (unsigned)Tn;
-            bt__k_cp16z(dst + i * RP * 128, ok ? src + i * step : g, ok ? 16 : 0);
-        }
-    }
-}
-/* a tile load of the forward's producer under variant M */
-template <typename T, int R, int D, int M>
-__device__ __forceinline__ void bt__k_att_fwd_ld(uint32_t tile, const T *g, int64_t st, int r0, int Tn, int t) {
-    if (M & BT__K_FWD_LEAN) bt__k_att_fwd_load<T, R, D>(tile, g, st, r0, Tn, t);
-    else bt__k_wg_load<T, R, D>(tile, g, st, r0, Tn, t);
-}
-
 /* BT_ATT_TRACE (timing only): thread th writes the SM clock into slot k of work item L's 8 */
 __device__ __forceinline__ void bt__k_att_mark(const bt__k_attp &p, int64_t L, int k, int th) {
     if (p.trace && threadIdx.x == th) p.trace[L * 8 + k] = clock64();
@@ -3659,15 +3656,15 @@ __global__ void __launch_bounds__(128 * (bt__k_att_fwd_nw(M) + 1), 1) bt__k_att_
                     *v = (const T *)p.v + bt__k_att_off(p.sv, bh, p.H);
             const int qb = (int)(n & 1);   /* item n's Q buffer, its (n / 2)-th use */
             if (n >= 2) bt__k_mbar_wait(qempty + 8 * qb, (int)(((n >> 1) - 1) & 1));
-            if (ABL != 3 || n < 2) bt__k_att_fwd_ld<T, BM, D, M>(sQ0 + qb * QT, q, p.sq[2], q0, p.T, t);
+            if (ABL != 3 || n < 2) bt__k_wg_load_lean<T, BM, D>(sQ0 + qb * QT, q, p.sq[2], q0, p.T, t);
             bt__k_cp_mbar_arrive(qfull + 8 * qb);
             for (int j = 0; j < nt; j++, u++) {
                 const int s = u % ST, ph = (u / ST - 1) & 1;
                 if (u >= ST) bt__k_mbar_wait(kempty + 8 * s, ph);
-                if (ABL != 3 || u < ST) bt__k_att_fwd_ld<T, BN, D, M>(sK + s * TILE, k, p.sk[2], j * BN, p.T, t);
+                if (ABL != 3 || u < ST) bt__k_wg_load_lean<T, BN, D>(sK + s * TILE, k, p.sk[2], j * BN, p.T, t);
                 bt__k_cp_mbar_arrive(kfull + 8 * s);
                 if (u >= ST) bt__k_mbar_wait(vempty + 8 * s, ph);
-                if (ABL != 3 || u < ST) bt__k_att_fwd_ld<T, BN, D, M>(sV + s * TILE, v, p.sv[2], j * BN, p.T, t);
+                if (ABL != 3 || u < ST) bt__k_wg_load_lean<T, BN, D>(sV + s * TILE, v, p.sv[2], j * BN, p.T, t);
                 bt__k_cp_mbar_arrive(vfull + 8 * s);
             }
             bt__k_att_mark(p, L, 7, 256);
@@ -3780,26 +3777,29 @@ __device__ __forceinline__ void bt__k_att_kv_sdp(float (&sc)[BQ / 2], float (&dp
     bt__k_wg_commit();
 }
 /* P^T = 2^(S^T c2 - lse log2e) (0 where MASK and masked) into sc, dS^T / scale = P^T (dP^T - Dvec)
-   into dp; Ls: the stage's lse row, Dvec right after it */
-template <int BQ, int MASK>
+   into dp; Ls: the stage's lse row (L2: -lse log2e already), Dvec right after it. The mask as one
+   compare with a constant a score: this thread's query column i BQ + 8 nt + 2 tg + (e & 1) against
+   its key key0 + 8 (e >> 1) (causal: key > query) and against T */
+template <int BQ, int MASK, int L2>
 __device__ __forceinline__ void bt__k_att_kv_p_ds(const bt__k_attp &p, float (&sc)[BQ / 2], float (&dp)[BQ / 2], const float *Ls,
                                                   int i, int key0, int tg) {
     const float *Dc = Ls + BQ;
+    const int lim = i * BQ + 2 * tg - key0, end = p.T - i * BQ - 2 * tg;
 #pragma unroll
     for (int nt = 0; nt < BQ / 8; nt++) {
         int c = nt * 8 + 2 * tg;
         float2 lv = *reinterpret_cast<const float2 *>(Ls + c), dvv = *reinterpret_cast<const float2 *>(Dc + c);
+        if (!L2) { lv.x *= -BT__K_ATT_LOG2E; lv.y *= -BT__K_ATT_LOG2E; }
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            int qrow = i * BQ + c + (e & 1);
-            float pv = bt__k_ex2(fmaf(sc[4 * nt + e], p.c2, -BT__K_ATT_LOG2E * ((e & 1) ? lv.y : lv.x)));
-            if (MASK && (qrow >= p.T || (p.causal && key0 + 8 * (e >> 1) > qrow))) pv = 0.f;
+            float pv = bt__k_ex2(fmaf(sc[4 * nt + e], p.c2, (e & 1) ? lv.y : lv.x));
+            if (MASK && (8 * nt + (e & 1) >= end || (p.causal && 8 * (e >> 1) - 8 * nt - (e & 1) > lim))) pv = 0.f;
             sc[4 * nt + e] = pv;
             dp[4 * nt + e] = pv * (dp[4 * nt + e] - ((e & 1) ? dvv.y : dvv.x));
         }
     }
 }
-template <typename T, int BQ>
+template <typename T, int BQ, int L2 = 0>
 __device__ __forceinline__ void bt__k_att_kv_grads(const bt__k_attp &p, uint32_t (&pa)[BQ / 16][4], uint32_t (&da)[BQ / 16][4],
                                                    float (&sc)[BQ / 2], float (&dp)[BQ / 2], const float *Ls, int i, int k0,
                                                    int key0, int tg) {
@@ -3807,8 +3807,8 @@ __device__ __forceinline__ void bt__k_att_kv_grads(const bt__k_attp &p, uint32_t
     bt__k_wg_pin(sc); bt__k_wg_pin(dp);
     /* edge tiles (the causal diagonal, rows past T) in a loop of their own: with the mask inside the
        one loop ptxas if-converted it into every step (a branch, select and predicate op a score) */
-    if ((p.causal && i * BQ < k0 + 128) || (i + 1) * BQ > p.T) bt__k_att_kv_p_ds<BQ, 1>(p, sc, dp, Ls, i, key0, tg);
-    else bt__k_att_kv_p_ds<BQ, 0>(p, sc, dp, Ls, i, key0, tg);
+    if ((p.causal && i * BQ < k0 + 128) || (i + 1) * BQ > p.T) bt__k_att_kv_p_ds<BQ, 1, L2>(p, sc, dp, Ls, i, key0, tg);
+    else bt__k_att_kv_p_ds<BQ, 0, L2>(p, sc, dp, Ls, i, key0, tg);
     bt__k_wg_afrag<T, BQ / 16>(pa, sc);
     bt__k_wg_afrag<T, BQ / 16>(da, dp);
 }
@@ -4063,7 +4063,7 @@ template <typename T, int D, int BK> __global__ void __launch_bounds__(BT__K_WG_
    the same order: the bits do not depend on timing. No deadlock: an item waits only for items
    earlier in the work order (key tile kt + 1 of the same head), which CTAs took before it from
    the counter (taken only when the CTA is about to start it) or the fixed order, and run.
-   Warps 8-9 load (K, V per item into one of two buffers; Q, dO, lse, Dvec per query tile).
+   Warps 8-9 load (K, V per item into one of two buffers; Q, dO, -lse log2e (p.lse2), Dvec per query tile).
    smem: 2 x (K, V) 64 KiB, 2 stages 66 KiB, dS^T 32 KiB, dQ part 32 KiB. -- */
 __host__ __device__ constexpr int bt__k_att_bwd_smem_bytes(void) {
     return 4 * 128 * 64 * 2 + 2 * bt__k_att_dkv_stage(64, 128) + 128 * 128 * 2 + 128 * 64 * 4 + 1024;
@@ -4129,19 +4129,19 @@ template <typename T> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt_
             if (t < 64) {   /* loader */
                 const T *q = (const T *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const T *)p.k + bt__k_att_off(p.sk, bh, p.H),
                         *v = (const T *)p.v + bt__k_att_off(p.sv, bh, p.H), *go = (const T *)p.go + bt__k_att_off(p.sgo, bh, p.H);
-                const float *lse = p.lse + bh * p.T, *dvec = p.dvec + bh * p.T;
+                const float *lse2 = p.lse2 + bh * p.T, *dvec = p.dvec + bh * p.T;
                 const int kb = (int)(n & 1);
                 if (n >= 2) bt__k_mbar_wait(kvempty + 8 * kb, (int)(((n >> 1) - 1) & 1));
-                bt__k_wg_load<T, BK, D, 64>(sKV + kb * 2 * KT, k, p.sk[2], kt * BK, p.T, t);
-                bt__k_wg_load<T, BK, D, 64>(sKV + kb * 2 * KT + KT, v, p.sv[2], kt * BK, p.T, t);
+                bt__k_wg_load_lean<T, BK, D, 64>(sKV + kb * 2 * KT, k, p.sk[2], kt * BK, p.T, t);
+                bt__k_wg_load_lean<T, BK, D, 64>(sKV + kb * 2 * KT + KT, v, p.sv[2], kt * BK, p.T, t);
                 bt__k_cp_mbar_arrive(kvfull + 8 * kb);
                 for (int s = 0; s < ns; s++, u++) {
                     const int su = u % ST, r = (kt + s) * BQ;
                     const uint32_t st = sS + su * STAGE;
                     if (u >= ST) bt__k_mbar_wait(empty + 8 * su, (u / ST - 1) & 1);
-                    bt__k_wg_load<T, BQ, D, 64>(st, q, p.sq[2], r, p.T, t);
-                    bt__k_wg_load<T, BQ, D, 64>(st + QB, go, p.sgo[2], r, p.T, t);
-                    bt__k_wg_load_row<64>(st + 2 * QB, lse, r, BQ, p.T, t);
+                    bt__k_wg_load_lean<T, BQ, D, 64>(st, q, p.sq[2], r, p.T, t);
+                    bt__k_wg_load_lean<T, BQ, D, 64>(st + QB, go, p.sgo[2], r, p.T, t);
+                    bt__k_wg_load_row<64>(st + 2 * QB, lse2, r, BQ, p.T, t);
                     bt__k_wg_load_row<64>(st + 2 * QB + BQ * 4, dvec, r, BQ, p.T, t);
                     bt__k_cp_mbar_arrive(full + 8 * su);
                 }
@@ -4201,7 +4201,7 @@ template <typename T> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt_
                 bt__k_att_kv_sdp<T, D, BQ>(sc, dp, sK, sV, sQ, sG, w);
                 bt__k_turn_give(p.turns, w, 0);
                 uint32_t pa[BQ / 16][4], da[BQ / 16][4];
-                bt__k_att_kv_grads<T, BQ>(p, pa, da, sc, dp, (const float *)(bt__k_att_sm + (sQ + 2 * QB - sm0)), i, k0, key0, tg);
+                bt__k_att_kv_grads<T, BQ, 1>(p, pa, da, sc, dp, (const float *)(bt__k_att_sm + (sQ + 2 * QB - sm0)), i, k0, key0, tg);
                 /* dS^T to shared memory: key rows 64 w + 16 wi + g (+ 8), query columns 16 kk + 2 tg (+ 8);
                    one stmatrix a kk: its four 8 x 8 matrices are da[kk][0..3] (rows +0 / +8, chunks 2 kk / 2 kk + 1),
                    lane l giving row l % 8 of matrix l / 8 */
@@ -4302,7 +4302,10 @@ template <typename T, int D> __global__ void __launch_bounds__(256) bt__k_att_dv
 #pragma unroll
             for (int o = L / 2; o; o >>= 1) a[e] += __shfl_xor_sync(0xffffffffu, a[e], o);
             const int64_t r = g0 + b + e * groups;
-            if (c == 0 && r < n) dvec[p.bh0 * p.T + r] = a[e];
+            if (c == 0 && r < n) {
+                dvec[p.bh0 * p.T + r] = a[e];
+                if (p.lse2) p.lse2[p.bh0 * p.T + r] = -BT__K_ATT_LOG2E * p.lse[p.bh0 * p.T + r];
+            }
         }
     }
 }
@@ -4737,8 +4740,10 @@ BTDEF int bt_k_attention_backward_colsum(bt_dtype dt, void *gq, const int64_t *s
             p.cs_slabs = (int)((Tn + 15) / 16);
             p.cs_part = (float *)bt__k_scratch((size_t)(B * p.cs_slabs * 3 * H * D) * sizeof(float), s);
         }
+        p.lse2 = (float *)bt__k_scratch((size_t)(B * H * Tn) * sizeof(float), s);
         if (dt == BT_BF16) bt__k_att_bwd_fused_run<__nv_bfloat16>(&p, s, op);
         else bt__k_att_bwd_fused_run<__half>(&p, s, op);
+        bt_free(p.lse2);
         bt_free(dvec);
         if (colsum) {
             BT__K_CUDA(cudaMemsetAsync(colsum, 0, (size_t)(3 * H * D) * sizeof(float), s), op);
