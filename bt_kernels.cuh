@@ -2223,6 +2223,7 @@ typedef struct {
                            fp32 [B][cs_slabs][3][H][D] (bt__k_wg_colsum) */
     int cs_slabs;       /* (T + 15) / 16 */
     int H, T, D, vec, vec_out;
+    int out16;          /* wgmma forward: every output row 16-byte aligned (O then leaves through shared memory) */
     int causal;         /* 1: key j > query i masked; 0: every query sees every key */
     int qoff;           /* wgmma forward: query tile qt starts at row qt BM - qoff (causal, BM not dividing T:
                            the tiles end at T, so the partial tile is the first, which sees fewest keys) */
@@ -3163,6 +3164,7 @@ __device__ __forceinline__ uint32_t bt__k_sw(int r, int c, int R) {
 __device__ __forceinline__ void bt__k_cp_mbar_arrive(uint32_t bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
+__device__ __forceinline__ void bt__k_bar_sync_n(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 __device__ __forceinline__ void bt__k_bar_sync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void bt__k_bar_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
 /* turns of the two consumer warpgroups at the tensor cores (named barriers 1 and 2): warpgroup w
@@ -3462,10 +3464,15 @@ __device__ __forceinline__ void bt__k_att_fwd_rescale(float (&o)[NO], const floa
         for (int i = 0; i < NO; i++) o[i] *= al[(i >> 1) & 1];
     bt__k_wg_afrag<T, NS / 8>(pf, sc);
 }
-/* the forward's output rows r0 and r0 + 8 of head bh: O / l (the quad's sums) and lse */
-template <typename T, int D>
+/* the forward's output rows r0 and r0 + 8 of head bh: O / l (the quad's sums) and lse. With
+   p.out16 the warp's 16 rows go out through its own rows of the item's Q tile (sQ, BM rows: free,
+   every product of the warpgroup done after the warpgroup meets) by stmatrix and 16-byte rows
+   (4 stores a lane at D 64 instead of 32 of 4 bytes); wrow0 / srow0: the warp's first row in the
+   head / in the tile. The caller lets the Q tile go after this */
+template <typename T, int D, int BM>
 __device__ __forceinline__ void bt__k_att_fwd_out(const bt__k_attp &p, int64_t bh, int r0, int tg, const float (&o)[D / 2],
-                                                  float (&l)[2], const float (&m)[2]) {
+                                                  float (&l)[2], const float (&m)[2], uint32_t sQ, int w, int wrow0, int srow0,
+                                                  int lane) {
     float inv[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -3476,7 +3483,31 @@ __device__ __forceinline__ void bt__k_att_fwd_out(const bt__k_attp &p, int64_t b
         if (tg == 0 && (unsigned)row < (unsigned)p.T && p.lse_out)
             p.lse_out[bh * p.T + row] = (m[r] * p.c2 + log2f(l[r])) * BT__K_ATT_LN2;
     }
-    bt__k_wg_store<T, D>((T *)p.out + bt__k_att_off(p.so, bh, p.H), p.so[2], r0, p.T, o, inv);
+    T *out = (T *)p.out + bt__k_att_off(p.so, bh, p.H);
+    if (!p.out16) {
+        bt__k_wg_store<T, D>(out, p.so[2], r0, p.T, o, inv);
+        return;
+    }
+    bt__k_bar_sync_n(4 + w, 128);
+    const int rs = srow0 + ((lane >> 3) & 1) * 8 + (lane & 7), ch = lane >> 4;
+#pragma unroll
+    for (int dp = 0; dp < D / 16; dp++) {
+        const uint32_t a[4] = {bt__k_pack2(o[8 * dp] * inv[0], o[8 * dp + 1] * inv[0], (T *)0),
+                               bt__k_pack2(o[8 * dp + 2] * inv[1], o[8 * dp + 3] * inv[1], (T *)0),
+                               bt__k_pack2(o[8 * dp + 4] * inv[0], o[8 * dp + 5] * inv[0], (T *)0),
+                               bt__k_pack2(o[8 * dp + 6] * inv[1], o[8 * dp + 7] * inv[1], (T *)0)};
+        bt__k_stmatrix4(sQ + bt__k_sw(rs, 2 * dp + ch, BM), a);
+    }
+    __syncwarp();
+    enum { CPR = D / 8 };
+#pragma unroll
+    for (int i = 0; i < 16 * CPR / 32; i++) {
+        const int c = i * 32 + lane, rr = c / CPR, cc = c % CPR, row = wrow0 + rr;
+        uint4 x;
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(x.x), "=r"(x.y), "=r"(x.z), "=r"(x.w) : "r"(sQ + bt__k_sw(srow0 + rr, cc, BM)));
+        if ((unsigned)row < (unsigned)p.T) *reinterpret_cast<uint4 *>(out + (int64_t)row * p.so[2] + cc * 8) = x;
+    }
+    __syncwarp();
 }
 /* ablation 5 (no output store): the results stay live through one store that never happens */
 template <int NO>
@@ -3502,15 +3533,15 @@ __device__ __forceinline__ int bt__k_att_fwd_nt(const bt__k_attp &p, int end, in
     return ((p.causal && end < p.T ? end : p.T) + BN - 1) / BN;
 }
 /* what a consumer's forward step needs of its item: the shared tiles and barriers, the item (L, its
-   first ring use u, nt key tiles, Q buffer qb), the warpgroup (w; ntw <= nt key tiles it multiplies,
+   first ring use u, nt key tiles), the warpgroup (w; ntw <= nt key tiles it multiplies,
    the rest idle turns; ke its first key tile with masked scores when causal), the thread (lane, rows
    r0 and r0 + 8, tg = lane % 4) */
 struct bt__k_att_fwd_ctx {
     const bt__k_attp &p;
-    uint32_t sQ, sK, sV, kfull, kempty, vfull, vempty, qempty;
+    uint32_t sQ, sK, sV, kfull, kempty, vfull, vempty;
     uint64_t dq, dk, dv;   /* LEAN: descriptors of this warpgroup's Q rows, the K ring's and V ring's starts */
     int64_t L, nitems;
-    int u, nt, ntw, ke, qb, w, lane, r0, tg;
+    int u, nt, ntw, ke, w, lane, r0, tg;
 };
 /* S = Q K(stage s)^T for the step's warpgroup under variant M */
 template <typename T, int D, int M>
@@ -3597,7 +3628,6 @@ __device__ __forceinline__ void bt__k_att_fwd_step(const bt__k_att_fwd_ctx &c, i
     if (c.lane == 0) {
         bt__k_mbar_arrive(c.kempty + 8 * s);
         if (later && !ovl) bt__k_mbar_arrive(c.vempty + 8 * sp);
-        if (j == c.ntw - 1) bt__k_mbar_arrive(c.qempty + 8 * c.qb);   /* Q read for the last time */
     }
     const int edge = (p.causal && j >= c.ke) || (j + 1) * BN > p.T;
     if (ABL != 1) bt__k_att_fwd_p<M, NS>(p, sc, m, l, al, edge, j * BN, c.r0, c.tg);
@@ -3606,7 +3636,7 @@ __device__ __forceinline__ void bt__k_att_fwd_step(const bt__k_att_fwd_ctx &c, i
         bt__k_wg_pin(o); bt__k_wg_pin_u(pf);
         if (c.lane == 0) bt__k_mbar_arrive(c.vempty + 8 * sp);
     }
-    if (ABL == 1) bt__k_wg_afrag<T, NS / 8>(pf, sc);
+    if (ABL == 1 || KIND == 1) bt__k_wg_afrag<T, NS / 8>(pf, sc);   /* the first step: O is still 0 */
     else bt__k_att_fwd_rescale<T, NS, NO, (M & BT__K_FWD_SKIP) != 0>(o, al, sc, pf);
     if (ABL == 6) bt__k_wg_pin_u(pf);
     bt__k_att_fwd_tmark(p, c.nitems, uj, c.w, 4);
@@ -3702,8 +3732,8 @@ __global__ void __launch_bounds__(128 * (bt__k_att_fwd_nw(M) + 1), 1) bt__k_att_
             bt__k_mbar_wait(qfull + 8 * qb, (int)((n >> 1) & 1));
             bt__k_att_mark(p, L, 1, 0);
             bt__k_att_fwd_turn_open<NW>(TURNS, w);   /* warpgroup 0 issues first */
-            const bt__k_att_fwd_ctx c = {p, sQ, sK, sV, kfull, kempty, vfull, vempty, qempty, bt__k_wg_kmaj(sQ, BM, 64 * w, 0),
-                                         bt__k_wg_kmaj(sK, 128, 0, 0), bt__k_wg_mnmaj(sV, 128, 0), L, nitems, u, nt, ntw, ke, qb, w,
+            const bt__k_att_fwd_ctx c = {p, sQ, sK, sV, kfull, kempty, vfull, vempty, bt__k_wg_kmaj(sQ, BM, 64 * w, 0),
+                                         bt__k_wg_kmaj(sK, 128, 0, 0), bt__k_wg_mnmaj(sV, 128, 0), L, nitems, u, nt, ntw, ke, w,
                                          lane, r0, tg};
             if (OVL) {   /* the first step apart: ptxas then knows which products are in flight where (else C7514) */
                 bt__k_att_fwd_step<T, D, M, 1>(c, 0, o, m, l, pf);
@@ -3730,7 +3760,8 @@ __global__ void __launch_bounds__(128 * (bt__k_att_fwd_nw(M) + 1), 1) bt__k_att_
                 for (int j = ntw; j < nt; j++) bt__k_att_fwd_idle<NW, TURNS>(c, j, ST);
             u += nt;
             if (ABL == 5) bt__k_att_fwd_out_none<NO>(p, o, l);
-            else bt__k_att_fwd_out<T, D>(p, bh, r0, tg, o, l, m);
+            else bt__k_att_fwd_out<T, D, BM>(p, bh, r0, tg, o, l, m, sQ, w, rw + 16 * (warp & 3), 64 * w + 16 * (warp & 3), lane);
+            if (lane == 0) bt__k_mbar_arrive(qempty + 8 * qb);   /* the Q tile read (and the output staged) for the last time */
             bt__k_att_mark(p, L, 4, 0);
             if (p.trace && threadIdx.x == 0) {
                 unsigned sm;
@@ -4094,7 +4125,6 @@ __device__ __forceinline__ void bt__k_seq_pass(int *c, int v) {
     asm volatile("fence.proxy.async.global;\nfence.acq_rel.gpu;\nst.relaxed.gpu.global.b32 [%0], %1;\n" ::"l"(c), "r"(v)
                  : "memory");
 }
-__device__ __forceinline__ void bt__k_bar_sync_n(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 template <typename T> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt__k_att_bwd_wg(bt__k_attp p) {
 #ifdef BT__K_WG
     enum { D = 64, BK = 128, BQ = 128, ST = 2, KT = BK * D * 2, QB = BQ * D * 2, STAGE = bt__k_att_dkv_stage(D, BQ),
@@ -4664,6 +4694,7 @@ BTDEF void bt_k_attention_strided(bt_dtype dt, void *out, const int64_t *so, flo
     size_t es = bt_dtype_size(dt);
     p.vec = bt__k_att_al(q, sq, es, 16) && bt__k_att_al(k, sk, es, 16) && bt__k_att_al(v, sv, es, 16);
     p.vec_out = bt__k_att_al(out, so, es, 4);
+    p.out16 = bt__k_att_al(out, so, es, 16);
     if (bt__k_att_wg_use(dt, &p)) {
         if (dt == BT_BF16) bt__k_att_fwd_wg_run<__nv_bfloat16>(&p, s, op);
         else bt__k_att_fwd_wg_run<__half>(&p, s, op);

@@ -881,6 +881,8 @@ static void test_attention(void) {
        token), as the model writes them.
      2 odd: every tensor in its own [B, T, H D + 3] buffer starting one element in: no stride or
        base is 16-byte aligned (the element-load fallback).
+     3 as 1, but out in [B, T, H D + 10] from element 2 on: its rows 4-byte aligned, not 16 (the
+       wgmma forward then writes O from registers, not in 16-byte rows through shared memory).
    Output buffers are poisoned before the call; elements outside the views must stay poisoned. */
 typedef struct { int buf; int64_t off, st[3]; } attn_view;
 static int64_t attn_vidx(const attn_view *w, int64_t H, int64_t bh, int64_t t, int64_t d) {
@@ -945,7 +947,7 @@ static void attn_case(bt_dtype dt, bt_matmul_precision prec, int64_t B, int64_t 
     char pname[40];
     int wg = bt_k_attention_hopper(-1) == 3 && dt != BT_F32 && (D == 64 || D == 128) && layout != 2;   /* wgmma kernels */
     snprintf(pname, sizeof pname, "%s%s%s", tf32 ? "tf32" : tname(dt), causal ? "" : " full", wg ? " wg" : "");
-    static const char *lname[] = {"contig", "gpt2", "odd"};
+    static const char *lname[] = {"contig", "gpt2", "odd", "gpt2 out4"};
     int64_t BH = B * H, HD = H * D, n = BH * T * D;
     attn_view w[NT];
     int64_t blen[NT];   /* buffer lengths (elements); a view's buffer is w[i].buf */
@@ -957,11 +959,13 @@ static void attn_case(bt_dtype dt, bt_matmul_precision prec, int64_t B, int64_t 
             w[i].buf = nbuf; blen[nbuf++] = n;
             w[i].st[0] = H * T * D; w[i].st[1] = T * D; w[i].st[2] = D;
         }
-    } else if (layout == 1) {
+    } else if (layout == 1 || layout == 3) {
         int qkv = nbuf++; blen[qkv] = B * T * 3 * HD;
         for (int i = Q; i <= V; i++) { w[i].buf = qkv; w[i].off = i * HD; w[i].st[0] = T * 3 * HD; w[i].st[1] = D; w[i].st[2] = 3 * HD; }
         w[G].buf = nbuf; blen[nbuf++] = B * T * HD; w[G].st[0] = T * HD; w[G].st[1] = D; w[G].st[2] = HD;
-        w[O].buf = nbuf; blen[nbuf++] = B * T * (HD + 8); w[O].st[0] = T * (HD + 8); w[O].st[1] = D; w[O].st[2] = HD + 8;
+        const int64_t op = layout == 3 ? 10 : 8, o0 = layout == 3 ? 2 : 0;
+        w[O].buf = nbuf; blen[nbuf++] = o0 + B * T * (HD + op); w[O].off = o0;
+        w[O].st[0] = T * (HD + op); w[O].st[1] = D; w[O].st[2] = HD + op;
         int gb = nbuf++; blen[gb] = B * T * (3 * HD + 8);
         for (int i = GQ; i <= GV; i++) {
             w[i].buf = gb; w[i].off = (i - GQ) * HD; w[i].st[0] = T * (3 * HD + 8); w[i].st[1] = D; w[i].st[2] = 3 * HD + 8;
@@ -1225,6 +1229,10 @@ static void test_attention_hopper(void) {
     /* the fused backward beyond T 1024: 9 query tiles (a dQ sum of 9 parts), f16, bits twice; then the
        same T on the two kernels (BT_ATT_FUSED_TMAX below it) */
     attn_case(BT_F16, BT_MATMUL_FP32, 1, 3, g_quick ? 257 : 1100, 64, 0, 1, 1, 1);
+    /* out's rows only 4-byte aligned (layout 3): O from registers, not through shared memory */
+    seed(1430);
+    attn_case(BT_BF16, BT_MATMUL_FP32, 2, 3, 200, 64, 3, 0, 1, 1);
+    attn_case(BT_F16, BT_MATMUL_FP32, 1, 3, 129, 128, 3, 0, 0, 1);
     setenv("BT_ATT_FUSED_TMAX", "256", 1);
     attn_case(BT_F16, BT_MATMUL_FP32, 1, 3, g_quick ? 257 : 1100, 64, 0, 1, 1, 1);
     unsetenv("BT_ATT_FUSED_TMAX");
