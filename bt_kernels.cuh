@@ -3136,18 +3136,18 @@ __device__ __forceinline__ uint64_t bt__k_wg_desc(uint32_t addr, uint32_t lbo) {
    addresses stay under 2^18, so it never carries into the next field). Descriptors of one tile are
    thus its base's plus a constant: one integer add a product instead of the whole encoding (the
    backward step issued ~9 uniform instructions a product before) */
-__device__ __forceinline__ uint64_t bt__k_att_desc_at(uint64_t d, uint32_t bytes) {
+__device__ __forceinline__ uint64_t bt__k_wg_desc_at(uint64_t d, uint32_t bytes) {
     return (d & 0xFFFFFFFF00000000ull) | (uint32_t)((uint32_t)d + (bytes >> 4));
 }
 /* K-major operand: rows r0 .. of an R-row tile, k step kd (columns 16 kd .. 16 kd + 15); the
    leading byte offset is unused for this layout (1 by convention) */
 __device__ __forceinline__ uint64_t bt__k_wg_kmaj(uint32_t tile, int R, int r0, int kd) {
-    return bt__k_att_desc_at(bt__k_wg_desc(tile, 16), (uint32_t)((kd >> 2) * R * 128 + r0 * 128 + (kd & 3) * 32));
+    return bt__k_wg_desc_at(bt__k_wg_desc(tile, 16), (uint32_t)((kd >> 2) * R * 128 + r0 * 128 + (kd & 3) * 32));
 }
 /* MN-major operand: rows 16 kk .. 16 kk + 15 of an R-row tile are the product's k; its columns
    the n, 64 a column block, blocks R * 128 bytes apart (the leading byte offset) */
 __device__ __forceinline__ uint64_t bt__k_wg_mnmaj(uint32_t tile, int R, int kk) {
-    return bt__k_att_desc_at(bt__k_wg_desc(tile, (uint32_t)(R * 128)), (uint32_t)(kk * 2048));
+    return bt__k_wg_desc_at(bt__k_wg_desc(tile, (uint32_t)(R * 128)), (uint32_t)(kk * 2048));
 }
 /* four 8 x 8 16-bit matrices from mma fragments (a[j]: matrix j, this lane's two elements of row
    lane / 4) into shared memory, lanes 8 j .. 8 j + 7 giving the addresses of matrix j's rows */
@@ -3164,7 +3164,10 @@ __device__ __forceinline__ uint32_t bt__k_sw(int r, int c, int R) {
 __device__ __forceinline__ void bt__k_cp_mbar_arrive(uint32_t bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
-__device__ __forceinline__ void bt__k_bar_sync_n(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+/* named barrier id for n threads (the forward's output: 4 + warpgroup, its 128 threads; turns use 1 .. 3) */
+__device__ __forceinline__ void bt__k_bar_sync_n(int id, int n) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
 __device__ __forceinline__ void bt__k_bar_sync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void bt__k_bar_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
 /* turns of the two consumer warpgroups at the tensor cores (named barriers 1 and 2): warpgroup w
@@ -3342,9 +3345,10 @@ __device__ __forceinline__ int64_t bt__k_att_next(const bt__k_attp &p, int64_t n
    of tile j under the warpgroup's own O += P(j-1) V(j-1) (issued together, waited for apart; the
    default at D 64); BT__K_FWD_LEAN, fewer instructions a step (descriptors as offsets of per-item
    bases, the diagonal tile's mask as one compare a score). Ablations (BT_ATT_FWD_ABL=1..6, results
-   wrong on purpose, compiled only with -DBT_ATT_FWD_ABLATIONS, on the variant without OVL): 1 no softmax (S converted to P as is), 2 exp2
-   replaced by a multiply, 3 every K / V / Q stage loaded only the first time, 4 no turns at the
-   tensor cores, 5 no output store, 6 no products (S made up from registers). BT__K_FWD_WG3 (D 64):
+   wrong on purpose, compiled only with -DBT_ATT_FWD_ABLATIONS, on the variant without OVL): 1 no
+   softmax (S converted to P as is), 2 exp2 replaced by a multiply, 3 every K / V / Q stage loaded
+   only the first time, 4 no turns at the tensor cores, 5 no output store, 6 no products (S made up
+   from registers). BT__K_FWD_WG3 (D 64):
    three consumer warpgroups and 192-query tiles (512 threads; bt__k_att_fwd_nw); BT__K_FWD_SKIP: a
    row keeps its running max unless a tile raises it by more than BT__K_FWD_SKIP_LOG2 (log2 units),
    and a warp whose rows all kept theirs skips the O rescale (bt__k_att_fwd_p); BT__K_FWD_NOTURN
@@ -3371,17 +3375,17 @@ __device__ __forceinline__ void bt__k_att_fwd_s_lean(float (&sc)[64], uint64_t d
 #pragma unroll
     for (int kd = 0; kd < D / 16; kd++) {
         const uint32_t off = (uint32_t)((kd >> 2) * 128 * 128 + (kd & 3) * 32);
-        bt__k_wg_ss(sc, bt__k_att_desc_at(dq, off), bt__k_att_desc_at(dk, off), kd > 0, (T *)0);
+        bt__k_wg_ss(sc, bt__k_wg_desc_at(dq, off), bt__k_wg_desc_at(dk, off), kd > 0, (T *)0);
     }
 }
 /* O += P V for warpgroup w: P from the A fragments pf, V a stage at sVs (dv: the descriptor of the V
    ring's start, used when LEAN) */
 template <typename T, int D, int LEAN>
 __device__ __forceinline__ void bt__k_att_fwd_pv(float (&o)[D / 2], const uint32_t (&pf)[8][4], uint32_t sVs, uint64_t dv, uint32_t voff) {
-    const uint64_t dvs = bt__k_att_desc_at(dv, voff);   /* the stage's, once: then a constant a product */
+    const uint64_t dvs = bt__k_wg_desc_at(dv, voff);   /* the stage's, once: then a constant a product */
 #pragma unroll
     for (int kk = 0; kk < 8; kk++)
-        bt__k_wg_rs(o, pf[kk], LEAN ? bt__k_att_desc_at(dvs, kk * 2048) : bt__k_wg_mnmaj(sVs, 128, kk), (T *)0);
+        bt__k_wg_rs(o, pf[kk], LEAN ? bt__k_wg_desc_at(dvs, kk * 2048) : bt__k_wg_mnmaj(sVs, 128, kk), (T *)0);
 }
 /* BT_ATT_TRACE (timing only): thread th writes the SM clock into slot k of work item L's 8 */
 __device__ __forceinline__ void bt__k_att_mark(const bt__k_attp &p, int64_t L, int k, int th) {
@@ -3504,7 +3508,9 @@ __device__ __forceinline__ void bt__k_att_fwd_out(const bt__k_attp &p, int64_t b
     for (int i = 0; i < 16 * CPR / 32; i++) {
         const int c = i * 32 + lane, rr = c / CPR, cc = c % CPR, row = wrow0 + rr;
         uint4 x;
-        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(x.x), "=r"(x.y), "=r"(x.z), "=r"(x.w) : "r"(sQ + bt__k_sw(srow0 + rr, cc, BM)));
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(x.x), "=r"(x.y), "=r"(x.z), "=r"(x.w)
+                     : "r"(sQ + bt__k_sw(srow0 + rr, cc, BM)));
         if ((unsigned)row < (unsigned)p.T) *reinterpret_cast<uint4 *>(out + (int64_t)row * p.so[2] + cc * 8) = x;
     }
     __syncwarp();
@@ -3547,7 +3553,7 @@ struct bt__k_att_fwd_ctx {
 template <typename T, int D, int M>
 __device__ __forceinline__ void bt__k_att_fwd_qk(float (&sc)[64], const bt__k_att_fwd_ctx &c, int s) {
     enum { TILE = 128 * D * 2 };
-    if (M & BT__K_FWD_LEAN) bt__k_att_fwd_s_lean<T, D>(sc, c.dq, bt__k_att_desc_at(c.dk, (uint32_t)(s * TILE)));
+    if (M & BT__K_FWD_LEAN) bt__k_att_fwd_s_lean<T, D>(sc, c.dq, bt__k_wg_desc_at(c.dk, (uint32_t)(s * TILE)));
     else bt__k_att_fwd_s<T, D>(sc, c.sQ, c.sK + s * TILE, c.w);
 }
 /* the turn at the tensor cores goes from warpgroup w to w + 1 (mod NW) after step j: named barrier
@@ -4234,7 +4240,8 @@ template <typename T> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt_
                 bt__k_att_kv_sdp<T, D, BQ>(sc, dp, sK, sV, sQ, sG, w);
                 bt__k_turn_give(p.turns, w, 0);
                 uint32_t pa[BQ / 16][4], da[BQ / 16][4];
-                bt__k_att_kv_grads<T, BQ, 1>(p, pa, da, sc, dp, (const float *)(bt__k_att_sm + (sQ + 2 * QB - sm0)), i, k0, key0, tg);
+                bt__k_att_kv_grads<T, BQ, 1>(p, pa, da, sc, dp, (const float *)(bt__k_att_sm + (sQ + 2 * QB - sm0)), i, k0, key0,
+                                             tg);
                 /* dS^T to shared memory: key rows 64 w + 16 wi + g (+ 8), query columns 16 kk + 2 tg (+ 8);
                    one stmatrix a kk: its four 8 x 8 matrices are da[kk][0..3] (rows +0 / +8, chunks 2 kk / 2 kk + 1),
                    lane l giving row l % 8 of matrix l / 8 */
