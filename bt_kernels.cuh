@@ -4443,7 +4443,7 @@ static int bt__k_att_wg_use(bt_dtype dt, const bt__k_attp *p) {
 }
 /* tuning of the wgmma path (developer switches, read from the environment at each call; the
    defaults are the measured best): BT_ATT_L2_MB, the L2 bytes (MiB) a section of heads may re-read (0: one
-   section of all heads, the plain order), BT_ATT_L2_ONE_MB: one section when all heads' re-read
+   section of all heads, the plain order; default 24 for the forward, 16 for the two-kernel backward), BT_ATT_L2_ONE_MB: one section when all heads' re-read
    bytes fit in this many MiB; BT_ATT_PERSIST=0|1, the forward on a persistent grid; BT_ATT_DYN=0|1,
    its work items from an atomic counter as SMs free up (else a fixed snake order);
    BT_ATT_DVEC_FUSED=0|1, Dvec computed by the dQ kernel (else by a pre-pass kernel);
@@ -4466,13 +4466,14 @@ static int bt__k_att_tune(const char *name, int dflt) {
    each) fit in the L2 share (head_bytes 0: one head a section, the items of a head one after the
    other); a grid of one CTA per item, or (persistent) one per SM */
 static void bt__k_att_wg_launch(void (*kern)(bt__k_attp), bt__k_attp p, int64_t ntiles, size_t head_bytes, int persistent,
-                                size_t smem, cudaStream_t s, const char *op, unsigned threads = BT__K_WG_THREADS) {
+                                size_t smem, cudaStream_t s, const char *op, unsigned threads = BT__K_WG_THREADS,
+                                int l2_mb_default = 16) {
     int64_t nbh = p.bh1 - p.bh0, items = nbh * ntiles, sms = bt__k_cur()->sm_count;
     /* one_mb 16, not the L2's 50 MiB: data that every SM reads is held in both halves of the L2. At
        B 16, H 12, T 1024 (48 MiB of K and V) one section of all heads read 190 MB from DRAM a forward
        (K, V re-read ~3x) against 77 MB in sections of 16 MiB, and took 100 us against 94 (H100,
        ncu and CUDA events, 2026-11-23 16:29 UTC, bench/runs/modes2.sh) */
-    int l2_mb = bt__k_att_tune("BT_ATT_L2_MB", 16), one_mb = bt__k_att_tune("BT_ATT_L2_ONE_MB", 16);
+    int l2_mb = bt__k_att_tune("BT_ATT_L2_MB", l2_mb_default), one_mb = bt__k_att_tune("BT_ATT_L2_ONE_MB", 16);
     int64_t sec = 1;
     if (head_bytes) {
         sec = l2_mb > 0 ? (int64_t)(((size_t)l2_mb << 20) / head_bytes) : nbh;
@@ -4631,9 +4632,14 @@ template <typename T> static void bt__k_att_fwd_wg_run(const bt__k_attp *p, cuda
     const int qoff = (int)(tiles * BM - p->T);
     pq.qoff = p->causal && BM == 192 && qoff >= 128 && bt__k_att_tune("BT_ATT_FWD_QEND", 1) ? qoff : 0;
     p = &pq;
+    /* the forward's sections of 24 MiB: 88.1-88.4 us against 89.6-89.7 with 16 at T 1024, 36.5-36.8
+       against 38.8-39.1 at T 512 (one section there), 893.7-895.7 against 902.8-903.5 at T 4096
+       (B 16, H 12, causal, three rounds of alternating processes; H100, 2026-11-24 03:06 UTC,
+       bench/runs/h100s9j.sh); the two-kernel backward keeps 16 */
+    enum { L2_MB = 24 };
     static int calls_at_T = 0;   /* the third call at that T is traced (warm caches and clocks) */
     if (bt__k_att_tune("BT_ATT_TRACE", 0) != p->T || ++calls_at_T != 3) {
-        bt__k_att_wg_launch(kern, *p, tiles, hb, per, smem, s, op, threads);
+        bt__k_att_wg_launch(kern, *p, tiles, hb, per, smem, s, op, threads, L2_MB);
         return;
     }
     bt__k_attp q = *p;
@@ -4641,7 +4647,7 @@ template <typename T> static void bt__k_att_fwd_wg_run(const bt__k_attp *p, cuda
     const size_t bytes = (size_t)items * 64 + (size_t)BT__K_FWD_TSTEPS * 16 * 8;
     q.trace = (unsigned long long *)bt__k_scratch(bytes, s);
     BT__K_CUDA(cudaMemsetAsync(q.trace, 0, bytes, s), op);
-    bt__k_att_wg_launch(kern, q, tiles, hb, per, smem, s, op, threads);
+    bt__k_att_wg_launch(kern, q, tiles, hb, per, smem, s, op, threads, L2_MB);
     unsigned long long *h = (unsigned long long *)malloc(bytes);
     if (!h) bt_error("%s: trace: out of host memory (%lld items)", op, (long long)items);
     BT__K_CUDA(cudaMemcpyAsync(h, q.trace, bytes, cudaMemcpyDeviceToHost, s), op);
