@@ -4443,9 +4443,10 @@ static int bt__k_att_wg_use(bt_dtype dt, const bt__k_attp *p) {
 }
 /* tuning of the wgmma path (developer switches, read from the environment at each call; the
    defaults are the measured best): BT_ATT_L2_MB, the L2 bytes (MiB) a section of heads may re-read (0: one
-   section of all heads, the plain order; default 24 for the forward, 16 for the two-kernel backward), BT_ATT_L2_ONE_MB: one section when all heads' re-read
-   bytes fit in this many MiB; BT_ATT_PERSIST=0|1, the forward on a persistent grid; BT_ATT_DYN=0|1,
-   its work items from an atomic counter as SMs free up (else a fixed snake order);
+   section of all heads, the plain order; default 24 for the forward, 16 for the two-kernel backward),
+   BT_ATT_L2_ONE_MB: one section when all heads' re-read bytes fit in this many MiB;
+   BT_ATT_PERSIST=0|1, the forward on a persistent grid; BT_ATT_DYN=0|1, its work items from an
+   atomic counter as SMs free up (else a fixed snake order);
    BT_ATT_DVEC_FUSED=0|1, Dvec computed by the dQ kernel (else by a pre-pass kernel);
    BT_ATT_BWD_TURNS=0|1, the backward kernels' warpgroups taking turns at the tensor cores;
    BT_ATT_FUSED_BWD=0|1, the causal D 64 backward in one kernel (else the dQ and dK/dV kernels) when
