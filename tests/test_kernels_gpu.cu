@@ -14,8 +14,8 @@
      f64  1e-12
    BT_TEST_QUICK=1 shrinks the larger sizes (for the compute-sanitizer pass); BT_TEST_VERBOSE=1 lists
    every check with its error, not only the failures; BT_TEST_ONLY=attention runs only the tests
-   whose name holds the word; BT_TEST_PROGRESS=1 names each attention case before it runs. Without a GPU every
-   test reports skipped. */
+   whose name holds the word; BT_TEST_PROGRESS=1 names each attention case before it runs. Without
+   a GPU every test reports skipped. */
 #define BT_ALLOC_IMPLEMENTATION
 #define BT_KERNELS_IMPLEMENTATION
 #include "bt_kernels.cuh"
@@ -949,8 +949,8 @@ static void attn_case(bt_dtype dt, bt_matmul_precision prec, int64_t B, int64_t 
     snprintf(pname, sizeof pname, "%s%s%s", tf32 ? "tf32" : tname(dt), causal ? "" : " full", wg ? " wg" : "");
     static const char *lname[] = {"contig", "gpt2", "odd", "gpt2 out4"};
     if (g_progress)   /* BT_TEST_PROGRESS=1: each case named before it runs (a hang's whereabouts) */
-        fprintf(stderr, "  attn_case %s %s B%lld H%lld T%lld D%lld\n", pname, lname[layout], (long long)B, (long long)H, (long long)T,
-                (long long)D);
+        fprintf(stderr, "  attn_case %s %s B%lld H%lld T%lld D%lld\n", pname, lname[layout], (long long)B, (long long)H,
+                (long long)T, (long long)D);
     int64_t BH = B * H, HD = H * D, n = BH * T * D;
     attn_view w[NT];
     int64_t blen[NT];   /* buffer lengths (elements); a view's buffer is w[i].buf */
