@@ -122,6 +122,10 @@ BTDEF void *bt_alloc(bt_device dev, size_t nbytes, void *stream);
 BTDEF void *bt_try_alloc(bt_device dev, size_t nbytes, void *stream);
 BTDEF void bt_free(void *ptr);                       /* NULL is a no-op; any block from bt_alloc */
 BTDEF size_t bt_alloc_size(const void *ptr);          /* the usable size of a live block */
+/* The system allocation (segment) a live block lies in: its base, as cudaMalloc returned it, and
+   the block's offset from there (what another process needs to map the block: CUDA IPC exports
+   whole allocations). NULL when ptr is not the start of a live block. */
+BTDEF void *bt_alloc_segment(const void *ptr, size_t *offset);
 
 typedef struct {
     size_t allocated;        /* bytes in live blocks (rounded sizes) */
@@ -641,6 +645,16 @@ BTDEF size_t bt_alloc_size(const void *ptr) {
     bt__alloc_unlock();
     if (!s) bt_error("bt_alloc_size: %p is not a live block of bt_alloc", ptr);
     return n;
+}
+
+BTDEF void *bt_alloc_segment(const void *ptr, size_t *offset) {
+    bt__alloc_lock();
+    bt__block **s = bt__map_find(ptr), *h = s ? *s : NULL;
+    while (h && h->prev) h = h->prev;
+    void *base = h ? h->seg_raw : NULL;
+    if (base && offset) *offset = (size_t)((const char *)ptr - (const char *)base);
+    bt__alloc_unlock();
+    return base;
 }
 
 /* ----------------------------------------- stats ------------------------------------------ */

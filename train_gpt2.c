@@ -1472,6 +1472,10 @@ static void setup_data_parallel(trainer *tr) {
        with tp/cp, whose collectives during the backward must keep one order on every rank
        (BT_DDP_THREAD=0: in the calling thread, for comparison) */
     d.launch_thread = !tr->par && !(getenv("BT_DDP_THREAD") && !strcmp(getenv("BT_DDP_THREAD"), "0"));
+    d.defer = getenv("BT_DDP_DEFER") && atoi(getenv("BT_DDP_DEFER")) > 0;   /* no overlap, for measurements */
+    /* ranks on one host reduce their buckets through the copy engines, not NCCL's kernels (bt_dist.h,
+       COPY ENGINES); BT_DDP_CE=0: NCCL */
+    d.copy_engines = !(getenv("BT_DDP_CE") && !strcmp(getenv("BT_DDP_CE"), "0"));
     int rows = ddp_rows_exchange(tr);
     if (rows) d.launch_as_ready = 1;   /* wte's bucket fills first and must not wait for the plan's order */
     tr->ddp = bt_ddp_create(c, bt_data_ptr(m->flat_grad), m->flat_grad->dtype, m->flat_numel, spans, m->n_params, &d);
@@ -2779,8 +2783,9 @@ static int train_main(train_opts *o) {
     if (on_gpu) printf("cuda graph: %s\n", !o->cuda_graph ? "off" : dist && dworld > 1
                        ? "on (each kind of micro-step, accumulating or communicating, is captured with its collectives after one eager run, then replayed)"
                        : "on (the micro-step is captured after one eager micro-step, then replayed)");
-    if (dist && dworld > 1) printf("data parallel: %d processes (%s), %s, buckets of %d MB, gradients on the wire in %s\n", dworld,
-                     bt_launcher_name(dist->env.launcher), o->dp, o->bucket_mb, o->comm_dtype);
+    if (dist && dworld > 1) printf("data parallel: %d processes (%s), %s, buckets of %d MB, gradients on the wire in %s%s\n", dworld,
+                     bt_launcher_name(dist->env.launcher), o->dp, o->bucket_mb, o->comm_dtype,
+                     tr.ddp && bt_ddp_get_stats(tr.ddp).copy_engines ? " (copy engines)" : " (NCCL)");
     if (tr.par) par_describe(tr.par, o);
     printf("train %zu batches/epoch (%s), ", bt_loader_num_batches(tr.train), o->train_glob);
     if (tr.val) printf("val %zu batches of %d rows (%s)\n", bt_loader_num_batches(tr.val), tr.val_B, o->val_glob);

@@ -83,6 +83,13 @@ static void test_split_coalesce(void) {
     BT_CHECK(c == a + 3 * MiB, "remainder not reused: %p vs %p", (void *)c, (void *)(a + 3 * MiB));
     BT_CHECK(d == a + 6 * MiB, "second remainder not reused");
     BT_CHECK(s1.n_system_allocs == s0.n_system_allocs, "splitting called the system");
+    /* all three in one segment: one base, each block at base + its offset */
+    size_t ob = 0, oc = 0, od = 0, ox = 7;
+    char *gb = (char *)bt_alloc_segment(b, &ob), *gc = (char *)bt_alloc_segment(c, &oc), *gd = (char *)bt_alloc_segment(d, &od);
+    BT_CHECK(gb && gb == gc && gc == gd, "segments %p %p %p, expected one", (void *)gb, (void *)gc, (void *)gd);
+    BT_CHECK(gb + ob == b && gc + oc == c && gd + od == d, "offsets %zu %zu %zu do not lead back to the blocks", ob, oc, od);
+    BT_CHECK(oc - ob == 3 * MiB && od - oc == 3 * MiB, "offsets %zu %zu %zu", ob, oc, od);
+    BT_CHECK(bt_alloc_segment(c + 1, &ox) == NULL && ox == 7, "an address inside a block is not a block");
     /* free the ends first, then the middle: it must merge with both sides */
     bt_free(b); bt_free(d); bt_free(c);
     char *e = (char *)bt_alloc(cpu, 8 * MiB, NULL);

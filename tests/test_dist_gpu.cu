@@ -1,8 +1,9 @@
 /* test_dist_gpu.cu - bt_dist.h on two GPUs through NCCL: every collective (f32 and bf16, plus
    f64/f16/i32 sums) against host-computed results, the mesh's sub-communicators, the DDP bucket
    engine (f32 and bf16 communication, ZeRO's reduce-to-owners with the all-gather back, no-sync
-   accumulation, launch as ready, real autograd hooks; a synced pass captured in a CUDA graph and
-   replayed, bit for bit against eager passes, on blocking and non-blocking communicators), the network transport (two separate
+   accumulation, launch as ready, real autograd hooks; the copy-engine transport, and that it is
+   used exactly where it applies; a synced pass captured in a CUDA graph and replayed, bit for bit
+   against eager passes, on blocking and non-blocking communicators), the network transport (two separate
    launches with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, as between nodes), and faults: a rank
    SIGKILLed during a collective (rank 1, then rank 0) and a rank that stops taking part (the
    collective timeout; and inside a replayed CUDA graph, bt_dist_watch). Every test but the network one starts its ranks with the --nproc launcher
@@ -280,7 +281,13 @@ static int ddp_step(bt_ddp *dd, float *flat, const bt_param_span *ps, const floa
     return launched;
 }
 
-static void check_ddp(bt_dist *d, bt_dtype comm_dt, int zero, int as_ready, int thread, int step) {
+/* the engine uses the copy engines exactly when asked and eligible (fp32 on the wire, no shards) */
+static void expect_transport(bt_dist *d, bt_ddp *dd, const char *what, int ce, bt_dtype comm_dt, int zero) {
+    int want = ce && comm_dt == BT_F32 && !zero, got = bt_ddp_get_stats(dd).copy_engines;
+    if (got != want) { fprintf(stderr, "FAIL rank %d: %s: copy engines %s, expected %s\n", d->rank, what, got ? "on" : "off", want ? "on" : "off"); fails++; }
+}
+
+static void check_ddp(bt_dist *d, bt_dtype comm_dt, int zero, int as_ready, int thread, int step, int ce) {
     bt_param_span ps[NP];
     int64_t N = ddp_layout(ps), W = d->world, S = bt_shard_numel(N, (int)W, 64);
     int64_t alloc = zero ? W * S : N;
@@ -292,17 +299,18 @@ static void check_ddp(bt_dist *d, bt_dtype comm_dt, int zero, int as_ready, int 
         for (int64_t i = 0; i < N; i++) g[k][i] = (float)input(k, i, 10 + step);
     }
     for (int64_t i = 0; i < N; i++) want[i] = ((double)g[0][i] + g[1][i]) / 2;
-    cudaMalloc(&flat, sizeof(float) * (size_t)alloc);
-    cudaMemset(flat, 0, sizeof(float) * (size_t)alloc);
+    flat = (float *)bt_alloc(bt_cuda_device(d->device), sizeof(float) * (size_t)alloc, s);   /* bt_alloc: shareable (copy engines) */
+    cudaMemsetAsync(flat, 0, sizeof(float) * (size_t)alloc, s);
     bt_ddp_opts o;
     memset(&o, 0, sizeof o);
     o.bucket_cap_bytes = (size_t)1 << 20; o.comm_dtype = comm_dt; o.shard_numel = zero ? S : 0; o.launch_as_ready = as_ready;
-    o.launch_thread = thread;
+    o.launch_thread = thread; o.copy_engines = ce;
     bt_ddp *dd = bt_ddp_create(d->world_comm, flat, BT_F32, N, ps, NP, &o);
     int nb = bt_ddp_plan(dd)->n_buckets;
     char what[96];
-    snprintf(what, sizeof what, "ddp %s%s%s%s step %d", bt_dtype_name(comm_dt), zero ? " zero" : "", as_ready ? " as-ready" : "",
-             thread ? " launch-thread" : "", step);
+    snprintf(what, sizeof what, "ddp %s%s%s%s%s step %d", bt_dtype_name(comm_dt), zero ? " zero" : "", as_ready ? " as-ready" : "",
+             thread ? " launch-thread" : "", ce ? " copy-engines" : "", step);
+    expect_transport(d, dd, what, ce, comm_dt, zero);
     for (int rep = 0; rep < 2; rep++) {   /* twice: the engine resets between steps */
         int launched = ddp_step(dd, flat, ps, g[d->rank], rep + 1, s);
         if (launched != nb) { fprintf(stderr, "FAIL rank %d: %s: %d of %d buckets launched before the wait\n", d->rank, what, launched, nb); fails++; }
@@ -313,7 +321,7 @@ static void check_ddp(bt_dist *d, bt_dtype comm_dt, int zero, int as_ready, int 
         expect(d->rank, what, comm_dt, gotd, want, N);
     }
     bt_ddp_free(dd);
-    cudaFree(flat);
+    bt_free(flat);
     free(g[0]); free(g[1]); free(got); free(want); free(gotd);
 }
 
@@ -456,7 +464,7 @@ static void ddp_graph_result(bt_dist *d, float *flat, int64_t N, int64_t S, int 
 /* A synced pass captured once (bt_graph) and replayed on new gradients gives the eager pass's
    bits on the same gradients (3 sets), and the engine runs eagerly again afterwards. The launch
    thread, when on, must stand aside inside the capture (a capture is thread-local). */
-static void check_ddp_graph(bt_dist *d, bt_dtype comm_dt, int zero, int thread) {
+static void check_ddp_graph(bt_dist *d, bt_dtype comm_dt, int zero, int thread, int ce) {
     enum { SETS = 3 };
     bt_param_span ps[NP];
     int64_t N = ddp_layout(ps), W = d->world, S = bt_shard_numel(N, (int)W, 64), alloc = zero ? W * S : N;
@@ -466,15 +474,18 @@ static void check_ddp_graph(bt_dist *d, bt_dtype comm_dt, int zero, int thread) 
     float *got = (float *)malloc(sizeof(float) * (size_t)N), *flat = NULL, *src = NULL;
     double *gotd = (double *)malloc(sizeof(double) * (size_t)N), *want = (double *)malloc(sizeof(double) * (size_t)N);
     for (int k = 0; k < SETS; k++) for (int64_t i = 0; i < N; i++) g[(size_t)k * N + i] = (float)input(d->rank, i, 70 + k);
-    cudaMalloc(&flat, sizeof(float) * (size_t)alloc); cudaMalloc(&src, sizeof(float) * (size_t)N);
-    cudaMemset(flat, 0, sizeof(float) * (size_t)alloc);
+    flat = (float *)bt_alloc(dev, sizeof(float) * (size_t)alloc, s);
+    cudaMalloc(&src, sizeof(float) * (size_t)N);
+    cudaMemsetAsync(flat, 0, sizeof(float) * (size_t)alloc, s);
     bt_ddp_opts o;
     memset(&o, 0, sizeof o);
     o.bucket_cap_bytes = (size_t)1 << 20; o.comm_dtype = comm_dt; o.shard_numel = zero ? S : 0; o.launch_as_ready = 1;
-    o.launch_thread = thread; o.trace = 1;
+    o.launch_thread = thread; o.trace = 1; o.copy_engines = ce;
     bt_ddp *dd = bt_ddp_create(d->world_comm, flat, BT_F32, N, ps, NP, &o);
     char what[96];
-    snprintf(what, sizeof what, "ddp graph %s%s%s", bt_dtype_name(comm_dt), zero ? " zero" : "", thread ? " launch-thread" : "");
+    snprintf(what, sizeof what, "ddp graph %s%s%s%s", bt_dtype_name(comm_dt), zero ? " zero" : "", thread ? " launch-thread" : "",
+             ce ? " copy-engines" : "");
+    expect_transport(d, dd, what, ce, comm_dt, zero);
     for (int k = 0; k < SETS; k++) {   /* the eager references */
         cudaMemcpy(src, g + (size_t)k * N, sizeof(float) * (size_t)N, cudaMemcpyHostToDevice);
         ddp_graph_pass(dd, flat, ps, src, s);
@@ -504,7 +515,7 @@ static void check_ddp_graph(bt_dist *d, bt_dtype comm_dt, int zero, int thread) 
     if (d->rank == 0) fprintf(stderr, "%s: %d buckets, %d replays and an eager pass checked\n", what, nb, SETS);
     bt_graph_free(gr);
     bt_ddp_free(dd);
-    cudaFree(flat); cudaFree(src);
+    bt_free(flat); cudaFree(src);
     free(g); free(ref); free(got); free(gotd); free(want);
 }
 
@@ -518,11 +529,14 @@ static int ddp_graph_rank(int rank) {
     o.blocking_comms = ddp_graph_blocking;
     o.nccl_timeout_s = 60;
     bt_dist *d = bt_dist_init(&o);
-    check_ddp_graph(d, BT_F32, 0, 0);
-    check_ddp_graph(d, BT_F32, 0, 1);
-    check_ddp_graph(d, BT_BF16, 0, 1);
-    check_ddp_graph(d, BT_F32, 1, 1);
-    check_ddp_graph(d, BT_BF16, 1, 0);
+    check_ddp_graph(d, BT_F32, 0, 0, 0);
+    check_ddp_graph(d, BT_F32, 0, 1, 0);
+    check_ddp_graph(d, BT_BF16, 0, 1, 0);
+    check_ddp_graph(d, BT_F32, 1, 1, 0);
+    check_ddp_graph(d, BT_BF16, 1, 0, 0);
+    check_ddp_graph(d, BT_F32, 0, 0, 1);   /* copy engines: their waits and flags replayed */
+    check_ddp_graph(d, BT_F32, 0, 1, 1);
+    check_ddp_graph(d, BT_BF16, 0, 1, 1);  /* asked for, but bf16 on the wire: NCCL */
     bt_dist_shutdown(d);
     fprintf(stderr, "rank %d: ddp graph (%s communicators) done, %d failures\n", rank, ddp_graph_blocking ? "blocking" : "nonblocking", fails);
     return fails ? 1 : 0;
@@ -542,13 +556,17 @@ static void test_ddp_graph(void) {
 
 static int ddp_rank(int rank) {
     bt_dist *d = bt_dist_init(NULL);
-    check_ddp(d, BT_F32, 0, 0, 0, 0);
-    check_ddp(d, BT_BF16, 0, 0, 0, 1);
-    check_ddp(d, BT_F32, 1, 0, 0, 2);
-    check_ddp(d, BT_BF16, 1, 0, 0, 3);
-    check_ddp(d, BT_F32, 0, 1, 0, 4);
-    check_ddp(d, BT_F32, 0, 0, 1, 5);   /* the collectives enqueued by the engine's own thread */
-    check_ddp(d, BT_BF16, 1, 1, 1, 6);
+    check_ddp(d, BT_F32, 0, 0, 0, 0, 0);
+    check_ddp(d, BT_BF16, 0, 0, 0, 1, 0);
+    check_ddp(d, BT_F32, 1, 0, 0, 2, 0);
+    check_ddp(d, BT_BF16, 1, 0, 0, 3, 0);
+    check_ddp(d, BT_F32, 0, 1, 0, 4, 0);
+    check_ddp(d, BT_F32, 0, 0, 1, 5, 0);   /* the collectives enqueued by the engine's own thread */
+    check_ddp(d, BT_BF16, 1, 1, 1, 6, 0);
+    check_ddp(d, BT_F32, 0, 0, 0, 7, 1);   /* copy engines: from this thread, the launch thread, as ready */
+    check_ddp(d, BT_F32, 0, 0, 1, 8, 1);
+    check_ddp(d, BT_F32, 0, 1, 1, 9, 1);
+    check_ddp(d, BT_F32, 1, 0, 1, 10, 1);  /* asked for with ZeRO shards: NCCL */
     check_ddp_rows(d, BT_F32);
     check_ddp_rows(d, BT_BF16);
     check_ddp_hooks(d);
