@@ -99,7 +99,8 @@
      a full bucket is launched, in plan order, on the engine's communication stream after that
      stream waits on an event recorded on the compute stream: all-reduce with ncclAvg (the mean
      over ranks, divided exactly once), optionally in bf16 (cast into a bf16 buffer, reduce, cast
-     back). bt_ddp_wait makes the compute stream wait for every bucket (no host sync).
+     back), or, for ranks on one host with opts.copy_engines, through the copy engines (section 8,
+     COPY ENGINES: no SMs held while the data moves). bt_ddp_wait makes the compute stream wait for every bucket (no host sync).
      bt_ddp_set_sync(d, 0) skips communication (gradient accumulation: only the last micro-batch
      communicates). ZeRO-1/2 use the same plan with shard_numel > 0: each element is reduced only
      to the rank that owns it (rank r owns [r*S, (r+1)*S) of the flat buffer; grouped ncclReduce
@@ -151,6 +152,7 @@
 
    HISTORY
      0.1  first version: launchers, store, watchdog, NCCL setup, mesh, collectives, DDP buckets.
+     0.2  DDP buckets through the copy engines for ranks on one host (2026-11-24).
 */
 #ifndef BT_DIST_H
 #define BT_DIST_H

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# x2 call E of session 11 (2026-11-24): the final code (copy-engine exchange memory from bt_alloc):
+# x2 call E of session 11 (2026-11-24; NOT run: the two-GPU machine was no longer lent at 07:35 UTC): the final code (copy-engine exchange memory from bt_alloc):
 # 3 alternating rounds of 1 GPU / 2 GPUs (copy engines, the default) / 2 GPUs NCCL (BT_DDP_CE=0), peak
 # memory from rank 0's log (-o), test_dist_gpu, dist_parity and a kill -9. GPT-2 124M bf16, B 16, T 1024
 # per GPU, 14 steps, medians of steps 4-14.
