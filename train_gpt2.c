@@ -1476,7 +1476,7 @@ static void setup_data_parallel(trainer *tr) {
     /* ranks on one host reduce their buckets through the copy engines, not NCCL's kernels (bt_dist.h,
        COPY ENGINES); BT_DDP_CE=0: NCCL */
     d.copy_engines = !(getenv("BT_DDP_CE") && !strcmp(getenv("BT_DDP_CE"), "0"));
-    int rows = ddp_rows_exchange(tr);
+    int rows = !d.defer && ddp_rows_exchange(tr);   /* the rows follow wte's bucket, which a deferred pass has not sent */
     if (rows) d.launch_as_ready = 1;   /* wte's bucket fills first and must not wait for the plan's order */
     tr->ddp = bt_ddp_create(c, bt_data_ptr(m->flat_grad), m->flat_grad->dtype, m->flat_numel, spans, m->n_params, &d);
     for (int i = 0; i < m->n_params; i++)
