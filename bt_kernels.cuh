@@ -254,6 +254,7 @@ BTDEF void bt_k_inv_count_ne(float *out, const int32_t *x, int64_t n, int value,
 #ifdef BT_KERNELS_IMPLEMENTATION
 #ifndef BT_KERNELS_IMPLEMENTATION_DONE
 #define BT_KERNELS_IMPLEMENTATION_DONE
+#include <cuda.h>   /* CUtensorMap and its enums (types only: the encoder is found at run time, nothing links libcuda) */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cublas_v2.h>
@@ -470,6 +471,16 @@ __device__ __forceinline__ void bt__k_bulk_load(uint32_t sdst, const void *gsrc,
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(sdst),
                  "l"(gsrc), "r"(bytes), "r"(bar) : "memory");
+}
+/* sm_90: the box of 4-d tensor map `map` (a __grid_constant__ parameter's address) at coordinates c0 ..
+   c3 into shared memory by the tensor memory accelerator (zeros where the box leaves the tensor);
+   its bytes count toward the mbarrier's expected ones (bt__k_mbar_expect, once for all of a phase's boxes) */
+__device__ __forceinline__ void bt__k_tma_load4(uint32_t sdst, const void *map, int c0, int c1, int c2, int c3, uint32_t bar) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
+                 ::"r"(sdst), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar) : "memory");
+}
+__device__ __forceinline__ void bt__k_mbar_expect(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
 
 __device__ __forceinline__ float bt__k_wsum(float v) {
@@ -2229,6 +2240,14 @@ typedef struct {
                            the tiles end at T, so the partial tile is the first, which sees fewest keys) */
     float c2, scale;   /* c2 = scale log2(e) */
 } bt__k_attp;
+/* the wgmma forward's tensor maps (a __grid_constant__ parameter of its own: the other kernels' bt__k_attp
+   stays small): q (boxes of BM rows), k, v (128 rows), 64 columns a box, 128-byte swizzle; bit i of hrow:
+   m[i]'s dimensions are (D, H, T, B) (a head's stride below a row's), else (D, T, H, B) */
+typedef struct {
+    CUtensorMap m[3];
+    int hrow;
+} bt__k_att_maps;
+typedef void (*bt__k_att_fwd_kern)(bt__k_attp, bt__k_att_maps);
 
 __device__ __forceinline__ int64_t bt__k_att_off(const int64_t *s, int64_t bh, int H) {
     int64_t b = bh / H;
@@ -3054,10 +3073,12 @@ template <typename T> __global__ void bt__k_att_dvec(float *dvec, bt__k_attp p) 
    and a producer warpgroup (warps 8-11, registers handed to the consumers by setmaxnreg) that
    loads (and in the fused backward adds dQ parts). The producer streams tiles with cp.async into
    a two-stage ring per operand and completes an mbarrier per stage ("full": cp.async.mbarrier.arrive
-   fires when its copies land); the consumers wait on it, multiply, and give the stage back on its
-   "empty" mbarrier (one arrival per consumer warp, after its wgmma.wait_group says the tensor
-   cores are done reading). The stage counts give a phase parity per use: the n-th use of a stage
-   waits for the n-th completion, parity n & 1.
+   fires when its copies land; the forward's producer instead has one thread ask the tensor memory
+   accelerator for each tile, a 4-d tensor-map box in the same swizzle whose bytes complete the
+   barrier: 1.3% faster at T 1024, 2026-11-24); the consumers wait on it, multiply, and give the
+   stage back on its "empty" mbarrier (one arrival per consumer warp, after its wgmma.wait_group
+   says the tensor cores are done reading). The stage counts give a phase parity per use: the n-th
+   use of a stage waits for the n-th completion, parity n & 1.
    Shared tiles hold R rows of D elements as D / 64 column blocks of [R][64] (128 bytes a row), the
    16-byte chunk c of row r stored at chunk c ^ (r & 7) of its row: the 128-byte swizzle the MMA
    descriptors name, so a tile is read conflict-free both as a K-major operand (rows = M or N, D =
@@ -3647,13 +3668,53 @@ __device__ __forceinline__ void bt__k_att_fwd_step(const bt__k_att_fwd_ctx &c, i
     if (ABL == 6) bt__k_wg_pin_u(pf);
     bt__k_att_fwd_tmark(p, c.nitems, uj, c.w, 4);
 }
+/* one thread loads item n's Q (rows q0 .., buffer sQ) and its nt K and V tiles (ring uses u ..) by the
+   tensor memory accelerator: a box of 64 columns a column block, each tile's bytes expected on its full
+   barrier; stages are refilled once the consumers let them go. Ablation 3: only the first fills */
+template <int D, int BM, int ST, int ABL>
+__device__ __forceinline__ void bt__k_att_fwd_tma_item(const bt__k_attp &p, const bt__k_att_maps &tm, int64_t bh, int q0, int nt,
+                                                       int64_t n, int u, uint32_t sQ, uint32_t sK, uint32_t sV, uint32_t qfull,
+                                                       uint32_t qempty, uint32_t kfull, uint32_t kempty, uint32_t vfull,
+                                                       uint32_t vempty) {
+    enum { TILE = 128 * D * 2 };
+    const int b = (int)(bh / p.H), h = (int)(bh - (int64_t)b * p.H), hq = tm.hrow & 1, hk = tm.hrow >> 1 & 1, hv = tm.hrow >> 2 & 1;
+    if (n >= 2) bt__k_mbar_wait(qempty, (int)(((n >> 1) - 1) & 1));
+    if (ABL == 3 && n >= 2) {
+        bt__k_mbar_arrive(qfull);
+    } else {
+        bt__k_mbar_expect(qfull, BM * D * 2);
+#pragma unroll
+        for (int cb = 0; cb < D / 64; cb++) bt__k_tma_load4(sQ + cb * BM * 128, &tm.m[0], cb * 64, hq ? h : q0, hq ? q0 : h, b, qfull);
+    }
+    for (int j = 0; j < nt; j++, u++) {
+        const int s = u % ST, ph = (u / ST - 1) & 1, r0 = j * 128;
+        if (u >= ST) bt__k_mbar_wait(kempty + 8 * s, ph);
+        if (ABL == 3 && u >= ST) {
+            bt__k_mbar_arrive(kfull + 8 * s);
+        } else {
+            bt__k_mbar_expect(kfull + 8 * s, TILE);
+#pragma unroll
+            for (int cb = 0; cb < D / 64; cb++)
+                bt__k_tma_load4(sK + s * TILE + cb * 128 * 128, &tm.m[1], cb * 64, hk ? h : r0, hk ? r0 : h, b, kfull + 8 * s);
+        }
+        if (u >= ST) bt__k_mbar_wait(vempty + 8 * s, ph);
+        if (ABL == 3 && u >= ST) {
+            bt__k_mbar_arrive(vfull + 8 * s);
+        } else {
+            bt__k_mbar_expect(vfull + 8 * s, TILE);
+#pragma unroll
+            for (int cb = 0; cb < D / 64; cb++)
+                bt__k_tma_load4(sV + s * TILE + cb * 128 * 128, &tm.m[2], cb * 64, hv ? h : r0, hv ? r0 : h, b, vfull + 8 * s);
+        }
+    }
+}
 /* -- forward: work items (head, query tile of BM = 64 NW, longest first; bt__k_att_work), one per CTA or,
    with a persistent grid (one CTA per SM), several a CTA: the producer then loads the next item's
    Q (its own buffer: items alternate between two), K(0), V(0) while the consumers finish the last
    one. smem Q 2 x BM x D, K and V ST x 128 x D. M: the variant or ablation (BT__K_FWD_*); NW
    consumer warpgroups (bt__k_att_fwd_nw), then the producer warpgroup -- */
 template <typename T, int D, int M>
-__global__ void __launch_bounds__(128 * (bt__k_att_fwd_nw(M) + 1), 1) bt__k_att_fwd_wg(bt__k_attp p) {
+__global__ void __launch_bounds__(128 * (bt__k_att_fwd_nw(M) + 1), 1) bt__k_att_fwd_wg(bt__k_attp p, const __grid_constant__ bt__k_att_maps tm) {
 #ifdef BT__K_WG
     enum { NW = bt__k_att_fwd_nw(M), BM = 64 * NW, BN = 128, ST = bt__k_att_fwd_st(D), TILE = BN * D * 2, NS = BN / 2, NO = D / 2 };
     enum { QT = BM * D * 2, PT = 128 * NW };   /* PT: the producer's first thread */
@@ -3671,16 +3732,16 @@ __global__ void __launch_bounds__(128 * (bt__k_att_fwd_nw(M) + 1), 1) bt__k_att_
     const int warp = bt__k_warp_id(), lane = threadIdx.x & 31, t = threadIdx.x & 127;
     int64_t next = blockIdx.x;   /* the item fetched ahead (threadIdx.x 256, with p.ctr) */
     if (threadIdx.x == 0) {
-        for (int s = 0; s < ST; s++) {
-            bt__k_mbar_init(kfull + 8 * s, 128); bt__k_mbar_init(vfull + 8 * s, 128);
+        for (int s = 0; s < ST; s++) {   /* full: one arrival (the loading thread's expected bytes) */
+            bt__k_mbar_init(kfull + 8 * s, 1); bt__k_mbar_init(vfull + 8 * s, 1);
             bt__k_mbar_init(kempty + 8 * s, 4 * NW); bt__k_mbar_init(vempty + 8 * s, 4 * NW);
         }
-        for (int b = 0; b < 2; b++) { bt__k_mbar_init(qfull + 8 * b, 128); bt__k_mbar_init(qempty + 8 * b, 4 * NW); }
+        for (int b = 0; b < 2; b++) { bt__k_mbar_init(qfull + 8 * b, 1); bt__k_mbar_init(qempty + 8 * b, 4 * NW); }
         bt__k_mbar_init(ifull, 1); bt__k_mbar_init(iempty, 4 * NW + 4);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
-    if (warp >= 4 * NW) {   /* producer: per item Q (into the buffer the item before last used), then K(j), V(j) */
+    if (warp >= 4 * NW) {   /* producer: its first thread loads each item's Q, K(j), V(j) (bt__k_att_fwd_tma_item) */
         if (NW == 3) bt__k_wg_regs_dec<32>();
         else bt__k_wg_regs_dec<BT__K_WG_PRODUCER_REGS>();
         int u = 0;   /* K, V tiles loaded so far: use u of the rings is stage u % ST, its (u / ST)-th */
@@ -3691,24 +3752,12 @@ __global__ void __launch_bounds__(128 * (bt__k_att_fwd_nw(M) + 1), 1) bt__k_att_
             int rank;
             const int64_t bh = bt__k_att_work(p, L, nqt, rank);
             const int qt = nqt - 1 - rank, q0 = qt * BM - p.qoff, nt = bt__k_att_fwd_nt(p, q0 + BM, BN);
-            const T *q = (const T *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const T *)p.k + bt__k_att_off(p.sk, bh, p.H),
-                    *v = (const T *)p.v + bt__k_att_off(p.sv, bh, p.H);
-            const int qb = (int)(n & 1);   /* item n's Q buffer, its (n / 2)-th use */
-            if (n >= 2) bt__k_mbar_wait(qempty + 8 * qb, (int)(((n >> 1) - 1) & 1));
-            if (ABL != 3 || n < 2) bt__k_wg_load_lean<T, BM, D>(sQ0 + qb * QT, q, p.sq[2], q0, p.T, t);
-            bt__k_cp_mbar_arrive(qfull + 8 * qb);
-            for (int j = 0; j < nt; j++, u++) {
-                const int s = u % ST, ph = (u / ST - 1) & 1;
-                if (u >= ST) bt__k_mbar_wait(kempty + 8 * s, ph);
-                if (ABL != 3 || u < ST) bt__k_wg_load_lean<T, BN, D>(sK + s * TILE, k, p.sk[2], j * BN, p.T, t);
-                bt__k_cp_mbar_arrive(kfull + 8 * s);
-                if (u >= ST) bt__k_mbar_wait(vempty + 8 * s, ph);
-                if (ABL != 3 || u < ST) bt__k_wg_load_lean<T, BN, D>(sV + s * TILE, v, p.sv[2], j * BN, p.T, t);
-                bt__k_cp_mbar_arrive(vfull + 8 * s);
-            }
+            if (t == 0)   /* one thread loads the item: Q into buffer n % 2, then its K(j), V(j) */
+                bt__k_att_fwd_tma_item<D, BM, ST, ABL>(p, tm, bh, q0, nt, n, u, sQ0 + (n & 1) * QT, sK, sV, qfull + 8 * (n & 1),
+                                                       qempty + 8 * (n & 1), kfull, kempty, vfull, vempty);
+            u += nt;
             bt__k_att_mark(p, L, 7, 256);
         }
-        asm volatile("cp.async.wait_all;\n" ::: "memory");   /* every copy landed before this warpgroup exits */
     } else {
         if (NW == 3) bt__k_wg_regs_inc<160>();
         else bt__k_wg_regs_inc<BT__K_WG_CONSUMER_REGS>();
@@ -3767,6 +3816,7 @@ __global__ void __launch_bounds__(128 * (bt__k_att_fwd_nw(M) + 1), 1) bt__k_att_
             u += nt;
             if (ABL == 5) bt__k_att_fwd_out_none<NO>(p, o, l);
             else bt__k_att_fwd_out<T, D, BM>(p, bh, r0, tg, o, l, m, sQ, w, rw + 16 * (warp & 3), 64 * w + 16 * (warp & 3), lane);
+            bt__k_fence_async();   /* the output staged in the Q tile by threads, before the next Q by TMA */
             if (lane == 0) bt__k_mbar_arrive(qempty + 8 * qb);   /* the Q tile read (and the output staged) for the last time */
             bt__k_att_mark(p, L, 4, 0);
             if (p.trace && threadIdx.x == 0) {
@@ -4463,12 +4513,22 @@ static int bt__k_att_tune(const char *name, int dflt) {
     const char *e = getenv(name);
     return e && *e ? atoi(e) : dflt;
 }
+/* the launch itself: the forward's kernels take its tensor maps too */
+static void bt__k_att_wg_start(void (*kern)(bt__k_attp), unsigned grid, unsigned threads, size_t smem, cudaStream_t s,
+                               const bt__k_attp &p, const bt__k_att_maps *) {
+    kern<<<grid, threads, smem, s>>>(p);
+}
+static void bt__k_att_wg_start(bt__k_att_fwd_kern kern, unsigned grid, unsigned threads, size_t smem, cudaStream_t s,
+                               const bt__k_attp &p, const bt__k_att_maps *tm) {
+    kern<<<grid, threads, smem, s>>>(p, *tm);
+}
 /* a wgmma kernel over heads x ntiles work items, heads in sections whose re-read operands (head_bytes
    each) fit in the L2 share (head_bytes 0: one head a section, the items of a head one after the
    other); a grid of one CTA per item, or (persistent) one per SM */
-static void bt__k_att_wg_launch(void (*kern)(bt__k_attp), bt__k_attp p, int64_t ntiles, size_t head_bytes, int persistent,
-                                size_t smem, cudaStream_t s, const char *op, unsigned threads = BT__K_WG_THREADS,
-                                int l2_mb_default = 16) {
+template <typename K>
+static void bt__k_att_wg_launch(K kern, bt__k_attp p, int64_t ntiles, size_t head_bytes, int persistent, size_t smem, cudaStream_t s,
+                                const char *op, unsigned threads = BT__K_WG_THREADS, int l2_mb_default = 16,
+                                const bt__k_att_maps *tm = NULL) {
     int64_t nbh = p.bh1 - p.bh0, items = nbh * ntiles, sms = bt__k_cur()->sm_count;
     /* one_mb 16, not the L2's 50 MiB: data that every SM reads is held in both halves of the L2. At
        B 16, H 12, T 1024 (48 MiB of K and V) one section of all heads read 190 MB from DRAM a forward
@@ -4491,7 +4551,7 @@ static void bt__k_att_wg_launch(void (*kern)(bt__k_attp), bt__k_attp p, int64_t 
     /* BT_ATT_CARVEOUT=0..100: the shared-memory share of the L1 asked for (percent; unset: the driver's choice) */
     int carve = bt__k_att_tune("BT_ATT_CARVEOUT", -1);
     if (carve >= 0) BT__K_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, carve), op);
-    kern<<<(unsigned)grid, threads, smem, s>>>(p);
+    bt__k_att_wg_start(kern, (unsigned)grid, threads, smem, s, p, tm);
     BT__K_LAUNCHED(op);
     if (p.ctr) bt_free(p.ctr);
 }
@@ -4576,7 +4636,7 @@ static void bt__k_att_fwd_tsteps_print(const unsigned long long *st, int T) {
 /* the forward kernel of variant v (BT__K_FWD_OVL, LEAN, WG3 bits; D 64 only, D 128 runs variant 0; WG3
    always with LEAN) or,
    built with -DBT_ATT_FWD_ABLATIONS, of timing-only ablation abl 1..6 (D 64, variant 0) */
-template <typename T> static void (*bt__k_att_fwd_pick(int D, int v, int abl))(bt__k_attp) {
+template <typename T> static bt__k_att_fwd_kern bt__k_att_fwd_pick(int D, int v, int abl) {
     if (D != 64) return bt__k_att_fwd_wg<T, 128, 0>;
 #ifdef BT_ATT_FWD_ABLATIONS
     switch (abl) {
@@ -4605,7 +4665,63 @@ template <typename T> static void (*bt__k_att_fwd_pick(int D, int v, int abl))(b
     default: return bt__k_att_fwd_wg<T, 64, 0>;
     }
 }
-template <typename T> static void bt__k_att_fwd_wg_run(const bt__k_attp *p, cudaStream_t s, const char *op) {
+/* cuTensorMapEncodeTiled, found through the runtime (nothing links libcuda); NULL where the driver has none */
+typedef CUresult (*bt__k_tmap_encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                         const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                         CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+static bt__k_tmap_encode_fn bt__k_tmap_encoder(void) {
+    static bt__k_tmap_encode_fn f;
+    static int tried;
+    if (!tried) {
+        void *e = NULL;
+        cudaDriverEntryPointQueryResult q;
+        tried = 1;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &e, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            f = (bt__k_tmap_encode_fn)e;
+        else
+            cudaGetLastError();
+    }
+    return f;
+}
+static CUtensorMapDataType bt__k_tmap_type(const __nv_bfloat16 *) { return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16; }
+static CUtensorMapDataType bt__k_tmap_type(const __half *) { return CU_TENSOR_MAP_DATA_TYPE_FLOAT16; }
+/* the tensor map of attention operand x (B x H heads of T rows of D, strides s in elements: batch, head,
+   row) for boxes of 64 columns x `rows` rows in the wgmma tiles' 128-byte swizzle, zeros outside the
+   tensor. Dimensions (D, T, H, B), or (D, H, T, B) (*hrow = 1) when a head's stride is below a row's
+   (q, k, v of one [B, T, 3, H, D] buffer), so that the strides grow outward. 0: the driver cannot */
+template <typename T>
+static int bt__k_att_tmap(CUtensorMap *m, int *hrow, const void *x, const int64_t *s, int64_t B, int64_t H, int64_t Tn, int64_t D,
+                          int rows) {
+    bt__k_tmap_encode_fn enc = bt__k_tmap_encoder();
+    if (!enc) return 0;
+    *hrow = s[1] < s[2];
+    const cuuint64_t dim[4] = {(cuuint64_t)D, (cuuint64_t)(*hrow ? H : Tn), (cuuint64_t)(*hrow ? Tn : H), (cuuint64_t)B};
+    int64_t st[3] = {(*hrow ? s[1] : s[2]) * 2, (*hrow ? s[2] : s[1]) * 2, s[0] * 2};
+    cuuint64_t str[3];
+    for (int i = 0; i < 3; i++) {
+        if (dim[i + 1] == 1) st[i] = st[i] > 0 ? (st[i] + 15) / 16 * 16 : 16;   /* never stepped: any legal stride */
+        if (st[i] <= 0 || st[i] % 16 || st[i] >= ((int64_t)1 << 40)) return 0;
+        str[i] = (cuuint64_t)st[i];
+    }
+    const cuuint32_t box[4] = {64, (cuuint32_t)(*hrow ? 1 : rows), (cuuint32_t)(*hrow ? rows : 1), 1}, one[4] = {1, 1, 1, 1};
+    return enc(m, bt__k_tmap_type((const T *)0), 4, (void *)x, dim, str, box, one, CU_TENSOR_MAP_INTERLEAVE_NONE,
+               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+/* the forward's three maps; 0 where the driver cannot make one (the caller then runs the sm_80 kernels) */
+template <typename T> static int bt__k_att_fwd_maps(bt__k_att_maps *tm, const bt__k_attp *p, int BM) {
+    const int64_t B = p->BH / p->H;
+    int hq = 0, hk = 0, hv = 0;
+    memset(tm, 0, sizeof *tm);
+    if (!bt__k_att_tmap<T>(&tm->m[0], &hq, p->q, p->sq, B, p->H, p->T, p->D, BM) ||
+        !bt__k_att_tmap<T>(&tm->m[1], &hk, p->k, p->sk, B, p->H, p->T, p->D, 128) ||
+        !bt__k_att_tmap<T>(&tm->m[2], &hv, p->v, p->sv, B, p->H, p->T, p->D, 128))
+        return 0;
+    tm->hrow = hq | hk << 1 | hv << 2;
+    return 1;
+}
+/* the wgmma forward; 0: not run (no tensor maps) */
+template <typename T> static int bt__k_att_fwd_wg_run(const bt__k_attp *p, cudaStream_t s, const char *op) {
     const int wg3 = p->D == 64 && bt__k_att_tune("BT_ATT_FWD_WG3", 1), BM = wg3 ? 192 : 128;
     const unsigned threads = wg3 ? 512 : BT__K_WG_THREADS;
     const size_t smem = bt__k_att_wg_smem_fwd((int)p->D, BM);
@@ -4621,7 +4737,7 @@ template <typename T> static void bt__k_att_fwd_wg_run(const bt__k_attp *p, cuda
     const int v = (bt__k_att_tune("BT_ATT_FWD_OVL", 1) ? BT__K_FWD_OVL : 0) | (bt__k_att_tune("BT_ATT_FWD_LEAN", 1) ? BT__K_FWD_LEAN : 0) |
                   (wg3 ? BT__K_FWD_WG3 : 0) | (bt__k_att_tune("BT_ATT_FWD_SKIP", 0) ? BT__K_FWD_SKIP : 0) |
                   (bt__k_att_tune("BT_ATT_FWD_TURNS", 0) ? 0 : BT__K_FWD_NOTURN);
-    void (*kern)(bt__k_attp) = bt__k_att_fwd_pick<T>((int)p->D, v, wg3 ? 0 : bt__k_att_tune("BT_ATT_FWD_ABL", 0));
+    bt__k_att_fwd_kern kern = bt__k_att_fwd_pick<T>((int)p->D, v, wg3 ? 0 : bt__k_att_tune("BT_ATT_FWD_ABL", 0));
     /* QEND (BT_ATT_FWD_QEND, default 1): causal query tiles of 192 rows end at T when the last tile
        would hold one live warpgroup of three (192 - T % 192 >= 128); at T 1024 the items of a head
        then walk 8 7 5 4 2 1 key tiles (27) instead of 2 3 5 6 8 8 (32). Measured (B 16, H 12, causal,
@@ -4632,6 +4748,8 @@ template <typename T> static void bt__k_att_fwd_wg_run(const bt__k_attp *p, cuda
     bt__k_attp pq = *p;
     const int qoff = (int)(tiles * BM - p->T);
     pq.qoff = p->causal && BM == 192 && qoff >= 128 && bt__k_att_tune("BT_ATT_FWD_QEND", 1) ? qoff : 0;
+    bt__k_att_maps tm;
+    if (!bt__k_att_fwd_maps<T>(&tm, &pq, BM)) return 0;
     p = &pq;
     /* the forward's sections of 24 MiB: 88.1-88.4 us against 89.6-89.7 with 16 at T 1024, 36.5-36.8
        against 38.8-39.1 at T 512 (one section there), 893.7-895.7 against 902.8-903.5 at T 4096
@@ -4640,15 +4758,15 @@ template <typename T> static void bt__k_att_fwd_wg_run(const bt__k_attp *p, cuda
     enum { L2_MB = 24 };
     static int calls_at_T = 0;   /* the third call at that T is traced (warm caches and clocks) */
     if (bt__k_att_tune("BT_ATT_TRACE", 0) != p->T || ++calls_at_T != 3) {
-        bt__k_att_wg_launch(kern, *p, tiles, hb, per, smem, s, op, threads, L2_MB);
-        return;
+        bt__k_att_wg_launch(kern, *p, tiles, hb, per, smem, s, op, threads, L2_MB, &tm);
+        return 1;
     }
     bt__k_attp q = *p;
     const int64_t items = (p->bh1 - p->bh0) * tiles;
     const size_t bytes = (size_t)items * 64 + (size_t)BT__K_FWD_TSTEPS * 16 * 8;
     q.trace = (unsigned long long *)bt__k_scratch(bytes, s);
     BT__K_CUDA(cudaMemsetAsync(q.trace, 0, bytes, s), op);
-    bt__k_att_wg_launch(kern, q, tiles, hb, per, smem, s, op, threads, L2_MB);
+    bt__k_att_wg_launch(kern, q, tiles, hb, per, smem, s, op, threads, L2_MB, &tm);
     unsigned long long *h = (unsigned long long *)malloc(bytes);
     if (!h) bt_error("%s: trace: out of host memory (%lld items)", op, (long long)items);
     BT__K_CUDA(cudaMemcpyAsync(h, q.trace, bytes, cudaMemcpyDeviceToHost, s), op);
@@ -4657,6 +4775,7 @@ template <typename T> static void bt__k_att_fwd_wg_run(const bt__k_attp *p, cuda
     bt__k_att_fwd_tsteps_print(h + items * 8, p->T);
     free(h);
     bt_free(q.trace);
+    return 1;
 }
 /* the fused backward (causal, D 64): Dvec by the pre-pass, then the kernel over chunks of heads
    whose fp32 dQ sums (32 KiB a query tile of 128: 50 MiB at B 16, H 12, T 1024; 403 MB at B 128)
@@ -4709,11 +4828,9 @@ BTDEF void bt_k_attention_strided(bt_dtype dt, void *out, const int64_t *so, flo
     p.vec = bt__k_att_al(q, sq, es, 16) && bt__k_att_al(k, sk, es, 16) && bt__k_att_al(v, sv, es, 16);
     p.vec_out = bt__k_att_al(out, so, es, 4);
     p.out16 = bt__k_att_al(out, so, es, 16);
-    if (bt__k_att_wg_use(dt, &p)) {
-        if (dt == BT_BF16) bt__k_att_fwd_wg_run<__nv_bfloat16>(&p, s, op);
-        else bt__k_att_fwd_wg_run<__half>(&p, s, op);
+    if (bt__k_att_wg_use(dt, &p) &&
+        (dt == BT_BF16 ? bt__k_att_fwd_wg_run<__nv_bfloat16>(&p, s, op) : bt__k_att_fwd_wg_run<__half>(&p, s, op)))
         return;
-    }
     unsigned tiles = (unsigned)((Tn + 63) / 64);
     int dp = bt__k_att_dp(D);
     switch (dt) {
