@@ -2224,7 +2224,8 @@ typedef struct {
     int64_t BH, bh0, bh1;   /* heads of this launch: bh0 .. bh1 - 1 */
     int64_t sec;        /* wgmma kernels: heads per section of the work order (bt__k_att_work) */
     float *dvec_out;    /* wgmma dQ kernel: writes Dvec of its rows here (no pre-pass) when set */
-    int turns;          /* wgmma backward kernels: the two warpgroups take turns issuing products */
+    int turns;          /* wgmma backward kernels: the two warpgroups take turns issuing products; the forward's
+                           variants with turns: in items of at least this many key tiles */
     int *ctr;           /* persistent wgmma forward: work items taken from this counter (zeroed per launch),
                            as the SMs free up; NULL: a fixed snake order (bt__k_att_item) */
     float *dqacc;       /* fused wgmma backward: fp32 dQ sums, a 128 x 64 tile per (head - bh0, query tile) */
@@ -3373,7 +3374,8 @@ __device__ __forceinline__ int64_t bt__k_att_next(const bt__k_attp &p, int64_t n
    three consumer warpgroups and 192-query tiles (512 threads; bt__k_att_fwd_nw); BT__K_FWD_SKIP: a
    row keeps its running max unless a tile raises it by more than BT__K_FWD_SKIP_LOG2 (log2 units),
    and a warp whose rows all kept theirs skips the O rescale (bt__k_att_fwd_p); BT__K_FWD_NOTURN
-   (with WG3): no turns at the tensor cores (the default at D 64: WG3 | OVL | LEAN | NOTURN) */
+   (with WG3): no turns at the tensor cores (the default at D 64: WG3 | OVL | LEAN, with turns in
+   items of at least p.turns key tiles, 7 when causal; NOTURN where no item has that many) */
 enum { BT__K_FWD_ABL = 7, BT__K_FWD_OVL = 8, BT__K_FWD_LEAN = 16, BT__K_FWD_WG3 = 32, BT__K_FWD_SKIP = 64, BT__K_FWD_NOTURN = 128 };
 /* SKIP: P = 2^(S c2 - m c2) stays below 2^8 with a stale max m (within bf16 / f16 range, and l, O
    are in the same stale units, so O / l and lse stay exact) */
@@ -3569,6 +3571,7 @@ struct bt__k_att_fwd_ctx {
     uint64_t dq, dk, dv;   /* LEAN: descriptors of this warpgroup's Q rows, the K ring's and V ring's starts */
     int64_t L, nitems;
     int u, nt, ntw, ke, w, lane, r0, tg;
+    int tn;   /* the item's warpgroups take turns at the tensor cores (variants with turns: nt >= p.turns) */
 };
 /* S = Q K(stage s)^T for the step's warpgroup under variant M */
 template <typename T, int D, int M>
@@ -3595,8 +3598,8 @@ __device__ __forceinline__ void bt__k_att_fwd_idle(const bt__k_att_fwd_ctx &c, i
     const int uj = c.u + j, s = uj % ST;
     bt__k_mbar_wait(c.kfull + 8 * s, (uj / ST) & 1);
     bt__k_mbar_wait(c.vfull + 8 * s, (uj / ST) & 1);
-    if (TURNS) bt__k_bar_sync(1 + c.w);
-    bt__k_att_fwd_turn_give<NW>(TURNS, c, j);
+    if (TURNS && c.tn) bt__k_bar_sync(1 + c.w);
+    bt__k_att_fwd_turn_give<NW>(TURNS && c.tn, c, j);
     if (c.lane == 0) {
         bt__k_mbar_arrive(c.kempty + 8 * s);
         bt__k_mbar_arrive(c.vempty + 8 * s);
@@ -3624,7 +3627,7 @@ __device__ __forceinline__ void bt__k_att_fwd_step(const bt__k_att_fwd_ctx &c, i
     if (later) bt__k_mbar_wait(c.vfull + 8 * sp, ((uj - 1) / ST) & 1);
     bt__k_fence_async();
     bt__k_att_fwd_tmark(p, c.nitems, uj, c.w, 1);
-    if (TURNS) bt__k_bar_sync(1 + c.w);   /* this warpgroup's turn at the tensor cores */
+    if (TURNS && c.tn) bt__k_bar_sync(1 + c.w);   /* this warpgroup's turn at the tensor cores */
     bt__k_att_fwd_tmark(p, c.nitems, uj, c.w, 2);
     /* each branch fences right before its products (no register of theirs touched between) */
     if (ABL == 6) {
@@ -3642,7 +3645,7 @@ __device__ __forceinline__ void bt__k_att_fwd_step(const bt__k_att_fwd_ctx &c, i
         bt__k_att_fwd_qk<T, D, M>(sc, c, s);
         bt__k_wg_commit();
     }
-    bt__k_att_fwd_turn_give<NW>(TURNS, c, j);
+    bt__k_att_fwd_turn_give<NW>(TURNS && c.tn, c, j);
     if (ovl) {
         bt__k_wg_wait1();   /* S(j) landed, P(j-1) V(j-1) may run on */
         bt__k_wg_pin(sc);
@@ -3786,10 +3789,11 @@ __global__ void __launch_bounds__(128 * (bt__k_att_fwd_nw(M) + 1), 1) bt__k_att_
             const uint32_t sQ = sQ0 + qb * QT;
             bt__k_mbar_wait(qfull + 8 * qb, (int)((n >> 1) & 1));
             bt__k_att_mark(p, L, 1, 0);
-            bt__k_att_fwd_turn_open<NW>(TURNS, w);   /* warpgroup 0 issues first */
+            const int tn = NW == 2 || nt >= p.turns;
+            bt__k_att_fwd_turn_open<NW>(TURNS && tn, w);   /* warpgroup 0 issues first */
             const bt__k_att_fwd_ctx c = {p, sQ, sK, sV, kfull, kempty, vfull, vempty, bt__k_wg_kmaj(sQ, BM, 64 * w, 0),
                                          bt__k_wg_kmaj(sK, 128, 0, 0), bt__k_wg_mnmaj(sV, 128, 0), L, nitems, u, nt, ntw, ke, w,
-                                         lane, r0, tg};
+                                         lane, r0, tg, tn};
             if (OVL) {   /* the first step apart: ptxas then knows which products are in flight where (else C7514) */
                 bt__k_att_fwd_step<T, D, M, 1>(c, 0, o, m, l, pf);
                 for (int j = 1; j < ntw; j++) bt__k_att_fwd_step<T, D, M, 2>(c, j, o, m, l, pf);
@@ -4504,9 +4508,9 @@ static int bt__k_att_wg_use(bt_dtype dt, const bt__k_attp *p) {
    its warpgroup's P V at D 64; BT_ATT_FWD_LEAN=0|1 (default 1), its leaner
    steps (BT__K_FWD_LEAN); BT_ATT_FWD_WG3=0|1 (default 1), three consumer warpgroups and 192-query
    tiles at D 64 (BT__K_FWD_WG3, always with LEAN); BT_ATT_FWD_SKIP=0|1 (default 0), the O rescale
-   skipped while no row max rises by more than 2^8 (with OVL and LEAN); BT_ATT_FWD_TURNS=0|1 (WG3
-   with OVL only, default 0: its warpgroups do not take turns at the tensor cores; the two-warpgroup
-   kernel always takes them); BT_ATT_FWD_ABL=1..6 (with BT_ATT_FWD_WG3=0), timing-only ablations (builds with
+   skipped while no row max rises by more than 2^8 (with OVL and LEAN); BT_ATT_FWD_TURNS=K (WG3
+   with OVL only; K >= 1: its warpgroups take turns at the tensor cores in items of at least K key
+   tiles, 0: never; default 7 causal, else 0; the two-warpgroup kernel always takes them); BT_ATT_FWD_ABL=1..6 (with BT_ATT_FWD_WG3=0), timing-only ablations (builds with
    -DBT_ATT_FWD_ABLATIONS); BT_ATT_TRACE=T, clocks per work item of one
    forward call at that T (bt__k_att_fwd_trace_print) */
 static int bt__k_att_tune(const char *name, int dflt) {
@@ -4733,10 +4737,17 @@ template <typename T> static int bt__k_att_fwd_wg_run(const bt__k_attp *p, cudaS
        135.6 / 145.5 and the code before both 143.3 / 150.5 (H100, 13:03 UTC, bench/runs/attnf_call2.sh).
        WG3 without turns (the default since session attnf3): T 1024 112.6 / 100.5 us against LEAN + OVL
        116.8 / 103.3, T 4096 1073 / 1063 against 1231 / 1187 (process pairs; H100, 13:18 UTC,
-       bench/runs/attnf3_call.sh); WG3 with turns 1067 - 1134 at T 4096 but not faster at T 1024 */
+       bench/runs/attnf3_call.sh); WG3 with turns 1067 - 1134 at T 4096 but not faster at T 1024.
+       Turns only in items of at least 7 key tiles (BT_ATT_FWD_TURNS=7, the causal default; the kernel
+       without turns where no item has that many, T <= 768): T 1024 86.0 / 86.3 / 86.6 us against 87.0
+       / 86.7 / 87.6 without turns, T 4096 854.4-855.5 against 888.2-892.0; turns in every item 88.6-89.2
+       and 857.5-860.2, T 512 39.6-39.7 against 36.9-37.0 (B 16, H 12, three alternating rounds; H100,
+       2026-11-24 14:47 UTC, bench/runs/h100s13g.sh). Not measured without the causal mask: none there */
+    int turns = bt__k_att_tune("BT_ATT_FWD_TURNS", p->causal ? 7 : 0);
+    if ((p->T + 127) / 128 < turns) turns = 0;   /* no item reaches it (an item's key tiles: at most T / 128) */
     const int v = (bt__k_att_tune("BT_ATT_FWD_OVL", 1) ? BT__K_FWD_OVL : 0) | (bt__k_att_tune("BT_ATT_FWD_LEAN", 1) ? BT__K_FWD_LEAN : 0) |
                   (wg3 ? BT__K_FWD_WG3 : 0) | (bt__k_att_tune("BT_ATT_FWD_SKIP", 0) ? BT__K_FWD_SKIP : 0) |
-                  (bt__k_att_tune("BT_ATT_FWD_TURNS", 0) ? 0 : BT__K_FWD_NOTURN);
+                  (turns ? 0 : BT__K_FWD_NOTURN);
     bt__k_att_fwd_kern kern = bt__k_att_fwd_pick<T>((int)p->D, v, wg3 ? 0 : bt__k_att_tune("BT_ATT_FWD_ABL", 0));
     /* QEND (BT_ATT_FWD_QEND, default 1): causal query tiles of 192 rows end at T when the last tile
        would hold one live warpgroup of three (192 - T % 192 >= 128); at T 1024 the items of a head
@@ -4748,6 +4759,7 @@ template <typename T> static int bt__k_att_fwd_wg_run(const bt__k_attp *p, cudaS
     bt__k_attp pq = *p;
     const int qoff = (int)(tiles * BM - p->T);
     pq.qoff = p->causal && BM == 192 && qoff >= 128 && bt__k_att_tune("BT_ATT_FWD_QEND", 1) ? qoff : 0;
+    pq.turns = turns;
     bt__k_att_maps tm;
     if (!bt__k_att_fwd_maps<T>(&tm, &pq, BM)) return 0;
     p = &pq;

@@ -1192,13 +1192,14 @@ static void test_attention_hopper(void) {
     unsetenv("BT_ATT_FUSED_BWD");
     /* the forward's variants at D 64 (the default: three consumer warpgroups with 192-query tiles,
        BT_ATT_FWD_WG3=1, the leaner steps with the softmax under P V, BT_ATT_FWD_LEAN=1
-       BT_ATT_FWD_OVL=1, no turns at the tensor cores, BT_ATT_FWD_TURNS=0): two warpgroups with
+       BT_ATT_FWD_OVL=1, turns at the tensor cores in causal items of at least 7 key tiles,
+       BT_ATT_FWD_TURNS=7): two warpgroups with
        neither, OVL alone, LEAN alone, both; WG3 (always LEAN) with turns, with and without OVL; the
        stale row max (BT_ATT_FWD_SKIP) on WG3 with and without turns and on two warpgroups; WG3
-       without turns (the default, set);
+       without turns; WG3 with turns only in items of at least 4 key tiles;
        several items a CTA, causal and not, T not a multiple of 128 or 192 (the last tiles' zero rows
        and masks; WG3: warpgroups wholly past T, and the causal diagonal across two key tiles) */
-    enum { NE = 5, NV = 10 };
+    enum { NE = 5, NV = 11 };
     const char *fwd_env[NE] = {"BT_ATT_FWD_OVL", "BT_ATT_FWD_LEAN", "BT_ATT_FWD_WG3", "BT_ATT_FWD_SKIP", "BT_ATT_FWD_TURNS"};
     char fwd_saved[NE][32];
     int fwd_had[NE];
@@ -1210,7 +1211,7 @@ static void test_attention_hopper(void) {
     const char *fwd_v[NV][NE] = {{"0", "0", "0", "0", "1"}, {"1", "0", "0", "0", "1"}, {"0", "1", "0", "0", "1"},
                                  {"1", "1", "1", "0", "1"}, {"0", "1", "1", "0", "1"}, {"1", "1", "1", "1", "1"},
                                  {"1", "1", "0", "1", "1"}, {"1", "1", "1", "0", "0"}, {"1", "1", "0", "0", "1"},
-                                 {"1", "1", "1", "1", "0"}};
+                                 {"1", "1", "1", "1", "0"}, {"1", "1", "1", "0", "4"}};
     for (int i = 0; i < NV; i++) {
         for (int e = 0; e < NE; e++) setenv(fwd_env[e], fwd_v[i][e], 1);
         seed(1420 + i);
