@@ -3671,6 +3671,21 @@ __device__ __forceinline__ void bt__k_att_fwd_step(const bt__k_att_fwd_ctx &c, i
     if (ABL == 6) bt__k_wg_pin_u(pf);
     bt__k_att_fwd_tmark(p, c.nitems, uj, c.w, 4);
 }
+/* one K or V tile (rows r0 .. of head h, batch b; map's dimension order hr) into ring stage s at its use
+   u: once the consumers let the stage go (use u - ST, parity ph), its bytes expected on `full`.
+   Ablation 3: only the first fills load */
+template <int D, int ST, int ABL>
+__device__ __forceinline__ void bt__k_att_fwd_tma_tile(const CUtensorMap *map, int hr, int r0, int h, int b, uint32_t dst, uint32_t full,
+                                                       uint32_t empty, int u, int ph) {
+    if (u >= ST) bt__k_mbar_wait(empty, ph);
+    if (ABL == 3 && u >= ST) {
+        bt__k_mbar_arrive(full);
+        return;
+    }
+    bt__k_mbar_expect(full, 128 * D * 2);
+#pragma unroll
+    for (int cb = 0; cb < D / 64; cb++) bt__k_tma_load4(dst + cb * 128 * 128, map, cb * 64, hr ? h : r0, hr ? r0 : h, b, full);
+}
 /* one thread loads item n's Q (rows q0 .., buffer sQ) and its nt K and V tiles (ring uses u ..) by the
    tensor memory accelerator: a box of 64 columns a column block, each tile's bytes expected on its full
    barrier; stages are refilled once the consumers let them go. Ablation 3: only the first fills */
@@ -3690,25 +3705,9 @@ __device__ __forceinline__ void bt__k_att_fwd_tma_item(const bt__k_attp &p, cons
         for (int cb = 0; cb < D / 64; cb++) bt__k_tma_load4(sQ + cb * BM * 128, &tm.m[0], cb * 64, hq ? h : q0, hq ? q0 : h, b, qfull);
     }
     for (int j = 0; j < nt; j++, u++) {
-        const int s = u % ST, ph = (u / ST - 1) & 1, r0 = j * 128;
-        if (u >= ST) bt__k_mbar_wait(kempty + 8 * s, ph);
-        if (ABL == 3 && u >= ST) {
-            bt__k_mbar_arrive(kfull + 8 * s);
-        } else {
-            bt__k_mbar_expect(kfull + 8 * s, TILE);
-#pragma unroll
-            for (int cb = 0; cb < D / 64; cb++)
-                bt__k_tma_load4(sK + s * TILE + cb * 128 * 128, &tm.m[1], cb * 64, hk ? h : r0, hk ? r0 : h, b, kfull + 8 * s);
-        }
-        if (u >= ST) bt__k_mbar_wait(vempty + 8 * s, ph);
-        if (ABL == 3 && u >= ST) {
-            bt__k_mbar_arrive(vfull + 8 * s);
-        } else {
-            bt__k_mbar_expect(vfull + 8 * s, TILE);
-#pragma unroll
-            for (int cb = 0; cb < D / 64; cb++)
-                bt__k_tma_load4(sV + s * TILE + cb * 128 * 128, &tm.m[2], cb * 64, hv ? h : r0, hv ? r0 : h, b, vfull + 8 * s);
-        }
+        const int s = u % ST, ph = (u / ST - 1) & 1;
+        bt__k_att_fwd_tma_tile<D, ST, ABL>(&tm.m[1], hk, j * 128, h, b, sK + s * TILE, kfull + 8 * s, kempty + 8 * s, u, ph);
+        bt__k_att_fwd_tma_tile<D, ST, ABL>(&tm.m[2], hv, j * 128, h, b, sV + s * TILE, vfull + 8 * s, vempty + 8 * s, u, ph);
     }
 }
 /* -- forward: work items (head, query tile of BM = 64 NW, longest first; bt__k_att_work), one per CTA or,
@@ -3733,7 +3732,7 @@ __global__ void __launch_bounds__(128 * (bt__k_att_fwd_nw(M) + 1), 1) bt__k_att_
     const int nqt = (p.T + BM - 1) / BM;
     const int64_t nitems = (p.bh1 - p.bh0) * nqt;
     const int warp = bt__k_warp_id(), lane = threadIdx.x & 31, t = threadIdx.x & 127;
-    int64_t next = blockIdx.x;   /* the item fetched ahead (threadIdx.x 256, with p.ctr) */
+    int64_t next = blockIdx.x;   /* the item fetched ahead (thread PT, the producer's first, with p.ctr) */
     if (threadIdx.x == 0) {
         for (int s = 0; s < ST; s++) {   /* full: one arrival (the loading thread's expected bytes) */
             bt__k_mbar_init(kfull + 8 * s, 1); bt__k_mbar_init(vfull + 8 * s, 1);
@@ -3759,7 +3758,7 @@ __global__ void __launch_bounds__(128 * (bt__k_att_fwd_nw(M) + 1), 1) bt__k_att_
                 bt__k_att_fwd_tma_item<D, BM, ST, ABL>(p, tm, bh, q0, nt, n, u, sQ0 + (n & 1) * QT, sK, sV, qfull + 8 * (n & 1),
                                                        qempty + 8 * (n & 1), kfull, kempty, vfull, vempty);
             u += nt;
-            bt__k_att_mark(p, L, 7, 256);
+            bt__k_att_mark(p, L, 7, PT);   /* the loading thread, after the item's last load */
         }
     } else {
         if (NW == 3) bt__k_wg_regs_inc<160>();
