@@ -3143,6 +3143,11 @@ template <int N> __device__ __forceinline__ void bt__k_wg_pin(float (&d)[N]) {
 #pragma unroll
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
+/* a branch that splits ptxas's scheduling regions, on a condition the caller knows never holds (a
+   kernel argument the host checked): instructions such as a wgmma wait do not move across it */
+__device__ __forceinline__ void bt__k_sched_split(bool never) {
+    if (never) __trap();
+}
 /* A fragments read by an issued product stay live (their registers not reused) until after the wait */
 template <int KS> __device__ __forceinline__ void bt__k_wg_pin_u(uint32_t (&a)[KS][4]) {
 #pragma unroll
@@ -3415,13 +3420,13 @@ __device__ __forceinline__ void bt__k_att_mark(const bt__k_attp &p, int64_t L, i
     if (p.trace && threadIdx.x == th) p.trace[L * 8 + k] = clock64();
 }
 /* BT_ATT_TRACE in builds with -DBT_ATT_FWD_ABLATIONS, the steps of CTA 0 (its first BT__K_FWD_TSTEPS): warpgroup w's thread 0 writes the
-   clock at phase k (0 step start, 1 K / V landed, 2 turn taken, 3 products waited for, 4 step end)
-   into slot (u + j) * 16 + 8 w + k behind the items' marks */
+   clock at phase k (0 step start, 1 K / V landed, 2 turn taken, 3 products waited for, 4 step end, 5 S issued, 6 P V issued)
+   into slot (u + j) * 24 + 8 w + k behind the items' marks */
 #define BT__K_FWD_TSTEPS 512
 __device__ __forceinline__ void bt__k_att_fwd_tmark(const bt__k_attp &p, int64_t nitems, int step, int w, int k) {
 #ifdef BT_ATT_FWD_ABLATIONS
-    if (p.trace && blockIdx.x == 0 && (threadIdx.x & 127) == 0 && w < 2 && step < BT__K_FWD_TSTEPS)
-        p.trace[nitems * 8 + (int64_t)step * 16 + 8 * w + k] = clock64();
+    if (p.trace && blockIdx.x == 0 && (threadIdx.x & 127) == 0 && step < BT__K_FWD_TSTEPS)
+        p.trace[nitems * 8 + (int64_t)step * 24 + 8 * w + k] = clock64();
 #else
     (void)p; (void)nitems; (void)step; (void)w; (void)k;
 #endif
@@ -3625,7 +3630,9 @@ __device__ __forceinline__ void bt__k_att_fwd_step(const bt__k_att_fwd_ctx &c, i
     bt__k_att_fwd_tmark(p, c.nitems, uj, c.w, 0);
     bt__k_mbar_wait(c.kfull + 8 * s, (uj / ST) & 1);
     if (later) bt__k_mbar_wait(c.vfull + 8 * sp, ((uj - 1) / ST) & 1);
-    bt__k_fence_async();
+    /* no proxy fence: K and V land by TMA and are read by wgmma, both the async proxy, and no thread
+       writes those stages (its removal alone: T 4096 843-846 us against 846-847, within the noise;
+       H100, bench/runs/h100s15a.sh) */
     bt__k_att_fwd_tmark(p, c.nitems, uj, c.w, 1);
     if (TURNS && c.tn) bt__k_bar_sync(1 + c.w);   /* this warpgroup's turn at the tensor cores */
     bt__k_att_fwd_tmark(p, c.nitems, uj, c.w, 2);
@@ -3637,9 +3644,11 @@ __device__ __forceinline__ void bt__k_att_fwd_step(const bt__k_att_fwd_ctx &c, i
         bt__k_wg_arrive();
         bt__k_att_fwd_qk<T, D, M>(sc, c, s);
         bt__k_wg_commit();
+        bt__k_att_fwd_tmark(p, c.nitems, uj, c.w, 5);
         if (ovl) bt__k_wg_arrive();   /* a pipeline stage of its own for ptxas (else C7514) */
         bt__k_att_fwd_pv<T, D, LEAN>(o, pf, c.sV + sp * TILE, c.dv, (uint32_t)(sp * TILE));
         bt__k_wg_commit();
+        bt__k_att_fwd_tmark(p, c.nitems, uj, c.w, 6);
     } else {
         bt__k_wg_arrive();
         bt__k_att_fwd_qk<T, D, M>(sc, c, s);
@@ -3662,6 +3671,12 @@ __device__ __forceinline__ void bt__k_att_fwd_step(const bt__k_att_fwd_ctx &c, i
     const int edge = (p.causal && j >= c.ke) || (j + 1) * BN > p.T;
     if (ABL != 1) bt__k_att_fwd_p<M, NS>(p, sc, m, l, al, edge, j * BN, c.r0, c.tg);
     if (ovl) {
+        /* ptxas hoists the wait for P V above the softmax's row max unless a branch stands between
+           (it moves no wgmma wait across one): P V then ran alone. With this never-taken one the wait
+           lands among the exponentials, which interleave with P's packing: T 4096 814-816 us against
+           850-853, T 1024 84.6 against 85.4-85.9. Waiting after every exponential (a branch on the
+           row sums) was slower, 870 (H100, bench/runs/h100s15b.sh, h100s15c.sh) */
+        bt__k_sched_split(p.T < 0);
         bt__k_wg_wait0();
         bt__k_wg_pin(o); bt__k_wg_pin_u(pf);
         if (c.lane == 0) bt__k_mbar_arrive(c.vempty + 8 * sp);
@@ -4619,22 +4634,35 @@ static void bt__k_att_fwd_trace_print(const unsigned long long *tr, int64_t item
 /* BT_ATT_TRACE: CTA 0's steps (bt__k_att_fwd_tmark), per warpgroup the mean cycles of each phase over
    the recorded steps and the mean period (a step's start to the next one's) */
 static void bt__k_att_fwd_tsteps_print(const unsigned long long *st, int T) {
-    for (int w = 0; w < 2; w++) {
-        double sum[5] = {0}, per = 0.;
-        int n = 0, np = 0;
+    for (int w = 0; w < 3; w++) {
+        double sum[5] = {0}, per = 0., iss[2] = {0, 0};
+        int n = 0, np = 0, ni = 0;
         for (int k = 0; k < BT__K_FWD_TSTEPS; k++) {
-            const unsigned long long *x = st + k * 16 + 8 * w;
+            const unsigned long long *x = st + k * 24 + 8 * w;
             if (!x[0] || !x[4]) continue;
             sum[0] += (double)(x[1] - x[0]); sum[1] += (double)(x[2] - x[1]); sum[2] += (double)(x[3] - x[2]);
             sum[3] += (double)(x[4] - x[3]); sum[4] += (double)(x[4] - x[0]);
             n++;
-            if (k + 1 < BT__K_FWD_TSTEPS && x[16]) { per += (double)x[16] - (double)x[0]; np++; }
+            if (x[5] && x[6]) { iss[0] += (double)(x[5] - x[2]); iss[1] += (double)(x[6] - x[5]); ni++; }
+            if (k + 1 < BT__K_FWD_TSTEPS && x[24] && x[24 + 4]) { per += (double)x[24] - (double)x[0]; np++; }
         }
         if (n)
             fprintf(stderr, "att_fwd steps T %d wg %d: %d steps | K/V wait %.0f | turn wait %.0f | issue + products %.0f | "
-                            "softmax %.0f | step %.0f | period %.0f (cycles)\n", T, w, n, sum[0] / n, sum[1] / n, sum[2] / n,
-                    sum[3] / n, sum[4] / n, np ? per / np : 0.);
+                            "softmax %.0f | step %.0f | period %.0f (cycles); later steps: S issued after %.0f, P V issued after %.0f more\n",
+                    T, w, n, sum[0] / n, sum[1] / n, sum[2] / n, sum[3] / n, sum[4] / n, np ? per / np : 0., ni ? iss[0] / ni : 0.,
+                    ni ? iss[1] / ni : 0.);
     }
+    /* a window of steps 20 .. 27 (in CTA 0's first item where it has that many key tiles): each
+       warpgroup's seven marks against warpgroup 0's start of step 20, to see whether they stagger */
+    const unsigned long long t0 = st[20 * 24];
+    for (int k = 20; k < 28 && t0; k++)
+        for (int w = 0; w < 3; w++) {
+            const unsigned long long *x = st + k * 24 + 8 * w;
+            if (!x[0] || !x[4]) continue;
+            fprintf(stderr, "att_fwd step %d wg %d:", k, w);
+            for (int i = 0; i < 7; i++) fprintf(stderr, " %6.0f", x[i] ? (double)x[i] - (double)t0 : 0.);
+            fprintf(stderr, "\n");
+        }
 }
 /* the forward kernel of variant v (BT__K_FWD_OVL, LEAN, WG3 bits; D 64 only, D 128 runs variant 0; WG3
    always with LEAN) or,
@@ -4774,7 +4802,7 @@ template <typename T> static int bt__k_att_fwd_wg_run(const bt__k_attp *p, cudaS
     }
     bt__k_attp q = *p;
     const int64_t items = (p->bh1 - p->bh0) * tiles;
-    const size_t bytes = (size_t)items * 64 + (size_t)BT__K_FWD_TSTEPS * 16 * 8;
+    const size_t bytes = (size_t)items * 64 + (size_t)BT__K_FWD_TSTEPS * 24 * 8;
     q.trace = (unsigned long long *)bt__k_scratch(bytes, s);
     BT__K_CUDA(cudaMemsetAsync(q.trace, 0, bytes, s), op);
     bt__k_att_wg_launch(kern, q, tiles, hb, per, smem, s, op, threads, L2_MB, &tm);
