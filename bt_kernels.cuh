@@ -4524,7 +4524,7 @@ static int bt__k_att_wg_use(bt_dtype dt, const bt__k_attp *p) {
    tiles at D 64 (BT__K_FWD_WG3, always with LEAN); BT_ATT_FWD_SKIP=0|1 (default 0), the O rescale
    skipped while no row max rises by more than 2^8 (with OVL and LEAN); BT_ATT_FWD_TURNS=K (WG3
    with OVL only; K >= 1: its warpgroups take turns at the tensor cores in items of at least K key
-   tiles, 0: never; default 7 causal, else 0; the two-warpgroup kernel always takes them); BT_ATT_FWD_ABL=1..6 (with BT_ATT_FWD_WG3=0), timing-only ablations (builds with
+   tiles, 0: never (the default); the two-warpgroup kernel always takes them); BT_ATT_FWD_ABL=1..6 (with BT_ATT_FWD_WG3=0), timing-only ablations (builds with
    -DBT_ATT_FWD_ABLATIONS); BT_ATT_TRACE=T, clocks per work item of one
    forward call at that T (bt__k_att_fwd_trace_print) */
 static int bt__k_att_tune(const char *name, int dflt) {
@@ -4769,8 +4769,12 @@ template <typename T> static int bt__k_att_fwd_wg_run(const bt__k_attp *p, cudaS
        without turns where no item has that many, T <= 768): T 1024 86.0 / 86.3 / 86.6 us against 87.0
        / 86.7 / 87.6 without turns, T 4096 854.4-855.5 against 888.2-892.0; turns in every item 88.6-89.2
        and 857.5-860.2, T 512 39.6-39.7 against 36.9-37.0 (B 16, H 12, three alternating rounds; H100,
-       2026-11-24 14:47 UTC, bench/runs/h100s13g.sh). Not measured without the causal mask: none there */
-    int turns = bt__k_att_tune("BT_ATT_FWD_TURNS", p->causal ? 7 : 0);
+       2026-11-24 14:47 UTC, bench/runs/h100s13g.sh). Not measured without the causal mask: none there.
+       Since the wait for P V stays below the softmax's max (bt__k_sched_split), no turns is best again:
+       T 1024 83.6 / 84.7 / 84.3 us against K 7 84.3 / 84.5 / 84.7, T 4096 800.1-802.3 against
+       813.5-815.1, T 512 36.5-36.6 against 36.9-37.1 (K 9, 12: between; three alternating rounds;
+       H100, 2026-11-24 20:23 UTC, bench/runs/h100s15e.sh): the default is 0 */
+    int turns = bt__k_att_tune("BT_ATT_FWD_TURNS", 0);
     if ((p->T + 127) / 128 < turns) turns = 0;   /* no item reaches it (an item's key tiles: at most T / 128) */
     const int v = (bt__k_att_tune("BT_ATT_FWD_OVL", 1) ? BT__K_FWD_OVL : 0) | (bt__k_att_tune("BT_ATT_FWD_LEAN", 1) ? BT__K_FWD_LEAN : 0) |
                   (wg3 ? BT__K_FWD_WG3 : 0) | (bt__k_att_tune("BT_ATT_FWD_SKIP", 0) ? BT__K_FWD_SKIP : 0) |

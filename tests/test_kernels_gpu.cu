@@ -1192,8 +1192,7 @@ static void test_attention_hopper(void) {
     unsetenv("BT_ATT_FUSED_BWD");
     /* the forward's variants at D 64 (the default: three consumer warpgroups with 192-query tiles,
        BT_ATT_FWD_WG3=1, the leaner steps with the softmax under P V, BT_ATT_FWD_LEAN=1
-       BT_ATT_FWD_OVL=1, turns at the tensor cores in causal items of at least 7 key tiles,
-       BT_ATT_FWD_TURNS=7): two warpgroups with
+       BT_ATT_FWD_OVL=1, no turns at the tensor cores, BT_ATT_FWD_TURNS=0): two warpgroups with
        neither, OVL alone, LEAN alone, both; WG3 (always LEAN) with turns, with and without OVL; the
        stale row max (BT_ATT_FWD_SKIP) on WG3 with and without turns and on two warpgroups; WG3
        without turns; WG3 with turns only in items of at least 4 key tiles;
