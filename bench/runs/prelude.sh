@@ -8,3 +8,7 @@ el() { echo "[$(( $(date +%s) - T0 )) s]"; }
 tar -xJf .carry/bins.tar.xz; mkdir -p data; cp -n .carry/data/* data/ 2>/dev/null
 source bench/runs/med.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader; date -u
+# att_row [VAR=value ...] BINARY [args]: one line of the attention sweep's fwd and bwd us at T 512,
+# 1024 and 4096 (B 16, H 12, D 64, causal; PyTorch off), for alternating A/B rounds
+att_row() { env BT_BENCH_ONLY=attention_sweep BT_BENCH_TORCH=0 BT_BENCH_SWEEP=0,1,3 "$@" > $OUT/v.txt 2>&1
+  grep -E '^attention sweep' $OUT/v.txt | grep -v colsums | awk '{for (i = 1; i <= NF; i++) if ($i == "us") printf "%s ", $(i-1)}'; }
