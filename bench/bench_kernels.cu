@@ -21,7 +21,8 @@
    BT_BENCH_ONLY=<layernorm|gelu|softmax|cross_entropy|colsum|attention|adamw|embedding|matmul|bcast_add|
    scalar_mul> times one group only (the sweep's rows include the backward with the bias gradients'
    column sums), BT_BENCH_ONLY=attention_sweep the attention sweep only, BT_BENCH_SWEEP=i,j,.. only
-   those shapes of the sweep (indices into its list, from 0), BT_BENCH_TORCH=0 skips PyTorch (for
+   those shapes of the sweep (indices into its list, from 0), BT_BENCH_T=T gives all of them that T (the
+   PyTorch rows then match none), BT_BENCH_TORCH=0 skips PyTorch (for
    a profiler run). */
 #define BT_ALLOC_IMPLEMENTATION
 #define BT_KERNELS_IMPLEMENTATION
@@ -100,7 +101,7 @@ static void report(const char *name, const char *shape, double ms, double bytes,
    causal D 64 backward up to T 1024). The last table gives each shape's times, TFLOP/s, % of the
    measured bf16 product peak and the ratios. ---- */
 #define NSWEEP 12
-static const int g_sw_T[NSWEEP] = {512, 1024, 2048, 4096, 512, 1024, 2048, 4096, 1024, 4096, 1024, 4096};
+static int g_sw_T[NSWEEP] = {512, 1024, 2048, 4096, 512, 1024, 2048, 4096, 1024, 4096, 1024, 4096};   /* BT_BENCH_T: all one T */
 static const int g_sw_D[NSWEEP] = {64, 64, 64, 64, 64, 64, 64, 64, 128, 128, 128, 128};
 static const int g_sw_C[NSWEEP] = {1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0, 0};
 static double g_sw_us[NSWEEP][2], g_sw_torch[NSWEEP][3][2];   /* [shape][default, flash, cudnn][fwd, bwd] */
@@ -199,6 +200,8 @@ int main(void) {
     bt_k_init(0);
     S = bt_k_current_stream(0);
     g_only = getenv("BT_BENCH_ONLY");
+    if (getenv("BT_BENCH_T") && atoi(getenv("BT_BENCH_T")) > 0)
+        for (int i = 0; i < NSWEEP; i++) g_sw_T[i] = atoi(getenv("BT_BENCH_T"));
     for (int r = 0; r < REPS; r++) { CK(cudaEventCreate(&e0[r])); CK(cudaEventCreate(&e1[r])); }
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
