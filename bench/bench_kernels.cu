@@ -200,8 +200,8 @@ int main(void) {
     bt_k_init(0);
     S = bt_k_current_stream(0);
     g_only = getenv("BT_BENCH_ONLY");
-    if (getenv("BT_BENCH_T") && atoi(getenv("BT_BENCH_T")) > 0)
-        for (int i = 0; i < NSWEEP; i++) g_sw_T[i] = atoi(getenv("BT_BENCH_T"));
+    const int sweep_t = getenv("BT_BENCH_T") ? atoi(getenv("BT_BENCH_T")) : 0;
+    for (int i = 0; i < NSWEEP && sweep_t > 0; i++) g_sw_T[i] = sweep_t;
     for (int r = 0; r < REPS; r++) { CK(cudaEventCreate(&e0[r])); CK(cudaEventCreate(&e1[r])); }
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));

@@ -4,6 +4,10 @@
    One CTA of three warpgroups per SM; each warpgroup either loops over the forward step's products
    (4 HGMMA 64x128x16 from shared memory, then 8 HGMMA 64x64x16 with A from registers, waited for)
    or over 2^x (8 independent chains a thread), or over the forward's softmax of a tile, or idles. Cycles by clock64 per warpgroup.
+   "tensor busy" is against the datasheet rate, 4,096 bf16 flops a clock an SM (989 TFLOP/s dense at
+   1.83 GHz on 132 SMs): 512 cycles for one warpgroup's step (2.1 MFLOP). The H100 run of 2026-11-24
+   printed 382 cycles for one warpgroup (134%), which no tensor core can do: that role's timing is
+   suspect (not resolved), and its cycle figures are not to be read as tensor time.
    Build: make build/overlap_rate */
 #define BT_ALLOC_IMPLEMENTATION
 #define BT_KERNELS_IMPLEMENTATION
