@@ -4514,7 +4514,8 @@ static int bt__k_att_wg_use(bt_dtype dt, const bt__k_attp *p) {
    section of all heads, the plain order; default 24 for the forward, 16 for the two-kernel backward),
    BT_ATT_L2_ONE_MB: one section when all heads' re-read bytes fit in this many MiB;
    BT_ATT_PERSIST=0|1, the forward on a persistent grid; BT_ATT_DYN=0|1, its work items from an
-   atomic counter as SMs free up (else a fixed snake order);
+   atomic counter as SMs free up (else a fixed snake order; default 1, but 0 for the forward where
+   every causal item has at most 4 key tiles);
    BT_ATT_DVEC_FUSED=0|1, Dvec computed by the dQ kernel (else by a pre-pass kernel);
    BT_ATT_BWD_TURNS=0|1, the backward kernels' warpgroups taking turns at the tensor cores;
    BT_ATT_FUSED_BWD=0|1, the causal D 64 backward in one kernel (else the dQ and dK/dV kernels) when
@@ -4546,7 +4547,7 @@ static void bt__k_att_wg_start(bt__k_att_fwd_kern kern, unsigned grid, unsigned 
 template <typename K>
 static void bt__k_att_wg_launch(K kern, bt__k_attp p, int64_t ntiles, size_t head_bytes, int persistent, size_t smem, cudaStream_t s,
                                 const char *op, unsigned threads = BT__K_WG_THREADS, int l2_mb_default = 16,
-                                const bt__k_att_maps *tm = NULL) {
+                                const bt__k_att_maps *tm = NULL, int dyn_default = 1) {
     int64_t nbh = p.bh1 - p.bh0, items = nbh * ntiles, sms = bt__k_cur()->sm_count;
     /* one_mb 16, not the L2's 50 MiB: data that every SM reads is held in both halves of the L2. At
        B 16, H 12, T 1024 (48 MiB of K and V) one section of all heads read 190 MB from DRAM a forward
@@ -4561,7 +4562,7 @@ static void bt__k_att_wg_launch(K kern, bt__k_attp p, int64_t ntiles, size_t hea
     p.sec = sec < 1 ? 1 : sec > nbh ? nbh : sec;
     int64_t grid = persistent && items > sms ? sms : items;
     p.ctr = NULL;
-    if (grid < items && bt__k_att_tune("BT_ATT_DYN", 1)) {   /* items handed out as the SMs free up */
+    if (grid < items && bt__k_att_tune("BT_ATT_DYN", dyn_default)) {   /* items handed out as the SMs free up */
         p.ctr = (int *)bt__k_scratch(sizeof(int), s);
         BT__K_CUDA(cudaMemsetAsync(p.ctr, 0, sizeof(int), s), op);
     }
@@ -4799,9 +4800,16 @@ template <typename T> static int bt__k_att_fwd_wg_run(const bt__k_attp *p, cudaS
        (B 16, H 12, causal, three rounds of alternating processes; H100, 2026-11-24 03:06 UTC,
        bench/runs/h100s9j.sh); the two-kernel backward keeps 16 */
     enum { L2_MB = 24 };
+    /* the item order: fixed (snake) where every causal item is short (at most 4 key tiles: items of
+       near-equal length, nothing for the counter to even out), else taken from the counter as SMs free
+       up. Forward at B 16, H 12, causal, fixed against counter: T 256 18.2-18.3 us against 20.1-20.2,
+       T 384 22.4-22.7 against 24.4-24.7, T 512 33.5-34.1 against 36.4-36.7; T 640-896 within 2% either
+       way, T 1024 84.9-85.4 against 83.3-83.5 (two alternating rounds; H100, 2026-11-24 21:46 UTC,
+       bench/runs/h100s15k.sh). The backward keeps the counter (fixed is slower there from T 384) */
+    const int dyn = !(p->causal && (p->T + 127) / 128 <= 4);
     static int calls_at_T = 0;   /* the third call at that T is traced (warm caches and clocks) */
     if (bt__k_att_tune("BT_ATT_TRACE", 0) != p->T || ++calls_at_T != 3) {
-        bt__k_att_wg_launch(kern, *p, tiles, hb, per, smem, s, op, threads, L2_MB, &tm);
+        bt__k_att_wg_launch(kern, *p, tiles, hb, per, smem, s, op, threads, L2_MB, &tm, dyn);
         return 1;
     }
     bt__k_attp q = *p;
@@ -4809,7 +4817,7 @@ template <typename T> static int bt__k_att_fwd_wg_run(const bt__k_attp *p, cudaS
     const size_t bytes = (size_t)items * 64 + (size_t)BT__K_FWD_TSTEPS * 24 * 8;
     q.trace = (unsigned long long *)bt__k_scratch(bytes, s);
     BT__K_CUDA(cudaMemsetAsync(q.trace, 0, bytes, s), op);
-    bt__k_att_wg_launch(kern, q, tiles, hb, per, smem, s, op, threads, L2_MB, &tm);
+    bt__k_att_wg_launch(kern, q, tiles, hb, per, smem, s, op, threads, L2_MB, &tm, dyn);
     unsigned long long *h = (unsigned long long *)malloc(bytes);
     if (!h) bt_error("%s: trace: out of host memory (%lld items)", op, (long long)items);
     BT__K_CUDA(cudaMemcpyAsync(h, q.trace, bytes, cudaMemcpyDeviceToHost, s), op);
