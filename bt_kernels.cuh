@@ -3330,10 +3330,12 @@ __device__ __forceinline__ uint32_t bt__k_wg_base(const unsigned char *sm) { ret
    or Q, dO) of a few heads in L2 instead of streaming those of every head from memory, and within
    a section the longest tiles start first. */
 __device__ __forceinline__ int64_t bt__k_att_work(const bt__k_attp &p, int64_t L, int ntiles, int &rank) {
-    const int64_t nbh = p.bh1 - p.bh0, per = p.sec * ntiles, sct = L / per, h0 = sct * p.sec;
-    const int64_t nh = nbh - h0 < p.sec ? nbh - h0 : p.sec, r = L - sct * per, tr = r / nh;
+    /* in 32 bits (a launch has at most INT32_MAX items, bt__k_att_wg_use): two inline divisions
+       instead of two calls of the 64-bit one, on the consumers' path at every item's start */
+    const uint32_t nbh = (uint32_t)(p.bh1 - p.bh0), sec = (uint32_t)p.sec, per = sec * (uint32_t)ntiles, l = (uint32_t)L;
+    const uint32_t sct = l / per, h0 = sct * sec, nh = nbh - h0 < sec ? nbh - h0 : sec, r = l - sct * per, tr = r / nh;
     rank = (int)tr;
-    return h0 + (r - tr * nh);
+    return (int64_t)(h0 + (r - tr * nh));
 }
 /* the n-th work item of this CTA: item n G + c on even rounds n, n G + G - 1 - c on odd ones (CTA c
    of G; a snake, so that with a persistent grid the long tiles of each round alternate ends and
