@@ -3498,15 +3498,20 @@ __device__ __forceinline__ void bt__k_att_fwd_rescale(float (&o)[NO], const floa
         for (int i = 0; i < NO; i++) o[i] *= al[(i >> 1) & 1];
     bt__k_wg_afrag<T, NS / 8>(pf, sc);
 }
-/* the forward's output rows r0 and r0 + 8 of head bh: O / l (the quad's sums) and lse. With
-   p.out16 the warp's 16 rows go out through its own rows of the item's Q tile (sQ, BM rows: free,
-   every product of the warpgroup done after the warpgroup meets) by stmatrix and 16-byte rows
-   (4 stores a lane at D 64 instead of 32 of 4 bytes); wrow0 / srow0: the warp's first row in the
-   head / in the tile. The caller lets the Q tile go after this */
+/* a barrier of the calling warp alone (named barrier 4 + its index, 32 threads: ids 4 .. 15 for the
+   forward's 12 consumer warps; 1 .. 3 are the turns') */
+__device__ __forceinline__ void bt__k_att_fwd_warp_bar(void) { bt__k_bar_sync_n(4 + ((int)threadIdx.x >> 5), 32); }
+/* the forward's output rows r0 and r0 + 8 of head bh: O / l (the quad's sums) and lse. With p.out16
+   the warp's 16 rows are staged by stmatrix in its own rows of the O tile (sO, BM rows; srow0: the
+   warp's first) and go out later, by bt__k_att_fwd_out_flush under the next item's first S; else they
+   are stored from the registers now. The warp's barriers here and in the flush are named barriers
+   of its own (bt__k_att_fwd_warp_bar), not __syncwarp: ptxas wraps every step of the item loop in
+   convergence barriers (BSSY, WARPSYNC before each product: 10-18% slower) around a __syncwarp
+   between a product's issue and its wait, and leaves a bar.sync alone (bench/runs/h100s16p.sh,
+   h100s16u.sh) */
 template <typename T, int D, int BM>
 __device__ __forceinline__ void bt__k_att_fwd_out(const bt__k_attp &p, int64_t bh, int r0, int tg, const float (&o)[D / 2],
-                                                  float (&l)[2], const float (&m)[2], uint32_t sQ, int w, int wrow0, int srow0,
-                                                  int lane) {
+                                                  float (&l)[2], const float (&m)[2], uint32_t sO, int srow0, int lane) {
     float inv[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -3517,33 +3522,39 @@ __device__ __forceinline__ void bt__k_att_fwd_out(const bt__k_attp &p, int64_t b
         if (tg == 0 && (unsigned)row < (unsigned)p.T && p.lse_out)
             p.lse_out[bh * p.T + row] = (m[r] * p.c2 + log2f(l[r])) * BT__K_ATT_LN2;
     }
-    T *out = (T *)p.out + bt__k_att_off(p.so, bh, p.H);
     if (!p.out16) {
-        bt__k_wg_store<T, D>(out, p.so[2], r0, p.T, o, inv);
+        bt__k_wg_store<T, D>((T *)p.out + bt__k_att_off(p.so, bh, p.H), p.so[2], r0, p.T, o, inv);
         return;
     }
-    bt__k_bar_sync_n(4 + w, 128);
     const int rs = srow0 + ((lane >> 3) & 1) * 8 + (lane & 7), ch = lane >> 4;
+    bt__k_att_fwd_warp_bar();   /* the last flush's reads of these rows done in every lane */
 #pragma unroll
     for (int dp = 0; dp < D / 16; dp++) {
         const uint32_t a[4] = {bt__k_pack2(o[8 * dp] * inv[0], o[8 * dp + 1] * inv[0], (T *)0),
                                bt__k_pack2(o[8 * dp + 2] * inv[1], o[8 * dp + 3] * inv[1], (T *)0),
                                bt__k_pack2(o[8 * dp + 4] * inv[0], o[8 * dp + 5] * inv[0], (T *)0),
                                bt__k_pack2(o[8 * dp + 6] * inv[1], o[8 * dp + 7] * inv[1], (T *)0)};
-        bt__k_stmatrix4(sQ + bt__k_sw(rs, 2 * dp + ch, BM), a);
+        bt__k_stmatrix4(sO + bt__k_sw(rs, 2 * dp + ch, BM), a);
     }
-    __syncwarp();
+}
+/* the warp's 16 staged rows out to `out` (a head's first row; the warp's first is wrow0, rows at or
+   past T or below 0 skipped), 16-byte rows (4 stores a lane at D 64 instead of 32 of 4 bytes). Run
+   between the next item's first S and its wait, the loads and stores overlap that product instead of
+   standing between items (the output had taken 8 of 84 us at T 1024, bench/runs/h100s16a.sh): T 1024
+   81.2-82.1 us against 82.3-83.0, T 2048 -1.3%, T 4096 -0.7% (H100, h100s16u.sh) */
+template <typename T, int D, int BM>
+__device__ __forceinline__ void bt__k_att_fwd_out_flush(const bt__k_attp &p, T *out, int wrow0, uint32_t sO, int srow0, int lane) {
     enum { CPR = D / 8 };
+    bt__k_att_fwd_warp_bar();   /* every lane's stmatrix landed */
 #pragma unroll
     for (int i = 0; i < 16 * CPR / 32; i++) {
         const int c = i * 32 + lane, rr = c / CPR, cc = c % CPR, row = wrow0 + rr;
         uint4 x;
         asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
                      : "=r"(x.x), "=r"(x.y), "=r"(x.z), "=r"(x.w)
-                     : "r"(sQ + bt__k_sw(srow0 + rr, cc, BM)));
+                     : "r"(sO + bt__k_sw(srow0 + rr, cc, BM)));
         if ((unsigned)row < (unsigned)p.T) *reinterpret_cast<uint4 *>(out + (int64_t)row * p.so[2] + cc * 8) = x;
     }
-    __syncwarp();
 }
 /* ablation 5 (no output store): the results stay live through one store that never happens */
 template <int NO>
@@ -3618,10 +3629,11 @@ __device__ __forceinline__ void bt__k_att_fwd_idle(const bt__k_att_fwd_ctx &c, i
    the softmax. OVL (the default at D 64): the softmax after S(j) alone (wait_group 1) while
    P(j-1) V(j-1) runs, O rescaled and P(j) written into pf only after it (wait_group 0): no
    register of the product in flight is touched. KIND: 0 any step (j > 0 known at run time), 1 the first, 2 a later one (the
-   OVL loop: ptxas needs the in-flight products known in the code's shape, else C7514 / C7515) */
-template <typename T, int D, int M, int KIND>
+   OVL loop: ptxas needs the in-flight products known in the code's shape, else C7514 / C7515).
+   first(): run in the first step while its S is in flight */
+template <typename T, int D, int M, int KIND, typename F>
 __device__ __forceinline__ void bt__k_att_fwd_step(const bt__k_att_fwd_ctx &c, int j, float (&o)[D / 2], float (&m)[2], float (&l)[2],
-                                                   uint32_t (&pf)[8][4]) {
+                                                   uint32_t (&pf)[8][4], F &&first) {
     enum { BN = 128, ST = bt__k_att_fwd_st(D), TILE = BN * D * 2, NS = BN / 2, NO = D / 2 };
     enum { ABL = M & BT__K_FWD_ABL, TURNS = ABL != 4 && !(M & BT__K_FWD_NOTURN), LEAN = (M & BT__K_FWD_LEAN) != 0 };
     enum { NW = bt__k_att_fwd_nw(M) };
@@ -3641,6 +3653,7 @@ __device__ __forceinline__ void bt__k_att_fwd_step(const bt__k_att_fwd_ctx &c, i
     /* each branch fences right before its products (no register of theirs touched between) */
     if (ABL == 6) {
         bt__k_att_fwd_fake_s(sc, j);
+        if (!later) first();
     } else if (later) {
         bt__k_wg_pin(o);
         bt__k_wg_arrive();
@@ -3655,6 +3668,7 @@ __device__ __forceinline__ void bt__k_att_fwd_step(const bt__k_att_fwd_ctx &c, i
         bt__k_wg_arrive();
         bt__k_att_fwd_qk<T, D, M>(sc, c, s);
         bt__k_wg_commit();
+        first();   /* the first step's work under its S (the last item's output) */
     }
     bt__k_att_fwd_turn_give<NW>(TURNS && c.tn, c, j);
     if (ovl) {
@@ -3730,8 +3744,8 @@ __device__ __forceinline__ void bt__k_att_fwd_tma_item(const bt__k_attp &p, cons
 /* -- forward: work items (head, query tile of BM = 64 NW, longest first; bt__k_att_work), one per CTA or,
    with a persistent grid (one CTA per SM), several a CTA: the producer then loads the next item's
    Q (its own buffer: items alternate between two), K(0), V(0) while the consumers finish the last
-   one. smem Q 2 x BM x D, K and V ST x 128 x D. M: the variant or ablation (BT__K_FWD_*); NW
-   consumer warpgroups (bt__k_att_fwd_nw), then the producer warpgroup -- */
+   one. smem Q 2 x BM x D, K and V ST x 128 x D, O BM x D (bt__k_att_fwd_out). M: the variant or
+   ablation (BT__K_FWD_*); NW consumer warpgroups (bt__k_att_fwd_nw), then the producer warpgroup -- */
 template <typename T, int D, int M>
 __global__ void __launch_bounds__(128 * (bt__k_att_fwd_nw(M) + 1), 1) bt__k_att_fwd_wg(bt__k_attp p, const __grid_constant__ bt__k_att_maps tm) {
 #ifdef BT__K_WG
@@ -3743,7 +3757,7 @@ __global__ void __launch_bounds__(128 * (bt__k_att_fwd_nw(M) + 1), 1) bt__k_att_
     __shared__ __align__(8) uint64_t bars[4 * ST + 6];
     __shared__ int64_t item_slot;
     extern __shared__ __align__(16) unsigned char bt__k_att_sm[];
-    const uint32_t sQ0 = bt__k_wg_base(bt__k_att_sm), sK = sQ0 + 2 * QT, sV = sK + ST * TILE;
+    const uint32_t sQ0 = bt__k_wg_base(bt__k_att_sm), sK = sQ0 + 2 * QT, sV = sK + ST * TILE, sO = sV + ST * TILE;
     const uint32_t kfull = bt__k_smem(bars), kempty = kfull + 8 * ST, vfull = kempty + 8 * ST, vempty = vfull + 8 * ST,
                    qfull = vempty + 8 * ST, qempty = qfull + 16, ifull = qempty + 16, iempty = ifull + 8;
     const int nqt = (p.T + BM - 1) / BM;
@@ -3780,11 +3794,18 @@ __global__ void __launch_bounds__(128 * (bt__k_att_fwd_nw(M) + 1), 1) bt__k_att_
     } else {
         if (NW == 3) bt__k_wg_regs_inc<160>();
         else bt__k_wg_regs_inc<BT__K_WG_CONSUMER_REGS>();
-        const int w = warp >> 2, g = lane >> 2, tg = lane & 3;
+        const int w = warp >> 2, g = lane >> 2, tg = lane & 3, srow0 = 64 * w + 16 * (warp & 3);
         int u = 0;   /* K, V tiles consumed so far (as the producer's u) */
+        /* the last item's staged output: its head's first row, the warp's first row (none yet, or not
+           staged: rows below 0, which the flush skips; it runs in every item, unconditionally) */
+        T *pout = (T *)p.out;
+        int prow = INT_MIN / 2;
         for (int64_t n = 0;; n++) {
             const int64_t L = bt__k_att_next(p, n, nitems, &item_slot, ifull, iempty, next, 1, PT);
-            if (L >= nitems) break;
+            if (L >= nitems) {
+                bt__k_att_fwd_out_flush<T, D, BM>(p, pout, prow, sO, srow0, lane);
+                break;
+            }
             bt__k_att_mark(p, L, 0, 0);
             int rank;
             const int64_t bh = bt__k_att_work(p, L, nqt, rank);
@@ -3810,11 +3831,14 @@ __global__ void __launch_bounds__(128 * (bt__k_att_fwd_nw(M) + 1), 1) bt__k_att_
             const bt__k_att_fwd_ctx c = {p, sQ, sK, sV, kfull, kempty, vfull, vempty, bt__k_wg_kmaj(sQ, BM, 64 * w, 0),
                                          bt__k_wg_kmaj(sK, 128, 0, 0), bt__k_wg_mnmaj(sV, 128, 0), L, nitems, u, nt, ntw, ke, w,
                                          lane, r0, tg, tn};
+            auto flush = [&]() { bt__k_att_fwd_out_flush<T, D, BM>(p, pout, prow, sO, srow0, lane); };
+            auto none = []() {};
             if (OVL) {   /* the first step apart: ptxas then knows which products are in flight where (else C7514) */
-                bt__k_att_fwd_step<T, D, M, 1>(c, 0, o, m, l, pf);
-                for (int j = 1; j < ntw; j++) bt__k_att_fwd_step<T, D, M, 2>(c, j, o, m, l, pf);
+                bt__k_att_fwd_step<T, D, M, 1>(c, 0, o, m, l, pf, flush);
+                for (int j = 1; j < ntw; j++) bt__k_att_fwd_step<T, D, M, 2>(c, j, o, m, l, pf, none);
             } else {
-                for (int j = 0; j < ntw; j++) bt__k_att_fwd_step<T, D, M, 0>(c, j, o, m, l, pf);
+                bt__k_att_fwd_step<T, D, M, 0>(c, 0, o, m, l, pf, flush);
+                for (int j = 1; j < ntw; j++) bt__k_att_fwd_step<T, D, M, 0>(c, j, o, m, l, pf, none);
             }
             bt__k_att_mark(p, L, 3, 0);
             {   /* the last O += P V, then V's stage goes back */
@@ -3835,9 +3859,10 @@ __global__ void __launch_bounds__(128 * (bt__k_att_fwd_nw(M) + 1), 1) bt__k_att_
                 for (int j = ntw; j < nt; j++) bt__k_att_fwd_idle<NW, TURNS>(c, j, ST);
             u += nt;
             if (ABL == 5) bt__k_att_fwd_out_none<NO>(p, o, l);
-            else bt__k_att_fwd_out<T, D, BM>(p, bh, r0, tg, o, l, m, sQ, w, rw + 16 * (warp & 3), 64 * w + 16 * (warp & 3), lane);
-            bt__k_fence_async();   /* the output staged in the Q tile by threads, before the next Q by TMA */
-            if (lane == 0) bt__k_mbar_arrive(qempty + 8 * qb);   /* the Q tile read (and the output staged) for the last time */
+            else bt__k_att_fwd_out<T, D, BM>(p, bh, r0, tg, o, l, m, sO, srow0, lane);
+            pout = (T *)p.out + bt__k_att_off(p.so, bh, p.H);
+            prow = p.out16 && ABL != 5 ? rw + 16 * (warp & 3) : INT_MIN / 2;
+            if (lane == 0) bt__k_mbar_arrive(qempty + 8 * qb);   /* the Q tile read for the last time (by the tensor cores only) */
             bt__k_att_mark(p, L, 4, 0);
             if (p.trace && threadIdx.x == 0) {
                 unsigned sm;
@@ -4577,9 +4602,10 @@ static void bt__k_att_wg_launch(K kern, bt__k_attp p, int64_t ntiles, size_t hea
     if (p.ctr) bt_free(p.ctr);
 }
 /* shared memory (bytes, + 1 KiB for the 1024-byte alignment): forward 2 x Q + ST x (K, V) tiles of
-   128 rows; dK/dV K, V + 2 x (Q, dO of BQ rows, lse, Dvec); dQ Q, dO + 2 x (K, V of BK rows) */
+   128 rows + the O tile (BM rows; 225 KiB in all at D 128, of the 227 a block may have); dK/dV K, V
+   + 2 x (Q, dO of BQ rows, lse, Dvec); dQ Q, dO + 2 x (K, V of BK rows) */
 static size_t bt__k_att_wg_smem_fwd(int D, int BM = 128) {
-    return ((size_t)2 * BM + (size_t)2 * bt__k_att_fwd_st(D) * 128) * D * 2 + 1024;
+    return ((size_t)3 * BM + (size_t)2 * bt__k_att_fwd_st(D) * 128) * D * 2 + 1024;
 }
 /* bytes of a head that the CTAs of a section re-read: K and V (forward, dQ), Q, dO, lse, Dvec (dK/dV) */
 static size_t bt__k_att_wg_kv_bytes(const bt__k_attp *p) { return (size_t)p->T * p->D * 2 * 2; }
