@@ -33,6 +33,7 @@
 #define BT_KERNELS_CUH
 #include "bt_tensor.h"
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <stdint.h>
 
 /* ---- 1. context: devices, stream stacks ----
@@ -4803,8 +4804,9 @@ template <typename T> static int bt__k_att_fwd_wg_run(const bt__k_attp *p, cudaS
        T 1024 83.6 / 84.7 / 84.3 us against K 7 84.3 / 84.5 / 84.7, T 4096 800.1-802.3 against
        813.5-815.1, T 512 36.5-36.6 against 36.9-37.1 (K 9, 12: between; three alternating rounds;
        H100, 2026-11-24 20:23 UTC, bench/runs/h100s15e.sh): the default is 0 */
+    const int kt_max = (p->T + 127) / 128;   /* an item's key tiles: at most this many */
     int turns = bt__k_att_tune("BT_ATT_FWD_TURNS", 0);
-    if ((p->T + 127) / 128 < turns) turns = 0;   /* no item reaches it (an item's key tiles: at most T / 128) */
+    if (kt_max < turns) turns = 0;   /* no item reaches it */
     const int v = (bt__k_att_tune("BT_ATT_FWD_OVL", 1) ? BT__K_FWD_OVL : 0) | (bt__k_att_tune("BT_ATT_FWD_LEAN", 1) ? BT__K_FWD_LEAN : 0) |
                   (wg3 ? BT__K_FWD_WG3 : 0) | (bt__k_att_tune("BT_ATT_FWD_SKIP", 0) ? BT__K_FWD_SKIP : 0) |
                   (turns ? 0 : BT__K_FWD_NOTURN);
@@ -4834,7 +4836,7 @@ template <typename T> static int bt__k_att_fwd_wg_run(const bt__k_attp *p, cudaS
        T 384 22.4-22.7 against 24.4-24.7, T 512 33.5-34.1 against 36.4-36.7; T 640-896 within 2% either
        way, T 1024 84.9-85.4 against 83.3-83.5 (two alternating rounds; H100, 2026-11-24 21:46 UTC,
        bench/runs/h100s15k.sh). The backward keeps the counter (fixed is slower there from T 384) */
-    const int dyn = !(p->causal && (p->T + 127) / 128 <= 4);
+    const int dyn = !(p->causal && kt_max <= 4);
     static int calls_at_T = 0;   /* the third call at that T is traced (warm caches and clocks) */
     if (bt__k_att_tune("BT_ATT_TRACE", 0) != p->T || ++calls_at_T != 3) {
         bt__k_att_wg_launch(kern, *p, tiles, hb, per, smem, s, op, threads, L2_MB, &tm, dyn);
