@@ -1,5 +1,5 @@
 /* bt_dist.h - BluTrain-C distributed execution, v0.1: launchers, rendezvous, NCCL process groups,
-   collectives, DDP gradient buckets.
+   collectives, DDP gradient buckets, ZeRO-1/2.
 
    USAGE
      #define BT_DIST_IMPLEMENTATION in *one* C/CUDA file (with the BT_ALLOC_ and BT_TENSOR_
@@ -149,15 +149,18 @@
      3. bucket planner            7. collectives (NCCL)
      4. the --nproc launcher      8. DDP gradient buckets
      9. all-to-all (grouped send/recv; context parallelism's head scatter, bt_parallel.h)
+    10. ZeRO-1/2: the owners' ranges, stage 2's gradient sums, the norm, the all-gathers
 
    HISTORY
      0.1  first version: launchers, store, watchdog, NCCL setup, mesh, collectives, DDP buckets.
      0.2  DDP buckets through the copy engines for ranks on one host (2026-11-24).
+     0.3  ZeRO-1/2's orchestration (section 10), formerly train_gpt2.c's.
 */
 #ifndef BT_DIST_H
 #define BT_DIST_H
 
 #include "bt_tensor.h"
+#include "bt_optim.h"    /* ZeRO (section 10): bt_sumsq */
 #include <stddef.h>
 #include <stdint.h>
 
@@ -381,6 +384,44 @@ BTDEF int bt_ddp_spans_from_grads(bt_tensor **params, int n, const bt_tensor *fl
 /* recv[p * count ..] = rank p's send[rank * count ..] for every rank p: equal blocks of count
    elements, one grouped send/recv per peer (send and recv must not overlap) */
 BTDEF void bt_all_to_all(bt_comm *c, const void *send, void *recv, int64_t count, bt_dtype dt, void *stream);
+
+/* ---- 10. ZeRO: optimizer state (stage 1) and the gradients' sum (stage 2) sharded ----
+   The ranks of comm hold the same flat buffers (parameters, gradients) of shard x comm->size
+   elements; rank r owns [r shard, (r+1) shard), clipped to the n real parameters (the padding
+   past them holds no state; the last ranks' ranges may be empty). The DDP buckets reduce each
+   element to its owner (bt_ddp_opts.shard_numel = shard), the owner's optimizer updates its range
+   (bt_adamw_shard(opt, z.lo, z.hi) in bt_optim.h), then bt_zero_all_gather brings every updated
+   range to every rank. Stage 2 also folds each micro-batch's reduced range into an fp32 sum
+   (bt_zero_accumulate), so the gradient buffer only ever holds one micro-batch (in the compute
+   dtype) and the fp32 sums are 1/size of the model per rank.
+       bt_zero z; bt_zero_init(&z, 2, comm, n, bt_shard_numel(n, comm->size, 64), dev);
+       per micro-batch: backward with the buckets synced, bt_ddp_wait, bt_zero_accumulate(&z, flat_grad)
+       per step: norm from bt_zero_sumsq, update of bt_zero_grads(&z, flat_grad), bt_zero_all_gather(&z, flat) */
+typedef struct {
+    int stage;            /* 1 or 2 (0: not in use) */
+    bt_comm *comm;
+    int64_t shard;        /* elements a rank owns */
+    int64_t lo, hi;       /* this rank's range of the parameters */
+    bt_tensor *grad_sum;  /* stage 2: fp32 [hi - lo], this rank's reduced gradients summed over the step */
+} bt_zero;
+BTDEF void bt_zero_init(bt_zero *z, int stage, bt_comm *comm, int64_t n_params, int64_t shard, bt_device dev);
+BTDEF void bt_zero_free(bt_zero *z);
+/* this rank's reduced gradients: stage 2's sum, or stage 1's range of flat_grad (a view) */
+BTDEF bt_tensor *bt_zero_grads(const bt_zero *z, bt_tensor *flat_grad);
+/* stage 2, after each synced micro-batch: grad_sum += this rank's range of flat_grad; flat_grad = 0 */
+BTDEF void bt_zero_accumulate(bt_zero *z, bt_tensor *flat_grad);
+/* fp32 [2] on the device, summed over comm: the squares of the reduced gradients of the elements
+   below W, and of those from W on (tensor parallelism keeps its replicated tensors first: their
+   part is counted once, the split part is then summed over tp by the caller; W >= the buffer:
+   all in [0]) */
+BTDEF bt_tensor *bt_zero_sumsq(const bt_zero *z, bt_tensor *flat_grad, int64_t W);
+/* the elements of this rank's range below W: [lo, lo + k) lie there, the rest above */
+BTDEF int64_t bt_zero_below(const bt_zero *z, int64_t W);
+/* after the owners' update: every rank's range of flat (fp32) to every rank, in place */
+BTDEF void bt_zero_all_gather(const bt_zero *z, bt_tensor *flat);
+/* x (this rank's range of a per-parameter state, [hi - lo] fp32) gathered into a new buffer laid
+   out as the flat buffer ([shard x size], the padding 0), owned by the caller: a checkpoint's */
+BTDEF bt_tensor *bt_zero_gather(const bt_zero *z, bt_tensor *x);
 
 #ifdef __cplusplus
 }
@@ -2798,6 +2839,61 @@ BTDEF void bt_all_to_all(bt_comm *c, const void *send, void *recv, int64_t count
     bt__nccl_done(c, nc, r != ncclSuccess ? r : e, "all_to_all", c->dist->state->opts.nccl_timeout_s);
     bt__track(c, "all_to_all", s);
 #endif
+}
+
+/* ============================================================================================
+   10. ZeRO
+   ============================================================================================ */
+BTDEF void bt_zero_init(bt_zero *z, int stage, bt_comm *comm, int64_t n_params, int64_t shard, bt_device dev) {
+    memset(z, 0, sizeof *z);
+    if (stage < 1 || stage > 2) bt_error("bt_zero_init: stage %d (1 or 2)", stage);
+    if (shard < 0 || shard * (int64_t)comm->size < n_params)
+        bt_error("bt_zero_init: shards of %lld elements over %d ranks do not cover %lld parameters", (long long)shard, comm->size, (long long)n_params);
+    z->stage = stage; z->comm = comm; z->shard = shard;
+    int64_t a = (int64_t)comm->rank * shard, b = a + shard;
+    z->lo = a < n_params ? a : n_params;
+    z->hi = b < n_params ? b : n_params;
+    if (stage == 2) {
+        bt_scope_begin();
+        z->grad_sum = bt_keep(bt_zeros(bt_shape1(z->hi - z->lo), BT_F32, dev));
+        bt_scope_end();
+    }
+}
+BTDEF void bt_zero_free(bt_zero *z) { bt_release(z->grad_sum); memset(z, 0, sizeof *z); }
+BTDEF bt_tensor *bt_zero_grads(const bt_zero *z, bt_tensor *flat_grad) {
+    return z->stage == 2 ? z->grad_sum : bt_narrow(flat_grad, 0, z->lo, z->hi - z->lo);
+}
+BTDEF void bt_zero_accumulate(bt_zero *z, bt_tensor *flat_grad) {
+    bt_scope_begin();
+    bt_add_(z->grad_sum, bt_cast(bt_narrow(flat_grad, 0, z->lo, z->hi - z->lo), BT_F32), 1.0);
+    bt_scope_end();
+    bt_zero_(flat_grad);
+}
+BTDEF int64_t bt_zero_below(const bt_zero *z, int64_t W) {
+    int64_t k = W - z->lo;
+    return k < 0 ? 0 : k > z->hi - z->lo ? z->hi - z->lo : k;
+}
+BTDEF bt_tensor *bt_zero_sumsq(const bt_zero *z, bt_tensor *flat_grad, int64_t W) {
+    bt_tensor *g = bt_zero_grads(z, flat_grad);
+    int64_t n = bt_numel(g), w = bt_zero_below(z, W);
+    bt_tensor *sq = bt_zeros(bt_shape1(2), BT_F32, bt_device_of(g));
+    if (w > 0) bt_add_(bt_narrow(sq, 0, 0, 1), bt_sumsq(bt_narrow(g, 0, 0, w)), 1.0);
+    if (n > w) bt_add_(bt_narrow(sq, 0, 1, 1), bt_sumsq(bt_narrow(g, 0, w, n - w)), 1.0);
+    bt_all_reduce(z->comm, bt_data_ptr(sq), bt_data_ptr(sq), 2, BT_F32, BT_RED_SUM, NULL);
+    return sq;
+}
+BTDEF void bt_zero_all_gather(const bt_zero *z, bt_tensor *flat) {
+    bt_all_gather(z->comm, (float *)bt_data_ptr(flat) + z->comm->rank * z->shard, bt_data_ptr(flat), z->shard, BT_F32, NULL);
+}
+BTDEF bt_tensor *bt_zero_gather(const bt_zero *z, bt_tensor *x) {
+    bt_comm *c = z->comm;
+    int64_t S = z->shard, n = z->hi - z->lo;
+    bt_scope_begin();
+    bt_tensor *all = bt_keep(bt_zeros(bt_shape1(S * c->size), BT_F32, bt_device_of(x)));
+    if (n > 0) bt_copy_(bt_narrow(all, 0, c->rank * S, n), x);
+    bt_all_gather(c, (float *)bt_data_ptr(all) + c->rank * S, bt_data_ptr(all), S, BT_F32, NULL);
+    bt_scope_end();
+    return all;
 }
 
 #endif /* BT_DIST_IMPLEMENTATION_DONE */

@@ -1,0 +1,962 @@
+/* trainer.h - the machinery of a training run that train_gpt2.c composes: the run's options and
+   state, the data, data parallelism (DDP buckets, ZeRO) and tensor/context parallelism set up,
+   the micro-step captured as a CUDA graph, the micro-batch that fits, and checkpoints (save,
+   resume, signals). The step itself (forward, backward, update) and the loop are train_gpt2.c's.
+
+   USAGE
+     #define TRAINER_IMPLEMENTATION in *one* C/CUDA file (train_gpt2.c), then #include "trainer.h".
+     It needs gpt2.h, gpt2_io.h, gpt2_parallel.h and the bt_ headers they bring, plus bt_optim.h.
+
+   SECTIONS (implementation)
+     1. options
+     2. data
+     3. data parallelism: the buckets, ZeRO, the gradient norm
+     4. the micro-step as a CUDA graph
+     5. memory: the micro-batch and the recomputation that fit
+     6. checkpoints: what a checkpoint records, saving, resuming, signals
+     7. tensor and context parallelism: the flags, the layout
+     8. the end of a run
+*/
+#ifndef TRAINER_H
+#define TRAINER_H
+#include "gpt2_io.h"
+#include "gpt2_parallel.h"
+#include "bt_optim.h"
+#include <signal.h>
+#include <stdio.h>
+
+/* ---- 1. the options of a run (train_gpt2.c's command line sets them; -1: decided later) ---- */
+typedef struct {
+    const char *train_glob, *val_glob, *out_dir, *model, *save_path, *tok_dir;
+    int B, T, total_batch, steps, val_every, val_batches, sample_every, gen_len, topk, warmup;
+    double lr, final_lr_frac, weight_decay, clip, temp;
+    uint64_t seed;
+    const char *precision;    /* fp32 | tf32 | bf16 */
+    const char *device;       /* auto | cpu | cuda | cuda:N */
+    int overfit;              /* train on the first batch only */
+    int quiet;
+    int deterministic;        /* the same bits on every run (no atomics, no matmul autotuning) */
+    int nproc;                /* --nproc: ranks this process starts on its node (1: none) */
+    const char *dp;           /* ddp | zero1 | zero2: data parallelism when world > 1 */
+    int bucket_mb;            /* DDP bucket size */
+    const char *comm_dtype;   /* fp32 | bf16: the gradients' dtype on the wire */
+    int ddp_rows;             /* the tied embedding's gradient as rows: 1 on, 0 off, -1 when smaller (ddp_rows_exchange) */
+    int ddp_nccl;             /* 1: buckets through NCCL even where the copy engines could take them */
+    int nccl_blocking;        /* blocking communicators: 1, 0, -1 where they pay (train_gpt2.c's train_main) */
+    int timings;              /* the step line gets fwd+bwd ms; the last step prints DDP's bucket timeline */
+    double nccl_timeout;      /* seconds a collective may take before the run is aborted */
+    const char *ckpt_dir;     /* checkpoints: where they go; also --resume auto's place */
+    int ckpt_every, ckpt_keep;   /* a checkpoint every N steps (0: only at the end and on a signal); the newest K kept (0: all) */
+    const char *resume;       /* FILE, DIR or auto: continue that run */
+    const char *init_from;    /* a Hugging Face model.safetensors (or its directory), or a checkpoint: its weights */
+    const char *export_hf;    /* DIR: model.safetensors + config.json for transformers at the end */
+    int skip_nonfinite;       /* a step with a non-finite loss or norm skips its update instead of stopping the run */
+    int mlir;                 /* --mlir: fused chains through bt_mlir.h (BT_MLIR builds only) */
+    int tp, cp, sp, async_tp; /* tensor / context parallelism: group sizes, sequence parallel, overlap */
+    const char *cp_comm;      /* ring | allgather | alltoall: how context parallelism moves K/V (NULL: ring) */
+    int cuda_graph;           /* 1 on, 0 off, -1 (default) on where it is supported */
+    int recompute;            /* BT_RECOMPUTE_* flags, -1 (default) chosen by memory */
+    int given_i, given_j, given_t, given_tok;   /* flags the user gave: defaults are explained, not blamed */
+} train_opts;
+void train_default_opts(train_opts *o);
+
+/* where the weights come from: --resume, --init-from, else -e */
+typedef struct {
+    bt_ckpt_file *file;    /* NULL: -e */
+    int resume;            /* 1: the whole state is resumed from it, 0: its weights only */
+    int hf;                /* 1: a Hugging Face GPT-2 file */
+    char prefix[16];       /* its names' prefix: "transformer." or "" (older files) */
+    char path[4096];
+} model_source;
+
+/* The micro-step's CUDA graphs: the shapes they were captured for and the tensors they read and
+   write, made before the capture so that their addresses stay fixed. One graph per kind of
+   micro-step: [0] computes (one process; or data parallel, accumulating only), [1] computes and
+   communicates (data parallel: the step's last micro-batch; zero2: every one). */
+typedef struct {
+    bt_graph *graph[2];        /* NULL until captured */
+    int pool;                  /* the private pool they share (the first capture's), 0 before */
+    int B, T, accum;           /* the shapes, and the scale 1/accum, baked into the graph */
+    bt_dtype dt;
+    bt_tensor *in;             /* [2, B, T] i32: a micro-batch's inputs and targets, copied in before a launch */
+    bt_tensor *idx, *tgt;      /* its two halves */
+    bt_tensor *loss_sum;       /* f32 scalar: every micro-step adds its loss / accum */
+    int32_t *host;             /* [accum, 2, B, T]: a step's tokens, uploaded at once */
+    int warmed[2];             /* the eager micro-step before each capture has run */
+    int captures;              /* captures made in this run (a change of shape makes a new one) */
+} step_graph;
+
+typedef struct trainer {
+    gpt2 model;
+    bt_adamw opt;
+    bt_loader *train, *val;
+    bt_tokenizer *tok;
+    int32_t *inputs, *targets;
+    bt_dtype dt;
+    int val_B;                 /* validation rows per batch: B, or fewer when the val shards are small */
+    train_opts o;
+    FILE *log;
+    /* data parallelism over several processes (dist == NULL: one) */
+    bt_dist *dist;
+    bt_ddp *ddp;               /* the gradient buckets */
+    bt_zero zero;              /* --dp zero1|zero2 (zero.stage 0: ddp) */
+    void *comm_ev[2];          /* around the step's last bt_ddp_wait on the compute stream (timed) */
+    void *work_ev[2];          /* --timings: the step's start and the end of its last backward (timed) */
+    int comm_early;            /* buckets already launched when the step's last backward ended; -1: no timed wait this step (graphs) */
+    /* checkpoints */
+    model_source src;
+    int start_step;            /* the first step to run: 0, or the resumed checkpoint's */
+    bt_ckpt_saver *saver;      /* rank 0 with --ckpt-dir: the asynchronous writer */
+    int fence_pending;         /* a snapshot's copies must be done before the next update (trainer_ckpt_fence) */
+    bt_tensor *gathered[5];    /* ZeRO or tp: AdamW's m and v (and with tp the weights) gathered, alive until the fence;
+                                  [3], [4]: with ZeRO m and v over the ZeRO group (with tp the input of the tp gather) */
+    double last_stall_ms, total_stall_ms;   /* host time of the last snapshot, of all */
+    int64_t saves_seen;        /* finished saves reported so far */
+    int skipped;               /* --skip-nonfinite: updates skipped */
+    gpt2_par *par;             /* tensor/context parallelism, NULL: none */
+    step_graph sg;             /* --cuda-graph */
+    double host_ms;            /* the last step's host time until its loss read (the rest is waiting for the GPU) */
+} trainer;
+
+/* ---- 2. data ---- */
+void trainer_load_batch(trainer *tr, bt_loader *L);   /* the next batch into tr->inputs, tr->targets */
+/* one batch of B rows on the device as i32 [B, T] (this rank's tokens with cp), in the current scope */
+void trainer_next_batch(trainer *tr, bt_loader *L, int B, bt_tensor **idx, bt_tensor **tgt);
+int trainer_data_world(const trainer *tr);   /* the data-parallel ranks: the divisor of the global batch */
+
+/* ---- 3. data parallelism ---- */
+void trainer_setup_parallel(trainer *tr);    /* rank 0's weights everywhere, ZeRO's ranges, the buckets */
+void trainer_ddp_wait_timed(trainer *tr);    /* bt_ddp_wait, the compute stream's wait timed */
+double trainer_comm_exposed_ms(trainer *tr);
+bt_tensor *trainer_grad_norm(trainer *tr);   /* the global L2 norm of the gradients (fp32 [1], no host sync) */
+void trainer_update(trainer *tr, double lr, bt_tensor *norm);   /* AdamW on this rank's range; ZeRO's all-gather */
+
+/* ---- 4. the micro-step as a CUDA graph ---- */
+/* a micro-step: forward, backward of loss / accum, loss / accum into loss_sum, the data-parallel
+   part of micro-batch a (graphed: inside or for a graph, nothing timed) */
+typedef void (*trainer_micro_fn)(trainer *tr, bt_tensor *idx, bt_tensor *tgt, int a, int accum, bt_tensor *loss_sum, int graphed);
+step_graph *trainer_graph_for(trainer *tr, int accum);          /* the graphs for this step's shapes */
+bt_tensor *trainer_graph_tokens(trainer *tr, step_graph *g, int step);   /* the step's tokens uploaded at once */
+/* micro-batch a through the graph of its kind (0 compute, 1 compute and communicate): warm-up and
+   capture on first use */
+void trainer_graph_micro_step(trainer *tr, step_graph *g, bt_tensor *tokens, int a, int kind, trainer_micro_fn micro);
+
+/* ---- 5. memory ---- */
+int trainer_auto_micro_batch(gpt2 *m, int T, int total_batch, bt_dtype dt);   /* the largest power of two that fits */
+int trainer_choose_recompute(gpt2 *m, int B, int T, bt_dtype dt);             /* none when B fits without, else gelu */
+
+/* ---- 6. checkpoints ---- */
+void trainer_install_stop_signals(void);   /* SIGINT/SIGTERM: finish the step, checkpoint, exit 0; a second: at once */
+void trainer_set_launcher(pid_t launcher); /* its copies of a Ctrl-C are not a second signal */
+int trainer_stop_signal(void);             /* the signal that asked to stop, or 0 */
+int trainer_stop_agreed(trainer *tr);      /* stop now? a collective with several processes */
+/* --resume or --init-from: the file opened, the model's config read (src->file NULL: neither); 0 or -1 */
+int trainer_source_open(const train_opts *o, bt_dist *dist, model_source *src, gpt2_config *cfg, char *err, size_t errlen);
+int trainer_source_load(trainer *tr, char *err, size_t errlen);   /* its weights into the model */
+/* --resume: the run's options against the checkpoint's, naming the first that differs */
+int trainer_ckpt_check(const model_source *src, const train_opts *o, const gpt2_config *c, int world, char *err, size_t errlen);
+void trainer_ckpt_import_tuning(trainer *tr);                  /* --resume: this rank's matmul choices back */
+int trainer_ckpt_restore(trainer *tr, char *err, size_t errlen);   /* AdamW state, step counts, data position */
+void trainer_ckpt_snapshot(trainer *tr, int step, double loss);    /* a collective; the save goes on in a thread */
+void trainer_ckpt_fence(trainer *tr);                          /* before the next update: the snapshot's copies done */
+int trainer_ckpt_due(const trainer *tr, int s);                /* a checkpoint after step s (1-based)? */
+int trainer_ckpt_report(trainer *tr, char *json, size_t cap);  /* a save finished since the last call: printed, logged */
+int trainer_ckpt_finish(trainer *tr, int step, int saved_step, double loss);   /* the run's last checkpoint, waited for */
+
+/* ---- 7. tensor and context parallelism ---- */
+int trainer_par_check(const train_opts *o, const gpt2_config *c, int world, int on_gpu, char *err, size_t errlen);
+gpt2_par_opts trainer_par_opts(const train_opts *o);
+void trainer_par_describe(const gpt2_par *p, const train_opts *o);
+gpt2 *trainer_whole_model(trainer *tr);   /* the model for the outputs (tp: gathered on rank 0, NULL elsewhere) */
+
+/* ---- 8. the end ---- */
+int trainer_end(trainer *tr, int rc);      /* frees what the trainer holds; rc passes through */
+#endif /* TRAINER_H */
+
+/* ============================================================================================== */
+#ifdef TRAINER_IMPLEMENTATION
+#ifndef TRAINER_IMPLEMENTATION_DONE
+#define TRAINER_IMPLEMENTATION_DONE
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- 1. options ---- */
+void train_default_opts(train_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->train_glob = "data/tinyshakespeare_train.bin"; o->val_glob = "data/tinyshakespeare_val.bin";
+    o->model = NULL; o->tok_dir = "data";
+    o->B = -1; o->T = -1; o->total_batch = -1; o->steps = -1; o->val_every = -1; o->val_batches = 20;
+    o->sample_every = -1; o->gen_len = 64; o->topk = 40; o->warmup = -1;
+    o->lr = -1; o->final_lr_frac = 0.1; o->weight_decay = 0.1; o->clip = 1.0; o->temp = 1.0;
+    o->seed = 1337; o->precision = NULL; o->device = "auto";
+    o->nproc = 1; o->dp = "ddp"; o->bucket_mb = 25; o->comm_dtype = "fp32"; o->nccl_timeout = 600;
+    o->ddp_rows = -1; o->nccl_blocking = -1;
+    o->ckpt_keep = 3; o->tp = 1; o->cp = 1; o->cuda_graph = -1; o->recompute = -1;
+}
+
+/* ---- 2. data ---- */
+void trainer_load_batch(trainer *tr, bt_loader *L) {
+    if (bt_loader_next(L, tr->inputs, tr->targets) != 0) bt_error("data: %s", bt_data_error());
+}
+void trainer_next_batch(trainer *tr, bt_loader *L, int B, bt_tensor **idx, bt_tensor **tgt) {
+    trainer_load_batch(tr, L);
+    bt_shape s = bt_shape2(B, tr->o.T);
+    *idx = bt_from_data(tr->inputs, s, BT_I32, tr->model.device);
+    *tgt = bt_from_data(tr->targets, s, BT_I32, tr->model.device);
+    if (tr->par) gpt2_par_batch(tr->par, tr->inputs, tr->targets, B, tr->o.T, tr->model.device, idx, tgt);
+}
+int trainer_data_world(const trainer *tr) { return tr->par ? tr->par->dp : tr->dist ? tr->dist->world : 1; }
+
+/* ---- 3. data parallelism ---- */
+/* ZeRO's group: the processes, or with tp/cp the dp x cp ranks of this tp index (they hold the
+   same shard of the model, section 7) */
+static bt_comm *trainer__zero_comm(const trainer *tr) { return tr->par ? tr->par->dpcp_comm : tr->dist->world_comm; }
+static int trainer__param_index(const gpt2 *m, const bt_tensor *p) {
+    for (int i = 0; i < m->n_params; i++) if (m->params[i] == p) return i;
+    bt_error("trainer: not a parameter of the model");
+    return -1;
+}
+/* GPT-2's tied embedding under data parallelism. wte's gradient is the output layer's (dense,
+   final right after that layer's backward, the first of the pass) plus the lookup's rows (added by
+   the last op of the pass). All-reduced as one table its bucket goes out last, with nothing left to
+   hide it (0.55 ms of a 34 ms step on two H200s). Instead the dense part's bucket goes out as soon
+   as the final layernorm's weight gradient is ready (that layernorm's backward follows the output
+   layer's), and the rows travel by bt_ddp_add_rows: world x B x T rows of C instead of V x C.
+   Taken when the gathered rows are smaller than the fp32 table (few tokens per rank), with plain
+   data parallelism and an fp32 gradient buffer (--ddp-rows on|off decides otherwise). */
+static void trainer__wte_dense_ready(bt_tensor *leaf, void *user) {
+    trainer *tr = (trainer *)user;
+    (void)leaf;
+    bt_ddp_param_ready(tr->ddp, trainer__param_index(&tr->model, tr->model.wte), NULL);
+}
+static int trainer__rows_exchange(trainer *tr) {
+    const gpt2 *m = &tr->model;
+    if (tr->par || m->device.type != BT_GPU || m->flat_grad->dtype != BT_F32 || tr->dist->world < 2 || tr->o.B < 1) return 0;
+    if (tr->o.ddp_rows >= 0) return tr->o.ddp_rows;
+    double gathered = (double)tr->dist->world * tr->o.B * tr->o.T * bt_dtype_size(tr->dt);   /* per column */
+    return gathered <= 4.0 * (double)m->wte->shape[0];
+}
+/* The data-parallel parts: every rank starts from rank 0's weights, holds (ZeRO) its range of the
+   AdamW state and, for zero2, of the summed gradients, and communicates its gradients through the
+   bucket engine, whose hooks fire as the backward pass finishes each parameter. */
+static void trainer__setup_ddp(trainer *tr) {
+    gpt2 *m = &tr->model;
+    bt_comm *c = trainer__zero_comm(tr);   /* tp/cp: the ranks holding the same shard */
+    bt_broadcast(c, bt_data_ptr(m->flat), bt_data_ptr(m->flat), m->flat_numel, BT_F32, 0, NULL);
+    m->flat->storage->version++;
+    bt_param_span *spans = (bt_param_span *)malloc(sizeof(bt_param_span) * (size_t)m->n_params);
+    if (!spans || bt_ddp_spans_from_grads(m->params, m->n_params, m->flat_grad, spans)) bt_error("data parallel: %s", bt_dist_error());
+    bt_ddp_opts d;
+    memset(&d, 0, sizeof d);
+    d.bucket_cap_bytes = (size_t)tr->o.bucket_mb << 20;
+    d.comm_dtype = !strcmp(tr->o.comm_dtype, "bf16") ? BT_BF16 : m->flat_grad->dtype;
+    d.shard_numel = tr->zero.stage ? tr->zero.shard : 0;
+    d.trace = tr->o.timings;
+    /* NCCL's host cost per bucket moves off the thread that launches the backward's kernels; not
+       with tp/cp, whose collectives during the backward must keep one order on every rank */
+    d.launch_thread = !tr->par;
+    /* ranks on one host reduce their buckets through the copy engines, not NCCL's kernels (bt_dist.h,
+       COPY ENGINES) */
+    d.copy_engines = !tr->o.ddp_nccl;
+    int rows = trainer__rows_exchange(tr);
+    if (rows) d.launch_as_ready = 1;   /* wte's bucket fills first and must not wait for the plan's order */
+    tr->ddp = bt_ddp_create(c, bt_data_ptr(m->flat_grad), m->flat_grad->dtype, m->flat_numel, spans, m->n_params, &d);
+    for (int i = 0; i < m->n_params; i++)
+        if (!(rows && m->params[i] == m->wte)) bt_register_grad_hook(m->params[i], bt_ddp_grad_hook, bt_ddp_hook_arg(tr->ddp, i));
+    if (rows) {
+        bt_register_grad_hook(m->lnfw, trainer__wte_dense_ready, tr);
+        bt_set_rows_hook(m->wte, bt_ddp_rows_hook, bt_ddp_hook_arg(tr->ddp, trainer__param_index(m, m->wte)));
+    }
+    free(spans);
+    if (m->device.type == BT_GPU)
+        for (int i = 0; i < 2; i++) tr->comm_ev[i] = bt_event_create_timed(m->device);
+}
+/* the ZeRO stage from --dp, its group's ranges and AdamW's range; then the buckets: with tp/cp
+   over the dp x cp group (a group of one, --tp 2 on two GPUs, reduces nothing, and ZeRO's range
+   is then the whole buffer); on CPUs tp/cp have no data parallelism */
+void trainer_setup_parallel(trainer *tr) {
+    if (tr->zero.stage) {
+        bt_zero z = tr->zero;
+        bt_zero_init(&tr->zero, z.stage, trainer__zero_comm(tr), tr->opt.numel, z.shard, tr->model.device);
+        bt_adamw_shard(&tr->opt, tr->zero.lo, tr->zero.hi);
+    }
+    if (tr->par ? !tr->par->on_cpu && tr->par->dpcp_comm && tr->par->dpcp_comm->size > 1 : tr->dist != NULL) trainer__setup_ddp(tr);
+    if (tr->o.timings && tr->model.device.type == BT_GPU)
+        for (int i = 0; i < 2; i++) tr->work_ev[i] = bt_event_create_timed(tr->model.device);
+}
+/* The gradient communication the backward pass did not hide: the compute stream's time from the
+   end of the backward to the arrival of the last bucket (timed events around bt_ddp_wait; read
+   after the step's host sync, so a step with several synced micro-batches reports its last), and
+   the buckets that were already on their way when the backward ended. */
+void trainer_ddp_wait_timed(trainer *tr) {
+    void *s = bt_stream_current(tr->model.device);
+    tr->comm_early = bt_ddp_get_stats(tr->ddp).launched;
+    if (tr->comm_ev[0]) bt_event_record(tr->comm_ev[0], s);
+    bt_ddp_wait(tr->ddp, NULL);
+    if (tr->comm_ev[1]) bt_event_record(tr->comm_ev[1], s);
+}
+double trainer_comm_exposed_ms(trainer *tr) {
+    return tr->comm_ev[0] ? bt_event_elapsed_ms(tr->comm_ev[0], tr->comm_ev[1]) : NAN;
+}
+/* With ZeRO each rank holds the reduced gradients of its range only: the ranges' squares are added
+   over the group; with tp the replicated tensors' part (the buffer's first W elements, equal on
+   every tp rank) counts once and the split part is summed over tp. */
+bt_tensor *trainer_grad_norm(trainer *tr) {
+    gpt2 *m = &tr->model;
+    if (tr->zero.stage) {
+        int64_t W = m->tp > 1 ? gpt2_par_whole_numel(m) : m->flat_numel;
+        bt_tensor *sq = bt_zero_sumsq(&tr->zero, m->flat_grad, W);
+        if (m->tp > 1) gpt2_par_tp_sum(tr->par, bt_narrow(sq, 0, 1, 1));
+        return bt_sqrt(bt_add(bt_narrow(sq, 0, 0, 1), bt_narrow(sq, 0, 1, 1)));
+    }
+    if (tr->par) return gpt2_par_grad_norm(tr->par, m);
+    return bt_grad_norm(m->params, m->n_params);
+}
+void trainer_update(trainer *tr, double lr, bt_tensor *norm) {
+    if (tr->fence_pending) trainer_ckpt_fence(tr);   /* a checkpoint's copies of the weights and state finish first */
+    bt_adamw_set_grad_norm(&tr->opt, norm);
+    bt_adamw_update(&tr->opt, (float)lr, tr->zero.grad_sum);
+    if (tr->zero.stage) bt_zero_all_gather(&tr->zero, tr->model.flat);   /* every rank's updated range to its group */
+}
+
+/* ---- 4. the micro-step as a CUDA graph (--cuda-graph) ----
+   Every micro-batch issues the same kernels on the same shapes, so after one eager micro-step
+   (which tunes the matmuls and makes every lazily made buffer: none of that may happen in a
+   capture) the next one is captured into a graph, in a private pool, and each later micro-step is
+   one launch. What the graph cannot hold stays outside: the upload of the tokens (a step's at
+   once, then one device copy per micro-batch into the graph's inputs), the refresh of the bf16
+   weights after an update, the gradient norm, the loss read and AdamW. The kernels are the eager
+   path's, so the losses and weights are the same bits with and without the graph.
+   Data parallelism: the micro-step that communicates is a graph of its own, captured after one
+   eager run of it (which sizes every buffer and connects NCCL) and holding the gradient buckets'
+   collectives (bt_dist.h, CUDA GRAPHS: the comm stream forks from and joins the capture), so one
+   replay does the backward, the overlapped reductions and the compute stream's wait for them; the
+   optimizer step simply follows it. The loss and norm all-reduces and ZeRO's all-gather stay
+   outside. The two graphs share one pool: they replay one after the other on one stream and free
+   every temporary by their end. Every rank captures and replays the same sequence. */
+static void trainer__graph_free(step_graph *g) {
+    int captures = g->captures;
+    for (int k = 0; k < 2; k++) bt_graph_free(g->graph[k]);
+    bt_release(g->idx); bt_release(g->tgt); bt_release(g->in); bt_release(g->loss_sum);
+    free(g->host);
+    memset(g, 0, sizeof *g);
+    g->captures = captures;
+}
+/* a change of B, T, accumulation or dtype drops the graph: the next micro-steps warm up and capture anew */
+step_graph *trainer_graph_for(trainer *tr, int accum) {
+    step_graph *g = &tr->sg;
+    int B = tr->o.B, T = tr->o.T;
+    if (g->in && g->B == B && g->T == T && g->accum == accum && g->dt == tr->dt) return g;
+    trainer__graph_free(g);
+    g->B = B; g->T = T; g->accum = accum; g->dt = tr->dt;
+    g->host = (int32_t *)malloc(sizeof(int32_t) * 2 * (size_t)accum * B * T);
+    if (!g->host) bt_error("--cuda-graph: out of host memory for %d micro-batches of %d x %d tokens", accum, B, T);
+    bt_scope_begin();
+    g->in = bt_keep(bt_zeros(bt_shape3(2, B, T), BT_I32, tr->model.device));
+    g->idx = bt_keep(bt_view(bt_narrow(g->in, 0, 0, 1), bt_shape2(B, T)));
+    g->tgt = bt_keep(bt_view(bt_narrow(g->in, 0, 1, 1), bt_shape2(B, T)));
+    g->loss_sum = bt_keep(bt_scalar(0, BT_F32, tr->model.device));
+    bt_scope_end();
+    return g;
+}
+/* [accum, 2, B, T] in the current scope */
+bt_tensor *trainer_graph_tokens(trainer *tr, step_graph *g, int step) {
+    size_t n = (size_t)g->B * g->T;
+    for (int a = 0; a < g->accum; a++) {
+        if (tr->o.overfit && step + a > 0) bt_loader_reset(tr->train);
+        trainer_load_batch(tr, tr->train);
+        memcpy(g->host + (2 * (size_t)a) * n, tr->inputs, n * sizeof(int32_t));
+        memcpy(g->host + (2 * (size_t)a + 1) * n, tr->targets, n * sizeof(int32_t));
+    }
+    return bt_from_data(g->host, bt_shape4(g->accum, 2, g->B, g->T), BT_I32, tr->model.device);
+}
+/* micro-batch a (of kind k) captured into g->graph[k], in the pool of the step's graphs */
+static void trainer__graph_capture(trainer *tr, step_graph *g, int k, int a, trainer_micro_fn micro) {
+    gpt2 *m = &tr->model;
+    bt_alloc_empty_cache(m->device);   /* the warm-up's cached blocks go back: the graph's pool takes their place */
+    bt_graph *cg = bt_graph_capture_begin(m->device);
+    if (g->pool) { bt_alloc_pool_pop(m->device); bt_alloc_pool_push(m->device, g->pool); }   /* the end pops it */
+    else g->pool = bt_graph_pool(cg);
+    bt_scope_begin();
+    micro(tr, g->idx, g->tgt, a, g->accum, g->loss_sum, 1);
+    bt_scope_end();
+    bt_graph_capture_end(cg);
+    g->graph[k] = cg;
+    g->captures++;
+}
+void trainer_graph_micro_step(trainer *tr, step_graph *g, bt_tensor *tokens, int a, int k, trainer_micro_fn micro) {
+    gpt2 *m = &tr->model;
+    bt_copy_(g->in, bt_view(bt_narrow(tokens, 0, a, 1), bt_shape3(2, g->B, g->T)));
+    gpt2_lowp_refresh(m, tr->dt);   /* the bf16 weights after the last update: a copy outside the graph */
+    if (!g->graph[k] && !g->warmed[k]) { micro(tr, g->idx, g->tgt, a, g->accum, g->loss_sum, 1); g->warmed[k] = 1; return; }
+    if (!g->graph[k]) trainer__graph_capture(tr, g, k, a, micro);
+    bt_graph_launch(g->graph[k]);
+    /* its collectives were not timed in the capture: the watchdog times the replay */
+    if (k) bt_dist_watch(tr->dist->world_comm, "ddp micro-step graph", NULL);
+}
+
+/* ---- 5. memory ---- */
+#ifdef BT_CUDA
+/* peak memory of one forward+backward at micro-batch B (synthetic tokens: memory does not depend on their values) */
+static size_t trainer__probe_peak(gpt2 *m, int B, int T, bt_dtype dt) {
+    bt_alloc_reset_peak(m->device);
+    int32_t *ids = (int32_t *)calloc((size_t)B * T, sizeof(int32_t));
+    if (!ids) bt_error("auto micro-batch: out of host memory");
+    bt_scope_begin();
+    bt_tensor *idx = bt_from_data(ids, bt_shape2(B, T), BT_I32, m->device);
+    bt_backward(gpt2_loss(m, idx, idx, dt));
+    bt_scope_end();
+    free(ids);
+    bt_zero_(m->flat_grad);
+    return bt_alloc_stats(m->device).peak_allocated;
+}
+#endif
+/* Memory of a micro-step at B: activations grow linearly in B, so two probes (B = 1, b2) give the
+   fixed part and the part per sequence (with the recomputation set now). The budget keeps 10% of
+   the device free for fragmentation and the libraries' own buffers. A larger b2 measures the part
+   per sequence closer to a large B's (d12 at T=1024: 372 MiB from B = 1, 2, ~300 MiB seen at B = 64..192). */
+typedef struct { size_t fixed, per; double budget; } trainer__mem;
+static trainer__mem trainer__probe_memory(gpt2 *m, int T, bt_dtype dt, int b2) {
+    trainer__mem mm = {0, 1, 0};
+#ifdef BT_CUDA
+    size_t p1 = trainer__probe_peak(m, 1, T, dt), p2 = trainer__probe_peak(m, b2, T, dt), free_b = 0, total_b = 0;
+    mm.per = p2 > p1 ? (p2 - p1) / (size_t)(b2 - 1) : 1; mm.fixed = p1 > mm.per ? p1 - mm.per : 0;
+    bt_device_memory(m->device, &free_b, &total_b);
+    mm.budget = 0.9 * (double)(free_b + bt_alloc_stats(m->device).reserved);
+#else
+    (void)m; (void)T; (void)dt; (void)b2;
+#endif
+    return mm;
+}
+static double trainer__need(trainer__mem mm, int B) { return mm.fixed + (double)mm.per * B; }
+int trainer_choose_recompute(gpt2 *m, int B, int T, bt_dtype dt) {
+    int b2 = B >= 8 ? 8 : 2;
+    trainer__mem none = trainer__probe_memory(m, T, dt, b2);
+    if (trainer__need(none, B) <= none.budget) { printf("recompute: none (B %d fits: %.0f of %.0f MiB)\n", B, trainer__need(none, B) / 1048576.0, none.budget / 1048576.0); return 0; }
+    int old = bt_set_recompute(BT_RECOMPUTE_GELU);
+    trainer__mem gelu = trainer__probe_memory(m, T, dt, b2);
+    bt_set_recompute(old);
+    printf("recompute: gelu (B %d needs %.0f MiB without, %.0f with; %.0f usable)\n", B, trainer__need(none, B) / 1048576.0,
+           trainer__need(gelu, B) / 1048576.0, gelu.budget / 1048576.0);
+    return BT_RECOMPUTE_GELU;
+}
+int trainer_auto_micro_batch(gpt2 *m, int T, int total_batch, bt_dtype dt) {
+    int best = 1;
+#ifdef BT_CUDA
+    trainer__mem mm = trainer__probe_memory(m, T, dt, 2);
+    while ((int64_t)best * 2 * T <= total_batch && total_batch % ((int64_t)best * 2 * T) == 0 && trainer__need(mm, best * 2) <= mm.budget) best *= 2;
+    printf("auto micro-batch: %.0f MiB per sequence of %d tokens, %.0f MiB fixed, %.0f MiB usable -> B = %d\n",
+           mm.per / 1048576.0, T, mm.fixed / 1048576.0, mm.budget / 1048576.0, best);
+#else
+    (void)m; (void)T; (void)total_batch; (void)dt;
+#endif
+    return best;
+}
+
+/* ---- 6. checkpoints ----
+   A checkpoint (bt_ckpt.h) is one safetensors file, DIR/ckpt_STEP.safetensors, holding
+       params    [num_params] f32   the weights in the flat buffer's order (gpt2.h: wte, wpe,
+                                    layer 0 .. L-1 with its 12 tensors each, lnfw, lnfb)
+       adamw.m   [num_params] f32   AdamW's moments over the same elements
+       adamw.v   [num_params] f32
+   and in its metadata the run: what a resume must share with it (trainer__ckpt_fields: the model,
+   the batch, the schedule, the seed, the precision, the data parallelism), the steps done
+   (train.step, which is also the learning-rate schedule's position, and adamw.step), every
+   rank's data-loader position (loader.RANK), every rank's matmul autotuner choices
+   (train.matmul_tuning.RANK) and the device; bt_ckpt.h adds a CRC32C of every tensor and one of
+   the header. Only rank 0 writes. With ZeRO each rank holds a range of m and v: at a checkpoint
+   the ranges are all-gathered into temporaries, so the file is the same whatever the
+   data-parallel mode, and a resume reads its own range out of it. With --tp the weights, m and v
+   are gathered over the tp group into the 1-GPU layout the same way, and the loader positions are
+   the data-parallel ranks' (a tp or cp group reads one dp index's rows): a checkpoint of --tp 2 or
+   --cp 2 is the file one process writes, and resumes in any layout.
+   A snapshot costs the loop only the enqueueing of device-to-host copies into pinned memory (on
+   a copy stream); the next optimizer update waits for them on the device (trainer_ckpt_fence),
+   and a thread checksums and writes the file while training goes on (at most one save in flight). */
+
+/* signals */
+static volatile sig_atomic_t trainer__stop;   /* the first SIGINT/SIGTERM: stop after this step */
+static pid_t trainer__launcher;               /* a rank's launcher (its parent process), or 0 */
+/* The first SIGINT/SIGTERM asks the loop to finish its step, checkpoint and exit 0; a second one
+   ends the process at once, after removing the temporaries of files being written (the previous
+   checkpoint stays whole). A launcher (--nproc, torchrun) passes on the Ctrl-C that its ranks got
+   from the terminal too: a copy from it does not count as the second. */
+static void trainer__on_stop(int sig, siginfo_t *info, void *ctx) {
+    (void)ctx;
+    if (!trainer__stop) { trainer__stop = sig; return; }
+    if (trainer__launcher > 0 && info && info->si_code == SI_USER && info->si_pid == trainer__launcher) return;
+    bt_atomic_cleanup();
+    signal(sig, SIG_DFL);
+    raise(sig);                        /* delivered when the handler returns: the default, the end */
+}
+/* a signal that was ignored when the process started (nohup, `&` in a script) stays ignored */
+void trainer_install_stop_signals(void) {
+    static const int sigs[2] = {SIGINT, SIGTERM};
+    for (int k = 0; k < 2; k++) {
+        struct sigaction sa, old;
+        if (sigaction(sigs[k], NULL, &old) == 0 && !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_IGN) continue;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = trainer__on_stop;
+        sa.sa_flags = SA_SIGINFO | SA_RESTART;
+        sigemptyset(&sa.sa_mask);
+        sigaddset(&sa.sa_mask, SIGINT); sigaddset(&sa.sa_mask, SIGTERM);
+        sigaction(sigs[k], &sa, NULL);
+    }
+}
+void trainer_set_launcher(pid_t launcher) { trainer__launcher = launcher; }
+int trainer_stop_signal(void) { return trainer__stop; }
+/* a MAX over the ranks' flags once per step: ranks that got the signal at different steps stop
+   after the same one, and none waits alone */
+int trainer_stop_agreed(trainer *tr) {
+    int mine = trainer__stop != 0;
+    if (!tr->dist) return mine;
+    bt_scope_begin();
+    bt_tensor *f = bt_full(bt_shape1(1), mine, BT_I32, tr->model.device);
+    bt_all_reduce(tr->dist->world_comm, bt_data_ptr(f), bt_data_ptr(f), 1, BT_I32, BT_RED_MAX, NULL);
+    int any = bt_item(f) != 0;
+    bt_scope_end();
+    return any;
+}
+
+/* What a resumed run must share with the run it resumes (all that changes its losses), as text:
+   doubles as %.17g, so equal values give equal text. One table for writing and for checking.
+   world is the data-parallel one: --tp and --cp change no loss (beyond rounding), so a
+   checkpoint moves between them freely. */
+#define TRAINER_MAX_FIELDS 24
+typedef struct { const char *key, *flag; char val[48]; } trainer__field;
+static int trainer__ckpt_fields(const train_opts *o, const gpt2_config *c, int world, trainer__field *f) {
+    int n = 0;
+#define FIELD(k, fl, fmt, v) (f[n].key = (k), f[n].flag = (fl), snprintf(f[n].val, sizeof f[n].val, fmt, v), n++)
+    FIELD("gpt2.maxT", "-e", "%d", c->maxT); FIELD("gpt2.V", "-e", "%d", c->V); FIELD("gpt2.Vp", "-e", "%d", c->Vp);
+    FIELD("gpt2.L", "-e", "%d", c->L); FIELD("gpt2.H", "-e", "%d", c->H); FIELD("gpt2.C", "-e", "%d", c->C);
+    FIELD("train.B", "-b", "%d", o->B); FIELD("train.T", "-t", "%d", o->T);
+    FIELD("train.total_batch", "-d", "%d", o->total_batch); FIELD("train.steps", "-x", "%d", o->steps);
+    FIELD("train.lr", "-l", "%.17g", o->lr); FIELD("train.warmup", "-u", "%d", o->warmup);
+    FIELD("train.final_lr_frac", "-q", "%.17g", o->final_lr_frac); FIELD("train.weight_decay", "-c", "%.17g", o->weight_decay);
+    FIELD("train.clip", "--clip", "%.17g", o->clip); FIELD("train.seed", "--seed", "%llu", (unsigned long long)o->seed);
+    FIELD("train.overfit", "--overfit", "%d", o->overfit); FIELD("train.precision", "--precision", "%s", o->precision);
+    FIELD("train.world", "the number of data-parallel processes: processes / (--tp x --cp)", "%d", world);
+    FIELD("train.dp", "--dp", "%s", world > 1 ? o->dp : "none");
+    FIELD("train.comm_dtype", "--comm-dtype", "%s", world > 1 ? o->comm_dtype : "none");
+    FIELD("train.bucket_mb", "--bucket-mb", "%d", world > 1 ? o->bucket_mb : 0);
+#undef FIELD
+    return n;
+}
+/* the model's config out of a checkpoint's metadata, checked as a model file's header is */
+static int trainer__ckpt_config(const bt_ckpt_meta *meta, const char *path, gpt2_config *c, char *err, size_t errlen) {
+    static const char *const keys[6] = {"gpt2.maxT", "gpt2.V", "gpt2.Vp", "gpt2.L", "gpt2.H", "gpt2.C"};
+    int *dst[6] = {&c->maxT, &c->V, &c->Vp, &c->L, &c->H, &c->C};
+    for (int i = 0; i < 6; i++) {
+        int64_t v;
+        if (bt_ckpt_meta_get_i64(meta, keys[i], &v) || v < INT32_MIN || v > INT32_MAX) {
+            snprintf(err, errlen, "%.500s: metadata \"%s\": %.400s", path, keys[i], bt_ckpt_error()); return -1;
+        }
+        *dst[i] = (int)v;
+    }
+    return gpt2_config_check(c, path, "gpt2.", err, errlen);
+}
+int trainer_ckpt_check(const model_source *src, const train_opts *o, const gpt2_config *c, int world, char *err, size_t errlen) {
+    trainer__field f[TRAINER_MAX_FIELDS];
+    int n = trainer__ckpt_fields(o, c, world, f);
+    for (int i = 0; i < n; i++) {
+        const char *v = bt_ckpt_meta_get(bt_ckpt_file_meta(src->file), f[i].key);
+        if (!v) { snprintf(err, errlen, "--resume %.500s: no \"%s\" in its metadata: not a train_gpt2 checkpoint", src->path, f[i].key); return -1; }
+        if (strcmp(v, f[i].val) && !strncmp(f[i].key, "gpt2.", 5)) {
+            gpt2_config h;
+            if (trainer__ckpt_config(bt_ckpt_file_meta(src->file), src->path, &h, err, errlen)) return -1;
+            snprintf(err, errlen, "--resume %.500s: the checkpoint holds a model of L %d H %d C %d maxT %d V %d, -e %s is L %d H %d "
+                     "C %d maxT %d V %d", src->path, h.L, h.H, h.C, h.maxT, h.V, o->model ? o->model : "?", c->L, c->H, c->C, c->maxT, c->V);
+            return -1;
+        }
+        if (strcmp(v, f[i].val)) {
+            snprintf(err, errlen, "--resume %.500s: the checkpoint's run had %s = %s (%s), this one %s: give the options of the run "
+                     "it continues (or start a new run from its weights with --init-from)", src->path, f[i].key, v, f[i].flag, f[i].val);
+            return -1;
+        }
+    }
+    return 0;
+}
+/* Every rank's matmul choices (bt_k_matmul_tuning_export) into rank 0's meta: a resumed rank
+   imports its own, so each picks the algorithms it picked before. A collective. */
+static int trainer__meta_tuning(trainer *tr, bt_ckpt_meta *meta) {
+    int bad = 0;
+#ifdef BT_CUDA
+    bt_device dev = tr->model.device;
+    if (dev.type != BT_GPU) return 0;
+    int world = tr->dist ? tr->dist->world : 1;
+    uint64_t n = bt_k_matmul_tuning_export(dev.index, NULL, 0), max = 0;
+    uint64_t *sizes = (uint64_t *)calloc((size_t)world, sizeof *sizes);
+    if (!sizes) bt_error("checkpoint: out of host memory");
+    sizes[0] = n;
+    if (tr->dist && bt_store_allgather(bt_dist_store(tr->dist), &n, sizes, sizeof n)) bt_error("checkpoint: %s", bt_dist_error());
+    for (int r = 0; r < world; r++) max = sizes[r] > max ? sizes[r] : max;
+    unsigned char *mine = (unsigned char *)calloc(max ? max : 1, 1), *all = (unsigned char *)calloc(max ? (size_t)max * world : 1, 1);
+    if (!mine || !all) bt_error("checkpoint: out of host memory");
+    bt_k_matmul_tuning_export(dev.index, mine, max);
+    memcpy(all, mine, n);
+    if (tr->dist && bt_store_allgather(bt_dist_store(tr->dist), mine, all, max)) bt_error("checkpoint: %s", bt_dist_error());
+    for (int r = 0; meta && r < world; r++) {
+        char key[48];
+        snprintf(key, sizeof key, "train.matmul_tuning.%d", r);
+        bad |= bt_ckpt_meta_set_blob(meta, key, all + (size_t)r * max, sizes[r]);
+    }
+    free(sizes); free(mine); free(all);
+#else
+    (void)tr; (void)meta;
+#endif
+    return bad;
+}
+/* before the first matmul plans anew; only on the GPU model that made them */
+void trainer_ckpt_import_tuning(trainer *tr) {
+#ifdef BT_CUDA
+    const bt_ckpt_meta *meta = bt_ckpt_file_meta(tr->src.file);
+    bt_device dev = tr->model.device;
+    char key[48];
+    snprintf(key, sizeof key, "train.matmul_tuning.%d", tr->dist ? tr->dist->rank : 0);
+    if (dev.type != BT_GPU || !bt_ckpt_meta_get(meta, key)) return;
+    const char *made_on = bt_ckpt_meta_get(meta, "train.device");
+    int64_t tp = 1, cp = 1;   /* absent: a checkpoint of one layout */
+    bt_ckpt_meta_get_i64(meta, "train.tp", &tp); bt_ckpt_meta_get_i64(meta, "train.cp", &cp);
+    if (tp != tr->o.tp || cp != tr->o.cp) return;   /* other shapes per rank: the choices do not apply */
+    if (!made_on || strcmp(made_on, bt_device_name(dev))) {
+        printf("note: the checkpoint was made on %s, this is %s: the matmuls choose their algorithms afresh, and the "
+               "losses may differ from the first run's in the last bits\n", made_on ? made_on : "?", bt_device_name(dev));
+        return;
+    }
+    void *blob = NULL;
+    size_t n = 0;
+    if (bt_ckpt_meta_get_blob(meta, key, &blob, &n)) { fprintf(stderr, "warning: --resume: %s\n", bt_ckpt_error()); return; }
+    bt_k_matmul_tuning_import(dev.index, blob, n);
+    free(blob);
+#else
+    (void)tr;
+#endif
+}
+/* The checkpoint's metadata (rank 0's; NULL on the others): a collective, as every rank's loader
+   state and matmul choices are gathered through the store. The loader positions are the data-
+   parallel ranks' (with tp/cp one per dp index: its ranks read the same rows), and the fields
+   name the data-parallel world. */
+static bt_ckpt_meta *trainer__meta(trainer *tr, int step, double loss) {
+    int world = tr->dist ? tr->dist->world : 1, rank = tr->dist ? tr->dist->rank : 0, bad = 0, dworld = trainer_data_world(tr);
+    bt_loader_state mine, *all = (bt_loader_state *)calloc((size_t)world, sizeof *all);
+    if (!all) bt_error("checkpoint: out of host memory");
+    memset(&mine, 0, sizeof mine);
+    bt_loader_get_state(tr->train, &mine);
+    all[0] = mine;
+    if (tr->dist && bt_store_allgather(bt_dist_store(tr->dist), &mine, all, sizeof mine)) bt_error("checkpoint: %s", bt_dist_error());
+    bt_ckpt_meta *meta = rank == 0 ? bt_ckpt_meta_new() : NULL;
+    bad |= trainer__meta_tuning(tr, meta);
+    if (meta) {
+        trainer__field f[TRAINER_MAX_FIELDS];
+        int n = trainer__ckpt_fields(&tr->o, &tr->model.cfg, dworld, f);
+        const train_opts *o = &tr->o;
+        for (int i = 0; i < n; i++) bad |= bt_ckpt_meta_set(meta, f[i].key, f[i].val);
+        bad |= bt_ckpt_meta_set(meta, "train_gpt2.checkpoint", "1");
+        bad |= bt_ckpt_meta_set_i64(meta, "train.step", step);
+        bad |= bt_ckpt_meta_set_i64(meta, "adamw.step", tr->opt.step);
+        bad |= bt_ckpt_meta_set_f64(meta, "train.loss", loss);
+        bad |= bt_ckpt_meta_set_f64(meta, "train.lr_next", bt_lr_cosine(step, o->warmup, o->steps, o->lr, o->lr * o->final_lr_frac));
+        bad |= bt_ckpt_meta_set(meta, "train.device", bt_device_of(tr->model.flat).type == BT_GPU ? bt_device_name(tr->model.device) : "cpu");
+        bad |= bt_ckpt_meta_set_i64(meta, "train.deterministic", o->deterministic);
+        bad |= bt_ckpt_meta_set_i64(meta, "train.tp", o->tp);   /* the layout it was made in: not a resume's constraint */
+        bad |= bt_ckpt_meta_set_i64(meta, "train.cp", o->cp);
+        for (int d = 0; d < dworld; d++) bad |= bt_ckpt_meta_set_loader(meta, d, &all[tr->par ? d * tr->par->cp * tr->par->tp : d]);
+        if (bad) bt_error("checkpoint: the metadata: %s", bt_ckpt_error());
+    }
+    free(all);
+    return meta;
+}
+/* AdamW's m and v over all num_params elements in the 1-GPU layout: the optimizer's own, or
+   gathered (collectives) into temporaries that live until the fence: with ZeRO every rank's range
+   over the ZeRO group, then with tp the tp ranks' buffers into the 1-GPU layout (on rank 0; NULL
+   on the others) */
+static void trainer__gather_adamw(trainer *tr, bt_tensor **m, bt_tensor **v) {
+    if (!tr->zero.stage && tr->model.tp <= 1) { *m = tr->opt.m; *v = tr->opt.v; return; }
+    bt_tensor *state[2] = {tr->opt.m, tr->opt.v}, **out[2] = {m, v};
+    for (int k = 0; k < 2; k++) {
+        bt_tensor *x = tr->zero.stage ? (tr->gathered[3 + k] = bt_zero_gather(&tr->zero, state[k])) : state[k];
+        *out[k] = tr->model.tp > 1 ? (tr->gathered[k] = gpt2_par_gather_whole(tr->par, &tr->model, x)) : bt_narrow(x, 0, 0, tr->model.num_params);
+    }
+}
+static void trainer__release_gathered(trainer *tr) {
+    for (int k = 0; k < 5; k++) { bt_release(tr->gathered[k]); tr->gathered[k] = NULL; }
+}
+/* the device waits there for the snapshot's copies (the host does not); the gathered temporaries
+   may then go (later work on the stream comes after them) */
+void trainer_ckpt_fence(trainer *tr) {
+    bt_ckpt_saver_fence(tr->saver, NULL);
+    trainer__release_gathered(tr);
+    tr->fence_pending = 0;
+}
+static double trainer__now(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec + 1e-9 * ts.tv_nsec; }
+/* every rank calls it after the same step: the state gathered, rank 0's copies enqueued; the host
+   time is the loop's stall. A save that failed is a warning, the run goes on (the previous
+   checkpoint is whole). */
+void trainer_ckpt_snapshot(trainer *tr, int step, double loss) {
+    double t0 = trainer__now();
+    if (tr->fence_pending) trainer_ckpt_fence(tr);   /* no update since the last snapshot (skipped ones) */
+    bt_scope_begin();
+    bt_tensor *m, *v;
+    trainer__gather_adamw(tr, &m, &v);
+    /* the weights in the 1-GPU layout: with tp the shards gathered (rank 0), else the buffer */
+    bt_tensor *w = tr->model.tp > 1 ? (tr->gathered[2] = gpt2_par_gather_whole(tr->par, &tr->model, tr->model.flat))
+                                    : bt_narrow(tr->model.flat, 0, 0, tr->model.num_params);
+    bt_ckpt_meta *meta = trainer__meta(tr, step, loss);
+    if (tr->saver) {
+        bt_tensor *t[3] = {w, m, v};
+        const char *names[3] = {"params", "adamw.m", "adamw.v"};
+        if (bt_ckpt_saver_wait(tr->saver)) fprintf(stderr, "warning: checkpoint: %s\n", bt_ckpt_error());   /* the previous one */
+        if (bt_ckpt_saver_snapshot(tr->saver, step, t, names, 3, meta))
+            fprintf(stderr, "warning: the checkpoint of step %d was not taken: %s\n", step, bt_ckpt_error());
+        else tr->fence_pending = 1;
+    }
+    bt_ckpt_meta_free(meta);
+    bt_scope_end();
+    if (!tr->fence_pending) trainer__release_gathered(tr);
+    tr->last_stall_ms = 1e3 * (trainer__now() - t0);
+    tr->total_stall_ms += tr->last_stall_ms;
+}
+/* every --ckpt-every steps and after the last one */
+int trainer_ckpt_due(const trainer *tr, int s) {
+    return tr->o.ckpt_dir && ((tr->o.ckpt_every && s % tr->o.ckpt_every == 0) || s == tr->o.steps);
+}
+int trainer_ckpt_report(trainer *tr, char *json, size_t cap) {
+    bt_ckpt_saver_stats st;
+    if (!tr->saver) return 0;
+    bt_ckpt_saver_get_stats(tr->saver, &st);
+    if (st.saves == tr->saves_seen) return 0;
+    tr->saves_seen = st.saves;
+    printf("checkpoint %s: %.1f MB in %.0f ms (%.0f MB/s; checksums %.0f ms, write %.0f ms)\n", bt_ckpt_saver_last_path(tr->saver),
+           st.last_bytes / 1e6, st.last_save_ms, st.last_mb_per_s, st.last_checksum_ms, st.last_write_ms);
+    fflush(stdout);
+    size_t len = strlen(json);
+    snprintf(json + len, cap - len, ", \"ckpt_saved_step\": %lld, \"ckpt_save_ms\": %.1f, \"ckpt_mb_per_s\": %.1f",
+             (long long)st.last_step, st.last_save_ms, st.last_mb_per_s);
+    return 1;
+}
+/* the end of a run (its last step, or a signal): the checkpoint of `step` unless taken already,
+   then the host waits for the save. 0, or -1 when it failed (said). */
+int trainer_ckpt_finish(trainer *tr, int step, int saved_step, double loss) {
+    if (!tr->o.ckpt_dir || step == tr->start_step) return 0;   /* nothing new to save */
+    if (step != saved_step) trainer_ckpt_snapshot(tr, step, loss);
+    if (!tr->saver) return 0;
+    int r = bt_ckpt_saver_wait(tr->saver);
+    if (r) fprintf(stderr, "error: checkpoint: %s\n", bt_ckpt_error());
+    char json[256] = "";
+    trainer_ckpt_report(tr, json, sizeof json);
+    return r;
+}
+
+/* resuming */
+static void trainer__report_bad(const char *path, const char *why, void *user) {
+    (void)user;
+    (void)path;   /* why names it */
+    fprintf(stderr, "warning: --resume: skipping a damaged checkpoint: %s\n", why);
+}
+/* the file --resume names (on this process): FILE, or the newest checkpoint of DIR (auto:
+   --ckpt-dir) that passes every check, each newer one that fails reported and skipped. 0 found,
+   1 auto found none (a fresh start), -1 error. */
+static int trainer__find_resume_here(const train_opts *o, char *path, size_t n, char *err, size_t errlen) {
+    int is_auto = !strcmp(o->resume, "auto");
+    const char *dir = is_auto ? o->ckpt_dir : o->resume;
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        if (is_auto) return 1;                        /* not made yet: nothing to resume */
+        snprintf(path, n, "%s", o->resume);           /* a file: its own checks name any problem */
+        return 0;
+    }
+    int64_t step, *steps = NULL;
+    int r = bt_ckpt_find_latest(dir, &step, path, n, trainer__report_bad, NULL);
+    if (r == 0) return 0;
+    int count = r == 1 ? bt_ckpt_list(dir, &steps) : -1;
+    free(steps);
+    if (count == 0 && is_auto) return 1;
+    if (count == 0) snprintf(err, errlen, "--resume %.500s: no checkpoint (ckpt_STEP.safetensors) in it", dir);
+    else if (count > 0) snprintf(err, errlen, "--resume %.500s: none of its %d checkpoints is whole (each is reported above)", dir, count);
+    else snprintf(err, errlen, "--resume: %.900s", bt_ckpt_error());
+    return -1;
+}
+/* the same for every rank: rank 0 looks, the others are told */
+static int trainer__find_resume(const train_opts *o, bt_dist *dist, char *path, size_t n, char *err, size_t errlen) {
+    struct { int32_t rc; char path[4096], err[1024]; } msg;
+    memset(&msg, 0, sizeof msg);
+    if (!dist || dist->rank == 0) msg.rc = trainer__find_resume_here(o, msg.path, sizeof msg.path, msg.err, sizeof msg.err);
+    if (dist && bt_store_broadcast(bt_dist_store(dist), &msg, sizeof msg)) { snprintf(err, errlen, "--resume: %.900s", bt_dist_error()); return -1; }
+    snprintf(path, n, "%s", msg.path);
+    snprintf(err, errlen, "%s", msg.err);
+    return msg.rc;
+}
+int trainer_source_open(const train_opts *o, bt_dist *dist, model_source *src, gpt2_config *cfg, char *err, size_t errlen) {
+    memset(src, 0, sizeof *src);
+    if (o->resume) {
+        int r = trainer__find_resume(o, dist, src->path, sizeof src->path, err, errlen);
+        if (r) return r < 0 ? -1 : 0;
+        src->resume = 1;
+    } else if (o->init_from) {
+        struct stat sb;
+        int is_dir = stat(o->init_from, &sb) == 0 && S_ISDIR(sb.st_mode);
+        snprintf(src->path, sizeof src->path, "%s%s", o->init_from, is_dir ? "/model.safetensors" : "");
+    } else return 0;
+    const char *flag = src->resume ? "--resume" : "--init-from";
+    if (!(src->file = bt_ckpt_open(src->path, src->resume ? BT_CKPT_REQUIRE_CHECKSUMS : 0))) {
+        snprintf(err, errlen, "%s: %.900s", flag, bt_ckpt_error());
+        return -1;
+    }
+    const bt_ckpt_meta *meta = bt_ckpt_file_meta(src->file);
+    if (bt_ckpt_meta_get(meta, "train_gpt2.checkpoint")) return trainer__ckpt_config(meta, src->path, cfg, err, errlen);
+    if (src->resume) { snprintf(err, errlen, "--resume %.500s: not a train_gpt2 checkpoint (no train_gpt2.checkpoint in its metadata)", src->path); return -1; }
+    src->hf = 1;
+    char msg[1024];
+    if (gpt2_hf_config(src->file, src->path, src->prefix, cfg, msg, sizeof msg)) { snprintf(err, errlen, "--init-from %s", msg); return -1; }
+    return 0;
+}
+/* the weights from the source into a whole (one-process) model m: a checkpoint's params, or a
+   Hugging Face file's tensors */
+static int trainer__source_load_into(gpt2 *m, model_source *src, char *err, size_t errlen) {
+    char msg[1024];
+    int r;
+    if (src->hf) r = gpt2_hf_load(m, src->file, src->path, src->prefix, msg, sizeof msg);
+    else {
+        bt_scope_begin();
+        r = bt_ckpt_load(src->file, "params", bt_narrow(m->flat, 0, 0, m->num_params), 0);
+        bt_scope_end();
+        if (r) snprintf(msg, sizeof msg, "%s", bt_ckpt_error());
+    }
+    if (r) snprintf(err, errlen, "%s: %s", src->resume ? "--resume" : "--init-from", msg);
+    return r ? -1 : 0;
+}
+/* with tp > 1 through a whole model in host memory, this rank's shard of it copied in */
+int trainer_source_load(trainer *tr, char *err, size_t errlen) {
+    gpt2 *m = &tr->model, whole;
+    if (m->tp <= 1) return trainer__source_load_into(m, &tr->src, err, errlen);
+    gpt2_build(&whole, m->cfg, bt_cpu());
+    int r = trainer__source_load_into(&whole, &tr->src, err, errlen);
+    if (!r) {
+        bt_scope_begin();
+        bt_copy_(m->flat, gpt2_par_shard_of_whole(m, whole.flat));
+        bt_scope_end();
+    }
+    gpt2_free(&whole);
+    return r;
+}
+/* once the optimizer and the loaders exist: AdamW's state (this rank's range of it), the step
+   counts, this rank's data position; then the file is closed */
+int trainer_ckpt_restore(trainer *tr, char *err, size_t errlen) {
+    const bt_ckpt_meta *meta = bt_ckpt_file_meta(tr->src.file);
+    bt_adamw *opt = &tr->opt;
+    int64_t step, astep;
+    bt_loader_state st;
+    if (bt_ckpt_meta_get_i64(meta, "train.step", &step) || bt_ckpt_meta_get_i64(meta, "adamw.step", &astep) ||
+        step < 0 || step > tr->o.steps || astep < 0 || astep > step) {
+        snprintf(err, errlen, "--resume %.500s: train.step or adamw.step is missing or out of range (%.400s)", tr->src.path, bt_ckpt_error());
+        return -1;
+    }
+    int r, tp = tr->model.tp > 1;
+    bt_scope_begin();
+    if (!tp && opt->lo == 0 && opt->hi == tr->model.num_params) {
+        r = bt_ckpt_load(tr->src.file, "adamw.m", opt->m, 0) || bt_ckpt_load(tr->src.file, "adamw.v", opt->v, 0);
+    } else {   /* ZeRO or tp: the whole state through host memory, this rank's range (or shard) copied in */
+        bt_tensor *m = bt_empty(bt_shape1(tr->model.num_params), BT_F32, bt_cpu()), *v = bt_empty(bt_shape1(tr->model.num_params), BT_F32, bt_cpu());
+        r = bt_ckpt_load(tr->src.file, "adamw.m", m, 0) || bt_ckpt_load(tr->src.file, "adamw.v", v, 0);
+        if (!r && tp) { m = gpt2_par_shard_of_whole(&tr->model, m); v = gpt2_par_shard_of_whole(&tr->model, v); }
+        if (!r) bt_adamw_set_state(opt, bt_narrow(m, 0, opt->lo, opt->hi - opt->lo), bt_narrow(v, 0, opt->lo, opt->hi - opt->lo), astep);
+    }
+    bt_scope_end();
+    if (r) { snprintf(err, errlen, "--resume: %.900s", bt_ckpt_error()); return -1; }
+    opt->step = astep;
+    int drank = tr->par ? tr->par->dp_rank : tr->dist ? tr->dist->rank : 0;   /* tp/cp ranks read their dp index's rows */
+    if (bt_ckpt_meta_get_loader(meta, drank, &st)) { snprintf(err, errlen, "--resume: %.900s", bt_ckpt_error()); return -1; }
+    if (bt_loader_set_state(tr->train, &st)) { snprintf(err, errlen, "--resume: the data position: %.900s", bt_data_error()); return -1; }
+    tr->start_step = (int)step;
+    bt_ckpt_close(tr->src.file);
+    tr->src.file = NULL;
+    return 0;
+}
+
+/* ---- 7. tensor and context parallelism: the flags, the layout ---- */
+/* 0, or -1 with err naming the flag: --tp, --cp, --sp, --async-tp, --cp-comm against the model,
+   the sequence, the processes and the other options */
+int trainer_par_check(const train_opts *o, const gpt2_config *c, int world, int on_gpu, char *err, size_t errlen) {
+    int tp = o->tp, cp = o->cp;
+    if (o->sp && tp < 2) { snprintf(err, errlen, "--sp (sequence parallelism) needs --tp 2 or more"); return -1; }
+    if (o->async_tp && tp < 2) { snprintf(err, errlen, "--async-tp needs --tp 2 or more"); return -1; }
+    if (o->cp_comm && cp < 2) { snprintf(err, errlen, "--cp-comm %s needs --cp 2 or more", o->cp_comm); return -1; }
+    if (tp * cp == 1) return 0;
+    const char *what = tp > 1 && cp > 1 ? "--tp/--cp" : tp > 1 ? "--tp" : "--cp";
+    if (world % (tp * cp)) {
+        snprintf(err, errlen, "--tp %d x --cp %d = %d does not divide the %d process%s (start a multiple of %d: --nproc, torchrun, srun or mpirun)",
+                 tp, cp, tp * cp, world, world == 1 ? "" : "es", tp * cp);
+        return -1;
+    }
+    if (c->H % tp) { snprintf(err, errlen, "--tp %d does not divide the model's %d heads", tp, c->H); return -1; }
+    if ((4 * c->C) % tp) { snprintf(err, errlen, "--tp %d does not divide the MLP width 4C = %d", tp, 4 * c->C); return -1; }
+    if (c->Vp % tp) { snprintf(err, errlen, "--tp %d does not divide the padded vocabulary Vp = %d", tp, c->Vp); return -1; }
+    if (o->T % (2 * cp)) { snprintf(err, errlen, "-t %d is not a multiple of 2 x --cp = %d (each rank holds two equal zig-zag chunks)", o->T, 2 * cp); return -1; }
+    if (o->sp && (o->T / cp) % tp) { snprintf(err, errlen, "--sp: the %d tokens per rank (-t %d / --cp %d) are not a multiple of --tp %d", o->T / cp, o->T, cp, tp); return -1; }
+    if (o->cp_comm && !strcmp(o->cp_comm, "alltoall") && (c->H / tp) % cp) {
+        snprintf(err, errlen, "--cp-comm alltoall: the %d heads per tp rank are not a multiple of --cp %d", c->H / tp, cp); return -1;
+    }
+    if (o->B < 0) { snprintf(err, errlen, "%s needs -b (the automatic micro-batch probe is for one GPU)", what); return -1; }
+    if (!on_gpu && world != tp * cp) {
+        snprintf(err, errlen, "%s on CPUs: collectives go through the TCP store, so --tp x --cp must be all %d processes (no data parallelism)", what, world);
+        return -1;
+    }
+    if (!on_gpu && strcmp(o->dp, "ddp")) {
+        snprintf(err, errlen, "--dp %s with %s on CPUs: ZeRO shards the state over data-parallel ranks, and tp/cp on CPUs have none "
+                 "(the store path; use --dp ddp, or GPUs)", o->dp, what);
+        return -1;
+    }
+    if (!on_gpu && tp > 1 && cp > 1) { snprintf(err, errlen, "--tp with --cp on CPUs: each needs the whole world's store; use one of them"); return -1; }
+    return 0;
+}
+gpt2_par_opts trainer_par_opts(const train_opts *o) {
+    gpt2_par_opts p;
+    memset(&p, 0, sizeof p);
+    p.tp = o->tp; p.cp = o->cp; p.sp = o->sp; p.async_tp = o->async_tp; p.deterministic = o->deterministic;
+    p.cp_comm = o->cp_comm; p.B = o->B; p.T = o->T;
+    return p;
+}
+void trainer_par_describe(const gpt2_par *p, const train_opts *o) {
+    printf("model parallel: dp %d x tp %d x cp %d%s%s", p->dp, p->tp, p->cp, p->sp ? ", sequence parallel" : "", o->async_tp ? ", async TP" : "");
+    if (p->cp > 1) printf(", K/V by %s, %d tokens per rank", o->cp_comm ? o->cp_comm : "ring", p->Tl);
+    if (strcmp(o->dp, "ddp")) printf(", %s: AdamW state%s in %d shards (dp x cp)", o->dp, !strcmp(o->dp, "zero2") ? " and gradients" : "", p->dp * p->cp);
+    printf("%s\n", p->on_cpu ? " (CPU: collectives through the TCP store)" : "");
+}
+gpt2 *trainer_whole_model(trainer *tr) { return tr->par ? gpt2_par_whole_model(tr->par, &tr->model) : &tr->model; }
+
+/* ---- 8. the end of a run ---- */
+/* any part may be missing: every exit path comes here. With several processes a failed rank
+   aborts the job (the others are waiting in a collective for it), a finished one leaves cleanly
+   (a collective: every rank gets here). */
+int trainer_end(trainer *tr, int rc) {
+    /* first: a save in flight still reads the weights */
+    if (tr->saver && bt_ckpt_saver_free(tr->saver)) fprintf(stderr, "warning: checkpoint: %s\n", bt_ckpt_error());
+    tr->saver = NULL;
+    trainer__release_gathered(tr);
+    bt_ckpt_close(tr->src.file);
+    tr->src.file = NULL;
+    trainer__graph_free(&tr->sg);
+    if (tr->ddp) bt_ddp_free(tr->ddp);
+    for (int i = 0; i < 2; i++) if (tr->comm_ev[i]) bt_event_destroy(tr->comm_ev[i]);
+    for (int i = 0; i < 2; i++) if (tr->work_ev[i]) bt_event_destroy(tr->work_ev[i]);
+    bt_zero_free(&tr->zero);
+    gpt2_par_free(tr->par);          /* before the communicators go */
+    tr->model.par = NULL;
+    if (tr->dist) {
+        if (rc) bt_dist_abort(tr->dist, "stopped with an error (above)");
+        bt_dist_shutdown(tr->dist);
+    }
+    bt_adamw_free(&tr->opt);
+    gpt2_free(&tr->model);
+    bt_loader_close(tr->train); bt_loader_close(tr->val);
+    bt_tokenizer_free(tr->tok);
+    free(tr->inputs); free(tr->targets);
+    memset(tr, 0, sizeof *tr);
+    return rc;
+}
+#endif /* TRAINER_IMPLEMENTATION_DONE */
+#endif /* TRAINER_IMPLEMENTATION */
