@@ -36,7 +36,8 @@ NVLIBS := -lcublas -lcublasLt -lgomp -lm
 ASANFLAGS := -O1 -g -std=c11 -Wall -Wextra -fopenmp -I. -fsanitize=address,undefined -fno-omit-frame-pointer \
              -fno-sanitize-recover=undefined
 
-HEADERS := $(wildcard bt_*.h bt_*.cuh)
+# the library headers, and the model's and the trainer's that train_gpt2.c composes
+HEADERS := $(wildcard bt_*.h bt_*.cuh) gpt2.h gpt2_io.h gpt2_parallel.h trainer.h
 
 .PHONY: all run test test-cpu test-gpu test-asan clean cuda-build
 all: train_gpt2 tools

@@ -171,10 +171,14 @@ BTDEF int64_t gpt2_local_numel(const gpt2_config *cfg, int tp, int64_t *whole) {
     if (whole) *whole = w;
     return local;
 }
-/* With sp the whole tensors' gradients are one span of flat_grad, summed over tp by one collective. */
+static const gpt2_split *gpt2__tp_split(void);
+/* With sp the whole tensors' gradients are one span of flat_grad, summed over tp by one collective.
+   The shard's init and file order are its own at once (gpt2__split_tp); its forward pass needs the
+   mesh (gpt2_par_attach). */
 BTDEF void gpt2_build_tp(gpt2 *m, gpt2_config cfg, bt_device dev, int tp, int r, int64_t pad_to, bt_dtype grad_dt) {
     memset(m, 0, sizeof *m);
     m->cfg = cfg; m->device = dev; m->tp = tp; m->tp_rank = r;
+    if (tp > 1) m->split = gpt2__tp_split();
     int n = 4 + 12 * cfg.L;
     int64_t whole, local = gpt2_local_numel(&cfg, tp, &whole);
     int64_t mark[2] = {0, whole};   /* the next whole tensor's offset, the next shard's */
@@ -271,6 +275,7 @@ static void gpt2__init_tp(gpt2 *m, uint64_t seed) {
 /* token + position embeddings of this rank's tokens idx [B, Tl] -> [B, Tl, C] ([B, Tl/tp, C] with sp) */
 static bt_tensor *gpt2__par_embed(gpt2 *m, bt_tensor *idx, bt_dtype dt) {
     gpt2_par *p = m->par;
+    if (!p) bt_error("gpt2: a tensor-parallel shard's forward pass needs its mesh (gpt2_par_attach)");
     if (idx->shape[1] != p->Tl) bt_error("tp/cp forward: %lld tokens per row, the positions are set for %d", (long long)idx->shape[1], p->Tl);
     int64_t n = p->sp ? p->Tl / p->tp : p->Tl, lo = p->sp ? (int64_t)p->tp_rank * n : 0;
     bt_tensor *wte = GPT2_P(m->wte);
@@ -301,6 +306,7 @@ static bt_tensor *gpt2__par_loss(gpt2 *m, bt_tensor *x, bt_tensor *targets, bt_d
 static const gpt2_split gpt2__split_tp = {gpt2__par_embed, gpt2__par_attention, gpt2__par_mlp, gpt2__par_loss,
                                           gpt2__init_tp, gpt2__to_file_order, gpt2__from_file_order};
 static const gpt2_split gpt2__split_cp = {gpt2__par_embed, gpt2__par_attention, NULL, NULL, NULL, NULL, NULL};
+static const gpt2_split *gpt2__tp_split(void) { return &gpt2__split_tp; }
 
 /* ---- the mesh, the contexts, a step ---- */
 BTDEF gpt2_par *gpt2_par_open(const gpt2_par_opts *o, bt_dist *d, int on_gpu) {

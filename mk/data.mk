@@ -2,7 +2,7 @@
 #   make bt_tokenize        text -> GPT-2 token shard (tools/bt_tokenize.c)
 #   make data               shards under data/ (incremental; sources below)
 #   make fuzz               libFuzzer, FUZZ_TIME s each: the shard reader and loader, encode/decode,
-#                           the encoder.json/vocab.bpe readers, the model-file reader (train_gpt2.c),
+#                           the encoder.json/vocab.bpe readers, the model-file reader (gpt2_io.h),
 #                           bt_tokenize's --eot splitting
 #   make bench-tokenizer    our encoder's MB/s next to gpt-3-encoder's (node), same input
 #
@@ -95,7 +95,7 @@ BT_FUZZ := $(BUILD)/fuzz
 $(BT_FUZZ)/fuzz_%: tests/fuzz_%.c bt_data.h
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZFLAGS) -o $@ $< -lm
-$(BT_FUZZ)/fuzz_model_file: train_gpt2.c $(HEADERS)
+$(BT_FUZZ)/fuzz_model_file: $(HEADERS)
 $(BT_FUZZ)/fuzz_eot: tools/bt_tokenize.c
 
 BT_FUZZERS := fuzz_shard fuzz_tokenizer fuzz_tokenizer_files fuzz_model_file fuzz_eot

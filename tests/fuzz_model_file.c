@@ -1,10 +1,9 @@
-/* fuzz_model_file.c - libFuzzer target: train_gpt2.c's model-file reader on arbitrary bytes.
+/* fuzz_model_file.c - libFuzzer target: gpt2_io.h's model-file reader on arbitrary bytes.
    Built and run by `make fuzz`; not part of make test. Each input is written to a file and read
    as -e does: the header must be refused with a message naming the file, or name a config whose
    parameters exactly fill the file; then the weights load and one token runs through the KV
    cache (any header that passes must give a model that runs). */
-#define TRAIN_GPT2_NO_MAIN
-#include "train_gpt2.c"
+#include "tests/gpt2_impl.h"
 
 static char path[64];
 

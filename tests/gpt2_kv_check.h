@@ -1,7 +1,7 @@
-/* gpt2_kv_check.h - train_gpt2.c's KV cache against the full forward pass: the logits that
+/* gpt2_kv_check.h - gpt2.h's KV cache against the full forward pass: the logits that
    gpt2_forward_cached returns for each position (a prompt of `prefill` tokens, then one token at a
    time, with a chunk of 3 halfway) against gpt2_logits over the whole sequence. Included by
-   test_gpt2.c and test_gpt2_gpu.cu after train_gpt2.c. */
+   test_gpt2.c and test_gpt2_gpu.cu after gpt2.h. */
 #ifndef GPT2_KV_CHECK_H
 #define GPT2_KV_CHECK_H
 

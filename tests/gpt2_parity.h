@@ -1,7 +1,7 @@
-/* gpt2_parity.h - compares train_gpt2.c's GPT-2 with a PyTorch reference state
+/* gpt2_parity.h - compares gpt2.h's GPT-2 with a PyTorch reference state
    (tests/gpt2_ref.py writes it; tests/gpt2_formats.md gives the layout). Included by the
    CPU test (test_gpt2.c, the tiny fixture) and the GPU test (test_gpt2_gpu.cu, tiny and
-   GPT-2 124M), after train_gpt2.c and bt_test.h. */
+   GPT-2 124M), after gpt2_io.h and bt_test.h. */
 #ifndef GPT2_PARITY_H
 #define GPT2_PARITY_H
 

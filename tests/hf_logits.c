@@ -1,4 +1,4 @@
-/* hf_logits.c - the logits of train_gpt2's model for one token sequence, for tests/hf_interop.py
+/* hf_logits.c - the logits of a GPT-2 (gpt2.h) for one token sequence, for tests/hf_interop.py
    (which compares them with transformers' GPT2LMHeadModel on the same tokens).
 
      build/hf_logits (--init-from PATH | -e MODEL) --tokens IDS.bin --out LOGITS.bin [--device cpu|cuda]
@@ -7,9 +7,12 @@
    llm.c model file (-e). IDS.bin: n int32 token ids (n at most the model's context). LOGITS.bin:
    n x V float32, row-major (the real vocabulary's columns: the padding is cut off). fp32 matmuls
    (no TF32). Built by mk/train_ckpt.mk (build/hf_logits, build/hf_logits_cuda). */
-#define TRAIN_GPT2_NO_MAIN
-#pragma GCC diagnostic ignored "-Wunused-function"   /* the trainer's command line and loop are not used here */
-#include "train_gpt2.c"
+#include "tests/gpt2_impl.h"
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
 
 static int fail(const char *what, const char *why) { fprintf(stderr, "hf_logits: %s: %s\n", what, why); return 1; }
 
@@ -27,19 +30,24 @@ int main(int argc, char **argv) {
         return fail("usage", "hf_logits (--init-from PATH | -e MODEL) --tokens IDS.bin --out LOGITS.bin [--device cpu|cuda]");
     bt_device dev = strcmp(device, "cpu") ? bt_cuda_device(0) : bt_cpu();
     bt_set_matmul_precision(BT_MATMUL_FP32);
-    char err[1024];
-    trainer tr;
-    memset(&tr, 0, sizeof tr);
+    char err[1024], prefix[16];
+    gpt2 m;
     gpt2_config cfg;
+    bt_ckpt_file *hf = NULL;
     if (init) {
-        train_opts o;
-        default_opts(&o);
-        o.init_from = init;
-        if (model_source_open(&o, NULL, &tr.src, &cfg, err, sizeof err)) return fail(init, err);
-    } else if (gpt2_read_header(model, &cfg, err, sizeof err)) return fail(model, err);
-    gpt2_build(&tr.model, cfg, dev);
-    if (init ? model_source_load(&tr, err, sizeof err) : gpt2_load_weights(&tr.model, model, err, sizeof err)) return fail(init ? init : model, err);
-    bt_ckpt_close(tr.src.file);
+        char path[4096];
+        struct stat sb;
+        snprintf(path, sizeof path, "%s%s", init, stat(init, &sb) == 0 && S_ISDIR(sb.st_mode) ? "/model.safetensors" : "");
+        if (!(hf = bt_ckpt_open(path, 0))) return fail(path, bt_ckpt_error());
+        if (gpt2_hf_config(hf, path, prefix, &cfg, err, sizeof err)) return fail(init, err);
+        gpt2_build(&m, cfg, dev);
+        if (gpt2_hf_load(&m, hf, path, prefix, err, sizeof err)) return fail(init, err);
+        bt_ckpt_close(hf);
+    } else {
+        if (gpt2_read_header(model, &cfg, err, sizeof err)) return fail(model, err);
+        gpt2_build(&m, cfg, dev);
+        if (gpt2_load_weights(&m, model, err, sizeof err)) return fail(model, err);
+    }
 
     uint64_t size = 0;
     int fd = bt_input_open(ids_path, &size);
@@ -55,7 +63,7 @@ int main(int argc, char **argv) {
     bt_set_grad_enabled(0);
     bt_scope_begin();
     bt_tensor *idx = bt_from_data(ids, bt_shape2(1, n), BT_I32, dev);
-    bt_to_host(gpt2_logits(&tr.model, idx, BT_F32), logits, BT_F32);   /* [1, n, Vp] */
+    bt_to_host(gpt2_logits(&m, idx, BT_F32), logits, BT_F32);   /* [1, n, Vp] */
     bt_scope_end();
     FILE *f = fopen(out_path, "wb");
     if (!f) return fail(out_path, strerror(errno));
@@ -63,6 +71,6 @@ int main(int argc, char **argv) {
     if (fclose(f)) return fail(out_path, strerror(errno));
     printf("hf_logits: %d positions x %d logits of L %d H %d C %d on %s -> %s\n", n, cfg.V, cfg.L, cfg.H, cfg.C, device, out_path);
     free(ids); free(logits);
-    gpt2_free(&tr.model);
+    gpt2_free(&m);
     return 0;
 }

@@ -1,9 +1,8 @@
-/* test_gpt2_gpu.cu - GPT-2 of train_gpt2.c on the GPU: the same initial weights as the CPU for
+/* test_gpt2_gpu.cu - GPT-2 (gpt2.h) on the GPU: the same initial weights as the CPU for
    a seed, parity with PyTorch (tiny fixture; GPT-2 124M when BT_PARITY_D12=<model>:<state> names
    files made by tests/gpt2_ref.py --config d12), in fp32, tf32 and bf16, bf16 training, and the
    KV cache against the full forward pass. */
-#define TRAIN_GPT2_NO_MAIN
-#include "train_gpt2.c"
+#include "tests/gpt2_impl.h"
 #include "tests/bt_test.h"
 #include "tests/gpt2_parity.h"
 #include "tests/gpt2_kv_check.h"
@@ -13,7 +12,7 @@ static int no_gpu(void) { if (bt_k_device_count() > 0) return 0; BT_SKIP("no GPU
 
 /* the same small model on the CPU (a) and the GPU (b), initialised from one seed */
 static void cpu_gpu_pair(int L, int H, int C, int maxT, int V, uint64_t seed, gpt2 *a, gpt2 *b) {
-    gpt2_config c; c.L = L; c.H = H; c.C = C; c.maxT = maxT; c.V = V; c.Vp = round_up(V, 128);
+    gpt2_config c = gpt2_config_make(L, H, C, maxT, V);
     gpt2_build(a, c, bt_cpu()); gpt2_init(a, seed);
     gpt2_build(b, c, bt_cuda_device(0)); gpt2_init(b, seed);
 }
@@ -133,7 +132,6 @@ static void test_kv_cache_gpu(void) {
 }
 
 int main(void) {
-    (void)train_main;
     BT_RUN(test_same_init_as_cpu);
     BT_RUN(test_parity_tiny);
     BT_RUN(test_parity_d12);

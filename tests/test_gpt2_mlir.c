@@ -18,7 +18,7 @@ static int parse(const char *line, train_opts *o, char *err) {
     snprintf(buf, sizeof buf, "%s", line);
     argv[argc++] = (char *)"train_gpt2";
     for (char *t = strtok(buf, " "); t && argc < 32; t = strtok(NULL, " ")) argv[argc++] = t;
-    default_opts(o);
+    train_default_opts(o);
     return parse_args(argc, argv, o, err, 256);
 }
 
@@ -38,9 +38,9 @@ static void test_flag(void) {
 static void train_tiny(int use_mlir, double *losses) {
     gpt2_config cfg = {64, 500, 512, 2, 4, 64};
     int B = 4, T = 32;
-    gpt2_use_mlir = use_mlir;
     gpt2 m;
     gpt2_build(&m, cfg, bt_cpu());
+    m.mlir = use_mlir;
     gpt2_init(&m, 7);
     bt_adamw opt;
     bt_adamw_init(&opt, m.params, m.n_params, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f);
@@ -63,7 +63,6 @@ static void train_tiny(int use_mlir, double *losses) {
     free(x); free(y);
     bt_adamw_free(&opt);
     gpt2_free(&m);
-    gpt2_use_mlir = 0;
 }
 
 static void test_parity(void) {
@@ -95,7 +94,6 @@ static void test_train_main(void) {
     BT_CHECK(rc == 0, "train_main --mlir returned %d", rc);
     BT_CHECK(st.fused_calls >= 2 * 2 && st.fallbacks == 0, "train_main --mlir: %llu fused calls, %llu fallbacks",
              (unsigned long long)st.fused_calls, (unsigned long long)st.fallbacks);
-    gpt2_use_mlir = 0;
 }
 #else
 static void test_parity(void) { BT_SKIP("built without MLIR (apt-get install libmlir-19-dev, then make test)"); }

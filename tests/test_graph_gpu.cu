@@ -14,13 +14,13 @@ static void test_graph_flags(void) {
     train_opts o; char err[256];
     const char *on[] = {"train_gpt2", "--cuda-graph", "on", "--recompute", "gelu"}, *bad[] = {"train_gpt2", "--cuda-graph", "yes"};
     const char *badr[] = {"train_gpt2", "--recompute", "all"};
-    default_opts(&o);
+    train_default_opts(&o);
     BT_CHECK(parse_args(5, (char **)on, &o, err, sizeof err) == 0 && o.cuda_graph == 1 && o.recompute == BT_RECOMPUTE_GELU, "flags: %s", err);
-    default_opts(&o);
+    train_default_opts(&o);
     BT_CHECK(parse_args(3, (char **)bad, &o, err, sizeof err) < 0 && strstr(err, "--cuda-graph must be on or off"), "bad value: %s", err);
-    default_opts(&o);
+    train_default_opts(&o);
     BT_CHECK(parse_args(3, (char **)badr, &o, err, sizeof err) < 0 && strstr(err, "--recompute must be none or gelu"), "bad value: %s", err);
-    default_opts(&o);
+    train_default_opts(&o);
     BT_CHECK(o.cuda_graph == -1 && o.recompute == -1, "defaults %d %d", o.cuda_graph, o.recompute);
     BT_CHECK(resolve_graph(&o, 1, err, sizeof err) == 0 && o.cuda_graph == 1, "on a GPU (one or several data-parallel processes): on by default");
     o.cuda_graph = -1;
@@ -89,10 +89,10 @@ static void test_graph_capture_error(void) {
 /* a small GPT-2 trainer on Tiny Shakespeare: B x T micro-batches, accum of them per step */
 static int setup(trainer *tr, int graph, bt_dtype dt, int B, int T, int accum) {
     memset(tr, 0, sizeof *tr);
-    default_opts(&tr->o);
+    train_default_opts(&tr->o);
     tr->o.B = B; tr->o.T = T; tr->o.total_batch = B * T * accum; tr->o.cuda_graph = graph;
     tr->dt = dt;
-    gpt2_config c; c.L = 2; c.H = 4; c.C = 64; c.maxT = 128; c.V = BT_GPT2_VOCAB; c.Vp = round_up(c.V, 128);
+    gpt2_config c = gpt2_config_make(2, 4, 64, 128, BT_GPT2_VOCAB);
     gpt2_build(&tr->model, c, bt_cuda_device(0));
     gpt2_init(&tr->model, 7);
     bt_adamw_init(&tr->opt, tr->model.params, tr->model.n_params, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f);
@@ -150,7 +150,7 @@ static void compare(const char *tag, bt_dtype dt, int B, int B2, int want_captur
     int n = 0;
     for (int i = 0; i < STEPS; i++) n += e.loss[i] != g.loss[i] || e.norm[i] != g.norm[i];
     int64_t np = 0, nbad = 0;
-    { gpt2_config c; c.L = 2; c.H = 4; c.C = 64; c.maxT = 128; c.V = BT_GPT2_VOCAB; c.Vp = round_up(c.V, 128); np = gpt2_num_params(&c); }
+    { gpt2_config c = gpt2_config_make(2, 4, 64, 128, BT_GPT2_VOCAB); np = gpt2_num_params(&c); }
     if (e.w && g.w) for (int64_t i = 0; i < np; i++) nbad += memcmp(&e.w[i], &g.w[i], sizeof(float)) != 0;
     printf("%s: losses eager %.9f .. %.9f graph %.9f .. %.9f; val %.9f %.9f vs %.9f %.9f; %lld of %lld weights differ; %d captures\n",
            tag, e.loss[0], e.loss[STEPS - 1], g.loss[0], g.loss[STEPS - 1], e.val[0], e.val[1], g.val[0], g.val[1],

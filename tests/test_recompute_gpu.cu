@@ -1,11 +1,10 @@
 /* test_recompute_gpu.cu - activation recomputation (bt_set_recompute, train_gpt2 --recompute) on
-   GPT-2 of train_gpt2.c: with gelu(h) remade in the MLP's backward instead of kept, the loss is the
+   GPT-2 (gpt2.h): with gelu(h) remade in the MLP's backward instead of kept, the loss is the
    same bits (the forward pass is unchanged), every gradient but the MLP output projections' is the
    same bits (they never read gelu(h)), those are within rounding of the kept gelu(h) (the remade one
    comes from the stored h, the kept one from the GEMM epilogue), and the peak memory falls by at
    least the kept gelu(h) of every layer; also under a CUDA graph. fp32 and bf16. */
-#define TRAIN_GPT2_NO_MAIN
-#include "train_gpt2.c"
+#include "tests/gpt2_impl.h"
 #include "tests/bt_test.h"
 
 static int no_gpu(void) { if (bt_k_device_count() > 0) return 0; BT_SKIP("no GPU"); return 1; }

@@ -1,10 +1,10 @@
-/* test_tp_gpt2.c - tensor and context parallelism in train_gpt2.c (section 8) on the CPU: the
+/* test_tp_gpt2.c - tensor and context parallelism (gpt2_parallel.h, train_gpt2 --tp/--cp) on the CPU: the
    shard table (which part of each tensor a rank holds, and that the shards tile the model), the
    file offsets of the shards (tp ranks initialised from a seed are exactly the 1-process weights,
    and a model file sliced into shards and gathered back is the same file), the flag checks (ZeRO
    with tp/cp: GPUs only), ZeRO's ranges of a tp rank's buffer (they tile it, and the gradient
    norm's split into whole and split tensors adds up), and
-   whole runs: two CPU ranks (this binary re-executed with --run-train, started by the launcher
+   whole runs: two CPU ranks (this binary re-executed as train_gpt2, started by the launcher
    variables RANK, WORLD_SIZE, ...; collectives through the TCP store) with --tp 2, --tp 2 --sp,
    --tp 2 --async-tp and --cp 2 with each --cp-comm, whose losses match one process on the same
    batch and whose --save file matches the 1-process one; and checkpoints across layouts: a --tp 2
@@ -13,13 +13,8 @@
 #define TRAIN_GPT2_NO_MAIN
 #include "train_gpt2.c"
 #include "tests/bt_test.h"
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include "tests/train_runs.h"
 
-static char self_exe[1024], tmpdir[512];
-static int quick(void) { return getenv("BT_TEST_QUICK") != NULL; }
-static int have_data(void) { return !access("data/tinyshakespeare_train.bin", R_OK); }
 
 static gpt2_config small_config(const char *preset) {
     gpt2_config c;
@@ -39,14 +34,14 @@ static void test_shard_table(void) {
             gpt2_shard s = gpt2_shard_of(&c, i);
             bt_shape sh = gpt2_shard_shape(s, tp);
             int64_t numel = sh.ndim == 1 ? sh.d[0] : sh.d[0] * sh.d[1];
-            total += s.kind == SHARD_WHOLE ? numel : numel * tp;
+            total += s.kind == GPT2_SHARD_WHOLE ? numel : numel * tp;
         }
         BT_CHECK(total == gpt2_num_params(&c), "tp %d: shards cover %lld of %lld parameters", tp, (long long)total, (long long)gpt2_num_params(&c));
     }
-    static const int kinds[12] = {SHARD_WHOLE, SHARD_WHOLE, SHARD_QKV, SHARD_QKV, SHARD_COLS, SHARD_WHOLE,
-                                  SHARD_WHOLE, SHARD_WHOLE, SHARD_ROWS, SHARD_ROWS, SHARD_COLS, SHARD_WHOLE};
+    static const int kinds[12] = {GPT2_SHARD_WHOLE, GPT2_SHARD_WHOLE, GPT2_SHARD_QKV, GPT2_SHARD_QKV, GPT2_SHARD_COLS, GPT2_SHARD_WHOLE,
+                                  GPT2_SHARD_WHOLE, GPT2_SHARD_WHOLE, GPT2_SHARD_ROWS, GPT2_SHARD_ROWS, GPT2_SHARD_COLS, GPT2_SHARD_WHOLE};
     for (int k = 0; k < 12; k++) BT_CHECK(gpt2_shard_of(&c, 2 + 12 * 2 + k).kind == kinds[k], "layer leaf %d: kind %d", k, gpt2_shard_of(&c, 2 + 24 + k).kind);
-    BT_CHECK(gpt2_shard_of(&c, 0).kind == SHARD_ROWS && gpt2_shard_of(&c, 1).kind == SHARD_WHOLE, "wte rows, wpe whole");
+    BT_CHECK(gpt2_shard_of(&c, 0).kind == GPT2_SHARD_ROWS && gpt2_shard_of(&c, 1).kind == GPT2_SHARD_WHOLE, "wte rows, wpe whole");
     bt_shape q = gpt2_shard_shape(gpt2_shard_of(&c, 2 + 2), 2), p = gpt2_shard_shape(gpt2_shard_of(&c, 2 + 10), 2);
     BT_CHECK(q.ndim == 2 && q.d[0] == 3 * c.C / 2 && q.d[1] == c.C, "qkvw shard [%lld, %lld]", (long long)q.d[0], (long long)q.d[1]);
     BT_CHECK(p.ndim == 2 && p.d[0] == c.C && p.d[1] == 2 * c.C, "fcprojw shard [%lld, %lld]", (long long)p.d[0], (long long)p.d[1]);
@@ -63,7 +58,7 @@ static void test_shard_table(void) {
 static float *file_of(gpt2 *m, int rank, float *file) {   /* m's (shard's) weights into file (whole model) */
     float *mem = (float *)malloc(sizeof(float) * (size_t)m->flat_numel);
     bt_to_host(m->flat, mem, BT_F32);
-    if (m->tp > 1) par_to_file_order(m, rank, mem, file);
+    if (m->tp > 1) gpt2_par_to_file_order(m, rank, mem, file);
     else gpt2_to_file_order(m, mem, file);
     free(mem);
     return file;
@@ -83,7 +78,7 @@ static void check_init_matches(const char *preset, int tp, uint64_t seed) {
         gpt2 s;
         gpt2_build_tp(&s, c, bt_cpu(), tp, r, 1, BT_F32);
         BT_CHECK(s.num_params == N, "%s tp %d: num_params %lld", preset, tp, (long long)s.num_params);
-        gpt2_init(&s, seed);   /* branches to par_init */
+        gpt2_init(&s, seed);   /* a shard's own init (gpt2_parallel.h) */
         file_of(&s, r, sharded);
         /* the load path: the whole file sliced into this rank's shard gives the same shard */
         float *mem = (float *)malloc(sizeof(float) * (size_t)s.flat_numel), *back = (float *)malloc(sizeof(float) * (size_t)s.flat_numel);
@@ -110,7 +105,7 @@ static int check_flags(const char *args, int world, int on_gpu, char *err, size_
     train_opts o;
     char buf[512], *argv[64];
     int argc = 1;
-    default_opts(&o);
+    train_default_opts(&o);
     snprintf(buf, sizeof buf, "%s", args);
     argv[0] = (char *)"train_gpt2";
     for (char *t = strtok(buf, " "); t && argc < 63; t = strtok(NULL, " ")) argv[argc++] = t;
@@ -118,7 +113,7 @@ static int check_flags(const char *args, int world, int on_gpu, char *err, size_
     if (parse_args(argc, argv, &o, err, n)) return -2;
     gpt2_config c = small_config("s4");
     if (resolve_opts(&o, on_gpu, &c, err, n)) return -3;
-    return par_check(&o, &c, world, on_gpu, err, n);
+    return trainer_par_check(&o, &c, world, on_gpu, err, n);
 }
 static void test_flag_errors(void) {
     static const struct { const char *args; int world, on_gpu; const char *want; } bad[] = {
@@ -158,9 +153,10 @@ static void test_flag_errors(void) {
 
 /* ---- ZeRO over the ranks of one tp index: the ranges and the gradient norm's split ---------- */
 /* A rank's buffer (tp = 1: the whole model; else its tp part, whole tensors first) padded for a
-   ZeRO group of g ranks: the group's ranges tile its parameters (AdamW's index space), and the
-   parts of the ranges' squared gradients below and above the whole span, added over the group,
-   are the whole tensors' and the split tensors' sums of squares (what zero_grad_norm reduces). */
+   ZeRO group of g ranks: the group's ranges (bt_zero_init for each rank of a stand-in communicator
+   whose collectives are local copies) tile its parameters (AdamW's index space), and the parts of
+   the ranges' squared gradients below and above the whole span (bt_zero_sumsq), added over the
+   group, are the whole tensors' and the split tensors' sums of squares. */
 static void check_zero_ranges(const gpt2_config *c, int tp, int g) {
     int64_t whole, n = gpt2_local_numel(c, tp, &whole), S = bt_shard_numel(n, g, 64);
     gpt2 m;
@@ -168,7 +164,7 @@ static void check_zero_ranges(const gpt2_config *c, int tp, int g) {
     else { gpt2_build_padded(&m, *c, bt_cpu(), S * g, BT_F32); whole = n; }
     bt_adamw opt;
     bt_adamw_init(&opt, m.params, m.n_params, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f);
-    BT_CHECK(m.flat_numel == S * g && m.flat_numel >= n && opt.numel == n && (tp == 1 || par_whole_numel(&m) == whole),
+    BT_CHECK(m.flat_numel == S * g && m.flat_numel >= n && opt.numel == n && (tp == 1 || gpt2_par_whole_numel(&m) == whole),
              "tp %d group %d: flat %lld, shard %lld, parameters %lld (optimizer %lld), whole %lld", tp, g, (long long)m.flat_numel,
              (long long)S, (long long)n, (long long)opt.numel, (long long)whole);
     bt_scope_begin();
@@ -177,13 +173,16 @@ static void check_zero_ranges(const gpt2_config *c, int tp, int g) {
     int64_t at = 0, wsum = 0;
     int tiles = 1;
     for (int r = 0; r < g; r++) {
-        int64_t lo, hi;
-        zero_shard_range(r, S, opt.numel, &lo, &hi);
-        tiles &= lo == at && hi >= lo && hi - lo <= S;
-        at = hi;
-        int64_t w = zero_whole_part(lo, hi, whole);
-        wsum += w;
-        bt_add_(sum, zero_sumsq_parts(bt_narrow(m.flat_grad, 0, lo, hi - lo), w), 1.0);
+        bt_comm comm;
+        memset(&comm, 0, sizeof comm);
+        comm.rank = r; comm.size = g; snprintf(comm.name, sizeof comm.name, "stand-in");
+        bt_zero z;
+        bt_zero_init(&z, 1, &comm, opt.numel, S, bt_cpu());
+        tiles &= z.lo == at && z.hi >= z.lo && z.hi - z.lo <= S;
+        at = z.hi;
+        wsum += bt_zero_below(&z, whole);
+        bt_add_(sum, bt_zero_sumsq(&z, m.flat_grad, whole), 1.0);
+        bt_zero_free(&z);
     }
     BT_CHECK(tiles && at == n && wsum == whole, "tp %d group %d: the ranges end at %lld of %lld, whole parts %lld of %lld", tp, g,
              (long long)at, (long long)n, (long long)wsum, (long long)whole);
@@ -200,12 +199,19 @@ static void test_zero_ranges(void) {
     gpt2_config c = small_config("s4");
     for (int tp = 1; tp <= 4; tp *= 2)
         for (int g = 1; g <= 5; g++) check_zero_ranges(&c, tp, g);
-    /* the split of a range at W: before, across, after it */
-    BT_CHECK(zero_whole_part(0, 10, 25) == 10 && zero_whole_part(20, 30, 25) == 5 && zero_whole_part(30, 40, 25) == 0 &&
-             zero_whole_part(40, 40, 25) == 0, "zero_whole_part");
-    int64_t lo, hi;
-    zero_shard_range(3, 64, 150, &lo, &hi);
-    BT_CHECK(lo == 150 && hi == 150, "a range past the parameters: [%lld, %lld)", (long long)lo, (long long)hi);
+    /* the split of a range at W: before, across, after it; a range past the parameters is empty */
+    bt_zero z;
+    memset(&z, 0, sizeof z);
+    int ok = 1;
+    static const int64_t cases[4][3] = {{0, 10, 10}, {20, 30, 5}, {30, 40, 0}, {40, 40, 0}};   /* lo, hi, the part below 25 */
+    for (int i = 0; i < 4; i++) { z.lo = cases[i][0]; z.hi = cases[i][1]; ok &= bt_zero_below(&z, 25) == cases[i][2]; }
+    BT_CHECK(ok, "bt_zero_below");
+    bt_comm comm;
+    memset(&comm, 0, sizeof comm);
+    comm.rank = 3; comm.size = 4;
+    bt_zero_init(&z, 1, &comm, 150, 64, bt_cpu());
+    BT_CHECK(z.lo == 150 && z.hi == 150, "a range past the parameters: [%lld, %lld)", (long long)z.lo, (long long)z.hi);
+    BT_EXPECT_ERROR(bt_zero_init(&z, 1, &comm, 300, 64, bt_cpu()), "do not cover 300 parameters");
 }
 
 /* ---- 4. whole runs on two CPU ranks ------------------------------------------------------- */
@@ -214,32 +220,18 @@ static void test_zero_ranges(void) {
 static int run_ranks(int nproc, const char *args, const char *tag, char *out, size_t cap) {
     char cmd[8192], outfile[700];
     int port = bt_dist_free_port(NULL), len = 0;
-    snprintf(outfile, sizeof outfile, "%s/%s.out", tmpdir, tag);
+    snprintf(outfile, sizeof outfile, "%s/%s.out", train_runs_dir, tag);
     len += snprintf(cmd + len, sizeof cmd - len, "(");
     for (int r = 0; r < nproc; r++)
         len += snprintf(cmd + len, sizeof cmd - len,
                         "RANK=%d WORLD_SIZE=%d LOCAL_RANK=%d LOCAL_WORLD_SIZE=%d MASTER_ADDR=127.0.0.1 MASTER_PORT=%d OMP_NUM_THREADS=1 "
-                        "timeout 120 %s --run-train %s > %s%s 2>&1 & pids=\"$pids $!\"; ", r, nproc, r, nproc, port, self_exe, args, outfile, r ? ".r1" : "");
+                        "timeout 120 %s --run-train %s > %s%s 2>&1 & pids=\"$pids $!\"; ", r, nproc, r, nproc, port, train_runs_exe, args, outfile, r ? ".r1" : "");
     snprintf(cmd + len, sizeof cmd - len, "fail=0; for j in $pids; do wait $j || fail=$?; done; exit $fail)");
     int rc = system(cmd);
     out[0] = 0;
     FILE *f = fopen(outfile, "rb");
     if (f) { size_t n = fread(out, 1, cap - 1, f); out[n] = 0; fclose(f); }
     return rc == -1 ? -1 : WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
-}
-/* the train_loss column of DIR/log.jsonl */
-static int read_losses(const char *dir, double *loss, int cap) {
-    char path[800], line[2048];
-    snprintf(path, sizeof path, "%s/log.jsonl", dir);
-    FILE *f = fopen(path, "r");
-    int n = 0;
-    if (!f) return -1;
-    while (n < cap && fgets(line, sizeof line, f)) {
-        const char *p = strstr(line, "\"train_loss\": ");
-        if (p) loss[n++] = atof(p + 14);
-    }
-    fclose(f);
-    return n;
 }
 static float *read_model(const char *path, int64_t *n) {
     FILE *f = fopen(path, "rb");
@@ -266,14 +258,14 @@ static void test_runs_match_one_process(void) {
     int steps = quick() ? 2 : 3;
     char args[2000], out[65536], dir[700];
     double l1[16], l2[16];
-    snprintf(dir, sizeof dir, "%s/one", tmpdir);
-    snprintf(args, sizeof args, TP_RUN " -x %d -o %s --save %s/one.bin", steps, dir, tmpdir);
+    snprintf(dir, sizeof dir, "%s/one", train_runs_dir);
+    snprintf(args, sizeof args, TP_RUN " -x %d -o %s --save %s/one.bin", steps, dir, train_runs_dir);
     int rc = run_ranks(1, args, "one", out, sizeof out);
     int n1 = read_losses(dir, l1, 16);
     BT_CHECK(rc == 0 && n1 == steps, "one process: exit %d, %d losses: %s", rc, n1, out);
     if (rc || n1 != steps) return;
     char ref[800];
-    snprintf(ref, sizeof ref, "%s/one.bin", tmpdir);
+    snprintf(ref, sizeof ref, "%s/one.bin", train_runs_dir);
     int64_t nw1 = 0;
     float *w1 = read_model(ref, &nw1);
     static const char *const modes[] = {"--tp 2", "--tp 2 --sp", "--tp 2 --async-tp", "--cp 2", "--cp 2 --cp-comm allgather", "--cp 2 --cp-comm alltoall"};
@@ -281,8 +273,8 @@ static void test_runs_match_one_process(void) {
     for (int k = 0; k < nmodes; k++) {
         char tag[16];
         snprintf(tag, sizeof tag, "m%d", k);
-        snprintf(dir, sizeof dir, "%s/%s", tmpdir, tag);
-        snprintf(args, sizeof args, TP_RUN " -x %d -o %s --save %s/%s.bin %s", steps, dir, tmpdir, tag, modes[k]);
+        snprintf(dir, sizeof dir, "%s/%s", train_runs_dir, tag);
+        snprintf(args, sizeof args, TP_RUN " -x %d -o %s --save %s/%s.bin %s", steps, dir, train_runs_dir, tag, modes[k]);
         rc = run_ranks(2, args, tag, out, sizeof out);
         int n2 = read_losses(dir, l2, 16);
         BT_CHECK(rc == 0 && n2 == steps && strstr(out, "model parallel: dp 1"), "%s: exit %d, %d losses: %s", modes[k], rc, n2, out);
@@ -291,7 +283,7 @@ static void test_runs_match_one_process(void) {
         for (int i = 0; i < steps; i++) worst = fmax(worst, fabs(l2[i] - l1[i]) / fabs(l1[i]));
         BT_CHECK(worst < 1e-5, "%s: worst loss relative difference %.3g (step 1: %.6f vs %.6f)", modes[k], worst, l2[0], l1[0]);
         char path[800];
-        snprintf(path, sizeof path, "%s/%s.bin", tmpdir, tag);
+        snprintf(path, sizeof path, "%s/%s.bin", train_runs_dir, tag);
         int64_t nw2 = 0;
         float *w2 = read_model(path, &nw2);
         double e = w1 && w2 && nw1 == nw2 && nw1 > 0 ? rel_diff(w2, w1, nw1) : INFINITY;
@@ -300,13 +292,13 @@ static void test_runs_match_one_process(void) {
         free(w2);
     }
     /* a 1-process model file loads into the shards: the first loss of -e FILE is the same */
-    snprintf(args, sizeof args, TP_RUN " -x 1 -e %s --tp 2 -o %s/load", ref, tmpdir);
+    snprintf(args, sizeof args, TP_RUN " -x 1 -e %s --tp 2 -o %s/load", ref, train_runs_dir);
     rc = run_ranks(2, args, "load2", out, sizeof out);
-    snprintf(dir, sizeof dir, "%s/load", tmpdir);
+    snprintf(dir, sizeof dir, "%s/load", train_runs_dir);
     int n2 = read_losses(dir, l2, 16);
-    snprintf(args, sizeof args, TP_RUN " -x 1 -e %s -o %s/load1", ref, tmpdir);
+    snprintf(args, sizeof args, TP_RUN " -x 1 -e %s -o %s/load1", ref, train_runs_dir);
     int rc1 = run_ranks(1, args, "load1", out, sizeof out);
-    snprintf(dir, sizeof dir, "%s/load1", tmpdir);
+    snprintf(dir, sizeof dir, "%s/load1", train_runs_dir);
     int n1b = read_losses(dir, l1, 16);
     BT_CHECK(rc == 0 && rc1 == 0 && n2 == 1 && n1b == 1 && fabs(l2[0] - l1[0]) < 1e-5 * fabs(l1[0]), "-e FILE --tp 2: exit %d/%d, loss %.6f vs %.6f",
              rc, rc1, n2 == 1 ? l2[0] : NAN, n1b == 1 ? l1[0] : NAN);
@@ -346,14 +338,14 @@ static double ckpt_diff(const char *a, const char *b, int *bitwise) {
 }
 static void ckpt_file(const char *dir, int step, char *path, size_t n) {
     char d[800];
-    snprintf(d, sizeof d, "%s/%s", tmpdir, dir);
+    snprintf(d, sizeof d, "%s/%s", train_runs_dir, dir);
     if (bt_ckpt_path(d, step, path, n)) path[0] = 0;
 }
-/* runs nproc ranks with args, `-o tmpdir/tag`; the losses of its log into loss (cap), their count
+/* runs nproc ranks with args, `-o train_runs_dir/tag`; the losses of its log into loss (cap), their count
    (-1 when the run failed: said) */
 static int run_logged(int nproc, const char *args, const char *tag, double *loss, int cap) {
     char full[2400], dir[700], out[65536];
-    snprintf(dir, sizeof dir, "%s/%s", tmpdir, tag);
+    snprintf(dir, sizeof dir, "%s/%s", train_runs_dir, tag);
     snprintf(full, sizeof full, "%s -o %s", args, dir);
     int rc = run_ranks(nproc, full, tag, out, sizeof out), n = rc ? -1 : read_losses(dir, loss, cap);
     BT_CHECK(rc == 0 && n > 0, "%s (%d process%s): exit %d, %d losses: %s", args, nproc, nproc > 1 ? "es" : "", rc, n, out);
@@ -380,7 +372,7 @@ static void check_layout_checkpoints(const char *layout, const char *tag, const 
     char args[2000], t[64], ck2[900], ck4[900], one2[900], a[900], b[900];
     double lu[8], lr[8];
     int bitwise;
-    snprintf(args, sizeof args, CKPT_RUN " %s --ckpt-dir %s/%s.ck", layout, tmpdir, tag);
+    snprintf(args, sizeof args, CKPT_RUN " %s --ckpt-dir %s/%s.ck", layout, train_runs_dir, tag);
     snprintf(t, sizeof t, "%s_u", tag);
     if (run_logged(2, args, t, lu, 8) != 4) return;
     snprintf(t, sizeof t, "%s.ck", tag);
@@ -391,7 +383,7 @@ static void check_layout_checkpoints(const char *layout, const char *tag, const 
     BT_CHECK(e < CKPT_TOL, "%s: the checkpoint of step 2 differs from one process's by %.3g (relative)", layout, e);
     fprintf(stderr, "  info: %s checkpoint vs 1 process's: params, m, v within %.2e relative\n", layout, e);
     /* resumed in the same layout: the same losses, the same last checkpoint bit for bit */
-    snprintf(args, sizeof args, CKPT_RUN " %s --resume %s --ckpt-dir %s/%s_r.ck", layout, ck2, tmpdir, tag);
+    snprintf(args, sizeof args, CKPT_RUN " %s --resume %s --ckpt-dir %s/%s_r.ck", layout, ck2, train_runs_dir, tag);
     snprintf(t, sizeof t, "%s_r", tag);
     if (run_logged(2, args, t, lr, 8) == 2) {
         BT_CHECK(lr[0] == lu[2] && lr[1] == lu[3], "%s resumed: losses %.6f %.6f, uninterrupted %.6f %.6f", layout, lr[0], lr[1], lu[2], lu[3]);
@@ -401,7 +393,7 @@ static void check_layout_checkpoints(const char *layout, const char *tag, const 
         BT_CHECK(bitwise, "%s resumed in %s: the checkpoint of step 4 is not bitwise the uninterrupted run's (%.3g)", layout, layout, e);
     }
     /* resumed by one process: the 1-process run's losses and weights */
-    snprintf(args, sizeof args, CKPT_RUN " --resume %s --ckpt-dir %s/%s_1.ck", ck2, tmpdir, tag);
+    snprintf(args, sizeof args, CKPT_RUN " --resume %s --ckpt-dir %s/%s_1.ck", ck2, train_runs_dir, tag);
     snprintf(t, sizeof t, "%s_1", tag);
     if (run_logged(1, args, t, lr, 8) == 2) {
         double d = loss_diff(lr, l1 + 2, 2);
@@ -415,7 +407,7 @@ static void check_layout_checkpoints(const char *layout, const char *tag, const 
     }
     /* the 1-process checkpoint resumed in this layout: this layout's losses */
     if (quick()) return;
-    snprintf(args, sizeof args, CKPT_RUN " %s --resume %s --ckpt-dir %s/%s_x.ck", layout, one2, tmpdir, tag);
+    snprintf(args, sizeof args, CKPT_RUN " %s --resume %s --ckpt-dir %s/%s_x.ck", layout, one2, train_runs_dir, tag);
     snprintf(t, sizeof t, "%s_x", tag);
     if (run_logged(2, args, t, lr, 8) == 2) {
         double d = loss_diff(lr, lu + 2, 2);
@@ -426,7 +418,7 @@ static void test_checkpoints_across_layouts(void) {
     if (!have_data()) { BT_SKIP("no data/tinyshakespeare_train.bin (make data)"); return; }
     char args[2000];
     double l1[8];
-    snprintf(args, sizeof args, CKPT_RUN " --ckpt-dir %s/one.ck", tmpdir);
+    snprintf(args, sizeof args, CKPT_RUN " --ckpt-dir %s/one.ck", train_runs_dir);
     if (run_logged(1, args, "ckone", l1, 8) != 4) return;
     check_layout_checkpoints("--tp 2", "tp", l1, "one.ck");
     if (!quick()) check_layout_checkpoints("--cp 2", "cp", l1, "one.ck");
@@ -444,12 +436,12 @@ static void test_init_from_and_samples(void) {
     if (!have_data()) { BT_SKIP("no data/tinyshakespeare_train.bin (make data)"); return; }
     char args[2000], src[900], out[65536], t1[4096], t2[4096];
     double l1[4], l2[4];
-    snprintf(args, sizeof args, TP_RUN " -x 2 --ckpt-dir %s/init.ck --export-hf %s/init.hf", tmpdir, tmpdir);
+    snprintf(args, sizeof args, TP_RUN " -x 2 --ckpt-dir %s/init.ck --export-hf %s/init.hf", train_runs_dir, train_runs_dir);
     if (run_logged(1, args, "init", l1, 4) != 2) return;
     ckpt_file("init.ck", 2, src, sizeof src);
     for (int k = 0; k < (quick() ? 1 : 2); k++) {
         const char *from = k == 0 ? src : "hf";
-        if (k == 1) snprintf(src, sizeof src, "%s/init.hf", tmpdir);
+        if (k == 1) snprintf(src, sizeof src, "%s/init.hf", train_runs_dir);
         snprintf(args, sizeof args, TP_OPTS " -x 1 --init-from %s", src);
         int n1 = run_logged(1, args, k ? "hf1" : "from1", l1, 4);
         snprintf(args, sizeof args, TP_OPTS " -x 1 --tp 2 --init-from %s", src);
@@ -482,17 +474,8 @@ static void test_run_errors(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc > 1 && !strcmp(argv[1], "--run-train")) {   /* a run of train_gpt2 in this process, as its main does */
-        train_opts o; char err[1024];
-        default_opts(&o);
-        int r = parse_args(argc - 1, argv + 1, &o, err, sizeof err);
-        if (r) { fprintf(stderr, "error: %s\n", err); return 2; }
-        return train_main(&o);
-    }
-    ssize_t n = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
-    self_exe[n > 0 ? n : 0] = 0;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bt_test_tp_gpt2.%ld", (long)getpid());
-    mkdir(tmpdir, 0755);
+    if (train_runs_child(argc, argv)) return train_runs_child_main(argc, argv);
+    train_runs_init("test_tp_gpt2");
     BT_RUN(test_shard_table);
     BT_RUN(test_shard_init_is_one_process);
     BT_RUN(test_flag_errors);
@@ -501,8 +484,6 @@ int main(int argc, char **argv) {
     BT_RUN(test_runs_match_one_process);
     BT_RUN(test_checkpoints_across_layouts);
     BT_RUN(test_init_from_and_samples);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    train_runs_done();
     return bt_test_summary("test_tp_gpt2");
 }

@@ -11,80 +11,12 @@
 #define TRAIN_GPT2_NO_MAIN
 #include "train_gpt2.c"
 #include "tests/bt_test.h"
-#include <sys/wait.h>
-#include <fcntl.h>
-#include <dirent.h>
-
-static int quick(void) { return getenv("BT_TEST_QUICK") != NULL; }
-static int have_data(void) { return !access("data/tinyshakespeare_train.bin", R_OK) && !access("data/tinyshakespeare_val.bin", R_OK); }
-
-static char self_exe[1024], tmpdir[256];
-static const char *tp(const char *name) {   /* a path in tmpdir (eight rotating buffers) */
-    static char buf[8][512]; static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
-    return buf[k];
-}
-static void sleep_ms(int ms) { struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L}; nanosleep(&ts, NULL); }
+#include "tests/train_runs.h"
 
 #define RUN "-e s2 -b 1 -t 8 -v 0 -g 0 --quiet"
 #define RUN_NO_E "-b 1 -t 8 -v 0 -g 0 --quiet"
 static int STEPS = 10;   /* of the reference run: 6 under BT_TEST_QUICK (ASan) */
 
-/* ---- runs of train_gpt2 in a child process ---- */
-/* starts `--run-train ARGS` (split at spaces), its stdout and stderr into out_path; its pid */
-static pid_t spawn_train(const char *args, const char *out_path) {
-    char buf[4096], *argv[64];
-    int argc = 0;
-    snprintf(buf, sizeof buf, "%s", args);
-    argv[argc++] = self_exe;
-    argv[argc++] = (char *)"--run-train";
-    for (char *t = strtok(buf, " "); t && argc < 63; t = strtok(NULL, " ")) argv[argc++] = t;
-    argv[argc] = NULL;
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) { dup2(fd, 1); dup2(fd, 2); close(fd); }
-        execv(self_exe, argv);
-        _exit(127);
-    }
-    return pid;
-}
-static void slurp(const char *path, char *out, size_t cap) {
-    FILE *f = fopen(path, "rb");
-    size_t n = f ? fread(out, 1, cap - 1, f) : 0;
-    out[n] = 0;
-    if (f) fclose(f);
-}
-/* waits for pid: its exit code, 128 + signal when a signal ended it, -1 past timeout_s (killed) */
-static int wait_for(pid_t pid, double timeout_s) {
-    int st;
-    for (double t = 0; t < timeout_s; t += 0.01) {
-        pid_t r = waitpid(pid, &st, WNOHANG);
-        if (r == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        if (r < 0) return -1;
-        sleep_ms(10);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, &st, 0);
-    return -1;
-}
-/* a whole run: its exit code, its output into out */
-static int run_train(const char *args, char *out, size_t cap) {
-    const char *path = tp("run.out");
-    int rc = wait_for(spawn_train(args, path), 300);
-    slurp(path, out, cap);
-    return rc;
-}
-static int lines_of(const char *path) {   /* -1: no such file */
-    FILE *f = fopen(path, "rb");
-    int n = 0, c;
-    if (!f) return -1;
-    while ((c = fgetc(f)) != EOF) n += c == '\n';
-    fclose(f);
-    return n;
-}
 /* polls until path has n lines; 0, or -1 when pid ended first or 60 s passed */
 static int wait_lines(const char *path, int n, pid_t pid) {
     for (int i = 0; i < 6000; i++) {
@@ -162,7 +94,7 @@ static int reference_ok;
 static void make_reference(void) {
     char args[2000], out[65536];
     snprintf(args, sizeof args, RUN " -x %d --ckpt-every 2 --ckpt-keep 0 --ckpt-dir %s -o %s", STEPS, tp("ref"), tp("ref_log"));
-    int rc = run_train(args, out, sizeof out);
+    int rc = train_run(args, out, sizeof out);
     reference_ok = rc == 0 && !access(ckpt(tp("ref"), STEPS), R_OK);
     BT_CHECK(reference_ok, "the reference run: exit %d: %s", rc, out);
 }
@@ -193,7 +125,7 @@ static void test_resume_bit_exact(void) {
     }
     snprintf(args, sizeof args, RUN " -x %d --ckpt-every 2 --ckpt-keep 0 --resume %s --ckpt-dir %s -o %s", STEPS, ckpt(tp("ref"), 4),
              tp("res"), tp("res_log"));
-    int rc = run_train(args, out, sizeof out);
+    int rc = train_run(args, out, sizeof out);
     BT_CHECK(rc == 0 && strstr(out, "resumed from") && strstr(out, "after step 4"), "resume: exit %d: %s", rc, out);
     static char want[32768], got[32768];
     log_losses(tp("ref_log/log.jsonl"), 4, want, sizeof want);
@@ -217,17 +149,17 @@ static void test_kill9_resume(void) {
         int at = 1 + rand() % (STEPS - 2);
         snprintf(dir, sizeof dir, "kill%d", round); snprintf(log, sizeof log, "kill%d_log", round); snprintf(log2, sizeof log2, "kill%d_log2", round);
         snprintf(args, sizeof args, RUN " -x %d --ckpt-every 2 --ckpt-dir %s -o %s", STEPS, tp(dir), tp(log));
-        pid_t pid = spawn_train(args, tp("kill.out"));
+        pid_t pid = train_spawn(args, tp("kill.out"));
         char lp[600];
         snprintf(lp, sizeof lp, "%s/log.jsonl", tp(log));
         int reached = wait_lines(lp, at, pid) == 0;
         kill(pid, SIGKILL);
-        int st = wait_for(pid, 60);
+        int st = train_wait(pid, 60);
         int done = lines_of(lp);
         printf("info: round %d: killed with SIGKILL after %d logged steps (aimed at %d), status %d\n", round, done, at, st);
         BT_CHECK(reached && st == 128 + SIGKILL, "the run was not killed mid-way (status %d, %d lines)", st, done);
         snprintf(args, sizeof args, RUN " -x %d --ckpt-every 2 --ckpt-dir %s --resume auto -o %s", STEPS, tp(dir), tp(log2));
-        int rc = run_train(args, out, sizeof out);
+        int rc = train_run(args, out, sizeof out);
         BT_CHECK(rc == 0, "resume after kill -9: exit %d: %s", rc, out);
         BT_CHECK(same_state(ckpt(tp("ref"), STEPS), ckpt(tp(dir), STEPS), why, sizeof why), "final state after kill -9 at %d: %s", done, why);
         char lp2[600];
@@ -247,10 +179,10 @@ static void test_sigint(void) {
     char args[2000], out[65536], lp[600];
     snprintf(args, sizeof args, RUN " -x 100000 --ckpt-dir %s -o %s", tp("int"), tp("int_log"));
     snprintf(lp, sizeof lp, "%s/log.jsonl", tp("int_log"));
-    pid_t pid = spawn_train(args, tp("int.out"));
+    pid_t pid = train_spawn(args, tp("int.out"));
     BT_CHECK(wait_lines(lp, 3, pid) == 0, "the run did not start");
     kill(pid, SIGINT);
-    int rc = wait_for(pid, 60);
+    int rc = train_wait(pid, 60);
     slurp(tp("int.out"), out, sizeof out);
     int steps = lines_of(lp);
     char want[64];
@@ -261,10 +193,10 @@ static void test_sigint(void) {
     bt_ckpt_close(f);
     /* resumed, and stopped again by SIGTERM two steps later */
     snprintf(args, sizeof args, RUN " -x 100000 --ckpt-dir %s --resume auto -o %s", tp("int"), tp("int_log"));
-    pid = spawn_train(args, tp("int.out"));
+    pid = train_spawn(args, tp("int.out"));
     BT_CHECK(wait_lines(lp, steps + 2, pid) == 0, "the resumed run did not go on");
     kill(pid, SIGTERM);
-    rc = wait_for(pid, 60);
+    rc = train_wait(pid, 60);
     slurp(tp("int.out"), out, sizeof out);
     snprintf(want, sizeof want, "after step %d", steps);
     BT_CHECK(rc == 0 && strstr(out, want) && strstr(out, "stopped by SIGTERM"), "resume + SIGTERM: exit %d: %s", rc, out);
@@ -272,12 +204,12 @@ static void test_sigint(void) {
        merge into one; 250 ms: often inside the checkpoint's write, which must leave no temporary) */
     for (int delay = 30; delay <= 250; delay += 220) {
         snprintf(args, sizeof args, RUN " -x 100000 --ckpt-dir %s", tp("int2"));
-        pid = spawn_train(args, tp("int2.out"));
+        pid = train_spawn(args, tp("int2.out"));
         sleep_ms(1500);    /* into training (startup is ~0.5 s) */
         kill(pid, SIGINT);
         sleep_ms(delay);
         kill(pid, SIGINT);
-        rc = wait_for(pid, 30);
+        rc = train_wait(pid, 30);
         slurp(tp("int2.out"), out, sizeof out);
         if (delay == 30) BT_CHECK(rc == 128 + SIGINT && !strstr(out, "stopped by"), "two SIGINTs: status %d: %s", rc, out);
         else BT_CHECK(rc == 128 + SIGINT || rc == 0, "two SIGINTs %d ms apart: status %d: %s", delay, rc, out);
@@ -318,7 +250,7 @@ static void test_resume_auto_skips_damaged(void) {
     close(fd);
     BT_CHECK(truncate(ckpt(tp("dmg"), STEPS - 2), 1000000) == 0, "truncate");
     snprintf(args, sizeof args, RUN " -x %d --ckpt-every 2 --ckpt-dir %s --resume auto", STEPS, tp("dmg"));
-    int rc = run_train(args, out, sizeof out);
+    int rc = train_run(args, out, sizeof out);
     char want[64];
     snprintf(want, sizeof want, "after step %d", STEPS - 4);
     char m1[96], m2[96];
@@ -332,10 +264,10 @@ static void test_resume_auto_skips_damaged(void) {
     copy_file(ckpt(tp("ref"), 2), ckpt(tp("dmg2"), 2));
     BT_CHECK(truncate(ckpt(tp("dmg2"), 2), 100) == 0, "truncate");
     snprintf(args, sizeof args, RUN " -x %d --resume %s", STEPS, tp("dmg2"));
-    rc = run_train(args, out, sizeof out);
+    rc = train_run(args, out, sizeof out);
     BT_CHECK(rc == 1 && strstr(out, "none of its 1 checkpoints is whole") && !strstr(out, "step "), "exit %d: %s", rc, out);
     snprintf(args, sizeof args, RUN " -x 2 --ckpt-dir %s --resume auto -o %s", tp("fresh"), tp("fresh_log"));
-    rc = run_train(args, out, sizeof out);
+    rc = train_run(args, out, sizeof out);
     BT_CHECK(rc == 0 && first_logged_step(tp("fresh_log/log.jsonl")) == 1 && !strstr(out, "resumed"), "auto, nothing yet: exit %d: %s", rc, out);
 }
 
@@ -350,14 +282,14 @@ static void test_resume_config_mismatch(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         snprintf(args, sizeof args, RUN " -x %d --resume %s %s", STEPS, ckpt(tp("ref"), 4), cases[i][0]);
         if (!strncmp(cases[i][0], "-x", 2)) snprintf(args, sizeof args, RUN " --resume %s %s", ckpt(tp("ref"), 4), cases[i][0]);
-        int rc = run_train(args, out, sizeof out);
+        int rc = train_run(args, out, sizeof out);
         BT_CHECK(rc == 1 && strstr(out, cases[i][1]) && strstr(out, "--init-from") && !strstr(out, "step "), "%s: exit %d: %s", cases[i][0], rc, out);
     }
     snprintf(args, sizeof args, "-e s4 " RUN_NO_E " -x %d --resume %s", STEPS, ckpt(tp("ref"), 4));
-    int rc = run_train(args, out, sizeof out);
+    int rc = train_run(args, out, sizeof out);
     BT_CHECK(rc == 1 && strstr(out, "holds a model of L 2 H 2 C 64") && strstr(out, "-e s4 is L 4"), "-e s4: exit %d: %s", rc, out);
     snprintf(args, sizeof args, RUN " -x %d --resume %s", STEPS, tp("no_such.safetensors"));
-    rc = run_train(args, out, sizeof out);
+    rc = train_run(args, out, sizeof out);
     BT_CHECK(rc == 1 && strstr(out, "no_such.safetensors") && !strstr(out, "step "), "missing file: exit %d: %s", rc, out);
     /* flags that cannot go together */
     train_opts o; char err[256];
@@ -369,7 +301,7 @@ static void test_resume_config_mismatch(void) {
         snprintf(buf, sizeof buf, "%s", bad[i][0]);
         argv[argc++] = (char *)"train_gpt2";
         for (char *t = strtok(buf, " "); t && argc < 16; t = strtok(NULL, " ")) argv[argc++] = t;
-        default_opts(&o);
+        train_default_opts(&o);
         int r = parse_args(argc, argv, &o, err, sizeof err);
         BT_CHECK(r == -1 && strstr(err, bad[i][1]), "'%s': %d '%s'", bad[i][0], r, err);
     }
@@ -387,7 +319,7 @@ static void test_skip_nonfinite(void) {
     BT_CHECK(gpt2_save(&m, tp("nan.bin"), err, sizeof err) == 0, "%s", err);
     gpt2_free(&m);
     snprintf(args, sizeof args, "-e %s " RUN_NO_E " -x 3 --skip-nonfinite --ckpt-dir %s", tp("nan.bin"), tp("nan"));
-    int rc = run_train(args, out, sizeof out);
+    int rc = train_run(args, out, sizeof out);
     int warned = 0;
     for (const char *p = out; (p = strstr(p, "its update is skipped (--skip-nonfinite)")); p++) warned++;
     BT_CHECK(rc == 0 && warned == 3 && strstr(out, "3 updates skipped"), "exit %d, %d warnings: %s", rc, warned, out);
@@ -399,21 +331,17 @@ static void test_skip_nonfinite(void) {
 }
 
 /* ---- Hugging Face files ---- */
-static gpt2_config hf_cfg(int L, int H, int C, int maxT, int V) {
-    gpt2_config c; c.L = L; c.H = H; c.C = C; c.maxT = maxT; c.V = V; c.Vp = round_up(V, 128);
-    return c;
-}
 /* --init-from PATH into a fresh model of the file's config; 0, or -1 with err */
 static int init_from(const char *path, gpt2 *m, gpt2_config *cfg, char *err, size_t errlen) {
     train_opts o;
-    default_opts(&o);
+    train_default_opts(&o);
     o.init_from = path;
     trainer tr;
     memset(&tr, 0, sizeof tr);
-    int r = model_source_open(&o, NULL, &tr.src, cfg, err, errlen);
+    int r = trainer_source_open(&o, NULL, &tr.src, cfg, err, errlen);
     if (!r) {
         gpt2_build(&tr.model, *cfg, bt_cpu());
-        r = model_source_load(&tr, err, errlen);
+        r = trainer_source_load(&tr, err, errlen);
         *m = tr.model;
         if (r) gpt2_free(m);
     }
@@ -432,12 +360,12 @@ static int same_weights(const gpt2 *a, const gpt2 *b) {
 /* export, then --init-from: the same weights; the file is transformers' layout */
 static void test_hf_roundtrip(void) {
     gpt2 a, b; char err[1024], path[600];
-    gpt2_config cfg = hf_cfg(2, 2, 32, 32, 300), got;
+    gpt2_config cfg = gpt2_config_make(2, 2, 32, 32, 300), got;
     gpt2_build(&a, cfg, bt_cpu()); gpt2_init(&a, 21);
     bt_normal_(a.layers[1].qkvb, 0, 0.1, 3, 0);        /* biases not zero: a transposed bias would show */
     bt_normal_(a.lnfb, 0, 0.1, 4, 0);
     mkdir(tp("hf"), 0755);
-    BT_CHECK(hf_export(&a, tp("hf"), err, sizeof err) == 0, "export: %s", err);
+    BT_CHECK(gpt2_hf_export(&a, tp("hf"), err, sizeof err) == 0, "export: %s", err);
     snprintf(path, sizeof path, "%s/model.safetensors", tp("hf"));
     bt_ckpt_file *f = bt_ckpt_open(path, 0);
     BT_CHECK(f != NULL, "%s", bt_ckpt_error());
@@ -490,7 +418,7 @@ static void test_hf_roundtrip(void) {
     char name[160];
     bt_scope_begin();
     for (int i = 0; i < a.n_params; i++) {
-        int tr = hf_name(&a, i, "transformer.", name, sizeof name);
+        int tr = gpt2_hf_name(&a, i, "transformer.", name, sizeof name);
         bt_ckpt_writer_add_tensor(w, name, bt_cast(a.params[i], BT_BF16), tr ? BT_CKPT_TRANSPOSE : 0, i == 0 ? a.cfg.V : 0);
     }
     mkdir(tp("hf16"), 0755);
@@ -520,7 +448,7 @@ static void write_old_layout(gpt2 *a, const char *path, int lm_head_perturbed, i
     bt_ckpt_writer *w = bt_ckpt_writer_new();
     char name[160];
     for (int i = 0; i < a->n_params; i++) {
-        int tr = hf_name(a, i, "", name, sizeof name);
+        int tr = gpt2_hf_name(a, i, "", name, sizeof name);
         bt_ckpt_writer_add_tensor(w, name, a->params[i], tr ? BT_CKPT_TRANSPOSE : 0, i == 0 ? a->cfg.V : 0);
     }
     static float mask[16 * 16], masked = -1e4f;
@@ -540,7 +468,7 @@ static void write_old_layout(gpt2 *a, const char *path, int lm_head_perturbed, i
 static void test_hf_old_layout(void) {
     gpt2 a, b; char err[1024];
     gpt2_config got;
-    gpt2_build(&a, hf_cfg(2, 2, 64, 16, 300), bt_cpu()); gpt2_init(&a, 8);
+    gpt2_build(&a, gpt2_config_make(2, 2, 64, 16, 300), bt_cpu()); gpt2_init(&a, 8);
     write_old_layout(&a, tp("old.safetensors"), 0, 0);
     int r = init_from(tp("old.safetensors"), &b, &got, err, sizeof err);
     BT_CHECK(r == 0, "old layout: %s", err);
@@ -556,7 +484,7 @@ static void test_hf_old_layout(void) {
 static void test_init_from_bad_files(void) {
     gpt2 a, b; char err[1024], path[600];
     gpt2_config got;
-    gpt2_build(&a, hf_cfg(2, 2, 64, 16, 300), bt_cpu()); gpt2_init(&a, 9);
+    gpt2_build(&a, gpt2_config_make(2, 2, 64, 16, 300), bt_cpu()); gpt2_init(&a, 9);
     /* missing, not safetensors */
     BT_CHECK(init_from(tp("nothing.safetensors"), &b, &got, err, sizeof err) == -1 && strstr(err, "--init-from") && strstr(err, "nothing.safetensors"), "%s", err);
     FILE *f = fopen(tp("garbage.safetensors"), "wb");
@@ -574,12 +502,12 @@ static void test_init_from_bad_files(void) {
         bt_ckpt_writer *w = bt_ckpt_writer_new();
         char name[160];
         for (int i = 0; i < a.n_params; i++) {
-            int tr = hf_name(&a, i, "transformer.", name, sizeof name);
+            int tr = gpt2_hf_name(&a, i, "transformer.", name, sizeof name);
             if (k == 0 && !strcmp(name, "transformer.h.1.mlp.c_fc.weight")) continue;
             if (k == 1 && !strcmp(name, "transformer.h.0.attn.c_attn.weight")) tr = 0;
             bt_ckpt_writer_add_tensor(w, name, a.params[i], tr ? BT_CKPT_TRANSPOSE : 0, i == 0 ? a.cfg.V : 0);
         }
-        snprintf(path, sizeof path, "%s/%s.safetensors", tmpdir, which[k]);
+        snprintf(path, sizeof path, "%s/%s.safetensors", train_runs_dir, which[k]);
         BT_CHECK(bt_ckpt_writer_save(w, path) == 0, "%s", bt_ckpt_error());
         bt_ckpt_writer_free(w);
         int r = init_from(path, &b, &got, err, sizeof err);
@@ -588,7 +516,7 @@ static void test_init_from_bad_files(void) {
     /* config.json that disagrees, or names another activation; none, and no preset of that shape */
     mkdir(tp("cj"), 0755);
     snprintf(path, sizeof path, "%s/model.safetensors", tp("cj"));
-    BT_CHECK(hf_export(&a, tp("cj"), err, sizeof err) == 0, "%s", err);
+    BT_CHECK(gpt2_hf_export(&a, tp("cj"), err, sizeof err) == 0, "%s", err);
     const char *configs[][2] = {{"{\"n_head\": 2, \"n_layer\": 3}", "says n_layer 3, the tensors 2"},
                                 {"{\"n_head\": 3}", "inconsistent config"},
                                 {"{\"n_head\": 2, \"activation_function\": \"relu\"}", "activation_function \"relu\""},
@@ -600,7 +528,7 @@ static void test_init_from_bad_files(void) {
         BT_CHECK(init_from(tp("cj"), &b, &got, err, sizeof err) == -1 && strstr(err, configs[i][1]), "'%s': %s", configs[i][0], err);
     }
     gpt2_free(&a);
-    gpt2_build(&a, hf_cfg(2, 2, 48, 16, 300), bt_cpu()); gpt2_init(&a, 9);
+    gpt2_build(&a, gpt2_config_make(2, 2, 48, 16, 300), bt_cpu()); gpt2_init(&a, 9);
     write_old_layout(&a, tp("c48.safetensors"), 0, 0);
     BT_CHECK(init_from(tp("c48.safetensors"), &b, &got, err, sizeof err) == -1 && strstr(err, "no config.json") && strstr(err, "C 48"), "%s", err);
     gpt2_free(&a);
@@ -613,10 +541,10 @@ static void test_hf_runs(void) {
     if (!have_data()) { BT_SKIP("no data (make data)"); return; }
     char args[2000], out[65536];
     snprintf(args, sizeof args, RUN " -x 2 --export-hf %s --save %s", tp("hf_run"), tp("a.bin"));
-    int rc = run_train(args, out, sizeof out);
+    int rc = train_run(args, out, sizeof out);
     BT_CHECK(rc == 0 && strstr(out, "exported"), "export: exit %d: %s", rc, out);
     snprintf(args, sizeof args, RUN_NO_E " -x 0 --init-from %s --save %s", tp("hf_run"), tp("b.bin"));
-    rc = run_train(args, out, sizeof out);
+    rc = train_run(args, out, sizeof out);
     BT_CHECK(rc == 0 && strstr(out, "Hugging Face"), "init-from: exit %d: %s", rc, out);
     gpt2 a, b; char err[512];
     gpt2_config cfg;
@@ -627,28 +555,18 @@ static void test_hf_runs(void) {
     gpt2_free(&a); gpt2_free(&b);
     if (reference_ok) {   /* a checkpoint's weights: step 0, fresh state */
         snprintf(args, sizeof args, RUN_NO_E " -x 1 --init-from %s -o %s", ckpt(tp("ref"), 4), tp("w_log"));
-        rc = run_train(args, out, sizeof out);
+        rc = train_run(args, out, sizeof out);
         BT_CHECK(rc == 0 && first_logged_step(tp("w_log/log.jsonl")) == 1, "weights only: exit %d: %s", rc, out);
     }
     snprintf(args, sizeof args, RUN_NO_E " -x 1 --init-from %s", tp("garbage.safetensors"));
-    rc = run_train(args, out, sizeof out);
+    rc = train_run(args, out, sizeof out);
     BT_CHECK(rc == 1 && strstr(out, "--init-from") && !strstr(out, "step "), "bad file: exit %d: %s", rc, out);
 }
 
 int main(int argc, char **argv) {
-    if (argc > 1 && !strcmp(argv[1], "--run-train")) {   /* a run of train_gpt2 in this process, as its main does */
-        train_opts o; char err[1024];
-        default_opts(&o);
-        int r = parse_args(argc - 1, argv + 1, &o, err, sizeof err);
-        if (r) { fprintf(stderr, "error: %s\n", err); return 2; }
-        install_stop_signals();
-        return train_main(&o);
-    }
-    ssize_t n = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
-    self_exe[n > 0 ? n : 0] = 0;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bt_test_train_ckpt.%ld", (long)getpid());
+    if (train_runs_child(argc, argv)) return train_runs_child_main(argc, argv);
+    train_runs_init("test_train_ckpt");
     if (quick()) STEPS = 6;
-    mkdir(tmpdir, 0755);
     BT_RUN(test_resume_bit_exact);
     BT_RUN(test_kill9_resume);
     BT_RUN(test_sigint);
@@ -659,8 +577,6 @@ int main(int argc, char **argv) {
     BT_RUN(test_hf_old_layout);
     BT_RUN(test_init_from_bad_files);
     BT_RUN(test_hf_runs);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    train_runs_done();
     return bt_test_summary("test_train_ckpt");
 }

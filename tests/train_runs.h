@@ -1,0 +1,125 @@
+/* train_runs.h - runs of train_gpt2 in a child process, for the tests of the program
+   (test_train_gpt2.c, test_train_ckpt.c, test_tp_gpt2.c, test_gpt2_mlir.c).
+
+   A test binary that includes train_gpt2.c (with TRAIN_GPT2_NO_MAIN) is also the program: its
+   main starts with
+       if (train_runs_child(argc, argv)) return train_runs_child_main(argc, argv);
+   and train_run("ARGS", out, cap) re-executes it as `--run-train ARGS`, a fresh process running
+   train_gpt2's main (its own signal handlers, exit code, output and, under ASan, leaks).
+   train_runs_init("name") makes the test's temporary directory; tp("file") names a path in it;
+   train_runs_done() removes it. The helpers are inline: each test uses some of them. */
+#ifndef TRAIN_RUNS_H
+#define TRAIN_RUNS_H
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static char train_runs_exe[1024], train_runs_dir[256];
+static inline int quick(void) { return getenv("BT_TEST_QUICK") != NULL; }
+static inline int have_data(void) { return !access("data/tinyshakespeare_train.bin", R_OK) && !access("data/tinyshakespeare_val.bin", R_OK); }
+static inline void sleep_ms(int ms) { struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L}; nanosleep(&ts, NULL); }
+
+/* a path in the test's temporary directory (eight rotating buffers) */
+static inline const char *tp(const char *name) {
+    static char buf[8][512]; static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", train_runs_dir, name);
+    return buf[k];
+}
+static inline void train_runs_init(const char *name) {
+    ssize_t n = readlink("/proc/self/exe", train_runs_exe, sizeof train_runs_exe - 1);
+    train_runs_exe[n > 0 ? n : 0] = 0;
+    snprintf(train_runs_dir, sizeof train_runs_dir, "/tmp/bt_%s.%ld", name, (long)getpid());
+    mkdir(train_runs_dir, 0755);
+}
+static inline void train_runs_done(void) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", train_runs_dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", train_runs_dir);
+}
+/* this process was started as `--run-train ARGS`: train_gpt2's main, as the program runs it */
+static inline int train_runs_child(int argc, char **argv) { return argc > 1 && !strcmp(argv[1], "--run-train"); }
+static inline int train_runs_child_main(int argc, char **argv) {
+    train_opts o; char err[1024];
+    train_default_opts(&o);
+    int r = parse_args(argc - 1, argv + 1, &o, err, sizeof err);
+    if (r) { fprintf(stderr, "error: %s\n", err); return 2; }
+    trainer_install_stop_signals();
+    return train_main(&o);
+}
+
+static inline void slurp(const char *path, char *out, size_t cap) {
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(out, 1, cap - 1, f) : 0;
+    out[n] = 0;
+    if (f) fclose(f);
+}
+static inline int lines_of(const char *path) {   /* -1: no such file */
+    FILE *f = fopen(path, "rb");
+    int n = 0, c;
+    if (!f) return -1;
+    while ((c = fgetc(f)) != EOF) n += c == '\n';
+    fclose(f);
+    return n;
+}
+/* starts `--run-train ARGS` (split at spaces), its stdout and stderr into out_path; its pid */
+static inline pid_t train_spawn(const char *args, const char *out_path) {
+    char buf[4096], *argv[64];
+    int argc = 0;
+    snprintf(buf, sizeof buf, "%s", args);
+    argv[argc++] = train_runs_exe;
+    argv[argc++] = (char *)"--run-train";
+    for (char *t = strtok(buf, " "); t && argc < 63; t = strtok(NULL, " ")) argv[argc++] = t;
+    argv[argc] = NULL;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) { dup2(fd, 1); dup2(fd, 2); close(fd); }
+        execv(train_runs_exe, argv);
+        _exit(127);
+    }
+    return pid;
+}
+/* waits for pid: its exit code, 128 + signal when a signal ended it, -1 past timeout_s (killed) */
+static inline int train_wait(pid_t pid, double timeout_s) {
+    int st;
+    for (double t = 0; t < timeout_s; t += 0.01) {
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        if (r < 0) return -1;
+        sleep_ms(10);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    return -1;
+}
+/* a whole run: its exit code, its output (stdout and stderr) into out */
+static inline int train_run(const char *args, char *out, size_t cap) {
+    const char *path = tp("run.out");
+    int rc = train_wait(train_spawn(args, path), 300);
+    slurp(path, out, cap);
+    return rc;
+}
+/* the train_loss column of DIR/log.jsonl; the count, -1 without the file */
+static inline int read_losses(const char *dir, double *loss, int cap) {
+    char path[800], line[2048];
+    snprintf(path, sizeof path, "%s/log.jsonl", dir);
+    FILE *f = fopen(path, "r");
+    int n = 0;
+    if (!f) return -1;
+    while (n < cap && fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, "\"train_loss\": ");
+        if (p) loss[n++] = atof(p + 14);
+    }
+    fclose(f);
+    return n;
+}
+#endif /* TRAIN_RUNS_H */
