@@ -1,7 +1,8 @@
-"""allreduce_time.py (under torchrun): how long NCCL takes to all-reduce GPT-2 124M's whole gradient
-(124,475,904 elements, fp32 and bf16) on this machine's GPUs, median of 10 after 3 warm-ups, CUDA
-events. bench/dist_summary.py compares it with the time a data-parallel step loses, to get the
-share of the communication that the backward pass hides. Rank 0 appends one JSON line to argv[1]."""
+"""bench_dist_allreduce.py - part of make bench-dist (bench/bench_dist.sh), run under torchrun: how
+long NCCL takes to all-reduce GPT-2 124M's whole gradient (124,475,904 elements, fp32 and bf16) on
+this machine's GPUs, median of 10 after 3 warm-ups, CUDA events. bench/bench_dist_table.py compares
+it with the time a data-parallel step loses, to get the share of the communication that the
+backward pass hides. Rank 0 appends one JSON line to argv[1]."""
 import json
 import os
 import statistics

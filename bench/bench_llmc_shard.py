@@ -1,20 +1,15 @@
-"""llmc_data.py - writes a token shard in the layout llm.c's train_gpt2cu reads, from one of ours.
+"""bench_llmc_shard.py - part of make bench-llmc (bench/bench_llmc.sh): checks that token shards are
+ones llm.c's train_gpt2cu reads as they are.
 
-llm.c's shard: a 1024-byte header of 256 little-endian int32 (magic 20240520, version 1, token
-count, the rest 0), then the tokens as uint16. bt_data.h writes its shards (make data ->
-data/tinyshakespeare_{train,val}.bin) in that same layout, so the conversion is a checked copy:
-the header and the file size are verified (a shard that llm.c would misread is refused with a
-message naming the file), every token is checked against GPT-2's vocabulary (< 50257), and the
-output is written to a temporary beside the target and renamed over it.
+llm.c's shard: a 1024-byte header of 256 little-endian int32 (magic 20240520, version 1, token count,
+the rest 0), then the tokens as uint16. bt_data.h writes its shards (make data) in that layout, so
+llm.c trains on data/tinyshakespeare_train.bin itself; this checks the header and the file size and
+every token against GPT-2's vocabulary (< 50257), naming the file and what is wrong.
 
-Usage (from the repository root):
-  python3 bench/llmc_data.py data/tinyshakespeare_train.bin OUT/llmc_train.bin
-  python3 bench/llmc_data.py data/tinyshakespeare_val.bin OUT/llmc_val.bin
-  python3 bench/llmc_data.py --check FILE...      only verify FILE(s), write nothing
-Exit status 0 on success, 1 with a message on stderr otherwise. Needs only the standard library.
+Usage: python3 bench/bench_llmc_shard.py SHARD...   exit status 0 when every shard is good, else 1.
+Needs only the standard library.
 """
 import array
-import os
 import struct
 import sys
 
@@ -54,43 +49,18 @@ def read_shard(path):
     return tokens
 
 
-def write_shard(path, tokens):
-    header = struct.pack("<3i", MAGIC, VERSION, len(tokens)) + bytes(HEADER_BYTES - 12)
-    body = array.array("H", tokens)
-    if sys.byteorder != "little":
-        body.byteswap()
-    tmp = f"{path}.tmp.{os.getpid()}"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(header)
-            f.write(body.tobytes())
-        os.replace(tmp, path)
-    except OSError as e:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise ShardError(f"{path}: cannot write ({e.strerror})")
-
-
-def main(argv):
-    if len(argv) >= 2 and argv[0] == "--check":
-        for p in argv[1:]:
-            n = len(read_shard(p))
-            print(f"{p}: {n} tokens, llm.c layout OK")
-        return 0
-    if len(argv) != 2:
-        print("usage: python3 bench/llmc_data.py SHARD OUT.bin   (or --check SHARD...)", file=sys.stderr)
+def main(paths):
+    if not paths:
+        print("usage: python3 bench/bench_llmc_shard.py SHARD...", file=sys.stderr)
         return 1
-    src, dst = argv
-    tokens = read_shard(src)
-    write_shard(dst, tokens)
-    read_shard(dst)   # what llm.c will read back
-    print(f"{dst}: {len(tokens)} tokens from {src}")
+    try:
+        for p in paths:
+            print(f"{p}: {len(read_shard(p))} tokens, llm.c layout OK")
+    except ShardError as e:
+        print(f"bench_llmc_shard: {e}", file=sys.stderr)
+        return 1
     return 0
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except ShardError as e:
-        print(f"llmc_data: {e}", file=sys.stderr)
-        sys.exit(1)
+    sys.exit(main(sys.argv[1:]))

@@ -1,9 +1,10 @@
-"""Sums one training step's kernels from an ncu --csv run (metrics gpu__time_duration.sum and
-launch__grid_size) of train_gpt2 -x 3: the step is the launches after the second AdamW kernel up to
-and including the third (steps 1 and 2 hold the autotuning and first-use work). Prints the total,
-the top kernels by time, and for each GEMM kernel (cuBLASLt's nvjet / xmma / epilogue kernels) its
-launches grouped by grid size with the non-GEMM kernel launched before each, which says where in
-the model it runs. Usage: python3 bench/fold_profile.py ncu.csv"""
+"""profile_gpt2_sum.py - part of make profile-gpt2 (bench/profile_gpt2.sh): one training step's
+kernels summed from an ncu --csv run (metrics gpu__time_duration.sum and launch__grid_size) of
+train_gpt2 -x 3. The step is the launches after the second AdamW kernel up to and including the
+third (steps 1 and 2 hold the autotuning and first-use work). Prints the total, the top kernels by
+time, and for each GEMM kernel (cuBLASLt's nvjet / xmma / epilogue kernels) its launches grouped by
+grid size with the non-GEMM kernel launched before each, which says where in the model it runs.
+Usage: python3 bench/profile_gpt2_sum.py ncu.csv"""
 import collections
 import csv
 import sys

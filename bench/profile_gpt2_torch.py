@@ -1,6 +1,7 @@
-"""Where PyTorch eager's GPT-2 training step spends GPU time: torch.profiler over one step after
-warm-up, CUDA kernel time summed per kernel name (the counterpart of bench/profile_step.sh).
-Usage: python3 bench/profile_torch.py [fp32|tf32|bf16] [B] [T]"""
+"""profile_gpt2_torch.py - part of make profile-gpt2 (bench/profile_gpt2.sh): where PyTorch eager's
+GPT-2 training step spends GPU time: torch.profiler over one step after 3 warm-up steps, CUDA kernel
+time summed per kernel name (train_gpt2's counterpart: bench/profile_gpt2_sum.py over ncu).
+Usage: python3 bench/profile_gpt2_torch.py [fp32|tf32|bf16] [B] [T] [config]"""
 import sys, os, collections
 import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
@@ -10,7 +11,7 @@ prec = sys.argv[1] if len(sys.argv) > 1 else "fp32"
 B = int(sys.argv[2]) if len(sys.argv) > 2 else 16
 T = int(sys.argv[3]) if len(sys.argv) > 3 else 1024
 autocast = g.configure(prec, "cuda")
-cfg = g.CONFIGS["d12"]
+cfg = g.CONFIGS[sys.argv[4] if len(sys.argv) > 4 else "d12"]
 model = g.GPT(cfg, attention="sdpa").cuda()
 opt = g.make_adamw(model, 6e-4, fused=True)
 d = torch.randint(0, cfg.vocab_size, (B, T + 1), device="cuda")
