@@ -1,6 +1,6 @@
 # ---- train_gpt2's checkpoints and Hugging Face files (train_gpt2.c section 7) ----
 #   build/hf_logits, build/hf_logits_cuda: the logits of a model for tests/hf_interop.py (run by
-#   bench/ckpt_gpu.sh on the GPU machine, which has transformers)
+#   make test-gpu on the GPU machine, which has transformers: tests/gpu_suite.sh)
 $(BUILD)/hf_logits: tests/hf_logits.c train_gpt2.c $(HEADERS) | $(BUILD)
 	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
 $(BUILD)/hf_logits_cuda: tests/hf_logits.c train_gpt2.c $(HEADERS) | $(BUILD)
