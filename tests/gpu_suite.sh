@@ -127,21 +127,23 @@ resume_check() {   # resume_check WHAT ARGS...: tests/resume_check.py, one check
 train() {   # train NAME ARGS...: one train_gpt2 run, its log in $OUT/NAME
   timeout 300 "$BIN" "${@:2}" -o "$OUT/$1" > "$OUT/$1.txt" 2>&1 || echo "run $1: exit $?: $(tail -2 "$OUT/$1.txt")"
 }
+resume_pair() {   # resume_pair NAME WHAT ARGS...: a run checkpointing every 4 steps against one resumed
+  local n=$1; shift  # from its step 4: later losses and the last checkpoint bit for bit
+  train "${n}_a" "${@:2}" --ckpt-every 4 --ckpt-keep 0 --ckpt-dir "$C/${n}_a"
+  train "${n}_b" "${@:2}" --ckpt-every 4 --ckpt-keep 0 --ckpt-dir "$C/${n}_b" --resume "$(ck "$C/${n}_a" 4)"
+  resume_check "$1 resumed after step 4" --after 4 --log-a "$OUT/${n}_a/log.jsonl" --log-b "$OUT/${n}_b/log.jsonl" \
+    --ckpt-a "$(ck "$C/${n}_a" "$S")" --ckpt-b "$(ck "$C/${n}_b" "$S")"
+  rm -rf "$C/${n}_b"
+}
 if want resume; then
   S=8; D12=(-e d12 -b 16 -t 1024 -d 32768 -x "$S" -v 4 -m 2 -g 0 --deterministic --quiet)
-  for p in bf16 fp32; do
-    train "${p}_a" "${D12[@]}" --precision $p --ckpt-every 4 --ckpt-keep 0 --ckpt-dir "$C/${p}_a"
-    train "${p}_b" "${D12[@]}" --precision $p --ckpt-every 4 --ckpt-keep 0 --ckpt-dir "$C/${p}_b" --resume "$(ck "$C/${p}_a" 4)"
-    resume_check "d12 $p resumed after step 4" --after 4 --log-a "$OUT/${p}_a/log.jsonl" --log-b "$OUT/${p}_b/log.jsonl" \
-      --ckpt-a "$(ck "$C/${p}_a" $S)" --ckpt-b "$(ck "$C/${p}_b" $S)"
-    rm -rf "$C/${p}_b"
-  done
+  for p in bf16 fp32; do resume_pair "$p" "d12 $p" "${D12[@]}" --precision $p; done
   rm -rf "$C/fp32_a"
   train bf16_fresh "${D12[@]}" --precision bf16
   resume_check "two fresh --deterministic bf16 runs" --after 0 --log-a "$OUT/bf16_a/log.jsonl" --log-b "$OUT/bf16_fresh/log.jsonl"
   train bf16_eager "${D12[@]}" --precision bf16 --cuda-graph off --ckpt-dir "$C/eager"
   resume_check "the CUDA graph run against --cuda-graph off" --after 0 --log-a "$OUT/bf16_a/log.jsonl" \
-    --log-b "$OUT/bf16_eager/log.jsonl" --ckpt-a "$(ck "$C/bf16_a" $S)" --ckpt-b "$(ck "$C/eager" $S)"
+    --log-b "$OUT/bf16_eager/log.jsonl" --ckpt-a "$(ck "$C/bf16_a" "$S")" --ckpt-b "$(ck "$C/eager" "$S")"
   rm -rf "$C/eager"
   # kill -9 at a random step after the first checkpoint, then --resume auto
   k=$((3 + RANDOM % (S - 4)))
@@ -156,22 +158,16 @@ if want resume; then
   train kill2 "${D12[@]}" --precision bf16 --ckpt-every 2 --ckpt-dir "$C/kill" --resume auto
   from=$(grep -o 'after step [0-9]*' "$OUT/kill2.txt" | grep -o '[0-9]*$'); from=${from:-0}
   resume_check "kill -9 after step $killed, --resume auto (from step $from)" --after "$from" --log-a "$OUT/bf16_a/log.jsonl" \
-    --log-b "$OUT/kill2/log.jsonl" --ckpt-a "$(ck "$C/bf16_a" $S)" --ckpt-b "$(ck "$C/kill" $S)"
+    --log-b "$OUT/kill2/log.jsonl" --ckpt-a "$(ck "$C/bf16_a" "$S")" --ckpt-b "$(ck "$C/kill" "$S")"
   rm -rf "$C/kill" "$C/bf16_a"
   if [ "$NG" -ge 2 ]; then
     D2=(--nproc 2 -e d12 -b 8 -t 1024 -d 32768 -x "$S" -v 4 -m 2 -g 0 --deterministic --quiet --precision bf16)
-    for m in ddp zero1 zero2; do
-      train "${m}_a" "${D2[@]}" --dp $m --ckpt-every 4 --ckpt-keep 0 --ckpt-dir "$C/${m}_a"
-      train "${m}_b" "${D2[@]}" --dp $m --ckpt-every 4 --ckpt-keep 0 --ckpt-dir "$C/${m}_b" --resume "$(ck "$C/${m}_a" 4)"
-      resume_check "2 GPUs --dp $m resumed after step 4" --after 4 --log-a "$OUT/${m}_a/log.jsonl" --log-b "$OUT/${m}_b/log.jsonl" \
-        --ckpt-a "$(ck "$C/${m}_a" $S)" --ckpt-b "$(ck "$C/${m}_b" $S)"
-      rm -rf "$C/${m}_b"
-    done
+    for m in ddp zero1 zero2; do resume_pair "$m" "2 GPUs --dp $m" "${D2[@]}" --dp $m; done
     timeout 300 "$BIN" -e d12 -b 8 -t 1024 -d 32768 -x "$S" -v 4 -m 2 -g 0 --deterministic --precision bf16 \
       --resume "$(ck "$C/zero1_a" 4)" > "$OUT/world1.txt" 2>&1
     rc=$?; named=$(grep -c 'train.world' "$OUT/world1.txt")
     check resume "a 2-GPU checkpoint resumed on 1 GPU is refused (exit $rc, naming train.world)" $(( rc == 1 && named > 0 ? 0 : 1 ))
-    train weights1 -b 16 -t 1024 -d 16384 -x 3 -v 0 -g 0 --init-from "$(ck "$C/zero1_a" $S)"
+    train weights1 -b 16 -t 1024 -d 16384 -x 3 -v 0 -g 0 --init-from "$(ck "$C/zero1_a" "$S")"
     [ "$(grep -c . "$OUT/weights1/log.jsonl" 2>/dev/null)" = 3 ]
     check resume "--init-from a 2-GPU zero1 checkpoint, 3 steps on 1 GPU" $?
     rm -rf "$C"/ddp_a "$C"/zero1_a "$C"/zero2_a
