@@ -85,12 +85,11 @@ test: $(CPU_TESTS) $(CUDA_BUILD) tools $(TEST_DATA)
 	@tests/run_all.sh $(CPU_TESTS) $(GPU_TESTS)
 test-cpu: $(CPU_TESTS) tools $(TEST_DATA)
 	@tests/run_all.sh $(CPU_TESTS)
-# the GPU suite on a machine with a GPU: make builds what it runs (make -j16 test-gpu), then
-# tests/gpu_suite.sh runs each part and prints one table. SAN=0: no compute-sanitizer; PARTS="unit
-# resume": those parts only (the script lists them); NOBUILD=1: the binaries already in $(BUILD)
-GPU_SUITE_BINS := $(BUILD)/train_gpt2_cuda $(GPU_TESTS) $(BUILD)/hf_logits_cuda $(BUILD)/tests/test_ckpt
-test-gpu: $(if $(NOBUILD),,$(GPU_SUITE_BINS))
-	@NOBUILD=1 BUILD='$(BUILD)' $(if $(SAN),SAN='$(SAN)') $(if $(PARTS),PARTS='$(PARTS)') tests/gpu_suite.sh
+# the GPU suite on a machine with a GPU (tests/gpu_suite.sh): builds what it runs with make -k -j16
+# (JOBS=...), runs each part and prints one table. SAN=0: no compute-sanitizer; PARTS="unit resume":
+# those parts only (the script lists them); NOBUILD=1: the binaries already in $(BUILD)
+test-gpu:
+	@BUILD='$(BUILD)' $(strip $(foreach v,SAN PARTS JOBS NOBUILD,$(if $($(v)),$(v)='$($(v))'))) tests/gpu_suite.sh
 test-asan: $(ASAN_TESTS) tools $(TEST_DATA)
 	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 BT_TEST_QUICK=1 tests/run_all.sh $(ASAN_TESTS)
 

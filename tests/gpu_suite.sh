@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # gpu_suite.sh - every test that needs a GPU, one command, one summary table last (make test-gpu).
 #
-#   make -j16 test-gpu [SAN=0] [PARTS="unit resume"]   make builds the binaries, then runs this
-#   bash tests/gpu_suite.sh                             builds them itself with make -j$JOBS (default 16)
-#                                                       unless NOBUILD=1 (the binaries already in build/)
+#   make test-gpu [SAN=0] [PARTS="unit resume"] [JOBS=16] [NOBUILD=1]      (or bash tests/gpu_suite.sh,
+#                                                       the same settings as environment variables)
+# Builds what it runs with make -k -jJOBS (default 16; a binary that fails to build is a failed check
+# and the rest still runs), unless NOBUILD=1 (the binaries already in build/).
 #
 # Parts (PARTS: a space-separated subset, default all), each skipped, and said so, without what it needs:
 #   fixtures   the PyTorch references (torch): tests/gpt2_ref.py regenerates the tiny fixture, which
@@ -68,16 +69,17 @@ passfail() {   # passfail PART FILE: add FILE's PASS / FAIL lines (tests/dist_pa
   tally "$1" "$p" "$f" 0
 }
 
-# ---- build ----
+# ---- build (MAKEFLAGS cleared: when make test-gpu runs this, this make is not its sub-make) ----
+mk() { MAKEFLAGS='' make -k -j"${JOBS:-16}" "$@"; }
 if [ -z "${NOBUILD:-}" ]; then
   if [ -e "${LLVM_DIR:-/usr/lib/llvm-19}/include/mlir-c/IR.h" ] && want mlir; then
-    make -j"${JOBS:-16}" mlir-aot > "$OUT/build_mlir.txt" 2>&1 || echo "gpu_suite: make mlir-aot failed ($OUT/build_mlir.txt)"
-    make -j"${JOBS:-16}" MLIR=1 BUILD=build/mlir build/mlir/tests/test_mlir_gpu >> "$OUT/build_mlir.txt" 2>&1 \
-      || echo "gpu_suite: the MLIR build of test_mlir_gpu failed ($OUT/build_mlir.txt)"
+    { mk mlir-aot && mk MLIR=1 BUILD=build/mlir build/mlir/tests/test_mlir_gpu; } > "$OUT/build_mlir.txt" 2>&1
+    check build "the MLIR builds of test_mlir_gpu (make mlir-aot; MLIR=1 BUILD=build/mlir)" $?
   fi
   # shellcheck disable=SC2086  # GPU_TESTS is a list
-  make -j"${JOBS:-16}" "$BIN" $GPU_TESTS "$B/hf_logits_cuda" "$B/tests/test_ckpt" > "$OUT/build.txt" 2>&1 \
-    || { tail -30 "$OUT/build.txt"; echo "gpu_suite: the build failed ($OUT/build.txt)"; exit 1; }
+  mk BUILD="$B" "$BIN" $GPU_TESTS "$B/hf_logits_cuda" "$B/tests/test_ckpt" > "$OUT/build.txt" 2>&1
+  rc=$?; [ $rc = 0 ] || grep -E 'error|\*\*\*' "$OUT/build.txt" | head -20
+  check build "make -k -j${JOBS:-16} $BIN, the CUDA tests, $B/hf_logits_cuda, $B/tests/test_ckpt" $rc
 fi
 DATA=(data/tinyshakespeare_train.bin data/tinyshakespeare_val.bin data/encoder.json data/vocab.bpe)
 for f in "${DATA[@]}"; do [ -f "$f" ] || { make -s "${DATA[@]}" || exit 1; break; }; done
