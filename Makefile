@@ -2,7 +2,7 @@
 #   make            build train_gpt2 (CUDA when nvcc exists; CPU=1 forces the CPU build) and tools
 #   make run        data + build + the default training run
 #   make test       every CPU test, plus the CUDA build and GPU tests (skipped without a GPU)
-#   make test-gpu   the CUDA tests only (on a machine with a GPU)
+#   make test-gpu   the GPU suite (tests/gpu_suite.sh: CUDA tests, parity, sanitizer, 2-GPU tests)
 #   make test-asan  the CPU tests under ASan + UBSan
 #   make data       token shards under data/ (see mk/data.mk)
 #   make clean
@@ -86,8 +86,11 @@ test: $(CPU_TESTS) $(CUDA_BUILD) tools $(TEST_DATA)
 	@tests/run_all.sh $(CPU_TESTS) $(GPU_TESTS)
 test-cpu: $(CPU_TESTS) tools $(TEST_DATA)
 	@tests/run_all.sh $(CPU_TESTS)
-test-gpu: $(GPU_TESTS) $(BUILD)/train_gpt2_cuda
-	@tests/run_all.sh $(GPU_TESTS)
+# the GPU suite on a machine with a GPU (tests/gpu_suite.sh): builds what it runs with make -k -j16
+# (JOBS=...), runs each part and prints one table. SAN=0: no compute-sanitizer; PARTS="unit resume":
+# those parts only (the script lists them); NOBUILD=1: the binaries already in $(BUILD)
+test-gpu:
+	@BUILD='$(BUILD)' $(strip $(foreach v,SAN PARTS JOBS NOBUILD,$(if $($(v)),$(v)='$($(v))'))) tests/gpu_suite.sh
 test-asan: $(ASAN_TESTS) tools $(TEST_DATA)
 	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 BT_TEST_QUICK=1 tests/run_all.sh $(ASAN_TESTS)
 

@@ -1,6 +1,7 @@
-"""bench_attention_torch.py - PyTorch's causal attention at the shape bench_kernels.cu times, for
-its ratios: torch.nn.functional.scaled_dot_product_attention(is_causal=True) forward and backward,
-on q, k, v viewed out of one [B, T, 3, H, D] buffer (the GPT-2 layout, as ours reads them).
+"""bench_attention_torch.py - part of make bench-kernels (bench_kernels.cu runs it): PyTorch's causal
+attention at the shape bench_kernels.cu times, for its ratios:
+torch.nn.functional.scaled_dot_product_attention(is_causal=True) forward and backward, on q, k, v
+viewed out of one [B, T, 3, H, D] buffer (the GPT-2 layout, as ours reads them).
 Rows bf16 and f32 run with TF32 off; row tf32 is f32 data with
 torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32 set (what train_gpt2's
 tf32 mode is compared with). Medians of CUDA-event timings after warm-up. Prints one line per row:

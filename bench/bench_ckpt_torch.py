@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench_ckpt_torch.py - the references for bench/bench_ckpt.c on the same state and disk.
+"""bench_ckpt_torch.py - the references for bench/bench_ckpt.c on the same state and disk (make bench-ckpt).
 
     python3 bench/bench_ckpt_torch.py --dir DIR [--params 124475904] [--reps 3]
 

@@ -1,9 +1,8 @@
 /* bench_gemm.cu - every GEMM of one GPT-2 124M training micro-step, timed at the step's shapes.
 
-   Build (here or on the GPU machine; BT__K_MM_CANDIDATES raised so the whole heuristic list shows):
-     nvcc -O3 -std=c++17 -x cu -arch=sm_90 -DBT__K_MM_CANDIDATES=32 -I. -o build/bench_gemm \
-          bench/bench_gemm.cu -lcublas -lcublasLt -lm
-   Run: build/bench_gemm [B] [chunk_rows...]   (B: micro-batch rows / 1024, default 128; the
+   make bench-gemm [GEMM_ARGS="B chunk_rows..."]   builds build/bench_gemm (BT__K_MM_CANDIDATES raised
+   to 32 so the whole heuristic list shows) and runs it:
+     build/bench_gemm [B] [chunk_rows...]   (B: micro-batch rows / 1024, default 128; the
    classifier's chunk sizes to try, default 2668 = bt_linear_cross_entropy's 256 MiB of bf16 logits)
    Each GEMM is called the way the model calls it (bt_k_matmul / _add / _epi, the same dtypes,
    transposes, epilogues and beta). For each: cuBLASLt's heuristic list (up to 32 algorithms), each

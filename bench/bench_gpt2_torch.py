@@ -1,7 +1,8 @@
-"""bench_gpt2_torch.py: PyTorch's GPT-2 training speed and memory, the baseline train_gpt2.c must beat.
+"""bench_gpt2_torch.py: PyTorch's GPT-2 training speed and memory, the baseline train_gpt2.c must beat
+(make bench-gpt2; data parallel under torchrun: make bench-dist).
 
     python3 bench/bench_gpt2_torch.py --config d12 --B 16 --T 1024 --precision bf16 --compile \
-        --json-out bench/torch_gpt2.jsonl
+        --json-out build/bench/torch_gpt2.jsonl
 
 Trains the model of tests/gpt2_torch.py (fused SDPA attention) with fused AdamW,
 one micro-batch of random tokens per step. Each step (zero_grad, forward,

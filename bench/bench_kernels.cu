@@ -1,8 +1,6 @@
-/* bench_kernels.cu - times the kernels of bt_kernels.cuh at GPT-2 124M training shapes.
-
-   Build and run (on a machine with a GPU):
-     nvcc -O3 -std=c++17 -x cu -arch=sm_90 -I. -o build/bench_kernels bench/bench_kernels.cu \
-          -lcublas -lcublasLt -lm && ./build/bench_kernels
+/* bench_kernels.cu - times the kernels of bt_kernels.cuh at GPT-2 124M training shapes, attention
+   next to PyTorch's SDPA (make bench-kernels: builds build/bench_kernels, runs it from the repository
+   root, then bench/bench_kernels_torch.py and bench/kernel_ratio.py for the other families).
    Each kernel: 3 warm-up calls, then REPS calls each timed with a pair of CUDA events on the
    kernels' stream; the median is reported. Inputs are random (never zeros) and rotated among
    enough copies that one round touches more than 2 x L2, so the timings are of HBM, not cache.

@@ -1,4 +1,5 @@
-"""bench_kernels_torch.py - PyTorch's kernels at the shapes bench_kernels.cu times ours, for ratios.
+"""bench_kernels_torch.py - PyTorch's kernels at the shapes bench_kernels.cu times ours, for ratios
+(make bench-kernels).
 
 Rows (GPT-2 124M training shapes: B 8, T 1024, C 768, V 50257 padded to 50304, bf16 unless said),
 each in eager mode and under torch.compile (default mode, dynamic=False) where that compiles:

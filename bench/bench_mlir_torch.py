@@ -1,4 +1,4 @@
-"""bench_mlir_torch.py: the chains of bench/bench_mlir.cu in PyTorch, eager and torch.compile.
+"""bench_mlir_torch.py: the chains of bench/bench_mlir.cu in PyTorch, eager and torch.compile (make bench-mlir).
 
     python3 bench/bench_mlir_torch.py [--quick] [--dtype bf16|f32]
 

@@ -1,4 +1,4 @@
-/* bench_tokenizer.c - GPT-2 encoding speed of bt_data.h, measured like bench_tokenizer.js:
+/* bench_tokenizer.c - GPT-2 encoding speed of bt_data.h (make bench-tokenizer), measured like bench_tokenizer.js:
    the same input files, wall time of encoding only (the file is already in memory and the
    tokenizer loaded), one thread. "cold" is the first pass with an empty merge cache (as in a
    fresh process); "warm" is the median of 5 further passes.

@@ -1,4 +1,4 @@
-// bench_tokenizer.js - GPT-2 encoding speed of the npm package gpt-3-encoder, measured like
+// bench_tokenizer.js - GPT-2 encoding speed of the npm package gpt-3-encoder (make bench-tokenizer), measured like
 // bench_tokenizer.c: the same input files, wall time of encoding only (file read and module
 // load excluded), one thread. "cold" is the first pass in a fresh process (empty BPE cache);
 // "warm" is the median of 5 further passes. Each file runs in its own process (the package's

@@ -1,5 +1,5 @@
 """bench_tpcp_torch.py: PyTorch's own tensor and context parallelism on GPT-2, the counterpart of
-train_gpt2 --tp / --cp (bench/tpcp_gpu.sh runs both).
+train_gpt2 --tp / --cp (make bench-tpcp runs both: bench/bench_tpcp.sh).
 
     torchrun --nproc_per_node 2 bench/bench_tpcp_torch.py --mode tp --B 8 --T 1024 --json-out OUT.jsonl
     torchrun --nproc_per_node 2 bench/bench_tpcp_torch.py --mode cp --rotate allgather --B 1 --T 16384

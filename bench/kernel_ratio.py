@@ -1,6 +1,7 @@
-"""kernel_ratio.py - joins bench_kernels.cu's table with bench_kernels_torch.py's rows: one markdown
-table with our time, PyTorch eager and torch.compile times, the ratios, and each one's % of the
-device-to-device copy (the bandwidth roofline of these memory-bound kernels).
+"""kernel_ratio.py - part of make bench-kernels: joins bench_kernels.cu's table with
+bench_kernels_torch.py's rows: one markdown table with our time, PyTorch eager and torch.compile
+times, the ratios, and each one's % of the device-to-device copy (the bandwidth roofline of these
+memory-bound kernels).
 
 Usage: python3 bench/kernel_ratio.py OURS.txt TORCH.txt [--copy-gbs X]
   OURS.txt   the output of build/bench_kernels (its markdown rows "| kernel | shape | us | GB/s |

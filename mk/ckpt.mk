@@ -3,7 +3,9 @@
 #   make fuzz-ckpt       that one alone
 #   make bench-ckpt      bench/bench_ckpt: CRC32C speed, sync save/load and the async stall of a
 #                        GPT-2 124M training state (1.49 GB), then bench/bench_ckpt_torch.py (torch.save,
-#                        safetensors, dd) when python3 has torch. BENCH_CKPT_DIR: where the files go.
+#                        safetensors, dd) when python3 has torch, then on a GPU what asynchronous
+#                        checkpoints cost a train_gpt2 run (bench/bench_ckpt_train.sh). BENCH_CKPT_DIR:
+#                        where the library benchmark's files go.
 # (This file is read before mk/data.mk: names that data.mk defines are used only in recipes.)
 
 CKPT_FUZZ := $(BUILD)/fuzz
@@ -34,3 +36,5 @@ bench-ckpt: $(BENCH_CKPT_BIN)
 	@if python3 -c 'import torch' 2>/dev/null; then \
 	  echo "python3 bench/bench_ckpt_torch.py --dir $(BENCH_CKPT_DIR)"; python3 bench/bench_ckpt_torch.py --dir $(BENCH_CKPT_DIR); \
 	else echo "python3 has no torch: bench/bench_ckpt_torch.py skipped"; fi
+	@if nvidia-smi -L >/dev/null 2>&1; then bash bench/bench_ckpt_train.sh; \
+	else echo "no GPU: bench/bench_ckpt_train.sh (the stall of a training run) skipped"; fi

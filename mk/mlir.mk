@@ -57,10 +57,21 @@ $(BUILD)/tests/test_mlir_gpu: tests/test_mlir_gpu.cu tests/test_mlir_chains.h $(
 mlir-aot: $(BUILD)/tests/test_mlir
 	$(BUILD)/tests/test_mlir --aot $(MLIR_AOT_DIR)
 
-# ---- benchmark (GPU): make bench-mlir; bench/bench_mlir_torch.py is its PyTorch counterpart ----
+# ---- benchmark (GPU): make bench-mlir ----
+#   build/bench_mlir: the fused chains against the unfused ops and the hand-written kernels, compile
+#   times (bench/bench_mlir.cu); bench/bench_mlir_torch.py: the same chains in PyTorch eager and
+#   torch.compile, when python3 has torch; with MLIR=1 (make bench-mlir MLIR=1 BUILD=build/mlir) also
+#   train_gpt2 and train_llama without and with --mlir (bench/bench_mlir_train.sh).
+#   BENCH_MLIR_ARGS: bench_mlir's and the torch script's arguments (--quick, --dtype bf16|f32)
 .PHONY: bench-mlir
+BENCH_MLIR_ARGS ?=
 $(BUILD)/bench_mlir: bench/bench_mlir.cu tests/test_mlir_chains.h $(HEADERS) | $(BUILD)
 	@if [ -z "$(MLIR_FOUND)" ]; then echo "bench_mlir needs MLIR: apt-get install libmlir-19-dev" >&2; exit 1; fi
 	$(NVCC_PATH) $(NVFLAGS) $(TEST_MLIR_FLAGS) -o $@ $< $(NVLIBS) $(if $(TEST_MLIR_FLAGS),$(MLIR_NVLIBS))
-bench-mlir: $(BUILD)/bench_mlir
-	$(BUILD)/bench_mlir
+bench-mlir: $(BUILD)/bench_mlir $(if $(filter 1,$(MLIR)),$(BUILD)/train_gpt2_cuda $(BUILD)/train_llama_cuda)
+	$(BUILD)/bench_mlir $(BENCH_MLIR_ARGS)
+	@if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then \
+	  echo "python3 bench/bench_mlir_torch.py $(BENCH_MLIR_ARGS)"; python3 bench/bench_mlir_torch.py $(BENCH_MLIR_ARGS); \
+	else echo "python3 has no torch with CUDA: bench/bench_mlir_torch.py skipped"; fi
+	@if [ "$(MLIR)" = 1 ]; then bash bench/bench_mlir_train.sh $(BUILD); \
+	else echo "train_gpt2 / train_llama with --mlir: make bench-mlir MLIR=1 BUILD=build/mlir"; fi

@@ -5,7 +5,7 @@
         [--device cuda|cpu] [--out DIR]
 
 Needs torch, transformers and safetensors (the GPU machine has them), and the Tiny Shakespeare
-shards in data/ (train_gpt2 opens them even for -x 0). bench/ckpt_gpu.sh runs it.
+shards in data/ (train_gpt2 opens them even for -x 0). make test-gpu runs it (tests/gpu_suite.sh).
   1. transformers -> train_gpt2: a randomly initialised GPT2LMHeadModel of GPT-2 124M's config
      (every parameter drawn at random, biases and layernorms too, so that a transposed or
      misplaced tensor shows), saved with save_pretrained, loads with --init-from: hf_logits gives
