@@ -1,5 +1,5 @@
 # ---- GPT-2's Hugging Face files: build/hf_logits, build/hf_logits_cuda (tests/hf_logits.c) ----
-#   the logits of a model for tests/hf_interop.py (run by the GPU suite on a machine with transformers)
+#   the logits of a model for tests/hf_interop.py (make test-gpu: tests/gpu_suite.sh, on a machine with transformers)
 $(BUILD)/hf_logits: tests/hf_logits.c $(HEADERS) | $(BUILD)
 	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
 $(BUILD)/hf_logits_cuda: tests/hf_logits.c $(HEADERS) | $(BUILD)

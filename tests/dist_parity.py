@@ -19,13 +19,13 @@ Prints one "PASS"/"FAIL" line per comparison and exits 1 if any failed.
 
 --graph: 2 ranks with --cuda-graph on against --cuda-graph off (the eager run), 2 micro-batches per
 rank and step, --deterministic, buckets of 1 MB, for ddp / zero1 / zero2 in fp32 and bf16, with the
-tied embedding's rows exchange on (BT_DDP_ROWS=1, where the gradient buffer is fp32) and off, and
+tied embedding's rows exchange on (--ddp-rows on, where the gradient buffer is fp32) and off, and
 gradients on the wire in fp32 and bf16 (GRAPH_CASES). The graph replays the eager kernels and
 collectives, so every logged loss and gradient norm and every byte of the saved weights must be
 equal; the graph run must say it captured (2 graphs: accumulating and communicating; zero2 1).
 A mismatch reruns the eager side once to tell a graph bug from a run that is not deterministic.
-The last case captures on non-blocking communicators (BT_NCCL_BLOCKING=0; the default for graphs
-is blocking): its line names BT_NCCL_BLOCKING=0."""
+The last case captures on non-blocking communicators (--nccl-blocking off; the default for graphs
+is blocking): its line names it."""
 import argparse
 import json
 import os
@@ -63,16 +63,16 @@ def rel(a, b):
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
-# precision, --dp, BT_DDP_ROWS, --comm-dtype, extra environment of the graph run
+# precision, --dp, --ddp-rows, --comm-dtype, extra flags of the graph run
 GRAPH_CASES = [
-    ("fp32", "ddp", "1", "fp32", {}),
-    ("fp32", "ddp", "0", "bf16", {}),
-    ("fp32", "zero1", "1", "fp32", {}),
-    ("fp32", "zero2", "1", "fp32", {}),
-    ("bf16", "ddp", "1", "fp32", {}),
-    ("bf16", "zero1", "0", "bf16", {}),
-    ("bf16", "zero2", "0", "fp32", {}),
-    ("bf16", "ddp", "1", "fp32", {"BT_NCCL_BLOCKING": "0"}),
+    ("fp32", "ddp", "on", "fp32", []),
+    ("fp32", "ddp", "off", "bf16", []),
+    ("fp32", "zero1", "on", "fp32", []),
+    ("fp32", "zero2", "on", "fp32", []),
+    ("bf16", "ddp", "on", "fp32", []),
+    ("bf16", "zero1", "off", "bf16", []),
+    ("bf16", "zero2", "off", "fp32", []),
+    ("bf16", "ddp", "on", "fp32", ["--nccl-blocking", "off"]),
 ]
 
 
@@ -99,15 +99,15 @@ def graph_main(a):
     common = ["--nproc", "2", "-e", a.model, "-b", str(a.B), "-t", str(a.T), "-d", str(2 * 2 * a.B * a.T), "-x", str(a.steps),
               "-v", "0", "-g", "0", "-u", "2", "--seed", "7", "--deterministic", "--bucket-mb", "1"]
     for prec, mode, rows, comm, extra in GRAPH_CASES:
-        tag = f"{prec} {mode} rows={rows} comm={comm}" + "".join(f" {k}={v}" for k, v in extra.items())
+        tag = f"{prec} {mode} rows={rows} comm={comm}" + "".join(f" {x}" for x in extra)
         name = tag.replace(" ", "_").replace("=", "")
-        env = {"BT_DDP_ROWS": rows}
-        args = [*common, "--precision", prec, "--dp", mode, "--comm-dtype", comm]
+        env = {}
+        args = [*common, "--precision", prec, "--dp", mode, "--comm-dtype", comm, "--ddp-rows", rows]
         runs = {}
         for g in ("off", "on"):
             d = os.path.join(a.out, f"g_{name}_{g}")
-            good = run_env([a.bin, *args, "--cuda-graph", g, "-o", d, "--save", d + ".bin"], d + ".log",
-                           {**env, **(extra if g == "on" else {})}, 120)
+            good = run_env([a.bin, *args, *(extra if g == "on" else []), "--cuda-graph", g, "-o", d, "--save", d + ".bin"], d + ".log",
+                           env, 120)
             runs[g] = d if good else None
         if not runs["off"] or not runs["on"]:
             print(f"FAIL: graph {tag}: a run failed (above)")
