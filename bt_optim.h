@@ -8,8 +8,14 @@
 
      bt_adamw opt;
      bt_adamw_init(&opt, params, n, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f);   // clip the norm at 1.0
-     ... bt_backward(loss) ...
-     bt_adamw_step(&opt, lr);                  // clip by the global norm, then one fused update
+     for (int step = 0; step < steps; step++) {
+         bt_zero_grad(params, n);              // the step reads the gradients and leaves them: the
+                                               // caller zeroes them, or they add up (accumulation)
+         bt_scope_begin();
+         bt_backward(model_loss(...));         // bt_autograd.h: ->grad += d loss / d param
+         bt_scope_end();
+         bt_adamw_step(&opt, lr);              // clip by the global norm, then one fused update
+     }
      bt_adamw_free(&opt);
 
    ADAMW STATE IS PLAIN DATA
@@ -62,7 +68,9 @@ typedef struct {
 
 BTDEF void bt_adamw_init(bt_adamw *opt, bt_tensor **params, int n, float beta1, float beta2, float eps,
                          float weight_decay, float max_grad_norm);
-BTDEF void bt_adamw_step(bt_adamw *opt, float lr);   /* set_grad_norm over all grads + update */
+/* The gradients are left as they are: the caller zeroes them (bt_zero_grad) before the next
+   backward pass, else they accumulate. One step = bt_adamw_set_grad_norm over all grads + update. */
+BTDEF void bt_adamw_step(bt_adamw *opt, float lr);
 BTDEF void bt_adamw_free(bt_adamw *opt);
 /* hold state for and update only [lo, hi) of the index space (kept state is carried over) */
 BTDEF void bt_adamw_shard(bt_adamw *opt, int64_t lo, int64_t hi);
@@ -81,7 +89,7 @@ typedef struct {
     bt_tensor **buf;
 } bt_sgd;
 BTDEF void bt_sgd_init(bt_sgd *opt, bt_tensor **params, int n, float momentum, float weight_decay);
-BTDEF void bt_sgd_step(bt_sgd *opt, float lr);
+BTDEF void bt_sgd_step(bt_sgd *opt, float lr);   /* the gradients are left: the caller zeroes them (bt_zero_grad) */
 BTDEF void bt_sgd_free(bt_sgd *opt);
 
 /* ---- norms and schedules ---- */
