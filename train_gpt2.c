@@ -42,6 +42,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+/* a usage error is its reason and this, exit code 2 */
+#define SEE_H "(see train_gpt2 -h)"
+
 /* ============================================================================================
    1. the command line (the options: trainer.h's train_opts)
    ============================================================================================ */
@@ -111,7 +114,10 @@ static void usage(FILE *f) {
         "            the default; the CPU ignores it)\n"
         "  --recompute none|gelu   activations remade in the backward instead of kept: gelu(h) of the MLP\n"
         "            (default: none when -b fits without, else gelu; none with the measured -b)\n"
-        "  -h        this help\n");
+        "  -h        this help\n"
+        "Each step prints its loss, learning rate, gradient norm (before clipping), time, tokens/s, MFU (GPUs\n"
+        "of known peak), and mem: the device memory its tensors hold after the step (bt_alloc's allocated\n"
+        "bytes); the run ends with peak memory, the most they held at once.\n");
 }
 
 static int parse_int(const char *s, long lo, long hi, int *out) {
@@ -524,11 +530,40 @@ static int run_end(trainer *tr, int rc) {
     return trainer_end(tr, rc);
 }
 
+/* The default paths (data/...) are the repository's: run from another directory, a default that
+   is not there is taken beside the program (make puts train_gpt2 at the repository's root). */
+static const char *beside_program(const char *rel, char *buf, size_t n) {
+    char exe[4096];
+    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (!access(rel, F_OK) || rel[0] == '/' || k <= 0) return rel;
+    exe[k] = 0;
+    char *slash = strrchr(exe, '/');
+    if (!slash) return rel;
+    *slash = 0;
+    snprintf(buf, n, "%.2000s/%.2000s", exe, rel);
+    return access(buf, F_OK) ? rel : buf;
+}
+/* what to do about shards that did not open: make data for the defaults, bt_tokenize for text */
+static const char *data_hint(int given, const char *flag) {
+    static char hint[512];
+    const char *e = bt_data_error();
+    if (strstr(e, "not a token shard"))
+        snprintf(hint, sizeof hint, "(%s takes token shards: ./bt_tokenize TEXT OUT.bin makes one from a text file; make bt_tokenize builds it)\n", flag);
+    else if (!given)
+        snprintf(hint, sizeof hint, "(the default shards: make data builds them in the repository's data/; from elsewhere give %s PATH)\n", flag);
+    else hint[0] = 0;
+    return hint;
+}
+
 /* ============================================================================================
    4. a run: from the flags to the saved model
    ============================================================================================ */
 static int train_main(train_opts *o) {
     char err[1024];
+    static char paths[3][4096];   /* the defaults found beside the program: they outlive the run's options */
+    if (!o->given_i) o->train_glob = beside_program(o->train_glob, paths[0], sizeof paths[0]);
+    if (!o->given_j) o->val_glob = beside_program(o->val_glob, paths[1], sizeof paths[1]);
+    if (!o->given_tok) o->tok_dir = beside_program(o->tok_dir, paths[2], sizeof paths[2]);
     /* several processes (--nproc, torchrun, srun, mpirun): one GPU each; rank 0 prints */
     bt_dist *dist = NULL;
     bt_dist_env env;
@@ -582,9 +617,8 @@ static int train_main(train_opts *o) {
     if (!tr.src.file || o->model) {   /* with --resume, -e names the model the checkpoint must hold */
         from_file = gpt2_config_from_preset(model, BT_GPT2_VOCAB, &cfg) != 0;
         if (from_file && gpt2_read_header(model, &cfg, err, sizeof err)) {
-            usage(stderr);
-            fprintf(stderr, "error: -e %s is neither a preset nor a readable model file: %s\n", model, err);
-            return run_end(&tr, 1);
+            fprintf(stderr, "error: -e %s is neither a preset nor a readable model file: %s " SEE_H "\n", model, err);
+            return run_end(&tr, 2);
         }
     }
     if (tr.src.file) from_file = 0;
@@ -592,11 +626,11 @@ static int train_main(train_opts *o) {
         int64_t b;
         if (!bt_ckpt_meta_get_i64(bt_ckpt_file_meta(tr.src.file), "train.B", &b) && b >= 1 && b <= (1 << 20)) o->B = (int)b;
     }
-    if (resolve_opts(o, on_gpu, &cfg, err, sizeof err)) { usage(stderr); fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
+    if (resolve_opts(o, on_gpu, &cfg, err, sizeof err)) { fprintf(stderr, "error: %s " SEE_H "\n", err); return run_end(&tr, 2); }
     if (check_outputs(o, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
-    if (trainer_par_check(o, &cfg, world, on_gpu, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
+    if (trainer_par_check(o, &cfg, world, on_gpu, err, sizeof err)) { fprintf(stderr, "error: %s " SEE_H "\n", err); return run_end(&tr, 2); }
     if (tr.src.resume && trainer_ckpt_check(&tr.src, o, &cfg, world / (o->tp * o->cp), err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
-    if (resolve_graph(o, on_gpu, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
+    if (resolve_graph(o, on_gpu, err, sizeof err)) { fprintf(stderr, "error: %s " SEE_H "\n", err); return run_end(&tr, 2); }
 
     tr.o = *o;
     tr.dist = dist;
@@ -635,7 +669,7 @@ static int train_main(train_opts *o) {
             o->B = (int)bt_item(b);
             bt_scope_end();
         }
-        if (resolve_opts(o, on_gpu, &cfg, err, sizeof err)) { usage(stderr); fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
+        if (resolve_opts(o, on_gpu, &cfg, err, sizeof err)) { fprintf(stderr, "error: %s " SEE_H "\n", err); return run_end(&tr, 2); }
     }
     /* --recompute by default: none with the measured B (it fits by construction) or several processes */
     if (o->recompute < 0) o->recompute = on_gpu && !auto_b && world == 1 ? trainer_choose_recompute(&tr.model, o->B, o->T, tr.dt) : 0;
@@ -651,14 +685,14 @@ static int train_main(train_opts *o) {
     /* every token of every shard is checked against the vocabulary now, not at step 5000 */
     tr.train = bt_loader_open(o->train_glob, o->B, o->T, drank, dworld, 1, o->seed);
     if (!tr.train || bt_loader_check_vocab(tr.train, cfg.V)) {
-        fprintf(stderr, "error: train data (-i %s): %s\n%s", o->train_glob, bt_data_error(), o->given_i ? "" : "(make data builds the default shards)\n");
+        fprintf(stderr, "error: train data (-i %s): %s\n%s", o->train_glob, bt_data_error(), data_hint(o->given_i, "-i"));
         return run_end(&tr, 1);
     }
     if (o->val_every > 0) {   /* -v 0: no validation, -j unused */
         /* a large (auto) micro-batch can outgrow a small validation set: halve B for validation */
         for (tr.val_B = o->B; !(tr.val = bt_loader_open(o->val_glob, tr.val_B, o->T, drank, dworld, 0, 0)) && tr.val_B > 1;) tr.val_B /= 2;
         if (!tr.val || bt_loader_check_vocab(tr.val, cfg.V)) {
-            fprintf(stderr, "error: val data (-j %s): %s\n%s", o->val_glob, bt_data_error(), o->given_j ? "" : "(make data builds the default shards; -v 0 trains without validation)\n");
+            fprintf(stderr, "error: val data (-j %s): %s\n%s(-v 0 trains without validation)\n", o->val_glob, bt_data_error(), data_hint(o->given_j, "-j"));
             return run_end(&tr, 1);
         }
     }
@@ -770,14 +804,14 @@ static int train_main(train_opts *o) {
     return run_end(&tr, 0);
 }
 
-#ifndef TRAIN_GPT2_NO_MAIN
-int main(int argc, char **argv) {
+/* the program: flags, the launcher, signals, a run (the tests of the program call it too) */
+int train_gpt2_main(int argc, char **argv) {
     train_opts o;
     train_default_opts(&o);
     char err[1024];
     int r = parse_args(argc, argv, &o, err, sizeof err);
     if (r == 1) { usage(stdout); return 0; }
-    if (r < 0) { usage(stderr); fprintf(stderr, "error: %s\n", err); return 2; }
+    if (r < 0) { fprintf(stderr, "error: %s " SEE_H "\n", err); return 2; }
 #if !BT_DIST_NCCL
     if (o.nproc > 1 && o.tp * o.cp > 1) {   /* the store path (gpt2_parallel.h) needs ranks started by a launcher */
         fprintf(stderr, "error: --nproc %d: this build has no NCCL; --tp/--cp on CPUs run as processes started with RANK, WORLD_SIZE, "
@@ -789,4 +823,7 @@ int main(int argc, char **argv) {
     trainer_install_stop_signals();   /* SIGINT/SIGTERM: finish the step, checkpoint, exit 0; a second one: at once */
     return train_main(&o);
 }
+
+#ifndef TRAIN_GPT2_NO_MAIN
+int main(int argc, char **argv) { return train_gpt2_main(argc, argv); }
 #endif

@@ -157,7 +157,9 @@ static void test_log_write_error_warns_once(void) {
 }
 
 /* finding 10 (runs): -v 0 needs no validation shards; no "make data" hint for a given -i; a
-   missing --tokenizer given explicitly is an error before training; a bad -e prints the usage */
+   missing --tokenizer given explicitly is an error before training; a usage error (a bad -e, a bad
+   value, a flag combination) is its reason and "see -h", exit 2; a text file as shards points at
+   bt_tokenize */
 static void test_flags_in_runs(void) {
     if (!have_data()) { BT_SKIP("no data/tinyshakespeare_*.bin (make data)"); return; }
     char out[65536];
@@ -168,7 +170,18 @@ static void test_flags_in_runs(void) {
     rc = train_run(TINY_RUN " -x 1 --tokenizer /nonexistent", out, sizeof out);
     BT_CHECK(rc == 1 && strstr(out, "--tokenizer") && strstr(out, "/nonexistent/encoder.json") && !strstr(out, "step "), "--tokenizer: exit %d: %s", rc, out);
     rc = train_run("-e /nonexistent/model.bin -x 1", out, sizeof out);
-    BT_CHECK(rc == 1 && strstr(out, "usage: train_gpt2") && strstr(out, "neither a preset"), "bad -e: exit %d: %s", rc, out);
+    BT_CHECK(rc == 2 && strstr(out, "neither a preset") && strstr(out, "(see train_gpt2 -h)") && !strstr(out, "usage:"), "bad -e: exit %d: %s", rc, out);
+    /* every usage error: its reason, "see -h", exit 2, and no usage text */
+    const char *usage_errors[] = {"-b 0", "--bogus", "-t 99999", "--precision bf16 --device cpu", "--tp 2"};
+    for (size_t i = 0; i < sizeof usage_errors / sizeof usage_errors[0]; i++) {
+        char a[512];
+        snprintf(a, sizeof a, TINY_RUN " -x 1 %s", usage_errors[i]);
+        rc = train_run(a, out, sizeof out);
+        BT_CHECK(rc == 2 && strstr(out, "(see train_gpt2 -h)") && !strstr(out, "usage:") && !strstr(out, "step "), "'%s': exit %d: %s", usage_errors[i], rc, out);
+    }
+    /* a text file given as shards points at bt_tokenize */
+    rc = train_run(TINY_RUN " -x 1 -i README.md", out, sizeof out);
+    BT_CHECK(rc == 1 && strstr(out, "not a token shard") && strstr(out, "bt_tokenize"), "-i README.md: exit %d: %s", rc, out);
 }
 
 /* finding 11: every early exit frees what it made (under make test-asan, LeakSanitizer makes a
@@ -177,14 +190,15 @@ static void test_early_exits_free_memory(void) {
     if (!have_data()) { BT_SKIP("no data/tinyshakespeare_*.bin (make data)"); return; }
     char args[2000], out[65536];
     FILE *f = fopen(tp("short_model.bin"), "wb"); int32_t h[256] = {20240326, 3, 32, 300, 2, 2, 32, 384}; fwrite(h, 4, 256, f); fclose(f);
-    const char *cases[] = {"-x 1 -e %s", "-x 1 -i /nonexistent*.bin", "-x 1 -v 5 -j /nonexistent*.bin", "-x 1 --tokenizer /nonexistent",
-                           "-x 1 -t 1000", "-x 1 --save /nonexistent/m.bin", "-x 1 -o /dev/null"};
+    const struct { const char *args; int code; } cases[] = {   /* 2: a usage error, 1: another */
+        {"-x 1 -e %s", 2}, {"-x 1 -i /nonexistent*.bin", 1}, {"-x 1 -v 5 -j /nonexistent*.bin", 1}, {"-x 1 --tokenizer /nonexistent", 1},
+        {"-x 1 -t 1000", 2}, {"-x 1 --save /nonexistent/m.bin", 1}, {"-x 1 -o /dev/null", 1}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char c[600];
-        snprintf(c, sizeof c, cases[i], tp("short_model.bin"));
+        snprintf(c, sizeof c, cases[i].args, tp("short_model.bin"));
         snprintf(args, sizeof args, TINY_RUN " %s", c);
         int rc = train_run(args, out, sizeof out);
-        BT_CHECK(rc == 1 && !strstr(out, "LeakSanitizer") && !strstr(out, "step "), "'%s': exit %d: %s", c, rc, out);
+        BT_CHECK(rc == cases[i].code && !strstr(out, "LeakSanitizer") && !strstr(out, "step "), "'%s': exit %d (expected %d): %s", c, rc, cases[i].code, out);
     }
 }
 

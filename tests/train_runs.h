@@ -5,7 +5,8 @@
    main starts with
        if (train_runs_child(argc, argv)) return train_runs_child_main(argc, argv);
    and train_run("ARGS", out, cap) re-executes it as `--run-train ARGS`, a fresh process running
-   train_gpt2's main (its own signal handlers, exit code, output and, under ASan, leaks).
+   train_gpt2's main as the program does (train_gpt2_main: its own launcher, signal handlers,
+   exit code, output and, under ASan, leaks).
    train_runs_init("name") makes the test's temporary directory; tp("file") names a path in it;
    train_runs_done() removes it. The helpers are inline: each test uses some of them. */
 #ifndef TRAIN_RUNS_H
@@ -46,14 +47,7 @@ static inline void train_runs_done(void) {
 }
 /* this process was started as `--run-train ARGS`: train_gpt2's main, as the program runs it */
 static inline int train_runs_child(int argc, char **argv) { return argc > 1 && !strcmp(argv[1], "--run-train"); }
-static inline int train_runs_child_main(int argc, char **argv) {
-    train_opts o; char err[1024];
-    train_default_opts(&o);
-    int r = parse_args(argc - 1, argv + 1, &o, err, sizeof err);
-    if (r) { fprintf(stderr, "error: %s\n", err); return 2; }
-    trainer_install_stop_signals();
-    return train_main(&o);
-}
+static inline int train_runs_child_main(int argc, char **argv) { return train_gpt2_main(argc - 1, argv + 1); }
 
 static inline void slurp(const char *path, char *out, size_t cap) {
     FILE *f = fopen(path, "rb");
