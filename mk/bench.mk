@@ -13,17 +13,3 @@ bench-kernels: $(BUILD)/bench_kernels
 
 bench-gpt2: $(BUILD)/train_gpt2_cuda $(TEST_DATA)
 	bash bench/gpu_session.sh bench
-
-# bench/attn_modes.cu: the attention's fast / slow process modes against memory placement (issue 12)
-$(BUILD)/attn_modes: bench/attn_modes.cu $(HEADERS) | $(BUILD)
-	$(NVCC_PATH) $(NVFLAGS) -o $@ $< $(NVLIBS)
-
-# microbenchmarks of the attention forward's step (issue 12; bench/RESULTS.md, "Attention forward: what
-# the step waits for"): MUFU's 2^x rate by PTX form, the softmax of a tile alone, and whether the
-# tensor cores and MUFU run at full rate together
-$(BUILD)/mufu_rate: bench/mufu_rate.cu | $(BUILD)
-	$(NVCC_PATH) $(NVFLAGS) -o $@ $<
-$(BUILD)/softmax_lat: bench/softmax_lat.cu | $(BUILD)
-	$(NVCC_PATH) $(NVFLAGS) -o $@ $<
-$(BUILD)/overlap_rate: bench/overlap_rate.cu $(HEADERS) | $(BUILD)
-	$(NVCC_PATH) $(NVFLAGS) -o $@ $< $(NVLIBS)
