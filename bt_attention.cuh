@@ -1481,8 +1481,8 @@ __device__ __forceinline__ void bt__k_att_fwd_qk(float (&sc)[64], const bt__k_at
 /* the turn at the tensor cores goes from warpgroup w to w + 1 (mod NW) after step j: named barrier
    1 + w is warpgroup w's, the one before it arrives on it; warpgroup NW - 1 opens each item's first
    turn (bt__k_att_fwd_turn_open) and hands none over after its last, so every barrier sees as many
-   arrivals as waits (nt a warpgroup and item). Here NW = 2 (D 128); dev/cuda/attention_forward.cu
-   also runs three warpgroups with turns */
+   arrivals as waits (nt a warpgroup and item). Turns are taken at D 128 only (NW = 2; three
+   warpgroups with turns: dev/cuda/attention_forward.cu's versions 6 and 7) */
 template <int NW> __device__ __forceinline__ void bt__k_att_fwd_turn_give(int on, const bt__k_att_fwd_ctx &c, int j) {
     if (on && (c.w != NW - 1 || j + 1 < c.nt)) bt__k_bar_arrive(1 + (c.w + 1) % NW);
 }
