@@ -63,17 +63,3 @@ bench-tpcp: $(BENCH_BIN)
 
 bench-llmc: $(BENCH_BIN)
 	$(call bench_env,LLMC_DIR CUDNN_FRONTEND_DIR BS STEPS RECOMPUTE LLMC_SM BIN REBUILD OUT) bash bench/bench_llmc.sh
-
-# bench/attn_modes.cu: the attention's fast / slow process modes against memory placement (issue 12)
-$(BUILD)/attn_modes: bench/attn_modes.cu $(HEADERS) | $(BUILD)
-	$(NVCC_PATH) $(NVFLAGS) -o $@ $< $(NVLIBS)
-
-# microbenchmarks of the attention forward's step (issue 12; docs/history/results-journal.md, "Attention forward: what
-# the step waits for"): MUFU's 2^x rate by PTX form, the softmax of a tile alone, and whether the
-# tensor cores and MUFU run at full rate together
-$(BUILD)/mufu_rate: bench/mufu_rate.cu | $(BUILD)
-	$(NVCC_PATH) $(NVFLAGS) -o $@ $<
-$(BUILD)/softmax_lat: bench/softmax_lat.cu | $(BUILD)
-	$(NVCC_PATH) $(NVFLAGS) -o $@ $<
-$(BUILD)/overlap_rate: bench/overlap_rate.cu $(HEADERS) | $(BUILD)
-	$(NVCC_PATH) $(NVFLAGS) -o $@ $< $(NVLIBS)

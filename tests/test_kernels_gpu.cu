@@ -1163,70 +1163,47 @@ static void test_attention_hopper(void) {
     attn_case(BT_BF16, BT_MATMUL_FP32, g_quick ? 2 : 16, 12, 1024, 64, 1, 0, 0, 47);
     /* more work items than SMs (the persistent forward takes several per CTA, from its counter) and
        sections of heads with a short last one: B 4, H 37, T 200 is 148 heads x 2 query tiles;
-       BT_ATT_L2_MB=1 makes a section 20 heads (K, V 50 KiB a head at D 64; 19 for dK/dV, 10 at
-       D 128); then the fixed order of the persistent forward, the plain order (0), and the
-       forward on one CTA per item with the Dvec pre-pass and no turns in the backward (the other
-       settings of the tuning switches) */
-    const char *prev_l2 = getenv("BT_ATT_L2_MB");
-    char saved[32] = "";
-    if (prev_l2) snprintf(saved, sizeof saved, "%s", prev_l2);
+       sections of 1 MiB make a section 20 heads (K, V 50 KiB a head at D 64; 19 for dK/dV, 10 at
+       D 128); then the fixed order of the persistent kernels and the plain order (one section of all
+       heads), set through the tuning for tests (bt_k_attention_set_tuning) */
+    const bt_k_attention_tuning tdef = bt_k_attention_get_tuning();
+    bt_k_attention_tuning tu = tdef;
     seed(1410);
-    setenv("BT_ATT_L2_MB", "1", 1);
-    setenv("BT_ATT_L2_ONE_MB", "0", 1);   /* sections even where all heads would fit */
+    tu.l2_mb_fwd = tu.l2_mb_bwd = 1;
+    tu.l2_one_mb = 0;   /* sections even where all heads would fit */
+    bt_k_attention_set_tuning(&tu);
     attn_case(BT_BF16, BT_MATMUL_FP32, 4, 37, 200, 64, 1, 1, 1, 5);
     attn_case(BT_BF16, BT_MATMUL_FP32, 4, 37, 200, 64, 0, 0, 0, 5);
     attn_case(BT_F16, BT_MATMUL_FP32, 2, 37, 200, 128, 1, 0, 1, 5);
-    setenv("BT_ATT_DYN", "0", 1);   /* the fixed snake order of the persistent forward */
+    tu.order = 1;   /* the fixed snake order of the persistent kernels (the forward's and the fused backward's) */
+    bt_k_attention_set_tuning(&tu);
     attn_case(BT_BF16, BT_MATMUL_FP32, 4, 37, 200, 64, 1, 0, 1, 5);
-    unsetenv("BT_ATT_DYN");
-    setenv("BT_ATT_L2_MB", "0", 1);
+    tu.order = tdef.order;
+    tu.l2_mb_fwd = tu.l2_mb_bwd = 0;
+    bt_k_attention_set_tuning(&tu);
     attn_case(BT_BF16, BT_MATMUL_FP32, 4, 37, 200, 64, 1, 0, 1, 5);
-    setenv("BT_ATT_PERSIST", "0", 1); setenv("BT_ATT_DVEC_FUSED", "0", 1); setenv("BT_ATT_BWD_TURNS", "0", 1);
     attn_case(BT_BF16, BT_MATMUL_FP32, 4, 37, 200, 64, 1, 1, 1, 5);
     attn_case(BT_F16, BT_MATMUL_FP32, 2, 37, 200, 128, 0, 0, 0, 5);
-    unsetenv("BT_ATT_PERSIST"); unsetenv("BT_ATT_DVEC_FUSED"); unsetenv("BT_ATT_BWD_TURNS"); unsetenv("BT_ATT_L2_ONE_MB");
+    tu.l2_one_mb = tdef.l2_one_mb;
     /* the causal D 64 backward on the two kernels (dQ; dK/dV) instead of the fused one */
-    setenv("BT_ATT_FUSED_BWD", "0", 1);
+    tu.fused_tmax = 0;
+    bt_k_attention_set_tuning(&tu);
     attn_case(BT_BF16, BT_MATMUL_FP32, 4, 37, 200, 64, 1, 1, 1, 5);
     attn_case(BT_F16, BT_MATMUL_FP32, 1, 3, 257, 64, 0, 0, 1, 1);
-    unsetenv("BT_ATT_FUSED_BWD");
-    /* the forward's variants at D 64 (the default: three consumer warpgroups with 192-query tiles,
-       BT_ATT_FWD_WG3=1, the leaner steps with the softmax under P V, BT_ATT_FWD_LEAN=1
-       BT_ATT_FWD_OVL=1, no turns at the tensor cores, BT_ATT_FWD_TURNS=0): two warpgroups with
-       neither, OVL alone, LEAN alone, both; WG3 (always LEAN) with turns, with and without OVL; the
-       stale row max (BT_ATT_FWD_SKIP) on WG3 with and without turns and on two warpgroups; WG3
-       without turns; WG3 with turns only in items of at least 4 key tiles;
-       several items a CTA, causal and not, T not a multiple of 128 or 192 (the last tiles' zero rows
-       and masks; WG3: warpgroups wholly past T, and the causal diagonal across two key tiles) */
-    enum { NE = 5, NV = 11 };
-    const char *fwd_env[NE] = {"BT_ATT_FWD_OVL", "BT_ATT_FWD_LEAN", "BT_ATT_FWD_WG3", "BT_ATT_FWD_SKIP", "BT_ATT_FWD_TURNS"};
-    char fwd_saved[NE][32];
-    int fwd_had[NE];
-    for (int e = 0; e < NE; e++) {
-        const char *x = getenv(fwd_env[e]);
-        fwd_had[e] = x != NULL;
-        snprintf(fwd_saved[e], sizeof fwd_saved[e], "%s", x ? x : "");
-    }
-    const char *fwd_v[NV][NE] = {{"0", "0", "0", "0", "1"}, {"1", "0", "0", "0", "1"}, {"0", "1", "0", "0", "1"},
-                                 {"1", "1", "1", "0", "1"}, {"0", "1", "1", "0", "1"}, {"1", "1", "1", "1", "1"},
-                                 {"1", "1", "0", "1", "1"}, {"1", "1", "1", "0", "0"}, {"1", "1", "0", "0", "1"},
-                                 {"1", "1", "1", "1", "0"}, {"1", "1", "1", "0", "4"}};
-    for (int i = 0; i < NV; i++) {
-        for (int e = 0; e < NE; e++) setenv(fwd_env[e], fwd_v[i][e], 1);
-        seed(1420 + i);
-        attn_case(i & 1 ? BT_F16 : BT_BF16, BT_MATMUL_FP32, 4, 37, 200, 64, 1, 0, 1, 5);
-        attn_case(i & 1 ? BT_BF16 : BT_F16, BT_MATMUL_FP32, 2, 5, 300, 64, 0, 0, 0, 1);
-        attn_case(BT_BF16, BT_MATMUL_FP32, 1, 3, 1000, 64, 1, 0, 1, 1);
-        attn_case(BT_F16, BT_MATMUL_FP32, 2, 3, 1024, 64, 0, 0, 1, 1);
-    }
-    for (int e = 0; e < NE; e++) {
-        if (fwd_had[e]) setenv(fwd_env[e], fwd_saved[e], 1);
-        else unsetenv(fwd_env[e]);
-    }
+    tu.fused_tmax = tdef.fused_tmax;
+    bt_k_attention_set_tuning(&tu);
+    /* the forward at D 64 (three consumer warpgroups on 192-query tiles): several items a CTA, causal
+       and not, T not a multiple of 128 or 192 (the last tiles' zero rows and masks, warpgroups wholly
+       past T, the causal diagonal across two key tiles) */
+    seed(1427);
+    attn_case(BT_F16, BT_MATMUL_FP32, 4, 37, 200, 64, 1, 0, 1, 5);
+    attn_case(BT_BF16, BT_MATMUL_FP32, 2, 5, 300, 64, 0, 0, 0, 1);
+    attn_case(BT_BF16, BT_MATMUL_FP32, 1, 3, 1000, 64, 1, 0, 1, 1);
+    attn_case(BT_F16, BT_MATMUL_FP32, 2, 3, 1024, 64, 0, 0, 1, 1);
     /* several items a CTA, not causal, T 1000: the last query tile's two warpgroups past T idle
        through 7 key tiles, more than the ring's 3 stages, while the CTA's next item waits to be
        handed out (a consumer that took it before its idle tiles went back would deadlock the
-       producer: found in an experiment, 2026-11-24) */
+       producer) */
     seed(1440);
     attn_case(BT_BF16, BT_MATMUL_FP32, 4, 37, 1000, 64, 1, 0, 0, 3);
     /* the fused backward over chunks of heads: a dQ-sum cap of 3 heads at T 200 (2 query tiles of
@@ -1236,17 +1213,20 @@ static void test_attention_hopper(void) {
     attn_case(BT_BF16, BT_MATMUL_FP32, 2, 5, 200, 64, 1, 1, 1, 1);
     bt_k_attention_scratch_cap(prev_cap);
     /* the fused backward beyond T 1024: 9 query tiles (a dQ sum of 9 parts), f16, bits twice; then the
-       same T on the two kernels (BT_ATT_FUSED_TMAX below it) */
+       same T on the two kernels (fused_tmax below it) */
     attn_case(BT_F16, BT_MATMUL_FP32, 1, 3, g_quick ? 257 : 1100, 64, 0, 1, 1, 1);
     /* out's rows only 4-byte aligned (layout 3): O from registers, not through shared memory */
     seed(1430);
     attn_case(BT_BF16, BT_MATMUL_FP32, 2, 3, 200, 64, 3, 0, 1, 1);
     attn_case(BT_F16, BT_MATMUL_FP32, 1, 3, 129, 128, 3, 0, 0, 1);
-    setenv("BT_ATT_FUSED_TMAX", "256", 1);
+    tu.fused_tmax = 256;
+    bt_k_attention_set_tuning(&tu);
     attn_case(BT_F16, BT_MATMUL_FP32, 1, 3, g_quick ? 257 : 1100, 64, 0, 1, 1, 1);
-    unsetenv("BT_ATT_FUSED_TMAX");
-    if (prev_l2) setenv("BT_ATT_L2_MB", saved, 1);
-    else unsetenv("BT_ATT_L2_MB");
+    bt_k_attention_set_tuning(NULL);
+    const bt_k_attention_tuning tnow = bt_k_attention_get_tuning();
+    BT_CHECK(!memcmp(&tnow, &tdef, sizeof tnow), "attention tuning not restored to its defaults");
+    tu.order = 3;
+    BT_EXPECT_ERROR(bt_k_attention_set_tuning(&tu), "order 3");
 }
 /* causal = 0 on the sm_80 kernels (bf16, f16, strict f32, tf32), the wgmma path switched off */
 static void test_attention_full(void) {

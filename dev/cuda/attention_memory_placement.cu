@@ -1,5 +1,5 @@
-/* attn_modes.cu - a diagnosis for issue 12 (bench/notes_attention.md, "Fast and slow processes"):
-   the same binary's attention runs ~1.25x slower in some processes than in others. Within ONE
+/* attention_memory_placement.cu - a diagnosis for issue 12 (bench/notes_attention.md, "Fast and slow
+   processes"): the same binary's attention runs ~1.25x slower in some processes than in others. Within ONE
    process this times the bf16 attention forward and backward at the GPT-2 shape (B 16, H 12, T 1024,
    D 64, causal, q k v views of one [B, T, 3, H, D] buffer) on buffers placed in different ways:
      alloc      the caching allocator (bt_alloc), as bench_kernels and train_gpt2 place them
@@ -21,8 +21,8 @@
    With "0 bench" after reps: bench_kernels' allocations before its T 1024 row replayed, then that
    row's buffers timed (place bench), a fresh region (fresh), and the bench-order buffers again;
    AM_SKIP=ceil|512|ceil512 leaves out the ceilings, the T 512 row, or both.
-   Usage: build/attn_modes [reps [heat seconds [bench]]]   (medians of reps CUDA-event timings after 3
-   warm-ups; default 25) */
+   Usage: build/dev/attention_memory_placement [reps [heat seconds [bench]]]   (medians of reps CUDA-event
+   timings after 3 warm-ups; default 25) */
 #define BT_ALLOC_IMPLEMENTATION
 #define BT_KERNELS_IMPLEMENTATION
 #include "bt_kernels.cuh"
@@ -106,7 +106,7 @@ static void *driver_fn(const char *name) {
     void *fn = NULL;
     cudaDriverEntryPointQueryResult q;
     CK(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q));
-    if (!fn || q != cudaDriverEntryPointSuccess) { fprintf(stderr, "attn_modes: driver call %s not found\n", name); exit(2); }
+    if (!fn || q != cudaDriverEntryPointSuccess) { fprintf(stderr, "attention_memory_placement: driver call %s not found\n", name); exit(2); }
     return fn;
 }
 /* a region of `bytes` (a multiple of 2 MiB) mapped from cuMemCreate allocations of 2 MiB granules */
@@ -252,7 +252,7 @@ static void bench_mode(void) {
 
 int main(int argc, char **argv) {
     if (argc > 1) g_reps = atoi(argv[1]);
-    if (g_reps < 3 || g_reps > MAXREPS) { fprintf(stderr, "attn_modes: reps must be 3..%d\n", MAXREPS); return 2; }
+    if (g_reps < 3 || g_reps > MAXREPS) { fprintf(stderr, "attention_memory_placement: reps must be 3..%d\n", MAXREPS); return 2; }
     CK(cudaSetDevice(0));
     CK(cudaStreamCreate(&S));
     for (int r = 0; r < MAXREPS; r++) { CK(cudaEventCreate(&e0[r])); CK(cudaEventCreate(&e1[r])); }

@@ -1,17 +1,17 @@
-/* softmax_lat: cycles of the attention forward's per-tile online softmax (one warp's part of a 64 x 128
+/* attention_softmax_latency.cu: cycles of the attention forward's per-tile online softmax (one warp's part of a 64 x 128
    score tile: 64 scores, rows r and r + 8; the row max, the rescale factor, 2^x of each score, the row
    sums, O rescaled and P packed into bf16 A fragments) with no tensor-core work around it, timed by
    clock64 around each tile, with 1, 2 or 3 such warps on each SM sub-partition (the forward runs 3
    consumer warpgroups). Variants of the code, to find which of its dependency chains cost:
-     0  as in bt_kernels.cuh: one max chain and one sum chain a row
+     0  as in bt_attention.cuh: one max chain and one sum chain a row
      1  max and sum in 4 chains a row (a tree)
      2  max in 4 chains, sum in 1
      3  as 0 with 2^x replaced by a multiply (no MUFU)
      4  as 1 with 2^x of the 64 scores issued before any sum (sums after)
    Variant 0 restates bt__k_att_fwd_p, bt__k_att_fwd_rescale and the A-fragment packing in one function
-   (this file stands alone, and the other variants are edits of it); bench/overlap_rate.cu's softmax
-   role times the header's own functions (806 cycles a tile alone against 782 here, 2026-11-24).
-   Build: make build/softmax_lat */
+   (this file stands alone, and the other variants are edits of it); tensor_mufu_overlap.cu's softmax
+   role times the header's own functions (806 cycles a tile alone against 782 here, on an H100).
+   Build: make dev (build/dev/attention_softmax_latency) */
 #include <cstdio>
 #include <cstdint>
 #include <cuda_runtime.h>

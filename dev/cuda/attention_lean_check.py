@@ -1,11 +1,11 @@
-"""attnf_lean_check.py - checks, without a GPU, that the LEAN variant of the wgmma attention forward
-(bt_kernels.cuh, BT__K_FWD_LEAN) computes the same addresses, descriptors and masks as the default
-code it replaces: bt__k_att_fwd_load against bt__k_wg_load (the set of (shared offset, global element
-offset, bytes) copies of the producer's 128 threads), bt__k_att_desc_at offsets of one base descriptor
+"""attention_lean_check.py - checks, without a GPU, that the lean steps of the wgmma attention forward
+(bt_attention.cuh at D 64; LEAN in dev/cuda/attention_forward.cu) compute the same addresses, descriptors
+and masks as the plain code: bt__k_wg_load_lean against bt__k_wg_load (the set of (shared offset, global
+element offset, bytes) copies of the producer's 128 threads), bt__k_wg_desc_at offsets of one base descriptor
 against bt__k_wg_kmaj / bt__k_wg_mnmaj built for each address, and bt__k_att_fwd_mask_lean against
 bt__k_att_masked, for the tile sizes, stages, k steps, rows and sequence ends the kernel uses. The
 formulas are transcribed from the header. Prints the number of mismatches (0 expected).
-Usage: python3 bench/attnf_lean_check.py"""
+Usage: python3 dev/cuda/attention_lean_check.py"""
 def sw(r, c, R):                                   # bt__k_sw
     return (c >> 3) * R * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4)
 def wg_load(R, D, r0, Tn, st):                     # bt__k_wg_load, 128 threads
@@ -16,7 +16,7 @@ def wg_load(R, D, r0, Tn, st):                     # bt__k_wg_load, 128 threads
             ok = r0 + r < Tn
             out.add((sw(r, ch, R), (r0 + r) * st + ch * 8 if ok else 0, 16 if ok else 0))
     return out
-def lean_load(R, D, r0, Tn, st):                   # bt__k_att_fwd_load
+def lean_load(R, D, r0, Tn, st):                   # bt__k_wg_load_lean
     CPR = D // 8; RP = 128 // CPR; N = R // RP; out = set()
     for t in range(128):
         rr, ch = divmod(t, CPR)
@@ -69,4 +69,4 @@ for causal in (1, 0):
                                 for i in range(64):
                                     key, row = k0 + (i >> 2) * 8 + 2 * tg + (i & 1), r0 + ((i >> 1) & 1) * 8
                                     if masked(causal, T, key, row) != mask_lean(causal, T, i, k0, r0, tg): bad += 1
-print("attnf_lean_check: mismatches", bad)
+print("attention_lean_check: mismatches", bad)

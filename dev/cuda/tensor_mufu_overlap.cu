@@ -1,14 +1,14 @@
-/* overlap_rate: can an SM run its tensor cores and its MUFU (2^x) at full rate at the same time? The
+/* tensor_mufu_overlap.cu: can an SM run its tensor cores and its MUFU (2^x) at full rate at the same time? The
    attention forward's step needs both equally at D 64 (S = Q K^T and O += P V: 1,536 tensor cycles for
    three warpgroups' steps; 64 x 64 x 3 2^x at 16 a clock: 1,536 MUFU cycles) and measures ~2,800.
    One CTA of three warpgroups per SM; each warpgroup either loops over the forward step's products
    (4 HGMMA 64x128x16 from shared memory, then 8 HGMMA 64x64x16 with A from registers, waited for)
    or over 2^x (8 independent chains a thread), or over the forward's softmax of a tile, or idles. Cycles by clock64 per warpgroup.
    "tensor busy" is against the datasheet rate, 4,096 bf16 flops a clock an SM (989 TFLOP/s dense at
-   1.83 GHz on 132 SMs): 512 cycles for one warpgroup's step (2.1 MFLOP). The H100 run of 2026-11-24
-   printed 382 cycles for one warpgroup (134%), which no tensor core can do: that role's timing is
+   1.83 GHz on 132 SMs): 512 cycles for one warpgroup's step (2.1 MFLOP). An H100 run printed 382 cycles for one warpgroup (134%), which no tensor core can do: that role's timing is
    suspect (not resolved), and its cycle figures are not to be read as tensor time.
-   Build: make build/overlap_rate */
+   The softmax role runs bt_attention.cuh's own functions (bt__k_att_fwd_p, bt__k_att_fwd_rescale).
+   Build: make dev (build/dev/tensor_mufu_overlap) */
 #define BT_ALLOC_IMPLEMENTATION
 #define BT_KERNELS_IMPLEMENTATION
 #include "bt_kernels.cuh"
@@ -69,8 +69,8 @@ __global__ void __launch_bounds__(384, 1) overlap(unsigned roles, unsigned long 
 #pragma unroll
             for (int i = 0; i < 64; i++) sc[i] = fmaf((float)((i * 37) % 64), 0.13f, lanef + (float)(it & 7) * 0.37f);
             bt__k_wg_pin(sc);
-            bt__k_att_fwd_p<BT__K_FWD_LEAN | BT__K_FWD_OVL, 64>(p, sc, m, l, al, 0, 0, 0, 0);
-            bt__k_att_fwd_rescale<__nv_bfloat16, 64, 32, 0>(o, al, sc, pf);
+            bt__k_att_fwd_p<1, 64>(p, sc, m, l, al, 0, 0, 0, 0);
+            bt__k_att_fwd_rescale<__nv_bfloat16, 64, 32>(o, al, sc, pf);
             bt__k_wg_pin_u(pf); bt__k_wg_pin(o);
 #pragma unroll
             for (int i = 0; i < 32; i++) o[i] = fminf(o[i], 4.f);

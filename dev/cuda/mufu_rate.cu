@@ -2,7 +2,7 @@
    (f32, f16x2, bf16x2), to judge whether the attention forward's softmax could halve its MUFU work
    by packed exponentials. One CTA of 1024 threads per SM, 8 independent chains a thread, each step
    y = 2^(-y) (values stay in (0.5, 1]); thread 0 of each CTA times its loop with clock64.
-   Build: make build/mufu_rate */
+   Build: make dev (build/dev/mufu_rate); run: build/dev/mufu_rate */
 #include <cstdio>
 #include <cstdint>
 #include <cuda_runtime.h>

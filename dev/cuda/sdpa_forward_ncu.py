@@ -1,6 +1,6 @@
-"""ncu_sdpa_fwd.py - one causal SDPA forward at the GPT-2 shape (B 16, H 12, T 1024, D 64, bf16, q k v
+"""sdpa_forward_ncu.py - one causal SDPA forward at the GPT-2 shape (B 16, H 12, T 1024, D 64, bf16, q k v
 views of one [B, T, 3, H, D] buffer) inside cudaProfilerStart/Stop, for
-`ncu --profile-from-start off python3 bench/ncu_sdpa_fwd.py [cudnn|flash]`: the backend's kernel alone,
+`ncu --profile-from-start off python3 dev/cuda/sdpa_forward_ncu.py [cudnn|flash]`: the backend's kernel alone,
 after warm-up calls outside the profiled range."""
 import sys
 import torch

@@ -1,10 +1,10 @@
-"""attn_layout_check.py - checks, without a GPU, that the shared-memory tiles bt_kernels.cuh section 9's
+"""wgmma_swizzle_check.py - checks, without a GPU, that the shared-memory tiles bt_attention.cuh's
 wgmma kernels write (bt__k_sw: [R][64] column blocks, 16-byte chunk c of row r at c ^ (r & 7)) are the
 elements its descriptors name (bt__k_wg_kmaj / bt__k_wg_mnmaj), reading the descriptors as the
 canonical 128-byte-swizzle GMMA layouts (K-major: 8 rows of 128 B, groups SBO = 1024 B apart; MN-major:
 64-element blocks LBO = R * 128 B apart, 8-row groups SBO apart) with the swizzle as the XOR of byte
 address bits [4:6] with [7:9] on 1024-byte aligned tiles. Prints the number of mismatches (0 expected).
-Usage: python3 bench/attn_layout_check.py"""
+Usage: python3 dev/cuda/wgmma_swizzle_check.py"""
 def loader(r, c, R):          # byte offset of element (r, c) in a tile of R rows
     blk, cc = divmod(c, 64); ch, e = divmod(cc, 8)
     return blk * R * 128 + r * 128 + ((ch ^ (r & 7)) << 4) + e * 2
