@@ -172,7 +172,7 @@ BTDEF void bt_k_matmul_add(bt_dtype dt, void *D, const void *A, const void *B, c
                              gradient of a weight gradient dW = dY^T X: column sums of dY).
      BT_K_EPI_DGELU          C = (op(A) op(B)) * gelu'(aux[m, n]); vec unused. beta must be 0.
    vec and aux are of dtype dt_c, vec written, never accumulated. Measured on an H100 (bench
-   rows in bench/RESULTS.md) at GPT-2's MLP shape: DGELU_BGRAD ran at 20% of the bf16 product
+   rows in docs/history/results-journal.md) at GPT-2's MLP shape: DGELU_BGRAD ran at 20% of the bf16 product
    rate, slower than the product plus separate kernels, so bt_mlp_gelu uses DGELU and takes the
    bias gradient from the next GEMM's BGRADB. Returns 1 when it ran, 0 when cuBLASLt offers no
    algorithm for it (then nothing was written and the caller does the work by other means); the
@@ -1976,7 +1976,7 @@ BTDEF void bt_k_cross_entropy_backward(bt_dtype dt, void *glogits, const void *l
    completing an mbarrier; elsewhere each thread cp.asyncs its vectors (a commit group a chunk). The
    target's owner writes the loss. Two rows of GPT-2's bf16 vocabulary (100 KB each) fit an SM, so
    one block's sums and gradient overlap the other's loads. Global traffic per row: V read, Vp
-   written. Measured on an H100 (bench/RESULTS.md): the element path, not the memory, was the limit;
+   written. Measured on an H100 (docs/history/results-journal.md): the element path, not the memory, was the limit;
    persistent blocks loading the next row during this row's gradient gained nothing over a block a
    row and were removed. Rows wider than the shared memory a block may have, or unaligned ones,
    take the two kernels. */

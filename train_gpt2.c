@@ -277,11 +277,6 @@ static int resolve_opts(train_opts *o, int on_gpu, const gpt2_config *cfg, char 
    micro-step's graph then holds the gradient buckets' collectives: bit-identical to eager and
    0.5-1.2% faster on two H200s, bench/RESULTS.md); tp/cp's collectives and --mlir's kernels are
    not captured (an error when asked for); no GPU: ignored */
-
-/* --cuda-graph: on by default on GPUs, one or several processes of data parallelism (the
-   micro-step's graph then holds the gradient buckets' collectives: bit-identical to eager and
-   0.5-1.2% faster on two H200s, bench/RESULTS.md); tp/cp's collectives and --mlir's kernels are
-   not captured (an error when asked for); no GPU: ignored */
 static int resolve_graph(train_opts *o, int on_gpu, char *err, size_t errlen) {
     const char *why = o->tp * o->cp > 1 ? "--tp or --cp" : o->mlir ? "--mlir" : NULL;
     if (on_gpu && why && o->cuda_graph == 1) { snprintf(err, errlen, "--cuda-graph on: not supported with %s; use --cuda-graph off", why); return -1; }

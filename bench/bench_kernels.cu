@@ -55,8 +55,8 @@ static void *randn(bt_dtype dt, int64_t n, uint64_t seed, double std) {
 }
 /* Let the GPU idle before a timed row that is compared across processes (attention vs PyTorch's
    SDPA): right after a burst of large GEMMs (the ceilings above) the SM clock stays lowered for a
-   while, and a row timed then reads up to ~1.25x slow (H100, 2026-11-23, bench/runs/modes3.sh and
-   modes4.sh; bench_attention_torch.py waits the same before its rows). BT_BENCH_SETTLE_MS, default 500. */
+   while, and a row timed then reads up to ~1.25x slow (H100; docs/history/results-journal.md,
+   "Fast and slow processes"; bench_attention_torch.py waits the same before its rows). BT_BENCH_SETTLE_MS, default 500. */
 static void settle(void) {
     CK(cudaStreamSynchronize(S));
     const char *e = getenv("BT_BENCH_SETTLE_MS");

@@ -1,4 +1,4 @@
-/* attention_memory_placement.cu - a diagnosis for issue 12 (bench/notes_attention.md, "Fast and slow
+/* attention_memory_placement.cu - a diagnosis (docs/history/attention-notes.md, "Fast and slow
    processes"): the same binary's attention runs ~1.25x slower in some processes than in others. Within ONE
    process this times the bf16 attention forward and backward at the GPT-2 shape (B 16, H 12, T 1024,
    D 64, causal, q k v views of one [B, T, 3, H, D] buffer) on buffers placed in different ways:
