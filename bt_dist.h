@@ -2240,13 +2240,11 @@ static void bt__ddp_gpu_init(bt_ddp *d, const bt_ddp_opts *o) {
     int nb = d->plan.n_buckets;
     d->stream = (cudaStream_t)o->comm_stream;
     if (!d->stream) {
-        /* the highest priority: a bucket's reduction kernels take SMs as soon as compute blocks
-           retire, instead of queuing behind the rest of the backward pass's grid
-           (BT_DDP_PRIORITY=0 in the environment: the default priority, for measurements) */
+        /* the highest priority: a bucket's reduction kernels may take SMs as soon as compute
+           blocks retire, instead of queuing behind the rest of the backward pass's grid (two H200s
+           at GPT-2 d12 measured the same throughput at the default priority: bench/RESULTS.md) */
         int lo = 0, hi = 0;
-        const char *pe = getenv("BT_DDP_PRIORITY");
         BT__DIST_CUDA(cudaDeviceGetStreamPriorityRange(&lo, &hi), "ddp");
-        if (pe && !strcmp(pe, "0")) hi = lo;
         BT__DIST_CUDA(cudaStreamCreateWithPriority(&d->stream, cudaStreamNonBlocking, hi), "ddp");
         d->own_stream = 1;
     }

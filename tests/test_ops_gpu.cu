@@ -467,47 +467,42 @@ static void test_cross_gpu(void) {
    column-sum kernel's fast path: rows >= 64, 16-byte rows) and the weight gradient beside it,
    bf16 compute through casts of fp32 leaves: a first micro-batch makes the .grad (in bf16, then
    cast: not the path under test), zeroed; two more add into it, b.grad = 2 colsum(g), w.grad =
-   2 g^T x in fp32, against f64 loops over the same rounded inputs. Also with BT_FUSED_BGRAD=1
-   (the bias gradient from cuBLASLt's BGRADB epilogue). */
+   2 g^T x in fp32, against f64 loops over the same rounded inputs. */
 static void test_bias_grad_sink(void) {
     NEED_GPUS(1);
     set_device(0);
     bt_device g0 = bt_cuda_device(0);
     const int64_t R = 130, I = 24, O = 40;
-    for (int mode = 0; mode < 2; mode++) {
-        setenv("BT_FUSED_BGRAD", mode ? "1" : "0", 1);
+    bt_scope_begin();
+    bt_tensor *w = bt_keep(drawn(bt_shape2(O, I), BT_F32, g0, 2501)), *b = bt_keep(drawn(bt_shape1(O), BT_F32, g0, 2502));
+    bt_set_requires_grad(w, 1); bt_set_requires_grad(b, 1);
+    bt_tensor *x = drawn(bt_shape2(R, I), BT_BF16, g0, 2503), *g = drawn(bt_shape2(R, O), BT_BF16, g0, 2504);
+    for (int it = 0; it < 3; it++) {
         bt_scope_begin();
-        bt_tensor *w = bt_keep(drawn(bt_shape2(O, I), BT_F32, g0, 2501)), *b = bt_keep(drawn(bt_shape1(O), BT_F32, g0, 2502));
-        bt_set_requires_grad(w, 1); bt_set_requires_grad(b, 1);
-        bt_tensor *x = drawn(bt_shape2(R, I), BT_BF16, g0, 2503), *g = drawn(bt_shape2(R, O), BT_BF16, g0, 2504);
-        for (int it = 0; it < 3; it++) {
-            bt_scope_begin();
-            bt_backward_with(bt_linear(x, bt_cast(w, BT_BF16), bt_cast(b, BT_BF16)), g);
-            bt_scope_end();
-            if (it == 0) { bt_tensor *ps[2] = {w, b}; bt_zero_grad(ps, 2); }
-        }
-        double *hx = host(x), *hg = host(g), *rw = (double *)calloc((size_t)(O * I), sizeof(double)), *rb = (double *)calloc((size_t)O, sizeof(double));
-        for (int64_t r = 0; r < R; r++)
-            for (int64_t o = 0; o < O; o++) {
-                rb[o] += 2 * hg[r * O + o];
-                for (int64_t i = 0; i < I; i++) rw[o * I + i] += 2 * hg[r * O + o] * hx[r * I + i];
-            }
-        BT_CHECK(w->grad && b->grad && w->grad->dtype == BT_F32 && b->grad->dtype == BT_F32, "no fp32 .grad on the leaves");
-        if (w->grad && b->grad) {
-            double *gw = host(w->grad), *gb = host(b->grad);
-            double ew = bt_test_relerr(gw, rw, O * I), eb = bt_test_relerr(gb, rb, O);
-            BT_CHECK(ew < 1e-5 && eb < 1e-5, "BT_FUSED_BGRAD=%d: w.grad rel err %.3g, b.grad rel err %.3g (tol 1e-5)", mode, ew, eb);
-            if (getenv("BT_TEST_VERBOSE")) printf("info: bias grad sink BT_FUSED_BGRAD=%d: w %.3g b %.3g\n", mode, ew, eb);
-            free(gw); free(gb);
-        }
-        free(hx); free(hg); free(rw); free(rb);
-        bt_release(w); bt_release(b);
+        bt_backward_with(bt_linear(x, bt_cast(w, BT_BF16), bt_cast(b, BT_BF16)), g);
         bt_scope_end();
+        if (it == 0) { bt_tensor *ps[2] = {w, b}; bt_zero_grad(ps, 2); }
     }
-    unsetenv("BT_FUSED_BGRAD");
+    double *hx = host(x), *hg = host(g), *rw = (double *)calloc((size_t)(O * I), sizeof(double)), *rb = (double *)calloc((size_t)O, sizeof(double));
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t o = 0; o < O; o++) {
+            rb[o] += 2 * hg[r * O + o];
+            for (int64_t i = 0; i < I; i++) rw[o * I + i] += 2 * hg[r * O + o] * hx[r * I + i];
+        }
+    BT_CHECK(w->grad && b->grad && w->grad->dtype == BT_F32 && b->grad->dtype == BT_F32, "no fp32 .grad on the leaves");
+    if (w->grad && b->grad) {
+        double *gw = host(w->grad), *gb = host(b->grad);
+        double ew = bt_test_relerr(gw, rw, O * I), eb = bt_test_relerr(gb, rb, O);
+        BT_CHECK(ew < 1e-5 && eb < 1e-5, "bias grad sink: w.grad rel err %.3g, b.grad rel err %.3g (tol 1e-5)", ew, eb);
+        if (getenv("BT_TEST_VERBOSE")) printf("info: bias grad sink: w %.3g b %.3g\n", ew, eb);
+        free(gw); free(gb);
+    }
+    free(hx); free(hg); free(rw); free(rb);
+    bt_release(w); bt_release(b);
+    bt_scope_end();
 }
 /* The classifier, bt_linear_cross_entropy, on cuda:0 in f32 and bf16 with chunks of 11 rows (77
-   rows: 7 chunks) and ignored targets, the fused loss + gradient kernel and (BT_XENT_FUSED=0) the
+   rows: 7 chunks) and ignored targets, the fused loss + gradient kernel and (BT_FUSE_XENT off) the
    two kernels, against the same op on the CPU in f64 from the same rounded inputs: the loss and
    the gradients of x and w. */
 static void test_linear_xent(void) {
@@ -516,9 +511,10 @@ static void test_linear_xent(void) {
     const int64_t N = 77, C = 32, V = 1000, Vp = 1008;
     const bt_dtype dts[2] = {BT_F32, BT_BF16};
     size_t old = bt_linear_cross_entropy_chunk((size_t)(11 * Vp) * 4);
+    const int fusions = bt_set_fusions(BT_FUSE_ALL);
     for (int k = 0; k < 2; k++)
         for (int fused = 0; fused < 2; fused++) {
-            setenv("BT_XENT_FUSED", fused ? "1" : "0", 1);
+            bt_set_fusions(fused ? BT_FUSE_ALL : BT_FUSE_ALL & ~BT_FUSE_XENT);
             bt_linear_cross_entropy_chunk((size_t)(11 * Vp) * bt_dtype_size(dts[k]));
             bt_scope_begin();
             int32_t tg[N];
@@ -543,29 +539,30 @@ static void test_linear_xent(void) {
                 BT_CHECK(res[0][j] && res[1][j], "linear_cross_entropy %s: no %s", bt_dtype_name(dts[k]), nm[j]);
                 if (!res[0][j] || !res[1][j]) continue;
                 double *got = host(res[0][j]), *want = host(res[1][j]), e = bt_test_relerr(got, want, cnt[j]);
-                BT_CHECK(e < tol, "linear_cross_entropy %s BT_XENT_FUSED=%d %s: rel err %.3g > %.3g", bt_dtype_name(dts[k]), fused, nm[j], e, tol);
+                BT_CHECK(e < tol, "linear_cross_entropy %s fused %d %s: rel err %.3g > %.3g", bt_dtype_name(dts[k]), fused, nm[j], e, tol);
                 if (getenv("BT_TEST_VERBOSE")) printf("info: linear_cross_entropy %s fused %d %s rel err %.3g\n", bt_dtype_name(dts[k]), fused, nm[j], e);
                 free(got); free(want);
             }
             bt_scope_end();
         }
-    unsetenv("BT_XENT_FUSED");
+    bt_set_fusions(fusions);
     bt_linear_cross_entropy_chunk(old);
 }
 
 /* Two pre-norm residual blocks on cuda:0, y = h + L2(ln2(h)), h = x + L1(ln1(x)), loss = sum(y g),
    in bf16 with fp32 master weights (their .grad sinks), against the same graph on the CPU in f64
    from the same rounded values. L1's bias gradient is the column sums of h's gradient, which ln2's
-   backward writes (adding into the skip path's, in place): with BT_LN_COLSUM=1 (the default) it
-   takes the sums that backward leaves, and bt_grad_colsum_reuses must count it; with 0 it sums the
-   gradient again. Both must match the CPU. */
+   backward writes (adding into the skip path's, in place): with BT_FUSE_COLSUM (the default) it
+   takes the sums that backward leaves, and bt_grad_colsum_reuses must count it; without, it sums
+   the gradient again. Both must match the CPU. */
 static void test_residual_colsum(void) {
     NEED_GPUS(1);
     set_device(0);
     const int64_t R = 300, C = 64;
     const char *nm[4] = {"b1", "b2", "w1", "lnb1"};
+    const int fusions = bt_set_fusions(BT_FUSE_ALL);
     for (int mode = 0; mode < 2; mode++) {
-        setenv("BT_LN_COLSUM", mode ? "1" : "0", 1);
+        bt_set_fusions(mode ? BT_FUSE_ALL : BT_FUSE_ALL & ~BT_FUSE_COLSUM);
         bt_scope_begin();
         bt_tensor *got[4] = {0}, *want[4] = {0}, *pp[2][8];
         int64_t before = 0, after = 0;
@@ -598,22 +595,22 @@ static void test_residual_colsum(void) {
             bt_tensor **dst = r ? want : got;
             dst[0] = p[3]->grad; dst[1] = p[7]->grad; dst[2] = p[2]->grad; dst[3] = p[1]->grad;
         }
-        if (mode) BT_CHECK(after > before, "BT_LN_COLSUM=1: no bias gradient took the layernorm's column sums (%lld -> %lld)",
+        if (mode) BT_CHECK(after > before, "BT_FUSE_COLSUM: no bias gradient took the layernorm's column sums (%lld -> %lld)",
                            (long long)before, (long long)after);
-        else BT_CHECK(after == before, "BT_LN_COLSUM=0: %lld bias gradients took column sums", (long long)(after - before));
+        else BT_CHECK(after == before, "BT_FUSE_COLSUM off: %lld bias gradients took column sums", (long long)(after - before));
         const int64_t cnt[4] = {C, C, C * C, C};
         for (int i = 0; i < 4; i++) {
             BT_CHECK(got[i] && want[i], "residual colsum: no %s gradient", nm[i]);
             if (!got[i] || !want[i]) continue;
             double *a = host(got[i]), *b = host(want[i]), e = bt_test_relerr(a, b, cnt[i]);
-            BT_CHECK(e < 2e-2, "BT_LN_COLSUM=%d: %s.grad rel err %.3g vs the CPU in f64 (tol 2e-2)", mode, nm[i], e);
-            if (getenv("BT_TEST_VERBOSE")) printf("info: residual colsum BT_LN_COLSUM=%d %s rel err %.3g\n", mode, nm[i], e);
+            BT_CHECK(e < 2e-2, "colsum %d: %s.grad rel err %.3g vs the CPU in f64 (tol 2e-2)", mode, nm[i], e);
+            if (getenv("BT_TEST_VERBOSE")) printf("info: residual colsum %d %s rel err %.3g\n", mode, nm[i], e);
             free(a); free(b);
         }
         for (int r = 0; r < 2; r++) for (int i = 0; i < 8; i++) bt_release(pp[r][i]);
         bt_scope_end();
     }
-    unsetenv("BT_LN_COLSUM");
+    bt_set_fusions(fusions);
 }
 
 int main(void) {
