@@ -80,6 +80,8 @@ static inline int bt_test_verbose(void) { return bt_test__env_on("BT_TEST_VERBOS
 #define BT_TOL_F32         1e-5    /* f32 sums of up to a few thousand terms, in another order than
                                       the reference's */
 #define BT_TOL_F32_LOOSE   3e-5    /* f32 long reductions, attention's online softmax */
+#define BT_TOL_F32_STEPS   1e-4    /* an f32 loss after several optimizer steps taken two ways: each
+                                      update carries the last one's roundings forward */
 #define BT_TOL_TF32        5e-3    /* one product on TF32 tensor cores (K-term dot products) */
 #define BT_TOL_TF32_CHAIN  1e-2    /* TF32 products chained: a backward, a layernorm after a matmul */
 #define BT_TOL_BF16_ROUND  4e-3    /* one rounding to bf16 of a result computed in f32 or wider */
