@@ -10,7 +10,7 @@
    (bt_alloc.h's error hook) whose message contains substr.
    BT_TOL_*: the one table of relative-error tolerances, by dtype and kind of comparison.
    Included after bt_tensor.h it also gives tensor helpers: bt_test_tol (an op's tolerance by
-   dtype), bt_test_host, bt_test_relerr_t, bt_test_leaf, bt_test_drop_grad. */
+   dtype), bt_test_host, bt_test_relerr_t, bt_test_leaf, bt_test_leaf_of, bt_test_drop_grad. */
 #ifndef BT_TEST_H
 #define BT_TEST_H
 #include <stdio.h>
@@ -153,6 +153,14 @@ static inline bt_tensor *bt_test_leaf(bt_shape s, bt_dtype dt, int requires_grad
     bt_scope_end();
     if (requires_grad) bt_set_requires_grad(t, 1);
     return t;
+}
+/* a new leaf (requiring grad) holding t's values, in its dtype on its device */
+static inline bt_tensor *bt_test_leaf_of(bt_tensor *t) {
+    int old = bt_set_grad_enabled(0);
+    bt_tensor *c = bt_clone(t);
+    bt_set_grad_enabled(old);
+    bt_set_requires_grad(c, 1);
+    return c;
 }
 static inline void bt_test_drop_grad(bt_tensor *t) { bt_release(t->grad); t->grad = NULL; }
 #endif

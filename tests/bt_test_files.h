@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char bt_test_dir[256];   /* this test's scratch directory, once bt_test_dir_make made it */
+static char bt_test_dir[64];    /* this test's scratch directory, once bt_test_dir_make made it */
 
 /* a new directory /tmp/bt_<name>.XXXXXX; 0, or -1 after saying why */
 static inline int bt_test_dir_make(const char *name) {
@@ -58,6 +58,7 @@ static inline void bt_test_write_file(const char *path, const void *p, size_t n)
     FILE *f = fopen(path, "wb");
     if (!f || (n && fwrite(p, 1, n, f) != n) || fclose(f) != 0) { perror(path); exit(1); }
 }
+static inline void bt_test_write_text(const char *path, const char *text) { bt_test_write_file(path, text, strlen(text)); }
 /* the file exists and holds needle */
 static inline int bt_test_file_has(const char *path, const char *needle) {
     char *s = bt_test_read_file(path, NULL);

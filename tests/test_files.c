@@ -17,8 +17,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static void put(const char *path, const char *text) { bt_test_write_file(path, text, strlen(text)); }
-
 static int has_text(const char *path, const char *want) {
     char *s = bt_test_read_file(path, NULL);
     int ok = s && !strcmp(s, want);
@@ -60,7 +58,7 @@ static void test_output_check(void) {
     BT_CHECK(mkfifo(bt_test_path("fifo"), 0644) == 0, "mkfifo");
     BT_CHECK(bt_output_check(bt_test_path("fifo")) == -1 && err_has(bt_test_path("fifo"), "FIFO"), "fifo: %s", bt_data_error());
     BT_CHECK(bt_output_check(bt_test_path("no/such/m.bin")) == -1 && err_has(bt_test_path("no/such"), "does not exist"), "missing dir: %s", bt_data_error());
-    put(bt_test_path("plain"), "x");
+    bt_test_write_text(bt_test_path("plain"), "x");
     BT_CHECK(bt_output_check(bt_test_path("plain/m.bin")) == -1 && err_has(bt_test_path("plain/m.bin"), NULL), "a file as a directory: %s", bt_data_error());
     BT_CHECK(bt_output_check(bt_test_path("plain")) == 0, "an existing file: %s", bt_data_error());
     BT_CHECK(bt_output_check(bt_test_path("new.bin")) == 0, "a new file: %s", bt_data_error());
@@ -81,7 +79,7 @@ static void test_output_dir(void) {
     BT_CHECK(bt_output_dir(bt_test_path("a/b//c")) == 0 && bt_output_dir(bt_test_path("a/b//c")) == 0, "mkdir -p: %s", bt_data_error());
     BT_CHECK(bt_output_check(bt_test_path("a/b/c/log.jsonl")) == 0, "made: %s", bt_data_error());
     BT_CHECK(bt_output_dir("") == -1 && err_has("empty", NULL), "empty: %s", bt_data_error());
-    put(bt_test_path("file"), "x");
+    bt_test_write_text(bt_test_path("file"), "x");
     BT_CHECK(bt_output_dir(bt_test_path("file")) == -1 && err_has(bt_test_path("file"), "not a directory"), "a file: %s", bt_data_error());
     BT_CHECK(bt_output_dir(bt_test_path("file/sub")) == -1 && err_has(bt_test_path("file/sub"), NULL), "under a file: %s", bt_data_error());
 }
@@ -89,7 +87,7 @@ static void test_output_dir(void) {
 static void test_input_open(void) {
     uint64_t size = 0;
     int fd;
-    put(bt_test_path("in.txt"), "hello");
+    bt_test_write_text(bt_test_path("in.txt"), "hello");
     fd = bt_input_open(bt_test_path("in.txt"), &size);
     BT_CHECK(fd >= 0 && size == 5, "regular file: %s", bt_data_error());
     if (fd >= 0) close(fd);
@@ -100,7 +98,7 @@ static void test_input_open(void) {
     BT_CHECK(bt_input_open(bt_test_dir, NULL) == -1 && err_has("is a directory", NULL), "directory: %s", bt_data_error());
     BT_CHECK(bt_input_open("/dev/zero", NULL) == -1 && err_has("character device", NULL), "device: %s", bt_data_error());
     BT_CHECK(bt_input_open(bt_test_path("nothing"), NULL) == -1 && err_has(bt_test_path("nothing"), "No such file"), "missing: %s", bt_data_error());
-    put(bt_test_path("log"), "old\n");
+    bt_test_write_text(bt_test_path("log"), "old\n");
     fd = bt_output_open(bt_test_path("log"), 1);
     BT_CHECK(fd >= 0 && write(fd, "new\n", 4) == 4, "append: %s", bt_data_error());
     if (fd >= 0) close(fd);
@@ -159,7 +157,7 @@ static void test_atomic_symlinks(void) {
     char buf[256];
     ssize_t n;
     mkdir(bt_test_path("real"), 0755);
-    put(bt_test_path("real/target.bin"), "old");
+    bt_test_write_text(bt_test_path("real/target.bin"), "old");
     /* link2 -> link1 -> real/target.bin, the first two relative */
     BT_CHECK(symlink("real/target.bin", bt_test_path("link1")) == 0 && symlink("link1", bt_test_path("link2")) == 0, "links");
     {
@@ -225,7 +223,7 @@ static void test_atomic_failures_leave_the_previous_file(void) {
     bt_atomic_file *f;
     pid_t pid;
     int status = 0;
-    put(p, "previous");
+    bt_test_write_text(p, "previous");
     /* abort */
     f = bt_atomic_open(p);
     BT_CHECK(f && bt_atomic_write(f, "partial", 7) == 0, "open");
@@ -374,7 +372,7 @@ static void test_atomic_killed_writer(void) {
     char c;
     pid_t pid;
     struct timespec ms20 = {0, 20000000};
-    put(p, "previous");
+    bt_test_write_text(p, "previous");
     /* kill -9 in the middle of writing: the target is intact; the temporary stays (nothing can
        run at SIGKILL) and is named after the dead process */
     BT_CHECK(pipe(fds) == 0, "pipe");
@@ -442,7 +440,7 @@ static void test_signal_cleanup_chains(void) {
     const char *p = bt_test_path("chain.bin");
     int status = 0;
     pid_t pid;
-    put(p, "previous");
+    bt_test_write_text(p, "previous");
     fflush(NULL);
     if ((pid = fork()) == 0) _exit(child_chained(p));
     waitpid(pid, &status, 0);
