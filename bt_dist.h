@@ -2014,33 +2014,30 @@ static ncclRedOp_t bt__nccl_op(bt_red_op op) {
     bt__nccl_done((c), nc__, (call), what, (c)->dist->state->opts.nccl_timeout_s); bt__track((c), what, (stream)); } while (0)
 #endif
 
-static void bt__check_op(bt_comm *c, const char *what, bt_red_op op, bt_dtype dt) {
+/* bt__coll_check, plus the reduction op for dtype dt */
+static size_t bt__reduce_check(bt_comm *c, const char *what, const void *a, const void *b, int64_t count, bt_dtype dt, bt_red_op op) {
+    size_t es = bt__coll_check(c, what, a, b, count, dt);
     if ((unsigned)op > BT_RED_MIN) bt_error("%s on %s: reduction %d; expected BT_RED_SUM, _AVG, _MAX or _MIN", what, c->name, (int)op);
     if (op == BT_RED_AVG && dt == BT_I32) bt_error("%s on %s: the average of i32 values is not an i32; sum them instead", what, c->name);
+    return es;
 }
 
 BTDEF void bt_all_reduce(bt_comm *c, const void *send, void *recv, int64_t count, bt_dtype dt, bt_red_op op, void *stream) {
-    size_t es = bt__coll_check(c, "all_reduce", send, recv, count, dt);
-    bt__check_op(c, "all_reduce", op, dt);
+    size_t es = bt__reduce_check(c, "all_reduce", send, recv, count, dt, op);
     if (c->size == 1 || !c->handle) { bt__local_copy(recv, send, (size_t)count * es, stream); return; }
 #if BT_DIST_NCCL
     cudaStream_t s = bt__stream(stream);
     BT__COLL(c, "all_reduce", ncclAllReduce(send, recv, (size_t)count, bt__nccl_dtype(dt), bt__nccl_op(op), nc__, s), s);
-#else
-    (void)op;
 #endif
 }
 
 BTDEF void bt_reduce_scatter(bt_comm *c, const void *send, void *recv, int64_t recv_count, bt_dtype dt, bt_red_op op, void *stream) {
-    size_t es = bt__coll_check(c, "reduce_scatter", send, recv, recv_count, dt);
-    bt__check_op(c, "reduce_scatter", op, dt);
+    size_t es = bt__reduce_check(c, "reduce_scatter", send, recv, recv_count, dt, op);
     if (c->size == 1 || !c->handle) { bt__local_copy(recv, send, (size_t)recv_count * es, stream); return; }
 #if BT_DIST_NCCL
     cudaStream_t s = bt__stream(stream);
     BT__COLL(c, "reduce_scatter", ncclReduceScatter(send, recv, (size_t)recv_count, bt__nccl_dtype(dt),
                                                     bt__nccl_op(op), nc__, s), s);
-#else
-    (void)op;
 #endif
 }
 
@@ -2089,8 +2086,7 @@ BTDEF void bt_send_recv(bt_comm *c, const void *send, int64_t send_count, int ds
 
 BTDEF void bt_reduce_to_owners(bt_comm *c, void *span, int64_t span_lo, int64_t n, int64_t shard, bt_dtype dt, bt_red_op op,
                                void *stream) {
-    size_t es = bt__coll_check(c, "reduce_to_owners", span, span, n, dt);
-    bt__check_op(c, "reduce_to_owners", op, dt);
+    size_t es = bt__reduce_check(c, "reduce_to_owners", span, span, n, dt, op);
     if (shard < 1 || span_lo < 0 || span_lo + n > shard * (int64_t)c->size)
         bt_error("reduce_to_owners on %s: elements [%lld, %lld) with shards of %lld over %d ranks", c->name, (long long)span_lo,
                  (long long)(span_lo + n), (long long)shard, c->size);
@@ -2111,7 +2107,7 @@ BTDEF void bt_reduce_to_owners(bt_comm *c, void *span, int64_t span_lo, int64_t 
     bt__nccl_done(c, nc, r != ncclSuccess ? r : e, "reduce_to_owners", c->dist->state->opts.nccl_timeout_s);
     bt__track(c, "reduce_to_owners", s);
 #else
-    (void)es; (void)op; (void)stream;
+    (void)es; (void)stream;
 #endif
 }
 

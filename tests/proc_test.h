@@ -1,7 +1,7 @@
 /* proc_test.h - process helpers shared by the multi-process tests (test_dist, test_parallel and
-   their GPU twins): waiting for a child with a time limit, forking ranks, starting ranks through
-   the --nproc launcher with their output in files, and (CUDA builds) counting GPUs in a child
-   process so the parent never initialises CUDA before it forks.
+   their GPU twins): this process as the only rank, waiting for a child with a time limit, forking
+   ranks, starting ranks through the --nproc launcher with their output in files, and (CUDA builds)
+   counting GPUs in a child process so the parent never initialises CUDA before it forks.
    Include after bt_dist.h (bt__now, bt__sleep, bt_dist_spawn) and tests/bt_test.h; it brings
    tests/bt_test_files.h (the scratch directory the launched ranks write their output into). */
 #ifndef BT_PROC_TEST_H
@@ -26,6 +26,15 @@ static inline int wait_limit(pid_t pid, double limit_s) {
         if (bt__now() > end) { kill(pid, SIGKILL); waitpid(pid, &st, 0); return -1; }
         bt__sleep(0.005);
     }
+}
+
+/* this process as the only rank, without a launcher (store_only: no NCCL communicators); *env
+   must outlive the bt_dist */
+static inline bt_dist *one_rank_init(bt_dist_env *env, bt_dist_opts *o, int store_only) {
+    memset(env, 0, sizeof *env); memset(o, 0, sizeof *o);
+    env->world = 1; env->local_world = 1;
+    o->env = env; o->store_only = store_only;
+    return bt_dist_init(o);
 }
 
 /* forks world processes running body(rank, arg); codes[k] = rank k's exit code (wait_limit's) */

@@ -575,12 +575,8 @@ static void test_launcher_signal(void) {
 
 static void test_single_rank(void) {
     bt_dist_env env;
-    memset(&env, 0, sizeof env);
-    env.world = 1; env.local_world = 1;
     bt_dist_opts o;
-    memset(&o, 0, sizeof o);
-    o.env = &env;
-    bt_dist *d = bt_dist_init(&o);
+    bt_dist *d = one_rank_init(&env, &o, 0);
     BT_CHECK(d->world == 1 && d->world_comm->size == 1 && !bt_dist_store(d), "one rank");
     float a[6] = {1.5f, -2, 3, 4.25f, 5, -6}, b[6] = {0};
     bt_all_reduce(d->world_comm, a, b, 6, BT_F32, BT_RED_AVG, NULL);
@@ -623,12 +619,8 @@ static void test_ddp_bookkeeping(void) {
     enum { NP = 7 };
     static const int64_t sizes[NP] = {300, 20, 500, 64, 64, 1000, 8};
     bt_dist_env env;
-    memset(&env, 0, sizeof env);
-    env.world = 1; env.local_world = 1;
     bt_dist_opts o;
-    memset(&o, 0, sizeof o);
-    o.env = &env;
-    bt_dist *d = bt_dist_init(&o);
+    bt_dist *d = one_rank_init(&env, &o, 0);
     int64_t total = 0;
     for (int i = 0; i < NP; i++) total += sizes[i];
     bt_tensor *flat = bt_randn(bt_shape1(total), BT_F32, bt_cpu(), 5), *flat_grad = bt_zeros(bt_shape1(total), BT_F32, bt_cpu());

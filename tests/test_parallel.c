@@ -49,10 +49,7 @@ static void expect_close(int rank, const char *what, bt_tensor *got, bt_tensor *
 static bt_dist *one_rank(void) {
     static bt_dist_env env;
     bt_dist_opts o;
-    memset(&env, 0, sizeof env); memset(&o, 0, sizeof o);
-    env.world = 1; env.local_world = 1;
-    o.env = &env; o.store_only = 1;
-    return bt_dist_init(&o);
+    return one_rank_init(&env, &o, 1);
 }
 
 /* ---- 1. pure helpers ---------------------------------------------------------------------- */
