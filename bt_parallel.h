@@ -1323,6 +1323,20 @@ static bt_tensor *bt__tp_gather_chunks(bt__par_ctx *cx, bt_device dev, bt_dtype 
     }
     return G;
 }
+/* dst [N, M] = A [N, K] B (tb: B^T) + bias, over contiguous rows, a chunk of rows at a time
+   (tp->chunks of them), each chunk's all-reduce on the comm stream right behind its GEMM */
+static void bt__tp_gemm_all_reduce(bt_tp *tp, bt_device dev, bt_dtype dt, char *dst, const char *A, const void *B, const void *bias,
+                                   int64_t N, int64_t M, int64_t K, int tb) {
+    bt__par_ctx *cx = &tp->x;
+    void *cs = bt__par_comm(cx), *ks = bt__par_compute(cx);
+    int64_t es = (int64_t)bt_dtype_size(dt), chunks = tp->chunks < N ? tp->chunks : N, step = chunks > 0 ? (N + chunks - 1) / chunks : N;
+    for (int64_t r0 = 0; r0 < N; r0 += step) {
+        int64_t nr = step < N - r0 ? step : N - r0;
+        bt__par_gemm(dev, dt, dt, dst + r0 * M * es, A + r0 * K * es, B, bias, nr, M, K, 0, tb, 1, 0, 0, 0, 0.0);
+        bt__par_wait(cx, cs, bt__par_mark(cx, ks));
+        bt__par_all_reduce(cx->comm, dev, dst + r0 * M * es, nr * M, dt, BT_RED_SUM, cs);
+    }
+}
 
 /* ---- column-parallel, asynchronous (the synchronous one is bt_linear after bt_tp_enter) ---- */
 static void bt__tp_col_back(bt_node *nd, bt_tensor *g, bt_tensor **gin) {
@@ -1340,16 +1354,7 @@ static void bt__tp_col_back(bt_node *nd, bt_tensor *g, bt_tensor **gin) {
     if (!tp->sp) {                        /* dx = all_reduce(g w), chunk by chunk of rows, behind the GEMMs */
         int64_t N = bt_numel(gc) / out;
         bt_tensor *dx = want_x ? bt_empty(bt_shape_of(xc), dt, dev) : NULL;
-        if (dx) {
-            int64_t K = tp->chunks < N ? tp->chunks : N, step = K > 0 ? (N + K - 1) / K : N;
-            for (int64_t r0 = 0; r0 < N; r0 += step) {
-                int64_t nr = step < N - r0 ? step : N - r0;
-                char *dxr = bt__par_at(dx, r0 * Fin);
-                bt__par_gemm(dev, dt, dt, dxr, gp + r0 * out * es, bt_data_ptr(wc), NULL, nr, Fin, out, 0, 0, 1, 0, 0, 0, 0.0);
-                bt__par_wait(x, cs, bt__par_mark(x, ks));
-                bt__par_all_reduce(tp->x.comm, dev, dxr, nr * Fin, dt, BT_RED_SUM, cs);
-            }
-        }
+        if (dx) bt__tp_gemm_all_reduce(tp, dev, dt, (char *)bt_data_ptr(dx), gp, bt_data_ptr(wc), NULL, N, Fin, out, 0);   /* dx = g w */
         if (want_w) gin[1] = bt__par_wgrad(nd, 1, dev, dt, gp, bt_data_ptr(xc), N, out, Fin);
         if (want_b) gin[2] = bt__par_bgrad(nd, 2, bt_reshape(gc, bt_shape2(N, out)));
         if (dx) { bt__par_fence_out(x); gin[0] = dx; }
@@ -1459,23 +1464,17 @@ static bt_tensor *bt__tp_row_fwd(bt_tp *tp, const bt__tp_call *c) {
     bt_dtype dt = c->dt;
     bt__par_ctx *cx = &tp->x;
     int64_t Fin = c->Fin, out = c->out, W = c->W;
-    void *cs = bt__par_comm(cx), *ks = bt__par_compute(cx);
     bt_tensor *y;
-    if (!tp->sp) {                        /* GEMM of a chunk of rows, its all-reduce right behind it */
-        int64_t N = bt_numel(c->xc) / Fin, K = tp->chunks < N ? tp->chunks : N, step = K > 0 ? (N + K - 1) / K : N;
+    if (!tp->sp) {                        /* y = x w^T (+ b on rank 0), all-reduced */
         y = bt_empty(bt__shape_with(c->x, 1, out), dt, dev);
-        for (int64_t r0 = 0; r0 < N; r0 += step) {
-            int64_t nr = step < N - r0 ? step : N - r0;
-            bt__par_gemm(dev, dt, dt, bt__par_at(y, r0 * out), bt__par_at(c->xc, r0 * Fin), bt_data_ptr(c->wc), c->bias, nr, out, Fin, 0, 1,
-                         1, 0, 0, 0, 0.0);
-            bt__par_wait(cx, cs, bt__par_mark(cx, ks));
-            bt__par_all_reduce(cx->comm, dev, bt__par_at(y, r0 * out), nr * out, dt, BT_RED_SUM, cs);
-        }
+        bt__tp_gemm_all_reduce(tp, dev, dt, (char *)bt_data_ptr(y), (const char *)bt_data_ptr(c->xc), bt_data_ptr(c->wc), c->bias,
+                               bt_numel(c->xc) / Fin, out, Fin, 1);
     } else {                              /* GEMMs of chunk j into [W, Ac, n, out], its reduce-scatter behind them */
         bt__sp_geo sg = bt__sp_geo_of(c->x, "tp_linear_row");
         int64_t A = sg.A, S = sg.n;
         if (S % W) bt_error("tp_linear_row: dim -2 of %s is not a multiple of the %d tensor-parallel ranks", bt__par_s(c->x), (int)W);
         int64_t n = S / W, K = bt__tp_chunks(tp, A), Ac = A / K;
+        void *cs = bt__par_comm(cx), *ks = bt__par_compute(cx);
         bt_tensor *D = bt_empty(bt_shape1(W * A * n * out), dt, dev);
         bt_shape os = bt__shape_with(c->x, 2, n);
         os.d[os.ndim - 1] = out;
