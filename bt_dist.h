@@ -2012,6 +2012,18 @@ static ncclRedOp_t bt__nccl_op(bt_red_op op) {
 /* call is evaluated with nccl_lock held: it must not raise (arguments are checked before) */
 #define BT__COLL(c, what, call, stream) do { ncclComm_t nc__ = (ncclComm_t)(c)->handle; bt__nccl_lock((c)->dist); \
     bt__nccl_done((c), nc__, (call), what, (c)->dist->state->opts.nccl_timeout_s); bt__track((c), what, (stream)); } while (0)
+/* several NCCL calls on c as one group: bt__group_begin takes nccl_lock and returns the group's
+   start; the calls follow while the result stays ncclSuccess; bt__group_end reports the first
+   failure (r, else the group's end) as what and tracks the work on s */
+static ncclResult_t bt__group_begin(bt_comm *c) {
+    bt__nccl_lock(c->dist);
+    return ncclGroupStart();
+}
+static void bt__group_end(bt_comm *c, ncclResult_t r, const char *what, cudaStream_t s) {
+    ncclResult_t e = ncclGroupEnd();
+    bt__nccl_done(c, (ncclComm_t)c->handle, r != ncclSuccess ? r : e, what, c->dist->state->opts.nccl_timeout_s);
+    bt__track(c, what, s);
+}
 #endif
 
 /* bt__coll_check, plus the reduction op for dtype dt */
@@ -2074,13 +2086,10 @@ BTDEF void bt_send_recv(bt_comm *c, const void *send, int64_t send_count, int ds
     cudaStream_t s = bt__stream(stream);
     ncclComm_t nc = (ncclComm_t)c->handle;
     ncclDataType_t t = bt__nccl_dtype(dt);
-    bt__nccl_lock(c->dist);
-    ncclResult_t r = ncclGroupStart();
+    ncclResult_t r = bt__group_begin(c);
     if (r == ncclSuccess && dst >= 0) r = ncclSend(send, (size_t)send_count, t, dst, nc, s);
     if (r == ncclSuccess && src >= 0) r = ncclRecv(recv, (size_t)recv_count, t, src, nc, s);
-    ncclResult_t e = ncclGroupEnd();
-    bt__nccl_done(c, nc, r != ncclSuccess ? r : e, "send_recv", c->dist->state->opts.nccl_timeout_s);
-    bt__track(c, "send_recv", s);
+    bt__group_end(c, r, "send_recv", s);
 #endif
 }
 
@@ -2094,8 +2103,7 @@ BTDEF void bt_reduce_to_owners(bt_comm *c, void *span, int64_t span_lo, int64_t 
 #if BT_DIST_NCCL
     cudaStream_t s = bt__stream(stream);
     ncclComm_t nc = (ncclComm_t)c->handle;
-    bt__nccl_lock(c->dist);
-    ncclResult_t r = ncclGroupStart();
+    ncclResult_t r = bt__group_begin(c);
     for (int64_t lo = span_lo; r == ncclSuccess && lo < span_lo + n;) {   /* one reduce per owner the span touches */
         int owner = (int)(lo / shard);
         int64_t hi = (int64_t)(owner + 1) * shard < span_lo + n ? (int64_t)(owner + 1) * shard : span_lo + n;
@@ -2103,9 +2111,7 @@ BTDEF void bt_reduce_to_owners(bt_comm *c, void *span, int64_t span_lo, int64_t 
         r = ncclReduce(p, p, (size_t)(hi - lo), bt__nccl_dtype(dt), bt__nccl_op(op), owner, nc, s);
         lo = hi;
     }
-    ncclResult_t e = ncclGroupEnd();
-    bt__nccl_done(c, nc, r != ncclSuccess ? r : e, "reduce_to_owners", c->dist->state->opts.nccl_timeout_s);
-    bt__track(c, "reduce_to_owners", s);
+    bt__group_end(c, r, "reduce_to_owners", s);
 #else
     (void)es; (void)stream;
 #endif
@@ -2782,15 +2788,12 @@ BTDEF void bt_all_to_all(bt_comm *c, const void *send, void *recv, int64_t count
     cudaStream_t s = bt__stream(stream);
     ncclComm_t nc = (ncclComm_t)c->handle;
     ncclDataType_t t = bt__nccl_dtype(dt);
-    bt__nccl_lock(c->dist);
-    ncclResult_t r = ncclGroupStart();
+    ncclResult_t r = bt__group_begin(c);
     for (int p = 0; r == ncclSuccess && p < c->size; p++) {   /* every peer, this rank included */
         r = ncclSend((const char *)send + (size_t)p * block, (size_t)count, t, p, nc, s);
         if (r == ncclSuccess) r = ncclRecv((char *)recv + (size_t)p * block, (size_t)count, t, p, nc, s);
     }
-    ncclResult_t e = ncclGroupEnd();
-    bt__nccl_done(c, nc, r != ncclSuccess ? r : e, "all_to_all", c->dist->state->opts.nccl_timeout_s);
-    bt__track(c, "all_to_all", s);
+    bt__group_end(c, r, "all_to_all", s);
 #endif
 }
 
