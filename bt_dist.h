@@ -2053,35 +2053,44 @@ static ncclRedOp_t bt__nccl_op(bt_red_op op) {
 /* call is evaluated with nccl_lock held: it must not raise (arguments are checked before) */
 #define BT__COLL(c, what, call, stream) do { ncclComm_t nc__ = (ncclComm_t)(c)->handle; bt__nccl_lock((c)->dist); \
     bt__nccl_done((c), nc__, (call), what, (c)->dist->state->opts.nccl_timeout_s); bt__track((c), what, (stream)); } while (0)
+/* several NCCL calls on c as one group: bt__group_begin takes nccl_lock and returns the group's
+   start; the calls follow while the result stays ncclSuccess; bt__group_end reports the first
+   failure (r, else the group's end) as what and tracks the work on s */
+static ncclResult_t bt__group_begin(bt_comm *c) {
+    bt__nccl_lock(c->dist);
+    return ncclGroupStart();
+}
+static void bt__group_end(bt_comm *c, ncclResult_t r, const char *what, cudaStream_t s) {
+    ncclResult_t e = ncclGroupEnd();
+    bt__nccl_done(c, (ncclComm_t)c->handle, r != ncclSuccess ? r : e, what, c->dist->state->opts.nccl_timeout_s);
+    bt__track(c, what, s);
+}
 #endif
 
-static void bt__check_op(bt_comm *c, const char *what, bt_red_op op, bt_dtype dt) {
+/* bt__coll_check, plus the reduction op for dtype dt */
+static size_t bt__reduce_check(bt_comm *c, const char *what, const void *a, const void *b, int64_t count, bt_dtype dt, bt_red_op op) {
+    size_t es = bt__coll_check(c, what, a, b, count, dt);
     if ((unsigned)op > BT_RED_MIN) bt_error("%s on %s: reduction %d; expected BT_RED_SUM, _AVG, _MAX or _MIN", what, c->name, (int)op);
     if (op == BT_RED_AVG && dt == BT_I32) bt_error("%s on %s: the average of i32 values is not an i32; sum them instead", what, c->name);
+    return es;
 }
 
 BTDEF void bt_all_reduce(bt_comm *c, const void *send, void *recv, int64_t count, bt_dtype dt, bt_red_op op, void *stream) {
-    size_t es = bt__coll_check(c, "all_reduce", send, recv, count, dt);
-    bt__check_op(c, "all_reduce", op, dt);
+    size_t es = bt__reduce_check(c, "all_reduce", send, recv, count, dt, op);
     if (c->size == 1 || !c->handle) { bt__local_copy(recv, send, (size_t)count * es, stream); return; }
 #if BT_DIST_NCCL
     cudaStream_t s = bt__stream(stream);
     BT__COLL(c, "all_reduce", ncclAllReduce(send, recv, (size_t)count, bt__nccl_dtype(dt), bt__nccl_op(op), nc__, s), s);
-#else
-    (void)op;
 #endif
 }
 
 BTDEF void bt_reduce_scatter(bt_comm *c, const void *send, void *recv, int64_t recv_count, bt_dtype dt, bt_red_op op, void *stream) {
-    size_t es = bt__coll_check(c, "reduce_scatter", send, recv, recv_count, dt);
-    bt__check_op(c, "reduce_scatter", op, dt);
+    size_t es = bt__reduce_check(c, "reduce_scatter", send, recv, recv_count, dt, op);
     if (c->size == 1 || !c->handle) { bt__local_copy(recv, send, (size_t)recv_count * es, stream); return; }
 #if BT_DIST_NCCL
     cudaStream_t s = bt__stream(stream);
     BT__COLL(c, "reduce_scatter", ncclReduceScatter(send, recv, (size_t)recv_count, bt__nccl_dtype(dt),
                                                     bt__nccl_op(op), nc__, s), s);
-#else
-    (void)op;
 #endif
 }
 
@@ -2118,20 +2127,16 @@ BTDEF void bt_send_recv(bt_comm *c, const void *send, int64_t send_count, int ds
     cudaStream_t s = bt__stream(stream);
     ncclComm_t nc = (ncclComm_t)c->handle;
     ncclDataType_t t = bt__nccl_dtype(dt);
-    bt__nccl_lock(c->dist);
-    ncclResult_t r = ncclGroupStart();
+    ncclResult_t r = bt__group_begin(c);
     if (r == ncclSuccess && dst >= 0) r = ncclSend(send, (size_t)send_count, t, dst, nc, s);
     if (r == ncclSuccess && src >= 0) r = ncclRecv(recv, (size_t)recv_count, t, src, nc, s);
-    ncclResult_t e = ncclGroupEnd();
-    bt__nccl_done(c, nc, r != ncclSuccess ? r : e, "send_recv", c->dist->state->opts.nccl_timeout_s);
-    bt__track(c, "send_recv", s);
+    bt__group_end(c, r, "send_recv", s);
 #endif
 }
 
 BTDEF void bt_reduce_to_owners(bt_comm *c, void *span, int64_t span_lo, int64_t n, int64_t shard, bt_dtype dt, bt_red_op op,
                                void *stream) {
-    size_t es = bt__coll_check(c, "reduce_to_owners", span, span, n, dt);
-    bt__check_op(c, "reduce_to_owners", op, dt);
+    size_t es = bt__reduce_check(c, "reduce_to_owners", span, span, n, dt, op);
     if (shard < 1 || span_lo < 0 || span_lo + n > shard * (int64_t)c->size)
         bt_error("reduce_to_owners on %s: elements [%lld, %lld) with shards of %lld over %d ranks", c->name, (long long)span_lo,
                  (long long)(span_lo + n), (long long)shard, c->size);
@@ -2139,8 +2144,7 @@ BTDEF void bt_reduce_to_owners(bt_comm *c, void *span, int64_t span_lo, int64_t 
 #if BT_DIST_NCCL
     cudaStream_t s = bt__stream(stream);
     ncclComm_t nc = (ncclComm_t)c->handle;
-    bt__nccl_lock(c->dist);
-    ncclResult_t r = ncclGroupStart();
+    ncclResult_t r = bt__group_begin(c);
     for (int64_t lo = span_lo; r == ncclSuccess && lo < span_lo + n;) {   /* one reduce per owner the span touches */
         int owner = (int)(lo / shard);
         int64_t hi = (int64_t)(owner + 1) * shard < span_lo + n ? (int64_t)(owner + 1) * shard : span_lo + n;
@@ -2148,11 +2152,9 @@ BTDEF void bt_reduce_to_owners(bt_comm *c, void *span, int64_t span_lo, int64_t 
         r = ncclReduce(p, p, (size_t)(hi - lo), bt__nccl_dtype(dt), bt__nccl_op(op), owner, nc, s);
         lo = hi;
     }
-    ncclResult_t e = ncclGroupEnd();
-    bt__nccl_done(c, nc, r != ncclSuccess ? r : e, "reduce_to_owners", c->dist->state->opts.nccl_timeout_s);
-    bt__track(c, "reduce_to_owners", s);
+    bt__group_end(c, r, "reduce_to_owners", s);
 #else
-    (void)es; (void)op; (void)stream;
+    (void)es; (void)stream;
 #endif
 }
 
@@ -2281,13 +2283,11 @@ static void bt__ddp_gpu_init(bt_ddp *d, const bt_ddp_opts *o) {
     int nb = d->plan.n_buckets;
     d->stream = (cudaStream_t)o->comm_stream;
     if (!d->stream) {
-        /* the highest priority: a bucket's reduction kernels take SMs as soon as compute blocks
-           retire, instead of queuing behind the rest of the backward pass's grid
-           (BT_DDP_PRIORITY=0 in the environment: the default priority, for measurements) */
+        /* the highest priority: a bucket's reduction kernels may take SMs as soon as compute
+           blocks retire, instead of queuing behind the rest of the backward pass's grid (two H200s
+           at GPT-2 d12 measured the same throughput at the default priority: bench/RESULTS.md) */
         int lo = 0, hi = 0;
-        const char *pe = getenv("BT_DDP_PRIORITY");
         BT__DIST_CUDA(cudaDeviceGetStreamPriorityRange(&lo, &hi), "ddp");
-        if (pe && !strcmp(pe, "0")) hi = lo;
         BT__DIST_CUDA(cudaStreamCreateWithPriority(&d->stream, cudaStreamNonBlocking, hi), "ddp");
         d->own_stream = 1;
     }
@@ -2829,15 +2829,12 @@ BTDEF void bt_all_to_all(bt_comm *c, const void *send, void *recv, int64_t count
     cudaStream_t s = bt__stream(stream);
     ncclComm_t nc = (ncclComm_t)c->handle;
     ncclDataType_t t = bt__nccl_dtype(dt);
-    bt__nccl_lock(c->dist);
-    ncclResult_t r = ncclGroupStart();
+    ncclResult_t r = bt__group_begin(c);
     for (int p = 0; r == ncclSuccess && p < c->size; p++) {   /* every peer, this rank included */
         r = ncclSend((const char *)send + (size_t)p * block, (size_t)count, t, p, nc, s);
         if (r == ncclSuccess) r = ncclRecv((char *)recv + (size_t)p * block, (size_t)count, t, p, nc, s);
     }
-    ncclResult_t e = ncclGroupEnd();
-    bt__nccl_done(c, nc, r != ncclSuccess ? r : e, "all_to_all", c->dist->state->opts.nccl_timeout_s);
-    bt__track(c, "all_to_all", s);
+    bt__group_end(c, r, "all_to_all", s);
 #endif
 }
 

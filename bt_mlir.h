@@ -107,8 +107,8 @@
      BT_MLIR              compile kernels (needs the MLIR C API headers and libraries)
      BT_MLIR_CUDA_PATH    env: the CUDA toolkit for libdevice (default $CUDA_HOME, /usr/local/cuda)
      BT_MLIR_CACHE_DIR    env: the cache directory (see CACHE)
-     BT_MLIR_DUMP=1       env: print each kernel's MLIR text before compiling it
      bt_mlir_set_enabled(0) makes every bt_mlir_call run its body's ops (a --mlir switch).
+     bt_mlir_set_dump(1) logs each kernel's MLIR text before compiling it.
 
    LIMITS
      One output per chain; at most 6 inputs (the node saves them); inputs on one device; f64 is
@@ -157,6 +157,7 @@ BTDEF int bt_mlir_enabled(void);
 BTDEF void bt_mlir_set_cache_dir(const char *dir);  /* NULL: the default; "": no disk cache */
 BTDEF const char *bt_mlir_cache_dir(void);          /* "" when off */
 BTDEF void bt_mlir_set_gpu_chip(const char *chip);  /* "sm_90" (default) */
+BTDEF void bt_mlir_set_dump(int on);                /* 1: log each kernel's MLIR text before compiling it */
 BTDEF int bt_mlir_can_compile(void);                /* 1 in a BT_MLIR build */
 
 typedef struct {
@@ -265,6 +266,7 @@ typedef struct bt__mspec bt__mspec;
 
 static struct {
     int disabled;
+    int dump;                     /* bt_mlir_set_dump */
     char *cache_dir;              /* NULL: not resolved yet */
     int cache_dir_set;
     char chip[16];
@@ -273,7 +275,7 @@ static struct {
     const bt_mlir_aot_kernel **aot; int *aot_n; int n_aot, cap_aot;
     bt_mlir_fn *fns;              /* every live bt_mlir_fn (bt_mlir_reset drops their kernel pointers) */
     int affine_beta;              /* -1 unknown, 0/1: bt_tensor.h records affine's beta in f[1] */
-} bt__m = { 0, NULL, 0, "sm_90", {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, NULL, NULL, NULL, 0, 0, NULL, -1 };
+} bt__m = { 0, 0, NULL, 0, "sm_90", {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, NULL, NULL, NULL, 0, 0, NULL, -1 };
 
 static void *bt__mmalloc(size_t n) {
     void *p = malloc(n ? n : 1);
@@ -326,6 +328,7 @@ static uint64_t bt__mkey(const char *target, const char *text) {
 
 BTDEF void bt_mlir_set_enabled(int on) { bt__m.disabled = !on; }
 BTDEF int bt_mlir_enabled(void) { return !bt__m.disabled; }
+BTDEF void bt_mlir_set_dump(int on) { bt__m.dump = on != 0; }
 BTDEF int bt_mlir_can_compile(void) {
 #ifdef BT_MLIR
     return 1;
@@ -1599,8 +1602,7 @@ static int bt__mc_compile(bt__mkernel *k, char *why, size_t n) {
                  "builtin.module(nvvm-attach-target{chip=%s features=+ptx80 O=3},gpu.module(convert-scf-to-cf,convert-gpu-to-nvvm,"
                  "canonicalize,cse,reconcile-unrealized-casts),gpu-module-to-binary{format=isa toolkit=%s})", k->target, cuda);
     } else snprintf(pipeline, sizeof pipeline, "%s", bt__mc_cpu_pipeline);
-    const char *dump = getenv("BT_MLIR_DUMP");
-    if (dump && *dump && *dump != '0') BT_LOG("bt_mlir: kernel %s (%s):\n%s", k->name, k->target, k->source);
+    if (bt__m.dump) BT_LOG("bt_mlir: kernel %s (%s):\n%s", k->name, k->target, k->source);
     double t0 = bt__mnow_ms();
     MlirModule m = bt__mc_parse(k->source, k, why, n);
     if (mlirModuleIsNull(m)) return 0;

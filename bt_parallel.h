@@ -1299,6 +1299,45 @@ static bt_tensor *bt__par_bgrad(bt_node *n, int i, bt_tensor *g2) {
     return bt_sum(g2, dims, 1, 0);
 }
 
+/* what an asynchronous linear's forward works on: x, and x and w made contiguous; the bias's data
+   (NULL: none, or not this rank's to add); device, dtype, sizes and the tensor-parallel ranks W */
+typedef struct {
+    bt_device dev;
+    bt_dtype dt;
+    int W;
+    int64_t Fin, out;
+    bt_tensor *x, *xc, *wc;
+    const void *bias;
+} bt__tp_call;
+/* src's K chunks of Ac n F elements (sp's rows: chunk j at j Ac n F) all-gathered on the comm
+   stream, chunk j into [W, Ac, n, F] at j W Ac n F of the result; ev[j] marks chunk j gathered */
+static bt_tensor *bt__tp_gather_chunks(bt__par_ctx *cx, bt_device dev, bt_dtype dt, bt_tensor *src, int64_t K, int64_t Ac, int64_t n,
+                                       int64_t F, void **ev) {
+    int64_t W = cx->comm->size, m = Ac * n * F;
+    bt_tensor *G = bt_empty(bt_shape1(W * K * m), dt, dev);
+    void *cs = bt__par_comm(cx);
+    bt__par_fence_in(cx);
+    for (int64_t j = 0; j < K; j++) {
+        bt__par_all_gather(cx->comm, dev, bt__par_at(src, j * m), bt__par_at(G, j * W * m), m, dt, cs);
+        ev[j] = bt__par_mark(cx, cs);
+    }
+    return G;
+}
+/* dst [N, M] = A [N, K] B (tb: B^T) + bias, over contiguous rows, a chunk of rows at a time
+   (tp->chunks of them), each chunk's all-reduce on the comm stream right behind its GEMM */
+static void bt__tp_gemm_all_reduce(bt_tp *tp, bt_device dev, bt_dtype dt, char *dst, const char *A, const void *B, const void *bias,
+                                   int64_t N, int64_t M, int64_t K, int tb) {
+    bt__par_ctx *cx = &tp->x;
+    void *cs = bt__par_comm(cx), *ks = bt__par_compute(cx);
+    int64_t es = (int64_t)bt_dtype_size(dt), chunks = tp->chunks < N ? tp->chunks : N, step = chunks > 0 ? (N + chunks - 1) / chunks : N;
+    for (int64_t r0 = 0; r0 < N; r0 += step) {
+        int64_t nr = step < N - r0 ? step : N - r0;
+        bt__par_gemm(dev, dt, dt, dst + r0 * M * es, A + r0 * K * es, B, bias, nr, M, K, 0, tb, 1, 0, 0, 0, 0.0);
+        bt__par_wait(cx, cs, bt__par_mark(cx, ks));
+        bt__par_all_reduce(cx->comm, dev, dst + r0 * M * es, nr * M, dt, BT_RED_SUM, cs);
+    }
+}
+
 /* ---- column-parallel, asynchronous (the synchronous one is bt_linear after bt_tp_enter) ---- */
 static void bt__tp_col_back(bt_node *nd, bt_tensor *g, bt_tensor **gin) {
     bt_tp *tp = (bt_tp *)bt__par_ctx_of(nd);
@@ -1315,16 +1354,7 @@ static void bt__tp_col_back(bt_node *nd, bt_tensor *g, bt_tensor **gin) {
     if (!tp->sp) {                        /* dx = all_reduce(g w), chunk by chunk of rows, behind the GEMMs */
         int64_t N = bt_numel(gc) / out;
         bt_tensor *dx = want_x ? bt_empty(bt_shape_of(xc), dt, dev) : NULL;
-        if (dx) {
-            int64_t K = tp->chunks < N ? tp->chunks : N, step = K > 0 ? (N + K - 1) / K : N;
-            for (int64_t r0 = 0; r0 < N; r0 += step) {
-                int64_t nr = step < N - r0 ? step : N - r0;
-                char *dxr = bt__par_at(dx, r0 * Fin);
-                bt__par_gemm(dev, dt, dt, dxr, gp + r0 * out * es, bt_data_ptr(wc), NULL, nr, Fin, out, 0, 0, 1, 0, 0, 0, 0.0);
-                bt__par_wait(x, cs, bt__par_mark(x, ks));
-                bt__par_all_reduce(tp->x.comm, dev, dxr, nr * Fin, dt, BT_RED_SUM, cs);
-            }
-        }
+        if (dx) bt__tp_gemm_all_reduce(tp, dev, dt, (char *)bt_data_ptr(dx), gp, bt_data_ptr(wc), NULL, N, Fin, out, 0);   /* dx = g w */
         if (want_w) gin[1] = bt__par_wgrad(nd, 1, dev, dt, gp, bt_data_ptr(xc), N, out, Fin);
         if (want_b) gin[2] = bt__par_bgrad(nd, 2, bt_reshape(gc, bt_shape2(N, out)));
         if (dx) { bt__par_fence_out(x); gin[0] = dx; }
@@ -1361,54 +1391,30 @@ static void bt__tp_col_back(bt_node *nd, bt_tensor *g, bt_tensor **gin) {
     }
     bt__par_dev_leave(pg);
 }
-static bt_tensor *bt__tp_col_async(bt_tp *tp, bt_tensor *x, bt_tensor *w, bt_tensor *b) {
-    bt_device dev = bt_device_of(x);
-    bt_dtype dt = x->dtype;
-    int pg = bt__par_dev_enter(dev), W = tp->x.comm->size;
-    bt__tp_bind(tp, dev, "tp_linear_col");
-    bt__par_ctx *cx = &tp->x;
-    int64_t Fin = w->shape[1], out = w->shape[0];
-    int old = bt__par_begin();
-    bt_tensor *xc = bt_retain(bt_contiguous(x)), *wc = bt_retain(bt_contiguous(w)), *bc = b ? bt_contiguous(b) : NULL, *y;
-    const void *bias = bc ? bt_data_ptr(bc) : NULL;
+static bt_tensor *bt__tp_col_fwd(bt_tp *tp, const bt__tp_call *c) {
+    bt_device dev = c->dev;
+    bt_dtype dt = c->dt;
+    int64_t Fin = c->Fin, out = c->out;
     if (!tp->sp) {
-        int64_t N = bt_numel(xc) / Fin;
-        y = bt_empty(bt__shape_with(x, 1, out), dt, dev);
-        bt__par_gemm(dev, dt, dt, bt_data_ptr(y), bt_data_ptr(xc), bt_data_ptr(wc), bias, N, out, Fin, 0, 1, 1, 0, 0, 0, 0.0);
-    } else {                              /* all-gather chunk j on the comm stream, the GEMMs of chunk j behind it */
-        bt__sp_geo sg = bt__sp_geo_of(x, "tp_linear_col");
-        int64_t A = sg.A, n = sg.n, S = W * n, K = bt__tp_chunks(tp, A), Ac = A / K;
-        bt_tensor *G = bt_empty(bt_shape1(W * A * n * Fin), dt, dev);
-        bt_shape os = bt__shape_with(x, 2, S);
-        os.d[os.ndim - 1] = out;
-        y = bt_empty(os, dt, dev);
-        void *cs = bt__par_comm(cx), *ks = bt__par_compute(cx), *ev[BT__PAR_MAX_CHUNKS];
-        bt__par_fence_in(cx);
-        for (int64_t j = 0; j < K; j++) {
-            bt__par_all_gather(cx->comm, dev, bt__par_at(xc, j * Ac * n * Fin), bt__par_at(G, j * W * Ac * n * Fin), Ac * n * Fin, dt, cs);
-            ev[j] = bt__par_mark(cx, cs);
-        }
-        for (int64_t j = 0; j < K; j++) {
-            bt__par_wait(cx, ks, ev[j]);
-            bt__tp_chunk_gemm(dev, dt, bt__par_at(y, j * Ac * S * out), bt__par_at(G, j * W * Ac * n * Fin), 1, bt_data_ptr(wc), bias, W,
-                              Ac, n, Fin, out, 1);
-        }
+        int64_t N = bt_numel(c->xc) / Fin;
+        bt_tensor *y = bt_empty(bt__shape_with(c->x, 1, out), dt, dev);
+        bt__par_gemm(dev, dt, dt, bt_data_ptr(y), bt_data_ptr(c->xc), bt_data_ptr(c->wc), c->bias, N, out, Fin, 0, 1, 1, 0, 0, 0, 0.0);
+        return y;
     }
-    y = bt__par_end(old, y);
-    bt_tensor *in[3] = {x, w, b};
-    bt_node *nd = bt__record("tp_linear_col", bt__tp_col_back, y, in, b ? 3 : 2);
-    if (nd) { bt__par_node_ctx(nd, tp); bt__save(nd, xc); bt__save(nd, wc); }
-    bt_release(xc); bt_release(wc);
-    bt__par_dev_leave(pg);
-    return bt__register(y);
-}
-BTDEF bt_tensor *bt_tp_linear_col(bt_tp *tp, bt_tensor *x, bt_tensor *w, bt_tensor *b) {
-    bt__tp_linear_check(tp, x, w, b, 0, "tp_linear_col");
-    if (tp->async) return bt__tp_col_async(tp, x, w, b);
-    bt_scope_begin();
-    bt_tensor *y = bt_retain(bt_linear(bt_tp_enter(tp, x), w, b));
-    bt_scope_end();
-    return bt__register(y);
+    /* all-gather chunk j on the comm stream, the GEMMs of chunk j behind it */
+    bt__sp_geo sg = bt__sp_geo_of(c->x, "tp_linear_col");
+    int64_t A = sg.A, n = sg.n, W = c->W, S = W * n, K = bt__tp_chunks(tp, A), Ac = A / K;
+    bt_shape os = bt__shape_with(c->x, 2, S);
+    os.d[os.ndim - 1] = out;
+    bt_tensor *y = bt_empty(os, dt, dev);
+    void *ks = bt__par_compute(&tp->x), *ev[BT__PAR_MAX_CHUNKS];
+    bt_tensor *G = bt__tp_gather_chunks(&tp->x, dev, dt, c->xc, K, Ac, n, Fin, ev);
+    for (int64_t j = 0; j < K; j++) {
+        bt__par_wait(&tp->x, ks, ev[j]);
+        bt__tp_chunk_gemm(dev, dt, bt__par_at(y, j * Ac * S * out), bt__par_at(G, j * W * Ac * n * Fin), 1, bt_data_ptr(c->wc), c->bias, W,
+                          Ac, n, Fin, out, 1);
+    }
+    return y;
 }
 
 /* ---- row-parallel, asynchronous (the synchronous one is bt_tp_exit after bt_linear, + b) ---- */
@@ -1434,13 +1440,8 @@ static void bt__tp_row_back(bt_node *nd, bt_tensor *g, bt_tensor **gin) {
     } else {                              /* g gathered chunk by chunk on the comm stream, dx GEMMs behind it */
         bt__sp_geo sg = bt__sp_geo_of(gc, "tp_linear_row backward");
         int64_t A = sg.A, n = sg.n, S = W * n, K = bt__tp_chunks(tp, A), Ac = A / K;
-        bt_tensor *G = bt_empty(bt_shape1(W * A * n * out), dt, dev);
-        void *cs = bt__par_comm(x), *ks = bt__par_compute(x), *ev[BT__PAR_MAX_CHUNKS];
-        bt__par_fence_in(x);
-        for (int64_t j = 0; j < K; j++) {
-            bt__par_all_gather(tp->x.comm, dev, bt__par_at(gc, j * Ac * n * out), bt__par_at(G, j * W * Ac * n * out), Ac * n * out, dt, cs);
-            ev[j] = bt__par_mark(x, cs);
-        }
+        void *ks = bt__par_compute(x), *ev[BT__PAR_MAX_CHUNKS];
+        bt_tensor *G = bt__tp_gather_chunks(x, dev, dt, gc, K, Ac, n, out, ev);
         bt_tensor *dx = want_x ? bt_empty(bt_shape_of(xc), dt, dev) : NULL;
         for (int64_t j = 0; j < K; j++) {
             bt__par_wait(x, ks, ev[j]);
@@ -1458,56 +1459,69 @@ static void bt__tp_row_back(bt_node *nd, bt_tensor *g, bt_tensor **gin) {
     }
     bt__par_dev_leave(pg);
 }
-static bt_tensor *bt__tp_row_async(bt_tp *tp, bt_tensor *x, bt_tensor *w, bt_tensor *b) {
-    bt_device dev = bt_device_of(x);
-    bt_dtype dt = x->dtype;
-    int pg = bt__par_dev_enter(dev), W = tp->x.comm->size;
-    bt__tp_bind(tp, dev, "tp_linear_row");
+static bt_tensor *bt__tp_row_fwd(bt_tp *tp, const bt__tp_call *c) {
+    bt_device dev = c->dev;
+    bt_dtype dt = c->dt;
     bt__par_ctx *cx = &tp->x;
-    int64_t Fin = w->shape[1], out = w->shape[0];
-    int old = bt__par_begin();
-    bt_tensor *xc = bt_retain(bt_contiguous(x)), *wc = bt_retain(bt_contiguous(w)), *bc = b ? bt_contiguous(b) : NULL, *y;
-    const void *bias = bc && cx->comm->rank == 0 ? bt_data_ptr(bc) : NULL;   /* rank 0's partial sums carry the bias */
-    void *cs = bt__par_comm(cx), *ks = bt__par_compute(cx);
-    if (!tp->sp) {                        /* GEMM of a chunk of rows, its all-reduce right behind it */
-        int64_t N = bt_numel(xc) / Fin, K = tp->chunks < N ? tp->chunks : N, step = K > 0 ? (N + K - 1) / K : N;
-        y = bt_empty(bt__shape_with(x, 1, out), dt, dev);
-        for (int64_t r0 = 0; r0 < N; r0 += step) {
-            int64_t nr = step < N - r0 ? step : N - r0;
-            bt__par_gemm(dev, dt, dt, bt__par_at(y, r0 * out), bt__par_at(xc, r0 * Fin), bt_data_ptr(wc), bias, nr, out, Fin, 0, 1, 1, 0, 0,
-                         0, 0.0);
-            bt__par_wait(cx, cs, bt__par_mark(cx, ks));
-            bt__par_all_reduce(cx->comm, dev, bt__par_at(y, r0 * out), nr * out, dt, BT_RED_SUM, cs);
-        }
-        bt__par_fence_out(cx);
+    int64_t Fin = c->Fin, out = c->out, W = c->W;
+    bt_tensor *y;
+    if (!tp->sp) {                        /* y = x w^T (+ b on rank 0), all-reduced */
+        y = bt_empty(bt__shape_with(c->x, 1, out), dt, dev);
+        bt__tp_gemm_all_reduce(tp, dev, dt, (char *)bt_data_ptr(y), (const char *)bt_data_ptr(c->xc), bt_data_ptr(c->wc), c->bias,
+                               bt_numel(c->xc) / Fin, out, Fin, 1);
     } else {                              /* GEMMs of chunk j into [W, Ac, n, out], its reduce-scatter behind them */
-        bt__sp_geo sg = bt__sp_geo_of(x, "tp_linear_row");
+        bt__sp_geo sg = bt__sp_geo_of(c->x, "tp_linear_row");
         int64_t A = sg.A, S = sg.n;
-        if (S % W) bt_error("tp_linear_row: dim -2 of %s is not a multiple of the %d tensor-parallel ranks", bt__par_s(x), W);
+        if (S % W) bt_error("tp_linear_row: dim -2 of %s is not a multiple of the %d tensor-parallel ranks", bt__par_s(c->x), (int)W);
         int64_t n = S / W, K = bt__tp_chunks(tp, A), Ac = A / K;
+        void *cs = bt__par_comm(cx), *ks = bt__par_compute(cx);
         bt_tensor *D = bt_empty(bt_shape1(W * A * n * out), dt, dev);
-        bt_shape os = bt__shape_with(x, 2, n);
+        bt_shape os = bt__shape_with(c->x, 2, n);
         os.d[os.ndim - 1] = out;
         y = bt_empty(os, dt, dev);
         for (int64_t j = 0; j < K; j++) {     /* D chunk j = x rows of chunk j w^T (+ b on rank 0) */
             char *Dj = bt__par_at(D, j * W * Ac * n * out);
-            bt__tp_chunk_gemm(dev, dt, bt__par_at(xc, j * Ac * S * Fin), Dj, 0, bt_data_ptr(wc), bias, W, Ac, n, Fin, out, 1);
+            bt__tp_chunk_gemm(dev, dt, bt__par_at(c->xc, j * Ac * S * Fin), Dj, 0, bt_data_ptr(c->wc), c->bias, W, Ac, n, Fin, out, 1);
             bt__par_wait(cx, cs, bt__par_mark(cx, ks));
             bt__par_reduce_scatter(cx->comm, dev, Dj, bt__par_at(y, j * Ac * n * out), Ac * n * out, dt, cs);
         }
-        bt__par_fence_out(cx);
     }
-    y = bt__par_end(old, y);
+    bt__par_fence_out(cx);
+    return y;
+}
+
+/* ---- the asynchronous linears' frame, and the two public functions ---- */
+/* the operands made contiguous (kept for the backward), the node recorded; the forward of the
+   column- or row-parallel layer in between */
+static bt_tensor *bt__tp_linear_async(bt_tp *tp, bt_tensor *x, bt_tensor *w, bt_tensor *b, int row) {
+    const char *name = row ? "tp_linear_row" : "tp_linear_col";
+    bt__tp_call c;
+    c.dev = bt_device_of(x); c.dt = x->dtype; c.W = tp->x.comm->size; c.Fin = w->shape[1]; c.out = w->shape[0]; c.x = x;
+    int pg = bt__par_dev_enter(c.dev);
+    bt__tp_bind(tp, c.dev, name);
+    int old = bt__par_begin();
+    c.xc = bt_retain(bt_contiguous(x)); c.wc = bt_retain(bt_contiguous(w));
+    bt_tensor *bc = b ? bt_contiguous(b) : NULL;
+    c.bias = bc && (!row || tp->x.comm->rank == 0) ? bt_data_ptr(bc) : NULL;   /* row: rank 0's partial sums carry the bias */
+    bt_tensor *y = bt__par_end(old, row ? bt__tp_row_fwd(tp, &c) : bt__tp_col_fwd(tp, &c));
     bt_tensor *in[3] = {x, w, b};
-    bt_node *nd = bt__record("tp_linear_row", bt__tp_row_back, y, in, b ? 3 : 2);
-    if (nd) { bt__par_node_ctx(nd, tp); bt__save(nd, xc); bt__save(nd, wc); }
-    bt_release(xc); bt_release(wc);
+    bt_node *nd = bt__record(name, row ? bt__tp_row_back : bt__tp_col_back, y, in, b ? 3 : 2);
+    if (nd) { bt__par_node_ctx(nd, tp); bt__save(nd, c.xc); bt__save(nd, c.wc); }
+    bt_release(c.xc); bt_release(c.wc);
     bt__par_dev_leave(pg);
+    return bt__register(y);
+}
+BTDEF bt_tensor *bt_tp_linear_col(bt_tp *tp, bt_tensor *x, bt_tensor *w, bt_tensor *b) {
+    bt__tp_linear_check(tp, x, w, b, 0, "tp_linear_col");
+    if (tp->async) return bt__tp_linear_async(tp, x, w, b, 0);
+    bt_scope_begin();
+    bt_tensor *y = bt_retain(bt_linear(bt_tp_enter(tp, x), w, b));
+    bt_scope_end();
     return bt__register(y);
 }
 BTDEF bt_tensor *bt_tp_linear_row(bt_tp *tp, bt_tensor *x, bt_tensor *w, bt_tensor *b) {
     bt__tp_linear_check(tp, x, w, b, 1, "tp_linear_row");
-    if (tp->async) return bt__tp_row_async(tp, x, w, b);
+    if (tp->async) return bt__tp_linear_async(tp, x, w, b, 1);
     if (tp->x.comm->size == 1) return bt_linear(x, w, b);
     bt_scope_begin();
     bt_tensor *y = bt_tp_exit(tp, bt_linear(x, w, NULL));

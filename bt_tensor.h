@@ -448,11 +448,16 @@ BTDEF bt_matmul_precision bt_get_matmul_precision(void);
    autotuning (each shape's algorithm is cuBLASLt's first pick): two runs give the same bits. */
 BTDEF void bt_set_deterministic(int on);
 BTDEF int bt_get_deterministic(void);
-/* Work fused into cuBLASLt's matmul epilogues (bias gradients, GELU and its gradient, the residual
-   add of bt_linear_add / bt_mlp_gelu) on or off: on by default, off with BT_FUSED_EPILOGUES=0 in the
-   environment; off gives the separate kernels (to compare or bisect). BT_FUSED_DGELU=0 keeps the
-   rest but computes the GELU gradient with its own kernel. Returns the previous setting. */
-BTDEF int bt_set_fused_epilogues(int on);
+/* Fusions, all on by default. A flag left out gives the plain path that fusion replaces (the same
+   math, rounded differently): for tests that check both, and for measuring what a fusion gains.
+   Returns the previous flags. */
+#define BT_FUSE_EPILOGUES 1   /* bias, GELU, GELU gradient and residual add in cuBLASLt's matmul
+                                 epilogues (bt_linear_add, bt_mlp_gelu; GPU) */
+#define BT_FUSE_XENT      2   /* bt_linear_cross_entropy's loss and logit gradient in one pass (GPU) */
+#define BT_FUSE_COLSUM    4   /* bias gradients from the column sums that a layernorm or attention
+                                 backward leaves on its input gradient (GPU) */
+#define BT_FUSE_ALL       7
+BTDEF int bt_set_fusions(int flags);
 /* Activation recomputation (a saved-tensor policy: less memory for a little more work): with
    BT_RECOMPUTE_GELU the fused bt_mlp_gelu keeps the pre-activation h for its backward but not
    gelu(h), which its backward remakes with one elementwise kernel and frees after use (GPU path;
@@ -492,7 +497,7 @@ BTDEF bt_tensor *bt_linear(bt_tensor *x, bt_tensor *w, bt_tensor *b);
 /* GPT-2's MLP, linear(gelu(linear(x, w1, b1)), w2, b2) with w1 [hid, in], w2 [out, hid], plus the
    residual r when r != NULL (r of the output's shape), as one op: on a GPU the bias and GELU ride
    the first GEMM's epilogue, r the second's C input, and the backward's GELU gradient and both
-   bias gradients ride GEMMs too (bt_set_fused_epilogues); elsewhere the ops it names. */
+   bias gradients ride GEMMs too (BT_FUSE_EPILOGUES); elsewhere the ops it names. */
 BTDEF bt_tensor *bt_mlp_gelu(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tensor *w2, bt_tensor *b2, bt_tensor *r);
 /* r + linear(x, w, b), r of the output's shape: the residual add rides the GEMM on a GPU (its C
    input with beta = 1) when fused epilogues are on; elsewhere bt_add(r, bt_linear(x, w, b)) */
@@ -515,7 +520,7 @@ BTDEF void bt_set_rows_hook(bt_tensor *leaf, bt_rows_hook_fn fn, void *user);
 BTDEF bt_tensor *bt_cross_entropy(bt_tensor *logits, bt_tensor *targets, int64_t V, int ignore_index);
 /* cross_entropy(linear(x, w), targets, V, ignore_index) without the [rows, Vp] logits: x [.., C],
    w [Vp, C], the logits made a bounded chunk of rows at a time (bt_linear_cross_entropy_chunk sets
-   the chunk's bytes, default 1 GiB or BT_XENT_CHUNK_MB, and returns the old value; 0 only asks) */
+   the chunk's bytes, default 1 GiB, and returns the old value; 0 only asks) */
 BTDEF bt_tensor *bt_linear_cross_entropy(bt_tensor *x, bt_tensor *w, bt_tensor *targets, int64_t V, int ignore_index);
 BTDEF size_t bt_linear_cross_entropy_chunk(size_t bytes);
 /* causal self-attention: q, k, v [B, H, T, D] -> softmax(q k^T / sqrt(D) + causal mask) v */
@@ -634,9 +639,9 @@ static struct {
     bt_storage *free_storages;
     bt_tensor **scope_items; int scope_n, scope_cap;   /* registered tensors, stack */
     int *scope_marks; int scope_depth, scope_marks_cap;
-    int fused_epi;                /* -1: not read from BT_FUSED_EPILOGUES yet */
+    int fusions;                  /* BT_FUSE_* flags */
     int recompute;                /* BT_RECOMPUTE_* flags */
-} bt__g = { 1, BT_MATMUL_FP32, 0, 0, NULL, NULL, NULL, NULL, 0, 0, NULL, 0, 0, -1, 0 };
+} bt__g = { 1, BT_MATMUL_FP32, 0, 0, NULL, NULL, NULL, NULL, 0, 0, NULL, 0, 0, BT_FUSE_ALL, 0 };
 
 static void *bt__xmalloc(size_t n, const char *what) {
     void *p = malloc(n ? n : 1);
@@ -653,11 +658,8 @@ BTDEF int bt_grad_enabled(void) { return bt__g.grad_enabled; }
 BTDEF int bt_set_grad_enabled(int on) { int old = bt__g.grad_enabled; bt__g.grad_enabled = on != 0; return old; }
 BTDEF void bt_set_matmul_precision(bt_matmul_precision p) { bt__g.precision = p; }
 BTDEF bt_matmul_precision bt_get_matmul_precision(void) { return bt__g.precision; }
-static int bt__fused_on(void) {
-    if (bt__g.fused_epi < 0) { const char *e = getenv("BT_FUSED_EPILOGUES"); bt__g.fused_epi = !(e && e[0] == '0'); }
-    return bt__g.fused_epi;
-}
-BTDEF int bt_set_fused_epilogues(int on) { int old = bt__fused_on(); bt__g.fused_epi = on != 0; return old; }
+BTDEF int bt_set_fusions(int flags) { int old = bt__g.fusions; bt__g.fusions = flags & BT_FUSE_ALL; return old; }
+static int bt__fused(int flag) { return (bt__g.fusions & flag) != 0; }
 BTDEF int bt_set_recompute(int flags) { int old = bt__g.recompute; bt__g.recompute = flags; return old; }
 BTDEF void bt_set_deterministic(int on) {
     bt__g.deterministic = on != 0;
@@ -2545,10 +2547,8 @@ static int bt__exclusive(bt_tensor *t) { return t->refcount == 1 && t->storage->
    input gradient into it in place (exclusive, same shape and dtype): one pass over it instead of a
    separate result and an add. The engine then gets gin[i] = NULL and still counts the edge. */
 static bt_tensor *bt__pending_grad_sink(bt_node *n, int i) {
-    static int off = -1;   /* BT_GRAD_SINK=0: a separate result and add, for comparison */
-    if (off < 0) off = getenv("BT_GRAD_SINK") && getenv("BT_GRAD_SINK")[0] == '0';
     bt_node *m = n->next[i].node;
-    if (off || !m || !m->grad || !bt__exclusive(m->grad) || m->grad->dtype != n->in_dtype[i]) return NULL;
+    if (!m || !m->grad || !bt__exclusive(m->grad) || m->grad->dtype != n->in_dtype[i]) return NULL;
     const bt_shape s = n->in_shape[i];
     if (m->grad->ndim != s.ndim || memcmp(m->grad->shape, s.d, sizeof(int64_t) * (size_t)s.ndim)) return NULL;
     m->grad->storage->version++;
@@ -2585,11 +2585,10 @@ static void bt__gemm_into(bt_tensor *sink, bt_dtype dt, const void *A, const voi
    linear layer before it (attention and MLP projections), gqkv that of the qkv projection, and their
    bias gradients are exactly those sums: bt__bias_grad_reduce takes them instead of reading the
    [rows, C] gradient again, when the storage has not been written since (its version) and the
-   gradient covers it whole. BT_LN_COLSUM=0 turns both off, for comparison. */
+   gradient covers it whole (BT_FUSE_COLSUM: both on or off). */
 static int64_t bt__colsum_reuses;   /* bias gradients that took the sums left (bt_grad_colsum_reuses) */
 BTDEF int64_t bt_grad_colsum_reuses(void) { return bt__colsum_reuses; }
 #ifdef BT_CUDA
-static int bt__colsum_on(void) { return !(getenv("BT_LN_COLSUM") && getenv("BT_LN_COLSUM")[0] == '0'); }
 /* t covers its storage whole, as [rows, cols] */
 static int bt__covers_storage(const bt_tensor *t, int64_t cols) {
     return t->offset == 0 && t->ndim >= 1 && t->shape[t->ndim - 1] == cols && bt_is_contiguous(t) &&
@@ -2597,7 +2596,7 @@ static int bt__covers_storage(const bt_tensor *t, int64_t cols) {
 }
 /* a [C] fp32 buffer for the column sums of gx, to be handed to the kernel that writes gx, or NULL */
 static float *bt__colsum_for(bt_tensor *gx, int64_t C) {
-    if (!gx || !bt__is_gpu(gx) || !bt__colsum_on() || !bt__covers_storage(gx, C)) return NULL;
+    if (!gx || !bt__is_gpu(gx) || !bt__fused(BT_FUSE_COLSUM) || !bt__covers_storage(gx, C)) return NULL;
     return (float *)bt_alloc(bt_device_of(gx), (size_t)C * sizeof(float), bt__stream_for(bt_device_of(gx)));
 }
 /* after that kernel: the sums stay with gx's storage at its current version */
@@ -2632,60 +2631,26 @@ static void bt__bias_grad_reduce(bt_node *n, int ib, bt_tensor *g2, bt_tensor **
     int mask[2] = {1, 0};
     gin[ib] = bt__register(bt__reduce(g2, mask, BT_REDUCE_SUM, 0, NULL));
 }
-#ifdef BT_CUDA
-/* input ib's bias gradient db [out] already summed (by a GEMM epilogue, in the compute dtype or
-   fp32): added into the leaf's fp32 .grad when it has one, else returned in the input's dtype */
-static void bt__bias_grad_give(bt_node *n, int ib, bt_tensor *db, bt_tensor **gin) {
-    bt_tensor *sink = bt__is_gpu(db) ? bt__grad_sink(n, ib, n->in_dtype[ib]) : NULL;
-    if (sink && sink->dtype == BT_F32) {
-        sink->storage->version++;
-        BT__ON_GPU(bt_device_of(db), stream) bt_k_sum_rows_acc(db->dtype, (float *)bt_data_ptr(sink), bt_data_ptr(db), 1, bt_numel(db), stream);
-        return;
-    }
-    gin[ib] = bt__register(bt__contig_as(db, n->in_dtype[ib]));
-}
-#endif
 /* the weight gradient of y = x w^T (+ b) for input iw, dw = g2^T x2 ([out, in], the rows summed),
    and, when ib >= 0, the bias gradient for input ib: into the leaves' .grad where bt__grad_sink
    allows (the GEMM accumulates with beta = 1), else returned in gin. The bias gradient is the
-   column sums of g2 (bt_k_sum_rows_acc's fast path into the fp32 .grad on a GPU). BT_FUSED_BGRAD=1
-   takes it from the weight GEMM instead (cuBLASLt's BGRADB epilogue, when it has an algorithm):
-   measured on an H100 at GPT-2's B=128 shapes, cuBLASLt runs that epilogue as a kernel of its own
-   reading g2 at about 2.1 TB/s, slower than the column-sum kernel (bench/RESULTS.md). */
-#ifdef BT_CUDA
-static int bt__fused_bgrad(void) { const char *e = getenv("BT_FUSED_BGRAD"); return e && e[0] == '1'; }
-#endif
+   column sums of g2 (bt_k_sum_rows_acc's fast path into the fp32 .grad on a GPU), not cuBLASLt's
+   BGRADB epilogue on the weight GEMM: measured on an H100 at GPT-2's B=128 shapes, cuBLASLt runs
+   that epilogue as a kernel of its own reading g2 at about 2.1 TB/s, slower than the column-sum
+   kernel (bench/RESULTS.md). */
 static void bt__linear_wgrad(bt_node *n, int iw, int ib, bt_tensor *g2, bt_tensor *x2, bt_tensor **gin) {
     int64_t rows = x2->shape[0], in_f = x2->shape[1], out_f = g2->shape[1];
-    bt_device dev = bt_device_of(g2);
     bt_dtype dt = g2->dtype;
-    int want_b = ib >= 0 && bt__wants(n, ib);
     if (bt__wants(n, iw)) {
         bt_tensor *sink = bt__grad_sink(n, iw, dt);
-        bt_tensor *gw = sink ? NULL : bt__new(bt_shape2(out_f, in_f), dt, dev);
-        int fused = 0;
-#ifdef BT_CUDA
-        if (want_b && bt__is_gpu(g2) && bt__fused_on() && bt__fused_bgrad()) {
-            bt_tensor *dst = sink ? sink : gw;
-            bt_tensor *db = bt__new(bt_shape1(out_f), dst->dtype, dev);   /* cuBLASLt writes it in C's dtype */
-            BT__ON_GPU(dev, stream)
-                fused = bt_k_matmul_epi(dt, dst->dtype, bt_data_ptr(dst), bt_data_ptr(g2), bt_data_ptr(x2), out_f, in_f, rows, 1, 0,
-                                        sink ? 1.f : 0.f, BT_K_EPI_BGRADB, bt_data_ptr(db), NULL, bt__g.precision, stream);
-            if (fused) {
-                if (sink) sink->storage->version++;
-                bt__bias_grad_give(n, ib, db, gin);
-                want_b = 0;
-            }
-            bt_release(db);
+        if (sink) bt__gemm_into(sink, dt, bt_data_ptr(g2), bt_data_ptr(x2), out_f, in_f, rows, 1, 0);   /* dw += g^T x */
+        else {
+            bt_tensor *gw = bt__new(bt_shape2(out_f, in_f), dt, bt_device_of(g2));
+            bt__gemm(dt, bt_device_of(g2), bt_data_ptr(gw), bt_data_ptr(g2), bt_data_ptr(x2), NULL, out_f, in_f, rows, 1, 0, 1, 0, 0, 0, 1.0, 0.0);
+            gin[iw] = bt__register(gw);
         }
-#endif
-        if (!fused) {
-            if (sink) bt__gemm_into(sink, dt, bt_data_ptr(g2), bt_data_ptr(x2), out_f, in_f, rows, 1, 0);   /* dw += g^T x */
-            else bt__gemm(dt, dev, bt_data_ptr(gw), bt_data_ptr(g2), bt_data_ptr(x2), NULL, out_f, in_f, rows, 1, 0, 1, 0, 0, 0, 1.0, 0.0);
-        }
-        if (gw) gin[iw] = bt__register(gw);
     }
-    if (want_b) bt__bias_grad_reduce(n, ib, g2, gin);
+    if (ib >= 0 && bt__wants(n, ib)) bt__bias_grad_reduce(n, ib, g2, gin);
 }
 
 /* the gradients of y = x w^T (+ b) for inputs 0 (x), 1 (w) and, when it has one, 2 (b) */
@@ -2734,7 +2699,7 @@ BTDEF bt_tensor *bt_linear(bt_tensor *x, bt_tensor *w, bt_tensor *b) {
 BTDEF bt_tensor *bt_linear_add(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tensor *r) {
     bt__need_float(x, "linear_add", "x");
     if (!r) bt_error("linear_add: no residual r (bt_linear is the op without one)");
-    int fusable = bt__is_gpu(x) && bt__fused_on() && x->dtype != BT_F64 && r && r->dtype == x->dtype && bt__is_gpu(r) &&
+    int fusable = bt__is_gpu(x) && bt__fused(BT_FUSE_EPILOGUES) && x->dtype != BT_F64 && r && r->dtype == x->dtype && bt__is_gpu(r) &&
                   bt_device_of(r).index == bt_device_of(x).index && w->ndim == 2 && x->ndim >= 1 && x->shape[x->ndim - 1] == w->shape[1];
     if (fusable) {   /* r must have exactly y's shape (no broadcast) */
         bt_shape os = bt_shape_of(x); os.d[os.ndim - 1] = w->shape[0];
@@ -2766,7 +2731,7 @@ BTDEF bt_tensor *bt_linear_add(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tens
    Fused (a GPU, fused epilogues on, cuBLASLt offering the algorithms): the first GEMM adds b1 and
    applies GELU in its epilogue, writing u = gelu(h) and the pre-activation h (kept for the
    backward); the second adds b2 and the residual r. The backward's dh = (g w2) * gelu'(h) comes
-   out of the GEMM g w2 (DGELU epilogue; BT_FUSED_DGELU=0: a separate kernel); db1 and db2 are the
+   out of the GEMM g w2 (DGELU epilogue; a separate kernel when cuBLASLt has none); db1 and db2 are the
    column sums of dh and g (bt__linear_wgrad). Per call that saves the GELU kernels (forward: read
    and write rows x hid; backward: read 2, write 1) and the residual add. (cuBLASLt's DGELU_BGRAD,
    dh and db1 in one GEMM, ran at a fifth of the product's rate on an H100: slower than this. With
@@ -2774,9 +2739,6 @@ BTDEF bt_tensor *bt_linear_add(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tens
    for the plain product, and the other operand layout (the weight stored transposed) measured no
    faster; still cheaper than a separate GELU pass.) Otherwise it is the ops it names, recorded as
    such. */
-#ifdef BT_CUDA
-static int bt__fused_dgelu(void) { const char *e = getenv("BT_FUSED_DGELU"); return !(e && e[0] == '0'); }
-#endif
 /* the MLP's saved gelu(h), or (BT_RECOMPUTE_GELU: not saved) gelu(h) remade: +1 either way */
 static bt_tensor *bt__mlp_saved_u(bt_node *n, bt_tensor *h) {
     if (n->n_saved > 4) return bt_retain(n->saved[4]);
@@ -2799,7 +2761,7 @@ static void bt__mlp_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
         bt_tensor *dh = bt__new(bt_shape2(rows, hid), dt, dev);
 #ifdef BT_CUDA
         BT__ON_GPU(dev, stream) {
-            int fused = bt__fused_on() && bt__fused_dgelu() &&
+            int fused = bt__fused(BT_FUSE_EPILOGUES) &&
                         bt_k_matmul_epi(dt, dt, bt_data_ptr(dh), bt_data_ptr(g2), bt_data_ptr(w2), rows, hid, out_f, 0, 0, 0.f,
                                         BT_K_EPI_DGELU, NULL, bt_data_ptr(h), bt__g.precision, stream);
             if (!fused) {                                            /* du = g w2, then dh = du gelu'(h) in place */
@@ -2863,7 +2825,7 @@ BTDEF bt_tensor *bt_mlp_gelu(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tens
     bt__need_float(x, "mlp_gelu", "x"); bt__need_float(w1, "mlp_gelu", "w1"); bt__need_float(w2, "mlp_gelu", "w2");
     if (w1->ndim != 2 || w2->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w1->shape[1] || w2->shape[1] != w1->shape[0])
         bt_error("mlp_gelu: x %s, w1 %s, w2 %s: expected x [.., in], w1 [hid, in], w2 [out, hid]", bt__s(x), bt__s(w1), bt__s(w2));
-    int fusable = bt__is_gpu(x) && b1 && b2 && x->dtype != BT_F64 && bt__fused_on() && bt_numel(x) > 0 && w1->dtype == x->dtype &&
+    int fusable = bt__is_gpu(x) && b1 && b2 && x->dtype != BT_F64 && bt__fused(BT_FUSE_EPILOGUES) && bt_numel(x) > 0 && w1->dtype == x->dtype &&
                   w2->dtype == x->dtype && b1->dtype == x->dtype && b2->dtype == x->dtype && b1->ndim == 1 && b2->ndim == 1 &&
                   b1->shape[0] == w1->shape[0] && b2->shape[0] == w2->shape[0] && bt__is_gpu(w1) && bt__is_gpu(w2) && bt__is_gpu(b1) &&
                   bt__is_gpu(b2) && bt_device_of(w1).index == bt_device_of(x).index && bt_device_of(w2).index == bt_device_of(x).index &&
@@ -3350,17 +3312,12 @@ BTDEF bt_tensor *bt_cross_entropy(bt_tensor *logits, bt_tensor *targets, int64_t
    (the gradient is linear in it). Same three GEMMs as unfused; what goes is the largest activation
    of a language model (1.6 GB of bf16 logits for GPT-2 at 16 x 1024 rows) and two of the
    cross-entropy's passes over it. */
-/* 1 GiB of logits a chunk (BT_XENT_CHUNK_MB=n: n MiB): GPT-2's bf16 head at 10,672 rows a chunk.
+/* 1 GiB of logits a chunk: GPT-2's bf16 head at 10,672 rows a chunk.
    Measured on an H100 at 131,072 rows: the three GEMMs of a chunk ran at 707-775 TFLOP/s there
    against 657-750 at 256 MiB (2,668 rows, where dx's output fills half the SMs' tiles and dw's
    fp32 accumulator is re-read 4x as often); bench/RESULTS.md. */
-static size_t bt__lxent_chunk_bytes;
+static size_t bt__lxent_chunk_bytes = (size_t)1 << 30;
 BTDEF size_t bt_linear_cross_entropy_chunk(size_t bytes) {
-    if (!bt__lxent_chunk_bytes) {
-        const char *e = getenv("BT_XENT_CHUNK_MB");
-        long mb = e ? atol(e) : 0;
-        bt__lxent_chunk_bytes = (size_t)(mb > 0 ? mb : 1024) << 20;
-    }
     size_t old = bt__lxent_chunk_bytes;
     if (bytes) bt__lxent_chunk_bytes = bytes;
     return old;
@@ -3374,10 +3331,6 @@ static int64_t bt__lxent_rows(int64_t N, int64_t cap) {
     const int64_t nch = (N + cap - 1) / cap, even = (N + nch - 1) / nch, up = (even + 63) / 64 * 64;
     return up <= cap ? up : even;
 }
-#ifdef BT_CUDA
-/* BT_XENT_FUSED=0: the classifier's loss and logit gradient by the two kernels, not the fused one */
-static int bt__xent_fused_on(void) { const char *e = getenv("BT_XENT_FUSED"); return !(e && e[0] == '0'); }
-#endif
 /* y += a[0] x over n elements of dtype dt (a: one element of dt, on y's device) */
 static void bt__axpy_dev(bt_device dev, bt_dtype dt, void *y, const void *a, const void *x, int64_t n) {
     if (dev.type == BT_GPU) {
@@ -3439,7 +3392,7 @@ BTDEF bt_tensor *bt_linear_cross_entropy(bt_tensor *x, bt_tensor *w, bt_tensor *
         bt__gemm(dt, dev, bt_data_ptr(z), xr, bt_data_ptr(wc), NULL, n, Vp, C, 0, 1, 1, 0, 0, 0, 1.0, 0.0);
         int fused = 0;   /* the loss and the logit gradient in one pass over z (GPU) */
 #ifdef BT_CUDA
-        if (gl && dev.type == BT_GPU && bt__xent_fused_on()) {
+        if (gl && dev.type == BT_GPU && bt__fused(BT_FUSE_XENT)) {   /* else the two kernels below */
             BT__ON_GPU(dev, st) bt_k_cross_entropy_fused(dt, (float *)bt_data_ptr(losses), NULL, bt_data_ptr(z), tp + r0,
                                                          (const float *)bt_data_ptr(gl), n, V, Vp, ignore_index, bt__bad(dev), st);
             fused = 1;

@@ -5,17 +5,13 @@
    <|endoftext|> id per document and none inside one. */
 #define BT_TOKENIZE_NO_MAIN
 #include "tools/bt_tokenize.c"
+#include "tests/fuzz_tokenizer.h"
 
 static bt_tokenizer *tok;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    const char *e = getenv("BT_ENCODER_JSON"), *v = getenv("BT_VOCAB_BPE");
     (void)argc; (void)argv;
-    if (!e || !v) {
-        if (access("data/encoder.json", R_OK) == 0) { e = "data/encoder.json"; v = "data/vocab.bpe"; }
-        else { e = "../shared/data/gpt2-tokenizer/encoder.json"; v = "../shared/data/gpt2-tokenizer/vocab.bpe"; }
-    }
-    if (!(tok = bt_tokenizer_load(e, v))) { fprintf(stderr, "fuzz_eot: %s\n", bt_data_error()); exit(1); }
+    tok = fuzz_load_tokenizer("fuzz_eot");
     return 0;
 }
 

@@ -6,6 +6,7 @@
 #define _POSIX_C_SOURCE 200809L
 #define BT_DATA_IMPLEMENTATION
 #include "bt_data.h"
+#include "tests/fuzz_tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,14 +16,8 @@
 static bt_tokenizer *tok;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    const char *e = getenv("BT_ENCODER_JSON"), *v = getenv("BT_VOCAB_BPE");
     (void)argc; (void)argv;
-    if (!e || !v) {
-        if (access("data/encoder.json", R_OK) == 0) { e = "data/encoder.json"; v = "data/vocab.bpe"; }
-        else { e = "../shared/data/gpt2-tokenizer/encoder.json"; v = "../shared/data/gpt2-tokenizer/vocab.bpe"; }
-    }
-    tok = bt_tokenizer_load(e, v);
-    if (!tok) { fprintf(stderr, "fuzz_tokenizer: %s\n", bt_data_error()); exit(1); }
+    tok = fuzz_load_tokenizer("fuzz_tokenizer");
     return 0;
 }
 

@@ -22,26 +22,24 @@
    line in those lists is tested everywhere without touching this file; an op that needs inputs
    from a restricted domain gets one line in oc_unary_positive.
 
-   TOLERANCES (oc_tol). The error is ||got - ref|| / ||ref|| over a whole output or gradient.
-     exact  0      data movement (views, copies, casts, concat/split, to, clone), max/argmax, fills,
-                   creation: every device uses the same conversion and rounding functions
-                   (bt__ld/bt__st, Philox), so the bits are the same. Philox fills in f64 are
-                   kept within 1e-14: normals go through log/sin/cos, whose CUDA versions are
-                   within 2 ulp of glibc's, and lo + (hi - lo) u may be fused on one side.
-     f64    1e-12  GPU f64 against CPU f64: the same math summed in another order (~1e-16).
-     f32    1e-5   fp32 accumulation in another order than the f64 reference: each rounding costs
-                   at most 6e-8 relative; the sums here have at most a few thousand terms and
-                   random signs, so ~1e-7..1e-6 is expected. 3e-5 for the loose cases (a 20000-
-                   term sum, attention's online softmax over up to 100 keys).
-     tf32   1e-2   f32 data on TF32 tensor cores (matmul, attention): operands keep a 10-bit
-                   mantissa, 2^-11 (rounded) to 2^-10 (truncated, biased: errors need not cancel)
-                   relative each, so up to ~2e-3 per product; a backward chains two or three
-                   products (and a layernorm's rstd) before a gradient is compared.
-     bf16   2e-2   8-bit mantissa: each rounding costs up to 2^-9 = 2e-3; an op rounds its output,
-                   and a backward chain rounds 2 to 4 intermediates (div's gb = -g a / b^2 is three)
-                   before a sum. 3e-2 loose: long reductions, attention, whose kernels round the
-                   probabilities P and dS to bf16 inside, and the composites (several ops chained).
-     f16    5e-3   11-bit mantissa: 2^-11 = 5e-4 per rounding, the same counts. 1e-2 loose.
+   TOLERANCES (oc_tol): kinds of tests/bt_test.h's table, whose comment gives the reasoning. The
+   error is ||got - ref|| / ||ref|| over a whole output or gradient.
+     exact  BT_TOL_EXACT: data movement (views, copies, casts, concat/split, to, clone), max/argmax,
+            fills, creation: every device uses the same conversion and rounding functions
+            (bt__ld/bt__st, Philox), so the bits are the same. Philox fills in f64 are kept within
+            BT_TOL_F64_ULP: normals go through log/sin/cos, whose CUDA versions are within 2 ulp of
+            glibc's, and lo + (hi - lo) u may be fused on one side.
+     f64    BT_TOL_F64: GPU f64 against CPU f64, the same math summed in another order (~1e-16).
+     f32    BT_TOL_F32: the sums here have at most a few thousand terms and random signs, so
+            ~1e-7..1e-6 is expected; BT_TOL_F32_LOOSE for the loose cases (a 20000-term sum,
+            attention's online softmax over up to 100 keys).
+     tf32   BT_TOL_TF32_CHAIN (matmul, attention): up to ~2e-3 per product, and a backward chains
+            two or three products (and a layernorm's rstd) before a gradient is compared.
+     bf16   BT_TOL_BF16: an op rounds its output, and a backward chain rounds 2 to 4 intermediates
+            (div's gb = -g a / b^2 is three) before a sum. BT_TOL_BF16_LOOSE: long reductions,
+            attention, whose kernels round the probabilities P and dS to bf16 inside, and the
+            composites (several ops chained).
+     f16    BT_TOL_F16, BT_TOL_F16_LOOSE: the same counts at 2^-11 = 5e-4 a rounding.
    A wrong formula, index, stride, stream or device is off by order 1, far above all of these.
    Inputs whose sums could cancel (reductions, vector dot products) are drawn with mean 0.5, so
    that a relative error stays a relative error of the op and not of a near-zero result.
@@ -705,20 +703,10 @@ static int oc_run_guarded(int idx, bt_device dev, bt_device dev2, bt_dtype dt, b
 
 /* the tolerance of case k's output (grad = 0) or gradients in dtype dt; tf32: f32 with TF32 matmuls */
 static double oc_tol(const oc_case *k, bt_dtype dt, int tf32, int grad) {
-    if ((k->flags & OC_EXACT) || ((k->flags & OC_EXACT_FWD) && !grad)) return (k->flags & OC_F64_ULPS) && dt == BT_F64 ? 1e-14 : 0.0;
-    int loose = (k->flags & OC_LOOSE) != 0;
-    switch (dt) {
-    case BT_F64: return 1e-12;
-    case BT_F32: return tf32 ? 1e-2 : loose ? 3e-5 : 1e-5;
-    case BT_BF16: return loose ? 3e-2 : 2e-2;
-    case BT_F16: return loose ? 1e-2 : 5e-3;
-    default: return 0.0;
-    }
-}
-static int oc_verbose(void) {
-    static int v = -1;
-    if (v < 0) { const char *e = getenv("BT_TEST_VERBOSE"); v = e && *e && *e != '0'; }
-    return v;
+    if ((k->flags & OC_EXACT) || ((k->flags & OC_EXACT_FWD) && !grad))
+        return (k->flags & OC_F64_ULPS) && dt == BT_F64 ? BT_TOL_F64_ULP : BT_TOL_EXACT;
+    if (dt == BT_F32 && tf32) return BT_TOL_TF32_CHAIN;
+    return bt_test_tol(dt, (k->flags & OC_LOOSE) != 0);
 }
 static int oc__same_shape(bt_shape a, bt_shape b) {
     if (a.ndim != b.ndim) return 0;
@@ -757,7 +745,7 @@ static void oc_compare(const char *where, int idx, const oc_result *got, const o
             st->worst = ratio;
             snprintf(st->worst_what, sizeof st->worst_what, "%.80s %.23s (%.3g, tol %.3g)", k->name, what, e, tol);
         }
-        if (oc_verbose()) printf("  %-12s %-64s %-12s %10.3g %10.3g\n", where, k->name, what, e, tol);
+        if (bt_test_verbose()) printf("  %-12s %-64s %-12s %10.3g %10.3g\n", where, k->name, what, e, tol);
     }
     st->failed += bad;
 }

@@ -1,12 +1,18 @@
 /* proc_test.h - process helpers shared by the multi-process tests (test_dist, test_parallel and
-   their GPU twins): waiting for a child with a time limit, reading a rank's log, and (CUDA builds)
+   their GPU twins): this process as the only rank, waiting for a child with a time limit, forking
+   ranks, starting ranks through the --nproc launcher with their output in files, and (CUDA builds)
    counting GPUs in a child process so the parent never initialises CUDA before it forks.
-   Include after bt_dist.h (bt__now, bt__sleep) and tests/bt_test.h. */
+   Include after bt_dist.h (bt__now, bt__sleep, bt_dist_spawn) and tests/bt_test.h; it brings
+   tests/bt_test_files.h (the scratch directory the launched ranks write their output into). */
 #ifndef BT_PROC_TEST_H
 #define BT_PROC_TEST_H
+#include "tests/bt_test_files.h"
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <signal.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 /* waits for pid up to limit_s (then SIGKILL); returns the exit code, 128 + signal, or -1 */
@@ -22,18 +28,47 @@ static inline int wait_limit(pid_t pid, double limit_s) {
     }
 }
 
-/* the whole file, NUL-terminated (malloc'd), or NULL */
-static inline char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = (char *)malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) n = 0;
-    if (b) b[n] = 0;
-    fclose(f);
-    return b;
+/* this process as the only rank, without a launcher (store_only: no NCCL communicators); *env
+   must outlive the bt_dist */
+static inline bt_dist *one_rank_init(bt_dist_env *env, bt_dist_opts *o, int store_only) {
+    memset(env, 0, sizeof *env); memset(o, 0, sizeof *o);
+    env->world = 1; env->local_world = 1;
+    o->env = env; o->store_only = store_only;
+    return bt_dist_init(o);
+}
+
+/* forks world processes running body(rank, arg); codes[k] = rank k's exit code (wait_limit's) */
+typedef int (*proc_rank_body)(int rank, void *arg);
+static inline void run_ranks(int world, proc_rank_body body, void *arg, int *codes, double limit_s) {
+    pid_t pids[16];
+    fflush(NULL);
+    for (int k = 0; k < world && k < 16; k++) {
+        pids[k] = fork();
+        if (pids[k] == 0) _exit(body(k, arg));
+    }
+    for (int k = 0; k < world && k < 16; k++) codes[k] = wait_limit(pids[k], limit_s);
+}
+
+/* forks a child that starts nproc ranks with the --nproc launcher (bt_dist_spawn, with its
+   stop_delay_s and kill_grace_s), each running fn(rank), their stdout and stderr to the files out
+   and err; returns the child's pid, whose exit code (wait_limit) is the launcher's */
+typedef int (*proc_rank_fn)(int rank);
+static inline pid_t start_launcher(int nproc, double stop_delay_s, double kill_grace_s, proc_rank_fn fn, const char *out, const char *err) {
+    fflush(NULL);
+    pid_t p = fork();
+    if (p == 0) {
+        int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fo, 1); dup2(fe, 2); close(fo); close(fe);
+        bt_spawn_opts o;
+        memset(&o, 0, sizeof o);
+        o.nproc = nproc; o.stop_delay_s = stop_delay_s; o.kill_grace_s = kill_grace_s;
+        int rank = bt_dist_spawn(&o);
+        if (rank < 0) { fprintf(stderr, "spawn: %s\n", bt_dist_error()); _exit(99); }
+        int code = fn(rank);
+        fflush(NULL);
+        _exit(code);
+    }
+    return p;
 }
 
 #ifdef BT_CUDA
@@ -47,5 +82,18 @@ static inline int gpu_count(void) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : 0;
 }
 #define NEED_2_GPUS() do { int n__ = gpu_count(); if (n__ < 2) { BT_SKIP("needs 2 GPUs, found %d", n__); return; } } while (0)
+
+/* two ranks (one per GPU) of fn through the launcher, their output in bt_test_dir's <name>_out.txt
+   and <name>_err.txt (the latter's path into err); returns the launcher's exit code, -1 when it
+   ran past limit_s; *secs (when not NULL) the time it took */
+static inline int launch2(proc_rank_fn fn, const char *name, double stop_delay_s, double limit_s, char *err, size_t errlen, double *secs) {
+    char out[512];
+    snprintf(out, sizeof out, "%s/%s_out.txt", bt_test_dir, name);
+    snprintf(err, errlen, "%s/%s_err.txt", bt_test_dir, name);
+    double t0 = bt__now();
+    int code = wait_limit(start_launcher(2, stop_delay_s, 2, fn, out, err), limit_s);
+    if (secs) *secs = bt__now() - t0;
+    return code;
+}
 #endif
 #endif

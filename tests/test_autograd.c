@@ -11,48 +11,31 @@
 #include <stdint.h>
 
 #define CPU bt_cpu()
-static int quick;
-static uint64_t seed_ctr = 5000;
 static size_t allocated(void) { return bt_alloc_stats(CPU).allocated; }
-
-/* a fresh random leaf, owned by the caller */
-static bt_tensor *leaf(bt_shape s, bt_dtype dt, int requires_grad) {
-    bt_scope_begin();
-    bt_tensor *t = bt_keep(bt_randn(s, dt, CPU, seed_ctr++));
-    bt_scope_end();
-    if (requires_grad) bt_set_requires_grad(t, 1);
-    return t;
-}
-static double *host(bt_tensor *t) {
-    double *p = (double *)malloc(sizeof(double) * (size_t)(bt_numel(t) ? bt_numel(t) : 1));
-    bt_to_host(t, p, BT_F64);
-    return p;
-}
-static void drop_grad(bt_tensor *t) { bt_release(t->grad); t->grad = NULL; }
 
 /* ---------------------------------------------------------------------------------------------
    the engine
    --------------------------------------------------------------------------------------------- */
 static void test_shared_subexpressions(void) {
     size_t base = allocated();
-    bt_tensor *x = leaf(bt_shape1(7), BT_F64, 1);
-    double *xh = host(x);
+    bt_tensor *x = bt_test_leaf(bt_shape1(7), BT_F64, 1);
+    double *xh = bt_test_host(x);
     bt_scope_begin();
     bt_tensor *y = bt_add(bt_mul(x, x), bt_mul(x, x));        /* x used four times: dy/dx = 4x */
     bt_backward(bt_sum(y, NULL, 0, 0));
     bt_scope_end();
-    double *g = host(x->grad), want[7];
+    double *g = bt_test_host(x->grad), want[7];
     for (int i = 0; i < 7; i++) want[i] = 4 * xh[i];
-    BT_CHECK(bt_test_relerr(g, want, 7) < 1e-15, "x*x + x*x: rel err %g", bt_test_relerr(g, want, 7));
-    free(g); drop_grad(x);
+    BT_CHECK(bt_test_relerr(g, want, 7) < BT_TOL_F64_ROUND, "x*x + x*x: rel err %g", bt_test_relerr(g, want, 7));
+    free(g); bt_test_drop_grad(x);
     /* a diamond through an intermediate used by three consumers: a = exp(x), f = a*a + tanh(a) + a */
     bt_scope_begin();
     bt_tensor *a = bt_exp(x);
     bt_backward(bt_sum(bt_add(bt_add(bt_mul(a, a), bt_tanh(a)), a), NULL, 0, 0));
     bt_scope_end();
-    g = host(x->grad);
+    g = bt_test_host(x->grad);
     for (int i = 0; i < 7; i++) { double e = exp(xh[i]), t = tanh(e); want[i] = (2 * e + (1 - t * t) + 1) * e; }
-    BT_CHECK(bt_test_relerr(g, want, 7) < 1e-14, "diamond: rel err %g", bt_test_relerr(g, want, 7));
+    BT_CHECK(bt_test_relerr(g, want, 7) < BT_TOL_F64_ULP, "diamond: rel err %g", bt_test_relerr(g, want, 7));
     free(g); free(xh);
     bt_release(x);
     BT_CHECK(allocated() == base, "leaked %lld bytes", (long long)(allocated() - base));
@@ -60,33 +43,33 @@ static void test_shared_subexpressions(void) {
 
 static void test_accumulation_and_zero_grad(void) {
     size_t base = allocated();
-    bt_tensor *w = leaf(bt_shape2(3, 4), BT_F32, 1), *x = leaf(bt_shape2(5, 4), BT_F32, 0);
+    bt_tensor *w = bt_test_leaf(bt_shape2(3, 4), BT_F32, 1), *x = bt_test_leaf(bt_shape2(5, 4), BT_F32, 0);
     double *once = NULL;
     for (int pass = 0; pass < 3; pass++) {
         bt_scope_begin();
         bt_backward(bt_mean(bt_square(bt_linear(x, w, NULL)), NULL, 0, 0));
         bt_scope_end();
-        double *g = host(w->grad);
+        double *g = bt_test_host(w->grad);
         if (pass == 0) once = g;
         else {
             double want[12];
             for (int i = 0; i < 12; i++) want[i] = (pass + 1) * once[i];
-            BT_CHECK(bt_test_relerr(g, want, 12) < 1e-6, "after %d backward calls the grad is not %d times one: rel err %g",
+            BT_CHECK(bt_test_relerr(g, want, 12) < BT_TOL_F32_ROUND, "after %d backward calls the grad is not %d times one: rel err %g",
                      pass + 1, pass + 1, bt_test_relerr(g, want, 12));
             free(g);
         }
     }
     bt_tensor *grad_before = w->grad;
     bt_zero_grad(&w, 1);
-    double *z = host(w->grad); int zero = 1;
+    double *z = bt_test_host(w->grad); int zero = 1;
     for (int i = 0; i < 12; i++) zero &= z[i] == 0;
     free(z);
     BT_CHECK(zero && w->grad == grad_before, "zero_grad did not zero the grad in place");
     bt_scope_begin();
     bt_backward(bt_mean(bt_square(bt_linear(x, w, NULL)), NULL, 0, 0));
     bt_scope_end();
-    double *g = host(w->grad);
-    BT_CHECK(bt_test_relerr(g, once, 12) < 1e-7, "after zero_grad one backward gives %g of the single grad", bt_test_relerr(g, once, 12));
+    double *g = bt_test_host(w->grad);
+    BT_CHECK(bt_test_relerr(g, once, 12) <= BT_TOL_EXACT, "after zero_grad one backward differs from the single grad by %g", bt_test_relerr(g, once, 12));
     free(g); free(once);
     bt_tensor *none = NULL;
     bt_tensor *ps[2] = {x, none};
@@ -98,7 +81,7 @@ static void test_accumulation_and_zero_grad(void) {
 
 static void test_no_grad(void) {
     size_t base = allocated();
-    bt_tensor *x = leaf(bt_shape2(3, 3), BT_F32, 1);
+    bt_tensor *x = bt_test_leaf(bt_shape2(3, 3), BT_F32, 1);
     bt_scope_begin();
     int old = bt_set_grad_enabled(0);
     BT_CHECK(old == 1 && !bt_grad_enabled(), "grad mode switch");
@@ -109,7 +92,7 @@ static void test_no_grad(void) {
     bt_tensor *y2 = bt_matmul(bt_tanh(x), x);
     BT_CHECK(y2->grad_fn != NULL && y2->requires_grad, "grad mode back on: no graph");
     /* inputs that do not require grad record nothing either */
-    bt_tensor *c = leaf(bt_shape2(3, 3), BT_F32, 0);
+    bt_tensor *c = bt_test_leaf(bt_shape2(3, 3), BT_F32, 0);
     bt_tensor *y3 = bt_exp(bt_add(c, c));
     BT_CHECK(y3->grad_fn == NULL && !y3->requires_grad, "an op on constants recorded a graph");
     bt_release(c);
@@ -127,7 +110,7 @@ static void count_hook(bt_tensor *leaf_, void *user) { (void)leaf_; ((hook_log *
 
 static void test_backward_errors(void) {
     size_t base = allocated();
-    bt_tensor *x = leaf(bt_shape1(6), BT_F64, 1), *w = leaf(bt_shape1(6), BT_F64, 1);
+    bt_tensor *x = bt_test_leaf(bt_shape1(6), BT_F64, 1), *w = bt_test_leaf(bt_shape1(6), BT_F64, 1);
     bt_scope_begin();
     BT_EXPECT_ERROR(bt_backward(bt_exp(x)), "single element");
     bt_tensor *loss = bt_sum(bt_exp(x), NULL, 0, 0);
@@ -139,7 +122,7 @@ static void test_backward_errors(void) {
     BT_EXPECT_ERROR(bt_backward(bt_sum(bt_mul(mid, w), NULL, 0, 0)), "already run");
     BT_EXPECT_ERROR(bt_backward_with(loss, bt_zeros(bt_shape1(2), BT_F64, CPU)), "backward");
     bt_scope_end();
-    drop_grad(x); drop_grad(w);
+    bt_test_drop_grad(x); bt_test_drop_grad(w);
     BT_CHECK(bt__g.scope_depth == 0, "errors left %d scopes open", bt__g.scope_depth);
     BT_CHECK(bt_grad_enabled(), "errors left grad mode off");
     /* in place: mul saves x and w; x changes under no-grad; backward must refuse */
@@ -160,13 +143,13 @@ static void test_backward_errors(void) {
     bt_backward(bt_sum(bt_mul(bt_exp(x), w), NULL, 0, 0));
     bt_scope_end();
     BT_CHECK(hx.calls == 1, "after an error, x's hook fired %d times in one backward", hx.calls);
-    double *g = host(x->grad), *xh = host(x), *wh = host(w), want[6];
+    double *g = bt_test_host(x->grad), *xh = bt_test_host(x), *wh = bt_test_host(w), want[6];
     for (int i = 0; i < 6; i++) want[i] = exp(xh[i]) * wh[i];
-    BT_CHECK(bt_test_relerr(g, want, 6) < 1e-14, "backward after an error: rel err %g", bt_test_relerr(g, want, 6));
+    BT_CHECK(bt_test_relerr(g, want, 6) < BT_TOL_F64_ULP, "backward after an error: rel err %g", bt_test_relerr(g, want, 6));
     free(g); free(xh); free(wh);
     unhook(x);
     /* a modification through a view of a saved tensor counts too (the version is the storage's) */
-    bt_tensor *big = leaf(bt_shape2(4, 6), BT_F64, 1);
+    bt_tensor *big = bt_test_leaf(bt_shape2(4, 6), BT_F64, 1);
     bt_scope_begin();
     bt_tensor *l3 = bt_sum(bt_square(bt_narrow(big, 0, 1, 2)), NULL, 0, 0);
     old = bt_set_grad_enabled(0);
@@ -185,7 +168,7 @@ static void probe_hook(bt_tensor *l, void *user) { (void)l; ((alloc_probe *)user
 static void test_saved_tensors_freed(void) {
     size_t base = allocated();
     int64_t n = 1 << 16;                       /* 256 KB per f32 tensor */
-    bt_tensor *x = leaf(bt_shape1(n), BT_F32, 1), *w = leaf(bt_shape1(n), BT_F32, 1);
+    bt_tensor *x = bt_test_leaf(bt_shape1(n), BT_F32, 1), *w = bt_test_leaf(bt_shape1(n), BT_F32, 1);
     size_t X = bt_alloc_size(x->storage->data);
     alloc_probe early = {0, 0}, late = {0, 0};
     bt_register_grad_hook(w, probe_hook, &late);     /* w is used last: its grad is ready first */
@@ -208,7 +191,7 @@ static void test_saved_tensors_freed(void) {
     bt_release(x); bt_release(w);
     BT_CHECK(allocated() == base, "leaked %lld bytes", (long long)(allocated() - base));
     /* bt_free_graph drops a graph that will not be run */
-    bt_tensor *p = leaf(bt_shape1(n), BT_F32, 1);
+    bt_tensor *p = bt_test_leaf(bt_shape1(n), BT_F32, 1);
     bt_tensor *q = bt_exp(p), *th = bt_tanh(q), *r = bt_sum(th, NULL, 0, 0);
     bt_release(q); bt_release(th);            /* tanh saved its input q: only the graph holds q now */
     size_t held = allocated();
@@ -225,7 +208,7 @@ static void order_hook(bt_tensor *l, void *user) {
     for (int i = 0; i < o->n; i++)
         if (o->leaves[i] == l && o->count < 16) {
             o->order[o->count] = i;
-            double *g = host(l->grad), s = 0;
+            double *g = bt_test_host(l->grad), s = 0;
             for (int64_t j = 0; j < bt_numel(l); j++) s += g[j];
             free(g);
             o->grad_sum[o->count++] = s;
@@ -233,9 +216,9 @@ static void order_hook(bt_tensor *l, void *user) {
 }
 static void test_hooks_order(void) {
     size_t base = allocated();
-    bt_tensor *x = leaf(bt_shape2(2, 3), BT_F64, 0);
-    bt_tensor *w1 = leaf(bt_shape2(4, 3), BT_F64, 1), *b1 = leaf(bt_shape1(4), BT_F64, 1);
-    bt_tensor *w2 = leaf(bt_shape2(5, 4), BT_F64, 1), *w3 = leaf(bt_shape2(2, 5), BT_F64, 1);
+    bt_tensor *x = bt_test_leaf(bt_shape2(2, 3), BT_F64, 0);
+    bt_tensor *w1 = bt_test_leaf(bt_shape2(4, 3), BT_F64, 1), *b1 = bt_test_leaf(bt_shape1(4), BT_F64, 1);
+    bt_tensor *w2 = bt_test_leaf(bt_shape2(5, 4), BT_F64, 1), *w3 = bt_test_leaf(bt_shape2(2, 5), BT_F64, 1);
     bt_tensor *ps[4] = {w1, b1, w2, w3};
     order_log log = {ps, 4, {0}, 0, {0}};
     for (int i = 3; i >= 0; i--) bt_register_grad_hook(ps[i], order_hook, &log);
@@ -251,7 +234,7 @@ static void test_hooks_order(void) {
                  "pass %d: hook order %d %d %d %d, want w3 w2 then w1, b1", pass, log.order[0], log.order[1], log.order[2], log.order[3]);
         /* the grad seen by the hook is the finished one */
         for (int k = 0; k < log.count; k++) {
-            double *g = host(ps[log.order[k]]->grad), s = 0;
+            double *g = bt_test_host(ps[log.order[k]]->grad), s = 0;
             for (int64_t j = 0; j < bt_numel(ps[log.order[k]]); j++) s += g[j];
             free(g);
             BT_CHECK(s == log.grad_sum[k], "pass %d: leaf %d's grad changed after its hook (%g vs %g)", pass, log.order[k], log.grad_sum[k], s);
@@ -259,7 +242,7 @@ static void test_hooks_order(void) {
     }
     for (int i = 0; i < 4; i++) unhook(ps[i]);
     /* one leaf used by several nodes, and by several layers: its hook fires once, after its last use */
-    bt_tensor *w = leaf(bt_shape2(3, 3), BT_F64, 1), *u = leaf(bt_shape2(3, 3), BT_F64, 1);
+    bt_tensor *w = bt_test_leaf(bt_shape2(3, 3), BT_F64, 1), *u = bt_test_leaf(bt_shape2(3, 3), BT_F64, 1);
     bt_tensor *pw[2] = {w, u};
     order_log l2 = {pw, 2, {0}, 0, {0}};
     bt_register_grad_hook(w, order_hook, &l2);
@@ -271,7 +254,7 @@ static void test_hooks_order(void) {
     bt_backward(bt_sum(h, NULL, 0, 0));
     bt_scope_end();
     BT_CHECK(l2.count == 2 && l2.order[0] == 1 && l2.order[1] == 0, "shared leaf: %d calls, order %d %d (want u then w)", l2.count, l2.order[0], l2.order[1]);
-    double *gw = host(w->grad), s = 0;
+    double *gw = bt_test_host(w->grad), s = 0;
     for (int j = 0; j < 9; j++) s += gw[j];
     free(gw);
     BT_CHECK(l2.count == 2 && s == l2.grad_sum[1], "w's hook saw a partial gradient: %g vs %g", l2.grad_sum[1], s);
@@ -295,9 +278,9 @@ static void test_hooks_order(void) {
                  flip, l3.order[0] ? "u" : "w", flip ? "w" : "u");
     }
     unhook(w); unhook(u);
-    drop_grad(w); drop_grad(u);
+    bt_test_drop_grad(w); bt_test_drop_grad(u);
     /* a leaf reached by no gradient (its consumer's output is unused) still gets its hook once */
-    bt_tensor *side = leaf(bt_shape1(3), BT_F64, 1);
+    bt_tensor *side = bt_test_leaf(bt_shape1(3), BT_F64, 1);
     hook_log hs = {0};
     bt_register_grad_hook(side, count_hook, &hs);
     bt_register_grad_hook(w, count_hook, &hs);
@@ -315,14 +298,14 @@ static void test_hooks_order(void) {
 /* a chain of many nodes: no recursion in the engine, in the release of the graph or of its nodes */
 static void test_deep_graph(void) {
     size_t base = allocated();
-    int depth = quick ? 5000 : 50000;
-    bt_tensor *x = leaf(bt_shape1(3), BT_F64, 1);
+    int depth = bt_test_quick() ? 5000 : 50000;
+    bt_tensor *x = bt_test_leaf(bt_shape1(3), BT_F64, 1);
     bt_scope_begin();
     bt_tensor *y = x;
     for (int i = 0; i < depth; i++) y = bt_affine(y, 1.0, 1e-3);
     bt_backward(bt_sum(bt_scale(y, 2.0), NULL, 0, 0));
     bt_scope_end();
-    double *g = host(x->grad);
+    double *g = bt_test_host(x->grad);
     BT_CHECK(g[0] == 2 && g[1] == 2 && g[2] == 2, "deep chain grad %g %g %g", g[0], g[1], g[2]);
     free(g);
     /* and a deep graph freed without running it */
@@ -334,18 +317,18 @@ static void test_deep_graph(void) {
 }
 
 static void test_backward_with_seed(void) {
-    bt_tensor *x = leaf(bt_shape2(2, 3), BT_F64, 1);
+    bt_tensor *x = bt_test_leaf(bt_shape2(2, 3), BT_F64, 1);
     bt_scope_begin();
     bt_tensor *y = bt_square(x), *seed = bt_randn(bt_shape2(2, 3), BT_F64, CPU, 77);
     bt_backward_with(y, seed);
-    double *g = host(x->grad), *xh = host(x), *sh = host(seed), want[6];
+    double *g = bt_test_host(x->grad), *xh = bt_test_host(x), *sh = bt_test_host(seed), want[6];
     for (int i = 0; i < 6; i++) want[i] = 2 * xh[i] * sh[i];
-    BT_CHECK(bt_test_relerr(g, want, 6) < 1e-15, "backward_with: rel err %g", bt_test_relerr(g, want, 6));
+    BT_CHECK(bt_test_relerr(g, want, 6) < BT_TOL_F64_ROUND, "backward_with: rel err %g", bt_test_relerr(g, want, 6));
     free(g); free(xh); free(sh);
     /* a leaf as the output: its grad is the seed */
-    drop_grad(x);
+    bt_test_drop_grad(x);
     bt_backward_with(x, seed);
-    double *g2 = host(x->grad), *s2 = host(seed);
+    double *g2 = bt_test_host(x->grad), *s2 = bt_test_host(seed);
     BT_CHECK(bt_test_relerr(g2, s2, 6) == 0, "backward_with on a leaf");
     free(g2); free(s2);
     bt_scope_end();
@@ -356,7 +339,7 @@ static void test_backward_with_seed(void) {
 /* hooks are per tensor, removable by handle, fire in registration order, and can be held back */
 static void test_hook_handles(void) {
     size_t base = allocated();
-    bt_tensor *x = leaf(bt_shape1(5), BT_F64, 0), *w = leaf(bt_shape1(5), BT_F64, 1);
+    bt_tensor *x = bt_test_leaf(bt_shape1(5), BT_F64, 0), *w = bt_test_leaf(bt_shape1(5), BT_F64, 1);
     hook_log a = {0}, b = {0};
     order_log seq = {NULL, 0, {0}, 0, {0}};
     bt_hook *ha = bt_register_grad_hook(w, count_hook, &a), *hb = bt_register_grad_hook(w, count_hook, &b);
@@ -367,17 +350,16 @@ static void test_hook_handles(void) {
     bt_hook stranger = {count_hook, &a, w, NULL};
     BT_EXPECT_ERROR(bt_remove_grad_hook(&stranger), "not a hook");
     /* no sync: two micro-batches accumulate without firing, the third fires once */
-    drop_grad(w); b.calls = 0;
+    bt_test_drop_grad(w); b.calls = 0;
     for (int k = 0; k < 3; k++) {
         int old = bt_set_grad_hooks_enabled(k == 2);
         bt_scope_begin(); bt_backward(bt_sum(bt_mul(x, w), NULL, 0, 0)); bt_scope_end();
         bt_set_grad_hooks_enabled(old);
         BT_CHECK(b.calls == (k == 2), "micro-batch %d: the hook fired %d times", k, b.calls);
     }
-    double *g = host(w->grad), *xh = host(x);
-    int ok = 1;
-    for (int i = 0; i < 5; i++) ok &= fabs(g[i] - 3 * xh[i]) < 1e-14;
-    BT_CHECK(ok, "the held-back micro-batches did not accumulate");
+    double *g = bt_test_host(w->grad), *xh = bt_test_host(x), want[5];
+    for (int i = 0; i < 5; i++) want[i] = 3 * xh[i];
+    BT_CHECK(bt_test_relerr(g, want, 5) < BT_TOL_F64_ROUND, "the held-back micro-batches did not accumulate");
     free(g); free(xh);
     /* registration order with several hooks */
     bt_tensor *ls[1] = {w};
@@ -397,9 +379,9 @@ static void test_hook_handles(void) {
    one flat buffer, as GPT-2's) by accumulation, equal to the ordinary path, with hooks on time */
 static void test_grad_sink(void) {
     size_t base = allocated();
-    bt_tensor *x = leaf(bt_shape2(6, 5), BT_F32, 0);
-    bt_tensor *flat = leaf(bt_shape1(4 * 5 + 4), BT_F32, 0), *gflat = leaf(bt_shape1(24), BT_F32, 0);
-    bt_tensor *w, *b, *w2 = leaf(bt_shape2(4, 5), BT_F32, 1), *b2 = leaf(bt_shape1(4), BT_F32, 1);
+    bt_tensor *x = bt_test_leaf(bt_shape2(6, 5), BT_F32, 0);
+    bt_tensor *flat = bt_test_leaf(bt_shape1(4 * 5 + 4), BT_F32, 0), *gflat = bt_test_leaf(bt_shape1(24), BT_F32, 0);
+    bt_tensor *w, *b, *w2 = bt_test_leaf(bt_shape2(4, 5), BT_F32, 1), *b2 = bt_test_leaf(bt_shape1(4), BT_F32, 1);
     bt_scope_begin();
     w = bt_keep(bt_view(bt_narrow(flat, 0, 0, 20), bt_shape2(4, 5)));
     b = bt_keep(bt_narrow(flat, 0, 20, 4));
@@ -408,7 +390,7 @@ static void test_grad_sink(void) {
     w->grad = bt_keep(bt_view(bt_narrow(gflat, 0, 0, 20), bt_shape2(4, 5)));
     b->grad = bt_keep(bt_narrow(gflat, 0, 20, 4));
     bt_scope_end();
-    double *g0 = host(gflat);
+    double *g0 = bt_test_host(gflat);
     bt_scope_begin();
     bt_tensor *probe = bt_linear(x, w, b), *probe2 = bt_linear(x, w2, b2);
     BT_CHECK(bt__grad_sink(probe->grad_fn, 1, BT_F32) == w->grad && bt__grad_sink(probe->grad_fn, 2, BT_F32) == b->grad,
@@ -423,10 +405,10 @@ static void test_grad_sink(void) {
         bt_backward(bt_sum(bt_tanh(bt_linear(x, w2, b2)), NULL, 0, 0));   /* fresh leaves: the ordinary path */
         bt_scope_end();
     }
-    double *gw = host(w->grad), *gb = host(b->grad), *rw = host(w2->grad), *rb = host(b2->grad), ew = 0, eb = 0;
-    for (int i = 0; i < 20; i++) ew = fmax(ew, fabs(gw[i] - (g0[i] + rw[i])));
-    for (int i = 0; i < 4; i++) eb = fmax(eb, fabs(gb[i] - (g0[20 + i] + rb[i])));
-    BT_CHECK(ew < 1e-5 && eb < 1e-5, "sunk gradients differ from the ordinary path: w %.3g b %.3g", ew, eb);
+    double *gw = bt_test_host(w->grad), *gb = bt_test_host(b->grad), *rw = bt_test_host(w2->grad), *rb = bt_test_host(b2->grad), want[24];
+    for (int i = 0; i < 24; i++) want[i] = g0[i] + (i < 20 ? rw[i] : rb[i - 20]);
+    double ew = bt_test_relerr(gw, want, 20), eb = bt_test_relerr(gb, want + 20, 4);
+    BT_CHECK(ew < BT_TOL_F32_ROUND && eb < BT_TOL_F32_ROUND, "sunk gradients differ from the ordinary path: w %.3g b %.3g", ew, eb);
     BT_CHECK(hw.calls == 2, "the weight's hook fired %d times in 2 passes", hw.calls);
     free(g0); free(gw); free(gb); free(rw); free(rb);
     unhook(w);
@@ -437,22 +419,21 @@ static void test_grad_sink(void) {
 /* a leaf's existing .grad in another float dtype (bf16 gradients of an f32 model) keeps its dtype */
 static void test_grad_other_dtype(void) {
     size_t base = allocated();
-    bt_tensor *x = leaf(bt_shape1(6), BT_F32, 1);
+    bt_tensor *x = bt_test_leaf(bt_shape1(6), BT_F32, 1);
     bt_scope_begin();
     x->grad = bt_keep(bt_zeros(bt_shape1(6), BT_BF16, CPU));
     bt_scope_end();
     for (int k = 0; k < 2; k++) { bt_scope_begin(); bt_backward(bt_sum(bt_square(x), NULL, 0, 0)); bt_scope_end(); }
-    double *g = host(x->grad), *xh = host(x), e = 0;
+    double *g = bt_test_host(x->grad), *xh = bt_test_host(x), e = 0;
     for (int i = 0; i < 6; i++) e = fmax(e, fabs(g[i] - 4 * xh[i]) / fabs(4 * xh[i]));
-    BT_CHECK(x->grad->dtype == BT_BF16 && e < 1e-2, "bf16 grad of an f32 leaf: dtype %s, rel err %.3g", bt_dtype_name(x->grad->dtype), e);
+    BT_CHECK(x->grad->dtype == BT_BF16 && e < BT_TOL_BF16_OP, "bf16 grad of an f32 leaf: dtype %s, rel err %.3g", bt_dtype_name(x->grad->dtype), e);
     free(g); free(xh);
     bt_release(x);
     BT_CHECK(allocated() == base, "leaked %lld bytes", (long long)(allocated() - base));
 }
 
 int main(void) {
-    const char *q = getenv("BT_TEST_QUICK");
-    quick = q && *q && *q != '0';
+    bt_test_seed = 5000;
     BT_RUN(test_shared_subexpressions);
     BT_RUN(test_accumulation_and_zero_grad);
     BT_RUN(test_no_grad);

@@ -11,6 +11,7 @@
 #define BT_CKPT_IMPLEMENTATION
 #include "bt_ckpt.h"
 #include "tests/bt_test.h"
+#include "tests/bt_test_files.h"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -18,8 +19,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-static char tmpdir[256];
-static int quick;                      /* BT_TEST_QUICK: smaller sizes under the sanitizers */
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 static uint64_t rnd64(void) { return bt__mix64(rng_state += 0x9E3779B97F4A7C15ull); }
 static void fill_random(void *p, size_t n) {
@@ -27,31 +26,6 @@ static void fill_random(void *p, size_t n) {
     size_t i;
     for (i = 0; i + 8 <= n; i += 8) { uint64_t v = rnd64(); memcpy(b + i, &v, 8); }
     for (; i < n; i++) b[i] = (unsigned char)rnd64();
-}
-static const char *tpath(const char *name) {
-    static char buf[8][512];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
-    return buf[k];
-}
-static unsigned char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    unsigned char *buf;
-    long n;
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END); n = ftell(f); fseek(f, 0, SEEK_SET);
-    buf = (unsigned char *)malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) { free(buf); buf = NULL; }
-    fclose(f);
-    if (buf) *len = (size_t)n;
-    return buf;
-}
-static void write_bytes(const char *path, const void *p, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) { perror(path); exit(1); }
-    if (n) fwrite(p, 1, n, f);
-    fclose(f);
 }
 /* a file of an 8-byte length (the JSON's, or `hlen` when != 0), the JSON, then data */
 static size_t raw_file(unsigned char **out, const char *json, uint64_t hlen, const void *data, size_t dlen) {
@@ -66,9 +40,9 @@ static size_t raw_file(unsigned char **out, const char *json, uint64_t hlen, con
 }
 /* open must fail (from the file and from memory) with a message naming the file and holding `expect` */
 static void expect_bad(const unsigned char *bytes, size_t n, int flags, const char *expect, const char *what) {
-    const char *path = tpath("bad.safetensors");
+    const char *path = bt_test_path("bad.safetensors");
     bt_ckpt_file *f;
-    write_bytes(path, bytes, n);
+    bt_test_write_file(path, bytes, n);
     f = bt_ckpt_open(path, flags);
     BT_CHECK(!f, "%s: opened", what);
     BT_CHECK(strstr(bt_ckpt_error(), expect) != NULL, "%s: error \"%s\" lacks \"%s\"", what, bt_ckpt_error(), expect);
@@ -117,7 +91,7 @@ static void test_crc32c_vectors(void) {
 }
 
 static void test_crc32c_backends_combine_threads(void) {
-    size_t n = (size_t)(quick ? 24 : 72) << 20, i;
+    size_t n = (size_t)(bt_test_quick() ? 24 : 72) << 20, i;
     unsigned char *buf = (unsigned char *)malloc(n);
     static const size_t lens[] = {0, 1, 7, 8, 9, 63, 64, 4095, 4096, 12287, 12288, 12289, 24576 + 17, 100000, 1 << 20};
     uint32_t whole, serial;
@@ -149,7 +123,7 @@ static void test_crc32c_backends_combine_threads(void) {
 }
 
 static void test_crc32c_speed(void) {
-    size_t n = (size_t)(quick ? 32 : 256) << 20;
+    size_t n = (size_t)(bt_test_quick() ? 32 : 256) << 20;
     unsigned char *buf = (unsigned char *)malloc(n);
     double t0, gb = n / 1e9, hw, tab, par;
     volatile uint32_t sink = 0;
@@ -411,8 +385,8 @@ static void write_roundtrip(const char *path, unsigned char **data) {
     bt_ckpt_meta_set_i64(m, "step", 1234567);
     BT_CHECK(!bt_ckpt_writer_save(w, path), "save: %s", bt_ckpt_error());
     bt_ckpt_meta_set(m, "bt.mine", "x");
-    BT_CHECK(bt_ckpt_writer_save(w, tpath("never.safetensors")) && strstr(bt_ckpt_error(), "reserved"), "bt. keys reserved: %s", bt_ckpt_error());
-    BT_CHECK(access(tpath("never.safetensors"), F_OK) != 0, "no file after a refused save");
+    BT_CHECK(bt_ckpt_writer_save(w, bt_test_path("never.safetensors")) && strstr(bt_ckpt_error(), "reserved"), "bt. keys reserved: %s", bt_ckpt_error());
+    BT_CHECK(access(bt_test_path("never.safetensors"), F_OK) != 0, "no file after a refused save");
     bt_ckpt_writer_free(w);
 }
 
@@ -443,7 +417,7 @@ static void check_roundtrip(bt_ckpt_file *f, unsigned char **data) {
 }
 
 static void test_roundtrip_all_dtypes(void) {
-    const char *path = tpath("rt.safetensors");
+    const char *path = bt_test_path("rt.safetensors");
     unsigned char *data[RT_N], *bytes;
     size_t n, i;
     uint64_t N = 0;
@@ -454,7 +428,7 @@ static void test_roundtrip_all_dtypes(void) {
     BT_CHECK(f != NULL, "open: %s", bt_ckpt_error());
     if (f) check_roundtrip(f, data);
     bt_ckpt_close(f);
-    bytes = slurp(path, &n);
+    bytes = (unsigned char *)bt_test_read_file(path, &n);
     for (i = 0; i < 8; i++) N |= (uint64_t)bytes[i] << (8 * i);
     BT_CHECK(N % 8 == 0 && bytes[8] == '{' && (bytes[8 + N - 1] == ' ' || bytes[8 + N - 1] == '}'), "header padded to 8 with spaces (N = %llu)", (unsigned long long)N);
     f = bt_ckpt_open_memory(bytes, n, BT_CKPT_VERIFY);
@@ -468,14 +442,14 @@ static void test_roundtrip_all_dtypes(void) {
 /* ---- broken files ---- */
 
 static void test_broken_truncations(void) {
-    const char *path = tpath("trunc_base.safetensors");
+    const char *path = bt_test_path("trunc_base.safetensors");
     unsigned char *data[RT_N], *bytes;
     size_t n, i, cuts[64], nc = 0;
     uint64_t N = 0;
     bt_ckpt_file *f;
     int k;
     write_roundtrip(path, data);
-    bytes = slurp(path, &n);
+    bytes = (unsigned char *)bt_test_read_file(path, &n);
     for (i = 0; i < 8; i++) N |= (uint64_t)bytes[i] << (8 * i);
     f = bt_ckpt_open(path, 0);
     /* every section boundary: the length, the header, each tensor's first, second and last byte */
@@ -573,13 +547,13 @@ static void test_broken_headers(void) {
 /* a valid checkpoint whose header is edited, its header checksum recomputed (the edit alone is
    then what is wrong), or not */
 static void test_broken_checksums(void) {
-    const char *path = tpath("crc_base.safetensors");
+    const char *path = bt_test_path("crc_base.safetensors");
     unsigned char *data[RT_N], *bytes, *b;
     size_t n, at;
     bt_ckpt_file *f;
     int k;
     write_roundtrip(path, data);
-    bytes = slurp(path, &n);
+    bytes = (unsigned char *)bt_test_read_file(path, &n);
     f = bt_ckpt_open(path, 0);
     {   /* one flipped bit in a tensor: open (no VERIFY) works, reading that tensor does not */
         const bt_ckpt_info *t = bt_ckpt_find(f, "f32");
@@ -651,7 +625,7 @@ static void test_broken_checksums(void) {
 
 /* the file shrinks between open and read: an error naming the tensor, not a crash */
 static void test_file_shrinks(void) {
-    const char *path = tpath("shrink.safetensors");
+    const char *path = bt_test_path("shrink.safetensors");
     unsigned char *data[RT_N], tmp[64];
     bt_ckpt_file *f;
     int k;
@@ -666,14 +640,14 @@ static void test_file_shrinks(void) {
     }
     bt_ckpt_close(f);
     for (k = 0; k < RT_N; k++) free(data[k]);
-    BT_CHECK(!bt_ckpt_open(tmpdir, 0) && strstr(bt_ckpt_error(), "not a regular file"), "a directory: %s", bt_ckpt_error());
-    BT_CHECK(!bt_ckpt_open(tpath("missing"), 0) && strstr(bt_ckpt_error(), "missing"), "missing file: %s", bt_ckpt_error());
+    BT_CHECK(!bt_ckpt_open(bt_test_dir, 0) && strstr(bt_ckpt_error(), "not a regular file"), "a directory: %s", bt_ckpt_error());
+    BT_CHECK(!bt_ckpt_open(bt_test_path("missing"), 0) && strstr(bt_ckpt_error(), "missing"), "missing file: %s", bt_ckpt_error());
 }
 
 /* ---- tensors ---- */
 
 static void test_tensor_load_store(void) {
-    const char *path = tpath("tensors.safetensors");
+    const char *path = bt_test_path("tensors.safetensors");
     bt_tensor *a = bt_randn(bt_shape2(5, 7), BT_F32, bt_cpu(), 11), *h = bt_randn(bt_shape1(9), BT_BF16, bt_cpu(), 12);
     bt_tensor *ids = bt_from_data((int32_t[]){3, -1, 7, 1 << 30}, bt_shape1(4), BT_I32, bt_cpu());
     bt_tensor *at = bt_transpose(a, 0, 1);          /* a non-contiguous view [7, 5] */
@@ -769,10 +743,10 @@ static int check_kill_file(const char *path, uint64_t *iter) {
     return ok;
 }
 static void test_kill9_mid_save(void) {
-    const char *path = tpath("kill.safetensors");
+    const char *path = bt_test_path("kill.safetensors");
     char exe[1024], cmd_path[600];
     ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    int rounds = quick ? 6 : 14, r, distinct = 0, leftovers = 0, stalled = 0;
+    int rounds = bt_test_quick() ? 6 : 14, r, distinct = 0, leftovers = 0, stalled = 0;
     uint64_t last = 0, iter = 0;
     DIR *d;
     struct dirent *de;
@@ -802,7 +776,7 @@ static void test_kill9_mid_save(void) {
         if (iter != last) { distinct++; stalled = 0; } else stalled++;
         last = iter;
     }
-    if ((d = opendir(tmpdir)) != NULL) {
+    if ((d = opendir(bt_test_dir)) != NULL) {
         while ((de = readdir(d)) != NULL) if (strstr(de->d_name, "kill.safetensors.tmp.")) leftovers++;
         closedir(d);
     }
@@ -816,22 +790,22 @@ static void fill_step(bt_tensor *t, int64_t step, int k) { bt_uniform_(t, -1, 1,
 
 static void test_saver_cpu(void) {
     char dir[512];
-    int64_t n = quick ? (1 << 18) : (1 << 22), *steps = NULL;
+    int64_t n = bt_test_quick() ? (1 << 18) : (1 << 22), *steps = NULL;
     bt_tensor *t[3], *want[3];
     const char *names[3] = {"params", "adam.m", "count"};
     bt_ckpt_saver *s;
     bt_ckpt_saver_stats st;
     int step, k, ns;
-    snprintf(dir, sizeof dir, "%s/saver", tmpdir);
+    snprintf(dir, sizeof dir, "%s/saver", bt_test_dir);
     t[0] = bt_empty(bt_shape1(n), BT_F32, bt_cpu());
     t[1] = bt_empty(bt_shape2(n / 4, 4), BT_BF16, bt_cpu());
     t[2] = bt_empty(bt_shape1(3), BT_I64, bt_cpu());
     s = bt_ckpt_saver_new(dir, 2);                  /* makes the directory */
     BT_CHECK(s != NULL, "saver: %s", bt_ckpt_error());
     if (!s) return;
-    write_bytes(tpath("saver/notes.txt"), "mine", 4);              /* not ours: never touched */
-    write_bytes(tpath("saver/ckpt_abc.safetensors"), "x", 1);
-    write_bytes(tpath("saver/ckpt_7.safetensors"), "x", 1);         /* not our spelling of step 7 */
+    bt_test_write_file(bt_test_path("saver/notes.txt"), "mine", 4);              /* not ours: never touched */
+    bt_test_write_file(bt_test_path("saver/ckpt_abc.safetensors"), "x", 1);
+    bt_test_write_file(bt_test_path("saver/ckpt_7.safetensors"), "x", 1);         /* not our spelling of step 7 */
     for (step = 1; step <= 5; step++) {
         bt_ckpt_meta *m = bt_ckpt_meta_new();
         for (k = 0; k < 2; k++) fill_step(t[k], step, k);
@@ -876,8 +850,8 @@ static void test_saver_cpu(void) {
         bt_ckpt_close(f);
     }
     free(steps);
-    BT_CHECK(access(tpath("saver/notes.txt"), F_OK) == 0 && access(tpath("saver/ckpt_abc.safetensors"), F_OK) == 0 &&
-             access(tpath("saver/ckpt_7.safetensors"), F_OK) == 0, "files that are not ours survive rotation");
+    BT_CHECK(access(bt_test_path("saver/notes.txt"), F_OK) == 0 && access(bt_test_path("saver/ckpt_abc.safetensors"), F_OK) == 0 &&
+             access(bt_test_path("saver/ckpt_7.safetensors"), F_OK) == 0, "files that are not ours survive rotation");
     {   /* bad snapshots are refused at once */
         bt_tensor *v = bt_transpose(t[1], 0, 1);
         bt_tensor *vs[1] = {v};
@@ -916,7 +890,7 @@ static void test_saver_failure(void) {
     const char *name = "w";
     bt_ckpt_saver *s;
     bt_ckpt_saver_stats st;
-    snprintf(dir, sizeof dir, "%s/failing", tmpdir);
+    snprintf(dir, sizeof dir, "%s/failing", bt_test_dir);
     s = bt_ckpt_saver_new(dir, 0);
     BT_CHECK(s != NULL, "saver: %s", bt_ckpt_error());
     if (!s) return;
@@ -933,7 +907,7 @@ static void test_saver_failure(void) {
     bt_ckpt_saver_get_stats(s, &st);
     BT_CHECK(st.snapshots == 3 + 1 && st.saves == 2, "stats count the failures out (%lld snapshots, %lld saves)", (long long)st.snapshots, (long long)st.saves);
     BT_CHECK(!bt_ckpt_saver_free(s), "free");
-    BT_CHECK(!bt_ckpt_saver_new(tpath("kill.safetensors"), 1) && strstr(bt_ckpt_error(), "checkpoint directory"), "a file as the directory: %s", bt_ckpt_error());
+    BT_CHECK(!bt_ckpt_saver_new(bt_test_path("kill.safetensors"), 1) && strstr(bt_ckpt_error(), "checkpoint directory"), "a file as the directory: %s", bt_ckpt_error());
     bt_release(t);
 }
 
@@ -953,7 +927,7 @@ static void test_latest_valid(void) {
     bt_tensor *t = bt_randn(bt_shape1(5000), BT_F32, bt_cpu(), 77);
     bad_log log;
     int k, n;
-    snprintf(dir, sizeof dir, "%s/resume", tmpdir);
+    snprintf(dir, sizeof dir, "%s/resume", bt_test_dir);
     mkdir(dir, 0755);
     BT_CHECK(bt_ckpt_find_latest(dir, &step, path, sizeof path, NULL, NULL) == 1, "empty directory: none");
     for (k = 0; k < 3; k++) {
@@ -967,9 +941,9 @@ static void test_latest_valid(void) {
     {   /* step 40: a foreign file; 30: one flipped byte; 20: truncated */
         unsigned char *b, d4[4] = {0};
         size_t nb = raw_file(&b, "{\"x\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}", 0, d4, 4);
-        bt_ckpt_path(dir, 40, path, sizeof path); write_bytes(path, b, nb); free(b);
+        bt_ckpt_path(dir, 40, path, sizeof path); bt_test_write_file(path, b, nb); free(b);
         bt_ckpt_path(dir, 30, path, sizeof path);
-        b = slurp(path, &nb); b[nb - 100] ^= 1; write_bytes(path, b, nb); free(b);
+        b = (unsigned char *)bt_test_read_file(path, &nb); b[nb - 100] ^= 1; bt_test_write_file(path, b, nb); free(b);
         bt_ckpt_path(dir, 20, path, sizeof path);
         BT_CHECK(truncate(path, 600) == 0, "truncate");
     }
@@ -990,7 +964,7 @@ static void test_latest_valid(void) {
         bt_ckpt_close(f);
         bt_release(back);
     }
-    BT_CHECK(bt_ckpt_find_latest(tpath("no_such_dir"), &step, path, sizeof path, NULL, NULL) == -1, "missing directory");
+    BT_CHECK(bt_ckpt_find_latest(bt_test_path("no_such_dir"), &step, path, sizeof path, NULL, NULL) == -1, "missing directory");
     bt_release(t);
 }
 
@@ -1003,14 +977,14 @@ static void test_names_and_sweep(void) {
     BT_CHECK(!bt_ckpt_path("d", 42, buf, sizeof buf) && !strcmp(buf, "d/ckpt_000000042.safetensors"), "%s", buf);
     BT_CHECK(!bt_ckpt_path("d", 12345678901LL, buf, sizeof buf) && !strcmp(buf, "d/ckpt_12345678901.safetensors"), "%s", buf);
     BT_CHECK(bt_ckpt_path("d", 1, buf, 10) == -1 && bt_ckpt_path("d", -1, buf, sizeof buf) == -1, "too long / negative");
-    snprintf(dir, sizeof dir, "%s/names", tmpdir);
+    snprintf(dir, sizeof dir, "%s/names", bt_test_dir);
     mkdir(dir, 0755);
     {
         const char *files[] = {"ckpt_000000042.safetensors", "ckpt_12345678901.safetensors", "ckpt_42.safetensors",
                                "ckpt_0000000042.safetensors", "ckpt_-00000001.safetensors", "ckpt_000000042.safetensors.bak",
                                "xckpt_000000001.safetensors", "ckpt_00000000a.safetensors", "ckpt_.safetensors"};
         size_t i;
-        for (i = 0; i < sizeof files / sizeof files[0]; i++) { snprintf(p, sizeof p, "%s/%s", dir, files[i]); write_bytes(p, "x", 1); }
+        for (i = 0; i < sizeof files / sizeof files[0]; i++) { snprintf(p, sizeof p, "%s/%s", dir, files[i]); bt_test_write_file(p, "x", 1); }
     }
     n = bt_ckpt_list(dir, &steps);
     BT_CHECK(n == 2 && steps[0] == 12345678901LL && steps[1] == 42, "only our spellings (%d)", n);
@@ -1018,11 +992,11 @@ static void test_names_and_sweep(void) {
     /* a temporary of a dead writer, old enough: swept when a saver starts; a fresh one is kept */
     if ((dead = fork()) == 0) _exit(0);
     waitpid(dead, NULL, 0);
-    snprintf(p, sizeof p, "%s/ckpt_000000042.safetensors.tmp.%d.0", dir, (int)dead); write_bytes(p, "x", 1);
+    snprintf(p, sizeof p, "%s/ckpt_000000042.safetensors.tmp.%d.0", dir, (int)dead); bt_test_write_file(p, "x", 1);
     old[0].tv_sec = old[1].tv_sec = time(NULL) - 1000; old[0].tv_nsec = old[1].tv_nsec = 0;
     utimensat(AT_FDCWD, p, old, 0);
-    snprintf(p, sizeof p, "%s/ckpt_000000042.safetensors.tmp.%d.1", dir, (int)dead); write_bytes(p, "x", 1);
-    snprintf(p, sizeof p, "%s/other.safetensors.tmp.%d.0", dir, (int)dead); write_bytes(p, "x", 1);
+    snprintf(p, sizeof p, "%s/ckpt_000000042.safetensors.tmp.%d.1", dir, (int)dead); bt_test_write_file(p, "x", 1);
+    snprintf(p, sizeof p, "%s/other.safetensors.tmp.%d.0", dir, (int)dead); bt_test_write_file(p, "x", 1);
     utimensat(AT_FDCWD, p, old, 0);
     {
         bt_ckpt_saver *s = bt_ckpt_saver_new(dir, 1);
@@ -1041,7 +1015,7 @@ static void test_names_and_sweep(void) {
 
 static void test_config_json(void) {
     bt_json_writer w;
-    const char *path = tpath("config.json");
+    const char *path = bt_test_path("config.json");
     unsigned char *b;
     size_t n;
     bt_json_doc *d;
@@ -1056,7 +1030,7 @@ static void test_config_json(void) {
     bt_json_end(&w);
     BT_CHECK(!bt_json_save(&w, path), "save: %s", bt_ckpt_error());
     bt_json_writer_free(&w);
-    b = slurp(path, &n);
+    b = (unsigned char *)bt_test_read_file(path, &n);
     d = b ? bt_json_parse((const char *)b, n, 0) : NULL;
     BT_CHECK(d && bt_json_get(bt_json_root(d), "layer_norm_epsilon")->num == 1e-5 && b[n - 1] == '\n' &&
              !strcmp(bt_json_get(bt_json_root(d), "architectures")->child->str, "GPT2LMHeadModel"), "config.json: %s", b ? (char *)b : "");
@@ -1140,9 +1114,7 @@ static void test_python_interop(void) {
 
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--writer-child")) return writer_child(argv[2]);
-    quick = getenv("BT_TEST_QUICK") != NULL;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bt_test_ckpt.XXXXXX");
-    if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
+    if (bt_test_dir_make("test_ckpt")) return 1;
     BT_RUN(test_crc32c_vectors);
     BT_RUN(test_crc32c_backends_combine_threads);
     BT_RUN(test_crc32c_speed);
@@ -1163,10 +1135,6 @@ int main(int argc, char **argv) {
     BT_RUN(test_names_and_sweep);
     BT_RUN(test_config_json);
     BT_RUN(test_python_interop);
-    {
-        char cmd[600];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
-    }
+    bt_test_dir_remove();
     return bt_test_summary("test_ckpt");
 }

@@ -10,11 +10,10 @@
 #define BT_CKPT_IMPLEMENTATION
 #include "bt_ckpt.h"
 #include "tests/bt_test.h"
+#include "tests/bt_test_files.h"
 
 #include <stdlib.h>
 #include <unistd.h>
-
-static char tmpdir[256];
 
 static int have_gpu(void) { return bt_k_device_count() > 0; }
 
@@ -38,7 +37,7 @@ static void test_gpu_async_snapshot(void) {
     double stall[3];
     int k, r;
     if (!have_gpu()) { BT_SKIP("no GPU"); return; }
-    snprintf(dir, sizeof dir, "%s/async", tmpdir);
+    snprintf(dir, sizeof dir, "%s/async", bt_test_dir);
     t[0] = bt_randn(bt_shape1(n), BT_F32, g, 1);
     t[1] = bt_randn(bt_shape2(n / 1024, 1024), BT_BF16, g, 2);
     s = bt_ckpt_saver_new(dir, 2);
@@ -107,7 +106,7 @@ static void test_gpu_sync_and_views(void) {
     char path[400];
     void *hw, *hemb;
     if (!have_gpu()) { BT_SKIP("no GPU"); return; }
-    snprintf(path, sizeof path, "%s/sync.safetensors", tmpdir);
+    snprintf(path, sizeof path, "%s/sync.safetensors", bt_test_dir);
     w = bt_randn(bt_shape2(96, 32), BT_F32, g, 3);          /* ours: [out, in] */
     wt = bt_transpose(w, 0, 1);
     emb = bt_randn(bt_shape2(136, 32), BT_F32, g, 4);       /* padded vocabulary: 130 real rows */
@@ -151,12 +150,9 @@ static void test_gpu_sync_and_views(void) {
 }
 
 int main(void) {
-    char cmd[300];
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bt_test_ckpt_gpu.XXXXXX");
-    if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
+    if (bt_test_dir_make("test_ckpt_gpu")) return 1;
     BT_RUN(test_gpu_async_snapshot);
     BT_RUN(test_gpu_sync_and_views);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    bt_test_dir_remove();
     return bt_test_summary("test_ckpt_gpu");
 }

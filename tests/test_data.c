@@ -6,6 +6,7 @@
 #define BT_DATA_IMPLEMENTATION
 #include "bt_data.h"
 #include "tests/bt_test.h"
+#include "tests/bt_test_files.h"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -15,33 +16,12 @@
 
 static bt_tokenizer *tok;
 static const char *enc_path, *voc_path;
-static char tmpdir[256];
 
 static int file_exists(const char *p) { return access(p, R_OK) == 0; }
 
 static int run(const char *cmd) {
     int rc = system(cmd);
     return rc == -1 ? -1 : WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    long n;
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END); n = ftell(f); fseek(f, 0, SEEK_SET);
-    buf = (char *)malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) { free(buf); buf = NULL; }
-    fclose(f);
-    if (buf) { buf[n] = 0; *len = (size_t)n; }
-    return buf;
-}
-
-static void write_bytes(const char *path, const void *p, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) { perror(path); exit(1); }
-    if (n) fwrite(p, 1, n, f);
-    fclose(f);
 }
 
 static uint64_t rng_state = 0x1234567;
@@ -90,18 +70,18 @@ static void test_tokenizer_load(void) {
     /* errors name the file */
     BT_CHECK(bt_tokenizer_load("/nonexistent/encoder.json", voc_path) == NULL && strstr(bt_data_error(), "/nonexistent/encoder.json"),
              "missing file: %s", bt_data_error());
-    snprintf(path, sizeof path, "%s/bad_encoder.json", tmpdir);
-    write_bytes(path, "{\"a\": 0, \"b\": ", 14);
+    snprintf(path, sizeof path, "%s/bad_encoder.json", bt_test_dir);
+    bt_test_write_file(path, "{\"a\": 0, \"b\": ", 14);
     BT_CHECK(bt_tokenizer_load(path, voc_path) == NULL && strstr(bt_data_error(), path), "truncated json: %s", bt_data_error());
-    write_bytes(path, "{\"a\": 0, \"b\": 0}", 16);
+    bt_test_write_file(path, "{\"a\": 0, \"b\": 0}", 16);
     BT_CHECK(bt_tokenizer_load(path, voc_path) == NULL && strstr(bt_data_error(), path), "short vocab: %s", bt_data_error());
-    write_bytes(path, "[1, 2]", 6);
+    bt_test_write_file(path, "[1, 2]", 6);
     BT_CHECK(bt_tokenizer_load(path, voc_path) == NULL && strstr(bt_data_error(), "JSON object"), "not an object: %s", bt_data_error());
-    snprintf(path2, sizeof path2, "%s/bad_vocab.bpe", tmpdir);
-    write_bytes(path2, "#version: 0.2\nzzzq qqqz\n", 24);
+    snprintf(path2, sizeof path2, "%s/bad_vocab.bpe", bt_test_dir);
+    bt_test_write_file(path2, "#version: 0.2\nzzzq qqqz\n", 24);
     BT_CHECK(bt_tokenizer_load(enc_path, path2) == NULL && strstr(bt_data_error(), path2) && strstr(bt_data_error(), ":2:"),
              "unknown merge: %s", bt_data_error());
-    write_bytes(path2, "#version: 0.2\nabc\n", 19);
+    bt_test_write_file(path2, "#version: 0.2\nabc\n", 19);
     BT_CHECK(bt_tokenizer_load(enc_path, path2) == NULL && strstr(bt_data_error(), "two tokens"), "one-token line: %s", bt_data_error());
 }
 
@@ -118,7 +98,7 @@ static size_t unhex(const char *h, size_t n, char *out) {
 /* tests/fixtures/gpt2_cases.txt: inputs and the ids gpt-3-encoder gives them */
 static void test_fixture_cases(void) {
     size_t len, ncases = 0;
-    char *txt = slurp("tests/fixtures/gpt2_cases.txt", &len), *line, *save = NULL;
+    char *txt = bt_test_read_file("tests/fixtures/gpt2_cases.txt", &len), *line, *save = NULL;
     BT_CHECK(txt != NULL, "tests/fixtures/gpt2_cases.txt missing");
     if (!txt) return;
     for (line = strtok_r(txt, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
@@ -150,7 +130,7 @@ static void test_fixture_cases(void) {
 /* tests/fixtures/gpt2_pretok.txt: pieces cut by the Python regex module (OpenAI's encoder.py engine) */
 static void test_pretokenizer_vs_regex(void) {
     size_t len, ncases = 0, bad = 0;
-    char *txt = slurp("tests/fixtures/gpt2_pretok.txt", &len), *line, *save = NULL;
+    char *txt = bt_test_read_file("tests/fixtures/gpt2_pretok.txt", &len), *line, *save = NULL;
     BT_CHECK(txt != NULL, "tests/fixtures/gpt2_pretok.txt missing");
     if (!txt) return;
     for (line = strtok_r(txt, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
@@ -274,7 +254,7 @@ static void test_bpe_matches_naive(void) {
 
 static void test_roundtrip_random(void) {
     static char buf[4096];
-    int iter, bad = 0, eot = 0, n_iter = getenv("BT_TEST_QUICK") ? 800 : 3000;
+    int iter, bad = 0, eot = 0, n_iter = bt_test_quick() ? 800 : 3000;
     for (iter = 0; iter < n_iter; iter++) {
         size_t n = rnd() % 2000, i = 0, m, k, j;
         int mode = iter % 4;
@@ -346,7 +326,7 @@ static uint32_t fnv_ids(const int32_t *ids, size_t n) {
 /* whole corpora: counts (tiktoken, README), first ids, and the gpt-3-encoder hash of all ids */
 static void test_full_corpora(void) {
     size_t len;
-    char *fx = slurp("tests/fixtures/gpt2_corpus.txt", &len), *line, *save = NULL;
+    char *fx = bt_test_read_file("tests/fixtures/gpt2_corpus.txt", &len), *line, *save = NULL;
     struct { const char *name; size_t count; } readme[] = {
         {"tinyshakespeare", 338025}, {"wikitext2_train", 2448382}, {"wikitext2_valid", 258659}, {"wikitext2_test", 295877}};
     int done = 0;
@@ -361,9 +341,9 @@ static void test_full_corpora(void) {
         int off, i;
         if (line[0] == '#' || sscanf(line, "%63s %127s %zu %x%n", name, rel, &count, &hash, &off) != 4) continue;
         for (i = 0; i < 16; i++) { int o2; if (sscanf(line + off, "%d%n", &first[i], &o2) != 1) break; off += o2; }
-        if (getenv("BT_TEST_QUICK") && strcmp(name, "tinyshakespeare")) continue;   /* ASan runs: one corpus */
+        if (bt_test_quick() && strcmp(name, "tinyshakespeare")) continue;   /* ASan runs: one corpus */
         snprintf(path, sizeof path, "../shared/data/%s", rel);
-        text = slurp(path, &tl);
+        text = bt_test_read_file(path, &tl);
         BT_CHECK(text != NULL, "%s missing", path);
         if (!text) continue;
         n = bt_encode(tok, text, tl, &ids);
@@ -397,7 +377,7 @@ static void test_shard_roundtrip(void) {
     bt_shard s;
     size_t i;
     for (i = 0; i < 5000; i++) toks[i] = (uint16_t)(i * 37 + 11);
-    snprintf(path, sizeof path, "%s/rt.bin", tmpdir);
+    snprintf(path, sizeof path, "%s/rt.bin", bt_test_dir);
     BT_CHECK(bt_shard_write(path, toks, 5000) == 0, "write: %s", bt_data_error());
     BT_CHECK(bt_shard_open(&s, path) == 0, "open: %s", bt_data_error());
     BT_CHECK(s.n == 5000 && !memcmp(s.tokens, toks, sizeof toks), "tokens read back");
@@ -405,7 +385,7 @@ static void test_shard_roundtrip(void) {
     bt_shard_close(&s);   /* twice is fine */
     {   /* llm.c's header layout, byte for byte */
         size_t len;
-        char *raw = slurp(path, &len);
+        char *raw = bt_test_read_file(path, &len);
         int32_t h[3];
         memcpy(h, raw, sizeof h);
         BT_CHECK(len == 1024 + 10000 && h[0] == 20240520 && h[1] == 1 && h[2] == 5000, "header %d %d %d, %zu bytes", h[0], h[1], h[2], len);
@@ -417,7 +397,7 @@ static void test_shard_roundtrip(void) {
     bt_shard_close(&s);
     {
         char cmd[600];
-        snprintf(cmd, sizeof cmd, "ls %s | grep -q '[.]tmp[.]'", tmpdir);
+        snprintf(cmd, sizeof cmd, "ls %s | grep -q '[.]tmp[.]'", bt_test_dir);
         BT_CHECK(run(cmd) == 1, "temp file left behind");
     }
     BT_CHECK(bt_shard_write(path, NULL, 0) == 0 && bt_shard_open(&s, path) == 0 && s.n == 0, "empty shard");
@@ -434,7 +414,7 @@ static void test_shard_roundtrip(void) {
 
 static void expect_bad_shard(const char *path, const void *bytes, size_t n, const char *what) {
     bt_shard s;
-    write_bytes(path, bytes, n);
+    bt_test_write_file(path, bytes, n);
     s.n = 123;
     BT_CHECK(bt_shard_open(&s, path) == -1, "%s: opened", what);
     BT_CHECK(strstr(bt_data_error(), path) != NULL && strstr(bt_data_error(), what) != NULL, "error \"%s\" lacks the file or \"%s\"",
@@ -447,7 +427,7 @@ static void test_shard_corrupt(void) {
     static unsigned char buf[1024 + 200];
     int32_t h[3] = {20240520, 1, 100};
     bt_shard s;
-    snprintf(path, sizeof path, "%s/bad.bin", tmpdir);
+    snprintf(path, sizeof path, "%s/bad.bin", bt_test_dir);
     memset(buf, 0, sizeof buf);
     memcpy(buf, h, sizeof h);
     expect_bad_shard(path, buf, 1024 + 150, "truncated: header says 100 tokens (1224 bytes) but the file has 1174 bytes");
@@ -463,10 +443,10 @@ static void test_shard_corrupt(void) {
     h[1] = 1; h[2] = -5; memcpy(buf, h, sizeof h);
     expect_bad_shard(path, buf, 1024 + 200, "negative");
     BT_CHECK(bt_shard_open(&s, "/nonexistent.bin") == -1 && strstr(bt_data_error(), "/nonexistent.bin"), "missing: %s", bt_data_error());
-    BT_CHECK(bt_shard_open(&s, tmpdir) == -1 && strstr(bt_data_error(), "not a regular file"), "directory: %s", bt_data_error());
+    BT_CHECK(bt_shard_open(&s, bt_test_dir) == -1 && strstr(bt_data_error(), "not a regular file"), "directory: %s", bt_data_error());
     /* the loader reports the same */
     h[2] = 100; h[0] = 7; memcpy(buf, h, sizeof h);
-    write_bytes(path, buf, 1024 + 200);
+    bt_test_write_file(path, buf, 1024 + 200);
     BT_CHECK(bt_loader_open(path, 1, 4, 0, 1, 0, 0) == NULL && strstr(bt_data_error(), "bad magic"), "loader: %s", bt_data_error());
 }
 
@@ -476,9 +456,9 @@ static void test_shard_corrupt(void) {
 static void test_special_files(void) {
     char fifo[512];
     bt_shard s;
-    snprintf(fifo, sizeof fifo, "%s/fifo.bin", tmpdir);
+    snprintf(fifo, sizeof fifo, "%s/fifo.bin", bt_test_dir);
     if (enc_path)
-        BT_CHECK(bt_tokenizer_load(tmpdir, voc_path) == NULL && strstr(bt_data_error(), tmpdir) && strstr(bt_data_error(), "is a directory"),
+        BT_CHECK(bt_tokenizer_load(bt_test_dir, voc_path) == NULL && strstr(bt_data_error(), bt_test_dir) && strstr(bt_data_error(), "is a directory"),
                  "encoder.json directory: %s", bt_data_error());
     BT_CHECK(mkfifo(fifo, 0644) == 0, "mkfifo");
     alarm(30);   /* a blocking open would hang: the alarm ends the test binary instead */
@@ -504,7 +484,7 @@ static void test_loader_truncated_shard(void) {
     int rc = 0, k;
     bt_loader *L;
     for (i = 0; i < 20000; i++) toks[i] = (uint16_t)(i % 50000);
-    snprintf(path, sizeof path, "%s/cut.bin", tmpdir);
+    snprintf(path, sizeof path, "%s/cut.bin", bt_test_dir);
     bt_shard_write(path, toks, 20000);
     L = bt_loader_open(path, 2, 8, 0, 1, 0, 0);
     BT_CHECK(L && bt_loader_next(L, in, tg) == 0, "open: %s", bt_data_error());
@@ -528,7 +508,7 @@ static void test_loader_vocab(void) {
     int k, rc = 0, bad;
     const int bads[2] = {60000, 50300};
     for (i = 0; i < 5000; i++) toks[i] = (uint16_t)(rnd() % 50257);
-    snprintf(path, sizeof path, "%s/vocab_bad.bin", tmpdir);
+    snprintf(path, sizeof path, "%s/vocab_bad.bin", bt_test_dir);
     for (bad = 0; bad < 2; bad++) {
         char want[96];
         toks[392] = (uint16_t)bads[bad];
@@ -567,7 +547,7 @@ static void make_shards(const char *stem, const size_t *sizes, int n) {
         char path[512];
         size_t i;
         for (i = 0; i < sizes[k]; i++) toks[i] = (uint16_t)(k * 1000 + i);
-        snprintf(path, sizeof path, "%s/%s_%03d.bin", tmpdir, stem, k);
+        snprintf(path, sizeof path, "%s/%s_%03d.bin", bt_test_dir, stem, k);
         if (bt_shard_write(path, toks, sizes[k]) != 0) { fprintf(stderr, "%s\n", bt_data_error()); exit(1); }
     }
 }
@@ -590,7 +570,7 @@ static void test_loader_sequential(void) {
     size_t i, nb;
     int expect[23], ne = 0, k, w, ok = 1;
     make_shards("seq", sizes, 3);
-    snprintf(glob_, sizeof glob_, "%s/seq_*.bin", tmpdir);
+    snprintf(glob_, sizeof glob_, "%s/seq_*.bin", bt_test_dir);
     L = bt_loader_open(glob_, 2, 8, 0, 1, 0, 0);
     BT_CHECK(L != NULL, "open: %s", bt_data_error());
     if (!L) return;
@@ -620,7 +600,7 @@ static void test_loader_ranks_disjoint(void) {
     int world = 3, r, e, shuffle, bad = 0;
     int32_t in[4 * 8], tg[4 * 8];
     make_shards("dist", sizes, 5);
-    snprintf(glob_, sizeof glob_, "%s/dist_*.bin", tmpdir);
+    snprintf(glob_, sizeof glob_, "%s/dist_*.bin", bt_test_dir);
     for (shuffle = 0; shuffle <= 1; shuffle++) {
         bt_loader *L[3];
         size_t nb = 0, i;
@@ -670,8 +650,8 @@ static void test_loader_resume(void) {
     char glob_[512], spath[512];
     int32_t in[3 * 5], tg[3 * 5], want[100][15];
     int r, k, steps[5] = {0, 7, 50, 133, 149}, s;
-    snprintf(glob_, sizeof glob_, "%s/res_*.bin", tmpdir);
-    snprintf(spath, sizeof spath, "%s/loader.state", tmpdir);
+    snprintf(glob_, sizeof glob_, "%s/res_*.bin", bt_test_dir);
+    snprintf(spath, sizeof spath, "%s/loader.state", bt_test_dir);
     make_shards("res", sizes, 4);
     for (r = 0; r < 2; r++)
         for (s = 0; s < 5; s++) {
@@ -715,10 +695,10 @@ static void test_bt_tokenize_tool(void) {
     bt_shard s;
     char *back;
     if (!file_exists("./bt_tokenize")) { BT_SKIP("./bt_tokenize is not built (make tools)"); return; }
-    snprintf(in, sizeof in, "%s/doc.txt", tmpdir);
-    snprintf(out, sizeof out, "%s/doc.bin", tmpdir);
-    snprintf(dec, sizeof dec, "%s/doc.dec", tmpdir);
-    write_bytes(in, text, strlen(text));
+    snprintf(in, sizeof in, "%s/doc.txt", bt_test_dir);
+    snprintf(out, sizeof out, "%s/doc.bin", bt_test_dir);
+    snprintf(dec, sizeof dec, "%s/doc.dec", bt_test_dir);
+    bt_test_write_file(in, text, strlen(text));
     /* plain: one document */
     snprintf(cmd, sizeof cmd, "./bt_tokenize -q --encoder %s --vocab %s %s %s", enc_path, voc_path, in, out);
     BT_CHECK(run(cmd) == 0, "%s", cmd);
@@ -728,7 +708,7 @@ static void test_bt_tokenize_tool(void) {
     bt_shard_close(&s);
     snprintf(cmd, sizeof cmd, "./bt_tokenize --encoder %s --vocab %s --decode %s > %s", enc_path, voc_path, out, dec);
     BT_CHECK(run(cmd) == 0, "%s", cmd);
-    back = slurp(dec, &len);
+    back = bt_test_read_file(dec, &len);
     BT_CHECK(back && len == strlen(text) && !memcmp(back, text, len), "--decode gives the text back");
     free(back);
     /* --eot: llm.c's "<|endoftext|>" + text.replace("\n\n", "\n\n<|endoftext|>") */
@@ -756,21 +736,21 @@ static void test_bt_tokenize_tool(void) {
         size_t l2;
         snprintf(cmd, sizeof cmd, "./bt_tokenize -q --encoder %s --vocab %s %s %s 2>/dev/null", enc_path, voc_path, in, in);
         BT_CHECK(run(cmd) == 1, "IN as OUT must fail");
-        t2 = slurp(in, &l2);
+        t2 = bt_test_read_file(in, &l2);
         BT_CHECK(t2 && l2 == strlen(text) && !memcmp(t2, text, l2), "the input text was overwritten");
         free(t2);
-        snprintf(link, sizeof link, "%s/doc_link.txt", tmpdir);
+        snprintf(link, sizeof link, "%s/doc_link.txt", bt_test_dir);
         BT_CHECK(symlink("doc.txt", link) == 0, "symlink");
         snprintf(cmd, sizeof cmd, "./bt_tokenize -q --encoder %s --vocab %s %s %s 2>/dev/null", enc_path, voc_path, in, link);
         BT_CHECK(run(cmd) == 1 && file_exists(in) && lstat(link, &st) == 0 && S_ISLNK(st.st_mode), "IN through a link as OUT must fail");
-        snprintf(link, sizeof link, "%s/out_link.bin", tmpdir);
+        snprintf(link, sizeof link, "%s/out_link.bin", bt_test_dir);
         BT_CHECK(symlink("doc.bin", link) == 0, "symlink");
         snprintf(cmd, sizeof cmd, "./bt_tokenize -q --encoder %s --vocab %s %s %s", enc_path, voc_path, in, link);
         nw = enc(text, strlen(text), want, 256);
         BT_CHECK(run(cmd) == 0 && lstat(link, &st) == 0 && S_ISLNK(st.st_mode) && bt_shard_open(&s, out) == 0 && s.n == nw,
                  "OUT through a link: the link survives, the shard is its target (%s)", bt_data_error());
         bt_shard_close(&s);
-        snprintf(dev, sizeof dev, "%s/dev_out", tmpdir);
+        snprintf(dev, sizeof dev, "%s/dev_out", bt_test_dir);
         if (mknod(dev, S_IFCHR | 0666, makedev(1, 3)) == 0) {   /* a /dev/null of our own (root only) */
             snprintf(cmd, sizeof cmd, "./bt_tokenize -q --encoder %s --vocab %s %s %s 2>/dev/null", enc_path, voc_path, in, dev);
             BT_CHECK(run(cmd) == 1 && stat(dev, &st) == 0 && S_ISCHR(st.st_mode), "a device as OUT must fail and stay a device");
@@ -786,13 +766,7 @@ int main(void) {
     const char *dirs[2][2] = {{"../shared/data/gpt2-tokenizer/encoder.json", "../shared/data/gpt2-tokenizer/vocab.bpe"},
                               {"data/encoder.json", "data/vocab.bpe"}};
     int d;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bt_test_data.%ld", (long)getpid());
-    {
-        char cmd[1024];
-        (void)bt_test_relerr;
-        snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", tmpdir, tmpdir);
-        if (run(cmd) != 0) { fprintf(stderr, "cannot make %s\n", tmpdir); return 1; }
-    }
+    if (bt_test_dir_make("test_data")) return 1;
     for (d = 0; d < 2 && !enc_path; d++)
         if (file_exists(dirs[d][0]) && file_exists(dirs[d][1])) { enc_path = dirs[d][0]; voc_path = dirs[d][1]; }
     BT_RUN(test_unicode_table);
@@ -819,10 +793,6 @@ int main(void) {
     BT_RUN(test_loader_ranks_disjoint);
     BT_RUN(test_loader_resume);
     bt_tokenizer_free(tok);
-    {
-        char cmd[1024];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-        run(cmd);
-    }
+    bt_test_dir_remove();
     return bt_test_summary("test_data");
 }

@@ -22,7 +22,6 @@
 #include <sys/wait.h>
 #include <sys/stat.h>
 
-static char tmpdir[64];
 
 /* ---- helpers ---------------------------------------------------------------------------- */
 
@@ -36,38 +35,14 @@ static void fill_pattern(unsigned char *p, size_t n, uint64_t seed) {   /* never
     for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(((seed + 1) * 2654435761u + i * 40503u) >> 7 | 1);
 }
 
-static int file_has(const char *path, const char *needle) {
-    char *s = slurp(path);
-    int r = s && strstr(s, needle);
-    free(s);
-    return r;
-}
 static int count_in_file(const char *path, const char *needle) {
-    char *s = slurp(path);
+    char *s = bt_test_read_file(path, NULL);
     int n = 0;
     for (char *p = s; p && (p = strstr(p, needle)); p += strlen(needle)) n++;
     free(s);
     return n;
 }
-static void path_of(char *out, size_t n, const char *name, int rank) { snprintf(out, n, "%s/%s_%d.txt", tmpdir, name, rank); }
-
-static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    if (f) { fputs(text, f); fclose(f); }
-}
-
-
-/* forks world processes running body(rank, arg); codes[k] = exit code (-1: killed at the limit) */
-typedef int (*rank_body)(int rank, void *arg);
-static void run_ranks(int world, rank_body body, void *arg, int *codes, double limit_s) {
-    pid_t pids[16];
-    fflush(NULL);
-    for (int k = 0; k < world; k++) {
-        pids[k] = fork();
-        if (pids[k] == 0) _exit(body(k, arg));
-    }
-    for (int k = 0; k < world; k++) codes[k] = wait_limit(pids[k], limit_s);
-}
+static void path_of(char *out, size_t n, const char *name, int rank) { snprintf(out, n, "%s/%s_%d.txt", bt_test_dir, name, rank); }
 
 /* ---- 1. launcher environments ----------------------------------------------------------- */
 
@@ -375,7 +350,7 @@ static int mismatch_body(int k, void *arg) {
     if (a->ranks[k] == 2) bt__sleep(0.5);
     bt_store *s = bt_store_open("127.0.0.1", a->port, a->ranks[k], a->worlds[k], 2);
     path_of(path, sizeof path, "mismatch", k);
-    write_file(path, s ? "opened" : bt_dist_error());
+    bt_test_write_text(path, s ? "opened" : bt_dist_error());
     if (s) bt_store_close(s);
     return s ? 0 : 1;
 }
@@ -386,11 +361,11 @@ static void test_store_mismatch(void) {
     mismatch_args a = {bt_dist_free_port(NULL), {2, 3}, {0, 1}};
     run_ranks(2, mismatch_body, &a, codes, 10);
     path_of(p0, sizeof p0, "mismatch", 0); path_of(p1, sizeof p1, "mismatch", 1);
-    BT_CHECK(codes[0] == 1 && file_has(p0, "disagree on WORLD_SIZE"), "rank 0 accepted world 3 (exit %d)", codes[0]);
-    BT_CHECK(codes[1] == 1 && file_has(p1, "refused this process: its world size differs"), "rank 1 was not told (exit %d)", codes[1]);
+    BT_CHECK(codes[0] == 1 && bt_test_file_has(p0, "disagree on WORLD_SIZE"), "rank 0 accepted world 3 (exit %d)", codes[0]);
+    BT_CHECK(codes[1] == 1 && bt_test_file_has(p1, "refused this process: its world size differs"), "rank 1 was not told (exit %d)", codes[1]);
     mismatch_args b = {bt_dist_free_port(NULL), {3, 3, 3, 3}, {0, 1, 1, 2}};   /* two processes claim rank 1 */
     run_ranks(4, mismatch_body, &b, codes, 10);
-    BT_CHECK(codes[0] == 1 && file_has(p0, "two processes claim rank 1"), "duplicate rank not caught (exit %d)", codes[0]);
+    BT_CHECK(codes[0] == 1 && bt_test_file_has(p0, "two processes claim rank 1"), "duplicate rank not caught (exit %d)", codes[0]);
 }
 
 /* ---- 4-6. liveness through bt_dist_init (store only) ------------------------------------ */
@@ -398,7 +373,7 @@ static void test_store_mismatch(void) {
 typedef struct { int port, world, victim; int how; } live_args;   /* how: 0 SIGKILL, 1 bt_error, 2 clean */
 
 static void on_fault(const char *msg, void *user) {
-    write_file((const char *)user, msg);
+    bt_test_write_text((const char *)user, msg);
     _exit(42);
 }
 
@@ -431,10 +406,10 @@ static void check_survivors(const live_args *a, const int *codes, const char *wa
     for (int k = 0; k < a->world; k++) {
         path_of(path, sizeof path, "live", k);
         if (k == a->victim) {
-            if (a->how == 1) BT_CHECK(codes[k] == 42 && file_has(path, "bt error: boom in rank"), "the failing rank: exit %d", codes[k]);
+            if (a->how == 1) BT_CHECK(codes[k] == 42 && bt_test_file_has(path, "bt error: boom in rank"), "the failing rank: exit %d", codes[k]);
             continue;
         }
-        char *msg = slurp(path);
+        char *msg = bt_test_read_file(path, NULL);
         BT_CHECK(codes[k] == 42, "rank %d exited %d, expected the watchdog's fault", k, codes[k]);
         BT_CHECK(msg && strstr(msg, who) && strstr(msg, want), "rank %d said \"%s\"; expected \"%s...%s\"", k, msg ? msg : "", who, want);
         free(msg);
@@ -485,7 +460,7 @@ static void test_clean_shutdown(void) {
     for (int k = 0; k < 4; k++) {
         char path[256];
         path_of(path, sizeof path, "live", k);
-        char *msg = slurp(path);
+        char *msg = bt_test_read_file(path, NULL);
         BT_CHECK(codes[k] == 0, "rank %d exited %d (%s)", k, codes[k], msg ? msg : "");
         free(msg);
     }
@@ -495,27 +470,6 @@ static void test_clean_shutdown(void) {
 
 static volatile sig_atomic_t got_term;
 static void on_term(int sig) { (void)sig; got_term = 1; }
-
-/* runs a launcher of nproc ranks (each runs body) with stdout/stderr into files; returns the
-   launcher's exit code and its pid through *pid_out once started (for signals) */
-typedef int (*launch_body)(int rank);
-static pid_t start_launcher(int nproc, launch_body body, const char *out, const char *err) {
-    fflush(NULL);
-    pid_t p = fork();
-    if (p == 0) {
-        int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fo, 1); dup2(fe, 2); close(fo); close(fe);
-        bt_spawn_opts o;
-        memset(&o, 0, sizeof o);
-        o.nproc = nproc; o.stop_delay_s = 0.2; o.kill_grace_s = 0.5;
-        int rank = bt_dist_spawn(&o);
-        if (rank < 0) { fprintf(stderr, "spawn: %s\n", bt_dist_error()); _exit(99); }
-        int code = body(rank);
-        fflush(NULL);
-        _exit(code);
-    }
-    return p;
-}
 
 static int ok_body(int rank) {
     bt_dist_env e;
@@ -563,8 +517,8 @@ static int term_body(int rank) {
 static void test_launcher_ok(void) {
     char out[256], err[256];
     path_of(out, sizeof out, "launch_out", 0); path_of(err, sizeof err, "launch_err", 0);
-    int code = wait_limit(start_launcher(3, ok_body, out, err), 20);
-    char *o = slurp(out);
+    int code = wait_limit(start_launcher(3, 0.2, 0.5, ok_body, out, err), 20);
+    char *o = bt_test_read_file(out, NULL);
     BT_CHECK(code == 0, "launcher exited %d", code);
     BT_CHECK(o && !strcmp(o, "out from rank 0\n"), "stdout \"%s\"; expected rank 0's line only", o ? o : "");
     free(o);
@@ -572,9 +526,9 @@ static void test_launcher_ok(void) {
         char a[64], b[64];
         snprintf(a, sizeof a, "[rank %d] err from rank %d\n", k, k);
         snprintf(b, sizeof b, "[rank %d] partial %d\n", k, k);
-        BT_CHECK(file_has(err, a) && file_has(err, b), "stderr of rank %d not prefixed line by line", k);
+        BT_CHECK(bt_test_file_has(err, a) && bt_test_file_has(err, b), "stderr of rank %d not prefixed line by line", k);
         snprintf(a, sizeof a, "[rank %d] tail %d\n", k, k);
-        BT_CHECK(file_has(err, a), "rank %d's unterminated last line was lost", k);
+        BT_CHECK(bt_test_file_has(err, a), "rank %d's unterminated last line was lost", k);
     }
     BT_CHECK(count_in_file(err, "] env ok") == 3, "%d ranks saw a consistent environment", count_in_file(err, "] env ok"));
 }
@@ -583,29 +537,29 @@ static void test_launcher_failure(void) {
     char out[256], err[256];
     path_of(out, sizeof out, "launch_out", 1); path_of(err, sizeof err, "launch_err", 1);
     double t0 = bt__now();
-    int code = wait_limit(start_launcher(3, fail_body, out, err), 20);
+    int code = wait_limit(start_launcher(3, 0.2, 0.5, fail_body, out, err), 20);
     double dt = bt__now() - t0;
     BT_CHECK(code == 3, "launcher exited %d; expected rank 1's code 3", code);
-    BT_CHECK(file_has(err, "bt_dist: rank 1 exited with code 3"), "no report of rank 1");
-    BT_CHECK(!file_has(err, "finished"), "the other ranks were not stopped");
+    BT_CHECK(bt_test_file_has(err, "bt_dist: rank 1 exited with code 3"), "no report of rank 1");
+    BT_CHECK(!bt_test_file_has(err, "finished"), "the other ranks were not stopped");
     BT_CHECK(dt < 5, "took %.1f s", dt);
     t0 = bt__now();
-    code = wait_limit(start_launcher(3, kill_body, out, err), 20);
+    code = wait_limit(start_launcher(3, 0.2, 0.5, kill_body, out, err), 20);
     BT_CHECK(code == 128 + SIGKILL, "launcher exited %d after a SIGKILL", code);
-    BT_CHECK(file_has(err, "bt_dist: rank 2 was killed by signal 9"), "no report of rank 2's signal");
+    BT_CHECK(bt_test_file_has(err, "bt_dist: rank 2 was killed by signal 9"), "no report of rank 2's signal");
     BT_CHECK(bt__now() - t0 < 5, "took %.1f s", bt__now() - t0);
 }
 
 static void test_launcher_signal(void) {
     char out[256], err[256];
     path_of(out, sizeof out, "launch_out", 2); path_of(err, sizeof err, "launch_err", 2);
-    pid_t p = start_launcher(2, term_body, out, err);
+    pid_t p = start_launcher(2, 0.2, 0.5, term_body, out, err);
     for (int i = 0; i < 500 && count_in_file(err, "ready") < 2; i++) bt__sleep(0.01);
     BT_CHECK(count_in_file(err, "ready") == 2, "the ranks did not start");
     kill(p, SIGTERM);
     int code = wait_limit(p, 10);
     BT_CHECK(code == 128 + SIGTERM, "launcher exited %d after SIGTERM", code);
-    BT_CHECK(file_has(err, "[rank 0] got SIGTERM in rank 0") && file_has(err, "[rank 1] got SIGTERM in rank 1"),
+    BT_CHECK(bt_test_file_has(err, "[rank 0] got SIGTERM in rank 0") && bt_test_file_has(err, "[rank 1] got SIGTERM in rank 1"),
              "SIGTERM was not passed on to every rank");
     bt_spawn_opts o;
     memset(&o, 0, sizeof o);
@@ -621,12 +575,8 @@ static void test_launcher_signal(void) {
 
 static void test_single_rank(void) {
     bt_dist_env env;
-    memset(&env, 0, sizeof env);
-    env.world = 1; env.local_world = 1;
     bt_dist_opts o;
-    memset(&o, 0, sizeof o);
-    o.env = &env;
-    bt_dist *d = bt_dist_init(&o);
+    bt_dist *d = one_rank_init(&env, &o, 0);
     BT_CHECK(d->world == 1 && d->world_comm->size == 1 && !bt_dist_store(d), "one rank");
     float a[6] = {1.5f, -2, 3, 4.25f, 5, -6}, b[6] = {0};
     bt_all_reduce(d->world_comm, a, b, 6, BT_F32, BT_RED_AVG, NULL);
@@ -669,12 +619,8 @@ static void test_ddp_bookkeeping(void) {
     enum { NP = 7 };
     static const int64_t sizes[NP] = {300, 20, 500, 64, 64, 1000, 8};
     bt_dist_env env;
-    memset(&env, 0, sizeof env);
-    env.world = 1; env.local_world = 1;
     bt_dist_opts o;
-    memset(&o, 0, sizeof o);
-    o.env = &env;
-    bt_dist *d = bt_dist_init(&o);
+    bt_dist *d = one_rank_init(&env, &o, 0);
     int64_t total = 0;
     for (int i = 0; i < NP; i++) total += sizes[i];
     bt_tensor *flat = bt_randn(bt_shape1(total), BT_F32, bt_cpu(), 5), *flat_grad = bt_zeros(bt_shape1(total), BT_F32, bt_cpu());
@@ -732,7 +678,7 @@ static void test_ddp_bookkeeping(void) {
     float g = 0, w = 0;
     int64_t i0[1] = {0};
     g = (float)bt_get(flat_grad, i0); w = (float)bt_get(flat, i0);
-    BT_CHECK(fabsf(g - 2 * w) < 1e-5f, "gradient %g of w %g", g, w);
+    BT_CHECK(fabsf(g - 2 * w) <= BT_TOL_F32_ROUND * fabsf(2 * w), "gradient %g of w %g", g, w);
     BT_CHECK(bt_ddp_get_stats(dd).passes == 2, "passes %d", bt_ddp_get_stats(dd).passes);
     for (int i = 0; i < NP; i++) while (params[i]->hooks) bt_remove_grad_hook(params[i]->hooks);
     bt_tensor *stray = bt_zeros(bt_shape1(4), BT_F32, bt_cpu());
@@ -749,8 +695,7 @@ static void test_ddp_bookkeeping(void) {
 }
 
 int main(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bt_test_dist_XXXXXX");
-    if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
+    if (bt_test_dir_make("test_dist")) return 1;
     signal(SIGPIPE, SIG_IGN);
     BT_RUN(test_env_single);
     BT_RUN(test_env_torchrun);
@@ -771,8 +716,6 @@ int main(void) {
     BT_RUN(test_launcher_signal);
     BT_RUN(test_single_rank);
     BT_RUN(test_ddp_bookkeeping);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    bt_test_dir_remove();
     return bt_test_summary("test_dist");
 }

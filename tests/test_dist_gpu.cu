@@ -30,48 +30,12 @@
 #include <sys/wait.h>
 #include <cuda_runtime.h>
 
-static char tmpdir[64];
-
 /* ---- process helpers (no CUDA in this process) ------------------------------------------ */
 
-
-
-static int file_has(const char *path, const char *needle) {
-    char *s = slurp(path);
-    int r = s && strstr(s, needle);
-    free(s);
-    return r;
-}
 static void dump(const char *what, const char *path) {   /* shows a failed run's output */
-    char *s = slurp(path);
+    char *s = bt_test_read_file(path, NULL);
     fprintf(stderr, "  ---- %s (%s)\n%s\n  ----\n", what, path, s ? s : "(missing)");
     free(s);
-}
-
-typedef int (*rank_fn)(int rank);
-/* a launcher of 2 ranks running fn, stdout/stderr to files; returns its exit code */
-static int launch2(rank_fn fn, const char *name, double stop_delay, double limit_s, char *err, size_t errlen, double *secs) {
-    char out[256];
-    snprintf(out, sizeof out, "%s/%s_out.txt", tmpdir, name);
-    snprintf(err, errlen, "%s/%s_err.txt", tmpdir, name);
-    fflush(NULL);
-    double t0 = bt__now();
-    pid_t p = fork();
-    if (p == 0) {
-        int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fo, 1); dup2(fe, 2); close(fo); close(fe);
-        bt_spawn_opts o;
-        memset(&o, 0, sizeof o);
-        o.nproc = 2; o.stop_delay_s = stop_delay; o.kill_grace_s = 2;
-        int rank = bt_dist_spawn(&o);
-        if (rank < 0) { fprintf(stderr, "spawn: %s\n", bt_dist_error()); _exit(99); }
-        int code = fn(rank);
-        fflush(NULL);
-        _exit(code);
-    }
-    int code = wait_limit(p, limit_s);
-    if (secs) *secs = bt__now() - t0;
-    return code;
 }
 
 /* ---- data: rank r's random inputs, reproducible on every rank ---------------------------- */
@@ -116,7 +80,8 @@ static void download(bt_dtype dt, const void *d, int64_t n, double *host) {
 
 static int fails;
 static void expect(int rank, const char *what, bt_dtype dt, const double *got, const double *want, int64_t n) {
-    double tol = dt == BT_F32 ? 1e-6 : dt == BT_F64 || dt == BT_I32 ? 1e-12 : 1e-2;   /* one rounding to bf16/f16 */
+    /* sums over 2 ranks of values exact in dt: one rounding at most (bf16: the sum, then /W) */
+    double tol = dt == BT_F32 ? BT_TOL_F32_ROUND : dt == BT_F64 ? BT_TOL_F64 : dt == BT_I32 ? BT_TOL_EXACT : dt == BT_F16 ? BT_TOL_F16 : BT_TOL_BF16_OP;
     double e = bt_test_relerr(got, want, n);
     if (e > tol) { fprintf(stderr, "FAIL rank %d: %s (%s): relative error %.3g > %.1g\n", rank, what, bt_dtype_name(dt), e, tol); fails++; }
 }
@@ -211,7 +176,7 @@ static void test_collectives(void) {
     NEED_2_GPUS();
     char err[256];
     int code = launch2(collectives_rank, "coll", 5, 300, err, sizeof err, NULL);
-    BT_CHECK(code == 0 && file_has(err, "rank 0: collectives done, 0 failures") && file_has(err, "rank 1: collectives done, 0 failures"),
+    BT_CHECK(code == 0 && bt_test_file_has(err, "rank 0: collectives done, 0 failures") && bt_test_file_has(err, "rank 1: collectives done, 0 failures"),
              "exit %d", code);
     if (code) dump("collectives", err);
 }
@@ -224,7 +189,7 @@ static void test_network_transport(void) {
     pid_t p[2];
     fflush(NULL);
     for (int r = 0; r < 2; r++) {
-        snprintf(err[r], sizeof err[r], "%s/net_err_%d.txt", tmpdir, r);
+        snprintf(err[r], sizeof err[r], "%s/net_err_%d.txt", bt_test_dir, r);
         p[r] = fork();
         if (p[r] == 0) {
             int fe = open(err[r], O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -549,8 +514,8 @@ static void test_ddp_graph(void) {
         ddp_graph_blocking = b;
         int code = launch2(ddp_graph_rank, b ? "ddp_graph_blocking" : "ddp_graph_nonblocking", 5, 120, err, sizeof err, NULL);
         for (int r = 0; r < 2; r++) snprintf(line[r], sizeof line[r], "rank %d: ddp graph (%s communicators) done, 0 failures", r, kind);
-        BT_CHECK(code == 0 && file_has(err, line[0]) && file_has(err, line[1]), "ddp graph with %s communicators: exit %d", kind, code);
-        if (code || !file_has(err, line[0])) dump(kind, err);
+        BT_CHECK(code == 0 && bt_test_file_has(err, line[0]) && bt_test_file_has(err, line[1]), "ddp graph with %s communicators: exit %d", kind, code);
+        if (code || !bt_test_file_has(err, line[0])) dump(kind, err);
     }
 }
 
@@ -579,7 +544,7 @@ static void test_ddp(void) {
     NEED_2_GPUS();
     char err[256];
     int code = launch2(ddp_rank, "ddp", 5, 300, err, sizeof err, NULL);
-    BT_CHECK(code == 0 && file_has(err, "rank 0: ddp done, 0 failures") && file_has(err, "rank 1: ddp done, 0 failures"), "exit %d", code);
+    BT_CHECK(code == 0 && bt_test_file_has(err, "rank 0: ddp done, 0 failures") && bt_test_file_has(err, "rank 1: ddp done, 0 failures"), "exit %d", code);
     if (code) dump("ddp", err);
 }
 
@@ -630,12 +595,12 @@ static void run_fault(int victim, int mode, const char *name, const char *want, 
     int other = 1 - victim;
     BT_CHECK(code != 0 && code != -1, "%s: the launcher exited %d", name, code);
     snprintf(line, sizeof line, "bt_dist: rank %d exited with code 1", other);
-    BT_CHECK(file_has(err, line), "%s: rank %d did not exit by itself with code 1", name, other);
+    BT_CHECK(bt_test_file_has(err, line), "%s: rank %d did not exit by itself with code 1", name, other);
     snprintf(line, sizeof line, "[rank %d] rank %d (", other, other);
-    BT_CHECK(file_has(err, line) && file_has(err, want) && file_has(err, want2), "%s: no \"%s ... %s\" from rank %d", name, want,
+    BT_CHECK(bt_test_file_has(err, line) && bt_test_file_has(err, want) && bt_test_file_has(err, want2), "%s: no \"%s ... %s\" from rank %d", name, want,
              want2, other);
     BT_CHECK(secs < limit, "%s: took %.1f s (limit %.0f)", name, secs, limit);
-    BT_CHECK(!file_has(err, "the loop ended"), "%s: a rank went on", name);
+    BT_CHECK(!bt_test_file_has(err, "the loop ended"), "%s: a rank went on", name);
     if (bt_test__cur_failed) dump(name, err);
 }
 
@@ -660,8 +625,7 @@ static void test_fault_graph_timeout(void) {
 static const char *g_only;
 #define RUN(fn) do { if (!g_only || strstr(#fn, g_only)) BT_RUN(fn); } while (0)
 int main(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bt_test_dist_gpu_XXXXXX");
-    if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
+    if (bt_test_dir_make("test_dist_gpu")) return 1;
     signal(SIGPIPE, SIG_IGN);
     g_only = getenv("BT_TEST_ONLY");
     RUN(test_collectives);
@@ -671,8 +635,6 @@ int main(void) {
     RUN(test_fault_kill);
     RUN(test_fault_timeout);
     RUN(test_fault_graph_timeout);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    bt_test_dir_remove();
     return bt_test_summary("test_dist_gpu");
 }

@@ -5,6 +5,7 @@
 #define BT_DATA_IMPLEMENTATION
 #include "bt_data.h"
 #include "tests/bt_test.h"
+#include "tests/bt_test_files.h"
 
 #include <dirent.h>
 #include <pthread.h>
@@ -16,39 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
-static char tmpdir[256];
-
-static const char *tp(const char *name) {   /* a path in tmpdir (four rotating buffers) */
-    static char buf[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
-    return buf[k];
-}
-
-static void put(const char *path, const char *text) {
-    FILE *f = fopen(path, "wb");
-    if (!f) { perror(path); exit(1); }
-    fputs(text, f);
-    fclose(f);
-}
-
-static char *get(const char *path, size_t *len) {   /* the file's bytes, NUL-terminated, or NULL */
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    long n;
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END); n = ftell(f); fseek(f, 0, SEEK_SET);
-    buf = (char *)malloc((size_t)n + 1);
-    if (fread(buf, 1, (size_t)n, f) != (size_t)n) n = 0;
-    fclose(f);
-    buf[n] = 0;
-    if (len) *len = (size_t)n;
-    return buf;
-}
-
 static int has_text(const char *path, const char *want) {
-    char *s = get(path, NULL);
+    char *s = bt_test_read_file(path, NULL);
     int ok = s && !strcmp(s, want);
     free(s);
     return ok;
@@ -82,61 +52,61 @@ static int err_has(const char *a, const char *b) {
 static void test_output_check(void) {
     BT_CHECK(bt_output_check("") == -1 && err_has("empty", NULL), "empty: %s", bt_data_error());
     BT_CHECK(bt_output_check(NULL) == -1 && err_has("empty", NULL), "NULL: %s", bt_data_error());
-    BT_CHECK(bt_output_check(tmpdir) == -1 && err_has(tmpdir, "is a directory"), "directory: %s", bt_data_error());
-    BT_CHECK(bt_output_check(tp("x/")) == -1 && err_has("ends in '/'", NULL), "trailing slash: %s", bt_data_error());
+    BT_CHECK(bt_output_check(bt_test_dir) == -1 && err_has(bt_test_dir, "is a directory"), "directory: %s", bt_data_error());
+    BT_CHECK(bt_output_check(bt_test_path("x/")) == -1 && err_has("ends in '/'", NULL), "trailing slash: %s", bt_data_error());
     BT_CHECK(bt_output_check("/dev/null") == -1 && err_has("/dev/null", "character device"), "/dev/null: %s", bt_data_error());
-    BT_CHECK(mkfifo(tp("fifo"), 0644) == 0, "mkfifo");
-    BT_CHECK(bt_output_check(tp("fifo")) == -1 && err_has(tp("fifo"), "FIFO"), "fifo: %s", bt_data_error());
-    BT_CHECK(bt_output_check(tp("no/such/m.bin")) == -1 && err_has(tp("no/such"), "does not exist"), "missing dir: %s", bt_data_error());
-    put(tp("plain"), "x");
-    BT_CHECK(bt_output_check(tp("plain/m.bin")) == -1 && err_has(tp("plain/m.bin"), NULL), "a file as a directory: %s", bt_data_error());
-    BT_CHECK(bt_output_check(tp("plain")) == 0, "an existing file: %s", bt_data_error());
-    BT_CHECK(bt_output_check(tp("new.bin")) == 0, "a new file: %s", bt_data_error());
-    BT_CHECK(symlink(tmpdir, tp("dirlink")) == 0 && bt_output_check(tp("dirlink")) == -1 && err_has(" -> ", "is a directory"),
+    BT_CHECK(mkfifo(bt_test_path("fifo"), 0644) == 0, "mkfifo");
+    BT_CHECK(bt_output_check(bt_test_path("fifo")) == -1 && err_has(bt_test_path("fifo"), "FIFO"), "fifo: %s", bt_data_error());
+    BT_CHECK(bt_output_check(bt_test_path("no/such/m.bin")) == -1 && err_has(bt_test_path("no/such"), "does not exist"), "missing dir: %s", bt_data_error());
+    bt_test_write_text(bt_test_path("plain"), "x");
+    BT_CHECK(bt_output_check(bt_test_path("plain/m.bin")) == -1 && err_has(bt_test_path("plain/m.bin"), NULL), "a file as a directory: %s", bt_data_error());
+    BT_CHECK(bt_output_check(bt_test_path("plain")) == 0, "an existing file: %s", bt_data_error());
+    BT_CHECK(bt_output_check(bt_test_path("new.bin")) == 0, "a new file: %s", bt_data_error());
+    BT_CHECK(symlink(bt_test_dir, bt_test_path("dirlink")) == 0 && bt_output_check(bt_test_path("dirlink")) == -1 && err_has(" -> ", "is a directory"),
              "link to a directory: %s", bt_data_error());
-    BT_CHECK(symlink("nowhere.bin", tp("dangling")) == 0 && bt_output_check(tp("dangling")) == 0, "dangling link: %s", bt_data_error());
-    BT_CHECK(symlink("no/such/dir/x", tp("dangling2")) == 0 && bt_output_check(tp("dangling2")) == -1 && err_has("does not exist", NULL),
+    BT_CHECK(symlink("nowhere.bin", bt_test_path("dangling")) == 0 && bt_output_check(bt_test_path("dangling")) == 0, "dangling link: %s", bt_data_error());
+    BT_CHECK(symlink("no/such/dir/x", bt_test_path("dangling2")) == 0 && bt_output_check(bt_test_path("dangling2")) == -1 && err_has("does not exist", NULL),
              "link into a missing directory: %s", bt_data_error());
-    BT_CHECK(symlink("loop_b", tp("loop_a")) == 0 && symlink("loop_a", tp("loop_b")) == 0, "loop links");
-    BT_CHECK(bt_output_check(tp("loop_a")) == -1 && err_has("too many levels", NULL), "link loop: %s", bt_data_error());
+    BT_CHECK(symlink("loop_b", bt_test_path("loop_a")) == 0 && symlink("loop_a", bt_test_path("loop_b")) == 0, "loop links");
+    BT_CHECK(bt_output_check(bt_test_path("loop_a")) == -1 && err_has("too many levels", NULL), "link loop: %s", bt_data_error());
     if (geteuid() != 0) {   /* root may write anywhere: access() cannot refuse it */
-        BT_CHECK(mkdir(tp("ro"), 0555) == 0 && bt_output_check(tp("ro/m.bin")) == -1 && err_has(tp("ro"), "does not let"),
+        BT_CHECK(mkdir(bt_test_path("ro"), 0555) == 0 && bt_output_check(bt_test_path("ro/m.bin")) == -1 && err_has(bt_test_path("ro"), "does not let"),
                  "read-only directory: %s", bt_data_error());
     }
 }
 
 static void test_output_dir(void) {
-    BT_CHECK(bt_output_dir(tp("a/b//c")) == 0 && bt_output_dir(tp("a/b//c")) == 0, "mkdir -p: %s", bt_data_error());
-    BT_CHECK(bt_output_check(tp("a/b/c/log.jsonl")) == 0, "made: %s", bt_data_error());
+    BT_CHECK(bt_output_dir(bt_test_path("a/b//c")) == 0 && bt_output_dir(bt_test_path("a/b//c")) == 0, "mkdir -p: %s", bt_data_error());
+    BT_CHECK(bt_output_check(bt_test_path("a/b/c/log.jsonl")) == 0, "made: %s", bt_data_error());
     BT_CHECK(bt_output_dir("") == -1 && err_has("empty", NULL), "empty: %s", bt_data_error());
-    put(tp("file"), "x");
-    BT_CHECK(bt_output_dir(tp("file")) == -1 && err_has(tp("file"), "not a directory"), "a file: %s", bt_data_error());
-    BT_CHECK(bt_output_dir(tp("file/sub")) == -1 && err_has(tp("file/sub"), NULL), "under a file: %s", bt_data_error());
+    bt_test_write_text(bt_test_path("file"), "x");
+    BT_CHECK(bt_output_dir(bt_test_path("file")) == -1 && err_has(bt_test_path("file"), "not a directory"), "a file: %s", bt_data_error());
+    BT_CHECK(bt_output_dir(bt_test_path("file/sub")) == -1 && err_has(bt_test_path("file/sub"), NULL), "under a file: %s", bt_data_error());
 }
 
 static void test_input_open(void) {
     uint64_t size = 0;
     int fd;
-    put(tp("in.txt"), "hello");
-    fd = bt_input_open(tp("in.txt"), &size);
+    bt_test_write_text(bt_test_path("in.txt"), "hello");
+    fd = bt_input_open(bt_test_path("in.txt"), &size);
     BT_CHECK(fd >= 0 && size == 5, "regular file: %s", bt_data_error());
     if (fd >= 0) close(fd);
     alarm(20);   /* a blocking open would hang here: the alarm ends the test binary instead */
-    mkfifo(tp("fifo_in"), 0644);
-    BT_CHECK(bt_input_open(tp("fifo_in"), NULL) == -1 && err_has(tp("fifo_in"), "FIFO"), "fifo: %s", bt_data_error());
+    mkfifo(bt_test_path("fifo_in"), 0644);
+    BT_CHECK(bt_input_open(bt_test_path("fifo_in"), NULL) == -1 && err_has(bt_test_path("fifo_in"), "FIFO"), "fifo: %s", bt_data_error());
     alarm(0);
-    BT_CHECK(bt_input_open(tmpdir, NULL) == -1 && err_has("is a directory", NULL), "directory: %s", bt_data_error());
+    BT_CHECK(bt_input_open(bt_test_dir, NULL) == -1 && err_has("is a directory", NULL), "directory: %s", bt_data_error());
     BT_CHECK(bt_input_open("/dev/zero", NULL) == -1 && err_has("character device", NULL), "device: %s", bt_data_error());
-    BT_CHECK(bt_input_open(tp("nothing"), NULL) == -1 && err_has(tp("nothing"), "No such file"), "missing: %s", bt_data_error());
-    put(tp("log"), "old\n");
-    fd = bt_output_open(tp("log"), 1);
+    BT_CHECK(bt_input_open(bt_test_path("nothing"), NULL) == -1 && err_has(bt_test_path("nothing"), "No such file"), "missing: %s", bt_data_error());
+    bt_test_write_text(bt_test_path("log"), "old\n");
+    fd = bt_output_open(bt_test_path("log"), 1);
     BT_CHECK(fd >= 0 && write(fd, "new\n", 4) == 4, "append: %s", bt_data_error());
     if (fd >= 0) close(fd);
-    BT_CHECK(has_text(tp("log"), "old\nnew\n"), "appended");
-    fd = bt_output_open(tp("log"), 0);
+    BT_CHECK(has_text(bt_test_path("log"), "old\nnew\n"), "appended");
+    fd = bt_output_open(bt_test_path("log"), 0);
     if (fd >= 0) close(fd);
-    BT_CHECK(fd >= 0 && has_text(tp("log"), ""), "truncated");
-    BT_CHECK(bt_output_open(tp("fifo_in"), 0) == -1 && bt_output_open("/dev/null", 0) == -1, "special files refused");
+    BT_CHECK(fd >= 0 && has_text(bt_test_path("log"), ""), "truncated");
+    BT_CHECK(bt_output_open(bt_test_path("fifo_in"), 0) == -1 && bt_output_open("/dev/null", 0) == -1, "special files refused");
 }
 
 /* ---- atomic files ---- */
@@ -151,14 +121,14 @@ static int write_file(const char *path, const char *text) {
 static void test_atomic_roundtrip(void) {
     bt_atomic_file *f;
     struct stat st;
-    const char *p = tp("rt.bin");
+    const char *p = bt_test_path("rt.bin");
     f = bt_atomic_open(p);
     BT_CHECK(f != NULL, "open: %s", bt_data_error());
     if (!f) return;
-    BT_CHECK(count_temps(tmpdir) == 1 && access(p, F_OK) != 0, "the temporary exists and the target not yet");
+    BT_CHECK(count_temps(bt_test_dir) == 1 && access(p, F_OK) != 0, "the temporary exists and the target not yet");
     BT_CHECK(bt_atomic_write(f, "hello ", 6) == 0 && pwrite(bt_atomic_fd(f), "world", 5, 6) == 5, "writes");
     BT_CHECK(bt_atomic_commit(f) == 0, "commit: %s", bt_data_error());
-    BT_CHECK(has_text(p, "hello world") && count_temps(tmpdir) == 0, "content, no temporary");
+    BT_CHECK(has_text(p, "hello world") && count_temps(bt_test_dir) == 0, "content, no temporary");
     /* a replacement keeps the permissions of the file it replaces */
     chmod(p, 0640);
     BT_CHECK(write_file(p, "second") == 0 && has_text(p, "second"), "rewrite: %s", bt_data_error());
@@ -166,7 +136,7 @@ static void test_atomic_roundtrip(void) {
     /* two files open on one path at once: distinct temporaries, the last commit wins */
     {
         bt_atomic_file *a = bt_atomic_open(p), *b = bt_atomic_open(p);
-        BT_CHECK(a && b && count_temps(tmpdir) == 2, "two temporaries");
+        BT_CHECK(a && b && count_temps(bt_test_dir) == 2, "two temporaries");
         if (a && b) {
             bt_atomic_write(a, "AAA", 3); bt_atomic_write(b, "BB", 2);
             BT_CHECK(bt_atomic_commit(b) == 0 && bt_atomic_commit(a) == 0 && has_text(p, "AAA"), "last commit wins");
@@ -176,38 +146,38 @@ static void test_atomic_roundtrip(void) {
     {
         uint16_t toks[3] = {1, 2, 3};
         bt_shard s;
-        BT_CHECK(bt_shard_write(tp("s.bin"), toks, 3) == 0 && bt_shard_open(&s, tp("s.bin")) == 0 && s.n == 3, "shard");
+        BT_CHECK(bt_shard_write(bt_test_path("s.bin"), toks, 3) == 0 && bt_shard_open(&s, bt_test_path("s.bin")) == 0 && s.n == 3, "shard");
         bt_shard_close(&s);
     }
-    BT_CHECK(count_temps(tmpdir) == 0, "temporaries left");
+    BT_CHECK(count_temps(bt_test_dir) == 0, "temporaries left");
 }
 
 static void test_atomic_symlinks(void) {
     struct stat st;
     char buf[256];
     ssize_t n;
-    mkdir(tp("real"), 0755);
-    put(tp("real/target.bin"), "old");
+    mkdir(bt_test_path("real"), 0755);
+    bt_test_write_text(bt_test_path("real/target.bin"), "old");
     /* link2 -> link1 -> real/target.bin, the first two relative */
-    BT_CHECK(symlink("real/target.bin", tp("link1")) == 0 && symlink("link1", tp("link2")) == 0, "links");
+    BT_CHECK(symlink("real/target.bin", bt_test_path("link1")) == 0 && symlink("link1", bt_test_path("link2")) == 0, "links");
     {
-        bt_atomic_file *f = bt_atomic_open(tp("link2"));
+        bt_atomic_file *f = bt_atomic_open(bt_test_path("link2"));
         BT_CHECK(f != NULL, "open through links: %s", bt_data_error());
         if (!f) return;
-        BT_CHECK(count_temps(tp("real")) == 1 && count_temps(tmpdir) == 0, "the temporary lies beside the final target");
+        BT_CHECK(count_temps(bt_test_path("real")) == 1 && count_temps(bt_test_dir) == 0, "the temporary lies beside the final target");
         bt_atomic_write(f, "new", 3);
         BT_CHECK(bt_atomic_commit(f) == 0, "commit: %s", bt_data_error());
     }
-    BT_CHECK(has_text(tp("real/target.bin"), "new"), "the target got the bytes");
-    BT_CHECK(lstat(tp("link2"), &st) == 0 && S_ISLNK(st.st_mode) && lstat(tp("link1"), &st) == 0 && S_ISLNK(st.st_mode), "links survive");
-    n = readlink(tp("link1"), buf, sizeof buf - 1);
+    BT_CHECK(has_text(bt_test_path("real/target.bin"), "new"), "the target got the bytes");
+    BT_CHECK(lstat(bt_test_path("link2"), &st) == 0 && S_ISLNK(st.st_mode) && lstat(bt_test_path("link1"), &st) == 0 && S_ISLNK(st.st_mode), "links survive");
+    n = readlink(bt_test_path("link1"), buf, sizeof buf - 1);
     BT_CHECK(n == 15 && !memcmp(buf, "real/target.bin", 15), "link1 unchanged");
     /* a dangling link: the file it names is created */
-    BT_CHECK(symlink("real/fresh.bin", tp("to_fresh")) == 0 && write_file(tp("to_fresh"), "fresh") == 0, "dangling: %s", bt_data_error());
-    BT_CHECK(has_text(tp("real/fresh.bin"), "fresh") && lstat(tp("to_fresh"), &st) == 0 && S_ISLNK(st.st_mode), "created through the link");
+    BT_CHECK(symlink("real/fresh.bin", bt_test_path("to_fresh")) == 0 && write_file(bt_test_path("to_fresh"), "fresh") == 0, "dangling: %s", bt_data_error());
+    BT_CHECK(has_text(bt_test_path("real/fresh.bin"), "fresh") && lstat(bt_test_path("to_fresh"), &st) == 0 && S_ISLNK(st.st_mode), "created through the link");
     /* an absolute link */
-    snprintf(buf, sizeof buf, "%s", tp("real/abs.bin"));
-    BT_CHECK(symlink(buf, tp("to_abs")) == 0 && write_file(tp("to_abs"), "abs") == 0 && has_text(tp("real/abs.bin"), "abs"), "absolute link");
+    snprintf(buf, sizeof buf, "%s", bt_test_path("real/abs.bin"));
+    BT_CHECK(symlink(buf, bt_test_path("to_abs")) == 0 && write_file(bt_test_path("to_abs"), "abs") == 0 && has_text(bt_test_path("real/abs.bin"), "abs"), "absolute link");
 }
 
 static void test_atomic_refuses_special_files(void) {
@@ -216,21 +186,21 @@ static void test_atomic_refuses_special_files(void) {
     alarm(20);
     /* only checks touch /dev/null; anything that could replace a device uses a node of our own */
     BT_CHECK(bt_output_check("/dev/null") == -1 && err_has("/dev/null", "refusing to replace"), "/dev/null: %s", bt_data_error());
-    if (mknod(tp("mynull"), S_IFCHR | 0666, makedev(1, 3)) == 0) {   /* a device node of our own (root) */
-        bt_atomic_file *f = bt_atomic_open(tp("mynull"));
-        BT_CHECK(f == NULL && err_has(tp("mynull"), "character device"), "own node: %s", bt_data_error());
+    if (mknod(bt_test_path("mynull"), S_IFCHR | 0666, makedev(1, 3)) == 0) {   /* a device node of our own (root) */
+        bt_atomic_file *f = bt_atomic_open(bt_test_path("mynull"));
+        BT_CHECK(f == NULL && err_has(bt_test_path("mynull"), "character device"), "own node: %s", bt_data_error());
         bt_atomic_abort(f);
-        BT_CHECK(bt_shard_write(tp("mynull"), toks, 2) == -1 && err_has(tp("mynull"), "character device"), "shard to a device: %s", bt_data_error());
-        BT_CHECK(stat(tp("mynull"), &st) == 0 && S_ISCHR(st.st_mode), "the node is still a device");
-        BT_CHECK(symlink("mynull", tp("to_null")) == 0 && bt_atomic_open(tp("to_null")) == NULL && err_has("-> ", "character device"),
+        BT_CHECK(bt_shard_write(bt_test_path("mynull"), toks, 2) == -1 && err_has(bt_test_path("mynull"), "character device"), "shard to a device: %s", bt_data_error());
+        BT_CHECK(stat(bt_test_path("mynull"), &st) == 0 && S_ISCHR(st.st_mode), "the node is still a device");
+        BT_CHECK(symlink("mynull", bt_test_path("to_null")) == 0 && bt_atomic_open(bt_test_path("to_null")) == NULL && err_has("-> ", "character device"),
                  "link to a device: %s", bt_data_error());
     }
-    mkfifo(tp("fifo_out"), 0644);
-    BT_CHECK(bt_atomic_open(tp("fifo_out")) == NULL && err_has(tp("fifo_out"), "FIFO"), "fifo: %s", bt_data_error());
-    BT_CHECK(stat(tp("fifo_out"), &st) == 0 && S_ISFIFO(st.st_mode), "the FIFO is still there");
-    BT_CHECK(bt_atomic_open(tmpdir) == NULL && err_has("is a directory", NULL), "directory: %s", bt_data_error());
+    mkfifo(bt_test_path("fifo_out"), 0644);
+    BT_CHECK(bt_atomic_open(bt_test_path("fifo_out")) == NULL && err_has(bt_test_path("fifo_out"), "FIFO"), "fifo: %s", bt_data_error());
+    BT_CHECK(stat(bt_test_path("fifo_out"), &st) == 0 && S_ISFIFO(st.st_mode), "the FIFO is still there");
+    BT_CHECK(bt_atomic_open(bt_test_dir) == NULL && err_has("is a directory", NULL), "directory: %s", bt_data_error());
     alarm(0);
-    BT_CHECK(count_temps(tmpdir) == 0, "temporaries left");
+    BT_CHECK(count_temps(bt_test_dir) == 0, "temporaries left");
 }
 
 /* in a child: at most limit bytes per file (RLIMIT_FSIZE), so a write fails with EFBIG as on a
@@ -249,38 +219,38 @@ static int child_write_too_much(const char *path, size_t limit) {
 }
 
 static void test_atomic_failures_leave_the_previous_file(void) {
-    const char *p = tp("prev.bin");
+    const char *p = bt_test_path("prev.bin");
     bt_atomic_file *f;
     pid_t pid;
     int status = 0;
-    put(p, "previous");
+    bt_test_write_text(p, "previous");
     /* abort */
     f = bt_atomic_open(p);
     BT_CHECK(f && bt_atomic_write(f, "partial", 7) == 0, "open");
     bt_atomic_abort(f);
     bt_atomic_abort(NULL);
-    BT_CHECK(has_text(p, "previous") && count_temps(tmpdir) == 0, "abort keeps the file, removes the temporary");
+    BT_CHECK(has_text(p, "previous") && count_temps(bt_test_dir) == 0, "abort keeps the file, removes the temporary");
     /* a write that fails (file size limit, as on a full disk) */
     fflush(NULL);
     pid = fork();
     if (pid == 0) _exit(child_write_too_much(p, 4096));
     waitpid(pid, &status, 0);
     BT_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: status %d", status);
-    BT_CHECK(has_text(p, "previous") && count_temps(tmpdir) == 0, "a failed write keeps the file, removes the temporary");
+    BT_CHECK(has_text(p, "previous") && count_temps(bt_test_dir) == 0, "a failed write keeps the file, removes the temporary");
     /* the temporary removed by the cleanup (as a signal does) before the commit */
     f = bt_atomic_open(p);
     bt_atomic_write(f, "new", 3);
     bt_atomic_cleanup();
-    BT_CHECK(count_temps(tmpdir) == 0, "cleanup unlinks");
+    BT_CHECK(count_temps(bt_test_dir) == 0, "cleanup unlinks");
     BT_CHECK(bt_atomic_commit(f) == -1 && err_has(p, "signal removed"), "commit after cleanup: %s", bt_data_error());
-    BT_CHECK(has_text(p, "previous") && count_temps(tmpdir) == 0, "the file is unchanged");
+    BT_CHECK(has_text(p, "previous") && count_temps(bt_test_dir) == 0, "the file is unchanged");
     /* a commit whose rename fails: the target became a directory meanwhile */
-    f = bt_atomic_open(tp("becomes_dir"));
+    f = bt_atomic_open(bt_test_path("becomes_dir"));
     bt_atomic_write(f, "x", 1);
-    mkdir(tp("becomes_dir"), 0755);
-    mkdir(tp("becomes_dir/sub"), 0755);
+    mkdir(bt_test_path("becomes_dir"), 0755);
+    mkdir(bt_test_path("becomes_dir/sub"), 0755);
     BT_CHECK(bt_atomic_commit(f) == -1 && err_has("cannot rename", NULL), "rename failure: %s", bt_data_error());
-    BT_CHECK(count_temps(tmpdir) == 0, "no temporary after a failed rename");
+    BT_CHECK(count_temps(bt_test_dir) == 0, "no temporary after a failed rename");
     /* the registry is full: a clear error, nothing left behind */
     {
         bt_atomic_file *open_[BT_ATOMIC_MAX_OPEN];
@@ -288,7 +258,7 @@ static void test_atomic_failures_leave_the_previous_file(void) {
         for (i = 0; i < BT_ATOMIC_MAX_OPEN; i++) n += (open_[i] = bt_atomic_open(p)) != NULL;
         BT_CHECK(n == BT_ATOMIC_MAX_OPEN && bt_atomic_open(p) == NULL && err_has("at once", NULL), "full registry: %s", bt_data_error());
         for (i = 0; i < BT_ATOMIC_MAX_OPEN; i++) bt_atomic_abort(open_[i]);
-        BT_CHECK(count_temps(tmpdir) == 0 && has_text(p, "previous"), "all aborted");
+        BT_CHECK(count_temps(bt_test_dir) == 0 && has_text(p, "previous"), "all aborted");
     }
 }
 
@@ -303,7 +273,7 @@ static size_t make_content(char *buf, int w, int k) {
 static int whole(const char *path) {
     size_t n, len;
     int w, k, off;
-    char *s = get(path, &n);
+    char *s = bt_test_read_file(path, &n);
     int ok = s && sscanf(s, "%d %d %zu\n%n", &w, &k, &len, &off) == 3 && n == (size_t)off + len;
     for (size_t i = 0; ok && i < len; i++) ok = s[off + i] == 'a' + w;
     free(s);
@@ -322,7 +292,7 @@ static int write_versions(const char *path, int w, int versions) {
 }
 
 static void test_atomic_concurrent_processes(void) {
-    const char *p = tp("shared.bin");
+    const char *p = bt_test_path("shared.bin");
     pid_t pids[4];
     int w, failed = 0, reads = 0, torn = 0, alive = 4, status[4];
     char buf[80000];
@@ -341,7 +311,7 @@ static void test_atomic_concurrent_processes(void) {
     for (w = 0; w < 4; w++) failed += !WIFEXITED(status[w]) || WEXITSTATUS(status[w]) != 0;
     BT_CHECK(failed == 0, "%d writers had a failed write or commit", failed);
     BT_CHECK(torn == 0, "%d of %d reads saw a torn or missing file", torn, reads);
-    BT_CHECK(whole(p) && count_temps(tmpdir) == 0, "the final file is whole, no temporary left");
+    BT_CHECK(whole(p) && count_temps(bt_test_dir) == 0, "the final file is whole, no temporary left");
 }
 
 typedef struct { const char *path; int w, bad; } thread_arg;
@@ -356,9 +326,9 @@ static void test_atomic_concurrent_threads(void) {
     thread_arg args[8];
     char paths[3][512];
     int i, bad = 0;
-    snprintf(paths[0], 512, "%s", tp("threads.bin"));
-    snprintf(paths[1], 512, "%s", tp("thread6.bin"));
-    snprintf(paths[2], 512, "%s", tp("thread7.bin"));
+    snprintf(paths[0], 512, "%s", bt_test_path("threads.bin"));
+    snprintf(paths[1], 512, "%s", bt_test_path("thread6.bin"));
+    snprintf(paths[2], 512, "%s", bt_test_path("thread7.bin"));
     for (i = 0; i < 8; i++) {   /* six threads on one path, two on their own */
         args[i].path = paths[i < 6 ? 0 : i - 5];
         args[i].w = i; args[i].bad = 0;
@@ -366,8 +336,8 @@ static void test_atomic_concurrent_threads(void) {
     }
     for (i = 0; i < 8; i++) { pthread_join(th[i], NULL); bad += args[i].bad; }
     BT_CHECK(bad == 0, "%d writes failed", bad);
-    BT_CHECK(whole(tp("threads.bin")) && whole(tp("thread6.bin")) && whole(tp("thread7.bin")), "whole files");
-    BT_CHECK(count_temps(tmpdir) == 0, "temporaries left");
+    BT_CHECK(whole(bt_test_path("threads.bin")) && whole(bt_test_path("thread6.bin")) && whole(bt_test_path("thread7.bin")), "whole files");
+    BT_CHECK(count_temps(bt_test_dir) == 0, "temporaries left");
 }
 
 /* a child that opens an atomic file over path, writes forever in 64 KiB pieces and reports on
@@ -397,12 +367,12 @@ static void install_cleanup(void) { if (bt_atomic_install_signal_cleanup() != 0)
 static void ignore_term_then_install(void) { signal(SIGTERM, SIG_IGN); install_cleanup(); }
 
 static void test_atomic_killed_writer(void) {
-    const char *p = tp("victim.bin");
+    const char *p = bt_test_path("victim.bin");
     int fds[2], status = 0;
     char c;
     pid_t pid;
     struct timespec ms20 = {0, 20000000};
-    put(p, "previous");
+    bt_test_write_text(p, "previous");
     /* kill -9 in the middle of writing: the target is intact; the temporary stays (nothing can
        run at SIGKILL) and is named after the dead process */
     BT_CHECK(pipe(fds) == 0, "pipe");
@@ -415,15 +385,15 @@ static void test_atomic_killed_writer(void) {
     BT_CHECK(has_text(p, "previous"), "kill -9 mid-write: the previous file is intact");
     {
         char pidpart[64];
-        DIR *d = opendir(tmpdir);
+        DIR *d = opendir(bt_test_dir);
         struct dirent *e;
         int named = 0;
         snprintf(pidpart, sizeof pidpart, "victim.bin.tmp.%ld.", (long)pid);
         while (d && (e = readdir(d))) named += strstr(e->d_name, pidpart) == e->d_name;
         if (d) closedir(d);
-        BT_CHECK(count_temps(tmpdir) == 1 && named == 1, "the dead writer's temporary is named %s*", pidpart);
+        BT_CHECK(count_temps(bt_test_dir) == 1 && named == 1, "the dead writer's temporary is named %s*", pidpart);
     }
-    remove_temps(tmpdir);
+    remove_temps(bt_test_dir);
     /* SIGTERM with the cleanup installed: the temporary is removed, then the default action */
     pid = spawn_writer(p, fds[1], install_cleanup);
     BT_CHECK(read(fds[0], &c, 1) == 1, "writer started");
@@ -431,22 +401,22 @@ static void test_atomic_killed_writer(void) {
     kill(pid, SIGTERM);
     waitpid(pid, &status, 0);
     BT_CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM, "SIGTERM still ends the writer: status %d", status);
-    BT_CHECK(has_text(p, "previous") && count_temps(tmpdir) == 0, "SIGTERM: no temporary, the previous file intact");
+    BT_CHECK(has_text(p, "previous") && count_temps(bt_test_dir) == 0, "SIGTERM: no temporary, the previous file intact");
     /* SIGINT the same */
     pid = spawn_writer(p, fds[1], install_cleanup);
     BT_CHECK(read(fds[0], &c, 1) == 1, "writer started");
     kill(pid, SIGINT);
     waitpid(pid, &status, 0);
-    BT_CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT && count_temps(tmpdir) == 0, "SIGINT: status %d", status);
+    BT_CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT && count_temps(bt_test_dir) == 0, "SIGINT: status %d", status);
     /* an ignored SIGTERM stays ignored: the writer lives on, its temporary too */
     pid = spawn_writer(p, fds[1], ignore_term_then_install);
     BT_CHECK(read(fds[0], &c, 1) == 1, "writer started");
     kill(pid, SIGTERM);
     nanosleep(&ms20, NULL);
-    BT_CHECK(waitpid(pid, &status, WNOHANG) == 0 && count_temps(tmpdir) == 1, "ignored SIGTERM");
+    BT_CHECK(waitpid(pid, &status, WNOHANG) == 0 && count_temps(bt_test_dir) == 1, "ignored SIGTERM");
     kill(pid, SIGKILL);
     waitpid(pid, &status, 0);
-    remove_temps(tmpdir);
+    remove_temps(bt_test_dir);
     close(fds[0]); close(fds[1]);
 }
 
@@ -467,23 +437,19 @@ static int child_chained(const char *path) {
 }
 
 static void test_signal_cleanup_chains(void) {
-    const char *p = tp("chain.bin");
+    const char *p = bt_test_path("chain.bin");
     int status = 0;
     pid_t pid;
-    put(p, "previous");
+    bt_test_write_text(p, "previous");
     fflush(NULL);
     if ((pid = fork()) == 0) _exit(child_chained(p));
     waitpid(pid, &status, 0);
     BT_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-    BT_CHECK(has_text(p, "after") && count_temps(tmpdir) == 0, "chained handler");
+    BT_CHECK(has_text(p, "after") && count_temps(bt_test_dir) == 0, "chained handler");
 }
 
 int main(void) {
-    char cmd[600];
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bt_test_files.%ld", (long)getpid());
-    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", tmpdir, tmpdir);
-    if (system(cmd) != 0) return 1;
-    (void)bt_test_relerr;
+    if (bt_test_dir_make("test_files")) return 1;
     BT_RUN(test_output_check);
     BT_RUN(test_output_dir);
     BT_RUN(test_input_open);
@@ -495,7 +461,6 @@ int main(void) {
     BT_RUN(test_atomic_concurrent_threads);
     BT_RUN(test_atomic_killed_writer);
     BT_RUN(test_signal_cleanup_chains);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    if (system(cmd) != 0) return 1;
+    bt_test_dir_remove();
     return bt_test_summary("test_files");
 }

@@ -23,15 +23,6 @@ static bt_tensor *rleaf(bt_shape s, bt_dtype dt, bt_device dev, double std, int 
     if (grad) bt_set_requires_grad(t, 1);
     return t;
 }
-static double relerr_t(bt_tensor *a, bt_tensor *b) {
-    int64_t n = bt_numel(a);
-    double *x = (double *)malloc(sizeof(double) * (size_t)n), *y = (double *)malloc(sizeof(double) * (size_t)n);
-    bt_to_host(a, x, BT_F64); bt_to_host(b, y, BT_F64);
-    double e = bt_test_relerr(x, y, n);
-    free(x); free(y);
-    return e;
-}
-
 /* loss, dx, dw of the fused op and of the unfused pair on (dev, dt); chunk bytes set per case */
 static void classifier_case(bt_device dev, bt_dtype dt, int64_t N, int64_t C, int64_t V, int64_t Vp, size_t chunk, int sink,
                             double tol) {
@@ -52,15 +43,15 @@ static void classifier_case(bt_device dev, bt_dtype dt, int64_t N, int64_t C, in
     bt_tensor *lf = bt_linear_cross_entropy(x1, w1, tg, V, -100);
     bt_linear_cross_entropy_chunk(old);
     bt_tensor *lu = bt_cross_entropy(bt_linear(x2, w2, NULL), tg, V, -100);
-    double el = relerr_t(lf, lu);
+    double el = bt_test_relerr_t(lf, lu);
     bt_tensor *seed = bt_full(bt_shapev(0, NULL), 0.75, lf->dtype, dev);   /* an upstream gradient other than 1 */
     bt_backward_with(lf, seed); bt_backward_with(lu, seed);
-    double ex = relerr_t(x1->grad, x2->grad), ew = relerr_t(w1->grad, w2->grad);
+    double ex = bt_test_relerr_t(x1->grad, x2->grad), ew = bt_test_relerr_t(w1->grad, w2->grad);
     char what[160];
     snprintf(what, sizeof what, "%s %s N %lld C %lld V %lld Vp %lld chunk %zu%s", bt_device_name(dev), bt_dtype_name(dt), (long long)N,
              (long long)C, (long long)V, (long long)Vp, chunk, sink ? " (sink)" : "");
     BT_CHECK(el < tol && ex < tol && ew < tol, "%s: loss %.3g dx %.3g dw %.3g (tolerance %.1g)", what, el, ex, ew, tol);
-    if (getenv("BT_TEST_VERBOSE")) printf("linear_cross_entropy %s: loss %.2e dx %.2e dw %.2e\n", what, el, ex, ew);
+    if (bt_test_verbose()) printf("linear_cross_entropy %s: loss %.2e dx %.2e dw %.2e\n", what, el, ex, ew);
     free(t);
     bt_scope_end();
     bt_release(x1); bt_release(w1); bt_release(x2); bt_release(w2);
@@ -76,15 +67,15 @@ static void test_linear_cross_entropy(void) {
         bt_dtype dts[2] = {dev.type == BT_CPU ? BT_F64 : BT_F32, BT_F32};
         for (int k = 0; k < 2; k++) {
             /* f64: the fused and unfused sums differ only in order; f32: chunked GEMMs on the GPU */
-            double tol = dts[k] == BT_F64 ? 1e-12 : 2e-5;
+            double tol = dts[k] == BT_F64 ? BT_TOL_F64 : BT_TOL_F32;
             classifier_case(dev, dts[k], 40, 16, 50, 64, (size_t)64 * 8 * 7, 0, tol);   /* chunks of 7 (f64) or 14 (f32) rows */
             classifier_case(dev, dts[k], 40, 16, 64, 64, (size_t)1 << 30, 1, tol);          /* one chunk, sink */
             classifier_case(dev, dts[k], 40, 16, 50, 64, (size_t)1, 1, tol);                /* one row at a time */
         }
         if (dev.type == BT_GPU) {
             /* bf16: both sides round logits and their gradient to bf16; the GEMMs accumulate in fp32 */
-            classifier_case(dev, BT_BF16, 512, 64, 1000, 1024, (size_t)1024 * 2 * 100, 1, 2e-2);
-            classifier_case(dev, BT_BF16, 512, 64, 1000, 1024, (size_t)1 << 30, 0, 2e-2);
+            classifier_case(dev, BT_BF16, 512, 64, 1000, 1024, (size_t)1024 * 2 * 100, 1, BT_TOL_BF16);
+            classifier_case(dev, BT_BF16, 512, 64, 1000, 1024, (size_t)1 << 30, 0, BT_TOL_BF16);
         }
     }
     /* errors */

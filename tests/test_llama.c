@@ -59,8 +59,8 @@ static void test_train(void) {
     double e0 = fabs(got[0] - ref[0]) / fabs(ref[0]), worst = 0;
     for (int s = 1; s < STEPS; s++) { double e = fabs(got[s] - ref[s]) / fabs(ref[s]); if (e > worst) worst = e; }
     printf("info: llama --mlir cpu fp32: first loss %.2e, worst step loss %.2e relative (%.4f -> %.4f)\n", e0, worst, got[0], got[STEPS - 1]);
-    BT_CHECK(e0 < 1e-5, "first loss: --mlir %.9g, ops %.9g", got[0], ref[0]);
-    BT_CHECK(worst < 1e-4, "step losses: worst relative difference %.3g", worst);
+    BT_CHECK(e0 < BT_TOL_F32, "first loss: --mlir %.9g, ops %.9g", got[0], ref[0]);
+    BT_CHECK(worst < BT_TOL_F32_STEPS, "step losses: worst relative difference %.3g", worst);
     /* per step: 2 RMSNorms per layer (2 layers) + the final one, 1 SwiGLU per layer = 7 chains */
     BT_CHECK(st.fused_calls == 7 * STEPS && st.fused_backwards == 7 * STEPS && st.fallbacks == 0,
              "want %d fused calls and backwards, no fallbacks: %llu %llu %llu", 7 * STEPS, (unsigned long long)st.fused_calls,

@@ -6,15 +6,17 @@
    both ways. Built against MLIR when libmlir-19-dev is installed (mk/mlir.mk), else every test that
    needs the compiler reports skipped and only the no-compiler fallback is checked.
 
-   Tolerances and why:
-     f32   1e-6 relative (||fused - unfused|| / ||unfused||): both compute in f32, the unfused ops round
-           every intermediate to f32 (computed in double), the fused kernel keeps f32 registers; the
-           difference is a few f32 roundings (6e-8 each) through chains of up to ~10 ops.
-     bf16  against an f64 run of the same ops on the same (exactly representable) inputs: the fused
-           kernel computes in f32 and rounds once, to the bf16 output (8 significant bits): at most
-           2^-8 = 3.9e-3 relative per element, so normwise too; 4e-3 leaves room for the f32 part
-           (measured: 1.3e-3 to 2.3e-3). The unfused bf16 ops round every intermediate (measured up
-           to 3.3e-3 on these chains); BT_TEST_VERBOSE=1 prints both.
+   Tolerances (tests/bt_test.h's table) and why:
+     f32   BT_TOL_F32_ROUND, 1e-6 relative (||fused - unfused|| / ||unfused||): both compute in f32,
+           the unfused ops round every intermediate to f32 (computed in double), the fused kernel
+           keeps f32 registers; the difference is a few f32 roundings (6e-8 each) through chains of
+           up to ~10 ops.
+     bf16  BT_TOL_BF16_ROUND, 4e-3, against an f64 run of the same ops on the same (exactly
+           representable) inputs: the fused kernel computes in f32 and rounds once, to the bf16
+           output (8 significant bits): at most 2^-8 = 3.9e-3 relative per element, so normwise
+           too; 4e-3 leaves room for the f32 part (measured: 1.3e-3 to 2.3e-3). The unfused bf16
+           ops round every intermediate (measured up to 3.3e-3 on these chains); BT_TEST_VERBOSE=1
+           prints both.
    Usage: test_mlir (the tests); test_mlir --disk-child DIR (one process of the disk-cache test);
           test_mlir --aot DIR (make mlir-aot: PTX of the GPU tests' chains into DIR). */
 #define BT_ALLOC_IMPLEMENTATION
@@ -32,51 +34,10 @@
 #include <unistd.h>
 
 #define CPU bt_cpu()
-static int quick;
 static const char *argv0;
 static char cache_dir[512];
 
 static int no_mlir(void) { if (bt_mlir_can_compile()) return 0; BT_SKIP("built without MLIR (apt-get install libmlir-19-dev, then make test)"); return 1; }
-
-static double *host(bt_tensor *t) {
-    int64_t n = bt_numel(t);
-    double *p = (double *)malloc(sizeof(double) * (size_t)(n ? n : 1));
-    bt_to_host(t, p, BT_F64);
-    return p;
-}
-static double relerr_t(bt_tensor *got, bt_tensor *want) {
-    if (!got || !want) return got == want ? 0 : INFINITY;
-    if (bt_numel(got) != bt_numel(want)) return INFINITY;
-    double *a = host(got), *b = host(want);
-    double e = bt_test_relerr(a, b, (long)bt_numel(got));
-    free(a); free(b);
-    return e;
-}
-static bt_tensor *copy_leaf(bt_tensor *t, bt_dtype dt) {
-    int old = bt_set_grad_enabled(0);
-    bt_tensor *c = bt_cast(bt_clone(t), dt);
-    bt_set_grad_enabled(old);
-    bt_set_requires_grad(c, 1);
-    return c;
-}
-/* the shape of chain ch's result on in */
-static bt_shape out_shape(const mlir_chain *ch, bt_tensor **in) {
-    int old = bt_set_grad_enabled(0);
-    bt_shape s = bt_shape_of(ch->body(in, ch->n_in, NULL));
-    bt_set_grad_enabled(old);
-    return s;
-}
-static void zero_grads(bt_tensor **in, int n) { for (int k = 0; k < n; k++) { bt_release(in[k]->grad); in[k]->grad = NULL; } }
-
-/* y = f(in) and the gradients of sum(y * r) into grads[] (clones): fused through fn, or (fn NULL) the
-   body's own ops */
-static bt_tensor *run_chain(bt_mlir_fn *fn, const mlir_chain *ch, bt_tensor **in, bt_tensor *r, bt_tensor **grads) {
-    zero_grads(in, ch->n_in);
-    bt_tensor *y = fn ? bt_mlir_call(fn, in) : ch->body(in, ch->n_in, NULL);
-    bt_backward_with(y, r->dtype == y->dtype ? r : bt_cast(r, y->dtype));
-    for (int k = 0; k < ch->n_in; k++) grads[k] = in[k]->grad ? bt_clone(in[k]->grad) : NULL;
-    return y;
-}
 
 /* chain ch fused (both backward modes) against unfused, f32, frame [B, T, C] */
 static void check_chain_f32(const mlir_chain *ch, int64_t B, int64_t T, int64_t C, uint64_t seed) {
@@ -85,12 +46,12 @@ static void check_chain_f32(const mlir_chain *ch, int64_t B, int64_t T, int64_t 
     chain_inputs(ch, B, T, C, BT_F32, CPU, seed, in);
     bt_mlir_fn *fused = bt_mlir_fn_new(ch->name, ch->body, ch->n_in, NULL, BT_MLIR_STRICT);
     bt_mlir_fn *replay = bt_mlir_fn_new(ch->name, ch->body, ch->n_in, NULL, BT_MLIR_STRICT | BT_MLIR_REPLAY_BACKWARD);
-    bt_tensor *r = bt_randn(out_shape(ch, in), BT_F32, CPU, seed + 99);
-    bt_tensor *y0 = run_chain(NULL, ch, in, r, g0);
+    bt_tensor *r = bt_randn(chain_out_shape(ch, in), BT_F32, CPU, seed + 99);
+    bt_tensor *y0 = chain_run(NULL, ch, in, r, g0);
     bt_mlir_stats_t st0 = bt_mlir_stats();
-    bt_tensor *y1 = run_chain(fused, ch, in, r, g1);
+    bt_tensor *y1 = chain_run(fused, ch, in, r, g1);
     bt_mlir_stats_t st1 = bt_mlir_stats();
-    bt_tensor *y2 = run_chain(replay, ch, in, r, g2);
+    bt_tensor *y2 = chain_run(replay, ch, in, r, g2);
     bt_mlir_stats_t st2 = bt_mlir_stats();
     BT_CHECK(bt_mlir_last_fused(fused) && bt_mlir_last_fused(replay), "%s: not fused: %s", ch->name, bt_mlir_last_reason(fused));
     BT_CHECK(st1.fused_backwards == st0.fused_backwards + 1 && st2.replay_backwards == st1.replay_backwards + 1,
@@ -98,17 +59,17 @@ static void check_chain_f32(const mlir_chain *ch, int64_t B, int64_t T, int64_t 
              (unsigned long long)st1.fused_backwards, (unsigned long long)st1.replay_backwards, (unsigned long long)st2.replay_backwards);
     BT_CHECK(y1->ndim == y0->ndim && !memcmp(y1->shape, y0->shape, sizeof(int64_t) * (size_t)y0->ndim) && y1->dtype == y0->dtype,
              "%s: fused output shape/dtype differ", ch->name);
-    double ey = relerr_t(y1, y0), ey2 = relerr_t(y2, y0), worst = 0;
-    BT_CHECK(ey < 1e-6 && ey2 < 1e-6, "%s C=%lld: forward rel err %.3g (replay fn %.3g)", ch->name, (long long)C, ey, ey2);
+    double ey = bt_test_relerr_t(y1, y0), ey2 = bt_test_relerr_t(y2, y0), worst = 0;
+    BT_CHECK(ey < BT_TOL_F32_ROUND && ey2 < BT_TOL_F32_ROUND, "%s C=%lld: forward rel err %.3g (replay fn %.3g)", ch->name, (long long)C, ey, ey2);
     for (int k = 0; k < ch->n_in; k++) {
-        double e1 = relerr_t(g1[k], g0[k]), e2 = relerr_t(g2[k], g0[k]), e12 = relerr_t(g1[k], g2[k]);
+        double e1 = bt_test_relerr_t(g1[k], g0[k]), e2 = bt_test_relerr_t(g2[k], g0[k]), e12 = bt_test_relerr_t(g1[k], g2[k]);
         worst = fmax(worst, e1);
-        BT_CHECK(e1 < 1e-6, "%s C=%lld: grad %d, fused backward vs unfused: rel err %.3g", ch->name, (long long)C, k, e1);
-        BT_CHECK(e2 < 1e-6, "%s C=%lld: grad %d, replay backward vs unfused: rel err %.3g", ch->name, (long long)C, k, e2);
-        BT_CHECK(e12 < 1e-6, "%s C=%lld: grad %d, fused vs replay backward: rel err %.3g", ch->name, (long long)C, k, e12);
+        BT_CHECK(e1 < BT_TOL_F32_ROUND, "%s C=%lld: grad %d, fused backward vs unfused: rel err %.3g", ch->name, (long long)C, k, e1);
+        BT_CHECK(e2 < BT_TOL_F32_ROUND, "%s C=%lld: grad %d, replay backward vs unfused: rel err %.3g", ch->name, (long long)C, k, e2);
+        BT_CHECK(e12 < BT_TOL_F32_ROUND, "%s C=%lld: grad %d, fused vs replay backward: rel err %.3g", ch->name, (long long)C, k, e12);
         BT_CHECK(g1[k] && g1[k]->ndim == in[k]->ndim && g1[k]->dtype == in[k]->dtype, "%s: grad %d missing or of the wrong shape", ch->name, k);
     }
-    if (getenv("BT_TEST_VERBOSE")) printf("info: %-20s f32 C=%-4lld forward err %.2e, worst grad err %.2e\n", ch->name, (long long)C, ey, worst);
+    if (bt_test_verbose()) printf("info: %-20s f32 C=%-4lld forward err %.2e, worst grad err %.2e\n", ch->name, (long long)C, ey, worst);
     bt_scope_end();
     bt_mlir_fn_free(fused); bt_mlir_fn_free(replay);
 }
@@ -120,7 +81,7 @@ static void test_chains_f32(void) {
     if (no_mlir()) return;
     const int64_t Cs[3] = {40, 768, 1};
     for (int i = 0; i < N_MLIR_CHAINS; i++)
-        for (int c = 0; c < (quick ? 1 : 3); c++) {
+        for (int c = 0; c < (bt_test_quick() ? 1 : 3); c++) {
             /* one column: a softmax is 1, a norm is +-1 and its gradient pure cancellation */
             if (Cs[c] == 1 && (strstr(mlir_chains[i].name, "softmax") || strstr(mlir_chains[i].name, "norm"))) continue;
             check_chain_f32(&mlir_chains[i], 2, c == 1 ? 3 : 5, Cs[c], 500 + 10 * (uint64_t)i + (uint64_t)c);
@@ -132,19 +93,19 @@ static void check_chain_bf16(const mlir_chain *ch, int64_t B, int64_t T, int64_t
     bt_scope_begin();
     bt_tensor *in[4], *in64[4], *g[4], *gu[4], *g64[4];
     chain_inputs(ch, B, T, C, BT_BF16, CPU, seed, in);
-    for (int k = 0; k < ch->n_in; k++) in64[k] = copy_leaf(in[k], BT_F64);
+    for (int k = 0; k < ch->n_in; k++) in64[k] = chain_leaf_copy(in[k], BT_F64, CPU);
     bt_mlir_fn *fn = bt_mlir_fn_new(ch->name, ch->body, ch->n_in, NULL, BT_MLIR_STRICT);
-    bt_tensor *r = bt_cast(bt_randn(out_shape(ch, in), BT_F32, CPU, seed + 99), BT_BF16);
-    bt_tensor *y64 = run_chain(NULL, ch, in64, bt_cast(r, BT_F64), g64);
-    bt_tensor *yu = run_chain(NULL, ch, in, r, gu);
-    bt_tensor *yf = run_chain(fn, ch, in, r, g);
-    double ef = relerr_t(yf, y64), eu = relerr_t(yu, y64);
-    BT_CHECK(yf->dtype == BT_BF16 && ef < 4e-3, "%s bf16: fused forward vs f64 rel err %.3g (unfused bf16 %.3g)", ch->name, ef, eu);
+    bt_tensor *r = bt_cast(bt_randn(chain_out_shape(ch, in), BT_F32, CPU, seed + 99), BT_BF16);
+    bt_tensor *y64 = chain_run(NULL, ch, in64, bt_cast(r, BT_F64), g64);
+    bt_tensor *yu = chain_run(NULL, ch, in, r, gu);
+    bt_tensor *yf = chain_run(fn, ch, in, r, g);
+    double ef = bt_test_relerr_t(yf, y64), eu = bt_test_relerr_t(yu, y64);
+    BT_CHECK(yf->dtype == BT_BF16 && ef < BT_TOL_BF16_ROUND, "%s bf16: fused forward vs f64 rel err %.3g (unfused bf16 %.3g)", ch->name, ef, eu);
     for (int k = 0; k < ch->n_in; k++) {
-        double e = relerr_t(g[k], g64[k]), e2 = relerr_t(gu[k], g64[k]);
-        BT_CHECK(g[k] && g[k]->dtype == BT_BF16 && e < 4e-3, "%s bf16: grad %d fused vs f64 rel err %.3g (unfused bf16 %.3g)", ch->name, k, e, e2);
+        double e = bt_test_relerr_t(g[k], g64[k]), e2 = bt_test_relerr_t(gu[k], g64[k]);
+        BT_CHECK(g[k] && g[k]->dtype == BT_BF16 && e < BT_TOL_BF16_ROUND, "%s bf16: grad %d fused vs f64 rel err %.3g (unfused bf16 %.3g)", ch->name, k, e, e2);
     }
-    if (getenv("BT_TEST_VERBOSE")) printf("info: %-20s bf16 forward err fused %.2e unfused %.2e\n", ch->name, ef, eu);
+    if (bt_test_verbose()) printf("info: %-20s bf16 forward err fused %.2e unfused %.2e\n", ch->name, ef, eu);
     bt_scope_end();
     bt_mlir_fn_free(fn);
 }
@@ -163,10 +124,10 @@ static void test_f64(void) {
     chain_inputs(ch, 2, 3, 50, BT_F64, CPU, 77, in);
     bt_mlir_fn *fn = bt_mlir_fn_new(ch->name, ch->body, ch->n_in, NULL, BT_MLIR_STRICT);
     bt_tensor *r = bt_randn(bt_shape3(2, 3, 50), BT_F64, CPU, 78);
-    bt_tensor *y0 = run_chain(NULL, ch, in, r, g0), *y1 = run_chain(fn, ch, in, r, g1);
-    double e = relerr_t(y1, y0), eg = 0;
-    for (int k = 0; k < 3; k++) eg = fmax(eg, relerr_t(g1[k], g0[k]));
-    BT_CHECK(e < 1e-13 && eg < 1e-13, "layernorm f64: forward %.3g, worst grad %.3g", e, eg);
+    bt_tensor *y0 = chain_run(NULL, ch, in, r, g0), *y1 = chain_run(fn, ch, in, r, g1);
+    double e = bt_test_relerr_t(y1, y0), eg = 0;
+    for (int k = 0; k < 3; k++) eg = fmax(eg, bt_test_relerr_t(g1[k], g0[k]));
+    BT_CHECK(e < BT_TOL_F64_ULP && eg < BT_TOL_F64_ULP, "layernorm f64: forward %.3g, worst grad %.3g", e, eg);
     bt_scope_end();
     bt_mlir_fn_free(fn);
 }
@@ -285,15 +246,15 @@ static int disk_child(const char *dir) {
     bt_tensor *in[3], *g[3], *g0[3];
     chain_inputs(&mlir_chains[0], 3, 4, 64, BT_F32, CPU, 31, in);
     bt_tensor *r = bt_randn(bt_shape3(3, 4, 64), BT_F32, CPU, 32);
-    bt_tensor *y = run_chain(fn, &mlir_chains[0], in, r, g), *y0 = run_chain(NULL, &mlir_chains[0], in, r, g0);
-    double e = relerr_t(y, y0);
-    for (int k = 0; k < 3; k++) e = fmax(e, relerr_t(g[k], g0[k]));
+    bt_tensor *y = chain_run(fn, &mlir_chains[0], in, r, g), *y0 = chain_run(NULL, &mlir_chains[0], in, r, g0);
+    double e = bt_test_relerr_t(y, y0);
+    for (int k = 0; k < 3; k++) e = fmax(e, bt_test_relerr_t(g[k], g0[k]));
     bt_mlir_stats_t st = bt_mlir_stats();
     printf("compiles %llu disk_hits %llu err %.3g\n", (unsigned long long)st.compiles, (unsigned long long)st.disk_hits, e);
     bt_scope_end();
     bt_mlir_fn_free(fn);
     bt_mlir_shutdown();
-    return e < 1e-6 ? 0 : 1;
+    return e < BT_TOL_F32_ROUND ? 0 : 1;
 }
 static int run_child(const char *dir, unsigned long long *compiles, unsigned long long *hits) {
     char cmd[2400];
@@ -337,7 +298,7 @@ static void check_unsupported(const char *name, bt_mlir_body body, bt_tensor **i
     bt_mlir_stats_t s1 = bt_mlir_stats();
     BT_CHECK(!bt_mlir_last_fused(fn) && strstr(bt_mlir_last_reason(fn), why), "%s: fused %d, reason \"%s\" lacks \"%s\"", name,
              bt_mlir_last_fused(fn), bt_mlir_last_reason(fn), why);
-    BT_CHECK(s1.fallbacks == s0.fallbacks + 1 && relerr_t(y, y0) == 0, "%s: the fallback is not the body's result", name);
+    BT_CHECK(s1.fallbacks == s0.fallbacks + 1 && bt_test_relerr_t(y, y0) == 0, "%s: the fallback is not the body's result", name);
     if (y->requires_grad) {                 /* the fallback's graph is the body's: gradients flow */
         bt_backward_with(y, bt_full(bt_shape_of(y), 1.0, y->dtype, bt_device_of(y)));
         BT_CHECK(in[0]->grad != NULL, "%s: no gradient through the fallback", name);
@@ -381,7 +342,7 @@ static void test_no_compiler_fallback(void) {
     chain_inputs(&mlir_chains[0], 2, 3, 16, BT_F32, CPU, 3, in);
     bt_mlir_fn *fn = bt_mlir_fn_new("ln", ch_layernorm, 3, NULL, 0);
     bt_tensor *y = bt_mlir_call(fn, in), *y0 = ch_layernorm(in, 3, NULL);
-    BT_CHECK(!bt_mlir_last_fused(fn) && strstr(bt_mlir_last_reason(fn), "MLIR") && relerr_t(y, y0) == 0,
+    BT_CHECK(!bt_mlir_last_fused(fn) && strstr(bt_mlir_last_reason(fn), "MLIR") && bt_test_relerr_t(y, y0) == 0,
              "no-compiler fallback: fused %d, reason %s", bt_mlir_last_fused(fn), bt_mlir_last_reason(fn));
     bt_mlir_fn *strict = bt_mlir_fn_new("ln", ch_layernorm, 3, NULL, BT_MLIR_STRICT);
     BT_EXPECT_ERROR(bt_mlir_call(strict, in), "make MLIR=1");
@@ -396,7 +357,7 @@ static void test_disabled(void) {
     bt_mlir_set_enabled(0);
     bt_tensor *y = bt_mlir_call(fn, in);
     bt_mlir_set_enabled(1);
-    BT_CHECK(!bt_mlir_last_fused(fn) && strstr(bt_mlir_last_reason(fn), "disabled") && relerr_t(y, ch_swiglu(in, 2, NULL)) == 0 &&
+    BT_CHECK(!bt_mlir_last_fused(fn) && strstr(bt_mlir_last_reason(fn), "disabled") && bt_test_relerr_t(y, ch_swiglu(in, 2, NULL)) == 0 &&
              bt_mlir_enabled(), "disabled: fused %d (%s)", bt_mlir_last_fused(fn), bt_mlir_last_reason(fn));
     bt_mlir_fn_free(fn);
     bt_scope_end();
@@ -416,9 +377,9 @@ static void test_region(void) {
     chain_inputs(&mlir_chains[0], 2, 5, 48, BT_F32, CPU, 40, in);
     bt_set_requires_grad(in[2], 0);                     /* b needs no grad: recorded with grad, then restored */
     bt_tensor *r = bt_randn(bt_shape3(2, 5, 48), BT_F32, CPU, 41);
-    bt_tensor *y0 = run_chain(NULL, &mlir_chains[0], in, r, g0);
+    bt_tensor *y0 = chain_run(NULL, &mlir_chains[0], in, r, g0);
     for (int pass = 0; pass < 2; pass++) {             /* pass 0 records, pass 1 runs the kernel from begin */
-        zero_grads(in, 3);
+        chain_zero_grads(in, 3);
         bt_mlir_stats_t s0 = bt_mlir_stats();
         bt_tensor *y = region_ln(reg, in);
         bt_mlir_stats_t s1 = bt_mlir_stats();
@@ -426,7 +387,8 @@ static void test_region(void) {
         BT_CHECK(bt_mlir_last_fused(reg) && s1.fused_calls == s0.fused_calls + 1 && s1.traces == s0.traces + (pass == 0),
                  "region pass %d: fused %d (%s), traces +%llu", pass, bt_mlir_last_fused(reg), bt_mlir_last_reason(reg),
                  (unsigned long long)(s1.traces - s0.traces));
-        BT_CHECK(relerr_t(y, y0) < 1e-6 && relerr_t(in[0]->grad, g0[0]) < 1e-6 && relerr_t(in[1]->grad, g0[1]) < 1e-6,
+        BT_CHECK(bt_test_relerr_t(y, y0) < BT_TOL_F32_ROUND && bt_test_relerr_t(in[0]->grad, g0[0]) < BT_TOL_F32_ROUND &&
+                 bt_test_relerr_t(in[1]->grad, g0[1]) < BT_TOL_F32_ROUND,
                  "region pass %d: values or grads differ", pass);
         BT_CHECK(!in[2]->requires_grad && !in[2]->grad, "region pass %d: b's requires_grad was not restored", pass);
     }
@@ -436,7 +398,7 @@ static void test_region(void) {
     /* an unsupported region: end gives back the recorded result, whose graph reaches only what needs grad */
     bt_mlir_fn *bad = bt_mlir_region_new("matmul_region", 2, 0);
     bt_tensor *w = bt_randn(bt_shape2(48, 48), BT_F32, CPU, 42), *x2[2] = {in[0], w};
-    zero_grads(in, 1);
+    chain_zero_grads(in, 1);
     bt_tensor *y = bt_mlir_begin(bad, x2);
     BT_CHECK(y == NULL, "an unknown region must record first");
     y = bt_mlir_end(bad, bt_gelu(bt_matmul(x2[0], x2[1])));
@@ -455,50 +417,25 @@ static void test_ready_made(void) {
     bt_scope_begin();
     bt_tensor *x = bt_randn(bt_shape3(2, 3, 64), BT_F32, CPU, 50), *w = bt_randn(bt_shape1(64), BT_F32, CPU, 51);
     bt_tensor *v = bt_randn(bt_shape3(2, 3, 64), BT_F32, CPU, 52);
-    double e1 = relerr_t(bt_mlir_rmsnorm(x, w, 1e-5), bt_mlir_rmsnorm_ops(x, w, 1e-5));
-    double e2 = relerr_t(bt_mlir_rmsnorm(x, w, 1e-2), bt_mlir_rmsnorm_ops(x, w, 1e-2));      /* another eps, another fn */
-    double e3 = relerr_t(bt_mlir_swiglu(x, v), bt_mul(bt_mlir_silu_ops(x), v));
-    double e4 = relerr_t(bt_mlir_bias_gelu(x, w), bt_gelu(bt_add(x, w)));
-    BT_CHECK(e1 < 1e-6 && e2 < 1e-6 && e3 < 1e-6 && e4 < 1e-6, "ready-made: rmsnorm %.3g / %.3g, swiglu %.3g, bias_gelu %.3g", e1, e2, e3, e4);
+    double e1 = bt_test_relerr_t(bt_mlir_rmsnorm(x, w, 1e-5), bt_mlir_rmsnorm_ops(x, w, 1e-5));
+    double e2 = bt_test_relerr_t(bt_mlir_rmsnorm(x, w, 1e-2), bt_mlir_rmsnorm_ops(x, w, 1e-2));      /* another eps, another fn */
+    double e3 = bt_test_relerr_t(bt_mlir_swiglu(x, v), bt_mul(bt_mlir_silu_ops(x), v));
+    double e4 = bt_test_relerr_t(bt_mlir_bias_gelu(x, w), bt_gelu(bt_add(x, w)));
+    BT_CHECK(e1 < BT_TOL_F32_ROUND && e2 < BT_TOL_F32_ROUND && e3 < BT_TOL_F32_ROUND && e4 < BT_TOL_F32_ROUND, "ready-made: rmsnorm %.3g / %.3g, swiglu %.3g, bias_gelu %.3g", e1, e2, e3, e4);
     bt_scope_end();
-}
-static double llama_train(int fused, int steps, double *first) {
-    bt_scope_begin();
-    llama_block blk;
-    llama_block_init(&blk, 48, 96, CPU, 60);
-    bt_tensor *params[4] = {blk.w_n, blk.w1, blk.w3, blk.w2};
-    bt_adamw opt;
-    bt_adamw_init(&opt, params, 4, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f);
-    double loss = 0;
-    for (int s = 0; s < steps; s++) {
-        bt_scope_begin();
-        bt_tensor *x = bt_randn(bt_shape3(4, 8, 48), BT_F32, CPU, 70 + (uint64_t)s);
-        bt_tensor *t = bt_randn(bt_shape3(4, 8, 48), BT_F32, CPU, 170 + (uint64_t)s);
-        bt_tensor *h = llama_block_forward(&blk, llama_block_forward(&blk, x, fused), fused);   /* the block twice */
-        bt_tensor *l = bt_mean(bt_square(bt_sub(h, t)), NULL, 0, 0);
-        bt_backward(l);
-        loss = bt_item(l);
-        if (s == 0) *first = loss;
-        bt_adamw_step(&opt, 1e-2f);
-        bt_zero_grad(params, 4);
-        bt_scope_end();
-    }
-    bt_adamw_free(&opt);
-    llama_block_free(&blk);
-    bt_scope_end();
-    return loss;
 }
 static void test_llama_block(void) {
     if (no_mlir()) return;
     double f0, u0;
     bt_mlir_stats_t s0 = bt_mlir_stats();
-    double lf = llama_train(1, 6, &f0);
+    const llama_run run = {CPU, 4, 8, 48, 96, 1e-2f, 6};
+    double lf = llama_train(&run, 1, &f0);
     bt_mlir_stats_t s1 = bt_mlir_stats();
-    double lu = llama_train(0, 6, &u0);
+    double lu = llama_train(&run, 0, &u0);
     BT_CHECK(s1.fused_calls - s0.fused_calls == 6 * 4 && s1.fused_backwards - s0.fused_backwards == 6 * 4,
              "llama: %llu fused calls, %llu fused backwards (want 24 each)", (unsigned long long)(s1.fused_calls - s0.fused_calls),
              (unsigned long long)(s1.fused_backwards - s0.fused_backwards));
-    BT_CHECK(fabs(lf - lu) < 1e-5 * fabs(lu) && fabs(f0 - u0) < 1e-6 * fabs(u0), "llama: loss fused %.9g unfused %.9g (first %.9g %.9g)", lf, lu, f0, u0);
+    BT_CHECK(fabs(lf - lu) < BT_TOL_F32 * fabs(lu) && fabs(f0 - u0) < BT_TOL_F32_ROUND * fabs(u0), "llama: loss fused %.9g unfused %.9g (first %.9g %.9g)", lf, lu, f0, u0);
     BT_CHECK(lf < 0.9 * f0, "llama: the loss did not go down (%.6g -> %.6g)", f0, lf);
 }
 
@@ -519,7 +456,7 @@ static void test_ptx(void) {
     bt_scope_begin();
     int made = 0, want = 0;
     for (int dt = 0; dt < 2; dt++)
-        for (int i = 0; i < N_MLIR_CHAINS + N_MLIR_OPS; i += (quick && i >= N_MLIR_CHAINS) ? 4 : 1) {
+        for (int i = 0; i < N_MLIR_CHAINS + N_MLIR_OPS; i += (bt_test_quick() && i >= N_MLIR_CHAINS) ? 4 : 1) {
             const mlir_chain *ch = i < N_MLIR_CHAINS ? &mlir_chains[i] : &mlir_ops[i - N_MLIR_CHAINS];
             bt_tensor *in[4];
             chain_inputs(ch, 2, 3, dt ? 768 : 100, dt ? BT_BF16 : BT_F32, CPU, 1, in);
@@ -548,7 +485,7 @@ static void test_ptx(void) {
     }
     free(ki);
     BT_CHECK(made == want && checked > 0, "%d of %d kernels made, %d checked by ptxas", made, want, checked);
-    if (getenv("BT_TEST_VERBOSE")) printf("info: %d PTX kernels accepted by ptxas, %d rejected\n", checked - bad, bad);
+    if (bt_test_verbose()) printf("info: %d PTX kernels accepted by ptxas, %d rejected\n", checked - bad, bad);
 }
 
 /* make mlir-aot: the GPU tests' chains (test_mlir_gpu.cu: the chains at C = 768 and 100, f32 and bf16)
@@ -591,8 +528,6 @@ int main(int argc, char **argv) {
     argv0 = argv[0];
     if (argc == 3 && !strcmp(argv[1], "--disk-child")) return disk_child(argv[2]);
     if (argc == 3 && !strcmp(argv[1], "--aot")) return write_aot(argv[2]);
-    const char *q = getenv("BT_TEST_QUICK");
-    quick = q && *q && *q != '0';
     snprintf(cache_dir, sizeof cache_dir, "/tmp/bt_test_mlir.%ld", (long)getpid());
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", cache_dir, cache_dir);

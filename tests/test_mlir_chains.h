@@ -1,8 +1,9 @@
 /* test_mlir_chains.h - the op chains that tests/test_mlir.c, tests/test_mlir_gpu.cu, the ahead-of-time
    step (make mlir-aot) and bench/bench_mlir.cu share: each one a body for bt_mlir_fn_new written with
    plain bt ops, the kind of each input, and the range its random values are drawn from. Also a small
-   Llama-style block (RMSNorm + SwiGLU MLP) trainable with and without the fused path.
-   Include after bt_mlir.h. */
+   Llama-style block (RMSNorm + SwiGLU MLP) trainable with and without the fused path. Included after
+   tests/bt_test.h it also gives the two tests' running and training helpers (chain_run, llama_train).
+   Include after bt_mlir.h and bt_optim.h. */
 #ifndef TEST_MLIR_CHAINS_H
 #define TEST_MLIR_CHAINS_H
 
@@ -153,4 +154,63 @@ static bt_tensor *llama_block_forward(const llama_block *b, bt_tensor *x, int fu
     bt_tensor *a = fused ? bt_mlir_swiglu(g, v) : bt_mul(bt_mlir_silu_ops(g), v);
     return bt_add(x, bt_linear(a, b->w2, NULL));
 }
+
+/* ---- what tests/test_mlir.c and tests/test_mlir_gpu.cu check with (after tests/bt_test.h) ---- */
+#ifdef BT_TEST_H
+/* a new leaf (requiring grad) holding t's values in dt on dev */
+static bt_tensor *chain_leaf_copy(bt_tensor *t, bt_dtype dt, bt_device dev) {
+    int old = bt_set_grad_enabled(0);
+    bt_tensor *c = bt_cast(bt_to(t, dev), dt);
+    if (c == t) c = bt_clone(t);
+    bt_set_grad_enabled(old);
+    bt_set_requires_grad(c, 1);
+    return c;
+}
+/* the shape of chain ch's result on in */
+static bt_shape chain_out_shape(const mlir_chain *ch, bt_tensor **in) {
+    int old = bt_set_grad_enabled(0);
+    bt_shape s = bt_shape_of(ch->body(in, ch->n_in, NULL));
+    bt_set_grad_enabled(old);
+    return s;
+}
+static void chain_zero_grads(bt_tensor **in, int n) { for (int k = 0; k < n; k++) bt_test_drop_grad(in[k]); }
+/* y = f(in) and the gradients of sum(y * r) into grads[] (clones): fused through fn, or (fn NULL)
+   the body's own ops */
+static bt_tensor *chain_run(bt_mlir_fn *fn, const mlir_chain *ch, bt_tensor **in, bt_tensor *r, bt_tensor **grads) {
+    chain_zero_grads(in, ch->n_in);
+    bt_tensor *y = fn ? bt_mlir_call(fn, in) : ch->body(in, ch->n_in, NULL);
+    bt_backward_with(y, r->dtype == y->dtype ? r : bt_cast(r, y->dtype));
+    for (int k = 0; k < ch->n_in; k++) grads[k] = in[k]->grad ? bt_clone(in[k]->grad) : NULL;
+    return y;
+}
+/* steps of AdamW (lr) on the llama block [C, H] applied twice to random x [B, T, C] on dev, toward
+   random targets by mean squared error, fused or not; returns the last loss, the first in *first */
+typedef struct { bt_device dev; int64_t B, T, C, H; float lr; int steps; } llama_run;
+static double llama_train(const llama_run *run, int fused, double *first) {
+    bt_scope_begin();
+    llama_block blk;
+    llama_block_init(&blk, run->C, run->H, run->dev, 60);
+    bt_tensor *params[4] = {blk.w_n, blk.w1, blk.w3, blk.w2};
+    bt_adamw opt;
+    bt_adamw_init(&opt, params, 4, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f);
+    double loss = 0;
+    for (int s = 0; s < run->steps; s++) {
+        bt_scope_begin();
+        bt_tensor *x = bt_randn(bt_shape3(run->B, run->T, run->C), BT_F32, run->dev, 70 + (uint64_t)s);
+        bt_tensor *t = bt_randn(bt_shape3(run->B, run->T, run->C), BT_F32, run->dev, 170 + (uint64_t)s);
+        bt_tensor *h = llama_block_forward(&blk, llama_block_forward(&blk, x, fused), fused);
+        bt_tensor *l = bt_mean(bt_square(bt_sub(h, t)), NULL, 0, 0);
+        bt_backward(l);
+        loss = bt_item(l);
+        if (s == 0) *first = loss;
+        bt_adamw_step(&opt, run->lr);
+        bt_zero_grad(params, 4);
+        bt_scope_end();
+    }
+    bt_adamw_free(&opt);
+    llama_block_free(&blk);
+    bt_scope_end();
+    return loss;
+}
+#endif
 #endif

@@ -1,6 +1,6 @@
 /* test_ops.c - every op of bt_tensor.h: (1) the forward against a plain reference loop written here
-   in double precision, on random shapes with odd sizes, in f32 (rel err < 1e-5), f64 (< 1e-12) and
-   for a few ops bf16 (< 1e-2); (2) the backward of every differentiable op against float64 central
+   in double precision, on random shapes with odd sizes, in f32 (rel err < BT_TOL_F32), f64
+   (< BT_TOL_F64) and for a few ops bf16 (< BT_TOL_BF16_OP: tests/bt_test.h's table); (2) the backward of every differentiable op against float64 central
    finite differences (gradcheck below), alone and in small composite graphs; (3) every op of the
    BT_UNARY_OPS list against a hand-written reference and finite differences; (4) the op table of
    tests/op_cases.h, forward and backward, run on the CPU in f32, bf16 and f16 against the same
@@ -18,7 +18,6 @@
 #include <omp.h>
 
 #define CPU bt_cpu()
-static int quick;                      /* BT_TEST_QUICK=1: fewer shapes (ASan runs) */
 static uint64_t seed_ctr = 1000;       /* every tensor gets a fresh Philox seed */
 static uint64_t next_seed(void) { return seed_ctr++; }
 
@@ -27,13 +26,8 @@ static bt_tensor *rnd(bt_shape s, bt_dtype dt) { return bt_randn(s, dt, CPU, nex
 static bt_tensor *rnd_in(bt_shape s, bt_dtype dt, double lo, double hi) {
     bt_tensor *t = bt_empty(s, dt, CPU); bt_uniform_(t, lo, hi, next_seed(), 0); return t;
 }
-static double *host(bt_tensor *t) {
-    int64_t n = bt_numel(t);
-    double *p = (double *)malloc(sizeof(double) * (size_t)(n ? n : 1));
-    bt_to_host(t, p, BT_F64);
-    return p;
-}
-static double tol_of(bt_dtype dt) { return dt == BT_F64 ? 1e-12 : dt == BT_F32 ? 1e-5 : 1e-2; }
+/* one op forward against double: f64, f32, and bf16 (a rounded output of rounded operands) */
+static double tol_of(bt_dtype dt) { return dt == BT_F64 ? BT_TOL_F64 : dt == BT_F32 ? BT_TOL_F32 : BT_TOL_BF16_OP; }
 static int same_shape(bt_tensor *t, bt_shape s) {
     if (t->ndim != s.ndim) return 0;
     for (int d = 0; d < s.ndim; d++) if (t->shape[d] != s.d[d]) return 0;
@@ -47,9 +41,9 @@ static void expect_close(const char *what, bt_tensor *got, bt_shape shape, const
         return;
     }
     int64_t n = bt_numel(got);
-    double *g = host(got);
+    double *g = bt_test_host(got);
     double e = bt_test_relerr(g, want, n);
-    BT_CHECK(e < tol, "%s (%s): rel err %.3g, tolerance %.1g", what, bt_dtype_name(got->dtype), e, tol);
+    BT_CHECK(tol > 0 ? e < tol : e == 0, "%s (%s): rel err %.3g, tolerance %.1g", what, bt_dtype_name(got->dtype), e, tol);
     free(g);
 }
 static int64_t numel_of(bt_shape s) { int64_t n = 1; for (int d = 0; d < s.ndim; d++) n *= s.d[d]; return n; }
@@ -138,14 +132,14 @@ static double *ref_matmul(const double *A, bt_shape as, const double *B, bt_shap
    ============================================================================================= */
 static void test_unary_forward(void) {
     const bt_shape shapes[] = {SH(1), SH(3, 7), SH(13, 33), SH(67), SH(2, 3, 5)};
-    int ns = quick ? 3 : 5;
+    int ns = bt_test_quick() ? 3 : 5;
     bt_scope_begin();
     for (int k = 0; k < 2; k++)
         for (int op = 0; op < 8; op++)
             for (int si = 0; si < ns; si++) {
                 bt_dtype dt = DTS[k];
                 bt_tensor *x = op == 2 || op == 3 ? rnd_in(shapes[si], dt, 0.1, 3.0) : bt_scale(rnd(shapes[si], dt), 2.0);
-                double *xh = host(x); int64_t n = bt_numel(x);
+                double *xh = bt_test_host(x); int64_t n = bt_numel(x);
                 double *want = (double *)malloc(sizeof(double) * n);
                 for (int64_t i = 0; i < n; i++) want[i] = ref_uop(op, xh[i]);
                 char what[64]; snprintf(what, sizeof what, "%s shape %d", uop_name[op], si);
@@ -154,19 +148,19 @@ static void test_unary_forward(void) {
             }
     /* a transposed (strided) input */
     bt_tensor *x = rnd(SH(7, 13), BT_F64), *t = bt_transpose(x, 0, 1);
-    double *xh = host(t), want[91];
+    double *xh = bt_test_host(t), want[91];
     for (int i = 0; i < 91; i++) want[i] = ref_uop(6, xh[i]);
-    expect_close("gelu of a transpose", bt_gelu(t), SH(13, 7), want, 1e-12);
+    expect_close("gelu of a transpose", bt_gelu(t), SH(13, 7), want, BT_TOL_F64);
     free(xh);
     /* known values, so that the reference formula itself is pinned */
     double kv[3] = {1.0, -0.5, 2.0};
     bt_tensor *kx = bt_from_data(kv, SH(3), BT_F64, CPU);
     double gk[3] = {0.8411919906082768, -0.15428599017485606, 1.954597694087775};
-    expect_close("gelu known values", bt_gelu(kx), SH(3), gk, 1e-12);
+    expect_close("gelu known values", bt_gelu(kx), SH(3), gk, BT_TOL_F64);
     /* scalar ops */
     for (int k = 0; k < 2; k++) {
         bt_tensor *y = rnd(SH(13, 33), DTS[k]);
-        double *yh = host(y), *w = (double *)malloc(sizeof(double) * 429);
+        double *yh = bt_test_host(y), *w = (double *)malloc(sizeof(double) * 429);
         for (int i = 0; i < 429; i++) w[i] = -1.75 * yh[i] + 0.3;
         expect_close("affine", bt_affine(y, -1.75, 0.3), SH(13, 33), w, tol_of(DTS[k]));
         for (int i = 0; i < 429; i++) w[i] = 3.5 * yh[i];
@@ -190,7 +184,7 @@ static void test_binary_forward(void) {
                 bt_dtype dt = DTS[k];
                 bt_tensor *a = rnd(cases[c].a, dt), *b = op == 3 ? rnd_in(cases[c].b, dt, 0.5, 2.0) : rnd(cases[c].b, dt);
                 bt_shape os = bshape(cases[c].a, cases[c].b);
-                double *ah = host(a), *bh = host(b); int64_t n = numel_of(os);
+                double *ah = bt_test_host(a), *bh = bt_test_host(b); int64_t n = numel_of(os);
                 double *want = (double *)malloc(sizeof(double) * n);
                 for (int64_t i = 0; i < n; i++) want[i] = ref_bop(op, ah[bidx(os, cases[c].a, i)], bh[bidx(os, cases[c].b, i)]);
                 char what[64]; snprintf(what, sizeof what, "%s case %d", bop_name[op], c);
@@ -200,18 +194,18 @@ static void test_binary_forward(void) {
     /* strided operands: a transposed a, an expanded b */
     bt_tensor *a = rnd(SH(5, 4), BT_F32), *b = rnd(SH(5), BT_F32);
     bt_tensor *at = bt_transpose(a, 0, 1), *be = bt_expand(bt_unsqueeze(b, 0), SH(4, 5));
-    double *ah = host(at), *bh = host(b), want[20];
+    double *ah = bt_test_host(at), *bh = bt_test_host(b), want[20];
     for (int i = 0; i < 20; i++) want[i] = ah[i] * bh[i % 5];
-    expect_close("mul of strided views", bt_mul(at, be), SH(4, 5), want, 1e-6);
+    expect_close("mul of strided views", bt_mul(at, be), SH(4, 5), want, BT_TOL_F32_ROUND);
     /* in place: a += alpha b with broadcasting */
     bt_tensor *acc = rnd(SH(4, 5), BT_F64), *row = rnd(SH(5), BT_F64);
-    double *h0 = host(acc), *rh = host(row), w2[20];
+    double *h0 = bt_test_host(acc), *rh = bt_test_host(row), w2[20];
     for (int i = 0; i < 20; i++) w2[i] = h0[i] - 0.5 * rh[i % 5];
     bt_add_(acc, row, -0.5);
-    expect_close("add_ broadcast", acc, SH(4, 5), w2, 1e-12);
+    expect_close("add_ broadcast", acc, SH(4, 5), w2, BT_TOL_F64);
     bt_mul_scalar_(acc, 3.0);
     for (int i = 0; i < 20; i++) w2[i] *= 3.0;
-    expect_close("mul_scalar_", acc, SH(4, 5), w2, 1e-12);
+    expect_close("mul_scalar_", acc, SH(4, 5), w2, BT_TOL_F64);
     free(ah); free(bh); free(h0); free(rh);
     bt_scope_end();
 }
@@ -240,7 +234,7 @@ static void test_reduce_forward(void) {
                         for (int j = 0; j < sets[si].n; j++) mask[(sets[si].d[j] + 4) % 4] = 1;
                         bt_shape os; os.ndim = 0; int64_t cnt = 1;
                         for (int d = 0; d < 4; d++) { if (!mask[d]) os.d[os.ndim++] = xs.d[d]; else { cnt *= xs.d[d]; if (keep) os.d[os.ndim++] = 1; } }
-                        double *xh = host(x), want[360] = {0};
+                        double *xh = bt_test_host(x), want[360] = {0};
                         for (int64_t i = 0; i < 360; i++) {
                             int64_t rem = i, c[4], o = 0;
                             for (int d = 3; d >= 0; d--) { c[d] = rem % xs.d[d]; rem /= xs.d[d]; }
@@ -259,7 +253,7 @@ static void test_reduce_forward(void) {
             for (int keep = 0; keep < 2; keep++) {
                 bt_tensor *x = rnd(xs, DTS[k]);
                 int d0 = (dim + 4) % 4;
-                double *xh = host(x);
+                double *xh = bt_test_host(x);
                 bt_shape os; os.ndim = 0;
                 for (int d = 0; d < 4; d++) if (d != d0) os.d[os.ndim++] = xs.d[d]; else if (keep) os.d[os.ndim++] = 1;
                 double want[120]; int32_t wam[120]; int64_t outn = 360 / xs.d[d0];
@@ -271,7 +265,7 @@ static void test_reduce_forward(void) {
                     if (xh[i] > want[o]) { want[o] = xh[i]; wam[o] = (int32_t)c[d0]; }
                 }
                 bt_tensor *m = bt_max(x, dim, keep), *am = bt_argmax(x, dim);
-                expect_close("max", m, os, want, 0.0 + 1e-300);
+                expect_close("max", m, os, want, BT_TOL_EXACT);
                 bt_shape as; as.ndim = 0;
                 for (int d = 0; d < 4; d++) if (d != d0) as.d[as.ndim++] = xs.d[d];
                 int ok = am->dtype == BT_I32 && same_shape(am, as);
@@ -289,7 +283,7 @@ static void test_reduce_forward(void) {
 
 static void check_matmul(const char *what, bt_tensor *a, bt_tensor *b, int ta, int tb, double tol) {
     bt_tensor *ac = bt_contiguous(a), *bc = bt_contiguous(b);
-    double *ah = host(ac), *bh = host(bc);
+    double *ah = bt_test_host(ac), *bh = bt_test_host(bc);
     bt_shape cs;
     double *want = ref_matmul(ah, bt_shape_of(a), bh, bt_shape_of(b), ta, tb, &cs);
     expect_close(what, bt_matmul_t(a, b, ta, tb), cs, want, tol);
@@ -302,7 +296,7 @@ static void test_matmul_forward(void) {
     for (int k = 0; k < 2; k++)
         for (int c = 0; c < nmm; c++)
             for (int t = 0; t < 4; t++) {
-                if (quick && c == 4 && t) continue;
+                if (bt_test_quick() && c == 4 && t) continue;
                 int ta = t & 1, tb = t >> 1;
                 int64_t M = mm[c].M, N = mm[c].N, K = mm[c].K;
                 bt_tensor *a = ta ? rnd(SH(K, M), DTS[k]) : rnd(SH(M, K), DTS[k]);
@@ -331,7 +325,7 @@ static void test_matmul_forward(void) {
         check_matmul("transposed views", bt_transpose(rnd(SH(9, 6), DTS[k]), 0, 1), bt_transpose(rnd(SH(11, 9), DTS[k]), 0, 1), 0, 0, tol);
         /* 1-D operands */
         bt_tensor *A = rnd(SH(13, 7), DTS[k]), *v = rnd(SH(7), DTS[k]), *u = rnd(SH(13), DTS[k]);
-        double *ah = host(A), *vh = host(v), *uh = host(u), w1[13] = {0}, w2[7] = {0}, dot = 0;
+        double *ah = bt_test_host(A), *vh = bt_test_host(v), *uh = bt_test_host(u), w1[13] = {0}, w2[7] = {0}, dot = 0;
         for (int i = 0; i < 13; i++) for (int j = 0; j < 7; j++) { w1[i] += ah[i * 7 + j] * vh[j]; w2[j] += uh[i] * ah[i * 7 + j]; }
         for (int j = 0; j < 7; j++) dot += vh[j] * vh[j];
         expect_close("matrix x vector", bt_matmul(A, v), SH(13), w1, tol);
@@ -340,7 +334,7 @@ static void test_matmul_forward(void) {
         bt_shape s0; s0.ndim = 0;
         expect_close("vector x vector", bt_matmul(v, v), s0, &dot, tol);
         bt_tensor *B3 = rnd(SH(2, 13, 7), DTS[k]);
-        double *b3 = host(B3), w3[26] = {0};
+        double *b3 = bt_test_host(B3), w3[26] = {0};
         for (int b = 0; b < 2; b++) for (int i = 0; i < 13; i++) for (int j = 0; j < 7; j++) w3[b * 13 + i] += b3[(b * 13 + i) * 7 + j] * vh[j];
         expect_close("batched matrix x vector", bt_matmul(B3, v), SH(2, 13), w3, tol);
         free(ah); free(vh); free(uh); free(b3);
@@ -353,7 +347,7 @@ static void test_linear_forward(void) {
     for (int k = 0; k < 2; k++)
         for (int hb = 0; hb < 2; hb++) {
             bt_tensor *x = rnd(SH(2, 7, 13), DTS[k]), *w = rnd(SH(33, 13), DTS[k]), *b = hb ? rnd(SH(33), DTS[k]) : NULL;
-            double *xh = host(x), *wh = host(w), *bh = hb ? host(b) : NULL;
+            double *xh = bt_test_host(x), *wh = bt_test_host(w), *bh = hb ? bt_test_host(b) : NULL;
             double *want = (double *)malloc(sizeof(double) * 14 * 33);
             for (int r = 0; r < 14; r++) for (int o = 0; o < 33; o++) {
                 double s = bh ? bh[o] : 0;
@@ -368,13 +362,13 @@ static void test_linear_forward(void) {
         }
     /* the blocked fp32 path with a bias and ragged edges: rows 37, out 300, in 45 */
     bt_tensor *x = rnd(SH(37, 45), BT_F32), *w = rnd(SH(300, 45), BT_F32), *b = rnd(SH(300), BT_F32);
-    double *xh = host(x), *wh = host(w), *bh = host(b), *want = (double *)malloc(sizeof(double) * 37 * 300);
+    double *xh = bt_test_host(x), *wh = bt_test_host(w), *bh = bt_test_host(b), *want = (double *)malloc(sizeof(double) * 37 * 300);
     for (int r = 0; r < 37; r++) for (int o = 0; o < 300; o++) {
         double s = bh[o];
         for (int i = 0; i < 45; i++) s += xh[r * 45 + i] * wh[o * 45 + i];
         want[r * 300 + o] = s;
     }
-    expect_close("linear 37x300x45", bt_linear(x, w, b), SH(37, 300), want, 1e-5);
+    expect_close("linear 37x300x45", bt_linear(x, w, b), SH(37, 300), want, BT_TOL_F32);
     free(xh); free(wh); free(bh); free(want);
     bt_scope_end();
 }
@@ -386,7 +380,7 @@ static void test_softmax_layernorm_forward(void) {
         for (int si = 0; si < 5; si++) {
             bt_tensor *x = bt_scale(rnd(shapes[si], DTS[k]), 3.0);
             int64_t n = bt_numel(x), C = shapes[si].d[shapes[si].ndim - 1], rows = n / C;
-            double *xh = host(x), *sm = (double *)malloc(sizeof(double) * n), *ls = (double *)malloc(sizeof(double) * n);
+            double *xh = bt_test_host(x), *sm = (double *)malloc(sizeof(double) * n), *ls = (double *)malloc(sizeof(double) * n);
             for (int64_t r = 0; r < rows; r++) {
                 double mx = -INFINITY, s = 0;
                 for (int64_t j = 0; j < C; j++) mx = fmax(mx, xh[r * C + j]);
@@ -398,7 +392,7 @@ static void test_softmax_layernorm_forward(void) {
             /* layernorm, all four combinations of w and b */
             if (C < 2) { free(xh); free(sm); free(ls); continue; }
             bt_tensor *w = rnd(SH(C), DTS[k]), *b = rnd(SH(C), DTS[k]);
-            double *wh = host(w), *bh = host(b), *ln = (double *)malloc(sizeof(double) * n);
+            double *wh = bt_test_host(w), *bh = bt_test_host(b), *ln = (double *)malloc(sizeof(double) * n);
             for (int c = 0; c < 4; c++) {
                 int hw = c & 1, hb = c >> 1;
                 for (int64_t r = 0; r < rows; r++) {
@@ -424,9 +418,9 @@ static void test_embedding_xent_forward(void) {
         int32_t idx[21];
         for (int i = 0; i < 21; i++) idx[i] = (int32_t)((i * 7 + 3) % 11);
         bt_tensor *ix = bt_from_data(idx, SH(3, 7), BT_I32, CPU);
-        double *th = host(table), want[21 * 13];
+        double *th = bt_test_host(table), want[21 * 13];
         for (int i = 0; i < 21; i++) for (int c = 0; c < 13; c++) want[i * 13 + c] = th[idx[i] * 13 + c];
-        expect_close("embedding", bt_embedding(table, ix), SH(3, 7, 13), want, 1e-300);
+        expect_close("embedding", bt_embedding(table, ix), SH(3, 7, 13), want, BT_TOL_EXACT);
         free(th);
         /* cross-entropy over V = 5 of Vp = 8 columns; the padding holds large values that would
            change the loss if they were counted; two rows are ignored */
@@ -435,7 +429,7 @@ static void test_embedding_xent_forward(void) {
         bt_fill_(pad, 40.0);
         int32_t tg[6] = {0, 4, -100, 2, -100, 3};
         bt_tensor *tt = bt_from_data(tg, SH(2, 3), BT_I32, CPU);
-        double *lh = host(logits), tot = 0; int valid = 0;
+        double *lh = bt_test_host(logits), tot = 0; int valid = 0;
         for (int r = 0; r < 6; r++) {
             if (tg[r] == -100) continue;
             double mx = -INFINITY, s = 0;
@@ -476,7 +470,7 @@ static void test_attention_forward(void) {
             int64_t B = cs[c].B, H = cs[c].H, T = cs[c].T, D = cs[c].D;
             bt_shape s = SH(B, H, T, D);
             bt_tensor *q = rnd(s, DTS[k]), *kk = rnd(s, DTS[k]), *v = rnd(s, DTS[k]);
-            double *qh = host(q), *kh = host(kk), *vh = host(v);
+            double *qh = bt_test_host(q), *kh = bt_test_host(kk), *vh = bt_test_host(v);
             double *want = (double *)calloc((size_t)numel_of(s), sizeof(double)), *p = (double *)malloc(sizeof(double) * T);
             for (int64_t bh = 0; bh < B * H; bh++)
                 for (int64_t i = 0; i < T; i++) {
@@ -523,7 +517,7 @@ static void test_concat_split_forward(void) {
             ok = 1;
             for (int i = 0; i < 11; i++) {
                 bt_tensor *d = bt_sub(outs[i], ps[i]);
-                double *dh = host(d);
+                double *dh = bt_test_host(d);
                 for (int64_t j = 0; j < bt_numel(d); j++) ok &= dh[j] == 0;
                 ok &= outs[i]->storage == c->storage;
                 free(dh);
@@ -540,22 +534,22 @@ static void test_concat_split_forward(void) {
 static void test_bf16_forward(void) {
     bt_scope_begin();
     bt_tensor *a = rnd(SH(13, 33), BT_BF16), *b = rnd(SH(33), BT_BF16), *w = rnd(SH(33, 7), BT_BF16);
-    double *ah = host(a), *bh = host(b), *wh = host(w);
+    double *ah = bt_test_host(a), *bh = bt_test_host(b), *wh = bt_test_host(w);
     double *want = (double *)malloc(sizeof(double) * 13 * 33);
     for (int i = 0; i < 13 * 33; i++) want[i] = ah[i] + bh[i % 33];
-    expect_close("bf16 add", bt_add(a, b), SH(13, 33), want, 1e-2);
+    expect_close("bf16 add", bt_add(a, b), SH(13, 33), want, BT_TOL_BF16_OP);
     for (int i = 0; i < 13 * 33; i++) want[i] = ref_uop(6, ah[i]);
-    expect_close("bf16 gelu", bt_gelu(a), SH(13, 33), want, 1e-2);
+    expect_close("bf16 gelu", bt_gelu(a), SH(13, 33), want, BT_TOL_BF16_OP);
     for (int r = 0; r < 13; r++) {
         double mx = -INFINITY, s = 0;
         for (int j = 0; j < 33; j++) mx = fmax(mx, ah[r * 33 + j]);
         for (int j = 0; j < 33; j++) s += exp(ah[r * 33 + j] - mx);
         for (int j = 0; j < 33; j++) want[r * 33 + j] = exp(ah[r * 33 + j] - mx) / s;
     }
-    expect_close("bf16 softmax", bt_softmax(a), SH(13, 33), want, 1e-2);
+    expect_close("bf16 softmax", bt_softmax(a), SH(13, 33), want, BT_TOL_BF16_OP);
     double mw[13 * 7];
     for (int i = 0; i < 13; i++) for (int j = 0; j < 7; j++) { double s = 0; for (int k = 0; k < 33; k++) s += ah[i * 33 + k] * wh[k * 7 + j]; mw[i * 7 + j] = s; }
-    expect_close("bf16 matmul", bt_matmul(a, w), SH(13, 7), mw, 1e-2);
+    expect_close("bf16 matmul", bt_matmul(a, w), SH(13, 7), mw, BT_TOL_BF16_OP);
     for (int r = 0; r < 13; r++) {
         double m = 0, v = 0;
         for (int j = 0; j < 33; j++) m += ah[r * 33 + j];
@@ -563,10 +557,10 @@ static void test_bf16_forward(void) {
         for (int j = 0; j < 33; j++) v += (ah[r * 33 + j] - m) * (ah[r * 33 + j] - m);
         for (int j = 0; j < 33; j++) want[r * 33 + j] = (ah[r * 33 + j] - m) / sqrt(v / 33 + 1e-5) + bh[j];
     }
-    expect_close("bf16 layernorm", bt_layernorm(a, NULL, b, 1e-5), SH(13, 33), want, 1e-2);
+    expect_close("bf16 layernorm", bt_layernorm(a, NULL, b, 1e-5), SH(13, 33), want, BT_TOL_BF16_OP);
     double sw[13] = {0};
     for (int r = 0; r < 13; r++) for (int j = 0; j < 33; j++) sw[r] += ah[r * 33 + j];
-    expect_close("bf16 sum", bt_sum(a, (int[]){1}, 1, 0), SH(13), sw, 1e-2);
+    expect_close("bf16 sum", bt_sum(a, (int[]){1}, 1, 0), SH(13), sw, BT_TOL_BF16_OP);
     free(ah); free(bh); free(wh); free(want);
     bt_scope_end();
 }
@@ -575,7 +569,7 @@ static void test_bf16_forward(void) {
    (2) gradcheck: analytic gradients against float64 central differences
    f(inputs) = sum(op(inputs) * R) with R a fixed random tensor, so that every output element
    weighs in with its own coefficient (a permuted or mis-scaled gradient cannot cancel out).
-   Tolerance 1e-6, relative over each input's whole gradient: with h = 1e-6 in float64 the central
+   Tolerance BT_TOL_FD, 1e-6, relative over each input's whole gradient: with h = 1e-6 in float64 the central
    difference has truncation error ~ h^2 |f'''| / 6 ~ 1e-13 and rounding error ~ eps |f| / h ~ 1e-10
    |f|, both far below 1e-6 for O(1) values; a wrong backward formula is off by O(1). Inputs stay
    small so that the 2 * (number of elements) forward evaluations are cheap.
@@ -586,7 +580,7 @@ typedef bt_tensor *(*gc_fn)(bt_tensor **in, const gc_ctx *c);
 static double gc_eval(gc_fn f, bt_tensor **in, const gc_ctx *c, const double *R) {
     bt_scope_begin();
     bt_tensor *y = f(in, c);
-    double *yh = host(y), s = 0;
+    double *yh = bt_test_host(y), s = 0;
     for (int64_t i = 0; i < bt_numel(y); i++) s += yh[i] * R[i];
     free(yh);
     bt_scope_end();
@@ -601,7 +595,7 @@ static void gradcheck(const char *name, gc_fn f, bt_tensor **in, int n, const gc
     BT_CHECK(y->dtype == BT_F64 && y->grad_fn, "%s: output is not an f64 graph result", name);
     bt_tensor *R = rnd(bt_shape_of(y), BT_F64);
     bt_backward(bt_sum(bt_mul(y, R), NULL, 0, 0));
-    double *Rh = host(R);
+    double *Rh = bt_test_host(R);
     int old = bt_set_grad_enabled(0);
     for (int k = 0; k < n; k++) {
         bt_tensor *x = in[k];
@@ -611,7 +605,7 @@ static void gradcheck(const char *name, gc_fn f, bt_tensor **in, int n, const gc
             continue;
         }
         int64_t m = bt_numel(x);
-        double *an = host(x->grad), *num = (double *)calloc((size_t)m + 1, sizeof(double)), *xp = (double *)bt_data_ptr(x);
+        double *an = bt_test_host(x->grad), *num = (double *)calloc((size_t)m + 1, sizeof(double)), *xp = (double *)bt_data_ptr(x);
         for (int64_t i = 0; i < m; i++) {
             double save = xp[i];
             xp[i] = save + h; double fp = gc_eval(f, in, c, Rh);
@@ -621,7 +615,7 @@ static void gradcheck(const char *name, gc_fn f, bt_tensor **in, int n, const gc
         }
         double e = bt_test_relerr(an, num, m), nn = 0;
         for (int64_t i = 0; i < m; i++) nn += num[i] * num[i];
-        BT_CHECK(e < 1e-6, "%s: input %d (%lld elements): gradient rel err %.3g", name, k, (long long)m, e);
+        BT_CHECK(e < BT_TOL_FD, "%s: input %d (%lld elements): gradient rel err %.3g", name, k, (long long)m, e);
         BT_CHECK(nn > 0, "%s: input %d: numeric gradient is all zero (the check would be vacuous)", name, k);
         free(an); free(num);
     }
@@ -917,17 +911,17 @@ static void test_unary_list(void) {
         const char *name = bt_unary_op_name((bt_unary_op)op);
         int pos = oc_unary_positive(op);
         bt_tensor *x = pos ? rnd_in(SH(67), BT_F64, 0.25, 3.0) : bt_scale(rnd(SH(67), BT_F64), 1.5);
-        double *xh = host(x), want[67];
+        double *xh = bt_test_host(x), want[67];
         int ok = 1;
         for (int i = 0; i < 67; i++) ok &= ref_unary(op, xh[i], &want[i]);
         BT_CHECK(ok, "unary op %s has no hand-written reference in test_ops.c (ref_unary)", name);
         if (ok) {
             char what[48]; snprintf(what, sizeof what, "unary list %s", name);
-            expect_close(what, oc_unary_fn[op](x), SH(67), want, 1e-12);
+            expect_close(what, oc_unary_fn[op](x), SH(67), want, BT_TOL_F64);
             bt_tensor *xf = bt_cast(x, BT_F32);
-            double *xfh = host(xf);
+            double *xfh = bt_test_host(xf);
             for (int i = 0; i < 67; i++) ref_unary(op, xfh[i], &want[i]);
-            expect_close(what, oc_unary_fn[op](xf), SH(67), want, 1e-6);
+            expect_close(what, oc_unary_fn[op](xf), SH(67), want, BT_TOL_F32_ROUND);
             free(xfh);
         }
         free(xh);
@@ -1042,16 +1036,8 @@ static void test_attention_qkv(void) {
         parts[i] = bt_contiguous(bt_permute(bt_view(bt_narrow(x, 2, i * C, C), bt_shape4(B, T, H, D)), perm));
     bt_tensor *y2 = bt_reshape(bt_permute(bt_attention(parts[0], parts[1], parts[2]), perm), bt_shape3(B, T, C));
     bt_backward(bt_sum(bt_mul(y2, r), NULL, 0, 0));
-    double ey = 0, eg = 0;
-    for (int64_t i = 0; i < B * T * C; i++) {
-        int64_t ix[3] = {i / (T * C), (i / C) % T, i % C};
-        ey = fmax(ey, fabs(bt_get(y1, ix) - bt_get(y2, ix)));
-    }
-    for (int64_t i = 0; i < B * T * 3 * C; i++) {
-        int64_t ix[3] = {i / (T * 3 * C), (i / (3 * C)) % T, i % (3 * C)};
-        eg = fmax(eg, fabs(bt_get(g1, ix) - bt_get(x->grad, ix)));
-    }
-    BT_CHECK(ey < 1e-12 && eg < 1e-12, "packed vs split attention: value diff %g, grad diff %g", ey, eg);
+    double ey = bt_test_relerr_t(y1, y2), eg = bt_test_relerr_t(g1, x->grad);
+    BT_CHECK(ey < BT_TOL_F64 && eg < BT_TOL_F64, "packed vs split attention: value rel err %g, grad rel err %g", ey, eg);
     BT_CHECK(fabs(bt_get(g1, (int64_t[]){1, 3, 2 * C + 1})) > 0, "the v part must receive gradient");
     BT_EXPECT_ERROR(bt_attention_qkv(x, 4), "attention_qkv: qkv");
     bt_scope_end();
@@ -1086,7 +1072,7 @@ static void check_sgemm(int64_t M, int64_t N, int64_t K, float alpha, float beta
         int guard_ok = 1;
         for (int64_t i = M * N; i < M * N + 8; i++) guard_ok &= C[i] == (float)want[i];
         double e = sqrt(got_err) / (den > 0 ? sqrt(den) : 1);
-        BT_CHECK(e < 1e-5, "sgemm %lldx%lldx%lld ta %d tb %d alpha %g beta %g bias %d: rel err %.3g", (long long)M,
+        BT_CHECK(e < BT_TOL_F32, "sgemm %lldx%lldx%lld ta %d tb %d alpha %g beta %g bias %d: rel err %.3g", (long long)M,
                  (long long)N, (long long)K, ta, tb, alpha, beta, has_bias, e);
         BT_CHECK(guard_ok, "sgemm %lldx%lldx%lld ta %d tb %d: wrote past C", (long long)M, (long long)N, (long long)K, ta, tb);
         free(want);
@@ -1104,7 +1090,7 @@ static void test_sgemm_edges(void) {
     float ab[3][2] = {{1, 0}, {0.5f, 1}, {-2, 0}};
     for (int i = 0; i < (int)(sizeof cs / sizeof cs[0]); i++)
         for (int v = 0; v < 3; v++) {
-            if (quick && v && cs[i].M * cs[i].N * cs[i].K > 100000) continue;
+            if (bt_test_quick() && v && cs[i].M * cs[i].N * cs[i].K > 100000) continue;
             check_sgemm(cs[i].M, cs[i].N, cs[i].K, ab[v][0], ab[v][1], v > 0);
         }
     /* the task grid depends on the shape only: the same bits on 1 thread and on several */
@@ -1136,7 +1122,7 @@ static void check_f32_path(const char *name, gc_fn f, bt_tensor **in, int n, con
     bt_tensor *R = rnd(bt_shape_of(y64), BT_F64);
     bt_backward(bt_sum(bt_mul(y64, R), NULL, 0, 0));
     bt_backward(bt_sum(bt_mul(y32, bt_cast(R, BT_F32)), NULL, 0, 0));
-    double *want = host(y64);
+    double *want = bt_test_host(y64);
     char what[128];
     snprintf(what, sizeof what, "%s f32 forward", name);
     expect_close(what, y32, bt_shape_of(y64), want, tol);
@@ -1145,7 +1131,7 @@ static void check_f32_path(const char *name, gc_fn f, bt_tensor **in, int n, con
         if (!in[k]) continue;
         BT_CHECK(in[k]->grad && in32[k]->grad, "%s: input %d got no gradient", name, k);
         if (!in[k]->grad || !in32[k]->grad) continue;
-        double *gw = host(in[k]->grad);
+        double *gw = bt_test_host(in[k]->grad);
         snprintf(what, sizeof what, "%s f32 gradient of input %d", name, k);
         expect_close(what, in32[k]->grad, bt_shape_of(in[k]), gw, tol);
         free(gw);
@@ -1171,14 +1157,14 @@ static void test_fp32_paths(void) {
         bt_tensor *x = pos ? leaf_in(SH(37, 29), 0.2, 3.0) : leaf_in(SH(37, 29), -9.0, 9.0);
         gc_ctx c = {.i = {op}};
         char what[48]; snprintf(what, sizeof what, "unary %s", bt_unary_op_name((bt_unary_op)op));
-        check_f32_path(what, f_unary_op, &x, 1, &c, 1e-5);
+        check_f32_path(what, f_unary_op, &x, 1, &c, BT_TOL_F32);
         bt_release(x);
     }
     for (int op = 0; op < 4; op++) {
         bt_tensor *ab[2] = {leaf(SH(41, 33)), op == 3 ? leaf_in(SH(41, 33), 0.5, 2.0) : leaf(SH(41, 33))};
         gc_ctx c = {.i = {op}};
         char what[48]; snprintf(what, sizeof what, "binary %s", bop_name[op]);
-        check_f32_path(what, f_binary, ab, 2, &c, 1e-5);
+        check_f32_path(what, f_binary, ab, 2, &c, BT_TOL_F32);
         release_all(ab, 2);
     }
     /* cross-entropy over 1000 of 1031 columns (padding), one ignored row */
@@ -1188,30 +1174,28 @@ static void test_fp32_paths(void) {
     cx.aux[0] = bt_keep(bt_from_data(tg, SH(2, 3), BT_I32, CPU));
     bt_scope_end();
     bt_tensor *logits = leaf_in(SH(2, 3, 1031), -8.0, 8.0);
-    check_f32_path("cross_entropy", f_xent, &logits, 1, &cx, 1e-5);
+    check_f32_path("cross_entropy", f_xent, &logits, 1, &cx, BT_TOL_F32);
     bt_release(logits); bt_release(cx.aux[0]);
     /* layernorm with and without its affine parameters (x offset from 0, so centring matters) */
     for (int m = 0; m < 4; m++) {
         bt_tensor *in[3] = {leaf_in(SH(37, 129), 2.0, 5.0), m & 1 ? leaf(SH(129)) : NULL, m & 2 ? leaf(SH(129)) : NULL};
         gc_ctx c = {.f = {1e-5}};
         char what[48]; snprintf(what, sizeof what, "layernorm w %d b %d", m & 1, m >> 1);
-        check_f32_path(what, f_layernorm, in, 3, &c, 1e-5);
+        check_f32_path(what, f_layernorm, in, 3, &c, BT_TOL_F32);
         release_all(in, 3);
     }
     /* attention, and the packed projection the model uses */
     bt_tensor *qkv[3] = {leaf(SH(2, 3, 33, 8)), leaf(SH(2, 3, 33, 8)), leaf(SH(2, 3, 33, 8))};
     gc_ctx c0 = {.i = {0}};
-    check_f32_path("attention", f_attention, qkv, 3, &c0, 1e-5);
+    check_f32_path("attention", f_attention, qkv, 3, &c0, BT_TOL_F32);
     release_all(qkv, 3);
     bt_tensor *packed = leaf(SH(2, 17, 3 * 4 * 8));
     gc_ctx ch = {.i = {4}};
-    check_f32_path("attention_qkv", f_attention_qkv, &packed, 1, &ch, 1e-5);
+    check_f32_path("attention_qkv", f_attention_qkv, &packed, 1, &ch, BT_TOL_F32);
     bt_release(packed);
 }
 
 int main(void) {
-    const char *q = getenv("BT_TEST_QUICK");
-    quick = q && *q && *q != '0';
     BT_RUN(test_unary_forward);
     BT_RUN(test_binary_forward);
     BT_RUN(test_reduce_forward);

@@ -13,27 +13,12 @@
 #include <stdint.h>
 
 #define CPU bt_cpu()
-static uint64_t seed_ctr = 7000;
 static size_t allocated(void) { return bt_alloc_stats(CPU).allocated; }
 
-/* a fresh random leaf, owned by the caller */
-static bt_tensor *leaf(bt_shape s, bt_dtype dt, int requires_grad) {
-    bt_scope_begin();
-    bt_tensor *t = bt_keep(bt_randn(s, dt, CPU, seed_ctr++));
-    bt_scope_end();
-    if (requires_grad) bt_set_requires_grad(t, 1);
-    return t;
-}
-static double *host(bt_tensor *t) {
-    double *p = (double *)malloc(sizeof(double) * (size_t)(bt_numel(t) ? bt_numel(t) : 1));
-    bt_to_host(t, p, BT_F64);
-    return p;
-}
-static void drop_grad(bt_tensor *t) { bt_release(t->grad); t->grad = NULL; }
 /* the part of a flat state tensor (m or v) that belongs to parameter i */
 static double *state_of(bt_adamw *opt, bt_tensor *flat, int i) {
     bt_scope_begin();
-    double *h = host(bt_narrow(flat, 0, opt->offset[i] - opt->lo, bt_numel(opt->params[i])));
+    double *h = bt_test_host(bt_narrow(flat, 0, opt->offset[i] - opt->lo, bt_numel(opt->params[i])));
     bt_scope_end();
     return h;
 }
@@ -42,8 +27,8 @@ static double *state_of(bt_adamw *opt, bt_tensor *flat, int i) {
    --------------------------------------------------------------------------------------------- */
 /* p.grad = fresh random values (a new tensor each step) */
 static void set_grad(bt_tensor *p, double scale) {
-    drop_grad(p);
-    p->grad = leaf(bt_shape_of(p), p->dtype, 0);
+    bt_test_drop_grad(p);
+    p->grad = bt_test_leaf(bt_shape_of(p), p->dtype, 0);
     if (scale != 1) bt_mul_scalar_(p->grad, scale);
 }
 /* AdamW as PyTorch writes it: m, v moments, bias corrections, decoupled decay on ndim >= 2 */
@@ -62,22 +47,22 @@ static void test_adamw(void) {
     size_t base = allocated();
     for (int k = 0; k < 2; k++) {
         bt_dtype dt = k ? BT_F32 : BT_F64;
-        double tol = k ? 2e-6 : 1e-13;
-        bt_tensor *W = leaf(bt_shape2(3, 4), dt, 1), *b = leaf(bt_shape1(4), dt, 1), *E = leaf(bt_shape3(2, 2, 3), dt, 1);
+        double tol = k ? BT_TOL_F32_ROUND : BT_TOL_F64_ROUND;
+        bt_tensor *W = bt_test_leaf(bt_shape2(3, 4), dt, 1), *b = bt_test_leaf(bt_shape1(4), dt, 1), *E = bt_test_leaf(bt_shape3(2, 2, 3), dt, 1);
         bt_tensor *ps[3] = {W, b, E};
         bt_adamw opt;
         bt_adamw_init(&opt, ps, 3, 0.9f, 0.95f, 1e-8f, 0.1f, 0.0f);
         BT_CHECK(opt.decay[0] == 1 && opt.decay[1] == 0 && opt.decay[2] == 1, "default decay flags %d %d %d", opt.decay[0], opt.decay[1], opt.decay[2]);
         ref_param ref[3];
         for (int i = 0; i < 3; i++) {
-            ref[i].n = bt_numel(ps[i]); ref[i].p = host(ps[i]); ref[i].decay = ps[i]->ndim >= 2;
+            ref[i].n = bt_numel(ps[i]); ref[i].p = bt_test_host(ps[i]); ref[i].decay = ps[i]->ndim >= 2;
             ref[i].m = (double *)calloc((size_t)ref[i].n, sizeof(double)); ref[i].v = (double *)calloc((size_t)ref[i].n, sizeof(double));
         }
         double lrs[3] = {1e-2, 3e-2, 5e-3};
         for (int t = 1; t <= 3; t++) {
             for (int i = 0; i < 3; i++) set_grad(ps[i], 1.0);
             for (int i = 0; i < 3; i++) {
-                double *g = host(ps[i]->grad);
+                double *g = bt_test_host(ps[i]->grad);
                 ref_adamw(&ref[i], g, 1.0, t, (float)lrs[t - 1], (float)0.9f, (float)0.95f, (float)1e-8f, (float)0.1f);
                 free(g);
             }
@@ -85,7 +70,7 @@ static void test_adamw(void) {
             BT_CHECK(opt.step == t, "step counter %lld", (long long)opt.step);
         }
         for (int i = 0; i < 3; i++) {
-            double *p = host(ps[i]), *m = state_of(&opt, opt.m, i), *v = state_of(&opt, opt.v, i);
+            double *p = bt_test_host(ps[i]), *m = state_of(&opt, opt.m, i), *v = state_of(&opt, opt.v, i);
             double ep = bt_test_relerr(p, ref[i].p, ref[i].n), em = bt_test_relerr(m, ref[i].m, ref[i].n), ev = bt_test_relerr(v, ref[i].v, ref[i].n);
             BT_CHECK(ep < tol && em < tol && ev < tol, "adamw %s param %d after 3 steps: rel err p %.3g m %.3g v %.3g", bt_dtype_name(dt), i, ep, em, ev);
             free(p); free(m); free(v); free(ref[i].p); free(ref[i].m); free(ref[i].v);
@@ -94,14 +79,14 @@ static void test_adamw(void) {
         for (int i = 0; i < 3; i++) bt_release(ps[i]);
     }
     /* parameters without a grad are skipped */
-    bt_tensor *p1 = leaf(bt_shape2(2, 2), BT_F32, 1), *p2 = leaf(bt_shape1(3), BT_F32, 1);
+    bt_tensor *p1 = bt_test_leaf(bt_shape2(2, 2), BT_F32, 1), *p2 = bt_test_leaf(bt_shape1(3), BT_F32, 1);
     bt_tensor *pp[2] = {p1, p2};
-    double *before = host(p2);
+    double *before = bt_test_host(p2);
     bt_adamw o2;
     bt_adamw_init(&o2, pp, 2, 0.9f, 0.999f, 1e-8f, 0.0f, 0.0f);
     set_grad(p1, 1.0);
     bt_adamw_step(&o2, 0.1f);
-    double *after = host(p2), *p1h = host(p1);
+    double *after = bt_test_host(p2), *p1h = bt_test_host(p1);
     BT_CHECK(memcmp(before, after, 3 * sizeof(double)) == 0, "a parameter without a grad moved");
     free(before); free(after); free(p1h);
     bt_adamw_free(&o2);
@@ -115,19 +100,19 @@ static void test_adamw_clipping(void) {
     size_t base = allocated();
     struct { double gscale, max_norm, eps; } cases[] = {{1.0, 0.5, 0.1}, {300.0, 1.0, 1.0}, {0.01, 10.0, 1e-3}};
     for (int c = 0; c < 3; c++) {
-        bt_tensor *W = leaf(bt_shape2(4, 5), BT_F32, 1), *b = leaf(bt_shape1(5), BT_F32, 1);
+        bt_tensor *W = bt_test_leaf(bt_shape2(4, 5), BT_F32, 1), *b = bt_test_leaf(bt_shape1(5), BT_F32, 1);
         bt_tensor *ps[2] = {W, b};
         bt_adamw opt;
         bt_adamw_init(&opt, ps, 2, 0.9f, 0.95f, (float)cases[c].eps, 0.1f, (float)cases[c].max_norm);
         ref_param ref[2], refu[2];
         for (int i = 0; i < 2; i++) {
-            ref[i].n = refu[i].n = bt_numel(ps[i]); ref[i].p = host(ps[i]); refu[i].p = host(ps[i]); ref[i].decay = refu[i].decay = ps[i]->ndim >= 2;
+            ref[i].n = refu[i].n = bt_numel(ps[i]); ref[i].p = bt_test_host(ps[i]); refu[i].p = bt_test_host(ps[i]); ref[i].decay = refu[i].decay = ps[i]->ndim >= 2;
             ref[i].m = (double *)calloc(ref[i].n, 8); ref[i].v = (double *)calloc(ref[i].n, 8);
             refu[i].m = (double *)calloc(ref[i].n, 8); refu[i].v = (double *)calloc(ref[i].n, 8);
         }
         for (int t = 1; t <= 3; t++) {
             set_grad(W, cases[c].gscale); set_grad(b, cases[c].gscale);
-            double *g[2] = {host(W->grad), host(b->grad)}, nn = 0;
+            double *g[2] = {bt_test_host(W->grad), bt_test_host(b->grad)}, nn = 0;
             for (int i = 0; i < 2; i++) for (int64_t j = 0; j < ref[i].n; j++) nn += g[i][j] * g[i][j];
             double norm = sqrt(nn), cs = fmin(1.0, (float)cases[c].max_norm / (norm + 1e-6));
             for (int i = 0; i < 2; i++) {
@@ -137,14 +122,14 @@ static void test_adamw_clipping(void) {
             }
             bt_adamw_step(&opt, 1e-2f);
             double gn = bt_item(opt.grad_norm), csv = bt_item(opt.clip_scale);
-            BT_CHECK(fabs(gn - norm) <= 1e-6 * norm, "case %d step %d: grad_norm %.9g, true norm %.9g", c, t, gn, norm);
-            BT_CHECK(fabs(csv - cs) <= 1e-6 * cs, "case %d step %d: clip scale %.9g, want %.9g (rel err %.2g)", c, t, csv, cs, fabs(csv - cs) / cs);
+            BT_CHECK(fabs(gn - norm) <= BT_TOL_F32_ROUND * norm, "case %d step %d: grad_norm %.9g, true norm %.9g", c, t, gn, norm);
+            BT_CHECK(fabs(csv - cs) <= BT_TOL_F32_ROUND * cs, "case %d step %d: clip scale %.9g, want %.9g (rel err %.2g)", c, t, csv, cs, fabs(csv - cs) / cs);
         }
         double moved = 0;
         for (int i = 0; i < 2; i++) {
-            double *p = host(ps[i]);
+            double *p = bt_test_host(ps[i]);
             double e = bt_test_relerr(p, ref[i].p, ref[i].n);
-            BT_CHECK(e < 2e-6, "case %d: clipped update, param %d: rel err %.3g", c, i, e);
+            BT_CHECK(e < BT_TOL_F32_ROUND, "case %d: clipped update, param %d: rel err %.3g", c, i, e);
             for (int64_t j = 0; j < ref[i].n; j++) moved = fmax(moved, fabs(ref[i].p[j] - refu[i].p[j]));
             free(p); free(ref[i].p); free(ref[i].m); free(ref[i].v); free(refu[i].p); free(refu[i].m); free(refu[i].v);
         }
@@ -160,16 +145,16 @@ static void test_sgd(void) {
     size_t base = allocated();
     for (int variant = 0; variant < 3; variant++) {
         double mom = variant == 0 ? 0.9 : variant == 1 ? 0.0 : 0.5, wd = variant == 2 ? 0.0 : 0.01;
-        bt_tensor *W = leaf(bt_shape2(3, 5), BT_F64, 1), *b = leaf(bt_shape1(5), BT_F64, 1);
+        bt_tensor *W = bt_test_leaf(bt_shape2(3, 5), BT_F64, 1), *b = bt_test_leaf(bt_shape1(5), BT_F64, 1);
         bt_tensor *ps[2] = {W, b};
         bt_sgd opt;
         bt_sgd_init(&opt, ps, 2, (float)mom, (float)wd);
-        double *p[2] = {host(W), host(b)}, *buf[2] = {calloc(15, 8), calloc(5, 8)};
+        double *p[2] = {bt_test_host(W), bt_test_host(b)}, *buf[2] = {calloc(15, 8), calloc(5, 8)};
         double lrs[3] = {0.1, 0.05, 0.2};
         for (int t = 0; t < 3; t++) {
             for (int i = 0; i < 2; i++) {
                 set_grad(ps[i], 1.0);
-                double *g = host(ps[i]->grad);
+                double *g = bt_test_host(ps[i]->grad);
                 for (int64_t j = 0; j < bt_numel(ps[i]); j++) {
                     double d = g[j] + (float)wd * p[i][j];
                     if (mom != 0) { buf[i][j] = t == 0 ? d : (float)mom * buf[i][j] + d; d = buf[i][j]; }
@@ -180,9 +165,9 @@ static void test_sgd(void) {
             bt_sgd_step(&opt, (float)lrs[t]);
         }
         for (int i = 0; i < 2; i++) {
-            double *h = host(ps[i]);
+            double *h = bt_test_host(ps[i]);
             double e = bt_test_relerr(h, p[i], bt_numel(ps[i]));
-            BT_CHECK(e < 1e-13, "sgd momentum %g wd %g param %d: rel err %.3g", mom, wd, i, e);
+            BT_CHECK(e < BT_TOL_F64_ROUND, "sgd momentum %g wd %g param %d: rel err %.3g", mom, wd, i, e);
             free(h); free(p[i]); free(buf[i]);
         }
         bt_sgd_free(&opt);
@@ -213,14 +198,14 @@ static void test_lr_cosine(void) {
 
 static void test_grad_norm(void) {
     size_t base = allocated();
-    bt_tensor *a = leaf(bt_shape2(3, 4), BT_F32, 1), *b = leaf(bt_shape1(5), BT_F32, 1), *c = leaf(bt_shape1(2), BT_F32, 1);
+    bt_tensor *a = bt_test_leaf(bt_shape2(3, 4), BT_F32, 1), *b = bt_test_leaf(bt_shape1(5), BT_F32, 1), *c = bt_test_leaf(bt_shape1(2), BT_F32, 1);
     set_grad(a, 2.0); set_grad(b, 1.0);               /* c has no grad */
     bt_tensor *ps[3] = {a, b, c};
-    double *ga = host(a->grad), *gb = host(b->grad), s = 0;
+    double *ga = bt_test_host(a->grad), *gb = bt_test_host(b->grad), s = 0;
     for (int i = 0; i < 12; i++) s += ga[i] * ga[i];
     for (int i = 0; i < 5; i++) s += gb[i] * gb[i];
     bt_tensor *n = bt_grad_norm(ps, 3);               /* no scope open: ours */
-    BT_CHECK(n->dtype == BT_F32 && bt_numel(n) == 1 && fabs(bt_item(n) - sqrt(s)) < 1e-6 * sqrt(s), "grad_norm %g, want %g", bt_item(n), sqrt(s));
+    BT_CHECK(n->dtype == BT_F32 && bt_numel(n) == 1 && fabs(bt_item(n) - sqrt(s)) < BT_TOL_F32_ROUND * sqrt(s), "grad_norm %g, want %g", bt_item(n), sqrt(s));
     bt_release(n);
     bt_tensor *n0 = bt_grad_norm(&c, 1);
     BT_CHECK(bt_item(n0) == 0, "grad_norm with no grads: %g", bt_item(n0));
@@ -235,11 +220,11 @@ static void test_grad_norm(void) {
 static void test_adamw_state_and_shards(void) {
     size_t base = allocated();
     /* a flat buffer of 3 parameters in a different order than the list */
-    bt_tensor *flat = leaf(bt_shape1(12 + 5 + 8), BT_F64, 0), *gflat = leaf(bt_shape1(25), BT_F64, 0);
+    bt_tensor *flat = bt_test_leaf(bt_shape1(12 + 5 + 8), BT_F64, 0), *gflat = bt_test_leaf(bt_shape1(25), BT_F64, 0);
     bt_tensor *full[3], *sh[3];
     int64_t offs[3] = {13, 0, 5}, sizes[3] = {12, 5, 8};
     bt_shape shapes[3] = {bt_shape2(3, 4), bt_shape1(5), bt_shape2(2, 4)};
-    bt_tensor *copy = leaf(bt_shape1(25), BT_F64, 0);
+    bt_tensor *copy = bt_test_leaf(bt_shape1(25), BT_F64, 0);
     bt_copy_(copy, flat);
     for (int i = 0; i < 3; i++) {
         bt_scope_begin();
@@ -260,7 +245,7 @@ static void test_adamw_state_and_shards(void) {
     for (int t = 0; t < 3; t++) {
         bt_uniform_(gflat, -1, 1, 99 + (uint64_t)t, 0);
         for (int i = 0; i < 3; i++) {
-            drop_grad(full[i]); drop_grad(sh[i]);
+            bt_test_drop_grad(full[i]); bt_test_drop_grad(sh[i]);
             bt_scope_begin();
             full[i]->grad = bt_keep(bt_clone(bt_view(bt_narrow(gflat, 0, offs[i], sizes[i]), shapes[i])));
             sh[i]->grad = bt_keep(bt_clone(full[i]->grad));
@@ -274,9 +259,9 @@ static void test_adamw_state_and_shards(void) {
         bt_adamw_update(&b2, 1e-2f, bt_narrow(gflat, 0, 9, 16));          /* a reduced shard */
         bt_scope_end();
     }
-    double *pa = host(flat), *pb = host(copy);
-    BT_CHECK(bt_test_relerr(pb, pa, 25) < 1e-15, "two shards vs one full update: rel err %.3g", bt_test_relerr(pb, pa, 25));
-    double *ma = host(a.m), *m1 = host(b1.m), *m2 = host(b2.m);
+    double *pa = bt_test_host(flat), *pb = bt_test_host(copy);
+    BT_CHECK(bt_test_relerr(pb, pa, 25) < BT_TOL_F64_ROUND, "two shards vs one full update: rel err %.3g", bt_test_relerr(pb, pa, 25));
+    double *ma = bt_test_host(a.m), *m1 = bt_test_host(b1.m), *m2 = bt_test_host(b2.m);
     int same = 1;
     for (int j = 0; j < 25; j++) same &= ma[j] == (j < 9 ? m1[j] : m2[j - 9]);
     BT_CHECK(same, "the shards' m is not the full m's range");
@@ -289,7 +274,7 @@ static void test_adamw_state_and_shards(void) {
     BT_CHECK(c.step == 3, "step after set_state: %lld", (long long)c.step);
     for (int i = 0; i < 3; i++) { bt_scope_begin(); bt_copy_(sh[i]->grad, full[i]->grad); bt_scope_end(); }
     bt_adamw_step(&a, 1e-2f); bt_adamw_step(&c, 1e-2f);
-    pa = host(flat); pb = host(copy);
+    pa = bt_test_host(flat); pb = bt_test_host(copy);
     BT_CHECK(bt_test_relerr(pb, pa, 25) == 0, "a restored state steps differently: %.3g", bt_test_relerr(pb, pa, 25));
     free(pa); free(pb);
     bt_scope_begin();
@@ -304,6 +289,7 @@ static void test_adamw_state_and_shards(void) {
 }
 
 int main(void) {
+    bt_test_seed = 7000;
     BT_RUN(test_adamw);
     BT_RUN(test_adamw_clipping);
     BT_RUN(test_adamw_state_and_shards);

@@ -20,26 +20,11 @@
 #include <signal.h>
 #include <sys/wait.h>
 
-#define TOL 1e-10   /* f64 against f64: only the summation order differs */
+#define TOL BT_TOL_F64   /* f64 against f64: only the summation order differs */
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
 static bt_tensor *rnd(bt_shape s, uint64_t seed) { return bt_randn(s, BT_F64, bt_cpu(), seed); }
-static bt_tensor *leaf(bt_tensor *t) {             /* a fresh leaf that requires grad */
-    bt_tensor *c = bt_clone(t);
-    bt_set_requires_grad(c, 1);
-    return c;
-}
-static double relerr(bt_tensor *a, bt_tensor *b) {
-    if (!a || !b || a->ndim != b->ndim || memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim)) return INFINITY;
-    int64_t n = bt_numel(a);
-    double *x = (double *)malloc(sizeof(double) * (size_t)(n + 1)), *y = (double *)malloc(sizeof(double) * (size_t)(n + 1));
-    bt_to_host(a, x, BT_F64);
-    bt_to_host(b, y, BT_F64);
-    double e = bt_test_relerr(x, y, n);
-    free(x); free(y);
-    return e;
-}
 /* loss = sum(y * r): a random linear functional, so every gradient is exercised */
 static bt_tensor *dot(bt_tensor *y, bt_tensor *r) { return bt_sum(bt_mul(y, r), NULL, 0, 0); }
 /* rank r's slice of dim -2 (sequence parallelism's layout) */
@@ -55,19 +40,16 @@ static bt_tensor *attn_ref(bt_tensor *q, bt_tensor *k, bt_tensor *v, int causal)
 /* a failure inside a rank process: printed, counted, reported through the exit code */
 static int rank_fails;
 static void expect_close(int rank, const char *what, bt_tensor *got, bt_tensor *want) {
-    double e = relerr(got, want);
+    double e = bt_test_relerr_t(got, want);
     if (!(e <= TOL)) { fprintf(stderr, "  FAIL rank %d: %s: relative error %.3g\n", rank, what, e); rank_fails++; }
 }
-#define CLOSE(what, got, want) do { double e__ = relerr((got), (want)); \
+#define CLOSE(what, got, want) do { double e__ = bt_test_relerr_t((got), (want)); \
     BT_CHECK(e__ <= TOL, "%s: relative error %.3g", what, e__); } while (0)
 
 static bt_dist *one_rank(void) {
     static bt_dist_env env;
     bt_dist_opts o;
-    memset(&env, 0, sizeof env); memset(&o, 0, sizeof o);
-    env.world = 1; env.local_world = 1;
-    o.env = &env; o.store_only = 1;
-    return bt_dist_init(&o);
+    return one_rank_init(&env, &o, 1);
 }
 
 /* ---- 1. pure helpers ---------------------------------------------------------------------- */
@@ -166,7 +148,7 @@ static void test_zigzag_shard(void) {
     bt_scope_begin();
     int cp = 3;
     int64_t T = 12, n = T / cp;
-    bt_tensor *x = leaf(rnd(bt_shape3(2, T, 5), 11)), *r = rnd(bt_shape3(2, n, 5), 12);
+    bt_tensor *x = bt_test_leaf_of(rnd(bt_shape3(2, T, 5), 11)), *r = rnd(bt_shape3(2, n, 5), 12);
     int32_t pos[4];
     for (int k = 0; k < cp; k++) {
         bt_tensor *s = bt_zigzag_shard(x, 1, cp, k);
@@ -253,9 +235,9 @@ static void check_col(bt_comm *c, tp_mode md) {
     bt_scope_begin();
     bt_tp *tp = make_tp(c, md);
     bt_tensor *x = rnd(bt_shape3(B, T, C), 1), *w = rnd(bt_shape2(O, C), 2), *b = rnd(bt_shape1(O), 3), *R = rnd(bt_shape3(B, T, O), 4);
-    bt_tensor *xr = leaf(x), *wr = leaf(w), *br = leaf(b), *yr = bt_linear(xr, wr, br);
+    bt_tensor *xr = bt_test_leaf_of(x), *wr = bt_test_leaf_of(w), *br = bt_test_leaf_of(b), *yr = bt_linear(xr, wr, br);
     bt_backward(dot(yr, R));
-    bt_tensor *xl = leaf(md.sp ? seq_slice(x, r, W) : x), *wl = leaf(bt_narrow(w, 0, r * Ol, Ol)), *bl = leaf(bt_narrow(b, 0, r * Ol, Ol));
+    bt_tensor *xl = bt_test_leaf_of(md.sp ? seq_slice(x, r, W) : x), *wl = bt_test_leaf_of(bt_narrow(w, 0, r * Ol, Ol)), *bl = bt_test_leaf_of(bt_narrow(b, 0, r * Ol, Ol));
     bt_tensor *y = bt_tp_linear_col(tp, xl, wl, bl);
     expect_close(r, "linear_col y", y, bt_narrow(yr, 2, r * Ol, Ol));
     bt_backward(dot(y, bt_narrow(R, 2, r * Ol, Ol)));
@@ -272,9 +254,9 @@ static void check_row(bt_comm *c, tp_mode md) {
     bt_scope_begin();
     bt_tp *tp = make_tp(c, md);
     bt_tensor *x = rnd(bt_shape3(B, T, I), 5), *w = rnd(bt_shape2(O, I), 6), *b = rnd(bt_shape1(O), 7), *R = rnd(bt_shape3(B, T, O), 8);
-    bt_tensor *xr = leaf(x), *wr = leaf(w), *br = leaf(b), *yr = bt_linear(xr, wr, br);
+    bt_tensor *xr = bt_test_leaf_of(x), *wr = bt_test_leaf_of(w), *br = bt_test_leaf_of(b), *yr = bt_linear(xr, wr, br);
     bt_backward(dot(yr, R));
-    bt_tensor *xl = leaf(bt_narrow(x, 2, r * Il, Il)), *wl = leaf(bt_narrow(w, 1, r * Il, Il)), *bl = leaf(b);
+    bt_tensor *xl = bt_test_leaf_of(bt_narrow(x, 2, r * Il, Il)), *wl = bt_test_leaf_of(bt_narrow(w, 1, r * Il, Il)), *bl = bt_test_leaf_of(b);
     bt_tensor *y = bt_tp_linear_row(tp, xl, wl, bl);
     expect_close(r, "linear_row y", y, md.sp ? seq_slice(yr, r, W) : yr);
     bt_backward(dot(y, md.sp ? seq_slice(R, r, W) : R));
@@ -292,10 +274,10 @@ static void check_mlp(bt_comm *c, tp_mode md) {
     bt_scope_begin();
     bt_tp *tp = make_tp(c, md);
     bt_tensor *x = rnd(bt_shape3(B, T, C), 9), *w1 = rnd(bt_shape2(Hd, C), 10), *w2 = rnd(bt_shape2(C, Hd), 11), *R = rnd(bt_shape3(B, T, C), 12);
-    bt_tensor *xr = leaf(x), *w1r = leaf(w1), *w2r = leaf(w2);
+    bt_tensor *xr = bt_test_leaf_of(x), *w1r = bt_test_leaf_of(w1), *w2r = bt_test_leaf_of(w2);
     bt_tensor *yr = bt_linear(bt_gelu(bt_linear(xr, w1r, NULL)), w2r, NULL);
     bt_backward(dot(yr, R));
-    bt_tensor *xl = leaf(md.sp ? seq_slice(x, r, W) : x), *w1l = leaf(bt_narrow(w1, 0, r * Hl, Hl)), *w2l = leaf(bt_narrow(w2, 1, r * Hl, Hl));
+    bt_tensor *xl = bt_test_leaf_of(md.sp ? seq_slice(x, r, W) : x), *w1l = bt_test_leaf_of(bt_narrow(w1, 0, r * Hl, Hl)), *w2l = bt_test_leaf_of(bt_narrow(w2, 1, r * Hl, Hl));
     bt_tensor *y = bt_tp_linear_row(tp, bt_gelu(bt_tp_linear_col(tp, xl, w1l, NULL)), w2l, NULL);
     expect_close(r, "mlp y", y, md.sp ? seq_slice(yr, r, W) : yr);
     bt_backward(dot(y, md.sp ? seq_slice(R, r, W) : R));
@@ -318,9 +300,9 @@ static void check_embedding(bt_comm *c, tp_mode md) {
     bt_scope_begin();
     bt_tp *tp = make_tp(c, md);
     bt_tensor *tab = rnd(bt_shape2(Vp, C), 13), *idx = rand_ids(bt_shape2(B, T), Vp, 0, 14), *R = rnd(bt_shape3(B, T, C), 15);
-    bt_tensor *tr = leaf(tab), *yr = bt_embedding(tr, idx);
+    bt_tensor *tr = bt_test_leaf_of(tab), *yr = bt_embedding(tr, idx);
     bt_backward(dot(yr, R));
-    bt_tensor *tl = leaf(bt_narrow(tab, 0, r * Vs, Vs)), *y = bt_tp_embedding(tp, tl, idx);
+    bt_tensor *tl = bt_test_leaf_of(bt_narrow(tab, 0, r * Vs, Vs)), *y = bt_tp_embedding(tp, tl, idx);
     expect_close(r, "embedding y", y, md.sp ? seq_slice(yr, r, W) : yr);
     bt_backward(dot(y, md.sp ? seq_slice(R, r, W) : R));
     expect_close(r, "embedding dtable", tl->grad, bt_narrow(tr->grad, 0, r * Vs, Vs));
@@ -334,9 +316,9 @@ static void check_xent(bt_comm *c, tp_mode md) {
     bt_scope_begin();
     bt_tp *tp = make_tp(c, md);
     bt_tensor *z = rnd(bt_shape3(B, T, Vp), 16), *tg = rand_ids(bt_shape2(B, T), V, 5, 17);
-    bt_tensor *zr = leaf(z), *lr = bt_cross_entropy(zr, tg, V, -1);
+    bt_tensor *zr = bt_test_leaf_of(z), *lr = bt_cross_entropy(zr, tg, V, -1);
     bt_backward(lr);
-    bt_tensor *zl = leaf(bt_narrow(z, 2, r * Vs, Vs)), *l = bt_tp_cross_entropy(tp, zl, tg, V, -1);
+    bt_tensor *zl = bt_test_leaf_of(bt_narrow(z, 2, r * Vs, Vs)), *l = bt_tp_cross_entropy(tp, zl, tg, V, -1);
     expect_close(r, "cross_entropy loss", l, lr);
     bt_backward(l);
     expect_close(r, "cross_entropy dlogits", zl->grad, bt_narrow(zr->grad, 2, r * Vs, Vs));
@@ -349,10 +331,10 @@ static void check_linear_xent(bt_comm *c, tp_mode md) {
     bt_scope_begin();
     bt_tp *tp = make_tp(c, md);
     bt_tensor *x = rnd(bt_shape3(B, T, C), 18), *w = rnd(bt_shape2(Vp, C), 19), *tg = rand_ids(bt_shape2(B, T), V, 7, 20);
-    bt_tensor *xr = leaf(x), *wr = leaf(w), *lr = bt_linear_cross_entropy(xr, wr, tg, V, -1);
+    bt_tensor *xr = bt_test_leaf_of(x), *wr = bt_test_leaf_of(w), *lr = bt_linear_cross_entropy(xr, wr, tg, V, -1);
     bt_backward(lr);
     size_t old = bt_linear_cross_entropy_chunk((size_t)(Vs * 8 * 3));   /* 3 rows a chunk: several chunks */
-    bt_tensor *xl = leaf(md.sp ? seq_slice(x, r, W) : x), *wl = leaf(bt_narrow(w, 0, r * Vs, Vs));
+    bt_tensor *xl = bt_test_leaf_of(md.sp ? seq_slice(x, r, W) : x), *wl = bt_test_leaf_of(bt_narrow(w, 0, r * Vs, Vs));
     bt_tensor *l = bt_tp_linear_cross_entropy(tp, xl, wl, tg, V, -1);
     bt_linear_cross_entropy_chunk(old);
     expect_close(r, "linear_cross_entropy loss", l, lr);
@@ -381,9 +363,9 @@ static void check_cp(bt_comm *c, bt_cp_kv kv, int causal) {
     bt_cp *cp = bt_cp_create(c, kv);
     bt_tensor *q = rnd(bt_shape4(B, H, T, D), 21), *k = rnd(bt_shape4(B, H, T, D), 22), *v = rnd(bt_shape4(B, H, T, D), 23);
     bt_tensor *R = rnd(bt_shape4(B, H, T, D), 24);
-    bt_tensor *qr = leaf(q), *kr = leaf(k), *vr = leaf(v), *yr = attn_ref(qr, kr, vr, causal);
+    bt_tensor *qr = bt_test_leaf_of(q), *kr = bt_test_leaf_of(k), *vr = bt_test_leaf_of(v), *yr = attn_ref(qr, kr, vr, causal);
     bt_backward(dot(yr, R));
-    bt_tensor *ql = leaf(bt_zigzag_shard(q, 2, W, r)), *kl = leaf(bt_zigzag_shard(k, 2, W, r)), *vl = leaf(bt_zigzag_shard(v, 2, W, r));
+    bt_tensor *ql = bt_test_leaf_of(bt_zigzag_shard(q, 2, W, r)), *kl = bt_test_leaf_of(bt_zigzag_shard(k, 2, W, r)), *vl = bt_test_leaf_of(bt_zigzag_shard(v, 2, W, r));
     bt_tensor *y = bt_cp_attention(cp, ql, kl, vl, causal);
     snprintf(what, sizeof what, "cp %s causal %d: y", bt_cp_kv_name(kv), causal);
     expect_close(r, what, y, bt_zigzag_shard(yr, 2, W, r));
@@ -404,9 +386,9 @@ static void check_cp_qkv(bt_comm *c, bt_cp_kv kv) {
     bt_scope_begin();
     bt_cp *cp = bt_cp_create(c, kv);
     bt_tensor *x = rnd(bt_shape3(B, T, 3 * C), 25), *R = rnd(bt_shape3(B, T, C), 26);
-    bt_tensor *xr = leaf(x), *yr = bt_attention_qkv(xr, H);
+    bt_tensor *xr = bt_test_leaf_of(x), *yr = bt_attention_qkv(xr, H);
     bt_backward(dot(yr, R));
-    bt_tensor *xl = leaf(bt_zigzag_shard(x, 1, W, r)), *y = bt_cp_attention_qkv(cp, xl, H, 1);
+    bt_tensor *xl = bt_test_leaf_of(bt_zigzag_shard(x, 1, W, r)), *y = bt_cp_attention_qkv(cp, xl, H, 1);
     snprintf(what, sizeof what, "cp qkv %s: y", bt_cp_kv_name(kv));
     expect_close(r, what, y, bt_zigzag_shard(yr, 1, W, r));
     bt_backward(dot(y, bt_zigzag_shard(R, 1, W, r)));
@@ -448,16 +430,9 @@ static int mp_body(int rank, void *arg) {
 
 static void run_world(int world) {
     mp_args a = {bt_dist_free_port(NULL), world};
-    pid_t pids[4];
-    fflush(NULL);
-    for (int k = 0; k < world; k++) {
-        pids[k] = fork();
-        if (pids[k] == 0) _exit(mp_body(k, &a));
-    }
-    for (int k = 0; k < world; k++) {
-        int code = wait_limit(pids[k], 120);
-        BT_CHECK(code == 0, "world %d: rank %d exited %d (its failures are above)", world, k, code);
-    }
+    int codes[4];
+    run_ranks(world, mp_body, &a, codes, 120);
+    for (int k = 0; k < world; k++) BT_CHECK(codes[k] == 0, "world %d: rank %d exited %d (its failures are above)", world, k, codes[k]);
 }
 static void test_two_ranks(void) { run_world(2); }
 static void test_three_ranks(void) { run_world(3); }

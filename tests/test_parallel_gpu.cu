@@ -5,14 +5,15 @@
      context parallel: attention for each K/V strategy (ring, allgather, alltoall), causal at
        T = 1024 and 16384, non-causal at T = 1024, and GPT-2's packed [B, T, 3C] layout.
    Forward and backward. Inputs are random with a fresh seed per run (printed; BT_TEST_SEED=n
-   repeats one). Tolerances (relative error, norm-wise):
-     f32 (matmul precision FP32, no TF32): 1e-5 against the 1-GPU f32 op. The parallel ops only
-       change the order of sums (chunked GEMMs, 2-term reductions, lse merges): ~1e-7 expected.
+   repeats one). Tolerances (relative error, norm-wise; tests/bt_test.h's table):
+     f32 (matmul precision FP32, no TF32): BT_TOL_F32, 1e-5 against the 1-GPU f32 op. The
+       parallel ops only change the order of sums (chunked GEMMs, 2-term reductions, lse merges):
+       ~1e-7 expected.
      bf16: both the parallel and the 1-GPU bf16 op are measured against the f32 op on the same
        (bf16-rounded) inputs, err_par and err_1gpu; the test requires err_par <= 2 err_1gpu + 2e-3
-       and prints both: the parallel op may round at other places (partial sums reduced in bf16,
-       one rounding per attention tile), but must not be less accurate than the 1-GPU op beyond
-       that factor. One "info:" line per case: each tensor's error (f32), or err_par/err_1gpu (bf16).
+       (half of BT_TOL_BF16_ROUND: one more rounding to bf16, on average) and prints both: the
+       parallel op may round at other places (partial sums reduced in bf16, one rounding per
+       attention tile), but must not be less accurate than the 1-GPU op beyond that factor. One "info:" line per case: each tensor's error (f32), or err_par/err_1gpu (bf16).
    Also prints the time of an MLP block's forward + backward at GPT-2 124M's width, sync vs async
    TP (information only). Each test skips itself with fewer than 2 GPUs. The ranks start with the
    --nproc launcher (bt_dist_spawn) from a forked child; this process never initializes CUDA.
@@ -38,7 +39,6 @@
 #include <sys/wait.h>
 #include <cuda_runtime.h>
 
-static char tmpdir[64];
 static uint64_t seed0;                    /* the run's base seed (the ranks inherit it) */
 
 /* ---- process helpers (no CUDA in this process) ------------------------------------------ */
@@ -46,48 +46,16 @@ static uint64_t seed0;                    /* the run's base seed (the ranks inhe
 
 /* rank 0's "info:" lines and every FAIL line of a run, to this process's stderr */
 static void relay(const char *path) {
-    char *s = slurp(path);
+    char *s = bt_test_read_file(path, NULL);
     for (char *line = s ? strtok(s, "\n") : NULL; line; line = strtok(NULL, "\n"))
         if (strstr(line, "[rank 0] info:")) fprintf(stderr, "%s\n", strstr(line, "info:"));
         else if (strstr(line, "FAIL") || strstr(line, "bt error")) fprintf(stderr, "  %s\n", line);
     free(s);
 }
 
-typedef int (*rank_fn)(int rank);
-static int launch2(rank_fn fn, const char *name, double limit_s, char *err, size_t errlen) {
-    char out[256];
-    snprintf(out, sizeof out, "%s/%s_out.txt", tmpdir, name);
-    snprintf(err, errlen, "%s/%s_err.txt", tmpdir, name);
-    fflush(NULL);
-    pid_t p = fork();
-    if (p == 0) {
-        int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fo, 1); dup2(fe, 2); close(fo); close(fe);
-        bt_spawn_opts o;
-        memset(&o, 0, sizeof o);
-        o.nproc = 2; o.stop_delay_s = 5; o.kill_grace_s = 2;
-        int rank = bt_dist_spawn(&o);
-        if (rank < 0) { fprintf(stderr, "spawn: %s\n", bt_dist_error()); _exit(99); }
-        int code = fn(rank);
-        fflush(NULL);
-        _exit(code);
-    }
-    return wait_limit(p, limit_s);
-}
-
 /* ---- comparisons (in a rank) ------------------------------------------------------------- */
 
 static int fails, the_rank;
-static double relerr(bt_tensor *a, bt_tensor *b) {
-    if (!a || !b || a->ndim != b->ndim || memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim)) return INFINITY;
-    int64_t n = bt_numel(a);
-    double *x = (double *)malloc(sizeof(double) * (size_t)(n + 1)), *y = (double *)malloc(sizeof(double) * (size_t)(n + 1));
-    bt_to_host(a, x, BT_F64);
-    bt_to_host(b, y, BT_F64);
-    double e = bt_test_relerr(x, y, n);
-    free(x); free(y);
-    return e;
-}
 /* One "info:" line per case (rank 0), listing each compared tensor's errors:
    f32: par against the 1-GPU op; bf16: both against the f32 op on the same inputs (par/1gpu). */
 static char info[1024];
@@ -97,15 +65,15 @@ static void compare(const char *what, bt_tensor *par, bt_tensor *one, bt_tensor 
     const char *name = strrchr(what, ' ') ? strrchr(what, ' ') + 1 : what;   /* the tensor: "y", "dx", ... */
     size_t n = strlen(info);
     if (!ref) {
-        double e = relerr(par, one);
+        double e = bt_test_relerr_t(par, one);
         snprintf(info + n, sizeof info - n, " %s %.1e", name, e);
-        if (!(e <= 1e-5)) { fprintf(stderr, "FAIL rank %d: %s f32: relative error %.3g > 1e-5\n", the_rank, what, e); fails++; }
+        if (!(e <= BT_TOL_F32)) { fprintf(stderr, "FAIL rank %d: %s f32: relative error %.3g > %.0e\n", the_rank, what, e, BT_TOL_F32); fails++; }
         return;
     }
-    double ep = relerr(par, ref), e1 = relerr(one, ref);
+    double ep = bt_test_relerr_t(par, ref), e1 = bt_test_relerr_t(one, ref);
     snprintf(info + n, sizeof info - n, " %s %.1e/%.1e", name, ep, e1);
-    if (!(ep <= 2 * e1 + 2e-3)) {
-        fprintf(stderr, "FAIL rank %d: %s bf16: err_par %.3g > 2 x err_1gpu %.3g + 2e-3\n", the_rank, what, ep, e1);
+    if (!(ep <= 2 * e1 + BT_TOL_BF16_ROUND / 2)) {   /* + half of one more bf16 rounding */
+        fprintf(stderr, "FAIL rank %d: %s bf16: err_par %.3g > 2 x err_1gpu %.3g + %.0e\n", the_rank, what, ep, e1, BT_TOL_BF16_ROUND / 2);
         fails++;
     }
 }
@@ -121,11 +89,6 @@ static bt_tensor *data(bt_shape s, bt_dtype dt, int salt, bt_tensor **f32) {
     *f32 = bt_cast(r, BT_F32);
     return r;
 }
-static bt_tensor *leaf(bt_tensor *t) {
-    bt_tensor *c = bt_clone(t);
-    bt_set_requires_grad(c, 1);
-    return c;
-}
 static bt_tensor *dot(bt_tensor *y, bt_tensor *r) { return bt_sum(bt_mul(y, r), NULL, 0, 0); }
 static bt_tensor *seq_slice(bt_tensor *t, int r, int W) {
     if (!t) return NULL;
@@ -140,7 +103,7 @@ static bt_tensor *zz(bt_tensor *t, int dim, int W, int r) { return t ? bt_zigzag
 typedef struct { bt_tensor *y, *dx, *dw, *db; } lin_out;
 static lin_out plain_linear(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tensor *R) {
     lin_out o;
-    bt_tensor *xl = leaf(x), *wl = leaf(w), *bl = leaf(b);
+    bt_tensor *xl = bt_test_leaf_of(x), *wl = bt_test_leaf_of(w), *bl = bt_test_leaf_of(b);
     o.y = bt_linear(xl, wl, bl);
     bt_backward(dot(o.y, R));
     o.dx = xl->grad; o.dw = wl->grad; o.db = bl->grad;
@@ -166,7 +129,7 @@ static void tp_col(bt_comm *c, int sp, int async, bt_dtype dt) {
     bt_tensor *R = data(bt_shape3(B, T, O), dt, 4, &R32);
     lin_out one = plain_linear(x, w, b, R), ref = {NULL, NULL, NULL, NULL};
     if (x32) ref = plain_linear(x32, w32, b32, R32);
-    bt_tensor *xl = leaf(sp ? seq_slice(x, r, W) : x), *wl = leaf(nar(w, 0, r * Ol, Ol)), *bl = leaf(nar(b, 0, r * Ol, Ol));
+    bt_tensor *xl = bt_test_leaf_of(sp ? seq_slice(x, r, W) : x), *wl = bt_test_leaf_of(nar(w, 0, r * Ol, Ol)), *bl = bt_test_leaf_of(nar(b, 0, r * Ol, Ol));
     bt_tensor *y = bt_tp_linear_col(tp, xl, wl, bl);
     bt_backward(dot(y, nar(R, 2, r * Ol, Ol)));
     char k[128];
@@ -192,7 +155,7 @@ static void tp_row(bt_comm *c, int sp, int async, bt_dtype dt) {
     bt_tensor *R = data(bt_shape3(B, T, O), dt, 8, &R32);
     lin_out one = plain_linear(x, w, b, R), ref = {NULL, NULL, NULL, NULL};
     if (x32) ref = plain_linear(x32, w32, b32, R32);
-    bt_tensor *xl = leaf(nar(x, 2, r * Il, Il)), *wl = leaf(nar(w, 1, r * Il, Il)), *bl = leaf(b);
+    bt_tensor *xl = bt_test_leaf_of(nar(x, 2, r * Il, Il)), *wl = bt_test_leaf_of(nar(w, 1, r * Il, Il)), *bl = bt_test_leaf_of(b);
     bt_tensor *y = bt_tp_linear_row(tp, xl, wl, bl);
     bt_backward(dot(y, sp ? seq_slice(R, r, W) : R));
     if (sp) bt_tp_reduce_grad(tp, bl->grad);
@@ -215,7 +178,7 @@ static void tp_async_vs_sync(bt_comm *c, int sp) {
     bt_tensor *y[2], *dx[2], *dw1[2];
     for (int a = 0; a < 2; a++) {
         bt_tp *tp = make_tp(c, sp, a);
-        bt_tensor *xl = leaf(sp ? seq_slice(x, r, W) : x), *w1l = leaf(nar(w1, 0, r * Hl, Hl)), *w2l = leaf(nar(w2, 1, r * Hl, Hl));
+        bt_tensor *xl = bt_test_leaf_of(sp ? seq_slice(x, r, W) : x), *w1l = bt_test_leaf_of(nar(w1, 0, r * Hl, Hl)), *w2l = bt_test_leaf_of(nar(w2, 1, r * Hl, Hl));
         y[a] = bt_tp_linear_row(tp, bt_gelu(bt_tp_linear_col(tp, xl, w1l, NULL)), w2l, NULL);
         bt_backward(dot(y[a], sp ? seq_slice(R, r, W) : R));
         dx[a] = xl->grad; dw1[a] = w1l->grad;
@@ -250,12 +213,12 @@ static void tp_vocab(bt_comm *c, int sp, bt_dtype dt) {
     bt_tensor *tab = data(bt_shape2(Vp, C), dt, 13, &t32), *R = data(bt_shape3(B, T, C), dt, 14, &n32), *idx = ids(bt_shape2(B, T), V, 0, 15);
     bt_tensor *R32 = n32;
     /* embedding */
-    bt_tensor *one_t = leaf(tab), *one_y = bt_embedding(one_t, idx), *ref_t = NULL, *ref_y = NULL;
+    bt_tensor *one_t = bt_test_leaf_of(tab), *one_y = bt_embedding(one_t, idx), *ref_t = NULL, *ref_y = NULL;
     bt_backward(dot(one_y, R));
-    if (t32) { ref_t = leaf(t32); ref_y = bt_embedding(ref_t, idx); bt_backward(dot(ref_y, R32)); }
+    if (t32) { ref_t = bt_test_leaf_of(t32); ref_y = bt_embedding(ref_t, idx); bt_backward(dot(ref_y, R32)); }
     snprintf(k, sizeof k, "embedding sp %d %s", sp, bt_dtype_name(dt));
     case_begin(k);
-    bt_tensor *tl = leaf(nar(tab, 0, r * Vs, Vs)), *y = bt_tp_embedding(tp, tl, idx);
+    bt_tensor *tl = bt_test_leaf_of(nar(tab, 0, r * Vs, Vs)), *y = bt_tp_embedding(tp, tl, idx);
     bt_backward(dot(y, sp ? seq_slice(R, r, W) : R));
     snprintf(k, sizeof k, "embedding sp %d y", sp); compare(k, y, sp ? seq_slice(one_y, r, W) : one_y, sp ? seq_slice(ref_y, r, W) : ref_y);
     snprintf(k, sizeof k, "embedding sp %d dtable", sp);
@@ -263,10 +226,10 @@ static void tp_vocab(bt_comm *c, int sp, bt_dtype dt) {
     case_end();
     /* the fused head and loss (GPT-2's: x [B, T, C], the tied table as w) */
     bt_tensor *x = data(bt_shape3(B, T, C), dt, 16, &x32), *w = data(bt_shape2(Vp, C), dt, 17, &w32), *tg = ids(bt_shape2(B, T), V, 9, 18);
-    bt_tensor *ox = leaf(x), *ow = leaf(w), *ol = bt_linear_cross_entropy(ox, ow, tg, V, -1), *rx = NULL, *rw = NULL, *rl = NULL;
+    bt_tensor *ox = bt_test_leaf_of(x), *ow = bt_test_leaf_of(w), *ol = bt_linear_cross_entropy(ox, ow, tg, V, -1), *rx = NULL, *rw = NULL, *rl = NULL;
     bt_backward(ol);
-    if (x32) { rx = leaf(x32); rw = leaf(w32); rl = bt_linear_cross_entropy(rx, rw, tg, V, -1); bt_backward(rl); }
-    bt_tensor *xl = leaf(sp ? seq_slice(x, r, W) : x), *wl = leaf(nar(w, 0, r * Vs, Vs));
+    if (x32) { rx = bt_test_leaf_of(x32); rw = bt_test_leaf_of(w32); rl = bt_linear_cross_entropy(rx, rw, tg, V, -1); bt_backward(rl); }
+    bt_tensor *xl = bt_test_leaf_of(sp ? seq_slice(x, r, W) : x), *wl = bt_test_leaf_of(nar(w, 0, r * Vs, Vs));
     bt_tensor *l = bt_tp_linear_cross_entropy(tp, xl, wl, tg, V, -1);
     bt_backward(l);
     snprintf(k, sizeof k, "linear_cross_entropy sp %d %s", sp, bt_dtype_name(dt));
@@ -280,10 +243,10 @@ static void tp_vocab(bt_comm *c, int sp, bt_dtype dt) {
     /* the loss on logits the rank holds for its columns only */
     if (!sp) {
         bt_tensor *z32, *z = data(bt_shape3(2, 128, Vp), dt, 19, &z32), *tz = ids(bt_shape2(2, 128), V, 5, 20);
-        bt_tensor *oz = leaf(z), *oL = bt_cross_entropy(oz, tz, V, -1), *rz = NULL, *rL = NULL;
+        bt_tensor *oz = bt_test_leaf_of(z), *oL = bt_cross_entropy(oz, tz, V, -1), *rz = NULL, *rL = NULL;
         bt_backward(oL);
-        if (z32) { rz = leaf(z32); rL = bt_cross_entropy(rz, tz, V, -1); bt_backward(rL); }
-        bt_tensor *zl = leaf(nar(z, 2, r * Vs, Vs)), *L = bt_tp_cross_entropy(tp, zl, tz, V, -1);
+        if (z32) { rz = bt_test_leaf_of(z32); rL = bt_cross_entropy(rz, tz, V, -1); bt_backward(rL); }
+        bt_tensor *zl = bt_test_leaf_of(nar(z, 2, r * Vs, Vs)), *L = bt_tp_cross_entropy(tp, zl, tz, V, -1);
         bt_backward(L);
         snprintf(k, sizeof k, "cross_entropy %s", bt_dtype_name(dt));
         case_begin(k);
@@ -302,8 +265,8 @@ static double mlp_ms(bt_comm *c, int sp, int async) {
     bt_scope_begin();
     bt_tp *tp = make_tp(c, sp, async);
     bt_tensor *n32;
-    bt_tensor *x = data(bt_shape3(B, sp ? T / W : T, C), BT_BF16, 21, &n32), *w1 = leaf(data(bt_shape2(Hl, C), BT_BF16, 22, &n32));
-    bt_tensor *w2 = leaf(data(bt_shape2(C, Hl), BT_BF16, 23, &n32));
+    bt_tensor *x = data(bt_shape3(B, sp ? T / W : T, C), BT_BF16, 21, &n32), *w1 = bt_test_leaf_of(data(bt_shape2(Hl, C), BT_BF16, 22, &n32));
+    bt_tensor *w2 = bt_test_leaf_of(data(bt_shape2(C, Hl), BT_BF16, 23, &n32));
     bt_set_requires_grad(x, 1);
     void *e0 = bt_event_create_timed(gpu()), *e1 = bt_event_create_timed(gpu());   /* timing events */
     for (int it = 0; it < 13; it++) {
@@ -376,7 +339,7 @@ static void cp_case(bt_comm *c, bt_cp_kv kv, int causal, int64_t T, bt_dtype dt)
     bt_tensor *q = data(s, dt, 31, &q32), *k = data(s, dt, 32, &k32), *v = data(s, dt, 33, &v32), *R = data(s, dt, 34, &R32);
     att_out one = plain_attention(q, k, v, R, causal), ref = {NULL, NULL, NULL, NULL};
     if (q32) ref = plain_attention(q32, k32, v32, R32, causal);
-    bt_tensor *ql = leaf(zz(q, 2, W, r)), *kl = leaf(zz(k, 2, W, r)), *vl = leaf(zz(v, 2, W, r));
+    bt_tensor *ql = bt_test_leaf_of(zz(q, 2, W, r)), *kl = bt_test_leaf_of(zz(k, 2, W, r)), *vl = bt_test_leaf_of(zz(v, 2, W, r));
     bt_tensor *y = bt_cp_attention(cp, ql, kl, vl, causal);
     bt_backward(dot(y, zz(R, 2, W, r)));
     snprintf(k2, sizeof k2, "%s y", what); compare(k2, y, zz(one.o, 2, W, r), zz(ref.o, 2, W, r));
@@ -395,12 +358,12 @@ static void cp_qkv_case(bt_comm *c, bt_cp_kv kv, bt_dtype dt) {
     bt_scope_begin();
     bt_cp *cp = bt_cp_create(c, kv);
     bt_tensor *x32, *R32, *x = data(bt_shape3(B, T, 3 * C), dt, 35, &x32), *R = data(bt_shape3(B, T, C), dt, 36, &R32);
-    bt_tensor *ox = leaf(x), *oy = bt_attention_qkv(ox, H), *rx = NULL, *ry = NULL;
+    bt_tensor *ox = bt_test_leaf_of(x), *oy = bt_attention_qkv(ox, H), *rx = NULL, *ry = NULL;
     bt_backward(dot(oy, R));
-    if (x32) { rx = leaf(x32); ry = bt_attention_qkv(rx, H); bt_backward(dot(ry, R32)); }
+    if (x32) { rx = bt_test_leaf_of(x32); ry = bt_attention_qkv(rx, H); bt_backward(dot(ry, R32)); }
     snprintf(k2, sizeof k2, "cp_qkv %s B2 T1024 C768 H12 %s", bt_cp_kv_name(kv), bt_dtype_name(dt));
     case_begin(k2);
-    bt_tensor *xl = leaf(zz(x, 1, W, r)), *y = bt_cp_attention_qkv(cp, xl, H, 1);
+    bt_tensor *xl = bt_test_leaf_of(zz(x, 1, W, r)), *y = bt_cp_attention_qkv(cp, xl, H, 1);
     bt_backward(dot(y, zz(R, 1, W, r)));
     snprintf(k2, sizeof k2, "cp_qkv %s y", bt_cp_kv_name(kv)); compare(k2, y, zz(oy, 1, W, r), zz(ry, 1, W, r));
     snprintf(k2, sizeof k2, "cp_qkv %s dqkv", bt_cp_kv_name(kv));
@@ -427,10 +390,10 @@ static int cp_rank(int rank) {
     return fails ? 1 : 0;
 }
 
-static void run(rank_fn fn, const char *name, const char *done0, const char *done1) {
+static void run(proc_rank_fn fn, const char *name, const char *done0, const char *done1) {
     char err[256];
-    int code = launch2(fn, name, 900, err, sizeof err);
-    char *s = slurp(err);
+    int code = launch2(fn, name, 5, 900, err, sizeof err, NULL);
+    char *s = bt_test_read_file(err, NULL);
     int ok = code == 0 && s && strstr(s, done0) && strstr(s, done1);
     free(s);
     relay(err);
@@ -450,15 +413,10 @@ int main(void) {
     seed0 = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
     fprintf(stderr, "info: test_parallel_gpu seed %llu (BT_TEST_SEED=%llu repeats it)\n", (unsigned long long)seed0,
             (unsigned long long)seed0);
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bt_test_parallel_gpu_XXXXXX");
-    if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
+    if (bt_test_dir_make("test_parallel_gpu")) return 1;
     signal(SIGPIPE, SIG_IGN);
     BT_RUN(test_tp_gpu);
     BT_RUN(test_cp_gpu);
-    if (!bt_test__failed) {
-        char cmd[128];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
-    }
+    if (!bt_test__failed) bt_test_dir_remove();   /* a failed run's rank output stays */
     return bt_test_summary("test_parallel_gpu");
 }
