@@ -17,6 +17,7 @@
      4. a run: from the flags to the saved model
    The backward pass is the autograd engine's (bt_autograd.h); each op's math sits in bt_tensor.h. */
 #define _POSIX_C_SOURCE 200809L   /* before any #include: bt_data.h uses pread, readlink, sigaction */
+#ifndef BT_LINKED   /* the headers' implementations, here; or from one object linked in (make: tests/bt_impl.c) */
 #define BT_ALLOC_IMPLEMENTATION
 #define BT_TENSOR_IMPLEMENTATION
 #define BT_AUTOGRAD_IMPLEMENTATION
@@ -28,9 +29,12 @@
 #define GPT2_IMPLEMENTATION
 #define GPT2_IO_IMPLEMENTATION
 #define GPT2_PARALLEL_IMPLEMENTATION
+#endif
 #define TRAINER_IMPLEMENTATION
 #ifdef BT_MLIR                /* make MLIR=1: --mlir routes the MLP's bias + GELU through bt_mlir.h */
+#ifndef BT_LINKED
 #define BT_MLIR_IMPLEMENTATION
+#endif
 #include "bt_mlir.h"
 #endif
 #include "trainer.h"

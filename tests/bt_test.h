@@ -44,6 +44,13 @@ static int bt_test_summary(const char *name) {
 
 /* BT_TEST_QUICK set and not 0: smaller sizes (the sanitizer runs); BT_TEST_VERBOSE likewise: print
    the measured errors, not only the failures */
+/* a monotonic clock in ms, a sleep in s: POSIX, so for the tests that ask for it (_POSIX_C_SOURCE,
+   _XOPEN_SOURCE) and the CUDA ones (C++ with glibc's defaults) */
+#if defined(__cplusplus) || (defined(_POSIX_C_SOURCE) && _POSIX_C_SOURCE >= 199309L) || defined(_XOPEN_SOURCE)
+#include <time.h>
+static inline double bt_test_now_ms(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1e3 + t.tv_nsec * 1e-6; }
+static inline void bt_test_sleep(double s) { struct timespec t = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)}; nanosleep(&t, NULL); }
+#endif
 static inline int bt_test__env_on(const char *name) { const char *e = getenv(name); return e && *e && *e != '0'; }
 static inline int bt_test_quick(void) { return bt_test__env_on("BT_TEST_QUICK"); }
 static inline int bt_test_verbose(void) { return bt_test__env_on("BT_TEST_VERBOSE"); }

@@ -1,6 +1,5 @@
 /* test_alloc.c - the caching allocator on the host: reuse, split/coalesce, stats, OOM through a
    limit, private pools, errors, a randomized stress test and a threaded one. */
-#define BT_ALLOC_IMPLEMENTATION
 #include "bt_alloc.h"
 #include "tests/bt_test.h"
 #include <stdlib.h>

@@ -1,7 +1,6 @@
 /* test_alloc_gpu.cu - the caching allocator on cuda:0: reuse, stats, OOM through a limit and
    through cudaMalloc itself, per-stream pools, private pools, the current device left alone.
    Every test skips itself when no GPU is present. */
-#define BT_ALLOC_IMPLEMENTATION
 #include "bt_alloc.h"
 #include "tests/bt_test.h"
 #include <stdint.h>

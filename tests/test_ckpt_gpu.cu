@@ -4,10 +4,6 @@
    padded rows, a transposed destination), and the synchronous writer on GPU tensors and views.
    Skips without a GPU. */
 #define _POSIX_C_SOURCE 200809L
-#define BT_ALLOC_IMPLEMENTATION
-#define BT_TENSOR_IMPLEMENTATION
-#define BT_DATA_IMPLEMENTATION
-#define BT_CKPT_IMPLEMENTATION
 #include "bt_ckpt.h"
 #include "tests/bt_test.h"
 #include "tests/bt_test_files.h"
@@ -49,9 +45,9 @@ static void test_gpu_async_snapshot(void) {
         bt_normal_(t[1], 0, 1, 20 + r, 0);
         for (k = 0; k < 2; k++) want[k] = NULL;
         BT_CHECK(!bt_ckpt_saver_wait(s), "previous save: %s", bt_ckpt_error());   /* the stall below is the copy's enqueue */
-        t0 = bt__ck_now_ms();
+        t0 = bt_test_now_ms();
         BT_CHECK(!bt_ckpt_saver_snapshot(s, 100 + r, t, names, 2, NULL), "snapshot: %s", bt_ckpt_error());
-        stall[r] = bt__ck_now_ms() - t0;
+        stall[r] = bt_test_now_ms() - t0;
         BT_CHECK(bt_ckpt_saver_event(s) != NULL, "a copy-done event");
         bt_ckpt_saver_fence(s, NULL);               /* the "optimizer step" below waits for the copies */
         for (k = 0; k < 2; k++) bt_fill_(t[k], 5.0);
@@ -74,10 +70,10 @@ static void test_gpu_async_snapshot(void) {
             if (f && r == 2) {                       /* reload into GPU tensors: pinned windows, bit-exact */
                 bt_tensor *back = bt_zeros(bt_shape1(n), BT_F32, g), *back1 = bt_zeros(bt_shape2(n / 1024, 1024), BT_BF16, g);
                 void *h0, *h1;
-                double t1 = bt__ck_now_ms();
+                double t1 = bt_test_now_ms();
                 BT_CHECK(!bt_ckpt_load(f, "params", back, 0) && !bt_ckpt_load(f, "m", back1, 0), "load to GPU: %s", bt_ckpt_error());
                 bt_synchronize(g);
-                fprintf(stderr, "info: loaded %.0f MB into the GPU in %.1f ms (page cache warm)\n", n * 6 / 1e6, bt__ck_now_ms() - t1);
+                fprintf(stderr, "info: loaded %.0f MB into the GPU in %.1f ms (page cache warm)\n", n * 6 / 1e6, bt_test_now_ms() - t1);
                 h0 = host_bytes(back); h1 = host_bytes(back1);
                 BT_CHECK(!memcmp(h0, want[0], (size_t)n * 4) && !memcmp(h1, want[1], (size_t)n * 2), "GPU reload bit-exact");
                 free(h0); free(h1);

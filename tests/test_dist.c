@@ -9,6 +9,7 @@
 #define BT_ALLOC_IMPLEMENTATION
 #define BT_TENSOR_IMPLEMENTATION
 #define BT_AUTOGRAD_IMPLEMENTATION
+#define BT_OPTIM_IMPLEMENTATION
 #define BT_DIST_IMPLEMENTATION
 #include "bt_autograd.h"
 #include "bt_dist.h"

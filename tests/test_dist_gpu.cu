@@ -10,10 +10,6 @@
    (bt_dist_spawn) from a forked child; this process never initializes CUDA. Each test skips
    itself with fewer than 2 GPUs. Run: make test-gpu on a 2-GPU machine (about 1-2 minutes).
    NCCL_NVLS_ENABLE=0 is set in every rank (the launcher does it). */
-#define BT_ALLOC_IMPLEMENTATION
-#define BT_TENSOR_IMPLEMENTATION
-#define BT_AUTOGRAD_IMPLEMENTATION
-#define BT_DIST_IMPLEMENTATION
 /* g++ 12 sees a false "maybe uninitialized" in bt_grad_norm when it inlines this file's way */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -199,7 +195,7 @@ static void test_network_transport(void) {
             setenv("WORLD_SIZE", "2", 1); setenv("MASTER_ADDR", "127.0.0.1", 1);
             snprintf(v, sizeof v, "%d", port); setenv("MASTER_PORT", v, 1);
             setenv("NCCL_P2P_DISABLE", "1", 1); setenv("NCCL_SHM_DISABLE", "1", 1);
-            if (r == 1) bt__sleep(1.0);   /* the other node comes up late */
+            if (r == 1) bt_test_sleep(1.0);   /* the other node comes up late */
             _exit(collectives_rank(r));
         }
     }
@@ -569,7 +565,7 @@ static int fault_rank(int rank) {
         bt_all_reduce(d->world_comm, buf, buf, n, BT_F32, BT_RED_SUM, NULL);
         bt_graph_capture_end(gr);
         for (int it = 0; it < 200; it++) {
-            if (rank == fault_victim && it == 5) for (;;) bt__sleep(1);
+            if (rank == fault_victim && it == 5) for (;;) bt_test_sleep(1);
             bt_graph_launch(gr);
             bt_dist_watch(d->world_comm, "ddp test graph", NULL);
             cudaStreamSynchronize(bt_k_current_stream(d->device));
@@ -578,7 +574,7 @@ static int fault_rank(int rank) {
         return 0;
     }
     for (int it = 0; it < 200; it++) {
-        if (rank == fault_victim && it == 5 && fault_mode == 1) for (;;) bt__sleep(1);   /* alive, silent */
+        if (rank == fault_victim && it == 5 && fault_mode == 1) for (;;) bt_test_sleep(1);   /* alive, silent */
         bt_all_reduce(d->world_comm, buf, buf, n, BT_F32, BT_RED_SUM, NULL);
         if (rank == fault_victim && it == 5) raise(SIGKILL);   /* its peer is inside this collective */
         cudaStreamSynchronize(bt_k_current_stream(d->device));

@@ -2,7 +2,6 @@
    written through, special files refused, no temporary left after a failure, concurrent writers
    by threads and processes, kill -9 and SIGTERM of a writer, the signal cleanup's chaining). */
 #define _XOPEN_SOURCE 700   /* POSIX.1-2008 and mknod */
-#define BT_DATA_IMPLEMENTATION
 #include "bt_data.h"
 #include "tests/bt_test.h"
 #include "tests/bt_test_files.h"

@@ -1,7 +1,4 @@
 /* test_fused_gpu.cu - tests/test_fused.c on every GPU (fused ops vs the unfused ones, there) */
-#define BT_ALLOC_IMPLEMENTATION
-#define BT_TENSOR_IMPLEMENTATION
-#define BT_AUTOGRAD_IMPLEMENTATION
 #include "bt_autograd.h"
 #include "tests/bt_test.h"
 #define TEST_FUSED_GPU

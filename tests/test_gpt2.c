@@ -5,7 +5,8 @@
    made by tests/gpt2_ref.py --config tiny). Nothing here needs train_gpt2.c: the headers stand alone.
    --save-loop PATH SEED N (this binary re-executed) saves a model N times, for the concurrent saves. */
 #define _XOPEN_SOURCE 700   /* mknod, for a device node of our own */
-#include "tests/gpt2_impl.h"
+#include "gpt2_io.h"
+#include "bt_optim.h"
 #include "tests/bt_test.h"
 #include "tests/gpt2_parity.h"
 #include "tests/gpt2_kv_check.h"

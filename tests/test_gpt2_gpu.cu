@@ -2,7 +2,8 @@
    a seed, parity with PyTorch (tiny fixture; GPT-2 124M when BT_PARITY_D12=<model>:<state> names
    files made by tests/gpt2_ref.py --config d12), in fp32, tf32 and bf16, bf16 training, and the
    KV cache against the full forward pass. */
-#include "tests/gpt2_impl.h"
+#include "gpt2_io.h"
+#include "bt_optim.h"
 #include "tests/bt_test.h"
 #include "tests/gpt2_parity.h"
 #include "tests/gpt2_kv_check.h"

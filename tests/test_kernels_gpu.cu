@@ -16,8 +16,6 @@
    every check with its error, not only the failures; BT_TEST_ONLY=attention runs only the tests
    whose name holds the word; BT_TEST_PROGRESS=1 names each attention case before it runs. Without
    a GPU every test reports skipped. */
-#define BT_ALLOC_IMPLEMENTATION
-#define BT_KERNELS_IMPLEMENTATION
 #include "bt_kernels.cuh"
 #include "bt_test.h"
 #include <stdlib.h>

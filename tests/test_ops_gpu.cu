@@ -22,9 +22,6 @@
    Without a GPU every test skips; without a second GPU those of (2) and (5) skip ("needs 2 GPUs").
    BT_TEST_QUICK=1 runs the table in f32 and bf16 only; BT_TEST_VERBOSE=1 prints every comparison.
    Every run prints an "info:" line with its worst error relative to its tolerance. */
-#define BT_ALLOC_IMPLEMENTATION
-#define BT_TENSOR_IMPLEMENTATION
-#define BT_AUTOGRAD_IMPLEMENTATION
 #include "bt_autograd.h"
 #include "tests/bt_test.h"
 #include "tests/op_cases.h"

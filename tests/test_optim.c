@@ -1,10 +1,6 @@
 /* test_optim.c - bt_optim.h: AdamW (with and without clipping; its state as data: get, set, a
    sharded update equal to the full one on its range), SGD with momentum, the global gradient norm,
    against hand-written references in double; bt_lr_cosine. */
-#define BT_ALLOC_IMPLEMENTATION
-#define BT_TENSOR_IMPLEMENTATION
-#define BT_AUTOGRAD_IMPLEMENTATION
-#define BT_OPTIM_IMPLEMENTATION
 #include "bt_autograd.h"
 #include "bt_optim.h"
 #include "tests/bt_test.h"

@@ -5,11 +5,6 @@
    forward and backward, random inputs; the multi-rank runs cover sequence parallelism, the
    asynchronous chunked linear layers and the three K/V strategies of context parallelism. */
 #define _POSIX_C_SOURCE 200809L
-#define BT_ALLOC_IMPLEMENTATION
-#define BT_TENSOR_IMPLEMENTATION
-#define BT_AUTOGRAD_IMPLEMENTATION
-#define BT_DIST_IMPLEMENTATION
-#define BT_PARALLEL_IMPLEMENTATION
 #include "bt_autograd.h"
 #include "bt_parallel.h"
 #include "tests/bt_test.h"

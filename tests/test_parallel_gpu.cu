@@ -18,11 +18,6 @@
    TP (information only). Each test skips itself with fewer than 2 GPUs. The ranks start with the
    --nproc launcher (bt_dist_spawn) from a forked child; this process never initializes CUDA.
    NCCL_NVLS_ENABLE=0 in every rank (the launcher sets it). Run: make test-gpu on a 2-GPU machine. */
-#define BT_ALLOC_IMPLEMENTATION
-#define BT_TENSOR_IMPLEMENTATION
-#define BT_AUTOGRAD_IMPLEMENTATION
-#define BT_DIST_IMPLEMENTATION
-#define BT_PARALLEL_IMPLEMENTATION
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include "bt_autograd.h"

@@ -4,7 +4,8 @@
    same bits (they never read gelu(h)), those are within rounding of the kept gelu(h) (the remade one
    comes from the stored h, the kept one from the GEMM epilogue), and the peak memory falls by at
    least the kept gelu(h) of every layer; also under a CUDA graph. fp32 and bf16. */
-#include "tests/gpt2_impl.h"
+#include "gpt2_io.h"
+#include "bt_optim.h"
 #include "tests/bt_test.h"
 
 static int no_gpu(void) { if (bt_k_device_count() > 0) return 0; BT_SKIP("no GPU"); return 1; }

@@ -1,10 +1,6 @@
 /* test_tensor.c - bt_tensor.h without the math: creation, dtypes and their conversions, views and
    storage sharing, copies, Philox random numbers, ownership and scopes, and the argument checks of
    every op (a clear error naming the op, never a crash). */
-#define BT_ALLOC_IMPLEMENTATION
-#define BT_TENSOR_IMPLEMENTATION
-#define BT_AUTOGRAD_IMPLEMENTATION
-#define BT_OPTIM_IMPLEMENTATION
 #include "bt_autograd.h"
 #include "bt_optim.h"
 #include "tests/bt_test.h"
