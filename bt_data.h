@@ -215,6 +215,10 @@ BT_DATA_DEF void   bt_loader_close(bt_loader *L);               /* NULL is a no-
 #ifdef __cplusplus
 }
 #endif
+/* the most bt_atomic files open at once in a process (an option: define it before the include) */
+#ifndef BT_ATOMIC_MAX_OPEN
+#define BT_ATOMIC_MAX_OPEN 16
+#endif
 #endif /* BT_DATA_H */
 
 /* ================================================================================================
@@ -535,9 +539,6 @@ BT_DATA_DEF int bt_output_open(const char *path, int append) {
    handler may use it at once. A slot goes FREE -> CLAIMED (its name being written) -> LIVE ->
    FREE (committed or aborted by its owner), or LIVE -> CLEANING -> CLEANED (a handler unlinked
    the temporary) -> FREE (its owner sees that and fails). */
-#ifndef BT_ATOMIC_MAX_OPEN
-#define BT_ATOMIC_MAX_OPEN 16
-#endif
 #define BT__TMP_NAME_MAX 4096
 enum { BT__TMPREG_FREE, BT__TMPREG_CLAIMED, BT__TMPREG_LIVE, BT__TMPREG_CLEANING, BT__TMPREG_CLEANED };
 static int bt__tmpreg_state[BT_ATOMIC_MAX_OPEN];

@@ -161,6 +161,7 @@
 
 #include "bt_tensor.h"
 #include "bt_optim.h"    /* ZeRO (section 10): bt_sumsq */
+#include <stdio.h>        /* bt_ddp_print_trace's FILE */
 #include <stddef.h>
 #include <stdint.h>
 

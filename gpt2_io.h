@@ -22,6 +22,7 @@
 
 /* llm.c's model file, version 3 (fp32): int32 header[256] = {20240326, 3, maxT, V, L, H, C, Vp,
    0...}, then the parameters in llm.c's order (gpt2.h, section 2). 0, or -1 with err. */
+#define GPT2_MODEL_MAGIC 20240326
 BTDEF int gpt2_read_header(const char *path, gpt2_config *cfg, char *err, size_t errlen);
 BTDEF int gpt2_load_weights(gpt2 *m, const char *path, char *err, size_t errlen);
 BTDEF int gpt2_save(gpt2 *m, const char *path, char *err, size_t errlen);
@@ -52,7 +53,6 @@ BTDEF int gpt2_hf_name(const gpt2 *m, int i, const char *prefix, char *name, siz
 #include <unistd.h>
 
 /* ---- llm.c's model file ---- */
-#define GPT2_MODEL_MAGIC 20240326
 /* a model file opened for reading: a FIFO or directory is refused, never waited on */
 static FILE *gpt2__open_model(const char *path, uint64_t *size, char *err, size_t errlen) {
     int fd = bt_input_open(path, size);

@@ -182,6 +182,7 @@ int trainer_end(trainer *tr, int rc);      /* frees what the trainer holds; rc p
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- 1. options ---- */

@@ -116,7 +116,7 @@ static inline void bt_test__on_error(const char *msg, void *user) {
 /* stmt must raise bt_error with a message containing substr */
 #define BT_EXPECT_ERROR(stmt, substr) do { \
     bt_error_fn old_fn__; void *old_user__; bt_get_error_handler(&old_fn__, &old_user__); \
-    bt_test__errmsg[0] = 0; int raised__ = 0; \
+    bt_test__errmsg[0] = 0; volatile int raised__ = 0; \
     bt_set_error_handler(bt_test__on_error, NULL); \
     if (setjmp(bt_test__jmp) == 0) { stmt; } else { raised__ = 1; } \
     bt_set_error_handler(old_fn__, old_user__); \

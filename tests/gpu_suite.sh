@@ -18,6 +18,7 @@
 #              2-GPU checkpoint refused on one GPU, --init-from it on one GPU
 #   interop    tests/hf_interop.py (transformers both ways, on the GPU and the CPU) and
 #              tests/ckpt_interop.py (safetensors both ways, with build/tests/test_ckpt)
+#   examples   the README's build lines, the nvcc one included (tests/readme_commands.sh --gpu)
 #   dist       2+ GPUs: tests/dist_parity.py (2 GPUs against 1; ddp, zero1, zero2; fp32, bf16), its
 #              --graph cases (graph against eager, bit for bit), a rank killed mid-run
 #   tp         2+ GPUs: tests/tp_parity.py, tp / cp modes against 1 GPU, checkpoints across tp and cp
@@ -34,7 +35,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 B=${BUILD:-build}; OUT=${OUT:-/tmp/bt_gpu_suite}; C=${CKPT_DIR:-/tmp/bt_gpu_suite_ckpt}
-PARTS=${PARTS:-fixtures unit sanitizer resume interop dist tp tpzero mlir}; SAN=${SAN:-1}
+PARTS=${PARTS:-fixtures unit sanitizer resume interop examples dist tp tpzero mlir}; SAN=${SAN:-1}
 BIN=$B/train_gpt2_cuda
 mkdir -p "$OUT"; rm -rf "$C"; mkdir -p "$C"
 CUDA=$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")
@@ -197,6 +198,13 @@ if want interop; then
   else
     skip interop "tests/ckpt_interop.py: python3 has no safetensors or torch"
   fi
+fi
+
+# ---- examples: the README's commands, its nvcc line with a GPU ----
+if want examples; then
+  tests/readme_commands.sh --gpu > "$OUT/examples.txt" 2>&1
+  cat "$OUT/examples.txt"
+  counts examples "$OUT/examples.txt"
 fi
 
 # ---- dist, tp, tpzero: two GPUs ----

@@ -2,7 +2,7 @@
    their GPU twins): this process as the only rank, waiting for a child with a time limit, forking
    ranks, starting ranks through the --nproc launcher with their output in files, and (CUDA builds)
    counting GPUs in a child process so the parent never initialises CUDA before it forks.
-   Include after bt_dist.h (bt__now, bt__sleep, bt_dist_spawn) and tests/bt_test.h; it brings
+   Include after bt_dist.h (bt_dist_spawn) and tests/bt_test.h (bt_test_now_ms, bt_test_sleep); it brings
    tests/bt_test_files.h (the scratch directory the launched ranks write their output into). */
 #ifndef BT_PROC_TEST_H
 #define BT_PROC_TEST_H
@@ -17,14 +17,14 @@
 
 /* waits for pid up to limit_s (then SIGKILL); returns the exit code, 128 + signal, or -1 */
 static inline int wait_limit(pid_t pid, double limit_s) {
-    double end = bt__now() + limit_s;
+    double end = bt_test_now_ms() / 1e3 + limit_s;
     int st;
     for (;;) {
         pid_t r = waitpid(pid, &st, WNOHANG);
         if (r == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
         if (r < 0) return -1;
-        if (bt__now() > end) { kill(pid, SIGKILL); waitpid(pid, &st, 0); return -1; }
-        bt__sleep(0.005);
+        if (bt_test_now_ms() / 1e3 > end) { kill(pid, SIGKILL); waitpid(pid, &st, 0); return -1; }
+        bt_test_sleep(0.005);
     }
 }
 
@@ -90,9 +90,9 @@ static inline int launch2(proc_rank_fn fn, const char *name, double stop_delay_s
     char out[512];
     snprintf(out, sizeof out, "%s/%s_out.txt", bt_test_dir, name);
     snprintf(err, errlen, "%s/%s_err.txt", bt_test_dir, name);
-    double t0 = bt__now();
+    double t0 = bt_test_now_ms() / 1e3;
     int code = wait_limit(start_launcher(2, stop_delay_s, 2, fn, out, err), limit_s);
-    if (secs) *secs = bt__now() - t0;
+    if (secs) *secs = bt_test_now_ms() / 1e3 - t0;
     return code;
 }
 #endif
