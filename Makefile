@@ -62,8 +62,11 @@ train_gpt2: $(BUILD)/train_gpt2_$(FLAVOUR) FORCE
 $(BUILD)/train_gpt2_cpu: train_gpt2.c $(HEADERS) $(IMPL_CPU) | $(BUILD)
 	$(CC) $(CFLAGS) -DBT_LINKED -o $@ $< $(IMPL_CPU) $(LDLIBS)
 $(BUILD)/train_gpt2_cuda: train_gpt2.c $(HEADERS) $(IMPL_CUDA) | $(BUILD)
-	$(NVCC_PATH) $(NVFLAGS) -DBT_LINKED -o $@ $< -x none $(IMPL_CUDA) $(NVLIBS)
+	$(call nvcc_linked,$<,-DBT_LINKED)
 FORCE:
+# nvcc's -x cu applies to every input file, objects too: a CUDA build that links the implementation
+# object compiles its source alone first, then links (nvcc_linked SOURCE,FLAGS)
+nvcc_linked = $(NVCC_PATH) $(NVFLAGS) $(2) -c -o $@.o $(1) && $(NVCC_PATH) $(NVLDFLAGS) -o $@ $@.o $(IMPL_CUDA) $(NVLIBS) && rm -f $@.o
 
 $(BUILD) $(BUILD)/tests $(BUILD)/cpu $(BUILD)/asan $(BUILD)/cuda $(BUILD)/examples:
 	mkdir -p $@
@@ -88,7 +91,7 @@ $(BUILD)/tests/%: tests/%.c $(HEADERS) $(TEST_HEADERS) $(IMPL_CPU) | $(BUILD)/te
 $(BUILD)/tests/asan_%: tests/%.c $(HEADERS) $(TEST_HEADERS) $(IMPL_ASAN) | $(BUILD)/tests
 	$(CC) $(ASANFLAGS) -o $@ $< $(call linked,$*,$(IMPL_ASAN)) $(LDLIBS)
 $(BUILD)/tests/%_gpu: tests/%_gpu.cu $(HEADERS) $(TEST_HEADERS) $(IMPL_CUDA) | $(BUILD)/tests
-	$(NVCC_PATH) $(NVFLAGS) -o $@ $< $(if $(call linked,$*_gpu,x),-x none) $(call linked,$*_gpu,$(IMPL_CUDA)) $(NVLIBS)
+	$(if $(filter $*_gpu,$(SELF_IMPL_TESTS)),$(NVCC_PATH) $(NVFLAGS) -o $@ $< $(NVLIBS),$(call nvcc_linked,$<,$(if $(filter $*_gpu,$(PROGRAM_TESTS)),-DBT_LINKED)))
 $(BUILD)/tests/test_fused_gpu: tests/test_fused.c
 
 # ---- examples/: the README's programs, built with the README's lines (tests/readme_commands.sh) ----
