@@ -32,7 +32,9 @@
 */
 #ifndef BT_KERNELS_CUH
 #define BT_KERNELS_CUH
+#ifndef BT_TENSOR_H      /* included first: its declarations (bt_tensor.h includes this one at their end under nvcc) */
 #include "bt_tensor.h"
+#endif
 #include <cuda_runtime.h>
 #include <limits.h>
 #include <stdint.h>

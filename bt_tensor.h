@@ -576,6 +576,9 @@ BTDEF bt_tensor *bt__register(bt_tensor *t);   /* hand a fresh (+1) tensor to th
 #ifdef __cplusplus
 }
 #endif
+#ifdef BT_CUDA   /* nvcc: the kernels' declarations too (bt_k_*), for code that calls them directly */
+#include "bt_kernels.cuh"
+#endif
 #endif /* BT_TENSOR_H */
 
 

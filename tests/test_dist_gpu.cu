@@ -13,6 +13,8 @@
 /* g++ 12 sees a false "maybe uninitialized" in bt_grad_norm when it inlines this file's way */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include "bt_autograd.h"
 #pragma GCC diagnostic pop
 #include "bt_dist.h"
@@ -95,7 +97,7 @@ static void sum_ranks(double **x, int W, int64_t lo, int64_t n, double *want) {
 static void check_collectives(bt_dist *d, bt_comm *c, bt_dtype dt, int64_t m) {
     int r = c->rank, W = c->size;
     int64_t n = W * m;
-    double *x[2] = {NULL, NULL}, *got = (double *)malloc(sizeof(double) * (size_t)n), *want = (double *)malloc(sizeof(double) * (size_t)n);
+    double *x[2] = {NULL, NULL}, *got = (double *)calloc((size_t)n, sizeof(double)), *want = (double *)malloc(sizeof(double) * (size_t)n);
     void *dx[2] = {NULL, NULL};
     for (int k = 0; k < W; k++) { x[k] = (double *)malloc(sizeof(double) * (size_t)n); dx[k] = upload(dt, k, n, 1, x[k]); }
     void *out = upload(dt, r, n, 2, NULL);

@@ -17,6 +17,8 @@
    whose name holds the word; BT_TEST_PROGRESS=1 names each attention case before it runs. Without
    a GPU every test reports skipped. */
 #include "bt_kernels.cuh"
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include "bt_test.h"
 #include <stdlib.h>
 #include <stdint.h>
