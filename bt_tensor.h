@@ -377,6 +377,8 @@ BTDEF bt_tensor *bt_retain(bt_tensor *t);
 BTDEF void bt_release(bt_tensor *t);               /* NULL is a no-op */
 BTDEF void bt_scope_begin(void);
 BTDEF void bt_scope_end(void);
+/* scopes open now: an error handler that longjmps out of ops closes those opened since it was set */
+BTDEF int bt_scope_depth(void);
 BTDEF bt_tensor *bt_keep(bt_tensor *t);            /* take t out of the innermost scope: caller owns it */
 
 /* ---- properties ---- */
@@ -576,7 +578,8 @@ BTDEF bt_tensor *bt__register(bt_tensor *t);   /* hand a fresh (+1) tensor to th
 #ifdef __cplusplus
 }
 #endif
-#ifdef BT_CUDA   /* nvcc: the kernels' declarations too (bt_k_*), for code that calls them directly */
+#if defined(BT_CUDA) && !defined(BT_KERNELS_CUH)   /* nvcc: the kernels' declarations too (bt_k_*), for code
+                                                      that calls them directly (unless it included them first) */
 #include "bt_kernels.cuh"
 #endif
 #endif /* BT_TENSOR_H */
@@ -1034,6 +1037,7 @@ BTDEF void bt_scope_begin(void) {
     }
     bt__g.scope_marks[bt__g.scope_depth++] = bt__g.scope_n;
 }
+BTDEF int bt_scope_depth(void) { return bt__g.scope_depth; }
 BTDEF void bt_scope_end(void) {
     if (bt__g.scope_depth == 0) bt_error("bt_scope_end without bt_scope_begin");
     int mark = bt__g.scope_marks[--bt__g.scope_depth];

@@ -686,12 +686,12 @@ static void oc__on_error(const char *msg, void *user) { (void)user; snprintf(oc_
 static int oc_run_guarded(int idx, bt_device dev, bt_device dev2, bt_dtype dt, bt_dtype qdt, oc_result *r) {
     bt_error_fn old_fn; void *old_user;
     bt_get_error_handler(&old_fn, &old_user);
-    const int depth = bt__g.scope_depth;
+    const int depth = bt_scope_depth();
     memset(r, 0, sizeof *r);
     bt_set_error_handler(oc__on_error, NULL);
     if (setjmp(oc__jmp)) {
         bt_set_error_handler(old_fn, old_user);
-        while (bt__g.scope_depth > depth) bt_scope_end();
+        while (bt_scope_depth() > depth) bt_scope_end();
         bt_set_grad_enabled(1); bt_set_deterministic(0);
         oc_result_free(r);
         return 1;
