@@ -17,26 +17,11 @@
      4. a run: from the flags to the saved model
    The backward pass is the autograd engine's (bt_autograd.h); each op's math sits in bt_tensor.h. */
 #define _POSIX_C_SOURCE 200809L   /* before any #include: bt_data.h uses pread, readlink, sigaction */
-#ifndef BT_LINKED   /* the headers' implementations, here; or from one object linked in (make: tests/bt_impl.c) */
-#define BT_ALLOC_IMPLEMENTATION
-#define BT_TENSOR_IMPLEMENTATION
-#define BT_AUTOGRAD_IMPLEMENTATION
-#define BT_OPTIM_IMPLEMENTATION
-#define BT_DATA_IMPLEMENTATION
-#define BT_DIST_IMPLEMENTATION
-#define BT_CKPT_IMPLEMENTATION
-#define BT_PARALLEL_IMPLEMENTATION
-#define GPT2_IMPLEMENTATION
-#define GPT2_IO_IMPLEMENTATION
-#define GPT2_PARALLEL_IMPLEMENTATION
+#ifndef BT_LINKED                 /* every header's implementation here, or from one object linked in (make) */
+#define BT_ALL_IMPLEMENTATION
 #endif
+#include "bt_all.h"                /* the bt_ headers, gpt2.h, gpt2_io.h, gpt2_parallel.h (bt_mlir.h with MLIR=1) */
 #define TRAINER_IMPLEMENTATION
-#ifdef BT_MLIR                /* make MLIR=1: --mlir routes the MLP's bias + GELU through bt_mlir.h */
-#ifndef BT_LINKED
-#define BT_MLIR_IMPLEMENTATION
-#endif
-#include "bt_mlir.h"
-#endif
 #include "trainer.h"
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,7 +3,8 @@
    as -e does: the header must be refused with a message naming the file, or name a config whose
    parameters exactly fill the file; then the weights load and one token runs through the KV
    cache (any header that passes must give a model that runs). */
-#include "tests/gpt2_impl.h"
+#define BT_ALL_IMPLEMENTATION
+#include "bt_all.h"
 
 static char path[64];
 

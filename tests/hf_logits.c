@@ -7,7 +7,8 @@
    llm.c model file (-e). IDS.bin: n int32 token ids (n at most the model's context). LOGITS.bin:
    n x V float32, row-major (the real vocabulary's columns: the padding is cut off). fp32 matmuls
    (no TF32). Built by mk/train_ckpt.mk (build/hf_logits, build/hf_logits_cuda). */
-#include "tests/gpt2_impl.h"
+#define _POSIX_C_SOURCE 200809L   /* pread, stat */
+#include "gpt2_io.h"
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

@@ -8,19 +8,12 @@
 #define TRAIN_GPT2_NO_MAIN
 #include "train_gpt2.c"
 #include "tests/bt_test.h"
+#include "tests/train_runs.h"
 #pragma GCC diagnostic ignored "-Wclobbered"   /* BT_EXPECT_ERROR's setjmp: a false positive */
 
 #define STEPS 4
 
-static int parse(const char *line, train_opts *o, char *err) {
-    static char buf[512];   /* the options point into it (o->model ...): it must outlive the call */
-    char *argv[32]; int argc = 0;
-    snprintf(buf, sizeof buf, "%s", line);
-    argv[argc++] = (char *)"train_gpt2";
-    for (char *t = strtok(buf, " "); t && argc < 32; t = strtok(NULL, " ")) argv[argc++] = t;
-    train_default_opts(o);
-    return parse_args(argc, argv, o, err, 256);
-}
+static int parse(const char *line, train_opts *o, char *err) { return train_parse(line, o, err, 256); }
 
 static void test_flag(void) {
     train_opts o; char err[256] = "";

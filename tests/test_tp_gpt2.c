@@ -462,15 +462,15 @@ static void test_init_from_and_samples(void) {
     BT_CHECK(rc1 == 0 && rc2 == 0 && samples == 3 && t1[0] && !strcmp(t1, t2), "-s 1 --tp 2: exit %d/%d, %d greedy samples; first: '%s' vs one process's '%s'",
              rc1, rc2, samples, t2, t1);
 }
-/* a CPU run with --tp but one process fails before training, naming the flag */
+/* a CPU run with --tp but one process fails before training, naming the flag: a usage error (exit 2) */
 static void test_run_errors(void) {
     if (!have_data()) { BT_SKIP("no data/tinyshakespeare_train.bin (make data)"); return; }
     char out[65536];
     int rc = run_ranks(1, TP_RUN " -x 1 --tp 2", "err1", out, sizeof out);
-    BT_CHECK(rc == 1 && strstr(out, "--tp 2 x --cp 1 = 2 does not divide the 1 process") && !strstr(out, "step "), "exit %d: %s", rc, out);
+    BT_CHECK(rc == 2 && strstr(out, "--tp 2 x --cp 1 = 2 does not divide the 1 process") && !strstr(out, "step "), "exit %d: %s", rc, out);
     /* ZeRO on the CPU ranks' store path: refused on every rank before training, naming the flags */
     rc = run_ranks(2, TP_RUN " -x 1 --cp 2 --dp zero1", "err2", out, sizeof out);
-    BT_CHECK(rc == 1 && strstr(out, "--dp zero1 with --cp on CPUs") && !strstr(out, "step "), "exit %d: %s", rc, out);
+    BT_CHECK(rc == 2 && strstr(out, "--dp zero1 with --cp on CPUs") && !strstr(out, "step "), "exit %d: %s", rc, out);
 }
 
 int main(int argc, char **argv) {

@@ -9,14 +9,7 @@
 #include "tests/train_runs.h"
 #include <sys/sysmacros.h>
 
-static int parse(const char *line, train_opts *o, char *err) {
-    char buf[512], *argv[32]; int argc = 0;
-    snprintf(buf, sizeof buf, "%s", line);
-    argv[argc++] = (char *)"train_gpt2";
-    for (char *t = strtok(buf, " "); t && argc < 32; t = strtok(NULL, " ")) argv[argc++] = t;
-    train_default_opts(o);
-    return parse_args(argc, argv, o, err, 256);
-}
+static int parse(const char *line, train_opts *o, char *err) { return train_parse(line, o, err, 256); }
 static int parse_argv(int argc, const char **args, train_opts *o, char *err) {   /* for values strtok cannot make ("") */
     train_default_opts(o);
     return parse_args(argc, (char **)args, o, err, 256);

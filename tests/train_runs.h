@@ -49,6 +49,20 @@ static inline void train_runs_done(void) {
 static inline int train_runs_child(int argc, char **argv) { return argc > 1 && !strcmp(argv[1], "--run-train"); }
 static inline int train_runs_child_main(int argc, char **argv) { return train_gpt2_main(argc - 1, argv + 1); }
 
+/* train_gpt2's flags from one line (split at spaces) into o: parse_args's result, err its reason. The
+   options point into the line's copy, which stays until the fourth call after. */
+static inline int train_parse(const char *line, train_opts *o, char *err, size_t errlen) {
+    static char buf[4][512];
+    static int k;
+    char *argv[64];
+    int argc = 0;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s", line);
+    argv[argc++] = (char *)"train_gpt2";
+    for (char *t = strtok(buf[k], " "); t && argc < 63; t = strtok(NULL, " ")) argv[argc++] = t;
+    train_default_opts(o);
+    return parse_args(argc, argv, o, err, errlen);
+}
 static inline void slurp(const char *path, char *out, size_t cap) {
     FILE *f = fopen(path, "rb");
     size_t n = f ? fread(out, 1, cap - 1, f) : 0;
