@@ -153,7 +153,7 @@
 
    HISTORY
      0.1  first version: launchers, store, watchdog, NCCL setup, mesh, collectives, DDP buckets.
-     0.2  DDP buckets through the copy engines for ranks on one host (2026-11-24).
+     0.2  DDP buckets through the copy engines for ranks on one host.
      0.3  ZeRO-1/2's orchestration (section 10), formerly train_gpt2.c's.
 */
 #ifndef BT_DIST_H
@@ -2491,7 +2491,7 @@ static void bt__ce_bucket(bt_ddp *d, int bi) {
     if (mlen) {   /* 3. this rank's chunk reduced */
         const float *xs = (const float *)(x->xin + (size_t)x->xoff[bi] * sizeof(float));
         int vec = mlen % 4 == 0 && ((uintptr_t)(g + mlo) & 15) == 0;
-        int64_t blocks = (mlen / (vec ? 4 : 1) + 255) / 256;   /* 1024 blocks: faster than 132 or 264 (H200, 2026-11-24) */
+        int64_t blocks = (mlen / (vec ? 4 : 1) + 255) / 256;   /* 1024 blocks: faster than 132 or 264 (H200) */
         if (blocks > 1024) blocks = 1024;
         if (vec) bt__ce_reduce4<<<(unsigned)blocks, 256, 0, d->stream>>>(g + mlo, xs, mlen, c, x->me, x->W, 1.f / (float)x->W);
         else bt__ce_reduce1<<<(unsigned)blocks, 256, 0, d->stream>>>(g + mlo, xs, mlen, c, x->me, x->W, 1.f / (float)x->W);
