@@ -105,14 +105,14 @@ examples: $(EXAMPLES)
 # The CUDA build is compiled whenever nvcc exists, GPU or not (a compile break fails make test); its
 # tests skip themselves without a GPU.
 ifneq ($(NVCC_PATH),)
-CUDA_BUILD := $(BUILD)/train_gpt2_cuda $(GPU_TESTS)
+CUDA_BUILD := $(BUILD)/train_gpt2_cuda $(GPU_TESTS) $(BUILD)/hf_logits_cuda
 RUN_GPU_TESTS := $(GPU_TESTS)
 endif
 
 # the GPT-2 tests train on Tiny Shakespeare: make its shards first (mk/data.mk)
 TEST_DATA := data/tinyshakespeare_train.bin data/tinyshakespeare_val.bin data/encoder.json data/vocab.bpe
 
-test: $(CPU_TESTS) $(CUDA_BUILD) tools $(TEST_DATA)
+test: $(CPU_TESTS) $(CUDA_BUILD) $(BUILD)/hf_logits tools $(TEST_DATA)
 	@tests/run_all.sh $(CPU_TESTS) $(RUN_GPU_TESTS) tests/readme_commands.sh
 test-cpu: $(CPU_TESTS) tools $(TEST_DATA)
 	@tests/run_all.sh $(CPU_TESTS) tests/readme_commands.sh

@@ -10,6 +10,7 @@
 #define _POSIX_C_SOURCE 200809L   /* pread, stat */
 #include "gpt2_io.h"
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
