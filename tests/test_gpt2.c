@@ -8,6 +8,7 @@
 #include "gpt2_io.h"
 #include "bt_optim.h"
 #include "tests/bt_test.h"
+#include "tests/bt_test_files.h"
 #include "tests/gpt2_parity.h"
 #include "tests/gpt2_kv_check.h"
 #include <sys/stat.h>
@@ -15,13 +16,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static char tmpdir[256], self_exe[1024];
-static const char *tp(const char *name) {   /* a path in tmpdir (four rotating buffers) */
-    static char buf[4][512]; static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
-    return buf[k];
-}
+static char self_exe[1024];
+static const char *tp(const char *name) { return bt_test_path(name); }   /* a path in the scratch directory */
 
 /* finding 6: a model header's fields bounded, the error naming the field */
 static void test_header_bounds(void) {
@@ -93,7 +89,7 @@ static void test_save_special_targets(void) {
     BT_CHECK(gpt2_save(&a, tp("fifo"), err, sizeof err) == -1 && strstr(err, "FIFO"), "save to a FIFO: %s", err);
     BT_CHECK(stat(tp("fifo"), &st) == 0 && S_ISFIFO(st.st_mode), "the FIFO is still there");
     BT_CHECK(gpt2_read_header(tp("fifo"), &c2, err, sizeof err) == -1 && strstr(err, "FIFO"), "-e FIFO: %s", err);
-    BT_CHECK(gpt2_read_header(tmpdir, &c2, err, sizeof err) == -1 && strstr(err, "directory"), "-e DIR: %s", err);
+    BT_CHECK(gpt2_read_header(bt_test_dir, &c2, err, sizeof err) == -1 && strstr(err, "directory"), "-e DIR: %s", err);
     alarm(0);
     gpt2_free(&a);
 }
@@ -193,8 +189,7 @@ int main(int argc, char **argv) {
     if (argc == 5 && !strcmp(argv[1], "--save-loop")) return save_loop(argv[2], atoi(argv[3]), atoi(argv[4]));
     ssize_t n = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
     self_exe[n > 0 ? n : 0] = 0;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bt_test_gpt2.%ld", (long)getpid());
-    mkdir(tmpdir, 0755);
+    if (bt_test_dir_make("test_gpt2")) return 1;
     BT_RUN(test_header_bounds);
     BT_RUN(test_model_file);
     BT_RUN(test_save_special_targets);
@@ -202,8 +197,6 @@ int main(int argc, char **argv) {
     BT_RUN(test_kv_cache);
     BT_RUN(test_overfit);
     BT_RUN(test_parity_tiny);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    bt_test_dir_remove();
     return bt_test_summary("test_gpt2");
 }

@@ -36,14 +36,7 @@ static cudaStream_t st(void) { return bt_k_current_stream(0); }
 
 static size_t tsz(bt_dtype dt) { return bt_dtype_size(dt); }
 static const char *tname(bt_dtype dt) { return bt_dtype_name(dt); }
-static double tol_of(bt_dtype dt) {
-    switch (dt) {
-    case BT_F32: return 1e-5;
-    case BT_F64: return 1e-12;
-    case BT_BF16: return 2e-2;
-    default: return 5e-3;
-    }
-}
+static double tol_of(bt_dtype dt) { return bt_test_tol(dt, 0); }   /* tests/bt_test.h's table; float dtypes only */
 
 /* ---- host random numbers (xorshift64), values kept away from zero ---- */
 static uint64_t g_rs = 1;
@@ -1459,8 +1452,7 @@ static void test_adamw(void) {
 static const char *g_only;
 #define RUN(fn) do { if (!g_only || strstr(#fn, g_only)) BT_RUN(fn); } while (0)
 int main(void) {
-    const char *qv = getenv("BT_TEST_QUICK");
-    g_quick = qv && atoi(qv) != 0;
+    g_quick = bt_test_quick();
     const char *pv = getenv("BT_TEST_PROGRESS");
     g_progress = pv && atoi(pv) != 0;
     g_only = getenv("BT_TEST_ONLY");
@@ -1492,8 +1484,7 @@ int main(void) {
         int nfail = 0;
         for (int i = 0; i < g_nrec; i++) nfail += !g_recs[i].ok;
         printf("\n%-58s %10s %10s  %s\n", "check", "rel err", "tol", "");
-        const char *vv = getenv("BT_TEST_VERBOSE");   /* =1: every check, not only the failures */
-        int verbose = vv && atoi(vv) != 0;
+        int verbose = bt_test_verbose();   /* every check, not only the failures */
         for (int i = 0; i < g_nrec; i++)
             if (!g_recs[i].ok || verbose)
                 printf("%-58s %10.3g %10.3g  %s\n", g_recs[i].what, g_recs[i].err, g_recs[i].tol, g_recs[i].ok ? "ok" : "FAIL");

@@ -220,7 +220,7 @@ static void test_zero_ranges(void) {
 static int run_ranks(int nproc, const char *args, const char *tag, char *out, size_t cap) {
     char cmd[8192], outfile[700];
     int port = bt_dist_free_port(NULL), len = 0;
-    snprintf(outfile, sizeof outfile, "%s/%s.out", train_runs_dir, tag);
+    snprintf(outfile, sizeof outfile, "%s/%s.out", bt_test_dir, tag);
     len += snprintf(cmd + len, sizeof cmd - len, "(");
     for (int r = 0; r < nproc; r++)
         len += snprintf(cmd + len, sizeof cmd - len,
@@ -258,14 +258,14 @@ static void test_runs_match_one_process(void) {
     int steps = quick() ? 2 : 3;
     char args[2000], out[65536], dir[700];
     double l1[16], l2[16];
-    snprintf(dir, sizeof dir, "%s/one", train_runs_dir);
-    snprintf(args, sizeof args, TP_RUN " -x %d -o %s --save %s/one.bin", steps, dir, train_runs_dir);
+    snprintf(dir, sizeof dir, "%s/one", bt_test_dir);
+    snprintf(args, sizeof args, TP_RUN " -x %d -o %s --save %s/one.bin", steps, dir, bt_test_dir);
     int rc = run_ranks(1, args, "one", out, sizeof out);
     int n1 = read_losses(dir, l1, 16);
     BT_CHECK(rc == 0 && n1 == steps, "one process: exit %d, %d losses: %s", rc, n1, out);
     if (rc || n1 != steps) return;
     char ref[800];
-    snprintf(ref, sizeof ref, "%s/one.bin", train_runs_dir);
+    snprintf(ref, sizeof ref, "%s/one.bin", bt_test_dir);
     int64_t nw1 = 0;
     float *w1 = read_model(ref, &nw1);
     static const char *const modes[] = {"--tp 2", "--tp 2 --sp", "--tp 2 --async-tp", "--cp 2", "--cp 2 --cp-comm allgather", "--cp 2 --cp-comm alltoall"};
@@ -273,8 +273,8 @@ static void test_runs_match_one_process(void) {
     for (int k = 0; k < nmodes; k++) {
         char tag[16];
         snprintf(tag, sizeof tag, "m%d", k);
-        snprintf(dir, sizeof dir, "%s/%s", train_runs_dir, tag);
-        snprintf(args, sizeof args, TP_RUN " -x %d -o %s --save %s/%s.bin %s", steps, dir, train_runs_dir, tag, modes[k]);
+        snprintf(dir, sizeof dir, "%s/%s", bt_test_dir, tag);
+        snprintf(args, sizeof args, TP_RUN " -x %d -o %s --save %s/%s.bin %s", steps, dir, bt_test_dir, tag, modes[k]);
         rc = run_ranks(2, args, tag, out, sizeof out);
         int n2 = read_losses(dir, l2, 16);
         BT_CHECK(rc == 0 && n2 == steps && strstr(out, "model parallel: dp 1"), "%s: exit %d, %d losses: %s", modes[k], rc, n2, out);
@@ -283,7 +283,7 @@ static void test_runs_match_one_process(void) {
         for (int i = 0; i < steps; i++) worst = fmax(worst, fabs(l2[i] - l1[i]) / fabs(l1[i]));
         BT_CHECK(worst < 1e-5, "%s: worst loss relative difference %.3g (step 1: %.6f vs %.6f)", modes[k], worst, l2[0], l1[0]);
         char path[800];
-        snprintf(path, sizeof path, "%s/%s.bin", train_runs_dir, tag);
+        snprintf(path, sizeof path, "%s/%s.bin", bt_test_dir, tag);
         int64_t nw2 = 0;
         float *w2 = read_model(path, &nw2);
         double e = w1 && w2 && nw1 == nw2 && nw1 > 0 ? rel_diff(w2, w1, nw1) : INFINITY;
@@ -292,13 +292,13 @@ static void test_runs_match_one_process(void) {
         free(w2);
     }
     /* a 1-process model file loads into the shards: the first loss of -e FILE is the same */
-    snprintf(args, sizeof args, TP_RUN " -x 1 -e %s --tp 2 -o %s/load", ref, train_runs_dir);
+    snprintf(args, sizeof args, TP_RUN " -x 1 -e %s --tp 2 -o %s/load", ref, bt_test_dir);
     rc = run_ranks(2, args, "load2", out, sizeof out);
-    snprintf(dir, sizeof dir, "%s/load", train_runs_dir);
+    snprintf(dir, sizeof dir, "%s/load", bt_test_dir);
     int n2 = read_losses(dir, l2, 16);
-    snprintf(args, sizeof args, TP_RUN " -x 1 -e %s -o %s/load1", ref, train_runs_dir);
+    snprintf(args, sizeof args, TP_RUN " -x 1 -e %s -o %s/load1", ref, bt_test_dir);
     int rc1 = run_ranks(1, args, "load1", out, sizeof out);
-    snprintf(dir, sizeof dir, "%s/load1", train_runs_dir);
+    snprintf(dir, sizeof dir, "%s/load1", bt_test_dir);
     int n1b = read_losses(dir, l1, 16);
     BT_CHECK(rc == 0 && rc1 == 0 && n2 == 1 && n1b == 1 && fabs(l2[0] - l1[0]) < 1e-5 * fabs(l1[0]), "-e FILE --tp 2: exit %d/%d, loss %.6f vs %.6f",
              rc, rc1, n2 == 1 ? l2[0] : NAN, n1b == 1 ? l1[0] : NAN);
@@ -338,14 +338,14 @@ static double ckpt_diff(const char *a, const char *b, int *bitwise) {
 }
 static void ckpt_file(const char *dir, int step, char *path, size_t n) {
     char d[800];
-    snprintf(d, sizeof d, "%s/%s", train_runs_dir, dir);
+    snprintf(d, sizeof d, "%s/%s", bt_test_dir, dir);
     if (bt_ckpt_path(d, step, path, n)) path[0] = 0;
 }
-/* runs nproc ranks with args, `-o train_runs_dir/tag`; the losses of its log into loss (cap), their count
+/* runs nproc ranks with args, `-o bt_test_dir/tag`; the losses of its log into loss (cap), their count
    (-1 when the run failed: said) */
 static int run_logged(int nproc, const char *args, const char *tag, double *loss, int cap) {
     char full[2400], dir[700], out[65536];
-    snprintf(dir, sizeof dir, "%s/%s", train_runs_dir, tag);
+    snprintf(dir, sizeof dir, "%s/%s", bt_test_dir, tag);
     snprintf(full, sizeof full, "%s -o %s", args, dir);
     int rc = run_ranks(nproc, full, tag, out, sizeof out), n = rc ? -1 : read_losses(dir, loss, cap);
     BT_CHECK(rc == 0 && n > 0, "%s (%d process%s): exit %d, %d losses: %s", args, nproc, nproc > 1 ? "es" : "", rc, n, out);
@@ -372,7 +372,7 @@ static void check_layout_checkpoints(const char *layout, const char *tag, const 
     char args[2000], t[64], ck2[900], ck4[900], one2[900], a[900], b[900];
     double lu[8], lr[8];
     int bitwise;
-    snprintf(args, sizeof args, CKPT_RUN " %s --ckpt-dir %s/%s.ck", layout, train_runs_dir, tag);
+    snprintf(args, sizeof args, CKPT_RUN " %s --ckpt-dir %s/%s.ck", layout, bt_test_dir, tag);
     snprintf(t, sizeof t, "%s_u", tag);
     if (run_logged(2, args, t, lu, 8) != 4) return;
     snprintf(t, sizeof t, "%s.ck", tag);
@@ -383,7 +383,7 @@ static void check_layout_checkpoints(const char *layout, const char *tag, const 
     BT_CHECK(e < CKPT_TOL, "%s: the checkpoint of step 2 differs from one process's by %.3g (relative)", layout, e);
     fprintf(stderr, "  info: %s checkpoint vs 1 process's: params, m, v within %.2e relative\n", layout, e);
     /* resumed in the same layout: the same losses, the same last checkpoint bit for bit */
-    snprintf(args, sizeof args, CKPT_RUN " %s --resume %s --ckpt-dir %s/%s_r.ck", layout, ck2, train_runs_dir, tag);
+    snprintf(args, sizeof args, CKPT_RUN " %s --resume %s --ckpt-dir %s/%s_r.ck", layout, ck2, bt_test_dir, tag);
     snprintf(t, sizeof t, "%s_r", tag);
     if (run_logged(2, args, t, lr, 8) == 2) {
         BT_CHECK(lr[0] == lu[2] && lr[1] == lu[3], "%s resumed: losses %.6f %.6f, uninterrupted %.6f %.6f", layout, lr[0], lr[1], lu[2], lu[3]);
@@ -393,7 +393,7 @@ static void check_layout_checkpoints(const char *layout, const char *tag, const 
         BT_CHECK(bitwise, "%s resumed in %s: the checkpoint of step 4 is not bitwise the uninterrupted run's (%.3g)", layout, layout, e);
     }
     /* resumed by one process: the 1-process run's losses and weights */
-    snprintf(args, sizeof args, CKPT_RUN " --resume %s --ckpt-dir %s/%s_1.ck", ck2, train_runs_dir, tag);
+    snprintf(args, sizeof args, CKPT_RUN " --resume %s --ckpt-dir %s/%s_1.ck", ck2, bt_test_dir, tag);
     snprintf(t, sizeof t, "%s_1", tag);
     if (run_logged(1, args, t, lr, 8) == 2) {
         double d = loss_diff(lr, l1 + 2, 2);
@@ -407,7 +407,7 @@ static void check_layout_checkpoints(const char *layout, const char *tag, const 
     }
     /* the 1-process checkpoint resumed in this layout: this layout's losses */
     if (quick()) return;
-    snprintf(args, sizeof args, CKPT_RUN " %s --resume %s --ckpt-dir %s/%s_x.ck", layout, one2, train_runs_dir, tag);
+    snprintf(args, sizeof args, CKPT_RUN " %s --resume %s --ckpt-dir %s/%s_x.ck", layout, one2, bt_test_dir, tag);
     snprintf(t, sizeof t, "%s_x", tag);
     if (run_logged(2, args, t, lr, 8) == 2) {
         double d = loss_diff(lr, lu + 2, 2);
@@ -418,7 +418,7 @@ static void test_checkpoints_across_layouts(void) {
     if (!have_data()) { BT_SKIP("no data/tinyshakespeare_train.bin (make data)"); return; }
     char args[2000];
     double l1[8];
-    snprintf(args, sizeof args, CKPT_RUN " --ckpt-dir %s/one.ck", train_runs_dir);
+    snprintf(args, sizeof args, CKPT_RUN " --ckpt-dir %s/one.ck", bt_test_dir);
     if (run_logged(1, args, "ckone", l1, 8) != 4) return;
     check_layout_checkpoints("--tp 2", "tp", l1, "one.ck");
     if (!quick()) check_layout_checkpoints("--cp 2", "cp", l1, "one.ck");
@@ -436,12 +436,12 @@ static void test_init_from_and_samples(void) {
     if (!have_data()) { BT_SKIP("no data/tinyshakespeare_train.bin (make data)"); return; }
     char args[2000], src[900], out[65536], t1[4096], t2[4096];
     double l1[4], l2[4];
-    snprintf(args, sizeof args, TP_RUN " -x 2 --ckpt-dir %s/init.ck --export-hf %s/init.hf", train_runs_dir, train_runs_dir);
+    snprintf(args, sizeof args, TP_RUN " -x 2 --ckpt-dir %s/init.ck --export-hf %s/init.hf", bt_test_dir, bt_test_dir);
     if (run_logged(1, args, "init", l1, 4) != 2) return;
     ckpt_file("init.ck", 2, src, sizeof src);
     for (int k = 0; k < (quick() ? 1 : 2); k++) {
         const char *from = k == 0 ? src : "hf";
-        if (k == 1) snprintf(src, sizeof src, "%s/init.hf", train_runs_dir);
+        if (k == 1) snprintf(src, sizeof src, "%s/init.hf", bt_test_dir);
         snprintf(args, sizeof args, TP_OPTS " -x 1 --init-from %s", src);
         int n1 = run_logged(1, args, k ? "hf1" : "from1", l1, 4);
         snprintf(args, sizeof args, TP_OPTS " -x 1 --tp 2 --init-from %s", src);

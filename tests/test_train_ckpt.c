@@ -507,7 +507,7 @@ static void test_init_from_bad_files(void) {
             if (k == 1 && !strcmp(name, "transformer.h.0.attn.c_attn.weight")) tr = 0;
             bt_ckpt_writer_add_tensor(w, name, a.params[i], tr ? BT_CKPT_TRANSPOSE : 0, i == 0 ? a.cfg.V : 0);
         }
-        snprintf(path, sizeof path, "%s/%s.safetensors", train_runs_dir, which[k]);
+        snprintf(path, sizeof path, "%s/%s.safetensors", bt_test_dir, which[k]);
         BT_CHECK(bt_ckpt_writer_save(w, path) == 0, "%s", bt_ckpt_error());
         bt_ckpt_writer_free(w);
         int r = init_from(path, &b, &got, err, sizeof err);

@@ -7,10 +7,11 @@
    and train_run("ARGS", out, cap) re-executes it as `--run-train ARGS`, a fresh process running
    train_gpt2's main as the program does (train_gpt2_main: its own launcher, signal handlers,
    exit code, output and, under ASan, leaks).
-   train_runs_init("name") makes the test's temporary directory; tp("file") names a path in it;
-   train_runs_done() removes it. The helpers are inline: each test uses some of them. */
+   train_runs_init("name") makes the test's scratch directory (tests/bt_test_files.h); tp("file")
+   names a path in it; train_runs_done() removes it. The helpers are inline: each test uses some of them. */
 #ifndef TRAIN_RUNS_H
 #define TRAIN_RUNS_H
+#include "tests/bt_test_files.h"
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -22,29 +23,18 @@
 #include <time.h>
 #include <unistd.h>
 
-static char train_runs_exe[1024], train_runs_dir[256];
-static inline int quick(void) { return getenv("BT_TEST_QUICK") != NULL; }
+static char train_runs_exe[1024];
+static inline int quick(void) { return bt_test_quick(); }
 static inline int have_data(void) { return !access("data/tinyshakespeare_train.bin", R_OK) && !access("data/tinyshakespeare_val.bin", R_OK); }
 static inline void sleep_ms(int ms) { struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L}; nanosleep(&ts, NULL); }
 
-/* a path in the test's temporary directory (eight rotating buffers) */
-static inline const char *tp(const char *name) {
-    static char buf[8][512]; static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", train_runs_dir, name);
-    return buf[k];
-}
+static inline const char *tp(const char *name) { return bt_test_path(name); }   /* a path in the scratch directory */
 static inline void train_runs_init(const char *name) {
     ssize_t n = readlink("/proc/self/exe", train_runs_exe, sizeof train_runs_exe - 1);
     train_runs_exe[n > 0 ? n : 0] = 0;
-    snprintf(train_runs_dir, sizeof train_runs_dir, "/tmp/bt_%s.%ld", name, (long)getpid());
-    mkdir(train_runs_dir, 0755);
+    if (bt_test_dir_make(name)) exit(1);
 }
-static inline void train_runs_done(void) {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", train_runs_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", train_runs_dir);
-}
+static inline void train_runs_done(void) { bt_test_dir_remove(); }
 /* this process was started as `--run-train ARGS`: train_gpt2's main, as the program runs it */
 static inline int train_runs_child(int argc, char **argv) { return argc > 1 && !strcmp(argv[1], "--run-train"); }
 static inline int train_runs_child_main(int argc, char **argv) { return train_gpt2_main(argc - 1, argv + 1); }
