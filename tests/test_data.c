@@ -762,6 +762,34 @@ static void test_bt_tokenize_tool(void) {
     }
 }
 
+/* issue 35, finding 9: every count is range-checked (digits only, no overflow, within its
+   bound); a bad one is a usage error naming the value and the flag, exit 2, nothing written */
+static void test_bt_tokenize_counts(void) {
+    char in[512], out[512], err[512], cmd[2048];
+    const char *bad[][2] = {{"--skip 99999999999999999999999", "bad value '99999999999999999999999' for --skip"},
+                            {"--limit 18446744073709551616", "bad value '18446744073709551616' for --limit"},
+                            {"--limit 2147483648", "bad value '2147483648' for --limit"}, {"--skip -1", "bad value '-1' for --skip"},
+                            {"--skip 12x", "bad value '12x' for --skip"}, {"--limit +3", "bad value '+3' for --limit"},
+                            {"--skip --eot", "--skip needs a value, but the next argument is the option '--eot'"}};
+    size_t i;
+    if (!file_exists("./bt_tokenize")) { BT_SKIP("./bt_tokenize is not built (make tools)"); return; }
+    snprintf(in, sizeof in, "%s/counts.txt", bt_test_dir);
+    snprintf(out, sizeof out, "%s/counts.bin", bt_test_dir);
+    snprintf(err, sizeof err, "%s/counts.err", bt_test_dir);
+    bt_test_write_text(in, "Some text to tokenize.\n");
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        remove(out);
+        snprintf(cmd, sizeof cmd, "./bt_tokenize -q %s --encoder %s --vocab %s %s %s 2>%s", bad[i][0], enc_path, voc_path, in, out, err);
+        int rc = run(cmd);
+        char *msg = bt_test_read_file(err, NULL);
+        BT_CHECK(rc == 2 && msg && strstr(msg, bad[i][1]) && strstr(msg, "(see bt_tokenize -h)") && !file_exists(out),
+                 "'%s': exit %d, %s: %s", bad[i][0], rc, file_exists(out) ? "a shard was written" : "no shard", msg ? msg : "");
+        free(msg);
+    }
+    snprintf(cmd, sizeof cmd, "./bt_tokenize -q --limit 2147483647 --skip 0 --encoder %s --vocab %s %s %s", enc_path, voc_path, in, out);
+    BT_CHECK(run(cmd) == 0 && file_exists(out), "the bounds themselves are counts: %s", cmd);
+}
+
 int main(void) {
     const char *dirs[2][2] = {{"../shared/data/gpt2-tokenizer/encoder.json", "../shared/data/gpt2-tokenizer/vocab.bpe"},
                               {"data/encoder.json", "data/vocab.bpe"}};
@@ -780,6 +808,7 @@ int main(void) {
         BT_RUN(test_roundtrip_random);
         BT_RUN(test_full_corpora);
         BT_RUN(test_bt_tokenize_tool);
+        BT_RUN(test_bt_tokenize_counts);
     } else {
         fprintf(stderr, "tokenizer files not found or not loadable: %s\n", enc_path ? bt_data_error() : "(none)");
         bt_test__failed++;

@@ -18,12 +18,16 @@
    refused, and so is IN itself) and written atomically: a symlink is written through, and a
    failure or Ctrl-C leaves any previous OUT as it was. IN may be a pipe (bt_tokenize /dev/stdin
    OUT.bin); a shard to --decode must be a regular file.
-   Exit status 0 on success, 1 on an error (printed on stderr), 2 on a usage error.
+   Exit status 0 on success, 1 on an error (printed on stderr), 2 on a usage error (its reason
+   and "(see bt_tokenize -h)": an unknown option, a missing value, a count that is not decimal
+   digits or is past its bound: 2^63 - 1 for --skip, 2^31 - 1 for --limit, a shard's int32 count).
    Built with -DBT_TOKENIZE_NO_MAIN it is only encode_documents(), for the fuzzer. */
 #define _POSIX_C_SOURCE 200809L
 #define BT_DATA_IMPLEMENTATION
 #include "bt_data.h"
 
+#include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,12 +74,28 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int parse_count(const char *flag, const char *s, size_t *out) {
+/* a usage error: its reason and where to look, on stderr; returns the exit code, 2 */
+static int usage_error(const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "bt_tokenize: ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, " (see bt_tokenize -h)\n");
+    return 2;
+}
+
+/* a count of tokens: decimal digits only, 0..hi (strtoull with its errno and end checked: a
+   value past 2^64 is ERANGE, never a wrapped or saturated count); 0, or -1 after the message */
+static int parse_count(const char *flag, const char *s, unsigned long long hi, size_t *out) {
     char *end;
     unsigned long long v;
-    if (!s || !*s || *s == '-') { fprintf(stderr, "bt_tokenize: %s needs a non-negative number\n", flag); return -1; }
+    errno = 0;
     v = strtoull(s, &end, 10);
-    if (*end) { fprintf(stderr, "bt_tokenize: %s: '%s' is not a number\n", flag, s); return -1; }
+    if (!(s[0] >= '0' && s[0] <= '9') || errno || *end || v > hi) {
+        usage_error("bad value '%s' for %s: a count of tokens from 0 to %llu", s, flag, hi);
+        return -1;
+    }
     *out = (size_t)v;
     return 0;
 }
@@ -96,17 +116,19 @@ static int check_output(const char *in, const char *out) {
     return 0;
 }
 
-/* the value of option argv[*i], or NULL (a message printed) when it is missing or is another option */
+/* the value of option argv[*i], or NULL (a usage error printed) when it is missing, empty or
+   another option ("-5" is a value, a bad one for a count) */
 static const char *option_value(int argc, char **argv, int *i) {
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
-    if (!v || (v[0] == '-' && v[1])) { fprintf(stderr, "bt_tokenize: %s needs a value%s%s\n", argv[*i], v ? ", got the option " : "", v ? v : ""); return NULL; }
+    if (!v || !*v) { usage_error("%s needs a value%s", argv[*i], v ? ", got an empty one" : ""); return NULL; }
+    if (v[0] == '-' && v[1] && !(v[1] >= '0' && v[1] <= '9')) { usage_error("%s needs a value, but the next argument is the option '%s'", argv[*i], v); return NULL; }
     ++*i;
     return v;
 }
 
 int main(int argc, char **argv) {
     const char *enc = NULL, *voc = NULL, *in = NULL, *out = NULL, *dec = NULL;
-    int eot = 0, quiet = 0, i, rc = 1;
+    int eot = 0, quiet = 0, given_count = 0, i, rc = 1;
     size_t skip = 0, limit = (size_t)-1, len = 0, n = 0, cap = 0, k;
     bt_tokenizer *tok;
     char *text = NULL;
@@ -114,22 +136,28 @@ int main(int argc, char **argv) {
     uint16_t *u16 = NULL;
     double t0, t1;
     FILE *f;
+    if (argc == 1) { usage(stderr); return 2; }
     for (i = 1; i < argc; i++) {
-        const char *a = argv[i];
+        const char *a = argv[i], *v;
         if (!strcmp(a, "--eot")) eot = 1;
         else if (!strcmp(a, "-q")) quiet = 1;
-        else if (!strcmp(a, "--skip")) { if (parse_count(a, i + 1 < argc ? argv[++i] : NULL, &skip)) return 2; }
-        else if (!strcmp(a, "--limit")) { if (parse_count(a, i + 1 < argc ? argv[++i] : NULL, &limit)) return 2; }
+        /* --limit: a shard's header counts its tokens in an int32 */
+        else if (!strcmp(a, "--skip") || !strcmp(a, "--limit")) {
+            int is_skip = !strcmp(a, "--skip");
+            if (!(v = option_value(argc, argv, &i)) || parse_count(a, v, is_skip ? 9223372036854775807ull : 2147483647ull, is_skip ? &skip : &limit)) return 2;
+            given_count = 1;
+        }
         else if (!strcmp(a, "--encoder")) { if (!(enc = option_value(argc, argv, &i))) return 2; }
         else if (!strcmp(a, "--vocab")) { if (!(voc = option_value(argc, argv, &i))) return 2; }
         else if (!strcmp(a, "--decode")) { if (!(dec = option_value(argc, argv, &i))) return 2; }
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        else if (a[0] == '-' && a[1]) { fprintf(stderr, "bt_tokenize: unknown or incomplete option '%s'\n", a); usage(stderr); return 2; }
+        else if (a[0] == '-' && a[1]) return usage_error("unknown option '%s'", a);
         else if (!in) in = a;
         else if (!out) out = a;
-        else { fprintf(stderr, "bt_tokenize: unexpected argument '%s'\n", a); usage(stderr); return 2; }
+        else return usage_error("unexpected argument '%s' (after IN.txt %s and OUT.bin %s)", a, in, out);
     }
-    if (dec ? (in != NULL || eot || skip || limit != (size_t)-1) : (!in || !out)) { usage(stderr); return 2; }
+    if (dec && (in || eot || given_count)) return usage_error("--decode takes no IN.txt, --eot, --skip or --limit");
+    if (!dec && !out) return usage_error("%s", in ? "no OUT.bin after IN.txt" : "no IN.txt and OUT.bin");
     if (!dec && check_output(in, out)) return 1;
     bt_atomic_install_signal_cleanup();   /* Ctrl-C while writing OUT leaves no temporary */
     enc = pick(enc, "data/encoder.json", "../shared/data/gpt2-tokenizer/encoder.json");
