@@ -211,7 +211,7 @@ BTDEF void bt_set_error_handler(bt_error_fn fn, void *user) { bt__error_fn = fn;
 BTDEF void bt_get_error_handler(bt_error_fn *fn, void **user) { *fn = bt__error_fn; *user = bt__error_user; }
 
 BTDEF void bt_error(const char *fmt, ...) {
-    char msg[1024];
+    char msg[2048];   /* room for another header's message (1024 bytes at most) after a prefix */
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);

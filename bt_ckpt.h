@@ -225,6 +225,8 @@ BTDEF const char *bt_ckpt_meta_value(const bt_ckpt_meta *m, int i);
    the key is absent or its value does not parse */
 BTDEF int bt_ckpt_meta_set_i64(bt_ckpt_meta *m, const char *key, int64_t v);
 BTDEF int bt_ckpt_meta_get_i64(const bt_ckpt_meta *m, const char *key, int64_t *v);
+/* an integer in [lo, hi]; out of range is -1 with a message naming the key, value and range */
+BTDEF int bt_ckpt_meta_get_int(const bt_ckpt_meta *m, const char *key, int64_t lo, int64_t hi, int64_t *v);
 BTDEF int bt_ckpt_meta_set_u64(bt_ckpt_meta *m, const char *key, uint64_t v);
 BTDEF int bt_ckpt_meta_get_u64(const bt_ckpt_meta *m, const char *key, uint64_t *v);
 BTDEF int bt_ckpt_meta_set_f64(bt_ckpt_meta *m, const char *key, double v);        /* %.17g, nan, inf */
@@ -413,7 +415,7 @@ __attribute__((format(printf, 1, 2)))
 static void bt__ckerr(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(bt__ck_errbuf, sizeof bt__ck_errbuf, fmt, ap);
+    bt_vmsgf(bt__ck_errbuf, sizeof bt__ck_errbuf, fmt, ap);   /* formatted aside: bt_ckpt_error() may be an argument */
     va_end(ap);
 }
 
@@ -1238,6 +1240,16 @@ BTDEF int bt_ckpt_meta_get_i64(const bt_ckpt_meta *m, const char *key, int64_t *
     memset(&num, 0, sizeof num);
     num.type = BT_JSON_NUMBER; num.str = s;
     if (bt_json_i64(&num, v)) { bt__ckerr("metadata \"%.100s\": \"%.60s\" is not a 64-bit integer", key, s); return -1; }
+    return 0;
+}
+BTDEF int bt_ckpt_meta_get_int(const bt_ckpt_meta *m, const char *key, int64_t lo, int64_t hi, int64_t *v) {
+    int64_t x;
+    if (bt_ckpt_meta_get_i64(m, key, &x)) return -1;
+    if (x < lo || x > hi) {
+        bt__ckerr("metadata \"%.100s\": %lld is out of range (%lld..%lld)", key, (long long)x, (long long)lo, (long long)hi);
+        return -1;
+    }
+    *v = x;
     return 0;
 }
 BTDEF int bt_ckpt_meta_get_f64(const bt_ckpt_meta *m, const char *key, double *v) {
@@ -2320,7 +2332,7 @@ static void *bt__ck_writer_main(void *arg) {
         }
 #endif
         if (!r && bt__ck_write_file(s->path, s->e, (int)s->ne, s->meta, &crc_ms, &write_ms)) {
-            snprintf(msg, sizeof msg, "checkpoint: %.1000s", bt_ckpt_error());
+            bt_msgf(msg, sizeof msg, "checkpoint: %s", bt_ckpt_error());
             r = -1;
         }
         t_end = bt__ck_now_ms();                 /* committed; deleting old files is not the save */
@@ -2659,7 +2671,7 @@ static int bt__ck_rotate(const char *dir, int keep, int64_t written, int64_t *re
     int64_t *steps;
     int n = bt_ckpt_list(dir, &steps), i, kept = 1, r = 0;
     char path[4096];
-    if (n < 0) { snprintf(err, errlen, "checkpoint rotation: %.900s", bt_ckpt_error()); return -1; }
+    if (n < 0) { bt_msgf(err, errlen, "checkpoint rotation: %s", bt_ckpt_error()); return -1; }
     for (i = 0; i < n; i++) {
         if (steps[i] == written) continue;
         if (kept < keep) { kept++; continue; }

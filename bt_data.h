@@ -83,6 +83,7 @@
 #ifndef BT_DATA_H
 #define BT_DATA_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -98,6 +99,16 @@ extern "C" {
 
 /* ---- errors ---- */
 BT_DATA_DEF const char *bt_data_error(void);   /* the last failure's message ("" if none) */
+/* snprintf for messages: a text too long for buf[n] keeps its head and its tail with "..."
+   between them, so the reason at a message's end survives a long path at its start. The
+   arguments may point into buf (the text is formatted aside first). The full length, as snprintf.
+   Every error message of the bt_ headers goes through it. */
+BT_DATA_DEF int bt_msgf(char *buf, size_t n, const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+BT_DATA_DEF int bt_vmsgf(char *buf, size_t n, const char *fmt, va_list ap);
 
 /* ---- tokenizer ---- */
 #define BT_EOT 50256                 /* <|endoftext|> */
@@ -276,13 +287,56 @@ static BT__THREAD_LOCAL char bt__data_errbuf[1024];
 
 BT_DATA_DEF const char *bt_data_error(void) { return bt__data_errbuf; }
 
+/* text[0..len) into buf[n]: whole when it fits, else its first third and the rest of the room
+   from its end, cut between UTF-8 characters, "..." between */
+static void bt__fit(char *buf, size_t n, const char *text, size_t len) {
+    size_t head, tail;
+    if (!n) return;
+    if (len < n || n < 16) {
+        if (len >= n) len = n - 1;
+        memmove(buf, text, len);
+        buf[len] = 0;
+        return;
+    }
+    head = (n - 1) / 3;
+    tail = len - (n - 1 - head - 3);
+    while (head > 0 && (text[head] & 0xC0) == 0x80) head--;
+    while (tail < len && (text[tail] & 0xC0) == 0x80) tail++;
+    memmove(buf, text, head);
+    memcpy(buf + head, "...", 3);
+    memmove(buf + head + 3, text + tail, len - tail);
+    buf[head + 3 + len - tail] = 0;
+}
+BT_DATA_DEF int bt_vmsgf(char *buf, size_t n, const char *fmt, va_list ap) {
+    char local[2048], *text = local;
+    va_list again;
+    int len;
+    va_copy(again, ap);
+    len = vsnprintf(local, sizeof local, fmt, ap);
+    if (len >= (int)sizeof local && (text = (char *)bt__dmalloc((size_t)len + 1)) != NULL) vsnprintf(text, (size_t)len + 1, fmt, again);
+    va_end(again);
+    if (len < 0) { if (n) buf[0] = 0; return len; }
+    if (!text) text = local;   /* out of memory: the head only */
+    bt__fit(buf, n, text, strlen(text));
+    if (text != local) bt__dfree(text);
+    return len;
+}
+BT_DATA_DEF int bt_msgf(char *buf, size_t n, const char *fmt, ...) {
+    va_list ap;
+    int len;
+    va_start(ap, fmt);
+    len = bt_vmsgf(buf, n, fmt, ap);
+    va_end(ap);
+    return len;
+}
+
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((format(printf, 1, 2)))
 #endif
 static void bt__seterr(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(bt__data_errbuf, sizeof bt__data_errbuf, fmt, ap);
+    bt_vmsgf(bt__data_errbuf, sizeof bt__data_errbuf, fmt, ap);
     va_end(ap);
 }
 

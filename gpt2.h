@@ -200,16 +200,16 @@ BTDEF int gpt2_config_check(const gpt2_config *cfg, const char *src, const char 
     const int v[6] = {cfg->maxT, cfg->V, cfg->L, cfg->H, cfg->C, cfg->Vp};
     for (int i = 0; i < 6; i++)
         if (v[i] < 1 || v[i] > bound[i].hi) {
-            snprintf(err, errlen, "%s: %s%s = %d is out of range (1 to %d)", src, field, bound[i].name, v[i], bound[i].hi);
+            bt_msgf(err, errlen, "%s: %s%s = %d is out of range (1 to %d)", src, field, bound[i].name, v[i], bound[i].hi);
             return -1;
         }
     if (cfg->Vp < cfg->V || cfg->C % cfg->H) {
-        snprintf(err, errlen, "%s: inconsistent config maxT %d V %d Vp %d L %d H %d C %d", src, cfg->maxT, cfg->V, cfg->Vp, cfg->L, cfg->H, cfg->C);
+        bt_msgf(err, errlen, "%s: inconsistent config maxT %d V %d Vp %d L %d H %d C %d", src, cfg->maxT, cfg->V, cfg->Vp, cfg->L, cfg->H, cfg->C);
         return -1;
     }
     int64_t n = gpt2_num_params(cfg);   /* at most ~2^48 with the bounds above: no overflow */
     if (n > GPT2_MAX_PARAMS) {
-        snprintf(err, errlen, "%s: L %d, C %d, Vp %d, maxT %d give %lld parameters, more than 2^40", src, cfg->L, cfg->C, cfg->Vp, cfg->maxT, (long long)n);
+        bt_msgf(err, errlen, "%s: L %d, C %d, Vp %d, maxT %d give %lld parameters, more than 2^40", src, cfg->L, cfg->C, cfg->Vp, cfg->maxT, (long long)n);
         return -1;
     }
     return 0;

@@ -57,7 +57,7 @@ BTDEF int gpt2_hf_name(const gpt2 *m, int i, const char *prefix, char *name, siz
 static FILE *gpt2__open_model(const char *path, uint64_t *size, char *err, size_t errlen) {
     int fd = bt_input_open(path, size);
     FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
-    if (!f) { snprintf(err, errlen, "%s", fd < 0 ? bt_data_error() : strerror(errno)); if (fd >= 0) close(fd); }
+    if (!f) { bt_msgf(err, errlen, "%s", fd < 0 ? bt_data_error() : strerror(errno)); if (fd >= 0) close(fd); }
     return f;
 }
 BTDEF int gpt2_read_header(const char *path, gpt2_config *cfg, char *err, size_t errlen) {
@@ -67,14 +67,14 @@ BTDEF int gpt2_read_header(const char *path, gpt2_config *cfg, char *err, size_t
     int32_t h[256];
     size_t got = fread(h, sizeof(int32_t), 256, f);
     fclose(f);
-    if (got != 256) { snprintf(err, errlen, "%s: too short for a model header (%zu of 1024 bytes)", path, got * 4); return -1; }
-    if (h[0] != GPT2_MODEL_MAGIC) { snprintf(err, errlen, "%s: bad magic %d (expected %d, an llm.c/BluTrain model file)", path, h[0], GPT2_MODEL_MAGIC); return -1; }
-    if (h[1] != 3) { snprintf(err, errlen, "%s: version %d (only 3, fp32, is read)", path, h[1]); return -1; }
+    if (got != 256) { bt_msgf(err, errlen, "%s: too short for a model header (%zu of 1024 bytes)", path, got * 4); return -1; }
+    if (h[0] != GPT2_MODEL_MAGIC) { bt_msgf(err, errlen, "%s: bad magic %d (expected %d, an llm.c/BluTrain model file)", path, h[0], GPT2_MODEL_MAGIC); return -1; }
+    if (h[1] != 3) { bt_msgf(err, errlen, "%s: version %d (only 3, fp32, is read)", path, h[1]); return -1; }
     cfg->maxT = h[2]; cfg->V = h[3]; cfg->L = h[4]; cfg->H = h[5]; cfg->C = h[6]; cfg->Vp = h[7];
     if (gpt2_config_check(cfg, path, "header field ", err, errlen)) return -1;
     int64_t n = gpt2_num_params(cfg);
     if (size != 1024 + 4 * (uint64_t)n) {
-        snprintf(err, errlen, "%s: the header's config (L %d, C %d, Vp %d, maxT %d) has %lld parameters (%llu bytes with the header), the file has %llu bytes",
+        bt_msgf(err, errlen, "%s: the header's config (L %d, C %d, Vp %d, maxT %d) has %lld parameters (%llu bytes with the header), the file has %llu bytes",
                  path, cfg->L, cfg->C, cfg->Vp, cfg->maxT, (long long)n, (unsigned long long)(1024 + 4 * (uint64_t)n), (unsigned long long)size);
         return -1;
     }
@@ -85,13 +85,13 @@ BTDEF int gpt2_load_weights(gpt2 *m, const char *path, char *err, size_t errlen)
     FILE *f = gpt2__open_model(path, &size, err, errlen);
     if (!f) return -1;
     float *buf = (float *)malloc(sizeof(float) * (size_t)m->num_params), *mem = (float *)calloc((size_t)m->flat_numel, sizeof(float));
-    if (!buf || !mem) { fclose(f); free(buf); free(mem); snprintf(err, errlen, "%s: out of host memory", path); return -1; }
+    if (!buf || !mem) { fclose(f); free(buf); free(mem); bt_msgf(err, errlen, "%s: out of host memory", path); return -1; }
     int ok = fseek(f, 1024, SEEK_SET) == 0 && fread(buf, sizeof(float), (size_t)m->num_params, f) == (size_t)m->num_params;
     int extra = fgetc(f) != EOF;
     fclose(f);
     if (!ok || extra) {
         free(buf); free(mem);
-        snprintf(err, errlen, "%s: expected exactly %lld parameters after the header", path, (long long)m->num_params);
+        bt_msgf(err, errlen, "%s: expected exactly %lld parameters after the header", path, (long long)m->num_params);
         return -1;
     }
     gpt2_from_file_order(m, buf, mem);
@@ -107,7 +107,7 @@ BTDEF int gpt2_save(gpt2 *m, const char *path, char *err, size_t errlen) {
     h[0] = GPT2_MODEL_MAGIC; h[1] = 3; h[2] = m->cfg.maxT; h[3] = m->cfg.V; h[4] = m->cfg.L;
     h[5] = m->cfg.H; h[6] = m->cfg.C; h[7] = m->cfg.Vp;
     float *buf = (float *)malloc(sizeof(float) * (size_t)m->num_params), *mem = (float *)malloc(sizeof(float) * (size_t)m->flat_numel);
-    if (!buf || !mem) { free(buf); free(mem); snprintf(err, errlen, "%s: out of host memory", path); return -1; }
+    if (!buf || !mem) { free(buf); free(mem); bt_msgf(err, errlen, "%s: out of host memory", path); return -1; }
     bt_to_host(m->flat, mem, BT_F32);
     gpt2_to_file_order(m, mem, buf);
     free(mem);
@@ -115,7 +115,7 @@ BTDEF int gpt2_save(gpt2 *m, const char *path, char *err, size_t errlen) {
     int ok = f && !bt_atomic_write(f, h, sizeof h) && !bt_atomic_write(f, buf, sizeof(float) * (size_t)m->num_params);
     free(buf);
     if (f && !ok) bt_atomic_abort(f);
-    if (!ok || bt_atomic_commit(f)) { snprintf(err, errlen, "%s", bt_data_error()); return -1; }
+    if (!ok || bt_atomic_commit(f)) { bt_msgf(err, errlen, "%s", bt_data_error()); return -1; }
     return 0;
 }
 
@@ -157,14 +157,14 @@ static int gpt2__hf_config_json(const char *model_path, bt_json_doc **doc, char 
     uint64_t size = 0;
     if (access(path, F_OK) != 0) return 0;
     int fd = bt_input_open(path, &size);
-    if (fd < 0) { snprintf(err, errlen, "%s", bt_data_error()); return -1; }
+    if (fd < 0) { bt_msgf(err, errlen, "%s", bt_data_error()); return -1; }
     char *text = size <= (1u << 20) ? (char *)malloc((size_t)size + 1) : NULL;
     ssize_t got = text ? pread(fd, text, (size_t)size, 0) : -1;
     close(fd);
-    if (got != (ssize_t)size) { free(text); snprintf(err, errlen, "%.500s: cannot read it (%llu bytes; at most 1 MiB)", path, (unsigned long long)size); return -1; }
+    if (got != (ssize_t)size) { free(text); bt_msgf(err, errlen, "%.500s: cannot read it (%llu bytes; at most 1 MiB)", path, (unsigned long long)size); return -1; }
     *doc = bt_json_parse(text, (size_t)size, 0);
     free(text);
-    if (!*doc) { snprintf(err, errlen, "%.500s: %.400s", path, bt_ckpt_error()); return -1; }
+    if (!*doc) { bt_msgf(err, errlen, "%s: %s", path, bt_ckpt_error()); return -1; }
     return 0;
 }
 /* n_head from config.json (its other fields must agree with the tensors), else from the preset
@@ -175,7 +175,7 @@ static int gpt2__hf_heads(const char *src, gpt2_config *c, char *err, size_t err
     if (!doc) {
         for (int i = 0; i < gpt2_npresets; i++)
             if (gpt2_presets[i].L == c->L && gpt2_presets[i].C == c->C) { c->H = gpt2_presets[i].H; return 0; }
-        snprintf(err, errlen, "%.500s: no config.json beside it to give the number of heads (n_head), and no preset has L %d and C %d", src, c->L, c->C);
+        bt_msgf(err, errlen, "%.500s: no config.json beside it to give the number of heads (n_head), and no preset has L %d and C %d", src, c->L, c->C);
         return -1;
     }
     const bt_json *root = bt_json_root(doc), *act = bt_json_get(root, "activation_function");
@@ -186,16 +186,16 @@ static int gpt2__hf_heads(const char *src, gpt2_config *c, char *err, size_t err
         const bt_json *v = bt_json_get(root, keys[i]);
         int64_t x = 0;
         if ((!v && i == 0) || (v && (bt_json_i64(v, &x) || x < 1 || x > INT32_MAX))) {
-            snprintf(err, errlen, "config.json beside %.500s: \"%s\" is %s", src, keys[i], v ? "not a positive integer" : "missing");
+            bt_msgf(err, errlen, "config.json beside %.500s: \"%s\" is %s", src, keys[i], v ? "not a positive integer" : "missing");
             r = -1;
         } else if (v && i == 0) c->H = (int)x;
         else if (v && x != want[i]) {
-            snprintf(err, errlen, "config.json beside %.500s says %s %lld, the tensors %d", src, keys[i], (long long)x, want[i]);
+            bt_msgf(err, errlen, "config.json beside %.500s says %s %lld, the tensors %d", src, keys[i], (long long)x, want[i]);
             r = -1;
         }
     }
     if (!r && act && (act->type != BT_JSON_STRING || (strcmp(act->str, "gelu_new") && strcmp(act->str, "gelu_pytorch_tanh")))) {
-        snprintf(err, errlen, "config.json beside %.500s: activation_function \"%s\": our GELU is the tanh form (gelu_new)", src,
+        bt_msgf(err, errlen, "config.json beside %.500s: activation_function \"%s\": our GELU is the tanh form (gelu_new)", src,
                  act->type == BT_JSON_STRING ? act->str : "?");
         r = -1;
     }
@@ -210,7 +210,7 @@ BTDEF int gpt2_hf_config(bt_ckpt_file *f, const char *path, char *prefix, gpt2_c
     snprintf(name, sizeof name, "%swpe.weight", prefix);
     wpe = bt_ckpt_find(f, name);
     if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2 || wte->shape[1] != wpe->shape[1]) {
-        snprintf(err, errlen, "%.500s: not a GPT-2 model in Hugging Face's layout (transformer.wte.weight [V, C] and "
+        bt_msgf(err, errlen, "%.500s: not a GPT-2 model in Hugging Face's layout (transformer.wte.weight [V, C] and "
                  "transformer.wpe.weight [maxT, C] expected), nor a train_gpt2 checkpoint", path);
         return -1;
     }
@@ -220,13 +220,13 @@ BTDEF int gpt2_hf_config(bt_ckpt_file *f, const char *path, char *prefix, gpt2_c
         if (!bt_ckpt_find(f, name)) break;
     }
     if (wte->shape[0] > INT32_MAX || wpe->shape[0] > INT32_MAX || wte->shape[1] > INT32_MAX) {
-        snprintf(err, errlen, "%.500s: wte or wpe has more than 2^31 rows or columns", path); return -1;
+        bt_msgf(err, errlen, "%.500s: wte or wpe has more than 2^31 rows or columns", path); return -1;
     }
     *c = gpt2_config_make(L, 1, (int)wte->shape[1], (int)wpe->shape[0], (int)wte->shape[0]);
-    if (L == 0) { snprintf(err, errlen, "%.500s: no layers (%sh.0.ln_1.weight)", path, prefix); return -1; }
+    if (L == 0) { bt_msgf(err, errlen, "%.500s: no layers (%sh.0.ln_1.weight)", path, prefix); return -1; }
     for (int i = 0; i < bt_ckpt_count(f); i++)
         if (!gpt2__hf_known_name(bt_ckpt_info_at(f, i)->name, prefix, L)) {
-            snprintf(err, errlen, "%.500s: tensor '%s' is not part of a GPT-2 of %d layers", path, bt_ckpt_info_at(f, i)->name, L);
+            bt_msgf(err, errlen, "%.500s: tensor '%s' is not part of a GPT-2 of %d layers", path, bt_ckpt_info_at(f, i)->name, L);
             return -1;
         }
     if (gpt2__hf_heads(path, c, err, errlen)) return -1;
@@ -240,9 +240,9 @@ static int gpt2__hf_check_tied_head(gpt2 *m, bt_ckpt_file *f, const char *path, 
     bt_scope_begin();
     bt_tensor *head = bt_empty(bt_shape2(V, C), BT_F32, bt_cpu()), *wte = bt_empty(bt_shape2(V, C), BT_F32, bt_cpu());
     bt_to_host(bt_narrow(m->wte, 0, 0, V), bt_data_ptr(wte), BT_F32);
-    if (bt_ckpt_load(f, "lm_head.weight", head, BT_CKPT_CONVERT)) { snprintf(err, errlen, "%s", bt_ckpt_error()); r = -1; }
+    if (bt_ckpt_load(f, "lm_head.weight", head, BT_CKPT_CONVERT)) { bt_msgf(err, errlen, "%s", bt_ckpt_error()); r = -1; }
     else if (memcmp(bt_data_ptr(head), bt_data_ptr(wte), sizeof(float) * (size_t)V * C)) {
-        snprintf(err, errlen, "%.500s: lm_head.weight differs from %swte.weight: our head is the embedding itself (tie_word_embeddings)", path, prefix);
+        bt_msgf(err, errlen, "%.500s: lm_head.weight differs from %swte.weight: our head is the embedding itself (tie_word_embeddings)", path, prefix);
         r = -1;
     }
     bt_scope_end();
@@ -256,7 +256,7 @@ BTDEF int gpt2_hf_load(gpt2 *m, bt_ckpt_file *f, const char *path, const char *p
         int flags = BT_CKPT_CONVERT | (gpt2_hf_name(m, i, prefix, name, sizeof name) ? BT_CKPT_TRANSPOSE : 0) | (i == 0 ? BT_CKPT_PAD_ROWS : 0);
         bt_scope_begin();   /* into a view of the flat buffer: the leaf itself is autograd's */
         bt_tensor *dst = bt_view(bt_narrow(m->flat, 0, p->offset - m->flat->offset, bt_numel(p)), bt_shape_of(p));
-        if (bt_ckpt_load(f, name, dst, flags)) { snprintf(err, errlen, "%s", bt_ckpt_error()); r = -1; }
+        if (bt_ckpt_load(f, name, dst, flags)) { bt_msgf(err, errlen, "%s", bt_ckpt_error()); r = -1; }
         bt_scope_end();
     }
     return r ? -1 : gpt2__hf_check_tied_head(m, f, path, prefix, err, errlen);
@@ -272,7 +272,7 @@ BTDEF int gpt2_hf_export(gpt2 *m, const char *dir, char *err, size_t errlen) {
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if (!bad) bad = bt_ckpt_writer_save(w, path) != 0;
     bt_ckpt_writer_free(w);
-    if (bad) { snprintf(err, errlen, "%s", bt_ckpt_error()); return -1; }
+    if (bad) { bt_msgf(err, errlen, "%s", bt_ckpt_error()); return -1; }
     const gpt2_config *c = &m->cfg;
     bt_json_writer j;
     bt_json_writer_init(&j, 2);
@@ -295,7 +295,7 @@ BTDEF int gpt2_hf_export(gpt2 *m, const char *dir, char *err, size_t errlen) {
     snprintf(path, sizeof path, "%s/config.json", dir);
     int r = bt_json_save(&j, path);
     bt_json_writer_free(&j);
-    if (r) { snprintf(err, errlen, "%s", bt_ckpt_error()); return -1; }
+    if (r) { bt_msgf(err, errlen, "%s", bt_ckpt_error()); return -1; }
     return 0;
 }
 #endif /* GPT2_IO_IMPLEMENTATION_DONE */

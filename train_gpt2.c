@@ -452,7 +452,7 @@ static int load_tokenizer(trainer *tr, char *err, size_t errlen) {
     snprintf(enc, sizeof enc, "%s/encoder.json", tr->o.tok_dir); snprintf(bpe, sizeof bpe, "%s/vocab.bpe", tr->o.tok_dir);
     tr->tok = bt_tokenizer_load(enc, bpe);
     if (tr->tok) return 0;
-    if (tr->o.given_tok) { snprintf(err, errlen, "--tokenizer: %.900s", bt_data_error()); return -1; }
+    if (tr->o.given_tok) { bt_msgf(err, errlen, "--tokenizer: %s", bt_data_error()); return -1; }
     fprintf(stderr, "note: no tokenizer (%s); samples print as token ids\n", bt_data_error());
     return 0;
 }
@@ -460,23 +460,23 @@ static int load_tokenizer(trainer *tr, char *err, size_t errlen) {
 /* Every output of the run, checked before anything is built or trained: a bad --save or -o
    path must not cost a run. -o DIR is made here when missing. */
 static int check_outputs(const train_opts *o, char *err, size_t errlen) {
-    if (o->save_path && bt_output_check(o->save_path)) { snprintf(err, errlen, "--save: %.900s", bt_data_error()); return -1; }
+    if (o->save_path && bt_output_check(o->save_path)) { bt_msgf(err, errlen, "--save: %s", bt_data_error()); return -1; }
     if (o->out_dir) {
         char path[4096];
         if (snprintf(path, sizeof path, "%s/log.jsonl", o->out_dir) >= (int)sizeof path) { snprintf(err, errlen, "-o: the directory name is too long"); return -1; }
-        if (bt_output_dir(o->out_dir) || bt_output_check(path)) { snprintf(err, errlen, "-o: %.900s", bt_data_error()); return -1; }
+        if (bt_output_dir(o->out_dir) || bt_output_check(path)) { bt_msgf(err, errlen, "-o: %s", bt_data_error()); return -1; }
     }
     if (o->ckpt_dir) {   /* made here; a checkpoint's name in it must be writable */
         char path[4096];
         if (bt_ckpt_path(o->ckpt_dir, 0, path, sizeof path)) { snprintf(err, errlen, "--ckpt-dir: the directory name is too long"); return -1; }
-        if (bt_output_dir(o->ckpt_dir) || bt_output_check(path)) { snprintf(err, errlen, "--ckpt-dir: %.900s", bt_data_error()); return -1; }
+        if (bt_output_dir(o->ckpt_dir) || bt_output_check(path)) { bt_msgf(err, errlen, "--ckpt-dir: %s", bt_data_error()); return -1; }
     }
     if (o->export_hf) {
         static const char *const files[2] = {"model.safetensors", "config.json"};
         for (int i = 0; i < 2; i++) {
             char path[4096];
             if (snprintf(path, sizeof path, "%s/%s", o->export_hf, files[i]) >= (int)sizeof path) { snprintf(err, errlen, "--export-hf: the directory name is too long"); return -1; }
-            if (bt_output_dir(o->export_hf) || bt_output_check(path)) { snprintf(err, errlen, "--export-hf: %.900s", bt_data_error()); return -1; }
+            if (bt_output_dir(o->export_hf) || bt_output_check(path)) { bt_msgf(err, errlen, "--export-hf: %s", bt_data_error()); return -1; }
         }
     }
     return 0;
@@ -488,7 +488,7 @@ static int open_log(trainer *tr, char *err, size_t errlen) {
     snprintf(path, sizeof path, "%s/log.jsonl", tr->o.out_dir);
     int fd = bt_output_open(path, tr->src.resume);
     if (fd < 0 || !(tr->log = fdopen(fd, "w"))) {
-        snprintf(err, errlen, "-o: %.900s", fd < 0 ? bt_data_error() : strerror(errno));
+        bt_msgf(err, errlen, "-o: %s", fd < 0 ? bt_data_error() : strerror(errno));
         if (fd >= 0) close(fd);
         return -1;
     }

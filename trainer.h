@@ -553,9 +553,7 @@ static int trainer__ckpt_config(const bt_ckpt_meta *meta, const char *path, gpt2
     int *dst[6] = {&c->maxT, &c->V, &c->Vp, &c->L, &c->H, &c->C};
     for (int i = 0; i < 6; i++) {
         int64_t v;
-        if (bt_ckpt_meta_get_i64(meta, keys[i], &v) || v < INT32_MIN || v > INT32_MAX) {
-            snprintf(err, errlen, "%.500s: metadata \"%s\": %.400s", path, keys[i], bt_ckpt_error()); return -1;
-        }
+        if (bt_ckpt_meta_get_int(meta, keys[i], INT32_MIN, INT32_MAX, &v)) { bt_msgf(err, errlen, "%s: %s", path, bt_ckpt_error()); return -1; }
         *dst[i] = (int)v;
     }
     return gpt2_config_check(c, path, "gpt2.", err, errlen);
@@ -569,7 +567,7 @@ int trainer_ckpt_check(const model_source *src, const train_opts *o, const gpt2_
         if (strcmp(v, f[i].val) && !strncmp(f[i].key, "gpt2.", 5)) {
             gpt2_config h;
             if (trainer__ckpt_config(bt_ckpt_file_meta(src->file), src->path, &h, err, errlen)) return -1;
-            snprintf(err, errlen, "--resume %.500s: the checkpoint holds a model of L %d H %d C %d maxT %d V %d, -e %s is L %d H %d "
+            bt_msgf(err, errlen, "--resume %.500s: the checkpoint holds a model of L %d H %d C %d maxT %d V %d, -e %s is L %d H %d "
                      "C %d maxT %d V %d", src->path, h.L, h.H, h.C, h.maxT, h.V, o->model ? o->model : "?", c->L, c->H, c->C, c->maxT, c->V);
             return -1;
         }
@@ -778,7 +776,7 @@ static int trainer__find_resume_here(const train_opts *o, char *path, size_t n, 
     if (count == 0 && is_auto) return 1;
     if (count == 0) snprintf(err, errlen, "--resume %.500s: no checkpoint (ckpt_STEP.safetensors) in it", dir);
     else if (count > 0) snprintf(err, errlen, "--resume %.500s: none of its %d checkpoints is whole (each is reported above)", dir, count);
-    else snprintf(err, errlen, "--resume: %.900s", bt_ckpt_error());
+    else bt_msgf(err, errlen, "--resume: %s", bt_ckpt_error());
     return -1;
 }
 /* the same for every rank: rank 0 looks, the others are told */
@@ -804,7 +802,7 @@ int trainer_source_open(const train_opts *o, bt_dist *dist, model_source *src, g
     } else return 0;
     const char *flag = src->resume ? "--resume" : "--init-from";
     if (!(src->file = bt_ckpt_open(src->path, src->resume ? BT_CKPT_REQUIRE_CHECKSUMS : 0))) {
-        snprintf(err, errlen, "%s: %.900s", flag, bt_ckpt_error());
+        bt_msgf(err, errlen, "%s: %s", flag, bt_ckpt_error());
         return -1;
     }
     const bt_ckpt_meta *meta = bt_ckpt_file_meta(src->file);
@@ -812,7 +810,7 @@ int trainer_source_open(const train_opts *o, bt_dist *dist, model_source *src, g
     if (src->resume) { snprintf(err, errlen, "--resume %.500s: not a train_gpt2 checkpoint (no train_gpt2.checkpoint in its metadata)", src->path); return -1; }
     src->hf = 1;
     char msg[1024];
-    if (gpt2_hf_config(src->file, src->path, src->prefix, cfg, msg, sizeof msg)) { snprintf(err, errlen, "--init-from %s", msg); return -1; }
+    if (gpt2_hf_config(src->file, src->path, src->prefix, cfg, msg, sizeof msg)) { bt_msgf(err, errlen, "--init-from %s", msg); return -1; }
     return 0;
 }
 /* the weights from the source into a whole (one-process) model m: a checkpoint's params, or a
@@ -827,7 +825,7 @@ static int trainer__source_load_into(gpt2 *m, model_source *src, char *err, size
         bt_scope_end();
         if (r) snprintf(msg, sizeof msg, "%s", bt_ckpt_error());
     }
-    if (r) snprintf(err, errlen, "%s: %s", src->resume ? "--resume" : "--init-from", msg);
+    if (r) bt_msgf(err, errlen, "%s: %s", src->resume ? "--resume" : "--init-from", msg);
     return r ? -1 : 0;
 }
 /* with tp > 1 through a whole model in host memory, this rank's shard of it copied in */
@@ -851,9 +849,8 @@ int trainer_ckpt_restore(trainer *tr, char *err, size_t errlen) {
     bt_adamw *opt = &tr->opt;
     int64_t step, astep;
     bt_loader_state st;
-    if (bt_ckpt_meta_get_i64(meta, "train.step", &step) || bt_ckpt_meta_get_i64(meta, "adamw.step", &astep) ||
-        step < 0 || step > tr->o.steps || astep < 0 || astep > step) {
-        snprintf(err, errlen, "--resume %.500s: train.step or adamw.step is missing or out of range (%.400s)", tr->src.path, bt_ckpt_error());
+    if (bt_ckpt_meta_get_int(meta, "train.step", 0, tr->o.steps, &step) || bt_ckpt_meta_get_int(meta, "adamw.step", 0, step, &astep)) {
+        bt_msgf(err, errlen, "--resume %s: %s", tr->src.path, bt_ckpt_error());
         return -1;
     }
     int r, tp = tr->model.tp > 1;
@@ -867,11 +864,11 @@ int trainer_ckpt_restore(trainer *tr, char *err, size_t errlen) {
         if (!r) bt_adamw_set_state(opt, bt_narrow(m, 0, opt->lo, opt->hi - opt->lo), bt_narrow(v, 0, opt->lo, opt->hi - opt->lo), astep);
     }
     bt_scope_end();
-    if (r) { snprintf(err, errlen, "--resume: %.900s", bt_ckpt_error()); return -1; }
+    if (r) { bt_msgf(err, errlen, "--resume: %s", bt_ckpt_error()); return -1; }
     opt->step = astep;
     int drank = tr->par ? tr->par->dp_rank : tr->dist ? tr->dist->rank : 0;   /* tp/cp ranks read their dp index's rows */
-    if (bt_ckpt_meta_get_loader(meta, drank, &st)) { snprintf(err, errlen, "--resume: %.900s", bt_ckpt_error()); return -1; }
-    if (bt_loader_set_state(tr->train, &st)) { snprintf(err, errlen, "--resume: the data position: %.900s", bt_data_error()); return -1; }
+    if (bt_ckpt_meta_get_loader(meta, drank, &st)) { bt_msgf(err, errlen, "--resume %s: %s", tr->src.path, bt_ckpt_error()); return -1; }
+    if (bt_loader_set_state(tr->train, &st)) { bt_msgf(err, errlen, "--resume: the data position: %s", bt_data_error()); return -1; }
     tr->start_step = (int)step;
     bt_ckpt_close(tr->src.file);
     tr->src.file = NULL;

@@ -1041,6 +1041,55 @@ static void test_config_json(void) {
     bt_json_writer_free(&w);
 }
 
+/* ---- messages (issue 35, finding 7) ---- */
+
+/* a message never formats from its own buffer (bt_ckpt_error() as an argument), a getter that
+   fails says why (missing, not an integer, out of range, naming the key and the value), and a
+   path of 1,500+ bytes keeps the reason after it */
+static void test_messages(void) {
+    bt_ckpt_meta *m = bt_ckpt_meta_new();
+    bt_loader_state st;
+    int64_t v = 0;
+    char buf[64], longp[1700], dir[600];
+    const char *e;
+    bt_ckpt_meta_set(m, "loader.0", "{\"magic\": 1, ");
+    BT_CHECK(bt_ckpt_meta_get_loader(m, 0, &st) && (e = bt_ckpt_error()) && !strncmp(e, "metadata \"loader.0\": JSON, ", 27) &&
+             !strstr(e + 1, "metadata") && strstr(e, "byte"), "bad JSON in a loader state: %s", bt_ckpt_error());
+    bt_ckpt_meta_set(m, "n", "99999999999");
+    BT_CHECK(bt_ckpt_meta_get_int(m, "n", INT32_MIN, INT32_MAX, &v) && strstr(bt_ckpt_error(), "metadata \"n\": 99999999999 is out of range (-2147483648..2147483647)"),
+             "out of range: %s", bt_ckpt_error());
+    bt_ckpt_meta_set(m, "n", "7x");
+    BT_CHECK(bt_ckpt_meta_get_int(m, "n", 0, 9, &v) && strstr(bt_ckpt_error(), "metadata \"n\": \"7x\" is not a 64-bit integer"), "not an integer: %s", bt_ckpt_error());
+    BT_CHECK(bt_ckpt_meta_get_int(m, "absent", 0, 9, &v) && strstr(bt_ckpt_error(), "no key \"absent\""), "missing: %s", bt_ckpt_error());
+    bt_ckpt_meta_set(m, "n", "9");
+    BT_CHECK(!bt_ckpt_meta_get_int(m, "n", 0, 9, &v) && v == 9, "in range: %lld", (long long)v);
+    bt_ckpt_meta_free(m);
+    /* bt_msgf: whole when it fits, else head ... tail, cut between UTF-8 characters; its own buffer as an argument */
+    BT_CHECK(bt_msgf(buf, sizeof buf, "%s: %d", "short", 5) == 8 && !strcmp(buf, "short: 5"), "fits: %s", buf);
+    memset(longp, 'a', 100); longp[100] = 0;
+    BT_CHECK(bt_msgf(buf, sizeof buf, "%s: the reason", longp) == 112 && strlen(buf) == 63 && !strncmp(buf, "aaaaaaaaaaaaaaaaaaaaa...", 24) &&
+             strstr(buf, "aaa: the reason") && buf[62] == 'n', "head ... tail: %s", buf);
+    for (int i = 0; i < 50; i++) memcpy(longp + 2 * i, "\xc3\xa9", 2);
+    bt_msgf(buf, sizeof buf, "%s: why", longp);
+    const char *dots = strstr(buf, "...");
+    BT_CHECK(dots && (dots - buf) % 2 == 0 && strlen(dots + 3) % 2 == 1 && strstr(buf, ": why"), "UTF-8 kept whole: %s", buf);
+    snprintf(buf, sizeof buf, "reason");
+    bt_msgf(buf, sizeof buf, "outer: %s (%s)", buf, buf);
+    BT_CHECK(!strcmp(buf, "outer: reason (reason)"), "its own buffer as an argument: %s", buf);
+    /* a 1,500-byte path: the reason survives (reading, writing, a directory) */
+    snprintf(dir, sizeof dir, "%s", bt_test_dir);
+    size_t at = (size_t)snprintf(longp, sizeof longp, "%s", dir);
+    while (at < 1550) at += (size_t)snprintf(longp + at, sizeof longp - at, "/0123456789");
+    snprintf(longp + at, sizeof longp - at, "/x.safetensors");
+    BT_CHECK(!bt_ckpt_open(longp, 0) && !strncmp(bt_ckpt_error(), dir, strlen(dir)) && strstr(bt_ckpt_error(), "x.safetensors: cannot open: No such file"),
+             "open: %s", bt_ckpt_error());
+    bt_ckpt_writer *w = bt_ckpt_writer_new();
+    float x = 1;
+    bt_ckpt_writer_add(w, "x", BT_CKPT_F32, 0, NULL, &x);
+    BT_CHECK(bt_ckpt_writer_save(w, longp) && strstr(bt_ckpt_error(), "does not exist"), "save: %s", bt_ckpt_error());
+    bt_ckpt_writer_free(w);
+}
+
 /* ---- interop with Python's safetensors (tests/ckpt_interop.py) ---- */
 
 /* element i of interop tensor k: small integers / quarters, exact in every dtype */
@@ -1134,6 +1183,7 @@ int main(int argc, char **argv) {
     BT_RUN(test_latest_valid);
     BT_RUN(test_names_and_sweep);
     BT_RUN(test_config_json);
+    BT_RUN(test_messages);
     BT_RUN(test_python_interop);
     bt_test_dir_remove();
     return bt_test_summary("test_ckpt");

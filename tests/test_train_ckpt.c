@@ -563,6 +563,55 @@ static void test_hf_runs(void) {
     BT_CHECK(rc == 1 && strstr(out, "--init-from") && !strstr(out, "step "), "bad file: exit %d: %s", rc, out);
 }
 
+/* ---- issue 35, findings 7 and 8: messages that say what went wrong ---- */
+/* checkpoint src copied to dst with metadata key = value (key NULL: none) and, nan_at >= 0,
+   params[nan_at] = NaN; its checksums made anew */
+static void ckpt_variant(const char *src, const char *dst, const char *key, const char *value, int64_t nan_at) {
+    bt_ckpt_file *f = bt_ckpt_open(src, BT_CKPT_REQUIRE_CHECKSUMS);
+    BT_CHECK(f != NULL, "%s", bt_ckpt_error());
+    if (!f) return;
+    bt_ckpt_writer *w = bt_ckpt_writer_new();
+    int n = bt_ckpt_count(f);
+    void **bufs = (void **)calloc((size_t)n, sizeof *bufs);
+    for (int i = 0; i < n; i++) {
+        const bt_ckpt_info *t = bt_ckpt_info_at(f, i);
+        bufs[i] = malloc(t->nbytes ? t->nbytes : 1);
+        BT_CHECK(!bt_ckpt_read(f, t->name, bufs[i], t->nbytes), "%s", bt_ckpt_error());
+        if (nan_at >= 0 && !strcmp(t->name, "params")) ((float *)bufs[i])[nan_at] = NAN;
+        bt_ckpt_writer_add(w, t->name, t->dtype, t->ndim, t->shape, bufs[i]);
+    }
+    const bt_ckpt_meta *m = bt_ckpt_file_meta(f);
+    for (int i = 0; i < bt_ckpt_meta_count(m); i++)
+        if (strncmp(bt_ckpt_meta_key(m, i), "bt.", 3)) bt_ckpt_meta_set(bt_ckpt_writer_meta(w), bt_ckpt_meta_key(m, i), bt_ckpt_meta_value(m, i));
+    if (key) bt_ckpt_meta_set(bt_ckpt_writer_meta(w), key, value);
+    BT_CHECK(!bt_ckpt_writer_save(w, dst), "%s", bt_ckpt_error());
+    bt_ckpt_writer_free(w);
+    for (int i = 0; i < n; i++) free(bufs[i]);
+    free(bufs);
+    bt_ckpt_close(f);
+}
+
+/* finding 7: a checkpoint's number that is missing, not an integer or out of range is named with
+   its value (the reason was empty: "metadata \"gpt2.maxT\": ", "out of range ()"); a loader
+   state that is not JSON names its key once (the message was formatted from its own buffer) */
+static void test_ckpt_metadata_messages(void) {
+    if (!have_data() || !reference_ok) { BT_SKIP(reference_ok ? "no data (make data)" : "no reference run"); return; }
+    char args[2000], out[65536], steps[64];
+    snprintf(steps, sizeof steps, "metadata \"train.step\": 50 is out of range (0..%d)", STEPS);
+    const char *cases[][3] = {{"gpt2.maxT", "99999999999", "metadata \"gpt2.maxT\": 99999999999 is out of range (-2147483648..2147483647)"},
+                              {"gpt2.C", "64.5", "metadata \"gpt2.C\": \"64.5\" is not a 64-bit integer"},
+                              {"train.step", "50", steps}, {"adamw.step", "5", "metadata \"adamw.step\": 5 is out of range (0..4)"},
+                              {"loader.0", "{\"magic\": ", "metadata \"loader.0\": JSON, byte"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ckpt_variant(ckpt(tp("ref"), 4), tp("meta.safetensors"), cases[i][0], cases[i][1], -1);
+        snprintf(args, sizeof args, RUN " -x %d --resume %s", STEPS, tp("meta.safetensors"));
+        int rc = train_run(args, out, sizeof out);
+        const char *at = strstr(out, cases[i][2]);
+        BT_CHECK(rc == 1 && strstr(out, "meta.safetensors") && at && !strstr(at + 1, "metadata") && !strstr(out, "step "),
+                 "%s = %s: exit %d: %s", cases[i][0], cases[i][1], rc, out);
+    }
+}
+
 int main(int argc, char **argv) {
     if (train_runs_child(argc, argv)) return train_runs_child_main(argc, argv);
     train_runs_init("test_train_ckpt");
@@ -577,6 +626,7 @@ int main(int argc, char **argv) {
     BT_RUN(test_hf_old_layout);
     BT_RUN(test_init_from_bad_files);
     BT_RUN(test_hf_runs);
+    BT_RUN(test_ckpt_metadata_messages);
     train_runs_done();
     return bt_test_summary("test_train_ckpt");
 }

@@ -177,6 +177,32 @@ static void test_flags_in_runs(void) {
     BT_CHECK(rc == 1 && strstr(out, "not a token shard") && strstr(out, "bt_tokenize"), "-i README.md: exit %d: %s", rc, out);
 }
 
+/* issue 35, finding 7: a path of 1,500+ bytes is shortened in the middle, and the reason after it
+   stays (it was cut off: "error: --init-from: /tmp/.../abcdefghi") */
+static void test_long_paths_keep_reason(void) {
+    char longp[2000], under_file[2000], args[4096], out[65536];
+    size_t at = (size_t)snprintf(longp, sizeof longp, "%s", bt_test_dir);
+    while (at < 1550) at += (size_t)snprintf(longp + at, sizeof longp - at, "/0123456789");
+    bt_test_write_text(tp("plain_file"), "x");
+    snprintf(under_file, sizeof under_file, "%s%s", tp("plain_file"), longp + strlen(bt_test_dir));
+    const struct { const char *flag, *path, *reason; int code; } cases[] = {
+        {"-e", longp, "model.bin: cannot open: No such file or directory", 2},
+        {"--init-from", longp, "model.bin: cannot open: No such file or directory", 1},
+        {"--resume", longp, "model.bin: cannot open: No such file or directory", 1},
+        {"-i", longp, "model.bin: no files match", 1}, {"--save", longp, "(No such file or directory)", 1},
+        {"--tokenizer", longp, "model.bin/encoder.json: cannot open: No such file or directory", 1},
+        {"-o", under_file, "model.bin: cannot make the directory: Not a directory", 1},
+        {"--ckpt-dir", under_file, "model.bin: cannot make the directory: Not a directory", 1},
+        {"--export-hf", under_file, "model.bin: cannot make the directory: Not a directory", 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(args, sizeof args, "%s -x 1 %s %s/model.bin", strcmp(cases[i].flag, "--init-from") && strcmp(cases[i].flag, "-e") ? TINY_RUN : "-b 2 -t 16 -v 0 -g 0",
+                 cases[i].flag, cases[i].path);
+        int rc = train_run(args, out, sizeof out);
+        BT_CHECK(rc == cases[i].code && strstr(out, cases[i].reason) && strstr(out, "...") && !strstr(out, "step "), "%s: exit %d: %.200s ... %s",
+                 cases[i].flag, rc, out, strlen(out) > 300 ? out + strlen(out) - 300 : out);
+    }
+}
+
 /* finding 11: every early exit frees what it made (under make test-asan, LeakSanitizer makes a
    leaking run exit with 23 and say so) */
 static void test_early_exits_free_memory(void) {
@@ -232,6 +258,7 @@ int main(int argc, char **argv) {
     BT_RUN(test_nonfinite_loss_stops);
     BT_RUN(test_log_write_error_warns_once);
     BT_RUN(test_flags_in_runs);
+    BT_RUN(test_long_paths_keep_reason);
     BT_RUN(test_early_exits_free_memory);
     BT_RUN(test_shakespeare_loss_falls);
     train_runs_done();
