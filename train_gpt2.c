@@ -122,6 +122,18 @@ static int parse_double(const char *s, double lo, double hi, double *out) {
     *out = v; return 0;
 }
 
+/* the options that take a value, as parse_args reads them: a name not here (nor a switch) is an
+   unknown option, wherever it stands, even last with no value after it */
+static int takes_value(const char *a) {
+    static const char *const names[] = {"-i", "-j", "-o", "-e", "--save", "--tokenizer", "-b", "-t", "-d", "-x", "-v", "-m",
+        "-s", "-g", "-u", "--topk", "-l", "-q", "-c", "--clip", "--temp", "--seed", "-n", "--nproc", "--bucket-mb",
+        "--nccl-timeout", "--ckpt-dir", "--ckpt-every", "--ckpt-keep", "--resume", "--init-from", "--export-hf", "--tp", "--cp",
+        "--cp-comm", "--recompute", "--cuda-graph", "--ddp-rows", "--nccl-blocking", "--ddp-transport", "--dp", "--comm-dtype",
+        "--precision", "--device"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) if (!strcmp(a, names[i])) return 1;
+    return 0;
+}
+
 /* 0 ok, 1 help asked, -1 error (err says which flag and why) */
 static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t errlen) {
     for (int i = 1; i < argc; i++) {
@@ -140,6 +152,7 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
         if (!strcmp(a, "--sp")) { o->sp = 1; continue; }
         if (!strcmp(a, "--timings")) { o->timings = 1; continue; }
         if (!strcmp(a, "--async-tp")) { o->async_tp = 1; continue; }
+        if (!takes_value(a)) { snprintf(err, errlen, "unknown option '%s'", a); return -1; }
         if (i + 1 >= argc) { snprintf(err, errlen, "%s needs a value", a); return -1; }
         const char *v = argv[++i];
         int bad = 0;
