@@ -34,7 +34,7 @@ BTDEF int gpt2_save(gpt2 *m, const char *path, char *err, size_t errlen);
    the preset of that depth and width for n_head); prefix (16 bytes) receives the names' prefix */
 BTDEF int gpt2_hf_config(bt_ckpt_file *f, const char *path, char *prefix, gpt2_config *c, char *err, size_t errlen);
 /* every leaf of a whole model m (built with that config) from f: Conv1D weights transposed, wte's
-   rows padded to Vp with zeros, any float dtype converted to f32 */
+   rows padded to Vp with zeros, any float dtype converted to f32 (an integer one refused) */
 BTDEF int gpt2_hf_load(gpt2 *m, bt_ckpt_file *f, const char *path, const char *prefix, char *err, size_t errlen);
 /* DIR/model.safetensors (f32, transformers' names, wte's real rows, no head) and DIR/config.json */
 BTDEF int gpt2_hf_export(gpt2 *m, const char *dir, char *err, size_t errlen);
@@ -50,6 +50,7 @@ BTDEF int gpt2_hf_name(const gpt2 *m, int i, const char *prefix, char *name, siz
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- llm.c's model file ---- */
@@ -147,7 +148,8 @@ static int gpt2__hf_known_name(const char *name, const char *prefix, int L) {
     for (int k = 0; k < 12; k++) if (!strcmp(name + end, gpt2__hf_layer[k].name)) return 1;
     return 0;
 }
-/* config.json beside the model file, parsed (*doc NULL when there is none; -1 on a bad one) */
+/* config.json beside the model file, parsed (*doc NULL when there is none; -1 on a bad one, or
+   one that is there but cannot be read: a link to nowhere, a loop of links, no permission) */
 static int gpt2__hf_config_json(const char *model_path, bt_json_doc **doc, char *err, size_t errlen) {
     char path[4096];
     const char *slash = strrchr(model_path, '/');
@@ -155,7 +157,11 @@ static int gpt2__hf_config_json(const char *model_path, bt_json_doc **doc, char 
     snprintf(path, sizeof path, "%.*s%sconfig.json", dl, model_path, slash ? "/" : "");
     *doc = NULL;
     uint64_t size = 0;
-    if (access(path, F_OK) != 0) return 0;
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT) return 0;
+        bt_msgf(err, errlen, "%s: cannot read it: %s", path, strerror(errno)); return -1;
+    }
     int fd = bt_input_open(path, &size);
     if (fd < 0) { bt_msgf(err, errlen, "%s", bt_data_error()); return -1; }
     char *text = size <= (1u << 20) ? (char *)malloc((size_t)size + 1) : NULL;
@@ -232,11 +238,20 @@ BTDEF int gpt2_hf_config(bt_ckpt_file *f, const char *path, char *prefix, gpt2_c
     if (gpt2__hf_heads(path, c, err, errlen)) return -1;
     return gpt2_config_check(c, path, "", err, errlen);
 }
+/* a weight of the file in a float dtype (F32 F64 BF16 F16: converted); an integer one is not a
+   weight. 0 also when it is absent (the load names that) */
+static int gpt2__hf_float(bt_ckpt_file *f, const char *path, const char *name, char *err, size_t errlen) {
+    const bt_ckpt_info *t = bt_ckpt_find(f, name);
+    if (!t || t->dtype == BT_CKPT_F32 || t->dtype == BT_CKPT_F64 || t->dtype == BT_CKPT_BF16 || t->dtype == BT_CKPT_F16) return 0;
+    bt_msgf(err, errlen, "%s: tensor '%s' is %s: a weight must be a float type (F32, F64, BF16 or F16)", path, name, bt_ckpt_dtype_name(t->dtype));
+    return -1;
+}
 /* a head (lm_head.weight) in the file must be wte itself: ours is tied */
 static int gpt2__hf_check_tied_head(gpt2 *m, bt_ckpt_file *f, const char *path, const char *prefix, char *err, size_t errlen) {
     const bt_ckpt_info *h = bt_ckpt_find(f, "lm_head.weight");
     int V = m->cfg.V, C = m->cfg.C, r = 0;
     if (!h) return 0;
+    if (gpt2__hf_float(f, path, "lm_head.weight", err, errlen)) return -1;
     bt_scope_begin();
     bt_tensor *head = bt_empty(bt_shape2(V, C), BT_F32, bt_cpu()), *wte = bt_empty(bt_shape2(V, C), BT_F32, bt_cpu());
     bt_to_host(bt_narrow(m->wte, 0, 0, V), bt_data_ptr(wte), BT_F32);
@@ -254,6 +269,7 @@ BTDEF int gpt2_hf_load(gpt2 *m, bt_ckpt_file *f, const char *path, const char *p
     for (int i = 0; i < m->n_params && !r; i++) {
         bt_tensor *p = m->params[i];
         int flags = BT_CKPT_CONVERT | (gpt2_hf_name(m, i, prefix, name, sizeof name) ? BT_CKPT_TRANSPOSE : 0) | (i == 0 ? BT_CKPT_PAD_ROWS : 0);
+        if (gpt2__hf_float(f, path, name, err, errlen)) return -1;
         bt_scope_begin();   /* into a view of the flat buffer: the leaf itself is autograd's */
         bt_tensor *dst = bt_view(bt_narrow(m->flat, 0, p->offset - m->flat->offset, bt_numel(p)), bt_shape_of(p));
         if (bt_ckpt_load(f, name, dst, flags)) { bt_msgf(err, errlen, "%s", bt_ckpt_error()); r = -1; }

@@ -612,6 +612,37 @@ static void test_ckpt_metadata_messages(void) {
     }
 }
 
+/* finding 8: --init-from refuses a Hugging Face file whose weight is an integer tensor (it was
+   converted to floats), naming the tensor and its dtype; finding 7: a config.json that is there
+   but cannot be read (a loop of links) says so, not "no config.json beside it" */
+static void test_hf_bad_dtype_and_config_link(void) {
+    gpt2 a, b; char err[1024], path[600], cj[600];
+    gpt2_config got;
+    gpt2_build(&a, gpt2_config_make(2, 2, 64, 16, 300), bt_cpu()); gpt2_init(&a, 9);
+    mkdir(tp("hf_int"), 0755);
+    bt_ckpt_writer *w = bt_ckpt_writer_new();
+    char name[160];
+    int64_t ids[64] = {0}, shape[1] = {64};
+    for (int i = 0; i < a.n_params; i++) {
+        int tr = gpt2_hf_name(&a, i, "transformer.", name, sizeof name);
+        if (!strcmp(name, "transformer.h.1.ln_2.bias")) bt_ckpt_writer_add(w, name, BT_CKPT_I64, 1, shape, ids);
+        else bt_ckpt_writer_add_tensor(w, name, a.params[i], tr ? BT_CKPT_TRANSPOSE : 0, i == 0 ? a.cfg.V : 0);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", tp("hf_int"));
+    BT_CHECK(bt_ckpt_writer_save(w, path) == 0, "%s", bt_ckpt_error());
+    bt_ckpt_writer_free(w);
+    int r = init_from(tp("hf_int"), &b, &got, err, sizeof err);   /* no config.json: H from the s2 preset */
+    BT_CHECK(r == -1 && strstr(err, "tensor 'transformer.h.1.ln_2.bias' is I64") && strstr(err, "float"), "an I64 weight: %d %s", r, err);
+    if (r == 0) gpt2_free(&b);
+    snprintf(cj, sizeof cj, "%s/config.json", tp("hf_int"));
+    BT_CHECK(symlink("config.json", cj) == 0, "symlink");
+    r = init_from(tp("hf_int"), &b, &got, err, sizeof err);
+    BT_CHECK(r == -1 && strstr(err, "config.json") && strstr(err, "Too many levels of symbolic links") && !strstr(err, "no config.json"),
+             "config.json -> config.json: %d %s", r, err);
+    if (r == 0) gpt2_free(&b);
+    gpt2_free(&a);
+}
+
 int main(int argc, char **argv) {
     if (train_runs_child(argc, argv)) return train_runs_child_main(argc, argv);
     train_runs_init("test_train_ckpt");
@@ -627,6 +658,7 @@ int main(int argc, char **argv) {
     BT_RUN(test_init_from_bad_files);
     BT_RUN(test_hf_runs);
     BT_RUN(test_ckpt_metadata_messages);
+    BT_RUN(test_hf_bad_dtype_and_config_link);
     train_runs_done();
     return bt_test_summary("test_train_ckpt");
 }
