@@ -391,6 +391,23 @@ static double evaluate(trainer *tr) {
     return loss;
 }
 
+/* 1 when every weight of m is finite. x * 0 is 0 for a finite x and NaN for an infinite or NaN
+   one, so the products sum to 0 exactly when all are (a sum of squares would overflow for finite
+   weights above 1.8e19); in chunks of 2^24, so the temporaries stay small. One host sync. */
+static int weights_finite(gpt2 *m) {
+    int old = bt_set_grad_enabled(0);
+    bt_scope_begin();
+    bt_tensor *sum = bt_scalar(0, BT_F32, m->device);
+    for (int64_t at = 0, chunk = (int64_t)1 << 24; at < m->flat_numel; at += chunk) {
+        int64_t n = m->flat_numel - at < chunk ? m->flat_numel - at : chunk;
+        bt_add_(sum, bt_sum(bt_scale(bt_narrow(m->flat, 0, at, n), 0.0), NULL, 0, 0), 1.0);
+    }
+    int finite = bt_item(sum) == 0;
+    bt_scope_end();
+    bt_set_grad_enabled(old);
+    return finite;
+}
+
 /* A step whose loss or gradient norm is not finite made no update (train_step). This is the one
    place that decides what follows: the run stops, naming the step, and saves nothing; with
    --skip-nonfinite it warns and goes on with the next batch (that update skipped). 1: stop. */
@@ -647,12 +664,20 @@ static int train_main(train_opts *o) {
     if (tr.par) gpt2_par_attach(tr.par, &tr.model);
     tr.model.mlir = o->mlir;
     if (tr.src.resume) trainer_ckpt_import_tuning(&tr);   /* before any matmul chooses its algorithm */
+    /* weights from a file are checked once: NaN or Inf there is the file's fault, not the learning rate's */
+    const char *weights_flag = tr.src.resume ? "--resume" : tr.src.file ? "--init-from" : from_file ? "-e" : NULL;
+    const char *weights_path = tr.src.file ? tr.src.path : model;
     if (tr.src.file) {
         if (trainer_source_load(&tr, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
         if (!tr.src.resume) { bt_ckpt_close(tr.src.file); tr.src.file = NULL; }
     } else if (from_file) {
         if (gpt2_load_weights(&tr.model, model, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
     } else gpt2_init(&tr.model, o->seed);
+    if (weights_flag && !weights_finite(&tr.model)) {
+        fprintf(stderr, "error: %s %s: its weights are not all finite (NaN or Inf): a damaged file, or one saved from a run that "
+                "diverged; nothing is trained\n", weights_flag, weights_path);
+        return run_end(&tr, 1);
+    }
     bt_adamw_init(&tr.opt, tr.model.params, tr.model.n_params, 0.9f, 0.95f, 1e-8f, (float)o->weight_decay, (float)o->clip);
     if (o->recompute >= 0) bt_set_recompute(o->recompute);   /* before the probes: auto B counts with it */
     int auto_b = o->B < 0;

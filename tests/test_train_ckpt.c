@@ -12,6 +12,7 @@
 #include "train_gpt2.c"
 #include "tests/bt_test.h"
 #include "tests/train_runs.h"
+#include <float.h>
 
 #define RUN "-e s2 -b 1 -t 8 -v 0 -g 0 --quiet"
 #define RUN_NO_E "-b 1 -t 8 -v 0 -g 0 --quiet"
@@ -315,7 +316,7 @@ static void test_skip_nonfinite(void) {
     gpt2_config cfg;
     gpt2_config_from_preset("s2", BT_GPT2_VOCAB, &cfg);
     gpt2_build(&m, cfg, bt_cpu()); gpt2_init(&m, 5);
-    bt_fill_(m.lnfw, NAN);   /* every logit is NaN */
+    bt_fill_(m.lnfw, FLT_MAX);   /* finite weights (NaN ones are refused), logits that are not */
     BT_CHECK(gpt2_save(&m, tp("nan.bin"), err, sizeof err) == 0, "%s", err);
     gpt2_free(&m);
     snprintf(args, sizeof args, "-e %s " RUN_NO_E " -x 3 --skip-nonfinite --ckpt-dir %s", tp("nan.bin"), tp("nan"));
@@ -612,6 +613,31 @@ static void test_ckpt_metadata_messages(void) {
     }
 }
 
+/* finding 7: weights that are not finite in the file a run starts from (-e, --init-from,
+   --resume) are refused before training, naming the file, not blamed on the learning rate */
+static void test_nonfinite_weights_refused(void) {
+    if (!have_data() || !reference_ok) { BT_SKIP(reference_ok ? "no data (make data)" : "no reference run"); return; }
+    char args[2000], out[65536], err[512];
+    gpt2 m;
+    gpt2_config cfg;
+    gpt2_config_from_preset("s2", BT_GPT2_VOCAB, &cfg);
+    gpt2_build(&m, cfg, bt_cpu()); gpt2_init(&m, 5);
+    bt_fill_(m.layers[1].fcb, INFINITY);
+    BT_CHECK(gpt2_save(&m, tp("inf.bin"), err, sizeof err) == 0, "%s", err);
+    gpt2_free(&m);
+    ckpt_variant(ckpt(tp("ref"), 4), tp("nan.safetensors"), NULL, NULL, 1000);
+    const char *cases[][2] = {{"-e %s " RUN_NO_E " -x 2", "inf.bin"}, {RUN_NO_E " -x 2 --init-from %s", "nan.safetensors"},
+                              {RUN " -x %d --resume %s", "nan.safetensors"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (i == 2) snprintf(args, sizeof args, cases[i][0], STEPS, tp(cases[i][1]));
+        else snprintf(args, sizeof args, cases[i][0], tp(cases[i][1]));
+        int rc = train_run(args, out, sizeof out);
+        char want[600];
+        snprintf(want, sizeof want, "%s: its weights are not all finite", tp(cases[i][1]));
+        BT_CHECK(rc == 1 && strstr(out, want) && !strstr(out, "training diverged") && !strstr(out, "step "), "'%s': exit %d: %s", args, rc, out);
+    }
+}
+
 /* finding 8: --init-from refuses a Hugging Face file whose weight is an integer tensor (it was
    converted to floats), naming the tensor and its dtype; finding 7: a config.json that is there
    but cannot be read (a loop of links) says so, not "no config.json beside it" */
@@ -658,6 +684,7 @@ int main(int argc, char **argv) {
     BT_RUN(test_init_from_bad_files);
     BT_RUN(test_hf_runs);
     BT_RUN(test_ckpt_metadata_messages);
+    BT_RUN(test_nonfinite_weights_refused);
     BT_RUN(test_hf_bad_dtype_and_config_link);
     train_runs_done();
     return bt_test_summary("test_train_ckpt");
