@@ -68,7 +68,8 @@
    ERRORS
      Library code never prints and never exits. A failing function returns NULL / -1 /
      (size_t)-1 and leaves a message for bt_data_error(): it names the file and the problem.
-     The message lives in a per-thread buffer.
+     The message lives in a per-thread buffer; one too long for it keeps its head and its tail
+     (bt_msgf), so the problem after a long path survives.
 
    OPTIONS (define before the implementation)
      BT_MALLOC/BT_FREE (both or neither; else malloc/free). Buffers handed to the caller
