@@ -104,8 +104,8 @@
    ERRORS
      Functions return -1 / NULL and leave a message for bt_ckpt_error() (a per-thread buffer),
      as bt_data.h does (a long one keeps its head and its tail: bt_msgf); they never print and
-     never exit. Exception: a failure inside
-     bt_tensor.h's own calls (a CUDA error during a copy) raises bt_error as any op does.
+     never exit. Exception: a failure inside bt_tensor.h's own calls (a CUDA error during a
+     copy) raises bt_error as any op does.
 
    THREADS
      Checksums and reads of large tensors use OpenMP threads (bt_ckpt_set_threads; built

@@ -103,7 +103,7 @@ BT_DATA_DEF const char *bt_data_error(void);   /* the last failure's message (""
 /* snprintf for messages: a text too long for buf[n] keeps its head and its tail with "..."
    between them, so the reason at a message's end survives a long path at its start. The
    arguments may point into buf (the text is formatted aside first). The full length, as snprintf.
-   Every error message of the bt_ headers goes through it. */
+   bt_data.h's and bt_ckpt.h's messages go through it, and so do their callers' that wrap them. */
 BT_DATA_DEF int bt_msgf(char *buf, size_t n, const char *fmt, ...)
 #if defined(__GNUC__) || defined(__clang__)
     __attribute__((format(printf, 3, 4)))
