@@ -197,8 +197,10 @@ BTDEF void bt_json_null(bt_json_writer *w, const char *key);
 /* The finished text (NUL-terminated, owned by w), or NULL with bt_ckpt_error() set when the
    writer failed or an object/array is still open. */
 BTDEF const char *bt_json_text(bt_json_writer *w, size_t *len);
-/* Write the text and a newline to path atomically (config.json). 0 ok, -1 error. */
+/* Write the text and a newline to path atomically (config.json). 0 ok, -1 error. _flags: with
+   bt_data.h's output flags (BT_OUTPUT_NOFOLLOW: a symbolic link at path is refused). */
 BTDEF int bt_json_save(bt_json_writer *w, const char *path);
+BTDEF int bt_json_save_flags(bt_json_writer *w, const char *path, int flags);
 
 /* Parser: strict RFC 8259 into a tree. */
 typedef enum { BT_JSON_NULL = 0, BT_JSON_FALSE, BT_JSON_TRUE, BT_JSON_NUMBER, BT_JSON_STRING,
@@ -271,8 +273,10 @@ BTDEF int bt_ckpt_writer_add(bt_ckpt_writer *w, const char *name, bt_ckpt_dtype 
    a padded embedding. */
 BTDEF int bt_ckpt_writer_add_tensor(bt_ckpt_writer *w, const char *name, bt_tensor *t, int flags, int64_t rows);
 BTDEF bt_ckpt_meta *bt_ckpt_writer_meta(bt_ckpt_writer *w);  /* the file's metadata, to fill */
-/* checksums, then the file, atomically. 0 ok, -1 error (the previous file at path is intact). */
+/* checksums, then the file, atomically. 0 ok, -1 error (the previous file at path is intact).
+   A symbolic link at path is written through; _flags with BT_OUTPUT_NOFOLLOW refuses it. */
 BTDEF int bt_ckpt_writer_save(bt_ckpt_writer *w, const char *path);
+BTDEF int bt_ckpt_writer_save_flags(bt_ckpt_writer *w, const char *path, int flags);
 
 /* ---- reader ---- */
 typedef struct {
@@ -1705,10 +1709,11 @@ fail:
     bt__ckfree(h); bt__ckfree(order);
     return -1;
 }
-BTDEF int bt_ckpt_writer_save(bt_ckpt_writer *w, const char *path) {
+BTDEF int bt_ckpt_writer_save_flags(bt_ckpt_writer *w, const char *path, int flags) {
     if (!w || !path) { bt__ckerr("writer_save: NULL argument"); return -1; }
-    return bt__ck_write_file(path, 0, w->e, (int)w->n, w->meta, NULL, NULL);
+    return bt__ck_write_file(path, flags, w->e, (int)w->n, w->meta, NULL, NULL);
 }
+BTDEF int bt_ckpt_writer_save(bt_ckpt_writer *w, const char *path) { return bt_ckpt_writer_save_flags(w, path, 0); }
 
 /* ---- 7. Reader ------------------------------------------------------------------------------ */
 
@@ -2778,16 +2783,17 @@ BTDEF int bt_ckpt_find_latest(const char *dir, int64_t *step, char *path, size_t
     return 1;
 }
 
-BTDEF int bt_json_save(bt_json_writer *w, const char *path) {
+BTDEF int bt_json_save_flags(bt_json_writer *w, const char *path, int flags) {
     size_t len;
     const char *t = bt_json_text(w, &len);
     bt_atomic_file *af;
     if (!t) return -1;
-    if (!(af = bt_atomic_open(path))) { bt__ckerr("%s", bt_data_error()); return -1; }
+    if (!(af = bt_atomic_open_flags(path, flags))) { bt__ckerr("%s", bt_data_error()); return -1; }
     if (bt_atomic_write(af, t, len) || bt_atomic_write(af, "\n", 1)) { bt__ckerr("%s", bt_data_error()); bt_atomic_abort(af); return -1; }
     if (bt_atomic_commit(af)) { bt__ckerr("%s", bt_data_error()); return -1; }
     return 0;
 }
+BTDEF int bt_json_save(bt_json_writer *w, const char *path) { return bt_json_save_flags(w, path, 0); }
 
 #endif /* BT_CKPT_IMPLEMENTATION_DONE */
 #endif /* BT_CKPT_IMPLEMENTATION */

@@ -1124,6 +1124,20 @@ static void test_saver_refuses_links(void) {
     BT_CHECK(lstat(p, &ls) == 0 && S_ISLNK(ls.st_mode), "the link is still a link");
     BT_CHECK(!bt_ckpt_saver_snapshot(s, 3, &t, &name, 1, NULL) && !bt_ckpt_saver_wait(s), "the next save goes on: %s", bt_ckpt_error());
     bt_ckpt_saver_free(s);
+    {   /* the synchronous writer and the JSON file, with BT_OUTPUT_NOFOLLOW */
+        bt_ckpt_writer *w = bt_ckpt_writer_new();
+        bt_json_writer j;
+        bt_ckpt_writer_add_tensor(w, "w", t, 0, 0);
+        BT_CHECK(bt_ckpt_writer_save_flags(w, p, BT_OUTPUT_NOFOLLOW) && strstr(bt_ckpt_error(), "symbolic link"), "writer: %s", bt_ckpt_error());
+        bt_ckpt_writer_free(w);
+        bt_json_writer_init(&j, 0);
+        bt_json_object(&j, NULL); bt_json_end(&j);
+        BT_CHECK(bt_json_save_flags(&j, p, BT_OUTPUT_NOFOLLOW) && strstr(bt_ckpt_error(), "symbolic link"), "json: %s", bt_ckpt_error());
+        bt_json_writer_free(&j);
+        back = bt_test_read_file(victim, NULL);
+        BT_CHECK(back && !strcmp(back, "not a checkpoint"), "the link's target is untouched");
+        free(back);
+    }
     bt_release(t);
 }
 
