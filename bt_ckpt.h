@@ -1,4 +1,4 @@
-/* bt_ckpt.h - BluTrain-C checkpoints, v0.1: safetensors files with checksums, atomic and asynchronous
+/* bt_ckpt.h - BluTrain-C checkpoints, v0.2: safetensors files with checksums, atomic and asynchronous
    saves, resume helpers, Hugging Face interop.
 
    USAGE
@@ -63,6 +63,16 @@
      DIR/ckpt_STEP.safetensors with STEP zero-padded to 9 digits (more when larger). Only names
      of exactly that form are ours: listing, latest-valid and rotation ignore every other file.
 
+   THE DIRECTORY
+     A saver owns its directory while it lives: it holds DIR/ckpt.lock with flock(2), so a second
+     saver (another run, here or on a host sharing the file system through NFS) is refused with a
+     message naming the holder (pid, host, since when). The kernel drops the lock when its
+     process ends, however it ends, so a lock is never stale; the file stays. Where the file
+     system has no locks the saver goes on without and says so (bt_ckpt_saver_warning). Holding
+     the lock, it removes the temporaries that dead writers left (a kill -9 during a save) before
+     it writes. A checkpoint goes in with BT_OUTPUT_NOFOLLOW: a symbolic link at its name is
+     refused, never written through or replaced.
+
    WRITING
      Every file goes through bt_data.h's output files (bt_atomic_open .. bt_atomic_commit): a
      temporary name in the same directory, fsync, rename, fsync of the directory. A failure or a
@@ -80,9 +90,9 @@
      overlap the next forward and backward passes, which only read the weights. The writer
      thread waits for the copies, checksums, writes the file atomically and deletes our older
      checkpoints beyond the newest `keep` (never the one just written, never a file that is not
-     ours; also temporaries that a killed writer left, once stale). Its errors do not end the
-     process: the next snapshot() or wait() returns -1 with the message, and that snapshot is
-     not taken.
+     ours). Its errors do not end the process: the next snapshot() or wait() returns -1 with the
+     message, and that snapshot is not taken. An old checkpoint that cannot be deleted fails no
+     save: bt_ckpt_saver_warning() reports it.
 
    READING
      bt_ckpt_open reads and checks the header only: the length (at most 100,000,000 bytes, as
@@ -116,6 +126,8 @@
      BT_CKPT_MAX_HEADER (100000000): the largest header read or written.
 
    HISTORY
+     0.2  the saver locks its directory and sweeps dead writers' temporaries at once; rotation
+          failures are warnings; links at a checkpoint's name are refused.
      0.1  first version.
 */
 #ifndef BT_CKPT_H
@@ -186,8 +198,10 @@ BTDEF void bt_json_null(bt_json_writer *w, const char *key);
 /* The finished text (NUL-terminated, owned by w), or NULL with bt_ckpt_error() set when the
    writer failed or an object/array is still open. */
 BTDEF const char *bt_json_text(bt_json_writer *w, size_t *len);
-/* Write the text and a newline to path atomically (config.json). 0 ok, -1 error. */
+/* Write the text and a newline to path atomically (config.json). 0 ok, -1 error. _flags: with
+   bt_data.h's output flags (BT_OUTPUT_NOFOLLOW: a symbolic link at path is refused). */
 BTDEF int bt_json_save(bt_json_writer *w, const char *path);
+BTDEF int bt_json_save_flags(bt_json_writer *w, const char *path, int flags);
 
 /* Parser: strict RFC 8259 into a tree. */
 typedef enum { BT_JSON_NULL = 0, BT_JSON_FALSE, BT_JSON_TRUE, BT_JSON_NUMBER, BT_JSON_STRING,
@@ -262,8 +276,10 @@ BTDEF int bt_ckpt_writer_add(bt_ckpt_writer *w, const char *name, bt_ckpt_dtype 
    a padded embedding. */
 BTDEF int bt_ckpt_writer_add_tensor(bt_ckpt_writer *w, const char *name, bt_tensor *t, int flags, int64_t rows);
 BTDEF bt_ckpt_meta *bt_ckpt_writer_meta(bt_ckpt_writer *w);  /* the file's metadata, to fill */
-/* checksums, then the file, atomically. 0 ok, -1 error (the previous file at path is intact). */
+/* checksums, then the file, atomically. 0 ok, -1 error (the previous file at path is intact).
+   A symbolic link at path is written through; _flags with BT_OUTPUT_NOFOLLOW refuses it. */
 BTDEF int bt_ckpt_writer_save(bt_ckpt_writer *w, const char *path);
+BTDEF int bt_ckpt_writer_save_flags(bt_ckpt_writer *w, const char *path, int flags);
 
 /* ---- reader ---- */
 typedef struct {
@@ -305,10 +321,13 @@ typedef struct {
     uint64_t last_bytes, total_bytes;    /* tensor bytes */
     double last_mb_per_s;                /* last_bytes / last_save_ms */
     int64_t removed;                     /* old checkpoints deleted by rotation */
+    int64_t swept;                       /* temporaries of dead writers removed when the saver started */
 } bt_ckpt_saver_stats;
 typedef struct bt_ckpt_saver bt_ckpt_saver;
-/* dir is made when absent (and must be writable). keep > 0: after each save, our checkpoints beyond the newest `keep` (by
-   step) are deleted; keep <= 0 keeps all. NULL and bt_ckpt_error() on failure. */
+/* dir is made when absent (and must be writable) and locked for this saver until _free (THE
+   DIRECTORY); the temporaries that dead writers left there are removed. keep > 0: after each save,
+   our checkpoints beyond the newest `keep` (by step) are deleted; keep <= 0 keeps all. NULL and
+   bt_ckpt_error() on failure; when another process holds the lock, the message names it. */
 BTDEF bt_ckpt_saver *bt_ckpt_saver_new(const char *dir, int keep);
 /* Snapshot n tensors (contiguous; CPU ones, and GPU ones all on one device) under names, with
    meta (copied; may be NULL), as the checkpoint of `step`. Returns at once after enqueuing the
@@ -329,6 +348,9 @@ BTDEF int bt_ckpt_saver_reserve(bt_ckpt_saver *s, size_t bytes, int gpu);
 BTDEF int bt_ckpt_saver_wait(bt_ckpt_saver *s);
 BTDEF void bt_ckpt_saver_get_stats(bt_ckpt_saver *s, bt_ckpt_saver_stats *st);
 BTDEF const char *bt_ckpt_saver_last_path(bt_ckpt_saver *s);   /* "" before the first save */
+/* a problem that failed no save, once: 1 with its message in bt_ckpt_error() (an old checkpoint
+   that rotation could not delete; a file system without locks), else 0 */
+BTDEF int bt_ckpt_saver_warning(bt_ckpt_saver *s);
 /* waits for the last save, stops the thread, frees everything: 0, or -1 if that save failed */
 BTDEF int bt_ckpt_saver_free(bt_ckpt_saver *s);
 
@@ -381,6 +403,7 @@ BTDEF int bt_ckpt_find_latest(const char *dir, int64_t *step, char *path, size_t
 #include <locale.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <sys/file.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -1668,7 +1691,7 @@ static int bt__ck_write_data(bt_atomic_file *af, const unsigned char *p, uint64_
 }
 
 /* checksums, header, the file through bt_data.h's atomic output; times in ms (may be NULL) */
-static int bt__ck_write_file(const char *path, bt__ck_entry *e, int n, const bt_ckpt_meta *meta, double *crc_ms, double *write_ms) {
+static int bt__ck_write_file(const char *path, int oflags, bt__ck_entry *e, int n, const bt_ckpt_meta *meta, double *crc_ms, double *write_ms) {
     int *order, k;
     unsigned char *h;
     size_t hlen;
@@ -1685,7 +1708,7 @@ static int bt__ck_write_file(const char *path, bt__ck_entry *e, int n, const bt_
         char m[1024]; snprintf(m, sizeof m, "%s", bt_ckpt_error());
         bt__ckfree(order); bt__ckerr("%s: %s", path, m); return -1;
     }
-    if (!(af = bt_atomic_open(path))) { bt__ckerr("%s", bt_data_error()); bt__ckfree(h); bt__ckfree(order); return -1; }
+    if (!(af = bt_atomic_open_flags(path, oflags))) { bt__ckerr("%s", bt_data_error()); bt__ckfree(h); bt__ckfree(order); return -1; }
     if (bt__ck_write_data(af, h, hlen, &pos)) goto fail;
     for (k = 0; k < n; k++)
         if (bt__ck_write_data(af, e[order[k]].data, e[order[k]].nbytes, &pos)) goto fail;
@@ -1699,10 +1722,11 @@ fail:
     bt__ckfree(h); bt__ckfree(order);
     return -1;
 }
-BTDEF int bt_ckpt_writer_save(bt_ckpt_writer *w, const char *path) {
+BTDEF int bt_ckpt_writer_save_flags(bt_ckpt_writer *w, const char *path, int flags) {
     if (!w || !path) { bt__ckerr("writer_save: NULL argument"); return -1; }
-    return bt__ck_write_file(path, w->e, (int)w->n, w->meta, NULL, NULL);
+    return bt__ck_write_file(path, flags, w->e, (int)w->n, w->meta, NULL, NULL);
 }
+BTDEF int bt_ckpt_writer_save(bt_ckpt_writer *w, const char *path) { return bt_ckpt_writer_save_flags(w, path, 0); }
 
 /* ---- 7. Reader ------------------------------------------------------------------------------ */
 
@@ -2259,6 +2283,8 @@ struct bt_ckpt_saver {
     int quit;
     int failed;                  /* the last save's error is in err, not reported yet */
     char err[1024];
+    char warn[1024];             /* a problem that failed no save (rotation, no locks), not reported yet; "" none */
+    int lock_fd;                 /* the directory's lock (bt__ck_lock), -1 where the file system has none */
     /* the job: entries point into the staging buffer */
     bt__ck_entry *e;
     size_t ne, ecap;
@@ -2307,7 +2333,8 @@ static void bt__ck_memcpy_par(void *dst, const void *src, size_t n) {
 }
 
 static int bt__ck_rotate(const char *dir, int keep, int64_t written, int64_t *removed, char *err, size_t errlen);
-static int64_t bt__ck_sweep_temporaries(const char *dir);
+static int64_t bt__ck_sweep_temporaries(const char *dir, int locked);
+static int bt__ck_lock(const char *dir, char *warn, size_t warnlen);
 
 static void *bt__ck_writer_main(void *arg) {
     bt_ckpt_saver *s = (bt_ckpt_saver *)arg;
@@ -2315,13 +2342,13 @@ static void *bt__ck_writer_main(void *arg) {
         double crc_ms = 0, write_ms = 0, t_end;
         int64_t removed = 0;
         int r = 0;
-        char msg[1024];
+        char msg[1024], warn[1024];
         pthread_mutex_lock(&s->mu);
         while (!s->pending && !s->quit) pthread_cond_wait(&s->cv, &s->mu);
         if (!s->pending) { pthread_mutex_unlock(&s->mu); break; }
         s->pending = 0;
         pthread_mutex_unlock(&s->mu);
-        msg[0] = 0;
+        msg[0] = warn[0] = 0;
 #ifdef BT_CUDA
         if (s->gpu) {
             cudaError_t ce;
@@ -2332,13 +2359,14 @@ static void *bt__ck_writer_main(void *arg) {
             }
         }
 #endif
-        if (!r && bt__ck_write_file(s->path, s->e, (int)s->ne, s->meta, &crc_ms, &write_ms)) {
+        if (!r && bt__ck_write_file(s->path, BT_OUTPUT_NOFOLLOW, s->e, (int)s->ne, s->meta, &crc_ms, &write_ms)) {
             bt_msgf(msg, sizeof msg, "checkpoint: %s", bt_ckpt_error());
             r = -1;
         }
         t_end = bt__ck_now_ms();                 /* committed; deleting old files is not the save */
-        if (!r && s->keep > 0) r = bt__ck_rotate(s->dir, s->keep, s->step, &removed, msg, sizeof msg);
+        if (!r && s->keep > 0) bt__ck_rotate(s->dir, s->keep, s->step, &removed, warn, sizeof warn);   /* a warning at worst */
         pthread_mutex_lock(&s->mu);
+        if (warn[0]) snprintf(s->warn, sizeof s->warn, "%s", warn);
         if (r) { s->failed = 1; snprintf(s->err, sizeof s->err, "%s", msg); }
         else {
             uint64_t bytes = 0;
@@ -2371,20 +2399,25 @@ BTDEF bt_ckpt_saver *bt_ckpt_saver_new(const char *dir, int keep) {
     memset(s, 0, sizeof *s);
     s->keep = keep;
     s->st.last_step = -1;
-    s->st.removed = bt__ck_sweep_temporaries(dir);     /* what a killed run left behind */
 #ifdef BT_CUDA
     s->cuda_device = -1;
 #endif
-    if (!(s->dir = bt__ck_strdup(dir))) { bt__ckfree(s); bt__ckerr("checkpoint saver: out of memory"); return NULL; }
+    if ((s->lock_fd = bt__ck_lock(dir, s->warn, sizeof s->warn)) == -1) { bt__ckfree(s); return NULL; }
+    if (s->lock_fd < 0) s->lock_fd = -1;   /* a file system without locks: said in warn */
+    s->st.swept = bt__ck_sweep_temporaries(dir, s->lock_fd >= 0);     /* what killed writers left behind */
+    if (!(s->dir = bt__ck_strdup(dir))) { bt__ckerr("checkpoint saver: out of memory"); goto fail; }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     if (pthread_create(&s->thread, NULL, bt__ck_writer_main, s) != 0) {
         bt__ckerr("checkpoint saver: cannot start the writer thread");
         pthread_mutex_destroy(&s->mu); pthread_cond_destroy(&s->cv);
-        bt__ckfree(s->dir); bt__ckfree(s);
-        return NULL;
+        goto fail;
     }
     return s;
+fail:
+    if (s->lock_fd >= 0) close(s->lock_fd);
+    bt__ckfree(s->dir); bt__ckfree(s);
+    return NULL;
 }
 
 /* block until the writer is idle; the time waited in ms */
@@ -2557,6 +2590,14 @@ BTDEF void bt_ckpt_saver_get_stats(bt_ckpt_saver *s, bt_ckpt_saver_stats *st) {
     pthread_mutex_unlock(&s->mu);
 }
 BTDEF const char *bt_ckpt_saver_last_path(bt_ckpt_saver *s) { return s ? s->last_path : ""; }
+BTDEF int bt_ckpt_saver_warning(bt_ckpt_saver *s) {
+    int any;
+    if (!s) return 0;
+    pthread_mutex_lock(&s->mu);
+    if ((any = s->warn[0] != 0)) { bt__ckerr("%s", s->warn); s->warn[0] = 0; }
+    pthread_mutex_unlock(&s->mu);
+    return any;
+}
 BTDEF int bt_ckpt_saver_free(bt_ckpt_saver *s) {
     int r;
     if (!s) return 0;
@@ -2581,6 +2622,7 @@ BTDEF int bt_ckpt_saver_free(bt_ckpt_saver *s) {
     bt_ckpt_meta_free(s->meta);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
+    if (s->lock_fd >= 0) close(s->lock_fd);     /* the directory's lock goes with it */
     bt__ckfree(s->dir);
     bt__ckfree(s);
     return r;
@@ -2635,11 +2677,60 @@ BTDEF int bt_ckpt_list(const char *dir, int64_t **steps) {
     *steps = v;
     return (int)n;
 }
+/* The directory's lock, DIR/ckpt.lock, held with flock(2) from bt_ckpt_saver_new to _free: one
+   saver (one run) writes a directory at a time. The kernel releases it when its process ends,
+   however it ends (kill -9 too), so a lock is never stale. The file says who took it last (pid,
+   host, time) for the message of a refused saver; it stays afterwards (deleting it would let two
+   processes lock two different files). A descriptor; -1 and bt_ckpt_error() when another process
+   holds it or it cannot be made; -2 with warn set where the file system has no locks. */
+#define BT__CK_LOCK_NAME "ckpt.lock"
+static int bt__ck_lock(const char *dir, char *warn, size_t warnlen) {
+    char path[4096], who[384], host[256], when[64];
+    struct stat sb;
+    struct tm tm;
+    time_t now = time(NULL);
+    ssize_t n;
+    int fd, e;
+    if ((size_t)snprintf(path, sizeof path, "%s/" BT__CK_LOCK_NAME, dir) >= sizeof path) { bt__ckerr("checkpoint directory %.200s...: too long", dir); return -1; }
+    fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        e = fd < 0 ? errno : EINVAL;
+        if (fd >= 0) close(fd);
+        bt__ckerr("checkpoint directory %s: cannot make its lock %s: %s", dir, path,
+                  e == ELOOP ? "a symbolic link is in the way" : e == EINVAL ? "not a regular file" : strerror(e));
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        e = errno;
+        n = pread(fd, who, sizeof who - 1, 0);
+        who[n > 0 ? n : 0] = 0;
+        who[strcspn(who, "\n")] = 0;
+        close(fd);
+        if (e == EWOULDBLOCK) {
+            bt__ckerr("checkpoint directory %s is in use: another process holds its lock %s (%s)", dir, path, who[0] ? who : "it has not said which yet");
+            return -1;
+        }
+        if (e != ENOLCK && e != EOPNOTSUPP && e != ENOSYS && e != EINVAL) { bt__ckerr("checkpoint directory %s: cannot lock %s: %s", dir, path, strerror(e)); return -1; }
+        snprintf(warn, warnlen, "checkpoint directory %.800s: its file system does not lock files (%s): nothing keeps another run "
+                 "from writing there at the same time", dir, strerror(e));
+        return -2;
+    }
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
+    host[sizeof host - 1] = 0;
+    gmtime_r(&now, &tm);
+    strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
+    n = snprintf(who, sizeof who, "pid %ld on host %s, since %s\n", (long)getpid(), host, when);
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, who, (size_t)n, 0) != n) { /* a full disk: the lock holds all the same */ }
+    return fd;
+}
 /* Temporaries that a killed writer left beside our checkpoints ("ckpt_STEP.safetensors.tmp.PID.N",
-   bt_data.h's naming): removed when PID is no process here and the file has not changed for
-   BT__CK_STALE_S seconds (a directory shared between hosts may hold another host's live one). */
+   bt_data.h's naming), removed when a saver starts. Under the directory's lock no other saver
+   writes there, so a temporary is dead when no process PID lives here, when PID is this process
+   (which has written nothing there yet), or when it has not changed for BT__CK_STALE_S seconds
+   (the pid was reused: a restarted container). Without a lock only the first rule holds, with
+   the age: a directory shared between hosts may hold another host's live one. */
 #define BT__CK_STALE_S 120
-static int64_t bt__ck_sweep_temporaries(const char *dir) {
+static int64_t bt__ck_sweep_temporaries(const char *dir, int locked) {
     DIR *d = opendir(dir);
     struct dirent *de;
     int64_t removed = 0;
@@ -2650,6 +2741,7 @@ static int64_t bt__ck_sweep_temporaries(const char *dir) {
         uint64_t pid, k;
         struct stat sb;
         size_t bl;
+        int old, mine, alive;
         if (!tmp || (bl = (size_t)(tmp - de->d_name) + 12) >= sizeof base) continue;
         memcpy(base, de->d_name, bl);
         base[bl] = 0;
@@ -2657,35 +2749,36 @@ static int64_t bt__ck_sweep_temporaries(const char *dir) {
         snprintf(base, sizeof base, "%s", tmp + 17);                  /* "PID.N" */
         if (!(dot = strchr(base, '.'))) continue;
         *dot = 0;
-        if (bt__ck_digits_u64(base, &pid) || bt__ck_digits_u64(dot + 1, &k)) continue;
-        if (pid == 0 || pid > 0x7fffffff || (pid_t)pid == getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        if (bt__ck_digits_u64(base, &pid) || bt__ck_digits_u64(dot + 1, &k) || pid == 0 || pid > 0x7fffffff) continue;
         if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= sizeof path) continue;
-        if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode) || time(NULL) - sb.st_mtime < BT__CK_STALE_S) continue;
-        if (remove(path) == 0) removed++;
+        if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
+        old = time(NULL) - sb.st_mtime >= BT__CK_STALE_S;
+        mine = (pid_t)pid == getpid();
+        alive = !mine && (kill((pid_t)pid, 0) == 0 || errno != ESRCH);
+        if (locked ? (mine || !alive || old) : (!mine && !alive && old))
+            if (remove(path) == 0) removed++;
     }
     closedir(d);
     return removed;
 }
-/* delete our checkpoints of dir beyond the newest `keep` by step, never `written`; and stale
-   temporaries */
+/* delete our checkpoints of dir beyond the newest `keep` by step, never `written`. 0, or the
+   number that could not be deleted, the first one's reason in err (a warning: the save is whole) */
 static int bt__ck_rotate(const char *dir, int keep, int64_t written, int64_t *removed, char *err, size_t errlen) {
     int64_t *steps;
-    int n = bt_ckpt_list(dir, &steps), i, kept = 1, r = 0;
+    int n = bt_ckpt_list(dir, &steps), i, kept = 1, failed = 0;
     char path[4096];
-    if (n < 0) { bt_msgf(err, errlen, "checkpoint rotation: %s", bt_ckpt_error()); return -1; }
+    if (n < 0) { bt_msgf(err, errlen, "checkpoint rotation: %s", bt_ckpt_error()); return 1; }
     for (i = 0; i < n; i++) {
         if (steps[i] == written) continue;
         if (kept < keep) { kept++; continue; }
-        if (bt_ckpt_path(dir, steps[i], path, sizeof path) || (remove(path) != 0 && errno != ENOENT)) {
-            snprintf(err, errlen, "checkpoint rotation: cannot delete %.700s: %s", path, strerror(errno));
-            r = -1;
-            break;
-        }
-        (*removed)++;
+        if (bt_ckpt_path(dir, steps[i], path, sizeof path)) continue;
+        if (remove(path) == 0) (*removed)++;
+        else if (errno != ENOENT && !failed++)
+            snprintf(err, errlen, "checkpoint rotation: cannot delete %.700s: %s (it stays; the new checkpoint is whole)", path, strerror(errno));
     }
     bt__ckfree(steps);
-    *removed += bt__ck_sweep_temporaries(dir);
-    return r;
+    if (failed > 1) snprintf(err + strlen(err), errlen - strlen(err), "; %d more not deleted", failed - 1);
+    return failed;
 }
 BTDEF int bt_ckpt_find_latest(const char *dir, int64_t *step, char *path, size_t pathlen, bt_ckpt_bad_fn on_bad, void *user) {
     int64_t *steps;
@@ -2703,16 +2796,17 @@ BTDEF int bt_ckpt_find_latest(const char *dir, int64_t *step, char *path, size_t
     return 1;
 }
 
-BTDEF int bt_json_save(bt_json_writer *w, const char *path) {
+BTDEF int bt_json_save_flags(bt_json_writer *w, const char *path, int flags) {
     size_t len;
     const char *t = bt_json_text(w, &len);
     bt_atomic_file *af;
     if (!t) return -1;
-    if (!(af = bt_atomic_open(path))) { bt__ckerr("%s", bt_data_error()); return -1; }
+    if (!(af = bt_atomic_open_flags(path, flags))) { bt__ckerr("%s", bt_data_error()); return -1; }
     if (bt_atomic_write(af, t, len) || bt_atomic_write(af, "\n", 1)) { bt__ckerr("%s", bt_data_error()); bt_atomic_abort(af); return -1; }
     if (bt_atomic_commit(af)) { bt__ckerr("%s", bt_data_error()); return -1; }
     return 0;
 }
+BTDEF int bt_json_save(bt_json_writer *w, const char *path) { return bt_json_save_flags(w, path, 0); }
 
 #endif /* BT_CKPT_IMPLEMENTATION_DONE */
 #endif /* BT_CKPT_IMPLEMENTATION */

@@ -55,8 +55,10 @@
         whole new one, and of two concurrent writers the last rename wins. A symlink is followed
         (the temporary goes beside its final target, and the link survives); a target that is
         not a regular file (a device such as /dev/null, a FIFO, a directory) is refused, never
-        replaced. Open temporaries are listed in a fixed lock-free registry (BT_ATOMIC_MAX_OPEN
-        slots, safe from any thread) that bt_atomic_cleanup() empties from a signal handler;
+        replaced. With BT_OUTPUT_NOFOLLOW (the files a program makes in a directory of its own) a
+        link at the name is refused too. Open temporaries are listed in a fixed lock-free
+        registry (BT_ATOMIC_MAX_OPEN slots, safe from any thread) that bt_atomic_cleanup()
+        empties from a signal handler;
         SIGINT/SIGTERM cleanup is opt-in (bt_atomic_install_signal_cleanup). After kill -9 a
         temporary stays behind (the target is intact); its name says which process left it.
 
@@ -153,6 +155,15 @@ BT_DATA_DEF int bt_output_open(const char *path, int append);
    target and the previous file survives. */
 typedef struct bt_atomic_file bt_atomic_file;
 BT_DATA_DEF bt_atomic_file *bt_atomic_open(const char *path);                   /* NULL + bt_data_error() */
+/* The same three with flags. BT_OUTPUT_NOFOLLOW: path's last component is not followed, for the
+   files a program makes in a directory of its own (a log, checkpoints): a symbolic link there is
+   refused (an error naming it and where it points), never written through or replaced; the
+   directories above it may be links. An atomic file's rename replaces whatever is at path then,
+   never a link's target. */
+#define BT_OUTPUT_NOFOLLOW 1
+BT_DATA_DEF int bt_output_check_flags(const char *path, int flags);
+BT_DATA_DEF int bt_output_open_flags(const char *path, int append, int flags);
+BT_DATA_DEF bt_atomic_file *bt_atomic_open_flags(const char *path, int flags);
 BT_DATA_DEF int  bt_atomic_write(bt_atomic_file *f, const void *buf, size_t n); /* 0 / -1 */
 BT_DATA_DEF int  bt_atomic_fd(bt_atomic_file *f);                               /* for pwrite and friends */
 BT_DATA_DEF int  bt_atomic_commit(bt_atomic_file *f);  /* fsync, rename, fsync the directory; frees f; 0 / -1 (temporary removed) */
@@ -512,9 +523,21 @@ static char *bt__follow_links(const char *path) {
     return NULL;
 }
 
-/* path checked as an output: *target is where it lands (links followed, BT_MALLOC'd), *mode the
-   mode of the regular file there now (0: none yet). 0 ok, -1 + error. */
-static int bt__output_target(const char *path, char **target, mode_t *mode) {
+/* BT_OUTPUT_NOFOLLOW: path itself, or -1 + error when it is a symbolic link */
+static char *bt__output_nofollow(const char *path) {
+    struct stat ls;
+    char to[512];
+    ssize_t n;
+    if (lstat(path, &ls) != 0 || !S_ISLNK(ls.st_mode)) return bt__strndup(path, strlen(path));
+    n = readlink(path, to, sizeof to - 1);
+    to[n > 0 ? n : 0] = 0;
+    bt__seterr("%s: is a symbolic link (to %s): refusing to write through it or replace it", path, n > 0 ? to : "?");
+    return NULL;
+}
+
+/* path checked as an output: *target is where it lands (links followed unless BT_OUTPUT_NOFOLLOW,
+   BT_MALLOC'd), *mode the mode of the regular file there now (0: none yet). 0 ok, -1 + error. */
+static int bt__output_target(const char *path, int flags, char **target, mode_t *mode) {
     struct stat st;
     char *real, *dir;
     const char *why = NULL;
@@ -522,7 +545,7 @@ static int bt__output_target(const char *path, char **target, mode_t *mode) {
     *target = NULL; *mode = 0;
     if (!path || !*path) { bt__seterr("output path is empty"); return -1; }
     if (path[strlen(path) - 1] == '/') { bt__seterr("%s: names a directory (it ends in '/'), not a file", path); return -1; }
-    if (!(real = bt__follow_links(path))) return -1;
+    if (!(real = flags & BT_OUTPUT_NOFOLLOW ? bt__output_nofollow(path) : bt__follow_links(path))) return -1;
     if (stat(real, &st) == 0) {
         if (!S_ISREG(st.st_mode)) {
             bt__seterr("%s%s%s: is %s, not a regular file: refusing to replace it", path, strcmp(real, path) ? " -> " : "",
@@ -546,13 +569,14 @@ static int bt__output_target(const char *path, char **target, mode_t *mode) {
     return 0;
 }
 
-BT_DATA_DEF int bt_output_check(const char *path) {
+BT_DATA_DEF int bt_output_check_flags(const char *path, int flags) {
     char *target;
     mode_t mode;
-    if (bt__output_target(path, &target, &mode)) return -1;
+    if (bt__output_target(path, flags, &target, &mode)) return -1;
     bt__dfree(target);
     return 0;
 }
+BT_DATA_DEF int bt_output_check(const char *path) { return bt_output_check_flags(path, 0); }
 
 BT_DATA_DEF int bt_output_dir(const char *dir) {
     struct stat st;
@@ -576,11 +600,12 @@ BT_DATA_DEF int bt_output_dir(const char *dir) {
     return 0;
 }
 
-BT_DATA_DEF int bt_output_open(const char *path, int append) {
+BT_DATA_DEF int bt_output_open_flags(const char *path, int append, int flags) {
     struct stat st;
-    int fd;
-    if (bt_output_check(path)) return -1;
-    fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0666);
+    int fd, nofollow = flags & BT_OUTPUT_NOFOLLOW ? O_NOFOLLOW : 0;
+    if (bt_output_check_flags(path, flags)) return -1;
+    fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC | nofollow | (append ? O_APPEND : O_TRUNC), 0666);
+    if (fd < 0 && nofollow && errno == ELOOP) { bt__seterr("%s: is a symbolic link: refusing to write through it", path); return -1; }
     if (fd < 0) { bt__seterr("%s: cannot open for writing: %s", path, strerror(errno)); return -1; }
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         bt__seterr("%s: not a regular file (it changed while being opened)", path);
@@ -588,6 +613,7 @@ BT_DATA_DEF int bt_output_open(const char *path, int append) {
     }
     return fd;
 }
+BT_DATA_DEF int bt_output_open(const char *path, int append) { return bt_output_open_flags(path, append, 0); }
 
 /* The registry of open temporaries, for bt_atomic_cleanup in a signal handler: fixed slots (no
    allocation), each a state word changed only by atomic compare-and-swap, so any thread and any
@@ -653,13 +679,13 @@ BT_DATA_DEF void bt_atomic_abort(bt_atomic_file *f) {
     bt__atomic_free(f);
 }
 
-BT_DATA_DEF bt_atomic_file *bt_atomic_open(const char *path) {
+BT_DATA_DEF bt_atomic_file *bt_atomic_open_flags(const char *path, int flags) {
     bt_atomic_file *f;
     char *target;
     mode_t mode;
     size_t cap;
     int tries;
-    if (bt__output_target(path, &target, &mode)) return NULL;
+    if (bt__output_target(path, flags, &target, &mode)) return NULL;
     cap = strlen(target) + 64;
     f = (bt_atomic_file *)bt__dmalloc(sizeof *f);
     if (f) { f->fd = -1; f->slot = -1; f->err = 0; f->target = target; f->path = bt__strndup(path, strlen(path)); f->tmp = (char *)bt__dmalloc(cap); }
@@ -688,6 +714,7 @@ BT_DATA_DEF bt_atomic_file *bt_atomic_open(const char *path) {
     if (bt__tmpreg_cleaned(f->slot)) { bt__seterr("%s: interrupted by a signal", path); bt_atomic_abort(f); return NULL; }
     return f;
 }
+BT_DATA_DEF bt_atomic_file *bt_atomic_open(const char *path) { return bt_atomic_open_flags(path, 0); }
 
 BT_DATA_DEF int bt_atomic_write(bt_atomic_file *f, const void *buf, size_t n) {
     if (!f) { bt__seterr("bt_atomic_write: NULL file"); return -1; }

@@ -36,7 +36,8 @@ BTDEF int gpt2_hf_config(bt_ckpt_file *f, const char *path, char *prefix, gpt2_c
 /* every leaf of a whole model m (built with that config) from f: Conv1D weights transposed, wte's
    rows padded to Vp with zeros, any float dtype converted to f32 (an integer one refused) */
 BTDEF int gpt2_hf_load(gpt2 *m, bt_ckpt_file *f, const char *path, const char *prefix, char *err, size_t errlen);
-/* DIR/model.safetensors (f32, transformers' names, wte's real rows, no head) and DIR/config.json */
+/* DIR/model.safetensors (f32, transformers' names, wte's real rows, no head) and DIR/config.json,
+   never through a symbolic link at those names (refused) */
 BTDEF int gpt2_hf_export(gpt2 *m, const char *dir, char *err, size_t errlen);
 /* the Hugging Face name of leaf i of m (gpt2_build's order); 1 when the file holds its transpose */
 BTDEF int gpt2_hf_name(const gpt2 *m, int i, const char *prefix, char *name, size_t n);
@@ -286,7 +287,7 @@ BTDEF int gpt2_hf_export(gpt2 *m, const char *dir, char *err, size_t errlen) {
         bad = bt_ckpt_writer_add_tensor(w, name, m->params[i], tr ? BT_CKPT_TRANSPOSE : 0, i == 0 ? m->cfg.V : 0) != 0;
     }
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (!bad) bad = bt_ckpt_writer_save(w, path) != 0;
+    if (!bad) bad = bt_ckpt_writer_save_flags(w, path, BT_OUTPUT_NOFOLLOW) != 0;
     bt_ckpt_writer_free(w);
     if (bad) { bt_msgf(err, errlen, "%s", bt_ckpt_error()); return -1; }
     const gpt2_config *c = &m->cfg;
@@ -309,7 +310,7 @@ BTDEF int gpt2_hf_export(gpt2 *m, const char *dir, char *err, size_t errlen) {
     bt_json_string(&j, "dtype", "float32");
     bt_json_end(&j);
     snprintf(path, sizeof path, "%s/config.json", dir);
-    int r = bt_json_save(&j, path);
+    int r = bt_json_save_flags(&j, path, BT_OUTPUT_NOFOLLOW);
     bt_json_writer_free(&j);
     if (r) { bt_msgf(err, errlen, "%s", bt_ckpt_error()); return -1; }
     return 0;

@@ -30,6 +30,8 @@
 #include <time.h>
 #include <signal.h>
 #include <unistd.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 
 /* a usage error is its reason and this, exit code 2 */
 #define SEE_H "(see train_gpt2 -h)"
@@ -84,6 +86,8 @@ static void usage(FILE *f) {
         "            after the last step, on SIGINT/SIGTERM, and every --ckpt-every steps\n"
         "  --ckpt-every N    a checkpoint every N steps, written while training goes on (default 0: none)\n"
         "  --ckpt-keep K     keep the newest K checkpoints (default 3; 0 keeps all)\n"
+        "  --ckpt-overwrite  start over in a --ckpt-dir that holds another run's checkpoints: delete them (without\n"
+        "            it such a directory is refused; --resume auto continues its run instead)\n"
         "  --resume FILE|DIR|auto   continue a run from a checkpoint (DIR: its newest valid one; auto: that of\n"
         "            --ckpt-dir, or a fresh start when it has none), bit for bit; give the run's options again\n"
         "  --init-from PATH  start from a Hugging Face GPT-2 model.safetensors (or its directory), or from a\n"
@@ -143,6 +147,7 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
         if (!strcmp(a, "--quiet")) { o->quiet = 1; continue; }
         if (!strcmp(a, "--deterministic")) { o->deterministic = 1; continue; }
         if (!strcmp(a, "--skip-nonfinite")) { o->skip_nonfinite = 1; continue; }
+        if (!strcmp(a, "--ckpt-overwrite")) { o->ckpt_overwrite = 1; continue; }
         if (!strcmp(a, "--mlir")) {
 #ifndef BT_MLIR
             snprintf(err, errlen, "--mlir: this binary was built without MLIR; make MLIR=1 (needs libmlir-19-dev)"); return -1;
@@ -237,6 +242,7 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
     }
     const char *clash = o->ckpt_every && !o->ckpt_dir ? "--ckpt-every needs --ckpt-dir DIR (where the checkpoints go)"
         : o->resume && !strcmp(o->resume, "auto") && !o->ckpt_dir ? "--resume auto needs --ckpt-dir DIR (where to look)"
+        : o->ckpt_overwrite && !o->ckpt_dir ? "--ckpt-overwrite needs --ckpt-dir DIR (whose old checkpoints it deletes)"
         : o->resume && o->init_from ? "--resume and --init-from exclude each other (--init-from starts a new run from a model's weights)"
         : o->init_from && o->model ? "-e and --init-from exclude each other (both say where the model comes from)" : NULL;
     if (clash) { snprintf(err, errlen, "%s", clash); return -1; }
@@ -488,35 +494,62 @@ static int load_tokenizer(trainer *tr, char *err, size_t errlen) {
 }
 
 /* Every output of the run, checked before anything is built or trained: a bad --save or -o
-   path must not cost a run. -o DIR is made here when missing. */
+   path must not cost a run. -o DIR is made here when missing. The files the program names in
+   the directories it is given (-o DIR's log.jsonl, --ckpt-dir's checkpoints, --export-hf DIR's
+   two files) are never written through symbolic links; --save PATH is the user's own name, and a
+   link there is written through. */
 static int check_outputs(const train_opts *o, char *err, size_t errlen) {
     if (o->save_path && bt_output_check(o->save_path)) { bt_msgf(err, errlen, "--save: %s", bt_data_error()); return -1; }
     if (o->out_dir) {
         char path[4096];
         if (snprintf(path, sizeof path, "%s/log.jsonl", o->out_dir) >= (int)sizeof path) { snprintf(err, errlen, "-o: the directory name is too long"); return -1; }
-        if (bt_output_dir(o->out_dir) || bt_output_check(path)) { bt_msgf(err, errlen, "-o: %s", bt_data_error()); return -1; }
+        if (bt_output_dir(o->out_dir) || bt_output_check_flags(path, BT_OUTPUT_NOFOLLOW)) { bt_msgf(err, errlen, "-o: %s", bt_data_error()); return -1; }
     }
     if (o->ckpt_dir) {   /* made here; a checkpoint's name in it must be writable */
         char path[4096];
         if (bt_ckpt_path(o->ckpt_dir, 0, path, sizeof path)) { snprintf(err, errlen, "--ckpt-dir: the directory name is too long"); return -1; }
-        if (bt_output_dir(o->ckpt_dir) || bt_output_check(path)) { bt_msgf(err, errlen, "--ckpt-dir: %s", bt_data_error()); return -1; }
+        if (bt_output_dir(o->ckpt_dir) || bt_output_check_flags(path, BT_OUTPUT_NOFOLLOW)) { bt_msgf(err, errlen, "--ckpt-dir: %s", bt_data_error()); return -1; }
     }
     if (o->export_hf) {
         static const char *const files[2] = {"model.safetensors", "config.json"};
         for (int i = 0; i < 2; i++) {
             char path[4096];
             if (snprintf(path, sizeof path, "%s/%s", o->export_hf, files[i]) >= (int)sizeof path) { snprintf(err, errlen, "--export-hf: the directory name is too long"); return -1; }
-            if (bt_output_dir(o->export_hf) || bt_output_check(path)) { bt_msgf(err, errlen, "--export-hf: %s", bt_data_error()); return -1; }
+            if (bt_output_dir(o->export_hf) || bt_output_check_flags(path, BT_OUTPUT_NOFOLLOW)) { bt_msgf(err, errlen, "--export-hf: %s", bt_data_error()); return -1; }
         }
     }
     return 0;
 }
 
-/* -o DIR: DIR/log.jsonl, created or truncated now (after check_outputs); a resumed run appends */
+/* A resumed run's log: its entries of the steps after the checkpoint's (the steps a killed run
+   made past its last checkpoint, which this run makes again) are cut, and a last line a kill left
+   half-written, so that the log has one entry per step. fd: the log opened for appending. */
+static void log_cut_after(int fd, const char *path, int step) {
+    int rfd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    FILE *f = rfd >= 0 ? fdopen(rfd, "r") : NULL;
+    struct stat a, b;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    off_t at = 0, cut = -1;
+    if (f && fstat(fd, &a) == 0 && fstat(rfd, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+        while (cut < 0 && (len = getline(&line, &cap, f)) > 0) {
+            int s;
+            if (line[len - 1] != '\n' || (sscanf(line, "{\"step\": %d", &s) == 1 && s > step)) cut = at;
+            at += len;
+        }
+    else fprintf(stderr, "warning: -o: %s: cannot read it to cut the entries after step %d (%s): they stay\n", path, step, strerror(errno));
+    if (cut >= 0 && ftruncate(fd, cut) != 0) fprintf(stderr, "warning: -o: %s: cannot cut it after step %d: %s\n", path, step, strerror(errno));
+    free(line);
+    if (f) fclose(f); else if (rfd >= 0) close(rfd);
+}
+/* -o DIR: DIR/log.jsonl, created or truncated now (after check_outputs), never through a link; a
+   resumed run appends, after the entries of the steps it makes again are cut */
 static int open_log(trainer *tr, char *err, size_t errlen) {
     char path[4096];
     snprintf(path, sizeof path, "%s/log.jsonl", tr->o.out_dir);
-    int fd = bt_output_open(path, tr->src.resume);
+    int fd = bt_output_open_flags(path, tr->src.resume, BT_OUTPUT_NOFOLLOW);
+    if (fd >= 0 && tr->src.resume) log_cut_after(fd, path, tr->start_step);
     if (fd < 0 || !(tr->log = fdopen(fd, "w"))) {
         bt_msgf(err, errlen, "-o: %s", fd < 0 ? bt_data_error() : strerror(errno));
         if (fd >= 0) close(fd);
@@ -626,6 +659,7 @@ static int train_main(train_opts *o) {
     memset(&tr, 0, sizeof tr);
     gpt2_config cfg;
     const char *model = o->model ? o->model : (on_gpu ? "d12" : "s4");
+    if (trainer_ckpt_lock(&tr, o, dist, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
     if (trainer_source_open(o, dist, &tr.src, &cfg, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
     int from_file = 0;
     if (!tr.src.file || o->model) {   /* with --resume, -e names the model the checkpoint must hold */
@@ -722,14 +756,13 @@ static int train_main(train_opts *o) {
     tr.targets = (int32_t *)malloc(sizeof(int32_t) * (size_t)o->B * o->T);
     if (!tr.inputs || !tr.targets) { fprintf(stderr, "error: out of host memory for a batch of -b %d x -t %d tokens\n", o->B, o->T); return run_end(&tr, 1); }
     if (tr.src.resume && trainer_ckpt_restore(&tr, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
-    if (o->ckpt_dir && rank == 0 && !(tr.saver = bt_ckpt_saver_new(o->ckpt_dir, o->ckpt_keep))) {
-        fprintf(stderr, "error: --ckpt-dir: %s\n", bt_ckpt_error()); return run_end(&tr, 1);
-    }
     /* the staging of periodic snapshots (weights, m, v: fp32) is allocated before the first step,
        so no snapshot stalls on it (pinned memory takes ~0.3 s per GB to allocate) */
     if (tr.saver && o->ckpt_every > 0 && bt_ckpt_saver_reserve(tr.saver, (size_t)3 * sizeof(float) * (size_t)tr.model.num_params, on_gpu)) {
         fprintf(stderr, "error: --ckpt-every: %s\n", bt_ckpt_error()); return run_end(&tr, 1);
     }
+    /* the last check, before the log is cut or truncated: --ckpt-dir holds no other run's checkpoints (or they go) */
+    if (trainer_ckpt_claim(&tr, o, dist, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
     if (o->out_dir && rank == 0 && open_log(&tr, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
 
     int accum = o->total_batch / (o->B * o->T * dworld);
@@ -800,7 +833,9 @@ static int train_main(train_opts *o) {
         }
     }
     if (rc) return run_end(&tr, rc);
-    if (trainer_ckpt_finish(&tr, step, saved_step, last_loss)) return run_end(&tr, 1);
+    /* every output asked for is attempted: a checkpoint that failed (a full disk there) does not
+       cost the model file or the export; each failure is said, and the exit status is 1 */
+    int failed = trainer_ckpt_finish(&tr, step, saved_step, last_loss) != 0;
     if (stopped) printf("stopped by %s after step %d of %d%s\n", trainer_stop_signal() == SIGTERM ? "SIGTERM" : "SIGINT", step, o->steps,
                         o->ckpt_dir ? "" : " (no --ckpt-dir: no checkpoint written)");
     if (tr.sg.captures) printf("cuda graph: %d captures\n", tr.sg.captures);
@@ -811,10 +846,10 @@ static int train_main(train_opts *o) {
     /* with --tp the outputs come from the shards gathered into a whole model on rank 0 (a collective) */
     gpt2 *out = tr.par && (o->save_path || o->export_hf || (o->gen_len > 0 && !stopped)) ? trainer_whole_model(&tr) : &tr.model;
     /* the model is saved before the last sample: a slow or interrupted sample cannot lose it */
-    if (rank == 0 && o->save_path && gpt2_save(out, o->save_path, err, sizeof err)) { fprintf(stderr, "error: --save: %s\n", err); return run_end(&tr, 1); }
-    if (o->save_path) printf("saved %s\n", o->save_path);
-    if (rank == 0 && o->export_hf && gpt2_hf_export(out, o->export_hf, err, sizeof err)) { fprintf(stderr, "error: --export-hf: %s\n", err); return run_end(&tr, 1); }
-    if (o->export_hf) printf("exported %s/model.safetensors and config.json (Hugging Face GPT-2)\n", o->export_hf);
+    if (rank == 0 && o->save_path && gpt2_save(out, o->save_path, err, sizeof err)) { fprintf(stderr, "error: --save: %s\n", err); failed = 1; }
+    else if (o->save_path) printf("saved %s\n", o->save_path);
+    if (rank == 0 && o->export_hf && gpt2_hf_export(out, o->export_hf, err, sizeof err)) { fprintf(stderr, "error: --export-hf: %s\n", err); failed = 1; }
+    else if (o->export_hf) printf("exported %s/model.safetensors and config.json (Hugging Face GPT-2)\n", o->export_hf);
     if (o->gen_len > 0 && rank == 0 && !stopped && !trainer_stop_signal()) {
         uint64_t seed = o->seed + (uint64_t)(o->steps > 0 ? o->steps - 1 : 0);
         printf("--- sample (greedy) ---\n");
@@ -823,7 +858,8 @@ static int train_main(train_opts *o) {
         gpt2_sample(out, tr.tok, o->gen_len, o->topk, o->temp, seed, tr.dt);
         printf("---\n");
     }
-    return run_end(&tr, 0);
+    if (failed) fprintf(stderr, "error: not every output was written (each failure above)\n");
+    return run_end(&tr, failed);
 }
 
 /* the program: flags, the launcher, signals, a run (the tests of the program call it too) */

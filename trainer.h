@@ -47,6 +47,7 @@ typedef struct {
     double nccl_timeout;      /* seconds a collective may take before the run is aborted */
     const char *ckpt_dir;     /* checkpoints: where they go; also --resume auto's place */
     int ckpt_every, ckpt_keep;   /* a checkpoint every N steps (0: only at the end and on a signal); the newest K kept (0: all) */
+    int ckpt_overwrite;       /* the checkpoints in ckpt_dir of another run (or history) are deleted, not refused */
     const char *resume;       /* FILE, DIR or auto: continue that run */
     const char *init_from;    /* a Hugging Face model.safetensors (or its directory), or a checkpoint: its weights */
     const char *export_hf;    /* DIR: model.safetensors + config.json for transformers at the end */
@@ -150,6 +151,9 @@ void trainer_install_stop_signals(void);   /* SIGINT/SIGTERM: finish the step, c
 void trainer_set_launcher(pid_t launcher); /* its copies of a Ctrl-C are not a second signal */
 int trainer_stop_signal(void);             /* the signal that asked to stop, or 0 */
 int trainer_stop_agreed(trainer *tr);      /* stop now? a collective with several processes */
+/* --ckpt-dir, before anything reads it (a collective): rank 0's saver takes the directory for this run
+   (made, locked, the temporaries dead writers left removed; another run holding it: an error naming it) */
+int trainer_ckpt_lock(trainer *tr, const train_opts *o, bt_dist *dist, char *err, size_t errlen);
 /* --resume or --init-from: the file opened, the model's config read (src->file NULL: neither); 0 or -1 */
 int trainer_source_open(const train_opts *o, bt_dist *dist, model_source *src, gpt2_config *cfg, char *err, size_t errlen);
 int trainer_source_load(trainer *tr, char *err, size_t errlen);   /* its weights into the model */
@@ -157,11 +161,14 @@ int trainer_source_load(trainer *tr, char *err, size_t errlen);   /* its weights
 int trainer_ckpt_check(const model_source *src, const train_opts *o, const gpt2_config *c, int world, char *err, size_t errlen);
 void trainer_ckpt_import_tuning(trainer *tr);                  /* --resume: this rank's matmul choices back */
 int trainer_ckpt_restore(trainer *tr, char *err, size_t errlen);   /* AdamW state, step counts, data position */
+/* --ckpt-dir's checkpoints that are not the history of this run, after the restore, before anything is
+   written (a collective): refused, naming the flags, or deleted with --ckpt-overwrite */
+int trainer_ckpt_claim(trainer *tr, const train_opts *o, bt_dist *dist, char *err, size_t errlen);
 void trainer_ckpt_snapshot(trainer *tr, int step, double loss);    /* a collective; the save goes on in a thread */
 void trainer_ckpt_fence(trainer *tr);                          /* before the next update: the snapshot's copies done */
 int trainer_ckpt_due(const trainer *tr, int s);                /* a checkpoint after step s (1-based)? */
 int trainer_ckpt_report(trainer *tr, char *json, size_t cap);  /* a save finished since the last call: printed, logged */
-int trainer_ckpt_finish(trainer *tr, int step, int saved_step, double loss);   /* the run's last checkpoint, waited for */
+int trainer_ckpt_finish(trainer *tr, int step, int saved_step, double loss);   /* the run's last checkpoint, waited for: 0, or -1 (said) */
 
 /* ---- 7. tensor and context parallelism ---- */
 int trainer_par_check(const train_opts *o, const gpt2_config *c, int world, int on_gpu, char *err, size_t errlen);
@@ -477,7 +484,10 @@ int trainer_auto_micro_batch(gpt2 *m, int T, int total_batch, bt_dtype dt) {
    --cp 2 is the file one process writes, and resumes in any layout.
    A snapshot costs the loop only the enqueueing of device-to-host copies into pinned memory (on
    a copy stream); the next optimizer update waits for them on the device (trainer_ckpt_fence),
-   and a thread checksums and writes the file while training goes on (at most one save in flight). */
+   and a thread checksums and writes the file while training goes on (at most one save in flight).
+   The directory belongs to one run: rank 0's saver locks it from before the resume is looked for to
+   the end (trainer_ckpt_lock), and checkpoints there that are not this run's history are refused,
+   or deleted with --ckpt-overwrite, before anything is written (trainer_ckpt_claim). */
 
 /* signals */
 static volatile sig_atomic_t trainer__stop;   /* the first SIGINT/SIGTERM: stop after this step */
@@ -726,6 +736,7 @@ int trainer_ckpt_due(const trainer *tr, int s) {
 int trainer_ckpt_report(trainer *tr, char *json, size_t cap) {
     bt_ckpt_saver_stats st;
     if (!tr->saver) return 0;
+    while (bt_ckpt_saver_warning(tr->saver)) fprintf(stderr, "warning: %s\n", bt_ckpt_error());   /* a rotation that left a file */
     bt_ckpt_saver_get_stats(tr->saver, &st);
     if (st.saves == tr->saves_seen) return 0;
     tr->saves_seen = st.saves;
@@ -738,7 +749,8 @@ int trainer_ckpt_report(trainer *tr, char *json, size_t cap) {
     return 1;
 }
 /* the end of a run (its last step, or a signal): the checkpoint of `step` unless taken already,
-   then the host waits for the save. 0, or -1 when it failed (said). */
+   then the host waits for the save. 0, or -1 when that checkpoint is not on disk (said: a failed
+   save, or a snapshot that was not taken). The run's other outputs are written all the same. */
 int trainer_ckpt_finish(trainer *tr, int step, int saved_step, double loss) {
     if (!tr->o.ckpt_dir || step == tr->start_step) return 0;   /* nothing new to save */
     if (step != saved_step) trainer_ckpt_snapshot(tr, step, loss);
@@ -747,7 +759,95 @@ int trainer_ckpt_finish(trainer *tr, int step, int saved_step, double loss) {
     if (r) fprintf(stderr, "error: checkpoint: %s\n", bt_ckpt_error());
     char json[256] = "";
     trainer_ckpt_report(tr, json, sizeof json);
+    bt_ckpt_saver_stats st;
+    bt_ckpt_saver_get_stats(tr->saver, &st);
+    if (!r && st.last_step != step) { fprintf(stderr, "error: the checkpoint of step %d was not written (above)\n", step); r = -1; }
     return r;
+}
+
+/* rank 0's verdict, rc and its message, to every rank: each decides alike */
+static int trainer__agree(bt_dist *dist, int rc, char *err, size_t errlen) {
+    struct { int32_t rc; char err[1024]; } msg;
+    if (!dist) return rc;
+    memset(&msg, 0, sizeof msg);
+    msg.rc = rc;
+    snprintf(msg.err, sizeof msg.err, "%s", rc ? err : "");
+    if (bt_store_broadcast(bt_dist_store(dist), &msg, sizeof msg)) { bt_msgf(err, errlen, "--ckpt-dir: %s", bt_dist_error()); return -1; }
+    snprintf(err, errlen, "%s", msg.err);
+    return msg.rc;
+}
+int trainer_ckpt_lock(trainer *tr, const train_opts *o, bt_dist *dist, char *err, size_t errlen) {
+    int rc = 0;
+    if (!o->ckpt_dir) return 0;
+    if (!dist || dist->rank == 0) {
+        if (!(tr->saver = bt_ckpt_saver_new(o->ckpt_dir, o->ckpt_keep))) { bt_msgf(err, errlen, "--ckpt-dir: %s", bt_ckpt_error()); rc = -1; }
+        else {
+            bt_ckpt_saver_stats st;
+            bt_ckpt_saver_get_stats(tr->saver, &st);
+            if (st.swept) printf("--ckpt-dir %s: removed %lld temporar%s of a killed save\n", o->ckpt_dir, (long long)st.swept, st.swept == 1 ? "y" : "ies");
+            while (bt_ckpt_saver_warning(tr->saver)) fprintf(stderr, "warning: %s\n", bt_ckpt_error());   /* no locks there */
+        }
+    }
+    return trainer__agree(dist, rc, err, errlen);
+}
+/* 1 when the two paths name one directory */
+static int trainer__same_dir(const char *a, const char *b) {
+    struct stat x, y;
+    return stat(a, &x) == 0 && stat(b, &y) == 0 && S_ISDIR(x.st_mode) && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+/* The checkpoints of --ckpt-dir that are not the history of the run continued there, newest first
+   (*steps malloc'd), and whose they are (*whose): a new run's, all (0: an earlier run's); --resume
+   auto or --resume DIR (that directory itself) goes on with the directory's own run: none;
+   --resume FILE of the directory goes back to FILE's step: those after it (1: a history this run
+   replaces); FILE from elsewhere: all (2: another run's). Their count, or -1. */
+static int trainer__foreign(const trainer *tr, const train_opts *o, int64_t **steps, int *whose, char *err, size_t errlen) {
+    int n = bt_ckpt_list(o->ckpt_dir, steps), keep = 0;
+    *whose = tr->src.resume ? 2 : 0;
+    if (n < 0) { bt_msgf(err, errlen, "--ckpt-dir: %s", bt_ckpt_error()); return -1; }
+    if (!tr->src.resume || !n) return n;
+    if (!strcmp(o->resume, "auto") || trainer__same_dir(o->resume, o->ckpt_dir)) return 0;
+    char dir[4096];
+    const char *slash = strrchr(tr->src.path, '/');
+    if (slash) snprintf(dir, sizeof dir, "%.*s", slash == tr->src.path ? 1 : (int)(slash - tr->src.path), tr->src.path);
+    else snprintf(dir, sizeof dir, ".");
+    if (!trainer__same_dir(dir, o->ckpt_dir)) return n;
+    *whose = 1;
+    while (keep < n && (*steps)[n - 1 - keep] <= tr->start_step) keep++;   /* the resumed one and those before it */
+    return n - keep;
+}
+static int trainer__claim_here(trainer *tr, const train_opts *o, char *err, size_t errlen) {
+    int64_t *steps = NULL;
+    int whose, n = trainer__foreign(tr, o, &steps, &whose, err, errlen), rc = n < 0 ? -1 : 0;
+    char which[96], path[4096];
+    const char *d = o->ckpt_dir, *s = n == 1 ? "" : "s";
+    if (n > 0) snprintf(which, sizeof which, n == 1 ? "step %lld" : "steps %lld to %lld", (long long)steps[n - 1], (long long)steps[0]);
+    if (n > 0 && !o->ckpt_overwrite) {
+        rc = -1;
+        if (whose == 0)
+            snprintf(err, errlen, "--ckpt-dir %.400s holds %d checkpoint%s of an earlier run (%s): --resume auto continues that run; "
+                     "--ckpt-overwrite deletes them and starts this one; or give another --ckpt-dir", d, n, s, which);
+        else if (whose == 1)
+            snprintf(err, errlen, "--ckpt-dir %.400s holds %d checkpoint%s after step %d, the one resumed (%s): a history this run would "
+                     "replace; --ckpt-overwrite deletes them; or give another --ckpt-dir", d, n, s, tr->start_step, which);
+        else
+            snprintf(err, errlen, "--ckpt-dir %.400s holds %d checkpoint%s of another run (%s), not of the one resumed from %.400s: "
+                     "--ckpt-overwrite deletes them; --resume auto would continue theirs instead; or give another --ckpt-dir",
+                     d, n, s, which, tr->src.path);
+    }
+    for (int i = 0; n > 0 && !rc && i < n; i++)
+        if (bt_ckpt_path(d, steps[i], path, sizeof path) == 0 && remove(path) != 0 && errno != ENOENT) {
+            snprintf(err, errlen, "--ckpt-overwrite: cannot delete %.800s: %s", path, strerror(errno));
+            rc = -1;
+        }
+    if (n > 0 && !rc) printf("--ckpt-overwrite: deleted %d checkpoint%s (%s) from %s\n", n, s, which, d);
+    free(steps);
+    return rc;
+}
+int trainer_ckpt_claim(trainer *tr, const train_opts *o, bt_dist *dist, char *err, size_t errlen) {
+    int rc = 0;
+    if (!o->ckpt_dir) return 0;
+    if (!dist || dist->rank == 0) rc = trainer__claim_here(tr, o, err, errlen);
+    return trainer__agree(dist, rc, err, errlen);
 }
 
 /* resuming */
@@ -793,6 +893,7 @@ int trainer_source_open(const train_opts *o, bt_dist *dist, model_source *src, g
     memset(src, 0, sizeof *src);
     if (o->resume) {
         int r = trainer__find_resume(o, dist, src->path, sizeof src->path, err, errlen);
+        if (r > 0) printf("--resume auto: no checkpoint in %s: starting a new run\n", o->ckpt_dir);
         if (r) return r < 0 ? -1 : 0;
         src->resume = 1;
     } else if (o->init_from) {

@@ -1,8 +1,9 @@
 /* test_ckpt.c - bt_ckpt.h: CRC32C (known vectors, both backends, combine, threads), the strict
    JSON parser and writer, metadata, safetensors round trips of every dtype, a corpus of broken
    files (each a clear error), tensor loads with transpose/padding/conversion, kill -9 of a writer
-   mid-save, the asynchronous saver on CPU tensors (rotation, a failing directory), and the
-   latest-valid search. With BT_CKPT_INTEROP_DIR set it also reads the file that
+   mid-save, the asynchronous saver on CPU tensors (rotation, a failing directory, the directory's
+   lock, the temporaries of dead writers, an old checkpoint rotation cannot delete, a link at a
+   checkpoint's name), and the latest-valid search. With BT_CKPT_INTEROP_DIR set it also reads the file that
    tests/ckpt_interop.py wrote and writes one for it to check (see that script). */
 #define _POSIX_C_SOURCE 200809L
 #define BT_ALLOC_IMPLEMENTATION
@@ -972,7 +973,7 @@ static void test_names_and_sweep(void) {
     char buf[64], dir[512], p[700];
     int64_t *steps;
     int n;
-    pid_t dead;
+    pid_t dead, live;
     struct timespec old[2];
     BT_CHECK(!bt_ckpt_path("d", 42, buf, sizeof buf) && !strcmp(buf, "d/ckpt_000000042.safetensors"), "%s", buf);
     BT_CHECK(!bt_ckpt_path("d", 12345678901LL, buf, sizeof buf) && !strcmp(buf, "d/ckpt_12345678901.safetensors"), "%s", buf);
@@ -989,28 +990,155 @@ static void test_names_and_sweep(void) {
     n = bt_ckpt_list(dir, &steps);
     BT_CHECK(n == 2 && steps[0] == 12345678901LL && steps[1] == 42, "only our spellings (%d)", n);
     free(steps);
-    /* a temporary of a dead writer, old enough: swept when a saver starts; a fresh one is kept */
+    /* temporaries of dead writers, whatever their age, and of this process (which has written
+       nothing there yet), are swept when a saver takes the directory; a live writer's fresh one
+       stays, an old one of a live pid (reused) goes; names not ours stay */
     if ((dead = fork()) == 0) _exit(0);
     waitpid(dead, NULL, 0);
-    snprintf(p, sizeof p, "%s/ckpt_000000042.safetensors.tmp.%d.0", dir, (int)dead); bt_test_write_file(p, "x", 1);
+    if ((live = fork()) == 0) { pause(); _exit(0); }
     old[0].tv_sec = old[1].tv_sec = time(NULL) - 1000; old[0].tv_nsec = old[1].tv_nsec = 0;
-    utimensat(AT_FDCWD, p, old, 0);
-    snprintf(p, sizeof p, "%s/ckpt_000000042.safetensors.tmp.%d.1", dir, (int)dead); bt_test_write_file(p, "x", 1);
-    snprintf(p, sizeof p, "%s/other.safetensors.tmp.%d.0", dir, (int)dead); bt_test_write_file(p, "x", 1);
-    utimensat(AT_FDCWD, p, old, 0);
     {
-        bt_ckpt_saver *s = bt_ckpt_saver_new(dir, 1);
+        const struct { pid_t pid; int n, aged, gone; const char *base; } tmps[] = {
+            {dead, 0, 1, 1, "ckpt_000000042"}, {dead, 1, 0, 1, "ckpt_000000042"}, {getpid(), 2, 0, 1, "ckpt_000000043"},
+            {live, 3, 0, 0, "ckpt_000000042"}, {live, 4, 1, 1, "ckpt_000000042"}, {dead, 5, 1, 0, "other"}};
+        const int nt = (int)(sizeof tmps / sizeof tmps[0]);
+        bt_ckpt_saver *s;
         bt_ckpt_saver_stats st;
-        bt_ckpt_saver_get_stats(s, &st);
-        BT_CHECK(st.removed == 1, "one stale temporary swept (%lld)", (long long)st.removed);
-        snprintf(p, sizeof p, "%s/ckpt_000000042.safetensors.tmp.%d.0", dir, (int)dead);
-        BT_CHECK(access(p, F_OK) != 0, "the old one is gone");
-        snprintf(p, sizeof p, "%s/ckpt_000000042.safetensors.tmp.%d.1", dir, (int)dead);
-        BT_CHECK(access(p, F_OK) == 0, "the recent one stays");
-        snprintf(p, sizeof p, "%s/other.safetensors.tmp.%d.0", dir, (int)dead);
-        BT_CHECK(access(p, F_OK) == 0, "not ours: stays");
+        int i;
+        for (i = 0; i < nt; i++) {
+            snprintf(p, sizeof p, "%s/%s.safetensors.tmp.%d.%d", dir, tmps[i].base, (int)tmps[i].pid, tmps[i].n);
+            bt_test_write_file(p, "x", 1);
+            if (tmps[i].aged) utimensat(AT_FDCWD, p, old, 0);
+        }
+        s = bt_ckpt_saver_new(dir, 0);                 /* keep 0: no rotation ever runs */
+        BT_CHECK(s != NULL, "%s", bt_ckpt_error());
+        if (s) {
+            bt_ckpt_saver_get_stats(s, &st);
+            BT_CHECK(st.swept == 4 && st.removed == 0, "4 dead temporaries swept at once (%lld, %lld removed)", (long long)st.swept, (long long)st.removed);
+        }
+        for (i = 0; i < nt; i++) {
+            snprintf(p, sizeof p, "%s/%s.safetensors.tmp.%d.%d", dir, tmps[i].base, (int)tmps[i].pid, tmps[i].n);
+            BT_CHECK((access(p, F_OK) != 0) == tmps[i].gone, "%s: %s", p, tmps[i].gone ? "should be swept" : "should stay");
+        }
         bt_ckpt_saver_free(s);
     }
+    kill(live, SIGKILL);
+    waitpid(live, NULL, 0);
+}
+
+/* the directory belongs to one saver at a time: a second (in this process or another) is refused,
+   naming the holder; the lock goes with its process, however it ends */
+static void test_saver_lock(void) {
+    char dir[512], want[64];
+    bt_ckpt_saver *a, *b;
+    int fds[2];
+    pid_t child;
+    char c = 0;
+    snprintf(dir, sizeof dir, "%s/locked", bt_test_dir);
+    a = bt_ckpt_saver_new(dir, 1);
+    BT_CHECK(a != NULL, "%s", bt_ckpt_error());
+    snprintf(want, sizeof want, "pid %ld on host", (long)getpid());
+    b = bt_ckpt_saver_new(dir, 1);
+    BT_CHECK(!b && strstr(bt_ckpt_error(), "is in use") && strstr(bt_ckpt_error(), want) && strstr(bt_ckpt_error(), "ckpt.lock"),
+             "a second saver: %s", bt_ckpt_error());
+    bt_ckpt_saver_free(b);
+    BT_CHECK(!bt_ckpt_saver_free(a), "free");
+    b = bt_ckpt_saver_new(dir, 1);
+    BT_CHECK(b != NULL, "after the first is freed: %s", bt_ckpt_error());
+    bt_ckpt_saver_free(b);
+    /* another process holds it, then dies by kill -9: the lock is gone with it */
+    if (pipe(fds) != 0) { BT_CHECK(0, "pipe"); return; }
+    if ((child = fork()) == 0) {
+        bt_ckpt_saver *s = bt_ckpt_saver_new(dir, 1);
+        char ok = s ? 1 : 2;
+        if (write(fds[1], &ok, 1) != 1) _exit(1);
+        pause();
+        _exit(0);
+    }
+    BT_CHECK(read(fds[0], &c, 1) == 1 && c == 1, "the child took the lock");
+    snprintf(want, sizeof want, "pid %ld on host", (long)child);
+    b = bt_ckpt_saver_new(dir, 1);
+    BT_CHECK(!b && strstr(bt_ckpt_error(), want), "held by the child: %s", bt_ckpt_error());
+    bt_ckpt_saver_free(b);
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    close(fds[0]); close(fds[1]);
+    b = bt_ckpt_saver_new(dir, 1);
+    BT_CHECK(b != NULL, "after its holder was killed: %s", bt_ckpt_error());
+    bt_ckpt_saver_free(b);
+}
+
+/* an old checkpoint that cannot be deleted (a directory of that name, not empty) fails no save:
+   each save is whole and reported, the rotation problem is a warning, once per save */
+static void test_rotation_failure_warns(void) {
+    char dir[512], p[700];
+    bt_tensor *t = bt_randn(bt_shape1(1000), BT_F32, bt_cpu(), 6);
+    const char *name = "w";
+    bt_ckpt_saver *s;
+    int64_t step;
+    snprintf(dir, sizeof dir, "%s/rot", bt_test_dir);
+    mkdir(dir, 0755);
+    bt_ckpt_path(dir, 1, p, sizeof p);
+    mkdir(p, 0755);
+    snprintf(p + strlen(p), sizeof p - strlen(p), "/inside");
+    bt_test_write_file(p, "x", 1);
+    s = bt_ckpt_saver_new(dir, 1);
+    BT_CHECK(s != NULL, "%s", bt_ckpt_error());
+    if (!s) return;
+    BT_CHECK(!bt_ckpt_saver_warning(s), "no warning before a save");
+    for (step = 2; step <= 3; step++) {
+        BT_CHECK(!bt_ckpt_saver_snapshot(s, step, &t, &name, 1, NULL) && !bt_ckpt_saver_wait(s), "save %lld: %s", (long long)step, bt_ckpt_error());
+        BT_CHECK(bt_ckpt_saver_warning(s) && strstr(bt_ckpt_error(), "cannot delete") && strstr(bt_ckpt_error(), "ckpt_000000001.safetensors"),
+                 "save %lld: the warning: %s", (long long)step, bt_ckpt_error());
+        BT_CHECK(!bt_ckpt_saver_warning(s), "reported once");
+    }
+    bt_ckpt_path(dir, 3, p, sizeof p);
+    BT_CHECK(access(p, F_OK) == 0, "the newest is there");
+    bt_ckpt_path(dir, 2, p, sizeof p);
+    BT_CHECK(access(p, F_OK) != 0, "the one before is rotated away");
+    BT_CHECK(!bt_ckpt_saver_free(s), "free: %s", bt_ckpt_error());
+    bt_release(t);
+}
+
+/* a symbolic link where the next checkpoint goes: refused, its target untouched */
+static void test_saver_refuses_links(void) {
+    char dir[512], p[700], *back;
+    bt_tensor *t = bt_randn(bt_shape1(1000), BT_F32, bt_cpu(), 7);
+    const char *name = "w", *victim = bt_test_path("victim.txt");
+    bt_ckpt_saver *s;
+    struct stat ls;
+    snprintf(dir, sizeof dir, "%s/links", bt_test_dir);
+    mkdir(dir, 0755);
+    bt_test_write_text(victim, "not a checkpoint");
+    bt_ckpt_path(dir, 2, p, sizeof p);
+    BT_CHECK(symlink(victim, p) == 0, "symlink");
+    s = bt_ckpt_saver_new(dir, 0);
+    BT_CHECK(s != NULL, "%s", bt_ckpt_error());
+    if (!s) return;
+    BT_CHECK(!bt_ckpt_saver_snapshot(s, 2, &t, &name, 1, NULL), "snapshot: %s", bt_ckpt_error());
+    BT_CHECK(bt_ckpt_saver_wait(s) && strstr(bt_ckpt_error(), "ckpt_000000002.safetensors") && strstr(bt_ckpt_error(), "symbolic link"),
+             "the save is refused: %s", bt_ckpt_error());
+    back = bt_test_read_file(victim, NULL);
+    BT_CHECK(back && !strcmp(back, "not a checkpoint"), "the link's target is untouched: %.40s", back ? back : "(gone)");
+    free(back);
+    BT_CHECK(lstat(p, &ls) == 0 && S_ISLNK(ls.st_mode), "the link is still a link");
+    BT_CHECK(!bt_ckpt_saver_snapshot(s, 3, &t, &name, 1, NULL) && !bt_ckpt_saver_wait(s), "the next save goes on: %s", bt_ckpt_error());
+    bt_ckpt_saver_free(s);
+    {   /* the synchronous writer and the JSON file, with BT_OUTPUT_NOFOLLOW */
+        bt_ckpt_writer *w = bt_ckpt_writer_new();
+        bt_json_writer j;
+        bt_ckpt_writer_add_tensor(w, "w", t, 0, 0);
+        BT_CHECK(bt_ckpt_writer_save_flags(w, p, BT_OUTPUT_NOFOLLOW) && strstr(bt_ckpt_error(), "symbolic link"), "writer: %s", bt_ckpt_error());
+        bt_ckpt_writer_free(w);
+        bt_json_writer_init(&j, 0);
+        bt_json_object(&j, NULL); bt_json_end(&j);
+        BT_CHECK(bt_json_save_flags(&j, p, BT_OUTPUT_NOFOLLOW) && strstr(bt_ckpt_error(), "symbolic link"), "json: %s", bt_ckpt_error());
+        bt_json_writer_free(&j);
+        back = bt_test_read_file(victim, NULL);
+        BT_CHECK(back && !strcmp(back, "not a checkpoint"), "the link's target is untouched");
+        free(back);
+    }
+    bt_release(t);
 }
 
 static void test_config_json(void) {
@@ -1182,6 +1310,9 @@ int main(int argc, char **argv) {
     BT_RUN(test_saver_failure);
     BT_RUN(test_latest_valid);
     BT_RUN(test_names_and_sweep);
+    BT_RUN(test_saver_lock);
+    BT_RUN(test_rotation_failure_warns);
+    BT_RUN(test_saver_refuses_links);
     BT_RUN(test_config_json);
     BT_RUN(test_messages);
     BT_RUN(test_python_interop);

@@ -1,5 +1,5 @@
 /* test_files.c - bt_data.h's files: non-blocking inputs, output checks, atomic replacement (links
-   written through, special files refused, no temporary left after a failure, concurrent writers
+   written through, or refused with BT_OUTPUT_NOFOLLOW; special files refused, no temporary left after a failure, concurrent writers
    by threads and processes, kill -9 and SIGTERM of a writer, the signal cleanup's chaining). */
 #define _XOPEN_SOURCE 700   /* POSIX.1-2008 and mknod */
 #include "bt_data.h"
@@ -178,6 +178,40 @@ static void test_atomic_symlinks(void) {
     /* an absolute link */
     snprintf(buf, sizeof buf, "%s", bt_test_path("real/abs.bin"));
     BT_CHECK(symlink(buf, bt_test_path("to_abs")) == 0 && write_file(bt_test_path("to_abs"), "abs") == 0 && has_text(bt_test_path("real/abs.bin"), "abs"), "absolute link");
+}
+
+/* BT_OUTPUT_NOFOLLOW (the files a program names in a directory of its own): a link at the name is
+   refused by the check, the log's open and the atomic file, naming it; its target is untouched; a
+   plain file or a new name works as without the flag */
+static void test_nofollow(void) {
+    const char *victim = bt_test_path("victim.txt"), *link = bt_test_path("own/log.jsonl"), *ck = bt_test_path("own/ckpt.bin");
+    bt_atomic_file *f;
+    struct stat st;
+    int fd;
+    mkdir(bt_test_path("own"), 0755);
+    bt_test_write_text(victim, "precious");
+    BT_CHECK(symlink(victim, link) == 0 && symlink(victim, ck) == 0, "links");
+    BT_CHECK(bt_output_check_flags(link, BT_OUTPUT_NOFOLLOW) == -1 && err_has(link, "symbolic link") && err_has(victim, NULL), "check: %s", bt_data_error());
+    BT_CHECK(bt_output_check_flags(link, 0) == 0, "without the flag the link is followed: %s", bt_data_error());
+    BT_CHECK(bt_output_open_flags(link, 0, BT_OUTPUT_NOFOLLOW) == -1 && err_has(link, "symbolic link"), "log: %s", bt_data_error());
+    BT_CHECK(bt_output_open_flags(link, 1, BT_OUTPUT_NOFOLLOW) == -1, "log, appending: %s", bt_data_error());
+    f = bt_atomic_open_flags(ck, BT_OUTPUT_NOFOLLOW);
+    BT_CHECK(f == NULL && err_has(ck, "symbolic link"), "atomic: %s", bt_data_error());
+    bt_atomic_abort(f);
+    BT_CHECK(has_text(victim, "precious"), "the link's target is untouched");
+    BT_CHECK(lstat(ck, &st) == 0 && S_ISLNK(st.st_mode) && count_temps(bt_test_path("own")) == 0, "the link stays, no temporary");
+    /* plain names work as without the flag */
+    unlink(link); unlink(ck);
+    fd = bt_output_open_flags(link, 0, BT_OUTPUT_NOFOLLOW);
+    BT_CHECK(fd >= 0 && write(fd, "a\n", 2) == 2, "a new log: %s", bt_data_error());
+    if (fd >= 0) close(fd);
+    f = bt_atomic_open_flags(ck, BT_OUTPUT_NOFOLLOW);
+    BT_CHECK(f && !bt_atomic_write(f, "ck", 2) && !bt_atomic_commit(f) && has_text(ck, "ck"), "a new file: %s", bt_data_error());
+    /* a link planted after the check: the rename replaces the link itself, never its target */
+    f = bt_atomic_open_flags(ck, BT_OUTPUT_NOFOLLOW);
+    BT_CHECK(f && unlink(ck) == 0 && symlink(victim, ck) == 0, "a link planted while writing");
+    BT_CHECK(f && !bt_atomic_write(f, "ck2", 3) && !bt_atomic_commit(f), "commit: %s", bt_data_error());
+    BT_CHECK(has_text(victim, "precious") && lstat(ck, &st) == 0 && S_ISREG(st.st_mode) && has_text(ck, "ck2"), "the file replaced the link");
 }
 
 static void test_atomic_refuses_special_files(void) {
@@ -456,6 +490,7 @@ int main(void) {
     BT_RUN(test_atomic_roundtrip);
     BT_RUN(test_atomic_symlinks);
     BT_RUN(test_atomic_refuses_special_files);
+    BT_RUN(test_nofollow);
     BT_RUN(test_atomic_failures_leave_the_previous_file);
     BT_RUN(test_atomic_concurrent_processes);
     BT_RUN(test_atomic_concurrent_threads);

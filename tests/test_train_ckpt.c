@@ -5,9 +5,14 @@
    a damaged or truncated newest checkpoint, naming the tensor and the bytes; a resume with other
    options is a clear error; --skip-nonfinite goes on; the Hugging Face export and --init-from
    give the same weights back, in transformers' layout and in the older one; bad --init-from files
-   are clear errors. Runs are this binary re-executed with --run-train ARGS, with train_gpt2's own
-   signal handler (a fresh process: its exit status, output and leaks are its own). The runs use
-   the s2 preset, -b 1 -t 8, ten steps or fewer (about 0.05 s each on a 2-core CPU, 0.5 s under ASan). */
+   are clear errors. The checkpoint directory (issue 35): a failed last checkpoint costs neither
+   --save nor --export-hf (exit 1); a rotation that cannot delete is a warning; the directory is
+   locked by its run and refuses another run's checkpoints unless --resume auto or
+   --ckpt-overwrite; a killed save's temporary goes when a run takes the directory; a resumed log
+   has one entry per step; links at a checkpoint's name are refused. Runs are this binary
+   re-executed with --run-train ARGS, with train_gpt2's own signal handler (a fresh process: its
+   exit status, output and leaks are its own). The runs use the s2 preset, -b 1 -t 8, ten steps or
+   fewer (about 0.05 s each on a 2-core CPU, 0.5 s under ASan). */
 #define TRAIN_GPT2_NO_MAIN
 #include "train_gpt2.c"
 #include "tests/bt_test.h"
@@ -141,14 +146,27 @@ static void test_resume_bit_exact(void) {
     BT_CHECK(strstr(log, "\"ckpt_stall_ms\"") && strstr(log, "\"ckpt_stall_total_ms\"") && strstr(log, "\"ckpt_saved_step\""), "log: %.300s", log);
 }
 
-/* kill -9 at a random step, then --resume auto: the same final state as the uninterrupted run */
+/* a temporary as a save killed by kill -9 leaves it, of a process that is gone, written now */
+static void plant_dead_temporary(const char *dir, int step) {
+    char path[700];
+    pid_t dead = fork();
+    if (dead == 0) _exit(0);
+    waitpid(dead, NULL, 0);
+    snprintf(path, sizeof path, "%s.tmp.%d.0", ckpt(dir, step), (int)dead);
+    bt_test_write_text(path, "half a checkpoint");
+}
+
+/* kill -9 at a random step, then --resume auto: the same final state as the uninterrupted run; the
+   log (the same -o) has one entry per step, the uninterrupted run's (the killed run's steps past
+   its last checkpoint are cut, not repeated); the temporaries of killed saves are gone at once,
+   whatever their age, with --ckpt-keep 0 too (issue 35, findings 5 and 9) */
 static void test_kill9_resume(void) {
     if (!have_data() || !reference_ok) { BT_SKIP(reference_ok ? "no data (make data)" : "no reference run"); return; }
     srand((unsigned)getpid());
     for (int round = 0; round < (quick() ? 1 : 2); round++) {
-        char args[2000], out[65536], why[256], dir[64], log[64], log2[64];
-        int at = 1 + rand() % (STEPS - 2);
-        snprintf(dir, sizeof dir, "kill%d", round); snprintf(log, sizeof log, "kill%d_log", round); snprintf(log2, sizeof log2, "kill%d_log2", round);
+        char args[2000], out[65536], why[256], dir[64], log[64];
+        int at = 3 + 2 * (rand() % ((STEPS - 4) / 2));   /* odd, past the first checkpoint (every 2): a step runs again */
+        snprintf(dir, sizeof dir, "kill%d", round); snprintf(log, sizeof log, "kill%d_log", round);
         snprintf(args, sizeof args, RUN " -x %d --ckpt-every 2 --ckpt-dir %s -o %s", STEPS, tp(dir), tp(log));
         pid_t pid = train_spawn(args, tp("kill.out"));
         char lp[600];
@@ -159,17 +177,17 @@ static void test_kill9_resume(void) {
         int done = lines_of(lp);
         printf("info: round %d: killed with SIGKILL after %d logged steps (aimed at %d), status %d\n", round, done, at, st);
         BT_CHECK(reached && st == 128 + SIGKILL, "the run was not killed mid-way (status %d, %d lines)", st, done);
-        snprintf(args, sizeof args, RUN " -x %d --ckpt-every 2 --ckpt-dir %s --resume auto -o %s", STEPS, tp(dir), tp(log2));
+        plant_dead_temporary(tp(dir), STEPS);
+        snprintf(args, sizeof args, RUN " -x %d --ckpt-every 2 --ckpt-keep 0 --ckpt-dir %s --resume auto -o %s", STEPS, tp(dir), tp(log));
         int rc = train_run(args, out, sizeof out);
-        BT_CHECK(rc == 0, "resume after kill -9: exit %d: %s", rc, out);
+        BT_CHECK(rc == 0 && strstr(out, "removed") && strstr(out, "of a killed save"), "resume after kill -9: exit %d: %s", rc, out);
+        BT_CHECK(count_temporaries(tp(dir)) == 0, "a killed save's temporary survived the resumed run in %s", tp(dir));
         BT_CHECK(same_state(ckpt(tp("ref"), STEPS), ckpt(tp(dir), STEPS), why, sizeof why), "final state after kill -9 at %d: %s", done, why);
-        char lp2[600];
         static char want[32768], got[32768];
-        snprintf(lp2, sizeof lp2, "%s/log.jsonl", tp(log2));
-        int from = first_logged_step(lp2) - 1;
-        log_losses(tp("ref_log/log.jsonl"), from, want, sizeof want);
-        log_losses(lp2, from, got, sizeof got);
-        BT_CHECK(from >= 0 && !strcmp(want, got), "losses after resuming at step %d differ:\n%s\nvs\n%s", from, got, want);
+        log_losses(tp("ref_log/log.jsonl"), 0, want, sizeof want);
+        log_losses(lp, 0, got, sizeof got);
+        BT_CHECK(lines_of(lp) == STEPS && !strcmp(want, got), "the log after kill -9 at %d and the resume (%d lines) is not the uninterrupted "
+                 "run's, one entry per step:\n%s\nvs\n%s", done, lines_of(lp), got, want);
     }
 }
 
@@ -204,7 +222,9 @@ static void test_sigint(void) {
     /* two signals: ended by the second, not by the loop (30 ms apart: two pending SIGINTs would
        merge into one; 250 ms: often inside the checkpoint's write, which must leave no temporary) */
     for (int delay = 30; delay <= 250; delay += 220) {
-        snprintf(args, sizeof args, RUN " -x 100000 --ckpt-dir %s", tp("int2"));
+        char d2[16];
+        snprintf(d2, sizeof d2, "int2_%d", delay);   /* a directory each: the first may leave a checkpoint */
+        snprintf(args, sizeof args, RUN " -x 100000 --ckpt-dir %s", tp(d2));
         pid = train_spawn(args, tp("int2.out"));
         sleep_ms(1500);    /* into training (startup is ~0.5 s) */
         kill(pid, SIGINT);
@@ -214,11 +234,11 @@ static void test_sigint(void) {
         slurp(tp("int2.out"), out, sizeof out);
         if (delay == 30) BT_CHECK(rc == 128 + SIGINT && !strstr(out, "stopped by"), "two SIGINTs: status %d: %s", rc, out);
         else BT_CHECK(rc == 128 + SIGINT || rc == 0, "two SIGINTs %d ms apart: status %d: %s", delay, rc, out);
-        BT_CHECK(count_temporaries(tp("int2")) == 0, "a temporary was left in %s", tp("int2"));
+        BT_CHECK(count_temporaries(tp(d2)) == 0, "a temporary was left in %s", tp(d2));
         int64_t *steps_found = NULL;
-        int n = bt_ckpt_list(tp("int2"), &steps_found);
+        int n = bt_ckpt_list(tp(d2), &steps_found);
         for (int i = 0; i < n; i++) {
-            bt_ckpt_file *g = bt_ckpt_open(ckpt(tp("int2"), steps_found[i]), BT_CKPT_VERIFY | BT_CKPT_REQUIRE_CHECKSUMS);
+            bt_ckpt_file *g = bt_ckpt_open(ckpt(tp(d2), steps_found[i]), BT_CKPT_VERIFY | BT_CKPT_REQUIRE_CHECKSUMS);
             BT_CHECK(g != NULL, "a checkpoint left by the second signal is damaged: %s", bt_ckpt_error());
             bt_ckpt_close(g);
         }
@@ -269,7 +289,9 @@ static void test_resume_auto_skips_damaged(void) {
     BT_CHECK(rc == 1 && strstr(out, "none of its 1 checkpoints is whole") && !strstr(out, "step "), "exit %d: %s", rc, out);
     snprintf(args, sizeof args, RUN " -x 2 --ckpt-dir %s --resume auto -o %s", tp("fresh"), tp("fresh_log"));
     rc = train_run(args, out, sizeof out);
-    BT_CHECK(rc == 0 && first_logged_step(tp("fresh_log/log.jsonl")) == 1 && !strstr(out, "resumed"), "auto, nothing yet: exit %d: %s", rc, out);
+    char none[700];
+    snprintf(none, sizeof none, "no checkpoint in %s: starting a new run", tp("fresh"));
+    BT_CHECK(rc == 0 && first_logged_step(tp("fresh_log/log.jsonl")) == 1 && !strstr(out, "resumed") && strstr(out, none), "auto, nothing yet: exit %d: %s", rc, out);
 }
 
 /* a resume with options that change the run is refused before training, naming the option */
@@ -296,7 +318,8 @@ static void test_resume_config_mismatch(void) {
     train_opts o; char err[256];
     const char *bad[][2] = {{"--ckpt-every 5", "--ckpt-every needs --ckpt-dir"}, {"--resume auto", "--resume auto needs --ckpt-dir"},
                             {"--resume x --init-from y", "exclude each other"}, {"-e s2 --init-from y", "exclude each other"},
-                            {"--ckpt-every -1 --ckpt-dir d", "bad value '-1' for --ckpt-every"}};
+                            {"--ckpt-every -1 --ckpt-dir d", "bad value '-1' for --ckpt-every"},
+                            {"--ckpt-overwrite", "--ckpt-overwrite needs --ckpt-dir"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char buf[256], *argv[16]; int argc = 0;
         snprintf(buf, sizeof buf, "%s", bad[i][0]);
@@ -329,6 +352,125 @@ static void test_skip_nonfinite(void) {
     BT_CHECK(f && !bt_ckpt_meta_get_i64(bt_ckpt_file_meta(f), "train.step", &step) && step == 3 &&
              !bt_ckpt_meta_get_i64(bt_ckpt_file_meta(f), "adamw.step", &astep) && astep == 0, "steps %lld, updates %lld", (long long)step, (long long)astep);
     bt_ckpt_close(f);
+}
+
+/* ---- the checkpoint directory (issue 35) ---- */
+/* a checkpoint that cannot be written (a file-size limit between the model file's 13 MB and a
+   checkpoint's 40 MB: a full disk there) does not cost the model file or the Hugging Face export:
+   each is written, the failure said, the exit status 1; at the end of the steps and on SIGTERM */
+static void test_failed_checkpoint_keeps_outputs(void) {
+    if (!have_data()) { BT_SKIP("no data (make data)"); return; }
+    char args[2000], out[65536], err[512], lp[600];
+    const long long limit = 20 << 20;
+    for (int sig = 0; sig < 2; sig++) {
+        const char *dir = sig ? "fullt" : "full", *model = sig ? "fullt.bin" : "full.bin", *hf = sig ? "fullt_hf" : "full_hf";
+        const char *log = sig ? "fullt_log" : "full_log";
+        snprintf(args, sizeof args, RUN " -x %d --ckpt-dir %s --save %s --export-hf %s -o %s", sig ? 100000 : 2, tp(dir), tp(model), tp(hf), tp(log));
+        snprintf(lp, sizeof lp, "%s/log.jsonl", tp(log));
+        pid_t pid = train_spawn_limited(args, tp("full.out"), limit);
+        if (sig) {
+            BT_CHECK(wait_lines(lp, 2, pid) == 0, "the run did not start");
+            kill(pid, SIGTERM);
+        }
+        int rc = train_wait(pid, 120);
+        slurp(tp("full.out"), out, sizeof out);
+        BT_CHECK(rc == 1 && strstr(out, "error: checkpoint") && strstr(out, "File too large") && strstr(out, "not every output was written"),
+                 "%s: a failed checkpoint is an error, exit 1: exit %d: %s", sig ? "SIGTERM" : "the end", rc, out);
+        BT_CHECK(strstr(out, "saved ") && strstr(out, "exported ") && (!sig || strstr(out, "stopped by SIGTERM")), "%s: the other outputs: %s",
+                 sig ? "SIGTERM" : "the end", out);
+        gpt2 m;
+        gpt2_config cfg;
+        gpt2_config_from_preset("s2", BT_GPT2_VOCAB, &cfg);
+        gpt2_build(&m, cfg, bt_cpu());
+        BT_CHECK(!gpt2_load_weights(&m, tp(model), err, sizeof err), "--save's file: %s", err);
+        gpt2_free(&m);
+        char hfp[700];
+        snprintf(hfp, sizeof hfp, "%s/model.safetensors", tp(hf));
+        bt_ckpt_file *f = bt_ckpt_open(hfp, BT_CKPT_VERIFY);
+        BT_CHECK(f != NULL, "--export-hf's file: %s", bt_ckpt_error());
+        bt_ckpt_close(f);
+        BT_CHECK(count_temporaries(tp(dir)) == 0, "the failed checkpoint's temporary is left in %s", tp(dir));
+    }
+}
+
+/* an old checkpoint that rotation cannot delete (a directory of its name, not empty) is a warning:
+   the run saves, rotates what it can, writes --save and exits 0 */
+static void test_rotation_failure_warns(void) {
+    if (!have_data()) { BT_SKIP("no data (make data)"); return; }
+    char args[2000], out[65536], p[700];
+    snprintf(args, sizeof args, RUN " -x 4 --ckpt-every 1 --ckpt-keep 0 --ckpt-dir %s", tp("rot"));
+    int rc = train_run(args, out, sizeof out);
+    BT_CHECK(rc == 0, "the first run: exit %d: %s", rc, out);
+    unlink(ckpt(tp("rot"), 4)); unlink(ckpt(tp("rot"), 3)); unlink(ckpt(tp("rot"), 1));
+    BT_CHECK(mkdir(ckpt(tp("rot"), 1), 0755) == 0, "mkdir");
+    snprintf(p, sizeof p, "%s/keep_me", ckpt(tp("rot"), 1));
+    bt_test_write_text(p, "x");
+    snprintf(args, sizeof args, RUN " -x 4 --ckpt-every 1 --ckpt-keep 1 --ckpt-dir %s --resume auto --save %s", tp("rot"), tp("rot.bin"));
+    rc = train_run(args, out, sizeof out);
+    BT_CHECK(rc == 0 && strstr(out, "after step 2") && strstr(out, "warning: checkpoint rotation: cannot delete") && strstr(out, "ckpt_000000001") &&
+             strstr(out, "saved ") && !strstr(out, "error"), "exit %d: %s", rc, out);
+    BT_CHECK(access(ckpt(tp("rot"), 4), F_OK) == 0 && access(ckpt(tp("rot"), 3), F_OK) != 0 && access(ckpt(tp("rot"), 2), F_OK) != 0,
+             "the newest kept, the others rotated away");
+}
+
+/* --ckpt-dir belongs to one run: a second run while the first lives is refused, naming it; after
+   it, a new run (no --resume) is refused, the flags named, and touches nothing (the log neither);
+   --ckpt-overwrite deletes the old checkpoints and starts over; a resume from an earlier checkpoint
+   of the directory, or from another one, does not mix its checkpoints with theirs */
+static void test_dir_belongs_to_one_run(void) {
+    if (!have_data()) { BT_SKIP("no data (make data)"); return; }
+    char args[2000], out[65536], lp[600], want[64];
+    snprintf(lp, sizeof lp, "%s/log.jsonl", tp("own_log"));
+    snprintf(args, sizeof args, RUN " -x 100000 --ckpt-dir %s -o %s", tp("own"), tp("own_log"));
+    pid_t a = train_spawn(args, tp("own_a.out"));
+    BT_CHECK(wait_lines(lp, 2, a) == 0, "the first run did not start");
+    snprintf(args, sizeof args, RUN " -x 2 --ckpt-dir %s", tp("own"));
+    int rc = train_run(args, out, sizeof out);
+    snprintf(want, sizeof want, "pid %d on host", (int)a);
+    BT_CHECK(rc == 1 && strstr(out, "in use") && strstr(out, want) && !strstr(out, "| loss"), "a second run at once: exit %d: %s", rc, out);
+    kill(a, SIGTERM);
+    rc = train_wait(a, 60);
+    int n = lines_of(lp);
+    BT_CHECK(rc == 0 && access(ckpt(tp("own"), n), F_OK) == 0, "the first run: exit %d, %d steps", rc, n);
+    /* a new run in its directory */
+    snprintf(args, sizeof args, RUN " -x 2 --ckpt-dir %s -o %s", tp("own"), tp("own_log"));
+    rc = train_run(args, out, sizeof out);
+    BT_CHECK(rc == 1 && strstr(out, "of an earlier run") && strstr(out, "--resume auto continues") && strstr(out, "--ckpt-overwrite deletes") &&
+             !strstr(out, "| loss"), "a new run in a used directory: exit %d: %s", rc, out);
+    BT_CHECK(access(ckpt(tp("own"), n), F_OK) == 0 && lines_of(lp) == n, "the refused run touched the directory or the log");
+    snprintf(args, sizeof args, RUN " -x 2 --ckpt-dir %s --ckpt-overwrite", tp("own"));
+    rc = train_run(args, out, sizeof out);
+    int64_t *steps = NULL;
+    int k = bt_ckpt_list(tp("own"), &steps);
+    BT_CHECK(rc == 0 && strstr(out, "--ckpt-overwrite: deleted 1 checkpoint") && k == 1 && steps[0] == 2, "--ckpt-overwrite: exit %d, %d left: %s", rc, k, out);
+    free(steps);
+    if (!reference_ok) return;
+    /* going back to step 4 of a directory that holds later ones; a checkpoint of another directory */
+    snprintf(args, sizeof args, RUN " -x %d --ckpt-every 2 --resume %s --ckpt-dir %s", STEPS, ckpt(tp("ref"), 4), tp("ref"));
+    rc = train_run(args, out, sizeof out);
+    BT_CHECK(rc == 1 && strstr(out, "after step 4, the one resumed") && strstr(out, "--ckpt-overwrite") && !strstr(out, "| loss"),
+             "back to step 4: exit %d: %s", rc, out);
+    BT_CHECK(access(ckpt(tp("ref"), STEPS), F_OK) == 0, "the refused run deleted a checkpoint");
+    snprintf(args, sizeof args, RUN " -x %d --resume %s --ckpt-dir %s", STEPS, ckpt(tp("ref"), 4), tp("own"));
+    rc = train_run(args, out, sizeof out);
+    BT_CHECK(rc == 1 && strstr(out, "of another run") && strstr(out, "--ckpt-overwrite") && access(ckpt(tp("own"), 2), F_OK) == 0,
+             "a checkpoint of another directory: exit %d: %s", rc, out);
+}
+
+/* a link planted where a checkpoint goes (one named like the next checkpoint) is refused, its
+   target untouched; --resume auto skips it as it would a damaged file */
+static void test_links_in_ckpt_dir(void) {
+    if (!have_data() || !reference_ok) { BT_SKIP(reference_ok ? "no data (make data)" : "no reference run"); return; }
+    char args[2000], out[65536];
+    const char *victim = tp("victim.txt");
+    mkdir(tp("lnk"), 0755);
+    copy_file(ckpt(tp("ref"), 2), ckpt(tp("lnk"), 2));
+    bt_test_write_text(victim, "precious");
+    BT_CHECK(symlink(victim, ckpt(tp("lnk"), 4)) == 0, "symlink");
+    snprintf(args, sizeof args, RUN " -x %d --ckpt-every 2 --ckpt-dir %s --resume auto", STEPS, tp("lnk"));
+    int rc = train_run(args, out, sizeof out);
+    BT_CHECK(rc == 0 && strstr(out, "after step 2") && strstr(out, "symbolic link"), "exit %d: %s", rc, out);
+    BT_CHECK(bt_test_file_has(victim, "precious"), "the link's target was written");
 }
 
 /* ---- Hugging Face files ---- */
@@ -679,6 +821,10 @@ int main(int argc, char **argv) {
     BT_RUN(test_resume_auto_skips_damaged);
     BT_RUN(test_resume_config_mismatch);
     BT_RUN(test_skip_nonfinite);
+    BT_RUN(test_failed_checkpoint_keeps_outputs);
+    BT_RUN(test_rotation_failure_warns);
+    BT_RUN(test_dir_belongs_to_one_run);
+    BT_RUN(test_links_in_ckpt_dir);
     BT_RUN(test_hf_roundtrip);
     BT_RUN(test_hf_old_layout);
     BT_RUN(test_init_from_bad_files);

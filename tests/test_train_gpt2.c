@@ -91,6 +91,27 @@ static void test_bad_output_paths_do_not_train(void) {
     BT_CHECK(rc == 1 && strstr(out, "-o") && !strstr(out, "step "), "-o /dev/null/x: exit %d: %s", rc, out);
 }
 
+/* issue 35 finding 4: a symbolic link planted where -o DIR's log.jsonl or --export-hf DIR's
+   model.safetensors goes is refused before the first step, naming it; its target is untouched */
+static void test_log_link_refused(void) {
+    if (!have_data()) { BT_SKIP("no data/tinyshakespeare_*.bin (make data)"); return; }
+    char args[2000], out[65536];
+    mkdir(tp("linked_out"), 0755);
+    bt_test_write_text(tp("victim.txt"), "precious");
+    BT_CHECK(symlink(tp("victim.txt"), tp("linked_out/log.jsonl")) == 0, "symlink");
+    snprintf(args, sizeof args, TINY_RUN " -x 1 -o %s", tp("linked_out"));
+    int rc = train_run(args, out, sizeof out);
+    BT_CHECK(rc == 1 && strstr(out, "log.jsonl") && strstr(out, "symbolic link") && !strstr(out, "step "), "exit %d: %s", rc, out);
+    BT_CHECK(bt_test_file_has(tp("victim.txt"), "precious"), "the link's target was truncated");
+    mkdir(tp("linked_hf"), 0755);
+    BT_CHECK(symlink(tp("victim.txt"), tp("linked_hf/model.safetensors")) == 0, "symlink");
+    snprintf(args, sizeof args, TINY_RUN " -x 1 --export-hf %s", tp("linked_hf"));
+    rc = train_run(args, out, sizeof out);
+    BT_CHECK(rc == 1 && strstr(out, "--export-hf") && strstr(out, "model.safetensors") && strstr(out, "symbolic link") && !strstr(out, "step "),
+             "--export-hf: exit %d: %s", rc, out);
+    BT_CHECK(bt_test_file_has(tp("victim.txt"), "precious"), "the link's target was replaced");
+}
+
 /* finding 4: a token outside the vocabulary is found when the shards are opened, naming the
    file and the position, both above V (60000) and between V and the padded Vp (50300) */
 static void test_bad_token_in_shard(void) {
@@ -256,6 +277,7 @@ int main(int argc, char **argv) {
     BT_RUN(test_cli_misread_flags);
     BT_RUN(test_size_overflow);
     BT_RUN(test_bad_output_paths_do_not_train);
+    BT_RUN(test_log_link_refused);
     BT_RUN(test_bad_token_in_shard);
     BT_RUN(test_nonfinite_loss_stops);
     BT_RUN(test_log_write_error_warns_once);

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -67,8 +68,10 @@ static inline int lines_of(const char *path) {   /* -1: no such file */
     fclose(f);
     return n;
 }
-/* starts `--run-train ARGS` (split at spaces), its stdout and stderr into out_path; its pid */
-static inline pid_t train_spawn(const char *args, const char *out_path) {
+/* starts `--run-train ARGS` (split at spaces), its stdout and stderr into out_path; its pid.
+   fsize > 0: the child's files may not grow past fsize bytes (RLIMIT_FSIZE, SIGXFSZ ignored): a
+   write beyond fails with EFBIG, as on a full disk */
+static inline pid_t train_spawn_limited(const char *args, const char *out_path, long long fsize) {
     char buf[4096], *argv[64];
     int argc = 0;
     snprintf(buf, sizeof buf, "%s", args);
@@ -81,11 +84,17 @@ static inline pid_t train_spawn(const char *args, const char *out_path) {
     if (pid == 0) {
         int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (fd >= 0) { dup2(fd, 1); dup2(fd, 2); close(fd); }
+        if (fsize > 0) {
+            struct rlimit rl = {(rlim_t)fsize, (rlim_t)fsize};
+            signal(SIGXFSZ, SIG_IGN);
+            if (setrlimit(RLIMIT_FSIZE, &rl) != 0) _exit(126);
+        }
         execv(train_runs_exe, argv);
         _exit(127);
     }
     return pid;
 }
+static inline pid_t train_spawn(const char *args, const char *out_path) { return train_spawn_limited(args, out_path, 0); }
 /* waits for pid: its exit code, 128 + signal when a signal ended it, -1 past timeout_s (killed) */
 static inline int train_wait(pid_t pid, double timeout_s) {
     int st;
