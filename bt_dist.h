@@ -1479,6 +1479,9 @@ static int bt__listen_at(const bt_store *s, const struct sockaddr *a, socklen_t 
     bt__set_nonblock(fd);
     return fd;
 }
+/* a bind error every address of this host would meet: the port is taken, or not ours to take */
+static int bt__bind_final(int e) { return e == EADDRINUSE || e == EACCES; }
+
 static int bt__listen_any(const bt_store *s) {   /* every interface: IPv6 and IPv4 on one socket, else IPv4 */
     struct sockaddr_in6 a6;
     struct sockaddr_in a4;
@@ -1486,7 +1489,7 @@ static int bt__listen_any(const bt_store *s) {   /* every interface: IPv6 and IP
     a6.sin6_family = AF_INET6; a6.sin6_addr = in6addr_any; a6.sin6_port = htons((uint16_t)s->port);
     a4.sin_family = AF_INET; a4.sin_addr.s_addr = htonl(INADDR_ANY); a4.sin_port = htons((uint16_t)s->port);
     int fd = bt__listen_at(s, (const struct sockaddr *)&a6, sizeof a6);
-    return fd >= 0 || errno == EADDRINUSE || errno == EACCES ? fd : bt__listen_at(s, (const struct sockaddr *)&a4, sizeof a4);
+    return fd >= 0 || bt__bind_final(errno) ? fd : bt__listen_at(s, (const struct sockaddr *)&a4, sizeof a4);
 }
 
 /* Rank 0 listens where MASTER_ADDR points (see RENDEZVOUS): on loopback for "localhost" or a
@@ -1501,7 +1504,7 @@ static int bt__store_listen(bt_store *s) {
     hints.ai_family = AF_UNSPEC; hints.ai_socktype = SOCK_STREAM; hints.ai_flags = AI_NUMERICSERV;
     snprintf(ps, sizeof ps, "%d", s->port);
     int loop = bt__host_loopback(s->host), g = getaddrinfo(s->host, ps, &hints, &res), fd = -1, err = 0, tried = 0;
-    for (ai = g ? NULL : res; ai && fd < 0 && (err == 0 || err == EADDRNOTAVAIL); ai = ai->ai_next) {
+    for (ai = g ? NULL : res; ai && fd < 0 && !bt__bind_final(err); ai = ai->ai_next) {
         if (!loop && bt__addr_loopback(ai->ai_addr)) continue;
         tried++;
         fd = bt__listen_at(s, ai->ai_addr, ai->ai_addrlen);
@@ -1509,7 +1512,7 @@ static int bt__store_listen(bt_store *s) {
         if (fd >= 0 && getnameinfo(ai->ai_addr, ai->ai_addrlen, s->bound, sizeof s->bound, NULL, 0, NI_NUMERICHOST)) strcpy(s->bound, "?");
     }
     if (!g) freeaddrinfo(res);
-    if (fd < 0 && !loop && (err == 0 || err == EADDRNOTAVAIL)) {
+    if (fd < 0 && !loop && !bt__bind_final(err)) {
         if (g) bt__launcher_say("rank 0: MASTER_ADDR=%s does not resolve here (%s): listening on every interface", s->host, gai_strerror(g));
         else if (tried) bt__launcher_say("rank 0: MASTER_ADDR=%s is not an address of this host: listening on every interface", s->host);
         fd = bt__listen_any(s);

@@ -333,6 +333,17 @@ static void test_store_ops(void) {
     }
 }
 
+/* a socket listening on 127.0.0.1:port, or -1 */
+static int raw_listen(int port) {
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET; a.sin_port = htons((uint16_t)port); a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int one = 1, fd = socket(AF_INET, SOCK_STREAM, 0);
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (fd >= 0 && (bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 4))) { close(fd); return -1; }
+    return fd;
+}
+
 static void test_store_timeouts(void) {
     int port = bt_dist_free_port(NULL);
     double t0 = bt__now();
@@ -349,6 +360,10 @@ static void test_store_timeouts(void) {
     BT_CHECK(dt >= 0.45 && dt < 3.0, "rank 0 gave up after %.2f s, timeout 0.5 s", dt);
     BT_CHECK(!bt_store_open("127.0.0.1", 0, 1, 2, 0.5, NULL) && strstr(bt_dist_error(), "port 0 (MASTER_PORT)"), "port 0: %s", bt_dist_error());
     BT_CHECK(!bt_store_open("127.0.0.1", port, 2, 2, 0.5, NULL) && strstr(bt_dist_error(), "rank 2 of world 2"), "rank 2: %s", bt_dist_error());
+    int busy = raw_listen(port);   /* the port taken: an error, not another interface */
+    BT_CHECK(busy >= 0 && !bt_store_open("127.0.0.1", port, 0, 2, 0.3, NULL) && strstr(bt_dist_error(), "Address already in use"),
+             "a port in use: %s", bt_dist_error());
+    close(busy);
     int err2 = dup(2), nul = open("/dev/null", O_WRONLY);   /* rank 0's note on it is not for this log */
     dup2(nul, 2); close(nul);
     s = bt_store_open("203.0.113.7", port, 0, 2, 0.3, NULL);   /* not an address of this host: every interface */
@@ -540,12 +555,8 @@ static int fake_root_body(int k, void *arg) {
         bt_store *s = bt_store_open("127.0.0.1", port, 1, 2, 5, "the job's secret");
         return !s && strstr(bt_dist_error(), "answered without this job's secret") ? 0 : 1;
     }
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET; a.sin_port = htons((uint16_t)port); a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    int one = 1, l = socket(AF_INET, SOCK_STREAM, 0);
-    setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(l, (struct sockaddr *)&a, sizeof a) || listen(l, 4)) return 2;
+    int l = raw_listen(port);
+    if (l < 0) return 2;
     int fd = accept(l, NULL, NULL);
     unsigned char m[80];
     memset(m, 0, sizeof m);
