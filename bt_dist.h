@@ -1,4 +1,4 @@
-/* bt_dist.h - BluTrain-C distributed execution, v0.1: launchers, rendezvous, NCCL process groups,
+/* bt_dist.h - BluTrain-C distributed execution, v0.4: launchers, rendezvous, NCCL process groups,
    collectives, DDP gradient buckets, ZeRO-1/2.
 
    USAGE
@@ -35,15 +35,31 @@
                      or where node names do not resolve. MASTER_PORT if set, else
                      20000 + SLURM_JOB_ID % 20000 (the same for every rank of a job). Start ranks
                      with srun: a batch script alone looks like rank 0 of SLURM_NTASKS.
+     any launcher    BT_DIST_SECRET: the rendezvous's key (section 5); --nproc sets it, a user
+                     exports it for the others.
      Precedence: torchrun variables, then Open MPI, then Slurm (torchrun or mpirun inside a Slurm
      allocation see Slurm's variables too). No variables: one process.
 
    RENDEZVOUS AND LIVENESS (section 5)
-     Rank 0 listens on MASTER_PORT (every interface); every other rank connects to
-     MASTER_ADDR:MASTER_PORT twice, retrying with backoff while rank 0 starts: a data connection
-     for store operations (broadcast from rank 0, all-gather of small blobs, barrier: the NCCL
-     unique id, host names, loader states) and a liveness connection that stays open for the
-     whole run. Nothing assumes one host. Everything has a timeout (bt_dist_opts.timeout_s).
+     Rank 0 listens on MASTER_PORT at MASTER_ADDR's address: loopback when MASTER_ADDR is
+     "localhost" or a loopback number (127.0.0.1: --nproc), else the address of this host that
+     MASTER_ADDR resolves to, which is where the other hosts' ranks connect. Every interface only
+     where MASTER_ADDR is no address of this host (NAT, a container's published port, a name that
+     does not resolve here; a note says so) or a name this host maps to loopback (Debian's
+     127.0.1.1 for its own name), which other hosts reach by another address. Every other rank
+     connects to MASTER_ADDR:MASTER_PORT twice, retrying with backoff while rank 0 starts: a data
+     connection for store operations (broadcast from rank 0, all-gather of small blobs, barrier:
+     the NCCL unique id, host names, loader states) and a liveness connection that stays open for
+     the whole run. Nothing assumes one host. Everything has a timeout (bt_dist_opts.timeout_s).
+     Each connection proves the job's secret before rank 0 takes it, and rank 0 proves it back (a
+     challenge answered with HMAC-SHA-256; the secret itself never crosses the wire). The secret
+     is BT_DIST_SECRET: --nproc makes a random one for each launch; under torchrun, srun or mpirun
+     export the same value to every rank. Unset, the key is public: "slurm job <SLURM_JOB_ID>" in
+     a Slurm allocation (a rank of another job that lands on the port is refused), else empty;
+     then the rendezvous is only as private as its port, and rank 0 says so when it listens on
+     more than loopback. Rank 0 serves every connection at once, each with 2 s to send its hello:
+     one that sends nothing, garbage, or a hello without the proof is dropped with a warning, and
+     the rendezvous goes on. Only a proven rank's mismatch (world size, rank) stops it.
      A rank whose liveness connection closes without a goodbye has died: rank 0 sees it, tells the
      survivors, and every rank aborts. TCP keepalive catches a host that vanished without a FIN.
 
@@ -71,7 +87,8 @@
    THE --nproc LAUNCHER (section 4)
      bt_dist_launch(N) forks N children (no exec: call it before any CUDA call or thread). Each
      child gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1,
-     MASTER_PORT (a free port) and NCCL_NVLS_ENABLE=0, and returns its rank. The parent relays
+     MASTER_PORT (a free port), BT_DIST_SECRET (32 bytes of /dev/urandom in hex, new for each
+     launch; one the parent had is replaced) and NCCL_NVLS_ENABLE=0, and returns its rank. The parent relays
      rank 0's stdout (the others' goes to /dev/null), prefixes each line of every rank's stderr
      with "[rank k] ", passes SIGINT/SIGTERM on to the ranks, and when a rank fails ("rank k
      exited with code c" / "was killed by signal s") gives the others stop_delay_s to exit on
@@ -155,6 +172,9 @@
      0.1  first version: launchers, store, watchdog, NCCL setup, mesh, collectives, DDP buckets.
      0.2  DDP buckets through the copy engines for ranks on one host.
      0.3  ZeRO-1/2's orchestration (section 10), formerly train_gpt2.c's.
+     0.4  a rendezvous only the job can join: rank 0 listens on MASTER_ADDR's address, serves
+          every connection at once, and takes only ranks that prove BT_DIST_SECRET;
+          bt_store_open takes the secret.
 */
 #ifndef BT_DIST_H
 #define BT_DIST_H
@@ -180,12 +200,16 @@ BTDEF const char *bt_dist_error(void);   /* the last failure's message of this t
 /* ---- 1. launcher environment ---- */
 typedef enum { BT_LAUNCHER_NONE = 0, BT_LAUNCHER_TORCHRUN, BT_LAUNCHER_SLURM, BT_LAUNCHER_MPI } bt_launcher;
 #define BT_DIST_HOST_MAX 256
+#define BT_DIST_SECRET_MAX 256
 typedef struct {
     bt_launcher launcher;
     int rank, world;                      /* this process; how many */
     int local_rank, local_world;          /* on this node; local_world 0 = the launcher does not say */
     char master_addr[BT_DIST_HOST_MAX];   /* rank 0's host ("" when world == 1) */
     int master_port;
+    char secret[BT_DIST_SECRET_MAX];      /* the rendezvous's key (section 5): BT_DIST_SECRET; unset, "slurm job
+                                             <SLURM_JOB_ID>" in a Slurm allocation, else "" (world > 1 only) */
+    int secret_set;                       /* 1: from BT_DIST_SECRET; 0: the key is public */
 } bt_dist_env;
 typedef const char *(*bt_getenv_fn)(const char *name, void *user);   /* NULL = unset */
 /* Parses the launcher variables read through get (pure: tests feed fake environments). 0, or -1
@@ -241,9 +265,12 @@ BTDEF int bt_dist_free_port(const char *host);   /* a port nobody listens on now
 
 /* ---- 5. TCP store ---- */
 typedef struct bt_store bt_store;
-/* rank 0 listens on port; the others connect to host:port (retrying while rank 0 starts).
-   timeout_s bounds the rendezvous and every later operation. NULL on failure (bt_dist_error). */
-BTDEF bt_store *bt_store_open(const char *host, int port, int rank, int world, double timeout_s);
+/* rank 0 listens on host's address and port (see RENDEZVOUS for the bind rule); the others
+   connect to host:port (retrying while rank 0 starts). Every rank proves secret (the job's
+   shared key, bt_dist_env.secret; NULL = ""); rank 0 refuses, with a warning, a connection that
+   does not. timeout_s bounds the rendezvous and every later operation. NULL on failure
+   (bt_dist_error). */
+BTDEF bt_store *bt_store_open(const char *host, int port, int rank, int world, double timeout_s, const char *secret);
 BTDEF int bt_store_broadcast(bt_store *s, void *buf, size_t n);                /* rank 0's n bytes to all */
 BTDEF int bt_store_allgather(bt_store *s, const void *mine, void *all, size_t n);  /* all[k*n..] = rank k's */
 BTDEF int bt_store_barrier(bt_store *s);
@@ -540,6 +567,20 @@ static int bt__ms_until(double deadline, double cap_s) {   /* poll timeout: ms l
     if (left > cap_s) left = cap_s;
     return left <= 0 ? 0 : (int)(left * 1000.0) + 1;
 }
+/* n bytes from the kernel's generator (the launcher's secret, the rendezvous's nonces); 0, or -1
+   with errno */
+static int bt__random(unsigned char *out, size_t n) {
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    while (n) {
+        ssize_t k = read(fd, out, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) { int e = k < 0 ? errno : EIO; close(fd); errno = e; return -1; }
+        out += k; n -= (size_t)k;
+    }
+    close(fd);
+    return 0;
+}
 
 /* ============================================================================================
    1. launcher environment
@@ -699,6 +740,20 @@ static int bt__env_slurm(bt_getenv_fn get, void *user, bt_dist_env *e) {
     return 0;
 }
 
+/* The rendezvous's key (section 5): BT_DIST_SECRET, which the --nproc launcher sets and a user
+   exports for the others. Without it the key is public: "slurm job <SLURM_JOB_ID>" in a Slurm
+   allocation (a rank of another job that lands on this port is refused), else empty. */
+static int bt__env_secret(bt_getenv_fn get, void *user, bt_dist_env *e) {
+    const char *v = get("BT_DIST_SECRET", user), *job = get("SLURM_JOB_ID", user);
+    if (v && !*v)
+        return bt__dist_fail_msg("BT_DIST_SECRET is set but empty: unset it, or give every rank the same random string "
+                                 "(openssl rand -hex 32)");
+    if (v && strlen(v) >= sizeof e->secret) return bt__dist_fail_msg("BT_DIST_SECRET is longer than %d characters", BT_DIST_SECRET_MAX - 1);
+    if (v) { strcpy(e->secret, v); e->secret_set = 1; }
+    else if (job && *job) snprintf(e->secret, sizeof e->secret, "slurm job %.200s", job);
+    return 0;
+}
+
 static int bt__env_check(const bt_dist_env *e) {
     static const char *const rank_var[] = {"RANK", "RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"};
     static const char *const world_var[] = {"WORLD_SIZE", "WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"};
@@ -727,6 +782,7 @@ BTDEF int bt_dist_env_parse(bt_getenv_fn get, void *user, bt_dist_env *e) {
     else if (bt__env_set(get, user, "SLURM_PROCID")) r = bt__env_slurm(get, user, e);
     else { e->world = 1; e->local_world = 1; return 0; }
     if (r == 0) r = bt__env_check(e);
+    if (r == 0 && e->world > 1) r = bt__env_secret(get, user, e);
     return r;
 }
 
@@ -994,13 +1050,22 @@ static void bt__supervise(bt__sup *S, const bt_spawn_opts *o) {
     exit(code);
 }
 
-static void bt__child_env(int rank, const bt_spawn_opts *o, const char *addr, int port) {
+static void bt__child_env(int rank, const bt_spawn_opts *o, const char *addr, int port, const char *secret) {
     char v[32];
     snprintf(v, sizeof v, "%d", rank); setenv("RANK", v, 1); setenv("LOCAL_RANK", v, 1);
     snprintf(v, sizeof v, "%d", o->nproc); setenv("WORLD_SIZE", v, 1); setenv("LOCAL_WORLD_SIZE", v, 1);
     snprintf(v, sizeof v, "%d", port); setenv("MASTER_PORT", v, 1);
     setenv("MASTER_ADDR", addr, 1);
+    setenv("BT_DIST_SECRET", secret, 1);
     setenv("NCCL_NVLS_ENABLE", "0", 0);
+}
+
+/* this launch's rendezvous secret: 32 random bytes in hex, which only its ranks are given */
+static int bt__new_secret(char out[65]) {
+    unsigned char b[32];
+    if (bt__random(b, sizeof b)) return -1;
+    for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", b[i]);
+    return 0;
 }
 
 /* in the child: stderr -> its pipe, stdout -> the parent's (rank 0) or /dev/null; die with the parent */
@@ -1024,6 +1089,8 @@ BTDEF int bt_dist_spawn(const bt_spawn_opts *o) {
     const char *addr = o->master_addr ? o->master_addr : "127.0.0.1";
     int port = o->master_port ? o->master_port : bt_dist_free_port(addr);
     if (port <= 0 || port > 65535) return bt__dist_fail_msg("--nproc: found no free TCP port on %s", addr);
+    char secret[65];
+    if (bt__new_secret(secret)) return bt__dist_fail_msg("--nproc: cannot read /dev/urandom for the ranks' rendezvous secret: %s", strerror(errno));
     bt__sup S;
     memset(&S, 0, sizeof S);
     S.n = o->nproc; S.fail_rank = -1;
@@ -1043,7 +1110,7 @@ BTDEF int bt_dist_spawn(const bt_spawn_opts *o) {
         if (p < 0) { bt__launcher_say("fork: %s", strerror(errno)); S.n = k; bt__sup_signal_all(&S, SIGKILL); exit(1); }
         if (p == 0) {
             bt__child_setup(&S, k, wfd, parent);
-            bt__child_env(k, o, addr, port);
+            bt__child_env(k, o, addr, port, secret);
             return k;
         }
         S.pid[k] = p;
@@ -1076,20 +1143,36 @@ BTDEF int bt_dist_launch(int nproc) {
 /* ============================================================================================
    5. TCP store
    A star around rank 0. Every message starts with a 16-byte header {magic, type, a, b} (network
-   order). Hello {HELLO_DATA|HELLO_LIVE, rank, world} -> {ACK, 0, world} | {NAK, reason, world}.
+   order), some with a body after it.
+   Handshake, on each of a rank's two connections, keyed by the job's secret K (bt_dist_env.secret)
+   through HMAC-SHA-256; kind = HELLO_DATA or HELLO_LIVE, r = the rank, w = its world:
+     rank 0 -> {CHALLENGE, 0, 32} + n0          n0: 32 random bytes, new for each connection
+     rank r -> {kind, r, w} + n1 + HMAC(K, "hello" | kind r w | n0 | n1)
+     rank 0 -> {ACK, 0, world} + HMAC(K, "rank 0" | kind r w | n0 | n1)  or  {NAK, reason, world}
+   Rank 0 serves every connection at once (poll), each with BT__HELLO_S to send its hello; one
+   without a valid proof is refused with a warning (NAK AUTH where it sent a whole hello) and the
+   rendezvous goes on. A rank accepts rank 0's answer only with rank 0's proof. Only a proven
+   rank's mismatch (world, rank, a rank twice) stops the rendezvous. The secret never crosses the
+   wire; n0 makes a recorded hello useless on another connection, n1 a recorded answer. Nothing
+   after the handshake is keyed: a host that can take over a TCP connection is out of scope.
    Broadcast: rank 0 sends {BCAST, n} + n bytes. All-gather: each sends {GATHER, n} + n bytes to
    rank 0, which answers {ALL, world*n} + all. Liveness: {BYE} (leaving cleanly), {ABORT} (this
    rank failed) to rank 0; {FAILED, rank, aborted} from rank 0.
    ============================================================================================ */
-#define BT__STORE_MAGIC 0x42544453u   /* "BTDS" */
+#define BT__STORE_MAGIC 0x42544432u   /* "BTD2": the keyed handshake ("BTDS" was the one before) */
 enum { BT__M_HELLO_DATA = 1, BT__M_HELLO_LIVE, BT__M_ACK, BT__M_NAK, BT__M_BCAST, BT__M_GATHER, BT__M_ALL,
-       BT__M_BYE, BT__M_ABORT, BT__M_FAILED };
-enum { BT__NAK_WORLD = 1, BT__NAK_RANK, BT__NAK_DUP };
+       BT__M_BYE, BT__M_ABORT, BT__M_FAILED, BT__M_CHALLENGE };
+enum { BT__NAK_WORLD = 1, BT__NAK_RANK, BT__NAK_DUP, BT__NAK_AUTH };
+#define BT__HELLO_S 2.0        /* a new connection's time to send its hello */
+#define BT__WAITING_MAX 64     /* connections waiting for their hello; one more pushes out the oldest */
+#define BT__WARN_MAX 5         /* refused connections reported, then quiet */
 
 struct bt_store {
     int rank, world, port;
     double timeout_s;
     char host[BT_DIST_HOST_MAX];
+    char secret[BT_DIST_SECRET_MAX];
+    char bound[64];             /* rank 0: the address it listens on, for messages */
     int listen_fd;
     int *data_fd, *live_fd;     /* rank 0: [world] (index = peer rank); others: [1], the link to rank 0 */
     int *left;                  /* rank 0: rank k said goodbye */
@@ -1108,6 +1191,100 @@ static bt__msg bt__msg_unpack(const unsigned char in[16]) {
     memcpy(w, in, 16);
     bt__msg m = {ntohl(w[0]), ntohl(w[1]), ntohl(w[2]), ntohl(w[3])};
     return m;
+}
+
+/* ---- SHA-256 (FIPS 180-4) and HMAC-SHA-256 (RFC 2104): the handshake's proofs ---- */
+typedef struct { uint32_t h[8]; uint64_t bytes; unsigned char buf[64]; } bt__sha256;
+
+static const uint32_t bt__sha256_k[64] = {   /* the cube roots of the first 64 primes, fractions' first 32 bits */
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5, 0xd807aa98, 0x12835b01,
+    0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc,
+    0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147,
+    0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116, 0x1e376c08,
+    0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3, 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208,
+    0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+
+#define BT__ROR32(x, r) ((x) >> (r) | (x) << (32 - (r)))
+static void bt__sha256_block(uint32_t h[8], const unsigned char *p) {
+    uint32_t w[64], v[8];
+    for (int i = 0; i < 16; i++) w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+    for (int i = 16; i < 64; i++)
+        w[i] = w[i - 16] + w[i - 7] + (BT__ROR32(w[i - 15], 7) ^ BT__ROR32(w[i - 15], 18) ^ w[i - 15] >> 3) +
+               (BT__ROR32(w[i - 2], 17) ^ BT__ROR32(w[i - 2], 19) ^ w[i - 2] >> 10);
+    memcpy(v, h, sizeof v);
+    for (int i = 0; i < 64; i++) {   /* v = a b c d e f g h; each round shifts them by one */
+        uint32_t a = v[0], e = v[4];
+        uint32_t t1 = v[7] + (BT__ROR32(e, 6) ^ BT__ROR32(e, 11) ^ BT__ROR32(e, 25)) + ((e & v[5]) ^ (~e & v[6])) + bt__sha256_k[i] + w[i];
+        uint32_t t2 = (BT__ROR32(a, 2) ^ BT__ROR32(a, 13) ^ BT__ROR32(a, 22)) + ((a & v[1]) ^ (a & v[2]) ^ (v[1] & v[2]));
+        memmove(v + 1, v, 7 * sizeof v[0]);
+        v[4] += t1; v[0] = t1 + t2;
+    }
+    for (int i = 0; i < 8; i++) h[i] += v[i];
+}
+static void bt__sha256_init(bt__sha256 *c) {
+    static const uint32_t h0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    memcpy(c->h, h0, sizeof h0);
+    c->bytes = 0;
+}
+static void bt__sha256_add(bt__sha256 *c, const void *data, size_t n) {
+    const unsigned char *p = (const unsigned char *)data;
+    while (n) {
+        size_t at = (size_t)(c->bytes % 64), k = 64 - at < n ? 64 - at : n;
+        memcpy(c->buf + at, p, k);
+        c->bytes += k; p += k; n -= k;
+        if (c->bytes % 64 == 0) bt__sha256_block(c->h, c->buf);
+    }
+}
+static void bt__sha256_end(bt__sha256 *c, unsigned char out[32]) {   /* pad: 0x80, zeros, the length in bits */
+    unsigned char pad[64] = {0x80}, len[8];
+    size_t at = (size_t)(c->bytes % 64);
+    uint64_t bits = c->bytes * 8;
+    for (int i = 0; i < 8; i++) len[i] = (unsigned char)(bits >> (56 - 8 * i));
+    bt__sha256_add(c, pad, at < 56 ? 56 - at : 120 - at);
+    bt__sha256_add(c, len, 8);
+    for (int i = 0; i < 32; i++) out[i] = (unsigned char)(c->h[i / 4] >> (24 - 8 * (i % 4)));
+}
+/* HMAC-SHA-256: H((K ^ opad) | H((K ^ ipad) | msg)), K the key zero-padded to 64 bytes (hashed first
+   when longer) */
+static void bt__hmac_sha256(const void *key, size_t kn, const void *msg, size_t mn, unsigned char out[32]) {
+    unsigned char k[64], pad[64], inner[32];
+    bt__sha256 c;
+    memset(k, 0, sizeof k);
+    if (kn > 64) { bt__sha256_init(&c); bt__sha256_add(&c, key, kn); bt__sha256_end(&c, k); }
+    else if (kn) memcpy(k, key, kn);
+    for (int i = 0; i < 64; i++) pad[i] = k[i] ^ 0x36;
+    bt__sha256_init(&c); bt__sha256_add(&c, pad, 64); bt__sha256_add(&c, msg, mn); bt__sha256_end(&c, inner);
+    for (int i = 0; i < 64; i++) pad[i] = k[i] ^ 0x5c;
+    bt__sha256_init(&c); bt__sha256_add(&c, pad, 64); bt__sha256_add(&c, inner, 32); bt__sha256_end(&c, out);
+}
+
+/* 32 bytes no other connection has had: the kernel's, else a hash of the time, process and a count */
+static void bt__nonce(unsigned char out[32]) {
+    static uint64_t count;
+    if (bt__random(out, 32) == 0) return;
+    struct { double t; uint64_t n; long pid; } x;
+    memset(&x, 0, sizeof x);
+    x.t = bt__now(); x.n = ++count; x.pid = (long)getpid();
+    bt__sha256 c;
+    bt__sha256_init(&c); bt__sha256_add(&c, &x, sizeof x); bt__sha256_end(&c, out);
+}
+
+/* a side's proof: HMAC-SHA-256 under the job's secret of the label ("hello" a rank's, "rank 0" rank
+   0's answer), the connection's kind, rank and world, and both nonces */
+static void bt__store_proof(const bt_store *s, const char *label, uint32_t kind, uint32_t rank, uint32_t world,
+                            const unsigned char *n0, const unsigned char *n1, unsigned char out[32]) {
+    unsigned char m[8 + 12 + 64];
+    uint32_t w[3] = {htonl(kind), htonl(rank), htonl(world)};
+    memset(m, 0, 8);
+    memcpy(m, label, strlen(label) < 8 ? strlen(label) : 8);
+    memcpy(m + 8, w, 12); memcpy(m + 20, n0, 32); memcpy(m + 52, n1, 32);
+    bt__hmac_sha256(s->secret, strlen(s->secret), m, sizeof m, out);
+}
+static int bt__same32(const unsigned char *a, const unsigned char *b) {   /* in a time that does not say where they differ */
+    unsigned d = 0;
+    for (int i = 0; i < 32; i++) d |= (unsigned)(a[i] ^ b[i]);
+    return d == 0;
 }
 
 /* 0 done; -1 error (errno), -2 peer closed, -3 deadline passed */
@@ -1207,58 +1384,144 @@ static int bt__connect_retry(const bt_store *s, double t0, double deadline) {
 }
 
 static const char *bt__nak_why(uint32_t reason) {
-    return reason == BT__NAK_WORLD ? "its world size differs" : reason == BT__NAK_RANK ? "the rank is out of range"
-                                                                                       : "another process already has this rank";
+    return reason == BT__NAK_WORLD ? "its world size differs"
+         : reason == BT__NAK_RANK  ? "the rank is out of range"
+         : reason == BT__NAK_DUP   ? "another process already has this rank"
+                                   : "it did not prove this job's secret (is BT_DIST_SECRET the same for every rank?)";
+}
+
+/* a rank's handshake on a new connection to rank 0: 0 admitted; 1 the connection closed before
+   rank 0's answer (rank 0 may have pushed it out: connect again); -1 refused, or the peer is not
+   this job's rank 0 (the error is set) */
+static int bt__store_hello(const bt_store *s, int fd, uint32_t kind, double deadline) {
+    unsigned char n0[32], out[80], got[32], want[32];
+    bt__msg m;
+    int r = bt__recv_msg(fd, &m, deadline);
+    if (r == 0 && (m.magic != BT__STORE_MAGIC || m.type != BT__M_CHALLENGE || m.b != 32))
+        return bt__dist_fail_msg("rank %d: %s:%d is not a BluTrain-C rank 0 of this version (bad handshake)", s->rank, s->host, s->port);
+    if (r == 0) r = bt__io(fd, n0, 32, deadline, 0);
+    if (r == 0) {   /* header, n1, proof */
+        bt__msg_pack(out, kind, (uint32_t)s->rank, (uint32_t)s->world);
+        bt__nonce(out + 16);
+        bt__store_proof(s, "hello", kind, (uint32_t)s->rank, (uint32_t)s->world, n0, out + 16, out + 48);
+        r = bt__io(fd, out, sizeof out, deadline, 1);
+    }
+    if (r == 0) r = bt__recv_msg(fd, &m, deadline);
+    if (r == 0 && m.magic == BT__STORE_MAGIC && m.type == BT__M_ACK) r = bt__io(fd, got, 32, deadline, 0);
+    if (r == -3)
+        return bt__dist_fail_msg("rank %d: no handshake from %s:%d within %.3g s; is it this job's rank 0?", s->rank, s->host, s->port,
+                                 s->timeout_s);
+    if (r) return 1;
+    if (m.magic != BT__STORE_MAGIC)
+        return bt__dist_fail_msg("rank %d: %s:%d is not a BluTrain-C rank 0 (bad handshake)", s->rank, s->host, s->port);
+    if (m.type == BT__M_NAK)
+        return bt__dist_fail_msg("rank %d (of world %d): rank 0 at %s:%d refused this process: %s (rank 0's world is %u)",
+                                 s->rank, s->world, s->host, s->port, bt__nak_why(m.a), m.b);
+    if (m.type != BT__M_ACK)
+        return bt__dist_fail_msg("rank %d: unexpected handshake reply %u from %s:%d", s->rank, m.type, s->host, s->port);
+    bt__store_proof(s, "rank 0", kind, (uint32_t)s->rank, (uint32_t)s->world, n0, out + 16, want);
+    if (!bt__same32(got, want))
+        return bt__dist_fail_msg("rank %d: the process at %s:%d answered without this job's secret: it is not this job's rank 0 "
+                                 "(another job on the same port, or BT_DIST_SECRET differs between the ranks)", s->rank, s->host, s->port);
+    return 0;
 }
 
 /* a non-zero rank: the data and the liveness connection, each with its handshake */
 static int bt__store_join(bt_store *s) {
     double t0 = bt__now(), deadline = t0 + s->timeout_s;
-    for (int kind = BT__M_HELLO_DATA; kind <= BT__M_HELLO_LIVE; kind++) {
-        int fd = bt__connect_retry(s, t0, deadline);
-        if (fd < 0) return -1;
-        if (kind == BT__M_HELLO_DATA) s->data_fd[0] = fd; else s->live_fd[0] = fd;
-        bt__sock_opts(fd, kind == BT__M_HELLO_LIVE);
-        bt__msg m;
-        int r = bt__send_msg(fd, (uint32_t)kind, (uint32_t)s->rank, (uint32_t)s->world, deadline);
-        if (r == 0) r = bt__recv_msg(fd, &m, deadline);
-        if (r) return bt__dist_fail_msg("rank %d: no handshake from %s:%d within %.3g s (%s); is it this job's rank 0?", s->rank,
-                                        s->host, s->port, s->timeout_s, bt__io_why(r));
-        if (m.magic != BT__STORE_MAGIC)
-            return bt__dist_fail_msg("rank %d: %s:%d is not a BluTrain-C rank 0 (bad handshake)", s->rank, s->host, s->port);
-        if (m.type == BT__M_NAK)
-            return bt__dist_fail_msg("rank %d (of world %d): rank 0 at %s:%d refused this process: %s (rank 0's world is %u)",
-                                     s->rank, s->world, s->host, s->port, bt__nak_why(m.a), m.b);
-        if (m.type != BT__M_ACK)
-            return bt__dist_fail_msg("rank %d: unexpected handshake reply %u from %s:%d", s->rank, m.type, s->host, s->port);
-    }
+    for (uint32_t kind = BT__M_HELLO_DATA; kind <= BT__M_HELLO_LIVE; kind++)
+        for (double backoff = 0.05;; backoff = backoff * 2 > 1.0 ? 1.0 : backoff * 2) {
+            int fd = bt__connect_retry(s, t0, deadline);
+            if (fd < 0) return -1;
+            bt__sock_opts(fd, kind == BT__M_HELLO_LIVE);
+            int r = bt__store_hello(s, fd, kind, deadline);
+            if (r == 0) { *(kind == BT__M_HELLO_DATA ? s->data_fd : s->live_fd) = fd; break; }
+            close(fd);
+            if (r < 0) return -1;
+            if (bt__now() + backoff >= deadline)
+                return bt__dist_fail_msg("rank %d: %s:%d closed every connection before its answer, for %.3g s; is it this job's rank 0?",
+                                         s->rank, s->host, s->port, s->timeout_s);
+            bt__sleep(backoff);
+        }
     return 0;
 }
 
-static int bt__store_listen(bt_store *s) {
-    int fd = socket(AF_INET6, SOCK_STREAM, 0), v6 = fd >= 0, one = 1, zero = 0;
-    if (!v6) fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return bt__dist_fail_msg("rank 0: socket: %s", strerror(errno));
+/* 1 for a loopback address: 127.0.0.0/8, ::1, ::ffff:127.0.0.0/104 */
+static int bt__addr_loopback(const struct sockaddr *a) {
+    if (a->sa_family == AF_INET) return ntohl(((const struct sockaddr_in *)(const void *)a)->sin_addr.s_addr) >> 24 == 127;
+    if (a->sa_family != AF_INET6) return 0;
+    const struct in6_addr *x = &((const struct sockaddr_in6 *)(const void *)a)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(x) || (IN6_IS_ADDR_V4MAPPED(x) && x->s6_addr[12] == 127);
+}
+/* 1 when host means the loopback of whichever host reads it: "localhost" or a loopback number */
+static int bt__host_loopback(const char *host) {
+    struct addrinfo hints, *res = NULL;
+    if (!strcmp(host, "localhost")) return 1;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_flags = AI_NUMERICHOST; hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0) return 0;
+    int lo = bt__addr_loopback(res->ai_addr);
+    freeaddrinfo(res);
+    return lo;
+}
+
+/* a non-blocking listening socket on a, or -1 with errno */
+static int bt__listen_at(const bt_store *s, const struct sockaddr *a, socklen_t n) {
+    int fd = socket(a->sa_family, SOCK_STREAM, 0), one = 1, zero = 0;
+    if (fd < 0) return -1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    int r;
-    if (v6) {
-        struct sockaddr_in6 a;
-        memset(&a, 0, sizeof a);
-        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-        a.sin6_family = AF_INET6; a.sin6_addr = in6addr_any; a.sin6_port = htons((uint16_t)s->port);
-        r = bind(fd, (struct sockaddr *)&a, sizeof a);
-    } else {
-        struct sockaddr_in a;
-        memset(&a, 0, sizeof a);
-        a.sin_family = AF_INET; a.sin_addr.s_addr = htonl(INADDR_ANY); a.sin_port = htons((uint16_t)s->port);
-        r = bind(fd, (struct sockaddr *)&a, sizeof a);
-    }
-    if (r != 0 || listen(fd, 2 * s->world + 16) != 0) {
+    if (a->sa_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);   /* the wildcard: IPv4 too */
+    if (bind(fd, a, n) != 0 || listen(fd, 2 * s->world + BT__WAITING_MAX) != 0) {
         int e = errno;
-        close(fd);
-        return bt__dist_fail_msg("rank 0: cannot listen on port %d (MASTER_PORT): %s", s->port, strerror(e));
+        close(fd); errno = e;
+        return -1;
     }
     bt__set_nonblock(fd);
+    return fd;
+}
+/* a bind error every address of this host would meet: the port is taken, or not ours to take */
+static int bt__bind_final(int e) { return e == EADDRINUSE || e == EACCES; }
+
+static int bt__listen_any(const bt_store *s) {   /* every interface: IPv6 and IPv4 on one socket, else IPv4 */
+    struct sockaddr_in6 a6;
+    struct sockaddr_in a4;
+    memset(&a6, 0, sizeof a6); memset(&a4, 0, sizeof a4);
+    a6.sin6_family = AF_INET6; a6.sin6_addr = in6addr_any; a6.sin6_port = htons((uint16_t)s->port);
+    a4.sin_family = AF_INET; a4.sin_addr.s_addr = htonl(INADDR_ANY); a4.sin_port = htons((uint16_t)s->port);
+    int fd = bt__listen_at(s, (const struct sockaddr *)&a6, sizeof a6);
+    return fd >= 0 || bt__bind_final(errno) ? fd : bt__listen_at(s, (const struct sockaddr *)&a4, sizeof a4);
+}
+
+/* Rank 0 listens where MASTER_ADDR points (see RENDEZVOUS): on loopback for "localhost" or a
+   loopback number; else on the first of its addresses that is this host's, skipping loopback ones
+   (a host's own name mapped to 127.0.1.1, as Debian does, is reached from other hosts by another
+   address). No address of this host (NAT, a container's published port, a name that does not
+   resolve here): every interface. */
+static int bt__store_listen(bt_store *s) {
+    struct addrinfo hints, *res = NULL, *ai;
+    char ps[16];
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC; hints.ai_socktype = SOCK_STREAM; hints.ai_flags = AI_NUMERICSERV;
+    snprintf(ps, sizeof ps, "%d", s->port);
+    int loop = bt__host_loopback(s->host), g = getaddrinfo(s->host, ps, &hints, &res), fd = -1, err = 0, tried = 0;
+    for (ai = g ? NULL : res; ai && fd < 0 && !bt__bind_final(err); ai = ai->ai_next) {
+        if (!loop && bt__addr_loopback(ai->ai_addr)) continue;
+        tried++;
+        fd = bt__listen_at(s, ai->ai_addr, ai->ai_addrlen);
+        err = fd < 0 ? errno : 0;
+        if (fd >= 0 && getnameinfo(ai->ai_addr, ai->ai_addrlen, s->bound, sizeof s->bound, NULL, 0, NI_NUMERICHOST)) strcpy(s->bound, "?");
+    }
+    if (!g) freeaddrinfo(res);
+    if (fd < 0 && !loop && !bt__bind_final(err)) {
+        if (g) bt__launcher_say("rank 0: MASTER_ADDR=%s does not resolve here (%s): listening on every interface", s->host, gai_strerror(g));
+        else if (tried) bt__launcher_say("rank 0: MASTER_ADDR=%s is not an address of this host: listening on every interface", s->host);
+        fd = bt__listen_any(s);
+        err = fd < 0 ? errno : 0;
+        strcpy(s->bound, "every interface");
+    }
+    if (fd < 0)
+        return bt__dist_fail_msg("rank 0: cannot listen on %s port %d (MASTER_ADDR, MASTER_PORT): %s", s->host, s->port,
+                                 err ? strerror(err) : g ? gai_strerror(g) : "no address");
     s->listen_fd = fd;
     return 0;
 }
@@ -1270,15 +1533,60 @@ static void bt__store_missing(const bt_store *s, char *out, size_t n) {   /* "1,
         if (s->data_fd[k] < 0 || s->live_fd[k] < 0) o += (size_t)snprintf(out + o, n - o, "%s%d", o ? ", " : "", k);
 }
 
-/* rank 0: takes one hello; 1 = registered, 0 = a stray connection (closed), -1 = a fatal mismatch */
-static int bt__store_admit(bt_store *s, int fd, double deadline) {
-    bt__msg m;
-    double d = bt__now() + 5.0 < deadline ? bt__now() + 5.0 : deadline;
-    if (bt__recv_msg(fd, &m, d) || m.magic != BT__STORE_MAGIC || (m.type != BT__M_HELLO_DATA && m.type != BT__M_HELLO_LIVE)) {
-        close(fd);
+/* rank 0's connections that have not proved themselves yet */
+typedef struct {
+    int fd, got;                 /* got: bytes of the hello read */
+    double deadline;             /* for the whole hello */
+    unsigned char nonce[32], hello[80];
+    char peer[80];               /* "address:port", for the warnings */
+} bt__caller;
+typedef struct { bt__caller c[BT__WAITING_MAX]; int n, refused, unproved; } bt__door;
+
+static void bt__door_refuse(const bt_store *s, bt__door *d, int i, const char *why) {   /* closes caller i, with a warning */
+    if (++d->refused <= BT__WARN_MAX)
+        bt__launcher_say("rank 0: refused a connection from %s to port %d: %s%s", d->c[i].peer, s->port, why,
+                         d->refused == BT__WARN_MAX ? " (further refusals are not reported)" : "");
+    close(d->c[i].fd);
+    d->c[i] = d->c[--d->n];
+}
+
+/* a new connection: its challenge goes out at once; with the list full the oldest caller leaves */
+static void bt__door_greet(const bt_store *s, bt__door *d, int fd, const struct sockaddr *a, socklen_t al) {
+    if (d->n == BT__WAITING_MAX) {
+        int old = 0;
+        for (int i = 1; i < d->n; i++) if (d->c[i].deadline < d->c[old].deadline) old = i;
+        bt__door_refuse(s, d, old, "too many connections were waiting for their hello");
+    }
+    bt__caller *c = &d->c[d->n++];
+    char host[64], serv[16];
+    if (getnameinfo(a, al, host, sizeof host, serv, sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV)) snprintf(c->peer, sizeof c->peer, "?");
+    else snprintf(c->peer, sizeof c->peer, "%s:%s", host, serv);
+    c->fd = fd; c->got = 0; c->deadline = bt__now() + BT__HELLO_S;
+    bt__set_nonblock(fd);
+    unsigned char m[48];
+    bt__msg_pack(m, BT__M_CHALLENGE, 0, 32);
+    bt__nonce(c->nonce);
+    memcpy(m + 16, c->nonce, 32);
+    if (bt__io(fd, m, sizeof m, bt__now() + 0.5, 1)) bt__door_refuse(s, d, d->n - 1, "it closed at once");
+}
+
+/* caller i sent a whole hello: 1 admitted; 0 refused (no valid proof, or it left); -1 a proven
+   rank that does not fit this job (the error is set: the rendezvous stops, as for a real mismatch) */
+static int bt__door_admit(bt_store *s, bt__door *d, int i) {
+    bt__caller *c = &d->c[i];
+    bt__msg m = bt__msg_unpack(c->hello);
+    unsigned char want[32], ack[48];
+    bt__store_proof(s, "hello", m.type, m.a, m.b, c->nonce, c->hello + 16, want);
+    if (!bt__same32(c->hello + 48, want)) {
+        bt__send_msg(c->fd, BT__M_NAK, BT__NAK_AUTH, (uint32_t)s->world, bt__now() + 0.5);
+        d->unproved++;
+        bt__door_refuse(s, d, i, "its hello does not prove this job's secret (BT_DIST_SECRET)");
         return 0;
     }
-    int rank = (int)m.a, live = m.type == BT__M_HELLO_LIVE;
+    int fd = c->fd, rank = (int)m.a, live = m.type == BT__M_HELLO_LIVE;
+    bt__msg_pack(ack, BT__M_ACK, 0, (uint32_t)s->world);
+    bt__store_proof(s, "rank 0", m.type, m.a, m.b, c->nonce, c->hello + 16, ack + 16);
+    d->c[i] = d->c[--d->n];   /* a rank of this job: it leaves the list */
     int *slot = rank >= 1 && rank < s->world ? (live ? &s->live_fd[rank] : &s->data_fd[rank]) : NULL;
     uint32_t nak = (int)m.b != s->world ? BT__NAK_WORLD : !slot ? BT__NAK_RANK : *slot >= 0 ? BT__NAK_DUP : 0;
     if (nak) {
@@ -1292,33 +1600,74 @@ static int bt__store_admit(bt_store *s, int fd, double deadline) {
                                      s->port, s->world - 1);
         return bt__dist_fail_msg("rank 0: two processes claim rank %d (check RANK / SLURM_PROCID of every process)", rank);
     }
-    if (bt__send_msg(fd, BT__M_ACK, 0, (uint32_t)s->world, d)) { close(fd); return 0; }
+    if (bt__io(fd, ack, sizeof ack, bt__now() + 1.0, 1)) { close(fd); return 0; }   /* it left; it connects again */
     bt__sock_opts(fd, live);
     *slot = fd;
     return 1;
 }
 
-static int bt__store_accept_all(bt_store *s) {
-    double t0 = bt__now(), deadline = t0 + s->timeout_s;
-    int need = 2 * (s->world - 1), have = 0;
-    while (have < need) {
-        if (bt__now() >= deadline) {
-            char miss[256];
-            bt__store_missing(s, miss, sizeof miss);
-            return bt__dist_fail_msg("rank 0: timed out after %.3g s waiting for rank(s) %s to connect to port %d (%d of %d "
-                                     "connected); did every rank start, with the same MASTER_ADDR:MASTER_PORT?",
-                                     s->timeout_s, miss, s->port, have / 2, s->world - 1);
-        }
-        struct pollfd pf = {s->listen_fd, POLLIN, 0};
-        if (poll(&pf, 1, bt__ms_until(deadline, 0.5)) <= 0) continue;
-        int fd = accept(s->listen_fd, NULL, NULL);
-        if (fd < 0) continue;
-        bt__set_nonblock(fd);
-        int r = bt__store_admit(s, fd, deadline);
-        if (r < 0) return -1;
-        have += r;
+/* reads what caller i sent: 1 admitted, 0 not yet or refused, -1 a fatal mismatch */
+static int bt__door_read(bt_store *s, bt__door *d, int i) {
+    bt__caller *c = &d->c[i];
+    ssize_t k = recv(c->fd, c->hello + c->got, sizeof c->hello - (size_t)c->got, 0);
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
+    if (k <= 0) { bt__door_refuse(s, d, i, "it closed before its hello"); return 0; }
+    c->got += (int)k;
+    if (c->got < 16) return 0;
+    bt__msg m = bt__msg_unpack(c->hello);
+    if (m.magic != BT__STORE_MAGIC || (m.type != BT__M_HELLO_DATA && m.type != BT__M_HELLO_LIVE)) {
+        bt__door_refuse(s, d, i, "what it sent is not a BluTrain-C hello");
+        return 0;
     }
-    return 0;
+    return c->got < (int)sizeof c->hello ? 0 : bt__door_admit(s, d, i);
+}
+
+static int bt__store_timed_out(const bt_store *s, const bt__door *d, int have) {
+    char miss[256], more[160] = "";
+    bt__store_missing(s, miss, sizeof miss);
+    if (d->unproved)
+        snprintf(more, sizeof more, " %d connection(s) did not prove this job's secret: is BT_DIST_SECRET the same for every rank?",
+                 d->unproved);
+    return bt__dist_fail_msg("rank 0: timed out after %.3g s waiting for rank(s) %s to connect to port %d on %s (%d of %d connected); "
+                             "did every rank start, with the same MASTER_ADDR:MASTER_PORT?%s", s->timeout_s, miss, s->port, s->bound,
+                             have / 2, s->world - 1, more);
+}
+
+/* rank 0: every caller at once (poll), until each rank has its two connections */
+static int bt__store_accept_all(bt_store *s) {
+    double deadline = bt__now() + s->timeout_s;
+    int need = 2 * (s->world - 1), have = 0, r = 0;
+    bt__door *d = (bt__door *)bt__dist_calloc(1, sizeof(bt__door));
+    struct pollfd pf[1 + BT__WAITING_MAX];
+    char late[64];
+    snprintf(late, sizeof late, "it sent no hello within %.3g s", BT__HELLO_S);
+    while (have < need && r == 0) {
+        if (bt__now() >= deadline) { r = bt__store_timed_out(s, d, have); break; }
+        double wake = deadline;
+        int n = d->n;
+        pf[0].fd = s->listen_fd; pf[0].events = POLLIN; pf[0].revents = 0;
+        for (int i = 0; i < n; i++) {
+            pf[1 + i].fd = d->c[i].fd; pf[1 + i].events = POLLIN; pf[1 + i].revents = 0;
+            if (d->c[i].deadline < wake) wake = d->c[i].deadline;
+        }
+        if (poll(pf, (nfds_t)(1 + n), bt__ms_until(wake, 0.5)) < 0 && errno != EINTR) { r = bt__dist_fail_msg("rank 0: poll: %s", strerror(errno)); break; }
+        for (int i = n - 1; i >= 0 && r == 0; i--) {   /* from the end: a caller that leaves takes the last one's place */
+            int a = pf[1 + i].revents ? bt__door_read(s, d, i) : 0;
+            if (a < 0) r = -1;
+            else if (a > 0) have++;
+            else if (!pf[1 + i].revents && bt__now() >= d->c[i].deadline) bt__door_refuse(s, d, i, late);
+        }
+        for (int k = 0; k < 16 && r == 0 && (pf[0].revents & POLLIN); k++) {
+            struct sockaddr_storage a;
+            socklen_t al = sizeof a;
+            int fd = accept(s->listen_fd, (struct sockaddr *)&a, &al);
+            if (fd < 0) break;
+            bt__door_greet(s, d, fd, (const struct sockaddr *)&a, al);
+        }
+    }
+    for (int i = 0; i < d->n; i++) close(d->c[i].fd);
+    bt__dist_free(d);
+    return r;
 }
 
 static void bt__store_free(bt_store *s) {
@@ -1329,19 +1678,25 @@ static void bt__store_free(bt_store *s) {
         if (s->live_fd[k] >= 0) close(s->live_fd[k]);
     }
     if (s->listen_fd >= 0) close(s->listen_fd);
+    memset(s->secret, 0, sizeof s->secret);
     bt__dist_free(s->data_fd); bt__dist_free(s->live_fd); bt__dist_free(s->left); bt__dist_free(s->live_buf); bt__dist_free(s->live_len);
     bt__dist_free(s);
 }
 
-BTDEF bt_store *bt_store_open(const char *host, int port, int rank, int world, double timeout_s) {
+BTDEF bt_store *bt_store_open(const char *host, int port, int rank, int world, double timeout_s, const char *secret) {
     if (world < 1 || rank < 0 || rank >= world) { bt__dist_fail_msg("store: rank %d of world %d", rank, world); return NULL; }
     if (port < 1 || port > 65535) { bt__dist_fail_msg("store: port %d (MASTER_PORT) is not in 1..65535", port); return NULL; }
     if (!host || !*host || strlen(host) >= BT_DIST_HOST_MAX) { bt__dist_fail_msg("store: bad host name (MASTER_ADDR)"); return NULL; }
+    if (secret && strlen(secret) >= BT_DIST_SECRET_MAX) {
+        bt__dist_fail_msg("store: the secret (BT_DIST_SECRET) is longer than %d characters", BT_DIST_SECRET_MAX - 1);
+        return NULL;
+    }
     bt_store *s = (bt_store *)bt__dist_calloc(1, sizeof(bt_store));
     int n = rank == 0 ? world : 1;
     s->rank = rank; s->world = world; s->port = port; s->listen_fd = -1;
     s->timeout_s = timeout_s > 0 ? timeout_s : 300;
     strcpy(s->host, host);
+    if (secret) strcpy(s->secret, secret);
     s->data_fd = (int *)bt__dist_calloc((size_t)n, sizeof(int));
     s->live_fd = (int *)bt__dist_calloc((size_t)n, sizeof(int));
     s->left = (int *)bt__dist_calloc((size_t)n, sizeof(int));
@@ -1857,7 +2212,12 @@ static void bt__dist_check_placement(bt_dist *d, const bt__rank_info *all) {
 
 static void bt__dist_rendezvous(bt_dist *d) {
     bt__dist_state *S = d->state;
-    S->store = bt_store_open(d->env.master_addr, d->env.master_port, d->rank, d->world, S->opts.timeout_s);
+    const bt_dist_env *e = &d->env;
+    if (d->rank == 0 && !e->secret_set && !bt__host_loopback(e->master_addr))
+        bt__launcher_say("rank 0: BT_DIST_SECRET is not set: any process that reaches %s:%d%s can join this job's rendezvous; export "
+                         "the same BT_DIST_SECRET to every rank (docs/many-gpus.md)", e->master_addr, e->master_port,
+                         e->secret[0] ? " and knows SLURM_JOB_ID" : "");
+    S->store = bt_store_open(e->master_addr, e->master_port, d->rank, d->world, S->opts.timeout_s, e->secret);
     if (!S->store) bt_error("%s", bt_dist_error());
     bt__rank_info mine, *all = (bt__rank_info *)bt__dist_calloc((size_t)d->world, sizeof(bt__rank_info));
     memset(&mine, 0, sizeof mine);

@@ -1,7 +1,9 @@
 /* test_dist.c - bt_dist.h on the CPU: the launchers' environments (each launcher, each malformed
    case), mesh arithmetic, the bucket planner (fixed and random parameter lists), the TCP store
    with 2-4 forked processes on loopback (broadcast, all-gather, barrier, a port nobody listens
-   on, mismatched worlds), liveness (a killed rank is reported by the survivors; a clean shutdown
+   on, mismatched worlds), strangers at its rendezvous (forged hellos, garbage, silent
+   connections, a process without the secret, a rank 0 without it; SHA-256 and HMAC against
+   their standards' vectors; a loopback MASTER_ADDR listened on only there), liveness (a killed rank is reported by the survivors; a clean shutdown
    reports nothing), the --nproc launcher (stdout of rank 0 only, stderr prefixed, a failing rank
    stops the others, SIGTERM passed on), the DDP engine's bookkeeping on one rank with real
    autograd hooks, and the one-rank collectives. Every multi-process test has a hard time limit. */
@@ -22,6 +24,7 @@
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <sys/stat.h>
+#include <ifaddrs.h>
 
 
 /* ---- helpers ---------------------------------------------------------------------------- */
@@ -75,8 +78,11 @@ static void test_env_torchrun(void) {
     BT_CHECK(!strcmp(bt_launcher_name(e.launcher), "torchrun"), "name %s", bt_launcher_name(e.launcher));
     const char *kv2[] = {"RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=1", "MASTER_ADDR=10.0.0.1", NULL};
     BT_CHECK(parse(kv2, &e) == 0 && e.master_port == 29500 && e.local_world == 0, "default port %d", e.master_port);
-    const char *kv3[] = {"RANK=0", "WORLD_SIZE=1", NULL};   /* one process: nothing else needed */
+    BT_CHECK(!e.secret[0] && !e.secret_set, "no BT_DIST_SECRET: secret \"%s\"", e.secret);
+    const char *kv3[] = {"RANK=0", "WORLD_SIZE=1", "BT_DIST_SECRET=", NULL};   /* one process: nothing else needed */
     BT_CHECK(parse(kv3, &e) == 0 && e.world == 1, "world 1: %s", bt_dist_error());
+    const char *kv4[] = {"RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=1", "MASTER_ADDR=h", "BT_DIST_SECRET=f00d 42", "SLURM_JOB_ID=7", NULL};
+    BT_CHECK(parse(kv4, &e) == 0 && !strcmp(e.secret, "f00d 42") && e.secret_set == 1, "BT_DIST_SECRET: \"%s\"", e.secret);
 }
 
 static void test_env_torchrun_errors(void) {
@@ -98,6 +104,11 @@ static void test_env_torchrun_errors(void) {
     ENV_ERR("LOCAL_RANK=2 is not below LOCAL_WORLD_SIZE=2", "RANK=1", "WORLD_SIZE=4", "LOCAL_RANK=2", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=h");
     ENV_ERR("LOCAL_WORLD_SIZE=8 is larger than WORLD_SIZE=4", "RANK=1", "WORLD_SIZE=4", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=8", "MASTER_ADDR=h");
     ENV_ERR("LOCAL_RANK=4 is not below WORLD_SIZE=4", "RANK=1", "WORLD_SIZE=4", "LOCAL_RANK=4", "MASTER_ADDR=h");
+    ENV_ERR("BT_DIST_SECRET is set but empty", "RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=1", "MASTER_ADDR=h", "BT_DIST_SECRET=");
+    char long_secret[300 + 16] = "BT_DIST_SECRET=";
+    memset(long_secret + 15, 'x', 300);
+    long_secret[315] = 0;
+    ENV_ERR("BT_DIST_SECRET is longer than 255", "RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=1", "MASTER_ADDR=h", long_secret);
 }
 
 static void test_env_mpi(void) {
@@ -126,6 +137,7 @@ static void test_env_slurm(void) {
     BT_CHECK(e.launcher == BT_LAUNCHER_SLURM && e.rank == 5 && e.world == 8 && e.local_rank == 1 && e.local_world == 2,
              "slurm fields %d %d %d %d", e.rank, e.world, e.local_rank, e.local_world);
     BT_CHECK(!strcmp(e.master_addr, "gpu07") && e.master_port == 20000 + 123456 % 20000, "master %s:%d", e.master_addr, e.master_port);
+    BT_CHECK(!strcmp(e.secret, "slurm job 123456") && !e.secret_set, "no BT_DIST_SECRET under Slurm: \"%s\"", e.secret);
     /* the step's variables first; uneven tasks per node; a two-bracket host list */
     const char *kv2[] = {"SLURM_PROCID=3", "SLURM_NTASKS=16", "SLURM_STEP_NUM_TASKS=5", "SLURM_LOCALID=0",
                          "SLURM_STEP_TASKS_PER_NODE=3,2", "SLURM_TASKS_PER_NODE=9", "SLURM_NODEID=1",
@@ -289,7 +301,7 @@ typedef struct { int port, world; double rank0_delay; } store_args;
 static int store_body(int rank, void *arg) {
     store_args *a = (store_args *)arg;
     if (rank == 0) bt__sleep(a->rank0_delay);   /* the others must retry while rank 0 starts */
-    bt_store *s = bt_store_open("127.0.0.1", a->port, rank, a->world, 10);
+    bt_store *s = bt_store_open("127.0.0.1", a->port, rank, a->world, 10, NULL);
     if (!s) { fprintf(stderr, "rank %d: %s\n", rank, bt_dist_error()); return 10; }
     unsigned char id[128], want[128], blob[24], all[16 * 24];
     fill_pattern(want, sizeof want, 77);
@@ -321,23 +333,43 @@ static void test_store_ops(void) {
     }
 }
 
+/* a socket listening on 127.0.0.1:port, or -1 */
+static int raw_listen(int port) {
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET; a.sin_port = htons((uint16_t)port); a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int one = 1, fd = socket(AF_INET, SOCK_STREAM, 0);
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (fd >= 0 && (bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 4))) { close(fd); return -1; }
+    return fd;
+}
+
 static void test_store_timeouts(void) {
     int port = bt_dist_free_port(NULL);
     double t0 = bt__now();
-    bt_store *s = bt_store_open("127.0.0.1", port, 1, 2, 0.5);
+    bt_store *s = bt_store_open("127.0.0.1", port, 1, 2, 0.5, NULL);
     double dt = bt__now() - t0;
     char want[128];
     snprintf(want, sizeof want, "could not reach rank 0 at 127.0.0.1:%d after", port);
     BT_CHECK(!s && strstr(bt_dist_error(), want), "no listener: %s", bt_dist_error());
     BT_CHECK(dt >= 0.45 && dt < 3.0, "gave up after %.2f s, timeout 0.5 s", dt);
     t0 = bt__now();
-    s = bt_store_open("127.0.0.1", port, 0, 3, 0.5);
+    s = bt_store_open("127.0.0.1", port, 0, 3, 0.5, NULL);
     dt = bt__now() - t0;
     BT_CHECK(!s && strstr(bt_dist_error(), "waiting for rank(s) 1, 2 to connect"), "no peers: %s", bt_dist_error());
     BT_CHECK(dt >= 0.45 && dt < 3.0, "rank 0 gave up after %.2f s, timeout 0.5 s", dt);
-    BT_CHECK(!bt_store_open("127.0.0.1", 0, 1, 2, 0.5) && strstr(bt_dist_error(), "port 0 (MASTER_PORT)"), "port 0: %s", bt_dist_error());
-    BT_CHECK(!bt_store_open("127.0.0.1", port, 2, 2, 0.5) && strstr(bt_dist_error(), "rank 2 of world 2"), "rank 2: %s", bt_dist_error());
-    s = bt_store_open("127.0.0.1", port, 0, 1, 0.5);   /* one rank: nothing to connect */
+    BT_CHECK(!bt_store_open("127.0.0.1", 0, 1, 2, 0.5, NULL) && strstr(bt_dist_error(), "port 0 (MASTER_PORT)"), "port 0: %s", bt_dist_error());
+    BT_CHECK(!bt_store_open("127.0.0.1", port, 2, 2, 0.5, NULL) && strstr(bt_dist_error(), "rank 2 of world 2"), "rank 2: %s", bt_dist_error());
+    int busy = raw_listen(port);   /* the port taken: an error, not another interface */
+    BT_CHECK(busy >= 0 && !bt_store_open("127.0.0.1", port, 0, 2, 0.3, NULL) && strstr(bt_dist_error(), "Address already in use"),
+             "a port in use: %s", bt_dist_error());
+    close(busy);
+    int err2 = dup(2), nul = open("/dev/null", O_WRONLY);   /* rank 0's note on it is not for this log */
+    dup2(nul, 2); close(nul);
+    s = bt_store_open("203.0.113.7", port, 0, 2, 0.3, NULL);   /* not an address of this host: every interface */
+    dup2(err2, 2); close(err2);
+    BT_CHECK(!s && strstr(bt_dist_error(), "on every interface"), "a foreign MASTER_ADDR: %s", bt_dist_error());
+    s = bt_store_open("127.0.0.1", port, 0, 1, 0.5, NULL);   /* one rank: nothing to connect */
     unsigned char x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, all[8];
     BT_CHECK(s && bt_store_broadcast(s, x, 8) == 0 && bt_store_allgather(s, x, all, 8) == 0 && !memcmp(all, x, 8) &&
              bt_store_barrier(s) == 0, "world 1 store");
@@ -349,7 +381,7 @@ static int mismatch_body(int k, void *arg) {
     mismatch_args *a = (mismatch_args *)arg;
     char path[256];
     if (a->ranks[k] == 2) bt__sleep(0.5);
-    bt_store *s = bt_store_open("127.0.0.1", a->port, a->ranks[k], a->worlds[k], 2);
+    bt_store *s = bt_store_open("127.0.0.1", a->port, a->ranks[k], a->worlds[k], 2, NULL);
     path_of(path, sizeof path, "mismatch", k);
     bt_test_write_text(path, s ? "opened" : bt_dist_error());
     if (s) bt_store_close(s);
@@ -367,6 +399,263 @@ static void test_store_mismatch(void) {
     mismatch_args b = {bt_dist_free_port(NULL), {3, 3, 3, 3}, {0, 1, 1, 2}};   /* two processes claim rank 1 */
     run_ranks(4, mismatch_body, &b, codes, 10);
     BT_CHECK(codes[0] == 1 && bt_test_file_has(p0, "two processes claim rank 1"), "duplicate rank not caught (exit %d)", codes[0]);
+}
+
+/* ---- 5. the handshake's hash and proofs: FIPS 180-4 and RFC 4231 vectors ------------------ */
+
+static int hex_is(const unsigned char d[32], const char *want) {
+    char h[65];
+    for (int i = 0; i < 32; i++) snprintf(h + 2 * i, 3, "%02x", d[i]);
+    return !strcmp(h, want);
+}
+static void test_sha256_hmac(void) {
+    static const char *msgs[3] = {"abc", "", "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"};
+    static const char *sums[3] = {"ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+                                  "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+                                  "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"};
+    unsigned char d[32], key[131];
+    bt__sha256 c;
+    for (int i = 0; i < 3; i++) {
+        bt__sha256_init(&c); bt__sha256_add(&c, msgs[i], strlen(msgs[i])); bt__sha256_end(&c, d);
+        BT_CHECK(hex_is(d, sums[i]), "sha256(\"%s\")", msgs[i]);
+    }
+    char a[997];   /* a million 'a's in pieces that cross the 64-byte blocks */
+    memset(a, 'a', sizeof a);
+    bt__sha256_init(&c);
+    for (size_t left = 1000000; left;) { size_t k = left < sizeof a ? left : sizeof a; bt__sha256_add(&c, a, k); left -= k; }
+    bt__sha256_end(&c, d);
+    BT_CHECK(hex_is(d, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"), "sha256 of a million a's");
+    memset(key, 0x0b, 20);
+    bt__hmac_sha256(key, 20, "Hi There", 8, d);
+    BT_CHECK(hex_is(d, "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"), "RFC 4231 case 1");
+    bt__hmac_sha256("Jefe", 4, "what do ya want for nothing?", 28, d);
+    BT_CHECK(hex_is(d, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"), "RFC 4231 case 2");
+    memset(key, 0xaa, sizeof key);   /* a key longer than a block is hashed first */
+    const char *m6 = "Test Using Larger Than Block-Size Key - Hash Key First";
+    bt__hmac_sha256(key, sizeof key, m6, strlen(m6), d);
+    BT_CHECK(hex_is(d, "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"), "RFC 4231 case 6");
+    unsigned char n1[32], n2[32];
+    bt__nonce(n1); bt__nonce(n2);
+    BT_CHECK(memcmp(n1, n2, 32) != 0, "two nonces are the same");
+    BT_CHECK(bt__host_loopback("127.0.0.1") && bt__host_loopback("127.1.2.3") && bt__host_loopback("::1") &&
+             bt__host_loopback("localhost") && bt__host_loopback("::ffff:127.0.0.1"), "loopback names");
+    BT_CHECK(!bt__host_loopback("10.0.0.1") && !bt__host_loopback("node0") && !bt__host_loopback("::") && !bt__host_loopback("0.0.0.0"),
+             "names that are not loopback");
+}
+
+/* ---- 5. strangers at the rendezvous: forged hellos, silent connections, the bind address -- */
+
+/* a raw TCP connection to ip:port, retrying up to wait_s while the listener starts; fd or -1 */
+static int raw_connect(const char *ip, int port, double wait_s) {
+    double end = bt__now() + wait_s;
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET; a.sin_port = htons((uint16_t)port);
+    if (inet_pton(AF_INET, ip, &a.sin_addr) != 1) return -1;
+    for (;;) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0) return fd;
+        if (fd >= 0) close(fd);
+        if (bt__now() > end) return -1;
+        bt__sleep(0.01);
+    }
+}
+
+/* ranks 0..world-1 are the job's, rank `world` a stranger: kind 0
+   sends forged hellos and garbage, kind 1 opens 10 connections that say nothing, kind 2 70 (more
+   than rank 0 keeps waiting); the job's other ranks start once it has */
+typedef struct { int port, world, kind; } stranger_args;
+
+static int stranger_body(int k, void *arg) {
+    stranger_args *a = (stranger_args *)arg;
+    char path[256];
+    path_of(path, sizeof path, "stranger", k);
+    if (k == a->world) {
+        int fds[70], n = a->kind == 0 ? 4 : a->kind == 1 ? 10 : 70;
+        for (int i = 0; i < n; i++) {
+            unsigned char m[80];
+            memset(m, 0, sizeof m);
+            if ((fds[i] = raw_connect("127.0.0.1", a->port, 5)) < 0) { fprintf(stderr, "connection %d: %s\n", i, strerror(errno)); return 1; }
+            if (a->kind != 0) continue;   /* silent */
+            if (i == 3) { fill_pattern(m, sizeof m, 9); bt__io(fds[i], m, sizeof m, bt__now() + 1, 1); continue; }   /* garbage */
+            /* whole hellos without a valid proof: world + 5 (which once aborted rank 0), then rank 1's two */
+            bt__msg_pack(m, i == 2 ? BT__M_HELLO_LIVE : BT__M_HELLO_DATA, 1, (uint32_t)(i == 0 ? a->world + 5 : a->world));
+            bt__io(fds[i], m, i == 0 ? 16 : sizeof m, bt__now() + 1, 1);
+        }
+        bt_test_write_text(path, "ready");   /* the job's other ranks may come */
+        bt__sleep(2.5);   /* open through the rendezvous, which must not wait for them */
+        for (int i = 0; i < n; i++) close(fds[i]);
+        return 0;
+    }
+    char ready[256];
+    path_of(ready, sizeof ready, "stranger", a->world);
+    for (int i = 0; k > 0 && i < 1000 && !bt_test_file_has(ready, "ready"); i++) bt__sleep(0.005);
+    if (k == 0) { int fe = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644); dup2(fe, 2); close(fe); }   /* rank 0's warnings */
+    double t0 = bt__now();
+    bt_store *s = bt_store_open("127.0.0.1", a->port, k, a->world, 10, NULL);
+    double dt = bt__now() - t0;
+    if (!s) { fprintf(stderr, "%s\n", bt_dist_error()); return 1; }
+    int v = k, all[8], bad = bt_store_allgather(s, &v, all, sizeof v) != 0;
+    for (int j = 0; j < a->world && !bad; j++) bad = all[j] != j;
+    bt_store_close(s);
+    return bad ? 2 : dt > 2.0 ? 3 : 0;   /* the rank joined at once, whatever the stranger did */
+}
+
+static void run_strangers(int kind, const char *what) {
+    stranger_args a = {bt_dist_free_port(NULL), 3, kind};
+    int codes[8];
+    char path[256];
+    path_of(path, sizeof path, "stranger", a.world);
+    unlink(path);
+    run_ranks(a.world + 1, stranger_body, &a, codes, 20);
+    path_of(path, sizeof path, "stranger", 0);
+    char *log = bt_test_read_file(path, NULL);
+    for (int k = 0; k < a.world; k++)
+        BT_CHECK(codes[k] == 0, "%s: rank %d exited %d (3: its rendezvous took too long); rank 0 said: %s", what, k, codes[k], log ? log : "");
+    BT_CHECK(codes[a.world] == 0, "%s: the stranger exited %d", what, codes[a.world]);
+    if (kind == 0)   /* the hellos of the right length: no proof; the garbage: no hello */
+        BT_CHECK(log && count_in_file(path, "refused a connection from 127.0.0.1") == 3 && strstr(log, "does not prove this job's secret") &&
+                 strstr(log, "not a BluTrain-C hello"), "%s: rank 0 did not report the stranger: %s", what, log ? log : "");
+    if (kind == 2)   /* the oldest pushed out, five reported */
+        BT_CHECK(log && count_in_file(path, "too many connections were waiting") == 5 && strstr(log, "further refusals are not reported"),
+                 "%s: rank 0 said: %s", what, log ? log : "");
+    free(log);
+}
+static void test_store_forged_hello(void) { run_strangers(0, "forged hellos"); }
+static void test_store_silent_peers(void) {
+    run_strangers(1, "10 silent connections");
+    run_strangers(2, "70 silent connections");
+}
+
+/* a process without the secret tries to be rank 1 before the real one: refused, and the job's
+   ranks meet all the same */
+typedef struct { int port; } secret_args;
+static int secret_body(int k, void *arg) {
+    secret_args *a = (secret_args *)arg;
+    char path[256];
+    path_of(path, sizeof path, "secret", k);
+    if (k == 3) {   /* the impostor: a real store, another secret */
+        bt_store *s = bt_store_open("127.0.0.1", a->port, 1, 3, 5, "not this job's secret");
+        bt_test_write_text(path, s ? "joined" : bt_dist_error());
+        return s ? 1 : 0;
+    }
+    if (k > 0) bt__sleep(0.5);
+    else { int fe = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644); dup2(fe, 2); close(fe); }
+    bt_store *s = bt_store_open("127.0.0.1", a->port, k, 3, 10, "s3cret of this job");
+    if (!s) { fprintf(stderr, "%s\n", bt_dist_error()); return 1; }
+    int v = k, all[3], bad = bt_store_allgather(s, &v, all, sizeof v) || all[0] != 0 || all[1] != 1 || all[2] != 2;
+    bt_store_close(s);
+    return bad ? 2 : 0;
+}
+
+/* a fake rank 0 that answers every hello with an ACK but no valid proof */
+static int fake_root_body(int k, void *arg) {
+    int port = *(int *)arg;
+    if (k == 1) {
+        bt_store *s = bt_store_open("127.0.0.1", port, 1, 2, 5, "the job's secret");
+        return !s && strstr(bt_dist_error(), "answered without this job's secret") ? 0 : 1;
+    }
+    int l = raw_listen(port);
+    if (l < 0) return 2;
+    int fd = accept(l, NULL, NULL);
+    unsigned char m[80];
+    memset(m, 0, sizeof m);
+    bt__msg_pack(m, BT__M_CHALLENGE, 0, 32);
+    if (bt__io(fd, m, 48, bt__now() + 5, 1) || bt__io(fd, m, 80, bt__now() + 5, 0)) return 3;
+    memset(m, 0, sizeof m);
+    bt__msg_pack(m, BT__M_ACK, 0, 2);
+    bt__io(fd, m, 48, bt__now() + 5, 1);
+    bt__sleep(0.5);
+    close(fd); close(l);
+    return 0;
+}
+
+static void test_store_secret(void) {
+    secret_args a = {bt_dist_free_port(NULL)};
+    int codes[4];
+    char p0[256], p3[256];
+    run_ranks(4, secret_body, &a, codes, 20);
+    path_of(p0, sizeof p0, "secret", 0); path_of(p3, sizeof p3, "secret", 3);
+    char *log = bt_test_read_file(p0, NULL), *imp = bt_test_read_file(p3, NULL);
+    for (int k = 0; k < 3; k++) BT_CHECK(codes[k] == 0, "rank %d exited %d; rank 0 said: %s", k, codes[k], log ? log : "");
+    BT_CHECK(codes[3] == 0 && imp && strstr(imp, "refused this process: it did not prove this job's secret"),
+             "the impostor (exit %d): %s", codes[3], imp ? imp : "");
+    BT_CHECK(log && strstr(log, "does not prove this job's secret (BT_DIST_SECRET)"), "rank 0 did not report the impostor: %s", log ? log : "");
+    free(log); free(imp);
+    int port = bt_dist_free_port(NULL);
+    run_ranks(2, fake_root_body, &port, codes, 20);
+    BT_CHECK(codes[0] == 0 && codes[1] == 0, "a rank 0 without the secret: exits %d %d", codes[0], codes[1]);
+}
+
+/* the sockets listening on port (/proc/net/tcp, tcp6): how many; *loopback of them on a loopback address */
+static int listeners_on(int port, int *loopback) {
+    int n = 0;
+    *loopback = 0;
+    for (int v6 = 0; v6 < 2; v6++) {
+        FILE *f = fopen(v6 ? "/proc/net/tcp6" : "/proc/net/tcp", "r");
+        char line[512], addr[64];
+        unsigned p, st;
+        if (!f) continue;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, " %*d: %63[0-9A-Fa-f]:%x %*s %x", addr, &p, &st) == 3 && (int)p == port && st == 0x0A) {
+                unsigned char b[16];   /* the address as printed: 32-bit words in host order */
+                for (int w = 0; w < (v6 ? 4 : 1); w++) {
+                    char word[9];
+                    memcpy(word, addr + 8 * w, 8); word[8] = 0;
+                    uint32_t x = (uint32_t)strtoul(word, NULL, 16);
+                    memcpy(b + 4 * w, &x, 4);
+                }
+                static const unsigned char one6[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+                static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+                int lo = v6 ? !memcmp(b, one6, 16) || (!memcmp(b, mapped, 12) && b[12] == 127) : b[0] == 127;
+                n++; *loopback += lo;
+            }
+        fclose(f);
+    }
+    return n;
+}
+
+/* a non-loopback IPv4 address of this host in out, or 0 */
+static int other_interface(char *out, size_t n) {
+    struct ifaddrs *ifs = NULL;
+    int found = 0;
+    if (getifaddrs(&ifs) != 0) return 0;
+    for (struct ifaddrs *i = ifs; i && !found; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET) {
+            const struct in_addr *a = &((const struct sockaddr_in *)(const void *)i->ifa_addr)->sin_addr;
+            found = (ntohl(a->s_addr) >> 24) != 127 && inet_ntop(AF_INET, a, out, (socklen_t)n) != NULL;
+        }
+    freeifaddrs(ifs);
+    return found;
+}
+
+/* rank 1 looks at rank 0's listener from outside before it joins: 0, or what it saw */
+static int bind_body(int rank, void *arg) {
+    int port = *(int *)arg, code = 0, lo = 0, n = 0;
+    char ip[64], path[256];
+    path_of(path, sizeof path, "bind", rank);
+    if (rank == 1) {
+        for (int i = 0; i < 500 && (n = listeners_on(port, &lo)) == 0; i++) bt__sleep(0.01);
+        if (n != lo) code = 4;   /* some listener is not on loopback */
+        if (n == 0) code = 5;    /* none seen: /proc/net/tcp unreadable, or rank 0 never listened */
+        int fd = other_interface(ip, sizeof ip) ? raw_connect(ip, port, 0) : -1;
+        if (fd >= 0) { close(fd); code = 6; }   /* reached through another interface */
+    }
+    bt_store *s = bt_store_open("127.0.0.1", port, rank, 2, 10, NULL);
+    if (!s) { bt_test_write_text(path, bt_dist_error()); return 1; }
+    bt_store_close(s);
+    return code;
+}
+
+static void test_store_bind_loopback(void) {
+    int port = bt_dist_free_port(NULL), codes[2];
+    char ip[64];
+    run_ranks(2, bind_body, &port, codes, 20);
+    BT_CHECK(codes[0] == 0, "rank 0 exited %d", codes[0]);
+    BT_CHECK(codes[1] != 4, "MASTER_ADDR 127.0.0.1: rank 0 listened on more than loopback");
+    BT_CHECK(codes[1] != 6, "MASTER_ADDR 127.0.0.1: rank 0 was reached through %s", other_interface(ip, sizeof ip) ? ip : "?");
+    if (codes[1] == 5) BT_SKIP("no listener seen in /proc/net/tcp");
+    else BT_CHECK(codes[1] == 0, "rank 1 exited %d", codes[1]);
 }
 
 /* ---- 4-6. liveness through bt_dist_init (store only) ------------------------------------ */
@@ -480,9 +769,13 @@ static int ok_body(int rank) {
     fprintf(stderr, "\n");
     if (bt_dist_env_read(&e)) { fprintf(stderr, "env: %s\n", bt_dist_error()); return 5; }
     const char *nvls = getenv("NCCL_NVLS_ENABLE");
+    if (!e.secret_set || strlen(e.secret) != 64 || strspn(e.secret, "0123456789abcdef") != 64) {
+        fprintf(stderr, "secret \"%s\": expected the launcher's 64 hex digits\n", e.secret);
+        return 8;
+    }
     if (e.rank != rank || e.world != 3 || e.local_rank != rank || e.local_world != 3 || strcmp(e.master_addr, "127.0.0.1") ||
         !nvls || strcmp(nvls, "0")) { fprintf(stderr, "env wrong\n"); return 6; }
-    bt_store *s = bt_store_open(e.master_addr, e.master_port, e.rank, e.world, 10);   /* the rendezvous the env describes */
+    bt_store *s = bt_store_open(e.master_addr, e.master_port, e.rank, e.world, 10, e.secret);   /* the rendezvous the env describes */
     int all[3];
     if (!s || bt_store_allgather(s, &rank, all, sizeof rank) || all[0] != 0 || all[1] != 1 || all[2] != 2) return 7;
     bt_store_close(s);
@@ -518,7 +811,9 @@ static int term_body(int rank) {
 static void test_launcher_ok(void) {
     char out[256], err[256];
     path_of(out, sizeof out, "launch_out", 0); path_of(err, sizeof err, "launch_err", 0);
+    setenv("BT_DIST_SECRET", "inherited", 1);   /* each launch makes its own */
     int code = wait_limit(start_launcher(3, 0.2, 0.5, ok_body, out, err), 20);
+    unsetenv("BT_DIST_SECRET");
     char *o = bt_test_read_file(out, NULL);
     BT_CHECK(code == 0, "launcher exited %d", code);
     BT_CHECK(o && !strcmp(o, "out from rank 0\n"), "stdout \"%s\"; expected rank 0's line only", o ? o : "");
@@ -706,9 +1001,14 @@ int main(void) {
     BT_RUN(test_mesh);
     BT_RUN(test_planner_fixed);
     BT_RUN(test_planner_random);
+    BT_RUN(test_sha256_hmac);
     BT_RUN(test_store_ops);
     BT_RUN(test_store_timeouts);
     BT_RUN(test_store_mismatch);
+    BT_RUN(test_store_forged_hello);
+    BT_RUN(test_store_silent_peers);
+    BT_RUN(test_store_secret);
+    BT_RUN(test_store_bind_loopback);
     BT_RUN(test_liveness_kill);
     BT_RUN(test_liveness_error);
     BT_RUN(test_clean_shutdown);
