@@ -1,6 +1,6 @@
 /* bench_cpu.c - the CPU fp32 matrix product of bt_tensor.h (bt__sgemm) against the machine's
    measured peak and, when built with BT_BENCH_OPENBLAS, against OpenBLAS's cblas_sgemm (make
-   bench-cpu, which then times the default CPU run with bench/bench_cpu_run.sh).
+   bench-cpu, which then times the default CPU run with bench/bench_cpu_val6.sh).
 
      build/bench_cpu [--quick] [--reps N] [--only TEXT]        (make bench-cpu)
    --quick skips the products over 10^8 multiply-adds; --only keeps those whose name contains TEXT.

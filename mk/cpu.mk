@@ -4,7 +4,7 @@
 #                       not notice a changed BLAS= by itself: rebuild with -B (make -B BLAS=1 train_gpt2).
 #   make bench-cpu      build/bench_cpu: our GEMM (and OpenBLAS's when its headers and library are
 #                       installed) at the default CPU run's shapes and 1024^3, against the measured
-#                       FMA peak; then the default CPU run's wall time to val < 6.0 (bench/bench_cpu_run.sh,
+#                       FMA peak; then the default CPU run's wall time to val < 6.0 (bench/bench_cpu_val6.sh,
 #                       skipped with CPU_RUN=0). bench/RESULTS.md records what it measured.
 # On a machine shared with other busy processes, OpenMP's default wait policy (threads spin for a
 # while after each parallel region) loses cores to them: on the 2-core dev machine at load averages
@@ -29,4 +29,4 @@ $(BUILD)/bench_cpu: bench/bench_cpu.c $(HEADERS) | $(BUILD)
 CPU_RUN ?= 1
 bench-cpu: $(BUILD)/bench_cpu $(BUILD)/train_gpt2_cpu $(TEST_DATA)
 	$(BUILD)/bench_cpu
-	@if [ "$(CPU_RUN)" = 1 ]; then bash bench/bench_cpu_run.sh $(BUILD)/train_gpt2_cpu; fi
+	@if [ "$(CPU_RUN)" = 1 ]; then bash bench/bench_cpu_val6.sh $(BUILD)/train_gpt2_cpu; fi

@@ -103,14 +103,8 @@ static void test_shard_init_is_one_process(void) {
 /* ---- 3. the flags ------------------------------------------------------------------------- */
 static int check_flags(const char *args, int world, int on_gpu, char *err, size_t n) {
     train_opts o;
-    char buf[512], *argv[64];
-    int argc = 1;
-    train_default_opts(&o);
-    snprintf(buf, sizeof buf, "%s", args);
-    argv[0] = (char *)"train_gpt2";
-    for (char *t = strtok(buf, " "); t && argc < 63; t = strtok(NULL, " ")) argv[argc++] = t;
     err[0] = 0;
-    if (parse_args(argc, argv, &o, err, n)) return -2;
+    if (train_parse(args, &o, err, n)) return -2;
     gpt2_config c = small_config("s4");
     if (resolve_opts(&o, on_gpu, &c, err, n)) return -3;
     return trainer_par_check(&o, &c, world, on_gpu, err, n);

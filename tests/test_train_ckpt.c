@@ -321,12 +321,7 @@ static void test_resume_config_mismatch(void) {
                             {"--ckpt-every -1 --ckpt-dir d", "bad value '-1' for --ckpt-every"},
                             {"--ckpt-overwrite", "--ckpt-overwrite needs --ckpt-dir"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        char buf[256], *argv[16]; int argc = 0;
-        snprintf(buf, sizeof buf, "%s", bad[i][0]);
-        argv[argc++] = (char *)"train_gpt2";
-        for (char *t = strtok(buf, " "); t && argc < 16; t = strtok(NULL, " ")) argv[argc++] = t;
-        train_default_opts(&o);
-        int r = parse_args(argc, argv, &o, err, sizeof err);
+        int r = train_parse(bad[i][0], &o, err, sizeof err);
         BT_CHECK(r == -1 && strstr(err, bad[i][1]), "'%s': %d '%s'", bad[i][0], r, err);
     }
 }

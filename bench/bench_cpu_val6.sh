@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# bench_cpu_run.sh - wall time of the default CPU training run to its first validation loss below 6.0
-#   bash bench/bench_cpu_run.sh [BINARY [ARGS...]]      (make bench-cpu; BINARY defaults to ./train_gpt2)
+# bench_cpu_val6.sh - wall time of the default CPU training run to its first validation loss below 6.0
+#   bash bench/bench_cpu_val6.sh [BINARY [ARGS...]]      (make bench-cpu; BINARY defaults to ./train_gpt2)
 # Runs BINARY --device cpu ARGS (the default CPU configuration unless ARGS change it), prints its
 # header and each validation line with the seconds since the start (VERBOSE=1: every step line),
 # stops the run at the first "val" below VAL_TARGET (default 6.0), then prints one summary line:
@@ -10,9 +10,9 @@ set -u
 bin=${1:-./train_gpt2}
 [ $# -gt 0 ] && shift
 target=${VAL_TARGET:-6.0}
-[ -x "$bin" ] || { echo "bench_cpu_run.sh: $bin is not an executable (make CPU=1 train_gpt2)" >&2; exit 2; }
+[ -x "$bin" ] || { echo "bench_cpu_val6.sh: $bin is not an executable (make CPU=1 train_gpt2)" >&2; exit 2; }
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
-fifo=$(mktemp -u /tmp/bench_cpu_run.XXXXXX)
+fifo=$(mktemp -u /tmp/bench_cpu_val6.XXXXXX)
 mkfifo "$fifo"
 pid=""
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -f "$fifo"' EXIT
