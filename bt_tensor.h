@@ -520,6 +520,10 @@ BTDEF void bt_set_rows_hook(bt_tensor *leaf, bt_rows_hook_fn fn, void *user);
 /* cross-entropy: logits [.., Vp] (only the first V columns are classes; V <= 0 means all),
    targets i32 [..]; mean over the rows whose target != ignore_index -> scalar f32 */
 BTDEF bt_tensor *bt_cross_entropy(bt_tensor *logits, bt_tensor *targets, int64_t V, int ignore_index);
+/* the same without the mean: each row's loss, logsumexp_{j<V} z - z_target, as targets' shape
+   [..] in f32 (f64 for f64 logits), 0 on ignored rows (per-token losses: scoring a continuation,
+   evaluating a multiple-choice ending) */
+BTDEF bt_tensor *bt_cross_entropy_rows(bt_tensor *logits, bt_tensor *targets, int64_t V, int ignore_index);
 /* cross_entropy(linear(x, w), targets, V, ignore_index) without the [rows, Vp] logits: x [.., C],
    w [Vp, C], the logits made a bounded chunk of rows at a time (bt_linear_cross_entropy_chunk sets
    the chunk's bytes, default 1 GiB, and returns the old value; 0 only asks) */
@@ -3308,6 +3312,44 @@ BTDEF bt_tensor *bt_cross_entropy(bt_tensor *logits, bt_tensor *targets, int64_t
     if (n) { n->i[0] = V; n->i[1] = ignore_index; bt__save(n, z2); bt__save(n, t1); bt__save(n, lse); bt__save(n, inv); }
     bt_release(zc); bt_release(tc); bt_release(z2); bt_release(t1); bt_release(losses); bt_release(lse); bt_release(inv);
     return bt__register(loss);
+}
+
+/* per-row losses: the same rows; the backward is the mean's with each row's own upstream
+   gradient (g_r, not g / n_valid) */
+static void bt__xent_rows_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt_tensor *logits = n->saved[0], *tg = n->saved[1], *lse = n->saved[2];
+    int64_t N = logits->shape[0], Vp = logits->shape[1], V = n->i[0]; int ign = (int)n->i[1];
+    bt_tensor *gl = bt__contig(bt_reshape(bt_cast(g, lse->dtype), bt_shape1(N)));
+    bt_tensor *gz = bt__new(bt_shape2(N, Vp), logits->dtype, bt_device_of(logits));
+    bt__xent_grad(bt_device_of(logits), logits->dtype, bt_data_ptr(gz), bt_data_ptr(logits), bt_data_ptr(lse),
+                  (const int32_t *)bt_data_ptr(tg), bt_data_ptr(gl), lse->dtype, N, V, Vp, ign);
+    bt_release(gl);
+    gin[0] = bt_reshape(bt__register(gz), n->in_shape[0]);
+}
+BTDEF bt_tensor *bt_cross_entropy_rows(bt_tensor *logits, bt_tensor *targets, int64_t V, int ignore_index) {
+    bt__need_float(logits, "cross_entropy_rows", "logits"); bt__need(targets, "cross_entropy_rows", "targets");
+    bt__xent_check(logits, targets, targets->ndim, "cross_entropy_rows");
+    int64_t Vp = logits->shape[logits->ndim - 1], N = bt_numel(targets);
+    if (V <= 0) V = Vp;
+    if (V > Vp) bt_error("cross_entropy_rows: V = %lld but logits %s have only %lld columns", (long long)V, bt__s(logits), (long long)Vp);
+    bt_device dev = bt_device_of(logits); bt_dtype dt = logits->dtype;
+    bt_tensor *zc = bt__contig(logits), *tc = bt__contig(targets);
+    bt_tensor *z2 = bt__view_dense(zc, bt_shape2(N, Vp)), *t1 = bt__view_dense(tc, bt_shape1(N));
+    bt_dtype sdt = bt__stat_dtype(logits);
+    bt_tensor *losses = bt__new(bt_shapev(targets->ndim, targets->shape), sdt, dev);
+    bt_tensor *lse = bt__new(bt_shape1(N), sdt, dev);
+    int64_t bad = 0;
+    const int32_t *tp = (const int32_t *)bt_data_ptr(t1);
+    if (bt__xent_rows(dev, dt, bt_data_ptr(z2), tp, N, V, Vp, ignore_index, bt_data_ptr(losses), bt_data_ptr(lse), sdt, &bad)) {
+        int64_t t = tp[bad];
+        bt_release(zc); bt_release(tc); bt_release(z2); bt_release(t1); bt_release(losses); bt_release(lse);
+        bt_error("cross_entropy_rows: target %lld at position %lld is out of range [0, %lld) and not ignore_index %d", (long long)t,
+                 (long long)bad, (long long)V, ignore_index);
+    }
+    bt_node *n = bt__record("cross_entropy_rows", bt__xent_rows_back, losses, &logits, 1);
+    if (n) { n->i[0] = V; n->i[1] = ignore_index; bt__save(n, z2); bt__save(n, t1); bt__save(n, lse); }
+    bt_release(zc); bt_release(tc); bt_release(z2); bt_release(t1); bt_release(lse);
+    return bt__register(losses);
 }
 
 /* ---- the classifier: cross_entropy(linear(x, w), targets) without the [rows, Vp] logits ----

@@ -259,7 +259,8 @@ static bt_tensor *oc_f_embedding(oc_ctx *c, const oc_case *k) {
 static bt_tensor *oc_f_xent(oc_ctx *c, const oc_case *k) {
     int64_t Vp = k->s[0].d[k->s[0].ndim - 1], V = k->i[0] > 0 ? k->i[0] : Vp;
     bt_tensor *logits = oc_normal(c, k->s[0], 0.0, 2.0);
-    return bt_cross_entropy(logits, oc_indices(c, oc_drop_last(k->s[0]), V, k->i[1], k->i[2]), k->i[0], k->i[1]);
+    bt_tensor *tg = oc_indices(c, oc_drop_last(k->s[0]), V, k->i[1], k->i[2]);
+    return k->i[3] ? bt_cross_entropy_rows(logits, tg, k->i[0], k->i[1]) : bt_cross_entropy(logits, tg, k->i[0], k->i[1]);
 }
 /* q, k, v of shape s[0] = [B, H, T, D]; i[0]: the heads of [B, T, H, D] activations (strided views) */
 static bt_tensor *oc_f_attention(oc_ctx *c, const oc_case *k) {
@@ -568,6 +569,10 @@ static int oc_build_table(void) {
         for (int j = 0; j < 4; j++) {
             k = oc__add(oc_f_xent, OC_NO_GPU_F64, "cross_entropy %s V %d ignore_index %d", oc__shape_s(xe[j].s), xe[j].V, xe[j].ignore);
             k->s[0] = xe[j].s; k->i[0] = xe[j].V; k->i[1] = xe[j].ignore; k->i[2] = xe[j].every;
+        }
+        for (int j = 0; j < 4; j += 3) {   /* per-row losses: the small case and the 1024-column one */
+            k = oc__add(oc_f_xent, OC_NO_GPU_F64, "cross_entropy_rows %s V %d ignore_index %d", oc__shape_s(xe[j].s), xe[j].V, xe[j].ignore);
+            k->s[0] = xe[j].s; k->i[0] = xe[j].V; k->i[1] = xe[j].ignore; k->i[2] = xe[j].every; k->i[3] = 1;
         }
         bt_shape at[5] = {bt_shape4(2, 3, 7, 5), bt_shape4(1, 2, 13, 8), bt_shape4(2, 1, 33, 4), bt_shape4(1, 2, 100, 64), bt_shape4(2, 3, 7, 5)};
         for (int j = 0; j < 6; j++) {

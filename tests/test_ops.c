@@ -652,6 +652,7 @@ static bt_tensor *f_softmax(bt_tensor **in, const gc_ctx *c) { return c->i[0] ? 
 static bt_tensor *f_layernorm(bt_tensor **in, const gc_ctx *c) { return bt_layernorm(in[0], in[1], in[2], c->f[0]); }
 static bt_tensor *f_embedding(bt_tensor **in, const gc_ctx *c) { return bt_embedding(in[0], c->aux[0]); }
 static bt_tensor *f_xent(bt_tensor **in, const gc_ctx *c) { return bt_cross_entropy(in[0], c->aux[0], c->i[0], c->i[1]); }
+static bt_tensor *f_xent_rows(bt_tensor **in, const gc_ctx *c) { return bt_cross_entropy_rows(in[0], c->aux[0], c->i[0], c->i[1]); }
 static bt_tensor *f_attention(bt_tensor **in, const gc_ctx *c) { (void)c; return bt_attention(in[0], in[1], in[2]); }
 static bt_tensor *f_concat(bt_tensor **in, const gc_ctx *c) { return bt_concat(in, c->i[0], c->i[1]); }
 static bt_tensor *f_split(bt_tensor **in, const gc_ctx *c) {
@@ -824,6 +825,7 @@ static void test_gradcheck_nn(void) {
     bt_release(table); bt_release(ce.aux[0]);
     bt_tensor *logits = leaf(SH(2, 3, 7));
     gradcheck("gradcheck cross_entropy V < Vp with ignore_index", f_xent, &logits, 1, &cx);
+    gradcheck("gradcheck cross_entropy_rows V < Vp with ignore_index", f_xent_rows, &logits, 1, &cx);
     bt_release(logits); bt_release(cx.aux[0]);
     bt_tensor *qkv[3] = {leaf(SH(1, 2, 7, 5)), leaf(SH(1, 2, 7, 5)), leaf(SH(1, 2, 7, 5))};
     gradcheck("gradcheck attention T 7 D 5", f_attention, qkv, 3, &ce);
