@@ -306,6 +306,32 @@ BT_DATA_DEF void bt_format_double(double v, char *buf, size_t n); /* the shortes
 BT_DATA_DEF int  bt_parse_double(const char *s, double *v);    /* strtod of a '.'-decimal text, all of s consumed; 0 / -1 */
 BT_DATA_DEF int  bt_parse_u64(const char *s, uint64_t *v);     /* decimal digits only, within uint64; 0 / -1 */
 
+/* ---- multiple-choice sets (HellaSwag's JSON lines) ----
+   One item a line: {"ctx": "...", "endings": ["...", ...], "label": k} (other members ignored;
+   HellaSwag's "activity_label", when present, is put before the context as "LABEL: ", the way
+   the evaluation harnesses do). An item's context is encoded as one text and each ending as " " +
+   ending (the space that joins them belongs to the ending's first token, as GPT-2 saw text). An
+   ending is scored by the sum of its tokens' losses given the context (and all before it). */
+#define BT_MC_MAX_ENDINGS 16
+typedef struct {
+    int64_t n_items;
+    int max_endings;          /* the most endings an item has */
+    int64_t max_row;          /* the longest context + ending in tokens */
+    int64_t n_tokens;
+    int32_t *tokens;          /* [n_tokens]: every context's and ending's tokens, one after another */
+    int64_t *ctx_off;         /* [n_items] where an item's context starts in tokens */
+    int32_t *ctx_len;         /* [n_items] */
+    int32_t *n_endings;       /* [n_items] 2..BT_MC_MAX_ENDINGS */
+    int64_t *end_off;         /* [n_items * max_endings]: ending j of item i at [i * max_endings + j] */
+    int32_t *end_len;         /* [n_items * max_endings] (>= 1) */
+    int32_t *label;           /* [n_items] the right ending, 0 .. n_endings - 1 */
+} bt_mc_set;
+/* Reads and encodes path. 0, or -1 with bt_data_error() naming the file and line (not JSON, a
+   missing or mistyped member, a label out of range, an ending that encodes to no token, fewer
+   than 2 or more than BT_MC_MAX_ENDINGS endings, no item at all). */
+BT_DATA_DEF int  bt_mc_load(bt_mc_set *s, const char *path, bt_tokenizer *tok);
+BT_DATA_DEF void bt_mc_free(bt_mc_set *s);   /* safe on a zeroed or freed set */
+
 #ifdef __cplusplus
 }
 #endif
@@ -328,6 +354,7 @@ BT_DATA_DEF int  bt_parse_u64(const char *s, uint64_t *v);     /* decimal digits
      7. Shards
      8. Loader
      9. JSON and text
+    10. Multiple-choice sets
    ================================================================================================ */
 #ifdef BT_DATA_IMPLEMENTATION
 #ifndef BT_DATA_IMPLEMENTATION_DONE
@@ -2540,6 +2567,115 @@ BT_DATA_DEF int bt_json_save_flags(bt_json_writer *w, const char *path, int flag
     return 0;
 }
 BT_DATA_DEF int bt_json_save(bt_json_writer *w, const char *path) { return bt_json_save_flags(w, path, 0); }
+
+/* ---- 10. Multiple-choice sets ----------------------------------------------------------------- */
+
+BT_DATA_DEF void bt_mc_free(bt_mc_set *s) {
+    if (!s) return;
+    bt__dfree(s->tokens); bt__dfree(s->ctx_off); bt__dfree(s->ctx_len); bt__dfree(s->n_endings);
+    bt__dfree(s->end_off); bt__dfree(s->end_len); bt__dfree(s->label);
+    memset(s, 0, sizeof *s);
+}
+
+BT_DATA_DEF int bt_mc_load(bt_mc_set *s, const char *path, bt_tokenizer *tok) {
+    size_t len = 0, ntok = 0, tcap = 0, icap[4] = {0, 0, 0, 0}, ecap[2] = {0, 0}, at = 0;
+    char *buf, *text = NULL;
+    int64_t line = 0;
+    int rc = -1;
+    memset(s, 0, sizeof *s);
+    s->max_endings = BT_MC_MAX_ENDINGS;   /* the rows' stride while reading; shrunk at the end */
+    if (!tok) { bt__seterr("%s: bt_mc_load: no tokenizer", path); return -1; }
+    if (!(buf = bt__read_file(path, &len))) return -1;
+    while (at < len) {
+        size_t end = at, tlen;
+        bt_json_doc *d = NULL;
+        const bt_json *root, *ctx, *ends, *lab, *act, *e;
+        int64_t labv, i = s->n_items;
+        int k;
+        while (end < len && buf[end] != '\n') end++;
+        line++;
+        {
+            size_t a = at;
+            at = end + 1;
+            while (a < end && (buf[a] == ' ' || buf[a] == '\t' || buf[a] == '\r')) a++;
+            if (a == end) continue;   /* blank lines are allowed */
+            if (!(d = bt_json_parse(buf + a, end - a, 0))) { bt__seterr("%s:%lld: %s", path, (long long)line, bt_data_error()); goto done; }
+        }
+        root = bt_json_root(d);
+        ctx = bt_json_get(root, "ctx"); ends = bt_json_get(root, "endings"); lab = bt_json_get(root, "label");
+        act = bt_json_get(root, "activity_label");
+        {
+            const char *bad = root->type != BT_JSON_OBJECT ? "the line is not a JSON object"
+                : !ctx || ctx->type != BT_JSON_STRING ? "no string member \"ctx\""
+                : !ends || ends->type != BT_JSON_ARRAY ? "no array member \"endings\""
+                : !lab ? "no member \"label\""
+                : act && act->type != BT_JSON_STRING ? "\"activity_label\" is not a string"
+                : ends->n < 2 || ends->n > BT_MC_MAX_ENDINGS ? "\"endings\" must hold 2 to 16 endings" : NULL;
+            /* HellaSwag writes its label as a number; some copies as a string of digits */
+            if (!bad && lab->type == BT_JSON_STRING) { uint64_t u; labv = bt_parse_u64(lab->str, &u) || u > 1000 ? -1 : (int64_t)u; }
+            else if (!bad && bt_json_i64(lab, &labv)) labv = -1;
+            if (!bad && (labv < 0 || labv >= (int64_t)ends->n)) bad = "\"label\" is not the index of an ending";
+            for (e = bad ? NULL : ends->child; e && !bad; e = e->next) if (e->type != BT_JSON_STRING) bad = "an ending is not a string";
+            if (bad) { bt__seterr("%s:%lld: %s", path, (long long)line, bad); bt_json_free(d); goto done; }
+        }
+        if (bt__grow((void **)&s->ctx_off, &icap[0], (size_t)i + 1, sizeof *s->ctx_off) ||
+            bt__grow((void **)&s->ctx_len, &icap[1], (size_t)i + 1, sizeof *s->ctx_len) ||
+            bt__grow((void **)&s->n_endings, &icap[2], (size_t)i + 1, sizeof *s->n_endings) ||
+            bt__grow((void **)&s->label, &icap[3], (size_t)i + 1, sizeof *s->label) ||
+            bt__grow((void **)&s->end_off, &ecap[0], ((size_t)i + 1) * BT_MC_MAX_ENDINGS, sizeof *s->end_off) ||
+            bt__grow((void **)&s->end_len, &ecap[1], ((size_t)i + 1) * BT_MC_MAX_ENDINGS, sizeof *s->end_len)) goto oom;
+        /* the context: "LABEL: ctx" when the activity label is there */
+        tlen = (act ? act->len + 2 : 0) + ctx->len;
+        bt__dfree(text);
+        if (!(text = (char *)bt__dmalloc(tlen + 1))) goto oom;
+        if (act) { memcpy(text, act->str, act->len); memcpy(text + act->len, ": ", 2); }
+        memcpy(text + (act ? act->len + 2 : 0), ctx->str, ctx->len);
+        s->ctx_off[i] = (int64_t)ntok;
+        if ((ntok = bt_encode_append(tok, text, tlen, &s->tokens, ntok, &tcap)) == (size_t)-1) { bt__seterr("%s:%lld: %s", path, (long long)line, bt_data_error()); bt_json_free(d); goto done; }
+        s->ctx_len[i] = (int32_t)(ntok - (size_t)s->ctx_off[i]);
+        s->n_endings[i] = (int32_t)ends->n;
+        s->label[i] = (int32_t)labv;
+        for (e = ends->child, k = 0; e; e = e->next, k++) {
+            char *et = (char *)bt__dmalloc(e->len + 2);
+            size_t before = ntok;
+            if (!et) goto oom;
+            et[0] = ' ';
+            memcpy(et + 1, e->str, e->len);
+            ntok = bt_encode_append(tok, et, e->len + 1, &s->tokens, ntok, &tcap);
+            bt__dfree(et);
+            if (ntok == (size_t)-1) { bt__seterr("%s:%lld: ending %d: %s", path, (long long)line, k, bt_data_error()); bt_json_free(d); goto done; }
+            s->end_off[i * BT_MC_MAX_ENDINGS + k] = (int64_t)before;
+            s->end_len[i * BT_MC_MAX_ENDINGS + k] = (int32_t)(ntok - before);
+            if (ntok - before + (size_t)s->ctx_len[i] > (size_t)s->max_row) s->max_row = (int64_t)(ntok - before) + s->ctx_len[i];
+        }
+        s->n_items++;
+        bt_json_free(d);
+        if (ntok > (size_t)INT32_MAX * 4) { bt__seterr("%s:%lld: more than 2^33 tokens in a multiple-choice set", path, (long long)line); goto done; }
+    }
+    if (!s->n_items) { bt__seterr("%s: no item (one JSON object a line: ctx, endings, label)", path); goto done; }
+    {   /* the stride: the most endings any item has */
+        int me = 2;
+        int64_t i;
+        int k;
+        for (i = 0; i < s->n_items; i++) if (s->n_endings[i] > me) me = s->n_endings[i];
+        for (i = 0; i < s->n_items; i++)
+            for (k = 0; k < me; k++) {
+                int have = k < s->n_endings[i];
+                s->end_off[i * me + k] = have ? s->end_off[i * BT_MC_MAX_ENDINGS + k] : 0;
+                s->end_len[i * me + k] = have ? s->end_len[i * BT_MC_MAX_ENDINGS + k] : 0;
+            }
+        s->max_endings = me;
+    }
+    s->n_tokens = (int64_t)ntok;
+    rc = 0;
+    goto done;
+oom:
+    bt__seterr("%s:%lld: out of memory", path, (long long)line);
+done:
+    bt__dfree(buf); bt__dfree(text);
+    if (rc) bt_mc_free(s);
+    return rc;
+}
 
 #endif /* BT_DATA_IMPLEMENTATION_DONE */
 #endif /* BT_DATA_IMPLEMENTATION */
