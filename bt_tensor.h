@@ -3273,83 +3273,72 @@ static void bt__xent_check(bt_tensor *logits_or_x, bt_tensor *targets, int64_t l
     if (bt__is_gpu(logits_or_x) && logits_or_x->dtype == BT_F64) bt_error("%s: f64 is CPU-only (gradient checks), got %s", op, bt__s(logits_or_x));
 }
 
-static void bt__xent_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
-    bt_tensor *logits = n->saved[0], *tg = n->saved[1], *lse = n->saved[2], *inv = n->saved[3];
-    int64_t N = logits->shape[0], Vp = logits->shape[1], V = n->i[0]; int ign = (int)n->i[1];
-    bt_tensor *gl = bt__xent_row_grads(g, inv, N);
-    bt_tensor *gz = bt__new(bt_shape2(N, Vp), logits->dtype, bt_device_of(logits));
-    bt__xent_grad(bt_device_of(logits), logits->dtype, bt_data_ptr(gz), bt_data_ptr(logits), bt_data_ptr(lse),
-                  (const int32_t *)bt_data_ptr(tg), bt_data_ptr(gl), lse->dtype, N, V, Vp, ign);
-    bt_release(gl);
-    gin[0] = bt_reshape(bt__register(gz), n->in_shape[0]);
-}
-BTDEF bt_tensor *bt_cross_entropy(bt_tensor *logits, bt_tensor *targets, int64_t V, int ignore_index) {
-    bt__need_float(logits, "cross_entropy", "logits"); bt__need(targets, "cross_entropy", "targets");
-    bt__xent_check(logits, targets, targets->ndim, "cross_entropy");
-    int64_t Vp = logits->shape[logits->ndim - 1], N = bt_numel(targets);
-    if (V <= 0) V = Vp;
-    if (V > Vp) bt_error("cross_entropy: V = %lld but logits %s have only %lld columns", (long long)V, bt__s(logits), (long long)Vp);
-    bt_device dev = bt_device_of(logits); bt_dtype dt = logits->dtype;
-    bt_tensor *zc = bt__contig(logits), *tc = bt__contig(targets);
-    bt_tensor *z2 = bt__view_dense(zc, bt_shape2(N, Vp)), *t1 = bt__view_dense(tc, bt_shape1(N));
-    bt_dtype sdt = bt__stat_dtype(logits);
-    bt_tensor *losses = bt__new(bt_shape1(N), sdt, dev), *lse = bt__new(bt_shape1(N), sdt, dev);
-    bt_tensor *inv = bt__new(bt_shape1(1), sdt, dev);   /* 1 / max(1, n_valid) */
-    int64_t bad = 0;
-    const int32_t *tp = (const int32_t *)bt_data_ptr(t1);
-    if (bt__xent_rows(dev, dt, bt_data_ptr(z2), tp, N, V, Vp, ignore_index, bt_data_ptr(losses), bt_data_ptr(lse), sdt, &bad)) {
-        int64_t t = tp[bad];
-        bt_release(zc); bt_release(tc); bt_release(z2); bt_release(t1); bt_release(losses); bt_release(lse); bt_release(inv);
-        bt_error("cross_entropy: target %lld at position %lld is out of range [0, %lld) and not ignore_index %d", (long long)t,
-                 (long long)bad, (long long)V, ignore_index);
-    }
-    bt__xent_inv_count(dev, bt_data_ptr(inv), tp, N, ignore_index, sdt);
-    bt_tensor *loss = bt__new(bt_shapev(0, NULL), sdt, dev);
-    bt_fill_(loss, 0.0);
-    bt__sum_into(dev, bt_data_ptr(loss), bt_data_ptr(losses), N, sdt);
-    bt__scale_by(dev, bt_data_ptr(loss), bt_data_ptr(inv), sdt);
-    bt_node *n = bt__record("cross_entropy", bt__xent_back, loss, &logits, 1);
-    if (n) { n->i[0] = V; n->i[1] = ignore_index; bt__save(n, z2); bt__save(n, t1); bt__save(n, lse); bt__save(n, inv); }
-    bt_release(zc); bt_release(tc); bt_release(z2); bt_release(t1); bt_release(losses); bt_release(lse); bt_release(inv);
-    return bt__register(loss);
-}
-
-/* per-row losses: the same rows; the backward is the mean's with each row's own upstream
-   gradient (g_r, not g / n_valid) */
-static void bt__xent_rows_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+/* the logits' gradient of either loss from its rows' upstream gradients gl [N] (stat dtype) */
+static void bt__xent_grad_in(bt_node *n, bt_tensor *gl, bt_tensor **gin) {
     bt_tensor *logits = n->saved[0], *tg = n->saved[1], *lse = n->saved[2];
     int64_t N = logits->shape[0], Vp = logits->shape[1], V = n->i[0]; int ign = (int)n->i[1];
-    bt_tensor *gl = bt__contig(bt_reshape(bt_cast(g, lse->dtype), bt_shape1(N)));
     bt_tensor *gz = bt__new(bt_shape2(N, Vp), logits->dtype, bt_device_of(logits));
     bt__xent_grad(bt_device_of(logits), logits->dtype, bt_data_ptr(gz), bt_data_ptr(logits), bt_data_ptr(lse),
                   (const int32_t *)bt_data_ptr(tg), bt_data_ptr(gl), lse->dtype, N, V, Vp, ign);
     bt_release(gl);
     gin[0] = bt_reshape(bt__register(gz), n->in_shape[0]);
 }
-BTDEF bt_tensor *bt_cross_entropy_rows(bt_tensor *logits, bt_tensor *targets, int64_t V, int ignore_index) {
-    bt__need_float(logits, "cross_entropy_rows", "logits"); bt__need(targets, "cross_entropy_rows", "targets");
-    bt__xent_check(logits, targets, targets->ndim, "cross_entropy_rows");
-    int64_t Vp = logits->shape[logits->ndim - 1], N = bt_numel(targets);
-    if (V <= 0) V = Vp;
-    if (V > Vp) bt_error("cross_entropy_rows: V = %lld but logits %s have only %lld columns", (long long)V, bt__s(logits), (long long)Vp);
-    bt_device dev = bt_device_of(logits); bt_dtype dt = logits->dtype;
-    bt_tensor *zc = bt__contig(logits), *tc = bt__contig(targets);
-    bt_tensor *z2 = bt__view_dense(zc, bt_shape2(N, Vp)), *t1 = bt__view_dense(tc, bt_shape1(N));
+/* the mean: every row's upstream gradient is g / n_valid */
+static void bt__xent_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt__xent_grad_in(n, bt__xent_row_grads(g, n->saved[3], n->saved[0]->shape[0]), gin);
+}
+/* per-row losses: each row's own upstream gradient g_r */
+static void bt__xent_rows_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt__xent_grad_in(n, bt__contig(bt_reshape(bt_cast(g, n->saved[2]->dtype), bt_shape1(n->saved[0]->shape[0]))), gin);
+}
+/* The forward both share: the checks, then every row's loss (losses, of losses_shape) and
+   log-sum-exp. z2 [N, Vp] and t1 [N] are the dense views the node saves. */
+typedef struct { bt_tensor *zc, *tc, *z2, *t1, *losses, *lse; int64_t N, V; } bt__xent_fw;
+static bt__xent_fw bt__xent_forward(bt_tensor *logits, bt_tensor *targets, int64_t V, int ign, const char *op, int rows_shape) {
+    bt__need_float(logits, op, "logits"); bt__need(targets, op, "targets");
+    bt__xent_check(logits, targets, targets->ndim, op);
+    bt__xent_fw f;
+    int64_t Vp = logits->shape[logits->ndim - 1];
+    f.N = bt_numel(targets);
+    f.V = V <= 0 ? Vp : V;
+    if (f.V > Vp) bt_error("%s: V = %lld but logits %s have only %lld columns", op, (long long)f.V, bt__s(logits), (long long)Vp);
+    bt_device dev = bt_device_of(logits);
     bt_dtype sdt = bt__stat_dtype(logits);
-    bt_tensor *losses = bt__new(bt_shapev(targets->ndim, targets->shape), sdt, dev);
-    bt_tensor *lse = bt__new(bt_shape1(N), sdt, dev);
+    f.zc = bt__contig(logits); f.tc = bt__contig(targets);
+    f.z2 = bt__view_dense(f.zc, bt_shape2(f.N, Vp)); f.t1 = bt__view_dense(f.tc, bt_shape1(f.N));
+    f.losses = bt__new(rows_shape ? bt_shapev(targets->ndim, targets->shape) : bt_shape1(f.N), sdt, dev);
+    f.lse = bt__new(bt_shape1(f.N), sdt, dev);
     int64_t bad = 0;
-    const int32_t *tp = (const int32_t *)bt_data_ptr(t1);
-    if (bt__xent_rows(dev, dt, bt_data_ptr(z2), tp, N, V, Vp, ignore_index, bt_data_ptr(losses), bt_data_ptr(lse), sdt, &bad)) {
+    const int32_t *tp = (const int32_t *)bt_data_ptr(f.t1);
+    if (bt__xent_rows(dev, logits->dtype, bt_data_ptr(f.z2), tp, f.N, f.V, Vp, ign, bt_data_ptr(f.losses), bt_data_ptr(f.lse), sdt, &bad)) {
         int64_t t = tp[bad];
-        bt_release(zc); bt_release(tc); bt_release(z2); bt_release(t1); bt_release(losses); bt_release(lse);
-        bt_error("cross_entropy_rows: target %lld at position %lld is out of range [0, %lld) and not ignore_index %d", (long long)t,
-                 (long long)bad, (long long)V, ignore_index);
+        bt_release(f.zc); bt_release(f.tc); bt_release(f.z2); bt_release(f.t1); bt_release(f.losses); bt_release(f.lse);
+        bt_error("%s: target %lld at position %lld is out of range [0, %lld) and not ignore_index %d", op, (long long)t,
+                 (long long)bad, (long long)f.V, ign);
     }
-    bt_node *n = bt__record("cross_entropy_rows", bt__xent_rows_back, losses, &logits, 1);
-    if (n) { n->i[0] = V; n->i[1] = ignore_index; bt__save(n, z2); bt__save(n, t1); bt__save(n, lse); }
-    bt_release(zc); bt_release(tc); bt_release(z2); bt_release(t1); bt_release(lse);
-    return bt__register(losses);
+    return f;
+}
+BTDEF bt_tensor *bt_cross_entropy(bt_tensor *logits, bt_tensor *targets, int64_t V, int ignore_index) {
+    bt__xent_fw f = bt__xent_forward(logits, targets, V, ignore_index, "cross_entropy", 0);
+    bt_device dev = bt_device_of(logits);
+    bt_dtype sdt = f.lse->dtype;
+    bt_tensor *inv = bt__new(bt_shape1(1), sdt, dev);   /* 1 / max(1, n_valid) */
+    bt__xent_inv_count(dev, bt_data_ptr(inv), (const int32_t *)bt_data_ptr(f.t1), f.N, ignore_index, sdt);
+    bt_tensor *loss = bt__new(bt_shapev(0, NULL), sdt, dev);
+    bt_fill_(loss, 0.0);
+    bt__sum_into(dev, bt_data_ptr(loss), bt_data_ptr(f.losses), f.N, sdt);
+    bt__scale_by(dev, bt_data_ptr(loss), bt_data_ptr(inv), sdt);
+    bt_node *n = bt__record("cross_entropy", bt__xent_back, loss, &logits, 1);
+    if (n) { n->i[0] = f.V; n->i[1] = ignore_index; bt__save(n, f.z2); bt__save(n, f.t1); bt__save(n, f.lse); bt__save(n, inv); }
+    bt_release(f.zc); bt_release(f.tc); bt_release(f.z2); bt_release(f.t1); bt_release(f.losses); bt_release(f.lse); bt_release(inv);
+    return bt__register(loss);
+}
+BTDEF bt_tensor *bt_cross_entropy_rows(bt_tensor *logits, bt_tensor *targets, int64_t V, int ignore_index) {
+    bt__xent_fw f = bt__xent_forward(logits, targets, V, ignore_index, "cross_entropy_rows", 1);
+    bt_node *n = bt__record("cross_entropy_rows", bt__xent_rows_back, f.losses, &logits, 1);
+    if (n) { n->i[0] = f.V; n->i[1] = ignore_index; bt__save(n, f.z2); bt__save(n, f.t1); bt__save(n, f.lse); }
+    bt_release(f.zc); bt_release(f.tc); bt_release(f.z2); bt_release(f.t1); bt_release(f.lse);
+    return bt__register(f.losses);
 }
 
 /* ---- the classifier: cross_entropy(linear(x, w), targets) without the [rows, Vp] logits ----
