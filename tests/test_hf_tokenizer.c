@@ -535,7 +535,21 @@ static void check_hf_dir(const char *dir) {
         ids_raw = bt_test_read_file(path, &il);
         BT_CHECK(text && ids_raw && il % 4 == 0, "%s/%s: .txt or .ids missing", dir, name);
         if (!text || !ids_raw) { free(text); free(ids_raw); continue; }
-        n = bt_encode(t, text, tl, &ids);
+        {   /* "splits": texts back to back, each encoded alone */
+            const bt_json *sp = bt_json_get(c, "splits"), *e;
+            size_t cap = 0, off = 0;
+            ids = NULL; n = 0;
+            for (e = sp ? sp->child : NULL; e && n != (size_t)-1; e = e->next) {
+                size_t k = (size_t)e->num;
+                if (off + k > tl) break;
+                n = bt_encode_append(t, text + off, k, &ids, n, &cap);
+                off += k;
+            }
+            if (!sp) n = bt_encode_append(t, text, tl, &ids, 0, &cap);
+            else BT_CHECK(off == tl, "%s/%s: the splits cover %zu of %zu bytes", dir, name, off, tl);
+            BT_CHECK(n != (size_t)-1, "%s/%s: %s", dir, name, bt_data_error());
+            if (n == (size_t)-1) n = 0;
+        }
         for (i = 0; i < n && i < il / 4 && !memcmp(ids + i, ids_raw + 4 * i, 4);) i++;
         if (n != il / 4 || i != n) {
             int32_t want = 0;
@@ -555,9 +569,53 @@ static void check_hf_dir(const char *dir) {
         free(back); free(ids); free(text); free(ids_raw);
     }
     BT_CHECK(ntexts > 0, "%s: no texts", dir);
+    texts = bt_json_get(bt_json_root(doc), "decode");   /* ids (special ones too) -> tokenizers' decode */
+    for (c = texts && t ? texts->child : NULL; c; c = c->next) {
+        const bt_json *idl = bt_json_get(c, "ids"), *e, *want = bt_json_get(c, "text");
+        int32_t dids[256];
+        size_t nd = 0, m;
+        char *back;
+        for (e = idl ? idl->child : NULL; e && nd < 256; e = e->next) dids[nd++] = (int32_t)e->num;
+        m = bt_decode(t, dids, nd, &back);
+        BT_CHECK(want && m == want->len && !memcmp(back, want->str, m), "%s: decode gives \"%s\", tokenizers \"%s\"", dir, back ? back : bt_data_error(), want ? want->str : "?");
+        free(back);
+    }
     fprintf(stderr, "    %s: %zu texts checked against tokenizers\n", dir, ntexts);
     bt_json_free(doc); free(index);
     bt_tokenizer_free(t);
+}
+
+/* the checker itself, on a directory in its format written here from GPT-2's files and ids */
+static void test_check_dir_format(void) {
+    const char *text = "Hello world, it's 2024.\r\n\r\nNext line!", *parts = "ab  c";
+    char dir[512], path[600], *back, idx[512];
+    int32_t *ids = NULL, eot[3] = {BT_EOT, 15496, BT_EOT};
+    size_t n, cap = 0;
+    int fails = bt_test__cur_failed;
+    snprintf(dir, sizeof dir, "%s", bt_test_path("gpt2_check"));
+    mkdir(dir, 0777);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    BT_CHECK(make_gpt2_json(path, "gpt2", 1) == 0, "%s", bt_data_error());
+    snprintf(path, sizeof path, "%s/w.txt", dir); bt_test_write_text(path, text);
+    n = bt_encode(gpt2, text, strlen(text), &ids);
+    snprintf(path, sizeof path, "%s/w.ids", dir); bt_test_write_file(path, ids, n * 4);
+    free(ids); ids = NULL;
+    n = bt_encode_append(gpt2, parts, 2, &ids, 0, &cap);
+    n = bt_encode_append(gpt2, parts + 2, 3, &ids, n, &cap);
+    snprintf(path, sizeof path, "%s/c.txt", dir); bt_test_write_text(path, parts);
+    snprintf(path, sizeof path, "%s/c.ids", dir); bt_test_write_file(path, ids, n * 4);
+    free(ids);
+    bt_decode(gpt2, eot, 3, &back);
+    snprintf(idx, sizeof idx, "{\"texts\": [{\"name\": \"w\"}, {\"name\": \"c\", \"splits\": [2, 3]}], \"decode\": [{\"ids\": [50256, 15496, 50256], \"text\": \"%s\"}]}", back);
+    free(back);
+    snprintf(path, sizeof path, "%s/index.json", dir); bt_test_write_text(path, idx);
+    check_hf_dir(dir);
+    BT_CHECK(bt_test__cur_failed == fails, "the checker fails on a directory that agrees");
+    snprintf(path, sizeof path, "%s/c.ids", dir); bt_test_write_file(path, "\x01\0\0\0", 4);   /* now it must fail */
+    fprintf(stderr, "    (a failure expected next)\n");
+    check_hf_dir(dir);
+    BT_CHECK(bt_test__cur_failed == fails + 1, "the checker passes a directory that disagrees");
+    bt_test__cur_failed = fails;
 }
 
 static const char **hf_dirs;
@@ -608,6 +666,7 @@ int main(int argc, char **argv) {
         BT_RUN(test_gpt2_json_cases);
         BT_RUN(test_gpt2_json_corpora);
         BT_RUN(test_bt_tokenize_tool);
+        BT_RUN(test_check_dir_format);
     } else {
         fprintf(stderr, "GPT-2's tokenizer files not found or not loadable: %s\n", enc_path ? bt_data_error() : "(none)");
         bt_test__failed++;
