@@ -495,7 +495,7 @@ static void test_bt_tokenize_tool(void) {
     free(a);
     {   /* 65,537 tokens: 256 bytes and 65,281 added tokens */
         static const char *added[65281];
-        static char names[65281][16];
+        static char names[65281][24];
         int i;
         for (i = 0; i < 65281; i++) { snprintf(names[i], sizeof names[i], "<|r%d|>", i); added[i] = names[i]; }
         BT_CHECK(make_small_json(bt_test_path("big.json"), "llama3", 1, NULL, 0, added, 65281) == 0, "%s", bt_data_error());
