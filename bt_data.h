@@ -1,4 +1,4 @@
-/* bt_data.h - BluTrain-C training data, v0.3: GPT-2 byte-level BPE, token shards, a data loader, JSON.
+/* bt_data.h - BluTrain-C training data, v0.4: byte-level BPE (GPT-2, Llama 3), token shards, a data loader, JSON.
 
    USAGE
      #define BT_DATA_IMPLEMENTATION   in *one* C/CUDA file before including this header.
@@ -11,6 +11,8 @@
      int32_t *ids; size_t n = bt_encode(tok, text, len, &ids);    // ids are malloc'd
      char *s;      size_t m = bt_decode(tok, ids, n, &s);          // m bytes (+ a NUL not counted)
      free(ids); free(s); bt_tokenizer_free(tok);
+     tok = bt_tokenizer_load_hf("tokenizer.json");                 // Hugging Face: GPT-2's, Llama 3's
+     int32_t eot = bt_tokenizer_token_id(tok, "<|end_of_text|>");  // a special token's id
 
      bt_shard_write("data/x.bin", tokens, n);                      // llm.c's shard layout
      bt_loader *L = bt_loader_open("data/x_train*.bin", B, T, rank, world, 1, seed);
@@ -31,6 +33,21 @@
         from text: callers insert BT_EOT themselves where documents end.
         Checked (tests/test_data.c) against gpt-3-encoder's ids, tiktoken's token counts of Tiny
         Shakespeare and WikiText-2, and the Python regex module's pre-tokenization.
+        tokenizer.json (bt_tokenizer_load_hf, section 4): a byte-level BPE in Hugging Face's format,
+        encoded as tokenizers' encode(text, add_special_tokens=False): model.vocab (strings in
+        GPT-2's byte alphabet, all 256 bytes present), model.merges ("a b" strings or [a, b] pairs;
+        a repeated pair takes its last rank, as tokenizers does), model.ignore_merges (a piece that
+        is itself a token is that token, merges skipped: Llama 3), added_tokens (ids past the
+        vocabulary; never matched in text, found by bt_tokenizer_token_id, decoded as their
+        content). pre_tokenizer: ByteLevel(use_regex) for GPT-2's pattern, or Sequence[Split(Regex,
+        Isolated), ByteLevel(use_regex false)] with GPT-2's or Llama 3's pattern, recognised by its
+        exact text; Llama 3's is matched by hand too (bt__piece_end_llama3):
+            (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+            \s*[\r\n]+|\s+(?!\S)|\s+
+        Anything else (another pattern or pre-tokenizer, a normalizer, add_prefix_space, dropout, a
+        subword prefix) is refused with a message naming the file. Checked (tests/test_hf_tokenizer.c)
+        against bt_tokenizer_load on GPT-2's files rewritten as tokenizer.json, the Python regex
+        module's Llama 3 pieces, and (tests/hf_tokenizer_check.py) the tokenizers library's ids.
      2. Shards: llm.c's file layout: 256 int32 header (magic 20240520, version 1, token count),
         then uint16 tokens. Written atomically (4. Files); read with the header and the file size
         checked. The loader reads each window with pread (a file truncated under a running job
@@ -85,6 +102,7 @@
      BT_ATOMIC_MAX_OPEN: how many atomic files may be open at once (default 16).
 
    HISTORY
+     0.4  Hugging Face tokenizer.json (bt_tokenizer_load_hf), Llama 3's pre-tokenizer, bt_tokenizer_token_id.
      0.3  JSON (writer and strict parser, moved here from bt_ckpt.h), locale-free number text.
      0.2  output files (checks, atomic replacement, signal cleanup), non-blocking inputs.
      0.1  first version: tokenizer, shards, loader, bt_tokenize tool.
@@ -330,9 +348,9 @@ BT_DATA_DEF int  bt_parse_u64(const char *s, uint64_t *v);     /* decimal digits
      1. Common: allocation, errors, hashing, RNG
      2. Files: inputs, output checks, atomic replacement, the registry of temporaries
      3. Unicode classes (generated table) and UTF-8 decoding
-     4. Tokenizer loading: encoder.json, vocab.bpe, the byte alphabet
+     4. Tokenizer loading: encoder.json, vocab.bpe, the byte alphabet; tokenizer.json
      5. BPE: heap-ordered merges of one piece, the piece cache
-     6. Pre-tokenizer and encode / decode
+     6. Pre-tokenizers (GPT-2's, Llama 3's) and encode / decode
      7. Shards
      8. Loader
      9. JSON and text
@@ -1838,7 +1856,7 @@ static void bt__cache_put(bt_tokenizer *t, uint64_t h, const unsigned char *s, s
     t->cache_n++;
 }
 
-/* ---- 6. Pre-tokenizer, encode, decode -------------------------------------------------------- */
+/* ---- 6. Pre-tokenizers (GPT-2, Llama 3), encode, decode -------------------------------------- */
 
 /* the class and length of the unit at s[i] */
 static int bt__unit(const bt_tokenizer *t, const unsigned char *s, size_t n, size_t i, size_t *ulen) {
