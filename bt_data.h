@@ -1492,10 +1492,11 @@ static int bt__hf_vocab(bt_tokenizer *t, const char *path, const bt_json *vocab,
         if ((id = bt__hf_id(path, "added token", content, bt_json_get(c, "id"), cap)) < 0) goto fail;
         if (kind[id] & 2) { bt__seterr("%s: added_tokens: id %lld is given to both \"%.80s\" and \"%.80s\"", path, (long long)id, bt__jstr(bt_json_get(by_id[id], "content")), content); goto fail; }
         if (kind[id] & 1) {   /* the model's token too: the same bytes, or decode would disagree with encode */
-            unsigned char tmp[256];
+            unsigned char *tmp = (unsigned char *)bt__dmalloc(by_id[id]->key_len + 1);
             size_t tn = 0;
-            if (by_id[id]->key_len > sizeof tmp || bt__bytelevel_bytes(by_id[id]->key, by_id[id]->key_len, tmp, &tn, &badcp) ||
-                tn != cc->len || memcmp(tmp, content, tn)) {
+            int same = tmp && !bt__bytelevel_bytes(by_id[id]->key, by_id[id]->key_len, tmp, &tn, &badcp) && tn == cc->len && !memcmp(tmp, content, tn);
+            bt__dfree(tmp);
+            if (!same) {
                 bt__seterr("%s: added token \"%.80s\" has id %lld, which model.vocab gives to another token, \"%.80s\"", path, content, (long long)id, by_id[id]->key);
                 goto fail;
             }
