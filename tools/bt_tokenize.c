@@ -13,6 +13,8 @@
      --encoder PATH  encoder.json (default: data/encoder.json, else
                      ../shared/data/gpt2-tokenizer/encoder.json)
      --vocab PATH    vocab.bpe (the same defaults)
+     --tokenizer F   a Hugging Face tokenizer.json instead of the two (bt_tokenizer_load_hf); its
+                     vocabulary must fit a shard's uint16 ids, and --eot needs its <|endoftext|> at 50256
      -q              no summary line on stderr
    OUT is checked before any work (its directory must exist; a directory, device or FIFO is
    refused, and so is IN itself) and written atomically: a symlink is written through, and a
@@ -62,8 +64,8 @@ static size_t encode_documents(bt_tokenizer *tok, const char *text, size_t len, 
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: bt_tokenize [--eot] [--skip N] [--limit N] [--encoder PATH] [--vocab PATH] [-q] IN.txt OUT.bin\n"
-            "       bt_tokenize [--encoder PATH] [--vocab PATH] --decode IN.bin\n"
+            "usage: bt_tokenize [--eot] [--skip N] [--limit N] [--encoder PATH] [--vocab PATH] [--tokenizer F.json] [-q] IN.txt OUT.bin\n"
+            "       bt_tokenize [--encoder PATH] [--vocab PATH] [--tokenizer F.json] --decode IN.bin\n"
             "  --eot       <|endoftext|> before each document; documents end at blank lines (\"\\n\\n\")\n"
             "  --skip N    drop the first N tokens;  --limit N  keep at most N tokens\n");
 }
@@ -127,7 +129,7 @@ static const char *option_value(int argc, char **argv, int *i) {
 }
 
 int main(int argc, char **argv) {
-    const char *enc = NULL, *voc = NULL, *in = NULL, *out = NULL, *dec = NULL;
+    const char *enc = NULL, *voc = NULL, *in = NULL, *out = NULL, *dec = NULL, *hf = NULL;
     int eot = 0, quiet = 0, given_count = 0, i, rc = 1;
     size_t skip = 0, limit = (size_t)-1, len = 0, n = 0, cap = 0, k;
     bt_tokenizer *tok;
@@ -149,6 +151,7 @@ int main(int argc, char **argv) {
         }
         else if (!strcmp(a, "--encoder")) { if (!(enc = option_value(argc, argv, &i))) return 2; }
         else if (!strcmp(a, "--vocab")) { if (!(voc = option_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(a, "--tokenizer")) { if (!(hf = option_value(argc, argv, &i))) return 2; }
         else if (!strcmp(a, "--decode")) { if (!(dec = option_value(argc, argv, &i))) return 2; }
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else if (a[0] == '-' && a[1]) return usage_error("unknown option '%s'", a);
@@ -157,13 +160,19 @@ int main(int argc, char **argv) {
         else return usage_error("unexpected argument '%s' (after IN.txt %s and OUT.bin %s)", a, in, out);
     }
     if (dec && (in || eot || given_count)) return usage_error("--decode takes no IN.txt, --eot, --skip or --limit");
+    if (hf && (enc || voc)) return usage_error("--tokenizer replaces --encoder and --vocab: give one or the other");
     if (!dec && !out) return usage_error("%s", in ? "no OUT.bin after IN.txt" : "no IN.txt and OUT.bin");
     if (!dec && check_output(in, out)) return 1;
     bt_atomic_install_signal_cleanup();   /* Ctrl-C while writing OUT leaves no temporary */
     enc = pick(enc, "data/encoder.json", "../shared/data/gpt2-tokenizer/encoder.json");
     voc = pick(voc, "data/vocab.bpe", "../shared/data/gpt2-tokenizer/vocab.bpe");
-    tok = bt_tokenizer_load(enc, voc);
+    tok = hf ? bt_tokenizer_load_hf(hf) : bt_tokenizer_load(enc, voc);
     if (!tok) { fprintf(stderr, "bt_tokenize: %s\n", bt_data_error()); return 1; }
+    if (hf && !dec && (bt_tokenizer_vocab_size(tok) > 65536 || (eot && bt_tokenizer_token_id(tok, "<|endoftext|>") != BT_EOT))) {
+        fprintf(stderr, "bt_tokenize: %s: %d tokens%s\n", hf, bt_tokenizer_vocab_size(tok), bt_tokenizer_vocab_size(tok) > 65536 ?
+                ": a shard stores uint16 ids, at most 65536 tokens" : ", and --eot needs <|endoftext|> at id 50256");
+        bt_tokenizer_free(tok); return 1;
+    }
 
     if (dec) {
         bt_shard s;
