@@ -584,6 +584,32 @@ static void bt__caxis_make(bt__caxis *a, double lo, double hi, int log_scale, in
                     if (t >= a->lo * (1 - 1e-12) && t <= a->hi * (1 + 1e-12)) a->t[a->nt++] = t;
                 }
             bt__caxis_label(a, fmt, 0, fontpx);
+            if (s == 2) {
+                /* 1..9 crowd towards a decade's top (log spacing): keep the decades first, then the
+                   5s, the 2s and the rest, each one that clears the ticks kept (3 4 5 6 8 10) */
+                static const int order[9] = {1, 5, 2, 3, 4, 6, 7, 8, 9};
+                unsigned char keep[BT__CMAXTICKS] = {0};
+                int o, kept = 0;
+                for (o = 0; o < 9; o++)
+                    for (j = 0; j < a->nt; j++) {
+                        int q, ok = 1;
+                        double mant = a->t[j] / pow(10, floor(log10(a->t[j]) + 1e-9));
+                        if (fabs(mant - order[o]) > 1e-6) continue;
+                        for (q = 0; q < a->nt && ok; q++)
+                            if (keep[q]) {
+                                double gap = fabs(bt__cfrac(a, a->t[j]) - bt__cfrac(a, a->t[q])) * len;
+                                ok = gap >= (horizontal ? (bt__ctextw(a->lab[j], fontpx) + bt__ctextw(a->lab[q], fontpx)) / 2 + 10 : fontpx * 1.6);
+                            }
+                        keep[j] = (unsigned char)ok;
+                    }
+                for (j = 0; j < a->nt; j++)
+                    if (keep[j]) {
+                        a->t[kept] = a->t[j];
+                        memmove(a->lab[kept], a->lab[j], sizeof a->lab[0]);
+                        kept++;
+                    }
+                a->nt = kept;
+            }
             if (a->nt >= 3 && a->nt <= target + 3 && bt__caxis_fits(a, len, horizontal, fontpx)) return;
         }
         for (; target >= 2; target--) {
