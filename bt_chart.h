@@ -578,8 +578,9 @@ static void bt__caxis_make(bt__caxis *a, double lo, double hi, int log_scale, in
         for (s = 2; s >= 0; s--) {
             int k, j;
             a->log = 1; a->lo = pow(10, L0); a->hi = pow(10, L1); a->nt = 0;
-            for (k = (int)floor(L0); k <= (int)ceil(L1) && a->nt < BT__CMAXTICKS; k++)
-                for (j = 0; j < set_n[s] && a->nt < BT__CMAXTICKS; j++) {
+            if (((int)ceil(L1) - (int)floor(L0) + 1) * set_n[s] > BT__CMAXTICKS) continue;   /* too many decades for the set */
+            for (k = (int)floor(L0); k <= (int)ceil(L1); k++)
+                for (j = 0; j < set_n[s]; j++) {
                     double t = sets[s][j] * pow(10, k);
                     if (t >= a->lo * (1 - 1e-12) && t <= a->hi * (1 + 1e-12)) a->t[a->nt++] = t;
                 }
