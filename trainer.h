@@ -100,6 +100,7 @@ typedef struct trainer {
     int val_B;                 /* validation rows per batch: B, or fewer when the val shards are small */
     train_opts o;
     FILE *log;
+    int chart_off;             /* -o DIR's loss.svg failed once: no more charts */
     /* data parallelism over several processes (dist == NULL: one) */
     bt_dist *dist;
     bt_ddp *ddp;               /* the gradient buckets */
