@@ -67,7 +67,7 @@ enum {
     OC_EXACT_FWD = 1 << 2,     /* the output bit for bit, the gradients within tolerance */
     OC_F64_ULPS = 1 << 3,      /* exact, but f64 within 1e-14 (Philox fills: libm, a fused multiply-add) */
     OC_LOOSE = 1 << 4,         /* long reductions, attention, composites: the loose tolerance */
-    OC_NO_GPU_F64 = 1 << 5,    /* its kernels have no f64 (softmax, layernorm, embedding, cross-entropy, attention) */
+    OC_NO_GPU_F64 = 1 << 5,    /* its kernels have no f64 (softmax, layernorm, rmsnorm, embedding, cross-entropy, attention) */
     OC_TF32 = 1 << 6,          /* it multiplies matrices: also run f32 with BT_MATMUL_TF32 */
     OC_DETERMINISTIC = 1 << 7, /* run with bt_set_deterministic(1) */
     OC_ZERO_OK = 1 << 8        /* its reference output is zero by design (bt_zeros) */
