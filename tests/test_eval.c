@@ -189,6 +189,13 @@ static void test_train_with_mc_and_eta(void) {
         bt_json_free(d);
     }
     BT_CHECK(mc_lines == 2, "%d log lines with mc_acc (expected steps 3 and 6)", mc_lines);
+    /* -o DIR's chart: XML, the four panels (the log has tokens), one point per step, one mark per validation */
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "python3 tests/chart_check.py %s panels=loss_step,loss_tokens,lr,tok_per_s loss_step/0/train=6 "
+             "loss_step/0/val=2 loss_tokens/0/train=6 strict > %s 2>&1", tp("tr/loss.svg"), tp("chart.txt"));
+    int crc = system(cmd);
+    slurp(tp("chart.txt"), out, sizeof out);
+    BT_CHECK(crc == 0 && strstr(out, "ok"), "tr/loss.svg: %s", out);
 }
 
 int main(int argc, char **argv) {
