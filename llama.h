@@ -167,7 +167,7 @@ const llama_preset llama_presets[] = {
      "Llama 3 8B: untied, no scaling: 8.03B"},
     {"llama3.1-8b", LLAMA__CFG(32, 32, 8, 4096, 14336, 128256, 131072, 0, 500000, 8, 1, 4, 8192),
      "Llama 3.1 8B: llama3 rope scaling (factor 8): 8.03B"},
-    {"s4", LLAMA__CFG(4, 4, 2, 128, 384, 50257, 256, 1, 500000, 0, 0, 0, 0), "for CPUs: 6.9M"},
+    {"s4", LLAMA__CFG(4, 4, 2, 128, 384, 50257, 256, 1, 500000, 0, 0, 0, 0), "for CPUs: 7.2M"},
     {"s2", LLAMA__CFG(2, 4, 2, 64, 192, 50257, 128, 1, 500000, 0, 0, 0, 0), "for tests: 3.3M"},
 };
 const int llama_npresets = (int)(sizeof llama_presets / sizeof llama_presets[0]);
