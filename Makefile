@@ -39,7 +39,7 @@ ASANFLAGS := -O1 -g -std=c11 -Wall -Wextra -fopenmp -I. -fsanitize=address,undef
              -fno-sanitize-recover=undefined
 
 # the library headers, and the model's and the trainer's that train_gpt2.c composes
-HEADERS := $(wildcard bt_*.h bt_*.cuh) gpt2.h gpt2_io.h gpt2_parallel.h trainer.h
+HEADERS := $(wildcard bt_*.h bt_*.cuh) gpt2.h gpt2_io.h gpt2_parallel.h llama.h llama_io.h trainer.h
 
 .PHONY: all run test test-cpu test-gpu test-asan clean examples FORCE
 all: train_gpt2 tools

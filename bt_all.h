@@ -4,9 +4,9 @@
      #define BT_ALL_IMPLEMENTATION       // in one C/CUDA file only
      #include "bt_all.h"
 
-   The library (bt_*.h; bt_mlir.h too in a build with -DBT_MLIR) and the GPT-2 model (gpt2.h,
-   gpt2_io.h, gpt2_parallel.h). Their implementations need POSIX.1-2008: this file asks for it when
-   the includer did not. train_gpt2.c includes it; make compiles tests/bt_impl.c (nothing but this)
+   The library (bt_*.h; bt_mlir.h too in a build with -DBT_MLIR) and the models (gpt2.h,
+   gpt2_io.h, gpt2_parallel.h; llama.h, llama_io.h). Their implementations need POSIX.1-2008: this
+   file asks for it when the includer did not. train_gpt2.c includes it; make compiles tests/bt_impl.c (nothing but this)
    once per build flavour and links that object into the tests. */
 #ifdef BT_ALL_IMPLEMENTATION
 #if !defined(_POSIX_C_SOURCE) && !defined(_XOPEN_SOURCE) && !defined(_GNU_SOURCE)
@@ -24,6 +24,8 @@
 #define GPT2_IMPLEMENTATION
 #define GPT2_IO_IMPLEMENTATION
 #define GPT2_PARALLEL_IMPLEMENTATION
+#define LLAMA_IMPLEMENTATION
+#define LLAMA_IO_IMPLEMENTATION
 #ifdef BT_MLIR
 #define BT_MLIR_IMPLEMENTATION
 #endif
@@ -40,3 +42,4 @@
 #include "bt_parallel.h"
 #include "gpt2_io.h"
 #include "gpt2_parallel.h"
+#include "llama_io.h"

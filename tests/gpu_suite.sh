@@ -16,7 +16,8 @@
 #              resumed after step 4, two fresh --deterministic runs, kill -9 then --resume auto, the CUDA
 #              graph run against --cuda-graph off; with 2+ GPUs --dp ddp / zero1 / zero2 resumed, a
 #              2-GPU checkpoint refused on one GPU, --init-from it on one GPU
-#   interop    tests/hf_interop.py (transformers both ways, on the GPU and the CPU) and
+#   interop    tests/hf_interop.py (transformers both ways, on the GPU and the CPU), tests/llama_parity.py
+#              (llama.h's LlamaForCausalLM files, logits, loss and gradients, CPU and GPU) and
 #              tests/ckpt_interop.py (safetensors both ways, with build/tests/test_ckpt)
 #   eval       --eval-mc against transformers (tests/mc_torch.py, fp32, TF32 off) on the 64-item fixture:
 #              GPT-2 124M trained 20 steps and exported, scored by --eval-only on the GPU (fp32, then bf16
@@ -81,9 +82,9 @@ if [ -z "${NOBUILD:-}" ]; then
     check build "the MLIR builds of test_mlir_gpu (make mlir-aot; MLIR=1 BUILD=build/mlir)" $?
   fi
   # shellcheck disable=SC2086  # GPU_TESTS is a list
-  mk BUILD="$B" "$BIN" $GPU_TESTS "$B/hf_logits_cuda" "$B/tests/test_ckpt" > "$OUT/build.txt" 2>&1
+  mk BUILD="$B" "$BIN" $GPU_TESTS "$B/hf_logits_cuda" "$B/llama_logits_cuda" "$B/llama_logits" "$B/tests/test_ckpt" > "$OUT/build.txt" 2>&1
   rc=$?; [ $rc = 0 ] || grep -E 'error|\*\*\*' "$OUT/build.txt" | head -20
-  check build "make -k -j${JOBS:-16} $BIN, the CUDA tests, $B/hf_logits_cuda, $B/tests/test_ckpt" $rc
+  check build "make -k -j${JOBS:-16} $BIN, the CUDA tests, $B/hf_logits_cuda, $B/llama_logits(_cuda), $B/tests/test_ckpt" $rc
 fi
 DATA=(data/tinyshakespeare_train.bin data/tinyshakespeare_val.bin data/encoder.json data/vocab.bpe)
 for f in "${DATA[@]}"; do [ -f "$f" ] || { make -s "${DATA[@]}" || exit 1; break; }; done
@@ -189,8 +190,10 @@ if want interop; then
       timeout 900 python3 tests/hf_interop.py --train "$BIN" --logits "$B/hf_logits_cuda" --device $d --out "$C/hf_$d" > "$OUT/hf_$d.txt" 2>&1
       counts interop "$OUT/hf_$d.txt"; grep -E '^FAIL' "$OUT/hf_$d.txt"; tail -1 "$OUT/hf_$d.txt"
     done
+    timeout 900 python3 tests/llama_parity.py --no-build --cpu "$B/llama_logits" --cuda "$B/llama_logits_cuda" --out "$C/llama" > "$OUT/llama_parity.txt" 2>&1
+    counts interop "$OUT/llama_parity.txt"; grep -E '^FAIL' "$OUT/llama_parity.txt"; tail -2 "$OUT/llama_parity.txt" | head -1
   else
-    skip interop "tests/hf_interop.py: python3 has no transformers, safetensors or numpy"
+    skip interop "tests/hf_interop.py, tests/llama_parity.py: python3 has no transformers, safetensors or numpy"
   fi
   if has_py safetensors && has_py torch; then
     rm -rf "$C/st" && mkdir -p "$C/st"
