@@ -607,10 +607,6 @@ static int oc_build_table(void) {
             k = oc__add(oc_f_xent, OC_NO_GPU_F64, "cross_entropy %s V %d ignore_index %d", oc__shape_s(xe[j].s), xe[j].V, xe[j].ignore);
             k->s[0] = xe[j].s; k->i[0] = xe[j].V; k->i[1] = xe[j].ignore; k->i[2] = xe[j].every;
         }
-        for (int j = 0; j < 4; j += 3) {   /* per-row losses: the small case and the 1024-column one */
-            k = oc__add(oc_f_xent, OC_NO_GPU_F64, "cross_entropy_rows %s V %d ignore_index %d", oc__shape_s(xe[j].s), xe[j].V, xe[j].ignore);
-            k->s[0] = xe[j].s; k->i[0] = xe[j].V; k->i[1] = xe[j].ignore; k->i[2] = xe[j].every; k->i[3] = 1;
-        }
         bt_shape at[5] = {bt_shape4(2, 3, 7, 5), bt_shape4(1, 2, 13, 8), bt_shape4(2, 1, 33, 4), bt_shape4(1, 2, 100, 64), bt_shape4(2, 3, 7, 5)};
         for (int j = 0; j < 6; j++) {
             int strided = j >= 4;
@@ -708,6 +704,12 @@ static int oc_build_table(void) {
             k = oc__add(oc_f_rope, 0, "rope %s pos0 %d theta %g%s%s", oc__shape_s(rp[j].s), rp[j].pos0, rp[j].theta, rv[rp[j].view],
                         rp[j].lmax ? " llama3" : "");
             k->s[0] = rp[j].s; k->i[0] = rp[j].pos0; k->i[1] = rp[j].view; k->i[2] = rp[j].lmax; k->f[0] = rp[j].theta;
+        }
+        /* per-row losses (bt_cross_entropy_rows): the small case and the 1024-column one of cross_entropy's */
+        struct { bt_shape s; int V, ignore, every; } xr[2] = {{bt_shape3(2, 3, 8), 5, -100, 3}, {bt_shape2(3, 1024), 1000, -100, 2}};
+        for (int j = 0; j < 2; j++) {
+            k = oc__add(oc_f_xent, OC_NO_GPU_F64, "cross_entropy_rows %s V %d ignore_index %d", oc__shape_s(xr[j].s), xr[j].V, xr[j].ignore);
+            k->s[0] = xr[j].s; k->i[0] = xr[j].V; k->i[1] = xr[j].ignore; k->i[2] = xr[j].every; k->i[3] = 1;
         }
     }
     return oc_ncases;
