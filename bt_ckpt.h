@@ -96,7 +96,7 @@
 
    READING
      bt_ckpt_open reads and checks the header only: the length (at most 100,000,000 bytes, as
-     safetensors), the JSON (a strict parser: RFC 8259 grammar, UTF-8, escapes, nesting at most
+     safetensors), the JSON (bt_data.h's strict parser: RFC 8259 grammar, UTF-8, escapes, nesting at most
      64 deep, duplicate keys rejected), every tensor entry, the tiling of the data, the file's
      size, and the header checksum. Tensor bytes are read on demand (pread, never mmap, so a file
      that shrinks under us is an error, not a SIGBUS) and their checksum verified on each read;
@@ -109,7 +109,7 @@
      BT_CKPT_PAD_ROWS (a vocabulary padded past the file's rows: the extra rows become zeros)
      and BT_CKPT_CONVERT (e.g. an F16 file into F32 weights); dst may be any view (one layer's
      slice of a stacked buffer). Export is the reverse: bt_ckpt_writer_add_tensor(w, name, t,
-     BT_CKPT_TRANSPOSE, rows). config.json is written with the JSON writer and bt_json_save.
+     BT_CKPT_TRANSPOSE, rows). config.json is written with bt_data.h's JSON writer and bt_json_save.
 
    ERRORS
      Functions return -1 / NULL and leave a message for bt_ckpt_error() (a per-thread buffer),
@@ -169,63 +169,6 @@ BTDEF uint32_t bt_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b)
 BTDEF uint32_t bt_crc32c_parallel(uint32_t crc, const void *buf, size_t n);
 BTDEF const char *bt_crc32c_backend(void);   /* "sse4.2" or "table" */
 BTDEF void bt_crc32c_use_table(int on);      /* force the portable table (tests, benchmarks) */
-
-/* ---- JSON ---- */
-/* Writer: a growable text. Values are added in order; `key` names a member inside an object and
-   must be NULL inside an array or at the top. Invalid UTF-8, a non-finite number, a missing or
-   extra key, or too deep a nesting make the writer fail (sticky), reported by bt_json_text. */
-#define BT_JSON_MAX_DEPTH 64
-typedef struct {
-    char *buf; size_t len, cap;
-    int indent;                                /* 0: compact; n: pretty, n spaces per level */
-    int depth;
-    unsigned char kind[BT_JSON_MAX_DEPTH + 1]; /* per level: 1 object, 2 array */
-    unsigned char items[BT_JSON_MAX_DEPTH + 1];/* per level: a value was written */
-    int top_done;
-    char err[160];                             /* "" while fine */
-} bt_json_writer;
-BTDEF void bt_json_writer_init(bt_json_writer *w, int indent);
-BTDEF void bt_json_writer_free(bt_json_writer *w);
-BTDEF void bt_json_object(bt_json_writer *w, const char *key);
-BTDEF void bt_json_array(bt_json_writer *w, const char *key);
-BTDEF void bt_json_end(bt_json_writer *w);                  /* closes the innermost object/array */
-BTDEF void bt_json_string(bt_json_writer *w, const char *key, const char *s);
-BTDEF void bt_json_int(bt_json_writer *w, const char *key, int64_t v);
-BTDEF void bt_json_uint(bt_json_writer *w, const char *key, uint64_t v);
-BTDEF void bt_json_number(bt_json_writer *w, const char *key, double v);  /* shortest exact form */
-BTDEF void bt_json_bool(bt_json_writer *w, const char *key, int v);
-BTDEF void bt_json_null(bt_json_writer *w, const char *key);
-/* The finished text (NUL-terminated, owned by w), or NULL with bt_ckpt_error() set when the
-   writer failed or an object/array is still open. */
-BTDEF const char *bt_json_text(bt_json_writer *w, size_t *len);
-/* Write the text and a newline to path atomically (config.json). 0 ok, -1 error. _flags: with
-   bt_data.h's output flags (BT_OUTPUT_NOFOLLOW: a symbolic link at path is refused). */
-BTDEF int bt_json_save(bt_json_writer *w, const char *path);
-BTDEF int bt_json_save_flags(bt_json_writer *w, const char *path, int flags);
-
-/* Parser: strict RFC 8259 into a tree. */
-typedef enum { BT_JSON_NULL = 0, BT_JSON_FALSE, BT_JSON_TRUE, BT_JSON_NUMBER, BT_JSON_STRING,
-               BT_JSON_ARRAY, BT_JSON_OBJECT } bt_json_type;
-typedef struct bt_json {
-    bt_json_type type;
-    const char *str; size_t len;     /* STRING: decoded, NUL-terminated; NUMBER: its text */
-    const char *key; size_t key_len; /* the member name when the parent is an object */
-    double num;                      /* NUMBER */
-    size_t n;                        /* ARRAY/OBJECT: the number of children */
-    const struct bt_json *child;     /* ARRAY/OBJECT: the first child, then ->next */
-    const struct bt_json *next;
-    size_t offset, end;              /* the value's bytes [offset, end) in the text */
-} bt_json;
-typedef struct bt_json_doc bt_json_doc;
-/* NULL and bt_ckpt_error() ("JSON, byte 12: ...") on any error: nothing after the value but
-   whitespace, nesting deeper than max_depth (<= 0: BT_JSON_MAX_DEPTH), more than 2^24 values. */
-BTDEF bt_json_doc *bt_json_parse(const char *text, size_t n, int max_depth);
-BTDEF const bt_json *bt_json_root(const bt_json_doc *d);
-BTDEF void bt_json_free(bt_json_doc *d);                     /* NULL is a no-op */
-BTDEF const bt_json *bt_json_get(const bt_json *obj, const char *key);   /* NULL when absent */
-/* 0 when v is an integer literal (no fraction or exponent) within the type's range, else -1 */
-BTDEF int bt_json_i64(const bt_json *v, int64_t *out);
-BTDEF int bt_json_u64(const bt_json *v, uint64_t *out);
 
 /* ---- metadata: ordered string -> string pairs ---- */
 typedef struct bt_ckpt_meta bt_ckpt_meta;
@@ -377,13 +320,13 @@ BTDEF int bt_ckpt_find_latest(const char *dir, int64_t *step, char *path, size_t
    Contents
      1. Common: errors, allocation, threads, clocks, file reads
      2. CRC32C: GF(2) arithmetic, the portable table, SSE4.2, combine, parallel
-     3. JSON: UTF-8, the writer, the strict parser
-     4. Metadata
-     5. safetensors header: build (with checksum placeholders) and parse (every check)
-     6. Writer: layout, checksums, the atomic write
-     7. Reader: open, verify, read, load into tensors (CPU, GPU through pinned chunks)
-     8. Asynchronous saver: staging, copy stream, writer thread, rotation, stats
-     9. Directories: names, listing, the latest valid checkpoint
+     3. Metadata
+     4. safetensors header: build (with checksum placeholders) and parse (every check)
+     5. Writer: layout, checksums, the atomic write
+     6. Reader: open, verify, read, load into tensors (CPU, GPU through pinned chunks)
+     7. Asynchronous saver: staging, copy stream, writer thread, rotation, stats
+     8. Directories: names, listing, the latest valid checkpoint
+   (JSON, the writer and the strict parser, is bt_data.h's section 9.)
    ================================================================================================ */
 #ifdef BT_CKPT_IMPLEMENTATION
 #ifndef BT_CKPT_IMPLEMENTATION_DONE
@@ -400,7 +343,6 @@ BTDEF int bt_ckpt_find_latest(const char *dir, int64_t *step, char *path, size_t
 #include <pthread.h>
 #include <signal.h>
 #include <time.h>
-#include <locale.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/file.h>
@@ -654,529 +596,7 @@ BTDEF uint32_t bt_crc32c_parallel(uint32_t crc, const void *buf, size_t n) {
     return crc;
 }
 
-/* ---- 3. JSON -------------------------------------------------------------------------------- */
-
-/* length of the UTF-8 sequence at s (n > 0 bytes available) and its code point; 0 when it is
-   not valid: a bad lead or continuation byte, an overlong form, a surrogate, beyond U+10FFFF */
-static size_t bt__utf8_seq(const unsigned char *s, size_t n, uint32_t *cp) {
-    uint32_t c = s[0], min;
-    size_t len, i;
-    if (c < 0x80) { *cp = c; return 1; }
-    if (c >= 0xC2 && c <= 0xDF) { len = 2; c &= 0x1F; min = 0x80; }
-    else if (c >= 0xE0 && c <= 0xEF) { len = 3; c &= 0x0F; min = 0x800; }
-    else if (c >= 0xF0 && c <= 0xF4) { len = 4; c &= 0x07; min = 0x10000; }
-    else return 0;
-    if (n < len) return 0;
-    for (i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        c = (c << 6) | (s[i] & 0x3F);
-    }
-    if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return 0;
-    *cp = c;
-    return len;
-}
-/* byte index of the first invalid UTF-8 sequence of s, or n when all is valid */
-static size_t bt__utf8_check(const char *s, size_t n) {
-    size_t i = 0;
-    uint32_t cp;
-    while (i < n) {
-        size_t l = bt__utf8_seq((const unsigned char *)s + i, n - i, &cp);
-        if (!l) return i;
-        i += l;
-    }
-    return n;
-}
-
-/* -- writer -- */
-BTDEF void bt_json_writer_init(bt_json_writer *w, int indent) {
-    memset(w, 0, sizeof *w);
-    w->indent = indent < 0 ? 0 : indent;
-}
-BTDEF void bt_json_writer_free(bt_json_writer *w) { bt__ckfree(w->buf); w->buf = NULL; w->len = w->cap = 0; }
-
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((format(printf, 2, 3)))
-#endif
-static void bt__jw_fail(bt_json_writer *w, const char *fmt, ...) {
-    va_list ap;
-    if (w->err[0]) return;
-    va_start(ap, fmt);
-    vsnprintf(w->err, sizeof w->err, fmt, ap);
-    va_end(ap);
-}
-static void bt__jw_put(bt_json_writer *w, const char *s, size_t n) {
-    if (w->err[0]) return;
-    if (bt__ck_grow((void **)&w->buf, &w->cap, w->len + n + 1, 1)) { bt__jw_fail(w, "out of memory at %zu bytes", w->len); return; }
-    memcpy(w->buf + w->len, s, n);
-    w->len += n;
-    w->buf[w->len] = 0;
-}
-static void bt__jw_newline(bt_json_writer *w) {
-    int i;
-    if (!w->indent) return;
-    bt__jw_put(w, "\n", 1);
-    for (i = 0; i < w->depth * w->indent; i++) bt__jw_put(w, " ", 1);
-}
-static void bt__jw_quoted(bt_json_writer *w, const char *s, size_t n) {
-    static const char hex[] = "0123456789abcdef";
-    size_t i = 0, run = 0, bad = bt__utf8_check(s, n);
-    if (bad < n) { bt__jw_fail(w, "string \"%.40s\": invalid UTF-8 at byte %zu", s, bad); return; }
-    bt__jw_put(w, "\"", 1);
-    for (i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        char esc[6];
-        size_t el = 2;
-        if (c >= 0x20 && c != '"' && c != '\\') continue;
-        bt__jw_put(w, s + run, i - run);
-        run = i + 1;
-        esc[0] = '\\';
-        switch (c) {
-        case '"': esc[1] = '"'; break;
-        case '\\': esc[1] = '\\'; break;
-        case '\n': esc[1] = 'n'; break;
-        case '\r': esc[1] = 'r'; break;
-        case '\t': esc[1] = 't'; break;
-        case '\b': esc[1] = 'b'; break;
-        case '\f': esc[1] = 'f'; break;
-        default: esc[1] = 'u'; esc[2] = '0'; esc[3] = '0'; esc[4] = hex[c >> 4]; esc[5] = hex[c & 15]; el = 6;
-        }
-        bt__jw_put(w, esc, el);
-    }
-    bt__jw_put(w, s + run, n - run);
-    bt__jw_put(w, "\"", 1);
-}
-/* the separator, newline and key before a value; 0 when the value may be written */
-static int bt__jw_before(bt_json_writer *w, const char *key) {
-    int in_obj = w->depth > 0 && w->kind[w->depth] == 1;
-    if (w->err[0]) return -1;
-    if (w->depth == 0 && w->top_done) { bt__jw_fail(w, "a second top-level value"); return -1; }
-    if (in_obj && !key) { bt__jw_fail(w, "a member without a key"); return -1; }
-    if (!in_obj && key) { bt__jw_fail(w, "key \"%.40s\" outside an object", key); return -1; }
-    if (w->depth > 0) {
-        if (w->items[w->depth]) bt__jw_put(w, ",", 1);
-        w->items[w->depth] = 1;
-        bt__jw_newline(w);
-    } else w->top_done = 1;
-    if (key) {
-        bt__jw_quoted(w, key, strlen(key));
-        bt__jw_put(w, w->indent ? ": " : ":", w->indent ? 2 : 1);
-    }
-    return w->err[0] ? -1 : 0;
-}
-static void bt__jw_open(bt_json_writer *w, const char *key, int kind) {
-    if (bt__jw_before(w, key)) return;
-    if (w->depth >= BT_JSON_MAX_DEPTH) { bt__jw_fail(w, "nesting deeper than %d", BT_JSON_MAX_DEPTH); return; }
-    bt__jw_put(w, kind == 1 ? "{" : "[", 1);
-    w->depth++;
-    w->kind[w->depth] = (unsigned char)kind;
-    w->items[w->depth] = 0;
-}
-BTDEF void bt_json_object(bt_json_writer *w, const char *key) { bt__jw_open(w, key, 1); }
-BTDEF void bt_json_array(bt_json_writer *w, const char *key) { bt__jw_open(w, key, 2); }
-BTDEF void bt_json_end(bt_json_writer *w) {
-    int kind;
-    if (w->err[0]) return;
-    if (w->depth == 0) { bt__jw_fail(w, "bt_json_end with nothing open"); return; }
-    kind = w->kind[w->depth];
-    w->depth--;
-    if (w->items[w->depth + 1]) bt__jw_newline(w);
-    bt__jw_put(w, kind == 1 ? "}" : "]", 1);
-}
-BTDEF void bt_json_string(bt_json_writer *w, const char *key, const char *s) {
-    if (!s) { bt__jw_fail(w, "NULL string for key \"%.40s\"", key ? key : ""); return; }
-    if (!bt__jw_before(w, key)) bt__jw_quoted(w, s, strlen(s));
-}
-static void bt__jw_text(bt_json_writer *w, const char *key, const char *text) {
-    if (!bt__jw_before(w, key)) bt__jw_put(w, text, strlen(text));
-}
-BTDEF void bt_json_int(bt_json_writer *w, const char *key, int64_t v) {
-    char b[32]; snprintf(b, sizeof b, "%lld", (long long)v); bt__jw_text(w, key, b);
-}
-BTDEF void bt_json_uint(bt_json_writer *w, const char *key, uint64_t v) {
-    char b[32]; snprintf(b, sizeof b, "%llu", (unsigned long long)v); bt__jw_text(w, key, b);
-}
-BTDEF void bt_json_bool(bt_json_writer *w, const char *key, int v) { bt__jw_text(w, key, v ? "true" : "false"); }
-BTDEF void bt_json_null(bt_json_writer *w, const char *key) { bt__jw_text(w, key, "null"); }
-
-/* strtod and snprintf follow LC_NUMERIC; JSON and our metadata always use '.' */
-static char bt__ck_decimal_point(void) {
-    const struct lconv *lc = localeconv();
-    return lc && lc->decimal_point && lc->decimal_point[0] ? lc->decimal_point[0] : '.';
-}
-/* the shortest %.Ng (N = 15..17) that reads back as v, with '.' as the decimal point */
-static void bt__ck_format_double(double v, char *b, size_t n) {
-    int prec;
-    char dp = bt__ck_decimal_point(), *q;
-    for (prec = 15; prec <= 17; prec++) {
-        snprintf(b, n, "%.*g", prec, v);
-        if (strtod(b, NULL) == v) break;
-    }
-    if (dp != '.') for (q = b; *q; q++) if (*q == dp) *q = '.';
-}
-/* strtod of a '.'-decimal text, whatever the locale; 0 ok when all of s was consumed */
-static int bt__ck_parse_double(const char *s, double *v) {
-    char buf[512], dp = bt__ck_decimal_point(), *end, *q;
-    size_t n = strlen(s);
-    if (n == 0 || n >= sizeof buf) return -1;
-    memcpy(buf, s, n + 1);
-    if (dp != '.') for (q = buf; *q; q++) if (*q == '.') *q = dp;
-    errno = 0;
-    *v = strtod(buf, &end);
-    return *end ? -1 : 0;
-}
-BTDEF void bt_json_number(bt_json_writer *w, const char *key, double v) {
-    char b[40];
-    if (!(v == v) || v > 1.7976931348623157e308 || v < -1.7976931348623157e308) {
-        bt__jw_fail(w, "number %g for key \"%.40s\" is not finite (JSON has no NaN or infinity)", v, key ? key : "");
-        return;
-    }
-    bt__ck_format_double(v, b, sizeof b);
-    bt__jw_text(w, key, b);
-}
-BTDEF const char *bt_json_text(bt_json_writer *w, size_t *len) {
-    if (!w->err[0] && w->depth) bt__jw_fail(w, "%d object(s)/array(s) still open", w->depth);
-    if (!w->err[0] && !w->top_done) bt__jw_fail(w, "no value written");
-    if (w->err[0]) { bt__ckerr("JSON writer: %s", w->err); return NULL; }
-    if (len) *len = w->len;
-    return w->buf;
-}
-
-/* -- parser -- */
-#define BT__JSON_MAX_VALUES ((size_t)1 << 24)
-#define BT__JBLOCK 512
-typedef struct bt__jblock { struct bt__jblock *next; size_t used; bt_json v[BT__JBLOCK]; } bt__jblock;
-struct bt_json_doc {
-    bt_json *root;
-    char *text;              /* decoded strings and number texts, NUL-separated */
-    size_t text_used, text_cap;
-    bt__jblock *blocks;
-    size_t nvalues;
-};
-typedef struct {
-    const char *s;
-    size_t n, i;
-    size_t base;             /* added to byte offsets in messages (a header's place in its file) */
-    int depth, max_depth;
-    bt_json_doc *d;
-    char err[256];
-} bt__jparser;
-
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((format(printf, 3, 4)))
-#endif
-static int bt__jp_fail(bt__jparser *p, size_t at, const char *fmt, ...) {
-    va_list ap;
-    int k;
-    if (p->err[0]) return -1;
-    k = snprintf(p->err, sizeof p->err, "byte %zu: ", at + p->base);
-    va_start(ap, fmt);
-    vsnprintf(p->err + k, sizeof p->err - (size_t)k, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-static bt_json *bt__jp_node(bt__jparser *p) {
-    bt__jblock *b = p->d->blocks;
-    bt_json *v;
-    if (p->d->nvalues >= BT__JSON_MAX_VALUES) { bt__jp_fail(p, p->i, "more than %zu values", BT__JSON_MAX_VALUES); return NULL; }
-    if (!b || b->used == BT__JBLOCK) {
-        b = (bt__jblock *)bt__ckmalloc(sizeof *b);
-        if (!b) { bt__jp_fail(p, p->i, "out of memory"); return NULL; }
-        b->next = p->d->blocks; b->used = 0;
-        p->d->blocks = b;
-    }
-    v = &b->v[b->used++];
-    memset(v, 0, sizeof *v);
-    p->d->nvalues++;
-    return v;
-}
-static void bt__jp_ws(bt__jparser *p) {
-    while (p->i < p->n) {
-        char c = p->s[p->i];
-        if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
-        p->i++;
-    }
-}
-static int bt__jp_hex4(bt__jparser *p, size_t at, uint32_t *v) {
-    size_t k;
-    *v = 0;
-    if (at + 4 > p->n) return bt__jp_fail(p, at, "truncated \\u escape");
-    for (k = 0; k < 4; k++) {
-        char c = p->s[at + k];
-        uint32_t d = c >= '0' && c <= '9' ? (uint32_t)(c - '0') : c >= 'a' && c <= 'f' ? (uint32_t)(c - 'a' + 10)
-                   : c >= 'A' && c <= 'F' ? (uint32_t)(c - 'A' + 10) : 99u;
-        if (d == 99u) return bt__jp_fail(p, at + k, "bad hex digit in a \\u escape");
-        *v = *v * 16 + d;
-    }
-    return 0;
-}
-static void bt__jp_emit_utf8(char *o, size_t *k, uint32_t cp) {
-    if (cp < 0x80) o[(*k)++] = (char)cp;
-    else if (cp < 0x800) { o[(*k)++] = (char)(0xC0 | (cp >> 6)); o[(*k)++] = (char)(0x80 | (cp & 0x3F)); }
-    else if (cp < 0x10000) {
-        o[(*k)++] = (char)(0xE0 | (cp >> 12)); o[(*k)++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        o[(*k)++] = (char)(0x80 | (cp & 0x3F));
-    } else {
-        o[(*k)++] = (char)(0xF0 | (cp >> 18)); o[(*k)++] = (char)(0x80 | ((cp >> 12) & 0x3F));
-        o[(*k)++] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[(*k)++] = (char)(0x80 | (cp & 0x3F));
-    }
-}
-/* a string at p->i (the opening quote), decoded into the doc's text; it never takes more bytes
-   than its source, quotes included, so the text buffer (source length + 2) cannot overflow */
-static int bt__jp_string(bt__jparser *p, const char **out, size_t *outlen) {
-    size_t start = p->i, k;
-    char *o = p->d->text + p->d->text_used;
-    k = 0;
-    p->i++;
-    for (;;) {
-        unsigned char c;
-        if (p->i >= p->n) return bt__jp_fail(p, start, "unterminated string");
-        c = (unsigned char)p->s[p->i];
-        if (c == '"') { p->i++; break; }
-        if (c < 0x20) return bt__jp_fail(p, p->i, "control character 0x%02x in a string (escape it)", c);
-        if (c == '\\') {
-            char e;
-            if (p->i + 1 >= p->n) return bt__jp_fail(p, p->i, "unterminated escape");
-            e = p->s[p->i + 1];
-            p->i += 2;
-            switch (e) {
-            case '"': o[k++] = '"'; break;
-            case '\\': o[k++] = '\\'; break;
-            case '/': o[k++] = '/'; break;
-            case 'b': o[k++] = '\b'; break;
-            case 'f': o[k++] = '\f'; break;
-            case 'n': o[k++] = '\n'; break;
-            case 'r': o[k++] = '\r'; break;
-            case 't': o[k++] = '\t'; break;
-            case 'u': {
-                uint32_t cp, lo;
-                if (bt__jp_hex4(p, p->i, &cp)) return -1;
-                p->i += 4;
-                if (cp >= 0xDC00 && cp <= 0xDFFF) return bt__jp_fail(p, p->i - 6, "lone low surrogate \\u%04x", cp);
-                if (cp >= 0xD800 && cp <= 0xDBFF) {
-                    if (p->i + 6 > p->n || p->s[p->i] != '\\' || p->s[p->i + 1] != 'u')
-                        return bt__jp_fail(p, p->i - 6, "high surrogate \\u%04x without its low half", cp);
-                    if (bt__jp_hex4(p, p->i + 2, &lo)) return -1;
-                    if (lo < 0xDC00 || lo > 0xDFFF) return bt__jp_fail(p, p->i, "high surrogate followed by \\u%04x", lo);
-                    p->i += 6;
-                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                }
-                bt__jp_emit_utf8(o, &k, cp);
-                break;
-            }
-            default: return bt__jp_fail(p, p->i - 2, "bad escape \\%c", e >= 0x20 && e < 0x7f ? e : '?');
-            }
-        } else {
-            uint32_t cp;
-            size_t l = bt__utf8_seq((const unsigned char *)p->s + p->i, p->n - p->i, &cp);
-            if (!l) return bt__jp_fail(p, p->i, "invalid UTF-8 in a string");
-            memcpy(o + k, p->s + p->i, l);
-            k += l; p->i += l;
-        }
-    }
-    o[k] = 0;
-    *out = o;
-    *outlen = k;
-    p->d->text_used += k + 1;
-    return 0;
-}
-static int bt__jp_number(bt__jparser *p, bt_json *v) {
-    size_t start = p->i;
-    char *o;
-    if (p->i < p->n && p->s[p->i] == '-') p->i++;
-    if (p->i >= p->n || p->s[p->i] < '0' || p->s[p->i] > '9') return bt__jp_fail(p, start, "bad number");
-    if (p->s[p->i] == '0') {
-        p->i++;
-        if (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') return bt__jp_fail(p, start, "number with a leading zero");
-    } else while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') p->i++;
-    if (p->i < p->n && p->s[p->i] == '.') {
-        p->i++;
-        if (p->i >= p->n || p->s[p->i] < '0' || p->s[p->i] > '9') return bt__jp_fail(p, p->i, "no digit after a decimal point");
-        while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') p->i++;
-    }
-    if (p->i < p->n && (p->s[p->i] == 'e' || p->s[p->i] == 'E')) {
-        p->i++;
-        if (p->i < p->n && (p->s[p->i] == '+' || p->s[p->i] == '-')) p->i++;
-        if (p->i >= p->n || p->s[p->i] < '0' || p->s[p->i] > '9') return bt__jp_fail(p, p->i, "no digit in an exponent");
-        while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') p->i++;
-    }
-    o = p->d->text + p->d->text_used;
-    memcpy(o, p->s + start, p->i - start);
-    o[p->i - start] = 0;
-    p->d->text_used += p->i - start + 1;
-    v->type = BT_JSON_NUMBER;
-    v->str = o; v->len = p->i - start;
-    if (bt__ck_parse_double(o, &v->num)) v->num = 0;   /* too long for the buffer: text kept */
-    return 0;
-}
-static int bt__jp_key_cmp(const void *a, const void *b) {
-    const bt_json *x = *(const bt_json *const *)a, *y = *(const bt_json *const *)b;
-    size_t n = x->key_len < y->key_len ? x->key_len : y->key_len;
-    int c = memcmp(x->key, y->key, n);
-    return c ? c : (x->key_len > y->key_len) - (x->key_len < y->key_len);
-}
-/* every key of obj distinct: pairs for small objects, a sort for large ones (no quadratic
-   blow-up on a header with a million keys) */
-static int bt__jp_unique_keys(bt__jparser *p, const bt_json *obj) {
-    const bt_json *a, *b, *dup = NULL;
-    if (obj->n <= 16) {
-        for (a = obj->child; a && !dup; a = a->next)
-            for (b = a->next; b; b = b->next)
-                if (a->key_len == b->key_len && !memcmp(a->key, b->key, a->key_len)) { dup = b; break; }
-    } else {
-        const bt_json **v = (const bt_json **)bt__ckmalloc(obj->n * sizeof *v);
-        size_t k = 0;
-        if (!v) return bt__jp_fail(p, obj->offset, "out of memory checking keys");
-        for (a = obj->child; a; a = a->next) v[k++] = a;
-        qsort(v, k, sizeof *v, bt__jp_key_cmp);
-        for (k = 1; k < obj->n && !dup; k++)
-            if (!bt__jp_key_cmp(&v[k - 1], &v[k])) dup = v[k]->offset > v[k - 1]->offset ? v[k] : v[k - 1];
-        bt__ckfree((void *)v);
-    }
-    if (dup) return bt__jp_fail(p, dup->offset, "duplicate key \"%.60s\"", dup->key);
-    return 0;
-}
-static int bt__jp_value(bt__jparser *p, bt_json *v);
-static int bt__jp_container(bt__jparser *p, bt_json *v, int is_obj) {
-    const bt_json **tail = &v->child;
-    char close = is_obj ? '}' : ']';
-    if (++p->depth > p->max_depth) return bt__jp_fail(p, p->i, "nesting deeper than %d", p->max_depth);
-    v->type = is_obj ? BT_JSON_OBJECT : BT_JSON_ARRAY;
-    p->i++;
-    bt__jp_ws(p);
-    if (p->i < p->n && p->s[p->i] == close) { p->i++; p->depth--; return 0; }
-    for (;;) {
-        bt_json *c = bt__jp_node(p);
-        if (!c) return -1;
-        bt__jp_ws(p);
-        if (is_obj) {
-            if (p->i >= p->n || p->s[p->i] != '"') return bt__jp_fail(p, p->i, p->i >= p->n ? "truncated object" : "expected a string key");
-            if (bt__jp_string(p, &c->key, &c->key_len)) return -1;
-            bt__jp_ws(p);
-            if (p->i >= p->n || p->s[p->i] != ':') return bt__jp_fail(p, p->i, "expected ':' after key \"%.60s\"", c->key);
-            p->i++;
-            bt__jp_ws(p);
-        }
-        if (bt__jp_value(p, c)) return -1;
-        *tail = c; tail = &c->next;
-        v->n++;
-        bt__jp_ws(p);
-        if (p->i >= p->n) return bt__jp_fail(p, p->i, "truncated %s", is_obj ? "object" : "array");
-        if (p->s[p->i] == ',') { p->i++; continue; }
-        if (p->s[p->i] == close) { p->i++; break; }
-        return bt__jp_fail(p, p->i, "expected ',' or '%c'", close);
-    }
-    p->depth--;
-    return is_obj ? bt__jp_unique_keys(p, v) : 0;
-}
-static int bt__jp_unexpected(bt__jparser *p) {
-    unsigned char c = (unsigned char)p->s[p->i];
-    if (c >= 0x20 && c < 0x7f) return bt__jp_fail(p, p->i, "unexpected character '%c'", c);
-    return bt__jp_fail(p, p->i, "unexpected byte 0x%02x", c);
-}
-static int bt__jp_literal(bt__jparser *p, const char *lit, bt_json_type t, bt_json *v) {
-    size_t l = strlen(lit);
-    if (p->n - p->i < l || memcmp(p->s + p->i, lit, l)) return bt__jp_unexpected(p);
-    p->i += l;
-    v->type = t;
-    return 0;
-}
-static int bt__jp_value(bt__jparser *p, bt_json *v) {
-    int r;
-    char c;
-    v->offset = p->i;
-    if (p->i >= p->n) return bt__jp_fail(p, p->i, "expected a value, found the end");
-    c = p->s[p->i];
-    if (c == '{' || c == '[') r = bt__jp_container(p, v, c == '{');
-    else if (c == '"') { v->type = BT_JSON_STRING; r = bt__jp_string(p, &v->str, &v->len); }
-    else if (c == '-' || (c >= '0' && c <= '9')) r = bt__jp_number(p, v);
-    else if (c == 't') r = bt__jp_literal(p, "true", BT_JSON_TRUE, v);
-    else if (c == 'f') r = bt__jp_literal(p, "false", BT_JSON_FALSE, v);
-    else if (c == 'n') r = bt__jp_literal(p, "null", BT_JSON_NULL, v);
-    else r = bt__jp_unexpected(p);
-    v->end = p->i;
-    return r;
-}
-BTDEF void bt_json_free(bt_json_doc *d) {
-    bt__jblock *b, *nb;
-    if (!d) return;
-    for (b = d->blocks; b; b = nb) { nb = b->next; bt__ckfree(b); }
-    bt__ckfree(d->text);
-    bt__ckfree(d);
-}
-/* the parser behind bt_json_parse; errors go to err (as "byte N: ...", N counted from base) */
-static bt_json_doc *bt__json_parse(const char *text, size_t n, int max_depth, size_t base, char *err, size_t errlen) {
-    bt__jparser p;
-    bt_json_doc *d = (bt_json_doc *)bt__ckmalloc(sizeof *d);
-    memset(&p, 0, sizeof p);
-    if (!d) { snprintf(err, errlen, "out of memory"); return NULL; }
-    memset(d, 0, sizeof *d);
-    p.s = text; p.n = n; p.d = d; p.base = base;
-    p.max_depth = max_depth > 0 ? max_depth : BT_JSON_MAX_DEPTH;
-    d->text_cap = n + 2;
-    d->text = (char *)bt__ckmalloc(d->text_cap);
-    if (!d->text) { bt__ckfree(d); snprintf(err, errlen, "out of memory for %zu bytes", n); return NULL; }
-    if ((d->root = bt__jp_node(&p)) != NULL) {
-        bt__jp_ws(&p);
-        if (!bt__jp_value(&p, d->root)) {
-            bt__jp_ws(&p);
-            if (p.i < n) bt__jp_fail(&p, p.i, "unexpected text after the value");
-        }
-    }
-    if (p.err[0]) {
-        snprintf(err, errlen, "%s", p.err);
-        bt_json_free(d);
-        return NULL;
-    }
-    return d;
-}
-BTDEF bt_json_doc *bt_json_parse(const char *text, size_t n, int max_depth) {
-    char err[300];
-    bt_json_doc *d;
-    if (!text && n) { bt__ckerr("JSON: NULL text"); return NULL; }
-    d = bt__json_parse(text ? text : "", n, max_depth, 0, err, sizeof err);
-    if (!d) bt__ckerr("JSON, %s", err);
-    return d;
-}
-BTDEF const bt_json *bt_json_root(const bt_json_doc *d) { return d ? d->root : NULL; }
-BTDEF const bt_json *bt_json_get(const bt_json *obj, const char *key) {
-    const bt_json *c;
-    size_t kl;
-    if (!obj || obj->type != BT_JSON_OBJECT || !key) return NULL;
-    kl = strlen(key);
-    for (c = obj->child; c; c = c->next)
-        if (c->key_len == kl && !memcmp(c->key, key, kl)) return c;
-    return NULL;
-}
-/* the decimal digits of s as a magnitude; -1 on anything else or overflow */
-static int bt__ck_digits_u64(const char *s, uint64_t *out) {
-    uint64_t v = 0;
-    if (!*s) return -1;
-    for (; *s; s++) {
-        unsigned d;
-        if (*s < '0' || *s > '9') return -1;
-        d = (unsigned)(*s - '0');
-        if (v > (UINT64_MAX - d) / 10) return -1;
-        v = v * 10 + d;
-    }
-    *out = v;
-    return 0;
-}
-BTDEF int bt_json_u64(const bt_json *v, uint64_t *out) {
-    if (!v || v->type != BT_JSON_NUMBER) return -1;
-    return bt__ck_digits_u64(v->str, out);
-}
-BTDEF int bt_json_i64(const bt_json *v, int64_t *out) {
-    uint64_t m;
-    int neg;
-    if (!v || v->type != BT_JSON_NUMBER) return -1;
-    neg = v->str[0] == '-';
-    if (bt__ck_digits_u64(v->str + neg, &m)) return -1;
-    if (neg ? m > (uint64_t)INT64_MAX + 1 : m > (uint64_t)INT64_MAX) return -1;
-    *out = neg ? (int64_t)(0 - m) : (int64_t)m;
-    return 0;
-}
-
-/* ---- 4. Metadata ---------------------------------------------------------------------------- */
+/* ---- 3. Metadata ---------------------------------------------------------------------------- */
 
 typedef struct { char *key, *value; } bt__ck_kv;
 struct bt_ckpt_meta { bt__ck_kv *kv; size_t n, cap; };
@@ -1203,7 +623,7 @@ BTDEF int bt_ckpt_meta_set(bt_ckpt_meta *m, const char *key, const char *value) 
     long i;
     char *v;
     if (!m || !key || !value) { bt__ckerr("metadata: NULL argument"); return -1; }
-    if (bt__utf8_check(key, strlen(key)) < strlen(key) || bt__utf8_check(value, strlen(value)) < strlen(value)) {
+    if (bt_utf8_check(key, strlen(key)) < strlen(key) || bt_utf8_check(value, strlen(value)) < strlen(value)) {
         bt__ckerr("metadata \"%.60s\": key or value is not valid UTF-8", key); return -1;
     }
     v = bt__ck_strdup(value);
@@ -1248,13 +668,13 @@ BTDEF int bt_ckpt_meta_set_f64(bt_ckpt_meta *m, const char *key, double v) {
     if (v != v) strcpy(b, "nan");
     else if (v > 1.7976931348623157e308) strcpy(b, "inf");
     else if (v < -1.7976931348623157e308) strcpy(b, "-inf");
-    else bt__ck_format_double(v, b, sizeof b);
+    else bt_format_double(v, b, sizeof b);
     return bt_ckpt_meta_set(m, key, b);
 }
 BTDEF int bt_ckpt_meta_get_u64(const bt_ckpt_meta *m, const char *key, uint64_t *v) {
     const char *s = bt__ck_meta_need(m, key);
     if (!s) return -1;
-    if (bt__ck_digits_u64(s, v)) { bt__ckerr("metadata \"%.100s\": \"%.60s\" is not an unsigned 64-bit integer", key, s); return -1; }
+    if (bt_parse_u64(s, v)) { bt__ckerr("metadata \"%.100s\": \"%.60s\" is not an unsigned 64-bit integer", key, s); return -1; }
     return 0;
 }
 BTDEF int bt_ckpt_meta_get_i64(const bt_ckpt_meta *m, const char *key, int64_t *v) {
@@ -1283,7 +703,7 @@ BTDEF int bt_ckpt_meta_get_f64(const bt_ckpt_meta *m, const char *key, double *v
     if (!strcmp(s, "inf")) { *v = HUGE_VAL; return 0; }
     if (!strcmp(s, "-inf")) { *v = -HUGE_VAL; return 0; }
     if ((s[0] < '0' || s[0] > '9') && s[0] != '-' ) { bt__ckerr("metadata \"%.100s\": \"%.60s\" is not a number", key, s); return -1; }
-    if (bt__ck_parse_double(s, v)) { bt__ckerr("metadata \"%.100s\": \"%.60s\" is not a number", key, s); return -1; }
+    if (bt_parse_double(s, v)) { bt__ckerr("metadata \"%.100s\": \"%.60s\" is not a number", key, s); return -1; }
     return 0;
 }
 
@@ -1362,6 +782,7 @@ BTDEF int bt_ckpt_meta_set_loader(bt_ckpt_meta *m, int rank, const bt_loader_sta
     bt_json_end(&w);
     snprintf(key, sizeof key, "loader.%d", rank);
     if ((t = bt_json_text(&w, NULL)) != NULL) r = bt_ckpt_meta_set(m, key, t);
+    else bt__ckerr("metadata \"%s\": %s", key, bt_data_error());
     bt_json_writer_free(&w);
     return r;
 }
@@ -1373,7 +794,7 @@ BTDEF int bt_ckpt_meta_get_loader(const bt_ckpt_meta *m, int rank, bt_loader_sta
     int r = 0;
     snprintf(key, sizeof key, "loader.%d", rank);
     if (!(s = bt__ck_meta_need(m, key))) return -1;
-    if (!(d = bt_json_parse(s, strlen(s), 2))) { bt__ckerr("metadata \"%s\": %s", key, bt_ckpt_error()); return -1; }
+    if (!(d = bt_json_parse(s, strlen(s), 2))) { bt__ckerr("metadata \"%s\": %s", key, bt_data_error()); return -1; }
     root = bt_json_root(d);
     memset(st, 0, sizeof *st);
     if (root->type != BT_JSON_OBJECT || root->n != 14) r = -1;
@@ -1391,7 +812,7 @@ BTDEF int bt_ckpt_meta_get_loader(const bt_ckpt_meta *m, int rank, bt_loader_sta
     return 0;
 }
 
-/* ---- 5. safetensors header ------------------------------------------------------------------ */
+/* ---- 4. safetensors header ------------------------------------------------------------------ */
 
 static const char *bt__ck_dtype_names[BT_CKPT_NDTYPES] = {"F32", "F64", "BF16", "F16", "I32", "I64", "U16", "U8"};
 static const size_t bt__ck_dtype_sizes[BT_CKPT_NDTYPES] = {4, 8, 2, 2, 4, 8, 2, 1};
@@ -1519,7 +940,7 @@ static unsigned char *bt__ck_build_header(const bt__ck_entry *e, const int *orde
         bt_json_end(&w);
     }
     bt_json_end(&w);
-    if (!(text = bt_json_text(&w, &len))) { bt_json_writer_free(&w); return NULL; }
+    if (!(text = bt_json_text(&w, &len))) { bt__ckerr("safetensors header: %s", bt_data_error()); bt_json_writer_free(&w); return NULL; }
     N = (len + 7) & ~(size_t)7;
     if (N > BT_CKPT_MAX_HEADER) {
         bt_json_writer_free(&w);
@@ -1537,7 +958,7 @@ static unsigned char *bt__ck_build_header(const bt__ck_entry *e, const int *orde
     return h;
 }
 
-/* ---- 6. Writer ------------------------------------------------------------------------------ */
+/* ---- 5. Writer ------------------------------------------------------------------------------ */
 
 struct bt_ckpt_writer {
     bt__ck_entry *e;
@@ -1573,7 +994,7 @@ static int bt__ck_check_name(const char *name, const bt__ck_entry *e, size_t n) 
     size_t i, len;
     if (!name || !*name) { bt__ckerr("tensor name is NULL or empty"); return -1; }
     len = strlen(name);
-    if (bt__utf8_check(name, len) < len) { bt__ckerr("tensor name \"%.60s\" is not valid UTF-8", name); return -1; }
+    if (bt_utf8_check(name, len) < len) { bt__ckerr("tensor name \"%.60s\" is not valid UTF-8", name); return -1; }
     if (!strcmp(name, "__metadata__")) { bt__ckerr("\"__metadata__\" is not a tensor name"); return -1; }
     for (i = 0; i < n; i++)
         if (!strcmp(e[i].name, name)) { bt__ckerr("tensor \"%.100s\" added twice", name); return -1; }
@@ -1728,7 +1149,7 @@ BTDEF int bt_ckpt_writer_save_flags(bt_ckpt_writer *w, const char *path, int fla
 }
 BTDEF int bt_ckpt_writer_save(bt_ckpt_writer *w, const char *path) { return bt_ckpt_writer_save_flags(w, path, 0); }
 
-/* ---- 7. Reader ------------------------------------------------------------------------------ */
+/* ---- 6. Reader ------------------------------------------------------------------------------ */
 
 struct bt_ckpt_file {
     char *path;
@@ -1950,11 +1371,10 @@ static int bt__ck_check_tiling(bt_ckpt_file *f) {
 }
 
 static int bt__ck_parse_header(bt_ckpt_file *f, const unsigned char *hdr, size_t N) {
-    char err[300];
     const bt_json *root, *c, *md = NULL;
     int i;
-    if (!(f->doc = bt__json_parse((const char *)hdr + 8, N, 8, 8, err, sizeof err))) {
-        bt__ckerr("%s: header JSON, %s", f->path, err); return -1;
+    if (!(f->doc = bt_json_parse_at((const char *)hdr + 8, N, 8, 8))) {   /* "JSON, byte N: ..." */
+        bt__ckerr("%s: header %s", f->path, bt_data_error()); return -1;
     }
     root = bt_json_root(f->doc);
     if (root->type != BT_JSON_OBJECT) { bt__ckerr("%s: the header is not a JSON object", f->path); return -1; }
@@ -2270,7 +1690,7 @@ BTDEF int bt_ckpt_load(bt_ckpt_file *f, const char *name, bt_tensor *dst, int fl
     return r;
 }
 
-/* ---- 8. Asynchronous saver ------------------------------------------------------------------ */
+/* ---- 7. Asynchronous saver ------------------------------------------------------------------ */
 
 struct bt_ckpt_saver {
     char *dir;
@@ -2628,7 +2048,7 @@ BTDEF int bt_ckpt_saver_free(bt_ckpt_saver *s) {
     return r;
 }
 
-/* ---- 9. Directories ------------------------------------------------------------------------- */
+/* ---- 8. Directories ------------------------------------------------------------------------- */
 
 BTDEF int bt_ckpt_path(const char *dir, int64_t step, char *buf, size_t n) {
     char name[48];
@@ -2651,7 +2071,7 @@ static int64_t bt__ck_name_step(const char *name) {
     if (nd > 19) return -1;
     memcpy(canon, name + 5, nd);
     canon[nd] = 0;
-    if (bt__ck_digits_u64(canon, &v) || v > (uint64_t)INT64_MAX) return -1;
+    if (bt_parse_u64(canon, &v) || v > (uint64_t)INT64_MAX) return -1;
     snprintf(canon, sizeof canon, "ckpt_%09lld.safetensors", (long long)v);
     return strcmp(canon, name) ? -1 : (int64_t)v;
 }
@@ -2749,7 +2169,7 @@ static int64_t bt__ck_sweep_temporaries(const char *dir, int locked) {
         snprintf(base, sizeof base, "%s", tmp + 17);                  /* "PID.N" */
         if (!(dot = strchr(base, '.'))) continue;
         *dot = 0;
-        if (bt__ck_digits_u64(base, &pid) || bt__ck_digits_u64(dot + 1, &k) || pid == 0 || pid > 0x7fffffff) continue;
+        if (bt_parse_u64(base, &pid) || bt_parse_u64(dot + 1, &k) || pid == 0 || pid > 0x7fffffff) continue;
         if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= sizeof path) continue;
         if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
         old = time(NULL) - sb.st_mtime >= BT__CK_STALE_S;
@@ -2796,17 +2216,6 @@ BTDEF int bt_ckpt_find_latest(const char *dir, int64_t *step, char *path, size_t
     return 1;
 }
 
-BTDEF int bt_json_save_flags(bt_json_writer *w, const char *path, int flags) {
-    size_t len;
-    const char *t = bt_json_text(w, &len);
-    bt_atomic_file *af;
-    if (!t) return -1;
-    if (!(af = bt_atomic_open_flags(path, flags))) { bt__ckerr("%s", bt_data_error()); return -1; }
-    if (bt_atomic_write(af, t, len) || bt_atomic_write(af, "\n", 1)) { bt__ckerr("%s", bt_data_error()); bt_atomic_abort(af); return -1; }
-    if (bt_atomic_commit(af)) { bt__ckerr("%s", bt_data_error()); return -1; }
-    return 0;
-}
-BTDEF int bt_json_save(bt_json_writer *w, const char *path) { return bt_json_save_flags(w, path, 0); }
 
 #endif /* BT_CKPT_IMPLEMENTATION_DONE */
 #endif /* BT_CKPT_IMPLEMENTATION */

@@ -1,4 +1,4 @@
-/* bt_data.h - BluTrain-C training data, v0.2: GPT-2 byte-level BPE, token shards, a data loader.
+/* bt_data.h - BluTrain-C training data, v0.3: GPT-2 byte-level BPE, token shards, a data loader, JSON.
 
    USAGE
      #define BT_DATA_IMPLEMENTATION   in *one* C/CUDA file before including this header.
@@ -62,6 +62,11 @@
         SIGINT/SIGTERM cleanup is opt-in (bt_atomic_install_signal_cleanup). After kill -9 a
         temporary stays behind (the target is intact); its name says which process left it.
 
+     5. JSON: a writer (config.json, checkpoint metadata) and a strict RFC 8259 parser into a tree
+        (UTF-8 checked, escapes and surrogate pairs decoded, duplicate keys and nesting past a
+        limit rejected, every error naming its byte) for config.json, checkpoint headers, JSON
+        lines and tokenizer.json; numbers written and read with '.' whatever the locale.
+
    THREADS
      A tokenizer's merge cache is written by bt_encode: use one tokenizer per thread (loading
      takes about 15 ms). Shards are read-only; a loader belongs to one thread. Atomic files may
@@ -80,6 +85,7 @@
      BT_ATOMIC_MAX_OPEN: how many atomic files may be open at once (default 16).
 
    HISTORY
+     0.3  JSON (writer and strict parser, moved here from bt_ckpt.h), locale-free number text.
      0.2  output files (checks, atomic replacement, signal cleanup), non-blocking inputs.
      0.1  first version: tokenizer, shards, loader, bt_tokenize tool.
 */
@@ -241,6 +247,71 @@ BT_DATA_DEF void   bt_loader_get_state(const bt_loader *L, bt_loader_state *st);
 BT_DATA_DEF int    bt_loader_set_state(bt_loader *L, const bt_loader_state *st);
 BT_DATA_DEF void   bt_loader_close(bt_loader *L);               /* NULL is a no-op */
 
+/* ---- JSON: a writer and a strict parser (config.json, checkpoint headers, JSON lines, tokenizer.json) ---- */
+/* Writer: a growable text. Values are added in order; `key` names a member inside an object and
+   must be NULL inside an array or at the top. Invalid UTF-8, a non-finite number, a missing or
+   extra key, or too deep a nesting make the writer fail (sticky), reported by bt_json_text. */
+#define BT_JSON_MAX_DEPTH 64
+typedef struct {
+    char *buf; size_t len, cap;
+    int indent;                                /* 0: compact; n: pretty, n spaces per level */
+    int depth;
+    unsigned char kind[BT_JSON_MAX_DEPTH + 1]; /* per level: 1 object, 2 array */
+    unsigned char items[BT_JSON_MAX_DEPTH + 1];/* per level: a value was written */
+    int top_done;
+    char err[160];                             /* "" while fine */
+} bt_json_writer;
+BT_DATA_DEF void bt_json_writer_init(bt_json_writer *w, int indent);
+BT_DATA_DEF void bt_json_writer_free(bt_json_writer *w);
+BT_DATA_DEF void bt_json_object(bt_json_writer *w, const char *key);
+BT_DATA_DEF void bt_json_array(bt_json_writer *w, const char *key);
+BT_DATA_DEF void bt_json_end(bt_json_writer *w);                  /* closes the innermost object/array */
+BT_DATA_DEF void bt_json_string(bt_json_writer *w, const char *key, const char *s);
+BT_DATA_DEF void bt_json_int(bt_json_writer *w, const char *key, int64_t v);
+BT_DATA_DEF void bt_json_uint(bt_json_writer *w, const char *key, uint64_t v);
+BT_DATA_DEF void bt_json_number(bt_json_writer *w, const char *key, double v);  /* shortest exact form */
+BT_DATA_DEF void bt_json_bool(bt_json_writer *w, const char *key, int v);
+BT_DATA_DEF void bt_json_null(bt_json_writer *w, const char *key);
+/* The finished text (NUL-terminated, owned by w), or NULL with bt_data_error() set when the
+   writer failed or an object/array is still open. */
+BT_DATA_DEF const char *bt_json_text(bt_json_writer *w, size_t *len);
+/* Write the text and a newline to path atomically (config.json). 0 ok, -1 error. _flags: with
+   bt_data.h's output flags (BT_OUTPUT_NOFOLLOW: a symbolic link at path is refused). */
+BT_DATA_DEF int bt_json_save(bt_json_writer *w, const char *path);
+BT_DATA_DEF int bt_json_save_flags(bt_json_writer *w, const char *path, int flags);
+
+/* Parser: strict RFC 8259 into a tree. */
+typedef enum { BT_JSON_NULL = 0, BT_JSON_FALSE, BT_JSON_TRUE, BT_JSON_NUMBER, BT_JSON_STRING,
+               BT_JSON_ARRAY, BT_JSON_OBJECT } bt_json_type;
+typedef struct bt_json {
+    bt_json_type type;
+    const char *str; size_t len;     /* STRING: decoded, NUL-terminated; NUMBER: its text */
+    const char *key; size_t key_len; /* the member name when the parent is an object */
+    double num;                      /* NUMBER */
+    size_t n;                        /* ARRAY/OBJECT: the number of children */
+    const struct bt_json *child;     /* ARRAY/OBJECT: the first child, then ->next */
+    const struct bt_json *next;
+    size_t offset, end;              /* the value's bytes [offset, end) in the text */
+} bt_json;
+typedef struct bt_json_doc bt_json_doc;
+/* NULL and bt_data_error() ("JSON, byte 12: ...") on any error: nothing after the value but
+   whitespace, nesting deeper than max_depth (<= 0: BT_JSON_MAX_DEPTH), more than 2^24 values. */
+BT_DATA_DEF bt_json_doc *bt_json_parse(const char *text, size_t n, int max_depth);
+/* The same for a text found at byte base of a file: messages count bytes from the file's start. */
+BT_DATA_DEF bt_json_doc *bt_json_parse_at(const char *text, size_t n, int max_depth, size_t base);
+BT_DATA_DEF const bt_json *bt_json_root(const bt_json_doc *d);
+BT_DATA_DEF void bt_json_free(bt_json_doc *d);                     /* NULL is a no-op */
+BT_DATA_DEF const bt_json *bt_json_get(const bt_json *obj, const char *key);   /* NULL when absent */
+/* 0 when v is an integer literal (no fraction or exponent) within the type's range, else -1 */
+BT_DATA_DEF int bt_json_i64(const bt_json *v, int64_t *out);
+BT_DATA_DEF int bt_json_u64(const bt_json *v, uint64_t *out);
+
+/* ---- text: UTF-8 and numbers as JSON and metadata write them, whatever the locale ---- */
+BT_DATA_DEF size_t bt_utf8_check(const char *s, size_t n);   /* byte index of the first invalid UTF-8 sequence; n when valid */
+BT_DATA_DEF void bt_format_double(double v, char *buf, size_t n); /* the shortest %.Ng (15..17) that reads back as v, '.' decimal point */
+BT_DATA_DEF int  bt_parse_double(const char *s, double *v);    /* strtod of a '.'-decimal text, all of s consumed; 0 / -1 */
+BT_DATA_DEF int  bt_parse_u64(const char *s, uint64_t *v);     /* decimal digits only, within uint64; 0 / -1 */
+
 #ifdef __cplusplus
 }
 #endif
@@ -262,6 +333,7 @@ BT_DATA_DEF void   bt_loader_close(bt_loader *L);               /* NULL is a no-
      6. Pre-tokenizer and encode / decode
      7. Shards
      8. Loader
+     9. JSON and text
    ================================================================================================ */
 #ifdef BT_DATA_IMPLEMENTATION
 #ifndef BT_DATA_IMPLEMENTATION_DONE
@@ -278,6 +350,7 @@ BT_DATA_DEF void   bt_loader_close(bt_loader *L);               /* NULL is a no-
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <locale.h>
 
 #if !defined(_WIN32) && (!defined(_POSIX_C_SOURCE) || _POSIX_C_SOURCE < 200809L)
 #error "bt_data.h needs POSIX.1-2008 (pread, readlink, sigaction): #define _POSIX_C_SOURCE 200809L before the first #include"
@@ -2000,6 +2073,542 @@ BT_DATA_DEF int bt_loader_set_state(bt_loader *L, const bt_loader_state *st) {
     }
     return 0;
 }
+
+/* ---- 9. JSON and text -------------------------------------------------------------------------------- */
+
+/* length of the UTF-8 sequence at s (n > 0 bytes available) and its code point; 0 when it is
+   not valid: a bad lead or continuation byte, an overlong form, a surrogate, beyond U+10FFFF */
+static size_t bt__utf8_seq(const unsigned char *s, size_t n, uint32_t *cp) {
+    uint32_t c = s[0], min;
+    size_t len, i;
+    if (c < 0x80) { *cp = c; return 1; }
+    if (c >= 0xC2 && c <= 0xDF) { len = 2; c &= 0x1F; min = 0x80; }
+    else if (c >= 0xE0 && c <= 0xEF) { len = 3; c &= 0x0F; min = 0x800; }
+    else if (c >= 0xF0 && c <= 0xF4) { len = 4; c &= 0x07; min = 0x10000; }
+    else return 0;
+    if (n < len) return 0;
+    for (i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0;
+        c = (c << 6) | (s[i] & 0x3F);
+    }
+    if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return 0;
+    *cp = c;
+    return len;
+}
+/* byte index of the first invalid UTF-8 sequence of s, or n when all is valid */
+BT_DATA_DEF size_t bt_utf8_check(const char *s, size_t n) {
+    size_t i = 0;
+    uint32_t cp;
+    while (i < n) {
+        size_t l = bt__utf8_seq((const unsigned char *)s + i, n - i, &cp);
+        if (!l) return i;
+        i += l;
+    }
+    return n;
+}
+
+/* -- writer -- */
+BT_DATA_DEF void bt_json_writer_init(bt_json_writer *w, int indent) {
+    memset(w, 0, sizeof *w);
+    w->indent = indent < 0 ? 0 : indent;
+}
+BT_DATA_DEF void bt_json_writer_free(bt_json_writer *w) { bt__dfree(w->buf); w->buf = NULL; w->len = w->cap = 0; }
+
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void bt__jw_fail(bt_json_writer *w, const char *fmt, ...) {
+    va_list ap;
+    if (w->err[0]) return;
+    va_start(ap, fmt);
+    vsnprintf(w->err, sizeof w->err, fmt, ap);
+    va_end(ap);
+}
+static void bt__jw_put(bt_json_writer *w, const char *s, size_t n) {
+    if (w->err[0]) return;
+    if (bt__grow((void **)&w->buf, &w->cap, w->len + n + 1, 1)) { bt__jw_fail(w, "out of memory at %zu bytes", w->len); return; }
+    memcpy(w->buf + w->len, s, n);
+    w->len += n;
+    w->buf[w->len] = 0;
+}
+static void bt__jw_newline(bt_json_writer *w) {
+    int i;
+    if (!w->indent) return;
+    bt__jw_put(w, "\n", 1);
+    for (i = 0; i < w->depth * w->indent; i++) bt__jw_put(w, " ", 1);
+}
+static void bt__jw_quoted(bt_json_writer *w, const char *s, size_t n) {
+    static const char hex[] = "0123456789abcdef";
+    size_t i = 0, run = 0, bad = bt_utf8_check(s, n);
+    if (bad < n) { bt__jw_fail(w, "string \"%.40s\": invalid UTF-8 at byte %zu", s, bad); return; }
+    bt__jw_put(w, "\"", 1);
+    for (i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char esc[6];
+        size_t el = 2;
+        if (c >= 0x20 && c != '"' && c != '\\') continue;
+        bt__jw_put(w, s + run, i - run);
+        run = i + 1;
+        esc[0] = '\\';
+        switch (c) {
+        case '"': esc[1] = '"'; break;
+        case '\\': esc[1] = '\\'; break;
+        case '\n': esc[1] = 'n'; break;
+        case '\r': esc[1] = 'r'; break;
+        case '\t': esc[1] = 't'; break;
+        case '\b': esc[1] = 'b'; break;
+        case '\f': esc[1] = 'f'; break;
+        default: esc[1] = 'u'; esc[2] = '0'; esc[3] = '0'; esc[4] = hex[c >> 4]; esc[5] = hex[c & 15]; el = 6;
+        }
+        bt__jw_put(w, esc, el);
+    }
+    bt__jw_put(w, s + run, n - run);
+    bt__jw_put(w, "\"", 1);
+}
+/* the separator, newline and key before a value; 0 when the value may be written */
+static int bt__jw_before(bt_json_writer *w, const char *key) {
+    int in_obj = w->depth > 0 && w->kind[w->depth] == 1;
+    if (w->err[0]) return -1;
+    if (w->depth == 0 && w->top_done) { bt__jw_fail(w, "a second top-level value"); return -1; }
+    if (in_obj && !key) { bt__jw_fail(w, "a member without a key"); return -1; }
+    if (!in_obj && key) { bt__jw_fail(w, "key \"%.40s\" outside an object", key); return -1; }
+    if (w->depth > 0) {
+        if (w->items[w->depth]) bt__jw_put(w, ",", 1);
+        w->items[w->depth] = 1;
+        bt__jw_newline(w);
+    } else w->top_done = 1;
+    if (key) {
+        bt__jw_quoted(w, key, strlen(key));
+        bt__jw_put(w, w->indent ? ": " : ":", w->indent ? 2 : 1);
+    }
+    return w->err[0] ? -1 : 0;
+}
+static void bt__jw_open(bt_json_writer *w, const char *key, int kind) {
+    if (bt__jw_before(w, key)) return;
+    if (w->depth >= BT_JSON_MAX_DEPTH) { bt__jw_fail(w, "nesting deeper than %d", BT_JSON_MAX_DEPTH); return; }
+    bt__jw_put(w, kind == 1 ? "{" : "[", 1);
+    w->depth++;
+    w->kind[w->depth] = (unsigned char)kind;
+    w->items[w->depth] = 0;
+}
+BT_DATA_DEF void bt_json_object(bt_json_writer *w, const char *key) { bt__jw_open(w, key, 1); }
+BT_DATA_DEF void bt_json_array(bt_json_writer *w, const char *key) { bt__jw_open(w, key, 2); }
+BT_DATA_DEF void bt_json_end(bt_json_writer *w) {
+    int kind;
+    if (w->err[0]) return;
+    if (w->depth == 0) { bt__jw_fail(w, "bt_json_end with nothing open"); return; }
+    kind = w->kind[w->depth];
+    w->depth--;
+    if (w->items[w->depth + 1]) bt__jw_newline(w);
+    bt__jw_put(w, kind == 1 ? "}" : "]", 1);
+}
+BT_DATA_DEF void bt_json_string(bt_json_writer *w, const char *key, const char *s) {
+    if (!s) { bt__jw_fail(w, "NULL string for key \"%.40s\"", key ? key : ""); return; }
+    if (!bt__jw_before(w, key)) bt__jw_quoted(w, s, strlen(s));
+}
+static void bt__jw_text(bt_json_writer *w, const char *key, const char *text) {
+    if (!bt__jw_before(w, key)) bt__jw_put(w, text, strlen(text));
+}
+BT_DATA_DEF void bt_json_int(bt_json_writer *w, const char *key, int64_t v) {
+    char b[32]; snprintf(b, sizeof b, "%lld", (long long)v); bt__jw_text(w, key, b);
+}
+BT_DATA_DEF void bt_json_uint(bt_json_writer *w, const char *key, uint64_t v) {
+    char b[32]; snprintf(b, sizeof b, "%llu", (unsigned long long)v); bt__jw_text(w, key, b);
+}
+BT_DATA_DEF void bt_json_bool(bt_json_writer *w, const char *key, int v) { bt__jw_text(w, key, v ? "true" : "false"); }
+BT_DATA_DEF void bt_json_null(bt_json_writer *w, const char *key) { bt__jw_text(w, key, "null"); }
+
+/* strtod and snprintf follow LC_NUMERIC; JSON and our metadata always use '.' */
+static char bt__decimal_point(void) {
+    const struct lconv *lc = localeconv();
+    return lc && lc->decimal_point && lc->decimal_point[0] ? lc->decimal_point[0] : '.';
+}
+/* the shortest %.Ng (N = 15..17) that reads back as v, with '.' as the decimal point */
+BT_DATA_DEF void bt_format_double(double v, char *b, size_t n) {
+    int prec;
+    char dp = bt__decimal_point(), *q;
+    for (prec = 15; prec <= 17; prec++) {
+        snprintf(b, n, "%.*g", prec, v);
+        if (strtod(b, NULL) == v) break;
+    }
+    if (dp != '.') for (q = b; *q; q++) if (*q == dp) *q = '.';
+}
+/* strtod of a '.'-decimal text, whatever the locale; 0 ok when all of s was consumed */
+BT_DATA_DEF int bt_parse_double(const char *s, double *v) {
+    char buf[512], dp = bt__decimal_point(), *end, *q;
+    size_t n = strlen(s);
+    if (n == 0 || n >= sizeof buf) return -1;
+    memcpy(buf, s, n + 1);
+    if (dp != '.') for (q = buf; *q; q++) if (*q == '.') *q = dp;
+    errno = 0;
+    *v = strtod(buf, &end);
+    return *end ? -1 : 0;
+}
+BT_DATA_DEF void bt_json_number(bt_json_writer *w, const char *key, double v) {
+    char b[40];
+    if (!(v == v) || v > 1.7976931348623157e308 || v < -1.7976931348623157e308) {
+        bt__jw_fail(w, "number %g for key \"%.40s\" is not finite (JSON has no NaN or infinity)", v, key ? key : "");
+        return;
+    }
+    bt_format_double(v, b, sizeof b);
+    bt__jw_text(w, key, b);
+}
+BT_DATA_DEF const char *bt_json_text(bt_json_writer *w, size_t *len) {
+    if (!w->err[0] && w->depth) bt__jw_fail(w, "%d object(s)/array(s) still open", w->depth);
+    if (!w->err[0] && !w->top_done) bt__jw_fail(w, "no value written");
+    if (w->err[0]) { bt__seterr("JSON writer: %s", w->err); return NULL; }
+    if (len) *len = w->len;
+    return w->buf;
+}
+
+/* -- parser -- */
+#define BT__JSON_MAX_VALUES ((size_t)1 << 24)
+#define BT__JBLOCK 512
+typedef struct bt__jblock { struct bt__jblock *next; size_t used; bt_json v[BT__JBLOCK]; } bt__jblock;
+struct bt_json_doc {
+    bt_json *root;
+    char *text;              /* decoded strings and number texts, NUL-separated */
+    size_t text_used, text_cap;
+    bt__jblock *blocks;
+    size_t nvalues;
+};
+typedef struct {
+    const char *s;
+    size_t n, i;
+    size_t base;             /* added to byte offsets in messages (a header's place in its file) */
+    int depth, max_depth;
+    bt_json_doc *d;
+    char err[256];
+} bt__jparser;
+
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static int bt__jp_fail(bt__jparser *p, size_t at, const char *fmt, ...) {
+    va_list ap;
+    int k;
+    if (p->err[0]) return -1;
+    k = snprintf(p->err, sizeof p->err, "byte %zu: ", at + p->base);
+    va_start(ap, fmt);
+    vsnprintf(p->err + k, sizeof p->err - (size_t)k, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+static bt_json *bt__jp_node(bt__jparser *p) {
+    bt__jblock *b = p->d->blocks;
+    bt_json *v;
+    if (p->d->nvalues >= BT__JSON_MAX_VALUES) { bt__jp_fail(p, p->i, "more than %zu values", BT__JSON_MAX_VALUES); return NULL; }
+    if (!b || b->used == BT__JBLOCK) {
+        b = (bt__jblock *)bt__dmalloc(sizeof *b);
+        if (!b) { bt__jp_fail(p, p->i, "out of memory"); return NULL; }
+        b->next = p->d->blocks; b->used = 0;
+        p->d->blocks = b;
+    }
+    v = &b->v[b->used++];
+    memset(v, 0, sizeof *v);
+    p->d->nvalues++;
+    return v;
+}
+static void bt__jp_ws(bt__jparser *p) {
+    while (p->i < p->n) {
+        char c = p->s[p->i];
+        if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
+        p->i++;
+    }
+}
+static int bt__jp_hex4(bt__jparser *p, size_t at, uint32_t *v) {
+    size_t k;
+    *v = 0;
+    if (at + 4 > p->n) return bt__jp_fail(p, at, "truncated \\u escape");
+    for (k = 0; k < 4; k++) {
+        char c = p->s[at + k];
+        uint32_t d = c >= '0' && c <= '9' ? (uint32_t)(c - '0') : c >= 'a' && c <= 'f' ? (uint32_t)(c - 'a' + 10)
+                   : c >= 'A' && c <= 'F' ? (uint32_t)(c - 'A' + 10) : 99u;
+        if (d == 99u) return bt__jp_fail(p, at + k, "bad hex digit in a \\u escape");
+        *v = *v * 16 + d;
+    }
+    return 0;
+}
+static void bt__jp_emit_utf8(char *o, size_t *k, uint32_t cp) {
+    if (cp < 0x80) o[(*k)++] = (char)cp;
+    else if (cp < 0x800) { o[(*k)++] = (char)(0xC0 | (cp >> 6)); o[(*k)++] = (char)(0x80 | (cp & 0x3F)); }
+    else if (cp < 0x10000) {
+        o[(*k)++] = (char)(0xE0 | (cp >> 12)); o[(*k)++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        o[(*k)++] = (char)(0x80 | (cp & 0x3F));
+    } else {
+        o[(*k)++] = (char)(0xF0 | (cp >> 18)); o[(*k)++] = (char)(0x80 | ((cp >> 12) & 0x3F));
+        o[(*k)++] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[(*k)++] = (char)(0x80 | (cp & 0x3F));
+    }
+}
+/* a string at p->i (the opening quote), decoded into the doc's text; it never takes more bytes
+   than its source, quotes included, so the text buffer (source length + 2) cannot overflow */
+static int bt__jp_string(bt__jparser *p, const char **out, size_t *outlen) {
+    size_t start = p->i, k;
+    char *o = p->d->text + p->d->text_used;
+    k = 0;
+    p->i++;
+    for (;;) {
+        unsigned char c;
+        if (p->i >= p->n) return bt__jp_fail(p, start, "unterminated string");
+        c = (unsigned char)p->s[p->i];
+        if (c == '"') { p->i++; break; }
+        if (c < 0x20) return bt__jp_fail(p, p->i, "control character 0x%02x in a string (escape it)", c);
+        if (c == '\\') {
+            char e;
+            if (p->i + 1 >= p->n) return bt__jp_fail(p, p->i, "unterminated escape");
+            e = p->s[p->i + 1];
+            p->i += 2;
+            switch (e) {
+            case '"': o[k++] = '"'; break;
+            case '\\': o[k++] = '\\'; break;
+            case '/': o[k++] = '/'; break;
+            case 'b': o[k++] = '\b'; break;
+            case 'f': o[k++] = '\f'; break;
+            case 'n': o[k++] = '\n'; break;
+            case 'r': o[k++] = '\r'; break;
+            case 't': o[k++] = '\t'; break;
+            case 'u': {
+                uint32_t cp, lo;
+                if (bt__jp_hex4(p, p->i, &cp)) return -1;
+                p->i += 4;
+                if (cp >= 0xDC00 && cp <= 0xDFFF) return bt__jp_fail(p, p->i - 6, "lone low surrogate \\u%04x", cp);
+                if (cp >= 0xD800 && cp <= 0xDBFF) {
+                    if (p->i + 6 > p->n || p->s[p->i] != '\\' || p->s[p->i + 1] != 'u')
+                        return bt__jp_fail(p, p->i - 6, "high surrogate \\u%04x without its low half", cp);
+                    if (bt__jp_hex4(p, p->i + 2, &lo)) return -1;
+                    if (lo < 0xDC00 || lo > 0xDFFF) return bt__jp_fail(p, p->i, "high surrogate followed by \\u%04x", lo);
+                    p->i += 6;
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                }
+                bt__jp_emit_utf8(o, &k, cp);
+                break;
+            }
+            default: return bt__jp_fail(p, p->i - 2, "bad escape \\%c", e >= 0x20 && e < 0x7f ? e : '?');
+            }
+        } else {
+            uint32_t cp;
+            size_t l = bt__utf8_seq((const unsigned char *)p->s + p->i, p->n - p->i, &cp);
+            if (!l) return bt__jp_fail(p, p->i, "invalid UTF-8 in a string");
+            memcpy(o + k, p->s + p->i, l);
+            k += l; p->i += l;
+        }
+    }
+    o[k] = 0;
+    *out = o;
+    *outlen = k;
+    p->d->text_used += k + 1;
+    return 0;
+}
+static int bt__jp_number(bt__jparser *p, bt_json *v) {
+    size_t start = p->i;
+    char *o;
+    if (p->i < p->n && p->s[p->i] == '-') p->i++;
+    if (p->i >= p->n || p->s[p->i] < '0' || p->s[p->i] > '9') return bt__jp_fail(p, start, "bad number");
+    if (p->s[p->i] == '0') {
+        p->i++;
+        if (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') return bt__jp_fail(p, start, "number with a leading zero");
+    } else while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') p->i++;
+    if (p->i < p->n && p->s[p->i] == '.') {
+        p->i++;
+        if (p->i >= p->n || p->s[p->i] < '0' || p->s[p->i] > '9') return bt__jp_fail(p, p->i, "no digit after a decimal point");
+        while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') p->i++;
+    }
+    if (p->i < p->n && (p->s[p->i] == 'e' || p->s[p->i] == 'E')) {
+        p->i++;
+        if (p->i < p->n && (p->s[p->i] == '+' || p->s[p->i] == '-')) p->i++;
+        if (p->i >= p->n || p->s[p->i] < '0' || p->s[p->i] > '9') return bt__jp_fail(p, p->i, "no digit in an exponent");
+        while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') p->i++;
+    }
+    o = p->d->text + p->d->text_used;
+    memcpy(o, p->s + start, p->i - start);
+    o[p->i - start] = 0;
+    p->d->text_used += p->i - start + 1;
+    v->type = BT_JSON_NUMBER;
+    v->str = o; v->len = p->i - start;
+    if (bt_parse_double(o, &v->num)) v->num = 0;   /* too long for the buffer: text kept */
+    return 0;
+}
+static int bt__jp_key_cmp(const void *a, const void *b) {
+    const bt_json *x = *(const bt_json *const *)a, *y = *(const bt_json *const *)b;
+    size_t n = x->key_len < y->key_len ? x->key_len : y->key_len;
+    int c = memcmp(x->key, y->key, n);
+    return c ? c : (x->key_len > y->key_len) - (x->key_len < y->key_len);
+}
+/* every key of obj distinct: pairs for small objects, a sort for large ones (no quadratic
+   blow-up on a header with a million keys) */
+static int bt__jp_unique_keys(bt__jparser *p, const bt_json *obj) {
+    const bt_json *a, *b, *dup = NULL;
+    if (obj->n <= 16) {
+        for (a = obj->child; a && !dup; a = a->next)
+            for (b = a->next; b; b = b->next)
+                if (a->key_len == b->key_len && !memcmp(a->key, b->key, a->key_len)) { dup = b; break; }
+    } else {
+        const bt_json **v = (const bt_json **)bt__dmalloc(obj->n * sizeof *v);
+        size_t k = 0;
+        if (!v) return bt__jp_fail(p, obj->offset, "out of memory checking keys");
+        for (a = obj->child; a; a = a->next) v[k++] = a;
+        qsort(v, k, sizeof *v, bt__jp_key_cmp);
+        for (k = 1; k < obj->n && !dup; k++)
+            if (!bt__jp_key_cmp(&v[k - 1], &v[k])) dup = v[k]->offset > v[k - 1]->offset ? v[k] : v[k - 1];
+        bt__dfree((void *)v);
+    }
+    if (dup) return bt__jp_fail(p, dup->offset, "duplicate key \"%.60s\"", dup->key);
+    return 0;
+}
+static int bt__jp_value(bt__jparser *p, bt_json *v);
+static int bt__jp_container(bt__jparser *p, bt_json *v, int is_obj) {
+    const bt_json **tail = &v->child;
+    char close = is_obj ? '}' : ']';
+    if (++p->depth > p->max_depth) return bt__jp_fail(p, p->i, "nesting deeper than %d", p->max_depth);
+    v->type = is_obj ? BT_JSON_OBJECT : BT_JSON_ARRAY;
+    p->i++;
+    bt__jp_ws(p);
+    if (p->i < p->n && p->s[p->i] == close) { p->i++; p->depth--; return 0; }
+    for (;;) {
+        bt_json *c = bt__jp_node(p);
+        if (!c) return -1;
+        bt__jp_ws(p);
+        if (is_obj) {
+            if (p->i >= p->n || p->s[p->i] != '"') return bt__jp_fail(p, p->i, p->i >= p->n ? "truncated object" : "expected a string key");
+            if (bt__jp_string(p, &c->key, &c->key_len)) return -1;
+            bt__jp_ws(p);
+            if (p->i >= p->n || p->s[p->i] != ':') return bt__jp_fail(p, p->i, "expected ':' after key \"%.60s\"", c->key);
+            p->i++;
+            bt__jp_ws(p);
+        }
+        if (bt__jp_value(p, c)) return -1;
+        *tail = c; tail = &c->next;
+        v->n++;
+        bt__jp_ws(p);
+        if (p->i >= p->n) return bt__jp_fail(p, p->i, "truncated %s", is_obj ? "object" : "array");
+        if (p->s[p->i] == ',') { p->i++; continue; }
+        if (p->s[p->i] == close) { p->i++; break; }
+        return bt__jp_fail(p, p->i, "expected ',' or '%c'", close);
+    }
+    p->depth--;
+    return is_obj ? bt__jp_unique_keys(p, v) : 0;
+}
+static int bt__jp_unexpected(bt__jparser *p) {
+    unsigned char c = (unsigned char)p->s[p->i];
+    if (c >= 0x20 && c < 0x7f) return bt__jp_fail(p, p->i, "unexpected character '%c'", c);
+    return bt__jp_fail(p, p->i, "unexpected byte 0x%02x", c);
+}
+static int bt__jp_literal(bt__jparser *p, const char *lit, bt_json_type t, bt_json *v) {
+    size_t l = strlen(lit);
+    if (p->n - p->i < l || memcmp(p->s + p->i, lit, l)) return bt__jp_unexpected(p);
+    p->i += l;
+    v->type = t;
+    return 0;
+}
+static int bt__jp_value(bt__jparser *p, bt_json *v) {
+    int r;
+    char c;
+    v->offset = p->i;
+    if (p->i >= p->n) return bt__jp_fail(p, p->i, "expected a value, found the end");
+    c = p->s[p->i];
+    if (c == '{' || c == '[') r = bt__jp_container(p, v, c == '{');
+    else if (c == '"') { v->type = BT_JSON_STRING; r = bt__jp_string(p, &v->str, &v->len); }
+    else if (c == '-' || (c >= '0' && c <= '9')) r = bt__jp_number(p, v);
+    else if (c == 't') r = bt__jp_literal(p, "true", BT_JSON_TRUE, v);
+    else if (c == 'f') r = bt__jp_literal(p, "false", BT_JSON_FALSE, v);
+    else if (c == 'n') r = bt__jp_literal(p, "null", BT_JSON_NULL, v);
+    else r = bt__jp_unexpected(p);
+    v->end = p->i;
+    return r;
+}
+BT_DATA_DEF void bt_json_free(bt_json_doc *d) {
+    bt__jblock *b, *nb;
+    if (!d) return;
+    for (b = d->blocks; b; b = nb) { nb = b->next; bt__dfree(b); }
+    bt__dfree(d->text);
+    bt__dfree(d);
+}
+/* the parser behind bt_json_parse; errors go to err (as "byte N: ...", N counted from base) */
+static bt_json_doc *bt__json_parse(const char *text, size_t n, int max_depth, size_t base, char *err, size_t errlen) {
+    bt__jparser p;
+    bt_json_doc *d = (bt_json_doc *)bt__dmalloc(sizeof *d);
+    memset(&p, 0, sizeof p);
+    if (!d) { snprintf(err, errlen, "out of memory"); return NULL; }
+    memset(d, 0, sizeof *d);
+    p.s = text; p.n = n; p.d = d; p.base = base;
+    p.max_depth = max_depth > 0 ? max_depth : BT_JSON_MAX_DEPTH;
+    d->text_cap = n + 2;
+    d->text = (char *)bt__dmalloc(d->text_cap);
+    if (!d->text) { bt__dfree(d); snprintf(err, errlen, "out of memory for %zu bytes", n); return NULL; }
+    if ((d->root = bt__jp_node(&p)) != NULL) {
+        bt__jp_ws(&p);
+        if (!bt__jp_value(&p, d->root)) {
+            bt__jp_ws(&p);
+            if (p.i < n) bt__jp_fail(&p, p.i, "unexpected text after the value");
+        }
+    }
+    if (p.err[0]) {
+        snprintf(err, errlen, "%s", p.err);
+        bt_json_free(d);
+        return NULL;
+    }
+    return d;
+}
+BT_DATA_DEF bt_json_doc *bt_json_parse_at(const char *text, size_t n, int max_depth, size_t base) {
+    char err[300];
+    bt_json_doc *d;
+    if (!text && n) { bt__seterr("JSON: NULL text"); return NULL; }
+    d = bt__json_parse(text ? text : "", n, max_depth, base, err, sizeof err);
+    if (!d) bt__seterr("JSON, %s", err);
+    return d;
+}
+BT_DATA_DEF bt_json_doc *bt_json_parse(const char *text, size_t n, int max_depth) { return bt_json_parse_at(text, n, max_depth, 0); }
+BT_DATA_DEF const bt_json *bt_json_root(const bt_json_doc *d) { return d ? d->root : NULL; }
+BT_DATA_DEF const bt_json *bt_json_get(const bt_json *obj, const char *key) {
+    const bt_json *c;
+    size_t kl;
+    if (!obj || obj->type != BT_JSON_OBJECT || !key) return NULL;
+    kl = strlen(key);
+    for (c = obj->child; c; c = c->next)
+        if (c->key_len == kl && !memcmp(c->key, key, kl)) return c;
+    return NULL;
+}
+/* the decimal digits of s as a magnitude; -1 on anything else or overflow */
+BT_DATA_DEF int bt_parse_u64(const char *s, uint64_t *out) {
+    uint64_t v = 0;
+    if (!*s) return -1;
+    for (; *s; s++) {
+        unsigned d;
+        if (*s < '0' || *s > '9') return -1;
+        d = (unsigned)(*s - '0');
+        if (v > (UINT64_MAX - d) / 10) return -1;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return 0;
+}
+BT_DATA_DEF int bt_json_u64(const bt_json *v, uint64_t *out) {
+    if (!v || v->type != BT_JSON_NUMBER) return -1;
+    return bt_parse_u64(v->str, out);
+}
+BT_DATA_DEF int bt_json_i64(const bt_json *v, int64_t *out) {
+    uint64_t m;
+    int neg;
+    if (!v || v->type != BT_JSON_NUMBER) return -1;
+    neg = v->str[0] == '-';
+    if (bt_parse_u64(v->str + neg, &m)) return -1;
+    if (neg ? m > (uint64_t)INT64_MAX + 1 : m > (uint64_t)INT64_MAX) return -1;
+    *out = neg ? (int64_t)(0 - m) : (int64_t)m;
+    return 0;
+}
+
+/* -- saving -- */
+BT_DATA_DEF int bt_json_save_flags(bt_json_writer *w, const char *path, int flags) {
+    size_t len;
+    const char *t = bt_json_text(w, &len);
+    bt_atomic_file *af;
+    if (!t) return -1;
+    if (!(af = bt_atomic_open_flags(path, flags))) return -1;
+    if (bt_atomic_write(af, t, len) || bt_atomic_write(af, "\n", 1)) { bt_atomic_abort(af); return -1; }
+    if (bt_atomic_commit(af)) return -1;
+    return 0;
+}
+BT_DATA_DEF int bt_json_save(bt_json_writer *w, const char *path) { return bt_json_save_flags(w, path, 0); }
 
 #endif /* BT_DATA_IMPLEMENTATION_DONE */
 #endif /* BT_DATA_IMPLEMENTATION */

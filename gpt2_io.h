@@ -171,7 +171,7 @@ static int gpt2__hf_config_json(const char *model_path, bt_json_doc **doc, char 
     if (got != (ssize_t)size) { free(text); bt_msgf(err, errlen, "%.500s: cannot read it (%llu bytes; at most 1 MiB)", path, (unsigned long long)size); return -1; }
     *doc = bt_json_parse(text, (size_t)size, 0);
     free(text);
-    if (!*doc) { bt_msgf(err, errlen, "%s: %s", path, bt_ckpt_error()); return -1; }
+    if (!*doc) { bt_msgf(err, errlen, "%s: %s", path, bt_data_error()); return -1; }
     return 0;
 }
 /* n_head from config.json (its other fields must agree with the tensors), else from the preset
@@ -312,7 +312,7 @@ BTDEF int gpt2_hf_export(gpt2 *m, const char *dir, char *err, size_t errlen) {
     snprintf(path, sizeof path, "%s/config.json", dir);
     int r = bt_json_save_flags(&j, path, BT_OUTPUT_NOFOLLOW);
     bt_json_writer_free(&j);
-    if (r) { bt_msgf(err, errlen, "%s", bt_ckpt_error()); return -1; }
+    if (r) { bt_msgf(err, errlen, "%s", bt_data_error()); return -1; }
     return 0;
 }
 #endif /* GPT2_IO_IMPLEMENTATION_DONE */

@@ -152,7 +152,7 @@ static void test_json_valid(void) {
     const bt_json *r, *a, *s, *c;
     int64_t i64;
     uint64_t u64;
-    BT_CHECK(d != NULL, "parse: %s", bt_ckpt_error());
+    BT_CHECK(d != NULL, "parse: %s", bt_data_error());
     if (!d) return;
     r = bt_json_root(d);
     BT_CHECK(r->type == BT_JSON_OBJECT && r->n == 4, "root");
@@ -212,29 +212,29 @@ static void test_json_invalid(void) {
     for (k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         bt_json_doc *d = bt_json_parse(cases[k].text, strlen(cases[k].text), 0);
         BT_CHECK(!d, "accepted: %s", cases[k].text);
-        BT_CHECK(strstr(bt_ckpt_error(), cases[k].expect) != NULL, "%s: error \"%s\" lacks \"%s\"", cases[k].text, bt_ckpt_error(), cases[k].expect);
+        BT_CHECK(strstr(bt_data_error(), cases[k].expect) != NULL, "%s: error \"%s\" lacks \"%s\"", cases[k].text, bt_data_error(), cases[k].expect);
         bt_json_free(d);
     }
     {   /* a NUL byte inside the text is an error too */
         bt_json_doc *d = bt_json_parse("[1,\0]", 5, 0);
-        BT_CHECK(!d && strstr(bt_ckpt_error(), "byte 3: unexpected byte 0x00"), "NUL: %s", bt_ckpt_error());
+        BT_CHECK(!d && strstr(bt_data_error(), "byte 3: unexpected byte 0x00"), "NUL: %s", bt_data_error());
     }
     /* a duplicate among many keys (the sorted path) */
     n = snprintf(big, sizeof big, "{");
     for (i = 0; i < 100; i++) n += snprintf(big + n, sizeof big - n, "\"k%d\":%d,", i, i);
     snprintf(big + n, sizeof big - n, "\"k57\":0}");
-    BT_CHECK(!bt_json_parse(big, strlen(big), 0) && strstr(bt_ckpt_error(), "duplicate key \"k57\""), "100 keys: %s", bt_ckpt_error());
+    BT_CHECK(!bt_json_parse(big, strlen(big), 0) && strstr(bt_data_error(), "duplicate key \"k57\""), "100 keys: %s", bt_data_error());
     /* nesting: 64 levels are fine, 65 are not */
     for (i = 0; i < 64; i++) { big[i] = '['; big[64 + i] = ']'; }
     {
         bt_json_doc *d = bt_json_parse(big, 128, 0);
-        BT_CHECK(d != NULL, "64 levels: %s", bt_ckpt_error());
+        BT_CHECK(d != NULL, "64 levels: %s", bt_data_error());
         bt_json_free(d);
     }
     for (i = 0; i < 65; i++) { big[i] = '['; big[65 + i] = ']'; }
-    BT_CHECK(!bt_json_parse(big, 130, 0) && strstr(bt_ckpt_error(), "nesting deeper than 64"), "65 levels: %s", bt_ckpt_error());
-    BT_CHECK(!bt_json_parse("[[[1]]]", 7, 2) && strstr(bt_ckpt_error(), "nesting deeper than 2"), "max_depth 2");
-    BT_CHECK(!bt_json_parse("{\"a\":[1,2,x]}", 13, 0) && strstr(bt_ckpt_error(), "byte 10"), "offset: %s", bt_ckpt_error());
+    BT_CHECK(!bt_json_parse(big, 130, 0) && strstr(bt_data_error(), "nesting deeper than 64"), "65 levels: %s", bt_data_error());
+    BT_CHECK(!bt_json_parse("[[[1]]]", 7, 2) && strstr(bt_data_error(), "nesting deeper than 2"), "max_depth 2");
+    BT_CHECK(!bt_json_parse("{\"a\":[1,2,x]}", 13, 0) && strstr(bt_data_error(), "byte 10"), "offset: %s", bt_data_error());
 }
 
 static void test_json_writer(void) {
@@ -264,9 +264,9 @@ static void test_json_writer(void) {
         bt_json_end(&w);
         bt_json_end(&w);
         text = bt_json_text(&w, &len);
-        BT_CHECK(text != NULL, "writer: %s", bt_ckpt_error());
+        BT_CHECK(text != NULL, "writer: %s", bt_data_error());
         d = text ? bt_json_parse(text, len, 0) : NULL;
-        BT_CHECK(d != NULL, "the writer's text parses: %s\n%s", bt_ckpt_error(), text ? text : "");
+        BT_CHECK(d != NULL, "the writer's text parses: %s\n%s", bt_data_error(), text ? text : "");
         if (d) {
             const bt_json *c;
             int64_t mn; uint64_t mx;
@@ -285,19 +285,19 @@ static void test_json_writer(void) {
     }
     /* failures are sticky and reported */
     bt_json_writer_init(&w, 0); bt_json_array(&w, NULL); bt_json_string(&w, NULL, "bad \xff"); bt_json_end(&w);
-    BT_CHECK(!bt_json_text(&w, NULL) && strstr(bt_ckpt_error(), "invalid UTF-8"), "invalid UTF-8: %s", bt_ckpt_error());
+    BT_CHECK(!bt_json_text(&w, NULL) && strstr(bt_data_error(), "invalid UTF-8"), "invalid UTF-8: %s", bt_data_error());
     bt_json_writer_free(&w);
     bt_json_writer_init(&w, 0); bt_json_array(&w, NULL); bt_json_number(&w, NULL, NAN); bt_json_end(&w);
-    BT_CHECK(!bt_json_text(&w, NULL) && strstr(bt_ckpt_error(), "not finite"), "NaN: %s", bt_ckpt_error());
+    BT_CHECK(!bt_json_text(&w, NULL) && strstr(bt_data_error(), "not finite"), "NaN: %s", bt_data_error());
     bt_json_writer_free(&w);
     bt_json_writer_init(&w, 0); bt_json_object(&w, NULL);
-    BT_CHECK(!bt_json_text(&w, NULL) && strstr(bt_ckpt_error(), "still open"), "unbalanced: %s", bt_ckpt_error());
+    BT_CHECK(!bt_json_text(&w, NULL) && strstr(bt_data_error(), "still open"), "unbalanced: %s", bt_data_error());
     bt_json_writer_free(&w);
     bt_json_writer_init(&w, 0); bt_json_array(&w, NULL); bt_json_int(&w, "k", 1); bt_json_end(&w);
-    BT_CHECK(!bt_json_text(&w, NULL) && strstr(bt_ckpt_error(), "outside an object"), "key in array: %s", bt_ckpt_error());
+    BT_CHECK(!bt_json_text(&w, NULL) && strstr(bt_data_error(), "outside an object"), "key in array: %s", bt_data_error());
     bt_json_writer_free(&w);
     bt_json_writer_init(&w, 0); bt_json_object(&w, NULL); bt_json_int(&w, NULL, 1); bt_json_end(&w);
-    BT_CHECK(!bt_json_text(&w, NULL) && strstr(bt_ckpt_error(), "without a key"), "no key: %s", bt_ckpt_error());
+    BT_CHECK(!bt_json_text(&w, NULL) && strstr(bt_data_error(), "without a key"), "no key: %s", bt_data_error());
     bt_json_writer_free(&w);
 }
 
@@ -1132,7 +1132,7 @@ static void test_saver_refuses_links(void) {
         bt_ckpt_writer_free(w);
         bt_json_writer_init(&j, 0);
         bt_json_object(&j, NULL); bt_json_end(&j);
-        BT_CHECK(bt_json_save_flags(&j, p, BT_OUTPUT_NOFOLLOW) && strstr(bt_ckpt_error(), "symbolic link"), "json: %s", bt_ckpt_error());
+        BT_CHECK(bt_json_save_flags(&j, p, BT_OUTPUT_NOFOLLOW) && strstr(bt_data_error(), "symbolic link"), "json: %s", bt_data_error());
         bt_json_writer_free(&j);
         back = bt_test_read_file(victim, NULL);
         BT_CHECK(back && !strcmp(back, "not a checkpoint"), "the link's target is untouched");
@@ -1156,7 +1156,7 @@ static void test_config_json(void) {
     bt_json_null(&w, "n_inner");
     bt_json_bool(&w, "tie_word_embeddings", 1);
     bt_json_end(&w);
-    BT_CHECK(!bt_json_save(&w, path), "save: %s", bt_ckpt_error());
+    BT_CHECK(!bt_json_save(&w, path), "save: %s", bt_data_error());
     bt_json_writer_free(&w);
     b = (unsigned char *)bt_test_read_file(path, &n);
     d = b ? bt_json_parse((const char *)b, n, 0) : NULL;
@@ -1165,7 +1165,7 @@ static void test_config_json(void) {
     bt_json_free(d);
     free(b);
     bt_json_writer_init(&w, 0);
-    BT_CHECK(bt_json_save(&w, path) && strstr(bt_ckpt_error(), "no value"), "nothing written: %s", bt_ckpt_error());
+    BT_CHECK(bt_json_save(&w, path) && strstr(bt_data_error(), "no value"), "nothing written: %s", bt_data_error());
     bt_json_writer_free(&w);
 }
 

@@ -533,7 +533,7 @@ static void test_hf_roundtrip(void) {
     snprintf(path, sizeof path, "%s/config.json", tp("hf"));
     slurp(path, cj, sizeof cj);
     bt_json_doc *d = bt_json_parse(cj, strlen(cj), 0);
-    BT_CHECK(d != NULL, "config.json: %s", bt_ckpt_error());
+    BT_CHECK(d != NULL, "config.json: %s", bt_data_error());
     if (d) {
         const bt_json *r = bt_json_root(d);
         int64_t v[5] = {0};
