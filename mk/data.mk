@@ -22,7 +22,7 @@ DATA_RAW := $(DATA_DIR)/raw
 .PHONY: data fuzz bench-tokenizer
 
 bt_tokenize: tools/bt_tokenize.c bt_data.h
-	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
+	$(CC) $(CFLAGS) -pthread -o $@ $< $(LDLIBS) -lz
 tools: bt_tokenize
 
 # a source file: the shared copy if present, else data/raw/<same path> (downloaded by the rule below)
