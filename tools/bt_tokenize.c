@@ -521,7 +521,7 @@ static int state_read(corpus *c, corpus_pos *p, int *fresh) {
     if (sscanf(tail, "next_shard %llu\ntokens_done %llu\npos %llu %llu %llu %llu %llu\ndone %d", &sh, &td, &a, &b, &d, &e, &carry, &done) != 8) {
         cerr("%s: a damaged state file (rerun with --restart to start over)", path); goto out;
     }
-    if (c->any_stream && !done) { cerr("%s: an input is a pipe, whose text cannot be read again from where the interrupted run stopped: rerun with --restart", path); goto out; }
+    if (c->any_stream) { cerr("%s: an input is a pipe, whose text cannot be checked against the earlier run nor read again from where it stopped: rerun with --restart", path); goto out; }
     if (a > c->n_in) { cerr("%s: a damaged state file (input %llu of %zu)", path, a, c->n_in); goto out; }
     /* the shards it finished must be there, whole (all full but a finished run's last) */
     {
