@@ -2,6 +2,9 @@
 
      bt_tokenize [options] IN.txt OUT.bin     encode IN (as one document) into the shard OUT
      bt_tokenize [options] --decode IN.bin    print the text of a shard on stdout
+     bt_tokenize [options] --out PREFIX INPUT...
+                                              corpus mode: every INPUT's documents into
+                                              PREFIX_val_000000.bin, PREFIX_train_000001.bin, ...
 
    Options
      --eot           split IN into documents at blank lines and put <|endoftext|> (50256) before
@@ -21,6 +24,41 @@
    Exit status 0 on success, 1 on an error (printed on stderr), 2 on a usage error (its reason
    and "(see bt_tokenize -h)": an unknown option, a missing value, a count that is not decimal
    digits or is past its bound: 2^63 - 1 for --skip, 2^31 - 1 for --limit, a shard's int32 count).
+
+   Corpus mode (--out PREFIX INPUT...)
+     INPUT       a file; a directory (its regular files, recursively, in byte order of their
+                 paths; this run's own outputs are left out); or a glob(3) pattern (quoted, its
+                 matches in byte order). A pipe (/dev/stdin) is read as a text file.
+                 *.jsonl, *.json: JSON lines, one document per line, its text the string member
+                 --field (a blank line is skipped; any other line that is not an object with that
+                 string member is an error naming file:line); any other name: one document per
+                 file. *.gz on either: gzip (streamed through zlib; several members are one text).
+                 Each document is preceded by <|endoftext|> (50256), as llm.c's FineWeb script does.
+     --field NAME        the JSON member that holds the text (default "text")
+     --shard-tokens N    tokens per train shard (default 100,000,000; at most 2^31 - 1); the last
+                         one holds the remainder
+     --val-tokens M      the first M tokens go to PREFIX_val_000000.bin (default N; 0: no
+                         validation shard); then PREFIX_train_000001.bin, ... (llm.c's names)
+     --threads T         encoding threads, each with its own tokenizer (default: the online cores)
+     --chunk-bytes B     the text is encoded in chunks of about B bytes (default 262,144; at least
+                         16), cut only where bt_encode_cut proves the ids unchanged: the shards are
+                         the same for every B and T, byte for byte
+     --restart           start over, ignoring PREFIX.state
+     -q                  no progress line and no summary
+   Memory: 2T + 2 chunks and their ids (5 bytes per byte of text), plus one JSON line at a time;
+   never a whole file. A text with no place to cut for longer than B bytes is read further at once
+   (said on stderr): memory follows the longest such stretch.
+   Resume: after each shard PREFIX.state is replaced atomically: the options that shape the shards,
+   the tokenizer files' sizes, each input's path, size and modification time, and where the next
+   shard starts (the input, the byte offset of a chunk's start in its text, and how many of that
+   chunk's tokens earlier shards hold). After an interruption (Ctrl-C, kill -9, a full disk) the
+   same command keeps the finished shards and goes on from there; the shards equal those of an
+   uninterrupted run. A rerun whose inputs or options differ is refused (exit 1, naming the
+   differing line) unless --restart; a finished run rerun says so and does nothing. A pipe input
+   cannot be checked or read again: such a run never resumes (--restart). Shards are written
+   through atomic files: a shard exists whole or not at all.
+   Progress on stderr: MB/s of text, tokens, shards, percent of the input bytes (compressed bytes
+   for .gz; not for a pipe) and ETA; every second with \r on a terminal, else a line every 10 s.
    Built with -DBT_TOKENIZE_NO_MAIN it is only encode_documents(), for the fuzzer. */
 #define _XOPEN_SOURCE 700   /* POSIX.1-2008, and realpath */
 #define BT_DATA_IMPLEMENTATION
@@ -65,7 +103,13 @@ static void usage(FILE *f) {
             "usage: bt_tokenize [--eot] [--skip N] [--limit N] [--encoder PATH] [--vocab PATH] [-q] IN.txt OUT.bin\n"
             "       bt_tokenize [--encoder PATH] [--vocab PATH] --decode IN.bin\n"
             "  --eot       <|endoftext|> before each document; documents end at blank lines (\"\\n\\n\")\n"
-            "  --skip N    drop the first N tokens;  --limit N  keep at most N tokens\n");
+            "  --skip N    drop the first N tokens;  --limit N  keep at most N tokens\n"
+            "       bt_tokenize [--field NAME] [--shard-tokens N] [--val-tokens M] [--threads T] [--chunk-bytes B]\n"
+            "                   [--restart] [--encoder PATH] [--vocab PATH] [-q] --out PREFIX INPUT...\n"
+            "  corpus mode: INPUT = files, directories, glob patterns; *.jsonl/*.json = JSON lines (--field, default text),\n"
+            "  else one document per file; .gz inflated. <|endoftext|> before each document. Writes PREFIX_val_000000.bin\n"
+            "  (the first M tokens, default N), PREFIX_train_000001.bin, ... of N tokens (default 100000000), and\n"
+            "  PREFIX.state: the same command resumes an interrupted run (--restart starts over)\n");
 }
 
 static double now_s(void) {
