@@ -838,8 +838,8 @@ static int corpus_run(corpus *c, char **inputs, int n_inputs) {
     else if (r == 1) {
         if (!c->quiet) fprintf(stderr, "bt_tokenize: %s says this run is complete: %llu tokens in %llu shards (--restart to do it again)\n", sp,
                                (unsigned long long)c->tokens_done, (unsigned long long)c->shard - (c->val_tokens ? 0 : 1));
-        free(sp);
-        return 0;
+        rc = 0;
+        goto fail;
     } else if (!fresh && !c->quiet)
         fprintf(stderr, "bt_tokenize: resuming from %s: shards before %llu are done (%llu tokens); %s at text byte %llu\n", sp,
                 (unsigned long long)c->shard, (unsigned long long)c->tokens_done, pos.input < c->n_in ? c->in[pos.input].path : "the end", (unsigned long long)pos.text_off);
@@ -885,7 +885,7 @@ static int corpus_run(corpus *c, char **inputs, int n_inputs) {
         shard_name(c, c->shard > 1 ? c->shard : 1, next, sizeof next);
         if (access(next, F_OK) == 0) fprintf(stderr, "bt_tokenize: warning: %s is left from an earlier, longer run: remove it before training on %s_train_*.bin\n", next, c->prefix);
     }
-fail:
+fail:   /* and the end of a run that succeeded (rc 0) */
     if (rc) { if (c->tty && !c->quiet && c->last_print > c->t0) fputc('\n', stderr); fprintf(stderr, "bt_tokenize: %s\n", corpus_err); }
     if (started) {
         pthread_mutex_lock(&c->mu); c->stop = 1; pthread_cond_broadcast(&c->cv_work); pthread_mutex_unlock(&c->mu);
