@@ -213,7 +213,7 @@ typedef struct {
     char err[512];
 } corpus_slot;
 
-typedef struct {
+typedef struct corpus {
     /* options */
     const char *prefix, *field, *enc, *voc;
     size_t shard_tokens, val_tokens, chunk_bytes;
@@ -242,7 +242,15 @@ typedef struct {
     bt_atomic_file *out; char out_path[4200];
     size_t out_n, out_cap;     /* tokens in the open shard, and its capacity */
     uint16_t wbuf[1 << 15]; size_t wn;
-    corpus_pos cur_pos; uint64_t cur_base;  /* the chunk being consumed and its tokens before ids[0] */
+    struct corpus_commit {     /* the shard being committed on a thread of its own, then the state */
+        struct corpus *c;
+        bt_atomic_file *f;
+        corpus_pos pos;
+        uint64_t carry, next_shard, tokens_done;
+        int done, rc;
+        char err[1024];
+    } cm;
+    pthread_t cm_tid; int cm_busy;
     /* progress */
     double t0, last_print;
     int tty;
@@ -514,16 +522,18 @@ static char *state_identity(const corpus *c) {
     return s;
 }
 
-static int state_write(corpus *c, const corpus_pos *p, uint64_t carry, int done) {
+/* PREFIX.state: the next shard's index, the tokens before it and where its first token's chunk
+   starts; errors into err[n] (the committing thread has its own) */
+static int state_write(const corpus *c, uint64_t shard, uint64_t tokens_done, const corpus_pos *p, uint64_t carry, int done, char *err, size_t n) {
     char *id = state_identity(c), *path = state_path(c), tail[512];
     bt_atomic_file *f = NULL;
     int rc = -1;
-    if (!id || !path) { cerr("out of memory"); goto out; }
+    if (!id || !path) { bt_msgf(err, n, "out of memory"); goto out; }
     snprintf(tail, sizeof tail, "next_shard %llu\ntokens_done %llu\npos %llu %llu %llu %llu %llu\ndone %d\n",
-             (unsigned long long)c->shard, (unsigned long long)c->tokens_done, (unsigned long long)p->input, (unsigned long long)p->line_off,
+             (unsigned long long)shard, (unsigned long long)tokens_done, (unsigned long long)p->input, (unsigned long long)p->line_off,
              (unsigned long long)p->line_no, (unsigned long long)p->text_off, (unsigned long long)carry, done);
-    if (!(f = bt_atomic_open(path)) || bt_atomic_write(f, id, strlen(id)) || bt_atomic_write(f, tail, strlen(tail))) { bt_atomic_abort(f); cerr("%s", bt_data_error()); goto out; }
-    if (bt_atomic_commit(f)) { cerr("%s", bt_data_error()); goto out; }
+    if (!(f = bt_atomic_open(path)) || bt_atomic_write(f, id, strlen(id)) || bt_atomic_write(f, tail, strlen(tail))) { bt_atomic_abort(f); bt_msgf(err, n, "%s", bt_data_error()); goto out; }
+    if (bt_atomic_commit(f)) { bt_msgf(err, n, "%s", bt_data_error()); goto out; }
     rc = 0;
 out:
     free(id); free(path);
@@ -604,14 +614,36 @@ static int shard_begin(corpus *c) {
     c->out_cap = shard_capacity(c, c->shard);
     return 0;
 }
-static int shard_end(corpus *c) {
+/* Committing a shard (fsync, rename, fsync the directory: about 0.3 s for 200 MB here) and then
+   writing PREFIX.state run on a thread of their own while the next shard fills; one at a time, so
+   the state never names a shard before it is on disk. */
+static void *commit_main(void *arg) {
+    struct corpus_commit *m = (struct corpus_commit *)arg;
+    m->rc = bt_atomic_commit(m->f);
+    if (m->rc) bt_msgf(m->err, sizeof m->err, "%s", bt_data_error());
+    else m->rc = state_write(m->c, m->next_shard, m->tokens_done, &m->pos, m->carry, m->done, m->err, sizeof m->err);
+    return NULL;
+}
+static int commit_wait(corpus *c) {
+    if (!c->cm_busy) return 0;
+    pthread_join(c->cm_tid, NULL);
+    c->cm_busy = 0;
+    return c->cm.rc ? cerr("%s", c->cm.err) : 0;
+}
+/* the open shard closed and committed; then the state: the next shard starts carry tokens into
+   the chunk at pos (done: the run is complete) */
+static int shard_end(corpus *c, const corpus_pos *pos, uint64_t carry, int done) {
     int32_t header[BT_SHARD_HEADER_INTS] = {0};
     bt_atomic_file *f = c->out;
     header[0] = BT_SHARD_MAGIC; header[1] = BT_SHARD_VERSION; header[2] = (int32_t)c->out_n;
     if (shard_flush(c)) return -1;
     if (pwrite(bt_atomic_fd(f), header, sizeof header, 0) != (ssize_t)sizeof header) return cerr("%s: cannot write the header: %s", c->out_path, strerror(errno));
+    if (commit_wait(c)) return -1;
     c->out = NULL;
-    if (bt_atomic_commit(f)) return cerr("%s", bt_data_error());
+    c->cm.c = c; c->cm.f = f; c->cm.pos = *pos; c->cm.carry = carry; c->cm.done = done;
+    c->cm.next_shard = c->shard + 1; c->cm.tokens_done = c->tokens_done + c->out_n;
+    if (pthread_create(&c->cm_tid, NULL, commit_main, &c->cm) == 0) c->cm_busy = 1;
+    else { commit_main(&c->cm); if (c->cm.rc) return cerr("%s", c->cm.err); }
     c->tokens_done += c->out_n;
     c->out_n = 0;
     c->shard++;
@@ -632,7 +664,7 @@ static int consume(corpus *c, const corpus_slot *s) {
             if (c->wn == sizeof c->wbuf / sizeof c->wbuf[0] && shard_flush(c)) return -1;
         }
         c->out_n += take; i += take;
-        if (c->out_n == c->out_cap && (shard_end(c) || state_write(c, &s->pos, i, 0))) return -1;
+        if (c->out_n == c->out_cap && shard_end(c, &s->pos, i, 0)) return -1;
     }
     return 0;
 }
@@ -870,9 +902,9 @@ static int corpus_run(corpus *c, char **inputs, int n_inputs) {
         if (r) goto fail;
     }
     if (pump(c, 0)) goto fail;
-    if (c->out && shard_end(c)) goto fail;
     pos.input = c->n_in; pos.line_off = pos.line_no = pos.text_off = 0;
-    if (state_write(c, &pos, 0, 1)) goto fail;
+    if (c->out ? shard_end(c, &pos, 0, 1) : (commit_wait(c) || state_write(c, c->shard, c->tokens_done, &pos, 0, 1, corpus_err, sizeof corpus_err))) goto fail;
+    if (commit_wait(c)) goto fail;
     rc = 0;
     progress(c, 1);
     if (!c->quiet) {
@@ -887,6 +919,7 @@ static int corpus_run(corpus *c, char **inputs, int n_inputs) {
     }
 fail:   /* and the end of a run that succeeded (rc 0) */
     if (rc) { if (c->tty && !c->quiet && c->last_print > c->t0) fputc('\n', stderr); fprintf(stderr, "bt_tokenize: %s\n", corpus_err); }
+    (void)commit_wait(c);   /* a shard being committed finishes (or fails) first */
     if (started) {
         pthread_mutex_lock(&c->mu); c->stop = 1; pthread_cond_broadcast(&c->cv_work); pthread_mutex_unlock(&c->mu);
         for (i = 0; i < (size_t)c->threads; i++) pthread_join(c->tids[i], NULL);
