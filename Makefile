@@ -75,9 +75,9 @@ $(BUILD) $(BUILD)/tests $(BUILD)/cpu $(BUILD)/asan $(BUILD)/cuda $(BUILD)/exampl
 # Each links its flavour's implementation object, but for these, which compile the implementations
 # themselves: white-box tests reading internals (bt__ functions), tests built with other flags (the
 # MLIR ones), and those that include a whole program of their own (train_llama.c)
-SELF_IMPL_TESTS := test_autograd test_ckpt test_data test_dist test_fused test_mlir test_ops test_mlir_gpu test_llama test_gpt2_mlir
+SELF_IMPL_TESTS := test_autograd test_chart test_ckpt test_data test_hf_tokenizer test_dist test_fused test_mlir test_ops test_mlir_gpu test_llama test_gpt2_mlir
 # the tests of the program include train_gpt2.c: linked with -DBT_LINKED
-PROGRAM_TESTS := test_train_gpt2 test_train_ckpt test_tp_gpt2 test_graph_gpu
+PROGRAM_TESTS := test_train_gpt2 test_train_ckpt test_tp_gpt2 test_graph_gpu test_eval
 CPU_TEST_SRCS := $(wildcard tests/test_*.c)
 GPU_TEST_SRCS := $(wildcard tests/test_*_gpu.cu)
 CPU_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CPU_TEST_SRCS))
@@ -128,7 +128,7 @@ run: data train_gpt2
 	./train_gpt2
 
 clean:
-	rm -rf $(BUILD) train_gpt2 bt_tokenize
+	rm -rf $(BUILD) train_gpt2 bt_tokenize bt_chart
 
 # ---- subsystems add their own targets here ----
 tools:

@@ -17,6 +17,7 @@
 #define BT_AUTOGRAD_IMPLEMENTATION
 #define BT_OPTIM_IMPLEMENTATION
 #define BT_DATA_IMPLEMENTATION
+#define BT_CHART_IMPLEMENTATION
 #define BT_DIST_IMPLEMENTATION
 #define BT_CKPT_IMPLEMENTATION
 #define BT_PARALLEL_IMPLEMENTATION
@@ -33,6 +34,7 @@
 #include "bt_autograd.h"
 #include "bt_optim.h"
 #include "bt_data.h"
+#include "bt_chart.h"
 #include "bt_dist.h"
 #include "bt_ckpt.h"
 #include "bt_parallel.h"

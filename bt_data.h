@@ -1,4 +1,4 @@
-/* bt_data.h - BluTrain-C training data, v0.3: GPT-2 byte-level BPE, token shards, a data loader, JSON.
+/* bt_data.h - BluTrain-C training data, v0.4: byte-level BPE (GPT-2, Llama 3), token shards, a data loader, JSON.
 
    USAGE
      #define BT_DATA_IMPLEMENTATION   in *one* C/CUDA file before including this header.
@@ -11,6 +11,8 @@
      int32_t *ids; size_t n = bt_encode(tok, text, len, &ids);    // ids are malloc'd
      char *s;      size_t m = bt_decode(tok, ids, n, &s);          // m bytes (+ a NUL not counted)
      free(ids); free(s); bt_tokenizer_free(tok);
+     tok = bt_tokenizer_load_hf("tokenizer.json");                 // Hugging Face: GPT-2's, Llama 3's
+     int32_t eot = bt_tokenizer_token_id(tok, "<|end_of_text|>");  // a special token's id
 
      bt_shard_write("data/x.bin", tokens, n);                      // llm.c's shard layout
      bt_loader *L = bt_loader_open("data/x_train*.bin", B, T, rank, world, 1, seed);
@@ -31,6 +33,21 @@
         from text: callers insert BT_EOT themselves where documents end.
         Checked (tests/test_data.c) against gpt-3-encoder's ids, tiktoken's token counts of Tiny
         Shakespeare and WikiText-2, and the Python regex module's pre-tokenization.
+        tokenizer.json (bt_tokenizer_load_hf, section 4): a byte-level BPE in Hugging Face's format,
+        encoded as tokenizers' encode(text, add_special_tokens=False): model.vocab (strings in
+        GPT-2's byte alphabet, all 256 bytes present), model.merges ("a b" strings or [a, b] pairs;
+        a repeated pair takes its last rank, as tokenizers does), model.ignore_merges (a piece that
+        is itself a token is that token, merges skipped: Llama 3), added_tokens (ids past the
+        vocabulary; never matched in text, found by bt_tokenizer_token_id, decoded as their
+        content). pre_tokenizer: ByteLevel(use_regex) for GPT-2's pattern, or Sequence[Split(Regex,
+        Isolated), ByteLevel(use_regex false)] with GPT-2's or Llama 3's pattern, recognised by its
+        exact text; Llama 3's is matched by hand too (bt__piece_end_llama3):
+            (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+            \s*[\r\n]+|\s+(?!\S)|\s+
+        Anything else (another pattern or pre-tokenizer, a normalizer, add_prefix_space, dropout, a
+        subword prefix) is refused with a message naming the file. Checked (tests/test_hf_tokenizer.c)
+        against bt_tokenizer_load on GPT-2's files rewritten as tokenizer.json, the Python regex
+        module's Llama 3 pieces, and (tests/hf_tokenizer_check.py) the tokenizers library's ids.
      2. Shards: llm.c's file layout: 256 int32 header (magic 20240520, version 1, token count),
         then uint16 tokens. Written atomically (4. Files); read with the header and the file size
         checked. The loader reads each window with pread (a file truncated under a running job
@@ -85,6 +102,7 @@
      BT_ATOMIC_MAX_OPEN: how many atomic files may be open at once (default 16).
 
    HISTORY
+     0.4  Hugging Face tokenizer.json (bt_tokenizer_load_hf), Llama 3's pre-tokenizer, bt_tokenizer_token_id.
      0.3  JSON (writer and strict parser, moved here from bt_ckpt.h), locale-free number text.
      0.2  output files (checks, atomic replacement, signal cleanup), non-blocking inputs.
      0.1  first version: tokenizer, shards, loader, bt_tokenize tool.
@@ -125,8 +143,16 @@ BT_DATA_DEF int bt_vmsgf(char *buf, size_t n, const char *fmt, va_list ap);
 typedef struct bt_tokenizer bt_tokenizer;
 
 BT_DATA_DEF bt_tokenizer *bt_tokenizer_load(const char *encoder_json_path, const char *vocab_bpe_path);
+/* A byte-level BPE from a Hugging Face tokenizer.json (GPT-2's, Llama 3's, or one trained the same
+   way: see WHAT IT DOES, 1). Encodes as tokenizers' encode(text, add_special_tokens=False) does,
+   except that added tokens are never matched in the text. NULL + bt_data_error() naming the file
+   and the problem (an unsupported pre-tokenizer, a merge of unknown tokens, an id out of range). */
+BT_DATA_DEF bt_tokenizer *bt_tokenizer_load_hf(const char *tokenizer_json_path);
 BT_DATA_DEF void bt_tokenizer_free(bt_tokenizer *t);               /* NULL is a no-op */
-BT_DATA_DEF int  bt_tokenizer_vocab_size(const bt_tokenizer *t);    /* 50257 for GPT-2 */
+BT_DATA_DEF int  bt_tokenizer_vocab_size(const bt_tokenizer *t);    /* 50257 for GPT-2, 128256 for Llama 3 */
+/* The id of a token by its text: an added (special) token's content ("<|end_of_text|>"), else the
+   token whose bytes are text ("<|endoftext|>" in encoder.json). -1 + bt_data_error() if none. */
+BT_DATA_DEF int32_t bt_tokenizer_token_id(const bt_tokenizer *t, const char *text);
 /* Encode len bytes (any bytes; no special tokens are recognised). *ids is BT_MALLOC'd (never
    NULL on success, even for 0 tokens); returns the count, or (size_t)-1 on error (*ids = NULL). */
 BT_DATA_DEF size_t bt_encode(bt_tokenizer *t, const char *text, size_t len, int32_t **ids);
@@ -312,6 +338,32 @@ BT_DATA_DEF void bt_format_double(double v, char *buf, size_t n); /* the shortes
 BT_DATA_DEF int  bt_parse_double(const char *s, double *v);    /* strtod of a '.'-decimal text, all of s consumed; 0 / -1 */
 BT_DATA_DEF int  bt_parse_u64(const char *s, uint64_t *v);     /* decimal digits only, within uint64; 0 / -1 */
 
+/* ---- multiple-choice sets (HellaSwag's JSON lines) ----
+   One item a line: {"ctx": "...", "endings": ["...", ...], "label": k} (other members ignored;
+   HellaSwag's "activity_label", when present, is put before the context as "LABEL: ", the way
+   the evaluation harnesses do). An item's context is encoded as one text and each ending as " " +
+   ending (the space that joins them belongs to the ending's first token, as GPT-2 saw text). An
+   ending is scored by the sum of its tokens' losses given the context (and all before it). */
+#define BT_MC_MAX_ENDINGS 16
+typedef struct {
+    int64_t n_items;
+    int max_endings;          /* the most endings an item has */
+    int64_t max_row;          /* the longest context + ending in tokens */
+    int64_t n_tokens;
+    int32_t *tokens;          /* [n_tokens]: every context's and ending's tokens, one after another */
+    int64_t *ctx_off;         /* [n_items] where an item's context starts in tokens */
+    int32_t *ctx_len;         /* [n_items] */
+    int32_t *n_endings;       /* [n_items] 2..BT_MC_MAX_ENDINGS */
+    int64_t *end_off;         /* [n_items * max_endings]: ending j of item i at [i * max_endings + j] */
+    int32_t *end_len;         /* [n_items * max_endings] (>= 1) */
+    int32_t *label;           /* [n_items] the right ending, 0 .. n_endings - 1 */
+} bt_mc_set;
+/* Reads and encodes path. 0, or -1 with bt_data_error() naming the file and line (not JSON, a
+   missing or mistyped member, a label out of range, an ending that encodes to no token, fewer
+   than 2 or more than BT_MC_MAX_ENDINGS endings, no item at all). */
+BT_DATA_DEF int  bt_mc_load(bt_mc_set *s, const char *path, bt_tokenizer *tok);
+BT_DATA_DEF void bt_mc_free(bt_mc_set *s);   /* safe on a zeroed or freed set */
+
 #ifdef __cplusplus
 }
 #endif
@@ -328,12 +380,13 @@ BT_DATA_DEF int  bt_parse_u64(const char *s, uint64_t *v);     /* decimal digits
      1. Common: allocation, errors, hashing, RNG
      2. Files: inputs, output checks, atomic replacement, the registry of temporaries
      3. Unicode classes (generated table) and UTF-8 decoding
-     4. Tokenizer loading: encoder.json, vocab.bpe, the byte alphabet
+     4. Tokenizer loading: encoder.json, vocab.bpe, the byte alphabet; tokenizer.json
      5. BPE: heap-ordered merges of one piece, the piece cache
-     6. Pre-tokenizer and encode / decode
+     6. Pre-tokenizers (GPT-2's, Llama 3's) and encode / decode
      7. Shards
      8. Loader
      9. JSON and text
+    10. Multiple-choice sets
    ================================================================================================ */
 #ifdef BT_DATA_IMPLEMENTATION
 #ifndef BT_DATA_IMPLEMENTATION_DONE
@@ -1076,6 +1129,11 @@ static int bt__gpt2_char_to_byte(uint32_t cp) {
 #define BT__CACHE_MAX_PIECE 64          /* longer pieces are encoded every time, not cached */
 #define BT__CACHE_MAX_ENTRIES (1u << 19)
 
+/* token bytes -> id: open addressing over ids (-1 empty), hashed by the token's bytes */
+typedef struct { int32_t *slot; size_t mask; } bt__tokmap;
+
+enum { BT__PRETOK_GPT2 = 0, BT__PRETOK_LLAMA3 = 1 };
+
 typedef struct {     /* a cached piece: its bytes and token ids live in the two arenas */
     uint64_t hash;
     uint32_t key_off, val_off;
@@ -1091,6 +1149,10 @@ struct bt_tokenizer {
     uint64_t *mkey, *mval;
     size_t mmask, nmerges;
     uint8_t cls_low[0x800];      /* class of code points below U+0800 (the bisection is skipped) */
+    bt__tokmap vmap;             /* the model's tokens (not added-only ones): bytes -> id */
+    int pretok;                  /* BT__PRETOK_GPT2 / BT__PRETOK_LLAMA3: the split pattern */
+    int ignore_merges;           /* tokenizer.json's model.ignore_merges: a piece in vmap is one token */
+    int32_t *added; size_t nadded;   /* tokenizer.json's added_tokens, by id (bt_tokenizer_token_id) */
     /* the piece cache */
     bt__cache_entry *cache;
     size_t cache_mask, cache_n;
@@ -1112,8 +1174,6 @@ static int bt__merge_lookup(const bt_tokenizer *t, int32_t a, int32_t b, uint32_
     }
 }
 
-/* token bytes -> id, used while loading only */
-typedef struct { int32_t *slot; size_t mask; } bt__tokmap;
 
 static int32_t bt__tokmap_find(const bt__tokmap *m, const bt_tokenizer *t, const unsigned char *s, size_t n) {
     size_t i = (size_t)(bt__hash_bytes(s, n) & m->mask);
@@ -1349,6 +1409,8 @@ static int bt__load_merges(bt_tokenizer *t, const char *path) {
         bt__seterr("%s:%zu: character U+%04X is not in GPT-2's byte alphabet", path, lineno, (unsigned)badcp);
         goto done;
     }
+    t->vmap = m;        /* kept: bt_tokenizer_token_id */
+    m.slot = NULL;
     rc = 0;
 done:
     bt__dfree(m.slot); bt__dfree(tmp); bt__dfree(buf);
@@ -1360,6 +1422,7 @@ BT_DATA_DEF void bt_tokenizer_free(bt_tokenizer *t) {
     bt__dfree(t->tok_bytes); bt__dfree(t->tok_off); bt__dfree(t->mkey); bt__dfree(t->mval);
     bt__dfree(t->cache); bt__dfree(t->ckeys); bt__dfree(t->cvals);
     bt__dfree(t->s_id); bt__dfree(t->s_next); bt__dfree(t->s_prev); bt__dfree(t->s_pos); bt__dfree(t->heap);
+    bt__dfree(t->vmap.slot); bt__dfree(t->added);
     bt__dfree(t);
 }
 
@@ -1376,6 +1439,314 @@ BT_DATA_DEF bt_tokenizer *bt_tokenizer_load(const char *encoder_json_path, const
 }
 
 BT_DATA_DEF int bt_tokenizer_vocab_size(const bt_tokenizer *t) { return t ? t->vocab : 0; }
+
+/* -- tokenizer.json (Hugging Face tokenizers): a byte-level BPE --
+   model: {"type": "BPE", "vocab": {token: id}, "merges": ["A B", ...] or [["A", "B"], ...],
+   "ignore_merges": bool}, with tokens in GPT-2's byte alphabet; added_tokens: [{"id", "content"}];
+   pre_tokenizer: ByteLevel (use_regex: GPT-2's pattern) or Sequence [Split (Regex: GPT-2's or
+   Llama 3's pattern, Isolated), ByteLevel (use_regex false)]; normalizer null; decoder ByteLevel. */
+#define BT__GPT2_PATTERN "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
+#define BT__LLAMA3_PATTERN "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+
+static const char *bt__jstr(const bt_json *v) { return v && v->type == BT_JSON_STRING ? v->str : NULL; }
+static int bt__jnull(const bt_json *v) { return !v || v->type == BT_JSON_NULL; }
+
+/* s[0..n), characters of GPT-2's byte alphabet, as bytes appended to out (room for n more);
+   -1 and *badcp at a character outside it */
+static int bt__bytelevel_bytes(const char *s, size_t n, unsigned char *out, size_t *on, uint32_t *badcp) {
+    size_t i = 0;
+    while (i < n) {
+        uint32_t cp;
+        int b;
+        i += bt__utf8_unit((const unsigned char *)s, n, i, &cp);
+        if ((b = bt__gpt2_char_to_byte(cp)) < 0) { *badcp = cp; return -1; }
+        out[(*on)++] = (unsigned char)b;
+    }
+    return 0;
+}
+
+/* t->vmap over the ids with in_model[id] set (all ids when in_model is NULL) */
+static int bt__vmap_build(bt_tokenizer *t, const unsigned char *in_model) {
+    size_t cap, i;
+    for (cap = 1024; cap < 2 * (size_t)t->vocab; cap *= 2) {}
+    if (!(t->vmap.slot = (int32_t *)bt__dmalloc(cap * sizeof(int32_t)))) return -1;
+    t->vmap.mask = cap - 1;
+    memset(t->vmap.slot, 0xFF, cap * sizeof(int32_t));
+    for (i = 0; i < (size_t)t->vocab; i++) {
+        const unsigned char *s = t->tok_bytes + t->tok_off[i];
+        size_t n = t->tok_off[i + 1] - t->tok_off[i], h;
+        if ((in_model && !in_model[i]) || bt__tokmap_find(&t->vmap, t, s, n) >= 0) continue;
+        for (h = (size_t)(bt__hash_bytes(s, n) & t->vmap.mask); t->vmap.slot[h] >= 0; h = (h + 1) & t->vmap.mask) {}
+        t->vmap.slot[h] = (int32_t)i;
+    }
+    return 0;
+}
+
+/* the id of a model.vocab or added_tokens entry: an integer in 0..cap-1, else -1 + error */
+static int64_t bt__hf_id(const char *path, const char *what, const char *name, const bt_json *v, size_t cap) {
+    int64_t id;
+    if (bt_json_i64(v, &id) || id < 0 || (uint64_t)id >= cap) {
+        bt__seterr("%s: %s \"%.80s\": id %.40s is out of range (the file has at most %zu tokens, so ids must be 0..%zu)",
+                   path, what, name, v && v->type == BT_JSON_NUMBER ? v->str : "(not a number)", cap, cap - 1);
+        return -1;
+    }
+    return id;
+}
+
+/* model.vocab and added_tokens -> t->vocab, tok_off, tok_bytes (an added token's bytes are its
+   content), t->added; *in_model: per id, whether model.vocab has it. Ids must be 0..N-1. */
+static int bt__hf_vocab(bt_tokenizer *t, const char *path, const bt_json *vocab, const bt_json *added, unsigned char **in_model) {
+    size_t nv, na, cap, i, n = 0, nbytes = 0, o = 0;
+    const bt_json *c, **by_id = NULL;
+    unsigned char *kind = NULL;   /* per id: 1 model.vocab, 2 added, 3 both */
+    int64_t id;
+    uint32_t badcp = 0;
+    *in_model = NULL;
+    if (!vocab || vocab->type != BT_JSON_OBJECT) { bt__seterr("%s: model.vocab is missing or not an object of token -> id", path); return -1; }
+    if (added && added->type != BT_JSON_ARRAY && added->type != BT_JSON_NULL) { bt__seterr("%s: added_tokens is not an array", path); return -1; }
+    nv = vocab->n; na = added && added->type == BT_JSON_ARRAY ? added->n : 0;
+    cap = nv + na;
+    if (nv < 256 || cap > (1u << 24)) { bt__seterr("%s: model.vocab has %zu tokens (expected 256 .. 2^24)", path, nv); return -1; }
+    by_id = (const bt_json **)bt__dmalloc(cap * sizeof *by_id);
+    kind = (unsigned char *)bt__dmalloc(cap);
+    t->added = (int32_t *)bt__dmalloc((na ? na : 1) * sizeof(int32_t));
+    if (!by_id || !kind || !t->added) { bt__seterr("%s: out of memory", path); goto fail; }
+    memset(kind, 0, cap);
+    for (c = vocab->child; c; c = c->next) {
+        if ((id = bt__hf_id(path, "model.vocab token", c->key, c, cap)) < 0) goto fail;
+        if (kind[id]) { bt__seterr("%s: model.vocab: id %lld is given to both \"%.80s\" and \"%.80s\"", path, (long long)id, by_id[id]->key, c->key); goto fail; }
+        if (c->key_len == 0) { bt__seterr("%s: model.vocab: an empty token (id %lld)", path, (long long)id); goto fail; }
+        kind[id] = 1; by_id[id] = c; nbytes += c->key_len; n++;
+    }
+    for (c = added && na ? added->child : NULL; c; c = c->next) {
+        const char *content = bt__jstr(bt_json_get(c, "content"));
+        const bt_json *cc = bt_json_get(c, "content");
+        if (!content || !cc->len) { bt__seterr("%s: added_tokens[%zu]: no \"content\" string", path, t->nadded); goto fail; }
+        if ((id = bt__hf_id(path, "added token", content, bt_json_get(c, "id"), cap)) < 0) goto fail;
+        if (kind[id] & 2) { bt__seterr("%s: added_tokens: id %lld is given to both \"%.80s\" and \"%.80s\"", path, (long long)id, bt__jstr(bt_json_get(by_id[id], "content")), content); goto fail; }
+        if (kind[id] & 1) {   /* the model's token too: the same bytes, or decode would disagree with encode */
+            unsigned char *tmp = (unsigned char *)bt__dmalloc(by_id[id]->key_len + 1);
+            size_t tn = 0;
+            int same = tmp && !bt__bytelevel_bytes(by_id[id]->key, by_id[id]->key_len, tmp, &tn, &badcp) && tn == cc->len && !memcmp(tmp, content, tn);
+            bt__dfree(tmp);
+            if (!same) {
+                bt__seterr("%s: added token \"%.80s\" has id %lld, which model.vocab gives to another token, \"%.80s\"", path, content, (long long)id, by_id[id]->key);
+                goto fail;
+            }
+            kind[id] = 3;
+        } else { kind[id] = 2; by_id[id] = c; nbytes += cc->len; n++; }
+        t->added[t->nadded++] = (int32_t)id;
+    }
+    for (i = n; i < cap; i++)   /* n tokens: every one of them below n */
+        if (kind[i]) {
+            const char *name = kind[i] & 1 ? by_id[i]->key : bt__jstr(bt_json_get(by_id[i], "content"));
+            bt__seterr("%s: token \"%.80s\": id %zu is out of range (the file has %zu tokens, so ids must be 0..%zu)", path, name, i, n, n - 1);
+            goto fail;
+        }
+    t->vocab = (int)n;
+    t->tok_off = (uint32_t *)bt__dmalloc((n + 1) * sizeof(uint32_t));
+    t->tok_bytes = (unsigned char *)bt__dmalloc(nbytes ? nbytes : 1);
+    if (!t->tok_off || !t->tok_bytes) { bt__seterr("%s: out of memory", path); goto fail; }
+    for (i = 0; i < n; i++) {
+        t->tok_off[i] = (uint32_t)o;
+        if (kind[i] & 1) {
+            if (bt__bytelevel_bytes(by_id[i]->key, by_id[i]->key_len, t->tok_bytes, &o, &badcp)) {
+                bt__seterr("%s: model.vocab token \"%.80s\" (id %zu): character U+%04X is not in GPT-2's byte alphabet", path, by_id[i]->key, i, (unsigned)badcp);
+                goto fail;
+            }
+        } else {
+            const bt_json *cc = bt_json_get(by_id[i], "content");
+            memcpy(t->tok_bytes + o, cc->str, cc->len);
+            o += cc->len;
+        }
+    }
+    t->tok_off[n] = (uint32_t)o;
+    for (i = 0; i < n; i++) kind[i] &= 1;
+    bt__dfree(by_id);
+    *in_model = kind;
+    return 0;
+fail:
+    bt__dfree(by_id); bt__dfree(kind);
+    return -1;
+}
+
+/* set the merge a + b -> ab at rank; a pair listed again takes its last rank, as tokenizers'
+   HashMap does */
+static void bt__merge_set(bt_tokenizer *t, int32_t a, int32_t b, uint32_t rank, int32_t ab) {
+    uint64_t key = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
+    size_t h = (size_t)(bt__mix64(key) & t->mmask);
+    while (t->mkey[h] && t->mkey[h] != key) h = (h + 1) & t->mmask;
+    if (!t->mkey[h]) { t->mkey[h] = key; t->nmerges++; }
+    t->mval[h] = ((uint64_t)rank << 32) | (uint32_t)ab;
+}
+
+static int bt__hf_merges(bt_tokenizer *t, const char *path, const bt_json *merges) {
+    size_t cap, r = 0, tcap = 0;
+    const bt_json *m;
+    unsigned char *tmp = NULL;
+    if (!merges || merges->type != BT_JSON_ARRAY) { bt__seterr("%s: model.merges is missing or not an array", path); return -1; }
+    if (merges->n >= (1u << 31)) { bt__seterr("%s: %zu merges (at most 2^31)", path, merges->n); return -1; }
+    for (cap = 1024; cap < 2 * merges->n; cap *= 2) {}
+    t->mmask = cap - 1;
+    t->mkey = (uint64_t *)bt__dmalloc(cap * sizeof(uint64_t));
+    t->mval = (uint64_t *)bt__dmalloc(cap * sizeof(uint64_t));
+    if (!t->mkey || !t->mval) { bt__seterr("%s: out of memory", path); return -1; }
+    memset(t->mkey, 0, cap * sizeof(uint64_t));
+    for (m = merges->child; m; m = m->next, r++) {
+        const char *a = NULL, *b = NULL, *sp;
+        size_t la = 0, lb = 0, na = 0, nb;
+        uint32_t badcp = 0;
+        int32_t ia, ib, iab;
+        if (m->type == BT_JSON_STRING && (sp = (const char *)memchr(m->str, ' ', m->len)) != NULL && !memchr(sp + 1, ' ', m->len - (size_t)(sp + 1 - m->str))) {
+            a = m->str; la = (size_t)(sp - m->str); b = sp + 1; lb = m->len - la - 1;
+        } else if (m->type == BT_JSON_ARRAY && m->n == 2 && m->child->type == BT_JSON_STRING && m->child->next->type == BT_JSON_STRING) {
+            a = m->child->str; la = m->child->len; b = m->child->next->str; lb = m->child->next->len;
+        }
+        if (!a || !la || !lb) { bt__seterr("%s: model.merges[%zu]: expected \"A B\" (one space) or [\"A\", \"B\"], two non-empty tokens", path, r); goto fail; }
+        if (bt__grow((void **)&tmp, &tcap, la + lb, 1)) { bt__seterr("%s: out of memory", path); goto fail; }
+        if (bt__bytelevel_bytes(a, la, tmp, &na, &badcp) || (nb = na, bt__bytelevel_bytes(b, lb, tmp, &nb, &badcp))) {
+            bt__seterr("%s: model.merges[%zu]: character U+%04X is not in GPT-2's byte alphabet", path, r, (unsigned)badcp); goto fail;
+        }
+        ia = bt__tokmap_find(&t->vmap, t, tmp, na);
+        ib = bt__tokmap_find(&t->vmap, t, tmp + na, nb - na);
+        iab = bt__tokmap_find(&t->vmap, t, tmp, nb);
+        if (ia < 0 || ib < 0 || iab < 0) {
+            bt__seterr("%s: model.merges[%zu] (\"%.*s\" + \"%.*s\"): %s is not in model.vocab", path, r, (int)(la < 80 ? la : 80), a,
+                       (int)(lb < 80 ? lb : 80), b, ia < 0 ? "the left token" : ib < 0 ? "the right token" : "the merged token");
+            goto fail;
+        }
+        bt__merge_set(t, ia, ib, (uint32_t)r, iab);
+    }
+    bt__dfree(tmp);
+    return 0;
+fail:
+    bt__dfree(tmp);
+    return -1;
+}
+
+/* one step of pre_tokenizer: ByteLevel or Split. *split: -1 none yet, else a BT__PRETOK_ */
+static int bt__hf_pretok_step(const char *path, const bt_json *p, int *split, int *bytelevel) {
+    const char *type = bt__jstr(bt_json_get(p, "type"));
+    if (type && !strcmp(type, "ByteLevel")) {
+        const bt_json *aps = bt_json_get(p, "add_prefix_space"), *ur = bt_json_get(p, "use_regex");
+        if (aps && aps->type != BT_JSON_FALSE) { bt__seterr("%s: pre_tokenizer ByteLevel: add_prefix_space must be false (bt_data.h adds no space before a text)", path); return -1; }
+        if (*bytelevel) { bt__seterr("%s: pre_tokenizer: two ByteLevel steps", path); return -1; }
+        *bytelevel = 1;
+        if (ur && ur->type == BT_JSON_FALSE) return 0;
+        if (ur && ur->type != BT_JSON_TRUE) { bt__seterr("%s: pre_tokenizer ByteLevel: use_regex is not a boolean", path); return -1; }
+        if (*split >= 0) { bt__seterr("%s: pre_tokenizer: ByteLevel with use_regex true after a Split (two splits are not supported)", path); return -1; }
+        *split = BT__PRETOK_GPT2;
+        return 0;
+    }
+    if (type && !strcmp(type, "Split")) {
+        const char *re = bt__jstr(bt_json_get(bt_json_get(p, "pattern"), "Regex")), *beh = bt__jstr(bt_json_get(p, "behavior"));
+        const bt_json *inv = bt_json_get(p, "invert");
+        if (!re) { bt__seterr("%s: pre_tokenizer Split: the pattern must be {\"Regex\": ...} (a String pattern is not supported)", path); return -1; }
+        if (!beh || strcmp(beh, "Isolated") || (inv && inv->type != BT_JSON_FALSE)) {
+            bt__seterr("%s: pre_tokenizer Split: only behavior \"Isolated\" with invert false is supported (got %s%s)", path, beh ? beh : "no behavior", inv && inv->type != BT_JSON_FALSE ? ", invert" : "");
+            return -1;
+        }
+        if (*split >= 0 || *bytelevel) { bt__seterr("%s: pre_tokenizer: a Split %s (only one split, before ByteLevel, is supported)", path, *bytelevel ? "after ByteLevel" : "after another split"); return -1; }
+        if (!strcmp(re, BT__LLAMA3_PATTERN)) *split = BT__PRETOK_LLAMA3;
+        else if (!strcmp(re, BT__GPT2_PATTERN)) *split = BT__PRETOK_GPT2;
+        else {
+            bt__seterr("%s: pre_tokenizer Split: unsupported regex \"%.100s\": bt_data.h matches two patterns by hand, GPT-2's \"%s\" and Llama 3's \"%s\"",
+                       path, re, BT__GPT2_PATTERN, BT__LLAMA3_PATTERN);
+            return -1;
+        }
+        return 0;
+    }
+    bt__seterr("%s: pre_tokenizer: unsupported type \"%.60s\" (supported: ByteLevel, Split, Sequence of them)", path, type ? type : "(none)");
+    return -1;
+}
+
+static int bt__hf_pretok(bt_tokenizer *t, const char *path, const bt_json *p) {
+    int split = -1, bytelevel = 0;
+    const char *type = bt__jstr(bt_json_get(p, "type"));
+    if (bt__jnull(p)) { bt__seterr("%s: no pre_tokenizer (a byte-level BPE needs ByteLevel)", path); return -1; }
+    if (type && !strcmp(type, "Sequence")) {
+        const bt_json *list = bt_json_get(p, "pretokenizers"), *c;
+        if (!list || list->type != BT_JSON_ARRAY) { bt__seterr("%s: pre_tokenizer Sequence without a \"pretokenizers\" array", path); return -1; }
+        for (c = list->child; c; c = c->next)
+            if (bt__hf_pretok_step(path, c, &split, &bytelevel)) return -1;
+    } else if (bt__hf_pretok_step(path, p, &split, &bytelevel)) return -1;
+    if (!bytelevel) { bt__seterr("%s: pre_tokenizer has no ByteLevel step (bt_data.h reads byte-level BPEs only)", path); return -1; }
+    if (split < 0) { bt__seterr("%s: pre_tokenizer does not split the text (ByteLevel use_regex false needs a Split before it)", path); return -1; }
+    t->pretok = split;
+    return 0;
+}
+
+/* model's other fields, the normalizer and the decoder: what bt_data.h does not implement is refused */
+static int bt__hf_options(bt_tokenizer *t, const char *path, const bt_json *root, const bt_json *model) {
+    const char *type = bt__jstr(bt_json_get(model, "type")), *k;
+    const bt_json *im = bt_json_get(model, "ignore_merges"), *dec = bt_json_get(root, "decoder");
+    const char *fix[2] = {"continuing_subword_prefix", "end_of_word_suffix"};
+    int i;
+    if (!type || strcmp(type, "BPE")) { bt__seterr("%s: model.type is \"%.40s\": only \"BPE\" is supported", path, type ? type : "(none)"); return -1; }
+    if (!bt__jnull(bt_json_get(model, "dropout"))) { bt__seterr("%s: model.dropout is set: BPE dropout is not supported", path); return -1; }
+    for (i = 0; i < 2; i++) {
+        const bt_json *v = bt_json_get(model, fix[i]);
+        if (!bt__jnull(v) && !(v->type == BT_JSON_STRING && v->len == 0)) { bt__seterr("%s: model.%s is set: not supported in a byte-level BPE", path, fix[i]); return -1; }
+    }
+    if (im && im->type != BT_JSON_TRUE && im->type != BT_JSON_FALSE) { bt__seterr("%s: model.ignore_merges is not a boolean", path); return -1; }
+    t->ignore_merges = im && im->type == BT_JSON_TRUE;
+    if (!bt__jnull(bt_json_get(root, "normalizer"))) { bt__seterr("%s: a normalizer is set: not supported (Llama 3's and GPT-2's are null)", path); return -1; }
+    k = bt__jstr(bt_json_get(dec, "type"));
+    if (!bt__jnull(dec) && (!k || strcmp(k, "ByteLevel"))) { bt__seterr("%s: decoder \"%.40s\": only ByteLevel (or none) is supported", path, k ? k : "?"); return -1; }
+    return 0;
+}
+
+BT_DATA_DEF bt_tokenizer *bt_tokenizer_load_hf(const char *path) {
+    size_t len = 0, i;
+    char *buf;
+    bt_json_doc *doc = NULL;
+    const bt_json *root, *model;
+    unsigned char *in_model = NULL;
+    bt_tokenizer *t = NULL;
+    uint32_t cp;
+    if (!path) { bt__seterr("bt_tokenizer_load_hf: NULL path"); return NULL; }
+    if (!(buf = bt__read_file(path, &len))) return NULL;
+    doc = bt_json_parse(buf, len, 0);
+    bt__dfree(buf);
+    if (!doc) { bt__seterr("%s: %s", path, bt_data_error()); return NULL; }
+    root = bt_json_root(doc);
+    model = bt_json_get(root, "model");
+    if (!model || model->type != BT_JSON_OBJECT) { bt__seterr("%s: no \"model\" object: not a tokenizer.json", path); goto fail; }
+    if (!(t = (bt_tokenizer *)bt__dmalloc(sizeof *t))) { bt__seterr("%s: out of memory", path); goto fail; }
+    memset(t, 0, sizeof *t);
+    if (bt__hf_options(t, path, root, model) || bt__hf_pretok(t, path, bt_json_get(root, "pre_tokenizer")) || bt__hf_vocab(t, path, bt_json_get(model, "vocab"), bt_json_get(root, "added_tokens"), &in_model)) goto fail;
+    if (bt__vmap_build(t, in_model)) { bt__seterr("%s: out of memory", path); goto fail; }
+    for (i = 0; i < 256; i++) {
+        unsigned char b = (unsigned char)i;
+        if ((t->byte_id[i] = bt__tokmap_find(&t->vmap, t, &b, 1)) < 0) {
+            bt__seterr("%s: model.vocab has no token for byte 0x%02X (a byte-level BPE needs all 256)", path, (unsigned)i); goto fail;
+        }
+    }
+    if (bt__hf_merges(t, path, bt_json_get(model, "merges"))) goto fail;
+    for (cp = 0; cp < 0x800; cp++) t->cls_low[cp] = (uint8_t)bt__unicode_class(cp);
+    bt__dfree(in_model);
+    bt_json_free(doc);
+    return t;
+fail:
+    bt__dfree(in_model);
+    bt_json_free(doc);
+    bt_tokenizer_free(t);
+    return NULL;
+}
+
+BT_DATA_DEF int32_t bt_tokenizer_token_id(const bt_tokenizer *t, const char *text) {
+    size_t n, i;
+    int32_t id;
+    if (!t || !text) { bt__seterr("bt_tokenizer_token_id: NULL argument"); return -1; }
+    n = strlen(text);
+    for (i = 0; i < t->nadded; i++) {
+        id = t->added[i];
+        if (t->tok_off[id + 1] - t->tok_off[id] == n && !memcmp(t->tok_bytes + t->tok_off[id], text, n)) return id;
+    }
+    if (t->vmap.slot && (id = bt__tokmap_find(&t->vmap, t, (const unsigned char *)text, n)) >= 0) return id;
+    bt__seterr("bt_tokenizer_token_id: no token \"%.100s\" in the vocabulary", text);
+    return -1;
+}
 
 /* ---- 5. BPE ----------------------------------------------------------------------------------- */
 
@@ -1519,7 +1890,7 @@ static void bt__cache_put(bt_tokenizer *t, uint64_t h, const unsigned char *s, s
     t->cache_n++;
 }
 
-/* ---- 6. Pre-tokenizer, encode, decode -------------------------------------------------------- */
+/* ---- 6. Pre-tokenizers (GPT-2, Llama 3), encode, decode -------------------------------------- */
 
 /* the class and length of the unit at s[i] */
 static int bt__unit(const bt_tokenizer *t, const unsigned char *s, size_t n, size_t i, size_t *ulen) {
@@ -1564,6 +1935,47 @@ static size_t bt__piece_end(const bt_tokenizer *t, const unsigned char *s, size_
     }
 }
 
+static int bt__crlf(unsigned char c) { return c == '\r' || c == '\n'; }
+
+/* The end of the piece that starts at i: Llama 3's pattern, alternative by alternative,
+     (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+     \s*[\r\n]+|\s+(?!\S)|\s+
+   Every unit starts a match of one alternative, so pieces tile the text as the matches do. */
+static size_t bt__piece_end_llama3(const bt_tokenizer *t, const unsigned char *s, size_t n, size_t i) {
+    size_t ul, ul2, j, k;
+    int c;
+    if (s[i] == '\'' && i + 1 < n) {   /* contractions in any case; U+017F (long s) folds to s */
+        unsigned a = s[i + 1] | 0x20u, b = i + 2 < n ? s[i + 2] | 0x20u : 0;
+        if (a == 's' || a == 't' || a == 'm' || a == 'd') return i + 2;
+        if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return i + 3;
+        if (s[i + 1] == 0xC5 && i + 2 < n && s[i + 2] == 0xBF) return i + 3;
+    }
+    c = bt__unit(t, s, n, i, &ul);
+    if (c == BT__LETTER) return bt__run(t, s, n, i + ul, BT__LETTER);
+    if (c != BT__NUMBER && !bt__crlf(s[i]) && i + ul < n && bt__unit(t, s, n, i + ul, &ul2) == BT__LETTER)
+        return bt__run(t, s, n, i + ul + ul2, BT__LETTER);   /* one non-letter, non-digit, then letters */
+    if (c == BT__NUMBER) {                                     /* at most three digits */
+        for (j = i + ul, k = 1; k < 3 && j < n && bt__unit(t, s, n, j, &ul2) == BT__NUMBER; k++) j += ul2;
+        return j;
+    }
+    if (c == BT__OTHER || (s[i] == ' ' && i + 1 < n && bt__unit(t, s, n, i + 1, &ul2) == BT__OTHER)) {
+        j = bt__run(t, s, n, c == BT__OTHER ? i + ul : i + 1 + ul2, BT__OTHER);
+        while (j < n && bt__crlf(s[j])) j++;                  /* " ?[^\s\p{L}\p{N}]+[\r\n]*" */
+        return j;
+    }
+    /* white space: up to its last \r or \n when it has one ("\s*[\r\n]+"); else as GPT-2's */
+    {
+        size_t last = i, nl = 0;
+        for (j = i; j < n && bt__unit(t, s, n, j, &ul) == BT__SPACE; j += ul) {
+            if (bt__crlf(s[j])) nl = j + 1;
+            last = j;
+        }
+        if (nl) return nl;
+        if (j == n || last == i) return j;
+        return last;
+    }
+}
+
 BT_DATA_DEF size_t bt_encode_append(bt_tokenizer *t, const char *text, size_t len, int32_t **ids, size_t n, size_t *cap) {
     const unsigned char *s = (const unsigned char *)text;
     size_t i = 0;
@@ -1573,7 +1985,7 @@ BT_DATA_DEF size_t bt_encode_append(bt_tokenizer *t, const char *text, size_t le
         bt__seterr("bt_encode: out of memory for %zu bytes of text", len); return (size_t)-1;
     }
     while (i < len) {
-        size_t e = bt__piece_end(t, s, len, i), k = e - i, nid;
+        size_t e = t->pretok == BT__PRETOK_LLAMA3 ? bt__piece_end_llama3(t, s, len, i) : bt__piece_end(t, s, len, i), k = e - i, nid;
         const int32_t *hit;
         uint64_t h;
         int32_t *out = *ids + n;
@@ -1584,7 +1996,8 @@ BT_DATA_DEF size_t bt_encode_append(bt_tokenizer *t, const char *text, size_t le
             if (hit) { memcpy(out, hit, nid * sizeof(int32_t)); n += nid; i = e; continue; }
         } else h = 0;
         if (bt__bpe_scratch(t, k)) { bt__seterr("bt_encode: out of memory for a %zu-byte piece", k); return (size_t)-1; }
-        nid = bt__bpe(t, s + i, k, out);
+        if (t->ignore_merges && (out[0] = bt__tokmap_find(&t->vmap, t, s + i, k)) >= 0) nid = 1;   /* the piece is a token */
+        else nid = bt__bpe(t, s + i, k, out);
         if (k <= BT__CACHE_MAX_PIECE) bt__cache_put(t, h, s + i, k, out, nid);
         n += nid;
         i = e;
@@ -2609,6 +3022,115 @@ BT_DATA_DEF int bt_json_save_flags(bt_json_writer *w, const char *path, int flag
     return 0;
 }
 BT_DATA_DEF int bt_json_save(bt_json_writer *w, const char *path) { return bt_json_save_flags(w, path, 0); }
+
+/* ---- 10. Multiple-choice sets ----------------------------------------------------------------- */
+
+BT_DATA_DEF void bt_mc_free(bt_mc_set *s) {
+    if (!s) return;
+    bt__dfree(s->tokens); bt__dfree(s->ctx_off); bt__dfree(s->ctx_len); bt__dfree(s->n_endings);
+    bt__dfree(s->end_off); bt__dfree(s->end_len); bt__dfree(s->label);
+    memset(s, 0, sizeof *s);
+}
+
+BT_DATA_DEF int bt_mc_load(bt_mc_set *s, const char *path, bt_tokenizer *tok) {
+    size_t len = 0, ntok = 0, tcap = 0, icap[4] = {0, 0, 0, 0}, ecap[2] = {0, 0}, at = 0;
+    char *buf, *text = NULL;
+    int64_t line = 0;
+    int rc = -1;
+    memset(s, 0, sizeof *s);
+    s->max_endings = BT_MC_MAX_ENDINGS;   /* the rows' stride while reading; shrunk at the end */
+    if (!tok) { bt__seterr("%s: bt_mc_load: no tokenizer", path); return -1; }
+    if (!(buf = bt__read_file(path, &len))) return -1;
+    while (at < len) {
+        size_t end = at, tlen;
+        bt_json_doc *d = NULL;
+        const bt_json *root, *ctx, *ends, *lab, *act, *e;
+        int64_t labv, i = s->n_items;
+        int k;
+        while (end < len && buf[end] != '\n') end++;
+        line++;
+        {
+            size_t a = at;
+            at = end + 1;
+            while (a < end && (buf[a] == ' ' || buf[a] == '\t' || buf[a] == '\r')) a++;
+            if (a == end) continue;   /* blank lines are allowed */
+            if (!(d = bt_json_parse(buf + a, end - a, 0))) { bt__seterr("%s:%lld: %s", path, (long long)line, bt_data_error()); goto done; }
+        }
+        root = bt_json_root(d);
+        ctx = bt_json_get(root, "ctx"); ends = bt_json_get(root, "endings"); lab = bt_json_get(root, "label");
+        act = bt_json_get(root, "activity_label");
+        {
+            const char *bad = root->type != BT_JSON_OBJECT ? "the line is not a JSON object"
+                : !ctx || ctx->type != BT_JSON_STRING ? "no string member \"ctx\""
+                : !ends || ends->type != BT_JSON_ARRAY ? "no array member \"endings\""
+                : !lab ? "no member \"label\""
+                : act && act->type != BT_JSON_STRING ? "\"activity_label\" is not a string"
+                : ends->n < 2 || ends->n > BT_MC_MAX_ENDINGS ? "\"endings\" must hold 2 to 16 endings" : NULL;
+            /* HellaSwag writes its label as a number; some copies as a string of digits */
+            if (!bad && lab->type == BT_JSON_STRING) { uint64_t u; labv = bt_parse_u64(lab->str, &u) || u > 1000 ? -1 : (int64_t)u; }
+            else if (!bad && bt_json_i64(lab, &labv)) labv = -1;
+            if (!bad && (labv < 0 || labv >= (int64_t)ends->n)) bad = "\"label\" is not the index of an ending";
+            for (e = bad ? NULL : ends->child; e && !bad; e = e->next) if (e->type != BT_JSON_STRING) bad = "an ending is not a string";
+            if (bad) { bt__seterr("%s:%lld: %s", path, (long long)line, bad); bt_json_free(d); goto done; }
+        }
+        if (bt__grow((void **)&s->ctx_off, &icap[0], (size_t)i + 1, sizeof *s->ctx_off) ||
+            bt__grow((void **)&s->ctx_len, &icap[1], (size_t)i + 1, sizeof *s->ctx_len) ||
+            bt__grow((void **)&s->n_endings, &icap[2], (size_t)i + 1, sizeof *s->n_endings) ||
+            bt__grow((void **)&s->label, &icap[3], (size_t)i + 1, sizeof *s->label) ||
+            bt__grow((void **)&s->end_off, &ecap[0], ((size_t)i + 1) * BT_MC_MAX_ENDINGS, sizeof *s->end_off) ||
+            bt__grow((void **)&s->end_len, &ecap[1], ((size_t)i + 1) * BT_MC_MAX_ENDINGS, sizeof *s->end_len)) goto oom;
+        /* the context: "LABEL: ctx" when the activity label is there */
+        tlen = (act ? act->len + 2 : 0) + ctx->len;
+        bt__dfree(text);
+        if (!(text = (char *)bt__dmalloc(tlen + 1))) goto oom;
+        if (act) { memcpy(text, act->str, act->len); memcpy(text + act->len, ": ", 2); }
+        memcpy(text + (act ? act->len + 2 : 0), ctx->str, ctx->len);
+        s->ctx_off[i] = (int64_t)ntok;
+        if ((ntok = bt_encode_append(tok, text, tlen, &s->tokens, ntok, &tcap)) == (size_t)-1) { bt__seterr("%s:%lld: %s", path, (long long)line, bt_data_error()); bt_json_free(d); goto done; }
+        s->ctx_len[i] = (int32_t)(ntok - (size_t)s->ctx_off[i]);
+        s->n_endings[i] = (int32_t)ends->n;
+        s->label[i] = (int32_t)labv;
+        for (e = ends->child, k = 0; e; e = e->next, k++) {
+            char *et = (char *)bt__dmalloc(e->len + 2);
+            size_t before = ntok;
+            if (!et) goto oom;
+            et[0] = ' ';
+            memcpy(et + 1, e->str, e->len);
+            ntok = bt_encode_append(tok, et, e->len + 1, &s->tokens, ntok, &tcap);
+            bt__dfree(et);
+            if (ntok == (size_t)-1) { bt__seterr("%s:%lld: ending %d: %s", path, (long long)line, k, bt_data_error()); bt_json_free(d); goto done; }
+            s->end_off[i * BT_MC_MAX_ENDINGS + k] = (int64_t)before;
+            s->end_len[i * BT_MC_MAX_ENDINGS + k] = (int32_t)(ntok - before);
+            if (ntok - before + (size_t)s->ctx_len[i] > (size_t)s->max_row) s->max_row = (int64_t)(ntok - before) + s->ctx_len[i];
+        }
+        s->n_items++;
+        bt_json_free(d);
+        if (ntok > (size_t)INT32_MAX * 4) { bt__seterr("%s:%lld: more than 2^33 tokens in a multiple-choice set", path, (long long)line); goto done; }
+    }
+    if (!s->n_items) { bt__seterr("%s: no item (one JSON object a line: ctx, endings, label)", path); goto done; }
+    {   /* the stride: the most endings any item has */
+        int me = 2;
+        int64_t i;
+        int k;
+        for (i = 0; i < s->n_items; i++) if (s->n_endings[i] > me) me = s->n_endings[i];
+        for (i = 0; i < s->n_items; i++)
+            for (k = 0; k < me; k++) {
+                int have = k < s->n_endings[i];
+                s->end_off[i * me + k] = have ? s->end_off[i * BT_MC_MAX_ENDINGS + k] : 0;
+                s->end_len[i * me + k] = have ? s->end_len[i * BT_MC_MAX_ENDINGS + k] : 0;
+            }
+        s->max_endings = me;
+    }
+    s->n_tokens = (int64_t)ntok;
+    rc = 0;
+    goto done;
+oom:
+    bt__seterr("%s:%lld: out of memory", path, (long long)line);
+done:
+    bt__dfree(buf); bt__dfree(text);
+    if (rc) bt_mc_free(s);
+    return rc;
+}
 
 #endif /* BT_DATA_IMPLEMENTATION_DONE */
 #endif /* BT_DATA_IMPLEMENTATION */

@@ -19,7 +19,7 @@
      3. elementwise: unary, scalar affine, broadcasting binary
      4. reductions (sum, mean, max with argmax), sum of squares
      5. softmax / log_softmax
-     6. layernorm
+     6. layernorm and RMSNorm; SwiGLU; RoPE
      7. embedding
      8. fused cross-entropy over a padded vocabulary
      9. attention, causal or not: bt_attention.cuh (sm_80 tensor-core, strict fp32 and sm_90a wgmma
@@ -106,6 +106,22 @@ BTDEF void bt_k_layernorm(bt_dtype dt, void *out, float *mean, float *rstd, cons
 BTDEF void bt_k_layernorm_backward(bt_dtype dt, void *gx, int gx_add, void *gw, void *gb, float *gx_colsum, const void *gout,
                                    const void *x, const void *w, const float *mean, const float *rstd, int64_t rows, int64_t C,
                                    cudaStream_t s);
+/* RMSNorm (Llama) over the last dim C: out = round_T(x rstd) w, rstd = 1 / sqrt(mean x^2 + eps) fp32
+   [rows] saved; w may be NULL. Backward as layernorm's without the mean: gx written or added
+   (gx_add), gw accumulated (+=), gx_colsum as above; the same kernels, deterministic sums. */
+BTDEF void bt_k_rmsnorm(bt_dtype dt, void *out, float *rstd, const void *x, const void *w, int64_t rows, int64_t C, float eps,
+                        cudaStream_t s);
+BTDEF void bt_k_rmsnorm_backward(bt_dtype dt, void *gx, int gx_add, void *gw, float *gx_colsum, const void *gout, const void *x,
+                                 const void *w, const float *rstd, int64_t rows, int64_t C, cudaStream_t s);
+/* SwiGLU on x [rows, 2F] (gate then up): out [rows, F] = round_T(silu(gate)) up; backward writes both
+   halves of gx [rows, 2F] from gout [rows, F] in one pass. f32, f64, bf16, f16. */
+BTDEF void bt_k_swiglu(bt_dtype dt, void *out, const void *x, int64_t rows, int64_t F, cudaStream_t s);
+BTDEF void bt_k_swiglu_backward(bt_dtype dt, void *gx, const void *gout, const void *x, int64_t rows, int64_t F, cudaStream_t s);
+/* RoPE: out (contiguous [B, T, H, D]) = x (element strides xs[0..2] for B, T, H; D's stride 1) with
+   each pair (i, i + D/2) rotated by sign * a, a = float(pos0 + t) * inv_freq[i] in fp32 (inv_freq:
+   D/2 host floats, D <= 512, passed by value). f32, f64, bf16, f16. */
+BTDEF void bt_k_rope(bt_dtype dt, void *out, const void *x, const int64_t *xs, int64_t B, int64_t Tn, int64_t H, int64_t D,
+                     int64_t pos0, const float *inv_freq, int sign, cudaStream_t s);
 
 /* ---- 7. embedding: out[i, :] = table[idx[i], :], table [V, C] ---- */
 /* idx out of [0, V) sets *bad (a device int, may be NULL) to 1 instead of reading out of bounds. */
@@ -1327,8 +1343,12 @@ BTDEF void bt_k_softmax_backward(bt_dtype dt, void *gx, const void *gout, const 
    the grid).
    Fallback: one warp (C <= 1024) or block (larger C) per row re-reading x three times forward;
    backward a row kernel for gx plus a column kernel (32 columns x 8 rows per block, row chunks
-   over grid.y, fp32 partials [splits, C]) for gw, gb, then the same fixed-order add. */
-template <typename T, int NV>
+   over grid.y, fp32 partials [splits, C]) for gw, gb, then the same fixed-order add.
+   RMSNorm (Llama) is the same kernels with RMS = 1: mean = 0 and no b, rstd = 1 / sqrt(mean x^2 +
+   eps), out = round_T(x rstd) w (the cast back before the weight, as transformers), and in the
+   backward the mean_j(wg) term drops out: gx = rstd (wg - xhat mean_j(wg xhat)), gw += sum g xhat.
+   Its dw sums are as deterministic as layernorm's (no atomics on either path). */
+template <typename T, int NV, int RMS>
 __global__ void __launch_bounds__(256) bt__k_layernorm_warp(T *out, float *mean, float *rstd, const T *x, const T *w,
                                                             const T *b, int64_t rows, int C, float eps) {
     const int VE = 16 / sizeof(T);
@@ -1341,7 +1361,7 @@ __global__ void __launch_bounds__(256) bt__k_layernorm_warp(T *out, float *mean,
         for (int i = 0; i < NV; i++)
 #pragma unroll
             for (int e = 0; e < VE; e++) acc += v[i][e];   /* padded lanes hold zeros */
-        float mu = bt__k_wsum(acc) / (float)C;
+        float mu = RMS ? 0.f : bt__k_wsum(acc) / (float)C;
         acc = 0.f;
 #pragma unroll
         for (int i = 0; i < NV; i++)
@@ -1354,7 +1374,7 @@ __global__ void __launch_bounds__(256) bt__k_layernorm_warp(T *out, float *mean,
 #pragma unroll
             for (int i = 0; i < NV; i++)
 #pragma unroll
-                for (int e = 0; e < VE; e++) v[i][e] = (v[i][e] - mu) * rs;
+                for (int e = 0; e < VE; e++) v[i][e] = RMS ? bt__k_tof(bt__k_from<T>(v[i][e] * rs)) : (v[i][e] - mu) * rs;
             if (w) {
                 bt__k_row_ld<T, NV>(wb, w, nvec);
 #pragma unroll
@@ -1382,7 +1402,7 @@ __global__ void __launch_bounds__(256) bt__k_layernorm_warp(T *out, float *mean,
    touches its own columns, stored lane-major, slot (i VE + e) 32 + lane: no synchronization and no
    bank conflicts), then the block sums its 8 warps' regions in warp order. Dynamic shared memory:
    16 regions of NV VE 32 floats when pw != NULL. 256 threads. */
-template <typename T, int NV>
+template <typename T, int NV, int RMS>
 __global__ void __launch_bounds__(256, 3) bt__k_layernorm_bwd_warp(T *gx, int gx_add, float *pw, float *pb, float *pr, const T *g, const T *x,
                                                                 const T *w, const float *mean, const float *rstd, int64_t rows,
                                                                 int C) {
@@ -1403,7 +1423,7 @@ __global__ void __launch_bounds__(256, 3) bt__k_layernorm_bwd_warp(T *gx, int gx
         float gv[NV][VE], xv[NV][VE];
         bt__k_row_ld<T, NV>(gv, g + row * C, nvec);
         bt__k_row_ld<T, NV>(xv, x + row * C, nvec);
-        float mu = mean[row], rs = rstd[row], a = 0.f, bb = 0.f;
+        float mu = RMS ? 0.f : mean[row], rs = rstd[row], a = 0.f, bb = 0.f;
 #pragma unroll
         for (int i = 0; i < NV; i++)
 #pragma unroll
@@ -1429,7 +1449,7 @@ __global__ void __launch_bounds__(256, 3) bt__k_layernorm_bwd_warp(T *gx, int gx
         for (int i = 0; i < NV; i++)
 #pragma unroll
             for (int e = 0; e < VE; e++) { a += gv[i][e]; bb += gv[i][e] * xv[i][e]; }   /* g is zero past nvec */
-        a = bt__k_wsum(a) / (float)C;
+        a = RMS ? 0.f : bt__k_wsum(a) / (float)C;
         bb = bt__k_wsum(bb) / (float)C;
         if (gx) {
 #pragma unroll
@@ -1490,7 +1510,7 @@ __global__ void __launch_bounds__(1024) bt__k_layernorm_bwd_add32(T *gw, T *gb, 
         if (gr) gr[c] = ar;   /* written, not added */
     }
 }
-template <typename T>
+template <typename T, int RMS>
 __global__ void bt__k_layernorm_kernel(T *out, float *mean, float *rstd, const T *x, const T *w, const T *b,
                                        int64_t rows, int64_t C, float eps) {
     __shared__ float sh[32];
@@ -1499,12 +1519,13 @@ __global__ void bt__k_layernorm_kernel(T *out, float *mean, float *rstd, const T
         T *orow = out + row * C;
         float acc = 0.f;
         for (int64_t j = threadIdx.x; j < C; j += blockDim.x) acc += bt__k_tof(xr[j]);
-        float mu = bt__k_rsum(acc, sh) / (float)C;
+        float mu = RMS ? 0.f : bt__k_rsum(acc, sh) / (float)C;
         acc = 0.f;
         for (int64_t j = threadIdx.x; j < C; j += blockDim.x) { float d = bt__k_tof(xr[j]) - mu; acc += d * d; }
         float rs = 1.f / sqrtf(bt__k_rsum(acc, sh) / (float)C + eps);
         for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
             float v = (bt__k_tof(xr[j]) - mu) * rs;
+            if (RMS) v = bt__k_tof(bt__k_from<T>(v));   /* transformers' cast back before the weight */
             if (w) v *= bt__k_tof(w[j]);
             if (b) v += bt__k_tof(b[j]);
             orow[j] = bt__k_from<T>(v);
@@ -1515,18 +1536,18 @@ __global__ void bt__k_layernorm_kernel(T *out, float *mean, float *rstd, const T
         }
     }
 }
-template <typename T>
+template <typename T, int RMS>
 __global__ void bt__k_layernorm_bwd_gx(T *gx, int gx_add, const T *g, const T *x, const T *w, const float *mean,
                                        const float *rstd, int64_t rows, int64_t C) {
     __shared__ float sh[32];
     BT__K_ROW_LOOP(row, rows) {
         const T *gr = g + row * C, *xr = x + row * C;
-        float mu = mean[row], rs = rstd[row], a = 0.f, bb = 0.f;
+        float mu = RMS ? 0.f : mean[row], rs = rstd[row], a = 0.f, bb = 0.f;
         for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
             float wg = bt__k_tof(gr[j]) * (w ? bt__k_tof(w[j]) : 1.f);
             a += wg; bb += wg * (bt__k_tof(xr[j]) - mu) * rs;
         }
-        a = bt__k_rsum(a, sh) / (float)C;
+        a = RMS ? 0.f : bt__k_rsum(a, sh) / (float)C;
         bb = bt__k_rsum(bb, sh) / (float)C;
         for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
             float wg = bt__k_tof(gr[j]) * (w ? bt__k_tof(w[j]) : 1.f), xh = (bt__k_tof(xr[j]) - mu) * rs;
@@ -1535,7 +1556,7 @@ __global__ void bt__k_layernorm_bwd_gx(T *gx, int gx_add, const T *g, const T *x
         }
     }
 }
-template <typename T>
+template <typename T, int RMS>
 __global__ void bt__k_layernorm_bwd_wb(float *pw, float *pb, const T *g, const T *x, const float *mean, const float *rstd,
                                        int64_t rows, int64_t C, int64_t chunk) {
     __shared__ float sw[8][33], sb[8][33];
@@ -1545,7 +1566,7 @@ __global__ void bt__k_layernorm_bwd_wb(float *pw, float *pb, const T *g, const T
     if (c < C)
         for (int64_t r = r0 + ty; r < r1; r += 8) {
             float gv = bt__k_tof(g[r * C + c]);
-            aw += gv * (bt__k_tof(x[r * C + c]) - mean[r]) * rstd[r];
+            aw += gv * (bt__k_tof(x[r * C + c]) - (RMS ? 0.f : mean[r])) * rstd[r];
             ab += gv;
         }
     sw[ty][tx] = aw; sb[ty][tx] = ab;
@@ -1564,26 +1585,37 @@ __global__ void bt__k_layernorm_bwd_add(T *gw, T *gb, const float *pw, const flo
         if (gb) gb[c] = bt__k_from<T>(bt__k_tof(gb[c]) + ab);
     }
 }
-BTDEF void bt_k_layernorm(bt_dtype dt, void *out, float *mean, float *rstd, const void *x, const void *w, const void *b,
-                          int64_t rows, int64_t C, float eps, cudaStream_t s) {
+/* the launchers of layernorm (RMS 0) and RMSNorm (RMS 1: mean and b NULL, gb NULL) */
+template <int RMS>
+static void bt__k_norm(bt_dtype dt, void *out, float *mean, float *rstd, const void *x, const void *w, const void *b,
+                       int64_t rows, int64_t C, float eps, cudaStream_t s) {
     if (rows <= 0 || C <= 0) return;
     dim3 blk; unsigned grid;
     bt__k_rowcfg(rows, C, &blk, &grid);
     BT__K_DISPATCH3(dt, "bt_k_layernorm", {
         if (bt__k_rowfast(C, sizeof(T), out, x, w ? w : x, b ? b : x)) {
             int nv = bt__k_pick_nv(C / (int64_t)(16 / sizeof(T)));
-            BT__K_NV_DISPATCH(nv, bt__k_layernorm_warp<T, NV><<<bt__k_warprows_grid(rows), 256, 0, s>>>(
+            BT__K_NV_DISPATCH(nv, bt__k_layernorm_warp<T, NV, RMS><<<bt__k_warprows_grid(rows), 256, 0, s>>>(
                                       (T *)out, mean, rstd, (const T *)x, (const T *)w, (const T *)b, rows, (int)C, eps))
         } else {
-            bt__k_layernorm_kernel<T><<<grid, blk, 0, s>>>((T *)out, mean, rstd, (const T *)x, (const T *)w, (const T *)b,
+            bt__k_layernorm_kernel<T, RMS><<<grid, blk, 0, s>>>((T *)out, mean, rstd, (const T *)x, (const T *)w, (const T *)b,
                                                            rows, C, eps);
         }
     })
     BT__K_LAUNCHED("bt_k_layernorm");
 }
-BTDEF void bt_k_layernorm_backward(bt_dtype dt, void *gx, int gx_add, void *gw, void *gb, float *gx_colsum, const void *gout,
-                                   const void *x, const void *w, const float *mean, const float *rstd, int64_t rows, int64_t C,
-                                   cudaStream_t s) {
+BTDEF void bt_k_layernorm(bt_dtype dt, void *out, float *mean, float *rstd, const void *x, const void *w, const void *b,
+                          int64_t rows, int64_t C, float eps, cudaStream_t s) {
+    bt__k_norm<0>(dt, out, mean, rstd, x, w, b, rows, C, eps, s);
+}
+BTDEF void bt_k_rmsnorm(bt_dtype dt, void *out, float *rstd, const void *x, const void *w, int64_t rows, int64_t C, float eps,
+                        cudaStream_t s) {
+    bt__k_norm<1>(dt, out, NULL, rstd, x, w, NULL, rows, C, eps, s);
+}
+template <int RMS>
+static void bt__k_norm_backward(bt_dtype dt, void *gx, int gx_add, void *gw, void *gb, float *gx_colsum, const void *gout,
+                                const void *x, const void *w, const float *mean, const float *rstd, int64_t rows, int64_t C,
+                                cudaStream_t s) {
     if (rows <= 0 || C <= 0) return;
     if (gx_colsum && !gx) bt_error("bt_k_layernorm_backward: gx_colsum without gx");
     dim3 blk; unsigned grid;
@@ -1602,9 +1634,9 @@ BTDEF void bt_k_layernorm_backward(bt_dtype dt, void *gx, int gx_add, void *gw, 
             int nv = bt__k_pick_nv(C / (int64_t)(16 / sizeof(T)));
             BT__K_NV_DISPATCH(nv, {
                 if (parts) shb = (size_t)(pr ? 24 : 16) * NV * (16 / sizeof(T)) * 32 * sizeof(float);   /* 8 warps a part */
-                BT__K_CUDA(cudaFuncSetAttribute(bt__k_layernorm_bwd_warp<T, NV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                BT__K_CUDA(cudaFuncSetAttribute(bt__k_layernorm_bwd_warp<T, NV, RMS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 (int)shb), "bt_k_layernorm_backward");
-                bt__k_layernorm_bwd_warp<T, NV><<<(unsigned)nblk, 256, shb, s>>>((T *)gx, gx_add, pw, pb, pr, (const T *)gout,
+                bt__k_layernorm_bwd_warp<T, NV, RMS><<<(unsigned)nblk, 256, shb, s>>>((T *)gx, gx_add, pw, pb, pr, (const T *)gout,
                                                                               (const T *)x, (const T *)w, mean, rstd, rows, (int)C);
             })
             BT__K_LAUNCHED("bt_k_layernorm_backward");
@@ -1622,7 +1654,7 @@ BTDEF void bt_k_layernorm_backward(bt_dtype dt, void *gx, int gx_add, void *gw, 
             int64_t chunk = (rows + splits - 1) / splits;
             splits = (rows + chunk - 1) / chunk;
             if (gx) {
-                bt__k_layernorm_bwd_gx<T><<<grid, blk, 0, s>>>((T *)gx, gx_add, (const T *)gout, (const T *)x, (const T *)w, mean,
+                bt__k_layernorm_bwd_gx<T, RMS><<<grid, blk, 0, s>>>((T *)gx, gx_add, (const T *)gout, (const T *)x, (const T *)w, mean,
                                                                rstd, rows, C);
                 BT__K_LAUNCHED("bt_k_layernorm_backward");
             }
@@ -1632,7 +1664,7 @@ BTDEF void bt_k_layernorm_backward(bt_dtype dt, void *gx, int gx_add, void *gw, 
             }
             if (gw || gb) {
                 float *pw = (float *)bt__k_scratch((size_t)(2 * splits * C) * sizeof(float), s), *pb = pw + splits * C;
-                bt__k_layernorm_bwd_wb<T><<<dim3((unsigned)cb, (unsigned)splits), dim3(32, 8), 0, s>>>(
+                bt__k_layernorm_bwd_wb<T, RMS><<<dim3((unsigned)cb, (unsigned)splits), dim3(32, 8), 0, s>>>(
                     pw, pb, (const T *)gout, (const T *)x, mean, rstd, rows, C, chunk);
                 BT__K_LAUNCHED("bt_k_layernorm_backward");
                 bt__k_layernorm_bwd_add<T><<<bt__k_blocks(C, 256), 256, 0, s>>>((T *)gw, (T *)gb, pw, pb, (int)splits, C);
@@ -1641,6 +1673,126 @@ BTDEF void bt_k_layernorm_backward(bt_dtype dt, void *gx, int gx_add, void *gw, 
             }
         }
     })
+}
+BTDEF void bt_k_layernorm_backward(bt_dtype dt, void *gx, int gx_add, void *gw, void *gb, float *gx_colsum, const void *gout,
+                                   const void *x, const void *w, const float *mean, const float *rstd, int64_t rows, int64_t C,
+                                   cudaStream_t s) {
+    bt__k_norm_backward<0>(dt, gx, gx_add, gw, gb, gx_colsum, gout, x, w, mean, rstd, rows, C, s);
+}
+BTDEF void bt_k_rmsnorm_backward(bt_dtype dt, void *gx, int gx_add, void *gw, float *gx_colsum, const void *gout, const void *x,
+                                 const void *w, const float *rstd, int64_t rows, int64_t C, cudaStream_t s) {
+    bt__k_norm_backward<1>(dt, gx, gx_add, gw, NULL, gx_colsum, gout, x, w, NULL, rstd, rows, C, s);
+}
+
+/* ---- SwiGLU on x [rows, 2F], gate then up: out = round_T(silu(a)) u -----------------------------------
+   Elementwise: per output element 2 reads and 1 write forward, 3 reads and 2 writes backward (both
+   halves of gx from one thread), 16-byte vectors when F is a multiple of the vector and the pointers
+   allow (the gate and up vectors of one thread are then aligned too), else one element a thread.
+   Math in fp32 (f64 for f64). */
+template <typename T, int VE> __device__ __forceinline__ void bt__k_ldv(T *v, const T *p) {
+    if (VE > 1) bt__k_ld16(v, p); else v[0] = p[0];
+}
+template <typename T, int VE> __device__ __forceinline__ void bt__k_stv(T *p, const T *v) {
+    if (VE > 1) bt__k_st16(p, v); else p[0] = v[0];
+}
+template <typename T, int VE> __global__ void bt__k_swiglu_kernel(T *out, const T *x, int64_t rows, int64_t F) {
+    typedef typename bt__k_acc<T>::t A;
+    int64_t fv = F / VE, n = rows * fv;
+    for (int64_t v = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; v < n; v += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = v / fv, c = (v - r * fv) * VE;
+        T a[VE], u[VE], o[VE];
+        bt__k_ldv<T, VE>(a, x + r * 2 * F + c);
+        bt__k_ldv<T, VE>(u, x + r * 2 * F + F + c);
+#pragma unroll
+        for (int e = 0; e < VE; e++) {
+            A av = bt__k_tof(a[e]);
+            o[e] = bt__k_from<T>(bt__k_tof(bt__k_from<T>(av / ((A)1 + bt_m_exp(-av)))) * bt__k_tof(u[e]));
+        }
+        bt__k_stv<T, VE>(out + r * F + c, o);
+    }
+}
+template <typename T, int VE> __global__ void bt__k_swiglu_bwd_kernel(T *gx, const T *g, const T *x, int64_t rows, int64_t F) {
+    typedef typename bt__k_acc<T>::t A;
+    int64_t fv = F / VE, n = rows * fv;
+    for (int64_t v = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; v < n; v += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = v / fv, c = (v - r * fv) * VE;
+        T a[VE], u[VE], gg[VE];
+        bt__k_ldv<T, VE>(a, x + r * 2 * F + c);
+        bt__k_ldv<T, VE>(u, x + r * 2 * F + F + c);
+        bt__k_ldv<T, VE>(gg, g + r * F + c);
+#pragma unroll
+        for (int e = 0; e < VE; e++) {
+            A av = bt__k_tof(a[e]), uv = bt__k_tof(u[e]), gv = bt__k_tof(gg[e]);
+            A sg = (A)1 / ((A)1 + bt_m_exp(-av));
+            a[e] = bt__k_from<T>(gv * uv * sg * ((A)1 + av * ((A)1 - sg)));   /* d/d gate */
+            u[e] = bt__k_from<T>(gv * av * sg);                                  /* d/d up */
+        }
+        bt__k_stv<T, VE>(gx + r * 2 * F + c, a);
+        bt__k_stv<T, VE>(gx + r * 2 * F + F + c, u);
+    }
+}
+BTDEF void bt_k_swiglu(bt_dtype dt, void *out, const void *x, int64_t rows, int64_t F, cudaStream_t s) {
+    if (rows <= 0 || F <= 0) return;
+    BT__K_DISPATCH4(dt, "bt_k_swiglu", {
+        const int VE = 16 / sizeof(T);
+        if (F % VE == 0 && bt__k_aligned16(out) && bt__k_aligned16(x))
+            bt__k_swiglu_kernel<T, VE><<<bt__k_blocks(rows * (F / VE), 256), 256, 0, s>>>((T *)out, (const T *)x, rows, F);
+        else bt__k_swiglu_kernel<T, 1><<<bt__k_blocks(rows * F, 256), 256, 0, s>>>((T *)out, (const T *)x, rows, F);
+    })
+    BT__K_LAUNCHED("bt_k_swiglu");
+}
+BTDEF void bt_k_swiglu_backward(bt_dtype dt, void *gx, const void *gout, const void *x, int64_t rows, int64_t F, cudaStream_t s) {
+    if (rows <= 0 || F <= 0) return;
+    BT__K_DISPATCH4(dt, "bt_k_swiglu_backward", {
+        const int VE = 16 / sizeof(T);
+        if (F % VE == 0 && bt__k_aligned16(gx) && bt__k_aligned16(gout) && bt__k_aligned16(x))
+            bt__k_swiglu_bwd_kernel<T, VE><<<bt__k_blocks(rows * (F / VE), 256), 256, 0, s>>>((T *)gx, (const T *)gout, (const T *)x,
+                                                                                             rows, F);
+        else bt__k_swiglu_bwd_kernel<T, 1><<<bt__k_blocks(rows * F, 256), 256, 0, s>>>((T *)gx, (const T *)gout, (const T *)x, rows, F);
+    })
+    BT__K_LAUNCHED("bt_k_swiglu_backward");
+}
+
+/* ---- RoPE on x [B, T, H, D] (strides on B, T, H; D contiguous) into a contiguous out -------------------
+   One thread per (b, t, i < D/2): its angle a = float(pos0 + t) inv_freq[i] (fp32, as transformers),
+   one sincos (full-range fp32; double for f64), then the pair (i, i + D/2) of each of the H heads
+   rotated by it: x read once, out written once; consecutive threads touch consecutive i, so each
+   head's half-rows are coalesced. inv_freq travels by value (__grid_constant__: read in place from
+   the parameter bank, no per-thread copy). */
+typedef struct { float f[256]; } bt__k_rope_freqs;
+__device__ __forceinline__ void bt__k_sincos(float a, float *sn, float *cs) { sincosf(a, sn, cs); }
+__device__ __forceinline__ void bt__k_sincos(float a, double *sn, double *cs) { sincos((double)a, sn, cs); }
+template <typename T>
+__global__ void bt__k_rope_kernel(T *out, const T *x, int64_t sb, int64_t st, int64_t sh, int64_t Tn, int64_t H, int half,
+                                  int64_t n, int64_t pos0, int sign, const __grid_constant__ bt__k_rope_freqs fr) {
+    typedef typename bt__k_acc<T>::t A;
+    for (int64_t v = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; v < n; v += (int64_t)gridDim.x * blockDim.x) {
+        int64_t bt = v / half, b = bt / Tn, t = bt - b * Tn;
+        int i = (int)(v - bt * half);
+        A sn, cs;
+        bt__k_sincos((float)(pos0 + t) * fr.f[i], &sn, &cs);
+        if (sign < 0) sn = -sn;
+        const T *xr = x + b * sb + t * st + i;
+        T *orow = out + bt * H * 2 * half + i;
+        for (int64_t h = 0; h < H; h++) {
+            A x1 = bt__k_tof(xr[h * sh]), x2 = bt__k_tof(xr[h * sh + half]);
+            orow[h * 2 * half] = bt__k_from<T>(x1 * cs - x2 * sn);
+            orow[h * 2 * half + half] = bt__k_from<T>(x2 * cs + x1 * sn);
+        }
+    }
+}
+BTDEF void bt_k_rope(bt_dtype dt, void *out, const void *x, const int64_t *xs, int64_t B, int64_t Tn, int64_t H, int64_t D,
+                     int64_t pos0, const float *inv_freq, int sign, cudaStream_t s) {
+    int64_t half = D / 2, n = B * Tn * half;
+    if (n <= 0 || H <= 0) return;
+    if (D % 2 || half > 256) bt_error("bt_k_rope: the head dim D = %lld must be even and at most 512", (long long)D);
+    bt__k_rope_freqs fr;
+    memset(&fr, 0, sizeof fr);
+    memcpy(fr.f, inv_freq, (size_t)half * sizeof(float));
+    BT__K_DISPATCH4(dt, "bt_k_rope",
+                    bt__k_rope_kernel<T><<<bt__k_blocks(n, 256), 256, 0, s>>>((T *)out, (const T *)x, xs[0], xs[1], xs[2], Tn, H,
+                                                                              (int)half, n, pos0, sign, fr))
+    BT__K_LAUNCHED("bt_k_rope");
 }
 
 /* ---- 7. embedding ----------------------------------------------------------------------------------

@@ -56,7 +56,8 @@
      4. the autograd node record
      5. views
      6. ops: elementwise, scalar, broadcasting binary, reductions, matmul, activations,
-        softmax, layernorm, embedding, cross-entropy, attention, concat/split, casts
+        softmax, layernorm, rmsnorm, swiglu, rope, embedding, cross-entropy, attention, concat/split,
+        casts
 */
 #ifndef BT_TENSOR_H
 #define BT_TENSOR_H
@@ -509,6 +510,49 @@ BTDEF bt_tensor *bt_softmax(bt_tensor *x);
 BTDEF bt_tensor *bt_log_softmax(bt_tensor *x);
 /* layernorm over the last dim; w, b [C] (either may be NULL) */
 BTDEF bt_tensor *bt_layernorm(bt_tensor *x, bt_tensor *w, bt_tensor *b, double eps);
+/* Llama's RMSNorm over the last dim C: y = (x / sqrt(mean_j x_j^2 + eps)) w, w [C] or NULL. The
+   statistic 1/rms per row is f32 (f64 for f64 x) and saved for the backward. Rounding, as
+   transformers' LlamaRMSNorm (normalise in fp32, cast back, then multiply by the weight): the
+   normalised x is rounded to x's dtype before the product with w, and the product rounded again
+   (two roundings in bf16/f16; in f32 exactly transformers' fp32 arithmetic, up to its rsqrt's last
+   bit). The backward is the exact gradient of the unrounded formula. GPU: f32, bf16, f16. */
+BTDEF bt_tensor *bt_rmsnorm(bt_tensor *x, bt_tensor *w, double eps);
+/* SwiGLU on a packed projection: x [.., 2F] holds the gate then the up projection (gate FIRST:
+   x[..., :F] is gate, x[..., F:] is up) -> silu(gate) * up [.., F]. A Llama MLP is then
+   linear(swiglu(linear(n, w13)), w2) with w13 [2F, C] = concat(gate_proj.weight, up_proj.weight)
+   along dim 0 (stack transformers' two weights on import). Rounding as transformers' act_fn(gate)
+   * up: silu(gate) rounded to x's dtype, then the product rounded. The backward writes both halves
+   of the [.., 2F] gradient in one pass. (Under tensor parallelism shard gate and up alike and keep
+   each shard's [gate_k | up_k] packed: a plain split of the packed rows is not gate-first per shard.) */
+BTDEF bt_tensor *bt_swiglu(bt_tensor *x);
+/* Rotary position embedding, transformers' Llama convention (rotate_half): x [B, T, H, D], D even,
+   token t at position p = pos0 + t (pos0 > 0: generation after a KV cache of pos0 tokens). For
+   i < D/2, with angle a = p inv_freq[i] and inv_freq[i] = theta^(-2i/D):
+     y[i] = x[i] cos a - x[i + D/2] sin a,   y[i + D/2] = x[i + D/2] cos a + x[i] sin a.
+   inv_freq and the angle are fp32 in every dtype, computed as LlamaRotaryEmbedding does
+   (rope_type "default": 1 / theta^(float(2i) / D), then float(p) * inv_freq in fp32); cos and sin of
+   that fp32 angle are evaluated in fp32 (GPU) or double (CPU; f64 on both), and the rotation runs in
+   fp32 (f64 for f64) with one rounding to x's dtype. transformers instead rounds cos and sin to x's
+   dtype and each product: in bf16 the two differ by about a bf16 ulp; in f32 they agree to fp32
+   rounding. x may be any strided view (q or k as a narrow of a qkv buffer [B, T, H + 2 Hkv, D] or a
+   select of [B, T, 3, H, D]): the CPU reads any strides, the GPU kernel any strides on B, T, H with
+   D's stride 1 (other views are copied first). y is a new contiguous [B, T, H, D]. Backward: the
+   rotation by -a. D <= 512. */
+BTDEF bt_tensor *bt_rope(bt_tensor *x, double theta, int64_t pos0);
+/* RoPE with frequency scaling. factor == 0: the default above. factor > 0: Llama 3.1's rope_type
+   "llama3" (transformers' _compute_llama3_parameters): with wavelen = 2 pi / inv_freq, low = Lmax /
+   low_freq_factor, high = Lmax / high_freq_factor (Lmax = original_max_position_embeddings): wavelen
+   < high keeps inv_freq, wavelen > low divides it by factor, in between it is interpolated with
+   s = (Lmax / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor):
+   (1 - s) inv_freq / factor + s inv_freq. (Llama 3.1: theta 500000, factor 8, 1, 4, 8192.) */
+typedef struct bt_rope_opts {
+    double theta;
+    double factor, low_freq_factor, high_freq_factor;
+    int64_t original_max_position_embeddings;
+} bt_rope_opts;
+BTDEF bt_tensor *bt_rope_ex(bt_tensor *x, const bt_rope_opts *o, int64_t pos0);
+/* the D/2 fp32 inverse frequencies bt_rope_ex uses (out[D/2]) */
+BTDEF void bt_rope_inv_freq(const bt_rope_opts *o, int64_t D, float *out);
 /* embedding: table [V, C], idx i32 of any shape -> [idx.shape.., C]; backward = scatter-add */
 BTDEF bt_tensor *bt_embedding(bt_tensor *table, bt_tensor *idx);
 /* An embedding's backward into leaf (its table, or the table cast from it) first offers the
@@ -520,6 +564,10 @@ BTDEF void bt_set_rows_hook(bt_tensor *leaf, bt_rows_hook_fn fn, void *user);
 /* cross-entropy: logits [.., Vp] (only the first V columns are classes; V <= 0 means all),
    targets i32 [..]; mean over the rows whose target != ignore_index -> scalar f32 */
 BTDEF bt_tensor *bt_cross_entropy(bt_tensor *logits, bt_tensor *targets, int64_t V, int ignore_index);
+/* the same without the mean: each row's loss, logsumexp_{j<V} z - z_target, as targets' shape
+   [..] in f32 (f64 for f64 logits), 0 on ignored rows (per-token losses: scoring a continuation,
+   evaluating a multiple-choice ending) */
+BTDEF bt_tensor *bt_cross_entropy_rows(bt_tensor *logits, bt_tensor *targets, int64_t V, int ignore_index);
 /* cross_entropy(linear(x, w), targets, V, ignore_index) without the [rows, Vp] logits: x [.., C],
    w [Vp, C], the logits made a bounded chunk of rows at a time (bt_linear_cross_entropy_chunk sets
    the chunk's bytes, default 1 GiB, and returns the old value; 0 only asks) */
@@ -3075,6 +3123,270 @@ BTDEF bt_tensor *bt_layernorm(bt_tensor *x, bt_tensor *w, bt_tensor *b, double e
     return bt__register(y);
 }
 
+/* ---- RMSNorm over the last dim C (Llama) ----
+   y = round(x rstd) w, rstd = 1 / sqrt(mean_j x_j^2 + eps), round: to x's dtype (transformers'
+   LlamaRMSNorm casts the normalised x back before the weight; the identity in f64, a float store in
+   f32). Backward with xhat = x rstd, dxhat = dy w:
+     dx = rstd (dxhat - xhat mean_j(dxhat xhat)),  dw = sum_rows dy xhat.
+   The GPU kernels are layernorm's with the mean and its gradient term compiled out (bt_kernels.cuh
+   section 6): the same one-pass warp rows, saved statistic and fixed-order (deterministic) dw sums. */
+static double bt__round_as(bt_dtype dt, double v) {
+    switch (dt) {
+    case BT_F32: return (float)v;
+    case BT_BF16: return bt__bf16_to_f32(bt__f32_to_bf16((float)v));
+    case BT_F16: return bt__f16_to_f32(bt__f32_to_f16((float)v));
+    default: return v;
+    }
+}
+static void bt__rmsnorm_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt_tensor *x = n->saved[0], *rstd = n->saved[1], *w = n->n_saved > 2 ? n->saved[2] : NULL;
+    int64_t C = x->shape[x->ndim - 1], rows = C ? bt_numel(x) / C : 0;
+    bt_device dev = bt_device_of(x); bt_dtype dt = x->dtype;
+    bt_tensor *gc = bt__contig(g);
+    bt_tensor *gsum = bt__wants(n, 0) ? bt__pending_grad_sink(n, 0) : NULL;   /* gx += dx in the kernel */
+    bt_tensor *gx = gsum ? gsum : bt__wants(n, 0) ? bt__new(bt_shape_of(x), dt, dev) : NULL;
+    bt_tensor *gw = w && bt__wants(n, 1) ? bt_zeros(bt_shape1(C), dt, dev) : NULL;
+    if (bt__is_gpu(x)) {
+#ifdef BT_CUDA
+        float *cs = bt__colsum_for(gx, C);
+        BT__ON_GPU(dev, stream) bt_k_rmsnorm_backward(dt, gx ? bt_data_ptr(gx) : NULL, gsum != NULL, gw ? bt_data_ptr(gw) : NULL, cs,
+                                bt_data_ptr(gc), bt_data_ptr(x), w ? bt_data_ptr(w) : NULL, (const float *)bt_data_ptr(rstd),
+                                rows, C, stream);
+        bt__colsum_leave(gx, cs, C);
+#endif
+    } else {
+        const void *gp = bt_data_ptr(gc), *xp = bt_data_ptr(x), *wp = w ? bt_data_ptr(w) : NULL, *rp = bt_data_ptr(rstd);
+        bt_dtype sdt = rstd->dtype;
+        if (gx) {
+            void *gxp = bt_data_ptr(gx);
+            #pragma omp parallel for if (rows * C > BT__PAR_MIN)
+            for (int64_t r = 0; r < rows; r++) {
+                double rs = bt__ld(rp, sdt, r), s2 = 0;
+                for (int64_t j = 0; j < C; j++)
+                    s2 += bt__ld(gp, dt, r * C + j) * (wp ? bt__ld(wp, dt, j) : 1.0) * bt__ld(xp, dt, r * C + j) * rs;
+                s2 /= (double)C;
+                for (int64_t j = 0; j < C; j++) {
+                    double xh = bt__ld(xp, dt, r * C + j) * rs, dxh = bt__ld(gp, dt, r * C + j) * (wp ? bt__ld(wp, dt, j) : 1.0);
+                    double prev = gsum ? bt__ld(gxp, dt, r * C + j) : 0.0;
+                    bt__st(gxp, dt, r * C + j, prev + rs * (dxh - xh * s2));
+                }
+            }
+        }
+        if (gw) {                             /* column sums: 64 columns a task, rows streamed in order */
+            void *gwp = bt_data_ptr(gw);
+            #pragma omp parallel for if (rows * C > BT__PAR_MIN)
+            for (int64_t j0 = 0; j0 < C; j0 += 64) {
+                int64_t nj = C - j0 < 64 ? C - j0 : 64;
+                double sw[64] = {0};
+                for (int64_t r = 0; r < rows; r++) {
+                    double rs = bt__ld(rp, sdt, r);
+                    for (int64_t j = 0; j < nj; j++) sw[j] += bt__ld(gp, dt, r * C + j0 + j) * bt__ld(xp, dt, r * C + j0 + j) * rs;
+                }
+                for (int64_t j = 0; j < nj; j++) bt__st(gwp, dt, j0 + j, sw[j]);
+            }
+        }
+    }
+    bt_release(gc);
+    gin[0] = gx && !gsum ? bt__register(gx) : NULL;   /* a sunk gx is the producer's own gradient */
+    gin[1] = gw;
+}
+BTDEF bt_tensor *bt_rmsnorm(bt_tensor *x, bt_tensor *w, double eps) {
+    bt__need_float(x, "rmsnorm", "x");
+    if (x->ndim == 0) bt_error("rmsnorm: needs at least 1 dim, got %s", bt__s(x));
+    int64_t C = x->shape[x->ndim - 1], rows = C ? bt_numel(x) / C : 0;
+    if (w) {
+        bt__need_float(w, "rmsnorm", "w"); bt__same_device(x, w, "rmsnorm"); bt__same_dtype(x, w, "rmsnorm");
+        if (w->ndim != 1 || w->shape[0] != C) bt_error("rmsnorm: w %s must be [%lld] for x %s", bt__s(w), (long long)C, bt__s(x));
+    }
+    if (!(eps > 0)) bt_error("rmsnorm: eps must be > 0, got %g", eps);
+    bt_device dev = bt_device_of(x); bt_dtype dt = x->dtype;
+    if (dev.type == BT_GPU && dt == BT_F64) bt_error("rmsnorm: f64 is CPU-only (gradient checks), got %s", bt__s(x));
+    bt_tensor *xc = bt__contig(x), *wc = w ? bt__contig(w) : NULL;
+    bt_tensor *y = bt__new(bt_shape_of(x), dt, dev), *rstd = bt__new(bt_shape1(rows), bt__stat_dtype(x), dev);
+    if (dev.type == BT_GPU) {
+#ifdef BT_CUDA
+        BT__ON_GPU(dev, stream) bt_k_rmsnorm(dt, bt_data_ptr(y), (float *)bt_data_ptr(rstd), bt_data_ptr(xc), wc ? bt_data_ptr(wc) : NULL,
+                                             rows, C, (float)eps, stream);
+#endif
+    } else {
+        const void *xp = bt_data_ptr(xc), *wp = wc ? bt_data_ptr(wc) : NULL;
+        void *yp = bt_data_ptr(y), *rp = bt_data_ptr(rstd); bt_dtype sdt = rstd->dtype;
+        #pragma omp parallel for if (rows * C > BT__PAR_MIN)
+        for (int64_t r = 0; r < rows; r++) {
+            double ss = 0;
+            for (int64_t j = 0; j < C; j++) { double v = bt__ld(xp, dt, r * C + j); ss += v * v; }
+            double rs = bt__round_as(sdt, 1.0 / sqrt(ss / (double)C + eps));   /* the saved statistic's value */
+            for (int64_t j = 0; j < C; j++) {
+                double o = bt__round_as(dt, bt__ld(xp, dt, r * C + j) * rs);
+                bt__st(yp, dt, r * C + j, wp ? o * bt__ld(wp, dt, j) : o);
+            }
+            bt__st(rp, sdt, r, rs);
+        }
+    }
+    bt_tensor *in[2] = {x, w};
+    bt_node *n = bt__record("rmsnorm", bt__rmsnorm_back, y, in, 2);
+    if (n) { bt__save(n, xc); bt__save(n, rstd); if (wc) bt__save(n, wc); }
+    bt_release(xc); bt_release(wc); bt_release(rstd);
+    return bt__register(y);
+}
+
+/* ---- SwiGLU on a packed [.., 2F] projection: y = silu(a) * u, a = x[.., :F] (gate), u = x[.., F:] ----
+   Forward rounds silu(a) to x's dtype before the product (transformers' act_fn(gate) * up).
+   Backward, s = sigmoid(a): ga = g u s (1 + a (1 - s)), gu = g a s, both halves in one pass. */
+static void bt__swiglu_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt_tensor *x = n->saved[0];
+    int64_t F2 = x->shape[x->ndim - 1], F = F2 / 2, rows = F2 ? bt_numel(x) / F2 : 0;
+    bt_dtype dt = x->dtype;
+    bt_tensor *gc = bt__contig(g), *gx = bt__new(bt_shape_of(x), dt, bt_device_of(x));
+    if (bt__is_gpu(x)) {
+#ifdef BT_CUDA
+        BT__ON_GPU(bt_device_of(x), stream) bt_k_swiglu_backward(dt, bt_data_ptr(gx), bt_data_ptr(gc), bt_data_ptr(x), rows, F, stream);
+#endif
+    } else {
+        const void *xp = bt_data_ptr(x), *gp = bt_data_ptr(gc); void *gxp = bt_data_ptr(gx);
+        int64_t nel = rows * F;
+        #pragma omp parallel for if (nel > BT__PAR_MIN)
+        for (int64_t i = 0; i < nel; i++) {
+            int64_t r = i / F, j = i - r * F;
+            double a = bt__ld(xp, dt, r * F2 + j), u = bt__ld(xp, dt, r * F2 + F + j), gv = bt__ld(gp, dt, i);
+            double s = 1.0 / (1.0 + exp(-a));
+            bt__st(gxp, dt, r * F2 + j, gv * u * s * (1.0 + a * (1.0 - s)));
+            bt__st(gxp, dt, r * F2 + F + j, gv * a * s);
+        }
+    }
+    bt_release(gc);
+    gin[0] = bt__register(gx);
+}
+BTDEF bt_tensor *bt_swiglu(bt_tensor *x) {
+    bt__need_float(x, "swiglu", "x");
+    if (x->ndim == 0) bt_error("swiglu: needs at least 1 dim, got %s", bt__s(x));
+    int64_t F2 = x->shape[x->ndim - 1];
+    if (F2 % 2) bt_error("swiglu: the last dim of x %s must be even (gate then up, F each)", bt__s(x));
+    int64_t F = F2 / 2, rows = F2 ? bt_numel(x) / F2 : 0;
+    bt_shape ys = bt_shape_of(x); ys.d[ys.ndim - 1] = F;
+    bt_dtype dt = x->dtype;
+    bt_tensor *xc = bt__contig(x), *y = bt__new(ys, dt, bt_device_of(x));
+    if (bt__is_gpu(x)) {
+#ifdef BT_CUDA
+        BT__ON_GPU(bt_device_of(x), stream) bt_k_swiglu(dt, bt_data_ptr(y), bt_data_ptr(xc), rows, F, stream);
+#endif
+    } else {
+        const void *xp = bt_data_ptr(xc); void *yp = bt_data_ptr(y);
+        int64_t nel = rows * F;
+        #pragma omp parallel for if (nel > BT__PAR_MIN)
+        for (int64_t i = 0; i < nel; i++) {
+            int64_t r = i / F, j = i - r * F;
+            double a = bt__ld(xp, dt, r * F2 + j);
+            bt__st(yp, dt, i, bt__round_as(dt, a / (1.0 + exp(-a))) * bt__ld(xp, dt, r * F2 + F + j));
+        }
+    }
+    bt_node *n = bt__record("swiglu", bt__swiglu_back, y, &x, 1);
+    if (n) bt__save(n, xc);
+    bt_release(xc);
+    return bt__register(y);
+}
+
+/* ---- RoPE on x [B, T, H, D] (transformers' rotate_half convention, see the declaration) ----
+   For each (b, t) one fp32 angle per frequency, p inv_freq[i] with p = pos0 + t, shared by the H
+   heads; a pair (i, i + D/2) rotated by it (by minus it in the backward: R(-a) = R(a)^T). Traffic:
+   x read once (any strides), y written once; the angles cost a sin and a cos per (b, t, i). */
+#define BT__ROPE_MAXD 512
+static void bt__rope_check_opts(const bt_rope_opts *o, int64_t D) {
+    if (!o) bt_error("rope: opts is NULL");
+    if (!(o->theta > 0)) bt_error("rope: theta must be > 0, got %g", o->theta);
+    if (D < 0 || D % 2 || D > BT__ROPE_MAXD) bt_error("rope: the head dim D = %lld must be even, in [0, %d]", (long long)D, BT__ROPE_MAXD);
+    if (o->factor != 0 && !(o->factor > 0 && o->low_freq_factor > 0 && o->high_freq_factor > o->low_freq_factor &&
+                            o->original_max_position_embeddings > 0))
+        bt_error("rope: llama3 scaling needs factor > 0, 0 < low_freq_factor < high_freq_factor and "
+                 "original_max_position_embeddings > 0, got %g, %g, %g, %lld", o->factor, o->low_freq_factor,
+                 o->high_freq_factor, (long long)o->original_max_position_embeddings);
+}
+/* in fp32 step by step as transformers' _compute_default_rope_parameters and
+   _compute_llama3_parameters compute them (torch float32 tensors with python scalars) */
+BTDEF void bt_rope_inv_freq(const bt_rope_opts *o, int64_t D, float *out) {
+    bt__rope_check_opts(o, D);
+    for (int64_t i = 0; i < D / 2; i++) {
+        float inv = 1.0f / powf((float)o->theta, (float)(2 * i) / (float)D);
+        if (o->factor > 0) {
+            double L = (double)o->original_max_position_embeddings;
+            float wl = (float)6.283185307179586 / inv;
+            float low = (float)(L / o->low_freq_factor), high = (float)(L / o->high_freq_factor);
+            float il = wl > low ? inv / (float)o->factor : inv;
+            float sf = ((float)L / wl - (float)o->low_freq_factor) / (float)(o->high_freq_factor - o->low_freq_factor);
+            float sm = (1.0f - sf) * il / (float)o->factor + sf * il;
+            inv = !(wl < high) && !(wl > low) ? sm : il;
+        }
+        out[i] = inv;
+    }
+}
+/* y (new, contiguous [B, T, H, D]) = x rotated by sign * angle (+1) */
+static bt_tensor *bt__rope_apply(bt_tensor *x, const float *inv, int64_t pos0, int sign) {
+    int64_t B = x->shape[0], T = x->shape[1], H = x->shape[2], D = x->shape[3], half = D / 2;
+    bt_dtype dt = x->dtype;
+    bt_tensor *y = bt__new(bt_shape_of(x), dt, bt_device_of(x));
+    if (bt__is_gpu(x)) {
+#ifdef BT_CUDA
+        bt_tensor *xc = x->stride[3] == 1 ? bt_retain(x) : bt__contig(x);
+        BT__ON_GPU(bt_device_of(x), stream)
+            bt_k_rope(dt, bt_data_ptr(y), bt_data_ptr(xc), xc->stride, B, T, H, D, pos0, inv, sign, stream);
+        bt_release(xc);
+#endif
+        return y;
+    }
+    const void *xp = bt_data_ptr(x); void *yp = bt_data_ptr(y);
+    const int64_t *st = x->stride;
+    #pragma omp parallel for if (bt_numel(x) > BT__PAR_MIN)
+    for (int64_t bt = 0; bt < B * T; bt++) {
+        int64_t b = bt / T, t = bt - b * T;
+        float p = (float)(pos0 + t);
+        for (int64_t i = 0; i < half; i++) {
+            float a = p * inv[i];                       /* fp32, as transformers' freqs */
+            double c = cos((double)a), s = sign * sin((double)a);
+            if (dt != BT_F64) { c = (float)c; s = (float)s; }   /* fp32 cos and sin */
+            for (int64_t h = 0; h < H; h++) {
+                int64_t o = b * st[0] + t * st[1] + h * st[2], oy = ((b * T + t) * H + h) * D;
+                double x1 = bt__ld(xp, dt, o + i * st[3]), x2 = bt__ld(xp, dt, o + (i + half) * st[3]);
+                bt__st(yp, dt, oy + i, x1 * c - x2 * s);
+                bt__st(yp, dt, oy + i + half, x2 * c + x1 * s);
+            }
+        }
+    }
+    return y;
+}
+static void bt__rope_opts_of(const bt_node *n, bt_rope_opts *o) {
+    o->theta = n->f[0]; o->factor = n->f[1]; o->low_freq_factor = n->f[2]; o->high_freq_factor = n->f[3];
+    o->original_max_position_embeddings = n->i[1];
+}
+static void bt__rope_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt_rope_opts o; float inv[BT__ROPE_MAXD / 2];
+    bt__rope_opts_of(n, &o);
+    int64_t D = n->in_shape[0].d[3];
+    bt_rope_inv_freq(&o, D, inv);
+    gin[0] = bt__register(bt__rope_apply(g, inv, n->i[0], -1));
+}
+BTDEF bt_tensor *bt_rope_ex(bt_tensor *x, const bt_rope_opts *o, int64_t pos0) {
+    bt__need_float(x, "rope", "x");
+    if (x->ndim != 4) bt_error("rope: x must be [B, T, H, D], got %s", bt__s(x));
+    if (x->shape[3] % 2 || x->shape[3] > BT__ROPE_MAXD)
+        bt_error("rope: the head dim D of x %s must be even and at most %d", bt__s(x), BT__ROPE_MAXD);
+    if (pos0 < 0 || pos0 + x->shape[1] > (1 << 24))
+        bt_error("rope: positions %lld .. %lld out of [0, 2^24] (fp32 positions are exact there), x %s", (long long)pos0,
+                 (long long)(pos0 + x->shape[1]), bt__s(x));
+    float inv[BT__ROPE_MAXD / 2];
+    bt_rope_inv_freq(o, x->shape[3], inv);
+    bt_tensor *y = bt__rope_apply(x, inv, pos0, 1);
+    bt_node *n = bt__record("rope", bt__rope_back, y, &x, 1);
+    if (n) {
+        n->f[0] = o->theta; n->f[1] = o->factor; n->f[2] = o->low_freq_factor; n->f[3] = o->high_freq_factor;
+        n->i[0] = pos0; n->i[1] = o->original_max_position_embeddings;
+    }
+    return bt__register(y);
+}
+BTDEF bt_tensor *bt_rope(bt_tensor *x, double theta, int64_t pos0) {
+    bt_rope_opts o = {theta, 0, 0, 0, 0};
+    return bt_rope_ex(x, &o, pos0);
+}
+
 /* ---- embedding: out[i, :] = table[idx[i], :]; backward scatter-adds rows into [V, C] ---- */
 static void bt__embedding_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_tensor *idx = n->saved[0];
@@ -3269,45 +3581,72 @@ static void bt__xent_check(bt_tensor *logits_or_x, bt_tensor *targets, int64_t l
     if (bt__is_gpu(logits_or_x) && logits_or_x->dtype == BT_F64) bt_error("%s: f64 is CPU-only (gradient checks), got %s", op, bt__s(logits_or_x));
 }
 
-static void bt__xent_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
-    bt_tensor *logits = n->saved[0], *tg = n->saved[1], *lse = n->saved[2], *inv = n->saved[3];
+/* the logits' gradient of either loss from its rows' upstream gradients gl [N] (stat dtype) */
+static void bt__xent_grad_in(bt_node *n, bt_tensor *gl, bt_tensor **gin) {
+    bt_tensor *logits = n->saved[0], *tg = n->saved[1], *lse = n->saved[2];
     int64_t N = logits->shape[0], Vp = logits->shape[1], V = n->i[0]; int ign = (int)n->i[1];
-    bt_tensor *gl = bt__xent_row_grads(g, inv, N);
     bt_tensor *gz = bt__new(bt_shape2(N, Vp), logits->dtype, bt_device_of(logits));
     bt__xent_grad(bt_device_of(logits), logits->dtype, bt_data_ptr(gz), bt_data_ptr(logits), bt_data_ptr(lse),
                   (const int32_t *)bt_data_ptr(tg), bt_data_ptr(gl), lse->dtype, N, V, Vp, ign);
     bt_release(gl);
     gin[0] = bt_reshape(bt__register(gz), n->in_shape[0]);
 }
-BTDEF bt_tensor *bt_cross_entropy(bt_tensor *logits, bt_tensor *targets, int64_t V, int ignore_index) {
-    bt__need_float(logits, "cross_entropy", "logits"); bt__need(targets, "cross_entropy", "targets");
-    bt__xent_check(logits, targets, targets->ndim, "cross_entropy");
-    int64_t Vp = logits->shape[logits->ndim - 1], N = bt_numel(targets);
-    if (V <= 0) V = Vp;
-    if (V > Vp) bt_error("cross_entropy: V = %lld but logits %s have only %lld columns", (long long)V, bt__s(logits), (long long)Vp);
-    bt_device dev = bt_device_of(logits); bt_dtype dt = logits->dtype;
-    bt_tensor *zc = bt__contig(logits), *tc = bt__contig(targets);
-    bt_tensor *z2 = bt__view_dense(zc, bt_shape2(N, Vp)), *t1 = bt__view_dense(tc, bt_shape1(N));
+/* the mean: every row's upstream gradient is g / n_valid */
+static void bt__xent_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt__xent_grad_in(n, bt__xent_row_grads(g, n->saved[3], n->saved[0]->shape[0]), gin);
+}
+/* per-row losses: each row's own upstream gradient g_r */
+static void bt__xent_rows_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt__xent_grad_in(n, bt__contig(bt_reshape(bt_cast(g, n->saved[2]->dtype), bt_shape1(n->saved[0]->shape[0]))), gin);
+}
+/* The forward both share: the checks, then every row's loss (losses, of losses_shape) and
+   log-sum-exp. z2 [N, Vp] and t1 [N] are the dense views the node saves. */
+typedef struct { bt_tensor *zc, *tc, *z2, *t1, *losses, *lse; int64_t N, V; } bt__xent_fw;
+static bt__xent_fw bt__xent_forward(bt_tensor *logits, bt_tensor *targets, int64_t V, int ign, const char *op, int rows_shape) {
+    bt__need_float(logits, op, "logits"); bt__need(targets, op, "targets");
+    bt__xent_check(logits, targets, targets->ndim, op);
+    bt__xent_fw f;
+    int64_t Vp = logits->shape[logits->ndim - 1];
+    f.N = bt_numel(targets);
+    f.V = V <= 0 ? Vp : V;
+    if (f.V > Vp) bt_error("%s: V = %lld but logits %s have only %lld columns", op, (long long)f.V, bt__s(logits), (long long)Vp);
+    bt_device dev = bt_device_of(logits);
     bt_dtype sdt = bt__stat_dtype(logits);
-    bt_tensor *losses = bt__new(bt_shape1(N), sdt, dev), *lse = bt__new(bt_shape1(N), sdt, dev);
-    bt_tensor *inv = bt__new(bt_shape1(1), sdt, dev);   /* 1 / max(1, n_valid) */
+    f.zc = bt__contig(logits); f.tc = bt__contig(targets);
+    f.z2 = bt__view_dense(f.zc, bt_shape2(f.N, Vp)); f.t1 = bt__view_dense(f.tc, bt_shape1(f.N));
+    f.losses = bt__new(rows_shape ? bt_shapev(targets->ndim, targets->shape) : bt_shape1(f.N), sdt, dev);
+    f.lse = bt__new(bt_shape1(f.N), sdt, dev);
     int64_t bad = 0;
-    const int32_t *tp = (const int32_t *)bt_data_ptr(t1);
-    if (bt__xent_rows(dev, dt, bt_data_ptr(z2), tp, N, V, Vp, ignore_index, bt_data_ptr(losses), bt_data_ptr(lse), sdt, &bad)) {
+    const int32_t *tp = (const int32_t *)bt_data_ptr(f.t1);
+    if (bt__xent_rows(dev, logits->dtype, bt_data_ptr(f.z2), tp, f.N, f.V, Vp, ign, bt_data_ptr(f.losses), bt_data_ptr(f.lse), sdt, &bad)) {
         int64_t t = tp[bad];
-        bt_release(zc); bt_release(tc); bt_release(z2); bt_release(t1); bt_release(losses); bt_release(lse); bt_release(inv);
-        bt_error("cross_entropy: target %lld at position %lld is out of range [0, %lld) and not ignore_index %d", (long long)t,
-                 (long long)bad, (long long)V, ignore_index);
+        bt_release(f.zc); bt_release(f.tc); bt_release(f.z2); bt_release(f.t1); bt_release(f.losses); bt_release(f.lse);
+        bt_error("%s: target %lld at position %lld is out of range [0, %lld) and not ignore_index %d", op, (long long)t,
+                 (long long)bad, (long long)f.V, ign);
     }
-    bt__xent_inv_count(dev, bt_data_ptr(inv), tp, N, ignore_index, sdt);
+    return f;
+}
+BTDEF bt_tensor *bt_cross_entropy(bt_tensor *logits, bt_tensor *targets, int64_t V, int ignore_index) {
+    bt__xent_fw f = bt__xent_forward(logits, targets, V, ignore_index, "cross_entropy", 0);
+    bt_device dev = bt_device_of(logits);
+    bt_dtype sdt = f.lse->dtype;
+    bt_tensor *inv = bt__new(bt_shape1(1), sdt, dev);   /* 1 / max(1, n_valid) */
+    bt__xent_inv_count(dev, bt_data_ptr(inv), (const int32_t *)bt_data_ptr(f.t1), f.N, ignore_index, sdt);
     bt_tensor *loss = bt__new(bt_shapev(0, NULL), sdt, dev);
     bt_fill_(loss, 0.0);
-    bt__sum_into(dev, bt_data_ptr(loss), bt_data_ptr(losses), N, sdt);
+    bt__sum_into(dev, bt_data_ptr(loss), bt_data_ptr(f.losses), f.N, sdt);
     bt__scale_by(dev, bt_data_ptr(loss), bt_data_ptr(inv), sdt);
     bt_node *n = bt__record("cross_entropy", bt__xent_back, loss, &logits, 1);
-    if (n) { n->i[0] = V; n->i[1] = ignore_index; bt__save(n, z2); bt__save(n, t1); bt__save(n, lse); bt__save(n, inv); }
-    bt_release(zc); bt_release(tc); bt_release(z2); bt_release(t1); bt_release(losses); bt_release(lse); bt_release(inv);
+    if (n) { n->i[0] = f.V; n->i[1] = ignore_index; bt__save(n, f.z2); bt__save(n, f.t1); bt__save(n, f.lse); bt__save(n, inv); }
+    bt_release(f.zc); bt_release(f.tc); bt_release(f.z2); bt_release(f.t1); bt_release(f.losses); bt_release(f.lse); bt_release(inv);
     return bt__register(loss);
+}
+BTDEF bt_tensor *bt_cross_entropy_rows(bt_tensor *logits, bt_tensor *targets, int64_t V, int ignore_index) {
+    bt__xent_fw f = bt__xent_forward(logits, targets, V, ignore_index, "cross_entropy_rows", 1);
+    bt_node *n = bt__record("cross_entropy_rows", bt__xent_rows_back, f.losses, &logits, 1);
+    if (n) { n->i[0] = f.V; n->i[1] = ignore_index; bt__save(n, f.z2); bt__save(n, f.t1); bt__save(n, f.lse); }
+    bt_release(f.zc); bt_release(f.tc); bt_release(f.z2); bt_release(f.t1); bt_release(f.lse);
+    return bt__register(f.losses);
 }
 
 /* ---- the classifier: cross_entropy(linear(x, w), targets) without the [rows, Vp] logits ----

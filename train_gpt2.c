@@ -55,7 +55,7 @@ static void usage(FILE *f) {
         "  -c WD     AdamW weight decay of the matrices (default 0.1)\n"
         "  -x N      training steps (default 20 GPU, 300 CPU)\n"
         "  -v N      validate every N steps (and at the end; 0 = never, -j unused) (default 25 CPU, 10 GPU)\n"
-        "  -m N      validation batches (default 20)\n"
+        "  -m N      validation batches (default 20; --eval-only: all of -j)\n"
         "  -s N      sample every N steps (and at the end; 0 = only at the end)\n"
         "  -g N      tokens to sample (default 64)\n"
         "  -o DIR    write DIR/log.jsonl (one JSON object per step; DIR is made if missing)\n"
@@ -65,6 +65,11 @@ static void usage(FILE *f) {
         "  --seed N  --topk N  --temp T  --clip C (0 = no clipping)\n"
         "  --tokenizer DIR   encoder.json and vocab.bpe (default data; without them samples print as ids)\n"
         "  --quiet           print only validation, checkpoint and last steps (the log keeps every step)\n"
+        "  --eval-mc FILE    score a multiple-choice set in HellaSwag's JSON lines (ctx, endings, label) at each\n"
+        "            validation and at the end: accuracy by each ending's summed loss and by its mean per token\n"
+        "  --eval-only       evaluate the model (-e, --init-from or --resume) without training: the validation loss\n"
+        "            over -j (unless -v 0) and --eval-mc; with -o DIR, DIR/eval.json (and DIR/eval_mc.jsonl: each\n"
+        "            item's per-ending losses)\n"
         "  --overfit         train on the first batch only (a check that the model can learn)\n"
         "  --deterministic   the same bits on every run: no float atomics, no matmul autotuning\n"
         "  -n, --nproc N     start N processes on this node, one per GPU (data parallel; -d stays the global batch)\n"
@@ -133,7 +138,7 @@ static int takes_value(const char *a) {
         "-s", "-g", "-u", "--topk", "-l", "-q", "-c", "--clip", "--temp", "--seed", "-n", "--nproc", "--bucket-mb",
         "--nccl-timeout", "--ckpt-dir", "--ckpt-every", "--ckpt-keep", "--resume", "--init-from", "--export-hf", "--tp", "--cp",
         "--cp-comm", "--recompute", "--cuda-graph", "--ddp-rows", "--nccl-blocking", "--ddp-transport", "--dp", "--comm-dtype",
-        "--precision", "--device"};
+        "--precision", "--device", "--eval-mc"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) if (!strcmp(a, names[i])) return 1;
     return 0;
 }
@@ -148,6 +153,7 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
         if (!strcmp(a, "--deterministic")) { o->deterministic = 1; continue; }
         if (!strcmp(a, "--skip-nonfinite")) { o->skip_nonfinite = 1; continue; }
         if (!strcmp(a, "--ckpt-overwrite")) { o->ckpt_overwrite = 1; continue; }
+        if (!strcmp(a, "--eval-only")) { o->eval_only = 1; continue; }
         if (!strcmp(a, "--mlir")) {
 #ifndef BT_MLIR
             snprintf(err, errlen, "--mlir: this binary was built without MLIR; make MLIR=1 (needs libmlir-19-dev)"); return -1;
@@ -177,7 +183,8 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
         else if (!strcmp(a, "-d")) bad = parse_int(v, 1, 1 << 30, &o->total_batch);
         else if (!strcmp(a, "-x")) bad = parse_int(v, 0, 1 << 30, &o->steps);
         else if (!strcmp(a, "-v")) bad = parse_int(v, 0, 1 << 30, &o->val_every);
-        else if (!strcmp(a, "-m")) bad = parse_int(v, 1, 1 << 20, &o->val_batches);
+        else if (!strcmp(a, "-m")) { bad = parse_int(v, 1, 1 << 20, &o->val_batches); o->given_m = 1; }
+        else if (!strcmp(a, "--eval-mc")) o->eval_mc = v;
         else if (!strcmp(a, "-s")) bad = parse_int(v, 0, 1 << 30, &o->sample_every);
         else if (!strcmp(a, "-g")) bad = parse_int(v, 0, 1 << 20, &o->gen_len);
         else if (!strcmp(a, "-u")) bad = parse_int(v, 0, 1 << 30, &o->warmup);
@@ -244,7 +251,11 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
         : o->resume && !strcmp(o->resume, "auto") && !o->ckpt_dir ? "--resume auto needs --ckpt-dir DIR (where to look)"
         : o->ckpt_overwrite && !o->ckpt_dir ? "--ckpt-overwrite needs --ckpt-dir DIR (whose old checkpoints it deletes)"
         : o->resume && o->init_from ? "--resume and --init-from exclude each other (--init-from starts a new run from a model's weights)"
-        : o->init_from && o->model ? "-e and --init-from exclude each other (both say where the model comes from)" : NULL;
+        : o->init_from && o->model ? "-e and --init-from exclude each other (both say where the model comes from)"
+        : o->eval_only && (o->save_path || o->export_hf || o->ckpt_every || o->ckpt_overwrite)
+            ? "--eval-only trains nothing and writes no model: drop --save, --export-hf, --ckpt-every and --ckpt-overwrite"
+        : o->eval_only && (o->tp > 1 || o->cp > 1) ? "--eval-only: not with --tp or --cp (evaluate the checkpoint with data parallelism)"
+        : o->eval_mc && (o->tp > 1 || o->cp > 1) ? "--eval-mc: not with --tp or --cp" : NULL;
     if (clash) { snprintf(err, errlen, "%s", clash); return -1; }
     return 0;
 }
@@ -454,6 +465,31 @@ static const char *json_num(char *buf, size_t n, const char *fmt, double x) {
     return buf;
 }
 
+/* seconds as h:mm:ss, or m:ss under an hour */
+static const char *hms(char *b, size_t n, double s) {
+    long t = s > 0 && s < 1e9 ? (long)(s + 0.5) : 0;
+    if (t >= 3600) snprintf(b, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else snprintf(b, n, "%ld:%02ld", t / 60, t % 60);
+    return b;
+}
+/* The step line's end: the time since the first step and the run's ETA, at the pace of the steps
+   after the first (their validations and checkpoints included); the next validation and checkpoint
+   too when they are more than a minute away. done: steps finished; start: the run's first step. */
+static void print_eta(const train_opts *o, int done, int start, double elapsed, double since_first) {
+    char a[32], b[32];
+    printf(" | %s", hms(a, sizeof a, elapsed));
+    if (done - start < 2 || done >= o->steps) return;
+    double pace = since_first / (done - start - 1);
+    printf(", eta %s", hms(b, sizeof b, pace * (o->steps - done)));
+    int every[2] = {o->val_every, o->ckpt_dir ? o->ckpt_every : 0};
+    static const char *const what[2] = {"val", "checkpoint"};
+    for (int i = 0; i < 2; i++) {
+        if (every[i] <= 0) continue;
+        int next = (done / every[i] + 1) * every[i];
+        if (next < o->steps && pace * (next - done) > 60) printf(", %s in %s", what[i], hms(b, sizeof b, pace * (next - done)));
+    }
+}
+
 /* Close the log. failed_errno != 0: a write failed. A log that cannot be written is a warning,
    once: it stops, the run goes on (the model matters more than its log). */
 static void log_close(trainer *tr, int failed_errno, const char *then) {
@@ -466,19 +502,37 @@ static void log_close(trainer *tr, int failed_errno, const char *then) {
 
 /* one JSON object per step; val is NULL on steps without validation; extra: more members
    (", \"key\": value ...") or "" */
-static void log_json(trainer *tr, int step, double loss, double lr, double norm, double ms, double tps, const double *val, const char *extra) {
+static void log_json(trainer *tr, int step, double loss, double lr, double norm, double ms, double tps, double elapsed_s,
+                     const double *val, const char *extra) {
     if (!tr->log) return;
     char a[32], b[32], c[32];
     bt_alloc_stats_t st = bt_alloc_stats(tr->model.device);
     errno = 0;
-    int bad = fprintf(tr->log, "{\"step\": %d, \"train_loss\": %s, \"lr\": %.6e, \"grad_norm\": %s, \"ms\": %.3f, \"host_ms\": %.3f, "
-                      "\"tok_per_s\": %.1f, \"mem_mib\": %.1f, \"peak_allocated_mib\": %.1f, \"peak_reserved_mib\": %.1f",
-                      step, json_num(a, sizeof a, "%.6f", loss), lr, json_num(b, sizeof b, "%.6f", norm), ms, tr->host_ms, tps,
-                      st.allocated / 1048576.0, st.peak_allocated / 1048576.0, st.peak_reserved / 1048576.0) < 0;
+    /* tokens: trained after this step (the same count on a resumed run); elapsed_s: this process's
+       time since its first step (a resumed run starts again at 0) */
+    int bad = fprintf(tr->log, "{\"step\": %d, \"tokens\": %lld, \"train_loss\": %s, \"lr\": %.6e, \"grad_norm\": %s, \"ms\": %.3f, "
+                      "\"host_ms\": %.3f, \"tok_per_s\": %.1f, \"elapsed_s\": %.3f, \"mem_mib\": %.1f, \"peak_allocated_mib\": %.1f, "
+                      "\"peak_reserved_mib\": %.1f",
+                      step, (long long)step * tr->o.total_batch, json_num(a, sizeof a, "%.6f", loss), lr, json_num(b, sizeof b, "%.6f", norm),
+                      ms, tr->host_ms, tps, elapsed_s, st.allocated / 1048576.0, st.peak_allocated / 1048576.0, st.peak_reserved / 1048576.0) < 0;
     if (val) bad |= fprintf(tr->log, ", \"val_loss\": %s", json_num(c, sizeof c, "%.6f", *val)) < 0;
     bad |= fprintf(tr->log, "%s}\n", extra) < 0;
     bad |= fflush(tr->log) != 0;
     if (bad) log_close(tr, errno ? errno : EIO, "the log stops here, the run goes on");
+}
+
+/* -o DIR: DIR/loss.svg redrawn from DIR/log.jsonl (bt_chart.h; it rereads the log: 0.1 s at 100,000
+   steps). A chart that cannot be written is a warning, once: charting stops, the run goes on. */
+static void draw_chart(trainer *tr) {
+    if (!tr->log || tr->chart_off) return;
+    char lp[4200], sp[4200], err[1024];
+    snprintf(lp, sizeof lp, "%s/log.jsonl", tr->o.out_dir);
+    snprintf(sp, sizeof sp, "%s/loss.svg", tr->o.out_dir);
+    const char *logs[1] = {lp};
+    if (bt_chart_svg(logs, NULL, 1, sp, NULL, err, sizeof err)) {
+        fprintf(stderr, "warning: -o: %s: no more charts, the run goes on\n", err);
+        tr->chart_off = 1;
+    }
 }
 
 /* The tokenizer for samples. One given with --tokenizer must load; the default one may be
@@ -493,6 +547,18 @@ static int load_tokenizer(trainer *tr, char *err, size_t errlen) {
     return 0;
 }
 
+/* --eval-mc: the set read and encoded (it needs the tokenizer), every token inside the model's vocabulary */
+static int load_mc(trainer *tr, const gpt2_config *cfg, char *err, size_t errlen) {
+    if (!tr->tok) { bt_msgf(err, errlen, "--eval-mc %s: no tokenizer to encode it (--tokenizer DIR with encoder.json and vocab.bpe)", tr->o.eval_mc); return -1; }
+    if (bt_mc_load(&tr->mc, tr->o.eval_mc, tr->tok)) { bt_msgf(err, errlen, "--eval-mc: %s", bt_data_error()); return -1; }
+    for (int64_t i = 0; i < tr->mc.n_tokens; i++)
+        if (tr->mc.tokens[i] < 0 || tr->mc.tokens[i] >= cfg->V) {
+            bt_msgf(err, errlen, "--eval-mc %s: token %d is outside the model's vocabulary of %d", tr->o.eval_mc, tr->mc.tokens[i], cfg->V);
+            return -1;
+        }
+    return 0;
+}
+
 /* Every output of the run, checked before anything is built or trained: a bad --save or -o
    path must not cost a run. -o DIR is made here when missing. The files the program names in
    the directories it is given (-o DIR's log.jsonl, --ckpt-dir's checkpoints, --export-hf DIR's
@@ -502,8 +568,11 @@ static int check_outputs(const train_opts *o, char *err, size_t errlen) {
     if (o->save_path && bt_output_check(o->save_path)) { bt_msgf(err, errlen, "--save: %s", bt_data_error()); return -1; }
     if (o->out_dir) {
         char path[4096];
-        if (snprintf(path, sizeof path, "%s/log.jsonl", o->out_dir) >= (int)sizeof path) { snprintf(err, errlen, "-o: the directory name is too long"); return -1; }
-        if (bt_output_dir(o->out_dir) || bt_output_check_flags(path, BT_OUTPUT_NOFOLLOW)) { bt_msgf(err, errlen, "-o: %s", bt_data_error()); return -1; }
+        static const char *const files[2] = {"log.jsonl", "loss.svg"};
+        for (int i = 0; i < 2; i++) {
+            if (snprintf(path, sizeof path, "%s/%s", o->out_dir, files[i]) >= (int)sizeof path) { snprintf(err, errlen, "-o: the directory name is too long"); return -1; }
+            if (bt_output_dir(o->out_dir) || bt_output_check_flags(path, BT_OUTPUT_NOFOLLOW)) { bt_msgf(err, errlen, "-o: %s", bt_data_error()); return -1; }
+        }
     }
     if (o->ckpt_dir) {   /* made here; a checkpoint's name in it must be writable */
         char path[4096];
@@ -602,6 +671,78 @@ static const char *data_hint(int given, const char *flag) {
     return hint;
 }
 
+/* --eval-only: the model as loaded, evaluated and nothing else: the validation loss over all of -j
+   (or -m batches) unless -v 0, and --eval-mc's accuracy. -o DIR gets DIR/eval.json and, with
+   --eval-mc, DIR/eval_mc.jsonl (each item's per-ending losses); its log.jsonl is left as it is.
+   Returns the exit code. */
+static int eval_only(trainer *tr, train_opts *o, const gpt2_config *cfg, int on_gpu, const char *what) {
+    char err[1024];
+    bt_dist *dist = tr->dist;
+    int rank = dist ? dist->rank : 0, world = dist ? dist->world : 1;
+    if (o->B < 0) o->B = on_gpu ? 16 : 8;   /* no backward: the training probe's B is not needed */
+    tr->o = *o;
+    double val = NAN;
+    int nb = 0;
+    if (o->val_every != 0) {
+        for (tr->val_B = o->B; !(tr->val = bt_loader_open(o->val_glob, tr->val_B, o->T, rank, world, 0, 0)) && tr->val_B > 1;) tr->val_B /= 2;
+        if (!tr->val || bt_loader_check_vocab(tr->val, cfg->V)) {
+            fprintf(stderr, "error: val data (-j %s): %s\n%s(-v 0 evaluates without it)\n", o->val_glob, bt_data_error(), data_hint(o->given_j, "-j"));
+            return 1;
+        }
+        size_t all = bt_loader_num_batches(tr->val);
+        if (!o->given_m) tr->o.val_batches = all < (size_t)INT32_MAX ? (int)all : INT32_MAX;
+        nb = (size_t)tr->o.val_batches < all ? tr->o.val_batches : (int)all;
+        tr->inputs = (int32_t *)malloc(sizeof(int32_t) * (size_t)tr->val_B * o->T);
+        tr->targets = (int32_t *)malloc(sizeof(int32_t) * (size_t)tr->val_B * o->T);
+        if (!tr->inputs || !tr->targets) { fprintf(stderr, "error: out of host memory for a batch of %d x %d tokens\n", tr->val_B, o->T); return 1; }
+    }
+    printf("eval-only: %s: L %d H %d C %d V %d, %.2fM parameters on %s, precision %s\n", what, cfg->L, cfg->H, cfg->C, cfg->V,
+           tr->model.num_params / 1e6, on_gpu ? bt_device_name(tr->model.device) : "cpu", o->precision);
+    fflush(stdout);
+    double t0 = now_s();
+    if (tr->val) {
+        val = evaluate(tr);
+        printf("val loss %.6f over %d batches of %d x %d tokens per process (%s), %.1f s\n", val, nb, tr->val_B, o->T, o->val_glob, now_s() - t0);
+    }
+    trainer_mc_result mc;
+    memset(&mc, 0, sizeof mc);
+    if (tr->mc.n_items) {
+        if (trainer_eval_mc(tr, &mc)) return 1;
+        printf("%s: %lld items, accuracy %.4f by summed loss, %.4f by mean loss per token, %.1f s\n", o->eval_mc,
+               (long long)mc.n_items, mc.acc, mc.acc_mean, mc.seconds);
+    }
+    int rc = 0;
+    if (o->out_dir && rank == 0) {
+        char path[4200];
+        bt_json_writer w;
+        bt_json_writer_init(&w, 2);
+        bt_json_object(&w, NULL);
+        bt_json_string(&w, "model", what);
+        bt_json_string(&w, "precision", o->precision);
+        if (tr->val) {
+            bt_json_string(&w, "val", o->val_glob);
+            if (isfinite(val)) bt_json_number(&w, "val_loss", val); else bt_json_null(&w, "val_loss");
+            bt_json_int(&w, "val_tokens", (int64_t)nb * tr->val_B * o->T * world);
+        }
+        if (tr->mc.n_items) {
+            bt_json_string(&w, "mc", o->eval_mc);
+            bt_json_int(&w, "mc_items", mc.n_items);
+            bt_json_number(&w, "mc_acc", mc.acc);
+            bt_json_number(&w, "mc_acc_mean", mc.acc_mean);
+        }
+        bt_json_end(&w);
+        snprintf(path, sizeof path, "%s/eval.json", o->out_dir);
+        if (bt_json_save_flags(&w, path, BT_OUTPUT_NOFOLLOW)) { fprintf(stderr, "error: -o: %s\n", bt_data_error()); rc = 1; }
+        else printf("wrote %s\n", path);
+        bt_json_writer_free(&w);
+        snprintf(path, sizeof path, "%s/eval_mc.jsonl", o->out_dir);
+        if (tr->mc.n_items && trainer_mc_write(tr, &mc, path, err, sizeof err)) { fprintf(stderr, "error: -o: %s\n", err); rc = 1; }
+        else if (tr->mc.n_items) printf("wrote %s\n", path);
+    }
+    trainer_mc_free(&mc);
+    return rc;
+}
+
 /* ============================================================================================
    4. a run: from the flags to the saved model
    ============================================================================================ */
@@ -677,12 +818,13 @@ static int train_main(train_opts *o) {
     if (resolve_opts(o, on_gpu, &cfg, err, sizeof err)) { fprintf(stderr, "error: %s " SEE_H "\n", err); return run_end(&tr, 2); }
     if (check_outputs(o, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
     if (trainer_par_check(o, &cfg, world, on_gpu, err, sizeof err)) { fprintf(stderr, "error: %s " SEE_H "\n", err); return run_end(&tr, 2); }
-    if (tr.src.resume && trainer_ckpt_check(&tr.src, o, &cfg, world / (o->tp * o->cp), err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
+    if (tr.src.resume && !o->eval_only && trainer_ckpt_check(&tr.src, o, &cfg, world / (o->tp * o->cp), err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
     if (resolve_graph(o, on_gpu, err, sizeof err)) { fprintf(stderr, "error: %s " SEE_H "\n", err); return run_end(&tr, 2); }
 
     tr.o = *o;
     tr.dist = dist;
     if (load_tokenizer(&tr, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
+    if (o->eval_mc && load_mc(&tr, &cfg, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
     tr.dt = !strcmp(o->precision, "bf16") ? BT_BF16 : BT_F32;
     bt_set_matmul_precision(!strcmp(o->precision, "tf32") ? BT_MATMUL_TF32 : BT_MATMUL_FP32);
     if (o->deterministic) bt_set_deterministic(1);
@@ -712,6 +854,7 @@ static int train_main(train_opts *o) {
                 "diverged; nothing is trained\n", weights_flag, weights_path);
         return run_end(&tr, 1);
     }
+    if (o->eval_only) return run_end(&tr, eval_only(&tr, o, &cfg, on_gpu, weights_flag ? weights_path : model));
     bt_adamw_init(&tr.opt, tr.model.params, tr.model.n_params, 0.9f, 0.95f, 1e-8f, (float)o->weight_decay, (float)o->clip);
     if (o->recompute >= 0) bt_set_recompute(o->recompute);   /* before the probes: auto B counts with it */
     int auto_b = o->B < 0;
@@ -786,7 +929,7 @@ static int train_main(train_opts *o) {
     else if (tr.src.hf) printf("initialized from %s (Hugging Face GPT-2)\n", tr.src.path);
     fflush(stdout);
 
-    double t_start = now_s(), last_val = NAN, last_loss = NAN;
+    double t_start = now_s(), t_first = 0, last_val = NAN, last_loss = NAN;
     int rc = 0, step = tr.start_step, saved_step = tr.start_step, stopped = 0;
     for (; step < o->steps; step++) {
         if (trainer_stop_agreed(&tr)) { stopped = 1; break; }   /* SIGINT/SIGTERM: this many steps are done */
@@ -798,12 +941,22 @@ static int train_main(train_opts *o) {
         double mfu = peak > 0 ? 100.0 * flops_per_token * tps / world / peak : 0;   /* per GPU */
         int last = step == o->steps - 1, validated = updated && tr.val && ((step + 1) % o->val_every == 0 || last);
         double val = validated ? (last_val = evaluate(&tr)) : NAN;
-        char extra[512] = "";        /* the log line's checkpoint figures */
+        char extra[512] = "";        /* the log line's multiple-choice and checkpoint figures */
+        trainer_mc_result mc;
+        int mc_ok = validated && tr.mc.n_items && !trainer_eval_mc(&tr, &mc);
+        if (validated && tr.mc.n_items && !mc_ok) { rc = 1; break; }
+        double mc_acc = mc_ok ? mc.acc : NAN, mc_acc_mean = mc_ok ? mc.acc_mean : NAN;
+        if (mc_ok) {
+            snprintf(extra, sizeof extra, ", \"mc_acc\": %.6f, \"mc_acc_mean\": %.6f", mc_acc, mc_acc_mean);
+            trainer_mc_free(&mc);
+        }
+        if (step == tr.start_step) t_first = now_s();   /* the first step (warm-up, captures) is not the pace */
         int snap = trainer_ckpt_due(&tr, step + 1) && (updated || o->skip_nonfinite);   /* not of a run about to stop */
         if (snap) {
             trainer_ckpt_snapshot(&tr, step + 1, loss);
             saved_step = step + 1;
-            snprintf(extra, sizeof extra, ", \"ckpt_stall_ms\": %.3f, \"ckpt_stall_total_ms\": %.3f", tr.last_stall_ms, tr.total_stall_ms);
+            size_t at = strlen(extra);
+            snprintf(extra + at, sizeof extra - at, ", \"ckpt_stall_ms\": %.3f, \"ckpt_stall_total_ms\": %.3f", tr.last_stall_ms, tr.total_stall_ms);
         }
         if (tr.par) gpt2_par_stage_report(tr.par, extra, sizeof extra);
         if (!o->quiet || last || validated || !updated || snap) {
@@ -811,17 +964,20 @@ static int train_main(train_opts *o) {
             if (peak > 0) printf(" | MFU %.1f%%", mfu);
             printf(" | mem %.0f MiB", bt_alloc_stats(dev).allocated / 1048576.0);
             if (validated) printf(" | val %.4f", val);
+            if (mc_ok) printf(" | mc %.4f (mean %.4f)", mc_acc, mc_acc_mean);
             if (tr.ddp && tr.comm_ev[0] && tr.comm_early >= 0)
                 printf(" | comm %.2f ms exposed, %d/%d buckets early", trainer_comm_exposed_ms(&tr), tr.comm_early, bt_ddp_get_stats(tr.ddp).buckets);
             if (tr.work_ev[0]) printf(" | fwd+bwd %.2f ms", bt_event_elapsed_ms(tr.work_ev[0], tr.work_ev[1]));
             if (snap) printf(" | checkpoint stall %.1f ms", tr.last_stall_ms);
             if (tr.par && tr.par->stage_ev[0]) printf(" | fwd %.1f ms bwd %.1f ms", tr.par->fwd_ms, tr.par->bwd_ms);
+            print_eta(o, step + 1, tr.start_step, now_s() - t_start, now_s() - t_first);
             printf("\n");
             if (last && tr.ddp) bt_ddp_print_trace(tr.ddp, stdout);
             fflush(stdout);
         }
         trainer_ckpt_report(&tr, extra, sizeof extra);
-        log_json(&tr, step + 1, loss, lr, norm, dt_s * 1e3, tps, validated ? &val : NULL, extra);
+        log_json(&tr, step + 1, loss, lr, norm, dt_s * 1e3, tps, now_s() - t_start, validated ? &val : NULL, extra);
+        if (validated || last) draw_chart(&tr);
         if (!updated && on_nonfinite_step(&tr, step + 1, loss)) { rc = 1; break; }
         gpt2 *sm = o->sample_every && (step + 1) % o->sample_every == 0 && !last ? trainer_whole_model(&tr) : NULL;
         if (sm && rank == 0) {   /* tp: the shards gathered on rank 0 (a collective: every rank took part) */
@@ -832,6 +988,7 @@ static int train_main(train_opts *o) {
             printf("---\n");
         }
     }
+    if (stopped) draw_chart(&tr);
     if (rc) return run_end(&tr, rc);
     /* every output asked for is attempted: a checkpoint that failed (a full disk there) does not
        cost the model file or the export; each failure is said, and the exit status is 1 */

@@ -16,6 +16,7 @@
      6. checkpoints: what a checkpoint records, saving, resuming, signals
      7. tensor and context parallelism: the flags, the layout
      8. the end of a run
+     9. multiple-choice evaluation
 */
 #ifndef TRAINER_H
 #define TRAINER_H
@@ -57,7 +58,9 @@ typedef struct {
     const char *cp_comm;      /* ring | allgather | alltoall: how context parallelism moves K/V (NULL: ring) */
     int cuda_graph;           /* 1 on, 0 off, -1 (default) on where it is supported */
     int recompute;            /* BT_RECOMPUTE_* flags, -1 (default) chosen by memory */
-    int given_i, given_j, given_t, given_tok;   /* flags the user gave: defaults are explained, not blamed */
+    const char *eval_mc;      /* --eval-mc FILE: a multiple-choice set scored at each validation */
+    int eval_only;            /* --eval-only: validation loss and --eval-mc of the model, no training */
+    int given_i, given_j, given_t, given_tok, given_m;   /* flags the user gave: defaults are explained, not blamed */
 } train_opts;
 void train_default_opts(train_opts *o);
 
@@ -97,6 +100,7 @@ typedef struct trainer {
     int val_B;                 /* validation rows per batch: B, or fewer when the val shards are small */
     train_opts o;
     FILE *log;
+    int chart_off;             /* -o DIR's loss.svg failed once: no more charts */
     /* data parallelism over several processes (dist == NULL: one) */
     bt_dist *dist;
     bt_ddp *ddp;               /* the gradient buckets */
@@ -117,6 +121,7 @@ typedef struct trainer {
     gpt2_par *par;             /* tensor/context parallelism, NULL: none */
     step_graph sg;             /* --cuda-graph */
     double host_ms;            /* the last step's host time until its loss read (the rest is waiting for the GPU) */
+    bt_mc_set mc;              /* --eval-mc: the multiple-choice set (n_items 0: none) */
 } trainer;
 
 /* ---- 2. data ---- */
@@ -178,6 +183,27 @@ gpt2 *trainer_whole_model(trainer *tr);   /* the model for the outputs (tp: gath
 
 /* ---- 8. the end ---- */
 int trainer_end(trainer *tr, int rc);      /* frees what the trainer holds; rc passes through */
+
+/* ---- 9. multiple-choice evaluation ----
+   Every (item, ending) is a row: the context's tokens then the ending's, scored by the sum of the
+   ending tokens' losses (the model predicting each from all before it). Rows are batched, many
+   endings a forward pass, padded at the end to the batch's longest (causal attention: padding
+   changes nothing before it) with ignored targets; a row longer than the model's context keeps its last maxT + 1 tokens; an
+   empty context is <|endoftext|>. With several processes each scores items i = rank (mod ranks)
+   and the per-ending sums are all-reduced: every rank ends with all of them. Not with --tp/--cp. */
+typedef struct {
+    int64_t n_items;
+    int max_endings;
+    double *loss;          /* [n_items * max_endings]: each ending's summed loss (nats) */
+    int32_t *tokens;       /* [n_items * max_endings]: its scored tokens */
+    int32_t *pred_sum, *pred_mean;   /* [n_items]: the ending of least summed / mean loss */
+    double acc, acc_mean;  /* the fraction of items whose prediction is the label */
+    double seconds;
+} trainer_mc_result;
+int trainer_eval_mc(trainer *tr, trainer_mc_result *r);       /* a collective; 0, or -1 (said) */
+/* one JSON object per item: label, both predictions, each ending's loss and tokens (exact doubles) */
+int trainer_mc_write(const trainer *tr, const trainer_mc_result *r, const char *path, char *err, size_t errlen);
+void trainer_mc_free(trainer_mc_result *r);
 #endif /* TRAINER_H */
 
 /* ============================================================================================== */
@@ -1053,9 +1079,161 @@ int trainer_end(trainer *tr, int rc) {
     gpt2_free(&tr->model);
     bt_loader_close(tr->train); bt_loader_close(tr->val);
     bt_tokenizer_free(tr->tok);
+    bt_mc_free(&tr->mc);
     free(tr->inputs); free(tr->targets);
     memset(tr, 0, sizeof *tr);
     return rc;
+}
+
+/* ---- 9. multiple-choice evaluation ---- */
+void trainer_mc_free(trainer_mc_result *r) {
+    free(r->loss); free(r->tokens); free(r->pred_sum); free(r->pred_mean);
+    memset(r, 0, sizeof *r);
+}
+
+/* row (item i, ending k) into in/tg [T]: the context (or <|endoftext|> when it is empty) and the
+   ending, its last maxT + 1 tokens when longer; targets -1 except at the ending's tokens */
+static void trainer__mc_row(const bt_mc_set *s, int64_t i, int k, int T, int32_t *in, int32_t *tg) {
+    static const int32_t eot = BT_EOT;
+    const int32_t *ctx = s->ctx_len[i] ? s->tokens + s->ctx_off[i] : &eot;
+    const int32_t *end = s->tokens + s->end_off[i * s->max_endings + k];
+    int64_t lc = s->ctx_len[i] ? s->ctx_len[i] : 1, le = s->end_len[i * s->max_endings + k], n = lc + le;
+    int64_t skip = n - 1 > T ? n - 1 - T : 0;   /* tokens dropped from the front */
+    for (int t = 0; t < T; t++) { in[t] = BT_EOT; tg[t] = -1; }
+    for (int64_t p = skip; p + 1 < n; p++) {   /* position p predicts token p + 1 */
+        int64_t q = p + 1;
+        in[p - skip] = p < lc ? ctx[p] : end[p - lc];
+        if (q >= lc) tg[p - skip] = end[q - lc];
+    }
+}
+
+int trainer_eval_mc(trainer *tr, trainer_mc_result *r) {
+    const bt_mc_set *s = &tr->mc;
+    const gpt2_config *c = &tr->model.cfg;
+    bt_device dev = tr->model.device;
+    int rank = tr->dist ? tr->dist->rank : 0, world = tr->dist ? tr->dist->world : 1, me = s->max_endings;
+    memset(r, 0, sizeof *r);
+    if (tr->par) { fprintf(stderr, "error: --eval-mc: not with --tp or --cp\n"); return -1; }
+    double t0 = trainer__now();
+    int64_t cells = s->n_items * me;
+    r->n_items = s->n_items; r->max_endings = me;
+    r->loss = (double *)calloc((size_t)cells, sizeof(double));
+    r->tokens = (int32_t *)calloc((size_t)cells, sizeof(int32_t));
+    r->pred_sum = (int32_t *)calloc((size_t)s->n_items, sizeof(int32_t));
+    r->pred_mean = (int32_t *)calloc((size_t)s->n_items, sizeof(int32_t));
+    /* the positions a row needs, rounded up to 8 (at most maxT); rows a batch: their logits in about
+       1 GiB on a GPU, 256 MiB on a CPU (the fp32 [rows, T, Vp] of the head) */
+    int T = (int)(s->max_row - 1 < c->maxT ? s->max_row - 1 : c->maxT);
+    T = (T + 7) / 8 * 8 < c->maxT ? (T + 7) / 8 * 8 : c->maxT;
+    if (T < 1) T = 1;
+    double budget = dev.type == BT_GPU ? 1073741824.0 : 268435456.0;
+    int64_t R = (int64_t)(budget / ((double)T * c->Vp * 4));
+    if (R < 1) R = 1;
+    if (R > 512) R = 512;
+    int32_t *in = (int32_t *)malloc(sizeof(int32_t) * (size_t)(R * T)), *tg = (int32_t *)malloc(sizeof(int32_t) * (size_t)(R * T));
+    float *loss = (float *)malloc(sizeof(float) * (size_t)(R * T));
+    int64_t *cell = (int64_t *)malloc(sizeof(int64_t) * (size_t)R);
+    if (!r->loss || !r->tokens || !r->pred_sum || !r->pred_mean || !in || !tg || !loss || !cell) {
+        fprintf(stderr, "error: --eval-mc: out of host memory\n");
+        free(in); free(tg); free(loss); free(cell); trainer_mc_free(r);
+        return -1;
+    }
+    int pool = tr->sg.pool;   /* as validation: the graph's pool is free between launches */
+    if (pool) bt_alloc_pool_push(dev, pool);
+    int old = bt_set_grad_enabled(0);
+    /* this rank's rows in order: items rank, rank + world, ...; every ending of each */
+    int64_t item = rank, n = 0;
+    int k = 0;
+    for (;;) {
+        int done = item >= s->n_items;
+        if (!done) {
+            trainer__mc_row(s, item, k, T, in + n * T, tg + n * T);
+            cell[n++] = item * me + k;
+            if (++k == s->n_endings[item]) { k = 0; item += world; }
+        }
+        if (n == R || (done && n)) {
+            /* the batch's own width: its longest row rounded up to 8 (rows were laid out T apart) */
+            int Tb = 1;
+            for (int64_t j = 0; j < n; j++)
+                for (int t = T - 1; t >= Tb; t--) if (tg[j * T + t] >= 0) { Tb = t + 1; break; }
+            Tb = (Tb + 7) / 8 * 8 < T ? (Tb + 7) / 8 * 8 : T;
+            for (int64_t j = 1; j < n; j++) {
+                memmove(in + j * Tb, in + j * T, sizeof(int32_t) * (size_t)Tb);
+                memmove(tg + j * Tb, tg + j * T, sizeof(int32_t) * (size_t)Tb);
+            }
+            bt_scope_begin();
+            bt_tensor *idx = bt_from_data(in, bt_shape2(n, Tb), BT_I32, dev), *tgt = bt_from_data(tg, bt_shape2(n, Tb), BT_I32, dev);
+            bt_tensor *l = bt_cross_entropy_rows(gpt2_logits(&tr->model, idx, tr->dt), tgt, c->V, -1);
+            bt_to_host(l, loss, BT_F32);
+            bt_scope_end();
+            for (int64_t j = 0; j < n; j++) {
+                double sum = 0;
+                int cnt = 0;
+                for (int t = 0; t < Tb; t++) if (tg[j * Tb + t] >= 0) { sum += loss[j * Tb + t]; cnt++; }
+                r->loss[cell[j]] = sum;
+                r->tokens[cell[j]] = cnt;
+            }
+            n = 0;
+        }
+        if (done) break;
+    }
+    bt_set_grad_enabled(old);
+    if (pool) bt_alloc_pool_pop(dev);
+    free(in); free(tg); free(loss); free(cell);
+    if (tr->dist && world > 1) {   /* every cell is filled by one rank, 0 elsewhere: a sum gathers them */
+        bt_scope_begin();
+        bt_tensor *a = bt_from_data(r->loss, bt_shape1(cells), BT_F64, dev), *b = bt_from_data(r->tokens, bt_shape1(cells), BT_I32, dev);
+        bt_all_reduce(tr->dist->world_comm, bt_data_ptr(a), bt_data_ptr(a), cells, BT_F64, BT_RED_SUM, NULL);
+        bt_all_reduce(tr->dist->world_comm, bt_data_ptr(b), bt_data_ptr(b), cells, BT_I32, BT_RED_SUM, NULL);
+        bt_to_host(a, r->loss, BT_F64);
+        bt_to_host(b, r->tokens, BT_I32);
+        bt_scope_end();
+    }
+    int64_t right_sum = 0, right_mean = 0;
+    for (int64_t i = 0; i < s->n_items; i++) {
+        int bs = 0, bm = 0;
+        for (int e = 1; e < s->n_endings[i]; e++) {
+            int64_t a = i * me + e;
+            if (r->loss[a] < r->loss[i * me + bs]) bs = e;
+            if (r->loss[a] / r->tokens[a] < r->loss[i * me + bm] / r->tokens[i * me + bm]) bm = e;
+        }
+        r->pred_sum[i] = bs; r->pred_mean[i] = bm;
+        right_sum += bs == s->label[i];
+        right_mean += bm == s->label[i];
+    }
+    r->acc = (double)right_sum / (double)s->n_items;
+    r->acc_mean = (double)right_mean / (double)s->n_items;
+    r->seconds = trainer__now() - t0;
+    return 0;
+}
+
+int trainer_mc_write(const trainer *tr, const trainer_mc_result *r, const char *path, char *err, size_t errlen) {
+    bt_json_writer w;
+    const bt_mc_set *s = &tr->mc;
+    bt_atomic_file *f = bt_atomic_open_flags(path, BT_OUTPUT_NOFOLLOW);
+    int bad = !f;
+    for (int64_t i = 0; i < r->n_items && !bad; i++) {
+        size_t len;
+        const char *t;
+        bt_json_writer_init(&w, 0);
+        bt_json_object(&w, NULL);
+        bt_json_int(&w, "item", i);
+        bt_json_int(&w, "label", s->label[i]);
+        bt_json_int(&w, "pred_sum", r->pred_sum[i]);
+        bt_json_int(&w, "pred_mean", r->pred_mean[i]);
+        bt_json_array(&w, "loss");
+        for (int e = 0; e < s->n_endings[i]; e++) bt_json_number(&w, NULL, r->loss[i * r->max_endings + e]);
+        bt_json_end(&w);
+        bt_json_array(&w, "tokens");
+        for (int e = 0; e < s->n_endings[i]; e++) bt_json_int(&w, NULL, r->tokens[i * r->max_endings + e]);
+        bt_json_end(&w);
+        bt_json_end(&w);
+        bad = !(t = bt_json_text(&w, &len)) || bt_atomic_write(f, t, len) || bt_atomic_write(f, "\n", 1);
+        bt_json_writer_free(&w);
+    }
+    if (bad) { bt_msgf(err, errlen, "%s", bt_data_error()); bt_atomic_abort(f); return -1; }
+    if (bt_atomic_commit(f)) { bt_msgf(err, errlen, "%s", bt_data_error()); return -1; }
+    return 0;
 }
 #endif /* TRAINER_IMPLEMENTATION_DONE */
 #endif /* TRAINER_IMPLEMENTATION */

@@ -102,7 +102,7 @@ $(BT_FUZZ)/fuzz_model_file: $(HEADERS)
 $(BT_FUZZ)/fuzz_eot: tools/bt_tokenize.c tests/fuzz_tokenizer.h
 $(BT_FUZZ)/fuzz_tokenizer: tests/fuzz_tokenizer.h
 
-BT_FUZZERS := fuzz_shard fuzz_tokenizer fuzz_tokenizer_files fuzz_model_file fuzz_eot
+BT_FUZZERS := fuzz_shard fuzz_tokenizer fuzz_tokenizer_files fuzz_hf_tokenizer fuzz_model_file fuzz_eot
 fuzz: $(addprefix $(BT_FUZZ)/,$(BT_FUZZERS)) bt_tokenize $(BT_TOKFILES)
 	@mkdir -p $(BT_FUZZ)/corpus_shard $(BT_FUZZ)/corpus_tokenizer
 	./bt_tokenize -q tests/fixtures/gpt2_corpus.txt $(BT_FUZZ)/corpus_shard/seed.bin
@@ -112,6 +112,8 @@ fuzz: $(addprefix $(BT_FUZZ)/,$(BT_FUZZERS)) bt_tokenize $(BT_TOKFILES)
 	$(BT_FUZZ)/fuzz_shard -max_total_time=$(FUZZ_TIME) -max_len=8192 -print_final_stats=1 $(BT_FUZZ)/corpus_shard
 	$(BT_FUZZ)/fuzz_tokenizer -max_total_time=$(FUZZ_TIME) -max_len=4096 -print_final_stats=1 $(BT_FUZZ)/corpus_tokenizer
 	$(BT_FUZZ)/fuzz_tokenizer_files -max_total_time=$(FUZZ_TIME) -max_len=16384 -print_final_stats=1 $(BT_FUZZ)/corpus_tokenizer_files
+	@mkdir -p $(BT_FUZZ)/corpus_hf_tokenizer && printf '\001Hello 1234567 IT'"'"'S\r\n\r\n  x' > $(BT_FUZZ)/corpus_hf_tokenizer/text
+	$(BT_FUZZ)/fuzz_hf_tokenizer -max_total_time=$(FUZZ_TIME) -max_len=16384 -print_final_stats=1 $(BT_FUZZ)/corpus_hf_tokenizer
 	$(BT_FUZZ)/fuzz_model_file -max_total_time=$(FUZZ_TIME) -max_len=8192 -print_final_stats=1 $(BT_FUZZ)/corpus_model_file
 	$(BT_FUZZ)/fuzz_eot -max_total_time=$(FUZZ_TIME) -max_len=4096 -print_final_stats=1 $(BT_FUZZ)/corpus_eot
 

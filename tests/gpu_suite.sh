@@ -18,6 +18,9 @@
 #              2-GPU checkpoint refused on one GPU, --init-from it on one GPU
 #   interop    tests/hf_interop.py (transformers both ways, on the GPU and the CPU) and
 #              tests/ckpt_interop.py (safetensors both ways, with build/tests/test_ckpt)
+#   eval       --eval-mc against transformers (tests/mc_torch.py, fp32, TF32 off) on the 64-item fixture:
+#              GPT-2 124M trained 20 steps and exported, scored by --eval-only on the GPU (fp32, then bf16
+#              for the record), and the s2 preset's initial weights on the CPU (the fixture test_eval reads)
 #   examples   the README's build lines, the nvcc one included (tests/readme_commands.sh --gpu)
 #   dist       2+ GPUs: tests/dist_parity.py (2 GPUs against 1; ddp, zero1, zero2; fp32, bf16), its
 #              --graph cases (graph against eager, bit for bit), a rank killed mid-run
@@ -35,7 +38,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 B=${BUILD:-build}; OUT=${OUT:-/tmp/bt_gpu_suite}; C=${CKPT_DIR:-/tmp/bt_gpu_suite_ckpt}
-PARTS=${PARTS:-fixtures unit sanitizer resume interop examples dist tp tpzero mlir}; SAN=${SAN:-1}
+PARTS=${PARTS:-fixtures unit sanitizer resume interop eval examples dist tp tpzero mlir}; SAN=${SAN:-1}
 BIN=$B/train_gpt2_cuda
 mkdir -p "$OUT"; rm -rf "$C"; mkdir -p "$C"
 CUDA=$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")
@@ -197,6 +200,28 @@ if want interop; then
     [ $rc = 0 ] || check interop "tests/ckpt_interop.py with $B/tests/test_ckpt (see $OUT/ckpt_interop.txt)" $rc
   else
     skip interop "tests/ckpt_interop.py: python3 has no safetensors or torch"
+  fi
+fi
+
+# ---- eval: the multiple-choice score against transformers ----
+if want eval; then
+  if has_py transformers && has_py torch; then
+    MC=tests/fixtures/mc_wikitext.jsonl E=$C/eval
+    rm -rf "$E"; mkdir -p "$E"
+    { "$BIN" -e d12 -x 20 -g 0 -v 0 --export-hf "$E/d12" &&
+      "$BIN" --eval-only --init-from "$E/d12" --precision fp32 -v 0 --eval-mc $MC -o "$E/fp32" &&
+      python3 tests/mc_torch.py --model "$E/d12" --set $MC --tokenizer data --ours "$E/fp32/eval_mc.jsonl" --device cuda; } > "$OUT/eval_gpu.txt" 2>&1
+    rc=$?; grep -E 'accuracy|PASS|FAIL' "$OUT/eval_gpu.txt"; check eval "--eval-mc on the GPU (fp32) against transformers, GPT-2 124M after 20 steps" $rc
+    { "$BIN" --eval-only --init-from "$E/d12" -v 0 --eval-mc $MC -o "$E/bf16" &&
+      python3 tests/mc_torch.py --model "$E/d12" --set $MC --tokenizer data --ours "$E/bf16/eval_mc.jsonl" --device cuda --tol 1; } > "$OUT/eval_bf16.txt" 2>&1
+    grep -E 'accuracy|PASS|FAIL' "$OUT/eval_bf16.txt"   # bf16: the differences recorded, not checked
+    { "$BIN" --device cpu -e s2 -x 0 -g 0 -v 0 --export-hf "$E/s2" &&
+      "$BIN" --device cpu --eval-only -e s2 -v 0 --eval-mc $MC -o "$E/s2cpu" &&
+      python3 tests/mc_torch.py --model "$E/s2" --set $MC --tokenizer data --device cpu --out "$OUT/mc_wikitext_s2_hf.json" \
+        --ours "$E/s2cpu/eval_mc.jsonl"; } > "$OUT/eval_cpu.txt" 2>&1
+    rc=$?; grep -E 'accuracy|PASS|FAIL' "$OUT/eval_cpu.txt"; check eval "--eval-mc on the CPU against transformers, s2 preset (the fixture: $OUT/mc_wikitext_s2_hf.json)" $rc
+  else
+    skip eval "tests/mc_torch.py: python3 has no transformers or torch"
   fi
 fi
 

@@ -67,7 +67,7 @@ enum {
     OC_EXACT_FWD = 1 << 2,     /* the output bit for bit, the gradients within tolerance */
     OC_F64_ULPS = 1 << 3,      /* exact, but f64 within 1e-14 (Philox fills: libm, a fused multiply-add) */
     OC_LOOSE = 1 << 4,         /* long reductions, attention, composites: the loose tolerance */
-    OC_NO_GPU_F64 = 1 << 5,    /* its kernels have no f64 (softmax, layernorm, embedding, cross-entropy, attention) */
+    OC_NO_GPU_F64 = 1 << 5,    /* its kernels have no f64 (softmax, layernorm, rmsnorm, embedding, cross-entropy, attention) */
     OC_TF32 = 1 << 6,          /* it multiplies matrices: also run f32 with BT_MATMUL_TF32 */
     OC_DETERMINISTIC = 1 << 7, /* run with bt_set_deterministic(1) */
     OC_ZERO_OK = 1 << 8        /* its reference output is zero by design (bt_zeros) */
@@ -259,7 +259,8 @@ static bt_tensor *oc_f_embedding(oc_ctx *c, const oc_case *k) {
 static bt_tensor *oc_f_xent(oc_ctx *c, const oc_case *k) {
     int64_t Vp = k->s[0].d[k->s[0].ndim - 1], V = k->i[0] > 0 ? k->i[0] : Vp;
     bt_tensor *logits = oc_normal(c, k->s[0], 0.0, 2.0);
-    return bt_cross_entropy(logits, oc_indices(c, oc_drop_last(k->s[0]), V, k->i[1], k->i[2]), k->i[0], k->i[1]);
+    bt_tensor *tg = oc_indices(c, oc_drop_last(k->s[0]), V, k->i[1], k->i[2]);
+    return k->i[3] ? bt_cross_entropy_rows(logits, tg, k->i[0], k->i[1]) : bt_cross_entropy(logits, tg, k->i[0], k->i[1]);
 }
 /* q, k, v of shape s[0] = [B, H, T, D]; i[0]: the heads of [B, T, H, D] activations (strided views) */
 static bt_tensor *oc_f_attention(oc_ctx *c, const oc_case *k) {
@@ -400,6 +401,43 @@ static bt_tensor *oc_f_residual_ln(oc_ctx *c, const oc_case *k) {
     bt_tensor *lw = oc_normal(c, bt_shape1(C), 1.0, 0.5), *lb = oc_normal(c, bt_shape1(C), 0.0, 1.0);
     bt_tensor *w = oc_normal(c, bt_shape2(C, C), 0.0, 0.5), *b = oc_normal(c, bt_shape1(C), 0.0, 1.0);
     return bt_scale(bt_linear_add(bt_layernorm(h, lw, lb, 1e-5), w, b, h), 0.5);   /* not the root: its gradient is ours alone */
+}
+/* Llama's ops. rmsnorm of N(0.5, 2) over the last dim C of s[0]; i[0] with w ~ N(1, 0.5) [C] */
+static bt_tensor *oc_f_rmsnorm(oc_ctx *c, const oc_case *k) {
+    int64_t C = k->s[0].d[k->s[0].ndim - 1];
+    bt_tensor *x = oc_normal(c, k->s[0], 0.5, 2.0);
+    return bt_rmsnorm(x, k->i[0] ? oc_normal(c, bt_shape1(C), 1.0, 0.5) : NULL, 1e-5);
+}
+/* (h + linear(rmsnorm(h))) / 2, h = 1.5 x [s0], no bias (a Llama residual step): the rmsnorm's input
+   gradient is added in place into the skip path's (bt__pending_grad_sink) */
+static bt_tensor *oc_f_residual_rms(oc_ctx *c, const oc_case *k) {
+    int64_t C = k->s[0].d[k->s[0].ndim - 1];
+    bt_tensor *h = bt_scale(oc_normal(c, k->s[0], 0.5, 1.0), 1.5);
+    bt_tensor *lw = oc_normal(c, bt_shape1(C), 1.0, 0.5), *w = oc_normal(c, bt_shape2(C, C), 0.0, 0.5);
+    return bt_scale(bt_linear_add(bt_rmsnorm(h, lw, 1e-5), w, NULL, h), 0.5);
+}
+/* swiglu of N(0, 1.5) [s0] (last dim 2F, gate then up); i[0]: read through a transposed view of [2F, rows] */
+static bt_tensor *oc_f_swiglu(oc_ctx *c, const oc_case *k) {
+    if (!k->i[0]) return bt_swiglu(oc_normal(c, k->s[0], 0.0, 1.5));
+    return bt_swiglu(bt_transpose(oc_normal(c, bt_shape2(k->s[0].d[1], k->s[0].d[0]), 0.0, 1.5), 0, 1));
+}
+/* rope of x [B, T, H, D] = s[0] at pos0 = i[0], theta f[0] (llama3 scaling with factor 8, 1, 4 and
+   original_max_position_embeddings i[2] when i[2] > 0). i[1], how x is made:
+   0 a contiguous leaf; 1 k = narrow of a [B, T, H + 2H, D] qkv buffer (the H heads at H);
+   2 q = select of a [B, T, 3, H, D] buffer (index 0); 3 a transpose of [B, T, D, H] (D's stride H) */
+static bt_tensor *oc_f_rope(oc_ctx *c, const oc_case *k) {
+    bt_shape s = k->s[0];
+    int64_t B = s.d[0], T = s.d[1], H = s.d[2], D = s.d[3];
+    bt_tensor *x;
+    switch (k->i[1]) {
+    case 1: x = bt_narrow(oc_normal(c, bt_shape4(B, T, 3 * H, D), 0.0, 1.0), 2, H, H); break;
+    case 2: { int64_t d5[5] = {B, T, 3, H, D}; x = bt_select(oc_normal(c, bt_shapev(5, d5), 0.0, 1.0), 2, 0); } break;
+    case 3: x = bt_transpose(oc_normal(c, bt_shape4(B, T, D, H), 0.0, 1.0), 2, 3); break;
+    default: x = oc_normal(c, s, 0.0, 1.0);
+    }
+    bt_rope_opts o = {k->f[0], 0, 0, 0, 0};
+    if (k->i[2] > 0) { o.factor = 8; o.low_freq_factor = 1; o.high_freq_factor = 4; o.original_max_position_embeddings = k->i[2]; }
+    return bt_rope_ex(x, &o, k->i[0]);
 }
 /* a transformer block's attention half to the loss: layernorm, one q,k,v projection split into
    heads by views, attention, heads merged by transpose + reshape (a copy), output projection,
@@ -569,6 +607,10 @@ static int oc_build_table(void) {
             k = oc__add(oc_f_xent, OC_NO_GPU_F64, "cross_entropy %s V %d ignore_index %d", oc__shape_s(xe[j].s), xe[j].V, xe[j].ignore);
             k->s[0] = xe[j].s; k->i[0] = xe[j].V; k->i[1] = xe[j].ignore; k->i[2] = xe[j].every;
         }
+        for (int j = 0; j < 4; j += 3) {   /* per-row losses: the small case and the 1024-column one */
+            k = oc__add(oc_f_xent, OC_NO_GPU_F64, "cross_entropy_rows %s V %d ignore_index %d", oc__shape_s(xe[j].s), xe[j].V, xe[j].ignore);
+            k->s[0] = xe[j].s; k->i[0] = xe[j].V; k->i[1] = xe[j].ignore; k->i[2] = xe[j].every; k->i[3] = 1;
+        }
         bt_shape at[5] = {bt_shape4(2, 3, 7, 5), bt_shape4(1, 2, 13, 8), bt_shape4(2, 1, 33, 4), bt_shape4(1, 2, 100, 64), bt_shape4(2, 3, 7, 5)};
         for (int j = 0; j < 6; j++) {
             int strided = j >= 4;
@@ -636,6 +678,38 @@ static int oc_build_table(void) {
     k->s[0] = bt_shape3(2, 7, 33);
     k = oc__add(oc_f_residual_ln, OC_NO_GPU_F64 | OC_TF32 | OC_LOOSE, "composite: h + linear(layernorm(h)) [9, 256]");
     k->s[0] = bt_shape2(9, 256);
+    /* Llama's ops: rmsnorm (odd C: the general warp rows; 768, 1000: the register rows; 4096: a block
+       a row), swiglu (odd F: one element a thread; else 16-byte vectors), rope (D 64 and 128, pos0 > 0,
+       the views a qkv projection makes, llama3 frequencies) */
+    {
+        struct { bt_shape s; int w; } rn[7] = {{bt_shape3(2, 7, 33), 1}, {bt_shape3(2, 7, 33), 0}, {bt_shape2(4, 768), 1},
+                                               {bt_shape2(5, 1000), 1}, {bt_shape2(3, 4096), 1}, {bt_shape2(2, 4096), 0},
+                                               {bt_shape3(2, 3, 5), 1}};
+        for (int j = 0; j < 7; j++) {
+            k = oc__add(oc_f_rmsnorm, OC_NO_GPU_F64, "rmsnorm %s%s", oc__shape_s(rn[j].s), rn[j].w ? " w" : "");
+            k->s[0] = rn[j].s; k->i[0] = rn[j].w;
+        }
+        k = oc__add(oc_f_residual_rms, OC_NO_GPU_F64 | OC_TF32 | OC_LOOSE, "composite: h + linear(rmsnorm(h)) [2, 7, 33]");
+        k->s[0] = bt_shape3(2, 7, 33);
+        k = oc__add(oc_f_residual_rms, OC_NO_GPU_F64 | OC_TF32 | OC_LOOSE, "composite: h + linear(rmsnorm(h)) [9, 256]");
+        k->s[0] = bt_shape2(9, 256);
+        bt_shape sw[4] = {bt_shape3(2, 7, 66), bt_shape2(4, 1024), bt_shape3(2, 3, 2752), bt_shape2(5, 48)};
+        for (int j = 0; j < 4; j++) {
+            k = oc__add(oc_f_swiglu, 0, "swiglu %s%s", oc__shape_s(sw[j]), j == 3 ? " transposed view" : "");
+            k->s[0] = sw[j]; k->i[0] = j == 3;
+        }
+        static const char *rv[4] = {"", " k of [B, T, 3H, D]", " q of [B, T, 3, H, D]", " D strided"};
+        struct { bt_shape s; int pos0, view, lmax; double theta; } rp[7] = {
+            {bt_shape4(2, 5, 3, 64), 0, 0, 0, 10000.0}, {bt_shape4(1, 9, 2, 128), 1000, 0, 0, 10000.0},
+            {bt_shape4(2, 4, 2, 64), 7, 1, 0, 10000.0}, {bt_shape4(2, 6, 2, 64), 3, 2, 0, 500000.0},
+            {bt_shape4(2, 3, 2, 8), 5, 3, 0, 10000.0}, {bt_shape4(1, 7, 3, 64), 100, 0, 64, 500000.0},
+            {bt_shape4(2, 3, 1, 6), 2, 0, 0, 10000.0}};
+        for (int j = 0; j < 7; j++) {
+            k = oc__add(oc_f_rope, 0, "rope %s pos0 %d theta %g%s%s", oc__shape_s(rp[j].s), rp[j].pos0, rp[j].theta, rv[rp[j].view],
+                        rp[j].lmax ? " llama3" : "");
+            k->s[0] = rp[j].s; k->i[0] = rp[j].pos0; k->i[1] = rp[j].view; k->i[2] = rp[j].lmax; k->f[0] = rp[j].theta;
+        }
+    }
     return oc_ncases;
 }
 

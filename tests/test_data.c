@@ -369,6 +369,59 @@ static void test_full_corpora(void) {
     free(fx);
 }
 
+/* ---- multiple-choice sets ---- */
+
+static int write_text(const char *path, const char *text) { bt_test_write_file(path, text, strlen(text)); return 0; }
+
+static void test_mc_load(void) {
+    const char *p = bt_test_path("mc.jsonl");
+    bt_mc_set s;
+    /* the activity label before the context, " " before each ending; a string label; a blank line;
+       5 endings next to 2 (the stride is the most) */
+    BT_CHECK(write_text(p, "{\"activity_label\": \"Baking\", \"ctx\": \"Mix the flour\", \"endings\": [\"and eggs.\", \"\\u00e9t\\u00e9\"], \"label\": \"1\"}\n"
+                                   "\n"
+                                   "{\"ctx\": \"\", \"endings\": [\"a\", \"b\", \"c\", \"d\", \"e\"], \"label\": 4, \"ind\": 9}\n") == 0, "write");
+    BT_CHECK(bt_mc_load(&s, p, tok) == 0, "load: %s", bt_data_error());
+    BT_CHECK(s.n_items == 2 && s.max_endings == 5 && s.label[0] == 1 && s.label[1] == 4 && s.n_endings[0] == 2 && s.n_endings[1] == 5,
+             "items %lld, stride %d", (long long)s.n_items, s.max_endings);
+    int32_t *want;
+    size_t n = bt_encode(tok, "Baking: Mix the flour", 21, &want);
+    BT_CHECK(n == (size_t)s.ctx_len[0] && !memcmp(want, s.tokens + s.ctx_off[0], n * 4), "context tokens: LABEL: ctx");
+    free(want);
+    n = bt_encode(tok, " \xc3\xa9t\xc3\xa9", 6, &want);
+    BT_CHECK(n == (size_t)s.end_len[1] && !memcmp(want, s.tokens + s.end_off[1], n * 4), "ending tokens: \" \" + ending, escapes decoded");
+    free(want);
+    BT_CHECK(s.ctx_len[1] == 0 && s.end_len[1 * 5 + 4] == 1, "an empty context; the fifth ending at stride 5");
+    int64_t total = 0;
+    for (int64_t i = 0; i < s.n_items; i++) {
+        total += s.ctx_len[i];
+        for (int k = 0; k < s.n_endings[i]; k++) total += s.end_len[i * s.max_endings + k];
+    }
+    BT_CHECK(total == s.n_tokens, "n_tokens %lld, the parts hold %lld", (long long)s.n_tokens, (long long)total);
+    bt_mc_free(&s);
+    bt_mc_free(&s);   /* a freed set can be freed again */
+    /* every bad line names the file and its line */
+    struct { const char *text, *msg; } bad[] = {
+        {"{\"ctx\": \"a\", \"endings\": [\"b\", \"c\"], \"label\": 0}\n[1]\n", ":2: the line is not a JSON object"},
+        {"{\"ctx\": \"a\", \"endings\": [\"b\", \"c\"]}\n", ":1: no member \"label\""},
+        {"{\"ctx\": 3, \"endings\": [\"b\", \"c\"], \"label\": 0}\n", ":1: no string member \"ctx\""},
+        {"{\"ctx\": \"a\", \"endings\": [\"b\"], \"label\": 0}\n", ":1: \"endings\" must hold 2 to 16"},
+        {"{\"ctx\": \"a\", \"endings\": [\"b\", \"c\"], \"label\": 2}\n", ":1: \"label\" is not the index"},
+        {"{\"ctx\": \"a\", \"endings\": [\"b\", \"c\"], \"label\": -1}\n", ":1: \"label\" is not the index"},
+        {"{\"ctx\": \"a\", \"endings\": [\"b\", 5], \"label\": 0}\n", ":1: an ending is not a string"},
+        {"{\"ctx\": \"a\", \"endings\": [\"b\", \"c\"], \"label\": 0\n", ":1: JSON, byte"},
+        {"\n\n", "no item"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        BT_CHECK(write_text(p, bad[i].text) == 0, "write");
+        int r = bt_mc_load(&s, p, tok);
+        BT_CHECK(r == -1 && strstr(bt_data_error(), "mc.jsonl") && strstr(bt_data_error(), bad[i].msg), "case %zu: %d, \"%s\" (expected \"%s\")",
+                 i, r, bt_data_error(), bad[i].msg);
+        BT_CHECK(s.n_items == 0 && s.tokens == NULL, "case %zu: the set is left empty", i);
+    }
+    BT_CHECK(bt_mc_load(&s, bt_test_path("absent.jsonl"), tok) == -1 && strstr(bt_data_error(), "absent.jsonl"), "missing file");
+}
+
 /* ---- shards ---- */
 
 static void test_shard_roundtrip(void) {
@@ -861,6 +914,7 @@ int main(void) {
         BT_RUN(test_encode_cut);
         BT_RUN(test_bt_tokenize_tool);
         BT_RUN(test_bt_tokenize_counts);
+        BT_RUN(test_mc_load);
     } else {
         fprintf(stderr, "tokenizer files not found or not loadable: %s\n", enc_path ? bt_data_error() : "(none)");
         bt_test__failed++;

@@ -561,6 +561,63 @@ static void test_softmax(void) {
             }
 }
 
+/* bt_k_rmsnorm and its backward against a double loop: 77, 4096 (a block a row): the general
+   kernels; 768 over 5000 rows (several rows per warp, the grid cap of the gw partials), 264, 1024:
+   the register rows. The reference leaves out the forward's rounding of x rstd before w (one more
+   rounding in bf16/f16, within tol_of). gx written, then added (gx_add) with its column sums; gw
+   accumulated. */
+static void test_rmsnorm(void) {
+    NEED_GPU();
+    int64_t Cs[] = {77, 4096, 768, 264, 1024};
+    bt_dtype dts[] = {BT_F32, BT_BF16, BT_F16};
+    char what[96];
+    for (int c = 0; c < 5; c++)
+        for (int k = 0; k < 3; k++) {
+            bt_dtype dt = dts[k];
+            int64_t C = Cs[c], rows = C == 768 ? (g_quick ? 300 : 5000) : 37, n = rows * C;
+            seed(900 + c * 8 + k);
+            double *x = rvec(n, -1.5, 2.5), *w = rvec(C, 0.5, 1.5), *g = rvec(n, -1, 1), *gw0 = rvec(C, -1, 1);
+            double *ref = zvec(n), *rrstd = zvec(rows), *gxr = zvec(n), *gwr = zvec(C), *csr = zvec(C);
+            void *dx = up(dt, x, n), *dw = up(dt, w, C), *dg = up(dt, g, n), *dgw = up(dt, gw0, C);
+            void *o = dmalloc((size_t)n * tsz(dt)), *gx = dmalloc((size_t)n * tsz(dt));
+            float *dr = (float *)dmalloc((size_t)rows * 4), *dcs = (float *)dmalloc((size_t)C * 4);
+            for (int64_t i = 0; i < C; i++) gwr[i] = gw0[i];
+            for (int64_t r = 0; r < rows; r++) {
+                double ss = 0, bb = 0;
+                for (int64_t j = 0; j < C; j++) ss += x[r * C + j] * x[r * C + j];
+                double rs = 1 / sqrt(ss / C + 1e-5);
+                rrstd[r] = rs;
+                for (int64_t j = 0; j < C; j++) {
+                    double xh = x[r * C + j] * rs, wg = w[j] * g[r * C + j];
+                    ref[r * C + j] = xh * w[j];
+                    bb += wg * xh; gwr[j] += g[r * C + j] * xh;
+                }
+                bb /= C;
+                for (int64_t j = 0; j < C; j++) gxr[r * C + j] = rs * (w[j] * g[r * C + j] - x[r * C + j] * rs * bb);
+            }
+            bt_k_rmsnorm(dt, o, dr, dx, dw, rows, C, 1e-5f, st());
+            snprintf(what, sizeof what, "rmsnorm [%lld,%lld] %s", (long long)rows, (long long)C, tname(dt)); expect(what, dt, o, ref, n, tol_of(dt));
+            snprintf(what, sizeof what, "rmsnorm rstd [%lld,%lld] %s", (long long)rows, (long long)C, tname(dt)); expect(what, BT_F32, dr, rrstd, rows, 1e-5);
+            bt_k_rmsnorm_backward(dt, gx, 0, dgw, NULL, dg, dx, dw, dr, rows, C, st());
+            snprintf(what, sizeof what, "rmsnorm_bwd gx [%lld,%lld] %s", (long long)rows, (long long)C, tname(dt)); expect(what, dt, gx, gxr, n, tol_of(dt));
+            snprintf(what, sizeof what, "rmsnorm_bwd gw+= [%lld,%lld] %s", (long long)rows, (long long)C, tname(dt)); expect(what, dt, dgw, gwr, C, tol_of(dt));
+            {   /* gx_add into a residual gradient, with the column sums of the result; gw untouched (NULL) */
+                double *r0 = rvec(n, -1, 1), *sum = zvec(n);
+                void *dres = up(dt, r0, n);
+                for (int64_t i = 0; i < n; i++) { sum[i] = r0[i] + gxr[i]; csr[i % C] += sum[i]; }
+                poison(dcs, (size_t)C * 4);
+                bt_k_rmsnorm_backward(dt, dres, 1, NULL, dcs, dg, dx, dw, dr, rows, C, st());
+                snprintf(what, sizeof what, "rmsnorm_bwd gx+= [%lld,%lld] %s", (long long)rows, (long long)C, tname(dt));
+                expect(what, dt, dres, sum, n, tol_of(dt));
+                snprintf(what, sizeof what, "rmsnorm_bwd gx+= colsum [%lld,%lld] %s", (long long)rows, (long long)C, tname(dt));
+                expect(what, BT_F32, dcs, csr, C, tol_of(dt));
+                free(r0); free(sum); dfree(dres);
+            }
+            free(x); free(w); free(g); free(gw0); free(ref); free(rrstd); free(gxr); free(gwr); free(csr);
+            dfree(dx); dfree(dw); dfree(dg); dfree(dgw); dfree(o); dfree(gx); dfree(dr); dfree(dcs);
+        }
+}
+
 static void test_layernorm(void) {
     NEED_GPU();
     /* 77, 773, 1500: the general kernels; 768 (over 5000 rows: several rows per warp and the grid
@@ -1466,6 +1523,7 @@ int main(void) {
     RUN(test_sumsq);
     RUN(test_softmax);
     RUN(test_layernorm);
+    RUN(test_rmsnorm);
     RUN(test_embedding);
     RUN(test_cross_entropy);
     RUN(test_attention);
@@ -1489,7 +1547,7 @@ int main(void) {
             if (!g_recs[i].ok || verbose)
                 printf("%-58s %10.3g %10.3g  %s\n", g_recs[i].what, g_recs[i].err, g_recs[i].tol, g_recs[i].ok ? "ok" : "FAIL");
         const char *fam[] = {"cast", "copy", "fill", "uniform", "normal", "unary", "affine", "binary", "reduce", "sumsq",
-                             "softmax", "log_softmax", "layernorm", "embedding", "cross_entropy", "attention", "matmul", "adamw"};
+                             "softmax", "log_softmax", "layernorm", "rmsnorm", "embedding", "cross_entropy", "attention", "matmul", "adamw"};
         for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
             double worst = -1, wt = 0; int cnt = 0; const char *wn = "";
             for (int i = 0; i < g_nrec; i++) {

@@ -652,6 +652,7 @@ static bt_tensor *f_softmax(bt_tensor **in, const gc_ctx *c) { return c->i[0] ? 
 static bt_tensor *f_layernorm(bt_tensor **in, const gc_ctx *c) { return bt_layernorm(in[0], in[1], in[2], c->f[0]); }
 static bt_tensor *f_embedding(bt_tensor **in, const gc_ctx *c) { return bt_embedding(in[0], c->aux[0]); }
 static bt_tensor *f_xent(bt_tensor **in, const gc_ctx *c) { return bt_cross_entropy(in[0], c->aux[0], c->i[0], c->i[1]); }
+static bt_tensor *f_xent_rows(bt_tensor **in, const gc_ctx *c) { return bt_cross_entropy_rows(in[0], c->aux[0], c->i[0], c->i[1]); }
 static bt_tensor *f_attention(bt_tensor **in, const gc_ctx *c) { (void)c; return bt_attention(in[0], in[1], in[2]); }
 static bt_tensor *f_concat(bt_tensor **in, const gc_ctx *c) { return bt_concat(in, c->i[0], c->i[1]); }
 static bt_tensor *f_split(bt_tensor **in, const gc_ctx *c) {
@@ -824,6 +825,7 @@ static void test_gradcheck_nn(void) {
     bt_release(table); bt_release(ce.aux[0]);
     bt_tensor *logits = leaf(SH(2, 3, 7));
     gradcheck("gradcheck cross_entropy V < Vp with ignore_index", f_xent, &logits, 1, &cx);
+    gradcheck("gradcheck cross_entropy_rows V < Vp with ignore_index", f_xent_rows, &logits, 1, &cx);
     bt_release(logits); bt_release(cx.aux[0]);
     bt_tensor *qkv[3] = {leaf(SH(1, 2, 7, 5)), leaf(SH(1, 2, 7, 5)), leaf(SH(1, 2, 7, 5))};
     gradcheck("gradcheck attention T 7 D 5", f_attention, qkv, 3, &ce);
@@ -934,6 +936,193 @@ static void test_unary_list(void) {
         gradcheck(what, f_unary_list, &x, 1, &c);
         bt_release(x);
     }
+}
+
+/* =============================================================================================
+   Llama's ops: rmsnorm, swiglu, rope. Gradchecks (f64 central differences), values against hand
+   references and the plain ops they fuse, the rounding conventions, and the errors.
+   ============================================================================================= */
+static bt_tensor *f_rmsnorm(bt_tensor **in, const gc_ctx *c) { return bt_rmsnorm(in[0], in[1], c->f[0]); }
+static bt_tensor *f_swiglu(bt_tensor **in, const gc_ctx *c) {
+    return c->i[0] ? bt_swiglu(bt_transpose(in[0], 0, 1)) : bt_swiglu(in[0]);
+}
+/* rope at pos0 i[0], theta f[0], llama3 when i[2]; i[1] 1: x = the k heads (narrow) of a
+   [B, T, 3H, D] buffer in[0], with H = i[3] */
+static bt_tensor *f_rope(bt_tensor **in, const gc_ctx *c) {
+    bt_rope_opts o = {c->f[0], 0, 0, 0, 0};
+    if (c->i[2]) { o.factor = 8; o.low_freq_factor = 1; o.high_freq_factor = 4; o.original_max_position_embeddings = 64; }
+    bt_tensor *x = c->i[1] ? bt_narrow(in[0], 2, c->i[3], c->i[3]) : in[0];
+    return bt_rope_ex(x, &o, c->i[0]);
+}
+/* h + linear(rmsnorm(h)), h = 2 x, no bias: the rmsnorm's input gradient added in place into the skip path's */
+static bt_tensor *f_residual_rms(bt_tensor **in, const gc_ctx *c) {
+    (void)c;
+    bt_tensor *h = bt_scale(in[0], 2.0);
+    return bt_linear_add(bt_rmsnorm(h, in[1], 1e-5), in[2], NULL, h);
+}
+static void test_gradcheck_llama(void) {
+    for (int m = 0; m < 2; m++) {
+        bt_tensor *in[2] = {leaf(SH(3, 6)), m ? leaf(SH(6)) : NULL};
+        gc_ctx c = {.f = {1e-5}};
+        gradcheck(m ? "gradcheck rmsnorm w" : "gradcheck rmsnorm", f_rmsnorm, in, 2, &c);
+        release_all(in, 2);
+    }
+    bt_tensor *rl[3] = {leaf(SH(4, 6)), leaf(SH(6)), leaf(SH(6, 6))};
+    gc_ctx c0 = {.i = {0}};
+    gradcheck("gradcheck h + linear(rmsnorm(h)) (gradient summed in place)", f_residual_rms, rl, 3, &c0);
+    release_all(rl, 3);
+    for (int t = 0; t < 2; t++) {
+        bt_tensor *x = t ? leaf(SH(10, 3)) : leaf(SH(2, 3, 10));
+        gc_ctx c = {.i = {t}};
+        gradcheck(t ? "gradcheck swiglu of a transposed view" : "gradcheck swiglu", f_swiglu, &x, 1, &c);
+        bt_release(x);
+    }
+    struct { int pos0, view, llama3; double theta; } rc[4] = {{0, 0, 0, 10000.0}, {5, 0, 0, 10000.0}, {3, 1, 0, 100.0}, {50, 0, 1, 500000.0}};
+    for (int j = 0; j < 4; j++) {
+        bt_tensor *x = rc[j].view ? leaf(SH(2, 3, 6, 4)) : leaf(SH(2, 3, 2, 8));
+        gc_ctx c = {.i = {rc[j].pos0, rc[j].view, rc[j].llama3, 2}, .f = {rc[j].theta}};
+        char what[80];
+        snprintf(what, sizeof what, "gradcheck rope pos0 %d%s%s", rc[j].pos0, rc[j].view ? " of a qkv buffer's k" : "", rc[j].llama3 ? " llama3" : "");
+        gradcheck(what, f_rope, &x, 1, &c);
+        bt_release(x);
+    }
+}
+/* rmsnorm: a hand loop in f64; the composite of plain ops (value and gradients); a constant row;
+   the bf16 convention (round(round(x rstd) w)) bit for bit on the CPU */
+static void test_rmsnorm_values(void) {
+    bt_scope_begin();
+    const int64_t R = 3, C = 7;
+    bt_tensor *x = rnd(SH(R, C), BT_F64), *w = rnd(SH(C), BT_F64), *g = rnd(SH(R, C), BT_F64);
+    bt_set_requires_grad(x, 1); bt_set_requires_grad(w, 1);
+    bt_tensor *y = bt_rmsnorm(x, w, 1e-6);
+    double *xh = bt_test_host(x), *wh = bt_test_host(w), want[21];
+    for (int64_t r = 0; r < R; r++) {
+        double ss = 0;
+        for (int64_t j = 0; j < C; j++) ss += xh[r * C + j] * xh[r * C + j];
+        for (int64_t j = 0; j < C; j++) want[r * C + j] = xh[r * C + j] / sqrt(ss / C + 1e-6) * wh[j];
+    }
+    expect_close("rmsnorm against a loop", y, SH(R, C), want, BT_TOL_F64_ROUND * 10);
+    bt_backward_with(y, g);
+    bt_tensor *gx = bt_clone(x->grad), *gw = bt_clone(w->grad);
+    bt_zero_(x->grad); bt_zero_(w->grad);
+    int last = -1;
+    bt_tensor *ms = bt_mean(bt_square(x), &last, 1, 1);                   /* [R, 1] */
+    bt_tensor *y2 = bt_mul(bt_mul(x, bt_rsqrt(bt_add_scalar(ms, 1e-6))), w);
+    bt_backward_with(y2, g);
+    BT_CHECK(bt_test_relerr_t(y, y2) < BT_TOL_F64 && bt_test_relerr_t(gx, x->grad) < BT_TOL_F64 && bt_test_relerr_t(gw, w->grad) < BT_TOL_F64,
+             "rmsnorm against x rsqrt(mean(x^2) + eps) w: value %g, gx %g, gw %g", bt_test_relerr_t(y, y2),
+             bt_test_relerr_t(gx, x->grad), bt_test_relerr_t(gw, w->grad));
+    free(xh); free(wh);
+    /* a constant row c: y = c / sqrt(c^2 + eps), without and with w */
+    bt_tensor *k = bt_full(SH(2, 5), -3.0, BT_F64, CPU), *kw = bt_add_scalar(bt_arange(5, BT_F64, CPU), 1.0);
+    bt_tensor *ky = bt_rmsnorm(k, NULL, 1e-5), *kyw = bt_rmsnorm(k, kw, 1e-5);
+    double e = 0, v = -3.0 / sqrt(9.0 + 1e-5);
+    for (int64_t j = 0; j < 5; j++) {
+        e = fmax(e, fabs(bt_get(ky, (int64_t[]){1, j}) - v));
+        e = fmax(e, fabs(bt_get(kyw, (int64_t[]){0, j}) - v * (double)(j + 1)));
+    }
+    BT_CHECK(e < 1e-15, "rmsnorm of a constant row -3: max err %g", e);
+    /* bf16: the normalised x is rounded to bf16 before the product with w, the product rounded again */
+    bt_tensor *xb = bt_cast(rnd(SH(4, 9), BT_F32), BT_BF16), *wb = bt_cast(rnd(SH(9), BT_F32), BT_BF16);
+    bt_tensor *yb = bt_rmsnorm(xb, wb, 1e-5);
+    int bad = 0;
+    for (int64_t r = 0; r < 4; r++) {
+        double ss = 0;
+        for (int64_t j = 0; j < 9; j++) { double t = bt_get(xb, (int64_t[]){r, j}); ss += t * t; }
+        float rs = (float)(1.0 / sqrt(ss / 9 + 1e-5));
+        for (int64_t j = 0; j < 9; j++) {
+            uint16_t nb = bt__f32_to_bf16((float)(bt_get(xb, (int64_t[]){r, j}) * rs));
+            float want1 = bt__bf16_to_f32(bt__f32_to_bf16((float)((double)bt__bf16_to_f32(nb) * bt_get(wb, (int64_t[]){j}))));
+            bad += bt_get(yb, (int64_t[]){r, j}) != want1;
+        }
+    }
+    BT_CHECK(bad == 0, "rmsnorm bf16: %d of 36 values differ from round(round(x rstd) w)", bad);
+    bt_scope_end();
+}
+/* swiglu: gate first, against silu(x[.., :F]) * x[.., F:] from plain ops (value and gradient), and
+   hand values */
+static void test_swiglu_values(void) {
+    bt_scope_begin();
+    bt_tensor *x = rnd(SH(3, 2, 10), BT_F64), *g = rnd(SH(3, 2, 5), BT_F64);
+    bt_set_requires_grad(x, 1);
+    bt_tensor *y = bt_swiglu(x);
+    bt_backward_with(y, g);
+    bt_tensor *gx = bt_clone(x->grad);
+    bt_zero_(x->grad);
+    bt_tensor *y2 = bt_mul(bt_silu(bt_narrow(x, 2, 0, 5)), bt_narrow(x, 2, 5, 5));
+    bt_backward_with(y2, g);
+    BT_CHECK(bt_test_relerr_t(y, y2) < BT_TOL_F64_ROUND * 10 && bt_test_relerr_t(gx, x->grad) < BT_TOL_F64_ROUND * 10,
+             "swiglu against silu(gate) * up: value %g, gradient %g", bt_test_relerr_t(y, y2), bt_test_relerr_t(gx, x->grad));
+    double hv[6] = {0.0, 1.0, -2.0, 3.0, 2.0, 0.5};   /* gate 0, 1, -2; up 3, 2, 0.5 */
+    bt_tensor *h = bt_swiglu(bt_from_data(hv, SH(1, 6), BT_F64, CPU));
+    double want[3] = {0.0, 2.0 / (1.0 + exp(-1.0)), 0.5 * -2.0 / (1.0 + exp(2.0))};
+    expect_close("swiglu hand values", h, SH(1, 3), want, 1e-15);
+    bt_scope_end();
+}
+/* rope: the identity at position 0; a hand value; each pair's norm kept; the gradient is the inverse
+   rotation (rope(grad) == the upstream gradient); a strided view gives the bits of its contiguous
+   copy; llama3 frequencies by region */
+static void test_rope_values(void) {
+    bt_scope_begin();
+    bt_tensor *x = rnd(SH(2, 4, 3, 8), BT_F32);
+    bt_tensor *y = bt_rope(x, 10000.0, 0);
+    double e0 = 0;
+    for (int64_t b = 0; b < 2; b++) for (int64_t h = 0; h < 3; h++) for (int64_t d = 0; d < 8; d++)
+        e0 = fmax(e0, fabs(bt_get(y, (int64_t[]){b, 0, h, d}) - bt_get(x, (int64_t[]){b, 0, h, d})));
+    BT_CHECK(e0 == 0, "rope at position 0 must be the identity, max diff %g", e0);
+    double xv[4] = {1.0, 2.0, 3.0, 4.0};   /* D 4: inv_freq {1, 0.01}; position 1 (pos0 1, t 0) */
+    bt_tensor *hy = bt_rope(bt_from_data(xv, SH(1, 1, 1, 4), BT_F64, CPU), 10000.0, 1);
+    double a1 = (double)0.01f;
+    double want[4] = {cos(1.0) - 3 * sin(1.0), 2 * cos(a1) - 4 * sin(a1), 3 * cos(1.0) + sin(1.0), 4 * cos(a1) + 2 * sin(a1)};
+    expect_close("rope hand values", hy, SH(1, 1, 1, 4), want, 1e-15);
+    bt_tensor *x64 = rnd(SH(2, 5, 2, 64), BT_F64), *r = rnd(SH(2, 5, 2, 64), BT_F64);
+    bt_set_requires_grad(x64, 1);
+    bt_tensor *y64 = bt_rope(x64, 10000.0, 4000);
+    double en = 0;
+    for (int64_t t = 0; t < 5; t++) for (int64_t i = 0; i < 32; i++) {
+        int64_t a[4] = {1, t, 1, i}, b[4] = {1, t, 1, i + 32};
+        double nx = hypot(bt_get(x64, a), bt_get(x64, b)), ny = hypot(bt_get(y64, a), bt_get(y64, b));
+        en = fmax(en, fabs(nx - ny) / nx);
+    }
+    BT_CHECK(en < 1e-14, "rope must keep each pair's norm, max rel err %g", en);
+    bt_backward_with(y64, r);
+    bt_tensor *back = bt_rope(x64->grad, 10000.0, 4000);
+    BT_CHECK(bt_test_relerr_t(back, r) < 1e-14, "rope's gradient must be the inverse rotation: rel err %g", bt_test_relerr_t(back, r));
+    bt_tensor *buf = rnd(SH(2, 3, 8, 16), BT_F32);     /* [B, T, H + 2 Hkv, D], H 4, Hkv 2: the k heads */
+    bt_tensor *kv = bt_narrow(buf, 2, 4, 2);
+    BT_CHECK(bt_test_relerr_t(bt_rope(kv, 10000.0, 9), bt_rope(bt_contiguous(kv), 10000.0, 9)) == 0,
+             "rope of a strided view must equal rope of its contiguous copy");
+    bt_rope_opts o = {500000.0, 8, 1, 4, 64}, o0 = {500000.0, 0, 0, 0, 0};
+    float f[32], f0[32];
+    bt_rope_inv_freq(&o, 64, f); bt_rope_inv_freq(&o0, 64, f0);
+    int nh = 0, nl = 0, nm = 0, bad = 0;
+    for (int i = 0; i < 32; i++) {
+        float wl = 6.2831853f / f0[i];
+        if (wl < 16) { nh++; bad += f[i] != f0[i]; }
+        else if (wl > 64) { nl++; bad += f[i] != f0[i] / 8.0f; }
+        else { nm++; bad += !(f[i] < f0[i] && f[i] > f0[i] / 8.0f); }
+    }
+    BT_CHECK(bad == 0 && nh > 0 && nl > 0 && nm > 0, "llama3 inv_freq: %d wrong (high %d, low %d, medium %d)", bad, nh, nl, nm);
+    BT_CHECK(f0[0] == 1.0f && f0[16] == 1.0f / powf(500000.0f, 0.5f), "default inv_freq: %g, %g", f0[0], f0[16]);
+    bt_scope_end();
+}
+static void test_llama_errors(void) {
+    bt_scope_begin();
+    bt_tensor *x = rnd(SH(2, 3, 4, 6), BT_F32);
+    BT_EXPECT_ERROR(bt_rmsnorm(x, rnd(SH(5), BT_F32), 1e-5), "rmsnorm: w");
+    BT_EXPECT_ERROR(bt_rmsnorm(x, rnd(SH(6), BT_F64), 1e-5), "rmsnorm: dtypes differ");
+    BT_EXPECT_ERROR(bt_rmsnorm(x, NULL, 0.0), "rmsnorm: eps");
+    BT_EXPECT_ERROR(bt_rmsnorm(bt_scalar(1.0, BT_F32, CPU), NULL, 1e-5), "rmsnorm: needs at least 1 dim");
+    BT_EXPECT_ERROR(bt_swiglu(rnd(SH(3, 7), BT_F32)), "swiglu: the last dim");
+    BT_EXPECT_ERROR(bt_swiglu(bt_zeros(SH(3, 4), BT_I32, CPU)), "swiglu: x must be a float tensor");
+    BT_EXPECT_ERROR(bt_rope(rnd(SH(2, 3, 4, 5), BT_F32), 10000.0, 0), "rope: the head dim D");
+    BT_EXPECT_ERROR(bt_rope(rnd(SH(2, 3, 1, 514), BT_F32), 10000.0, 0), "at most 512");
+    BT_EXPECT_ERROR(bt_rope(rnd(SH(3, 4, 6), BT_F32), 10000.0, 0), "rope: x must be [B, T, H, D]");
+    BT_EXPECT_ERROR(bt_rope(x, 10000.0, -1), "rope: positions");
+    BT_EXPECT_ERROR(bt_rope(x, 0.0, 0), "rope: theta");
+    bt_rope_opts bad = {500000.0, 8, 4, 1, 8192};
+    BT_EXPECT_ERROR(bt_rope_ex(x, &bad, 0), "llama3 scaling");
+    bt_scope_end();
 }
 
 /* =============================================================================================
@@ -1212,6 +1401,11 @@ int main(void) {
     BT_RUN(test_gradcheck_nn);
     BT_RUN(test_gradcheck_shape_ops);
     BT_RUN(test_gradcheck_composite);
+    BT_RUN(test_gradcheck_llama);
+    BT_RUN(test_rmsnorm_values);
+    BT_RUN(test_swiglu_values);
+    BT_RUN(test_rope_values);
+    BT_RUN(test_llama_errors);
     BT_RUN(test_cast_cached);
     BT_RUN(test_attention_qkv);
     BT_RUN(test_unary_list);

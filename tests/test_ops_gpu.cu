@@ -5,7 +5,7 @@
    (1) The op table of tests/op_cases.h (a case per op, forward and backward) on cuda:0 in f32,
        bf16, f16, f64 and f32 with TF32 matmuls, each case against the same case run on the CPU in
        f64 from the same rounded inputs (tolerances and their reasons in op_cases.h). The f64 run
-       skips, and names, the cases whose kernels have no f64 (softmax, layernorm, embedding,
+       skips, and names, the cases whose kernels have no f64 (softmax, layernorm, rmsnorm, embedding,
        cross-entropy, attention: OC_NO_GPU_F64), after checking that each refuses f64 with an
        error that says so.
    (2) With two GPUs or more: the table on every other GPU while the current CUDA device stays 0,

@@ -16,6 +16,9 @@
      --encoder PATH  encoder.json (default: data/encoder.json, else
                      ../shared/data/gpt2-tokenizer/encoder.json)
      --vocab PATH    vocab.bpe (the same defaults)
+     --tokenizer F   a Hugging Face tokenizer.json instead of the two (bt_tokenizer_load_hf); its
+                     vocabulary must fit a shard's uint16 ids, and --eot (and corpus mode) need its
+                     <|endoftext|> at 50256
      -q              no summary line on stderr
    OUT is checked before any work (its directory must exist; a directory, device or FIFO is
    refused, and so is IN itself) and written atomically: a symlink is written through, and a
@@ -100,12 +103,12 @@ static size_t encode_documents(bt_tokenizer *tok, const char *text, size_t len, 
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: bt_tokenize [--eot] [--skip N] [--limit N] [--encoder PATH] [--vocab PATH] [-q] IN.txt OUT.bin\n"
-            "       bt_tokenize [--encoder PATH] [--vocab PATH] --decode IN.bin\n"
+            "usage: bt_tokenize [--eot] [--skip N] [--limit N] [--encoder PATH] [--vocab PATH] [--tokenizer F.json] [-q] IN.txt OUT.bin\n"
+            "       bt_tokenize [--encoder PATH] [--vocab PATH] [--tokenizer F.json] --decode IN.bin\n"
             "  --eot       <|endoftext|> before each document; documents end at blank lines (\"\\n\\n\")\n"
             "  --skip N    drop the first N tokens;  --limit N  keep at most N tokens\n"
             "       bt_tokenize [--field NAME] [--shard-tokens N] [--val-tokens M] [--threads T] [--chunk-bytes B]\n"
-            "                   [--restart] [--encoder PATH] [--vocab PATH] [-q] --out PREFIX INPUT...\n"
+            "                   [--restart] [--encoder PATH] [--vocab PATH] [--tokenizer F.json] [-q] --out PREFIX INPUT...\n"
             "  corpus mode: INPUT = files, directories, glob patterns; *.jsonl/*.json = JSON lines (--field, default text),\n"
             "  else one document per file; .gz inflated. <|endoftext|> before each document. Writes PREFIX_val_000000.bin\n"
             "  (the first M tokens, default N), PREFIX_train_000001.bin, ... of N tokens (default 100000000), and\n"
@@ -215,7 +218,7 @@ typedef struct {
 
 typedef struct corpus {
     /* options */
-    const char *prefix, *field, *enc, *voc;
+    const char *prefix, *field, *enc, *voc, *hf;   /* hf: a tokenizer.json instead of enc + voc */
     size_t shard_tokens, val_tokens, chunk_bytes;
     int threads, quiet, restart;
     /* inputs */
@@ -504,8 +507,8 @@ static char *state_identity(const corpus *c) {
     char *s = (char *)malloc(cap);
     struct stat se, sv;
     if (!s) return NULL;
-    if (stat(c->enc, &se) != 0) memset(&se, 0, sizeof se);
-    if (stat(c->voc, &sv) != 0) memset(&sv, 0, sizeof sv);
+    if (stat(c->hf ? c->hf : c->enc, &se) != 0) memset(&se, 0, sizeof se);
+    if (c->hf || stat(c->voc, &sv) != 0) memset(&sv, 0, sizeof sv);
     len += (size_t)snprintf(s + len, cap - len, "bt_tokenize corpus state 1\nfield %s\nshard_tokens %zu\nval_tokens %zu\ntokenizer %lld %lld\ninputs %zu\n",
                             c->field, c->shard_tokens, c->val_tokens, (long long)se.st_size, (long long)sv.st_size, c->n_in);
     for (i = 0; i < c->n_in; i++) {
@@ -881,7 +884,12 @@ static int corpus_run(corpus *c, char **inputs, int n_inputs) {
         !(c->tids = (pthread_t *)calloc((size_t)c->threads, sizeof *c->tids)) || !(args = (void **)calloc(2 * (size_t)c->threads, sizeof *args)) ||
         !(c->rbuf = (char *)malloc(c->rcap)) || !(c->lbuf = (char *)malloc(c->lcap))) { cerr("out of memory"); goto fail; }
     for (i = 0; i < (size_t)c->threads; i++)
-        if (!(c->toks[i] = bt_tokenizer_load(c->enc, c->voc))) { cerr("%s", bt_data_error()); goto fail; }
+        if (!(c->toks[i] = c->hf ? bt_tokenizer_load_hf(c->hf) : bt_tokenizer_load(c->enc, c->voc))) { cerr("%s", bt_data_error()); goto fail; }
+    if (c->hf && (bt_tokenizer_vocab_size(c->toks[0]) > 65536 || bt_tokenizer_token_id(c->toks[0], "<|endoftext|>") != BT_EOT)) {
+        cerr("%s: %d tokens%s", c->hf, bt_tokenizer_vocab_size(c->toks[0]), bt_tokenizer_vocab_size(c->toks[0]) > 65536 ?
+             ": a shard stores uint16 ids, at most 65536 tokens" : ", and the corpus mode needs <|endoftext|> at id 50256");
+        goto fail;
+    }
     pthread_mutex_init(&c->mu, NULL); pthread_cond_init(&c->cv_work, NULL); pthread_cond_init(&c->cv_done, NULL);
     started = 1;
     for (i = 0; i < (size_t)c->threads; i++) {
@@ -933,7 +941,7 @@ fail:   /* and the end of a run that succeeded (rc 0) */
 }
 
 int main(int argc, char **argv) {
-    const char *enc = NULL, *voc = NULL, *in = NULL, *out = NULL, *dec = NULL, *prefix = NULL, *field = NULL;
+    const char *enc = NULL, *voc = NULL, *in = NULL, *out = NULL, *dec = NULL, *prefix = NULL, *field = NULL, *hf = NULL;
     int eot = 0, quiet = 0, given_count = 0, i, rc = 1, restart = 0, n_pos = 0;
     size_t threads = 0, shard_tokens = 100000000, val_tokens = (size_t)-1, chunk_bytes = 256 * 1024;
     char *pos_args[argc > 0 ? argc : 1];   /* the arguments that are not options */
@@ -969,11 +977,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--restart")) { restart = 1; given_count |= 2; }
         else if (!strcmp(a, "--encoder")) { if (!(enc = option_value(argc, argv, &i))) return 2; }
         else if (!strcmp(a, "--vocab")) { if (!(voc = option_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(a, "--tokenizer")) { if (!(hf = option_value(argc, argv, &i))) return 2; }
         else if (!strcmp(a, "--decode")) { if (!(dec = option_value(argc, argv, &i))) return 2; }
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else if (a[0] == '-' && a[1]) return usage_error("unknown option '%s'", a);
         else pos_args[n_pos++] = argv[i];
     }
+    if (hf && (enc || voc)) return usage_error("--tokenizer replaces --encoder and --vocab: give one or the other");
     if (prefix) {   /* corpus mode */
         corpus *c;
         if (dec || eot || (given_count & 1)) return usage_error("--out (corpus mode) takes no --decode, --eot, --skip or --limit: each input file or JSON line is a document");
@@ -987,6 +997,7 @@ int main(int argc, char **argv) {
         c->threads = (int)threads;
         c->enc = pick(enc, "data/encoder.json", "../shared/data/gpt2-tokenizer/encoder.json");
         c->voc = pick(voc, "data/vocab.bpe", "../shared/data/gpt2-tokenizer/vocab.bpe");
+        c->hf = hf;
         rc = corpus_run(c, pos_args, n_pos);
         free(c);
         return rc;
@@ -1001,8 +1012,13 @@ int main(int argc, char **argv) {
     bt_atomic_install_signal_cleanup();   /* Ctrl-C while writing OUT leaves no temporary */
     enc = pick(enc, "data/encoder.json", "../shared/data/gpt2-tokenizer/encoder.json");
     voc = pick(voc, "data/vocab.bpe", "../shared/data/gpt2-tokenizer/vocab.bpe");
-    tok = bt_tokenizer_load(enc, voc);
+    tok = hf ? bt_tokenizer_load_hf(hf) : bt_tokenizer_load(enc, voc);
     if (!tok) { fprintf(stderr, "bt_tokenize: %s\n", bt_data_error()); return 1; }
+    if (hf && !dec && (bt_tokenizer_vocab_size(tok) > 65536 || (eot && bt_tokenizer_token_id(tok, "<|endoftext|>") != BT_EOT))) {
+        fprintf(stderr, "bt_tokenize: %s: %d tokens%s\n", hf, bt_tokenizer_vocab_size(tok), bt_tokenizer_vocab_size(tok) > 65536 ?
+                ": a shard stores uint16 ids, at most 65536 tokens" : ", and --eot needs <|endoftext|> at id 50256");
+        bt_tokenizer_free(tok); return 1;
+    }
 
     if (dec) {
         bt_shard s;
