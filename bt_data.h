@@ -165,6 +165,12 @@ BT_DATA_DEF size_t bt_encode_append(bt_tokenizer *t, const char *text, size_t le
 BT_DATA_DEF size_t bt_decode(bt_tokenizer *t, const int32_t *ids, size_t n, char **text);
 /* The bytes of one token (not NUL-terminated; owned by t), or NULL for an out-of-range id. */
 BT_DATA_DEF const char *bt_decode_token(bt_tokenizer *t, int32_t id, size_t *len);
+/* Where a long text may be cut to encode it in parts: the largest p, 0 < p < len, such that for
+   every text T that begins with text[0..len) (a buffer holding part of a document),
+   encode(T) == encode(T[0..p)) followed by encode(T[p..)). 0 when text[0..len) has no such place
+   by the rule (section 6 states and proves it): just after a "\n", or just before a " ", that
+   stands between two characters that are not white space. Needs no tokenizer; O(len - p). */
+BT_DATA_DEF size_t bt_encode_cut(const char *text, size_t len);
 /* Drop the merge cache (it is bounded anyway; this frees its memory now). */
 BT_DATA_DEF void bt_tokenizer_clear_cache(bt_tokenizer *t);
 
@@ -1997,6 +2003,69 @@ BT_DATA_DEF size_t bt_encode_append(bt_tokenizer *t, const char *text, size_t le
         i = e;
     }
     return n;
+}
+
+/* Cutting a text for encoding in parts (bt_encode_cut). The rule: p is a cut when either
+     (a) text[p-1] == '\n', the character that ends at p-1 is not white space and the one that
+         starts at p is not white space ("x\nY"), or
+     (b) text[p] == ' ', the character that ends at p is not white space and the one that starts
+         at p+1 is not white space ("x Y").
+   Proof that encode(T) == encode(T[0..p)) ++ encode(T[p..)) for every T extending the buffer.
+   Encoding is BPE applied to each piece of the pre-tokenization alone, so it is enough that the
+   pieces of T are those of T[0..p) followed by those of T[p..).
+   1. A piece of T ends at p. Every piece is one of: a contraction ('s ...: no white space), an
+      optional ' ' followed by a run of non-white-space units of one class, or a run of white
+      space. So a non-space unit and a white-space unit share a piece only as " x" (a ' ' that
+      leads a run). (a): the unit u before "\n" is not space, and "\n" is not ' ', so u's piece
+      ends before "\n"; the white-space run that starts at "\n" is "\n" alone (the next unit is not
+      space), and "\s+(?!\S)" cannot match it (a non-space follows, and \s+ needs one unit), so
+      "\s+" does: the piece is "\n" = [p-1, p). (b): the unit before ' ' is not space, so its
+      piece ends at p (a ' ' is only ever the first byte of a piece that holds non-space units).
+   2. The pieces of T from p on are those of T[p..): the pattern has no look-behind; matching at a
+      piece start reads only forward.
+   3. The pieces of T before p are those of T[0..p). Each piece that ends before the unit u (the
+      non-space unit ending at p-1 in (a), at p in (b)) was decided by units up to u: a run of one
+      class stops at u's class change or before, "\s+(?!\S)" looks one unit ahead, at most u, and
+      a contraction looks 3 bytes ahead, at most to p-1 in (a) (the "\n" is there in both texts).
+      u's own piece: (a) stops at "\n", which T[0..p) holds too, then "\n" at the end of T[0..p)
+      matches "\s+(?!\S)" whole: the same piece "\n". (b) u's run stops at ' ' in T and at the end
+      of T[0..p); a contraction starting at p-2 or p-1 needs a letter where T has ' ' and T[0..p)
+      has nothing: none in either. UTF-8 decoding of a unit stops at a byte < 0x80 ("\n", ' ') or
+      at the end alike (an incomplete sequence is invalid bytes either way).
+   Which characters are white space (the table's White_Space, tests/test_data.c checks the list):
+   U+0009-000D, U+0020, U+0085 (C2 85), U+00A0 (C2 A0), U+1680 (E1 9A 80), U+2000-200A (E2 80
+   80-8A), U+2028 (E2 80 A8), U+2029 (E2 80 A9), U+202F (E2 80 AF), U+205F (E2 81 9F), U+3000
+   (E3 80 80). A unit boundary is certain at "\n" and ' ' (ASCII bytes are never inside a UTF-8
+   sequence), and a multi-byte sequence is decided by its lead byte onward, so the tests below
+   read bytes only, with no tokenizer. */
+static int bt__ws3(unsigned a, unsigned b, unsigned c) {   /* a 3-byte white-space character */
+    return (a == 0xE1 && b == 0x9A && c == 0x80) || (a == 0xE3 && b == 0x80 && c == 0x80) || (a == 0xE2 && b == 0x81 && c == 0x9F) ||
+           (a == 0xE2 && b == 0x80 && ((c >= 0x80 && c <= 0x8A) || c == 0xA8 || c == 0xA9 || c == 0xAF));
+}
+/* 1 when the character that ends at s[e-1] (e >= 1, s[0] a character's start) is white space */
+static int bt__ends_space(const unsigned char *s, size_t e) {
+    unsigned c = s[e - 1];
+    if (c < 0x80) return c == ' ' || (c >= 9 && c <= 13);
+    return (e >= 2 && s[e - 2] == 0xC2 && (c == 0x85 || c == 0xA0)) || (e >= 3 && bt__ws3(s[e - 3], s[e - 2], c));
+}
+/* 1 when the character that starts at s[i] (a character's start) is not white space, judged from
+   bytes before n; 0 when it is, or when too few bytes are there to tell */
+static int bt__starts_nonspace(const unsigned char *s, size_t n, size_t i) {
+    unsigned c = s[i];
+    if (c < 0x80) return !(c == ' ' || (c >= 9 && c <= 13));
+    if (c != 0xC2 && c != 0xE1 && c != 0xE2 && c != 0xE3) return 1;
+    if (c == 0xC2) return i + 1 < n && s[i + 1] != 0x85 && s[i + 1] != 0xA0;
+    return i + 2 < n && !bt__ws3(c, s[i + 1], s[i + 2]);
+}
+BT_DATA_DEF size_t bt_encode_cut(const char *text, size_t len) {
+    const unsigned char *s = (const unsigned char *)text;
+    size_t q;
+    if (!text || len < 3) return 0;
+    for (q = len - 1; q >= 1; q--) {   /* q: the byte "\n" or ' '; the cut after (a) or at (b) it */
+        if (s[q] == '\n' && q + 1 < len && !bt__ends_space(s, q) && bt__starts_nonspace(s, len, q + 1)) return q + 1;
+        if (s[q] == ' ' && q + 1 < len && !bt__ends_space(s, q) && bt__starts_nonspace(s, len, q + 1)) return q;
+    }
+    return 0;
 }
 
 BT_DATA_DEF size_t bt_encode(bt_tokenizer *t, const char *text, size_t len, int32_t **ids) {

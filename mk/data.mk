@@ -4,7 +4,10 @@
 #   make fuzz               libFuzzer, FUZZ_TIME s each: the shard reader and loader, encode/decode,
 #                           the encoder.json/vocab.bpe readers, the model-file reader (gpt2_io.h),
 #                           bt_tokenize's --eot splitting
-#   make bench-tokenizer    our encoder's MB/s next to gpt-3-encoder's (node), same input
+#   make bench-tokenizer    our encoder's MB/s next to gpt-3-encoder's (node), same input, and
+#                           bt_tokenize's corpus mode on WikiText-2 with 1 and 2 threads
+#   make bench-tokenizer-stream GB=13   bt_tokenize's peak RSS and time on GB of generated text
+#                           through a pipe (bench/bench_tokenize_gen.c), shards under $(BUILD)
 #
 # Sources: $(SHARED_DATA) (../shared/data) when it has the file, else a download into data/raw
 # from the public source named in its README, checked against the README's sha256.
@@ -19,10 +22,10 @@ SHARED_DATA ?= ../shared/data
 DATA_DIR := data
 DATA_RAW := $(DATA_DIR)/raw
 
-.PHONY: data fuzz bench-tokenizer
+.PHONY: data fuzz bench-tokenizer bench-tokenizer-corpus bench-tokenizer-stream
 
 bt_tokenize: tools/bt_tokenize.c bt_data.h
-	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
+	$(CC) $(CFLAGS) -pthread -o $@ $< $(LDLIBS) -lz
 tools: bt_tokenize
 
 # a source file: the shared copy if present, else data/raw/<same path> (downloaded by the rule below)
@@ -125,7 +128,26 @@ $(BUILD)/bench_tokenizer: bench/bench_tokenizer.c bt_data.h | $(BUILD)
 bench-tokenizer: $(BUILD)/bench_tokenizer $(BT_TOKFILES) $(BENCH_TOK_INPUTS)
 	@echo "machine: $$(lscpu | sed -n 's/^Model name: *//p' | head -1), $$(nproc) cores; $$(date -u +%Y-%m-%d)"
 	$(BUILD)/bench_tokenizer $(DATA_DIR)/encoder.json $(DATA_DIR)/vocab.bpe $(BENCH_TOK_INPUTS)
+	@$(MAKE) --no-print-directory bench-tokenizer-corpus
 	@if [ -d "$(GPT3_ENCODER)" ] && command -v node >/dev/null 2>&1; then \
 	  echo "node bench/bench_tokenizer.js $(GPT3_ENCODER) $(BENCH_TOK_INPUTS)"; \
 	  node bench/bench_tokenizer.js $(GPT3_ENCODER) $(BENCH_TOK_INPUTS); \
 	else echo "gpt-3-encoder not found at $(GPT3_ENCODER) (or no node): reference skipped"; fi
+
+# corpus mode (--out): WikiText-2's train, valid and test files, shards under $(BUILD)/bench_corpus;
+# the summary line's MB/s counts from the first chunk read to the last shard committed (fsync included)
+BENCH_CORPUS_IN ?= $(BT_WT_TRAIN) $(BT_WT_VALID) $(BT_WT_TEST)
+bench-tokenizer-corpus: bt_tokenize $(BT_TOKFILES) $(BENCH_CORPUS_IN)
+	@mkdir -p $(BUILD)/bench_corpus
+	@for t in 1 2; do echo "./bt_tokenize --threads $$t --restart --out $(BUILD)/bench_corpus/wt2 $(BENCH_CORPUS_IN)"; \
+	  ./bt_tokenize --encoder $(DATA_DIR)/encoder.json --vocab $(DATA_DIR)/vocab.bpe --threads $$t --restart --out $(BUILD)/bench_corpus/wt2 $(BENCH_CORPUS_IN) 2>&1 | grep inputs || exit 1; done
+
+# memory at scale: GB of text through a pipe, 2 threads; GNU time's peak RSS is bt_tokenize's own
+GB ?= 13
+$(BUILD)/bench_tokenize_gen: bench/bench_tokenize_gen.c | $(BUILD)
+	$(CC) -O2 -Wall -Wextra -o $@ $<
+bench-tokenizer-stream: bt_tokenize $(BUILD)/bench_tokenize_gen $(BT_TOKFILES) $(BT_WT_TRAIN)
+	@mkdir -p $(BUILD)/bench_stream
+	$(BUILD)/bench_tokenize_gen $(GB)000000000 $(BT_WT_TRAIN) | /usr/bin/time -f "peak RSS %M KiB, %e s wall, %U s user" \
+	  ./bt_tokenize --encoder $(DATA_DIR)/encoder.json --vocab $(DATA_DIR)/vocab.bpe --threads 2 --restart --out $(BUILD)/bench_stream/s /dev/stdin
+	rm -f $(BUILD)/bench_stream/s_*.bin

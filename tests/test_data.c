@@ -737,6 +737,57 @@ static void test_loader_resume(void) {
         }
 }
 
+/* bt_encode_cut: (1) its byte tests of white space agree with the Unicode table for every code
+   point; (2) wherever it cuts a random text (any prefix of it taken as the buffer), encoding the
+   two parts gives the ids of the whole; (3) places that look alike but are not cuts are refused */
+static void utf8_put(uint32_t cp, unsigned char *b, size_t *n) {
+    if (cp < 0x80) { b[0] = (unsigned char)cp; *n = 1; }
+    else if (cp < 0x800) { b[0] = (unsigned char)(0xC0 | cp >> 6); b[1] = (unsigned char)(0x80 | (cp & 63)); *n = 2; }
+    else if (cp < 0x10000) { b[0] = (unsigned char)(0xE0 | cp >> 12); b[1] = (unsigned char)(0x80 | (cp >> 6 & 63)); b[2] = (unsigned char)(0x80 | (cp & 63)); *n = 3; }
+    else { b[0] = (unsigned char)(0xF0 | cp >> 18); b[1] = (unsigned char)(0x80 | (cp >> 12 & 63)); b[2] = (unsigned char)(0x80 | (cp >> 6 & 63)); b[3] = (unsigned char)(0x80 | (cp & 63)); *n = 4; }
+}
+static void test_encode_cut(void) {
+    static const char *alpha[] = {"a", "Z", "'", "'s", "'ll", " ", "  ", "\n", "\n\n", "\t", "\r\n", "7", ".", "!", "\xc2\xa0", "\xe2\x80\x83",
+                                  "\xe3\x80\x80", "\xe3\x80\x82", "\xc3\xa9", "\xe4\xb8\xad", "\xf0\x9f\x98\x80", "\xff", "\xe2\x80", "\xc2", "x"};
+    unsigned char b[8];
+    uint32_t cp;
+    size_t n, trial, bad = 0, cuts = 0;
+    for (cp = 0; cp < 0x110000; cp++) {
+        int space;
+        if (cp >= 0xD800 && cp < 0xE000) continue;
+        space = bt__unicode_class(cp) == BT__SPACE;
+        utf8_put(cp, b, &n);
+        if (bt__ends_space(b, n) != space || bt__starts_nonspace(b, n, 0) == space) { if (bad++ < 5) BT_CHECK(0, "U+%04X: white space %d, the byte tests disagree", (unsigned)cp, space); }
+    }
+    BT_CHECK(bad == 0, "%zu code points disagree", bad);
+    for (trial = 0; trial < 300; trial++) {
+        char text[600];
+        size_t len = 0, L;
+        int32_t *whole, *a, *c;
+        size_t nw, na, nc;
+        while (len < 500) { const char *w = alpha[rnd() % (sizeof alpha / sizeof alpha[0])]; memcpy(text + len, w, strlen(w)); len += strlen(w); }
+        nw = bt_encode(tok, text, len, &whole);
+        for (L = 1; L <= len; L += 1 + rnd() % 7) {
+            size_t p = bt_encode_cut(text, L);
+            if (!p) continue;
+            cuts++;
+            BT_CHECK(p < L, "cut %zu outside the buffer of %zu", p, L);
+            na = bt_encode(tok, text, p, &a);
+            nc = bt_encode(tok, text + p, len - p, &c);
+            BT_CHECK(na + nc == nw && !memcmp(a, whole, na * 4) && !memcmp(c, whole + na, nc * 4),
+                     "trial %zu: the cut at %zu (buffer %zu) changes the ids", trial, p, L);
+            free(a); free(c);
+        }
+        free(whole);
+    }
+    BT_CHECK(cuts > 1000, "only %zu cuts found", cuts);
+    /* not cuts: white space before the "\n" or after it, an NBSP, an ideographic space, a lone "\n" at the buffer's end */
+    BT_CHECK(bt_encode_cut("a \nB", 4) == 0 && bt_encode_cut("a\n B", 4) == 0 && bt_encode_cut("a\xc2\xa0\nB", 5) == 0 &&
+             bt_encode_cut("a\n\xe3\x80\x80", 5) == 0 && bt_encode_cut("ab\n", 3) == 0 && bt_encode_cut("a\n\xe3\x80", 4) == 0 &&
+             bt_encode_cut("a  b", 4) == 0, "a false cut");
+    BT_CHECK(bt_encode_cut("a\nB", 3) == 2 && bt_encode_cut("ab cd", 5) == 2 && bt_encode_cut("\xe4\xb8\xad\n\xe4\xb8\xad", 7) == 4, "a cut missed");
+}
+
 /* ---- the bt_tokenize tool ---- */
 
 static void test_bt_tokenize_tool(void) {
@@ -860,6 +911,7 @@ int main(void) {
         BT_RUN(test_bpe_matches_naive);
         BT_RUN(test_roundtrip_random);
         BT_RUN(test_full_corpora);
+        BT_RUN(test_encode_cut);
         BT_RUN(test_bt_tokenize_tool);
         BT_RUN(test_bt_tokenize_counts);
         BT_RUN(test_mc_load);
