@@ -4,8 +4,9 @@
 The same conventions as trainer.h's trainer_eval_mc, written independently here: the context is
 "ACTIVITY_LABEL: " + ctx when the item has an activity_label, else ctx; each ending is encoded
 as " " + ending; an empty context is <|endoftext|>; an ending's loss is the sum over its tokens of
--log p(token | everything before it), in float64 from fp32 logits (TF32 off). Tokenized by
-transformers' GPT2Tokenizer from encoder.json and vocab.bpe (not by our tokenizer).
+-log p(token | everything before it), in float64 from fp32 logits (TF32 off). Tokenized by the
+`tokenizers` library's byte-level BPE from encoder.json and vocab.bpe (GPT-2's vocab.json and
+merges.txt), not by our tokenizer.
 
     python3 tests/mc_torch.py --model DIR --set tests/fixtures/mc_wikitext.jsonl --tokenizer data \
         [--out ref.json] [--ours OUT/eval_mc.jsonl] [--tol 1e-4]
@@ -20,7 +21,8 @@ import json
 import sys
 
 import torch
-from transformers import GPT2LMHeadModel, GPT2Tokenizer
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import GPT2LMHeadModel
 
 
 def main():
@@ -35,17 +37,24 @@ def main():
     a = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    tok = GPT2Tokenizer(vocab_file=a.tokenizer + "/encoder.json", merges_file=a.tokenizer + "/vocab.bpe")
+    bpe = Tokenizer(models.BPE.from_file(a.tokenizer + "/encoder.json", a.tokenizer + "/vocab.bpe"))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+
+    def encode(text):
+        ids = bpe.encode(text).ids
+        if text and not ids:
+            sys.exit(f"mc_torch.py: the tokenizer gave no token for {text[:40]!r}")
+        return ids
     model = GPT2LMHeadModel.from_pretrained(a.model, torch_dtype=torch.float32).to(a.device).eval()
     items = [json.loads(l) for l in open(a.set, encoding="utf-8") if l.strip()]
     out = []
     with torch.no_grad():
         for it in items:
             ctx = (it["activity_label"] + ": " if "activity_label" in it else "") + it["ctx"]
-            cids = tok.encode(ctx) if ctx else [50256]
+            cids = encode(ctx) if ctx else [50256]
             losses, counts = [], []
             for e in it["endings"]:
-                eids = tok.encode(" " + e)
+                eids = encode(" " + e)
                 ids = torch.tensor([cids + eids], device=a.device)
                 logp = model(ids[:, :-1]).logits[0].double().log_softmax(-1)
                 tgt = ids[0, 1:]
