@@ -1,0 +1,1306 @@
+/* bt_nn.h - the network ops of bt_tensor.h: their forward and backward passes and CPU paths.
+
+   Not a header of its own: bt_tensor.h's implementation includes it (section 6, between the matmuls
+   and concat/split), so it is compiled where BT_TENSOR_IMPLEMENTATION is defined and nowhere else;
+   the ops are declared in bt_tensor.h with the rest. Keep it beside bt_tensor.h.
+
+   What it holds: GPT-2's fused MLP, softmax and log_softmax, layernorm, RMSNorm, SwiGLU, RoPE, the
+   embedding, the cross-entropy (mean and per row), the classifier fused into the loss, causal
+   self-attention (and on a packed qkv). The elementwise ops, reductions and matmuls stay in
+   bt_tensor.h; the CUDA kernels of both are in bt_kernels.cuh and bt_attention.cuh.
+*/
+#ifndef BT_TENSOR_IMPLEMENTATION_DONE
+#error "bt_nn.h is part of bt_tensor.h's implementation: define BT_TENSOR_IMPLEMENTATION and include bt_tensor.h"
+#endif
+
+/* ---- GPT-2's MLP as one op: y = r + linear(gelu(linear(x, w1, b1)), w2, b2) ----
+   Fused (a GPU, fused epilogues on, cuBLASLt offering the algorithms): the first GEMM adds b1 and
+   applies GELU in its epilogue, writing u = gelu(h) and the pre-activation h (kept for the
+   backward); the second adds b2 and the residual r. The backward's dh = (g w2) * gelu'(h) comes
+   out of the GEMM g w2 (DGELU epilogue; a separate kernel when cuBLASLt has none); db1 and db2 are the
+   column sums of dh and g (bt__linear_wgrad). Per call that saves the GELU kernels (forward: read
+   and write rows x hid; backward: read 2, write 1) and the residual add. (cuBLASLt's DGELU_BGRAD,
+   dh and db1 in one GEMM, ran at a fifth of the product's rate on an H100: slower than this. With
+   DGELU and GELU_AUX_BIAS cuBLASLt 13.0 runs 531-550 TFLOP/s at GPT-2's B=128 shapes against 780
+   for the plain product, and the other operand layout (the weight stored transposed) measured no
+   faster; still cheaper than a separate GELU pass.) Otherwise it is the ops it names, recorded as
+   such. */
+/* the MLP's saved gelu(h), or (BT_RECOMPUTE_GELU: not saved) gelu(h) remade: +1 either way */
+static bt_tensor *bt__mlp_saved_u(bt_node *n, bt_tensor *h) {
+    if (n->n_saved > 4) return bt_retain(n->saved[4]);
+    bt_tensor *u = bt__new(bt_shape_of(h), h->dtype, bt_device_of(h));
+#ifdef BT_CUDA
+    BT__ON_GPU(bt_device_of(h), stream) bt_k_unary(BT_UOP_GELU, h->dtype, bt_data_ptr(u), bt_data_ptr(h), bt_numel(h), stream);
+#endif
+    return u;
+}
+static void bt__mlp_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt_tensor *x2 = n->saved[0], *w1 = n->saved[1], *h = n->saved[2], *w2 = n->saved[3], *u = bt__mlp_saved_u(n, h);
+    int64_t rows = x2->shape[0], in_f = w1->shape[1], hid = w1->shape[0], out_f = w2->shape[0];
+    bt_dtype dt = g->dtype;
+    bt_device dev = bt_device_of(g);
+    (void)h;                                                         /* read by the GPU's epilogue only */
+    bt_tensor *gc = bt__contig(g), *g2 = bt__view_dense(gc, bt_shape2(rows, out_f));
+    bt__linear_wgrad(n, 3, 4, g2, u, gin);                          /* dw2 = g^T u, db2 */
+    bt_release(u);                                                  /* a remade u goes at once */
+    if (bt__wants(n, 0) || bt__wants(n, 1) || bt__wants(n, 2)) {
+        bt_tensor *dh = bt__new(bt_shape2(rows, hid), dt, dev);
+#ifdef BT_CUDA
+        BT__ON_GPU(dev, stream) {
+            int fused = bt__fused(BT_FUSE_EPILOGUES) &&
+                        bt_k_matmul_epi(dt, dt, bt_data_ptr(dh), bt_data_ptr(g2), bt_data_ptr(w2), rows, hid, out_f, 0, 0, 0.f,
+                                        BT_K_EPI_DGELU, NULL, bt_data_ptr(h), bt__g.precision, stream);
+            if (!fused) {                                            /* du = g w2, then dh = du gelu'(h) in place */
+                bt_k_matmul(dt, bt_data_ptr(dh), bt_data_ptr(g2), bt_data_ptr(w2), NULL, rows, hid, out_f, 0, 0, 1, 0, 0, 0, 1.f, 0.f,
+                            bt__g.precision, stream);
+                bt_k_unary_backward(BT_UOP_GELU, dt, bt_data_ptr(dh), bt_data_ptr(dh), bt_data_ptr(h), rows * hid, stream);
+            }
+        }
+#endif
+        bt__linear_wgrad(n, 1, 2, dh, x2, gin);                     /* dw1 = dh^T x, db1 */
+        if (bt__wants(n, 0)) {
+            bt_tensor *gx = bt__new(n->in_shape[0], dt, dev);
+            bt__gemm(dt, dev, bt_data_ptr(gx), bt_data_ptr(dh), bt_data_ptr(w1), NULL, rows, in_f, hid, 0, 0, 1, 0, 0, 0, 1.0, 0.0);
+            gin[0] = bt__register(gx);
+        }
+        bt_release(dh);
+    }
+    if (n->n_in > 5 && bt__wants(n, 5)) gin[5] = bt__register(bt_retain(g));   /* the residual's: g, as add's */
+    bt_release(g2); bt_release(gc);
+}
+/* y [.., out] from the fused GEMMs, or NULL when cuBLASLt has no GELU epilogue for these shapes */
+static bt_tensor *bt__mlp_fused(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tensor *w2, bt_tensor *b2, bt_tensor *r) {
+    bt_tensor *y = NULL;
+#ifdef BT_CUDA
+    int64_t in_f = w1->shape[1], hid = w1->shape[0], out_f = w2->shape[0], rows = bt_numel(x) / (in_f ? in_f : 1);
+    bt_dtype dt = x->dtype;
+    bt_device dev = bt_device_of(x);
+    bt_tensor *xc = bt__contig(x), *w1c = bt__contig(w1), *b1c = bt__contig(b1), *w2c = bt__contig(w2), *b2c = bt__contig(b2);
+    bt_tensor *x2 = bt__view_dense(xc, bt_shape2(rows, in_f));
+    bt_tensor *h = bt__new(bt_shape2(rows, hid), dt, dev), *u = bt__new(bt_shape2(rows, hid), dt, dev);
+    int ok = 0;
+    BT__ON_GPU(dev, stream)
+        ok = bt_k_matmul_epi(dt, dt, bt_data_ptr(u), bt_data_ptr(x2), bt_data_ptr(w1c), rows, hid, in_f, 0, 1, 0.f,
+                             BT_K_EPI_GELU_AUX_BIAS, bt_data_ptr(b1c), bt_data_ptr(h), bt__g.precision, stream);
+    if (ok) {
+        bt_shape os = bt_shape_of(x); os.d[os.ndim - 1] = out_f;
+        y = bt__new(os, dt, dev);
+        bt_tensor *rc = r ? bt__contig(r) : NULL;
+        BT__ON_GPU(dev, stream) {
+            if (rc) bt_k_matmul_add(dt, bt_data_ptr(y), bt_data_ptr(u), bt_data_ptr(w2c), bt_data_ptr(b2c), bt_data_ptr(rc), rows, out_f, hid,
+                                    0, 1, bt__g.precision, stream);
+            else bt_k_matmul(dt, bt_data_ptr(y), bt_data_ptr(u), bt_data_ptr(w2c), bt_data_ptr(b2c), rows, out_f, hid, 0, 1, 1, 0, 0, 0,
+                             1.f, 0.f, bt__g.precision, stream);
+        }
+        bt_release(rc);
+        bt_tensor *in[6] = {x, w1, b1, w2, b2, r};
+        bt_node *n = bt__record("mlp_gelu", bt__mlp_back, y, in, r ? 6 : 5);
+        if (n) {   /* saved[4], gelu(h), only when the backward is not to remake it (bt__mlp_saved_u) */
+            bt__save(n, x2); bt__save(n, w1c); bt__save(n, h); bt__save(n, w2c);
+            if (!(bt__g.recompute & BT_RECOMPUTE_GELU)) bt__save(n, u);
+        }
+    }
+    bt_release(h); bt_release(u); bt_release(x2);
+    bt_release(xc); bt_release(w1c); bt_release(b1c); bt_release(w2c); bt_release(b2c);
+#else
+    (void)x; (void)w1; (void)b1; (void)w2; (void)b2; (void)r; (void)bt__mlp_back;   /* no GPU: never fused */
+#endif
+    return y;
+}
+BTDEF bt_tensor *bt_mlp_gelu(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tensor *w2, bt_tensor *b2, bt_tensor *r) {
+    bt__need_float(x, "mlp_gelu", "x"); bt__need_float(w1, "mlp_gelu", "w1"); bt__need_float(w2, "mlp_gelu", "w2");
+    if (w1->ndim != 2 || w2->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w1->shape[1] || w2->shape[1] != w1->shape[0])
+        bt_error("mlp_gelu: x %s, w1 %s, w2 %s: expected x [.., in], w1 [hid, in], w2 [out, hid]", bt__s(x), bt__s(w1), bt__s(w2));
+    int fusable = bt__is_gpu(x) && b1 && b2 && x->dtype != BT_F64 && bt__fused(BT_FUSE_EPILOGUES) && bt_numel(x) > 0 && w1->dtype == x->dtype &&
+                  w2->dtype == x->dtype && b1->dtype == x->dtype && b2->dtype == x->dtype && b1->ndim == 1 && b2->ndim == 1 &&
+                  b1->shape[0] == w1->shape[0] && b2->shape[0] == w2->shape[0] && bt__is_gpu(w1) && bt__is_gpu(w2) && bt__is_gpu(b1) &&
+                  bt__is_gpu(b2) && bt_device_of(w1).index == bt_device_of(x).index && bt_device_of(w2).index == bt_device_of(x).index &&
+                  bt_device_of(b1).index == bt_device_of(x).index && bt_device_of(b2).index == bt_device_of(x).index;
+    if (fusable && r) {   /* r: y's shape exactly, on x's device, in its dtype */
+        bt_shape os = bt_shape_of(x); os.d[os.ndim - 1] = w2->shape[0];
+        fusable = r->dtype == x->dtype && bt__is_gpu(r) && bt_device_of(r).index == bt_device_of(x).index && r->ndim == os.ndim &&
+                  !memcmp(r->shape, os.d, sizeof(int64_t) * (size_t)os.ndim);
+    }
+    bt_tensor *y = fusable ? bt__mlp_fused(x, w1, b1, w2, b2, r) : NULL;
+    if (y) return bt__register(y);
+    if (r) return bt_linear_add(bt_gelu(bt_linear(x, w1, b1)), w2, b2, r);
+    return bt_linear(bt_gelu(bt_linear(x, w1, b1)), w2, b2);   /* the linears check the rest */
+}
+
+/* ---- softmax / log_softmax over the last dim ---- */
+static void bt__softmax_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt_tensor *y = n->saved[0];
+    int lg = (int)n->i[0];
+    int64_t cols = y->ndim ? y->shape[y->ndim - 1] : 1, rows = cols ? bt_numel(y) / cols : 0;
+    bt_tensor *gc = bt__contig(g), *gx = bt__new(bt_shape_of(y), y->dtype, bt_device_of(y));
+    if (bt__is_gpu(y)) {
+#ifdef BT_CUDA
+        BT__ON_GPU(bt_device_of(y), stream) bt_k_softmax_backward(y->dtype, bt_data_ptr(gx), bt_data_ptr(gc), bt_data_ptr(y), rows, cols, lg, stream);
+#endif
+    } else {
+        const void *gp = bt_data_ptr(gc), *yp = bt_data_ptr(y); void *xp = bt_data_ptr(gx); bt_dtype dt = y->dtype;
+        #pragma omp parallel for if (rows * cols > BT__PAR_MIN)
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t o = r * cols; double s = 0;
+            for (int64_t j = 0; j < cols; j++) s += lg ? bt__ld(gp, dt, o + j) : bt__ld(gp, dt, o + j) * bt__ld(yp, dt, o + j);
+            for (int64_t j = 0; j < cols; j++) {
+                double gj = bt__ld(gp, dt, o + j), yj = bt__ld(yp, dt, o + j);
+                bt__st(xp, dt, o + j, lg ? gj - exp(yj) * s : yj * (gj - s));
+            }
+        }
+    }
+    bt_release(gc);
+    gin[0] = bt__register(gx);
+}
+static bt_tensor *bt__softmax(bt_tensor *x, int lg) {
+    const char *name = lg ? "log_softmax" : "softmax";
+    bt__need_float(x, name, "x");
+    if (x->ndim == 0) bt_error("%s: needs at least 1 dim, got %s", name, bt__s(x));
+    int64_t cols = x->shape[x->ndim - 1], rows = cols ? bt_numel(x) / cols : 0;
+    bt_tensor *xc = bt__contig(x), *y = bt__new(bt_shape_of(x), x->dtype, bt_device_of(x));
+    if (bt__is_gpu(x)) {
+#ifdef BT_CUDA
+        BT__ON_GPU(bt_device_of(x), stream) bt_k_softmax(x->dtype, bt_data_ptr(y), bt_data_ptr(xc), rows, cols, lg, stream);
+#endif
+    } else {
+        const void *xp = bt_data_ptr(xc); void *yp = bt_data_ptr(y); bt_dtype dt = x->dtype;
+        #pragma omp parallel for if (rows * cols > BT__PAR_MIN)
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t o = r * cols; double mx = -INFINITY, s = 0;
+            for (int64_t j = 0; j < cols; j++) { double v = bt__ld(xp, dt, o + j); if (v > mx) mx = v; }
+            for (int64_t j = 0; j < cols; j++) s += exp(bt__ld(xp, dt, o + j) - mx);
+            double ls = log(s);
+            for (int64_t j = 0; j < cols; j++) {
+                double z = bt__ld(xp, dt, o + j) - mx;
+                bt__st(yp, dt, o + j, lg ? z - ls : exp(z - ls));
+            }
+        }
+    }
+    bt_release(xc);
+    bt_node *n = bt__record(name, bt__softmax_back, y, &x, 1);
+    if (n) { n->i[0] = lg; bt__save(n, y); }
+    return bt__register(y);
+}
+BTDEF bt_tensor *bt_softmax(bt_tensor *x) { return bt__softmax(x, 0); }
+BTDEF bt_tensor *bt_log_softmax(bt_tensor *x) { return bt__softmax(x, 1); }
+
+/* ---- layernorm over the last dim C ----
+   y = (x - mean) * rstd * w + b, rstd = 1 / sqrt(var + eps) (biased variance).
+   Backward with xhat = (x - mean) rstd and dxhat = dy w:
+   dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), dw = sum dy xhat, db = sum dy. */
+static bt_dtype bt__stat_dtype(bt_tensor *x) { return x->dtype == BT_F64 ? BT_F64 : BT_F32; }
+/* its CPU loops for fp32 (mean and rstd in f32): float loads and stores around the same double
+   arithmetic, vectorised; w, b, gx, gw, gb may be NULL */
+static void bt__layernorm_f32(float *y, float *mean, float *rstd, const float *x, const float *w, const float *b,
+                              int64_t rows, int64_t C, double eps) {
+    #pragma omp parallel for if (rows * C > BT__PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * C;
+        float *yr = y + r * C;
+        double m = 0, v = 0;
+        #pragma omp simd reduction(+ : m)
+        for (int64_t j = 0; j < C; j++) m += xr[j];
+        m /= (double)C;
+        #pragma omp simd reduction(+ : v)
+        for (int64_t j = 0; j < C; j++) v += (xr[j] - m) * (xr[j] - m);
+        double rs = 1.0 / sqrt(v / (double)C + eps);
+        #pragma omp simd
+        for (int64_t j = 0; j < C; j++) yr[j] = (float)((xr[j] - m) * rs * (w ? w[j] : 1.0) + (b ? b[j] : 0.0));
+        mean[r] = (float)m; rstd[r] = (float)rs;
+    }
+}
+/* gx = dx, or gx += dx with gx_add; gw, gb written (the caller's zeros) */
+static void bt__layernorm_back_f32(float *gx, int gx_add, float *gw, float *gb, const float *g, const float *x, const float *w,
+                                   const float *mean, const float *rstd, int64_t rows, int64_t C) {
+    if (gx) {
+        #pragma omp parallel for if (rows * C > BT__PAR_MIN)
+        for (int64_t r = 0; r < rows; r++) {
+            const float *xr = x + r * C, *gr = g + r * C;
+            double m = mean[r], rs = rstd[r], s1 = 0, s2 = 0;
+            #pragma omp simd reduction(+ : s1, s2)
+            for (int64_t j = 0; j < C; j++) {
+                double dxh = gr[j] * (w ? w[j] : 1.0);
+                s1 += dxh; s2 += dxh * ((xr[j] - m) * rs);
+            }
+            s1 /= (double)C; s2 /= (double)C;
+            #pragma omp simd
+            for (int64_t j = 0; j < C; j++) {
+                double xh = (xr[j] - m) * rs, dxh = gr[j] * (w ? w[j] : 1.0);
+                gx[r * C + j] = (float)((gx_add ? gx[r * C + j] : 0.0) + rs * (dxh - s1 - xh * s2));
+            }
+        }
+    }
+    if (gw || gb) {                           /* column sums: 64 columns a task, rows streamed in order */
+        #pragma omp parallel for if (rows * C > BT__PAR_MIN)
+        for (int64_t j0 = 0; j0 < C; j0 += 64) {
+            int64_t nj = C - j0 < 64 ? C - j0 : 64;
+            double sw[64] = {0}, sb[64] = {0};
+            for (int64_t r = 0; r < rows; r++) {
+                const float *xr = x + r * C + j0, *gr = g + r * C + j0;
+                double m = mean[r], rs = rstd[r];
+                #pragma omp simd
+                for (int64_t j = 0; j < nj; j++) { sw[j] += gr[j] * ((xr[j] - m) * rs); sb[j] += gr[j]; }
+            }
+            for (int64_t j = 0; j < nj; j++) { if (gw) gw[j0 + j] = (float)sw[j]; if (gb) gb[j0 + j] = (float)sb[j]; }
+        }
+    }
+}
+static void bt__layernorm_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt_tensor *x = n->saved[0], *mean = n->saved[1], *rstd = n->saved[2];
+    bt_tensor *w = n->n_saved > 3 ? n->saved[3] : NULL;
+    int has_w = (int)n->i[0], has_b = (int)n->i[1];
+    int64_t C = x->shape[x->ndim - 1], rows = C ? bt_numel(x) / C : 0;
+    bt_device dev = bt_device_of(x); bt_dtype dt = x->dtype;
+    bt_tensor *gc = bt__contig(g);
+    bt_tensor *gsum = bt__wants(n, 0) ? bt__pending_grad_sink(n, 0) : NULL;   /* gx += dx in the kernel */
+    bt_tensor *gx = gsum ? gsum : bt__wants(n, 0) ? bt__new(bt_shape_of(x), dt, dev) : NULL;
+    bt_tensor *gw = has_w && bt__wants(n, 1) ? bt_zeros(bt_shape1(C), dt, dev) : NULL;
+    bt_tensor *gb = has_b && bt__wants(n, 2) ? bt_zeros(bt_shape1(C), dt, dev) : NULL;
+    if (bt__is_gpu(x)) {
+#ifdef BT_CUDA
+        float *cs = bt__colsum_for(gx, C);   /* the next linear layer's bias gradient, in the same pass */
+        BT__ON_GPU(dev, stream) bt_k_layernorm_backward(dt, gx ? bt_data_ptr(gx) : NULL, gsum != NULL, gw ? bt_data_ptr(gw) : NULL, gb ? bt_data_ptr(gb) : NULL,
+                                cs, bt_data_ptr(gc), bt_data_ptr(x), w ? bt_data_ptr(w) : NULL, (const float *)bt_data_ptr(mean),
+                                (const float *)bt_data_ptr(rstd), rows, C, stream);
+        bt__colsum_leave(gx, cs, C);
+#endif
+    } else {
+        const void *gp = bt_data_ptr(gc), *xp = bt_data_ptr(x), *wp = w ? bt_data_ptr(w) : NULL;
+        const void *mp = bt_data_ptr(mean), *rp = bt_data_ptr(rstd); bt_dtype sdt = mean->dtype;
+        if (dt == BT_F32) {
+            bt__layernorm_back_f32(gx ? (float *)bt_data_ptr(gx) : NULL, gsum != NULL, gw ? (float *)bt_data_ptr(gw) : NULL,
+                                   gb ? (float *)bt_data_ptr(gb) : NULL, (const float *)gp, (const float *)xp,
+                                   (const float *)wp, (const float *)mp, (const float *)rp, rows, C);
+        } else if (gx) {
+            #pragma omp parallel for if (rows * C > BT__PAR_MIN)
+            for (int64_t r = 0; r < rows; r++) {
+                double m = bt__ld(mp, sdt, r), rs = bt__ld(rp, sdt, r), s1 = 0, s2 = 0;
+                for (int64_t j = 0; j < C; j++) {
+                    double xh = (bt__ld(xp, dt, r * C + j) - m) * rs, dxh = bt__ld(gp, dt, r * C + j) * (wp ? bt__ld(wp, dt, j) : 1);
+                    s1 += dxh; s2 += dxh * xh;
+                }
+                s1 /= (double)C; s2 /= (double)C;
+                for (int64_t j = 0; j < C; j++) {
+                    double xh = (bt__ld(xp, dt, r * C + j) - m) * rs, dxh = bt__ld(gp, dt, r * C + j) * (wp ? bt__ld(wp, dt, j) : 1);
+                    double prev = gsum ? bt__ld(bt_data_ptr(gx), dt, r * C + j) : 0.0;
+                    bt__st(bt_data_ptr(gx), dt, r * C + j, prev + rs * (dxh - s1 - xh * s2));
+                }
+            }
+        }
+        if (dt != BT_F32 && (gw || gb)) {
+            #pragma omp parallel for if (rows * C > BT__PAR_MIN)
+            for (int64_t j = 0; j < C; j++) {
+                double sw = 0, sb = 0;
+                for (int64_t r = 0; r < rows; r++) {
+                    double gv = bt__ld(gp, dt, r * C + j);
+                    sw += gv * (bt__ld(xp, dt, r * C + j) - bt__ld(mp, sdt, r)) * bt__ld(rp, sdt, r); sb += gv;
+                }
+                if (gw) bt__st(bt_data_ptr(gw), dt, j, sw);
+                if (gb) bt__st(bt_data_ptr(gb), dt, j, sb);
+            }
+        }
+    }
+    bt_release(gc);
+    gin[0] = gx && !gsum ? bt__register(gx) : NULL;   /* a sunk gx is the producer's own gradient */
+    gin[1] = gw; gin[2] = gb;
+}
+BTDEF bt_tensor *bt_layernorm(bt_tensor *x, bt_tensor *w, bt_tensor *b, double eps) {
+    bt__need_float(x, "layernorm", "x");
+    if (x->ndim == 0) bt_error("layernorm: needs at least 1 dim, got %s", bt__s(x));
+    int64_t C = x->shape[x->ndim - 1], rows = C ? bt_numel(x) / C : 0;
+    bt_tensor *p[2] = {w, b}; const char *pn[2] = {"w", "b"};
+    for (int k = 0; k < 2; k++) if (p[k]) {
+        bt__need_float(p[k], "layernorm", pn[k]); bt__same_device(x, p[k], "layernorm"); bt__same_dtype(x, p[k], "layernorm");
+        if (p[k]->ndim != 1 || p[k]->shape[0] != C) bt_error("layernorm: %s %s must be [%lld] for x %s", pn[k], bt__s(p[k]), (long long)C, bt__s(x));
+    }
+    if (!(eps > 0)) bt_error("layernorm: eps must be > 0, got %g", eps);
+    bt_device dev = bt_device_of(x); bt_dtype dt = x->dtype;
+    if (dev.type == BT_GPU && dt == BT_F64) bt_error("layernorm: f64 is CPU-only (gradient checks), got %s", bt__s(x));
+    bt_tensor *xc = bt__contig(x), *wc = w ? bt__contig(w) : NULL, *bc = b ? bt__contig(b) : NULL;
+    bt_tensor *y = bt__new(bt_shape_of(x), dt, dev);
+    bt_tensor *mean = bt__new(bt_shape1(rows), bt__stat_dtype(x), dev), *rstd = bt__new(bt_shape1(rows), bt__stat_dtype(x), dev);
+    if (dev.type == BT_GPU) {
+#ifdef BT_CUDA
+        BT__ON_GPU(dev, stream) bt_k_layernorm(dt, bt_data_ptr(y), (float *)bt_data_ptr(mean), (float *)bt_data_ptr(rstd), bt_data_ptr(xc),
+                       wc ? bt_data_ptr(wc) : NULL, bc ? bt_data_ptr(bc) : NULL, rows, C, (float)eps, stream);
+#endif
+    } else {
+        const void *xp = bt_data_ptr(xc), *wp = wc ? bt_data_ptr(wc) : NULL, *bp = bc ? bt_data_ptr(bc) : NULL;
+        void *yp = bt_data_ptr(y); bt_dtype sdt = mean->dtype;
+        if (dt == BT_F32) bt__layernorm_f32((float *)yp, (float *)bt_data_ptr(mean), (float *)bt_data_ptr(rstd), (const float *)xp,
+                                            (const float *)wp, (const float *)bp, rows, C, eps);
+        else {
+            #pragma omp parallel for if (rows * C > BT__PAR_MIN)
+            for (int64_t r = 0; r < rows; r++) {
+                double m = 0, v = 0;
+                for (int64_t j = 0; j < C; j++) m += bt__ld(xp, dt, r * C + j);
+                m /= (double)C;
+                for (int64_t j = 0; j < C; j++) { double d = bt__ld(xp, dt, r * C + j) - m; v += d * d; }
+                double rs = 1.0 / sqrt(v / (double)C + eps);
+                for (int64_t j = 0; j < C; j++) {
+                    double o = (bt__ld(xp, dt, r * C + j) - m) * rs;
+                    if (wp) o *= bt__ld(wp, dt, j);
+                    if (bp) o += bt__ld(bp, dt, j);
+                    bt__st(yp, dt, r * C + j, o);
+                }
+                bt__st(bt_data_ptr(mean), sdt, r, m); bt__st(bt_data_ptr(rstd), sdt, r, rs);
+            }
+        }
+    }
+    bt_tensor *in[3] = {x, w, b};
+    bt_node *n = bt__record("layernorm", bt__layernorm_back, y, in, 3);
+    if (n) { n->i[0] = w != NULL; n->i[1] = b != NULL; bt__save(n, xc); bt__save(n, mean); bt__save(n, rstd); if (wc) bt__save(n, wc); }
+    bt_release(xc); bt_release(wc); bt_release(bc); bt_release(mean); bt_release(rstd);
+    return bt__register(y);
+}
+
+/* ---- RMSNorm over the last dim C (Llama) ----
+   y = round(x rstd) w, rstd = 1 / sqrt(mean_j x_j^2 + eps), round: to x's dtype (transformers'
+   LlamaRMSNorm casts the normalised x back before the weight; the identity in f64, a float store in
+   f32). Backward with xhat = x rstd, dxhat = dy w:
+     dx = rstd (dxhat - xhat mean_j(dxhat xhat)),  dw = sum_rows dy xhat.
+   The GPU kernels are layernorm's with the mean and its gradient term compiled out (bt_kernels.cuh
+   section 6): the same one-pass warp rows, saved statistic and fixed-order (deterministic) dw sums. */
+static double bt__round_as(bt_dtype dt, double v) {
+    switch (dt) {
+    case BT_F32: return (float)v;
+    case BT_BF16: return bt__bf16_to_f32(bt__f32_to_bf16((float)v));
+    case BT_F16: return bt__f16_to_f32(bt__f32_to_f16((float)v));
+    default: return v;
+    }
+}
+static void bt__rmsnorm_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt_tensor *x = n->saved[0], *rstd = n->saved[1], *w = n->n_saved > 2 ? n->saved[2] : NULL;
+    int64_t C = x->shape[x->ndim - 1], rows = C ? bt_numel(x) / C : 0;
+    bt_device dev = bt_device_of(x); bt_dtype dt = x->dtype;
+    bt_tensor *gc = bt__contig(g);
+    bt_tensor *gsum = bt__wants(n, 0) ? bt__pending_grad_sink(n, 0) : NULL;   /* gx += dx in the kernel */
+    bt_tensor *gx = gsum ? gsum : bt__wants(n, 0) ? bt__new(bt_shape_of(x), dt, dev) : NULL;
+    bt_tensor *gw = w && bt__wants(n, 1) ? bt_zeros(bt_shape1(C), dt, dev) : NULL;
+    if (bt__is_gpu(x)) {
+#ifdef BT_CUDA
+        float *cs = bt__colsum_for(gx, C);
+        BT__ON_GPU(dev, stream) bt_k_rmsnorm_backward(dt, gx ? bt_data_ptr(gx) : NULL, gsum != NULL, gw ? bt_data_ptr(gw) : NULL, cs,
+                                bt_data_ptr(gc), bt_data_ptr(x), w ? bt_data_ptr(w) : NULL, (const float *)bt_data_ptr(rstd),
+                                rows, C, stream);
+        bt__colsum_leave(gx, cs, C);
+#endif
+    } else {
+        const void *gp = bt_data_ptr(gc), *xp = bt_data_ptr(x), *wp = w ? bt_data_ptr(w) : NULL, *rp = bt_data_ptr(rstd);
+        bt_dtype sdt = rstd->dtype;
+        if (gx) {
+            void *gxp = bt_data_ptr(gx);
+            #pragma omp parallel for if (rows * C > BT__PAR_MIN)
+            for (int64_t r = 0; r < rows; r++) {
+                double rs = bt__ld(rp, sdt, r), s2 = 0;
+                for (int64_t j = 0; j < C; j++)
+                    s2 += bt__ld(gp, dt, r * C + j) * (wp ? bt__ld(wp, dt, j) : 1.0) * bt__ld(xp, dt, r * C + j) * rs;
+                s2 /= (double)C;
+                for (int64_t j = 0; j < C; j++) {
+                    double xh = bt__ld(xp, dt, r * C + j) * rs, dxh = bt__ld(gp, dt, r * C + j) * (wp ? bt__ld(wp, dt, j) : 1.0);
+                    double prev = gsum ? bt__ld(gxp, dt, r * C + j) : 0.0;
+                    bt__st(gxp, dt, r * C + j, prev + rs * (dxh - xh * s2));
+                }
+            }
+        }
+        if (gw) {                             /* column sums: 64 columns a task, rows streamed in order */
+            void *gwp = bt_data_ptr(gw);
+            #pragma omp parallel for if (rows * C > BT__PAR_MIN)
+            for (int64_t j0 = 0; j0 < C; j0 += 64) {
+                int64_t nj = C - j0 < 64 ? C - j0 : 64;
+                double sw[64] = {0};
+                for (int64_t r = 0; r < rows; r++) {
+                    double rs = bt__ld(rp, sdt, r);
+                    for (int64_t j = 0; j < nj; j++) sw[j] += bt__ld(gp, dt, r * C + j0 + j) * bt__ld(xp, dt, r * C + j0 + j) * rs;
+                }
+                for (int64_t j = 0; j < nj; j++) bt__st(gwp, dt, j0 + j, sw[j]);
+            }
+        }
+    }
+    bt_release(gc);
+    gin[0] = gx && !gsum ? bt__register(gx) : NULL;   /* a sunk gx is the producer's own gradient */
+    gin[1] = gw;
+}
+BTDEF bt_tensor *bt_rmsnorm(bt_tensor *x, bt_tensor *w, double eps) {
+    bt__need_float(x, "rmsnorm", "x");
+    if (x->ndim == 0) bt_error("rmsnorm: needs at least 1 dim, got %s", bt__s(x));
+    int64_t C = x->shape[x->ndim - 1], rows = C ? bt_numel(x) / C : 0;
+    if (w) {
+        bt__need_float(w, "rmsnorm", "w"); bt__same_device(x, w, "rmsnorm"); bt__same_dtype(x, w, "rmsnorm");
+        if (w->ndim != 1 || w->shape[0] != C) bt_error("rmsnorm: w %s must be [%lld] for x %s", bt__s(w), (long long)C, bt__s(x));
+    }
+    if (!(eps > 0)) bt_error("rmsnorm: eps must be > 0, got %g", eps);
+    bt_device dev = bt_device_of(x); bt_dtype dt = x->dtype;
+    if (dev.type == BT_GPU && dt == BT_F64) bt_error("rmsnorm: f64 is CPU-only (gradient checks), got %s", bt__s(x));
+    bt_tensor *xc = bt__contig(x), *wc = w ? bt__contig(w) : NULL;
+    bt_tensor *y = bt__new(bt_shape_of(x), dt, dev), *rstd = bt__new(bt_shape1(rows), bt__stat_dtype(x), dev);
+    if (dev.type == BT_GPU) {
+#ifdef BT_CUDA
+        BT__ON_GPU(dev, stream) bt_k_rmsnorm(dt, bt_data_ptr(y), (float *)bt_data_ptr(rstd), bt_data_ptr(xc), wc ? bt_data_ptr(wc) : NULL,
+                                             rows, C, (float)eps, stream);
+#endif
+    } else {
+        const void *xp = bt_data_ptr(xc), *wp = wc ? bt_data_ptr(wc) : NULL;
+        void *yp = bt_data_ptr(y), *rp = bt_data_ptr(rstd); bt_dtype sdt = rstd->dtype;
+        #pragma omp parallel for if (rows * C > BT__PAR_MIN)
+        for (int64_t r = 0; r < rows; r++) {
+            double ss = 0;
+            for (int64_t j = 0; j < C; j++) { double v = bt__ld(xp, dt, r * C + j); ss += v * v; }
+            double rs = bt__round_as(sdt, 1.0 / sqrt(ss / (double)C + eps));   /* the saved statistic's value */
+            for (int64_t j = 0; j < C; j++) {
+                double o = bt__round_as(dt, bt__ld(xp, dt, r * C + j) * rs);
+                bt__st(yp, dt, r * C + j, wp ? o * bt__ld(wp, dt, j) : o);
+            }
+            bt__st(rp, sdt, r, rs);
+        }
+    }
+    bt_tensor *in[2] = {x, w};
+    bt_node *n = bt__record("rmsnorm", bt__rmsnorm_back, y, in, 2);
+    if (n) { bt__save(n, xc); bt__save(n, rstd); if (wc) bt__save(n, wc); }
+    bt_release(xc); bt_release(wc); bt_release(rstd);
+    return bt__register(y);
+}
+
+/* ---- SwiGLU on a packed [.., 2F] projection: y = silu(a) * u, a = x[.., :F] (gate), u = x[.., F:] ----
+   Forward rounds silu(a) to x's dtype before the product (transformers' act_fn(gate) * up).
+   Backward, s = sigmoid(a): ga = g u s (1 + a (1 - s)), gu = g a s, both halves in one pass. */
+static void bt__swiglu_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt_tensor *x = n->saved[0];
+    int64_t F2 = x->shape[x->ndim - 1], F = F2 / 2, rows = F2 ? bt_numel(x) / F2 : 0;
+    bt_dtype dt = x->dtype;
+    bt_tensor *gc = bt__contig(g), *gx = bt__new(bt_shape_of(x), dt, bt_device_of(x));
+    if (bt__is_gpu(x)) {
+#ifdef BT_CUDA
+        BT__ON_GPU(bt_device_of(x), stream) bt_k_swiglu_backward(dt, bt_data_ptr(gx), bt_data_ptr(gc), bt_data_ptr(x), rows, F, stream);
+#endif
+    } else {
+        const void *xp = bt_data_ptr(x), *gp = bt_data_ptr(gc); void *gxp = bt_data_ptr(gx);
+        int64_t nel = rows * F;
+        #pragma omp parallel for if (nel > BT__PAR_MIN)
+        for (int64_t i = 0; i < nel; i++) {
+            int64_t r = i / F, j = i - r * F;
+            double a = bt__ld(xp, dt, r * F2 + j), u = bt__ld(xp, dt, r * F2 + F + j), gv = bt__ld(gp, dt, i);
+            double s = 1.0 / (1.0 + exp(-a));
+            bt__st(gxp, dt, r * F2 + j, gv * u * s * (1.0 + a * (1.0 - s)));
+            bt__st(gxp, dt, r * F2 + F + j, gv * a * s);
+        }
+    }
+    bt_release(gc);
+    gin[0] = bt__register(gx);
+}
+BTDEF bt_tensor *bt_swiglu(bt_tensor *x) {
+    bt__need_float(x, "swiglu", "x");
+    if (x->ndim == 0) bt_error("swiglu: needs at least 1 dim, got %s", bt__s(x));
+    int64_t F2 = x->shape[x->ndim - 1];
+    if (F2 % 2) bt_error("swiglu: the last dim of x %s must be even (gate then up, F each)", bt__s(x));
+    int64_t F = F2 / 2, rows = F2 ? bt_numel(x) / F2 : 0;
+    bt_shape ys = bt_shape_of(x); ys.d[ys.ndim - 1] = F;
+    bt_dtype dt = x->dtype;
+    bt_tensor *xc = bt__contig(x), *y = bt__new(ys, dt, bt_device_of(x));
+    if (bt__is_gpu(x)) {
+#ifdef BT_CUDA
+        BT__ON_GPU(bt_device_of(x), stream) bt_k_swiglu(dt, bt_data_ptr(y), bt_data_ptr(xc), rows, F, stream);
+#endif
+    } else {
+        const void *xp = bt_data_ptr(xc); void *yp = bt_data_ptr(y);
+        int64_t nel = rows * F;
+        #pragma omp parallel for if (nel > BT__PAR_MIN)
+        for (int64_t i = 0; i < nel; i++) {
+            int64_t r = i / F, j = i - r * F;
+            double a = bt__ld(xp, dt, r * F2 + j);
+            bt__st(yp, dt, i, bt__round_as(dt, a / (1.0 + exp(-a))) * bt__ld(xp, dt, r * F2 + F + j));
+        }
+    }
+    bt_node *n = bt__record("swiglu", bt__swiglu_back, y, &x, 1);
+    if (n) bt__save(n, xc);
+    bt_release(xc);
+    return bt__register(y);
+}
+
+/* ---- RoPE on x [B, T, H, D] (transformers' rotate_half convention, see the declaration) ----
+   For each (b, t) one fp32 angle per frequency, p inv_freq[i] with p = pos0 + t, shared by the H
+   heads; a pair (i, i + D/2) rotated by it (by minus it in the backward: R(-a) = R(a)^T). Traffic:
+   x read once (any strides), y written once; the angles cost a sin and a cos per (b, t, i). */
+#define BT__ROPE_MAXD 512
+static void bt__rope_check_opts(const bt_rope_opts *o, int64_t D) {
+    if (!o) bt_error("rope: opts is NULL");
+    if (!(o->theta > 0)) bt_error("rope: theta must be > 0, got %g", o->theta);
+    if (D < 0 || D % 2 || D > BT__ROPE_MAXD) bt_error("rope: the head dim D = %lld must be even, in [0, %d]", (long long)D, BT__ROPE_MAXD);
+    if (o->factor != 0 && !(o->factor > 0 && o->low_freq_factor > 0 && o->high_freq_factor > o->low_freq_factor &&
+                            o->original_max_position_embeddings > 0))
+        bt_error("rope: llama3 scaling needs factor > 0, 0 < low_freq_factor < high_freq_factor and "
+                 "original_max_position_embeddings > 0, got %g, %g, %g, %lld", o->factor, o->low_freq_factor,
+                 o->high_freq_factor, (long long)o->original_max_position_embeddings);
+}
+/* in fp32 step by step as transformers' _compute_default_rope_parameters and
+   _compute_llama3_parameters compute them (torch float32 tensors with python scalars) */
+BTDEF void bt_rope_inv_freq(const bt_rope_opts *o, int64_t D, float *out) {
+    bt__rope_check_opts(o, D);
+    for (int64_t i = 0; i < D / 2; i++) {
+        float inv = 1.0f / powf((float)o->theta, (float)(2 * i) / (float)D);
+        if (o->factor > 0) {
+            double L = (double)o->original_max_position_embeddings;
+            float wl = (float)6.283185307179586 / inv;
+            float low = (float)(L / o->low_freq_factor), high = (float)(L / o->high_freq_factor);
+            float il = wl > low ? inv / (float)o->factor : inv;
+            float sf = ((float)L / wl - (float)o->low_freq_factor) / (float)(o->high_freq_factor - o->low_freq_factor);
+            float sm = (1.0f - sf) * il / (float)o->factor + sf * il;
+            inv = !(wl < high) && !(wl > low) ? sm : il;
+        }
+        out[i] = inv;
+    }
+}
+/* y (new, contiguous [B, T, H, D]) = x rotated by sign * angle (+1) */
+static bt_tensor *bt__rope_apply(bt_tensor *x, const float *inv, int64_t pos0, int sign) {
+    int64_t B = x->shape[0], T = x->shape[1], H = x->shape[2], D = x->shape[3], half = D / 2;
+    bt_dtype dt = x->dtype;
+    bt_tensor *y = bt__new(bt_shape_of(x), dt, bt_device_of(x));
+    if (bt__is_gpu(x)) {
+#ifdef BT_CUDA
+        bt_tensor *xc = x->stride[3] == 1 ? bt_retain(x) : bt__contig(x);
+        BT__ON_GPU(bt_device_of(x), stream)
+            bt_k_rope(dt, bt_data_ptr(y), bt_data_ptr(xc), xc->stride, B, T, H, D, pos0, inv, sign, stream);
+        bt_release(xc);
+#endif
+        return y;
+    }
+    const void *xp = bt_data_ptr(x); void *yp = bt_data_ptr(y);
+    const int64_t *st = x->stride;
+    #pragma omp parallel for if (bt_numel(x) > BT__PAR_MIN)
+    for (int64_t bt = 0; bt < B * T; bt++) {
+        int64_t b = bt / T, t = bt - b * T;
+        float p = (float)(pos0 + t);
+        for (int64_t i = 0; i < half; i++) {
+            float a = p * inv[i];                       /* fp32, as transformers' freqs */
+            double c = cos((double)a), s = sign * sin((double)a);
+            if (dt != BT_F64) { c = (float)c; s = (float)s; }   /* fp32 cos and sin */
+            for (int64_t h = 0; h < H; h++) {
+                int64_t o = b * st[0] + t * st[1] + h * st[2], oy = ((b * T + t) * H + h) * D;
+                double x1 = bt__ld(xp, dt, o + i * st[3]), x2 = bt__ld(xp, dt, o + (i + half) * st[3]);
+                bt__st(yp, dt, oy + i, x1 * c - x2 * s);
+                bt__st(yp, dt, oy + i + half, x2 * c + x1 * s);
+            }
+        }
+    }
+    return y;
+}
+static void bt__rope_opts_of(const bt_node *n, bt_rope_opts *o) {
+    o->theta = n->f[0]; o->factor = n->f[1]; o->low_freq_factor = n->f[2]; o->high_freq_factor = n->f[3];
+    o->original_max_position_embeddings = n->i[1];
+}
+static void bt__rope_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt_rope_opts o; float inv[BT__ROPE_MAXD / 2];
+    bt__rope_opts_of(n, &o);
+    int64_t D = n->in_shape[0].d[3];
+    bt_rope_inv_freq(&o, D, inv);
+    gin[0] = bt__register(bt__rope_apply(g, inv, n->i[0], -1));
+}
+BTDEF bt_tensor *bt_rope_ex(bt_tensor *x, const bt_rope_opts *o, int64_t pos0) {
+    bt__need_float(x, "rope", "x");
+    if (x->ndim != 4) bt_error("rope: x must be [B, T, H, D], got %s", bt__s(x));
+    if (x->shape[3] % 2 || x->shape[3] > BT__ROPE_MAXD)
+        bt_error("rope: the head dim D of x %s must be even and at most %d", bt__s(x), BT__ROPE_MAXD);
+    if (pos0 < 0 || pos0 + x->shape[1] > (1 << 24))
+        bt_error("rope: positions %lld .. %lld out of [0, 2^24] (fp32 positions are exact there), x %s", (long long)pos0,
+                 (long long)(pos0 + x->shape[1]), bt__s(x));
+    float inv[BT__ROPE_MAXD / 2];
+    bt_rope_inv_freq(o, x->shape[3], inv);
+    bt_tensor *y = bt__rope_apply(x, inv, pos0, 1);
+    bt_node *n = bt__record("rope", bt__rope_back, y, &x, 1);
+    if (n) {
+        n->f[0] = o->theta; n->f[1] = o->factor; n->f[2] = o->low_freq_factor; n->f[3] = o->high_freq_factor;
+        n->i[0] = pos0; n->i[1] = o->original_max_position_embeddings;
+    }
+    return bt__register(y);
+}
+BTDEF bt_tensor *bt_rope(bt_tensor *x, double theta, int64_t pos0) {
+    bt_rope_opts o = {theta, 0, 0, 0, 0};
+    return bt_rope_ex(x, &o, pos0);
+}
+
+/* ---- embedding: out[i, :] = table[idx[i], :]; backward scatter-adds rows into [V, C] ---- */
+static void bt__embedding_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt_tensor *idx = n->saved[0];
+    int64_t V = n->in_shape[0].d[0], C = n->in_shape[0].d[1], cnt = bt_numel(idx);
+    (void)V;   /* the GPU kernel's bound */
+    bt_tensor *leaf = bt__edge_leaf(n, 0);
+    if (leaf && leaf->rows_hook) {
+        bt_tensor *gc = bt__contig(g);
+        int taken = leaf->rows_hook(leaf, idx, gc, leaf->rows_user);
+        bt_release(gc);
+        if (taken) { gin[0] = NULL; return; }
+    }
+    bt_tensor *sink = bt__is_gpu(g) ? bt__grad_sink(n, 0, g->dtype) : NULL;
+    if (sink && sink->dtype == BT_F32) {   /* rows straight into the leaf's fp32 gradient */
+#ifdef BT_CUDA
+        bt_tensor *gc = bt__contig(g);
+        sink->storage->version++;
+        BT__ON_GPU(bt_device_of(g), stream) bt_k_embedding_backward_f32(g->dtype, (float *)bt_data_ptr(sink), bt_data_ptr(gc),
+                                    (const int32_t *)bt_data_ptr(idx), cnt, C, V, 1.f, bt__g.deterministic, stream);
+        bt_release(gc);
+#endif
+        gin[0] = NULL;
+        return;
+    }
+    bt_tensor *gc = bt__contig(g), *gt = bt_zeros(n->in_shape[0], g->dtype, bt_device_of(g));
+    if (bt__is_gpu(g)) {
+#ifdef BT_CUDA
+        BT__ON_GPU(bt_device_of(g), stream) bt_k_embedding_backward(g->dtype, bt_data_ptr(gt), bt_data_ptr(gc), (const int32_t *)bt_data_ptr(idx), cnt, C, V,
+                                bt__g.deterministic, stream);
+#endif
+    } else {
+        const int32_t *ip = (const int32_t *)bt_data_ptr(idx); const void *gp = bt_data_ptr(gc); void *tp = bt_data_ptr(gt);
+        bt_dtype dt = g->dtype;
+        /* parallel over channels: each thread owns a column range, rows add in index order */
+        #pragma omp parallel for if (cnt * C > BT__PAR_MIN)
+        for (int64_t j = 0; j < C; j++)
+            for (int64_t i = 0; i < cnt; i++) {
+                int64_t o = (int64_t)ip[i] * C + j;
+                bt__st(tp, dt, o, bt__ld(tp, dt, o) + bt__ld(gp, dt, i * C + j));
+            }
+    }
+    bt_release(gc);
+    gin[0] = gt;
+}
+BTDEF void bt_set_rows_hook(bt_tensor *leaf, bt_rows_hook_fn fn, void *user) {
+    if (!leaf) bt_error("set_rows_hook: leaf must not be NULL");
+    if (leaf->grad_fn) bt_error("set_rows_hook: tensor is not a leaf (made by %s)", leaf->grad_fn->op);
+    leaf->rows_hook = fn; leaf->rows_user = fn ? user : NULL;
+}
+BTDEF bt_tensor *bt_embedding(bt_tensor *table, bt_tensor *idx) {
+    bt__need_float(table, "embedding", "table"); bt__need(idx, "embedding", "idx");
+    if (table->ndim != 2) bt_error("embedding: table must be [V, C], got %s", bt__s(table));
+    if (idx->dtype != BT_I32) bt_error("embedding: idx must be i32, got %s", bt__s(idx));
+    bt__same_device(table, idx, "embedding");
+    if (idx->ndim + 1 > BT_MAX_DIMS) bt_error("embedding: idx %s has too many dims", bt__s(idx));
+    int64_t V = table->shape[0], C = table->shape[1], cnt = bt_numel(idx);
+    bt_tensor *ic = bt__contig(idx), *tc = bt__contig(table);
+    bt_shape os = bt_shape_of(idx); os.d[os.ndim++] = C;
+    bt_tensor *out = bt__new(os, table->dtype, bt_device_of(table));
+    if (bt__is_gpu(table)) {
+#ifdef BT_CUDA
+        BT__ON_GPU(bt_device_of(table), stream) bt_k_embedding(table->dtype, bt_data_ptr(out), bt_data_ptr(tc), (const int32_t *)bt_data_ptr(ic), cnt, C, V,
+                       bt__bad(bt_device_of(table)), stream);
+#endif
+    } else {
+        const int32_t *ip = (const int32_t *)bt_data_ptr(ic);
+        for (int64_t i = 0; i < cnt; i++)
+            if (ip[i] < 0 || ip[i] >= V) {
+                int64_t bad = ip[i]; bt_release(ic); bt_release(tc); bt_release(out);
+                bt_error("embedding: index %lld at position %lld is out of range [0, %lld) for table %s", (long long)bad, (long long)i, (long long)V, bt__s(table));
+            }
+        size_t es = bt_dtype_size(table->dtype); const char *tp = (const char *)bt_data_ptr(tc); char *op_ = (char *)bt_data_ptr(out);
+        #pragma omp parallel for if (cnt * C > BT__PAR_MIN)
+        for (int64_t i = 0; i < cnt; i++) memcpy(op_ + i * C * es, tp + (int64_t)ip[i] * C * es, (size_t)C * es);
+    }
+    bt_tensor *in[2] = {table, NULL};
+    bt_node *n = bt__record("embedding", bt__embedding_back, out, in, 1);
+    if (n) bt__save(n, ic);
+    bt_release(ic); bt_release(tc);
+    return bt__register(out);
+}
+
+/* ---- cross-entropy over the first V of Vp columns ----
+   loss = (1 / n_valid) sum_{i valid} (logsumexp_{j<V} z_ij - z_{i,t_i});
+   dz_ij = g / n_valid (softmax_j - [j = t_i]) for j < V, 0 for padding and ignored rows.
+   The three steps below serve bt_cross_entropy and bt_linear_cross_entropy on either device. */
+/* losses[r] and lse[r] (stat dtype) of N rows of z [N, Vp]; a target out of [0, V) that is not
+   ignore is an error (on the GPU flagged, raised at the next host sync). CPU: 0, or -1 with *bad_row. */
+static int bt__xent_rows(bt_device dev, bt_dtype dt, const void *z, const int32_t *tg, int64_t N, int64_t V, int64_t Vp,
+                         int ign, void *losses, void *lse, bt_dtype sdt, int64_t *bad_row) {
+    if (dev.type == BT_GPU) {
+#ifdef BT_CUDA
+        int *bad = bt__bad(dev);
+        BT__ON_GPU(dev, st) bt_k_cross_entropy(dt, (float *)losses, (float *)lse, z, tg, N, V, Vp, ign, bad, st);
+#endif
+        return 0;
+    }
+    for (int64_t r = 0; r < N; r++)
+        if (tg[r] != ign && (tg[r] < 0 || tg[r] >= V)) { *bad_row = r; return -1; }
+    #pragma omp parallel for if (N * V > BT__PAR_MIN)
+    for (int64_t r = 0; r < N; r++) {
+        double mx = -INFINITY, s = 0;
+        if (dt == BT_F32) {   /* float loads and exp, double sums (vectorised) */
+            mx = bt__max_f32((const float *)z + r * Vp, V);
+            s = bt__sum_exp_f32((const float *)z + r * Vp, V, (float)mx);
+        } else {
+            for (int64_t j = 0; j < V; j++) { double v = bt__ld(z, dt, r * Vp + j); if (v > mx) mx = v; }
+            for (int64_t j = 0; j < V; j++) s += exp(bt__ld(z, dt, r * Vp + j) - mx);
+        }
+        double l = mx + log(s);
+        bt__st(lse, sdt, r, l);
+        bt__st(losses, sdt, r, tg[r] == ign ? 0 : l - bt__ld(z, dt, r * Vp + tg[r]));
+    }
+    return 0;
+}
+/* gz [N, Vp] = gl[r] (softmax(z_r) - onehot(t_r)) over the first V columns, 0 elsewhere and on
+   ignored rows; gz may be z itself (each element is read, then written, by one thread) */
+static void bt__xent_grad(bt_device dev, bt_dtype dt, void *gz, const void *z, const void *lse, const int32_t *tg,
+                          const void *gl, bt_dtype sdt, int64_t N, int64_t V, int64_t Vp, int ign) {
+    if (dev.type == BT_GPU) {
+#ifdef BT_CUDA
+        BT__ON_GPU(dev, stream) bt_k_cross_entropy_backward(dt, gz, z, (const float *)lse, tg, (const float *)gl, N, V, Vp, ign, stream);
+#endif
+        return;
+    }
+    #pragma omp parallel for if (N * Vp > BT__PAR_MIN)
+    for (int64_t r = 0; r < N; r++) {
+        int valid = tg[r] != ign; double l = bt__ld(lse, sdt, r), s = valid ? bt__ld(gl, sdt, r) : 0;
+        if (dt == BT_F32) {               /* s softmax_j in float; then -s at the target; 0 past V */
+            const float *zr = (const float *)z + r * Vp; float *o = (float *)gz + r * Vp, fl = (float)l, fs = (float)s;
+            int64_t j0 = valid ? V : 0;
+            float zt = valid ? zr[tg[r]] : 0;   /* read before the row is overwritten (gz may be z) */
+            #pragma omp simd
+            for (int64_t j = 0; j < j0; j++) o[j] = fs * bt__expf(zr[j] - fl);
+            if (valid) o[tg[r]] = (float)(s * ((double)bt__expf(zt - fl) - 1));
+            memset(o + j0, 0, sizeof(float) * (size_t)(Vp - j0));
+            continue;
+        }
+        for (int64_t j = 0; j < Vp; j++) {
+            double v = j < V && valid ? s * (exp(bt__ld(z, dt, r * Vp + j) - l) - (j == tg[r])) : 0;
+            bt__st(gz, dt, r * Vp + j, v);
+        }
+    }
+}
+/* *inv = 1 / max(1, #{r : tg[r] != ign}) (stat dtype, one element on the device, no host sync) */
+static void bt__xent_inv_count(bt_device dev, void *inv, const int32_t *tg, int64_t N, int ign, bt_dtype sdt) {
+    if (dev.type == BT_GPU) {
+#ifdef BT_CUDA
+        BT__ON_GPU(dev, st) bt_k_inv_count_ne((float *)inv, tg, N, ign, st);
+#endif
+        return;
+    }
+    int64_t valid = 0;
+    for (int64_t r = 0; r < N; r++) valid += tg[r] != ign;
+    bt__st(inv, sdt, 0, 1.0 / (double)(valid ? valid : 1));
+}
+/* *acc += sum of n values (stat dtype) */
+static void bt__sum_into(bt_device dev, void *acc, const void *x, int64_t n, bt_dtype sdt) {
+    if (dev.type == BT_GPU) {
+#ifdef BT_CUDA
+        BT__ON_GPU(dev, st) bt_k_sum_rows_acc(BT_F32, (float *)acc, x, n, 1, st);
+#endif
+        return;
+    }
+    double s = bt__ld(acc, sdt, 0);
+    for (int64_t i = 0; i < n; i++) s += bt__ld(x, sdt, i);
+    bt__st(acc, sdt, 0, s);
+}
+/* x[0] *= s[0] (one element each, stat dtype) */
+static void bt__scale_by(bt_device dev, void *x, const void *s, bt_dtype sdt) {
+    if (dev.type == BT_GPU) {
+#ifdef BT_CUDA
+        int64_t one = 1, st0 = 0;
+        BT__ON_GPU(dev, st) bt_k_binary(BT_BOP_MUL, BT_F32, x, x, &st0, s, &st0, 1, &one, st);
+#endif
+        return;
+    }
+    bt__st(x, sdt, 0, bt__ld(x, sdt, 0) * bt__ld(s, sdt, 0));
+}
+/* the per-row upstream gradient g * inv_count as an [N] tensor of the stat dtype, no host sync */
+static bt_tensor *bt__xent_row_grads(bt_tensor *g, bt_tensor *inv, int64_t N) {
+    bt_tensor *scale = bt_mul(bt_cast(g, inv->dtype), inv);
+    return bt__contig(bt_expand(bt_reshape(scale, bt_shape1(1)), bt_shape1(N)));
+}
+static void bt__xent_check(bt_tensor *logits_or_x, bt_tensor *targets, int64_t lead_dims, const char *op) {
+    if (targets->dtype != BT_I32) bt_error("%s: targets must be i32, got %s", op, bt__s(targets));
+    bt__same_device(logits_or_x, targets, op);
+    if (logits_or_x->ndim < 1 || logits_or_x->ndim != targets->ndim + 1)
+        bt_error("%s: %s must be targets %s plus a last dim", op, bt__s(logits_or_x), bt__s(targets));
+    for (int d = 0; d < lead_dims; d++)
+        if (targets->shape[d] != logits_or_x->shape[d]) bt_error("%s: %s and targets %s differ in dim %d", op, bt__s(logits_or_x), bt__s(targets), d);
+    if (bt__is_gpu(logits_or_x) && logits_or_x->dtype == BT_F64) bt_error("%s: f64 is CPU-only (gradient checks), got %s", op, bt__s(logits_or_x));
+}
+
+/* the logits' gradient of either loss from its rows' upstream gradients gl [N] (stat dtype) */
+static void bt__xent_grad_in(bt_node *n, bt_tensor *gl, bt_tensor **gin) {
+    bt_tensor *logits = n->saved[0], *tg = n->saved[1], *lse = n->saved[2];
+    int64_t N = logits->shape[0], Vp = logits->shape[1], V = n->i[0]; int ign = (int)n->i[1];
+    bt_tensor *gz = bt__new(bt_shape2(N, Vp), logits->dtype, bt_device_of(logits));
+    bt__xent_grad(bt_device_of(logits), logits->dtype, bt_data_ptr(gz), bt_data_ptr(logits), bt_data_ptr(lse),
+                  (const int32_t *)bt_data_ptr(tg), bt_data_ptr(gl), lse->dtype, N, V, Vp, ign);
+    bt_release(gl);
+    gin[0] = bt_reshape(bt__register(gz), n->in_shape[0]);
+}
+/* the mean: every row's upstream gradient is g / n_valid */
+static void bt__xent_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt__xent_grad_in(n, bt__xent_row_grads(g, n->saved[3], n->saved[0]->shape[0]), gin);
+}
+/* per-row losses: each row's own upstream gradient g_r */
+static void bt__xent_rows_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt__xent_grad_in(n, bt__contig(bt_reshape(bt_cast(g, n->saved[2]->dtype), bt_shape1(n->saved[0]->shape[0]))), gin);
+}
+/* The forward both share: the checks, then every row's loss (losses, of losses_shape) and
+   log-sum-exp. z2 [N, Vp] and t1 [N] are the dense views the node saves. */
+typedef struct { bt_tensor *zc, *tc, *z2, *t1, *losses, *lse; int64_t N, V; } bt__xent_fw;
+static bt__xent_fw bt__xent_forward(bt_tensor *logits, bt_tensor *targets, int64_t V, int ign, const char *op, int rows_shape) {
+    bt__need_float(logits, op, "logits"); bt__need(targets, op, "targets");
+    bt__xent_check(logits, targets, targets->ndim, op);
+    bt__xent_fw f;
+    int64_t Vp = logits->shape[logits->ndim - 1];
+    f.N = bt_numel(targets);
+    f.V = V <= 0 ? Vp : V;
+    if (f.V > Vp) bt_error("%s: V = %lld but logits %s have only %lld columns", op, (long long)f.V, bt__s(logits), (long long)Vp);
+    bt_device dev = bt_device_of(logits);
+    bt_dtype sdt = bt__stat_dtype(logits);
+    f.zc = bt__contig(logits); f.tc = bt__contig(targets);
+    f.z2 = bt__view_dense(f.zc, bt_shape2(f.N, Vp)); f.t1 = bt__view_dense(f.tc, bt_shape1(f.N));
+    f.losses = bt__new(rows_shape ? bt_shapev(targets->ndim, targets->shape) : bt_shape1(f.N), sdt, dev);
+    f.lse = bt__new(bt_shape1(f.N), sdt, dev);
+    int64_t bad = 0;
+    const int32_t *tp = (const int32_t *)bt_data_ptr(f.t1);
+    if (bt__xent_rows(dev, logits->dtype, bt_data_ptr(f.z2), tp, f.N, f.V, Vp, ign, bt_data_ptr(f.losses), bt_data_ptr(f.lse), sdt, &bad)) {
+        int64_t t = tp[bad];
+        bt_release(f.zc); bt_release(f.tc); bt_release(f.z2); bt_release(f.t1); bt_release(f.losses); bt_release(f.lse);
+        bt_error("%s: target %lld at position %lld is out of range [0, %lld) and not ignore_index %d", op, (long long)t,
+                 (long long)bad, (long long)f.V, ign);
+    }
+    return f;
+}
+BTDEF bt_tensor *bt_cross_entropy(bt_tensor *logits, bt_tensor *targets, int64_t V, int ignore_index) {
+    bt__xent_fw f = bt__xent_forward(logits, targets, V, ignore_index, "cross_entropy", 0);
+    bt_device dev = bt_device_of(logits);
+    bt_dtype sdt = f.lse->dtype;
+    bt_tensor *inv = bt__new(bt_shape1(1), sdt, dev);   /* 1 / max(1, n_valid) */
+    bt__xent_inv_count(dev, bt_data_ptr(inv), (const int32_t *)bt_data_ptr(f.t1), f.N, ignore_index, sdt);
+    bt_tensor *loss = bt__new(bt_shapev(0, NULL), sdt, dev);
+    bt_fill_(loss, 0.0);
+    bt__sum_into(dev, bt_data_ptr(loss), bt_data_ptr(f.losses), f.N, sdt);
+    bt__scale_by(dev, bt_data_ptr(loss), bt_data_ptr(inv), sdt);
+    bt_node *n = bt__record("cross_entropy", bt__xent_back, loss, &logits, 1);
+    if (n) { n->i[0] = f.V; n->i[1] = ignore_index; bt__save(n, f.z2); bt__save(n, f.t1); bt__save(n, f.lse); bt__save(n, inv); }
+    bt_release(f.zc); bt_release(f.tc); bt_release(f.z2); bt_release(f.t1); bt_release(f.losses); bt_release(f.lse); bt_release(inv);
+    return bt__register(loss);
+}
+BTDEF bt_tensor *bt_cross_entropy_rows(bt_tensor *logits, bt_tensor *targets, int64_t V, int ignore_index) {
+    bt__xent_fw f = bt__xent_forward(logits, targets, V, ignore_index, "cross_entropy_rows", 1);
+    bt_node *n = bt__record("cross_entropy_rows", bt__xent_rows_back, f.losses, &logits, 1);
+    if (n) { n->i[0] = f.V; n->i[1] = ignore_index; bt__save(n, f.z2); bt__save(n, f.t1); bt__save(n, f.lse); }
+    bt_release(f.zc); bt_release(f.tc); bt_release(f.z2); bt_release(f.t1); bt_release(f.lse);
+    return bt__register(f.losses);
+}
+
+/* ---- the classifier: cross_entropy(linear(x, w), targets) without the [rows, Vp] logits ----
+   x [.., C], w [Vp, C] (PyTorch's layout; GPT-2's is the tied embedding), targets i32 [..]. The
+   logits are made a chunk of rows at a time into one bounded temporary; the loss needs only their
+   per-row log-sum-exp. When a gradient is wanted the chunk's logit gradient is taken at once, in
+   place (d loss / d z for an upstream gradient of 1), and turned into its parts of dx = dz w and
+   dw = dz^T x before the next chunk; the backward only scales those two by the upstream gradient
+   (the gradient is linear in it). Same three GEMMs as unfused; what goes is the largest activation
+   of a language model (1.6 GB of bf16 logits for GPT-2 at 16 x 1024 rows) and two of the
+   cross-entropy's passes over it. */
+/* 1 GiB of logits a chunk: GPT-2's bf16 head at 10,672 rows a chunk.
+   Measured on an H100 at 131,072 rows: the three GEMMs of a chunk ran at 707-775 TFLOP/s there
+   against 657-750 at 256 MiB (2,668 rows, where dx's output fills half the SMs' tiles and dw's
+   fp32 accumulator is re-read 4x as often); bench/RESULTS.md. */
+static size_t bt__lxent_chunk_bytes = (size_t)1 << 30;
+BTDEF size_t bt_linear_cross_entropy_chunk(size_t bytes) {
+    size_t old = bt__lxent_chunk_bytes;
+    if (bytes) bt__lxent_chunk_bytes = bytes;
+    return old;
+}
+/* rows a chunk: the fewest chunks under the cap (rows), made equal (so no chunk holds more logits
+   than the work needs: 8,192 rows, not 10,672, at GPT-2's B 16 x 1024), rounded up to 64 rows (the
+   GEMMs' tiles) where that stays under the cap */
+static int64_t bt__lxent_rows(int64_t N, int64_t cap) {
+    if (cap < 1) cap = 1;
+    if (N <= cap) return N;
+    const int64_t nch = (N + cap - 1) / cap, even = (N + nch - 1) / nch, up = (even + 63) / 64 * 64;
+    return up <= cap ? up : even;
+}
+/* y += a[0] x over n elements of dtype dt (a: one element of dt, on y's device) */
+static void bt__axpy_dev(bt_device dev, bt_dtype dt, void *y, const void *a, const void *x, int64_t n) {
+    if (dev.type == BT_GPU) {
+#ifdef BT_CUDA
+        if (dt != BT_F32) bt_error("linear_cross_entropy: a %s gradient accumulator on the GPU (f32 expected)", bt_dtype_name(dt));
+        BT__ON_GPU(dev, st) bt_k_axpy_f32((float *)y, (const float *)a, (const float *)x, n, st);
+#endif
+        return;
+    }
+    double av = bt__ld(a, dt, 0);
+    #pragma omp parallel for if (n > BT__PAR_MIN)
+    for (int64_t i = 0; i < n; i++) bt__st(y, dt, i, bt__ld(y, dt, i) + av * bt__ld(x, dt, i));
+}
+static void bt__lxent_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt_tensor *dx = n->n_saved > 0 && n->i[0] ? n->saved[0] : NULL, *dw = n->i[1] ? n->saved[n->i[0] ? 1 : 0] : NULL;
+    if (dx && bt__wants(n, 0)) gin[0] = bt_reshape(bt_mul(dx, bt_cast(g, dx->dtype)), n->in_shape[0]);
+    if (!dw || !bt__wants(n, 1)) return;
+    bt_tensor *gs = bt_contiguous(bt_reshape(bt_cast(g, dw->dtype), bt_shape1(1)));
+    bt_tensor *sink = bt__grad_sink(n, 1, dw->dtype);
+    if (sink && sink->dtype == dw->dtype) {            /* dw_leaf += g dw, no temporary */
+        sink->storage->version++;
+        bt__axpy_dev(bt_device_of(dw), dw->dtype, bt_data_ptr(sink), bt_data_ptr(gs), bt_data_ptr(dw), bt_numel(dw));
+    } else gin[1] = bt_cast(bt_mul(dw, gs), n->in_dtype[1]);
+}
+BTDEF bt_tensor *bt_linear_cross_entropy(bt_tensor *x, bt_tensor *w, bt_tensor *targets, int64_t V, int ignore_index) {
+    const char *op = "linear_cross_entropy";
+    bt__need_float(x, op, "x"); bt__need_float(w, op, "w"); bt__need(targets, op, "targets");
+    bt__same_device(x, w, op); bt__same_dtype(x, w, op);
+    bt__xent_check(x, targets, targets->ndim, op);
+    if (w->ndim != 2 || x->shape[x->ndim - 1] != w->shape[1])
+        bt_error("%s: x %s needs last dim = in of w %s ([Vp, C])", op, bt__s(x), bt__s(w));
+    int64_t N = bt_numel(targets), C = w->shape[1], Vp = w->shape[0];
+    if (V <= 0) V = Vp;
+    if (V > Vp) bt_error("%s: V = %lld but w %s has only %lld rows", op, (long long)V, bt__s(w), (long long)Vp);
+    bt_device dev = bt_device_of(x); bt_dtype dt = x->dtype, sdt = bt__stat_dtype(x);
+    int want_dx = bt__g.grad_enabled && bt__needs_grad(x), want_dw = bt__g.grad_enabled && bt__needs_grad(w);
+    if (want_dw && dev.type == BT_CPU && dt != sdt)
+        bt_error("%s: a gradient of a %s w on the CPU is not supported (f32 or f64)", op, bt_dtype_name(dt));
+    bt_tensor *xc = bt__contig(x), *wc = bt__contig(w), *tc = bt__contig(targets);
+    const int32_t *tp = (const int32_t *)bt_data_ptr(tc);
+    size_t es = bt_dtype_size(dt);
+    int64_t chunk = bt__lxent_rows(N, (int64_t)(bt_linear_cross_entropy_chunk(0) / ((size_t)Vp * es)));
+    bt_tensor *inv = bt__new(bt_shape1(1), sdt, dev), *loss = bt__new(bt_shapev(0, NULL), sdt, dev);
+    bt_tensor *z = bt__new(bt_shape2(chunk, Vp), dt, dev), *losses = bt__new(bt_shape1(chunk), sdt, dev);
+    bt_tensor *lse = bt__new(bt_shape1(chunk), sdt, dev), *gl = NULL;
+    bt_tensor *dx = want_dx ? bt__new(bt_shape2(N, C), dt, dev) : NULL, *dw = want_dw ? bt__new(bt_shape2(Vp, C), sdt, dev) : NULL;
+    bt_fill_(loss, 0.0);
+    bt__xent_inv_count(dev, bt_data_ptr(inv), tp, N, ignore_index, sdt);
+    if (want_dx || want_dw) {                          /* d loss / d z_r = inv (softmax - onehot) */
+        int old = bt_set_grad_enabled(0);
+        bt_scope_begin();
+        gl = bt_retain(bt_contiguous(bt_expand(inv, bt_shape1(chunk))));
+        bt_scope_end();
+        bt_set_grad_enabled(old);
+    }
+    for (int64_t r0 = 0; r0 < N; r0 += chunk) {
+        int64_t n = N - r0 < chunk ? N - r0 : chunk, bad = 0;
+        const char *xr = (const char *)bt_data_ptr(xc) + r0 * C * (int64_t)es;
+        bt__gemm(dt, dev, bt_data_ptr(z), xr, bt_data_ptr(wc), NULL, n, Vp, C, 0, 1, 1, 0, 0, 0, 1.0, 0.0);
+        int fused = 0;   /* the loss and the logit gradient in one pass over z (GPU) */
+#ifdef BT_CUDA
+        if (gl && dev.type == BT_GPU && bt__fused(BT_FUSE_XENT)) {   /* else the two kernels below */
+            BT__ON_GPU(dev, st) bt_k_cross_entropy_fused(dt, (float *)bt_data_ptr(losses), NULL, bt_data_ptr(z), tp + r0,
+                                                         (const float *)bt_data_ptr(gl), n, V, Vp, ignore_index, bt__bad(dev), st);
+            fused = 1;
+        }
+#endif
+        if (!fused &&
+            bt__xent_rows(dev, dt, bt_data_ptr(z), tp + r0, n, V, Vp, ignore_index, bt_data_ptr(losses), bt_data_ptr(lse), sdt, &bad)) {
+            int64_t t = tp[r0 + bad];
+            bt_release(xc); bt_release(wc); bt_release(tc); bt_release(inv); bt_release(loss); bt_release(z); bt_release(losses);
+            bt_release(lse); bt_release(gl); bt_release(dx); bt_release(dw);
+            bt_error("%s: target %lld at position %lld is out of range [0, %lld) and not ignore_index %d", op, (long long)t,
+                     (long long)(r0 + bad), (long long)V, ignore_index);
+        }
+        bt__sum_into(dev, bt_data_ptr(loss), bt_data_ptr(losses), n, sdt);
+        if (!gl) continue;
+        if (!fused) bt__xent_grad(dev, dt, bt_data_ptr(z), bt_data_ptr(z), bt_data_ptr(lse), tp + r0, bt_data_ptr(gl), sdt, n, V, Vp, ignore_index);
+        if (dx)      /* dx[r0 : r0 + n] = dz w */
+            bt__gemm(dt, dev, (char *)bt_data_ptr(dx) + r0 * C * (int64_t)es, bt_data_ptr(z), bt_data_ptr(wc), NULL, n, C, Vp, 0, 0, 1, 0, 0, 0, 1.0, 0.0);
+        if (dw) {    /* dw (+)= dz^T x[r0 : r0 + n], in the stat dtype */
+            if (dev.type == BT_GPU) {
+#ifdef BT_CUDA
+                BT__ON_GPU(dev, st) bt_k_matmul_out(dt, sdt, bt_data_ptr(dw), bt_data_ptr(z), xr, NULL, Vp, C, n, 1, 0, 1, 0, 0, 0, 1.f,
+                                                    r0 ? 1.f : 0.f, bt__g.precision, st);
+#endif
+            } else bt__gemm(dt, dev, bt_data_ptr(dw), bt_data_ptr(z), xr, NULL, Vp, C, n, 1, 0, 1, 0, 0, 0, 1.0, r0 ? 1.0 : 0.0);
+        }
+    }
+    bt__scale_by(dev, bt_data_ptr(loss), bt_data_ptr(inv), sdt);
+    bt_tensor *in[2] = {x, w};
+    bt_node *nd = bt__record(op, bt__lxent_back, loss, in, 2);
+    if (nd) {
+        nd->i[0] = dx != NULL; nd->i[1] = dw != NULL;
+        if (dx) bt__save(nd, dx);
+        if (dw) bt__save(nd, dw);
+    }
+    bt_release(xc); bt_release(wc); bt_release(tc); bt_release(inv); bt_release(z); bt_release(losses); bt_release(lse);
+    bt_release(gl); bt_release(dx); bt_release(dw);
+    return bt__register(loss);
+}
+
+/* ---- causal self-attention, q k v [B, H, T, D] ----
+   S = q k^T / sqrt(D) with S_ij = -inf for j > i; P = softmax_j(S); out = P v; lse_i saved.
+   Backward (P recomputed from lse): dv = P^T dout, dP = dout v^T, dS = P (dP - rowsum(dout * out)),
+   dq = dS k / sqrt(D), dk = dS^T q / sqrt(D).
+   q, k, v are read through their strides whenever D is contiguous (a head split of a [B, T, C]
+   activation costs no copy), and out, dq, dk, dv are laid out like q, so the permute back to
+   [B, T, H, D] is a view. */
+
+/* a new tensor of t's shape whose memory follows t's dimension order (dims sorted by stride),
+   dense: a permuted view of t's layout keeps that permutation */
+static bt_tensor *bt__new_like_layout(bt_tensor *t, bt_dtype dt) {
+    int order[BT_MAX_DIMS], nd = t->ndim;
+    for (int d = 0; d < nd; d++) order[d] = d;
+    for (int i = 1; i < nd; i++)              /* stable: outermost (largest stride) first */
+        for (int j = i; j > 0 && t->stride[order[j]] > t->stride[order[j - 1]]; j--) { int x = order[j]; order[j] = order[j - 1]; order[j - 1] = x; }
+    bt_shape ps; ps.ndim = nd;
+    for (int d = 0; d < nd; d++) ps.d[d] = t->shape[order[d]];
+    bt_tensor *dense = bt__new(ps, dt, bt_device_of(t)), *v = bt__alias(dense);
+    for (int d = 0; d < nd; d++) { v->shape[order[d]] = dense->shape[d]; v->stride[order[d]] = dense->stride[d]; }
+    bt_release(dense);
+    return v;
+}
+/* t itself (+1) when its last dim is contiguous, else a contiguous copy */
+static bt_tensor *bt__rows_dense(bt_tensor *t) { return t->stride[t->ndim - 1] == 1 ? bt_retain(t) : bt__contig(t); }
+/* element offset of [b, h, t, 0] */
+static inline int64_t bt__bht(const bt_tensor *x, int64_t b, int64_t h, int64_t t) {
+    return x->offset + b * x->stride[0] + h * x->stride[1] + t * x->stride[2];
+}
+
+/* The same math in float for fp32 on the CPU (scores, exponentials and the weighted sum of v
+   vectorised along j or d; the row sums in double). q, k, v, o: base pointers with strides st[3]
+   (b, h, t; d contiguous). */
+static void bt__attention_compute_f32(const float *q, const int64_t *qs, const float *k, const int64_t *ks,
+                                      const float *v, const int64_t *vs, float *o, const int64_t *os, float *lse,
+                                      int64_t B, int64_t H, int64_t T, int64_t D, float scale) {
+    #pragma omp parallel for if (B * H * T * T * D > BT__PAR_MIN)
+    for (int64_t bh = 0; bh < B * H; bh++) {
+        int64_t b = bh / H, h = bh % H;
+        float *s = (float *)malloc(sizeof(float) * (size_t)(T + D)), *acc = s + T;
+        for (int64_t i = 0; i < T; i++) {
+            const float *qi = q + b * qs[0] + h * qs[1] + i * qs[2];
+            for (int64_t j = 0; j <= i; j++) {
+                const float *kj = k + b * ks[0] + h * ks[1] + j * ks[2];
+                float d_ = 0;
+                #pragma omp simd reduction(+ : d_)
+                for (int64_t d = 0; d < D; d++) d_ += qi[d] * kj[d];
+                s[j] = d_ * scale;
+            }
+            float mx = bt__max_f32(s, i + 1), sum = 0;
+            #pragma omp simd reduction(+ : sum)
+            for (int64_t j = 0; j <= i; j++) { s[j] = bt__expf(s[j] - mx); sum += s[j]; }
+            for (int64_t d = 0; d < D; d++) acc[d] = 0;
+            for (int64_t j = 0; j <= i; j++) {
+                const float *vj = v + b * vs[0] + h * vs[1] + j * vs[2];
+                float p = s[j];
+                #pragma omp simd
+                for (int64_t d = 0; d < D; d++) acc[d] += p * vj[d];
+            }
+            float *oi = o + b * os[0] + h * os[1] + i * os[2];
+            for (int64_t d = 0; d < D; d++) oi[d] = acc[d] / sum;
+            lse[bh * T + i] = mx + logf(sum);
+        }
+        free(s);
+    }
+}
+/* the attention math on [B, H, T, D] views (any strides with D contiguous): o and lse written */
+static void bt__attention_compute(bt_tensor *q, bt_tensor *k, bt_tensor *v, bt_tensor *o, bt_tensor *lse) {
+    int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3];
+    bt_dtype dt = q->dtype;
+    double scale = 1.0 / sqrt((double)(D ? D : 1));
+    if (bt__is_gpu(q)) {
+#ifdef BT_CUDA
+        BT__ON_GPU(bt_device_of(q), stream) bt_k_attention_strided(dt, bt_data_ptr(o), o->stride, (float *)bt_data_ptr(lse), bt_data_ptr(q), q->stride,
+                               bt_data_ptr(k), k->stride, bt_data_ptr(v), v->stride, B, H, T, D, (float)scale, 1, bt__g.precision,
+                               stream);
+#endif
+        return;
+    }
+    if (dt == BT_F32) {
+        bt__attention_compute_f32((const float *)q->storage->data + q->offset, q->stride, (const float *)k->storage->data + k->offset,
+                                  k->stride, (const float *)v->storage->data + v->offset, v->stride,
+                                  (float *)o->storage->data + o->offset, o->stride, (float *)bt_data_ptr(lse), B, H, T, D, (float)scale);
+        return;
+    }
+    const void *qp = q->storage->data, *kp = k->storage->data, *vp = v->storage->data; bt_dtype ldt = lse->dtype;
+    #pragma omp parallel for if (B * H * T * T * D > BT__PAR_MIN)
+    for (int64_t bh = 0; bh < B * H; bh++) {
+        int64_t b = bh / H, h = bh % H;
+        double *s = (double *)malloc(sizeof(double) * (size_t)(T + D));
+        double *acc = s + T;
+        for (int64_t i = 0; i < T; i++) {
+            int64_t qi = bt__bht(q, b, h, i);
+            double mx = -INFINITY, sum = 0;
+            for (int64_t j = 0; j <= i; j++) {
+                double d_ = 0; int64_t kj = bt__bht(k, b, h, j);
+                for (int64_t d = 0; d < D; d++) d_ += bt__ld(qp, dt, qi + d) * bt__ld(kp, dt, kj + d);
+                s[j] = d_ * scale; if (s[j] > mx) mx = s[j];
+            }
+            for (int64_t d = 0; d < D; d++) acc[d] = 0;
+            for (int64_t j = 0; j <= i; j++) {
+                double p = exp(s[j] - mx); int64_t vj = bt__bht(v, b, h, j); sum += p;
+                for (int64_t d = 0; d < D; d++) acc[d] += p * bt__ld(vp, dt, vj + d);
+            }
+            for (int64_t d = 0; d < D; d++) bt__st(o->storage->data, dt, bt__bht(o, b, h, i) + d, acc[d] / sum);
+            bt__st(bt_data_ptr(lse), ldt, bh * T + i, mx + log(sum));
+        }
+        free(s);
+    }
+}
+/* its backward in float for fp32 on the CPU, the same loops as bt__attention_grads below; g and
+   the outputs gq, gk, gv as base pointers with strides like the inputs */
+static void bt__attention_grads_f32(const float *q, const int64_t *qs, const float *k, const int64_t *ks,
+                                    const float *v, const int64_t *vs, const float *o, const int64_t *os,
+                                    const float *lse, const float *g, const int64_t *gs, float *gq, const int64_t *gqs,
+                                    float *gk, const int64_t *gks, float *gv, const int64_t *gvs, int64_t B, int64_t H,
+                                    int64_t T, int64_t D, float scale) {
+    #pragma omp parallel for if (B * H * T * T * D > BT__PAR_MIN)
+    for (int64_t bh = 0; bh < B * H; bh++) {
+        int64_t b = bh / H, h = bh % H;
+        float *dq = (float *)calloc((size_t)(3 * T * D + T), sizeof(float));
+        float *dk = dq + T * D, *dv = dk + T * D, *p = dv + T * D;
+        for (int64_t i = 0; i < T; i++) {
+            const float *qi = q + b * qs[0] + h * qs[1] + i * qs[2], *gi = g + b * gs[0] + h * gs[1] + i * gs[2];
+            const float *oi = o + b * os[0] + h * os[1] + i * os[2];
+            float l = lse[bh * T + i], Di = 0;
+            #pragma omp simd reduction(+ : Di)
+            for (int64_t d = 0; d < D; d++) Di += gi[d] * oi[d];
+            for (int64_t j = 0; j <= i; j++) {
+                const float *kj = k + b * ks[0] + h * ks[1] + j * ks[2];
+                float s_ = 0;
+                #pragma omp simd reduction(+ : s_)
+                for (int64_t d = 0; d < D; d++) s_ += qi[d] * kj[d];
+                p[j] = s_ * scale - l;
+            }
+            #pragma omp simd
+            for (int64_t j = 0; j <= i; j++) p[j] = bt__expf(p[j]);
+            for (int64_t j = 0; j <= i; j++) {
+                const float *kj = k + b * ks[0] + h * ks[1] + j * ks[2], *vj = v + b * vs[0] + h * vs[1] + j * vs[2];
+                float dp = 0, pj = p[j];
+                #pragma omp simd reduction(+ : dp)
+                for (int64_t d = 0; d < D; d++) { dv[j * D + d] += pj * gi[d]; dp += gi[d] * vj[d]; }
+                float ds = pj * (dp - Di) * scale;
+                #pragma omp simd
+                for (int64_t d = 0; d < D; d++) { dq[i * D + d] += ds * kj[d]; dk[j * D + d] += ds * qi[d]; }
+            }
+        }
+        for (int64_t t = 0; t < T; t++) {
+            memcpy(gq + b * gqs[0] + h * gqs[1] + t * gqs[2], dq + t * D, sizeof(float) * (size_t)D);
+            memcpy(gk + b * gks[0] + h * gks[1] + t * gks[2], dk + t * D, sizeof(float) * (size_t)D);
+            memcpy(gv + b * gvs[0] + h * gvs[1] + t * gvs[2], dv + t * D, sizeof(float) * (size_t)D);
+        }
+        free(dq);
+    }
+}
+/* its backward: gq, gk, gv (views, written) from g = d loss / d o; colsum (GPU, may be NULL): the
+   column sums of gq, gk, gv as [3, H, D], when the kernel gives them (returns 1) */
+static int bt__attention_grads(bt_tensor *q, bt_tensor *k, bt_tensor *v, bt_tensor *o, bt_tensor *lse, bt_tensor *gc,
+                               bt_tensor *gq, bt_tensor *gk, bt_tensor *gv, float *colsum) {
+    int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3];
+    bt_dtype dt = q->dtype;
+    double scale = 1.0 / sqrt((double)(D ? D : 1));
+    if (bt__is_gpu(q)) {
+        int given = 0;
+#ifdef BT_CUDA
+        BT__ON_GPU(bt_device_of(q), stream) given = bt_k_attention_backward_colsum(dt, bt_data_ptr(gq), gq->stride, bt_data_ptr(gk), gk->stride, bt_data_ptr(gv), gv->stride,
+                                        bt_data_ptr(gc), gc->stride, bt_data_ptr(q), q->stride, bt_data_ptr(k), k->stride,
+                                        bt_data_ptr(v), v->stride, bt_data_ptr(o), o->stride, (const float *)bt_data_ptr(lse),
+                                        B, H, T, D, (float)scale, 1, bt__g.precision, colsum, stream);
+#else
+        (void)colsum;
+#endif
+        return given;
+    }
+    if (dt == BT_F32) {
+#define BT__F(t) (float *)(t)->storage->data + (t)->offset, (t)->stride
+        bt__attention_grads_f32(BT__F(q), BT__F(k), BT__F(v), BT__F(o), (const float *)bt_data_ptr(lse), BT__F(gc), BT__F(gq),
+                                BT__F(gk), BT__F(gv), B, H, T, D, (float)scale);
+#undef BT__F
+        return 0;
+    }
+    const void *qp = q->storage->data, *kp = k->storage->data, *vp = v->storage->data, *op_ = o->storage->data, *gp = gc->storage->data;
+    const void *lp = bt_data_ptr(lse); bt_dtype ldt = lse->dtype;
+    #pragma omp parallel for if (B * H * T * T * D > BT__PAR_MIN)
+    for (int64_t bh = 0; bh < B * H; bh++) {
+        int64_t b = bh / H, h = bh % H;
+        double *dq = (double *)calloc((size_t)(3 * T * D + T), sizeof(double));
+        double *dk = dq + T * D, *dv = dk + T * D, *p = dv + T * D;
+        for (int64_t i = 0; i < T; i++) {
+            int64_t qi = bt__bht(q, b, h, i), gi = bt__bht(gc, b, h, i), oi = bt__bht(o, b, h, i);
+            double l = bt__ld(lp, ldt, bh * T + i), Di = 0;
+            for (int64_t d = 0; d < D; d++) Di += bt__ld(gp, dt, gi + d) * bt__ld(op_, dt, oi + d);
+            for (int64_t j = 0; j <= i; j++) {
+                double s = 0; int64_t kj = bt__bht(k, b, h, j);
+                for (int64_t d = 0; d < D; d++) s += bt__ld(qp, dt, qi + d) * bt__ld(kp, dt, kj + d);
+                p[j] = exp(s * scale - l);
+            }
+            for (int64_t j = 0; j <= i; j++) {
+                double dp = 0; int64_t kj = bt__bht(k, b, h, j), vj = bt__bht(v, b, h, j);
+                for (int64_t d = 0; d < D; d++) {
+                    double go = bt__ld(gp, dt, gi + d);
+                    dv[j * D + d] += p[j] * go;
+                    dp += go * bt__ld(vp, dt, vj + d);
+                }
+                double ds = p[j] * (dp - Di) * scale;
+                for (int64_t d = 0; d < D; d++) {
+                    dq[i * D + d] += ds * bt__ld(kp, dt, kj + d);
+                    dk[j * D + d] += ds * bt__ld(qp, dt, qi + d);
+                }
+            }
+        }
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t d = 0; d < D; d++) {
+                bt__st(gq->storage->data, dt, bt__bht(gq, b, h, t) + d, dq[t * D + d]);
+                bt__st(gk->storage->data, dt, bt__bht(gk, b, h, t) + d, dk[t * D + d]);
+                bt__st(gv->storage->data, dt, bt__bht(gv, b, h, t) + d, dv[t * D + d]);
+            }
+        free(dq);
+    }
+    return 0;
+}
+
+static void bt__attention_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2], *o = n->saved[3], *lse = n->saved[4];
+    bt_tensor *gc = bt__rows_dense(g);
+    bt_tensor *gq = bt__new_like_layout(q, q->dtype), *gk = bt__new_like_layout(q, q->dtype), *gv = bt__new_like_layout(q, q->dtype);
+    bt__attention_grads(q, k, v, o, lse, gc, gq, gk, gv, NULL);
+    bt_release(gc);
+    gin[0] = bt__register(gq); gin[1] = bt__register(gk); gin[2] = bt__register(gv);
+}
+static void bt__attention_check(bt_tensor *q, const char *op) {
+    if (bt__is_gpu(q) && q->dtype == BT_F64) bt_error("%s: f64 is CPU-only (gradient checks), got %s", op, bt__s(q));
+}
+BTDEF bt_tensor *bt_attention(bt_tensor *q, bt_tensor *k, bt_tensor *v) {
+    bt__need_float(q, "attention", "q"); bt__need_float(k, "attention", "k"); bt__need_float(v, "attention", "v");
+    bt__same_device(q, k, "attention"); bt__same_device(q, v, "attention");
+    bt__same_dtype(q, k, "attention"); bt__same_dtype(q, v, "attention");
+    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || memcmp(q->shape, k->shape, 4 * sizeof(int64_t)) || memcmp(q->shape, v->shape, 4 * sizeof(int64_t)))
+        bt_error("attention: q %s, k %s, v %s must all be [B, H, T, D]", bt__s(q), bt__s(k), bt__s(v));
+    bt__attention_check(q, "attention");
+    bt_tensor *qc = bt__rows_dense(q), *kc = bt__rows_dense(k), *vc = bt__rows_dense(v);
+    bt_tensor *o = bt__new_like_layout(qc, q->dtype);
+    bt_tensor *lse = bt__new(bt_shape3(q->shape[0], q->shape[1], q->shape[2]), bt__stat_dtype(q), bt_device_of(q));
+    bt__attention_compute(qc, kc, vc, o, lse);
+    bt_tensor *in[3] = {q, k, v};
+    bt_node *n = bt__record("attention", bt__attention_back, o, in, 3);
+    if (n) { bt__save(n, qc); bt__save(n, kc); bt__save(n, vc); bt__save(n, o); bt__save(n, lse); }
+    bt_release(qc); bt_release(kc); bt_release(vc); bt_release(lse);
+    return bt__register(o);
+}
+
+/* columns [part C, part C + C) of a contiguous [B, T, W] buffer as [B, H, T, D] (D = C / H), no copy:
+   the q, k or v of a packed [B, T, 3C] projection, or a [B, T, C] activation split into heads */
+static bt_tensor *bt__heads(bt_tensor *t, int64_t H, int64_t C, int part) {
+    int64_t B = t->shape[0], T = t->shape[1], W = t->shape[2], D = C / H;
+    int64_t shape[4] = {B, H, T, D}, stride[4] = {T * W, D, W, 1};
+    return bt__view_raw(t, 4, shape, stride, t->offset + part * C);
+}
+static void bt__attention_qkv_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt_tensor *qkv = n->saved[0], *o = n->saved[1], *lse = n->saved[2];
+    int64_t H = n->i[0], C = qkv->shape[2] / 3;
+    bt_tensor *gc = bt__contig(g), *g4 = bt__heads(gc, H, C, 0);
+    bt_tensor *gqkv = bt__new(bt_shape_of(qkv), qkv->dtype, bt_device_of(qkv));
+    bt_tensor *p[6];
+    for (int i = 0; i < 3; i++) { p[i] = bt__heads(qkv, H, C, i); p[3 + i] = bt__heads(gqkv, H, C, i); }
+#ifdef BT_CUDA
+    float *cs = bt__colsum_for(gqkv, 3 * C);   /* the qkv projection's bias gradient, from the kernel's own pass */
+    if (bt__attention_grads(p[0], p[1], p[2], o, lse, g4, p[3], p[4], p[5], cs)) bt__colsum_leave(gqkv, cs, 3 * C);
+    else if (cs) bt_free(cs);
+#else
+    bt__attention_grads(p[0], p[1], p[2], o, lse, g4, p[3], p[4], p[5], NULL);
+#endif
+    for (int i = 0; i < 6; i++) bt_release(p[i]);
+    bt_release(g4); bt_release(gc);
+    gin[0] = bt__register(gqkv);
+}
+BTDEF bt_tensor *bt_attention_qkv(bt_tensor *qkv, int64_t H) {
+    bt__need_float(qkv, "attention_qkv", "qkv");
+    if (qkv->ndim != 3 || H <= 0 || qkv->shape[2] % (3 * H))
+        bt_error("attention_qkv: qkv %s must be [B, T, 3C] with C a multiple of H = %lld", bt__s(qkv), (long long)H);
+    bt__attention_check(qkv, "attention_qkv");
+    int64_t B = qkv->shape[0], T = qkv->shape[1], C = qkv->shape[2] / 3;
+    bt_tensor *qc = bt__contig(qkv);
+    bt_tensor *out = bt__new(bt_shape3(B, T, C), qkv->dtype, bt_device_of(qkv));
+    bt_tensor *o = bt__heads(out, H, C, 0);        /* the output's [B, T, C] buffer as [B, H, T, D] */
+    bt_tensor *lse = bt__new(bt_shape3(B, H, T), bt__stat_dtype(qkv), bt_device_of(qkv));
+    bt_tensor *p[3];
+    for (int i = 0; i < 3; i++) p[i] = bt__heads(qc, H, C, i);
+    bt__attention_compute(p[0], p[1], p[2], o, lse);
+    for (int i = 0; i < 3; i++) bt_release(p[i]);
+    bt_node *n = bt__record("attention_qkv", bt__attention_qkv_back, out, &qkv, 1);
+    if (n) { n->i[0] = H; bt__save(n, qc); bt__save(n, o); bt__save(n, lse); }
+    bt_release(qc); bt_release(o); bt_release(lse);
+    return bt__register(out);
+}
