@@ -1,4 +1,4 @@
-/* bt_data.h - BluTrain-C training data, v0.4: byte-level BPE (GPT-2, Llama 3), token shards, a data loader, JSON.
+/* bt_data.h - BluTrain-C training data, v0.5: byte-level BPE (GPT-2, Llama 3), token shards, a data loader, JSON.
 
    USAGE
      #define BT_DATA_IMPLEMENTATION   in *one* C/CUDA file before including this header.
@@ -14,7 +14,8 @@
      tok = bt_tokenizer_load_hf("tokenizer.json");                 // Hugging Face: GPT-2's, Llama 3's
      int32_t eot = bt_tokenizer_token_id(tok, "<|end_of_text|>");  // a special token's id
 
-     bt_shard_write("data/x.bin", tokens, n);                      // llm.c's shard layout
+     bt_shard_write("data/x.bin", tokens, n);                      // llm.c's shard layout (uint16 ids)
+     bt_shard_write_u32("data/l.bin", tokens32, n);                // its Llama 3 layout (uint32 ids)
      bt_loader *L = bt_loader_open("data/x_train*.bin", B, T, rank, world, 1, seed);
      while (training) bt_loader_next(L, inputs, targets);          // B*T int32 each
      bt_loader_close(L);
@@ -48,11 +49,18 @@
         subword prefix) is refused with a message naming the file. Checked (tests/test_hf_tokenizer.c)
         against bt_tokenizer_load on GPT-2's files rewritten as tokenizer.json, the Python regex
         module's Llama 3 pieces, and (tests/hf_tokenizer_check.py) the tokenizers library's ids.
-     2. Shards: llm.c's file layout: 256 int32 header (magic 20240520, version 1, token count),
-        then uint16 tokens. Written atomically (4. Files); read with the header and the file size
+     2. Shards: llm.c's two file layouts, a header of 256 int32 (magic, version, token count, the
+        rest 0) and then the tokens:
+            magic 20240520, version 1: uint16 tokens (GPT-2; llm.c's fineweb.py, tinyshakespeare.py)
+            magic 20240801, version 7: uint32 tokens (llm.c's Llama 3 scripts: 128,256 tokens)
+        bt_shard_write / bt_shard_write_u32 pick the layout; readers take either, the header's
+        magic and version deciding the token width (any other pair is an error naming the file and
+        what it holds). Written atomically (4. Files); read with the header and the file size
         checked. The loader reads each window with pread (a file truncated under a running job
-        is an error naming the file and offset, not a SIGBUS) and can check every token against
-        the model's vocabulary when it opens the shards (bt_loader_check_vocab).
+        is an error naming the file and offset, not a SIGBUS) and hands out int32 ids whatever the
+        width; the shards of one glob must share a layout (a mix is an error naming one file of
+        each). It can check every token against the model's vocabulary when it opens the shards
+        (bt_loader_check_vocab).
      3. Loader: batches of B x (T+1) tokens (inputs = the first T of a row, targets = the last
         T). A shard of n tokens holds (n-1)/(B*T) windows of B*T+1 tokens (consecutive windows
         share one token). The windows of all shards, in the epoch's order, form one list; rank r
@@ -102,6 +110,8 @@
      BT_ATOMIC_MAX_OPEN: how many atomic files may be open at once (default 16).
 
    HISTORY
+     0.5  uint32 shards (llm.c's Llama 3 layout: magic 20240801, version 7): bt_shard_write_u32,
+          bt_shard.tokens32/width, bt_shard_token; the reader and the loader take both layouts.
      0.4  Hugging Face tokenizer.json (bt_tokenizer_load_hf), Llama 3's pre-tokenizer, bt_tokenizer_token_id.
      0.3  JSON (writer and strict parser, moved here from bt_ckpt.h), locale-free number text.
      0.2  output files (checks, atomic replacement, signal cleanup), non-blocking inputs.
@@ -214,24 +224,33 @@ BT_DATA_DEF void bt_atomic_cleanup(void);              /* async-signal-safe: unl
    once; later calls do nothing. 0, or -1 + error. */
 BT_DATA_DEF int  bt_atomic_install_signal_cleanup(void);
 
-/* ---- shards (llm.c layout) ---- */
-#define BT_SHARD_MAGIC 20240520
+/* ---- shards (llm.c's layouts: uint16 or uint32 tokens after a 256-int32 header) ---- */
+#define BT_SHARD_MAGIC 20240520      /* uint16 tokens (GPT-2 and any vocabulary up to 65,536) */
 #define BT_SHARD_VERSION 1
+#define BT_SHARD32_MAGIC 20240801    /* uint32 tokens (llm.c's Llama 3 scripts) */
+#define BT_SHARD32_VERSION 7
 #define BT_SHARD_HEADER_INTS 256
 #define BT_SHARD_HEADER_BYTES (BT_SHARD_HEADER_INTS * 4)
 
 /* Written through a bt_atomic_file (see above). n <= INT32_MAX. 0 ok, -1 error. */
-BT_DATA_DEF int bt_shard_write(const char *path, const uint16_t *tokens, size_t n);
+BT_DATA_DEF int bt_shard_write(const char *path, const uint16_t *tokens, size_t n);       /* magic 20240520 */
+BT_DATA_DEF int bt_shard_write_u32(const char *path, const uint32_t *tokens, size_t n);   /* magic 20240801 */
 
+/* A shard read into memory (a file cut short later cannot hurt). Exactly one of tokens and
+   tokens32 is set, as width says: code that knows its shards are uint16 (GPT-2's) reads tokens;
+   code that takes either reads bt_shard_token(s, i). */
 typedef struct {
-    const uint16_t *tokens;   /* n tokens, read into memory (a file cut short later cannot hurt) */
+    const uint16_t *tokens;   /* width 2: the n tokens; NULL for a uint32 shard */
+    const uint32_t *tokens32; /* width 4: the n tokens; NULL for a uint16 shard */
     size_t n;
+    int width;                /* bytes per token: 2 or 4 (0 when closed) */
     void *buf_;               /* private: the allocation */
 } bt_shard;
-/* 0 ok; -1 (s zeroed) on a missing or special file, bad magic, wrong version, or a size that
-   disagrees with the header's token count. */
+/* 0 ok; -1 (s zeroed) on a missing or special file, an unknown magic, a version that does not go
+   with the magic, or a size that disagrees with the header's token count and width. */
 BT_DATA_DEF int  bt_shard_open(bt_shard *s, const char *path);
 BT_DATA_DEF void bt_shard_close(bt_shard *s);            /* safe on a zeroed or closed shard */
+BT_DATA_DEF uint32_t bt_shard_token(const bt_shard *s, size_t i);   /* token i (< s->n) of either width */
 /* -1 (naming the file and position) if a token is >= vocab_size; 0 otherwise. */
 BT_DATA_DEF int  bt_shard_check_vocab(const bt_shard *s, const char *path, int vocab_size);
 
@@ -252,8 +271,9 @@ typedef struct {
 #define BT_LOADER_STATE_MAGIC 0x6274646cu   /* "btdl" */
 
 /* glob: a pattern for glob(3) (files are taken in sorted order). B, T >= 1; 0 <= rank < world.
-   Every shard's header and size are checked now; NULL on error (no match, a bad shard, no shard
-   large enough for one batch of B*T+1 tokens, fewer windows than world). */
+   Every shard's header and size are checked now; NULL on error (no match, a bad shard, uint16
+   and uint32 shards mixed, no shard large enough for one batch of B*T+1 tokens, fewer windows
+   than world). Either layout gives the same int32 batches. */
 BT_DATA_DEF bt_loader *bt_loader_open(const char *glob, int B, int T, int rank, int world,
                                       int shuffle, uint64_t seed);
 /* Reads every shard once now and checks that each token is < vocab_size (the model's real
@@ -262,7 +282,8 @@ BT_DATA_DEF bt_loader *bt_loader_open(const char *glob, int B, int T, int rank, 
 BT_DATA_DEF int    bt_loader_check_vocab(bt_loader *L, int vocab_size);
 /* Fills inputs and targets (B*T int32 each, row-major B x T). Past the end of an epoch it
    starts the next one (reshuffled). Windows are read with pread: a shard cut short or rewritten
-   while in use gives -1 naming the file and the byte offset, never a crash. 0 ok, -1 error. */
+   while in use gives -1 naming the file and the byte offset, never a crash; so does a uint32 id
+   that does not fit an int32 (2^31 - 1 and up) when no vocabulary was checked. 0 ok, -1 error. */
 BT_DATA_DEF int    bt_loader_next(bt_loader *L, int32_t *inputs, int32_t *targets);
 BT_DATA_DEF void   bt_loader_reset(bt_loader *L);               /* epoch 0, first batch */
 BT_DATA_DEF size_t bt_loader_num_batches(const bt_loader *L);   /* per epoch, this rank */
@@ -2114,19 +2135,22 @@ BT_DATA_DEF size_t bt_decode(bt_tokenizer *t, const int32_t *ids, size_t n, char
 
 /* ---- 7. Shards -------------------------------------------------------------------------------- */
 
-BT_DATA_DEF int bt_shard_write(const char *path, const uint16_t *tokens, size_t n) {
+/* the header and n tokens of width bytes (2: magic 20240520, 4: 20240801), through an atomic file */
+static int bt__shard_write(const char *path, const void *tokens, size_t n, int width) {
     int32_t header[BT_SHARD_HEADER_INTS];
     bt_atomic_file *f;
-    if (!path || (!tokens && n)) { bt__seterr("bt_shard_write: NULL argument"); return -1; }
+    if (!path || (!tokens && n)) { bt__seterr("%s: NULL argument", width == 4 ? "bt_shard_write_u32" : "bt_shard_write"); return -1; }
     if (n > 0x7FFFFFFFu) { bt__seterr("%s: %zu tokens do not fit the int32 count of the shard header", path, n); return -1; }
     memset(header, 0, sizeof header);
-    header[0] = BT_SHARD_MAGIC;
-    header[1] = BT_SHARD_VERSION;
+    header[0] = width == 4 ? BT_SHARD32_MAGIC : BT_SHARD_MAGIC;
+    header[1] = width == 4 ? BT_SHARD32_VERSION : BT_SHARD_VERSION;
     header[2] = (int32_t)n;
     if (!(f = bt_atomic_open(path))) return -1;
-    if (bt_atomic_write(f, header, sizeof header) || bt_atomic_write(f, tokens, n * sizeof(uint16_t))) { bt_atomic_abort(f); return -1; }
+    if (bt_atomic_write(f, header, sizeof header) || bt_atomic_write(f, tokens, n * (size_t)width)) { bt_atomic_abort(f); return -1; }
     return bt_atomic_commit(f);
 }
+BT_DATA_DEF int bt_shard_write(const char *path, const uint16_t *tokens, size_t n) { return bt__shard_write(path, tokens, n, 2); }
+BT_DATA_DEF int bt_shard_write_u32(const char *path, const uint32_t *tokens, size_t n) { return bt__shard_write(path, tokens, n, 4); }
 
 BT_DATA_DEF void bt_shard_close(bt_shard *s) {
     if (!s) return;
@@ -2134,25 +2158,37 @@ BT_DATA_DEF void bt_shard_close(bt_shard *s) {
     memset(s, 0, sizeof *s);
 }
 
-/* the token count of the shard open on fd (size bytes long), its header checked against the size */
-static int bt__shard_header(int fd, const char *path, uint64_t size, size_t *n) {
+/* the token count and width (bytes per token) of the shard open on fd (size bytes long), its
+   header checked against the size */
+static int bt__shard_header(int fd, const char *path, uint64_t size, size_t *n, int *width) {
     int32_t header[BT_SHARD_HEADER_INTS];
     uint64_t want;
+    int w;
     if (size < BT_SHARD_HEADER_BYTES) {
         bt__seterr("%s: truncated: the file has %llu bytes, less than the %d-byte shard header", path, (unsigned long long)size, BT_SHARD_HEADER_BYTES);
         return -1;
     }
     if (bt__pread_all(fd, header, sizeof header, 0) != (int64_t)sizeof header) { bt__seterr("%s: cannot read the header (a read error, or the file shrank)", path); return -1; }
-    if (header[0] != BT_SHARD_MAGIC) { bt__seterr("%s: bad magic %ld (expected %d): not a token shard", path, (long)header[0], BT_SHARD_MAGIC); return -1; }
-    if (header[1] != BT_SHARD_VERSION) { bt__seterr("%s: wrong version %ld (expected %d, uint16 tokens)", path, (long)header[1], BT_SHARD_VERSION); return -1; }
+    if (header[0] != BT_SHARD_MAGIC && header[0] != BT_SHARD32_MAGIC) {
+        bt__seterr("%s: bad magic %ld (expected %d for uint16 tokens or %d for uint32): not a token shard", path, (long)header[0],
+                   BT_SHARD_MAGIC, BT_SHARD32_MAGIC);
+        return -1;
+    }
+    w = header[0] == BT_SHARD32_MAGIC ? 4 : 2;
+    if (header[1] != (w == 4 ? BT_SHARD32_VERSION : BT_SHARD_VERSION)) {
+        bt__seterr("%s: wrong version %ld for magic %ld (expected %d, uint%d tokens)", path, (long)header[1], (long)header[0],
+                   w == 4 ? BT_SHARD32_VERSION : BT_SHARD_VERSION, 8 * w);
+        return -1;
+    }
     if (header[2] < 0) { bt__seterr("%s: bad header: negative token count %ld", path, (long)header[2]); return -1; }
-    want = (uint64_t)BT_SHARD_HEADER_BYTES + 2 * (uint64_t)header[2];
+    want = (uint64_t)BT_SHARD_HEADER_BYTES + (uint64_t)w * (uint64_t)header[2];
     if (size != want) {
-        bt__seterr("%s: %s: header says %ld tokens (%llu bytes) but the file has %llu bytes", path, size < want ? "truncated" : "wrong size",
-                   (long)header[2], (unsigned long long)want, (unsigned long long)size);
+        bt__seterr("%s: %s: header says %ld tokens (%llu bytes%s) but the file has %llu bytes", path, size < want ? "truncated" : "wrong size",
+                   (long)header[2], (unsigned long long)want, w == 4 ? " of uint32 tokens" : "", (unsigned long long)size);
         return -1;
     }
     *n = (size_t)header[2];
+    *width = w;
     return 0;
 }
 
@@ -2160,26 +2196,30 @@ BT_DATA_DEF int bt_shard_open(bt_shard *s, const char *path) {
     uint64_t size;
     size_t n;
     int64_t got;
-    int fd, err;
+    int fd, err, w;
     if (!s) { bt__seterr("bt_shard_open: NULL shard"); return -1; }
     memset(s, 0, sizeof *s);
     if (!path) { bt__seterr("bt_shard_open: NULL path"); return -1; }
     if ((fd = bt_input_open(path, &size)) < 0) return -1;
-    if (bt__shard_header(fd, path, size, &n)) { close(fd); return -1; }
-    if (!(s->buf_ = bt__dmalloc(n ? 2 * n : 1))) { bt__seterr("%s: out of memory for %zu tokens", path, n); close(fd); return -1; }
-    got = bt__pread_all(fd, s->buf_, 2 * n, BT_SHARD_HEADER_BYTES);
+    if (bt__shard_header(fd, path, size, &n, &w)) { close(fd); return -1; }
+    if (!(s->buf_ = bt__dmalloc(n ? (size_t)w * n : 1))) { bt__seterr("%s: out of memory for %zu tokens", path, n); close(fd); return -1; }
+    got = bt__pread_all(fd, s->buf_, (size_t)w * n, BT_SHARD_HEADER_BYTES);
     err = errno;
     close(fd);
-    if (got != (int64_t)(2 * n)) {
+    if (got != (int64_t)((size_t)w * n)) {
         if (got < 0) bt__seterr("%s: read error: %s", path, strerror(err));
-        else bt__seterr("%s: read %lld of %zu token bytes: the file shrank while being read", path, (long long)got, 2 * n);
+        else bt__seterr("%s: read %lld of %zu token bytes: the file shrank while being read", path, (long long)got, (size_t)w * n);
         bt_shard_close(s);
         return -1;
     }
-    s->tokens = (const uint16_t *)s->buf_;
+    if (w == 4) s->tokens32 = (const uint32_t *)s->buf_;
+    else s->tokens = (const uint16_t *)s->buf_;
     s->n = n;
+    s->width = w;
     return 0;
 }
+
+BT_DATA_DEF uint32_t bt_shard_token(const bt_shard *s, size_t i) { return s->width == 4 ? s->tokens32[i] : s->tokens[i]; }
 
 /* the index of the first token >= vocab, or n when all are below. The max is a branch-free
    loop the compiler vectorizes (about 16 tokens per cycle): the search runs only on a bad shard. */
@@ -2191,16 +2231,30 @@ static size_t bt__first_bad_token(const uint16_t *t, size_t n, int vocab) {
     for (i = 0; (int)t[i] < vocab; i++) {}
     return i;
 }
-static void bt__bad_token_error(const char *path, int token, uint64_t pos, int vocab) {
-    bt__seterr("%s: token %d at position %llu (byte offset %llu) is outside the vocabulary of %d", path, token,
-               (unsigned long long)pos, (unsigned long long)(BT_SHARD_HEADER_BYTES + 2 * pos), vocab);
+static size_t bt__first_bad_token32(const uint32_t *t, size_t n, int vocab) {   /* the same for uint32 */
+    size_t i;
+    uint32_t mx = 0;
+    for (i = 0; i < n; i++) mx = t[i] > mx ? t[i] : mx;
+    if (mx < (uint32_t)vocab) return n;
+    for (i = 0; t[i] < (uint32_t)vocab; i++) {}
+    return i;
+}
+/* the first bad token of n tokens of width bytes at t (vocab >= 1); n when all are below vocab */
+static size_t bt__first_bad(const void *t, size_t n, int width, int vocab) {
+    return width == 4 ? bt__first_bad_token32((const uint32_t *)t, n, vocab) : bt__first_bad_token((const uint16_t *)t, n, vocab);
+}
+static uint32_t bt__token_at(const void *t, size_t i, int width) { return width == 4 ? ((const uint32_t *)t)[i] : ((const uint16_t *)t)[i]; }
+static void bt__bad_token_error(const char *path, uint32_t token, uint64_t pos, int width, int vocab) {
+    bt__seterr("%s: token %lu at position %llu (byte offset %llu) is outside the vocabulary of %d", path, (unsigned long)token,
+               (unsigned long long)pos, (unsigned long long)(BT_SHARD_HEADER_BYTES + (uint64_t)width * pos), vocab);
 }
 
 BT_DATA_DEF int bt_shard_check_vocab(const bt_shard *s, const char *path, int vocab_size) {
     size_t i;
-    if (!s) { bt__seterr("bt_shard_check_vocab: NULL shard"); return -1; }
-    if ((i = bt__first_bad_token(s->tokens, s->n, vocab_size)) == s->n) return 0;
-    bt__bad_token_error(path ? path : "(shard)", s->tokens[i], i, vocab_size);
+    if (!s || vocab_size < 1) { bt__seterr("bt_shard_check_vocab: NULL shard or vocabulary size %d", vocab_size); return -1; }
+    if (!s->n) return 0;
+    if ((i = bt__first_bad(s->buf_, s->n, s->width, vocab_size)) == s->n) return 0;
+    bt__bad_token_error(path ? path : "(shard)", bt_shard_token(s, i), i, s->width, vocab_size);
     return -1;
 }
 
@@ -2212,6 +2266,7 @@ struct bt_loader {
     size_t nshards;
     char **paths;              /* sorted */
     uint64_t *ntok, *nwin;     /* per file: tokens, windows of B*T+1 */
+    int width;                 /* bytes per token, the same in every file: 2 (uint16) or 4 (uint32) */
     uint64_t total_tokens, total_windows, nbatches;
     /* where we are */
     uint64_t epoch, rng, shard, position, step;
@@ -2223,7 +2278,7 @@ struct bt_loader {
     uint64_t cur_epoch;
     uint32_t *perm;
     size_t perm_cap;
-    uint16_t *win;             /* B*T+1 tokens */
+    void *win;                 /* B*T+1 tokens of width bytes */
 };
 
 /* the state of an epoch's RNG, from the seed and the epoch alone */
@@ -2290,7 +2345,7 @@ BT_DATA_DEF bt_loader *bt_loader_open(const char *pattern, int B, int T, int ran
     L->ntok = (uint64_t *)bt__dmalloc(L->nshards * sizeof(uint64_t));
     L->nwin = (uint64_t *)bt__dmalloc(L->nshards * sizeof(uint64_t));
     L->order = (uint32_t *)bt__dmalloc(L->nshards * sizeof(uint32_t));
-    L->win = (uint16_t *)bt__dmalloc((size_t)(bt + 1) * sizeof(uint16_t));
+    L->win = bt__dmalloc((size_t)(bt + 1) * sizeof(uint32_t));   /* room for either width */
     if (!L->paths || !L->ntok || !L->nwin || !L->order || !L->win || L->nshards > 0xFFFFFFFFu) {
         globfree(&g); bt_loader_close(L); bt__seterr("bt_loader_open(%s): out of memory", pattern); return NULL;
     }
@@ -2298,14 +2353,21 @@ BT_DATA_DEF bt_loader *bt_loader_open(const char *pattern, int B, int T, int ran
     for (i = 0; i < L->nshards; i++) {
         size_t pl = strlen(g.gl_pathv[i]) + 1, n;
         uint64_t size;
-        int fd, bad;
+        int fd, bad, w = 0;
         L->paths[i] = (char *)bt__dmalloc(pl);
         if (!L->paths[i]) { globfree(&g); bt_loader_close(L); bt__seterr("bt_loader_open(%s): out of memory", pattern); return NULL; }
         memcpy(L->paths[i], g.gl_pathv[i], pl);
         fd = bt_input_open(L->paths[i], &size);   /* errors name the file */
-        bad = fd < 0 || bt__shard_header(fd, L->paths[i], size, &n);
+        bad = fd < 0 || bt__shard_header(fd, L->paths[i], size, &n, &w);
         if (fd >= 0) close(fd);
         if (bad) { globfree(&g); bt_loader_close(L); return NULL; }
+        if (i > 0 && w != L->width) {   /* one glob, one layout: a mix is a mistake in the data's making */
+            bt__seterr("%s: mixes shard layouts: %s has uint%d tokens (magic %d), %s has uint%d (magic %d)", pattern,
+                       L->paths[0], 8 * L->width, L->width == 4 ? BT_SHARD32_MAGIC : BT_SHARD_MAGIC,
+                       L->paths[i], 8 * w, w == 4 ? BT_SHARD32_MAGIC : BT_SHARD_MAGIC);
+            globfree(&g); bt_loader_close(L); return NULL;
+        }
+        L->width = w;
         L->ntok[i] = n;
         L->nwin[i] = n ? (n - 1) / bt : 0;
         L->total_tokens += L->ntok[i];
@@ -2338,10 +2400,11 @@ BT_DATA_DEF size_t bt_loader_num_batches(const bt_loader *L) { return L ? (size_
 BT_DATA_DEF size_t bt_loader_num_shards(const bt_loader *L) { return L ? L->nshards : 0; }
 BT_DATA_DEF const char *bt_loader_shard_path(const bt_loader *L, size_t i) { return L && i < L->nshards ? L->paths[i] : NULL; }
 
-/* -1 + error unless shard f still has the token count it had when the loader opened it */
-static int bt__same_count(bt_loader *L, size_t f, size_t n) {
-    if (n == L->ntok[f]) return 0;
-    bt__seterr("%s: changed while in use: it had %llu tokens, now %zu", L->paths[f], (unsigned long long)L->ntok[f], n);
+/* -1 + error unless shard f still has the token count and width it had when the loader opened it */
+static int bt__same_count(bt_loader *L, size_t f, size_t n, int width) {
+    if (n == L->ntok[f] && width == L->width) return 0;
+    bt__seterr("%s: changed while in use: it had %llu uint%d tokens, now %zu uint%d", L->paths[f], (unsigned long long)L->ntok[f],
+               8 * L->width, n, 8 * width);
     return -1;
 }
 
@@ -2351,10 +2414,11 @@ static int bt__loader_load_shard(bt_loader *L, size_t f) {
     if (L->cur_file != f) {
         uint64_t size;
         size_t n;
+        int w;
         if (L->fd >= 0) close(L->fd);
         L->cur_file = (size_t)-1;
         if ((L->fd = bt_input_open(L->paths[f], &size)) < 0) return -1;
-        if (bt__shard_header(L->fd, L->paths[f], size, &n) || bt__same_count(L, f, n)) { close(L->fd); L->fd = -1; return -1; }
+        if (bt__shard_header(L->fd, L->paths[f], size, &n, &w) || bt__same_count(L, f, n, w)) { close(L->fd); L->fd = -1; return -1; }
         L->cur_file = f;
     }
     if (L->shuffle) {
@@ -2377,17 +2441,20 @@ static int bt__loader_load_shard(bt_loader *L, size_t f) {
    short under us is an error here, where a mapping would raise SIGBUS) */
 static int bt__loader_read_window(bt_loader *L, uint64_t w) {
     const char *path = L->paths[L->cur_file];
-    size_t BT = (size_t)L->B * (size_t)L->T, bytes = (BT + 1) * sizeof(uint16_t), bad;
-    uint64_t first = w * BT, off = BT_SHARD_HEADER_BYTES + 2 * first;
+    size_t BT = (size_t)L->B * (size_t)L->T, bytes = (BT + 1) * (size_t)L->width, bad;
+    uint64_t first = w * BT, off = BT_SHARD_HEADER_BYTES + (uint64_t)L->width * first;
     int64_t got = bt__pread_all(L->fd, L->win, bytes, off);
+    int vocab;
     if (got != (int64_t)bytes) {
         if (got < 0) bt__seterr("%s: read error at byte offset %llu: %s", path, (unsigned long long)off, strerror(errno));
         else bt__seterr("%s: only %lld of %zu bytes at byte offset %llu: the file was truncated or rewritten while in use", path,
                         (long long)got, bytes, (unsigned long long)off);
         return -1;
     }
-    if (L->vocab > 0 && (bad = bt__first_bad_token(L->win, BT + 1, L->vocab)) <= BT) {
-        bt__bad_token_error(path, L->win[bad], first + bad, L->vocab);
+    /* without a vocabulary, a uint32 id must still fit the int32 batches */
+    vocab = L->vocab > 0 ? L->vocab : L->width == 4 ? 0x7FFFFFFF : 0;
+    if (vocab > 0 && (bad = bt__first_bad(L->win, BT + 1, L->width, vocab)) <= BT) {
+        bt__bad_token_error(path, bt__token_at(L->win, bad, L->width), first + bad, L->width, vocab);
         return -1;
     }
     return 0;
@@ -2402,10 +2469,15 @@ BT_DATA_DEF int bt_loader_next(bt_loader *L, int32_t *inputs, int32_t *targets) 
     }
     if (bt__loader_load_shard(L, L->order[L->shard]) != 0) return -1;
     if (bt__loader_read_window(L, L->shuffle ? L->perm[L->position] : L->position) != 0) return -1;
-    for (b = 0; b < (size_t)L->B; b++) {
-        const uint16_t *row = L->win + b * (size_t)L->T;
+    for (b = 0; b < (size_t)L->B; b++) {   /* to int32 (a uint32 id of 2^31 - 1 or more was refused above) */
         int32_t *in = inputs + b * (size_t)L->T, *tg = targets + b * (size_t)L->T;
-        for (t = 0; t < (size_t)L->T; t++) { in[t] = row[t]; tg[t] = row[t + 1]; }
+        if (L->width == 4) {
+            const uint32_t *row = (const uint32_t *)L->win + b * (size_t)L->T;
+            for (t = 0; t < (size_t)L->T; t++) { in[t] = (int32_t)row[t]; tg[t] = (int32_t)row[t + 1]; }
+        } else {
+            const uint16_t *row = (const uint16_t *)L->win + b * (size_t)L->T;
+            for (t = 0; t < (size_t)L->T; t++) { in[t] = row[t]; tg[t] = row[t + 1]; }
+        }
     }
     /* advance by world windows */
     L->step++;
@@ -2418,20 +2490,20 @@ BT_DATA_DEF int bt_loader_next(bt_loader *L, int32_t *inputs, int32_t *targets) 
 }
 
 BT_DATA_DEF int bt_loader_check_vocab(bt_loader *L, int vocab_size) {
-    uint16_t buf[1 << 15];
+    uint32_t buf[1 << 14];
     size_t f;
     if (!L || vocab_size < 1) { bt__seterr("bt_loader_check_vocab: NULL loader or vocabulary size %d", vocab_size); return -1; }
     for (f = 0; f < L->nshards; f++) {   /* one sequential pass per shard, in pieces of 64 KiB */
         uint64_t size, pos = 0;
-        size_t n;
-        int fd = bt_input_open(L->paths[f], &size), rc = 0;
+        size_t n, per = sizeof buf / (size_t)L->width;
+        int fd = bt_input_open(L->paths[f], &size), rc = 0, w;
         if (fd < 0) return -1;
-        if (bt__shard_header(fd, L->paths[f], size, &n) || bt__same_count(L, f, n)) { close(fd); return -1; }
+        if (bt__shard_header(fd, L->paths[f], size, &n, &w) || bt__same_count(L, f, n, w)) { close(fd); return -1; }
         while (!rc && pos < n) {
-            size_t k = n - pos < sizeof buf / 2 ? (size_t)(n - pos) : sizeof buf / 2, bad;
-            int64_t got = bt__pread_all(fd, buf, 2 * k, BT_SHARD_HEADER_BYTES + 2 * pos);
-            if (got != (int64_t)(2 * k)) { bt__seterr("%s: read error at token %llu: the file shrank or failed", L->paths[f], (unsigned long long)pos); rc = -1; }
-            else if ((bad = bt__first_bad_token(buf, k, vocab_size)) < k) { bt__bad_token_error(L->paths[f], buf[bad], pos + bad, vocab_size); rc = -1; }
+            size_t k = n - pos < per ? (size_t)(n - pos) : per, bad, bytes = k * (size_t)w;
+            int64_t got = bt__pread_all(fd, buf, bytes, BT_SHARD_HEADER_BYTES + (uint64_t)w * pos);
+            if (got != (int64_t)bytes) { bt__seterr("%s: read error at token %llu: the file shrank or failed", L->paths[f], (unsigned long long)pos); rc = -1; }
+            else if ((bad = bt__first_bad(buf, k, w, vocab_size)) < k) { bt__bad_token_error(L->paths[f], bt__token_at(buf, bad, w), pos + bad, w, vocab_size); rc = -1; }
             pos += k;
         }
         close(fd);

@@ -106,6 +106,7 @@ BT_FUZZERS := fuzz_shard fuzz_tokenizer fuzz_tokenizer_files fuzz_hf_tokenizer f
 fuzz: $(addprefix $(BT_FUZZ)/,$(BT_FUZZERS)) bt_tokenize $(BT_TOKFILES)
 	@mkdir -p $(BT_FUZZ)/corpus_shard $(BT_FUZZ)/corpus_tokenizer
 	./bt_tokenize -q tests/fixtures/gpt2_corpus.txt $(BT_FUZZ)/corpus_shard/seed.bin
+	./bt_tokenize -q --u32 tests/fixtures/gpt2_corpus.txt $(BT_FUZZ)/corpus_shard/seed32.bin
 	i=0; cut -f1 tests/fixtures/gpt2_cases.txt | grep -v '^#' | while read -r h; do \
 	  i=$$((i + 1)); printf '%s' "$$h" | xxd -r -p > $(BT_FUZZ)/corpus_tokenizer/case_$$i; done
 	python3 tests/fuzz_seeds.py $(BT_FUZZ) $(DATA_DIR)/encoder.json $(DATA_DIR)/vocab.bpe

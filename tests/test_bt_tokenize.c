@@ -1,9 +1,9 @@
 /* test_bt_tokenize.c - bt_tokenize's corpus mode (--out PREFIX INPUT...): a corpus of text files,
    JSON lines, .gz of both, a directory and a glob encodes to exactly the ids of one sequential pass
    (bt_encode of each document, <|endoftext|> before each), with 1 and 4 threads and chunks of
-   16 bytes; a run killed after its first shard resumes to the same shards, and a changed input is
-   refused; peak memory does not grow with the corpus (10x the text through a pipe); bad inputs
-   fail naming the file (and line). Run from the repository root, after make tools. The tokenizer
+   16 bytes, and as uint32 shards (--u32); a run killed after its first shard resumes to the same
+   shards, and a changed input or the other shard layout is refused; peak memory does not grow
+   with the corpus (10x the text through a pipe); bad inputs fail naming the file (and line). Run from the repository root, after make tools. The tokenizer
    files are taken from ../shared/data/gpt2-tokenizer or data/; the long text from
    ../shared/data/tinyshakespeare when it is there (else a generated one). */
 #define _DEFAULT_SOURCE   /* wait4 */
@@ -42,19 +42,21 @@ static void ids_doc(ids_t *w, const char *text, size_t len) {   /* <|endoftext|>
 
 /* every shard of PREFIX in order (val_000000 if there, then train_000001, ...), concatenated; the
    number of shards in *nshards; each shard but the last train one must hold cap tokens (val: vcap) */
+static int shard_width;   /* read_shards: the width of the shards read (0: none; -1: mixed) */
 static int read_shards(const char *prefix, ids_t *got, size_t vcap, size_t cap, int *nshards, int *sizes_ok) {
     char path[700];
     int k;
     bt_shard s;
     size_t last_n = 0;
-    got->n = 0; *nshards = 0; *sizes_ok = 1;
+    got->n = 0; *nshards = 0; *sizes_ok = 1; shard_width = 0;
     for (k = 0;; k++) {
         size_t i;
         snprintf(path, sizeof path, "%s_%s_%06d.bin", prefix, k ? "train" : "val", k);
         if (!file_exists(path)) { if (k == 0) continue; break; }
         if (bt_shard_open(&s, path) != 0) return -1;
+        shard_width = !shard_width || shard_width == s.width ? s.width : -1;
         if (got->n + s.n > got->cap) { got->cap = 2 * (got->n + s.n); got->v = (int32_t *)realloc(got->v, got->cap * sizeof(int32_t)); }
-        for (i = 0; i < s.n; i++) got->v[got->n++] = s.tokens[i];
+        for (i = 0; i < s.n; i++) got->v[got->n++] = (int32_t)bt_shard_token(&s, i);
         if (k > 1 && last_n != cap) *sizes_ok = 0;   /* the one before this one was not full */
         if (k == 0 && vcap && s.n > vcap) *sizes_ok = 0;
         last_n = s.n;
@@ -186,12 +188,13 @@ static void test_corpus_matches_sequential(void) {
         ids_doc(&want, line, strlen(line));
     }
     snprintf(path, sizeof path, "%s/3.json", G); bt_test_write_text(path, "{\"text\": \"not matched by *.txt\"}\n");
-    for (t = 0; t < 3; t++) {
+    for (t = 0; t < 4; t++) {
         /* 1 thread, default chunks and shards; 4 threads with 16-byte chunks and small shards;
-           2 threads, no validation shard */
+           2 threads, no validation shard; uint32 shards (llm.c's Llama 3 layout) */
         const char *opts[] = {"--threads 1", "--threads 4 --chunk-bytes 16 --shard-tokens 7919 --val-tokens 1000",
-                              "--threads 2 --chunk-bytes 4096 --shard-tokens 50000 --val-tokens 0"};
-        size_t vcap[] = {100000000, 1000, 0}, cap[] = {100000000, 7919, 50000};
+                              "--threads 2 --chunk-bytes 4096 --shard-tokens 50000 --val-tokens 0",
+                              "--u32 --threads 3 --chunk-bytes 1024 --shard-tokens 7919 --val-tokens 1000"};
+        size_t vcap[] = {100000000, 1000, 0, 1000}, cap[] = {100000000, 7919, 50000, 7919};
         char prefix[400];
         snprintf(prefix, sizeof prefix, "%s/out%d/shard", bt_test_dir, t);
         snprintf(cmd, sizeof cmd, "mkdir -p %s/out%d && ./bt_tokenize -q %s %s --out %s %s '%s/*.txt'", bt_test_dir, t, tool_args, opts[t], prefix, D, G);
@@ -199,7 +202,8 @@ static void test_corpus_matches_sequential(void) {
         BT_CHECK(read_shards(prefix, &got, vcap[t], cap[t], &nsh, &sizes_ok) == 0, "%s: %s", prefix, bt_data_error());
         BT_CHECK(got.n == want.n && first_diff(&got, &want) == want.n, "%s: %zu tokens, expected %zu; first difference at %zu", opts[t], got.n, want.n, first_diff(&got, &want));
         BT_CHECK(sizes_ok, "%s: every shard but the last holds --shard-tokens", opts[t]);
-        if (t == 1) BT_CHECK(nsh == (int)(1 + (want.n - 1000 + 7918) / 7919), "%s: %d shards", opts[t], nsh);
+        BT_CHECK(shard_width == (t == 3 ? 4 : 2), "%s: shards of width %d", opts[t], shard_width);
+        if (t == 1 || t == 3) BT_CHECK(nsh == (int)(1 + (want.n - 1000 + 7918) / 7919), "%s: %d shards", opts[t], nsh);
         if (t == 2) {
             snprintf(path, sizeof path, "%s_val_000000.bin", prefix);
             BT_CHECK(!file_exists(path) && nsh == (int)((want.n + 49999) / 50000), "--val-tokens 0: no validation shard, %d train shards", nsh);
@@ -323,6 +327,20 @@ static void test_corpus_resume(void) {
         BT_CHECK(run(cmd) == 0, "--restart after a change: %s", cmd);
         snprintf(cmd, sizeof cmd, "%s --threads 1 --out %s --restart", base, ref);
         BT_CHECK(run(cmd) == 0 && same_shards(ref, cut, &n) == 0, "--restart gives the shards of a fresh run");
+    }
+    /* PREFIX.state records the layout: a rerun with the other one is refused, either way */
+    {
+        int u;
+        for (u = 0; u < 2; u++) {
+            snprintf(cmd, sizeof cmd, "%s --threads 2 %s --out %s --restart", base, u ? "--u32" : "", cut);
+            BT_CHECK(run(cmd) == 0, "%s", cmd);
+            snprintf(cmd, sizeof cmd, "%s --threads 2 %s --out %s 2>%s", base, u ? "" : "--u32", cut, bt_test_path("layout.err"));
+            k = run(cmd);
+            text = bt_test_read_file(bt_test_path("layout.err"), NULL);
+            BT_CHECK(k == 1 && text && strstr(text, "shard_layout uint32") && strstr(text, "--restart"),
+                     "a %s run resumed %s must be refused: exit %d: %s", u ? "uint32" : "uint16", u ? "without --u32" : "with --u32", k, text ? text : "");
+            free(text);
+        }
     }
 }
 

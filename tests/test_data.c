@@ -433,7 +433,7 @@ static void test_shard_roundtrip(void) {
     snprintf(path, sizeof path, "%s/rt.bin", bt_test_dir);
     BT_CHECK(bt_shard_write(path, toks, 5000) == 0, "write: %s", bt_data_error());
     BT_CHECK(bt_shard_open(&s, path) == 0, "open: %s", bt_data_error());
-    BT_CHECK(s.n == 5000 && !memcmp(s.tokens, toks, sizeof toks), "tokens read back");
+    BT_CHECK(s.n == 5000 && s.width == 2 && !s.tokens32 && !memcmp(s.tokens, toks, sizeof toks) && bt_shard_token(&s, 4999) == toks[4999], "tokens read back");
     bt_shard_close(&s);
     bt_shard_close(&s);   /* twice is fine */
     {   /* llm.c's header layout, byte for byte */
@@ -472,7 +472,7 @@ static void expect_bad_shard(const char *path, const void *bytes, size_t n, cons
     BT_CHECK(bt_shard_open(&s, path) == -1, "%s: opened", what);
     BT_CHECK(strstr(bt_data_error(), path) != NULL && strstr(bt_data_error(), what) != NULL, "error \"%s\" lacks the file or \"%s\"",
              bt_data_error(), what);
-    BT_CHECK(s.tokens == NULL && s.n == 0, "%s: shard not zeroed", what);
+    BT_CHECK(s.tokens == NULL && s.tokens32 == NULL && s.n == 0 && s.width == 0, "%s: shard not zeroed", what);
 }
 
 static void test_shard_corrupt(void) {
@@ -501,6 +501,166 @@ static void test_shard_corrupt(void) {
     h[2] = 100; h[0] = 7; memcpy(buf, h, sizeof h);
     bt_test_write_file(path, buf, 1024 + 200);
     BT_CHECK(bt_loader_open(path, 1, 4, 0, 1, 0, 0) == NULL && strstr(bt_data_error(), "bad magic"), "loader: %s", bt_data_error());
+}
+
+/* ---- uint32 shards (llm.c's Llama 3 layout: magic 20240801, version 7; issue 36) ---- */
+
+static void test_shard32_roundtrip(void) {
+    static uint32_t toks[5000];
+    char path[512];
+    bt_shard s;
+    size_t i;
+    int ok = 1;
+    for (i = 0; i < 5000; i++) toks[i] = (uint32_t)(i * 7919 % 128256);   /* up to 128,255: Llama 3's vocabulary */
+    toks[17] = 65535; toks[18] = 65536; toks[19] = 128255;
+    snprintf(path, sizeof path, "%s/rt32.bin", bt_test_dir);
+    BT_CHECK(bt_shard_write_u32(path, toks, 5000) == 0, "write: %s", bt_data_error());
+    BT_CHECK(bt_shard_open(&s, path) == 0, "open: %s", bt_data_error());
+    BT_CHECK(s.n == 5000 && s.width == 4 && !s.tokens && s.tokens32 && !memcmp(s.tokens32, toks, sizeof toks), "uint32 tokens read back");
+    for (i = 0; i < s.n; i++) ok &= bt_shard_token(&s, i) == toks[i];
+    BT_CHECK(ok && s.tokens32[18] == 65536 && s.tokens32[19] == 128255, "ids past uint16 intact");
+    BT_CHECK(bt_shard_check_vocab(&s, path, 128256) == 0, "Llama 3's vocabulary: %s", bt_data_error());
+    BT_CHECK(bt_shard_check_vocab(&s, path, 128255) == -1 && strstr(bt_data_error(), "token 128255 at position 19 (byte offset 1100)") &&
+             strstr(bt_data_error(), path), "vocab 128255: %s", bt_data_error());
+    {   /* the first id past uint16 */
+        char want[96];
+        for (i = 0; toks[i] < 65536; i++) {}
+        snprintf(want, sizeof want, "token %u at position %zu (byte offset %zu)", (unsigned)toks[i], i, 1024 + 4 * i);
+        BT_CHECK(bt_shard_check_vocab(&s, path, 65536) == -1 && strstr(bt_data_error(), want), "vocab 65536: %s", bt_data_error());
+    }
+    bt_shard_close(&s);
+    BT_CHECK(s.tokens32 == NULL && s.width == 0, "closed");
+    {   /* llm.c's Llama 3 header, byte for byte */
+        size_t len;
+        char *raw = bt_test_read_file(path, &len);
+        int32_t h[4];
+        memcpy(h, raw, sizeof h);
+        BT_CHECK(len == 1024 + 20000 && h[0] == 20240801 && h[1] == 7 && h[2] == 5000 && h[3] == 0, "header %d %d %d, %zu bytes", h[0], h[1], h[2], len);
+        free(raw);
+    }
+    BT_CHECK(bt_shard_write_u32(path, NULL, 0) == 0 && bt_shard_open(&s, path) == 0 && s.n == 0 && s.width == 4 &&
+             bt_shard_check_vocab(&s, path, 1) == 0, "empty uint32 shard: %s", bt_data_error());
+    bt_shard_close(&s);
+    BT_CHECK(bt_shard_write_u32("/nonexistent/dir/x.bin", toks, 3) == -1 && strstr(bt_data_error(), "/nonexistent/dir/x.bin"), "unwritable: %s", bt_data_error());
+    BT_CHECK(bt_shard_write_u32(path, NULL, 3) == -1 && strstr(bt_data_error(), "bt_shard_write_u32"), "NULL tokens: %s", bt_data_error());
+}
+
+static void test_shard32_corrupt(void) {
+    char path[512];
+    static unsigned char buf[1024 + 800];
+    int32_t h[3] = {20240801, 7, 100};
+    snprintf(path, sizeof path, "%s/bad32.bin", bt_test_dir);
+    memset(buf, 0, sizeof buf);
+    memcpy(buf, h, sizeof h);
+    /* the size of 100 uint16 tokens under a uint32 header, and sizes that are no whole number of 4-byte tokens */
+    expect_bad_shard(path, buf, 1024 + 200, "truncated: header says 100 tokens (1424 bytes of uint32 tokens) but the file has 1224 bytes");
+    expect_bad_shard(path, buf, 1024 + 401, "wrong size: header says 100 tokens (1424 bytes of uint32 tokens) but the file has 1425 bytes");
+    expect_bad_shard(path, buf, 1024 + 399, "truncated");
+    expect_bad_shard(path, buf, 1024 + 800, "wrong size");
+    expect_bad_shard(path, buf, 1000, "truncated");
+    /* a version that does not go with the magic, either way */
+    h[1] = 1; memcpy(buf, h, sizeof h);
+    expect_bad_shard(path, buf, 1024 + 400, "wrong version 1 for magic 20240801 (expected 7, uint32 tokens)");
+    h[0] = 20240520; h[1] = 7; memcpy(buf, h, sizeof h);
+    expect_bad_shard(path, buf, 1024 + 200, "wrong version 7 for magic 20240520 (expected 1, uint16 tokens)");
+    h[0] = 20240802; memcpy(buf, h, sizeof h);
+    expect_bad_shard(path, buf, 1024 + 400, "bad magic 20240802 (expected 20240520 for uint16 tokens or 20240801 for uint32)");
+    h[0] = 20240801; h[1] = 7; h[2] = -1; memcpy(buf, h, sizeof h);
+    expect_bad_shard(path, buf, 1024 + 400, "negative");
+    /* the loader says the same */
+    h[2] = 100; memcpy(buf, h, sizeof h);
+    bt_test_write_file(path, buf, 1024 + 200);
+    BT_CHECK(bt_loader_open(path, 1, 4, 0, 1, 0, 0) == NULL && strstr(bt_data_error(), "1424 bytes of uint32 tokens") && strstr(bt_data_error(), path),
+             "loader: %s", bt_data_error());
+}
+
+/* The loader over uint32 shards: the same batches as over uint16 shards of the same ids (shuffled,
+   3 ranks, two epochs, a resumed state); ids past uint16 come back intact; a glob mixing the layouts
+   is refused naming a file of each; check_vocab with Llama 3's 128,256; a shard cut short under
+   the loader; a uint32 id that does not fit an int32 batch. */
+static void test_loader_u32(void) {
+    static uint16_t t16[3000];
+    static uint32_t t32[3000];
+    static int32_t a_in[2 * 16], a_tg[2 * 16], b_in[2 * 16], b_tg[2 * 16];
+    char p16[512], p32[512], g16[512], g32[512], gmix[512];
+    int k, r, same = 1, steps;
+    size_t i;
+    bt_loader *A, *B;
+    for (k = 0; k < 3; k++) {
+        for (i = 0; i < 3000; i++) { t16[i] = (uint16_t)((k * 3000 + i) * 31 % 65536); t32[i] = t16[i]; }
+        snprintf(p16, sizeof p16, "%s/w16_%d.bin", bt_test_dir, k);
+        snprintf(p32, sizeof p32, "%s/w32_%d.bin", bt_test_dir, k);
+        BT_CHECK(bt_shard_write(p16, t16, 1000 + 700 * (size_t)k) == 0 && bt_shard_write_u32(p32, t32, 1000 + 700 * (size_t)k) == 0, "write: %s", bt_data_error());
+    }
+    snprintf(g16, sizeof g16, "%s/w16_*.bin", bt_test_dir);
+    snprintf(g32, sizeof g32, "%s/w32_*.bin", bt_test_dir);
+    for (r = 0; r < 3; r++) {
+        bt_loader_state st;
+        A = bt_loader_open(g16, 2, 8, r, 3, 1, 77); B = bt_loader_open(g32, 2, 8, r, 3, 1, 77);
+        BT_CHECK(A && B && bt_loader_num_batches(A) == bt_loader_num_batches(B), "open: %s", bt_data_error());
+        if (!A || !B) { bt_loader_close(A); bt_loader_close(B); return; }
+        BT_CHECK(bt_loader_check_vocab(B, 65536) == 0, "check_vocab: %s", bt_data_error());
+        steps = 2 * (int)bt_loader_num_batches(A) + 3;   /* into the third epoch */
+        for (k = 0; k < steps; k++) {
+            same &= bt_loader_next(A, a_in, a_tg) == 0 && bt_loader_next(B, b_in, b_tg) == 0;
+            same &= !memcmp(a_in, b_in, sizeof a_in) && !memcmp(a_tg, b_tg, sizeof a_tg);
+            if (k == 5) bt_loader_get_state(B, &st);
+        }
+        bt_loader_reset(A);
+        BT_CHECK(bt_loader_set_state(B, &st) == 0, "set_state: %s", bt_data_error());
+        for (k = 0; k < 6; k++) bt_loader_next(A, a_in, a_tg);
+        for (k = 0; k < 20; k++) {   /* A from step 6 on, B resumed there */
+            same &= bt_loader_next(A, a_in, a_tg) == 0 && bt_loader_next(B, b_in, b_tg) == 0 && !memcmp(a_in, b_in, sizeof a_in);
+        }
+        bt_loader_close(A); bt_loader_close(B);
+    }
+    BT_CHECK(same, "the uint32 shards give other batches than the uint16 shards of the same ids");
+    /* a mix of the layouts in one glob */
+    snprintf(p16, sizeof p16, "%s/mix_a.bin", bt_test_dir);
+    snprintf(p32, sizeof p32, "%s/mix_b.bin", bt_test_dir);
+    bt_shard_write(p16, t16, 500);
+    bt_shard_write_u32(p32, t32, 500);
+    snprintf(gmix, sizeof gmix, "%s/mix_*.bin", bt_test_dir);
+    BT_CHECK(bt_loader_open(gmix, 1, 8, 0, 1, 0, 0) == NULL && strstr(bt_data_error(), "mixes shard layouts") && strstr(bt_data_error(), p16) &&
+             strstr(bt_data_error(), p32) && strstr(bt_data_error(), "uint16") && strstr(bt_data_error(), "uint32"), "mixed glob: %s", bt_data_error());
+    /* ids past uint16, in file order; check_vocab at Llama 3's size and one below */
+    for (i = 0; i < 3000; i++) t32[i] = (uint32_t)(65536 + i * 41 % 62720);   /* 65,536 .. 128,255 */
+    t32[2999] = 128255;
+    snprintf(p32, sizeof p32, "%s/big32.bin", bt_test_dir);
+    bt_shard_write_u32(p32, t32, 3000);
+    A = bt_loader_open(p32, 2, 8, 0, 1, 0, 0);
+    BT_CHECK(A && bt_loader_check_vocab(A, 128256) == 0, "check_vocab 128256: %s", bt_data_error());
+    if (!A) return;
+    same = 1;
+    for (k = 0; k < (int)bt_loader_num_batches(A); k++) {
+        int b, t;
+        same &= bt_loader_next(A, a_in, a_tg) == 0;
+        for (b = 0; b < 2; b++)
+            for (t = 0; t < 8; t++) same &= a_in[b * 8 + t] == (int32_t)t32[k * 16 + b * 8 + t] && a_tg[b * 8 + t] == (int32_t)t32[k * 16 + b * 8 + t + 1];
+    }
+    BT_CHECK(same, "ids past 65535 changed on the way");
+    BT_CHECK(bt_loader_check_vocab(A, 128255) == -1 && strstr(bt_data_error(), "token 128255 at position 2999 (byte offset 13020)") &&
+             strstr(bt_data_error(), p32), "check_vocab 128255: %s", bt_data_error());
+    bt_loader_close(A);
+    /* cut short while in use: an error naming the file and the offset */
+    A = bt_loader_open(p32, 2, 8, 0, 1, 0, 0);
+    BT_CHECK(A && bt_loader_next(A, a_in, a_tg) == 0, "open: %s", bt_data_error());
+    if (!A) return;
+    BT_CHECK(truncate(p32, 1024 + 4 * 1000) == 0, "truncate");
+    for (k = 0, r = 0; k < 500 && r == 0; k++) r = bt_loader_next(A, a_in, a_tg);
+    BT_CHECK(r == -1 && strstr(bt_data_error(), p32) && strstr(bt_data_error(), "byte offset") && strstr(bt_data_error(), "truncated"), "cut: %s", bt_data_error());
+    bt_loader_close(A);
+    /* an id that no int32 batch holds: refused by next even without check_vocab */
+    t32[40] = 0x80000000u;
+    bt_shard_write_u32(p32, t32, 3000);
+    A = bt_loader_open(p32, 2, 8, 0, 1, 0, 0);
+    BT_CHECK(A != NULL, "open: %s", bt_data_error());
+    if (!A) return;
+    BT_CHECK(bt_loader_next(A, a_in, a_tg) == 0 && bt_loader_next(A, a_in, a_tg) == 0, "windows 0 and 1: %s", bt_data_error());
+    BT_CHECK(bt_loader_next(A, a_in, a_tg) == -1 && strstr(bt_data_error(), "token 2147483648 at position 40") && strstr(bt_data_error(), p32),
+             "window 2 holds 2^31: %s", bt_data_error());
+    BT_CHECK(bt_loader_check_vocab(A, 0x7FFFFFFF) == -1 && strstr(bt_data_error(), "token 2147483648"), "check_vocab: %s", bt_data_error());
+    bt_loader_close(A);
 }
 
 /* finding 7: special files are refused without blocking; a directory given as encoder.json is a
@@ -827,6 +987,19 @@ static void test_bt_tokenize_tool(void) {
     snprintf(cmd, sizeof cmd, "./bt_tokenize -q --eot --skip 3 --limit 5 --encoder %s --vocab %s %s %s", enc_path, voc_path, in, out);
     BT_CHECK(run(cmd) == 0 && bt_shard_open(&s, out) == 0 && s.n == 5 && s.tokens[0] == want[3] && s.tokens[4] == want[7], "skip/limit");
     bt_shard_close(&s);
+    /* --u32: llm.c's uint32 layout, the same ids; --decode reads it */
+    snprintf(cmd, sizeof cmd, "./bt_tokenize -q --u32 --encoder %s --vocab %s %s %s", enc_path, voc_path, in, out);
+    nw = enc(text, strlen(text), want, 256);
+    BT_CHECK(run(cmd) == 0 && bt_shard_open(&s, out) == 0 && s.n == nw && s.width == 4, "--u32 shard: %s", bt_data_error());
+    for (i = 0; i < s.n && i < nw; i++) BT_CHECK(bt_shard_token(&s, i) == (uint32_t)want[i], "--u32 token %zu", i);
+    bt_shard_close(&s);
+    snprintf(cmd, sizeof cmd, "./bt_tokenize --encoder %s --vocab %s --decode %s > %s", enc_path, voc_path, out, dec);
+    BT_CHECK(run(cmd) == 0, "%s", cmd);
+    back = bt_test_read_file(dec, &len);
+    BT_CHECK(back && len == strlen(text) && !memcmp(back, text, len), "--decode of a uint32 shard gives the text back");
+    free(back);
+    snprintf(cmd, sizeof cmd, "./bt_tokenize --u32 --encoder %s --vocab %s --decode %s 2>/dev/null", enc_path, voc_path, out);
+    BT_CHECK(run(cmd) == 2, "--u32 with --decode is a usage error");
     /* errors: a missing input, a corrupt shard to decode */
     snprintf(cmd, sizeof cmd, "./bt_tokenize -q --encoder %s --vocab %s /nonexistent.txt %s 2>/dev/null", enc_path, voc_path, out);
     BT_CHECK(run(cmd) == 1, "missing input must fail");
@@ -921,6 +1094,9 @@ int main(void) {
     }
     BT_RUN(test_shard_roundtrip);
     BT_RUN(test_shard_corrupt);
+    BT_RUN(test_shard32_roundtrip);
+    BT_RUN(test_shard32_corrupt);
+    BT_RUN(test_loader_u32);
     BT_RUN(test_special_files);
     BT_RUN(test_loader_truncated_shard);
     BT_RUN(test_loader_vocab);

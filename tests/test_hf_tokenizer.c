@@ -108,8 +108,11 @@ static void write_tail(bt_json_writer *w) {   /* after the pre_tokenizer */
     bt_json_end(w);
 }
 
-/* GPT-2's tokenizer.json from encoder.json and vocab.bpe: merges as strings or [a, b] pairs */
-static int make_gpt2_json(const char *out, const char *pretok, int pairs) {
+/* GPT-2's tokenizer.json from encoder.json and vocab.bpe: merges as strings or [a, b] pairs. With
+   vocab_to > 50257: filler tokens "<|fill_N|>" up to id vocab_to - 2, then the token merge_a +
+   merge_b (GPT-2 characters) at vocab_to - 1, merged last: a vocabulary past uint16 whose top id
+   comes out of encoding. */
+static int make_gpt2_json_big(const char *out, const char *pretok, int pairs, int vocab_to, const char *merge_a, const char *merge_b) {
     size_t elen, vlen;
     char *etext = bt_test_read_file(enc_path, &elen), *vtext = bt_test_read_file(voc_path, &vlen), *line, *save = NULL;
     bt_json_doc *ed = etext ? bt_json_parse(etext, elen, 0) : NULL;
@@ -128,6 +131,13 @@ static int make_gpt2_json(const char *out, const char *pretok, int pairs) {
     bt_json_bool(&w, "fuse_unk", 0); bt_json_bool(&w, "byte_fallback", 0); bt_json_bool(&w, "ignore_merges", 0);
     bt_json_object(&w, "vocab");
     for (c = bt_json_root(ed)->child; c; c = c->next) bt_json_int(&w, c->key, (int64_t)c->num);
+    if (vocab_to > 50257) {
+        char name[64];
+        int id;
+        for (id = 50257; id < vocab_to - 1; id++) { snprintf(name, sizeof name, "<|fill_%d|>", id); bt_json_int(&w, name, id); }
+        snprintf(name, sizeof name, "%s%s", merge_a, merge_b);
+        bt_json_int(&w, name, vocab_to - 1);
+    }
     bt_json_end(&w);
     bt_json_array(&w, "merges");
     for (line = strtok_r(vtext, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
@@ -137,6 +147,7 @@ static int make_gpt2_json(const char *out, const char *pretok, int pairs) {
         *sp = 0;
         bt_json_array(&w, NULL); bt_json_string(&w, NULL, line); bt_json_string(&w, NULL, sp + 1); bt_json_end(&w);
     }
+    if (vocab_to > 50257) { bt_json_array(&w, NULL); bt_json_string(&w, NULL, merge_a); bt_json_string(&w, NULL, merge_b); bt_json_end(&w); }
     bt_json_end(&w);
     bt_json_end(&w);
     bt_json_end(&w);
@@ -144,6 +155,7 @@ static int make_gpt2_json(const char *out, const char *pretok, int pairs) {
     bt_json_writer_free(&w); bt_json_free(ed); free(etext); free(vtext);
     return rc;
 }
+static int make_gpt2_json(const char *out, const char *pretok, int pairs) { return make_gpt2_json_big(out, pretok, pairs, 0, NULL, NULL); }
 
 /* A small byte-level BPE: the 256 bytes (ids 0..255, in byte order), then the merged tokens of
    merges ("a b" in bytes, cut at the last space: "  x" is " " + "x"), then the added tokens. */
@@ -472,7 +484,7 @@ static void test_bad_files(void) {
 }
 
 /* bt_tokenize --tokenizer: GPT-2's tokenizer.json gives the shard encoder.json gives; a vocabulary
-   past uint16 is refused */
+   past uint16 writes uint32 shards (test_big_vocab_shards) */
 static void test_bt_tokenize_tool(void) {
     char in[512], out1[512], out2[512], cmd[2048];
     const char *text = "Hello world, it's a test.\n\nSecond document here.\n";
@@ -495,17 +507,92 @@ static void test_bt_tokenize_tool(void) {
     a = bt_test_read_file(bt_test_path("back.txt"), &l1);
     BT_CHECK(a && strstr(a, "<|endoftext|>Hello world"), "--decode with --tokenizer: %s", a ? a : "(none)");
     free(a);
-    {   /* 65,537 tokens: 256 bytes and 65,281 added tokens */
-        static const char *added[65281];
-        static char names[65281][24];
-        int i;
-        for (i = 0; i < 65281; i++) { snprintf(names[i], sizeof names[i], "<|r%d|>", i); added[i] = names[i]; }
-        BT_CHECK(make_small_json(bt_test_path("big.json"), "llama3", 1, NULL, 0, added, 65281) == 0, "%s", bt_data_error());
-        snprintf(cmd, sizeof cmd, "./bt_tokenize -q --tokenizer %s %s %s 2> %s", bt_test_path("big.json"), in, out2, bt_test_path("err.txt"));
-        BT_CHECK(run(cmd) == 1 && bt_test_file_has(bt_test_path("err.txt"), "65537 tokens"), "a vocabulary past uint16 is refused");
-        snprintf(cmd, sizeof cmd, "./bt_tokenize -q --tokenizer %s --encoder x %s %s 2> %s", gpt2_json, in, out2, bt_test_path("err.txt"));
-        BT_CHECK(run(cmd) == 2 && bt_test_file_has(bt_test_path("err.txt"), "--tokenizer"), "--tokenizer with --encoder is a usage error");
+    snprintf(cmd, sizeof cmd, "./bt_tokenize -q --tokenizer %s --encoder x %s %s 2> %s", gpt2_json, in, out2, bt_test_path("err.txt"));
+    BT_CHECK(run(cmd) == 2 && bt_test_file_has(bt_test_path("err.txt"), "--tokenizer"), "--tokenizer with --encoder is a usage error");
+}
+
+/* Issue 36: a tokenizer.json of 70,000 tokens (GPT-2's, fillers, and a last merge whose token is
+   id 69,999) makes bt_tokenize write llm.c's uint32 shards (magic 20240801, version 7) in both
+   modes; the loader reads them back to the ids of encoding directly, 69,999 included, and --decode
+   gives the text back. */
+static void test_big_vocab_shards(void) {
+    static const char *cands[] = {" blorf", " grimble", " wuzzle", " tokenizer"};   /* two tokens each in GPT-2 */
+    const char *text = "Hello world blorf, it's a test.\n\nSecond document, grimble wuzzle here; a tokenizer.\n";
+    char json[512], in[512], out[512], prefix[512], path[600], cmd[2048], ma[64], mb[64], *back;
+    int32_t *want = NULL, *in_ids, *tg_ids;
+    size_t nw, k, len, i;
+    bt_tokenizer *big;
+    bt_loader *L;
+    bt_shard s;
+    int top = 0, ok = 1;
+    if (!file_exists("./bt_tokenize")) { BT_SKIP("./bt_tokenize is not built (make tools)"); return; }
+    /* a word GPT-2 encodes as two tokens a, b whose concatenation is no token: "a b" is the new last merge */
+    ma[0] = 0;
+    for (k = 0; k < sizeof cands / sizeof cands[0] && !ma[0]; k++) {
+        int32_t *ids = NULL;
+        size_t n = bt_encode(gpt2, cands[k], strlen(cands[k]), &ids), la, lb;
+        if (n == 2) {
+            const char *a = bt_decode_token(gpt2, ids[0], &la), *b = bt_decode_token(gpt2, ids[1], &lb);
+            char ab[64];
+            memcpy(ab, a, la); memcpy(ab + la, b, lb); ab[la + lb] = 0;
+            if (bt_tokenizer_token_id(gpt2, ab) < 0) { snprintf(ma, sizeof ma, "%s", byte_str(a, la)); snprintf(mb, sizeof mb, "%s", byte_str(b, lb)); }
+        }
+        free(ids);
     }
+    BT_CHECK(ma[0], "no candidate word encodes to two tokens");
+    if (!ma[0]) return;
+    snprintf(json, sizeof json, "%s", bt_test_path("big70k.json"));
+    BT_CHECK(make_gpt2_json_big(json, "gpt2", 1, 70000, ma, mb) == 0, "%s", bt_data_error());
+    big = bt_tokenizer_load_hf(json);
+    BT_CHECK(big && bt_tokenizer_vocab_size(big) == 70000, "the 70,000-token tokenizer.json: %s", big ? "wrong size" : bt_data_error());
+    if (!big) return;
+    nw = bt_encode(big, text, strlen(text), &want);
+    for (i = 0; i < nw; i++) top |= want[i] == 69999;
+    BT_CHECK(nw != (size_t)-1 && top, "the text must encode to id 69999 (the last merge %s %s)", ma, mb);
+    /* single-file mode: a uint32 shard */
+    snprintf(in, sizeof in, "%s", bt_test_path("big_in.txt"));
+    snprintf(out, sizeof out, "%s", bt_test_path("big.bin"));
+    bt_test_write_text(in, text);
+    snprintf(cmd, sizeof cmd, "./bt_tokenize -q --tokenizer %s %s %s", json, in, out);
+    BT_CHECK(run(cmd) == 0, "%s", cmd);
+    {
+        size_t l;
+        char *raw = bt_test_read_file(out, &l);
+        int32_t h[3] = {0, 0, 0};
+        if (raw && l >= 12) memcpy(h, raw, sizeof h);
+        BT_CHECK(raw && h[0] == 20240801 && h[1] == 7 && h[2] == (int32_t)nw && l == 1024 + 4 * nw, "header %d %d %d, %zu bytes", h[0], h[1], h[2], l);
+        free(raw);
+    }
+    /* the loader: one batch of T = n - 1 holds every id */
+    L = bt_loader_open(out, 1, (int)nw - 1, 0, 1, 0, 0);
+    BT_CHECK(L && bt_loader_check_vocab(L, 70000) == 0, "loader: %s", bt_data_error());
+    in_ids = (int32_t *)malloc(nw * sizeof(int32_t)); tg_ids = (int32_t *)malloc(nw * sizeof(int32_t));
+    if (L) {
+        BT_CHECK(bt_loader_next(L, in_ids, tg_ids) == 0, "next: %s", bt_data_error());
+        for (i = 0; i + 1 < nw; i++) ok &= in_ids[i] == want[i] && tg_ids[i] == want[i + 1];
+        BT_CHECK(ok, "the loader's ids differ from encoding directly");
+        BT_CHECK(bt_loader_check_vocab(L, 69999) == -1 && strstr(bt_data_error(), "token 69999"), "vocab 69999: %s", bt_data_error());
+    }
+    bt_loader_close(L);
+    snprintf(cmd, sizeof cmd, "./bt_tokenize --tokenizer %s --decode %s > %s", json, out, bt_test_path("big_back.txt"));
+    BT_CHECK(run(cmd) == 0, "%s", cmd);
+    back = bt_test_read_file(bt_test_path("big_back.txt"), &len);
+    BT_CHECK(back && len == strlen(text) && !memcmp(back, text, len), "--decode of the uint32 shard: %s", back ? back : "(none)");
+    free(back);
+    /* corpus mode: <|endoftext|> + the ids, in a uint32 validation shard */
+    snprintf(prefix, sizeof prefix, "%s", bt_test_path("bigc"));
+    snprintf(cmd, sizeof cmd, "./bt_tokenize -q --threads 2 --tokenizer %s --out %s %s", json, prefix, in);
+    BT_CHECK(run(cmd) == 0, "%s", cmd);
+    snprintf(path, sizeof path, "%s_val_000000.bin", prefix);
+    BT_CHECK(bt_shard_open(&s, path) == 0 && s.width == 4 && s.tokens32 && !s.tokens && s.n == nw + 1 && s.tokens32[0] == BT_EOT,
+             "corpus shard: %s (%zu tokens, width %d)", bt_data_error(), s.n, s.width);
+    ok = 1;
+    for (i = 0; s.n == nw + 1 && i < nw; i++) ok &= bt_shard_token(&s, i + 1) == (uint32_t)want[i];
+    BT_CHECK(ok, "corpus mode's ids differ from encoding directly");
+    bt_shard_close(&s);
+    BT_CHECK(bt_test_file_has(bt_test_path("bigc.state"), "shard_layout uint32"), "the state records the layout");
+    free(want); free(in_ids); free(tg_ids);
+    bt_tokenizer_free(big);
 }
 
 /* ---- 4. against the tokenizers library (tests/hf_tokenizer_check.py's output) ---- */
@@ -675,6 +762,7 @@ int main(int argc, char **argv) {
         BT_RUN(test_gpt2_json_cases);
         BT_RUN(test_gpt2_json_corpora);
         BT_RUN(test_bt_tokenize_tool);
+        BT_RUN(test_big_vocab_shards);
         BT_RUN(test_check_dir_format);
     } else {
         fprintf(stderr, "GPT-2's tokenizer files not found or not loadable: %s\n", enc_path ? bt_data_error() : "(none)");

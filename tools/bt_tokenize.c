@@ -1,4 +1,4 @@
-/* bt_tokenize - text to GPT-2 token shards and back (bt_data.h's tokenizer and shard writer).
+/* bt_tokenize - text to token shards and back (bt_data.h's tokenizer and shard writer).
 
      bt_tokenize [options] IN.txt OUT.bin     encode IN (as one document) into the shard OUT
      bt_tokenize [options] --decode IN.bin    print the text of a shard on stdout
@@ -16,9 +16,12 @@
      --encoder PATH  encoder.json (default: data/encoder.json, else
                      ../shared/data/gpt2-tokenizer/encoder.json)
      --vocab PATH    vocab.bpe (the same defaults)
-     --tokenizer F   a Hugging Face tokenizer.json instead of the two (bt_tokenizer_load_hf); its
-                     vocabulary must fit a shard's uint16 ids, and --eot (and corpus mode) need its
-                     <|endoftext|> at 50256
+     --tokenizer F   a Hugging Face tokenizer.json instead of the two (bt_tokenizer_load_hf);
+                     --eot (and corpus mode) need its <|endoftext|> at 50256
+     --u32           write llm.c's uint32 layout (magic 20240801, version 7) even when the ids fit
+                     uint16; a tokenizer of more than 65,536 tokens (Llama 3's 128,256) always
+                     writes it, others the uint16 layout (magic 20240520, version 1). --decode
+                     reads either.
      -q              no summary line on stderr
    OUT is checked before any work (its directory must exist; a directory, device or FIFO is
    refused, and so is IN itself) and written atomically: a symlink is written through, and a
@@ -51,8 +54,9 @@
    Memory: 2T + 2 chunks and their ids (5 bytes per byte of text), plus one JSON line at a time;
    never a whole file. A text with no place to cut for longer than B bytes is read further at once
    (said on stderr): memory follows the longest such stretch.
-   Resume: after each shard PREFIX.state is replaced atomically: the options that shape the shards,
-   the tokenizer files' sizes, each input's path, size and modification time, and where the next
+   Resume: after each shard PREFIX.state is replaced atomically: the options that shape the shards
+   (a uint32 run says "shard_layout uint32"; a resume with the other layout is refused), the
+   tokenizer files' sizes, each input's path, size and modification time, and where the next
    shard starts (the input, the byte offset of a chunk's start in its text, and how many of that
    chunk's tokens earlier shards hold). After an interruption (Ctrl-C, kill -9, a full disk) the
    same command keeps the finished shards and goes on from there; the shards equal those of an
@@ -103,12 +107,13 @@ static size_t encode_documents(bt_tokenizer *tok, const char *text, size_t len, 
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: bt_tokenize [--eot] [--skip N] [--limit N] [--encoder PATH] [--vocab PATH] [--tokenizer F.json] [-q] IN.txt OUT.bin\n"
+            "usage: bt_tokenize [--eot] [--skip N] [--limit N] [--encoder PATH] [--vocab PATH] [--tokenizer F.json] [--u32] [-q] IN.txt OUT.bin\n"
             "       bt_tokenize [--encoder PATH] [--vocab PATH] [--tokenizer F.json] --decode IN.bin\n"
             "  --eot       <|endoftext|> before each document; documents end at blank lines (\"\\n\\n\")\n"
             "  --skip N    drop the first N tokens;  --limit N  keep at most N tokens\n"
+            "  --u32       uint32 shards (llm.c's Llama 3 layout), as a tokenizer of more than 65536 tokens writes them\n"
             "       bt_tokenize [--field NAME] [--shard-tokens N] [--val-tokens M] [--threads T] [--chunk-bytes B]\n"
-            "                   [--restart] [--encoder PATH] [--vocab PATH] [--tokenizer F.json] [-q] --out PREFIX INPUT...\n"
+            "                   [--restart] [--encoder PATH] [--vocab PATH] [--tokenizer F.json] [--u32] [-q] --out PREFIX INPUT...\n"
             "  corpus mode: INPUT = files, directories, glob patterns; *.jsonl/*.json = JSON lines (--field, default text),\n"
             "  else one document per file; .gz inflated. <|endoftext|> before each document. Writes PREFIX_val_000000.bin\n"
             "  (the first M tokens, default N), PREFIX_train_000001.bin, ... of N tokens (default 100000000), and\n"
@@ -221,6 +226,7 @@ typedef struct corpus {
     const char *prefix, *field, *enc, *voc, *hf;   /* hf: a tokenizer.json instead of enc + voc */
     size_t shard_tokens, val_tokens, chunk_bytes;
     int threads, quiet, restart;
+    int width;                 /* bytes per token in the shards: 2 (uint16) or 4 (uint32: --u32 or a vocabulary past 65,536) */
     /* inputs */
     corpus_input *in; size_t n_in, cap_in;
     uint64_t total_raw;        /* bytes of all regular inputs (compressed for .gz) */
@@ -244,7 +250,7 @@ typedef struct corpus {
     uint64_t skip;             /* tokens still to drop after a resume */
     bt_atomic_file *out; char out_path[4200];
     size_t out_n, out_cap;     /* tokens in the open shard, and its capacity */
-    uint16_t wbuf[1 << 15]; size_t wn;
+    union { uint16_t u16[1 << 15]; uint32_t u32[1 << 14]; } wbuf; size_t wn;   /* wn tokens of width bytes */
     struct corpus_commit {     /* the shard being committed on a thread of its own, then the state */
         struct corpus *c;
         bt_atomic_file *f;
@@ -509,8 +515,10 @@ static char *state_identity(const corpus *c) {
     if (!s) return NULL;
     if (stat(c->hf ? c->hf : c->enc, &se) != 0) memset(&se, 0, sizeof se);
     if (c->hf || stat(c->voc, &sv) != 0) memset(&sv, 0, sizeof sv);
-    len += (size_t)snprintf(s + len, cap - len, "bt_tokenize corpus state 1\nfield %s\nshard_tokens %zu\nval_tokens %zu\ntokenizer %lld %lld\ninputs %zu\n",
-                            c->field, c->shard_tokens, c->val_tokens, (long long)se.st_size, (long long)sv.st_size, c->n_in);
+    /* "shard_layout uint32" only for uint32 runs: the state files of uint16 runs stay as they were */
+    len += (size_t)snprintf(s + len, cap - len, "bt_tokenize corpus state 1\nfield %s\nshard_tokens %zu\nval_tokens %zu\n%stokenizer %lld %lld\ninputs %zu\n",
+                            c->field, c->shard_tokens, c->val_tokens, c->width == 4 ? "shard_layout uint32\n" : "",
+                            (long long)se.st_size, (long long)sv.st_size, c->n_in);
     for (i = 0; i < c->n_in; i++) {
         size_t need = strlen(c->in[i].path) + 80;
         if (len + need >= cap) {
@@ -587,7 +595,7 @@ static int state_read(corpus *c, corpus_pos *p, int *fresh) {
             struct stat st;
             uint64_t want = done && k + 1 == sh ? td - before : shard_capacity(c, k);
             shard_name(c, k, line, sizeof line);
-            if (stat(line, &st) != 0 || (uint64_t)st.st_size != BT_SHARD_HEADER_BYTES + 2 * want) {
+            if (stat(line, &st) != 0 || (uint64_t)st.st_size != BT_SHARD_HEADER_BYTES + (uint64_t)c->width * want) {
                 cerr("%s: the shard %s of the interrupted run is missing or has another size: rerun with --restart", path, line); goto out;
             }
             before += want;
@@ -604,7 +612,7 @@ out:
 /* ---- the shards: streamed into an atomic file, the header's count written last ---- */
 
 static int shard_flush(corpus *c) {
-    if (c->wn && bt_atomic_write(c->out, c->wbuf, c->wn * sizeof(uint16_t))) return cerr("%s", bt_data_error());
+    if (c->wn && bt_atomic_write(c->out, &c->wbuf, c->wn * (size_t)c->width)) return cerr("%s", bt_data_error());
     c->wn = 0;
     return 0;
 }
@@ -638,7 +646,9 @@ static int commit_wait(corpus *c) {
 static int shard_end(corpus *c, const corpus_pos *pos, uint64_t carry, int done) {
     int32_t header[BT_SHARD_HEADER_INTS] = {0};
     bt_atomic_file *f = c->out;
-    header[0] = BT_SHARD_MAGIC; header[1] = BT_SHARD_VERSION; header[2] = (int32_t)c->out_n;
+    header[0] = c->width == 4 ? BT_SHARD32_MAGIC : BT_SHARD_MAGIC;
+    header[1] = c->width == 4 ? BT_SHARD32_VERSION : BT_SHARD_VERSION;
+    header[2] = (int32_t)c->out_n;
     if (shard_flush(c)) return -1;
     if (pwrite(bt_atomic_fd(f), header, sizeof header, 0) != (ssize_t)sizeof header) return cerr("%s: cannot write the header: %s", c->out_path, strerror(errno));
     if (commit_wait(c)) return -1;
@@ -662,9 +672,10 @@ static int consume(corpus *c, const corpus_slot *s) {
         size_t take, k;
         if (!c->out && shard_begin(c)) return -1;
         take = n - i < c->out_cap - c->out_n ? n - i : c->out_cap - c->out_n;
-        for (k = 0; k < take; k++) {
-            c->wbuf[c->wn++] = (uint16_t)s->ids[i + k];   /* GPT-2's ids are < 50257 */
-            if (c->wn == sizeof c->wbuf / sizeof c->wbuf[0] && shard_flush(c)) return -1;
+        for (k = 0; k < take; k++) {   /* ids are below the vocabulary: uint16 holds them unless width is 4 */
+            if (c->width == 4) c->wbuf.u32[c->wn++] = (uint32_t)s->ids[i + k];
+            else c->wbuf.u16[c->wn++] = (uint16_t)s->ids[i + k];
+            if (c->wn == sizeof c->wbuf / (size_t)c->width && shard_flush(c)) return -1;
         }
         c->out_n += take; i += take;
         if (c->out_n == c->out_cap && shard_end(c, &s->pos, i, 0)) return -1;
@@ -867,6 +878,19 @@ static int corpus_run(corpus *c, char **inputs, int n_inputs) {
     if (!(sp = state_path(c))) { cerr("out of memory"); goto fail; }
     if (bt_output_check(check) || bt_output_check(sp)) { cerr("%s", bt_data_error()); goto fail; }
     bt_atomic_install_signal_cleanup();   /* Ctrl-C leaves no temporary; the state file says where to go on */
+    /* the tokenizers first: the vocabulary decides the shards' layout, which the state file records */
+    c->n_slots = 2 * (size_t)c->threads + 2;
+    c->rcap = c->chunk_bytes; c->lcap = 1 << 16;
+    if (!(c->slots = (corpus_slot *)calloc(c->n_slots, sizeof *c->slots)) || !(c->toks = (bt_tokenizer **)calloc((size_t)c->threads, sizeof *c->toks)) ||
+        !(c->tids = (pthread_t *)calloc((size_t)c->threads, sizeof *c->tids)) || !(args = (void **)calloc(2 * (size_t)c->threads, sizeof *args)) ||
+        !(c->rbuf = (char *)malloc(c->rcap)) || !(c->lbuf = (char *)malloc(c->lcap))) { cerr("out of memory"); goto fail; }
+    for (i = 0; i < (size_t)c->threads; i++)
+        if (!(c->toks[i] = c->hf ? bt_tokenizer_load_hf(c->hf) : bt_tokenizer_load(c->enc, c->voc))) { cerr("%s", bt_data_error()); goto fail; }
+    if (c->hf && bt_tokenizer_token_id(c->toks[0], "<|endoftext|>") != BT_EOT) {
+        cerr("%s: %d tokens, and the corpus mode needs <|endoftext|> at id 50256", c->hf, bt_tokenizer_vocab_size(c->toks[0]));
+        goto fail;
+    }
+    if (bt_tokenizer_vocab_size(c->toks[0]) > 65536) c->width = 4;
     c->shard = c->val_tokens ? 0 : 1;
     if (c->restart) { if (unlink(sp) != 0 && errno != ENOENT) { cerr("%s: cannot remove it: %s", sp, strerror(errno)); goto fail; } }
     else if ((r = state_read(c, &pos, &fresh)) < 0) goto fail;
@@ -878,18 +902,6 @@ static int corpus_run(corpus *c, char **inputs, int n_inputs) {
     } else if (!fresh && !c->quiet)
         fprintf(stderr, "bt_tokenize: resuming from %s: shards before %llu are done (%llu tokens); %s at text byte %llu\n", sp,
                 (unsigned long long)c->shard, (unsigned long long)c->tokens_done, pos.input < c->n_in ? c->in[pos.input].path : "the end", (unsigned long long)pos.text_off);
-    c->n_slots = 2 * (size_t)c->threads + 2;
-    c->rcap = c->chunk_bytes; c->lcap = 1 << 16;
-    if (!(c->slots = (corpus_slot *)calloc(c->n_slots, sizeof *c->slots)) || !(c->toks = (bt_tokenizer **)calloc((size_t)c->threads, sizeof *c->toks)) ||
-        !(c->tids = (pthread_t *)calloc((size_t)c->threads, sizeof *c->tids)) || !(args = (void **)calloc(2 * (size_t)c->threads, sizeof *args)) ||
-        !(c->rbuf = (char *)malloc(c->rcap)) || !(c->lbuf = (char *)malloc(c->lcap))) { cerr("out of memory"); goto fail; }
-    for (i = 0; i < (size_t)c->threads; i++)
-        if (!(c->toks[i] = c->hf ? bt_tokenizer_load_hf(c->hf) : bt_tokenizer_load(c->enc, c->voc))) { cerr("%s", bt_data_error()); goto fail; }
-    if (c->hf && (bt_tokenizer_vocab_size(c->toks[0]) > 65536 || bt_tokenizer_token_id(c->toks[0], "<|endoftext|>") != BT_EOT)) {
-        cerr("%s: %d tokens%s", c->hf, bt_tokenizer_vocab_size(c->toks[0]), bt_tokenizer_vocab_size(c->toks[0]) > 65536 ?
-             ": a shard stores uint16 ids, at most 65536 tokens" : ", and the corpus mode needs <|endoftext|> at id 50256");
-        goto fail;
-    }
     pthread_mutex_init(&c->mu, NULL); pthread_cond_init(&c->cv_work, NULL); pthread_cond_init(&c->cv_done, NULL);
     started = 1;
     for (i = 0; i < (size_t)c->threads; i++) {
@@ -942,14 +954,14 @@ fail:   /* and the end of a run that succeeded (rc 0) */
 
 int main(int argc, char **argv) {
     const char *enc = NULL, *voc = NULL, *in = NULL, *out = NULL, *dec = NULL, *prefix = NULL, *field = NULL, *hf = NULL;
-    int eot = 0, quiet = 0, given_count = 0, i, rc = 1, restart = 0, n_pos = 0;
+    int eot = 0, quiet = 0, given_count = 0, i, rc = 1, restart = 0, n_pos = 0, u32 = 0, width;
     size_t threads = 0, shard_tokens = 100000000, val_tokens = (size_t)-1, chunk_bytes = 256 * 1024;
     char *pos_args[argc > 0 ? argc : 1];   /* the arguments that are not options */
     size_t skip = 0, limit = (size_t)-1, len = 0, n = 0, cap = 0, k;
     bt_tokenizer *tok;
     char *text = NULL;
     int32_t *ids = NULL;
-    uint16_t *u16 = NULL;
+    void *toks = NULL;   /* the shard's tokens, uint16 or uint32 */
     double t0, t1;
     FILE *f;
     if (argc == 1) { usage(stderr); return 2; }
@@ -957,6 +969,7 @@ int main(int argc, char **argv) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--eot")) eot = 1;
         else if (!strcmp(a, "-q")) quiet = 1;
+        else if (!strcmp(a, "--u32")) u32 = 1;
         /* --limit: a shard's header counts its tokens in an int32 */
         else if (!strcmp(a, "--skip") || !strcmp(a, "--limit")) {
             int is_skip = !strcmp(a, "--skip");
@@ -998,6 +1011,7 @@ int main(int argc, char **argv) {
         c->enc = pick(enc, "data/encoder.json", "../shared/data/gpt2-tokenizer/encoder.json");
         c->voc = pick(voc, "data/vocab.bpe", "../shared/data/gpt2-tokenizer/vocab.bpe");
         c->hf = hf;
+        c->width = u32 ? 4 : 2;
         rc = corpus_run(c, pos_args, n_pos);
         free(c);
         return rc;
@@ -1006,7 +1020,7 @@ int main(int argc, char **argv) {
     if (n_pos > 0) in = pos_args[0];
     if (n_pos > 1) out = pos_args[1];
     if (n_pos > 2) return usage_error("unexpected argument '%s' (after IN.txt %s and OUT.bin %s)", pos_args[2], in, out);
-    if (dec && (in || eot || (given_count & 1))) return usage_error("--decode takes no IN.txt, --eot, --skip or --limit");
+    if (dec && (in || eot || u32 || (given_count & 1))) return usage_error("--decode takes no IN.txt, --eot, --skip, --limit or --u32 (it reads either layout)");
     if (!dec && !out) return usage_error("%s", in ? "no OUT.bin after IN.txt" : "no IN.txt and OUT.bin");
     if (!dec && check_output(in, out)) return 1;
     bt_atomic_install_signal_cleanup();   /* Ctrl-C while writing OUT leaves no temporary */
@@ -1014,11 +1028,11 @@ int main(int argc, char **argv) {
     voc = pick(voc, "data/vocab.bpe", "../shared/data/gpt2-tokenizer/vocab.bpe");
     tok = hf ? bt_tokenizer_load_hf(hf) : bt_tokenizer_load(enc, voc);
     if (!tok) { fprintf(stderr, "bt_tokenize: %s\n", bt_data_error()); return 1; }
-    if (hf && !dec && (bt_tokenizer_vocab_size(tok) > 65536 || (eot && bt_tokenizer_token_id(tok, "<|endoftext|>") != BT_EOT))) {
-        fprintf(stderr, "bt_tokenize: %s: %d tokens%s\n", hf, bt_tokenizer_vocab_size(tok), bt_tokenizer_vocab_size(tok) > 65536 ?
-                ": a shard stores uint16 ids, at most 65536 tokens" : ", and --eot needs <|endoftext|> at id 50256");
+    if (hf && !dec && eot && bt_tokenizer_token_id(tok, "<|endoftext|>") != BT_EOT) {
+        fprintf(stderr, "bt_tokenize: %s: %d tokens, and --eot needs <|endoftext|> at id 50256\n", hf, bt_tokenizer_vocab_size(tok));
         bt_tokenizer_free(tok); return 1;
     }
+    width = u32 || bt_tokenizer_vocab_size(tok) > 65536 ? 4 : 2;
 
     if (dec) {
         bt_shard s;
@@ -1026,7 +1040,7 @@ int main(int argc, char **argv) {
         if (bt_shard_open(&s, dec) != 0) { fprintf(stderr, "bt_tokenize: %s\n", bt_data_error()); bt_tokenizer_free(tok); return 1; }
         for (k = 0; k < s.n && !rc; k++) {
             size_t l;
-            const char *b = bt_decode_token(tok, s.tokens[k], &l);
+            const char *b = bt_decode_token(tok, (int32_t)bt_shard_token(&s, k), &l);   /* an id past INT32_MAX is negative: refused */
             if (!b) { fprintf(stderr, "bt_tokenize: %s: token %zu: %s\n", dec, k, bt_data_error()); rc = 1; }
             else if (fwrite(b, 1, l, stdout) != l) { fprintf(stderr, "bt_tokenize: write error on stdout\n"); rc = 1; }
         }
@@ -1056,19 +1070,22 @@ int main(int argc, char **argv) {
 
     if (skip > n) skip = n;
     if (limit > n - skip) limit = n - skip;
-    if (!(u16 = (uint16_t *)malloc((limit ? limit : 1) * sizeof(uint16_t)))) { fprintf(stderr, "bt_tokenize: out of memory\n"); goto done; }
-    for (k = 0; k < limit; k++) {   /* a shard holds uint16: a larger vocabulary cannot be stored */
-        if (ids[skip + k] < 0 || ids[skip + k] > 65535) { fprintf(stderr, "bt_tokenize: token %ld does not fit uint16\n", (long)ids[skip + k]); goto done; }
-        u16[k] = (uint16_t)ids[skip + k];
+    if (!(toks = malloc((limit ? limit : 1) * (size_t)width))) { fprintf(stderr, "bt_tokenize: out of memory\n"); goto done; }
+    for (k = 0; k < limit; k++) {   /* ids are below the vocabulary: uint16 holds them unless width is 4 */
+        if (ids[skip + k] < 0 || (width == 2 && ids[skip + k] > 65535)) { fprintf(stderr, "bt_tokenize: token %ld does not fit uint%d\n", (long)ids[skip + k], 8 * width); goto done; }
+        if (width == 4) ((uint32_t *)toks)[k] = (uint32_t)ids[skip + k];
+        else ((uint16_t *)toks)[k] = (uint16_t)ids[skip + k];
     }
-    if (bt_shard_write(out, u16, limit) != 0) { fprintf(stderr, "bt_tokenize: %s\n", bt_data_error()); goto done; }
+    if ((width == 4 ? bt_shard_write_u32(out, (const uint32_t *)toks, limit) : bt_shard_write(out, (const uint16_t *)toks, limit)) != 0) {
+        fprintf(stderr, "bt_tokenize: %s\n", bt_data_error()); goto done;
+    }
     if (!quiet)
-        fprintf(stderr, "bt_tokenize: %s: %zu bytes -> %zu tokens%s in %.3f s (%.1f MB/s); wrote %zu tokens [%zu, %zu) to %s\n",
+        fprintf(stderr, "bt_tokenize: %s: %zu bytes -> %zu tokens%s in %.3f s (%.1f MB/s); wrote %zu uint%d tokens [%zu, %zu) to %s\n",
                 in, len, n, eot ? " (with <|endoftext|>)" : "", t1 - t0, t1 > t0 ? (double)len / (t1 - t0) / 1e6 : 0.0,
-                limit, skip, skip + limit, out);
+                limit, 8 * width, skip, skip + limit, out);
     rc = 0;
 done:
-    free(u16); free(text); free(ids);
+    free(toks); free(text); free(ids);
     bt_tokenizer_free(tok);
     return rc;
 }
