@@ -18,6 +18,35 @@
      supported: run the forward again). A saved tensor whose storage version moved since it was
      saved is an error naming the op (an illegal in-place write).
 
+   ACTIVATION CHECKPOINTING
+     y = bt_checkpoint(fn, &ctx, sizeof ctx, inputs, n) is y = fn(ctx, inputs) that keeps only the
+     inputs for the backward: fn runs with grad mode off in a scope of its own (its intermediates
+     are freed at once) and y gets ONE node, "checkpoint", whose saved tensors are the inputs. Its
+     backward runs fn again with grad mode on over detached aliases of the inputs, then this engine
+     from the remade output with the incoming gradient: the parameters fn reaches through ctx (leaves,
+     or casts of leaves made inside fn) get their gradients as usual, and the inputs' gradients go
+     on as the node's. ctx is copied (ctx_size bytes; 0 keeps the pointer, which must then live until
+     the backward). fn must give the same values twice: the same ops on the same data (no random
+     numbers drawn from a moving seed), which holds for every op here since none picks its kernel by
+     the grad mode. With that the values, losses and gradients are the bits of the same forward
+     without the checkpoint: each detached input's gradient is summed in a node of its own, as it
+     would have been in its producer's node (the in-place sinks, bt__pending_grad_sink, and the
+     column sums left with a gradient behave the same), and the remade graph's root takes the
+     engine's reference to the incoming gradient. Exact also needs every consumer of an input to
+     be inside fn (else the outside consumers' gradient is added to the region's sum instead of
+     each in turn) and an input that is an op result, not a leaf (a leaf's existing .grad would get
+     the region's sum in one add). GPT-2's blocks meet both (gpt2.h: BT_RECOMPUTE_ATTN, _MLP, _BLOCK).
+     Without grad mode, or when no input needs a gradient, bt_checkpoint is fn (nothing saved is
+     spared then: a region that only reaches parameters through ctx records them as usual).
+     The backward allocates only what the forward did (from the current pool: inside a captured
+     CUDA graph, the graph's pool) plus host nodes; it neither syncs nor uploads, so a captured
+     micro-step may hold it. Flags read inside fn (bt_set_recompute's BT_RECOMPUTE_GELU) apply to
+     the remade graph, which lives only during the node's backward. A leaf reached inside fn
+     should be used by one region per pass: its gradient hooks fire when that region's backward
+     has delivered (the engine counts each leaf's edges per pass, and the region's pass is its
+     own). Nested regions work (each backward remakes its inner regions once more). An embedding
+     lookup inside fn offers its rows to the table's rows hook (bt_set_rows_hook) as usual.
+
    HOOKS (for communication: DDP starts a bucket's all-reduce from them)
      bt_register_grad_hook(leaf, fn, user) adds a hook to that tensor (looked up from the tensor,
      never by scanning a global list) and returns a handle for bt_remove_grad_hook. A hook fires
@@ -47,6 +76,10 @@ BTDEF void bt_remove_grad_hook(bt_hook *handle);
 BTDEF int bt_set_grad_hooks_enabled(int on);                   /* returns the previous setting */
 
 BTDEF void bt_zero_grad(bt_tensor **params, int n);             /* zero existing grads in place */
+
+/* activation checkpointing (see ACTIVATION CHECKPOINTING above); at most BT_NODE_MAX_SAVED inputs */
+typedef bt_tensor *(*bt_checkpoint_fn)(void *ctx, bt_tensor **inputs);
+BTDEF bt_tensor *bt_checkpoint(bt_checkpoint_fn fn, const void *ctx, size_t ctx_size, bt_tensor **inputs, int n_inputs);
 
 #ifdef __cplusplus
 }
@@ -209,6 +242,8 @@ static void bt__run_node(bt_node *n, bt_tensor **gin) {
 static void bt__free_node_buffers(bt_node *n) {
     for (int s = 0; s < n->n_saved; s++) bt_release(n->saved[s]);
     n->n_saved = 0;
+    if (n->aux_free) n->aux_free(n->aux);
+    n->aux = NULL; n->aux_free = NULL;
     bt_release(n->grad); n->grad = NULL;
     n->consumed = 1;
 }
@@ -220,17 +255,18 @@ static bt_tensor *bt__seed(bt_tensor *out, bt_tensor *gout) {
     bt_fill_(one, 1.0);
     return one;
 }
-static void bt__backward(bt_tensor *out, bt_tensor *gout) {
+/* take: the caller hands over its reference to gout (bt_checkpoint's remade root holds it alone) */
+static void bt__backward(bt_tensor *out, bt_tensor *gout, int take) {
     if (!out->grad_fn) {
         if (!out->requires_grad) bt_error("backward: the output does not require grad (no input required grad, or grad mode was off)");
-        bt__accumulate_leaf(out, bt__seed(out, gout));
+        bt__accumulate_leaf(out, take ? gout : bt__seed(out, gout));
         return;
     }
     bt_node *root = out->grad_fn;
     if (root->consumed) bt_error("backward: the graph through %s was already run; its saved tensors are freed (run the forward again)", root->op);
     uint64_t pass = ++bt__ag.pass;
     bt__count_deps(root, pass);
-    root->grad = bt__seed(out, gout);
+    root->grad = take ? gout : bt__seed(out, gout);
     bt__ready_heap ready = {NULL, 0, 0};
     bt__ready_push(&ready, root);
     while (ready.n) {
@@ -256,18 +292,86 @@ BTDEF void bt_backward_with(bt_tensor *out, bt_tensor *gout) {
     if (!out || !gout) bt_error("backward: output and gradient must not be NULL");
     if (gout->ndim != out->ndim || memcmp(gout->shape, out->shape, sizeof(int64_t) * out->ndim) || gout->dtype != out->dtype)
         bt_error("backward: the seed gradient's shape/dtype differs from the output's");
-    bt__backward(out, gout);
+    bt__backward(out, gout, 0);
 }
 BTDEF void bt_backward(bt_tensor *out) {
     if (!out) bt_error("backward: output is NULL");
     if (bt_numel(out) != 1) bt_error("backward: output %s is not a single element; use bt_backward_with", bt__s(out));
-    bt__backward(out, NULL);
+    bt__backward(out, NULL, 0);
 }
 BTDEF void bt_free_graph(bt_tensor *out) {
     if (out && out->grad_fn) { bt_node_release(out->grad_fn); out->grad_fn = NULL; }
 }
 BTDEF void bt_zero_grad(bt_tensor **params, int n) {
     for (int i = 0; i < n; i++) if (params[i] && params[i]->grad) bt_zero_(params[i]->grad);
+}
+
+/* ============================================================================================
+   2. activation checkpointing
+   ============================================================================================ */
+typedef struct { bt_checkpoint_fn fn; void *ctx; } bt__ckpt_aux;   /* followed by the copy of ctx */
+
+/* a detached input's node (no inputs): its gradient, summed by this engine as the producer's would
+   have been, is kept in *aux for the checkpoint's backward to pass on */
+static void bt__ckpt_input_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    (void)gin;
+    if (n->aux) *(bt_tensor **)n->aux = bt_retain(g);
+}
+/* remake the region from its saved inputs with grad mode on, then run it backward */
+static void bt__ckpt_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt__ckpt_aux *a = (bt__ckpt_aux *)n->aux;
+    bt_tensor *d[BT_NODE_MAX_SAVED], *got[BT_NODE_MAX_SAVED] = {NULL};
+    bt_node *edge[BT_NODE_MAX_SAVED] = {NULL};
+    for (int i = 0; i < n->n_in; i++) {
+        d[i] = bt__register(bt__alias(n->saved[i]));   /* the same storage, no graph behind it */
+        if (bt__wants(n, i)) { edge[i] = bt__record_source("checkpoint input", bt__ckpt_input_back, d[i]); edge[i]->aux = &got[i]; }
+    }
+    n->grad = NULL;          /* g is ours now: the engine's reference, handed to the remade root */
+    int old = bt_set_grad_enabled(1);
+    bt_scope_begin();        /* the remade intermediates live as long as the remade graph saves them */
+    bt_tensor *y = bt_retain(a->fn(a->ctx, d));
+    bt_scope_end();
+    bt_set_grad_enabled(old);
+    if (y->ndim != g->ndim || memcmp(y->shape, g->shape, sizeof(int64_t) * (size_t)g->ndim) || y->dtype != g->dtype) {
+        bt_release(y); bt_release(g);
+        bt_error("checkpoint: the remade output's shape/dtype differs from the first run's (the function must do the same twice)");
+    }
+    if (y->grad_fn) bt__backward(y, g, 1);
+    else bt_release(g);      /* no parameter and no input reached: nothing to pass on */
+    bt_release(y);
+    for (int i = 0; i < n->n_in; i++) {
+        if (edge[i]) edge[i]->aux = NULL;
+        if (got[i]) gin[i] = bt__register(got[i]);
+    }
+}
+BTDEF bt_tensor *bt_checkpoint(bt_checkpoint_fn fn, const void *ctx, size_t ctx_size, bt_tensor **inputs, int n_inputs) {
+    if (!fn || n_inputs < 0 || (n_inputs && !inputs)) bt_error("checkpoint: fn, and inputs when n_inputs > 0, must not be NULL");
+    if (n_inputs > BT_NODE_MAX_SAVED) bt_error("checkpoint: %d inputs (at most %d)", n_inputs, BT_NODE_MAX_SAVED);
+    int any = 0;
+    for (int i = 0; i < n_inputs; i++) {
+        if (!inputs[i]) bt_error("checkpoint: input %d is NULL", i);
+        any |= bt__needs_grad(inputs[i]);
+    }
+    if (!bt_grad_enabled() || !any) return fn((void *)ctx, inputs);
+    bt__ckpt_aux *a = (bt__ckpt_aux *)malloc(sizeof *a + ctx_size);
+    if (!a) bt_error("checkpoint: out of host memory");
+    a->fn = fn; a->ctx = (void *)ctx;
+    if (ctx_size) { memcpy(a + 1, ctx, ctx_size); a->ctx = a + 1; }
+    int old = bt_set_grad_enabled(0);
+    bt_scope_begin();        /* fn's intermediates go at its end: nothing holds them */
+    bt_tensor *y = fn(a->ctx, inputs);
+    if (!y) { bt_set_grad_enabled(old); free(a); bt_error("checkpoint: fn returned NULL"); }
+    bt_retain(y);
+    bt_scope_end();
+    bt_set_grad_enabled(old);
+    int own = !y->requires_grad && !y->grad_fn;
+    for (int i = 0; i < n_inputs; i++) own &= y != inputs[i];
+    if (!own) { bt_tensor *v = bt__alias(y); bt_release(y); y = v; }   /* an input or a leaf returned: its own struct */
+    if (!bt_dtype_is_float(y->dtype)) { free(a); return bt__register(y); }
+    bt_node *n = bt__record("checkpoint", bt__ckpt_back, y, inputs, n_inputs);
+    for (int i = 0; i < n_inputs; i++) bt__save(n, inputs[i]);
+    n->aux = a; n->aux_free = free;
+    return bt__register(y);
 }
 
 #endif /* BT_AUTOGRAD_IMPLEMENTATION_DONE */

@@ -464,9 +464,18 @@ BTDEF int bt_set_fusions(int flags);
 /* Activation recomputation (a saved-tensor policy: less memory for a little more work): with
    BT_RECOMPUTE_GELU the fused bt_mlp_gelu keeps the pre-activation h for its backward but not
    gelu(h), which its backward remakes with one elementwise kernel and frees after use (GPU path;
-   the unfused ops save what they always did). Returns the previous flags. */
-#define BT_RECOMPUTE_GELU 1
+   the unfused ops save what they always did). Returns the previous flags.
+   The other flags are read by the models (gpt2.h), which wrap a part of each block in
+   bt_checkpoint (bt_autograd.h): only the part's input is kept, the rest remade in the backward.
+   ATTN: the attention sublayer (ln1, qkv, attention, projection, residual add); MLP: the MLP
+   sublayer (ln2, fc, gelu, projection, residual add); BLOCK: the whole block (ATTN and MLP are
+   then ignored). */
+#define BT_RECOMPUTE_GELU  1
+#define BT_RECOMPUTE_ATTN  2
+#define BT_RECOMPUTE_MLP   4
+#define BT_RECOMPUTE_BLOCK 8
 BTDEF int bt_set_recompute(int flags);
+BTDEF int bt_get_recompute(void);
 
 /* ---- ops (differentiable unless noted) ---- */
 /* elementwise, one function per line of BT_UNARY_OPS: bt_neg, bt_exp, bt_log, bt_sqrt, bt_rsqrt,
@@ -612,6 +621,8 @@ struct bt_node {
     int consumed;                 /* the backward pass has run it */
     int deps;                     /* engine scratch */
     bt_tensor *grad;              /* engine scratch: accumulated gradient of the output */
+    void *aux;                    /* host data of the op (bt_checkpoint's function and context), */
+    void (*aux_free)(void *);     /* freed by aux_free (if set) with the saved tensors */
     bt_node *next_free;           /* the recycled-node list */
 };
 BTDEF void bt_node_release(bt_node *n);
@@ -621,6 +632,8 @@ typedef struct bt_hook { bt_grad_hook_fn fn; void *user; bt_tensor *leaf; struct
 BTDEF int bt__needs_grad(bt_tensor *t);
 BTDEF bt_node *bt__record(const char *op, bt_backward_fn fn, bt_tensor *out, bt_tensor **inputs, int n_in);
 BTDEF void bt__save(bt_node *n, bt_tensor *t);
+/* a node without inputs for out (a gradient ends there; bt_checkpoint's boundary), whatever the grad mode */
+BTDEF bt_node *bt__record_source(const char *op, bt_backward_fn fn, bt_tensor *out);
 BTDEF bt_tensor *bt__register(bt_tensor *t);   /* hand a fresh (+1) tensor to the current scope */
 
 #ifdef __cplusplus
@@ -715,6 +728,7 @@ BTDEF bt_matmul_precision bt_get_matmul_precision(void) { return bt__g.precision
 BTDEF int bt_set_fusions(int flags) { int old = bt__g.fusions; bt__g.fusions = flags & BT_FUSE_ALL; return old; }
 static int bt__fused(int flag) { return (bt__g.fusions & flag) != 0; }
 BTDEF int bt_set_recompute(int flags) { int old = bt__g.recompute; bt__g.recompute = flags; return old; }
+BTDEF int bt_get_recompute(void) { return bt__g.recompute; }
 BTDEF void bt_set_deterministic(int on) {
     bt__g.deterministic = on != 0;
 #ifdef BT_CUDA
@@ -1447,6 +1461,7 @@ BTDEF void bt_node_release(bt_node *n) {
         if (--m->refcount > 0) continue;
         for (int s = 0; s < m->n_saved; s++) bt_release(m->saved[s]);
         bt_release(m->grad);
+        if (m->aux_free) m->aux_free(m->aux);
         for (int i = 0; i < m->n_in; i++) {
             bt_release(m->next[i].leaf);
             if (!m->next[i].node) continue;
@@ -1489,6 +1504,13 @@ BTDEF void bt__save(bt_node *n, bt_tensor *t) {
     /* n's own output is saved as a plain alias of its storage: saving the output itself would make
        a cycle (output -> grad_fn n -> saved output) that leaks a graph dropped without backward */
     n->saved[n->n_saved++] = t->grad_fn == n ? bt__alias(t) : bt_retain(t);
+}
+BTDEF bt_node *bt__record_source(const char *op, bt_backward_fn fn, bt_tensor *out) {
+    if (out->grad_fn) bt_error("%s: the tensor already has a node (%s)", op, out->grad_fn->op);
+    bt_node *n = bt__node_alloc();
+    n->op = op; n->backward = fn; n->n_in = 0; n->refcount = 1; n->seq = ++bt__g.node_seq;
+    out->grad_fn = n; out->requires_grad = 1;
+    return n;
 }
 static int bt__wants(bt_node *n, int i) { return n->next[i].node || n->next[i].leaf; }
 

@@ -376,14 +376,52 @@ static bt_tensor *gpt2__positions(gpt2 *m, int64_t T) {
     }
     return bt_narrow(m->pos, 0, 0, T);
 }
+/* The block's two sublayers as bt_checkpoint regions (bt_autograd.h): each takes the residual
+   stream x and returns x + sublayer(layernorm(x)), so both consumers of x are inside (the remade
+   backward gives the same bits). The parameters are reached through the layer: GPT2_P's casts are
+   made inside, their nodes remade with the rest. */
+typedef struct { gpt2 *m; gpt2_layer *y; bt_dtype dt; } gpt2__region;
+static bt_tensor *gpt2__attn_region(void *ctx, bt_tensor **in) {
+    gpt2__region *r = (gpt2__region *)ctx;
+    gpt2 *m = r->m; gpt2_layer *y = r->y; bt_dtype dt = r->dt;
+    return gpt2__attention(m, y, bt_layernorm(in[0], GPT2_P(y->ln1w), GPT2_P(y->ln1b), 1e-5), in[0], dt);
+}
+static bt_tensor *gpt2__mlp_region(void *ctx, bt_tensor **in) {
+    gpt2__region *r = (gpt2__region *)ctx;
+    gpt2 *m = r->m; gpt2_layer *y = r->y; bt_dtype dt = r->dt;
+    return gpt2__mlp(m, y, bt_layernorm(in[0], GPT2_P(y->ln2w), GPT2_P(y->ln2b), 1e-5), in[0], dt);
+}
+static bt_tensor *gpt2__block_region(void *ctx, bt_tensor **in) {
+    bt_tensor *x1 = gpt2__attn_region(ctx, in);
+    return gpt2__mlp_region(ctx, &x1);
+}
+/* One block under the recompute flags (bt_set_recompute). What each keeps for the backward per
+   layer, in units of B*T*C activations (the compute dtype), beside small per-row statistics
+   (layernorm's mean and rstd, attention's logsumexp: B*T*(2 + H) floats):
+     none   16: ln1's out 1, qkv 3, attention's out 1, x1 1; ln2's out 1, h 4, gelu(h) 4, x2 1
+     GELU   12: gelu(h) remade from h (the fused GPU MLP; the CPU path keeps it)
+     ATTN   11: x1 and the MLP's 10; ln1's out, qkv, attention's out remade
+     MLP     7: the attention's 6 and x2; ln2's out, h, gelu(h) remade
+     BLOCK   1: x2 alone (the next block's input; this block's input is the last one's x2)
+   (ATTN | MLP keeps 2: x1 and x2 for the same work as BLOCK.) The remade region's activations are
+   alive during its own backward only: one layer's worth on top. The work remade: ATTN about 4C^2
+   + 2TC multiply-adds per token (qkv, projection, attention), MLP 8C^2, BLOCK both: one more
+   forward of the blocks, ~1/3 more per step for GPT-2 (forward 1, backward 2). */
+static bt_tensor *gpt2__block(gpt2 *m, gpt2_layer *y, bt_tensor *x, bt_dtype dt, int rc) {
+    gpt2__region r = {m, y, dt};
+    if (rc & BT_RECOMPUTE_BLOCK) return bt_checkpoint(gpt2__block_region, &r, sizeof r, &x, 1);
+    x = rc & BT_RECOMPUTE_ATTN ? bt_checkpoint(gpt2__attn_region, &r, sizeof r, &x, 1) : gpt2__attn_region(&r, &x);
+    return rc & BT_RECOMPUTE_MLP ? bt_checkpoint(gpt2__mlp_region, &r, sizeof r, &x, 1) : gpt2__mlp_region(&r, &x);
+}
+#define GPT2_RECOMPUTE_REGIONS (BT_RECOMPUTE_ATTN | BT_RECOMPUTE_MLP | BT_RECOMPUTE_BLOCK)
 BTDEF bt_tensor *gpt2_hidden(gpt2 *m, bt_tensor *idx, bt_dtype dt) {
+    int rc = bt_get_recompute();
+    if ((rc & GPT2_RECOMPUTE_REGIONS) && m->split && (m->split->attention || m->split->mlp))
+        bt_error("gpt2: recompute attn, mlp or block (flags %d) with tensor or context parallelism: the split blocks' "
+                 "collectives are not remade in the backward; use none or gelu", rc);
     bt_tensor *x = m->split && m->split->embed ? m->split->embed(m, idx, dt)
                  : bt_add(bt_embedding(GPT2_P(m->wte), idx), bt_embedding(GPT2_P(m->wpe), gpt2__positions(m, idx->shape[1])));
-    for (int l = 0; l < m->cfg.L; l++) {
-        gpt2_layer *y = &m->layers[l];
-        x = gpt2__attention(m, y, bt_layernorm(x, GPT2_P(y->ln1w), GPT2_P(y->ln1b), 1e-5), x, dt);
-        x = gpt2__mlp(m, y, bt_layernorm(x, GPT2_P(y->ln2w), GPT2_P(y->ln2b), 1e-5), x, dt);
-    }
+    for (int l = 0; l < m->cfg.L; l++) x = gpt2__block(m, &m->layers[l], x, dt, rc);
     return bt_layernorm(x, GPT2_P(m->lnfw), GPT2_P(m->lnfb), 1e-5);
 }
 /* weight tying: the head is wte */

@@ -110,8 +110,11 @@ static void usage(FILE *f) {
         "            (default on; with several processes of data parallelism (ddp, zero1, zero2) the graph\n"
         "            holds the gradient buckets' collectives too; not with --tp, --cp, --mlir, where off is\n"
         "            the default; the CPU ignores it)\n"
-        "  --recompute none|gelu   activations remade in the backward instead of kept: gelu(h) of the MLP\n"
-        "            (default: none when -b fits without, else gelu; none with the measured -b)\n"
+        "  --recompute none|gelu|attn|mlp|block   activations remade in the backward instead of kept:\n"
+        "            gelu(h) of the MLP; the attention or the MLP sublayer of each block, or the whole block,\n"
+        "            from its input (the same bits as none; block: ~1/3 more work per step; attn, mlp and\n"
+        "            block not with --tp or --cp) (default: the first of none, gelu, mlp, block with which -b\n"
+        "            fits; none with the measured -b or several processes)\n"
         "  -h        this help\n"
         "Each step prints its loss, learning rate, gradient norm (before clipping), time, tokens/s, MFU (GPUs\n"
         "of known peak), and mem: the device memory its tensors hold after the step (bt_alloc's allocated\n"
@@ -212,8 +215,8 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
             if (bt_cp_kv_parse(v, &kv)) { snprintf(err, errlen, "--cp-comm must be ring, allgather or alltoall, got '%s'", v); return -1; }
         }
         else if (!strcmp(a, "--recompute")) {
-            if (strcmp(v, "none") && strcmp(v, "gelu")) { snprintf(err, errlen, "--recompute must be none or gelu, got '%s'", v); return -1; }
-            o->recompute = !strcmp(v, "gelu") ? BT_RECOMPUTE_GELU : 0;
+            o->recompute = trainer_recompute_parse(v);
+            if (o->recompute < 0) { snprintf(err, errlen, "--recompute must be none, gelu, attn, mlp or block, got '%s'", v); return -1; }
         }
         else if (!strcmp(a, "--cuda-graph")) {
             if (strcmp(v, "on") && strcmp(v, "off")) { snprintf(err, errlen, "--cuda-graph must be on or off, got '%s'", v); return -1; }
@@ -255,7 +258,9 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
         : o->eval_only && (o->save_path || o->export_hf || o->ckpt_every || o->ckpt_overwrite)
             ? "--eval-only trains nothing and writes no model: drop --save, --export-hf, --ckpt-every and --ckpt-overwrite"
         : o->eval_only && (o->tp > 1 || o->cp > 1) ? "--eval-only: not with --tp or --cp (evaluate the checkpoint with data parallelism)"
-        : o->eval_mc && (o->tp > 1 || o->cp > 1) ? "--eval-mc: not with --tp or --cp" : NULL;
+        : o->eval_mc && (o->tp > 1 || o->cp > 1) ? "--eval-mc: not with --tp or --cp"
+        : o->recompute > 0 && (o->recompute & ~BT_RECOMPUTE_GELU) && (o->tp > 1 || o->cp > 1)
+            ? "--recompute attn, mlp or block: not with --tp or --cp (their split blocks' collectives are not remade; use none or gelu)" : NULL;
     if (clash) { snprintf(err, errlen, "%s", clash); return -1; }
     return 0;
 }
@@ -913,8 +918,8 @@ static int train_main(train_opts *o) {
     double peak = on_gpu ? peak_flops(bt_device_name(dev), o->precision) : 0;   /* 0: MFU not shown */
     printf("model %s: L %d H %d C %d maxT %d V %d (padded %d), %.2fM parameters on %s\n", tr.src.file || tr.src.resume ? tr.src.path : model, cfg.L, cfg.H, cfg.C,
            cfg.maxT, cfg.V, cfg.Vp, tr.model.num_params / 1e6, on_gpu ? bt_device_name(dev) : "cpu");
-    printf("B %d T %d, total batch %d tokens (%d micro-batches), %d steps, lr %.2e warmup %d, precision %s%s\n",
-           o->B, o->T, o->total_batch, accum, o->steps, o->lr, o->warmup, o->precision, o->recompute ? ", recompute gelu" : "");
+    printf("B %d T %d, total batch %d tokens (%d micro-batches), %d steps, lr %.2e warmup %d, precision %s%s%s\n",
+           o->B, o->T, o->total_batch, accum, o->steps, o->lr, o->warmup, o->precision, o->recompute ? ", recompute " : "", o->recompute ? trainer_recompute_name(o->recompute) : "");
     if (on_gpu) printf("cuda graph: %s\n", !o->cuda_graph ? "off" : dist && dworld > 1
                        ? "on (each kind of micro-step, accumulating or communicating, is captured with its collectives after one eager run, then replayed)"
                        : "on (the micro-step is captured after one eager micro-step, then replayed)");

@@ -149,7 +149,10 @@ void trainer_graph_micro_step(trainer *tr, step_graph *g, bt_tensor *tokens, int
 
 /* ---- 5. memory ---- */
 int trainer_auto_micro_batch(gpt2 *m, int T, int total_batch, bt_dtype dt);   /* the largest power of two that fits */
-int trainer_choose_recompute(gpt2 *m, int B, int T, bt_dtype dt);             /* none when B fits without, else gelu */
+/* the lightest of none, gelu, mlp, block with which B fits (measured), as BT_RECOMPUTE_* flags */
+int trainer_choose_recompute(gpt2 *m, int B, int T, bt_dtype dt);
+int trainer_recompute_parse(const char *name);        /* none|gelu|attn|mlp|block -> flags; -1 otherwise */
+const char *trainer_recompute_name(int flags);        /* the flags' --recompute name ("flags" for another mix) */
 
 /* ---- 6. checkpoints ---- */
 void trainer_install_stop_signals(void);   /* SIGINT/SIGTERM: finish the step, checkpoint, exit 0; a second: at once */
@@ -467,16 +470,42 @@ static trainer__mem trainer__probe_memory(gpt2 *m, int T, bt_dtype dt, int b2) {
     return mm;
 }
 static double trainer__need(trainer__mem mm, int B) { return mm.fixed + (double)mm.per * B; }
+/* --recompute's modes, by what GPT-2 keeps per layer (gpt2.h, gpt2__block: units of B T C
+   activations): none 16, gelu 12, attn 11, mlp 7, block 1; the work remade grows the same way
+   (gelu: one elementwise kernel; attn: ~4C^2 + 2TC multiply-adds per token; mlp: 8C^2; block: both).
+   The default climbs none < gelu < mlp < block and stops at the first that fits; attn is left out
+   (one unit less than gelu for the attention's work: mlp's step is the better one). */
+static const struct { const char *name; int flags; } trainer__recompute_modes[] = {
+    {"none", 0}, {"gelu", BT_RECOMPUTE_GELU}, {"attn", BT_RECOMPUTE_ATTN}, {"mlp", BT_RECOMPUTE_MLP}, {"block", BT_RECOMPUTE_BLOCK}};
+int trainer_recompute_parse(const char *name) {
+    for (size_t i = 0; i < sizeof trainer__recompute_modes / sizeof trainer__recompute_modes[0]; i++)
+        if (!strcmp(name, trainer__recompute_modes[i].name)) return trainer__recompute_modes[i].flags;
+    return -1;
+}
+const char *trainer_recompute_name(int flags) {
+    for (size_t i = 0; i < sizeof trainer__recompute_modes / sizeof trainer__recompute_modes[0]; i++)
+        if (flags == trainer__recompute_modes[i].flags) return trainer__recompute_modes[i].name;
+    return "flags";
+}
 int trainer_choose_recompute(gpt2 *m, int B, int T, bt_dtype dt) {
-    int b2 = B >= 8 ? 8 : 2;
-    trainer__mem none = trainer__probe_memory(m, T, dt, b2);
-    if (trainer__need(none, B) <= none.budget) { printf("recompute: none (B %d fits: %.0f of %.0f MiB)\n", B, trainer__need(none, B) / 1048576.0, none.budget / 1048576.0); return 0; }
-    int old = bt_set_recompute(BT_RECOMPUTE_GELU);
-    trainer__mem gelu = trainer__probe_memory(m, T, dt, b2);
+    static const int ladder[] = {0, BT_RECOMPUTE_GELU, BT_RECOMPUTE_MLP, BT_RECOMPUTE_BLOCK};
+    int b2 = B >= 8 ? 8 : 2, n = (int)(sizeof ladder / sizeof ladder[0]), old = bt_get_recompute(), k;
+    double need[4];
+    trainer__mem mm = {0, 1, 0};
+    for (k = 0; k < n; k++) {
+        bt_set_recompute(ladder[k]);
+        mm = trainer__probe_memory(m, T, dt, b2);
+        need[k] = trainer__need(mm, B);
+        if (need[k] <= mm.budget) break;
+    }
     bt_set_recompute(old);
-    printf("recompute: gelu (B %d needs %.0f MiB without, %.0f with; %.0f usable)\n", B, trainer__need(none, B) / 1048576.0,
-           trainer__need(gelu, B) / 1048576.0, gelu.budget / 1048576.0);
-    return BT_RECOMPUTE_GELU;
+    if (k == 0) { printf("recompute: none (B %d fits: %.0f of %.0f MiB)\n", B, need[0] / 1048576.0, mm.budget / 1048576.0); return 0; }
+    int fits = k < n;
+    if (!fits) k = n - 1;
+    printf("recompute: %s (B %d needs", trainer_recompute_name(ladder[k]), B);
+    for (int i = 0; i <= k; i++) printf("%s %.0f MiB with %s", i ? "," : "", need[i] / 1048576.0, trainer_recompute_name(ladder[i]));
+    printf("; %.0f usable%s)\n", mm.budget / 1048576.0, fits ? "" : ": it may not fit even so, give a smaller -b");
+    return ladder[k];
 }
 int trainer_auto_micro_batch(gpt2 *m, int T, int total_batch, bt_dtype dt) {
     int best = 1;

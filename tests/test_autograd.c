@@ -432,6 +432,128 @@ static void test_grad_other_dtype(void) {
     BT_CHECK(allocated() == base, "leaked %lld bytes", (long long)(allocated() - base));
 }
 
+/* ---------------------------------------------------------------------------------------------
+   activation checkpointing (bt_checkpoint)
+   --------------------------------------------------------------------------------------------- */
+/* a residual block's shape: x + linear(gelu(linear(layernorm(x, g, b), w1, b1)), w2, b2), the
+   parameters leaves reached through ctx, x an op result (two consumers inside the region) */
+typedef struct { bt_tensor *g, *b, *w1, *b1, *w2, *b2; int nested; } ck_params;
+static bt_tensor *ck_inner(void *ctx, bt_tensor **in) {
+    ck_params *p = (ck_params *)ctx;
+    return bt_linear(bt_gelu(bt_linear(in[0], p->w1, p->b1)), p->w2, p->b2);
+}
+static bt_tensor *ck_block(void *ctx, bt_tensor **in) {
+    ck_params *p = (ck_params *)ctx;
+    bt_tensor *h = bt_layernorm(in[0], p->g, p->b, 1e-5);
+    bt_tensor *u = p->nested ? bt_checkpoint(ck_inner, p, sizeof *p, &h, 1) : ck_inner(p, &h);
+    return bt_add(in[0], u);
+}
+static ck_params ck_make(bt_dtype dt, int C, int F) {
+    ck_params p = {bt_test_leaf(bt_shape1(C), dt, 1), bt_test_leaf(bt_shape1(C), dt, 1), bt_test_leaf(bt_shape2(F, C), dt, 1),
+                   bt_test_leaf(bt_shape1(F), dt, 1), bt_test_leaf(bt_shape2(C, F), dt, 1), bt_test_leaf(bt_shape1(C), dt, 1), 0};
+    return p;
+}
+static void ck_free(ck_params *p) { bt_release(p->g); bt_release(p->b); bt_release(p->w1); bt_release(p->b1); bt_release(p->w2); bt_release(p->b2); }
+static bt_tensor **ck_list(ck_params *p, bt_tensor *x0) { static bt_tensor *l[7]; l[0] = p->g; l[1] = p->b; l[2] = p->w1; l[3] = p->b1; l[4] = p->w2; l[5] = p->b2; l[6] = x0; return l; }
+/* loss = sum(tanh(block2(block1(tanh(x0))))^2), each block checkpointed when mode is 1 (2: the MLP
+   inside each block checkpointed too, nested) */
+static bt_tensor *ck_loss(ck_params *p1, ck_params *p2, bt_tensor *x0, int mode) {
+    p1->nested = p2->nested = mode == 2;
+    bt_tensor *x = bt_tanh(x0);
+    x = mode ? bt_checkpoint(ck_block, p1, sizeof *p1, &x, 1) : ck_block(p1, &x);
+    x = mode ? bt_checkpoint(ck_block, p2, sizeof *p2, &x, 1) : ck_block(p2, &x);
+    return bt_sum(bt_square(bt_tanh(x)), NULL, 0, 0);
+}
+/* the gradients of both blocks' parameters and x0, as one f64 array of n */
+static double *ck_grads(ck_params *p1, ck_params *p2, bt_tensor *x0, long *n) {
+    bt_tensor *all[13];
+    memcpy(all, ck_list(p1, x0), sizeof(bt_tensor *) * 6); memcpy(all + 6, ck_list(p2, x0), sizeof(bt_tensor *) * 7);
+    long tot = 0;
+    for (int i = 0; i < 13; i++) tot += (long)bt_numel(all[i]);
+    double *g = (double *)malloc(sizeof(double) * (size_t)tot);
+    long k = 0;
+    for (int i = 0; i < 13; i++) {
+        double *gi = bt_test_host(all[i]->grad);
+        memcpy(g + k, gi, sizeof(double) * (size_t)bt_numel(all[i])); k += (long)bt_numel(all[i]);
+        free(gi); bt_test_drop_grad(all[i]);
+    }
+    *n = tot;
+    return g;
+}
+static void test_checkpoint_exact(void) {
+    size_t base = allocated();
+    enum { N = 6, C = 8, F = 16 };
+    ck_params p1 = ck_make(BT_F32, C, F), p2 = ck_make(BT_F32, C, F);
+    bt_tensor *x0 = bt_test_leaf(bt_shape2(N, C), BT_F32, 1);
+    hook_log hw = {0};
+    bt_register_grad_hook(p1.w1, count_hook, &hw);
+    double loss[3]; double *g[3]; long n = 0;
+    size_t held[3];
+    for (int mode = 0; mode < 3; mode++) {
+        for (int rep = 0; rep < 2; rep++) {   /* twice: the second adds into the first's gradients */
+            bt_scope_begin();
+            bt_tensor *l = ck_loss(&p1, &p2, x0, mode);
+            if (rep == 0) held[mode] = allocated() - base;   /* what the graph (and the scope) holds after the forward */
+            bt_backward(l);
+            loss[mode] = bt_item(l);
+            bt_scope_end();
+        }
+        g[mode] = ck_grads(&p1, &p2, x0, &n);
+    }
+    for (int mode = 1; mode < 3; mode++) {
+        BT_CHECK(loss[mode] == loss[0], "mode %d: loss %.9g, unwrapped %.9g", mode, loss[mode], loss[0]);
+        BT_CHECK(!memcmp(g[mode], g[0], sizeof(double) * (size_t)n), "mode %d: gradients differ from the unwrapped chain's", mode);
+        BT_CHECK(held[mode] < held[0], "mode %d: the forward holds %zu bytes, unwrapped %zu", mode, held[mode], held[0]);
+    }
+    BT_CHECK(hw.calls == 6, "a parameter's hook fired %d times in 6 passes", hw.calls);
+    for (int mode = 0; mode < 3; mode++) free(g[mode]);
+    unhook(p1.w1);
+    /* no grad mode: fn itself; an input returned as it is gets a struct of its own */
+    bt_scope_begin();
+    int og = bt_set_grad_enabled(0);
+    bt_tensor *t = bt_tanh(x0), *y = bt_checkpoint(ck_block, &p1, sizeof p1, &t, 1);
+    BT_CHECK(!y->grad_fn, "grad mode off: a node was recorded (%s)", y->grad_fn ? y->grad_fn->op : "");
+    bt_set_grad_enabled(og);
+    bt_scope_end();
+    BT_EXPECT_ERROR(bt_checkpoint(ck_block, &p1, sizeof p1, NULL, 1), "checkpoint: fn, and inputs");
+    ck_free(&p1); ck_free(&p2); bt_release(x0);
+    BT_CHECK(allocated() == base, "leaked %lld bytes", (long long)(allocated() - base));
+}
+/* the checkpointed chain's gradients in f64 against central differences of its loss */
+static void test_checkpoint_gradcheck(void) {
+    size_t base = allocated();
+    enum { N = 3, C = 4, F = 6 };
+    ck_params p1 = ck_make(BT_F64, C, F), p2 = ck_make(BT_F64, C, F);
+    bt_tensor *x0 = bt_test_leaf(bt_shape2(N, C), BT_F64, 1);
+    bt_scope_begin();
+    bt_backward(ck_loss(&p1, &p2, x0, 2));
+    bt_scope_end();
+    bt_tensor *all[13];
+    memcpy(all, ck_list(&p1, x0), sizeof(bt_tensor *) * 6); memcpy(all + 6, ck_list(&p2, x0), sizeof(bt_tensor *) * 7);
+    double worst = 0;
+    const double h = 1e-6;
+    for (int i = 0; i < 13; i++) {
+        double *ga = bt_test_host(all[i]->grad), *v = (double *)bt_data_ptr(all[i]);
+        for (int64_t k = 0; k < bt_numel(all[i]); k++) {
+            double keep = v[k], lp, lm;
+            int og = bt_set_grad_enabled(0);
+            bt_scope_begin();
+            v[k] = keep + h; lp = bt_item(ck_loss(&p1, &p2, x0, 2));
+            v[k] = keep - h; lm = bt_item(ck_loss(&p1, &p2, x0, 2));
+            bt_scope_end();
+            bt_set_grad_enabled(og);
+            v[k] = keep;
+            double fd = (lp - lm) / (2 * h), e = fabs(fd - ga[k]) / fmax(1.0, fabs(fd));
+            if (e > worst) worst = e;
+        }
+        free(ga);
+    }
+    BT_CHECK(worst < BT_TOL_FD, "checkpointed gradients against central differences: worst error %.3g", worst);
+    for (int i = 0; i < 13; i++) bt_test_drop_grad(all[i]);
+    ck_free(&p1); ck_free(&p2); bt_release(x0);
+    BT_CHECK(allocated() == base, "leaked %lld bytes", (long long)(allocated() - base));
+}
+
 int main(void) {
     bt_test_seed = 5000;
     BT_RUN(test_shared_subexpressions);
@@ -445,5 +567,7 @@ int main(void) {
     BT_RUN(test_grad_other_dtype);
     BT_RUN(test_deep_graph);
     BT_RUN(test_backward_with_seed);
+    BT_RUN(test_checkpoint_exact);
+    BT_RUN(test_checkpoint_gradcheck);
     return bt_test_summary("test_autograd");
 }

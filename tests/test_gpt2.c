@@ -175,6 +175,88 @@ static void test_parity_tiny(void) {
            r.logits, r.loss, r.grad_worst, r.grad_worst_name, r.step_loss_worst);
 }
 
+/* activation checkpointing per block (bt_set_recompute's ATTN, MLP, BLOCK: gpt2.h wraps the
+   sublayers in bt_checkpoint): the same losses and every gradient the same bits as none, over a
+   few AdamW steps of the s2 preset (the optimizer then sees the same gradients, so the weights stay
+   equal too) */
+enum { RC_STEPS = 3, RC_B = 4, RC_T = 32, RC_V = 256 };
+static void rc_run(int flags, double *loss, float **grads) {
+    gpt2_config c;
+    gpt2_config_from_preset("s2", RC_V, &c);
+    gpt2 m; gpt2_build(&m, c, bt_cpu()); gpt2_init(&m, 11);
+    bt_adamw opt; bt_adamw_init(&opt, m.params, m.n_params, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f);
+    int32_t x[RC_B * RC_T + 1];
+    int old = bt_set_recompute(flags);
+    for (int step = 0; step < RC_STEPS; step++) {
+        for (int i = 0; i <= RC_B * RC_T; i++) x[i] = (int32_t)(bt_philox_uniform(77 + step, (uint64_t)i) * RC_V);
+        bt_zero_(m.flat_grad);
+        bt_scope_begin();
+        bt_tensor *idx = bt_from_data(x, bt_shape2(RC_B, RC_T), BT_I32, bt_cpu()), *tgt = bt_from_data(x + 1, bt_shape2(RC_B, RC_T), BT_I32, bt_cpu());
+        bt_tensor *l = gpt2_loss(&m, idx, tgt, BT_F32);
+        bt_backward(l);
+        loss[step] = bt_item(l);
+        bt_scope_end();
+        grads[step] = (float *)malloc(sizeof(float) * (size_t)m.flat_numel);
+        bt_to_host(m.flat_grad, grads[step], BT_F32);
+        bt_adamw_step(&opt, 1e-3f);
+    }
+    bt_set_recompute(old);
+    bt_adamw_free(&opt); gpt2_free(&m);
+}
+static void test_recompute_modes(void) {
+    static const struct { int flags; const char *name; } modes[] = {
+        {BT_RECOMPUTE_ATTN, "attn"}, {BT_RECOMPUTE_MLP, "mlp"}, {BT_RECOMPUTE_BLOCK, "block"},
+        {BT_RECOMPUTE_ATTN | BT_RECOMPUTE_MLP, "attn+mlp"}, {BT_RECOMPUTE_BLOCK | BT_RECOMPUTE_GELU, "block+gelu"}};
+    gpt2_config c; gpt2_config_from_preset("s2", RC_V, &c);
+    size_t n = (size_t)gpt2_num_params(&c);
+    double l0[RC_STEPS], l1[RC_STEPS]; float *g0[RC_STEPS], *g1[RC_STEPS];
+    rc_run(0, l0, g0);
+    for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
+        rc_run(modes[k].flags, l1, g1);
+        for (int s = 0; s < RC_STEPS; s++) {
+            BT_CHECK(l1[s] == l0[s], "%s step %d: loss %.9g, none %.9g", modes[k].name, s, l1[s], l0[s]);
+            BT_CHECK(!memcmp(g1[s], g0[s], sizeof(float) * n), "%s step %d: the gradients differ from none's", modes[k].name, s);
+            free(g1[s]);
+        }
+    }
+    for (int s = 0; s < RC_STEPS; s++) free(g0[s]);
+    BT_CHECK(bt_alloc_stats(bt_cpu()).allocated == 0, "leaked %zu bytes", bt_alloc_stats(bt_cpu()).allocated);
+}
+/* The peak of a forward + backward, s4 (L 4, C 128) at B 8, T 256, where the activations dominate.
+   Unit U = B T C floats (1 MiB). Without recomputation every layer's 16 U stay alive to the end of
+   the step (the scope holds the ops' results: ln1 1, qkv 3, attention 1, x1 1, ln2 1, h 4, gelu(h)
+   4, x2 1; the CPU MLP is unfused), so the peak is at least fixed + 16 L U + the backward's
+   transient. With BLOCK the forward keeps L U (each block's output) and the backward adds one
+   block's remade 16 U (the layer being differentiated) on top of the same transient: the peak
+   falls by at least (16 L - L - 16) U = 44 U for L = 4 (of the 64 U kept). */
+static void test_recompute_memory(void) {
+    gpt2_config c; gpt2_config_from_preset("s4", RC_V, &c);
+    enum { B = 8, T = 256 };
+    gpt2 m; gpt2_build(&m, c, bt_cpu()); gpt2_init(&m, 5);
+    int32_t *x = (int32_t *)malloc(sizeof(int32_t) * B * T);
+    for (int i = 0; i < B * T; i++) x[i] = (int32_t)(bt_philox_uniform(3, (uint64_t)i) * RC_V);
+    size_t peak[2]; double loss[2];
+    for (int k = 0; k < 2; k++) {
+        int old = bt_set_recompute(k ? BT_RECOMPUTE_BLOCK : 0);
+        bt_zero_(m.flat_grad);
+        bt_alloc_reset_peak(bt_cpu());
+        bt_scope_begin();
+        bt_tensor *idx = bt_from_data(x, bt_shape2(B, T), BT_I32, bt_cpu());
+        bt_tensor *l = gpt2_loss(&m, idx, idx, BT_F32);
+        bt_backward(l);
+        loss[k] = bt_item(l);
+        bt_scope_end();
+        peak[k] = bt_alloc_stats(bt_cpu()).peak_allocated;
+        bt_set_recompute(old);
+    }
+    size_t U = (size_t)B * T * c.C * sizeof(float), want = (size_t)(15 * c.L - 16) * U;
+    printf("recompute block, s4 B %d T %d: peak %.1f -> %.1f MiB (at least %.1f MiB less expected)\n", B, T, peak[0] / 1048576.0,
+           peak[1] / 1048576.0, want / 1048576.0);
+    BT_CHECK(loss[0] == loss[1], "loss %.9g with block, %.9g without", loss[1], loss[0]);
+    BT_CHECK(peak[0] >= peak[1] + want, "peak %zu B without, %zu B with block: less than %zu B saved", peak[0], peak[1], want);
+    free(x); gpt2_free(&m);
+}
+
 /* --save-loop PATH SEED N: save the small model of init SEED to PATH N times */
 static int save_loop(const char *path, int seed, int n) {
     gpt2 m; char err[512];
@@ -196,6 +278,8 @@ int main(int argc, char **argv) {
     BT_RUN(test_concurrent_saves);
     BT_RUN(test_kv_cache);
     BT_RUN(test_overfit);
+    BT_RUN(test_recompute_modes);
+    BT_RUN(test_recompute_memory);
     BT_RUN(test_parity_tiny);
     bt_test_dir_remove();
     return bt_test_summary("test_gpt2");

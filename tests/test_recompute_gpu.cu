@@ -84,8 +84,65 @@ static void parity(bt_dtype dt, double tol) {
 static void test_recompute_fp32(void) { parity(BT_F32, 1e-5); }
 static void test_recompute_bf16(void) { parity(BT_BF16, 1e-2); }
 
-/* the remade gelu(h) inside a captured micro-step: the graph gives the eager recomputed bits */
+/* the checkpointed regions (gpt2.h under BT_RECOMPUTE_ATTN, _MLP, _BLOCK; bt_checkpoint): the loss
+   and every gradient the same bits as none (the same kernels on the same data, the same in-place
+   sinks and column sums in the backward), and for block the peak at least (15 L - 16) B T C
+   activations lower: at the start of the backward none holds 16 B T C per layer (gpt2.h's
+   gpt2__block; the fused MLP's h and gelu(h) are held by its node rather than by the scope, but
+   held), block one, and its backward adds one layer's 16 remade */
+static void regions(bt_dtype dt) {
+    if (no_gpu()) return;
+    bt_set_deterministic(1);
+    gpt2_config c; c.L = L_; c.H = H_; c.C = C_; c.maxT = T_; c.V = V_; c.Vp = V_;
+    gpt2 m; gpt2_build(&m, c, bt_cuda_device(0)); gpt2_init(&m, 6);
+    int32_t ids[2 * B_ * T_];
+    for (int i = 0; i < 2 * B_ * T_; i++) ids[i] = (int32_t)(bt_philox_uniform(23, (uint64_t)i) * V_);
+    static const struct { int flags; const char *name; } modes[] = {
+        {BT_RECOMPUTE_ATTN, "attn"}, {BT_RECOMPUTE_MLP, "mlp"}, {BT_RECOMPUTE_BLOCK, "block"},
+        {BT_RECOMPUTE_BLOCK | BT_RECOMPUTE_GELU, "block+gelu"}};
+    pass_out a, b;
+    one_pass(&m, dt, 0, ids, &a);   /* a warm-up */
+    free(a.grad);
+    one_pass(&m, dt, 0, ids, &a);
+    for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
+        one_pass(&m, dt, modes[k].flags, ids, &b);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < m.num_params; i++) bad += memcmp(a.grad + i, b.grad + i, sizeof(float)) != 0;
+        printf("recompute %s %s: loss %.9f vs %.9f; %lld gradient elements differ; peak %.2f -> %.2f MiB\n", modes[k].name,
+               bt_dtype_name(dt), a.loss, b.loss, (long long)bad, a.peak / 1048576.0, b.peak / 1048576.0);
+        BT_CHECK(a.loss == b.loss, "%s %s: loss %.9f, none %.9f", modes[k].name, bt_dtype_name(dt), b.loss, a.loss);
+        BT_CHECK(bad == 0, "%s %s: %lld gradient elements differ from none's", modes[k].name, bt_dtype_name(dt), (long long)bad);
+        if (modes[k].flags == BT_RECOMPUTE_BLOCK) {
+            size_t U = (size_t)B_ * T_ * C_ * bt_dtype_size(dt), want = (size_t)(15 * L_ - 16) * U;
+            BT_CHECK(a.peak >= b.peak + want, "block %s: peak %zu B kept, %zu B remade: less than %zu B saved", bt_dtype_name(dt), a.peak,
+                     b.peak, want);
+        }
+        free(b.grad);
+    }
+    free(a.grad);
+    gpt2_free(&m);
+    bt_set_deterministic(0);
+}
+static void test_regions_fp32(void) { regions(BT_F32); }
+static void test_regions_bf16(void) { regions(BT_BF16); }
+
+/* the remade gelu(h), and the remade blocks, inside a captured micro-step: the graph gives the
+   eager recomputed bits, and block's the bits of none */
+static void graph_parity(int flags, float *ref, double *ref_loss);
 static void test_recompute_in_graph(void) {
+    if (no_gpu()) return;
+    gpt2_config c; c.L = 2; c.H = H_; c.C = C_; c.maxT = T_; c.V = V_; c.Vp = V_;
+    size_t n = (size_t)gpt2_num_params(&c);
+    float *g0 = (float *)malloc(sizeof(float) * n), *g1 = (float *)malloc(sizeof(float) * n);
+    double l0 = 0, l1 = 0;
+    graph_parity(BT_RECOMPUTE_GELU, NULL, NULL);
+    graph_parity(0, g0, &l0);
+    graph_parity(BT_RECOMPUTE_BLOCK, g1, &l1);
+    graph_parity(BT_RECOMPUTE_ATTN | BT_RECOMPUTE_MLP, NULL, NULL);
+    BT_CHECK(l0 == l1 && !memcmp(g0, g1, sizeof(float) * n), "graphed block: loss %.9f vs none's %.9f, or the gradients differ", l1, l0);
+    free(g0); free(g1);
+}
+static void graph_parity(int flags, float *ref, double *ref_loss) {
     if (no_gpu()) return;
     bt_set_deterministic(1);
     gpt2_config c; c.L = 2; c.H = H_; c.C = C_; c.maxT = T_; c.V = V_; c.Vp = V_;
@@ -93,7 +150,7 @@ static void test_recompute_in_graph(void) {
     bt_device dev = m.device;
     int32_t ids[2 * B_ * T_];
     for (int i = 0; i < 2 * B_ * T_; i++) ids[i] = (int32_t)(bt_philox_uniform(22, (uint64_t)i) * V_);
-    int old = bt_set_recompute(BT_RECOMPUTE_GELU);
+    int old = bt_set_recompute(flags);
     bt_tensor *idx = bt_from_data(ids, bt_shape2(B_, T_), BT_I32, dev), *tgt = bt_from_data(ids + B_ * T_, bt_shape2(B_, T_), BT_I32, dev);
     bt_tensor *lsum = bt_scalar(0, BT_F32, dev);
     float *ge = (float *)malloc(sizeof(float) * (size_t)m.num_params), *gg = (float *)malloc(sizeof(float) * (size_t)m.num_params);
@@ -114,8 +171,10 @@ static void test_recompute_in_graph(void) {
         bt_to_host(m.flat_grad, mode ? gg : ge, BT_F32);
         bt_graph_free(g);
     }
-    BT_CHECK(le == lg, "graph loss %.9f, eager %.9f", lg, le);
-    BT_CHECK(!memcmp(ge, gg, sizeof(float) * (size_t)m.num_params), "graph and eager gradients differ with gelu(h) remade");
+    BT_CHECK(le == lg, "recompute %d: graph loss %.9f, eager %.9f", flags, lg, le);
+    BT_CHECK(!memcmp(ge, gg, sizeof(float) * (size_t)m.num_params), "recompute %d: graph and eager gradients differ", flags);
+    if (ref) memcpy(ref, gg, sizeof(float) * (size_t)m.num_params);
+    if (ref_loss) *ref_loss = lg;
     bt_set_recompute(old);
     bt_set_deterministic(0);
     free(ge); free(gg);
@@ -126,6 +185,8 @@ static void test_recompute_in_graph(void) {
 int main(void) {
     BT_RUN(test_recompute_fp32);
     BT_RUN(test_recompute_bf16);
+    BT_RUN(test_regions_fp32);
+    BT_RUN(test_regions_bf16);
     BT_RUN(test_recompute_in_graph);
     return bt_test_summary("test_recompute_gpu");
 }

@@ -22,12 +22,23 @@ static void test_cli(void) {
     BT_CHECK(parse("-b 4 -t 32 -x 10 --precision bf16", &o, err) == 0 && o.B == 4 && o.T == 32 && o.steps == 10, "good flags: %s", err);
     BT_CHECK(parse("-h", &o, err) == 1, "-h asks for help");
     BT_CHECK(parse("--device cuda:1", &o, err) == 0 && !strcmp(o.device, "cuda:1"), "--device cuda:1: %s", err);
+    const char *rc_names[] = {"none", "gelu", "attn", "mlp", "block"};
+    const int rc_flags[] = {0, BT_RECOMPUTE_GELU, BT_RECOMPUTE_ATTN, BT_RECOMPUTE_MLP, BT_RECOMPUTE_BLOCK};
+    for (int i = 0; i < 5; i++) {
+        char line[64]; snprintf(line, sizeof line, "--recompute %s", rc_names[i]);
+        BT_CHECK(parse(line, &o, err) == 0 && o.recompute == rc_flags[i] && !strcmp(trainer_recompute_name(o.recompute), rc_names[i]),
+                 "%s: %d (%s)", line, o.recompute, err);
+    }
+    BT_CHECK(parse("--recompute gelu --tp 2", &o, err) == 0, "--recompute gelu with --tp: %s", err);
     struct { const char *args, *msg; } bad[] = {
         {"-b", "-b needs a value"}, {"-b 0", "bad value '0' for -b"}, {"-b x", "bad value 'x' for -b"},
         {"-t 12abc", "bad value '12abc' for -t"}, {"-l -1", "bad value '-1' for -l"}, {"--bogus 1", "unknown option '--bogus'"},
         {"--precision fp8", "--precision must be fp32, tf32 or bf16"}, {"--device tpu", "--device must be auto, cpu, cuda or cuda:N"},
         {"-q 2", "bad value '2' for -q"}, {"--device cuda:x", "--device must be"}, {"--device cuda:99", "--device must be"},
         {"-x 1 --bogus", "unknown option '--bogus'"}, {"-x 1 stray", "unknown option 'stray'"},   /* issue 35, finding 7: last, no value */
+        {"--recompute all", "--recompute must be none, gelu, attn, mlp or block, got 'all'"},
+        {"--recompute block --tp 2", "--recompute attn, mlp or block: not with --tp or --cp"},
+        {"--cp 2 --recompute mlp", "not with --tp or --cp"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int r = parse(bad[i].args, &o, err);
@@ -200,6 +211,34 @@ static void test_flags_in_runs(void) {
     BT_CHECK(rc == 1 && strstr(out, "not a token shard") && strstr(out, "bt_tokenize"), "-i README.md: exit %d: %s", rc, out);
 }
 
+/* --recompute block and mlp: the same losses and, after 4 steps, the same weights (the saved model
+   file, byte for byte) as none: the gradients were the same bits at every step */
+static void test_recompute_runs(void) {
+    if (!have_data()) { BT_SKIP("no data/tinyshakespeare_*.bin (make data)"); return; }
+    const char *modes[] = {"none", "block", "mlp"};
+    char out[65536], args[4096], dir[3][1600], bin[3][1600];
+    double loss[3][8];
+    int n[3];
+    for (int k = 0; k < 3; k++) {
+        snprintf(dir[k], sizeof dir[k], "%s", tp(modes[k]));
+        snprintf(bin[k], sizeof bin[k], "%s.bin", dir[k]);
+        snprintf(args, sizeof args, TINY_RUN " -x 4 --recompute %s -o %s --save %s", modes[k], dir[k], bin[k]);
+        int rc = train_run(args, out, sizeof out);
+        BT_CHECK(rc == 0 && (k == 0 || strstr(out, modes[k])), "--recompute %s: exit %d: %s", modes[k], rc, out);
+        n[k] = read_losses(dir[k], loss[k], 8);
+    }
+    for (int k = 1; k < 3; k++) {
+        BT_CHECK(n[k] == 4 && n[0] == 4 && !memcmp(loss[k], loss[0], sizeof(double) * 4), "--recompute %s: %d losses, first %.9g (none: %d, %.9g)",
+                 modes[k], n[k], loss[k][0], n[0], loss[0][0]);
+        FILE *a = fopen(bin[0], "rb"), *b = fopen(bin[k], "rb");
+        int same = a && b;
+        for (int ca = 0, cb = 0; same && ca != EOF; ) { ca = fgetc(a); cb = fgetc(b); same = ca == cb; }
+        if (a) fclose(a);
+        if (b) fclose(b);
+        BT_CHECK(same, "--recompute %s: the weights after 4 steps differ from none's", modes[k]);
+    }
+}
+
 /* issue 35, finding 7: a path of 1,500+ bytes is shortened in the middle, and the reason after it
    stays (it was cut off: "error: --init-from: /tmp/.../abcdefghi") */
 static void test_long_paths_keep_reason(void) {
@@ -282,6 +321,7 @@ int main(int argc, char **argv) {
     BT_RUN(test_nonfinite_loss_stops);
     BT_RUN(test_log_write_error_warns_once);
     BT_RUN(test_flags_in_runs);
+    BT_RUN(test_recompute_runs);
     BT_RUN(test_long_paths_keep_reason);
     BT_RUN(test_early_exits_free_memory);
     BT_RUN(test_shakespeare_loss_falls);
