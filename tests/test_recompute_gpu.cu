@@ -99,7 +99,8 @@ static void regions(bt_dtype dt) {
     for (int i = 0; i < 2 * B_ * T_; i++) ids[i] = (int32_t)(bt_philox_uniform(23, (uint64_t)i) * V_);
     static const struct { int flags; const char *name; } modes[] = {
         {BT_RECOMPUTE_ATTN, "attn"}, {BT_RECOMPUTE_MLP, "mlp"}, {BT_RECOMPUTE_BLOCK, "block"},
-        {BT_RECOMPUTE_BLOCK | BT_RECOMPUTE_GELU, "block+gelu"}};
+        {BT_RECOMPUTE_BLOCK | BT_RECOMPUTE_GELU, "block+gelu"}, {BT_RECOMPUTE_MLP | BT_RECOMPUTE_GELU, "mlp+gelu"},
+        {BT_RECOMPUTE_ATTN | BT_RECOMPUTE_GELU, "attn+gelu"}};
     pass_out a, b;
     one_pass(&m, dt, 0, ids, &a);   /* a warm-up */
     free(a.grad);
