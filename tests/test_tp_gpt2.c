@@ -464,7 +464,13 @@ static void test_run_errors(void) {
     BT_CHECK(rc == 2 && strstr(out, "--tp 2 x --cp 1 = 2 does not divide the 1 process") && !strstr(out, "step "), "exit %d: %s", rc, out);
     /* ZeRO on the CPU ranks' store path: refused on every rank before training, naming the flags */
     rc = run_ranks(2, TP_RUN " -x 1 --cp 2 --dp zero1", "err2", out, sizeof out);
-    BT_CHECK(rc == 2 && strstr(out, "--dp zero1 with --cp on CPUs") && !strstr(out, "step "), "exit %d: %s", rc, out);
+    BT_CHECK((rc == 2 || rc == 1) && strstr(out, "--dp zero1 with --cp on CPUs") && !strstr(out, "step "), "exit %d: %s", rc, out);
+    /* rank 1 finds the same error (exit 2), unless rank 0's exit reaches it first: then it says its
+       peer died and exits 1 (a race a slow build, ASan's, shows); either way it never trains */
+    char r1[4096], path[700];
+    snprintf(path, sizeof path, "%s/err2.out.r1", bt_test_dir);
+    slurp(path, r1, sizeof r1);
+    BT_CHECK((strstr(r1, "--dp zero1 with --cp on CPUs") || strstr(r1, "died")) && !strstr(r1, "step "), "rank 1: %s", r1);
 }
 
 int main(int argc, char **argv) {
