@@ -1,5 +1,6 @@
 /* llama.h - Llama (2, 3, 3.1, 3.2) built from the BluTrain-C ops: config, presets, parameters,
-   the forward pass, KV-cache generation. v0.1.
+   the forward pass, KV-cache generation. v0.2 (v0.2: llama_build_padded and flat_numel for ZeRO;
+   the CPU presets s4, s2 renamed ls4, ls2, apart from GPT-2's in train_gpt2's -e).
 
    USAGE
      #define LLAMA_IMPLEMENTATION in *one* C/CUDA file (beside the bt_ implementations; bt_all.h
