@@ -1,5 +1,6 @@
 /* llama.h - Llama (2, 3, 3.1, 3.2) built from the BluTrain-C ops: config, presets, parameters,
-   the forward pass, KV-cache generation. v0.1.
+   the forward pass, KV-cache generation. v0.2 (v0.2: llama_build_padded and flat_numel for ZeRO;
+   the CPU presets s4, s2 renamed ls4, ls2, apart from GPT-2's in train_gpt2's -e).
 
    USAGE
      #define LLAMA_IMPLEMENTATION in *one* C/CUDA file (beside the bt_ implementations; bt_all.h
@@ -71,7 +72,7 @@ BTDEF int llama_config_from_preset(const char *name, llama_config *cfg);   /* 0,
 /* every field bounded and consistent (Hkv | H, H | C, D even <= 512, the rope options), at most
    2^40 parameters: 0, or -1 with err naming src and the field */
 BTDEF int llama_config_check(const llama_config *c, const char *src, char *err, size_t errlen);
-BTDEF int64_t llama_num_params(const llama_config *c);   /* the buffer's length: padded rows included */
+BTDEF int64_t llama_num_params(const llama_config *c);   /* the parameters, the padded rows included */
 
 /* ---- 2. the model ---- */
 typedef struct {
@@ -85,7 +86,8 @@ typedef struct {
 
 typedef struct llama {
     llama_config cfg;
-    int64_t num_params;            /* = the buffers' length */
+    int64_t num_params;            /* the parameters (files, FLOPs) */
+    int64_t flat_numel;            /* the buffers' length: num_params, padded when sharded (ZeRO) */
     bt_tensor *flat, *flat_grad;   /* every parameter and its gradient, one buffer each (forward order) */
     bt_tensor *flat_lowp;          /* flat in the compute dtype when that is not f32, made on demand */
     uint32_t lowp_version;         /* flat's version when flat_lowp was last refreshed */
@@ -98,7 +100,10 @@ typedef struct llama {
     bt_device device;
 } llama;
 
+/* One process: no padding, fp32 gradients. _padded: buffers of num_params rounded up to a
+   multiple of pad_to (ZeRO's equal shards; the padding is zero), gradients in grad_dt. */
 BTDEF void llama_build(llama *m, llama_config cfg, bt_device dev);
+BTDEF void llama_build_padded(llama *m, llama_config cfg, bt_device dev, int64_t pad_to, bt_dtype grad_dt);
 BTDEF void llama_free(llama *m);
 /* transformers' init (LlamaPreTrainedModel._init_weights, initializer_range 0.02): every matrix and
    the embedding N(0, 0.02), the norms' weights 1; the embedding's and head's padded rows 0. Each
@@ -167,8 +172,9 @@ const llama_preset llama_presets[] = {
      "Llama 3 8B: untied, no scaling: 8.03B"},
     {"llama3.1-8b", LLAMA__CFG(32, 32, 8, 4096, 14336, 128256, 131072, 0, 500000, 8, 1, 4, 8192),
      "Llama 3.1 8B: llama3 rope scaling (factor 8): 8.03B"},
-    {"s4", LLAMA__CFG(4, 4, 2, 128, 384, 50257, 256, 1, 500000, 0, 0, 0, 0), "for CPUs: 7.2M"},
-    {"s2", LLAMA__CFG(2, 4, 2, 64, 192, 50257, 128, 1, 500000, 0, 0, 0, 0), "for tests: 3.3M"},
+    /* "l" before the name: train_gpt2's -e takes GPT-2's presets and these, and GPT-2 has an s4 and an s2 */
+    {"ls4", LLAMA__CFG(4, 4, 2, 128, 384, 50257, 256, 1, 500000, 0, 0, 0, 0), "for CPUs: 7.2M"},
+    {"ls2", LLAMA__CFG(2, 4, 2, 64, 192, 50257, 128, 1, 500000, 0, 0, 0, 0), "for tests: 3.3M"},
 };
 const int llama_npresets = (int)(sizeof llama_presets / sizeof llama_presets[0]);
 #undef LLAMA__CFG
@@ -244,15 +250,17 @@ static bt_tensor *llama__leaf(llama *m, int64_t *mark, bt_shape shape) {
     *mark += n;
     return p;
 }
-BTDEF void llama_build(llama *m, llama_config cfg, bt_device dev) {
+BTDEF void llama_build_padded(llama *m, llama_config cfg, bt_device dev, int64_t pad_to, bt_dtype grad_dt) {
     char err[512];
     if (llama_config_check(&cfg, "llama_build", err, sizeof err)) bt_error("%s", err);
+    if (pad_to < 1) bt_error("llama_build_padded: pad_to %lld must be at least 1", (long long)pad_to);
     memset(m, 0, sizeof *m);
     m->cfg = cfg; m->device = dev;
     int64_t C = cfg.C, D = C / cfg.H, mark = 0;
     m->num_params = llama_num_params(&cfg);
-    m->flat = bt_zeros(bt_shape1(m->num_params), BT_F32, dev);
-    m->flat_grad = bt_zeros(bt_shape1(m->num_params), BT_F32, dev);
+    m->flat_numel = (m->num_params + pad_to - 1) / pad_to * pad_to;
+    m->flat = bt_zeros(bt_shape1(m->flat_numel), BT_F32, dev);
+    m->flat_grad = bt_zeros(bt_shape1(m->flat_numel), grad_dt, dev);
     m->params = (bt_tensor **)calloc((size_t)(3 + 6 * cfg.L), sizeof(bt_tensor *));
     m->layers = (llama_layer *)calloc((size_t)cfg.L, sizeof(llama_layer));
     if (!m->params || !m->layers) bt_error("llama_build: out of host memory");
@@ -270,6 +278,7 @@ BTDEF void llama_build(llama *m, llama_config cfg, bt_device dev) {
     m->head = cfg.tie ? m->emb : llama__leaf(m, &mark, bt_shape2(cfg.Vp, C));
     if (mark != m->num_params) bt_error("llama_build: %lld parameters laid out, %lld counted", (long long)mark, (long long)m->num_params);
 }
+BTDEF void llama_build(llama *m, llama_config cfg, bt_device dev) { llama_build_padded(m, cfg, dev, 1, BT_F32); }
 BTDEF void llama_free(llama *m) {
     for (int i = 0; i < m->n_params; i++) bt_release(m->params[i]);
     bt_release(m->flat); bt_release(m->flat_grad); bt_release(m->flat_lowp);

@@ -1,4 +1,4 @@
-/* train_gpt2.c - GPT-2 trained end to end with the BluTrain-C headers: the reference program.
+/* train_gpt2.c - GPT-2 (or a Llama) trained end to end with the BluTrain-C headers: the reference program.
 
    make && ./train_gpt2            default run: GPT-2 124M on a GPU, a small GPT on a CPU,
                                    on Tiny Shakespeare (make data makes the shards)
@@ -9,6 +9,7 @@
      gpt2.h           the model: parameters, the forward pass, generation
      gpt2_io.h        model files: llm.c's layout, Hugging Face's
      gpt2_parallel.h  the model under tensor and context parallelism
+     llama.h, llama_io.h  a Llama model and its Hugging Face files: -e l125m, --init-from DIR (the same loop)
      trainer.h        the run's state: data, data parallelism, CUDA graphs, memory, checkpoints
    Read top to bottom:
      1. the command line
@@ -44,8 +45,9 @@ static void usage(FILE *f) {
         "usage: train_gpt2 [options]\n"
         "  -i GLOB   train shards (default data/tinyshakespeare_train.bin)\n"
         "  -j GLOB   val shards (default data/tinyshakespeare_val.bin)\n"
-        "  -e NAME   model: a preset (d12 d24 d36 d48 s6 s4 s2; d12_32k, d48_64k: d12, d48 with maxT 32768, 65536) or a model file (llm.c layout, fp32)\n"
-        "            (default: d12 on a GPU, s4 on a CPU)\n"
+        "  -e NAME   model: a GPT-2 preset (d12 d24 d36 d48 s6 s4 s2; d12_32k, d48_64k: d12, d48 with maxT 32768, 65536),\n"
+        "            a Llama preset (l125m l125m_128k llama3.2-1b llama3-8b llama3.1-8b ls4 ls2: docs/llama.md) or a model\n"
+        "            file (llm.c layout, fp32) (default: d12 on a GPU, s4 on a CPU)\n"
         "  -b N      micro-batch size B (default: the largest power of two that fits on a GPU; 8 on a CPU)\n"
         "  -t N      sequence length T (default 1024 on a GPU, 64 on a CPU; at most the model's context)\n"
         "  -d N      total batch in tokens, reached by gradient accumulation (default 524288 GPU, B*T CPU)\n"
@@ -95,7 +97,8 @@ static void usage(FILE *f) {
         "            it such a directory is refused; --resume auto continues its run instead)\n"
         "  --resume FILE|DIR|auto   continue a run from a checkpoint (DIR: its newest valid one; auto: that of\n"
         "            --ckpt-dir, or a fresh start when it has none), bit for bit; give the run's options again\n"
-        "  --init-from PATH  start from a Hugging Face GPT-2 model.safetensors (or its directory), or from a\n"
+        "  --init-from PATH  start from a Hugging Face GPT-2 model.safetensors (or its directory), a Hugging Face\n"
+        "            Llama directory (config.json's model_type \"llama\"), or from a\n"
         "            checkpoint's weights (a new run from the start: fresh AdamW state, any number of processes)\n"
         "  --export-hf DIR   write DIR/model.safetensors and DIR/config.json for transformers at the end\n"
         "  --skip-nonfinite  skip an update whose loss or gradient norm is not finite (default: stop the run)\n"
@@ -266,7 +269,7 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
 }
 
 /* fill what the flags left open from the machine, then check the combination */
-static int resolve_opts(train_opts *o, int on_gpu, const gpt2_config *cfg, char *err, size_t errlen) {
+static int resolve_opts(train_opts *o, int on_gpu, const trainer_config *cfg, char *err, size_t errlen) {
     if (o->T < 0) o->T = on_gpu ? 1024 : 64;
     if (o->T > cfg->maxT) {
         if (o->given_t) snprintf(err, errlen, "-t %d is longer than the model's context %d", o->T, cfg->maxT);
@@ -316,11 +319,11 @@ static double now_s(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &
 /* One micro-batch: the forward pass, the backward of loss / accum (the gradients average over the
    micro-batches) and loss / accum added into loss_sum (f32 on the device) */
 static void micro_step(trainer *tr, bt_tensor *idx, bt_tensor *tgt, int accum, bt_tensor *loss_sum) {
-    if (tr->par) gpt2_par_stage_mark(tr->par, tr->model.device, 0);
-    bt_tensor *loss = gpt2_loss(&tr->model, idx, tgt, tr->dt);
-    if (tr->par) gpt2_par_stage_mark(tr->par, tr->model.device, 1);
+    if (tr->par) gpt2_par_stage_mark(tr->par, trainer_device(tr), 0);
+    bt_tensor *loss = trainer_model_loss(tr, idx, tgt);
+    if (tr->par) gpt2_par_stage_mark(tr->par, trainer_device(tr), 1);
     bt_backward(bt_scale(loss, 1.0 / accum));
-    if (tr->par) gpt2_par_stage_mark(tr->par, tr->model.device, 2);
+    if (tr->par) gpt2_par_stage_mark(tr->par, trainer_device(tr), 2);
     int old = bt_set_grad_enabled(0);
     bt_add_(loss_sum, bt_cast(loss, BT_F32), 1.0 / accum);
     bt_set_grad_enabled(old);
@@ -337,12 +340,12 @@ static void dp_micro_step(trainer *tr, bt_tensor *idx, bt_tensor *tgt, int a, in
     int sync = dp_sync(tr, a, accum);
     if (tr->ddp) bt_ddp_set_sync(tr->ddp, sync);
     micro_step(tr, idx, tgt, accum, loss_sum);
-    if (!graphed && tr->work_ev[1] && a == accum - 1) bt_event_record(tr->work_ev[1], bt_stream_current(tr->model.device));
+    if (!graphed && tr->work_ev[1] && a == accum - 1) bt_event_record(tr->work_ev[1], bt_stream_current(trainer_device(tr)));
     if (tr->ddp && sync) {
         if (graphed) bt_ddp_wait(tr->ddp, NULL);
         else trainer_ddp_wait_timed(tr);
     }
-    if (tr->zero.stage == 2) bt_zero_accumulate(&tr->zero, tr->model.flat_grad);
+    if (tr->zero.stage == 2) bt_zero_accumulate(&tr->zero, trainer_flat_grad(tr));
 }
 
 /* One optimizer step over total_batch tokens (this rank's share of it with several processes).
@@ -353,19 +356,19 @@ static void dp_micro_step(trainer *tr, bt_tensor *idx, bt_tensor *tgt, int a, in
 static int train_step(trainer *tr, int step, double lr, double *loss, double *grad_norm) {
     double t0 = now_s();
     int accum = tr->o.total_batch / (tr->o.B * tr->o.T * trainer_data_world(tr));
-    bt_zero_(tr->model.flat_grad);
+    bt_zero_(trainer_flat_grad(tr));
     if (tr->zero.grad_sum) bt_zero_(tr->zero.grad_sum);
     bt_scope_begin();
     step_graph *g = tr->o.cuda_graph == 1 ? trainer_graph_for(tr, accum) : NULL;
-    bt_tensor *loss_sum = g ? g->loss_sum : bt_scalar(0, BT_F32, tr->model.device), *tokens = NULL;
+    bt_tensor *loss_sum = g ? g->loss_sum : bt_scalar(0, BT_F32, trainer_device(tr)), *tokens = NULL;
     if (g) { bt_zero_(loss_sum); tokens = trainer_graph_tokens(tr, g, step); }
     tr->comm_early = -1;   /* no timed wait (yet) in this step */
-    if (tr->work_ev[0]) bt_event_record(tr->work_ev[0], bt_stream_current(tr->model.device));
+    if (tr->work_ev[0]) bt_event_record(tr->work_ev[0], bt_stream_current(trainer_device(tr)));
     for (int a = 0; a < accum; a++) {
         bt_scope_begin();
         if (g) {
             trainer_graph_micro_step(tr, g, tokens, a, tr->ddp && dp_sync(tr, a, accum), dp_micro_step);
-            if (tr->work_ev[1] && a == accum - 1) bt_event_record(tr->work_ev[1], bt_stream_current(tr->model.device));
+            if (tr->work_ev[1] && a == accum - 1) bt_event_record(tr->work_ev[1], bt_stream_current(trainer_device(tr)));
         } else {
             bt_tensor *idx, *tgt;
             if (tr->o.overfit && step + a > 0) bt_loader_reset(tr->train);
@@ -390,18 +393,18 @@ static int train_step(trainer *tr, int step, double lr, double *loss, double *gr
 static double evaluate(trainer *tr) {
     /* the graph's pool is free between launches: validation borrows it instead of reserving more */
     int pool = tr->sg.pool;
-    if (pool) bt_alloc_pool_push(tr->model.device, pool);
+    if (pool) bt_alloc_pool_push(trainer_device(tr), pool);
     int old = bt_set_grad_enabled(0);
     bt_loader_reset(tr->val);
     int n = tr->o.val_batches;
     if ((size_t)n > bt_loader_num_batches(tr->val)) n = (int)bt_loader_num_batches(tr->val);
     bt_scope_begin();
-    bt_tensor *sum = bt_scalar(0, BT_F32, tr->model.device);
+    bt_tensor *sum = bt_scalar(0, BT_F32, trainer_device(tr));
     for (int i = 0; i < n; i++) {
         bt_scope_begin();
         bt_tensor *idx, *tgt;
         trainer_next_batch(tr, tr->val, tr->val_B, &idx, &tgt);
-        bt_add_(sum, bt_cast(gpt2_loss(&tr->model, idx, tgt, tr->dt), BT_F32), 1.0);
+        bt_add_(sum, bt_cast(trainer_model_loss(tr, idx, tgt), BT_F32), 1.0);
         bt_scope_end();
     }
     if (tr->par) gpt2_par_mean(tr->par, sum);
@@ -409,20 +412,21 @@ static double evaluate(trainer *tr) {
     double loss = bt_item(sum) / (n ? n : 1);
     bt_scope_end();
     bt_set_grad_enabled(old);
-    if (pool) bt_alloc_pool_pop(tr->model.device);
+    if (pool) bt_alloc_pool_pop(trainer_device(tr));
     return loss;
 }
 
 /* 1 when every weight of m is finite. x * 0 is 0 for a finite x and NaN for an infinite or NaN
    one, so the products sum to 0 exactly when all are (a sum of squares would overflow for finite
    weights above 1.8e19); in chunks of 2^24, so the temporaries stay small. One host sync. */
-static int weights_finite(gpt2 *m) {
+static int weights_finite(trainer *tr) {
     int old = bt_set_grad_enabled(0);
+    int64_t numel = trainer_flat_numel(tr);
     bt_scope_begin();
-    bt_tensor *sum = bt_scalar(0, BT_F32, m->device);
-    for (int64_t at = 0, chunk = (int64_t)1 << 24; at < m->flat_numel; at += chunk) {
-        int64_t n = m->flat_numel - at < chunk ? m->flat_numel - at : chunk;
-        bt_add_(sum, bt_sum(bt_scale(bt_narrow(m->flat, 0, at, n), 0.0), NULL, 0, 0), 1.0);
+    bt_tensor *sum = bt_scalar(0, BT_F32, trainer_device(tr));
+    for (int64_t at = 0, chunk = (int64_t)1 << 24; at < numel; at += chunk) {
+        int64_t n = numel - at < chunk ? numel - at : chunk;
+        bt_add_(sum, bt_sum(bt_scale(bt_narrow(trainer_flat(tr), 0, at, n), 0.0), NULL, 0, 0), 1.0);
     }
     int finite = bt_item(sum) == 0;
     bt_scope_end();
@@ -511,7 +515,7 @@ static void log_json(trainer *tr, int step, double loss, double lr, double norm,
                      const double *val, const char *extra) {
     if (!tr->log) return;
     char a[32], b[32], c[32];
-    bt_alloc_stats_t st = bt_alloc_stats(tr->model.device);
+    bt_alloc_stats_t st = bt_alloc_stats(trainer_device(tr));
     errno = 0;
     /* tokens: trained after this step (the same count on a resumed run); elapsed_s: this process's
        time since its first step (a resumed run starts again at 0) */
@@ -553,7 +557,7 @@ static int load_tokenizer(trainer *tr, char *err, size_t errlen) {
 }
 
 /* --eval-mc: the set read and encoded (it needs the tokenizer), every token inside the model's vocabulary */
-static int load_mc(trainer *tr, const gpt2_config *cfg, char *err, size_t errlen) {
+static int load_mc(trainer *tr, const trainer_config *cfg, char *err, size_t errlen) {
     if (!tr->tok) { bt_msgf(err, errlen, "--eval-mc %s: no tokenizer to encode it (--tokenizer DIR with encoder.json and vocab.bpe)", tr->o.eval_mc); return -1; }
     if (bt_mc_load(&tr->mc, tr->o.eval_mc, tr->tok)) { bt_msgf(err, errlen, "--eval-mc: %s", bt_data_error()); return -1; }
     for (int64_t i = 0; i < tr->mc.n_tokens; i++)
@@ -680,7 +684,7 @@ static const char *data_hint(int given, const char *flag) {
    (or -m batches) unless -v 0, and --eval-mc's accuracy. -o DIR gets DIR/eval.json and, with
    --eval-mc, DIR/eval_mc.jsonl (each item's per-ending losses); its log.jsonl is left as it is.
    Returns the exit code. */
-static int eval_only(trainer *tr, train_opts *o, const gpt2_config *cfg, int on_gpu, const char *what) {
+static int eval_only(trainer *tr, train_opts *o, const trainer_config *cfg, int on_gpu, const char *what) {
     char err[1024];
     bt_dist *dist = tr->dist;
     int rank = dist ? dist->rank : 0, world = dist ? dist->world : 1;
@@ -701,8 +705,8 @@ static int eval_only(trainer *tr, train_opts *o, const gpt2_config *cfg, int on_
         tr->targets = (int32_t *)malloc(sizeof(int32_t) * (size_t)tr->val_B * o->T);
         if (!tr->inputs || !tr->targets) { fprintf(stderr, "error: out of host memory for a batch of %d x %d tokens\n", tr->val_B, o->T); return 1; }
     }
-    printf("eval-only: %s: L %d H %d C %d V %d, %.2fM parameters on %s, precision %s\n", what, cfg->L, cfg->H, cfg->C, cfg->V,
-           tr->model.num_params / 1e6, on_gpu ? bt_device_name(tr->model.device) : "cpu", o->precision);
+    printf("eval-only: %s%s: L %d H %d C %d V %d, %.2fM parameters on %s, precision %s\n", what,
+           cfg->family == TRAINER_LLAMA ? " (Llama)" : "", cfg->L, cfg->H, cfg->C, cfg->V, trainer_num_params(tr) / 1e6, on_gpu ? bt_device_name(trainer_device(tr)) : "cpu", o->precision);
     fflush(stdout);
     double t0 = now_s();
     if (tr->val) {
@@ -803,19 +807,22 @@ static int train_main(train_opts *o) {
        (--init-from), else -e: a preset or an llm.c model file */
     trainer tr;
     memset(&tr, 0, sizeof tr);
-    gpt2_config cfg;
+    trainer_config cfg;   /* the family (GPT-2 or Llama) and its config, chosen here for the run */
+    memset(&cfg, 0, sizeof cfg);
     const char *model = o->model ? o->model : (on_gpu ? "d12" : "s4");
     if (trainer_ckpt_lock(&tr, o, dist, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
     if (trainer_source_open(o, dist, &tr.src, &cfg, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
-    int from_file = 0;
-    if (!tr.src.file || o->model) {   /* with --resume, -e names the model the checkpoint must hold */
-        from_file = gpt2_config_from_preset(model, BT_GPT2_VOCAB, &cfg) != 0;
-        if (from_file && gpt2_read_header(model, &cfg, err, sizeof err)) {
+    int from_file = 0, have_src = tr.src.file || tr.src.lhf;
+    if (!have_src || o->model) {   /* with --resume, -e names the model the checkpoint must hold */
+        gpt2_config gc;
+        from_file = trainer_config_preset(model, &cfg) != 0;   /* GPT-2's presets, then Llama's */
+        if (from_file && gpt2_read_header(model, &gc, err, sizeof err)) {
             fprintf(stderr, "error: -e %s is neither a preset nor a readable model file: %s " SEE_H "\n", model, err);
             return run_end(&tr, 2);
         }
+        if (from_file) cfg = trainer_config_gpt2(gc);   /* llm.c's files are GPT-2's */
     }
-    if (tr.src.file) from_file = 0;
+    if (have_src) from_file = 0;
     if (tr.src.resume && o->B < 0) {  /* -b omitted: the checkpoint's, not one measured anew */
         int64_t b;
         if (!bt_ckpt_meta_get_i64(bt_ckpt_file_meta(tr.src.file), "train.B", &b) && b >= 1 && b <= (1 << 20)) o->B = (int)b;
@@ -837,35 +844,38 @@ static int train_main(train_opts *o) {
     if (o->tp * o->cp > 1) { gpt2_par_opts po = trainer_par_opts(o); tr.par = gpt2_par_open(&po, dist, on_gpu); }
     /* ZeRO's group: the processes, or with tp/cp the dp x cp ranks of this tp index */
     int zworld = tr.par ? tr.par->dp * tr.par->cp : world;
-    tr.zero.shard = tr.zero.stage ? bt_shard_numel(gpt2_local_numel(&cfg, o->tp, NULL), zworld, 64) : 0;
+    int64_t local = cfg.family == TRAINER_LLAMA ? llama_num_params(&cfg.llama) : gpt2_local_numel(&cfg.gpt2, o->tp, NULL);
+    tr.zero.shard = tr.zero.stage ? bt_shard_numel(local, zworld, 64) : 0;
     int64_t pad_to = tr.zero.stage ? tr.zero.shard * zworld : 1;
     bt_dtype grad_dt = tr.zero.stage == 2 ? tr.dt : BT_F32;
-    if (o->tp > 1) gpt2_build_tp(&tr.model, cfg, dev, o->tp, tr.par->tp_rank, pad_to, grad_dt);
-    else gpt2_build_padded(&tr.model, cfg, dev, pad_to, grad_dt);
+    if (o->tp > 1) gpt2_build_tp(&tr.model, cfg.gpt2, dev, o->tp, tr.par->tp_rank, pad_to, grad_dt);   /* GPT-2 only (trainer_par_check) */
+    else trainer_model_build(&tr, &cfg, dev, pad_to, grad_dt);
     if (tr.par) gpt2_par_attach(tr.par, &tr.model);
     tr.model.mlir = o->mlir;
     if (tr.src.resume) trainer_ckpt_import_tuning(&tr);   /* before any matmul chooses its algorithm */
     /* weights from a file are checked once: NaN or Inf there is the file's fault, not the learning rate's */
-    const char *weights_flag = tr.src.resume ? "--resume" : tr.src.file ? "--init-from" : from_file ? "-e" : NULL;
-    const char *weights_path = tr.src.file ? tr.src.path : model;
-    if (tr.src.file) {
+    const char *weights_flag = tr.src.resume ? "--resume" : have_src ? "--init-from" : from_file ? "-e" : NULL;
+    const char *weights_path = have_src ? tr.src.path : model;
+    if (have_src) {
         if (trainer_source_load(&tr, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
-        if (!tr.src.resume) { bt_ckpt_close(tr.src.file); tr.src.file = NULL; }
+        if (!tr.src.resume) trainer_source_close(&tr.src);
     } else if (from_file) {
         if (gpt2_load_weights(&tr.model, model, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
-    } else gpt2_init(&tr.model, o->seed);
-    if (weights_flag && !weights_finite(&tr.model)) {
+    } else trainer_model_init(&tr, o->seed);
+    if (weights_flag && !weights_finite(&tr)) {
         fprintf(stderr, "error: %s %s: its weights are not all finite (NaN or Inf): a damaged file, or one saved from a run that "
                 "diverged; nothing is trained\n", weights_flag, weights_path);
         return run_end(&tr, 1);
     }
     if (o->eval_only) return run_end(&tr, eval_only(&tr, o, &cfg, on_gpu, weights_flag ? weights_path : model));
-    bt_adamw_init(&tr.opt, tr.model.params, tr.model.n_params, 0.9f, 0.95f, 1e-8f, (float)o->weight_decay, (float)o->clip);
+    int n_params;
+    bt_tensor **params = trainer_params(&tr, &n_params);
+    bt_adamw_init(&tr.opt, params, n_params, 0.9f, 0.95f, 1e-8f, (float)o->weight_decay, (float)o->clip);
     if (o->recompute >= 0) bt_set_recompute(o->recompute);   /* before the probes: auto B counts with it */
     int auto_b = o->B < 0;
     if (o->B < 0) {                                  /* the GPU default: the largest that fits */
         if (o->total_batch < 0) o->total_batch = 524288;
-        o->B = trainer_auto_micro_batch(&tr.model, o->T, o->total_batch / world, tr.dt);
+        o->B = trainer_auto_micro_batch(&tr, o->T, o->total_batch / world, tr.dt);
         if (dist) {                                  /* every rank takes the smallest */
             bt_scope_begin();
             bt_tensor *b = bt_full(bt_shape1(1), o->B, BT_I32, dev);
@@ -876,7 +886,7 @@ static int train_main(train_opts *o) {
         if (resolve_opts(o, on_gpu, &cfg, err, sizeof err)) { fprintf(stderr, "error: %s " SEE_H "\n", err); return run_end(&tr, 2); }
     }
     /* --recompute by default: none with the measured B (it fits by construction) or several processes */
-    if (o->recompute < 0) o->recompute = on_gpu && !auto_b && world == 1 ? trainer_choose_recompute(&tr.model, o->B, o->T, tr.dt) : 0;
+    if (o->recompute < 0) o->recompute = on_gpu && !auto_b && world == 1 && tr.family == TRAINER_GPT2 ? trainer_choose_recompute(&tr, o->B, o->T, tr.dt) : 0;
     bt_set_recompute(o->recompute);
     tr.o = *o;
     int dworld = trainer_data_world(&tr);   /* the data-parallel ranks: world / (tp cp) */
@@ -906,7 +916,7 @@ static int train_main(train_opts *o) {
     if (tr.src.resume && trainer_ckpt_restore(&tr, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
     /* the staging of periodic snapshots (weights, m, v: fp32) is allocated before the first step,
        so no snapshot stalls on it (pinned memory takes ~0.3 s per GB to allocate) */
-    if (tr.saver && o->ckpt_every > 0 && bt_ckpt_saver_reserve(tr.saver, (size_t)3 * sizeof(float) * (size_t)tr.model.num_params, on_gpu)) {
+    if (tr.saver && o->ckpt_every > 0 && bt_ckpt_saver_reserve(tr.saver, (size_t)3 * sizeof(float) * (size_t)trainer_num_params(&tr), on_gpu)) {
         fprintf(stderr, "error: --ckpt-every: %s\n", bt_ckpt_error()); return run_end(&tr, 1);
     }
     /* the last check, before the log is cut or truncated: --ckpt-dir holds no other run's checkpoints (or they go) */
@@ -914,10 +924,17 @@ static int train_main(train_opts *o) {
     if (o->out_dir && rank == 0 && open_log(&tr, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
 
     int accum = o->total_batch / (o->B * o->T * dworld);
-    double flops_per_token = 6.0 * tr.model.num_params + 12.0 * cfg.L * cfg.C * o->T;
+    /* 6 N + 12 L C T for both families: N counts the embedding (GPT-2's wte and wpe, a Llama's emb and
+       head); the attention's QK^T and AV are 12 L C T whatever GQA's key/value heads (H D = C) */
+    double flops_per_token = 6.0 * trainer_num_params(&tr) + 12.0 * cfg.L * cfg.C * o->T;
     double peak = on_gpu ? peak_flops(bt_device_name(dev), o->precision) : 0;   /* 0: MFU not shown */
-    printf("model %s: L %d H %d C %d maxT %d V %d (padded %d), %.2fM parameters on %s\n", tr.src.file || tr.src.resume ? tr.src.path : model, cfg.L, cfg.H, cfg.C,
-           cfg.maxT, cfg.V, cfg.Vp, tr.model.num_params / 1e6, on_gpu ? bt_device_name(dev) : "cpu");
+    const char *mname = have_src || tr.src.resume ? tr.src.path : model;
+    if (cfg.family == TRAINER_LLAMA)
+        printf("model %s (Llama): L %d H %d (kv %d) C %d F %d maxT %d V %d (padded %d)%s, %.2fM parameters on %s\n", mname, cfg.L, cfg.H,
+               cfg.llama.Hkv, cfg.C, cfg.llama.F, cfg.maxT, cfg.V, cfg.Vp, cfg.llama.tie ? ", tied" : "", trainer_num_params(&tr) / 1e6,
+               on_gpu ? bt_device_name(dev) : "cpu");
+    else printf("model %s: L %d H %d C %d maxT %d V %d (padded %d), %.2fM parameters on %s\n", mname, cfg.L, cfg.H, cfg.C,
+                cfg.maxT, cfg.V, cfg.Vp, trainer_num_params(&tr) / 1e6, on_gpu ? bt_device_name(dev) : "cpu");
     printf("B %d T %d, total batch %d tokens (%d micro-batches), %d steps, lr %.2e warmup %d, precision %s%s%s\n",
            o->B, o->T, o->total_batch, accum, o->steps, o->lr, o->warmup, o->precision, o->recompute ? ", recompute " : "", o->recompute ? trainer_recompute_name(o->recompute) : "");
     if (on_gpu) printf("cuda graph: %s\n", !o->cuda_graph ? "off" : dist && dworld > 1
@@ -931,7 +948,7 @@ static int train_main(train_opts *o) {
     if (tr.val) printf("val %zu batches of %d rows (%s)\n", bt_loader_num_batches(tr.val), tr.val_B, o->val_glob);
     else printf("no validation (-v 0)\n");
     if (tr.src.resume) printf("resumed from %s after step %d\n", tr.src.path, tr.start_step);
-    else if (tr.src.hf) printf("initialized from %s (Hugging Face GPT-2)\n", tr.src.path);
+    else if (tr.src.hf) printf("initialized from %s (Hugging Face %s)\n", tr.src.path, trainer_family_name(cfg.family));
     fflush(stdout);
 
     double t_start = now_s(), t_first = 0, last_val = NAN, last_loss = NAN;
@@ -987,9 +1004,9 @@ static int train_main(train_opts *o) {
         gpt2 *sm = o->sample_every && (step + 1) % o->sample_every == 0 && !last ? trainer_whole_model(&tr) : NULL;
         if (sm && rank == 0) {   /* tp: the shards gathered on rank 0 (a collective: every rank took part) */
             printf("--- sample (greedy) ---\n");
-            gpt2_sample(sm, tr.tok, o->gen_len, 1, 0, o->seed + (uint64_t)step, tr.dt);
+            trainer_model_sample(&tr, sm, o->gen_len, 1, 0, o->seed + (uint64_t)step);
             printf("--- sample (top-%d, temperature %.2f) ---\n", o->topk, o->temp);
-            gpt2_sample(sm, tr.tok, o->gen_len, o->topk, o->temp, o->seed + (uint64_t)step, tr.dt);
+            trainer_model_sample(&tr, sm, o->gen_len, o->topk, o->temp, o->seed + (uint64_t)step);
             printf("---\n");
         }
     }
@@ -1010,14 +1027,14 @@ static int train_main(train_opts *o) {
     /* the model is saved before the last sample: a slow or interrupted sample cannot lose it */
     if (rank == 0 && o->save_path && gpt2_save(out, o->save_path, err, sizeof err)) { fprintf(stderr, "error: --save: %s\n", err); failed = 1; }
     else if (o->save_path) printf("saved %s\n", o->save_path);
-    if (rank == 0 && o->export_hf && gpt2_hf_export(out, o->export_hf, err, sizeof err)) { fprintf(stderr, "error: --export-hf: %s\n", err); failed = 1; }
-    else if (o->export_hf) printf("exported %s/model.safetensors and config.json (Hugging Face GPT-2)\n", o->export_hf);
+    if (rank == 0 && o->export_hf && trainer_model_export_hf(&tr, out, o->export_hf, err, sizeof err)) { fprintf(stderr, "error: --export-hf: %s\n", err); failed = 1; }
+    else if (o->export_hf) printf("exported %s/model.safetensors and config.json (Hugging Face %s)\n", o->export_hf, trainer_family_name(tr.family));
     if (o->gen_len > 0 && rank == 0 && !stopped && !trainer_stop_signal()) {
         uint64_t seed = o->seed + (uint64_t)(o->steps > 0 ? o->steps - 1 : 0);
         printf("--- sample (greedy) ---\n");
-        gpt2_sample(out, tr.tok, o->gen_len, 1, 0, seed, tr.dt);
+        trainer_model_sample(&tr, out, o->gen_len, 1, 0, seed);
         printf("--- sample (top-%d, temperature %.2f) ---\n", o->topk, o->temp);
-        gpt2_sample(out, tr.tok, o->gen_len, o->topk, o->temp, seed, tr.dt);
+        trainer_model_sample(&tr, out, o->gen_len, o->topk, o->temp, seed);
         printf("---\n");
     }
     if (failed) fprintf(stderr, "error: not every output was written (each failure above)\n");

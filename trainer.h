@@ -1,13 +1,25 @@
 /* trainer.h - the machinery of a training run that train_gpt2.c composes: the run's options and
-   state, the data, data parallelism (DDP buckets, ZeRO) and tensor/context parallelism set up,
-   the micro-step captured as a CUDA graph, the micro-batch that fits, and checkpoints (save,
-   resume, signals). The step itself (forward, backward, update) and the loop are train_gpt2.c's.
+   state, the model (GPT-2 or Llama, one interface), the data, data parallelism (DDP buckets, ZeRO)
+   and tensor/context parallelism set up, the micro-step captured as a CUDA graph, the micro-batch
+   that fits, and checkpoints (save, resume, signals). The step itself (forward, backward, update)
+   and the loop are train_gpt2.c's.
 
    USAGE
      #define TRAINER_IMPLEMENTATION in *one* C/CUDA file (train_gpt2.c), then #include "trainer.h".
-     It needs gpt2.h, gpt2_io.h, gpt2_parallel.h and the bt_ headers they bring, plus bt_optim.h.
+     It needs gpt2.h, gpt2_io.h, gpt2_parallel.h, llama.h, llama_io.h and the bt_ headers they
+     bring, plus bt_optim.h.
+
+   THE MODEL
+     A run trains one family, chosen once (trainer_config.family): GPT-2 (gpt2.h, tr->model) or
+     Llama (llama.h, tr->lm). Both keep every parameter in one flat fp32 buffer and its gradient in
+     another, so the optimizer, ZeRO, the buckets, the gradient norm and the checkpoints see only
+     those buffers (trainer_flat, trainer_flat_grad, trainer_params); the loop calls the model
+     through trainer_model_* (loss, logits, the bf16 copy, init, samples, the Hugging Face export).
+     Tensor/context parallelism, --mlir, the tied embedding's rows exchange, --recompute and --save
+     (llm.c's GPT-2 file) are GPT-2's only: a Llama run refuses them (trainer_family_check).
 
    SECTIONS (implementation)
+     0. the model: GPT-2 or Llama
      1. options
      2. data
      3. data parallelism: the buckets, ZeRO, the gradient norm
@@ -22,9 +34,24 @@
 #define TRAINER_H
 #include "gpt2_io.h"
 #include "gpt2_parallel.h"
+#include "llama_io.h"
 #include "bt_optim.h"
 #include <signal.h>
 #include <stdio.h>
+
+/* ---- 0. the model's family and config ---- */
+enum { TRAINER_GPT2 = 0, TRAINER_LLAMA = 1 };
+typedef struct {
+    int family;                   /* TRAINER_GPT2 (0) or TRAINER_LLAMA */
+    gpt2_config gpt2;             /* the family's own config */
+    llama_config llama;
+    int L, H, C, maxT, V, Vp;     /* the shape the loop needs (checks, FLOPs, the step line), of either */
+} trainer_config;
+trainer_config trainer_config_gpt2(gpt2_config c);
+trainer_config trainer_config_llama(llama_config c);
+/* a preset of either family by name (GPT-2's d12 .. s2, Llama's l125m .. ls2): 0, or -1 when none */
+int trainer_config_preset(const char *name, trainer_config *c);
+const char *trainer_family_name(int family);   /* "GPT-2", "Llama" */
 
 /* ---- 1. the options of a run (train_gpt2.c's command line sets them; -1: decided later) ---- */
 typedef struct {
@@ -68,7 +95,9 @@ void train_default_opts(train_opts *o);
 typedef struct {
     bt_ckpt_file *file;    /* NULL: -e */
     int resume;            /* 1: the whole state is resumed from it, 0: its weights only */
-    int hf;                /* 1: a Hugging Face GPT-2 file */
+    int hf;                /* 1: a Hugging Face file (GPT-2's, or a Llama directory: lhf) */
+    int family;            /* the model it holds: TRAINER_GPT2 or TRAINER_LLAMA */
+    llama_hf_files *lhf;   /* --init-from a Hugging Face Llama directory: its safetensors (file is NULL) */
     char prefix[16];       /* its names' prefix: "transformer." or "" (older files) */
     char path[4096];
 } model_source;
@@ -91,7 +120,9 @@ typedef struct {
 } step_graph;
 
 typedef struct trainer {
+    int family;                /* TRAINER_GPT2 (0): model; TRAINER_LLAMA: lm (trainer_model_build sets it) */
     gpt2 model;
+    llama lm;
     bt_adamw opt;
     bt_loader *train, *val;
     bt_tokenizer *tok;
@@ -124,6 +155,28 @@ typedef struct trainer {
     bt_mc_set mc;              /* --eval-mc: the multiple-choice set (n_items 0: none) */
 } trainer;
 
+/* ---- 0. the model, whichever family: its buffers, its forward, its outputs ---- */
+bt_device trainer_device(const trainer *tr);
+bt_tensor *trainer_flat(const trainer *tr);        /* the weights' buffer (fp32, flat_numel) */
+bt_tensor *trainer_flat_grad(const trainer *tr);   /* the gradients' buffer */
+bt_tensor **trainer_params(const trainer *tr, int *n);   /* the leaves in buffer order */
+int64_t trainer_num_params(const trainer *tr);     /* of the whole model (files, FLOPs), also of a tp shard */
+int64_t trainer_flat_numel(const trainer *tr);     /* the buffers' length: this rank's, padded for ZeRO */
+trainer_config trainer_model_config(const trainer *tr);
+/* the model of c on dev, buffers padded to a multiple of pad_to, gradients in grad_dt (--tp: gpt2_build_tp) */
+void trainer_model_build(trainer *tr, const trainer_config *c, bt_device dev, int64_t pad_to, bt_dtype grad_dt);
+void trainer_model_init(trainer *tr, uint64_t seed);
+bt_tensor *trainer_model_loss(trainer *tr, bt_tensor *idx, bt_tensor *tgt);   /* mean cross-entropy in tr->dt */
+bt_tensor *trainer_model_logits(trainer *tr, bt_tensor *idx);                 /* [B, T, Vp] */
+void trainer_model_lowp_refresh(trainer *tr);      /* the bf16 copy after an update (outside a CUDA graph) */
+/* n tokens after <|endoftext|>, printed; whole: GPT-2's whole model (trainer_whole_model), unused for Llama */
+void trainer_model_sample(trainer *tr, gpt2 *whole, int n, int topk, double temp, uint64_t seed);
+/* DIR/model.safetensors and DIR/config.json for transformers (GPT2LMHeadModel or LlamaForCausalLM) */
+int trainer_model_export_hf(trainer *tr, gpt2 *whole, const char *dir, char *err, size_t errlen);
+/* the flags a Llama run does not take yet (--tp/--cp and theirs, --mlir, --save, --ddp-rows on,
+   --recompute): 0, or -1 with err naming the flag */
+int trainer_family_check(const train_opts *o, const trainer_config *c, char *err, size_t errlen);
+
 /* ---- 2. data ---- */
 void trainer_load_batch(trainer *tr, bt_loader *L);   /* the next batch into tr->inputs, tr->targets */
 /* one batch of B rows on the device as i32 [B, T] (this rank's tokens with cp), in the current scope */
@@ -148,9 +201,9 @@ bt_tensor *trainer_graph_tokens(trainer *tr, step_graph *g, int step);   /* the 
 void trainer_graph_micro_step(trainer *tr, step_graph *g, bt_tensor *tokens, int a, int kind, trainer_micro_fn micro);
 
 /* ---- 5. memory ---- */
-int trainer_auto_micro_batch(gpt2 *m, int T, int total_batch, bt_dtype dt);   /* the largest power of two that fits */
+int trainer_auto_micro_batch(trainer *tr, int T, int total_batch, bt_dtype dt);   /* the largest power of two that fits */
 /* the lightest of none, gelu, mlp, block with which B fits (measured), as BT_RECOMPUTE_* flags */
-int trainer_choose_recompute(gpt2 *m, int B, int T, bt_dtype dt);
+int trainer_choose_recompute(trainer *tr, int B, int T, bt_dtype dt);
 int trainer_recompute_parse(const char *name);        /* none|gelu|attn|mlp|block -> flags; -1 otherwise */
 const char *trainer_recompute_name(int flags);        /* the flags' --recompute name ("flags" for another mix) */
 
@@ -163,10 +216,11 @@ int trainer_stop_agreed(trainer *tr);      /* stop now? a collective with severa
    (made, locked, the temporaries dead writers left removed; another run holding it: an error naming it) */
 int trainer_ckpt_lock(trainer *tr, const train_opts *o, bt_dist *dist, char *err, size_t errlen);
 /* --resume or --init-from: the file opened, the model's config read (src->file NULL: neither); 0 or -1 */
-int trainer_source_open(const train_opts *o, bt_dist *dist, model_source *src, gpt2_config *cfg, char *err, size_t errlen);
+int trainer_source_open(const train_opts *o, bt_dist *dist, model_source *src, trainer_config *cfg, char *err, size_t errlen);
 int trainer_source_load(trainer *tr, char *err, size_t errlen);   /* its weights into the model */
+void trainer_source_close(model_source *src);   /* its files closed (a resume's stays open until trainer_ckpt_restore) */
 /* --resume: the run's options against the checkpoint's, naming the first that differs */
-int trainer_ckpt_check(const model_source *src, const train_opts *o, const gpt2_config *c, int world, char *err, size_t errlen);
+int trainer_ckpt_check(const model_source *src, const train_opts *o, const trainer_config *c, int world, char *err, size_t errlen);
 void trainer_ckpt_import_tuning(trainer *tr);                  /* --resume: this rank's matmul choices back */
 int trainer_ckpt_restore(trainer *tr, char *err, size_t errlen);   /* AdamW state, step counts, data position */
 /* --ckpt-dir's checkpoints that are not the history of this run, after the restore, before anything is
@@ -179,7 +233,7 @@ int trainer_ckpt_report(trainer *tr, char *json, size_t cap);  /* a save finishe
 int trainer_ckpt_finish(trainer *tr, int step, int saved_step, double loss);   /* the run's last checkpoint, waited for: 0, or -1 (said) */
 
 /* ---- 7. tensor and context parallelism ---- */
-int trainer_par_check(const train_opts *o, const gpt2_config *c, int world, int on_gpu, char *err, size_t errlen);
+int trainer_par_check(const train_opts *o, const trainer_config *c, int world, int on_gpu, char *err, size_t errlen);
 gpt2_par_opts trainer_par_opts(const train_opts *o);
 void trainer_par_describe(const gpt2_par *p, const train_opts *o);
 gpt2 *trainer_whole_model(trainer *tr);   /* the model for the outputs (tp: gathered on rank 0, NULL elsewhere) */
@@ -221,6 +275,97 @@ void trainer_mc_free(trainer_mc_result *r);
 #include <time.h>
 #include <unistd.h>
 
+/* ---- 0. the model: GPT-2 or Llama ---- */
+trainer_config trainer_config_gpt2(gpt2_config c) {
+    trainer_config t;
+    memset(&t, 0, sizeof t);
+    t.family = TRAINER_GPT2; t.gpt2 = c;
+    t.L = c.L; t.H = c.H; t.C = c.C; t.maxT = c.maxT; t.V = c.V; t.Vp = c.Vp;
+    return t;
+}
+trainer_config trainer_config_llama(llama_config c) {
+    trainer_config t;
+    memset(&t, 0, sizeof t);
+    t.family = TRAINER_LLAMA; t.llama = c;
+    t.L = c.L; t.H = c.H; t.C = c.C; t.maxT = c.maxT; t.V = c.V; t.Vp = c.Vp;
+    return t;
+}
+int trainer_config_preset(const char *name, trainer_config *c) {
+    gpt2_config g;
+    llama_config l;
+    if (!gpt2_config_from_preset(name, BT_GPT2_VOCAB, &g)) { *c = trainer_config_gpt2(g); return 0; }
+    if (!llama_config_from_preset(name, &l)) { *c = trainer_config_llama(l); return 0; }
+    return -1;
+}
+const char *trainer_family_name(int family) { return family == TRAINER_LLAMA ? "Llama" : "GPT-2"; }
+
+#define TRAINER__LLAMA(tr) ((tr)->family == TRAINER_LLAMA)
+bt_device trainer_device(const trainer *tr) { return TRAINER__LLAMA(tr) ? tr->lm.device : tr->model.device; }
+bt_tensor *trainer_flat(const trainer *tr) { return TRAINER__LLAMA(tr) ? tr->lm.flat : tr->model.flat; }
+bt_tensor *trainer_flat_grad(const trainer *tr) { return TRAINER__LLAMA(tr) ? tr->lm.flat_grad : tr->model.flat_grad; }
+bt_tensor **trainer_params(const trainer *tr, int *n) {
+    *n = TRAINER__LLAMA(tr) ? tr->lm.n_params : tr->model.n_params;
+    return TRAINER__LLAMA(tr) ? tr->lm.params : tr->model.params;
+}
+int64_t trainer_num_params(const trainer *tr) { return TRAINER__LLAMA(tr) ? tr->lm.num_params : tr->model.num_params; }
+int64_t trainer_flat_numel(const trainer *tr) { return TRAINER__LLAMA(tr) ? tr->lm.flat_numel : tr->model.flat_numel; }
+trainer_config trainer_model_config(const trainer *tr) {
+    return TRAINER__LLAMA(tr) ? trainer_config_llama(tr->lm.cfg) : trainer_config_gpt2(tr->model.cfg);
+}
+void trainer_model_build(trainer *tr, const trainer_config *c, bt_device dev, int64_t pad_to, bt_dtype grad_dt) {
+    tr->family = c->family;
+    if (c->family == TRAINER_LLAMA) llama_build_padded(&tr->lm, c->llama, dev, pad_to, grad_dt);
+    else gpt2_build_padded(&tr->model, c->gpt2, dev, pad_to, grad_dt);
+}
+void trainer_model_init(trainer *tr, uint64_t seed) {
+    if (TRAINER__LLAMA(tr)) llama_init(&tr->lm, seed);
+    else gpt2_init(&tr->model, seed);
+}
+/* the loss in dt (the memory probe's dtype may be the run's or not) */
+static bt_tensor *trainer__loss(trainer *tr, bt_tensor *idx, bt_tensor *tgt, bt_dtype dt) {
+    return TRAINER__LLAMA(tr) ? llama_loss(&tr->lm, idx, tgt, dt) : gpt2_loss(&tr->model, idx, tgt, dt);
+}
+bt_tensor *trainer_model_loss(trainer *tr, bt_tensor *idx, bt_tensor *tgt) { return trainer__loss(tr, idx, tgt, tr->dt); }
+bt_tensor *trainer_model_logits(trainer *tr, bt_tensor *idx) {
+    return TRAINER__LLAMA(tr) ? llama_logits(&tr->lm, idx, tr->dt) : gpt2_logits(&tr->model, idx, tr->dt);
+}
+void trainer_model_lowp_refresh(trainer *tr) {
+    if (TRAINER__LLAMA(tr)) llama_lowp_refresh(&tr->lm, tr->dt);
+    else gpt2_lowp_refresh(&tr->model, tr->dt);
+}
+/* Llama: llama_generate from <|endoftext|> (token 0 for a smaller vocabulary), the same draws as
+   gpt2_sample's (Philox at (seed, s)), decoded by the GPT-2 tokenizer when the vocabulary is its */
+void trainer_model_sample(trainer *tr, gpt2 *whole, int n, int topk, double temp, uint64_t seed) {
+    if (!TRAINER__LLAMA(tr)) { gpt2_sample(whole, tr->tok, n, topk, temp, seed, tr->dt); return; }
+    const llama_config *c = &tr->lm.cfg;
+    int32_t prompt = BT_EOT < c->V ? BT_EOT : 0, *ids = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+    if (!ids) bt_error("sample: out of host memory");
+    if (n > 0 && llama_generate(&tr->lm, &prompt, 1, n, topk, temp, seed, tr->dt, ids)) bt_error("sample: llama_generate failed");
+    char *text = NULL;
+    size_t nb = tr->tok && c->V == BT_GPT2_VOCAB && n > 0 ? bt_decode(tr->tok, ids, (size_t)n, &text) : (size_t)-1;
+    if (nb != (size_t)-1) { fwrite(text, 1, nb, stdout); free(text); }
+    else for (int i = 0; i < n; i++) printf("%d ", ids[i]);
+    printf("\n");
+    fflush(stdout);
+    free(ids);
+}
+int trainer_model_export_hf(trainer *tr, gpt2 *whole, const char *dir, char *err, size_t errlen) {
+    return TRAINER__LLAMA(tr) ? llama_hf_export(&tr->lm, dir, err, errlen) : gpt2_hf_export(whole, dir, err, errlen);
+}
+int trainer_family_check(const train_opts *o, const trainer_config *c, char *err, size_t errlen) {
+    if (c->family != TRAINER_LLAMA) return 0;
+    const char *flag = o->tp > 1 ? "--tp" : o->cp > 1 ? "--cp" : o->sp ? "--sp" : o->async_tp ? "--async-tp" : o->cp_comm ? "--cp-comm"
+                     : o->mlir ? "--mlir" : o->save_path ? "--save" : o->ddp_rows == 1 ? "--ddp-rows on" : o->recompute > 0 ? "--recompute" : NULL;
+    if (!flag) return 0;
+    const char *why = !strcmp(flag, "--save") ? "it writes llm.c's GPT-2 model file; --export-hf DIR writes a Llama for transformers"
+                    : !strcmp(flag, "--mlir") ? "its fused chain is GPT-2's MLP (bias + GELU)"
+                    : !strcmp(flag, "--ddp-rows on") ? "the rows exchange is GPT-2's tied embedding hook"
+                    : !strcmp(flag, "--recompute") ? "the recomputation is in GPT-2's forward"
+                    : "tensor and context parallelism are gpt2_parallel.h's";
+    snprintf(err, errlen, "%s: not for a Llama model yet (%s)", flag, why);
+    return -1;
+}
+
 /* ---- 1. options ---- */
 void train_default_opts(train_opts *o) {
     memset(o, 0, sizeof *o);
@@ -242,9 +387,9 @@ void trainer_load_batch(trainer *tr, bt_loader *L) {
 void trainer_next_batch(trainer *tr, bt_loader *L, int B, bt_tensor **idx, bt_tensor **tgt) {
     trainer_load_batch(tr, L);
     bt_shape s = bt_shape2(B, tr->o.T);
-    *idx = bt_from_data(tr->inputs, s, BT_I32, tr->model.device);
-    *tgt = bt_from_data(tr->targets, s, BT_I32, tr->model.device);
-    if (tr->par) gpt2_par_batch(tr->par, tr->inputs, tr->targets, B, tr->o.T, tr->model.device, idx, tgt);
+    *idx = bt_from_data(tr->inputs, s, BT_I32, trainer_device(tr));
+    *tgt = bt_from_data(tr->targets, s, BT_I32, trainer_device(tr));
+    if (tr->par) gpt2_par_batch(tr->par, tr->inputs, tr->targets, B, tr->o.T, trainer_device(tr), idx, tgt);
 }
 int trainer_data_world(const trainer *tr) { return tr->par ? tr->par->dp : tr->dist ? tr->dist->world : 1; }
 
@@ -272,7 +417,7 @@ static void trainer__wte_dense_ready(bt_tensor *leaf, void *user) {
 }
 static int trainer__rows_exchange(trainer *tr) {
     const gpt2 *m = &tr->model;
-    if (tr->par || m->device.type != BT_GPU || m->flat_grad->dtype != BT_F32 || tr->dist->world < 2 || tr->o.B < 1) return 0;
+    if (tr->family != TRAINER_GPT2 || tr->par || m->device.type != BT_GPU || m->flat_grad->dtype != BT_F32 || tr->dist->world < 2 || tr->o.B < 1) return 0;
     if (tr->o.ddp_rows >= 0) return tr->o.ddp_rows;
     double gathered = (double)tr->dist->world * tr->o.B * tr->o.T * bt_dtype_size(tr->dt);   /* per column */
     return gathered <= 4.0 * (double)m->wte->shape[0];
@@ -281,16 +426,21 @@ static int trainer__rows_exchange(trainer *tr) {
    AdamW state and, for zero2, of the summed gradients, and communicates its gradients through the
    bucket engine, whose hooks fire as the backward pass finishes each parameter. */
 static void trainer__setup_ddp(trainer *tr) {
-    gpt2 *m = &tr->model;
+    gpt2 *m = &tr->model;   /* GPT-2's leaves for the rows exchange (GPT-2 only) */
+    bt_tensor *flat = trainer_flat(tr), *flat_grad = trainer_flat_grad(tr);
+    int n_params;
+    bt_tensor **params = trainer_params(tr, &n_params);
+    int64_t flat_numel = trainer_flat_numel(tr);
+    bt_device dev = trainer_device(tr);
     bt_comm *c = trainer__zero_comm(tr);   /* tp/cp: the ranks holding the same shard */
-    bt_broadcast(c, bt_data_ptr(m->flat), bt_data_ptr(m->flat), m->flat_numel, BT_F32, 0, NULL);
-    m->flat->storage->version++;
-    bt_param_span *spans = (bt_param_span *)malloc(sizeof(bt_param_span) * (size_t)m->n_params);
-    if (!spans || bt_ddp_spans_from_grads(m->params, m->n_params, m->flat_grad, spans)) bt_error("data parallel: %s", bt_dist_error());
+    bt_broadcast(c, bt_data_ptr(flat), bt_data_ptr(flat), flat_numel, BT_F32, 0, NULL);
+    flat->storage->version++;
+    bt_param_span *spans = (bt_param_span *)malloc(sizeof(bt_param_span) * (size_t)n_params);
+    if (!spans || bt_ddp_spans_from_grads(params, n_params, flat_grad, spans)) bt_error("data parallel: %s", bt_dist_error());
     bt_ddp_opts d;
     memset(&d, 0, sizeof d);
     d.bucket_cap_bytes = (size_t)tr->o.bucket_mb << 20;
-    d.comm_dtype = !strcmp(tr->o.comm_dtype, "bf16") ? BT_BF16 : m->flat_grad->dtype;
+    d.comm_dtype = !strcmp(tr->o.comm_dtype, "bf16") ? BT_BF16 : flat_grad->dtype;
     d.shard_numel = tr->zero.stage ? tr->zero.shard : 0;
     d.trace = tr->o.timings;
     /* NCCL's host cost per bucket moves off the thread that launches the backward's kernels; not
@@ -301,16 +451,16 @@ static void trainer__setup_ddp(trainer *tr) {
     d.copy_engines = !tr->o.ddp_nccl;
     int rows = trainer__rows_exchange(tr);
     if (rows) d.launch_as_ready = 1;   /* wte's bucket fills first and must not wait for the plan's order */
-    tr->ddp = bt_ddp_create(c, bt_data_ptr(m->flat_grad), m->flat_grad->dtype, m->flat_numel, spans, m->n_params, &d);
-    for (int i = 0; i < m->n_params; i++)
-        if (!(rows && m->params[i] == m->wte)) bt_register_grad_hook(m->params[i], bt_ddp_grad_hook, bt_ddp_hook_arg(tr->ddp, i));
+    tr->ddp = bt_ddp_create(c, bt_data_ptr(flat_grad), flat_grad->dtype, flat_numel, spans, n_params, &d);
+    for (int i = 0; i < n_params; i++)
+        if (!(rows && params[i] == m->wte)) bt_register_grad_hook(params[i], bt_ddp_grad_hook, bt_ddp_hook_arg(tr->ddp, i));
     if (rows) {
         bt_register_grad_hook(m->lnfw, trainer__wte_dense_ready, tr);
         bt_set_rows_hook(m->wte, bt_ddp_rows_hook, bt_ddp_hook_arg(tr->ddp, trainer__param_index(m, m->wte)));
     }
     free(spans);
-    if (m->device.type == BT_GPU)
-        for (int i = 0; i < 2; i++) tr->comm_ev[i] = bt_event_create_timed(m->device);
+    if (dev.type == BT_GPU)
+        for (int i = 0; i < 2; i++) tr->comm_ev[i] = bt_event_create_timed(dev);
 }
 /* the ZeRO stage from --dp, its group's ranges and AdamW's range; then the buckets: with tp/cp
    over the dp x cp group (a group of one, --tp 2 on two GPUs, reduces nothing, and ZeRO's range
@@ -318,19 +468,19 @@ static void trainer__setup_ddp(trainer *tr) {
 void trainer_setup_parallel(trainer *tr) {
     if (tr->zero.stage) {
         bt_zero z = tr->zero;
-        bt_zero_init(&tr->zero, z.stage, trainer__zero_comm(tr), tr->opt.numel, z.shard, tr->model.device);
+        bt_zero_init(&tr->zero, z.stage, trainer__zero_comm(tr), tr->opt.numel, z.shard, trainer_device(tr));
         bt_adamw_shard(&tr->opt, tr->zero.lo, tr->zero.hi);
     }
     if (tr->par ? !tr->par->on_cpu && tr->par->dpcp_comm && tr->par->dpcp_comm->size > 1 : tr->dist != NULL) trainer__setup_ddp(tr);
-    if (tr->o.timings && tr->model.device.type == BT_GPU)
-        for (int i = 0; i < 2; i++) tr->work_ev[i] = bt_event_create_timed(tr->model.device);
+    if (tr->o.timings && trainer_device(tr).type == BT_GPU)
+        for (int i = 0; i < 2; i++) tr->work_ev[i] = bt_event_create_timed(trainer_device(tr));
 }
 /* The gradient communication the backward pass did not hide: the compute stream's time from the
    end of the backward to the arrival of the last bucket (timed events around bt_ddp_wait; read
    after the step's host sync, so a step with several synced micro-batches reports its last), and
    the buckets that were already on their way when the backward ended. */
 void trainer_ddp_wait_timed(trainer *tr) {
-    void *s = bt_stream_current(tr->model.device);
+    void *s = bt_stream_current(trainer_device(tr));
     tr->comm_early = bt_ddp_get_stats(tr->ddp).launched;
     if (tr->comm_ev[0]) bt_event_record(tr->comm_ev[0], s);
     bt_ddp_wait(tr->ddp, NULL);
@@ -343,21 +493,23 @@ double trainer_comm_exposed_ms(trainer *tr) {
    over the group; with tp the replicated tensors' part (the buffer's first W elements, equal on
    every tp rank) counts once and the split part is summed over tp. */
 bt_tensor *trainer_grad_norm(trainer *tr) {
-    gpt2 *m = &tr->model;
+    gpt2 *m = &tr->model;   /* tp: GPT-2's shard */
     if (tr->zero.stage) {
-        int64_t W = m->tp > 1 ? gpt2_par_whole_numel(m) : m->flat_numel;
-        bt_tensor *sq = bt_zero_sumsq(&tr->zero, m->flat_grad, W);
+        int64_t W = m->tp > 1 ? gpt2_par_whole_numel(m) : trainer_flat_numel(tr);
+        bt_tensor *sq = bt_zero_sumsq(&tr->zero, trainer_flat_grad(tr), W);
         if (m->tp > 1) gpt2_par_tp_sum(tr->par, bt_narrow(sq, 0, 1, 1));
         return bt_sqrt(bt_add(bt_narrow(sq, 0, 0, 1), bt_narrow(sq, 0, 1, 1)));
     }
     if (tr->par) return gpt2_par_grad_norm(tr->par, m);
-    return bt_grad_norm(m->params, m->n_params);
+    int n;
+    bt_tensor **params = trainer_params(tr, &n);
+    return bt_grad_norm(params, n);
 }
 void trainer_update(trainer *tr, double lr, bt_tensor *norm) {
     if (tr->fence_pending) trainer_ckpt_fence(tr);   /* a checkpoint's copies of the weights and state finish first */
     bt_adamw_set_grad_norm(&tr->opt, norm);
     bt_adamw_update(&tr->opt, (float)lr, tr->zero.grad_sum);
-    if (tr->zero.stage) bt_zero_all_gather(&tr->zero, tr->model.flat);   /* every rank's updated range to its group */
+    if (tr->zero.stage) bt_zero_all_gather(&tr->zero, trainer_flat(tr));   /* every rank's updated range to its group */
 }
 
 /* ---- 4. the micro-step as a CUDA graph (--cuda-graph) ----
@@ -393,10 +545,10 @@ step_graph *trainer_graph_for(trainer *tr, int accum) {
     g->host = (int32_t *)malloc(sizeof(int32_t) * 2 * (size_t)accum * B * T);
     if (!g->host) bt_error("--cuda-graph: out of host memory for %d micro-batches of %d x %d tokens", accum, B, T);
     bt_scope_begin();
-    g->in = bt_keep(bt_zeros(bt_shape3(2, B, T), BT_I32, tr->model.device));
+    g->in = bt_keep(bt_zeros(bt_shape3(2, B, T), BT_I32, trainer_device(tr)));
     g->idx = bt_keep(bt_view(bt_narrow(g->in, 0, 0, 1), bt_shape2(B, T)));
     g->tgt = bt_keep(bt_view(bt_narrow(g->in, 0, 1, 1), bt_shape2(B, T)));
-    g->loss_sum = bt_keep(bt_scalar(0, BT_F32, tr->model.device));
+    g->loss_sum = bt_keep(bt_scalar(0, BT_F32, trainer_device(tr)));
     bt_scope_end();
     return g;
 }
@@ -409,14 +561,14 @@ bt_tensor *trainer_graph_tokens(trainer *tr, step_graph *g, int step) {
         memcpy(g->host + (2 * (size_t)a) * n, tr->inputs, n * sizeof(int32_t));
         memcpy(g->host + (2 * (size_t)a + 1) * n, tr->targets, n * sizeof(int32_t));
     }
-    return bt_from_data(g->host, bt_shape4(g->accum, 2, g->B, g->T), BT_I32, tr->model.device);
+    return bt_from_data(g->host, bt_shape4(g->accum, 2, g->B, g->T), BT_I32, trainer_device(tr));
 }
 /* micro-batch a (of kind k) captured into g->graph[k], in the pool of the step's graphs */
 static void trainer__graph_capture(trainer *tr, step_graph *g, int k, int a, trainer_micro_fn micro) {
-    gpt2 *m = &tr->model;
-    bt_alloc_empty_cache(m->device);   /* the warm-up's cached blocks go back: the graph's pool takes their place */
-    bt_graph *cg = bt_graph_capture_begin(m->device);
-    if (g->pool) { bt_alloc_pool_pop(m->device); bt_alloc_pool_push(m->device, g->pool); }   /* the end pops it */
+    bt_device dev = trainer_device(tr);
+    bt_alloc_empty_cache(dev);   /* the warm-up's cached blocks go back: the graph's pool takes their place */
+    bt_graph *cg = bt_graph_capture_begin(dev);
+    if (g->pool) { bt_alloc_pool_pop(dev); bt_alloc_pool_push(dev, g->pool); }   /* the end pops it */
     else g->pool = bt_graph_pool(cg);
     bt_scope_begin();
     micro(tr, g->idx, g->tgt, a, g->accum, g->loss_sum, 1);
@@ -426,9 +578,8 @@ static void trainer__graph_capture(trainer *tr, step_graph *g, int k, int a, tra
     g->captures++;
 }
 void trainer_graph_micro_step(trainer *tr, step_graph *g, bt_tensor *tokens, int a, int k, trainer_micro_fn micro) {
-    gpt2 *m = &tr->model;
     bt_copy_(g->in, bt_view(bt_narrow(tokens, 0, a, 1), bt_shape3(2, g->B, g->T)));
-    gpt2_lowp_refresh(m, tr->dt);   /* the bf16 weights after the last update: a copy outside the graph */
+    trainer_model_lowp_refresh(tr);   /* the bf16 weights after the last update: a copy outside the graph */
     if (!g->graph[k] && !g->warmed[k]) { micro(tr, g->idx, g->tgt, a, g->accum, g->loss_sum, 1); g->warmed[k] = 1; return; }
     if (!g->graph[k]) trainer__graph_capture(tr, g, k, a, micro);
     bt_graph_launch(g->graph[k]);
@@ -439,17 +590,18 @@ void trainer_graph_micro_step(trainer *tr, step_graph *g, bt_tensor *tokens, int
 /* ---- 5. memory ---- */
 #ifdef BT_CUDA
 /* peak memory of one forward+backward at micro-batch B (synthetic tokens: memory does not depend on their values) */
-static size_t trainer__probe_peak(gpt2 *m, int B, int T, bt_dtype dt) {
-    bt_alloc_reset_peak(m->device);
+static size_t trainer__probe_peak(trainer *tr, int B, int T, bt_dtype dt) {
+    bt_device dev = trainer_device(tr);
+    bt_alloc_reset_peak(dev);
     int32_t *ids = (int32_t *)calloc((size_t)B * T, sizeof(int32_t));
     if (!ids) bt_error("auto micro-batch: out of host memory");
     bt_scope_begin();
-    bt_tensor *idx = bt_from_data(ids, bt_shape2(B, T), BT_I32, m->device);
-    bt_backward(gpt2_loss(m, idx, idx, dt));
+    bt_tensor *idx = bt_from_data(ids, bt_shape2(B, T), BT_I32, dev);
+    bt_backward(trainer__loss(tr, idx, idx, dt));
     bt_scope_end();
     free(ids);
-    bt_zero_(m->flat_grad);
-    return bt_alloc_stats(m->device).peak_allocated;
+    bt_zero_(trainer_flat_grad(tr));
+    return bt_alloc_stats(dev).peak_allocated;
 }
 #endif
 /* Memory of a micro-step at B: activations grow linearly in B, so two probes (B = 1, b2) give the
@@ -457,15 +609,15 @@ static size_t trainer__probe_peak(gpt2 *m, int B, int T, bt_dtype dt) {
    the device free for fragmentation and the libraries' own buffers. A larger b2 measures the part
    per sequence closer to a large B's (d12 at T=1024: 372 MiB from B = 1, 2, ~300 MiB seen at B = 64..192). */
 typedef struct { size_t fixed, per; double budget; } trainer__mem;
-static trainer__mem trainer__probe_memory(gpt2 *m, int T, bt_dtype dt, int b2) {
+static trainer__mem trainer__probe_memory(trainer *tr, int T, bt_dtype dt, int b2) {
     trainer__mem mm = {0, 1, 0};
 #ifdef BT_CUDA
-    size_t p1 = trainer__probe_peak(m, 1, T, dt), p2 = trainer__probe_peak(m, b2, T, dt), free_b = 0, total_b = 0;
+    size_t p1 = trainer__probe_peak(tr, 1, T, dt), p2 = trainer__probe_peak(tr, b2, T, dt), free_b = 0, total_b = 0;
     mm.per = p2 > p1 ? (p2 - p1) / (size_t)(b2 - 1) : 1; mm.fixed = p1 > mm.per ? p1 - mm.per : 0;
-    bt_device_memory(m->device, &free_b, &total_b);
-    mm.budget = 0.9 * (double)(free_b + bt_alloc_stats(m->device).reserved);
+    bt_device_memory(trainer_device(tr), &free_b, &total_b);
+    mm.budget = 0.9 * (double)(free_b + bt_alloc_stats(trainer_device(tr)).reserved);
 #else
-    (void)m; (void)T; (void)dt; (void)b2;
+    (void)tr; (void)T; (void)dt; (void)b2;
 #endif
     return mm;
 }
@@ -487,14 +639,14 @@ const char *trainer_recompute_name(int flags) {
         if (flags == trainer__recompute_modes[i].flags) return trainer__recompute_modes[i].name;
     return "flags";
 }
-int trainer_choose_recompute(gpt2 *m, int B, int T, bt_dtype dt) {
+int trainer_choose_recompute(trainer *tr, int B, int T, bt_dtype dt) {
     static const int ladder[] = {0, BT_RECOMPUTE_GELU, BT_RECOMPUTE_MLP, BT_RECOMPUTE_BLOCK};
     int b2 = B >= 8 ? 8 : 2, n = (int)(sizeof ladder / sizeof ladder[0]), old = bt_get_recompute(), k;
     double need[4];
     trainer__mem mm = {0, 1, 0};
     for (k = 0; k < n; k++) {
         bt_set_recompute(ladder[k]);
-        mm = trainer__probe_memory(m, T, dt, b2);
+        mm = trainer__probe_memory(tr, T, dt, b2);
         need[k] = trainer__need(mm, B);
         if (need[k] <= mm.budget) break;
     }
@@ -507,15 +659,15 @@ int trainer_choose_recompute(gpt2 *m, int B, int T, bt_dtype dt) {
     printf("; %.0f usable%s)\n", mm.budget / 1048576.0, fits ? "" : ": it may not fit even so, give a smaller -b");
     return ladder[k];
 }
-int trainer_auto_micro_batch(gpt2 *m, int T, int total_batch, bt_dtype dt) {
+int trainer_auto_micro_batch(trainer *tr, int T, int total_batch, bt_dtype dt) {
     int best = 1;
 #ifdef BT_CUDA
-    trainer__mem mm = trainer__probe_memory(m, T, dt, 2);
+    trainer__mem mm = trainer__probe_memory(tr, T, dt, 2);
     while ((int64_t)best * 2 * T <= total_batch && total_batch % ((int64_t)best * 2 * T) == 0 && trainer__need(mm, best * 2) <= mm.budget) best *= 2;
     printf("auto micro-batch: %.0f MiB per sequence of %d tokens, %.0f MiB fixed, %.0f MiB usable -> B = %d\n",
            mm.per / 1048576.0, T, mm.fixed / 1048576.0, mm.budget / 1048576.0, best);
 #else
-    (void)m; (void)T; (void)total_batch; (void)dt;
+    (void)tr; (void)T; (void)total_batch; (void)dt;
 #endif
     return best;
 }
@@ -581,7 +733,7 @@ int trainer_stop_agreed(trainer *tr) {
     int mine = trainer__stop != 0;
     if (!tr->dist) return mine;
     bt_scope_begin();
-    bt_tensor *f = bt_full(bt_shape1(1), mine, BT_I32, tr->model.device);
+    bt_tensor *f = bt_full(bt_shape1(1), mine, BT_I32, trainer_device(tr));
     bt_all_reduce(tr->dist->world_comm, bt_data_ptr(f), bt_data_ptr(f), 1, BT_I32, BT_RED_MAX, NULL);
     int any = bt_item(f) != 0;
     bt_scope_end();
@@ -592,13 +744,27 @@ int trainer_stop_agreed(trainer *tr) {
    doubles as %.17g, so equal values give equal text. One table for writing and for checking.
    world is the data-parallel one: --tp and --cp change no loss (beyond rounding), so a
    checkpoint moves between them freely. */
-#define TRAINER_MAX_FIELDS 24
+#define TRAINER_MAX_FIELDS 40
 typedef struct { const char *key, *flag; char val[48]; } trainer__field;
-static int trainer__ckpt_fields(const train_opts *o, const gpt2_config *c, int world, trainer__field *f) {
+/* the model's fields: GPT-2's gpt2.*, a Llama's llama.* (every llama_config field); the family
+   itself is train.model (trainer__meta; absent in older checkpoints, which are GPT-2's) */
+static int trainer__ckpt_fields(const train_opts *o, const trainer_config *tc, int world, trainer__field *f) {
     int n = 0;
 #define FIELD(k, fl, fmt, v) (f[n].key = (k), f[n].flag = (fl), snprintf(f[n].val, sizeof f[n].val, fmt, v), n++)
-    FIELD("gpt2.maxT", "-e", "%d", c->maxT); FIELD("gpt2.V", "-e", "%d", c->V); FIELD("gpt2.Vp", "-e", "%d", c->Vp);
-    FIELD("gpt2.L", "-e", "%d", c->L); FIELD("gpt2.H", "-e", "%d", c->H); FIELD("gpt2.C", "-e", "%d", c->C);
+    if (tc->family == TRAINER_LLAMA) {
+        const llama_config *c = &tc->llama;
+        FIELD("llama.maxT", "-e", "%d", c->maxT); FIELD("llama.V", "-e", "%d", c->V); FIELD("llama.Vp", "-e", "%d", c->Vp);
+        FIELD("llama.L", "-e", "%d", c->L); FIELD("llama.H", "-e", "%d", c->H); FIELD("llama.Hkv", "-e", "%d", c->Hkv);
+        FIELD("llama.C", "-e", "%d", c->C); FIELD("llama.F", "-e", "%d", c->F); FIELD("llama.tie", "-e", "%d", c->tie);
+        FIELD("llama.eps", "-e", "%.17g", c->eps); FIELD("llama.rope_theta", "-e", "%.17g", c->rope.theta);
+        FIELD("llama.rope_factor", "-e", "%.17g", c->rope.factor); FIELD("llama.rope_low_freq_factor", "-e", "%.17g", c->rope.low_freq_factor);
+        FIELD("llama.rope_high_freq_factor", "-e", "%.17g", c->rope.high_freq_factor);
+        FIELD("llama.rope_original_max_position_embeddings", "-e", "%lld", (long long)c->rope.original_max_position_embeddings);
+    } else {
+        const gpt2_config *c = &tc->gpt2;
+        FIELD("gpt2.maxT", "-e", "%d", c->maxT); FIELD("gpt2.V", "-e", "%d", c->V); FIELD("gpt2.Vp", "-e", "%d", c->Vp);
+        FIELD("gpt2.L", "-e", "%d", c->L); FIELD("gpt2.H", "-e", "%d", c->H); FIELD("gpt2.C", "-e", "%d", c->C);
+    }
     FIELD("train.B", "-b", "%d", o->B); FIELD("train.T", "-t", "%d", o->T);
     FIELD("train.total_batch", "-d", "%d", o->total_batch); FIELD("train.steps", "-x", "%d", o->steps);
     FIELD("train.lr", "-l", "%.17g", o->lr); FIELD("train.warmup", "-u", "%d", o->warmup);
@@ -612,28 +778,65 @@ static int trainer__ckpt_fields(const train_opts *o, const gpt2_config *c, int w
 #undef FIELD
     return n;
 }
+/* the family a checkpoint holds: train.model ("gpt2", "llama"; absent: GPT-2, as checkpoints
+   written before Llama); -1 for another value */
+static int trainer__ckpt_family(const bt_ckpt_meta *meta) {
+    const char *v = bt_ckpt_meta_get(meta, "train.model");
+    return !v || !strcmp(v, "gpt2") ? TRAINER_GPT2 : !strcmp(v, "llama") ? TRAINER_LLAMA : -1;
+}
 /* the model's config out of a checkpoint's metadata, checked as a model file's header is */
-static int trainer__ckpt_config(const bt_ckpt_meta *meta, const char *path, gpt2_config *c, char *err, size_t errlen) {
+static int trainer__ckpt_config(const bt_ckpt_meta *meta, const char *path, trainer_config *tc, char *err, size_t errlen) {
+    int family = trainer__ckpt_family(meta);
+    if (family < 0) { bt_msgf(err, errlen, "%s: train.model \"%s\" is neither gpt2 nor llama", path, bt_ckpt_meta_get(meta, "train.model")); return -1; }
+    if (family == TRAINER_LLAMA) {
+        static const char *const ik[9] = {"llama.maxT", "llama.V", "llama.Vp", "llama.L", "llama.H", "llama.Hkv", "llama.C", "llama.F", "llama.tie"};
+        static const char *const dk[4] = {"llama.eps", "llama.rope_theta", "llama.rope_factor", "llama.rope_low_freq_factor"};
+        llama_config c;
+        memset(&c, 0, sizeof c);
+        int *idst[9] = {&c.maxT, &c.V, &c.Vp, &c.L, &c.H, &c.Hkv, &c.C, &c.F, &c.tie};
+        double *ddst[5] = {&c.eps, &c.rope.theta, &c.rope.factor, &c.rope.low_freq_factor, &c.rope.high_freq_factor};
+        int64_t v, orig;
+        for (int i = 0; i < 9; i++) {
+            if (bt_ckpt_meta_get_int(meta, ik[i], INT32_MIN, INT32_MAX, &v)) { bt_msgf(err, errlen, "%s: %s", path, bt_ckpt_error()); return -1; }
+            *idst[i] = (int)v;
+        }
+        for (int i = 0; i < 5; i++)
+            if (bt_ckpt_meta_get_f64(meta, i < 4 ? dk[i] : "llama.rope_high_freq_factor", ddst[i])) { bt_msgf(err, errlen, "%s: %s", path, bt_ckpt_error()); return -1; }
+        if (bt_ckpt_meta_get_i64(meta, "llama.rope_original_max_position_embeddings", &orig)) { bt_msgf(err, errlen, "%s: %s", path, bt_ckpt_error()); return -1; }
+        c.rope.original_max_position_embeddings = orig;
+        *tc = trainer_config_llama(c);
+        return llama_config_check(&c, path, err, errlen);
+    }
     static const char *const keys[6] = {"gpt2.maxT", "gpt2.V", "gpt2.Vp", "gpt2.L", "gpt2.H", "gpt2.C"};
-    int *dst[6] = {&c->maxT, &c->V, &c->Vp, &c->L, &c->H, &c->C};
+    gpt2_config c;
+    int *dst[6] = {&c.maxT, &c.V, &c.Vp, &c.L, &c.H, &c.C};
     for (int i = 0; i < 6; i++) {
         int64_t v;
         if (bt_ckpt_meta_get_int(meta, keys[i], INT32_MIN, INT32_MAX, &v)) { bt_msgf(err, errlen, "%s: %s", path, bt_ckpt_error()); return -1; }
         *dst[i] = (int)v;
     }
-    return gpt2_config_check(c, path, "gpt2.", err, errlen);
+    *tc = trainer_config_gpt2(c);
+    return gpt2_config_check(&c, path, "gpt2.", err, errlen);
 }
-int trainer_ckpt_check(const model_source *src, const train_opts *o, const gpt2_config *c, int world, char *err, size_t errlen) {
+int trainer_ckpt_check(const model_source *src, const train_opts *o, const trainer_config *c, int world, char *err, size_t errlen) {
     trainer__field f[TRAINER_MAX_FIELDS];
+    const bt_ckpt_meta *meta = bt_ckpt_file_meta(src->file);
+    int family = trainer__ckpt_family(meta);
+    if (family != c->family) {
+        snprintf(err, errlen, "--resume %.500s: the checkpoint holds a %s model, -e %s is %s", src->path,
+                 family < 0 ? "unknown" : trainer_family_name(family), o->model ? o->model : "?", trainer_family_name(c->family));
+        return -1;
+    }
     int n = trainer__ckpt_fields(o, c, world, f);
     for (int i = 0; i < n; i++) {
-        const char *v = bt_ckpt_meta_get(bt_ckpt_file_meta(src->file), f[i].key);
+        const char *v = bt_ckpt_meta_get(meta, f[i].key);
         if (!v) { snprintf(err, errlen, "--resume %.500s: no \"%s\" in its metadata: not a train_gpt2 checkpoint", src->path, f[i].key); return -1; }
-        if (strcmp(v, f[i].val) && !strncmp(f[i].key, "gpt2.", 5)) {
-            gpt2_config h;
-            if (trainer__ckpt_config(bt_ckpt_file_meta(src->file), src->path, &h, err, errlen)) return -1;
+        if (strcmp(v, f[i].val) && (!strncmp(f[i].key, "gpt2.", 5) || !strncmp(f[i].key, "llama.", 6))) {
+            trainer_config h;
+            if (trainer__ckpt_config(meta, src->path, &h, err, errlen)) return -1;
             bt_msgf(err, errlen, "--resume %.500s: the checkpoint holds a model of L %d H %d C %d maxT %d V %d, -e %s is L %d H %d "
-                     "C %d maxT %d V %d", src->path, h.L, h.H, h.C, h.maxT, h.V, o->model ? o->model : "?", c->L, c->H, c->C, c->maxT, c->V);
+                     "C %d maxT %d V %d%s", src->path, h.L, h.H, h.C, h.maxT, h.V, o->model ? o->model : "?", c->L, c->H, c->C, c->maxT, c->V,
+                     c->family == TRAINER_LLAMA ? " (or another llama_config field differs: the checkpoint's llama.* metadata)" : "");
             return -1;
         }
         if (strcmp(v, f[i].val)) {
@@ -649,7 +852,7 @@ int trainer_ckpt_check(const model_source *src, const train_opts *o, const gpt2_
 static int trainer__meta_tuning(trainer *tr, bt_ckpt_meta *meta) {
     int bad = 0;
 #ifdef BT_CUDA
-    bt_device dev = tr->model.device;
+    bt_device dev = trainer_device(tr);
     if (dev.type != BT_GPU) return 0;
     int world = tr->dist ? tr->dist->world : 1;
     uint64_t n = bt_k_matmul_tuning_export(dev.index, NULL, 0), max = 0;
@@ -678,7 +881,7 @@ static int trainer__meta_tuning(trainer *tr, bt_ckpt_meta *meta) {
 void trainer_ckpt_import_tuning(trainer *tr) {
 #ifdef BT_CUDA
     const bt_ckpt_meta *meta = bt_ckpt_file_meta(tr->src.file);
-    bt_device dev = tr->model.device;
+    bt_device dev = trainer_device(tr);
     char key[48];
     snprintf(key, sizeof key, "train.matmul_tuning.%d", tr->dist ? tr->dist->rank : 0);
     if (dev.type != BT_GPU || !bt_ckpt_meta_get(meta, key)) return;
@@ -716,15 +919,17 @@ static bt_ckpt_meta *trainer__meta(trainer *tr, int step, double loss) {
     bad |= trainer__meta_tuning(tr, meta);
     if (meta) {
         trainer__field f[TRAINER_MAX_FIELDS];
-        int n = trainer__ckpt_fields(&tr->o, &tr->model.cfg, dworld, f);
+        trainer_config tc = trainer_model_config(tr);
+        int n = trainer__ckpt_fields(&tr->o, &tc, dworld, f);
         const train_opts *o = &tr->o;
         for (int i = 0; i < n; i++) bad |= bt_ckpt_meta_set(meta, f[i].key, f[i].val);
         bad |= bt_ckpt_meta_set(meta, "train_gpt2.checkpoint", "1");
+        bad |= bt_ckpt_meta_set(meta, "train.model", tr->family == TRAINER_LLAMA ? "llama" : "gpt2");
         bad |= bt_ckpt_meta_set_i64(meta, "train.step", step);
         bad |= bt_ckpt_meta_set_i64(meta, "adamw.step", tr->opt.step);
         bad |= bt_ckpt_meta_set_f64(meta, "train.loss", loss);
         bad |= bt_ckpt_meta_set_f64(meta, "train.lr_next", bt_lr_cosine(step, o->warmup, o->steps, o->lr, o->lr * o->final_lr_frac));
-        bad |= bt_ckpt_meta_set(meta, "train.device", bt_device_of(tr->model.flat).type == BT_GPU ? bt_device_name(tr->model.device) : "cpu");
+        bad |= bt_ckpt_meta_set(meta, "train.device", bt_device_of(trainer_flat(tr)).type == BT_GPU ? bt_device_name(trainer_device(tr)) : "cpu");
         bad |= bt_ckpt_meta_set_i64(meta, "train.deterministic", o->deterministic);
         bad |= bt_ckpt_meta_set_i64(meta, "train.tp", o->tp);   /* the layout it was made in: not a resume's constraint */
         bad |= bt_ckpt_meta_set_i64(meta, "train.cp", o->cp);
@@ -743,7 +948,7 @@ static void trainer__gather_adamw(trainer *tr, bt_tensor **m, bt_tensor **v) {
     bt_tensor *state[2] = {tr->opt.m, tr->opt.v}, **out[2] = {m, v};
     for (int k = 0; k < 2; k++) {
         bt_tensor *x = tr->zero.stage ? (tr->gathered[3 + k] = bt_zero_gather(&tr->zero, state[k])) : state[k];
-        *out[k] = tr->model.tp > 1 ? (tr->gathered[k] = gpt2_par_gather_whole(tr->par, &tr->model, x)) : bt_narrow(x, 0, 0, tr->model.num_params);
+        *out[k] = tr->model.tp > 1 ? (tr->gathered[k] = gpt2_par_gather_whole(tr->par, &tr->model, x)) : bt_narrow(x, 0, 0, trainer_num_params(tr));
     }
 }
 static void trainer__release_gathered(trainer *tr) {
@@ -768,7 +973,7 @@ void trainer_ckpt_snapshot(trainer *tr, int step, double loss) {
     trainer__gather_adamw(tr, &m, &v);
     /* the weights in the 1-GPU layout: with tp the shards gathered (rank 0), else the buffer */
     bt_tensor *w = tr->model.tp > 1 ? (tr->gathered[2] = gpt2_par_gather_whole(tr->par, &tr->model, tr->model.flat))
-                                    : bt_narrow(tr->model.flat, 0, 0, tr->model.num_params);
+                                    : bt_narrow(trainer_flat(tr), 0, 0, trainer_num_params(tr));
     bt_ckpt_meta *meta = trainer__meta(tr, step, loss);
     if (tr->saver) {
         bt_tensor *t[3] = {w, m, v};
@@ -944,8 +1149,41 @@ static int trainer__find_resume(const train_opts *o, bt_dist *dist, char *path, 
     snprintf(err, errlen, "%s", msg.err);
     return msg.rc;
 }
-int trainer_source_open(const train_opts *o, bt_dist *dist, model_source *src, gpt2_config *cfg, char *err, size_t errlen) {
+/* 1 when the config.json of a Hugging Face path (in it, a directory; else beside it) says
+   model_type "llama"; 0 otherwise (no such file, another type: GPT-2's reader decides) */
+static int trainer__hf_is_llama(const char *path) {
+    char cj[4200];
+    struct stat sb;
+    const char *slash = strrchr(path, '/');
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(cj, sizeof cj, "%s/config.json", path);
+    else snprintf(cj, sizeof cj, "%.*s%sconfig.json", slash ? (int)(slash - path) : 0, path, slash ? "/" : "");
+    uint64_t size = 0;
+    int fd = bt_input_open(cj, &size), llama = 0;
+    if (fd < 0) return 0;
+    char *text = size <= (1u << 20) ? (char *)malloc((size_t)size + 1) : NULL;
+    ssize_t got = text ? pread(fd, text, (size_t)size, 0) : -1;
+    close(fd);
+    bt_json_doc *doc = got == (ssize_t)size ? bt_json_parse(text, (size_t)size, 0) : NULL;
+    free(text);
+    const bt_json *mt = doc ? bt_json_get(bt_json_root(doc), "model_type") : NULL;
+    llama = mt && mt->type == BT_JSON_STRING && !strcmp(mt->str, "llama");
+    bt_json_free(doc);
+    return llama;
+}
+int trainer_source_open(const train_opts *o, bt_dist *dist, model_source *src, trainer_config *cfg, char *err, size_t errlen) {
     memset(src, 0, sizeof *src);
+    if (!o->resume && o->init_from && trainer__hf_is_llama(o->init_from)) {   /* a LlamaForCausalLM directory (or a file of it) */
+        llama_config lc;
+        char msg[1024];
+        snprintf(src->path, sizeof src->path, "%s", o->init_from);
+        src->hf = 1; src->family = TRAINER_LLAMA;
+        if (llama_hf_config(src->path, &lc, msg, sizeof msg) || !(src->lhf = llama_hf_open(src->path, msg, sizeof msg))) {
+            bt_msgf(err, errlen, "--init-from %s", msg);
+            return -1;
+        }
+        *cfg = trainer_config_llama(lc);
+        return 0;
+    }
     if (o->resume) {
         int r = trainer__find_resume(o, dist, src->path, sizeof src->path, err, errlen);
         if (r > 0) printf("--resume auto: no checkpoint in %s: starting a new run\n", o->ckpt_dir);
@@ -962,12 +1200,23 @@ int trainer_source_open(const train_opts *o, bt_dist *dist, model_source *src, g
         return -1;
     }
     const bt_ckpt_meta *meta = bt_ckpt_file_meta(src->file);
-    if (bt_ckpt_meta_get(meta, "train_gpt2.checkpoint")) return trainer__ckpt_config(meta, src->path, cfg, err, errlen);
+    if (bt_ckpt_meta_get(meta, "train_gpt2.checkpoint")) {
+        int r = trainer__ckpt_config(meta, src->path, cfg, err, errlen);
+        src->family = cfg->family;
+        return r;
+    }
     if (src->resume) { snprintf(err, errlen, "--resume %.500s: not a train_gpt2 checkpoint (no train_gpt2.checkpoint in its metadata)", src->path); return -1; }
     src->hf = 1;
     char msg[1024];
-    if (gpt2_hf_config(src->file, src->path, src->prefix, cfg, msg, sizeof msg)) { bt_msgf(err, errlen, "--init-from %s", msg); return -1; }
+    gpt2_config gc;
+    if (gpt2_hf_config(src->file, src->path, src->prefix, &gc, msg, sizeof msg)) { bt_msgf(err, errlen, "--init-from %s", msg); return -1; }
+    *cfg = trainer_config_gpt2(gc);
     return 0;
+}
+void trainer_source_close(model_source *src) {
+    bt_ckpt_close(src->file);
+    llama_hf_close(src->lhf);
+    src->file = NULL; src->lhf = NULL;
 }
 /* the weights from the source into a whole (one-process) model m: a checkpoint's params, or a
    Hugging Face file's tensors */
@@ -984,8 +1233,23 @@ static int trainer__source_load_into(gpt2 *m, model_source *src, char *err, size
     if (r) bt_msgf(err, errlen, "%s: %s", src->resume ? "--resume" : "--init-from", msg);
     return r ? -1 : 0;
 }
+/* a Llama: a Hugging Face directory's tensors, or a checkpoint's params */
+static int trainer__source_load_llama(llama *m, model_source *src, char *err, size_t errlen) {
+    char msg[1024];
+    int r;
+    if (src->lhf) r = llama_hf_load(m, src->lhf, msg, sizeof msg);
+    else {
+        bt_scope_begin();
+        r = bt_ckpt_load(src->file, "params", bt_narrow(m->flat, 0, 0, m->num_params), 0);
+        bt_scope_end();
+        if (r) snprintf(msg, sizeof msg, "%s", bt_ckpt_error());
+    }
+    if (r) bt_msgf(err, errlen, "%s: %s", src->resume ? "--resume" : "--init-from", msg);
+    return r ? -1 : 0;
+}
 /* with tp > 1 through a whole model in host memory, this rank's shard of it copied in */
 int trainer_source_load(trainer *tr, char *err, size_t errlen) {
+    if (tr->family == TRAINER_LLAMA) return trainer__source_load_llama(&tr->lm, &tr->src, err, errlen);
     gpt2 *m = &tr->model, whole;
     if (m->tp <= 1) return trainer__source_load_into(m, &tr->src, err, errlen);
     gpt2_build(&whole, m->cfg, bt_cpu());
@@ -1011,10 +1275,10 @@ int trainer_ckpt_restore(trainer *tr, char *err, size_t errlen) {
     }
     int r, tp = tr->model.tp > 1;
     bt_scope_begin();
-    if (!tp && opt->lo == 0 && opt->hi == tr->model.num_params) {
+    if (!tp && opt->lo == 0 && opt->hi == trainer_num_params(tr)) {
         r = bt_ckpt_load(tr->src.file, "adamw.m", opt->m, 0) || bt_ckpt_load(tr->src.file, "adamw.v", opt->v, 0);
     } else {   /* ZeRO or tp: the whole state through host memory, this rank's range (or shard) copied in */
-        bt_tensor *m = bt_empty(bt_shape1(tr->model.num_params), BT_F32, bt_cpu()), *v = bt_empty(bt_shape1(tr->model.num_params), BT_F32, bt_cpu());
+        bt_tensor *m = bt_empty(bt_shape1(trainer_num_params(tr)), BT_F32, bt_cpu()), *v = bt_empty(bt_shape1(trainer_num_params(tr)), BT_F32, bt_cpu());
         r = bt_ckpt_load(tr->src.file, "adamw.m", m, 0) || bt_ckpt_load(tr->src.file, "adamw.v", v, 0);
         if (!r && tp) { m = gpt2_par_shard_of_whole(&tr->model, m); v = gpt2_par_shard_of_whole(&tr->model, v); }
         if (!r) bt_adamw_set_state(opt, bt_narrow(m, 0, opt->lo, opt->hi - opt->lo), bt_narrow(v, 0, opt->lo, opt->hi - opt->lo), astep);
@@ -1034,8 +1298,9 @@ int trainer_ckpt_restore(trainer *tr, char *err, size_t errlen) {
 /* ---- 7. tensor and context parallelism: the flags, the layout ---- */
 /* 0, or -1 with err naming the flag: --tp, --cp, --sp, --async-tp, --cp-comm against the model,
    the sequence, the processes and the other options */
-int trainer_par_check(const train_opts *o, const gpt2_config *c, int world, int on_gpu, char *err, size_t errlen) {
+int trainer_par_check(const train_opts *o, const trainer_config *c, int world, int on_gpu, char *err, size_t errlen) {
     int tp = o->tp, cp = o->cp;
+    if (trainer_family_check(o, c, err, errlen)) return -1;   /* a Llama: none of them yet */
     if (o->sp && tp < 2) { snprintf(err, errlen, "--sp (sequence parallelism) needs --tp 2 or more"); return -1; }
     if (o->async_tp && tp < 2) { snprintf(err, errlen, "--async-tp needs --tp 2 or more"); return -1; }
     if (o->cp_comm && cp < 2) { snprintf(err, errlen, "--cp-comm %s needs --cp 2 or more", o->cp_comm); return -1; }
@@ -1091,8 +1356,7 @@ int trainer_end(trainer *tr, int rc) {
     if (tr->saver && bt_ckpt_saver_free(tr->saver)) fprintf(stderr, "warning: checkpoint: %s\n", bt_ckpt_error());
     tr->saver = NULL;
     trainer__release_gathered(tr);
-    bt_ckpt_close(tr->src.file);
-    tr->src.file = NULL;
+    trainer_source_close(&tr->src);
     trainer__graph_free(&tr->sg);
     if (tr->ddp) bt_ddp_free(tr->ddp);
     for (int i = 0; i < 2; i++) if (tr->comm_ev[i]) bt_event_destroy(tr->comm_ev[i]);
@@ -1106,6 +1370,7 @@ int trainer_end(trainer *tr, int rc) {
     }
     bt_adamw_free(&tr->opt);
     gpt2_free(&tr->model);
+    llama_free(&tr->lm);
     bt_loader_close(tr->train); bt_loader_close(tr->val);
     bt_tokenizer_free(tr->tok);
     bt_mc_free(&tr->mc);
@@ -1138,8 +1403,9 @@ static void trainer__mc_row(const bt_mc_set *s, int64_t i, int k, int T, int32_t
 
 int trainer_eval_mc(trainer *tr, trainer_mc_result *r) {
     const bt_mc_set *s = &tr->mc;
-    const gpt2_config *c = &tr->model.cfg;
-    bt_device dev = tr->model.device;
+    trainer_config cfg = trainer_model_config(tr);
+    const trainer_config *c = &cfg;
+    bt_device dev = trainer_device(tr);
     int rank = tr->dist ? tr->dist->rank : 0, world = tr->dist ? tr->dist->world : 1, me = s->max_endings;
     memset(r, 0, sizeof *r);
     if (tr->par) { fprintf(stderr, "error: --eval-mc: not with --tp or --cp\n"); return -1; }
@@ -1192,7 +1458,7 @@ int trainer_eval_mc(trainer *tr, trainer_mc_result *r) {
             }
             bt_scope_begin();
             bt_tensor *idx = bt_from_data(in, bt_shape2(n, Tb), BT_I32, dev), *tgt = bt_from_data(tg, bt_shape2(n, Tb), BT_I32, dev);
-            bt_tensor *l = bt_cross_entropy_rows(gpt2_logits(&tr->model, idx, tr->dt), tgt, c->V, -1);
+            bt_tensor *l = bt_cross_entropy_rows(trainer_model_logits(tr, idx), tgt, c->V, -1);
             bt_to_host(l, loss, BT_F32);
             bt_scope_end();
             for (int64_t j = 0; j < n; j++) {

@@ -105,7 +105,7 @@ static int check_flags(const char *args, int world, int on_gpu, char *err, size_
     train_opts o;
     err[0] = 0;
     if (train_parse(args, &o, err, n)) return -2;
-    gpt2_config c = small_config("s4");
+    trainer_config c = trainer_config_gpt2(small_config("s4"));
     if (resolve_opts(&o, on_gpu, &c, err, n)) return -3;
     return trainer_par_check(&o, &c, world, on_gpu, err, n);
 }

@@ -476,7 +476,9 @@ static int init_from(const char *path, gpt2 *m, gpt2_config *cfg, char *err, siz
     o.init_from = path;
     trainer tr;
     memset(&tr, 0, sizeof tr);
-    int r = trainer_source_open(&o, NULL, &tr.src, cfg, err, errlen);
+    trainer_config tc;
+    int r = trainer_source_open(&o, NULL, &tr.src, &tc, err, errlen);
+    if (!r) *cfg = tc.gpt2;
     if (!r) {
         gpt2_build(&tr.model, *cfg, bt_cpu());
         r = trainer_source_load(&tr, err, errlen);

@@ -44,7 +44,8 @@ static void test_cli(void) {
         int r = parse(bad[i].args, &o, err);
         BT_CHECK(r == -1 && strstr(err, bad[i].msg), "'%s' gave %d '%s', expected '%s'", bad[i].args, r, err, bad[i].msg);
     }
-    gpt2_config cfg; gpt2_config_from_preset("s2", 50257, &cfg);
+    gpt2_config g; gpt2_config_from_preset("s2", 50257, &g);
+    trainer_config cfg = trainer_config_gpt2(g);
     parse("-t 4096", &o, err);
     BT_CHECK(resolve_opts(&o, 0, &cfg, err, 256) == -1 && strstr(err, "longer than the model's context"), "T > maxT: %s", err);
     parse("-b 4 -t 32 -d 100", &o, err);
@@ -58,7 +59,8 @@ static void test_cli(void) {
 /* finding 10: flags accepted and ignored or misread */
 static void test_cli_misread_flags(void) {
     train_opts o; char err[256];
-    gpt2_config cfg = {32, 50257, 50304, 2, 2, 32};   /* maxT 32 */
+    gpt2_config g = {32, 50257, 50304, 2, 2, 32};   /* maxT 32 */
+    trainer_config cfg = trainer_config_gpt2(g);
     BT_CHECK(parse("--save --quiet", &o, err) == -1 && strstr(err, "--save needs a value") && strstr(err, "'--quiet'"), "--save --quiet: %s", err);
     BT_CHECK(parse("-o -v 5", &o, err) == -1 && strstr(err, "-o needs a value"), "-o -v: %s", err);
     BT_CHECK(parse("-l -1", &o, err) == -1 && strstr(err, "bad value '-1' for -l"), "a negative number is a value: %s", err);
@@ -74,7 +76,8 @@ static void test_cli_misread_flags(void) {
 /* finding 6: sizes in 64 bits, bounded, the error naming the flag */
 static void test_size_overflow(void) {
     train_opts o; char err[512];
-    gpt2_config cfg = {1 << 20, 50257, 50304, 2, 2, 32};   /* a model with a very long context */
+    gpt2_config g = {1 << 20, 50257, 50304, 2, 2, 32};   /* a model with a very long context */
+    trainer_config cfg = trainer_config_gpt2(g);
     parse("-b 65536 -t 65536", &o, err);
     BT_CHECK(resolve_opts(&o, 0, &cfg, err, sizeof err) == -1 && strstr(err, "-b 65536 x -t 65536") && strstr(err, "4294967296"), "B*T: %s", err);
     parse("-b 32768 -t 65536", &o, err);   /* 2^31: one past int32 */
@@ -291,7 +294,8 @@ static void test_shakespeare_loss_falls(void) {
     train_opts o; char err[256];
     parse(quick() ? "-e s2 -b 4 -t 32 -x 15 -v 0 -g 0 -l 3e-3 -m 4 --quiet" : "-e s2 -b 8 -t 32 -x 40 -v 0 -g 0 -l 3e-3 -m 8 --quiet", &o, err);
     gpt2_config cfg; gpt2_config_from_preset("s2", BT_GPT2_VOCAB, &cfg);
-    BT_CHECK(resolve_opts(&o, 0, &cfg, err, sizeof err) == 0, "%s", err);
+    trainer_config tc = trainer_config_gpt2(cfg);
+    BT_CHECK(resolve_opts(&o, 0, &tc, err, sizeof err) == 0, "%s", err);
     trainer tr; memset(&tr, 0, sizeof tr); tr.o = o; tr.dt = BT_F32; tr.val_B = o.B;
     tr.train = bt_loader_open(o.train_glob, o.B, o.T, 0, 1, 1, 1); tr.val = bt_loader_open(o.val_glob, o.B, o.T, 0, 1, 0, 0);
     BT_CHECK(tr.train && tr.val, "loaders: %s", bt_data_error());

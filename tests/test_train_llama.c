@@ -1,0 +1,224 @@
+/* test_train_llama.c - train_gpt2.c training a llama.h model on the CPU (issue 36): the same loop,
+   step, validation, checkpoints and outputs as GPT-2's. A Llama run on the Tiny Shakespeare shards
+   whose validation loss falls; a run resumed from a middle checkpoint (without -e: the family and
+   config come from the checkpoint's metadata) gives the uninterrupted run's losses and final state
+   bit for bit; -e of the other family against that checkpoint is a clear error; the run's
+   --export-hf directory read back by --init-from DIR --eval-only gives the run's final validation
+   loss exactly; the flags a Llama does not take yet are refused, naming the flag; -e's preset names
+   pick the family; llama_build_padded (ZeRO's equal shards) lays the same weights out. Runs are this
+   binary re-executed with --run-train ARGS (tests/train_runs.h), on the ls2 preset (2 layers, C 64,
+   4 heads, 2 key/value heads). */
+#define TRAIN_GPT2_NO_MAIN
+#include "train_gpt2.c"
+#include "tests/bt_test.h"
+#include "tests/train_runs.h"
+
+#define RUN "-b 1 -t 8 -v 0 -g 0 --quiet"
+
+/* the step, loss, lr and norm of each log line of a step > after (the part before "ms") */
+static void log_losses(const char *path, int after, char *out, size_t cap) {
+    char line[2048];
+    FILE *f = fopen(path, "rb");
+    size_t len = 0;
+    out[0] = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        int step;
+        char *ms = strstr(line, ", \"ms\"");
+        if (sscanf(line, "{\"step\": %d", &step) != 1 || step <= after || !ms) continue;
+        *ms = 0;
+        len += (size_t)snprintf(out + len, cap - len, "%s\n", line);
+        if (len >= cap) break;
+    }
+    if (f) fclose(f);
+}
+static const char *ckpt(const char *dir, int step) {
+    static char buf[4][600]; static int k;
+    k = (k + 1) % 4;
+    bt_ckpt_path(dir, step, buf[k], sizeof buf[k]);
+    return buf[k];
+}
+/* 1 when the two checkpoints hold the same bytes in every tensor */
+static int same_tensors(const char *a, const char *b, char *why, size_t n) {
+    bt_ckpt_file *fa = bt_ckpt_open(a, BT_CKPT_REQUIRE_CHECKSUMS), *fb = bt_ckpt_open(b, BT_CKPT_REQUIRE_CHECKSUMS);
+    static const char *const names[3] = {"params", "adamw.m", "adamw.v"};
+    int same = fa && fb;
+    if (!same) snprintf(why, n, "cannot open: %.200s", bt_ckpt_error());
+    for (int i = 0; same && i < 3; i++) {
+        const bt_ckpt_info *ia = bt_ckpt_find(fa, names[i]), *ib = bt_ckpt_find(fb, names[i]);
+        if (!ia || !ib || ia->nbytes != ib->nbytes) { snprintf(why, n, "%s: missing or of another size", names[i]); same = 0; break; }
+        void *x = malloc(ia->nbytes), *y = malloc(ib->nbytes);
+        if (bt_ckpt_read(fa, names[i], x, ia->nbytes) || bt_ckpt_read(fb, names[i], y, ib->nbytes)) { snprintf(why, n, "read: %.200s", bt_ckpt_error()); same = 0; }
+        else if (memcmp(x, y, ia->nbytes)) { snprintf(why, n, "%s differs", names[i]); same = 0; }
+        free(x); free(y);
+    }
+    bt_ckpt_close(fa); bt_ckpt_close(fb);
+    return same;
+}
+/* the number after key in the file's text (the last occurrence), NAN when absent */
+static double last_number(const char *path, const char *key) {
+    static char text[1 << 17];
+    slurp(path, text, sizeof text);
+    const char *p = NULL, *q = text;
+    while ((q = strstr(q, key))) p = q++;
+    return p ? atof(p + strlen(key)) : NAN;
+}
+
+/* -e's names pick the family: GPT-2's presets stay GPT-2's, Llama's are l125m .. ls2 */
+static void test_presets(void) {
+    trainer_config c;
+    BT_CHECK(trainer_config_preset("s2", &c) == 0 && c.family == TRAINER_GPT2 && c.C == 64 && c.gpt2.L == 2, "s2 is GPT-2's");
+    BT_CHECK(trainer_config_preset("d12", &c) == 0 && c.family == TRAINER_GPT2, "d12 is GPT-2's");
+    BT_CHECK(trainer_config_preset("ls2", &c) == 0 && c.family == TRAINER_LLAMA && c.llama.Hkv == 2 && c.V == 50257, "ls2 is Llama's");
+    BT_CHECK(trainer_config_preset("l125m", &c) == 0 && c.family == TRAINER_LLAMA && c.L == 12 && c.C == 768 && c.maxT == 1024, "l125m");
+    BT_CHECK(trainer_config_preset("nope", &c) == -1, "no such preset");
+    for (int i = 0; i < llama_npresets; i++)
+        BT_CHECK(gpt2_config_from_preset(llama_presets[i].name, 50257, &c.gpt2) == -1, "%s is a preset of both families", llama_presets[i].name);
+}
+
+/* buffers padded to a multiple of pad_to: the same leaves at the same offsets, the same init, zero padding */
+static void test_build_padded(void) {
+    llama_config c;
+    llama_config_from_preset("ls2", &c);
+    llama a, b;
+    llama_build(&a, c, bt_cpu());
+    llama_build_padded(&b, c, bt_cpu(), 1000, BT_F32);
+    llama_init(&a, 5); llama_init(&b, 5);
+    BT_CHECK(a.flat_numel == a.num_params && b.num_params == a.num_params && b.flat_numel % 1000 == 0 && b.flat_numel >= b.num_params &&
+             b.flat_numel - b.num_params < 1000, "flat_numel %lld of %lld parameters", (long long)b.flat_numel, (long long)b.num_params);
+    const float *x = (const float *)bt_data_ptr(a.flat), *y = (const float *)bt_data_ptr(b.flat);
+    int zero = 1;
+    for (int64_t i = b.num_params; i < b.flat_numel; i++) zero &= y[i] == 0;
+    BT_CHECK(!memcmp(x, y, sizeof(float) * (size_t)a.num_params) && zero, "padded weights differ from the unpadded build's");
+    llama_free(&a); llama_free(&b);
+}
+
+/* a Llama trained by train_gpt2 on Tiny Shakespeare: its validation loss falls from ln(V) */
+static void test_loss_falls(void) {
+    if (!have_data()) { BT_SKIP("no data/tinyshakespeare_*.bin (make data)"); return; }
+    char args[1000], out[65536], lp[600];
+    snprintf(args, sizeof args, "-e ls2 -b 4 -t 32 -x %d -v 10 -m 4 -g 8 -l 3e-3 -o %s", quick() ? 20 : 30, tp("fall"));
+    int rc = train_run(args, out, sizeof out);
+    BT_CHECK(rc == 0 && strstr(out, "model ls2 (Llama): L 2 H 4 (kv 2) C 64 F 192 maxT 128 V 50257") && strstr(out, "--- sample (greedy) ---"),
+             "exit %d: %s", rc, out);
+    snprintf(lp, sizeof lp, "%s/log.jsonl", tp("fall"));
+    char text[65536];
+    slurp(lp, text, sizeof text);
+    const char *first = strstr(text, "\"val_loss\": ");
+    double v0 = first ? atof(first + 12) : NAN, v1 = last_number(lp, "\"val_loss\": ");
+    printf("info: Llama ls2 validation loss %.4f at step 10, %.4f at the end\n", v0, v1);
+    BT_CHECK(v0 < 10.9 && v1 < v0 - 0.5, "the validation loss did not fall: %.4f -> %.4f", v0, v1);
+}
+
+/* N steps vs N/2 then --resume (no -e: the checkpoint says Llama and its config): the same log
+   lines after the resume and the same final weights and AdamW state, bit for bit */
+static void test_resume_bit_exact(void) {
+    if (!have_data()) { BT_SKIP("no data (make data)"); return; }
+    int N = 8;
+    char args[2000], out[65536], why[256];
+    snprintf(args, sizeof args, "-e ls2 " RUN " -x %d --ckpt-every 2 --ckpt-keep 0 --ckpt-dir %s -o %s", N, tp("ref"), tp("ref_log"));
+    int rc = train_run(args, out, sizeof out);
+    BT_CHECK(rc == 0 && !access(ckpt(tp("ref"), N), R_OK), "the reference run: exit %d: %s", rc, out);
+    if (rc) return;
+    bt_ckpt_file *f = bt_ckpt_open(ckpt(tp("ref"), N / 2), BT_CKPT_REQUIRE_CHECKSUMS);
+    BT_CHECK(f != NULL, "%s", bt_ckpt_error());
+    if (f) {
+        const bt_ckpt_meta *m = bt_ckpt_file_meta(f);
+        const char *fam = bt_ckpt_meta_get(m, "train.model");
+        int64_t hkv = 0, F = 0;
+        double theta = 0;
+        BT_CHECK(fam && !strcmp(fam, "llama") && !bt_ckpt_meta_get_i64(m, "llama.Hkv", &hkv) && hkv == 2 && !bt_ckpt_meta_get_i64(m, "llama.F", &F) &&
+                 F == 192 && !bt_ckpt_meta_get_f64(m, "llama.rope_theta", &theta) && theta == 500000 && !bt_ckpt_meta_get(m, "gpt2.C"),
+                 "the checkpoint's model metadata: %s Hkv %lld F %lld theta %g", fam ? fam : "-", (long long)hkv, (long long)F, theta);
+        const bt_ckpt_info *p = bt_ckpt_find(f, "params");
+        llama_config c;
+        llama_config_from_preset("ls2", &c);
+        BT_CHECK(p && p->shape[0] == llama_num_params(&c), "params of %lld elements", p ? (long long)p->shape[0] : -1LL);
+        bt_ckpt_close(f);
+    }
+    snprintf(args, sizeof args, RUN " -x %d --ckpt-every 2 --ckpt-keep 0 --resume %s --ckpt-dir %s -o %s", N, ckpt(tp("ref"), N / 2),
+             tp("res"), tp("res_log"));
+    rc = train_run(args, out, sizeof out);
+    BT_CHECK(rc == 0 && strstr(out, "(Llama)") && strstr(out, "resumed from") && strstr(out, "after step 4"), "resume: exit %d: %s", rc, out);
+    static char want[32768], got[32768];
+    char a[600], b[600];
+    snprintf(a, sizeof a, "%s/log.jsonl", tp("ref_log")); snprintf(b, sizeof b, "%s/log.jsonl", tp("res_log"));
+    log_losses(a, N / 2, want, sizeof want);
+    log_losses(b, N / 2, got, sizeof got);
+    BT_CHECK(want[0] && !strcmp(want, got), "the losses after the resume differ:\n%s\nvs the uninterrupted run's:\n%s", got, want);
+    BT_CHECK(same_tensors(ckpt(tp("ref"), N), ckpt(tp("res"), N), why, sizeof why), "the final state: %s", why);
+    /* -e of the other family (or another Llama) against the checkpoint */
+    snprintf(args, sizeof args, "-e s2 " RUN " -x %d --resume %s", N, ckpt(tp("ref"), N / 2));
+    rc = train_run(args, out, sizeof out);
+    BT_CHECK(rc == 1 && strstr(out, "holds a Llama model, -e s2 is GPT-2"), "-e s2 on a Llama checkpoint: exit %d: %s", rc, out);
+    snprintf(args, sizeof args, "-e ls4 " RUN " -x %d --resume %s", N, ckpt(tp("ref"), N / 2));
+    rc = train_run(args, out, sizeof out);
+    BT_CHECK(rc == 1 && strstr(out, "the checkpoint holds a model of L 2"), "-e ls4 on an ls2 checkpoint: exit %d: %s", rc, out);
+}
+
+/* --export-hf at the end, then --init-from DIR --eval-only: the run's final validation loss, exactly */
+static void test_export_init_from_eval(void) {
+    if (!have_data()) { BT_SKIP("no data (make data)"); return; }
+    char args[2000], out[65536], lp[600], ep[600];
+    snprintf(args, sizeof args, "-e ls2 -b 2 -t 16 -x 4 -v 4 -m 3 -g 0 --quiet -o %s --export-hf %s", tp("exp_log"), tp("hf"));
+    int rc = train_run(args, out, sizeof out);
+    BT_CHECK(rc == 0 && strstr(out, "(Hugging Face Llama)"), "export: exit %d: %s", rc, out);
+    char cj[65536], cjp[600];
+    snprintf(cjp, sizeof cjp, "%s/config.json", tp("hf"));
+    slurp(cjp, cj, sizeof cj);
+    BT_CHECK(strstr(cj, "\"model_type\": \"llama\"") && strstr(cj, "LlamaForCausalLM"), "config.json: %.300s", cj);
+    snprintf(args, sizeof args, "--eval-only --init-from %s -b 2 -t 16 -m 3 -o %s", tp("hf"), tp("eval"));
+    rc = train_run(args, out, sizeof out);
+    BT_CHECK(rc == 0 && strstr(out, "(Llama)"), "eval-only: exit %d: %s", rc, out);
+    snprintf(lp, sizeof lp, "%s/log.jsonl", tp("exp_log"));
+    snprintf(ep, sizeof ep, "%s/eval.json", tp("eval"));
+    double run = last_number(lp, "\"val_loss\": "), ev = last_number(ep, "\"val_loss\": ");
+    char want[64];
+    snprintf(want, sizeof want, "val loss %.6f", run);
+    BT_CHECK(run == run && strstr(out, want), "the run ended at val %.6f; --init-from its export: %.9g (%s)", run, ev, out);
+    BT_CHECK(fabs(run - ev) < 5e-7, "eval.json's val_loss %.9g vs the run's %.6f", ev, run);
+    /* and training on from the export: a new run (fresh AdamW) whose first loss is the model's */
+    snprintf(args, sizeof args, "--init-from %s " RUN " -x 2", tp("hf"));
+    rc = train_run(args, out, sizeof out);
+    BT_CHECK(rc == 0 && strstr(out, "initialized from") && strstr(out, "(Hugging Face Llama)"), "train from the export: exit %d: %s", rc, out);
+}
+
+/* what a Llama does not take yet: each refused before training, naming the flag */
+static void test_refusals(void) {
+    static const struct { const char *args, *want; } cases[] = {
+        {"-e ls2 " RUN " -x 1 --save %s", "--save: not for a Llama model yet"},
+        {"-e ls2 " RUN " -x 1 --tp 2", "--tp: not for a Llama model yet"},
+        {"-e ls2 " RUN " -x 1 --cp 2", "--cp: not for a Llama model yet"},
+        {"-e ls2 " RUN " -x 1 --recompute gelu", "--recompute: not for a Llama model yet"},
+        {"-e ls2 " RUN " -x 1 --ddp-rows on", "--ddp-rows on: not for a Llama model yet"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char args[1000], out[65536];
+        snprintf(args, sizeof args, cases[i].args, tp("model.bin"));
+        int rc = train_run(args, out, sizeof out);
+        BT_CHECK(rc == 2 && strstr(out, cases[i].want) && !strstr(out, "step "), "'%s': exit %d: %s", args, rc, out);
+    }
+    BT_CHECK(access(tp("model.bin"), F_OK) != 0, "--save wrote a file");
+    /* --mlir: the flag needs an MLIR build; the check itself */
+    train_opts o;
+    char err[512];
+    trainer_config c;
+    train_default_opts(&o);
+    o.mlir = 1;
+    trainer_config_preset("ls2", &c);
+    BT_CHECK(trainer_family_check(&o, &c, err, sizeof err) == -1 && strstr(err, "--mlir: not for a Llama"), "--mlir: %s", err);
+    trainer_config_preset("s2", &c);
+    BT_CHECK(trainer_family_check(&o, &c, err, sizeof err) == 0, "--mlir with GPT-2 is fine");
+}
+
+int main(int argc, char **argv) {
+    if (train_runs_child(argc, argv)) return train_runs_child_main(argc, argv);
+    train_runs_init("test_train_llama");
+    BT_RUN(test_presets);
+    BT_RUN(test_build_padded);
+    BT_RUN(test_refusals);
+    BT_RUN(test_resume_bit_exact);
+    BT_RUN(test_export_init_from_eval);
+    BT_RUN(test_loss_falls);
+    train_runs_done();
+    return bt_test_summary("test_train_llama");
+}
