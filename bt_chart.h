@@ -388,8 +388,12 @@ static int bt__crun_read(bt__crun *r, const char *path, char *err, size_t errlen
     ssize_t len;
     int fd, rc = -1;
     if (!path || !*path) { bt_msgf(err, errlen, "chart: a log's path is empty"); return -1; }
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(r->path, sizeof r->path, "%s%slog.jsonl", path, path[strlen(path) - 1] == '/' ? "" : "/");
-    else snprintf(r->path, sizeof r->path, "%s", path);
+    {
+        int dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode), n;
+        n = dir ? snprintf(r->path, sizeof r->path, "%s%slog.jsonl", path, path[strlen(path) - 1] == '/' ? "" : "/")
+                : snprintf(r->path, sizeof r->path, "%s", path);
+        if (n < 0 || (size_t)n >= sizeof r->path) { bt_msgf(err, errlen, "chart: %s: the path is too long (%zu bytes at most)", path, sizeof r->path - 1); return -1; }
+    }
     if ((fd = bt_input_open(r->path, NULL)) < 0) { bt_msgf(err, errlen, "chart: %s", bt_data_error()); return -1; }
     if (!(f = fdopen(fd, "rb"))) { bt_msgf(err, errlen, "chart: %s: %s", r->path, strerror(errno)); close(fd); return -1; }
     while ((len = getline(&line, &cap, f)) >= 0) {
