@@ -1010,6 +1010,19 @@ BTDEF bt_tensor *bt_linear_cross_entropy(bt_tensor *x, bt_tensor *w, bt_tensor *
     return bt__register(loss);
 }
 
+/* the additive mask of KV-cache generation (declared in bt_tensor.h) */
+BTDEF bt_tensor *bt_causal_mask(int n, int len, bt_dtype dt, bt_device dev) {
+    if (n < 1 || len < 0) bt_error("causal_mask: %d new positions after %d cached ones", n, len);
+    int64_t T = (int64_t)len + n;
+    float *mk = (float *)malloc(sizeof(float) * (size_t)(n * T));
+    if (!mk) bt_error("causal_mask: out of host memory for [%d, %lld]", n, (long long)T);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < T; j++) mk[i * T + j] = j <= len + i ? 0.0f : -INFINITY;
+    bt_tensor *t = bt_cast(bt_from_data(mk, bt_shape2(n, T), BT_F32, dev), dt);
+    free(mk);
+    return t;
+}
+
 /* ---- causal self-attention, q k v [B, H, T, D] ----
    S = q k^T / sqrt(D) with S_ij = -inf for j > i; P = softmax_j(S); out = P v; lse_i saved.
    Backward (P recomputed from lse): dv = P^T dout, dP = dout v^T, dS = P (dP - rowsum(dout * out)),

@@ -582,6 +582,9 @@ BTDEF bt_tensor *bt_cross_entropy_rows(bt_tensor *logits, bt_tensor *targets, in
    the chunk's bytes, default 1 GiB, and returns the old value; 0 only asks) */
 BTDEF bt_tensor *bt_linear_cross_entropy(bt_tensor *x, bt_tensor *w, bt_tensor *targets, int64_t V, int ignore_index);
 BTDEF size_t bt_linear_cross_entropy_chunk(size_t bytes);
+/* the additive mask of n new positions after len cached ones: [n, len + n], 0 where new position i
+   may see key j (j <= len + i), -inf elsewhere, in dt on dev (KV-cache generation) */
+BTDEF bt_tensor *bt_causal_mask(int n, int len, bt_dtype dt, bt_device dev);
 /* causal self-attention: q, k, v [B, H, T, D] -> softmax(q k^T / sqrt(D) + causal mask) v */
 BTDEF bt_tensor *bt_attention(bt_tensor *q, bt_tensor *k, bt_tensor *v);
 /* the same on a packed projection: qkv [B, T, 3C] holds q, k, v side by side (C = H D each) ->

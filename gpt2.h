@@ -477,17 +477,6 @@ static bt_tensor *gpt2__attention_cached(gpt2 *m, gpt2_layer *y, bt_tensor *h, g
     o = bt_reshape(bt_permute(o, heads_first), bt_shape3(1, n, C));
     return bt_linear(o, GPT2_P(y->projw), GPT2_P(y->projb));
 }
-/* [n, len + n]: 0 where new position i may see key j (j <= len + i), -inf elsewhere */
-static bt_tensor *gpt2__causal_mask(int n, int len, bt_dtype dt, bt_device dev) {
-    int T = len + n;
-    float *mk = (float *)malloc(sizeof(float) * (size_t)n * T);
-    if (!mk) bt_error("gpt2_causal_mask: out of host memory");
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < T; j++) mk[(size_t)i * T + j] = j <= len + i ? 0.0f : -INFINITY;
-    bt_tensor *t = bt_cast(bt_from_data(mk, bt_shape2(n, T), BT_F32, dev), dt);
-    free(mk);
-    return t;
-}
 BTDEF bt_tensor *gpt2_forward_cached(gpt2 *m, gpt2_kv_cache *kv, const int32_t *ids, int n) {
     const gpt2_config *c = &m->cfg;
     bt_dtype dt = kv->dt;
@@ -497,7 +486,7 @@ BTDEF bt_tensor *gpt2_forward_cached(gpt2 *m, gpt2_kv_cache *kv, const int32_t *
     bt_tensor *idx = bt_from_data(ids, bt_shape2(1, n), BT_I32, m->device);
     bt_tensor *pos = bt_narrow(bt_arange(kv->len + n, BT_I32, m->device), 0, kv->len, n);
     bt_tensor *x = bt_add(bt_embedding(GPT2_P(m->wte), idx), bt_embedding(GPT2_P(m->wpe), pos));
-    bt_tensor *mask = n > 1 ? gpt2__causal_mask(n, kv->len, dt, m->device) : NULL;
+    bt_tensor *mask = n > 1 ? bt_causal_mask(n, kv->len, dt, m->device) : NULL;
     for (int l = 0; l < c->L; l++) {
         gpt2_layer *y = &m->layers[l];
         x = bt_add(x, gpt2__attention_cached(m, y, bt_layernorm(x, GPT2_P(y->ln1w), GPT2_P(y->ln1b), 1e-5), kv, l, mask));

@@ -426,17 +426,6 @@ static bt_tensor *llama__attention_cached(llama *m, llama_layer *y, bt_tensor *h
     o = bt_reshape(bt_permute(bt_view(o, bt_shape4(Hkv, G, n, D)), rows_first), bt_shape3(1, n, H * D));   /* [n, Hkv, G, D] */
     return bt_linear(o, LLAMA_P(y->wo), NULL);
 }
-/* [n, len + n]: 0 where new position i may see key j (j <= len + i), -inf elsewhere */
-static bt_tensor *llama__causal_mask(int n, int len, bt_dtype dt, bt_device dev) {
-    int T = len + n;
-    float *mk = (float *)malloc(sizeof(float) * (size_t)n * T);
-    if (!mk) bt_error("llama: out of host memory for a mask");
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < T; j++) mk[(size_t)i * T + j] = j <= len + i ? 0.0f : -INFINITY;
-    bt_tensor *t = bt_cast(bt_from_data(mk, bt_shape2(n, T), BT_F32, dev), dt);
-    free(mk);
-    return t;
-}
 BTDEF bt_tensor *llama_forward_cached(llama *m, llama_kv_cache *kv, const int32_t *ids, int n) {
     const llama_config *c = &m->cfg;
     bt_dtype dt = kv->dt;
@@ -444,7 +433,7 @@ BTDEF bt_tensor *llama_forward_cached(llama *m, llama_kv_cache *kv, const int32_
         bt_error("llama_forward_cached: %d new positions after %d cached ones do not fit the cache of %d", n, kv->len, kv->cap);
     int old = bt_set_grad_enabled(0);
     bt_tensor *x = bt_embedding(LLAMA_P(m->emb), bt_from_data(ids, bt_shape2(1, n), BT_I32, m->device));
-    bt_tensor *mask = n > 1 ? llama__causal_mask(n, kv->len, dt, m->device) : NULL;
+    bt_tensor *mask = n > 1 ? bt_causal_mask(n, kv->len, dt, m->device) : NULL;
     for (int l = 0; l < c->L; l++) {
         llama_layer *y = &m->layers[l];
         x = bt_add(x, llama__attention_cached(m, y, bt_rmsnorm(x, LLAMA_P(y->attn_norm), c->eps), kv, l, mask));

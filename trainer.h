@@ -1218,18 +1218,21 @@ void trainer_source_close(model_source *src) {
     llama_hf_close(src->lhf);
     src->file = NULL; src->lhf = NULL;
 }
+/* a checkpoint's "params" (the weights in the buffer's order) into flat's first n; 0, or -1 and msg */
+static int trainer__ckpt_params(model_source *src, bt_tensor *flat, int64_t n, char *msg, size_t msglen) {
+    bt_scope_begin();
+    int r = bt_ckpt_load(src->file, "params", bt_narrow(flat, 0, 0, n), 0);
+    bt_scope_end();
+    if (r) snprintf(msg, msglen, "%s", bt_ckpt_error());
+    return r;
+}
 /* the weights from the source into a whole (one-process) model m: a checkpoint's params, or a
    Hugging Face file's tensors */
 static int trainer__source_load_into(gpt2 *m, model_source *src, char *err, size_t errlen) {
     char msg[1024];
     int r;
     if (src->hf) r = gpt2_hf_load(m, src->file, src->path, src->prefix, msg, sizeof msg);
-    else {
-        bt_scope_begin();
-        r = bt_ckpt_load(src->file, "params", bt_narrow(m->flat, 0, 0, m->num_params), 0);
-        bt_scope_end();
-        if (r) snprintf(msg, sizeof msg, "%s", bt_ckpt_error());
-    }
+    else r = trainer__ckpt_params(src, m->flat, m->num_params, msg, sizeof msg);
     if (r) bt_msgf(err, errlen, "%s: %s", src->resume ? "--resume" : "--init-from", msg);
     return r ? -1 : 0;
 }
@@ -1238,12 +1241,7 @@ static int trainer__source_load_llama(llama *m, model_source *src, char *err, si
     char msg[1024];
     int r;
     if (src->lhf) r = llama_hf_load(m, src->lhf, msg, sizeof msg);
-    else {
-        bt_scope_begin();
-        r = bt_ckpt_load(src->file, "params", bt_narrow(m->flat, 0, 0, m->num_params), 0);
-        bt_scope_end();
-        if (r) snprintf(msg, sizeof msg, "%s", bt_ckpt_error());
-    }
+    else r = trainer__ckpt_params(src, m->flat, m->num_params, msg, sizeof msg);
     if (r) bt_msgf(err, errlen, "%s: %s", src->resume ? "--resume" : "--init-from", msg);
     return r ? -1 : 0;
 }
