@@ -19,7 +19,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static const char eot[] = "<|endoftext|>";
     const char *text = (const char *)data;
     int32_t *ids = NULL;
-    size_t cap = 0, n = encode_documents(tok, text, size, &ids, 0, &cap), i, want_len = 13, w = 0, eots = 0, docs = 1, m;
+    size_t cap = 0, n = encode_documents(tok, BT_EOT, text, size, &ids, 0, &cap), i, want_len = 13, w = 0, eots = 0, docs = 1, m;
     char *want, *back;
     if (n == (size_t)-1) abort();
     for (i = 0; i + 1 < size; i++) if (text[i] == '\n' && text[i + 1] == '\n') { docs++; i++; }   /* non-overlapping, left to right */

@@ -483,6 +483,64 @@ static void test_bad_files(void) {
     free(base);
 }
 
+/* Llama 3's separator: a tokenizer.json with <|end_of_text|> and no <|endoftext|> (the fixture trained by
+   tokenizers, tests/fixtures/hf_check/llama3_ignore: 8,002 tokens, <|end_of_text|> 8001) puts it before
+   each document in --eot and the corpus mode; one with neither is refused, naming the file */
+static void test_llama3_separator(void) {
+    const char *json = "tests/fixtures/hf_check/llama3_ignore/tokenizer.json";
+    if (!file_exists("./bt_tokenize")) { BT_SKIP("./bt_tokenize is not built (make tools)"); return; }
+    if (!file_exists(json)) { BT_SKIP("tests/fixtures/hf_check is absent"); return; }
+    bt_tokenizer *t = bt_tokenizer_load_hf(json);
+    BT_CHECK(t != NULL, "%s", bt_data_error());
+    if (!t) return;
+    int32_t sep = bt_tokenizer_token_id(t, "<|end_of_text|>");
+    BT_CHECK(sep == 8001 && bt_tokenizer_token_id(t, "<|endoftext|>") < 0, "<|end_of_text|> %d", sep);
+    const char *a = "Hello world.\n\nSecond document here.\n", *b = "Third one.\n";
+    char pa[600], pb[600], cmd[2400], prefix[600], shard[700];
+    snprintf(pa, sizeof pa, "%s", bt_test_path("l3a.txt")); snprintf(pb, sizeof pb, "%s", bt_test_path("l3b.txt"));
+    bt_test_write_text(pa, a); bt_test_write_text(pb, b);
+    /* the expected ids: the separator, then each document alone (the corpus mode: a file is a document;
+       --eot: a's two paragraphs are two documents) */
+    int32_t want[256], *ids;
+    size_t nw = 0, n, k;
+    const char *docs[3] = {a, b, NULL};
+    for (int d = 0; docs[d]; d++) {
+        want[nw++] = sep;
+        n = bt_encode(t, docs[d], strlen(docs[d]), &ids);
+        for (k = 0; k < n && nw < 256; k++) want[nw++] = ids[k];
+        free(ids);
+    }
+    snprintf(prefix, sizeof prefix, "%s", bt_test_path("l3"));
+    snprintf(cmd, sizeof cmd, "./bt_tokenize -q --tokenizer %s --out %s %s %s", json, prefix, pa, pb);
+    BT_CHECK(run(cmd) == 0, "%s", cmd);
+    bt_shard s;
+    snprintf(shard, sizeof shard, "%s_val_000000.bin", prefix);
+    int same = bt_shard_open(&s, shard) == 0 && s.n == nw;
+    for (k = 0; same && k < nw; k++) same = (int32_t)bt_shard_token(&s, k) == want[k];
+    BT_CHECK(same, "the corpus shard (%zu tokens) is not <|end_of_text|> + each document (%zu)", s.n, nw);
+    bt_shard_close(&s);
+    /* --eot on a alone: the separator before each of its two paragraphs */
+    snprintf(shard, sizeof shard, "%s", bt_test_path("l3eot.bin"));
+    snprintf(cmd, sizeof cmd, "./bt_tokenize -q --eot --tokenizer %s %s %s", json, pa, shard);
+    BT_CHECK(run(cmd) == 0, "%s", cmd);
+    size_t seps = 0;
+    if (bt_shard_open(&s, shard) == 0) {
+        for (k = 0; k < s.n; k++) seps += bt_shard_token(&s, k) == (uint32_t)sep;
+        BT_CHECK(s.n > 2 && bt_shard_token(&s, 0) == (uint32_t)sep && seps == 2, "--eot: %zu separators in %zu tokens", seps, s.n);
+        bt_shard_close(&s);
+    } else BT_CHECK(0, "%s", bt_data_error());
+    bt_tokenizer_free(t);
+    /* the same tokenizer with its <|end_of_text|> renamed (same length): neither token, refused */
+    size_t len;
+    char *text = bt_test_read_file(json, &len), *p, other[700];
+    for (p = text; p && (p = strstr(p, "<|end_of_text|>")) != NULL; p += 15) memcpy(p, "<|nd_of_text_|>", 15);
+    snprintf(other, sizeof other, "%s", bt_test_path("noeot.json"));
+    if (text) bt_test_write_file(other, text, len);
+    free(text);
+    snprintf(cmd, sizeof cmd, "./bt_tokenize -q --eot --tokenizer %s %s %s 2> %s", other, pa, shard, bt_test_path("noeot.txt"));
+    BT_CHECK(run(cmd) == 1 && bt_test_file_has(bt_test_path("noeot.txt"), "noeot.json: no <|endoftext|> or <|end_of_text|>"), "a tokenizer without either is refused");
+}
+
 /* bt_tokenize --tokenizer: GPT-2's tokenizer.json gives the shard encoder.json gives; a vocabulary
    past uint16 writes uint32 shards (test_big_vocab_shards) */
 static void test_bt_tokenize_tool(void) {
@@ -763,6 +821,7 @@ int main(int argc, char **argv) {
         BT_RUN(test_gpt2_json_corpora);
         BT_RUN(test_bt_tokenize_tool);
         BT_RUN(test_big_vocab_shards);
+        BT_RUN(test_llama3_separator);
         BT_RUN(test_check_dir_format);
     } else {
         fprintf(stderr, "GPT-2's tokenizer files not found or not loadable: %s\n", enc_path ? bt_data_error() : "(none)");

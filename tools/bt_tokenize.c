@@ -17,7 +17,8 @@
                      ../shared/data/gpt2-tokenizer/encoder.json)
      --vocab PATH    vocab.bpe (the same defaults)
      --tokenizer F   a Hugging Face tokenizer.json instead of the two (bt_tokenizer_load_hf);
-                     --eot (and corpus mode) need its <|endoftext|> at 50256
+                     --eot and corpus mode put its <|endoftext|> before each document, or
+                     Llama 3's <|end_of_text|> when it has no <|endoftext|> (neither: an error)
      --u32           write llm.c's uint32 layout (magic 20240801, version 7) even when the ids fit
                      uint16; a tokenizer of more than 65,536 tokens (Llama 3's 128,256) always
                      writes it, others the uint16 layout (magic 20240520, version 1). --decode
@@ -39,7 +40,8 @@
                  --field (a blank line is skipped; any other line that is not an object with that
                  string member is an error naming file:line); any other name: one document per
                  file. *.gz on either: gzip (streamed through zlib; several members are one text).
-                 Each document is preceded by <|endoftext|> (50256), as llm.c's FineWeb script does.
+                 Each document is preceded by <|endoftext|> (50256; with --tokenizer, its
+                 <|endoftext|> or <|end_of_text|>), as llm.c's FineWeb script does.
      --field NAME        the JSON member that holds the text (default "text")
      --shard-tokens N    tokens per train shard (default 100,000,000; at most 2^31 - 1); the last
                          one holds the remainder
@@ -82,9 +84,10 @@
 
 /* text[0..len) as documents, the way llm.c's data scripts do: "<|endoftext|>" + text, with
    "\n\n" replaced by "\n\n<|endoftext|>" (non-overlapping, left to right; a text that ends in
-   "\n\n" gets a last, empty document). Appends to *ids (n tokens, capacity *cap) as
-   bt_encode_append does; the new count, or (size_t)-1 on an error (bt_data_error()). */
-static size_t encode_documents(bt_tokenizer *tok, const char *text, size_t len, int32_t **ids, size_t n, size_t *cap) {
+   "\n\n" gets a last, empty document); sep is the end-of-text token's id (50256 for GPT-2). Appends
+   to *ids (n tokens, capacity *cap) as bt_encode_append does; the new count, or (size_t)-1 on an
+   error (bt_data_error()). */
+static size_t encode_documents(bt_tokenizer *tok, int32_t sep, const char *text, size_t len, int32_t **ids, size_t n, size_t *cap) {
     size_t start = 0, p = 0;
     for (;;) {
         while (p + 1 < len && !(text[p] == '\n' && text[p + 1] == '\n')) p++;
@@ -96,7 +99,7 @@ static size_t encode_documents(bt_tokenizer *tok, const char *text, size_t len, 
             if (n) memcpy(ids2, *ids, n * sizeof(int32_t));
             free(*ids); *ids = ids2; *cap = c2;
         }
-        (*ids)[n++] = BT_EOT;
+        (*ids)[n++] = sep;
         n = bt_encode_append(tok, text + start, end - start, ids, n, cap);
         if (n == (size_t)-1 || !(p + 1 < len)) return n;
         start = p = end;
@@ -104,6 +107,15 @@ static size_t encode_documents(bt_tokenizer *tok, const char *text, size_t len, 
 }
 
 #ifndef BT_TOKENIZE_NO_MAIN
+
+/* The token that separates documents: GPT-2's <|endoftext|> (50256) with encoder.json and vocab.bpe;
+   with a tokenizer.json its <|endoftext|>, else Llama 3's <|end_of_text|>; -1 when it has neither */
+static int32_t document_separator(bt_tokenizer *tok, const char *hf) {
+    int32_t id;
+    if (!hf) return BT_EOT;
+    if ((id = bt_tokenizer_token_id(tok, "<|endoftext|>")) >= 0) return id;
+    return bt_tokenizer_token_id(tok, "<|end_of_text|>");
+}
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -227,6 +239,7 @@ typedef struct corpus {
     size_t shard_tokens, val_tokens, chunk_bytes;
     int threads, quiet, restart;
     int width;                 /* bytes per token in the shards: 2 (uint16) or 4 (uint32: --u32 or a vocabulary past 65,536) */
+    int32_t sep;               /* the token before each document (document_separator) */
     /* inputs */
     corpus_input *in; size_t n_in, cap_in;
     uint64_t total_raw;        /* bytes of all regular inputs (compressed for .gz) */
@@ -470,7 +483,7 @@ static void *worker_main(void *arg) {
             int ok = 1;
             if (s->eot) {
                 if (!s->ids_cap) { s->ids = (int32_t *)malloc(1024 * sizeof(int32_t)); s->ids_cap = s->ids ? 1024 : 0; }
-                if (s->ids) s->ids[n++] = BT_EOT; else ok = 0;
+                if (s->ids) s->ids[n++] = c->sep; else ok = 0;
             }
             if (ok) n = bt_encode_append(tok, s->text, s->len, &s->ids, n, &s->ids_cap);
             if (!ok || n == (size_t)-1) bt_msgf(s->err, sizeof s->err, "%s", ok ? bt_data_error() : "out of memory for the ids");
@@ -886,8 +899,8 @@ static int corpus_run(corpus *c, char **inputs, int n_inputs) {
         !(c->rbuf = (char *)malloc(c->rcap)) || !(c->lbuf = (char *)malloc(c->lcap))) { cerr("out of memory"); goto fail; }
     for (i = 0; i < (size_t)c->threads; i++)
         if (!(c->toks[i] = c->hf ? bt_tokenizer_load_hf(c->hf) : bt_tokenizer_load(c->enc, c->voc))) { cerr("%s", bt_data_error()); goto fail; }
-    if (c->hf && bt_tokenizer_token_id(c->toks[0], "<|endoftext|>") != BT_EOT) {
-        cerr("%s: %d tokens, and the corpus mode needs <|endoftext|> at id 50256", c->hf, bt_tokenizer_vocab_size(c->toks[0]));
+    if ((c->sep = document_separator(c->toks[0], c->hf)) < 0) {
+        cerr("%s: no <|endoftext|> or <|end_of_text|> token: the corpus mode puts one before each document", c->hf);
         goto fail;
     }
     if (bt_tokenizer_vocab_size(c->toks[0]) > 65536) c->width = 4;
@@ -1028,8 +1041,9 @@ int main(int argc, char **argv) {
     voc = pick(voc, "data/vocab.bpe", "../shared/data/gpt2-tokenizer/vocab.bpe");
     tok = hf ? bt_tokenizer_load_hf(hf) : bt_tokenizer_load(enc, voc);
     if (!tok) { fprintf(stderr, "bt_tokenize: %s\n", bt_data_error()); return 1; }
-    if (hf && !dec && eot && bt_tokenizer_token_id(tok, "<|endoftext|>") != BT_EOT) {
-        fprintf(stderr, "bt_tokenize: %s: %d tokens, and --eot needs <|endoftext|> at id 50256\n", hf, bt_tokenizer_vocab_size(tok));
+    int32_t sep = document_separator(tok, hf);
+    if (!dec && eot && sep < 0) {
+        fprintf(stderr, "bt_tokenize: %s: no <|endoftext|> or <|end_of_text|> token: --eot puts one before each document\n", hf);
         bt_tokenizer_free(tok); return 1;
     }
     width = u32 || bt_tokenizer_vocab_size(tok) > 65536 ? 4 : 2;
@@ -1064,7 +1078,7 @@ int main(int argc, char **argv) {
     }
 
     t0 = now_s();
-    n = eot ? encode_documents(tok, text, len, &ids, 0, &cap) : bt_encode_append(tok, text, len, &ids, 0, &cap);
+    n = eot ? encode_documents(tok, sep, text, len, &ids, 0, &cap) : bt_encode_append(tok, text, len, &ids, 0, &cap);
     t1 = now_s();
     if (n == (size_t)-1) { fprintf(stderr, "bt_tokenize: %s: %s\n", in, bt_data_error()); goto done; }
 
