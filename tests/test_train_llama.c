@@ -159,14 +159,15 @@ static void test_resume_bit_exact(void) {
 static void test_export_init_from_eval(void) {
     if (!have_data()) { BT_SKIP("no data (make data)"); return; }
     char args[2000], out[65536], lp[600], ep[600];
-    snprintf(args, sizeof args, "-e ls2 -b 2 -t 16 -x 4 -v 4 -m 3 -g 0 --quiet -o %s --export-hf %s", tp("exp_log"), tp("hf"));
+    snprintf(args, sizeof args, "-e ls2 -b 2 -t 16 -x 4 -v 4 -m 3 -g 0 --quiet -o %s --export-hf %s --eval-mc tests/fixtures/mc_wikitext.jsonl",
+             tp("exp_log"), tp("hf"));
     int rc = train_run(args, out, sizeof out);
     BT_CHECK(rc == 0 && strstr(out, "(Hugging Face Llama)"), "export: exit %d: %s", rc, out);
     char cj[65536], cjp[600];
     snprintf(cjp, sizeof cjp, "%s/config.json", tp("hf"));
     slurp(cjp, cj, sizeof cj);
     BT_CHECK(strstr(cj, "\"model_type\": \"llama\"") && strstr(cj, "LlamaForCausalLM"), "config.json: %.300s", cj);
-    snprintf(args, sizeof args, "--eval-only --init-from %s -b 2 -t 16 -m 3 -o %s", tp("hf"), tp("eval"));
+    snprintf(args, sizeof args, "--eval-only --init-from %s -b 2 -t 16 -m 3 -o %s --eval-mc tests/fixtures/mc_wikitext.jsonl", tp("hf"), tp("eval"));
     rc = train_run(args, out, sizeof out);
     BT_CHECK(rc == 0 && strstr(out, "(Llama)"), "eval-only: exit %d: %s", rc, out);
     snprintf(lp, sizeof lp, "%s/log.jsonl", tp("exp_log"));
@@ -176,6 +177,12 @@ static void test_export_init_from_eval(void) {
     snprintf(want, sizeof want, "val loss %.6f", run);
     BT_CHECK(run == run && strstr(out, want), "the run ended at val %.6f; --init-from its export: %.9g (%s)", run, ev, out);
     BT_CHECK(fabs(run - ev) < 5e-7, "eval.json's val_loss %.9g vs the run's %.6f", ev, run);
+    /* --eval-mc through a Llama: the run's last score and --eval-only's of its export agree */
+    double mc_run = last_number(lp, "\"mc_acc_mean\": "), mc_ev = last_number(ep, "\"mc_acc_mean\": ");
+    char mp[600];
+    snprintf(mp, sizeof mp, "%s/eval_mc.jsonl", tp("eval"));
+    BT_CHECK(mc_run >= 0 && mc_run <= 1 && fabs(mc_run - mc_ev) < 1e-6 && strstr(out, "64 items, accuracy") && lines_of(mp) == 64,
+             "multiple choice: the run's mean-loss accuracy %g, --eval-only's %g, %d lines in eval_mc.jsonl", mc_run, mc_ev, lines_of(mp));
     /* and training on from the export: a new run (fresh AdamW) whose first loss is the model's */
     snprintf(args, sizeof args, "--init-from %s " RUN " -x 2", tp("hf"));
     rc = train_run(args, out, sizeof out);
