@@ -58,33 +58,10 @@ static int first_logged_step(const char *path) {
     if (f) fclose(f);
     return step;
 }
-static const char *ckpt(const char *dir, int step) {
-    static char buf[4][600]; static int k;
-    k = (k + 1) % 4;
-    bt_ckpt_path(dir, step, buf[k], sizeof buf[k]);
-    return buf[k];
-}
 /* 1 when the two checkpoints hold the same bytes in every tensor and the same step counts */
 static int same_state(const char *a, const char *b, char *why, size_t n) {
-    bt_ckpt_file *fa = bt_ckpt_open(a, BT_CKPT_REQUIRE_CHECKSUMS), *fb = bt_ckpt_open(b, BT_CKPT_REQUIRE_CHECKSUMS);
-    static const char *const names[3] = {"params", "adamw.m", "adamw.v"};
-    int same = fa && fb;
-    if (!same) snprintf(why, n, "cannot open: %.200s", bt_ckpt_error());
-    for (int i = 0; same && i < 3; i++) {
-        const bt_ckpt_info *ia = bt_ckpt_find(fa, names[i]), *ib = bt_ckpt_find(fb, names[i]);
-        if (!ia || !ib || ia->nbytes != ib->nbytes) { snprintf(why, n, "%s: missing or of another size", names[i]); same = 0; break; }
-        void *x = malloc(ia->nbytes), *y = malloc(ib->nbytes);
-        if (bt_ckpt_read(fa, names[i], x, ia->nbytes) || bt_ckpt_read(fb, names[i], y, ib->nbytes)) { snprintf(why, n, "read: %.200s", bt_ckpt_error()); same = 0; }
-        else if (memcmp(x, y, ia->nbytes)) { snprintf(why, n, "%s differs", names[i]); same = 0; }
-        free(x); free(y);
-    }
-    static const char *const keys[2] = {"train.step", "adamw.step"};
-    for (int i = 0; same && i < 2; i++) {
-        const char *va = bt_ckpt_meta_get(bt_ckpt_file_meta(fa), keys[i]), *vb = bt_ckpt_meta_get(bt_ckpt_file_meta(fb), keys[i]);
-        if (!va || !vb || strcmp(va, vb)) { snprintf(why, n, "%s: %s vs %s", keys[i], va ? va : "-", vb ? vb : "-"); same = 0; }
-    }
-    bt_ckpt_close(fa); bt_ckpt_close(fb);
-    return same;
+    static const char *const keys[3] = {"train.step", "adamw.step", NULL};
+    return same_checkpoints(a, b, keys, why, n);
 }
 static int count_temporaries(const char *dir) {
     DIR *d = opendir(dir);

@@ -31,29 +31,6 @@ static void log_losses(const char *path, int after, char *out, size_t cap) {
     }
     if (f) fclose(f);
 }
-static const char *ckpt(const char *dir, int step) {
-    static char buf[4][600]; static int k;
-    k = (k + 1) % 4;
-    bt_ckpt_path(dir, step, buf[k], sizeof buf[k]);
-    return buf[k];
-}
-/* 1 when the two checkpoints hold the same bytes in every tensor */
-static int same_tensors(const char *a, const char *b, char *why, size_t n) {
-    bt_ckpt_file *fa = bt_ckpt_open(a, BT_CKPT_REQUIRE_CHECKSUMS), *fb = bt_ckpt_open(b, BT_CKPT_REQUIRE_CHECKSUMS);
-    static const char *const names[3] = {"params", "adamw.m", "adamw.v"};
-    int same = fa && fb;
-    if (!same) snprintf(why, n, "cannot open: %.200s", bt_ckpt_error());
-    for (int i = 0; same && i < 3; i++) {
-        const bt_ckpt_info *ia = bt_ckpt_find(fa, names[i]), *ib = bt_ckpt_find(fb, names[i]);
-        if (!ia || !ib || ia->nbytes != ib->nbytes) { snprintf(why, n, "%s: missing or of another size", names[i]); same = 0; break; }
-        void *x = malloc(ia->nbytes), *y = malloc(ib->nbytes);
-        if (bt_ckpt_read(fa, names[i], x, ia->nbytes) || bt_ckpt_read(fb, names[i], y, ib->nbytes)) { snprintf(why, n, "read: %.200s", bt_ckpt_error()); same = 0; }
-        else if (memcmp(x, y, ia->nbytes)) { snprintf(why, n, "%s differs", names[i]); same = 0; }
-        free(x); free(y);
-    }
-    bt_ckpt_close(fa); bt_ckpt_close(fb);
-    return same;
-}
 /* the number after key in the file's text (the last occurrence), NAN when absent */
 static double last_number(const char *path, const char *key) {
     static char text[1 << 17];
@@ -145,7 +122,7 @@ static void test_resume_bit_exact(void) {
     log_losses(a, N / 2, want, sizeof want);
     log_losses(b, N / 2, got, sizeof got);
     BT_CHECK(want[0] && !strcmp(want, got), "the losses after the resume differ:\n%s\nvs the uninterrupted run's:\n%s", got, want);
-    BT_CHECK(same_tensors(ckpt(tp("ref"), N), ckpt(tp("res"), N), why, sizeof why), "the final state: %s", why);
+    BT_CHECK(same_checkpoints(ckpt(tp("ref"), N), ckpt(tp("res"), N), NULL, why, sizeof why), "the final state: %s", why);
     /* -e of the other family (or another Llama) against the checkpoint */
     snprintf(args, sizeof args, "-e s2 " RUN " -x %d --resume %s", N, ckpt(tp("ref"), N / 2));
     rc = train_run(args, out, sizeof out);

@@ -68,6 +68,35 @@ static inline int lines_of(const char *path) {   /* -1: no such file */
     fclose(f);
     return n;
 }
+/* DIR's checkpoint of step s (bt_ckpt_path's name), in one of four rotating buffers */
+static inline const char *ckpt(const char *dir, int step) {
+    static char buf[4][600]; static int k;
+    k = (k + 1) % 4;
+    bt_ckpt_path(dir, step, buf[k], sizeof buf[k]);
+    return buf[k];
+}
+/* 1 when two checkpoints hold the same bytes in params, adamw.m and adamw.v and the same values of
+   the metadata keys (a NULL-ended list, or NULL); else 0 with why saying what differs */
+static inline int same_checkpoints(const char *a, const char *b, const char *const *keys, char *why, size_t n) {
+    bt_ckpt_file *fa = bt_ckpt_open(a, BT_CKPT_REQUIRE_CHECKSUMS), *fb = bt_ckpt_open(b, BT_CKPT_REQUIRE_CHECKSUMS);
+    static const char *const names[3] = {"params", "adamw.m", "adamw.v"};
+    int same = fa && fb;
+    if (!same) snprintf(why, n, "cannot open: %.200s", bt_ckpt_error());
+    for (int i = 0; same && i < 3; i++) {
+        const bt_ckpt_info *ia = bt_ckpt_find(fa, names[i]), *ib = bt_ckpt_find(fb, names[i]);
+        if (!ia || !ib || ia->nbytes != ib->nbytes) { snprintf(why, n, "%s: missing or of another size", names[i]); same = 0; break; }
+        void *x = malloc(ia->nbytes), *y = malloc(ib->nbytes);
+        if (bt_ckpt_read(fa, names[i], x, ia->nbytes) || bt_ckpt_read(fb, names[i], y, ib->nbytes)) { snprintf(why, n, "read: %.200s", bt_ckpt_error()); same = 0; }
+        else if (memcmp(x, y, ia->nbytes)) { snprintf(why, n, "%s differs", names[i]); same = 0; }
+        free(x); free(y);
+    }
+    for (int i = 0; same && keys && keys[i]; i++) {
+        const char *va = bt_ckpt_meta_get(bt_ckpt_file_meta(fa), keys[i]), *vb = bt_ckpt_meta_get(bt_ckpt_file_meta(fb), keys[i]);
+        if (!va || !vb || strcmp(va, vb)) { snprintf(why, n, "%s: %s vs %s", keys[i], va ? va : "-", vb ? vb : "-"); same = 0; }
+    }
+    bt_ckpt_close(fa); bt_ckpt_close(fb);
+    return same;
+}
 /* starts `--run-train ARGS` (split at spaces), its stdout and stderr into out_path; its pid.
    fsize > 0: the child's files may not grow past fsize bytes (RLIMIT_FSIZE, SIGXFSZ ignored): a
    write beyond fails with EFBIG, as on a full disk */
