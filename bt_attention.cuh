@@ -33,9 +33,11 @@
    out = softmax(q k^T * scale + mask) v, lse = the log-sum-exp of each row (saved for the
    backward). causal = 1 hides key j from query i for j > i (GPT-2); causal = 0 lets every query
    see every key (a ring-attention block off the diagonal). scale > 0.
-   q, k, v, out (and gq, gk, gv, gout) are [B, H, T, D] read/written through element
+   q, out, gq, gout are [B, H, T, D], k, v, gk, gv [B, Hkv, T, D], read/written through element
    strides {batch, head, token} (the D stride is 1): a view of a [B, T, H, D] buffer has strides
-   {T*H*D, D, H*D}. lse fp32 [B, H, T] contiguous. D from 1 to 128. precision (as for matmul):
+   {T*H*D, D, H*D}. Hkv divides H: query head h attends with key/value head h / (H / Hkv)
+   (grouped-query attention, read in place; Hkv = H: multi-head). The backward then writes dK, dV of
+   each query head to scratch (2 B H T D elements) and sums each group's into gk, gv. lse fp32 [B, H, T] contiguous. D from 1 to 128. precision (as for matmul):
    f32 data with BT_MATMUL_FP32 is computed with fp32 FFMA (no TF32), with BT_MATMUL_TF32 on TF32
    tensor cores (fp32 accumulation and softmax); bf16/f16 always on tensor cores with fp32
    accumulation (precision ignored). The backward is deterministic (no atomics) and takes Dvec
@@ -45,11 +47,11 @@
    bf16/f16 with D 64 or 128 run on warpgroup-MMA kernels (bt_k_attention_hopper). */
 BTDEF void bt_k_attention_strided(bt_dtype dt, void *out, const int64_t *so, float *lse,
     const void *q, const int64_t *sq, const void *k, const int64_t *sk, const void *v, const int64_t *sv,
-    int64_t B, int64_t H, int64_t T, int64_t D, float scale, int causal, bt_matmul_precision precision, cudaStream_t s);
+    int64_t B, int64_t H, int64_t Hkv, int64_t T, int64_t D, float scale, int causal, bt_matmul_precision precision, cudaStream_t s);
 BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t *sgq, void *gk, const int64_t *sgk,
     void *gv, const int64_t *sgv, const void *gout, const int64_t *sgo, const void *q, const int64_t *sq,
     const void *k, const int64_t *sk, const void *v, const int64_t *sv, const void *out, const int64_t *so,
-    const float *lse, int64_t B, int64_t H, int64_t T, int64_t D, float scale, int causal,
+    const float *lse, int64_t B, int64_t H, int64_t Hkv, int64_t T, int64_t D, float scale, int causal,
     bt_matmul_precision precision, cudaStream_t s);
 /* the backward, and the column sums of gq, gk and gv too when the kernel can give them in its own pass
    (the fused Hopper backward: causal, bf16/f16, D 64): colsum (fp32 [3, H, D]) gets, for part q / k /
@@ -58,7 +60,7 @@ BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t 
 BTDEF int bt_k_attention_backward_colsum(bt_dtype dt, void *gq, const int64_t *sgq, void *gk, const int64_t *sgk,
     void *gv, const int64_t *sgv, const void *gout, const int64_t *sgo, const void *q, const int64_t *sq,
     const void *k, const int64_t *sk, const void *v, const int64_t *sv, const void *out, const int64_t *so,
-    const float *lse, int64_t B, int64_t H, int64_t T, int64_t D, float scale, int causal,
+    const float *lse, int64_t B, int64_t H, int64_t Hkv, int64_t T, int64_t D, float scale, int causal,
     bt_matmul_precision precision, float *colsum, cudaStream_t s);
 /* the Hopper path (wgmma kernels, used on a compute capability 9.0 device by an sm_90a build for
    bf16 / f16 with D 64 or 128 and 16-byte aligned rows): on = 1 allows it (the default), 0 keeps
@@ -158,6 +160,7 @@ typedef struct {
                            fp32 [B][cs_slabs][3][H][D] (bt__k_wg_colsum) */
     int cs_slabs;       /* (T + 15) / 16 */
     int H, T, D, vec, vec_out;
+    int G;              /* query heads per key/value head (grouped-query attention): head h reads K, V of head h / G */
     int out16;          /* wgmma forward: every output row 16-byte aligned (O then leaves through shared memory) */
     int causal;         /* 1: key j > query i masked; 0: every query sees every key */
     int qoff;           /* wgmma forward: query tile qt starts at row qt BM - qoff (causal, BM not dividing T:
@@ -176,6 +179,11 @@ typedef void (*bt__k_att_fwd_kern)(bt__k_attp, bt__k_att_maps);
 __device__ __forceinline__ int64_t bt__k_att_off(const int64_t *s, int64_t bh, int H) {
     int64_t b = bh / H;
     return b * s[0] + (bh - b * H) * s[1];
+}
+/* K and V of query head bh: head (bh mod H) / G of their Hkv = H / G (grouped-query attention; G 1: the same head) */
+__device__ __forceinline__ int64_t bt__k_att_kvoff(const bt__k_attp &p, const int64_t *s, int64_t bh) {
+    int64_t b = bh / p.H;
+    return b * s[0] + ((bh - b * p.H) / p.G) * s[1];
 }
 /* key hidden from query row: above the diagonal when causal, past the end (key >= T) when not
    (causal covers the end for every row < T; rows >= T are computed but never stored) */
@@ -426,8 +434,8 @@ template <typename P, int DP> __global__ void __launch_bounds__(128) bt__k_att_f
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
     int row0 = q0 + warp * 16 + g;   /* this thread's rows: row0 and row0 + 8 */
     for (int64_t bh = blockIdx.x; bh < p.BH; bh += gridDim.x) {
-        const T *q = (const T *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const T *)p.k + bt__k_att_off(p.sk, bh, p.H),
-                *v = (const T *)p.v + bt__k_att_off(p.sv, bh, p.H);
+        const T *q = (const T *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const T *)p.k + bt__k_att_kvoff(p, p.sk, bh),
+                *v = (const T *)p.v + bt__k_att_kvoff(p, p.sv, bh);
         bt__k_att_tile<T, DP>(Qs, q, p.sq[2], q0, p.T, p.D, p.vec);
         bt__k_att_tile<T, DP>(Ks, k, p.sk[2], 0, p.T, p.D, p.vec);
         bt__k_att_tile<T, DP>(Vs, v, p.sv[2], 0, p.T, p.D, p.vec);
@@ -516,8 +524,8 @@ template <typename P, int DP> __global__ void __launch_bounds__(128) bt__k_att_d
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
     int row0 = q0 + warp * 16 + g;
     for (int64_t bh = blockIdx.x; bh < p.BH; bh += gridDim.x) {
-        const T *q = (const T *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const T *)p.k + bt__k_att_off(p.sk, bh, p.H),
-                *v = (const T *)p.v + bt__k_att_off(p.sv, bh, p.H), *go = (const T *)p.go + bt__k_att_off(p.sgo, bh, p.H);
+        const T *q = (const T *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const T *)p.k + bt__k_att_kvoff(p, p.sk, bh),
+                *v = (const T *)p.v + bt__k_att_kvoff(p, p.sv, bh), *go = (const T *)p.go + bt__k_att_off(p.sgo, bh, p.H);
         bt__k_att_tile<T, DP>(Qs, q, p.sq[2], q0, p.T, p.D, p.vec);
         bt__k_att_tile<T, DP>(Gs, go, p.sgo[2], q0, p.T, p.D, p.vec);
         bt__k_att_tile<T, DP>(Ks, k, p.sk[2], 0, p.T, p.D, p.vec);
@@ -577,8 +585,8 @@ template <typename P, int DP> __global__ void __launch_bounds__(128) bt__k_att_d
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
     int key0 = k0 + warp * 16 + g;   /* this thread's keys: key0 and key0 + 8 */
     for (int64_t bh = blockIdx.x; bh < p.BH; bh += gridDim.x) {
-        const T *q = (const T *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const T *)p.k + bt__k_att_off(p.sk, bh, p.H),
-                *v = (const T *)p.v + bt__k_att_off(p.sv, bh, p.H), *go = (const T *)p.go + bt__k_att_off(p.sgo, bh, p.H);
+        const T *q = (const T *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const T *)p.k + bt__k_att_kvoff(p, p.sk, bh),
+                *v = (const T *)p.v + bt__k_att_kvoff(p, p.sv, bh), *go = (const T *)p.go + bt__k_att_off(p.sgo, bh, p.H);
         const float *lse = p.lse + bh * p.T, *dvec = p.dvec + bh * p.T;
         bt__k_att_tile<T, DP>(Ks, k, p.sk[2], k0, p.T, p.D, p.vec);
         bt__k_att_tile<T, DP>(Vs, v, p.sv[2], k0, p.T, p.D, p.vec);
@@ -793,8 +801,8 @@ template <int DP> __global__ void __launch_bounds__(128) bt__k_att_fwd_f32(bt__k
     int nqt = (p.T + 63) / 64, qt = nqt - 1 - (int)blockIdx.y, q0 = qt * 64, ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
     int klast = p.causal ? qt : nqt - 1;
     for (int64_t bh = p.bh0 + blockIdx.x; bh < p.bh1; bh += gridDim.x) {
-        const float *q = (const float *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const float *)p.k + bt__k_att_off(p.sk, bh, p.H),
-                    *v = (const float *)p.v + bt__k_att_off(p.sv, bh, p.H);
+        const float *q = (const float *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const float *)p.k + bt__k_att_kvoff(p, p.sk, bh),
+                    *v = (const float *)p.v + bt__k_att_kvoff(p, p.sv, bh);
         __syncthreads();
         bt__k_f32_load<DP>(Qs, q, p.sq[2], q0, p.T, p.D, p.vec);
         bt__k_f32_load<DP>(KV, k, p.sk[2], 0, p.T, p.D, p.vec);
@@ -865,8 +873,8 @@ template <int DP> __global__ void __launch_bounds__(128) bt__k_att_dkv_f32(bt__k
     int nqt = (p.T + 63) / 64, kt = (int)blockIdx.y, k0 = kt * 64, ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
     int64_t per_bh = bt__k_ds_tile(p, nqt, nqt, 0);
     for (int64_t bh = p.bh0 + blockIdx.x; bh < p.bh1; bh += gridDim.x) {
-        const float *q = (const float *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const float *)p.k + bt__k_att_off(p.sk, bh, p.H),
-                    *v = (const float *)p.v + bt__k_att_off(p.sv, bh, p.H),
+        const float *q = (const float *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const float *)p.k + bt__k_att_kvoff(p, p.sk, bh),
+                    *v = (const float *)p.v + bt__k_att_kvoff(p, p.sv, bh),
                     *go = (const float *)p.go + bt__k_att_off(p.sgo, bh, p.H);
         const float *lse = p.lse + bh * p.T, *dvec = p.dvec + bh * p.T;
         float *ds = p.ds + (bh - p.bh0) * per_bh;
@@ -931,7 +939,7 @@ template <int DP> __global__ void __launch_bounds__(128) bt__k_att_dq_f32(bt__k_
     int klast = p.causal ? qt : nqt - 1;
     int64_t per_bh = bt__k_ds_tile(p, nqt, nqt, 0);
     for (int64_t bh = p.bh0 + blockIdx.x; bh < p.bh1; bh += gridDim.x) {
-        const float *k = (const float *)p.k + bt__k_att_off(p.sk, bh, p.H), *ds = p.ds + (bh - p.bh0) * per_bh + bt__k_ds_tile(p, nqt, qt, 0);
+        const float *k = (const float *)p.k + bt__k_att_kvoff(p, p.sk, bh), *ds = p.ds + (bh - p.bh0) * per_bh + bt__k_ds_tile(p, nqt, qt, 0);
         float dq[8][NJ];
 #pragma unroll
         for (int i = 0; i < 8; i++)
@@ -1591,8 +1599,8 @@ __device__ __forceinline__ void bt__k_att_fwd_tma_item(const bt__k_attp &p, cons
     for (int cb = 0; cb < D / 64; cb++) bt__k_tma_load4(sQ + cb * BM * 128, &tm.m[0], cb * 64, hq ? h : q0, hq ? q0 : h, b, qfull);
     for (int j = 0; j < nt; j++, u++) {
         const int s = u % ST, ph = (u / ST - 1) & 1;
-        bt__k_att_fwd_tma_tile<D, ST>(&tm.m[1], hk, j * 128, h, b, sK + s * TILE, kfull + 8 * s, kempty + 8 * s, u, ph);
-        bt__k_att_fwd_tma_tile<D, ST>(&tm.m[2], hv, j * 128, h, b, sV + s * TILE, vfull + 8 * s, vempty + 8 * s, u, ph);
+        bt__k_att_fwd_tma_tile<D, ST>(&tm.m[1], hk, j * 128, h / p.G, b, sK + s * TILE, kfull + 8 * s, kempty + 8 * s, u, ph);
+        bt__k_att_fwd_tma_tile<D, ST>(&tm.m[2], hv, j * 128, h / p.G, b, sV + s * TILE, vfull + 8 * s, vempty + 8 * s, u, ph);
     }
 }
 /* -- forward: work items (head, query tile of BM = 64 NW, longest first; bt__k_att_work), one per CTA or,
@@ -1834,8 +1842,8 @@ template <typename T, int D, int BQ> __global__ void __launch_bounds__(BT__K_WG_
     __syncthreads();
     if (warp >= 8) {   /* producer: K, V once, then (Q, dO, lse, Dvec) of query tile i0 + it */
         bt__k_wg_regs_dec<BT__K_WG_PRODUCER_REGS>();
-        const T *q = (const T *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const T *)p.k + bt__k_att_off(p.sk, bh, p.H),
-                *v = (const T *)p.v + bt__k_att_off(p.sv, bh, p.H), *go = (const T *)p.go + bt__k_att_off(p.sgo, bh, p.H);
+        const T *q = (const T *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const T *)p.k + bt__k_att_kvoff(p, p.sk, bh),
+                *v = (const T *)p.v + bt__k_att_kvoff(p, p.sv, bh), *go = (const T *)p.go + bt__k_att_off(p.sgo, bh, p.H);
         const float *lse = p.lse + bh * p.T, *dvec = p.dvec + bh * p.T;
         for (int it = 0; it < n; it++) {
             int s = it % ST, r = (i0 + it) * BQ;
@@ -1914,8 +1922,8 @@ template <typename T, int D, int BK> __global__ void __launch_bounds__(BT__K_WG_
     __syncthreads();
     if (warp >= 8) {   /* producer: Q, dO once, then K(j), V(j) */
         bt__k_wg_regs_dec<BT__K_WG_PRODUCER_REGS>();
-        const T *q = (const T *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const T *)p.k + bt__k_att_off(p.sk, bh, p.H),
-                *v = (const T *)p.v + bt__k_att_off(p.sv, bh, p.H), *go = (const T *)p.go + bt__k_att_off(p.sgo, bh, p.H);
+        const T *q = (const T *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const T *)p.k + bt__k_att_kvoff(p, p.sk, bh),
+                *v = (const T *)p.v + bt__k_att_kvoff(p, p.sv, bh), *go = (const T *)p.go + bt__k_att_off(p.sgo, bh, p.H);
         for (int j = 0; j < nt; j++) {
             int s = j % ST;
             if (j >= ST) bt__k_mbar_wait(empty + 8 * s, (j / ST - 1) & 1);
@@ -2100,8 +2108,8 @@ template <typename T> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt_
             const int64_t hr = bt__k_att_work(p, L, nkt, rank), bh = p.bh0 + hr;
             const int kt = nkt - 1 - rank, ns = nkt - kt;
             if (t < 64) {   /* loader */
-                const T *q = (const T *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const T *)p.k + bt__k_att_off(p.sk, bh, p.H),
-                        *v = (const T *)p.v + bt__k_att_off(p.sv, bh, p.H), *go = (const T *)p.go + bt__k_att_off(p.sgo, bh, p.H);
+                const T *q = (const T *)p.q + bt__k_att_off(p.sq, bh, p.H), *k = (const T *)p.k + bt__k_att_kvoff(p, p.sk, bh),
+                        *v = (const T *)p.v + bt__k_att_kvoff(p, p.sv, bh), *go = (const T *)p.go + bt__k_att_off(p.sgo, bh, p.H);
                 const float *lse2 = p.lse2 + bh * p.T, *dvec = p.dvec + bh * p.T;
                 const int kb = (int)(n & 1);
                 if (n >= 2) bt__k_mbar_wait(kvempty + 8 * kb, (int)(((n >> 1) - 1) & 1));
@@ -2292,7 +2300,9 @@ static int bt__k_att_al(const void *ptr, const int64_t *st, size_t es, size_t al
     for (int i = 0; i < 3; i++) if (((size_t)st[i] * es) % al) return 0;
     return 1;
 }
-static void bt__k_att_check(const char *op, bt_dtype dt, int64_t B, int64_t H, int64_t Tn, int64_t D) {
+static void bt__k_att_check(const char *op, bt_dtype dt, int64_t B, int64_t H, int64_t Hkv, int64_t Tn, int64_t D) {
+    if (Hkv <= 0 || H % Hkv)
+        bt_error("%s: %lld key/value heads must divide the %lld query heads", op, (long long)Hkv, (long long)H);
     if (dt != BT_F32 && dt != BT_BF16 && dt != BT_F16)
         bt_error("%s: dtype %s not supported (f32, bf16, f16)", op, bt_dtype_name(dt));
     if (D > 128) bt_error("%s: head dim D = %lld not supported (1..128)", op, (long long)D);
@@ -2308,9 +2318,9 @@ static void bt__k_att_run(void (*kern)(bt__k_attp), const bt__k_attp *p, unsigne
     kern<<<dim3(gx, tiles), threads, smem, s>>>(*p);
     BT__K_LAUNCHED(op);
 }
-static void bt__k_att_params(bt__k_attp *p, bt_dtype dt, int64_t B, int64_t H, int64_t Tn, int64_t D, float scale) {
+static void bt__k_att_params(bt__k_attp *p, bt_dtype dt, int64_t B, int64_t H, int64_t Hkv, int64_t Tn, int64_t D, float scale) {
     memset(p, 0, sizeof *p);
-    p->BH = p->bh1 = B * H; p->H = (int)H; p->T = (int)Tn; p->D = (int)D;
+    p->BH = p->bh1 = B * H; p->H = (int)H; p->G = (int)(H / Hkv); p->T = (int)Tn; p->D = (int)D;
     p->scale = scale; p->c2 = scale * BT__K_ATT_LOG2E;
     (void)dt;
 }
@@ -2497,8 +2507,8 @@ template <typename T> static int bt__k_att_fwd_maps(bt__k_att_maps *tm, const bt
     int hq = 0, hk = 0, hv = 0;
     memset(tm, 0, sizeof *tm);
     if (!bt__k_att_tmap<T>(&tm->m[0], &hq, p->q, p->sq, B, p->H, p->T, p->D, BM) ||
-        !bt__k_att_tmap<T>(&tm->m[1], &hk, p->k, p->sk, B, p->H, p->T, p->D, 128) ||
-        !bt__k_att_tmap<T>(&tm->m[2], &hv, p->v, p->sv, B, p->H, p->T, p->D, 128))
+        !bt__k_att_tmap<T>(&tm->m[1], &hk, p->k, p->sk, B, p->H / p->G, p->T, p->D, 128) ||
+        !bt__k_att_tmap<T>(&tm->m[2], &hv, p->v, p->sv, B, p->H / p->G, p->T, p->D, 128))
         return 0;
     tm->hrow = hq | hk << 1 | hv << 2;
     return 1;
@@ -2558,13 +2568,13 @@ template <typename T> static void bt__k_att_bwd_wg_run(const bt__k_attp *p, cuda
 }
 
 BTDEF void bt_k_attention_strided(bt_dtype dt, void *out, const int64_t *so, float *lse, const void *q, const int64_t *sq,
-                                  const void *k, const int64_t *sk, const void *v, const int64_t *sv, int64_t B, int64_t H,
+                                  const void *k, const int64_t *sk, const void *v, const int64_t *sv, int64_t B, int64_t H, int64_t Hkv,
                                   int64_t Tn, int64_t D, float scale, int causal, bt_matmul_precision precision, cudaStream_t s) {
     const char *op = "bt_k_attention";
     if (B <= 0 || H <= 0 || Tn <= 0 || D <= 0) return;
-    bt__k_att_check(op, dt, B, H, Tn, D);
+    bt__k_att_check(op, dt, B, H, Hkv, Tn, D);
     bt__k_attp p;
-    bt__k_att_params(&p, dt, B, H, Tn, D, scale);
+    bt__k_att_params(&p, dt, B, H, Hkv, Tn, D, scale);
     p.causal = causal != 0;
     p.q = q; p.k = k; p.v = v; p.out = out; p.lse_out = lse;
     memcpy(p.sq, sq, sizeof p.sq); memcpy(p.sk, sk, sizeof p.sk); memcpy(p.sv, sv, sizeof p.sv); memcpy(p.so, so, sizeof p.so);
@@ -2615,27 +2625,22 @@ static void bt__k_att_bwd_f32(bt__k_attp *p, unsigned tiles, int dp, cudaStream_
     p->ds = NULL; p->bh0 = 0; p->bh1 = p->BH;
 }
 
-BTDEF int bt_k_attention_backward_colsum(bt_dtype dt, void *gq, const int64_t *sgq, void *gk, const int64_t *sgk, void *gv,
-                                          const int64_t *sgv, const void *gout, const int64_t *sgo, const void *q,
-                                          const int64_t *sq, const void *k, const int64_t *sk, const void *v, const int64_t *sv,
-                                          const void *out, const int64_t *so, const float *lse, int64_t B, int64_t H, int64_t Tn,
-                                          int64_t D, float scale, int causal, bt_matmul_precision precision, float *colsum,
-                                          cudaStream_t s) {
-    const char *op = "bt_k_attention_backward";
-    if (B <= 0 || H <= 0 || Tn <= 0 || D <= 0) return 0;
-    bt__k_att_check(op, dt, B, H, Tn, D);
-    if (!gq || !gk || !gv) bt_error("%s: gq, gk and gv must all be given", op);
-    bt__k_attp p;
-    bt__k_att_params(&p, dt, B, H, Tn, D, scale);
-    p.causal = causal != 0;
-    p.q = q; p.k = k; p.v = v; p.o = out; p.go = gout; p.gq = gq; p.gk = gk; p.gv = gv; p.lse = lse;
-    memcpy(p.sq, sq, sizeof p.sq); memcpy(p.sk, sk, sizeof p.sk); memcpy(p.sv, sv, sizeof p.sv); memcpy(p.so, so, sizeof p.so);
-    memcpy(p.sgo, sgo, sizeof p.sgo); memcpy(p.sgq, sgq, sizeof p.sgq); memcpy(p.sgk, sgk, sizeof p.sgk);
-    memcpy(p.sgv, sgv, sizeof p.sgv);
-    size_t es = bt_dtype_size(dt);
-    p.vec = bt__k_att_al(q, sq, es, 16) && bt__k_att_al(k, sk, es, 16) && bt__k_att_al(v, sv, es, 16) &&
-            bt__k_att_al(gout, sgo, es, 16) && bt__k_att_al(out, so, es, 16);
-    p.vec_out = bt__k_att_al(gq, sgq, es, 4) && bt__k_att_al(gk, sgk, es, 4) && bt__k_att_al(gv, sgv, es, 4);
+/* grouped-query attention's dK (or dV) of key/value head j: the sum of those of its query heads j G .. j G + G - 1,
+   which the kernels wrote to x (contiguous [B, Hkv G, T, D]); fp32 sums, one rounding; g strided (batch, head, row) */
+template <typename T> __global__ void bt__k_att_group_sum(T *g, int64_t s0, int64_t s1, int64_t s2, const T *x, int64_t B, int Hkv,
+                                                          int G, int Tn, int D) {
+    const int64_t n = B * Hkv * (int64_t)Tn * D;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / D, d = i - r * D, t = r % Tn, bj = r / Tn, b = bj / Hkv, j = bj - b * Hkv;
+        const T *xi = x + ((b * Hkv + j) * G * (int64_t)Tn + t) * D + d;
+        float acc = 0.f;
+        for (int k = 0; k < G; k++) acc += bt__k_tof(xi[(int64_t)k * Tn * D]);
+        g[b * s0 + j * s1 + t * s2 + d] = bt__k_from<T>(acc);
+    }
+}
+/* the backward's kernels on a filled parameter block (bt_k_attention_backward_colsum) */
+static int bt__k_att_bwd_run(bt__k_attp &p, bt_dtype dt, int64_t B, int64_t H, int64_t Tn, int64_t D, bt_matmul_precision precision,
+                             float *colsum, cudaStream_t s, const char *op) {
     float *dvec = (float *)bt__k_scratch((size_t)(B * H * Tn) * sizeof(float), s);
     p.dvec = dvec;
     unsigned tiles = (unsigned)((Tn + 63) / 64), nb = bt__k_blocks(B * H * Tn * 32, 256);
@@ -2678,12 +2683,54 @@ BTDEF int bt_k_attention_backward_colsum(bt_dtype dt, void *gq, const int64_t *s
     bt_free(dvec);
     return 0;
 }
+BTDEF int bt_k_attention_backward_colsum(bt_dtype dt, void *gq, const int64_t *sgq, void *gk, const int64_t *sgk, void *gv,
+                                          const int64_t *sgv, const void *gout, const int64_t *sgo, const void *q,
+                                          const int64_t *sq, const void *k, const int64_t *sk, const void *v, const int64_t *sv,
+                                          const void *out, const int64_t *so, const float *lse, int64_t B, int64_t H, int64_t Hkv, int64_t Tn,
+                                          int64_t D, float scale, int causal, bt_matmul_precision precision, float *colsum,
+                                          cudaStream_t s) {
+    const char *op = "bt_k_attention_backward";
+    if (B <= 0 || H <= 0 || Tn <= 0 || D <= 0) return 0;
+    bt__k_att_check(op, dt, B, H, Hkv, Tn, D);
+    if (!gq || !gk || !gv) bt_error("%s: gq, gk and gv must all be given", op);
+    bt__k_attp p;
+    bt__k_att_params(&p, dt, B, H, Hkv, Tn, D, scale);
+    p.causal = causal != 0;
+    p.q = q; p.k = k; p.v = v; p.o = out; p.go = gout; p.gq = gq; p.gk = gk; p.gv = gv; p.lse = lse;
+    memcpy(p.sq, sq, sizeof p.sq); memcpy(p.sk, sk, sizeof p.sk); memcpy(p.sv, sv, sizeof p.sv); memcpy(p.so, so, sizeof p.so);
+    memcpy(p.sgo, sgo, sizeof p.sgo); memcpy(p.sgq, sgq, sizeof p.sgq); memcpy(p.sgk, sgk, sizeof p.sgk);
+    memcpy(p.sgv, sgv, sizeof p.sgv);
+    size_t es = bt_dtype_size(dt);
+    p.vec = bt__k_att_al(q, sq, es, 16) && bt__k_att_al(k, sk, es, 16) && bt__k_att_al(v, sv, es, 16) &&
+            bt__k_att_al(gout, sgo, es, 16) && bt__k_att_al(out, so, es, 16);
+    void *gx = NULL;   /* grouped-query attention: dK, dV of each query head first ([B, H, T, D]), then summed per group */
+    if (p.G > 1) {
+        const int64_t st[3] = {H * Tn * D, Tn * D, D}, n = B * H * Tn * D;
+        gx = bt__k_scratch((size_t)(2 * n) * es, s);
+        p.gk = gx; p.gv = (char *)gx + (size_t)n * es;
+        memcpy(p.sgk, st, sizeof st); memcpy(p.sgv, st, sizeof st);
+        colsum = NULL;   /* the column sums of per-query-head dK, dV are no projection's bias gradient */
+    }
+    p.vec_out = bt__k_att_al(gq, sgq, es, 4) && bt__k_att_al(p.gk, p.sgk, es, 4) && bt__k_att_al(p.gv, p.sgv, es, 4);
+    int given = bt__k_att_bwd_run(p, dt, B, H, Tn, D, precision, colsum, s, op);
+    if (gx) {
+        const int64_t n = B * Hkv * Tn * D;
+        const unsigned nb = bt__k_blocks(n, 256);
+        BT__K_DISPATCH3(dt, op, {
+            bt__k_att_group_sum<T><<<nb, 256, 0, s>>>((T *)gk, sgk[0], sgk[1], sgk[2], (const T *)p.gk, B, (int)Hkv, p.G, (int)Tn, (int)D);
+            bt__k_att_group_sum<T><<<nb, 256, 0, s>>>((T *)gv, sgv[0], sgv[1], sgv[2], (const T *)p.gv, B, (int)Hkv, p.G, (int)Tn, (int)D);
+        })
+        BT__K_LAUNCHED(op);
+        bt_free(gx);
+    }
+    return given;
+}
 BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t *sgq, void *gk, const int64_t *sgk, void *gv,
                                            const int64_t *sgv, const void *gout, const int64_t *sgo, const void *q,
                                            const int64_t *sq, const void *k, const int64_t *sk, const void *v, const int64_t *sv,
-                                           const void *out, const int64_t *so, const float *lse, int64_t B, int64_t H, int64_t Tn,
+                                           const void *out, const int64_t *so, const float *lse, int64_t B, int64_t H, int64_t Hkv, int64_t Tn,
                                            int64_t D, float scale, int causal, bt_matmul_precision precision, cudaStream_t s) {
-    bt_k_attention_backward_colsum(dt, gq, sgq, gk, sgk, gv, sgv, gout, sgo, q, sq, k, sk, v, sv, out, so, lse, B, H, Tn, D, scale,
+    bt_k_attention_backward_colsum(dt, gq, sgq, gk, sgk, gv, sgv, gout, sgo, q, sq, k, sk, v, sv, out, so, lse, B, H, Hkv, Tn, D, scale,
                                    causal, precision, NULL, s);
 }
 
@@ -2691,13 +2738,13 @@ BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t 
 BTDEF void bt_k_attention(bt_dtype dt, void *out, float *lse, const void *q, const void *k, const void *v, int64_t B,
                           int64_t H, int64_t Tn, int64_t D, float scale, cudaStream_t s) {
     int64_t st[3] = {H * Tn * D, Tn * D, D};
-    bt_k_attention_strided(dt, out, st, lse, q, st, k, st, v, st, B, H, Tn, D, scale, 1, BT_MATMUL_FP32, s);
+    bt_k_attention_strided(dt, out, st, lse, q, st, k, st, v, st, B, H, H, Tn, D, scale, 1, BT_MATMUL_FP32, s);
 }
 BTDEF void bt_k_attention_backward(bt_dtype dt, void *gq, void *gk, void *gv, const void *gout, const void *q,
                                    const void *k, const void *v, const void *out, const float *lse, int64_t B, int64_t H,
                                    int64_t Tn, int64_t D, float scale, cudaStream_t s) {
     int64_t st[3] = {H * Tn * D, Tn * D, D};
-    bt_k_attention_backward_strided(dt, gq, st, gk, st, gv, st, gout, st, q, st, k, st, v, st, out, st, lse, B, H, Tn, D,
+    bt_k_attention_backward_strided(dt, gq, st, gk, st, gv, st, gout, st, q, st, k, st, v, st, out, st, lse, B, H, H, Tn, D,
                                     scale, 1, BT_MATMUL_FP32, s);
 }
 

@@ -117,11 +117,12 @@ BTDEF void bt_k_rmsnorm_backward(bt_dtype dt, void *gx, int gx_add, void *gw, fl
    halves of gx [rows, 2F] from gout [rows, F] in one pass. f32, f64, bf16, f16. */
 BTDEF void bt_k_swiglu(bt_dtype dt, void *out, const void *x, int64_t rows, int64_t F, cudaStream_t s);
 BTDEF void bt_k_swiglu_backward(bt_dtype dt, void *gx, const void *gout, const void *x, int64_t rows, int64_t F, cudaStream_t s);
-/* RoPE: out (contiguous [B, T, H, D]) = x (element strides xs[0..2] for B, T, H; D's stride 1) with
-   each pair (i, i + D/2) rotated by sign * a, a = float(pos0 + t) * inv_freq[i] in fp32 (inv_freq:
-   D/2 host floats, D <= 512, passed by value). f32, f64, bf16, f16. */
-BTDEF void bt_k_rope(bt_dtype dt, void *out, const void *x, const int64_t *xs, int64_t B, int64_t Tn, int64_t H, int64_t D,
-                     int64_t pos0, const float *inv_freq, int sign, cudaStream_t s);
+/* RoPE: out [B, T, H, D] = x [B, T, H, D] with, in heads h < Hr, each pair (i, i + D/2) rotated by
+   sign * a, a = float(pos0 + t) * inv_freq[i] in fp32 (inv_freq: D/2 host floats, D <= 512, passed by
+   value); heads Hr .. H - 1 copied as they are (the v of a packed qkv). Element strides os, xs for B,
+   T, H (D's stride 1); out may be x (in place). f32, f64, bf16, f16. */
+BTDEF void bt_k_rope(bt_dtype dt, void *out, const int64_t *os, const void *x, const int64_t *xs, int64_t B, int64_t Tn, int64_t H,
+                     int64_t Hr, int64_t D, int64_t pos0, const float *inv_freq, int sign, cudaStream_t s);
 
 /* ---- 7. embedding: out[i, :] = table[idx[i], :], table [V, C] ---- */
 /* idx out of [0, V) sets *bad (a device int, may be NULL) to 1 instead of reading out of bounds. */
@@ -1753,18 +1754,20 @@ BTDEF void bt_k_swiglu_backward(bt_dtype dt, void *gx, const void *gout, const v
     BT__K_LAUNCHED("bt_k_swiglu_backward");
 }
 
-/* ---- RoPE on x [B, T, H, D] (strides on B, T, H; D contiguous) into a contiguous out -------------------
+/* ---- RoPE on x [B, T, H, D] into out (strides on B, T, H; D contiguous) --------------------------------
    One thread per (b, t, i < D/2): its angle a = float(pos0 + t) inv_freq[i] (fp32, as transformers),
-   one sincos (full-range fp32; double for f64), then the pair (i, i + D/2) of each of the H heads
-   rotated by it: x read once, out written once; consecutive threads touch consecutive i, so each
-   head's half-rows are coalesced. inv_freq travels by value (__grid_constant__: read in place from
+   one sincos (full-range fp32; double for f64), then the pair (i, i + D/2) of each of the first Hr
+   heads rotated by it, of the others copied: x read once, out written once (a thread reads its pair
+   before writing it: in place is safe); consecutive threads touch consecutive i, so each head's
+   half-rows are coalesced. inv_freq travels by value (__grid_constant__: read in place from
    the parameter bank, no per-thread copy). */
 typedef struct { float f[256]; } bt__k_rope_freqs;
 __device__ __forceinline__ void bt__k_sincos(float a, float *sn, float *cs) { sincosf(a, sn, cs); }
 __device__ __forceinline__ void bt__k_sincos(float a, double *sn, double *cs) { sincos((double)a, sn, cs); }
 template <typename T>
-__global__ void bt__k_rope_kernel(T *out, const T *x, int64_t sb, int64_t st, int64_t sh, int64_t Tn, int64_t H, int half,
-                                  int64_t n, int64_t pos0, int sign, const __grid_constant__ bt__k_rope_freqs fr) {
+__global__ void bt__k_rope_kernel(T *out, int64_t ob, int64_t ot, int64_t oh, const T *x, int64_t sb, int64_t st, int64_t sh,
+                                  int64_t Tn, int64_t H, int64_t Hr, int half, int64_t n, int64_t pos0, int sign,
+                                  const __grid_constant__ bt__k_rope_freqs fr) {
     typedef typename bt__k_acc<T>::t A;
     for (int64_t v = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; v < n; v += (int64_t)gridDim.x * blockDim.x) {
         int64_t bt = v / half, b = bt / Tn, t = bt - b * Tn;
@@ -1773,16 +1776,17 @@ __global__ void bt__k_rope_kernel(T *out, const T *x, int64_t sb, int64_t st, in
         bt__k_sincos((float)(pos0 + t) * fr.f[i], &sn, &cs);
         if (sign < 0) sn = -sn;
         const T *xr = x + b * sb + t * st + i;
-        T *orow = out + bt * H * 2 * half + i;
-        for (int64_t h = 0; h < H; h++) {
+        T *orow = out + b * ob + t * ot + i;
+        for (int64_t h = 0; h < Hr; h++) {
             A x1 = bt__k_tof(xr[h * sh]), x2 = bt__k_tof(xr[h * sh + half]);
-            orow[h * 2 * half] = bt__k_from<T>(x1 * cs - x2 * sn);
-            orow[h * 2 * half + half] = bt__k_from<T>(x2 * cs + x1 * sn);
+            orow[h * oh] = bt__k_from<T>(x1 * cs - x2 * sn);
+            orow[h * oh + half] = bt__k_from<T>(x2 * cs + x1 * sn);
         }
+        for (int64_t h = Hr; h < H; h++) { orow[h * oh] = xr[h * sh]; orow[h * oh + half] = xr[h * sh + half]; }
     }
 }
-BTDEF void bt_k_rope(bt_dtype dt, void *out, const void *x, const int64_t *xs, int64_t B, int64_t Tn, int64_t H, int64_t D,
-                     int64_t pos0, const float *inv_freq, int sign, cudaStream_t s) {
+BTDEF void bt_k_rope(bt_dtype dt, void *out, const int64_t *os, const void *x, const int64_t *xs, int64_t B, int64_t Tn, int64_t H,
+                     int64_t Hr, int64_t D, int64_t pos0, const float *inv_freq, int sign, cudaStream_t s) {
     int64_t half = D / 2, n = B * Tn * half;
     if (n <= 0 || H <= 0) return;
     if (D % 2 || half > 256) bt_error("bt_k_rope: the head dim D = %lld must be even and at most 512", (long long)D);
@@ -1790,8 +1794,8 @@ BTDEF void bt_k_rope(bt_dtype dt, void *out, const void *x, const int64_t *xs, i
     memset(&fr, 0, sizeof fr);
     memcpy(fr.f, inv_freq, (size_t)half * sizeof(float));
     BT__K_DISPATCH4(dt, "bt_k_rope",
-                    bt__k_rope_kernel<T><<<bt__k_blocks(n, 256), 256, 0, s>>>((T *)out, (const T *)x, xs[0], xs[1], xs[2], Tn, H,
-                                                                              (int)half, n, pos0, sign, fr))
+                    bt__k_rope_kernel<T><<<bt__k_blocks(n, 256), 256, 0, s>>>((T *)out, os[0], os[1], os[2], (const T *)x, xs[0], xs[1],
+                                                                              xs[2], Tn, H, Hr, (int)half, n, pos0, sign, fr))
     BT__K_LAUNCHED("bt_k_rope");
 }
 

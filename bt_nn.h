@@ -550,22 +550,20 @@ BTDEF void bt_rope_inv_freq(const bt_rope_opts *o, int64_t D, float *out) {
         out[i] = inv;
     }
 }
-/* y (new, contiguous [B, T, H, D]) = x rotated by sign * angle (+1) */
-static bt_tensor *bt__rope_apply(bt_tensor *x, const float *inv, int64_t pos0, int sign) {
+/* y = x rotated by sign * angle (+1) in heads h < Hr, copied in the others: y, x [B, T, H, D] views
+   (D contiguous; y may be x: each pair is read before it is written) */
+static void bt__rope_into(bt_tensor *y, bt_tensor *x, int64_t Hr, const float *inv, int64_t pos0, int sign) {
     int64_t B = x->shape[0], T = x->shape[1], H = x->shape[2], D = x->shape[3], half = D / 2;
     bt_dtype dt = x->dtype;
-    bt_tensor *y = bt__new(bt_shape_of(x), dt, bt_device_of(x));
     if (bt__is_gpu(x)) {
 #ifdef BT_CUDA
-        bt_tensor *xc = x->stride[3] == 1 ? bt_retain(x) : bt__contig(x);
         BT__ON_GPU(bt_device_of(x), stream)
-            bt_k_rope(dt, bt_data_ptr(y), bt_data_ptr(xc), xc->stride, B, T, H, D, pos0, inv, sign, stream);
-        bt_release(xc);
+            bt_k_rope(dt, bt_data_ptr(y), y->stride, bt_data_ptr(x), x->stride, B, T, H, Hr, D, pos0, inv, sign, stream);
 #endif
-        return y;
+        return;
     }
-    const void *xp = bt_data_ptr(x); void *yp = bt_data_ptr(y);
-    const int64_t *st = x->stride;
+    const void *xp = x->storage->data; void *yp = y->storage->data;
+    const int64_t *st = x->stride, *sy = y->stride;
     #pragma omp parallel for if (bt_numel(x) > BT__PAR_MIN)
     for (int64_t bt = 0; bt < B * T; bt++) {
         int64_t b = bt / T, t = bt - b * T;
@@ -575,13 +573,19 @@ static bt_tensor *bt__rope_apply(bt_tensor *x, const float *inv, int64_t pos0, i
             double c = cos((double)a), s = sign * sin((double)a);
             if (dt != BT_F64) { c = (float)c; s = (float)s; }   /* fp32 cos and sin */
             for (int64_t h = 0; h < H; h++) {
-                int64_t o = b * st[0] + t * st[1] + h * st[2], oy = ((b * T + t) * H + h) * D;
-                double x1 = bt__ld(xp, dt, o + i * st[3]), x2 = bt__ld(xp, dt, o + (i + half) * st[3]);
-                bt__st(yp, dt, oy + i, x1 * c - x2 * s);
-                bt__st(yp, dt, oy + i + half, x2 * c + x1 * s);
+                int64_t o = x->offset + b * st[0] + t * st[1] + h * st[2], oy = y->offset + b * sy[0] + t * sy[1] + h * sy[2];
+                double x1 = bt__ld(xp, dt, o + i), x2 = bt__ld(xp, dt, o + i + half);
+                bt__st(yp, dt, oy + i, h < Hr ? x1 * c - x2 * s : x1);
+                bt__st(yp, dt, oy + i + half, h < Hr ? x2 * c + x1 * s : x2);
             }
         }
     }
+}
+/* y (new, contiguous [B, T, H, D]) = x rotated by sign * angle (+1) */
+static bt_tensor *bt__rope_apply(bt_tensor *x, const float *inv, int64_t pos0, int sign) {
+    bt_tensor *xc = x->stride[3] == 1 ? bt_retain(x) : bt__contig(x), *y = bt__new(bt_shape_of(x), x->dtype, bt_device_of(x));
+    bt__rope_into(y, xc, x->shape[2], inv, pos0, sign);
+    bt_release(xc);
     return y;
 }
 static void bt__rope_opts_of(const bt_node *n, bt_rope_opts *o) {
@@ -1057,15 +1061,15 @@ static inline int64_t bt__bht(const bt_tensor *x, int64_t b, int64_t h, int64_t 
    (b, h, t; d contiguous). */
 static void bt__attention_compute_f32(const float *q, const int64_t *qs, const float *k, const int64_t *ks,
                                       const float *v, const int64_t *vs, float *o, const int64_t *os, float *lse,
-                                      int64_t B, int64_t H, int64_t T, int64_t D, float scale) {
+                                      int64_t B, int64_t H, int64_t G, int64_t T, int64_t D, float scale) {
     #pragma omp parallel for if (B * H * T * T * D > BT__PAR_MIN)
     for (int64_t bh = 0; bh < B * H; bh++) {
-        int64_t b = bh / H, h = bh % H;
+        int64_t b = bh / H, h = bh % H, hk = h / G;
         float *s = (float *)malloc(sizeof(float) * (size_t)(T + D)), *acc = s + T;
         for (int64_t i = 0; i < T; i++) {
             const float *qi = q + b * qs[0] + h * qs[1] + i * qs[2];
             for (int64_t j = 0; j <= i; j++) {
-                const float *kj = k + b * ks[0] + h * ks[1] + j * ks[2];
+                const float *kj = k + b * ks[0] + hk * ks[1] + j * ks[2];
                 float d_ = 0;
                 #pragma omp simd reduction(+ : d_)
                 for (int64_t d = 0; d < D; d++) d_ += qi[d] * kj[d];
@@ -1076,7 +1080,7 @@ static void bt__attention_compute_f32(const float *q, const int64_t *qs, const f
             for (int64_t j = 0; j <= i; j++) { s[j] = bt__expf(s[j] - mx); sum += s[j]; }
             for (int64_t d = 0; d < D; d++) acc[d] = 0;
             for (int64_t j = 0; j <= i; j++) {
-                const float *vj = v + b * vs[0] + h * vs[1] + j * vs[2];
+                const float *vj = v + b * vs[0] + hk * vs[1] + j * vs[2];
                 float p = s[j];
                 #pragma omp simd
                 for (int64_t d = 0; d < D; d++) acc[d] += p * vj[d];
@@ -1090,13 +1094,13 @@ static void bt__attention_compute_f32(const float *q, const int64_t *qs, const f
 }
 /* the attention math on [B, H, T, D] views (any strides with D contiguous): o and lse written */
 static void bt__attention_compute(bt_tensor *q, bt_tensor *k, bt_tensor *v, bt_tensor *o, bt_tensor *lse) {
-    int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3];
+    int64_t B = q->shape[0], H = q->shape[1], Hkv = k->shape[1], G = H / Hkv, T = q->shape[2], D = q->shape[3];
     bt_dtype dt = q->dtype;
     double scale = 1.0 / sqrt((double)(D ? D : 1));
     if (bt__is_gpu(q)) {
 #ifdef BT_CUDA
         BT__ON_GPU(bt_device_of(q), stream) bt_k_attention_strided(dt, bt_data_ptr(o), o->stride, (float *)bt_data_ptr(lse), bt_data_ptr(q), q->stride,
-                               bt_data_ptr(k), k->stride, bt_data_ptr(v), v->stride, B, H, T, D, (float)scale, 1, bt__g.precision,
+                               bt_data_ptr(k), k->stride, bt_data_ptr(v), v->stride, B, H, Hkv, T, D, (float)scale, 1, bt__g.precision,
                                stream);
 #endif
         return;
@@ -1104,26 +1108,26 @@ static void bt__attention_compute(bt_tensor *q, bt_tensor *k, bt_tensor *v, bt_t
     if (dt == BT_F32) {
         bt__attention_compute_f32((const float *)q->storage->data + q->offset, q->stride, (const float *)k->storage->data + k->offset,
                                   k->stride, (const float *)v->storage->data + v->offset, v->stride,
-                                  (float *)o->storage->data + o->offset, o->stride, (float *)bt_data_ptr(lse), B, H, T, D, (float)scale);
+                                  (float *)o->storage->data + o->offset, o->stride, (float *)bt_data_ptr(lse), B, H, G, T, D, (float)scale);
         return;
     }
     const void *qp = q->storage->data, *kp = k->storage->data, *vp = v->storage->data; bt_dtype ldt = lse->dtype;
     #pragma omp parallel for if (B * H * T * T * D > BT__PAR_MIN)
     for (int64_t bh = 0; bh < B * H; bh++) {
-        int64_t b = bh / H, h = bh % H;
+        int64_t b = bh / H, h = bh % H, hk = h / G;
         double *s = (double *)malloc(sizeof(double) * (size_t)(T + D));
         double *acc = s + T;
         for (int64_t i = 0; i < T; i++) {
             int64_t qi = bt__bht(q, b, h, i);
             double mx = -INFINITY, sum = 0;
             for (int64_t j = 0; j <= i; j++) {
-                double d_ = 0; int64_t kj = bt__bht(k, b, h, j);
+                double d_ = 0; int64_t kj = bt__bht(k, b, hk, j);
                 for (int64_t d = 0; d < D; d++) d_ += bt__ld(qp, dt, qi + d) * bt__ld(kp, dt, kj + d);
                 s[j] = d_ * scale; if (s[j] > mx) mx = s[j];
             }
             for (int64_t d = 0; d < D; d++) acc[d] = 0;
             for (int64_t j = 0; j <= i; j++) {
-                double p = exp(s[j] - mx); int64_t vj = bt__bht(v, b, h, j); sum += p;
+                double p = exp(s[j] - mx); int64_t vj = bt__bht(v, b, hk, j); sum += p;
                 for (int64_t d = 0; d < D; d++) acc[d] += p * bt__ld(vp, dt, vj + d);
             }
             for (int64_t d = 0; d < D; d++) bt__st(o->storage->data, dt, bt__bht(o, b, h, i) + d, acc[d] / sum);
@@ -1133,46 +1137,52 @@ static void bt__attention_compute(bt_tensor *q, bt_tensor *k, bt_tensor *v, bt_t
     }
 }
 /* its backward in float for fp32 on the CPU, the same loops as bt__attention_grads below; g and
-   the outputs gq, gk, gv as base pointers with strides like the inputs */
+   the outputs gq, gk, gv as base pointers with strides like the inputs. One task a key/value head
+   (b, hk): dK, dV summed over its G query heads h = hk G .. hk G + G - 1 in that order */
 static void bt__attention_grads_f32(const float *q, const int64_t *qs, const float *k, const int64_t *ks,
                                     const float *v, const int64_t *vs, const float *o, const int64_t *os,
                                     const float *lse, const float *g, const int64_t *gs, float *gq, const int64_t *gqs,
                                     float *gk, const int64_t *gks, float *gv, const int64_t *gvs, int64_t B, int64_t H,
-                                    int64_t T, int64_t D, float scale) {
+                                    int64_t G, int64_t T, int64_t D, float scale) {
+    const int64_t Hkv = H / G;
     #pragma omp parallel for if (B * H * T * T * D > BT__PAR_MIN)
-    for (int64_t bh = 0; bh < B * H; bh++) {
-        int64_t b = bh / H, h = bh % H;
+    for (int64_t bk = 0; bk < B * Hkv; bk++) {
+        int64_t b = bk / Hkv, hk = bk % Hkv;
         float *dq = (float *)calloc((size_t)(3 * T * D + T), sizeof(float));
         float *dk = dq + T * D, *dv = dk + T * D, *p = dv + T * D;
-        for (int64_t i = 0; i < T; i++) {
-            const float *qi = q + b * qs[0] + h * qs[1] + i * qs[2], *gi = g + b * gs[0] + h * gs[1] + i * gs[2];
-            const float *oi = o + b * os[0] + h * os[1] + i * os[2];
-            float l = lse[bh * T + i], Di = 0;
-            #pragma omp simd reduction(+ : Di)
-            for (int64_t d = 0; d < D; d++) Di += gi[d] * oi[d];
-            for (int64_t j = 0; j <= i; j++) {
-                const float *kj = k + b * ks[0] + h * ks[1] + j * ks[2];
-                float s_ = 0;
-                #pragma omp simd reduction(+ : s_)
-                for (int64_t d = 0; d < D; d++) s_ += qi[d] * kj[d];
-                p[j] = s_ * scale - l;
-            }
-            #pragma omp simd
-            for (int64_t j = 0; j <= i; j++) p[j] = bt__expf(p[j]);
-            for (int64_t j = 0; j <= i; j++) {
-                const float *kj = k + b * ks[0] + h * ks[1] + j * ks[2], *vj = v + b * vs[0] + h * vs[1] + j * vs[2];
-                float dp = 0, pj = p[j];
-                #pragma omp simd reduction(+ : dp)
-                for (int64_t d = 0; d < D; d++) { dv[j * D + d] += pj * gi[d]; dp += gi[d] * vj[d]; }
-                float ds = pj * (dp - Di) * scale;
+        for (int64_t h = hk * G; h < hk * G + G; h++) {
+            int64_t bh = b * H + h;
+            memset(dq, 0, sizeof(float) * (size_t)(T * D));
+            for (int64_t i = 0; i < T; i++) {
+                const float *qi = q + b * qs[0] + h * qs[1] + i * qs[2], *gi = g + b * gs[0] + h * gs[1] + i * gs[2];
+                const float *oi = o + b * os[0] + h * os[1] + i * os[2];
+                float l = lse[bh * T + i], Di = 0;
+                #pragma omp simd reduction(+ : Di)
+                for (int64_t d = 0; d < D; d++) Di += gi[d] * oi[d];
+                for (int64_t j = 0; j <= i; j++) {
+                    const float *kj = k + b * ks[0] + hk * ks[1] + j * ks[2];
+                    float s_ = 0;
+                    #pragma omp simd reduction(+ : s_)
+                    for (int64_t d = 0; d < D; d++) s_ += qi[d] * kj[d];
+                    p[j] = s_ * scale - l;
+                }
                 #pragma omp simd
-                for (int64_t d = 0; d < D; d++) { dq[i * D + d] += ds * kj[d]; dk[j * D + d] += ds * qi[d]; }
+                for (int64_t j = 0; j <= i; j++) p[j] = bt__expf(p[j]);
+                for (int64_t j = 0; j <= i; j++) {
+                    const float *kj = k + b * ks[0] + hk * ks[1] + j * ks[2], *vj = v + b * vs[0] + hk * vs[1] + j * vs[2];
+                    float dp = 0, pj = p[j];
+                    #pragma omp simd reduction(+ : dp)
+                    for (int64_t d = 0; d < D; d++) { dv[j * D + d] += pj * gi[d]; dp += gi[d] * vj[d]; }
+                    float ds = pj * (dp - Di) * scale;
+                    #pragma omp simd
+                    for (int64_t d = 0; d < D; d++) { dq[i * D + d] += ds * kj[d]; dk[j * D + d] += ds * qi[d]; }
+                }
             }
+            for (int64_t t = 0; t < T; t++) memcpy(gq + b * gqs[0] + h * gqs[1] + t * gqs[2], dq + t * D, sizeof(float) * (size_t)D);
         }
         for (int64_t t = 0; t < T; t++) {
-            memcpy(gq + b * gqs[0] + h * gqs[1] + t * gqs[2], dq + t * D, sizeof(float) * (size_t)D);
-            memcpy(gk + b * gks[0] + h * gks[1] + t * gks[2], dk + t * D, sizeof(float) * (size_t)D);
-            memcpy(gv + b * gvs[0] + h * gvs[1] + t * gvs[2], dv + t * D, sizeof(float) * (size_t)D);
+            memcpy(gk + b * gks[0] + hk * gks[1] + t * gks[2], dk + t * D, sizeof(float) * (size_t)D);
+            memcpy(gv + b * gvs[0] + hk * gvs[1] + t * gvs[2], dv + t * D, sizeof(float) * (size_t)D);
         }
         free(dq);
     }
@@ -1181,7 +1191,7 @@ static void bt__attention_grads_f32(const float *q, const int64_t *qs, const flo
    column sums of gq, gk, gv as [3, H, D], when the kernel gives them (returns 1) */
 static int bt__attention_grads(bt_tensor *q, bt_tensor *k, bt_tensor *v, bt_tensor *o, bt_tensor *lse, bt_tensor *gc,
                                bt_tensor *gq, bt_tensor *gk, bt_tensor *gv, float *colsum) {
-    int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3];
+    int64_t B = q->shape[0], H = q->shape[1], Hkv = k->shape[1], G = H / Hkv, T = q->shape[2], D = q->shape[3];
     bt_dtype dt = q->dtype;
     double scale = 1.0 / sqrt((double)(D ? D : 1));
     if (bt__is_gpu(q)) {
@@ -1190,7 +1200,7 @@ static int bt__attention_grads(bt_tensor *q, bt_tensor *k, bt_tensor *v, bt_tens
         BT__ON_GPU(bt_device_of(q), stream) given = bt_k_attention_backward_colsum(dt, bt_data_ptr(gq), gq->stride, bt_data_ptr(gk), gk->stride, bt_data_ptr(gv), gv->stride,
                                         bt_data_ptr(gc), gc->stride, bt_data_ptr(q), q->stride, bt_data_ptr(k), k->stride,
                                         bt_data_ptr(v), v->stride, bt_data_ptr(o), o->stride, (const float *)bt_data_ptr(lse),
-                                        B, H, T, D, (float)scale, 1, bt__g.precision, colsum, stream);
+                                        B, H, Hkv, T, D, (float)scale, 1, bt__g.precision, colsum, stream);
 #else
         (void)colsum;
 #endif
@@ -1199,45 +1209,50 @@ static int bt__attention_grads(bt_tensor *q, bt_tensor *k, bt_tensor *v, bt_tens
     if (dt == BT_F32) {
 #define BT__F(t) (float *)(t)->storage->data + (t)->offset, (t)->stride
         bt__attention_grads_f32(BT__F(q), BT__F(k), BT__F(v), BT__F(o), (const float *)bt_data_ptr(lse), BT__F(gc), BT__F(gq),
-                                BT__F(gk), BT__F(gv), B, H, T, D, (float)scale);
+                                BT__F(gk), BT__F(gv), B, H, G, T, D, (float)scale);
 #undef BT__F
         return 0;
     }
     const void *qp = q->storage->data, *kp = k->storage->data, *vp = v->storage->data, *op_ = o->storage->data, *gp = gc->storage->data;
     const void *lp = bt_data_ptr(lse); bt_dtype ldt = lse->dtype;
     #pragma omp parallel for if (B * H * T * T * D > BT__PAR_MIN)
-    for (int64_t bh = 0; bh < B * H; bh++) {
-        int64_t b = bh / H, h = bh % H;
+    for (int64_t bk = 0; bk < B * Hkv; bk++) {   /* a key/value head, its G query heads in turn */
+        int64_t b = bk / Hkv, hk = bk % Hkv;
         double *dq = (double *)calloc((size_t)(3 * T * D + T), sizeof(double));
         double *dk = dq + T * D, *dv = dk + T * D, *p = dv + T * D;
-        for (int64_t i = 0; i < T; i++) {
-            int64_t qi = bt__bht(q, b, h, i), gi = bt__bht(gc, b, h, i), oi = bt__bht(o, b, h, i);
-            double l = bt__ld(lp, ldt, bh * T + i), Di = 0;
-            for (int64_t d = 0; d < D; d++) Di += bt__ld(gp, dt, gi + d) * bt__ld(op_, dt, oi + d);
-            for (int64_t j = 0; j <= i; j++) {
-                double s = 0; int64_t kj = bt__bht(k, b, h, j);
-                for (int64_t d = 0; d < D; d++) s += bt__ld(qp, dt, qi + d) * bt__ld(kp, dt, kj + d);
-                p[j] = exp(s * scale - l);
-            }
-            for (int64_t j = 0; j <= i; j++) {
-                double dp = 0; int64_t kj = bt__bht(k, b, h, j), vj = bt__bht(v, b, h, j);
-                for (int64_t d = 0; d < D; d++) {
-                    double go = bt__ld(gp, dt, gi + d);
-                    dv[j * D + d] += p[j] * go;
-                    dp += go * bt__ld(vp, dt, vj + d);
+        for (int64_t h = hk * G; h < hk * G + G; h++) {
+            int64_t bh = b * H + h;
+            memset(dq, 0, sizeof(double) * (size_t)(T * D));
+            for (int64_t i = 0; i < T; i++) {
+                int64_t qi = bt__bht(q, b, h, i), gi = bt__bht(gc, b, h, i), oi = bt__bht(o, b, h, i);
+                double l = bt__ld(lp, ldt, bh * T + i), Di = 0;
+                for (int64_t d = 0; d < D; d++) Di += bt__ld(gp, dt, gi + d) * bt__ld(op_, dt, oi + d);
+                for (int64_t j = 0; j <= i; j++) {
+                    double s = 0; int64_t kj = bt__bht(k, b, hk, j);
+                    for (int64_t d = 0; d < D; d++) s += bt__ld(qp, dt, qi + d) * bt__ld(kp, dt, kj + d);
+                    p[j] = exp(s * scale - l);
                 }
-                double ds = p[j] * (dp - Di) * scale;
-                for (int64_t d = 0; d < D; d++) {
-                    dq[i * D + d] += ds * bt__ld(kp, dt, kj + d);
-                    dk[j * D + d] += ds * bt__ld(qp, dt, qi + d);
+                for (int64_t j = 0; j <= i; j++) {
+                    double dp = 0; int64_t kj = bt__bht(k, b, hk, j), vj = bt__bht(v, b, hk, j);
+                    for (int64_t d = 0; d < D; d++) {
+                        double go = bt__ld(gp, dt, gi + d);
+                        dv[j * D + d] += p[j] * go;
+                        dp += go * bt__ld(vp, dt, vj + d);
+                    }
+                    double ds = p[j] * (dp - Di) * scale;
+                    for (int64_t d = 0; d < D; d++) {
+                        dq[i * D + d] += ds * bt__ld(kp, dt, kj + d);
+                        dk[j * D + d] += ds * bt__ld(qp, dt, qi + d);
+                    }
                 }
             }
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t d = 0; d < D; d++) bt__st(gq->storage->data, dt, bt__bht(gq, b, h, t) + d, dq[t * D + d]);
         }
         for (int64_t t = 0; t < T; t++)
             for (int64_t d = 0; d < D; d++) {
-                bt__st(gq->storage->data, dt, bt__bht(gq, b, h, t) + d, dq[t * D + d]);
-                bt__st(gk->storage->data, dt, bt__bht(gk, b, h, t) + d, dk[t * D + d]);
-                bt__st(gv->storage->data, dt, bt__bht(gv, b, h, t) + d, dv[t * D + d]);
+                bt__st(gk->storage->data, dt, bt__bht(gk, b, hk, t) + d, dk[t * D + d]);
+                bt__st(gv->storage->data, dt, bt__bht(gv, b, hk, t) + d, dv[t * D + d]);
             }
         free(dq);
     }
@@ -1247,7 +1262,7 @@ static int bt__attention_grads(bt_tensor *q, bt_tensor *k, bt_tensor *v, bt_tens
 static void bt__attention_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2], *o = n->saved[3], *lse = n->saved[4];
     bt_tensor *gc = bt__rows_dense(g);
-    bt_tensor *gq = bt__new_like_layout(q, q->dtype), *gk = bt__new_like_layout(q, q->dtype), *gv = bt__new_like_layout(q, q->dtype);
+    bt_tensor *gq = bt__new_like_layout(q, q->dtype), *gk = bt__new_like_layout(k, k->dtype), *gv = bt__new_like_layout(v, v->dtype);
     bt__attention_grads(q, k, v, o, lse, gc, gq, gk, gv, NULL);
     bt_release(gc);
     gin[0] = bt__register(gq); gin[1] = bt__register(gk); gin[2] = bt__register(gv);
@@ -1259,8 +1274,10 @@ BTDEF bt_tensor *bt_attention(bt_tensor *q, bt_tensor *k, bt_tensor *v) {
     bt__need_float(q, "attention", "q"); bt__need_float(k, "attention", "k"); bt__need_float(v, "attention", "v");
     bt__same_device(q, k, "attention"); bt__same_device(q, v, "attention");
     bt__same_dtype(q, k, "attention"); bt__same_dtype(q, v, "attention");
-    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || memcmp(q->shape, k->shape, 4 * sizeof(int64_t)) || memcmp(q->shape, v->shape, 4 * sizeof(int64_t)))
-        bt_error("attention: q %s, k %s, v %s must all be [B, H, T, D]", bt__s(q), bt__s(k), bt__s(v));
+    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || memcmp(k->shape, v->shape, 4 * sizeof(int64_t)) || k->shape[0] != q->shape[0] ||
+        k->shape[2] != q->shape[2] || k->shape[3] != q->shape[3] || k->shape[1] <= 0 || q->shape[1] % k->shape[1])
+        bt_error("attention: q %s, k %s, v %s must be [B, H, T, D], [B, Hkv, T, D] twice, with Hkv dividing H", bt__s(q), bt__s(k),
+                 bt__s(v));
     bt__attention_check(q, "attention");
     bt_tensor *qc = bt__rows_dense(q), *kc = bt__rows_dense(k), *vc = bt__rows_dense(v);
     bt_tensor *o = bt__new_like_layout(qc, q->dtype);
@@ -1273,47 +1290,86 @@ BTDEF bt_tensor *bt_attention(bt_tensor *q, bt_tensor *k, bt_tensor *v) {
     return bt__register(o);
 }
 
-/* columns [part C, part C + C) of a contiguous [B, T, W] buffer as [B, H, T, D] (D = C / H), no copy:
-   the q, k or v of a packed [B, T, 3C] projection, or a [B, T, C] activation split into heads */
-static bt_tensor *bt__heads(bt_tensor *t, int64_t H, int64_t C, int part) {
-    int64_t B = t->shape[0], T = t->shape[1], W = t->shape[2], D = C / H;
-    int64_t shape[4] = {B, H, T, D}, stride[4] = {T * W, D, W, 1};
-    return bt__view_raw(t, 4, shape, stride, t->offset + part * C);
+/* heads h0 .. h0 + n - 1 of a contiguous [B, T, W] buffer holding heads of D columns side by side, as
+   [B, n, T, D], no copy: the q, k or v of a packed projection, or a [B, T, C] activation split into heads */
+static bt_tensor *bt__heads(bt_tensor *t, int64_t n, int64_t h0, int64_t D) {
+    int64_t B = t->shape[0], T = t->shape[1], W = t->shape[2];
+    int64_t shape[4] = {B, n, T, D}, stride[4] = {T * W, D, W, 1};
+    return bt__view_raw(t, 4, shape, stride, t->offset + h0 * D);
+}
+/* heads [0, n) of a contiguous [B, T, W] buffer as [B, T, n, D] (RoPE's layout) */
+static bt_tensor *bt__heads_bt(bt_tensor *t, int64_t n, int64_t D) {
+    int64_t B = t->shape[0], T = t->shape[1], W = t->shape[2];
+    int64_t shape[4] = {B, T, n, D}, stride[4] = {T * W, W, D, 1};
+    return bt__view_raw(t, 4, shape, stride, t->offset);
 }
 static void bt__attention_qkv_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_tensor *qkv = n->saved[0], *o = n->saved[1], *lse = n->saved[2];
-    int64_t H = n->i[0], C = qkv->shape[2] / 3;
-    bt_tensor *gc = bt__contig(g), *g4 = bt__heads(gc, H, C, 0);
+    int64_t H = n->i[0], Hkv = n->i[1], D = qkv->shape[2] / (H + 2 * Hkv);
+    int rope = n->i[2] != 0;
+    bt_tensor *gc = bt__contig(g), *g4 = bt__heads(gc, H, 0, D);
     bt_tensor *gqkv = bt__new(bt_shape_of(qkv), qkv->dtype, bt_device_of(qkv));
+    const int64_t nh[3] = {H, Hkv, Hkv}, h0[3] = {0, H, H + Hkv};
     bt_tensor *p[6];
-    for (int i = 0; i < 3; i++) { p[i] = bt__heads(qkv, H, C, i); p[3 + i] = bt__heads(gqkv, H, C, i); }
+    for (int i = 0; i < 3; i++) { p[i] = bt__heads(qkv, nh[i], h0[i], D); p[3 + i] = bt__heads(gqkv, nh[i], h0[i], D); }
 #ifdef BT_CUDA
-    float *cs = bt__colsum_for(gqkv, 3 * C);   /* the qkv projection's bias gradient, from the kernel's own pass */
-    if (bt__attention_grads(p[0], p[1], p[2], o, lse, g4, p[3], p[4], p[5], cs)) bt__colsum_leave(gqkv, cs, 3 * C);
+    /* the qkv projection's bias gradient, from the kernel's own pass (multi-head, no RoPE: the kernel's gradients are gqkv's) */
+    int64_t W = qkv->shape[2];
+    float *cs = rope || Hkv != H ? NULL : bt__colsum_for(gqkv, W);
+    if (bt__attention_grads(p[0], p[1], p[2], o, lse, g4, p[3], p[4], p[5], cs)) bt__colsum_leave(gqkv, cs, W);
     else if (cs) bt_free(cs);
 #else
     bt__attention_grads(p[0], p[1], p[2], o, lse, g4, p[3], p[4], p[5], NULL);
 #endif
+    if (rope) {   /* back through the rotation of q and k: rotate their gradients by -angle, in place */
+        bt_rope_opts ro = {n->f[0], n->f[1], n->f[2], n->f[3], n->i[3]};
+        float inv[BT__ROPE_MAXD / 2];
+        bt_rope_inv_freq(&ro, D, inv);
+        bt_tensor *r = bt__heads_bt(gqkv, H + Hkv, D);
+        bt__rope_into(r, r, H + Hkv, inv, 0, -1);
+        bt_release(r);
+    }
     for (int i = 0; i < 6; i++) bt_release(p[i]);
     bt_release(g4); bt_release(gc);
     gin[0] = bt__register(gqkv);
 }
-BTDEF bt_tensor *bt_attention_qkv(bt_tensor *qkv, int64_t H) {
+BTDEF bt_tensor *bt_attention_qkv_ex(bt_tensor *qkv, int64_t H, int64_t Hkv, const bt_rope_opts *rope) {
     bt__need_float(qkv, "attention_qkv", "qkv");
-    if (qkv->ndim != 3 || H <= 0 || qkv->shape[2] % (3 * H))
-        bt_error("attention_qkv: qkv %s must be [B, T, 3C] with C a multiple of H = %lld", bt__s(qkv), (long long)H);
+    if (qkv->ndim != 3 || H <= 0 || Hkv <= 0 || H % Hkv || qkv->shape[2] % (H + 2 * Hkv))
+        bt_error("attention_qkv: qkv %s must be [B, T, (H + 2 Hkv) D] with Hkv = %lld dividing H = %lld", bt__s(qkv),
+                 (long long)Hkv, (long long)H);
     bt__attention_check(qkv, "attention_qkv");
-    int64_t B = qkv->shape[0], T = qkv->shape[1], C = qkv->shape[2] / 3;
+    int64_t B = qkv->shape[0], T = qkv->shape[1], D = qkv->shape[2] / (H + 2 * Hkv);
+    float inv[BT__ROPE_MAXD / 2];
+    if (rope) {
+        if (D % 2) bt_error("attention_qkv: RoPE needs an even head dim, qkv %s has D = %lld", bt__s(qkv), (long long)D);
+        if (T > (1 << 24)) bt_error("attention_qkv: RoPE positions up to %lld exceed 2^24, qkv %s", (long long)T, bt__s(qkv));
+        bt_rope_inv_freq(rope, D, inv);
+    }
     bt_tensor *qc = bt__contig(qkv);
-    bt_tensor *out = bt__new(bt_shape3(B, T, C), qkv->dtype, bt_device_of(qkv));
-    bt_tensor *o = bt__heads(out, H, C, 0);        /* the output's [B, T, C] buffer as [B, H, T, D] */
+    if (rope) {   /* q and k rotated, v copied: the packed buffer the kernels read and the backward keeps */
+        bt_tensor *r = bt__new(bt_shape_of(qc), qc->dtype, bt_device_of(qc));
+        bt_tensor *rv = bt__heads_bt(r, H + 2 * Hkv, D), *xv = bt__heads_bt(qc, H + 2 * Hkv, D);
+        bt__rope_into(rv, xv, H + Hkv, inv, 0, 1);
+        bt_release(rv); bt_release(xv); bt_release(qc);
+        qc = r;
+    }
+    bt_tensor *out = bt__new(bt_shape3(B, T, H * D), qkv->dtype, bt_device_of(qkv));
+    bt_tensor *o = bt__heads(out, H, 0, D);        /* the output's [B, T, H D] buffer as [B, H, T, D] */
     bt_tensor *lse = bt__new(bt_shape3(B, H, T), bt__stat_dtype(qkv), bt_device_of(qkv));
-    bt_tensor *p[3];
-    for (int i = 0; i < 3; i++) p[i] = bt__heads(qc, H, C, i);
-    bt__attention_compute(p[0], p[1], p[2], o, lse);
-    for (int i = 0; i < 3; i++) bt_release(p[i]);
+    bt_tensor *q = bt__heads(qc, H, 0, D), *k = bt__heads(qc, Hkv, H, D), *v = bt__heads(qc, Hkv, H + Hkv, D);
+    bt__attention_compute(q, k, v, o, lse);
+    bt_release(q); bt_release(k); bt_release(v);
     bt_node *n = bt__record("attention_qkv", bt__attention_qkv_back, out, &qkv, 1);
-    if (n) { n->i[0] = H; bt__save(n, qc); bt__save(n, o); bt__save(n, lse); }
+    if (n) {
+        n->i[0] = H; n->i[1] = Hkv; n->i[2] = rope != NULL;
+        if (rope) {
+            n->f[0] = rope->theta; n->f[1] = rope->factor; n->f[2] = rope->low_freq_factor; n->f[3] = rope->high_freq_factor;
+            n->i[3] = rope->original_max_position_embeddings;
+        }
+        bt__save(n, qc); bt__save(n, o); bt__save(n, lse);
+    }
     bt_release(qc); bt_release(o); bt_release(lse);
     return bt__register(out);
 }
+BTDEF bt_tensor *bt_attention_qkv(bt_tensor *qkv, int64_t H) { return bt_attention_qkv_ex(qkv, H, H, NULL); }

@@ -875,7 +875,7 @@ static void bt__cp_tile_fwd(bt_device dev, bt_dtype dt, bt_dtype sdt, bt__cp_mat
     double scale = 1.0 / sqrt((double)D);
     if (dev.type == BT_GPU) {
 #ifdef BT_CUDA
-        bt_k_attention_strided(dt, o.p, o.s, (float *)lse, q.p, q.s, k.p, k.s, v.p, v.s, B, H, T, D, (float)scale, causal,
+        bt_k_attention_strided(dt, o.p, o.s, (float *)lse, q.p, q.s, k.p, k.s, v.p, v.s, B, H, H, T, D, (float)scale, causal,
                                bt_get_matmul_precision(), bt__par_cur(dev));
 #endif
         return;
@@ -924,7 +924,7 @@ static void bt__cp_tile_bwd(bt_device dev, bt_dtype dt, bt_dtype sdt, bt__cp_mat
     if (dev.type == BT_GPU) {
 #ifdef BT_CUDA
         bt_k_attention_backward_strided(dt, gq.p, gq.s, gk.p, gk.s, gv.p, gv.s, go.p, go.s, q.p, q.s, k.p, k.s, v.p, v.s, o.p, o.s,
-                                        (const float *)lse, B, H, T, D, (float)scale, causal, bt_get_matmul_precision(),
+                                        (const float *)lse, B, H, H, T, D, (float)scale, causal, bt_get_matmul_precision(),
                                         bt__par_cur(dev));
 #endif
         return;

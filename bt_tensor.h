@@ -585,12 +585,21 @@ BTDEF size_t bt_linear_cross_entropy_chunk(size_t bytes);
 /* the additive mask of n new positions after len cached ones: [n, len + n], 0 where new position i
    may see key j (j <= len + i), -inf elsewhere, in dt on dev (KV-cache generation) */
 BTDEF bt_tensor *bt_causal_mask(int n, int len, bt_dtype dt, bt_device dev);
-/* causal self-attention: q, k, v [B, H, T, D] -> softmax(q k^T / sqrt(D) + causal mask) v */
+/* causal self-attention: q [B, H, T, D], k, v [B, Hkv, T, D] -> softmax(q k^T / sqrt(D) + causal mask) v,
+   [B, H, T, D]. Hkv = H: multi-head; Hkv dividing H: grouped-query attention, query head h attending
+   with key/value head h / (H / Hkv), read in place (no repeated copy of K, V) */
 BTDEF bt_tensor *bt_attention(bt_tensor *q, bt_tensor *k, bt_tensor *v);
 /* the same on a packed projection: qkv [B, T, 3C] holds q, k, v side by side (C = H D each) ->
    [B, T, C]. q, k, v are read in place and their gradients written into one [B, T, 3C] buffer,
    so the projection stays one matmul in both directions. */
 BTDEF bt_tensor *bt_attention_qkv(bt_tensor *qkv, int64_t H);
+/* the same with Hkv key/value heads (dividing H) and RoPE: qkv [B, T, (H + 2 Hkv) D] holds H query
+   heads, then Hkv key heads, then Hkv value heads (Llama's fused projection) -> [B, T, H D]. rope
+   (NULL: none) rotates q and k at positions 0 .. T - 1 (bt_rope_ex's convention) into one packed
+   buffer with v, which the kernels read in place and the backward keeps; the backward writes the
+   gradients of q, k (each group's sum) and v into one [B, T, (H + 2 Hkv) D] buffer and rotates those
+   of q and k back in place. bt_attention_qkv(qkv, H) is bt_attention_qkv_ex(qkv, H, H, NULL). */
+BTDEF bt_tensor *bt_attention_qkv_ex(bt_tensor *qkv, int64_t H, int64_t Hkv, const bt_rope_opts *rope);
 /* concat along dim; split into pieces of the given sizes (returns n tensors into out) */
 BTDEF bt_tensor *bt_concat(bt_tensor **ts, int n, int dim);
 BTDEF void bt_split(bt_tensor *x, const int64_t *sizes, int n, int dim, bt_tensor **out);

@@ -26,11 +26,10 @@
    head h / (H / Hkv) (transformers' repeat_kv). RoPE is the rotate_half convention (bt_rope_ex:
    pairs (i, i + D/2)), with Llama 3.1's "llama3" frequency scaling as an option.
 
-   GQA STATUS. The training forward expands K and V to H heads (a copy, [B, T, H, D] each) and calls
-   the ordinary causal attention; the expansion's backward sums the G = H / Hkv copies. Correct,
-   but it costs 2 (H - Hkv) T D activations per layer and the traffic to write and read them: the
-   attention kernels should read K/V per group in place (a kernel task). The KV cache stores only
-   the Hkv heads and its attention reads them per group without a copy.
+   Training runs attention as one op (bt_attention_qkv_ex): RoPE rotates q and k of the packed
+   projection in one pass, the kernels read each group's K, V in place (no repeated copy), and the
+   backward writes the gradients of q, k, v into one buffer, rotating those of q, k back in place.
+   The KV cache stores the Hkv heads only and its attention reads them per group too.
 
    Files: llama_io.h (Hugging Face LlamaForCausalLM in and out). docs/llama.md.
 
@@ -332,28 +331,11 @@ BTDEF bt_tensor *llama_param_as(llama *m, bt_tensor *p, bt_dtype dt) {
 }
 #define LLAMA_P(x) llama_param_as(m, (x), dt)
 
-/* [B, T, Hkv, D] -> [B, T, H, D], kv head j repeated for query heads j G .. j G + G - 1 (G = H / Hkv;
-   transformers' repeat_kv). A copy, whose backward sums the G copies (bt_expand's). TODO(kernels):
-   attention that reads K/V per group in place makes this copy unnecessary. */
-static bt_tensor *llama__repeat_kv(bt_tensor *kv, int64_t G) {
-    if (G == 1) return kv;
-    int64_t B = kv->shape[0], T = kv->shape[1], Hkv = kv->shape[2], D = kv->shape[3];
-    const int64_t wide[5] = {B, T, Hkv, G, D};
-    bt_tensor *e = bt_expand(bt_unsqueeze(kv, 3), bt_shapev(5, wide));
-    return bt_reshape(e, bt_shape4(B, T, Hkv * G, D));
-}
-/* x + the attention block of h [B, T, C]. q, k, v are views of the one projection's output
-   [B, T, H + 2 Hkv, D]; RoPE makes q and k [B, T, ., D], read as [B, H, T, D] through strides. */
+/* x + the attention block of h [B, T, C]: one projection to [B, T, (H + 2 Hkv) D] (q, k, v heads side by
+   side), RoPE on q and k and grouped-query attention in one op that reads K, V per group in place */
 static bt_tensor *llama__attention(llama *m, llama_layer *y, bt_tensor *h, bt_tensor *x, bt_dtype dt) {
     const llama_config *c = &m->cfg;
-    int64_t B = h->shape[0], T = h->shape[1], H = c->H, Hkv = c->Hkv, D = c->C / c->H;
-    static const int heads_first[4] = {0, 2, 1, 3};
-    bt_tensor *qkv = bt_view(bt_linear(h, LLAMA_P(y->wqkv), NULL), bt_shape4(B, T, H + 2 * Hkv, D));
-    bt_tensor *q = bt_rope_ex(bt_narrow(qkv, 2, 0, H), &c->rope, 0);
-    bt_tensor *k = llama__repeat_kv(bt_rope_ex(bt_narrow(qkv, 2, H, Hkv), &c->rope, 0), H / Hkv);
-    bt_tensor *v = llama__repeat_kv(bt_narrow(qkv, 2, H + Hkv, Hkv), H / Hkv);
-    bt_tensor *o = bt_attention(bt_permute(q, heads_first), bt_permute(k, heads_first), bt_permute(v, heads_first));
-    o = bt_reshape(bt_permute(o, heads_first), bt_shape3(B, T, H * D));   /* o is laid out [B, T, H, D]: a view */
+    bt_tensor *o = bt_attention_qkv_ex(bt_linear(h, LLAMA_P(y->wqkv), NULL), c->H, c->Hkv, &c->rope);
     return bt_linear_add(o, LLAMA_P(y->wo), NULL, x);
 }
 /* x + W2 swiglu(W13 h) */

@@ -16,8 +16,8 @@
    The attention group also times bf16 on the sm_80 kernels (the wgmma path off) and a sweep over
    T = 512 .. 4096 (B 16, H 12, D 64 and 128, causal and not) next to PyTorch's default, flash and
    cuDNN SDPA backends (bench_attention_torch.py --sweep); its table is printed last.
-   BT_BENCH_ONLY=<layernorm|gelu|softmax|cross_entropy|colsum|attention|adamw|embedding|matmul|bcast_add|
-   scalar_mul> times one group only (the sweep's rows include the backward with the bias gradients'
+   BT_BENCH_ONLY=<layernorm|gelu|softmax|cross_entropy|colsum|attention|llama|adamw|embedding|matmul|
+   bcast_add|scalar_mul> times one group only (the sweep's rows include the backward with the bias gradients'
    column sums), BT_BENCH_ONLY=attention_sweep the attention sweep only, BT_BENCH_SWEEP=i,j,.. only
    those shapes of the sweep (indices into its list, from 0), BT_BENCH_T=T gives all of them that T (the
    PyTorch rows then match none), BT_BENCH_TORCH=0 skips PyTorch (for
@@ -135,13 +135,13 @@ static void attention_sweep(void) {
         float sc = (float)(1.0 / sqrt((double)D));
         snprintf(shp, sizeof shp, "B16 H12 T%lld D%lld bf16 %s", (long long)T, (long long)D, g_sw_C[i] ? "causal" : "full");
         settle();
-        BENCH(ms, bt_k_attention_strided(BT_BF16, o, so, lse, q, sqkv, k, sqkv, v, sqkv, AB, H, T, D, sc, g_sw_C[i],
+        BENCH(ms, bt_k_attention_strided(BT_BF16, o, so, lse, q, sqkv, k, sqkv, v, sqkv, AB, H, H, T, D, sc, g_sw_C[i],
                                          BT_MATMUL_FP32, S));
         report("attention sweep", shp, ms, 0, f);
         g_sw_us[i][0] = ms * 1e3;
         settle();
         BENCH(ms, bt_k_attention_backward_strided(BT_BF16, gq, sqkv, gk, sqkv, gv, sqkv, g, so, q, sqkv, k, sqkv, v, sqkv, o, so,
-                                                  lse, AB, H, T, D, sc, g_sw_C[i], BT_MATMUL_FP32, S));
+                                                  lse, AB, H, H, T, D, sc, g_sw_C[i], BT_MATMUL_FP32, S));
         report("attention sweep backward", shp, ms, 0, 2.5 * f);
         g_sw_us[i][1] = ms * 1e3;
         /* the same with the bias gradients' column sums of dq, dk, dv (what the model calls: the
@@ -149,7 +149,7 @@ static void attention_sweep(void) {
         float *cs = (float *)dev(3 * H * D * 4);
         settle();
         BENCH(ms, bt_k_attention_backward_colsum(BT_BF16, gq, sqkv, gk, sqkv, gv, sqkv, g, so, q, sqkv, k, sqkv, v, sqkv, o, so,
-                                                 lse, AB, H, T, D, sc, g_sw_C[i], BT_MATMUL_FP32, cs, S));
+                                                 lse, AB, H, H, T, D, sc, g_sw_C[i], BT_MATMUL_FP32, cs, S));
         report("attention sweep backward + colsums", shp, ms, 0, 2.5 * f);
         bt_free(cs);
         bt_free(qkv); bt_free(gqkv); bt_free(g); bt_free(o); bt_free(lse);
@@ -326,22 +326,22 @@ int main(void) {
             snprintf(shp, sizeof shp, "B%lld H%lld T%lld D%lld %s [B,T,H,D]", (long long)AB, (long long)H, (long long)T,
                      (long long)D, g_attn_name[a]);
             settle();
-            BENCH(ms, bt_k_attention_strided(dt, o, so, lse, q, sqkv, k, sqkv, v, sqkv, AB, H, T, D, 0.125f, 1, apr[a], S));
+            BENCH(ms, bt_k_attention_strided(dt, o, so, lse, q, sqkv, k, sqkv, v, sqkv, AB, H, H, T, D, 0.125f, 1, apr[a], S));
             report("attention", shp, ms, 0, 2 * f);
             g_attn_us[a][0] = ms * 1e3;
             settle();
             BENCH(ms, bt_k_attention_backward_strided(dt, gq, sqkv, gk, sqkv, gv, sqkv, g, so, q, sqkv, k, sqkv, v, sqkv, o, so,
-                                                      lse, AB, H, T, D, 0.125f, 1, apr[a], S));
+                                                      lse, AB, H, H, T, D, 0.125f, 1, apr[a], S));
             report("attention_backward", shp, ms, 0, 5 * f);
             g_attn_us[a][1] = ms * 1e3;
             if (a == 0) {   /* bf16 on the sm_80 kernels too (the wgmma path off), for the comparison */
                 int prev = bt_k_attention_hopper(0);
                 snprintf(shp, sizeof shp, "B%lld H%lld T%lld D%lld bf16 sm80 path", (long long)AB, (long long)H, (long long)T,
                          (long long)D);
-                BENCH(ms, bt_k_attention_strided(dt, o, so, lse, q, sqkv, k, sqkv, v, sqkv, AB, H, T, D, 0.125f, 1, apr[a], S));
+                BENCH(ms, bt_k_attention_strided(dt, o, so, lse, q, sqkv, k, sqkv, v, sqkv, AB, H, H, T, D, 0.125f, 1, apr[a], S));
                 report("attention", shp, ms, 0, 2 * f);
                 BENCH(ms, bt_k_attention_backward_strided(dt, gq, sqkv, gk, sqkv, gv, sqkv, g, so, q, sqkv, k, sqkv, v, sqkv, o,
-                                                          so, lse, AB, H, T, D, 0.125f, 1, apr[a], S));
+                                                          so, lse, AB, H, H, T, D, 0.125f, 1, apr[a], S));
                 report("attention_backward", shp, ms, 0, 5 * f);
                 bt_k_attention_hopper(prev & 1);
             }
@@ -370,6 +370,44 @@ int main(void) {
         }
         if (pp) pclose(pp);
         attention_sweep();
+    }
+    /* ---- Llama 125M's attention (l125m: H 12, Hkv 4, D 64) on its packed projection [B, T, (H + 2 Hkv) D]:
+       RoPE of q and k into the packed buffer the kernels read (v copied), its backward in place on the
+       gradients of q and k; grouped-query attention forward and backward (dK, dV per query head, then
+       summed per group) next to the multi-head rows above ---- */
+    if (want("llama")) {
+        const int64_t AB = 16, Hkv = 4, W = (H + 2 * Hkv) * D, n = AB * T * W;
+        nc = ncopies(4.0 * n);
+        float inv[32];
+        for (int i = 0; i < 32; i++) inv[i] = (float)pow(500000.0, -2.0 * i / 64.0);
+        void *x[MAXCOPIES], *y[MAXCOPIES];
+        for (int i = 0; i < nc; i++) { x[i] = randn(BT_BF16, n, 90 + i, 1); y[i] = dev((size_t)n * 2); }
+        int64_t sx[3] = {T * W, W, D};
+        snprintf(shp, sizeof shp, "[%lld, %lld, %lld, %lld] bf16, 16 heads rotated", (long long)AB, (long long)T, (long long)(H + 2 * Hkv),
+                 (long long)D);
+        BENCH(ms, bt_k_rope(BT_BF16, y[it], sx, x[it], sx, AB, T, H + 2 * Hkv, H + Hkv, D, 0, inv, 1, S));
+        report("rope (q, k rotated, v copied)", shp, ms, 4.0 * n, 0);
+        BENCH(ms, bt_k_rope(BT_BF16, y[it], sx, y[it], sx, AB, T, H + Hkv, H + Hkv, D, 0, inv, -1, S));
+        report("rope backward (in place)", shp, ms, 4.0 * AB * T * (H + Hkv) * D, 0);
+        for (int i = 0; i < nc; i++) { bt_free(x[i]); bt_free(y[i]); }
+        nc = 1;
+        char *qkv = (char *)randn(BT_BF16, n, 95, 1), *gqkv = (char *)dev((size_t)n * 2);
+        void *g = randn(BT_BF16, AB * T * H * D, 96, 1), *o = dev((size_t)(AB * T * H * D) * 2);
+        float *lse = (float *)dev(AB * H * T * 4);
+        int64_t so[3] = {T * H * D, D, H * D};
+        const void *q = qkv, *k = qkv + H * D * 2, *v = qkv + (H + Hkv) * D * 2;
+        void *gq = gqkv, *gk = gqkv + H * D * 2, *gv = gqkv + (H + Hkv) * D * 2;
+        double f = 2.0 * AB * H * T * T * D / 2;
+        snprintf(shp, sizeof shp, "B%lld H%lld Hkv%lld T%lld D%lld bf16 packed", (long long)AB, (long long)H, (long long)Hkv, (long long)T,
+                 (long long)D);
+        settle();
+        BENCH(ms, bt_k_attention_strided(BT_BF16, o, so, lse, q, sx, k, sx, v, sx, AB, H, Hkv, T, D, 0.125f, 1, BT_MATMUL_FP32, S));
+        report("attention gqa", shp, ms, 0, 2 * f);
+        settle();
+        BENCH(ms, bt_k_attention_backward_strided(BT_BF16, gq, sx, gk, sx, gv, sx, g, so, q, sx, k, sx, v, sx, o, so, lse, AB, H, Hkv, T, D,
+                                                  0.125f, 1, BT_MATMUL_FP32, S));
+        report("attention gqa backward", shp, ms, 0, 5 * f);
+        bt_free(qkv); bt_free(gqkv); bt_free(g); bt_free(o); bt_free(lse);
     }
     int sweep_only = g_only && strcmp(g_only, "attention_sweep") == 0;
     if (sweep_only) attention_sweep();

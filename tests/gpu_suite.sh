@@ -167,6 +167,13 @@ if want resume; then
   resume_check "kill -9 after step $killed, --resume auto (from step $from)" --after "$from" --log-a "$OUT/bf16_a/log.jsonl" \
     --log-b "$OUT/kill2/log.jsonl" --ckpt-a "$(ck "$C/bf16_a" "$S")" --ckpt-b "$(ck "$C/kill" "$S")"
   rm -rf "$C/kill" "$C/bf16_a"
+  # the Llama preset through the same trainer: resumed bit for bit, the CUDA graph against eager
+  L125=(-e l125m -b 16 -t 1024 -d 32768 -x "$S" -v 4 -m 2 -g 0 --deterministic --quiet --precision bf16)
+  resume_pair llama "Llama l125m bf16" "${L125[@]}"
+  train llama_eager "${L125[@]}" --cuda-graph off --ckpt-dir "$C/llama_eager"
+  resume_check "Llama l125m: the CUDA graph run against --cuda-graph off" --after 0 --log-a "$OUT/llama_a/log.jsonl" \
+    --log-b "$OUT/llama_eager/log.jsonl" --ckpt-a "$(ck "$C/llama_a" "$S")" --ckpt-b "$(ck "$C/llama_eager" "$S")"
+  rm -rf "$C/llama_a" "$C/llama_eager"
   if [ "$NG" -ge 2 ]; then
     D2=(--nproc 2 -e d12 -b 8 -t 1024 -d 32768 -x "$S" -v 4 -m 2 -g 0 --deterministic --quiet --precision bf16)
     for m in ddp zero1 zero2; do resume_pair "$m" "2 GPUs --dp $m" "${D2[@]}" --dp $m; done

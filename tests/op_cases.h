@@ -262,15 +262,27 @@ static bt_tensor *oc_f_xent(oc_ctx *c, const oc_case *k) {
     bt_tensor *tg = oc_indices(c, oc_drop_last(k->s[0]), V, k->i[1], k->i[2]);
     return k->i[3] ? bt_cross_entropy_rows(logits, tg, k->i[0], k->i[1]) : bt_cross_entropy(logits, tg, k->i[0], k->i[1]);
 }
-/* q, k, v of shape s[0] = [B, H, T, D]; i[0]: the heads of [B, T, H, D] activations (strided views) */
+/* q of shape s[0] = [B, H, T, D], k, v the same with i[1] heads (0: H; grouped-query attention when
+   fewer); i[0]: the heads of [B, T, H, D] activations (strided views) */
 static bt_tensor *oc_f_attention(oc_ctx *c, const oc_case *k) {
-    bt_shape s = k->s[0], t = bt_shape4(s.d[0], s.d[2], s.d[1], s.d[3]);
     bt_tensor *x[3];
-    for (int j = 0; j < 3; j++) x[j] = k->i[0] ? bt_transpose(oc_normal(c, t, 0.0, 1.0), 1, 2) : oc_normal(c, s, 0.0, 1.0);
+    for (int j = 0; j < 3; j++) {
+        bt_shape s = k->s[0];
+        if (j && k->i[1]) s.d[1] = k->i[1];
+        bt_shape t = bt_shape4(s.d[0], s.d[2], s.d[1], s.d[3]);
+        x[j] = k->i[0] ? bt_transpose(oc_normal(c, t, 0.0, 1.0), 1, 2) : oc_normal(c, s, 0.0, 1.0);
+    }
     return bt_attention(x[0], x[1], x[2]);
 }
 /* a packed projection [s0] = [B, T, 3C] with i[0] heads */
 static bt_tensor *oc_f_attention_qkv(oc_ctx *c, const oc_case *k) { return bt_attention_qkv(oc_normal(c, k->s[0], 0.0, 1.0), k->i[0]); }
+/* Llama's packed projection [s0] = [B, T, (H + 2 Hkv) D], H = i[0], Hkv = i[1]; RoPE with theta f[0]
+   when f[0] > 0 (llama3 scaling with factor 8, 1, 4 and original_max_position_embeddings i[2] when > 0) */
+static bt_tensor *oc_f_attention_qkv_ex(oc_ctx *c, const oc_case *k) {
+    bt_rope_opts o = {k->f[0], 0, 0, 0, 0};
+    if (k->i[2] > 0) { o.factor = 8; o.low_freq_factor = 1; o.high_freq_factor = 4; o.original_max_position_embeddings = k->i[2]; }
+    return bt_attention_qkv_ex(oc_normal(c, k->s[0], 0.0, 1.0), k->i[0], k->i[1], k->f[0] > 0 ? &o : NULL);
+}
 
 /* ---- concat, split, views, copies ---- */
 /* i[0] pieces of s[0] with dim i[1] of size 1, 2, 3, 1, ... joined along i[1] */
@@ -710,6 +722,27 @@ static int oc_build_table(void) {
         for (int j = 0; j < 2; j++) {
             k = oc__add(oc_f_xent, OC_NO_GPU_F64, "cross_entropy_rows %s V %d ignore_index %d", oc__shape_s(xr[j].s), xr[j].V, xr[j].ignore);
             k->s[0] = xr[j].s; k->i[0] = xr[j].V; k->i[1] = xr[j].ignore; k->i[2] = xr[j].every; k->i[3] = 1;
+        }
+    }
+    /* grouped-query attention (Hkv key/value heads dividing H, read in place by group): bt_attention, and
+       Llama's packed projection with RoPE (bt_attention_qkv_ex): D 64 and 128 (the Hopper kernels in
+       bf16), multi-query (Hkv 1), several 64-row tiles, strided heads */
+    {
+        struct { bt_shape s; int hkv, strided; } ga[4] = {{bt_shape4(2, 6, 9, 8), 2, 0}, {bt_shape4(1, 4, 70, 64), 1, 1},
+                                                          {bt_shape4(1, 8, 100, 64), 2, 0}, {bt_shape4(1, 4, 65, 128), 2, 1}};
+        for (int j = 0; j < 4; j++) {
+            k = oc__add(oc_f_attention, OC_NO_GPU_F64 | OC_TF32 | OC_LOOSE, "attention %s Hkv %d%s", oc__shape_s(ga[j].s), ga[j].hkv,
+                        ga[j].strided ? " heads of [B, T, H, D]" : "");
+            k->s[0] = ga[j].s; k->i[0] = ga[j].strided; k->i[1] = ga[j].hkv;
+        }
+        struct { int B, T, H, hkv, D, lmax; double theta; } gx[5] = {{2, 7, 4, 2, 8, 0, 10000.0}, {1, 70, 6, 2, 64, 64, 500000.0},
+                                                                    {2, 33, 3, 1, 16, 0, 0.0}, {1, 130, 4, 2, 128, 0, 500000.0},
+                                                                    {2, 5, 3, 3, 6, 0, 10000.0}};
+        for (int j = 0; j < 5; j++) {
+            bt_shape s = bt_shape3(gx[j].B, gx[j].T, (gx[j].H + 2 * gx[j].hkv) * gx[j].D);
+            k = oc__add(oc_f_attention_qkv_ex, OC_NO_GPU_F64 | OC_TF32 | OC_LOOSE, "attention_qkv_ex %s H %d Hkv %d%s%s", oc__shape_s(s),
+                        gx[j].H, gx[j].hkv, gx[j].theta > 0 ? " rope" : "", gx[j].lmax ? " llama3" : "");
+            k->s[0] = s; k->i[0] = gx[j].H; k->i[1] = gx[j].hkv; k->i[2] = gx[j].lmax; k->f[0] = gx[j].theta;
         }
     }
     return oc_ncases;

@@ -1050,14 +1050,14 @@ static void attn_case(bt_dtype dt, bt_matmul_precision prec, int64_t B, int64_t 
     attn_ref(BH, T, D, scale, causal, hs, X[Q], X[K], X[V], X[G], ro, rl, rq, rk, rv);
     float *lse = (float *)dmalloc((size_t)(BH * T) * 4);
 #define AP(i) ((char *)db[w[i].buf] + (size_t)w[i].off * tsz(dt))
-    bt_k_attention_strided(dt, AP(O), w[O].st, lse, AP(Q), w[Q].st, AP(K), w[K].st, AP(V), w[V].st, B, H, T, D, (float)scale,
+    bt_k_attention_strided(dt, AP(O), w[O].st, lse, AP(Q), w[Q].st, AP(K), w[K].st, AP(V), w[V].st, B, H, H, T, D, (float)scale,
                            causal, prec, st());
     /* the backward reads the GPU's out (as in training); with the column sums of gq, gk, gv where the
        kernel gives them (the fused Hopper backward) */
     float *dcs = (float *)dmalloc((size_t)(3 * HD) * 4);
     poison(dcs, (size_t)(3 * HD) * 4);
     int given = bt_k_attention_backward_colsum(dt, AP(GQ), w[GQ].st, AP(GK), w[GK].st, AP(GV), w[GV].st, AP(G), w[G].st, AP(Q),
-                                               w[Q].st, AP(K), w[K].st, AP(V), w[V].st, AP(O), w[O].st, lse, B, H, T, D,
+                                               w[Q].st, AP(K), w[K].st, AP(V), w[V].st, AP(O), w[O].st, lse, B, H, H, T, D,
                                                (float)scale, causal, prec, dcs, st());
     char what[128];
     if (given && hs == 1) {   /* every head in the reference: sum it over b and t */
@@ -1132,7 +1132,7 @@ static void attn_case(bt_dtype dt, bt_matmul_precision prec, int64_t B, int64_t 
         CK(cudaMemcpy(h1, db[gb], nbytes, cudaMemcpyDeviceToHost));
         poison(db[gb], nbytes);
         bt_k_attention_backward_strided(dt, AP(GQ), w[GQ].st, AP(GK), w[GK].st, AP(GV), w[GV].st, AP(G), w[G].st, AP(Q), w[Q].st,
-                                        AP(K), w[K].st, AP(V), w[V].st, AP(O), w[O].st, lse, B, H, T, D, (float)scale, causal, prec,
+                                        AP(K), w[K].st, AP(V), w[V].st, AP(O), w[O].st, lse, B, H, H, T, D, (float)scale, causal, prec,
                                         st());
         CK(cudaStreamSynchronize(st()));
         CK(cudaMemcpy(h2, db[gb], nbytes, cudaMemcpyDeviceToHost));
@@ -1176,10 +1176,10 @@ static void test_attention_strided(void) {
     if (bt_k_attention_hopper(-1) == 3)   /* the fused backward ran (bf16 / f16 causal D 64) and summed its columns */
         BT_CHECK(g_att_colsums > 0, "no attention backward gave the column sums of dq, dk, dv");
     int64_t st3[3] = {1, 1, 1};
-    BT_EXPECT_ERROR(bt_k_attention_strided(BT_BF16, NULL, st3, NULL, NULL, st3, NULL, st3, NULL, st3, 1, 1, 4, 129, 0.1f,
+    BT_EXPECT_ERROR(bt_k_attention_strided(BT_BF16, NULL, st3, NULL, NULL, st3, NULL, st3, NULL, st3, 1, 1, 1, 4, 129, 0.1f,
                                            1, BT_MATMUL_FP32, st()),
                     "head dim");
-    BT_EXPECT_ERROR(bt_k_attention_strided(BT_F64, NULL, st3, NULL, NULL, st3, NULL, st3, NULL, st3, 1, 1, 4, 64, 0.1f,
+    BT_EXPECT_ERROR(bt_k_attention_strided(BT_F64, NULL, st3, NULL, NULL, st3, NULL, st3, NULL, st3, 1, 1, 1, 4, 64, 0.1f,
                                            1, BT_MATMUL_TF32, st()),
                     "dtype f64");
 }
@@ -1188,6 +1188,135 @@ static void test_attention_strided(void) {
    kernels): bf16 and f16, D 64 and 128, causal and not, T = 1, 63, 200 and 1000 (tails of the
    128-row tiles), the model's [B, T, 3, H, D] views and contiguous ones, the backward's bits
    twice, and the GPT-2 shape (B 16, H 12, T 1024, D 64; its reference on 6 of the 192 heads) */
+/* grouped-query attention (Hkv < H key/value heads, read in place by group) against the same kernels
+   on K, V repeated to H heads by the host (checked against the CPU by attn_case): the forward reads
+   the same numbers in the same order, so out, lse and dq must be the same bits; dk, dv of a key/value
+   head are its G query heads' (the repeated run's) summed in fp32 in head order and rounded once.
+   packed: q, k, v in one [B, T, H + 2 Hkv, D] buffer (Llama's projection; the repeated run in one
+   [B, T, 3H, D]), else contiguous [B, heads, T, D] each. */
+static void gqa_case(bt_dtype dt, bt_matmul_precision prec, int64_t B, int64_t H, int64_t Hkv, int64_t T, int64_t D, int packed,
+                     int causal) {
+    const int64_t G = H / Hkv, es = (int64_t)tsz(dt);
+    int64_t nq = B * H * T * D, nk = B * Hkv * T * D;
+    double *hq = rvec(nq, -1.5, 1.5), *hk = rvec(nk, -1.5, 1.5), *hv = rvec(nk, -1.5, 1.5), *hg = rvec(nq, -1.5, 1.5);
+    quant(dt, hq, nq); quant(dt, hk, nk); quant(dt, hv, nk); quant(dt, hg, nq);
+    /* the two runs' operand buffers: run 0 GQA, run 1 K, V repeated (head h gets key/value head h / G) */
+    const int64_t hkv[2] = {Hkv, H};
+    void *dqkv[2], *dg, *dout[2], *dgrad[2];
+    int64_t sq[2][3], sk[2][3], sv[2][3], so[3] = {H * T * D, T * D, D}, koff[2], voff[2];
+    float *lse[2];
+    dg = up(dt, hg, nq);
+    for (int r = 0; r < 2; r++) {
+        int64_t Hk = hkv[r], W = (H + 2 * Hk) * D, n = B * T * W;
+        double *buf = zvec(n);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t d = 0; d < D; d++) {
+                    for (int64_t h = 0; h < H; h++) {
+                        int64_t iq = ((b * H + h) * T + t) * D + d;
+                        int64_t pq = packed ? (b * T + t) * W + h * D + d : iq;
+                        buf[pq] = hq[iq];
+                    }
+                    for (int64_t j = 0; j < Hk; j++) {
+                        int64_t src = ((b * Hkv + (r ? j / G : j)) * T + t) * D + d;
+                        int64_t pk = packed ? (b * T + t) * W + (H + j) * D + d : B * H * T * D + ((b * Hk + j) * T + t) * D + d;
+                        int64_t pv = packed ? (b * T + t) * W + (H + Hk + j) * D + d : B * H * T * D + B * Hk * T * D + ((b * Hk + j) * T + t) * D + d;
+                        buf[pk] = hk[src]; buf[pv] = hv[src];
+                    }
+                }
+        dqkv[r] = up(dt, buf, n);
+        free(buf);
+        if (packed) {
+            int64_t st[3] = {T * W, D, W};
+            memcpy(sq[r], st, sizeof st); memcpy(sk[r], st, sizeof st); memcpy(sv[r], st, sizeof st);
+            koff[r] = H * D; voff[r] = (H + Hk) * D;
+        } else {
+            int64_t a[3] = {H * T * D, T * D, D}, c[3] = {Hk * T * D, T * D, D};
+            memcpy(sq[r], a, sizeof a); memcpy(sk[r], c, sizeof c); memcpy(sv[r], c, sizeof c);
+            koff[r] = B * H * T * D; voff[r] = B * H * T * D + B * Hk * T * D;
+        }
+        dout[r] = dmalloc((size_t)nq * es);
+        lse[r] = (float *)dmalloc((size_t)(B * H * T) * 4);
+        dgrad[r] = dmalloc((size_t)(nq + 2 * B * Hk * T * D) * es);   /* gq, then gk, gv contiguous */
+    }
+    for (int r = 0; r < 2; r++) {
+        char *base = (char *)dqkv[r];
+        const void *Q = base, *K = base + koff[r] * es, *V = base + voff[r] * es;
+        int64_t Hk = hkv[r], ng = B * Hk * T * D, sgk[3] = {Hk * T * D, T * D, D};
+        char *gq = (char *)dgrad[r], *gk = gq + nq * es, *gv = gk + ng * es;
+        bt_k_attention_strided(dt, dout[r], so, lse[r], Q, sq[r], K, sk[r], V, sv[r], B, H, Hk, T, D, (float)(1.0 / sqrt((double)D)),
+                               causal, prec, st());
+        bt_k_attention_backward_strided(dt, gq, so, gk, sgk, gv, sgk, dg, so, Q, sq[r], K, sk[r], V, sv[r], dout[r], so, lse[r], B, H, Hk,
+                                        T, D, (float)(1.0 / sqrt((double)D)), causal, prec, st());
+    }
+    CK(cudaStreamSynchronize(st()));
+    double *a = zvec(nq + 2 * B * H * T * D), *b = zvec(nq + 2 * B * H * T * D);
+    char what[160];
+    const char *name = dt == BT_F32 ? (prec == BT_MATMUL_TF32 ? "tf32" : "f32") : tname(dt);
+    /* out and lse: bits */
+    down(dt, dout[0], a, nq); down(dt, dout[1], b, nq);
+    snprintf(what, sizeof what, "gqa out != repeated K/V out (elements) %s B%lld H%lld Hkv%lld T%lld D%lld%s%s", name, (long long)B,
+             (long long)H, (long long)Hkv, (long long)T, (long long)D, packed ? " packed" : "", causal ? "" : " full");
+    int64_t diff = 0;
+    for (int64_t i = 0; i < nq; i++) diff += memcmp(&a[i], &b[i], sizeof(double)) != 0;
+    check_err(what, (double)diff, 0);
+    down(BT_F32, lse[0], a, B * H * T); down(BT_F32, lse[1], b, B * H * T);
+    diff = 0;
+    for (int64_t i = 0; i < B * H * T; i++) diff += memcmp(&a[i], &b[i], sizeof(double)) != 0;
+    snprintf(what, sizeof what, "gqa lse != repeated (elements) %s H%lld Hkv%lld T%lld D%lld", name, (long long)H, (long long)Hkv,
+             (long long)T, (long long)D);
+    check_err(what, (double)diff, 0);
+    /* gradients: dq bits; dk, dv = the group sums of the repeated run's, in fp32, rounded once */
+    down(dt, dgrad[0], a, nq + 2 * nk); down(dt, dgrad[1], b, nq + 2 * nq);
+    diff = 0;
+    for (int64_t i = 0; i < nq; i++) diff += memcmp(&a[i], &b[i], sizeof(double)) != 0;
+    int64_t dkv = 0, nan = 0;
+    for (int part = 0; part < 2; part++)
+        for (int64_t bb = 0; bb < B; bb++)
+            for (int64_t j = 0; j < Hkv; j++)
+                for (int64_t t = 0; t < T; t++)
+                    for (int64_t d = 0; d < D; d++) {
+                        float acc = 0.f;
+                        for (int64_t g = 0; g < G; g++) acc += (float)b[nq + part * nq + ((bb * H + j * G + g) * T + t) * D + d];
+                        double want = q(dt, (double)acc), got = a[nq + part * nk + ((bb * Hkv + j) * T + t) * D + d];
+                        nan += got != got;
+                        dkv += memcmp(&want, &got, sizeof(double)) != 0;
+                    }
+    snprintf(what, sizeof what, "gqa dq != repeated (elements) %s H%lld Hkv%lld T%lld D%lld%s", name, (long long)H, (long long)Hkv,
+             (long long)T, (long long)D, packed ? " packed" : "");
+    check_err(what, (double)diff, 0);
+    snprintf(what, sizeof what, "gqa dk, dv != group sums of repeated (elements) %s H%lld Hkv%lld T%lld D%lld%s", name, (long long)H,
+             (long long)Hkv, (long long)T, (long long)D, packed ? " packed" : "");
+    check_err(what, (double)(dkv + nan), 0);
+    for (int r = 0; r < 2; r++) { dfree(dqkv[r]); dfree(dout[r]); dfree(lse[r]); dfree(dgrad[r]); }
+    dfree(dg);
+    free(a); free(b); free(hq); free(hk); free(hv); free(hg);
+}
+static void test_attention_gqa(void) {
+    NEED_GPU();
+    seed(1500);
+    gqa_case(BT_BF16, BT_MATMUL_FP32, 2, 12, 4, 1024, 64, 1, 1);    /* l125m's heads: wgmma forward, fused backward */
+    gqa_case(BT_BF16, BT_MATMUL_FP32, 1, 8, 2, 300, 128, 0, 1);     /* D 128: the two-kernel wgmma backward */
+    gqa_case(BT_F16, BT_MATMUL_FP32, 2, 4, 1, 200, 64, 1, 1);       /* one key/value head (multi-query) */
+    gqa_case(BT_BF16, BT_MATMUL_FP32, 2, 6, 3, 100, 32, 1, 1);      /* D 32: the sm_80 kernels */
+    gqa_case(BT_BF16, BT_MATMUL_FP32, 1, 4, 2, 200, 64, 0, 0);      /* not causal */
+    gqa_case(BT_F32, BT_MATMUL_FP32, 2, 4, 2, 130, 64, 1, 1);       /* strict fp32 (dS scratch) */
+    gqa_case(BT_F32, BT_MATMUL_TF32, 1, 4, 2, 70, 64, 0, 1);        /* tf32 tensor cores */
+    const bt_k_attention_tuning tdef = bt_k_attention_get_tuning();
+    bt_k_attention_tuning tu = tdef;
+    tu.fused_tmax = 0;   /* the causal D 64 backward on the two wgmma kernels */
+    tu.l2_mb_fwd = tu.l2_mb_bwd = 1; tu.l2_one_mb = 0;   /* and sections of heads */
+    bt_k_attention_set_tuning(&tu);
+    gqa_case(BT_BF16, BT_MATMUL_FP32, 4, 16, 4, 257, 64, 1, 1);
+    bt_k_attention_set_tuning(NULL);
+    int was = bt_k_attention_hopper(0);   /* the sm_80 kernels at D 64 */
+    gqa_case(BT_BF16, BT_MATMUL_FP32, 2, 8, 2, 150, 64, 1, 1);
+    bt_k_attention_hopper(was & 1);
+    /* Hkv must divide H */
+    int64_t st3[3] = {64, 64, 64};
+    BT_EXPECT_ERROR(bt_k_attention_strided(BT_BF16, NULL, st3, NULL, NULL, st3, NULL, st3, NULL, st3, 1, 4, 3, 4, 64, 0.1f, 1,
+                                           BT_MATMUL_FP32, st()), "divide");
+}
 static void test_attention_hopper(void) {
     NEED_GPU();
     int major = 0, minor = 0;
@@ -1529,6 +1658,7 @@ int main(void) {
     RUN(test_attention);
     RUN(test_attention_strided);
     RUN(test_attention_hopper);
+    RUN(test_attention_gqa);
     RUN(test_attention_full);
     RUN(test_matmul);
     RUN(test_matmul_epi);

@@ -833,6 +833,9 @@ static void test_gradcheck_nn(void) {
     bt_tensor *qkv2[3] = {leaf(SH(2, 1, 3, 2)), leaf(SH(2, 1, 3, 2)), leaf(SH(2, 1, 3, 2))};
     gradcheck("gradcheck attention B 2", f_attention, qkv2, 3, &ce);
     release_all(qkv2, 3);
+    bt_tensor *gqa[3] = {leaf(SH(2, 6, 5, 4)), leaf(SH(2, 2, 5, 4)), leaf(SH(2, 2, 5, 4))};
+    gradcheck("gradcheck grouped-query attention H 6 Hkv 2", f_attention, gqa, 3, &ce);
+    release_all(gqa, 3);
 }
 
 static void test_gradcheck_shape_ops(void) {
@@ -960,7 +963,20 @@ static bt_tensor *f_residual_rms(bt_tensor **in, const gc_ctx *c) {
     bt_tensor *h = bt_scale(in[0], 2.0);
     return bt_linear_add(bt_rmsnorm(h, in[1], 1e-5), in[2], NULL, h);
 }
+/* Llama's packed attention: H i[0], Hkv i[1], RoPE (theta 10000, llama3 when i[2]) */
+static bt_tensor *f_attention_qkv_ex(bt_tensor **in, const gc_ctx *c) {
+    bt_rope_opts o = {10000.0, 0, 0, 0, 0};
+    if (c->i[2]) { o.factor = 8; o.low_freq_factor = 1; o.high_freq_factor = 4; o.original_max_position_embeddings = 4; }
+    return bt_attention_qkv_ex(in[0], c->i[0], c->i[1], &o);
+}
 static void test_gradcheck_llama(void) {
+    for (int j = 0; j < 2; j++) {
+        bt_tensor *x = leaf(j ? SH(1, 6, (4 + 2 * 1) * 4) : SH(2, 5, (4 + 2 * 2) * 6));
+        gc_ctx c = {.i = {4, j ? 1 : 2, j}};
+        gradcheck(j ? "gradcheck attention_qkv_ex H 4 Hkv 1 rope llama3" : "gradcheck attention_qkv_ex H 4 Hkv 2 rope", f_attention_qkv_ex, &x,
+                  1, &c);
+        bt_release(x);
+    }
     for (int m = 0; m < 2; m++) {
         bt_tensor *in[2] = {leaf(SH(3, 6)), m ? leaf(SH(6)) : NULL};
         gc_ctx c = {.f = {1e-5}};
@@ -1231,6 +1247,48 @@ static void test_attention_qkv(void) {
     BT_EXPECT_ERROR(bt_attention_qkv(x, 4), "attention_qkv: qkv");
     bt_scope_end();
 }
+/* Llama's packed op (grouped-query attention + RoPE on a [B, T, (H + 2 Hkv) D] projection) against
+   its composition from plain ops: q, k narrowed, rotated by bt_rope_ex, K and V repeated to H heads
+   by expand + copy (transformers' repeat_kv), multi-head attention; value and input gradient, f64 */
+static void test_attention_qkv_gqa(void) {
+    int64_t B = 2, T = 9, H = 6, Hkv = 2, G = H / Hkv, D = 8, W = (H + 2 * Hkv) * D;
+    bt_rope_opts ro = {500000.0, 8, 1, 4, 4};   /* llama3 scaling over a short original context */
+    bt_scope_begin();
+    bt_tensor *x = bt_randn(bt_shape3(B, T, W), BT_F64, bt_cpu(), 921);
+    bt_tensor *r = bt_randn(bt_shape3(B, T, H * D), BT_F64, bt_cpu(), 922);
+    bt_set_requires_grad(x, 1);
+    bt_tensor *y1 = bt_attention_qkv_ex(x, H, Hkv, &ro);
+    bt_backward(bt_sum(bt_mul(y1, r), NULL, 0, 0));
+    bt_tensor *g1 = bt_clone(x->grad);
+    bt_zero_(x->grad);
+    int perm[4] = {0, 2, 1, 3};
+    bt_tensor *x4 = bt_view(x, bt_shape4(B, T, H + 2 * Hkv, D));
+    bt_tensor *q = bt_rope_ex(bt_narrow(x4, 2, 0, H), &ro, 0), *k = bt_rope_ex(bt_narrow(x4, 2, H, Hkv), &ro, 0);
+    bt_tensor *v = bt_narrow(x4, 2, H + Hkv, Hkv), *kv[2] = {k, v};
+    for (int i = 0; i < 2; i++) {
+        const int64_t wide[5] = {B, T, Hkv, G, D};
+        kv[i] = bt_reshape(bt_expand(bt_unsqueeze(kv[i], 3), bt_shapev(5, wide)), bt_shape4(B, T, H, D));
+    }
+    bt_tensor *y2 = bt_reshape(bt_permute(bt_attention(bt_permute(q, perm), bt_permute(kv[0], perm), bt_permute(kv[1], perm)), perm),
+                               bt_shape3(B, T, H * D));
+    bt_backward(bt_sum(bt_mul(y2, r), NULL, 0, 0));
+    double ey = bt_test_relerr_t(y1, y2), eg = bt_test_relerr_t(g1, x->grad);
+    BT_CHECK(ey < BT_TOL_F64 && eg < BT_TOL_F64, "packed GQA + RoPE vs its composition: value rel err %g, grad rel err %g", ey, eg);
+    /* the same through bt_attention with Hkv-head k, v (no repeat) */
+    bt_zero_(x->grad);
+    x4 = bt_view(x, bt_shape4(B, T, H + 2 * Hkv, D));   /* the graph again: the first backward freed it */
+    q = bt_rope_ex(bt_narrow(x4, 2, 0, H), &ro, 0); k = bt_rope_ex(bt_narrow(x4, 2, H, Hkv), &ro, 0); v = bt_narrow(x4, 2, H + Hkv, Hkv);
+    bt_tensor *y3 = bt_reshape(bt_permute(bt_attention(bt_permute(q, perm), bt_permute(k, perm), bt_permute(v, perm)), perm),
+                               bt_shape3(B, T, H * D));
+    bt_backward(bt_sum(bt_mul(y3, r), NULL, 0, 0));
+    ey = bt_test_relerr_t(y3, y2); eg = bt_test_relerr_t(g1, x->grad);
+    BT_CHECK(ey < BT_TOL_F64 && eg < BT_TOL_F64, "bt_attention with Hkv heads vs repeated: value rel err %g, grad rel err %g", ey, eg);
+    BT_EXPECT_ERROR(bt_attention_qkv_ex(x, 6, 4, &ro), "attention_qkv: qkv");
+    BT_EXPECT_ERROR(bt_attention_qkv_ex(bt_randn(bt_shape3(1, 2, 5 * 3), BT_F64, bt_cpu(), 1), 3, 1, &ro), "even head dim");
+    BT_EXPECT_ERROR(bt_attention(bt_permute(q, perm), bt_permute(bt_narrow(x4, 2, 0, 4), perm), bt_permute(bt_narrow(x4, 2, 0, 4), perm)),
+                    "dividing H");
+    bt_scope_end();
+}
 
 /* =============================================================================================
    (3) the fp32 CPU paths against float64: the blocked GEMM (bt__cpu_gemm) at edge sizes, and
@@ -1408,6 +1466,7 @@ int main(void) {
     BT_RUN(test_llama_errors);
     BT_RUN(test_cast_cached);
     BT_RUN(test_attention_qkv);
+    BT_RUN(test_attention_qkv_gqa);
     BT_RUN(test_unary_list);
     BT_RUN(test_table_references);
     BT_RUN(test_table_cpu_f32);

@@ -315,10 +315,10 @@ static att_out plain_attention(bt_tensor *q, bt_tensor *k, bt_tensor *v, bt_tens
     o.o = bt_empty(bt_shape_of(q), q->dtype, dev);
     o.dq = bt_empty(bt_shape_of(q), q->dtype, dev); o.dk = bt_empty(bt_shape_of(q), q->dtype, dev); o.dv = bt_empty(bt_shape_of(q), q->dtype, dev);
     bt_k_attention_strided(q->dtype, bt_data_ptr(o.o), st, (float *)bt_data_ptr(lse), bt_data_ptr(q), st, bt_data_ptr(k), st, bt_data_ptr(v), st,
-                           B, H, T, D, scale, causal, bt_get_matmul_precision(), s);
+                           B, H, H, T, D, scale, causal, bt_get_matmul_precision(), s);
     bt_k_attention_backward_strided(q->dtype, bt_data_ptr(o.dq), st, bt_data_ptr(o.dk), st, bt_data_ptr(o.dv), st, bt_data_ptr(R), st,
                                     bt_data_ptr(q), st, bt_data_ptr(k), st, bt_data_ptr(v), st, bt_data_ptr(o.o), st,
-                                    (const float *)bt_data_ptr(lse), B, H, T, D, scale, causal, bt_get_matmul_precision(), s);
+                                    (const float *)bt_data_ptr(lse), B, H, H, T, D, scale, causal, bt_get_matmul_precision(), s);
     return o;
 }
 static void cp_case(bt_comm *c, bt_cp_kv kv, int causal, int64_t T, bt_dtype dt) {

@@ -61,7 +61,7 @@ static const char *fb_names[] = {"", "sm_80 mma.sync, Dvec pre-pass", "wgmma dQ 
 /* the parameter block bt_k_attention_backward_colsum makes for these buffers (rows 16-byte aligned) */
 static bt__k_attp fb_params(const fb_opts *o, const fb_bufs *b) {
     bt__k_attp p;
-    bt__k_att_params(&p, BT_BF16, o->B, o->H, o->T, o->D, 1.f / sqrtf((float)o->D));
+    bt__k_att_params(&p, BT_BF16, o->B, o->H, o->H, o->T, o->D, 1.f / sqrtf((float)o->D));
     const int64_t H = o->H, D = o->D, sqkv[3] = {o->T * 3 * H * D, D, 3 * H * D}, so[3] = {o->T * H * D, D, H * D};
     p.causal = o->causal;
     p.q = b->qkv; p.k = b->qkv + H * D; p.v = b->qkv + 2 * H * D; p.o = b->out; p.go = b->g;
@@ -83,7 +83,7 @@ static void fb_call(int v, const fb_opts *o, const fb_bufs *b, cudaStream_t s) {
         const int prev = bt_k_attention_hopper(v == FB_LIB);
         const bt__k_attp p = fb_params(o, b);
         bt_k_attention_backward_strided(BT_BF16, p.gq, p.sgq, p.gk, p.sgk, p.gv, p.sgv, p.go, p.sgo, p.q, p.sq, p.k, p.sk, p.v, p.sv,
-                                        p.o, p.so, p.lse, o->B, o->H, o->T, o->D, p.scale, o->causal, BT_MATMUL_FP32, s);
+                                        p.o, p.so, p.lse, o->B, o->H, o->H, o->T, o->D, p.scale, o->causal, BT_MATMUL_FP32, s);
         bt_k_attention_hopper(prev & 1);
         return;
     }
@@ -219,7 +219,7 @@ int main(int argc, char **argv) {
         bt_k_normal(BT_BF16, b.qkv, nqkv, o.seed + 2 * v, 0, 0.0, 1.0, s);   /* fresh inputs for each version */
         bt_k_normal(BT_BF16, b.g, nout, o.seed + 2 * v + 1, 0, 0.0, 1.0, s);
         const bt__k_attp p = fb_params(&o, &b);
-        bt_k_attention_strided(BT_BF16, b.out, p.so, b.lse, p.q, p.sq, p.k, p.sk, p.v, p.sv, o.B, o.H, o.T, o.D, p.scale, o.causal,
+        bt_k_attention_strided(BT_BF16, b.out, p.so, b.lse, p.q, p.sq, p.k, p.sk, p.v, p.sv, o.B, o.H, o.H, o.T, o.D, p.scale, o.causal,
                                BT_MATMUL_FP32, s);
         CK(cudaMemsetAsync(b.gqkv, 0xff, nqkv * 2, s));   /* NaN where not written */
         fb_call(v, &o, &b, s);

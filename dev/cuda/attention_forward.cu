@@ -579,7 +579,7 @@ static bt__k_att_fwd_kern fv_kernel(int64_t D, int M) {
 /* q, k, v views of one [B, T, 3, H, D] buffer, out [B, T, H, D], lse [B, H, T] */
 static bt__k_attp fv_params(const fv_opts *o, const bf16 *qkv, bf16 *out, float *lse) {
     bt__k_attp p;
-    bt__k_att_params(&p, BT_BF16, o->B, o->H, o->T, o->D, 1.f / sqrtf((float)o->D));
+    bt__k_att_params(&p, BT_BF16, o->B, o->H, o->H, o->T, o->D, 1.f / sqrtf((float)o->D));
     const int64_t H = o->H, D = o->D, sqkv[3] = {o->T * 3 * H * D, D, 3 * H * D}, so[3] = {o->T * H * D, D, H * D};
     p.causal = o->causal;
     p.q = qkv; p.k = qkv + H * D; p.v = qkv + 2 * H * D; p.out = out; p.lse_out = lse;
@@ -607,7 +607,7 @@ static void fv_call(int idx, const fv_opts *o, const bf16 *qkv, bf16 *out, float
     if (M == FV_SM80 || M == FV_LIB) {
         const int prev = bt_k_attention_hopper(M == FV_LIB);
         const bt__k_attp p = fv_params(o, qkv, out, lse);
-        bt_k_attention_strided(BT_BF16, out, p.so, lse, qkv, p.sq, p.k, p.sk, p.v, p.sv, o->B, o->H, o->T, o->D, p.scale, o->causal,
+        bt_k_attention_strided(BT_BF16, out, p.so, lse, qkv, p.sq, p.k, p.sk, p.v, p.sv, o->B, o->H, o->H, o->T, o->D, p.scale, o->causal,
                                BT_MATMUL_FP32, s);
         bt_k_attention_hopper(prev & 1);
         return;

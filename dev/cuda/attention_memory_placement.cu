@@ -84,10 +84,10 @@ static void time_place(const char *name, bufs b) {
     const char *q = b.qkv, *k = b.qkv + C * 2, *v = b.qkv + 2 * C * 2;
     char *gq = b.gqkv, *gk = b.gqkv + C * 2, *gv = b.gqkv + 2 * C * 2;
     double f, bw, gm, cp;
-    TIME_US(f, bt_k_attention_strided(BT_BF16, b.o, so, b.lse, q, sqkv, k, sqkv, v, sqkv, B, H, T, D, 0.125f, 1,
+    TIME_US(f, bt_k_attention_strided(BT_BF16, b.o, so, b.lse, q, sqkv, k, sqkv, v, sqkv, B, H, H, T, D, 0.125f, 1,
                                       BT_MATMUL_FP32, S));
     TIME_US(bw, bt_k_attention_backward_strided(BT_BF16, gq, sqkv, gk, sqkv, gv, sqkv, b.g, so, q, sqkv, k, sqkv, v, sqkv,
-                                                b.o, so, b.lse, B, H, T, D, 0.125f, 1, BT_MATMUL_FP32, S));
+                                                b.o, so, b.lse, B, H, H, T, D, 0.125f, 1, BT_MATMUL_FP32, S));
     /* y [B T, 3C] = x [B T, C] w^T, x = the o buffer read as [B T, C] */
     TIME_US(gm, bt_k_matmul(BT_BF16, b.y, b.o, b.w, NULL, (int64_t)B * T, 3 * C, C, 0, 1, 1, 0, 0, 0, 1.f, 0.f,
                             BT_MATMUL_FP32, S));
@@ -175,10 +175,10 @@ static void heat(double seconds) {
         TIME_US(cp, CK(cudaMemcpyAsync(dst, src, gb, cudaMemcpyDeviceToDevice, S)));
         for (int i = 0; i < 100; i++) CK(cudaMemcpyAsync(dst, src, gb, cudaMemcpyDeviceToDevice, S));
         g_reps = reps;
-        TIME_US(f, bt_k_attention_strided(BT_BF16, b.o, so, b.lse, q, sqkv, k, sqkv, v, sqkv, B, H, T, D, 0.125f, 1,
+        TIME_US(f, bt_k_attention_strided(BT_BF16, b.o, so, b.lse, q, sqkv, k, sqkv, v, sqkv, B, H, H, T, D, 0.125f, 1,
                                           BT_MATMUL_FP32, S));
         TIME_US(bw, bt_k_attention_backward_strided(BT_BF16, gq, sqkv, gk, sqkv, gv, sqkv, b.g, so, q, sqkv, k, sqkv, v, sqkv,
-                                                    b.o, so, b.lse, B, H, T, D, 0.125f, 1, BT_MATMUL_FP32, S));
+                                                    b.o, so, b.lse, B, H, H, T, D, 0.125f, 1, BT_MATMUL_FP32, S));
         g_reps = 11;
         printf("heat %6.1f fwd_us %7.1f bwd_us %7.1f gemm8k_us %8.1f copy1g_us %7.1f\n", t, f, bw, gm, cp);
         fflush(stdout);
@@ -228,9 +228,9 @@ static void bench_mode(void) {
         bt_k_normal(BT_BF16, qkv, 3 * n, 200, 0, 0.0, 1.0, S);
         bt_k_normal(BT_BF16, g, n, 300, 0, 0.0, 1.0, S);
         for (int i = 0; i < 28; i++) {
-            bt_k_attention_strided(BT_BF16, o, so, lse, qkv, sq, qkv + C * 2, sq, qkv + 2 * C * 2, sq, B, H, t5, D, 0.125f, 1, BT_MATMUL_FP32, S);
+            bt_k_attention_strided(BT_BF16, o, so, lse, qkv, sq, qkv + C * 2, sq, qkv + 2 * C * 2, sq, B, H, H, t5, D, 0.125f, 1, BT_MATMUL_FP32, S);
             bt_k_attention_backward_strided(BT_BF16, gqkv, sq, gqkv + C * 2, sq, gqkv + 2 * C * 2, sq, g, so, qkv, sq, qkv + C * 2, sq,
-                                            qkv + 2 * C * 2, sq, o, so, lse, B, H, t5, D, 0.125f, 1, BT_MATMUL_FP32, S);
+                                            qkv + 2 * C * 2, sq, o, so, lse, B, H, H, t5, D, 0.125f, 1, BT_MATMUL_FP32, S);
         }
         bt_free(qkv); bt_free(gqkv); bt_free(g); bt_free(o); bt_free(lse);
     }
