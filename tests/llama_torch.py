@@ -95,7 +95,7 @@ def rope_inv_freq(c):
     high_freq_factor (Lmax the original context): w < hi keeps f, w > lo gives f / factor, in
     between (1 - s) f / factor + s f with s = (Lmax / w - low_freq_factor) / (high - low)."""
     D = c.C // c.H
-    f = 1.0 / (c.theta ** (torch.arange(0, D, 2, dtype=torch.int64).float() / D))
+    f = 1.0 / (c.theta ** (torch.arange(0, D, 2, dtype=torch.int64, device="cpu").float() / D))
     if c.factor > 0:
         Lmax = c.original_max_position_embeddings
         w = 2 * math.pi / f
@@ -165,7 +165,7 @@ class Llama(nn.Module):
         self.layers = nn.ModuleList(Layer(c, recompute) for _ in range(c.L))
         self.norm = nn.Parameter(torch.ones(c.C))
         self.head = None if c.tie else nn.Linear(c.C, c.Vp, bias=False)
-        # computed on the CPU (the same fp32 bits wherever the model lives), then beside the weights
+        # computed on the CPU (the same fp32 bits wherever the model is made), then beside the weights
         self.register_buffer("inv_freq", rope_inv_freq(c).to(self.norm.device), persistent=False)
 
     def forward(self, idx, targets=None):
