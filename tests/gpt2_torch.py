@@ -9,7 +9,6 @@ the layout and parameter counts; that needs no torch.
 """
 import contextlib
 import dataclasses
-import functools
 import math
 import struct
 import sys
@@ -113,17 +112,21 @@ def read_model_header(f):
 RECOMPUTE_MODES = ("none", "attn", "mlp", "block")
 
 
+def remade(fn, *args):
+    """fn(*args) kept as its inputs, run again in the backward: torch.utils.checkpoint with
+    use_reentrant=False (the recompute runs in the forward's autocast) and preserve_rng_state=False
+    (nothing in the regions draws random numbers: no RNG state to save and replay)"""
+    return torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False, preserve_rng_state=False)
+
+
 def residual_block(block, x, *extra):
     """block.sublayer_attn(x, *extra) then block.sublayer_mlp, each x + sublayer(norm(x)), under
-    block.recompute. The regions go through torch.utils.checkpoint (use_reentrant=False: the
-    recompute runs in the same autocast as the forward); preserve_rng_state=False: nothing in them
-    draws random numbers, so there is no RNG state to save and replay."""
-    ckpt = functools.partial(torch.utils.checkpoint.checkpoint, use_reentrant=False, preserve_rng_state=False)
+    block.recompute (regions remade as above)."""
     mode = block.recompute
     if mode == "block":
-        return ckpt(block.sublayers, x, *extra)
-    x = ckpt(block.sublayer_attn, x, *extra) if mode == "attn" else block.sublayer_attn(x, *extra)
-    return ckpt(block.sublayer_mlp, x) if mode == "mlp" else block.sublayer_mlp(x)
+        return remade(block.sublayers, x, *extra)
+    x = remade(block.sublayer_attn, x, *extra) if mode == "attn" else block.sublayer_attn(x, *extra)
+    return remade(block.sublayer_mlp, x) if mode == "mlp" else block.sublayer_mlp(x)
 
 
 class SelfAttention(nn.Module):
