@@ -1,13 +1,15 @@
-"""bench_gpt2_torch.py: PyTorch's GPT-2 training speed and memory, the baseline train_gpt2.c must beat
-(make bench-gpt2; data parallel under torchrun: make bench-dist).
+"""bench_gpt2_torch.py: PyTorch's GPT-2 and Llama training speed and memory, the baseline train_gpt2.c
+must beat (make bench-gpt2; data parallel under torchrun: make bench-dist).
 
     python3 bench/bench_gpt2_torch.py --config d12 --B 16 --T 1024 --precision bf16 --compile \
-        --json-out build/bench/torch_gpt2.jsonl
+        --recompute none --json-out build/bench/torch_gpt2.jsonl
 
-Trains the model of tests/gpt2_torch.py (fused SDPA attention) with fused AdamW,
-one micro-batch of random tokens per step. Each step (zero_grad, forward,
-backward, optimizer step) is timed with CUDA events and synchronized; the
-first --warmup steps (torch.compile's compilation among them) are left out of
+Trains the model of tests/gpt2_torch.py (GPT-2 presets: fused SDPA attention) or of
+tests/llama_torch.py (llama.h's presets: SDPA with grouped-query attention) with fused AdamW,
+one micro-batch of random tokens per step. --recompute attn|mlp|block wraps the regions
+train_gpt2's --recompute remakes in torch.utils.checkpoint (tests/gpt2_torch.py, residual_block).
+Each step (zero_grad, forward, backward, optimizer step) is timed with CUDA events and
+synchronized; the first --warmup steps (torch.compile's compilation among them) are left out of
 the timing but not out of the peak memory, which is what the process needs.
 The last line printed is one JSON object, also appended to --json-out; an
 out-of-memory run reports {"oom": true, ...} and exits 0.
@@ -26,17 +28,40 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 import gpt2_torch as g  # noqa: E402
+import llama_torch as lt  # noqa: E402
 
-DEFAULT_LR = {"tiny": 1e-3, "d12": 1e-4}
+assert not set(g.CONFIGS) & set(lt.CONFIGS), "a preset name in both families"
+PRESETS = [*g.CONFIGS, *lt.CONFIGS]
+SMALL = ("tiny", "ls2", "ls4")   # peak learning rate 1e-3; the others d12's 1e-4 (the speed does not depend on it)
+
+
+def context(name):
+    return lt.CONFIGS[name].maxT if name in lt.CONFIGS else g.CONFIGS[name].max_seq_len
+
+
+def build(args):
+    """(the model of --config on the GPU, initialized; its vocabulary V)"""
+    if args.config in lt.CONFIGS:
+        cfg = lt.CONFIGS[args.config]
+        with torch.device("cuda"):   # made and initialized on the GPU: no CPU copy of a 1B or 8B model
+            model = lt.Llama(cfg, recompute=args.recompute)
+        lt.init_weights(model, args.seed)
+        return model, cfg.V
+    cfg = g.CONFIGS[args.config]
+    model = g.GPT(cfg, attention="sdpa", recompute=args.recompute)
+    g.init_weights(model, args.seed)
+    return model.to("cuda"), cfg.vocab_size
 
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", choices=sorted(g.CONFIGS), default="d12")
+    p.add_argument("--config", choices=PRESETS, default="d12", help="GPT-2 or Llama preset (default d12)")
     p.add_argument("--B", type=int, default=16)
     p.add_argument("--T", type=int, default=1024)
     p.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="bf16")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--recompute", choices=g.RECOMPUTE_MODES, default="none",
+                   help="regions remade in the backward, as train_gpt2's --recompute (default none)")
     p.add_argument("--steps", type=int, default=20, help="timed steps (default 20)")
     p.add_argument("--warmup", type=int, default=5, help="untimed steps first (default 5)")
     p.add_argument("--seed", type=int, default=1337)
@@ -51,12 +76,10 @@ def world():
 
 def run(args, result):
     """Trains and fills in result; raises on out-of-memory."""
-    cfg = g.CONFIGS[args.config]
     autocast = g.configure(args.precision, "cuda")
-    model = g.GPT(cfg, attention="sdpa")
-    g.init_weights(model, args.seed)
-    model.to("cuda").train()
-    opt = g.make_adamw(model, DEFAULT_LR[args.config], fused=True)
+    model, vocab = build(args)
+    model.train()
+    opt = g.make_adamw(model, 1e-3 if args.config in SMALL else 1e-4, fused=True)
     if world() > 1:
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[torch.cuda.current_device()],
                                                           bucket_cap_mb=args.bucket_mb)
@@ -65,7 +88,7 @@ def run(args, result):
 
     # A few batches of random tokens, rotated; y is x shifted by one as in real data.
     gen = torch.Generator(device="cuda").manual_seed(args.seed + int(os.environ.get("RANK", "0")))
-    data = torch.randint(0, cfg.vocab_size, (4, args.B, args.T + 1), device="cuda", generator=gen)
+    data = torch.randint(0, vocab, (4, args.B, args.T + 1), device="cuda", generator=gen)
     batches = [(d[:, :-1].contiguous(), d[:, 1:].contiguous()) for d in data]
 
     times_ms, losses = [], []
@@ -104,10 +127,11 @@ def main():
     if world() > 1:
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
         torch.distributed.init_process_group("nccl")
-    if args.steps < 1 or args.warmup < 0 or not 1 <= args.T <= g.CONFIGS[args.config].max_seq_len:
-        sys.exit("need --steps >= 1, --warmup >= 0 and 1 <= --T <= maxT")
-    result = {"impl": "pytorch", "config": args.config, "B": args.B, "T": args.T,
-              "precision": args.precision, "compile": args.compile, "steps": args.steps,
+    if args.steps < 1 or args.warmup < 0 or not 1 <= args.T <= context(args.config):
+        sys.exit(f"need --steps >= 1, --warmup >= 0 and 1 <= --T <= {context(args.config)} ({args.config}'s context)")
+    result = {"impl": "pytorch", "config": args.config, "family": "llama" if args.config in lt.CONFIGS else "gpt2",
+              "B": args.B, "T": args.T, "precision": args.precision, "compile": args.compile,
+              "recompute": args.recompute, "steps": args.steps,
               "warmup": args.warmup, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
               "world": world(), "bucket_mb": args.bucket_mb if world() > 1 else None,
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

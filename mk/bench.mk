@@ -5,8 +5,9 @@
 #                        PyTorch eager and torch.compile and the joined table (bench_kernels_torch.py,
 #                        kernel_ratio.py). ONLY=<group> one group (layernorm, attention, attention_sweep,
 #                        matmul, ...: bench/bench_kernels.cu), TORCH=0 no PyTorch
-#   make bench-gpt2      GPT-2 end to end: train_gpt2 vs PyTorch eager and torch.compile, tokens/s and peak
-#                        memory (bench/bench_gpt2.sh: B T PREC MODEL D STEPS ROUNDS BIN ARGS TORCH COMPILE;
+#   make bench-gpt2      GPT-2 or Llama end to end: train_gpt2 vs PyTorch eager and torch.compile, tokens/s
+#                        and peak memory (bench/bench_gpt2.sh: B T PREC MODEL D STEPS ROUNDS RECOMPUTE BIN ARGS
+#                        TORCH COMPILE; MODEL=l125m a Llama, RECOMPUTE="none mlp block" a group of rows each,
 #                        BIN="a b" times two builds in one run, B=default the default run)
 #   make bench-gemm      every GEMM of a GPT-2 micro-step, each of cuBLASLt's candidates timed
 #                        (bench/bench_gemm.cu; GEMM_ARGS: its arguments, default micro-batch 128)
@@ -43,7 +44,7 @@ bench-kernels: $(BUILD)/bench_kernels
 	else echo "bench/bench_kernels_torch.py skipped (ONLY given, TORCH=0, or python3 has no torch with CUDA)"; fi
 
 bench-gpt2: $(BENCH_BIN)
-	$(call bench_env,B T PREC MODEL D STEPS ROUNDS BIN ARGS TORCH COMPILE OUT) bash bench/bench_gpt2.sh
+	$(call bench_env,B T PREC MODEL D STEPS ROUNDS RECOMPUTE BIN ARGS TORCH COMPILE OUT) bash bench/bench_gpt2.sh
 
 # BT__K_MM_CANDIDATES raised so that the whole heuristic list of cuBLASLt is timed
 GEMM_ARGS ?=

@@ -2,7 +2,8 @@
 
 One definition shared by tests/gpt2_ref.py (the parity fixture) and
 bench/bench_gpt2_torch.py (the speed baseline): the model, its init, the
-AdamW parameter groups, the precision switches, and the model file layout
+AdamW parameter groups, the precision switches, the recompute regions of
+train_gpt2's --recompute (torch.utils.checkpoint), and the model file layout
 (tests/gpt2_formats.md). Run `python3 tests/gpt2_torch.py --selfcheck` to check
 the layout and parameter counts; that needs no torch.
 """
@@ -17,6 +18,7 @@ try:
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
+    import torch.utils.checkpoint
 except ImportError:  # only --selfcheck works without torch
     torch = None
 
@@ -45,6 +47,10 @@ class GPTConfig:
 CONFIGS = {
     "tiny": GPTConfig(max_seq_len=64, vocab_size=1000, num_layers=2, num_heads=4, channels=64),
     "d12": GPTConfig(max_seq_len=1024, vocab_size=50257, num_layers=12, num_heads=12, channels=768),
+    # gpt2.h's larger presets: GPT-2 medium, large, XL
+    "d24": GPTConfig(max_seq_len=1024, vocab_size=50257, num_layers=24, num_heads=16, channels=1024),
+    "d36": GPTConfig(max_seq_len=1024, vocab_size=50257, num_layers=36, num_heads=20, channels=1280),
+    "d48": GPTConfig(max_seq_len=1024, vocab_size=50257, num_layers=48, num_heads=25, channels=1600),
 }
 
 # AdamW hyperparameters shared by the reference and the benchmark.
@@ -101,6 +107,28 @@ def read_model_header(f):
 # ----------------------------------------------------------------------------
 # The model (needs torch)
 
+# train_gpt2's --recompute regions (gpt2.h, gpt2__block), each kept as its input x and remade in the
+# backward: attn = x + attention(norm1(x)), mlp = x + mlp(norm2(x)), block = both in one region.
+RECOMPUTE_MODES = ("none", "attn", "mlp", "block")
+
+
+def remade(fn, *args):
+    """fn(*args) kept as its inputs, run again in the backward: torch.utils.checkpoint with
+    use_reentrant=False (the recompute runs in the forward's autocast) and preserve_rng_state=False
+    (nothing in the regions draws random numbers: no RNG state to save and replay)"""
+    return torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False, preserve_rng_state=False)
+
+
+def residual_block(block, x, *extra):
+    """block.sublayer_attn(x, *extra) then block.sublayer_mlp, each x + sublayer(norm(x)), under
+    block.recompute (regions remade as above)."""
+    mode = block.recompute
+    if mode == "block":
+        return remade(block.sublayers, x, *extra)
+    x = remade(block.sublayer_attn, x, *extra) if mode == "attn" else block.sublayer_attn(x, *extra)
+    return remade(block.sublayer_mlp, x) if mode == "mlp" else block.sublayer_mlp(x)
+
+
 class SelfAttention(nn.Module):
     def __init__(self, cfg, attention):
         super().__init__()
@@ -133,27 +161,40 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg, attention):
+    def __init__(self, cfg, attention, recompute="none"):
         super().__init__()
+        self.recompute = recompute
         self.ln1 = nn.LayerNorm(cfg.channels, eps=1e-5)
         self.attn = SelfAttention(cfg, attention)
         self.ln2 = nn.LayerNorm(cfg.channels, eps=1e-5)
         self.mlp = MLP(cfg)
 
-    def forward(self, x):
-        x = x + self.attn(self.ln1(x))   # pre-norm residual blocks
+    # pre-norm residual sublayers, the regions of residual_block
+    def sublayer_attn(self, x):
+        return x + self.attn(self.ln1(x))
+
+    def sublayer_mlp(self, x):
         return x + self.mlp(self.ln2(x))
+
+    def sublayers(self, x):
+        return self.sublayer_mlp(self.sublayer_attn(x))
+
+    def forward(self, x):
+        return residual_block(self, x)
 
 
 class GPT(nn.Module):
-    """GPT-2. attention="math" (explicit, for the fp32 reference) or "sdpa" (fused)."""
+    """GPT-2. attention="math" (explicit, for the fp32 reference) or "sdpa" (fused); recompute one
+    of RECOMPUTE_MODES (the same losses and gradients, less memory, more work)."""
 
-    def __init__(self, cfg, attention="math"):
+    def __init__(self, cfg, attention="math", recompute="none"):
         super().__init__()
+        if recompute not in RECOMPUTE_MODES:
+            raise ValueError(f"recompute {recompute!r}: expected one of {', '.join(RECOMPUTE_MODES)}")
         self.config = cfg
         self.wte = nn.Embedding(cfg.padded_vocab_size, cfg.channels)  # also the LM head
         self.wpe = nn.Embedding(cfg.max_seq_len, cfg.channels)
-        self.blocks = nn.ModuleList(Block(cfg, attention) for _ in range(cfg.num_layers))
+        self.blocks = nn.ModuleList(Block(cfg, attention, recompute) for _ in range(cfg.num_layers))
         self.lnf = nn.LayerNorm(cfg.channels, eps=1e-5)
 
     def forward(self, idx, targets=None):
@@ -288,6 +329,7 @@ def selfcheck():
         print(f"  total {num_params(cfg):,d} params; model file {4 * HEADER_INTS + 4 * num_params(cfg):,d} bytes")
     assert CONFIGS["d12"].padded_vocab_size == 50304 and CONFIGS["tiny"].padded_vocab_size == 1024
     assert num_params(CONFIGS["d12"]) == 124_475_904, num_params(CONFIGS["d12"])
+    assert num_params(CONFIGS["d48"]) == 1_557_686_400, num_params(CONFIGS["d48"])   # gpt2.h: d48 1558M
     # header round trip through the reader
     c = CONFIGS["tiny"]
     f = io.BytesIO(pack_header(MODEL_MAGIC, MODEL_VERSION, c.max_seq_len, c.vocab_size,
