@@ -407,7 +407,30 @@ int main(void) {
         BENCH(ms, bt_k_attention_backward_strided(BT_BF16, gq, sx, gk, sx, gv, sx, g, so, q, sx, k, sx, v, sx, o, so, lse, AB, H, Hkv, T, D,
                                                   0.125f, 1, BT_MATMUL_FP32, S));
         report("attention gqa backward", shp, ms, 0, 5 * f);
+        double ours_b = ms * 1e3;
         bt_free(qkv); bt_free(gqkv); bt_free(g); bt_free(o); bt_free(lse);
+        /* PyTorch's SDPA with enable_gqa on the same layout, same run (BT_BENCH_TORCH=0 skips it) */
+        CK(cudaStreamSynchronize(S));
+        const char *tv = getenv("BT_BENCH_TORCH");
+        char cmd[256], line[512];
+        snprintf(cmd, sizeof cmd, "python3 bench/bench_attention_torch.py --gqa --B %lld --H %lld --Hkv %lld --T %lld --D %lld 2>&1",
+                 (long long)AB, (long long)H, (long long)Hkv, (long long)T, (long long)D);
+        FILE *pp = tv && strcmp(tv, "0") == 0 ? NULL : popen(cmd, "r");
+        while (pp && fgets(line, sizeof line, pp)) {
+            double fu, bu;
+            char be[32], picked[32] = "?";
+            const char *at = strstr(line, "backend=");
+            if (strncmp(line, "gqa ", 4) == 0 && at && sscanf(at, "backend=%31s fwd_us=%lf bwd_us=%lf picked=%31s", be, &fu, &bu, picked) >= 3) {
+                snprintf(shp, sizeof shp, "B%lld H%lld Hkv%lld T%lld D%lld %s (%s)", (long long)AB, (long long)H, (long long)Hkv, (long long)T,
+                         (long long)D, be, picked);
+                report("torch sdpa gqa", shp, fu * 1e-3, 0, 2 * f);
+                report("torch sdpa gqa backward", shp, bu * 1e-3, 0, 5 * f);
+                if (!strcmp(be, "default")) printf("gqa vs SDPA default (%s): backward %.2fx\n", picked, bu / ours_b);
+            } else {
+                printf("bench_attention_torch.py: %s", line);
+            }
+        }
+        if (pp) pclose(pp);
     }
     int sweep_only = g_only && strcmp(g_only, "attention_sweep") == 0;
     if (sweep_only) attention_sweep();
