@@ -97,7 +97,7 @@ static void sum_ranks(double **x, int W, int64_t lo, int64_t n, double *want) {
 static void check_collectives(bt_dist *d, bt_comm *c, bt_dtype dt, int64_t m) {
     int r = c->rank, W = c->size;
     int64_t n = W * m;
-    double *x[2] = {NULL, NULL}, *got = (double *)calloc((size_t)n, sizeof(double)), *want = (double *)malloc(sizeof(double) * (size_t)n);
+    double *x[2] = {NULL, NULL}, *got = (double *)calloc((size_t)n, sizeof(double)), *want = (double *)calloc((size_t)n, sizeof(double));
     void *dx[2] = {NULL, NULL};
     for (int k = 0; k < W; k++) { x[k] = (double *)malloc(sizeof(double) * (size_t)n); dx[k] = upload(dt, k, n, 1, x[k]); }
     void *out = upload(dt, r, n, 2, NULL);
