@@ -60,11 +60,13 @@ static void fr_transpose(const uint8_t *a, long rows, long cols, uint8_t *t) {
 /* C [M, N] = sa sb A [M, K] B [N, K]^T + bias [N] (bias may be NULL), S as above */
 static void fr_gemm(const uint8_t *A, bt_dtype fa, double sa, const uint8_t *B, bt_dtype fb, double sb, const double *bias, long M,
                     long N, long K, double *C, double *S) {
+    double da[256], db[256];                            /* fr_decode of every code */
+    for (int c = 0; c < 256; c++) { da[c] = fr_decode(c, fa); db[c] = fr_decode(c, fb); }
     for (long i = 0; i < M; i++)
         for (long j = 0; j < N; j++) {
             double s = 0, sabs = 0;
             for (long k = 0; k < K; k++) {
-                double p = fr_decode(A[i * K + k], fa) * fr_decode(B[j * K + k], fb);
+                double p = da[A[i * K + k]] * db[B[j * K + k]];
                 s += p; sabs += fabs(p);
             }
             C[i * N + j] = sa * sb * s + (bias ? bias[j] : 0);
