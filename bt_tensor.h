@@ -57,7 +57,7 @@
      5. views
      6. ops: elementwise, scalar, broadcasting binary, reductions, matmul, then (bt_nn.h, included
         there) GPT-2's fused MLP, softmax, layernorm, rmsnorm, swiglu, rope, embedding,
-        cross-entropy, attention; then concat/split, casts
+        cross-entropy, attention, the FP8 linear layer; then concat/split, casts
 */
 #ifndef BT_TENSOR_H
 #define BT_TENSOR_H

@@ -78,7 +78,13 @@ static bt_tensor *tensor_of(const float *v, bt_shape s, bt_dtype dt, bt_device d
     bt_scope_end();
     return t;
 }
-static void *dev_alloc(size_t n) { void *p; CK(cudaMalloc(&p, n ? n : 1)); CK(cudaMemset(p, 0xff, n ? n : 1)); return p; }
+/* poisoned (0xff bytes) device memory of the test's own; the device synchronised after, so the
+   library's non-blocking stream sees the memset (the legacy stream does not order it) */
+static void *dev_alloc(size_t n) {
+    void *p;
+    CK(cudaMalloc(&p, n ? n : 1)); CK(cudaMemset(p, 0xff, n ? n : 1)); CK(cudaDeviceSynchronize());
+    return p;
+}
 
 /* =============================================================================================
    casts
@@ -123,6 +129,7 @@ static long cast_case(bt_dtype dt, bt_dtype fmt, long rows, long cols, int mode,
     float *f = (float *)dev_alloc(4 * sizeof(float));      /* [0] scale_in, [1] scale_used, [2] amax now, [3] amax_acc */
     float init[4] = {scale, -1.f, 0.f, preset};
     CK(cudaMemcpy(f, init, sizeof init, cudaMemcpyHostToDevice));
+    CK(cudaDeviceSynchronize());
     cudaStream_t s = st0();
     if (!mode) bt_k_fp8_amax(dt, f + 2, bt_data_ptr(x), n, s);
     bt_k_fp8_cast(dt, fmt, outs & 1 ? q : NULL, outs & 2 ? qt : NULL, bt_data_ptr(x), rows, cols, mode ? NULL : f + 2, mode ? f : NULL, f + 1,
@@ -204,8 +211,10 @@ static void test_update(void) {
         h[2 + n + 3 < nf ? 2 + n + 3 : 2] = NAN; h[nf - 1] = INFINITY; h[0] = 0.f;
         float *d = (float *)dev_alloc(sizeof(float) * (size_t)nf);
         CK(cudaMemcpy(d, h, sizeof(float) * (size_t)nf, cudaMemcpyHostToDevice));
+        CK(cudaDeviceSynchronize());
         bt_k_fp8_update(d, n, st0());
         bt_k_fp8_update(d, n, st0());
+        CK(cudaStreamSynchronize(st0()));
         CK(cudaMemcpy(g, d, sizeof(float) * (size_t)nf, cudaMemcpyDeviceToHost));
         for (int t = 0; t < 2; t++)
             for (int r = 0; r < 3; r++) bt__fp8_roll(h + r * (2 + n), n, bt_fp8_max(bt_fp8_format(r)));
