@@ -1361,12 +1361,12 @@ BTDEF void bt_fp8_state_init(bt_fp8_state *st, const bt_fp8_opts *o, bt_device d
     bt_tensor *flat = bt__view_dense(buf, bt_shape1(nf));
     bt_copy_(flat, h);
     bt_release(flat); bt_release(h);
-    st->opts = *o; st->buf = buf; st->primed = 0;
+    st->opts = *o; st->buf = buf; st->primed = 0; st->seen = 0;
 }
 BTDEF void bt_fp8_state_free(bt_fp8_state *st) {
     if (!st) return;
     bt_release(st->buf);
-    st->buf = NULL; st->primed = 0;
+    st->buf = NULL; st->primed = 0; st->seen = 0;
 }
 BTDEF void bt_fp8_update(bt_fp8_state *st) {
     if (!st || !st->buf) bt_error("fp8_update: no FP8 state (bt_fp8_state_init first)");
@@ -1379,7 +1379,7 @@ BTDEF void bt_fp8_update(bt_fp8_state *st) {
 #endif
     } else
         for (int r = 0; r < BT_FP8_ROLES; r++) bt__fp8_roll(p + r * (2 + n), n, bt_fp8_max(bt_fp8_format(r)));
-    st->primed = 1;
+    st->primed |= st->seen; st->seen = 0;
 }
 
 /* *acc <- the larger of *acc and the value whose |.| bits are `bits` (NaN wins, as on the GPU) */
@@ -1444,7 +1444,8 @@ static void bt__fp8_gemm_cpu(bt_dtype dt, void *C, const uint8_t *A, bt_dtype fa
    amax. slot: two f32 of a zeroed scratch on x2's device: [0] <- the scale used, [1] <- the amax it
    came from (current scaling). */
 static void bt__fp8_cast(bt_fp8_state *st, int role, bt_tensor *x2, bt_tensor *q, bt_tensor *qt, float *slot) {
-    int current = st->opts.recipe == BT_FP8_CURRENT || !st->primed;
+    int current = st->opts.recipe == BT_FP8_CURRENT || !(st->primed >> role & 1u);
+    st->seen |= 1u << role;
     float *row = (float *)bt_data_ptr(st->buf) + role * (2 + st->opts.history);
     bt_dtype fmt = bt_fp8_format(role);
     int64_t rows = x2->shape[0], cols = x2->shape[1];

@@ -604,13 +604,14 @@ BTDEF bt_tensor *bt_linear_add(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tens
      BT_FP8_DELAYED  s = max(amax history) / fmax, the history of the last n steps' amaxes; the cast
                      measures the tensor's amax in the same pass (one read), and bt_fp8_update, once
                      per optimizer step, pushes the step's amax (the largest over its micro-batches)
-                     into the history and computes the next scale. Before the first update there is
-                     no history: those casts scale as CURRENT does.
+                     into the history and computes the next scale. A tensor with no amax in its
+                     history yet (its first casts, before the update that records them) scales as
+                     CURRENT does.
    The state of one layer lives in one f32 tensor [3, 2 + n] on its device, a row per tensor
    (BT_FP8_X, BT_FP8_W, BT_FP8_G): [0] the amax of the casts since the last update, [1] the scale
    that DELAYED casts use now, [2 .. 2 + n) the amax history, newest first: a checkpoint saves it as
-   it is (and sets `primed` again on load). `primed` (1 after the first update) lives on the host,
-   so choosing the first casts' path needs no device read. */
+   it is (and sets `primed` again on load). `primed` lives on the host, so choosing a cast's path
+   needs no device read. */
 typedef enum { BT_FP8_CURRENT = 0, BT_FP8_DELAYED = 1 } bt_fp8_recipe;
 enum { BT_FP8_X = 0, BT_FP8_W = 1, BT_FP8_G = 2, BT_FP8_ROLES = 3 };
 typedef struct {
@@ -623,7 +624,8 @@ typedef struct {
 typedef struct {
     bt_fp8_opts opts;
     bt_tensor *buf;     /* f32 [3, 2 + history], owned (a reference) */
-    int primed;         /* bt_fp8_update has run at least once */
+    unsigned primed;    /* bit r: tensor r's history holds an amax (an update followed one of its casts) */
+    unsigned seen;      /* bit r: tensor r was cast since the last update */
 } bt_fp8_state;
 /* a default: CURRENT, history 16, fast_accum 0 */
 BTDEF bt_fp8_opts bt_fp8_default_opts(void);
@@ -631,11 +633,12 @@ BTDEF bt_fp8_opts bt_fp8_default_opts(void);
 BTDEF int64_t bt_fp8_state_floats(const bt_fp8_opts *o);
 /* st's buffer on dev: buf (a contiguous f32 tensor of bt_fp8_state_floats elements on dev, e.g. a
    slice of a model's flat buffer; retained) or, when NULL, a new one. Either way it is set to the
-   start: amaxes and histories 0, scales 1, primed 0. o NULL: the default. */
+   start: amaxes and histories 0, scales 1, primed and seen 0. o NULL: the default. */
 BTDEF void bt_fp8_state_init(bt_fp8_state *st, const bt_fp8_opts *o, bt_device dev, bt_tensor *buf);
 BTDEF void bt_fp8_state_free(bt_fp8_state *st);
 /* after an optimizer step, for each tensor: history <- [amax, history[0 .. n-2]], amax <- 0, scale <-
-   bt_fp8_scale_of(largest finite history entry); primed <- 1. On st's device, no host wait. */
+   bt_fp8_scale_of(largest finite history entry); primed |= seen, seen <- 0. On st's device, no host
+   wait. */
 BTDEF void bt_fp8_update(bt_fp8_state *st);
 /* the op; st (not NULL) must outlive the graph that the call records */
 BTDEF bt_tensor *bt_linear_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_fp8_state *st);

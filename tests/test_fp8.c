@@ -338,7 +338,7 @@ static void test_recipes(void) {
             mx = hx[0] > hx[1] ? hx[0] : hx[1]; mx = mx > hx[2] ? mx : hx[2];
             mg = hg[0] > hg[1] ? hg[0] : hg[1]; mg = mg > hg[2] ? mg : hg[2];
             float ux[5] = {0, mx / 448.f, hx[0], hx[1], hx[2]}, ug[5] = {0, mg / 57344.f, hg[0], hg[1], hg[2]};
-            BT_CHECK(st.primed && state_is(&st, BT_FP8_X, ux, 3) && state_is(&st, BT_FP8_G, ug, 3), "%s: the state after the update", what);
+            BT_CHECK(st.primed == 7 && !st.seen && state_is(&st, BT_FP8_X, ux, 3) && state_is(&st, BT_FP8_G, ug, 3), "%s: the state after the update", what);
         }
         /* updates without casts: zeros enter, the oldest amaxes leave, an empty history scales by 1 */
         const float after[3][5] = {{0, 6.f / 448.f, 0, 6.f, 0.75f}, {0, 6.f / 448.f, 0, 0, 6.f}, {0, 1.f, 0, 0, 0}};
@@ -350,6 +350,35 @@ static void test_recipes(void) {
     }
     for (int t = 0; t < 3; t++) { free(xv[t]); free(gv[t]); }
     free(wv); free(bv);
+}
+
+/* Delayed scaling primes each tensor on its own: after a forward-only step and an update, x and w
+   scale from their histories while gy, cast for the first time, scales by its own amax (as current
+   scaling does), not by the scale 1 of its empty history */
+static void test_delayed_first_casts(void) {
+    const long R = 16, K = 32, N = 16;
+    float *wv = values(N * K, 0.03, BT_F32, 3, 0.125f), *x1 = values(R * K, 0.5, BT_F32, 5, 2.5f), *x2 = values(R * K, 0.2, BT_F32, 9, 0.75f);
+    float *gv = values(R * N, 0.001, BT_F32, 4, 0.004f);
+    bt_fp8_opts o = bt_fp8_default_opts();
+    o.recipe = BT_FP8_DELAYED; o.history = 2;
+    bt_fp8_state st;
+    bt_fp8_state_init(&st, &o, CPU, NULL);
+    bt_tensor *x = leaf_of(x1, bt_shape2(R, K), BT_F32, 0), *w = leaf_of(wv, bt_shape2(N, K), BT_F32, 0);
+    bt_scope_begin();
+    bt_linear_fp8(x, w, NULL, &st);                   /* an evaluation: no backward */
+    bt_scope_end();
+    BT_CHECK(st.seen == 3 && !st.primed, "x and w seen, nothing primed (seen %u, primed %u)", st.seen, st.primed);
+    bt_fp8_update(&st);
+    BT_CHECK(st.primed == 3 && !st.seen, "x and w primed, gy not (primed %u)", st.primed);
+    step_err e = layer_step(&st, BT_F32, x2, bt_shape2(R, K), wv, N, NULL, gv, 2.5f / 448.f, 0.125f / 448.f, 0.004f / 57344.f);
+    CHECK_STEP(e, "delayed x and w, gy's first cast current");
+    step_err c = layer_step(&st, BT_F32, x2, bt_shape2(R, K), wv, N, NULL, gv, 2.5f / 448.f, 0.125f / 448.f, 1.f);
+    BT_CHECK(c.dx > 4 && c.dw > 4, "the empty history's scale 1 also fits gy (dx %.3g, dw %.3g)", c.dx, c.dw);
+    bt_fp8_update(&st);
+    BT_CHECK(st.primed == 7, "all primed after the step's update (%u)", st.primed);
+    bt_release(x); bt_release(w);
+    bt_fp8_state_free(&st);
+    free(wv); free(x1); free(x2); free(gv);
 }
 
 /* no graph: the same y, bit for bit, and no node; only what the wanted gradients need is kept */
@@ -420,6 +449,7 @@ int main(void) {
     BT_RUN(test_scale_rule);
     BT_RUN(test_linear_fp8_current);
     BT_RUN(test_recipes);
+    BT_RUN(test_delayed_first_casts);
     BT_RUN(test_no_grad_and_partial);
     BT_RUN(test_errors);
     return bt_test_summary("test_fp8");
