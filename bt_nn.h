@@ -1326,8 +1326,8 @@ BTDEF bt_tensor *bt_attention_qkv(bt_tensor *qkv, int64_t H) {
    dw = qg^T qx needs qg^T [N, R] and qx^T [K, R]), then one product. The node keeps qx^T (when w
    wants a gradient), qw^T (when x does) and the two scales; qx and qw themselves go at once.
    Backward: gy's cast (qg and its transpose, as the gradients wanted), two products, the bias
-   gradient as bt_linear's (bt__bias_grad_reduce). Memory kept per layer: R K + K N bytes, a quarter
-   of bt_linear's bf16 x and w. */
+   gradient as bt_linear's (bt__bias_grad_reduce). Memory the node keeps: R K + K N bytes, where
+   bt_linear keeps its bf16 x (2 R K bytes) and a reference to w. */
 BTDEF bt_fp8_opts bt_fp8_default_opts(void) { bt_fp8_opts o = {BT_FP8_CURRENT, 16, 0}; return o; }
 static void bt__fp8_check_opts(const bt_fp8_opts *o, const char *op) {
     if (o->recipe != BT_FP8_CURRENT && o->recipe != BT_FP8_DELAYED)

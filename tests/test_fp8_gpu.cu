@@ -17,7 +17,7 @@
                So u_acc = 2^-12 split (a 13-bit partial sum per short chunk of K, then fp32), 2^-9
                fast (partial sums over the whole K). A wrong scale, operand, transpose or format is
                off by far more (the quantisation step itself is 2^-4 relative). The worst error /
-               bound of each mode is printed (info:).
+               bound of each mode is printed (info:); BT_TEST_VERBOSE=1 prints every case's.
      the op    bt_linear_fp8 on the GPU and on the CPU from the same values, three steps of each
                recipe (bf16 and f32): the quantised operands the nodes keep are the same bytes,
                y, dx, dw, db are within the bounds above of the float64 products of those bytes (the
@@ -279,7 +279,7 @@ static void test_products(void) {
     const long shapes[3][3] = {{16, 16, 16}, {64, 48, 272}, {128, 256, 1024}};
     const bt_dtype pairs[3][2] = {{BT_F8E4M3, BT_F8E4M3}, {BT_F8E5M2, BT_F8E4M3}, {BT_F8E4M3, BT_F8E5M2}};
     const bt_dtype outs[3] = {BT_BF16, BT_F16, BT_F32};
-    for (int sh = 0; sh < 3; sh++)
+    for (int sh = 0; sh < (bt_test_quick() ? 2 : 3); sh++)      /* BT_TEST_QUICK (the sanitizer's pass): not the large shape */
         for (int p = 0; p < 3; p++)
             for (int o = 0; o < 3; o++)
                 for (int v = 0; v < 4; v++) {
