@@ -19,9 +19,14 @@
    is the autograd engine's (bt_autograd.h); each op's math is in bt_tensor.h. Files: gpt2_io.h
    (llm.c model files, Hugging Face), gpt2_parallel.h (tensor and context parallelism).
 
+   FP8 (docs/fp8.md): gpt2_fp8_enable gives the model one scaling state per block linear (qkv,
+   attention projection, MLP fc, MLP projection) in one flat f32 buffer; a training forward (grad
+   mode on) then runs those four linears through bt_linear_fp8 (e4m3 forward, e5m2 gradients),
+   everything else as before. gpt2_fp8_update, once per optimizer step, rolls the states.
+
    SECTIONS (implementation)
      1. configuration and presets
-     2. parameters: one flat fp32 buffer, init, llm.c's file order
+     2. parameters: one flat fp32 buffer, init, llm.c's file order; the FP8 states
      3. the forward pass
      4. generation: a KV cache, sampling
 */
@@ -74,7 +79,11 @@ typedef struct gpt2 {
     int tp, tp_rank;               /* tensor parallelism: this rank's shard of tp; 0 when whole */
     const struct gpt2_split *split;   /* tensor/context parallel forward (gpt2_parallel.h); NULL: whole */
     struct gpt2_par *par;          /* that split's state */
+    bt_tensor *fp8_buf;            /* f32 [L, GPT2_FP8_LINEARS, 3, 2 + history]: the FP8 states (gpt2_fp8_enable); NULL: none */
+    bt_fp8_state *fp8;             /* [L * GPT2_FP8_LINEARS]: layer l's linear k at l * GPT2_FP8_LINEARS + k, views of fp8_buf */
 } gpt2;
+/* the block linears that run in FP8, in a layer's order in fp8_buf */
+enum { GPT2_FP8_QKV, GPT2_FP8_PROJ, GPT2_FP8_FC, GPT2_FP8_FCPROJ, GPT2_FP8_LINEARS };
 
 /* The parts of the model tensor or context parallelism replace (gpt2_parallel.h); a NULL member
    keeps the whole model's. embed, attention and mlp return their block's output without the
@@ -104,6 +113,15 @@ BTDEF void gpt2_from_file_order(const gpt2 *m, const float *file, float *mem);
 enum { P_WTE, P_WPE, P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_PROJW, P_PROJB, P_LN2W, P_LN2B, P_FCW, P_FCB,
        P_FCPROJW, P_FCPROJB, P_LNFW, P_LNFB, P_COUNT };
 BTDEF void gpt2_param_sizes(const gpt2_config *c, int64_t *sz);
+/* The FP8 linears (bt_linear_fp8; bt_tensor.h states the math): one state per block linear, all in
+   fp8_buf on the model's device, 3 (2 + history) floats each (o NULL: bt_fp8_default_opts), set
+   to the start (scales 1, histories 0, nothing primed). Refused with tensor or context
+   parallelism (the split's linears are its own). A forward with grad mode off (validation,
+   generation) keeps the bf16 linears: its casts would feed the amax history. */
+BTDEF void gpt2_fp8_enable(gpt2 *m, const bt_fp8_opts *o);
+/* after an optimizer step: bt_fp8_update of every state (the step's amaxes into the histories, the
+   next scales); no host wait */
+BTDEF void gpt2_fp8_update(gpt2 *m);
 
 /* ---- 3. the forward pass (idx, targets: [B, T] i32 on the model's device) ---- */
 BTDEF bt_tensor *gpt2_param_as(gpt2 *m, bt_tensor *p, bt_dtype dt);   /* p in the compute dtype */
@@ -279,8 +297,27 @@ BTDEF void gpt2_build(gpt2 *m, gpt2_config cfg, bt_device dev) { gpt2_build_padd
 BTDEF void gpt2_free(gpt2 *m) {
     for (int i = 0; i < m->n_params; i++) bt_release(m->params[i]);
     bt_release(m->flat); bt_release(m->flat_grad); bt_release(m->flat_lowp); bt_release(m->pos);
-    free(m->params); free(m->file_off); free(m->layers);
+    for (int i = 0; m->fp8 && i < m->cfg.L * GPT2_FP8_LINEARS; i++) bt_fp8_state_free(&m->fp8[i]);
+    bt_release(m->fp8_buf);
+    free(m->params); free(m->file_off); free(m->layers); free(m->fp8);
     memset(m, 0, sizeof *m);
+}
+
+/* the FP8 states: 4 L of them, each a [3, 2 + history] slice of one buffer (a checkpoint saves
+   the buffer whole); with the default history 16, 216 bytes per linear */
+BTDEF void gpt2_fp8_enable(gpt2 *m, const bt_fp8_opts *o) {
+    if (m->split) bt_error("gpt2_fp8_enable: FP8 linears with tensor or context parallelism are not supported (--precision fp8 with --tp or --cp)");
+    if (m->fp8) bt_error("gpt2_fp8_enable: the model has FP8 states already");
+    int64_t per = bt_fp8_state_floats(o), n = (int64_t)m->cfg.L * GPT2_FP8_LINEARS;
+    m->fp8 = (bt_fp8_state *)calloc((size_t)n, sizeof *m->fp8);
+    if (!m->fp8) bt_error("gpt2_fp8_enable: out of host memory");
+    bt_scope_begin();
+    m->fp8_buf = bt_keep(bt_zeros(bt_shape1(n * per), BT_F32, m->device));
+    for (int64_t i = 0; i < n; i++) bt_fp8_state_init(&m->fp8[i], o, m->device, bt_narrow(m->fp8_buf, 0, i * per, per));
+    bt_scope_end();
+}
+BTDEF void gpt2_fp8_update(gpt2 *m) {
+    for (int i = 0; m->fp8 && i < m->cfg.L * GPT2_FP8_LINEARS; i++) bt_fp8_update(&m->fp8[i]);
 }
 
 BTDEF void gpt2_to_file_order(const gpt2 *m, const float *mem, float *file) {
@@ -347,17 +384,37 @@ BTDEF bt_tensor *gpt2_param_as(gpt2 *m, bt_tensor *p, bt_dtype dt) {
 }
 #define GPT2_P(x) gpt2_param_as(m, (x), dt)
 
+/* r + x w^T + b (r NULL: without): through bt_linear_fp8 with the scaling state st, or with st
+   NULL bt_linear / bt_linear_add (the residual add then rides the GEMM on a GPU) */
+static bt_tensor *gpt2__linear(bt_fp8_state *st, bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tensor *r) {
+    if (st) {
+        bt_tensor *out = bt_linear_fp8(x, w, b, st);
+        return r ? bt_add(r, out) : out;
+    }
+    return r ? bt_linear_add(x, w, b, r) : bt_linear(x, w, b);
+}
+/* layer y's linear k (GPT2_FP8_QKV ..): its FP8 state when f8, else NULL (the bf16 linear). f8 is
+   decided once per forward (gpt2_hidden: FP8 states and grad mode on) and travels with the
+   recompute regions, whose first forward runs with grad mode off and whose remake with it on. */
+#define GPT2_F8(k) (f8 ? &m->fp8[(y - m->layers) * GPT2_FP8_LINEARS + (k)] : NULL)
+
 /* x + causal self-attention of one block's h: [B, T, C] -> [B, T, C]. One projection makes q, k, v
    side by side ([B, T, 3C]); the attention op reads the heads out of it in place; the residual add
    rides the output projection. */
-static bt_tensor *gpt2__attention(gpt2 *m, gpt2_layer *y, bt_tensor *h, bt_tensor *x, bt_dtype dt) {
+static bt_tensor *gpt2__attention(gpt2 *m, gpt2_layer *y, bt_tensor *h, bt_tensor *x, bt_dtype dt, int f8) {
     if (m->split && m->split->attention) return bt_add(x, m->split->attention(m, y, h, dt));
-    bt_tensor *qkv = bt_linear(h, GPT2_P(y->qkvw), GPT2_P(y->qkvb));
-    return bt_linear_add(bt_attention_qkv(qkv, m->cfg.H), GPT2_P(y->projw), GPT2_P(y->projb), x);
+    bt_tensor *qkv = gpt2__linear(GPT2_F8(GPT2_FP8_QKV), h, GPT2_P(y->qkvw), GPT2_P(y->qkvb), NULL);
+    return gpt2__linear(GPT2_F8(GPT2_FP8_PROJ), bt_attention_qkv(qkv, m->cfg.H), GPT2_P(y->projw), GPT2_P(y->projb), x);
 }
-/* x + the MLP of h (bias + GELU and the residual add ride the GEMMs: bt_mlp_gelu) */
-static bt_tensor *gpt2__mlp(gpt2 *m, gpt2_layer *y, bt_tensor *h, bt_tensor *x, bt_dtype dt) {
+/* x + the MLP of h (bias + GELU and the residual add ride the GEMMs: bt_mlp_gelu). FP8: the two
+   linears unfused (bt_linear_fp8's epilogue takes the bias, not GELU; the residual is a bt_add),
+   gelu between them */
+static bt_tensor *gpt2__mlp(gpt2 *m, gpt2_layer *y, bt_tensor *h, bt_tensor *x, bt_dtype dt, int f8) {
     if (m->split && m->split->mlp) return bt_add(x, m->split->mlp(m, y, h, dt));
+    if (f8) {
+        bt_tensor *u = bt_gelu(gpt2__linear(GPT2_F8(GPT2_FP8_FC), h, GPT2_P(y->fcw), GPT2_P(y->fcb), NULL));
+        return gpt2__linear(GPT2_F8(GPT2_FP8_FCPROJ), u, GPT2_P(y->fcprojw), GPT2_P(y->fcprojb), x);
+    }
 #ifdef BT_MLIR
     if (m->mlir) {   /* the fc bias + GELU as one fused kernel after a matmul without bias: bt_linear + bt_gelu's math */
         bt_tensor *u = bt_mlir_bias_gelu(bt_linear(h, GPT2_P(y->fcw), NULL), GPT2_P(y->fcb));
@@ -380,11 +437,11 @@ static bt_tensor *gpt2__positions(gpt2 *m, int64_t T) {
    stream x and returns x + sublayer(layernorm(x)), so both consumers of x are inside (the remade
    backward gives the same bits). The parameters are reached through the layer: GPT2_P's casts are
    made inside, their nodes remade with the rest. */
-typedef struct { gpt2 *m; gpt2_layer *y; bt_dtype dt; int no_gelu; } gpt2__region;
+typedef struct { gpt2 *m; gpt2_layer *y; bt_dtype dt; int no_gelu, f8; } gpt2__region;
 static bt_tensor *gpt2__attn_region(void *ctx, bt_tensor **in) {
     gpt2__region *r = (gpt2__region *)ctx;
     gpt2 *m = r->m; gpt2_layer *y = r->y; bt_dtype dt = r->dt;
-    return gpt2__attention(m, y, bt_layernorm(in[0], GPT2_P(y->ln1w), GPT2_P(y->ln1b), 1e-5), in[0], dt);
+    return gpt2__attention(m, y, bt_layernorm(in[0], GPT2_P(y->ln1w), GPT2_P(y->ln1b), 1e-5), in[0], dt, r->f8);
 }
 /* no_gelu: GELU's own recompute off. Inside a remade region it gains nothing (the region's backward
    holds the re-run's gelu(h), one layer's, alive during that layer's backward only); next to one
@@ -394,7 +451,7 @@ static bt_tensor *gpt2__mlp_region(void *ctx, bt_tensor **in) {
     gpt2__region *r = (gpt2__region *)ctx;
     gpt2 *m = r->m; gpt2_layer *y = r->y; bt_dtype dt = r->dt;
     int old = r->no_gelu ? bt_set_recompute(bt_get_recompute() & ~BT_RECOMPUTE_GELU) : 0;
-    bt_tensor *out = gpt2__mlp(m, y, bt_layernorm(in[0], GPT2_P(y->ln2w), GPT2_P(y->ln2b), 1e-5), in[0], dt);
+    bt_tensor *out = gpt2__mlp(m, y, bt_layernorm(in[0], GPT2_P(y->ln2w), GPT2_P(y->ln2b), 1e-5), in[0], dt, r->f8);
     if (r->no_gelu) bt_set_recompute(old);
     return out;
 }
@@ -414,8 +471,8 @@ static bt_tensor *gpt2__block_region(void *ctx, bt_tensor **in) {
    alive during its own backward only: one layer's worth on top. The work remade: ATTN about 4C^2
    + 2TC multiply-adds per token (qkv, projection, attention), MLP 8C^2, BLOCK both: one more
    forward of the blocks, ~1/3 more per step for GPT-2 (forward 1, backward 2). */
-static bt_tensor *gpt2__block(gpt2 *m, gpt2_layer *y, bt_tensor *x, bt_dtype dt, int rc) {
-    gpt2__region r = {m, y, dt, (rc & (BT_RECOMPUTE_ATTN | BT_RECOMPUTE_MLP | BT_RECOMPUTE_BLOCK)) != 0};
+static bt_tensor *gpt2__block(gpt2 *m, gpt2_layer *y, bt_tensor *x, bt_dtype dt, int rc, int f8) {
+    gpt2__region r = {m, y, dt, (rc & (BT_RECOMPUTE_ATTN | BT_RECOMPUTE_MLP | BT_RECOMPUTE_BLOCK)) != 0, f8};
     if (rc & BT_RECOMPUTE_BLOCK) return bt_checkpoint(gpt2__block_region, &r, sizeof r, &x, 1);
     x = rc & BT_RECOMPUTE_ATTN ? bt_checkpoint(gpt2__attn_region, &r, sizeof r, &x, 1) : gpt2__attn_region(&r, &x);
     return rc & BT_RECOMPUTE_MLP ? bt_checkpoint(gpt2__mlp_region, &r, sizeof r, &x, 1) : gpt2__mlp_region(&r, &x);
@@ -428,7 +485,8 @@ BTDEF bt_tensor *gpt2_hidden(gpt2 *m, bt_tensor *idx, bt_dtype dt) {
                  "collectives are not remade in the backward; use none or gelu", rc);
     bt_tensor *x = m->split && m->split->embed ? m->split->embed(m, idx, dt)
                  : bt_add(bt_embedding(GPT2_P(m->wte), idx), bt_embedding(GPT2_P(m->wpe), gpt2__positions(m, idx->shape[1])));
-    for (int l = 0; l < m->cfg.L; l++) x = gpt2__block(m, &m->layers[l], x, dt, rc);
+    int f8 = m->fp8 && bt_grad_enabled();   /* a training forward: the FP8 linears */
+    for (int l = 0; l < m->cfg.L; l++) x = gpt2__block(m, &m->layers[l], x, dt, rc, f8);
     return bt_layernorm(x, GPT2_P(m->lnfw), GPT2_P(m->lnfb), 1e-5);
 }
 /* weight tying: the head is wte */
@@ -490,7 +548,7 @@ BTDEF bt_tensor *gpt2_forward_cached(gpt2 *m, gpt2_kv_cache *kv, const int32_t *
     for (int l = 0; l < c->L; l++) {
         gpt2_layer *y = &m->layers[l];
         x = bt_add(x, gpt2__attention_cached(m, y, bt_layernorm(x, GPT2_P(y->ln1w), GPT2_P(y->ln1b), 1e-5), kv, l, mask));
-        x = gpt2__mlp(m, y, bt_layernorm(x, GPT2_P(y->ln2w), GPT2_P(y->ln2b), 1e-5), x, dt);
+        x = gpt2__mlp(m, y, bt_layernorm(x, GPT2_P(y->ln2w), GPT2_P(y->ln2b), 1e-5), x, dt, 0);
     }
     kv->len += n;
     x = bt_layernorm(bt_select(bt_select(x, 0, 0), 0, n - 1), GPT2_P(m->lnfw), GPT2_P(m->lnfb), 1e-5);   /* [C] */
@@ -551,5 +609,6 @@ BTDEF void gpt2_sample(gpt2 *m, bt_tokenizer *tok, int n, int topk, double temp,
     free(ids); free(row);
 }
 #undef GPT2_P
+#undef GPT2_F8
 #endif /* GPT2_IMPLEMENTATION_DONE */
 #endif /* GPT2_IMPLEMENTATION */
