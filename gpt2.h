@@ -115,7 +115,8 @@ enum { P_WTE, P_WPE, P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_PROJW, P_PROJB, P_LN2W, P
 BTDEF void gpt2_param_sizes(const gpt2_config *c, int64_t *sz);
 /* The FP8 linears (bt_linear_fp8; bt_tensor.h states the math): one state per block linear, all in
    fp8_buf on the model's device, 3 (2 + history) floats each (o NULL: bt_fp8_default_opts), set
-   to the start (scales 1, histories 0, nothing primed). Refused with tensor or context
+   to the start (scales 1, histories 0, nothing primed); called again, it sets them back to the
+   start (e.g. after forwards that only measured memory). Refused with tensor or context
    parallelism (the split's linears are its own). A forward with grad mode off (validation,
    generation) keeps the bf16 linears: its casts would feed the amax history. */
 BTDEF void gpt2_fp8_enable(gpt2 *m, const bt_fp8_opts *o);
@@ -307,13 +308,22 @@ BTDEF void gpt2_free(gpt2 *m) {
    the buffer whole); with the default history 16, 216 bytes per linear */
 BTDEF void gpt2_fp8_enable(gpt2 *m, const bt_fp8_opts *o) {
     if (m->split) bt_error("gpt2_fp8_enable: FP8 linears with tensor or context parallelism are not supported (--precision fp8 with --tp or --cp)");
-    if (m->fp8) bt_error("gpt2_fp8_enable: the model has FP8 states already");
     int64_t per = bt_fp8_state_floats(o), n = (int64_t)m->cfg.L * GPT2_FP8_LINEARS;
-    m->fp8 = (bt_fp8_state *)calloc((size_t)n, sizeof *m->fp8);
-    if (!m->fp8) bt_error("gpt2_fp8_enable: out of host memory");
+    if (m->fp8 && bt_numel(m->fp8_buf) != n * per)
+        bt_error("gpt2_fp8_enable: the model's FP8 states hold %lld floats, these options %lld (another history length)",
+                 (long long)bt_numel(m->fp8_buf), (long long)(n * per));
+    if (!m->fp8) {
+        m->fp8 = (bt_fp8_state *)calloc((size_t)n, sizeof *m->fp8);
+        if (!m->fp8) bt_error("gpt2_fp8_enable: out of host memory");
+        bt_scope_begin();
+        m->fp8_buf = bt_keep(bt_zeros(bt_shape1(n * per), BT_F32, m->device));
+        bt_scope_end();
+    }
     bt_scope_begin();
-    m->fp8_buf = bt_keep(bt_zeros(bt_shape1(n * per), BT_F32, m->device));
-    for (int64_t i = 0; i < n; i++) bt_fp8_state_init(&m->fp8[i], o, m->device, bt_narrow(m->fp8_buf, 0, i * per, per));
+    for (int64_t i = 0; i < n; i++) {
+        bt_fp8_state_free(&m->fp8[i]);
+        bt_fp8_state_init(&m->fp8[i], o, m->device, bt_narrow(m->fp8_buf, 0, i * per, per));
+    }
     bt_scope_end();
 }
 BTDEF void gpt2_fp8_update(gpt2 *m) {

@@ -62,7 +62,12 @@ static void usage(FILE *f) {
         "  -g N      tokens to sample (default 64)\n"
         "  -o DIR    write DIR/log.jsonl (one JSON object per step; DIR is made if missing)\n"
         "  --save PATH   write the trained model (llm.c layout) at the end, before the last sample\n"
-        "  --precision fp32|tf32|bf16   (default bf16 on a GPU, fp32 on a CPU)\n"
+        "  --precision fp32|tf32|bf16|fp8   (default bf16 on a GPU, fp32 on a CPU); fp8: GPT-2's block linears (qkv,\n"
+        "            attention projection, MLP fc and projection) in FP8, e4m3 forward and e5m2 gradients with\n"
+        "            per-tensor scales (Ada/Hopper GPUs; on a CPU emulated, the rest fp32), the rest as bf16 (docs/fp8.md)\n"
+        "  --fp8-recipe current|delayed   with fp8: scales from each tensor's own amax, or from the amax history\n"
+        "            of the last --fp8-history steps (default delayed)\n"
+        "  --fp8-history N   with fp8: the delayed recipe's amax history, 1 to 1024 steps (default 16)\n"
         "  --device auto|cpu|cuda|cuda:N  (default auto: cuda:0 when there is a GPU)\n"
         "  --seed N  --topk N  --temp T  --clip C (0 = no clipping)\n"
         "  --tokenizer DIR   encoder.json and vocab.bpe (default data; without them samples print as ids)\n"
@@ -145,7 +150,7 @@ static int takes_value(const char *a) {
         "-s", "-g", "-u", "--topk", "-l", "-q", "-c", "--clip", "--temp", "--seed", "-n", "--nproc", "--bucket-mb",
         "--nccl-timeout", "--ckpt-dir", "--ckpt-every", "--ckpt-keep", "--resume", "--init-from", "--export-hf", "--tp", "--cp",
         "--cp-comm", "--recompute", "--cuda-graph", "--ddp-rows", "--nccl-blocking", "--ddp-transport", "--dp", "--comm-dtype",
-        "--precision", "--device", "--eval-mc"};
+        "--precision", "--device", "--eval-mc", "--fp8-recipe", "--fp8-history"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) if (!strcmp(a, names[i])) return 1;
     return 0;
 }
@@ -244,8 +249,14 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
         }
         else if (!strcmp(a, "--precision")) {
             o->precision = v;
-            if (strcmp(v, "fp32") && strcmp(v, "tf32") && strcmp(v, "bf16")) { snprintf(err, errlen, "--precision must be fp32, tf32 or bf16, got '%s'", v); return -1; }
-        } else if (!strcmp(a, "--device")) {
+            if (strcmp(v, "fp32") && strcmp(v, "tf32") && strcmp(v, "bf16") && strcmp(v, "fp8")) {
+                snprintf(err, errlen, "--precision must be fp32, tf32, bf16 or fp8, got '%s'", v); return -1;
+            }
+        } else if (!strcmp(a, "--fp8-recipe")) {
+            o->fp8_recipe = v;
+            if (strcmp(v, "current") && strcmp(v, "delayed")) { snprintf(err, errlen, "--fp8-recipe must be current or delayed, got '%s'", v); return -1; }
+        } else if (!strcmp(a, "--fp8-history")) bad = parse_int(v, 1, 1024, &o->fp8_history);
+        else if (!strcmp(a, "--device")) {
             o->device = v;
             int n;
             if (strcmp(v, "auto") && strcmp(v, "cpu") && strcmp(v, "cuda") && (strncmp(v, "cuda:", 5) || parse_int(v + 5, 0, BT_MAX_GPUS - 1, &n))) {
@@ -254,7 +265,11 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
         } else { snprintf(err, errlen, "unknown option '%s'", a); return -1; }
         if (bad) { snprintf(err, errlen, "bad value '%s' for %s", v, a); return -1; }
     }
-    const char *clash = o->ckpt_every && !o->ckpt_dir ? "--ckpt-every needs --ckpt-dir DIR (where the checkpoints go)"
+    int fp8 = o->precision && !strcmp(o->precision, "fp8");
+    const char *clash = (o->fp8_recipe || o->fp8_history) && !fp8 ? "--fp8-recipe and --fp8-history need --precision fp8"
+        : fp8 && o->mlir ? "--precision fp8 and --mlir exclude each other (the FP8 MLP runs its linears unfused; --mlir fuses a bf16 one)"
+        : fp8 && (o->tp > 1 || o->cp > 1) ? "--precision fp8: not with --tp or --cp yet (their split linears are gpt2_parallel.h's, not FP8)"
+        : o->ckpt_every && !o->ckpt_dir ? "--ckpt-every needs --ckpt-dir DIR (where the checkpoints go)"
         : o->resume && !strcmp(o->resume, "auto") && !o->ckpt_dir ? "--resume auto needs --ckpt-dir DIR (where to look)"
         : o->ckpt_overwrite && !o->ckpt_dir ? "--ckpt-overwrite needs --ckpt-dir DIR (whose old checkpoints it deletes)"
         : o->resume && o->init_from ? "--resume and --init-from exclude each other (--init-from starts a new run from a model's weights)"
@@ -283,8 +298,15 @@ static int resolve_opts(train_opts *o, int on_gpu, const trainer_config *cfg, ch
     if (o->lr < 0) o->lr = on_gpu ? 6e-4 : 2e-3;
     if (o->warmup < 0) { o->warmup = o->steps / 10; if (o->warmup > 700) o->warmup = 700; }
     if (!o->precision) o->precision = on_gpu ? "bf16" : "fp32";
-    if (!on_gpu && strcmp(o->precision, "fp32")) {
-        snprintf(err, errlen, "--precision %s needs a GPU (the CPU path computes in fp32)", o->precision); return -1;
+    if (!on_gpu && strcmp(o->precision, "fp32") && strcmp(o->precision, "fp8")) {
+        snprintf(err, errlen, "--precision %s needs a GPU (the CPU path computes in fp32; fp8 is emulated there)", o->precision); return -1;
+    }
+    /* fp8's recipe by default: delayed scaling over 16 steps (Transformer Engine's choice): one read
+       of each tensor per cast (the amax measured in the same pass), where current scaling reads it
+       twice; the scales lag the tensors by a step, which the history's maximum covers */
+    if (!strcmp(o->precision, "fp8")) {
+        if (!o->fp8_recipe) o->fp8_recipe = "delayed";
+        if (!o->fp8_history) o->fp8_history = 16;
     }
     if (o->B < 0) {
         if (on_gpu) return 0;          /* measured once the model exists: auto_micro_batch */
@@ -386,6 +408,7 @@ static int train_step(trainer *tr, int step, double lr, double *loss, double *gr
     *grad_norm = bt_item(norm);
     int finite = isfinite(*loss) && isfinite(*grad_norm);
     if (finite) trainer_update(tr, lr, norm);
+    trainer_fp8_update(tr);   /* the step's amaxes into the histories, skipped update or not; the next step's scales */
     bt_scope_end();
     return finite;
 }
@@ -454,7 +477,8 @@ static int on_nonfinite_step(trainer *tr, int step, double loss) {
    3. logging
    ============================================================================================ */
 /* dense peak FLOP/s of a GPU in a precision, for MFU, looked up by the GPU's name (datasheet
-   figures, without sparsity); 0 when the GPU is not in the table */
+   figures, without sparsity); 0 when the GPU is not in the table. fp8 counts against the bf16
+   peak: most of its work is still bf16 (attention, the classifier), and the gain then shows as MFU */
 static double peak_flops(const char *gpu, const char *precision) {
     static const struct { const char *name; double bf16, tf32, fp32; } table[] = {
         {"H100 PCIe", 756e12, 378e12, 51e12},
@@ -464,7 +488,7 @@ static double peak_flops(const char *gpu, const char *precision) {
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (strstr(gpu, table[i].name))
-            return !strcmp(precision, "bf16") ? table[i].bf16 : !strcmp(precision, "tf32") ? table[i].tf32 : table[i].fp32;
+            return !strcmp(precision, "bf16") || !strcmp(precision, "fp8") ? table[i].bf16 : !strcmp(precision, "tf32") ? table[i].tf32 : table[i].fp32;
     return 0;
 }
 
@@ -838,7 +862,13 @@ static int train_main(train_opts *o) {
     tr.dist = dist;
     if (load_tokenizer(&tr, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
     if (o->eval_mc && load_mc(&tr, &cfg, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
-    tr.dt = !strcmp(o->precision, "bf16") ? BT_BF16 : BT_F32;
+    int fp8 = !strcmp(o->precision, "fp8");   /* GPT-2's block linears in FP8, the rest bf16 (CPU: f32) */
+    if (fp8 && world > 1) {
+        fprintf(stderr, "error: --precision fp8 with %d processes: not yet (each rank's amaxes would give its own scales; the "
+                "all-reduce of the FP8 states is to come); train fp8 on one process, or bf16 on several\n", world);
+        return run_end(&tr, 2);
+    }
+    tr.dt = !strcmp(o->precision, "bf16") || (fp8 && on_gpu) ? BT_BF16 : BT_F32;
     bt_set_matmul_precision(!strcmp(o->precision, "tf32") ? BT_MATMUL_TF32 : BT_MATMUL_FP32);
     if (o->deterministic) bt_set_deterministic(1);
     tr.zero.stage = !dist ? 0 : !strcmp(o->dp, "zero1") ? 1 : !strcmp(o->dp, "zero2") ? 2 : 0;
@@ -853,6 +883,7 @@ static int train_main(train_opts *o) {
     else trainer_model_build(&tr, &cfg, dev, pad_to, grad_dt);
     if (tr.par) gpt2_par_attach(tr.par, &tr.model);
     tr.model.mlir = o->mlir;
+    if (fp8) trainer_fp8_enable(&tr);   /* before the memory probes, so they measure the FP8 path */
     if (tr.src.resume) trainer_ckpt_import_tuning(&tr);   /* before any matmul chooses its algorithm */
     /* weights from a file are checked once: NaN or Inf there is the file's fault, not the learning rate's */
     const char *weights_flag = tr.src.resume ? "--resume" : have_src ? "--init-from" : from_file ? "-e" : NULL;
@@ -890,6 +921,7 @@ static int train_main(train_opts *o) {
     if (o->recompute < 0) o->recompute = on_gpu && !auto_b && world == 1 ? trainer_choose_recompute(&tr, o->B, o->T, tr.dt) : 0;
     bt_set_recompute(o->recompute);
     tr.o = *o;
+    if (fp8) trainer_fp8_enable(&tr);   /* the probes' casts recorded amaxes: the states start again (a resume then loads its own) */
     int dworld = trainer_data_world(&tr);   /* the data-parallel ranks: world / (tp cp) */
     if (o->total_batch % ((int64_t)o->B * o->T * dworld)) {
         fprintf(stderr, "error: -d %d is not a multiple of B*T*%s = %d*%d*%d\n", o->total_batch, tr.par ? "data-parallel ranks" : "processes", o->B, o->T, dworld);
@@ -917,7 +949,8 @@ static int train_main(train_opts *o) {
     if (tr.src.resume && trainer_ckpt_restore(&tr, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
     /* the staging of periodic snapshots (weights, m, v: fp32) is allocated before the first step,
        so no snapshot stalls on it (pinned memory takes ~0.3 s per GB to allocate) */
-    if (tr.saver && o->ckpt_every > 0 && bt_ckpt_saver_reserve(tr.saver, (size_t)3 * sizeof(float) * (size_t)trainer_num_params(&tr), on_gpu)) {
+    size_t fp8_bytes = tr.model.fp8_buf ? sizeof(float) * (size_t)bt_numel(tr.model.fp8_buf) : 0;
+    if (tr.saver && o->ckpt_every > 0 && bt_ckpt_saver_reserve(tr.saver, (size_t)3 * sizeof(float) * (size_t)trainer_num_params(&tr) + fp8_bytes, on_gpu)) {
         fprintf(stderr, "error: --ckpt-every: %s\n", bt_ckpt_error()); return run_end(&tr, 1);
     }
     /* the last check, before the log is cut or truncated: --ckpt-dir holds no other run's checkpoints (or they go) */
@@ -936,8 +969,11 @@ static int train_main(train_opts *o) {
                on_gpu ? bt_device_name(dev) : "cpu");
     else printf("model %s: L %d H %d C %d maxT %d V %d (padded %d), %.2fM parameters on %s\n", mname, cfg.L, cfg.H, cfg.C,
                 cfg.maxT, cfg.V, cfg.Vp, trainer_num_params(&tr) / 1e6, on_gpu ? bt_device_name(dev) : "cpu");
-    printf("B %d T %d, total batch %d tokens (%d micro-batches), %d steps, lr %.2e warmup %d, precision %s%s%s\n",
-           o->B, o->T, o->total_batch, accum, o->steps, o->lr, o->warmup, o->precision, o->recompute ? ", recompute " : "", o->recompute ? trainer_recompute_name(o->recompute) : "");
+    char fp8_what[96] = "";
+    if (fp8) snprintf(fp8_what, sizeof fp8_what, " (block linears in FP8: %s scaling, history %d%s)", o->fp8_recipe, o->fp8_history,
+                      on_gpu ? "" : "; emulated, the rest fp32");
+    printf("B %d T %d, total batch %d tokens (%d micro-batches), %d steps, lr %.2e warmup %d, precision %s%s%s%s\n",
+           o->B, o->T, o->total_batch, accum, o->steps, o->lr, o->warmup, o->precision, fp8_what, o->recompute ? ", recompute " : "", o->recompute ? trainer_recompute_name(o->recompute) : "");
     if (on_gpu) printf("cuda graph: %s\n", !o->cuda_graph ? "off" : dist && dworld > 1
                        ? "on (each kind of micro-step, accumulating or communicating, is captured with its collectives after one eager run, then replayed)"
                        : "on (the micro-step is captured after one eager micro-step, then replayed)");

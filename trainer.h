@@ -59,7 +59,9 @@ typedef struct {
     int B, T, total_batch, steps, val_every, val_batches, sample_every, gen_len, topk, warmup;
     double lr, final_lr_frac, weight_decay, clip, temp;
     uint64_t seed;
-    const char *precision;    /* fp32 | tf32 | bf16 */
+    const char *precision;    /* fp32 | tf32 | bf16 | fp8 (GPT-2's block linears in FP8, the rest bf16; fp32 on a CPU) */
+    const char *fp8_recipe;   /* --fp8-recipe current | delayed (NULL: not given; delayed with fp8) */
+    int fp8_history;          /* --fp8-history N: the delayed recipe's amax history (0: not given; 16 with fp8) */
     const char *device;       /* auto | cpu | cuda | cuda:N */
     int overfit;              /* train on the first batch only */
     int quiet;
@@ -176,6 +178,13 @@ int trainer_model_export_hf(trainer *tr, gpt2 *whole, const char *dir, char *err
 /* the flags a Llama run does not take yet (--tp/--cp and theirs, --mlir, --save, --ddp-rows on,
    --recompute): 0, or -1 with err naming the flag */
 int trainer_family_check(const train_opts *o, const trainer_config *c, char *err, size_t errlen);
+/* --precision fp8: the model's FP8 states made (or set back to the start) with the run's recipe
+   and history (GPT-2; trainer_family_check refuses a Llama) */
+void trainer_fp8_enable(trainer *tr);
+/* once per optimizer step, after the last micro-batch's backward (train_gpt2.c calls it after the
+   AdamW update, or after the update a non-finite step skipped): every state's amaxes of the step
+   into its history and the next scales (gpt2_fp8_update); no-op without FP8 */
+void trainer_fp8_update(trainer *tr);
 
 /* ---- 2. data ---- */
 void trainer_load_batch(trainer *tr, bt_loader *L);   /* the next batch into tr->inputs, tr->targets */
@@ -355,7 +364,8 @@ int trainer_model_export_hf(trainer *tr, gpt2 *whole, const char *dir, char *err
 int trainer_family_check(const train_opts *o, const trainer_config *c, char *err, size_t errlen) {
     if (c->family != TRAINER_LLAMA) return 0;
     const char *flag = o->tp > 1 ? "--tp" : o->cp > 1 ? "--cp" : o->sp ? "--sp" : o->async_tp ? "--async-tp" : o->cp_comm ? "--cp-comm"
-                     : o->mlir ? "--mlir" : o->save_path ? "--save" : o->ddp_rows == 1 ? "--ddp-rows on" : o->recompute == BT_RECOMPUTE_GELU ? "--recompute gelu" : NULL;
+                     : o->mlir ? "--mlir" : o->save_path ? "--save" : o->ddp_rows == 1 ? "--ddp-rows on" : o->recompute == BT_RECOMPUTE_GELU ? "--recompute gelu"
+                     : o->precision && !strcmp(o->precision, "fp8") ? "--precision fp8" : NULL;
     if (!flag) return 0;
     if (!strcmp(flag, "--recompute gelu")) {
         snprintf(err, errlen, "--recompute gelu: a Llama has no GELU (its MLP is SwiGLU); attn, mlp or block remake its sublayers");
@@ -364,9 +374,25 @@ int trainer_family_check(const train_opts *o, const trainer_config *c, char *err
     const char *why = !strcmp(flag, "--save") ? "it writes llm.c's GPT-2 model file; --export-hf DIR writes a Llama for transformers"
                     : !strcmp(flag, "--mlir") ? "its fused chain is GPT-2's MLP (bias + GELU)"
                     : !strcmp(flag, "--ddp-rows on") ? "the rows exchange is GPT-2's tied embedding hook"
+                    : !strcmp(flag, "--precision fp8") ? "llama.h's linears do not go through bt_linear_fp8; bf16 trains it"
                     : "tensor and context parallelism are gpt2_parallel.h's";
     snprintf(err, errlen, "%s: not for a Llama model yet (%s)", flag, why);
     return -1;
+}
+
+/* the recipe of --fp8-recipe and --fp8-history (train_gpt2.c's resolve_opts has filled them in) */
+static bt_fp8_opts trainer__fp8_opts(const train_opts *o) {
+    bt_fp8_opts f = bt_fp8_default_opts();
+    f.recipe = o->fp8_recipe && !strcmp(o->fp8_recipe, "current") ? BT_FP8_CURRENT : BT_FP8_DELAYED;
+    if (o->fp8_history > 0) f.history = o->fp8_history;
+    return f;
+}
+void trainer_fp8_enable(trainer *tr) {
+    bt_fp8_opts f = trainer__fp8_opts(&tr->o);
+    gpt2_fp8_enable(&tr->model, &f);
+}
+void trainer_fp8_update(trainer *tr) {
+    if (!TRAINER__LLAMA(tr)) gpt2_fp8_update(&tr->model);
 }
 
 /* ---- 1. options ---- */
@@ -580,9 +606,21 @@ static void trainer__graph_capture(trainer *tr, step_graph *g, int k, int a, tra
     g->graph[k] = cg;
     g->captures++;
 }
+/* FP8 with the delayed recipe: a cast's path (its own amax, or the history's scale) is chosen on
+   the host from its state's `primed` bits, which the first optimizer step sets; a graph captured
+   before would replay the first step's path for ever. So until every state is primed the
+   micro-steps run eagerly (the same kernels), and the capture comes after. */
+static int trainer__fp8_unprimed(const trainer *tr) {
+    const gpt2 *m = &tr->model;
+    if (TRAINER__LLAMA(tr) || !m->fp8 || m->fp8[0].opts.recipe != BT_FP8_DELAYED) return 0;
+    for (int i = 0; i < m->cfg.L * GPT2_FP8_LINEARS; i++)
+        if (m->fp8[i].primed != (1u << BT_FP8_ROLES) - 1) return 1;
+    return 0;
+}
 void trainer_graph_micro_step(trainer *tr, step_graph *g, bt_tensor *tokens, int a, int k, trainer_micro_fn micro) {
     bt_copy_(g->in, bt_view(bt_narrow(tokens, 0, a, 1), bt_shape3(2, g->B, g->T)));
     trainer_model_lowp_refresh(tr);   /* the bf16 weights after the last update: a copy outside the graph */
+    if (!g->graph[k] && trainer__fp8_unprimed(tr)) { micro(tr, g->idx, g->tgt, a, g->accum, g->loss_sum, 1); return; }
     if (!g->graph[k] && !g->warmed[k]) { micro(tr, g->idx, g->tgt, a, g->accum, g->loss_sum, 1); g->warmed[k] = 1; return; }
     if (!g->graph[k]) trainer__graph_capture(tr, g, k, a, micro);
     bt_graph_launch(g->graph[k]);
@@ -683,6 +721,8 @@ int trainer_auto_micro_batch(trainer *tr, int T, int total_batch, bt_dtype dt) {
                                     layer 0 .. L-1 with its 12 tensors each, lnfw, lnfb)
        adamw.m   [num_params] f32   AdamW's moments over the same elements
        adamw.v   [num_params] f32
+       fp8.state [4 L 3 (2 + n)] f32  --precision fp8 only: the FP8 states (gpt2.h's fp8_buf: per
+                                    block linear, per tensor x, w, gy: amax, scale, amax history)
    and in its metadata the run: what a resume must share with it (trainer__ckpt_fields: the model,
    the batch, the schedule, the seed, the precision, the data parallelism), the steps done
    (train.step, which is also the learning-rate schedule's position, and adamw.step), every
@@ -780,6 +820,11 @@ static int trainer__ckpt_fields(const train_opts *o, const trainer_config *tc, i
     FIELD("train.dp", "--dp", "%s", world > 1 ? o->dp : "none");
     FIELD("train.comm_dtype", "--comm-dtype", "%s", world > 1 ? o->comm_dtype : "none");
     FIELD("train.bucket_mb", "--bucket-mb", "%d", world > 1 ? o->bucket_mb : 0);
+    if (o->precision && !strcmp(o->precision, "fp8")) {   /* only then: older checkpoints lack them */
+        bt_fp8_opts fo = trainer__fp8_opts(o);
+        FIELD("train.fp8_recipe", "--fp8-recipe", "%s", fo.recipe == BT_FP8_CURRENT ? "current" : "delayed");
+        FIELD("train.fp8_history", "--fp8-history", "%d", fo.history);
+    }
 #undef FIELD
     return n;
 }
@@ -908,6 +953,29 @@ void trainer_ckpt_import_tuning(trainer *tr) {
     (void)tr;
 #endif
 }
+/* fp8.primed: each FP8 state's host-side `primed` bits (x 1, w 2, gy 4: which tensors' histories
+   hold an amax), one digit 0-7 per state in fp8_buf's order. A resume sets them back, so its casts
+   take the paths the uninterrupted run's take. */
+static int trainer__fp8_meta_set(const gpt2 *m, bt_ckpt_meta *meta) {
+    int n = m->cfg.L * GPT2_FP8_LINEARS;
+    char *txt = (char *)malloc((size_t)n + 1);
+    if (!txt) bt_error("checkpoint: out of host memory");
+    for (int i = 0; i < n; i++) txt[i] = (char)('0' + (m->fp8[i].primed & 7u));
+    txt[n] = 0;
+    int bad = bt_ckpt_meta_set(meta, "fp8.primed", txt);
+    free(txt);
+    return bad;
+}
+static int trainer__fp8_meta_get(gpt2 *m, const bt_ckpt_meta *meta, const char *path, char *err, size_t errlen) {
+    int n = m->cfg.L * GPT2_FP8_LINEARS;
+    const char *txt = bt_ckpt_meta_get(meta, "fp8.primed");
+    if (!txt || (int)strlen(txt) != n || (int)strspn(txt, "01234567") != n) {
+        bt_msgf(err, errlen, "--resume %s: fp8.primed is %s (expected %d digits 0-7, one per FP8 linear)", path, txt ? "malformed" : "absent", n);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) { m->fp8[i].primed = (unsigned)(txt[i] - '0'); m->fp8[i].seen = 0; }
+    return 0;
+}
 /* The checkpoint's metadata (rank 0's; NULL on the others): a collective, as every rank's loader
    state and matmul choices are gathered through the store. The loader positions are the data-
    parallel ranks' (with tp/cp one per dp index: its ranks read the same rows), and the fields
@@ -939,6 +1007,7 @@ static bt_ckpt_meta *trainer__meta(trainer *tr, int step, double loss) {
         bad |= bt_ckpt_meta_set_i64(meta, "train.tp", o->tp);   /* the layout it was made in: not a resume's constraint */
         bad |= bt_ckpt_meta_set_i64(meta, "train.cp", o->cp);
         for (int d = 0; d < dworld; d++) bad |= bt_ckpt_meta_set_loader(meta, d, &all[tr->par ? d * tr->par->cp * tr->par->tp : d]);
+        if (!TRAINER__LLAMA(tr) && tr->model.fp8) bad |= trainer__fp8_meta_set(&tr->model, meta);
         if (bad) bt_error("checkpoint: the metadata: %s", bt_ckpt_error());
     }
     free(all);
@@ -981,10 +1050,10 @@ void trainer_ckpt_snapshot(trainer *tr, int step, double loss) {
                                     : bt_narrow(trainer_flat(tr), 0, 0, trainer_num_params(tr));
     bt_ckpt_meta *meta = trainer__meta(tr, step, loss);
     if (tr->saver) {
-        bt_tensor *t[3] = {w, m, v};
-        const char *names[3] = {"params", "adamw.m", "adamw.v"};
+        bt_tensor *t[4] = {w, m, v, TRAINER__LLAMA(tr) ? NULL : tr->model.fp8_buf};
+        const char *names[4] = {"params", "adamw.m", "adamw.v", "fp8.state"};
         if (bt_ckpt_saver_wait(tr->saver)) fprintf(stderr, "warning: checkpoint: %s\n", bt_ckpt_error());   /* the previous one */
-        if (bt_ckpt_saver_snapshot(tr->saver, step, t, names, 3, meta))
+        if (bt_ckpt_saver_snapshot(tr->saver, step, t, names, t[3] ? 4 : 3, meta))
             fprintf(stderr, "warning: the checkpoint of step %d was not taken: %s\n", step, bt_ckpt_error());
         else tr->fence_pending = 1;
     }
@@ -1286,8 +1355,10 @@ int trainer_ckpt_restore(trainer *tr, char *err, size_t errlen) {
         if (!r && tp) { m = gpt2_par_shard_of_whole(&tr->model, m); v = gpt2_par_shard_of_whole(&tr->model, v); }
         if (!r) bt_adamw_set_state(opt, bt_narrow(m, 0, opt->lo, opt->hi - opt->lo), bt_narrow(v, 0, opt->lo, opt->hi - opt->lo), astep);
     }
+    if (!r && !TRAINER__LLAMA(tr) && tr->model.fp8) r = bt_ckpt_load(tr->src.file, "fp8.state", tr->model.fp8_buf, 0);
     bt_scope_end();
     if (r) { bt_msgf(err, errlen, "--resume: %s", bt_ckpt_error()); return -1; }
+    if (!TRAINER__LLAMA(tr) && tr->model.fp8 && trainer__fp8_meta_get(&tr->model, meta, tr->src.path, err, errlen)) return -1;
     opt->step = astep;
     int drank = tr->par ? tr->par->dp_rank : tr->dist ? tr->dist->rank : 0;   /* tp/cp ranks read their dp index's rows */
     if (bt_ckpt_meta_get_loader(meta, drank, &st)) { bt_msgf(err, errlen, "--resume %s: %s", tr->src.path, bt_ckpt_error()); return -1; }
