@@ -1,0 +1,315 @@
+/* test_train_fp8.c - --precision fp8 on the CPU (issue 37), where bt_linear_fp8 emulates the GPU's
+   casts and products with the same bytes: GPT-2's four block linears per layer through FP8 with a
+   state each in one flat buffer (gpt2_fp8_enable). The model: the amaxes of two micro-batches
+   accumulate as the larger of each (bitwise), gpt2_fp8_update rolls them into the histories and
+   the next scales; a forward with grad mode off (validation, samples) leaves the states alone and
+   is the bf16 linears' forward; --recompute block gives the same gradients and states as none.
+   The program: an fp8 run's losses stay within FP8_TOL of the fp32 run's and fall; its checkpoints
+   hold fp8.state (which evolves from step to step) and fp8.primed; a run resumed from a middle
+   checkpoint is the uninterrupted one bit for bit (losses, weights, AdamW state, FP8 states), for
+   both recipes; an fp32 checkpoint resumed with fp8 and the reverse are refused, naming
+   --precision; --init-from takes an fp8 checkpoint's weights into any run; and the flag errors
+   (recipe names, history range, flags without fp8, a Llama, several processes). Runs: the s2
+   preset, -b 1 -t 8 or -b 2 -t 16, a few steps (tests/train_runs.h). */
+#define TRAIN_GPT2_NO_MAIN
+#include "train_gpt2.c"
+#include "tests/bt_test.h"
+#include "tests/train_runs.h"
+
+#define RUN "-e s2 -b 1 -t 8 -v 0 -g 0 --quiet"
+/* The fp8 run's loss against fp32's, per step, over the first 8 steps of s2 (-b 2 -t 16): measured
+   at most 0.0033 nats on this CPU for either recipe (x and w in e4m3: 3 mantissa bits, a relative
+   rounding of up to 2^-4 per element, which averages out over the K-long dot products). 0.03
+   leaves 9x room for other compilers' and CPUs' f32 sums. */
+#define FP8_TOL 0.03
+
+/* ---- the model ---- */
+typedef struct { gpt2 m; bt_tensor *idx[2], *tgt[2]; int64_t nf; } fixture;
+static void fixture_make(fixture *f, int fp8) {
+    gpt2_build(&f->m, gpt2_config_make(2, 2, 32, 16, 64), bt_cpu());
+    gpt2_init(&f->m, 7);
+    if (fp8) gpt2_fp8_enable(&f->m, NULL);   /* CURRENT in the op's default: set DELAYED where the test needs it */
+    int32_t ids[2][2 * 17];
+    uint64_t s = 12345;
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 2 * 17; i++) { s = s * 6364136223846793005ull + 1442695040888963407ull; ids[k][i] = (int32_t)(s >> 33) % 64; }
+    bt_scope_begin();
+    for (int k = 0; k < 2; k++) {
+        int32_t x[2 * 16], y[2 * 16];
+        for (int r = 0; r < 2; r++)
+            for (int t = 0; t < 16; t++) { x[r * 16 + t] = ids[k][r * 17 + t]; y[r * 16 + t] = ids[k][r * 17 + t + 1]; }
+        f->idx[k] = bt_keep(bt_from_data(x, bt_shape2(2, 16), BT_I32, bt_cpu()));
+        f->tgt[k] = bt_keep(bt_from_data(y, bt_shape2(2, 16), BT_I32, bt_cpu()));
+    }
+    bt_scope_end();
+    f->nf = fp8 ? bt_numel(f->m.fp8_buf) : 0;
+}
+static void fixture_free(fixture *f) {
+    for (int k = 0; k < 2; k++) { bt_release(f->idx[k]); bt_release(f->tgt[k]); }
+    gpt2_free(&f->m);
+}
+static void states_delayed(gpt2 *m) {
+    bt_fp8_opts o = bt_fp8_default_opts();
+    o.recipe = BT_FP8_DELAYED;
+    gpt2_fp8_enable(m, &o);
+}
+/* micro-batch k's forward and backward (grad mode on: the FP8 linears); its loss */
+static float fwd_bwd(fixture *f, int k) {
+    bt_scope_begin();
+    bt_tensor *loss = gpt2_loss(&f->m, f->idx[k], f->tgt[k], BT_F32);
+    float l = (float)bt_item(loss);
+    bt_backward(loss);
+    bt_scope_end();
+    return l;
+}
+static void get(bt_tensor *t, float *out) { bt_to_host(t, out, BT_F32); }
+
+/* two micro-batches: each state's amax row is the larger of the two alone, bit for bit; then the
+   update: history[0] <- that amax, amax <- 0, scale <- amax / fmax, every tensor primed */
+static void test_model_accumulation(void) {
+    fixture f;
+    fixture_make(&f, 1);
+    states_delayed(&f.m);
+    int64_t nf = f.nf, row = 2 + 16, nst = 2 * GPT2_FP8_LINEARS;
+    BT_CHECK(nf == nst * 3 * row, "fp8_buf holds %lld floats, expected 4 L 3 (2 + 16) = %lld", (long long)nf, (long long)(nst * 3 * row));
+    float *a = malloc(sizeof(float) * nf), *b = malloc(sizeof(float) * nf), *ab = malloc(sizeof(float) * nf), *up = malloc(sizeof(float) * nf);
+    fwd_bwd(&f, 0); get(f.m.fp8_buf, a);
+    states_delayed(&f.m);
+    fwd_bwd(&f, 1); get(f.m.fp8_buf, b);
+    states_delayed(&f.m);
+    fwd_bwd(&f, 0); fwd_bwd(&f, 1); get(f.m.fp8_buf, ab);
+    int bad = 0, differ = 0;
+    for (int64_t r = 0; r < nf / row; r++) {
+        float want = a[r * row] > b[r * row] ? a[r * row] : b[r * row];
+        bad += memcmp(&ab[r * row], &want, 4) != 0 || !(want > 0);
+        differ += r % 3 != BT_FP8_W && a[r * row] != b[r * row];   /* x and gy differ between the batches */
+    }
+    BT_CHECK(!bad, "%d of %lld amax rows are not max(micro-batch 0, micro-batch 1) (or are 0)", bad, (long long)(nf / row));
+    BT_CHECK(differ > 0, "the two micro-batches gave the same amaxes everywhere: the test shows nothing");
+    for (int i = 0; i < nst; i++) BT_CHECK(f.m.fp8[i].primed == 0 && f.m.fp8[i].seen == 7, "state %d: primed %u seen %u before the update", i, f.m.fp8[i].primed, f.m.fp8[i].seen);
+    gpt2_fp8_update(&f.m);
+    get(f.m.fp8_buf, up);
+    bad = 0;
+    for (int64_t r = 0; r < nf / row; r++) {
+        float scale = bt_fp8_scale_of(ab[r * row], bt_fp8_max(bt_fp8_format((int)(r % 3))));
+        bad += up[r * row] != 0 || memcmp(&up[r * row + 2], &ab[r * row], 4) || memcmp(&up[r * row + 1], &scale, 4) || up[r * row + 3] != 0;
+    }
+    BT_CHECK(!bad, "%d rows not rolled as bt_fp8_update states", bad);
+    for (int i = 0; i < nst; i++) BT_CHECK(f.m.fp8[i].primed == 7 && f.m.fp8[i].seen == 0, "state %d: primed %u seen %u after", i, f.m.fp8[i].primed, f.m.fp8[i].seen);
+    free(a); free(b); free(ab); free(up);
+    fixture_free(&f);
+}
+
+/* grad mode off (validation, samples): the states untouched, the loss the bf16 linears' (here f32:
+   the model without FP8, bit for bit); with grad mode on the loss is FP8's (another value) */
+static void test_model_eval_is_plain(void) {
+    fixture f, g;
+    fixture_make(&f, 1);
+    fixture_make(&g, 0);
+    float *s0 = malloc(sizeof(float) * f.nf), *s1 = malloc(sizeof(float) * f.nf);
+    get(f.m.fp8_buf, s0);
+    int old = bt_set_grad_enabled(0);
+    bt_scope_begin();
+    float lf = (float)bt_item(gpt2_loss(&f.m, f.idx[0], f.tgt[0], BT_F32)), lg = (float)bt_item(gpt2_loss(&g.m, g.idx[0], g.tgt[0], BT_F32));
+    bt_scope_end();
+    bt_set_grad_enabled(old);
+    get(f.m.fp8_buf, s1);
+    BT_CHECK(!memcmp(s0, s1, sizeof(float) * f.nf), "a forward with grad mode off changed the FP8 states");
+    for (int i = 0; i < 2 * GPT2_FP8_LINEARS; i++) BT_CHECK(f.m.fp8[i].seen == 0, "state %d seen %u after a no-grad forward", i, f.m.fp8[i].seen);
+    BT_CHECK(!memcmp(&lf, &lg, 4), "no-grad loss %.9g, the model without FP8 %.9g", lf, lg);
+    float l8 = fwd_bwd(&f, 0);
+    BT_CHECK(l8 != lg && fabsf(l8 - lg) < FP8_TOL, "the training forward's loss %.9g vs %.9g: FP8 must change it, a little", l8, lg);
+    free(s0); free(s1);
+    fixture_free(&f); fixture_free(&g);
+}
+
+/* --recompute block remakes each block in the backward (its first forward with grad mode off):
+   the FP8 path travels with the region, so the gradients and the states are none's, bit for bit */
+static void test_model_recompute(void) {
+    fixture f;
+    fixture_make(&f, 1);
+    int64_t np = f.m.flat_numel;
+    float *g0 = malloc(sizeof(float) * np), *g1 = malloc(sizeof(float) * np), *s0 = malloc(sizeof(float) * f.nf), *s1 = malloc(sizeof(float) * f.nf);
+    for (int pass = 0; pass < 2; pass++) {
+        int old = bt_set_recompute(pass ? BT_RECOMPUTE_BLOCK : 0);
+        states_delayed(&f.m);
+        bt_zero_(f.m.flat_grad);
+        fwd_bwd(&f, 0); fwd_bwd(&f, 1);
+        bt_set_recompute(old);
+        get(f.m.flat_grad, pass ? g1 : g0); get(f.m.fp8_buf, pass ? s1 : s0);
+    }
+    BT_CHECK(!memcmp(g0, g1, sizeof(float) * np), "--recompute block: the gradients differ from none's");
+    BT_CHECK(!memcmp(s0, s1, sizeof(float) * f.nf), "--recompute block: the FP8 states differ from none's");
+    free(g0); free(g1); free(s0); free(s1);
+    fixture_free(&f);
+}
+
+/* ---- the program ---- */
+static void test_flags(void) {
+    train_opts o;
+    char err[512], out[65536];
+    const char *bad[][2] = {{"--precision fp9", "--precision must be fp32, tf32, bf16 or fp8, got 'fp9'"},
+                            {"--precision fp8 --fp8-recipe late", "--fp8-recipe must be current or delayed, got 'late'"},
+                            {"--precision fp8 --fp8-history 0", "bad value '0' for --fp8-history"},
+                            {"--precision fp8 --fp8-history 1025", "bad value '1025' for --fp8-history"},
+                            {"--fp8-recipe current", "--fp8-recipe and --fp8-history need --precision fp8"},
+                            {"--precision bf16 --fp8-history 4", "--fp8-recipe and --fp8-history need --precision fp8"},
+                            {"--precision fp8 --tp 2", "--precision fp8: not with --tp or --cp"},
+                            {"--precision fp8 --cp 2", "--precision fp8: not with --tp or --cp"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int r = train_parse(bad[i][0], &o, err, sizeof err);
+        BT_CHECK(r == -1 && strstr(err, bad[i][1]), "'%s': %d '%s'", bad[i][0], r, err);
+    }
+    BT_CHECK(train_parse("--precision fp8 --fp8-recipe current --fp8-history 4", &o, err, sizeof err) == 0 && !strcmp(o.fp8_recipe, "current") &&
+             o.fp8_history == 4, "good flags: %s", err);
+    if (!have_data()) { BT_SKIP("no data/tinyshakespeare_*.bin (make data)"); return; }
+    int rc = train_run("-e ls2 -b 1 -t 8 -v 0 -g 0 -x 1 --precision fp8", out, sizeof out);
+    BT_CHECK(rc == 2 && strstr(out, "--precision fp8: not for a Llama model yet") && !strstr(out, "step "), "Llama: exit %d: %s", rc, out);
+    /* several processes (a CPU build cannot start them: the check itself) */
+    train_parse("--precision fp8", &o, err, sizeof err);
+    BT_CHECK(check_fp8_world(&o, 2, err, sizeof err) == -1 && strstr(err, "--precision fp8 with 2 processes: not yet"), "2 processes: '%s'", err);
+    BT_CHECK(check_fp8_world(&o, 1, err, sizeof err) == 0, "1 process: '%s'", err);
+}
+
+/* fp32 and fp8 (both recipes) over 8 steps: fp8's losses within FP8_TOL of fp32's at every step,
+   not all equal to them, and falling */
+static void test_losses_near_fp32(void) {
+    if (!have_data()) { BT_SKIP("no data/tinyshakespeare_*.bin (make data)"); return; }
+    const char *prec[3] = {"--precision fp32", "--precision fp8", "--precision fp8 --fp8-recipe current"};
+    const char *name[3] = {"losses_fp32", "losses_delayed", "losses_current"};
+    double loss[3][8];
+    char args[4096], out[65536];
+    for (int k = 0; k < 3; k++) {
+        snprintf(args, sizeof args, "-e s2 -b 2 -t 16 -v 0 -g 0 --quiet -x 8 %s -o %s", prec[k], tp(name[k]));
+        int rc = train_run(args, out, sizeof out), n = read_losses(tp(name[k]), loss[k], 8);
+        BT_CHECK(rc == 0 && n == 8, "%s: exit %d, %d losses: %s", prec[k], rc, n, out);
+        if (k) BT_CHECK(strstr(out, k == 1 ? "FP8: delayed scaling, history 16" : "FP8: current scaling"), "%s: %s", prec[k], out);
+        if (rc || n != 8) return;
+    }
+    for (int k = 1; k < 3; k++) {
+        double worst = 0;
+        for (int s = 0; s < 8; s++) worst = fmax(worst, fabs(loss[k][s] - loss[0][s]));
+        BT_CHECK(worst < FP8_TOL && worst > 0, "%s: the largest loss difference from fp32 is %.6f (expected in (0, %g))", prec[k], worst, FP8_TOL);
+        BT_CHECK(loss[k][7] < loss[k][0] - 0.2, "%s: the loss went from %.4f to %.4f", prec[k], loss[k][0], loss[k][7]);
+    }
+}
+
+/* a checkpoint's fp8.state as floats (malloc'd; *n its count), NULL when absent */
+static float *ckpt_state(const char *path, int64_t *n, char *primed, size_t cap) {
+    bt_ckpt_file *f = bt_ckpt_open(path, BT_CKPT_REQUIRE_CHECKSUMS);
+    const bt_ckpt_info *in = f ? bt_ckpt_find(f, "fp8.state") : NULL;
+    float *s = in ? malloc(in->nbytes) : NULL;
+    if (s && bt_ckpt_read(f, "fp8.state", s, in->nbytes)) { free(s); s = NULL; }
+    if (s) *n = (int64_t)(in->nbytes / 4);
+    const char *p = f ? bt_ckpt_meta_get(bt_ckpt_file_meta(f), "fp8.primed") : NULL;
+    snprintf(primed, cap, "%s", p ? p : "");
+    bt_ckpt_close(f);
+    return s;
+}
+/* the log's lines after step `after`, each before its "ms" (the timings differ) */
+static void log_losses(const char *path, int after, char *out, size_t cap) {
+    char line[2048];
+    FILE *f = fopen(path, "rb");
+    size_t len = 0;
+    out[0] = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        int step;
+        char *ms = strstr(line, ", \"ms\"");
+        if (sscanf(line, "{\"step\": %d", &step) != 1 || step <= after || !ms) continue;
+        *ms = 0;
+        len += (size_t)snprintf(out + len, cap - len, "%s\n", line);
+        if (len >= cap) break;
+    }
+    if (f) fclose(f);
+}
+
+/* per recipe: 8 steps with a checkpoint every 2; the states in them (432 floats for s2, primed
+   "77777777") change from checkpoint to checkpoint; a run resumed from step 4 gives the same log
+   lines and the same checkpoints 6 and 8, fp8.state included, byte for byte */
+static void test_state_checkpointed_and_resumed(void) {
+    if (!have_data()) { BT_SKIP("no data/tinyshakespeare_*.bin (make data)"); return; }
+    const char *recipe[2] = {"delayed", "current"};
+    for (int k = 0; k < 2; k++) {
+        char args[4096], out[65536], ref[600], reflog[640], res[600], reslog[640], why[256], primed[64], primed2[64];
+        snprintf(ref, sizeof ref, "%s_%s", tp("ref"), recipe[k]); snprintf(reflog, sizeof reflog, "%s_log", ref);
+        snprintf(res, sizeof res, "%s_%s", tp("res"), recipe[k]); snprintf(reslog, sizeof reslog, "%s_log", res);
+        snprintf(args, sizeof args, RUN " -x 8 --precision fp8 --fp8-recipe %s --ckpt-every 2 --ckpt-keep 0 --ckpt-dir %s -o %s", recipe[k], ref, reflog);
+        int rc = train_run(args, out, sizeof out);
+        BT_CHECK(rc == 0, "%s reference: exit %d: %s", recipe[k], rc, out);
+        if (rc) return;
+        int64_t n2 = 0, n4 = 0;
+        float *s2 = ckpt_state(ckpt(ref, 2), &n2, primed, sizeof primed), *s4 = ckpt_state(ckpt(ref, 4), &n4, primed2, sizeof primed2);
+        BT_CHECK(s2 && s4 && n2 == 2 * 4 * 3 * 18 && n4 == n2, "fp8.state: %lld and %lld floats (expected %d)", (long long)n2, (long long)n4, 2 * 4 * 3 * 18);
+        BT_CHECK(!strcmp(primed, "77777777") && !strcmp(primed2, primed), "fp8.primed '%s', '%s'", primed, primed2);
+        if (s2 && s4 && n2 == n4) {
+            int scales_moved = 0, not_one = 0;
+            for (int64_t r = 0; r < n2 / 18; r++) { scales_moved += s2[r * 18 + 1] != s4[r * 18 + 1]; not_one += s4[r * 18 + 1] != 1.f; }
+            BT_CHECK(scales_moved > 0 && not_one == n2 / 18, "%s: %d scales changed between steps 2 and 4, %d of %lld not 1", recipe[k], scales_moved, not_one, (long long)(n2 / 18));
+        }
+        free(s2); free(s4);
+        bt_ckpt_file *f = bt_ckpt_open(ckpt(ref, 4), BT_CKPT_REQUIRE_CHECKSUMS);
+        const char *rv = f ? bt_ckpt_meta_get(bt_ckpt_file_meta(f), "train.fp8_recipe") : NULL, *hv = f ? bt_ckpt_meta_get(bt_ckpt_file_meta(f), "train.fp8_history") : NULL;
+        BT_CHECK(rv && !strcmp(rv, recipe[k]) && hv && !strcmp(hv, "16"), "train.fp8_recipe %s, train.fp8_history %s", rv ? rv : "-", hv ? hv : "-");
+        bt_ckpt_close(f);
+        snprintf(args, sizeof args, RUN " -x 8 --precision fp8 --fp8-recipe %s --ckpt-every 2 --ckpt-keep 0 --resume %s --ckpt-dir %s -o %s", recipe[k], ckpt(ref, 4), res, reslog);
+        rc = train_run(args, out, sizeof out);
+        BT_CHECK(rc == 0 && strstr(out, "after step 4"), "%s resume: exit %d: %s", recipe[k], rc, out);
+        static char want[16384], got[16384];
+        char lp[700];
+        snprintf(lp, sizeof lp, "%s/log.jsonl", reflog); log_losses(lp, 4, want, sizeof want);
+        snprintf(lp, sizeof lp, "%s/log.jsonl", reslog); log_losses(lp, 4, got, sizeof got);
+        BT_CHECK(want[0] && !strcmp(want, got), "%s: the resumed log\n%s\ndiffers from the uninterrupted one\n%s", recipe[k], got, want);
+        static const char *const keys[] = {"train.step", "adamw.step", "fp8.primed", NULL};
+        for (int s = 6; s <= 8; s += 2) {
+            BT_CHECK(same_checkpoints(ckpt(ref, s), ckpt(res, s), keys, why, sizeof why), "%s, checkpoint %d: %s", recipe[k], s, why);
+            int64_t na = 0, nb = 0;
+            float *a = ckpt_state(ckpt(ref, s), &na, primed, sizeof primed), *b = ckpt_state(ckpt(res, s), &nb, primed2, sizeof primed2);
+            BT_CHECK(a && b && na == nb && !memcmp(a, b, sizeof(float) * (size_t)na), "%s, checkpoint %d: fp8.state differs", recipe[k], s);
+            free(a); free(b);
+        }
+    }
+}
+
+/* fp32 <-> fp8 across a resume is refused (the losses would not continue: another run), naming
+   --precision and pointing at --init-from, which takes the weights into either */
+static void test_cross_precision(void) {
+    if (!have_data()) { BT_SKIP("no data/tinyshakespeare_*.bin (make data)"); return; }
+    char args[4096], out[65536], f32dir[600], f8dir[600];
+    snprintf(f32dir, sizeof f32dir, "%s", tp("f32")); snprintf(f8dir, sizeof f8dir, "%s", tp("f8"));
+    snprintf(args, sizeof args, RUN " -x 4 --ckpt-every 2 --ckpt-dir %s", f32dir);
+    int rc = train_run(args, out, sizeof out);
+    BT_CHECK(rc == 0, "fp32 run: exit %d: %s", rc, out);
+    snprintf(args, sizeof args, RUN " -x 4 --ckpt-every 2 --precision fp8 --ckpt-dir %s", f8dir);
+    rc = train_run(args, out, sizeof out);
+    BT_CHECK(rc == 0, "fp8 run: exit %d: %s", rc, out);
+    struct { const char *flags, *dir, *want; } c[] = {
+        {"--precision fp8", f32dir, "train.precision = fp32 (--precision), this one fp8"},
+        {"--precision fp32", f8dir, "train.precision = fp8 (--precision), this one fp32"},
+        {"--precision fp8 --fp8-recipe current", f8dir, "train.fp8_recipe = delayed (--fp8-recipe), this one current"},
+        {"--precision fp8 --fp8-history 8", f8dir, "train.fp8_history = 16 (--fp8-history), this one 8"}};
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        snprintf(args, sizeof args, RUN " -x 4 %s --resume %s", c[i].flags, ckpt(c[i].dir, 2));
+        rc = train_run(args, out, sizeof out);
+        BT_CHECK(rc == 1 && strstr(out, c[i].want) && strstr(out, "--init-from") && !strstr(out, "step "), "%s: exit %d: %s", c[i].flags, rc, out);
+    }
+    snprintf(args, sizeof args, "-b 1 -t 8 -v 0 -g 0 --quiet -x 1 --init-from %s", ckpt(f8dir, 2));
+    rc = train_run(args, out, sizeof out);
+    BT_CHECK(rc == 0 && strstr(out, "step    1/1"), "fp8 weights into an fp32 run: exit %d: %s", rc, out);
+    snprintf(args, sizeof args, "-b 1 -t 8 -v 0 -g 0 --quiet -x 1 --precision fp8 --init-from %s", ckpt(f32dir, 2));
+    rc = train_run(args, out, sizeof out);
+    BT_CHECK(rc == 0 && strstr(out, "step    1/1"), "fp32 weights into an fp8 run: exit %d: %s", rc, out);
+}
+
+int main(int argc, char **argv) {
+    if (train_runs_child(argc, argv)) return train_runs_child_main(argc, argv);
+    train_runs_init("test_train_fp8");
+    BT_RUN(test_model_accumulation);
+    BT_RUN(test_model_eval_is_plain);
+    BT_RUN(test_model_recompute);
+    BT_RUN(test_flags);
+    BT_RUN(test_losses_near_fp32);
+    BT_RUN(test_state_checkpointed_and_resumed);
+    BT_RUN(test_cross_precision);
+    train_runs_done();
+    return bt_test_summary("test_train_fp8");
+}
