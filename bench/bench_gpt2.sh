@@ -13,7 +13,9 @@
 #            (PyTorch: tests/gpt2_torch.py) or a Llama's l125m, l125m_128k, llama3.2-1b, llama3-8b,
 #            ls4, ls2 (PyTorch: tests/llama_torch.py, SDPA with grouped-query attention)
 #   D        tokens per step (default B*T: one micro-batch a step, as the PyTorch rows)
-#   PREC     fp32 (TF32 off), tf32, bf16; several space-separated
+#   PREC     fp32 (TF32 off), tf32, bf16, fp8 (GPT-2's block linears in FP8, docs/fp8.md; train_gpt2
+#            only: its PyTorch rows are left out, and the table adds each binary's fp8 / bf16 ratio
+#            when both ran); several space-separated
 #   RECOMPUTE  --recompute modes, each a group of rows (default none): none, attn, mlp, block go to
 #            train_gpt2 and PyTorch alike (torch.utils.checkpoint around the same regions); gelu to
 #            train_gpt2 only (PyTorch has no counterpart: its rows are left out). train_gpt2 refuses
@@ -66,7 +68,7 @@ for p in $PREC; do
         printf '{"bin": "%s", "i": %d, "prec": "%s", "recompute": "%s", "round": %d, "log": "%s", "out": "%s"}\n' \
           "$b" "$i" "$p" "$rc" "$r" "$dir/log.jsonl" "$dir.txt" >> "$OUT/runs.jsonl"
       done
-      if [ "$TORCH" = 1 ] && [ "$rc" != gelu ]; then
+      if [ "$TORCH" = 1 ] && [ "$rc" != gelu ] && [ "$p" != fp8 ]; then   # no FP8 counterpart in tests/gpt2_torch.py
         torch_run
         [ "$r" = 1 ] && [ "$COMPILE" = 1 ] && torch_run --compile
       fi

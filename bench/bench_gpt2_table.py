@@ -87,6 +87,14 @@ def main(out):
                 continue
             t, m = cell[k]
             print(f"| {prec} | {rc} | {k} | {num(t)} | {num(m)} | {ratio(t, ea[0])} | {ratio(t, co[0])} | {ratio(m, co[1])} | {ratio(t, ref[0], 3)} |")
+    # --precision fp8 against bf16, per binary and recompute mode (tokens/s, peak memory)
+    for (prec, rc), rows in runs.items():
+        base = runs.get(("bf16", rc), {})
+        for k in bins if prec == "fp8" else []:
+            if k in rows and k in base:
+                t8, m8 = median([x[0] for x in rows[k]]), max([x[1] for x in rows[k]], default=NAN)
+                tb, mb = median([x[0] for x in base[k]]), max([x[1] for x in base[k]], default=NAN)
+                print(f"fp8 vs bf16, recompute {rc}, {k}: tokens/s {ratio(t8, tb, 3)}, peak memory {ratio(m8, mb, 3)}")
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@
 #              for test_gpt2_gpu's d12 parity (BT_PARITY_D12)
 #   unit       every build/tests/test_*_gpu (tests/run_all.sh)
 #   sanitizer  each of them under compute-sanitizer memcheck, quick mode (SAN=0 skips it)
-#   resume     train_gpt2's checkpoints, bit for bit (tests/resume_check.py): GPT-2 124M bf16 and fp32
-#              resumed after step 4, two fresh --deterministic runs, kill -9 then --resume auto, the CUDA
+#   resume     train_gpt2's checkpoints, bit for bit (tests/resume_check.py): GPT-2 124M bf16, fp32 and
+#              fp8 resumed after step 4 (fp8 also: graph against eager, losses near bf16's), two fresh --deterministic runs, kill -9 then --resume auto, the CUDA
 #              graph run against --cuda-graph off; with 2+ GPUs --dp ddp / zero1 / zero2 resumed, a
 #              2-GPU checkpoint refused on one GPU, --init-from it on one GPU
 #   interop    tests/hf_interop.py (transformers both ways, on the GPU and the CPU), tests/llama_parity.py
@@ -117,7 +117,8 @@ memcheck() {   # memcheck PART NAME BINARY [ENV...]: BINARY (quick mode) under m
   local part=$1 name=$2 bin=$3; shift 3
   env BT_TEST_QUICK=1 BT_PARITY_D12= "$@" timeout 900 "$SANITIZER" --tool memcheck --report-api-errors no --error-exitcode 9 \
     "$bin" > "$OUT/san_$name.txt" 2>&1
-  check "$part" "memcheck $name: $(grep -m1 'ERROR SUMMARY' "$OUT/san_$name.txt")" $?
+  local rc=$?   # before the message's $(...), which sets $? itself
+  check "$part" "memcheck $name: $(grep -m1 'ERROR SUMMARY' "$OUT/san_$name.txt")" $rc
 }
 if want sanitizer; then
   if [ "$SAN" != 1 ]; then skip sanitizer "SAN=$SAN"
@@ -129,7 +130,8 @@ fi
 ck() { printf '%s/ckpt_%09d.safetensors' "$1" "$2"; }
 resume_check() {   # resume_check WHAT ARGS...: tests/resume_check.py, one check
   timeout 120 python3 tests/resume_check.py "${@:2}" > "$OUT/resume_check.txt" 2>&1
-  check resume "$1: $(tail -1 "$OUT/resume_check.txt")" $?
+  local rc=$?   # before the message's $(...), which sets $? itself
+  check resume "$1: $(tail -1 "$OUT/resume_check.txt")" $rc
 }
 train() {   # train NAME ARGS...: one train_gpt2 run, its log in $OUT/NAME
   timeout 300 "$BIN" "${@:2}" -o "$OUT/$1" > "$OUT/$1.txt" 2>&1 || echo "run $1: exit $?: $(tail -2 "$OUT/$1.txt")"
@@ -146,6 +148,23 @@ if want resume; then
   S=8; D12=(-e d12 -b 16 -t 1024 -d 32768 -x "$S" -v 4 -m 2 -g 0 --deterministic --quiet)
   for p in bf16 fp32; do resume_pair "$p" "d12 $p" "${D12[@]}" --precision $p; done
   rm -rf "$C/fp32_a"
+  # --precision fp8 (the block linears in FP8, delayed scaling): resumed bit for bit (fp8.state and
+  # fp8.primed too), the CUDA graph (captured once the states are primed, after step 1) against eager,
+  # and the losses within 0.1 of bf16's at every step (CPU: 0.0033 on s2; this is d12's first record)
+  resume_pair fp8 "d12 fp8" "${D12[@]}" --precision fp8
+  train fp8_eager "${D12[@]}" --precision fp8 --cuda-graph off --ckpt-dir "$C/fp8_eager"
+  resume_check "fp8: the CUDA graph run against --cuda-graph off" --after 0 --log-a "$OUT/fp8_a/log.jsonl" \
+    --log-b "$OUT/fp8_eager/log.jsonl" --ckpt-a "$(ck "$C/fp8_a" "$S")" --ckpt-b "$(ck "$C/fp8_eager" "$S")"
+  python3 - "$OUT/bf16_a/log.jsonl" "$OUT/fp8_a/log.jsonl" > "$OUT/fp8_vs_bf16.txt" 2>&1 <<'PY'
+import json, sys
+a, b = ([json.loads(l)["train_loss"] for l in open(p) if l.strip()] for p in sys.argv[1:3])
+d = max(abs(x - y) for x, y in zip(a, b)) if a and len(a) == len(b) else float("inf")
+print(f"largest |fp8 - bf16| train loss over {len(a)} steps: {d:.4f} (bf16 {a[-1] if a else '-'}, fp8 {b[-1] if b else '-'} at the end)")
+sys.exit(0 if d < 0.1 and b[-1] < b[0] else 1)
+PY
+  rc=$?
+  check resume "d12 fp8 losses near bf16's: $(tail -1 "$OUT/fp8_vs_bf16.txt")" $rc
+  rm -rf "$C/fp8_a" "$C/fp8_eager"
   train bf16_fresh "${D12[@]}" --precision bf16
   resume_check "two fresh --deterministic bf16 runs" --after 0 --log-a "$OUT/bf16_a/log.jsonl" --log-b "$OUT/bf16_fresh/log.jsonl"
   train bf16_eager "${D12[@]}" --precision bf16 --cuda-graph off --ckpt-dir "$C/eager"

@@ -6,8 +6,9 @@
 
 The steps after N in both logs must print the same train_loss, grad_norm, lr (and val_loss where
 there is one) as exact strings; when the logs hold a step twice (a resumed run appends), the later
-line counts. Each checkpoint pair must hold the same bytes in every tensor (params, adamw.m,
-adamw.v) and the same train.step and adamw.step. Plain Python (reads the safetensors header
+line counts. Each checkpoint pair must hold the same tensors (params, adamw.m, adamw.v, and
+fp8.state with --precision fp8) with the same bytes, and the same train.step, adamw.step and
+fp8.primed. Plain Python (reads the safetensors header
 itself): no torch needed. The last line is "resume_check: OK ..." or "resume_check: FAIL ..."; the
 exit code is 0 or 1.
 """
@@ -39,11 +40,12 @@ def same_checkpoint(a, b):
     fa, ha, da = header(a)
     fb, hb, db = header(b)
     problems = []
-    for key in ("train.step", "adamw.step"):
+    for key in ("train.step", "adamw.step", "fp8.primed"):
         va, vb = ha["__metadata__"].get(key), hb["__metadata__"].get(key)
         if va != vb:
             problems.append(f"{key} {va} vs {vb}")
-    for name in ("params", "adamw.m", "adamw.v"):
+    names = sorted((set(ha) | set(hb)) - {"__metadata__"})
+    for name in names:
         ta, tb = ha.get(name), hb.get(name)
         if not ta or not tb or ta["shape"] != tb["shape"] or ta["dtype"] != tb["dtype"]:
             problems.append(f"{name}: missing or of another shape")
