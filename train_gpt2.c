@@ -307,6 +307,12 @@ static int resolve_opts(train_opts *o, int on_gpu, const trainer_config *cfg, ch
     if (!strcmp(o->precision, "fp8")) {
         if (!o->fp8_recipe) o->fp8_recipe = "delayed";
         if (!o->fp8_history) o->fp8_history = 16;
+        /* cuBLASLt's FP8 operands have 16-byte rows: the B T rows, C, 3C and 4C multiples of 16 */
+        if (on_gpu && (o->T % 16 || cfg->C % 16)) {
+            snprintf(err, errlen, "--precision fp8 on a GPU: %s %d is not a multiple of 16 (the FP8 products' operands need 16-byte rows)",
+                     o->T % 16 ? "-t" : "the model's width C", o->T % 16 ? o->T : cfg->C);
+            return -1;
+        }
     }
     if (o->B < 0) {
         if (on_gpu) return 0;          /* measured once the model exists: auto_micro_batch */

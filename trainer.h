@@ -15,8 +15,9 @@
      another, so the optimizer, ZeRO, the buckets, the gradient norm and the checkpoints see only
      those buffers (trainer_flat, trainer_flat_grad, trainer_params); the loop calls the model
      through trainer_model_* (loss, logits, the bf16 copy, init, samples, the Hugging Face export).
-     Tensor/context parallelism, --mlir, the tied embedding's rows exchange, --recompute gelu and
-     --save (llm.c's GPT-2 file) are GPT-2's only: a Llama run refuses them (trainer_family_check).
+     Tensor/context parallelism, --mlir, the tied embedding's rows exchange, --recompute gelu,
+     --precision fp8 and --save (llm.c's GPT-2 file) are GPT-2's only: a Llama run refuses them
+     (trainer_family_check).
 
    SECTIONS (implementation)
      0. the model: GPT-2 or Llama
@@ -176,7 +177,7 @@ void trainer_model_sample(trainer *tr, gpt2 *whole, int n, int topk, double temp
 /* DIR/model.safetensors and DIR/config.json for transformers (GPT2LMHeadModel or LlamaForCausalLM) */
 int trainer_model_export_hf(trainer *tr, gpt2 *whole, const char *dir, char *err, size_t errlen);
 /* the flags a Llama run does not take yet (--tp/--cp and theirs, --mlir, --save, --ddp-rows on,
-   --recompute): 0, or -1 with err naming the flag */
+   --recompute gelu, --precision fp8): 0, or -1 with err naming the flag */
 int trainer_family_check(const train_opts *o, const trainer_config *c, char *err, size_t errlen);
 /* --precision fp8: the model's FP8 states made (or set back to the start) with the run's recipe
    and history (GPT-2; trainer_family_check refuses a Llama) */

@@ -165,6 +165,15 @@ static void test_flags(void) {
     if (!have_data()) { BT_SKIP("no data/tinyshakespeare_*.bin (make data)"); return; }
     int rc = train_run("-e ls2 -b 1 -t 8 -v 0 -g 0 -x 1 --precision fp8", out, sizeof out);
     BT_CHECK(rc == 2 && strstr(out, "--precision fp8: not for a Llama model yet") && !strstr(out, "step "), "Llama: exit %d: %s", rc, out);
+    /* a GPU's FP8 products need rows of 16 bytes (resolve_opts as on a GPU: this CPU cannot run it) */
+    trainer_config cfg = trainer_config_gpt2(gpt2_config_make(2, 2, 64, 128, 50257));
+    train_parse("--precision fp8 -t 24 -b 2", &o, err, sizeof err);
+    BT_CHECK(resolve_opts(&o, 1, &cfg, err, sizeof err) == -1 && strstr(err, "--precision fp8 on a GPU: -t 24 is not a multiple of 16"), "-t 24: '%s'", err);
+    train_parse("--precision fp8 -t 24 -b 2", &o, err, sizeof err);
+    BT_CHECK(resolve_opts(&o, 0, &cfg, err, sizeof err) == 0 && !strcmp(o.fp8_recipe, "delayed") && o.fp8_history == 16, "-t 24 on a CPU: '%s'", err);
+    cfg = trainer_config_gpt2(gpt2_config_make(2, 2, 72, 128, 50257));
+    train_parse("--precision fp8 -t 32 -b 2", &o, err, sizeof err);
+    BT_CHECK(resolve_opts(&o, 1, &cfg, err, sizeof err) == -1 && strstr(err, "the model's width C 72"), "C 72: '%s'", err);
     /* several processes (a CPU build cannot start them: the check itself) */
     train_parse("--precision fp8", &o, err, sizeof err);
     BT_CHECK(check_fp8_world(&o, 2, err, sizeof err) == -1 && strstr(err, "--precision fp8 with 2 processes: not yet"), "2 processes: '%s'", err);
