@@ -33,7 +33,7 @@ static void test_cli(void) {
     struct { const char *args, *msg; } bad[] = {
         {"-b", "-b needs a value"}, {"-b 0", "bad value '0' for -b"}, {"-b x", "bad value 'x' for -b"},
         {"-t 12abc", "bad value '12abc' for -t"}, {"-l -1", "bad value '-1' for -l"}, {"--bogus 1", "unknown option '--bogus'"},
-        {"--precision fp8", "--precision must be fp32, tf32 or bf16"}, {"--device tpu", "--device must be auto, cpu, cuda or cuda:N"},
+        {"--precision fp16", "--precision must be fp32, tf32, bf16 or fp8"}, {"--device tpu", "--device must be auto, cpu, cuda or cuda:N"},
         {"-q 2", "bad value '2' for -q"}, {"--device cuda:x", "--device must be"}, {"--device cuda:99", "--device must be"},
         {"-x 1 --bogus", "unknown option '--bogus'"}, {"-x 1 stray", "unknown option 'stray'"},   /* issue 35, finding 7: last, no value */
         {"--recompute all", "--recompute must be none, gelu, attn, mlp or block, got 'all'"},
