@@ -33,9 +33,13 @@
 
    Files: llama_io.h (Hugging Face LlamaForCausalLM in and out). docs/llama.md.
 
+   FP8 (docs/fp8.md): llama_fp8_enable gives the model one scaling state per block linear (wqkv,
+   wo, w13, w2) in one flat f32 buffer, as gpt2.h's; a training forward (grad mode on) then runs
+   them through bt_linear_fp8; llama_fp8_update, once per optimizer step, rolls the states.
+
    SECTIONS (implementation)
      1. configuration and presets
-     2. parameters: one flat fp32 buffer, init
+     2. parameters: one flat fp32 buffer, init; the FP8 states
      3. the forward pass
      4. generation: a KV cache, sampling
 */
@@ -97,7 +101,11 @@ typedef struct llama {
     bt_tensor **params;            /* the leaves in buffer order, for the optimizer */
     int n_params;
     bt_device device;
+    bt_tensor *fp8_buf;            /* f32 [L, LLAMA_FP8_LINEARS, 3, 2 + history]: the FP8 states (llama_fp8_enable); NULL: none */
+    bt_fp8_state *fp8;             /* [L * LLAMA_FP8_LINEARS]: layer l's linear k at l * LLAMA_FP8_LINEARS + k, views of fp8_buf */
 } llama;
+/* the block linears that run in FP8, in a layer's order in fp8_buf */
+enum { LLAMA_FP8_QKV, LLAMA_FP8_O, LLAMA_FP8_W13, LLAMA_FP8_W2, LLAMA_FP8_LINEARS };
 
 /* One process: no padding, fp32 gradients. _padded: buffers of num_params rounded up to a
    multiple of pad_to (ZeRO's equal shards; the padding is zero), gradients in grad_dt. */
@@ -108,6 +116,11 @@ BTDEF void llama_free(llama *m);
    the embedding N(0, 0.02), the norms' weights 1; the embedding's and head's padded rows 0. Each
    leaf draws from Philox at its offset in the buffer: a seed gives the same weights on any device. */
 BTDEF void llama_init(llama *m, uint64_t seed);
+/* The FP8 linears, as gpt2_fp8_enable / gpt2_fp8_update: one state per block linear in fp8_buf
+   (o NULL: bt_fp8_default_opts), set to the start (again when called again); a forward with grad
+   mode off keeps the bf16 linears. The update: after each optimizer step, no host wait. */
+BTDEF void llama_fp8_enable(llama *m, const bt_fp8_opts *o);
+BTDEF void llama_fp8_update(llama *m);
 
 /* ---- 3. the forward pass (idx, targets: [B, T] i32 on the model's device, T <= maxT) ---- */
 BTDEF bt_tensor *llama_param_as(llama *m, bt_tensor *p, bt_dtype dt);   /* p in the compute dtype */
@@ -281,8 +294,33 @@ BTDEF void llama_build(llama *m, llama_config cfg, bt_device dev) { llama_build_
 BTDEF void llama_free(llama *m) {
     for (int i = 0; i < m->n_params; i++) bt_release(m->params[i]);
     bt_release(m->flat); bt_release(m->flat_grad); bt_release(m->flat_lowp);
-    free(m->params); free(m->layers);
+    for (int i = 0; m->fp8 && i < m->cfg.L * LLAMA_FP8_LINEARS; i++) bt_fp8_state_free(&m->fp8[i]);
+    bt_release(m->fp8_buf);
+    free(m->params); free(m->layers); free(m->fp8);
     memset(m, 0, sizeof *m);
+}
+/* 4 L states of 3 (2 + history) f32 each, slices of one buffer (a checkpoint saves it whole) */
+BTDEF void llama_fp8_enable(llama *m, const bt_fp8_opts *o) {
+    int64_t per = bt_fp8_state_floats(o), n = (int64_t)m->cfg.L * LLAMA_FP8_LINEARS;
+    if (m->fp8 && bt_numel(m->fp8_buf) != n * per)
+        bt_error("llama_fp8_enable: the model's FP8 states hold %lld floats, these options %lld (another history length)",
+                 (long long)bt_numel(m->fp8_buf), (long long)(n * per));
+    if (!m->fp8) {
+        m->fp8 = (bt_fp8_state *)calloc((size_t)n, sizeof *m->fp8);
+        if (!m->fp8) bt_error("llama_fp8_enable: out of host memory");
+        bt_scope_begin();
+        m->fp8_buf = bt_keep(bt_zeros(bt_shape1(n * per), BT_F32, m->device));
+        bt_scope_end();
+    }
+    bt_scope_begin();
+    for (int64_t i = 0; i < n; i++) {
+        bt_fp8_state_free(&m->fp8[i]);
+        bt_fp8_state_init(&m->fp8[i], o, m->device, bt_narrow(m->fp8_buf, 0, i * per, per));
+    }
+    bt_scope_end();
+}
+BTDEF void llama_fp8_update(llama *m) {
+    for (int i = 0; m->fp8 && i < m->cfg.L * LLAMA_FP8_LINEARS; i++) bt_fp8_update(&m->fp8[i]);
 }
 BTDEF void llama_init(llama *m, uint64_t seed) {
     int old = bt_set_grad_enabled(0);
@@ -331,29 +369,42 @@ BTDEF bt_tensor *llama_param_as(llama *m, bt_tensor *p, bt_dtype dt) {
 }
 #define LLAMA_P(x) llama_param_as(m, (x), dt)
 
+/* r + x w^T (r NULL: without): through bt_linear_fp8 with the scaling state st, or with st NULL
+   bt_linear / bt_linear_add (the residual add then rides the GEMM on a GPU) */
+static bt_tensor *llama__linear(bt_fp8_state *st, bt_tensor *x, bt_tensor *w, bt_tensor *r) {
+    if (st) {
+        bt_tensor *out = bt_linear_fp8(x, w, NULL, st);
+        return r ? bt_add(r, out) : out;
+    }
+    return r ? bt_linear_add(x, w, NULL, r) : bt_linear(x, w, NULL);
+}
+/* layer y's linear k (LLAMA_FP8_QKV ..): its FP8 state when f8 (decided once per forward in
+   llama_hidden, carried by the recompute regions, as gpt2.h's), else NULL (the bf16 linear) */
+#define LLAMA_F8(k) (f8 ? &m->fp8[(y - m->layers) * LLAMA_FP8_LINEARS + (k)] : NULL)
+
 /* x + the attention block of h [B, T, C]: one projection to [B, T, (H + 2 Hkv) D] (q, k, v heads side by
    side), RoPE on q and k and grouped-query attention in one op that reads K, V per group in place */
-static bt_tensor *llama__attention(llama *m, llama_layer *y, bt_tensor *h, bt_tensor *x, bt_dtype dt) {
+static bt_tensor *llama__attention(llama *m, llama_layer *y, bt_tensor *h, bt_tensor *x, bt_dtype dt, int f8) {
     const llama_config *c = &m->cfg;
-    bt_tensor *o = bt_attention_qkv_ex(bt_linear(h, LLAMA_P(y->wqkv), NULL), c->H, c->Hkv, &c->rope);
-    return bt_linear_add(o, LLAMA_P(y->wo), NULL, x);
+    bt_tensor *o = bt_attention_qkv_ex(llama__linear(LLAMA_F8(LLAMA_FP8_QKV), h, LLAMA_P(y->wqkv), NULL), c->H, c->Hkv, &c->rope);
+    return llama__linear(LLAMA_F8(LLAMA_FP8_O), o, LLAMA_P(y->wo), x);
 }
 /* x + W2 swiglu(W13 h) */
-static bt_tensor *llama__mlp(llama *m, llama_layer *y, bt_tensor *h, bt_tensor *x, bt_dtype dt) {
-    return bt_linear_add(bt_swiglu(bt_linear(h, LLAMA_P(y->w13), NULL)), LLAMA_P(y->w2), NULL, x);
+static bt_tensor *llama__mlp(llama *m, llama_layer *y, bt_tensor *h, bt_tensor *x, bt_dtype dt, int f8) {
+    return llama__linear(LLAMA_F8(LLAMA_FP8_W2), bt_swiglu(llama__linear(LLAMA_F8(LLAMA_FP8_W13), h, LLAMA_P(y->w13), NULL)), LLAMA_P(y->w2), x);
 }
 /* The block's two sublayers as bt_checkpoint regions (bt_autograd.h), as gpt2.h's: each takes the
    residual stream x and returns x + sublayer(rmsnorm(x)), the parameters' casts made inside. */
-typedef struct { llama *m; llama_layer *y; bt_dtype dt; } llama__region;
+typedef struct { llama *m; llama_layer *y; bt_dtype dt; int f8; } llama__region;
 static bt_tensor *llama__attn_region(void *ctx, bt_tensor **in) {
     llama__region *r = (llama__region *)ctx;
     llama *m = r->m; llama_layer *y = r->y; bt_dtype dt = r->dt;
-    return llama__attention(m, y, bt_rmsnorm(in[0], LLAMA_P(y->attn_norm), m->cfg.eps), in[0], dt);
+    return llama__attention(m, y, bt_rmsnorm(in[0], LLAMA_P(y->attn_norm), m->cfg.eps), in[0], dt, r->f8);
 }
 static bt_tensor *llama__mlp_region(void *ctx, bt_tensor **in) {
     llama__region *r = (llama__region *)ctx;
     llama *m = r->m; llama_layer *y = r->y; bt_dtype dt = r->dt;
-    return llama__mlp(m, y, bt_rmsnorm(in[0], LLAMA_P(y->mlp_norm), m->cfg.eps), in[0], dt);
+    return llama__mlp(m, y, bt_rmsnorm(in[0], LLAMA_P(y->mlp_norm), m->cfg.eps), in[0], dt, r->f8);
 }
 static bt_tensor *llama__block_region(void *ctx, bt_tensor **in) {
     bt_tensor *x1 = llama__attn_region(ctx, in);
@@ -367,8 +418,8 @@ static bt_tensor *llama__block_region(void *ctx, bt_tensor **in) {
    (l125m: C 768, Q 1280, F 2048: 12.4K, 8.4K, 4.3K, 768 values a token and layer.) The remade
    region's activations live during its own backward only; the work remade is one more forward of
    the region. */
-static bt_tensor *llama__block(llama *m, llama_layer *y, bt_tensor *x, bt_dtype dt, int rc) {
-    llama__region r = {m, y, dt};
+static bt_tensor *llama__block(llama *m, llama_layer *y, bt_tensor *x, bt_dtype dt, int rc, int f8) {
+    llama__region r = {m, y, dt, f8};
     if (rc & BT_RECOMPUTE_BLOCK) return bt_checkpoint(llama__block_region, &r, sizeof r, &x, 1);
     x = rc & BT_RECOMPUTE_ATTN ? bt_checkpoint(llama__attn_region, &r, sizeof r, &x, 1) : llama__attn_region(&r, &x);
     return rc & BT_RECOMPUTE_MLP ? bt_checkpoint(llama__mlp_region, &r, sizeof r, &x, 1) : llama__mlp_region(&r, &x);
@@ -381,7 +432,8 @@ BTDEF bt_tensor *llama_hidden(llama *m, bt_tensor *idx, bt_dtype dt) {
     }
     int rc = bt_get_recompute();
     bt_tensor *x = bt_embedding(LLAMA_P(m->emb), idx);
-    for (int l = 0; l < c->L; l++) x = llama__block(m, &m->layers[l], x, dt, rc);
+    int f8 = m->fp8 && bt_grad_enabled();   /* a training forward: the FP8 linears */
+    for (int l = 0; l < c->L; l++) x = llama__block(m, &m->layers[l], x, dt, rc, f8);
     return bt_rmsnorm(x, LLAMA_P(m->norm), c->eps);
 }
 BTDEF bt_tensor *llama_logits(llama *m, bt_tensor *idx, bt_dtype dt) {
@@ -447,7 +499,7 @@ BTDEF bt_tensor *llama_forward_cached(llama *m, llama_kv_cache *kv, const int32_
     for (int l = 0; l < c->L; l++) {
         llama_layer *y = &m->layers[l];
         x = bt_add(x, llama__attention_cached(m, y, bt_rmsnorm(x, LLAMA_P(y->attn_norm), c->eps), kv, l, mask));
-        x = llama__mlp(m, y, bt_rmsnorm(x, LLAMA_P(y->mlp_norm), c->eps), x, dt);
+        x = llama__mlp(m, y, bt_rmsnorm(x, LLAMA_P(y->mlp_norm), c->eps), x, dt, 0);
     }
     kv->len += n;
     x = bt_rmsnorm(bt_select(bt_select(x, 0, 0), 0, n - 1), LLAMA_P(m->norm), c->eps);   /* [C] */
@@ -501,5 +553,6 @@ BTDEF int llama_generate(llama *m, const int32_t *prompt, int n_prompt, int n_ne
     return 0;
 }
 #undef LLAMA_P
+#undef LLAMA_F8
 #endif /* LLAMA_IMPLEMENTATION_DONE */
 #endif /* LLAMA_IMPLEMENTATION */

@@ -63,8 +63,9 @@ static void usage(FILE *f) {
         "  -o DIR    write DIR/log.jsonl (one JSON object per step; DIR is made if missing)\n"
         "  --save PATH   write the trained model (llm.c layout) at the end, before the last sample\n"
         "  --precision fp32|tf32|bf16|fp8   (default bf16 on a GPU, fp32 on a CPU); fp8: GPT-2's block linears (qkv,\n"
-        "            attention projection, MLP fc and projection) in FP8, e4m3 forward and e5m2 gradients with\n"
-        "            per-tensor scales (Ada/Hopper GPUs; on a CPU emulated, the rest fp32), the rest as bf16 (docs/fp8.md)\n"
+        "            attention projection, MLP fc and projection; a Llama's wqkv, wo, w13, w2) in FP8, e4m3 forward\n"
+        "            and e5m2 gradients with per-tensor scales (Ada/Hopper GPUs; on a CPU emulated, the rest fp32),\n"
+        "            the rest as bf16 (docs/fp8.md)\n"
         "  --fp8-recipe current|delayed   with fp8: scales from each tensor's own amax, or from the amax history\n"
         "            of the last --fp8-history steps (default delayed)\n"
         "  --fp8-history N   with fp8: the delayed recipe's amax history, 1 to 1024 steps (default 16)\n"
@@ -308,9 +309,13 @@ static int resolve_opts(train_opts *o, int on_gpu, const trainer_config *cfg, ch
         if (!o->fp8_recipe) o->fp8_recipe = "delayed";
         if (!o->fp8_history) o->fp8_history = 16;
         /* cuBLASLt's FP8 operands have 16-byte rows: the B T rows, C, 3C and 4C multiples of 16 */
-        if (on_gpu && (o->T % 16 || cfg->C % 16)) {
+        const llama_config *lc = &cfg->llama;   /* a Llama's qkv width (H + 2 Hkv) D and MLP width F too */
+        int llama = cfg->family == TRAINER_LLAMA, qkv = llama ? (lc->H + 2 * lc->Hkv) * (lc->C / lc->H) : 0;
+        const char *what = o->T % 16 ? "-t" : cfg->C % 16 ? "the model's width C" : llama && lc->F % 16 ? "the MLP width F"
+                         : llama && qkv % 16 ? "the qkv width (H + 2 Hkv) D" : NULL;
+        if (on_gpu && what) {
             snprintf(err, errlen, "--precision fp8 on a GPU: %s %d is not a multiple of 16 (the FP8 products' operands need 16-byte rows)",
-                     o->T % 16 ? "-t" : "the model's width C", o->T % 16 ? o->T : cfg->C);
+                     what, o->T % 16 ? o->T : cfg->C % 16 ? cfg->C : lc->F % 16 ? lc->F : qkv);
             return -1;
         }
     }
@@ -879,7 +884,7 @@ static int train_main(train_opts *o) {
     tr.dist = dist;
     if (load_tokenizer(&tr, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
     if (o->eval_mc && load_mc(&tr, &cfg, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
-    int fp8 = !strcmp(o->precision, "fp8");   /* GPT-2's block linears in FP8, the rest bf16 (CPU: f32) */
+    int fp8 = !strcmp(o->precision, "fp8");   /* the block linears in FP8, the rest bf16 (CPU: f32) */
     if (check_fp8_world(o, world, err, sizeof err)) { fprintf(stderr, "error: %s " SEE_H "\n", err); return run_end(&tr, 2); }
     tr.dt = !strcmp(o->precision, "bf16") || (fp8 && on_gpu) ? BT_BF16 : BT_F32;
     bt_set_matmul_precision(!strcmp(o->precision, "tf32") ? BT_MATMUL_TF32 : BT_MATMUL_FP32);

@@ -15,9 +15,9 @@
      another, so the optimizer, ZeRO, the buckets, the gradient norm and the checkpoints see only
      those buffers (trainer_flat, trainer_flat_grad, trainer_params); the loop calls the model
      through trainer_model_* (loss, logits, the bf16 copy, init, samples, the Hugging Face export).
-     Tensor/context parallelism, --mlir, the tied embedding's rows exchange, --recompute gelu,
-     --precision fp8 and --save (llm.c's GPT-2 file) are GPT-2's only: a Llama run refuses them
-     (trainer_family_check).
+     Tensor/context parallelism, --mlir, the tied embedding's rows exchange, --recompute gelu and
+     --save (llm.c's GPT-2 file) are GPT-2's only: a Llama run refuses them (trainer_family_check).
+     --precision fp8 takes either: both models own their FP8 states alike (trainer_fp8_*).
 
    SECTIONS (implementation)
      0. the model: GPT-2 or Llama
@@ -177,14 +177,14 @@ void trainer_model_sample(trainer *tr, gpt2 *whole, int n, int topk, double temp
 /* DIR/model.safetensors and DIR/config.json for transformers (GPT2LMHeadModel or LlamaForCausalLM) */
 int trainer_model_export_hf(trainer *tr, gpt2 *whole, const char *dir, char *err, size_t errlen);
 /* the flags a Llama run does not take yet (--tp/--cp and theirs, --mlir, --save, --ddp-rows on,
-   --recompute gelu, --precision fp8): 0, or -1 with err naming the flag */
+   --recompute gelu): 0, or -1 with err naming the flag */
 int trainer_family_check(const train_opts *o, const trainer_config *c, char *err, size_t errlen);
 /* --precision fp8: the model's FP8 states made (or set back to the start) with the run's recipe
-   and history (GPT-2; trainer_family_check refuses a Llama) */
+   and history (gpt2_fp8_enable, llama_fp8_enable) */
 void trainer_fp8_enable(trainer *tr);
 /* once per optimizer step, after the last micro-batch's backward (train_gpt2.c calls it after the
    AdamW update, or after the update a non-finite step skipped): every state's amaxes of the step
-   into its history and the next scales (gpt2_fp8_update); no-op without FP8 */
+   into its history and the next scales (gpt2_fp8_update, llama_fp8_update); no-op without FP8 */
 void trainer_fp8_update(trainer *tr);
 
 /* ---- 2. data ---- */
@@ -365,8 +365,7 @@ int trainer_model_export_hf(trainer *tr, gpt2 *whole, const char *dir, char *err
 int trainer_family_check(const train_opts *o, const trainer_config *c, char *err, size_t errlen) {
     if (c->family != TRAINER_LLAMA) return 0;
     const char *flag = o->tp > 1 ? "--tp" : o->cp > 1 ? "--cp" : o->sp ? "--sp" : o->async_tp ? "--async-tp" : o->cp_comm ? "--cp-comm"
-                     : o->mlir ? "--mlir" : o->save_path ? "--save" : o->ddp_rows == 1 ? "--ddp-rows on" : o->recompute == BT_RECOMPUTE_GELU ? "--recompute gelu"
-                     : o->precision && !strcmp(o->precision, "fp8") ? "--precision fp8" : NULL;
+                     : o->mlir ? "--mlir" : o->save_path ? "--save" : o->ddp_rows == 1 ? "--ddp-rows on" : o->recompute == BT_RECOMPUTE_GELU ? "--recompute gelu" : NULL;
     if (!flag) return 0;
     if (!strcmp(flag, "--recompute gelu")) {
         snprintf(err, errlen, "--recompute gelu: a Llama has no GELU (its MLP is SwiGLU); attn, mlp or block remake its sublayers");
@@ -375,7 +374,6 @@ int trainer_family_check(const train_opts *o, const trainer_config *c, char *err
     const char *why = !strcmp(flag, "--save") ? "it writes llm.c's GPT-2 model file; --export-hf DIR writes a Llama for transformers"
                     : !strcmp(flag, "--mlir") ? "its fused chain is GPT-2's MLP (bias + GELU)"
                     : !strcmp(flag, "--ddp-rows on") ? "the rows exchange is GPT-2's tied embedding hook"
-                    : !strcmp(flag, "--precision fp8") ? "llama.h's linears do not go through bt_linear_fp8; bf16 trains it"
                     : "tensor and context parallelism are gpt2_parallel.h's";
     snprintf(err, errlen, "%s: not for a Llama model yet (%s)", flag, why);
     return -1;
@@ -390,10 +388,19 @@ static bt_fp8_opts trainer__fp8_opts(const train_opts *o) {
 }
 void trainer_fp8_enable(trainer *tr) {
     bt_fp8_opts f = trainer__fp8_opts(&tr->o);
-    gpt2_fp8_enable(&tr->model, &f);
+    if (TRAINER__LLAMA(tr)) llama_fp8_enable(&tr->lm, &f);
+    else gpt2_fp8_enable(&tr->model, &f);
 }
 void trainer_fp8_update(trainer *tr) {
-    if (!TRAINER__LLAMA(tr)) gpt2_fp8_update(&tr->model);
+    if (TRAINER__LLAMA(tr)) llama_fp8_update(&tr->lm);
+    else gpt2_fp8_update(&tr->model);
+}
+/* the model's FP8 states (NULL without), *n of them, in the flat buffer *buf (buf may be NULL) */
+static bt_fp8_state *trainer__fp8(const trainer *tr, int *n, bt_tensor **buf) {
+    bt_fp8_state *st = TRAINER__LLAMA(tr) ? tr->lm.fp8 : tr->model.fp8;
+    *n = !st ? 0 : TRAINER__LLAMA(tr) ? tr->lm.cfg.L * LLAMA_FP8_LINEARS : tr->model.cfg.L * GPT2_FP8_LINEARS;
+    if (buf) *buf = TRAINER__LLAMA(tr) ? tr->lm.fp8_buf : tr->model.fp8_buf;
+    return st;
 }
 
 /* ---- 1. options ---- */
@@ -612,10 +619,11 @@ static void trainer__graph_capture(trainer *tr, step_graph *g, int k, int a, tra
    before would replay the first step's path for ever. So until every state is primed the
    micro-steps run eagerly (the same kernels), and the capture comes after. */
 static int trainer__fp8_unprimed(const trainer *tr) {
-    const gpt2 *m = &tr->model;
-    if (TRAINER__LLAMA(tr) || !m->fp8 || m->fp8[0].opts.recipe != BT_FP8_DELAYED) return 0;
-    for (int i = 0; i < m->cfg.L * GPT2_FP8_LINEARS; i++)
-        if (m->fp8[i].primed != (1u << BT_FP8_ROLES) - 1) return 1;
+    int n;
+    const bt_fp8_state *st = trainer__fp8(tr, &n, NULL);
+    if (!st || st[0].opts.recipe != BT_FP8_DELAYED) return 0;
+    for (int i = 0; i < n; i++)
+        if (st[i].primed != (1u << BT_FP8_ROLES) - 1) return 1;
     return 0;
 }
 void trainer_graph_micro_step(trainer *tr, step_graph *g, bt_tensor *tokens, int a, int k, trainer_micro_fn micro) {
@@ -722,7 +730,7 @@ int trainer_auto_micro_batch(trainer *tr, int T, int total_batch, bt_dtype dt) {
                                     layer 0 .. L-1 with its 12 tensors each, lnfw, lnfb)
        adamw.m   [num_params] f32   AdamW's moments over the same elements
        adamw.v   [num_params] f32
-       fp8.state [4 L 3 (2 + n)] f32  --precision fp8 only: the FP8 states (gpt2.h's fp8_buf: per
+       fp8.state [4 L 3 (2 + n)] f32  --precision fp8 only: the FP8 states (the model's fp8_buf: per
                                     block linear, per tensor x, w, gy: amax, scale, amax history)
    and in its metadata the run: what a resume must share with it (trainer__ckpt_fields: the model,
    the batch, the schedule, the seed, the precision, the data parallelism), the steps done
@@ -957,24 +965,22 @@ void trainer_ckpt_import_tuning(trainer *tr) {
 /* fp8.primed: each FP8 state's host-side `primed` bits (x 1, w 2, gy 4: which tensors' histories
    hold an amax), one digit 0-7 per state in fp8_buf's order. A resume sets them back, so its casts
    take the paths the uninterrupted run's take. */
-static int trainer__fp8_meta_set(const gpt2 *m, bt_ckpt_meta *meta) {
-    int n = m->cfg.L * GPT2_FP8_LINEARS;
+static int trainer__fp8_meta_set(const bt_fp8_state *st, int n, bt_ckpt_meta *meta) {
     char *txt = (char *)malloc((size_t)n + 1);
     if (!txt) bt_error("checkpoint: out of host memory");
-    for (int i = 0; i < n; i++) txt[i] = (char)('0' + (m->fp8[i].primed & 7u));
+    for (int i = 0; i < n; i++) txt[i] = (char)('0' + (st[i].primed & 7u));
     txt[n] = 0;
     int bad = bt_ckpt_meta_set(meta, "fp8.primed", txt);
     free(txt);
     return bad;
 }
-static int trainer__fp8_meta_get(gpt2 *m, const bt_ckpt_meta *meta, const char *path, char *err, size_t errlen) {
-    int n = m->cfg.L * GPT2_FP8_LINEARS;
+static int trainer__fp8_meta_get(bt_fp8_state *st, int n, const bt_ckpt_meta *meta, const char *path, char *err, size_t errlen) {
     const char *txt = bt_ckpt_meta_get(meta, "fp8.primed");
     if (!txt || (int)strlen(txt) != n || (int)strspn(txt, "01234567") != n) {
         bt_msgf(err, errlen, "--resume %s: fp8.primed is %s (expected %d digits 0-7, one per FP8 linear)", path, txt ? "malformed" : "absent", n);
         return -1;
     }
-    for (int i = 0; i < n; i++) { m->fp8[i].primed = (unsigned)(txt[i] - '0'); m->fp8[i].seen = 0; }
+    for (int i = 0; i < n; i++) { st[i].primed = (unsigned)(txt[i] - '0'); st[i].seen = 0; }
     return 0;
 }
 /* The checkpoint's metadata (rank 0's; NULL on the others): a collective, as every rank's loader
@@ -1008,7 +1014,9 @@ static bt_ckpt_meta *trainer__meta(trainer *tr, int step, double loss) {
         bad |= bt_ckpt_meta_set_i64(meta, "train.tp", o->tp);   /* the layout it was made in: not a resume's constraint */
         bad |= bt_ckpt_meta_set_i64(meta, "train.cp", o->cp);
         for (int d = 0; d < dworld; d++) bad |= bt_ckpt_meta_set_loader(meta, d, &all[tr->par ? d * tr->par->cp * tr->par->tp : d]);
-        if (!TRAINER__LLAMA(tr) && tr->model.fp8) bad |= trainer__fp8_meta_set(&tr->model, meta);
+        int n8;
+        const bt_fp8_state *st8 = trainer__fp8(tr, &n8, NULL);
+        if (st8) bad |= trainer__fp8_meta_set(st8, n8, meta);
         if (bad) bt_error("checkpoint: the metadata: %s", bt_ckpt_error());
     }
     free(all);
@@ -1051,7 +1059,9 @@ void trainer_ckpt_snapshot(trainer *tr, int step, double loss) {
                                     : bt_narrow(trainer_flat(tr), 0, 0, trainer_num_params(tr));
     bt_ckpt_meta *meta = trainer__meta(tr, step, loss);
     if (tr->saver) {
-        bt_tensor *t[4] = {w, m, v, TRAINER__LLAMA(tr) ? NULL : tr->model.fp8_buf};
+        int n8;
+        bt_tensor *t[4] = {w, m, v, NULL};
+        trainer__fp8(tr, &n8, &t[3]);
         const char *names[4] = {"params", "adamw.m", "adamw.v", "fp8.state"};
         if (bt_ckpt_saver_wait(tr->saver)) fprintf(stderr, "warning: checkpoint: %s\n", bt_ckpt_error());   /* the previous one */
         if (bt_ckpt_saver_snapshot(tr->saver, step, t, names, t[3] ? 4 : 3, meta))
@@ -1356,10 +1366,13 @@ int trainer_ckpt_restore(trainer *tr, char *err, size_t errlen) {
         if (!r && tp) { m = gpt2_par_shard_of_whole(&tr->model, m); v = gpt2_par_shard_of_whole(&tr->model, v); }
         if (!r) bt_adamw_set_state(opt, bt_narrow(m, 0, opt->lo, opt->hi - opt->lo), bt_narrow(v, 0, opt->lo, opt->hi - opt->lo), astep);
     }
-    if (!r && !TRAINER__LLAMA(tr) && tr->model.fp8) r = bt_ckpt_load(tr->src.file, "fp8.state", tr->model.fp8_buf, 0);
+    int n8;
+    bt_tensor *buf8 = NULL;
+    bt_fp8_state *st8 = trainer__fp8(tr, &n8, &buf8);
+    if (!r && st8) r = bt_ckpt_load(tr->src.file, "fp8.state", buf8, 0);
     bt_scope_end();
     if (r) { bt_msgf(err, errlen, "--resume: %s", bt_ckpt_error()); return -1; }
-    if (!TRAINER__LLAMA(tr) && tr->model.fp8 && trainer__fp8_meta_get(&tr->model, meta, tr->src.path, err, errlen)) return -1;
+    if (st8 && trainer__fp8_meta_get(st8, n8, meta, tr->src.path, err, errlen)) return -1;
     opt->step = astep;
     int drank = tr->par ? tr->par->dp_rank : tr->dist ? tr->dist->rank : 0;   /* tp/cp ranks read their dp index's rows */
     if (bt_ckpt_meta_get_loader(meta, drank, &st)) { bt_msgf(err, errlen, "--resume %s: %s", tr->src.path, bt_ckpt_error()); return -1; }
