@@ -193,6 +193,9 @@ PY
   resume_check "Llama l125m: the CUDA graph run against --cuda-graph off" --after 0 --log-a "$OUT/llama_a/log.jsonl" \
     --log-b "$OUT/llama_eager/log.jsonl" --ckpt-a "$(ck "$C/llama_a" "$S")" --ckpt-b "$(ck "$C/llama_eager" "$S")"
   rm -rf "$C/llama_a" "$C/llama_eager"
+  L125_FP8=(-e l125m -b 16 -t 1024 -d 32768 -x "$S" -v 4 -m 2 -g 0 --deterministic --quiet --precision fp8)
+  resume_pair llama_fp8 "Llama l125m fp8" "${L125_FP8[@]}"
+  rm -rf "$C/llama_fp8_a"
   if [ "$NG" -ge 2 ]; then
     D2=(--nproc 2 -e d12 -b 8 -t 1024 -d 32768 -x "$S" -v 4 -m 2 -g 0 --deterministic --quiet --precision bf16)
     for m in ddp zero1 zero2; do resume_pair "$m" "2 GPUs --dp $m" "${D2[@]}" --dp $m; done
