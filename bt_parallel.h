@@ -277,6 +277,8 @@ BTDEF bt_tensor *bt_fsdp_gather(bt_fsdp *f, int u, bt_dtype dt);
    sum) added to f->grad. A collective. */
 BTDEF void bt_fsdp_reduce(bt_fsdp *f, int u, bt_tensor *g);
 BTDEF void bt_fsdp_zero_grad(bt_fsdp *f);
+/* x (fp32, contiguous, on the engine's device: a loss) averaged over the ranks in place: a collective */
+BTDEF void bt_fsdp_mean(bt_fsdp *f, bt_tensor *x);
 /* fp32 [1]: the L2 norm of the whole reduced gradient (every rank's shards): a collective */
 BTDEF bt_tensor *bt_fsdp_grad_norm(bt_fsdp *f);
 /* the optimizer's leaves: views of f->param tiling it, their .grad the same spans of f->grad */
@@ -2462,6 +2464,14 @@ BTDEF void bt_fsdp_reduce(bt_fsdp *f, int u, bt_tensor *g) {
     bt__par_dev_leave(pg);
 }
 
+BTDEF void bt_fsdp_mean(bt_fsdp *f, bt_tensor *x) {
+    if (!x || x->dtype != BT_F32 || !bt_is_contiguous(x) || !bt_device_eq(bt_device_of(x), f->dev))
+        bt_error("bt_fsdp_mean: x must be a contiguous fp32 tensor on the engine's device (got %s)", x ? bt__par_s(x) : "NULL");
+    int pg = bt__par_dev_enter(f->dev);
+    bt__par_all_reduce(f->comm, f->dev, bt_data_ptr(x), bt_numel(x), BT_F32, BT_RED_AVG, NULL);
+    x->storage->version++;
+    bt__par_dev_leave(pg);
+}
 BTDEF bt_tensor *bt_fsdp_grad_norm(bt_fsdp *f) {
     int pg = bt__par_dev_enter(f->dev);
     int old = bt__par_begin();

@@ -136,6 +136,9 @@ typedef struct trainer {
     bt_dist *dist;
     bt_ddp *ddp;               /* the gradient buckets */
     bt_zero zero;              /* --dp zero1|zero2 (zero.stage 0: ddp) */
+    bt_fsdp *fsdp;             /* --dp fsdp (bt_parallel.h): the shards of the weights, gradients and (through opt) AdamW state */
+    gpt2_units fsdp_units;     /* the model's gathers go to fsdp */
+    gpt2 fsdp_whole;           /* the model for outputs: tr->model's leaves over the gathered weights, no units */
     void *comm_ev[2];          /* around the step's last bt_ddp_wait on the compute stream (timed) */
     void *work_ev[2];          /* --timings: the step's start and the end of its last backward (timed) */
     int comm_early;            /* buckets already launched when the step's last backward ended; -1: no timed wait this step (graphs) */
@@ -422,6 +425,37 @@ static int trainer__rows_exchange(trainer *tr) {
     double gathered = (double)tr->dist->world * tr->o.B * tr->o.T * bt_dtype_size(tr->dt);   /* per column */
     return gathered <= 4.0 * (double)m->wte->shape[0];
 }
+/* --dp fsdp (GPT-2): the engine over the world, one unit per gpt2_units_bounds (wte + wpe, each
+   block, the final layernorm), this rank's shards cut out of the weights every rank holds now (rank
+   0's, broadcast on GPUs; on CPU ranks every rank made the same ones: the same seed or file), and
+   AdamW re-made over the shards' views. The model's full buffer stays allocated: it is where
+   files are read and where the outputs gather the weights (trainer_whole_model). */
+static bt_tensor *trainer__fsdp_gather(void *ctx, int u, bt_dtype dt) { return bt_fsdp_gather((bt_fsdp *)ctx, u, dt); }
+static void trainer__setup_fsdp(trainer *tr) {
+    gpt2 *m = &tr->model;
+    bt_comm *c = tr->dist->world_comm;
+    bt_device dev = trainer_device(tr);
+    if (dev.type == BT_GPU) {
+        bt_broadcast(c, bt_data_ptr(m->flat), bt_data_ptr(m->flat), m->flat_numel, BT_F32, 0, NULL);
+        m->flat->storage->version++;
+    }
+    int nu = m->cfg.L + 2;
+    int64_t *lo = (int64_t *)malloc(sizeof(int64_t) * (size_t)nu), *hi = (int64_t *)malloc(sizeof(int64_t) * (size_t)nu);
+    bt_fsdp_unit *units = (bt_fsdp_unit *)malloc(sizeof(bt_fsdp_unit) * (size_t)nu);
+    if (!lo || !hi || !units) bt_error("--dp fsdp: out of host memory");
+    gpt2_units_bounds(m, lo, hi);
+    for (int u = 0; u < nu; u++) { units[u].lo = lo[u]; units[u].hi = hi[u]; }
+    tr->fsdp = bt_fsdp_create(c, dev, m->params, m->n_params, units, nu, m->flat, NULL);
+    free(lo); free(hi); free(units);
+    bt_adamw o = tr->opt;
+    bt_adamw_free(&tr->opt);
+    int n;
+    bt_tensor **p = bt_fsdp_params(tr->fsdp, &n);
+    bt_adamw_init(&tr->opt, p, n, o.beta1, o.beta2, o.eps, o.weight_decay, o.max_grad_norm);
+    tr->fsdp_units.gather = trainer__fsdp_gather;
+    tr->fsdp_units.ctx = tr->fsdp;
+    gpt2_set_units(m, &tr->fsdp_units);
+}
 /* The data-parallel parts: every rank starts from rank 0's weights, holds (ZeRO) its range of the
    AdamW state and, for zero2, of the summed gradients, and communicates its gradients through the
    bucket engine, whose hooks fire as the backward pass finishes each parameter. */
@@ -466,6 +500,7 @@ static void trainer__setup_ddp(trainer *tr) {
    over the dp x cp group (a group of one, --tp 2 on two GPUs, reduces nothing, and ZeRO's range
    is then the whole buffer); on CPUs tp/cp have no data parallelism */
 void trainer_setup_parallel(trainer *tr) {
+    if (tr->dist && !strcmp(tr->o.dp, "fsdp")) { trainer__setup_fsdp(tr); return; }
     if (tr->zero.stage) {
         bt_zero z = tr->zero;
         bt_zero_init(&tr->zero, z.stage, trainer__zero_comm(tr), tr->opt.numel, z.shard, trainer_device(tr));
@@ -494,6 +529,7 @@ double trainer_comm_exposed_ms(trainer *tr) {
    every tp rank) counts once and the split part is summed over tp. */
 bt_tensor *trainer_grad_norm(trainer *tr) {
     gpt2 *m = &tr->model;   /* tp: GPT-2's shard */
+    if (tr->fsdp) return bt_fsdp_grad_norm(tr->fsdp);
     if (tr->zero.stage) {
         int64_t W = m->tp > 1 ? gpt2_par_whole_numel(m) : trainer_flat_numel(tr);
         bt_tensor *sq = bt_zero_sumsq(&tr->zero, trainer_flat_grad(tr), W);
@@ -508,7 +544,7 @@ bt_tensor *trainer_grad_norm(trainer *tr) {
 void trainer_update(trainer *tr, double lr, bt_tensor *norm) {
     if (tr->fence_pending) trainer_ckpt_fence(tr);   /* a checkpoint's copies of the weights and state finish first */
     bt_adamw_set_grad_norm(&tr->opt, norm);
-    bt_adamw_update(&tr->opt, (float)lr, tr->zero.grad_sum);
+    bt_adamw_update(&tr->opt, (float)lr, tr->fsdp ? tr->fsdp->grad : tr->zero.grad_sum);
     if (tr->zero.stage) bt_zero_all_gather(&tr->zero, trainer_flat(tr));   /* every rank's updated range to its group */
 }
 
@@ -944,6 +980,11 @@ static bt_ckpt_meta *trainer__meta(trainer *tr, int step, double loss) {
    over the ZeRO group, then with tp the tp ranks' buffers into the 1-GPU layout (on rank 0; NULL
    on the others) */
 static void trainer__gather_adamw(trainer *tr, bt_tensor **m, bt_tensor **v) {
+    if (tr->fsdp) {   /* every rank's shards in the flat layout (a collective) */
+        *m = tr->gathered[0] = bt_retain(bt_fsdp_full(tr->fsdp, tr->opt.m));
+        *v = tr->gathered[1] = bt_retain(bt_fsdp_full(tr->fsdp, tr->opt.v));
+        return;
+    }
     if (!tr->zero.stage && tr->model.tp <= 1) { *m = tr->opt.m; *v = tr->opt.v; return; }
     bt_tensor *state[2] = {tr->opt.m, tr->opt.v}, **out[2] = {m, v};
     for (int k = 0; k < 2; k++) {
@@ -972,7 +1013,8 @@ void trainer_ckpt_snapshot(trainer *tr, int step, double loss) {
     bt_tensor *m, *v;
     trainer__gather_adamw(tr, &m, &v);
     /* the weights in the 1-GPU layout: with tp the shards gathered (rank 0), else the buffer */
-    bt_tensor *w = tr->model.tp > 1 ? (tr->gathered[2] = gpt2_par_gather_whole(tr->par, &tr->model, tr->model.flat))
+    bt_tensor *w = tr->fsdp ? (tr->gathered[2] = bt_retain(bt_fsdp_full(tr->fsdp, tr->fsdp->param)))
+                 : tr->model.tp > 1 ? (tr->gathered[2] = gpt2_par_gather_whole(tr->par, &tr->model, tr->model.flat))
                                     : bt_narrow(trainer_flat(tr), 0, 0, trainer_num_params(tr));
     bt_ckpt_meta *meta = trainer__meta(tr, step, loss);
     if (tr->saver) {
@@ -1273,12 +1315,17 @@ int trainer_ckpt_restore(trainer *tr, char *err, size_t errlen) {
     }
     int r, tp = tr->model.tp > 1;
     bt_scope_begin();
-    if (!tp && opt->lo == 0 && opt->hi == trainer_num_params(tr)) {
+    if (!tp && !tr->fsdp && opt->lo == 0 && opt->hi == trainer_num_params(tr)) {
         r = bt_ckpt_load(tr->src.file, "adamw.m", opt->m, 0) || bt_ckpt_load(tr->src.file, "adamw.v", opt->v, 0);
     } else {   /* ZeRO or tp: the whole state through host memory, this rank's range (or shard) copied in */
         bt_tensor *m = bt_empty(bt_shape1(trainer_num_params(tr)), BT_F32, bt_cpu()), *v = bt_empty(bt_shape1(trainer_num_params(tr)), BT_F32, bt_cpu());
         r = bt_ckpt_load(tr->src.file, "adamw.m", m, 0) || bt_ckpt_load(tr->src.file, "adamw.v", v, 0);
         if (!r && tp) { m = gpt2_par_shard_of_whole(&tr->model, m); v = gpt2_par_shard_of_whole(&tr->model, v); }
+        if (!r && tr->fsdp) {   /* fsdp: this rank's shards of them (the optimizer's index space is the shards') */
+            bt_tensor *ms = bt_zeros(bt_shape1(opt->hi - opt->lo), BT_F32, trainer_device(tr)), *vs = bt_zeros(bt_shape1(opt->hi - opt->lo), BT_F32, trainer_device(tr));
+            bt_fsdp_load(tr->fsdp, m, ms); bt_fsdp_load(tr->fsdp, v, vs);
+            m = ms; v = vs;
+        }
         if (!r) bt_adamw_set_state(opt, bt_narrow(m, 0, opt->lo, opt->hi - opt->lo), bt_narrow(v, 0, opt->lo, opt->hi - opt->lo), astep);
     }
     bt_scope_end();
@@ -1299,6 +1346,14 @@ int trainer_ckpt_restore(trainer *tr, char *err, size_t errlen) {
 int trainer_par_check(const train_opts *o, const trainer_config *c, int world, int on_gpu, char *err, size_t errlen) {
     int tp = o->tp, cp = o->cp;
     if (trainer_family_check(o, c, err, errlen)) return -1;   /* a Llama: none of them yet */
+    if (!strcmp(o->dp, "fsdp") && world > 1) {   /* what fsdp does not compose with yet */
+        const char *no = c->family == TRAINER_LLAMA ? "a Llama model (the units are gpt2.h's blocks; use --dp ddp, zero1 or zero2)"
+                       : tp * cp > 1 ? "--tp/--cp (its shards span all processes; use --dp zero1 or zero2 with --tp/--cp)"
+                       : o->cuda_graph == 1 ? "--cuda-graph on (each block's gathers and reduce-scatters run outside a graph; use --cuda-graph off)"
+                       : o->eval_only ? "--eval-only (evaluate the same file with --dp ddp)"
+                       : o->eval_mc ? "--eval-mc (its ranks score different items, and every fsdp forward is a collective)" : NULL;
+        if (no) { snprintf(err, errlen, "--dp fsdp: not with %s", no); return -1; }
+    }
     if (o->sp && tp < 2) { snprintf(err, errlen, "--sp (sequence parallelism) needs --tp 2 or more"); return -1; }
     if (o->async_tp && tp < 2) { snprintf(err, errlen, "--async-tp needs --tp 2 or more"); return -1; }
     if (o->cp_comm && cp < 2) { snprintf(err, errlen, "--cp-comm %s needs --cp 2 or more", o->cp_comm); return -1; }
@@ -1343,7 +1398,22 @@ void trainer_par_describe(const gpt2_par *p, const train_opts *o) {
     if (strcmp(o->dp, "ddp")) printf(", %s: AdamW state%s in %d shards (dp x cp)", o->dp, !strcmp(o->dp, "zero2") ? " and gradients" : "", p->dp * p->cp);
     printf("%s\n", p->on_cpu ? " (CPU: collectives through the TCP store)" : "");
 }
-gpt2 *trainer_whole_model(trainer *tr) { return tr->par ? gpt2_par_whole_model(tr->par, &tr->model) : &tr->model; }
+/* fsdp: every rank's shards into the model's full buffer (a collective), seen through a copy of the
+   model without units (its own bf16 copy for samples, kept from call to call) */
+static gpt2 *trainer__fsdp_whole(trainer *tr) {
+    bt_scope_begin();
+    bt_copy_(bt_narrow(tr->model.flat, 0, 0, tr->fsdp->numel), bt_fsdp_full(tr->fsdp, tr->fsdp->param));
+    bt_scope_end();
+    bt_tensor *lowp = tr->fsdp_whole.flat_lowp;
+    uint32_t ver = tr->fsdp_whole.lowp_version;
+    tr->fsdp_whole = tr->model;
+    tr->fsdp_whole.units = NULL; tr->fsdp_whole.unit_w = NULL;
+    tr->fsdp_whole.flat_lowp = lowp; tr->fsdp_whole.lowp_version = ver;
+    return &tr->fsdp_whole;
+}
+gpt2 *trainer_whole_model(trainer *tr) {
+    return tr->fsdp ? trainer__fsdp_whole(tr) : tr->par ? gpt2_par_whole_model(tr->par, &tr->model) : &tr->model;
+}
 
 /* ---- 8. the end of a run ---- */
 /* any part may be missing: every exit path comes here. With several processes a failed rank
@@ -1367,6 +1437,9 @@ int trainer_end(trainer *tr, int rc) {
         bt_dist_shutdown(tr->dist);
     }
     bt_adamw_free(&tr->opt);
+    bt_fsdp_free(tr->fsdp);          /* after the optimizer, whose leaves are its views */
+    tr->fsdp = NULL;
+    bt_release(tr->fsdp_whole.flat_lowp);
     gpt2_free(&tr->model);
     llama_free(&tr->lm);
     bt_loader_close(tr->train); bt_loader_close(tr->val);
