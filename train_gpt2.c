@@ -360,7 +360,7 @@ static void dp_micro_step(trainer *tr, bt_tensor *idx, bt_tensor *tgt, int a, in
 static int train_step(trainer *tr, int step, double lr, double *loss, double *grad_norm) {
     double t0 = now_s();
     int accum = tr->o.total_batch / (tr->o.B * tr->o.T * trainer_data_world(tr));
-    bt_zero_(trainer_flat_grad(tr));
+    if (trainer_flat_grad(tr)) bt_zero_(trainer_flat_grad(tr));
     if (tr->zero.grad_sum) bt_zero_(tr->zero.grad_sum);
     if (tr->fsdp) bt_fsdp_zero_grad(tr->fsdp);
     bt_scope_begin();

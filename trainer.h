@@ -161,7 +161,7 @@ typedef struct trainer {
 /* ---- 0. the model, whichever family: its buffers, its forward, its outputs ---- */
 bt_device trainer_device(const trainer *tr);
 bt_tensor *trainer_flat(const trainer *tr);        /* the weights' buffer (fp32, flat_numel) */
-bt_tensor *trainer_flat_grad(const trainer *tr);   /* the gradients' buffer */
+bt_tensor *trainer_flat_grad(const trainer *tr);   /* the gradients' buffer (NULL under --dp fsdp: the engine's shards) */
 bt_tensor **trainer_params(const trainer *tr, int *n);   /* the leaves in buffer order */
 int64_t trainer_num_params(const trainer *tr);     /* of the whole model (files, FLOPs), also of a tp shard */
 int64_t trainer_flat_numel(const trainer *tr);     /* the buffers' length: this rank's, padded for ZeRO */
@@ -428,8 +428,9 @@ static int trainer__rows_exchange(trainer *tr) {
 /* --dp fsdp (GPT-2): the engine over the world, one unit per gpt2_units_bounds (wte + wpe, each
    block, the final layernorm), this rank's shards cut out of the weights every rank holds now (rank
    0's, broadcast on GPUs; on CPU ranks every rank made the same ones: the same seed or file), and
-   AdamW re-made over the shards' views. The model's full buffer stays allocated: it is where
-   files are read and where the outputs gather the weights (trainer_whole_model). */
+   AdamW re-made over the shards' views. The model's full fp32 weights buffer stays allocated (4
+   bytes a parameter): it is where files are read and where the outputs gather the weights
+   (trainer_whole_model); its gradient buffer is freed. */
 static bt_tensor *trainer__fsdp_gather(void *ctx, int u, bt_dtype dt) { return bt_fsdp_gather((bt_fsdp *)ctx, u, dt); }
 static void trainer__setup_fsdp(trainer *tr) {
     gpt2 *m = &tr->model;
@@ -447,6 +448,12 @@ static void trainer__setup_fsdp(trainer *tr) {
     for (int u = 0; u < nu; u++) { units[u].lo = lo[u]; units[u].hi = hi[u]; }
     tr->fsdp = bt_fsdp_create(c, dev, m->params, m->n_params, units, nu, m->flat, NULL);
     free(lo); free(hi); free(units);
+    /* the full gradient buffer goes (4 bytes a parameter): a unit's gradient lives in its gathered
+       leaf during the backward, then in the shards; the model's leaves get none (trainer_flat_grad
+       is NULL from here) */
+    for (int i = 0; i < m->n_params; i++) { bt_release(m->params[i]->grad); m->params[i]->grad = NULL; }
+    bt_release(m->flat_grad);
+    m->flat_grad = NULL;
     bt_adamw o = tr->opt;
     bt_adamw_free(&tr->opt);
     int n;
