@@ -1,6 +1,7 @@
 /* trainer.h - the machinery of a training run that train_gpt2.c composes: the run's options and
    state, the model (GPT-2 or Llama, one interface), the data, data parallelism (DDP buckets, ZeRO)
-   and tensor/context parallelism set up, the micro-step captured as a CUDA graph, the micro-batch
+   and tensor/context parallelism set up, fully sharded data parallelism (--dp fsdp: bt_parallel.h's
+   engine under gpt2.h's units), the micro-step captured as a CUDA graph, the micro-batch
    that fits, and checkpoints (save, resume, signals). The step itself (forward, backward, update)
    and the loop are train_gpt2.c's.
 
