@@ -475,6 +475,12 @@ static bt_tensor *gpt2__block_region(void *ctx, bt_tensor **in) {
 static bt_tensor *gpt2__block(gpt2 *m, gpt2_layer *y, bt_tensor *x, bt_dtype dt, int rc) {
     if (m->units) rc |= BT_RECOMPUTE_BLOCK;   /* fsdp gathers a block inside its region (see gpt2_units_bounds) */
     gpt2__region r = {m, y, dt, (rc & (BT_RECOMPUTE_ATTN | BT_RECOMPUTE_MLP | BT_RECOMPUTE_BLOCK)) != 0, 1 + (int)(y - m->layers)};
+    if (m->units && !bt_grad_enabled()) {   /* no graph (evaluation): the gathered block goes at the block's end, as in a region */
+        bt_scope_begin();
+        bt_tensor *out = bt_retain(gpt2__block_region(&r, &x));
+        bt_scope_end();
+        return bt__register(out);
+    }
     if (rc & BT_RECOMPUTE_BLOCK) return bt_checkpoint(gpt2__block_region, &r, sizeof r, &x, 1);
     x = rc & BT_RECOMPUTE_ATTN ? bt_checkpoint(gpt2__attn_region, &r, sizeof r, &x, 1) : gpt2__attn_region(&r, &x);
     return rc & BT_RECOMPUTE_MLP ? bt_checkpoint(gpt2__mlp_region, &r, sizeof r, &x, 1) : gpt2__mlp_region(&r, &x);

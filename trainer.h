@@ -508,13 +508,13 @@ static void trainer__setup_ddp(trainer *tr) {
    over the dp x cp group (a group of one, --tp 2 on two GPUs, reduces nothing, and ZeRO's range
    is then the whole buffer); on CPUs tp/cp have no data parallelism */
 void trainer_setup_parallel(trainer *tr) {
-    if (tr->dist && !strcmp(tr->o.dp, "fsdp")) { trainer__setup_fsdp(tr); return; }
     if (tr->zero.stage) {
         bt_zero z = tr->zero;
         bt_zero_init(&tr->zero, z.stage, trainer__zero_comm(tr), tr->opt.numel, z.shard, trainer_device(tr));
         bt_adamw_shard(&tr->opt, tr->zero.lo, tr->zero.hi);
     }
-    if (tr->par ? !tr->par->on_cpu && tr->par->dpcp_comm && tr->par->dpcp_comm->size > 1 : tr->dist != NULL) trainer__setup_ddp(tr);
+    if (tr->dist && !strcmp(tr->o.dp, "fsdp")) trainer__setup_fsdp(tr);
+    else if (tr->par ? !tr->par->on_cpu && tr->par->dpcp_comm && tr->par->dpcp_comm->size > 1 : tr->dist != NULL) trainer__setup_ddp(tr);
     if (tr->o.timings && trainer_device(tr).type == BT_GPU)
         for (int i = 0; i < 2; i++) tr->work_ev[i] = bt_event_create_timed(trainer_device(tr));
 }
