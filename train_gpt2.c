@@ -1060,8 +1060,8 @@ int train_gpt2_main(int argc, char **argv) {
     if (r == 1) { usage(stdout); return 0; }
     if (r < 0) { fprintf(stderr, "error: %s " SEE_H "\n", err); return 2; }
 #if !BT_DIST_NCCL
-    if (o.nproc > 1 && o.tp * o.cp > 1) {   /* the store path (gpt2_parallel.h) needs ranks started by a launcher */
-        fprintf(stderr, "error: --nproc %d: this build has no NCCL; --tp/--cp on CPUs run as processes started with RANK, WORLD_SIZE, "
+    if (o.nproc > 1 && (o.tp * o.cp > 1 || !strcmp(o.dp, "fsdp"))) {   /* the store path (bt_parallel.h) needs ranks started by a launcher */
+        fprintf(stderr, "error: --nproc %d: this build has no NCCL; --tp/--cp and --dp fsdp on CPUs run as processes started with RANK, WORLD_SIZE, "
                 "LOCAL_RANK and MASTER_ADDR set (torchrun, srun, mpirun or by hand: README)\n", o.nproc);
         return 2;
     }

@@ -1,7 +1,7 @@
 /* test_fsdp_gpt2.c - train_gpt2 --dp fsdp (bt_parallel.h's engine under gpt2.h's units, trainer.h's
    wiring) on two CPU ranks: this binary re-executed as train_gpt2 with the launcher variables, the
    collectives through the TCP store (tests/train_runs.h). Against one process on the same global
-   batch (-d = 2 ranks x B x T: one process accumulates two micro-batches): the losses of every step
+   batch (one process accumulates twice the micro-batches of a rank): the losses of every step
    within 1e-5 relative (fp32), the --save model file and the checkpoints (weights, AdamW's m and v:
    the 1-process file) within the tolerances below; a resume with fsdp ranks bit for bit; the
    checkpoint and a Hugging Face export as --init-from of one process and of fsdp ranks; the flags
@@ -11,7 +11,8 @@
 #include "tests/bt_test.h"
 #include "tests/train_runs.h"
 
-#define FS_OPTS "-b 2 -t 16 -d 64 -v 0 -g 0 -u 1 --seed 5 --device cpu"
+#define FS_BASE "-b 2 -t 16 -v 0 -g 0 -u 1 --seed 5 --device cpu"
+#define FS_OPTS FS_BASE " -d 64"
 #define FS_RUN "-e s2 " FS_OPTS
 /* Tolerances: the losses, LOSS_TOL = 1e-5 relative (the issue's bound for fp32), and the weights of
    a model file the same. A checkpoint's three tensors (weights, m, v) within CKPT_TOL = 1e-5
@@ -54,18 +55,20 @@ static void test_flag_errors(void) {
 }
 
 /* ---- 2. two ranks against one process: losses, the model file -------------------------------- */
+/* -d 128: one process accumulates four micro-batches, each rank two (reduce-scattered each time) */
+#define ACC_RUN "-e s2 " FS_BASE " -d 128"
 static void test_runs_match_one_process(void) {
     if (!have_data()) { BT_SKIP("no data/tinyshakespeare_train.bin (make data)"); return; }
     int steps = quick() ? 2 : 4;
     char args[2000], out[65536], dir[700], ref[800], path[800];
     double l1[16], l2[16];
     snprintf(dir, sizeof dir, "%s/one", bt_test_dir);
-    snprintf(args, sizeof args, FS_RUN " -x %d -o %s --save %s/one.bin", steps, dir, bt_test_dir);
+    snprintf(args, sizeof args, ACC_RUN " -x %d -o %s --save %s/one.bin", steps, dir, bt_test_dir);
     int rc = run_ranks(1, args, "one", out, sizeof out), n1 = read_losses(dir, l1, 16);
     BT_CHECK(rc == 0 && n1 == steps, "one process: exit %d, %d losses: %s", rc, n1, out);
     if (rc || n1 != steps) return;
     snprintf(dir, sizeof dir, "%s/fsdp", bt_test_dir);
-    snprintf(args, sizeof args, FS_RUN " -x %d -o %s --save %s/fsdp.bin --dp fsdp", steps, dir, bt_test_dir);
+    snprintf(args, sizeof args, ACC_RUN " -x %d -o %s --save %s/fsdp.bin --dp fsdp", steps, dir, bt_test_dir);
     rc = run_ranks(2, args, "fsdp", out, sizeof out);
     int n2 = read_losses(dir, l2, 16);
     BT_CHECK(rc == 0 && n2 == steps && strstr(out, "fsdp: weights, gradients and AdamW state in 2 shards of 4 units"), "--dp fsdp: exit %d, %d losses: %s",
@@ -79,7 +82,7 @@ static void test_runs_match_one_process(void) {
     float *w1 = read_model(ref, &nw1), *w2 = read_model(path, &nw2);
     double e = w1 && w2 && nw1 == nw2 && nw1 > 0 ? rel_diff(w2, w1, nw1) : INFINITY;
     BT_CHECK(e < LOSS_TOL, "--dp fsdp: the saved model differs from one process's by %.3g (relative)", e);
-    fprintf(stderr, "  info: --dp fsdp on 2 CPU ranks vs 1 process, %d steps: worst loss relative difference %.2e, saved weights %.2e\n", steps, worst, e);
+    fprintf(stderr, "  info: --dp fsdp on 2 CPU ranks (2 micro-batches each) vs 1 process (4), %d steps: worst loss relative difference %.2e, saved weights %.2e\n", steps, worst, e);
     free(w1); free(w2);
 }
 
