@@ -1032,7 +1032,7 @@ static int train_main(train_opts *o) {
     if (tr.skipped) printf("%d updates skipped (not finite), ", tr.skipped);
     if (last_val == last_val) printf("final val loss %.4f, ", last_val);
     printf("peak memory %.0f MiB\n", bt_alloc_stats(dev).peak_allocated / 1048576.0);
-    /* with --tp the outputs come from the shards gathered into a whole model on rank 0 (a collective) */
+    /* with --tp or --dp fsdp the outputs come from the shards gathered into a whole model on rank 0 (a collective) */
     gpt2 *out = (tr.par || tr.fsdp) && (o->save_path || o->export_hf || (o->gen_len > 0 && !stopped)) ? trainer_whole_model(&tr) : &tr.model;
     /* the model is saved before the last sample: a slow or interrupted sample cannot lose it */
     if (rank == 0 && o->save_path && gpt2_save(out, o->save_path, err, sizeof err)) { fprintf(stderr, "error: --save: %s\n", err); failed = 1; }

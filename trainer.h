@@ -139,7 +139,7 @@ typedef struct trainer {
     bt_zero zero;              /* --dp zero1|zero2 (zero.stage 0: ddp) */
     bt_fsdp *fsdp;             /* --dp fsdp (bt_parallel.h): the shards of the weights, gradients and (through opt) AdamW state */
     gpt2_units fsdp_units;     /* the model's gathers go to fsdp */
-    gpt2 fsdp_whole;           /* the model for outputs: tr->model's leaves over the gathered weights, no units */
+    gpt2 fsdp_whole;           /* rank 0's whole model for the outputs (trainer_whole_model), made on first use */
     void *comm_ev[2];          /* around the step's last bt_ddp_wait on the compute stream (timed) */
     void *work_ev[2];          /* --timings: the step's start and the end of its last backward (timed) */
     int comm_early;            /* buckets already launched when the step's last backward ended; -1: no timed wait this step (graphs) */
@@ -240,7 +240,7 @@ int trainer_ckpt_finish(trainer *tr, int step, int saved_step, double loss);   /
 int trainer_par_check(const train_opts *o, const trainer_config *c, int world, int on_gpu, char *err, size_t errlen);
 gpt2_par_opts trainer_par_opts(const train_opts *o);
 void trainer_par_describe(const gpt2_par *p, const train_opts *o);
-gpt2 *trainer_whole_model(trainer *tr);   /* the model for the outputs (tp: gathered on rank 0, NULL elsewhere) */
+gpt2 *trainer_whole_model(trainer *tr);   /* the model for the outputs (tp, fsdp: gathered on rank 0, NULL elsewhere; a collective) */
 
 /* ---- 8. the end ---- */
 int trainer_end(trainer *tr, int rc);      /* frees what the trainer holds; rc passes through */
@@ -429,10 +429,17 @@ static int trainer__rows_exchange(trainer *tr) {
 /* --dp fsdp (GPT-2): the engine over the world, one unit per gpt2_units_bounds (wte + wpe, each
    block, the final layernorm), this rank's shards cut out of the weights every rank holds now (rank
    0's, broadcast on GPUs; on CPU ranks every rank made the same ones: the same seed or file), and
-   AdamW re-made over the shards' views. The model's full fp32 weights buffer stays allocated (4
-   bytes a parameter): it is where files are read and where the outputs gather the weights
-   (trainer_whole_model); its gradient buffer is freed. */
+   AdamW re-made over the shards' views. Then the model's full buffers go: its gradients (a unit's
+   live in its gathered leaf during the backward, then in the shards) and its fp32 weights, whose
+   storage keeps no memory (the leaves keep their offsets and shapes, all that GPT2_P reads under
+   units; a read of the data would fault at once). trainer_whole_model gathers the weights into a
+   model of their own for the outputs. */
 static bt_tensor *trainer__fsdp_gather(void *ctx, int u, bt_dtype dt) { return bt_fsdp_gather((bt_fsdp *)ctx, u, dt); }
+static void trainer__drop_grads(gpt2 *m) {   /* the leaves without gradients, and their buffer freed */
+    for (int i = 0; i < m->n_params; i++) { bt_release(m->params[i]->grad); m->params[i]->grad = NULL; }
+    bt_release(m->flat_grad);
+    m->flat_grad = NULL;
+}
 static void trainer__setup_fsdp(trainer *tr) {
     gpt2 *m = &tr->model;
     bt_comm *c = tr->dist->world_comm;
@@ -447,16 +454,16 @@ static void trainer__setup_fsdp(trainer *tr) {
     if (!lo || !hi || !units) bt_error("--dp fsdp: out of host memory");
     gpt2_units_bounds(m, lo, hi);
     for (int u = 0; u < nu; u++) { units[u].lo = lo[u]; units[u].hi = hi[u]; }
+    bt_adamw o = tr->opt;   /* the whole model's AdamW state goes first (a lower peak) */
+    bt_adamw_free(&tr->opt);
     tr->fsdp = bt_fsdp_create(c, dev, m->params, m->n_params, units, nu, m->flat, NULL);
     free(lo); free(hi); free(units);
-    /* the full gradient buffer goes (4 bytes a parameter): a unit's gradient lives in its gathered
-       leaf during the backward, then in the shards; the model's leaves get none (trainer_flat_grad
-       is NULL from here) */
-    for (int i = 0; i < m->n_params; i++) { bt_release(m->params[i]->grad); m->params[i]->grad = NULL; }
-    bt_release(m->flat_grad);
-    m->flat_grad = NULL;
-    bt_adamw o = tr->opt;
-    bt_adamw_free(&tr->opt);
+    trainer__drop_grads(m);   /* trainer_flat_grad is NULL from here */
+    bt_storage *st = m->flat->storage;   /* 4 bytes a parameter back to the allocator */
+    bt_free(st->data);
+    st->data = NULL; st->external = 1;
+    bt_release(m->flat_lowp);
+    m->flat_lowp = NULL;
     int n;
     bt_tensor **p = bt_fsdp_params(tr->fsdp, &n);
     bt_adamw_init(&tr->opt, p, n, o.beta1, o.beta2, o.eps, o.weight_decay, o.max_grad_norm);
@@ -1406,18 +1413,20 @@ void trainer_par_describe(const gpt2_par *p, const train_opts *o) {
     if (strcmp(o->dp, "ddp")) printf(", %s: AdamW state%s in %d shards (dp x cp)", o->dp, !strcmp(o->dp, "zero2") ? " and gradients" : "", p->dp * p->cp);
     printf("%s\n", p->on_cpu ? " (CPU: collectives through the TCP store)" : "");
 }
-/* fsdp: every rank's shards into the model's full buffer (a collective), seen through a copy of the
-   model without units (its own bf16 copy for samples, kept from call to call) */
+/* fsdp: every rank's shards gathered (a collective) into a whole model on rank 0, made at the first
+   call and kept (4 bytes a parameter there from then on, as --tp's); NULL on the other ranks */
 static gpt2 *trainer__fsdp_whole(trainer *tr) {
+    int rank0 = tr->dist->rank == 0;
+    if (rank0 && !tr->fsdp_whole.flat) {   /* outside any scope: the model owns its tensors */
+        gpt2_build(&tr->fsdp_whole, tr->model.cfg, trainer_device(tr));
+        trainer__drop_grads(&tr->fsdp_whole);
+        tr->fsdp_whole.mlir = tr->model.mlir;
+    }
     bt_scope_begin();
-    bt_copy_(bt_narrow(tr->model.flat, 0, 0, tr->fsdp->numel), bt_fsdp_full(tr->fsdp, tr->fsdp->param));
+    bt_tensor *full = bt_fsdp_full(tr->fsdp, tr->fsdp->param);
+    if (rank0) bt_copy_(tr->fsdp_whole.flat, full);
     bt_scope_end();
-    bt_tensor *lowp = tr->fsdp_whole.flat_lowp;
-    uint32_t ver = tr->fsdp_whole.lowp_version;
-    tr->fsdp_whole = tr->model;
-    tr->fsdp_whole.units = NULL; tr->fsdp_whole.unit_w = NULL;
-    tr->fsdp_whole.flat_lowp = lowp; tr->fsdp_whole.lowp_version = ver;
-    return &tr->fsdp_whole;
+    return rank0 ? &tr->fsdp_whole : NULL;
 }
 gpt2 *trainer_whole_model(trainer *tr) {
     return tr->fsdp ? trainer__fsdp_whole(tr) : tr->par ? gpt2_par_whole_model(tr->par, &tr->model) : &tr->model;
@@ -1447,7 +1456,7 @@ int trainer_end(trainer *tr, int rc) {
     bt_adamw_free(&tr->opt);
     bt_fsdp_free(tr->fsdp);          /* after the optimizer, whose leaves are its views */
     tr->fsdp = NULL;
-    bt_release(tr->fsdp_whole.flat_lowp);
+    gpt2_free(&tr->fsdp_whole);
     gpt2_free(&tr->model);
     llama_free(&tr->lm);
     bt_loader_close(tr->train); bt_loader_close(tr->val);

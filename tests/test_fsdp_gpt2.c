@@ -2,9 +2,10 @@
    wiring) on two CPU ranks: this binary re-executed as train_gpt2 with the launcher variables, the
    collectives through the TCP store (tests/train_runs.h). Against one process on the same global
    batch (one process accumulates twice the micro-batches of a rank): the losses of every step
-   within 1e-5 relative (fp32), the --save model file and the checkpoints (weights, AdamW's m and v:
+   within 1e-5 relative (fp32), rank 0's memory under 0.6x one process's, the --save model file and the checkpoints (weights, AdamW's m and v:
    the 1-process file) within the tolerances below; a resume with fsdp ranks bit for bit; the
-   checkpoint and a Hugging Face export as --init-from of one process and of fsdp ranks; the flags
+   checkpoint and a Hugging Face export as --init-from of one process and of fsdp ranks; the samples
+   (during the run and at the end, from the weights gathered on rank 0) one process's; the flags
    fsdp does not take yet, and a resume by another number of ranks, refused with the reason. */
 #define TRAIN_GPT2_NO_MAIN
 #include "train_gpt2.c"
@@ -54,7 +55,12 @@ static void test_flag_errors(void) {
         BT_CHECK(check_flags(good[i].args, "s4", good[i].world, good[i].on_gpu, err, sizeof err) == 0, "'%s' world %d: %s", good[i].args, good[i].world, err);
 }
 
-/* ---- 2. two ranks against one process: losses, the model file -------------------------------- */
+/* ---- 2. two ranks against one process: losses, the model file, memory ------------------------ */
+/* the "mem N MiB" of a run's first step line (bytes allocated then), -1 when absent */
+static double step1_mib(const char *out) {
+    const char *s = strstr(out, "step    1/"), *m = s ? strstr(s, "| mem ") : NULL;
+    return m ? atof(m + 6) : -1;
+}
 /* -d 128: one process accumulates four micro-batches, each rank two (reduce-scattered each time) */
 #define ACC_RUN "-e s2 " FS_BASE " -d 128"
 static void test_runs_match_one_process(void) {
@@ -67,6 +73,7 @@ static void test_runs_match_one_process(void) {
     int rc = run_ranks(1, args, "one", out, sizeof out), n1 = read_losses(dir, l1, 16);
     BT_CHECK(rc == 0 && n1 == steps, "one process: exit %d, %d losses: %s", rc, n1, out);
     if (rc || n1 != steps) return;
+    double mem1 = step1_mib(out);
     snprintf(dir, sizeof dir, "%s/fsdp", bt_test_dir);
     snprintf(args, sizeof args, ACC_RUN " -x %d -o %s --save %s/fsdp.bin --dp fsdp", steps, dir, bt_test_dir);
     rc = run_ranks(2, args, "fsdp", out, sizeof out);
@@ -74,6 +81,10 @@ static void test_runs_match_one_process(void) {
     BT_CHECK(rc == 0 && n2 == steps && strstr(out, "fsdp: weights, gradients and AdamW state in 2 shards of 4 units"), "--dp fsdp: exit %d, %d losses: %s",
              rc, n2, out);
     if (rc || n2 != steps) return;
+    /* memory: one process holds 16 bytes a parameter (fp32 weights, gradients, m, v), an fsdp rank
+       16 / 2 plus what a pass gathers (s2: the 3.3M parameters are 13 MiB in fp32) */
+    double mem2 = step1_mib(out);
+    BT_CHECK(mem1 > 0 && mem2 > 0 && mem2 < 0.6 * mem1, "--dp fsdp: rank 0 holds %.0f MiB at step 1, one process %.0f MiB (want < 0.6x)", mem2, mem1);
     double worst = loss_diff(l2, l1, steps);
     BT_CHECK(worst < LOSS_TOL, "--dp fsdp: worst loss relative difference %.3g (step 1: %.7f vs %.7f)", worst, l2[0], l1[0]);
     int64_t nw1 = 0, nw2 = 0;
@@ -82,7 +93,8 @@ static void test_runs_match_one_process(void) {
     float *w1 = read_model(ref, &nw1), *w2 = read_model(path, &nw2);
     double e = w1 && w2 && nw1 == nw2 && nw1 > 0 ? rel_diff(w2, w1, nw1) : INFINITY;
     BT_CHECK(e < LOSS_TOL, "--dp fsdp: the saved model differs from one process's by %.3g (relative)", e);
-    fprintf(stderr, "  info: --dp fsdp on 2 CPU ranks (2 micro-batches each) vs 1 process (4), %d steps: worst loss relative difference %.2e, saved weights %.2e\n", steps, worst, e);
+    fprintf(stderr, "  info: --dp fsdp on 2 CPU ranks (2 micro-batches each) vs 1 process (4), %d steps: worst loss relative difference %.2e, "
+            "saved weights %.2e; memory at step 1 %.0f vs %.0f MiB\n", steps, worst, e, mem2, mem1);
     free(w1); free(w2);
 }
 
@@ -139,6 +151,30 @@ static void test_init_from(void) {
     }
 }
 
+/* ---- 5. samples: -s 1 over 2 steps (one during the run, one at the end) from the weights gathered
+   on rank 0: the greedy texts are one process's ------------------------------------------------- */
+static void greedy_texts(const char *out, char *text, size_t n) {   /* every greedy sample, concatenated */
+    size_t len = 0;
+    text[0] = 0;
+    for (const char *a = out; (a = strstr(a, "--- sample (greedy) ---\n")); a++) {
+        const char *b = strstr(a, "--- sample (top-");
+        if (!b) break;
+        len += (size_t)snprintf(text + len, len < n ? n - len : 0, "%.*s", (int)(b - a), a);
+    }
+}
+static void test_samples(void) {
+    if (!have_data()) { BT_SKIP("no data/tinyshakespeare_train.bin (make data)"); return; }
+    static char out[65536], t1[8192], t2[8192];
+    int rc1 = run_ranks(1, FS_RUN " -x 2 -s 1 -g 12", "sample1", out, sizeof out);
+    greedy_texts(out, t1, sizeof t1);
+    int rc2 = run_ranks(2, FS_RUN " -x 2 -s 1 -g 12 --dp fsdp", "sample2", out, sizeof out);
+    greedy_texts(out, t2, sizeof t2);
+    int samples = 0;
+    for (const char *p = out; (p = strstr(p, "--- sample (greedy) ---")); p++) samples++;
+    BT_CHECK(rc1 == 0 && rc2 == 0 && samples == 2 && t1[0] && !strcmp(t1, t2), "-s 1 --dp fsdp: exit %d/%d, %d greedy samples: '%s' vs one process's '%s'",
+             rc1, rc2, samples, t2, t1);
+}
+
 int main(int argc, char **argv) {
     if (train_runs_child(argc, argv)) return train_runs_child_main(argc, argv);
     train_runs_init("test_fsdp_gpt2");
@@ -146,6 +182,7 @@ int main(int argc, char **argv) {
     BT_RUN(test_runs_match_one_process);
     BT_RUN(test_checkpoints);
     BT_RUN(test_init_from);
+    BT_RUN(test_samples);
     train_runs_done();
     return bt_test_summary("test_fsdp_gpt2");
 }
