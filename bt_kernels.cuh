@@ -9,7 +9,8 @@
    launch and library call is checked; an error names the op (bt_error).
 
    Floating dtypes: BT_F32, BT_BF16 and BT_F16 everywhere (math in fp32 registers); BT_F64 for
-   the elementwise, reduction and copy kernels. Index tensors are BT_I32.
+   the elementwise, reduction and copy kernels. Index tensors are BT_I32. The FP8 storage dtypes
+   (BT_F8E4M3, BT_F8E5M2) go through the copy, cast and fill kernels and bt_fp8.cuh's only.
    Device code is CUDA C++ used sparingly: templates instantiate a kernel per dtype and per op of
    the op list, and, where a tile shape or an MMA shape varies, per shape (the attention kernels).
 
@@ -29,6 +30,9 @@
     11. AdamW, fused over a flat parameter buffer
     12. less common paths: strided-to-strided copy, max's backward scatter, a device-side count
         for the cross-entropy mean
+    13. FP8: bt_fp8.cuh (per-tensor scaled casts to e4m3 / e5m2 with their amax and transpose, the
+        scaling state's update, cuBLASLt FP8 products with device scale pointers), included here
+        for its declarations and at the end of the implementation for its kernels
 */
 #ifndef BT_KERNELS_CUH
 #define BT_KERNELS_CUH
@@ -224,6 +228,9 @@ BTDEF void bt_k_scatter_rows(bt_dtype dt, void *gx, const void *g, const int32_t
                              int64_t inner, cudaStream_t s);
 /* *out = 1 / max(1, #{i : x[i] != value}): a mean that skips ignored targets, with no host sync */
 BTDEF void bt_k_inv_count_ne(float *out, const int32_t *x, int64_t n, int value, cudaStream_t s);
+
+/* ---- 13. FP8 scaled casts, the scaling state's update, cuBLASLt FP8 products: bt_fp8.cuh ---- */
+#include "bt_fp8.cuh"
 
 #endif /* BT_KERNELS_CUH */
 
@@ -2340,6 +2347,8 @@ static cudaDataType_t bt__k_cuda_dt(bt_dtype dt) {
     case BT_F64: return CUDA_R_64F;
     case BT_BF16: return CUDA_R_16BF;
     case BT_F16: return CUDA_R_16F;
+    case BT_F8E4M3: return CUDA_R_8F_E4M3;
+    case BT_F8E5M2: return CUDA_R_8F_E5M2;
     default: return CUDA_R_32F;
     }
 }
@@ -2516,6 +2525,26 @@ static void bt__k_mm_check(bt_dtype dt, bt_dtype dt_c) {
         bt_error("bt_k_matmul: %s operands into a %s C not supported (the same dtype, or bf16/f16 into f32)", bt_dtype_name(dt),
                  bt_dtype_name(dt_c));
 }
+/* the plan of `key` in the device's table (open addressing, 8 probes): the one made before (*fresh
+   0), else a free slot or, when the 8 are taken, the first one emptied (*fresh 1: the caller makes
+   the plan there and stores the key) */
+static bt__k_mm_plan *bt__k_mm_slot(bt__k_ctx *c, const int64_t *key, int *fresh) {
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < 18; i++) { h ^= (uint64_t)key[i]; h *= 1099511628211ull; h ^= h >> 29; }
+    *fresh = 0;
+    for (int i = 0; i < 8; i++) {
+        bt__k_mm_plan *q = &c->mm[(h + i) % BT__K_MM_SLOTS];
+        if (q->used && !memcmp(q->key, key, sizeof q->key)) return q;
+    }
+    *fresh = 1;
+    for (int i = 0; i < 8; i++) {
+        bt__k_mm_plan *q = &c->mm[(h + i) % BT__K_MM_SLOTS];
+        if (!q->used) return q;
+    }
+    bt__k_mm_plan *p = &c->mm[h % BT__K_MM_SLOTS];
+    bt__k_mm_plan_drop(p);
+    return p;
+}
 /* the plan for a key (made on first use) and one cublasLtMatmul, reading beta's C from Cin when
    that is given (else from C): 2 when it ran with the epilogue, 1 without (the plain BIAS one may
    be dropped), 0 when a fused epilogue has no algorithm (nothing ran) */
@@ -2531,19 +2560,9 @@ static int bt__k_mm_run(bt_dtype dt, bt_dtype dt_c, void *C, const void *A, cons
     if (Cin && bt__k_align_of(Cin) < al[2]) al[2] = bt__k_align_of(Cin);   /* C read from Cin, written to C: both aligned */
     int64_t key[18] = {dt, precision, M, N, K, transA != 0, transB != 0, batch, strideA, strideB, strideC, epi == BT_K_EPI_BIAS,
                        al[0], al[1], al[2], al[3], dt_c, epi > BT_K_EPI_BIAS ? (int64_t)epi | (int64_t)(aux ? bt__k_align_of(aux) : 0) << 8 : 0};
-    uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < 18; i++) { h ^= (uint64_t)key[i]; h *= 1099511628211ull; h ^= h >> 29; }
-    bt__k_mm_plan *p = NULL;
-    for (int i = 0; i < 8 && !p; i++) {
-        bt__k_mm_plan *q = &c->mm[(h + i) % BT__K_MM_SLOTS];
-        if (q->used && !memcmp(q->key, key, sizeof key)) p = q;
-    }
-    if (!p) {
-        for (int i = 0; i < 8 && !p; i++) {
-            bt__k_mm_plan *q = &c->mm[(h + i) % BT__K_MM_SLOTS];
-            if (!q->used) p = q;
-        }
-        if (!p) { p = &c->mm[h % BT__K_MM_SLOTS]; bt__k_mm_plan_drop(p); }
+    int fresh = 0;
+    bt__k_mm_plan *p = bt__k_mm_slot(c, key, &fresh);
+    if (fresh) {
         int made = bt__k_mm_make(c, p, dt, dt_c, precision, M, N, K, transA, transB, batch, strideA, strideB, strideC, epi, bias, aux, al);
         if (!made)
             bt_error("bt_k_matmul: cuBLASLt has no algorithm for %s -> %s M=%lld N=%lld K=%lld transA=%d transB=%d batch=%lld",
@@ -2754,6 +2773,9 @@ BTDEF void bt_k_inv_count_ne(float *out, const int32_t *x, int64_t n, int value,
     bt__k_inv_count_ne_kernel<<<1, 1024, 0, s>>>(out, x, n, value);
     BT__K_LAUNCHED("bt_k_inv_count_ne");
 }
+
+/* ---- 13. FP8: bt_fp8.cuh (its kernels use the helpers above and section 10's plan cache) ---------- */
+#include "bt_fp8.cuh"
 
 #endif /* BT_KERNELS_IMPLEMENTATION_DONE */
 #endif /* BT_KERNELS_IMPLEMENTATION */

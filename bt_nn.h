@@ -6,8 +6,9 @@
 
    What it holds: GPT-2's fused MLP, softmax and log_softmax, layernorm, RMSNorm, SwiGLU, RoPE, the
    embedding, the cross-entropy (mean and per row), the classifier fused into the loss, causal
-   self-attention (and on a packed qkv). The elementwise ops, reductions and matmuls stay in
-   bt_tensor.h; the CUDA kernels of both are in bt_kernels.cuh and bt_attention.cuh.
+   self-attention (and on a packed qkv), the FP8 linear layer and its scaling state. The
+   elementwise ops, reductions and matmuls stay in bt_tensor.h; the CUDA kernels of both are in
+   bt_kernels.cuh and its parts bt_attention.cuh and bt_fp8.cuh.
 */
 #ifndef BT_TENSOR_IMPLEMENTATION_DONE
 #error "bt_nn.h is part of bt_tensor.h's implementation: define BT_TENSOR_IMPLEMENTATION and include bt_tensor.h"
@@ -1373,3 +1374,256 @@ BTDEF bt_tensor *bt_attention_qkv_ex(bt_tensor *qkv, int64_t H, int64_t Hkv, con
     return bt__register(out);
 }
 BTDEF bt_tensor *bt_attention_qkv(bt_tensor *qkv, int64_t H) { return bt_attention_qkv_ex(qkv, H, H, NULL); }
+
+/* ---- FP8 linear layers: y = x w^T + b with the products in FP8 (bt_tensor.h states the math,
+   the scales and the recipes; the kernels are bt_fp8.cuh's) ----
+   Forward: x's and w's scaled casts (each also writes the transpose that a backward product needs:
+   cuBLASLt's FP8 products take both operands K-contiguous, "TN", so dx = qg qw needs qw^T [K, N] and
+   dw = qg^T qx needs qg^T [N, R] and qx^T [K, R]), then one product. The node keeps qx^T (when w
+   wants a gradient), qw^T (when x does) and the two scales; qx and qw themselves go at once.
+   Backward: gy's cast (qg and its transpose, as the gradients wanted), two products, the bias
+   gradient as bt_linear's (bt__bias_grad_reduce). Memory the node keeps: R K + K N bytes, where
+   bt_linear keeps its bf16 x (2 R K bytes) and a reference to w. */
+BTDEF bt_fp8_opts bt_fp8_default_opts(void) { bt_fp8_opts o = {BT_FP8_CURRENT, 16, 0}; return o; }
+static void bt__fp8_check_opts(const bt_fp8_opts *o, const char *op) {
+    if (o->recipe != BT_FP8_CURRENT && o->recipe != BT_FP8_DELAYED)
+        bt_error("%s: recipe %d is neither BT_FP8_CURRENT (0) nor BT_FP8_DELAYED (1)", op, (int)o->recipe);
+    if (o->history < 1 || o->history > 1024) bt_error("%s: amax history of length %d (1 to 1024 expected)", op, o->history);
+}
+BTDEF int64_t bt_fp8_state_floats(const bt_fp8_opts *o) {
+    bt_fp8_opts d = bt_fp8_default_opts();
+    if (!o) o = &d;
+    bt__fp8_check_opts(o, "fp8_state_floats");
+    return (int64_t)BT_FP8_ROLES * (2 + o->history);
+}
+BTDEF void bt_fp8_state_init(bt_fp8_state *st, const bt_fp8_opts *o, bt_device dev, bt_tensor *buf) {
+    if (!st) bt_error("fp8_state_init: st is NULL");
+    bt_fp8_opts d = bt_fp8_default_opts();
+    if (!o) o = &d;
+    bt__fp8_check_opts(o, "fp8_state_init");
+    int64_t nf = bt_fp8_state_floats(o), row = 2 + o->history;
+    if (buf) {
+        bt__need(buf, "fp8_state_init", "buf");
+        if (buf->dtype != BT_F32 || !bt_is_contiguous(buf) || bt_numel(buf) != nf || !bt_device_eq(bt_device_of(buf), dev))
+            bt_error("fp8_state_init: buf %s must be a contiguous f32 tensor of %lld elements (3 x (2 + history %d)) on %s", bt__s(buf),
+                     (long long)nf, o->history, bt_device_name(dev));
+        bt_retain(buf);
+    } else buf = bt__new(bt_shape2(BT_FP8_ROLES, row), BT_F32, dev);
+    float *init = (float *)bt__xmalloc(sizeof(float) * (size_t)nf, "an FP8 state");
+    for (int64_t i = 0; i < nf; i++) init[i] = i % row == 1 ? 1.f : 0.f;   /* [amax 0, scale 1, history 0...] per row */
+    bt_tensor *h = bt__new(bt_shape1(nf), BT_F32, bt_cpu());
+    memcpy(bt_data_ptr(h), init, sizeof(float) * (size_t)nf);
+    free(init);
+    bt_tensor *flat = bt__view_dense(buf, bt_shape1(nf));
+    bt_copy_(flat, h);
+    bt_release(flat); bt_release(h);
+    st->opts = *o; st->buf = buf; st->primed = 0; st->seen = 0;
+}
+BTDEF void bt_fp8_state_free(bt_fp8_state *st) {
+    if (!st) return;
+    bt_release(st->buf);
+    st->buf = NULL; st->primed = 0; st->seen = 0;
+}
+BTDEF void bt_fp8_update(bt_fp8_state *st) {
+    if (!st || !st->buf) bt_error("fp8_update: no FP8 state (bt_fp8_state_init first)");
+    int n = st->opts.history;
+    float *p = (float *)bt_data_ptr(st->buf);
+    st->buf->storage->version++;
+    if (bt__is_gpu(st->buf)) {
+#ifdef BT_CUDA
+        BT__ON_GPU(bt_device_of(st->buf), stream) bt_k_fp8_update(p, n, stream);
+#endif
+    } else
+        for (int r = 0; r < BT_FP8_ROLES; r++) bt__fp8_roll(p + r * (2 + n), n, bt_fp8_max(bt_fp8_format(r)));
+    st->primed |= st->seen; st->seen = 0;
+}
+
+/* *acc <- the larger of *acc and the value whose |.| bits are `bits` (NaN wins, as on the GPU) */
+static void bt__fp8_amax_into(float *acc, uint32_t bits) {
+    if (bits > bt__abs_bits(*acc)) memcpy(acc, &bits, 4);
+}
+static uint32_t bt__fp8_amax_cpu(bt_dtype dt, const void *x, int64_t n) {
+    uint32_t m = 0;
+    #pragma omp parallel for reduction(max : m) if (n > BT__PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t b = bt__abs_bits((float)bt__ld(x, dt, i));
+        if (b > m) m = b;
+    }
+    return m;
+}
+/* The CPU's scaled cast, the twin of the kernel bt_k_fp8_cast (the same arguments, host pointers):
+   x [rows, cols] of dtype dt -> q [rows, cols] and/or qt [cols, rows] (either may be NULL) in fmt,
+   with s = bt_fp8_scale_of(*amax_in) (current scaling) or *scale_in (delayed): one of the two is
+   given. *scale_used <- s; *amax_acc (may be NULL) <- the larger of it and x's amax (*amax_in when
+   given, else measured here). Each element: bt_fp8_quantize(x, 1 / s), the kernel's operations. */
+static void bt__fp8_cast_cpu(bt_dtype dt, bt_dtype fmt, uint8_t *q, uint8_t *qt, const void *x, int64_t rows, int64_t cols,
+                             const float *amax_in, const float *scale_in, float *scale_used, float *amax_acc) {
+    float s = amax_in ? bt_fp8_scale_of(*amax_in, bt_fp8_max(fmt)) : *scale_in, r = 1.f / s;
+    #pragma omp parallel for if (rows * cols > BT__PAR_MIN)
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) {
+            uint8_t b = bt_fp8_quantize((float)bt__ld(x, dt, i * cols + j), r, fmt);
+            if (q) q[i * cols + j] = b;
+            if (qt) qt[j * rows + i] = b;
+        }
+    *scale_used = s;
+    if (amax_acc) bt__fp8_amax_into(amax_acc, amax_in ? bt__abs_bits(*amax_in) : bt__fp8_amax_cpu(dt, x, rows * cols));
+}
+/* The CPU's FP8 product, the twin of bt_k_matmul_fp8: C [M, N] (dtype dt) = (sa sb) A [M, K] B [N, K]^T
+   (+ bias [N], dtype dt), A and B fp8 bytes of formats fa, fb, both K-contiguous. Each product of
+   two decoded values is exact in f32 (at most 4 + 4 significant bits, exponents within f32's);
+   the sum of K of them is f32 (bt__sgemm); then (sa sb) and the bias in f32 and one rounding to
+   dt. Decoding: a 256-entry table per format. */
+static void bt__fp8_gemm_cpu(bt_dtype dt, void *C, const uint8_t *A, bt_dtype fa, float sa, const uint8_t *B, bt_dtype fb, float sb,
+                             const void *bias, int64_t M, int64_t N, int64_t K) {
+    float ta[256], tb[256];
+    for (int c = 0; c < 256; c++) { ta[c] = bt_fp8_decode((uint8_t)c, fa); tb[c] = bt_fp8_decode((uint8_t)c, fb); }
+    float *a = (float *)bt__xmalloc(sizeof(float) * (size_t)(M * K), "linear_fp8's decoded A");
+    float *b = (float *)bt__xmalloc(sizeof(float) * (size_t)(N * K), "linear_fp8's decoded B");
+    float *acc = (float *)bt__xmalloc(sizeof(float) * (size_t)(M * N), "linear_fp8's f32 product");
+    for (int64_t i = 0; i < M * K; i++) a[i] = ta[A[i]];
+    for (int64_t i = 0; i < N * K; i++) b[i] = tb[B[i]];
+    bt__cpu_gemm(BT_F32, acc, a, b, NULL, M, N, K, 0, 1, 1.0, 0.0);
+    float s = sa * sb;
+    #pragma omp parallel for if (M * N > BT__PAR_MIN)
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            float v = acc[i * N + j] * s;
+            if (bias) v += (float)bt__ld(bias, dt, j);
+            bt__st(C, dt, i * N + j, v);
+        }
+    free(a); free(b); free(acc);
+}
+
+/* one tensor's scaled cast per st's recipe, on x2's device: x2 [rows, cols] (contiguous) -> q and/or
+   qt (fp8 tensors [rows, cols] and [cols, rows], or NULL), the state's row `role` accumulating the
+   amax. slot: two f32 of a zeroed scratch on x2's device: [0] <- the scale used, [1] <- the amax it
+   came from (current scaling). */
+static void bt__fp8_cast(bt_fp8_state *st, int role, bt_tensor *x2, bt_tensor *q, bt_tensor *qt, float *slot) {
+    int current = st->opts.recipe == BT_FP8_CURRENT || !(st->primed >> role & 1u);
+    st->seen |= 1u << role;
+    float *row = (float *)bt_data_ptr(st->buf) + role * (2 + st->opts.history);
+    bt_dtype fmt = bt_fp8_format(role);
+    int64_t rows = x2->shape[0], cols = x2->shape[1];
+    uint8_t *qp = q ? (uint8_t *)bt_data_ptr(q) : NULL, *qtp = qt ? (uint8_t *)bt_data_ptr(qt) : NULL;
+    st->buf->storage->version++;
+    if (bt__is_gpu(x2)) {
+#ifdef BT_CUDA
+        BT__ON_GPU(bt_device_of(x2), stream) {
+            if (current) bt_k_fp8_amax(x2->dtype, slot + 1, bt_data_ptr(x2), rows * cols, stream);
+            bt_k_fp8_cast(x2->dtype, fmt, qp, qtp, bt_data_ptr(x2), rows, cols, current ? slot + 1 : NULL, current ? NULL : row + 1, slot,
+                          row, stream);
+        }
+#endif
+        return;
+    }
+    if (current) { uint32_t m = bt__fp8_amax_cpu(x2->dtype, bt_data_ptr(x2), rows * cols); memcpy(slot + 1, &m, 4); }
+    bt__fp8_cast_cpu(x2->dtype, fmt, qp, qtp, bt_data_ptr(x2), rows, cols, current ? slot + 1 : NULL, current ? NULL : row + 1, slot, row);
+}
+/* C (dtype dt) = (sa sb) A B^T (+ bias) on dev: A [M, K] and B [N, K] fp8 tensors, sa and sb f32 on dev */
+static void bt__fp8_gemm(bt_device dev, bt_dtype dt, bt_tensor *C, bt_tensor *A, const float *sa, bt_tensor *B, const float *sb,
+                         bt_tensor *bias, int64_t M, int64_t N, int64_t K, int fast_accum) {
+    const void *bp = bias ? bt_data_ptr(bias) : NULL;
+    if (dev.type == BT_GPU) {
+#ifdef BT_CUDA
+        BT__ON_GPU(dev, stream)
+            bt_k_matmul_fp8(dt, bt_data_ptr(C), bt_data_ptr(A), A->dtype, sa, bt_data_ptr(B), B->dtype, sb, bp, M, N, K, fast_accum, stream);
+#else
+        (void)fast_accum;
+#endif
+        return;
+    }
+    bt__fp8_gemm_cpu(dt, bt_data_ptr(C), (const uint8_t *)bt_data_ptr(A), A->dtype, *sa, (const uint8_t *)bt_data_ptr(B), B->dtype, *sb,
+                     bp, M, N, K);
+}
+
+/* saved: [0] the scales [2, 4] (x's row, w's: [scale, amax, -, -]), then qx^T [K, R] when i[0],
+   qw^T [K, N] when i[1]; aux: the state */
+static void bt__linear_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt_fp8_state *st = (bt_fp8_state *)n->aux;
+    bt_tensor *sc = n->saved[0];
+    int k = 1;
+    bt_tensor *xt = n->i[0] ? n->saved[k++] : NULL, *wt = n->i[1] ? n->saved[k++] : NULL;
+    int64_t N = n->in_shape[1].d[0], K = n->in_shape[1].d[1], R = bt_numel(g) / N;
+    bt_device dev = bt_device_of(g);
+    bt_dtype dt = g->dtype;
+    bt_tensor *gc = bt__contig(g), *g2 = bt__view_dense(gc, bt_shape2(R, N));
+    int want_x = bt__wants(n, 0), want_w = bt__wants(n, 1);
+    if ((want_x && !wt) || (want_w && !xt)) bt_error("linear_fp8: backward: the forward kept no quantised %s", want_x && !wt ? "w^T" : "x^T");
+    if (want_x || want_w) {
+        const float *sx = (const float *)bt_data_ptr(sc), *sw = sx + 4;
+        bt_tensor *sg = bt__new(bt_shape1(4), BT_F32, dev);      /* [scale, amax, -, -] of gy */
+        bt_zero_(sg);
+        bt_tensor *qg = want_x ? bt__new(bt_shape2(R, N), BT_F8E5M2, dev) : NULL, *gt = want_w ? bt__new(bt_shape2(N, R), BT_F8E5M2, dev) : NULL;
+        bt__fp8_cast(st, BT_FP8_G, g2, qg, gt, (float *)bt_data_ptr(sg));
+        if (want_x) {                                            /* dx [R, K] = (sg sw) qg [R, N] (qw^T [K, N])^T */
+            bt_tensor *gx = bt__new(n->in_shape[0], dt, dev);
+            bt__fp8_gemm(dev, dt, gx, qg, (const float *)bt_data_ptr(sg), wt, sw, NULL, R, K, N, 0);
+            gin[0] = bt__register(gx);
+        }
+        if (want_w) {                                            /* dw [N, K] = (sg sx) qg^T [N, R] (qx^T [K, R])^T */
+            bt_tensor *gw = bt__new(bt_shape2(N, K), dt, dev);
+            bt__fp8_gemm(dev, dt, gw, gt, (const float *)bt_data_ptr(sg), xt, sx, NULL, N, K, R, 0);
+            gin[1] = bt__register(gw);
+        }
+        bt_release(qg); bt_release(gt); bt_release(sg);
+    }
+    if (n->n_in > 2 && bt__wants(n, 2)) bt__bias_grad_reduce(n, 2, g2, gin);
+    bt_release(g2); bt_release(gc);
+}
+/* the GPU's conditions: a dtype the kernels read, dimensions cuBLASLt's FP8 layout takes, a device with FP8 tensor cores */
+static void bt__linear_fp8_check_gpu(bt_tensor *x, int64_t R, int64_t N, int64_t K) {
+    if (x->dtype != BT_F32 && x->dtype != BT_BF16 && x->dtype != BT_F16)
+        bt_error("linear_fp8: x %s: on a GPU x, w and b must be bf16, f16 or f32", bt__s(x));
+    if (K % 16 || N % 16 || R % 16)
+        bt_error("linear_fp8: x %s as [%lld, %lld], w [%lld, %lld]: on a GPU the rows of x (%lld), N (%lld) and K (%lld) must be "
+                 "multiples of 16 (cuBLASLt's FP8 operands need 16-byte rows): %s is not", bt__s(x), (long long)R, (long long)K,
+                 (long long)N, (long long)K, (long long)R, (long long)N, (long long)K, K % 16 ? "K" : N % 16 ? "N" : "the row count");
+    int ok = 1;
+#ifdef BT_CUDA
+    BT__ON_DEVICE(bt_device_of(x)) ok = bt_k_fp8_supported();
+#endif
+    if (!ok) bt_error("linear_fp8: %s is on %s: FP8 products need compute capability 8.9 or newer (Ada, Hopper)", bt__s(x),
+                      bt_device_name(bt_device_of(x)));
+}
+BTDEF bt_tensor *bt_linear_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_fp8_state *st) {
+    bt__need_float(x, "linear_fp8", "x"); bt__need_float(w, "linear_fp8", "w");
+    bt__same_device(x, w, "linear_fp8"); bt__same_dtype(x, w, "linear_fp8");
+    if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1])
+        bt_error("linear_fp8: x %s needs last dim = in of w %s ([out, in])", bt__s(x), bt__s(w));
+    if (b) {
+        bt__need_float(b, "linear_fp8", "b"); bt__same_device(x, b, "linear_fp8"); bt__same_dtype(x, b, "linear_fp8");
+        if (b->ndim != 1 || b->shape[0] != w->shape[0]) bt_error("linear_fp8: bias %s must be [%lld]", bt__s(b), (long long)w->shape[0]);
+    }
+    if (!st || !st->buf) bt_error("linear_fp8: no FP8 state (bt_fp8_state_init one per layer)");
+    if (!bt_device_eq(bt_device_of(st->buf), bt_device_of(x)))
+        bt_error("linear_fp8: the FP8 state is on %s, x %s on another device", bt_device_name(bt_device_of(st->buf)), bt__s(x));
+    int64_t K = w->shape[1], N = w->shape[0], R = K ? bt_numel(x) / K : 0;
+    if (R == 0 || N == 0 || K == 0) bt_error("linear_fp8: x %s, w %s: an empty product", bt__s(x), bt__s(w));
+    bt_device dev = bt_device_of(x);
+    if (bt__is_gpu(x)) bt__linear_fp8_check_gpu(x, R, N, K);
+    int grad = bt__g.grad_enabled, want_xt = grad && bt__needs_grad(w), want_wt = grad && bt__needs_grad(x);
+    bt_tensor *xc = bt__contig(x), *wc = bt__contig(w), *bc = b ? bt__contig(b) : NULL;
+    bt_tensor *x2 = bt__view_dense(xc, bt_shape2(R, K));
+    bt_tensor *sc = bt__new(bt_shape2(2, 4), BT_F32, dev);      /* x's row, w's: [scale, amax, -, -]: 16-byte aligned scales */
+    bt_zero_(sc);
+    float *scp = (float *)bt_data_ptr(sc);
+    bt_tensor *qx = bt__new(bt_shape2(R, K), BT_F8E4M3, dev), *qw = bt__new(bt_shape2(N, K), BT_F8E4M3, dev);
+    bt_tensor *xt = want_xt ? bt__new(bt_shape2(K, R), BT_F8E4M3, dev) : NULL, *wt = want_wt ? bt__new(bt_shape2(K, N), BT_F8E4M3, dev) : NULL;
+    bt__fp8_cast(st, BT_FP8_X, x2, qx, xt, scp);
+    bt__fp8_cast(st, BT_FP8_W, wc, qw, wt, scp + 4);
+    bt_shape os = bt_shape_of(x); os.d[os.ndim - 1] = N;
+    bt_tensor *y = bt__new(os, x->dtype, dev);
+    bt__fp8_gemm(dev, x->dtype, y, qx, scp, qw, scp + 4, bc, R, N, K, st->opts.fast_accum);
+    bt_tensor *in[3] = {x, w, b};
+    bt_node *n = bt__record("linear_fp8", bt__linear_fp8_back, y, in, b ? 3 : 2);
+    if (n) {
+        n->aux = st; n->i[0] = xt != NULL; n->i[1] = wt != NULL;
+        bt__save(n, sc);
+        if (xt) bt__save(n, xt);
+        if (wt) bt__save(n, wt);
+    }
+    bt_release(qx); bt_release(qw); bt_release(xt); bt_release(wt); bt_release(sc);
+    bt_release(x2); bt_release(xc); bt_release(wc); bt_release(bc);
+    return bt__register(y);
+}

@@ -57,7 +57,7 @@
      5. views
      6. ops: elementwise, scalar, broadcasting binary, reductions, matmul, then (bt_nn.h, included
         there) GPT-2's fused MLP, softmax, layernorm, rmsnorm, swiglu, rope, embedding,
-        cross-entropy, attention; then concat/split, casts
+        cross-entropy, attention, the FP8 linear layer; then concat/split, casts
 */
 #ifndef BT_TENSOR_H
 #define BT_TENSOR_H
@@ -67,6 +67,7 @@
 #include <stddef.h>
 #include <string.h>
 #include <math.h>
+#include <float.h>
 
 #ifdef __CUDACC__
 #define BT_HOSTDEV __host__ __device__
@@ -75,9 +76,15 @@
 #endif
 
 /* ---- dtypes: X(NAME, name, bytes) once; the enum, bt_dtype_size and bt_dtype_name expand it.
-   The float dtypes come first (bt_dtype_is_float relies on it). ---- */
+   The float dtypes come first (bt_dtype_is_float relies on it). The two FP8 formats come last and
+   are storage dtypes, not compute ones: a tensor of them holds the bytes of a scaled cast (the
+   FP8 linear layer's quantised operands, bt_linear_fp8), so that an autograd node can save them,
+   a device move or a checkpoint can carry them and bt_to_host / bt_cast can read them, while every
+   op refuses them as it refuses integers (bt_dtype_is_float is 0). That costs two lines here and a
+   case each in bt__ld / bt__st, and no op or kernel changes; bytes private to one op would have
+   needed a second way to save and free memory on a node. ---- */
 #define BT_DTYPES(X) X(F32, f32, 4) X(F64, f64, 8) X(BF16, bf16, 2) X(F16, f16, 2) \
-                     X(I32, i32, 4) X(U16, u16, 2) X(I64, i64, 8)
+                     X(I32, i32, 4) X(U16, u16, 2) X(I64, i64, 8) X(F8E4M3, f8e4m3, 1) X(F8E5M2, f8e5m2, 1)
 
 /* ---- the elementwise op list ----
    Each unary op once: X(NAME, name, f(x), f'(x)). Both expressions are written over x, y = f(x)
@@ -217,6 +224,66 @@ static inline BT_HOSTDEV uint16_t bt__f32_to_f16(float f) {
     if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
     return (uint16_t)(sign | h);
 }
+/* ---- FP8: OCP 8-bit floats, sign | exponent | mantissa, bias 2^(E-1) - 1 ----
+   e4m3 ("fn": finite and NaN only) 1.4.3, bias 7: normals (1 + m/8) 2^(e-7) for e = 1..15, largest
+     448 = 0x7e; subnormals m 2^-9 (e = 0); 0x7f / 0xff are NaN; no infinities.
+   e5m2 (IEEE-like) 1.5.2, bias 15: normals (1 + m/4) 2^(e-15) for e = 1..30, largest 57344 = 0x7b;
+     subnormals m 2^-16; e = 31 is +-inf (m = 0, 0x7c / 0xfc) or NaN (m != 0).
+   Encoding rounds to nearest, ties to even, and SATURATES: any |f| at or past the largest finite
+   value (infinities too) gives that value with f's sign, the convention of scaled casts (a value
+   past the scale's range is clipped, never turned into inf or NaN) and of PTX's
+   cvt.rn.satfinite.{e4m3,e5m2}x2.f32, which the CUDA kernels use: the two give the same bytes
+   (tests/test_fp8_gpu.cu). NaN encodes as 0x7f in both formats (the sign dropped, as the hardware
+   does). Subnormal results are exact RNE too; an f32 subnormal is far below half the smallest fp8
+   subnormal and gives a signed zero. A double (bt__st) is rounded to f32 first, as bf16's is. */
+#define BT_F8E4M3_MAX 448.0f
+#define BT_F8E5M2_MAX 57344.0f
+/* fp8 with m mantissa bits and exponent bias b -> f32 (exact); NaN and inf codes handled by the callers */
+static inline BT_HOSTDEV float bt__f8_to_f32(uint8_t v, int m, int b) {
+    uint32_t sign = (uint32_t)(v & 0x80) << 24, e = (uint32_t)(v & 0x7f) >> m, man = v & ((1u << m) - 1), u;
+    float f;
+    if (e) u = sign | ((e + 127 - (uint32_t)b) << 23) | (man << (23 - m));
+    else {                                            /* man 2^(1 - b - m), exact in f32 */
+        uint32_t ulp = (uint32_t)(127 + 1 - b - m) << 23; memcpy(&f, &ulp, 4);
+        f *= (float)man;
+        memcpy(&u, &f, 4); u |= sign;
+    }
+    memcpy(&f, &u, 4); return f;
+}
+/* f32 -> fp8 with m mantissa bits, bias b, largest finite value maxf (its f32 bits) = code maxcode */
+static inline BT_HOSTDEV uint8_t bt__f32_to_f8(float f, int m, int b, uint32_t maxf, uint8_t maxcode) {
+    uint32_t u; memcpy(&u, &f, 4);
+    uint8_t sign = (uint8_t)((u >> 24) & 0x80);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return 0x7f;                  /* NaN */
+    if (a >= maxf) return (uint8_t)(sign | maxcode);   /* saturate (inf included) */
+    int e = (int)(a >> 23) - 127;                      /* |f| = 1.mant 2^e */
+    if (e >= 1 - b) {                                  /* an fp8 normal: keep the top m of 23 mantissa bits */
+        int sh = 23 - m;                               /* + (half - 1) + the kept lsb: ties go to even */
+        uint32_t r = a + ((1u << (sh - 1)) - 1) + ((a >> sh) & 1);
+        return (uint8_t)(sign | ((r >> sh) - ((uint32_t)(127 - b) << m)));   /* a carry moves the exponent */
+    }
+    /* an fp8 subnormal: k = RNE(|f| / 2^(1 - b - m)) = RNE(sig / 2^sh), sig the 24-bit significand;
+       sh >= 21 here, and k = 2^m is the smallest normal's code */
+    int sh = 24 - b - m - e;
+    if (a < 0x00800000u || sh > 24) return sign;      /* below half the smallest subnormal: a signed zero */
+    uint32_t sig = (a & 0x7fffffu) | 0x800000u, k = sig >> sh, rem = sig & ((1u << sh) - 1), half = 1u << (sh - 1);
+    if (rem > half || (rem == half && (k & 1))) k++;
+    return (uint8_t)(sign | k);
+}
+static inline BT_HOSTDEV float bt__f8e4m3_to_f32(uint8_t v) {
+    if ((v & 0x7f) == 0x7f) { uint32_t u = 0x7fc00000u; float f; memcpy(&f, &u, 4); return f; }
+    return bt__f8_to_f32(v, 3, 7);
+}
+static inline BT_HOSTDEV float bt__f8e5m2_to_f32(uint8_t v) {
+    if ((v & 0x7c) == 0x7c) {                         /* exponent 31: inf (mantissa 0) or NaN */
+        uint32_t u = (v & 3) ? 0x7fc00000u : ((uint32_t)(v & 0x80) << 24) | 0x7f800000u; float f; memcpy(&f, &u, 4); return f;
+    }
+    return bt__f8_to_f32(v, 2, 15);
+}
+static inline BT_HOSTDEV uint8_t bt__f32_to_f8e4m3(float f) { return bt__f32_to_f8(f, 3, 7, 0x43e00000u, 0x7e); }      /* 448 */
+static inline BT_HOSTDEV uint8_t bt__f32_to_f8e5m2(float f) { return bt__f32_to_f8(f, 2, 15, 0x47600000u, 0x7b); }     /* 57344 */
+
 /* element i of a buffer of dtype dt, as double; and the reverse. The CPU reference paths compute
    through these, so one loop serves every dtype; the generic copy kernels use them too, so a
    conversion gives the same bits on both sides. */
@@ -229,6 +296,8 @@ static inline BT_HOSTDEV double bt__ld(const void *p, bt_dtype dt, int64_t i) {
     case BT_I32: return ((const int32_t *)p)[i];
     case BT_U16: return ((const uint16_t *)p)[i];
     case BT_I64: return (double)((const int64_t *)p)[i];
+    case BT_F8E4M3: return bt__f8e4m3_to_f32(((const uint8_t *)p)[i]);
+    case BT_F8E5M2: return bt__f8e5m2_to_f32(((const uint8_t *)p)[i]);
     default: return 0;
     }
 }
@@ -241,6 +310,8 @@ static inline BT_HOSTDEV void bt__st(void *p, bt_dtype dt, int64_t i, double v) 
     case BT_I32: ((int32_t *)p)[i] = (int32_t)v; break;
     case BT_U16: ((uint16_t *)p)[i] = (uint16_t)v; break;
     case BT_I64: ((int64_t *)p)[i] = (int64_t)v; break;
+    case BT_F8E4M3: ((uint8_t *)p)[i] = bt__f32_to_f8e4m3((float)v); break;
+    case BT_F8E5M2: ((uint8_t *)p)[i] = bt__f32_to_f8e5m2((float)v); break;
     default: break;
     }
 }
@@ -514,6 +585,91 @@ BTDEF bt_tensor *bt_mlp_gelu(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tens
 /* r + linear(x, w, b), r of the output's shape: the residual add rides the GEMM on a GPU (its C
    input with beta = 1) when fused epilogues are on; elsewhere bt_add(r, bt_linear(x, w, b)) */
 BTDEF bt_tensor *bt_linear_add(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tensor *r);
+/* ---- FP8 linear layers: bt_linear_fp8 (the op in bt_nn.h, its kernels in bt_fp8.cuh) ----
+   y = x w^T (+ b) with the matrix products in FP8 on a GPU of compute capability 8.9+ (Ada, Hopper),
+   emulated on the CPU with the same bytes. x [.., K] and w [N, K] (f32, bf16 or f16 on a GPU; any
+   float dtype on the CPU), b [N] or NULL, all of one dtype, which y [.., N] and the gradients have.
+     forward   qx = e4m3(x / sx), qw = e4m3(w / sw); y = (sx sw) qx qw^T + b
+     backward  qg = e5m2(gy / sg); dx = (sg sw) qg qw, dw = (sg sx) qg^T qx, db = sum of gy's rows
+   The products accumulate in fp32 (on the CPU: f32 products of the decoded values, exact, in an f32
+   sum) and are rounded once to y's dtype. The quantised x and w (their transposes, as the GPU's FP8
+   layout wants them) are kept from the forward for the backward; master weights, the optimizer,
+   norms, attention and the loss are untouched (their own ops, in bf16 or f32).
+   Per-tensor scales, s = amax / fmax (fmax 448 for e4m3, 57344 for e5m2; bt_fp8_scale_of), and a
+   cast q = fp8(t * (1 / s)): t's largest magnitude lands on fmax, and dequantising is q s. The
+   reciprocal is one f32 division per tensor, the product one f32 multiply per element, then one
+   RNE saturating rounding: the CPU and the kernels do exactly these operations, so bytes agree.
+   Recipes (bt_fp8_opts.recipe), per tensor x, w and gy:
+     BT_FP8_CURRENT  s from the tensor's own amax now: an amax pass, then the cast (two reads).
+     BT_FP8_DELAYED  s = max(amax history) / fmax, the history of the last n steps' amaxes; the cast
+                     measures the tensor's amax in the same pass (one read), and bt_fp8_update, once
+                     per optimizer step, pushes the step's amax (the largest over its micro-batches)
+                     into the history and computes the next scale. A tensor with no amax in its
+                     history yet (its first casts, before the update that records them) scales as
+                     CURRENT does.
+   The state of one layer lives in one f32 tensor [3, 2 + n] on its device, a row per tensor
+   (BT_FP8_X, BT_FP8_W, BT_FP8_G): [0] the amax of the casts since the last update, [1] the scale
+   that DELAYED casts use now, [2 .. 2 + n) the amax history, newest first: a checkpoint saves it as
+   it is (and sets `primed` again on load). `primed` lives on the host, so choosing a cast's path
+   needs no device read. */
+typedef enum { BT_FP8_CURRENT = 0, BT_FP8_DELAYED = 1 } bt_fp8_recipe;
+enum { BT_FP8_X = 0, BT_FP8_W = 1, BT_FP8_G = 2, BT_FP8_ROLES = 3 };
+typedef struct {
+    bt_fp8_recipe recipe;
+    int history;        /* n, the amax history's length (1 to 1024; DELAYED) */
+    int fast_accum;     /* 1: the forward product in cuBLASLt's fast accumulation (partial sums kept in
+                           the tensor cores' own precision, never promoted to fp32: faster, less exact);
+                           the backward's products always promote. CPU: no effect. */
+} bt_fp8_opts;
+typedef struct {
+    bt_fp8_opts opts;
+    bt_tensor *buf;     /* f32 [3, 2 + history], owned (a reference) */
+    unsigned primed;    /* bit r: tensor r's history holds an amax (an update followed one of its casts) */
+    unsigned seen;      /* bit r: tensor r was cast since the last update */
+} bt_fp8_state;
+/* a default: CURRENT, history 16, fast_accum 0 */
+BTDEF bt_fp8_opts bt_fp8_default_opts(void);
+/* the floats a state holds: 3 (2 + history) */
+BTDEF int64_t bt_fp8_state_floats(const bt_fp8_opts *o);
+/* st's buffer on dev: buf (a contiguous f32 tensor of bt_fp8_state_floats elements on dev, e.g. a
+   slice of a model's flat buffer; retained) or, when NULL, a new one. Either way it is set to the
+   start: amaxes and histories 0, scales 1, primed and seen 0. o NULL: the default. */
+BTDEF void bt_fp8_state_init(bt_fp8_state *st, const bt_fp8_opts *o, bt_device dev, bt_tensor *buf);
+BTDEF void bt_fp8_state_free(bt_fp8_state *st);
+/* after an optimizer step, for each tensor: history <- [amax, history[0 .. n-2]], amax <- 0, scale <-
+   bt_fp8_scale_of(largest finite history entry); primed |= seen, seen <- 0. On st's device, no host
+   wait. */
+BTDEF void bt_fp8_update(bt_fp8_state *st);
+/* the op; st (not NULL) must outlive the graph that the call records */
+BTDEF bt_tensor *bt_linear_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_fp8_state *st);
+/* the scale of a tensor whose largest magnitude is amax, cast to a format whose largest finite value
+   is fmax: amax / fmax in f32, at least FLT_MIN (so 1 / s stays finite); 1 when amax is 0, inf or
+   NaN (nothing to scale, or nothing sensible: a NaN stays NaN in the cast, an inf saturates) */
+static inline BT_HOSTDEV float bt_fp8_scale_of(float amax, float fmax) {
+    if (!(amax > 0.f) || !(amax <= FLT_MAX)) return 1.f;
+    float s = amax / fmax;
+    return s < FLT_MIN ? FLT_MIN : s;
+}
+static inline BT_HOSTDEV float bt_fp8_max(bt_dtype fmt) { return fmt == BT_F8E5M2 ? BT_F8E5M2_MAX : BT_F8E4M3_MAX; }
+/* the format of each tensor of the state: e4m3 for x and w, e5m2 for the gradient */
+static inline BT_HOSTDEV bt_dtype bt_fp8_format(int role) { return role == BT_FP8_G ? BT_F8E5M2 : BT_F8E4M3; }
+/* one element of a scaled cast: fp8(t * r), r = 1 / s */
+static inline BT_HOSTDEV uint8_t bt_fp8_quantize(float t, float r, bt_dtype fmt) {
+    float v = t * r;
+    return fmt == BT_F8E5M2 ? bt__f32_to_f8e5m2(v) : bt__f32_to_f8e4m3(v);
+}
+static inline BT_HOSTDEV float bt_fp8_decode(uint8_t q, bt_dtype fmt) { return fmt == BT_F8E5M2 ? bt__f8e5m2_to_f32(q) : bt__f8e4m3_to_f32(q); }
+/* |v|'s f32 bits: for non-negative floats the bits order as the values do (NaN above inf), so an
+   amax is an unsigned max, exact in any order (the GPU's atomicMax on these bits) */
+static inline BT_HOSTDEV uint32_t bt__abs_bits(float v) { uint32_t u; memcpy(&u, &v, 4); return u & 0x7fffffffu; }
+/* bt_fp8_update on one row [amax, scale, history[n]] of a state whose format's largest value is fmax */
+static inline BT_HOSTDEV void bt__fp8_roll(float *row, int n, float fmax) {
+    for (int i = n - 1; i > 0; i--) row[2 + i] = row[1 + i];
+    row[2] = row[0]; row[0] = 0.f;
+    float m = 0.f;
+    for (int i = 0; i < n; i++) if (row[2 + i] > m && row[2 + i] <= FLT_MAX) m = row[2 + i];   /* NaN and inf skipped */
+    row[1] = bt_fp8_scale_of(m, fmax);
+}
 /* softmax family, over the last dim */
 BTDEF bt_tensor *bt_softmax(bt_tensor *x);
 BTDEF bt_tensor *bt_log_softmax(bt_tensor *x);

@@ -342,18 +342,46 @@ static bt_tensor *llama__attention(llama *m, llama_layer *y, bt_tensor *h, bt_te
 static bt_tensor *llama__mlp(llama *m, llama_layer *y, bt_tensor *h, bt_tensor *x, bt_dtype dt) {
     return bt_linear_add(bt_swiglu(bt_linear(h, LLAMA_P(y->w13), NULL)), LLAMA_P(y->w2), NULL, x);
 }
+/* The block's two sublayers as bt_checkpoint regions (bt_autograd.h), as gpt2.h's: each takes the
+   residual stream x and returns x + sublayer(rmsnorm(x)), the parameters' casts made inside. */
+typedef struct { llama *m; llama_layer *y; bt_dtype dt; } llama__region;
+static bt_tensor *llama__attn_region(void *ctx, bt_tensor **in) {
+    llama__region *r = (llama__region *)ctx;
+    llama *m = r->m; llama_layer *y = r->y; bt_dtype dt = r->dt;
+    return llama__attention(m, y, bt_rmsnorm(in[0], LLAMA_P(y->attn_norm), m->cfg.eps), in[0], dt);
+}
+static bt_tensor *llama__mlp_region(void *ctx, bt_tensor **in) {
+    llama__region *r = (llama__region *)ctx;
+    llama *m = r->m; llama_layer *y = r->y; bt_dtype dt = r->dt;
+    return llama__mlp(m, y, bt_rmsnorm(in[0], LLAMA_P(y->mlp_norm), m->cfg.eps), in[0], dt);
+}
+static bt_tensor *llama__block_region(void *ctx, bt_tensor **in) {
+    bt_tensor *x1 = llama__attn_region(ctx, in);
+    return llama__mlp_region(ctx, &x1);
+}
+/* One block under the recompute flags (bt_set_recompute: ATTN, MLP, BLOCK; GELU means nothing here).
+   Kept for the backward per layer, in B T values (compute dtype; Q = (H + 2 Hkv) D, F the MLP's width):
+     none   6C + Q + 3F: the attention's rmsnorm out C, the rotated packed q, k, v Q, attention's out
+            C, x1 C; the MLP's rmsnorm out C, [gate; up] 2F, swiglu's out F, x2 C
+     ATTN   3C + 3F: x1 and the MLP's; MLP 4C + Q: the attention's and x2; BLOCK C: x2 alone
+   (l125m: C 768, Q 1280, F 2048: 12.4K, 8.4K, 4.3K, 768 values a token and layer.) The remade
+   region's activations live during its own backward only; the work remade is one more forward of
+   the region. */
+static bt_tensor *llama__block(llama *m, llama_layer *y, bt_tensor *x, bt_dtype dt, int rc) {
+    llama__region r = {m, y, dt};
+    if (rc & BT_RECOMPUTE_BLOCK) return bt_checkpoint(llama__block_region, &r, sizeof r, &x, 1);
+    x = rc & BT_RECOMPUTE_ATTN ? bt_checkpoint(llama__attn_region, &r, sizeof r, &x, 1) : llama__attn_region(&r, &x);
+    return rc & BT_RECOMPUTE_MLP ? bt_checkpoint(llama__mlp_region, &r, sizeof r, &x, 1) : llama__mlp_region(&r, &x);
+}
 BTDEF bt_tensor *llama_hidden(llama *m, bt_tensor *idx, bt_dtype dt) {
     const llama_config *c = &m->cfg;
     if (idx->ndim != 2 || idx->shape[1] > c->maxT) {
         char s[96];
         bt_error("llama: idx %s must be [B, T] with T at most the context of %d", bt_shape_str(idx, s, sizeof s), c->maxT);
     }
+    int rc = bt_get_recompute();
     bt_tensor *x = bt_embedding(LLAMA_P(m->emb), idx);
-    for (int l = 0; l < c->L; l++) {
-        llama_layer *y = &m->layers[l];
-        x = llama__attention(m, y, bt_rmsnorm(x, LLAMA_P(y->attn_norm), c->eps), x, dt);
-        x = llama__mlp(m, y, bt_rmsnorm(x, LLAMA_P(y->mlp_norm), c->eps), x, dt);
-    }
+    for (int l = 0; l < c->L; l++) x = llama__block(m, &m->layers[l], x, dt, rc);
     return bt_rmsnorm(x, LLAMA_P(m->norm), c->eps);
 }
 BTDEF bt_tensor *llama_logits(llama *m, bt_tensor *idx, bt_dtype dt) {

@@ -118,8 +118,9 @@ static void usage(FILE *f) {
         "  --recompute none|gelu|attn|mlp|block   activations remade in the backward instead of kept:\n"
         "            gelu(h) of the MLP; the attention or the MLP sublayer of each block, or the whole block,\n"
         "            from its input (the same bits as none; block: ~1/3 more work per step; attn, mlp and\n"
-        "            block not with --tp or --cp) (default: the first of none, gelu, mlp, block with which -b\n"
-        "            fits; none with the measured -b or several processes)\n"
+        "            block not with --tp or --cp; a Llama: attn, mlp, block) (default: the first of none, gelu\n"
+        "            (not for a Llama), mlp, block with which -b fits; none with the measured -b or several\n"
+        "            processes)\n"
         "  -h        this help\n"
         "Each step prints its loss, learning rate, gradient norm (before clipping), time, tokens/s, MFU (GPUs\n"
         "of known peak), and mem: the device memory its tensors hold after the step (bt_alloc's allocated\n"
@@ -893,7 +894,7 @@ static int train_main(train_opts *o) {
         if (resolve_opts(o, on_gpu, &cfg, err, sizeof err)) { fprintf(stderr, "error: %s " SEE_H "\n", err); return run_end(&tr, 2); }
     }
     /* --recompute by default: none with the measured B (it fits by construction) or several processes */
-    if (o->recompute < 0) o->recompute = on_gpu && !auto_b && world == 1 && tr.family == TRAINER_GPT2 ? trainer_choose_recompute(&tr, o->B, o->T, tr.dt) : 0;
+    if (o->recompute < 0) o->recompute = on_gpu && !auto_b && world == 1 ? trainer_choose_recompute(&tr, o->B, o->T, tr.dt) : 0;
     bt_set_recompute(o->recompute);
     tr.o = *o;
     int dworld = trainer_data_world(&tr);   /* the data-parallel ranks: world / (tp cp) */

@@ -16,8 +16,8 @@
      another, so the optimizer, ZeRO, the buckets, the gradient norm and the checkpoints see only
      those buffers (trainer_flat, trainer_flat_grad, trainer_params); the loop calls the model
      through trainer_model_* (loss, logits, the bf16 copy, init, samples, the Hugging Face export).
-     Tensor/context parallelism, --mlir, the tied embedding's rows exchange, --recompute and --save
-     (llm.c's GPT-2 file) are GPT-2's only: a Llama run refuses them (trainer_family_check).
+     Tensor/context parallelism, --mlir, the tied embedding's rows exchange, --recompute gelu and
+     --save (llm.c's GPT-2 file) are GPT-2's only: a Llama run refuses them (trainer_family_check).
 
    SECTIONS (implementation)
      0. the model: GPT-2 or Llama
@@ -359,12 +359,15 @@ int trainer_model_export_hf(trainer *tr, gpt2 *whole, const char *dir, char *err
 int trainer_family_check(const train_opts *o, const trainer_config *c, char *err, size_t errlen) {
     if (c->family != TRAINER_LLAMA) return 0;
     const char *flag = o->tp > 1 ? "--tp" : o->cp > 1 ? "--cp" : o->sp ? "--sp" : o->async_tp ? "--async-tp" : o->cp_comm ? "--cp-comm"
-                     : o->mlir ? "--mlir" : o->save_path ? "--save" : o->ddp_rows == 1 ? "--ddp-rows on" : o->recompute > 0 ? "--recompute" : NULL;
+                     : o->mlir ? "--mlir" : o->save_path ? "--save" : o->ddp_rows == 1 ? "--ddp-rows on" : o->recompute == BT_RECOMPUTE_GELU ? "--recompute gelu" : NULL;
     if (!flag) return 0;
+    if (!strcmp(flag, "--recompute gelu")) {
+        snprintf(err, errlen, "--recompute gelu: a Llama has no GELU (its MLP is SwiGLU); attn, mlp or block remake its sublayers");
+        return -1;
+    }
     const char *why = !strcmp(flag, "--save") ? "it writes llm.c's GPT-2 model file; --export-hf DIR writes a Llama for transformers"
                     : !strcmp(flag, "--mlir") ? "its fused chain is GPT-2's MLP (bias + GELU)"
                     : !strcmp(flag, "--ddp-rows on") ? "the rows exchange is GPT-2's tied embedding hook"
-                    : !strcmp(flag, "--recompute") ? "the recomputation is in GPT-2's forward"
                     : "tensor and context parallelism are gpt2_parallel.h's";
     snprintf(err, errlen, "%s: not for a Llama model yet (%s)", flag, why);
     return -1;
@@ -691,8 +694,10 @@ const char *trainer_recompute_name(int flags) {
     return "flags";
 }
 int trainer_choose_recompute(trainer *tr, int B, int T, bt_dtype dt) {
-    static const int ladder[] = {0, BT_RECOMPUTE_GELU, BT_RECOMPUTE_MLP, BT_RECOMPUTE_BLOCK};
-    int b2 = B >= 8 ? 8 : 2, n = (int)(sizeof ladder / sizeof ladder[0]), old = bt_get_recompute(), k;
+    static const int gpt2_ladder[] = {0, BT_RECOMPUTE_GELU, BT_RECOMPUTE_MLP, BT_RECOMPUTE_BLOCK};
+    static const int llama_ladder[] = {0, BT_RECOMPUTE_MLP, BT_RECOMPUTE_BLOCK};   /* no GELU in a Llama */
+    const int *ladder = TRAINER__LLAMA(tr) ? llama_ladder : gpt2_ladder;
+    int b2 = B >= 8 ? 8 : 2, n = TRAINER__LLAMA(tr) ? 3 : 4, old = bt_get_recompute(), k;
     double need[4];
     trainer__mem mm = {0, 1, 0};
     for (k = 0; k < n; k++) {

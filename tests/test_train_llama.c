@@ -172,7 +172,7 @@ static void test_refusals(void) {
         {"-e ls2 " RUN " -x 1 --save %s", "--save: not for a Llama model yet"},
         {"-e ls2 " RUN " -x 1 --tp 2", "--tp: not for a Llama model yet"},
         {"-e ls2 " RUN " -x 1 --cp 2", "--cp: not for a Llama model yet"},
-        {"-e ls2 " RUN " -x 1 --recompute gelu", "--recompute: not for a Llama model yet"},
+        {"-e ls2 " RUN " -x 1 --recompute gelu", "--recompute gelu: a Llama has no GELU"},
         {"-e ls2 " RUN " -x 1 --ddp-rows on", "--ddp-rows on: not for a Llama model yet"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -194,6 +194,25 @@ static void test_refusals(void) {
     BT_CHECK(trainer_family_check(&o, &c, err, sizeof err) == 0, "--mlir with GPT-2 is fine");
 }
 
+/* --recompute block and mlp (llama.h's regions): the losses of test_resume_bit_exact's reference run, exactly */
+static void test_recompute_run(void) {
+    if (!have_data()) { BT_SKIP("no data (make data)"); return; }
+    double ref[16], got[16];
+    char lp[700];
+    snprintf(lp, sizeof lp, "%s/log.jsonl", tp("ref_log"));
+    int n = read_losses(tp("ref_log"), ref, 16);
+    if (n <= 0) { BT_CHECK(0, "no reference log %s (test_resume_bit_exact runs first)", lp); return; }
+    static const char *modes[2] = {"block", "mlp"};
+    for (int k = 0; k < 2; k++) {
+        char args[1000], out[65536], dir[64];
+        snprintf(dir, sizeof dir, "rc_%s", modes[k]);
+        snprintf(args, sizeof args, "-e ls2 " RUN " -x %d --recompute %s -o %s", n, modes[k], tp(dir));
+        int rc = train_run(args, out, sizeof out), m = rc == 0 ? read_losses(tp(dir), got, 16) : -1, same = m == n;
+        for (int i = 0; same && i < n; i++) same = got[i] == ref[i];
+        BT_CHECK(rc == 0 && same && strstr(out, modes[k]), "--recompute %s: exit %d, %d losses, not those of the run without (%d)", modes[k], rc, m, n);
+    }
+}
+
 int main(int argc, char **argv) {
     if (train_runs_child(argc, argv)) return train_runs_child_main(argc, argv);
     train_runs_init("test_train_llama");
@@ -201,6 +220,7 @@ int main(int argc, char **argv) {
     BT_RUN(test_build_padded);
     BT_RUN(test_refusals);
     BT_RUN(test_resume_bit_exact);
+    BT_RUN(test_recompute_run);
     BT_RUN(test_export_init_from_eval);
     BT_RUN(test_loss_falls);
     train_runs_done();

@@ -1,0 +1,294 @@
+/* bt_fp8.cuh - BluTrain-C FP8 kernels, v0.1: per-tensor scaled casts to e4m3 / e5m2 (with the tensor's
+   amax and its transpose in the same pass), the scaling state's update, and cuBLASLt's FP8 products:
+   the CUDA side of bt_tensor.h's bt_linear_fp8, whose comment states the math and the recipes.
+
+   A part of bt_kernels.cuh (its section 13), one kernel family in a file of its own: bt_kernels.cuh
+   includes it twice, for the declarations below and, at the end of its implementation
+   (BT_KERNELS_IMPLEMENTATION), for the kernels, which use that file's device helpers and share its
+   matmul section's cuBLASLt handle, plan cache, workspaces and autotuning. Include bt_kernels.cuh or
+   bt_tensor.h; included alone, this file brings bt_kernels.cuh.
+
+   The bytes: a cast computes v = x * (1 / s) in f32 (the reciprocal once per thread, one rounded
+   multiply per element) and rounds v with cvt.rn.satfinite (round to nearest even, saturating at
+   the format's largest finite value, NaN kept NaN): the operations bt_tensor.h's bt_fp8_quantize
+   does on the CPU, so the two give the same bytes (tests/test_fp8_gpu.cu checks it on fresh inputs,
+   subnormals and values past the range included).
+
+   CONTENTS
+     declarations  bt_k_fp8_supported, bt_k_fp8_amax, bt_k_fp8_cast, bt_k_fp8_update, bt_k_matmul_fp8
+     1. the amax reduction and the scaled cast (32 x 32 tiles: the transpose through shared memory)
+     2. the scaling state's update
+     3. the FP8 product through cuBLASLt: plans in bt_kernels.cuh's table, scale pointers per call
+*/
+#ifndef BT_KERNELS_CUH
+#include "bt_kernels.cuh"
+#else
+
+#ifndef BT_FP8_CUH
+#define BT_FP8_CUH
+
+/* ---- declarations: FP8 (every pointer a device pointer; fp8 data as bytes, uint8_t) ---- */
+/* 1 when the current device has FP8 tensor cores (compute capability 8.9 or newer), else 0 */
+BTDEF int bt_k_fp8_supported(void);
+/* *amax <- the larger of *amax and max_i |x[i]| (x [n] of dtype dt: f32, bf16, f16; *amax >= 0 or
+   NaN, as f32): an unsigned max of the values' bits (bt__abs_bits), exact in any order, NaN above
+   everything. Traffic: x read once. */
+BTDEF void bt_k_fp8_amax(bt_dtype dt, float *amax, const void *x, int64_t n, cudaStream_t s);
+/* The scaled cast of x [rows, cols] (dt: f32, bf16, f16) to fmt (BT_F8E4M3 or BT_F8E5M2): q [rows, cols]
+   and/or its transpose qt [cols, rows] (either may be NULL) get fp8(x * (1 / s)), where s =
+   bt_fp8_scale_of(*amax_in, fmax) when amax_in != NULL (current scaling: the amax measured before,
+   by bt_k_fp8_amax) and s = *scale_in otherwise (delayed scaling: the state's scale). *scale_used
+   (may be NULL) <- s. amax_acc (may be NULL) <- the larger of it and x's amax: *amax_in when that is
+   given, else measured in this same pass (delayed scaling's fused amax). scale_used must not alias
+   amax_in or scale_in. Traffic: x read once, q and qt written once each. */
+BTDEF void bt_k_fp8_cast(bt_dtype dt, bt_dtype fmt, uint8_t *q, uint8_t *qt, const void *x, int64_t rows, int64_t cols,
+                         const float *amax_in, const float *scale_in, float *scale_used, float *amax_acc, cudaStream_t s);
+/* bt_fp8_update on an FP8 linear layer's state [3, 2 + hist] (f32): each row rolled as bt__fp8_roll does */
+BTDEF void bt_k_fp8_update(float *state, int hist, cudaStream_t s);
+/* C [M, N] (dt: bf16, f16 or f32) = (*sa)(*sb) A [M, K] B [N, K]^T (+ bias [N] of dt, may be NULL): A and
+   B fp8 bytes of formats fa, fb (e4m3 x e4m3, e5m2 x e4m3 or e4m3 x e5m2; cuBLASLt has no e5m2 x
+   e5m2), both stored K-contiguous (cuBLASLt's FP8 "TN" layout, row-major [M, K] and [N, K] here); sa
+   and sb f32 on the device (the dequantisation scales, cuBLASLt's scale pointers: no host read, so
+   a CUDA graph replays them). M, N, K positive multiples of 16; A, B and C 16-byte aligned. fp32
+   accumulation; fast_accum 1: cuBLASLt's fast accumulation (the tensor cores' partial sums never
+   promoted to fp32: faster, less exact). The bias rides the BIAS epilogue for a bf16 / f16 C when
+   cuBLASLt offers one (an f32 C would need a bf16 bias there), else a kernel adds it afterwards.
+   Needs bt_k_fp8_supported(). Traffic: M K + N K bytes read, M N elements of C written. */
+BTDEF void bt_k_matmul_fp8(bt_dtype dt, void *C, const void *A, bt_dtype fa, const float *sa, const void *B, bt_dtype fb,
+                           const float *sb, const void *bias, int64_t M, int64_t N, int64_t K, int fast_accum, cudaStream_t s);
+
+#endif /* BT_FP8_CUH */
+
+/* ==============================================================================================
+   IMPLEMENTATION (inside bt_kernels.cuh's, after its matmul section)
+   ============================================================================================== */
+#if defined(BT_KERNELS_IMPLEMENTATION_DONE) && !defined(BT_FP8_IMPLEMENTATION_DONE)
+#define BT_FP8_IMPLEMENTATION_DONE
+#include <cuda_fp8.h>
+
+BTDEF int bt_k_fp8_supported(void) {
+    static int cap[BT_MAX_GPUS];                      /* 0 unknown, 1 no, 2 yes */
+    int d = bt__k_device();
+    if (d < 0 || d >= BT_MAX_GPUS) return 0;
+    if (!cap[d]) {
+        int major = 0, minor = 0;
+        BT__K_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d), "bt_k_fp8_supported");
+        BT__K_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d), "bt_k_fp8_supported");
+        cap[d] = major * 10 + minor >= 89 ? 2 : 1;
+    }
+    return cap[d] == 2;
+}
+
+/* ---- 1. the amax reduction and the scaled cast -------------------------------------------------
+   amax: a grid-stride max of |x|'s bits (16-byte loads where x is aligned), a warp then a block
+   max, one atomicMax per block on the f32's bits (non-negative floats order as their bits do).
+   cast: one 32 x 32 tile of x at a time per block of 32 x 8 threads (each thread 4 rows of a
+   column): a warp reads 32 consecutive elements of a row and writes their 32 bytes of q (one
+   32-byte sector); the bytes also go to a shared tile, read back by column, so that qt's rows are
+   written as 32 consecutive bytes too. Delayed scaling folds the amax into the same pass. */
+template <int E5M2> __device__ __forceinline__ uint8_t bt__k_fp8_cvt(float v) {
+    return (uint8_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, E5M2 ? __NV_E5M2 : __NV_E4M3);
+}
+/* the largest v of the block's threads (blockDim.x a multiple of 32, up to 1024 threads), in thread 0;
+   every thread of the block calls it */
+__device__ __forceinline__ unsigned bt__k_block_umax(unsigned v) {
+    __shared__ unsigned sh[32];
+    int t = threadIdx.y * blockDim.x + threadIdx.x, nw = (blockDim.x * blockDim.y) >> 5;
+    v = __reduce_max_sync(0xffffffffu, v);
+    if ((t & 31) == 0) sh[t >> 5] = v;
+    __syncthreads();
+    if (t < 32) v = __reduce_max_sync(0xffffffffu, t < nw ? sh[t] : 0u);
+    return v;
+}
+template <typename T>
+__global__ void bt__k_fp8_amax_kernel(unsigned *amax, const T *x, int64_t n, int vec) {
+    const int V = 16 / sizeof(T);
+    int64_t tid = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x, head = 0;
+    unsigned m = 0;
+    if (vec) {
+        for (int64_t i = tid; i < n / V; i += stride) {
+            T v[16 / sizeof(T)];
+            bt__k_ld16(v, x + i * V);
+#pragma unroll
+            for (int j = 0; j < V; j++) m = max(m, bt__abs_bits(bt__k_tof(v[j])));
+        }
+        head = n / V * V;
+    }
+    for (int64_t i = head + tid; i < n; i += stride) m = max(m, bt__abs_bits(bt__k_tof(x[i])));
+    m = bt__k_block_umax(m);
+    if (threadIdx.x == 0 && m) atomicMax(amax, m);
+}
+BTDEF void bt_k_fp8_amax(bt_dtype dt, float *amax, const void *x, int64_t n, cudaStream_t s) {
+    if (n <= 0) return;
+    int vec = bt__k_aligned16(x);
+    BT__K_DISPATCH3(dt, "bt_k_fp8_amax", {
+        bt__k_fp8_amax_kernel<T><<<bt__k_blocks(vec ? n / (16 / (int64_t)sizeof(T)) + 1 : n, 256), 256, 0, s>>>((unsigned *)amax,
+                                                                                                            (const T *)x, n, vec);
+    })
+    BT__K_LAUNCHED("bt_k_fp8_amax");
+}
+template <typename T, int E5M2>
+__global__ void __launch_bounds__(256) bt__k_fp8_cast_kernel(uint8_t *q, uint8_t *qt, const T *x, int64_t rows, int64_t cols,
+                                                              const float *amax_in, const float *scale_in, float *scale_used,
+                                                              unsigned *amax_acc) {
+    __shared__ uint8_t tile[32][33];                  /* +1: a column read touches 32 different words */
+    const float s = amax_in ? bt_fp8_scale_of(*amax_in, E5M2 ? BT_F8E5M2_MAX : BT_F8E4M3_MAX) : *scale_in, r = 1.f / s;
+    const int lx = threadIdx.x, ly = threadIdx.y;
+    const int64_t tc = (cols + 31) / 32, ntiles = (rows + 31) / 32 * tc;
+    unsigned m = 0;
+    for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x) {
+        const int64_t r0 = t / tc * 32, c0 = t % tc * 32;
+        for (int j = ly; j < 32; j += 8) {
+            const int64_t i = r0 + j, c = c0 + lx;
+            uint8_t b = 0;
+            if (i < rows && c < cols) {
+                float v = bt__k_tof(x[i * cols + c]);
+                m = max(m, bt__abs_bits(v));
+                b = bt__k_fp8_cvt<E5M2>(__fmul_rn(v, r));
+                if (q) q[i * cols + c] = b;
+            }
+            tile[j][lx] = b;
+        }
+        if (qt) {                                     /* uniform over the block */
+            __syncthreads();
+            for (int j = ly; j < 32; j += 8) {
+                const int64_t c = c0 + j, i = r0 + lx;
+                if (c < cols && i < rows) qt[c * rows + i] = tile[lx][j];
+            }
+            __syncthreads();                          /* the next tile overwrites it */
+        }
+    }
+    if (blockIdx.x == 0 && lx == 0 && ly == 0) {
+        if (scale_used) *scale_used = s;
+        if (amax_in && amax_acc) atomicMax(amax_acc, bt__abs_bits(*amax_in));
+    }
+    if (!amax_in && amax_acc) {                       /* uniform: the fused amax */
+        m = bt__k_block_umax(m);
+        if (lx == 0 && ly == 0 && m) atomicMax(amax_acc, m);
+    }
+}
+BTDEF void bt_k_fp8_cast(bt_dtype dt, bt_dtype fmt, uint8_t *q, uint8_t *qt, const void *x, int64_t rows, int64_t cols,
+                         const float *amax_in, const float *scale_in, float *scale_used, float *amax_acc, cudaStream_t s) {
+    if (fmt != BT_F8E4M3 && fmt != BT_F8E5M2) bt_error("bt_k_fp8_cast: format %s is not f8e4m3 or f8e5m2", bt_dtype_name(fmt));
+    if (!amax_in == !scale_in) bt_error("bt_k_fp8_cast: give exactly one of amax_in (current scaling) and scale_in (delayed)");
+    if (rows < 0 || cols < 0) bt_error("bt_k_fp8_cast: x [%lld, %lld]", (long long)rows, (long long)cols);
+    int64_t ntiles = ((rows + 31) / 32) * ((cols + 31) / 32);
+    unsigned grid = bt__k_blocks(ntiles > 0 ? ntiles * 256 : 256, 256);
+    dim3 block(32, 8);
+    BT__K_DISPATCH3(dt, "bt_k_fp8_cast", {
+        if (fmt == BT_F8E5M2)
+            bt__k_fp8_cast_kernel<T, 1><<<grid, block, 0, s>>>(q, qt, (const T *)x, rows, cols, amax_in, scale_in, scale_used,
+                                                                (unsigned *)amax_acc);
+        else
+            bt__k_fp8_cast_kernel<T, 0><<<grid, block, 0, s>>>(q, qt, (const T *)x, rows, cols, amax_in, scale_in, scale_used,
+                                                                (unsigned *)amax_acc);
+    })
+    BT__K_LAUNCHED("bt_k_fp8_cast");
+}
+
+/* ---- 2. the scaling state's update: one thread per row (x, w, gy), the history at most 1024 long --- */
+__global__ void bt__k_fp8_update_kernel(float *state, int hist) {
+    int r = threadIdx.x;
+    if (r < BT_FP8_ROLES) bt__fp8_roll(state + r * (2 + hist), hist, bt_fp8_max(bt_fp8_format(r)));
+}
+BTDEF void bt_k_fp8_update(float *state, int hist, cudaStream_t s) {
+    if (hist < 1) bt_error("bt_k_fp8_update: history of length %d", hist);
+    bt__k_fp8_update_kernel<<<1, 32, 0, s>>>(state, hist);
+    BT__K_LAUNCHED("bt_k_fp8_update");
+}
+
+/* ---- 3. the FP8 product (cuBLASLt) -----------------------------------------------------------------
+   As bt_kernels.cuh's section 10 maps row-major products: C [M, N] = A B^T is column-major C^T = B A^T,
+   so cuBLASLt's A is our B ([N, K] row-major = column-major K x N, ld K, op T) and its B is our A
+   ([M, K] = K x M, ld K, op N): "TN", the only layout its FP8 kernels take, with m = N, n = M. Its A
+   scale pointer gets our B's scale, its B scale pointer our A's. Compute CUBLAS_COMPUTE_32F, scale
+   type f32, alpha 1 and beta 0 on the host. Plans live in bt_kernels.cuh's table under keys that no
+   other product has (key[0], key[1] the fp8 formats); a plan's descriptor keeps the scale and bias
+   pointers of its last call, set again before each. */
+static int bt__k_fp8_mm_make(bt__k_ctx *c, bt__k_mm_plan *p, bt_dtype dt, bt_dtype fa, bt_dtype fb, int64_t M, int64_t N, int64_t K,
+                             int fast_accum, const void *bias, const float *sa, const float *sb, const uint32_t al[4]) {
+    const char *op = "bt_k_matmul_fp8";
+    BT__K_BLAS(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), op);
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    int8_t fast = fast_accum != 0;
+    BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), op);
+    BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), op);
+    BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast), op);
+    BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sb, sizeof sb), op);
+    BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sa, sizeof sa), op);
+    BT__K_BLAS(cublasLtMatrixLayoutCreate(&p->la, bt__k_cuda_dt(fb), (uint64_t)K, (uint64_t)N, K), op);
+    BT__K_BLAS(cublasLtMatrixLayoutCreate(&p->lb, bt__k_cuda_dt(fa), (uint64_t)K, (uint64_t)M, K), op);
+    BT__K_BLAS(cublasLtMatrixLayoutCreate(&p->lc, bt__k_cuda_dt(dt), (uint64_t)N, (uint64_t)M, N), op);
+    cublasLtMatmulPreference_t pref;
+    BT__K_BLAS(cublasLtMatmulPreferenceCreate(&pref), op);
+    uint64_t wsb = BT__K_WS_BYTES;
+    BT__K_BLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb), op);
+    BT__K_BLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al[1], sizeof al[1]), op);
+    BT__K_BLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[0], sizeof al[0]), op);
+    BT__K_BLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], sizeof al[2]), op);
+    BT__K_BLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[2], sizeof al[2]), op);
+    cublasLtMatmulHeuristicResult_t res[BT__K_MM_CANDIDATES];
+    int nres = 0;
+    p->epi_bias = 0; p->no_algo = 0;
+    if (bias) {                                       /* the bias in C's dtype: bf16 or f16 C only (see above) */
+        cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_BIAS;
+        BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e), op);
+        BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), op);
+        if (cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, BT__K_MM_CANDIDATES, res, &nres) ==
+                CUBLAS_STATUS_SUCCESS && nres > 0)
+            p->epi_bias = 1;
+        else {                                        /* none with the epilogue: plain, the bias added after */
+            e = CUBLASLT_EPILOGUE_DEFAULT;
+            BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e), op);
+            nres = 0;
+        }
+    }
+    if (!p->epi_bias &&
+        cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, BT__K_MM_CANDIDATES, res, &nres) != CUBLAS_STATUS_SUCCESS)
+        nres = 0;
+    cublasLtMatmulPreferenceDestroy(pref);
+    p->used = 1;
+    if (nres <= 0) { bt__k_mm_plan_drop(p); return 0; }
+    p->algo = res[0].algo;
+    p->n_cand = 0;
+    for (int i = 0; i < nres; i++) p->cand[p->n_cand++] = res[i].algo;
+    return 1;
+}
+BTDEF void bt_k_matmul_fp8(bt_dtype dt, void *C, const void *A, bt_dtype fa, const float *sa, const void *B, bt_dtype fb,
+                           const float *sb, const void *bias, int64_t M, int64_t N, int64_t K, int fast_accum, cudaStream_t s) {
+    const char *op = "bt_k_matmul_fp8";
+    if (dt != BT_BF16 && dt != BT_F16 && dt != BT_F32) bt_error("%s: C of dtype %s (bf16, f16 or f32)", op, bt_dtype_name(dt));
+    if ((fa != BT_F8E4M3 && fa != BT_F8E5M2) || (fb != BT_F8E4M3 && fb != BT_F8E5M2) || (fa == BT_F8E5M2 && fb == BT_F8E5M2))
+        bt_error("%s: operands %s x %s (e4m3 x e4m3, or one e5m2 with one e4m3)", op, bt_dtype_name(fa), bt_dtype_name(fb));
+    if (M <= 0 || N <= 0 || K <= 0 || M % 16 || N % 16 || K % 16)
+        bt_error("%s: M=%lld N=%lld K=%lld: positive multiples of 16 expected (cuBLASLt's FP8 layout)", op, (long long)M, (long long)N,
+                 (long long)K);
+    if (!sa || !sb) bt_error("%s: no %s scale", op, !sa ? "A's" : "B's");
+    if (!bt__k_aligned16(A) || !bt__k_aligned16(B) || !bt__k_aligned16(C)) bt_error("%s: A, B and C must be 16-byte aligned", op);
+    if (!bt_k_fp8_supported()) bt_error("%s: cuda:%d has no FP8 tensor cores (compute capability 8.9 or newer)", op, bt__k_device());
+    bt__k_ctx *c = bt__k_cur();
+    int try_bias = bias && dt != BT_F32;
+    uint32_t al[4] = {bt__k_align_of(A), bt__k_align_of(B), bt__k_align_of(C), try_bias ? bt__k_align_of(bias) : 0};
+    int64_t key[18] = {fa, fb, M, N, K, fast_accum != 0, 0, 1, 0, 0, 0, try_bias, al[0], al[1], al[2], al[3], dt, 0};
+    int fresh = 0;
+    bt__k_mm_plan *p = bt__k_mm_slot(c, key, &fresh);
+    if (fresh) {
+        if (!bt__k_fp8_mm_make(c, p, dt, fa, fb, M, N, K, fast_accum, try_bias ? bias : NULL, sa, sb, al))
+            bt_error("%s: cuBLASLt has no algorithm for %s x %s -> %s M=%lld N=%lld K=%lld", op, bt_dtype_name(fa), bt_dtype_name(fb),
+                     bt_dtype_name(dt), (long long)M, (long long)N, (long long)K);
+        memcpy(p->key, key, sizeof key);
+        const cublasLtMatmulAlgo_t *loaded = bt__k_loaded_algo(bt__k_device(), key);
+        if (loaded) { p->algo = *loaded; p->n_cand = 0; }
+    }
+    BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sb, sizeof sb), op);
+    BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sa, sizeof sa), op);
+    if (p->epi_bias) BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), op);
+    const float alpha = 1.f, beta = 0.f;
+    if (p->n_cand) bt__k_mm_autotune(c, p, &alpha, A, B, &beta, NULL, C, s);   /* beta 0: timed into C, rewritten below */
+    BT__K_BLAS(cublasLtMatmul(c->lt, p->op, &alpha, B, p->la, A, p->lb, &beta, C, p->lc, C, p->lc, &p->algo, bt__k_workspace(c, s),
+                              BT__K_WS_BYTES, s), op);
+    if (bias && !p->epi_bias) bt__k_matmul_bias(dt, C, bias, 1, M, N, M * N, s);
+}
+
+#endif /* BT_FP8_IMPLEMENTATION_DONE */
+#endif /* BT_KERNELS_CUH */

@@ -1,0 +1,456 @@
+/* test_fp8.c - FP8 on the CPU: the e4m3 / e5m2 formats of bt_tensor.h against tests/fp8_ref.h's
+   definitions (every one of the 256 codes of each decoded, every finite value encoded back, every
+   midpoint between neighbours rounded to the even code, every bf16 and f16 bit pattern and 400,000
+   f32 ones encoded as a brute-force nearest-value search does, saturation, NaN); the storage dtypes
+   (casts, bt_to_host, ops that refuse them); the scale rule; bt_linear_fp8's forward and backward
+   against float64 products of the quantised operands, the error bounded per element by fp32
+   accumulation of exact products ((K + 4) 2^-24 of the sum of |products|) plus the one rounding to
+   the output's dtype; the current and delayed recipes against hand-computed scales and amax
+   histories; and the errors bad arguments raise. tests/test_fp8_gpu.cu checks the GPU's kernels and
+   products against the same emulation. */
+#include "bt_autograd.h"
+#include "tests/bt_test.h"
+#include "tests/fp8_ref.h"
+#pragma GCC diagnostic ignored "-Wclobbered"   /* BT_EXPECT_ERROR's setjmp: a false positive */
+#include <stdlib.h>
+#include <stdint.h>
+
+#define CPU bt_cpu()
+static const bt_dtype FMTS[2] = {BT_F8E4M3, BT_F8E5M2};
+static uint8_t enc(float v, bt_dtype fmt) { return fmt == BT_F8E5M2 ? bt__f32_to_f8e5m2(v) : bt__f32_to_f8e4m3(v); }
+static float dec(uint8_t c, bt_dtype fmt) { return fmt == BT_F8E5M2 ? bt__f8e5m2_to_f32(c) : bt__f8e4m3_to_f32(c); }
+static float f32_of_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+/* ---- host random numbers (xorshift64 + Box-Muller) ---- */
+static uint64_t g_rs = 88172645463325252ull;
+static uint64_t rbits(void) { g_rs ^= g_rs << 13; g_rs ^= g_rs >> 7; g_rs ^= g_rs << 17; return g_rs; }
+static double runif(void) { return (double)(rbits() >> 11) * (1.0 / 9007199254740992.0); }
+static double rnorm(void) { return sqrt(-2.0 * log(runif() + 1e-300)) * cos(6.283185307179586 * runif()); }
+
+/* =============================================================================================
+   the formats
+   ============================================================================================= */
+/* every code decodes to its definition; the NaN and inf codes are where the formats put them */
+static void test_decode_all_codes(void) {
+    for (int f = 0; f < 2; f++) {
+        bt_dtype fmt = FMTS[f];
+        int bad = 0, nans = 0, infs = 0;
+        for (int c = 0; c < 256; c++) {
+            double want = fr_decode(c, fmt);
+            float got = dec((uint8_t)c, fmt);
+            if (want != want) { nans++; bad += got == got; continue; }
+            if (isinf(want)) infs++;
+            bad += !((double)got == want && !signbit(got) == !signbit(want));
+            if ((double)got != want) fprintf(stderr, "  %s code 0x%02x: %.9g, expected %.9g\n", bt_dtype_name(fmt), c, got, want);
+        }
+        BT_CHECK(bad == 0, "%s: %d of 256 codes decode wrongly", bt_dtype_name(fmt), bad);
+        BT_CHECK(nans == (fmt == BT_F8E4M3 ? 2 : 6) && infs == (fmt == BT_F8E4M3 ? 0 : 2), "%s: %d NaN codes, %d infinities",
+                 bt_dtype_name(fmt), nans, infs);
+    }
+    BT_CHECK(dec(0x7e, BT_F8E4M3) == 448.f && dec(0x7b, BT_F8E5M2) == 57344.f, "largest finite values");
+    BT_CHECK(dec(0x01, BT_F8E4M3) == ldexpf(1, -9) && dec(0x01, BT_F8E5M2) == ldexpf(1, -16), "smallest subnormals");
+    BT_CHECK(dec(0x08, BT_F8E4M3) == ldexpf(1, -6) && dec(0x04, BT_F8E5M2) == ldexpf(1, -14), "smallest normals");
+    BT_CHECK(isinf(dec(0xfc, BT_F8E5M2)) && dec(0xfc, BT_F8E5M2) < 0, "e5m2 0xfc is -inf");
+}
+/* every finite value encodes back to its code (signed zeros and subnormals included); the codes
+   that are not finite: NaN -> 0x7f, infinities saturate */
+static void test_encode_round_trip(void) {
+    for (int f = 0; f < 2; f++) {
+        bt_dtype fmt = FMTS[f];
+        int bad = 0, n = 0;
+        for (int c = 0; c < 256; c++) {
+            double v = fr_decode(c, fmt);
+            if (v != v || isinf(v)) continue;
+            n++;
+            uint8_t got = enc((float)v, fmt);
+            if (got != c) { bad++; fprintf(stderr, "  %s: %.9g encodes to 0x%02x, expected 0x%02x\n", bt_dtype_name(fmt), v, got, c); }
+        }
+        BT_CHECK(bad == 0 && n == (fmt == BT_F8E4M3 ? 254 : 248), "%s: %d of %d finite values do not round-trip", bt_dtype_name(fmt), bad, n);
+        BT_CHECK(enc(NAN, fmt) == 0x7f && enc(-NAN, fmt) == 0x7f, "%s: NaN encodes as 0x%02x / 0x%02x", bt_dtype_name(fmt), enc(NAN, fmt), enc(-NAN, fmt));
+        int mc = fr_maxcode(fmt);
+        BT_CHECK(enc(INFINITY, fmt) == mc && enc(-INFINITY, fmt) == (0x80 | mc), "%s: infinities saturate to 0x%02x, got 0x%02x / 0x%02x",
+                 bt_dtype_name(fmt), mc, enc(INFINITY, fmt), enc(-INFINITY, fmt));
+    }
+}
+/* each midpoint of two neighbouring finite values (exact in f32) goes to the even code, one f32 ulp
+   either side to the nearer one; negatives likewise; the midpoint past the largest value saturates */
+static void test_ties_to_even(void) {
+    for (int f = 0; f < 2; f++) {
+        bt_dtype fmt = FMTS[f];
+        int bad = 0, n = 0, mc = fr_maxcode(fmt);
+        for (int c = 0; c < mc; c++) {
+            double lo = fr_decode(c, fmt), hi = fr_decode(c + 1, fmt), mid = (lo + hi) / 2;
+            float m = (float)mid;
+            if ((double)m != mid) { bad++; continue; }
+            int even = (c & 1) ? c + 1 : c;
+            for (int s = 0; s < 2; s++) {
+                int sg = s ? 0x80 : 0;
+                float ms = s ? -m : m;
+                n++;
+                bad += enc(ms, fmt) != (sg | even);
+                bad += enc(nextafterf(ms, s ? -INFINITY : INFINITY), fmt) != (sg | (c + 1));
+                bad += enc(nextafterf(ms, 0.f), fmt) != (sg | c);
+            }
+        }
+        BT_CHECK(bad == 0 && n == 2 * mc, "%s: %d wrong of %d midpoints (and their neighbours)", bt_dtype_name(fmt), bad, n);
+        /* past the largest finite value: its would-be midpoint with the next power step, and beyond */
+        double top = fr_decode(mc, fmt), step = top - fr_decode(mc - 1, fmt);
+        float past[4] = {(float)(top + step / 2), (float)(top + step), 1e30f, FLT_MAX};
+        for (int i = 0; i < 4; i++)
+            BT_CHECK(enc(past[i], fmt) == mc && enc(-past[i], fmt) == (0x80 | mc), "%s: %g does not saturate (0x%02x)", bt_dtype_name(fmt),
+                     (double)past[i], enc(past[i], fmt));
+    }
+    /* the subnormal end: half the smallest subnormal is a tie with zero (-> 0), a hair more rounds up */
+    BT_CHECK(enc(ldexpf(1, -10), BT_F8E4M3) == 0x00 && enc(nextafterf(ldexpf(1, -10), 1), BT_F8E4M3) == 0x01 &&
+             enc(-ldexpf(1, -10), BT_F8E4M3) == 0x80, "e4m3 at 2^-10");
+    BT_CHECK(enc(ldexpf(1, -17), BT_F8E5M2) == 0x00 && enc(nextafterf(ldexpf(1, -17), 1), BT_F8E5M2) == 0x01, "e5m2 at 2^-17");
+    BT_CHECK(enc(1.5f * ldexpf(1, -9), BT_F8E4M3) == 0x02 && enc(2.5f * ldexpf(1, -9), BT_F8E4M3) == 0x02, "e4m3 subnormal ties 1.5, 2.5 ulp");
+    BT_CHECK(enc(f32_of_bits(1), BT_F8E4M3) == 0 && enc(-f32_of_bits(1), BT_F8E4M3) == 0x80 && enc(-0.f, BT_F8E5M2) == 0x80,
+             "f32 subnormals and -0 give signed zeros");
+}
+/* a brute-force nearest-value search (fp8_ref.h) against the encoder: every bf16 and f16 bit
+   pattern (the dtypes the layer casts from), 200,000 random f32 bit patterns (every exponent) and
+   200,000 f32 values spread over the formats' ranges */
+static void test_encode_vs_search(void) {
+    for (int f = 0; f < 2; f++) {
+        bt_dtype fmt = FMTS[f];
+        long bad = 0, n = 0;
+        for (uint32_t h = 0; h < 65536; h++) {
+            float vb = bt__bf16_to_f32((uint16_t)h), vh = bt__f16_to_f32((uint16_t)h);
+            bad += enc(vb, fmt) != fr_encode(vb, fmt);
+            bad += enc(vh, fmt) != fr_encode(vh, fmt);
+            n += 2;
+        }
+        for (int i = 0; i < 200000; i++) {
+            float v = f32_of_bits((uint32_t)rbits());
+            float w = (float)(ldexp(runif() + 0.5, (int)(runif() * 44) - 22) * (runif() < 0.5 ? -1 : 1));
+            bad += enc(v, fmt) != fr_encode(v, fmt);
+            bad += enc(w, fmt) != fr_encode(w, fmt);
+            n += 2;
+        }
+        BT_CHECK(bad == 0, "%s: %ld of %ld encodings differ from the nearest-value search", bt_dtype_name(fmt), bad, n);
+    }
+}
+
+/* FP8 tensors: bt_cast and bt__st encode (unscaled, saturating), bt_to_host decodes, ops refuse them */
+static void test_storage_dtypes(void) {
+    BT_CHECK(bt_dtype_size(BT_F8E4M3) == 1 && bt_dtype_size(BT_F8E5M2) == 1, "sizes");
+    BT_CHECK(!strcmp(bt_dtype_name(BT_F8E4M3), "f8e4m3") && !strcmp(bt_dtype_name(BT_F8E5M2), "f8e5m2"), "names");
+    BT_CHECK(!bt_dtype_is_float(BT_F8E4M3) && !bt_dtype_is_float(BT_F8E5M2), "FP8 is a storage dtype, not a compute one");
+    bt_scope_begin();
+    float v[8] = {0.3f, -1000.f, 0.0013f, 448.f, -3.25f, 6e4f, -1e-6f, 17.f};
+    bt_tensor *t = bt_from_data(v, bt_shape2(2, 4), BT_F32, CPU);
+    for (int f = 0; f < 2; f++) {
+        bt_dtype fmt = FMTS[f];
+        bt_tensor *q = bt_cast(t, fmt);
+        const uint8_t *b = (const uint8_t *)bt_data_ptr(q);
+        double back[8];
+        bt_to_host(q, back, BT_F64);
+        int bad = 0;
+        for (int i = 0; i < 8; i++) bad += b[i] != fr_encode(v[i], fmt) || back[i] != fr_decode(b[i], fmt);
+        BT_CHECK(bad == 0 && q->dtype == fmt, "%s: cast / to_host: %d wrong", bt_dtype_name(fmt), bad);
+        bt_tensor *tq = bt_transpose(q, 0, 1), *c = bt_contiguous(tq);   /* a strided copy moves bytes */
+        int64_t ix[2] = {3, 1};
+        BT_CHECK(bt_get(c, ix) == fr_decode(b[7], fmt), "%s: a transposed copy", bt_dtype_name(fmt));
+        BT_EXPECT_ERROR(bt_exp(q), "must be a float tensor");
+        BT_EXPECT_ERROR(bt_linear(q, q, NULL), "must be a float tensor");
+        BT_EXPECT_ERROR(bt_set_requires_grad(q, 1), "only float tensors");
+    }
+    bt_scope_end();
+}
+
+/* s = amax / fmax in f32, floored at FLT_MIN; 1 for 0, inf, NaN */
+static void test_scale_rule(void) {
+    BT_CHECK(bt_fp8_scale_of(448.f, 448.f) == 1.f, "448 / 448");
+    BT_CHECK(bt_fp8_scale_of(3.5f, 448.f) == 0.0078125f, "3.5 / 448 = 2^-7: %g", (double)bt_fp8_scale_of(3.5f, 448.f));
+    BT_CHECK(bt_fp8_scale_of(2.5f, 448.f) == 2.5f / 448.f && bt_fp8_scale_of(0.004f, 57344.f) == 0.004f / 57344.f, "f32 quotients");
+    BT_CHECK(bt_fp8_scale_of(1e6f, 57344.f) == 1e6f / 57344.f, "a scale above 1");
+    BT_CHECK(bt_fp8_scale_of(0.f, 448.f) == 1.f && bt_fp8_scale_of(INFINITY, 448.f) == 1.f && bt_fp8_scale_of(NAN, 448.f) == 1.f &&
+             bt_fp8_scale_of(-2.f, 448.f) == 1.f, "0, inf, NaN, negative -> 1");
+    BT_CHECK(bt_fp8_scale_of(1e-40f, 448.f) == FLT_MIN && isfinite(1.f / bt_fp8_scale_of(1e-40f, 448.f)), "a subnormal amax -> FLT_MIN");
+    BT_CHECK(bt_fp8_max(BT_F8E4M3) == 448.f && bt_fp8_max(BT_F8E5M2) == 57344.f && bt_fp8_format(BT_FP8_G) == BT_F8E5M2 &&
+             bt_fp8_format(BT_FP8_X) == BT_F8E4M3 && bt_fp8_format(BT_FP8_W) == BT_F8E4M3, "formats and maxima");
+    /* the cast of a tensor's largest element lands on fmax (or one rounding of it: saturation keeps it there) */
+    float a = 2.5f, s = bt_fp8_scale_of(a, 448.f);
+    BT_CHECK(bt_fp8_quantize(a, 1.f / s, BT_F8E4M3) == 0x7e && bt_fp8_quantize(-a, 1.f / s, BT_F8E4M3) == 0xfe, "amax -> +-448");
+}
+
+/* =============================================================================================
+   bt_linear_fp8 against float64 products of the quantised operands
+   ============================================================================================= */
+/* n values N(0, std) rounded to dt; planted: element `at` is exactly `amax` (others clipped below it), unless amax <= 0 */
+static float *values(long n, double std, bt_dtype dt, long at, float amax) {
+    float *v = (float *)malloc(sizeof(float) * (size_t)n);
+    for (long i = 0; i < n; i++) {
+        double x = rnorm() * std;
+        if (amax > 0 && fabs(x) > 0.9 * amax) x = x > 0 ? 0.9 * amax : -0.9 * amax;
+        v[i] = (float)x;
+    }
+    if (amax > 0) v[at] = amax;
+    bt_scope_begin();                              /* rounded to dt, as the op will see them */
+    bt_tensor *t = bt_cast(bt_from_data(v, bt_shape1(n), BT_F32, CPU), dt);
+    bt_to_host(t, v, BT_F32);
+    bt_scope_end();
+    return v;
+}
+static bt_tensor *leaf_of(const float *v, bt_shape s, bt_dtype dt, int grad) {
+    bt_scope_begin();
+    bt_tensor *t = bt_keep(bt_cast(bt_from_data(v, s, BT_F32, CPU), dt));
+    bt_scope_end();
+    if (grad) bt_set_requires_grad(t, 1);
+    return t;
+}
+static double *as_doubles(bt_tensor *t) { return bt_test_host(t); }
+
+/* one step of the layer and its reference. The scales the reference assumes: sx, sw, sg (0: the
+   tensor's own, current scaling). Returns the worst error / bound over y, dx, dw, db (<= 1 passes);
+   *plain_ratio gets y against the unquantised x w^T + b, which must be far outside the bound */
+typedef struct { double y, dx, dw, db, plain; } step_err;
+static step_err layer_step(bt_fp8_state *st, bt_dtype dt, const float *xv, bt_shape xs, const float *wv, long N, const float *bv,
+                           const float *gv, float sx, float sw, float sg) {
+    step_err e = {0, 0, 0, 0, 0};
+    long K = (long)xs.d[xs.ndim - 1], R = 1;
+    for (int d = 0; d < xs.ndim - 1; d++) R *= (long)xs.d[d];
+    bt_tensor *x = leaf_of(xv, xs, dt, 1), *w = leaf_of(wv, bt_shape2(N, K), dt, 1), *b = bv ? leaf_of(bv, bt_shape1(N), dt, 1) : NULL;
+    bt_scope_begin();
+    bt_tensor *y = bt_linear_fp8(x, w, b, st);
+    bt_shape ys = xs; ys.d[ys.ndim - 1] = N;
+    bt_backward_with(y, bt_cast(bt_from_data(gv, ys, BT_F32, CPU), dt));
+    double *yd = as_doubles(y), *dx = as_doubles(x->grad), *dw = as_doubles(w->grad), *db = b ? as_doubles(b->grad) : NULL;
+    bt_scope_end();
+    if (!sx) sx = bt_fp8_scale_of(fr_amax(xv, R * K), 448.f);
+    if (!sw) sw = bt_fp8_scale_of(fr_amax(wv, N * K), 448.f);
+    if (!sg) sg = bt_fp8_scale_of(fr_amax(gv, R * N), 57344.f);
+    uint8_t *qx = (uint8_t *)malloc((size_t)(R * K)), *qw = (uint8_t *)malloc((size_t)(N * K)), *qg = (uint8_t *)malloc((size_t)(R * N));
+    uint8_t *qxt = (uint8_t *)malloc((size_t)(R * K)), *qwt = (uint8_t *)malloc((size_t)(N * K)), *qgt = (uint8_t *)malloc((size_t)(R * N));
+    fr_quantize(xv, R * K, sx, BT_F8E4M3, qx); fr_quantize(wv, N * K, sw, BT_F8E4M3, qw); fr_quantize(gv, R * N, sg, BT_F8E5M2, qg);
+    fr_transpose(qx, R, K, qxt); fr_transpose(qw, N, K, qwt); fr_transpose(qg, R, N, qgt);
+    double *bias = (double *)calloc((size_t)N, sizeof(double));
+    for (long j = 0; bv && j < N; j++) bias[j] = bv[j];
+    double *yr = (double *)malloc(sizeof(double) * (size_t)(R * N)), *ys_ = (double *)malloc(sizeof(double) * (size_t)(R * N));
+    double *dxr = (double *)malloc(sizeof(double) * (size_t)(R * K)), *dxs = (double *)malloc(sizeof(double) * (size_t)(R * K));
+    double *dwr = (double *)malloc(sizeof(double) * (size_t)(N * K)), *dws = (double *)malloc(sizeof(double) * (size_t)(N * K));
+    double u32 = ldexp(1, -24);
+    fr_gemm(qx, BT_F8E4M3, sx, qw, BT_F8E4M3, sw, bv ? bias : NULL, R, N, K, yr, ys_);
+    fr_gemm(qg, BT_F8E5M2, sg, qwt, BT_F8E4M3, sw, NULL, R, K, N, dxr, dxs);     /* dx = (sg sw) qg qw */
+    fr_gemm(qgt, BT_F8E5M2, sg, qxt, BT_F8E4M3, sx, NULL, N, K, R, dwr, dws);    /* dw = (sg sx) qg^T qx */
+    e.y = fr_check(yd, yr, ys_, R * N, (K + 4) * u32, dt, NULL);
+    e.dx = fr_check(dx, dxr, dxs, R * K, (N + 4) * u32, dt, NULL);
+    e.dw = fr_check(dw, dwr, dws, N * K, (R + 4) * u32, dt, NULL);
+    if (bv) {   /* db = the column sums of gy itself (not quantised), as bt_linear's */
+        double *dbr = (double *)calloc((size_t)N, sizeof(double)), *dbs = (double *)calloc((size_t)N, sizeof(double));
+        for (long r = 0; r < R; r++) for (long j = 0; j < N; j++) { dbr[j] += gv[r * N + j]; dbs[j] += fabs(gv[r * N + j]); }
+        e.db = fr_check(db, dbr, dbs, N, (R + 4) * u32, dt, NULL);
+        free(dbr); free(dbs);
+    }
+    for (long r = 0; r < R; r++)        /* the unquantised product: the op must be visibly off it */
+        for (long j = 0; j < N; j++) {
+            double s = bias[j], sa = fabs(bias[j]);
+            for (long k = 0; k < K; k++) { s += (double)xv[r * K + k] * wv[j * K + k]; sa += fabs((double)xv[r * K + k] * wv[j * K + k]); }
+            yr[r * N + j] = s; ys_[r * N + j] = sa;
+        }
+    e.plain = fr_check(yd, yr, ys_, R * N, (K + 4) * u32, dt, NULL);
+    free(qx); free(qw); free(qg); free(qxt); free(qwt); free(qgt); free(bias);
+    free(yr); free(ys_); free(dxr); free(dxs); free(dwr); free(dws); free(yd); free(dx); free(dw); free(db);
+    bt_release(x); bt_release(w); bt_release(b);
+    return e;
+}
+#define CHECK_STEP(e, what) BT_CHECK((e).y <= 1 && (e).dx <= 1 && (e).dw <= 1 && (e).db <= 1, \
+    "%s: error / bound: y %.3g, dx %.3g, dw %.3g, db %.3g", what, (e).y, (e).dx, (e).dw, (e).db)
+
+/* current scaling, f32, bf16, f16 and f64, with and without a bias, a 3-D x, K and N of any size */
+static void test_linear_fp8_current(void) {
+    const bt_dtype dts[4] = {BT_F32, BT_BF16, BT_F16, BT_F64};
+    struct { bt_shape xs; long N; int bias; } cs[3] = {{bt_shape3(2, 5, 37), 23, 1}, {bt_shape2(16, 64), 48, 0}, {bt_shape2(9, 300), 7, 1}};
+    for (int d = 0; d < 4; d++)
+        for (int c = 0; c < 3; c++) {
+            bt_dtype dt = dts[d];
+            long K = (long)cs[c].xs.d[cs[c].xs.ndim - 1], N = cs[c].N, R = 1;
+            for (int i = 0; i < cs[c].xs.ndim - 1; i++) R *= (long)cs[c].xs.d[i];
+            /* x of order 1, w small (a scale far from 1), gy small (e5m2's scale): every scale matters */
+            float *xv = values(R * K, 0.8, dt, 0, 0), *wv = values(N * K, 0.04, dt, 0, 0), *bv = cs[c].bias ? values(N, 0.3, dt, 0, 0) : NULL;
+            float *gv = values(R * N, 1e-3, dt, 0, 0);
+            bt_fp8_state st;
+            bt_fp8_state_init(&st, NULL, CPU, NULL);
+            step_err e = layer_step(&st, dt, xv, cs[c].xs, wv, N, bv, gv, 0, 0, 0);
+            char what[96];
+            snprintf(what, sizeof what, "%s, [%ld, %ld] x [%ld, %ld]^T%s", bt_dtype_name(dt), R, K, N, K, cs[c].bias ? " + b" : "");
+            CHECK_STEP(e, what);
+            BT_CHECK(e.plain > 4, "%s: y is within %.3g of the bound from the unquantised product: is it quantising?", what, e.plain);
+            if (bt_test_verbose()) printf("  %-36s y %.3f dx %.3f dw %.3f db %.3f (of the bound), unquantised %.1f\n", what, e.y, e.dx, e.dw, e.db, e.plain);
+            bt_fp8_state_free(&st);
+            free(xv); free(wv); free(bv); free(gv);
+        }
+}
+
+/* the state's rows after a step: row r of st [amax, scale, h0, h1, h2] against want */
+static int state_is(bt_fp8_state *st, int role, const float *want, int n) {
+    float *b = (float *)bt_data_ptr(st->buf) + role * (2 + n);
+    int ok = 1;
+    for (int i = 0; i < 2 + n; i++) ok &= b[i] == want[i];
+    if (!ok) {
+        fprintf(stderr, "  state row %d:", role);
+        for (int i = 0; i < 2 + n; i++) fprintf(stderr, " %.9g (want %.9g)", b[i], want[i]);
+        fprintf(stderr, "\n");
+    }
+    return ok;
+}
+/* Delayed scaling, history 3, over three steps whose amaxes are planted (x: 2.5, 0.75, 6; gy: 0.004,
+   0.01, 0.002; w fixed): the first step scales as current scaling does (no history yet), later ones
+   by max(history) / fmax, which clips the larger steps' values (saturation). After each update the
+   rows hold [0, scale, history newest first]; three updates with no casts empty the history and
+   the scale returns to 1. Current scaling under the same steps scales each cast by its own amax. */
+static void test_recipes(void) {
+    const long R = 12, K = 40, N = 24;
+    const float A[3] = {2.5f, 0.75f, 6.f}, G[3] = {0.004f, 0.01f, 0.002f}, AW = 0.125f;
+    float *wv = values(N * K, 0.03, BT_F32, 5, AW), *bv = values(N, 0.2, BT_F32, 0, 0);
+    float *xv[3], *gv[3];
+    for (int t = 0; t < 3; t++) { xv[t] = values(R * K, 0.5, BT_F32, 7 * t + 1, A[t]); gv[t] = values(R * N, 0.002, BT_F32, 3 * t + 2, G[t]); }
+    for (int rec = 0; rec < 2; rec++) {
+        bt_fp8_opts o = bt_fp8_default_opts();
+        o.recipe = rec ? BT_FP8_DELAYED : BT_FP8_CURRENT; o.history = 3;
+        bt_fp8_state st;
+        bt_fp8_state_init(&st, &o, CPU, NULL);
+        BT_CHECK(bt_numel(st.buf) == 15 && bt_fp8_state_floats(&o) == 15, "a state of 3 x (2 + 3) floats");
+        const char *name = rec ? "delayed" : "current";
+        float hx[3] = {0, 0, 0}, hg[3] = {0, 0, 0};    /* the histories, newest first */
+        for (int t = 0; t < 3; t++) {
+            /* the scales this step must use */
+            float mx = hx[0] > hx[1] ? hx[0] : hx[1], mg = hg[0] > hg[1] ? hg[0] : hg[1];
+            mx = mx > hx[2] ? mx : hx[2]; mg = mg > hg[2] ? mg : hg[2];
+            float sx = rec && t ? mx / 448.f : A[t] / 448.f, sg = rec && t ? mg / 57344.f : G[t] / 57344.f, sw = AW / 448.f;
+            step_err e = layer_step(&st, BT_F32, xv[t], bt_shape2(R, K), wv, N, bv, gv[t], sx, sw, sg);
+            char what[64];
+            snprintf(what, sizeof what, "%s step %d", name, t + 1);
+            CHECK_STEP(e, what);
+            if (rec && t) {   /* the reference with the tensor's own scales must not pass: the test tells the recipes apart */
+                step_err c = layer_step(&st, BT_F32, xv[t], bt_shape2(R, K), wv, N, bv, gv[t], A[t] / 448.f, sw, G[t] / 57344.f);
+                BT_CHECK(c.y > 4 && c.dx > 4, "%s: current scaling's reference also fits (y %.3g, dx %.3g)", what, c.y, c.dx);
+            }
+            /* before this step's update: the casts' amax, the scale the last update left (1 before any; current
+               scaling keeps it too, unused), the history */
+            float rx[5] = {A[t], t ? mx / 448.f : 1.f, hx[0], hx[1], hx[2]}, rg[5] = {G[t], t ? mg / 57344.f : 1.f, hg[0], hg[1], hg[2]};
+            float rw[5] = {AW, t ? AW / 448.f : 1.f, t ? AW : 0.f, t > 1 ? AW : 0.f, 0.f};
+            BT_CHECK(state_is(&st, BT_FP8_X, rx, 3) && state_is(&st, BT_FP8_W, rw, 3) && state_is(&st, BT_FP8_G, rg, 3),
+                     "%s: the state before the update", what);
+            bt_fp8_update(&st);
+            hx[2] = hx[1]; hx[1] = hx[0]; hx[0] = A[t]; hg[2] = hg[1]; hg[1] = hg[0]; hg[0] = G[t];
+            mx = hx[0] > hx[1] ? hx[0] : hx[1]; mx = mx > hx[2] ? mx : hx[2];
+            mg = hg[0] > hg[1] ? hg[0] : hg[1]; mg = mg > hg[2] ? mg : hg[2];
+            float ux[5] = {0, mx / 448.f, hx[0], hx[1], hx[2]}, ug[5] = {0, mg / 57344.f, hg[0], hg[1], hg[2]};
+            BT_CHECK(st.primed == 7 && !st.seen && state_is(&st, BT_FP8_X, ux, 3) && state_is(&st, BT_FP8_G, ug, 3), "%s: the state after the update", what);
+        }
+        /* updates without casts: zeros enter, the oldest amaxes leave, an empty history scales by 1 */
+        const float after[3][5] = {{0, 6.f / 448.f, 0, 6.f, 0.75f}, {0, 6.f / 448.f, 0, 0, 6.f}, {0, 1.f, 0, 0, 0}};
+        for (int k = 0; k < 3; k++) {
+            bt_fp8_update(&st);
+            BT_CHECK(state_is(&st, BT_FP8_X, after[k], 3), "%s: update %d without casts", name, k + 1);
+        }
+        bt_fp8_state_free(&st);
+    }
+    for (int t = 0; t < 3; t++) { free(xv[t]); free(gv[t]); }
+    free(wv); free(bv);
+}
+
+/* Delayed scaling primes each tensor on its own: after a forward-only step and an update, x and w
+   scale from their histories while gy, cast for the first time, scales by its own amax (as current
+   scaling does), not by the scale 1 of its empty history */
+static void test_delayed_first_casts(void) {
+    const long R = 16, K = 32, N = 16;
+    float *wv = values(N * K, 0.03, BT_F32, 3, 0.125f), *x1 = values(R * K, 0.5, BT_F32, 5, 2.5f), *x2 = values(R * K, 0.2, BT_F32, 9, 0.75f);
+    float *gv = values(R * N, 0.001, BT_F32, 4, 0.004f);
+    bt_fp8_opts o = bt_fp8_default_opts();
+    o.recipe = BT_FP8_DELAYED; o.history = 2;
+    bt_fp8_state st;
+    bt_fp8_state_init(&st, &o, CPU, NULL);
+    bt_tensor *x = leaf_of(x1, bt_shape2(R, K), BT_F32, 0), *w = leaf_of(wv, bt_shape2(N, K), BT_F32, 0);
+    bt_scope_begin();
+    bt_linear_fp8(x, w, NULL, &st);                   /* an evaluation: no backward */
+    bt_scope_end();
+    BT_CHECK(st.seen == 3 && !st.primed, "x and w seen, nothing primed (seen %u, primed %u)", st.seen, st.primed);
+    bt_fp8_update(&st);
+    BT_CHECK(st.primed == 3 && !st.seen, "x and w primed, gy not (primed %u)", st.primed);
+    step_err e = layer_step(&st, BT_F32, x2, bt_shape2(R, K), wv, N, NULL, gv, 2.5f / 448.f, 0.125f / 448.f, 0.004f / 57344.f);
+    CHECK_STEP(e, "delayed x and w, gy's first cast current");
+    step_err c = layer_step(&st, BT_F32, x2, bt_shape2(R, K), wv, N, NULL, gv, 2.5f / 448.f, 0.125f / 448.f, 1.f);
+    BT_CHECK(c.dx > 4 && c.dw > 4, "the empty history's scale 1 also fits gy (dx %.3g, dw %.3g)", c.dx, c.dw);
+    bt_fp8_update(&st);
+    BT_CHECK(st.primed == 7, "all primed after the step's update (%u)", st.primed);
+    bt_release(x); bt_release(w);
+    bt_fp8_state_free(&st);
+    free(wv); free(x1); free(x2); free(gv);
+}
+
+/* no graph: the same y, bit for bit, and no node; only what the wanted gradients need is kept */
+static void test_no_grad_and_partial(void) {
+    const long R = 8, K = 24, N = 16;
+    float *xv = values(R * K, 1.0, BT_BF16, 0, 0), *wv = values(N * K, 0.1, BT_BF16, 0, 0);
+    bt_fp8_state st;
+    bt_fp8_state_init(&st, NULL, CPU, NULL);
+    bt_tensor *x = leaf_of(xv, bt_shape2(R, K), BT_BF16, 1), *w = leaf_of(wv, bt_shape2(N, K), BT_BF16, 1);
+    bt_scope_begin();
+    bt_tensor *y1 = bt_linear_fp8(x, w, NULL, &st);
+    int old = bt_set_grad_enabled(0);
+    bt_tensor *y2 = bt_linear_fp8(x, w, NULL, &st);
+    bt_set_grad_enabled(old);
+    BT_CHECK(y1->grad_fn && !y2->grad_fn && !memcmp(bt_data_ptr(y1), bt_data_ptr(y2), (size_t)(R * N) * 2), "no grad: the same bits, no node");
+    BT_CHECK(y1->grad_fn->n_saved == 3 && !strcmp(y1->grad_fn->op, "linear_fp8"), "x and w want gradients: scales, qx^T, qw^T kept (%d)",
+             y1->grad_fn->n_saved);
+    bt_set_requires_grad(w, 0);
+    bt_tensor *y3 = bt_linear_fp8(x, w, NULL, &st);              /* only dx: qw^T kept, not qx^T */
+    BT_CHECK(y3->grad_fn && y3->grad_fn->n_saved == 2 && y3->grad_fn->saved[1]->shape[0] == K && y3->grad_fn->saved[1]->shape[1] == N &&
+             y3->grad_fn->saved[1]->dtype == BT_F8E4M3, "only x wants a gradient: qw^T [K, N] e4m3 kept");
+    bt_backward(bt_sum(bt_cast(y3, BT_F32), NULL, 0, 0));
+    BT_CHECK(x->grad && !w->grad, "dx only");
+    bt_scope_end();
+    bt_release(x); bt_release(w);
+    bt_fp8_state_free(&st);
+    free(xv); free(wv);
+}
+
+/* bad arguments: each error names the op and what was expected */
+static void test_errors(void) {
+    bt_scope_begin();
+    bt_fp8_state st;
+    bt_fp8_state_init(&st, NULL, CPU, NULL);
+    bt_tensor *x = bt_randn(bt_shape2(4, 8), BT_F32, CPU, 1), *w = bt_randn(bt_shape2(5, 7), BT_F32, CPU, 2);
+    bt_tensor *w8 = bt_randn(bt_shape2(5, 8), BT_F32, CPU, 3), *wb = bt_randn(bt_shape2(5, 8), BT_BF16, CPU, 4);
+    BT_EXPECT_ERROR(bt_linear_fp8(x, w, NULL, &st), "linear_fp8: x [4, 8] f32 cpu needs last dim = in of w [5, 7]");
+    BT_EXPECT_ERROR(bt_linear_fp8(x, w8, bt_randn(bt_shape1(4), BT_F32, CPU, 5), &st), "linear_fp8: bias [4] f32 cpu must be [5]");
+    BT_EXPECT_ERROR(bt_linear_fp8(x, wb, NULL, &st), "linear_fp8: dtypes differ");
+    BT_EXPECT_ERROR(bt_linear_fp8(bt_cast(x, BT_I32), w8, NULL, &st), "linear_fp8: x must be a float tensor, got [4, 8] i32");
+    BT_EXPECT_ERROR(bt_linear_fp8(bt_cast(x, BT_F8E4M3), w8, NULL, &st), "must be a float tensor, got [4, 8] f8e4m3");
+    BT_EXPECT_ERROR(bt_linear_fp8(x, w8, NULL, NULL), "linear_fp8: no FP8 state");
+    BT_EXPECT_ERROR(bt_linear_fp8(bt_randn(bt_shape2(0, 8), BT_F32, CPU, 6), w8, NULL, &st), "an empty product");
+    bt_fp8_opts o = bt_fp8_default_opts();
+    o.history = 0;
+    bt_fp8_state s2;
+    BT_EXPECT_ERROR(bt_fp8_state_init(&s2, &o, CPU, NULL), "fp8_state_init: amax history of length 0 (1 to 1024 expected)");
+    o.history = 4; o.recipe = (bt_fp8_recipe)7;
+    BT_EXPECT_ERROR(bt_fp8_state_init(&s2, &o, CPU, NULL), "recipe 7 is neither");
+    o.recipe = BT_FP8_DELAYED;
+    BT_EXPECT_ERROR(bt_fp8_state_init(&s2, &o, CPU, bt_zeros(bt_shape1(17), BT_F32, CPU)), "must be a contiguous f32 tensor of 18 elements");
+    bt_tensor *flat = bt_zeros(bt_shape1(40), BT_F32, CPU);     /* a slice of a larger buffer */
+    bt_fp8_state_init(&s2, &o, CPU, bt_narrow(flat, 0, 20, 18));
+    float *fp = (float *)bt_data_ptr(flat);
+    BT_CHECK(fp[21] == 1.f && fp[27] == 1.f && fp[33] == 1.f && fp[20] == 0.f && fp[19] == 0.f && fp[38] == 0.f, "a state in a slice: scales 1");
+    BT_EXPECT_ERROR(bt_fp8_update(NULL), "fp8_update: no FP8 state");
+    bt_fp8_state_free(&s2);
+    bt_fp8_state_free(&st);
+    bt_scope_end();
+}
+
+int main(void) {
+    BT_RUN(test_decode_all_codes);
+    BT_RUN(test_encode_round_trip);
+    BT_RUN(test_ties_to_even);
+    BT_RUN(test_encode_vs_search);
+    BT_RUN(test_storage_dtypes);
+    BT_RUN(test_scale_rule);
+    BT_RUN(test_linear_fp8_current);
+    BT_RUN(test_recipes);
+    BT_RUN(test_delayed_first_casts);
+    BT_RUN(test_no_grad_and_partial);
+    BT_RUN(test_errors);
+    return bt_test_summary("test_fp8");
+}

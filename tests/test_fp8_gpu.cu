@@ -1,0 +1,431 @@
+/* test_fp8_gpu.cu - FP8 on a GPU against the CPU's emulation (bt_tensor.h; tests/test_fp8.c checks
+   that emulation against the formats' definitions). Skipped, with the reason, without a GPU or on
+   one below compute capability 8.9 (no FP8 tensor cores).
+     casts     bt_k_fp8_cast's bytes (q and its transpose) equal bt_fp8_quantize's on fresh random
+               inputs in f32, bf16 and f16, spread over 12 decades, with every fp8 value, midpoint
+               and midpoint +- one f32 ulp planted, values past the range, infinities, signed zeros,
+               f32 subnormals; NaN gives a NaN code. The scale used and the amax accumulated are the
+               host's, bit for bit, in both modes (current: from bt_k_fp8_amax; delayed: given).
+     update    bt_k_fp8_update's rows equal bt__fp8_roll's, bit for bit (NaN and inf in the history).
+     products  bt_k_matmul_fp8 (e4m3 x e4m3, e5m2 x e4m3, e4m3 x e5m2; bf16, f16 and f32 out; with
+               and without a bias; split and fast accumulation) against float64 products of the
+               same bytes. The bound per element: u_acc S + u_out (|ref| + u_acc S), S = sa sb
+               sum |a_k b_k| + |bias|, u_out the output's rounding (2^-8 bf16, 2^-11 f16, 2^-24 f32).
+               u_acc: cuBLASLt does not document how its FP8 kernels accumulate. Measurements of
+               Hopper's FP8 tensor cores find the products exact but each addend aligned to the
+               group's largest exponent and cut to about 13 fraction bits: an error per product of
+               up to 2^-13 of that largest magnitude (the partial sum or a product, some 4 to 10 times
+               the mean |product| over a chunk of 128), so a sum's error stays under 2^-13 x 8 S =
+               2^-10 S even when every cut goes the same way: split accumulation (the default: the
+               partial sum promoted to an fp32 register every chunk) is held to u_acc = 2^-10; fast
+               accumulation (the partial sum grows over the whole K, its cuts with it) to 2^-8.
+               A wrong scale, operand, format, transpose or a lost bias is off by orders more (here
+               S / |C| is about sqrt(K)). The worst error / bound of each mode is printed (info:),
+               BT_TEST_VERBOSE=1 prints every case's: the margins to tighten these with.
+     the op    bt_linear_fp8 on the GPU and on the CPU from the same values, three steps of each
+               recipe (bf16 and f32): the quantised operands the nodes keep are the same bytes,
+               y, dx, dw, db are within the bounds above of the float64 products of those bytes (the
+               CPU's within fp32 accumulation's), and the scaling states are the same bits after
+               each update.
+     errors    shapes that are not multiples of 16, f64, a state on another device. */
+#include "bt_autograd.h"
+#include "tests/bt_test.h"
+#include "tests/fp8_ref.h"
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <string.h>
+
+#define CPU bt_cpu()
+static const bt_dtype FMTS[2] = {BT_F8E4M3, BT_F8E5M2};
+static const bt_dtype DTS[3] = {BT_F32, BT_BF16, BT_F16};
+static const double U_SPLIT = 1.0 / 1024, U_FAST = 1.0 / 256;   /* 2^-10, 2^-8: see above */
+
+static int g_ok = -1;
+static char g_why[400];
+static int fp8_gpu(void) {
+    if (g_ok >= 0) return g_ok;
+    g_ok = 0;
+    if (bt_cuda_device_count() < 1) { snprintf(g_why, sizeof g_why, "no CUDA device"); return 0; }
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) { snprintf(g_why, sizeof g_why, "cudaGetDeviceProperties failed"); return 0; }
+    if (!bt_k_fp8_supported()) {
+        snprintf(g_why, sizeof g_why, "%s is compute capability %d.%d: FP8 needs 8.9 or newer", p.name, p.major, p.minor);
+        return 0;
+    }
+    g_ok = 1;
+    return 1;
+}
+#define NEED_FP8() do { if (!fp8_gpu()) { BT_SKIP("%s", g_why); return; } } while (0)
+#define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
+    fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); exit(2); } } while (0)
+static cudaStream_t st0(void) { return (cudaStream_t)bt_stream_current(bt_cuda_device(0)); }
+
+/* ---- host random numbers ---- */
+static uint64_t g_rs = 0x853c49e6748fea9bull;
+static uint64_t rbits(void) { g_rs ^= g_rs << 13; g_rs ^= g_rs >> 7; g_rs ^= g_rs << 17; return g_rs; }
+static double runif(void) { return (double)(rbits() >> 11) * (1.0 / 9007199254740992.0); }
+static double rnorm(void) { return sqrt(-2.0 * log(runif() + 1e-300)) * cos(6.283185307179586 * runif()); }
+static float f32_of_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static uint32_t bits_of(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static int is_nan_code(uint8_t b, bt_dtype fmt) { return fmt == BT_F8E5M2 ? (b & 0x7c) == 0x7c && (b & 3) : (b & 0x7f) == 0x7f; }
+
+/* host floats rounded to dt (the values a dt tensor holds), through the library's conversions */
+static void round_to(bt_dtype dt, float *v, long n) {
+    for (long i = 0; i < n; i++)
+        v[i] = dt == BT_BF16 ? bt__bf16_to_f32(bt__f32_to_bf16(v[i])) : dt == BT_F16 ? bt__f16_to_f32(bt__f32_to_f16(v[i])) : v[i];
+}
+/* a dt tensor on dev holding v (already rounded to dt) */
+static bt_tensor *tensor_of(const float *v, bt_shape s, bt_dtype dt, bt_device dev) {
+    bt_scope_begin();
+    bt_tensor *t = bt_keep(bt_to(bt_cast(bt_from_data(v, s, BT_F32, CPU), dt), dev));
+    bt_scope_end();
+    return t;
+}
+/* poisoned (0xff bytes) device memory of the test's own; the device synchronised after, so the
+   library's non-blocking stream sees the memset (the legacy stream does not order it) */
+static void *dev_alloc(size_t n) {
+    void *p;
+    CK(cudaMalloc(&p, n ? n : 1)); CK(cudaMemset(p, 0xff, n ? n : 1)); CK(cudaDeviceSynchronize());
+    return p;
+}
+
+/* =============================================================================================
+   casts
+   ============================================================================================= */
+/* n inputs: N(0, 1) times 10^U(-6, 6), and (planted) specials: with plant, every fp8 value of fmt,
+   each midpoint of neighbours and (in f32) one ulp either side, both signs, divided by `scale` so
+   that the cast's product lands on them (exactly when scale is a power of two); values past the
+   range, +-inf, -0, an f32 subnormal; with nan, NaN */
+static float *cast_inputs(long n, bt_dtype dt, bt_dtype fmt, float scale, int plant, int nan) {
+    float *v = (float *)malloc(sizeof(float) * (size_t)n);
+    for (long i = 0; i < n; i++) {                    /* f16: below its largest value, so that an amax stays finite */
+        v[i] = (float)(rnorm() * pow(10.0, runif() * 12 - 6));
+        if (dt == BT_F16 && fabsf(v[i]) > 6e4f) v[i] = v[i] > 0 ? 6e4f : -6e4f;
+    }
+    long k = 0;
+    if (plant) {
+        int mc = fr_maxcode(fmt);
+        for (int c = 0; c <= mc && k + 8 < n; c++) {
+            double lo = fr_decode(c, fmt), mid = c < mc ? (lo + fr_decode(c + 1, fmt)) / 2 : lo * 1.5;
+            float m = (float)mid;
+            v[k++] = (float)lo * scale; v[k++] = -(float)lo * scale; v[k++] = m * scale; v[k++] = -m * scale;
+            v[k++] = nextafterf(m, INFINITY) * scale; v[k++] = nextafterf(m, 0.f) * scale;
+        }
+        const float sp[6] = {INFINITY, -INFINITY, -0.f, 3e38f, -1e9f, f32_of_bits(3)};
+        for (int j = 0; j < 6 && k < n; j++) v[k++] = sp[j];
+    }
+    if (nan && k < n) v[k++] = NAN;
+    for (long i = 0; i < n; i++) {                    /* shuffle, so the specials fall in every tile */
+        long j = (long)(rbits() % (uint64_t)n);
+        float t = v[i]; v[i] = v[j]; v[j] = t;
+    }
+    round_to(dt, v, n);
+    return v;
+}
+/* one cast on the GPU against the host: mode 0 current (amax first), 1 delayed (scale given);
+   outs: 3 both q and qt, 1 q only, 2 qt only. Returns the number of wrong bytes and flags. */
+static long cast_case(bt_dtype dt, bt_dtype fmt, long rows, long cols, int mode, float scale, int plant, int outs, float preset) {
+    long n = rows * cols, bad = 0;
+    float *v = cast_inputs(n, dt, fmt, mode ? scale : 1.f, plant && mode, mode);
+    bt_tensor *x = tensor_of(v, bt_shape2(rows, cols), dt, bt_cuda_device(0));
+    uint8_t *q = (uint8_t *)dev_alloc((size_t)n), *qt = (uint8_t *)dev_alloc((size_t)n);
+    float *f = (float *)dev_alloc(4 * sizeof(float));      /* [0] scale_in, [1] scale_used, [2] amax now, [3] amax_acc */
+    float init[4] = {scale, -1.f, 0.f, preset};
+    CK(cudaMemcpy(f, init, sizeof init, cudaMemcpyHostToDevice));
+    CK(cudaDeviceSynchronize());
+    cudaStream_t s = st0();
+    if (!mode) bt_k_fp8_amax(dt, f + 2, bt_data_ptr(x), n, s);
+    bt_k_fp8_cast(dt, fmt, outs & 1 ? q : NULL, outs & 2 ? qt : NULL, bt_data_ptr(x), rows, cols, mode ? NULL : f + 2, mode ? f : NULL, f + 1,
+                  f + 3, s);
+    CK(cudaStreamSynchronize(s));
+    uint8_t *hq = (uint8_t *)malloc((size_t)n), *hqt = (uint8_t *)malloc((size_t)n);
+    float hf[4];
+    CK(cudaMemcpy(hq, q, (size_t)n, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hqt, qt, (size_t)n, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hf, f, sizeof hf, cudaMemcpyDeviceToHost));
+    uint32_t am = 0;
+    for (long i = 0; i < n; i++) if (bt__abs_bits(v[i]) > am) am = bt__abs_bits(v[i]);
+    float amax = f32_of_bits(am), s_ref = mode ? scale : bt_fp8_scale_of(amax, bt_fp8_max(fmt)), r = 1.f / s_ref;
+    for (long i = 0; i < rows; i++)
+        for (long j = 0; j < cols; j++) {
+            float xv = v[i * cols + j];
+            uint8_t want = bt_fp8_quantize(xv, r, fmt), got_q = hq[i * cols + j], got_t = hqt[j * rows + i];
+            int nanx = xv != xv;
+            if (outs & 1) bad += nanx ? !is_nan_code(got_q, fmt) : got_q != want;
+            if (outs & 2) bad += nanx ? !is_nan_code(got_t, fmt) : got_t != want;
+            if (bad && bad < 4 && !nanx && ((outs & 1 && got_q != want) || (outs & 2 && got_t != want)))
+                fprintf(stderr, "  %s -> %s: x %.9g (bits %08x) * %.9g: 0x%02x / 0x%02x, the host 0x%02x\n", bt_dtype_name(dt), bt_dtype_name(fmt),
+                        xv, bits_of(xv), r, got_q, got_t, want);
+        }
+    if (!(outs & 1)) for (long i = 0; i < n; i++) bad += hq[i] != 0xff;    /* untouched */
+    if (!(outs & 2)) for (long i = 0; i < n; i++) bad += hqt[i] != 0xff;
+    uint32_t want_acc = bt__abs_bits(preset) > am ? bt__abs_bits(preset) : am;
+    /* a NaN in x makes the accumulated amax NaN on both sides, but its payload is the conversion's (f16's
+       NaN widened by the device and by the host differ): NaN there compares as NaN */
+    float wacc = f32_of_bits(want_acc);
+    int scale_ok = bits_of(hf[1]) == bits_of(s_ref), acc_ok = bits_of(hf[3]) == want_acc || (hf[3] != hf[3] && wacc != wacc),
+        amax_ok = mode || bits_of(hf[2]) == am;
+    BT_CHECK(scale_ok && acc_ok && amax_ok, "%s -> %s [%ld, %ld] %s: scale %.9g (host %.9g), amax %.9g (host %.9g), accumulated %.9g (host %.9g)",
+             bt_dtype_name(dt), bt_dtype_name(fmt), rows, cols, mode ? "delayed" : "current", hf[1], s_ref, hf[2], amax, hf[3], f32_of_bits(want_acc));
+    CK(cudaFree(q)); CK(cudaFree(qt)); CK(cudaFree(f));
+    free(hq); free(hqt); free(v);
+    bt_release(x);
+    return bad;
+}
+static void test_cast_bytes(void) {
+    NEED_FP8();
+    const long shapes[4][2] = {{67, 45}, {256, 96}, {1, 1000}, {333, 1}};
+    long bad = 0, runs = 0;
+    for (int d = 0; d < 3; d++)
+        for (int f = 0; f < 2; f++)
+            for (int sh = 0; sh < 4; sh++) {
+                long rows = shapes[sh][0], cols = shapes[sh][1];
+                float amax_hint = 5.f;
+                bad += cast_case(DTS[d], FMTS[f], rows, cols, 0, 0.f, 0, 3, amax_hint);              /* current, preset below */
+                bad += cast_case(DTS[d], FMTS[f], rows, cols, 0, 0.f, 0, sh & 1 ? 1 : 2, 1e7f);      /* current, preset above */
+                bad += cast_case(DTS[d], FMTS[f], rows, cols, 1, 1.f, 1, 3, 0.f);                   /* delayed, scale 1, planted */
+                bad += cast_case(DTS[d], FMTS[f], rows, cols, 1, 0.0625f, 1, 3, 0.f);               /* a power of two */
+                bad += cast_case(DTS[d], FMTS[f], rows, cols, 1, 0.0371f, 0, 3, 0.f);               /* any scale */
+                runs += 5;
+            }
+    BT_CHECK(bad == 0, "%ld wrong bytes in %ld casts", bad, runs);
+}
+/* bt_cast to an fp8 dtype on the GPU (the generic copy kernel through bt__st, unscaled) equals the CPU's */
+static void test_cast_generic(void) {
+    NEED_FP8();
+    long n = 4096;
+    for (int f = 0; f < 2; f++) {
+        float *v = cast_inputs(n, BT_F32, FMTS[f], 1.f, 1, 1);
+        bt_scope_begin();
+        bt_tensor *h = bt_from_data(v, bt_shape1(n), BT_F32, CPU);
+        bt_tensor *qc = bt_cast(h, FMTS[f]), *qg = bt_to(bt_cast(bt_to(h, bt_cuda_device(0)), FMTS[f]), CPU);
+        BT_CHECK(!memcmp(bt_data_ptr(qc), bt_data_ptr(qg), (size_t)n), "%s: bt_cast on the GPU differs from the CPU's", bt_dtype_name(FMTS[f]));
+        bt_scope_end();
+        free(v);
+    }
+}
+
+/* =============================================================================================
+   the state's update
+   ============================================================================================= */
+static void test_update(void) {
+    NEED_FP8();
+    const int hist[3] = {1, 5, 1024};
+    for (int k = 0; k < 3; k++) {
+        int n = hist[k], nf = 3 * (2 + n);
+        float *h = (float *)malloc(sizeof(float) * (size_t)nf), *g = (float *)malloc(sizeof(float) * (size_t)nf);
+        for (int i = 0; i < nf; i++) h[i] = (float)(fabs(rnorm()) * pow(10.0, runif() * 8 - 4));
+        h[2 + n + 3 < nf ? 2 + n + 3 : 2] = NAN; h[nf - 1] = INFINITY; h[0] = 0.f;
+        float *d = (float *)dev_alloc(sizeof(float) * (size_t)nf);
+        CK(cudaMemcpy(d, h, sizeof(float) * (size_t)nf, cudaMemcpyHostToDevice));
+        CK(cudaDeviceSynchronize());
+        bt_k_fp8_update(d, n, st0());
+        bt_k_fp8_update(d, n, st0());
+        CK(cudaStreamSynchronize(st0()));
+        CK(cudaMemcpy(g, d, sizeof(float) * (size_t)nf, cudaMemcpyDeviceToHost));
+        for (int t = 0; t < 2; t++)
+            for (int r = 0; r < 3; r++) bt__fp8_roll(h + r * (2 + n), n, bt_fp8_max(bt_fp8_format(r)));
+        int same = 1;
+        for (int i = 0; i < nf; i++) same &= bits_of(h[i]) == bits_of(g[i]);
+        BT_CHECK(same, "history %d: the GPU's rows differ from bt__fp8_roll's", n);
+        CK(cudaFree(d));
+        free(h); free(g);
+    }
+}
+
+/* =============================================================================================
+   products
+   ============================================================================================= */
+/* the codes of n normal values (magnitudes spread over `spread` decades) quantised with their own
+   amax, as a layer's casts make them (bt_fp8_quantize: test_fp8.c checks it against fr_encode) */
+static uint8_t *codes(long n, bt_dtype fmt, double spread) {
+    float *v = (float *)malloc(sizeof(float) * (size_t)n);
+    for (long i = 0; i < n; i++) v[i] = (float)(rnorm() * pow(10.0, runif() * spread));
+    uint8_t *q = (uint8_t *)malloc((size_t)n);
+    float r = 1.f / bt_fp8_scale_of(fr_amax(v, n), bt_fp8_max(fmt));
+    for (long i = 0; i < n; i++) q[i] = bt_fp8_quantize(v[i], r, fmt);
+    free(v);
+    return q;
+}
+static double g_worst_split, g_worst_fast;
+static void product_case(bt_dtype dt, bt_dtype fa, bt_dtype fb, long M, long N, long K, int with_bias, int fast) {
+    uint8_t *A = codes(M * K, fa, fa == BT_F8E5M2 ? 3 : 1), *B = codes(N * K, fb, fb == BT_F8E5M2 ? 3 : 1);
+    double *ref = (double *)malloc(sizeof(double) * (size_t)(M * N)), *S = (double *)malloc(sizeof(double) * (size_t)(M * N));
+    double *bd = (double *)malloc(sizeof(double) * (size_t)N), m = 0;
+    fr_gemm(A, fa, 1, B, fb, 1, NULL, M, N, K, ref, S);          /* scales that put the largest |C| near 100 (f16's range) */
+    for (long i = 0; i < M * N; i++) m = fabs(ref[i]) > m ? fabs(ref[i]) : m;
+    float sc[8] = {(float)(100.0 / 0.37 / (m > 0 ? m : 1)), 0, 0, 0, 0.37f, 0, 0, 0};   /* sa at 0, sb at 16 bytes */
+    float *bias = (float *)malloc(sizeof(float) * (size_t)N);
+    for (long j = 0; j < N; j++) bias[j] = (float)(rnorm() * 5.0);
+    round_to(dt, bias, N);
+    bt_device g = bt_cuda_device(0);
+    bt_scope_begin();
+    bt_tensor *a = bt_to(bt_from_data(A, bt_shape2(M, K), fa, CPU), g), *b = bt_to(bt_from_data(B, bt_shape2(N, K), fb, CPU), g);
+    bt_tensor *s = bt_to(bt_from_data(sc, bt_shape1(8), BT_F32, CPU), g), *bb = bt_to(bt_cast(bt_from_data(bias, bt_shape1(N), BT_F32, CPU), dt), g);
+    bt_tensor *c = bt_full(bt_shape2(M, N), NAN, dt, g);
+    const float *sp = (const float *)bt_data_ptr(s);
+    bt_k_matmul_fp8(dt, bt_data_ptr(c), bt_data_ptr(a), fa, sp, bt_data_ptr(b), fb, sp + 4, with_bias ? bt_data_ptr(bb) : NULL, M, N, K, fast,
+                    st0());
+    bt_k_matmul_fp8(dt, bt_data_ptr(c), bt_data_ptr(a), fa, sp, bt_data_ptr(b), fb, sp + 4, with_bias ? bt_data_ptr(bb) : NULL, M, N, K, fast,
+                    st0());                            /* the second call: the cached plan, pointers set again */
+    double *got = bt_test_host(c);
+    bt_scope_end();
+    for (long j = 0; j < N; j++) bd[j] = bias[j];
+    fr_gemm(A, fa, sc[0], B, fb, sc[4], with_bias ? bd : NULL, M, N, K, ref, S);
+    long wi = 0;
+    double e = fr_check(got, ref, S, M * N, fast ? U_FAST : U_SPLIT, dt, &wi);
+    BT_CHECK(e <= 1, "%s x %s -> %s [%ld, %ld, %ld]%s%s: error / bound %.3g at (%ld, %ld): %.9g, the reference %.9g", bt_dtype_name(fa),
+             bt_dtype_name(fb), bt_dtype_name(dt), M, N, K, with_bias ? " + bias" : "", fast ? " fast" : "", e, wi / N, wi % N, got[wi], ref[wi]);
+    if (fast) { if (!(e <= g_worst_fast)) g_worst_fast = e; } else if (!(e <= g_worst_split)) g_worst_split = e;
+    if (bt_test_verbose()) printf("  %s x %s -> %-5s [%4ld, %4ld, %4ld]%-7s%-5s error / bound %.3f\n", bt_dtype_name(fa), bt_dtype_name(fb),
+                                  bt_dtype_name(dt), M, N, K, with_bias ? " + bias" : "", fast ? " fast" : "", e);
+    free(A); free(B); free(bias); free(got); free(ref); free(S); free(bd);
+}
+static void test_products(void) {
+    NEED_FP8();
+    const long shapes[3][3] = {{16, 16, 16}, {64, 48, 272}, {128, 256, 1024}};
+    const bt_dtype pairs[3][2] = {{BT_F8E4M3, BT_F8E4M3}, {BT_F8E5M2, BT_F8E4M3}, {BT_F8E4M3, BT_F8E5M2}};
+    const bt_dtype outs[3] = {BT_BF16, BT_F16, BT_F32};
+    for (int sh = 0; sh < (bt_test_quick() ? 2 : 3); sh++)      /* BT_TEST_QUICK (the sanitizer's pass): not the large shape */
+        for (int p = 0; p < 3; p++)
+            for (int o = 0; o < 3; o++)
+                for (int v = 0; v < 4; v++) {
+                    if (sh == 2 && (v & 1) && o) continue;    /* the large shape: each bias case once */
+                    product_case(outs[o], pairs[p][0], pairs[p][1], shapes[sh][0], shapes[sh][1], shapes[sh][2], v & 1, v >> 1);
+                }
+    printf("info: FP8 products' worst error / bound: %.3f split accumulation (u_acc 2^-10), %.3f fast (2^-8)\n", g_worst_split, g_worst_fast);
+}
+
+/* =============================================================================================
+   the op on the GPU against the op on the CPU
+   ============================================================================================= */
+static float *planted(long n, double std, bt_dtype dt, float amax) {
+    float *v = (float *)malloc(sizeof(float) * (size_t)n);
+    for (long i = 0; i < n; i++) { double x = rnorm() * std; v[i] = (float)(fabs(x) > 0.9 * amax ? (x > 0 ? 0.9 : -0.9) * amax : x); }
+    v[(long)(rbits() % (uint64_t)n)] = amax;
+    round_to(dt, v, n);
+    return v;
+}
+static bt_tensor *leaf(const float *v, bt_shape s, bt_dtype dt, bt_device dev) {
+    bt_tensor *t = tensor_of(v, s, dt, dev);
+    bt_set_requires_grad(t, 1);
+    return t;
+}
+static int same_bytes(bt_tensor *a, bt_tensor *b) {
+    if (!a || !b || a->dtype != b->dtype || bt_numel(a) != bt_numel(b)) return 0;
+    size_t nb = (size_t)bt_numel(a) * bt_dtype_size(a->dtype);
+    unsigned char *ha = (unsigned char *)malloc(nb), *hb = (unsigned char *)malloc(nb);
+    bt_to_host(a, ha, a->dtype); bt_to_host(b, hb, b->dtype);
+    int same = !memcmp(ha, hb, nb);
+    free(ha); free(hb);
+    return same;
+}
+/* the scale st's next cast of tensor `role` uses, from the CPU state (current or unprimed: the tensor's own) */
+static float next_scale(bt_fp8_state *st, int role, const float *v, long n) {
+    if (st->opts.recipe == BT_FP8_DELAYED && (st->primed >> role & 1u)) return ((const float *)bt_data_ptr(st->buf))[role * (2 + st->opts.history) + 1];
+    return bt_fp8_scale_of(fr_amax(v, n), bt_fp8_max(bt_fp8_format(role)));
+}
+static void op_case(bt_dtype dt, bt_fp8_recipe recipe) {
+    const long B = 2, T = 32, K = 48, N = 80, R = B * T;
+    const float AX[3] = {1.5f, 0.375f, 3.f}, AG[3] = {0.002f, 0.008f, 0.001f};
+    bt_fp8_opts o = bt_fp8_default_opts();
+    o.recipe = recipe; o.history = 4;
+    bt_fp8_state sg, sc;
+    bt_device g = bt_cuda_device(0);
+    bt_fp8_state_init(&sg, &o, g, NULL);
+    bt_fp8_state_init(&sc, &o, CPU, NULL);
+    float *wv = planted(N * K, 0.05, dt, 0.25f), *bv = planted(N, 0.3, dt, 0.5f);
+    const char *rn = recipe == BT_FP8_DELAYED ? "delayed" : "current";
+    for (int t = 0; t < 3; t++) {
+        float *xv = planted(R * K, 0.4, dt, AX[t]), *gv = planted(R * N, 0.001, dt, AG[t]);
+        float sx = next_scale(&sc, BT_FP8_X, xv, R * K), sw = next_scale(&sc, BT_FP8_W, wv, N * K), sgr = next_scale(&sc, BT_FP8_G, gv, R * N);
+        double *out[2][4];
+        bt_tensor *keep[2][2];
+        for (int side = 0; side < 2; side++) {         /* 0 the GPU, 1 the CPU */
+            bt_device dev = side ? CPU : g;
+            bt_tensor *x = leaf(xv, bt_shape3(B, T, K), dt, dev), *w = leaf(wv, bt_shape2(N, K), dt, dev), *b = leaf(bv, bt_shape1(N), dt, dev);
+            bt_scope_begin();
+            bt_tensor *y = bt_linear_fp8(x, w, b, side ? &sc : &sg);
+            keep[side][0] = bt_retain(y->grad_fn->saved[1]);   /* qx^T, qw^T */
+            keep[side][1] = bt_retain(y->grad_fn->saved[2]);
+            bt_tensor *gy = tensor_of(gv, bt_shape3(B, T, N), dt, dev);
+            bt_backward_with(y, gy);
+            bt_release(gy);
+            out[side][0] = bt_test_host(y); out[side][1] = bt_test_host(x->grad); out[side][2] = bt_test_host(w->grad);
+            out[side][3] = bt_test_host(b->grad);
+            bt_scope_end();
+            bt_release(x); bt_release(w); bt_release(b);
+        }
+        char what[80];
+        snprintf(what, sizeof what, "%s %s step %d", bt_dtype_name(dt), rn, t + 1);
+        BT_CHECK(same_bytes(keep[0][0], keep[1][0]) && same_bytes(keep[0][1], keep[1][1]), "%s: the GPU's quantised x^T, w^T differ from the CPU's",
+                 what);
+        /* the float64 products of the quantised operands */
+        uint8_t *qx = (uint8_t *)malloc((size_t)(R * K)), *qw = (uint8_t *)malloc((size_t)(N * K)), *qg = (uint8_t *)malloc((size_t)(R * N));
+        uint8_t *qxt = (uint8_t *)malloc((size_t)(R * K)), *qwt = (uint8_t *)malloc((size_t)(N * K)), *qgt = (uint8_t *)malloc((size_t)(R * N));
+        fr_quantize(xv, R * K, sx, BT_F8E4M3, qx); fr_quantize(wv, N * K, sw, BT_F8E4M3, qw); fr_quantize(gv, R * N, sgr, BT_F8E5M2, qg);
+        fr_transpose(qx, R, K, qxt); fr_transpose(qw, N, K, qwt); fr_transpose(qg, R, N, qgt);
+        double *bias = (double *)malloc(sizeof(double) * (size_t)N);
+        for (long j = 0; j < N; j++) bias[j] = bv[j];
+        long len[4] = {R * N, R * K, N * K, N}, kk[4] = {K, N, R, R};
+        double *ref[4], *S[4];
+        for (int i = 0; i < 4; i++) { ref[i] = (double *)calloc((size_t)len[i], sizeof(double)); S[i] = (double *)calloc((size_t)len[i], sizeof(double)); }
+        fr_gemm(qx, BT_F8E4M3, sx, qw, BT_F8E4M3, sw, bias, R, N, K, ref[0], S[0]);
+        fr_gemm(qg, BT_F8E5M2, sgr, qwt, BT_F8E4M3, sw, NULL, R, K, N, ref[1], S[1]);
+        fr_gemm(qgt, BT_F8E5M2, sgr, qxt, BT_F8E4M3, sx, NULL, N, K, R, ref[2], S[2]);
+        for (long r = 0; r < R; r++) for (long j = 0; j < N; j++) { ref[3][j] += gv[r * N + j]; S[3][j] += fabs(gv[r * N + j]); }
+        const char *names[4] = {"y", "dx", "dw", "db"};
+        for (int i = 0; i < 4; i++) {
+            /* db: column sums of gy on both sides (f32 accumulation); the products: the GPU's bound, the CPU's */
+            double eg = fr_check(out[0][i], ref[i], S[i], len[i], i == 3 ? (kk[i] + 4) * ldexp(1, -24) : U_SPLIT, dt, NULL);
+            double ec = fr_check(out[1][i], ref[i], S[i], len[i], (kk[i] + 4) * ldexp(1, -24), dt, NULL);
+            BT_CHECK(eg <= 1 && ec <= 1, "%s: %s error / bound: GPU %.3g, CPU %.3g", what, names[i], eg, ec);
+        }
+        /* the states after the step's casts and after the update: the same bits */
+        bt_fp8_update(&sg); bt_fp8_update(&sc);
+        BT_CHECK(same_bytes(sg.buf, sc.buf), "%s: the GPU's scaling state differs from the CPU's after the update", what);
+        for (int i = 0; i < 4; i++) { free(ref[i]); free(S[i]); free(out[0][i]); free(out[1][i]); }
+        for (int side = 0; side < 2; side++) { bt_release(keep[side][0]); bt_release(keep[side][1]); }
+        free(qx); free(qw); free(qg); free(qxt); free(qwt); free(qgt); free(bias); free(xv); free(gv);
+    }
+    bt_fp8_state_free(&sg); bt_fp8_state_free(&sc);
+    free(wv); free(bv);
+}
+static void test_op_gpu_vs_cpu(void) {
+    NEED_FP8();
+    op_case(BT_BF16, BT_FP8_CURRENT);
+    op_case(BT_BF16, BT_FP8_DELAYED);
+    op_case(BT_F32, BT_FP8_DELAYED);
+}
+
+/* the GPU's conditions: dimensions multiples of 16, a dtype its kernels read, the state on x's device */
+static void test_errors(void) {
+    NEED_FP8();
+    bt_device g = bt_cuda_device(0);
+    bt_fp8_state sg, sc;
+    bt_fp8_state_init(&sg, NULL, g, NULL);
+    bt_fp8_state_init(&sc, NULL, CPU, NULL);
+    bt_scope_begin();
+    bt_tensor *x = bt_randn(bt_shape2(32, 40), BT_BF16, g, 1), *w = bt_randn(bt_shape2(16, 40), BT_BF16, g, 2);
+    BT_EXPECT_ERROR(bt_linear_fp8(x, w, NULL, &sg), "N (16) and K (40) must be multiples of 16 (cuBLASLt's FP8 operands need 16-byte rows): K");
+    BT_EXPECT_ERROR(bt_linear_fp8(bt_randn(bt_shape2(10, 32), BT_BF16, g, 3), bt_randn(bt_shape2(16, 32), BT_BF16, g, 4), NULL, &sg),
+                    "the row count");
+    BT_EXPECT_ERROR(bt_linear_fp8(bt_randn(bt_shape2(32, 32), BT_BF16, g, 3), bt_randn(bt_shape2(24, 32), BT_BF16, g, 4), NULL, &sg), ": N is not");
+    BT_EXPECT_ERROR(bt_linear_fp8(bt_randn(bt_shape2(32, 32), BT_F64, g, 5), bt_randn(bt_shape2(16, 32), BT_F64, g, 6), NULL, &sg),
+                    "on a GPU x, w and b must be bf16, f16 or f32");
+    BT_EXPECT_ERROR(bt_linear_fp8(bt_randn(bt_shape2(32, 32), BT_BF16, g, 7), bt_randn(bt_shape2(16, 32), BT_BF16, g, 8), NULL, &sc),
+                    "the FP8 state is on cpu");
+    bt_scope_end();
+    bt_fp8_state_free(&sg); bt_fp8_state_free(&sc);
+}
+
+int main(void) {
+    BT_RUN(test_cast_bytes);
+    BT_RUN(test_cast_generic);
+    BT_RUN(test_update);
+    BT_RUN(test_products);
+    BT_RUN(test_op_gpu_vs_cpu);
+    BT_RUN(test_errors);
+    return bt_test_summary("test_fp8_gpu");
+}
