@@ -167,6 +167,8 @@
      4. the --nproc launcher      8. DDP gradient buckets
      9. all-to-all (grouped send/recv; context parallelism's head scatter, bt_parallel.h)
     10. ZeRO-1/2: the owners' ranges, stage 2's gradient sums, the norm, the all-gathers
+   FSDP (weights sharded too) is bt_parallel.h's section 9: its CPU path needs that header's tensor
+   collectives through the store, which sit above this one.
 
    HISTORY
      0.1  first version: launchers, store, watchdog, NCCL setup, mesh, collectives, DDP buckets.

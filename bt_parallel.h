@@ -1,4 +1,4 @@
-/* bt_parallel.h - BluTrain-C model parallelism, v0.1: tensor parallelism (Megatron-style, with
+/* bt_parallel.h - BluTrain-C model parallelism, v0.2: tensor parallelism (Megatron-style, with
    sequence parallelism and asynchronous overlap) and context parallelism (ring attention with a
    zig-zag causal balance, all-gather and all-to-all variants), as autograd ops over bt_dist.h.
 
@@ -91,6 +91,38 @@
        BT_CP_ALLTOALL   Ulysses: an all-to-all gives each rank all T tokens of H / cp heads, plain
                         attention over the whole sequence, an all-to-all back. H % cp == 0.
 
+   FULLY SHARDED DATA PARALLELISM (section 9: bt_fsdp)
+     A model's flat fp32 parameter buffer (its leaves tile it, as gpt2.h's and llama.h's do) is
+     cut into units [lo, hi) that tile it (the embeddings, each block, the final norm). Every rank
+     of the communicator owns one contiguous shard of every unit: unit u of n_u elements has
+     shards of S_u = bt_shard_numel(n_u, W, align) elements, rank r holding [r S_u, (r+1) S_u)
+     clipped to n_u (the rest is zero padding). A rank's shards of all units lie one after the
+     other in f->param (fp32, sum_u S_u elements) with the reduced gradients beside them in
+     f->grad; nothing of the full model is kept. Per unit and pass:
+         bt_fsdp_gather(f, u, dt)   all-gather of the shards (cast to the compute dtype dt first:
+                                    the wire and the buffer carry dt) into a new [n_u] tensor of
+                                    the current scope; it lives while the caller's views and the
+                                    autograd graph hold it, so dropping those references is the
+                                    release. With grad mode on it is a leaf whose gradient hook
+                                    (fired once the unit's gradient is final for the pass) runs
+                                    bt_fsdp_reduce: the only way its gradient leaves the unit.
+         bt_fsdp_reduce(f, u, g)    g [n_u], the unit's full gradient on this rank: cast to fp32,
+                                    padded to W S_u, reduce-scattered (sum), scaled by 1/W for the
+                                    mean (opts.sum keeps the sum), added to this rank's f->grad:
+                                    micro-batches accumulate there (zero it per step).
+     The update: bt_fsdp_params gives views of f->param that tile it, one per piece of a leaf this
+     rank owns (2-D when the leaf had >= 2 dims, so AdamW decays exactly the elements one process
+     decays) plus the padding; bt_adamw_init over them holds m and v for the shards only, and
+     bt_adamw_update(opt, lr, f->grad) updates them. bt_fsdp_grad_norm: the sum of every rank's
+     squared shard, all-reduced (the padding is 0): the one-process norm and so its clipping.
+     Files: bt_fsdp_full gathers any shard-space tensor (the weights, AdamW's m and v) into the
+     full buffer's layout ([numel], fp32); bt_fsdp_load takes this rank's shards out of one.
+     Memory per rank, fp32 training with AdamW: 16 / W bytes a parameter (weights, gradient, m,
+     v) plus the gathered units alive (in dt) and one unit's fp32 gradient during its reduce.
+     The collectives are section 3's: NCCL on the compute stream for GPU tensors (no prefetch on
+     a second stream yet), the TCP store for CPU tensors (the tests). Every rank must gather and
+     reduce the same units in the same order (the same graph on every rank).
+
    STREAMS AND MEMORY
      Each context (bt_tp, bt_cp) owns one communication stream on its device; every collective of
      the context runs there, in host issue order, so two collectives of one communicator never run
@@ -123,9 +155,11 @@
      6. tensor parallel: linear layers, synchronous and asynchronous
      7. tensor parallel: vocabulary embedding and cross-entropy
      8. context parallel: ring, all-gather and all-to-all attention
+     9. fully sharded data parallelism: units, shards, gather, reduce-scatter, the update's views
 
    HISTORY
      0.1  first version.
+     0.2  fully sharded data parallelism (bt_fsdp).
 */
 #ifndef BT_PARALLEL_H
 #define BT_PARALLEL_H
@@ -206,6 +240,55 @@ BTDEF int bt_cp_kv_parse(const char *s, bt_cp_kv *kv);    /* the names above; 0 
 BTDEF bt_tensor *bt_cp_attention(bt_cp *cp, bt_tensor *q, bt_tensor *k, bt_tensor *v, int causal);
 /* the same on a packed projection (bt_attention_qkv's layout): qkv [B, 2c, 3C] -> [B, 2c, C] */
 BTDEF bt_tensor *bt_cp_attention_qkv(bt_cp *cp, bt_tensor *qkv, int64_t H, int causal);
+
+/* ---- 4. fully sharded data parallelism (see FULLY SHARDED DATA PARALLELISM) ---- */
+typedef struct { int64_t lo, hi; } bt_fsdp_unit;   /* elements [lo, hi) of the flat buffer */
+typedef struct {
+    int64_t align;        /* each unit's shard length is rounded up to this; 0: 64 elements */
+    int sum;              /* 1: gradients summed over the ranks; 0: their mean (DDP's) */
+} bt_fsdp_opts;
+typedef struct bt_fsdp {
+    bt_comm *comm;
+    bt_device dev;
+    int64_t numel;        /* the flat buffer's elements (the leaves' total) */
+    int n_units;
+    bt_fsdp_unit *units;
+    int64_t *shard;       /* [n_units]: S_u, elements a rank holds of unit u (padded) */
+    int64_t *soff;        /* [n_units + 1]: unit u's shard starts at soff[u] of param and grad */
+    bt_tensor *param;     /* fp32 [soff[n_units]]: this rank's shards, the padding 0 */
+    bt_tensor *grad;      /* fp32 [soff[n_units]]: the reduced gradients, summed over micro-batches */
+    bt_tensor **pieces;   /* views of param tiling it, for the optimizer (bt_fsdp_params) */
+    int n_pieces;
+    int sum;
+    int64_t gathers, reduces;   /* collectives issued (the tests count them) */
+    void *hook_args;      /* [n_units]: each unit's gradient hook's argument */
+} bt_fsdp;
+/* params: the model's leaves, which tile one buffer of fp32 (their offsets in it, from 0, are the
+   flat layout); units: sorted, tiling [0, numel) exactly (a gap, an overlap or a short end is an
+   error naming it); flat (may be NULL): the full fp32 weights, this rank's shards copied out of
+   them. A collective only in that every rank must call it alike. */
+BTDEF bt_fsdp *bt_fsdp_create(bt_comm *comm, bt_device dev, bt_tensor **params, int n_params, const bt_fsdp_unit *units, int n_units,
+                              bt_tensor *flat, const bt_fsdp_opts *opts);
+BTDEF void bt_fsdp_free(bt_fsdp *f);
+/* unit u's full parameters in dt ([n_u], current scope; with grad mode on a leaf whose gradient
+   hook reduce-scatters it): a collective */
+BTDEF bt_tensor *bt_fsdp_gather(bt_fsdp *f, int u, bt_dtype dt);
+/* g: unit u's full gradient [n_u] (any float dtype): reduce-scattered, this rank's part (mean or
+   sum) added to f->grad. A collective. */
+BTDEF void bt_fsdp_reduce(bt_fsdp *f, int u, bt_tensor *g);
+BTDEF void bt_fsdp_zero_grad(bt_fsdp *f);
+/* x (fp32, contiguous, on the engine's device: a loss) averaged over the ranks in place: a collective */
+BTDEF void bt_fsdp_mean(bt_fsdp *f, bt_tensor *x);
+/* fp32 [1]: the L2 norm of the whole reduced gradient (every rank's shards): a collective */
+BTDEF bt_tensor *bt_fsdp_grad_norm(bt_fsdp *f);
+/* the optimizer's leaves: views of f->param tiling it, their .grad the same spans of f->grad */
+BTDEF bt_tensor **bt_fsdp_params(bt_fsdp *f, int *n);
+/* x: a shard-space tensor ([soff[n_units]] fp32: the weights, AdamW's m or v) -> every rank's
+   shards in the flat layout, a new fp32 [numel] on x's device (current scope): a collective */
+BTDEF bt_tensor *bt_fsdp_full(bt_fsdp *f, bt_tensor *x);
+/* full: fp32 [numel] in the flat layout (any device) -> this rank's shards of it into x ([soff[n]]),
+   the padding 0 */
+BTDEF void bt_fsdp_load(bt_fsdp *f, bt_tensor *full, bt_tensor *x);
 
 #ifdef __cplusplus
 }
@@ -2220,6 +2303,219 @@ BTDEF bt_tensor *bt_cp_attention_qkv(bt_cp *cp, bt_tensor *qkv, int64_t H, int c
                      qc, &qkv, 1, old);
     bt__par_dev_leave(pg);
     return bt__register(out);
+}
+
+/* ============================================================================================
+   9. fully sharded data parallelism: units, shards, gather, reduce-scatter, the update's views
+   ============================================================================================ */
+typedef struct { bt_fsdp *f; int u; } bt__fsdp_arg;
+
+static int64_t bt__fsdp_n(const bt_fsdp *f, int u) { return f->units[u].hi - f->units[u].lo; }
+/* the elements of unit u this rank owns: [r S, r S + k) of the unit, k = clamp(n_u - r S, 0, S) */
+static int64_t bt__fsdp_owned(const bt_fsdp *f, int u) {
+    int64_t k = bt__fsdp_n(f, u) - (int64_t)f->comm->rank * f->shard[u];
+    return k < 0 ? 0 : k > f->shard[u] ? f->shard[u] : k;
+}
+static void bt__fsdp_check_unit(const bt_fsdp *f, int u, const char *op) {
+    if (!f) bt_error("%s: no engine (NULL)", op);
+    if (u < 0 || u >= f->n_units) bt_error("%s: unit %d; the engine has units 0..%d", op, u, f->n_units - 1);
+}
+/* the units tile [0, numel): sorted, no gap, no overlap, none empty */
+static void bt__fsdp_check_units(const bt_fsdp_unit *units, int n, int64_t numel) {
+    if (!units || n < 1) bt_error("bt_fsdp_create: no units (%d)", n);
+    int64_t at = 0;
+    for (int u = 0; u < n; u++) {
+        int64_t lo = units[u].lo, hi = units[u].hi;
+        if (hi <= lo) bt_error("bt_fsdp_create: unit %d is empty or reversed ([%lld, %lld))", u, (long long)lo, (long long)hi);
+        if (lo > at)
+            bt_error("bt_fsdp_create: the units do not cover the buffer: elements [%lld, %lld) are in no unit (unit %d starts at %lld)",
+                     (long long)at, (long long)lo, u, (long long)lo);
+        if (lo < at)
+            bt_error("bt_fsdp_create: units %d and %d overlap on elements [%lld, %lld)", u - 1, u, (long long)lo, (long long)at);
+        at = hi;
+    }
+    if (at != numel)
+        bt_error("bt_fsdp_create: the units end at element %lld, the parameters' buffer holds %lld: %s", (long long)at, (long long)numel,
+                 at < numel ? "the end of the buffer is in no unit" : "the units run past it");
+}
+/* a leaf over [off, off + k) of param (its .grad the same span of grad): 2-D [1, k] when decayed */
+static bt_tensor *bt__fsdp_piece(bt_fsdp *f, int64_t off, int64_t k, int decay) {
+    bt_shape sh = decay ? bt_shape2(1, k) : bt_shape1(k);
+    bt_tensor *p = bt_keep(bt_view(bt_narrow(f->param, 0, off, k), sh));
+    bt_set_requires_grad(p, 1);
+    p->grad = bt_keep(bt_view(bt_narrow(f->grad, 0, off, k), sh));
+    return p;
+}
+static void bt__fsdp_hook(bt_tensor *leaf, void *user) {
+    bt__fsdp_arg *a = (bt__fsdp_arg *)user;
+    if (leaf->grad) bt_fsdp_reduce(a->f, a->u, leaf->grad);
+}
+
+BTDEF bt_fsdp *bt_fsdp_create(bt_comm *comm, bt_device dev, bt_tensor **params, int n_params, const bt_fsdp_unit *units, int n_units,
+                              bt_tensor *flat, const bt_fsdp_opts *opts) {
+    if (!comm) bt_error("bt_fsdp_create: no communicator (NULL)");
+    if (!params || n_params < 1) bt_error("bt_fsdp_create: no parameters (%d)", n_params);
+    /* the leaves in buffer order must tile one fp32 buffer from its start */
+    int64_t numel = 0, base = -1;
+    for (int i = 0; i < n_params; i++) {
+        bt_tensor *p = params[i];
+        if (!p || p->dtype != BT_F32 || !bt_is_contiguous(p)) bt_error("bt_fsdp_create: parameter %d is not a contiguous fp32 tensor", i);
+        if (p->storage != params[0]->storage) bt_error("bt_fsdp_create: parameter %d is not in parameter 0's buffer", i);
+        if (base < 0 || p->offset < base) base = p->offset;
+        numel += bt_numel(p);
+    }
+    for (int i = 0; i < n_params; i++) {   /* tiling: every leaf's end is another's start or the end (O(n^2): a few hundred leaves, once) */
+        int64_t end = params[i]->offset + bt_numel(params[i]);
+        int next = end == base + numel;
+        for (int j = 0; j < n_params && !next; j++) next = params[j]->offset == end;
+        if (!next) bt_error("bt_fsdp_create: the parameters do not tile one buffer (parameter %d ends at %lld, where no other starts)", i,
+                            (long long)(end - base));
+    }
+    bt__fsdp_check_units(units, n_units, numel);
+    bt_fsdp_opts o;
+    memset(&o, 0, sizeof o);
+    if (opts) o = *opts;
+    if (o.align <= 0) o.align = 64;
+    bt_fsdp *f = (bt_fsdp *)calloc(1, sizeof *f);
+    if (f) {
+        f->units = (bt_fsdp_unit *)malloc(sizeof(bt_fsdp_unit) * (size_t)n_units);
+        f->shard = (int64_t *)malloc(sizeof(int64_t) * (size_t)n_units);
+        f->soff = (int64_t *)malloc(sizeof(int64_t) * (size_t)(n_units + 1));
+        f->pieces = (bt_tensor **)calloc((size_t)(n_params + 2 * n_units), sizeof(bt_tensor *));
+        f->hook_args = calloc((size_t)n_units, sizeof(bt__fsdp_arg));
+    }
+    if (!f || !f->units || !f->shard || !f->soff || !f->pieces || !f->hook_args) bt_error("bt_fsdp_create: out of host memory");
+    f->comm = comm; f->dev = dev; f->numel = numel; f->n_units = n_units; f->sum = o.sum;
+    memcpy(f->units, units, sizeof(bt_fsdp_unit) * (size_t)n_units);
+    f->soff[0] = 0;
+    for (int u = 0; u < n_units; u++) {
+        f->shard[u] = bt_shard_numel(bt__fsdp_n(f, u), comm->size, o.align);
+        f->soff[u + 1] = f->soff[u] + f->shard[u];
+        ((bt__fsdp_arg *)f->hook_args)[u].f = f;
+        ((bt__fsdp_arg *)f->hook_args)[u].u = u;
+    }
+    bt_scope_begin();
+    f->param = bt_keep(bt_zeros(bt_shape1(f->soff[n_units]), BT_F32, dev));
+    f->grad = bt_keep(bt_zeros(bt_shape1(f->soff[n_units]), BT_F32, dev));
+    /* the pieces: per unit, the owned range cut at the leaves' bounds (in buffer order), then the padding */
+    for (int u = 0; u < n_units; u++) {
+        int64_t a = units[u].lo + (int64_t)comm->rank * f->shard[u], k = bt__fsdp_owned(f, u), b = a + k;
+        for (int64_t at = a; at < b;) {
+            int leaf = -1;
+            for (int i = 0; i < n_params && leaf < 0; i++) {
+                int64_t po = params[i]->offset - base;
+                if (po <= at && at < po + bt_numel(params[i])) leaf = i;
+            }
+            int64_t end = params[leaf]->offset - base + bt_numel(params[leaf]);
+            if (end > b) end = b;
+            f->pieces[f->n_pieces++] = bt__fsdp_piece(f, f->soff[u] + (at - a), end - at, params[leaf]->ndim >= 2);
+            at = end;
+        }
+        if (k < f->shard[u]) f->pieces[f->n_pieces++] = bt__fsdp_piece(f, f->soff[u] + k, f->shard[u] - k, 0);
+    }
+    bt_scope_end();
+    if (flat) bt_fsdp_load(f, flat, f->param);
+    return f;
+}
+BTDEF void bt_fsdp_free(bt_fsdp *f) {
+    if (!f) return;
+    for (int i = 0; i < f->n_pieces; i++) bt_release(f->pieces[i]);
+    bt_release(f->param); bt_release(f->grad);
+    free(f->pieces); free(f->units); free(f->shard); free(f->soff); free(f->hook_args);
+    free(f);
+}
+BTDEF bt_tensor **bt_fsdp_params(bt_fsdp *f, int *n) { *n = f->n_pieces; return f->pieces; }
+BTDEF void bt_fsdp_zero_grad(bt_fsdp *f) { bt_zero_(f->grad); }
+
+BTDEF bt_tensor *bt_fsdp_gather(bt_fsdp *f, int u, bt_dtype dt) {
+    bt__fsdp_check_unit(f, u, "bt_fsdp_gather");
+    if (dt != BT_F32 && dt != BT_BF16 && dt != BT_F16) bt_error("bt_fsdp_gather: dtype %s (f32, bf16 or f16)", bt_dtype_name(dt));
+    int64_t S = f->shard[u], n = bt__fsdp_n(f, u), W = f->comm->size;
+    int want_grad = bt_grad_enabled();
+    int pg = bt__par_dev_enter(f->dev);
+    int old = bt__par_begin();
+    bt_tensor *mine = bt_narrow(f->param, 0, f->soff[u], S);
+    if (dt != BT_F32) mine = bt_cast(mine, dt);   /* the wire and the gathered buffer carry the compute dtype */
+    bt_tensor *all = bt_empty(bt_shape1(S * W), dt, f->dev);
+    bt__par_all_gather(f->comm, f->dev, bt_data_ptr(mine), bt_data_ptr(all), S, dt, NULL);
+    f->gathers++;
+    bt_tensor *out = bt__par_end(old, S * W == n ? all : bt_narrow(all, 0, 0, n));   /* a leaf: no graph behind it */
+    bt__par_dev_leave(pg);
+    if (want_grad) {
+        bt_set_requires_grad(out, 1);
+        bt_register_grad_hook(out, bt__fsdp_hook, &((bt__fsdp_arg *)f->hook_args)[u]);
+    }
+    return bt__register(out);
+}
+
+BTDEF void bt_fsdp_reduce(bt_fsdp *f, int u, bt_tensor *g) {
+    bt__fsdp_check_unit(f, u, "bt_fsdp_reduce");
+    int64_t S = f->shard[u], n = bt__fsdp_n(f, u), W = f->comm->size;
+    if (!g || bt_numel(g) != n || !bt_dtype_is_float(g->dtype))
+        bt_error("bt_fsdp_reduce: unit %d's gradient must be a float tensor of %lld elements (got %s)", u, (long long)n, g ? bt__par_s(g) : "NULL");
+    int pg = bt__par_dev_enter(f->dev);
+    int old = bt__par_begin();
+    bt_tensor *full = bt_zeros(bt_shape1(S * W), BT_F32, f->dev), *mine = bt_empty(bt_shape1(S), BT_F32, f->dev);
+    bt_copy_(bt_narrow(full, 0, 0, n), bt_reshape(bt_contiguous(g), bt_shape1(n)));   /* fp32, the padding 0 */
+    bt__par_reduce_scatter(f->comm, f->dev, bt_data_ptr(full), bt_data_ptr(mine), S, BT_F32, NULL);
+    f->reduces++;
+    bt_add_(bt_narrow(f->grad, 0, f->soff[u], S), mine, f->sum ? 1.0 : 1.0 / (double)W);
+    bt__par_end(old, NULL);
+    bt__par_dev_leave(pg);
+}
+
+BTDEF void bt_fsdp_mean(bt_fsdp *f, bt_tensor *x) {
+    if (!x || x->dtype != BT_F32 || !bt_is_contiguous(x) || !bt_device_eq(bt_device_of(x), f->dev))
+        bt_error("bt_fsdp_mean: x must be a contiguous fp32 tensor on the engine's device (got %s)", x ? bt__par_s(x) : "NULL");
+    int pg = bt__par_dev_enter(f->dev);
+    bt__par_all_reduce(f->comm, f->dev, bt_data_ptr(x), bt_numel(x), BT_F32, BT_RED_AVG, NULL);
+    x->storage->version++;
+    bt__par_dev_leave(pg);
+}
+BTDEF bt_tensor *bt_fsdp_grad_norm(bt_fsdp *f) {
+    int pg = bt__par_dev_enter(f->dev);
+    int old = bt__par_begin();
+    bt_tensor *sq = bt_sumsq(f->grad);   /* the padding holds zeros */
+    bt__par_all_reduce(f->comm, f->dev, bt_data_ptr(sq), 1, BT_F32, BT_RED_SUM, NULL);
+    bt_tensor *norm = bt__par_end(old, bt_sqrt(sq));
+    bt__par_dev_leave(pg);
+    return bt__register(norm);
+}
+
+BTDEF bt_tensor *bt_fsdp_full(bt_fsdp *f, bt_tensor *x) {
+    if (!x || x->dtype != BT_F32 || bt_numel(x) != f->soff[f->n_units] || !bt_is_contiguous(x))
+        bt_error("bt_fsdp_full: x must be a contiguous fp32 tensor of the %lld shard elements (got %s)", (long long)f->soff[f->n_units],
+                 x ? bt__par_s(x) : "NULL");
+    bt_device dev = bt_device_of(x);
+    int64_t W = f->comm->size;
+    int pg = bt__par_dev_enter(dev);
+    int old = bt__par_begin();
+    bt_tensor *out = bt_empty(bt_shape1(f->numel), BT_F32, dev);
+    for (int u = 0; u < f->n_units; u++) {
+        int64_t S = f->shard[u];
+        bt_tensor *all = bt_empty(bt_shape1(S * W), BT_F32, dev);
+        bt__par_all_gather(f->comm, dev, bt__par_at(x, f->soff[u]), bt_data_ptr(all), S, BT_F32, NULL);
+        bt_copy_(bt_narrow(out, 0, f->units[u].lo, bt__fsdp_n(f, u)), bt_narrow(all, 0, 0, bt__fsdp_n(f, u)));
+    }
+    out = bt__par_end(old, out);
+    bt__par_dev_leave(pg);
+    return bt__register(out);
+}
+
+BTDEF void bt_fsdp_load(bt_fsdp *f, bt_tensor *full, bt_tensor *x) {
+    if (!full || full->dtype != BT_F32 || bt_numel(full) < f->numel)
+        bt_error("bt_fsdp_load: the full buffer must be fp32 of at least %lld elements (got %s)", (long long)f->numel, full ? bt__par_s(full) : "NULL");
+    if (!x || x->dtype != BT_F32 || bt_numel(x) != f->soff[f->n_units] || !bt_is_contiguous(x))
+        bt_error("bt_fsdp_load: x must be a contiguous fp32 tensor of the %lld shard elements (got %s)", (long long)f->soff[f->n_units],
+                 x ? bt__par_s(x) : "NULL");
+    int old = bt__par_begin();
+    bt_tensor *src = bt_reshape(bt_contiguous(full), bt_shape1(bt_numel(full)));
+    bt_zero_(x);
+    for (int u = 0; u < f->n_units; u++) {
+        int64_t k = bt__fsdp_owned(f, u);
+        if (k > 0) bt_copy_(bt_narrow(x, 0, f->soff[u], k), bt_narrow(src, 0, f->units[u].lo + (int64_t)f->comm->rank * f->shard[u], k));
+    }
+    bt__par_end(old, NULL);
 }
 
 #endif /* BT_PARALLEL_IMPLEMENTATION_DONE */

@@ -81,9 +81,11 @@ static void usage(FILE *f) {
         "  --overfit         train on the first batch only (a check that the model can learn)\n"
         "  --deterministic   the same bits on every run: no float atomics, no matmul autotuning\n"
         "  -n, --nproc N     start N processes on this node, one per GPU (data parallel; -d stays the global batch)\n"
-        "  --dp ddp|zero1|zero2   with several processes (this, torchrun, srun or mpirun): all-reduced\n"
+        "  --dp ddp|zero1|zero2|fsdp   with several processes (this, torchrun, srun or mpirun): all-reduced\n"
         "            gradients (ddp, default), + sharded AdamW state (zero1), + sharded gradients (zero2);\n"
-        "            with --tp/--cp over the dp x cp ranks of each tp index (GPUs only)\n"
+        "            with --tp/--cp over the dp x cp ranks of each tp index (GPUs only); fsdp: weights,\n"
+        "            gradients and AdamW state sharded, each block gathered before its forward and again\n"
+        "            for its backward (GPT-2; not with --tp/--cp or --cuda-graph on; CPU ranks too)\n"
         "  --bucket-mb N     DDP gradient bucket size (default 25)\n"
         "  --comm-dtype fp32|bf16   gradients on the wire (default fp32)\n"
         "  --nccl-timeout S  abort the run when a collective takes longer (default 600)\n"
@@ -243,7 +245,9 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
         }
         else if (!strcmp(a, "--dp")) {
             o->dp = v;
-            if (strcmp(v, "ddp") && strcmp(v, "zero1") && strcmp(v, "zero2")) { snprintf(err, errlen, "--dp must be ddp, zero1 or zero2, got '%s'", v); return -1; }
+            if (strcmp(v, "ddp") && strcmp(v, "zero1") && strcmp(v, "zero2") && strcmp(v, "fsdp")) {
+                snprintf(err, errlen, "--dp must be ddp, zero1, zero2 or fsdp, got '%s'", v); return -1;
+            }
         } else if (!strcmp(a, "--comm-dtype")) {
             o->comm_dtype = v;
             if (strcmp(v, "fp32") && strcmp(v, "bf16")) { snprintf(err, errlen, "--comm-dtype must be fp32 or bf16, got '%s'", v); return -1; }
@@ -352,7 +356,7 @@ static int check_fp8_world(const train_opts *o, int world, char *err, size_t err
    0.5-1.2% faster on two H200s, bench/RESULTS.md); tp/cp's collectives and --mlir's kernels are
    not captured (an error when asked for); no GPU: ignored */
 static int resolve_graph(train_opts *o, int on_gpu, char *err, size_t errlen) {
-    const char *why = o->tp * o->cp > 1 ? "--tp or --cp" : o->mlir ? "--mlir" : NULL;
+    const char *why = o->tp * o->cp > 1 ? "--tp or --cp" : o->mlir ? "--mlir" : !strcmp(o->dp, "fsdp") ? "--dp fsdp" : NULL;
     if (on_gpu && why && o->cuda_graph == 1) { snprintf(err, errlen, "--cuda-graph on: not supported with %s; use --cuda-graph off", why); return -1; }
     o->cuda_graph = on_gpu && !why && o->cuda_graph != 0;
     return 0;
@@ -403,8 +407,9 @@ static void dp_micro_step(trainer *tr, bt_tensor *idx, bt_tensor *tgt, int a, in
 static int train_step(trainer *tr, int step, double lr, double *loss, double *grad_norm) {
     double t0 = now_s();
     int accum = tr->o.total_batch / (tr->o.B * tr->o.T * trainer_data_world(tr));
-    bt_zero_(trainer_flat_grad(tr));
+    if (trainer_flat_grad(tr)) bt_zero_(trainer_flat_grad(tr));
     if (tr->zero.grad_sum) bt_zero_(tr->zero.grad_sum);
+    if (tr->fsdp) bt_fsdp_zero_grad(tr->fsdp);
     bt_scope_begin();
     step_graph *g = tr->o.cuda_graph == 1 ? trainer_graph_for(tr, accum) : NULL;
     bt_tensor *loss_sum = g ? g->loss_sum : bt_scalar(0, BT_F32, trainer_device(tr)), *tokens = NULL;
@@ -425,6 +430,7 @@ static int train_step(trainer *tr, int step, double lr, double *loss, double *gr
         bt_scope_end();
     }
     if (tr->par) { gpt2_par_reduce_grads(tr->par, &tr->model, &tr->zero); gpt2_par_mean(tr->par, loss_sum); }
+    else if (tr->fsdp) bt_fsdp_mean(tr->fsdp, loss_sum);   /* CPU ranks too: through the store */
     else if (tr->dist) bt_all_reduce(tr->dist->world_comm, bt_data_ptr(loss_sum), bt_data_ptr(loss_sum), 1, BT_F32, BT_RED_AVG, NULL);
     bt_tensor *norm = trainer_grad_norm(tr);
     tr->host_ms = (now_s() - t0) * 1e3;
@@ -456,6 +462,7 @@ static double evaluate(trainer *tr) {
         bt_scope_end();
     }
     if (tr->par) gpt2_par_mean(tr->par, sum);
+    else if (tr->fsdp) bt_fsdp_mean(tr->fsdp, sum);
     else if (tr->dist) bt_all_reduce(tr->dist->world_comm, bt_data_ptr(sum), bt_data_ptr(sum), 1, BT_F32, BT_RED_AVG, NULL);
     double loss = bt_item(sum) / (n ? n : 1);
     bt_scope_end();
@@ -814,8 +821,8 @@ static int train_main(train_opts *o) {
     bt_dist *dist = NULL;
     bt_dist_env env;
     if (bt_dist_env_read(&env)) { fprintf(stderr, "error: %s\n", bt_dist_error()); return 1; }
-    /* tp or cp on CPUs: collectives through the TCP store (gpt2_parallel.h) */
-    int cpu_ranks = env.world > 1 && o->tp * o->cp > 1 && (!strcmp(o->device, "cpu") || bt_cuda_device_count() == 0);
+    /* tp, cp or fsdp on CPUs: collectives through the TCP store (bt_parallel.h) */
+    int cpu_ranks = env.world > 1 && (o->tp * o->cp > 1 || !strcmp(o->dp, "fsdp")) && (!strcmp(o->device, "cpu") || bt_cuda_device_count() == 0);
     if (env.world > 1) {
         if (!strcmp(o->device, "cpu") && !cpu_ranks) { fprintf(stderr, "error: --device cpu with %d processes: data parallelism needs a GPU per process\n", env.world); return 1; }
         bt_dist_opts dop;
@@ -997,7 +1004,10 @@ static int train_main(train_opts *o) {
     if (on_gpu) printf("cuda graph: %s\n", !o->cuda_graph ? "off" : dist && dworld > 1
                        ? "on (each kind of micro-step, accumulating or communicating, is captured with its collectives after one eager run, then replayed)"
                        : "on (the micro-step is captured after one eager micro-step, then replayed)");
-    if (dist && dworld > 1) printf("data parallel: %d processes (%s), %s, buckets of %d MB, gradients on the wire in %s%s\n", dworld,
+    if (tr.fsdp) printf("data parallel: %d processes (%s), fsdp: weights, gradients and AdamW state in %d shards of %d units "
+                        "(each block gathered for its forward and again for its backward)%s\n", dworld, bt_launcher_name(dist->env.launcher),
+                        dworld, tr.fsdp->n_units, on_gpu ? "" : " (CPU: collectives through the TCP store)");
+    else if (dist && dworld > 1) printf("data parallel: %d processes (%s), %s, buckets of %d MB, gradients on the wire in %s%s\n", dworld,
                      bt_launcher_name(dist->env.launcher), o->dp, o->bucket_mb, o->comm_dtype,
                      tr.ddp && bt_ddp_get_stats(tr.ddp).copy_engines ? " (copy engines)" : " (NCCL)");
     if (tr.par) trainer_par_describe(tr.par, o);
@@ -1079,8 +1089,8 @@ static int train_main(train_opts *o) {
     if (tr.skipped) printf("%d updates skipped (not finite), ", tr.skipped);
     if (last_val == last_val) printf("final val loss %.4f, ", last_val);
     printf("peak memory %.0f MiB\n", bt_alloc_stats(dev).peak_allocated / 1048576.0);
-    /* with --tp the outputs come from the shards gathered into a whole model on rank 0 (a collective) */
-    gpt2 *out = tr.par && (o->save_path || o->export_hf || (o->gen_len > 0 && !stopped)) ? trainer_whole_model(&tr) : &tr.model;
+    /* with --tp or --dp fsdp the outputs come from the shards gathered into a whole model on rank 0 (a collective) */
+    gpt2 *out = (tr.par || tr.fsdp) && (o->save_path || o->export_hf || (o->gen_len > 0 && !stopped)) ? trainer_whole_model(&tr) : &tr.model;
     /* the model is saved before the last sample: a slow or interrupted sample cannot lose it */
     if (rank == 0 && o->save_path && gpt2_save(out, o->save_path, err, sizeof err)) { fprintf(stderr, "error: --save: %s\n", err); failed = 1; }
     else if (o->save_path) printf("saved %s\n", o->save_path);
@@ -1107,8 +1117,8 @@ int train_gpt2_main(int argc, char **argv) {
     if (r == 1) { usage(stdout); return 0; }
     if (r < 0) { fprintf(stderr, "error: %s " SEE_H "\n", err); return 2; }
 #if !BT_DIST_NCCL
-    if (o.nproc > 1 && o.tp * o.cp > 1) {   /* the store path (gpt2_parallel.h) needs ranks started by a launcher */
-        fprintf(stderr, "error: --nproc %d: this build has no NCCL; --tp/--cp on CPUs run as processes started with RANK, WORLD_SIZE, "
+    if (o.nproc > 1 && (o.tp * o.cp > 1 || !strcmp(o.dp, "fsdp"))) {   /* the store path (bt_parallel.h) needs ranks started by a launcher */
+        fprintf(stderr, "error: --nproc %d: this build has no NCCL; --tp/--cp and --dp fsdp on CPUs run as processes started with RANK, WORLD_SIZE, "
                 "LOCAL_RANK and MASTER_ADDR set (torchrun, srun, mpirun or by hand: README)\n", o.nproc);
         return 2;
     }

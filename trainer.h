@@ -1,6 +1,7 @@
 /* trainer.h - the machinery of a training run that train_gpt2.c composes: the run's options and
    state, the model (GPT-2 or Llama, one interface), the data, data parallelism (DDP buckets, ZeRO)
-   and tensor/context parallelism set up, the micro-step captured as a CUDA graph, the micro-batch
+   and tensor/context parallelism set up, fully sharded data parallelism (--dp fsdp: bt_parallel.h's
+   engine under gpt2.h's units), the micro-step captured as a CUDA graph, the micro-batch
    that fits, and checkpoints (save, resume, signals). The step itself (forward, backward, update)
    and the loop are train_gpt2.c's.
 
@@ -139,6 +140,9 @@ typedef struct trainer {
     bt_dist *dist;
     bt_ddp *ddp;               /* the gradient buckets */
     bt_zero zero;              /* --dp zero1|zero2 (zero.stage 0: ddp) */
+    bt_fsdp *fsdp;             /* --dp fsdp (bt_parallel.h): the shards of the weights, gradients and (through opt) AdamW state */
+    gpt2_units fsdp_units;     /* the model's gathers go to fsdp */
+    gpt2 fsdp_whole;           /* rank 0's whole model for the outputs (trainer_whole_model), made on first use */
     void *comm_ev[2];          /* around the step's last bt_ddp_wait on the compute stream (timed) */
     void *work_ev[2];          /* --timings: the step's start and the end of its last backward (timed) */
     int comm_early;            /* buckets already launched when the step's last backward ended; -1: no timed wait this step (graphs) */
@@ -161,7 +165,7 @@ typedef struct trainer {
 /* ---- 0. the model, whichever family: its buffers, its forward, its outputs ---- */
 bt_device trainer_device(const trainer *tr);
 bt_tensor *trainer_flat(const trainer *tr);        /* the weights' buffer (fp32, flat_numel) */
-bt_tensor *trainer_flat_grad(const trainer *tr);   /* the gradients' buffer */
+bt_tensor *trainer_flat_grad(const trainer *tr);   /* the gradients' buffer (NULL under --dp fsdp: the engine's shards) */
 bt_tensor **trainer_params(const trainer *tr, int *n);   /* the leaves in buffer order */
 int64_t trainer_num_params(const trainer *tr);     /* of the whole model (files, FLOPs), also of a tp shard */
 int64_t trainer_flat_numel(const trainer *tr);     /* the buffers' length: this rank's, padded for ZeRO */
@@ -246,7 +250,7 @@ int trainer_ckpt_finish(trainer *tr, int step, int saved_step, double loss);   /
 int trainer_par_check(const train_opts *o, const trainer_config *c, int world, int on_gpu, char *err, size_t errlen);
 gpt2_par_opts trainer_par_opts(const train_opts *o);
 void trainer_par_describe(const gpt2_par *p, const train_opts *o);
-gpt2 *trainer_whole_model(trainer *tr);   /* the model for the outputs (tp: gathered on rank 0, NULL elsewhere) */
+gpt2 *trainer_whole_model(trainer *tr);   /* the model for the outputs (tp, fsdp: gathered on rank 0, NULL elsewhere; a collective) */
 
 /* ---- 8. the end ---- */
 int trainer_end(trainer *tr, int rc);      /* frees what the trainer holds; rc passes through */
@@ -459,6 +463,51 @@ static int trainer__rows_exchange(trainer *tr) {
     double gathered = (double)tr->dist->world * tr->o.B * tr->o.T * bt_dtype_size(tr->dt);   /* per column */
     return gathered <= 4.0 * (double)m->wte->shape[0];
 }
+/* --dp fsdp (GPT-2): the engine over the world, one unit per gpt2_units_bounds (wte + wpe, each
+   block, the final layernorm), this rank's shards cut out of the weights every rank holds now (rank
+   0's, broadcast on GPUs; on CPU ranks every rank made the same ones: the same seed or file), and
+   AdamW re-made over the shards' views. Then the model's full buffers go: its gradients (a unit's
+   live in its gathered leaf during the backward, then in the shards) and its fp32 weights, whose
+   storage keeps no memory (the leaves keep their offsets and shapes, all that GPT2_P reads under
+   units; a read of the data would fault at once). trainer_whole_model gathers the weights into a
+   model of their own for the outputs. */
+static bt_tensor *trainer__fsdp_gather(void *ctx, int u, bt_dtype dt) { return bt_fsdp_gather((bt_fsdp *)ctx, u, dt); }
+static void trainer__drop_grads(gpt2 *m) {   /* the leaves without gradients, and their buffer freed */
+    for (int i = 0; i < m->n_params; i++) { bt_release(m->params[i]->grad); m->params[i]->grad = NULL; }
+    bt_release(m->flat_grad);
+    m->flat_grad = NULL;
+}
+static void trainer__setup_fsdp(trainer *tr) {
+    gpt2 *m = &tr->model;
+    bt_comm *c = tr->dist->world_comm;
+    bt_device dev = trainer_device(tr);
+    if (dev.type == BT_GPU) {
+        bt_broadcast(c, bt_data_ptr(m->flat), bt_data_ptr(m->flat), m->flat_numel, BT_F32, 0, NULL);
+        m->flat->storage->version++;
+    }
+    int nu = m->cfg.L + 2;
+    int64_t *lo = (int64_t *)malloc(sizeof(int64_t) * (size_t)nu), *hi = (int64_t *)malloc(sizeof(int64_t) * (size_t)nu);
+    bt_fsdp_unit *units = (bt_fsdp_unit *)malloc(sizeof(bt_fsdp_unit) * (size_t)nu);
+    if (!lo || !hi || !units) bt_error("--dp fsdp: out of host memory");
+    gpt2_units_bounds(m, lo, hi);
+    for (int u = 0; u < nu; u++) { units[u].lo = lo[u]; units[u].hi = hi[u]; }
+    bt_adamw o = tr->opt;   /* the whole model's AdamW state goes first (a lower peak) */
+    bt_adamw_free(&tr->opt);
+    tr->fsdp = bt_fsdp_create(c, dev, m->params, m->n_params, units, nu, m->flat, NULL);
+    free(lo); free(hi); free(units);
+    trainer__drop_grads(m);   /* trainer_flat_grad is NULL from here */
+    bt_storage *st = m->flat->storage;   /* 4 bytes a parameter back to the allocator */
+    bt_free(st->data);
+    st->data = NULL; st->external = 1;
+    bt_release(m->flat_lowp);
+    m->flat_lowp = NULL;
+    int n;
+    bt_tensor **p = bt_fsdp_params(tr->fsdp, &n);
+    bt_adamw_init(&tr->opt, p, n, o.beta1, o.beta2, o.eps, o.weight_decay, o.max_grad_norm);
+    tr->fsdp_units.gather = trainer__fsdp_gather;
+    tr->fsdp_units.ctx = tr->fsdp;
+    gpt2_set_units(m, &tr->fsdp_units);
+}
 /* The data-parallel parts: every rank starts from rank 0's weights, holds (ZeRO) its range of the
    AdamW state and, for zero2, of the summed gradients, and communicates its gradients through the
    bucket engine, whose hooks fire as the backward pass finishes each parameter. */
@@ -508,7 +557,8 @@ void trainer_setup_parallel(trainer *tr) {
         bt_zero_init(&tr->zero, z.stage, trainer__zero_comm(tr), tr->opt.numel, z.shard, trainer_device(tr));
         bt_adamw_shard(&tr->opt, tr->zero.lo, tr->zero.hi);
     }
-    if (tr->par ? !tr->par->on_cpu && tr->par->dpcp_comm && tr->par->dpcp_comm->size > 1 : tr->dist != NULL) trainer__setup_ddp(tr);
+    if (tr->dist && !strcmp(tr->o.dp, "fsdp")) trainer__setup_fsdp(tr);
+    else if (tr->par ? !tr->par->on_cpu && tr->par->dpcp_comm && tr->par->dpcp_comm->size > 1 : tr->dist != NULL) trainer__setup_ddp(tr);
     if (tr->o.timings && trainer_device(tr).type == BT_GPU)
         for (int i = 0; i < 2; i++) tr->work_ev[i] = bt_event_create_timed(trainer_device(tr));
 }
@@ -531,6 +581,7 @@ double trainer_comm_exposed_ms(trainer *tr) {
    every tp rank) counts once and the split part is summed over tp. */
 bt_tensor *trainer_grad_norm(trainer *tr) {
     gpt2 *m = &tr->model;   /* tp: GPT-2's shard */
+    if (tr->fsdp) return bt_fsdp_grad_norm(tr->fsdp);
     if (tr->zero.stage) {
         int64_t W = m->tp > 1 ? gpt2_par_whole_numel(m) : trainer_flat_numel(tr);
         bt_tensor *sq = bt_zero_sumsq(&tr->zero, trainer_flat_grad(tr), W);
@@ -545,7 +596,7 @@ bt_tensor *trainer_grad_norm(trainer *tr) {
 void trainer_update(trainer *tr, double lr, bt_tensor *norm) {
     if (tr->fence_pending) trainer_ckpt_fence(tr);   /* a checkpoint's copies of the weights and state finish first */
     bt_adamw_set_grad_norm(&tr->opt, norm);
-    bt_adamw_update(&tr->opt, (float)lr, tr->zero.grad_sum);
+    bt_adamw_update(&tr->opt, (float)lr, tr->fsdp ? tr->fsdp->grad : tr->zero.grad_sum);
     if (tr->zero.stage) bt_zero_all_gather(&tr->zero, trainer_flat(tr));   /* every rank's updated range to its group */
 }
 
@@ -1027,6 +1078,11 @@ static bt_ckpt_meta *trainer__meta(trainer *tr, int step, double loss) {
    over the ZeRO group, then with tp the tp ranks' buffers into the 1-GPU layout (on rank 0; NULL
    on the others) */
 static void trainer__gather_adamw(trainer *tr, bt_tensor **m, bt_tensor **v) {
+    if (tr->fsdp) {   /* every rank's shards in the flat layout (a collective) */
+        *m = tr->gathered[0] = bt_retain(bt_fsdp_full(tr->fsdp, tr->opt.m));
+        *v = tr->gathered[1] = bt_retain(bt_fsdp_full(tr->fsdp, tr->opt.v));
+        return;
+    }
     if (!tr->zero.stage && tr->model.tp <= 1) { *m = tr->opt.m; *v = tr->opt.v; return; }
     bt_tensor *state[2] = {tr->opt.m, tr->opt.v}, **out[2] = {m, v};
     for (int k = 0; k < 2; k++) {
@@ -1055,7 +1111,8 @@ void trainer_ckpt_snapshot(trainer *tr, int step, double loss) {
     bt_tensor *m, *v;
     trainer__gather_adamw(tr, &m, &v);
     /* the weights in the 1-GPU layout: with tp the shards gathered (rank 0), else the buffer */
-    bt_tensor *w = tr->model.tp > 1 ? (tr->gathered[2] = gpt2_par_gather_whole(tr->par, &tr->model, tr->model.flat))
+    bt_tensor *w = tr->fsdp ? (tr->gathered[2] = bt_retain(bt_fsdp_full(tr->fsdp, tr->fsdp->param)))
+                 : tr->model.tp > 1 ? (tr->gathered[2] = gpt2_par_gather_whole(tr->par, &tr->model, tr->model.flat))
                                     : bt_narrow(trainer_flat(tr), 0, 0, trainer_num_params(tr));
     bt_ckpt_meta *meta = trainer__meta(tr, step, loss);
     if (tr->saver) {
@@ -1358,12 +1415,17 @@ int trainer_ckpt_restore(trainer *tr, char *err, size_t errlen) {
     }
     int r, tp = tr->model.tp > 1;
     bt_scope_begin();
-    if (!tp && opt->lo == 0 && opt->hi == trainer_num_params(tr)) {
+    if (!tp && !tr->fsdp && opt->lo == 0 && opt->hi == trainer_num_params(tr)) {
         r = bt_ckpt_load(tr->src.file, "adamw.m", opt->m, 0) || bt_ckpt_load(tr->src.file, "adamw.v", opt->v, 0);
     } else {   /* ZeRO or tp: the whole state through host memory, this rank's range (or shard) copied in */
         bt_tensor *m = bt_empty(bt_shape1(trainer_num_params(tr)), BT_F32, bt_cpu()), *v = bt_empty(bt_shape1(trainer_num_params(tr)), BT_F32, bt_cpu());
         r = bt_ckpt_load(tr->src.file, "adamw.m", m, 0) || bt_ckpt_load(tr->src.file, "adamw.v", v, 0);
         if (!r && tp) { m = gpt2_par_shard_of_whole(&tr->model, m); v = gpt2_par_shard_of_whole(&tr->model, v); }
+        if (!r && tr->fsdp) {   /* fsdp: this rank's shards of them (the optimizer's index space is the shards') */
+            bt_tensor *ms = bt_zeros(bt_shape1(opt->hi - opt->lo), BT_F32, trainer_device(tr)), *vs = bt_zeros(bt_shape1(opt->hi - opt->lo), BT_F32, trainer_device(tr));
+            bt_fsdp_load(tr->fsdp, m, ms); bt_fsdp_load(tr->fsdp, v, vs);
+            m = ms; v = vs;
+        }
         if (!r) bt_adamw_set_state(opt, bt_narrow(m, 0, opt->lo, opt->hi - opt->lo), bt_narrow(v, 0, opt->lo, opt->hi - opt->lo), astep);
     }
     int n8;
@@ -1389,6 +1451,14 @@ int trainer_ckpt_restore(trainer *tr, char *err, size_t errlen) {
 int trainer_par_check(const train_opts *o, const trainer_config *c, int world, int on_gpu, char *err, size_t errlen) {
     int tp = o->tp, cp = o->cp;
     if (trainer_family_check(o, c, err, errlen)) return -1;   /* a Llama: none of them yet */
+    if (!strcmp(o->dp, "fsdp") && world > 1) {   /* what fsdp does not compose with yet */
+        const char *no = c->family == TRAINER_LLAMA ? "a Llama model (the units are gpt2.h's blocks; use --dp ddp, zero1 or zero2)"
+                       : tp * cp > 1 ? "--tp/--cp (its shards span all processes; use --dp zero1 or zero2 with --tp/--cp)"
+                       : o->cuda_graph == 1 ? "--cuda-graph on (each block's gathers and reduce-scatters run outside a graph; use --cuda-graph off)"
+                       : o->eval_only ? "--eval-only (evaluate the same file with --dp ddp)"
+                       : o->eval_mc ? "--eval-mc (its ranks score different items, and every fsdp forward is a collective)" : NULL;
+        if (no) { snprintf(err, errlen, "--dp fsdp: not with %s", no); return -1; }
+    }
     if (o->sp && tp < 2) { snprintf(err, errlen, "--sp (sequence parallelism) needs --tp 2 or more"); return -1; }
     if (o->async_tp && tp < 2) { snprintf(err, errlen, "--async-tp needs --tp 2 or more"); return -1; }
     if (o->cp_comm && cp < 2) { snprintf(err, errlen, "--cp-comm %s needs --cp 2 or more", o->cp_comm); return -1; }
@@ -1433,7 +1503,24 @@ void trainer_par_describe(const gpt2_par *p, const train_opts *o) {
     if (strcmp(o->dp, "ddp")) printf(", %s: AdamW state%s in %d shards (dp x cp)", o->dp, !strcmp(o->dp, "zero2") ? " and gradients" : "", p->dp * p->cp);
     printf("%s\n", p->on_cpu ? " (CPU: collectives through the TCP store)" : "");
 }
-gpt2 *trainer_whole_model(trainer *tr) { return tr->par ? gpt2_par_whole_model(tr->par, &tr->model) : &tr->model; }
+/* fsdp: every rank's shards gathered (a collective) into a whole model on rank 0, made at the first
+   call and kept (4 bytes a parameter there from then on, as --tp's); NULL on the other ranks */
+static gpt2 *trainer__fsdp_whole(trainer *tr) {
+    int rank0 = tr->dist->rank == 0;
+    if (rank0 && !tr->fsdp_whole.flat) {   /* outside any scope: the model owns its tensors */
+        gpt2_build(&tr->fsdp_whole, tr->model.cfg, trainer_device(tr));
+        trainer__drop_grads(&tr->fsdp_whole);
+        tr->fsdp_whole.mlir = tr->model.mlir;
+    }
+    bt_scope_begin();
+    bt_tensor *full = bt_fsdp_full(tr->fsdp, tr->fsdp->param);
+    if (rank0) bt_copy_(tr->fsdp_whole.flat, full);
+    bt_scope_end();
+    return rank0 ? &tr->fsdp_whole : NULL;
+}
+gpt2 *trainer_whole_model(trainer *tr) {
+    return tr->fsdp ? trainer__fsdp_whole(tr) : tr->par ? gpt2_par_whole_model(tr->par, &tr->model) : &tr->model;
+}
 
 /* ---- 8. the end of a run ---- */
 /* any part may be missing: every exit path comes here. With several processes a failed rank
@@ -1457,6 +1544,9 @@ int trainer_end(trainer *tr, int rc) {
         bt_dist_shutdown(tr->dist);
     }
     bt_adamw_free(&tr->opt);
+    bt_fsdp_free(tr->fsdp);          /* after the optimizer, whose leaves are its views */
+    tr->fsdp = NULL;
+    gpt2_free(&tr->fsdp_whole);
     gpt2_free(&tr->model);
     llama_free(&tr->lm);
     bt_loader_close(tr->train); bt_loader_close(tr->val);

@@ -209,42 +209,6 @@ static void test_zero_ranges(void) {
 }
 
 /* ---- 4. whole runs on two CPU ranks ------------------------------------------------------- */
-/* runs `nproc` ranks of this binary with args (and the launcher variables), rank 0's output in
-   out; 0 when every rank exited 0 */
-static int run_ranks(int nproc, const char *args, const char *tag, char *out, size_t cap) {
-    char cmd[8192], outfile[700];
-    int port = bt_dist_free_port(NULL), len = 0;
-    snprintf(outfile, sizeof outfile, "%s/%s.out", bt_test_dir, tag);
-    len += snprintf(cmd + len, sizeof cmd - len, "(");
-    for (int r = 0; r < nproc; r++)
-        len += snprintf(cmd + len, sizeof cmd - len,
-                        "RANK=%d WORLD_SIZE=%d LOCAL_RANK=%d LOCAL_WORLD_SIZE=%d MASTER_ADDR=127.0.0.1 MASTER_PORT=%d OMP_NUM_THREADS=1 "
-                        "timeout 120 %s --run-train %s > %s%s 2>&1 & pids=\"$pids $!\"; ", r, nproc, r, nproc, port, train_runs_exe, args, outfile, r ? ".r1" : "");
-    snprintf(cmd + len, sizeof cmd - len, "fail=0; for j in $pids; do wait $j || fail=$?; done; exit $fail)");
-    int rc = system(cmd);
-    out[0] = 0;
-    FILE *f = fopen(outfile, "rb");
-    if (f) { size_t n = fread(out, 1, cap - 1, f); out[n] = 0; fclose(f); }
-    return rc == -1 ? -1 : WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
-}
-static float *read_model(const char *path, int64_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    *n = (size - 1024) / 4;
-    float *w = (float *)malloc((size_t)(size > 1024 ? size - 1024 : 1));
-    fseek(f, 1024, SEEK_SET);
-    if (fread(w, 4, (size_t)*n, f) != (size_t)*n) *n = 0;
-    fclose(f);
-    return w;
-}
-static double rel_diff(const float *a, const float *b, int64_t n) {
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) { double d = (double)a[i] - b[i]; num += d * d; den += (double)b[i] * b[i]; }
-    return num != num ? INFINITY : sqrt(num) / (den > 0 ? sqrt(den) : 1);
-}
-
 #define TP_OPTS "-b 2 -t 16 -d 64 -v 0 -g 0 -u 1 --seed 5"
 #define TP_RUN "-e s2 " TP_OPTS
 static void test_runs_match_one_process(void) {
@@ -299,59 +263,6 @@ static void test_runs_match_one_process(void) {
     free(w1);
 }
 /* ---- 5. checkpoints, --init-from and samples with tp and cp ------------------------------------- */
-/* a checkpoint's 1-D tensor `name` as floats (malloc'd, *n elements); NULL when it cannot be read */
-static float *ckpt_tensor(const char *path, const char *name, int64_t *n) {
-    bt_ckpt_file *f = bt_ckpt_open(path, BT_CKPT_REQUIRE_CHECKSUMS);
-    const bt_ckpt_info *t = f ? bt_ckpt_find(f, name) : NULL;
-    float *x = t && t->ndim == 1 ? (float *)malloc(sizeof(float) * (size_t)t->shape[0]) : NULL;
-    *n = 0;
-    if (x) {
-        bt_scope_begin();
-        if (bt_ckpt_load(f, name, bt_from_blob(x, bt_shape1(t->shape[0]), BT_F32, bt_cpu()), 0)) { free(x); x = NULL; }
-        else *n = t->shape[0];
-        bt_scope_end();
-    }
-    bt_ckpt_close(f);
-    return x;
-}
-/* two checkpoints' weights and AdamW moments: the worst relative difference (norm) of the three
-   tensors, *bitwise = 1 when all three are equal bit for bit; INFINITY when one is missing */
-static double ckpt_diff(const char *a, const char *b, int *bitwise) {
-    static const char *const names[3] = {"params", "adamw.m", "adamw.v"};
-    double worst = 0;
-    *bitwise = 1;
-    for (int k = 0; k < 3; k++) {
-        int64_t na = 0, nb = 0;
-        float *x = ckpt_tensor(a, names[k], &na), *y = ckpt_tensor(b, names[k], &nb);
-        int ok = x && y && na == nb && na > 0, same = ok && !memcmp(x, y, sizeof(float) * (size_t)na);
-        worst = fmax(worst, !ok ? INFINITY : same ? 0 : rel_diff(x, y, na));
-        *bitwise &= same;
-        free(x); free(y);
-    }
-    return worst;
-}
-static void ckpt_file(const char *dir, int step, char *path, size_t n) {
-    char d[800];
-    snprintf(d, sizeof d, "%s/%s", bt_test_dir, dir);
-    if (bt_ckpt_path(d, step, path, n)) path[0] = 0;
-}
-/* runs nproc ranks with args, `-o bt_test_dir/tag`; the losses of its log into loss (cap), their count
-   (-1 when the run failed: said) */
-static int run_logged(int nproc, const char *args, const char *tag, double *loss, int cap) {
-    char full[2400], dir[700], out[65536];
-    snprintf(dir, sizeof dir, "%s/%s", bt_test_dir, tag);
-    snprintf(full, sizeof full, "%s -o %s", args, dir);
-    int rc = run_ranks(nproc, full, tag, out, sizeof out), n = rc ? -1 : read_losses(dir, loss, cap);
-    BT_CHECK(rc == 0 && n > 0, "%s (%d process%s): exit %d, %d losses: %s", args, nproc, nproc > 1 ? "es" : "", rc, n, out);
-    return rc ? -1 : n;
-}
-/* worst relative difference of a's n losses from b's */
-static double loss_diff(const double *a, const double *b, int n) {
-    double w = 0;
-    for (int i = 0; i < n; i++) w = fmax(w, fabs(a[i] - b[i]) / fabs(b[i]));
-    return w;
-}
-
 /* Tolerances. The same layout resumed (tp 2 -> tp 2, cp 2 -> cp 2) runs the same math as the
    uninterrupted run: its last checkpoint (weights, m, v) must be bitwise the uninterrupted one's.
    Across layouts the sums run in another order (row-parallel partial sums, the vocabulary-
