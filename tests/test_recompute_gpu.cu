@@ -5,6 +5,7 @@
    comes from the stored h, the kept one from the GEMM epilogue), and the peak memory falls by at
    least the kept gelu(h) of every layer; also under a CUDA graph. fp32 and bf16. */
 #include "gpt2_io.h"
+#include "llama.h"
 #include "bt_optim.h"
 #include "tests/bt_test.h"
 
@@ -183,11 +184,54 @@ static void graph_parity(int flags, float *ref, double *ref_loss) {
     gpt2_free(&m);
 }
 
+/* Llama (llama.h's regions: grouped-query attention with RoPE, SwiGLU): attn, mlp, block against
+   none on the GPU, loss and every gradient the same bits, fp32 and bf16 */
+static void llama_pass(llama *m, bt_dtype dt, int flags, const int32_t *ids, double *loss, float *grad) {
+    int old = bt_set_recompute(flags);
+    bt_zero_(m->flat_grad);
+    bt_scope_begin();
+    bt_tensor *idx = bt_from_data(ids, bt_shape2(B_, T_), BT_I32, m->device);
+    bt_tensor *tgt = bt_from_data(ids + B_ * T_, bt_shape2(B_, T_), BT_I32, m->device);
+    bt_tensor *l = llama_loss(m, idx, tgt, dt);
+    bt_backward(l);
+    *loss = bt_item(l);
+    bt_scope_end();
+    bt_to_host(m->flat_grad, grad, BT_F32);
+    bt_set_recompute(old);
+}
+static void test_llama_regions(void) {
+    if (no_gpu()) return;
+    bt_set_deterministic(1);
+    llama_config c = llama_config_make(3, 8, 2, 512, 1024, V_, T_);
+    llama m; llama_build(&m, c, bt_cuda_device(0)); llama_init(&m, 6);
+    int32_t ids[2 * B_ * T_];
+    for (int i = 0; i < 2 * B_ * T_; i++) ids[i] = (int32_t)(bt_philox_uniform(23, (uint64_t)i) * V_);
+    float *g0 = (float *)malloc(sizeof(float) * (size_t)m.flat_numel), *g1 = (float *)malloc(sizeof(float) * (size_t)m.flat_numel);
+    static const int flags[4] = {BT_RECOMPUTE_ATTN, BT_RECOMPUTE_MLP, BT_RECOMPUTE_BLOCK, BT_RECOMPUTE_ATTN | BT_RECOMPUTE_MLP};
+    for (int d = 0; d < 2; d++) {
+        bt_dtype dt = d ? BT_BF16 : BT_F32;
+        double l0, l1;
+        llama_pass(&m, dt, 0, ids, &l0, g0);   /* warm-up */
+        llama_pass(&m, dt, 0, ids, &l0, g0);
+        for (int k = 0; k < 4; k++) {
+            llama_pass(&m, dt, flags[k], ids, &l1, g1);
+            int64_t bad = 0;
+            for (int64_t i = 0; i < m.flat_numel; i++) bad += memcmp(&g0[i], &g1[i], sizeof(float)) != 0;
+            BT_CHECK(l0 == l1 && bad == 0, "Llama %s recompute %d: loss %.9f vs none's %.9f, %lld gradient elements differ", bt_dtype_name(dt),
+                     flags[k], l1, l0, (long long)bad);
+        }
+    }
+    free(g0); free(g1);
+    llama_free(&m);
+    bt_set_deterministic(0);
+}
+
 int main(void) {
     BT_RUN(test_recompute_fp32);
     BT_RUN(test_recompute_bf16);
     BT_RUN(test_regions_fp32);
     BT_RUN(test_regions_bf16);
     BT_RUN(test_recompute_in_graph);
+    BT_RUN(test_llama_regions);
     return bt_test_summary("test_recompute_gpu");
 }
