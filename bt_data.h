@@ -778,6 +778,10 @@ enum { BT__TMPREG_FREE, BT__TMPREG_CLAIMED, BT__TMPREG_LIVE, BT__TMPREG_CLEANING
 static int bt__tmpreg_state[BT_ATOMIC_MAX_OPEN];
 static char bt__tmpreg_name[BT_ATOMIC_MAX_OPEN][BT__TMP_NAME_MAX];
 static unsigned bt__tmp_counter;
+/* threads between registering a temporary's name and creating its file: a handler's cleanup waits for
+   them, or a file created just after its unlink would outlive the process (the opener blocks SIGINT
+   and SIGTERM meanwhile, so the handler never waits on its own thread) */
+static int bt__tmp_opening;
 
 static int bt__data_cas(int *p, int expect, int desired) {
     return __atomic_compare_exchange_n(p, &expect, desired, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
@@ -804,6 +808,7 @@ static int bt__tmpreg_give(int i) {
 
 BT_DATA_DEF void bt_atomic_cleanup(void) {
     int i, saved = errno;
+    while (__atomic_load_n(&bt__tmp_opening, __ATOMIC_ACQUIRE) > 0) { }   /* an open(2) of a regular file: short */
     for (i = 0; i < BT_ATOMIC_MAX_OPEN; i++)
         if (bt__data_cas(&bt__tmpreg_state[i], BT__TMPREG_LIVE, BT__TMPREG_CLEANING)) {
             unlink(bt__tmpreg_name[i]);
@@ -832,26 +837,18 @@ BT_DATA_DEF void bt_atomic_abort(bt_atomic_file *f) {
     bt__atomic_free(f);
 }
 
-BT_DATA_DEF bt_atomic_file *bt_atomic_open_flags(const char *path, int flags) {
-    bt_atomic_file *f;
-    char *target;
-    mode_t mode;
-    size_t cap;
+/* f->tmp: a fresh temporary beside f->target, registered before it exists (from then on a signal's
+   cleanup removes it), created with O_EXCL; f->fd, f->slot set. -1 with the message set */
+static int bt__atomic_create(bt_atomic_file *f, size_t cap, mode_t mode, const char *path) {
     int tries;
-    if (bt__output_target(path, flags, &target, &mode)) return NULL;
-    cap = strlen(target) + 64;
-    f = (bt_atomic_file *)bt__dmalloc(sizeof *f);
-    if (f) { f->fd = -1; f->slot = -1; f->err = 0; f->target = target; f->path = bt__strndup(path, strlen(path)); f->tmp = (char *)bt__dmalloc(cap); }
-    if (!f || !f->path || !f->tmp) { bt__seterr("%s: out of memory", path); if (f) bt__atomic_free(f); else bt__dfree(target); return NULL; }
-    if (cap > BT__TMP_NAME_MAX) { bt__seterr("%s: the path is too long (%zu bytes)", path, strlen(target)); bt__atomic_free(f); return NULL; }
     for (tries = 0; tries < 1000 && f->fd < 0; tries++) {
         unsigned k = __atomic_fetch_add(&bt__tmp_counter, 1u, __ATOMIC_RELAXED);
         int err;
-        snprintf(f->tmp, cap, "%s.tmp.%ld.%u", target, (long)getpid(), k);
+        snprintf(f->tmp, cap, "%s.tmp.%ld.%u", f->target, (long)getpid(), k);
         /* listed before it exists: from here on a signal's cleanup removes it */
         if ((f->slot = bt__tmpreg_take(f->tmp)) < 0) {
             bt__seterr("%s: more than %d atomic files are open at once (BT_ATOMIC_MAX_OPEN)", path, BT_ATOMIC_MAX_OPEN);
-            bt__atomic_free(f); return NULL;
+            return -1;
         }
         f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode ? (mode & 0777) : 0666);
         if (f->fd >= 0) break;
@@ -859,9 +856,30 @@ BT_DATA_DEF bt_atomic_file *bt_atomic_open_flags(const char *path, int flags) {
         bt__tmpreg_give(f->slot); f->slot = -1;
         if (err != EEXIST) {   /* EEXIST: a dead process with our pid left that name; take the next */
             bt__seterr("%s: cannot create the temporary %s: %s", path, f->tmp, strerror(err));
-            bt__atomic_free(f); return NULL;
+            return -1;
         }
     }
+    return 0;
+}
+BT_DATA_DEF bt_atomic_file *bt_atomic_open_flags(const char *path, int flags) {
+    bt_atomic_file *f;
+    char *target;
+    mode_t mode;
+    size_t cap;
+    if (bt__output_target(path, flags, &target, &mode)) return NULL;
+    cap = strlen(target) + 64;
+    f = (bt_atomic_file *)bt__dmalloc(sizeof *f);
+    if (f) { f->fd = -1; f->slot = -1; f->err = 0; f->target = target; f->path = bt__strndup(path, strlen(path)); f->tmp = (char *)bt__dmalloc(cap); }
+    if (!f || !f->path || !f->tmp) { bt__seterr("%s: out of memory", path); if (f) bt__atomic_free(f); else bt__dfree(target); return NULL; }
+    if (cap > BT__TMP_NAME_MAX) { bt__seterr("%s: the path is too long (%zu bytes)", path, strlen(target)); bt__atomic_free(f); return NULL; }
+    sigset_t block, old;   /* see bt__tmp_opening */
+    sigemptyset(&block); sigaddset(&block, SIGINT); sigaddset(&block, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    __atomic_fetch_add(&bt__tmp_opening, 1, __ATOMIC_ACQ_REL);
+    int failed = bt__atomic_create(f, cap, mode, path);
+    __atomic_fetch_sub(&bt__tmp_opening, 1, __ATOMIC_ACQ_REL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (failed) { bt__atomic_free(f); return NULL; }
     if (f->fd < 0) { bt__seterr("%s: no free temporary name beside it", path); bt__atomic_free(f); return NULL; }
     if (mode) (void)fchmod(f->fd, mode & 0777);   /* the replacement keeps the old file's permissions (umask aside) */
     if (bt__tmpreg_cleaned(f->slot)) { bt__seterr("%s: interrupted by a signal", path); bt_atomic_abort(f); return NULL; }
