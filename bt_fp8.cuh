@@ -219,14 +219,7 @@ static int bt__k_fp8_mm_make(bt__k_ctx *c, bt__k_mm_plan *p, bt_dtype dt, bt_dty
     BT__K_BLAS(cublasLtMatrixLayoutCreate(&p->la, bt__k_cuda_dt(fb), (uint64_t)K, (uint64_t)N, K), op);
     BT__K_BLAS(cublasLtMatrixLayoutCreate(&p->lb, bt__k_cuda_dt(fa), (uint64_t)K, (uint64_t)M, K), op);
     BT__K_BLAS(cublasLtMatrixLayoutCreate(&p->lc, bt__k_cuda_dt(dt), (uint64_t)N, (uint64_t)M, N), op);
-    cublasLtMatmulPreference_t pref;
-    BT__K_BLAS(cublasLtMatmulPreferenceCreate(&pref), op);
-    uint64_t wsb = BT__K_WS_BYTES;
-    BT__K_BLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb), op);
-    BT__K_BLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al[1], sizeof al[1]), op);
-    BT__K_BLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[0], sizeof al[0]), op);
-    BT__K_BLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], sizeof al[2]), op);
-    BT__K_BLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[2], sizeof al[2]), op);
+    cublasLtMatmulPreference_t pref = bt__k_mm_pref(al, op);
     cublasLtMatmulHeuristicResult_t res[BT__K_MM_CANDIDATES];
     int nres = 0;
     p->epi_bias = 0; p->no_algo = 0;
@@ -247,12 +240,7 @@ static int bt__k_fp8_mm_make(bt__k_ctx *c, bt__k_mm_plan *p, bt_dtype dt, bt_dty
         cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, BT__K_MM_CANDIDATES, res, &nres) != CUBLAS_STATUS_SUCCESS)
         nres = 0;
     cublasLtMatmulPreferenceDestroy(pref);
-    p->used = 1;
-    if (nres <= 0) { bt__k_mm_plan_drop(p); return 0; }
-    p->algo = res[0].algo;
-    p->n_cand = 0;
-    for (int i = 0; i < nres; i++) p->cand[p->n_cand++] = res[i].algo;
-    return 1;
+    return bt__k_mm_keep(p, res, nres);
 }
 BTDEF void bt_k_matmul_fp8(bt_dtype dt, void *C, const void *A, bt_dtype fa, const float *sa, const void *B, bt_dtype fb,
                            const float *sb, const void *bias, int64_t M, int64_t N, int64_t K, int fast_accum, cudaStream_t s) {

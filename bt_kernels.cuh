@@ -2374,6 +2374,29 @@ static void bt__k_matmul_bias(bt_dtype dt, void *C, const void *bias, int64_t ba
     })
     BT__K_LAUNCHED("bt_k_matmul (bias)");
 }
+/* a heuristic query's preference: the workspace and the operands' alignments in bytes (al: our A, B,
+   C; cuBLASLt's A is our B and vice versa, D is C) */
+static cublasLtMatmulPreference_t bt__k_mm_pref(const uint32_t *al, const char *op) {
+    cublasLtMatmulPreference_t pref;
+    BT__K_BLAS(cublasLtMatmulPreferenceCreate(&pref), op);
+    uint64_t wsb = BT__K_WS_BYTES;
+    BT__K_BLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb), op);
+    BT__K_BLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al[1], sizeof al[1]), op);
+    BT__K_BLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[0], sizeof al[0]), op);
+    BT__K_BLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], sizeof al[2]), op);
+    BT__K_BLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[2], sizeof al[2]), op);
+    return pref;
+}
+/* the plan takes the heuristic's nres candidates (the first as its algorithm): 1; none: the plan's
+   descriptors destroyed (bt__k_mm_plan_drop), 0 */
+static int bt__k_mm_keep(bt__k_mm_plan *p, const cublasLtMatmulHeuristicResult_t *res, int nres) {
+    p->used = 1;
+    if (nres <= 0) { bt__k_mm_plan_drop(p); return 0; }
+    p->algo = res[0].algo;
+    p->n_cand = 0;
+    for (int i = 0; i < nres; i++) p->cand[p->n_cand++] = res[i].algo;
+    return 1;
+}
 static int bt__k_mm_make(bt__k_ctx *c, bt__k_mm_plan *p, bt_dtype dt, bt_dtype dt_c, bt_matmul_precision prec, int64_t M,
                          int64_t N, int64_t K, int transA, int transB, int64_t batch, int64_t sA, int64_t sB, int64_t sC,
                          bt_k_epilogue epi, const void *bias, const void *aux, const uint32_t al[4]) {
@@ -2399,15 +2422,7 @@ static int bt__k_mm_make(bt__k_ctx *c, bt__k_mm_plan *p, bt_dtype dt, bt_dtype d
             BT__K_BLAS(cublasLtMatrixLayoutSetAttribute(ls[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &st[i], sizeof st[i]), op);
         }
     }
-    cublasLtMatmulPreference_t pref;
-    BT__K_BLAS(cublasLtMatmulPreferenceCreate(&pref), op);
-    uint64_t wsb = BT__K_WS_BYTES;
-    BT__K_BLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb), op);
-    /* cuBLASLt's A is our B and vice versa */
-    BT__K_BLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al[1], sizeof al[1]), op);
-    BT__K_BLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[0], sizeof al[0]), op);
-    BT__K_BLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], sizeof al[2]), op);
-    BT__K_BLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[2], sizeof al[2]), op);
+    cublasLtMatmulPreference_t pref = bt__k_mm_pref(al, op);
     cublasLtMatmulHeuristicResult_t res[BT__K_MM_CANDIDATES];
     int nres = 0;
     p->epi_bias = 0; p->no_algo = 0;
@@ -2443,16 +2458,7 @@ static int bt__k_mm_make(bt__k_ctx *c, bt__k_mm_plan *p, bt_dtype dt, bt_dtype d
         if (st != CUBLAS_STATUS_SUCCESS) nres = 0;
     }
     cublasLtMatmulPreferenceDestroy(pref);
-    if (nres <= 0) {
-        p->used = 1;
-        bt__k_mm_plan_drop(p);
-        return 0;
-    }
-    p->algo = res[0].algo;
-    p->n_cand = 0;
-    for (int i = 0; i < nres; i++) p->cand[p->n_cand++] = res[i].algo;
-    p->used = 1;
-    return 1;
+    return bt__k_mm_keep(p, res, nres);
 }
 
 /* Autotuning: the heuristic's order is a guess; on a shape's first use, time each candidate twice

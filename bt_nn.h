@@ -1424,6 +1424,29 @@ BTDEF void bt_fp8_state_free(bt_fp8_state *st) {
     bt_release(st->buf);
     st->buf = NULL; st->primed = 0; st->seen = 0;
 }
+BTDEF void bt_fp8_bank_reset(bt_fp8_state **states, bt_tensor **buf, int64_t n, const bt_fp8_opts *o, bt_device dev, const char *who) {
+    int64_t per = bt_fp8_state_floats(o);
+    if (*states && bt_numel(*buf) != n * per)
+        bt_error("%s: the model's FP8 states hold %lld floats, these options %lld (another history length)", who,
+                 (long long)bt_numel(*buf), (long long)(n * per));
+    bt_scope_begin();
+    if (!*states) {
+        *states = (bt_fp8_state *)calloc((size_t)n, sizeof **states);
+        if (!*states) bt_error("%s: out of host memory", who);
+        *buf = bt_keep(bt_zeros(bt_shape1(n * per), BT_F32, dev));
+    }
+    for (int64_t i = 0; i < n; i++) {
+        bt_fp8_state_free(&(*states)[i]);
+        bt_fp8_state_init(&(*states)[i], o, dev, bt_narrow(*buf, 0, i * per, per));
+    }
+    bt_scope_end();
+}
+BTDEF void bt_fp8_bank_free(bt_fp8_state **states, bt_tensor **buf, int64_t n) {
+    for (int64_t i = 0; *states && i < n; i++) bt_fp8_state_free(&(*states)[i]);
+    free(*states);
+    bt_release(*buf);
+    *states = NULL; *buf = NULL;
+}
 BTDEF void bt_fp8_update(bt_fp8_state *st) {
     if (!st || !st->buf) bt_error("fp8_update: no FP8 state (bt_fp8_state_init first)");
     int n = st->opts.history;

@@ -640,6 +640,11 @@ BTDEF void bt_fp8_state_free(bt_fp8_state *st);
    bt_fp8_scale_of(largest finite history entry); primed |= seen, seen <- 0. On st's device, no host
    wait. */
 BTDEF void bt_fp8_update(bt_fp8_state *st);
+/* A model's bank of n states, slices of one f32 buffer of n bt_fp8_state_floats (a checkpoint saves
+   it whole): made on dev when *states is NULL, else reused (the same n and state size, or an error
+   naming who); every state set to the start. _free releases them and NULLs both. */
+BTDEF void bt_fp8_bank_reset(bt_fp8_state **states, bt_tensor **buf, int64_t n, const bt_fp8_opts *o, bt_device dev, const char *who);
+BTDEF void bt_fp8_bank_free(bt_fp8_state **states, bt_tensor **buf, int64_t n);
 /* the op; st (not NULL) must outlive the graph that the call records */
 BTDEF bt_tensor *bt_linear_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_fp8_state *st);
 /* the scale of a tensor whose largest magnitude is amax, cast to a format whose largest finite value

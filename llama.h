@@ -294,30 +294,13 @@ BTDEF void llama_build(llama *m, llama_config cfg, bt_device dev) { llama_build_
 BTDEF void llama_free(llama *m) {
     for (int i = 0; i < m->n_params; i++) bt_release(m->params[i]);
     bt_release(m->flat); bt_release(m->flat_grad); bt_release(m->flat_lowp);
-    for (int i = 0; m->fp8 && i < m->cfg.L * LLAMA_FP8_LINEARS; i++) bt_fp8_state_free(&m->fp8[i]);
-    bt_release(m->fp8_buf);
-    free(m->params); free(m->layers); free(m->fp8);
+    bt_fp8_bank_free(&m->fp8, &m->fp8_buf, (int64_t)m->cfg.L * LLAMA_FP8_LINEARS);
+    free(m->params); free(m->layers);
     memset(m, 0, sizeof *m);
 }
 /* 4 L states of 3 (2 + history) f32 each, slices of one buffer (a checkpoint saves it whole) */
 BTDEF void llama_fp8_enable(llama *m, const bt_fp8_opts *o) {
-    int64_t per = bt_fp8_state_floats(o), n = (int64_t)m->cfg.L * LLAMA_FP8_LINEARS;
-    if (m->fp8 && bt_numel(m->fp8_buf) != n * per)
-        bt_error("llama_fp8_enable: the model's FP8 states hold %lld floats, these options %lld (another history length)",
-                 (long long)bt_numel(m->fp8_buf), (long long)(n * per));
-    if (!m->fp8) {
-        m->fp8 = (bt_fp8_state *)calloc((size_t)n, sizeof *m->fp8);
-        if (!m->fp8) bt_error("llama_fp8_enable: out of host memory");
-        bt_scope_begin();
-        m->fp8_buf = bt_keep(bt_zeros(bt_shape1(n * per), BT_F32, m->device));
-        bt_scope_end();
-    }
-    bt_scope_begin();
-    for (int64_t i = 0; i < n; i++) {
-        bt_fp8_state_free(&m->fp8[i]);
-        bt_fp8_state_init(&m->fp8[i], o, m->device, bt_narrow(m->fp8_buf, 0, i * per, per));
-    }
-    bt_scope_end();
+    bt_fp8_bank_reset(&m->fp8, &m->fp8_buf, (int64_t)m->cfg.L * LLAMA_FP8_LINEARS, o, m->device, "llama_fp8_enable");
 }
 BTDEF void llama_fp8_update(llama *m) {
     for (int i = 0; m->fp8 && i < m->cfg.L * LLAMA_FP8_LINEARS; i++) bt_fp8_update(&m->fp8[i]);

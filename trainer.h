@@ -744,7 +744,8 @@ int trainer_choose_recompute(trainer *tr, int B, int T, bt_dtype dt) {
     static const int gpt2_ladder[] = {0, BT_RECOMPUTE_GELU, BT_RECOMPUTE_MLP, BT_RECOMPUTE_BLOCK};
     static const int llama_ladder[] = {0, BT_RECOMPUTE_MLP, BT_RECOMPUTE_BLOCK};   /* no GELU in a Llama */
     const int *ladder = TRAINER__LLAMA(tr) ? llama_ladder : gpt2_ladder;
-    int b2 = B >= 8 ? 8 : 2, n = TRAINER__LLAMA(tr) ? 3 : 4, old = bt_get_recompute(), k;
+    int b2 = B >= 8 ? 8 : 2, old = bt_get_recompute(), k;
+    int n = TRAINER__LLAMA(tr) ? (int)(sizeof llama_ladder / sizeof *llama_ladder) : (int)(sizeof gpt2_ladder / sizeof *gpt2_ladder);
     double need[4];
     trainer__mem mm = {0, 1, 0};
     for (k = 0; k < n; k++) {

@@ -37,6 +37,16 @@ static inline bt_dist *one_rank_init(bt_dist_env *env, bt_dist_opts *o, int stor
     return bt_dist_init(o);
 }
 
+/* rank of world forked processes meeting at 127.0.0.1:port, collectives through the TCP store (no NCCL):
+   the launcher variables torchrun would set, in *env and *o (for bt_dist_init; *env must outlive it) */
+static inline void store_rank_opts(bt_dist_env *env, bt_dist_opts *o, int rank, int world, int port, double timeout_s) {
+    memset(env, 0, sizeof *env); memset(o, 0, sizeof *o);
+    env->launcher = BT_LAUNCHER_TORCHRUN; env->rank = rank; env->world = world; env->local_rank = rank; env->local_world = world;
+    snprintf(env->master_addr, sizeof env->master_addr, "127.0.0.1");
+    env->master_port = port;
+    o->store_only = 1; o->env = env; o->timeout_s = timeout_s;
+}
+
 /* forks world processes running body(rank, arg); codes[k] = rank k's exit code (wait_limit's) */
 typedef int (*proc_rank_body)(int rank, void *arg);
 static inline void run_ranks(int world, proc_rank_body body, void *arg, int *codes, double limit_s) {

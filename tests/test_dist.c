@@ -670,12 +670,9 @@ static void on_fault(const char *msg, void *user) {
 static bt_dist *live_init(int rank, live_args *a, char *path, size_t pl) {
     static bt_dist_env env;
     static bt_dist_opts o;
-    memset(&env, 0, sizeof env); memset(&o, 0, sizeof o);
-    env.launcher = BT_LAUNCHER_TORCHRUN; env.rank = rank; env.world = a->world; env.local_rank = rank; env.local_world = a->world;
-    snprintf(env.master_addr, sizeof env.master_addr, "127.0.0.1");
-    env.master_port = a->port;
+    store_rank_opts(&env, &o, rank, a->world, a->port, 10);
     path_of(path, pl, "live", rank);
-    o.store_only = 1; o.env = &env; o.timeout_s = 10; o.on_fault = on_fault; o.on_fault_user = path;
+    o.on_fault = on_fault; o.on_fault_user = path;
     return bt_dist_init(&o);
 }
 

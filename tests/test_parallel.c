@@ -408,11 +408,7 @@ static int mp_body(int rank, void *arg) {
     mp_args *a = (mp_args *)arg;
     static bt_dist_env env;
     bt_dist_opts o;
-    memset(&env, 0, sizeof env); memset(&o, 0, sizeof o);
-    env.launcher = BT_LAUNCHER_TORCHRUN; env.rank = rank; env.world = a->world; env.local_rank = rank; env.local_world = a->world;
-    snprintf(env.master_addr, sizeof env.master_addr, "127.0.0.1");
-    env.master_port = a->port;
-    o.store_only = 1; o.env = &env; o.timeout_s = 60;
+    store_rank_opts(&env, &o, rank, a->world, a->port, 60);
     bt_dist *d = bt_dist_init(&o);
     rank_fails = 0;
     check_tp_all(d->world_comm);

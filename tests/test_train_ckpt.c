@@ -34,23 +34,6 @@ static int wait_lines(const char *path, int n, pid_t pid) {
 }
 
 /* ---- what the runs leave ---- */
-/* the step, loss, lr and norm of each log line of a step > after, as the log printed them: the
-   part of each line before "ms" (timings differ between runs, these must not) */
-static void log_losses(const char *path, int after, char *out, size_t cap) {
-    char line[2048];
-    FILE *f = fopen(path, "rb");
-    size_t len = 0;
-    out[0] = 0;
-    while (f && fgets(line, sizeof line, f)) {
-        int step;
-        char *ms = strstr(line, ", \"ms\"");
-        if (sscanf(line, "{\"step\": %d", &step) != 1 || step <= after || !ms) continue;
-        *ms = 0;
-        len += (size_t)snprintf(out + len, cap - len, "%s\n", line);
-        if (len >= cap) break;
-    }
-    if (f) fclose(f);
-}
 static int first_logged_step(const char *path) {
     int step = -1;
     FILE *f = fopen(path, "rb");

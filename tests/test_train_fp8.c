@@ -222,22 +222,6 @@ static float *ckpt_state(const char *path, int64_t *n, char *primed, size_t cap)
     bt_ckpt_close(f);
     return s;
 }
-/* the log's lines after step `after`, each before its "ms" (the timings differ) */
-static void log_losses(const char *path, int after, char *out, size_t cap) {
-    char line[2048];
-    FILE *f = fopen(path, "rb");
-    size_t len = 0;
-    out[0] = 0;
-    while (f && fgets(line, sizeof line, f)) {
-        int step;
-        char *ms = strstr(line, ", \"ms\"");
-        if (sscanf(line, "{\"step\": %d", &step) != 1 || step <= after || !ms) continue;
-        *ms = 0;
-        len += (size_t)snprintf(out + len, cap - len, "%s\n", line);
-        if (len >= cap) break;
-    }
-    if (f) fclose(f);
-}
 
 /* per recipe: 8 steps with a checkpoint every 2; the states in them (432 floats for s2, primed
    "77777777") change from checkpoint to checkpoint; a run resumed from step 4 gives the same log

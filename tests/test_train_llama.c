@@ -15,22 +15,6 @@
 
 #define RUN "-b 1 -t 8 -v 0 -g 0 --quiet"
 
-/* the step, loss, lr and norm of each log line of a step > after (the part before "ms") */
-static void log_losses(const char *path, int after, char *out, size_t cap) {
-    char line[2048];
-    FILE *f = fopen(path, "rb");
-    size_t len = 0;
-    out[0] = 0;
-    while (f && fgets(line, sizeof line, f)) {
-        int step;
-        char *ms = strstr(line, ", \"ms\"");
-        if (sscanf(line, "{\"step\": %d", &step) != 1 || step <= after || !ms) continue;
-        *ms = 0;
-        len += (size_t)snprintf(out + len, cap - len, "%s\n", line);
-        if (len >= cap) break;
-    }
-    if (f) fclose(f);
-}
 /* the number after key in the file's text (the last occurrence), NAN when absent */
 static double last_number(const char *path, const char *key) {
     static char text[1 << 17];

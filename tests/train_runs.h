@@ -145,6 +145,23 @@ static inline int train_run(const char *args, char *out, size_t cap) {
     return rc;
 }
 /* the train_loss column of DIR/log.jsonl; the count, -1 without the file */
+/* the step, loss, lr and norm of each log line of a step > after, as the log printed them: the part
+   of each line before "ms" (timings differ between runs, these must not) */
+static inline void log_losses(const char *path, int after, char *out, size_t cap) {
+    char line[2048];
+    FILE *f = fopen(path, "rb");
+    size_t len = 0;
+    out[0] = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        int step;
+        char *ms = strstr(line, ", \"ms\"");
+        if (sscanf(line, "{\"step\": %d", &step) != 1 || step <= after || !ms) continue;
+        *ms = 0;
+        len += (size_t)snprintf(out + len, cap - len, "%s\n", line);
+        if (len >= cap) break;
+    }
+    if (f) fclose(f);
+}
 static inline int read_losses(const char *dir, double *loss, int cap) {
     char path[800], line[2048];
     snprintf(path, sizeof path, "%s/log.jsonl", dir);
