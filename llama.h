@@ -352,13 +352,10 @@ BTDEF bt_tensor *llama_param_as(llama *m, bt_tensor *p, bt_dtype dt) {
 }
 #define LLAMA_P(x) llama_param_as(m, (x), dt)
 
-/* r + x w^T (r NULL: without): through bt_linear_fp8 with the scaling state st, or with st NULL
-   bt_linear / bt_linear_add (the residual add then rides the GEMM on a GPU) */
+/* r + x w^T (r NULL: without): through bt_linear_fp8 / bt_linear_add_fp8 with the scaling state st,
+   or with st NULL bt_linear / bt_linear_add (the residual add rides the GEMM on a GPU either way) */
 static bt_tensor *llama__linear(bt_fp8_state *st, bt_tensor *x, bt_tensor *w, bt_tensor *r) {
-    if (st) {
-        bt_tensor *out = bt_linear_fp8(x, w, NULL, st);
-        return r ? bt_add(r, out) : out;
-    }
+    if (st) return r ? bt_linear_add_fp8(x, w, NULL, r, st) : bt_linear_fp8(x, w, NULL, st);
     return r ? bt_linear_add(x, w, NULL, r) : bt_linear(x, w, NULL);
 }
 /* layer y's linear k (LLAMA_FP8_QKV ..): its FP8 state when f8 (decided once per forward in
