@@ -69,6 +69,8 @@ static void usage(FILE *f) {
         "  --fp8-recipe current|delayed   with fp8: scales from each tensor's own amax, or from the amax history\n"
         "            of the last --fp8-history steps (default delayed)\n"
         "  --fp8-history N   with fp8: the delayed recipe's amax history, 1 to 1024 steps (default 16)\n"
+        "  --grad-dtype f32|bf16   the gradient buffer (default f32); bf16: 2 bytes a parameter less, for a bf16 or\n"
+        "            fp8 run on one GPU with one micro-batch a step (-d = B*T: each gradient written once, no sum)\n"
         "  --device auto|cpu|cuda|cuda:N  (default auto: cuda:0 when there is a GPU)\n"
         "  --seed N  --topk N  --temp T  --clip C (0 = no clipping)\n"
         "  --tokenizer DIR   encoder.json and vocab.bpe (default data; without them samples print as ids)\n"
@@ -153,7 +155,7 @@ static int takes_value(const char *a) {
         "-s", "-g", "-u", "--topk", "-l", "-q", "-c", "--clip", "--temp", "--seed", "-n", "--nproc", "--bucket-mb",
         "--nccl-timeout", "--ckpt-dir", "--ckpt-every", "--ckpt-keep", "--resume", "--init-from", "--export-hf", "--tp", "--cp",
         "--cp-comm", "--recompute", "--cuda-graph", "--ddp-rows", "--nccl-blocking", "--ddp-transport", "--dp", "--comm-dtype",
-        "--precision", "--device", "--eval-mc", "--fp8-recipe", "--fp8-history"};
+        "--precision", "--device", "--eval-mc", "--fp8-recipe", "--fp8-history", "--grad-dtype"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) if (!strcmp(a, names[i])) return 1;
     return 0;
 }
@@ -261,6 +263,10 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
             o->fp8_recipe = v;
             if (strcmp(v, "current") && strcmp(v, "delayed")) { snprintf(err, errlen, "--fp8-recipe must be current or delayed, got '%s'", v); return -1; }
         } else if (!strcmp(a, "--fp8-history")) bad = parse_int(v, 1, 1024, &o->fp8_history);
+        else if (!strcmp(a, "--grad-dtype")) {
+            o->grad_dtype = v;
+            if (strcmp(v, "f32") && strcmp(v, "bf16")) { snprintf(err, errlen, "--grad-dtype must be f32 or bf16, got '%s'", v); return -1; }
+        }
         else if (!strcmp(a, "--device")) {
             o->device = v;
             int n;
@@ -306,6 +312,12 @@ static int resolve_opts(train_opts *o, int on_gpu, const trainer_config *cfg, ch
     if (!on_gpu && strcmp(o->precision, "fp32") && strcmp(o->precision, "fp8")) {
         snprintf(err, errlen, "--precision %s needs a GPU (the CPU path computes in fp32; fp8 is emulated there)", o->precision); return -1;
     }
+    int grad_bf16 = o->grad_dtype && !strcmp(o->grad_dtype, "bf16");
+    if (grad_bf16 && (!on_gpu || (strcmp(o->precision, "bf16") && strcmp(o->precision, "fp8")))) {
+        snprintf(err, errlen, "--grad-dtype bf16 needs --precision bf16 or fp8 on a GPU (its products write bf16 gradients; %s)",
+                 on_gpu ? "fp32 and tf32 runs compute them in fp32" : "a CPU run computes in fp32");
+        return -1;
+    }
     /* fp8's recipe by default: delayed scaling (Transformer Engine's default recipe): one read of
        each tensor per cast (the amax measured in the same pass), where current scaling reads it
        twice; the scales lag the tensors by a step, which the history's maximum covers. History 16
@@ -336,6 +348,14 @@ static int resolve_opts(train_opts *o, int on_gpu, const trainer_config *cfg, ch
     if (o->total_batch < 0) o->total_batch = on_gpu ? 524288 : (int)bt;
     if (o->total_batch % bt) {
         snprintf(err, errlen, "-d %d is not a multiple of B*T = %d*%d", o->total_batch, o->B, o->T); return -1;
+    }
+    /* bf16 gradients are exact as products' outputs (each weight's gradient one product, rounded
+       once, as PyTorch's autocast makes them), not as a sum over micro-batches */
+    if (grad_bf16 && o->total_batch != bt) {
+        snprintf(err, errlen, "--grad-dtype bf16 needs one micro-batch a step: -d %d is %lld micro-batches of -b %d x -t %d (the "
+                 "gradients would be summed in bf16); give -d %lld, or --grad-dtype f32", o->total_batch, (long long)(o->total_batch / bt),
+                 o->B, o->T, (long long)bt);
+        return -1;
     }
     return 0;
 }
@@ -905,7 +925,13 @@ static int train_main(train_opts *o) {
     int64_t local = cfg.family == TRAINER_LLAMA ? llama_num_params(&cfg.llama) : gpt2_local_numel(&cfg.gpt2, o->tp, NULL);
     tr.zero.shard = tr.zero.stage ? bt_shard_numel(local, zworld, 64) : 0;
     int64_t pad_to = tr.zero.stage ? tr.zero.shard * zworld : 1;
-    bt_dtype grad_dt = tr.zero.stage == 2 ? tr.dt : BT_F32;
+    int grad_bf16 = !strcmp(o->grad_dtype, "bf16");   /* resolve_opts: a bf16 or fp8 GPU run, one micro-batch a step */
+    if (grad_bf16 && world > 1) {
+        fprintf(stderr, "error: --grad-dtype bf16 with %d processes: not yet (data parallelism sums the ranks' gradients in the "
+                "buffer's dtype; --dp zero2 keeps one micro-batch's gradients in bf16 already) " SEE_H "\n", world);
+        return run_end(&tr, 2);
+    }
+    bt_dtype grad_dt = tr.zero.stage == 2 || grad_bf16 ? tr.dt : BT_F32;
     if (o->tp > 1) gpt2_build_tp(&tr.model, cfg.gpt2, dev, o->tp, tr.par->tp_rank, pad_to, grad_dt);   /* GPT-2 only (trainer_par_check) */
     else trainer_model_build(&tr, &cfg, dev, pad_to, grad_dt);
     if (tr.par) gpt2_par_attach(tr.par, &tr.model);
@@ -999,8 +1025,9 @@ static int train_main(train_opts *o) {
     char fp8_what[96] = "";
     if (fp8) snprintf(fp8_what, sizeof fp8_what, " (block linears in FP8: %s scaling, history %d%s)", o->fp8_recipe, o->fp8_history,
                       on_gpu ? "" : "; emulated, the rest fp32");
-    printf("B %d T %d, total batch %d tokens (%d micro-batches), %d steps, lr %.2e warmup %d, precision %s%s%s%s\n",
-           o->B, o->T, o->total_batch, accum, o->steps, o->lr, o->warmup, o->precision, fp8_what, o->recompute ? ", recompute " : "", o->recompute ? trainer_recompute_name(o->recompute) : "");
+    printf("B %d T %d, total batch %d tokens (%d micro-batches), %d steps, lr %.2e warmup %d, precision %s%s%s%s%s\n",
+           o->B, o->T, o->total_batch, accum, o->steps, o->lr, o->warmup, o->precision, fp8_what, grad_bf16 ? ", bf16 gradients" : "",
+           o->recompute ? ", recompute " : "", o->recompute ? trainer_recompute_name(o->recompute) : "");
     if (on_gpu) printf("cuda graph: %s\n", !o->cuda_graph ? "off" : dist && dworld > 1
                        ? "on (each kind of micro-step, accumulating or communicating, is captured with its collectives after one eager run, then replayed)"
                        : "on (the micro-step is captured after one eager micro-step, then replayed)");

@@ -64,6 +64,7 @@ typedef struct {
     const char *precision;    /* fp32 | tf32 | bf16 | fp8 (GPT-2's block linears in FP8, the rest bf16; fp32 on a CPU) */
     const char *fp8_recipe;   /* --fp8-recipe current | delayed (NULL: not given; delayed with fp8) */
     int fp8_history;          /* --fp8-history N: the delayed recipe's amax history (0: not given; 16 with fp8) */
+    const char *grad_dtype;   /* --grad-dtype f32 | bf16: the gradient buffer's dtype (one process, one micro-batch a step) */
     const char *device;       /* auto | cpu | cuda | cuda:N */
     int overfit;              /* train on the first batch only */
     int quiet;
@@ -416,7 +417,7 @@ void train_default_opts(train_opts *o) {
     o->sample_every = -1; o->gen_len = 64; o->topk = 40; o->warmup = -1;
     o->lr = -1; o->final_lr_frac = 0.1; o->weight_decay = 0.1; o->clip = 1.0; o->temp = 1.0;
     o->seed = 1337; o->precision = NULL; o->device = "auto";
-    o->nproc = 1; o->dp = "ddp"; o->bucket_mb = 25; o->comm_dtype = "fp32"; o->nccl_timeout = 600;
+    o->nproc = 1; o->dp = "ddp"; o->bucket_mb = 25; o->comm_dtype = "fp32"; o->nccl_timeout = 600; o->grad_dtype = "f32";
     o->ddp_rows = -1; o->nccl_blocking = -1;
     o->ckpt_keep = 3; o->tp = 1; o->cp = 1; o->cuda_graph = -1; o->recompute = -1;
 }
@@ -881,6 +882,7 @@ static int trainer__ckpt_fields(const train_opts *o, const trainer_config *tc, i
     FIELD("train.dp", "--dp", "%s", world > 1 ? o->dp : "none");
     FIELD("train.comm_dtype", "--comm-dtype", "%s", world > 1 ? o->comm_dtype : "none");
     FIELD("train.bucket_mb", "--bucket-mb", "%d", world > 1 ? o->bucket_mb : 0);
+    FIELD("train.grad_dtype", "--grad-dtype", "%s", o->grad_dtype ? o->grad_dtype : "f32");   /* absent in older checkpoints: f32 */
     if (o->precision && !strcmp(o->precision, "fp8")) {   /* only then: older checkpoints lack them */
         bt_fp8_opts fo = trainer__fp8_opts(o);
         FIELD("train.fp8_recipe", "--fp8-recipe", "%s", fo.recipe == BT_FP8_CURRENT ? "current" : "delayed");
@@ -941,6 +943,7 @@ int trainer_ckpt_check(const model_source *src, const train_opts *o, const train
     int n = trainer__ckpt_fields(o, c, world, f);
     for (int i = 0; i < n; i++) {
         const char *v = bt_ckpt_meta_get(meta, f[i].key);
+        if (!v && !strcmp(f[i].key, "train.grad_dtype")) v = "f32";   /* written since --grad-dtype exists */
         if (!v) { snprintf(err, errlen, "--resume %.500s: no \"%s\" in its metadata: not a train_gpt2 checkpoint", src->path, f[i].key); return -1; }
         if (strcmp(v, f[i].val) && (!strncmp(f[i].key, "gpt2.", 5) || !strncmp(f[i].key, "llama.", 6))) {
             trainer_config h;
