@@ -340,6 +340,11 @@ typedef struct {
     int64_t local_numel, whole_numel, num_params;
 } bt_tp_layout;
 BTDEF void bt_tp_layout_init(bt_tp_layout *l, const bt_tp_shard *s, int n, int tp);   /* copies s */
+/* the same with leaf i's shard of(cfg, i): a model's own table (gpt2_shard_of, llama_shard_of) */
+typedef bt_tp_shard (*bt_tp_shard_fn)(const void *cfg, int leaf);
+BTDEF void bt_tp_layout_of(bt_tp_layout *l, bt_tp_shard_fn of, const void *cfg, int n, int tp);
+/* a rank's parameters in such a layout (local_numel); *whole (may be NULL): its whole tensors' */
+BTDEF int64_t bt_tp_local_numel(bt_tp_shard_fn of, const void *cfg, int n, int tp, int64_t *whole);
 BTDEF void bt_tp_layout_free(bt_tp_layout *l);
 /* rank's buffer local ([>= local_numel]: weights, AdamW's m or v, which follow them element for
    element) to or from the whole model whole, leaf i at whole_off[i] (NULL: l->whole_off, the
@@ -371,7 +376,7 @@ typedef struct bt_par {
 } bt_par;
 BTDEF bt_par *bt_par_open(const bt_par_opts *o, bt_dist *d, int on_gpu);   /* a collective */
 BTDEF void bt_par_free(bt_par *p);                                          /* before bt_dist_shutdown */
-BTDEF void bt_par_set_layout(bt_par *p, const bt_tp_shard *s, int n);      /* the model's leaves' shards */
+BTDEF void bt_par_set_layout(bt_par *p, bt_tp_shard_fn of, const void *cfg, int n);   /* the model's n leaves' shards */
 /* a batch's rows (full sequences: inputs, targets [B, T] on the host) -> this rank's zig-zag tokens
    (cp > 1; else *idx, *tgt are left as they are) */
 BTDEF void bt_par_batch(bt_par *p, const int32_t *inputs, const int32_t *targets, int B, int T, bt_device dev,
@@ -2719,6 +2724,21 @@ BTDEF void bt_tp_layout_init(bt_tp_layout *l, const bt_tp_shard *s, int n, int t
     }
     l->local_numel = mark[1];
 }
+BTDEF void bt_tp_layout_of(bt_tp_layout *l, bt_tp_shard_fn of, const void *cfg, int n, int tp) {
+    bt_tp_shard *s = (bt_tp_shard *)malloc(sizeof(bt_tp_shard) * (size_t)(n > 0 ? n : 1));
+    if (!s) bt_error("tp layout: out of host memory");
+    for (int i = 0; i < n; i++) s[i] = of(cfg, i);
+    bt_tp_layout_init(l, s, n, tp);
+    free(s);
+}
+BTDEF int64_t bt_tp_local_numel(bt_tp_shard_fn of, const void *cfg, int n, int tp, int64_t *whole) {
+    bt_tp_layout l;
+    bt_tp_layout_of(&l, of, cfg, n, tp);
+    int64_t local = l.local_numel;
+    if (whole) *whole = l.whole_numel;
+    bt_tp_layout_free(&l);
+    return local;
+}
 BTDEF void bt_tp_layout_free(bt_tp_layout *l) {
     free(l->s); free(l->local_off); free(l->whole_off);
     memset(l, 0, sizeof *l);
@@ -2778,9 +2798,9 @@ BTDEF void bt_par_free(bt_par *p) {
     free(p->pos); free(p->loc_in); free(p->loc_tg);
     free(p);
 }
-BTDEF void bt_par_set_layout(bt_par *p, const bt_tp_shard *s, int n) {
+BTDEF void bt_par_set_layout(bt_par *p, bt_tp_shard_fn of, const void *cfg, int n) {
     bt_tp_layout_free(&p->lay);
-    bt_tp_layout_init(&p->lay, s, n, p->tp);
+    bt_tp_layout_of(&p->lay, of, cfg, n, p->tp);
 }
 BTDEF void bt_par_batch(bt_par *p, const int32_t *inputs, const int32_t *targets, int B, int T, bt_device dev,
                         bt_tensor **idx, bt_tensor **tgt) {

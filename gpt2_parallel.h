@@ -85,21 +85,10 @@ BTDEF int64_t gpt2_leaf_file_base(const gpt2_config *c, int i) {
     return off[k] + l * (sz[k] / c->L);
 }
 /* the leaves' layout for tp (the caller frees it) */
-static void gpt2__layout(const gpt2_config *c, int tp, bt_tp_layout *l) {
-    int n = 4 + 12 * c->L;
-    bt_tp_shard *s = (bt_tp_shard *)malloc(sizeof(bt_tp_shard) * (size_t)n);
-    if (!s) bt_error("tp: out of host memory");
-    for (int i = 0; i < n; i++) s[i] = gpt2_shard_of(c, i);
-    bt_tp_layout_init(l, s, n, tp);
-    free(s);
-}
+static bt_tp_shard gpt2__shard_fn(const void *c, int leaf) { return gpt2_shard_of((const gpt2_config *)c, leaf); }
+static void gpt2__layout(const gpt2_config *c, int tp, bt_tp_layout *l) { bt_tp_layout_of(l, gpt2__shard_fn, c, 4 + 12 * c->L, tp); }
 BTDEF int64_t gpt2_local_numel(const gpt2_config *cfg, int tp, int64_t *whole) {
-    bt_tp_layout l;
-    gpt2__layout(cfg, tp, &l);
-    int64_t local = l.local_numel;
-    if (whole) *whole = l.whole_numel;
-    bt_tp_layout_free(&l);
-    return local;
+    return bt_tp_local_numel(gpt2__shard_fn, cfg, 4 + 12 * cfg->L, tp, whole);
 }
 static const gpt2_split *gpt2__tp_split(void);
 /* With sp the whole tensors' gradients are one span of flat_grad, summed over tp by one collective.
@@ -213,10 +202,7 @@ static const gpt2_split *gpt2__tp_split(void) { return &gpt2__split_tp; }
 BTDEF void gpt2_par_attach(bt_par *p, gpt2 *m) {
     m->par = p;
     m->split = m->tp > 1 ? &gpt2__split_tp : &gpt2__split_cp;
-    bt_tp_layout lay;
-    gpt2__layout(&m->cfg, p->tp, &lay);
-    bt_par_set_layout(p, lay.s, lay.n);
-    bt_tp_layout_free(&lay);
+    bt_par_set_layout(p, gpt2__shard_fn, &m->cfg, 4 + 12 * m->cfg.L);
 }
 BTDEF gpt2 *gpt2_par_whole_model(bt_par *p, gpt2 *m, gpt2 *whole) {
     if (m->tp <= 1) return m;

@@ -1,6 +1,7 @@
 /* llama.h - Llama (2, 3, 3.1, 3.2) built from the BluTrain-C ops: config, presets, parameters,
-   the forward pass, KV-cache generation. v0.2 (v0.2: llama_build_padded and flat_numel for ZeRO;
-   the CPU presets s4, s2 renamed ls4, ls2, apart from GPT-2's in train_gpt2's -e).
+   the forward pass, KV-cache generation. v0.3 (v0.2: llama_build_padded and flat_numel for ZeRO;
+   the CPU presets s4, s2 renamed ls4, ls2, apart from GPT-2's in train_gpt2's -e. v0.3: llama_split,
+   the hooks through which llama_parallel.h runs a tp shard or cp; llama_leaf public).
 
    USAGE
      #define LLAMA_IMPLEMENTATION in *one* C/CUDA file (beside the bt_ implementations; bt_all.h
@@ -31,7 +32,8 @@
    backward writes the gradients of q, k, v into one buffer, rotating those of q, k back in place.
    The KV cache stores the Hkv heads only and its attention reads them per group too.
 
-   Files: llama_io.h (Hugging Face LlamaForCausalLM in and out). docs/llama.md.
+   Files: llama_io.h (Hugging Face LlamaForCausalLM in and out). Tensor and context parallelism:
+   llama_parallel.h (through llama_split). docs/llama.md.
 
    FP8 (docs/fp8.md): llama_fp8_enable gives the model one scaling state per block linear (wqkv,
    wo, w13, w2) in one flat f32 buffer, as gpt2.h's; a training forward (grad mode on) then runs

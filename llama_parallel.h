@@ -86,21 +86,10 @@ BTDEF int llama_tp_check(const llama_config *c, int tp, char *err, size_t errlen
     if (c->Vp % tp) { bt_msgf(err, errlen, "--tp %d does not divide the padded vocabulary Vp = %d", tp, c->Vp); return -1; }
     return 0;
 }
-static void llama__layout(const llama_config *c, int tp, bt_tp_layout *l) {
-    int n = llama_n_leaves(c);
-    bt_tp_shard *s = (bt_tp_shard *)malloc(sizeof(bt_tp_shard) * (size_t)n);
-    if (!s) bt_error("tp: out of host memory");
-    for (int i = 0; i < n; i++) s[i] = llama_shard_of(c, i);
-    bt_tp_layout_init(l, s, n, tp);
-    free(s);
-}
+static bt_tp_shard llama__shard_fn(const void *c, int leaf) { return llama_shard_of((const llama_config *)c, leaf); }
+static void llama__layout(const llama_config *c, int tp, bt_tp_layout *l) { bt_tp_layout_of(l, llama__shard_fn, c, llama_n_leaves(c), tp); }
 BTDEF int64_t llama_local_numel(const llama_config *c, int tp, int64_t *whole) {
-    bt_tp_layout l;
-    llama__layout(c, tp, &l);
-    int64_t local = l.local_numel;
-    if (whole) *whole = l.whole_numel;
-    bt_tp_layout_free(&l);
-    return local;
+    return bt_tp_local_numel(llama__shard_fn, c, llama_n_leaves(c), tp, whole);
 }
 static const llama_split *llama__tp_split(void);
 BTDEF void llama_build_tp(llama *m, llama_config cfg, bt_device dev, int tp, int r, int64_t pad_to, bt_dtype grad_dt) {
@@ -199,10 +188,7 @@ BTDEF void llama_par_attach(bt_par *p, llama *m) {
     if (p->tp != (m->tp > 1 ? m->tp : 1)) bt_error("llama_par_attach: the mesh's tp %d, the model's shard of tp %d", p->tp, m->tp);
     m->par = p;
     m->split = m->tp > 1 ? &llama__split_tp : &llama__split_cp;
-    bt_tp_layout lay;
-    llama__layout(&m->cfg, p->tp, &lay);
-    bt_par_set_layout(p, lay.s, lay.n);
-    bt_tp_layout_free(&lay);
+    bt_par_set_layout(p, llama__shard_fn, &m->cfg, llama_n_leaves(&m->cfg));
 }
 BTDEF llama *llama_par_whole_model(bt_par *p, llama *m, llama *whole) {
     if (m->tp <= 1) return m;

@@ -101,7 +101,9 @@ typedef struct { int port, tp, cp, sp, async, tie; const char *cp_comm; } grad_c
 #define GB 2
 #define GT 16
 static int rank_fails;
+static double rank_worst;   /* the largest relative difference seen (an info line) */
 static void close_or_fail(int rank, const char *what, double e, double tol) {
+    if (e > rank_worst) rank_worst = e;
     if (!(e <= tol)) { fprintf(stderr, "  FAIL rank %d: %s: relative difference %.3g (tolerance %.1g)\n", rank, what, e, tol); rank_fails++; }
 }
 /* an ignored target only without cp: a cp rank's loss is its tokens' mean, the mean of the ranks'
@@ -121,7 +123,7 @@ static int grad_body(int rank, void *arg) {
     bt_dist_opts dop;
     store_rank_opts(&env, &dop, rank, g->tp * g->cp, g->port, 60);
     bt_dist *d = bt_dist_init(&dop);
-    rank_fails = 0;
+    rank_fails = 0; rank_worst = 0;
     llama_config c = llama_config_make(2, 4, 2, 32, 48, 200, GT);
     c.tie = g->tie;
     c.rope.theta = 10000.0;
@@ -200,6 +202,10 @@ static int grad_body(int rank, void *arg) {
     }
     bt_release(w);
     bt_scope_end();
+    if (rank == 0)
+        fprintf(stderr, "  info: tp %d%s%s cp %d%s%s, %s head: loss, gradients, norm and weights within %.2e relative of one process's\n", g->tp,
+                g->sp ? " sp" : "", g->async ? " async" : "", g->cp, g->cp_comm ? " " : "", g->cp_comm ? g->cp_comm : "", g->tie ? "tied" : "untied",
+                rank_worst);
     bt_adamw_free(&o1); bt_adamw_free(&o2);
     llama_free(&one); llama_free(&sh);
     bt_par_free(p);
