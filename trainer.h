@@ -16,8 +16,9 @@
      another, so the optimizer, ZeRO, the buckets, the gradient norm and the checkpoints see only
      those buffers (trainer_flat, trainer_flat_grad, trainer_params); the loop calls the model
      through trainer_model_* (loss, logits, the bf16 copy, init, samples, the Hugging Face export).
-     Tensor/context parallelism, --mlir, the tied embedding's rows exchange, --recompute gelu and
-     --save (llm.c's GPT-2 file) are GPT-2's only: a Llama run refuses them (trainer_family_check).
+     Tensor/context parallelism takes either (gpt2_parallel.h, llama_parallel.h over bt_parallel.h's
+     bt_par). --mlir, the tied embedding's rows exchange, --recompute gelu and --save (llm.c's GPT-2
+     file) are GPT-2's only: a Llama run refuses them (trainer_family_check).
      --precision fp8 takes either: both models own their FP8 states alike (trainer_fp8_*).
 
    SECTIONS (implementation)
@@ -179,12 +180,13 @@ void trainer_model_init(trainer *tr, uint64_t seed);
 bt_tensor *trainer_model_loss(trainer *tr, bt_tensor *idx, bt_tensor *tgt);   /* mean cross-entropy in tr->dt */
 bt_tensor *trainer_model_logits(trainer *tr, bt_tensor *idx);                 /* [B, T, Vp] */
 void trainer_model_lowp_refresh(trainer *tr);      /* the bf16 copy after an update (outside a CUDA graph) */
-/* n tokens after <|endoftext|>, printed; whole: GPT-2's whole model (trainer_whole_model), unused for Llama */
+/* n tokens after <|endoftext|>, printed; whole: GPT-2's whole model (trainer_whole_model), unused for
+   Llama (its own, or with --tp tp_whole_lm, which trainer_whole_model fills) */
 void trainer_model_sample(trainer *tr, gpt2 *whole, int n, int topk, double temp, uint64_t seed);
 /* DIR/model.safetensors and DIR/config.json for transformers (GPT2LMHeadModel or LlamaForCausalLM) */
 int trainer_model_export_hf(trainer *tr, gpt2 *whole, const char *dir, char *err, size_t errlen);
-/* the flags a Llama run does not take yet (--tp/--cp and theirs, --mlir, --save, --ddp-rows on,
-   --recompute gelu): 0, or -1 with err naming the flag */
+/* the flags a Llama run does not take yet (--mlir, --save, --ddp-rows on, --recompute gelu): 0,
+   or -1 with err naming the flag */
 int trainer_family_check(const train_opts *o, const trainer_config *c, char *err, size_t errlen);
 /* --precision fp8: the model's FP8 states made (or set back to the start) with the run's recipe
    and history (gpt2_fp8_enable, llama_fp8_enable) */
