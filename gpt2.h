@@ -87,7 +87,7 @@ typedef struct gpt2 {
     int mlir;                      /* fc bias + GELU through bt_mlir.h's fused kernel (BT_MLIR builds) */
     int tp, tp_rank;               /* tensor parallelism: this rank's shard of tp; 0 when whole */
     const struct gpt2_split *split;   /* tensor/context parallel forward (gpt2_parallel.h); NULL: whole */
-    struct gpt2_par *par;          /* that split's state */
+    struct bt_par *par;            /* that split's mesh (bt_parallel.h) */
     bt_tensor *fp8_buf;            /* f32 [L, GPT2_FP8_LINEARS, 3, 2 + history]: the FP8 states (gpt2_fp8_enable); NULL: none */
     bt_fp8_state *fp8;             /* [L * GPT2_FP8_LINEARS]: layer l's linear k at l * GPT2_FP8_LINEARS + k, views of fp8_buf */
     const gpt2_units *units;       /* fsdp: parameters come from here (NULL: the leaves) */

@@ -9,7 +9,7 @@
      gpt2.h           the model: parameters, the forward pass, generation
      gpt2_io.h        model files: llm.c's layout, Hugging Face's
      gpt2_parallel.h  the model under tensor and context parallelism
-     llama.h, llama_io.h  a Llama model and its Hugging Face files: -e l125m, --init-from DIR (the same loop)
+     llama.h, llama_io.h, llama_parallel.h  a Llama model, its Hugging Face files, its tp/cp: -e l125m, --init-from DIR (the same loop)
      trainer.h        the run's state: data, data parallelism, CUDA graphs, memory, checkpoints
    Read top to bottom:
      1. the command line
@@ -21,7 +21,7 @@
 #ifndef BT_LINKED                 /* every header's implementation here, or from one object linked in (make) */
 #define BT_ALL_IMPLEMENTATION
 #endif
-#include "bt_all.h"                /* the bt_ headers, gpt2.h, gpt2_io.h, gpt2_parallel.h (bt_mlir.h with MLIR=1) */
+#include "bt_all.h"                /* the bt_ headers, the models and their _io.h, _parallel.h (bt_mlir.h with MLIR=1) */
 #define TRAINER_IMPLEMENTATION
 #include "trainer.h"
 #include <stdio.h>
@@ -279,7 +279,7 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
     int fp8 = o->precision && !strcmp(o->precision, "fp8");
     const char *clash = (o->fp8_recipe || o->fp8_history) && !fp8 ? "--fp8-recipe and --fp8-history need --precision fp8"
         : fp8 && o->mlir ? "--precision fp8 and --mlir exclude each other (the FP8 MLP runs its linears unfused; --mlir fuses a bf16 one)"
-        : fp8 && (o->tp > 1 || o->cp > 1) ? "--precision fp8: not with --tp or --cp yet (their split linears are gpt2_parallel.h's, not FP8)"
+        : fp8 && (o->tp > 1 || o->cp > 1) ? "--precision fp8: not with --tp or --cp yet (their split linears are gpt2_parallel.h's and llama_parallel.h's, not FP8)"
         : o->ckpt_every && !o->ckpt_dir ? "--ckpt-every needs --ckpt-dir DIR (where the checkpoints go)"
         : o->resume && !strcmp(o->resume, "auto") && !o->ckpt_dir ? "--resume auto needs --ckpt-dir DIR (where to look)"
         : o->ckpt_overwrite && !o->ckpt_dir ? "--ckpt-overwrite needs --ckpt-dir DIR (whose old checkpoints it deletes)"
@@ -390,11 +390,11 @@ static double now_s(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &
 /* One micro-batch: the forward pass, the backward of loss / accum (the gradients average over the
    micro-batches) and loss / accum added into loss_sum (f32 on the device) */
 static void micro_step(trainer *tr, bt_tensor *idx, bt_tensor *tgt, int accum, bt_tensor *loss_sum) {
-    if (tr->par) gpt2_par_stage_mark(tr->par, trainer_device(tr), 0);
+    if (tr->par) bt_par_stage_mark(tr->par, trainer_device(tr), 0);
     bt_tensor *loss = trainer_model_loss(tr, idx, tgt);
-    if (tr->par) gpt2_par_stage_mark(tr->par, trainer_device(tr), 1);
+    if (tr->par) bt_par_stage_mark(tr->par, trainer_device(tr), 1);
     bt_backward(bt_scale(loss, 1.0 / accum));
-    if (tr->par) gpt2_par_stage_mark(tr->par, trainer_device(tr), 2);
+    if (tr->par) bt_par_stage_mark(tr->par, trainer_device(tr), 2);
     int old = bt_set_grad_enabled(0);
     bt_add_(loss_sum, bt_cast(loss, BT_F32), 1.0 / accum);
     bt_set_grad_enabled(old);
@@ -449,7 +449,7 @@ static int train_step(trainer *tr, int step, double lr, double *loss, double *gr
         }
         bt_scope_end();
     }
-    if (tr->par) { gpt2_par_reduce_grads(tr->par, &tr->model, &tr->zero); gpt2_par_mean(tr->par, loss_sum); }
+    if (tr->par) { bt_par_reduce_grads(tr->par, trainer_flat_grad(tr), &tr->zero); bt_par_mean(tr->par, loss_sum); }
     else if (tr->fsdp) bt_fsdp_mean(tr->fsdp, loss_sum);   /* CPU ranks too: through the store */
     else if (tr->dist) bt_all_reduce(tr->dist->world_comm, bt_data_ptr(loss_sum), bt_data_ptr(loss_sum), 1, BT_F32, BT_RED_AVG, NULL);
     bt_tensor *norm = trainer_grad_norm(tr);
@@ -481,7 +481,7 @@ static double evaluate(trainer *tr) {
         bt_add_(sum, bt_cast(trainer_model_loss(tr, idx, tgt), BT_F32), 1.0);
         bt_scope_end();
     }
-    if (tr->par) gpt2_par_mean(tr->par, sum);
+    if (tr->par) bt_par_mean(tr->par, sum);
     else if (tr->fsdp) bt_fsdp_mean(tr->fsdp, sum);
     else if (tr->dist) bt_all_reduce(tr->dist->world_comm, bt_data_ptr(sum), bt_data_ptr(sum), 1, BT_F32, BT_RED_AVG, NULL);
     double loss = bt_item(sum) / (n ? n : 1);
@@ -919,10 +919,10 @@ static int train_main(train_opts *o) {
     bt_set_matmul_precision(!strcmp(o->precision, "tf32") ? BT_MATMUL_TF32 : BT_MATMUL_FP32);
     if (o->deterministic) bt_set_deterministic(1);
     tr.zero.stage = !dist ? 0 : !strcmp(o->dp, "zero1") ? 1 : !strcmp(o->dp, "zero2") ? 2 : 0;
-    if (o->tp * o->cp > 1) { gpt2_par_opts po = trainer_par_opts(o); tr.par = gpt2_par_open(&po, dist, on_gpu); }
+    if (o->tp * o->cp > 1) { bt_par_opts po = trainer_par_opts(o); tr.par = bt_par_open(&po, dist, on_gpu); }
     /* ZeRO's group: the processes, or with tp/cp the dp x cp ranks of this tp index */
     int zworld = tr.par ? tr.par->dp * tr.par->cp : world;
-    int64_t local = cfg.family == TRAINER_LLAMA ? llama_num_params(&cfg.llama) : gpt2_local_numel(&cfg.gpt2, o->tp, NULL);
+    int64_t local = cfg.family == TRAINER_LLAMA ? llama_local_numel(&cfg.llama, o->tp, NULL) : gpt2_local_numel(&cfg.gpt2, o->tp, NULL);
     tr.zero.shard = tr.zero.stage ? bt_shard_numel(local, zworld, 64) : 0;
     int64_t pad_to = tr.zero.stage ? tr.zero.shard * zworld : 1;
     int grad_bf16 = !strcmp(o->grad_dtype, "bf16");   /* resolve_opts: a bf16 or fp8 GPU run, one micro-batch a step */
@@ -932,9 +932,11 @@ static int train_main(train_opts *o) {
         return run_end(&tr, 2);
     }
     bt_dtype grad_dt = tr.zero.stage == 2 || grad_bf16 ? tr.dt : BT_F32;
-    if (o->tp > 1) gpt2_build_tp(&tr.model, cfg.gpt2, dev, o->tp, tr.par->tp_rank, pad_to, grad_dt);   /* GPT-2 only (trainer_par_check) */
+    if (o->tp > 1 && cfg.family == TRAINER_LLAMA) { tr.family = TRAINER_LLAMA; llama_build_tp(&tr.lm, cfg.llama, dev, o->tp, tr.par->tp_rank, pad_to, grad_dt); }
+    else if (o->tp > 1) gpt2_build_tp(&tr.model, cfg.gpt2, dev, o->tp, tr.par->tp_rank, pad_to, grad_dt);
     else trainer_model_build(&tr, &cfg, dev, pad_to, grad_dt);
-    if (tr.par) gpt2_par_attach(tr.par, &tr.model);
+    if (tr.par && cfg.family == TRAINER_LLAMA) llama_par_attach(tr.par, &tr.lm);
+    else if (tr.par) gpt2_par_attach(tr.par, &tr.model);
     tr.model.mlir = o->mlir;
     if (fp8) trainer_fp8_enable(&tr);   /* before the memory probes, so they measure the FP8 path */
     if (tr.src.resume) trainer_ckpt_import_tuning(&tr);   /* before any matmul chooses its algorithm */
@@ -1074,7 +1076,7 @@ static int train_main(train_opts *o) {
             size_t at = strlen(extra);
             snprintf(extra + at, sizeof extra - at, ", \"ckpt_stall_ms\": %.3f, \"ckpt_stall_total_ms\": %.3f", tr.last_stall_ms, tr.total_stall_ms);
         }
-        if (tr.par) gpt2_par_stage_report(tr.par, extra, sizeof extra);
+        if (tr.par) bt_par_stage_report(tr.par, extra, sizeof extra);
         if (!o->quiet || last || validated || !updated || snap) {
             printf("step %4d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s", step + 1, o->steps, loss, lr, norm, dt_s * 1e3, tps);
             if (peak > 0) printf(" | MFU %.1f%%", mfu);
