@@ -404,16 +404,26 @@ void trainer_fp8_enable(trainer *tr) {
     if (TRAINER__LLAMA(tr)) llama_fp8_enable(&tr->lm, &f);
     else gpt2_fp8_enable(&tr->model, &f);
 }
-void trainer_fp8_update(trainer *tr) {
-    if (TRAINER__LLAMA(tr)) llama_fp8_update(&tr->lm);
-    else gpt2_fp8_update(&tr->model);
-}
 /* the model's FP8 states (NULL without), *n of them, in the flat buffer *buf (buf may be NULL) */
 static bt_fp8_state *trainer__fp8(const trainer *tr, int *n, bt_tensor **buf) {
     bt_fp8_state *st = TRAINER__LLAMA(tr) ? tr->lm.fp8 : tr->model.fp8;
     *n = !st ? 0 : TRAINER__LLAMA(tr) ? tr->lm.cfg.L * LLAMA_FP8_LINEARS : tr->model.cfg.L * GPT2_FP8_LINEARS;
     if (buf) *buf = TRAINER__LLAMA(tr) ? tr->lm.fp8_buf : tr->model.fp8_buf;
     return st;
+}
+/* With several processes the step's amaxes are first all-reduced (max) over the world, so every
+   rank rolls the same amaxes into the same histories and casts with the same scales: the scales of
+   one process over the whole batch (x, w: the max over every micro-batch; gy: ddp's gradients are
+   each rank's mean, a power-of-two multiple of one process's with 2^k ranks, whose scales then
+   differ by that power of two and whose casts give the same bytes). The rest of each row (scale,
+   history) is equal on every rank, so the max of the whole buffer leaves it as it is. */
+void trainer_fp8_update(trainer *tr) {
+    bt_tensor *buf = NULL;
+    int n = 0;
+    if (tr->dist && tr->dist->world > 1 && trainer__fp8(tr, &n, &buf) && buf)
+        bt_all_reduce(tr->dist->world_comm, bt_data_ptr(buf), bt_data_ptr(buf), bt_numel(buf), BT_F32, BT_RED_MAX, NULL);
+    if (TRAINER__LLAMA(tr)) llama_fp8_update(&tr->lm);
+    else gpt2_fp8_update(&tr->model);
 }
 
 /* ---- 1. options ---- */
