@@ -172,7 +172,7 @@ static void test_flags(void) {
     cfg = trainer_config_gpt2(gpt2_config_make(2, 2, 72, 128, 50257));
     train_parse("--precision fp8 -t 32 -b 2", &o, err, sizeof err);
     BT_CHECK(resolve_opts(&o, 1, &cfg, err, sizeof err) == -1 && strstr(err, "the model's width C 72"), "C 72: '%s'", err);
-    /* several processes: data parallelism takes fp8, fsdp not yet (the check itself)
+    /* several processes: data parallelism takes fp8, fsdp not yet (the check itself) */
     train_parse("--precision fp8 --dp fsdp", &o, err, sizeof err);
     BT_CHECK(check_fp8_world(&o, 2, err, sizeof err) == -1 && strstr(err, "--precision fp8 with --dp fsdp: not yet"), "fsdp: '%s'", err);
     BT_CHECK(check_fp8_world(&o, 1, err, sizeof err) == 0, "1 process: '%s'", err);
