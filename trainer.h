@@ -468,9 +468,9 @@ static int trainer__rows_exchange(trainer *tr) {
     return gathered <= 4.0 * (double)m->wte->shape[0];
 }
 /* --dp fsdp: the engine over the world, one unit per gpt2_units_bounds or llama_units_bounds (the
-   embeddings, each block, the final norm (and a Llama's untied head)), this rank's shards cut out of the weights every rank holds now (rank
-   0's, broadcast on GPUs; on CPU ranks every rank made the same ones: the same seed or file), and
-   AdamW re-made over the shards' views. Then the model's full buffers go: its gradients (a unit's
+   embeddings; each block; the final norm, with a Llama's untied head), this rank's shards cut out
+   of the weights every rank holds now (rank 0's, broadcast on GPUs; on CPU ranks every rank made
+   the same ones: the same seed or file), and AdamW re-made over the shards' views. Then the model's full buffers go: its gradients (a unit's
    live in its gathered leaf during the backward, then in the shards) and its fp32 weights, whose
    storage keeps no memory (the leaves keep their offsets and shapes, all that GPT2_P and LLAMA_P
    read under units; a read of the data would fault at once). trainer_whole_model gathers the
