@@ -2409,8 +2409,9 @@ static void bt__local_copy(void *dst, const void *src, size_t bytes, void *strea
    buffers through the world's TCP store. Every rank's bytes go to every rank (bt_store_allgather),
    then each rank reduces them in rank order in double, rounded once: the same bits on every rank.
    Slow (each rank's buffer W times through the store's sockets), for host memory only, and the
-   communicator must span the world (the store's). */
-static int bt__on_store(const bt_comm *c) { return c->size > 1 && !c->handle; }
+   communicator must span the world (the store's). A communicator of no bt_dist (a stand-in a test
+   fills in) keeps the local copies. */
+static int bt__on_store(const bt_comm *c) { return c->size > 1 && !c->handle && c->dist; }
 /* every rank's n bytes of mine, by rank, in a new buffer (the caller frees it) */
 static char *bt__store_all(bt_comm *c, const void *mine, size_t n, const char *op) {
     bt_store *s = c->dist ? c->dist->state->store : NULL;
