@@ -39,7 +39,7 @@ ASANFLAGS := -O1 -g -std=c11 -Wall -Wextra -fopenmp -I. -fsanitize=address,undef
              -fno-sanitize-recover=undefined
 
 # the library headers, and the model's and the trainer's that train_gpt2.c composes
-HEADERS := $(wildcard bt_*.h bt_*.cuh) gpt2.h gpt2_io.h gpt2_parallel.h llama.h llama_io.h trainer.h
+HEADERS := $(wildcard bt_*.h bt_*.cuh) gpt2.h gpt2_io.h gpt2_parallel.h llama.h llama_io.h llama_parallel.h trainer.h
 
 .PHONY: all run test test-cpu test-gpu test-asan clean examples FORCE
 all: train_gpt2 tools
@@ -77,7 +77,7 @@ $(BUILD) $(BUILD)/tests $(BUILD)/cpu $(BUILD)/asan $(BUILD)/cuda $(BUILD)/exampl
 # MLIR ones), and those that include a whole program of their own (train_llama.c)
 SELF_IMPL_TESTS := test_autograd test_chart test_ckpt test_data test_hf_tokenizer test_dist test_fused test_mlir test_ops test_mlir_gpu test_llama test_gpt2_mlir
 # the tests of the program include train_gpt2.c: linked with -DBT_LINKED
-PROGRAM_TESTS := test_train_gpt2 test_train_ckpt test_train_fp8 test_train_llama test_tp_gpt2 test_fsdp_gpt2 test_graph_gpu test_eval
+PROGRAM_TESTS := test_train_gpt2 test_train_ckpt test_train_fp8 test_train_llama test_tp_gpt2 test_tp_llama test_fsdp_gpt2 test_graph_gpu test_eval
 CPU_TEST_SRCS := $(wildcard tests/test_*.c)
 GPU_TEST_SRCS := $(wildcard tests/test_*_gpu.cu)
 CPU_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CPU_TEST_SRCS))

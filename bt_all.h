@@ -5,7 +5,7 @@
      #include "bt_all.h"
 
    The library (bt_*.h; bt_mlir.h too in a build with -DBT_MLIR) and the models (gpt2.h,
-   gpt2_io.h, gpt2_parallel.h; llama.h, llama_io.h). Their implementations need POSIX.1-2008: this
+   gpt2_io.h, gpt2_parallel.h; llama.h, llama_io.h, llama_parallel.h). Their implementations need POSIX.1-2008: this
    file asks for it when the includer did not. train_gpt2.c includes it; make compiles tests/bt_impl.c (nothing but this)
    once per build flavour and links that object into the tests. */
 #ifdef BT_ALL_IMPLEMENTATION
@@ -26,6 +26,7 @@
 #define GPT2_PARALLEL_IMPLEMENTATION
 #define LLAMA_IMPLEMENTATION
 #define LLAMA_IO_IMPLEMENTATION
+#define LLAMA_PARALLEL_IMPLEMENTATION
 #ifdef BT_MLIR
 #define BT_MLIR_IMPLEMENTATION
 #endif
@@ -43,3 +44,4 @@
 #include "gpt2_io.h"
 #include "gpt2_parallel.h"
 #include "llama_io.h"
+#include "llama_parallel.h"

@@ -16,7 +16,8 @@
 
    CONTENTS
      declarations  bt_k_fp8_supported, bt_k_fp8_amax, bt_k_fp8_cast, bt_k_fp8_update, bt_k_matmul_fp8
-     1. the amax reduction and the scaled cast (32 x 32 tiles: the transpose through shared memory)
+     1. the amax reduction and the scaled cast (64 x 64 tiles of 16-byte rows, or 32 x 32 scalar ones:
+        the transpose through shared memory)
      2. the scaling state's update
      3. the FP8 product through cuBLASLt: plans in bt_kernels.cuh's table, scale pointers per call
 */
@@ -45,17 +46,20 @@ BTDEF void bt_k_fp8_cast(bt_dtype dt, bt_dtype fmt, uint8_t *q, uint8_t *qt, con
                          const float *amax_in, const float *scale_in, float *scale_used, float *amax_acc, cudaStream_t s);
 /* bt_fp8_update on an FP8 linear layer's state [3, 2 + hist] (f32): each row rolled as bt__fp8_roll does */
 BTDEF void bt_k_fp8_update(float *state, int hist, cudaStream_t s);
-/* C [M, N] (dt: bf16, f16 or f32) = (*sa)(*sb) A [M, K] B [N, K]^T (+ bias [N] of dt, may be NULL): A and
+/* C [M, N] (dt: bf16, f16 or f32) = (*sa)(*sb) A [M, K] B [N, K]^T (+ R [M, N] of dt, may be NULL, may be C
+   itself: C accumulates) (+ bias [N] of dt, may be NULL), summed in f32 and rounded once: A and
    B fp8 bytes of formats fa, fb (e4m3 x e4m3, e5m2 x e4m3 or e4m3 x e5m2; cuBLASLt has no e5m2 x
    e5m2), both stored K-contiguous (cuBLASLt's FP8 "TN" layout, row-major [M, K] and [N, K] here); sa
    and sb f32 on the device (the dequantisation scales, cuBLASLt's scale pointers: no host read, so
-   a CUDA graph replays them). M, N, K positive multiples of 16; A, B and C 16-byte aligned. fp32
+   a CUDA graph replays them). M, N, K positive multiples of 16; A, B, C and R 16-byte aligned. fp32
    accumulation; fast_accum 1: cuBLASLt's fast accumulation (the tensor cores' partial sums never
    promoted to fp32: faster, less exact). The bias rides the BIAS epilogue for a bf16 / f16 C when
    cuBLASLt offers one (an f32 C would need a bf16 bias there), else a kernel adds it afterwards.
-   Needs bt_k_fp8_supported(). Traffic: M K + N K bytes read, M N elements of C written. */
+   Needs bt_k_fp8_supported(). Traffic: M K + N K bytes read, M N elements of C written (and of R read:
+   cuBLASLt's beta = 1 with R as its C, our C its D). */
 BTDEF void bt_k_matmul_fp8(bt_dtype dt, void *C, const void *A, bt_dtype fa, const float *sa, const void *B, bt_dtype fb,
-                           const float *sb, const void *bias, int64_t M, int64_t N, int64_t K, int fast_accum, cudaStream_t s);
+                           const float *sb, const void *bias, const void *R, int64_t M, int64_t N, int64_t K, int fast_accum,
+                           cudaStream_t s);
 
 #endif /* BT_FP8_CUH */
 
@@ -167,11 +171,94 @@ __global__ void __launch_bounds__(256) bt__k_fp8_cast_kernel(uint8_t *q, uint8_t
         if (lx == 0 && ly == 0 && m) atomicMax(amax_acc, m);
     }
 }
+/* The vector cast: one 64 x 64 tile at a time per block of 256 threads. Loads: a thread reads 8
+   consecutive elements of a row (16 bytes of bf16 / f16, two 16-byte loads of f32), 8 threads a
+   row's 64 columns, 32 rows a pass; it writes their 8 fp8 bytes to q (one 8-byte store) and as two
+   words to a shared tile of 64 rows x 16 words (+1 pad word: rows 4 apart fall in different banks).
+   Transpose: thread (c, k) gathers column c's bytes of rows 16 k .. 16 k + 15 (16 word reads, a byte
+   of each) and writes them as one 16-byte store to qt's row c, so 4 threads write 64 consecutive
+   bytes. Needs cols % 8 == 0, rows % 16 == 0 when qt is written, and x, q, qt 16-byte aligned (the
+   launcher checks; otherwise bt__k_fp8_cast_kernel). Per element: 2 or 4 bytes read, 1 or 2 written,
+   the same multiply and rounding as the scalar kernel, so the same bytes. */
+template <typename T, int E5M2>
+__global__ void __launch_bounds__(256) bt__k_fp8_cast64_kernel(uint8_t *q, uint8_t *qt, const T *x, int64_t rows, int64_t cols,
+                                                                const float *amax_in, const float *scale_in, float *scale_used,
+                                                                unsigned *amax_acc) {
+    const int V = 16 / sizeof(T);
+    __shared__ uint32_t tile[64][17];
+    const float s = amax_in ? bt_fp8_scale_of(*amax_in, E5M2 ? BT_F8E5M2_MAX : BT_F8E4M3_MAX) : *scale_in, r = 1.f / s;
+    const int t = threadIdx.x, cx = t & 7, ry = t >> 3, tcol = t >> 2, tk = t & 3;
+    const int64_t tc = (cols + 63) / 64, ntiles = (rows + 63) / 64 * tc;
+    unsigned m = 0;
+    for (int64_t tt = blockIdx.x; tt < ntiles; tt += gridDim.x) {
+        const int64_t r0 = tt / tc * 64, c0 = tt % tc * 64;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int lr = ry + 32 * h;
+            const int64_t i = r0 + lr, c = c0 + cx * 8;
+            uint32_t w0 = 0, w1 = 0;
+            if (i < rows && c < cols) {
+                T v[8];
+#pragma unroll
+                for (int u = 0; u < 8 / V; u++) bt__k_ld16(v + u * V, x + i * cols + c + u * V);
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    float f = bt__k_tof(v[j]);
+                    m = max(m, bt__abs_bits(f));
+                    uint32_t b = bt__k_fp8_cvt<E5M2>(__fmul_rn(f, r));
+                    if (j < 4) w0 |= b << (8 * j); else w1 |= b << (8 * (j - 4));
+                }
+                if (q) *reinterpret_cast<uint2 *>(q + i * cols + c) = make_uint2(w0, w1);
+            }
+            tile[lr][2 * cx] = w0; tile[lr][2 * cx + 1] = w1;
+        }
+        if (qt) {                                     /* uniform over the block */
+            __syncthreads();
+            const int64_t c = c0 + tcol, i0 = r0 + 16 * tk;
+            if (c < cols && i0 < rows) {
+                uint32_t o[4];
+                const int sh = 8 * (tcol & 3);
+#pragma unroll
+                for (int a = 0; a < 4; a++) {
+                    uint32_t w = 0;
+#pragma unroll
+                    for (int b = 0; b < 4; b++) w |= (tile[16 * tk + 4 * a + b][tcol >> 2] >> sh & 0xffu) << (8 * b);
+                    o[a] = w;
+                }
+                *reinterpret_cast<uint4 *>(qt + c * rows + i0) = make_uint4(o[0], o[1], o[2], o[3]);
+            }
+            __syncthreads();                          /* the next tile overwrites it */
+        }
+    }
+    if (blockIdx.x == 0 && t == 0) {
+        if (scale_used) *scale_used = s;
+        if (amax_in && amax_acc) atomicMax(amax_acc, bt__abs_bits(*amax_in));
+    }
+    if (!amax_in && amax_acc) {                       /* uniform: the fused amax */
+        m = bt__k_block_umax(m);
+        if (t == 0 && m) atomicMax(amax_acc, m);
+    }
+}
 BTDEF void bt_k_fp8_cast(bt_dtype dt, bt_dtype fmt, uint8_t *q, uint8_t *qt, const void *x, int64_t rows, int64_t cols,
                          const float *amax_in, const float *scale_in, float *scale_used, float *amax_acc, cudaStream_t s) {
     if (fmt != BT_F8E4M3 && fmt != BT_F8E5M2) bt_error("bt_k_fp8_cast: format %s is not f8e4m3 or f8e5m2", bt_dtype_name(fmt));
     if (!amax_in == !scale_in) bt_error("bt_k_fp8_cast: give exactly one of amax_in (current scaling) and scale_in (delayed)");
     if (rows < 0 || cols < 0) bt_error("bt_k_fp8_cast: x [%lld, %lld]", (long long)rows, (long long)cols);
+    int vec = cols % 8 == 0 && (!qt || rows % 16 == 0) && bt__k_aligned16(x) && (!q || bt__k_aligned16(q)) && (!qt || bt__k_aligned16(qt));
+    if (vec) {
+        int64_t ntiles = ((rows + 63) / 64) * ((cols + 63) / 64);
+        unsigned grid = bt__k_blocks(ntiles > 0 ? ntiles * 256 : 256, 256);
+        BT__K_DISPATCH3(dt, "bt_k_fp8_cast", {
+            if (fmt == BT_F8E5M2)
+                bt__k_fp8_cast64_kernel<T, 1><<<grid, 256, 0, s>>>(q, qt, (const T *)x, rows, cols, amax_in, scale_in, scale_used,
+                                                                    (unsigned *)amax_acc);
+            else
+                bt__k_fp8_cast64_kernel<T, 0><<<grid, 256, 0, s>>>(q, qt, (const T *)x, rows, cols, amax_in, scale_in, scale_used,
+                                                                    (unsigned *)amax_acc);
+        })
+        BT__K_LAUNCHED("bt_k_fp8_cast");
+        return;
+    }
     int64_t ntiles = ((rows + 31) / 32) * ((cols + 31) / 32);
     unsigned grid = bt__k_blocks(ntiles > 0 ? ntiles * 256 : 256, 256);
     dim3 block(32, 8);
@@ -202,7 +289,7 @@ BTDEF void bt_k_fp8_update(float *state, int hist, cudaStream_t s) {
    so cuBLASLt's A is our B ([N, K] row-major = column-major K x N, ld K, op T) and its B is our A
    ([M, K] = K x M, ld K, op N): "TN", the only layout its FP8 kernels take, with m = N, n = M. Its A
    scale pointer gets our B's scale, its B scale pointer our A's. Compute CUBLAS_COMPUTE_32F, scale
-   type f32, alpha 1 and beta 0 on the host. Plans live in bt_kernels.cuh's table under keys that no
+   type f32, alpha 1 on the host, beta 1 with R (cuBLASLt's C; ours is its D), else 0. Plans live in bt_kernels.cuh's table under keys that no
    other product has (key[0], key[1] the fp8 formats); a plan's descriptor keeps the scale and bias
    pointers of its last call, set again before each. */
 static int bt__k_fp8_mm_make(bt__k_ctx *c, bt__k_mm_plan *p, bt_dtype dt, bt_dtype fa, bt_dtype fb, int64_t M, int64_t N, int64_t K,
@@ -243,7 +330,8 @@ static int bt__k_fp8_mm_make(bt__k_ctx *c, bt__k_mm_plan *p, bt_dtype dt, bt_dty
     return bt__k_mm_keep(p, res, nres);
 }
 BTDEF void bt_k_matmul_fp8(bt_dtype dt, void *C, const void *A, bt_dtype fa, const float *sa, const void *B, bt_dtype fb,
-                           const float *sb, const void *bias, int64_t M, int64_t N, int64_t K, int fast_accum, cudaStream_t s) {
+                           const float *sb, const void *bias, const void *R, int64_t M, int64_t N, int64_t K, int fast_accum,
+                           cudaStream_t s) {
     const char *op = "bt_k_matmul_fp8";
     if (dt != BT_BF16 && dt != BT_F16 && dt != BT_F32) bt_error("%s: C of dtype %s (bf16, f16 or f32)", op, bt_dtype_name(dt));
     if ((fa != BT_F8E4M3 && fa != BT_F8E5M2) || (fb != BT_F8E4M3 && fb != BT_F8E5M2) || (fa == BT_F8E5M2 && fb == BT_F8E5M2))
@@ -252,12 +340,15 @@ BTDEF void bt_k_matmul_fp8(bt_dtype dt, void *C, const void *A, bt_dtype fa, con
         bt_error("%s: M=%lld N=%lld K=%lld: positive multiples of 16 expected (cuBLASLt's FP8 layout)", op, (long long)M, (long long)N,
                  (long long)K);
     if (!sa || !sb) bt_error("%s: no %s scale", op, !sa ? "A's" : "B's");
-    if (!bt__k_aligned16(A) || !bt__k_aligned16(B) || !bt__k_aligned16(C)) bt_error("%s: A, B and C must be 16-byte aligned", op);
+    if (!bt__k_aligned16(A) || !bt__k_aligned16(B) || !bt__k_aligned16(C) || (R && !bt__k_aligned16(R)))
+        bt_error("%s: A, B, C and R must be 16-byte aligned", op);
     if (!bt_k_fp8_supported()) bt_error("%s: cuda:%d has no FP8 tensor cores (compute capability 8.9 or newer)", op, bt__k_device());
     bt__k_ctx *c = bt__k_cur();
     int try_bias = bias && dt != BT_F32;
-    uint32_t al[4] = {bt__k_align_of(A), bt__k_align_of(B), bt__k_align_of(C), try_bias ? bt__k_align_of(bias) : 0};
-    int64_t key[18] = {fa, fb, M, N, K, fast_accum != 0, 0, 1, 0, 0, 0, try_bias, al[0], al[1], al[2], al[3], dt, 0};
+    uint32_t ac = bt__k_align_of(C), ar = R ? bt__k_align_of(R) : ac;
+    uint32_t al[4] = {bt__k_align_of(A), bt__k_align_of(B), ac < ar ? ac : ar, try_bias ? bt__k_align_of(bias) : 0};
+    int rmode = !R ? 0 : R == C ? 2 : 1;              /* none, a residual, C accumulating */
+    int64_t key[18] = {fa, fb, M, N, K, fast_accum != 0, 0, 1, 0, 0, 0, try_bias, al[0], al[1], al[2], al[3], dt, rmode};
     int fresh = 0;
     bt__k_mm_plan *p = bt__k_mm_slot(c, key, &fresh);
     if (fresh) {
@@ -271,10 +362,15 @@ BTDEF void bt_k_matmul_fp8(bt_dtype dt, void *C, const void *A, bt_dtype fa, con
     BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sb, sizeof sb), op);
     BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sa, sizeof sa), op);
     if (p->epi_bias) BT__K_BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), op);
-    const float alpha = 1.f, beta = 0.f;
-    if (p->n_cand) bt__k_mm_autotune(c, p, &alpha, A, B, &beta, NULL, C, s);   /* beta 0: timed into C, rewritten below */
-    BT__K_BLAS(cublasLtMatmul(c->lt, p->op, &alpha, B, p->la, A, p->lb, &beta, C, p->lc, C, p->lc, &p->algo, bt__k_workspace(c, s),
-                              BT__K_WS_BYTES, s), op);
+    const float alpha = 1.f, beta = R ? 1.f : 0.f;
+    if (p->n_cand) {                                  /* timed into C (rewritten below), or a scratch when C accumulates */
+        void *scratch = rmode == 2 ? bt__k_scratch((size_t)(M * N) * bt_dtype_size(dt), s) : NULL;
+        if (scratch) BT__K_CUDA(cudaMemsetAsync(scratch, 0, (size_t)(M * N) * bt_dtype_size(dt), s), op);
+        bt__k_mm_autotune(c, p, &alpha, A, B, &beta, rmode == 1 ? R : NULL, scratch ? scratch : C, s);
+        bt_free(scratch);
+    }
+    BT__K_BLAS(cublasLtMatmul(c->lt, p->op, &alpha, B, p->la, A, p->lb, &beta, R ? R : C, p->lc, C, p->lc, &p->algo,
+                              bt__k_workspace(c, s), BT__K_WS_BYTES, s), op);
     if (bias && !p->epi_bias) bt__k_matmul_bias(dt, C, bias, 1, M, N, M * N, s);
 }
 

@@ -1494,12 +1494,12 @@ static void bt__fp8_cast_cpu(bt_dtype dt, bt_dtype fmt, uint8_t *q, uint8_t *qt,
     if (amax_acc) bt__fp8_amax_into(amax_acc, amax_in ? bt__abs_bits(*amax_in) : bt__fp8_amax_cpu(dt, x, rows * cols));
 }
 /* The CPU's FP8 product, the twin of bt_k_matmul_fp8: C [M, N] (dtype dt) = (sa sb) A [M, K] B [N, K]^T
-   (+ bias [N], dtype dt), A and B fp8 bytes of formats fa, fb, both K-contiguous. Each product of
-   two decoded values is exact in f32 (at most 4 + 4 significant bits, exponents within f32's);
-   the sum of K of them is f32 (bt__sgemm); then (sa sb) and the bias in f32 and one rounding to
-   dt. Decoding: a 256-entry table per format. */
+   (+ R [M, N], dtype dt, may be C) (+ bias [N], dtype dt), A and B fp8 bytes of formats fa, fb, both
+   K-contiguous. Each product of two decoded values is exact in f32 (at most 4 + 4 significant bits,
+   exponents within f32's); the sum of K of them is f32 (bt__sgemm); then (sa sb), R and the bias in
+   f32 and one rounding to dt. Decoding: a 256-entry table per format. */
 static void bt__fp8_gemm_cpu(bt_dtype dt, void *C, const uint8_t *A, bt_dtype fa, float sa, const uint8_t *B, bt_dtype fb, float sb,
-                             const void *bias, int64_t M, int64_t N, int64_t K) {
+                             const void *bias, const void *R, int64_t M, int64_t N, int64_t K) {
     float ta[256], tb[256];
     for (int c = 0; c < 256; c++) { ta[c] = bt_fp8_decode((uint8_t)c, fa); tb[c] = bt_fp8_decode((uint8_t)c, fb); }
     float *a = (float *)bt__xmalloc(sizeof(float) * (size_t)(M * K), "linear_fp8's decoded A");
@@ -1513,6 +1513,7 @@ static void bt__fp8_gemm_cpu(bt_dtype dt, void *C, const uint8_t *A, bt_dtype fa
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++) {
             float v = acc[i * N + j] * s;
+            if (R) v += (float)bt__ld(R, dt, i * N + j);
             if (bias) v += (float)bt__ld(bias, dt, j);
             bt__st(C, dt, i * N + j, v);
         }
@@ -1544,25 +1545,29 @@ static void bt__fp8_cast(bt_fp8_state *st, int role, bt_tensor *x2, bt_tensor *q
     if (current) { uint32_t m = bt__fp8_amax_cpu(x2->dtype, bt_data_ptr(x2), rows * cols); memcpy(slot + 1, &m, 4); }
     bt__fp8_cast_cpu(x2->dtype, fmt, qp, qtp, bt_data_ptr(x2), rows, cols, current ? slot + 1 : NULL, current ? NULL : row + 1, slot, row);
 }
-/* C (dtype dt) = (sa sb) A B^T (+ bias) on dev: A [M, K] and B [N, K] fp8 tensors, sa and sb f32 on dev */
+/* C (dtype dt) = (sa sb) A B^T (+ R) (+ bias) on dev: A [M, K] and B [N, K] fp8 tensors, sa and sb f32 on
+   dev, R (dtype dt, or NULL) C itself to accumulate */
 static void bt__fp8_gemm(bt_device dev, bt_dtype dt, bt_tensor *C, bt_tensor *A, const float *sa, bt_tensor *B, const float *sb,
-                         bt_tensor *bias, int64_t M, int64_t N, int64_t K, int fast_accum) {
-    const void *bp = bias ? bt_data_ptr(bias) : NULL;
+                         bt_tensor *bias, bt_tensor *R, int64_t M, int64_t N, int64_t K, int fast_accum) {
+    const void *bp = bias ? bt_data_ptr(bias) : NULL, *rp = R ? bt_data_ptr(R) : NULL;
     if (dev.type == BT_GPU) {
 #ifdef BT_CUDA
         BT__ON_GPU(dev, stream)
-            bt_k_matmul_fp8(dt, bt_data_ptr(C), bt_data_ptr(A), A->dtype, sa, bt_data_ptr(B), B->dtype, sb, bp, M, N, K, fast_accum, stream);
+            bt_k_matmul_fp8(dt, bt_data_ptr(C), bt_data_ptr(A), A->dtype, sa, bt_data_ptr(B), B->dtype, sb, bp, rp, M, N, K, fast_accum,
+                            stream);
 #else
         (void)fast_accum;
 #endif
         return;
     }
     bt__fp8_gemm_cpu(dt, bt_data_ptr(C), (const uint8_t *)bt_data_ptr(A), A->dtype, *sa, (const uint8_t *)bt_data_ptr(B), B->dtype, *sb,
-                     bp, M, N, K);
+                     bp, rp, M, N, K);
 }
 
 /* saved: [0] the scales [2, 4] (x's row, w's: [scale, amax, -, -]), then qx^T [K, R] when i[0],
-   qw^T [K, N] when i[1]; aux: the state */
+   qw^T [K, N] when i[1]; aux: the state. Inputs x, w, b (may be NULL), r (bt_linear_add_fp8; its
+   gradient is g itself). On a GPU dw goes straight into w's fp32 .grad (the product accumulates:
+   bt__grad_sink), no bf16 dw and add. */
 static void bt__linear_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_fp8_state *st = (bt_fp8_state *)n->aux;
     bt_tensor *sc = n->saved[0];
@@ -1582,17 +1587,24 @@ static void bt__linear_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
         bt__fp8_cast(st, BT_FP8_G, g2, qg, gt, (float *)bt_data_ptr(sg));
         if (want_x) {                                            /* dx [R, K] = (sg sw) qg [R, N] (qw^T [K, N])^T */
             bt_tensor *gx = bt__new(n->in_shape[0], dt, dev);
-            bt__fp8_gemm(dev, dt, gx, qg, (const float *)bt_data_ptr(sg), wt, sw, NULL, R, K, N, 0);
+            bt__fp8_gemm(dev, dt, gx, qg, (const float *)bt_data_ptr(sg), wt, sw, NULL, NULL, R, K, N, 0);
             gin[0] = bt__register(gx);
         }
         if (want_w) {                                            /* dw [N, K] = (sg sx) qg^T [N, R] (qx^T [K, R])^T */
-            bt_tensor *gw = bt__new(bt_shape2(N, K), dt, dev);
-            bt__fp8_gemm(dev, dt, gw, gt, (const float *)bt_data_ptr(sg), xt, sx, NULL, N, K, R, 0);
-            gin[1] = bt__register(gw);
+            bt_tensor *sink = bt__is_gpu(g) ? bt__grad_sink(n, 1, dt) : NULL;
+            if (sink) {                                          /* w.grad += dw in the product's epilogue */
+                sink->storage->version++;
+                bt__fp8_gemm(dev, sink->dtype, sink, gt, (const float *)bt_data_ptr(sg), xt, sx, NULL, sink, N, K, R, 0);
+            } else {
+                bt_tensor *gw = bt__new(bt_shape2(N, K), dt, dev);
+                bt__fp8_gemm(dev, dt, gw, gt, (const float *)bt_data_ptr(sg), xt, sx, NULL, NULL, N, K, R, 0);
+                gin[1] = bt__register(gw);
+            }
         }
         bt_release(qg); bt_release(gt); bt_release(sg);
     }
     if (n->n_in > 2 && bt__wants(n, 2)) bt__bias_grad_reduce(n, 2, g2, gin);
+    if (n->n_in > 3 && bt__wants(n, 3)) gin[3] = bt__register(bt_retain(g));
     bt_release(g2); bt_release(gc);
 }
 /* the GPU's conditions: a dtype the kernels read, dimensions cuBLASLt's FP8 layout takes, a device with FP8 tensor cores */
@@ -1610,7 +1622,8 @@ static void bt__linear_fp8_check_gpu(bt_tensor *x, int64_t R, int64_t N, int64_t
     if (!ok) bt_error("linear_fp8: %s is on %s: FP8 products need compute capability 8.9 or newer (Ada, Hopper)", bt__s(x),
                       bt_device_name(bt_device_of(x)));
 }
-BTDEF bt_tensor *bt_linear_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_fp8_state *st) {
+/* r + x w^T + b (r, b may be NULL) */
+static bt_tensor *bt__linear_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tensor *r, bt_fp8_state *st) {
     bt__need_float(x, "linear_fp8", "x"); bt__need_float(w, "linear_fp8", "w");
     bt__same_device(x, w, "linear_fp8"); bt__same_dtype(x, w, "linear_fp8");
     if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1])
@@ -1637,10 +1650,18 @@ BTDEF bt_tensor *bt_linear_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_fp8_
     bt__fp8_cast(st, BT_FP8_X, x2, qx, xt, scp);
     bt__fp8_cast(st, BT_FP8_W, wc, qw, wt, scp + 4);
     bt_shape os = bt_shape_of(x); os.d[os.ndim - 1] = N;
+    bt_tensor *rc = NULL;
+    if (r) {
+        bt__need_float(r, "linear_fp8", "r"); bt__same_device(x, r, "linear_fp8"); bt__same_dtype(x, r, "linear_fp8");
+        if (r->ndim != os.ndim || memcmp(r->shape, os.d, sizeof(int64_t) * (size_t)os.ndim))
+            bt_error("linear_add_fp8: the residual r %s must have the output's shape: x %s with its last dim %lld", bt__s(r), bt__s(x),
+                     (long long)N);
+        rc = bt__contig(r);
+    }
     bt_tensor *y = bt__new(os, x->dtype, dev);
-    bt__fp8_gemm(dev, x->dtype, y, qx, scp, qw, scp + 4, bc, R, N, K, st->opts.fast_accum);
-    bt_tensor *in[3] = {x, w, b};
-    bt_node *n = bt__record("linear_fp8", bt__linear_fp8_back, y, in, b ? 3 : 2);
+    bt__fp8_gemm(dev, x->dtype, y, qx, scp, qw, scp + 4, bc, rc, R, N, K, st->opts.fast_accum);
+    bt_tensor *in[4] = {x, w, b, r};
+    bt_node *n = bt__record("linear_fp8", bt__linear_fp8_back, y, in, r ? 4 : b ? 3 : 2);
     if (n) {
         n->aux = st; n->i[0] = xt != NULL; n->i[1] = wt != NULL;
         bt__save(n, sc);
@@ -1648,8 +1669,13 @@ BTDEF bt_tensor *bt_linear_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_fp8_
         if (wt) bt__save(n, wt);
     }
     bt_release(qx); bt_release(qw); bt_release(xt); bt_release(wt); bt_release(sc);
-    bt_release(x2); bt_release(xc); bt_release(wc); bt_release(bc);
+    bt_release(x2); bt_release(xc); bt_release(wc); bt_release(bc); bt_release(rc);
     return bt__register(y);
+}
+BTDEF bt_tensor *bt_linear_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_fp8_state *st) { return bt__linear_fp8(x, w, b, NULL, st); }
+BTDEF bt_tensor *bt_linear_add_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tensor *r, bt_fp8_state *st) {
+    if (!r) bt_error("linear_add_fp8: no residual r (bt_linear_fp8 is the op without one)");
+    return bt__linear_fp8(x, w, b, r, st);
 }
 
 /* ---- a model's parameters from gathered units (bt_units_*: bt_tensor.h states the contract) ---- */

@@ -1,4 +1,4 @@
-/* bt_parallel.h - BluTrain-C model parallelism, v0.2: tensor parallelism (Megatron-style, with
+/* bt_parallel.h - BluTrain-C model parallelism, v0.3: tensor parallelism (Megatron-style, with
    sequence parallelism and asynchronous overlap) and context parallelism (ring attention with a
    zig-zag causal balance, all-gather and all-to-all variants), as autograd ops over bt_dist.h.
 
@@ -123,6 +123,20 @@
      a second stream yet), the TCP store for CPU tensors (the tests). Every rank must gather and
      reduce the same units in the same order (the same graph on every rank).
 
+   A MODEL ON THE MESH (section 10: what gpt2_parallel.h and llama_parallel.h share)
+     bt_par holds one model's mesh state: dp x tp x cp coordinates, the tp and cp contexts (on
+     CPUs the one parallel axis spans the world, through the TCP store), and this rank's zig-zag
+     positions (bt_par_batch cuts a batch's rows into its tokens and targets). A model's leaves
+     under tp are described by bt_tp_shard (whole, rows, columns, or packed parts each split by
+     rows); bt_tp_layout puts a rank's whole tensors first in its buffer, then its shards, so
+     with sp the whole tensors' gradients (made from the rank's sequence slice only) are one span
+     summed over tp by one collective (bt_par_reduce_grads). Every shard element is drawn at its
+     whole tensor's offset (bt_tp_shard_normal_), so a tp run starts from the 1-process weights;
+     bt_par_gather_whole and bt_par_shard_of_whole move any buffer (weights, AdamW's m and v)
+     between a rank's layout and the 1-process one, so checkpoints hold the 1-process layout.
+     A rank's loss is its tokens' mean; the cp ranks hold equal token counts, so the mean of their
+     means is the sequence's mean and the gradients are averaged over dp x cp (dpcp_comm).
+
    STREAMS AND MEMORY
      Each context (bt_tp, bt_cp) owns one communication stream on its device; every collective of
      the context runs there, in host issue order, so two collectives of one communicator never run
@@ -156,10 +170,13 @@
      7. tensor parallel: vocabulary embedding and cross-entropy
      8. context parallel: ring, all-gather and all-to-all attention
      9. fully sharded data parallelism: units, shards, gather, reduce-scatter, the update's views
+    10. a model on the mesh: tp shards and layouts, the mesh's state (bt_par), a step's reductions
 
    HISTORY
      0.1  first version.
      0.2  fully sharded data parallelism (bt_fsdp).
+     0.3  a model on the mesh (bt_par, bt_tp_shard, bt_tp_layout: what gpt2_parallel.h and
+          llama_parallel.h share); bt_cp_attention_qkv_ex (grouped-query heads, RoPE).
 */
 #ifndef BT_PARALLEL_H
 #define BT_PARALLEL_H
@@ -240,6 +257,11 @@ BTDEF int bt_cp_kv_parse(const char *s, bt_cp_kv *kv);    /* the names above; 0 
 BTDEF bt_tensor *bt_cp_attention(bt_cp *cp, bt_tensor *q, bt_tensor *k, bt_tensor *v, int causal);
 /* the same on a packed projection (bt_attention_qkv's layout): qkv [B, 2c, 3C] -> [B, 2c, C] */
 BTDEF bt_tensor *bt_cp_attention_qkv(bt_cp *cp, bt_tensor *qkv, int64_t H, int causal);
+/* the same on a grouped-query projection with RoPE (bt_attention_qkv_ex's layout): qkv [B, 2c,
+   (H + 2 Hkv) D] -> [B, 2c, H D], Hkv dividing H; rope (NULL: none) rotates q and k at the tokens'
+   global positions (each zig-zag half from its own start). Composed of autograd ops: the halves'
+   rotations, each K/V head repeated for its group's H / Hkv query heads, bt_cp_attention_qkv. */
+BTDEF bt_tensor *bt_cp_attention_qkv_ex(bt_cp *cp, bt_tensor *qkv, int64_t H, int64_t Hkv, const bt_rope_opts *rope, int causal);
 
 /* ---- 4. fully sharded data parallelism (see FULLY SHARDED DATA PARALLELISM) ---- */
 typedef struct { int64_t lo, hi; } bt_fsdp_unit;   /* elements [lo, hi) of the flat buffer */
@@ -289,6 +311,91 @@ BTDEF bt_tensor *bt_fsdp_full(bt_fsdp *f, bt_tensor *x);
 /* full: fp32 [numel] in the flat layout (any device) -> this rank's shards of it into x ([soff[n]]),
    the padding 0 */
 BTDEF void bt_fsdp_load(bt_fsdp *f, bt_tensor *full, bt_tensor *x);
+
+/* ---- 5. a model on the mesh: tp shards, the mesh's state, a step's reductions (see A MODEL ON
+   THE MESH) ---- */
+/* which part of a whole tensor [R, K] (K = 1: a vector) rank r of tp holds: all of it, rows
+   [r R/tp, ..), columns [r K/tp, ..), or (PACKED) the rows of parts stacked along R (part[0] rows,
+   then part[1], ..), each part split by rows, the rank's slices of them kept in the parts' order
+   (a packed q | k | v or gate | up projection: the rank's heads' rows of each) */
+enum { BT_TP_WHOLE, BT_TP_ROWS, BT_TP_COLS, BT_TP_PACKED };
+#define BT_TP_MAX_PARTS 4
+typedef struct { int kind; int64_t R, K; int ndim; int nparts; int64_t part[BT_TP_MAX_PARTS]; } bt_tp_shard;
+BTDEF bt_tp_shard bt_tp_shard_make(int kind, int64_t R, int64_t K, int ndim);            /* WHOLE, ROWS, COLS */
+BTDEF bt_tp_shard bt_tp_shard_packed(const int64_t *parts, int nparts, int64_t K, int ndim);
+BTDEF bt_shape bt_tp_shard_shape(bt_tp_shard s, int tp);
+BTDEF int64_t bt_tp_shard_numel(bt_tp_shard s, int tp);
+/* rank r's shard (local: its elements, contiguous 1-D) to (to_full 1) or from the whole tensor full [R, K] */
+BTDEF void bt_tp_shard_copy(bt_tp_shard s, int tp, int r, bt_tensor *local, bt_tensor *full, int to_full);
+/* local := rank r's shard of a whole tensor drawn N(0, sd) from Philox at (seed, base + element):
+   the elements the 1-process init draws at the whole tensor's offset base */
+BTDEF void bt_tp_shard_normal_(bt_tp_shard s, int tp, int r, bt_tensor *local, double sd, uint64_t seed, uint64_t base);
+/* A model's leaves under tp: leaf i's shard s[i]; a rank's buffer holds the whole tensors first,
+   then the shards, each group in leaf order (local_off, whole_numel: that span's length); the
+   1-process buffer holds every leaf whole in leaf order (whole_off), and so does a tp 1 layout */
+typedef struct {
+    int n, tp;
+    bt_tp_shard *s;
+    int64_t *local_off, *whole_off;
+    int64_t local_numel, whole_numel, num_params;
+} bt_tp_layout;
+BTDEF void bt_tp_layout_init(bt_tp_layout *l, const bt_tp_shard *s, int n, int tp);   /* copies s */
+/* the same with leaf i's shard of(cfg, i): a model's own table (gpt2_shard_of, llama_shard_of) */
+typedef bt_tp_shard (*bt_tp_shard_fn)(const void *cfg, int leaf);
+BTDEF void bt_tp_layout_of(bt_tp_layout *l, bt_tp_shard_fn of, const void *cfg, int n, int tp);
+/* a rank's parameters in such a layout (local_numel); *whole (may be NULL): its whole tensors' */
+BTDEF int64_t bt_tp_local_numel(bt_tp_shard_fn of, const void *cfg, int n, int tp, int64_t *whole);
+BTDEF void bt_tp_layout_free(bt_tp_layout *l);
+/* rank's buffer local ([>= local_numel]: weights, AdamW's m or v, which follow them element for
+   element) to or from the whole model whole, leaf i at whole_off[i] (NULL: l->whole_off, the
+   1-process buffer; a model file's order otherwise); both on one device */
+BTDEF void bt_tp_layout_map(const bt_tp_layout *l, int rank, bt_tensor *local, bt_tensor *whole, const int64_t *whole_off, int to_whole);
+
+/* The mesh's state for one model: dp x tp x cp (bt_dist.h: rank = (dp_i cp + cp_i) tp + tp_i),
+   the tp and cp contexts, this rank's zig-zag tokens, the model's tp layout */
+typedef struct {
+    int tp, cp;              /* group sizes (1: none) */
+    int sp, async_tp;        /* sequence parallelism, overlapped tp collectives (bt_tp_opts) */
+    int deterministic;
+    const char *cp_comm;     /* ring | allgather | alltoall (NULL: ring) */
+    int B, T;                /* the micro-batch's rows and sequence length */
+} bt_par_opts;
+typedef struct bt_par {
+    int tp, cp, dp, tp_rank, cp_rank, dp_rank, sp, on_cpu;
+    bt_dist *dist;
+    bt_comm *dpcp_comm;        /* the ranks of this tp index: they hold the same shard (DDP's and ZeRO's group) */
+    bt_tp *tpc;                /* tp > 1 */
+    bt_cp *cpc;                /* cp > 1 */
+    bt_tp *cp_sum;             /* CPU with cp > 1: sums over the cp group through the store */
+    int Tl;                    /* this rank's tokens of a sequence: T / cp */
+    int32_t *pos;              /* [Tl]: their global positions */
+    int32_t *loc_in, *loc_tg;  /* [B Tl]: a batch's tokens and targets of this rank */
+    void *stage_ev[3];         /* GPU: timed events before the forward, after it, after the backward */
+    double fwd_ms, bwd_ms;     /* their intervals in the last step */
+    bt_tp_layout lay;          /* the model's shards (bt_par_set_layout; n 0: none set) */
+} bt_par;
+BTDEF bt_par *bt_par_open(const bt_par_opts *o, bt_dist *d, int on_gpu);   /* a collective */
+BTDEF void bt_par_free(bt_par *p);                                          /* before bt_dist_shutdown */
+BTDEF void bt_par_set_layout(bt_par *p, bt_tp_shard_fn of, const void *cfg, int n);   /* the model's n leaves' shards */
+/* a batch's rows (full sequences: inputs, targets [B, T] on the host) -> this rank's zig-zag tokens
+   (cp > 1; else *idx, *tgt are left as they are) */
+BTDEF void bt_par_batch(bt_par *p, const int32_t *inputs, const int32_t *targets, int B, int T, bt_device dev,
+                        bt_tensor **idx, bt_tensor **tgt);
+/* after a step's backward passes: with sp the whole tensors' gradients summed over tp (of flat_grad,
+   or with ZeRO (z->stage > 0) of this rank's reduced range); on CPUs the gradients' mean over cp */
+BTDEF void bt_par_reduce_grads(bt_par *p, bt_tensor *flat_grad, const bt_zero *z);
+BTDEF void bt_par_mean(bt_par *p, bt_tensor *t);              /* t (fp32, one element) := its mean over the ranks */
+BTDEF void bt_par_tp_sum(bt_par *p, bt_tensor *t);            /* t := its sum over the tp group */
+/* tp > 1, without ZeRO: the shards' squares summed over tp, the whole tensors' counted once */
+BTDEF bt_tensor *bt_par_grad_norm(bt_par *p, bt_tensor *flat_grad);
+/* x (a tp rank's buffer: weights, AdamW's m or v) gathered into the 1-process buffer's order on
+   rank 0 ([num_params], owned by the caller; NULL elsewhere); a collective */
+BTDEF bt_tensor *bt_par_gather_whole(bt_par *p, bt_tensor *x);
+/* this rank's shard of whole ([num_params] in the 1-process order) as a new [n] tensor (n >= local_numel) */
+BTDEF bt_tensor *bt_par_shard_of_whole(bt_par *p, bt_tensor *whole, int64_t n);
+/* the compute stream's time of the last micro-batch's forward (k 0 -> 1) and backward (1 -> 2) */
+BTDEF void bt_par_stage_mark(bt_par *p, bt_device dev, int k);
+BTDEF void bt_par_stage_report(bt_par *p, char *json, size_t cap);   /* read, and appended to json */
 
 #ifdef __cplusplus
 }
@@ -2282,6 +2389,33 @@ BTDEF bt_tensor *bt_cp_attention_qkv(bt_cp *cp, bt_tensor *qkv, int64_t H, int c
     bt__par_dev_leave(pg);
     return bt__register(out);
 }
+/* K/V travel with H heads here (G = H / Hkv copies of each), G times the bytes of Hkv heads: the
+   tiles' kernels take Hkv on the GPU, the CPU loops and the ring's buffers do not yet */
+BTDEF bt_tensor *bt_cp_attention_qkv_ex(bt_cp *cp, bt_tensor *qkv, int64_t H, int64_t Hkv, const bt_rope_opts *rope, int causal) {
+    const char *op = "cp_attention_qkv_ex";
+    bt__cp_check(cp, op);
+    if (Hkv == H && !rope) return bt_cp_attention_qkv(cp, qkv, H, causal);
+    bt__par_need(qkv, op, "qkv", 1);
+    if (qkv->ndim != 3 || H <= 0 || Hkv <= 0 || H % Hkv || qkv->shape[2] % (H + 2 * Hkv))
+        bt_error("%s: qkv %s must be [B, T, (H + 2 Hkv) D] with Hkv = %lld dividing H = %lld", op, bt__par_s(qkv), (long long)Hkv, (long long)H);
+    int64_t B = qkv->shape[0], Tl = qkv->shape[1], D = qkv->shape[2] / (H + 2 * Hkv), G = H / Hkv, c = Tl / 2;
+    int W = cp->x.comm->size, r = cp->x.comm->rank;
+    if (Tl <= 0 || Tl % 2) bt_error("%s: each rank holds two zig-zag chunks, so its %lld tokens must be even and > 0 (%s)", op, (long long)Tl, bt__par_s(qkv));
+    bt_scope_begin();
+    bt_tensor *x = bt_reshape(qkv, bt_shape4(B, Tl, H + 2 * Hkv, D)), *part[3];
+    part[0] = bt_narrow(x, 2, 0, H); part[1] = bt_narrow(x, 2, H, Hkv); part[2] = bt_narrow(x, 2, H + Hkv, Hkv);
+    for (int i = 0; rope && i < 2; i++) {   /* half h of the rank's tokens starts at global position bt_zigzag_start */
+        bt_tensor *half[2];
+        for (int h = 0; h < 2; h++) half[h] = bt_rope_ex(bt_narrow(part[i], 1, h * c, c), rope, bt_zigzag_start(Tl * W, W, r, h));
+        part[i] = bt_concat(half, 2, 1);
+    }
+    int64_t g5[5] = {B, Tl, Hkv, G, D};
+    for (int i = 1; i < 3 && G > 1; i++)   /* [B, T, Hkv, D] -> [B, T, Hkv, G, D] -> [B, T, H, D]: kv head j for query heads j G .. */
+        part[i] = bt_reshape(bt_expand(bt_unsqueeze(part[i], 3), bt_shapev(5, g5)), bt_shape4(B, Tl, H, D));
+    bt_tensor *o = bt_retain(bt_cp_attention_qkv(cp, bt_reshape(bt_concat(part, 3, 2), bt_shape3(B, Tl, 3 * H * D)), H, causal));
+    bt_scope_end();
+    return bt__register(o);
+}
 
 /* ============================================================================================
    9. fully sharded data parallelism: units, shards, gather, reduce-scatter, the update's views
@@ -2494,6 +2628,232 @@ BTDEF void bt_fsdp_load(bt_fsdp *f, bt_tensor *full, bt_tensor *x) {
         if (k > 0) bt_copy_(bt_narrow(x, 0, f->soff[u], k), bt_narrow(src, 0, f->units[u].lo + (int64_t)f->comm->rank * f->shard[u], k));
     }
     bt__par_end(old, NULL);
+}
+
+/* ============================================================================================
+   10. a model on the mesh: tp shards and layouts, the mesh's state, a step's reductions
+   ============================================================================================ */
+BTDEF bt_tp_shard bt_tp_shard_make(int kind, int64_t R, int64_t K, int ndim) {
+    bt_tp_shard s;
+    memset(&s, 0, sizeof s);
+    s.kind = kind; s.R = R; s.K = K; s.ndim = ndim;
+    return s;
+}
+BTDEF bt_tp_shard bt_tp_shard_packed(const int64_t *parts, int nparts, int64_t K, int ndim) {
+    if (nparts < 1 || nparts > BT_TP_MAX_PARTS) bt_error("bt_tp_shard_packed: %d parts (1 to %d)", nparts, BT_TP_MAX_PARTS);
+    bt_tp_shard s = bt_tp_shard_make(BT_TP_PACKED, 0, K, ndim);
+    s.nparts = nparts;
+    for (int i = 0; i < nparts; i++) { s.part[i] = parts[i]; s.R += parts[i]; }
+    return s;
+}
+BTDEF bt_shape bt_tp_shard_shape(bt_tp_shard s, int tp) {
+    int64_t R = s.R, K = s.K;
+    if (s.kind == BT_TP_ROWS || s.kind == BT_TP_PACKED) R /= tp;
+    else if (s.kind == BT_TP_COLS) K /= tp;
+    return s.ndim == 1 ? bt_shape1(R * K) : bt_shape2(R, K);
+}
+BTDEF int64_t bt_tp_shard_numel(bt_tp_shard s, int tp) {
+    bt_shape sh = bt_tp_shard_shape(s, tp);
+    return sh.ndim == 1 ? sh.d[0] : sh.d[0] * sh.d[1];
+}
+BTDEF void bt_tp_shard_copy(bt_tp_shard s, int tp, int r, bt_tensor *local, bt_tensor *full, int to_full) {
+    bt_scope_begin();
+    int64_t at = 0, rows = 0;   /* PACKED: the part's first row in full, in local */
+    for (int i = 0; i < (s.kind == BT_TP_PACKED ? s.nparts : 1); i++) {
+        bt_tensor *v = s.kind == BT_TP_ROWS ? bt_narrow(full, 0, r * (s.R / tp), s.R / tp)
+                     : s.kind == BT_TP_COLS ? bt_narrow(full, 1, r * (s.K / tp), s.K / tp)
+                     : s.kind == BT_TP_PACKED ? bt_narrow(full, 0, at + r * (s.part[i] / tp), s.part[i] / tp) : full;
+        bt_tensor *l = bt_view(bt_narrow(local, 0, rows * s.K, bt_numel(v)), bt_shape_of(v));
+        if (to_full) bt_copy_(v, l); else bt_copy_(l, v);
+        if (s.kind == BT_TP_PACKED) { at += s.part[i]; rows += s.part[i] / tp; }
+    }
+    bt_scope_end();
+}
+/* WHOLE and ROWS are one contiguous run of the whole tensor's elements; the others come from a
+   whole tensor drawn on the device and sliced */
+BTDEF void bt_tp_shard_normal_(bt_tp_shard s, int tp, int r, bt_tensor *local, double sd, uint64_t seed, uint64_t base) {
+    bt_scope_begin();
+    if (s.kind == BT_TP_WHOLE || s.kind == BT_TP_ROWS) {
+        uint64_t first = s.kind == BT_TP_ROWS ? (uint64_t)r * (uint64_t)(s.R / tp) * (uint64_t)s.K : 0;
+        bt_normal_(local, 0, sd, seed, base + first);
+    } else {
+        bt_tensor *full = bt_empty(bt_shape2(s.R, s.K), BT_F32, bt_device_of(local));
+        bt_normal_(full, 0, sd, seed, base);
+        bt_tp_shard_copy(s, tp, r, local, full, 0);
+    }
+    bt_scope_end();
+}
+BTDEF void bt_tp_layout_init(bt_tp_layout *l, const bt_tp_shard *s, int n, int tp) {
+    memset(l, 0, sizeof *l);
+    l->n = n; l->tp = tp;
+    l->s = (bt_tp_shard *)malloc(sizeof(bt_tp_shard) * (size_t)n);
+    l->local_off = (int64_t *)malloc(sizeof(int64_t) * (size_t)n);
+    l->whole_off = (int64_t *)malloc(sizeof(int64_t) * (size_t)n);
+    if (!l->s || !l->local_off || !l->whole_off) bt_error("tp layout: out of host memory");
+    memcpy(l->s, s, sizeof(bt_tp_shard) * (size_t)n);
+    /* tp 1: every leaf is whole, the buffer the 1-process one */
+    for (int i = 0; i < n; i++) if (tp == 1 || s[i].kind == BT_TP_WHOLE) l->whole_numel += bt_tp_shard_numel(s[i], tp);
+    int64_t mark[2] = {0, l->whole_numel};   /* the next whole tensor's offset, the next shard's */
+    for (int i = 0; i < n; i++) {
+        int64_t k = bt_tp_shard_numel(s[i], tp);
+        int split = tp > 1 && s[i].kind != BT_TP_WHOLE;
+        l->local_off[i] = mark[split]; mark[split] += k;
+        l->whole_off[i] = l->num_params; l->num_params += s[i].R * s[i].K;
+    }
+    l->local_numel = mark[1];
+}
+BTDEF void bt_tp_layout_of(bt_tp_layout *l, bt_tp_shard_fn of, const void *cfg, int n, int tp) {
+    bt_tp_shard *s = (bt_tp_shard *)malloc(sizeof(bt_tp_shard) * (size_t)(n > 0 ? n : 1));
+    if (!s) bt_error("tp layout: out of host memory");
+    for (int i = 0; i < n; i++) s[i] = of(cfg, i);
+    bt_tp_layout_init(l, s, n, tp);
+    free(s);
+}
+BTDEF int64_t bt_tp_local_numel(bt_tp_shard_fn of, const void *cfg, int n, int tp, int64_t *whole) {
+    bt_tp_layout l;
+    bt_tp_layout_of(&l, of, cfg, n, tp);
+    int64_t local = l.local_numel;
+    if (whole) *whole = l.whole_numel;
+    bt_tp_layout_free(&l);
+    return local;
+}
+BTDEF void bt_tp_layout_free(bt_tp_layout *l) {
+    free(l->s); free(l->local_off); free(l->whole_off);
+    memset(l, 0, sizeof *l);
+}
+BTDEF void bt_tp_layout_map(const bt_tp_layout *l, int rank, bt_tensor *local, bt_tensor *whole, const int64_t *whole_off, int to_whole) {
+    if (!whole_off) whole_off = l->whole_off;
+    bt_scope_begin();
+    for (int i = 0; i < l->n; i++) {
+        bt_tp_shard s = l->s[i];
+        bt_tensor *full = bt_view(bt_narrow(whole, 0, whole_off[i], s.R * s.K), bt_shape2(s.R, s.K));
+        bt_tp_shard_copy(s, l->tp, rank, bt_narrow(local, 0, l->local_off[i], bt_tp_shard_numel(s, l->tp)), full, to_whole);
+    }
+    bt_scope_end();
+}
+
+BTDEF bt_par *bt_par_open(const bt_par_opts *o, bt_dist *d, int on_gpu) {
+    bt_par *p = (bt_par *)calloc(1, sizeof *p);
+    if (!p) bt_error("tp/cp: out of host memory");
+    bt_mesh mesh;
+    if (bt_mesh_init(&mesh, d->world, o->tp, o->cp)) bt_error("tp/cp: %s", bt_dist_error());
+    p->tp = o->tp; p->cp = o->cp; p->dp = mesh.dp; p->sp = o->sp; p->on_cpu = !on_gpu; p->dist = d;
+    p->tp_rank = bt_mesh_coord(&mesh, d->rank, BT_MESH_TP);
+    p->cp_rank = bt_mesh_coord(&mesh, d->rank, BT_MESH_CP);
+    p->dp_rank = bt_mesh_coord(&mesh, d->rank, BT_MESH_DP);
+    bt_comm *tpc = NULL, *cpc = NULL;
+    if (on_gpu) {
+        bt_dist_mesh_comms(d, &mesh, NULL, &tpc, &cpc);
+        p->dpcp_comm = bt_dist_split(d, d->world_comm, p->tp_rank, d->rank, "dpcp");
+    } else {                        /* the store path: the one parallel axis spans the world */
+        tpc = o->tp > 1 ? d->world_comm : NULL;
+        cpc = o->cp > 1 ? d->world_comm : NULL;
+    }
+    bt_tp_opts to;
+    memset(&to, 0, sizeof to);
+    to.sp = o->sp; to.async = o->async_tp; to.deterministic = o->deterministic;
+    if (o->tp > 1) p->tpc = bt_tp_create(tpc, &to);
+    if (o->cp > 1) {
+        bt_cp_kv kv = BT_CP_RING;
+        if (o->cp_comm && bt_cp_kv_parse(o->cp_comm, &kv)) bt_error("cp: K/V strategy '%s' is not ring, allgather or alltoall", o->cp_comm);
+        p->cpc = bt_cp_create(cpc, kv);
+        if (!on_gpu) p->cp_sum = bt_tp_create(cpc, NULL);
+    }
+    for (int k = 0; k < 3 && on_gpu; k++) p->stage_ev[k] = bt_event_create_timed(bt_cuda_device(d->device));
+    p->Tl = o->T / o->cp;
+    p->pos = (int32_t *)malloc(sizeof(int32_t) * (size_t)p->Tl);
+    p->loc_in = (int32_t *)malloc(sizeof(int32_t) * (size_t)o->B * p->Tl);
+    p->loc_tg = (int32_t *)malloc(sizeof(int32_t) * (size_t)o->B * p->Tl);
+    if (!p->pos || !p->loc_in || !p->loc_tg) bt_error("tp/cp: out of host memory");
+    for (int j = 0; j < p->Tl; j++) p->pos[j] = (int32_t)bt_zigzag_global(o->T, o->cp, p->cp_rank, j);
+    return p;
+}
+BTDEF void bt_par_free(bt_par *p) {
+    if (!p) return;
+    bt_tp_free(p->tpc); bt_cp_free(p->cpc); bt_tp_free(p->cp_sum);
+    for (int k = 0; k < 3; k++) if (p->stage_ev[k]) bt_event_destroy(p->stage_ev[k]);
+    bt_tp_layout_free(&p->lay);
+    free(p->pos); free(p->loc_in); free(p->loc_tg);
+    free(p);
+}
+BTDEF void bt_par_set_layout(bt_par *p, bt_tp_shard_fn of, const void *cfg, int n) {
+    bt_tp_layout_free(&p->lay);
+    bt_tp_layout_of(&p->lay, of, cfg, n, p->tp);
+}
+BTDEF void bt_par_batch(bt_par *p, const int32_t *inputs, const int32_t *targets, int B, int T, bt_device dev,
+                        bt_tensor **idx, bt_tensor **tgt) {
+    if (p->cp == 1) return;
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < p->Tl; j++) {
+            p->loc_in[(size_t)b * p->Tl + j] = inputs[(size_t)b * T + p->pos[j]];
+            p->loc_tg[(size_t)b * p->Tl + j] = targets[(size_t)b * T + p->pos[j]];
+        }
+    *idx = bt_from_data(p->loc_in, bt_shape2(B, p->Tl), BT_I32, dev);
+    *tgt = bt_from_data(p->loc_tg, bt_shape2(B, p->Tl), BT_I32, dev);
+}
+BTDEF void bt_par_tp_sum(bt_par *p, bt_tensor *t) { bt_tp_reduce_grad(p->tpc, t); }
+/* Both reductions (the dp x cp buckets', this one over tp) are sums, so their order is free; only
+   the place differs. ddp: all of the buffer's whole span. ZeRO-1: the buckets reduced the last
+   micro-batch's gradients to the owners, so only the rank's range of flat_grad holds them.
+   ZeRO-2: every micro-batch was reduced to the owners and folded into the fp32 sum (of the sums
+   over the micro-batches: linear, the same). The tp peers of a rank own the same range of buffers
+   laid out alike, so each takes part with as many elements. */
+BTDEF void bt_par_reduce_grads(bt_par *p, bt_tensor *flat_grad, const bt_zero *z) {
+    if (p->cp_sum) {
+        bt_tp_reduce_grad(p->cp_sum, flat_grad);
+        bt_mul_scalar_(flat_grad, 1.0 / p->cp);
+    }
+    if (p->sp && p->tpc) {
+        bt_scope_begin();
+        int64_t W = p->lay.whole_numel;
+        bt_tensor *g = z && z->stage ? bt_narrow(bt_zero_grads(z, flat_grad), 0, 0, bt_zero_below(z, W)) : bt_narrow(flat_grad, 0, 0, W);
+        if (bt_numel(g) > 0) bt_tp_reduce_grad(p->tpc, g);
+        bt_scope_end();
+    }
+}
+BTDEF void bt_par_mean(bt_par *p, bt_tensor *t) {
+    if (!p->on_cpu) { bt_all_reduce(p->dist->world_comm, bt_data_ptr(t), bt_data_ptr(t), 1, BT_F32, BT_RED_AVG, NULL); return; }
+    if (!p->cp_sum) return;
+    bt_tp_reduce_grad(p->cp_sum, t);
+    bt_mul_scalar_(t, 1.0 / p->cp);
+}
+BTDEF bt_tensor *bt_par_grad_norm(bt_par *p, bt_tensor *flat_grad) {
+    int64_t W = p->lay.whole_numel, n = p->lay.local_numel;
+    bt_tensor *sq = bt_sumsq(bt_narrow(flat_grad, 0, W, n - W));
+    bt_tp_reduce_grad(p->tpc, sq);
+    return bt_sqrt(bt_add(sq, bt_sumsq(bt_narrow(flat_grad, 0, 0, W))));
+}
+/* No host sync, so a checkpoint's copies of it overlap the next step. Memory: tp x numel(x) for
+   the gather (every tp rank) and num_params for the whole (rank 0). */
+BTDEF bt_tensor *bt_par_gather_whole(bt_par *p, bt_tensor *x) {
+    int old = bt_set_grad_enabled(0), rank0 = p->dist->rank == 0;
+    int64_t n = bt_numel(x);
+    bt_scope_begin();
+    bt_tensor *all = bt_tp_all_gather(p->tpc, bt_view(x, bt_shape2(1, n))), *whole = NULL;   /* [tp, n] */
+    if (rank0) {
+        whole = bt_keep(bt_empty(bt_shape1(p->lay.num_params), BT_F32, bt_device_of(x)));
+        for (int r = 0; r < p->tp; r++) bt_tp_layout_map(&p->lay, r, bt_select(all, 0, r), whole, NULL, 1);
+    }
+    bt_scope_end();
+    bt_set_grad_enabled(old);
+    return whole;
+}
+BTDEF bt_tensor *bt_par_shard_of_whole(bt_par *p, bt_tensor *whole, int64_t n) {
+    bt_tensor *local = bt_zeros(bt_shape1(n), BT_F32, bt_device_of(whole));
+    bt_tp_layout_map(&p->lay, p->tp_rank, local, whole, NULL, 0);
+    return local;
+}
+/* Where a step's time goes, for async against sync TP: timed events read after the step's host
+   sync; the communication async TP hides is the difference of the two runs' stage times. */
+BTDEF void bt_par_stage_mark(bt_par *p, bt_device dev, int k) {
+    if (p->stage_ev[k]) bt_event_record(p->stage_ev[k], bt_stream_current(dev));
+}
+BTDEF void bt_par_stage_report(bt_par *p, char *json, size_t cap) {
+    if (!p->stage_ev[0]) return;
+    p->fwd_ms = bt_event_elapsed_ms(p->stage_ev[0], p->stage_ev[1]);
+    p->bwd_ms = bt_event_elapsed_ms(p->stage_ev[1], p->stage_ev[2]);
+    size_t len = strlen(json);
+    snprintf(json + len, cap - len, ", \"fwd_ms\": %.3f, \"bwd_ms\": %.3f", p->fwd_ms, p->bwd_ms);
 }
 
 #endif /* BT_PARALLEL_IMPLEMENTATION_DONE */

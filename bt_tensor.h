@@ -647,6 +647,9 @@ BTDEF void bt_fp8_bank_reset(bt_fp8_state **states, bt_tensor **buf, int64_t n, 
 BTDEF void bt_fp8_bank_free(bt_fp8_state **states, bt_tensor **buf, int64_t n);
 /* the op; st (not NULL) must outlive the graph that the call records */
 BTDEF bt_tensor *bt_linear_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_fp8_state *st);
+/* r + bt_linear_fp8(x, w, b, st), r of the output's shape and dtype: the add rides the product (one
+   rounding of the f32 sum; on a GPU cuBLASLt's beta = 1 with r as its C), r's gradient is y's */
+BTDEF bt_tensor *bt_linear_add_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tensor *r, bt_fp8_state *st);
 /* the scale of a tensor whose largest magnitude is amax, cast to a format whose largest finite value
    is fmax: amax / fmax in f32, at least FLT_MIN (so 1 / s stays finite); 1 when amax is 0, inf or
    NaN (nothing to scale, or nothing sensible: a NaN stays NaN in the cast, an inf saturates) */

@@ -78,7 +78,7 @@ typedef struct gpt2 {
     int mlir;                      /* fc bias + GELU through bt_mlir.h's fused kernel (BT_MLIR builds) */
     int tp, tp_rank;               /* tensor parallelism: this rank's shard of tp; 0 when whole */
     const struct gpt2_split *split;   /* tensor/context parallel forward (gpt2_parallel.h); NULL: whole */
-    struct gpt2_par *par;          /* that split's state */
+    struct bt_par *par;            /* that split's mesh (bt_parallel.h) */
     bt_tensor *fp8_buf;            /* f32 [L, GPT2_FP8_LINEARS, 3, 2 + history]: the FP8 states (gpt2_fp8_enable); NULL: none */
     bt_fp8_state *fp8;             /* [L * GPT2_FP8_LINEARS]: layer l's linear k at l * GPT2_FP8_LINEARS + k, views of fp8_buf */
     bt_unit_set units;             /* fsdp: the parameters from gathered units (units.src NULL: the leaves) */
@@ -412,13 +412,10 @@ BTDEF bt_tensor *gpt2_param_as(gpt2 *m, bt_tensor *p, bt_dtype dt) {
 }
 #define GPT2_P(x) gpt2_param_as(m, (x), dt)
 
-/* r + x w^T + b (r NULL: without): through bt_linear_fp8 with the scaling state st, or with st
-   NULL bt_linear / bt_linear_add (the residual add then rides the GEMM on a GPU) */
+/* r + x w^T + b (r NULL: without): through bt_linear_fp8 / bt_linear_add_fp8 with the scaling state
+   st, or with st NULL bt_linear / bt_linear_add (the residual add rides the GEMM on a GPU either way) */
 static bt_tensor *gpt2__linear(bt_fp8_state *st, bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tensor *r) {
-    if (st) {
-        bt_tensor *out = bt_linear_fp8(x, w, b, st);
-        return r ? bt_add(r, out) : out;
-    }
+    if (st) return r ? bt_linear_add_fp8(x, w, b, r, st) : bt_linear_fp8(x, w, b, st);
     return r ? bt_linear_add(x, w, b, r) : bt_linear(x, w, b);
 }
 /* layer y's linear k (GPT2_FP8_QKV ..): its FP8 state when f8, else NULL (the bf16 linear). f8 is
@@ -435,8 +432,8 @@ static bt_tensor *gpt2__attention(gpt2 *m, gpt2_layer *y, bt_tensor *h, bt_tenso
     return gpt2__linear(GPT2_F8(GPT2_FP8_PROJ), bt_attention_qkv(qkv, m->cfg.H), GPT2_P(y->projw), GPT2_P(y->projb), x);
 }
 /* x + the MLP of h (bias + GELU and the residual add ride the GEMMs: bt_mlp_gelu). FP8: the two
-   linears unfused (bt_linear_fp8's epilogue takes the bias, not GELU; the residual is a bt_add),
-   gelu between them */
+   linears unfused (bt_linear_fp8's epilogue takes the bias, not GELU; the residual rides the second
+   product: bt_linear_add_fp8), gelu between them */
 static bt_tensor *gpt2__mlp(gpt2 *m, gpt2_layer *y, bt_tensor *h, bt_tensor *x, bt_dtype dt, int f8) {
     if (m->split && m->split->mlp) return bt_add(x, m->split->mlp(m, y, h, dt));
     if (f8) {

@@ -1,6 +1,7 @@
 /* llama.h - Llama (2, 3, 3.1, 3.2) built from the BluTrain-C ops: config, presets, parameters,
-   the forward pass, KV-cache generation. v0.2 (v0.2: llama_build_padded and flat_numel for ZeRO;
-   the CPU presets s4, s2 renamed ls4, ls2, apart from GPT-2's in train_gpt2's -e).
+   the forward pass, KV-cache generation. v0.3 (v0.2: llama_build_padded and flat_numel for ZeRO;
+   the CPU presets s4, s2 renamed ls4, ls2, apart from GPT-2's in train_gpt2's -e. v0.3: llama_split,
+   the hooks through which llama_parallel.h runs a tp shard or cp; llama_leaf public).
 
    USAGE
      #define LLAMA_IMPLEMENTATION in *one* C/CUDA file (beside the bt_ implementations; bt_all.h
@@ -31,7 +32,8 @@
    backward writes the gradients of q, k, v into one buffer, rotating those of q, k back in place.
    The KV cache stores the Hkv heads only and its attention reads them per group too.
 
-   Files: llama_io.h (Hugging Face LlamaForCausalLM in and out). docs/llama.md.
+   Files: llama_io.h (Hugging Face LlamaForCausalLM in and out). Tensor and context parallelism:
+   llama_parallel.h (through llama_split). docs/llama.md.
 
    FP8 (docs/fp8.md): llama_fp8_enable gives the model one scaling state per block linear (wqkv,
    wo, w13, w2) in one flat f32 buffer, as gpt2.h's; a training forward (grad mode on) then runs
@@ -90,10 +92,11 @@ typedef struct {
     bt_tensor *w2;          /* [C, F] */
 } llama_layer;
 
+struct llama_split;
 typedef struct llama {
     llama_config cfg;
-    int64_t num_params;            /* the parameters (files, FLOPs) */
-    int64_t flat_numel;            /* the buffers' length: num_params, padded when sharded (ZeRO) */
+    int64_t num_params;            /* the parameters (files, FLOPs) of the whole model, also when this is a tp shard */
+    int64_t flat_numel;            /* the buffers' length: this rank's parameters, padded when sharded (ZeRO) */
     bt_tensor *flat, *flat_grad;   /* every parameter and its gradient, one buffer each (forward order) */
     bt_tensor *flat_lowp;          /* flat in the compute dtype when that is not f32, made on demand */
     uint32_t lowp_version;         /* flat's version when flat_lowp was last refreshed */
@@ -107,7 +110,21 @@ typedef struct llama {
     bt_tensor *fp8_buf;            /* f32 [L, LLAMA_FP8_LINEARS, 3, 2 + history]: the FP8 states (llama_fp8_enable); NULL: none */
     bt_fp8_state *fp8;             /* [L * LLAMA_FP8_LINEARS]: layer l's linear k at l * LLAMA_FP8_LINEARS + k, views of fp8_buf */
     bt_unit_set units;             /* fsdp: the parameters from gathered units (units.src NULL: the leaves) */
+    int tp, tp_rank;               /* tensor parallelism: this rank's shard of tp; 0 when whole */
+    const struct llama_split *split;   /* tensor/context parallel forward (llama_parallel.h); NULL: whole */
+    struct bt_par *par;            /* that split's mesh (bt_parallel.h) */
 } llama;
+/* The parts of the model tensor or context parallelism replace (llama_parallel.h); a NULL member
+   keeps the whole model's. embed returns the first residual stream, attention and mlp their
+   sublayer's output without the residual (h: the sublayer's RMSNorm output), loss takes the
+   final norm's output; init draws a shard's weights. */
+typedef struct llama_split {
+    bt_tensor *(*embed)(llama *m, bt_tensor *idx, bt_dtype dt);
+    bt_tensor *(*attention)(llama *m, llama_layer *y, bt_tensor *h, bt_dtype dt);
+    bt_tensor *(*mlp)(llama *m, llama_layer *y, bt_tensor *h, bt_dtype dt);
+    bt_tensor *(*loss)(llama *m, bt_tensor *x, bt_tensor *targets, bt_dtype dt);
+    void (*init)(llama *m, uint64_t seed);
+} llama_split;
 /* the block linears that run in FP8, in a layer's order in fp8_buf */
 enum { LLAMA_FP8_QKV, LLAMA_FP8_O, LLAMA_FP8_W13, LLAMA_FP8_W2, LLAMA_FP8_LINEARS };
 
@@ -115,6 +132,8 @@ enum { LLAMA_FP8_QKV, LLAMA_FP8_O, LLAMA_FP8_W13, LLAMA_FP8_W2, LLAMA_FP8_LINEAR
    multiple of pad_to (ZeRO's equal shards; the padding is zero), gradients in grad_dt. */
 BTDEF void llama_build(llama *m, llama_config cfg, bt_device dev);
 BTDEF void llama_build_padded(llama *m, llama_config cfg, bt_device dev, int64_t pad_to, bt_dtype grad_dt);
+/* the next leaf of numel(shape) at *mark of the buffers (a builder's step; llama_build_tp's) */
+BTDEF bt_tensor *llama_leaf(llama *m, int64_t *mark, bt_shape shape);
 BTDEF void llama_free(llama *m);
 /* transformers' init (LlamaPreTrainedModel._init_weights, initializer_range 0.02): every matrix and
    the embedding N(0, 0.02), the norms' weights 1; the embedding's and head's padded rows 0. Each
@@ -261,7 +280,7 @@ BTDEF int llama_config_check(const llama_config *c, const char *src, char *err, 
    The backward pass finishes the gradients at the END of the buffer first (data parallelism can
    send them while earlier layers still compute). Each leaf is a view of flat, its gradient the
    same span of flat_grad: the optimizer and the files see one buffer, the graph ordinary leaves. */
-static bt_tensor *llama__leaf(llama *m, int64_t *mark, bt_shape shape) {
+BTDEF bt_tensor *llama_leaf(llama *m, int64_t *mark, bt_shape shape) {
     int64_t n = 1;
     for (int d = 0; d < shape.ndim; d++) n *= shape.d[d];
     bt_tensor *span = bt_narrow(m->flat, 0, *mark, n), *gspan = bt_narrow(m->flat_grad, 0, *mark, n);
@@ -287,18 +306,18 @@ BTDEF void llama_build_padded(llama *m, llama_config cfg, bt_device dev, int64_t
     m->params = (bt_tensor **)calloc((size_t)(3 + 6 * cfg.L), sizeof(bt_tensor *));
     m->layers = (llama_layer *)calloc((size_t)cfg.L, sizeof(llama_layer));
     if (!m->params || !m->layers) bt_error("llama_build: out of host memory");
-    m->emb = llama__leaf(m, &mark, bt_shape2(cfg.Vp, C));
+    m->emb = llama_leaf(m, &mark, bt_shape2(cfg.Vp, C));
     for (int l = 0; l < cfg.L; l++) {
         llama_layer *y = &m->layers[l];
-        y->attn_norm = llama__leaf(m, &mark, bt_shape1(C));
-        y->wqkv = llama__leaf(m, &mark, bt_shape2(((int64_t)cfg.H + 2 * cfg.Hkv) * D, C));
-        y->wo = llama__leaf(m, &mark, bt_shape2(C, (int64_t)cfg.H * D));
-        y->mlp_norm = llama__leaf(m, &mark, bt_shape1(C));
-        y->w13 = llama__leaf(m, &mark, bt_shape2(2 * (int64_t)cfg.F, C));
-        y->w2 = llama__leaf(m, &mark, bt_shape2(C, cfg.F));
+        y->attn_norm = llama_leaf(m, &mark, bt_shape1(C));
+        y->wqkv = llama_leaf(m, &mark, bt_shape2(((int64_t)cfg.H + 2 * cfg.Hkv) * D, C));
+        y->wo = llama_leaf(m, &mark, bt_shape2(C, (int64_t)cfg.H * D));
+        y->mlp_norm = llama_leaf(m, &mark, bt_shape1(C));
+        y->w13 = llama_leaf(m, &mark, bt_shape2(2 * (int64_t)cfg.F, C));
+        y->w2 = llama_leaf(m, &mark, bt_shape2(C, cfg.F));
     }
-    m->norm = llama__leaf(m, &mark, bt_shape1(C));
-    m->head = cfg.tie ? m->emb : llama__leaf(m, &mark, bt_shape2(cfg.Vp, C));
+    m->norm = llama_leaf(m, &mark, bt_shape1(C));
+    m->head = cfg.tie ? m->emb : llama_leaf(m, &mark, bt_shape2(cfg.Vp, C));
     if (mark != m->num_params) bt_error("llama_build: %lld parameters laid out, %lld counted", (long long)mark, (long long)m->num_params);
 }
 BTDEF void llama_build(llama *m, llama_config cfg, bt_device dev) { llama_build_padded(m, cfg, dev, 1, BT_F32); }
@@ -312,12 +331,14 @@ BTDEF void llama_free(llama *m) {
 }
 /* 4 L states of 3 (2 + history) f32 each, slices of one buffer (a checkpoint saves it whole) */
 BTDEF void llama_fp8_enable(llama *m, const bt_fp8_opts *o) {
+    if (m->split) bt_error("llama_fp8_enable: FP8 linears with tensor or context parallelism are not supported (--precision fp8 with --tp or --cp)");
     bt_fp8_bank_reset(&m->fp8, &m->fp8_buf, (int64_t)m->cfg.L * LLAMA_FP8_LINEARS, o, m->device, "llama_fp8_enable");
 }
 BTDEF void llama_fp8_update(llama *m) {
     for (int i = 0; m->fp8 && i < m->cfg.L * LLAMA_FP8_LINEARS; i++) bt_fp8_update(&m->fp8[i]);
 }
 BTDEF void llama_init(llama *m, uint64_t seed) {
+    if (m->split && m->split->init) { m->split->init(m, seed); return; }
     int old = bt_set_grad_enabled(0);
     const llama_config *c = &m->cfg;
     for (int i = 0; i < m->n_params; i++) {
@@ -374,6 +395,7 @@ BTDEF int llama_units_bounds(const llama *m, int64_t *lo) {
     return L + 2;
 }
 BTDEF void llama_set_units(llama *m, const bt_units *u) {
+    if (u && m->split) bt_error("llama: fsdp's units with tensor or context parallelism (not supported)");
     int64_t *lo = (int64_t *)malloc(sizeof(int64_t) * ((size_t)m->cfg.L + 3));
     if (!lo) bt_error("llama: out of host memory");
     int n = llama_units_bounds(m, lo);
@@ -391,13 +413,10 @@ BTDEF bt_tensor *llama_param_as(llama *m, bt_tensor *p, bt_dtype dt) {
 }
 #define LLAMA_P(x) llama_param_as(m, (x), dt)
 
-/* r + x w^T (r NULL: without): through bt_linear_fp8 with the scaling state st, or with st NULL
-   bt_linear / bt_linear_add (the residual add then rides the GEMM on a GPU) */
+/* r + x w^T (r NULL: without): through bt_linear_fp8 / bt_linear_add_fp8 with the scaling state st,
+   or with st NULL bt_linear / bt_linear_add (the residual add rides the GEMM on a GPU either way) */
 static bt_tensor *llama__linear(bt_fp8_state *st, bt_tensor *x, bt_tensor *w, bt_tensor *r) {
-    if (st) {
-        bt_tensor *out = bt_linear_fp8(x, w, NULL, st);
-        return r ? bt_add(r, out) : out;
-    }
+    if (st) return r ? bt_linear_add_fp8(x, w, NULL, r, st) : bt_linear_fp8(x, w, NULL, st);
     return r ? bt_linear_add(x, w, NULL, r) : bt_linear(x, w, NULL);
 }
 /* layer y's linear k (LLAMA_FP8_QKV ..): its FP8 state when f8 (decided once per forward in
@@ -408,11 +427,13 @@ static bt_tensor *llama__linear(bt_fp8_state *st, bt_tensor *x, bt_tensor *w, bt
    side), RoPE on q and k and grouped-query attention in one op that reads K, V per group in place */
 static bt_tensor *llama__attention(llama *m, llama_layer *y, bt_tensor *h, bt_tensor *x, bt_dtype dt, int f8) {
     const llama_config *c = &m->cfg;
+    if (m->split && m->split->attention) return bt_add(x, m->split->attention(m, y, h, dt));
     bt_tensor *o = bt_attention_qkv_ex(llama__linear(LLAMA_F8(LLAMA_FP8_QKV), h, LLAMA_P(y->wqkv), NULL), c->H, c->Hkv, &c->rope);
     return llama__linear(LLAMA_F8(LLAMA_FP8_O), o, LLAMA_P(y->wo), x);
 }
 /* x + W2 swiglu(W13 h) */
 static bt_tensor *llama__mlp(llama *m, llama_layer *y, bt_tensor *h, bt_tensor *x, bt_dtype dt, int f8) {
+    if (m->split && m->split->mlp) return bt_add(x, m->split->mlp(m, y, h, dt));
     return llama__linear(LLAMA_F8(LLAMA_FP8_W2), bt_swiglu(llama__linear(LLAMA_F8(LLAMA_FP8_W13), h, LLAMA_P(y->w13), NULL)), LLAMA_P(y->w2), x);
 }
 /* The block's two sublayers as bt_checkpoint regions (bt_autograd.h), as gpt2.h's: each takes the
@@ -461,8 +482,11 @@ static bt_tensor *llama__hidden(llama *m, bt_tensor *idx, bt_dtype dt, int keep_
         bt_error("llama: idx %s must be [B, T] with T at most the context of %d", bt_shape_str(idx, s, sizeof s), c->maxT);
     }
     int rc = bt_get_recompute(), hu = keep_head ? llama__head_unit(m) : -1;
+    if ((rc & (BT_RECOMPUTE_ATTN | BT_RECOMPUTE_MLP | BT_RECOMPUTE_BLOCK)) && m->split && (m->split->attention || m->split->mlp))
+        bt_error("llama: recompute attn, mlp or block (flags %d) with tensor or context parallelism: the split blocks' "
+                 "collectives are not remade in the backward; use none", rc);
     bt_units_begin(&m->units, 0, dt);
-    bt_tensor *x = bt_embedding(LLAMA_P(m->emb), idx);
+    bt_tensor *x = m->split && m->split->embed ? m->split->embed(m, idx, dt) : bt_embedding(LLAMA_P(m->emb), idx);
     if (hu != 0) bt_units_end(&m->units, 0);
     int f8 = m->fp8 && bt_grad_enabled();   /* a training forward: the FP8 linears */
     for (int l = 0; l < c->L; l++) x = llama__block(m, &m->layers[l], x, dt, rc, f8);
@@ -473,12 +497,14 @@ static bt_tensor *llama__hidden(llama *m, bt_tensor *idx, bt_dtype dt, int keep_
 }
 BTDEF bt_tensor *llama_hidden(llama *m, bt_tensor *idx, bt_dtype dt) { return llama__hidden(m, idx, dt, 0); }
 BTDEF bt_tensor *llama_logits(llama *m, bt_tensor *idx, bt_dtype dt) {
+    if (m->tp > 1) bt_error("llama_logits: a tensor-parallel shard holds Vp/%d of the head's rows; gather the whole model (llama_par_whole_model)", m->tp);
     bt_tensor *h = llama__hidden(m, idx, dt, 1);   /* before LLAMA_P(head): fsdp gathers its unit there */
     bt_tensor *z = bt_linear(h, LLAMA_P(m->head), NULL);
     bt_units_end(&m->units, llama__head_unit(m));
     return z;
 }
 BTDEF bt_tensor *llama_loss(llama *m, bt_tensor *idx, bt_tensor *targets, bt_dtype dt) {
+    if (m->split && m->split->loss) return m->split->loss(m, llama_hidden(m, idx, dt), targets, dt);
     bt_tensor *h = llama__hidden(m, idx, dt, 1);
     bt_tensor *loss = bt_linear_cross_entropy(h, LLAMA_P(m->head), targets, m->cfg.V, -1);
     bt_units_end(&m->units, llama__head_unit(m));
@@ -532,6 +558,7 @@ static bt_tensor *llama__attention_cached(llama *m, llama_layer *y, bt_tensor *h
 }
 BTDEF bt_tensor *llama_forward_cached(llama *m, llama_kv_cache *kv, const int32_t *ids, int n) {
     const llama_config *c = &m->cfg;
+    if (m->tp > 1) bt_error("llama_forward_cached: a tensor-parallel shard; generate from the whole model (llama_par_whole_model)");
     bt_dtype dt = kv->dt;
     if (n < 1 || kv->len + n > kv->cap)
         bt_error("llama_forward_cached: %d new positions after %d cached ones do not fit the cache of %d", n, kv->len, kv->cap);

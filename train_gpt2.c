@@ -9,7 +9,7 @@
      gpt2.h           the model: parameters, the forward pass, generation
      gpt2_io.h        model files: llm.c's layout, Hugging Face's
      gpt2_parallel.h  the model under tensor and context parallelism
-     llama.h, llama_io.h  a Llama model and its Hugging Face files: -e l125m, --init-from DIR (the same loop)
+     llama.h, llama_io.h, llama_parallel.h  a Llama model, its Hugging Face files, its tp/cp: -e l125m, --init-from DIR (the same loop)
      trainer.h        the run's state: data, data parallelism, CUDA graphs, memory, checkpoints
    Read top to bottom:
      1. the command line
@@ -21,7 +21,7 @@
 #ifndef BT_LINKED                 /* every header's implementation here, or from one object linked in (make) */
 #define BT_ALL_IMPLEMENTATION
 #endif
-#include "bt_all.h"                /* the bt_ headers, gpt2.h, gpt2_io.h, gpt2_parallel.h (bt_mlir.h with MLIR=1) */
+#include "bt_all.h"                /* the bt_ headers, the models and their _io.h, _parallel.h (bt_mlir.h with MLIR=1) */
 #define TRAINER_IMPLEMENTATION
 #include "trainer.h"
 #include <stdio.h>
@@ -69,6 +69,8 @@ static void usage(FILE *f) {
         "  --fp8-recipe current|delayed   with fp8: scales from each tensor's own amax, or from the amax history\n"
         "            of the last --fp8-history steps (default delayed)\n"
         "  --fp8-history N   with fp8: the delayed recipe's amax history, 1 to 1024 steps (default 16)\n"
+        "  --grad-dtype f32|bf16   the gradient buffer (default f32); bf16: 2 bytes a parameter less, for a bf16 or\n"
+        "            fp8 run on one GPU with one micro-batch a step (-d = B*T: each gradient written once, no sum)\n"
         "  --device auto|cpu|cuda|cuda:N  (default auto: cuda:0 when there is a GPU)\n"
         "  --seed N  --topk N  --temp T  --clip C (0 = no clipping)\n"
         "  --tokenizer DIR   encoder.json and vocab.bpe (default data; without them samples print as ids)\n"
@@ -153,7 +155,7 @@ static int takes_value(const char *a) {
         "-s", "-g", "-u", "--topk", "-l", "-q", "-c", "--clip", "--temp", "--seed", "-n", "--nproc", "--bucket-mb",
         "--nccl-timeout", "--ckpt-dir", "--ckpt-every", "--ckpt-keep", "--resume", "--init-from", "--export-hf", "--tp", "--cp",
         "--cp-comm", "--recompute", "--cuda-graph", "--ddp-rows", "--nccl-blocking", "--ddp-transport", "--dp", "--comm-dtype",
-        "--precision", "--device", "--eval-mc", "--fp8-recipe", "--fp8-history"};
+        "--precision", "--device", "--eval-mc", "--fp8-recipe", "--fp8-history", "--grad-dtype"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) if (!strcmp(a, names[i])) return 1;
     return 0;
 }
@@ -261,6 +263,10 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
             o->fp8_recipe = v;
             if (strcmp(v, "current") && strcmp(v, "delayed")) { snprintf(err, errlen, "--fp8-recipe must be current or delayed, got '%s'", v); return -1; }
         } else if (!strcmp(a, "--fp8-history")) bad = parse_int(v, 1, 1024, &o->fp8_history);
+        else if (!strcmp(a, "--grad-dtype")) {
+            o->grad_dtype = v;
+            if (strcmp(v, "f32") && strcmp(v, "bf16")) { snprintf(err, errlen, "--grad-dtype must be f32 or bf16, got '%s'", v); return -1; }
+        }
         else if (!strcmp(a, "--device")) {
             o->device = v;
             int n;
@@ -273,7 +279,7 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
     int fp8 = o->precision && !strcmp(o->precision, "fp8");
     const char *clash = (o->fp8_recipe || o->fp8_history) && !fp8 ? "--fp8-recipe and --fp8-history need --precision fp8"
         : fp8 && o->mlir ? "--precision fp8 and --mlir exclude each other (the FP8 MLP runs its linears unfused; --mlir fuses a bf16 one)"
-        : fp8 && (o->tp > 1 || o->cp > 1) ? "--precision fp8: not with --tp or --cp yet (their split linears are gpt2_parallel.h's, not FP8)"
+        : fp8 && (o->tp > 1 || o->cp > 1) ? "--precision fp8: not with --tp or --cp yet (their split linears are gpt2_parallel.h's and llama_parallel.h's, not FP8)"
         : o->ckpt_every && !o->ckpt_dir ? "--ckpt-every needs --ckpt-dir DIR (where the checkpoints go)"
         : o->resume && !strcmp(o->resume, "auto") && !o->ckpt_dir ? "--resume auto needs --ckpt-dir DIR (where to look)"
         : o->ckpt_overwrite && !o->ckpt_dir ? "--ckpt-overwrite needs --ckpt-dir DIR (whose old checkpoints it deletes)"
@@ -306,6 +312,12 @@ static int resolve_opts(train_opts *o, int on_gpu, const trainer_config *cfg, ch
     if (!on_gpu && strcmp(o->precision, "fp32") && strcmp(o->precision, "fp8")) {
         snprintf(err, errlen, "--precision %s needs a GPU (the CPU path computes in fp32; fp8 is emulated there)", o->precision); return -1;
     }
+    int grad_bf16 = o->grad_dtype && !strcmp(o->grad_dtype, "bf16");
+    if (grad_bf16 && (!on_gpu || (strcmp(o->precision, "bf16") && strcmp(o->precision, "fp8")))) {
+        snprintf(err, errlen, "--grad-dtype bf16 needs --precision bf16 or fp8 on a GPU (its products write bf16 gradients; %s)",
+                 on_gpu ? "fp32 and tf32 runs compute them in fp32" : "a CPU run computes in fp32");
+        return -1;
+    }
     /* fp8's recipe by default: delayed scaling (Transformer Engine's default recipe): one read of
        each tensor per cast (the amax measured in the same pass), where current scaling reads it
        twice; the scales lag the tensors by a step, which the history's maximum covers. History 16
@@ -336,6 +348,14 @@ static int resolve_opts(train_opts *o, int on_gpu, const trainer_config *cfg, ch
     if (o->total_batch < 0) o->total_batch = on_gpu ? 524288 : (int)bt;
     if (o->total_batch % bt) {
         snprintf(err, errlen, "-d %d is not a multiple of B*T = %d*%d", o->total_batch, o->B, o->T); return -1;
+    }
+    /* bf16 gradients are exact as products' outputs (each weight's gradient one product, rounded
+       once, as PyTorch's autocast makes them), not as a sum over micro-batches */
+    if (grad_bf16 && o->total_batch != bt) {
+        snprintf(err, errlen, "--grad-dtype bf16 needs one micro-batch a step: -d %d is %lld micro-batches of -b %d x -t %d (the "
+                 "gradients would be summed in bf16); give -d %lld, or --grad-dtype f32", o->total_batch, (long long)(o->total_batch / bt),
+                 o->B, o->T, (long long)bt);
+        return -1;
     }
     return 0;
 }
@@ -370,11 +390,11 @@ static double now_s(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &
 /* One micro-batch: the forward pass, the backward of loss / accum (the gradients average over the
    micro-batches) and loss / accum added into loss_sum (f32 on the device) */
 static void micro_step(trainer *tr, bt_tensor *idx, bt_tensor *tgt, int accum, bt_tensor *loss_sum) {
-    if (tr->par) gpt2_par_stage_mark(tr->par, trainer_device(tr), 0);
+    if (tr->par) bt_par_stage_mark(tr->par, trainer_device(tr), 0);
     bt_tensor *loss = trainer_model_loss(tr, idx, tgt);
-    if (tr->par) gpt2_par_stage_mark(tr->par, trainer_device(tr), 1);
+    if (tr->par) bt_par_stage_mark(tr->par, trainer_device(tr), 1);
     bt_backward(bt_scale(loss, 1.0 / accum));
-    if (tr->par) gpt2_par_stage_mark(tr->par, trainer_device(tr), 2);
+    if (tr->par) bt_par_stage_mark(tr->par, trainer_device(tr), 2);
     int old = bt_set_grad_enabled(0);
     bt_add_(loss_sum, bt_cast(loss, BT_F32), 1.0 / accum);
     bt_set_grad_enabled(old);
@@ -429,7 +449,7 @@ static int train_step(trainer *tr, int step, double lr, double *loss, double *gr
         }
         bt_scope_end();
     }
-    if (tr->par) { gpt2_par_reduce_grads(tr->par, &tr->model, &tr->zero); gpt2_par_mean(tr->par, loss_sum); }
+    if (tr->par) { bt_par_reduce_grads(tr->par, trainer_flat_grad(tr), &tr->zero); bt_par_mean(tr->par, loss_sum); }
     else if (tr->fsdp) bt_fsdp_mean(tr->fsdp, loss_sum);   /* CPU ranks too: through the store */
     else if (tr->dist) bt_all_reduce(tr->dist->world_comm, bt_data_ptr(loss_sum), bt_data_ptr(loss_sum), 1, BT_F32, BT_RED_AVG, NULL);
     bt_tensor *norm = trainer_grad_norm(tr);
@@ -461,7 +481,7 @@ static double evaluate(trainer *tr) {
         bt_add_(sum, bt_cast(trainer_model_loss(tr, idx, tgt), BT_F32), 1.0);
         bt_scope_end();
     }
-    if (tr->par) gpt2_par_mean(tr->par, sum);
+    if (tr->par) bt_par_mean(tr->par, sum);
     else if (tr->fsdp) bt_fsdp_mean(tr->fsdp, sum);
     else if (tr->dist) bt_all_reduce(tr->dist->world_comm, bt_data_ptr(sum), bt_data_ptr(sum), 1, BT_F32, BT_RED_AVG, NULL);
     double loss = bt_item(sum) / (n ? n : 1);
@@ -898,16 +918,24 @@ static int train_main(train_opts *o) {
     bt_set_matmul_precision(!strcmp(o->precision, "tf32") ? BT_MATMUL_TF32 : BT_MATMUL_FP32);
     if (o->deterministic) bt_set_deterministic(1);
     tr.zero.stage = !dist ? 0 : !strcmp(o->dp, "zero1") ? 1 : !strcmp(o->dp, "zero2") ? 2 : 0;
-    if (o->tp * o->cp > 1) { gpt2_par_opts po = trainer_par_opts(o); tr.par = gpt2_par_open(&po, dist, on_gpu); }
+    if (o->tp * o->cp > 1) { bt_par_opts po = trainer_par_opts(o); tr.par = bt_par_open(&po, dist, on_gpu); }
     /* ZeRO's group: the processes, or with tp/cp the dp x cp ranks of this tp index */
     int zworld = tr.par ? tr.par->dp * tr.par->cp : world;
-    int64_t local = cfg.family == TRAINER_LLAMA ? llama_num_params(&cfg.llama) : gpt2_local_numel(&cfg.gpt2, o->tp, NULL);
+    int64_t local = cfg.family == TRAINER_LLAMA ? llama_local_numel(&cfg.llama, o->tp, NULL) : gpt2_local_numel(&cfg.gpt2, o->tp, NULL);
     tr.zero.shard = tr.zero.stage ? bt_shard_numel(local, zworld, 64) : 0;
     int64_t pad_to = tr.zero.stage ? tr.zero.shard * zworld : 1;
-    bt_dtype grad_dt = tr.zero.stage == 2 ? tr.dt : BT_F32;
-    if (o->tp > 1) gpt2_build_tp(&tr.model, cfg.gpt2, dev, o->tp, tr.par->tp_rank, pad_to, grad_dt);   /* GPT-2 only (trainer_par_check) */
+    int grad_bf16 = !strcmp(o->grad_dtype, "bf16");   /* resolve_opts: a bf16 or fp8 GPU run, one micro-batch a step */
+    if (grad_bf16 && world > 1) {
+        fprintf(stderr, "error: --grad-dtype bf16 with %d processes: not yet (data parallelism sums the ranks' gradients in the "
+                "buffer's dtype; --dp zero2 keeps one micro-batch's gradients in bf16 already) " SEE_H "\n", world);
+        return run_end(&tr, 2);
+    }
+    bt_dtype grad_dt = tr.zero.stage == 2 || grad_bf16 ? tr.dt : BT_F32;
+    if (o->tp > 1 && cfg.family == TRAINER_LLAMA) { tr.family = TRAINER_LLAMA; llama_build_tp(&tr.lm, cfg.llama, dev, o->tp, tr.par->tp_rank, pad_to, grad_dt); }
+    else if (o->tp > 1) gpt2_build_tp(&tr.model, cfg.gpt2, dev, o->tp, tr.par->tp_rank, pad_to, grad_dt);
     else trainer_model_build(&tr, &cfg, dev, pad_to, grad_dt);
-    if (tr.par) gpt2_par_attach(tr.par, &tr.model);
+    if (tr.par && cfg.family == TRAINER_LLAMA) llama_par_attach(tr.par, &tr.lm);
+    else if (tr.par) gpt2_par_attach(tr.par, &tr.model);
     tr.model.mlir = o->mlir;
     if (fp8) trainer_fp8_enable(&tr);   /* before the memory probes, so they measure the FP8 path */
     if (tr.src.resume) trainer_ckpt_import_tuning(&tr);   /* before any matmul chooses its algorithm */
@@ -998,8 +1026,9 @@ static int train_main(train_opts *o) {
     char fp8_what[96] = "";
     if (fp8) snprintf(fp8_what, sizeof fp8_what, " (block linears in FP8: %s scaling, history %d%s)", o->fp8_recipe, o->fp8_history,
                       on_gpu ? "" : "; emulated, the rest fp32");
-    printf("B %d T %d, total batch %d tokens (%d micro-batches), %d steps, lr %.2e warmup %d, precision %s%s%s%s\n",
-           o->B, o->T, o->total_batch, accum, o->steps, o->lr, o->warmup, o->precision, fp8_what, o->recompute ? ", recompute " : "", o->recompute ? trainer_recompute_name(o->recompute) : "");
+    printf("B %d T %d, total batch %d tokens (%d micro-batches), %d steps, lr %.2e warmup %d, precision %s%s%s%s%s\n",
+           o->B, o->T, o->total_batch, accum, o->steps, o->lr, o->warmup, o->precision, fp8_what, grad_bf16 ? ", bf16 gradients" : "",
+           o->recompute ? ", recompute " : "", o->recompute ? trainer_recompute_name(o->recompute) : "");
     if (on_gpu) printf("cuda graph: %s\n", !o->cuda_graph ? "off" : dist && dworld > 1
                        ? "on (each kind of micro-step, accumulating or communicating, is captured with its collectives after one eager run, then replayed)"
                        : "on (the micro-step is captured after one eager micro-step, then replayed)");
@@ -1046,7 +1075,7 @@ static int train_main(train_opts *o) {
             size_t at = strlen(extra);
             snprintf(extra + at, sizeof extra - at, ", \"ckpt_stall_ms\": %.3f, \"ckpt_stall_total_ms\": %.3f", tr.last_stall_ms, tr.total_stall_ms);
         }
-        if (tr.par) gpt2_par_stage_report(tr.par, extra, sizeof extra);
+        if (tr.par) bt_par_stage_report(tr.par, extra, sizeof extra);
         if (!o->quiet || last || validated || !updated || snap) {
             printf("step %4d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s", step + 1, o->steps, loss, lr, norm, dt_s * 1e3, tps);
             if (peak > 0) printf(" | MFU %.1f%%", mfu);

@@ -7,7 +7,7 @@
 
    USAGE
      #define TRAINER_IMPLEMENTATION in *one* C/CUDA file (train_gpt2.c), then #include "trainer.h".
-     It needs gpt2.h, gpt2_io.h, gpt2_parallel.h, llama.h, llama_io.h and the bt_ headers they
+     It needs gpt2.h, gpt2_io.h, gpt2_parallel.h, llama.h, llama_io.h, llama_parallel.h and the bt_ headers they
      bring, plus bt_optim.h.
 
    THE MODEL
@@ -16,8 +16,9 @@
      another, so the optimizer, ZeRO, the buckets, the gradient norm and the checkpoints see only
      those buffers (trainer_flat, trainer_flat_grad, trainer_params); the loop calls the model
      through trainer_model_* (loss, logits, the bf16 copy, init, samples, the Hugging Face export).
-     Tensor/context parallelism, --mlir, the tied embedding's rows exchange, --recompute gelu and
-     --save (llm.c's GPT-2 file) are GPT-2's only: a Llama run refuses them (trainer_family_check).
+     Tensor/context parallelism takes either (gpt2_parallel.h, llama_parallel.h over bt_parallel.h's
+     bt_par). --mlir, the tied embedding's rows exchange, --recompute gelu and --save (llm.c's GPT-2
+     file) are GPT-2's only: a Llama run refuses them (trainer_family_check).
      --precision fp8 takes either: both models own their FP8 states alike (trainer_fp8_*).
 
    SECTIONS (implementation)
@@ -37,6 +38,7 @@
 #include "gpt2_io.h"
 #include "gpt2_parallel.h"
 #include "llama_io.h"
+#include "llama_parallel.h"
 #include "bt_optim.h"
 #include <signal.h>
 #include <stdio.h>
@@ -64,6 +66,7 @@ typedef struct {
     const char *precision;    /* fp32 | tf32 | bf16 | fp8 (GPT-2's block linears in FP8, the rest bf16; fp32 on a CPU) */
     const char *fp8_recipe;   /* --fp8-recipe current | delayed (NULL: not given; delayed with fp8) */
     int fp8_history;          /* --fp8-history N: the delayed recipe's amax history (0: not given; 16 with fp8) */
+    const char *grad_dtype;   /* --grad-dtype f32 | bf16: the gradient buffer's dtype (one process, one micro-batch a step) */
     const char *device;       /* auto | cpu | cuda | cuda:N */
     int overfit;              /* train on the first batch only */
     int quiet;
@@ -157,7 +160,9 @@ typedef struct trainer {
     double last_stall_ms, total_stall_ms;   /* host time of the last snapshot, of all */
     int64_t saves_seen;        /* finished saves reported so far */
     int skipped;               /* --skip-nonfinite: updates skipped */
-    gpt2_par *par;             /* tensor/context parallelism, NULL: none */
+    bt_par *par;               /* tensor/context parallelism, NULL: none */
+    gpt2 tp_whole;             /* rank 0 with --tp: the gathered model for the outputs (trainer_whole_model) */
+    llama tp_whole_lm;         /* the same of a Llama */
     step_graph sg;             /* --cuda-graph */
     double host_ms;            /* the last step's host time until its loss read (the rest is waiting for the GPU) */
     bt_mc_set mc;              /* --eval-mc: the multiple-choice set (n_items 0: none) */
@@ -178,12 +183,13 @@ bt_tensor *trainer_model_loss(trainer *tr, bt_tensor *idx, bt_tensor *tgt);   /*
 bt_tensor *trainer_model_logits(trainer *tr, bt_tensor *idx);                 /* [B, T, Vp] */
 void trainer_model_lowp_refresh(trainer *tr);      /* the bf16 copy after an update (outside a CUDA graph) */
 /* n tokens after <|endoftext|>, printed; whole: GPT-2's whole model (trainer_whole_model), unused for
-   Llama (its own, or under fsdp the one trainer_whole_model gathered) */
+   Llama (its own, or the one trainer_whole_model gathered: with --tp tp_whole_lm, with fsdp
+   fsdp_whole_lm) */
 void trainer_model_sample(trainer *tr, gpt2 *whole, int n, int topk, double temp, uint64_t seed);
 /* DIR/model.safetensors and DIR/config.json for transformers (GPT2LMHeadModel or LlamaForCausalLM) */
 int trainer_model_export_hf(trainer *tr, gpt2 *whole, const char *dir, char *err, size_t errlen);
-/* the flags a Llama run does not take yet (--tp/--cp and theirs, --mlir, --save, --ddp-rows on,
-   --recompute gelu): 0, or -1 with err naming the flag */
+/* the flags a Llama run does not take yet (--mlir, --save, --ddp-rows on, --recompute gelu): 0,
+   or -1 with err naming the flag */
 int trainer_family_check(const train_opts *o, const trainer_config *c, char *err, size_t errlen);
 /* --precision fp8: the model's FP8 states made (or set back to the start) with the run's recipe
    and history (gpt2_fp8_enable, llama_fp8_enable) */
@@ -250,9 +256,12 @@ int trainer_ckpt_finish(trainer *tr, int step, int saved_step, double loss);   /
 
 /* ---- 7. tensor and context parallelism ---- */
 int trainer_par_check(const train_opts *o, const trainer_config *c, int world, int on_gpu, char *err, size_t errlen);
-gpt2_par_opts trainer_par_opts(const train_opts *o);
-void trainer_par_describe(const gpt2_par *p, const train_opts *o);
-gpt2 *trainer_whole_model(trainer *tr);   /* the model for the outputs (tp, fsdp: gathered on rank 0, NULL elsewhere; a collective) */
+bt_par_opts trainer_par_opts(const train_opts *o);
+void trainer_par_describe(const bt_par *p, const train_opts *o);
+/* the model for the outputs (tp, fsdp: gathered on rank 0, NULL elsewhere; a collective). A
+   Llama's is gathered into tp_whole_lm, which trainer_model_sample and _export_hf read; the
+   gpt2 pointer then only says whether this rank holds it. */
+gpt2 *trainer_whole_model(trainer *tr);
 
 /* ---- 8. the end ---- */
 int trainer_end(trainer *tr, int rc);      /* frees what the trainer holds; rc passes through */
@@ -349,16 +358,16 @@ void trainer_model_lowp_refresh(trainer *tr) {
     if (TRAINER__LLAMA(tr)) llama_lowp_refresh(&tr->lm, tr->dt);
     else gpt2_lowp_refresh(&tr->model, tr->dt);
 }
-/* a Llama's model for the outputs: under fsdp the one trainer_whole_model gathered (rank 0) */
-static llama *trainer__lm_out(trainer *tr) { return tr->fsdp ? &tr->fsdp_whole_lm : &tr->lm; }
 /* Llama: llama_generate from <|endoftext|> (token 0 for a smaller vocabulary), the same draws as
    gpt2_sample's (Philox at (seed, s)), decoded by the GPT-2 tokenizer when the vocabulary is its */
+/* a Llama's model for the outputs: the one trainer_whole_model gathered on rank 0 (fsdp, --tp), else its own */
+static llama *trainer__llama_out(trainer *tr) { return tr->fsdp ? &tr->fsdp_whole_lm : tr->tp_whole_lm.flat ? &tr->tp_whole_lm : &tr->lm; }
 void trainer_model_sample(trainer *tr, gpt2 *whole, int n, int topk, double temp, uint64_t seed) {
     if (!TRAINER__LLAMA(tr)) { gpt2_sample(whole, tr->tok, n, topk, temp, seed, tr->dt); return; }
     const llama_config *c = &tr->lm.cfg;
     int32_t prompt = BT_EOT < c->V ? BT_EOT : 0, *ids = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
     if (!ids) bt_error("sample: out of host memory");
-    if (n > 0 && llama_generate(trainer__lm_out(tr), &prompt, 1, n, topk, temp, seed, tr->dt, ids)) bt_error("sample: llama_generate failed");
+    if (n > 0 && llama_generate(trainer__llama_out(tr), &prompt, 1, n, topk, temp, seed, tr->dt, ids)) bt_error("sample: llama_generate failed");
     char *text = NULL;
     size_t nb = tr->tok && c->V == BT_GPT2_VOCAB && n > 0 ? bt_decode(tr->tok, ids, (size_t)n, &text) : (size_t)-1;
     if (nb != (size_t)-1) { fwrite(text, 1, nb, stdout); free(text); }
@@ -368,12 +377,11 @@ void trainer_model_sample(trainer *tr, gpt2 *whole, int n, int topk, double temp
     free(ids);
 }
 int trainer_model_export_hf(trainer *tr, gpt2 *whole, const char *dir, char *err, size_t errlen) {
-    return TRAINER__LLAMA(tr) ? llama_hf_export(trainer__lm_out(tr), dir, err, errlen) : gpt2_hf_export(whole, dir, err, errlen);
+    return TRAINER__LLAMA(tr) ? llama_hf_export(trainer__llama_out(tr), dir, err, errlen) : gpt2_hf_export(whole, dir, err, errlen);
 }
 int trainer_family_check(const train_opts *o, const trainer_config *c, char *err, size_t errlen) {
     if (c->family != TRAINER_LLAMA) return 0;
-    const char *flag = o->tp > 1 ? "--tp" : o->cp > 1 ? "--cp" : o->sp ? "--sp" : o->async_tp ? "--async-tp" : o->cp_comm ? "--cp-comm"
-                     : o->mlir ? "--mlir" : o->save_path ? "--save" : o->ddp_rows == 1 ? "--ddp-rows on" : o->recompute == BT_RECOMPUTE_GELU ? "--recompute gelu" : NULL;
+    const char *flag = o->mlir ? "--mlir" : o->save_path ? "--save" : o->ddp_rows == 1 ? "--ddp-rows on" : o->recompute == BT_RECOMPUTE_GELU ? "--recompute gelu" : NULL;
     if (!flag) return 0;
     if (!strcmp(flag, "--recompute gelu")) {
         snprintf(err, errlen, "--recompute gelu: a Llama has no GELU (its MLP is SwiGLU); attn, mlp or block remake its sublayers");
@@ -381,8 +389,7 @@ int trainer_family_check(const train_opts *o, const trainer_config *c, char *err
     }
     const char *why = !strcmp(flag, "--save") ? "it writes llm.c's GPT-2 model file; --export-hf DIR writes a Llama for transformers"
                     : !strcmp(flag, "--mlir") ? "its fused chain is GPT-2's MLP (bias + GELU)"
-                    : !strcmp(flag, "--ddp-rows on") ? "the rows exchange is GPT-2's tied embedding hook"
-                    : "tensor and context parallelism are gpt2_parallel.h's";
+                    : "the rows exchange is GPT-2's tied embedding hook";
     snprintf(err, errlen, "%s: not for a Llama model yet (%s)", flag, why);
     return -1;
 }
@@ -420,7 +427,7 @@ void train_default_opts(train_opts *o) {
     o->sample_every = -1; o->gen_len = 64; o->topk = 40; o->warmup = -1;
     o->lr = -1; o->final_lr_frac = 0.1; o->weight_decay = 0.1; o->clip = 1.0; o->temp = 1.0;
     o->seed = 1337; o->precision = NULL; o->device = "auto";
-    o->nproc = 1; o->dp = "ddp"; o->bucket_mb = 25; o->comm_dtype = "fp32"; o->nccl_timeout = 600;
+    o->nproc = 1; o->dp = "ddp"; o->bucket_mb = 25; o->comm_dtype = "fp32"; o->nccl_timeout = 600; o->grad_dtype = "f32";
     o->ddp_rows = -1; o->nccl_blocking = -1;
     o->ckpt_keep = 3; o->tp = 1; o->cp = 1; o->cuda_graph = -1; o->recompute = -1;
 }
@@ -434,8 +441,10 @@ void trainer_next_batch(trainer *tr, bt_loader *L, int B, bt_tensor **idx, bt_te
     bt_shape s = bt_shape2(B, tr->o.T);
     *idx = bt_from_data(tr->inputs, s, BT_I32, trainer_device(tr));
     *tgt = bt_from_data(tr->targets, s, BT_I32, trainer_device(tr));
-    if (tr->par) gpt2_par_batch(tr->par, tr->inputs, tr->targets, B, tr->o.T, trainer_device(tr), idx, tgt);
+    if (tr->par) bt_par_batch(tr->par, tr->inputs, tr->targets, B, tr->o.T, trainer_device(tr), idx, tgt);
 }
+/* 1 when the model is a tensor-parallel shard (--tp 2 or more) */
+static int trainer__tp(const trainer *tr) { return tr->par && tr->par->tp > 1; }
 int trainer_data_world(const trainer *tr) { return tr->par ? tr->par->dp : tr->dist ? tr->dist->world : 1; }
 
 /* ---- 3. data parallelism ---- */
@@ -588,15 +597,15 @@ double trainer_comm_exposed_ms(trainer *tr) {
    over the group; with tp the replicated tensors' part (the buffer's first W elements, equal on
    every tp rank) counts once and the split part is summed over tp. */
 bt_tensor *trainer_grad_norm(trainer *tr) {
-    gpt2 *m = &tr->model;   /* tp: GPT-2's shard */
+    int tp = trainer__tp(tr);
     if (tr->fsdp) return bt_fsdp_grad_norm(tr->fsdp);
     if (tr->zero.stage) {
-        int64_t W = m->tp > 1 ? gpt2_par_whole_numel(m) : trainer_flat_numel(tr);
+        int64_t W = tp ? tr->par->lay.whole_numel : trainer_flat_numel(tr);
         bt_tensor *sq = bt_zero_sumsq(&tr->zero, trainer_flat_grad(tr), W);
-        if (m->tp > 1) gpt2_par_tp_sum(tr->par, bt_narrow(sq, 0, 1, 1));
+        if (tp) bt_par_tp_sum(tr->par, bt_narrow(sq, 0, 1, 1));
         return bt_sqrt(bt_add(bt_narrow(sq, 0, 0, 1), bt_narrow(sq, 0, 1, 1)));
     }
-    if (tr->par) return gpt2_par_grad_norm(tr->par, m);
+    if (tp) return bt_par_grad_norm(tr->par, trainer_flat_grad(tr));
     int n;
     bt_tensor **params = trainer_params(tr, &n);
     return bt_grad_norm(params, n);
@@ -889,6 +898,7 @@ static int trainer__ckpt_fields(const train_opts *o, const trainer_config *tc, i
     FIELD("train.dp", "--dp", "%s", world > 1 ? o->dp : "none");
     FIELD("train.comm_dtype", "--comm-dtype", "%s", world > 1 ? o->comm_dtype : "none");
     FIELD("train.bucket_mb", "--bucket-mb", "%d", world > 1 ? o->bucket_mb : 0);
+    FIELD("train.grad_dtype", "--grad-dtype", "%s", o->grad_dtype ? o->grad_dtype : "f32");   /* absent in older checkpoints: f32 */
     if (o->precision && !strcmp(o->precision, "fp8")) {   /* only then: older checkpoints lack them */
         bt_fp8_opts fo = trainer__fp8_opts(o);
         FIELD("train.fp8_recipe", "--fp8-recipe", "%s", fo.recipe == BT_FP8_CURRENT ? "current" : "delayed");
@@ -949,6 +959,7 @@ int trainer_ckpt_check(const model_source *src, const train_opts *o, const train
     int n = trainer__ckpt_fields(o, c, world, f);
     for (int i = 0; i < n; i++) {
         const char *v = bt_ckpt_meta_get(meta, f[i].key);
+        if (!v && !strcmp(f[i].key, "train.grad_dtype")) v = "f32";   /* written since --grad-dtype exists */
         if (!v) { snprintf(err, errlen, "--resume %.500s: no \"%s\" in its metadata: not a train_gpt2 checkpoint", src->path, f[i].key); return -1; }
         if (strcmp(v, f[i].val) && (!strncmp(f[i].key, "gpt2.", 5) || !strncmp(f[i].key, "llama.", 6))) {
             trainer_config h;
@@ -1092,11 +1103,11 @@ static void trainer__gather_adamw(trainer *tr, bt_tensor **m, bt_tensor **v) {
         *v = tr->gathered[1] = bt_retain(bt_fsdp_full(tr->fsdp, tr->opt.v));
         return;
     }
-    if (!tr->zero.stage && tr->model.tp <= 1) { *m = tr->opt.m; *v = tr->opt.v; return; }
+    if (!tr->zero.stage && !trainer__tp(tr)) { *m = tr->opt.m; *v = tr->opt.v; return; }
     bt_tensor *state[2] = {tr->opt.m, tr->opt.v}, **out[2] = {m, v};
     for (int k = 0; k < 2; k++) {
         bt_tensor *x = tr->zero.stage ? (tr->gathered[3 + k] = bt_zero_gather(&tr->zero, state[k])) : state[k];
-        *out[k] = tr->model.tp > 1 ? (tr->gathered[k] = gpt2_par_gather_whole(tr->par, &tr->model, x)) : bt_narrow(x, 0, 0, trainer_num_params(tr));
+        *out[k] = trainer__tp(tr) ? (tr->gathered[k] = bt_par_gather_whole(tr->par, x)) : bt_narrow(x, 0, 0, trainer_num_params(tr));
     }
 }
 static void trainer__release_gathered(trainer *tr) {
@@ -1121,7 +1132,7 @@ void trainer_ckpt_snapshot(trainer *tr, int step, double loss) {
     trainer__gather_adamw(tr, &m, &v);
     /* the weights in the 1-GPU layout: with tp the shards gathered (rank 0), else the buffer */
     bt_tensor *w = tr->fsdp ? (tr->gathered[2] = bt_retain(bt_fsdp_full(tr->fsdp, tr->fsdp->param)))
-                 : tr->model.tp > 1 ? (tr->gathered[2] = gpt2_par_gather_whole(tr->par, &tr->model, tr->model.flat))
+                 : trainer__tp(tr) ? (tr->gathered[2] = bt_par_gather_whole(tr->par, trainer_flat(tr)))
                                     : bt_narrow(trainer_flat(tr), 0, 0, trainer_num_params(tr));
     bt_ckpt_meta *meta = trainer__meta(tr, step, loss);
     if (tr->saver) {
@@ -1398,17 +1409,28 @@ static int trainer__source_load_llama(llama *m, model_source *src, char *err, si
 }
 /* with tp > 1 through a whole model in host memory, this rank's shard of it copied in */
 int trainer_source_load(trainer *tr, char *err, size_t errlen) {
-    if (tr->family == TRAINER_LLAMA) return trainer__source_load_llama(&tr->lm, &tr->src, err, errlen);
-    gpt2 *m = &tr->model, whole;
-    if (m->tp <= 1) return trainer__source_load_into(m, &tr->src, err, errlen);
-    gpt2_build(&whole, m->cfg, bt_cpu());
-    int r = trainer__source_load_into(&whole, &tr->src, err, errlen);
+    int tp = trainer__tp(tr), r;
+    if (tr->family == TRAINER_LLAMA && !tp) return trainer__source_load_llama(&tr->lm, &tr->src, err, errlen);
+    if (!tp) return trainer__source_load_into(&tr->model, &tr->src, err, errlen);
+    gpt2 whole;
+    llama whole_lm;
+    bt_tensor *flat;
+    if (tr->family == TRAINER_LLAMA) {
+        llama_build(&whole_lm, tr->lm.cfg, bt_cpu());
+        r = trainer__source_load_llama(&whole_lm, &tr->src, err, errlen);
+        flat = whole_lm.flat;
+    } else {
+        gpt2_build(&whole, tr->model.cfg, bt_cpu());
+        r = trainer__source_load_into(&whole, &tr->src, err, errlen);
+        flat = whole.flat;
+    }
     if (!r) {
         bt_scope_begin();
-        bt_copy_(m->flat, gpt2_par_shard_of_whole(m, whole.flat));
+        bt_copy_(trainer_flat(tr), bt_par_shard_of_whole(tr->par, flat, trainer_flat_numel(tr)));
         bt_scope_end();
     }
-    gpt2_free(&whole);
+    if (tr->family == TRAINER_LLAMA) llama_free(&whole_lm);
+    else gpt2_free(&whole);
     return r;
 }
 /* once the optimizer and the loaders exist: AdamW's state (this rank's range of it), the step
@@ -1422,14 +1444,14 @@ int trainer_ckpt_restore(trainer *tr, char *err, size_t errlen) {
         bt_msgf(err, errlen, "--resume %s: %s", tr->src.path, bt_ckpt_error());
         return -1;
     }
-    int r, tp = tr->model.tp > 1;
+    int r, tp = trainer__tp(tr);
     bt_scope_begin();
     if (!tp && !tr->fsdp && opt->lo == 0 && opt->hi == trainer_num_params(tr)) {
         r = bt_ckpt_load(tr->src.file, "adamw.m", opt->m, 0) || bt_ckpt_load(tr->src.file, "adamw.v", opt->v, 0);
     } else {   /* ZeRO or tp: the whole state through host memory, this rank's range (or shard) copied in */
         bt_tensor *m = bt_empty(bt_shape1(trainer_num_params(tr)), BT_F32, bt_cpu()), *v = bt_empty(bt_shape1(trainer_num_params(tr)), BT_F32, bt_cpu());
         r = bt_ckpt_load(tr->src.file, "adamw.m", m, 0) || bt_ckpt_load(tr->src.file, "adamw.v", v, 0);
-        if (!r && tp) { m = gpt2_par_shard_of_whole(&tr->model, m); v = gpt2_par_shard_of_whole(&tr->model, v); }
+        if (!r && tp) { m = bt_par_shard_of_whole(tr->par, m, trainer_flat_numel(tr)); v = bt_par_shard_of_whole(tr->par, v, trainer_flat_numel(tr)); }
         if (!r && tr->fsdp) {   /* fsdp: this rank's shards of them (the optimizer's index space is the shards') */
             bt_tensor *ms = bt_zeros(bt_shape1(opt->hi - opt->lo), BT_F32, trainer_device(tr)), *vs = bt_zeros(bt_shape1(opt->hi - opt->lo), BT_F32, trainer_device(tr));
             bt_fsdp_load(tr->fsdp, m, ms); bt_fsdp_load(tr->fsdp, v, vs);
@@ -1459,7 +1481,7 @@ int trainer_ckpt_restore(trainer *tr, char *err, size_t errlen) {
    the sequence, the processes and the other options */
 int trainer_par_check(const train_opts *o, const trainer_config *c, int world, int on_gpu, char *err, size_t errlen) {
     int tp = o->tp, cp = o->cp;
-    if (trainer_family_check(o, c, err, errlen)) return -1;   /* a Llama: none of them yet */
+    if (trainer_family_check(o, c, err, errlen)) return -1;
     if (!strcmp(o->dp, "fsdp") && world > 1) {   /* what fsdp does not compose with yet */
         const char *no = tp * cp > 1 ? "--tp/--cp (its shards span all processes; use --dp zero1 or zero2 with --tp/--cp)"
                        : o->cuda_graph == 1 ? "--cuda-graph on (each block's gathers and reduce-scatters run outside a graph; use --cuda-graph off)"
@@ -1477,9 +1499,13 @@ int trainer_par_check(const train_opts *o, const trainer_config *c, int world, i
                  tp, cp, tp * cp, world, world == 1 ? "" : "es", tp * cp);
         return -1;
     }
-    if (c->H % tp) { snprintf(err, errlen, "--tp %d does not divide the model's %d heads", tp, c->H); return -1; }
-    if ((4 * c->C) % tp) { snprintf(err, errlen, "--tp %d does not divide the MLP width 4C = %d", tp, 4 * c->C); return -1; }
-    if (c->Vp % tp) { snprintf(err, errlen, "--tp %d does not divide the padded vocabulary Vp = %d", tp, c->Vp); return -1; }
+    if (c->family == TRAINER_LLAMA) {
+        if (llama_tp_check(&c->llama, tp, err, errlen)) return -1;
+    } else {
+        if (c->H % tp) { snprintf(err, errlen, "--tp %d does not divide the model's %d heads", tp, c->H); return -1; }
+        if ((4 * c->C) % tp) { snprintf(err, errlen, "--tp %d does not divide the MLP width 4C = %d", tp, 4 * c->C); return -1; }
+        if (c->Vp % tp) { snprintf(err, errlen, "--tp %d does not divide the padded vocabulary Vp = %d", tp, c->Vp); return -1; }
+    }
     if (o->T % (2 * cp)) { snprintf(err, errlen, "-t %d is not a multiple of 2 x --cp = %d (each rank holds two equal zig-zag chunks)", o->T, 2 * cp); return -1; }
     if (o->sp && (o->T / cp) % tp) { snprintf(err, errlen, "--sp: the %d tokens per rank (-t %d / --cp %d) are not a multiple of --tp %d", o->T / cp, o->T, cp, tp); return -1; }
     if (o->cp_comm && !strcmp(o->cp_comm, "alltoall") && (c->H / tp) % cp) {
@@ -1498,14 +1524,14 @@ int trainer_par_check(const train_opts *o, const trainer_config *c, int world, i
     if (!on_gpu && tp > 1 && cp > 1) { snprintf(err, errlen, "--tp with --cp on CPUs: each needs the whole world's store; use one of them"); return -1; }
     return 0;
 }
-gpt2_par_opts trainer_par_opts(const train_opts *o) {
-    gpt2_par_opts p;
+bt_par_opts trainer_par_opts(const train_opts *o) {
+    bt_par_opts p;
     memset(&p, 0, sizeof p);
     p.tp = o->tp; p.cp = o->cp; p.sp = o->sp; p.async_tp = o->async_tp; p.deterministic = o->deterministic;
     p.cp_comm = o->cp_comm; p.B = o->B; p.T = o->T;
     return p;
 }
-void trainer_par_describe(const gpt2_par *p, const train_opts *o) {
+void trainer_par_describe(const bt_par *p, const train_opts *o) {
     printf("model parallel: dp %d x tp %d x cp %d%s%s", p->dp, p->tp, p->cp, p->sp ? ", sequence parallel" : "", o->async_tp ? ", async TP" : "");
     if (p->cp > 1) printf(", K/V by %s, %d tokens per rank", o->cp_comm ? o->cp_comm : "ring", p->Tl);
     if (strcmp(o->dp, "ddp")) printf(", %s: AdamW state%s in %d shards (dp x cp)", o->dp, !strcmp(o->dp, "zero2") ? " and gradients" : "", p->dp * p->cp);
@@ -1535,7 +1561,10 @@ static gpt2 *trainer__fsdp_whole(trainer *tr) {
     return rank0 ? &tr->fsdp_whole : NULL;
 }
 gpt2 *trainer_whole_model(trainer *tr) {
-    return tr->fsdp ? trainer__fsdp_whole(tr) : tr->par ? gpt2_par_whole_model(tr->par, &tr->model) : &tr->model;
+    if (tr->fsdp) return trainer__fsdp_whole(tr);
+    if (!trainer__tp(tr)) return &tr->model;
+    if (TRAINER__LLAMA(tr)) return llama_par_whole_model(tr->par, &tr->lm, &tr->tp_whole_lm) ? &tr->model : NULL;
+    return gpt2_par_whole_model(tr->par, &tr->model, &tr->tp_whole);
 }
 
 /* ---- 8. the end of a run ---- */
@@ -1553,8 +1582,8 @@ int trainer_end(trainer *tr, int rc) {
     for (int i = 0; i < 2; i++) if (tr->comm_ev[i]) bt_event_destroy(tr->comm_ev[i]);
     for (int i = 0; i < 2; i++) if (tr->work_ev[i]) bt_event_destroy(tr->work_ev[i]);
     bt_zero_free(&tr->zero);
-    gpt2_par_free(tr->par);          /* before the communicators go */
-    tr->model.par = NULL;
+    bt_par_free(tr->par);            /* before the communicators go */
+    tr->model.par = NULL; tr->lm.par = NULL;
     if (tr->dist) {
         if (rc) bt_dist_abort(tr->dist, "stopped with an error (above)");
         bt_dist_shutdown(tr->dist);
@@ -1564,6 +1593,8 @@ int trainer_end(trainer *tr, int rc) {
     tr->fsdp = NULL;
     gpt2_free(&tr->fsdp_whole);
     llama_free(&tr->fsdp_whole_lm);
+    gpt2_free(&tr->tp_whole);
+    llama_free(&tr->tp_whole_lm);
     gpt2_free(&tr->model);
     llama_free(&tr->lm);
     bt_loader_close(tr->train); bt_loader_close(tr->val);

@@ -11,6 +11,8 @@
 #                        BIN="a b" times two builds in one run, B=default the default run)
 #   make bench-gemm      every GEMM of a GPT-2 micro-step, each of cuBLASLt's candidates timed
 #                        (bench/bench_gemm.cu; GEMM_ARGS: its arguments, default micro-batch 128)
+#   make bench-fp8-curve --precision fp8's validation losses against bf16's on WikiText-2, 300 and 3,000
+#                        steps (bench/fp8_curve.sh: STEPS B MODEL RECIPES EVERY BIN)
 #   make profile-gpt2    one step's kernels under Nsight Compute, and PyTorch's under torch.profiler
 #                        (bench/profile_gpt2.sh: B T PREC MODEL D BIN TORCH)
 #   make bench-dist      data parallel on NGPU GPUs (default 2): ddp, zero1, zero2 vs 1 GPU and PyTorch DDP
@@ -22,7 +24,7 @@
 #                        LLMC_SM BIN)
 # Elsewhere: make bench-ckpt (mk/ckpt.mk), bench-cpu (mk/cpu.mk), bench-tokenizer (mk/data.mk),
 # bench-mlir (mk/mlir.mk). Logs go to build/bench/<name> (OUT=... elsewhere); each prints its table last.
-.PHONY: bench-kernels bench-gpt2 bench-gemm profile-gpt2 bench-dist bench-tpcp bench-llmc
+.PHONY: bench-kernels bench-gpt2 bench-gemm profile-gpt2 bench-dist bench-tpcp bench-llmc bench-fp8-curve
 
 # the settings given on make's command line or in the environment, as NAME='value' for a script
 # (a setting not given is left out: each script has its own defaults)
@@ -45,6 +47,9 @@ bench-kernels: $(BUILD)/bench_kernels
 
 bench-gpt2: $(BENCH_BIN)
 	$(call bench_env,B T PREC MODEL D STEPS ROUNDS RECOMPUTE BIN ARGS TORCH COMPILE OUT) bash bench/bench_gpt2.sh
+
+bench-fp8-curve: $(BENCH_BIN)
+	$(call bench_env,STEPS B MODEL RECIPES EVERY BIN OUT) bash bench/fp8_curve.sh
 
 # BT__K_MM_CANDIDATES raised so that the whole heuristic list of cuBLASLt is timed
 GEMM_ARGS ?=

@@ -13,7 +13,8 @@
 #   unit       every build/tests/test_*_gpu (tests/run_all.sh)
 #   sanitizer  each of them under compute-sanitizer memcheck, quick mode (SAN=0 skips it)
 #   resume     train_gpt2's checkpoints, bit for bit (tests/resume_check.py): GPT-2 124M bf16, fp32 and
-#              fp8 resumed after step 4 (fp8 also: graph against eager, losses near bf16's), two fresh --deterministic runs, kill -9 then --resume auto, the CUDA
+#              fp8 resumed after step 4 (fp8 also: graph against eager, losses near bf16's), --grad-dtype bf16
+#              resumed (its losses near f32 gradients', less memory), two fresh --deterministic runs, kill -9 then --resume auto, the CUDA
 #              graph run against --cuda-graph off; with 2+ GPUs --dp ddp / zero1 / zero2 resumed, a
 #              2-GPU checkpoint refused on one GPU, --init-from it on one GPU
 #   interop    tests/hf_interop.py (transformers both ways, on the GPU and the CPU), tests/llama_parity.py
@@ -165,6 +166,22 @@ PY
   rc=$?
   check resume "d12 fp8 losses near bf16's: $(tail -1 "$OUT/fp8_vs_bf16.txt")" $rc
   rm -rf "$C/fp8_a" "$C/fp8_eager"
+  # --grad-dtype bf16 (one micro-batch a step): resumed bit for bit; its losses within 0.05 of the
+  # f32 gradients' at every step, its peak memory below theirs (the buffer: 2 bytes a parameter less)
+  D12_1=(-e d12 -b 16 -t 1024 -d 16384 -x "$S" -v 4 -m 2 -g 0 --deterministic --quiet --precision bf16)
+  resume_pair gbf16 "d12 --grad-dtype bf16" "${D12_1[@]}" --grad-dtype bf16
+  train gf32 "${D12_1[@]}"
+  python3 - "$OUT/gf32/log.jsonl" "$OUT/gbf16_a/log.jsonl" "$OUT/gf32.txt" "$OUT/gbf16_a.txt" > "$OUT/gbf16_vs_f32.txt" 2>&1 <<'PY'
+import json, re, sys
+a, b = ([json.loads(l)["train_loss"] for l in open(p) if l.strip()] for p in sys.argv[1:3])
+mem = [int(re.findall(r"peak memory (\d+) MiB", open(p).read())[-1]) for p in sys.argv[3:5]]
+d = max(abs(x - y) for x, y in zip(a, b)) if a and len(a) == len(b) else float("inf")
+print(f"largest |bf16 grads - f32 grads| train loss over {len(a)} steps: {d:.4f}; peak {mem[1]} MiB against {mem[0]} MiB")
+sys.exit(0 if d < 0.05 and mem[1] < mem[0] else 1)
+PY
+  rc=$?
+  check resume "d12 bf16 gradients near f32's, less memory: $(tail -1 "$OUT/gbf16_vs_f32.txt")" $rc
+  rm -rf "$C/gbf16_a"
   train bf16_fresh "${D12[@]}" --precision bf16
   resume_check "two fresh --deterministic bf16 runs" --after 0 --log-a "$OUT/bf16_a/log.jsonl" --log-b "$OUT/bf16_fresh/log.jsonl"
   train bf16_eager "${D12[@]}" --precision bf16 --cuda-graph off --ckpt-dir "$C/eager"

@@ -408,6 +408,48 @@ static void test_no_grad_and_partial(void) {
     free(xv); free(wv);
 }
 
+/* bt_linear_add_fp8: r + the op within one rounding of the f32 sum (the add rides the product), the
+   same x, w, b gradients bit for bit, r's gradient the output's; and its errors */
+static void test_linear_add(void) {
+    const long R = 16, K = 24, N = 32;
+    float *xv = values(R * K, 1.0, BT_F32, 0, 0), *wv = values(N * K, 0.1, BT_F32, 0, 0), *bv = values(N, 0.5, BT_F32, 0, 0);
+    float *rv = values(R * N, 2.0, BT_F32, 0, 0);
+    bt_fp8_state s1, s2;
+    bt_fp8_state_init(&s1, NULL, CPU, NULL); bt_fp8_state_init(&s2, NULL, CPU, NULL);
+    bt_tensor *x[2], *w[2], *b[2], *r[2], *y[2];
+    bt_scope_begin();
+    for (int k = 0; k < 2; k++) {
+        x[k] = leaf_of(xv, bt_shape2(R, K), BT_F32, 1); w[k] = leaf_of(wv, bt_shape2(N, K), BT_F32, 1);
+        b[k] = leaf_of(bv, bt_shape1(N), BT_F32, 1); r[k] = leaf_of(rv, bt_shape2(R, N), BT_F32, 1);
+        y[k] = k ? bt_linear_add_fp8(x[k], w[k], b[k], r[k], &s2) : bt_add(r[k], bt_linear_fp8(x[k], w[k], b[k], &s1));
+        bt_tensor *wt = bt_randn(bt_shape2(R, N), BT_F32, CPU, 9);   /* the same upstream gradient both times */
+        bt_backward(bt_sum(bt_mul(y[k], wt), NULL, 0, 0));
+    }
+    const float *y0 = (const float *)bt_data_ptr(y[0]), *y1 = (const float *)bt_data_ptr(y[1]);
+    double worst = 0;
+    for (long i = 0; i < R * N; i++) {   /* each side rounds two f32 sums of the same three terms: 2 u (|p| + |r| + |b|) apart at most */
+        double rr = rv[i], bb = bv[i % N], p = (double)y0[i] - rr - bb;
+        double e = fabs((double)y1[i] - y0[i]) / (2 * 0x1p-24 * 2 * (fabs(p) + fabs(rr) + fabs(bb)) + 1e-30);
+        if (e > worst) worst = e;
+    }
+    BT_CHECK(worst <= 1, "y: %.3g of the bound from bt_add(r, bt_linear_fp8) (two f32 roundings a side)", worst);
+    BT_CHECK(!strcmp(y[1]->grad_fn->op, "linear_fp8") && y[1]->grad_fn->n_in == 4, "one node with 4 inputs");
+    bt_tensor *g0[4] = {x[0]->grad, w[0]->grad, b[0]->grad, r[0]->grad}, *g1[4] = {x[1]->grad, w[1]->grad, b[1]->grad, r[1]->grad};
+    const char *nm[4] = {"x", "w", "b", "r"};
+    for (int i = 0; i < 4; i++)
+        BT_CHECK(g0[i] && g1[i] && !memcmp(bt_data_ptr(g0[i]), bt_data_ptr(g1[i]), sizeof(float) * (size_t)bt_numel(g0[i])),
+                 "the gradient of %s differs", nm[i]);
+    bt_tensor *xb = bt_randn(bt_shape2(R, K), BT_F32, CPU, 3), *wb = bt_randn(bt_shape2(N, K), BT_F32, CPU, 4);
+    BT_EXPECT_ERROR(bt_linear_add_fp8(xb, wb, NULL, bt_randn(bt_shape2(R, N + 1), BT_F32, CPU, 5), &s1),
+                    "linear_add_fp8: the residual r [16, 33] f32 cpu must have the output's shape");
+    BT_EXPECT_ERROR(bt_linear_add_fp8(xb, wb, NULL, NULL, &s1), "linear_add_fp8: no residual r");
+    BT_EXPECT_ERROR(bt_linear_add_fp8(xb, wb, NULL, bt_randn(bt_shape2(R, N), BT_F64, CPU, 5), &s1), "linear_fp8: dtypes differ");
+    bt_scope_end();
+    for (int k = 0; k < 2; k++) { bt_release(x[k]); bt_release(w[k]); bt_release(b[k]); bt_release(r[k]); }
+    bt_fp8_state_free(&s1); bt_fp8_state_free(&s2);
+    free(xv); free(wv); free(bv); free(rv);
+}
+
 /* bad arguments: each error names the op and what was expected */
 static void test_errors(void) {
     bt_scope_begin();
@@ -451,6 +493,7 @@ int main(void) {
     BT_RUN(test_recipes);
     BT_RUN(test_delayed_first_casts);
     BT_RUN(test_no_grad_and_partial);
+    BT_RUN(test_linear_add);
     BT_RUN(test_errors);
     return bt_test_summary("test_fp8");
 }

@@ -175,11 +175,13 @@ static long cast_case(bt_dtype dt, bt_dtype fmt, long rows, long cols, int mode,
 }
 static void test_cast_bytes(void) {
     NEED_FP8();
-    const long shapes[4][2] = {{67, 45}, {256, 96}, {1, 1000}, {333, 1}};
+    /* the scalar kernel (odd shapes) and the vector one (cols % 8 == 0, rows % 16 == 0: 64 x 64 tiles,
+       partial ones at the edges) */
+    const long shapes[7][2] = {{67, 45}, {256, 96}, {1, 1000}, {333, 1}, {80, 200}, {1024, 768}, {16, 8}};
     long bad = 0, runs = 0;
     for (int d = 0; d < 3; d++)
         for (int f = 0; f < 2; f++)
-            for (int sh = 0; sh < 4; sh++) {
+            for (int sh = 0; sh < 7; sh++) {
                 long rows = shapes[sh][0], cols = shapes[sh][1];
                 float amax_hint = 5.f;
                 bad += cast_case(DTS[d], FMTS[f], rows, cols, 0, 0.f, 0, 3, amax_hint);              /* current, preset below */
@@ -249,7 +251,8 @@ static uint8_t *codes(long n, bt_dtype fmt, double spread) {
     return q;
 }
 static double g_worst_split, g_worst_fast;
-static void product_case(bt_dtype dt, bt_dtype fa, bt_dtype fb, long M, long N, long K, int with_bias, int fast) {
+/* rmode: 0 C = the product (+ bias); 1 C = the product + R, R another tensor; 2 C += the product (R = C) */
+static void product_case(bt_dtype dt, bt_dtype fa, bt_dtype fb, long M, long N, long K, int with_bias, int fast, int rmode) {
     uint8_t *A = codes(M * K, fa, fa == BT_F8E5M2 ? 3 : 1), *B = codes(N * K, fb, fb == BT_F8E5M2 ? 3 : 1);
     double *ref = (double *)malloc(sizeof(double) * (size_t)(M * N)), *S = (double *)malloc(sizeof(double) * (size_t)(M * N));
     double *bd = (double *)malloc(sizeof(double) * (size_t)N), m = 0;
@@ -259,28 +262,41 @@ static void product_case(bt_dtype dt, bt_dtype fa, bt_dtype fb, long M, long N, 
     float *bias = (float *)malloc(sizeof(float) * (size_t)N);
     for (long j = 0; j < N; j++) bias[j] = (float)(rnorm() * 5.0);
     round_to(dt, bias, N);
+    float *rv = (float *)malloc(sizeof(float) * (size_t)(M * N));
+    for (long i = 0; i < M * N; i++) rv[i] = (float)(rnorm() * 50.0);
+    round_to(dt, rv, M * N);
     bt_device g = bt_cuda_device(0);
     bt_scope_begin();
     bt_tensor *a = bt_to(bt_from_data(A, bt_shape2(M, K), fa, CPU), g), *b = bt_to(bt_from_data(B, bt_shape2(N, K), fb, CPU), g);
     bt_tensor *s = bt_to(bt_from_data(sc, bt_shape1(8), BT_F32, CPU), g), *bb = bt_to(bt_cast(bt_from_data(bias, bt_shape1(N), BT_F32, CPU), dt), g);
-    bt_tensor *c = bt_full(bt_shape2(M, N), NAN, dt, g);
+    bt_tensor *rr = bt_to(bt_cast(bt_from_data(rv, bt_shape2(M, N), BT_F32, CPU), dt), g);
+    bt_tensor *c = rmode == 2 ? bt_clone(rr) : bt_full(bt_shape2(M, N), NAN, dt, g);
     const float *sp = (const float *)bt_data_ptr(s);
-    bt_k_matmul_fp8(dt, bt_data_ptr(c), bt_data_ptr(a), fa, sp, bt_data_ptr(b), fb, sp + 4, with_bias ? bt_data_ptr(bb) : NULL, M, N, K, fast,
-                    st0());
-    bt_k_matmul_fp8(dt, bt_data_ptr(c), bt_data_ptr(a), fa, sp, bt_data_ptr(b), fb, sp + 4, with_bias ? bt_data_ptr(bb) : NULL, M, N, K, fast,
-                    st0());                            /* the second call: the cached plan, pointers set again */
+    const void *R = rmode == 1 ? bt_data_ptr(rr) : rmode == 2 ? bt_data_ptr(c) : NULL;
+    size_t nb = (size_t)(M * N) * bt_dtype_size(dt);
+    for (int call = 0; call < 2; call++) {            /* the second call: the cached plan, pointers set again */
+        if (rmode == 2 && call) CK(cudaMemcpyAsync(bt_data_ptr(c), bt_data_ptr(rr), nb, cudaMemcpyDeviceToDevice, st0()));
+        bt_k_matmul_fp8(dt, bt_data_ptr(c), bt_data_ptr(a), fa, sp, bt_data_ptr(b), fb, sp + 4, with_bias ? bt_data_ptr(bb) : NULL, R, M, N,
+                        K, fast, st0());
+    }
     double *got = bt_test_host(c);
     bt_scope_end();
     for (long j = 0; j < N; j++) bd[j] = bias[j];
     fr_gemm(A, fa, sc[0], B, fb, sc[4], with_bias ? bd : NULL, M, N, K, ref, S);
+    /* with R: cuBLASLt may round the product to C's dtype before it adds R (a bf16 or f16 C: measured
+       up to 1.15x the one-rounding bound), so the bound gets one more output rounding of |product| */
+    if (rmode)
+        for (long i = 0; i < M * N; i++) { S[i] += fabs(ref[i]) * fr_unit(dt) / (fast ? U_FAST : U_SPLIT); ref[i] += rv[i]; }
     long wi = 0;
     double e = fr_check(got, ref, S, M * N, fast ? U_FAST : U_SPLIT, dt, &wi);
-    BT_CHECK(e <= 1, "%s x %s -> %s [%ld, %ld, %ld]%s%s: error / bound %.3g at (%ld, %ld): %.9g, the reference %.9g", bt_dtype_name(fa),
-             bt_dtype_name(fb), bt_dtype_name(dt), M, N, K, with_bias ? " + bias" : "", fast ? " fast" : "", e, wi / N, wi % N, got[wi], ref[wi]);
+    const char *rs = rmode == 1 ? " + R" : rmode == 2 ? " into C" : "";
+    BT_CHECK(e <= 1, "%s x %s -> %s [%ld, %ld, %ld]%s%s%s: error / bound %.3g at (%ld, %ld): %.9g, the reference %.9g", bt_dtype_name(fa),
+             bt_dtype_name(fb), bt_dtype_name(dt), M, N, K, with_bias ? " + bias" : "", fast ? " fast" : "", rs, e, wi / N, wi % N, got[wi],
+             ref[wi]);
     if (fast) { if (!(e <= g_worst_fast)) g_worst_fast = e; } else if (!(e <= g_worst_split)) g_worst_split = e;
     if (bt_test_verbose()) printf("  %s x %s -> %-5s [%4ld, %4ld, %4ld]%-7s%-5s error / bound %.3f\n", bt_dtype_name(fa), bt_dtype_name(fb),
                                   bt_dtype_name(dt), M, N, K, with_bias ? " + bias" : "", fast ? " fast" : "", e);
-    free(A); free(B); free(bias); free(got); free(ref); free(S); free(bd);
+    free(A); free(B); free(bias); free(rv); free(got); free(ref); free(S); free(bd);
 }
 static void test_products(void) {
     NEED_FP8();
@@ -292,8 +308,11 @@ static void test_products(void) {
             for (int o = 0; o < 3; o++)
                 for (int v = 0; v < 4; v++) {
                     if (sh == 2 && (v & 1) && o) continue;    /* the large shape: each bias case once */
-                    product_case(outs[o], pairs[p][0], pairs[p][1], shapes[sh][0], shapes[sh][1], shapes[sh][2], v & 1, v >> 1);
+                    product_case(outs[o], pairs[p][0], pairs[p][1], shapes[sh][0], shapes[sh][1], shapes[sh][2], v & 1, v >> 1, 0);
                 }
+    for (int o = 0; o < 3; o++)                       /* a residual R, and C accumulating (w's f32 gradient) */
+        for (int rm = 1; rm <= 2; rm++)
+            for (int v = 0; v < 2; v++) product_case(outs[o], BT_F8E5M2, BT_F8E4M3, 64, 48, 272, v, 0, rm);
     printf("info: FP8 products' worst error / bound: %.3f split accumulation (u_acc 2^-10), %.3f fast (2^-8)\n", g_worst_split, g_worst_fast);
 }
 

@@ -31,18 +31,18 @@ static void test_shard_table(void) {
     for (int tp = 1; tp <= 4; tp *= 2) {
         int64_t total = 0;
         for (int i = 0; i < n; i++) {
-            gpt2_shard s = gpt2_shard_of(&c, i);
-            bt_shape sh = gpt2_shard_shape(s, tp);
+            bt_tp_shard s = gpt2_shard_of(&c, i);
+            bt_shape sh = bt_tp_shard_shape(s, tp);
             int64_t numel = sh.ndim == 1 ? sh.d[0] : sh.d[0] * sh.d[1];
-            total += s.kind == GPT2_SHARD_WHOLE ? numel : numel * tp;
+            total += s.kind == BT_TP_WHOLE ? numel : numel * tp;
         }
         BT_CHECK(total == gpt2_num_params(&c), "tp %d: shards cover %lld of %lld parameters", tp, (long long)total, (long long)gpt2_num_params(&c));
     }
-    static const int kinds[12] = {GPT2_SHARD_WHOLE, GPT2_SHARD_WHOLE, GPT2_SHARD_QKV, GPT2_SHARD_QKV, GPT2_SHARD_COLS, GPT2_SHARD_WHOLE,
-                                  GPT2_SHARD_WHOLE, GPT2_SHARD_WHOLE, GPT2_SHARD_ROWS, GPT2_SHARD_ROWS, GPT2_SHARD_COLS, GPT2_SHARD_WHOLE};
+    static const int kinds[12] = {BT_TP_WHOLE, BT_TP_WHOLE, BT_TP_PACKED, BT_TP_PACKED, BT_TP_COLS, BT_TP_WHOLE,
+                                  BT_TP_WHOLE, BT_TP_WHOLE, BT_TP_ROWS, BT_TP_ROWS, BT_TP_COLS, BT_TP_WHOLE};
     for (int k = 0; k < 12; k++) BT_CHECK(gpt2_shard_of(&c, 2 + 12 * 2 + k).kind == kinds[k], "layer leaf %d: kind %d", k, gpt2_shard_of(&c, 2 + 24 + k).kind);
-    BT_CHECK(gpt2_shard_of(&c, 0).kind == GPT2_SHARD_ROWS && gpt2_shard_of(&c, 1).kind == GPT2_SHARD_WHOLE, "wte rows, wpe whole");
-    bt_shape q = gpt2_shard_shape(gpt2_shard_of(&c, 2 + 2), 2), p = gpt2_shard_shape(gpt2_shard_of(&c, 2 + 10), 2);
+    BT_CHECK(gpt2_shard_of(&c, 0).kind == BT_TP_ROWS && gpt2_shard_of(&c, 1).kind == BT_TP_WHOLE, "wte rows, wpe whole");
+    bt_shape q = bt_tp_shard_shape(gpt2_shard_of(&c, 2 + 2), 2), p = bt_tp_shard_shape(gpt2_shard_of(&c, 2 + 10), 2);
     BT_CHECK(q.ndim == 2 && q.d[0] == 3 * c.C / 2 && q.d[1] == c.C, "qkvw shard [%lld, %lld]", (long long)q.d[0], (long long)q.d[1]);
     BT_CHECK(p.ndim == 2 && p.d[0] == c.C && p.d[1] == 2 * c.C, "fcprojw shard [%lld, %lld]", (long long)p.d[0], (long long)p.d[1]);
     /* the leaves' file bases are gpt2_build_padded's */

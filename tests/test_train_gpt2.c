@@ -54,6 +54,20 @@ static void test_cli(void) {
     BT_CHECK(resolve_opts(&o, 0, &cfg, err, 256) == -1 && strstr(err, "needs a GPU"), "bf16 on cpu: %s", err);
     parse("", &o, err);
     BT_CHECK(resolve_opts(&o, 0, &cfg, err, 256) == 0 && o.B == 8 && o.T == 64 && o.total_batch == 512, "cpu defaults");
+    /* --grad-dtype bf16: a bf16 or fp8 GPU run with one micro-batch a step (resolve_opts as on a GPU) */
+    BT_CHECK(parse("--grad-dtype f16", &o, err) == -1 && strstr(err, "--grad-dtype must be f32 or bf16, got 'f16'"), "f16: %s", err);
+    BT_CHECK(parse("", &o, err) == 0 && !strcmp(o.grad_dtype, "f32"), "the default gradient dtype: %s", o.grad_dtype);
+    parse("--grad-dtype bf16 -b 4 -t 32", &o, err);
+    BT_CHECK(resolve_opts(&o, 0, &cfg, err, 256) == -1 && strstr(err, "--grad-dtype bf16 needs --precision bf16 or fp8 on a GPU"), "cpu: %s", err);
+    parse("--grad-dtype bf16 --precision tf32 -b 4 -t 32 -d 128", &o, err);
+    BT_CHECK(resolve_opts(&o, 1, &cfg, err, 256) == -1 && strstr(err, "fp32 and tf32 runs compute them in fp32"), "tf32: %s", err);
+    parse("--grad-dtype bf16 -b 4 -t 32 -d 256", &o, err);
+    BT_CHECK(resolve_opts(&o, 1, &cfg, err, 256) == -1 && strstr(err, "needs one micro-batch a step: -d 256 is 2 micro-batches") &&
+             strstr(err, "give -d 128"), "two micro-batches: %s", err);
+    parse("--grad-dtype bf16 --precision fp8 -b 4 -t 32 -d 128", &o, err);
+    BT_CHECK(resolve_opts(&o, 1, &cfg, err, 256) == 0, "fp8, one micro-batch: %s", err);
+    parse("--grad-dtype bf16 -b 4 -t 32", &o, err);
+    BT_CHECK(resolve_opts(&o, 1, &cfg, err, 256) == -1 && strstr(err, "-d 524288 is 4096 micro-batches"), "the GPU's default -d: %s", err);
 }
 
 /* finding 10: flags accepted and ignored or misread */

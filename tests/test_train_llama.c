@@ -154,8 +154,6 @@ static void test_export_init_from_eval(void) {
 static void test_refusals(void) {
     static const struct { const char *args, *want; } cases[] = {
         {"-e ls2 " RUN " -x 1 --save %s", "--save: not for a Llama model yet"},
-        {"-e ls2 " RUN " -x 1 --tp 2", "--tp: not for a Llama model yet"},
-        {"-e ls2 " RUN " -x 1 --cp 2", "--cp: not for a Llama model yet"},
         {"-e ls2 " RUN " -x 1 --recompute gelu", "--recompute gelu: a Llama has no GELU"},
         {"-e ls2 " RUN " -x 1 --ddp-rows on", "--ddp-rows on: not for a Llama model yet"},
     };
