@@ -291,7 +291,7 @@ struct bt_dist;
 typedef struct bt_comm {
     int rank, size;
     char name[32];
-    void *handle;               /* ncclComm_t; NULL when size == 1 (collectives are local copies) */
+    void *handle;               /* ncclComm_t; NULL when size == 1 (collectives are local copies) or without NCCL (the store) */
     struct bt_dist *dist;
 } bt_comm;
 
@@ -327,7 +327,12 @@ BTDEF void bt_dist_abort(bt_dist *d, const char *msg);      /* tell the others, 
 BTDEF void bt_dist_error_handler(const char *msg, void *user);   /* a bt_error_fn; user = the bt_dist */
 BTDEF void bt_dist_shutdown(bt_dist *d);                    /* collective: barrier, destroy, goodbye */
 
-/* ---- 7. collectives (stream: a cudaStream_t; NULL = the current stream of the rank's device) ---- */
+/* ---- 7. collectives (stream: a cudaStream_t; NULL = the current stream of the rank's device) ----
+   Ranks without NCCL (bt_dist_init with store_only: CPU programs, the tests) run all_reduce,
+   reduce_scatter, all_gather, broadcast and reduce_to_owners on host buffers through the world's
+   TCP store (every rank's buffer to every rank, reduced in rank order: the same bits everywhere),
+   and so do DDP's buckets (each reduced when launched, in the plan's order) and ZeRO: slow, but the
+   same arithmetic as one process. The communicator must span the world. */
 typedef enum { BT_RED_SUM = 0, BT_RED_AVG, BT_RED_MAX, BT_RED_MIN } bt_red_op;
 /* recv[i] = op over ranks of send[i], count elements (send == recv: in place) */
 BTDEF void bt_all_reduce(bt_comm *c, const void *send, void *recv, int64_t count, bt_dtype dt, bt_red_op op,
@@ -2400,6 +2405,36 @@ static void bt__local_copy(void *dst, const void *src, size_t bytes, void *strea
 #endif
 }
 
+/* Several ranks without NCCL (bt_dist_init's store_only: CPU programs, the tests' CPU ranks): host
+   buffers through the world's TCP store. Every rank's bytes go to every rank (bt_store_allgather),
+   then each rank reduces them in rank order in double, rounded once: the same bits on every rank.
+   Slow (each rank's buffer W times through the store's sockets), for host memory only, and the
+   communicator must span the world (the store's). A communicator of no bt_dist (a stand-in a test
+   fills in) keeps the local copies. */
+static int bt__on_store(const bt_comm *c) { return c->size > 1 && !c->handle && c->dist; }
+/* every rank's n bytes of mine, by rank, in a new buffer (the caller frees it) */
+static char *bt__store_all(bt_comm *c, const void *mine, size_t n, const char *op) {
+    bt_store *s = c->dist ? c->dist->state->store : NULL;
+    if (!s || c->size != c->dist->world)
+        bt_error("%s on %s: %d ranks without NCCL go through the world's store, so the communicator must span the world (%d ranks; "
+                 "bt_dist_init with store_only)", op, c->name, c->size, c->dist ? c->dist->world : 0);
+    char *all = (char *)bt__dist_calloc(n ? n * (size_t)c->size : 1, 1);
+    if (bt_store_allgather(s, mine, all, n)) { bt__dist_free(all); bt_error("%s on %s: %s", op, c->name, bt_dist_error()); }
+    return all;
+}
+/* dst[i] = op over p of all[p * stride + i] (elements), i < n */
+static void bt__store_reduce(void *dst, const char *all, int W, int64_t n, int64_t stride, bt_dtype dt, bt_red_op op) {
+    size_t es = bt_dtype_size(dt);
+    for (int64_t i = 0; i < n; i++) {
+        double a = bt__ld(all, dt, i);
+        for (int p = 1; p < W; p++) {
+            double b = bt__ld(all + (size_t)p * (size_t)stride * es, dt, i);
+            a = op == BT_RED_MAX ? (b > a ? b : a) : op == BT_RED_MIN ? (b < a ? b : a) : a + b;
+        }
+        bt__st(dst, dt, i, op == BT_RED_AVG ? a / W : a);
+    }
+}
+
 #if BT_DIST_NCCL
 static ncclDataType_t bt__nccl_dtype(bt_dtype dt) {
     switch (dt) {
@@ -2440,6 +2475,12 @@ static size_t bt__reduce_check(bt_comm *c, const char *what, const void *a, cons
 
 BTDEF void bt_all_reduce(bt_comm *c, const void *send, void *recv, int64_t count, bt_dtype dt, bt_red_op op, void *stream) {
     size_t es = bt__reduce_check(c, "all_reduce", send, recv, count, dt, op);
+    if (bt__on_store(c)) {
+        char *all = bt__store_all(c, send, (size_t)count * es, "all_reduce");
+        bt__store_reduce(recv, all, c->size, count, count, dt, op);
+        bt__dist_free(all);
+        return;
+    }
     if (c->size == 1 || !c->handle) { bt__local_copy(recv, send, (size_t)count * es, stream); return; }
 #if BT_DIST_NCCL
     cudaStream_t s = bt__stream(stream);
@@ -2449,6 +2490,12 @@ BTDEF void bt_all_reduce(bt_comm *c, const void *send, void *recv, int64_t count
 
 BTDEF void bt_reduce_scatter(bt_comm *c, const void *send, void *recv, int64_t recv_count, bt_dtype dt, bt_red_op op, void *stream) {
     size_t es = bt__reduce_check(c, "reduce_scatter", send, recv, recv_count, dt, op);
+    if (bt__on_store(c)) {   /* recv = op over ranks of block `rank` of send */
+        char *all = bt__store_all(c, send, (size_t)recv_count * es * (size_t)c->size, "reduce_scatter");
+        bt__store_reduce(recv, all + (size_t)c->rank * (size_t)recv_count * es, c->size, recv_count, recv_count * c->size, dt, op);
+        bt__dist_free(all);
+        return;
+    }
     if (c->size == 1 || !c->handle) { bt__local_copy(recv, send, (size_t)recv_count * es, stream); return; }
 #if BT_DIST_NCCL
     cudaStream_t s = bt__stream(stream);
@@ -2459,6 +2506,12 @@ BTDEF void bt_reduce_scatter(bt_comm *c, const void *send, void *recv, int64_t r
 
 BTDEF void bt_all_gather(bt_comm *c, const void *send, void *recv, int64_t send_count, bt_dtype dt, void *stream) {
     size_t es = bt__coll_check(c, "all_gather", send, recv, send_count, dt);
+    if (bt__on_store(c)) {   /* send may lie inside recv (in place): gathered aside first */
+        char *all = bt__store_all(c, send, (size_t)send_count * es, "all_gather");
+        memcpy(recv, all, (size_t)send_count * es * (size_t)c->size);
+        bt__dist_free(all);
+        return;
+    }
     if (c->size == 1 || !c->handle) { bt__local_copy(recv, send, (size_t)send_count * es, stream); return; }
 #if BT_DIST_NCCL
     cudaStream_t s = bt__stream(stream);
@@ -2469,6 +2522,12 @@ BTDEF void bt_all_gather(bt_comm *c, const void *send, void *recv, int64_t send_
 BTDEF void bt_broadcast(bt_comm *c, const void *send, void *recv, int64_t count, bt_dtype dt, int root, void *stream) {
     size_t es = bt__coll_check(c, "broadcast", c && c->rank == root ? send : recv, recv, count, dt);
     if (root < 0 || root >= c->size) bt_error("broadcast on %s: root %d; expected 0..%d", c->name, root, c->size - 1);
+    if (bt__on_store(c)) {
+        char *all = bt__store_all(c, c->rank == root ? send : recv, (size_t)count * es, "broadcast");
+        memcpy(recv, all + (size_t)root * (size_t)count * es, (size_t)count * es);
+        bt__dist_free(all);
+        return;
+    }
     if (c->size == 1 || !c->handle) { bt__local_copy(recv, send, (size_t)count * es, stream); return; }
 #if BT_DIST_NCCL
     cudaStream_t s = bt__stream(stream);
@@ -2503,6 +2562,15 @@ BTDEF void bt_reduce_to_owners(bt_comm *c, void *span, int64_t span_lo, int64_t 
     if (shard < 1 || span_lo < 0 || span_lo + n > shard * (int64_t)c->size)
         bt_error("reduce_to_owners on %s: elements [%lld, %lld) with shards of %lld over %d ranks", c->name, (long long)span_lo,
                  (long long)(span_lo + n), (long long)shard, c->size);
+    if (bt__on_store(c) && n > 0) {   /* this rank's owned part of the span, reduced in place */
+        int64_t lo = (int64_t)c->rank * shard, hi = lo + shard;
+        if (lo < span_lo) lo = span_lo;
+        if (hi > span_lo + n) hi = span_lo + n;
+        char *all = bt__store_all(c, span, (size_t)n * es, "reduce_to_owners");
+        if (hi > lo) bt__store_reduce((char *)span + (size_t)(lo - span_lo) * es, all + (size_t)(lo - span_lo) * es, c->size, hi - lo, n, dt, op);
+        bt__dist_free(all);
+        return;
+    }
     if (c->size == 1 || !c->handle || n == 0) return;
 #if BT_DIST_NCCL
     cudaStream_t s = bt__stream(stream);
@@ -2954,6 +3022,14 @@ static void bt__ddp_thread_stop(bt_ddp *d) {
 }
 #endif
 
+/* ranks without NCCL (host gradients, bt__on_store): bucket b reduced now, on the host, in the
+   plan's order on every rank (launch_as_ready is refused there) */
+static void bt__ddp_store_bucket(bt_ddp *d, int b) {
+    const bt_bucket *k = &d->plan.buckets[b];
+    char *grad = d->flat + (size_t)k->lo * d->grad_es;
+    if (d->shard > 0) bt_reduce_to_owners(d->comm, grad, k->lo, k->hi - k->lo, d->shard, d->grad_dt, BT_RED_AVG, NULL);
+    else bt_all_reduce(d->comm, grad, grad, k->hi - k->lo, d->grad_dt, BT_RED_AVG, NULL);
+}
 static void bt__ddp_launch(bt_ddp *d, int b, void *stream) {
     if (d->out[b]) return;
 #ifdef BT_CUDA
@@ -2964,6 +3040,7 @@ static void bt__ddp_launch(bt_ddp *d, int b, void *stream) {
 #else
     (void)stream;
 #endif
+    if (bt__on_store(d->comm)) bt__ddp_store_bucket(d, b);
     d->out[b] = 1;
     d->launched++;
 }
@@ -2979,6 +3056,9 @@ BTDEF bt_ddp *bt_ddp_create(bt_comm *c, void *flat_grad, bt_dtype grad_dtype, in
     if (opts) o = *opts; else memset(&o, 0, sizeof o);
     if (!c) bt_error("ddp: no communicator");
     bt_dtype cdt = o.comm_dtype == BT_F32 ? grad_dtype : o.comm_dtype;
+    if (bt__on_store(c) && (cdt != grad_dtype || o.launch_as_ready))
+        bt_error("ddp on %s: ranks without NCCL (host gradients through the store) reduce each bucket in its own dtype (%s, not %s) "
+                 "in the plan's order (not launch_as_ready)", c->name, bt_dtype_name(grad_dtype), bt_dtype_name(cdt));
     if (cdt != grad_dtype && !(grad_dtype == BT_F32 && cdt == BT_BF16))
         bt_error("ddp: gradients of %s communicated in %s; expected the same dtype or f32 gradients in bf16", bt_dtype_name(grad_dtype),
                  bt_dtype_name(cdt));

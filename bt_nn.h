@@ -6,7 +6,8 @@
 
    What it holds: GPT-2's fused MLP, softmax and log_softmax, layernorm, RMSNorm, SwiGLU, RoPE, the
    embedding, the cross-entropy (mean and per row), the classifier fused into the loss, causal
-   self-attention (and on a packed qkv), the FP8 linear layer and its scaling state. The
+   self-attention (and on a packed qkv), the FP8 linear layer and its scaling state, and a model's
+   parameters taken from gathered units (bt_units_*: fully sharded data parallelism). The
    elementwise ops, reductions and matmuls stay in bt_tensor.h; the CUDA kernels of both are in
    bt_kernels.cuh and its parts bt_attention.cuh and bt_fp8.cuh.
 */
@@ -1675,4 +1676,47 @@ BTDEF bt_tensor *bt_linear_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_fp8_
 BTDEF bt_tensor *bt_linear_add_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tensor *r, bt_fp8_state *st) {
     if (!r) bt_error("linear_add_fp8: no residual r (bt_linear_fp8 is the op without one)");
     return bt__linear_fp8(x, w, b, r, st);
+}
+
+/* ---- a model's parameters from gathered units (bt_units_*: bt_tensor.h states the contract) ---- */
+BTDEF void bt_units_set(bt_unit_set *s, const bt_units *src, const int64_t *lo, int n, const char *who) {
+    s->src = src;
+    s->who = who ? who : "model";
+    if (!src) return;
+    if (n < 1) bt_error("%s: %d fsdp units", s->who, n);
+    for (int u = 0; u < n; u++)
+        if (lo[u + 1] <= lo[u]) bt_error("%s: fsdp unit %d is empty or reversed ([%lld, %lld))", s->who, u, (long long)lo[u], (long long)lo[u + 1]);
+    if (s->n != n) {
+        free(s->lo); free(s->w);
+        s->lo = (int64_t *)calloc((size_t)n + 1, sizeof(int64_t));
+        s->w = (bt_tensor **)calloc((size_t)n, sizeof(bt_tensor *));
+        if (!s->lo || !s->w) bt_error("%s: out of host memory", s->who);
+        s->n = n;
+    }
+    memcpy(s->lo, lo, sizeof(int64_t) * ((size_t)n + 1));
+    memset(s->w, 0, sizeof(bt_tensor *) * (size_t)n);
+}
+BTDEF void bt_units_free(bt_unit_set *s) {
+    free(s->lo); free(s->w);
+    memset(s, 0, sizeof *s);
+}
+BTDEF void bt_units_begin(bt_unit_set *s, int u, bt_dtype dt) {
+    if (s->src) s->w[u] = s->src->gather(s->src->ctx, u, dt);
+}
+BTDEF void bt_units_end(bt_unit_set *s, int u) {
+    if (s->src) s->w[u] = NULL;
+}
+BTDEF bt_tensor *bt_units_param(const bt_unit_set *s, const bt_tensor *p, const bt_tensor *flat) {
+    int64_t o = p->offset - flat->offset;
+    int a = 0, b = s->n;   /* the unit u with lo[u] <= o < lo[u + 1]: bisection */
+    if (o < s->lo[0] || o >= s->lo[s->n]) bt_error("%s: a parameter at element %lld is in no fsdp unit", s->who, (long long)o);
+    while (b - a > 1) { int c = (a + b) / 2; if (s->lo[c] <= o) a = c; else b = c; }
+    if (!s->w[a]) bt_error("%s: a parameter of unit %d used while that unit is not gathered (fsdp)", s->who, a);
+    return bt_view(bt_narrow(s->w[a], 0, o - s->lo[a], bt_numel(p)), bt_shape_of(p));
+}
+BTDEF bt_tensor *bt_units_run(bt_tensor *(*fn)(void *ctx, bt_tensor **in), void *ctx, bt_tensor *x) {
+    bt_scope_begin();
+    bt_tensor *out = bt_retain(fn(ctx, &x));
+    bt_scope_end();
+    return bt__register(out);
 }

@@ -647,50 +647,28 @@ static void bt__par_store_gather(bt_comm *c, const void *mine, void *all, size_t
                  "(bt_dist_init with store_only; world %d)", op, c->name, c->size, c->dist ? c->dist->world : 0);
     if (bt_store_allgather(s, mine, all, n)) bt_error("%s on %s: %s", op, c->name, bt_dist_error());
 }
-/* dst[i] = op over p of all[p * stride + i], in rank order (the same bits on every rank) */
-static void bt__par_cpu_reduce(void *dst, const char *all, int W, int64_t n, int64_t stride, bt_dtype dt, bt_red_op op) {
-    size_t es = bt_dtype_size(dt);
-    for (int64_t i = 0; i < n; i++) {
-        double a = bt__ld(all, dt, i);
-        for (int p = 1; p < W; p++) {
-            double b = bt__ld(all + (size_t)p * (size_t)stride * es, dt, i);
-            a = op == BT_RED_MAX ? (b > a ? b : a) : op == BT_RED_MIN ? (b < a ? b : a) : a + b;
-        }
-        bt__st(dst, dt, i, op == BT_RED_AVG ? a / W : a);
-    }
-}
 static char *bt__par_host_buf(size_t n) {
     char *p = (char *)malloc(n ? n : 1);
     if (!p) bt_error("bt_parallel: out of host memory (%zu bytes)", n);
     return p;
 }
 
+/* bt_dist.h's collectives, GPU (NCCL) or CPU (the store, which is why the communicator must span
+   the world there) */
 static void bt__par_all_reduce(bt_comm *c, bt_device dev, void *buf, int64_t n, bt_dtype dt, bt_red_op op, void *stream) {
+    (void)dev;
     if (c->size == 1 || n == 0) return;
-    if (dev.type == BT_GPU) { bt_all_reduce(c, buf, buf, n, dt, op, stream); return; }
-    size_t bytes = (size_t)n * bt_dtype_size(dt);
-    char *all = bt__par_host_buf(bytes * (size_t)c->size);
-    bt__par_store_gather(c, buf, all, bytes, "all_reduce");
-    bt__par_cpu_reduce(buf, all, c->size, n, n, dt, op);
-    free(all);
+    bt_all_reduce(c, buf, buf, n, dt, op, stream);
 }
 /* recv [size * n] = every rank's send [n], by rank */
 static void bt__par_all_gather(bt_comm *c, bt_device dev, const void *send, void *recv, int64_t n, bt_dtype dt, void *stream) {
-    size_t bytes = (size_t)n * bt_dtype_size(dt);
-    if (c->size == 1) { bt__par_copy(dev, recv, send, bytes, stream); return; }
-    if (dev.type == BT_GPU) { bt_all_gather(c, send, recv, n, dt, stream); return; }
-    bt__par_store_gather(c, send, recv, bytes, "all_gather");
+    if (c->size == 1) { bt__par_copy(dev, recv, send, (size_t)n * bt_dtype_size(dt), stream); return; }
+    bt_all_gather(c, send, recv, n, dt, stream);
 }
 /* recv [n] = the sum over ranks of block `rank` of send [size * n] */
 static void bt__par_reduce_scatter(bt_comm *c, bt_device dev, const void *send, void *recv, int64_t n, bt_dtype dt, void *stream) {
-    size_t bytes = (size_t)n * bt_dtype_size(dt);
-    if (c->size == 1) { bt__par_copy(dev, recv, send, bytes, stream); return; }
-    if (dev.type == BT_GPU) { bt_reduce_scatter(c, send, recv, n, dt, BT_RED_SUM, stream); return; }
-    size_t all_bytes = bytes * (size_t)c->size;
-    char *all = bt__par_host_buf(all_bytes * (size_t)c->size);
-    bt__par_store_gather(c, send, all, all_bytes, "reduce_scatter");
-    bt__par_cpu_reduce(recv, all + (size_t)c->rank * bytes, c->size, n, n * c->size, dt, BT_RED_SUM);
-    free(all);
+    if (c->size == 1) { bt__par_copy(dev, recv, send, (size_t)n * bt_dtype_size(dt), stream); return; }
+    bt_reduce_scatter(c, send, recv, n, dt, BT_RED_SUM, stream);
 }
 /* send n elements to dst and receive n from src (every rank of the group calls it) */
 static void bt__par_send_recv(bt_comm *c, bt_device dev, const void *send, int dst, void *recv, int src, int64_t n, bt_dtype dt,

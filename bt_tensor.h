@@ -678,6 +678,41 @@ static inline BT_HOSTDEV void bt__fp8_roll(float *row, int n, float fmax) {
     for (int i = 0; i < n; i++) if (row[2 + i] > m && row[2 + i] <= FLT_MAX) m = row[2 + i];   /* NaN and inf skipped */
     row[1] = bt_fp8_scale_of(m, fmax);
 }
+/* ---- a model's parameters from gathered units (fully sharded data parallelism) ----
+   When a model's weights live as shards elsewhere (bt_parallel.h's bt_fsdp; trainer.h's --dp fsdp),
+   its forward (gpt2.h, llama.h) fetches each unit's full parameters just before the unit runs. A
+   unit is a span [lo[u], lo[u + 1]) of the model's flat fp32 buffer (offsets from its start);
+   src->gather(ctx, u, dt) returns unit u's parameters: [lo[u + 1] - lo[u]] in dt, a tensor of the
+   current scope; with grad mode on a leaf whose gradient hook takes its gradient away once final.
+   Between bt_units_begin(s, u, dt) and bt_units_end(s, u), bt_units_param gives a leaf of unit u
+   as a view of that tensor; _end drops the set's pointer only (the scope and the graph hold the
+   tensor: its release is theirs). A block whose unit is gathered inside a bt_checkpoint region
+   (bt_autograd.h) is gathered again by the backward's remake, whose leaf then takes the block's
+   gradient: one block's full parameters alive at a time, for one more forward of the blocks.
+   bt_units_run is that region without grad mode: fn(ctx, &x) in a scope of its own, so the unit it
+   gathers goes at its end (bt_checkpoint without grad mode is fn in the caller's scope, which would
+   keep every block's unit until the pass ends). */
+typedef struct bt_units {
+    bt_tensor *(*gather)(void *ctx, int unit, bt_dtype dt);
+    void *ctx;
+} bt_units;
+typedef struct {
+    const bt_units *src;   /* NULL: off (the model's own leaves) */
+    const char *who;       /* the model, for errors */
+    int n;                 /* units */
+    int64_t *lo;           /* [n + 1]: unit u is elements [lo[u], lo[u + 1]) of the flat buffer */
+    bt_tensor **w;         /* [n]: unit u while gathered (begin .. end), else NULL */
+} bt_unit_set;
+/* s takes its parameters from src (NULL: off again) in the n units bounded by lo[0 .. n]
+   (increasing); who names the model in errors. The set starts zeroed (memset); _free ends it. */
+BTDEF void bt_units_set(bt_unit_set *s, const bt_units *src, const int64_t *lo, int n, const char *who);
+BTDEF void bt_units_free(bt_unit_set *s);
+BTDEF void bt_units_begin(bt_unit_set *s, int u, bt_dtype dt);   /* unit u gathered (no-op when off) */
+BTDEF void bt_units_end(bt_unit_set *s, int u);
+/* leaf p, a view of the flat buffer flat, as a view of its gathered unit (an error naming the unit
+   when it is not gathered) */
+BTDEF bt_tensor *bt_units_param(const bt_unit_set *s, const bt_tensor *p, const bt_tensor *flat);
+BTDEF bt_tensor *bt_units_run(bt_tensor *(*fn)(void *ctx, bt_tensor **in), void *ctx, bt_tensor *x);
 /* softmax family, over the last dim */
 BTDEF bt_tensor *bt_softmax(bt_tensor *x);
 BTDEF bt_tensor *bt_log_softmax(bt_tensor *x);

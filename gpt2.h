@@ -61,15 +61,6 @@ typedef struct {
 } gpt2_layer;
 
 struct gpt2_split;
-/* Fully sharded data parallelism (trainer.h's --dp fsdp over bt_parallel.h's bt_fsdp): the weights
-   live as shards elsewhere, and the forward fetches each unit's full parameters just before it
-   runs (gpt2_units_bounds: unit 0 = wte and wpe, 1 + l = block l, L + 1 = the final layernorm).
-   gather returns unit u's parameters ([hi - lo] in dt, a tensor of the current scope; with grad
-   mode on a leaf whose gradient the caller's hook takes away once final). */
-typedef struct gpt2_units {
-    bt_tensor *(*gather)(void *ctx, int unit, bt_dtype dt);
-    void *ctx;
-} gpt2_units;
 typedef struct gpt2 {
     gpt2_config cfg;
     int64_t num_params;            /* of the whole model (files, FLOPs), also when this is a tp shard */
@@ -90,8 +81,7 @@ typedef struct gpt2 {
     struct bt_par *par;            /* that split's mesh (bt_parallel.h) */
     bt_tensor *fp8_buf;            /* f32 [L, GPT2_FP8_LINEARS, 3, 2 + history]: the FP8 states (gpt2_fp8_enable); NULL: none */
     bt_fp8_state *fp8;             /* [L * GPT2_FP8_LINEARS]: layer l's linear k at l * GPT2_FP8_LINEARS + k, views of fp8_buf */
-    const gpt2_units *units;       /* fsdp: parameters come from here (NULL: the leaves) */
-    bt_tensor **unit_w;            /* [L + 2]: the gathered unit in use, NULL outside it */
+    bt_unit_set units;             /* fsdp: the parameters from gathered units (units.src NULL: the leaves) */
 } gpt2;
 /* the block linears that run in FP8, in a layer's order in fp8_buf */
 enum { GPT2_FP8_QKV, GPT2_FP8_PROJ, GPT2_FP8_FC, GPT2_FP8_FCPROJ, GPT2_FP8_LINEARS };
@@ -134,11 +124,14 @@ BTDEF void gpt2_fp8_enable(gpt2 *m, const bt_fp8_opts *o);
 /* after an optimizer step: bt_fp8_update of every state (the step's amaxes into the histories, the
    next scales); no host wait */
 BTDEF void gpt2_fp8_update(gpt2 *m);
-/* fsdp's units in the buffer (elements, from flat's start): unit u = [lo[u], hi[u]), L + 2 of them
-   (the count is returned; lo and hi hold L + 2) */
-BTDEF int gpt2_units_bounds(const gpt2 *m, int64_t *lo, int64_t *hi);
+/* Fully sharded data parallelism (trainer.h's --dp fsdp over bt_parallel.h's bt_fsdp; bt_tensor.h's
+   bt_units states the contract): the weights live as shards elsewhere and the forward gathers each
+   unit just before it runs. The units in the buffer (elements from flat's start): unit u =
+   [lo[u], lo[u + 1]), L + 2 of them (the count is returned; lo holds L + 3): 0 = wte and wpe, 1 + l
+   = block l, L + 1 = the final layernorm. */
+BTDEF int gpt2_units_bounds(const gpt2 *m, int64_t *lo);
 /* the forward's parameters from u (NULL: the model's own leaves again) */
-BTDEF void gpt2_set_units(gpt2 *m, const gpt2_units *u);
+BTDEF void gpt2_set_units(gpt2 *m, const bt_units *u);
 
 /* ---- 3. the forward pass (idx, targets: [B, T] i32 on the model's device) ---- */
 BTDEF bt_tensor *gpt2_param_as(gpt2 *m, bt_tensor *p, bt_dtype dt);   /* p in the compute dtype */
@@ -312,7 +305,7 @@ BTDEF void gpt2_build_padded(gpt2 *m, gpt2_config cfg, bt_device dev, int64_t pa
 BTDEF void gpt2_build(gpt2 *m, gpt2_config cfg, bt_device dev) { gpt2_build_padded(m, cfg, dev, 1, BT_F32); }
 
 BTDEF void gpt2_free(gpt2 *m) {
-    free(m->unit_w);
+    bt_units_free(&m->units);
     for (int i = 0; i < m->n_params; i++) bt_release(m->params[i]);
     bt_release(m->flat); bt_release(m->flat_grad); bt_release(m->flat_lowp); bt_release(m->pos);
     bt_fp8_bank_free(&m->fp8, &m->fp8_buf, (int64_t)m->cfg.L * GPT2_FP8_LINEARS);
@@ -394,38 +387,25 @@ BTDEF void gpt2_lowp_refresh(gpt2 *m, bt_dtype dt) {
    copy goes at the region's end and the backward's remake gathers it again, as a leaf whose
    gradient hook reduce-scatters the block's gradient as soon as the region's backward is done:
    one block's full parameters at a time (plus unit 0), for one more forward of the blocks. */
-BTDEF int gpt2_units_bounds(const gpt2 *m, int64_t *lo, int64_t *hi) {
+BTDEF int gpt2_units_bounds(const gpt2 *m, int64_t *lo) {
     int L = m->cfg.L;
     int64_t base = m->flat->offset;
-    lo[0] = 0; hi[0] = L ? m->layers[0].ln1w->offset - base : m->lnfw->offset - base;
-    for (int l = 0; l < L; l++) {
-        lo[1 + l] = m->layers[l].ln1w->offset - base;
-        hi[1 + l] = m->layers[l].fcprojb->offset - base + bt_numel(m->layers[l].fcprojb);
-    }
-    lo[L + 1] = m->lnfw->offset - base; hi[L + 1] = m->lnfb->offset - base + bt_numel(m->lnfb);
+    lo[0] = 0;
+    for (int l = 0; l < L; l++) lo[1 + l] = m->layers[l].ln1w->offset - base;
+    lo[L + 1] = m->lnfw->offset - base;
+    lo[L + 2] = m->lnfb->offset - base + bt_numel(m->lnfb);
     return L + 2;
 }
-BTDEF void gpt2_set_units(gpt2 *m, const gpt2_units *u) {
+BTDEF void gpt2_set_units(gpt2 *m, const bt_units *u) {
     if (u && m->split) bt_error("gpt2: fsdp's units with tensor or context parallelism (not supported)");
-    if (u && !m->unit_w && !(m->unit_w = (bt_tensor **)calloc((size_t)m->cfg.L + 2, sizeof(bt_tensor *))))
-        bt_error("gpt2: out of host memory");
-    m->units = u;
-}
-static void gpt2__unit_begin(gpt2 *m, int u, bt_dtype dt) { if (m->units) m->unit_w[u] = m->units->gather(m->units->ctx, u, dt); }
-static void gpt2__unit_end(gpt2 *m, int u) { if (m->units) m->unit_w[u] = NULL; }   /* the scope and the graph hold it */
-/* the unit of leaf p (its offset against the blocks' bounds) and p as a view of the gathered unit */
-static bt_tensor *gpt2__unit_param(gpt2 *m, bt_tensor *p) {
-    int L = m->cfg.L, u;
-    int64_t o = p->offset - m->flat->offset, lo = 0;
-    int64_t l0 = L ? m->layers[0].ln1w->offset - m->flat->offset : 0, per = L > 1 ? m->layers[1].ln1w->offset - m->layers[0].ln1w->offset : 0;
-    if (!L || o < l0) u = 0;
-    else if (o >= m->lnfw->offset - m->flat->offset) { u = L + 1; lo = m->lnfw->offset - m->flat->offset; }
-    else { int l = per ? (int)((o - l0) / per) : 0; u = 1 + l; lo = l0 + l * per; }
-    if (!m->unit_w[u]) bt_error("gpt2: a parameter of unit %d used while that unit is not gathered (fsdp)", u);
-    return bt_view(bt_narrow(m->unit_w[u], 0, o - lo, bt_numel(p)), bt_shape_of(p));
+    int64_t *lo = (int64_t *)malloc(sizeof(int64_t) * ((size_t)m->cfg.L + 3));
+    if (!lo) bt_error("gpt2: out of host memory");
+    int n = gpt2_units_bounds(m, lo);
+    bt_units_set(&m->units, u, lo, n, "gpt2");
+    free(lo);
 }
 BTDEF bt_tensor *gpt2_param_as(gpt2 *m, bt_tensor *p, bt_dtype dt) {
-    if (m->units) return gpt2__unit_param(m, p);
+    if (m->units.src) return bt_units_param(&m->units, p, m->flat);
     if (dt == p->dtype) return p;
     gpt2_lowp_refresh(m, dt);
     return bt_cast_cached(p, bt_view(bt_narrow(m->flat_lowp, 0, p->offset, bt_numel(p)), bt_shape_of(p)));
@@ -502,9 +482,9 @@ static bt_tensor *gpt2__mlp_region(void *ctx, bt_tensor **in) {
 }
 static bt_tensor *gpt2__block_region(void *ctx, bt_tensor **in) {
     gpt2__region *r = (gpt2__region *)ctx;
-    gpt2__unit_begin(r->m, r->unit, r->dt);   /* fsdp: the block's parameters, here and in the remake */
+    bt_units_begin(&r->m->units, r->unit, r->dt);   /* fsdp: the block's parameters, here and in the remake */
     bt_tensor *x1 = gpt2__attn_region(ctx, in), *out = gpt2__mlp_region(ctx, &x1);
-    gpt2__unit_end(r->m, r->unit);
+    bt_units_end(&r->m->units, r->unit);
     return out;
 }
 /* One block under the recompute flags (bt_set_recompute). What each keeps for the backward per
@@ -520,14 +500,9 @@ static bt_tensor *gpt2__block_region(void *ctx, bt_tensor **in) {
    + 2TC multiply-adds per token (qkv, projection, attention), MLP 8C^2, BLOCK both: one more
    forward of the blocks, ~1/3 more per step for GPT-2 (forward 1, backward 2). */
 static bt_tensor *gpt2__block(gpt2 *m, gpt2_layer *y, bt_tensor *x, bt_dtype dt, int rc, int f8) {
-    if (m->units) rc |= BT_RECOMPUTE_BLOCK;   /* fsdp gathers a block inside its region (see gpt2_units_bounds) */
+    if (m->units.src) rc |= BT_RECOMPUTE_BLOCK;   /* fsdp gathers a block inside its region (bt_units) */
     gpt2__region r = {m, y, dt, (rc & (BT_RECOMPUTE_ATTN | BT_RECOMPUTE_MLP | BT_RECOMPUTE_BLOCK)) != 0, f8, 1 + (int)(y - m->layers)};
-    if (m->units && !bt_grad_enabled()) {   /* no graph (evaluation): the gathered block goes at the block's end, as in a region */
-        bt_scope_begin();
-        bt_tensor *out = bt_retain(gpt2__block_region(&r, &x));
-        bt_scope_end();
-        return bt__register(out);
-    }
+    if (m->units.src && !bt_grad_enabled()) return bt_units_run(gpt2__block_region, &r, x);   /* the block's unit goes at its end */
     if (rc & BT_RECOMPUTE_BLOCK) return bt_checkpoint(gpt2__block_region, &r, sizeof r, &x, 1);
     x = rc & BT_RECOMPUTE_ATTN ? bt_checkpoint(gpt2__attn_region, &r, sizeof r, &x, 1) : gpt2__attn_region(&r, &x);
     return rc & BT_RECOMPUTE_MLP ? bt_checkpoint(gpt2__mlp_region, &r, sizeof r, &x, 1) : gpt2__mlp_region(&r, &x);
@@ -539,15 +514,15 @@ static bt_tensor *gpt2__hidden(gpt2 *m, bt_tensor *idx, bt_dtype dt, int keep0) 
     if ((rc & GPT2_RECOMPUTE_REGIONS) && m->split && (m->split->attention || m->split->mlp))
         bt_error("gpt2: recompute attn, mlp or block (flags %d) with tensor or context parallelism: the split blocks' "
                  "collectives are not remade in the backward; use none or gelu", rc);
-    gpt2__unit_begin(m, 0, dt);
+    bt_units_begin(&m->units, 0, dt);
     bt_tensor *x = m->split && m->split->embed ? m->split->embed(m, idx, dt)
                  : bt_add(bt_embedding(GPT2_P(m->wte), idx), bt_embedding(GPT2_P(m->wpe), gpt2__positions(m, idx->shape[1])));
-    if (!keep0) gpt2__unit_end(m, 0);
+    if (!keep0) bt_units_end(&m->units, 0);
     int f8 = m->fp8 && bt_grad_enabled();   /* a training forward: the FP8 linears */
     for (int l = 0; l < m->cfg.L; l++) x = gpt2__block(m, &m->layers[l], x, dt, rc, f8);
-    gpt2__unit_begin(m, m->cfg.L + 1, dt);
+    bt_units_begin(&m->units, m->cfg.L + 1, dt);
     x = bt_layernorm(x, GPT2_P(m->lnfw), GPT2_P(m->lnfb), 1e-5);
-    gpt2__unit_end(m, m->cfg.L + 1);
+    bt_units_end(&m->units, m->cfg.L + 1);
     return x;
 }
 BTDEF bt_tensor *gpt2_hidden(gpt2 *m, bt_tensor *idx, bt_dtype dt) { return gpt2__hidden(m, idx, dt, 0); }
@@ -555,14 +530,14 @@ BTDEF bt_tensor *gpt2_hidden(gpt2 *m, bt_tensor *idx, bt_dtype dt) { return gpt2
 BTDEF bt_tensor *gpt2_logits(gpt2 *m, bt_tensor *idx, bt_dtype dt) {
     bt_tensor *h = gpt2__hidden(m, idx, dt, 1);   /* before GPT2_P(wte): fsdp gathers unit 0 there */
     bt_tensor *z = bt_linear(h, GPT2_P(m->wte), NULL);
-    gpt2__unit_end(m, 0);
+    bt_units_end(&m->units, 0);
     return z;
 }
 BTDEF bt_tensor *gpt2_loss(gpt2 *m, bt_tensor *idx, bt_tensor *targets, bt_dtype dt) {
     if (m->split && m->split->loss) return m->split->loss(m, gpt2_hidden(m, idx, dt), targets, dt);
     bt_tensor *h = gpt2__hidden(m, idx, dt, 1);   /* before GPT2_P(wte): fsdp gathers unit 0 there */
     bt_tensor *loss = bt_linear_cross_entropy(h, GPT2_P(m->wte), targets, m->cfg.V, -1);
-    gpt2__unit_end(m, 0);
+    bt_units_end(&m->units, 0);
     return loss;
 }
 

@@ -39,6 +39,9 @@
    wo, w13, w2) in one flat f32 buffer, as gpt2.h's; a training forward (grad mode on) then runs
    them through bt_linear_fp8; llama_fp8_update, once per optimizer step, rolls the states.
 
+   Fully sharded data parallelism (trainer.h's --dp fsdp): llama_set_units, as gpt2_set_units; the
+   units are llama_units_bounds'.
+
    SECTIONS (implementation)
      1. configuration and presets
      2. parameters: one flat fp32 buffer, init; the FP8 states
@@ -106,6 +109,7 @@ typedef struct llama {
     bt_device device;
     bt_tensor *fp8_buf;            /* f32 [L, LLAMA_FP8_LINEARS, 3, 2 + history]: the FP8 states (llama_fp8_enable); NULL: none */
     bt_fp8_state *fp8;             /* [L * LLAMA_FP8_LINEARS]: layer l's linear k at l * LLAMA_FP8_LINEARS + k, views of fp8_buf */
+    bt_unit_set units;             /* fsdp: the parameters from gathered units (units.src NULL: the leaves) */
     int tp, tp_rank;               /* tensor parallelism: this rank's shard of tp; 0 when whole */
     const struct llama_split *split;   /* tensor/context parallel forward (llama_parallel.h); NULL: whole */
     struct bt_par *par;            /* that split's mesh (bt_parallel.h) */
@@ -140,6 +144,13 @@ BTDEF void llama_init(llama *m, uint64_t seed);
    mode off keeps the bf16 linears. The update: after each optimizer step, no host wait. */
 BTDEF void llama_fp8_enable(llama *m, const bt_fp8_opts *o);
 BTDEF void llama_fp8_update(llama *m);
+/* Fully sharded data parallelism (bt_tensor.h's bt_units states the contract): the forward gathers
+   each unit just before it runs. The units in the buffer (elements from flat's start): unit u =
+   [lo[u], lo[u + 1]), L + 2 of them (the count is returned; lo holds L + 3): 0 = the embedding,
+   1 + l = block l, L + 1 = the final norm and the untied head (the tied head is unit 0's). */
+BTDEF int llama_units_bounds(const llama *m, int64_t *lo);
+/* the forward's parameters from u (NULL: the model's own leaves again) */
+BTDEF void llama_set_units(llama *m, const bt_units *u);
 
 /* ---- 3. the forward pass (idx, targets: [B, T] i32 on the model's device, T <= maxT) ---- */
 BTDEF bt_tensor *llama_param_as(llama *m, bt_tensor *p, bt_dtype dt);   /* p in the compute dtype */
@@ -314,6 +325,7 @@ BTDEF void llama_free(llama *m) {
     for (int i = 0; i < m->n_params; i++) bt_release(m->params[i]);
     bt_release(m->flat); bt_release(m->flat_grad); bt_release(m->flat_lowp);
     bt_fp8_bank_free(&m->fp8, &m->fp8_buf, (int64_t)m->cfg.L * LLAMA_FP8_LINEARS);
+    bt_units_free(&m->units);
     free(m->params); free(m->layers);
     memset(m, 0, sizeof *m);
 }
@@ -365,7 +377,35 @@ BTDEF void llama_lowp_refresh(llama *m, bt_dtype dt) {
     m->lowp_version = m->flat->storage->version;
     bt_set_grad_enabled(old);
 }
+/* ---- fsdp's units: the parameters of a unit are views of its gathered tensor ----
+   Memory per rank: the shards, plus the units gathered now. Each block is gathered inside its
+   bt_checkpoint region (llama__block forces BT_RECOMPUTE_BLOCK under fsdp): the first run's copy
+   goes at the region's end, the backward's remake gathers it again as the leaf whose hook
+   reduce-scatters the block's gradient. Unit 0 lives through the pass when the head is tied (the
+   head is emb), else only for the lookup; unit L + 1 (the norm, and the untied head: Vp C of it)
+   from the final norm to the loss. One block's full parameters at a time, plus the head's unit,
+   for one more forward of the blocks. */
+BTDEF int llama_units_bounds(const llama *m, int64_t *lo) {
+    int L = m->cfg.L;
+    int64_t base = m->flat->offset;
+    lo[0] = 0;
+    for (int l = 0; l < L; l++) lo[1 + l] = m->layers[l].attn_norm->offset - base;
+    lo[L + 1] = m->norm->offset - base;
+    lo[L + 2] = m->num_params;   /* the last leaf's end: the norm's, or the untied head's */
+    return L + 2;
+}
+BTDEF void llama_set_units(llama *m, const bt_units *u) {
+    if (u && m->split) bt_error("llama: fsdp's units with tensor or context parallelism (not supported)");
+    int64_t *lo = (int64_t *)malloc(sizeof(int64_t) * ((size_t)m->cfg.L + 3));
+    if (!lo) bt_error("llama: out of host memory");
+    int n = llama_units_bounds(m, lo);
+    bt_units_set(&m->units, u, lo, n, "llama");
+    free(lo);
+}
+/* the unit whose gathered tensor holds the head */
+static int llama__head_unit(const llama *m) { return m->cfg.tie ? 0 : m->cfg.L + 1; }
 BTDEF bt_tensor *llama_param_as(llama *m, bt_tensor *p, bt_dtype dt) {
+    if (m->units.src) return bt_units_param(&m->units, p, m->flat);
     if (dt == p->dtype) return p;
     llama_lowp_refresh(m, dt);
     int64_t off = p->offset - m->flat->offset;
@@ -398,7 +438,7 @@ static bt_tensor *llama__mlp(llama *m, llama_layer *y, bt_tensor *h, bt_tensor *
 }
 /* The block's two sublayers as bt_checkpoint regions (bt_autograd.h), as gpt2.h's: each takes the
    residual stream x and returns x + sublayer(rmsnorm(x)), the parameters' casts made inside. */
-typedef struct { llama *m; llama_layer *y; bt_dtype dt; int f8; } llama__region;
+typedef struct { llama *m; llama_layer *y; bt_dtype dt; int f8, unit; } llama__region;
 static bt_tensor *llama__attn_region(void *ctx, bt_tensor **in) {
     llama__region *r = (llama__region *)ctx;
     llama *m = r->m; llama_layer *y = r->y; bt_dtype dt = r->dt;
@@ -410,8 +450,11 @@ static bt_tensor *llama__mlp_region(void *ctx, bt_tensor **in) {
     return llama__mlp(m, y, bt_rmsnorm(in[0], LLAMA_P(y->mlp_norm), m->cfg.eps), in[0], dt, r->f8);
 }
 static bt_tensor *llama__block_region(void *ctx, bt_tensor **in) {
-    bt_tensor *x1 = llama__attn_region(ctx, in);
-    return llama__mlp_region(ctx, &x1);
+    llama__region *r = (llama__region *)ctx;
+    bt_units_begin(&r->m->units, r->unit, r->dt);   /* fsdp: the block's parameters, here and in the remake */
+    bt_tensor *x1 = llama__attn_region(ctx, in), *out = llama__mlp_region(ctx, &x1);
+    bt_units_end(&r->m->units, r->unit);
+    return out;
 }
 /* One block under the recompute flags (bt_set_recompute: ATTN, MLP, BLOCK; GELU means nothing here).
    Kept for the backward per layer, in B T values (compute dtype; Q = (H + 2 Hkv) D, F the MLP's width):
@@ -422,33 +465,50 @@ static bt_tensor *llama__block_region(void *ctx, bt_tensor **in) {
    region's activations live during its own backward only; the work remade is one more forward of
    the region. */
 static bt_tensor *llama__block(llama *m, llama_layer *y, bt_tensor *x, bt_dtype dt, int rc, int f8) {
-    llama__region r = {m, y, dt, f8};
+    llama__region r = {m, y, dt, f8, 1 + (int)(y - m->layers)};
+    if (m->units.src) {   /* fsdp gathers a block inside its region (bt_units) */
+        if (!bt_grad_enabled()) return bt_units_run(llama__block_region, &r, x);   /* the block's unit goes at its end */
+        rc |= BT_RECOMPUTE_BLOCK;
+    }
     if (rc & BT_RECOMPUTE_BLOCK) return bt_checkpoint(llama__block_region, &r, sizeof r, &x, 1);
     x = rc & BT_RECOMPUTE_ATTN ? bt_checkpoint(llama__attn_region, &r, sizeof r, &x, 1) : llama__attn_region(&r, &x);
     return rc & BT_RECOMPUTE_MLP ? bt_checkpoint(llama__mlp_region, &r, sizeof r, &x, 1) : llama__mlp_region(&r, &x);
 }
-BTDEF bt_tensor *llama_hidden(llama *m, bt_tensor *idx, bt_dtype dt) {
+/* keep_head: the head's unit (fsdp) stays gathered for the caller, who ends it */
+static bt_tensor *llama__hidden(llama *m, bt_tensor *idx, bt_dtype dt, int keep_head) {
     const llama_config *c = &m->cfg;
     if (idx->ndim != 2 || idx->shape[1] > c->maxT) {
         char s[96];
         bt_error("llama: idx %s must be [B, T] with T at most the context of %d", bt_shape_str(idx, s, sizeof s), c->maxT);
     }
-    int rc = bt_get_recompute();
+    int rc = bt_get_recompute(), hu = keep_head ? llama__head_unit(m) : -1;
     if ((rc & (BT_RECOMPUTE_ATTN | BT_RECOMPUTE_MLP | BT_RECOMPUTE_BLOCK)) && m->split && (m->split->attention || m->split->mlp))
         bt_error("llama: recompute attn, mlp or block (flags %d) with tensor or context parallelism: the split blocks' "
                  "collectives are not remade in the backward; use none", rc);
+    bt_units_begin(&m->units, 0, dt);
     bt_tensor *x = m->split && m->split->embed ? m->split->embed(m, idx, dt) : bt_embedding(LLAMA_P(m->emb), idx);
+    if (hu != 0) bt_units_end(&m->units, 0);
     int f8 = m->fp8 && bt_grad_enabled();   /* a training forward: the FP8 linears */
     for (int l = 0; l < c->L; l++) x = llama__block(m, &m->layers[l], x, dt, rc, f8);
-    return bt_rmsnorm(x, LLAMA_P(m->norm), c->eps);
+    bt_units_begin(&m->units, c->L + 1, dt);
+    x = bt_rmsnorm(x, LLAMA_P(m->norm), c->eps);
+    if (hu != c->L + 1) bt_units_end(&m->units, c->L + 1);
+    return x;
 }
+BTDEF bt_tensor *llama_hidden(llama *m, bt_tensor *idx, bt_dtype dt) { return llama__hidden(m, idx, dt, 0); }
 BTDEF bt_tensor *llama_logits(llama *m, bt_tensor *idx, bt_dtype dt) {
     if (m->tp > 1) bt_error("llama_logits: a tensor-parallel shard holds Vp/%d of the head's rows; gather the whole model (llama_par_whole_model)", m->tp);
-    return bt_linear(llama_hidden(m, idx, dt), LLAMA_P(m->head), NULL);
+    bt_tensor *h = llama__hidden(m, idx, dt, 1);   /* before LLAMA_P(head): fsdp gathers its unit there */
+    bt_tensor *z = bt_linear(h, LLAMA_P(m->head), NULL);
+    bt_units_end(&m->units, llama__head_unit(m));
+    return z;
 }
 BTDEF bt_tensor *llama_loss(llama *m, bt_tensor *idx, bt_tensor *targets, bt_dtype dt) {
     if (m->split && m->split->loss) return m->split->loss(m, llama_hidden(m, idx, dt), targets, dt);
-    return bt_linear_cross_entropy(llama_hidden(m, idx, dt), LLAMA_P(m->head), targets, m->cfg.V, -1);
+    bt_tensor *h = llama__hidden(m, idx, dt, 1);
+    bt_tensor *loss = bt_linear_cross_entropy(h, LLAMA_P(m->head), targets, m->cfg.V, -1);
+    bt_units_end(&m->units, llama__head_unit(m));
+    return loss;
 }
 
 /* ---- 4. generation: a KV cache, sampling ---- */

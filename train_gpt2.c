@@ -839,10 +839,9 @@ static int train_main(train_opts *o) {
     bt_dist *dist = NULL;
     bt_dist_env env;
     if (bt_dist_env_read(&env)) { fprintf(stderr, "error: %s\n", bt_dist_error()); return 1; }
-    /* tp, cp or fsdp on CPUs: collectives through the TCP store (bt_parallel.h) */
-    int cpu_ranks = env.world > 1 && (o->tp * o->cp > 1 || !strcmp(o->dp, "fsdp")) && (!strcmp(o->device, "cpu") || bt_cuda_device_count() == 0);
+    /* several processes on CPUs: every collective through the TCP store (bt_dist.h, section 7) */
+    int cpu_ranks = env.world > 1 && (!strcmp(o->device, "cpu") || bt_cuda_device_count() == 0);
     if (env.world > 1) {
-        if (!strcmp(o->device, "cpu") && !cpu_ranks) { fprintf(stderr, "error: --device cpu with %d processes: data parallelism needs a GPU per process\n", env.world); return 1; }
         bt_dist_opts dop;
         memset(&dop, 0, sizeof dop);
         dop.nccl_timeout_s = o->nccl_timeout;
@@ -1036,7 +1035,7 @@ static int train_main(train_opts *o) {
                         dworld, tr.fsdp->n_units, on_gpu ? "" : " (CPU: collectives through the TCP store)");
     else if (dist && dworld > 1) printf("data parallel: %d processes (%s), %s, buckets of %d MB, gradients on the wire in %s%s\n", dworld,
                      bt_launcher_name(dist->env.launcher), o->dp, o->bucket_mb, o->comm_dtype,
-                     tr.ddp && bt_ddp_get_stats(tr.ddp).copy_engines ? " (copy engines)" : " (NCCL)");
+                     !on_gpu ? " (CPU: collectives through the TCP store)" : tr.ddp && bt_ddp_get_stats(tr.ddp).copy_engines ? " (copy engines)" : " (NCCL)");
     if (tr.par) trainer_par_describe(tr.par, o);
     printf("train %zu batches/epoch (%s), ", bt_loader_num_batches(tr.train), o->train_glob);
     if (tr.val) printf("val %zu batches of %d rows (%s)\n", bt_loader_num_batches(tr.val), tr.val_B, o->val_glob);
@@ -1144,8 +1143,8 @@ int train_gpt2_main(int argc, char **argv) {
     if (r == 1) { usage(stdout); return 0; }
     if (r < 0) { fprintf(stderr, "error: %s " SEE_H "\n", err); return 2; }
 #if !BT_DIST_NCCL
-    if (o.nproc > 1 && (o.tp * o.cp > 1 || !strcmp(o.dp, "fsdp"))) {   /* the store path (bt_parallel.h) needs ranks started by a launcher */
-        fprintf(stderr, "error: --nproc %d: this build has no NCCL; --tp/--cp and --dp fsdp on CPUs run as processes started with RANK, WORLD_SIZE, "
+    if (o.nproc > 1) {   /* the store path needs ranks started by a launcher */
+        fprintf(stderr, "error: --nproc %d: this build has no NCCL; several processes on CPUs run as processes started with RANK, WORLD_SIZE, "
                 "LOCAL_RANK and MASTER_ADDR set (torchrun, srun, mpirun or by hand: README)\n", o.nproc);
         return 2;
     }

@@ -1,7 +1,7 @@
 /* trainer.h - the machinery of a training run that train_gpt2.c composes: the run's options and
    state, the model (GPT-2 or Llama, one interface), the data, data parallelism (DDP buckets, ZeRO)
    and tensor/context parallelism set up, fully sharded data parallelism (--dp fsdp: bt_parallel.h's
-   engine under gpt2.h's units), the micro-step captured as a CUDA graph, the micro-batch
+   engine under the model's units: bt_units), the micro-step captured as a CUDA graph, the micro-batch
    that fits, and checkpoints (save, resume, signals). The step itself (forward, backward, update)
    and the loop are train_gpt2.c's.
 
@@ -144,8 +144,9 @@ typedef struct trainer {
     bt_ddp *ddp;               /* the gradient buckets */
     bt_zero zero;              /* --dp zero1|zero2 (zero.stage 0: ddp) */
     bt_fsdp *fsdp;             /* --dp fsdp (bt_parallel.h): the shards of the weights, gradients and (through opt) AdamW state */
-    gpt2_units fsdp_units;     /* the model's gathers go to fsdp */
+    bt_units fsdp_units;       /* the model's gathers go to fsdp */
     gpt2 fsdp_whole;           /* rank 0's whole model for the outputs (trainer_whole_model), made on first use */
+    llama fsdp_whole_lm;       /* the same for a Llama */
     void *comm_ev[2];          /* around the step's last bt_ddp_wait on the compute stream (timed) */
     void *work_ev[2];          /* --timings: the step's start and the end of its last backward (timed) */
     int comm_early;            /* buckets already launched when the step's last backward ended; -1: no timed wait this step (graphs) */
@@ -182,7 +183,8 @@ bt_tensor *trainer_model_loss(trainer *tr, bt_tensor *idx, bt_tensor *tgt);   /*
 bt_tensor *trainer_model_logits(trainer *tr, bt_tensor *idx);                 /* [B, T, Vp] */
 void trainer_model_lowp_refresh(trainer *tr);      /* the bf16 copy after an update (outside a CUDA graph) */
 /* n tokens after <|endoftext|>, printed; whole: GPT-2's whole model (trainer_whole_model), unused for
-   Llama (its own, or with --tp tp_whole_lm, which trainer_whole_model fills) */
+   Llama (its own, or the one trainer_whole_model gathered: with --tp tp_whole_lm, with fsdp
+   fsdp_whole_lm) */
 void trainer_model_sample(trainer *tr, gpt2 *whole, int n, int topk, double temp, uint64_t seed);
 /* DIR/model.safetensors and DIR/config.json for transformers (GPT2LMHeadModel or LlamaForCausalLM) */
 int trainer_model_export_hf(trainer *tr, gpt2 *whole, const char *dir, char *err, size_t errlen);
@@ -358,8 +360,8 @@ void trainer_model_lowp_refresh(trainer *tr) {
 }
 /* Llama: llama_generate from <|endoftext|> (token 0 for a smaller vocabulary), the same draws as
    gpt2_sample's (Philox at (seed, s)), decoded by the GPT-2 tokenizer when the vocabulary is its */
-/* a Llama's model for the outputs: the gathered one with --tp, else its own */
-static llama *trainer__llama_out(trainer *tr) { return tr->tp_whole_lm.flat ? &tr->tp_whole_lm : &tr->lm; }
+/* a Llama's model for the outputs: the one trainer_whole_model gathered on rank 0 (fsdp, --tp), else its own */
+static llama *trainer__llama_out(trainer *tr) { return tr->fsdp ? &tr->fsdp_whole_lm : tr->tp_whole_lm.flat ? &tr->tp_whole_lm : &tr->lm; }
 void trainer_model_sample(trainer *tr, gpt2 *whole, int n, int topk, double temp, uint64_t seed) {
     if (!TRAINER__LLAMA(tr)) { gpt2_sample(whole, tr->tok, n, topk, temp, seed, tr->dt); return; }
     const llama_config *c = &tr->lm.cfg;
@@ -484,50 +486,54 @@ static int trainer__rows_exchange(trainer *tr) {
     double gathered = (double)tr->dist->world * tr->o.B * tr->o.T * bt_dtype_size(tr->dt);   /* per column */
     return gathered <= 4.0 * (double)m->wte->shape[0];
 }
-/* --dp fsdp (GPT-2): the engine over the world, one unit per gpt2_units_bounds (wte + wpe, each
-   block, the final layernorm), this rank's shards cut out of the weights every rank holds now (rank
-   0's, broadcast on GPUs; on CPU ranks every rank made the same ones: the same seed or file), and
-   AdamW re-made over the shards' views. Then the model's full buffers go: its gradients (a unit's
+/* --dp fsdp: the engine over the world, one unit per gpt2_units_bounds or llama_units_bounds (the
+   embeddings; each block; the final norm, with a Llama's untied head), this rank's shards cut out
+   of the weights every rank holds now (rank 0's, broadcast on GPUs; on CPU ranks every rank made
+   the same ones: the same seed or file), and AdamW re-made over the shards' views. Then the model's full buffers go: its gradients (a unit's
    live in its gathered leaf during the backward, then in the shards) and its fp32 weights, whose
-   storage keeps no memory (the leaves keep their offsets and shapes, all that GPT2_P reads under
-   units; a read of the data would fault at once). trainer_whole_model gathers the weights into a
-   model of their own for the outputs. */
+   storage keeps no memory (the leaves keep their offsets and shapes, all that GPT2_P and LLAMA_P
+   read under units; a read of the data would fault at once). trainer_whole_model gathers the
+   weights into a model of their own for the outputs. */
 static bt_tensor *trainer__fsdp_gather(void *ctx, int u, bt_dtype dt) { return bt_fsdp_gather((bt_fsdp *)ctx, u, dt); }
-static void trainer__drop_grads(gpt2 *m) {   /* the leaves without gradients, and their buffer freed */
-    for (int i = 0; i < m->n_params; i++) { bt_release(m->params[i]->grad); m->params[i]->grad = NULL; }
-    bt_release(m->flat_grad);
-    m->flat_grad = NULL;
+/* the leaves without gradients, and their buffer *flat_grad freed */
+static void trainer__drop_grads(bt_tensor **params, int n, bt_tensor **flat_grad) {
+    for (int i = 0; i < n; i++) { bt_release(params[i]->grad); params[i]->grad = NULL; }
+    bt_release(*flat_grad);
+    *flat_grad = NULL;
 }
 static void trainer__setup_fsdp(trainer *tr) {
-    gpt2 *m = &tr->model;
+    int llama = TRAINER__LLAMA(tr), n_params;
+    bt_tensor *flat = trainer_flat(tr), **params = trainer_params(tr, &n_params);
     bt_comm *c = tr->dist->world_comm;
     bt_device dev = trainer_device(tr);
     if (dev.type == BT_GPU) {
-        bt_broadcast(c, bt_data_ptr(m->flat), bt_data_ptr(m->flat), m->flat_numel, BT_F32, 0, NULL);
-        m->flat->storage->version++;
+        bt_broadcast(c, bt_data_ptr(flat), bt_data_ptr(flat), trainer_flat_numel(tr), BT_F32, 0, NULL);
+        flat->storage->version++;
     }
-    int nu = m->cfg.L + 2;
-    int64_t *lo = (int64_t *)malloc(sizeof(int64_t) * (size_t)nu), *hi = (int64_t *)malloc(sizeof(int64_t) * (size_t)nu);
+    int64_t *lo = (int64_t *)malloc(sizeof(int64_t) * ((size_t)trainer_model_config(tr).L + 3));
+    if (!lo) bt_error("--dp fsdp: out of host memory");
+    int nu = llama ? llama_units_bounds(&tr->lm, lo) : gpt2_units_bounds(&tr->model, lo);
     bt_fsdp_unit *units = (bt_fsdp_unit *)malloc(sizeof(bt_fsdp_unit) * (size_t)nu);
-    if (!lo || !hi || !units) bt_error("--dp fsdp: out of host memory");
-    gpt2_units_bounds(m, lo, hi);
-    for (int u = 0; u < nu; u++) { units[u].lo = lo[u]; units[u].hi = hi[u]; }
+    if (!units) bt_error("--dp fsdp: out of host memory");
+    for (int u = 0; u < nu; u++) { units[u].lo = lo[u]; units[u].hi = lo[u + 1]; }
     bt_adamw o = tr->opt;   /* the whole model's AdamW state goes first (a lower peak) */
     bt_adamw_free(&tr->opt);
-    tr->fsdp = bt_fsdp_create(c, dev, m->params, m->n_params, units, nu, m->flat, NULL);
-    free(lo); free(hi); free(units);
-    trainer__drop_grads(m);   /* trainer_flat_grad is NULL from here */
-    bt_storage *st = m->flat->storage;   /* 4 bytes a parameter back to the allocator */
+    tr->fsdp = bt_fsdp_create(c, dev, params, n_params, units, nu, flat, NULL);
+    free(lo); free(units);
+    trainer__drop_grads(params, n_params, llama ? &tr->lm.flat_grad : &tr->model.flat_grad);   /* trainer_flat_grad is NULL from here */
+    bt_storage *st = flat->storage;   /* 4 bytes a parameter back to the allocator */
     bt_free(st->data);
     st->data = NULL; st->external = 1;
-    bt_release(m->flat_lowp);
-    m->flat_lowp = NULL;
+    bt_tensor **lowp = llama ? &tr->lm.flat_lowp : &tr->model.flat_lowp;
+    bt_release(*lowp);
+    *lowp = NULL;
     int n;
     bt_tensor **p = bt_fsdp_params(tr->fsdp, &n);
     bt_adamw_init(&tr->opt, p, n, o.beta1, o.beta2, o.eps, o.weight_decay, o.max_grad_norm);
     tr->fsdp_units.gather = trainer__fsdp_gather;
     tr->fsdp_units.ctx = tr->fsdp;
-    gpt2_set_units(m, &tr->fsdp_units);
+    if (llama) llama_set_units(&tr->lm, &tr->fsdp_units);
+    else gpt2_set_units(&tr->model, &tr->fsdp_units);
 }
 /* The data-parallel parts: every rank starts from rank 0's weights, holds (ZeRO) its range of the
    AdamW state and, for zero2, of the summed gradients, and communicates its gradients through the
@@ -1487,8 +1493,7 @@ int trainer_par_check(const train_opts *o, const trainer_config *c, int world, i
     int tp = o->tp, cp = o->cp;
     if (trainer_family_check(o, c, err, errlen)) return -1;
     if (!strcmp(o->dp, "fsdp") && world > 1) {   /* what fsdp does not compose with yet */
-        const char *no = c->family == TRAINER_LLAMA ? "a Llama model (the units are gpt2.h's blocks; use --dp ddp, zero1 or zero2)"
-                       : tp * cp > 1 ? "--tp/--cp (its shards span all processes; use --dp zero1 or zero2 with --tp/--cp)"
+        const char *no = tp * cp > 1 ? "--tp/--cp (its shards span all processes; use --dp zero1 or zero2 with --tp/--cp)"
                        : o->cuda_graph == 1 ? "--cuda-graph on (each block's gathers and reduce-scatters run outside a graph; use --cuda-graph off)"
                        : o->eval_only ? "--eval-only (evaluate the same file with --dp ddp)"
                        : o->eval_mc ? "--eval-mc (its ranks score different items, and every fsdp forward is a collective)" : NULL;
@@ -1542,18 +1547,26 @@ void trainer_par_describe(const bt_par *p, const train_opts *o) {
     if (strcmp(o->dp, "ddp")) printf(", %s: AdamW state%s in %d shards (dp x cp)", o->dp, !strcmp(o->dp, "zero2") ? " and gradients" : "", p->dp * p->cp);
     printf("%s\n", p->on_cpu ? " (CPU: collectives through the TCP store)" : "");
 }
-/* fsdp: every rank's shards gathered (a collective) into a whole model on rank 0, made at the first
-   call and kept (4 bytes a parameter there from then on, as --tp's); NULL on the other ranks */
+/* fsdp: every rank's shards gathered (a collective) into a whole model on rank 0 (fsdp_whole, or a
+   Llama's fsdp_whole_lm, which the Llama outputs read: the gpt2 returned then only says "this
+   rank"), made at the first call and kept (4 bytes a parameter there from then on, as --tp's);
+   NULL on the other ranks */
 static gpt2 *trainer__fsdp_whole(trainer *tr) {
-    int rank0 = tr->dist->rank == 0;
-    if (rank0 && !tr->fsdp_whole.flat) {   /* outside any scope: the model owns its tensors */
-        gpt2_build(&tr->fsdp_whole, tr->model.cfg, trainer_device(tr));
-        trainer__drop_grads(&tr->fsdp_whole);
-        tr->fsdp_whole.mlir = tr->model.mlir;
+    int rank0 = tr->dist->rank == 0, llama = TRAINER__LLAMA(tr);
+    bt_tensor **flat = llama ? &tr->fsdp_whole_lm.flat : &tr->fsdp_whole.flat;
+    if (rank0 && !*flat) {   /* outside any scope: the model owns its tensors */
+        if (llama) {
+            llama_build(&tr->fsdp_whole_lm, tr->lm.cfg, trainer_device(tr));
+            trainer__drop_grads(tr->fsdp_whole_lm.params, tr->fsdp_whole_lm.n_params, &tr->fsdp_whole_lm.flat_grad);
+        } else {
+            gpt2_build(&tr->fsdp_whole, tr->model.cfg, trainer_device(tr));
+            trainer__drop_grads(tr->fsdp_whole.params, tr->fsdp_whole.n_params, &tr->fsdp_whole.flat_grad);
+            tr->fsdp_whole.mlir = tr->model.mlir;
+        }
     }
     bt_scope_begin();
     bt_tensor *full = bt_fsdp_full(tr->fsdp, tr->fsdp->param);
-    if (rank0) bt_copy_(tr->fsdp_whole.flat, full);
+    if (rank0) bt_copy_(*flat, full);
     bt_scope_end();
     return rank0 ? &tr->fsdp_whole : NULL;
 }
@@ -1589,6 +1602,7 @@ int trainer_end(trainer *tr, int rc) {
     bt_fsdp_free(tr->fsdp);          /* after the optimizer, whose leaves are its views */
     tr->fsdp = NULL;
     gpt2_free(&tr->fsdp_whole);
+    llama_free(&tr->fsdp_whole_lm);
     gpt2_free(&tr->tp_whole);
     llama_free(&tr->tp_whole_lm);
     gpt2_free(&tr->model);

@@ -894,6 +894,57 @@ static void test_single_rank(void) {
     BT_EXPECT_ERROR(bt_dist_init(&o), "this build has no CUDA/NCCL; build with nvcc");
 }
 
+/* ---- 7. collectives of ranks without NCCL: host buffers through the store ------------------- */
+/* 3 ranks (store_only): rank r's element i is v(r, i); each collective against its definition
+   (the failing check's number is the exit code) */
+static float coll_v(int r, int i) { return (float)(r + 1) * 0.5f + (float)i * 0.25f - (float)(r == 1 && i == 2) * 7.f; }
+static int coll_body(int rank, void *arg) {
+    live_args *a = (live_args *)arg;
+    static bt_dist_env env;
+    static bt_dist_opts o;
+    store_rank_opts(&env, &o, rank, a->world, a->port, 10);
+    bt_dist *d = bt_dist_init(&o);
+    bt_comm *c = d->world_comm;
+    const int W = 3, N = 6, S = 2;   /* reduce_to_owners: shards of 2 elements, a span [1, 6) over all three owners */
+    float x[6], y[18], z[18];
+    for (int i = 0; i < N; i++) x[i] = coll_v(rank, i);
+    bt_all_reduce(c, x, y, N, BT_F32, BT_RED_SUM, NULL);
+    for (int i = 0; i < N; i++) if (y[i] != coll_v(0, i) + coll_v(1, i) + coll_v(2, i)) return 10;
+    bt_all_reduce(c, x, y, N, BT_F32, BT_RED_AVG, NULL);
+    for (int i = 0; i < N; i++) if (y[i] != (float)(((double)coll_v(0, i) + coll_v(1, i) + coll_v(2, i)) / W)) return 11;
+    memcpy(y, x, sizeof x);
+    bt_all_reduce(c, y, y, N, BT_F32, BT_RED_MIN, NULL);   /* in place */
+    if (y[2] != coll_v(1, 2) || y[0] != coll_v(0, 0)) return 12;
+    int32_t k = rank == 2 ? 5 : rank;
+    bt_all_reduce(c, &k, &k, 1, BT_I32, BT_RED_MAX, NULL);
+    if (k != 5) return 13;
+    for (int i = 0; i < W * S; i++) z[i] = coll_v(rank, i);
+    bt_reduce_scatter(c, z, y, S, BT_F32, BT_RED_SUM, NULL);   /* block `rank` of the sum */
+    for (int i = 0; i < S; i++) if (y[i] != coll_v(0, rank * S + i) + coll_v(1, rank * S + i) + coll_v(2, rank * S + i)) return 14;
+    memset(z, 0, sizeof z);
+    for (int i = 0; i < N; i++) z[rank * N + i] = x[i];
+    bt_all_gather(c, z + rank * N, z, N, BT_F32, NULL);   /* in place */
+    for (int r = 0; r < W; r++) for (int i = 0; i < N; i++) if (z[r * N + i] != coll_v(r, i)) return 15;
+    memcpy(y, x, sizeof x);
+    bt_broadcast(c, y, y, N, BT_F32, 1, NULL);
+    for (int i = 0; i < N; i++) if (y[i] != coll_v(1, i)) return 16;
+    memcpy(y, x + 1, sizeof(float) * 5);   /* elements [1, 6) of a buffer of 3 shards of 2 */
+    bt_reduce_to_owners(c, y, 1, 5, S, BT_F32, BT_RED_AVG, NULL);
+    for (int i = 1; i < N; i++) {
+        int mine = i / S == rank;
+        float want = mine ? (float)(((double)coll_v(0, i) + coll_v(1, i) + coll_v(2, i)) / W) : x[i];   /* others' elements untouched */
+        if (y[i - 1] != want) return 17;
+    }
+    bt_dist_shutdown(d);
+    return 0;
+}
+static void test_store_collectives(void) {
+    live_args a = {bt_dist_free_port(NULL), 3, -1, 2};
+    int codes[16];
+    run_ranks(3, coll_body, &a, codes, 20);
+    for (int r = 0; r < 3; r++) BT_CHECK(codes[r] == 0, "rank %d: exit %d (10-17: the failing collective)", r, codes[r]);
+}
+
 /* params viewing one flat buffer, as train_gpt2.c builds them */
 static bt_tensor *leaf_in(bt_tensor *flat, bt_tensor *flat_grad, int64_t off, int64_t n) {
     bt_tensor *p = bt_narrow(flat, 0, off, n);
@@ -1013,6 +1064,7 @@ int main(void) {
     BT_RUN(test_launcher_failure);
     BT_RUN(test_launcher_signal);
     BT_RUN(test_single_rank);
+    BT_RUN(test_store_collectives);
     BT_RUN(test_ddp_bookkeeping);
     bt_test_dir_remove();
     return bt_test_summary("test_dist");

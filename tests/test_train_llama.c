@@ -195,6 +195,47 @@ static void test_recompute_run(void) {
     }
 }
 
+/* --dp ddp, zero1, zero2 on two CPU ranks (collectives through the TCP store: bt_dist.h section 7)
+   against one process on the same global batch (-d 128: four micro-batches in one process, two a
+   rank): the losses within 1e-5 relative (fp32: the ranks' gradients averaged where one process
+   sums four quarters, so only rounding differs), the checkpoint of step 2 (the 1-process layout:
+   weights, AdamW's m and v) within 1e-5 relative; that checkpoint resumed by two ranks of the same
+   mode (no -e: the checkpoint names the model) gives the uninterrupted run's last losses and its
+   final checkpoint bit for bit */
+#define DP_LOSS_TOL 1e-5
+#define DP_RUN "-b 2 -t 16 -v 0 -g 0 -u 1 --seed 5 --device cpu -d 128 -x 4 --ckpt-every 2"
+static void test_data_parallel_cpu(void) {
+    if (!have_data()) { BT_SKIP("no data (make data)"); return; }
+    static const char *const modes[3] = {"ddp", "zero1", "zero2"};
+    char args[1600], tag[64], dir[64], c1[900], c2[900], c4[900], r4[900];   /* args: run_logged adds " -o DIR" within 2400 */
+    double l1[8], l2[8], lr[8];
+    int bitwise;
+    snprintf(args, sizeof args, "-e ls2 " DP_RUN " --ckpt-dir %s/dp1.ck", bt_test_dir);
+    if (run_logged(1, args, "dp1", l1, 8) != 4) return;
+    ckpt_file("dp1.ck", 2, c1, sizeof c1);
+    for (int k = 0; k < 3; k++) {
+        snprintf(dir, sizeof dir, "dp_%s.ck", modes[k]);
+        snprintf(tag, sizeof tag, "dp_%s", modes[k]);
+        snprintf(args, sizeof args, "-e ls2 " DP_RUN " --dp %s --ckpt-dir %s/%s", modes[k], bt_test_dir, dir);
+        if (run_logged(2, args, tag, l2, 8) != 4) continue;
+        double worst = loss_diff(l2, l1, 4);
+        BT_CHECK(worst < DP_LOSS_TOL, "--dp %s on 2 CPU ranks: losses differ from one process's by %.3g (step 1: %.7f vs %.7f)", modes[k], worst, l2[0], l1[0]);
+        ckpt_file(dir, 2, c2, sizeof c2);
+        ckpt_file(dir, 4, c4, sizeof c4);
+        double e = ckpt_diff(c2, c1, &bitwise);
+        BT_CHECK(e < DP_LOSS_TOL, "--dp %s: the checkpoint of step 2 differs from one process's by %.3g (relative)", modes[k], e);
+        printf("info: Llama ls2 --dp %s on 2 CPU ranks vs 1 process: losses within %.2e, checkpoint within %.2e\n", modes[k], worst, e);
+        snprintf(dir, sizeof dir, "dp_%s_r.ck", modes[k]);
+        snprintf(tag, sizeof tag, "dp_%s_r", modes[k]);
+        snprintf(args, sizeof args, DP_RUN " --dp %s --resume %s --ckpt-dir %s/%s", modes[k], c2, bt_test_dir, dir);
+        if (run_logged(2, args, tag, lr, 8) != 2) continue;
+        BT_CHECK(lr[0] == l2[2] && lr[1] == l2[3], "--dp %s resumed: losses %.7f %.7f, uninterrupted %.7f %.7f", modes[k], lr[0], lr[1], l2[2], l2[3]);
+        ckpt_file(dir, 4, r4, sizeof r4);
+        e = ckpt_diff(r4, c4, &bitwise);
+        BT_CHECK(bitwise, "--dp %s resumed: the checkpoint of step 4 is not bitwise the uninterrupted run's (%.3g)", modes[k], e);
+    }
+}
+
 int main(int argc, char **argv) {
     if (train_runs_child(argc, argv)) return train_runs_child_main(argc, argv);
     train_runs_init("test_train_llama");
@@ -205,6 +246,7 @@ int main(int argc, char **argv) {
     BT_RUN(test_recompute_run);
     BT_RUN(test_export_init_from_eval);
     BT_RUN(test_loss_falls);
+    BT_RUN(test_data_parallel_cpu);
     train_runs_done();
     return bt_test_summary("test_train_llama");
 }
