@@ -360,15 +360,6 @@ static int resolve_opts(train_opts *o, int on_gpu, const trainer_config *cfg, ch
     return 0;
 }
 
-/* --precision fp8 with several processes: data parallelism (ddp, zero1, zero2: the amaxes
-   all-reduced before each update, trainer_fp8_update); fsdp not yet (its gathered units and FP8
-   states untested together) */
-static int check_fp8_world(const train_opts *o, int world, char *err, size_t errlen) {
-    if (!o->precision || strcmp(o->precision, "fp8") || world <= 1 || strcmp(o->dp, "fsdp")) return 0;
-    snprintf(err, errlen, "--precision fp8 with --dp fsdp: not yet (use --dp ddp, zero1 or zero2 with fp8)");
-    return -1;
-}
-
 /* --cuda-graph: on by default on GPUs, one or several processes of data parallelism (the
    micro-step's graph then holds the gradient buckets' collectives: bit-identical to eager and
    0.5-1.2% faster on two H200s, bench/RESULTS.md); tp/cp's collectives and --mlir's kernels are
@@ -911,7 +902,6 @@ static int train_main(train_opts *o) {
     if (load_tokenizer(&tr, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
     if (o->eval_mc && load_mc(&tr, &cfg, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
     int fp8 = !strcmp(o->precision, "fp8");   /* the block linears in FP8, the rest bf16 (CPU: f32) */
-    if (check_fp8_world(o, world, err, sizeof err)) { fprintf(stderr, "error: %s " SEE_H "\n", err); return run_end(&tr, 2); }
     tr.dt = !strcmp(o->precision, "bf16") || (fp8 && on_gpu) ? BT_BF16 : BT_F32;
     bt_set_matmul_precision(!strcmp(o->precision, "tf32") ? BT_MATMUL_TF32 : BT_MATMUL_FP32);
     if (o->deterministic) bt_set_deterministic(1);

@@ -9,7 +9,8 @@
    checkpoint is the uninterrupted one bit for bit (losses, weights, AdamW state, FP8 states), for
    both recipes; an fp32 checkpoint resumed with fp8 and the reverse are refused, naming
    --precision; --init-from takes an fp8 checkpoint's weights into any run; the flag errors (recipe
-   names, history range, flags without fp8, a GPU's 16-byte rows, several processes); and a Llama
+   names, history range, flags without fp8, a GPU's 16-byte rows); data parallelism (ddp, zero2, fsdp
+   on 2 CPU ranks against one process); and a Llama
    (ls2) through the same wiring. Runs: the s2 and ls2 presets, -b 1 -t 8 or -b 2 -t 16, a few
    steps (tests/train_runs.h). */
 #define TRAIN_GPT2_NO_MAIN
@@ -172,12 +173,6 @@ static void test_flags(void) {
     cfg = trainer_config_gpt2(gpt2_config_make(2, 2, 72, 128, 50257));
     train_parse("--precision fp8 -t 32 -b 2", &o, err, sizeof err);
     BT_CHECK(resolve_opts(&o, 1, &cfg, err, sizeof err) == -1 && strstr(err, "the model's width C 72"), "C 72: '%s'", err);
-    /* several processes: data parallelism takes fp8, fsdp not yet (the check itself) */
-    train_parse("--precision fp8 --dp fsdp", &o, err, sizeof err);
-    BT_CHECK(check_fp8_world(&o, 2, err, sizeof err) == -1 && strstr(err, "--precision fp8 with --dp fsdp: not yet"), "fsdp: '%s'", err);
-    BT_CHECK(check_fp8_world(&o, 1, err, sizeof err) == 0, "1 process: '%s'", err);
-    train_parse("--precision fp8 --dp zero2", &o, err, sizeof err);
-    BT_CHECK(check_fp8_world(&o, 2, err, sizeof err) == 0, "zero2 on 2 processes: '%s'", err);
     cfg = trainer_config_llama(llama_config_make(2, 4, 2, 64, 40, 512, 128));   /* F 40 */
     train_parse("--precision fp8 -t 32 -b 2", &o, err, sizeof err);
     BT_CHECK(resolve_opts(&o, 1, &cfg, err, sizeof err) == -1 && strstr(err, "the MLP width F 40"), "Llama F 40: '%s'", err);
@@ -354,7 +349,7 @@ static void test_llama(void) {
     free(a); free(b);
 }
 
-/* --precision fp8 with --dp ddp and zero2 on two CPU ranks (the store's collectives) against one
+/* --precision fp8 with --dp ddp, zero2 and fsdp on two CPU ranks (the store's collectives) against one
    process on the same global batch (-d 128: four micro-batches in one process, two a rank): the
    amaxes all-reduced (max) before each update give every rank the whole batch's scales, so the
    casts are one process's (gy's scale a power of two apart: each rank's gradient is its mean over
@@ -366,7 +361,7 @@ static void test_llama(void) {
 static void test_data_parallel(void) {
     if (!have_data()) { BT_SKIP("no data/tinyshakespeare_*.bin (make data)"); return; }
     const char *run = "-e s2 -b 2 -t 16 -v 0 -g 0 -u 1 --seed 5 --device cpu -d 128 -x 4 --precision fp8 --ckpt-every 4 --ckpt-keep 0";
-    const char *modes[2] = {"ddp", "zero2"};
+    const char *modes[3] = {"ddp", "zero2", "fsdp"};
     char args[1600], c1[900], c2[900], dir[64], tag[64], p1[64], p2[64];
     double l1[8], l2[8];
     snprintf(args, sizeof args, "%s --ckpt-dir %s/f8dp1.ck", run, bt_test_dir);
@@ -376,7 +371,7 @@ static void test_data_parallel(void) {
     float *s1 = ckpt_state(c1, &n1, p1, sizeof p1);
     BT_CHECK(s1 && n1 > 0, "one process: no fp8.state in %s", c1);
     const int hist = 16, row = 2 + hist;
-    for (int k = 0; k < 2 && s1; k++) {
+    for (int k = 0; k < 3 && s1; k++) {
         snprintf(dir, sizeof dir, "f8dp_%s.ck", modes[k]); snprintf(tag, sizeof tag, "f8dp_%s", modes[k]);
         snprintf(args, sizeof args, "%s --dp %s --ckpt-dir %s/%s", run, modes[k], bt_test_dir, dir);
         if (run_logged(2, args, tag, l2, 8) != 4) continue;
