@@ -1637,6 +1637,13 @@ static bt_tensor *bt__linear_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_te
         bt_error("linear_fp8: the FP8 state is on %s, x %s on another device", bt_device_name(bt_device_of(st->buf)), bt__s(x));
     int64_t K = w->shape[1], N = w->shape[0], R = K ? bt_numel(x) / K : 0;
     if (R == 0 || N == 0 || K == 0) bt_error("linear_fp8: x %s, w %s: an empty product", bt__s(x), bt__s(w));
+    bt_shape os = bt_shape_of(x); os.d[os.ndim - 1] = N;
+    if (r) {                                                   /* checked before anything is made */
+        bt__need_float(r, "linear_fp8", "r"); bt__same_device(x, r, "linear_fp8"); bt__same_dtype(x, r, "linear_fp8");
+        if (r->ndim != os.ndim || memcmp(r->shape, os.d, sizeof(int64_t) * (size_t)os.ndim))
+            bt_error("linear_add_fp8: the residual r %s must have the output's shape: x %s with its last dim %lld", bt__s(r), bt__s(x),
+                     (long long)N);
+    }
     bt_device dev = bt_device_of(x);
     if (bt__is_gpu(x)) bt__linear_fp8_check_gpu(x, R, N, K);
     int grad = bt__g.grad_enabled, want_xt = grad && bt__needs_grad(w), want_wt = grad && bt__needs_grad(x);
@@ -1649,15 +1656,7 @@ static bt_tensor *bt__linear_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_te
     bt_tensor *xt = want_xt ? bt__new(bt_shape2(K, R), BT_F8E4M3, dev) : NULL, *wt = want_wt ? bt__new(bt_shape2(K, N), BT_F8E4M3, dev) : NULL;
     bt__fp8_cast(st, BT_FP8_X, x2, qx, xt, scp);
     bt__fp8_cast(st, BT_FP8_W, wc, qw, wt, scp + 4);
-    bt_shape os = bt_shape_of(x); os.d[os.ndim - 1] = N;
-    bt_tensor *rc = NULL;
-    if (r) {
-        bt__need_float(r, "linear_fp8", "r"); bt__same_device(x, r, "linear_fp8"); bt__same_dtype(x, r, "linear_fp8");
-        if (r->ndim != os.ndim || memcmp(r->shape, os.d, sizeof(int64_t) * (size_t)os.ndim))
-            bt_error("linear_add_fp8: the residual r %s must have the output's shape: x %s with its last dim %lld", bt__s(r), bt__s(x),
-                     (long long)N);
-        rc = bt__contig(r);
-    }
+    bt_tensor *rc = r ? bt__contig(r) : NULL;
     bt_tensor *y = bt__new(os, x->dtype, dev);
     bt__fp8_gemm(dev, x->dtype, y, qx, scp, qw, scp + 4, bc, rc, R, N, K, st->opts.fast_accum);
     bt_tensor *in[4] = {x, w, b, r};
