@@ -18,8 +18,8 @@
 #            when both ran); several space-separated
 #   RECOMPUTE  --recompute modes, each a group of rows (default none): none, attn, mlp, block go to
 #            train_gpt2 and PyTorch alike (torch.utils.checkpoint around the same regions); gelu to
-#            train_gpt2 only (PyTorch has no counterpart: its rows are left out). train_gpt2 refuses
-#            attn, mlp, block and gelu for a Llama so far (its row fails, PyTorch's run)
+#            train_gpt2 only (PyTorch has no counterpart: its rows are left out), and not for a Llama
+#            (train_gpt2 refuses it: its row fails, PyTorch's run)
 #   STEPS    steps a run; tokens/s is the median over the steps after the first 3
 #   BIN      the train_gpt2 binaries to time (space-separated, default build/train_gpt2_cuda): each
 #            one runs in every round, so two builds compare on one GPU in one run
