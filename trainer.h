@@ -878,12 +878,12 @@ int trainer_stop_agreed(trainer *tr) {
    world is the data-parallel one: --tp and --cp change no loss (beyond rounding), so a
    checkpoint moves between them freely. */
 #define TRAINER_MAX_FIELDS 40
-typedef struct { const char *key, *flag; char val[48]; } trainer__field;
+typedef struct { const char *key, *flag, *absent; char val[48]; } trainer__field;   /* absent: what a checkpoint older than the key means */
 /* the model's fields: GPT-2's gpt2.*, a Llama's llama.* (every llama_config field); the family
    itself is train.model (trainer__meta; absent in older checkpoints, which are GPT-2's) */
 static int trainer__ckpt_fields(const train_opts *o, const trainer_config *tc, int world, trainer__field *f) {
     int n = 0;
-#define FIELD(k, fl, fmt, v) (f[n].key = (k), f[n].flag = (fl), snprintf(f[n].val, sizeof f[n].val, fmt, v), n++)
+#define FIELD(k, fl, fmt, v) (f[n].key = (k), f[n].flag = (fl), f[n].absent = NULL, snprintf(f[n].val, sizeof f[n].val, fmt, v), n++)
     if (tc->family == TRAINER_LLAMA) {
         const llama_config *c = &tc->llama;
         FIELD("llama.maxT", "-e", "%d", c->maxT); FIELD("llama.V", "-e", "%d", c->V); FIELD("llama.Vp", "-e", "%d", c->Vp);
@@ -908,7 +908,8 @@ static int trainer__ckpt_fields(const train_opts *o, const trainer_config *tc, i
     FIELD("train.dp", "--dp", "%s", world > 1 ? o->dp : "none");
     FIELD("train.comm_dtype", "--comm-dtype", "%s", world > 1 ? o->comm_dtype : "none");
     FIELD("train.bucket_mb", "--bucket-mb", "%d", world > 1 ? o->bucket_mb : 0);
-    FIELD("train.grad_dtype", "--grad-dtype", "%s", o->grad_dtype ? o->grad_dtype : "f32");   /* absent in older checkpoints: f32 */
+    FIELD("train.grad_dtype", "--grad-dtype", "%s", o->grad_dtype ? o->grad_dtype : "f32");
+    f[n - 1].absent = "f32";
     if (o->precision && !strcmp(o->precision, "fp8")) {   /* only then: older checkpoints lack them */
         bt_fp8_opts fo = trainer__fp8_opts(o);
         FIELD("train.fp8_recipe", "--fp8-recipe", "%s", fo.recipe == BT_FP8_CURRENT ? "current" : "delayed");
@@ -969,7 +970,7 @@ int trainer_ckpt_check(const model_source *src, const train_opts *o, const train
     int n = trainer__ckpt_fields(o, c, world, f);
     for (int i = 0; i < n; i++) {
         const char *v = bt_ckpt_meta_get(meta, f[i].key);
-        if (!v && !strcmp(f[i].key, "train.grad_dtype")) v = "f32";   /* written since --grad-dtype exists */
+        if (!v) v = f[i].absent;
         if (!v) { snprintf(err, errlen, "--resume %.500s: no \"%s\" in its metadata: not a train_gpt2 checkpoint", src->path, f[i].key); return -1; }
         if (strcmp(v, f[i].val) && (!strncmp(f[i].key, "gpt2.", 5) || !strncmp(f[i].key, "llama.", 6))) {
             trainer_config h;

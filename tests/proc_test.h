@@ -59,6 +59,31 @@ static inline void run_ranks(int world, proc_rank_body body, void *arg, int *cod
     for (int k = 0; k < world && k < 16; k++) codes[k] = wait_limit(pids[k], limit_s);
 }
 
+/* world forked ranks meeting through the TCP store (store_rank_opts, a 60 s timeout), each running
+   check(its world communicator) with *fails (the test's per-rank failure counter, which check
+   raises) zeroed first, then exiting non-zero when it failed; a BT_CHECK per rank that it exited 0 */
+typedef void (*proc_comm_check)(bt_comm *c);
+typedef struct { int port, world; proc_comm_check check; int *fails; } proc_world_args;
+static inline int proc__world_body(int rank, void *arg) {
+    proc_world_args *a = (proc_world_args *)arg;
+    static bt_dist_env env;
+    bt_dist_opts o;
+    store_rank_opts(&env, &o, rank, a->world, a->port, 60);
+    bt_dist *d = bt_dist_init(&o);
+    *a->fails = 0;
+    a->check(d->world_comm);
+    fprintf(stderr, "rank %d of %d: %d failures\n", rank, a->world, *a->fails);
+    bt_dist_shutdown(d);
+    return *a->fails ? 1 : 0;
+}
+static inline void run_store_world(int world, proc_comm_check check, int *fails) {
+    proc_world_args a = {bt_dist_free_port(NULL), world, check, fails};
+    int codes[16];
+    run_ranks(world, proc__world_body, &a, codes, 120);
+    for (int k = 0; k < world && k < 16; k++)
+        BT_CHECK(codes[k] == 0, "world %d: rank %d exited %d (its failures are above)", world, k, codes[k]);
+}
+
 /* forks a child that starts nproc ranks with the --nproc launcher (bt_dist_spawn, with its
    stop_delay_s and kill_grace_s), each running fn(rank), their stdout and stderr to the files out
    and err; returns the child's pid, whose exit code (wait_limit) is the launcher's */

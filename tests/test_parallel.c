@@ -402,29 +402,8 @@ static void check_cp_all(bt_comm *c) {
 
 /* ---- 3. several ranks: forked processes, collectives through the TCP store --------------- */
 
-typedef struct { int port, world; } mp_args;
-
-static int mp_body(int rank, void *arg) {
-    mp_args *a = (mp_args *)arg;
-    static bt_dist_env env;
-    bt_dist_opts o;
-    store_rank_opts(&env, &o, rank, a->world, a->port, 60);
-    bt_dist *d = bt_dist_init(&o);
-    rank_fails = 0;
-    check_tp_all(d->world_comm);
-    check_cp_all(d->world_comm);
-    fprintf(stderr, "rank %d of %d: %d failures\n", rank, a->world, rank_fails);
-    bt_dist_shutdown(d);
-    return rank_fails ? 1 : 0;
-}
-
-
-static void run_world(int world) {
-    mp_args a = {bt_dist_free_port(NULL), world};
-    int codes[4];
-    run_ranks(world, mp_body, &a, codes, 120);
-    for (int k = 0; k < world; k++) BT_CHECK(codes[k] == 0, "world %d: rank %d exited %d (its failures are above)", world, k, codes[k]);
-}
+static void check_tp_cp_all(bt_comm *c) { check_tp_all(c); check_cp_all(c); }
+static void run_world(int world) { run_store_world(world, check_tp_cp_all, &rank_fails); }
 static void test_two_ranks(void) { run_world(2); }
 static void test_three_ranks(void) { run_world(3); }
 

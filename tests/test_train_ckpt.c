@@ -664,8 +664,8 @@ static void test_hf_runs(void) {
 }
 
 /* ---- issue 35, findings 7 and 8: messages that say what went wrong ---- */
-/* checkpoint src copied to dst with metadata key = value (key NULL: none) and, nan_at >= 0,
-   params[nan_at] = NaN; its checksums made anew */
+/* checkpoint src copied to dst with metadata key = value (key NULL: none; value NULL: the key left
+   out) and, nan_at >= 0, params[nan_at] = NaN; its checksums made anew */
 static void ckpt_variant(const char *src, const char *dst, const char *key, const char *value, int64_t nan_at) {
     bt_ckpt_file *f = bt_ckpt_open(src, BT_CKPT_REQUIRE_CHECKSUMS);
     BT_CHECK(f != NULL, "%s", bt_ckpt_error());
@@ -682,8 +682,9 @@ static void ckpt_variant(const char *src, const char *dst, const char *key, cons
     }
     const bt_ckpt_meta *m = bt_ckpt_file_meta(f);
     for (int i = 0; i < bt_ckpt_meta_count(m); i++)
-        if (strncmp(bt_ckpt_meta_key(m, i), "bt.", 3)) bt_ckpt_meta_set(bt_ckpt_writer_meta(w), bt_ckpt_meta_key(m, i), bt_ckpt_meta_value(m, i));
-    if (key) bt_ckpt_meta_set(bt_ckpt_writer_meta(w), key, value);
+        if (strncmp(bt_ckpt_meta_key(m, i), "bt.", 3) && !(key && !value && !strcmp(bt_ckpt_meta_key(m, i), key)))
+            bt_ckpt_meta_set(bt_ckpt_writer_meta(w), bt_ckpt_meta_key(m, i), bt_ckpt_meta_value(m, i));
+    if (key && value) bt_ckpt_meta_set(bt_ckpt_writer_meta(w), key, value);
     BT_CHECK(!bt_ckpt_writer_save(w, dst), "%s", bt_ckpt_error());
     bt_ckpt_writer_free(w);
     for (int i = 0; i < n; i++) free(bufs[i]);
@@ -710,6 +711,22 @@ static void test_ckpt_metadata_messages(void) {
         BT_CHECK(rc == 1 && strstr(out, "meta.safetensors") && at && !strstr(at + 1, "metadata") && !strstr(out, "step "),
                  "%s = %s: exit %d: %s", cases[i][0], cases[i][1], rc, out);
     }
+}
+
+/* train.grad_dtype (--grad-dtype): a checkpoint written before the key existed resumes as f32
+   gradients; one of bf16 gradients resumed without the flag is refused, naming it */
+static void test_grad_dtype_field(void) {
+    if (!have_data() || !reference_ok) { BT_SKIP(reference_ok ? "no data (make data)" : "no reference run"); return; }
+    char args[2000], out[65536];
+    ckpt_variant(ckpt(tp("ref"), 4), tp("old.safetensors"), "train.grad_dtype", NULL, -1);
+    snprintf(args, sizeof args, RUN " -x %d --resume %s", STEPS, tp("old.safetensors"));
+    int rc = train_run(args, out, sizeof out);
+    BT_CHECK(rc == 0 && strstr(out, "step "), "a checkpoint without train.grad_dtype: exit %d: %s", rc, out);
+    ckpt_variant(ckpt(tp("ref"), 4), tp("gbf16.safetensors"), "train.grad_dtype", "bf16", -1);
+    snprintf(args, sizeof args, RUN " -x %d --resume %s", STEPS, tp("gbf16.safetensors"));
+    rc = train_run(args, out, sizeof out);
+    BT_CHECK(rc == 1 && strstr(out, "train.grad_dtype = bf16 (--grad-dtype), this one f32") && !strstr(out, "step "),
+             "train.grad_dtype = bf16: exit %d: %s", rc, out);
 }
 
 /* finding 7: weights that are not finite in the file a run starts from (-e, --init-from,
@@ -787,6 +804,7 @@ int main(int argc, char **argv) {
     BT_RUN(test_init_from_bad_files);
     BT_RUN(test_hf_runs);
     BT_RUN(test_ckpt_metadata_messages);
+    BT_RUN(test_grad_dtype_field);
     BT_RUN(test_nonfinite_weights_refused);
     BT_RUN(test_hf_bad_dtype_and_config_link);
     train_runs_done();
