@@ -36,6 +36,19 @@
      current stream (bt_tensor.h) in one kernel launch over the flat buffer when the parameters
      and gradients tile one, else one launch per parameter. The CPU path computes in double.
 
+   THE STATE IN HOST MEMORY (OFFLOAD)
+     bt_adamw_init_offload(..., chunk) keeps m and v in pinned host memory instead of on the
+     parameters' GPU: 8 bytes a parameter move off the GPU (a 13B model: 104 GB). Each update
+     streams them through two pairs of device buffers of `chunk` elements: while chunk k is
+     updated on the current stream, chunk k + 1 comes in on one copy stream and chunk k - 1 goes
+     out on another, so the update takes about the time of the transfers, 8 bytes a parameter
+     each way (PCIe 5 x16, ~50 GB/s each way: ~0.16 s per billion parameters), and the first
+     loads overlap the end of the backward pass. The kernel and its inputs are the ones of the
+     state on the GPU: the weights and the state are the same bits either way. The stores are
+     asynchronous: the host reads m and v after bt_adamw_wait (a checkpoint does). On a CPU the
+     state is in host memory already; the chunks are copied all the same, which is how the
+     chunking is tested without a GPU.
+
    OPTIONS: those of bt_tensor.h.
 */
 #ifndef BT_OPTIM_H
@@ -64,10 +77,19 @@ typedef struct {
     bt_tensor *flat_p;                    /* the parameters' buffer when they tile one, else NULL */
     void *runs;                           /* GPU: the weight-decay runs over [lo, hi), a device table */
     int nruns;
+    int64_t offload_chunk;                /* > 0: m, v in host memory, streamed in chunks of this many elements */
+    void *offload;                        /* its device buffers, copy streams and events */
 } bt_adamw;
+#define BT_ADAMW_OFFLOAD_CHUNK ((int64_t)1 << 24)   /* 64 MiB of m (and of v) a transfer */
 
 BTDEF void bt_adamw_init(bt_adamw *opt, bt_tensor **params, int n, float beta1, float beta2, float eps,
                          float weight_decay, float max_grad_norm);
+/* the same with m and v in (pinned) host memory, streamed through the device `chunk` elements
+   at a time (BT_ADAMW_OFFLOAD_CHUNK is a good size): THE STATE IN HOST MEMORY above */
+BTDEF void bt_adamw_init_offload(bt_adamw *opt, bt_tensor **params, int n, float beta1, float beta2, float eps,
+                                 float weight_decay, float max_grad_norm, int64_t chunk);
+/* the host waits for the last update's stores of m and v (offloaded state; else a no-op) */
+BTDEF void bt_adamw_wait(bt_adamw *opt);
 /* The gradients are left as they are: the caller zeroes them (bt_zero_grad) before the next
    backward pass, else they accumulate. One step = bt_adamw_set_grad_norm over all grads + update. */
 BTDEF void bt_adamw_step(bt_adamw *opt, float lr);
@@ -216,13 +238,11 @@ BTDEF bt_tensor *bt_grad_norm(bt_tensor **params, int n) {
    ============================================================================================ */
 static bt_device bt__opt_device(const bt_adamw *opt) { return bt_device_of(opt->params[0]); }
 
-#ifdef BT_CUDA
-/* the weight-decay runs of [lo, hi) on the GPU: consecutive elements of equal decay, one entry
-   each, so one launch updates a flat buffer of many parameters */
-static void bt__adamw_build_runs(bt_adamw *opt) {
-    bt_k_decay_run *runs = (bt_k_decay_run *)malloc(sizeof(bt_k_decay_run) * (size_t)(opt->n + 1));
+/* the weight-decay runs of [lo, hi): consecutive elements of equal decay, one entry each (end
+   relative to lo); end and wd hold n + 1 entries. Returns their count. */
+static int bt__adamw_runs(const bt_adamw *opt, int64_t *end, float *wd) {
     int *order = (int *)malloc(sizeof(int) * (size_t)(opt->n + 1)), nr = 0;
-    if (!runs || !order) bt_error("adamw: out of host memory");
+    if (!order) bt_error("adamw: out of host memory");
     for (int i = 0; i < opt->n; i++) {           /* parameters by offset in the index space */
         int j = i;
         for (; j > 0 && opt->offset[order[j - 1]] > opt->offset[i]; j--) order[j] = order[j - 1];
@@ -234,11 +254,24 @@ static void bt__adamw_build_runs(bt_adamw *opt) {
         if (a < opt->lo) a = opt->lo;
         if (b > opt->hi) b = opt->hi;
         if (a >= b) continue;
-        float wd = opt->decay[i] ? opt->weight_decay : 0.f;
-        if (nr && runs[nr - 1].wd == wd) runs[nr - 1].end = b - opt->lo;
-        else { runs[nr].end = b - opt->lo; runs[nr].wd = wd; nr++; }
+        float w = opt->decay[i] ? opt->weight_decay : 0.f;
+        if (nr && wd[nr - 1] == w) end[nr - 1] = b - opt->lo;
+        else { end[nr] = b - opt->lo; wd[nr] = w; nr++; }
     }
     free(order);
+    return nr;
+}
+
+#ifdef BT_CUDA
+/* the runs as a device table, so one launch updates a flat buffer of many parameters */
+static void bt__adamw_build_runs(bt_adamw *opt) {
+    bt_k_decay_run *runs = (bt_k_decay_run *)malloc(sizeof(bt_k_decay_run) * (size_t)(opt->n + 1));
+    int64_t *end = (int64_t *)malloc(sizeof(int64_t) * (size_t)(opt->n + 1));
+    float *wd = (float *)malloc(sizeof(float) * (size_t)(opt->n + 1));
+    if (!runs || !end || !wd) bt_error("adamw: out of host memory");
+    int nr = bt__adamw_runs(opt, end, wd);
+    for (int k = 0; k < nr; k++) { runs[k].end = end[k]; runs[k].wd = wd[k]; }
+    free(end); free(wd);
     bt_device dev = bt__opt_device(opt);
     bt_free(opt->runs);
     opt->runs = bt_alloc(dev, sizeof(bt_k_decay_run) * (size_t)(nr ? nr : 1), bt_stream_current(dev));
@@ -251,22 +284,108 @@ static void bt__adamw_build_runs(bt_adamw *opt) {
 }
 #endif
 
-/* m, v as fp32 zeros over [lo, hi) */
-static void bt__adamw_alloc_state(bt_adamw *opt) {
-    bt_release(opt->m); bt_release(opt->v);
-    bt_dtype dt = opt->params[0]->dtype;
-    opt->m = bt__new(bt_shape1(opt->hi - opt->lo), dt, bt__opt_device(opt));
-    opt->v = bt__new(bt_shape1(opt->hi - opt->lo), dt, bt__opt_device(opt));
-    bt_fill_(opt->m, 0.0); bt_fill_(opt->v, 0.0);
+/* ---- the offloaded state: two slots, each a device buffer of m and one of v ([chunk]); a chunk
+   takes the next slot. GPU: the load of a slot waits for the store of its last chunk (stored),
+   the update for the load (loaded), the store for the update (updated). ---- */
+typedef struct {
+    bt_tensor *buf[2][2];                 /* [slot][0: m, 1: v] */
+    int next;                             /* the slot of the next chunk */
+    int64_t *run_end; float *run_wd; int nruns;   /* the decay runs of [lo, hi), on the host */
 #ifdef BT_CUDA
-    if (bt__opt_device(opt).type == BT_GPU) bt__adamw_build_runs(opt);
+    cudaStream_t load, store;
+    cudaEvent_t loaded[2], updated[2], stored[2];
+#endif
+} bt__adamw_off;
+
+/* a [n] state tensor in host memory the copy engines read directly (pinned) when the parameters
+   are on a GPU; owned: it goes back to the pinned pool with its last reference */
+static bt_tensor *bt__adamw_host_state(int64_t n, bt_dtype dt, int pinned) {
+    if (!pinned) return bt__new(bt_shape1(n), dt, bt_cpu());
+    size_t nb = (size_t)n * bt_dtype_size(dt);
+    void *p = bt_try_alloc(bt_pinned_host(), nb ? nb : 1, NULL);
+    if (!p) bt_error("adamw (offload): %.1f GB of pinned host memory for m or v: %s", nb / 1e9,
+                     "the host has too little free memory (fewer parameters, or no offload)");
+    bt_tensor *t = bt_from_blob(p, bt_shape1(n), dt, bt_cpu());
+    t->storage->external = 0;   /* owned */
+    return t;
+}
+
+BTDEF void bt_adamw_wait(bt_adamw *opt) {
+    bt__adamw_off *o = (bt__adamw_off *)opt->offload;
+    if (!o) return;
+#ifdef BT_CUDA
+    if (bt__opt_device(opt).type == BT_GPU)
+        BT__ON_DEVICE(bt__opt_device(opt)) BT__CUDA_CHECK(cudaStreamSynchronize(o->store), "adamw (offload)");
+#endif
+}
+static void bt__adamw_off_free(bt_adamw *opt) {
+    bt__adamw_off *o = (bt__adamw_off *)opt->offload;
+    if (!o) return;
+    bt_adamw_wait(opt);
+#ifdef BT_CUDA
+    if (bt__opt_device(opt).type == BT_GPU)
+        BT__ON_DEVICE(bt__opt_device(opt)) {
+            for (int k = 0; k < 2; k++) {
+                cudaEventDestroy(o->loaded[k]); cudaEventDestroy(o->updated[k]); cudaEventDestroy(o->stored[k]);
+            }
+            cudaStreamDestroy(o->load); cudaStreamDestroy(o->store);
+        }
+#endif
+    for (int k = 0; k < 4; k++) bt_release(o->buf[k / 2][k % 2]);
+    free(o->run_end); free(o->run_wd); free(o);
+    opt->offload = NULL;
+}
+static void bt__adamw_off_make(bt_adamw *opt) {
+    bt__adamw_off_free(opt);
+    bt__adamw_off *o = (bt__adamw_off *)calloc(1, sizeof *o);
+    if (!o) bt_error("adamw (offload): out of host memory");
+    opt->offload = o;
+    o->run_end = (int64_t *)malloc(sizeof(int64_t) * (size_t)(opt->n + 1));
+    o->run_wd = (float *)malloc(sizeof(float) * (size_t)(opt->n + 1));
+    if (!o->run_end || !o->run_wd) bt_error("adamw (offload): out of host memory");
+    o->nruns = bt__adamw_runs(opt, o->run_end, o->run_wd);
+    bt_device dev = bt__opt_device(opt);
+    int64_t c = opt->hi - opt->lo < opt->offload_chunk ? opt->hi - opt->lo : opt->offload_chunk;
+    for (int k = 0; k < 4; k++) o->buf[k / 2][k % 2] = bt__new(bt_shape1(c > 0 ? c : 1), opt->params[0]->dtype, dev);
+#ifdef BT_CUDA
+    if (dev.type == BT_GPU)
+        BT__ON_DEVICE(dev) {
+            BT__CUDA_CHECK(cudaStreamCreateWithFlags(&o->load, cudaStreamNonBlocking), "adamw (offload)");
+            BT__CUDA_CHECK(cudaStreamCreateWithFlags(&o->store, cudaStreamNonBlocking), "adamw (offload)");
+            for (int k = 0; k < 2; k++) {
+                BT__CUDA_CHECK(cudaEventCreateWithFlags(&o->loaded[k], cudaEventDisableTiming), "adamw (offload)");
+                BT__CUDA_CHECK(cudaEventCreateWithFlags(&o->updated[k], cudaEventDisableTiming), "adamw (offload)");
+                BT__CUDA_CHECK(cudaEventCreateWithFlags(&o->stored[k], cudaEventDisableTiming), "adamw (offload)");
+            }
+        }
 #endif
 }
 
-BTDEF void bt_adamw_init(bt_adamw *opt, bt_tensor **params, int n, float beta1, float beta2, float eps,
-                         float weight_decay, float max_grad_norm) {
+/* m, v as zeros over [lo, hi): on the parameters' device, or in host memory when offloaded */
+static void bt__adamw_alloc_state(bt_adamw *opt) {
+    bt_adamw_wait(opt);
+    bt_release(opt->m); bt_release(opt->v);
+    bt_dtype dt = opt->params[0]->dtype;
+    bt_device dev = bt__opt_device(opt);
+    if (opt->offload_chunk > 0) {
+        opt->m = bt__adamw_host_state(opt->hi - opt->lo, dt, dev.type == BT_GPU);
+        opt->v = bt__adamw_host_state(opt->hi - opt->lo, dt, dev.type == BT_GPU);
+    } else {
+        opt->m = bt__new(bt_shape1(opt->hi - opt->lo), dt, dev);
+        opt->v = bt__new(bt_shape1(opt->hi - opt->lo), dt, dev);
+    }
+    bt_fill_(opt->m, 0.0); bt_fill_(opt->v, 0.0);
+    if (opt->offload_chunk > 0) { bt__adamw_off_make(opt); return; }
+#ifdef BT_CUDA
+    if (dev.type == BT_GPU) bt__adamw_build_runs(opt);
+#endif
+}
+
+BTDEF void bt_adamw_init_offload(bt_adamw *opt, bt_tensor **params, int n, float beta1, float beta2, float eps,
+                                 float weight_decay, float max_grad_norm, int64_t chunk) {
     memset(opt, 0, sizeof *opt);
     if (n <= 0 || !params) bt_error("adamw_init: no parameters");
+    if (chunk < 0) bt_error("adamw_init_offload: chunk %lld (0: the state on the parameters' device; > 0: offloaded)", (long long)chunk);
     opt->params = params; opt->n = n;
     opt->beta1 = beta1; opt->beta2 = beta2; opt->eps = eps; opt->weight_decay = weight_decay;
     opt->max_grad_norm = max_grad_norm;
@@ -289,9 +408,15 @@ BTDEF void bt_adamw_init(bt_adamw *opt, bt_tensor **params, int n, float beta1, 
         else opt->offset[i] = i ? opt->offset[i - 1] + bt_numel(params[i - 1]) : 0;
     }
     opt->lo = 0; opt->hi = opt->numel;
+    opt->offload_chunk = chunk;
     bt__adamw_alloc_state(opt);
 }
+BTDEF void bt_adamw_init(bt_adamw *opt, bt_tensor **params, int n, float beta1, float beta2, float eps,
+                         float weight_decay, float max_grad_norm) {
+    bt_adamw_init_offload(opt, params, n, beta1, beta2, eps, weight_decay, max_grad_norm, 0);
+}
 BTDEF void bt_adamw_free(bt_adamw *opt) {
+    bt__adamw_off_free(opt);
     bt_release(opt->m); bt_release(opt->v); bt_release(opt->flat_p);
     bt_release(opt->grad_norm); bt_release(opt->clip_scale);
     bt_free(opt->runs);
@@ -301,6 +426,7 @@ BTDEF void bt_adamw_free(bt_adamw *opt) {
 BTDEF void bt_adamw_shard(bt_adamw *opt, int64_t lo, int64_t hi) {
     if (lo < 0 || hi < lo || hi > opt->numel)
         bt_error("adamw_shard: [%lld, %lld) is not inside [0, %lld)", (long long)lo, (long long)hi, (long long)opt->numel);
+    bt_adamw_wait(opt);
     bt_tensor *m = opt->m, *v = opt->v;
     int64_t olo = opt->lo, ohi = opt->hi;
     opt->m = opt->v = NULL;
@@ -321,6 +447,7 @@ BTDEF void bt_adamw_set_state(bt_adamw *opt, bt_tensor *m, bt_tensor *v, int64_t
         bt_error("adamw_set_state: m %s and v %s must hold %lld elements (the range [%lld, %lld))", bt__s(m), bt__s(v),
                  (long long)(opt->hi - opt->lo), (long long)opt->lo, (long long)opt->hi);
     if (step < 0) bt_error("adamw_set_state: step %lld < 0", (long long)step);
+    bt_adamw_wait(opt);
     bt_scope_begin();
     bt_copy_(opt->m, bt_reshape(m, bt_shape1(-1)));
     bt_copy_(opt->v, bt_reshape(v, bt_shape1(-1)));
@@ -348,13 +475,11 @@ BTDEF void bt_adamw_set_grad_norm(bt_adamw *opt, bt_tensor *norm) {
     bt_set_grad_enabled(old);
 }
 
-/* the update of n elements from element a of the index space: parameters at p (the parameters'
-   dtype), gradients at g (dtype gdt), decay wd, or the run table when the span is all of [lo, hi) */
-static void bt__adamw_span(bt_adamw *opt, float lr, void *p, const void *g, bt_dtype gdt, int64_t a, int64_t n, float wd,
-                           int whole) {
-    bt_dtype dt = opt->m->dtype;
-    size_t es = bt_dtype_size(dt);
-    void *m = (char *)bt_data_ptr(opt->m) + (a - opt->lo) * (int64_t)es, *v = (char *)bt_data_ptr(opt->v) + (a - opt->lo) * (int64_t)es;
+/* one update of n elements: parameters p (the parameters' dtype), gradients g (dtype gdt), state
+   m, v (the state's dtype) on the parameters' device, decay wd, or the run table when `whole` */
+static void bt__adamw_apply(bt_adamw *opt, float lr, void *p, const void *g, bt_dtype gdt, void *m, void *v, int64_t n,
+                            float wd, int whole) {
+    bt_dtype dt = opt->params[0]->dtype;
     bt_device dev = bt__opt_device(opt);
     if (dev.type == BT_GPU) {
 #ifdef BT_CUDA
@@ -363,7 +488,7 @@ static void bt__adamw_span(bt_adamw *opt, float lr, void *p, const void *g, bt_d
             bt_k_adamw((float *)p, g, gdt, (float *)m, (float *)v, n, lr, opt->beta1, opt->beta2, opt->eps, wd,
                        whole ? (const bt_k_decay_run *)opt->runs : NULL, whole ? opt->nruns : 0, (int)opt->step, cs, stream);
 #else
-        (void)whole;
+        (void)whole; (void)m; (void)v;
 #endif
         return;
     }
@@ -375,6 +500,62 @@ static void bt__adamw_span(bt_adamw *opt, float lr, void *p, const void *g, bt_d
         double mj = b1 * bt__ld(m, dt, j) + (1 - b1) * gj, vj = b2 * bt__ld(v, dt, j) + (1 - b2) * gj * gj;
         pj -= lr * ((mj / c1) / (sqrt(vj / c2) + opt->eps) + wd * pj);
         bt__st(m, dt, j, mj); bt__st(v, dt, j, vj); bt__st(p, dt, j, pj);
+    }
+}
+/* the offloaded update of n elements from element a: each chunk's m and v loaded into a slot's
+   device buffers, updated there, stored back (THE STATE IN HOST MEMORY) */
+static void bt__adamw_stream(bt_adamw *opt, float lr, char *p, const char *g, bt_dtype gdt, int64_t a, int64_t n, float wd) {
+    bt__adamw_off *o = (bt__adamw_off *)opt->offload;
+    size_t es = bt_dtype_size(opt->params[0]->dtype), gs = bt_dtype_size(gdt);
+    bt_device dev = bt__opt_device(opt);
+    for (int64_t c = 0; c < n; c += opt->offload_chunk) {
+        int64_t k = n - c < opt->offload_chunk ? n - c : opt->offload_chunk;
+        int slot = o->next;
+        o->next ^= 1;
+        char *hm = (char *)bt_data_ptr(opt->m) + (a + c - opt->lo) * (int64_t)es, *hv = (char *)bt_data_ptr(opt->v) + (a + c - opt->lo) * (int64_t)es;
+        void *dm = bt_data_ptr(o->buf[slot][0]), *dv = bt_data_ptr(o->buf[slot][1]);
+        size_t nb = (size_t)k * es;
+        if (dev.type != BT_GPU) {
+            memcpy(dm, hm, nb); memcpy(dv, hv, nb);
+            bt__adamw_apply(opt, lr, p + c * (int64_t)es, g + c * (int64_t)gs, gdt, dm, dv, k, wd, 0);
+            memcpy(hm, dm, nb); memcpy(hv, dv, nb);
+            continue;
+        }
+#ifdef BT_CUDA
+        BT__ON_GPU(dev, stream) {
+            BT__CUDA_CHECK(cudaStreamWaitEvent(o->load, o->stored[slot], 0), "adamw (offload)");
+            BT__CUDA_CHECK(cudaMemcpyAsync(dm, hm, nb, cudaMemcpyHostToDevice, o->load), "adamw (offload): load");
+            BT__CUDA_CHECK(cudaMemcpyAsync(dv, hv, nb, cudaMemcpyHostToDevice, o->load), "adamw (offload): load");
+            BT__CUDA_CHECK(cudaEventRecord(o->loaded[slot], o->load), "adamw (offload)");
+            BT__CUDA_CHECK(cudaStreamWaitEvent(stream, o->loaded[slot], 0), "adamw (offload)");
+        }
+        bt__adamw_apply(opt, lr, p + c * (int64_t)es, g + c * (int64_t)gs, gdt, dm, dv, k, wd, 0);
+        BT__ON_GPU(dev, stream) {
+            BT__CUDA_CHECK(cudaEventRecord(o->updated[slot], stream), "adamw (offload)");
+            BT__CUDA_CHECK(cudaStreamWaitEvent(o->store, o->updated[slot], 0), "adamw (offload)");
+            BT__CUDA_CHECK(cudaMemcpyAsync(hm, dm, nb, cudaMemcpyDeviceToHost, o->store), "adamw (offload): store");
+            BT__CUDA_CHECK(cudaMemcpyAsync(hv, dv, nb, cudaMemcpyDeviceToHost, o->store), "adamw (offload): store");
+            BT__CUDA_CHECK(cudaEventRecord(o->stored[slot], o->store), "adamw (offload)");
+        }
+#endif
+    }
+}
+/* the update of n elements from element a of the index space: parameters at p, gradients at g
+   (dtype gdt), decay wd, or the run table when the span is all of [lo, hi) */
+static void bt__adamw_span(bt_adamw *opt, float lr, void *p, const void *g, bt_dtype gdt, int64_t a, int64_t n, float wd,
+                           int whole) {
+    bt__adamw_off *o = (bt__adamw_off *)opt->offload;
+    size_t es = bt_dtype_size(opt->params[0]->dtype), gs = bt_dtype_size(gdt);
+    if (!o) {
+        bt__adamw_apply(opt, lr, p, g, gdt, (char *)bt_data_ptr(opt->m) + (a - opt->lo) * (int64_t)es,
+                        (char *)bt_data_ptr(opt->v) + (a - opt->lo) * (int64_t)es, n, wd, whole);
+        return;
+    }
+    if (!whole) { bt__adamw_stream(opt, lr, (char *)p, (const char *)g, gdt, a, n, wd); return; }
+    for (int r = 0; r < o->nruns; r++) {   /* all of [lo, hi): run by run, each with its decay */
+        int64_t r0 = r ? o->run_end[r - 1] : 0;
+        bt__adamw_stream(opt, lr, (char *)p + r0 * (int64_t)es, (const char *)g + r0 * (int64_t)gs, gdt, opt->lo + r0,
+                         o->run_end[r] - r0, o->run_wd[r]);
     }
 }
 BTDEF void bt_adamw_update(bt_adamw *opt, float lr, bt_tensor *grad) {
@@ -389,11 +570,12 @@ BTDEF void bt_adamw_update(bt_adamw *opt, float lr, bt_tensor *grad) {
     bt_tensor **grads = (bt_tensor **)malloc(sizeof(bt_tensor *) * (size_t)opt->n);
     if (!grads) bt_error("adamw_update: out of host memory");
     for (int i = 0; i < opt->n; i++) grads[i] = opt->params[i]->grad;
-    /* one launch over [lo, hi) when parameters and gradients each tile one buffer the same way */
+    /* one launch over [lo, hi) when parameters and gradients each tile one buffer the same way
+       (offloaded: one pass of chunks, on a CPU too) */
     bt_tensor *gflat = grad ? bt_retain(grad) : opt->flat_p ? bt__flat_view(grads, opt->n, opt->numel, opt->params) : NULL;
-    if (opt->flat_p && gflat && bt__opt_device(opt).type == BT_GPU) {
+    if (opt->flat_p && gflat && (bt__opt_device(opt).type == BT_GPU || opt->offload)) {
         int64_t gofs = grad ? 0 : opt->lo;
-        bt__adamw_span(opt, lr, (float *)bt_data_ptr(opt->flat_p) + opt->lo,
+        bt__adamw_span(opt, lr, (char *)bt_data_ptr(opt->flat_p) + opt->lo * (int64_t)bt_dtype_size(opt->flat_p->dtype),
                        (const char *)bt_data_ptr(gflat) + gofs * (int64_t)bt_dtype_size(gflat->dtype),
                        gflat->dtype, opt->lo, opt->hi - opt->lo, 0.f, 1);
     } else {

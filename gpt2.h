@@ -48,7 +48,8 @@ extern const gpt2_preset gpt2_presets[];   /* d12 (124M) d24 d36 d48 (1.5B), lon
 extern const int gpt2_npresets;
 
 BTDEF gpt2_config gpt2_config_make(int L, int H, int C, int maxT, int V);   /* Vp = V rounded up to 128 */
-BTDEF int gpt2_config_from_preset(const char *name, int V, gpt2_config *cfg);   /* -1: no such preset */
+/* a preset by name, or "dLwC": L layers of width C (a multiple of 128), heads of 128, T 1024; -1: neither */
+BTDEF int gpt2_config_from_preset(const char *name, int V, gpt2_config *cfg);
 /* every field bounded and consistent, at most 2^40 parameters; err names src and the field as
    `field` spells it ("header field ", "gpt2.", "") */
 BTDEF int gpt2_config_check(const gpt2_config *cfg, const char *src, const char *field, char *err, size_t errlen);
@@ -202,6 +203,13 @@ BTDEF int gpt2_config_from_preset(const char *name, int V, gpt2_config *cfg) {
             *cfg = gpt2_config_make(gpt2_presets[i].L, gpt2_presets[i].H, gpt2_presets[i].C, gpt2_presets[i].maxT, V);
             return 0;
         }
+    /* "dLwC": L layers of width C, heads of 128 (GPT-3's 6.7B is d32w4096, its 13B d40w5120) */
+    int L, C, len = 0;
+    if (sscanf(name, "d%dw%d%n", &L, &C, &len) == 2 && name[len] == '\0' && L >= 1 && L <= 4096 && C >= 128 && C <= 65536 &&
+        C % 128 == 0) {
+        *cfg = gpt2_config_make(L, C / 128, C, 1024, V);
+        return 0;
+    }
     return -1;
 }
 BTDEF void gpt2_param_sizes(const gpt2_config *c, int64_t *sz) {

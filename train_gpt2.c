@@ -45,7 +45,8 @@ static void usage(FILE *f) {
         "usage: train_gpt2 [options]\n"
         "  -i GLOB   train shards (default data/tinyshakespeare_train.bin)\n"
         "  -j GLOB   val shards (default data/tinyshakespeare_val.bin)\n"
-        "  -e NAME   model: a GPT-2 preset (d12 d24 d36 d48 s6 s4 s2; d12_32k, d48_64k: d12, d48 with maxT 32768, 65536),\n"
+        "  -e NAME   model: a GPT-2 preset (d12 d24 d36 d48 s6 s4 s2; d12_32k, d48_64k: d12, d48 with maxT 32768, 65536;\n"
+        "            dLwC: L layers of width C, heads of 128, e.g. d40w5120, GPT-3 13B's shape),\n"
         "            a Llama preset (l125m l125m_128k llama3.2-1b llama3-8b llama3.1-8b ls4 ls2: docs/llama.md) or a model\n"
         "            file (llm.c layout, fp32) (default: d12 on a GPU, s4 on a CPU)\n"
         "  -b N      micro-batch size B (default: the largest power of two that fits on a GPU; 8 on a CPU)\n"
@@ -71,6 +72,8 @@ static void usage(FILE *f) {
         "  --fp8-history N   with fp8: the delayed recipe's amax history, 1 to 1024 steps (default 16)\n"
         "  --grad-dtype f32|bf16   the gradient buffer (default f32); bf16: 2 bytes a parameter less, for a bf16 or\n"
         "            fp8 run on one GPU with one micro-batch a step (-d = B*T: each gradient written once, no sum)\n"
+        "  --offload none|adamw   adamw: AdamW's m and v in pinned host memory, streamed through the GPU at each\n"
+        "            update (8 bytes a parameter off the GPU; the same bits; one process or --dp ddp)\n"
         "  --device auto|cpu|cuda|cuda:N  (default auto: cuda:0 when there is a GPU)\n"
         "  --seed N  --topk N  --temp T  --clip C (0 = no clipping)\n"
         "  --tokenizer DIR   encoder.json and vocab.bpe (default data; without them samples print as ids)\n"
@@ -155,7 +158,7 @@ static int takes_value(const char *a) {
         "-s", "-g", "-u", "--topk", "-l", "-q", "-c", "--clip", "--temp", "--seed", "-n", "--nproc", "--bucket-mb",
         "--nccl-timeout", "--ckpt-dir", "--ckpt-every", "--ckpt-keep", "--resume", "--init-from", "--export-hf", "--tp", "--cp",
         "--cp-comm", "--recompute", "--cuda-graph", "--ddp-rows", "--nccl-blocking", "--ddp-transport", "--dp", "--comm-dtype",
-        "--precision", "--device", "--eval-mc", "--fp8-recipe", "--fp8-history", "--grad-dtype"};
+        "--precision", "--device", "--eval-mc", "--fp8-recipe", "--fp8-history", "--grad-dtype", "--offload"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) if (!strcmp(a, names[i])) return 1;
     return 0;
 }
@@ -267,6 +270,10 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
             o->grad_dtype = v;
             if (strcmp(v, "f32") && strcmp(v, "bf16")) { snprintf(err, errlen, "--grad-dtype must be f32 or bf16, got '%s'", v); return -1; }
         }
+        else if (!strcmp(a, "--offload")) {
+            if (strcmp(v, "none") && strcmp(v, "adamw")) { snprintf(err, errlen, "--offload must be none or adamw, got '%s'", v); return -1; }
+            o->offload = !strcmp(v, "adamw");
+        }
         else if (!strcmp(a, "--device")) {
             o->device = v;
             int n;
@@ -280,6 +287,8 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
     const char *clash = (o->fp8_recipe || o->fp8_history) && !fp8 ? "--fp8-recipe and --fp8-history need --precision fp8"
         : fp8 && o->mlir ? "--precision fp8 and --mlir exclude each other (the FP8 MLP runs its linears unfused; --mlir fuses a bf16 one)"
         : fp8 && (o->tp > 1 || o->cp > 1) ? "--precision fp8: not with --tp or --cp yet (their split linears are gpt2_parallel.h's and llama_parallel.h's, not FP8)"
+        : o->offload && (o->tp > 1 || o->cp > 1 || strcmp(o->dp, "ddp"))
+            ? "--offload adamw keeps the whole AdamW state in host memory: not with --tp, --cp or --dp zero1, zero2, fsdp (they shard it on the GPUs)"
         : o->ckpt_every && !o->ckpt_dir ? "--ckpt-every needs --ckpt-dir DIR (where the checkpoints go)"
         : o->resume && !strcmp(o->resume, "auto") && !o->ckpt_dir ? "--resume auto needs --ckpt-dir DIR (where to look)"
         : o->ckpt_overwrite && !o->ckpt_dir ? "--ckpt-overwrite needs --ckpt-dir DIR (whose old checkpoints it deletes)"
@@ -944,7 +953,8 @@ static int train_main(train_opts *o) {
     if (o->eval_only) return run_end(&tr, eval_only(&tr, o, &cfg, on_gpu, weights_flag ? weights_path : model));
     int n_params;
     bt_tensor **params = trainer_params(&tr, &n_params);
-    bt_adamw_init(&tr.opt, params, n_params, 0.9f, 0.95f, 1e-8f, (float)o->weight_decay, (float)o->clip);
+    bt_adamw_init_offload(&tr.opt, params, n_params, 0.9f, 0.95f, 1e-8f, (float)o->weight_decay, (float)o->clip,
+                          o->offload ? BT_ADAMW_OFFLOAD_CHUNK : 0);
     if (o->recompute >= 0) bt_set_recompute(o->recompute);   /* before the probes: auto B counts with it */
     int auto_b = o->B < 0;
     if (o->B < 0) {                                  /* the GPU default: the largest that fits */

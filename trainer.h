@@ -67,6 +67,7 @@ typedef struct {
     const char *fp8_recipe;   /* --fp8-recipe current | delayed (NULL: not given; delayed with fp8) */
     int fp8_history;          /* --fp8-history N: the delayed recipe's amax history (0: not given; 16 with fp8) */
     const char *grad_dtype;   /* --grad-dtype f32 | bf16: the gradient buffer's dtype (one process, one micro-batch a step) */
+    int offload;              /* --offload adamw: AdamW's m and v in pinned host memory (bt_adamw_init_offload) */
     const char *device;       /* auto | cpu | cuda | cuda:N */
     int overfit;              /* train on the first batch only */
     int quiet;
@@ -529,7 +530,7 @@ static void trainer__setup_fsdp(trainer *tr) {
     *lowp = NULL;
     int n;
     bt_tensor **p = bt_fsdp_params(tr->fsdp, &n);
-    bt_adamw_init(&tr->opt, p, n, o.beta1, o.beta2, o.eps, o.weight_decay, o.max_grad_norm);
+    bt_adamw_init_offload(&tr->opt, p, n, o.beta1, o.beta2, o.eps, o.weight_decay, o.max_grad_norm, o.offload_chunk);
     tr->fsdp_units.gather = trainer__fsdp_gather;
     tr->fsdp_units.ctx = tr->fsdp;
     if (llama) llama_set_units(&tr->lm, &tr->fsdp_units);
@@ -1140,6 +1141,7 @@ void trainer_ckpt_snapshot(trainer *tr, int step, double loss) {
     if (tr->fence_pending) trainer_ckpt_fence(tr);   /* no update since the last snapshot (skipped ones) */
     bt_scope_begin();
     bt_tensor *m, *v;
+    bt_adamw_wait(&tr->opt);   /* offloaded: the last update's stores of m and v */
     trainer__gather_adamw(tr, &m, &v);
     /* the weights in the 1-GPU layout: with tp the shards gathered (rank 0), else the buffer */
     bt_tensor *w = tr->fsdp ? (tr->gathered[2] = bt_retain(bt_fsdp_full(tr->fsdp, tr->fsdp->param)))

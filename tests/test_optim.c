@@ -1,5 +1,6 @@
 /* test_optim.c - bt_optim.h: AdamW (with and without clipping; its state as data: get, set, a
-   sharded update equal to the full one on its range), SGD with momentum, the global gradient norm,
+   sharded update equal to the full one on its range; the state offloaded and streamed in chunks,
+   the same bits as kept whole), SGD with momentum, the global gradient norm,
    against hand-written references in double; bt_lr_cosine. */
 #include "bt_autograd.h"
 #include "bt_optim.h"
@@ -284,11 +285,99 @@ static void test_adamw_state_and_shards(void) {
     BT_CHECK(allocated() == base, "leaked %lld bytes", (long long)(allocated() - base));
 }
 
+/* The offloaded state streamed in chunks gives the same bits as the state kept whole: parameters
+   in one buffer (one pass over the decay runs) or apart (one pass per parameter), chunk sizes that
+   cut parameters and runs anywhere, clipping on, a ZeRO-like range; then set_state and the errors.
+   The same check on a GPU, with pinned memory and the copy streams, is test_ops_gpu's. */
+static double *flat_state(bt_tensor *t) { return bt_test_host(t); }
+static void test_adamw_offload(void) {
+    size_t base = allocated();
+    int64_t sizes[4] = {12, 5, 8, 3}, offs[4] = {8, 0, 20, 5};   /* buffer order: 1, 3, 0, 2 */
+    bt_shape shapes[4] = {bt_shape2(3, 4), bt_shape1(5), bt_shape2(2, 4), bt_shape1(3)};
+    int64_t chunks[4] = {1, 3, 7, 1000};
+    for (int flat_case = 0; flat_case < 2; flat_case++)
+        for (int ci = 0; ci < 4; ci++)
+            for (int sh = 0; sh < 2; sh++) {
+                bt_dtype dt = ci % 2 ? BT_F32 : BT_F64;
+                bt_tensor *buf[2], *ps[2][4];
+                for (int k = 0; k < 2; k++) {
+                    buf[k] = bt_zeros(bt_shape1(28), dt, CPU);
+                    bt_uniform_(buf[k], -1, 1, 5, 0);
+                    for (int i = 0; i < 4; i++) {
+                        bt_scope_begin();
+                        ps[k][i] = flat_case ? bt_keep(bt_view(bt_narrow(buf[k], 0, offs[i], sizes[i]), shapes[i]))
+                                             : bt_keep(bt_clone(bt_view(bt_narrow(buf[k], 0, offs[i], sizes[i]), shapes[i])));
+                        bt_scope_end();
+                        ps[k][i]->requires_grad = 1;
+                    }
+                }
+                bt_adamw a, b;
+                bt_adamw_init(&a, ps[0], 4, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f);
+                bt_adamw_init_offload(&b, ps[1], 4, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, chunks[ci]);
+                BT_CHECK(b.offload != NULL && bt_device_of(b.m).type == BT_CPU, "offloaded state");
+                BT_CHECK((a.flat_p != NULL) == flat_case, "flat case %d: flat_p %p", flat_case, (void *)a.flat_p);
+                if (sh) { bt_adamw_shard(&a, 6, 23); bt_adamw_shard(&b, 6, 23); }
+                for (int t = 0; t < 3; t++) {
+                    /* one buffer: the gradients tile one too (the single pass over the runs) */
+                    bt_tensor *gbuf[2] = {bt_zeros(bt_shape1(28), dt, CPU), bt_zeros(bt_shape1(28), dt, CPU)};
+                    bt_uniform_(gbuf[0], -3, 3, 77 + (uint64_t)t, 0);   /* a norm above 0.5: clipped */
+                    bt_copy_(gbuf[1], gbuf[0]);
+                    for (int k = 0; k < 2; k++)
+                        for (int i = 0; i < 4; i++) {
+                            bt_test_drop_grad(ps[k][i]);
+                            bt_scope_begin();
+                            bt_tensor *g = bt_view(bt_narrow(gbuf[k], 0, offs[i], sizes[i]), shapes[i]);
+                            ps[k][i]->grad = bt_keep(flat_case ? g : bt_clone(g));
+                            bt_scope_end();
+                        }
+                    bt_release(gbuf[0]); bt_release(gbuf[1]);
+                    bt_adamw_step(&a, 1e-2f); bt_adamw_step(&b, 1e-2f);
+                }
+                bt_adamw_wait(&b);
+                int same = 1;
+                for (int i = 0; i < 4; i++) {
+                    double *x = bt_test_host(ps[0][i]), *y = bt_test_host(ps[1][i]);
+                    for (int64_t j = 0; j < sizes[i]; j++) same &= x[j] == y[j];
+                    free(x); free(y);
+                }
+                double *ma = flat_state(a.m), *mb = flat_state(b.m), *va = flat_state(a.v), *vb = flat_state(b.v);
+                for (int64_t j = 0; j < a.hi - a.lo; j++) same &= ma[j] == mb[j] && va[j] == vb[j];
+                free(ma); free(mb); free(va); free(vb);
+                BT_CHECK(same, "offloaded (chunk %lld, %s, %s) differs from the state kept whole", (long long)chunks[ci],
+                         flat_case ? "one buffer" : "apart", sh ? "range [6, 23)" : "all");
+                /* a state set into the offloaded optimizer: one more step agrees again */
+                if (ci == 2 && !sh) {
+                    bt_adamw c;
+                    bt_adamw_init_offload(&c, ps[1], 4, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 4);
+                    bt_adamw_set_state(&c, a.m, a.v, a.step);
+                    for (int i = 0; i < 4; i++) { bt_scope_begin(); bt_copy_(ps[1][i], ps[0][i]); bt_scope_end(); }
+                    bt_adamw_step(&a, 1e-2f); bt_adamw_step(&c, 1e-2f);
+                    bt_adamw_wait(&c);
+                    int agree = 1;
+                    for (int i = 0; i < 4; i++) {
+                        double *x = bt_test_host(ps[0][i]), *y = bt_test_host(ps[1][i]);
+                        for (int64_t j = 0; j < sizes[i]; j++) agree &= x[j] == y[j];
+                        free(x); free(y);
+                    }
+                    BT_CHECK(agree, "a state set into an offloaded optimizer steps differently (%s)", flat_case ? "one buffer" : "apart");
+                    bt_adamw_free(&c);
+                }
+                bt_adamw_free(&a); bt_adamw_free(&b);
+                for (int k = 0; k < 2; k++) { for (int i = 0; i < 4; i++) { bt_test_drop_grad(ps[k][i]); bt_release(ps[k][i]); } bt_release(buf[k]); }
+            }
+    bt_tensor *w = bt_test_leaf(bt_shape1(4), BT_F32, 1);
+    bt_adamw d;
+    BT_EXPECT_ERROR(bt_adamw_init_offload(&d, &w, 1, 0.9f, 0.95f, 1e-8f, 0.1f, 0.f, -1), "chunk -1");
+    bt_release(w);
+    BT_CHECK(allocated() == base, "leaked %lld bytes", (long long)(allocated() - base));
+}
+
 int main(void) {
     bt_test_seed = 7000;
     BT_RUN(test_adamw);
     BT_RUN(test_adamw_clipping);
     BT_RUN(test_adamw_state_and_shards);
+    BT_RUN(test_adamw_offload);
     BT_RUN(test_sgd);
     BT_RUN(test_lr_cosine);
     BT_RUN(test_grad_norm);

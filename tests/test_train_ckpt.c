@@ -9,7 +9,8 @@
    --save nor --export-hf (exit 1); a rotation that cannot delete is a warning; the directory is
    locked by its run and refuses another run's checkpoints unless --resume auto or
    --ckpt-overwrite; a killed save's temporary goes when a run takes the directory; a resumed log
-   has one entry per step; links at a checkpoint's name are refused. Runs are this binary
+   has one entry per step; links at a checkpoint's name are refused. --offload adamw: the same bits,
+   resumed either way. Runs are this binary
    re-executed with --run-train ARGS, with train_gpt2's own signal handler (a fresh process: its
    exit status, output and leaks are its own). The runs use the s2 preset, -b 1 -t 8, ten steps or
    fewer (about 0.05 s each on a 2-core CPU, 0.5 s under ASan). */
@@ -729,6 +730,44 @@ static void test_grad_dtype_field(void) {
              "train.grad_dtype = bf16: exit %d: %s", rc, out);
 }
 
+/* --offload adamw (AdamW's m and v in host memory, streamed in chunks; on a CPU the chunked path
+   runs all the same): the reference run's losses and checkpoints bit for bit; a resume from an
+   offloaded run's checkpoint without the flag, and the other way, bit for bit; its refusals */
+static void test_offload_adamw(void) {
+    if (!have_data() || !reference_ok) { BT_SKIP(reference_ok ? "no data (make data)" : "no reference run"); return; }
+    char args[2000], out[65536], why[256];
+    static char want[32768], got[32768];
+    snprintf(args, sizeof args, RUN " -x %d --offload adamw --ckpt-every 2 --ckpt-keep 0 --ckpt-dir %s -o %s", STEPS, tp("off"),
+             tp("off_log"));
+    int rc = train_run(args, out, sizeof out);
+    BT_CHECK(rc == 0, "--offload adamw: exit %d: %s", rc, out);
+    log_losses(tp("ref_log/log.jsonl"), 0, want, sizeof want);
+    log_losses(tp("off_log/log.jsonl"), 0, got, sizeof got);
+    BT_CHECK(want[0] && !strcmp(want, got), "--offload adamw's losses differ:\n%s\nvs:\n%s", got, want);
+    for (int s = 2; s <= STEPS; s += 2)
+        BT_CHECK(same_state(ckpt(tp("ref"), s), ckpt(tp("off"), s), why, sizeof why), "--offload adamw, checkpoint of step %d: %s", s, why);
+    const char *flag[2] = {"", "--offload adamw"};
+    char from[2][512];
+    snprintf(from[0], sizeof from[0], "%s", tp("off"));
+    snprintf(from[1], sizeof from[1], "%s", tp("ref"));
+    for (int k = 0; k < 2; k++) {
+        char dir[64];
+        snprintf(dir, sizeof dir, "off_res%d", k);
+        snprintf(args, sizeof args, RUN " -x %d %s --ckpt-every 2 --ckpt-keep 0 --resume %s --ckpt-dir %s", STEPS, flag[k],
+                 ckpt(from[k], 4), tp(dir));
+        rc = train_run(args, out, sizeof out);
+        BT_CHECK(rc == 0 && strstr(out, "after step 4"), "resume %s: exit %d: %s", flag[k], rc, out);
+        BT_CHECK(same_state(ckpt(tp("ref"), STEPS), ckpt(tp(dir), STEPS), why, sizeof why), "resumed %s from %s: %s", flag[k],
+                 k ? "the reference" : "the offloaded run", why);
+    }
+    snprintf(args, sizeof args, RUN " -x 2 --offload adamw --dp zero1");
+    rc = train_run(args, out, sizeof out);
+    BT_CHECK(rc == 2 && strstr(out, "--offload adamw keeps the whole AdamW state in host memory"), "--offload with zero1: exit %d: %s", rc, out);
+    snprintf(args, sizeof args, RUN " -x 2 --offload sgd");
+    rc = train_run(args, out, sizeof out);
+    BT_CHECK(rc == 2 && strstr(out, "--offload must be none or adamw, got 'sgd'"), "--offload sgd: exit %d: %s", rc, out);
+}
+
 /* finding 7: weights that are not finite in the file a run starts from (-e, --init-from,
    --resume) are refused before training, naming the file, not blamed on the learning rate */
 static void test_nonfinite_weights_refused(void) {
@@ -805,6 +844,7 @@ int main(int argc, char **argv) {
     BT_RUN(test_hf_runs);
     BT_RUN(test_ckpt_metadata_messages);
     BT_RUN(test_grad_dtype_field);
+    BT_RUN(test_offload_adamw);
     BT_RUN(test_nonfinite_weights_refused);
     BT_RUN(test_hf_bad_dtype_and_config_link);
     train_runs_done();
