@@ -1037,6 +1037,9 @@ static int train_main(train_opts *o) {
                      bt_launcher_name(dist->env.launcher), o->dp, o->bucket_mb, o->comm_dtype,
                      !on_gpu ? " (CPU: collectives through the TCP store)" : tr.ddp && bt_ddp_get_stats(tr.ddp).copy_engines ? " (copy engines)" : " (NCCL)");
     if (tr.par) trainer_par_describe(tr.par, o);
+    if (o->offload) printf("offload: AdamW's m and v in %s host memory (%.2f GB), streamed through the %s in chunks of %lld at each update\n",
+                           on_gpu ? "pinned" : "plain", 8e-9 * (double)(tr.opt.hi - tr.opt.lo), on_gpu ? "GPU" : "CPU's buffers",
+                           (long long)tr.opt.offload_chunk);
     printf("train %zu batches/epoch (%s), ", bt_loader_num_batches(tr.train), o->train_glob);
     if (tr.val) printf("val %zu batches of %d rows (%s)\n", bt_loader_num_batches(tr.val), tr.val_B, o->val_glob);
     else printf("no validation (-v 0)\n");

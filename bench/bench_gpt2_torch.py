@@ -5,7 +5,9 @@ must beat (make bench-gpt2; data parallel under torchrun: make bench-dist).
         --recompute none --json-out build/bench/torch_gpt2.jsonl
 
 Trains the model of tests/gpt2_torch.py (GPT-2 presets: fused SDPA attention) or of
-tests/llama_torch.py (llama.h's presets: SDPA with grouped-query attention) with fused AdamW,
+tests/llama_torch.py (llama.h's presets: SDPA with grouped-query attention) with fused AdamW;
+--config dLwC is gpt2.h's shape of that name (L layers of width C, heads of 128), made and
+initialized on the GPU;
 one micro-batch of random tokens per step. --recompute attn|mlp|block wraps the regions
 train_gpt2's --recompute remakes in torch.utils.checkpoint (tests/gpt2_torch.py, residual_block).
 Each step (zero_grad, forward, backward, optimizer step) is timed with CUDA events and
@@ -20,7 +22,9 @@ buckets, B rows per GPU): tokens_per_s is then the global rate and rank 0 report
 import argparse
 import datetime
 import json
+import math
 import os
+import re
 import statistics
 import sys
 
@@ -35,8 +39,39 @@ PRESETS = [*g.CONFIGS, *lt.CONFIGS]
 SMALL = ("tiny", "ls2", "ls4")   # peak learning rate 1e-3; the others d12's 1e-4 (the speed does not depend on it)
 
 
+def shape_config(name):
+    """gpt2.h's "dLwC" names: L layers of width C (a multiple of 128), heads of 128, T 1024; else None"""
+    m = re.fullmatch(r"d(\d+)w(\d+)", name)
+    if not m or int(m[2]) % 128 or int(m[1]) < 1:
+        return None
+    return g.GPTConfig(max_seq_len=1024, vocab_size=50257, num_layers=int(m[1]), num_heads=int(m[2]) // 128, channels=int(m[2]))
+
+
+def config_name(name):
+    if name not in PRESETS and not shape_config(name):
+        raise argparse.ArgumentTypeError(f"{name}: not a preset ({', '.join(PRESETS)}) nor dLwC")
+    return name
+
+
 def context(name):
-    return lt.CONFIGS[name].maxT if name in lt.CONFIGS else g.CONFIGS[name].max_seq_len
+    return lt.CONFIGS[name].maxT if name in lt.CONFIGS else (shape_config(name) or g.CONFIGS.get(name)).max_seq_len
+
+
+def init_on_device(model, seed):
+    """GPT-2's init drawn on the GPU (a dLwC model of billions: no CPU copy, no CPU draws): the same
+    distributions as gpt2_torch.init_weights, other numbers (the speed and memory do not depend on them)"""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    resid_std = 0.02 / math.sqrt(2 * model.config.num_layers)
+    with torch.no_grad():
+        for name, m in model.named_modules():
+            if isinstance(m, torch.nn.Linear):
+                m.weight.normal_(0.0, resid_std if name.endswith(".proj") else 0.02, generator=gen)
+                m.bias.zero_()
+            elif isinstance(m, torch.nn.Embedding):
+                m.weight.normal_(0.0, 0.02, generator=gen)
+            elif isinstance(m, torch.nn.LayerNorm):
+                m.weight.fill_(1.0)
+                m.bias.zero_()
 
 
 def build(args):
@@ -47,6 +82,12 @@ def build(args):
             model = lt.Llama(cfg, recompute=args.recompute)
         lt.init_weights(model, args.seed)
         return model, cfg.V
+    cfg = shape_config(args.config)
+    if cfg:
+        with torch.device("cuda"):
+            model = g.GPT(cfg, attention="sdpa", recompute=args.recompute)
+        init_on_device(model, args.seed)
+        return model, cfg.vocab_size
     cfg = g.CONFIGS[args.config]
     model = g.GPT(cfg, attention="sdpa", recompute=args.recompute)
     g.init_weights(model, args.seed)
@@ -55,7 +96,8 @@ def build(args):
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", choices=PRESETS, default="d12", help="GPT-2 or Llama preset (default d12)")
+    p.add_argument("--config", type=config_name, default="d12",
+                   help="GPT-2 or Llama preset, or dLwC: L layers of width C (default d12)")
     p.add_argument("--B", type=int, default=16)
     p.add_argument("--T", type=int, default=1024)
     p.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="bf16")

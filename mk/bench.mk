@@ -13,6 +13,9 @@
 #                        (bench/bench_gemm.cu; GEMM_ARGS: its arguments, default micro-batch 128)
 #   make bench-fp8-curve --precision fp8's validation losses against bf16's on WikiText-2, 300 and 3,000
 #                        steps (bench/fp8_curve.sh: STEPS B MODEL RECIPES EVERY BIN)
+#   make bench-largest   the largest GPT-2-shaped model one GPU trains: PyTorch with activation checkpointing
+#                        against train_gpt2 --offload adamw (bench/largest_model.sh: TORCH_LAYERS TORCH_WIDTH OURS
+#                        STEPS BIN TORCH)
 #   make profile-gpt2    one step's kernels under Nsight Compute, and PyTorch's under torch.profiler
 #                        (bench/profile_gpt2.sh: B T PREC MODEL D BIN TORCH)
 #   make bench-dist      data parallel on NGPU GPUs (default 2): ddp, zero1, zero2 vs 1 GPU and PyTorch DDP
@@ -24,7 +27,7 @@
 #                        LLMC_SM BIN)
 # Elsewhere: make bench-ckpt (mk/ckpt.mk), bench-cpu (mk/cpu.mk), bench-tokenizer (mk/data.mk),
 # bench-mlir (mk/mlir.mk). Logs go to build/bench/<name> (OUT=... elsewhere); each prints its table last.
-.PHONY: bench-kernels bench-gpt2 bench-gemm profile-gpt2 bench-dist bench-tpcp bench-llmc bench-fp8-curve
+.PHONY: bench-kernels bench-gpt2 bench-gemm profile-gpt2 bench-dist bench-tpcp bench-llmc bench-fp8-curve bench-largest
 
 # the settings given on make's command line or in the environment, as NAME='value' for a script
 # (a setting not given is left out: each script has its own defaults)
@@ -50,6 +53,9 @@ bench-gpt2: $(BENCH_BIN)
 
 bench-fp8-curve: $(BENCH_BIN)
 	$(call bench_env,STEPS B MODEL RECIPES EVERY BIN OUT) bash bench/fp8_curve.sh
+
+bench-largest: $(BENCH_BIN)
+	$(call bench_env,TORCH_LAYERS TORCH_WIDTH OURS STEPS BIN TORCH OUT) bash bench/largest_model.sh
 
 # BT__K_MM_CANDIDATES raised so that the whole heuristic list of cuBLASLt is timed
 GEMM_ARGS ?=

@@ -13,7 +13,8 @@
 #   unit       every build/tests/test_*_gpu (tests/run_all.sh)
 #   sanitizer  each of them under compute-sanitizer memcheck, quick mode (SAN=0 skips it)
 #   resume     train_gpt2's checkpoints, bit for bit (tests/resume_check.py): GPT-2 124M bf16, fp32 and
-#              fp8 resumed after step 4 (fp8 also: graph against eager, losses near bf16's), --grad-dtype bf16
+#              fp8 resumed after step 4 (fp8 also: graph against eager, losses near bf16's), --offload adamw
+#              against the state on the GPU bit for bit, --grad-dtype bf16
 #              resumed (its losses near f32 gradients', less memory), two fresh --deterministic runs, kill -9 then --resume auto, the CUDA
 #              graph run against --cuda-graph off; with 2+ GPUs --dp ddp / zero1 / zero2 resumed, a
 #              2-GPU checkpoint refused on one GPU, --init-from it on one GPU
@@ -188,6 +189,11 @@ PY
   resume_check "the CUDA graph run against --cuda-graph off" --after 0 --log-a "$OUT/bf16_a/log.jsonl" \
     --log-b "$OUT/bf16_eager/log.jsonl" --ckpt-a "$(ck "$C/bf16_a" "$S")" --ckpt-b "$(ck "$C/eager" "$S")"
   rm -rf "$C/eager"
+  # --offload adamw: AdamW's m and v in pinned host memory, streamed through the GPU: the same bits
+  train offload "${D12[@]}" --precision bf16 --offload adamw --ckpt-dir "$C/offload"
+  resume_check "--offload adamw against the state on the GPU" --after 0 --log-a "$OUT/bf16_a/log.jsonl" \
+    --log-b "$OUT/offload/log.jsonl" --ckpt-a "$(ck "$C/bf16_a" "$S")" --ckpt-b "$(ck "$C/offload" "$S")"
+  rm -rf "$C/offload"
   # kill -9 at a random step after the first checkpoint, then --resume auto
   k=$((3 + RANDOM % (S - 4)))
   "$BIN" "${D12[@]}" --precision bf16 --ckpt-every 2 --ckpt-dir "$C/kill" -o "$OUT/kill" > "$OUT/kill.txt" 2>&1 &
