@@ -32,6 +32,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 import gpt2_torch as g  # noqa: E402
+import fp8_linear_torch as fp8_linear  # noqa: E402
 import llama_torch as lt  # noqa: E402
 
 assert not set(g.CONFIGS) & set(lt.CONFIGS), "a preset name in both families"
@@ -100,7 +101,8 @@ def parse_args():
                    help="GPT-2 or Llama preset, or dLwC: L layers of width C (default d12)")
     p.add_argument("--B", type=int, default=16)
     p.add_argument("--T", type=int, default=1024)
-    p.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="bf16")
+    p.add_argument("--precision", choices=["fp32", "tf32", "bf16", "fp8"], default="bf16",
+                   help="fp8: GPT-2's block linears through torch._scaled_mm, delayed scaling (bench/fp8_linear_torch.py)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--recompute", choices=g.RECOMPUTE_MODES, default="none",
                    help="regions remade in the backward, as train_gpt2's --recompute (default none)")
@@ -118,9 +120,14 @@ def world():
 
 def run(args, result):
     """Trains and fills in result; raises on out-of-memory."""
-    autocast = g.configure(args.precision, "cuda")
+    fp8 = args.precision == "fp8"   # bf16 autocast, the block linears through _scaled_mm
+    autocast = g.configure("bf16" if fp8 else args.precision, "cuda")
     model, vocab = build(args)
     model.train()
+    if fp8:
+        if args.config in lt.CONFIGS:
+            sys.exit("--precision fp8: GPT-2's models only (bench/fp8_linear_torch.py)")
+        states = fp8_linear.convert(model)
     opt = g.make_adamw(model, 1e-3 if args.config in SMALL else 1e-4, fused=True)
     if world() > 1:
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[torch.cuda.current_device()],
@@ -143,6 +150,9 @@ def run(args, result):
             loss = fwd(x, y)[1]  # drop the logits now: holding them would inflate the peak
         loss.backward()
         opt.step()
+        if fp8:
+            for st in states:
+                st.update()
         end.record()
         end.synchronize()
         if step >= args.warmup:
