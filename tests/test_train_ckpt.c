@@ -183,7 +183,7 @@ static void test_sigint(void) {
     /* two signals: ended by the second, not by the loop (30 ms apart: two pending SIGINTs would
        merge into one; 250 ms: often inside the checkpoint's write, which must leave no temporary) */
     for (int delay = 30; delay <= 250; delay += 220) {
-        char d2[16];
+        char d2[32];
         snprintf(d2, sizeof d2, "int2_%d", delay);   /* a directory each: the first may leave a checkpoint */
         snprintf(args, sizeof args, RUN " -x 100000 --ckpt-dir %s", tp(d2));
         pid = train_spawn(args, tp("int2.out"));
