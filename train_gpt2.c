@@ -304,6 +304,49 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
     return 0;
 }
 
+/* the host's available memory in bytes (MemAvailable: free plus what the page cache gives back), or
+   -1 when unknown */
+static double host_available_bytes(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    double kb = -1;
+    while (f && fgets(line, sizeof line, f)) if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb < 0 ? -1 : kb * 1024.0;
+}
+/* One process without tp/cp: the state kept whatever B is must fit where it lives, said before
+   anything is allocated (rather than a failed allocation deep in the build, or, on a host that
+   overcommits, the kernel's OOM killer during the init). Bytes a parameter: the fp32 weights 4,
+   their bf16 copy 2 (bf16, fp8 on a GPU), the gradients 4 (2 with --grad-dtype bf16), AdamW's m and
+   v 8 (not for --eval-only; in host memory with --offload adamw). Activations come on top. */
+static int check_static_memory(const train_opts *o, int64_t n, int on_gpu, bt_device dev, bt_dtype dt, int grad_bf16, char *err,
+                               size_t errlen) {
+    double p = (double)n, state = o->eval_only ? 0 : 8;
+    double dev_b = p * (4 + (dt != BT_F32 ? 2 : 0) + (grad_bf16 ? 2 : 4) + (o->offload && on_gpu ? 0 : state));
+    double host_b = on_gpu ? (o->offload ? p * state : 0) : dev_b, avail = host_available_bytes();
+    if (on_gpu) {
+        size_t free_b = 0, total_b = 0;
+        bt_device_memory(dev, &free_b, &total_b);
+        if (dev_b > (double)free_b) {
+            snprintf(err, errlen, "%.2fB parameters need %.1f GB on the GPU before any activation (fp32 weights 4 bytes a parameter, "
+                     "their bf16 copy %d, gradients %d, AdamW's m and v %d), and %.1f of its %.1f GB are free: %s", p / 1e9, dev_b / 1e9,
+                     dt != BT_F32 ? 2 : 0, grad_bf16 ? 2 : 4, o->offload || o->eval_only ? 0 : 8, free_b / 1e9, total_b / 1e9,
+                     !grad_bf16 && dt != BT_F32 && !o->eval_only ? "--grad-dtype bf16 keeps 2 bytes a parameter less, --offload adamw 8"
+                     : !o->offload && !o->eval_only ? "--offload adamw moves m and v (8 bytes a parameter) to host memory"
+                     : "a smaller model, or --dp fsdp over several GPUs");
+            return -1;
+        }
+    }
+    if (host_b > 0 && avail > 0 && host_b > 0.95 * avail) {
+        snprintf(err, errlen, "%.2fB parameters need %.1f GB of %s memory (%s), and %.1f GB are available here: a smaller model%s",
+                 p / 1e9, host_b / 1e9, on_gpu ? "pinned host" : "host",
+                 on_gpu ? "--offload adamw: AdamW's m and v, 8 bytes a parameter" : "weights, gradients, m and v: 16 bytes a parameter",
+                 avail / 1e9, on_gpu ? ", or without --offload" : "");
+        return -1;
+    }
+    return 0;
+}
+
 /* fill what the flags left open from the machine, then check the combination */
 static int resolve_opts(train_opts *o, int on_gpu, const trainer_config *cfg, char *err, size_t errlen) {
     if (o->T < 0) o->T = on_gpu ? 1024 : 64;
@@ -928,6 +971,12 @@ static int train_main(train_opts *o) {
         return run_end(&tr, 2);
     }
     bt_dtype grad_dt = tr.zero.stage == 2 || grad_bf16 ? tr.dt : BT_F32;
+    if (world == 1 && o->tp * o->cp == 1 &&
+        check_static_memory(o, cfg.family == TRAINER_LLAMA ? llama_num_params(&cfg.llama) : gpt2_num_params(&cfg.gpt2), on_gpu, dev,
+                            tr.dt, grad_bf16, err, sizeof err)) {
+        fprintf(stderr, "error: the model (%s): %s " SEE_H "\n", have_src ? tr.src.path : model, err);
+        return run_end(&tr, 1);
+    }
     if (o->tp > 1 && cfg.family == TRAINER_LLAMA) { tr.family = TRAINER_LLAMA; llama_build_tp(&tr.lm, cfg.llama, dev, o->tp, tr.par->tp_rank, pad_to, grad_dt); }
     else if (o->tp > 1) gpt2_build_tp(&tr.model, cfg.gpt2, dev, o->tp, tr.par->tp_rank, pad_to, grad_dt);
     else trainer_model_build(&tr, &cfg, dev, pad_to, grad_dt);

@@ -1,6 +1,7 @@
 /* test_train_gpt2.c - the program train_gpt2.c on the CPU: its command line (values, misread
    flags, sizes in 64 bits), and whole runs that must fail early and cleanly (bad output paths, bad
-   tokens, special files, a diverging loss, a full disk, missing files) or learn (the loss falls on
+   tokens, special files, a diverging loss, a full disk, missing files, a model too large for the
+   memory) or learn (the loss falls on
    Tiny Shakespeare). The runs are this binary re-executed as train_gpt2 (tests/train_runs.h). */
 #define _XOPEN_SOURCE 700   /* mknod, for a device node of our own */
 #define TRAIN_GPT2_NO_MAIN
@@ -96,6 +97,25 @@ static void test_size_overflow(void) {
     BT_CHECK(resolve_opts(&o, 0, &cfg, err, sizeof err) == -1 && strstr(err, "-b 65536 x -t 65536") && strstr(err, "4294967296"), "B*T: %s", err);
     parse("-b 32768 -t 65536", &o, err);   /* 2^31: one past int32 */
     BT_CHECK(resolve_opts(&o, 0, &cfg, err, sizeof err) == -1 && strstr(err, "2^31"), "B*T = 2^31: %s", err);
+}
+
+/* a model whose static state cannot fit is refused before anything is allocated, naming the
+   bytes and what it has (a 323B-parameter dLwC shape on this host; its 5 TB would otherwise be a
+   failed allocation deep in the build, or the OOM killer on a host that overcommits); the check
+   itself at the edge of this host's available memory */
+static void test_static_memory_refused(void) {
+    char out[65536], err[512];
+    int rc = train_run("-e d100w16384 -b 1 -t 8 -x 1 -v 0 -g 0 --device cpu", out, sizeof out);
+    BT_CHECK(rc == 1 && strstr(out, "error: the model (d100w16384): 322.98B parameters need 5167.8 GB of host memory") &&
+             strstr(out, "16 bytes a parameter") && !strstr(out, "step "), "exit %d: %s", rc, out);
+    train_opts o;
+    parse("--offload adamw", &o, err);
+    double avail = host_available_bytes();
+    BT_CHECK(avail > 0, "MemAvailable unread: %g", avail);
+    int64_t n = (int64_t)(avail / 8.0);   /* m and v of n parameters: all of the available memory */
+    BT_CHECK(check_static_memory(&o, n, 0, bt_cpu(), BT_F32, 0, err, sizeof err) == -1 && strstr(err, "16 bytes a parameter"),
+             "a CPU run of %lld parameters: %s", (long long)n, err);
+    BT_CHECK(check_static_memory(&o, 1000, 0, bt_cpu(), BT_F32, 0, err, sizeof err) == 0, "1000 parameters refused: %s", err);
 }
 
 /* finding 1: a bad output path is reported before the first step; nothing is trained */
@@ -333,6 +353,7 @@ int main(int argc, char **argv) {
     BT_RUN(test_cli);
     BT_RUN(test_cli_misread_flags);
     BT_RUN(test_size_overflow);
+    BT_RUN(test_static_memory_refused);
     BT_RUN(test_bad_output_paths_do_not_train);
     BT_RUN(test_log_link_refused);
     BT_RUN(test_bad_token_in_shard);
