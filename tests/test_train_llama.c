@@ -5,7 +5,8 @@
    bit for bit; -e of the other family against that checkpoint is a clear error; the run's
    --export-hf directory read back by --init-from DIR --eval-only gives the run's final validation
    loss exactly; the flags a Llama does not take yet are refused, naming the flag; -e's preset names
-   pick the family; llama_build_padded (ZeRO's equal shards) lays the same weights out. Runs are this
+   pick the family; llama_build_padded (ZeRO's equal shards) lays the same weights out; --recompute
+   block and mlp, and --offload adamw, give the losses of the run without, bit for bit. Runs are this
    binary re-executed with --run-train ARGS (tests/train_runs.h), on the ls2 preset (2 layers, C 64,
    4 heads, 2 key/value heads). */
 #define TRAIN_GPT2_NO_MAIN
@@ -176,7 +177,7 @@ static void test_refusals(void) {
     BT_CHECK(trainer_family_check(&o, &c, err, sizeof err) == 0, "--mlir with GPT-2 is fine");
 }
 
-/* --recompute block and mlp (llama.h's regions): the losses of test_resume_bit_exact's reference run, exactly */
+/* --recompute block and mlp (llama.h's regions), --offload adamw: the losses of test_resume_bit_exact's reference run, exactly */
 static void test_recompute_run(void) {
     if (!have_data()) { BT_SKIP("no data (make data)"); return; }
     double ref[16], got[16];
@@ -184,14 +185,15 @@ static void test_recompute_run(void) {
     snprintf(lp, sizeof lp, "%s/log.jsonl", tp("ref_log"));
     int n = read_losses(tp("ref_log"), ref, 16);
     if (n <= 0) { BT_CHECK(0, "no reference log %s (test_resume_bit_exact runs first)", lp); return; }
-    static const char *modes[2] = {"block", "mlp"};
-    for (int k = 0; k < 2; k++) {
+    static const char *modes[3] = {"--recompute block", "--recompute mlp", "--offload adamw"};
+    for (int k = 0; k < 3; k++) {
         char args[1000], out[65536], dir[64];
-        snprintf(dir, sizeof dir, "rc_%s", modes[k]);
-        snprintf(args, sizeof args, "-e ls2 " RUN " -x %d --recompute %s -o %s", n, modes[k], tp(dir));
+        snprintf(dir, sizeof dir, "rc_%d", k);
+        snprintf(args, sizeof args, "-e ls2 " RUN " -x %d %s -o %s", n, modes[k], tp(dir));
         int rc = train_run(args, out, sizeof out), m = rc == 0 ? read_losses(tp(dir), got, 16) : -1, same = m == n;
         for (int i = 0; same && i < n; i++) same = got[i] == ref[i];
-        BT_CHECK(rc == 0 && same && strstr(out, modes[k]), "--recompute %s: exit %d, %d losses, not those of the run without (%d)", modes[k], rc, m, n);
+        BT_CHECK(rc == 0 && same && strstr(out, k < 2 ? modes[k] + 12 : "offload: AdamW's m and v"), "%s: exit %d, %d losses, not those of the run without (%d)",
+                 modes[k], rc, m, n);
     }
 }
 
