@@ -42,8 +42,8 @@
      streams them through two pairs of device buffers of `chunk` elements: while chunk k is
      updated on the current stream, chunk k + 1 comes in on one copy stream and chunk k - 1 goes
      out on another, so the update takes about the time of the transfers, 8 bytes a parameter
-     each way (PCIe 5 x16, ~50 GB/s each way: ~0.16 s per billion parameters), and the first
-     loads overlap the end of the backward pass. The kernel and its inputs are the ones of the
+     each way (measured ~36 GB/s each way on an H200's PCIe 5 x16: ~0.22 s per billion
+     parameters), and the first loads overlap the end of the backward pass. The kernel and its inputs are the ones of the
      state on the GPU: the weights and the state are the same bits either way. The stores are
      asynchronous: the host reads m and v after bt_adamw_wait (a checkpoint does). On a CPU the
      state is in host memory already; the chunks are copied all the same, which is how the
