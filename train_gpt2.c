@@ -73,7 +73,8 @@ static void usage(FILE *f) {
         "  --grad-dtype f32|bf16   the gradient buffer (default f32); bf16: 2 bytes a parameter less, for a bf16 or\n"
         "            fp8 run on one GPU with one micro-batch a step (-d = B*T: each gradient written once, no sum)\n"
         "  --offload none|adamw   adamw: AdamW's m and v in pinned host memory, streamed through the GPU at each\n"
-        "            update (8 bytes a parameter off the GPU; the same bits; one process or --dp ddp)\n"
+        "            update (8 bytes a parameter off the GPU, or this rank's shard with zero1, zero2, fsdp; the\n"
+        "            same bits; not with --tp, --cp)\n"
         "  --device auto|cpu|cuda|cuda:N  (default auto: cuda:0 when there is a GPU)\n"
         "  --seed N  --topk N  --temp T  --clip C (0 = no clipping)\n"
         "  --tokenizer DIR   encoder.json and vocab.bpe (default data; without them samples print as ids)\n"
@@ -287,8 +288,8 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
     const char *clash = (o->fp8_recipe || o->fp8_history) && !fp8 ? "--fp8-recipe and --fp8-history need --precision fp8"
         : fp8 && o->mlir ? "--precision fp8 and --mlir exclude each other (the FP8 MLP runs its linears unfused; --mlir fuses a bf16 one)"
         : fp8 && (o->tp > 1 || o->cp > 1) ? "--precision fp8: not with --tp or --cp yet (their split linears are gpt2_parallel.h's and llama_parallel.h's, not FP8)"
-        : o->offload && (o->tp > 1 || o->cp > 1 || strcmp(o->dp, "ddp"))
-            ? "--offload adamw keeps the whole AdamW state in host memory: not with --tp, --cp or --dp zero1, zero2, fsdp (they shard it on the GPUs)"
+        : o->offload && (o->tp > 1 || o->cp > 1)
+            ? "--offload adamw: not with --tp or --cp yet (the split layouts' state has not been tried offloaded)"
         : o->ckpt_every && !o->ckpt_dir ? "--ckpt-every needs --ckpt-dir DIR (where the checkpoints go)"
         : o->resume && !strcmp(o->resume, "auto") && !o->ckpt_dir ? "--resume auto needs --ckpt-dir DIR (where to look)"
         : o->ckpt_overwrite && !o->ckpt_dir ? "--ckpt-overwrite needs --ckpt-dir DIR (whose old checkpoints it deletes)"
@@ -1086,7 +1087,7 @@ static int train_main(train_opts *o) {
                      bt_launcher_name(dist->env.launcher), o->dp, o->bucket_mb, o->comm_dtype,
                      !on_gpu ? " (CPU: collectives through the TCP store)" : tr.ddp && bt_ddp_get_stats(tr.ddp).copy_engines ? " (copy engines)" : " (NCCL)");
     if (tr.par) trainer_par_describe(tr.par, o);
-    if (o->offload) printf("offload: AdamW's m and v in %s host memory (%.2f GB), streamed through the %s in chunks of %lld at each update\n",
+    if (tr.opt.offload) printf("offload: AdamW's m and v in %s host memory (%.2f GB), streamed through the %s in chunks of %lld at each update\n",
                            on_gpu ? "pinned" : "plain", 8e-9 * (double)(tr.opt.hi - tr.opt.lo), on_gpu ? "GPU" : "CPU's buffers",
                            (long long)tr.opt.offload_chunk);
     printf("train %zu batches/epoch (%s), ", bt_loader_num_batches(tr.train), o->train_glob);

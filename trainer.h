@@ -156,8 +156,9 @@ typedef struct trainer {
     int start_step;            /* the first step to run: 0, or the resumed checkpoint's */
     bt_ckpt_saver *saver;      /* rank 0 with --ckpt-dir: the asynchronous writer */
     int fence_pending;         /* a snapshot's copies must be done before the next update (trainer_ckpt_fence) */
-    bt_tensor *gathered[5];    /* ZeRO or tp: AdamW's m and v (and with tp the weights) gathered, alive until the fence;
-                                  [3], [4]: with ZeRO m and v over the ZeRO group (with tp the input of the tp gather) */
+    bt_tensor *gathered[7];    /* ZeRO or tp: AdamW's m and v (and with tp the weights) gathered, alive until the fence;
+                                  [3], [4]: with ZeRO m and v over the ZeRO group (with tp the input of the tp gather);
+                                  [5], [6]: an offloaded m and v copied to the GPU for those collectives */
     double last_stall_ms, total_stall_ms;   /* host time of the last snapshot, of all */
     int64_t saves_seen;        /* finished saves reported so far */
     int skipped;               /* --skip-nonfinite: updates skipped */
@@ -1109,21 +1110,27 @@ static bt_ckpt_meta *trainer__meta(trainer *tr, int step, double loss) {
    gathered (collectives) into temporaries that live until the fence: with ZeRO every rank's range
    over the ZeRO group, then with tp the tp ranks' buffers into the 1-GPU layout (on rank 0; NULL
    on the others) */
+/* m or v for a collective: offloaded (pinned host memory) on a GPU, first copied to the GPU (NCCL
+   moves device memory), the copy alive until the fence as the gathered ones */
+static bt_tensor *trainer__state_for_comm(trainer *tr, bt_tensor *s, int k) {
+    if (!tr->opt.offload || trainer_device(tr).type != BT_GPU) return s;
+    return tr->gathered[5 + k] = bt_retain(bt_to(s, trainer_device(tr)));
+}
 static void trainer__gather_adamw(trainer *tr, bt_tensor **m, bt_tensor **v) {
     if (tr->fsdp) {   /* every rank's shards in the flat layout (a collective) */
-        *m = tr->gathered[0] = bt_retain(bt_fsdp_full(tr->fsdp, tr->opt.m));
-        *v = tr->gathered[1] = bt_retain(bt_fsdp_full(tr->fsdp, tr->opt.v));
+        *m = tr->gathered[0] = bt_retain(bt_fsdp_full(tr->fsdp, trainer__state_for_comm(tr, tr->opt.m, 0)));
+        *v = tr->gathered[1] = bt_retain(bt_fsdp_full(tr->fsdp, trainer__state_for_comm(tr, tr->opt.v, 1)));
         return;
     }
     if (!tr->zero.stage && !trainer__tp(tr)) { *m = tr->opt.m; *v = tr->opt.v; return; }
-    bt_tensor *state[2] = {tr->opt.m, tr->opt.v}, **out[2] = {m, v};
+    bt_tensor *state[2] = {trainer__state_for_comm(tr, tr->opt.m, 0), trainer__state_for_comm(tr, tr->opt.v, 1)}, **out[2] = {m, v};
     for (int k = 0; k < 2; k++) {
         bt_tensor *x = tr->zero.stage ? (tr->gathered[3 + k] = bt_zero_gather(&tr->zero, state[k])) : state[k];
         *out[k] = trainer__tp(tr) ? (tr->gathered[k] = bt_par_gather_whole(tr->par, x)) : bt_narrow(x, 0, 0, trainer_num_params(tr));
     }
 }
 static void trainer__release_gathered(trainer *tr) {
-    for (int k = 0; k < 5; k++) { bt_release(tr->gathered[k]); tr->gathered[k] = NULL; }
+    for (int k = 0; k < 7; k++) { bt_release(tr->gathered[k]); tr->gathered[k] = NULL; }
 }
 /* the device waits there for the snapshot's copies (the host does not); the gathered temporaries
    may then go (later work on the stream comes after them) */

@@ -11,7 +11,7 @@
    the weights written (GPT-2's --save file, a Llama's --export-hf directory) and the checkpoints
    (weights, AdamW's m and v: the 1-process file) within the tolerances below; a resume with fsdp
    ranks bit for bit; the checkpoint and a Hugging Face export as --init-from of one process and of
-   fsdp ranks; the samples (during the run and at the end, from the weights gathered on rank 0) one
+   fsdp ranks; --offload adamw's losses and checkpoints bit for bit; the samples (during the run and at the end, from the weights gathered on rank 0) one
    process's; the flags fsdp does not take yet, and a resume by another number of ranks, refused
    with the reason. */
 #define TRAIN_GPT2_NO_MAIN
@@ -242,6 +242,20 @@ static void checkpoints(const char *model) {
         ckpt_file(d[2], 4, a, sizeof a);
         e = ckpt_diff(a, ck4, &bitwise);
         BT_CHECK(bitwise, "%s --dp fsdp resumed: the checkpoint of step 4 is not bitwise the uninterrupted run's (%.3g)", model, e);
+    }
+    /* --offload adamw (each rank's shards of m and v in host memory): the same losses and last checkpoint, bit for bit */
+    snprintf(args, sizeof args, CKPT_RUN " --dp fsdp --offload adamw --ckpt-dir %s/%s_off", model, bt_test_dir, d[1]);
+    snprintf(a, sizeof a, "%s_off", d[4]);
+    int n_off = run_logged(2, args, a, lr, 8);
+    BT_CHECK(n_off == 4, "%s --dp fsdp --offload adamw: %d steps logged", model, n_off);
+    if (n_off == 4) {
+        BT_CHECK(!memcmp(lr, lu, 4 * sizeof(double)), "%s --dp fsdp --offload adamw: losses %.9f .. %.9f, without it %.9f .. %.9f", model,
+                 lr[0], lr[3], lu[0], lu[3]);
+        char off_dir[128];
+        snprintf(off_dir, sizeof off_dir, "%s_off", d[1]);
+        ckpt_file(off_dir, 4, a, sizeof a);
+        e = ckpt_diff(a, ck4, &bitwise);
+        BT_CHECK(bitwise, "%s --dp fsdp --offload adamw: the checkpoint of step 4 is not bitwise the run's without it (%.3g)", model, e);
     }
     /* a resume by one process (another data-parallel world: each rank's data position is the
        checkpoint's) is refused, naming it; the file's weights start one process (--init-from) */

@@ -6,7 +6,8 @@
    --export-hf directory read back by --init-from DIR --eval-only gives the run's final validation
    loss exactly; the flags a Llama does not take yet are refused, naming the flag; -e's preset names
    pick the family; llama_build_padded (ZeRO's equal shards) lays the same weights out; --recompute
-   block and mlp, and --offload adamw, give the losses of the run without, bit for bit. Runs are this
+   block and mlp, and --offload adamw, give the losses of the run without, bit for bit; ddp, zero1,
+   zero2 on 2 CPU ranks against one process, resumed, and offloaded (bit for bit). Runs are this
    binary re-executed with --run-train ARGS (tests/train_runs.h), on the ls2 preset (2 layers, C 64,
    4 heads, 2 key/value heads). */
 #define TRAIN_GPT2_NO_MAIN
@@ -235,6 +236,18 @@ static void test_data_parallel_cpu(void) {
         ckpt_file(dir, 4, r4, sizeof r4);
         e = ckpt_diff(r4, c4, &bitwise);
         BT_CHECK(bitwise, "--dp %s resumed: the checkpoint of step 4 is not bitwise the uninterrupted run's (%.3g)", modes[k], e);
+        /* --offload adamw (each rank's range of m and v in host memory): the same losses and checkpoint, bit for bit */
+        snprintf(dir, sizeof dir, "dp_%s_off.ck", modes[k]);
+        snprintf(tag, sizeof tag, "dp_%s_off", modes[k]);
+        snprintf(args, sizeof args, "-e ls2 " DP_RUN " --dp %s --offload adamw --ckpt-dir %s/%s", modes[k], bt_test_dir, dir);
+        int n_off = run_logged(2, args, tag, lr, 8);
+        BT_CHECK(n_off == 4, "--dp %s --offload adamw: %d steps logged", modes[k], n_off);
+        if (n_off != 4) continue;
+        BT_CHECK(!memcmp(lr, l2, 4 * sizeof(double)), "--dp %s --offload adamw: losses %.9f .. %.9f, without it %.9f .. %.9f", modes[k], lr[0],
+                 lr[3], l2[0], l2[3]);
+        ckpt_file(dir, 4, r4, sizeof r4);
+        e = ckpt_diff(r4, c4, &bitwise);
+        BT_CHECK(bitwise, "--dp %s --offload adamw: the checkpoint of step 4 is not bitwise the run's without it (%.3g)", modes[k], e);
     }
 }
 
