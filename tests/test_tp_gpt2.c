@@ -9,7 +9,8 @@
    --tp 2 --async-tp and --cp 2 with each --cp-comm, whose losses match one process on the same
    batch and whose --save file matches the 1-process one; and checkpoints across layouts: a --tp 2
    or --cp 2 checkpoint is the 1-process file, resumes bit for bit in its layout and on the
-   1-process losses by one process (and the reverse), --init-from and -s work with --tp 2. */
+   1-process losses by one process (and the reverse), --offload adamw in the layout gives its
+   losses and checkpoint bit for bit, --init-from and -s work with --tp 2. */
 #define TRAIN_GPT2_NO_MAIN
 #include "train_gpt2.c"
 #include "tests/bt_test.h"
@@ -296,6 +297,17 @@ static void check_layout_checkpoints(const char *layout, const char *tag, const 
         ckpt_file(t, 4, a, sizeof a);
         e = ckpt_diff(a, ck4, &bitwise);
         BT_CHECK(bitwise, "%s resumed in %s: the checkpoint of step 4 is not bitwise the uninterrupted run's (%.3g)", layout, layout, e);
+    }
+    /* --offload adamw in this layout (each rank's m and v in host memory): the same losses and last checkpoint, bit for bit */
+    snprintf(args, sizeof args, CKPT_RUN " %s --offload adamw --ckpt-dir %s/%s_off.ck", layout, bt_test_dir, tag);
+    snprintf(t, sizeof t, "%s_off", tag);
+    if (run_logged(2, args, t, lr, 8) == 4) {
+        BT_CHECK(!memcmp(lr, lu, 4 * sizeof(double)), "%s --offload adamw: losses %.9f .. %.9f, without it %.9f .. %.9f", layout, lr[0], lr[3],
+                 lu[0], lu[3]);
+        snprintf(t, sizeof t, "%s_off.ck", tag);
+        ckpt_file(t, 4, a, sizeof a);
+        e = ckpt_diff(a, ck4, &bitwise);
+        BT_CHECK(bitwise, "%s --offload adamw: the checkpoint of step 4 is not bitwise the run's without it (%.3g)", layout, e);
     }
     /* resumed by one process: the 1-process run's losses and weights */
     snprintf(args, sizeof args, CKPT_RUN " --resume %s --ckpt-dir %s/%s_1.ck", ck2, bt_test_dir, tag);
