@@ -1106,16 +1106,16 @@ static bt_ckpt_meta *trainer__meta(trainer *tr, int step, double loss) {
     free(all);
     return meta;
 }
-/* AdamW's m and v over all num_params elements in the 1-GPU layout: the optimizer's own, or
-   gathered (collectives) into temporaries that live until the fence: with ZeRO every rank's range
-   over the ZeRO group, then with tp the tp ranks' buffers into the 1-GPU layout (on rank 0; NULL
-   on the others) */
 /* m or v for a collective: offloaded (pinned host memory) on a GPU, first copied to the GPU (NCCL
    moves device memory), the copy alive until the fence as the gathered ones */
 static bt_tensor *trainer__state_for_comm(trainer *tr, bt_tensor *s, int k) {
     if (!tr->opt.offload || trainer_device(tr).type != BT_GPU) return s;
     return tr->gathered[5 + k] = bt_retain(bt_to(s, trainer_device(tr)));
 }
+/* AdamW's m and v over all num_params elements in the 1-GPU layout: the optimizer's own, or
+   gathered (collectives) into temporaries that live until the fence: with ZeRO every rank's range
+   over the ZeRO group, then with tp the tp ranks' buffers into the 1-GPU layout (on rank 0; NULL
+   on the others) */
 static void trainer__gather_adamw(trainer *tr, bt_tensor **m, bt_tensor **v) {
     if (tr->fsdp) {   /* every rank's shards in the flat layout (a collective) */
         *m = tr->gathered[0] = bt_retain(bt_fsdp_full(tr->fsdp, trainer__state_for_comm(tr, tr->opt.m, 0)));
@@ -1130,7 +1130,7 @@ static void trainer__gather_adamw(trainer *tr, bt_tensor **m, bt_tensor **v) {
     }
 }
 static void trainer__release_gathered(trainer *tr) {
-    for (int k = 0; k < 7; k++) { bt_release(tr->gathered[k]); tr->gathered[k] = NULL; }
+    for (size_t k = 0; k < sizeof tr->gathered / sizeof tr->gathered[0]; k++) { bt_release(tr->gathered[k]); tr->gathered[k] = NULL; }
 }
 /* the device waits there for the snapshot's copies (the host does not); the gathered temporaries
    may then go (later work on the stream comes after them) */

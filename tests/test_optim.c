@@ -289,7 +289,16 @@ static void test_adamw_state_and_shards(void) {
    in one buffer (one pass over the decay runs) or apart (one pass per parameter), chunk sizes that
    cut parameters and runs anywhere, clipping on, a ZeRO-like range; then set_state and the errors.
    The same check on a GPU, with pinned memory and the copy streams, is test_ops_gpu's. */
-static double *flat_state(bt_tensor *t) { return bt_test_host(t); }
+/* 1 when the n tensors of x and y hold the same values, element for element */
+static int same_values(bt_tensor **x, bt_tensor **y, int n) {
+    int same = 1;
+    for (int i = 0; i < n; i++) {
+        double *a = bt_test_host(x[i]), *b = bt_test_host(y[i]);
+        for (int64_t j = 0; j < bt_numel(x[i]); j++) same &= a[j] == b[j];
+        free(a); free(b);
+    }
+    return same;
+}
 static void test_adamw_offload(void) {
     size_t base = allocated();
     int64_t sizes[4] = {12, 5, 8, 3}, offs[4] = {8, 0, 20, 5};   /* buffer order: 1, 3, 0, 2 */
@@ -334,15 +343,8 @@ static void test_adamw_offload(void) {
                     bt_adamw_step(&a, 1e-2f); bt_adamw_step(&b, 1e-2f);
                 }
                 bt_adamw_wait(&b);
-                int same = 1;
-                for (int i = 0; i < 4; i++) {
-                    double *x = bt_test_host(ps[0][i]), *y = bt_test_host(ps[1][i]);
-                    for (int64_t j = 0; j < sizes[i]; j++) same &= x[j] == y[j];
-                    free(x); free(y);
-                }
-                double *ma = flat_state(a.m), *mb = flat_state(b.m), *va = flat_state(a.v), *vb = flat_state(b.v);
-                for (int64_t j = 0; j < a.hi - a.lo; j++) same &= ma[j] == mb[j] && va[j] == vb[j];
-                free(ma); free(mb); free(va); free(vb);
+                bt_tensor *sa[2] = {a.m, a.v}, *sb[2] = {b.m, b.v};
+                int same = same_values(ps[0], ps[1], 4) && same_values(sa, sb, 2);
                 BT_CHECK(same, "offloaded (chunk %lld, %s, %s) differs from the state kept whole", (long long)chunks[ci],
                          flat_case ? "one buffer" : "apart", sh ? "range [6, 23)" : "all");
                 /* a state set into the offloaded optimizer: one more step agrees again */
@@ -353,13 +355,7 @@ static void test_adamw_offload(void) {
                     for (int i = 0; i < 4; i++) { bt_scope_begin(); bt_copy_(ps[1][i], ps[0][i]); bt_scope_end(); }
                     bt_adamw_step(&a, 1e-2f); bt_adamw_step(&c, 1e-2f);
                     bt_adamw_wait(&c);
-                    int agree = 1;
-                    for (int i = 0; i < 4; i++) {
-                        double *x = bt_test_host(ps[0][i]), *y = bt_test_host(ps[1][i]);
-                        for (int64_t j = 0; j < sizes[i]; j++) agree &= x[j] == y[j];
-                        free(x); free(y);
-                    }
-                    BT_CHECK(agree, "a state set into an offloaded optimizer steps differently (%s)", flat_case ? "one buffer" : "apart");
+                    BT_CHECK(same_values(ps[0], ps[1], 4), "a state set into an offloaded optimizer steps differently (%s)", flat_case ? "one buffer" : "apart");
                     bt_adamw_free(&c);
                 }
                 bt_adamw_free(&a); bt_adamw_free(&b);
