@@ -452,6 +452,10 @@ BTDEF void bt_scope_end(void);
 /* scopes open now: an error handler that longjmps out of ops closes those opened since it was set */
 BTDEF int bt_scope_depth(void);
 BTDEF bt_tensor *bt_keep(bt_tensor *t);            /* take t out of the innermost scope: caller owns it */
+/* close the innermost scope but for t, which moves to the enclosing one: a model's layer in its own
+   scope frees the layer's temporaries that no backward node saved (a cast's input, say) at the
+   layer's end instead of at the step's. Outside any enclosing scope the caller owns t, as an op's result. */
+BTDEF bt_tensor *bt_scope_return(bt_tensor *t);
 
 /* ---- properties ---- */
 static inline bt_device bt_device_of(const bt_tensor *t) { return t->storage->device; }
@@ -1339,6 +1343,12 @@ BTDEF bt_tensor *bt_keep(bt_tensor *t) {
         }
     bt_error("bt_keep: tensor %p is not in the innermost scope", (void *)t);
     return t;
+}
+BTDEF bt_tensor *bt_scope_return(bt_tensor *t) {
+    if (bt__g.scope_depth < 1) bt_error("bt_scope_return: no scope open (tensor %p)", (void *)t);
+    bt_keep(t);
+    bt_scope_end();
+    return bt__register(t);
 }
 
 BTDEF bt_shape bt_shapev(int ndim, const int64_t *dims) {

@@ -527,7 +527,10 @@ static bt_tensor *gpt2__hidden(gpt2 *m, bt_tensor *idx, bt_dtype dt, int keep0) 
                  : bt_add(bt_embedding(GPT2_P(m->wte), idx), bt_embedding(GPT2_P(m->wpe), gpt2__positions(m, idx->shape[1])));
     if (!keep0) bt_units_end(&m->units, 0);
     int f8 = m->fp8 && bt_grad_enabled();   /* a training forward: the FP8 linears */
-    for (int l = 0; l < m->cfg.L; l++) x = gpt2__block(m, &m->layers[l], x, dt, rc, f8);
+    for (int l = 0; l < m->cfg.L; l++) {   /* a scope per block: what no node saved goes at the block's end */
+        bt_scope_begin();
+        x = bt_scope_return(gpt2__block(m, &m->layers[l], x, dt, rc, f8));
+    }
     bt_units_begin(&m->units, m->cfg.L + 1, dt);
     x = bt_layernorm(x, GPT2_P(m->lnfw), GPT2_P(m->lnfb), 1e-5);
     bt_units_end(&m->units, m->cfg.L + 1);

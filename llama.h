@@ -489,7 +489,10 @@ static bt_tensor *llama__hidden(llama *m, bt_tensor *idx, bt_dtype dt, int keep_
     bt_tensor *x = m->split && m->split->embed ? m->split->embed(m, idx, dt) : bt_embedding(LLAMA_P(m->emb), idx);
     if (hu != 0) bt_units_end(&m->units, 0);
     int f8 = m->fp8 && bt_grad_enabled();   /* a training forward: the FP8 linears */
-    for (int l = 0; l < c->L; l++) x = llama__block(m, &m->layers[l], x, dt, rc, f8);
+    for (int l = 0; l < c->L; l++) {   /* a scope per block: what no node saved goes at the block's end */
+        bt_scope_begin();
+        x = bt_scope_return(llama__block(m, &m->layers[l], x, dt, rc, f8));
+    }
     bt_units_begin(&m->units, c->L + 1, dt);
     x = bt_rmsnorm(x, LLAMA_P(m->norm), c->eps);
     if (hu != c->L + 1) bt_units_end(&m->units, c->L + 1);
