@@ -1164,14 +1164,14 @@ static unsigned bt__k_warprows_grid(int64_t rows) {
 }
 #define BT__K_WARP_ROW_LOOP(row, rows) \
     for (int64_t row = blockIdx.x * (int64_t)8 + (threadIdx.x >> 5); row < (rows); row += (int64_t)gridDim.x * 8)
-/* lane's vectors i = 0..NV-1 of a row: x[i][e] = row[(lane + 32 i) VE + e] as fp32, 0 past nvec */
+/* a thread's vectors i = 0..NV-1 of a row: x[i][e] = row[(first + step i) VE + e] as fp32, 0 past
+   nvec. A warp a row: first = lane, step = 32 (bt__k_row_ld); a block a row: threadIdx.x, blockDim.x. */
 template <typename T, int NV>
-__device__ __forceinline__ void bt__k_row_ld(float x[NV][16 / sizeof(T)], const T *row, int nvec) {
+__device__ __forceinline__ void bt__k_vecs_ld(float x[NV][16 / sizeof(T)], const T *row, int nvec, int first, int step) {
     const int VE = 16 / sizeof(T);
-    int lane = threadIdx.x & 31;
 #pragma unroll
     for (int i = 0; i < NV; i++) {
-        int c = lane + 32 * i;
+        int c = first + step * i;
         if (c < nvec) {
             T a[VE];
             bt__k_ld16(a, row + c * VE);
@@ -1184,12 +1184,11 @@ __device__ __forceinline__ void bt__k_row_ld(float x[NV][16 / sizeof(T)], const 
     }
 }
 template <typename T, int NV>
-__device__ __forceinline__ void bt__k_row_st(T *row, const float x[NV][16 / sizeof(T)], int nvec) {
+__device__ __forceinline__ void bt__k_vecs_st(T *row, const float x[NV][16 / sizeof(T)], int nvec, int first, int step) {
     const int VE = 16 / sizeof(T);
-    int lane = threadIdx.x & 31;
 #pragma unroll
     for (int i = 0; i < NV; i++) {
-        int c = lane + 32 * i;
+        int c = first + step * i;
         if (c < nvec) {
             T a[VE];
 #pragma unroll
@@ -1197,6 +1196,14 @@ __device__ __forceinline__ void bt__k_row_st(T *row, const float x[NV][16 / size
             bt__k_st16(row + c * VE, a);
         }
     }
+}
+template <typename T, int NV>
+__device__ __forceinline__ void bt__k_row_ld(float x[NV][16 / sizeof(T)], const T *row, int nvec) {
+    bt__k_vecs_ld<T, NV>(x, row, nvec, threadIdx.x & 31, 32);
+}
+template <typename T, int NV>
+__device__ __forceinline__ void bt__k_row_st(T *row, const float x[NV][16 / sizeof(T)], int nvec) {
+    bt__k_vecs_st<T, NV>(row, x, nvec, threadIdx.x & 31, 32);
 }
 __device__ __forceinline__ float bt__k_wmax(float v) {
     for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
@@ -1349,6 +1356,11 @@ BTDEF void bt_k_softmax_backward(bt_dtype dt, void *gx, const void *gout, const 
    over hundreds of partials is latency-bound: it made the first fused version slower than the
    two-kernel one). No atomics: the same bits on every run (for a given GPU, whose SM count sets
    the grid).
+   Block rows (1024 < C <= 1024 VE, the same alignment: GPT-2 1.5B's 1600, Llama's 2048, 4096): a
+   block of 32 ceil(C / (2 VE 32)) threads a row, two vectors a thread, the same single reads and
+   writes; the gw/gb partials stay in the registers of the thread that owns the column and go out
+   once per block, summed by the same fixed-order add (measured at C 1600: the fallback below ran
+   at ~1 TB/s, a third of the copy rate).
    Fallback: one warp (C <= 1024) or block (larger C) per row re-reading x three times forward;
    backward a row kernel for gx plus a column kernel (32 columns x 8 rows per block, row chunks
    over grid.y, fp32 partials [splits, C]) for gw, gb, then the same fixed-order add.
@@ -1493,6 +1505,138 @@ __global__ void __launch_bounds__(256, 3) bt__k_layernorm_bwd_warp(T *gx, int gx
         if (pr) pr[(int64_t)blockIdx.x * C + j] = ar;
     }
 }
+/* Rows of 1025 to 512 NV VE elements (GPT-2 1.5B's 1600, Llama's 2048 and 4096): a block of
+   32 ceil(nvec / 64) threads a row, each holding NV = 2 vectors (c = t and t + blockDim.x), the row
+   sums over the block (bt__k_bsum). The traffic of the warp rows: x read once and out written once
+   forward; backward g and x read once (gx too with gx_add), gx written once. The column partials of
+   g xhat, g (and of gx: pr) stay in the registers of the thread that owns the column, the same
+   thread for every row of the block, and are written once at its end ([gridDim.x, C], then summed
+   in fixed order by bt__k_layernorm_bwd_add32). */
+#define BT__K_BROW_NV 2
+static int bt__k_browfast(int64_t n, size_t es, const void *a, const void *b, const void *c, const void *d) {
+    int64_t ve = (int64_t)(16 / es);
+    return n % ve == 0 && n / ve <= 512 * BT__K_BROW_NV && bt__k_aligned16(a) && bt__k_aligned16(b) && bt__k_aligned16(c) &&
+           bt__k_aligned16(d);
+}
+static unsigned bt__k_brow_threads(int64_t nvec) { return (unsigned)(32 * ((nvec + 32 * BT__K_BROW_NV - 1) / (32 * BT__K_BROW_NV))); }
+template <typename T, int RMS>
+__global__ void __launch_bounds__(512) bt__k_layernorm_brow(T *out, float *mean, float *rstd, const T *x, const T *w, const T *b,
+                                                            int64_t rows, int C, float eps) {
+    const int VE = 16 / sizeof(T), NV = BT__K_BROW_NV;
+    __shared__ float sh[32];
+    int nvec = C / VE, t = threadIdx.x, S = blockDim.x;
+    for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+        float v[NV][VE];
+        bt__k_vecs_ld<T, NV>(v, x + row * C, nvec, t, S);
+        float acc = 0.f;
+#pragma unroll
+        for (int i = 0; i < NV; i++)
+#pragma unroll
+            for (int e = 0; e < VE; e++) acc += v[i][e];   /* padded vectors hold zeros */
+        float mu = RMS ? 0.f : bt__k_bsum(acc, sh) / (float)C;
+        acc = 0.f;
+#pragma unroll
+        for (int i = 0; i < NV; i++)
+            if (t + S * i < nvec)
+#pragma unroll
+                for (int e = 0; e < VE; e++) { float d = v[i][e] - mu; acc += d * d; }
+        float rs = 1.f / sqrtf(bt__k_bsum(acc, sh) / (float)C + eps);
+        float wb[NV][VE];
+#pragma unroll
+        for (int i = 0; i < NV; i++)
+#pragma unroll
+            for (int e = 0; e < VE; e++) v[i][e] = RMS ? bt__k_tof(bt__k_from<T>(v[i][e] * rs)) : (v[i][e] - mu) * rs;
+        if (w) {
+            bt__k_vecs_ld<T, NV>(wb, w, nvec, t, S);
+#pragma unroll
+            for (int i = 0; i < NV; i++)
+#pragma unroll
+                for (int e = 0; e < VE; e++) v[i][e] *= wb[i][e];
+        }
+        if (b) {
+            bt__k_vecs_ld<T, NV>(wb, b, nvec, t, S);
+#pragma unroll
+            for (int i = 0; i < NV; i++)
+#pragma unroll
+                for (int e = 0; e < VE; e++) v[i][e] += wb[i][e];
+        }
+        bt__k_vecs_st<T, NV>(out + row * C, v, nvec, t, S);
+        if (t == 0) {
+            if (mean) mean[row] = mu;
+            if (rstd) rstd[row] = rs;
+        }
+    }
+}
+template <typename T, int RMS>
+__global__ void __launch_bounds__(512) bt__k_layernorm_bwd_brow(T *gx, int gx_add, float *pw, float *pb, float *pr, const T *g,
+                                                                const T *x, const T *w, const float *mean, const float *rstd,
+                                                                int64_t rows, int C) {
+    const int VE = 16 / sizeof(T), NV = BT__K_BROW_NV;
+    __shared__ float sh[32];
+    int nvec = C / VE, t = threadIdx.x, S = blockDim.x;
+    float aw[NV][VE], ab[NV][VE], ar[NV][VE];
+#pragma unroll
+    for (int i = 0; i < NV; i++)
+#pragma unroll
+        for (int e = 0; e < VE; e++) aw[i][e] = ab[i][e] = ar[i][e] = 0.f;
+    for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+        float gv[NV][VE], xv[NV][VE];
+        bt__k_vecs_ld<T, NV>(gv, g + row * C, nvec, t, S);
+        bt__k_vecs_ld<T, NV>(xv, x + row * C, nvec, t, S);
+        float mu = RMS ? 0.f : mean[row], rs = rstd[row], a = 0.f, bb = 0.f;
+#pragma unroll
+        for (int i = 0; i < NV; i++)
+#pragma unroll
+            for (int e = 0; e < VE; e++) {
+                xv[i][e] = (xv[i][e] - mu) * rs;   /* xhat (unused past nvec: g is zero there) */
+                aw[i][e] += gv[i][e] * xv[i][e];
+                ab[i][e] += gv[i][e];
+            }
+        if (w) {
+            float wv[NV][VE];
+            bt__k_vecs_ld<T, NV>(wv, w, nvec, t, S);
+#pragma unroll
+            for (int i = 0; i < NV; i++)
+#pragma unroll
+                for (int e = 0; e < VE; e++) gv[i][e] *= wv[i][e];
+        }
+#pragma unroll
+        for (int i = 0; i < NV; i++)
+#pragma unroll
+            for (int e = 0; e < VE; e++) { a += gv[i][e]; bb += gv[i][e] * xv[i][e]; }
+        a = RMS ? 0.f : bt__k_bsum(a, sh) / (float)C;
+        bb = bt__k_bsum(bb, sh) / (float)C;
+        if (gx) {
+#pragma unroll
+            for (int i = 0; i < NV; i++)
+#pragma unroll
+                for (int e = 0; e < VE; e++) xv[i][e] = rs * (gv[i][e] - a - xv[i][e] * bb);
+            if (gx_add) {   /* the residual's gradient so far */
+                bt__k_vecs_ld<T, NV>(gv, gx + row * C, nvec, t, S);
+#pragma unroll
+                for (int i = 0; i < NV; i++)
+#pragma unroll
+                    for (int e = 0; e < VE; e++) xv[i][e] += gv[i][e];
+            }
+            bt__k_vecs_st<T, NV>(gx + row * C, xv, nvec, t, S);
+#pragma unroll
+            for (int i = 0; i < NV; i++)
+#pragma unroll
+                for (int e = 0; e < VE; e++) ar[i][e] += xv[i][e];   /* the fp32 values before their rounding to T */
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        int c = t + S * i;
+        if (c >= nvec) continue;
+#pragma unroll
+        for (int e = 0; e < VE; e++) {
+            int64_t j = (int64_t)blockIdx.x * C + c * VE + e;
+            if (pw) { pw[j] = aw[i][e]; pb[j] = ab[i][e]; }
+            if (pr) pr[j] = ar[i][e];
+        }
+    }
+}
 /* gw[c] += sum_z pw[z, c], gb likewise, for many partials z: 32 columns x 32 threads per block; each
    thread adds the partials z = ty, ty + 32, ... in order, then the column's 32 sums are added in ty
    order (fixed: the same bits every run). Parallel over z, where the fallback's add walks z serially. */
@@ -1605,6 +1749,10 @@ static void bt__k_norm(bt_dtype dt, void *out, float *mean, float *rstd, const v
             int nv = bt__k_pick_nv(C / (int64_t)(16 / sizeof(T)));
             BT__K_NV_DISPATCH(nv, bt__k_layernorm_warp<T, NV, RMS><<<bt__k_warprows_grid(rows), 256, 0, s>>>(
                                       (T *)out, mean, rstd, (const T *)x, (const T *)w, (const T *)b, rows, (int)C, eps))
+        } else if (bt__k_browfast(C, sizeof(T), out, x, w ? w : x, b ? b : x)) {
+            int64_t g = rows, cap = (int64_t)bt__k_cur()->sm_count * 16;
+            bt__k_layernorm_brow<T, RMS><<<(unsigned)(g < cap ? g : cap), bt__k_brow_threads(C / (int64_t)(16 / sizeof(T))), 0, s>>>(
+                (T *)out, mean, rstd, (const T *)x, (const T *)w, (const T *)b, rows, (int)C, eps);
         } else {
             bt__k_layernorm_kernel<T, RMS><<<grid, blk, 0, s>>>((T *)out, mean, rstd, (const T *)x, (const T *)w, (const T *)b,
                                                            rows, C, eps);
@@ -1630,23 +1778,30 @@ static void bt__k_norm_backward(bt_dtype dt, void *gx, int gx_add, void *gw, voi
     bt__k_rowcfg(rows, C, &blk, &grid);
     int64_t sms = bt__k_cur()->sm_count, cb = (C + 31) / 32;
     BT__K_DISPATCH3(dt, "bt_k_layernorm_backward", {
-        if (bt__k_rowfast(C, sizeof(T), gx ? gx : gout, gout, x, w ? w : x)) {
+        int warp = bt__k_rowfast(C, sizeof(T), gx ? gx : gout, gout, x, w ? w : x);
+        if (warp || bt__k_browfast(C, sizeof(T), gx ? gx : gout, gout, x, w ? w : x)) {
             /* one pass: gx and the block partials of gw, gb (and of gx's column sums); then their
-               fixed-order sum */
-            int64_t nblk = (rows + 7) / 8, cap = 3 * sms;
+               fixed-order sum. A warp a row (8 rows a block, 3 blocks an SM) or a block a row. */
+            unsigned th = warp ? 256 : bt__k_brow_threads(C / (int64_t)(16 / sizeof(T)));
+            int64_t nblk = warp ? (rows + 7) / 8 : rows, cap = warp ? 3 * sms : sms * (1024 / th);
             if (nblk > cap) nblk = cap;
             int parts = (gw || gb ? 2 : 0) + (gx_colsum ? 1 : 0);
             float *scr = parts ? (float *)bt__k_scratch((size_t)(parts * nblk * C) * sizeof(float), s) : NULL;
             float *pw = gw || gb ? scr : NULL, *pb = pw ? pw + nblk * C : NULL, *pr = gx_colsum ? scr + (parts - 1) * nblk * C : NULL;
-            size_t shb = 0;
-            int nv = bt__k_pick_nv(C / (int64_t)(16 / sizeof(T)));
-            BT__K_NV_DISPATCH(nv, {
-                if (parts) shb = (size_t)(pr ? 24 : 16) * NV * (16 / sizeof(T)) * 32 * sizeof(float);   /* 8 warps a part */
-                BT__K_CUDA(cudaFuncSetAttribute(bt__k_layernorm_bwd_warp<T, NV, RMS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                (int)shb), "bt_k_layernorm_backward");
-                bt__k_layernorm_bwd_warp<T, NV, RMS><<<(unsigned)nblk, 256, shb, s>>>((T *)gx, gx_add, pw, pb, pr, (const T *)gout,
-                                                                              (const T *)x, (const T *)w, mean, rstd, rows, (int)C);
-            })
+            if (warp) {
+                size_t shb = 0;
+                int nv = bt__k_pick_nv(C / (int64_t)(16 / sizeof(T)));
+                BT__K_NV_DISPATCH(nv, {
+                    if (parts) shb = (size_t)(pr ? 24 : 16) * NV * (16 / sizeof(T)) * 32 * sizeof(float);   /* 8 warps a part */
+                    BT__K_CUDA(cudaFuncSetAttribute(bt__k_layernorm_bwd_warp<T, NV, RMS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    (int)shb), "bt_k_layernorm_backward");
+                    bt__k_layernorm_bwd_warp<T, NV, RMS><<<(unsigned)nblk, th, shb, s>>>((T *)gx, gx_add, pw, pb, pr, (const T *)gout,
+                                                                                 (const T *)x, (const T *)w, mean, rstd, rows, (int)C);
+                })
+            } else {
+                bt__k_layernorm_bwd_brow<T, RMS><<<(unsigned)nblk, th, 0, s>>>((T *)gx, gx_add, pw, pb, pr, (const T *)gout,
+                                                                             (const T *)x, (const T *)w, mean, rstd, rows, (int)C);
+            }
             BT__K_LAUNCHED("bt_k_layernorm_backward");
             if (scr) {
                 bt__k_layernorm_bwd_add32<T><<<(unsigned)((C + 31) / 32), 1024, 0, s>>>((T *)gw, (T *)gb, gx_colsum, pw, pb, pr,

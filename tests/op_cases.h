@@ -606,6 +606,7 @@ static int oc_build_table(void) {
             k->s[0] = bt_shape3(2, 7, 33); k->i[0] = m & 1; k->i[1] = m >> 1;
         }
         k = oc__add(oc_f_layernorm, OC_NO_GPU_F64, "layernorm [4, 768] w b"); k->s[0] = bt_shape2(4, 768); k->i[0] = k->i[1] = 1;
+        k = oc__add(oc_f_layernorm, OC_NO_GPU_F64, "layernorm [3, 1600] w b"); k->s[0] = bt_shape2(3, 1600); k->i[0] = k->i[1] = 1;
         k = oc__add(oc_f_embedding, OC_NO_GPU_F64 | OC_EXACT_FWD, "embedding [11, 13] at [3, 7]");
         k->s[0] = bt_shape2(11, 13); k->s[1] = bt_shape2(3, 7);
         for (int det = 0; det < 2; det++) {
@@ -686,14 +687,14 @@ static int oc_build_table(void) {
     k->s[0] = bt_shape3(2, 7, 33);
     k = oc__add(oc_f_residual_ln, OC_NO_GPU_F64 | OC_TF32 | OC_LOOSE, "composite: h + linear(layernorm(h)) [9, 256]");
     k->s[0] = bt_shape2(9, 256);
-    /* Llama's ops: rmsnorm (odd C: the general warp rows; 768, 1000: the register rows; 4096: a block
-       a row), swiglu (odd F: one element a thread; else 16-byte vectors), rope (D 64 and 128, pos0 > 0,
+    /* Llama's ops: rmsnorm (odd C: the general warp rows; 768, 1000: the register rows; 1600, 4096:
+       a block a row), swiglu (odd F: one element a thread; else 16-byte vectors), rope (D 64 and 128, pos0 > 0,
        the views a qkv projection makes, llama3 frequencies) */
     {
-        struct { bt_shape s; int w; } rn[7] = {{bt_shape3(2, 7, 33), 1}, {bt_shape3(2, 7, 33), 0}, {bt_shape2(4, 768), 1},
+        struct { bt_shape s; int w; } rn[8] = {{bt_shape3(2, 7, 33), 1}, {bt_shape3(2, 7, 33), 0}, {bt_shape2(4, 768), 1},
                                                {bt_shape2(5, 1000), 1}, {bt_shape2(3, 4096), 1}, {bt_shape2(2, 4096), 0},
-                                               {bt_shape3(2, 3, 5), 1}};
-        for (int j = 0; j < 7; j++) {
+                                               {bt_shape3(2, 3, 5), 1}, {bt_shape2(3, 1600), 1}};
+        for (int j = 0; j < 8; j++) {
             k = oc__add(oc_f_rmsnorm, OC_NO_GPU_F64, "rmsnorm %s%s", oc__shape_s(rn[j].s), rn[j].w ? " w" : "");
             k->s[0] = rn[j].s; k->i[0] = rn[j].w;
         }

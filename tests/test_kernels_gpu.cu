@@ -561,20 +561,20 @@ static void test_softmax(void) {
             }
 }
 
-/* bt_k_rmsnorm and its backward against a double loop: 77, 4096 (a block a row): the general
-   kernels; 768 over 5000 rows (several rows per warp, the grid cap of the gw partials), 264, 1024:
-   the register rows. The reference leaves out the forward's rounding of x rstd before w (one more
+/* bt_k_rmsnorm and its backward against a double loop: 77, 9000: the general kernels; 768 over 5000
+   rows (several rows per warp, the grid cap of the gw partials), 264, 1024: the warp register rows;
+   4096, 1600 over 3000 rows: the block register rows. The reference leaves out the forward's rounding of x rstd before w (one more
    rounding in bf16/f16, within tol_of). gx written, then added (gx_add) with its column sums; gw
    accumulated. */
 static void test_rmsnorm(void) {
     NEED_GPU();
-    int64_t Cs[] = {77, 4096, 768, 264, 1024};
+    int64_t Cs[] = {77, 4096, 768, 264, 1024, 1600, 9000};
     bt_dtype dts[] = {BT_F32, BT_BF16, BT_F16};
     char what[96];
-    for (int c = 0; c < 5; c++)
+    for (int c = 0; c < 7; c++)
         for (int k = 0; k < 3; k++) {
             bt_dtype dt = dts[k];
-            int64_t C = Cs[c], rows = C == 768 ? (g_quick ? 300 : 5000) : 37, n = rows * C;
+            int64_t C = Cs[c], rows = C == 768 ? (g_quick ? 300 : 5000) : C == 1600 ? (g_quick ? 300 : 3000) : 37, n = rows * C;
             seed(900 + c * 8 + k);
             double *x = rvec(n, -1.5, 2.5), *w = rvec(C, 0.5, 1.5), *g = rvec(n, -1, 1), *gw0 = rvec(C, -1, 1);
             double *ref = zvec(n), *rrstd = zvec(rows), *gxr = zvec(n), *gwr = zvec(C), *csr = zvec(C);
@@ -620,15 +620,17 @@ static void test_rmsnorm(void) {
 
 static void test_layernorm(void) {
     NEED_GPU();
-    /* 77, 773, 1500: the general kernels; 768 (over 5000 rows: several rows per warp and the grid
-       cap of the fused gw/gb partials), 264, 1024: the warp-per-row register path */
-    int64_t Cs[] = {77, 773, 1500, 768, 264, 1024};
+    /* 77, 773, 9000: the general kernels (1500 too in bf16/f16, not a whole number of 16-byte
+       vectors); 768 (over 5000 rows: several rows per warp and the grid cap of the fused gw/gb
+       partials), 264, 1024: the warp-per-row register path; 1600 (over 3000 rows: several rows per
+       block), 2048, 1500 in f32: a block a row */
+    int64_t Cs[] = {77, 773, 1500, 768, 264, 1024, 1600, 2048, 9000};
     bt_dtype dts[] = {BT_F32, BT_BF16, BT_F16};
     char what[96];
-    for (int c = 0; c < 6; c++)
+    for (int c = 0; c < 9; c++)
         for (int k = 0; k < 3; k++) {
             bt_dtype dt = dts[k];
-            int64_t C = Cs[c], rows = C == 768 ? (g_quick ? 300 : 5000) : 37, n = rows * C;
+            int64_t C = Cs[c], rows = C == 768 ? (g_quick ? 300 : 5000) : C == 1600 ? (g_quick ? 300 : 3000) : 37, n = rows * C;
             seed(700 + c * 8 + k);
             double *x = rvec(n, -1.5, 2.5), *w = rvec(C, 0.5, 1.5), *b = rvec(C, -0.5, 0.5), *g = rvec(n, -1, 1);
             double *gw0 = rvec(C, -1, 1), *gb0 = rvec(C, -1, 1);
