@@ -222,10 +222,23 @@ static void test_recompute_modes(void) {
     for (int s = 0; s < RC_STEPS; s++) free(g0[s]);
     BT_CHECK(bt_alloc_stats(bt_cpu()).allocated == 0, "leaked %zu bytes", bt_alloc_stats(bt_cpu()).allocated);
 }
+/* the most bytes allocated on the CPU during one forward + backward of m on tokens x [B, T] (the
+   targets x too); its loss in *loss */
+static size_t step_peak(gpt2 *m, const int32_t *x, int B, int T, double *loss) {
+    bt_zero_(m->flat_grad);
+    bt_alloc_reset_peak(bt_cpu());
+    bt_scope_begin();
+    bt_tensor *idx = bt_from_data(x, bt_shape2(B, T), BT_I32, bt_cpu());
+    bt_tensor *l = gpt2_loss(m, idx, idx, BT_F32);
+    bt_backward(l);
+    *loss = bt_item(l);
+    bt_scope_end();
+    return bt_alloc_stats(bt_cpu()).peak_allocated;
+}
 /* The peak of a forward + backward, s4 (L 4, C 128) at B 8, T 256, where the activations dominate.
    Unit U = B T C floats (1 MiB). Without recomputation every layer's 16 U stay alive to the end of
-   the step (the scope holds the ops' results: ln1 1, qkv 3, attention 1, x1 1, ln2 1, h 4, gelu(h)
-   4, x2 1; the CPU MLP is unfused), so the peak is at least fixed + 16 L U + the backward's
+   the step (the backward nodes save them: ln1 1, qkv 3, attention 1, x1 1, ln2 1, h 4, gelu(h) 4,
+   x2 1; the CPU MLP is unfused), so the peak is at least fixed + 16 L U + the backward's
    transient. With BLOCK the forward keeps L U (each block's output) and the backward adds one
    block's remade 16 U (the layer being differentiated) on top of the same transient: the peak
    falls by at least (16 L - L - 16) U = 44 U for L = 4 (of the 64 U kept). */
@@ -238,15 +251,7 @@ static void test_recompute_memory(void) {
     size_t peak[2]; double loss[2];
     for (int k = 0; k < 2; k++) {
         int old = bt_set_recompute(k ? BT_RECOMPUTE_BLOCK : 0);
-        bt_zero_(m.flat_grad);
-        bt_alloc_reset_peak(bt_cpu());
-        bt_scope_begin();
-        bt_tensor *idx = bt_from_data(x, bt_shape2(B, T), BT_I32, bt_cpu());
-        bt_tensor *l = gpt2_loss(&m, idx, idx, BT_F32);
-        bt_backward(l);
-        loss[k] = bt_item(l);
-        bt_scope_end();
-        peak[k] = bt_alloc_stats(bt_cpu()).peak_allocated;
+        peak[k] = step_peak(&m, x, B, T, &loss[k]);
         bt_set_recompute(old);
     }
     size_t U = (size_t)B * T * c.C * sizeof(float), want = (size_t)(15 * c.L - 16) * U;
@@ -272,15 +277,7 @@ static void test_fp8_memory(void) {
     size_t peak[2]; double loss[2];
     for (int k = 0; k < 2; k++) {
         if (k) gpt2_fp8_enable(&m, NULL);
-        bt_zero_(m.flat_grad);
-        bt_alloc_reset_peak(bt_cpu());
-        bt_scope_begin();
-        bt_tensor *idx = bt_from_data(x, bt_shape2(B, T), BT_I32, bt_cpu());
-        bt_tensor *l = gpt2_loss(&m, idx, idx, BT_F32);
-        bt_backward(l);
-        loss[k] = bt_item(l);
-        bt_scope_end();
-        peak[k] = bt_alloc_stats(bt_cpu()).peak_allocated;
+        peak[k] = step_peak(&m, x, B, T, &loss[k]);
     }
     size_t U = (size_t)B * T * c.C * sizeof(float), wbytes = (size_t)12 * c.C * c.C * c.L, want = 4 * c.L * U - wbytes;
     printf("fp8, s4 B %d T %d: peak %.1f MiB (f32) -> %.1f MiB (fp8), at least %.1f MiB less expected\n", B, T, peak[0] / 1048576.0,
