@@ -1405,48 +1405,93 @@ BTDEF void bt_k_softmax_backward(bt_dtype dt, void *gx, const void *gout, const 
    eps), out = round_T(x rstd) w (the cast back before the weight, as transformers), and in the
    backward the mean_j(wg) term drops out: gx = rstd (wg - xhat mean_j(wg xhat)), gw += sum g xhat.
    Its dw sums are as deterministic as layernorm's (no atomics on either path). */
+/* The row sums of the two register-row layouts: a warp's lanes or a block's threads. */
+struct bt__k_warp_sum { __device__ float operator()(float v) const { return bt__k_wsum(v); } };
+struct bt__k_block_sum { float *sh; __device__ float operator()(float v) const { return bt__k_bsum(v, sh); } };
+/* One row of the forward held in registers as vectors first + step i (bt__k_vecs_ld): v becomes the
+   output (before its rounding to T); mu and rs are the row's mean and rstd. */
+template <typename T, int NV, int RMS, class Sum>
+__device__ __forceinline__ void bt__k_ln_row(float v[NV][16 / sizeof(T)], const T *w, const T *b, int nvec, int first, int step,
+                                             int C, float eps, Sum sum, float &mu, float &rs) {
+    const int VE = 16 / sizeof(T);
+    float acc = 0.f;
+#pragma unroll
+    for (int i = 0; i < NV; i++)
+#pragma unroll
+        for (int e = 0; e < VE; e++) acc += v[i][e];   /* padded vectors hold zeros */
+    mu = RMS ? 0.f : sum(acc) / (float)C;
+    acc = 0.f;
+#pragma unroll
+    for (int i = 0; i < NV; i++)
+        if (first + step * i < nvec)
+#pragma unroll
+            for (int e = 0; e < VE; e++) { float d = v[i][e] - mu; acc += d * d; }
+    rs = 1.f / sqrtf(sum(acc) / (float)C + eps);
+    float wb[NV][VE];
+#pragma unroll
+    for (int i = 0; i < NV; i++)
+#pragma unroll
+        for (int e = 0; e < VE; e++) v[i][e] = RMS ? bt__k_tof(bt__k_from<T>(v[i][e] * rs)) : (v[i][e] - mu) * rs;
+    if (w) {
+        bt__k_vecs_ld<T, NV>(wb, w, nvec, first, step);
+#pragma unroll
+        for (int i = 0; i < NV; i++)
+#pragma unroll
+            for (int e = 0; e < VE; e++) v[i][e] *= wb[i][e];
+    }
+    if (b) {
+        bt__k_vecs_ld<T, NV>(wb, b, nvec, first, step);
+#pragma unroll
+        for (int i = 0; i < NV; i++)
+#pragma unroll
+            for (int e = 0; e < VE; e++) v[i][e] += wb[i][e];
+    }
+}
+/* One row of the backward after the caller's column partials: gv holds g, xv xhat (zero-padded g
+   past nvec). gv becomes w g; when gxr (the row of gx) is not NULL, xv becomes the fp32 gx =
+   rs (wg - mean(wg) - xhat mean(wg xhat)) (+ gxr's values with gx_add) and is stored to gxr. */
+template <typename T, int NV, int RMS, class Sum>
+__device__ __forceinline__ void bt__k_ln_row_gx(float gv[NV][16 / sizeof(T)], float xv[NV][16 / sizeof(T)], T *gxr, int gx_add,
+                                                const T *w, int nvec, int first, int step, int C, float rs, Sum sum) {
+    const int VE = 16 / sizeof(T);
+    float a = 0.f, bb = 0.f;
+    if (w) {   /* gv becomes w g; w re-read per row from L1 */
+        float wv[NV][VE];
+        bt__k_vecs_ld<T, NV>(wv, w, nvec, first, step);
+#pragma unroll
+        for (int i = 0; i < NV; i++)
+#pragma unroll
+            for (int e = 0; e < VE; e++) gv[i][e] *= wv[i][e];
+    }
+#pragma unroll
+    for (int i = 0; i < NV; i++)
+#pragma unroll
+        for (int e = 0; e < VE; e++) { a += gv[i][e]; bb += gv[i][e] * xv[i][e]; }   /* g is zero past nvec */
+    a = RMS ? 0.f : sum(a) / (float)C;
+    bb = sum(bb) / (float)C;
+    if (!gxr) return;
+#pragma unroll
+    for (int i = 0; i < NV; i++)
+#pragma unroll
+        for (int e = 0; e < VE; e++) xv[i][e] = rs * (gv[i][e] - a - xv[i][e] * bb);
+    if (gx_add) {   /* the residual's gradient so far: gv is free again */
+        bt__k_vecs_ld<T, NV>(gv, gxr, nvec, first, step);
+#pragma unroll
+        for (int i = 0; i < NV; i++)
+#pragma unroll
+            for (int e = 0; e < VE; e++) xv[i][e] += gv[i][e];
+    }
+    bt__k_vecs_st<T, NV>(gxr, xv, nvec, first, step);
+}
 template <typename T, int NV, int RMS>
 __global__ void __launch_bounds__(256) bt__k_layernorm_warp(T *out, float *mean, float *rstd, const T *x, const T *w,
                                                             const T *b, int64_t rows, int C, float eps) {
     const int VE = 16 / sizeof(T);
     int nvec = C / VE, lane = threadIdx.x & 31;
     BT__K_WARP_ROW_LOOP(row, rows) {
-        float v[NV][VE];
+        float v[NV][VE], mu, rs;
         bt__k_row_ld<T, NV>(v, x + row * C, nvec);
-        float acc = 0.f;
-#pragma unroll
-        for (int i = 0; i < NV; i++)
-#pragma unroll
-            for (int e = 0; e < VE; e++) acc += v[i][e];   /* padded lanes hold zeros */
-        float mu = RMS ? 0.f : bt__k_wsum(acc) / (float)C;
-        acc = 0.f;
-#pragma unroll
-        for (int i = 0; i < NV; i++)
-            if (lane + 32 * i < nvec)
-#pragma unroll
-                for (int e = 0; e < VE; e++) { float d = v[i][e] - mu; acc += d * d; }
-        float rs = 1.f / sqrtf(bt__k_wsum(acc) / (float)C + eps);
-        {
-            float wb[NV][VE];
-#pragma unroll
-            for (int i = 0; i < NV; i++)
-#pragma unroll
-                for (int e = 0; e < VE; e++) v[i][e] = RMS ? bt__k_tof(bt__k_from<T>(v[i][e] * rs)) : (v[i][e] - mu) * rs;
-            if (w) {
-                bt__k_row_ld<T, NV>(wb, w, nvec);
-#pragma unroll
-                for (int i = 0; i < NV; i++)
-#pragma unroll
-                    for (int e = 0; e < VE; e++) v[i][e] *= wb[i][e];
-            }
-            if (b) {
-                bt__k_row_ld<T, NV>(wb, b, nvec);
-#pragma unroll
-                for (int i = 0; i < NV; i++)
-#pragma unroll
-                    for (int e = 0; e < VE; e++) v[i][e] += wb[i][e];
-            }
-        }
+        bt__k_ln_row<T, NV, RMS>(v, w, b, nvec, lane, 32, C, eps, bt__k_warp_sum(), mu, rs);
         bt__k_row_st<T, NV>(out + row * C, v, nvec);
         if (lane == 0) {
             if (mean) mean[row] = mu;
@@ -1480,7 +1525,7 @@ __global__ void __launch_bounds__(256, 3) bt__k_layernorm_bwd_warp(T *gx, int gx
         float gv[NV][VE], xv[NV][VE];
         bt__k_row_ld<T, NV>(gv, g + row * C, nvec);
         bt__k_row_ld<T, NV>(xv, x + row * C, nvec);
-        float mu = RMS ? 0.f : mean[row], rs = rstd[row], a = 0.f, bb = 0.f;
+        float mu = RMS ? 0.f : mean[row], rs = rstd[row];
 #pragma unroll
         for (int i = 0; i < NV; i++)
 #pragma unroll
@@ -1494,40 +1539,13 @@ __global__ void __launch_bounds__(256, 3) bt__k_layernorm_bwd_warp(T *gx, int gx
                         sw[(i * VE + e) * 32] += gv[i][e] * xv[i][e];
                         sb[(i * VE + e) * 32] += gv[i][e];
                     }
-        if (w) {   /* gv becomes w g; w re-read per row from L1 */
-            float wv[NV][VE];
-            bt__k_row_ld<T, NV>(wv, w, nvec);
+        bt__k_ln_row_gx<T, NV, RMS>(gv, xv, gx ? gx + row * C : NULL, gx_add, w, nvec, lane, 32, C, rs, bt__k_warp_sum());
+        if (pr)   /* the sums of gx's fp32 values before their rounding to T (pr implies gx) */
 #pragma unroll
             for (int i = 0; i < NV; i++)
+                if (lane + 32 * i < nvec)
 #pragma unroll
-                for (int e = 0; e < VE; e++) gv[i][e] *= wv[i][e];
-        }
-#pragma unroll
-        for (int i = 0; i < NV; i++)
-#pragma unroll
-            for (int e = 0; e < VE; e++) { a += gv[i][e]; bb += gv[i][e] * xv[i][e]; }   /* g is zero past nvec */
-        a = RMS ? 0.f : bt__k_wsum(a) / (float)C;
-        bb = bt__k_wsum(bb) / (float)C;
-        if (gx) {
-#pragma unroll
-            for (int i = 0; i < NV; i++)
-#pragma unroll
-                for (int e = 0; e < VE; e++) xv[i][e] = rs * (gv[i][e] - a - xv[i][e] * bb);
-            if (gx_add) {   /* the residual's gradient so far: gv is free again */
-                bt__k_row_ld<T, NV>(gv, gx + row * C, nvec);
-#pragma unroll
-                for (int i = 0; i < NV; i++)
-#pragma unroll
-                    for (int e = 0; e < VE; e++) xv[i][e] += gv[i][e];
-            }
-            bt__k_row_st<T, NV>(gx + row * C, xv, nvec);
-            if (pr)   /* the sums of the fp32 values before their rounding to T */
-#pragma unroll
-                for (int i = 0; i < NV; i++)
-                    if (lane + 32 * i < nvec)
-#pragma unroll
-                        for (int e = 0; e < VE; e++) sr[(i * VE + e) * 32] += xv[i][e];
-        }
+                    for (int e = 0; e < VE; e++) sr[(i * VE + e) * 32] += xv[i][e];
     }
     if (!pw && !pr) return;
     __syncthreads();
@@ -1563,40 +1581,9 @@ __global__ void __launch_bounds__(512) bt__k_layernorm_brow(T *out, float *mean,
     __shared__ float sh[32];
     int nvec = C / VE, t = threadIdx.x, S = blockDim.x;
     for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-        float v[NV][VE];
+        float v[NV][VE], mu, rs;
         bt__k_vecs_ld<T, NV>(v, x + row * C, nvec, t, S);
-        float acc = 0.f;
-#pragma unroll
-        for (int i = 0; i < NV; i++)
-#pragma unroll
-            for (int e = 0; e < VE; e++) acc += v[i][e];   /* padded vectors hold zeros */
-        float mu = RMS ? 0.f : bt__k_bsum(acc, sh) / (float)C;
-        acc = 0.f;
-#pragma unroll
-        for (int i = 0; i < NV; i++)
-            if (t + S * i < nvec)
-#pragma unroll
-                for (int e = 0; e < VE; e++) { float d = v[i][e] - mu; acc += d * d; }
-        float rs = 1.f / sqrtf(bt__k_bsum(acc, sh) / (float)C + eps);
-        float wb[NV][VE];
-#pragma unroll
-        for (int i = 0; i < NV; i++)
-#pragma unroll
-            for (int e = 0; e < VE; e++) v[i][e] = RMS ? bt__k_tof(bt__k_from<T>(v[i][e] * rs)) : (v[i][e] - mu) * rs;
-        if (w) {
-            bt__k_vecs_ld<T, NV>(wb, w, nvec, t, S);
-#pragma unroll
-            for (int i = 0; i < NV; i++)
-#pragma unroll
-                for (int e = 0; e < VE; e++) v[i][e] *= wb[i][e];
-        }
-        if (b) {
-            bt__k_vecs_ld<T, NV>(wb, b, nvec, t, S);
-#pragma unroll
-            for (int i = 0; i < NV; i++)
-#pragma unroll
-                for (int e = 0; e < VE; e++) v[i][e] += wb[i][e];
-        }
+        bt__k_ln_row<T, NV, RMS>(v, w, b, nvec, t, S, C, eps, bt__k_block_sum{sh}, mu, rs);
         bt__k_vecs_st<T, NV>(out + row * C, v, nvec, t, S);
         if (t == 0) {
             if (mean) mean[row] = mu;
@@ -1620,7 +1607,7 @@ __global__ void __launch_bounds__(512) bt__k_layernorm_bwd_brow(T *gx, int gx_ad
         float gv[NV][VE], xv[NV][VE];
         bt__k_vecs_ld<T, NV>(gv, g + row * C, nvec, t, S);
         bt__k_vecs_ld<T, NV>(xv, x + row * C, nvec, t, S);
-        float mu = RMS ? 0.f : mean[row], rs = rstd[row], a = 0.f, bb = 0.f;
+        float mu = RMS ? 0.f : mean[row], rs = rstd[row];
 #pragma unroll
         for (int i = 0; i < NV; i++)
 #pragma unroll
@@ -1629,38 +1616,12 @@ __global__ void __launch_bounds__(512) bt__k_layernorm_bwd_brow(T *gx, int gx_ad
                 aw[i][e] += gv[i][e] * xv[i][e];
                 ab[i][e] += gv[i][e];
             }
-        if (w) {
-            float wv[NV][VE];
-            bt__k_vecs_ld<T, NV>(wv, w, nvec, t, S);
+        bt__k_ln_row_gx<T, NV, RMS>(gv, xv, gx ? gx + row * C : NULL, gx_add, w, nvec, t, S, C, rs, bt__k_block_sum{sh});
+        if (pr)   /* the sums of gx's fp32 values before their rounding to T (pr implies gx) */
 #pragma unroll
             for (int i = 0; i < NV; i++)
 #pragma unroll
-                for (int e = 0; e < VE; e++) gv[i][e] *= wv[i][e];
-        }
-#pragma unroll
-        for (int i = 0; i < NV; i++)
-#pragma unroll
-            for (int e = 0; e < VE; e++) { a += gv[i][e]; bb += gv[i][e] * xv[i][e]; }
-        a = RMS ? 0.f : bt__k_bsum(a, sh) / (float)C;
-        bb = bt__k_bsum(bb, sh) / (float)C;
-        if (gx) {
-#pragma unroll
-            for (int i = 0; i < NV; i++)
-#pragma unroll
-                for (int e = 0; e < VE; e++) xv[i][e] = rs * (gv[i][e] - a - xv[i][e] * bb);
-            if (gx_add) {   /* the residual's gradient so far */
-                bt__k_vecs_ld<T, NV>(gv, gx + row * C, nvec, t, S);
-#pragma unroll
-                for (int i = 0; i < NV; i++)
-#pragma unroll
-                    for (int e = 0; e < VE; e++) xv[i][e] += gv[i][e];
-            }
-            bt__k_vecs_st<T, NV>(gx + row * C, xv, nvec, t, S);
-#pragma unroll
-            for (int i = 0; i < NV; i++)
-#pragma unroll
-                for (int e = 0; e < VE; e++) ar[i][e] += xv[i][e];   /* the fp32 values before their rounding to T */
-        }
+                for (int e = 0; e < VE; e++) ar[i][e] += xv[i][e];
     }
 #pragma unroll
     for (int i = 0; i < NV; i++) {
