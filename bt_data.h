@@ -217,10 +217,15 @@ BT_DATA_DEF int  bt_atomic_fd(bt_atomic_file *f);                               
 BT_DATA_DEF int  bt_atomic_commit(bt_atomic_file *f);  /* fsync, rename, fsync the directory; frees f; 0 / -1 (temporary removed) */
 BT_DATA_DEF void bt_atomic_abort(bt_atomic_file *f);   /* removes the temporary, frees f; NULL is a no-op */
 BT_DATA_DEF void bt_atomic_cleanup(void);              /* async-signal-safe: unlink every open temporary (call from a signal handler) */
+/* async-signal-safe: bt_atomic_cleanup, and from then on every bt_atomic_open fails ("interrupted by
+   a signal"): for a process about to end, whose other threads could otherwise create a temporary
+   after the unlink that outlives it */
+BT_DATA_DEF void bt_atomic_cleanup_exit(void);
 /* Opt-in cleanup on SIGINT and SIGTERM (a signal that is ignored stays ignored): unlink every open
-   temporary, then do what the signal did before (call the previous handler, or the default
-   action: the process ends). A program with its own SIGINT handler (one that finishes the step
-   and checkpoints) calls bt_atomic_cleanup() itself when it is about to exit instead. Installed
+   temporary (bt_atomic_cleanup_exit), then do what the signal did before (call the previous
+   handler, or the default action: the process ends). A program with its own SIGINT handler (one
+   that finishes the step and checkpoints) calls bt_atomic_cleanup_exit() itself when it is about
+   to exit instead. Installed
    once; later calls do nothing. 0, or -1 + error. */
 BT_DATA_DEF int  bt_atomic_install_signal_cleanup(void);
 
@@ -782,6 +787,10 @@ static unsigned bt__tmp_counter;
    them, or a file created just after its unlink would outlive the process (the opener blocks SIGINT
    and SIGTERM meanwhile, so the handler never waits on its own thread) */
 static int bt__tmp_opening;
+/* set by bt_atomic_cleanup_exit: no new temporary. An opener adds itself to bt__tmp_opening and then
+   reads this; the exit sets it and then reads bt__tmp_opening (both sequentially consistent): either
+   the opener sees it and creates nothing, or the exit sees the opener and waits to unlink its file */
+static int bt__tmp_closed;
 
 static int bt__data_cas(int *p, int expect, int desired) {
     return __atomic_compare_exchange_n(p, &expect, desired, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
@@ -808,13 +817,18 @@ static int bt__tmpreg_give(int i) {
 
 BT_DATA_DEF void bt_atomic_cleanup(void) {
     int i, saved = errno;
-    while (__atomic_load_n(&bt__tmp_opening, __ATOMIC_ACQUIRE) > 0) { }   /* an open(2) of a regular file: short */
+    while (__atomic_load_n(&bt__tmp_opening, __ATOMIC_SEQ_CST) > 0) { }   /* an open(2) of a regular file: short */
     for (i = 0; i < BT_ATOMIC_MAX_OPEN; i++)
         if (bt__data_cas(&bt__tmpreg_state[i], BT__TMPREG_LIVE, BT__TMPREG_CLEANING)) {
             unlink(bt__tmpreg_name[i]);
             __atomic_store_n(&bt__tmpreg_state[i], BT__TMPREG_CLEANED, __ATOMIC_RELEASE);
         }
     errno = saved;
+}
+
+BT_DATA_DEF void bt_atomic_cleanup_exit(void) {
+    __atomic_store_n(&bt__tmp_closed, 1, __ATOMIC_SEQ_CST);
+    bt_atomic_cleanup();
 }
 
 struct bt_atomic_file {
@@ -841,6 +855,7 @@ BT_DATA_DEF void bt_atomic_abort(bt_atomic_file *f) {
    cleanup removes it), created with O_EXCL; f->fd, f->slot set. -1 with the message set */
 static int bt__atomic_create(bt_atomic_file *f, size_t cap, mode_t mode, const char *path) {
     int tries;
+    if (__atomic_load_n(&bt__tmp_closed, __ATOMIC_SEQ_CST)) { bt__seterr("%s: interrupted by a signal (the process is ending)", path); return -1; }
     for (tries = 0; tries < 1000 && f->fd < 0; tries++) {
         unsigned k = __atomic_fetch_add(&bt__tmp_counter, 1u, __ATOMIC_RELAXED);
         int err;
@@ -875,7 +890,7 @@ BT_DATA_DEF bt_atomic_file *bt_atomic_open_flags(const char *path, int flags) {
     sigset_t block, old;   /* see bt__tmp_opening */
     sigemptyset(&block); sigaddset(&block, SIGINT); sigaddset(&block, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &block, &old);
-    __atomic_fetch_add(&bt__tmp_opening, 1, __ATOMIC_ACQ_REL);
+    __atomic_fetch_add(&bt__tmp_opening, 1, __ATOMIC_SEQ_CST);
     int failed = bt__atomic_create(f, cap, mode, path);
     __atomic_fetch_sub(&bt__tmp_opening, 1, __ATOMIC_ACQ_REL);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -938,7 +953,8 @@ static int bt__atomic_signals_installed;
 
 static void bt__atomic_on_signal(int sig, siginfo_t *info, void *ctx) {
     const struct sigaction *prev = &bt__atomic_prev_action[sig == SIGTERM];
-    bt_atomic_cleanup();
+    if (prev->sa_handler == SIG_DFL && !(prev->sa_flags & SA_SIGINFO)) bt_atomic_cleanup_exit();   /* the process ends */
+    else bt_atomic_cleanup();
     if (prev->sa_flags & SA_SIGINFO) { if (prev->sa_sigaction) prev->sa_sigaction(sig, info, ctx); }
     else if (prev->sa_handler == SIG_DFL) {   /* the default action, once this handler returns */
         sigaction(sig, prev, NULL);

@@ -842,7 +842,7 @@ static void trainer__on_stop(int sig, siginfo_t *info, void *ctx) {
     (void)ctx;
     if (!trainer__stop) { trainer__stop = sig; return; }
     if (trainer__launcher > 0 && info && info->si_code == SI_USER && info->si_pid == trainer__launcher) return;
-    bt_atomic_cleanup();
+    bt_atomic_cleanup_exit();
     signal(sig, SIG_DFL);
     raise(sig);                        /* delivered when the handler returns: the default, the end */
 }

@@ -239,6 +239,18 @@ static void test_atomic_refuses_special_files(void) {
 
 /* in a child: at most limit bytes per file (RLIMIT_FSIZE), so a write fails with EFBIG as on a
    full disk; returns 0 when the write and the commit both failed cleanly */
+/* a process about to end (bt_atomic_cleanup_exit): the open temporary goes, and no new one is made,
+   so a thread opening a file after the cleanup cannot leave one behind */
+static int child_cleanup_exit(const char *path) {
+    bt_atomic_file *f = bt_atomic_open(path);
+    if (!f || bt_atomic_write(f, "new", 3) != 0) return 20;
+    bt_atomic_cleanup_exit();
+    if (count_temps(bt_test_dir) != 0) return 21;
+    if (bt_atomic_open(path) != NULL || !err_has("interrupted by a signal", NULL)) return 22;
+    if (count_temps(bt_test_dir) != 0) return 23;
+    if (bt_atomic_commit(f) != -1) return 24;
+    return 0;
+}
 static int child_write_too_much(const char *path, size_t limit) {
     struct rlimit rl = {limit, limit};
     static char big[1 << 16];
@@ -278,6 +290,13 @@ static void test_atomic_failures_leave_the_previous_file(void) {
     BT_CHECK(count_temps(bt_test_dir) == 0, "cleanup unlinks");
     BT_CHECK(bt_atomic_commit(f) == -1 && err_has(p, "signal removed"), "commit after cleanup: %s", bt_data_error());
     BT_CHECK(has_text(p, "previous") && count_temps(bt_test_dir) == 0, "the file is unchanged");
+    /* the cleanup of a process about to end refuses new temporaries (in a child: it is for good) */
+    fflush(NULL);
+    pid = fork();
+    if (pid == 0) _exit(child_cleanup_exit(p));
+    waitpid(pid, &status, 0);
+    BT_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child of bt_atomic_cleanup_exit: status %d", status);
+    BT_CHECK(has_text(p, "previous") && count_temps(bt_test_dir) == 0, "the file is unchanged, no temporary");
     /* a commit whose rename fails: the target became a directory meanwhile */
     f = bt_atomic_open(bt_test_path("becomes_dir"));
     bt_atomic_write(f, "x", 1);
