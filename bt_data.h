@@ -953,10 +953,11 @@ static int bt__atomic_signals_installed;
 
 static void bt__atomic_on_signal(int sig, siginfo_t *info, void *ctx) {
     const struct sigaction *prev = &bt__atomic_prev_action[sig == SIGTERM];
-    if (prev->sa_handler == SIG_DFL && !(prev->sa_flags & SA_SIGINFO)) bt_atomic_cleanup_exit();   /* the process ends */
+    int ends = !(prev->sa_flags & SA_SIGINFO) && prev->sa_handler == SIG_DFL;   /* the default action: the process ends */
+    if (ends) bt_atomic_cleanup_exit();
     else bt_atomic_cleanup();
     if (prev->sa_flags & SA_SIGINFO) { if (prev->sa_sigaction) prev->sa_sigaction(sig, info, ctx); }
-    else if (prev->sa_handler == SIG_DFL) {   /* the default action, once this handler returns */
+    else if (ends) {   /* the default action, once this handler returns */
         sigaction(sig, prev, NULL);
         raise(sig);
     } else if (prev->sa_handler != SIG_IGN) prev->sa_handler(sig);

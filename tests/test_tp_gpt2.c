@@ -301,7 +301,9 @@ static void check_layout_checkpoints(const char *layout, const char *tag, const 
     /* --offload adamw in this layout (each rank's m and v in host memory): the same losses and last checkpoint, bit for bit */
     snprintf(args, sizeof args, CKPT_RUN " %s --offload adamw --ckpt-dir %s/%s_off.ck", layout, bt_test_dir, tag);
     snprintf(t, sizeof t, "%s_off", tag);
-    if (run_logged(2, args, t, lr, 8) == 4) {
+    int n_off = run_logged(2, args, t, lr, 8);
+    BT_CHECK(n_off == 4, "%s --offload adamw: %d steps logged", layout, n_off);
+    if (n_off == 4) {
         BT_CHECK(!memcmp(lr, lu, 4 * sizeof(double)), "%s --offload adamw: losses %.9f .. %.9f, without it %.9f .. %.9f", layout, lr[0], lr[3],
                  lu[0], lu[3]);
         snprintf(t, sizeof t, "%s_off.ck", tag);
