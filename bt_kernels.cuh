@@ -211,11 +211,12 @@ BTDEF int bt_k_matmul_epi(bt_dtype dt, bt_dtype dt_c, void *C, const void *A, co
    The weight decay is wd for every element, or, when runs != NULL, given per run of elements:
    run k covers [runs[k-1].end, runs[k].end) (from 0; the last end is n) with decay runs[k].wd;
    the table (nruns entries) lives in device memory, so a flat buffer of many parameters with
-   different decays is one launch. */
+   different decays is one launch. p_bf16 (may be NULL): the new p rounded to bf16 (as bt_k_cast
+   does) is written there too, the compute copy of the weights without a pass of its own. */
 typedef struct { int64_t end; float wd; } bt_k_decay_run;
 BTDEF void bt_k_adamw(float *p, const void *g, bt_dtype gdt, float *m, float *v, int64_t n, float lr, float b1, float b2,
                       float eps, float wd, const bt_k_decay_run *runs, int nruns, int step, const float *grad_scale,
-                      cudaStream_t s);
+                      uint16_t *p_bf16, cudaStream_t s);
 
 /* ---- 12. less common paths ---- */
 /* y += a[0] x, fp32, a a device scalar (a gradient scaled by the upstream one, added into a buffer) */
@@ -2810,13 +2811,14 @@ BTDEF void bt_k_matmul(bt_dtype dt, void *C, const void *A, const void *B, const
 /* ---- 11. AdamW ------------------------------------------------------------------------------------
    Per parameter: g' = g scale, m = b1 m + (1 - b1) g', v = b2 v + (1 - b2) g'^2,
    p -= lr (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd p). Reads p, m, v (fp32) and g,
-   writes p, m, v: 24 + sizeof(g) bytes per parameter; p, m, v move as float4 when aligned. The
+   writes p, m, v: 24 + sizeof(g) bytes per parameter (+ 2 with the bf16 copy, against the 6 a
+   separate cast would move); p, m, v move as float4 when aligned, the copy as 8 bytes. The
    decay-run table is read from L1: a thread's chunks go up in index (grid-stride), so it walks the
    table forward once. */
 template <typename G>
 __global__ void bt__k_adamw_kernel(float *p, const G *g, float *m, float *v, int64_t n, float lr, float b1, float b2,
                                    float eps, float wd0, const bt_k_decay_run *runs, float bc1, float bc2,
-                                   const float *gscale, int vec) {
+                                   const float *gscale, uint16_t *pb, int vec) {
     float sc = gscale ? *gscale : 1.f;
     int64_t nc = (n + 3) / 4;
     int r = 0;
@@ -2849,19 +2851,30 @@ __global__ void bt__k_adamw_kernel(float *p, const G *g, float *m, float *v, int
         } else {
             for (int e = 0; e < cnt; e++) { p[i0 + e] = pp[e]; m[i0 + e] = mm[e]; v[i0 + e] = vv[e]; }
         }
+        if (pb) {
+            if (full) {
+                uint2 o;
+                uint16_t *h = (uint16_t *)&o;
+#pragma unroll
+                for (int e = 0; e < 4; e++) h[e] = bt__f32_to_bf16(pp[e]);
+                *reinterpret_cast<uint2 *>(pb + i0) = o;
+            } else {
+                for (int e = 0; e < cnt; e++) pb[i0 + e] = bt__f32_to_bf16(pp[e]);
+            }
+        }
     }
 }
 BTDEF void bt_k_adamw(float *p, const void *g, bt_dtype gdt, float *m, float *v, int64_t n, float lr, float b1, float b2,
                       float eps, float wd, const bt_k_decay_run *runs, int nruns, int step, const float *grad_scale,
-                      cudaStream_t s) {
+                      uint16_t *p_bf16, cudaStream_t s) {
     if (n <= 0) return;
     if (step < 1) bt_error("bt_k_adamw: step %d (counts from 1)", step);
     if (runs && nruns < 1) bt_error("bt_k_adamw: %d decay runs", nruns);
     float bc1 = (float)(1.0 - pow((double)b1, (double)step)), bc2 = (float)(1.0 - pow((double)b2, (double)step));
-    int vec = bt__k_aligned16(p) && bt__k_aligned16(m) && bt__k_aligned16(v);
+    int vec = bt__k_aligned16(p) && bt__k_aligned16(m) && bt__k_aligned16(v) && ((uintptr_t)p_bf16 % 8 == 0);
     unsigned nb = bt__k_blocks((n + 3) / 4, 256);
     BT__K_DISPATCH3(gdt, "bt_k_adamw (grad)", {
-        bt__k_adamw_kernel<T><<<nb, 256, 0, s>>>(p, (const T *)g, m, v, n, lr, b1, b2, eps, wd, runs, bc1, bc2, grad_scale, vec);
+        bt__k_adamw_kernel<T><<<nb, 256, 0, s>>>(p, (const T *)g, m, v, n, lr, b1, b2, eps, wd, runs, bc1, bc2, grad_scale, p_bf16, vec);
     })
     BT__K_LAUNCHED("bt_k_adamw");
 }

@@ -31,6 +31,13 @@
      whose gradient is sharded computes the norm itself (bt_sumsq of its shard, summed over the
      ranks) and hands the reduced shard to bt_adamw_update.
 
+   THE COMPUTE COPY
+     A mixed-precision model multiplies with a bf16 copy of its fp32 weights, remade after every
+     update. bt_adamw_set_copy(opt, copy) has the update write it: each element's new value is
+     stored rounded to the copy's dtype in the same pass (on a GPU 2 bytes more written, where a
+     cast of its own reads 4 and writes 2 again), the same bits as bt_copy_ of the weights after
+     the update. The copy spans the index space; a sharded optimizer writes its range only.
+
    DEVICES
      Every parameter of one optimizer lives on one device; the update runs on that device's
      current stream (bt_tensor.h) in one kernel launch over the flat buffer when the parameters
@@ -73,6 +80,8 @@ typedef struct {
     bt_tensor *m, *v;                     /* [hi - lo], the parameters' dtype and device */
     bt_tensor *grad_norm;                 /* fp32 [1]: the last step's global gradient norm */
     bt_tensor *clip_scale;                /* fp32 [1]: min(1, max_grad_norm / norm), or NULL */
+    bt_tensor *copy;                      /* [numel] or NULL: each update writes its range's new values
+                                             there too, rounded (bt_adamw_set_copy); retained */
     /* internal */
     bt_tensor *flat_p;                    /* the parameters' buffer when they tile one, else NULL */
     void *runs;                           /* GPU: the weight-decay runs over [lo, hi), a device table */
@@ -103,6 +112,12 @@ BTDEF void bt_adamw_set_grad_norm(bt_adamw *opt, bt_tensor *norm);
 BTDEF void bt_adamw_update(bt_adamw *opt, float lr, bt_tensor *grad);
 /* Copy a saved state in: m, v of [hi - lo] elements on any device, step >= 0. */
 BTDEF void bt_adamw_set_state(bt_adamw *opt, bt_tensor *m, bt_tensor *v, int64_t step);
+/* copy (NULL: none): a contiguous tensor of numel elements over the index space, on the
+   parameters' device (bf16 on a GPU; any float dtype on a CPU). Each update also stores the
+   updated [lo, hi) there, rounded to its dtype as bt_copy_ rounds: a mixed-precision model's
+   compute copy of its weights, made in the update's own pass instead of one of its own (on a
+   GPU 2 bytes a parameter written against 6 moved). */
+BTDEF void bt_adamw_set_copy(bt_adamw *opt, bt_tensor *copy);
 
 /* ---- SGD with momentum (PyTorch's form: buf = mu buf + g + wd p; p -= lr buf) ---- */
 typedef struct {
@@ -418,7 +433,7 @@ BTDEF void bt_adamw_init(bt_adamw *opt, bt_tensor **params, int n, float beta1, 
 BTDEF void bt_adamw_free(bt_adamw *opt) {
     bt__adamw_off_free(opt);
     bt_release(opt->m); bt_release(opt->v); bt_release(opt->flat_p);
-    bt_release(opt->grad_norm); bt_release(opt->clip_scale);
+    bt_release(opt->grad_norm); bt_release(opt->clip_scale); bt_release(opt->copy);
     bt_free(opt->runs);
     free(opt->offset); free(opt->decay);
     memset(opt, 0, sizeof *opt);
@@ -455,6 +470,21 @@ BTDEF void bt_adamw_set_state(bt_adamw *opt, bt_tensor *m, bt_tensor *v, int64_t
     opt->step = step;
 }
 
+BTDEF void bt_adamw_set_copy(bt_adamw *opt, bt_tensor *copy) {
+    if (copy) {
+        bt__need_float(copy, "adamw_set_copy", "copy");
+        bt_device dev = bt__opt_device(opt);
+        if (!bt_is_contiguous(copy) || bt_numel(copy) != opt->numel || !bt_device_eq(bt_device_of(copy), dev))
+            bt_error("adamw_set_copy: copy %s must be a contiguous tensor of %lld elements (the parameters') on %s", bt__s(copy),
+                     (long long)opt->numel, bt__s(opt->params[0]));
+        if (dev.type == BT_GPU && copy->dtype != BT_BF16)
+            bt_error("adamw_set_copy: copy %s on a GPU must be bf16", bt__s(copy));
+    }
+    bt_retain(copy);
+    bt_release(opt->copy);
+    opt->copy = copy;
+}
+
 /* clip factor min(1, max_norm / (norm + 1e-6)) as a device scalar, no host sync: -max(-1, -r) is
    exact, where 1 - relu(1 - r) in fp32 would lose r's low bits (a relative error of 1e-5 at r = 1e-3) */
 BTDEF void bt_adamw_set_grad_norm(bt_adamw *opt, bt_tensor *norm) {
@@ -476,9 +506,10 @@ BTDEF void bt_adamw_set_grad_norm(bt_adamw *opt, bt_tensor *norm) {
 }
 
 /* one update of n elements: parameters p (the parameters' dtype), gradients g (dtype gdt), state
-   m, v (the state's dtype) on the parameters' device, decay wd, or the run table when `whole` */
+   m, v (the state's dtype) on the parameters' device, decay wd, or the run table when `whole`;
+   pc: the same elements of the copy, or NULL */
 static void bt__adamw_apply(bt_adamw *opt, float lr, void *p, const void *g, bt_dtype gdt, void *m, void *v, int64_t n,
-                            float wd, int whole) {
+                            float wd, int whole, void *pc) {
     bt_dtype dt = opt->params[0]->dtype;
     bt_device dev = bt__opt_device(opt);
     if (dev.type == BT_GPU) {
@@ -486,27 +517,31 @@ static void bt__adamw_apply(bt_adamw *opt, float lr, void *p, const void *g, bt_
         const float *cs = opt->clip_scale ? (const float *)bt_data_ptr(opt->clip_scale) : NULL;
         BT__ON_GPU(dev, stream)
             bt_k_adamw((float *)p, g, gdt, (float *)m, (float *)v, n, lr, opt->beta1, opt->beta2, opt->eps, wd,
-                       whole ? (const bt_k_decay_run *)opt->runs : NULL, whole ? opt->nruns : 0, (int)opt->step, cs, stream);
+                       whole ? (const bt_k_decay_run *)opt->runs : NULL, whole ? opt->nruns : 0, (int)opt->step, cs,
+                       (uint16_t *)pc, stream);
 #else
-        (void)whole; (void)m; (void)v;
+        (void)whole; (void)m; (void)v; (void)pc;
 #endif
         return;
     }
     double b1 = opt->beta1, b2 = opt->beta2, c1 = 1.0 - pow(b1, (double)opt->step), c2 = 1.0 - pow(b2, (double)opt->step);
     double cs = opt->clip_scale ? bt__ld(bt_data_ptr(opt->clip_scale), BT_F32, 0) : 1.0;
+    bt_dtype cdt = opt->copy ? opt->copy->dtype : dt;
     #pragma omp parallel for if (n > BT__PAR_MIN)
     for (int64_t j = 0; j < n; j++) {
         double gj = bt__ld(g, gdt, j) * cs, pj = bt__ld(p, dt, j);
         double mj = b1 * bt__ld(m, dt, j) + (1 - b1) * gj, vj = b2 * bt__ld(v, dt, j) + (1 - b2) * gj * gj;
         pj -= lr * ((mj / c1) / (sqrt(vj / c2) + opt->eps) + wd * pj);
         bt__st(m, dt, j, mj); bt__st(v, dt, j, vj); bt__st(p, dt, j, pj);
+        if (pc) bt__st(pc, cdt, j, bt__ld(p, dt, j));   /* the stored parameter rounded once, as a cast of it */
     }
 }
 /* the offloaded update of n elements from element a: each chunk's m and v loaded into a slot's
    device buffers, updated there, stored back (THE STATE IN HOST MEMORY) */
-static void bt__adamw_stream(bt_adamw *opt, float lr, char *p, const char *g, bt_dtype gdt, int64_t a, int64_t n, float wd) {
+static void bt__adamw_stream(bt_adamw *opt, float lr, char *p, const char *g, bt_dtype gdt, int64_t a, int64_t n, float wd,
+                             char *pc) {
     bt__adamw_off *o = (bt__adamw_off *)opt->offload;
-    size_t es = bt_dtype_size(opt->params[0]->dtype), gs = bt_dtype_size(gdt);
+    size_t es = bt_dtype_size(opt->params[0]->dtype), gs = bt_dtype_size(gdt), cs = opt->copy ? bt_dtype_size(opt->copy->dtype) : 0;
     bt_device dev = bt__opt_device(opt);
     for (int64_t c = 0; c < n; c += opt->offload_chunk) {
         int64_t k = n - c < opt->offload_chunk ? n - c : opt->offload_chunk;
@@ -517,7 +552,7 @@ static void bt__adamw_stream(bt_adamw *opt, float lr, char *p, const char *g, bt
         size_t nb = (size_t)k * es;
         if (dev.type != BT_GPU) {
             memcpy(dm, hm, nb); memcpy(dv, hv, nb);
-            bt__adamw_apply(opt, lr, p + c * (int64_t)es, g + c * (int64_t)gs, gdt, dm, dv, k, wd, 0);
+            bt__adamw_apply(opt, lr, p + c * (int64_t)es, g + c * (int64_t)gs, gdt, dm, dv, k, wd, 0, pc ? pc + c * (int64_t)cs : NULL);
             memcpy(hm, dm, nb); memcpy(hv, dv, nb);
             continue;
         }
@@ -529,7 +564,7 @@ static void bt__adamw_stream(bt_adamw *opt, float lr, char *p, const char *g, bt
             BT__CUDA_CHECK(cudaEventRecord(o->loaded[slot], o->load), "adamw (offload)");
             BT__CUDA_CHECK(cudaStreamWaitEvent(stream, o->loaded[slot], 0), "adamw (offload)");
         }
-        bt__adamw_apply(opt, lr, p + c * (int64_t)es, g + c * (int64_t)gs, gdt, dm, dv, k, wd, 0);
+        bt__adamw_apply(opt, lr, p + c * (int64_t)es, g + c * (int64_t)gs, gdt, dm, dv, k, wd, 0, pc ? pc + c * (int64_t)cs : NULL);
         BT__ON_GPU(dev, stream) {
             BT__CUDA_CHECK(cudaEventRecord(o->updated[slot], stream), "adamw (offload)");
             BT__CUDA_CHECK(cudaStreamWaitEvent(o->store, o->updated[slot], 0), "adamw (offload)");
@@ -545,17 +580,18 @@ static void bt__adamw_stream(bt_adamw *opt, float lr, char *p, const char *g, bt
 static void bt__adamw_span(bt_adamw *opt, float lr, void *p, const void *g, bt_dtype gdt, int64_t a, int64_t n, float wd,
                            int whole) {
     bt__adamw_off *o = (bt__adamw_off *)opt->offload;
-    size_t es = bt_dtype_size(opt->params[0]->dtype), gs = bt_dtype_size(gdt);
+    size_t es = bt_dtype_size(opt->params[0]->dtype), gs = bt_dtype_size(gdt), cs = opt->copy ? bt_dtype_size(opt->copy->dtype) : 0;
+    char *pc = opt->copy ? (char *)bt_data_ptr(opt->copy) + a * (int64_t)cs : NULL;   /* the copy of element a */
     if (!o) {
         bt__adamw_apply(opt, lr, p, g, gdt, (char *)bt_data_ptr(opt->m) + (a - opt->lo) * (int64_t)es,
-                        (char *)bt_data_ptr(opt->v) + (a - opt->lo) * (int64_t)es, n, wd, whole);
+                        (char *)bt_data_ptr(opt->v) + (a - opt->lo) * (int64_t)es, n, wd, whole, pc);
         return;
     }
-    if (!whole) { bt__adamw_stream(opt, lr, (char *)p, (const char *)g, gdt, a, n, wd); return; }
+    if (!whole) { bt__adamw_stream(opt, lr, (char *)p, (const char *)g, gdt, a, n, wd, pc); return; }
     for (int r = 0; r < o->nruns; r++) {   /* all of [lo, hi): run by run, each with its decay */
         int64_t r0 = r ? o->run_end[r - 1] : 0;
         bt__adamw_stream(opt, lr, (char *)p + r0 * (int64_t)es, (const char *)g + r0 * (int64_t)gs, gdt, opt->lo + r0,
-                         o->run_end[r] - r0, o->run_wd[r]);
+                         o->run_end[r] - r0, o->run_wd[r], pc ? pc + r0 * (int64_t)cs : NULL);
     }
 }
 BTDEF void bt_adamw_update(bt_adamw *opt, float lr, bt_tensor *grad) {
@@ -595,6 +631,7 @@ BTDEF void bt_adamw_update(bt_adamw *opt, float lr, bt_tensor *grad) {
     bt_release(gflat);
     free(grads);
     for (int i = 0; i < opt->n; i++) opt->params[i]->storage->version++;
+    if (opt->copy) opt->copy->storage->version++;
     bt_set_grad_enabled(old);
 }
 BTDEF void bt_adamw_step(bt_adamw *opt, float lr) {

@@ -2910,19 +2910,25 @@ static const float *bt__cached_colsum(const bt_tensor *g2) {
     return s->colsum;
 }
 #endif
-/* input ib's bias gradient, the column sums of g2 [rows, out]: added into the leaf's fp32 .grad on
-   a GPU when it has one (bt__grad_sink), else returned in gin[ib] */
+/* input ib's bias gradient, the column sums of g2 [rows, out]. On a GPU, when the leaf has a .grad
+   to take it (bt__grad_sink), the sums are made in fp32 from the ones left (bt__cached_colsum) or
+   from g2: added straight into an fp32 .grad; for a .grad of g2's dtype (bf16 gradients) rounded
+   once and returned in gin[ib], which the engine adds. Else the reduction's, in gin[ib]. */
 static void bt__bias_grad_reduce(bt_node *n, int ib, bt_tensor *g2, bt_tensor **gin) {
     bt_tensor *sink = bt__is_gpu(g2) ? bt__grad_sink(n, ib, g2->dtype) : NULL;
-    if (sink && sink->dtype == BT_F32) {
+    if (sink) {
 #ifdef BT_CUDA
-        sink->storage->version++;
+        int64_t C = g2->shape[1];
+        bt_tensor *acc = sink;
+        if (sink->dtype == BT_F32) sink->storage->version++;
+        else { acc = bt__new(bt_shape1(C), BT_F32, bt_device_of(g2)); bt_fill_(acc, 0.0); }
         const float *cs = bt__cached_colsum(g2);
         if (cs) bt__colsum_reuses++;
         BT__ON_GPU(bt_device_of(g2), stream) {
-            if (cs) bt_k_sum_rows_acc(BT_F32, (float *)bt_data_ptr(sink), cs, 1, g2->shape[1], stream);   /* += the sums left */
-            else bt_k_sum_rows_acc(g2->dtype, (float *)bt_data_ptr(sink), bt_data_ptr(g2), g2->shape[0], g2->shape[1], stream);
+            if (cs) bt_k_sum_rows_acc(BT_F32, (float *)bt_data_ptr(acc), cs, 1, C, stream);   /* += the sums left */
+            else bt_k_sum_rows_acc(g2->dtype, (float *)bt_data_ptr(acc), bt_data_ptr(g2), g2->shape[0], C, stream);
         }
+        if (acc != sink) { gin[ib] = bt_cast(acc, g2->dtype); bt_release(acc); }
 #endif
         return;
     }

@@ -137,6 +137,9 @@ BTDEF void gpt2_set_units(gpt2 *m, const bt_units *u);
 /* ---- 3. the forward pass (idx, targets: [B, T] i32 on the model's device) ---- */
 BTDEF bt_tensor *gpt2_param_as(gpt2 *m, bt_tensor *p, bt_dtype dt);   /* p in the compute dtype */
 BTDEF void gpt2_lowp_refresh(gpt2 *m, bt_dtype dt);   /* the bf16 copy after an update (outside a CUDA graph) */
+/* copy is flat_lowp and was written from the weights' last change (an optimizer's update did it:
+   bt_adamw_set_copy), so the next forward needs no cast; another tensor: nothing */
+BTDEF void gpt2_lowp_written(gpt2 *m, const bt_tensor *copy);
 BTDEF bt_tensor *gpt2_hidden(gpt2 *m, bt_tensor *idx, bt_dtype dt);   /* the final layernorm's output [B, T, C] */
 BTDEF bt_tensor *gpt2_logits(gpt2 *m, bt_tensor *idx, bt_dtype dt);   /* [B, T, Vp] */
 /* mean cross-entropy over the V real columns, the head fused into the loss (no [B, T, Vp] logits) */
@@ -387,6 +390,9 @@ BTDEF void gpt2_lowp_refresh(gpt2 *m, bt_dtype dt) {
         m->lowp_version = m->flat->storage->version;
         bt_set_grad_enabled(old);
     }
+}
+BTDEF void gpt2_lowp_written(gpt2 *m, const bt_tensor *copy) {
+    if (copy && copy == m->flat_lowp) m->lowp_version = m->flat->storage->version;
 }
 /* ---- fsdp's units: the parameters of a unit are views of its gathered tensor ----
    Memory per rank: the shards, plus the units gathered now. Unit 0 (wte, wpe: the tied head

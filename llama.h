@@ -155,6 +155,7 @@ BTDEF void llama_set_units(llama *m, const bt_units *u);
 /* ---- 3. the forward pass (idx, targets: [B, T] i32 on the model's device, T <= maxT) ---- */
 BTDEF bt_tensor *llama_param_as(llama *m, bt_tensor *p, bt_dtype dt);   /* p in the compute dtype */
 BTDEF void llama_lowp_refresh(llama *m, bt_dtype dt);   /* the copy after an update (outside a CUDA graph) */
+BTDEF void llama_lowp_written(llama *m, const bt_tensor *copy);   /* as gpt2_lowp_written */
 BTDEF bt_tensor *llama_hidden(llama *m, bt_tensor *idx, bt_dtype dt);   /* the final norm's output [B, T, C] */
 BTDEF bt_tensor *llama_logits(llama *m, bt_tensor *idx, bt_dtype dt);   /* [B, T, Vp] */
 /* mean cross-entropy over the V real columns (targets -1 ignored), the head fused into the loss */
@@ -376,6 +377,9 @@ BTDEF void llama_lowp_refresh(llama *m, bt_dtype dt) {
     bt_copy_(m->flat_lowp, m->flat);
     m->lowp_version = m->flat->storage->version;
     bt_set_grad_enabled(old);
+}
+BTDEF void llama_lowp_written(llama *m, const bt_tensor *copy) {
+    if (copy && copy == m->flat_lowp) m->lowp_version = m->flat->storage->version;
 }
 /* ---- fsdp's units: the parameters of a unit are views of its gathered tensor ----
    Memory per rank: the shards, plus the units gathered now. Each block is gathered inside its

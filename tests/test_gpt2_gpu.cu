@@ -1,7 +1,7 @@
 /* test_gpt2_gpu.cu - GPT-2 (gpt2.h) on the GPU: the same initial weights as the CPU for
    a seed, parity with PyTorch (tiny fixture; GPT-2 124M when BT_PARITY_D12=<model>:<state> names
-   files made by tests/gpt2_ref.py --config d12), in fp32, tf32 and bf16, bf16 training, and the
-   KV cache against the full forward pass. */
+   files made by tests/gpt2_ref.py --config d12), in fp32, tf32 and bf16, bf16 training, bf16
+   gradients against f32 ones, and the KV cache against the full forward pass. */
 #include "gpt2_io.h"
 #include "bt_optim.h"
 #include "tests/bt_test.h"
@@ -88,6 +88,65 @@ static void test_bf16_overfit(void) {
     bt_adamw_free(&opt); gpt2_free(&m);
 }
 
+/* bf16 gradients (the buffer gpt2_build_padded makes in bf16): every bias gradient is the fp32
+   column sums of the f32-gradient run, rounded once (the activation gradients are the same bits in
+   both runs), through the sums the layernorm and attention backward leave (bt_grad_colsum_reuses);
+   the weights' within bf16 rounding of the f32 ones. */
+static void test_bf16_grad_buffer(void) {
+    if (no_gpu()) return;
+    gpt2_config c = gpt2_config_make(2, 2, 128, 64, 256);
+    gpt2 a, b;
+    gpt2_build_padded(&a, c, bt_cuda_device(0), 1, BT_F32); gpt2_init(&a, 11);
+    gpt2_build_padded(&b, c, bt_cuda_device(0), 1, BT_BF16); gpt2_init(&b, 11);
+    BT_CHECK(b.flat_grad->dtype == BT_BF16, "the gradient buffer is %s", bt_dtype_name(b.flat_grad->dtype));
+    int B = 2, T = 64;
+    int32_t *x = (int32_t *)malloc(sizeof(int32_t) * (size_t)(B * T + 1));
+    for (int i = 0; i < B * T + 1; i++) x[i] = (int32_t)(bt_philox_uniform(5, (uint64_t)i) * 256);
+    bt_set_deterministic(1);
+    int64_t reuses[2];
+    gpt2 *m[2] = {&a, &b};
+    for (int k = 0; k < 2; k++) {
+        bt_zero_(m[k]->flat_grad);
+        int64_t r0 = bt_grad_colsum_reuses();
+        bt_scope_begin();
+        bt_tensor *idx = bt_from_data(x, bt_shape2(B, T), BT_I32, m[k]->device), *tgt = bt_from_data(x + 1, bt_shape2(B, T), BT_I32, m[k]->device);
+        bt_backward(gpt2_loss(m[k], idx, tgt, BT_BF16));
+        bt_scope_end();
+        reuses[k] = bt_grad_colsum_reuses() - r0;
+    }
+    bt_set_deterministic(0);
+    int64_t nb = 0, nbias = 0;
+    for (int l = 0; l < c.L; l++) {
+        bt_tensor *ba[4] = {a.layers[l].qkvb, a.layers[l].projb, a.layers[l].fcb, a.layers[l].fcprojb};
+        bt_tensor *bb[4] = {b.layers[l].qkvb, b.layers[l].projb, b.layers[l].fcb, b.layers[l].fcprojb};
+        for (int i = 0; i < 4; i++) {
+            bt_scope_begin();
+            int64_t n = bt_numel(ba[i]);
+            uint16_t *ra = (uint16_t *)malloc(2 * (size_t)n), *rb = (uint16_t *)malloc(2 * (size_t)n);
+            bt_to_host(bt_cast(ba[i]->grad, BT_BF16), ra, BT_BF16);
+            bt_to_host(bb[i]->grad, rb, BT_BF16);
+            for (int64_t j = 0; j < n; j++) nb += ra[j] != rb[j];
+            nbias += n;
+            free(ra); free(rb);
+            bt_scope_end();
+        }
+    }
+    float *ga = (float *)malloc(4 * (size_t)a.num_params), *gb = (float *)malloc(4 * (size_t)b.num_params);
+    bt_scope_begin();
+    bt_to_host(a.flat_grad, ga, BT_F32);
+    bt_to_host(b.flat_grad, gb, BT_F32);
+    bt_scope_end();
+    double e = relerr_f(gb, ga, a.num_params);
+    printf("bf16 gradients: %lld of %lld bias elements differ from f32's rounded; colsums taken %lld (f32) %lld (bf16); "
+           "all gradients rel err %.2e\n", (long long)nb, (long long)nbias, (long long)reuses[0], (long long)reuses[1], e);
+    BT_CHECK(nb == 0, "%lld of %lld bias gradient elements are not the f32 run's rounded to bf16", (long long)nb, (long long)nbias);
+    BT_CHECK(reuses[1] > 0 && reuses[1] == reuses[0], "bf16 gradients took %lld of the sums left, f32 %lld", (long long)reuses[1],
+             (long long)reuses[0]);
+    BT_CHECK(e < 1e-2, "bf16 gradients against f32's: rel err %.3e", e);
+    free(ga); free(gb); free(x);
+    gpt2_free(&a); gpt2_free(&b);
+}
+
 /* The GPU optimizer updates all GPT-2 parameters in one launch (they tile one buffer); it must
    match the CPU's per-parameter AdamW, weight decay only on matrices and clipping included. Same
    Philox gradients on both sides; decay 0.5 so a wrong segment shows. */
@@ -138,6 +197,7 @@ int main(void) {
     BT_RUN(test_parity_d12);
     BT_RUN(test_bf16_overfit);
     BT_RUN(test_flat_adamw_matches_cpu);
+    BT_RUN(test_bf16_grad_buffer);
     BT_RUN(test_kv_cache_gpu);
     return bt_test_summary("test_gpt2_gpu");
 }

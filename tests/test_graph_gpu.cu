@@ -1,7 +1,8 @@
 /* test_graph_gpu.cu - CUDA graphs: bt_graph (bt_tensor.h) captures and replays, an error inside a
    capture, and train_gpt2.c's micro-step in a graph (--cuda-graph) against the eager step: the same
    losses, gradient norms, validation losses and weights, bit for bit, in fp32 and bf16, with
-   gradient accumulation, across a change of micro-batch that captures anew. */
+   gradient accumulation, across a change of micro-batch that captures anew; the bf16 weights
+   written by AdamW's pass against a cast of their own, the same bits. */
 #define TRAIN_GPT2_NO_MAIN
 #include "train_gpt2.c"
 #include "tests/bt_test.h"
@@ -86,10 +87,12 @@ static void test_graph_capture_error(void) {
     bt_release(x); bt_release(w);
 }
 
+static int g_copy_off;   /* 1: the bf16 weights by a cast of their own, not AdamW's pass (copy_in_update 0) */
 /* a small GPT-2 trainer on Tiny Shakespeare: B x T micro-batches, accum of them per step */
 static int setup(trainer *tr, int graph, bt_dtype dt, int B, int T, int accum) {
     memset(tr, 0, sizeof *tr);
     train_default_opts(&tr->o);
+    tr->o.copy_in_update = !g_copy_off;
     tr->o.B = B; tr->o.T = T; tr->o.total_batch = B * T * accum; tr->o.cuda_graph = graph;
     tr->dt = dt;
     gpt2_config c = gpt2_config_make(2, 4, 64, 128, BT_GPT2_VOCAB);
@@ -114,7 +117,7 @@ static void change_B(trainer *tr, int B) {
 }
 
 #define STEPS 6
-typedef struct { double loss[STEPS], norm[STEPS], val[2]; float *w; int captures, graphed; } run_out;
+typedef struct { double loss[STEPS], norm[STEPS], val[2]; float *w; int captures, graphed, copied; } run_out;
 
 /* STEPS steps (lr from the schedule), validation after step 2 and at the end; with B2 > 0 the
    micro-batch becomes B2 after step 3 */
@@ -134,6 +137,7 @@ static void run(int graph, bt_dtype dt, int B, int B2, run_out *r) {
     bt_to_host(bt_narrow(tr.model.flat, 0, 0, tr.model.num_params), r->w, BT_F32);
     bt_scope_end();
     r->captures = tr.sg.captures;
+    r->copied = tr.opt.copy != NULL;
     r->graphed = tr.sg.graph[0] != NULL && tr.sg.graph[1] == NULL;   /* one process: one kind of micro-step */
     trainer_end(&tr, 0);
 }
@@ -164,6 +168,33 @@ static void compare(const char *tag, bt_dtype dt, int B, int B2, int want_captur
     free(e.w); free(g.w);
     bt_set_deterministic(0);
 }
+/* AdamW writing the bf16 weights in its update (trainer_update) against a cast of their own before
+   each forward: the same bits, eagerly and under the graph */
+static void test_copy_in_update(void) {
+    if (no_gpu()) return;
+    if (access("data/tinyshakespeare_train.bin", R_OK) || access("data/tinyshakespeare_val.bin", R_OK)) {
+        BT_SKIP("no data/tinyshakespeare_*.bin (make data)"); return;
+    }
+    bt_set_deterministic(1);
+    int64_t np = 0;
+    { gpt2_config c = gpt2_config_make(2, 4, 64, 128, BT_GPT2_VOCAB); np = gpt2_num_params(&c); }
+    for (int graph = 0; graph < 2; graph++) {
+        run_out a, b;
+        g_copy_off = 1; run(graph, BT_BF16, 4, 0, &a);
+        g_copy_off = 0; run(graph, BT_BF16, 4, 0, &b);
+        int n = 0;
+        int64_t nbad = 0;
+        for (int i = 0; i < STEPS; i++) n += a.loss[i] != b.loss[i] || a.norm[i] != b.norm[i];
+        if (a.w && b.w) for (int64_t i = 0; i < np; i++) nbad += memcmp(&a.w[i], &b.w[i], sizeof(float)) != 0;
+        printf("copy in the update (graph %d): losses %.9f .. %.9f against %.9f .. %.9f, %lld weights differ\n", graph, b.loss[0],
+               b.loss[STEPS - 1], a.loss[0], a.loss[STEPS - 1], (long long)nbad);
+        BT_CHECK(b.copied && !a.copied, "graph %d: the update wrote the copy %d, the reference %d", graph, b.copied, a.copied);
+        BT_CHECK(n == 0 && a.val[0] == b.val[0] && a.val[1] == b.val[1], "graph %d: %d steps' loss or norm, or a validation, differ", graph, n);
+        BT_CHECK(a.w && b.w && nbad == 0, "graph %d: %lld weights differ", graph, (long long)nbad);
+        free(a.w); free(b.w);
+    }
+    bt_set_deterministic(0);
+}
 static void test_graph_step_fp32(void) { compare("fp32 B=4 accum 2", BT_F32, 4, 0, 1); }
 static void test_graph_step_bf16(void) { compare("bf16 B=4 accum 2", BT_BF16, 4, 0, 1); }
 static void test_graph_recapture(void) { compare("bf16 B=4 then B=2", BT_BF16, 4, 2, 2); }
@@ -175,5 +206,6 @@ int main(void) {
     BT_RUN(test_graph_step_fp32);
     BT_RUN(test_graph_step_bf16);
     BT_RUN(test_graph_recapture);
+    BT_RUN(test_copy_in_update);
     return bt_test_summary("test_graph_gpu");
 }

@@ -1620,9 +1620,21 @@ static void test_adamw(void) {
                 double mh = rm[i] / (1 - pow(b1, step)), vh = rv[i] / (1 - pow(b2, step));
                 rp[i] = p[i + off] - lr * (mh / (sqrt(vh) + eps) + (double)(float)wi * p[i + off]);
             }
+            uint16_t *dc = (uint16_t *)dmalloc((size_t)(n + 1) * 2);   /* the bf16 copy, NaN where unwritten */
+            CK(cudaMemsetAsync(dc, 0xff, (size_t)(n + 1) * 2, st()));
             bt_k_adamw((float *)dp + off, (char *)dg + off * tsz(gdt), gdt, (float *)dm + off, (float *)dv + off, n,
-                       (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, druns, variant == 0 ? 3 : 0, step, dsc, st());
+                       (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, druns, variant == 0 ? 3 : 0, step, dsc,
+                       k == 1 ? NULL : dc + off, st());
             const char *how = variant ? "unaligned" : "scaled, decay runs";
+            if (k != 1) {   /* the copy: exactly the stored p rounded to bf16 */
+                double *hp = zvec(n);
+                down(BT_F32, (float *)dp + off, hp, n);
+                quant(BT_BF16, hp, n);
+                snprintf(what, sizeof what, "adamw bf16 copy g=%s %s", tname(gdt), how);
+                expect(what, BT_BF16, dc + off, hp, n, 0.0);
+                free(hp);
+            }
+            dfree(dc);
             snprintf(what, sizeof what, "adamw p g=%s %s", tname(gdt), how);
             expect(what, BT_F32, (float *)dp + off, rp, n, 1e-5);
             snprintf(what, sizeof what, "adamw m g=%s %s", tname(gdt), how);

@@ -1,6 +1,6 @@
 /* test_optim.c - bt_optim.h: AdamW (with and without clipping; its state as data: get, set, a
    sharded update equal to the full one on its range; the state offloaded and streamed in chunks,
-   the same bits as kept whole), SGD with momentum, the global gradient norm,
+   the same bits as kept whole; the rounded copy an update writes), SGD with momentum, the global gradient norm,
    against hand-written references in double; bt_lr_cosine. */
 #include "bt_autograd.h"
 #include "bt_optim.h"
@@ -299,6 +299,23 @@ static int same_values(bt_tensor **x, bt_tensor **y, int n) {
     }
     return same;
 }
+/* o's copy holds o's parameters rounded to the copy's dtype on [lo, hi) and NaN (unwritten) elsewhere */
+static int copy_matches(bt_adamw *o, bt_tensor *copy) {
+    double *c = bt_test_host(copy);
+    int ok = 1;
+    for (int i = 0; i < o->n; i++) {
+        bt_scope_begin();
+        double *r = bt_test_host(bt_cast(o->params[i], copy->dtype));
+        bt_scope_end();
+        for (int64_t j = 0; j < bt_numel(o->params[i]); j++) {
+            int64_t x = o->offset[i] + j;
+            ok &= x >= o->lo && x < o->hi ? c[x] == r[j] : c[x] != c[x];
+        }
+        free(r);
+    }
+    free(c);
+    return ok;
+}
 static void test_adamw_offload(void) {
     size_t base = allocated();
     int64_t sizes[4] = {12, 5, 8, 3}, offs[4] = {8, 0, 20, 5};   /* buffer order: 1, 3, 0, 2 */
@@ -326,6 +343,9 @@ static void test_adamw_offload(void) {
                 BT_CHECK(b.offload != NULL && bt_device_of(b.m).type == BT_CPU, "offloaded state");
                 BT_CHECK((a.flat_p != NULL) == flat_case, "flat case %d: flat_p %p", flat_case, (void *)a.flat_p);
                 if (sh) { bt_adamw_shard(&a, 6, 23); bt_adamw_shard(&b, 6, 23); }
+                bt_tensor *cp[2] = {bt_full(bt_shape1(28), NAN, BT_BF16, CPU), bt_full(bt_shape1(28), NAN, BT_F32, CPU)};
+                bt_adamw_set_copy(&a, cp[0]); bt_adamw_set_copy(&b, cp[1]);   /* a rounded copy written by the update */
+                bt_release(cp[0]); bt_release(cp[1]);
                 for (int t = 0; t < 3; t++) {
                     /* one buffer: the gradients tile one too (the single pass over the runs) */
                     bt_tensor *gbuf[2] = {bt_zeros(bt_shape1(28), dt, CPU), bt_zeros(bt_shape1(28), dt, CPU)};
@@ -347,6 +367,8 @@ static void test_adamw_offload(void) {
                 int same = same_values(ps[0], ps[1], 4) && same_values(sa, sb, 2);
                 BT_CHECK(same, "offloaded (chunk %lld, %s, %s) differs from the state kept whole", (long long)chunks[ci],
                          flat_case ? "one buffer" : "apart", sh ? "range [6, 23)" : "all");
+                BT_CHECK(copy_matches(&a, a.copy) && copy_matches(&b, b.copy), "the update's copy (chunk %lld, %s, %s) is not "
+                         "the parameters rounded on its range", (long long)chunks[ci], flat_case ? "one buffer" : "apart", sh ? "range [6, 23)" : "all");
                 /* a state set into the offloaded optimizer: one more step agrees again */
                 if (ci == 2 && !sh) {
                     bt_adamw c;
@@ -364,6 +386,11 @@ static void test_adamw_offload(void) {
     bt_tensor *w = bt_test_leaf(bt_shape1(4), BT_F32, 1);
     bt_adamw d;
     BT_EXPECT_ERROR(bt_adamw_init_offload(&d, &w, 1, 0.9f, 0.95f, 1e-8f, 0.1f, 0.f, -1), "chunk -1");
+    bt_adamw_init(&d, &w, 1, 0.9f, 0.95f, 1e-8f, 0.1f, 0.f);
+    bt_scope_begin();
+    BT_EXPECT_ERROR(bt_adamw_set_copy(&d, bt_zeros(bt_shape1(5), BT_BF16, CPU)), "of 4 elements");
+    bt_scope_end();
+    bt_adamw_free(&d);
     bt_release(w);
     BT_CHECK(allocated() == base, "leaked %lld bytes", (long long)(allocated() - base));
 }
