@@ -27,17 +27,35 @@
    for the plain product, and the other operand layout (the weight stored transposed) measured no
    faster; still cheaper than a separate GELU pass.) Otherwise it is the ops it names, recorded as
    such. */
+/* The node's saved tensors: x2 (the input [rows, in]), w1, h, w2, then gelu(h) when kept (i[1]),
+   or (i[0], bt_layernorm_mlp_gelu) the layernorm's input in x2's place and its w, b last, f[0] eps. */
 /* the MLP's saved gelu(h), or (BT_RECOMPUTE_GELU: not saved) gelu(h) remade: +1 either way */
 static bt_tensor *bt__mlp_saved_u(bt_node *n, bt_tensor *h) {
-    if (n->n_saved > 4) return bt_retain(n->saved[4]);
+    if (n->i[1]) return bt_retain(n->saved[4]);
     bt_tensor *u = bt__new(bt_shape_of(h), h->dtype, bt_device_of(h));
 #ifdef BT_CUDA
     BT__ON_GPU(bt_device_of(h), stream) bt_k_unary(BT_UOP_GELU, h->dtype, bt_data_ptr(u), bt_data_ptr(h), bt_numel(h), stream);
 #endif
     return u;
 }
+/* the layernorm's output remade from its saved input by the forward's kernel: the same bits */
+static bt_tensor *bt__mlp_remade_ln(bt_node *n) {
+    bt_tensor *x = n->saved[0], *w = n->saved[n->n_saved - 2], *b = n->saved[n->n_saved - 1];
+    int64_t rows = x->shape[0], C = x->shape[1];
+    bt_tensor *y = bt__new(bt_shape_of(x), x->dtype, bt_device_of(x)), *st = bt__new(bt_shape1(2 * rows), BT_F32, bt_device_of(x));
+#ifdef BT_CUDA
+    BT__ON_GPU(bt_device_of(x), stream)
+        bt_k_layernorm(x->dtype, bt_data_ptr(y), (float *)bt_data_ptr(st), (float *)bt_data_ptr(st) + rows, bt_data_ptr(x), bt_data_ptr(w),
+                       bt_data_ptr(b), rows, C, (float)n->f[0], stream);
+#else
+    (void)w; (void)b; (void)C;
+#endif
+    bt_release(st);
+    return y;
+}
 static void bt__mlp_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
-    bt_tensor *x2 = n->saved[0], *w1 = n->saved[1], *h = n->saved[2], *w2 = n->saved[3], *u = bt__mlp_saved_u(n, h);
+    bt_tensor *x2 = n->i[0] ? bt__mlp_remade_ln(n) : bt_retain(n->saved[0]);
+    bt_tensor *w1 = n->saved[1], *h = n->saved[2], *w2 = n->saved[3], *u = bt__mlp_saved_u(n, h);
     int64_t rows = x2->shape[0], in_f = w1->shape[1], hid = w1->shape[0], out_f = w2->shape[0];
     bt_dtype dt = g->dtype;
     bt_device dev = bt_device_of(g);
@@ -68,10 +86,13 @@ static void bt__mlp_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
         bt_release(dh);
     }
     if (n->n_in > 5 && bt__wants(n, 5)) gin[5] = bt__register(bt_retain(g));   /* the residual's: g, as add's */
-    bt_release(g2); bt_release(gc);
+    bt_release(g2); bt_release(gc); bt_release(x2);
 }
+/* a layernorm's input, parameters and eps, for an MLP that remakes its output (bt_layernorm_mlp_gelu) */
+typedef struct { bt_tensor *x, *w, *b; double eps; } bt__ln_src;
 /* y [.., out] from the fused GEMMs, or NULL when cuBLASLt has no GELU epilogue for these shapes */
-static bt_tensor *bt__mlp_fused(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tensor *w2, bt_tensor *b2, bt_tensor *r) {
+static bt_tensor *bt__mlp_fused(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tensor *w2, bt_tensor *b2, bt_tensor *r,
+                                const bt__ln_src *ln) {
     bt_tensor *y = NULL;
 #ifdef BT_CUDA
     int64_t in_f = w1->shape[1], hid = w1->shape[0], out_f = w2->shape[0], rows = bt_numel(x) / (in_f ? in_f : 1);
@@ -98,18 +119,30 @@ static bt_tensor *bt__mlp_fused(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_t
         bt_tensor *in[6] = {x, w1, b1, w2, b2, r};
         bt_node *n = bt__record("mlp_gelu", bt__mlp_back, y, in, r ? 6 : 5);
         if (n) {   /* saved[4], gelu(h), only when the backward is not to remake it (bt__mlp_saved_u) */
-            bt__save(n, x2); bt__save(n, w1c); bt__save(n, h); bt__save(n, w2c);
-            if (!(bt__g.recompute & BT_RECOMPUTE_GELU)) bt__save(n, u);
+            int remake = ln && (bt__g.recompute & BT_RECOMPUTE_GELU);
+            bt_tensor *lx = remake ? bt__contig(ln->x) : NULL, *lx2 = lx ? bt__view_dense(lx, bt_shape2(rows, in_f)) : NULL;
+            bt__save(n, remake ? lx2 : x2); bt__save(n, w1c); bt__save(n, h); bt__save(n, w2c);
+            n->i[1] = !(bt__g.recompute & BT_RECOMPUTE_GELU);
+            if (n->i[1]) bt__save(n, u);
+            n->i[0] = remake;
+            if (remake) {
+                bt_tensor *lw = bt__contig(ln->w), *lb = bt__contig(ln->b);
+                bt__save(n, lw); bt__save(n, lb);
+                n->f[0] = ln->eps;
+                bt_release(lw); bt_release(lb);
+            }
+            bt_release(lx2); bt_release(lx);
         }
     }
     bt_release(h); bt_release(u); bt_release(x2);
     bt_release(xc); bt_release(w1c); bt_release(b1c); bt_release(w2c); bt_release(b2c);
 #else
-    (void)x; (void)w1; (void)b1; (void)w2; (void)b2; (void)r; (void)bt__mlp_back;   /* no GPU: never fused */
+    (void)x; (void)w1; (void)b1; (void)w2; (void)b2; (void)r; (void)ln; (void)bt__mlp_back;   /* no GPU: never fused */
 #endif
     return y;
 }
-BTDEF bt_tensor *bt_mlp_gelu(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tensor *w2, bt_tensor *b2, bt_tensor *r) {
+static bt_tensor *bt__mlp_gelu(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tensor *w2, bt_tensor *b2, bt_tensor *r,
+                               const bt__ln_src *ln) {
     bt__need_float(x, "mlp_gelu", "x"); bt__need_float(w1, "mlp_gelu", "w1"); bt__need_float(w2, "mlp_gelu", "w2");
     if (w1->ndim != 2 || w2->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w1->shape[1] || w2->shape[1] != w1->shape[0])
         bt_error("mlp_gelu: x %s, w1 %s, w2 %s: expected x [.., in], w1 [hid, in], w2 [out, hid]", bt__s(x), bt__s(w1), bt__s(w2));
@@ -123,10 +156,20 @@ BTDEF bt_tensor *bt_mlp_gelu(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tens
         fusable = r->dtype == x->dtype && bt__is_gpu(r) && bt_device_of(r).index == bt_device_of(x).index && r->ndim == os.ndim &&
                   !memcmp(r->shape, os.d, sizeof(int64_t) * (size_t)os.ndim);
     }
-    bt_tensor *y = fusable ? bt__mlp_fused(x, w1, b1, w2, b2, r) : NULL;
+    bt_tensor *y = fusable ? bt__mlp_fused(x, w1, b1, w2, b2, r, ln) : NULL;
     if (y) return bt__register(y);
     if (r) return bt_linear_add(bt_gelu(bt_linear(x, w1, b1)), w2, b2, r);
     return bt_linear(bt_gelu(bt_linear(x, w1, b1)), w2, b2);   /* the linears check the rest */
+}
+BTDEF bt_tensor *bt_mlp_gelu(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tensor *w2, bt_tensor *b2, bt_tensor *r) {
+    return bt__mlp_gelu(x, w1, b1, w2, b2, r, NULL);
+}
+BTDEF bt_tensor *bt_layernorm_mlp_gelu(bt_tensor *x, bt_tensor *lnw, bt_tensor *lnb, double eps, bt_tensor *w1, bt_tensor *b1,
+                                       bt_tensor *w2, bt_tensor *b2, bt_tensor *r) {
+    bt_tensor *h = bt_layernorm(x, lnw, lnb, eps);   /* checks x, lnw, lnb; its node keeps x */
+    bt__ln_src ln = {x, lnw, lnb, eps};
+    int remake = lnw && lnb && x->dtype == h->dtype && lnw->dtype == x->dtype && lnb->dtype == x->dtype;
+    return bt__mlp_gelu(h, w1, b1, w2, b2, r, remake ? &ln : NULL);
 }
 
 /* ---- softmax / log_softmax over the last dim ---- */

@@ -539,7 +539,8 @@ BTDEF int bt_set_fusions(int flags);
 /* Activation recomputation (a saved-tensor policy: less memory for a little more work): with
    BT_RECOMPUTE_GELU the fused bt_mlp_gelu keeps the pre-activation h for its backward but not
    gelu(h), which its backward remakes with one elementwise kernel and frees after use (GPU path;
-   the unfused ops save what they always did). Returns the previous flags.
+   the unfused ops save what they always did); bt_layernorm_mlp_gelu also remakes its layernorm's
+   output there. Returns the previous flags.
    The other flags are read by the models (gpt2.h), which wrap a part of each block in
    bt_checkpoint (bt_autograd.h): only the part's input is kept, the rest remade in the backward.
    ATTN: the attention sublayer (ln1, qkv, attention, projection, residual add); MLP: the MLP
@@ -586,6 +587,12 @@ BTDEF bt_tensor *bt_linear(bt_tensor *x, bt_tensor *w, bt_tensor *b);
    the first GEMM's epilogue, r the second's C input, and the backward's GELU gradient and both
    bias gradients ride GEMMs too (BT_FUSE_EPILOGUES); elsewhere the ops it names. */
 BTDEF bt_tensor *bt_mlp_gelu(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tensor *w2, bt_tensor *b2, bt_tensor *r);
+/* bt_mlp_gelu(bt_layernorm(x, lnw, lnb, eps), w1, b1, w2, b2, r): the same values and gradients;
+   with BT_RECOMPUTE_GELU on the fused path the MLP keeps not the layernorm's output but x (which
+   the layernorm's own node keeps), and its backward remakes the output with the forward's kernel
+   (the same bits): one B T C activation less a layer, for one more layernorm pass. */
+BTDEF bt_tensor *bt_layernorm_mlp_gelu(bt_tensor *x, bt_tensor *lnw, bt_tensor *lnb, double eps, bt_tensor *w1, bt_tensor *b1,
+                                       bt_tensor *w2, bt_tensor *b2, bt_tensor *r);
 /* r + linear(x, w, b), r of the output's shape: the residual add rides the GEMM on a GPU (its C
    input with beta = 1) when fused epilogues are on; elsewhere bt_add(r, bt_linear(x, w, b)) */
 BTDEF bt_tensor *bt_linear_add(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tensor *r);

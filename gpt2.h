@@ -490,7 +490,14 @@ static bt_tensor *gpt2__mlp_region(void *ctx, bt_tensor **in) {
     gpt2__region *r = (gpt2__region *)ctx;
     gpt2 *m = r->m; gpt2_layer *y = r->y; bt_dtype dt = r->dt;
     int old = r->no_gelu ? bt_set_recompute(bt_get_recompute() & ~BT_RECOMPUTE_GELU) : 0;
-    bt_tensor *out = gpt2__mlp(m, y, bt_layernorm(in[0], GPT2_P(y->ln2w), GPT2_P(y->ln2b), 1e-5), in[0], dt, r->f8);
+    int plain = !r->f8 && !(m->split && m->split->mlp);
+#ifdef BT_MLIR
+    plain = plain && !m->mlir;
+#endif
+    bt_tensor *out = plain   /* the fused MLP, which with GELU's recompute also remakes ln2's output */
+        ? bt_layernorm_mlp_gelu(in[0], GPT2_P(y->ln2w), GPT2_P(y->ln2b), 1e-5, GPT2_P(y->fcw), GPT2_P(y->fcb), GPT2_P(y->fcprojw),
+                                GPT2_P(y->fcprojb), in[0])
+        : gpt2__mlp(m, y, bt_layernorm(in[0], GPT2_P(y->ln2w), GPT2_P(y->ln2b), 1e-5), in[0], dt, r->f8);
     if (r->no_gelu) bt_set_recompute(old);
     return out;
 }
@@ -505,7 +512,7 @@ static bt_tensor *gpt2__block_region(void *ctx, bt_tensor **in) {
    layer, in units of B*T*C activations (the compute dtype), beside small per-row statistics
    (layernorm's mean and rstd, attention's logsumexp: B*T*(2 + H) floats):
      none   16: ln1's out 1, qkv 3, attention's out 1, x1 1; ln2's out 1, h 4, gelu(h) 4, x2 1
-     GELU   12: gelu(h) remade from h (the fused GPU MLP; the CPU path keeps it)
+     GELU   11: gelu(h) remade from h, ln2's out from x1 (the fused GPU MLP; the CPU path keeps them)
      ATTN   11: x1 and the MLP's 10; ln1's out, qkv, attention's out remade
      MLP     7: the attention's 6 and x2; ln2's out, h, gelu(h) remade
      BLOCK   1: x2 alone (the next block's input; this block's input is the last one's x2)

@@ -772,10 +772,10 @@ static trainer__mem trainer__probe_memory(trainer *tr, int T, bt_dtype dt, int b
 }
 static double trainer__need(trainer__mem mm, int B) { return mm.fixed + (double)mm.per * B; }
 /* --recompute's modes, by what GPT-2 keeps per layer (gpt2.h, gpt2__block: units of B T C
-   activations): none 16, gelu 12, attn 11, mlp 7, block 1; the work remade grows the same way
-   (gelu: one elementwise kernel; attn: ~4C^2 + 2TC multiply-adds per token; mlp: 8C^2; block: both).
-   The default climbs none < gelu < mlp < block and stops at the first that fits; attn is left out
-   (one unit less than gelu for the attention's work: mlp's step is the better one). */
+   activations): none 16, gelu 11, attn 11, mlp 7, block 1; the work remade grows the same way
+   (gelu: two elementwise kernels, GELU and ln2; attn: ~4C^2 + 2TC multiply-adds per token; mlp:
+   8C^2; block: both). The default climbs none < gelu < mlp < block and stops at the first that
+   fits; attn is left out (what gelu saves for the attention's work: mlp's step is the better one). */
 static const struct { const char *name; int flags; } trainer__recompute_modes[] = {
     {"none", 0}, {"gelu", BT_RECOMPUTE_GELU}, {"attn", BT_RECOMPUTE_ATTN}, {"mlp", BT_RECOMPUTE_MLP}, {"block", BT_RECOMPUTE_BLOCK}};
 int trainer_recompute_parse(const char *name) {
