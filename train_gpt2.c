@@ -128,7 +128,7 @@ static void usage(FILE *f) {
         "            holds the gradient buckets' collectives too; not with --tp, --cp, --mlir, where off is\n"
         "            the default; the CPU ignores it)\n"
         "  --recompute none|gelu|attn|mlp|block   activations remade in the backward instead of kept:\n"
-        "            gelu(h) of the MLP; the attention or the MLP sublayer of each block, or the whole block,\n"
+        "            gelu(h) and ln2's output (the MLP's); the attention or the MLP sublayer of each block, or the whole block,\n"
         "            from its input (the same bits as none; block: ~1/3 more work per step; attn, mlp and\n"
         "            block not with --tp or --cp; a Llama: attn, mlp, block) (default: the first of none, gelu\n"
         "            (not for a Llama), mlp, block with which -b fits; none with the measured -b or several\n"
