@@ -166,10 +166,10 @@ BTDEF bt_tensor *bt_mlp_gelu(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tens
 }
 BTDEF bt_tensor *bt_layernorm_mlp_gelu(bt_tensor *x, bt_tensor *lnw, bt_tensor *lnb, double eps, bt_tensor *w1, bt_tensor *b1,
                                        bt_tensor *w2, bt_tensor *b2, bt_tensor *r) {
-    bt_tensor *h = bt_layernorm(x, lnw, lnb, eps);   /* checks x, lnw, lnb; its node keeps x */
+    bt_tensor *h = bt_layernorm(x, lnw, lnb, eps);   /* checks x, lnw, lnb (x's dtype); its node keeps x */
     bt__ln_src ln = {x, lnw, lnb, eps};
-    int remake = lnw && lnb && x->dtype == h->dtype && lnw->dtype == x->dtype && lnb->dtype == x->dtype;
-    return bt__mlp_gelu(h, w1, b1, w2, b2, r, remake ? &ln : NULL);
+    /* a strided x: the layernorm keeps a contiguous copy of its own, the MLP would keep another */
+    return bt__mlp_gelu(h, w1, b1, w2, b2, r, lnw && lnb && bt_is_contiguous(x) ? &ln : NULL);
 }
 
 /* ---- softmax / log_softmax over the last dim ---- */

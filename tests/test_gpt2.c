@@ -242,12 +242,19 @@ static size_t step_peak(gpt2 *m, const int32_t *x, int B, int T, double *loss) {
    transient. With BLOCK the forward keeps L U (each block's output) and the backward adds one
    block's remade 16 U (the layer being differentiated) on top of the same transient: the peak
    falls by at least (16 L - L - 16) U = 44 U for L = 4 (of the 64 U kept). */
+enum { MEM_B = 8, MEM_T = 256 };
+/* the memory tests' model (s4 on the CPU, seed 5) and MEM_B x MEM_T tokens drawn from seed */
+static int32_t *mem_setup(gpt2 *m, gpt2_config *c, uint64_t seed) {
+    gpt2_config_from_preset("s4", RC_V, c);
+    gpt2_build(m, *c, bt_cpu()); gpt2_init(m, 5);
+    int32_t *x = (int32_t *)malloc(sizeof(int32_t) * MEM_B * MEM_T);
+    for (int i = 0; i < MEM_B * MEM_T; i++) x[i] = (int32_t)(bt_philox_uniform(seed, (uint64_t)i) * RC_V);
+    return x;
+}
 static void test_recompute_memory(void) {
-    gpt2_config c; gpt2_config_from_preset("s4", RC_V, &c);
-    enum { B = 8, T = 256 };
-    gpt2 m; gpt2_build(&m, c, bt_cpu()); gpt2_init(&m, 5);
-    int32_t *x = (int32_t *)malloc(sizeof(int32_t) * B * T);
-    for (int i = 0; i < B * T; i++) x[i] = (int32_t)(bt_philox_uniform(3, (uint64_t)i) * RC_V);
+    enum { B = MEM_B, T = MEM_T };
+    gpt2_config c; gpt2 m;
+    int32_t *x = mem_setup(&m, &c, 3);
     size_t peak[2]; double loss[2];
     for (int k = 0; k < 2; k++) {
         int old = bt_set_recompute(k ? BT_RECOMPUTE_BLOCK : 0);
@@ -270,11 +277,9 @@ static void test_recompute_memory(void) {
    the backward's transients, which differ: 14-15.5 MiB fall here, with and without ASan). With the
    inputs held (the bug this guards) it rose by 1.75 U a layer instead. */
 static void test_fp8_memory(void) {
-    gpt2_config c; gpt2_config_from_preset("s4", RC_V, &c);
-    enum { B = 8, T = 256 };
-    gpt2 m; gpt2_build(&m, c, bt_cpu()); gpt2_init(&m, 5);
-    int32_t *x = (int32_t *)malloc(sizeof(int32_t) * B * T);
-    for (int i = 0; i < B * T; i++) x[i] = (int32_t)(bt_philox_uniform(4, (uint64_t)i) * RC_V);
+    enum { B = MEM_B, T = MEM_T };
+    gpt2_config c; gpt2 m;
+    int32_t *x = mem_setup(&m, &c, 4);
     size_t peak[2]; double loss[2];
     for (int k = 0; k < 2; k++) {
         if (k) gpt2_fp8_enable(&m, NULL);
