@@ -15,9 +15,10 @@
    subnormals and values past the range included).
 
    CONTENTS
-     declarations  bt_k_fp8_supported, bt_k_fp8_amax, bt_k_fp8_cast, bt_k_fp8_update, bt_k_matmul_fp8
+     declarations  bt_k_fp8_supported, bt_k_fp8_amax, bt_k_fp8_cast, bt_k_fp8_amax_act, bt_k_fp8_cast_act,
+                   bt_k_fp8_update, bt_k_matmul_fp8
      1. the amax reduction and the scaled cast (64 x 64 tiles of 16-byte rows, or 32 x 32 scalar ones:
-        the transpose through shared memory)
+        the transpose through shared memory), GELU or its derivative folded in (the _act forms)
      2. the scaling state's update
      3. the FP8 product through cuBLASLt: plans in bt_kernels.cuh's table, scale pointers per call
 */
@@ -44,6 +45,22 @@ BTDEF void bt_k_fp8_amax(bt_dtype dt, float *amax, const void *x, int64_t n, cud
    amax_in or scale_in. Traffic: x read once, q and qt written once each. */
 BTDEF void bt_k_fp8_cast(bt_dtype dt, bt_dtype fmt, uint8_t *q, uint8_t *qt, const void *x, int64_t rows, int64_t cols,
                          const float *amax_in, const float *scale_in, float *scale_used, float *amax_acc, cudaStream_t s);
+/* The casts with GPT-2's GELU folded in (bt_mlp_gelu_fp8's kernels; act, bt_tensor.h's bt_fp8_act):
+   what is quantised is not x but
+     BT_FP8_ACT_GELU  u = gelu(x), rounded to dt: the bytes bt_k_unary(GELU) would write, read by a
+                      cast (the forward's input of the second linear)
+     BT_FP8_ACT_DGELU d = x gelu'(h), rounded to dt: bt_k_unary_backward(GELU)'s bytes (x the
+                      gradient of gelu's output, h its input), read by a cast (the backward's
+                      gradient of the first linear); colsum (may be NULL) <- f32 [ceil(rows / 64),
+                      cols], the column sums of d over each 64 rows (the bias gradient's parts,
+                      in a fixed order: bt_k_sum_rows_acc of them gives the same bits each run)
+   The amax, scales and arguments as bt_k_fp8_amax / bt_k_fp8_cast's (h [rows, cols] of dt, DGELU only).
+   Needs cols % 8 == 0, rows % 16 == 0 and 16-byte aligned x, h, q, qt. Traffic per element: x (and
+   h) read once, q and qt written: the activation's own write and the cast's read are gone. */
+BTDEF void bt_k_fp8_amax_act(bt_dtype dt, bt_fp8_act act, float *amax, const void *x, const void *h, int64_t n, cudaStream_t s);
+BTDEF void bt_k_fp8_cast_act(bt_dtype dt, bt_dtype fmt, bt_fp8_act act, uint8_t *q, uint8_t *qt, float *colsum, const void *x,
+                             const void *h, int64_t rows, int64_t cols, const float *amax_in, const float *scale_in, float *scale_used,
+                             float *amax_acc, cudaStream_t s);
 /* bt_fp8_update on an FP8 linear layer's state [3, 2 + hist] (f32): each row rolled as bt__fp8_roll does */
 BTDEF void bt_k_fp8_update(float *state, int hist, cudaStream_t s);
 /* C [M, N] (dt: bf16, f16 or f32) = (*sa)(*sb) A [M, K] B [N, K]^T (+ R [M, N] of dt, may be NULL, may be C
@@ -104,32 +121,47 @@ __device__ __forceinline__ unsigned bt__k_block_umax(unsigned v) {
     if (t < 32) v = __reduce_max_sync(0xffffffffu, t < nw ? sh[t] : 0u);
     return v;
 }
-template <typename T>
-__global__ void bt__k_fp8_amax_kernel(unsigned *amax, const T *x, int64_t n, int vec) {
+/* the value a cast quantises (bt_fp8_act): x; gelu(x) rounded to T; x gelu'(h) rounded to T. The
+   functors of bt_k_unary / bt_k_unary_backward, so the same bits as those kernels' outputs. */
+template <typename T, int ACT> __device__ __forceinline__ float bt__k_fp8_val(T x, T h) {
+    if (ACT == BT_FP8_ACT_GELU) return bt__k_tof(bt__k_from<T>(bt__k_uop_f<BT_UOP_GELU>()(bt__k_tof(x), bt__k_tof(x))));
+    if (ACT == BT_FP8_ACT_DGELU) return bt__k_tof(bt__k_from<T>(bt__k_uop_grad_f<BT_UOP_GELU>()(bt__k_tof(x), bt__k_tof(h))));
+    return bt__k_tof(x);
+}
+template <typename T, int ACT>
+__global__ void bt__k_fp8_amax_kernel(unsigned *amax, const T *x, const T *hp, int64_t n, int vec) {
     const int V = 16 / sizeof(T);
     int64_t tid = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x, head = 0;
     unsigned m = 0;
     if (vec) {
         for (int64_t i = tid; i < n / V; i += stride) {
-            T v[16 / sizeof(T)];
+            T v[16 / sizeof(T)], h[16 / sizeof(T)];
             bt__k_ld16(v, x + i * V);
+            if (ACT == BT_FP8_ACT_DGELU) bt__k_ld16(h, hp + i * V);
 #pragma unroll
-            for (int j = 0; j < V; j++) m = max(m, bt__abs_bits(bt__k_tof(v[j])));
+            for (int j = 0; j < V; j++) m = max(m, bt__abs_bits(bt__k_fp8_val<T, ACT>(v[j], ACT == BT_FP8_ACT_DGELU ? h[j] : v[j])));
         }
         head = n / V * V;
     }
-    for (int64_t i = head + tid; i < n; i += stride) m = max(m, bt__abs_bits(bt__k_tof(x[i])));
+    for (int64_t i = head + tid; i < n; i += stride) m = max(m, bt__abs_bits(bt__k_fp8_val<T, ACT>(x[i], ACT == BT_FP8_ACT_DGELU ? hp[i] : x[i])));
     m = bt__k_block_umax(m);
     if (threadIdx.x == 0 && m) atomicMax(amax, m);
 }
-BTDEF void bt_k_fp8_amax(bt_dtype dt, float *amax, const void *x, int64_t n, cudaStream_t s) {
+BTDEF void bt_k_fp8_amax_act(bt_dtype dt, bt_fp8_act act, float *amax, const void *x, const void *h, int64_t n, cudaStream_t s) {
     if (n <= 0) return;
-    int vec = bt__k_aligned16(x);
+    if (act == BT_FP8_ACT_DGELU && !h) bt_error("bt_k_fp8_amax_act: DGELU needs h");
+    int vec = bt__k_aligned16(x) && (act != BT_FP8_ACT_DGELU || bt__k_aligned16(h));
     BT__K_DISPATCH3(dt, "bt_k_fp8_amax", {
-        bt__k_fp8_amax_kernel<T><<<bt__k_blocks(vec ? n / (16 / (int64_t)sizeof(T)) + 1 : n, 256), 256, 0, s>>>((unsigned *)amax,
-                                                                                                            (const T *)x, n, vec);
+        unsigned grid = bt__k_blocks(vec ? n / (16 / (int64_t)sizeof(T)) + 1 : n, 256);
+        if (act == BT_FP8_ACT_GELU) bt__k_fp8_amax_kernel<T, BT_FP8_ACT_GELU><<<grid, 256, 0, s>>>((unsigned *)amax, (const T *)x, NULL, n, vec);
+        else if (act == BT_FP8_ACT_DGELU)
+            bt__k_fp8_amax_kernel<T, BT_FP8_ACT_DGELU><<<grid, 256, 0, s>>>((unsigned *)amax, (const T *)x, (const T *)h, n, vec);
+        else bt__k_fp8_amax_kernel<T, BT_FP8_ACT_X><<<grid, 256, 0, s>>>((unsigned *)amax, (const T *)x, NULL, n, vec);
     })
     BT__K_LAUNCHED("bt_k_fp8_amax");
+}
+BTDEF void bt_k_fp8_amax(bt_dtype dt, float *amax, const void *x, int64_t n, cudaStream_t s) {
+    bt_k_fp8_amax_act(dt, BT_FP8_ACT_X, amax, x, NULL, n, s);
 }
 template <typename T, int E5M2>
 __global__ void __launch_bounds__(256) bt__k_fp8_cast_kernel(uint8_t *q, uint8_t *qt, const T *x, int64_t rows, int64_t cols,
@@ -180,30 +212,38 @@ __global__ void __launch_bounds__(256) bt__k_fp8_cast_kernel(uint8_t *q, uint8_t
    bytes. Needs cols % 8 == 0, rows % 16 == 0 when qt is written, and x, q, qt 16-byte aligned (the
    launcher checks; otherwise bt__k_fp8_cast_kernel). Per element: 2 or 4 bytes read, 1 or 2 written,
    the same multiply and rounding as the scalar kernel, so the same bytes. */
-template <typename T, int E5M2>
-__global__ void __launch_bounds__(256) bt__k_fp8_cast64_kernel(uint8_t *q, uint8_t *qt, const T *x, int64_t rows, int64_t cols,
-                                                                const float *amax_in, const float *scale_in, float *scale_used,
-                                                                unsigned *amax_acc) {
+template <typename T, int E5M2, int ACT>
+__global__ void __launch_bounds__(256) bt__k_fp8_cast64_kernel(uint8_t *q, uint8_t *qt, float *colsum, const T *x, const T *hp,
+                                                                int64_t rows, int64_t cols, const float *amax_in,
+                                                                const float *scale_in, float *scale_used, unsigned *amax_acc) {
     const int V = 16 / sizeof(T);
     __shared__ uint32_t tile[64][17];
+    __shared__ float part[ACT == BT_FP8_ACT_DGELU ? 32 : 1][65];   /* DGELU's column sums: 32 row lanes x 64 columns */
     const float s = amax_in ? bt_fp8_scale_of(*amax_in, E5M2 ? BT_F8E5M2_MAX : BT_F8E4M3_MAX) : *scale_in, r = 1.f / s;
     const int t = threadIdx.x, cx = t & 7, ry = t >> 3, tcol = t >> 2, tk = t & 3;
     const int64_t tc = (cols + 63) / 64, ntiles = (rows + 63) / 64 * tc;
     unsigned m = 0;
     for (int64_t tt = blockIdx.x; tt < ntiles; tt += gridDim.x) {
         const int64_t r0 = tt / tc * 64, c0 = tt % tc * 64;
+        float cs[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) cs[j] = 0.f;
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int lr = ry + 32 * h;
             const int64_t i = r0 + lr, c = c0 + cx * 8;
             uint32_t w0 = 0, w1 = 0;
             if (i < rows && c < cols) {
-                T v[8];
+                T v[8], hv[8];
 #pragma unroll
                 for (int u = 0; u < 8 / V; u++) bt__k_ld16(v + u * V, x + i * cols + c + u * V);
+                if (ACT == BT_FP8_ACT_DGELU)
+#pragma unroll
+                    for (int u = 0; u < 8 / V; u++) bt__k_ld16(hv + u * V, hp + i * cols + c + u * V);
 #pragma unroll
                 for (int j = 0; j < 8; j++) {
-                    float f = bt__k_tof(v[j]);
+                    float f = bt__k_fp8_val<T, ACT>(v[j], ACT == BT_FP8_ACT_DGELU ? hv[j] : v[j]);
+                    cs[j] += f;
                     m = max(m, bt__abs_bits(f));
                     uint32_t b = bt__k_fp8_cvt<E5M2>(__fmul_rn(f, r));
                     if (j < 4) w0 |= b << (8 * j); else w1 |= b << (8 * (j - 4));
@@ -211,6 +251,17 @@ __global__ void __launch_bounds__(256) bt__k_fp8_cast64_kernel(uint8_t *q, uint8
                 if (q) *reinterpret_cast<uint2 *>(q + i * cols + c) = make_uint2(w0, w1);
             }
             tile[lr][2 * cx] = w0; tile[lr][2 * cx + 1] = w1;
+        }
+        if (ACT == BT_FP8_ACT_DGELU && colsum) {        /* uniform: the tile's 64 column sums, rows in a fixed order */
+#pragma unroll
+            for (int j = 0; j < 8; j++) part[ry][cx * 8 + j] = cs[j];
+            __syncthreads();
+            if (t < 64 && c0 + t < cols) {
+                float v = 0.f;
+                for (int k = 0; k < 32; k++) v += part[k][t];
+                colsum[(r0 / 64) * cols + c0 + t] = v;
+            }
+            if (!qt) __syncthreads();                 /* qt's barrier below does it otherwise */
         }
         if (qt) {                                     /* uniform over the block */
             __syncthreads();
@@ -239,22 +290,46 @@ __global__ void __launch_bounds__(256) bt__k_fp8_cast64_kernel(uint8_t *q, uint8
         if (t == 0 && m) atomicMax(amax_acc, m);
     }
 }
+template <typename T, int ACT>
+static void bt__k_fp8_cast64_run(bt_dtype fmt, uint8_t *q, uint8_t *qt, float *colsum, const T *x, const T *h, int64_t rows, int64_t cols,
+                                 const float *amax_in, const float *scale_in, float *scale_used, float *amax_acc, cudaStream_t s) {
+    int64_t ntiles = ((rows + 63) / 64) * ((cols + 63) / 64);
+    unsigned grid = bt__k_blocks(ntiles > 0 ? ntiles * 256 : 256, 256);
+    if (fmt == BT_F8E5M2)
+        bt__k_fp8_cast64_kernel<T, 1, ACT><<<grid, 256, 0, s>>>(q, qt, colsum, x, h, rows, cols, amax_in, scale_in, scale_used, (unsigned *)amax_acc);
+    else
+        bt__k_fp8_cast64_kernel<T, 0, ACT><<<grid, 256, 0, s>>>(q, qt, colsum, x, h, rows, cols, amax_in, scale_in, scale_used, (unsigned *)amax_acc);
+}
+static void bt__k_fp8_cast_check(const char *who, bt_dtype fmt, const float *amax_in, const float *scale_in, int64_t rows, int64_t cols) {
+    if (fmt != BT_F8E4M3 && fmt != BT_F8E5M2) bt_error("%s: format %s is not f8e4m3 or f8e5m2", who, bt_dtype_name(fmt));
+    if (!amax_in == !scale_in) bt_error("%s: give exactly one of amax_in (current scaling) and scale_in (delayed)", who);
+    if (rows < 0 || cols < 0) bt_error("%s: x [%lld, %lld]", who, (long long)rows, (long long)cols);
+}
+BTDEF void bt_k_fp8_cast_act(bt_dtype dt, bt_dtype fmt, bt_fp8_act act, uint8_t *q, uint8_t *qt, float *colsum, const void *x,
+                             const void *h, int64_t rows, int64_t cols, const float *amax_in, const float *scale_in, float *scale_used,
+                             float *amax_acc, cudaStream_t s) {
+    bt__k_fp8_cast_check("bt_k_fp8_cast_act", fmt, amax_in, scale_in, rows, cols);
+    if (act != BT_FP8_ACT_GELU && act != BT_FP8_ACT_DGELU) bt_error("bt_k_fp8_cast_act: act %d is not GELU or DGELU", (int)act);
+    if (act == BT_FP8_ACT_DGELU && !h) bt_error("bt_k_fp8_cast_act: DGELU needs h");
+    if (cols % 8 || rows % 16 || !bt__k_aligned16(x) || (h && !bt__k_aligned16(h)) || (q && !bt__k_aligned16(q)) || (qt && !bt__k_aligned16(qt)))
+        bt_error("bt_k_fp8_cast_act: x [%lld, %lld]: needs cols %% 8 == 0, rows %% 16 == 0 and 16-byte aligned x, h, q, qt",
+                 (long long)rows, (long long)cols);
+    BT__K_DISPATCH3(dt, "bt_k_fp8_cast_act", {
+        if (act == BT_FP8_ACT_GELU)
+            bt__k_fp8_cast64_run<T, BT_FP8_ACT_GELU>(fmt, q, qt, NULL, (const T *)x, NULL, rows, cols, amax_in, scale_in, scale_used, amax_acc, s);
+        else
+            bt__k_fp8_cast64_run<T, BT_FP8_ACT_DGELU>(fmt, q, qt, colsum, (const T *)x, (const T *)h, rows, cols, amax_in, scale_in, scale_used,
+                                                   amax_acc, s);
+    })
+    BT__K_LAUNCHED("bt_k_fp8_cast_act");
+}
 BTDEF void bt_k_fp8_cast(bt_dtype dt, bt_dtype fmt, uint8_t *q, uint8_t *qt, const void *x, int64_t rows, int64_t cols,
                          const float *amax_in, const float *scale_in, float *scale_used, float *amax_acc, cudaStream_t s) {
-    if (fmt != BT_F8E4M3 && fmt != BT_F8E5M2) bt_error("bt_k_fp8_cast: format %s is not f8e4m3 or f8e5m2", bt_dtype_name(fmt));
-    if (!amax_in == !scale_in) bt_error("bt_k_fp8_cast: give exactly one of amax_in (current scaling) and scale_in (delayed)");
-    if (rows < 0 || cols < 0) bt_error("bt_k_fp8_cast: x [%lld, %lld]", (long long)rows, (long long)cols);
+    bt__k_fp8_cast_check("bt_k_fp8_cast", fmt, amax_in, scale_in, rows, cols);
     int vec = cols % 8 == 0 && (!qt || rows % 16 == 0) && bt__k_aligned16(x) && (!q || bt__k_aligned16(q)) && (!qt || bt__k_aligned16(qt));
     if (vec) {
-        int64_t ntiles = ((rows + 63) / 64) * ((cols + 63) / 64);
-        unsigned grid = bt__k_blocks(ntiles > 0 ? ntiles * 256 : 256, 256);
         BT__K_DISPATCH3(dt, "bt_k_fp8_cast", {
-            if (fmt == BT_F8E5M2)
-                bt__k_fp8_cast64_kernel<T, 1><<<grid, 256, 0, s>>>(q, qt, (const T *)x, rows, cols, amax_in, scale_in, scale_used,
-                                                                    (unsigned *)amax_acc);
-            else
-                bt__k_fp8_cast64_kernel<T, 0><<<grid, 256, 0, s>>>(q, qt, (const T *)x, rows, cols, amax_in, scale_in, scale_used,
-                                                                    (unsigned *)amax_acc);
+            bt__k_fp8_cast64_run<T, BT_FP8_ACT_X>(fmt, q, qt, NULL, (const T *)x, NULL, rows, cols, amax_in, scale_in, scale_used, amax_acc, s);
         })
         BT__K_LAUNCHED("bt_k_fp8_cast");
         return;

@@ -1566,8 +1566,10 @@ static void bt__fp8_gemm_cpu(bt_dtype dt, void *C, const uint8_t *A, bt_dtype fa
 /* one tensor's scaled cast per st's recipe, on x2's device: x2 [rows, cols] (contiguous) -> q and/or
    qt (fp8 tensors [rows, cols] and [cols, rows], or NULL), the state's row `role` accumulating the
    amax. slot: two f32 of a zeroed scratch on x2's device: [0] <- the scale used, [1] <- the amax it
-   came from (current scaling). */
-static void bt__fp8_cast(bt_fp8_state *st, int role, bt_tensor *x2, bt_tensor *q, bt_tensor *qt, float *slot) {
+   came from (current scaling). act (a GPU only): what is cast is gelu(x2), or x2 gelu'(h2) with
+   colsum (may be NULL) <- its column sums per 64 rows (bt_k_fp8_cast_act). */
+static void bt__fp8_cast_act(bt_fp8_state *st, int role, bt_fp8_act act, bt_tensor *x2, bt_tensor *h2, bt_tensor *q, bt_tensor *qt,
+                             bt_tensor *colsum, float *slot) {
     int current = st->opts.recipe == BT_FP8_CURRENT || !(st->primed >> role & 1u);
     st->seen |= 1u << role;
     float *row = (float *)bt_data_ptr(st->buf) + role * (2 + st->opts.history);
@@ -1577,16 +1579,24 @@ static void bt__fp8_cast(bt_fp8_state *st, int role, bt_tensor *x2, bt_tensor *q
     st->buf->storage->version++;
     if (bt__is_gpu(x2)) {
 #ifdef BT_CUDA
+        const void *hp = h2 ? bt_data_ptr(h2) : NULL;
         BT__ON_GPU(bt_device_of(x2), stream) {
-            if (current) bt_k_fp8_amax(x2->dtype, slot + 1, bt_data_ptr(x2), rows * cols, stream);
-            bt_k_fp8_cast(x2->dtype, fmt, qp, qtp, bt_data_ptr(x2), rows, cols, current ? slot + 1 : NULL, current ? NULL : row + 1, slot,
-                          row, stream);
+            if (current) bt_k_fp8_amax_act(x2->dtype, act, slot + 1, bt_data_ptr(x2), hp, rows * cols, stream);
+            const float *ain = current ? slot + 1 : NULL, *sin = current ? NULL : row + 1;
+            if (act == BT_FP8_ACT_X) bt_k_fp8_cast(x2->dtype, fmt, qp, qtp, bt_data_ptr(x2), rows, cols, ain, sin, slot, row, stream);
+            else bt_k_fp8_cast_act(x2->dtype, fmt, act, qp, qtp, colsum ? (float *)bt_data_ptr(colsum) : NULL, bt_data_ptr(x2), hp, rows,
+                                   cols, ain, sin, slot, row, stream);
         }
 #endif
         return;
     }
+    if (act != BT_FP8_ACT_X) bt_error("fp8 cast: GELU folded into a cast on the CPU (the op makes gelu's tensor there)");
+    (void)h2; (void)colsum;
     if (current) { uint32_t m = bt__fp8_amax_cpu(x2->dtype, bt_data_ptr(x2), rows * cols); memcpy(slot + 1, &m, 4); }
     bt__fp8_cast_cpu(x2->dtype, fmt, qp, qtp, bt_data_ptr(x2), rows, cols, current ? slot + 1 : NULL, current ? NULL : row + 1, slot, row);
+}
+static void bt__fp8_cast(bt_fp8_state *st, int role, bt_tensor *x2, bt_tensor *q, bt_tensor *qt, float *slot) {
+    bt__fp8_cast_act(st, role, BT_FP8_ACT_X, x2, NULL, q, qt, NULL, slot);
 }
 /* C (dtype dt) = (sa sb) A B^T (+ R) (+ bias) on dev: A [M, K] and B [N, K] fp8 tensors, sa and sb f32 on
    dev, R (dtype dt, or NULL) C itself to accumulate */
@@ -1665,8 +1675,8 @@ static void bt__linear_fp8_check_gpu(bt_tensor *x, int64_t R, int64_t N, int64_t
     if (!ok) bt_error("linear_fp8: %s is on %s: FP8 products need compute capability 8.9 or newer (Ada, Hopper)", bt__s(x),
                       bt_device_name(bt_device_of(x)));
 }
-/* r + x w^T + b (r, b may be NULL) */
-static bt_tensor *bt__linear_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tensor *r, bt_fp8_state *st) {
+/* the arguments of r + x w^T + b (r, b may be NULL), checked before anything is made */
+static void bt__linear_fp8_check(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tensor *r, bt_fp8_state *st) {
     bt__need_float(x, "linear_fp8", "x"); bt__need_float(w, "linear_fp8", "w");
     bt__same_device(x, w, "linear_fp8"); bt__same_dtype(x, w, "linear_fp8");
     if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1])
@@ -1681,14 +1691,20 @@ static bt_tensor *bt__linear_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_te
     int64_t K = w->shape[1], N = w->shape[0], R = K ? bt_numel(x) / K : 0;
     if (R == 0 || N == 0 || K == 0) bt_error("linear_fp8: x %s, w %s: an empty product", bt__s(x), bt__s(w));
     bt_shape os = bt_shape_of(x); os.d[os.ndim - 1] = N;
-    if (r) {                                                   /* checked before anything is made */
+    if (r) {
         bt__need_float(r, "linear_fp8", "r"); bt__same_device(x, r, "linear_fp8"); bt__same_dtype(x, r, "linear_fp8");
         if (r->ndim != os.ndim || memcmp(r->shape, os.d, sizeof(int64_t) * (size_t)os.ndim))
             bt_error("linear_add_fp8: the residual r %s must have the output's shape: x %s with its last dim %lld", bt__s(r), bt__s(x),
                      (long long)N);
     }
-    bt_device dev = bt_device_of(x);
     if (bt__is_gpu(x)) bt__linear_fp8_check_gpu(x, R, N, K);
+}
+/* r + x w^T + b (r, b may be NULL) */
+static bt_tensor *bt__linear_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tensor *r, bt_fp8_state *st) {
+    bt__linear_fp8_check(x, w, b, r, st);
+    int64_t K = w->shape[1], N = w->shape[0], R = bt_numel(x) / K;
+    bt_shape os = bt_shape_of(x); os.d[os.ndim - 1] = N;
+    bt_device dev = bt_device_of(x);
     int grad = bt__g.grad_enabled, want_xt = grad && bt__needs_grad(w), want_wt = grad && bt__needs_grad(x);
     bt_tensor *xc = bt__contig(x), *wc = bt__contig(w), *bc = b ? bt__contig(b) : NULL;
     bt_tensor *x2 = bt__view_dense(xc, bt_shape2(R, K));
@@ -1718,6 +1734,176 @@ BTDEF bt_tensor *bt_linear_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_fp8_
 BTDEF bt_tensor *bt_linear_add_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tensor *r, bt_fp8_state *st) {
     if (!r) bt_error("linear_add_fp8: no residual r (bt_linear_fp8 is the op without one)");
     return bt__linear_fp8(x, w, b, r, st);
+}
+
+/* ---- GPT-2's MLP in FP8 (bt_mlp_gelu_fp8): the two linears of bt_linear_fp8 with gelu between, gelu
+   and its derivative folded into the casts that read h and the hidden gradient ----
+   saved: [0] the scales [4, 4] (rows x, w1, u = gelu(h), w2: [scale, amax, -, -]), then by n->i[0]'s
+   bits: 1 h [R, hid], 2 qx^T [K, R], 4 qw1^T [K, hid], 8 qu^T [hid, R], 16 qw2^T [hid, N]. n->i[1]:
+   qu^T is remade from h (GELU recompute). aux: the two states. */
+typedef struct { bt_fp8_state *s1, *s2; } bt__fp8_pair;
+/* qu^T [hid, R] again from h with the forward's scale (*scale): the same bytes, no state touched */
+static bt_tensor *bt__mlp_fp8_remake_ut(bt_tensor *h, const float *scale) {
+    int64_t R = h->shape[0], hid = h->shape[1];
+    bt_tensor *ut = bt__new(bt_shape2(hid, R), BT_F8E4M3, bt_device_of(h));
+    if (bt__is_gpu(h)) {
+#ifdef BT_CUDA
+        BT__ON_GPU(bt_device_of(h), stream)
+            bt_k_fp8_cast_act(h->dtype, BT_F8E4M3, BT_FP8_ACT_GELU, NULL, (uint8_t *)bt_data_ptr(ut), NULL, bt_data_ptr(h), NULL, R, hid, NULL,
+                              scale, NULL, NULL, stream);
+#endif
+        return ut;
+    }
+    bt_tensor *u = bt__unary_eval(BT_UOP_GELU, h, NULL);
+    float used;
+    bt__fp8_cast_cpu(u->dtype, BT_F8E4M3, NULL, (uint8_t *)bt_data_ptr(ut), bt_data_ptr(u), R, hid, NULL, scale, &used, NULL);
+    bt_release(u);
+    return ut;
+}
+static void bt__mlp_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt__fp8_pair *st = (bt__fp8_pair *)n->aux;
+    int has = (int)n->i[0], k = 1;
+    bt_tensor *sc = n->saved[0];
+    bt_tensor *h = has & 1 ? n->saved[k++] : NULL, *xt = has & 2 ? n->saved[k++] : NULL, *w1t = has & 4 ? n->saved[k++] : NULL;
+    bt_tensor *ut = has & 8 ? n->saved[k++] : NULL, *w2t = has & 16 ? n->saved[k++] : NULL;
+    int64_t hid = n->in_shape[1].d[0], K = n->in_shape[1].d[1], N = n->in_shape[3].d[0], R = bt_numel(g) / N;
+    bt_device dev = bt_device_of(g);
+    bt_dtype dt = g->dtype;
+    const float *scp = (const float *)bt_data_ptr(sc);           /* x, w1, u, w2: a row of 4 each */
+    int want_x = bt__wants(n, 0), want_w1 = bt__wants(n, 1), want_b1 = n->n_in > 2 && bt__wants(n, 2);
+    int want_w2 = bt__wants(n, 3), want_b2 = n->n_in > 4 && bt__wants(n, 4), want_dh = want_x || want_w1 || want_b1;
+    if ((want_dh && (!h || !w2t)) || (want_x && !w1t) || (want_w1 && !xt) || (want_w2 && !ut && !(n->i[1] && h)))
+        bt_error("mlp_gelu_fp8: backward: the forward kept no tensor for a gradient asked now");
+    bt_tensor *gc = bt__contig(g), *g2 = bt__view_dense(gc, bt_shape2(R, N));
+    bt_tensor *sg = bt__new(bt_shape1(8), BT_F32, dev);          /* [scale, amax, -, -] of g, then of dh */
+    bt_zero_(sg);
+    float *sgp = (float *)bt_data_ptr(sg);
+    if (want_dh || want_w2) {                                    /* the second linear's backward */
+        bt_tensor *qg = want_dh ? bt__new(bt_shape2(R, N), BT_F8E5M2, dev) : NULL, *gt = want_w2 ? bt__new(bt_shape2(N, R), BT_F8E5M2, dev) : NULL;
+        bt__fp8_cast(st->s2, BT_FP8_G, g2, qg, gt, sgp);
+        if (want_w2) {                                           /* dw2 [N, hid] = (sg su) qg^T [N, R] (qu^T [hid, R])^T */
+            bt_tensor *u_t = ut ? bt_retain(ut) : bt__mlp_fp8_remake_ut(h, scp + 8);
+            bt_tensor *sink = bt__is_gpu(g) ? bt__grad_sink(n, 3, dt) : NULL;
+            if (sink) {
+                sink->storage->version++;
+                bt__fp8_gemm(dev, sink->dtype, sink, gt, sgp, u_t, scp + 8, NULL, sink, N, hid, R, 0);
+            } else {
+                bt_tensor *gw = bt__new(bt_shape2(N, hid), dt, dev);
+                bt__fp8_gemm(dev, dt, gw, gt, sgp, u_t, scp + 8, NULL, NULL, N, hid, R, 0);
+                gin[3] = bt__register(gw);
+            }
+            bt_release(u_t);
+        }
+        if (want_dh) {
+            bt_tensor *du = bt__new(bt_shape2(R, hid), dt, dev);  /* du [R, hid] = (sg sw2) qg [R, N] (qw2^T [hid, N])^T */
+            bt__fp8_gemm(dev, dt, du, qg, sgp, w2t, scp + 12, NULL, NULL, R, hid, N, 0);
+            bt_tensor *qd = want_x ? bt__new(bt_shape2(R, hid), BT_F8E5M2, dev) : NULL;
+            bt_tensor *dt_ = want_w1 ? bt__new(bt_shape2(hid, R), BT_F8E5M2, dev) : NULL;
+            if (bt__is_gpu(g)) {                                 /* dh = du gelu'(h) only inside the cast, b1's sums beside */
+                bt_tensor *part = want_b1 ? bt__new(bt_shape2((R + 63) / 64, hid), BT_F32, dev) : NULL;
+                bt__fp8_cast_act(st->s1, BT_FP8_G, BT_FP8_ACT_DGELU, du, h, qd, dt_, part, sgp + 4);
+                if (part) {
+                    bt__bias_grad_sums(2, bt__grad_sink(n, 2, dt), dt, dev, BT_F32, bt_data_ptr(part), part->shape[0], hid, gin);
+                    bt_release(part);
+                }
+            } else {
+                bt_tensor *dh = bt__unary_eval(BT_UOP_GELU, h, du);
+                bt__fp8_cast(st->s1, BT_FP8_G, dh, qd, dt_, sgp + 4);
+                if (want_b1) bt__bias_grad_reduce(n, 2, dh, gin);
+                bt_release(dh);
+            }
+            bt_release(du);
+            if (want_x) {                                        /* dx [R, K] = (sd sw1) qd [R, hid] (qw1^T [K, hid])^T */
+                bt_tensor *gx = bt__new(n->in_shape[0], dt, dev);
+                bt__fp8_gemm(dev, dt, gx, qd, sgp + 4, w1t, scp + 4, NULL, NULL, R, K, hid, 0);
+                gin[0] = bt__register(gx);
+            }
+            if (want_w1) {                                       /* dw1 [hid, K] = (sd sx) qd^T [hid, R] (qx^T [K, R])^T */
+                bt_tensor *sink = bt__is_gpu(g) ? bt__grad_sink(n, 1, dt) : NULL;
+                if (sink) {
+                    sink->storage->version++;
+                    bt__fp8_gemm(dev, sink->dtype, sink, dt_, sgp + 4, xt, scp, NULL, sink, hid, K, R, 0);
+                } else {
+                    bt_tensor *gw = bt__new(bt_shape2(hid, K), dt, dev);
+                    bt__fp8_gemm(dev, dt, gw, dt_, sgp + 4, xt, scp, NULL, NULL, hid, K, R, 0);
+                    gin[1] = bt__register(gw);
+                }
+            }
+            bt_release(qd); bt_release(dt_);
+        }
+        bt_release(qg); bt_release(gt);
+    }
+    if (want_b2) bt__bias_grad_reduce(n, 4, g2, gin);
+    if (n->n_in > 5 && bt__wants(n, 5)) gin[5] = bt__register(bt_retain(g));
+    bt_release(sg); bt_release(g2); bt_release(gc);
+}
+BTDEF bt_tensor *bt_mlp_gelu_fp8(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tensor *w2, bt_tensor *b2, bt_tensor *r,
+                                 bt_fp8_state *s1, bt_fp8_state *s2) {
+    bt__linear_fp8_check(x, w1, b1, NULL, s1);
+    int64_t K = w1->shape[1], hid = w1->shape[0];
+    bt__need_float(w2, "mlp_gelu_fp8", "w2"); bt__same_device(x, w2, "mlp_gelu_fp8"); bt__same_dtype(x, w2, "mlp_gelu_fp8");
+    if (w2->ndim != 2 || w2->shape[1] != hid || w2->shape[0] == 0)
+        bt_error("mlp_gelu_fp8: w2 %s must be [out, %lld] (w1 %s is [%lld, in])", bt__s(w2), (long long)hid, bt__s(w1), (long long)hid);
+    int64_t N = w2->shape[0], R = bt_numel(x) / K;
+    if (b2) {
+        bt__need_float(b2, "mlp_gelu_fp8", "b2"); bt__same_device(x, b2, "mlp_gelu_fp8"); bt__same_dtype(x, b2, "mlp_gelu_fp8");
+        if (b2->ndim != 1 || b2->shape[0] != N) bt_error("mlp_gelu_fp8: b2 %s must be [%lld]", bt__s(b2), (long long)N);
+    }
+    bt_shape os = bt_shape_of(x); os.d[os.ndim - 1] = N;
+    if (r) {
+        bt__need_float(r, "mlp_gelu_fp8", "r"); bt__same_device(x, r, "mlp_gelu_fp8"); bt__same_dtype(x, r, "mlp_gelu_fp8");
+        if (r->ndim != os.ndim || memcmp(r->shape, os.d, sizeof(int64_t) * (size_t)os.ndim))
+            bt_error("mlp_gelu_fp8: the residual r %s must have the output's shape: x %s with its last dim %lld", bt__s(r), bt__s(x),
+                     (long long)N);
+    }
+    if (!s2 || !s2->buf) bt_error("mlp_gelu_fp8: no FP8 state for the second linear");
+    if (!bt_device_eq(bt_device_of(s2->buf), bt_device_of(x)))
+        bt_error("mlp_gelu_fp8: the second FP8 state is on %s, x %s on another device", bt_device_name(bt_device_of(s2->buf)), bt__s(x));
+    if (bt__is_gpu(x)) bt__linear_fp8_check_gpu(x, R, N, hid);
+    bt_device dev = bt_device_of(x);
+    int grad = bt__g.grad_enabled, want_x = grad && bt__needs_grad(x), want_w1 = grad && bt__needs_grad(w1);
+    int want_b1 = grad && b1 && bt__needs_grad(b1), want_w2 = grad && bt__needs_grad(w2);
+    int want_dh = want_x || want_w1 || want_b1, remake = want_w2 && (bt__g.recompute & BT_RECOMPUTE_GELU);
+    bt_tensor *xc = bt__contig(x), *w1c = bt__contig(w1), *b1c = b1 ? bt__contig(b1) : NULL, *w2c = bt__contig(w2);
+    bt_tensor *b2c = b2 ? bt__contig(b2) : NULL, *rc = r ? bt__contig(r) : NULL;
+    bt_tensor *x2 = bt__view_dense(xc, bt_shape2(R, K));
+    bt_tensor *sc = bt__new(bt_shape2(4, 4), BT_F32, dev);      /* x, w1, u, w2: [scale, amax, -, -]: 16-byte aligned rows */
+    bt_zero_(sc);
+    float *scp = (float *)bt_data_ptr(sc);
+    bt_tensor *qx = bt__new(bt_shape2(R, K), BT_F8E4M3, dev), *qw1 = bt__new(bt_shape2(hid, K), BT_F8E4M3, dev);
+    bt_tensor *xt = want_w1 ? bt__new(bt_shape2(K, R), BT_F8E4M3, dev) : NULL, *w1t = want_x ? bt__new(bt_shape2(K, hid), BT_F8E4M3, dev) : NULL;
+    bt__fp8_cast(s1, BT_FP8_X, x2, qx, xt, scp);
+    bt__fp8_cast(s1, BT_FP8_W, w1c, qw1, w1t, scp + 4);
+    bt_tensor *h = bt__new(bt_shape2(R, hid), x->dtype, dev);   /* h = (sx sw1) qx qw1^T + b1 */
+    bt__fp8_gemm(dev, x->dtype, h, qx, scp, qw1, scp + 4, b1c, NULL, R, hid, K, s1->opts.fast_accum);
+    bt_release(qx); bt_release(qw1);
+    bt_tensor *qu = bt__new(bt_shape2(R, hid), BT_F8E4M3, dev), *ut = want_w2 && !remake ? bt__new(bt_shape2(hid, R), BT_F8E4M3, dev) : NULL;
+    if (bt__is_gpu(x)) bt__fp8_cast_act(s2, BT_FP8_X, BT_FP8_ACT_GELU, h, NULL, qu, ut, NULL, scp + 8);
+    else {
+        bt_tensor *u = bt__unary_eval(BT_UOP_GELU, h, NULL);
+        bt__fp8_cast(s2, BT_FP8_X, u, qu, ut, scp + 8);
+        bt_release(u);
+    }
+    bt_tensor *qw2 = bt__new(bt_shape2(N, hid), BT_F8E4M3, dev), *w2t = want_dh ? bt__new(bt_shape2(hid, N), BT_F8E4M3, dev) : NULL;
+    bt__fp8_cast(s2, BT_FP8_W, w2c, qw2, w2t, scp + 12);
+    bt_tensor *y = bt__new(os, x->dtype, dev);                  /* y = (su sw2) qu qw2^T + b2 (+ r) */
+    bt__fp8_gemm(dev, x->dtype, y, qu, scp + 8, qw2, scp + 12, b2c, rc, R, N, hid, s2->opts.fast_accum);
+    bt_release(qu); bt_release(qw2);
+    bt_tensor *in[6] = {x, w1, b1, w2, b2, r};
+    bt_node *n = bt__record("mlp_gelu_fp8", bt__mlp_fp8_back, y, in, r ? 6 : 5);
+    if (n) {
+        bt__fp8_pair *pair = (bt__fp8_pair *)bt__xmalloc(sizeof *pair, "mlp_gelu_fp8's states");
+        pair->s1 = s1; pair->s2 = s2;
+        n->aux = pair; n->aux_free = free;
+        n->i[1] = remake;
+        bt__save(n, sc);
+        bt_tensor *keep[5] = {want_dh || remake ? h : NULL, xt, w1t, ut, w2t};
+        for (int j = 0; j < 5; j++)
+            if (keep[j]) { bt__save(n, keep[j]); n->i[0] |= 1 << j; }
+    }
+    bt_release(h); bt_release(xt); bt_release(w1t); bt_release(ut); bt_release(w2t); bt_release(sc);
+    bt_release(x2); bt_release(xc); bt_release(w1c); bt_release(b1c); bt_release(w2c); bt_release(b2c); bt_release(rc);
+    return bt__register(y);
 }
 
 /* ---- a model's parameters from gathered units (bt_units_*: bt_tensor.h states the contract) ---- */

@@ -540,7 +540,7 @@ BTDEF int bt_set_fusions(int flags);
    BT_RECOMPUTE_GELU the fused bt_mlp_gelu keeps the pre-activation h for its backward but not
    gelu(h), which its backward remakes with one elementwise kernel and frees after use (GPU path;
    the unfused ops save what they always did); bt_layernorm_mlp_gelu also remakes its layernorm's
-   output there. Returns the previous flags.
+   output there, and bt_mlp_gelu_fp8 the e4m3 gelu(h)^T (both devices). Returns the previous flags.
    The other flags are read by the models (gpt2.h), which wrap a part of each block in
    bt_checkpoint (bt_autograd.h): only the part's input is kept, the rest remade in the backward.
    ATTN: the attention sublayer (ln1, qkv, attention, projection, residual add); MLP: the MLP
@@ -625,6 +625,8 @@ BTDEF bt_tensor *bt_linear_add(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tens
    needs no device read. */
 typedef enum { BT_FP8_CURRENT = 0, BT_FP8_DELAYED = 1 } bt_fp8_recipe;
 enum { BT_FP8_X = 0, BT_FP8_W = 1, BT_FP8_G = 2, BT_FP8_ROLES = 3 };
+/* what a cast quantises (bt_fp8.cuh's bt_k_fp8_cast_act): the tensor, GELU of it, or it times GELU's derivative */
+typedef enum { BT_FP8_ACT_X = 0, BT_FP8_ACT_GELU = 1, BT_FP8_ACT_DGELU = 2 } bt_fp8_act;
 typedef struct {
     bt_fp8_recipe recipe;
     int history;        /* n, the amax history's length (1 to 1024; DELAYED) */
@@ -661,6 +663,17 @@ BTDEF bt_tensor *bt_linear_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_fp8_
 /* r + bt_linear_fp8(x, w, b, st), r of the output's shape and dtype: the add rides the product (one
    rounding of the f32 sum; on a GPU cuBLASLt's beta = 1 with r as its C), r's gradient is y's */
 BTDEF bt_tensor *bt_linear_add_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tensor *r, bt_fp8_state *st);
+/* GPT-2's MLP with both linears in FP8: r + bt_linear_fp8(gelu(bt_linear_fp8(x, w1, b1, s1)), w2, b2,
+   s2) (r may be NULL; b1, b2 may be NULL), the same values, states and gradients as that
+   composition (but for b1's gradient, the same column sums added in another order). On a GPU gelu
+   rides the second linear's cast (bt_k_fp8_cast_act: gelu(h) is never written in bf16) and its
+   derivative the first linear's gradient cast, with b1's gradient from the same pass: per element
+   of the hidden [.., hid] 16 bytes of bf16 traffic less in the forward and 24 in the backward.
+   Kept for the backward: h (bf16, as bt_gelu keeps it) and the four quantised transposes. With
+   BT_RECOMPUTE_GELU (bt_set_recompute) the e4m3 gelu(h)^T is not kept but remade from h in the
+   backward, with the forward's scale: the same bytes, hid bytes a row less. */
+BTDEF bt_tensor *bt_mlp_gelu_fp8(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tensor *w2, bt_tensor *b2, bt_tensor *r,
+                                 bt_fp8_state *s1, bt_fp8_state *s2);
 /* the scale of a tensor whose largest magnitude is amax, cast to a format whose largest finite value
    is fmax: amax / fmax in f32, at least FLT_MIN (so 1 / s stays finite); 1 when amax is 0, inf or
    NaN (nothing to scale, or nothing sensible: a NaN stays NaN in the cast, an inf saturates) */
@@ -2151,46 +2164,42 @@ static void bt__unary_f32(bt_unary_op op, float *out, const float *xp, const flo
 #pragma pop_macro("BT_M_SQRT")
 #pragma pop_macro("BT_M_TANH")
 /* ---- unary elementwise: f(x) of the op list (BT_UNARY_OPS); backward gx = g f'(x), f' from x ---- */
-static void bt__unary_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
-    bt_unary_op op = (bt_unary_op)n->i[0];
-    bt_tensor *x = n->saved[0];
-    bt_tensor *gc = bt__contig(g);
-    bt_tensor *gx = bt__new(bt_shape_of(x), x->dtype, bt_device_of(x));
+/* a new tensor f(x) (g NULL) or g f'(x) (g of x's shape and dtype), x and g contiguous, no node: the
+   op's forward and backward, and the CPU side of ops that fold f into another pass (bt_mlp_gelu_fp8) */
+static bt_tensor *bt__unary_eval(bt_unary_op op, bt_tensor *x, bt_tensor *g) {
+    bt_tensor *y = bt__new(bt_shape_of(x), x->dtype, bt_device_of(x));
     int64_t nel = bt_numel(x);
     if (bt__is_gpu(x)) {
 #ifdef BT_CUDA
-        BT__ON_GPU(bt_device_of(x), stream) bt_k_unary_backward(op, x->dtype, bt_data_ptr(gx), bt_data_ptr(gc), bt_data_ptr(x), nel, stream);
-#endif
-    } else {
-        const void *gp = bt_data_ptr(gc), *xp = bt_data_ptr(x); void *op_ = bt_data_ptr(gx);
-        bt_dtype dt = x->dtype;
-        if (dt == BT_F32) bt__unary_f32(op, (float *)op_, (const float *)xp, (const float *)gp, nel);
-        else {
-            #pragma omp parallel for if (nel > BT__PAR_MIN)
-            for (int64_t i = 0; i < nel; i++) bt__st(op_, dt, i, bt__ld(gp, dt, i) * bt_unary_op_grad(op, bt__ld(xp, dt, i)));
+        BT__ON_GPU(bt_device_of(x), stream) {
+            if (g) bt_k_unary_backward(op, x->dtype, bt_data_ptr(y), bt_data_ptr(g), bt_data_ptr(x), nel, stream);
+            else bt_k_unary(op, x->dtype, bt_data_ptr(y), bt_data_ptr(x), nel, stream);
         }
+#endif
+        return y;
     }
+    const void *xp = bt_data_ptr(x), *gp = g ? bt_data_ptr(g) : NULL; void *yp = bt_data_ptr(y);
+    bt_dtype dt = x->dtype;
+    if (dt == BT_F32) bt__unary_f32(op, (float *)yp, (const float *)xp, (const float *)gp, nel);
+    else if (g) {
+        #pragma omp parallel for if (nel > BT__PAR_MIN)
+        for (int64_t i = 0; i < nel; i++) bt__st(yp, dt, i, bt__ld(gp, dt, i) * bt_unary_op_grad(op, bt__ld(xp, dt, i)));
+    } else {
+        #pragma omp parallel for if (nel > BT__PAR_MIN)
+        for (int64_t i = 0; i < nel; i++) bt__st(yp, dt, i, bt_unary_op_eval(op, bt__ld(xp, dt, i)));
+    }
+    return y;
+}
+static void bt__unary_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt_tensor *gc = bt__contig(g);
+    gin[0] = bt__register(bt__unary_eval((bt_unary_op)n->i[0], n->saved[0], gc));
     bt_release(gc);
-    gin[0] = bt__register(gx);
 }
 static bt_tensor *bt__unary(bt_unary_op op, bt_tensor *x) {
     const char *name = bt_unary_op_name(op);
     bt__need_float(x, name, "x");
     bt_tensor *xc = bt__contig(x);
-    bt_tensor *y = bt__new(bt_shape_of(x), x->dtype, bt_device_of(x));
-    int64_t nel = bt_numel(x);
-    if (bt__is_gpu(x)) {
-#ifdef BT_CUDA
-        BT__ON_GPU(bt_device_of(x), stream) bt_k_unary(op, x->dtype, bt_data_ptr(y), bt_data_ptr(xc), nel, stream);
-#endif
-    } else {
-        const void *xp = bt_data_ptr(xc); void *yp = bt_data_ptr(y); bt_dtype dt = x->dtype;
-        if (dt == BT_F32) bt__unary_f32(op, (float *)yp, (const float *)xp, NULL, nel);
-        else {
-            #pragma omp parallel for if (nel > BT__PAR_MIN)
-            for (int64_t i = 0; i < nel; i++) bt__st(yp, dt, i, bt_unary_op_eval(op, bt__ld(xp, dt, i)));
-        }
-    }
+    bt_tensor *y = bt__unary_eval(op, xc, NULL);
     bt_node *n = bt__record(name, bt__unary_back, y, &x, 1);
     if (n) { n->i[0] = op; bt__save(n, xc); }
     bt_release(xc);
@@ -2917,6 +2926,20 @@ static const float *bt__cached_colsum(const bt_tensor *g2) {
     return s->colsum;
 }
 #endif
+/* on a GPU: the column sums of src [rows, C] (dtype sdt) as input ib's gradient: added into the
+   fp32 sink, else (a bf16 sink, or none) summed in fp32 and returned in gin rounded to dt */
+static void bt__bias_grad_sums(int ib, bt_tensor *sink, bt_dtype dt, bt_device dev, bt_dtype sdt, const void *src,
+                               int64_t rows, int64_t C, bt_tensor **gin) {
+#ifdef BT_CUDA
+    bt_tensor *acc = sink;
+    if (sink && sink->dtype == BT_F32) sink->storage->version++;
+    else { acc = bt__new(bt_shape1(C), BT_F32, dev); bt_fill_(acc, 0.0); }
+    BT__ON_GPU(dev, stream) bt_k_sum_rows_acc(sdt, (float *)bt_data_ptr(acc), src, rows, C, stream);
+    if (acc != sink) { gin[ib] = bt_cast(acc, dt); bt_release(acc); }   /* bt_cast registers its result */
+#else
+    (void)ib; (void)sink; (void)dt; (void)dev; (void)sdt; (void)src; (void)rows; (void)C; (void)gin;
+#endif
+}
 /* input ib's bias gradient, the column sums of g2 [rows, out]. On a GPU, when the leaf has a .grad
    to take it (bt__grad_sink), the sums are made in fp32 from the ones left (bt__cached_colsum) or
    from g2: added straight into an fp32 .grad; for a .grad of g2's dtype (bf16 gradients) rounded
@@ -2926,16 +2949,10 @@ static void bt__bias_grad_reduce(bt_node *n, int ib, bt_tensor *g2, bt_tensor **
     if (sink) {
 #ifdef BT_CUDA
         int64_t C = g2->shape[1];
-        bt_tensor *acc = sink;
-        if (sink->dtype == BT_F32) sink->storage->version++;
-        else { acc = bt__new(bt_shape1(C), BT_F32, bt_device_of(g2)); bt_fill_(acc, 0.0); }
         const float *cs = bt__cached_colsum(g2);
         if (cs) bt__colsum_reuses++;
-        BT__ON_GPU(bt_device_of(g2), stream) {
-            if (cs) bt_k_sum_rows_acc(BT_F32, (float *)bt_data_ptr(acc), cs, 1, C, stream);   /* += the sums left */
-            else bt_k_sum_rows_acc(g2->dtype, (float *)bt_data_ptr(acc), bt_data_ptr(g2), g2->shape[0], C, stream);
-        }
-        if (acc != sink) { gin[ib] = bt_cast(acc, g2->dtype); bt_release(acc); }
+        if (cs) bt__bias_grad_sums(ib, sink, g2->dtype, bt_device_of(g2), BT_F32, cs, 1, C, gin);   /* += the sums left */
+        else bt__bias_grad_sums(ib, sink, g2->dtype, bt_device_of(g2), g2->dtype, bt_data_ptr(g2), g2->shape[0], C, gin);
 #endif
         return;
     }

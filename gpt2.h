@@ -445,15 +445,14 @@ static bt_tensor *gpt2__attention(gpt2 *m, gpt2_layer *y, bt_tensor *h, bt_tenso
     bt_tensor *qkv = gpt2__linear(GPT2_F8(GPT2_FP8_QKV), h, GPT2_P(y->qkvw), GPT2_P(y->qkvb), NULL);
     return gpt2__linear(GPT2_F8(GPT2_FP8_PROJ), bt_attention_qkv(qkv, m->cfg.H), GPT2_P(y->projw), GPT2_P(y->projb), x);
 }
-/* x + the MLP of h (bias + GELU and the residual add ride the GEMMs: bt_mlp_gelu). FP8: the two
-   linears unfused (bt_linear_fp8's epilogue takes the bias, not GELU; the residual rides the second
-   product: bt_linear_add_fp8), gelu between them */
+/* x + the MLP of h (bias + GELU and the residual add ride the GEMMs: bt_mlp_gelu). FP8:
+   bt_mlp_gelu_fp8, GELU and its derivative inside the casts of the second linear's input and the
+   first one's gradient, the residual in the second product */
 static bt_tensor *gpt2__mlp(gpt2 *m, gpt2_layer *y, bt_tensor *h, bt_tensor *x, bt_dtype dt, int f8) {
     if (m->split && m->split->mlp) return bt_add(x, m->split->mlp(m, y, h, dt));
-    if (f8) {
-        bt_tensor *u = bt_gelu(gpt2__linear(GPT2_F8(GPT2_FP8_FC), h, GPT2_P(y->fcw), GPT2_P(y->fcb), NULL));
-        return gpt2__linear(GPT2_F8(GPT2_FP8_FCPROJ), u, GPT2_P(y->fcprojw), GPT2_P(y->fcprojb), x);
-    }
+    if (f8)
+        return bt_mlp_gelu_fp8(h, GPT2_P(y->fcw), GPT2_P(y->fcb), GPT2_P(y->fcprojw), GPT2_P(y->fcprojb), x, GPT2_F8(GPT2_FP8_FC),
+                               GPT2_F8(GPT2_FP8_FCPROJ));
 #ifdef BT_MLIR
     if (m->mlir) {   /* the fc bias + GELU as one fused kernel after a matmul without bias: bt_linear + bt_gelu's math */
         bt_tensor *u = bt_mlir_bias_gelu(bt_linear(h, GPT2_P(y->fcw), NULL), GPT2_P(y->fcb));
@@ -512,7 +511,8 @@ static bt_tensor *gpt2__block_region(void *ctx, bt_tensor **in) {
    layer, in units of B*T*C activations (the compute dtype), beside small per-row statistics
    (layernorm's mean and rstd, attention's logsumexp: B*T*(2 + H) floats):
      none   16: ln1's out 1, qkv 3, attention's out 1, x1 1; ln2's out 1, h 4, gelu(h) 4, x2 1
-     GELU   11: gelu(h) remade from h, ln2's out from x1 (the fused GPU MLP; the CPU path keeps them)
+     GELU   11: gelu(h) remade from h, ln2's out from x1 (the fused GPU MLP; the CPU path keeps them);
+                FP8 (bt_mlp_gelu_fp8): the e4m3 gelu(h)^T remade from h, 2 units less
      ATTN   11: x1 and the MLP's 10; ln1's out, qkv, attention's out remade
      MLP     7: the attention's 6 and x2; ln2's out, h, gelu(h) remade
      BLOCK   1: x2 alone (the next block's input; this block's input is the last one's x2)

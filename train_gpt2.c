@@ -70,6 +70,9 @@ static void usage(FILE *f) {
         "  --fp8-recipe current|delayed   with fp8: scales from each tensor's own amax, or from the amax history\n"
         "            of the last --fp8-history steps (default delayed)\n"
         "  --fp8-history N   with fp8: the delayed recipe's amax history, 1 to 1024 steps (default 16)\n"
+        "  --fp8-accum split|fast   with fp8: the forward products' accumulation: split promotes the tensor cores'\n"
+        "            partial sums to fp32 as it goes, fast keeps them in their own precision (faster; the\n"
+        "            backward's products always split) (default split)\n"
         "  --grad-dtype f32|bf16   the gradient buffer (default f32); bf16: 2 bytes a parameter less, for a bf16 or\n"
         "            fp8 run on one GPU with one micro-batch a step (-d = B*T: each gradient written once, no sum)\n"
         "  --offload none|adamw   adamw: AdamW's m and v in pinned host memory, streamed through the GPU at each\n"
@@ -159,7 +162,7 @@ static int takes_value(const char *a) {
         "-s", "-g", "-u", "--topk", "-l", "-q", "-c", "--clip", "--temp", "--seed", "-n", "--nproc", "--bucket-mb",
         "--nccl-timeout", "--ckpt-dir", "--ckpt-every", "--ckpt-keep", "--resume", "--init-from", "--export-hf", "--tp", "--cp",
         "--cp-comm", "--recompute", "--cuda-graph", "--ddp-rows", "--nccl-blocking", "--ddp-transport", "--dp", "--comm-dtype",
-        "--precision", "--device", "--eval-mc", "--fp8-recipe", "--fp8-history", "--grad-dtype", "--offload"};
+        "--precision", "--device", "--eval-mc", "--fp8-recipe", "--fp8-history", "--fp8-accum", "--grad-dtype", "--offload"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) if (!strcmp(a, names[i])) return 1;
     return 0;
 }
@@ -267,6 +270,10 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
             o->fp8_recipe = v;
             if (strcmp(v, "current") && strcmp(v, "delayed")) { snprintf(err, errlen, "--fp8-recipe must be current or delayed, got '%s'", v); return -1; }
         } else if (!strcmp(a, "--fp8-history")) bad = parse_int(v, 1, 1024, &o->fp8_history);
+        else if (!strcmp(a, "--fp8-accum")) {
+            o->fp8_accum = v;
+            if (strcmp(v, "split") && strcmp(v, "fast")) { snprintf(err, errlen, "--fp8-accum must be split or fast, got '%s'", v); return -1; }
+        }
         else if (!strcmp(a, "--grad-dtype")) {
             o->grad_dtype = v;
             if (strcmp(v, "f32") && strcmp(v, "bf16")) { snprintf(err, errlen, "--grad-dtype must be f32 or bf16, got '%s'", v); return -1; }
@@ -285,8 +292,8 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
         if (bad) { snprintf(err, errlen, "bad value '%s' for %s", v, a); return -1; }
     }
     int fp8 = o->precision && !strcmp(o->precision, "fp8");
-    const char *clash = (o->fp8_recipe || o->fp8_history) && !fp8 ? "--fp8-recipe and --fp8-history need --precision fp8"
-        : fp8 && o->mlir ? "--precision fp8 and --mlir exclude each other (the FP8 MLP runs its linears unfused; --mlir fuses a bf16 one)"
+    const char *clash = (o->fp8_recipe || o->fp8_history || o->fp8_accum) && !fp8 ? "--fp8-recipe, --fp8-history and --fp8-accum need --precision fp8"
+        : fp8 && o->mlir ? "--precision fp8 and --mlir exclude each other (--mlir's fused kernels are bf16 ones)"
         : fp8 && (o->tp > 1 || o->cp > 1) ? "--precision fp8: not with --tp or --cp yet (their split linears are gpt2_parallel.h's and llama_parallel.h's, not FP8)"
         : o->ckpt_every && !o->ckpt_dir ? "--ckpt-every needs --ckpt-dir DIR (where the checkpoints go)"
         : o->resume && !strcmp(o->resume, "auto") && !o->ckpt_dir ? "--resume auto needs --ckpt-dir DIR (where to look)"
@@ -377,6 +384,7 @@ static int resolve_opts(train_opts *o, int on_gpu, const trainer_config *cfg, ch
     if (!strcmp(o->precision, "fp8")) {
         if (!o->fp8_recipe) o->fp8_recipe = "delayed";
         if (!o->fp8_history) o->fp8_history = 16;
+        if (!o->fp8_accum) o->fp8_accum = "split";
         /* cuBLASLt's FP8 operands have 16-byte rows: the B T rows, C, 3C and 4C multiples of 16 */
         const llama_config *lc = &cfg->llama;   /* a Llama's qkv width (H + 2 Hkv) D and MLP width F too */
         int llama = cfg->family == TRAINER_LLAMA, qkv = llama ? (lc->H + 2 * lc->Hkv) * (lc->C / lc->H) : 0;
@@ -1069,8 +1077,8 @@ static int train_main(train_opts *o) {
                on_gpu ? bt_device_name(dev) : "cpu");
     else printf("model %s: L %d H %d C %d maxT %d V %d (padded %d), %.2fM parameters on %s\n", mname, cfg.L, cfg.H, cfg.C,
                 cfg.maxT, cfg.V, cfg.Vp, trainer_num_params(&tr) / 1e6, on_gpu ? bt_device_name(dev) : "cpu");
-    char fp8_what[96] = "";
-    if (fp8) snprintf(fp8_what, sizeof fp8_what, " (block linears in FP8: %s scaling, history %d%s)", o->fp8_recipe, o->fp8_history,
+    char fp8_what[160] = "";
+    if (fp8) snprintf(fp8_what, sizeof fp8_what, " (block linears in FP8: %s scaling, history %d, %s accumulation%s)", o->fp8_recipe, o->fp8_history, o->fp8_accum,
                       on_gpu ? "" : "; emulated, the rest fp32");
     printf("B %d T %d, total batch %d tokens (%d micro-batches), %d steps, lr %.2e warmup %d, precision %s%s%s%s%s\n",
            o->B, o->T, o->total_batch, accum, o->steps, o->lr, o->warmup, o->precision, fp8_what, grad_bf16 ? ", bf16 gradients" : "",

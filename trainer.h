@@ -66,6 +66,7 @@ typedef struct {
     const char *precision;    /* fp32 | tf32 | bf16 | fp8 (GPT-2's block linears in FP8, the rest bf16; fp32 on a CPU) */
     const char *fp8_recipe;   /* --fp8-recipe current | delayed (NULL: not given; delayed with fp8) */
     int fp8_history;          /* --fp8-history N: the delayed recipe's amax history (0: not given; 16 with fp8) */
+    const char *fp8_accum;    /* --fp8-accum split | fast: the forward products' accumulation (NULL: not given; split) */
     const char *grad_dtype;   /* --grad-dtype f32 | bf16: the gradient buffer's dtype (one process, one micro-batch a step) */
     int offload;              /* --offload adamw: AdamW's m and v in pinned host memory (bt_adamw_init_offload) */
     const char *device;       /* auto | cpu | cuda | cuda:N */
@@ -398,11 +399,12 @@ int trainer_family_check(const train_opts *o, const trainer_config *c, char *err
     return -1;
 }
 
-/* the recipe of --fp8-recipe and --fp8-history (train_gpt2.c's resolve_opts has filled them in) */
+/* the recipe of --fp8-recipe, --fp8-history and --fp8-accum (train_gpt2.c's resolve_opts has filled them in) */
 static bt_fp8_opts trainer__fp8_opts(const train_opts *o) {
     bt_fp8_opts f = bt_fp8_default_opts();
     f.recipe = o->fp8_recipe && !strcmp(o->fp8_recipe, "current") ? BT_FP8_CURRENT : BT_FP8_DELAYED;
     if (o->fp8_history > 0) f.history = o->fp8_history;
+    f.fast_accum = o->fp8_accum && !strcmp(o->fp8_accum, "fast");
     return f;
 }
 void trainer_fp8_enable(trainer *tr) {
@@ -935,6 +937,8 @@ static int trainer__ckpt_fields(const train_opts *o, const trainer_config *tc, i
         bt_fp8_opts fo = trainer__fp8_opts(o);
         FIELD("train.fp8_recipe", "--fp8-recipe", "%s", fo.recipe == BT_FP8_CURRENT ? "current" : "delayed");
         FIELD("train.fp8_history", "--fp8-history", "%d", fo.history);
+        FIELD("train.fp8_accum", "--fp8-accum", "%s", fo.fast_accum ? "fast" : "split");
+        f[n - 1].absent = "split";
     }
 #undef FIELD
     return n;

@@ -27,6 +27,10 @@
                y, dx, dw, db are within the bounds above of the float64 products of those bytes (the
                CPU's within fp32 accumulation's), and the scaling states are the same bits after
                each update.
+     folded    bt_k_fp8_cast_act (GELU, DGELU) against bt_k_unary / bt_k_unary_backward written out
+               and cast: the same bytes, scales and amaxes; DGELU's column sums per 64 rows within
+               fp32's bound of float64 sums. bt_mlp_gelu_fp8 against the composition it replaces:
+               the same bits but for b1's gradient (its sums in another order).
      errors    shapes that are not multiples of 16, f64, a state on another device. */
 #include "bt_autograd.h"
 #include "tests/bt_test.h"
@@ -418,6 +422,155 @@ static void test_op_gpu_vs_cpu(void) {
     op_case(BT_F32, BT_FP8_DELAYED);
 }
 
+/* =============================================================================================
+   GELU folded into the casts (bt_k_fp8_cast_act, bt_mlp_gelu_fp8)
+   ============================================================================================= */
+/* dev bytes -> a new host buffer */
+static void *to_host(const void *d, size_t n) {
+    void *h = malloc(n ? n : 1);
+    CK(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
+    return h;
+}
+/* one folded cast against bt_k_unary(GELU) or bt_k_unary_backward(GELU) into a buffer, then
+   bt_k_fp8_cast of it: q, qt, the scale used, the amax (current: bt_k_fp8_amax_act's; delayed: the
+   accumulated) the same bits; DGELU's column sums per 64 rows within fp32 summation's bound of
+   float64 sums of that buffer. Returns the wrong bytes and values. */
+static long act_case(bt_dtype dt, bt_dtype fmt, bt_fp8_act act, long rows, long cols, int delayed) {
+    long n = rows * cols, bad = 0;
+    size_t es = bt_dtype_size(dt);
+    float *hv = (float *)malloc(sizeof(float) * (size_t)n), *gv = (float *)malloc(sizeof(float) * (size_t)n);
+    for (long i = 0; i < n; i++) { hv[i] = (float)(2.0 * rnorm()); gv[i] = (float)(1e-3 * rnorm()); }
+    round_to(dt, hv, n); round_to(dt, gv, n);
+    bt_device g = bt_cuda_device(0);
+    bt_tensor *h = tensor_of(hv, bt_shape2(rows, cols), dt, g), *gr = tensor_of(gv, bt_shape2(rows, cols), dt, g);
+    const void *x = act == BT_FP8_ACT_GELU ? bt_data_ptr(h) : bt_data_ptr(gr), *hp = act == BT_FP8_ACT_DGELU ? bt_data_ptr(h) : NULL;
+    void *a = dev_alloc((size_t)n * es);                        /* the activation, written out: the reference's input */
+    uint8_t *q[2] = {(uint8_t *)dev_alloc((size_t)n), (uint8_t *)dev_alloc((size_t)n)};
+    uint8_t *qt[2] = {(uint8_t *)dev_alloc((size_t)n), (uint8_t *)dev_alloc((size_t)n)};
+    long tiles = (rows + 63) / 64;
+    float *part = (float *)dev_alloc(sizeof(float) * (size_t)(tiles * cols));
+    float *f = (float *)dev_alloc(8 * sizeof(float));          /* per side: [0] scale_in, [1] scale_used, [2] amax now, [3] amax_acc */
+    float init[8] = {0.0371f, -1.f, 0.f, 0.f, 0.0371f, -1.f, 0.f, 0.f};
+    CK(cudaMemcpy(f, init, sizeof init, cudaMemcpyHostToDevice));
+    CK(cudaDeviceSynchronize());
+    cudaStream_t s = st0();
+    if (act == BT_FP8_ACT_GELU) bt_k_unary(BT_UOP_GELU, dt, a, x, n, s);
+    else bt_k_unary_backward(BT_UOP_GELU, dt, a, x, hp, n, s);
+    if (!delayed) {
+        bt_k_fp8_amax(dt, f + 2, a, n, s);
+        bt_k_fp8_amax_act(dt, act, f + 6, x, hp, n, s);
+    }
+    bt_k_fp8_cast(dt, fmt, q[0], qt[0], a, rows, cols, delayed ? NULL : f + 2, delayed ? f : NULL, f + 1, f + 3, s);
+    bt_k_fp8_cast_act(dt, fmt, act, q[1], qt[1], act == BT_FP8_ACT_DGELU ? part : NULL, x, hp, rows, cols, delayed ? NULL : f + 6,
+                      delayed ? f + 4 : NULL, f + 5, f + 7, s);
+    CK(cudaStreamSynchronize(s));
+    for (int k = 0; k < 2; k++) {
+        uint8_t *h0 = (uint8_t *)to_host(k ? qt[0] : q[0], (size_t)n), *h1 = (uint8_t *)to_host(k ? qt[1] : q[1], (size_t)n);
+        for (long i = 0; i < n; i++) bad += h0[i] != h1[i];
+        free(h0); free(h1);
+    }
+    float hf[8];
+    CK(cudaMemcpy(hf, f, sizeof hf, cudaMemcpyDeviceToHost));
+    for (int j = 1; j < 4; j++) bad += bits_of(hf[j]) != bits_of(hf[4 + j]);
+    if (act == BT_FP8_ACT_DGELU) {                              /* each 64 rows' column sums */
+        unsigned char *ab = (unsigned char *)to_host(a, (size_t)n * es);
+        float *pv = (float *)to_host(part, sizeof(float) * (size_t)(tiles * cols));
+        long badsum = 0;
+        for (long t = 0; t < tiles; t++)
+            for (long c = 0; c < cols; c++) {
+                double sum = 0, mag = 0;
+                for (long i = t * 64; i < rows && i < t * 64 + 64; i++) {
+                    float v;
+                    if (dt == BT_F32) memcpy(&v, ab + 4 * (i * cols + c), 4);
+                    else {
+                        uint16_t u; memcpy(&u, ab + 2 * (i * cols + c), 2);
+                        v = dt == BT_BF16 ? bt__bf16_to_f32(u) : bt__f16_to_f32(u);
+                    }
+                    sum += v; mag += fabs(v);
+                }
+                badsum += fabs(pv[t * cols + c] - sum) > 64 * 0x1p-24 * mag + 1e-30;
+            }
+        bad += badsum;
+        free(ab); free(pv);
+    }
+    CK(cudaFree(a)); CK(cudaFree(part)); CK(cudaFree(f));
+    for (int k = 0; k < 2; k++) { CK(cudaFree(q[k])); CK(cudaFree(qt[k])); }
+    bt_release(h); bt_release(gr);
+    free(hv); free(gv);
+    return bad;
+}
+static void test_cast_act(void) {
+    NEED_FP8();
+    const long shapes[4][2] = {{144, 72}, {16, 8}, {1024, 768}, {64, 3072}};
+    long bad = 0, runs = 0;
+    for (int d = 0; d < 3; d++)
+        for (int f = 0; f < 2; f++)
+            for (int sh = 0; sh < 4; sh++)
+                for (int a = 1; a <= 2; a++)
+                    for (int del = 0; del < 2; del++) {
+                        bad += act_case(DTS[d], FMTS[f], (bt_fp8_act)a, shapes[sh][0], shapes[sh][1], del);
+                        runs++;
+                    }
+    BT_CHECK(bad == 0, "%ld wrong bytes, scales, amaxes or column sums in %ld folded casts", bad, runs);
+}
+/* bt_mlp_gelu_fp8 on the GPU against the composition bt_linear_add_fp8(gelu(bt_linear_fp8(..)), ..)
+   (bf16, both recipes, with and without GELU's recompute, three steps): y and the gradients of x,
+   w1, w2, b2 and r the same bits, b1's the same column sums in another order (within 2^-7 of each
+   and 2^-10 of the largest), the states the same bits after each update */
+static void test_mlp_op(void) {
+    NEED_FP8();
+    bt_device g = bt_cuda_device(0);
+    const long B = 2, T = 64, K = 64, HID = 256, N = 64, R = B * T;
+    for (int rec = 0; rec < 2; rec++)
+        for (int rc = 0; rc < 2; rc++) {
+            bt_fp8_opts o = bt_fp8_default_opts();
+            o.recipe = rec ? BT_FP8_DELAYED : BT_FP8_CURRENT; o.history = 4;
+            bt_fp8_state st[2][2];
+            for (int k = 0; k < 2; k++) { bt_fp8_state_init(&st[k][0], &o, g, NULL); bt_fp8_state_init(&st[k][1], &o, g, NULL); }
+            const long sz[6] = {R * K, HID * K, HID, N * HID, N, R * N};
+            const double sd[6] = {1.0, 0.2, 0.3, 0.1, 0.3, 1.0};
+            const bt_shape shp[6] = {bt_shape3(B, T, K), bt_shape2(HID, K), bt_shape1(HID), bt_shape2(N, HID), bt_shape1(N), bt_shape3(B, T, N)};
+            bt_tensor *lv[2][6];
+            for (int i = 0; i < 6; i++) {
+                float *v = (float *)malloc(sizeof(float) * (size_t)sz[i]);
+                for (long j = 0; j < sz[i]; j++) v[j] = (float)(sd[i] * rnorm());
+                round_to(BT_BF16, v, sz[i]);
+                for (int k = 0; k < 2; k++) { lv[k][i] = tensor_of(v, shp[i], BT_BF16, g); bt_set_requires_grad(lv[k][i], 1); }
+                free(v);
+            }
+            int old = bt_set_recompute(rc ? BT_RECOMPUTE_GELU : 0), bad = 0;
+            double worst_b1 = 0;
+            for (int step = 0; step < 3; step++) {
+                bt_scope_begin();
+                bt_tensor *up = bt_randn(bt_shape3(B, T, N), BT_F32, g, 70 + step), *y[2] = {NULL, NULL};
+                for (int k = 0; k < 2; k++) {
+                    bt_tensor **a = lv[k];
+                    y[k] = k ? bt_mlp_gelu_fp8(a[0], a[1], a[2], a[3], a[4], a[5], &st[k][0], &st[k][1])
+                             : bt_linear_add_fp8(bt_gelu(bt_linear_fp8(a[0], a[1], a[2], &st[k][0])), a[3], a[4], a[5], &st[k][1]);
+                    bt_backward(bt_sum(bt_mul(bt_cast(y[k], BT_F32), up), NULL, 0, 0));
+                }
+                bad += !same_bytes(y[0], y[1]);
+                for (int i = 0; i < 6; i++) if (i != 2) bad += !same_bytes(lv[0][i]->grad, lv[1][i]->grad);
+                double *b0 = bt_test_host(lv[0][2]->grad), *b1 = bt_test_host(lv[1][2]->grad), top = 0;
+                for (long j = 0; j < HID; j++) top = fmax(top, fabs(b0[j]));
+                for (long j = 0; j < HID; j++) worst_b1 = fmax(worst_b1, fabs(b1[j] - b0[j]) / (0x1p-7 * fabs(b0[j]) + 0x1p-10 * top));
+                free(b0); free(b1);
+                for (int j = 0; j < 2; j++) {
+                    bt_fp8_update(&st[0][j]); bt_fp8_update(&st[1][j]);
+                    bad += !same_bytes(st[0][j].buf, st[1][j].buf) || st[0][j].primed != st[1][j].primed;
+                }
+                bt_scope_end();
+            }
+            bt_set_recompute(old);
+            BT_CHECK(bad == 0 && worst_b1 <= 1, "%s recompute %d: %d outputs, gradients or states differ; b1's gradient %.3g of its bound",
+                     rec ? "delayed" : "current", rc, bad, worst_b1);
+            for (int k = 0; k < 2; k++) {
+                for (int i = 0; i < 6; i++) bt_release(lv[k][i]);
+                bt_fp8_state_free(&st[k][0]); bt_fp8_state_free(&st[k][1]);
+            }
+        }
+}
+
 /* the GPU's conditions: dimensions multiples of 16, a dtype its kernels read, the state on x's device */
 static void test_errors(void) {
     NEED_FP8();
@@ -445,6 +598,8 @@ int main(void) {
     BT_RUN(test_update);
     BT_RUN(test_products);
     BT_RUN(test_op_gpu_vs_cpu);
+    BT_RUN(test_cast_act);
+    BT_RUN(test_mlp_op);
     BT_RUN(test_errors);
     return bt_test_summary("test_fp8_gpu");
 }

@@ -3,7 +3,8 @@
    same bits (the forward pass is unchanged), every gradient but the MLP output projections' is the
    same bits (they never read gelu(h)), those are within rounding of the kept gelu(h) (the remade one
    comes from the stored h, the kept one from the GEMM epilogue), and the peak memory falls by at
-   least the kept gelu(h) and ln2 output of every layer; also under a CUDA graph. fp32 and bf16. */
+   least the kept gelu(h) and ln2 output of every layer; also under a CUDA graph. fp32 and bf16.
+   The regions and Llama's: the same bits as none. FP8 (bt_mlp_gelu_fp8): every mode the same bits. */
 #include "gpt2_io.h"
 #include "llama.h"
 #include "bt_optim.h"
@@ -128,6 +129,45 @@ static void regions(bt_dtype dt) {
 static void test_regions_fp32(void) { regions(BT_F32); }
 static void test_regions_bf16(void) { regions(BT_BF16); }
 
+/* FP8 (gpt2_fp8_enable, current scaling): every mode gives none's loss and gradients bit for bit
+   (the regions remake the FP8 casts with the same scales; GELU's remakes the e4m3 gelu(h)^T of
+   bt_mlp_gelu_fp8 from h with the forward's scale), and GELU's peak is at least the e4m3 gelu(h)^T
+   of L - 1 layers (4 B T C bytes each) lower */
+static void test_fp8_modes(void) {
+    if (no_gpu()) return;
+    if (!bt_k_fp8_supported()) { BT_SKIP("the GPU has no FP8 tensor cores (compute capability below 8.9)"); return; }
+    bt_set_deterministic(1);
+    gpt2_config c; c.L = L_; c.H = H_; c.C = C_; c.maxT = T_; c.V = V_; c.Vp = V_;
+    gpt2 m; gpt2_build(&m, c, bt_cuda_device(0)); gpt2_init(&m, 6);
+    gpt2_fp8_enable(&m, NULL);
+    int32_t ids[2 * B_ * T_];
+    for (int i = 0; i < 2 * B_ * T_; i++) ids[i] = (int32_t)(bt_philox_uniform(29, (uint64_t)i) * V_);
+    static const struct { int flags; const char *name; } modes[] = {
+        {BT_RECOMPUTE_GELU, "gelu"}, {BT_RECOMPUTE_ATTN, "attn"}, {BT_RECOMPUTE_MLP, "mlp"}, {BT_RECOMPUTE_BLOCK, "block"},
+        {BT_RECOMPUTE_BLOCK | BT_RECOMPUTE_GELU, "block+gelu"}};
+    pass_out a, b;
+    one_pass(&m, BT_BF16, 0, ids, &a);   /* a warm-up */
+    free(a.grad);
+    one_pass(&m, BT_BF16, 0, ids, &a);
+    for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
+        one_pass(&m, BT_BF16, modes[k].flags, ids, &b);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < m.num_params; i++) bad += memcmp(a.grad + i, b.grad + i, sizeof(float)) != 0;
+        printf("fp8 recompute %s: loss %.9f vs %.9f; %lld gradient elements differ; peak %.2f -> %.2f MiB\n", modes[k].name, a.loss, b.loss,
+               (long long)bad, a.peak / 1048576.0, b.peak / 1048576.0);
+        BT_CHECK(a.loss == b.loss && bad == 0, "fp8 %s: loss %.9f (none %.9f), %lld gradient elements differ from none's", modes[k].name,
+                 b.loss, a.loss, (long long)bad);
+        if (modes[k].flags == BT_RECOMPUTE_GELU) {
+            size_t want = (size_t)(L_ - 1) * 4 * B_ * T_ * C_;
+            BT_CHECK(a.peak >= b.peak + want, "fp8 gelu: peak %zu B kept, %zu B remade: less than %zu B saved", a.peak, b.peak, want);
+        }
+        free(b.grad);
+    }
+    free(a.grad);
+    gpt2_free(&m);
+    bt_set_deterministic(0);
+}
+
 /* the remade gelu(h), and the remade blocks, inside a captured micro-step: the graph gives the
    eager recomputed bits, and block's the bits of none */
 static void graph_parity(int flags, float *ref, double *ref_loss);
@@ -233,5 +273,6 @@ int main(void) {
     BT_RUN(test_regions_bf16);
     BT_RUN(test_recompute_in_graph);
     BT_RUN(test_llama_regions);
+    BT_RUN(test_fp8_modes);
     return bt_test_summary("test_recompute_gpu");
 }

@@ -154,22 +154,25 @@ static void test_flags(void) {
                             {"--precision fp8 --fp8-recipe late", "--fp8-recipe must be current or delayed, got 'late'"},
                             {"--precision fp8 --fp8-history 0", "bad value '0' for --fp8-history"},
                             {"--precision fp8 --fp8-history 1025", "bad value '1025' for --fp8-history"},
-                            {"--fp8-recipe current", "--fp8-recipe and --fp8-history need --precision fp8"},
-                            {"--precision bf16 --fp8-history 4", "--fp8-recipe and --fp8-history need --precision fp8"},
+                            {"--precision fp8 --fp8-accum slow", "--fp8-accum must be split or fast, got 'slow'"},
+                            {"--fp8-recipe current", "--fp8-recipe, --fp8-history and --fp8-accum need --precision fp8"},
+                            {"--precision bf16 --fp8-history 4", "--fp8-recipe, --fp8-history and --fp8-accum need --precision fp8"},
+                            {"--precision bf16 --fp8-accum fast", "--fp8-recipe, --fp8-history and --fp8-accum need --precision fp8"},
                             {"--precision fp8 --tp 2", "--precision fp8: not with --tp or --cp"},
                             {"--precision fp8 --cp 2", "--precision fp8: not with --tp or --cp"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int r = train_parse(bad[i][0], &o, err, sizeof err);
         BT_CHECK(r == -1 && strstr(err, bad[i][1]), "'%s': %d '%s'", bad[i][0], r, err);
     }
-    BT_CHECK(train_parse("--precision fp8 --fp8-recipe current --fp8-history 4", &o, err, sizeof err) == 0 && !strcmp(o.fp8_recipe, "current") &&
-             o.fp8_history == 4, "good flags: %s", err);
+    BT_CHECK(train_parse("--precision fp8 --fp8-recipe current --fp8-history 4 --fp8-accum fast", &o, err, sizeof err) == 0 &&
+             !strcmp(o.fp8_recipe, "current") && o.fp8_history == 4 && !strcmp(o.fp8_accum, "fast"), "good flags: %s", err);
     /* a GPU's FP8 products need rows of 16 bytes (resolve_opts as on a GPU: this CPU cannot run it) */
     trainer_config cfg = trainer_config_gpt2(gpt2_config_make(2, 2, 64, 128, 50257));
     train_parse("--precision fp8 -t 24 -b 2", &o, err, sizeof err);
     BT_CHECK(resolve_opts(&o, 1, &cfg, err, sizeof err) == -1 && strstr(err, "--precision fp8 on a GPU: -t 24 is not a multiple of 16"), "-t 24: '%s'", err);
     train_parse("--precision fp8 -t 24 -b 2", &o, err, sizeof err);
-    BT_CHECK(resolve_opts(&o, 0, &cfg, err, sizeof err) == 0 && !strcmp(o.fp8_recipe, "delayed") && o.fp8_history == 16, "-t 24 on a CPU: '%s'", err);
+    BT_CHECK(resolve_opts(&o, 0, &cfg, err, sizeof err) == 0 && !strcmp(o.fp8_recipe, "delayed") && o.fp8_history == 16 &&
+             !strcmp(o.fp8_accum, "split"), "-t 24 on a CPU: '%s'", err);
     cfg = trainer_config_gpt2(gpt2_config_make(2, 2, 72, 128, 50257));
     train_parse("--precision fp8 -t 32 -b 2", &o, err, sizeof err);
     BT_CHECK(resolve_opts(&o, 1, &cfg, err, sizeof err) == -1 && strstr(err, "the model's width C 72"), "C 72: '%s'", err);
@@ -283,7 +286,8 @@ static void test_cross_precision(void) {
         {"--precision fp8", f32dir, "train.precision = fp32 (--precision), this one fp8"},
         {"--precision fp32", f8dir, "train.precision = fp8 (--precision), this one fp32"},
         {"--precision fp8 --fp8-recipe current", f8dir, "train.fp8_recipe = delayed (--fp8-recipe), this one current"},
-        {"--precision fp8 --fp8-history 8", f8dir, "train.fp8_history = 16 (--fp8-history), this one 8"}};
+        {"--precision fp8 --fp8-history 8", f8dir, "train.fp8_history = 16 (--fp8-history), this one 8"},
+        {"--precision fp8 --fp8-accum fast", f8dir, "train.fp8_accum = split (--fp8-accum), this one fast"}};
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         snprintf(args, sizeof args, RUN " -x 4 %s --resume %s", c[i].flags, ckpt(c[i].dir, 2));
         rc = train_run(args, out, sizeof out);
