@@ -73,8 +73,9 @@ static void usage(FILE *f) {
         "  --fp8-accum split|fast   with fp8: the forward products' accumulation: split promotes the tensor cores'\n"
         "            partial sums to fp32 as it goes, fast keeps them in their own precision (faster; the\n"
         "            backward's products always split) (default split)\n"
-        "  --grad-dtype f32|bf16   the gradient buffer (default f32); bf16: 2 bytes a parameter less, for a bf16 or\n"
-        "            fp8 run on one GPU with one micro-batch a step (-d = B*T: each gradient written once, no sum)\n"
+        "  --grad-dtype auto|f32|bf16   the gradient buffer; bf16: 2 bytes a parameter less, for a bf16 or fp8 run on\n"
+        "            one GPU with one micro-batch a step (-d = B*T: each gradient written once, no sum); auto: bf16 where\n"
+        "            that holds and -b is given (or resumed), else f32; a resume of an f32 run stays f32 (default auto)\n"
         "  --offload none|adamw   adamw: AdamW's m and v in pinned host memory, streamed through the GPU at each\n"
         "            update (8 bytes a parameter off the GPU, or this rank's shard with zero1, zero2, fsdp, tp;\n"
         "            the same bits)\n"
@@ -275,8 +276,10 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
             if (strcmp(v, "split") && strcmp(v, "fast")) { snprintf(err, errlen, "--fp8-accum must be split or fast, got '%s'", v); return -1; }
         }
         else if (!strcmp(a, "--grad-dtype")) {
-            o->grad_dtype = v;
-            if (strcmp(v, "f32") && strcmp(v, "bf16")) { snprintf(err, errlen, "--grad-dtype must be f32 or bf16, got '%s'", v); return -1; }
+            o->grad_dtype = v; o->given_grad = 1;
+            if (strcmp(v, "auto") && strcmp(v, "f32") && strcmp(v, "bf16")) {
+                snprintf(err, errlen, "--grad-dtype must be auto, f32 or bf16, got '%s'", v); return -1;
+            }
         }
         else if (!strcmp(a, "--offload")) {
             if (strcmp(v, "none") && strcmp(v, "adamw")) { snprintf(err, errlen, "--offload must be none or adamw, got '%s'", v); return -1; }
@@ -397,7 +400,10 @@ static int resolve_opts(train_opts *o, int on_gpu, const trainer_config *cfg, ch
         }
     }
     if (o->B < 0) {
-        if (on_gpu) return 0;          /* measured once the model exists: auto_micro_batch */
+        /* measured once the model exists (auto_micro_batch), and so after its gradient buffer: auto
+           cannot know yet whether a step is one micro-batch */
+        if (!strcmp(o->grad_dtype, "auto")) o->grad_dtype = "f32";
+        if (on_gpu) return 0;
         o->B = 8;
     }
     int64_t bt = (int64_t)o->B * o->T;   /* 64 bits: -b and -t may each be up to 2^20 */
@@ -409,7 +415,13 @@ static int resolve_opts(train_opts *o, int on_gpu, const trainer_config *cfg, ch
         snprintf(err, errlen, "-d %d is not a multiple of B*T = %d*%d", o->total_batch, o->B, o->T); return -1;
     }
     /* bf16 gradients are exact as products' outputs (each weight's gradient one product, rounded
-       once, as PyTorch's autocast makes them), not as a sum over micro-batches */
+       once, as PyTorch's autocast makes them), not as a sum over micro-batches or ranks. auto takes
+       them where that holds: a bf16 or fp8 run on one GPU (no tp, cp or --mlir) with one micro-batch
+       a step; elsewhere f32 */
+    if (!strcmp(o->grad_dtype, "auto")) {
+        int lowp = !strcmp(o->precision, "bf16") || !strcmp(o->precision, "fp8");
+        o->grad_dtype = on_gpu && lowp && o->total_batch == bt && o->nproc <= 1 && o->tp * o->cp <= 1 && !o->mlir ? "bf16" : "f32";   /* main: several ranks f32 */
+    }
     if (grad_bf16 && o->total_batch != bt) {
         snprintf(err, errlen, "--grad-dtype bf16 needs one micro-batch a step: -d %d is %lld micro-batches of -b %d x -t %d (the "
                  "gradients would be summed in bf16); give -d %lld, or --grad-dtype f32", o->total_batch, (long long)(o->total_batch / bt),
@@ -950,7 +962,12 @@ static int train_main(train_opts *o) {
         int64_t b;
         if (!bt_ckpt_meta_get_i64(bt_ckpt_file_meta(tr.src.file), "train.B", &b) && b >= 1 && b <= (1 << 20)) o->B = (int)b;
     }
+    if (world > 1 && !strcmp(o->grad_dtype, "auto")) o->grad_dtype = "f32";   /* ranks sum their gradients */
     if (resolve_opts(o, on_gpu, &cfg, err, sizeof err)) { fprintf(stderr, "error: %s " SEE_H "\n", err); return run_end(&tr, 2); }
+    if (tr.src.resume && !o->given_grad && !strcmp(o->grad_dtype, "bf16")) {   /* auto goes on with a run whose gradients were f32 */
+        const char *g = bt_ckpt_meta_get(bt_ckpt_file_meta(tr.src.file), "train.grad_dtype");
+        if (!g || !strcmp(g, "f32")) o->grad_dtype = "f32";   /* absent: a checkpoint older than the key, f32's */
+    }
     if (check_outputs(o, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
     if (trainer_par_check(o, &cfg, world, on_gpu, err, sizeof err)) { fprintf(stderr, "error: %s " SEE_H "\n", err); return run_end(&tr, 2); }
     if (tr.src.resume && !o->eval_only && trainer_ckpt_check(&tr.src, o, &cfg, world / (o->tp * o->cp), err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }

@@ -67,7 +67,8 @@ typedef struct {
     const char *fp8_recipe;   /* --fp8-recipe current | delayed (NULL: not given; delayed with fp8) */
     int fp8_history;          /* --fp8-history N: the delayed recipe's amax history (0: not given; 16 with fp8) */
     const char *fp8_accum;    /* --fp8-accum split | fast: the forward products' accumulation (NULL: not given; split) */
-    const char *grad_dtype;   /* --grad-dtype f32 | bf16: the gradient buffer's dtype (one process, one micro-batch a step) */
+    const char *grad_dtype;   /* --grad-dtype auto | f32 | bf16: the gradient buffer's dtype (bf16: one process, one micro-batch a
+                                 step; auto, the default, is resolved to one of the two by train_gpt2.c's resolve_opts) */
     int offload;              /* --offload adamw: AdamW's m and v in pinned host memory (bt_adamw_init_offload) */
     const char *device;       /* auto | cpu | cuda | cuda:N */
     int overfit;              /* train on the first batch only */
@@ -98,7 +99,7 @@ typedef struct {
                                  0: a cast of their own before the forward (a test's reference: the same bits) */
     const char *eval_mc;      /* --eval-mc FILE: a multiple-choice set scored at each validation */
     int eval_only;            /* --eval-only: validation loss and --eval-mc of the model, no training */
-    int given_i, given_j, given_t, given_tok, given_m;   /* flags the user gave: defaults are explained, not blamed */
+    int given_i, given_j, given_t, given_tok, given_m, given_grad;   /* flags the user gave: defaults are explained, not blamed */
 } train_opts;
 void train_default_opts(train_opts *o);
 
@@ -443,7 +444,7 @@ void train_default_opts(train_opts *o) {
     o->sample_every = -1; o->gen_len = 64; o->topk = 40; o->warmup = -1;
     o->lr = -1; o->final_lr_frac = 0.1; o->weight_decay = 0.1; o->clip = 1.0; o->temp = 1.0;
     o->seed = 1337; o->precision = NULL; o->device = "auto";
-    o->nproc = 1; o->dp = "ddp"; o->bucket_mb = 25; o->comm_dtype = "fp32"; o->nccl_timeout = 600; o->grad_dtype = "f32";
+    o->nproc = 1; o->dp = "ddp"; o->bucket_mb = 25; o->comm_dtype = "fp32"; o->nccl_timeout = 600; o->grad_dtype = "auto";
     o->ddp_rows = -1; o->nccl_blocking = -1;
     o->ckpt_keep = 3; o->tp = 1; o->cp = 1; o->cuda_graph = -1; o->recompute = -1; o->copy_in_update = 1;
 }

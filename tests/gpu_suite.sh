@@ -14,9 +14,10 @@
 #   sanitizer  each of them under compute-sanitizer memcheck, quick mode (SAN=0 skips it)
 #   resume     train_gpt2's checkpoints, bit for bit (tests/resume_check.py): GPT-2 124M bf16, fp32 and
 #              fp8 resumed after step 4 (fp8 also: graph against eager, losses near bf16's), --offload adamw
-#              against the state on the GPU bit for bit, --grad-dtype bf16
-#              resumed (its losses near f32 gradients', less memory), two fresh --deterministic runs, kill -9 then --resume auto, the CUDA
-#              graph run against --cuda-graph off; with 2+ GPUs --dp ddp / zero1 / zero2 resumed, a
+#              against the state on the GPU bit for bit, --grad-dtype bf16 resumed (its losses near f32
+#              gradients', less memory; auto the same bits; auto resuming an f32 run stays f32; fp8 with
+#              bf16 gradients resumed), two fresh --deterministic runs, kill -9 then --resume auto, the
+#              CUDA graph run against --cuda-graph off; with 2+ GPUs --dp ddp / zero1 / zero2 resumed, a
 #              2-GPU checkpoint refused on one GPU, --init-from it on one GPU
 #   interop    tests/hf_interop.py (transformers both ways, on the GPU and the CPU), tests/llama_parity.py
 #              (llama.h's LlamaForCausalLM files, logits, loss and gradients, CPU and GPU) and
@@ -168,10 +169,21 @@ PY
   check resume "d12 fp8 losses near bf16's: $(tail -1 "$OUT/fp8_vs_bf16.txt")" $rc
   rm -rf "$C/fp8_a" "$C/fp8_eager"
   # --grad-dtype bf16 (one micro-batch a step): resumed bit for bit; its losses within 0.05 of the
-  # f32 gradients' at every step, its peak memory below theirs (the buffer: 2 bytes a parameter less)
+  # f32 gradients' at every step, its peak memory below theirs (the buffer: 2 bytes a parameter less);
+  # auto (the default) is bf16 there: the same bits; auto resuming an f32 run goes on in f32, bit for
+  # bit; fp8 with bf16 gradients resumed bit for bit
   D12_1=(-e d12 -b 16 -t 1024 -d 16384 -x "$S" -v 4 -m 2 -g 0 --deterministic --quiet --precision bf16)
   resume_pair gbf16 "d12 --grad-dtype bf16" "${D12_1[@]}" --grad-dtype bf16
-  train gf32 "${D12_1[@]}"
+  train gauto "${D12_1[@]}"
+  resume_check "--grad-dtype auto with one micro-batch a step against bf16" --after 0 --log-a "$OUT/gbf16_a/log.jsonl" \
+    --log-b "$OUT/gauto/log.jsonl"
+  train gf32 "${D12_1[@]}" --grad-dtype f32 --ckpt-every 4 --ckpt-keep 0 --ckpt-dir "$C/gf32"
+  train gf32_auto "${D12_1[@]}" --ckpt-every 4 --ckpt-keep 0 --ckpt-dir "$C/gf32_auto" --resume "$(ck "$C/gf32" 4)"
+  resume_check "--grad-dtype auto resuming an f32 run stays f32" --after 4 --log-a "$OUT/gf32/log.jsonl" \
+    --log-b "$OUT/gf32_auto/log.jsonl" --ckpt-a "$(ck "$C/gf32" "$S")" --ckpt-b "$(ck "$C/gf32_auto" "$S")"
+  rm -rf "$C/gf32" "$C/gf32_auto"
+  resume_pair gbf16_fp8 "d12 fp8, bf16 gradients" "${D12_1[@]/bf16/fp8}" --grad-dtype bf16
+  rm -rf "$C/gbf16_fp8_a"
   python3 - "$OUT/gf32/log.jsonl" "$OUT/gbf16_a/log.jsonl" "$OUT/gf32.txt" "$OUT/gbf16_a.txt" > "$OUT/gbf16_vs_f32.txt" 2>&1 <<'PY'
 import json, re, sys
 a, b = ([json.loads(l)["train_loss"] for l in open(p) if l.strip()] for p in sys.argv[1:3])

@@ -56,8 +56,20 @@ static void test_cli(void) {
     parse("", &o, err);
     BT_CHECK(resolve_opts(&o, 0, &cfg, err, 256) == 0 && o.B == 8 && o.T == 64 && o.total_batch == 512, "cpu defaults");
     /* --grad-dtype bf16: a bf16 or fp8 GPU run with one micro-batch a step (resolve_opts as on a GPU) */
-    BT_CHECK(parse("--grad-dtype f16", &o, err) == -1 && strstr(err, "--grad-dtype must be f32 or bf16, got 'f16'"), "f16: %s", err);
-    BT_CHECK(parse("", &o, err) == 0 && !strcmp(o.grad_dtype, "f32"), "the default gradient dtype: %s", o.grad_dtype);
+    BT_CHECK(parse("--grad-dtype f16", &o, err) == -1 && strstr(err, "--grad-dtype must be auto, f32 or bf16, got 'f16'"), "f16: %s", err);
+    BT_CHECK(parse("", &o, err) == 0 && !strcmp(o.grad_dtype, "auto") && !o.given_grad, "the default gradient dtype: %s", o.grad_dtype);
+    /* auto: bf16 for a bf16 or fp8 GPU run of one process with one micro-batch a step and -b given; else f32 */
+    static const struct { const char *flags; int gpu; const char *want; } au[] = {
+        {"-b 4 -t 32 -d 128", 1, "bf16"}, {"--precision fp8 -b 4 -t 32 -d 128", 1, "bf16"}, {"-b 4 -t 32 -d 256", 1, "f32"},
+        {"--precision tf32 -b 4 -t 32 -d 128", 1, "f32"}, {"--precision fp32 -b 4 -t 32 -d 128", 1, "f32"}, {"-t 32 -d 128", 1, "f32"},
+        {"-b 4 -t 32", 0, "f32"}, {"-b 4 -t 32 -d 128 --nproc 2", 1, "f32"}, {"-b 4 -t 32 -d 128 --tp 2", 1, "f32"},
+        {"-b 4 -t 32 -d 128 --grad-dtype f32", 1, "f32"}, {"-b 4 -t 32 -d 128 --grad-dtype auto", 1, "bf16"}};
+    for (size_t i = 0; i < sizeof au / sizeof au[0]; i++) {
+        BT_CHECK(parse(au[i].flags, &o, err) == 0, "'%s': %s", au[i].flags, err);
+        int r = resolve_opts(&o, au[i].gpu, &cfg, err, 256);
+        BT_CHECK(r == 0 && !strcmp(o.grad_dtype, au[i].want), "auto, '%s' on a %s: %d %s (want %s) %s", au[i].flags, au[i].gpu ? "GPU" : "CPU",
+                 r, o.grad_dtype, au[i].want, r ? err : "");
+    }
     parse("--grad-dtype bf16 -b 4 -t 32", &o, err);
     BT_CHECK(resolve_opts(&o, 0, &cfg, err, 256) == -1 && strstr(err, "--grad-dtype bf16 needs --precision bf16 or fp8 on a GPU"), "cpu: %s", err);
     parse("--grad-dtype bf16 --precision tf32 -b 4 -t 32 -d 128", &o, err);
