@@ -1675,6 +1675,20 @@ static void bt__linear_fp8_check_gpu(bt_tensor *x, int64_t R, int64_t N, int64_t
     if (!ok) bt_error("linear_fp8: %s is on %s: FP8 products need compute capability 8.9 or newer (Ada, Hopper)", bt__s(x),
                       bt_device_name(bt_device_of(x)));
 }
+/* st a state on x's device (which: "" or which linear's, for the message) */
+static void bt__fp8_check_state(const char *op, const char *which, bt_fp8_state *st, bt_tensor *x) {
+    if (!st || !st->buf) bt_error("%s: no FP8 state%s (bt_fp8_state_init one per layer)", op, which);
+    if (!bt_device_eq(bt_device_of(st->buf), bt_device_of(x)))
+        bt_error("%s: the FP8 state%s is on %s, x %s on another device", op, which, bt_device_name(bt_device_of(st->buf)), bt__s(x));
+}
+/* the residual r (may be NULL) of the output's shape, x's with its last dim N; rop names the add */
+static void bt__fp8_check_residual(const char *op, const char *rop, bt_tensor *x, bt_tensor *r, int64_t N) {
+    if (!r) return;
+    bt_shape os = bt_shape_of(x); os.d[os.ndim - 1] = N;
+    bt__need_float(r, op, "r"); bt__same_device(x, r, op); bt__same_dtype(x, r, op);
+    if (r->ndim != os.ndim || memcmp(r->shape, os.d, sizeof(int64_t) * (size_t)os.ndim))
+        bt_error("%s: the residual r %s must have the output's shape: x %s with its last dim %lld", rop, bt__s(r), bt__s(x), (long long)N);
+}
 /* the arguments of r + x w^T + b (r, b may be NULL), checked before anything is made */
 static void bt__linear_fp8_check(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tensor *r, bt_fp8_state *st) {
     bt__need_float(x, "linear_fp8", "x"); bt__need_float(w, "linear_fp8", "w");
@@ -1685,18 +1699,10 @@ static void bt__linear_fp8_check(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_te
         bt__need_float(b, "linear_fp8", "b"); bt__same_device(x, b, "linear_fp8"); bt__same_dtype(x, b, "linear_fp8");
         if (b->ndim != 1 || b->shape[0] != w->shape[0]) bt_error("linear_fp8: bias %s must be [%lld]", bt__s(b), (long long)w->shape[0]);
     }
-    if (!st || !st->buf) bt_error("linear_fp8: no FP8 state (bt_fp8_state_init one per layer)");
-    if (!bt_device_eq(bt_device_of(st->buf), bt_device_of(x)))
-        bt_error("linear_fp8: the FP8 state is on %s, x %s on another device", bt_device_name(bt_device_of(st->buf)), bt__s(x));
+    bt__fp8_check_state("linear_fp8", "", st, x);
     int64_t K = w->shape[1], N = w->shape[0], R = K ? bt_numel(x) / K : 0;
     if (R == 0 || N == 0 || K == 0) bt_error("linear_fp8: x %s, w %s: an empty product", bt__s(x), bt__s(w));
-    bt_shape os = bt_shape_of(x); os.d[os.ndim - 1] = N;
-    if (r) {
-        bt__need_float(r, "linear_fp8", "r"); bt__same_device(x, r, "linear_fp8"); bt__same_dtype(x, r, "linear_fp8");
-        if (r->ndim != os.ndim || memcmp(r->shape, os.d, sizeof(int64_t) * (size_t)os.ndim))
-            bt_error("linear_add_fp8: the residual r %s must have the output's shape: x %s with its last dim %lld", bt__s(r), bt__s(x),
-                     (long long)N);
-    }
+    bt__fp8_check_residual("linear_fp8", "linear_add_fp8", x, r, N);
     if (bt__is_gpu(x)) bt__linear_fp8_check_gpu(x, R, N, K);
 }
 /* r + x w^T + b (r, b may be NULL) */
@@ -1850,15 +1856,8 @@ BTDEF bt_tensor *bt_mlp_gelu_fp8(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_
         if (b2->ndim != 1 || b2->shape[0] != N) bt_error("mlp_gelu_fp8: b2 %s must be [%lld]", bt__s(b2), (long long)N);
     }
     bt_shape os = bt_shape_of(x); os.d[os.ndim - 1] = N;
-    if (r) {
-        bt__need_float(r, "mlp_gelu_fp8", "r"); bt__same_device(x, r, "mlp_gelu_fp8"); bt__same_dtype(x, r, "mlp_gelu_fp8");
-        if (r->ndim != os.ndim || memcmp(r->shape, os.d, sizeof(int64_t) * (size_t)os.ndim))
-            bt_error("mlp_gelu_fp8: the residual r %s must have the output's shape: x %s with its last dim %lld", bt__s(r), bt__s(x),
-                     (long long)N);
-    }
-    if (!s2 || !s2->buf) bt_error("mlp_gelu_fp8: no FP8 state for the second linear");
-    if (!bt_device_eq(bt_device_of(s2->buf), bt_device_of(x)))
-        bt_error("mlp_gelu_fp8: the second FP8 state is on %s, x %s on another device", bt_device_name(bt_device_of(s2->buf)), bt__s(x));
+    bt__fp8_check_residual("mlp_gelu_fp8", "mlp_gelu_fp8", x, r, N);
+    bt__fp8_check_state("mlp_gelu_fp8", " of the second linear", s2, x);
     if (bt__is_gpu(x)) bt__linear_fp8_check_gpu(x, R, N, hid);
     bt_device dev = bt_device_of(x);
     int grad = bt__g.grad_enabled, want_x = grad && bt__needs_grad(x), want_w1 = grad && bt__needs_grad(w1);

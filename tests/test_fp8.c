@@ -528,7 +528,7 @@ static void test_mlp_gelu_fp8(void) {
                     "mlp_gelu_fp8: b2 [17] f32 cpu must be [16]");
     BT_EXPECT_ERROR(bt_mlp_gelu_fp8(x, w1, NULL, w2, NULL, bt_randn(bt_shape2(R, N + 1), BT_F32, CPU, 6), &s1, &s2),
                     "mlp_gelu_fp8: the residual r [32, 17] f32 cpu must have the output's shape");
-    BT_EXPECT_ERROR(bt_mlp_gelu_fp8(x, w1, NULL, w2, NULL, NULL, &s1, NULL), "mlp_gelu_fp8: no FP8 state for the second linear");
+    BT_EXPECT_ERROR(bt_mlp_gelu_fp8(x, w1, NULL, w2, NULL, NULL, &s1, NULL), "mlp_gelu_fp8: no FP8 state of the second linear");
     BT_EXPECT_ERROR(bt_mlp_gelu_fp8(x, bt_randn(bt_shape2(HID, K + 1), BT_F32, CPU, 7), NULL, w2, NULL, NULL, &s1, &s2),
                     "linear_fp8: x [32, 16] f32 cpu needs last dim = in of w [64, 17]");
     BT_EXPECT_ERROR(bt_mlp_gelu_fp8(x, w1, NULL, bt_cast(w2, BT_BF16), NULL, NULL, &s1, &s2), "mlp_gelu_fp8: dtypes differ");

@@ -86,6 +86,29 @@ static void parity(bt_dtype dt, double tol) {
 static void test_recompute_fp32(void) { parity(BT_F32, 1e-5); }
 static void test_recompute_bf16(void) { parity(BT_BF16, 1e-2); }
 
+/* each mode's pass against none's (after a warm-up pass): the loss and every gradient the same bits;
+   peak[k] <- mode k's peak memory, *none_peak <- none's */
+typedef struct { int flags; const char *name; } rc_mode;
+static void modes_vs_none(gpt2 *m, bt_dtype dt, const rc_mode *modes, size_t n, const char *what, const int32_t *ids, size_t *peak,
+                          size_t *none_peak) {
+    pass_out a, b;
+    one_pass(m, dt, 0, ids, &a);   /* a warm-up */
+    free(a.grad);
+    one_pass(m, dt, 0, ids, &a);
+    *none_peak = a.peak;
+    for (size_t k = 0; k < n; k++) {
+        one_pass(m, dt, modes[k].flags, ids, &b);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < m->num_params; i++) bad += memcmp(a.grad + i, b.grad + i, sizeof(float)) != 0;
+        printf("recompute %s %s: loss %.9f vs %.9f; %lld gradient elements differ; peak %.2f -> %.2f MiB\n", modes[k].name, what, a.loss,
+               b.loss, (long long)bad, a.peak / 1048576.0, b.peak / 1048576.0);
+        BT_CHECK(a.loss == b.loss && bad == 0, "%s %s: loss %.9f (none %.9f), %lld gradient elements differ from none's", modes[k].name,
+                 what, b.loss, a.loss, (long long)bad);
+        peak[k] = b.peak;
+        free(b.grad);
+    }
+    free(a.grad);
+}
 /* the checkpointed regions (gpt2.h under BT_RECOMPUTE_ATTN, _MLP, _BLOCK; bt_checkpoint): the loss
    and every gradient the same bits as none (the same kernels on the same data, the same in-place
    sinks and column sums in the backward), and for block the peak at least (15 L - 16) B T C
@@ -99,30 +122,15 @@ static void regions(bt_dtype dt) {
     gpt2 m; gpt2_build(&m, c, bt_cuda_device(0)); gpt2_init(&m, 6);
     int32_t ids[2 * B_ * T_];
     for (int i = 0; i < 2 * B_ * T_; i++) ids[i] = (int32_t)(bt_philox_uniform(23, (uint64_t)i) * V_);
-    static const struct { int flags; const char *name; } modes[] = {
+    static const rc_mode modes[] = {
         {BT_RECOMPUTE_ATTN, "attn"}, {BT_RECOMPUTE_MLP, "mlp"}, {BT_RECOMPUTE_BLOCK, "block"},
         {BT_RECOMPUTE_BLOCK | BT_RECOMPUTE_GELU, "block+gelu"}, {BT_RECOMPUTE_MLP | BT_RECOMPUTE_GELU, "mlp+gelu"},
         {BT_RECOMPUTE_ATTN | BT_RECOMPUTE_GELU, "attn+gelu"}};
-    pass_out a, b;
-    one_pass(&m, dt, 0, ids, &a);   /* a warm-up */
-    free(a.grad);
-    one_pass(&m, dt, 0, ids, &a);
-    for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
-        one_pass(&m, dt, modes[k].flags, ids, &b);
-        int64_t bad = 0;
-        for (int64_t i = 0; i < m.num_params; i++) bad += memcmp(a.grad + i, b.grad + i, sizeof(float)) != 0;
-        printf("recompute %s %s: loss %.9f vs %.9f; %lld gradient elements differ; peak %.2f -> %.2f MiB\n", modes[k].name,
-               bt_dtype_name(dt), a.loss, b.loss, (long long)bad, a.peak / 1048576.0, b.peak / 1048576.0);
-        BT_CHECK(a.loss == b.loss, "%s %s: loss %.9f, none %.9f", modes[k].name, bt_dtype_name(dt), b.loss, a.loss);
-        BT_CHECK(bad == 0, "%s %s: %lld gradient elements differ from none's", modes[k].name, bt_dtype_name(dt), (long long)bad);
-        if (modes[k].flags == BT_RECOMPUTE_BLOCK) {
-            size_t U = (size_t)B_ * T_ * C_ * bt_dtype_size(dt), want = (size_t)(15 * L_ - 16) * U;
-            BT_CHECK(a.peak >= b.peak + want, "block %s: peak %zu B kept, %zu B remade: less than %zu B saved", bt_dtype_name(dt), a.peak,
-                     b.peak, want);
-        }
-        free(b.grad);
-    }
-    free(a.grad);
+    size_t peak[6], none_peak;
+    modes_vs_none(&m, dt, modes, 6, bt_dtype_name(dt), ids, peak, &none_peak);
+    size_t U = (size_t)B_ * T_ * C_ * bt_dtype_size(dt), want = (size_t)(15 * L_ - 16) * U;   /* modes[2]: block */
+    BT_CHECK(none_peak >= peak[2] + want, "block %s: peak %zu B kept, %zu B remade: less than %zu B saved", bt_dtype_name(dt), none_peak,
+             peak[2], want);
     gpt2_free(&m);
     bt_set_deterministic(0);
 }
@@ -142,28 +150,12 @@ static void test_fp8_modes(void) {
     gpt2_fp8_enable(&m, NULL);
     int32_t ids[2 * B_ * T_];
     for (int i = 0; i < 2 * B_ * T_; i++) ids[i] = (int32_t)(bt_philox_uniform(29, (uint64_t)i) * V_);
-    static const struct { int flags; const char *name; } modes[] = {
+    static const rc_mode modes[] = {
         {BT_RECOMPUTE_GELU, "gelu"}, {BT_RECOMPUTE_ATTN, "attn"}, {BT_RECOMPUTE_MLP, "mlp"}, {BT_RECOMPUTE_BLOCK, "block"},
         {BT_RECOMPUTE_BLOCK | BT_RECOMPUTE_GELU, "block+gelu"}};
-    pass_out a, b;
-    one_pass(&m, BT_BF16, 0, ids, &a);   /* a warm-up */
-    free(a.grad);
-    one_pass(&m, BT_BF16, 0, ids, &a);
-    for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
-        one_pass(&m, BT_BF16, modes[k].flags, ids, &b);
-        int64_t bad = 0;
-        for (int64_t i = 0; i < m.num_params; i++) bad += memcmp(a.grad + i, b.grad + i, sizeof(float)) != 0;
-        printf("fp8 recompute %s: loss %.9f vs %.9f; %lld gradient elements differ; peak %.2f -> %.2f MiB\n", modes[k].name, a.loss, b.loss,
-               (long long)bad, a.peak / 1048576.0, b.peak / 1048576.0);
-        BT_CHECK(a.loss == b.loss && bad == 0, "fp8 %s: loss %.9f (none %.9f), %lld gradient elements differ from none's", modes[k].name,
-                 b.loss, a.loss, (long long)bad);
-        if (modes[k].flags == BT_RECOMPUTE_GELU) {
-            size_t want = (size_t)(L_ - 1) * 4 * B_ * T_ * C_;
-            BT_CHECK(a.peak >= b.peak + want, "fp8 gelu: peak %zu B kept, %zu B remade: less than %zu B saved", a.peak, b.peak, want);
-        }
-        free(b.grad);
-    }
-    free(a.grad);
+    size_t peak[5], none_peak, want = (size_t)(L_ - 1) * 4 * B_ * T_ * C_;   /* modes[0]: gelu */
+    modes_vs_none(&m, BT_BF16, modes, 5, "fp8", ids, peak, &none_peak);
+    BT_CHECK(none_peak >= peak[0] + want, "fp8 gelu: peak %zu B kept, %zu B remade: less than %zu B saved", none_peak, peak[0], want);
     gpt2_free(&m);
     bt_set_deterministic(0);
 }
