@@ -1705,6 +1705,17 @@ static void bt__linear_fp8_check(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_te
     bt__fp8_check_residual("linear_fp8", "linear_add_fp8", x, r, N);
     if (bt__is_gpu(x)) bt__linear_fp8_check_gpu(x, R, N, K);
 }
+/* y [R, N] = (sx sw) qx qw^T (+ bias) (+ r): qx [R, K] cast by the caller, its scale at scp[0]; w [N, K]
+   cast here by st (its scale to scp[4], its transpose into wt unless NULL), the product in st's
+   accumulation. The forward of every FP8 linear, after its input's cast. */
+static void bt__fp8_product(bt_fp8_state *st, bt_tensor *qx, bt_tensor *wc, bt_tensor *wt, float *scp, bt_tensor *bias, bt_tensor *r,
+                            bt_tensor *y, int64_t R, int64_t N, int64_t K) {
+    bt_device dev = bt_device_of(wc);
+    bt_tensor *qw = bt__new(bt_shape2(N, K), BT_F8E4M3, dev);
+    bt__fp8_cast(st, BT_FP8_W, wc, qw, wt, scp + 4);
+    bt__fp8_gemm(dev, y->dtype, y, qx, scp, qw, scp + 4, bias, r, R, N, K, st->opts.fast_accum);
+    bt_release(qw);
+}
 /* r + x w^T + b (r, b may be NULL) */
 static bt_tensor *bt__linear_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tensor *r, bt_fp8_state *st) {
     bt__linear_fp8_check(x, w, b, r, st);
@@ -1717,13 +1728,12 @@ static bt_tensor *bt__linear_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_te
     bt_tensor *sc = bt__new(bt_shape2(2, 4), BT_F32, dev);      /* x's row, w's: [scale, amax, -, -]: 16-byte aligned scales */
     bt_zero_(sc);
     float *scp = (float *)bt_data_ptr(sc);
-    bt_tensor *qx = bt__new(bt_shape2(R, K), BT_F8E4M3, dev), *qw = bt__new(bt_shape2(N, K), BT_F8E4M3, dev);
+    bt_tensor *qx = bt__new(bt_shape2(R, K), BT_F8E4M3, dev);
     bt_tensor *xt = want_xt ? bt__new(bt_shape2(K, R), BT_F8E4M3, dev) : NULL, *wt = want_wt ? bt__new(bt_shape2(K, N), BT_F8E4M3, dev) : NULL;
     bt__fp8_cast(st, BT_FP8_X, x2, qx, xt, scp);
-    bt__fp8_cast(st, BT_FP8_W, wc, qw, wt, scp + 4);
     bt_tensor *rc = r ? bt__contig(r) : NULL;
     bt_tensor *y = bt__new(os, x->dtype, dev);
-    bt__fp8_gemm(dev, x->dtype, y, qx, scp, qw, scp + 4, bc, rc, R, N, K, st->opts.fast_accum);
+    bt__fp8_product(st, qx, wc, wt, scp, bc, rc, y, R, N, K);
     bt_tensor *in[4] = {x, w, b, r};
     bt_node *n = bt__record("linear_fp8", bt__linear_fp8_back, y, in, r ? 4 : b ? 3 : 2);
     if (n) {
@@ -1732,7 +1742,7 @@ static bt_tensor *bt__linear_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_te
         if (xt) bt__save(n, xt);
         if (wt) bt__save(n, wt);
     }
-    bt_release(qx); bt_release(qw); bt_release(xt); bt_release(wt); bt_release(sc);
+    bt_release(qx); bt_release(xt); bt_release(wt); bt_release(sc);
     bt_release(x2); bt_release(xc); bt_release(wc); bt_release(bc); bt_release(rc);
     return bt__register(y);
 }
@@ -1869,13 +1879,12 @@ BTDEF bt_tensor *bt_mlp_gelu_fp8(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_
     bt_tensor *sc = bt__new(bt_shape2(4, 4), BT_F32, dev);      /* x, w1, u, w2: [scale, amax, -, -]: 16-byte aligned rows */
     bt_zero_(sc);
     float *scp = (float *)bt_data_ptr(sc);
-    bt_tensor *qx = bt__new(bt_shape2(R, K), BT_F8E4M3, dev), *qw1 = bt__new(bt_shape2(hid, K), BT_F8E4M3, dev);
+    bt_tensor *qx = bt__new(bt_shape2(R, K), BT_F8E4M3, dev);
     bt_tensor *xt = want_w1 ? bt__new(bt_shape2(K, R), BT_F8E4M3, dev) : NULL, *w1t = want_x ? bt__new(bt_shape2(K, hid), BT_F8E4M3, dev) : NULL;
     bt__fp8_cast(s1, BT_FP8_X, x2, qx, xt, scp);
-    bt__fp8_cast(s1, BT_FP8_W, w1c, qw1, w1t, scp + 4);
     bt_tensor *h = bt__new(bt_shape2(R, hid), x->dtype, dev);   /* h = (sx sw1) qx qw1^T + b1 */
-    bt__fp8_gemm(dev, x->dtype, h, qx, scp, qw1, scp + 4, b1c, NULL, R, hid, K, s1->opts.fast_accum);
-    bt_release(qx); bt_release(qw1);
+    bt__fp8_product(s1, qx, w1c, w1t, scp, b1c, NULL, h, R, hid, K);
+    bt_release(qx);
     bt_tensor *qu = bt__new(bt_shape2(R, hid), BT_F8E4M3, dev), *ut = want_w2 && !remake ? bt__new(bt_shape2(hid, R), BT_F8E4M3, dev) : NULL;
     if (bt__is_gpu(x)) bt__fp8_cast_act(s2, BT_FP8_X, BT_FP8_ACT_GELU, h, NULL, qu, ut, NULL, scp + 8);
     else {
@@ -1883,11 +1892,10 @@ BTDEF bt_tensor *bt_mlp_gelu_fp8(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_
         bt__fp8_cast(s2, BT_FP8_X, u, qu, ut, scp + 8);
         bt_release(u);
     }
-    bt_tensor *qw2 = bt__new(bt_shape2(N, hid), BT_F8E4M3, dev), *w2t = want_dh ? bt__new(bt_shape2(hid, N), BT_F8E4M3, dev) : NULL;
-    bt__fp8_cast(s2, BT_FP8_W, w2c, qw2, w2t, scp + 12);
+    bt_tensor *w2t = want_dh ? bt__new(bt_shape2(hid, N), BT_F8E4M3, dev) : NULL;
     bt_tensor *y = bt__new(os, x->dtype, dev);                  /* y = (su sw2) qu qw2^T + b2 (+ r) */
-    bt__fp8_gemm(dev, x->dtype, y, qu, scp + 8, qw2, scp + 12, b2c, rc, R, N, hid, s2->opts.fast_accum);
-    bt_release(qu); bt_release(qw2);
+    bt__fp8_product(s2, qu, w2c, w2t, scp + 8, b2c, rc, y, R, N, hid);
+    bt_release(qu);
     bt_tensor *in[6] = {x, w1, b1, w2, b2, r};
     bt_node *n = bt__record("mlp_gelu_fp8", bt__mlp_fp8_back, y, in, r ? 6 : 5);
     if (n) {

@@ -276,7 +276,7 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
             if (strcmp(v, "split") && strcmp(v, "fast")) { snprintf(err, errlen, "--fp8-accum must be split or fast, got '%s'", v); return -1; }
         }
         else if (!strcmp(a, "--grad-dtype")) {
-            o->grad_dtype = v; o->given_grad = 1;
+            o->grad_dtype = v;
             if (strcmp(v, "auto") && strcmp(v, "f32") && strcmp(v, "bf16")) {
                 snprintf(err, errlen, "--grad-dtype must be auto, f32 or bf16, got '%s'", v); return -1;
             }
@@ -420,7 +420,7 @@ static int resolve_opts(train_opts *o, int on_gpu, const trainer_config *cfg, ch
        a step; elsewhere f32 */
     if (!strcmp(o->grad_dtype, "auto")) {
         int lowp = !strcmp(o->precision, "bf16") || !strcmp(o->precision, "fp8");
-        o->grad_dtype = on_gpu && lowp && o->total_batch == bt && o->nproc <= 1 && o->tp * o->cp <= 1 && !o->mlir ? "bf16" : "f32";   /* main: several ranks f32 */
+        o->grad_dtype = on_gpu && lowp && o->total_batch == bt && o->nproc <= 1 && o->tp * o->cp <= 1 && !o->mlir ? "bf16" : "f32";
     }
     if (grad_bf16 && o->total_batch != bt) {
         snprintf(err, errlen, "--grad-dtype bf16 needs one micro-batch a step: -d %d is %lld micro-batches of -b %d x -t %d (the "
@@ -962,12 +962,11 @@ static int train_main(train_opts *o) {
         int64_t b;
         if (!bt_ckpt_meta_get_i64(bt_ckpt_file_meta(tr.src.file), "train.B", &b) && b >= 1 && b <= (1 << 20)) o->B = (int)b;
     }
-    if (world > 1 && !strcmp(o->grad_dtype, "auto")) o->grad_dtype = "f32";   /* ranks sum their gradients */
-    if (resolve_opts(o, on_gpu, &cfg, err, sizeof err)) { fprintf(stderr, "error: %s " SEE_H "\n", err); return run_end(&tr, 2); }
-    if (tr.src.resume && !o->given_grad && !strcmp(o->grad_dtype, "bf16")) {   /* auto goes on with a run whose gradients were f32 */
-        const char *g = bt_ckpt_meta_get(bt_ckpt_file_meta(tr.src.file), "train.grad_dtype");
-        if (!g || !strcmp(g, "f32")) o->grad_dtype = "f32";   /* absent: a checkpoint older than the key, f32's */
+    if (!strcmp(o->grad_dtype, "auto")) {   /* f32 where ranks sum their gradients, or a resumed run's were f32 (absent: older, f32) */
+        const char *g = tr.src.resume ? bt_ckpt_meta_get(bt_ckpt_file_meta(tr.src.file), "train.grad_dtype") : NULL;
+        if (world > 1 || (tr.src.resume && (!g || !strcmp(g, "f32")))) o->grad_dtype = "f32";
     }
+    if (resolve_opts(o, on_gpu, &cfg, err, sizeof err)) { fprintf(stderr, "error: %s " SEE_H "\n", err); return run_end(&tr, 2); }
     if (check_outputs(o, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
     if (trainer_par_check(o, &cfg, world, on_gpu, err, sizeof err)) { fprintf(stderr, "error: %s " SEE_H "\n", err); return run_end(&tr, 2); }
     if (tr.src.resume && !o->eval_only && trainer_ckpt_check(&tr.src, o, &cfg, world / (o->tp * o->cp), err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }

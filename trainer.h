@@ -99,7 +99,7 @@ typedef struct {
                                  0: a cast of their own before the forward (a test's reference: the same bits) */
     const char *eval_mc;      /* --eval-mc FILE: a multiple-choice set scored at each validation */
     int eval_only;            /* --eval-only: validation loss and --eval-mc of the model, no training */
-    int given_i, given_j, given_t, given_tok, given_m, given_grad;   /* flags the user gave: defaults are explained, not blamed */
+    int given_i, given_j, given_t, given_tok, given_m;   /* flags the user gave: defaults are explained, not blamed */
 } train_opts;
 void train_default_opts(train_opts *o);
 
