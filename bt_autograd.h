@@ -248,6 +248,18 @@ static void bt__free_node_buffers(bt_node *n) {
     n->consumed = 1;
 }
 
+/* A cast node whose input is a leaf with a .grad of the incoming gradient's dtype (bf16 gradients of
+   an fp32 master weight): its backward would cast g up to the leaf's dtype and the leaf's
+   accumulation cast it back, both exact where the leaf's dtype holds every value of g's (bf16 or
+   f16 into f32 or f64, f32 into f64). g goes into .grad as it is: the same bits, two kernels fewer
+   per parameter (at GPT-2 124M B 16, 192 launches of ~3.7 us a step: the biases and layernorms). */
+static int bt__cast_passes_through(const bt_node *n) {
+    const bt_tensor *leaf = n->next[0].leaf, *g = n->grad;
+    if (n->backward != bt__cast_back || n->n_in != 1 || !leaf || !leaf->grad || leaf->grad->dtype != g->dtype) return 0;
+    bt_dtype in = n->in_dtype[0];
+    int exact = ((g->dtype == BT_BF16 || g->dtype == BT_F16) && (in == BT_F32 || in == BT_F64)) || (g->dtype == BT_F32 && in == BT_F64);
+    return exact && g->ndim == leaf->grad->ndim && !memcmp(g->shape, leaf->grad->shape, sizeof(int64_t) * (size_t)g->ndim);
+}
 /* the seed is gout, or ones when gout is NULL; made only once every check has passed */
 static bt_tensor *bt__seed(bt_tensor *out, bt_tensor *gout) {
     if (gout) return bt_retain(gout);
@@ -272,7 +284,8 @@ static void bt__backward(bt_tensor *out, bt_tensor *gout, int take) {
     while (ready.n) {
         bt_node *n = bt__ready_pop(&ready);
         bt_tensor *gin[BT_NODE_MAX_IN];
-        if (n->grad) bt__run_node(n, gin);
+        if (n->grad && bt__cast_passes_through(n)) { for (int i = 0; i < BT_NODE_MAX_IN; i++) gin[i] = NULL; gin[0] = bt_retain(n->grad); }
+        else if (n->grad) bt__run_node(n, gin);
         else for (int i = 0; i < BT_NODE_MAX_IN; i++) gin[i] = NULL;   /* nothing flowed in: pass nothing on */
         bt__free_node_buffers(n);
         for (int i = 0; i < n->n_in; i++) {

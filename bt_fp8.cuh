@@ -61,8 +61,9 @@ BTDEF void bt_k_fp8_amax_act(bt_dtype dt, bt_fp8_act act, float *amax, const voi
 BTDEF void bt_k_fp8_cast_act(bt_dtype dt, bt_dtype fmt, bt_fp8_act act, uint8_t *q, uint8_t *qt, float *colsum, const void *x,
                              const void *h, int64_t rows, int64_t cols, const float *amax_in, const float *scale_in, float *scale_used,
                              float *amax_acc, cudaStream_t s);
-/* bt_fp8_update on an FP8 linear layer's state [3, 2 + hist] (f32): each row rolled as bt__fp8_roll does */
-BTDEF void bt_k_fp8_update(float *state, int hist, cudaStream_t s);
+/* bt_fp8_update on n consecutive FP8 states [n, 3, 2 + hist] (f32; a model's bank, or one state):
+   each row rolled as bt__fp8_roll does, one launch for all */
+BTDEF void bt_k_fp8_update(float *state, int hist, int64_t n, cudaStream_t s);
 /* C [M, N] (dt: bf16, f16 or f32) = (*sa)(*sb) A [M, K] B [N, K]^T (+ R [M, N] of dt, may be NULL, may be C
    itself: C accumulates) (+ bias [N] of dt, may be NULL), summed in f32 and rounded once: A and
    B fp8 bytes of formats fa, fb (e4m3 x e4m3, e5m2 x e4m3 or e4m3 x e5m2; cuBLASLt has no e5m2 x
@@ -348,14 +349,16 @@ BTDEF void bt_k_fp8_cast(bt_dtype dt, bt_dtype fmt, uint8_t *q, uint8_t *qt, con
     BT__K_LAUNCHED("bt_k_fp8_cast");
 }
 
-/* ---- 2. the scaling state's update: one thread per row (x, w, gy), the history at most 1024 long --- */
-__global__ void bt__k_fp8_update_kernel(float *state, int hist) {
-    int r = threadIdx.x;
-    if (r < BT_FP8_ROLES) bt__fp8_roll(state + r * (2 + hist), hist, bt_fp8_max(bt_fp8_format(r)));
+/* ---- 2. the scaling states' update: one thread per row (x, w, gy of each state) ---------------------- */
+__global__ void bt__k_fp8_update_kernel(float *state, int hist, int64_t rows) {
+    int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < rows) bt__fp8_roll(state + r * (2 + hist), hist, bt_fp8_max(bt_fp8_format((int)(r % BT_FP8_ROLES))));
 }
-BTDEF void bt_k_fp8_update(float *state, int hist, cudaStream_t s) {
+BTDEF void bt_k_fp8_update(float *state, int hist, int64_t n, cudaStream_t s) {
     if (hist < 1) bt_error("bt_k_fp8_update: history of length %d", hist);
-    bt__k_fp8_update_kernel<<<1, 32, 0, s>>>(state, hist);
+    if (n < 1) bt_error("bt_k_fp8_update: %lld states", (long long)n);
+    int64_t rows = n * BT_FP8_ROLES;
+    bt__k_fp8_update_kernel<<<(unsigned)((rows + 127) / 128), 128, 0, s>>>(state, hist, rows);
     BT__K_LAUNCHED("bt_k_fp8_update");
 }
 

@@ -221,6 +221,9 @@ BTDEF void bt_k_adamw(float *p, const void *g, bt_dtype gdt, float *m, float *v,
 /* ---- 12. less common paths ---- */
 /* y += a[0] x, fp32, a a device scalar (a gradient scaled by the upstream one, added into a buffer) */
 BTDEF void bt_k_axpy_f32(float *y, const float *a, const float *x, int64_t n, cudaStream_t s);
+/* dst (dtype dt: f32, bf16, f16) = dst + src, summed in fp32 and rounded once (an fp32 bias
+   gradient added into a bf16 gradient buffer) */
+BTDEF void bt_k_add_f32_into(bt_dtype dt, void *dst, const float *src, int64_t n, cudaStream_t s);
 /* dst = src elementwise, both read/written through element strides (a write into a view) */
 BTDEF void bt_k_copy_general(bt_dtype dt_dst, void *dst, const int64_t *dst_strides, bt_dtype dt_src, const void *src,
                              const int64_t *src_strides, int ndim, const int64_t *shape, cudaStream_t s);
@@ -2893,6 +2896,11 @@ BTDEF void bt_k_axpy_f32(float *y, const float *a, const float *x, int64_t n, cu
     bt__k_axpy_f f = {a};
     bt__k_map_run<float, 2>(y, y, x, n, bt__k_aligned16(y) && bt__k_aligned16(x), f, s);
     BT__K_LAUNCHED("bt_k_axpy_f32");
+}
+BTDEF void bt_k_add_f32_into(bt_dtype dt, void *dst, const float *src, int64_t n, cudaStream_t s) {
+    if (n <= 0) return;
+    BT__K_DISPATCH3(dt, "bt_k_add_f32_into", { bt__k_add_f32_into<T><<<bt__k_blocks(n, 256), 256, 0, s>>>((T *)dst, src, n); })
+    BT__K_LAUNCHED("bt_k_add_f32_into");
 }
 __global__ void bt__k_copy_general_kernel(int dtd, void *dst, int dts, const void *src, bt__k_geom g, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {

@@ -290,6 +290,13 @@ static void bt__layernorm_back_f32(float *gx, int gx_add, float *gw, float *gb, 
         }
     }
 }
+/* the .grad of the leaf behind input i when a GPU kernel of x's dtype may add into it */
+static bt_tensor *bt__ln_param_sink(bt_node *n, int i, bt_tensor *x) {
+    bt_tensor *sink = bt__is_gpu(x) ? bt__grad_sink(n, i, x->dtype) : NULL;
+    if (!sink || sink->dtype != x->dtype) return NULL;
+    sink->storage->version++;
+    return sink;
+}
 static void bt__layernorm_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_tensor *x = n->saved[0], *mean = n->saved[1], *rstd = n->saved[2];
     bt_tensor *w = n->n_saved > 3 ? n->saved[3] : NULL;
@@ -299,8 +306,11 @@ static void bt__layernorm_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_tensor *gc = bt__contig(g);
     bt_tensor *gsum = bt__wants(n, 0) ? bt__pending_grad_sink(n, 0) : NULL;   /* gx += dx in the kernel */
     bt_tensor *gx = gsum ? gsum : bt__wants(n, 0) ? bt__new(bt_shape_of(x), dt, dev) : NULL;
-    bt_tensor *gw = has_w && bt__wants(n, 1) ? bt_zeros(bt_shape1(C), dt, dev) : NULL;
-    bt_tensor *gb = has_b && bt__wants(n, 2) ? bt_zeros(bt_shape1(C), dt, dev) : NULL;
+    /* on a GPU the kernel adds gw and gb into the leaves' .grad where it has x's dtype (bf16 gradients:
+       one rounding of the fp32 sum), else into zeros returned in gin */
+    bt_tensor *sw = has_w && bt__wants(n, 1) ? bt__ln_param_sink(n, 1, x) : NULL, *sb = has_b && bt__wants(n, 2) ? bt__ln_param_sink(n, 2, x) : NULL;
+    bt_tensor *gw = sw ? sw : has_w && bt__wants(n, 1) ? bt_zeros(bt_shape1(C), dt, dev) : NULL;
+    bt_tensor *gb = sb ? sb : has_b && bt__wants(n, 2) ? bt_zeros(bt_shape1(C), dt, dev) : NULL;
     if (bt__is_gpu(x)) {
 #ifdef BT_CUDA
         float *cs = bt__colsum_for(gx, C);   /* the next linear layer's bias gradient, in the same pass */
@@ -347,7 +357,7 @@ static void bt__layernorm_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     }
     bt_release(gc);
     gin[0] = gx && !gsum ? bt__register(gx) : NULL;   /* a sunk gx is the producer's own gradient */
-    gin[1] = gw; gin[2] = gb;
+    gin[1] = sw ? NULL : gw; gin[2] = sb ? NULL : gb;
 }
 BTDEF bt_tensor *bt_layernorm(bt_tensor *x, bt_tensor *w, bt_tensor *b, double eps) {
     bt__need_float(x, "layernorm", "x");
@@ -421,7 +431,8 @@ static void bt__rmsnorm_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_tensor *gc = bt__contig(g);
     bt_tensor *gsum = bt__wants(n, 0) ? bt__pending_grad_sink(n, 0) : NULL;   /* gx += dx in the kernel */
     bt_tensor *gx = gsum ? gsum : bt__wants(n, 0) ? bt__new(bt_shape_of(x), dt, dev) : NULL;
-    bt_tensor *gw = w && bt__wants(n, 1) ? bt_zeros(bt_shape1(C), dt, dev) : NULL;
+    bt_tensor *sw = w && bt__wants(n, 1) ? bt__ln_param_sink(n, 1, x) : NULL;   /* as layernorm's */
+    bt_tensor *gw = sw ? sw : w && bt__wants(n, 1) ? bt_zeros(bt_shape1(C), dt, dev) : NULL;
     if (bt__is_gpu(x)) {
 #ifdef BT_CUDA
         float *cs = bt__colsum_for(gx, C);
@@ -464,7 +475,7 @@ static void bt__rmsnorm_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     }
     bt_release(gc);
     gin[0] = gx && !gsum ? bt__register(gx) : NULL;   /* a sunk gx is the producer's own gradient */
-    gin[1] = gw;
+    gin[1] = sw ? NULL : gw;
 }
 BTDEF bt_tensor *bt_rmsnorm(bt_tensor *x, bt_tensor *w, double eps) {
     bt__need_float(x, "rmsnorm", "x");
@@ -1491,18 +1502,31 @@ BTDEF void bt_fp8_bank_free(bt_fp8_state **states, bt_tensor **buf, int64_t n) {
     bt_release(*buf);
     *states = NULL; *buf = NULL;
 }
+/* the rows of ns consecutive states from p (on buf's device): one kernel on a GPU */
+static void bt__fp8_roll_states(bt_tensor *buf, float *p, int hist, int64_t ns) {
+    buf->storage->version++;
+    if (bt__is_gpu(buf)) {
+#ifdef BT_CUDA
+        BT__ON_GPU(bt_device_of(buf), stream) bt_k_fp8_update(p, hist, ns, stream);
+#endif
+        return;
+    }
+    for (int64_t r = 0; r < ns * BT_FP8_ROLES; r++) bt__fp8_roll(p + r * (2 + hist), hist, bt_fp8_max(bt_fp8_format((int)(r % BT_FP8_ROLES))));
+}
 BTDEF void bt_fp8_update(bt_fp8_state *st) {
     if (!st || !st->buf) bt_error("fp8_update: no FP8 state (bt_fp8_state_init first)");
-    int n = st->opts.history;
-    float *p = (float *)bt_data_ptr(st->buf);
-    st->buf->storage->version++;
-    if (bt__is_gpu(st->buf)) {
-#ifdef BT_CUDA
-        BT__ON_GPU(bt_device_of(st->buf), stream) bt_k_fp8_update(p, n, stream);
-#endif
-    } else
-        for (int r = 0; r < BT_FP8_ROLES; r++) bt__fp8_roll(p + r * (2 + n), n, bt_fp8_max(bt_fp8_format(r)));
+    bt__fp8_roll_states(st->buf, (float *)bt_data_ptr(st->buf), st->opts.history, 1);
     st->primed |= st->seen; st->seen = 0;
+}
+BTDEF void bt_fp8_bank_update(bt_fp8_state *states, bt_tensor *buf, int64_t n) {
+    if (!states || !buf || n < 1) bt_error("fp8_bank_update: no bank (bt_fp8_bank_reset first)");
+    int64_t per = bt_fp8_state_floats(&states[0].opts);
+    if (bt_numel(buf) != n * per) bt_error("fp8_bank_update: the buffer holds %lld floats, %lld states %lld", (long long)bt_numel(buf), (long long)n, (long long)(n * per));
+    for (int64_t i = 0; i < n; i++)     /* the states are buf's slices, in order (bt_fp8_bank_reset made them so) */
+        if (!states[i].buf || bt_data_ptr(states[i].buf) != (float *)bt_data_ptr(buf) + i * per || states[i].opts.history != states[0].opts.history)
+            bt_error("fp8_bank_update: state %lld is not slice %lld of the bank's buffer", (long long)i, (long long)i);
+    bt__fp8_roll_states(buf, (float *)bt_data_ptr(buf), states[0].opts.history, n);
+    for (int64_t i = 0; i < n; i++) { states[i].primed |= states[i].seen; states[i].seen = 0; }
 }
 
 /* *acc <- the larger of *acc and the value whose |.| bits are `bits` (NaN wins, as on the GPU) */

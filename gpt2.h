@@ -331,7 +331,7 @@ BTDEF void gpt2_fp8_enable(gpt2 *m, const bt_fp8_opts *o) {
     bt_fp8_bank_reset(&m->fp8, &m->fp8_buf, (int64_t)m->cfg.L * GPT2_FP8_LINEARS, o, m->device, "gpt2_fp8_enable");
 }
 BTDEF void gpt2_fp8_update(gpt2 *m) {
-    for (int i = 0; m->fp8 && i < m->cfg.L * GPT2_FP8_LINEARS; i++) bt_fp8_update(&m->fp8[i]);
+    if (m->fp8) bt_fp8_bank_update(m->fp8, m->fp8_buf, (int64_t)m->cfg.L * GPT2_FP8_LINEARS);
 }
 
 BTDEF void gpt2_to_file_order(const gpt2 *m, const float *mem, float *file) {

@@ -336,7 +336,7 @@ BTDEF void llama_fp8_enable(llama *m, const bt_fp8_opts *o) {
     bt_fp8_bank_reset(&m->fp8, &m->fp8_buf, (int64_t)m->cfg.L * LLAMA_FP8_LINEARS, o, m->device, "llama_fp8_enable");
 }
 BTDEF void llama_fp8_update(llama *m) {
-    for (int i = 0; m->fp8 && i < m->cfg.L * LLAMA_FP8_LINEARS; i++) bt_fp8_update(&m->fp8[i]);
+    if (m->fp8) bt_fp8_bank_update(m->fp8, m->fp8_buf, (int64_t)m->cfg.L * LLAMA_FP8_LINEARS);
 }
 BTDEF void llama_init(llama *m, uint64_t seed) {
     if (m->split && m->split->init) { m->split->init(m, seed); return; }

@@ -432,6 +432,33 @@ static void test_grad_other_dtype(void) {
     BT_CHECK(allocated() == base, "leaked %lld bytes", (long long)(allocated() - base));
 }
 
+/* A cast of a leaf whose .grad has the cast's dtype (bf16 gradients of an fp32 master, f32 of f64):
+   the engine adds the gradient into .grad as it is (no cast up and back). The bits are those of the
+   rounding the long way gives: .grad = round(.grad + g) with g exact in the leaf's dtype. A bf16
+   leaf cast to f32 with an f32 .grad still goes through its cast (g rounded to bf16 first), and the
+   leaf's hook fires once per pass either way. */
+static void test_cast_into_grad(void) {
+    size_t base = allocated();
+    const bt_dtype lo[3] = {BT_BF16, BT_F16, BT_F32}, hi[3] = {BT_F32, BT_F32, BT_F64};
+    for (int k = 0; k < 4; k++) {
+        bt_dtype ld = k < 3 ? hi[k] : BT_BF16, cd = k < 3 ? lo[k] : BT_F32;   /* leaf dtype, cast (and .grad) dtype */
+        bt_tensor *x = bt_test_leaf(bt_shape1(64), ld, 1);
+        hook_log hits = {0};
+        bt_register_grad_hook(x, count_hook, &hits);
+        bt_scope_begin();
+        bt_tensor *g0 = bt_cast(bt_randn(bt_shape1(64), BT_F32, CPU, 40 + k), cd), *c = bt_cast(bt_randn(bt_shape1(64), BT_F32, CPU, 50 + k), cd);
+        x->grad = bt_keep(bt_clone(g0));
+        bt_tensor *want = bt_add(g0, k < 3 ? c : bt_cast(bt_cast(c, BT_BF16), BT_F32));   /* k = 3: g rounded to the bf16 leaf */
+        bt_backward(bt_sum(bt_mul(bt_cast(x, cd), c), NULL, 0, 0));
+        BT_CHECK(x->grad->dtype == cd && !memcmp(bt_data_ptr(x->grad), bt_data_ptr(want), (size_t)64 * bt_dtype_size(cd)),
+                 "%s leaf, %s cast: .grad is not round(.grad + g)", bt_dtype_name(ld), bt_dtype_name(cd));
+        BT_CHECK(hits.calls == 1, "%s leaf, %s cast: the hook fired %d times", bt_dtype_name(ld), bt_dtype_name(cd), hits.calls);
+        bt_scope_end();
+        bt_release(x);
+    }
+    BT_CHECK(allocated() == base, "leaked %lld bytes", (long long)(allocated() - base));
+}
+
 /* ---------------------------------------------------------------------------------------------
    activation checkpointing (bt_checkpoint)
    --------------------------------------------------------------------------------------------- */
@@ -565,6 +592,7 @@ int main(void) {
     BT_RUN(test_hook_handles);
     BT_RUN(test_grad_sink);
     BT_RUN(test_grad_other_dtype);
+    BT_RUN(test_cast_into_grad);
     BT_RUN(test_deep_graph);
     BT_RUN(test_backward_with_seed);
     BT_RUN(test_checkpoint_exact);

@@ -381,6 +381,37 @@ static void test_delayed_first_casts(void) {
     free(wv); free(x1); free(x2); free(gv);
 }
 
+/* a bank's update (one pass over the buffer; one kernel on a GPU) leaves the rows, primed and seen bits
+   of updating each state alone; states that are not the bank's slices in order are refused */
+static void test_bank_update(void) {
+    const int64_t n = 5;
+    bt_fp8_opts o = bt_fp8_default_opts();
+    o.recipe = BT_FP8_DELAYED; o.history = 3;
+    int64_t per = bt_fp8_state_floats(&o);
+    bt_fp8_state *a = NULL, *b = NULL;
+    bt_tensor *ba = NULL, *bb = NULL;
+    bt_fp8_bank_reset(&a, &ba, n, &o, CPU, "test");
+    bt_fp8_bank_reset(&b, &bb, n, &o, CPU, "test");
+    float *v = values(n * per, 1.0, BT_F32, 11, 0);
+    for (int64_t i = 0; i < n * per; i++) v[i] = fabsf(v[i]) * (float)(i % 7 + 1);
+    v[per + 2] = NAN; v[3 * per - 1] = INFINITY;
+    memcpy(bt_data_ptr(ba), v, sizeof(float) * (size_t)(n * per));
+    memcpy(bt_data_ptr(bb), v, sizeof(float) * (size_t)(n * per));
+    for (int64_t i = 0; i < n; i++) { a[i].seen = b[i].seen = (unsigned)(i % 8); a[i].primed = b[i].primed = (unsigned)((i * 3) % 8); }
+    for (int t = 0; t < 2; t++) {
+        bt_fp8_bank_update(a, ba, n);
+        for (int64_t i = 0; i < n; i++) bt_fp8_update(&b[i]);
+    }
+    BT_CHECK(!memcmp(bt_data_ptr(ba), bt_data_ptr(bb), sizeof(float) * (size_t)(n * per)), "the bank's rows differ from one update per state");
+    int bits = 1;
+    for (int64_t i = 0; i < n; i++) bits &= a[i].primed == b[i].primed && a[i].seen == 0 && b[i].seen == 0;
+    BT_CHECK(bits, "primed and seen bits differ from one update per state");
+    BT_EXPECT_ERROR(bt_fp8_bank_update(a, bb, n), "is not slice 0 of the bank's buffer");
+    BT_EXPECT_ERROR(bt_fp8_bank_update(a, ba, n - 1), "the buffer holds");
+    bt_fp8_bank_free(&a, &ba, n); bt_fp8_bank_free(&b, &bb, n);
+    free(v);
+}
+
 /* no graph: the same y, bit for bit, and no node; only what the wanted gradients need is kept */
 static void test_no_grad_and_partial(void) {
     const long R = 8, K = 24, N = 16;
@@ -578,6 +609,7 @@ int main(void) {
     BT_RUN(test_linear_fp8_current);
     BT_RUN(test_recipes);
     BT_RUN(test_delayed_first_casts);
+    BT_RUN(test_bank_update);
     BT_RUN(test_no_grad_and_partial);
     BT_RUN(test_linear_add);
     BT_RUN(test_mlp_gelu_fp8);

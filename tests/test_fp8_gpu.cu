@@ -6,7 +6,8 @@
                and midpoint +- one f32 ulp planted, values past the range, infinities, signed zeros,
                f32 subnormals; NaN gives a NaN code. The scale used and the amax accumulated are the
                host's, bit for bit, in both modes (current: from bt_k_fp8_amax; delayed: given).
-     update    bt_k_fp8_update's rows equal bt__fp8_roll's, bit for bit (NaN and inf in the history).
+     update    bt_k_fp8_update's rows equal bt__fp8_roll's, bit for bit (NaN and inf in the history), one state
+               or a bank of several in one launch.
      products  bt_k_matmul_fp8 (e4m3 x e4m3, e5m2 x e4m3, e4m3 x e5m2; bf16, f16 and f32 out; with
                and without a bias; split and fast accumulation) against float64 products of the
                same bytes. The bound per element: u_acc S + u_out (|ref| + u_acc S), S = sa sb
@@ -217,24 +218,24 @@ static void test_cast_generic(void) {
    ============================================================================================= */
 static void test_update(void) {
     NEED_FP8();
-    const int hist[3] = {1, 5, 1024};
+    const int hist[3] = {1, 5, 1024}, banks[3] = {1, 7, 3};   /* states updated by one launch */
     for (int k = 0; k < 3; k++) {
-        int n = hist[k], nf = 3 * (2 + n);
+        int n = hist[k], ns = banks[k], nf = ns * 3 * (2 + n);
         float *h = (float *)malloc(sizeof(float) * (size_t)nf), *g = (float *)malloc(sizeof(float) * (size_t)nf);
         for (int i = 0; i < nf; i++) h[i] = (float)(fabs(rnorm()) * pow(10.0, runif() * 8 - 4));
         h[2 + n + 3 < nf ? 2 + n + 3 : 2] = NAN; h[nf - 1] = INFINITY; h[0] = 0.f;
         float *d = (float *)dev_alloc(sizeof(float) * (size_t)nf);
         CK(cudaMemcpy(d, h, sizeof(float) * (size_t)nf, cudaMemcpyHostToDevice));
         CK(cudaDeviceSynchronize());
-        bt_k_fp8_update(d, n, st0());
-        bt_k_fp8_update(d, n, st0());
+        bt_k_fp8_update(d, n, ns, st0());
+        bt_k_fp8_update(d, n, ns, st0());
         CK(cudaStreamSynchronize(st0()));
         CK(cudaMemcpy(g, d, sizeof(float) * (size_t)nf, cudaMemcpyDeviceToHost));
         for (int t = 0; t < 2; t++)
-            for (int r = 0; r < 3; r++) bt__fp8_roll(h + r * (2 + n), n, bt_fp8_max(bt_fp8_format(r)));
+            for (int r = 0; r < 3 * ns; r++) bt__fp8_roll(h + r * (2 + n), n, bt_fp8_max(bt_fp8_format(r % 3)));
         int same = 1;
         for (int i = 0; i < nf; i++) same &= bits_of(h[i]) == bits_of(g[i]);
-        BT_CHECK(same, "history %d: the GPU's rows differ from bt__fp8_roll's", n);
+        BT_CHECK(same, "history %d, %d states: the GPU's rows differ from bt__fp8_roll's", n, ns);
         CK(cudaFree(d));
         free(h); free(g);
     }
