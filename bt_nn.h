@@ -992,8 +992,36 @@ static void bt__lxent_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
         bt__axpy_dev(bt_device_of(dw), dw->dtype, bt_data_ptr(sink), bt_data_ptr(gs), bt_data_ptr(dw), bt_numel(dw));
     } else gin[1] = bt_cast(bt_mul(dw, gs), n->in_dtype[1]);
 }
-BTDEF bt_tensor *bt_linear_cross_entropy(bt_tensor *x, bt_tensor *w, bt_tensor *targets, int64_t V, int ignore_index) {
-    const char *op = "linear_cross_entropy";
+static void bt__fp8_check_state(const char *op, const char *which, bt_fp8_state *st, bt_tensor *x);
+static void bt__fp8_cast(bt_fp8_state *st, int role, bt_tensor *x2, bt_tensor *q, bt_tensor *qt, float *slot);
+static void bt__fp8_gemm(bt_device dev, bt_dtype dt, bt_tensor *C, bt_tensor *A, const float *sa, bt_tensor *B, const float *sb,
+                         bt_tensor *bias, bt_tensor *R, int64_t M, int64_t N, int64_t K, int fast_accum);
+/* The head's FP8 products (bt_linear_cross_entropy_fp8): w cast once (e4m3 w, and w^T for dx); each
+   chunk's x (e4m3 x, and x^T for dw) and logit gradient (e5m2 dz, and dz^T for dw) cast before its
+   products. sc [12] f32 holds the [scale, amax, -, -] of x, w and dz (x's and dz's those of the
+   chunk in hand: a current cast scales each chunk by its own amax; a delayed one all by the history's). */
+typedef struct { bt_fp8_state *st; bt_tensor *x2, *sc, *qw, *qwt, *qx, *qxt, *qg, *qgt; } bt__lxent_f8;   /* x2: x as [N, C] */
+static void bt__lxent_f8_free(bt__lxent_f8 *f) {
+    bt_release(f->x2); bt_release(f->sc); bt_release(f->qw); bt_release(f->qwt); bt_release(f->qx); bt_release(f->qxt); bt_release(f->qg); bt_release(f->qgt);
+}
+/* rows [r0, r0 + n) of a contiguous t read as [n, cols] (owned: released by the caller) */
+static bt_tensor *bt__rows_view(bt_tensor *t, int64_t r0, int64_t n, int64_t cols) {
+    const int64_t shape[2] = {n, cols}, stride[2] = {cols, 1};
+    return bt__view_raw(t, 2, shape, stride, t->offset + r0 * cols);
+}
+/* the cast of the chunk's rows [r0, r0 + n) of x [N, C] or z [chunk, Vp] (role) into the first n rows of
+   q and the first n columns' worth of qt (both may be NULL), with slot k of sc */
+static void bt__lxent_f8_cast(bt__lxent_f8 *f, int role, bt_tensor *src, int64_t r0, int64_t n, int64_t cols, bt_tensor *q, bt_tensor *qt) {
+    int k = role == BT_FP8_X ? 0 : 8;
+    bt_tensor *s2 = bt__rows_view(src, r0, n, cols), *slot = bt__rows_view(f->sc, k / 4, 1, 4);
+    bt_tensor *q2 = q ? bt__view_dense(q, bt_shape2(n, cols)) : NULL, *qt2 = qt ? bt__view_dense(qt, bt_shape2(cols, n)) : NULL;
+    bt_zero_(slot);                                   /* the amax a current cast accumulates */
+    bt__fp8_cast(f->st, role, s2, q2, qt2, (float *)bt_data_ptr(f->sc) + k);
+    bt_release(s2); bt_release(slot); bt_release(q2); bt_release(qt2);
+}
+/* bt_linear_cross_entropy, with st: its three products in FP8 when a gradient is wanted */
+static bt_tensor *bt__lxent(bt_tensor *x, bt_tensor *w, bt_tensor *targets, int64_t V, int ignore_index, bt_fp8_state *st) {
+    const char *op = st ? "linear_cross_entropy_fp8" : "linear_cross_entropy";
     bt__need_float(x, op, "x"); bt__need_float(w, op, "w"); bt__need(targets, op, "targets");
     bt__same_device(x, w, op); bt__same_dtype(x, w, op);
     bt__xent_check(x, targets, targets->ndim, op);
@@ -1006,14 +1034,37 @@ BTDEF bt_tensor *bt_linear_cross_entropy(bt_tensor *x, bt_tensor *w, bt_tensor *
     int want_dx = bt__g.grad_enabled && bt__needs_grad(x), want_dw = bt__g.grad_enabled && bt__needs_grad(w);
     if (want_dw && dev.type == BT_CPU && dt != sdt)
         bt_error("%s: a gradient of a %s w on the CPU is not supported (f32 or f64)", op, bt_dtype_name(dt));
+    int f8 = st && (want_dx || want_dw);              /* without a gradient: the products of x's dtype (docs/fp8.md) */
+    if (f8) {
+        bt__fp8_check_state(op, "", st, x);
+        if (dt == BT_F64) bt_error("%s: x %s: FP8 products of f64 are not supported", op, bt__s(x));
+        if (dev.type == BT_GPU && (N % 16 || C % 16 || Vp % 16))
+            bt_error("%s: %lld rows of x, C %lld, Vp %lld: on a GPU each must be a multiple of 16 (cuBLASLt's FP8 operands)", op,
+                     (long long)N, (long long)C, (long long)Vp);
+    }
     bt_tensor *xc = bt__contig(x), *wc = bt__contig(w), *tc = bt__contig(targets);
     const int32_t *tp = (const int32_t *)bt_data_ptr(tc);
     size_t es = bt_dtype_size(dt);
-    int64_t chunk = bt__lxent_rows(N, (int64_t)(bt_linear_cross_entropy_chunk(0) / ((size_t)Vp * es)));
+    /* a chunk's logits, and in FP8 their gradient's e5m2 bytes and its transpose: 2 more bytes a logit */
+    int64_t chunk = bt__lxent_rows(N, (int64_t)(bt_linear_cross_entropy_chunk(0) / ((size_t)Vp * (es + (f8 ? 2 : 0)))));
+    if (f8 && dev.type == BT_GPU && chunk < N) chunk = chunk >= 16 ? chunk / 16 * 16 : 16;   /* every chunk's rows a multiple of 16 */
     bt_tensor *inv = bt__new(bt_shape1(1), sdt, dev), *loss = bt__new(bt_shapev(0, NULL), sdt, dev);
     bt_tensor *z = bt__new(bt_shape2(chunk, Vp), dt, dev), *losses = bt__new(bt_shape1(chunk), sdt, dev);
     bt_tensor *lse = bt__new(bt_shape1(chunk), sdt, dev), *gl = NULL;
     bt_tensor *dx = want_dx ? bt__new(bt_shape2(N, C), dt, dev) : NULL, *dw = want_dw ? bt__new(bt_shape2(Vp, C), sdt, dev) : NULL;
+    bt__lxent_f8 f = {st, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    const float *sx = NULL, *sw = NULL, *sg = NULL;
+    if (f8) {
+        f.x2 = bt__view_dense(xc, bt_shape2(N, C));
+        f.sc = bt__new(bt_shape1(12), BT_F32, dev); bt_zero_(f.sc);
+        f.qw = bt__new(bt_shape2(Vp, C), BT_F8E4M3, dev); f.qwt = dx ? bt__new(bt_shape2(C, Vp), BT_F8E4M3, dev) : NULL;
+        f.qx = bt__new(bt_shape2(chunk, C), BT_F8E4M3, dev); f.qxt = dw ? bt__new(bt_shape2(C, chunk), BT_F8E4M3, dev) : NULL;
+        f.qg = dx ? bt__new(bt_shape2(chunk, Vp), BT_F8E5M2, dev) : NULL; f.qgt = dw ? bt__new(bt_shape2(Vp, chunk), BT_F8E5M2, dev) : NULL;
+        bt_tensor *w2 = bt__view_dense(wc, bt_shape2(Vp, C));
+        bt__fp8_cast(st, BT_FP8_W, w2, f.qw, f.qwt, (float *)bt_data_ptr(f.sc) + 4);
+        bt_release(w2);
+        sx = (const float *)bt_data_ptr(f.sc); sw = sx + 4; sg = sx + 8;
+    }
     bt_fill_(loss, 0.0);
     bt__xent_inv_count(dev, bt_data_ptr(inv), tp, N, ignore_index, sdt);
     if (want_dx || want_dw) {                          /* d loss / d z_r = inv (softmax - onehot) */
@@ -1026,12 +1077,17 @@ BTDEF bt_tensor *bt_linear_cross_entropy(bt_tensor *x, bt_tensor *w, bt_tensor *
     for (int64_t r0 = 0; r0 < N; r0 += chunk) {
         int64_t n = N - r0 < chunk ? N - r0 : chunk, bad = 0;
         const char *xr = (const char *)bt_data_ptr(xc) + r0 * C * (int64_t)es;
-        bt__gemm(dt, dev, bt_data_ptr(z), xr, bt_data_ptr(wc), NULL, n, Vp, C, 0, 1, 1, 0, 0, 0, 1.0, 0.0);
+        if (f8) {            /* z = (sx sw) qx qw^T */
+            bt__lxent_f8_cast(&f, BT_FP8_X, f.x2, r0, n, C, f.qx, f.qxt);
+            bt_tensor *qx = bt__view_dense(f.qx, bt_shape2(n, C)), *z2 = bt__view_dense(z, bt_shape2(n, Vp));
+            bt__fp8_gemm(dev, dt, z2, qx, sx, f.qw, sw, NULL, NULL, n, Vp, C, st->opts.fast_accum);
+            bt_release(qx); bt_release(z2);
+        } else bt__gemm(dt, dev, bt_data_ptr(z), xr, bt_data_ptr(wc), NULL, n, Vp, C, 0, 1, 1, 0, 0, 0, 1.0, 0.0);
         int fused = 0;   /* the loss and the logit gradient in one pass over z (GPU) */
 #ifdef BT_CUDA
         if (gl && dev.type == BT_GPU && bt__fused(BT_FUSE_XENT)) {   /* else the two kernels below */
-            BT__ON_GPU(dev, st) bt_k_cross_entropy_fused(dt, (float *)bt_data_ptr(losses), NULL, bt_data_ptr(z), tp + r0,
-                                                         (const float *)bt_data_ptr(gl), n, V, Vp, ignore_index, bt__bad(dev), st);
+            BT__ON_GPU(dev, stream) bt_k_cross_entropy_fused(dt, (float *)bt_data_ptr(losses), NULL, bt_data_ptr(z), tp + r0,
+                                                             (const float *)bt_data_ptr(gl), n, V, Vp, ignore_index, bt__bad(dev), stream);
             fused = 1;
         }
 #endif
@@ -1039,20 +1095,34 @@ BTDEF bt_tensor *bt_linear_cross_entropy(bt_tensor *x, bt_tensor *w, bt_tensor *
             bt__xent_rows(dev, dt, bt_data_ptr(z), tp + r0, n, V, Vp, ignore_index, bt_data_ptr(losses), bt_data_ptr(lse), sdt, &bad)) {
             int64_t t = tp[r0 + bad];
             bt_release(xc); bt_release(wc); bt_release(tc); bt_release(inv); bt_release(loss); bt_release(z); bt_release(losses);
-            bt_release(lse); bt_release(gl); bt_release(dx); bt_release(dw);
+            bt_release(lse); bt_release(gl); bt_release(dx); bt_release(dw); bt__lxent_f8_free(&f);
             bt_error("%s: target %lld at position %lld is out of range [0, %lld) and not ignore_index %d", op, (long long)t,
                      (long long)(r0 + bad), (long long)V, ignore_index);
         }
         bt__sum_into(dev, bt_data_ptr(loss), bt_data_ptr(losses), n, sdt);
         if (!gl) continue;
         if (!fused) bt__xent_grad(dev, dt, bt_data_ptr(z), bt_data_ptr(z), bt_data_ptr(lse), tp + r0, bt_data_ptr(gl), sdt, n, V, Vp, ignore_index);
+        if (f8) {            /* dz to e5m2 (and its transpose); dx = (sg sw) qg qw, dw (+)= (sg sx) qg^T qx, fp32 across chunks */
+            bt__lxent_f8_cast(&f, BT_FP8_G, z, 0, n, Vp, f.qg, f.qgt);
+            if (dx) {
+                bt_tensor *dxr = bt__rows_view(dx, r0, n, C), *qg = bt__view_dense(f.qg, bt_shape2(n, Vp));
+                bt__fp8_gemm(dev, dt, dxr, qg, sg, f.qwt, sw, NULL, NULL, n, C, Vp, 0);
+                bt_release(dxr); bt_release(qg);
+            }
+            if (dw) {
+                bt_tensor *qgt = bt__view_dense(f.qgt, bt_shape2(Vp, n)), *qxt = bt__view_dense(f.qxt, bt_shape2(C, n));
+                bt__fp8_gemm(dev, sdt, dw, qgt, sg, qxt, sx, NULL, r0 ? dw : NULL, Vp, C, n, 0);
+                bt_release(qgt); bt_release(qxt);
+            }
+            continue;
+        }
         if (dx)      /* dx[r0 : r0 + n] = dz w */
             bt__gemm(dt, dev, (char *)bt_data_ptr(dx) + r0 * C * (int64_t)es, bt_data_ptr(z), bt_data_ptr(wc), NULL, n, C, Vp, 0, 0, 1, 0, 0, 0, 1.0, 0.0);
         if (dw) {    /* dw (+)= dz^T x[r0 : r0 + n], in the stat dtype */
             if (dev.type == BT_GPU) {
 #ifdef BT_CUDA
-                BT__ON_GPU(dev, st) bt_k_matmul_out(dt, sdt, bt_data_ptr(dw), bt_data_ptr(z), xr, NULL, Vp, C, n, 1, 0, 1, 0, 0, 0, 1.f,
-                                                    r0 ? 1.f : 0.f, bt__g.precision, st);
+                BT__ON_GPU(dev, st_) bt_k_matmul_out(dt, sdt, bt_data_ptr(dw), bt_data_ptr(z), xr, NULL, Vp, C, n, 1, 0, 1, 0, 0, 0, 1.f,
+                                                     r0 ? 1.f : 0.f, bt__g.precision, st_);
 #endif
             } else bt__gemm(dt, dev, bt_data_ptr(dw), bt_data_ptr(z), xr, NULL, Vp, C, n, 1, 0, 1, 0, 0, 0, 1.0, r0 ? 1.0 : 0.0);
         }
@@ -1066,8 +1136,15 @@ BTDEF bt_tensor *bt_linear_cross_entropy(bt_tensor *x, bt_tensor *w, bt_tensor *
         if (dw) bt__save(nd, dw);
     }
     bt_release(xc); bt_release(wc); bt_release(tc); bt_release(inv); bt_release(z); bt_release(losses); bt_release(lse);
-    bt_release(gl); bt_release(dx); bt_release(dw);
+    bt_release(gl); bt_release(dx); bt_release(dw); bt__lxent_f8_free(&f);
     return bt__register(loss);
+}
+BTDEF bt_tensor *bt_linear_cross_entropy(bt_tensor *x, bt_tensor *w, bt_tensor *targets, int64_t V, int ignore_index) {
+    return bt__lxent(x, w, targets, V, ignore_index, NULL);
+}
+BTDEF bt_tensor *bt_linear_cross_entropy_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *targets, int64_t V, int ignore_index, bt_fp8_state *st) {
+    if (!st) bt_error("linear_cross_entropy_fp8: no FP8 state (st is NULL: bt_fp8_state_init)");
+    return bt__lxent(x, w, targets, V, ignore_index, st);
 }
 
 /* the additive mask of KV-cache generation (declared in bt_tensor.h) */

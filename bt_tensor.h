@@ -677,6 +677,16 @@ BTDEF bt_tensor *bt_linear_add_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_
    backward, with the forward's scale: the same bytes, hid bytes a row less. */
 BTDEF bt_tensor *bt_mlp_gelu_fp8(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tensor *w2, bt_tensor *b2, bt_tensor *r,
                                  bt_fp8_state *s1, bt_fp8_state *s2);
+/* bt_linear_cross_entropy with its three products in FP8 when a gradient is wanted (the head of a
+   language model): the logits z = (sx sw) qx qw^T from e4m3 x and w, the logit gradient dz cast to
+   e5m2 for dx = (sg sw) qg qw and dw = (sg sx) qg^T qx (summed over the chunks in fp32), each
+   chunk's x and dz cast before its products with st's recipe (current: the chunk's own amax;
+   delayed: the history's scale, the amax recorded being the largest over the chunks). A chunk holds
+   2 bytes a logit more (the e5m2 dz and its transpose), so it has fewer rows. Without a gradient
+   (grad mode off, validation) it is bt_linear_cross_entropy. On a GPU the rows of x, C and Vp must
+   be multiples of 16. */
+BTDEF bt_tensor *bt_linear_cross_entropy_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *targets, int64_t V, int ignore_index,
+                                             bt_fp8_state *st);
 /* the scale of a tensor whose largest magnitude is amax, cast to a format whose largest finite value
    is fmax: amax / fmax in f32, at least FLT_MIN (so 1 / s stays finite); 1 when amax is 0, inf or
    NaN (nothing to scale, or nothing sensible: a NaN stays NaN in the cast, an inf saturates) */

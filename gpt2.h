@@ -80,8 +80,10 @@ typedef struct gpt2 {
     int tp, tp_rank;               /* tensor parallelism: this rank's shard of tp; 0 when whole */
     const struct gpt2_split *split;   /* tensor/context parallel forward (gpt2_parallel.h); NULL: whole */
     struct bt_par *par;            /* that split's mesh (bt_parallel.h) */
-    bt_tensor *fp8_buf;            /* f32 [L, GPT2_FP8_LINEARS, 3, 2 + history]: the FP8 states (gpt2_fp8_enable); NULL: none */
-    bt_fp8_state *fp8;             /* [L * GPT2_FP8_LINEARS]: layer l's linear k at l * GPT2_FP8_LINEARS + k, views of fp8_buf */
+    bt_tensor *fp8_buf;            /* f32 [n_fp8, 3, 2 + history]: the FP8 states (gpt2_fp8_enable); NULL: none */
+    bt_fp8_state *fp8;             /* [n_fp8]: layer l's linear k at l * GPT2_FP8_LINEARS + k, then the head's; views of fp8_buf */
+    int n_fp8;                     /* the states: 4 L, + 1 with fp8_head */
+    int fp8_head;                  /* set before gpt2_fp8_enable: the classifier's products in FP8 too (bt_linear_cross_entropy_fp8) */
     bt_unit_set units;             /* fsdp: the parameters from gathered units (units.src NULL: the leaves) */
 } gpt2;
 /* the block linears that run in FP8, in a layer's order in fp8_buf */
@@ -118,9 +120,10 @@ BTDEF void gpt2_param_sizes(const gpt2_config *c, int64_t *sz);
 /* The FP8 linears (bt_linear_fp8; bt_tensor.h states the math): one state per block linear, all in
    fp8_buf on the model's device, 3 (2 + history) floats each (o NULL: bt_fp8_default_opts), set
    to the start (scales 1, histories 0, nothing primed); called again, it sets them back to the
-   start (e.g. after forwards that only measured memory). Refused with tensor or context
-   parallelism (the split's linears are its own). A forward with grad mode off (validation,
-   generation) keeps the bf16 linears: its casts would feed the amax history. */
+   start (e.g. after forwards that only measured memory). With m->fp8_head set the classifier gets
+   a state too (the last, index 4 L) and runs through bt_linear_cross_entropy_fp8. Refused with
+   tensor or context parallelism (the split's linears are its own). A forward with grad mode off
+   (validation, generation) keeps the bf16 linears: its casts would feed the amax history. */
 BTDEF void gpt2_fp8_enable(gpt2 *m, const bt_fp8_opts *o);
 /* after an optimizer step: bt_fp8_update of every state (the step's amaxes into the histories, the
    next scales); no host wait */
@@ -319,19 +322,22 @@ BTDEF void gpt2_free(gpt2 *m) {
     bt_units_free(&m->units);
     for (int i = 0; i < m->n_params; i++) bt_release(m->params[i]);
     bt_release(m->flat); bt_release(m->flat_grad); bt_release(m->flat_lowp); bt_release(m->pos);
-    bt_fp8_bank_free(&m->fp8, &m->fp8_buf, (int64_t)m->cfg.L * GPT2_FP8_LINEARS);
+    bt_fp8_bank_free(&m->fp8, &m->fp8_buf, m->n_fp8);
     free(m->params); free(m->file_off); free(m->layers);
     memset(m, 0, sizeof *m);
 }
 
-/* the FP8 states: 4 L of them, each a [3, 2 + history] slice of one buffer (a checkpoint saves
-   the buffer whole); with the default history 16, 216 bytes per linear */
+/* the FP8 states: 4 L of them (and the head's), each a [3, 2 + history] slice of one buffer (a
+   checkpoint saves the buffer whole); with the default history 16, 216 bytes per linear */
 BTDEF void gpt2_fp8_enable(gpt2 *m, const bt_fp8_opts *o) {
     if (m->split) bt_error("gpt2_fp8_enable: FP8 linears with tensor or context parallelism are not supported (--precision fp8 with --tp or --cp)");
-    bt_fp8_bank_reset(&m->fp8, &m->fp8_buf, (int64_t)m->cfg.L * GPT2_FP8_LINEARS, o, m->device, "gpt2_fp8_enable");
+    int n = m->cfg.L * GPT2_FP8_LINEARS + (m->fp8_head != 0);
+    if (m->fp8 && n != m->n_fp8) bt_error("gpt2_fp8_enable: the model has %d FP8 states, fp8_head asks for %d (set it before the first enable)", m->n_fp8, n);
+    bt_fp8_bank_reset(&m->fp8, &m->fp8_buf, n, o, m->device, "gpt2_fp8_enable");
+    m->n_fp8 = n;
 }
 BTDEF void gpt2_fp8_update(gpt2 *m) {
-    if (m->fp8) bt_fp8_bank_update(m->fp8, m->fp8_buf, (int64_t)m->cfg.L * GPT2_FP8_LINEARS);
+    if (m->fp8) bt_fp8_bank_update(m->fp8, m->fp8_buf, m->n_fp8);
 }
 
 BTDEF void gpt2_to_file_order(const gpt2 *m, const float *mem, float *file) {
@@ -560,7 +566,9 @@ BTDEF bt_tensor *gpt2_logits(gpt2 *m, bt_tensor *idx, bt_dtype dt) {
 BTDEF bt_tensor *gpt2_loss(gpt2 *m, bt_tensor *idx, bt_tensor *targets, bt_dtype dt) {
     if (m->split && m->split->loss) return m->split->loss(m, gpt2_hidden(m, idx, dt), targets, dt);
     bt_tensor *h = gpt2__hidden(m, idx, dt, 1);   /* before GPT2_P(wte): fsdp gathers unit 0 there */
-    bt_tensor *loss = bt_linear_cross_entropy(h, GPT2_P(m->wte), targets, m->cfg.V, -1);
+    bt_tensor *loss = m->fp8 && m->fp8_head && bt_grad_enabled()
+                    ? bt_linear_cross_entropy_fp8(h, GPT2_P(m->wte), targets, m->cfg.V, -1, &m->fp8[m->n_fp8 - 1])
+                    : bt_linear_cross_entropy(h, GPT2_P(m->wte), targets, m->cfg.V, -1);
     bt_units_end(&m->units, 0);
     return loss;
 }

@@ -73,6 +73,8 @@ static void usage(FILE *f) {
         "  --fp8-accum split|fast   with fp8: the forward products' accumulation: split promotes the tensor cores'\n"
         "            partial sums to fp32 as it goes, fast keeps them in their own precision (faster; the\n"
         "            backward's products always split) (default split)\n"
+        "  --fp8-head on|off   with fp8: the classifier's products (logits, their gradient) in FP8 too; GPT-2 only\n"
+        "            (default off)\n"
         "  --grad-dtype auto|f32|bf16   the gradient buffer; bf16: 2 bytes a parameter less, for a bf16 or fp8 run on\n"
         "            one GPU with one micro-batch a step (-d = B*T: each gradient written once, no sum); auto: bf16 where\n"
         "            that holds and -b is given (or resumed), else f32; a resume of an f32 run stays f32 (default auto)\n"
@@ -163,7 +165,7 @@ static int takes_value(const char *a) {
         "-s", "-g", "-u", "--topk", "-l", "-q", "-c", "--clip", "--temp", "--seed", "-n", "--nproc", "--bucket-mb",
         "--nccl-timeout", "--ckpt-dir", "--ckpt-every", "--ckpt-keep", "--resume", "--init-from", "--export-hf", "--tp", "--cp",
         "--cp-comm", "--recompute", "--cuda-graph", "--ddp-rows", "--nccl-blocking", "--ddp-transport", "--dp", "--comm-dtype",
-        "--precision", "--device", "--eval-mc", "--fp8-recipe", "--fp8-history", "--fp8-accum", "--grad-dtype", "--offload"};
+        "--precision", "--device", "--eval-mc", "--fp8-recipe", "--fp8-history", "--fp8-accum", "--fp8-head", "--grad-dtype", "--offload"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) if (!strcmp(a, names[i])) return 1;
     return 0;
 }
@@ -275,6 +277,10 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
             o->fp8_accum = v;
             if (strcmp(v, "split") && strcmp(v, "fast")) { snprintf(err, errlen, "--fp8-accum must be split or fast, got '%s'", v); return -1; }
         }
+        else if (!strcmp(a, "--fp8-head")) {
+            o->fp8_head = v;
+            if (strcmp(v, "on") && strcmp(v, "off")) { snprintf(err, errlen, "--fp8-head must be on or off, got '%s'", v); return -1; }
+        }
         else if (!strcmp(a, "--grad-dtype")) {
             o->grad_dtype = v;
             if (strcmp(v, "auto") && strcmp(v, "f32") && strcmp(v, "bf16")) {
@@ -295,7 +301,8 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
         if (bad) { snprintf(err, errlen, "bad value '%s' for %s", v, a); return -1; }
     }
     int fp8 = o->precision && !strcmp(o->precision, "fp8");
-    const char *clash = (o->fp8_recipe || o->fp8_history || o->fp8_accum) && !fp8 ? "--fp8-recipe, --fp8-history and --fp8-accum need --precision fp8"
+    const char *clash = (o->fp8_recipe || o->fp8_history || o->fp8_accum || o->fp8_head) && !fp8
+            ? "--fp8-recipe, --fp8-history, --fp8-accum and --fp8-head need --precision fp8"
         : fp8 && o->mlir ? "--precision fp8 and --mlir exclude each other (--mlir's fused kernels are bf16 ones)"
         : fp8 && (o->tp > 1 || o->cp > 1) ? "--precision fp8: not with --tp or --cp yet (their split linears are gpt2_parallel.h's and llama_parallel.h's, not FP8)"
         : o->ckpt_every && !o->ckpt_dir ? "--ckpt-every needs --ckpt-dir DIR (where the checkpoints go)"
@@ -388,6 +395,7 @@ static int resolve_opts(train_opts *o, int on_gpu, const trainer_config *cfg, ch
         if (!o->fp8_recipe) o->fp8_recipe = "delayed";
         if (!o->fp8_history) o->fp8_history = 16;
         if (!o->fp8_accum) o->fp8_accum = "split";
+        if (!o->fp8_head) o->fp8_head = "off";
         /* cuBLASLt's FP8 operands have 16-byte rows: the B T rows, C, 3C and 4C multiples of 16 */
         const llama_config *lc = &cfg->llama;   /* a Llama's qkv width (H + 2 Hkv) D and MLP width F too */
         int llama = cfg->family == TRAINER_LLAMA, qkv = llama ? (lc->H + 2 * lc->Hkv) * (lc->C / lc->H) : 0;
@@ -1094,7 +1102,8 @@ static int train_main(train_opts *o) {
     else printf("model %s: L %d H %d C %d maxT %d V %d (padded %d), %.2fM parameters on %s\n", mname, cfg.L, cfg.H, cfg.C,
                 cfg.maxT, cfg.V, cfg.Vp, trainer_num_params(&tr) / 1e6, on_gpu ? bt_device_name(dev) : "cpu");
     char fp8_what[160] = "";
-    if (fp8) snprintf(fp8_what, sizeof fp8_what, " (block linears in FP8: %s scaling, history %d, %s accumulation%s)", o->fp8_recipe, o->fp8_history, o->fp8_accum,
+    if (fp8) snprintf(fp8_what, sizeof fp8_what, " (block linears%s in FP8: %s scaling, history %d, %s accumulation%s)",
+                      !strcmp(o->fp8_head, "on") ? " and the head" : "", o->fp8_recipe, o->fp8_history, o->fp8_accum,
                       on_gpu ? "" : "; emulated, the rest fp32");
     printf("B %d T %d, total batch %d tokens (%d micro-batches), %d steps, lr %.2e warmup %d, precision %s%s%s%s%s\n",
            o->B, o->T, o->total_batch, accum, o->steps, o->lr, o->warmup, o->precision, fp8_what, grad_bf16 ? ", bf16 gradients" : "",

@@ -67,6 +67,7 @@ typedef struct {
     const char *fp8_recipe;   /* --fp8-recipe current | delayed (NULL: not given; delayed with fp8) */
     int fp8_history;          /* --fp8-history N: the delayed recipe's amax history (0: not given; 16 with fp8) */
     const char *fp8_accum;    /* --fp8-accum split | fast: the forward products' accumulation (NULL: not given; split) */
+    const char *fp8_head;     /* --fp8-head on | off: the classifier's products in FP8 too (NULL: not given; off) */
     const char *grad_dtype;   /* --grad-dtype auto | f32 | bf16: the gradient buffer's dtype (bf16: one process, one micro-batch a
                                  step; auto, the default, is resolved to one of the two by train_gpt2.c's resolve_opts) */
     int offload;              /* --offload adamw: AdamW's m and v in pinned host memory (bt_adamw_init_offload) */
@@ -408,15 +409,21 @@ static bt_fp8_opts trainer__fp8_opts(const train_opts *o) {
     f.fast_accum = o->fp8_accum && !strcmp(o->fp8_accum, "fast");
     return f;
 }
+static int trainer__fp8_head(const train_opts *o) { return o->fp8_head && !strcmp(o->fp8_head, "on"); }
 void trainer_fp8_enable(trainer *tr) {
     bt_fp8_opts f = trainer__fp8_opts(&tr->o);
-    if (TRAINER__LLAMA(tr)) llama_fp8_enable(&tr->lm, &f);
-    else gpt2_fp8_enable(&tr->model, &f);
+    if (TRAINER__LLAMA(tr)) {
+        if (trainer__fp8_head(&tr->o)) bt_error("--fp8-head on: GPT-2 only for now (a Llama's untied head runs bf16)");
+        llama_fp8_enable(&tr->lm, &f);
+    } else {
+        tr->model.fp8_head = trainer__fp8_head(&tr->o);
+        gpt2_fp8_enable(&tr->model, &f);
+    }
 }
 /* the model's FP8 states (NULL without), *n of them, in the flat buffer *buf (buf may be NULL) */
 static bt_fp8_state *trainer__fp8(const trainer *tr, int *n, bt_tensor **buf) {
     bt_fp8_state *st = TRAINER__LLAMA(tr) ? tr->lm.fp8 : tr->model.fp8;
-    *n = !st ? 0 : TRAINER__LLAMA(tr) ? tr->lm.cfg.L * LLAMA_FP8_LINEARS : tr->model.cfg.L * GPT2_FP8_LINEARS;
+    *n = !st ? 0 : TRAINER__LLAMA(tr) ? tr->lm.cfg.L * LLAMA_FP8_LINEARS : tr->model.n_fp8;
     if (buf) *buf = TRAINER__LLAMA(tr) ? tr->lm.fp8_buf : tr->model.fp8_buf;
     return st;
 }
@@ -944,6 +951,8 @@ static int trainer__ckpt_fields(const train_opts *o, const trainer_config *tc, i
         FIELD("train.fp8_history", "--fp8-history", "%d", fo.history);
         FIELD("train.fp8_accum", "--fp8-accum", "%s", fo.fast_accum ? "fast" : "split");
         f[n - 1].absent = "split";
+        FIELD("train.fp8_head", "--fp8-head", "%s", trainer__fp8_head(o) ? "on" : "off");
+        f[n - 1].absent = "off";
     }
 #undef FIELD
     return n;

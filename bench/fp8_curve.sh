@@ -5,7 +5,8 @@
 #   (or the same names as environment variables of `bash bench/fp8_curve.sh`)
 #
 # For each length in STEPS: one bf16 run and one fp8 run per recipe of train_gpt2 on WikiText-2 (a recipe
-# delayed or current, or with -fast appended: --fp8-accum fast, the forward products' fast accumulation)
+# delayed or current, with -fast appended: --fp8-accum fast, the forward products' fast accumulation;
+# with -head appended: --fp8-head on, the classifier's products in FP8 too; e.g. delayed-fast-head)
 # (data/wikitext2_{train,val}.bin: make data/wikitext2_train.bin), B rows of T 1024, one micro-batch a
 # step, the default learning-rate schedule, validation every EVERY steps (20 batches). The runs of
 # one length go side by side on the GPU (their speed is not what this measures). The table: each
@@ -24,9 +25,10 @@ for n in $STEPS; do
   base=(-e "$MODEL" -b "$B" -t 1024 -d $((B * 1024)) -x "$n" -v "$EVERY" -m 20 -g 0 --quiet
         -i data/wikitext2_train.bin -j data/wikitext2_val.bin)
   "$BIN" "${base[@]}" --precision bf16 -o "$OUT/bf16_$n" > "$OUT/bf16_$n.txt" 2>&1 &
-  for r in $RECIPES; do   # RECIPE or RECIPE-fast (--fp8-accum fast)
-    acc=split; [[ $r == *-fast ]] && acc=fast
-    "$BIN" "${base[@]}" --precision fp8 --fp8-recipe "${r%-fast}" --fp8-accum $acc -o "$OUT/fp8_${r}_$n" > "$OUT/fp8_${r}_$n.txt" 2>&1 &
+  for r in $RECIPES; do   # RECIPE[-fast][-head]
+    acc=split; [[ $r == *-fast* ]] && acc=fast
+    head=off; [[ $r == *-head* ]] && head=on
+    "$BIN" "${base[@]}" --precision fp8 --fp8-recipe "${r%%-*}" --fp8-accum $acc --fp8-head $head -o "$OUT/fp8_${r}_$n" > "$OUT/fp8_${r}_$n.txt" 2>&1 &
   done
   wait
 done

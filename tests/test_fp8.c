@@ -381,6 +381,95 @@ static void test_delayed_first_casts(void) {
     free(wv); free(x1); free(x2); free(gv);
 }
 
+/* The FP8 head, bt_linear_cross_entropy_fp8 (the products emulated on the CPU):
+   - one chunk: the loss, x's and w's gradients and the states are those of the composition
+     bt_cross_entropy(bt_linear_fp8(x, w)) bit for bit, over three steps of each recipe;
+   - several chunks with a delayed recipe's scales (one scale for every chunk): the casts give the
+     same bytes, so dx is the same bits and the recorded amaxes too (the largest over the chunks),
+     the loss and dw (summed over the chunks in fp32) within fp32's rounding;
+   - without grad mode it is bt_linear_cross_entropy and leaves the state alone; its errors. */
+static void test_lxent_fp8(void) {
+    const long B = 2, T = 16, C = 16, VP = 64, V = 60, N = B * T;
+    int32_t tg[32];
+    for (long i = 0; i < N; i++) tg[i] = (int32_t)((i * 37 + 11) % V);
+    tg[5] = -1;                                           /* an ignored row */
+    float *xv = values(N * C, 1.0, BT_F32, 3, 3.f), *wv = values(VP * C, 0.3, BT_F32, 7, 0.9f);
+    for (int rec = 0; rec < 2; rec++) {
+        bt_fp8_opts o = bt_fp8_default_opts();
+        o.recipe = rec ? BT_FP8_DELAYED : BT_FP8_CURRENT; o.history = 3;
+        bt_fp8_state st[2];
+        bt_fp8_state_init(&st[0], &o, CPU, NULL); bt_fp8_state_init(&st[1], &o, CPU, NULL);
+        bt_tensor *x[2], *w[2];
+        for (int k = 0; k < 2; k++) { x[k] = leaf_of(xv, bt_shape3(B, T, C), BT_F32, 1); w[k] = leaf_of(wv, bt_shape2(VP, C), BT_F32, 1); }
+        int bad = 0;
+        for (int step = 0; step < 3; step++) {
+            bt_scope_begin();
+            bt_tensor *t = bt_from_data(tg, bt_shape2(B, T), BT_I32, CPU), *l[2];
+            l[0] = bt_cross_entropy(bt_linear_fp8(x[0], w[0], NULL, &st[0]), t, V, -1);
+            l[1] = bt_linear_cross_entropy_fp8(x[1], w[1], t, V, -1, &st[1]);
+            for (int k = 0; k < 2; k++) bt_backward(l[k]);
+            bad += memcmp(bt_data_ptr(l[0]), bt_data_ptr(l[1]), 4) != 0;
+            bad += memcmp(bt_data_ptr(x[0]->grad), bt_data_ptr(x[1]->grad), 4 * (size_t)(N * C)) != 0;
+            bad += memcmp(bt_data_ptr(w[0]->grad), bt_data_ptr(w[1]->grad), 4 * (size_t)(VP * C)) != 0;
+            bt_fp8_update(&st[0]); bt_fp8_update(&st[1]);
+            bad += memcmp(bt_data_ptr(st[0].buf), bt_data_ptr(st[1].buf), 4 * (size_t)bt_numel(st[0].buf)) != 0 || st[0].primed != st[1].primed;
+            bt_scope_end();
+        }
+        BT_CHECK(!bad && st[1].primed == 7, "%s, one chunk: %d losses, gradients or states differ from the composition's",
+                 rec ? "delayed" : "current", bad);
+        if (rec) {                                        /* the primed states: chunks of 8 rows against one chunk */
+            bt_fp8_state c;
+            bt_fp8_state_init(&c, &o, CPU, NULL);
+            memcpy(bt_data_ptr(c.buf), bt_data_ptr(st[1].buf), 4 * (size_t)bt_numel(c.buf)); c.primed = st[1].primed;
+            for (int k = 0; k < 2; k++) { bt_test_drop_grad(x[k]); bt_test_drop_grad(w[k]); }
+            size_t old = bt_linear_cross_entropy_chunk(0);
+            bt_scope_begin();
+            bt_tensor *t = bt_from_data(tg, bt_shape2(B, T), BT_I32, CPU);
+            bt_tensor *l1 = bt_linear_cross_entropy_fp8(x[1], w[1], t, V, -1, &st[1]);
+            bt_linear_cross_entropy_chunk((size_t)(8 * VP * (4 + 2)));
+            bt_tensor *l8 = bt_linear_cross_entropy_fp8(x[0], w[0], t, V, -1, &c);
+            bt_linear_cross_entropy_chunk(old);
+            bt_backward(l1); bt_backward(l8);
+            double el = fabs((double)*(float *)bt_data_ptr(l8) / *(float *)bt_data_ptr(l1) - 1), ew = 0, nw = 0;
+            const float *g1 = (const float *)bt_data_ptr(w[1]->grad), *g8 = (const float *)bt_data_ptr(w[0]->grad);
+            for (long i = 0; i < VP * C; i++) { ew = fmax(ew, fabs((double)g8[i] - g1[i])); nw = fmax(nw, fabs((double)g1[i])); }
+            const float *r1 = (const float *)bt_data_ptr(st[1].buf), *r8 = (const float *)bt_data_ptr(c.buf);
+            int amax_same = 1;
+            for (int r = 0; r < 3; r++) amax_same &= memcmp(r1 + r * (2 + o.history), r8 + r * (2 + o.history), 4) == 0;
+            BT_CHECK(el < 1e-6 && ew <= 1e-6 * nw && amax_same &&
+                         !memcmp(bt_data_ptr(x[0]->grad), bt_data_ptr(x[1]->grad), 4 * (size_t)(N * C)),
+                     "4 chunks against 1: loss %.3g, dw %.3g of max |dw|, amaxes %s, dx %s", el, nw > 0 ? ew / nw : ew,
+                     amax_same ? "equal" : "differ", memcmp(bt_data_ptr(x[0]->grad), bt_data_ptr(x[1]->grad), 4 * (size_t)(N * C)) ? "differs" : "equal");
+            bt_scope_end();
+            bt_fp8_state_free(&c);
+        }
+        bt_scope_begin();                                 /* an evaluation: bt_linear_cross_entropy's loss, the state untouched */
+        int g = bt_set_grad_enabled(0);
+        unsigned seen = st[1].seen;
+        bt_tensor *t = bt_from_data(tg, bt_shape2(B, T), BT_I32, CPU);
+        bt_tensor *e8 = bt_linear_cross_entropy_fp8(x[1], w[1], t, V, -1, &st[1]), *e = bt_linear_cross_entropy(x[1], w[1], t, V, -1);
+        bt_set_grad_enabled(g);
+        BT_CHECK(!memcmp(bt_data_ptr(e8), bt_data_ptr(e), 4) && st[1].seen == seen && !e8->grad_fn, "without grad mode: not bt_linear_cross_entropy's loss");
+        bt_scope_end();
+        for (int k = 0; k < 2; k++) { bt_release(x[k]); bt_release(w[k]); bt_fp8_state_free(&st[k]); }
+    }
+    bt_scope_begin();
+    bt_fp8_state s1;
+    bt_fp8_state_init(&s1, NULL, CPU, NULL);
+    bt_tensor *x = leaf_of(xv, bt_shape2(N, C), BT_F32, 1), *w = leaf_of(wv, bt_shape2(VP, C), BT_F32, 1);
+    tg[3] = (int32_t)V;
+    bt_tensor *t = bt_from_data(tg, bt_shape1(N), BT_I32, CPU);
+    BT_EXPECT_ERROR(bt_linear_cross_entropy_fp8(x, w, t, V, -1, NULL), "linear_cross_entropy_fp8: no FP8 state");
+    BT_EXPECT_ERROR(bt_linear_cross_entropy_fp8(x, w, t, V, -1, &s1),
+                    "linear_cross_entropy_fp8: target 60 at position 3 is out of range [0, 60) and not ignore_index -1");
+    BT_EXPECT_ERROR(bt_linear_cross_entropy_fp8(x, bt_randn(bt_shape2(VP, C + 1), BT_F32, CPU, 2), t, V, -1, &s1),
+                    "linear_cross_entropy_fp8: x [32, 16] f32 cpu needs last dim = in of w [64, 17]");
+    bt_release(x); bt_release(w);
+    bt_fp8_state_free(&s1);
+    bt_scope_end();
+    free(xv); free(wv);
+}
+
 /* a bank's update (one pass over the buffer; one kernel on a GPU) leaves the rows, primed and seen bits
    of updating each state alone; states that are not the bank's slices in order are refused */
 static void test_bank_update(void) {
@@ -613,6 +702,7 @@ int main(void) {
     BT_RUN(test_no_grad_and_partial);
     BT_RUN(test_linear_add);
     BT_RUN(test_mlp_gelu_fp8);
+    BT_RUN(test_lxent_fp8);
     BT_RUN(test_errors);
     return bt_test_summary("test_fp8");
 }

@@ -28,6 +28,8 @@
                y, dx, dw, db are within the bounds above of the float64 products of those bytes (the
                CPU's within fp32 accumulation's), and the scaling states are the same bits after
                each update.
+     the head  bt_linear_cross_entropy_fp8 against bt_cross_entropy(bt_linear_fp8(..)), and in 4
+               chunks against 1 (the bounds at test_lxent_op).
      folded    bt_k_fp8_cast_act (GELU, DGELU) against bt_k_unary / bt_k_unary_backward written out
                and cast: the same bytes, scales and amaxes; DGELU's column sums per 64 rows within
                fp32's bound of float64 sums. bt_mlp_gelu_fp8 against the composition it replaces:
@@ -572,6 +574,74 @@ static void test_mlp_op(void) {
         }
 }
 
+/* the largest |a - b| over the largest |b| of two tensors of one shape */
+static double maxnorm_rel(bt_tensor *a, bt_tensor *b) {
+    double *x = bt_test_host(a), *y = bt_test_host(b), e = 0, top = 0;
+    for (long i = 0; i < (long)bt_numel(a); i++) { e = fmax(e, fabs(x[i] - y[i])); top = fmax(top, fabs(y[i])); }
+    free(x); free(y);
+    return top > 0 ? e / top : e;
+}
+/* The FP8 head on the GPU (bf16): bt_linear_cross_entropy_fp8 against the composition
+   bt_cross_entropy(bt_linear_fp8(x, w)) over three steps of each recipe, and 4 chunks against 1 with
+   the same (delayed) scales. The logits are the same product; the fused loss kernel and the
+   composition's two kernels may round a logit gradient apart, which an e5m2 code can carry (a code
+   is 25% of its neighbour): the losses within 1e-4, dx and dw within 2% of their largest element. */
+static void test_lxent_op(void) {
+    NEED_FP8();
+    bt_device g = bt_cuda_device(0);
+    const long B = 2, T = 128, C = 64, VP = 512, V = 500, R = B * T;
+    int32_t *tg = (int32_t *)malloc(sizeof(int32_t) * (size_t)R);
+    for (long i = 0; i < R; i++) tg[i] = (int32_t)((i * 131 + 7) % V);
+    float *xv = (float *)malloc(sizeof(float) * (size_t)(R * C)), *wv = (float *)malloc(sizeof(float) * (size_t)(VP * C));
+    for (long i = 0; i < R * C; i++) xv[i] = (float)rnorm();
+    for (long i = 0; i < VP * C; i++) wv[i] = (float)(0.3 * rnorm());
+    round_to(BT_BF16, xv, R * C); round_to(BT_BF16, wv, VP * C);
+    for (int rec = 0; rec < 2; rec++) {
+        bt_fp8_opts o = bt_fp8_default_opts();
+        o.recipe = rec ? BT_FP8_DELAYED : BT_FP8_CURRENT; o.history = 4;
+        bt_fp8_state st[2];
+        bt_tensor *x[2], *w[2];
+        for (int k = 0; k < 2; k++) {
+            bt_fp8_state_init(&st[k], &o, g, NULL);
+            x[k] = tensor_of(xv, bt_shape3(B, T, C), BT_BF16, g); w[k] = tensor_of(wv, bt_shape2(VP, C), BT_BF16, g);
+            bt_set_requires_grad(x[k], 1); bt_set_requires_grad(w[k], 1);
+        }
+        double el = 0, ex = 0, ew = 0;
+        for (int step = 0; step < 3; step++) {
+            bt_scope_begin();
+            bt_tensor *t = bt_from_data(tg, bt_shape2(B, T), BT_I32, g), *l[2];
+            l[0] = bt_cross_entropy(bt_linear_fp8(x[0], w[0], NULL, &st[0]), t, V, -1);
+            l[1] = bt_linear_cross_entropy_fp8(x[1], w[1], t, V, -1, &st[1]);
+            for (int k = 0; k < 2; k++) bt_backward(l[k]);
+            double a = bt_item(l[0]), b = bt_item(l[1]);
+            el = fmax(el, fabs(b / a - 1)); ex = fmax(ex, maxnorm_rel(x[1]->grad, x[0]->grad)); ew = fmax(ew, maxnorm_rel(w[1]->grad, w[0]->grad));
+            for (int k = 0; k < 2; k++) { bt_test_drop_grad(x[k]); bt_test_drop_grad(w[k]); bt_fp8_update(&st[k]); }
+            bt_scope_end();
+        }
+        BT_CHECK(el < 1e-4 && ex < 0.02 && ew < 0.02 && st[1].primed == 7, "%s: against the composition: loss %.3g, dx %.3g, dw %.3g",
+                 rec ? "delayed" : "current", el, ex, ew);
+        if (rec) {                                        /* 4 chunks of 64 rows against 1, the same primed state */
+            bt_fp8_state c;
+            bt_fp8_state_init(&c, &o, g, NULL);
+            bt_copy_(c.buf, st[1].buf); c.primed = st[1].primed;
+            size_t old = bt_linear_cross_entropy_chunk(0);
+            bt_scope_begin();
+            bt_tensor *t = bt_from_data(tg, bt_shape2(B, T), BT_I32, g);
+            bt_tensor *l1 = bt_linear_cross_entropy_fp8(x[1], w[1], t, V, -1, &st[1]);
+            bt_linear_cross_entropy_chunk((size_t)(64 * VP * (2 + 2)));
+            bt_tensor *l4 = bt_linear_cross_entropy_fp8(x[0], w[0], t, V, -1, &c);
+            bt_linear_cross_entropy_chunk(old);
+            bt_backward(l1); bt_backward(l4);
+            double e4 = fabs(bt_item(l4) / bt_item(l1) - 1), x4 = maxnorm_rel(x[0]->grad, x[1]->grad), w4 = maxnorm_rel(w[0]->grad, w[1]->grad);
+            BT_CHECK(e4 < 1e-4 && x4 < 0.02 && w4 < 0.02, "4 chunks against 1: loss %.3g, dx %.3g, dw %.3g", e4, x4, w4);
+            bt_scope_end();
+            bt_fp8_state_free(&c);
+        }
+        for (int k = 0; k < 2; k++) { bt_release(x[k]); bt_release(w[k]); bt_fp8_state_free(&st[k]); }
+    }
+    free(tg); free(xv); free(wv);
+}
+
 /* the GPU's conditions: dimensions multiples of 16, a dtype its kernels read, the state on x's device */
 static void test_errors(void) {
     NEED_FP8();
@@ -582,6 +652,10 @@ static void test_errors(void) {
     bt_scope_begin();
     bt_tensor *x = bt_randn(bt_shape2(32, 40), BT_BF16, g, 1), *w = bt_randn(bt_shape2(16, 40), BT_BF16, g, 2);
     BT_EXPECT_ERROR(bt_linear_fp8(x, w, NULL, &sg), "N (16) and K (40) must be multiples of 16 (cuBLASLt's FP8 operands need 16-byte rows): K");
+    bt_tensor *hx = bt_randn(bt_shape2(40, 32), BT_BF16, g, 3), *hw = bt_randn(bt_shape2(64, 32), BT_BF16, g, 4);
+    bt_set_requires_grad(hx, 1);
+    BT_EXPECT_ERROR(bt_linear_cross_entropy_fp8(hx, hw, bt_zeros(bt_shape1(40), BT_I32, g), 60, -1, &sg),
+                    "linear_cross_entropy_fp8: 40 rows of x, C 32, Vp 64: on a GPU each must be a multiple of 16");
     BT_EXPECT_ERROR(bt_linear_fp8(bt_randn(bt_shape2(10, 32), BT_BF16, g, 3), bt_randn(bt_shape2(16, 32), BT_BF16, g, 4), NULL, &sg),
                     "the row count");
     BT_EXPECT_ERROR(bt_linear_fp8(bt_randn(bt_shape2(32, 32), BT_BF16, g, 3), bt_randn(bt_shape2(24, 32), BT_BF16, g, 4), NULL, &sg), ": N is not");
@@ -601,6 +675,7 @@ int main(void) {
     BT_RUN(test_op_gpu_vs_cpu);
     BT_RUN(test_cast_act);
     BT_RUN(test_mlp_op);
+    BT_RUN(test_lxent_op);
     BT_RUN(test_errors);
     return bt_test_summary("test_fp8_gpu");
 }

@@ -155,9 +155,11 @@ static void test_flags(void) {
                             {"--precision fp8 --fp8-history 0", "bad value '0' for --fp8-history"},
                             {"--precision fp8 --fp8-history 1025", "bad value '1025' for --fp8-history"},
                             {"--precision fp8 --fp8-accum slow", "--fp8-accum must be split or fast, got 'slow'"},
-                            {"--fp8-recipe current", "--fp8-recipe, --fp8-history and --fp8-accum need --precision fp8"},
-                            {"--precision bf16 --fp8-history 4", "--fp8-recipe, --fp8-history and --fp8-accum need --precision fp8"},
-                            {"--precision bf16 --fp8-accum fast", "--fp8-recipe, --fp8-history and --fp8-accum need --precision fp8"},
+                            {"--precision fp8 --fp8-head yes", "--fp8-head must be on or off, got 'yes'"},
+                            {"--precision bf16 --fp8-head on", "--fp8-recipe, --fp8-history, --fp8-accum and --fp8-head need --precision fp8"},
+                            {"--fp8-recipe current", "--fp8-recipe, --fp8-history, --fp8-accum and --fp8-head need --precision fp8"},
+                            {"--precision bf16 --fp8-history 4", "--fp8-recipe, --fp8-history, --fp8-accum and --fp8-head need --precision fp8"},
+                            {"--precision bf16 --fp8-accum fast", "--fp8-recipe, --fp8-history, --fp8-accum and --fp8-head need --precision fp8"},
                             {"--precision fp8 --tp 2", "--precision fp8: not with --tp or --cp"},
                             {"--precision fp8 --cp 2", "--precision fp8: not with --tp or --cp"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -223,24 +225,26 @@ static float *ckpt_state(const char *path, int64_t *n, char *primed, size_t cap)
     return s;
 }
 
-/* per recipe: 8 steps with a checkpoint every 2; the states in them (432 floats for s2, primed
-   "77777777") change from checkpoint to checkpoint; a run resumed from step 4 gives the same log
-   lines and the same checkpoints 6 and 8, fp8.state included, byte for byte */
+/* per recipe (and delayed with --fp8-head on): 8 steps with a checkpoint every 2; the states in them
+   (432 floats for s2, primed "77777777"; with the head 486 and "777777777") change from checkpoint
+   to checkpoint; a run resumed from step 4 gives the same log lines and the same checkpoints 6 and
+   8, fp8.state included, byte for byte */
 static void test_state_checkpointed_and_resumed(void) {
     if (!have_data()) { BT_SKIP("no data/tinyshakespeare_*.bin (make data)"); return; }
-    const char *recipe[2] = {"delayed", "current"};
-    for (int k = 0; k < 2; k++) {
+    const char *recipe[3] = {"delayed", "current", "delayed"}, *head[3] = {"off", "off", "on"};
+    for (int k = 0; k < 3; k++) {
+        const int nst = 2 * 4 + (k == 2);
         char args[4096], out[65536], ref[600], reflog[640], res[600], reslog[640], why[256], primed[64], primed2[64];
-        snprintf(ref, sizeof ref, "%s_%s", tp("ref"), recipe[k]); snprintf(reflog, sizeof reflog, "%s_log", ref);
-        snprintf(res, sizeof res, "%s_%s", tp("res"), recipe[k]); snprintf(reslog, sizeof reslog, "%s_log", res);
-        snprintf(args, sizeof args, RUN " -x 8 --precision fp8 --fp8-recipe %s --ckpt-every 2 --ckpt-keep 0 --ckpt-dir %s -o %s", recipe[k], ref, reflog);
+        snprintf(ref, sizeof ref, "%s_%s_%s", tp("ref"), recipe[k], head[k]); snprintf(reflog, sizeof reflog, "%s_log", ref);
+        snprintf(res, sizeof res, "%s_%s_%s", tp("res"), recipe[k], head[k]); snprintf(reslog, sizeof reslog, "%s_log", res);
+        snprintf(args, sizeof args, RUN " -x 8 --precision fp8 --fp8-recipe %s --fp8-head %s --ckpt-every 2 --ckpt-keep 0 --ckpt-dir %s -o %s", recipe[k], head[k], ref, reflog);
         int rc = train_run(args, out, sizeof out);
         BT_CHECK(rc == 0, "%s reference: exit %d: %s", recipe[k], rc, out);
         if (rc) return;
         int64_t n2 = 0, n4 = 0;
         float *s2 = ckpt_state(ckpt(ref, 2), &n2, primed, sizeof primed), *s4 = ckpt_state(ckpt(ref, 4), &n4, primed2, sizeof primed2);
-        BT_CHECK(s2 && s4 && n2 == 2 * 4 * 3 * 18 && n4 == n2, "fp8.state: %lld and %lld floats (expected %d)", (long long)n2, (long long)n4, 2 * 4 * 3 * 18);
-        BT_CHECK(!strcmp(primed, "77777777") && !strcmp(primed2, primed), "fp8.primed '%s', '%s'", primed, primed2);
+        BT_CHECK(s2 && s4 && n2 == nst * 3 * 18 && n4 == n2, "fp8.state: %lld and %lld floats (expected %d)", (long long)n2, (long long)n4, nst * 3 * 18);
+        BT_CHECK(!strncmp(primed, "777777777", (size_t)nst) && strlen(primed) == (size_t)nst && !strcmp(primed2, primed), "fp8.primed '%s', '%s'", primed, primed2);
         if (s2 && s4 && n2 == n4) {
             int scales_moved = 0, not_one = 0;
             for (int64_t r = 0; r < n2 / 18; r++) { scales_moved += s2[r * 18 + 1] != s4[r * 18 + 1]; not_one += s4[r * 18 + 1] != 1.f; }
@@ -249,9 +253,11 @@ static void test_state_checkpointed_and_resumed(void) {
         free(s2); free(s4);
         bt_ckpt_file *f = bt_ckpt_open(ckpt(ref, 4), BT_CKPT_REQUIRE_CHECKSUMS);
         const char *rv = f ? bt_ckpt_meta_get(bt_ckpt_file_meta(f), "train.fp8_recipe") : NULL, *hv = f ? bt_ckpt_meta_get(bt_ckpt_file_meta(f), "train.fp8_history") : NULL;
-        BT_CHECK(rv && !strcmp(rv, recipe[k]) && hv && !strcmp(hv, "16"), "train.fp8_recipe %s, train.fp8_history %s", rv ? rv : "-", hv ? hv : "-");
+        const char *dv = f ? bt_ckpt_meta_get(bt_ckpt_file_meta(f), "train.fp8_head") : NULL;
+        BT_CHECK(rv && !strcmp(rv, recipe[k]) && hv && !strcmp(hv, "16") && dv && !strcmp(dv, head[k]), "train.fp8_recipe %s, train.fp8_history %s, train.fp8_head %s",
+                 rv ? rv : "-", hv ? hv : "-", dv ? dv : "-");
         bt_ckpt_close(f);
-        snprintf(args, sizeof args, RUN " -x 8 --precision fp8 --fp8-recipe %s --ckpt-every 2 --ckpt-keep 0 --resume %s --ckpt-dir %s -o %s", recipe[k], ckpt(ref, 4), res, reslog);
+        snprintf(args, sizeof args, RUN " -x 8 --precision fp8 --fp8-recipe %s --fp8-head %s --ckpt-every 2 --ckpt-keep 0 --resume %s --ckpt-dir %s -o %s", recipe[k], head[k], ckpt(ref, 4), res, reslog);
         rc = train_run(args, out, sizeof out);
         BT_CHECK(rc == 0 && strstr(out, "after step 4"), "%s resume: exit %d: %s", recipe[k], rc, out);
         static char want[16384], got[16384];
@@ -287,7 +293,8 @@ static void test_cross_precision(void) {
         {"--precision fp32", f8dir, "train.precision = fp8 (--precision), this one fp32"},
         {"--precision fp8 --fp8-recipe current", f8dir, "train.fp8_recipe = delayed (--fp8-recipe), this one current"},
         {"--precision fp8 --fp8-history 8", f8dir, "train.fp8_history = 16 (--fp8-history), this one 8"},
-        {"--precision fp8 --fp8-accum fast", f8dir, "train.fp8_accum = split (--fp8-accum), this one fast"}};
+        {"--precision fp8 --fp8-accum fast", f8dir, "train.fp8_accum = split (--fp8-accum), this one fast"},
+        {"--precision fp8 --fp8-head on", f8dir, "train.fp8_head = off (--fp8-head), this one on"}};
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         snprintf(args, sizeof args, RUN " -x 4 %s --resume %s", c[i].flags, ckpt(c[i].dir, 2));
         rc = train_run(args, out, sizeof out);
@@ -316,6 +323,9 @@ static void test_llama(void) {
         BT_CHECK(rc == 0 && n == 8, "Llama %s: exit %d, %d losses: %s", prec[k], rc, n, out);
         if (rc || n != 8) return;
     }
+    snprintf(args, sizeof args, "-e ls2 -b 2 -t 16 -v 0 -g 0 --quiet -x 1 --precision fp8 --fp8-head on");
+    int rh = train_run(args, out, sizeof out);
+    BT_CHECK(rh == 1 && strstr(out, "--fp8-head on: GPT-2 only for now"), "Llama with --fp8-head on: exit %d: %s", rh, out);
     double worst = 0;
     for (int s = 0; s < 8; s++) worst = fmax(worst, fabs(loss[1][s] - loss[0][s]));
     BT_CHECK(worst < FP8_TOL && worst > 0, "Llama: the largest loss difference from fp32 is %.6f (expected in (0, %g))", worst, FP8_TOL);
