@@ -22,6 +22,7 @@
    FP8 (docs/fp8.md): gpt2_fp8_enable gives the model one scaling state per block linear (qkv,
    attention projection, MLP fc, MLP projection) in one flat f32 buffer; a training forward (grad
    mode on) then runs those four linears through bt_linear_fp8 (e4m3 forward, e5m2 gradients),
+   and with fp8_head set the classifier through bt_linear_cross_entropy_fp8 (one state more),
    everything else as before. gpt2_fp8_update, once per optimizer step, rolls the states.
 
    SECTIONS (implementation)
