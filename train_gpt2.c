@@ -406,6 +406,9 @@ static int resolve_opts(train_opts *o, int on_gpu, const trainer_config *cfg, ch
                      what, o->T % 16 ? o->T : cfg->C % 16 ? cfg->C : lc->F % 16 ? lc->F : qkv);
             return -1;
         }
+        if (llama && !strcmp(o->fp8_head, "on")) {
+            snprintf(err, errlen, "--fp8-head on: GPT-2 only for now (a Llama's untied head runs bf16)"); return -1;
+        }
     }
     if (o->B < 0) {
         /* measured once the model exists (auto_micro_batch), and so after its gradient buffer: auto

@@ -412,10 +412,8 @@ static bt_fp8_opts trainer__fp8_opts(const train_opts *o) {
 static int trainer__fp8_head(const train_opts *o) { return o->fp8_head && !strcmp(o->fp8_head, "on"); }
 void trainer_fp8_enable(trainer *tr) {
     bt_fp8_opts f = trainer__fp8_opts(&tr->o);
-    if (TRAINER__LLAMA(tr)) {
-        if (trainer__fp8_head(&tr->o)) bt_error("--fp8-head on: GPT-2 only for now (a Llama's untied head runs bf16)");
-        llama_fp8_enable(&tr->lm, &f);
-    } else {
+    if (TRAINER__LLAMA(tr)) llama_fp8_enable(&tr->lm, &f);   /* --fp8-head on: GPT-2 only (train_gpt2.c's resolve_opts) */
+    else {
         tr->model.fp8_head = trainer__fp8_head(&tr->o);
         gpt2_fp8_enable(&tr->model, &f);
     }
