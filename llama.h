@@ -37,7 +37,8 @@
 
    FP8 (docs/fp8.md): llama_fp8_enable gives the model one scaling state per block linear (wqkv,
    wo, w13, w2) in one flat f32 buffer, as gpt2.h's; a training forward (grad mode on) then runs
-   them through bt_linear_fp8; llama_fp8_update, once per optimizer step, rolls the states.
+   them through bt_linear_fp8, and with fp8_head set the head through bt_linear_cross_entropy_fp8
+   (one state more); llama_fp8_update, once per optimizer step, rolls the states.
 
    Fully sharded data parallelism (trainer.h's --dp fsdp): llama_set_units, as gpt2_set_units; the
    units are llama_units_bounds'.
@@ -107,8 +108,10 @@ typedef struct llama {
     bt_tensor **params;            /* the leaves in buffer order, for the optimizer */
     int n_params;
     bt_device device;
-    bt_tensor *fp8_buf;            /* f32 [L, LLAMA_FP8_LINEARS, 3, 2 + history]: the FP8 states (llama_fp8_enable); NULL: none */
-    bt_fp8_state *fp8;             /* [L * LLAMA_FP8_LINEARS]: layer l's linear k at l * LLAMA_FP8_LINEARS + k, views of fp8_buf */
+    bt_tensor *fp8_buf;            /* f32 [n_fp8, 3, 2 + history]: the FP8 states (llama_fp8_enable); NULL: none */
+    bt_fp8_state *fp8;             /* [n_fp8]: layer l's linear k at l * LLAMA_FP8_LINEARS + k, then the head's; views of fp8_buf */
+    int n_fp8;                     /* the states: 4 L, + 1 with fp8_head */
+    int fp8_head;                  /* set before llama_fp8_enable: the head's products in FP8 too (bt_linear_cross_entropy_fp8) */
     bt_unit_set units;             /* fsdp: the parameters from gathered units (units.src NULL: the leaves) */
     int tp, tp_rank;               /* tensor parallelism: this rank's shard of tp; 0 when whole */
     const struct llama_split *split;   /* tensor/context parallel forward (llama_parallel.h); NULL: whole */
@@ -140,8 +143,10 @@ BTDEF void llama_free(llama *m);
    leaf draws from Philox at its offset in the buffer: a seed gives the same weights on any device. */
 BTDEF void llama_init(llama *m, uint64_t seed);
 /* The FP8 linears, as gpt2_fp8_enable / gpt2_fp8_update: one state per block linear in fp8_buf
-   (o NULL: bt_fp8_default_opts), set to the start (again when called again); a forward with grad
-   mode off keeps the bf16 linears. The update: after each optimizer step, no host wait. */
+   (o NULL: bt_fp8_default_opts), set to the start (again when called again), and with m->fp8_head
+   set one for the head (the last, index 4 L: its logits and their gradient in FP8, tied or not); a
+   forward with grad mode off keeps the bf16 linears. The update: after each optimizer step, no
+   host wait. */
 BTDEF void llama_fp8_enable(llama *m, const bt_fp8_opts *o);
 BTDEF void llama_fp8_update(llama *m);
 /* Fully sharded data parallelism (bt_tensor.h's bt_units states the contract): the forward gathers
@@ -325,18 +330,21 @@ BTDEF void llama_build(llama *m, llama_config cfg, bt_device dev) { llama_build_
 BTDEF void llama_free(llama *m) {
     for (int i = 0; i < m->n_params; i++) bt_release(m->params[i]);
     bt_release(m->flat); bt_release(m->flat_grad); bt_release(m->flat_lowp);
-    bt_fp8_bank_free(&m->fp8, &m->fp8_buf, (int64_t)m->cfg.L * LLAMA_FP8_LINEARS);
+    bt_fp8_bank_free(&m->fp8, &m->fp8_buf, m->n_fp8);
     bt_units_free(&m->units);
     free(m->params); free(m->layers);
     memset(m, 0, sizeof *m);
 }
-/* 4 L states of 3 (2 + history) f32 each, slices of one buffer (a checkpoint saves it whole) */
+/* 4 L states (and the head's) of 3 (2 + history) f32 each, slices of one buffer (a checkpoint saves it whole) */
 BTDEF void llama_fp8_enable(llama *m, const bt_fp8_opts *o) {
     if (m->split) bt_error("llama_fp8_enable: FP8 linears with tensor or context parallelism are not supported (--precision fp8 with --tp or --cp)");
-    bt_fp8_bank_reset(&m->fp8, &m->fp8_buf, (int64_t)m->cfg.L * LLAMA_FP8_LINEARS, o, m->device, "llama_fp8_enable");
+    int n = m->cfg.L * LLAMA_FP8_LINEARS + (m->fp8_head != 0);
+    if (m->fp8 && n != m->n_fp8) bt_error("llama_fp8_enable: the model has %d FP8 states, fp8_head asks for %d (set it before the first enable)", m->n_fp8, n);
+    bt_fp8_bank_reset(&m->fp8, &m->fp8_buf, n, o, m->device, "llama_fp8_enable");
+    m->n_fp8 = n;
 }
 BTDEF void llama_fp8_update(llama *m) {
-    if (m->fp8) bt_fp8_bank_update(m->fp8, m->fp8_buf, (int64_t)m->cfg.L * LLAMA_FP8_LINEARS);
+    if (m->fp8) bt_fp8_bank_update(m->fp8, m->fp8_buf, m->n_fp8);
 }
 BTDEF void llama_init(llama *m, uint64_t seed) {
     if (m->split && m->split->init) { m->split->init(m, seed); return; }
@@ -513,7 +521,9 @@ BTDEF bt_tensor *llama_logits(llama *m, bt_tensor *idx, bt_dtype dt) {
 BTDEF bt_tensor *llama_loss(llama *m, bt_tensor *idx, bt_tensor *targets, bt_dtype dt) {
     if (m->split && m->split->loss) return m->split->loss(m, llama_hidden(m, idx, dt), targets, dt);
     bt_tensor *h = llama__hidden(m, idx, dt, 1);
-    bt_tensor *loss = bt_linear_cross_entropy(h, LLAMA_P(m->head), targets, m->cfg.V, -1);
+    bt_tensor *loss = m->fp8 && m->fp8_head && bt_grad_enabled()
+                    ? bt_linear_cross_entropy_fp8(h, LLAMA_P(m->head), targets, m->cfg.V, -1, &m->fp8[m->n_fp8 - 1])
+                    : bt_linear_cross_entropy(h, LLAMA_P(m->head), targets, m->cfg.V, -1);
     bt_units_end(&m->units, llama__head_unit(m));
     return loss;
 }

@@ -73,7 +73,7 @@ static void usage(FILE *f) {
         "  --fp8-accum split|fast   with fp8: the forward products' accumulation: split promotes the tensor cores'\n"
         "            partial sums to fp32 as it goes, fast keeps them in their own precision (faster; the\n"
         "            backward's products always split) (default split)\n"
-        "  --fp8-head on|off   with fp8: the classifier's products (logits, their gradient) in FP8 too; GPT-2 only\n"
+        "  --fp8-head on|off   with fp8: the classifier's products (logits, their gradient) in FP8 too\n"
         "            (default off)\n"
         "  --grad-dtype auto|f32|bf16   the gradient buffer; bf16: 2 bytes a parameter less, for a bf16 or fp8 run on\n"
         "            one GPU with one micro-batch a step (-d = B*T: each gradient written once, no sum); auto: bf16 where\n"
@@ -405,9 +405,6 @@ static int resolve_opts(train_opts *o, int on_gpu, const trainer_config *cfg, ch
             snprintf(err, errlen, "--precision fp8 on a GPU: %s %d is not a multiple of 16 (the FP8 products' operands need 16-byte rows)",
                      what, o->T % 16 ? o->T : cfg->C % 16 ? cfg->C : lc->F % 16 ? lc->F : qkv);
             return -1;
-        }
-        if (llama && !strcmp(o->fp8_head, "on")) {
-            snprintf(err, errlen, "--fp8-head on: GPT-2 only for now (a Llama's untied head runs bf16)"); return -1;
         }
     }
     if (o->B < 0) {

@@ -412,8 +412,10 @@ static bt_fp8_opts trainer__fp8_opts(const train_opts *o) {
 static int trainer__fp8_head(const train_opts *o) { return o->fp8_head && !strcmp(o->fp8_head, "on"); }
 void trainer_fp8_enable(trainer *tr) {
     bt_fp8_opts f = trainer__fp8_opts(&tr->o);
-    if (TRAINER__LLAMA(tr)) llama_fp8_enable(&tr->lm, &f);   /* --fp8-head on: GPT-2 only (train_gpt2.c's resolve_opts) */
-    else {
+    if (TRAINER__LLAMA(tr)) {
+        tr->lm.fp8_head = trainer__fp8_head(&tr->o);
+        llama_fp8_enable(&tr->lm, &f);
+    } else {
         tr->model.fp8_head = trainer__fp8_head(&tr->o);
         gpt2_fp8_enable(&tr->model, &f);
     }
@@ -421,7 +423,7 @@ void trainer_fp8_enable(trainer *tr) {
 /* the model's FP8 states (NULL without), *n of them, in the flat buffer *buf (buf may be NULL) */
 static bt_fp8_state *trainer__fp8(const trainer *tr, int *n, bt_tensor **buf) {
     bt_fp8_state *st = TRAINER__LLAMA(tr) ? tr->lm.fp8 : tr->model.fp8;
-    *n = !st ? 0 : TRAINER__LLAMA(tr) ? tr->lm.cfg.L * LLAMA_FP8_LINEARS : tr->model.n_fp8;
+    *n = !st ? 0 : TRAINER__LLAMA(tr) ? tr->lm.n_fp8 : tr->model.n_fp8;
     if (buf) *buf = TRAINER__LLAMA(tr) ? tr->lm.fp8_buf : tr->model.fp8_buf;
     return st;
 }

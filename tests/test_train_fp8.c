@@ -308,28 +308,29 @@ static void test_cross_precision(void) {
     BT_CHECK(rc == 0 && strstr(out, "step    1/1"), "fp32 weights into an fp8 run: exit %d: %s", rc, out);
 }
 
-/* a Llama (ls2) through the same wiring (llama.h's four block linears): fp8's losses within FP8_TOL
-   of fp32's (measured at most 0.0049 delayed, 0.0113 current) and falling; --recompute block the
-   same log lines as none; a resume from step 4 bit for bit (the log, the checkpoint of step 8 with
-   fp8.state) */
+/* a Llama (ls2) through the same wiring (llama.h's four block linears, and the head with --fp8-head
+   on): fp8's losses within FP8_TOL of fp32's (measured at most 0.0049 delayed, 0.0113 current) and
+   falling, the head's FP8 changing them; --recompute block the same log lines as none; a resume
+   from step 4 bit for bit, head off and on (the log, the checkpoint of step 8 with fp8.state: 8
+   states, 9 with the head) */
 static void test_llama(void) {
     if (!have_data()) { BT_SKIP("no data/tinyshakespeare_*.bin (make data)"); return; }
-    const char *prec[2] = {"--precision fp32", "--precision fp8"}, *name[2] = {"llama_fp32", "llama_fp8"};
-    double loss[2][8];
+    const char *prec[3] = {"--precision fp32", "--precision fp8", "--precision fp8 --fp8-head on"}, *name[3] = {"llama_fp32", "llama_fp8", "llama_fp8h"};
+    double loss[3][8];
     char args[4096], out[65536], why[256];
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
         snprintf(args, sizeof args, "-e ls2 -b 2 -t 16 -v 0 -g 0 --quiet -x 8 %s -o %s", prec[k], tp(name[k]));
         int rc = train_run(args, out, sizeof out), n = read_losses(tp(name[k]), loss[k], 8);
         BT_CHECK(rc == 0 && n == 8, "Llama %s: exit %d, %d losses: %s", prec[k], rc, n, out);
         if (rc || n != 8) return;
     }
-    snprintf(args, sizeof args, "-e ls2 -b 2 -t 16 -v 0 -g 0 --quiet -x 1 --precision fp8 --fp8-head on");
-    int rh = train_run(args, out, sizeof out);
-    BT_CHECK(rh == 2 && strstr(out, "--fp8-head on: GPT-2 only for now"), "Llama with --fp8-head on (a usage error): exit %d: %s", rh, out);
-    double worst = 0;
-    for (int s = 0; s < 8; s++) worst = fmax(worst, fabs(loss[1][s] - loss[0][s]));
-    BT_CHECK(worst < FP8_TOL && worst > 0, "Llama: the largest loss difference from fp32 is %.6f (expected in (0, %g))", worst, FP8_TOL);
-    BT_CHECK(loss[1][7] < loss[1][0] - 0.1, "Llama fp8: the loss went from %.4f to %.4f", loss[1][0], loss[1][7]);
+    for (int k = 1; k < 3; k++) {
+        double worst = 0, head = 0;
+        for (int s = 0; s < 8; s++) worst = fmax(worst, fabs(loss[k][s] - loss[0][s])), head = fmax(head, fabs(loss[k][s] - loss[1][s]));
+        BT_CHECK(worst < FP8_TOL && worst > 0, "Llama %s: the largest loss difference from fp32 is %.6f (expected in (0, %g))", prec[k], worst, FP8_TOL);
+        BT_CHECK(loss[k][7] < loss[k][0] - 0.1, "Llama %s: the loss went from %.4f to %.4f", prec[k], loss[k][0], loss[k][7]);
+        if (k == 2) BT_CHECK(head > 0, "Llama: --fp8-head on gave the losses of off (the head's products not in FP8?)");
+    }
     static char want[16384], got[16384];
     char lp[700];
     const char *rc_name[2] = {"llama_rc_none", "llama_rc_block"};
@@ -341,26 +342,31 @@ static void test_llama(void) {
         log_losses(lp, 0, k ? got : want, sizeof want);
     }
     BT_CHECK(want[0] && !strcmp(want, got), "Llama fp8: --recompute block's log\n%s\ndiffers from none's\n%s", got, want);
-    char ref[600], res[600];
-    snprintf(ref, sizeof ref, "%s", tp("llama_ref")); snprintf(res, sizeof res, "%s", tp("llama_res"));
-    snprintf(args, sizeof args, "-e ls2 -b 1 -t 8 -v 0 -g 0 --quiet -x 8 --precision fp8 --ckpt-every 2 --ckpt-keep 0 --ckpt-dir %s -o %s/log", ref, ref);
-    int rc = train_run(args, out, sizeof out);
-    BT_CHECK(rc == 0, "Llama fp8 reference: exit %d: %s", rc, out);
-    snprintf(args, sizeof args, "-e ls2 -b 1 -t 8 -v 0 -g 0 --quiet -x 8 --precision fp8 --ckpt-every 2 --ckpt-keep 0 --resume %s --ckpt-dir %s -o %s/log",
-             ckpt(ref, 4), res, res);
-    rc = train_run(args, out, sizeof out);
-    BT_CHECK(rc == 0 && strstr(out, "after step 4"), "Llama fp8 resume: exit %d: %s", rc, out);
-    snprintf(lp, sizeof lp, "%s/log/log.jsonl", ref); log_losses(lp, 4, want, sizeof want);
-    snprintf(lp, sizeof lp, "%s/log/log.jsonl", res); log_losses(lp, 4, got, sizeof got);
-    BT_CHECK(want[0] && !strcmp(want, got), "Llama fp8: the resumed log\n%s\ndiffers from the uninterrupted one\n%s", got, want);
-    static const char *const keys[] = {"train.step", "adamw.step", "fp8.primed", NULL};
-    BT_CHECK(same_checkpoints(ckpt(ref, 8), ckpt(res, 8), keys, why, sizeof why), "Llama fp8, checkpoint 8: %s", why);
-    int64_t na = 0, nb = 0;
-    char pa[64], pb[64];
-    float *a = ckpt_state(ckpt(ref, 8), &na, pa, sizeof pa), *b = ckpt_state(ckpt(res, 8), &nb, pb, sizeof pb);
-    BT_CHECK(a && b && na == 2 * 4 * 3 * 18 && na == nb && !memcmp(a, b, sizeof(float) * (size_t)na) && !strcmp(pa, "77777777"),
-             "Llama fp8, checkpoint 8: fp8.state %lld and %lld floats, primed '%s'", (long long)na, (long long)nb, pa);
-    free(a); free(b);
+    for (int h = 0; h < 2; h++) {
+        const char *hd = h ? "on" : "off";
+        const int nst = 2 * 4 + h;
+        char ref[600], res[600];
+        snprintf(ref, sizeof ref, "%s_%s", tp("llama_ref"), hd); snprintf(res, sizeof res, "%s_%s", tp("llama_res"), hd);
+        snprintf(args, sizeof args, "-e ls2 -b 1 -t 8 -v 0 -g 0 --quiet -x 8 --precision fp8 --fp8-head %s --ckpt-every 2 --ckpt-keep 0 --ckpt-dir %s -o %s/log",
+                 hd, ref, ref);
+        int rc = train_run(args, out, sizeof out);
+        BT_CHECK(rc == 0, "Llama fp8 head %s reference: exit %d: %s", hd, rc, out);
+        snprintf(args, sizeof args, "-e ls2 -b 1 -t 8 -v 0 -g 0 --quiet -x 8 --precision fp8 --fp8-head %s --ckpt-every 2 --ckpt-keep 0 --resume %s --ckpt-dir %s -o %s/log",
+                 hd, ckpt(ref, 4), res, res);
+        rc = train_run(args, out, sizeof out);
+        BT_CHECK(rc == 0 && strstr(out, "after step 4"), "Llama fp8 head %s resume: exit %d: %s", hd, rc, out);
+        snprintf(lp, sizeof lp, "%s/log/log.jsonl", ref); log_losses(lp, 4, want, sizeof want);
+        snprintf(lp, sizeof lp, "%s/log/log.jsonl", res); log_losses(lp, 4, got, sizeof got);
+        BT_CHECK(want[0] && !strcmp(want, got), "Llama fp8 head %s: the resumed log\n%s\ndiffers from the uninterrupted one\n%s", hd, got, want);
+        static const char *const keys[] = {"train.step", "adamw.step", "fp8.primed", NULL};
+        BT_CHECK(same_checkpoints(ckpt(ref, 8), ckpt(res, 8), keys, why, sizeof why), "Llama fp8 head %s, checkpoint 8: %s", hd, why);
+        int64_t na = 0, nb = 0;
+        char pa[64], pb[64];
+        float *a = ckpt_state(ckpt(ref, 8), &na, pa, sizeof pa), *b = ckpt_state(ckpt(res, 8), &nb, pb, sizeof pb);
+        BT_CHECK(a && b && na == nst * 3 * 18 && na == nb && !memcmp(a, b, sizeof(float) * (size_t)na) && !strncmp(pa, "777777777", (size_t)nst) &&
+                 strlen(pa) == (size_t)nst, "Llama fp8 head %s, checkpoint 8: fp8.state %lld and %lld floats, primed '%s'", hd, (long long)na, (long long)nb, pa);
+        free(a); free(b);
+    }
 }
 
 /* --precision fp8 with --dp ddp, zero2 and fsdp on two CPU ranks (the store's collectives) against one
