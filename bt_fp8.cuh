@@ -45,8 +45,8 @@ BTDEF void bt_k_fp8_amax(bt_dtype dt, float *amax, const void *x, int64_t n, cud
    amax_in or scale_in. Traffic: x read once, q and qt written once each. */
 BTDEF void bt_k_fp8_cast(bt_dtype dt, bt_dtype fmt, uint8_t *q, uint8_t *qt, const void *x, int64_t rows, int64_t cols,
                          const float *amax_in, const float *scale_in, float *scale_used, float *amax_acc, cudaStream_t s);
-/* The casts with GPT-2's GELU folded in (bt_mlp_gelu_fp8's kernels; act, bt_tensor.h's bt_fp8_act):
-   what is quantised is not x but
+/* The casts with an MLP's activation folded in (bt_mlp_gelu_fp8's and bt_mlp_swiglu_fp8's kernels; act,
+   bt_tensor.h's bt_fp8_act): what is quantised, an output [rows, cols], is not x but
      BT_FP8_ACT_GELU  u = gelu(x), rounded to dt: the bytes bt_k_unary(GELU) would write, read by a
                       cast (the forward's input of the second linear)
      BT_FP8_ACT_DGELU d = x gelu'(h), rounded to dt: bt_k_unary_backward(GELU)'s bytes (x the
@@ -54,10 +54,18 @@ BTDEF void bt_k_fp8_cast(bt_dtype dt, bt_dtype fmt, uint8_t *q, uint8_t *qt, con
                       gradient of the first linear); colsum (may be NULL) <- f32 [ceil(rows / 64),
                       cols], the column sums of d over each 64 rows (the bias gradient's parts,
                       in a fixed order: bt_k_sum_rows_acc of them gives the same bits each run)
-   The amax, scales and arguments as bt_k_fp8_amax / bt_k_fp8_cast's (h [rows, cols] of dt, DGELU only).
-   Needs cols % 8 == 0, rows % 16 == 0 and 16-byte aligned x, h, q, qt. Traffic per element: x (and
-   h) read once, q and qt written: the activation's own write and the cast's read are gone. */
-BTDEF void bt_k_fp8_amax_act(bt_dtype dt, bt_fp8_act act, float *amax, const void *x, const void *h, int64_t n, cudaStream_t s);
+     BT_FP8_ACT_SWIGLU  y = silu(a) u, x = [a | u] [rows, 2 cols] (gate, then up): bt_k_swiglu's bytes
+                      (the forward's input of the second linear)
+     BT_FP8_ACT_DSWIGLU [ga | gu], cols = 2 F: the gradients of gate and up from x the gradient of
+                      y [rows, F] and h = [a | u] [rows, cols]: bt_k_swiglu_backward's bytes (the
+                      backward's gradient of the first linear)
+   The amax, scales and arguments as bt_k_fp8_amax / bt_k_fp8_cast's (h of dt, DGELU [rows, cols]
+   and DSWIGLU only; colsum DGELU only). Needs cols % 8 == 0 (DSWIGLU: % 16), rows % 16 == 0 and
+   16-byte aligned x, h, q, qt. Traffic per element: x (and h) read once (DSWIGLU: once for each
+   half, the second from L2 where it holds a 64-row band), q and qt written: the activation's own
+   write and the cast's read are gone. */
+BTDEF void bt_k_fp8_amax_act(bt_dtype dt, bt_fp8_act act, float *amax, const void *x, const void *h, int64_t rows, int64_t cols,
+                             cudaStream_t s);
 BTDEF void bt_k_fp8_cast_act(bt_dtype dt, bt_dtype fmt, bt_fp8_act act, uint8_t *q, uint8_t *qt, float *colsum, const void *x,
                              const void *h, int64_t rows, int64_t cols, const float *amax_in, const float *scale_in, float *scale_used,
                              float *amax_acc, cudaStream_t s);
@@ -129,6 +137,59 @@ template <typename T, int ACT> __device__ __forceinline__ float bt__k_fp8_val(T 
     if (ACT == BT_FP8_ACT_DGELU) return bt__k_tof(bt__k_from<T>(bt__k_uop_grad_f<BT_UOP_GELU>()(bt__k_tof(x), bt__k_tof(h))));
     return bt__k_tof(x);
 }
+/* the 8 values a folded cast quantises at row i, columns c .. c + 7 of its [rows, cols] output
+   (c % 8 == 0, 16-byte loads): bt__k_fp8_val's, or SwiGLU's (bt_kernels.cuh's bt__k_swiglu_f /
+   _grad_f: the same bits as bt_k_swiglu / bt_k_swiglu_backward write) */
+template <typename T, int ACT>
+__device__ __forceinline__ void bt__k_fp8_vals8(float *f, const T *x, const T *hp, int64_t i, int64_t c, int64_t cols) {
+    const int V = 16 / sizeof(T);
+    T v[8], h[8], w[8];
+    if (ACT == BT_FP8_ACT_SWIGLU) {                   /* x [rows, 2 cols]: gate, then up */
+#pragma unroll
+        for (int u = 0; u < 8 / V; u++) {
+            bt__k_ld16(v + u * V, x + i * 2 * cols + c + u * V);
+            bt__k_ld16(h + u * V, x + i * 2 * cols + cols + c + u * V);
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++) f[j] = bt__k_tof(bt__k_swiglu_f<T>(v[j], h[j]));
+    } else if (ACT == BT_FP8_ACT_DSWIGLU) {           /* x the gradient [rows, F], hp = [gate | up] [rows, cols = 2 F] */
+        const int64_t F = cols / 2, k = c < F ? c : c - F;
+#pragma unroll
+        for (int u = 0; u < 8 / V; u++) {
+            bt__k_ld16(v + u * V, x + i * F + k + u * V);
+            bt__k_ld16(h + u * V, hp + i * cols + k + u * V);
+            bt__k_ld16(w + u * V, hp + i * cols + F + k + u * V);
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            T ga, gu;
+            bt__k_swiglu_grad_f<T>(v[j], h[j], w[j], &ga, &gu);
+            f[j] = bt__k_tof(c < F ? ga : gu);
+        }
+    } else {
+#pragma unroll
+        for (int u = 0; u < 8 / V; u++) bt__k_ld16(v + u * V, x + i * cols + c + u * V);
+        if (ACT == BT_FP8_ACT_DGELU)
+#pragma unroll
+            for (int u = 0; u < 8 / V; u++) bt__k_ld16(h + u * V, hp + i * cols + c + u * V);
+#pragma unroll
+        for (int j = 0; j < 8; j++) f[j] = bt__k_fp8_val<T, ACT>(v[j], ACT == BT_FP8_ACT_DGELU ? h[j] : v[j]);
+    }
+}
+/* SwiGLU's amax: a grid-stride loop over the output's 8-column groups */
+template <typename T, int ACT>
+__global__ void bt__k_fp8_amax_glu_kernel(unsigned *amax, const T *x, const T *hp, int64_t rows, int64_t cols) {
+    const int64_t gpr = cols / 8, n = rows * gpr, stride = (int64_t)gridDim.x * blockDim.x;
+    unsigned m = 0;
+    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < n; k += stride) {
+        float f[8];
+        bt__k_fp8_vals8<T, ACT>(f, x, hp, k / gpr, k % gpr * 8, cols);
+#pragma unroll
+        for (int j = 0; j < 8; j++) m = max(m, bt__abs_bits(f[j]));
+    }
+    m = bt__k_block_umax(m);
+    if (threadIdx.x == 0 && m) atomicMax(amax, m);
+}
 template <typename T, int ACT>
 __global__ void bt__k_fp8_amax_kernel(unsigned *amax, const T *x, const T *hp, int64_t n, int vec) {
     const int V = 16 / sizeof(T);
@@ -148,9 +209,24 @@ __global__ void bt__k_fp8_amax_kernel(unsigned *amax, const T *x, const T *hp, i
     m = bt__k_block_umax(m);
     if (threadIdx.x == 0 && m) atomicMax(amax, m);
 }
-BTDEF void bt_k_fp8_amax_act(bt_dtype dt, bt_fp8_act act, float *amax, const void *x, const void *h, int64_t n, cudaStream_t s) {
-    if (n <= 0) return;
-    if (act == BT_FP8_ACT_DGELU && !h) bt_error("bt_k_fp8_amax_act: DGELU needs h");
+BTDEF void bt_k_fp8_amax_act(bt_dtype dt, bt_fp8_act act, float *amax, const void *x, const void *h, int64_t rows, int64_t cols,
+                             cudaStream_t s) {
+    const int64_t n = rows * cols;
+    if (rows <= 0 || cols <= 0) return;
+    if ((act == BT_FP8_ACT_DGELU || act == BT_FP8_ACT_DSWIGLU) && !h) bt_error("bt_k_fp8_amax_act: %s needs h", act == BT_FP8_ACT_DGELU ? "DGELU" : "DSWIGLU");
+    if (act == BT_FP8_ACT_SWIGLU || act == BT_FP8_ACT_DSWIGLU) {
+        if (cols % (act == BT_FP8_ACT_DSWIGLU ? 16 : 8) || !bt__k_aligned16(x) || (h && !bt__k_aligned16(h)))
+            bt_error("bt_k_fp8_amax_act: SwiGLU's [%lld, %lld]: needs cols %% %d == 0 and 16-byte aligned x, h", (long long)rows, (long long)cols,
+                     act == BT_FP8_ACT_DSWIGLU ? 16 : 8);
+        BT__K_DISPATCH3(dt, "bt_k_fp8_amax_act", {
+            unsigned grid = bt__k_blocks(n / 8, 256);
+            if (act == BT_FP8_ACT_SWIGLU)
+                bt__k_fp8_amax_glu_kernel<T, BT_FP8_ACT_SWIGLU><<<grid, 256, 0, s>>>((unsigned *)amax, (const T *)x, NULL, rows, cols);
+            else bt__k_fp8_amax_glu_kernel<T, BT_FP8_ACT_DSWIGLU><<<grid, 256, 0, s>>>((unsigned *)amax, (const T *)x, (const T *)h, rows, cols);
+        })
+        BT__K_LAUNCHED("bt_k_fp8_amax_act");
+        return;
+    }
     int vec = bt__k_aligned16(x) && (act != BT_FP8_ACT_DGELU || bt__k_aligned16(h));
     BT__K_DISPATCH3(dt, "bt_k_fp8_amax", {
         unsigned grid = bt__k_blocks(vec ? n / (16 / (int64_t)sizeof(T)) + 1 : n, 256);
@@ -162,7 +238,7 @@ BTDEF void bt_k_fp8_amax_act(bt_dtype dt, bt_fp8_act act, float *amax, const voi
     BT__K_LAUNCHED("bt_k_fp8_amax");
 }
 BTDEF void bt_k_fp8_amax(bt_dtype dt, float *amax, const void *x, int64_t n, cudaStream_t s) {
-    bt_k_fp8_amax_act(dt, BT_FP8_ACT_X, amax, x, NULL, n, s);
+    bt_k_fp8_amax_act(dt, BT_FP8_ACT_X, amax, x, NULL, 1, n, s);
 }
 template <typename T, int E5M2>
 __global__ void __launch_bounds__(256) bt__k_fp8_cast_kernel(uint8_t *q, uint8_t *qt, const T *x, int64_t rows, int64_t cols,
@@ -217,7 +293,6 @@ template <typename T, int E5M2, int ACT>
 __global__ void __launch_bounds__(256) bt__k_fp8_cast64_kernel(uint8_t *q, uint8_t *qt, float *colsum, const T *x, const T *hp,
                                                                 int64_t rows, int64_t cols, const float *amax_in,
                                                                 const float *scale_in, float *scale_used, unsigned *amax_acc) {
-    const int V = 16 / sizeof(T);
     __shared__ uint32_t tile[64][17];
     __shared__ float part[ACT == BT_FP8_ACT_DGELU ? 32 : 1][65];   /* DGELU's column sums: 32 row lanes x 64 columns */
     const float s = amax_in ? bt_fp8_scale_of(*amax_in, E5M2 ? BT_F8E5M2_MAX : BT_F8E4M3_MAX) : *scale_in, r = 1.f / s;
@@ -235,15 +310,11 @@ __global__ void __launch_bounds__(256) bt__k_fp8_cast64_kernel(uint8_t *q, uint8
             const int64_t i = r0 + lr, c = c0 + cx * 8;
             uint32_t w0 = 0, w1 = 0;
             if (i < rows && c < cols) {
-                T v[8], hv[8];
-#pragma unroll
-                for (int u = 0; u < 8 / V; u++) bt__k_ld16(v + u * V, x + i * cols + c + u * V);
-                if (ACT == BT_FP8_ACT_DGELU)
-#pragma unroll
-                    for (int u = 0; u < 8 / V; u++) bt__k_ld16(hv + u * V, hp + i * cols + c + u * V);
+                float fv[8];
+                bt__k_fp8_vals8<T, ACT>(fv, x, hp, i, c, cols);
 #pragma unroll
                 for (int j = 0; j < 8; j++) {
-                    float f = bt__k_fp8_val<T, ACT>(v[j], ACT == BT_FP8_ACT_DGELU ? hv[j] : v[j]);
+                    const float f = fv[j];
                     cs[j] += f;
                     m = max(m, bt__abs_bits(f));
                     uint32_t b = bt__k_fp8_cvt<E5M2>(__fmul_rn(f, r));
@@ -310,17 +381,24 @@ BTDEF void bt_k_fp8_cast_act(bt_dtype dt, bt_dtype fmt, bt_fp8_act act, uint8_t 
                              const void *h, int64_t rows, int64_t cols, const float *amax_in, const float *scale_in, float *scale_used,
                              float *amax_acc, cudaStream_t s) {
     bt__k_fp8_cast_check("bt_k_fp8_cast_act", fmt, amax_in, scale_in, rows, cols);
-    if (act != BT_FP8_ACT_GELU && act != BT_FP8_ACT_DGELU) bt_error("bt_k_fp8_cast_act: act %d is not GELU or DGELU", (int)act);
-    if (act == BT_FP8_ACT_DGELU && !h) bt_error("bt_k_fp8_cast_act: DGELU needs h");
-    if (cols % 8 || rows % 16 || !bt__k_aligned16(x) || (h && !bt__k_aligned16(h)) || (q && !bt__k_aligned16(q)) || (qt && !bt__k_aligned16(qt)))
-        bt_error("bt_k_fp8_cast_act: x [%lld, %lld]: needs cols %% 8 == 0, rows %% 16 == 0 and 16-byte aligned x, h, q, qt",
-                 (long long)rows, (long long)cols);
+    if (act != BT_FP8_ACT_GELU && act != BT_FP8_ACT_DGELU && act != BT_FP8_ACT_SWIGLU && act != BT_FP8_ACT_DSWIGLU)
+        bt_error("bt_k_fp8_cast_act: act %d is not GELU, DGELU, SWIGLU or DSWIGLU", (int)act);
+    if ((act == BT_FP8_ACT_DGELU || act == BT_FP8_ACT_DSWIGLU) && !h) bt_error("bt_k_fp8_cast_act: %s needs h", act == BT_FP8_ACT_DGELU ? "DGELU" : "DSWIGLU");
+    if (colsum && act != BT_FP8_ACT_DGELU) bt_error("bt_k_fp8_cast_act: column sums with DGELU only");
+    const int cm = act == BT_FP8_ACT_DSWIGLU ? 16 : 8;
+    if (cols % cm || rows % 16 || !bt__k_aligned16(x) || (h && !bt__k_aligned16(h)) || (q && !bt__k_aligned16(q)) || (qt && !bt__k_aligned16(qt)))
+        bt_error("bt_k_fp8_cast_act: output [%lld, %lld]: needs cols %% %d == 0, rows %% 16 == 0 and 16-byte aligned x, h, q, qt",
+                 (long long)rows, (long long)cols, cm);
     BT__K_DISPATCH3(dt, "bt_k_fp8_cast_act", {
+        const T *xp = (const T *)x, *hp = (const T *)h;
         if (act == BT_FP8_ACT_GELU)
-            bt__k_fp8_cast64_run<T, BT_FP8_ACT_GELU>(fmt, q, qt, NULL, (const T *)x, NULL, rows, cols, amax_in, scale_in, scale_used, amax_acc, s);
+            bt__k_fp8_cast64_run<T, BT_FP8_ACT_GELU>(fmt, q, qt, NULL, xp, NULL, rows, cols, amax_in, scale_in, scale_used, amax_acc, s);
+        else if (act == BT_FP8_ACT_DGELU)
+            bt__k_fp8_cast64_run<T, BT_FP8_ACT_DGELU>(fmt, q, qt, colsum, xp, hp, rows, cols, amax_in, scale_in, scale_used, amax_acc, s);
+        else if (act == BT_FP8_ACT_SWIGLU)
+            bt__k_fp8_cast64_run<T, BT_FP8_ACT_SWIGLU>(fmt, q, qt, NULL, xp, NULL, rows, cols, amax_in, scale_in, scale_used, amax_acc, s);
         else
-            bt__k_fp8_cast64_run<T, BT_FP8_ACT_DGELU>(fmt, q, qt, colsum, (const T *)x, (const T *)h, rows, cols, amax_in, scale_in, scale_used,
-                                                   amax_acc, s);
+            bt__k_fp8_cast64_run<T, BT_FP8_ACT_DSWIGLU>(fmt, q, qt, NULL, xp, hp, rows, cols, amax_in, scale_in, scale_used, amax_acc, s);
     })
     BT__K_LAUNCHED("bt_k_fp8_cast_act");
 }

@@ -1862,8 +1862,21 @@ template <typename T, int VE> __device__ __forceinline__ void bt__k_ldv(T *v, co
 template <typename T, int VE> __device__ __forceinline__ void bt__k_stv(T *p, const T *v) {
     if (VE > 1) bt__k_st16(p, v); else p[0] = v[0];
 }
-template <typename T, int VE> __global__ void bt__k_swiglu_kernel(T *out, const T *x, int64_t rows, int64_t F) {
+/* SwiGLU's element math, shared with the FP8 casts that fold it in (bt_fp8.cuh): y = silu(a), rounded
+   to T, times u; and with s = sigmoid(a) the gradients ga = g u s (1 + a (1 - s)), gu = g a s */
+template <typename T> __device__ __forceinline__ T bt__k_swiglu_f(T a, T u) {
     typedef typename bt__k_acc<T>::t A;
+    A av = bt__k_tof(a);
+    return bt__k_from<T>(bt__k_tof(bt__k_from<T>(av / ((A)1 + bt_m_exp(-av)))) * bt__k_tof(u));
+}
+template <typename T> __device__ __forceinline__ void bt__k_swiglu_grad_f(T g, T a, T u, T *ga, T *gu) {
+    typedef typename bt__k_acc<T>::t A;
+    A av = bt__k_tof(a), uv = bt__k_tof(u), gv = bt__k_tof(g);
+    A sg = (A)1 / ((A)1 + bt_m_exp(-av));
+    *ga = bt__k_from<T>(gv * uv * sg * ((A)1 + av * ((A)1 - sg)));
+    *gu = bt__k_from<T>(gv * av * sg);
+}
+template <typename T, int VE> __global__ void bt__k_swiglu_kernel(T *out, const T *x, int64_t rows, int64_t F) {
     int64_t fv = F / VE, n = rows * fv;
     for (int64_t v = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; v < n; v += (int64_t)gridDim.x * blockDim.x) {
         int64_t r = v / fv, c = (v - r * fv) * VE;
@@ -1871,15 +1884,11 @@ template <typename T, int VE> __global__ void bt__k_swiglu_kernel(T *out, const 
         bt__k_ldv<T, VE>(a, x + r * 2 * F + c);
         bt__k_ldv<T, VE>(u, x + r * 2 * F + F + c);
 #pragma unroll
-        for (int e = 0; e < VE; e++) {
-            A av = bt__k_tof(a[e]);
-            o[e] = bt__k_from<T>(bt__k_tof(bt__k_from<T>(av / ((A)1 + bt_m_exp(-av)))) * bt__k_tof(u[e]));
-        }
+        for (int e = 0; e < VE; e++) o[e] = bt__k_swiglu_f<T>(a[e], u[e]);
         bt__k_stv<T, VE>(out + r * F + c, o);
     }
 }
 template <typename T, int VE> __global__ void bt__k_swiglu_bwd_kernel(T *gx, const T *g, const T *x, int64_t rows, int64_t F) {
-    typedef typename bt__k_acc<T>::t A;
     int64_t fv = F / VE, n = rows * fv;
     for (int64_t v = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; v < n; v += (int64_t)gridDim.x * blockDim.x) {
         int64_t r = v / fv, c = (v - r * fv) * VE;
@@ -1888,12 +1897,7 @@ template <typename T, int VE> __global__ void bt__k_swiglu_bwd_kernel(T *gx, con
         bt__k_ldv<T, VE>(u, x + r * 2 * F + F + c);
         bt__k_ldv<T, VE>(gg, g + r * F + c);
 #pragma unroll
-        for (int e = 0; e < VE; e++) {
-            A av = bt__k_tof(a[e]), uv = bt__k_tof(u[e]), gv = bt__k_tof(gg[e]);
-            A sg = (A)1 / ((A)1 + bt_m_exp(-av));
-            a[e] = bt__k_from<T>(gv * uv * sg * ((A)1 + av * ((A)1 - sg)));   /* d/d gate */
-            u[e] = bt__k_from<T>(gv * av * sg);                                  /* d/d up */
-        }
+        for (int e = 0; e < VE; e++) bt__k_swiglu_grad_f<T>(gg[e], a[e], u[e], &a[e], &u[e]);   /* d/d gate, d/d up */
         bt__k_stv<T, VE>(gx + r * 2 * F + c, a);
         bt__k_stv<T, VE>(gx + r * 2 * F + F + c, u);
     }

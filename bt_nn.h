@@ -520,8 +520,8 @@ BTDEF bt_tensor *bt_rmsnorm(bt_tensor *x, bt_tensor *w, double eps) {
 /* ---- SwiGLU on a packed [.., 2F] projection: y = silu(a) * u, a = x[.., :F] (gate), u = x[.., F:] ----
    Forward rounds silu(a) to x's dtype before the product (transformers' act_fn(gate) * up).
    Backward, s = sigmoid(a): ga = g u s (1 + a (1 - s)), gu = g a s, both halves in one pass. */
-static void bt__swiglu_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
-    bt_tensor *x = n->saved[0];
+/* the gradient of x (contiguous [.., 2F]) from g (y's, [.., F]): a new tensor (also bt_mlp_swiglu_fp8's CPU side) */
+static bt_tensor *bt__swiglu_grad_eval(bt_tensor *x, bt_tensor *g) {
     int64_t F2 = x->shape[x->ndim - 1], F = F2 / 2, rows = F2 ? bt_numel(x) / F2 : 0;
     bt_dtype dt = x->dtype;
     bt_tensor *gc = bt__contig(g), *gx = bt__new(bt_shape_of(x), dt, bt_device_of(x));
@@ -542,20 +542,18 @@ static void bt__swiglu_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
         }
     }
     bt_release(gc);
-    gin[0] = bt__register(gx);
+    return gx;
 }
-BTDEF bt_tensor *bt_swiglu(bt_tensor *x) {
-    bt__need_float(x, "swiglu", "x");
-    if (x->ndim == 0) bt_error("swiglu: needs at least 1 dim, got %s", bt__s(x));
-    int64_t F2 = x->shape[x->ndim - 1];
-    if (F2 % 2) bt_error("swiglu: the last dim of x %s must be even (gate then up, F each)", bt__s(x));
-    int64_t F = F2 / 2, rows = F2 ? bt_numel(x) / F2 : 0;
-    bt_shape ys = bt_shape_of(x); ys.d[ys.ndim - 1] = F;
-    bt_dtype dt = x->dtype;
-    bt_tensor *xc = bt__contig(x), *y = bt__new(ys, dt, bt_device_of(x));
-    if (bt__is_gpu(x)) {
+static void bt__swiglu_back(bt_node *n, bt_tensor *g, bt_tensor **gin) { gin[0] = bt__register(bt__swiglu_grad_eval(n->saved[0], g)); }
+/* y [.., F] of xc (contiguous [.., 2F]): a new tensor (also bt_mlp_swiglu_fp8's CPU side) */
+static bt_tensor *bt__swiglu_eval(bt_tensor *xc) {
+    int64_t F2 = xc->shape[xc->ndim - 1], F = F2 / 2, rows = F2 ? bt_numel(xc) / F2 : 0;
+    bt_shape ys = bt_shape_of(xc); ys.d[ys.ndim - 1] = F;
+    bt_dtype dt = xc->dtype;
+    bt_tensor *y = bt__new(ys, dt, bt_device_of(xc));
+    if (bt__is_gpu(xc)) {
 #ifdef BT_CUDA
-        BT__ON_GPU(bt_device_of(x), stream) bt_k_swiglu(dt, bt_data_ptr(y), bt_data_ptr(xc), rows, F, stream);
+        BT__ON_GPU(bt_device_of(xc), stream) bt_k_swiglu(dt, bt_data_ptr(y), bt_data_ptr(xc), rows, F, stream);
 #endif
     } else {
         const void *xp = bt_data_ptr(xc); void *yp = bt_data_ptr(y);
@@ -567,6 +565,14 @@ BTDEF bt_tensor *bt_swiglu(bt_tensor *x) {
             bt__st(yp, dt, i, bt__round_as(dt, a / (1.0 + exp(-a))) * bt__ld(xp, dt, r * F2 + F + j));
         }
     }
+    return y;
+}
+BTDEF bt_tensor *bt_swiglu(bt_tensor *x) {
+    bt__need_float(x, "swiglu", "x");
+    if (x->ndim == 0) bt_error("swiglu: needs at least 1 dim, got %s", bt__s(x));
+    int64_t F2 = x->shape[x->ndim - 1];
+    if (F2 % 2) bt_error("swiglu: the last dim of x %s must be even (gate then up, F each)", bt__s(x));
+    bt_tensor *xc = bt__contig(x), *y = bt__swiglu_eval(xc);
     bt_node *n = bt__record("swiglu", bt__swiglu_back, y, &x, 1);
     if (n) bt__save(n, xc);
     bt_release(xc);
@@ -1668,21 +1674,22 @@ static void bt__fp8_gemm_cpu(bt_dtype dt, void *C, const uint8_t *A, bt_dtype fa
    qt (fp8 tensors [rows, cols] and [cols, rows], or NULL), the state's row `role` accumulating the
    amax. slot: two f32 of a zeroed scratch on x2's device: [0] <- the scale used, [1] <- the amax it
    came from (current scaling). act (a GPU only): what is cast is gelu(x2), or x2 gelu'(h2) with
-   colsum (may be NULL) <- its column sums per 64 rows (bt_k_fp8_cast_act). */
+   colsum (may be NULL) <- its column sums per 64 rows, or swiglu(x2) ([rows, cols / 2]), or
+   SwiGLU's gradient of its input h2 from x2 ([rows, 2 cols]) (bt_k_fp8_cast_act). */
 static void bt__fp8_cast_act(bt_fp8_state *st, int role, bt_fp8_act act, bt_tensor *x2, bt_tensor *h2, bt_tensor *q, bt_tensor *qt,
                              bt_tensor *colsum, float *slot) {
     int current = st->opts.recipe == BT_FP8_CURRENT || !(st->primed >> role & 1u);
     st->seen |= 1u << role;
     float *row = (float *)bt_data_ptr(st->buf) + role * (2 + st->opts.history);
     bt_dtype fmt = bt_fp8_format(role);
-    int64_t rows = x2->shape[0], cols = x2->shape[1];
+    int64_t rows = x2->shape[0], cols = act == BT_FP8_ACT_SWIGLU ? x2->shape[1] / 2 : act == BT_FP8_ACT_DSWIGLU ? 2 * x2->shape[1] : x2->shape[1];
     uint8_t *qp = q ? (uint8_t *)bt_data_ptr(q) : NULL, *qtp = qt ? (uint8_t *)bt_data_ptr(qt) : NULL;
     st->buf->storage->version++;
     if (bt__is_gpu(x2)) {
 #ifdef BT_CUDA
         const void *hp = h2 ? bt_data_ptr(h2) : NULL;
         BT__ON_GPU(bt_device_of(x2), stream) {
-            if (current) bt_k_fp8_amax_act(x2->dtype, act, slot + 1, bt_data_ptr(x2), hp, rows * cols, stream);
+            if (current) bt_k_fp8_amax_act(x2->dtype, act, slot + 1, bt_data_ptr(x2), hp, rows, cols, stream);
             const float *ain = current ? slot + 1 : NULL, *sin = current ? NULL : row + 1;
             if (act == BT_FP8_ACT_X) bt_k_fp8_cast(x2->dtype, fmt, qp, qtp, bt_data_ptr(x2), rows, cols, ain, sin, slot, row, stream);
             else bt_k_fp8_cast_act(x2->dtype, fmt, act, qp, qtp, colsum ? (float *)bt_data_ptr(colsum) : NULL, bt_data_ptr(x2), hp, rows,
@@ -1691,7 +1698,7 @@ static void bt__fp8_cast_act(bt_fp8_state *st, int role, bt_fp8_act act, bt_tens
 #endif
         return;
     }
-    if (act != BT_FP8_ACT_X) bt_error("fp8 cast: GELU folded into a cast on the CPU (the op makes gelu's tensor there)");
+    if (act != BT_FP8_ACT_X) bt_error("fp8 cast: an activation folded into a cast on the CPU (the op makes the activation's tensor there)");
     (void)h2; (void)colsum;
     if (current) { uint32_t m = bt__fp8_amax_cpu(x2->dtype, bt_data_ptr(x2), rows * cols); memcpy(slot + 1, &m, 4); }
     bt__fp8_cast_cpu(x2->dtype, fmt, qp, qtp, bt_data_ptr(x2), rows, cols, current ? slot + 1 : NULL, current ? NULL : row + 1, slot, row);
@@ -2012,6 +2019,128 @@ BTDEF bt_tensor *bt_mlp_gelu_fp8(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_
     bt_release(h); bt_release(xt); bt_release(w1t); bt_release(ut); bt_release(w2t); bt_release(sc);
     bt_release(x2); bt_release(xc); bt_release(w1c); bt_release(b1c); bt_release(w2c); bt_release(b2c); bt_release(rc);
     return bt__register(y);
+}
+
+/* ---- a Llama's MLP in FP8 (bt_mlp_swiglu_fp8): the two linears of bt_linear_fp8 with SwiGLU between,
+   SwiGLU and its gradient folded into the casts that read [gate | up] and y's gradient ----
+   saved: [0] the scales [4, 4] (rows x, w13, y = swiglu(u), w2: [scale, amax, -, -]), then by
+   n->i[0]'s bits: 1 u [R, 2F], 2 qx^T [K, R], 4 qw13^T [K, 2F], 8 qy^T [F, R], 16 qw2^T [F, N].
+   aux: the two states (bt__fp8_pair). */
+static void bt__mlp_swiglu_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt__fp8_pair *st = (bt__fp8_pair *)n->aux;
+    int has = (int)n->i[0], k = 1;
+    bt_tensor *sc = n->saved[0];
+    bt_tensor *u = has & 1 ? n->saved[k++] : NULL, *xt = has & 2 ? n->saved[k++] : NULL, *w1t = has & 4 ? n->saved[k++] : NULL;
+    bt_tensor *yt = has & 8 ? n->saved[k++] : NULL, *w2t = has & 16 ? n->saved[k++] : NULL;
+    int64_t F2 = n->in_shape[1].d[0], F = F2 / 2, K = n->in_shape[1].d[1], N = n->in_shape[2].d[0], R = bt_numel(g) / N;
+    bt_device dev = bt_device_of(g);
+    bt_dtype dt = g->dtype;
+    const float *scp = (const float *)bt_data_ptr(sc);           /* x, w13, y, w2: a row of 4 each */
+    int want_x = bt__wants(n, 0), want_w1 = bt__wants(n, 1), want_w2 = bt__wants(n, 2), want_du = want_x || want_w1;
+    if ((want_du && (!u || !w2t)) || (want_x && !w1t) || (want_w1 && !xt) || (want_w2 && !yt))
+        bt_error("mlp_swiglu_fp8: backward: the forward kept no tensor for a gradient asked now");
+    bt_tensor *gc = bt__contig(g), *g2 = bt__view_dense(gc, bt_shape2(R, N));
+    bt_tensor *sg = bt__new(bt_shape1(8), BT_F32, dev);          /* [scale, amax, -, -] of g, then of du */
+    bt_zero_(sg);
+    float *sgp = (float *)bt_data_ptr(sg);
+    bt_tensor *qg = want_du ? bt__new(bt_shape2(R, N), BT_F8E5M2, dev) : NULL, *gt = want_w2 ? bt__new(bt_shape2(N, R), BT_F8E5M2, dev) : NULL;
+    bt__fp8_cast(st->s2, BT_FP8_G, g2, qg, gt, sgp);
+    if (want_w2) {                                               /* dw2 [N, F] = (sg sy) qg^T [N, R] (qy^T [F, R])^T */
+        bt_tensor *sink = bt__is_gpu(g) ? bt__grad_sink(n, 2, dt) : NULL;
+        if (sink) {
+            sink->storage->version++;
+            bt__fp8_gemm(dev, sink->dtype, sink, gt, sgp, yt, scp + 8, NULL, sink, N, F, R, 0);
+        } else {
+            bt_tensor *gw = bt__new(bt_shape2(N, F), dt, dev);
+            bt__fp8_gemm(dev, dt, gw, gt, sgp, yt, scp + 8, NULL, NULL, N, F, R, 0);
+            gin[2] = bt__register(gw);
+        }
+    }
+    if (want_du) {
+        bt_tensor *dy = bt__new(bt_shape2(R, F), dt, dev);        /* dy [R, F] = (sg sw2) qg [R, N] (qw2^T [F, N])^T */
+        bt__fp8_gemm(dev, dt, dy, qg, sgp, w2t, scp + 12, NULL, NULL, R, F, N, 0);
+        bt_tensor *qd = want_x ? bt__new(bt_shape2(R, F2), BT_F8E5M2, dev) : NULL;
+        bt_tensor *dt_ = want_w1 ? bt__new(bt_shape2(F2, R), BT_F8E5M2, dev) : NULL;
+        if (bt__is_gpu(g)) bt__fp8_cast_act(st->s1, BT_FP8_G, BT_FP8_ACT_DSWIGLU, dy, u, qd, dt_, NULL, sgp + 4);   /* du only inside the cast */
+        else {
+            bt_tensor *du = bt__swiglu_grad_eval(u, dy);
+            bt__fp8_cast(st->s1, BT_FP8_G, du, qd, dt_, sgp + 4);
+            bt_release(du);
+        }
+        bt_release(dy);
+        if (want_x) {                                            /* dx [R, K] = (sd sw13) qd [R, 2F] (qw13^T [K, 2F])^T */
+            bt_tensor *gx = bt__new(n->in_shape[0], dt, dev);
+            bt__fp8_gemm(dev, dt, gx, qd, sgp + 4, w1t, scp + 4, NULL, NULL, R, K, F2, 0);
+            gin[0] = bt__register(gx);
+        }
+        if (want_w1) {                                           /* dw13 [2F, K] = (sd sx) qd^T [2F, R] (qx^T [K, R])^T */
+            bt_tensor *sink = bt__is_gpu(g) ? bt__grad_sink(n, 1, dt) : NULL;
+            if (sink) {
+                sink->storage->version++;
+                bt__fp8_gemm(dev, sink->dtype, sink, dt_, sgp + 4, xt, scp, NULL, sink, F2, K, R, 0);
+            } else {
+                bt_tensor *gw = bt__new(bt_shape2(F2, K), dt, dev);
+                bt__fp8_gemm(dev, dt, gw, dt_, sgp + 4, xt, scp, NULL, NULL, F2, K, R, 0);
+                gin[1] = bt__register(gw);
+            }
+        }
+        bt_release(qd); bt_release(dt_);
+    }
+    bt_release(qg); bt_release(gt);
+    if (n->n_in > 3 && bt__wants(n, 3)) gin[3] = bt__register(bt_retain(g));
+    bt_release(sg); bt_release(g2); bt_release(gc);
+}
+BTDEF bt_tensor *bt_mlp_swiglu_fp8(bt_tensor *x, bt_tensor *w13, bt_tensor *w2, bt_tensor *r, bt_fp8_state *s1, bt_fp8_state *s2) {
+    bt__linear_fp8_check(x, w13, NULL, NULL, s1);
+    int64_t K = w13->shape[1], F2 = w13->shape[0], F = F2 / 2;
+    if (F2 % 2) bt_error("mlp_swiglu_fp8: w13 %s must have 2 F rows (gate's F, then up's)", bt__s(w13));
+    bt__need_float(w2, "mlp_swiglu_fp8", "w2"); bt__same_device(x, w2, "mlp_swiglu_fp8"); bt__same_dtype(x, w2, "mlp_swiglu_fp8");
+    if (w2->ndim != 2 || w2->shape[1] != F || w2->shape[0] == 0)
+        bt_error("mlp_swiglu_fp8: w2 %s must be [out, %lld] (w13 %s is [2 x %lld, in])", bt__s(w2), (long long)F, bt__s(w13), (long long)F);
+    int64_t N = w2->shape[0], R = bt_numel(x) / K;
+    bt_shape os = bt_shape_of(x); os.d[os.ndim - 1] = N;
+    bt__fp8_check_residual("mlp_swiglu_fp8", "mlp_swiglu_fp8", x, r, N);
+    bt__fp8_check_state("mlp_swiglu_fp8", " of the second linear", s2, x);
+    if (bt__is_gpu(x)) bt__linear_fp8_check_gpu(x, R, N, F);
+    bt_device dev = bt_device_of(x);
+    int grad = bt__g.grad_enabled, want_x = grad && bt__needs_grad(x), want_w1 = grad && bt__needs_grad(w13);
+    int want_w2 = grad && bt__needs_grad(w2), want_du = want_x || want_w1;
+    bt_tensor *xc = bt__contig(x), *w1c = bt__contig(w13), *w2c = bt__contig(w2), *rc = r ? bt__contig(r) : NULL;
+    bt_tensor *x2 = bt__view_dense(xc, bt_shape2(R, K));
+    bt_tensor *sc = bt__new(bt_shape2(4, 4), BT_F32, dev);      /* x, w13, y, w2: [scale, amax, -, -]: 16-byte aligned rows */
+    bt_zero_(sc);
+    float *scp = (float *)bt_data_ptr(sc);
+    bt_tensor *qx = bt__new(bt_shape2(R, K), BT_F8E4M3, dev);
+    bt_tensor *xt = want_w1 ? bt__new(bt_shape2(K, R), BT_F8E4M3, dev) : NULL, *w1t = want_x ? bt__new(bt_shape2(K, F2), BT_F8E4M3, dev) : NULL;
+    bt__fp8_cast(s1, BT_FP8_X, x2, qx, xt, scp);
+    bt_tensor *u = bt__new(bt_shape2(R, F2), x->dtype, dev);     /* [gate | up] = (sx sw13) qx qw13^T */
+    bt__fp8_product(s1, qx, w1c, w1t, scp, NULL, NULL, u, R, F2, K);
+    bt_release(qx);
+    bt_tensor *qy = bt__new(bt_shape2(R, F), BT_F8E4M3, dev), *yt = want_w2 ? bt__new(bt_shape2(F, R), BT_F8E4M3, dev) : NULL;
+    if (bt__is_gpu(x)) bt__fp8_cast_act(s2, BT_FP8_X, BT_FP8_ACT_SWIGLU, u, NULL, qy, yt, NULL, scp + 8);
+    else {
+        bt_tensor *y = bt__swiglu_eval(u);
+        bt__fp8_cast(s2, BT_FP8_X, y, qy, yt, scp + 8);
+        bt_release(y);
+    }
+    bt_tensor *w2t = want_du ? bt__new(bt_shape2(F, N), BT_F8E4M3, dev) : NULL;
+    bt_tensor *out = bt__new(os, x->dtype, dev);                 /* out = (sy sw2) qy qw2^T (+ r) */
+    bt__fp8_product(s2, qy, w2c, w2t, scp + 8, NULL, rc, out, R, N, F);
+    bt_release(qy);
+    bt_tensor *in[4] = {x, w13, w2, r};
+    bt_node *n = bt__record("mlp_swiglu_fp8", bt__mlp_swiglu_fp8_back, out, in, r ? 4 : 3);
+    if (n) {
+        bt__fp8_pair *pair = (bt__fp8_pair *)bt__xmalloc(sizeof *pair, "mlp_swiglu_fp8's states");
+        pair->s1 = s1; pair->s2 = s2;
+        n->aux = pair; n->aux_free = free;
+        bt__save(n, sc);
+        bt_tensor *keep[5] = {want_du ? u : NULL, xt, w1t, yt, w2t};
+        for (int j = 0; j < 5; j++)
+            if (keep[j]) { bt__save(n, keep[j]); n->i[0] |= 1 << j; }
+    }
+    bt_release(u); bt_release(xt); bt_release(w1t); bt_release(yt); bt_release(w2t); bt_release(sc);
+    bt_release(x2); bt_release(xc); bt_release(w1c); bt_release(w2c); bt_release(rc);
+    return bt__register(out);
 }
 
 /* ---- a model's parameters from gathered units (bt_units_*: bt_tensor.h states the contract) ---- */

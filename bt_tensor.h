@@ -625,8 +625,9 @@ BTDEF bt_tensor *bt_linear_add(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tens
    needs no device read. */
 typedef enum { BT_FP8_CURRENT = 0, BT_FP8_DELAYED = 1 } bt_fp8_recipe;
 enum { BT_FP8_X = 0, BT_FP8_W = 1, BT_FP8_G = 2, BT_FP8_ROLES = 3 };
-/* what a cast quantises (bt_fp8.cuh's bt_k_fp8_cast_act): the tensor, GELU of it, or it times GELU's derivative */
-typedef enum { BT_FP8_ACT_X = 0, BT_FP8_ACT_GELU = 1, BT_FP8_ACT_DGELU = 2 } bt_fp8_act;
+/* what a cast quantises (bt_fp8.cuh's bt_k_fp8_cast_act): the tensor, GELU of it, it times GELU's
+   derivative, SwiGLU of it, or SwiGLU's gradient */
+typedef enum { BT_FP8_ACT_X = 0, BT_FP8_ACT_GELU = 1, BT_FP8_ACT_DGELU = 2, BT_FP8_ACT_SWIGLU = 3, BT_FP8_ACT_DSWIGLU = 4 } bt_fp8_act;
 typedef struct {
     bt_fp8_recipe recipe;
     int history;        /* n, the amax history's length (1 to 1024; DELAYED) */
@@ -677,6 +678,14 @@ BTDEF bt_tensor *bt_linear_add_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_
    backward, with the forward's scale: the same bytes, hid bytes a row less. */
 BTDEF bt_tensor *bt_mlp_gelu_fp8(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tensor *w2, bt_tensor *b2, bt_tensor *r,
                                  bt_fp8_state *s1, bt_fp8_state *s2);
+/* A Llama's MLP with both linears in FP8: r + bt_linear_fp8(bt_swiglu(bt_linear_fp8(x, w13, NULL, s1)), w2,
+   NULL, s2) (r may be NULL; w13 [2F, in]: gate's F rows, then up's), the same values, states and
+   gradients as that composition. On a GPU SwiGLU rides the second linear's cast (its output is
+   never written in bf16) and its gradient the first linear's gradient cast (nor is [ga | gu]):
+   per element of the hidden [.., F] in bf16, 4 bytes of traffic less in the forward (y's write
+   and read) and 8 in the backward ([ga | gu]'s). Kept for the backward: [gate | up] (bf16, as
+   bt_swiglu keeps it) and the four quantised transposes. On a GPU F must be a multiple of 16. */
+BTDEF bt_tensor *bt_mlp_swiglu_fp8(bt_tensor *x, bt_tensor *w13, bt_tensor *w2, bt_tensor *r, bt_fp8_state *s1, bt_fp8_state *s2);
 /* bt_linear_cross_entropy with its three products in FP8 when a gradient is wanted (the head of a
    language model): the logits z = (sx sw) qx qw^T from e4m3 x and w, the logit gradient dz cast to
    e5m2 for dx = (sg sw) qg qw and dw = (sg sx) qg^T qx (summed over the chunks in fp32), each

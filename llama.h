@@ -443,9 +443,11 @@ static bt_tensor *llama__attention(llama *m, llama_layer *y, bt_tensor *h, bt_te
     bt_tensor *o = bt_attention_qkv_ex(llama__linear(LLAMA_F8(LLAMA_FP8_QKV), h, LLAMA_P(y->wqkv), NULL), c->H, c->Hkv, &c->rope);
     return llama__linear(LLAMA_F8(LLAMA_FP8_O), o, LLAMA_P(y->wo), x);
 }
-/* x + W2 swiglu(W13 h) */
+/* x + W2 swiglu(W13 h); FP8: bt_mlp_swiglu_fp8, SwiGLU and its gradient inside the casts of the second
+   linear's input and the first's gradient */
 static bt_tensor *llama__mlp(llama *m, llama_layer *y, bt_tensor *h, bt_tensor *x, bt_dtype dt, int f8) {
     if (m->split && m->split->mlp) return bt_add(x, m->split->mlp(m, y, h, dt));
+    if (f8) return bt_mlp_swiglu_fp8(h, LLAMA_P(y->w13), LLAMA_P(y->w2), x, LLAMA_F8(LLAMA_FP8_W13), LLAMA_F8(LLAMA_FP8_W2));
     return llama__linear(LLAMA_F8(LLAMA_FP8_W2), bt_swiglu(llama__linear(LLAMA_F8(LLAMA_FP8_W13), h, LLAMA_P(y->w13), NULL)), LLAMA_P(y->w2), x);
 }
 /* The block's two sublayers as bt_checkpoint regions (bt_autograd.h), as gpt2.h's: each takes the

@@ -656,6 +656,89 @@ static void test_mlp_gelu_fp8(void) {
     bt_scope_end();
 }
 
+/* bt_mlp_swiglu_fp8 against the composition it stands for, bt_linear_add_fp8(bt_swiglu(bt_linear_fp8(x,
+   w13, NULL, s1)), w2, NULL, r, s2), three steps of each recipe in f32 and bf16, with and without the
+   residual: y, the gradients and both states after each update the same bits; a forward without
+   grad mode the same y and no node; and the errors */
+static void test_mlp_swiglu_fp8(void) {
+    const long B = 2, T = 16, K = 16, F = 32, N = 16, R = B * T;
+    const bt_dtype dts[2] = {BT_F32, BT_BF16};
+    for (int d = 0; d < 2; d++)
+        for (int rec = 0; rec < 2; rec++)
+            for (int res = 0; res < 2; res++) {
+                bt_dtype dt = dts[d];
+                bt_fp8_opts o = bt_fp8_default_opts();
+                o.recipe = rec ? BT_FP8_DELAYED : BT_FP8_CURRENT; o.history = 4;
+                bt_fp8_state st[2][2];
+                for (int k = 0; k < 2; k++) { bt_fp8_state_init(&st[k][0], &o, CPU, NULL); bt_fp8_state_init(&st[k][1], &o, CPU, NULL); }
+                float *xv = values(R * K, 1.0, dt, 0, 0), *w1v = values(2 * F * K, 0.4, dt, 0, 0);
+                float *w2v = values(N * F, 0.2, dt, 0, 0), *rv = values(R * N, 1.0, dt, 0, 0);
+                bt_tensor *lv[2][4];
+                for (int k = 0; k < 2; k++) {
+                    lv[k][0] = leaf_of(xv, bt_shape3(B, T, K), dt, 1); lv[k][1] = leaf_of(w1v, bt_shape2(2 * F, K), dt, 1);
+                    lv[k][2] = leaf_of(w2v, bt_shape2(N, F), dt, 1); lv[k][3] = res ? leaf_of(rv, bt_shape3(B, T, N), dt, 1) : NULL;
+                }
+                int bad_y = 0, bad_g = 0, bad_s = 0, saved = -1;
+                for (int step = 0; step < 3; step++) {
+                    bt_scope_begin();
+                    bt_tensor *y[2] = {NULL, NULL}, *up = bt_cast(bt_randn(bt_shape3(B, T, N), BT_F32, CPU, 50 + step), dt);
+                    for (int k = 0; k < 2; k++) {
+                        bt_tensor **a = lv[k];
+                        if (k) y[k] = bt_mlp_swiglu_fp8(a[0], a[1], a[2], a[3], &st[k][0], &st[k][1]);
+                        else {
+                            bt_tensor *h = bt_swiglu(bt_linear_fp8(a[0], a[1], NULL, &st[k][0]));
+                            y[k] = a[3] ? bt_linear_add_fp8(h, a[2], NULL, a[3], &st[k][1]) : bt_linear_fp8(h, a[2], NULL, &st[k][1]);
+                        }
+                        if (k) saved = y[k]->grad_fn->n_saved;
+                        bt_backward(bt_sum(bt_mul(bt_cast(y[k], BT_F32), bt_cast(up, BT_F32)), NULL, 0, 0));
+                    }
+                    size_t es = bt_dtype_size(dt);
+                    bad_y += memcmp(bt_data_ptr(y[0]), bt_data_ptr(y[1]), es * (size_t)bt_numel(y[0])) != 0;
+                    for (int i = 0; i < 3 + res; i++)
+                        bad_g += !lv[0][i]->grad || !lv[1][i]->grad ||
+                                 memcmp(bt_data_ptr(lv[0][i]->grad), bt_data_ptr(lv[1][i]->grad), es * (size_t)bt_numel(lv[0][i])) != 0;
+                    for (int j = 0; j < 2; j++) {
+                        bt_fp8_update(&st[0][j]); bt_fp8_update(&st[1][j]);
+                        bad_s += memcmp(bt_data_ptr(st[0][j].buf), bt_data_ptr(st[1][j].buf), sizeof(float) * (size_t)bt_numel(st[0][j].buf)) ||
+                                 st[0][j].primed != st[1][j].primed;
+                    }
+                    bt_scope_end();
+                }
+                BT_CHECK(!bad_y && !bad_g && !bad_s, "%s %s residual %d: %d outputs, %d gradients, %d states differ from the composition's",
+                         bt_dtype_name(dt), rec ? "delayed" : "current", res, bad_y, bad_g, bad_s);
+                BT_CHECK(saved == 6, "%s: %d tensors saved (scales, [gate | up], qx^T, qw13^T, qy^T, qw2^T)", bt_dtype_name(dt), saved);
+                bt_scope_begin();                                   /* an evaluation: no node, the same y */
+                int g = bt_set_grad_enabled(0);
+                bt_tensor **a0 = lv[0], **a1 = lv[1], *h0 = bt_swiglu(bt_linear_fp8(a0[0], a0[1], NULL, &st[0][0]));
+                bt_tensor *e0 = a0[3] ? bt_linear_add_fp8(h0, a0[2], NULL, a0[3], &st[0][1]) : bt_linear_fp8(h0, a0[2], NULL, &st[0][1]);
+                bt_tensor *e1 = bt_mlp_swiglu_fp8(a1[0], a1[1], a1[2], a1[3], &st[1][0], &st[1][1]);
+                bt_set_grad_enabled(g);
+                BT_CHECK(!e1->grad_fn && !memcmp(bt_data_ptr(e0), bt_data_ptr(e1), bt_dtype_size(dt) * (size_t)bt_numel(e0)),
+                         "%s: without grad mode the same y, no node", bt_dtype_name(dt));
+                bt_scope_end();
+                for (int k = 0; k < 2; k++) {
+                    for (int i = 0; i < 4; i++) bt_release(lv[k][i]);
+                    bt_fp8_state_free(&st[k][0]); bt_fp8_state_free(&st[k][1]);
+                }
+                free(xv); free(w1v); free(w2v); free(rv);
+            }
+    bt_scope_begin();
+    bt_fp8_state s1, s2;
+    bt_fp8_state_init(&s1, NULL, CPU, NULL); bt_fp8_state_init(&s2, NULL, CPU, NULL);
+    bt_tensor *x = bt_randn(bt_shape2(R, K), BT_F32, CPU, 1), *w1 = bt_randn(bt_shape2(2 * F, K), BT_F32, CPU, 2);
+    bt_tensor *w2 = bt_randn(bt_shape2(N, F), BT_F32, CPU, 3);
+    BT_EXPECT_ERROR(bt_mlp_swiglu_fp8(x, w1, bt_randn(bt_shape2(N, 2 * F), BT_F32, CPU, 4), NULL, &s1, &s2),
+                    "mlp_swiglu_fp8: w2 [16, 64] f32 cpu must be [out, 32] (w13 [64, 16] f32 cpu is [2 x 32, in])");
+    BT_EXPECT_ERROR(bt_mlp_swiglu_fp8(x, bt_randn(bt_shape2(2 * F + 1, K), BT_F32, CPU, 5), w2, NULL, &s1, &s2),
+                    "mlp_swiglu_fp8: w13 [65, 16] f32 cpu must have 2 F rows (gate's F, then up's)");
+    BT_EXPECT_ERROR(bt_mlp_swiglu_fp8(x, w1, w2, bt_randn(bt_shape2(R, N + 1), BT_F32, CPU, 6), &s1, &s2),
+                    "mlp_swiglu_fp8: the residual r [32, 17] f32 cpu must have the output's shape");
+    BT_EXPECT_ERROR(bt_mlp_swiglu_fp8(x, w1, w2, NULL, &s1, NULL), "mlp_swiglu_fp8: no FP8 state of the second linear");
+    BT_EXPECT_ERROR(bt_mlp_swiglu_fp8(x, w1, bt_cast(w2, BT_BF16), NULL, &s1, &s2), "mlp_swiglu_fp8: dtypes differ");
+    bt_fp8_state_free(&s1); bt_fp8_state_free(&s2);
+    bt_scope_end();
+}
+
 /* bad arguments: each error names the op and what was expected */
 static void test_errors(void) {
     bt_scope_begin();
@@ -702,6 +785,7 @@ int main(void) {
     BT_RUN(test_no_grad_and_partial);
     BT_RUN(test_linear_add);
     BT_RUN(test_mlp_gelu_fp8);
+    BT_RUN(test_mlp_swiglu_fp8);
     BT_RUN(test_lxent_fp8);
     BT_RUN(test_errors);
     return bt_test_summary("test_fp8");

@@ -33,7 +33,9 @@
      folded    bt_k_fp8_cast_act (GELU, DGELU) against bt_k_unary / bt_k_unary_backward written out
                and cast: the same bytes, scales and amaxes; DGELU's column sums per 64 rows within
                fp32's bound of float64 sums. bt_mlp_gelu_fp8 against the composition it replaces:
-               the same bits but for b1's gradient (its sums in another order).
+               the same bits but for b1's gradient (its sums in another order). The same for
+               SwiGLU (SWIGLU, DSWIGLU against bt_k_swiglu / bt_k_swiglu_backward; bt_mlp_swiglu_fp8
+               against its composition, every bit).
      errors    shapes that are not multiples of 16, f64, a state on another device. */
 #include "bt_autograd.h"
 #include "tests/bt_test.h"
@@ -461,7 +463,7 @@ static long act_case(bt_dtype dt, bt_dtype fmt, bt_fp8_act act, long rows, long 
     else bt_k_unary_backward(BT_UOP_GELU, dt, a, x, hp, n, s);
     if (!delayed) {
         bt_k_fp8_amax(dt, f + 2, a, n, s);
-        bt_k_fp8_amax_act(dt, act, f + 6, x, hp, n, s);
+        bt_k_fp8_amax_act(dt, act, f + 6, x, hp, rows, cols, s);
     }
     bt_k_fp8_cast(dt, fmt, q[0], qt[0], a, rows, cols, delayed ? NULL : f + 2, delayed ? f : NULL, f + 1, f + 3, s);
     bt_k_fp8_cast_act(dt, fmt, act, q[1], qt[1], act == BT_FP8_ACT_DGELU ? part : NULL, x, hp, rows, cols, delayed ? NULL : f + 6,
@@ -515,6 +517,114 @@ static void test_cast_act(void) {
                         runs++;
                     }
     BT_CHECK(bad == 0, "%ld wrong bytes, scales, amaxes or column sums in %ld folded casts", bad, runs);
+}
+/* one SwiGLU cast (SWIGLU: output [rows, F] from u = [gate | up] [rows, 2F]; DSWIGLU: output [rows, 2F]
+   from dy [rows, F] and u) against bt_k_swiglu / bt_k_swiglu_backward written out, then bt_k_fp8_cast
+   of it: q, qt, the scale used and the amax the same bits. Returns the wrong ones. */
+static long glu_case(bt_dtype dt, bt_dtype fmt, bt_fp8_act act, long rows, long F, int delayed) {
+    const long cols = act == BT_FP8_ACT_SWIGLU ? F : 2 * F, n = rows * cols;
+    long bad = 0;
+    size_t es = bt_dtype_size(dt);
+    float *uv = (float *)malloc(sizeof(float) * (size_t)(2 * rows * F)), *gv = (float *)malloc(sizeof(float) * (size_t)(rows * F));
+    for (long i = 0; i < 2 * rows * F; i++) uv[i] = (float)(2.0 * rnorm());
+    for (long i = 0; i < rows * F; i++) gv[i] = (float)(1e-3 * rnorm());
+    round_to(dt, uv, 2 * rows * F); round_to(dt, gv, rows * F);
+    bt_device g = bt_cuda_device(0);
+    bt_tensor *u = tensor_of(uv, bt_shape2(rows, 2 * F), dt, g), *gr = tensor_of(gv, bt_shape2(rows, F), dt, g);
+    const void *x = act == BT_FP8_ACT_SWIGLU ? bt_data_ptr(u) : bt_data_ptr(gr), *hp = act == BT_FP8_ACT_DSWIGLU ? bt_data_ptr(u) : NULL;
+    void *a = dev_alloc((size_t)n * es);
+    uint8_t *q[2] = {(uint8_t *)dev_alloc((size_t)n), (uint8_t *)dev_alloc((size_t)n)};
+    uint8_t *qt[2] = {(uint8_t *)dev_alloc((size_t)n), (uint8_t *)dev_alloc((size_t)n)};
+    float *f = (float *)dev_alloc(8 * sizeof(float));
+    float init[8] = {0.0371f, -1.f, 0.f, 0.f, 0.0371f, -1.f, 0.f, 0.f};
+    CK(cudaMemcpy(f, init, sizeof init, cudaMemcpyHostToDevice));
+    CK(cudaDeviceSynchronize());
+    cudaStream_t s = st0();
+    if (act == BT_FP8_ACT_SWIGLU) bt_k_swiglu(dt, a, x, rows, F, s);
+    else bt_k_swiglu_backward(dt, a, x, hp, rows, F, s);
+    if (!delayed) {
+        bt_k_fp8_amax(dt, f + 2, a, n, s);
+        bt_k_fp8_amax_act(dt, act, f + 6, x, hp, rows, cols, s);
+    }
+    bt_k_fp8_cast(dt, fmt, q[0], qt[0], a, rows, cols, delayed ? NULL : f + 2, delayed ? f : NULL, f + 1, f + 3, s);
+    bt_k_fp8_cast_act(dt, fmt, act, q[1], qt[1], NULL, x, hp, rows, cols, delayed ? NULL : f + 6, delayed ? f + 4 : NULL, f + 5, f + 7, s);
+    CK(cudaStreamSynchronize(s));
+    for (int k = 0; k < 2; k++) {
+        uint8_t *h0 = (uint8_t *)to_host(k ? qt[0] : q[0], (size_t)n), *h1 = (uint8_t *)to_host(k ? qt[1] : q[1], (size_t)n);
+        for (long i = 0; i < n; i++) bad += h0[i] != h1[i];
+        free(h0); free(h1);
+    }
+    float hf[8];
+    CK(cudaMemcpy(hf, f, sizeof hf, cudaMemcpyDeviceToHost));
+    for (int j = 1; j < 4; j++) bad += bits_of(hf[j]) != bits_of(hf[4 + j]);
+    bad += !(hf[3] > 0);                                        /* an amax was recorded */
+    CK(cudaFree(a)); CK(cudaFree(f));
+    for (int k = 0; k < 2; k++) { CK(cudaFree(q[k])); CK(cudaFree(qt[k])); }
+    bt_release(u); bt_release(gr);
+    free(uv); free(gv);
+    return bad;
+}
+static void test_cast_swiglu(void) {
+    NEED_FP8();
+    const long shapes[4][2] = {{144, 72}, {16, 8}, {1024, 384}, {64, 1536}};   /* rows, F */
+    long bad = 0, runs = 0;
+    for (int d = 0; d < 3; d++)
+        for (int f = 0; f < 2; f++)
+            for (int sh = 0; sh < 4; sh++)
+                for (int a = BT_FP8_ACT_SWIGLU; a <= BT_FP8_ACT_DSWIGLU; a++)
+                    for (int del = 0; del < 2; del++) {
+                        bad += glu_case(DTS[d], FMTS[f], (bt_fp8_act)a, shapes[sh][0], shapes[sh][1], del);
+                        runs++;
+                    }
+    BT_CHECK(bad == 0, "%ld wrong bytes, scales or amaxes in %ld SwiGLU casts", bad, runs);
+}
+/* bt_mlp_swiglu_fp8 on the GPU against the composition bt_linear_add_fp8(bt_swiglu(bt_linear_fp8(..)), ..)
+   (bf16, both recipes, three steps): y, the gradients of x, w13, w2 and r, and the states after each
+   update the same bits */
+static void test_swiglu_op(void) {
+    NEED_FP8();
+    bt_device g = bt_cuda_device(0);
+    const long B = 2, T = 64, K = 64, F = 176, N = 64, R = B * T;
+    for (int rec = 0; rec < 2; rec++) {
+        bt_fp8_opts o = bt_fp8_default_opts();
+        o.recipe = rec ? BT_FP8_DELAYED : BT_FP8_CURRENT; o.history = 4;
+        bt_fp8_state st[2][2];
+        for (int k = 0; k < 2; k++) { bt_fp8_state_init(&st[k][0], &o, g, NULL); bt_fp8_state_init(&st[k][1], &o, g, NULL); }
+        const long sz[4] = {R * K, 2 * F * K, N * F, R * N};
+        const double sd[4] = {1.0, 0.3, 0.1, 1.0};
+        const bt_shape shp[4] = {bt_shape3(B, T, K), bt_shape2(2 * F, K), bt_shape2(N, F), bt_shape3(B, T, N)};
+        bt_tensor *lv[2][4];
+        for (int i = 0; i < 4; i++) {
+            float *v = (float *)malloc(sizeof(float) * (size_t)sz[i]);
+            for (long j = 0; j < sz[i]; j++) v[j] = (float)(sd[i] * rnorm());
+            round_to(BT_BF16, v, sz[i]);
+            for (int k = 0; k < 2; k++) { lv[k][i] = tensor_of(v, shp[i], BT_BF16, g); bt_set_requires_grad(lv[k][i], 1); }
+            free(v);
+        }
+        int bad = 0;
+        for (int step = 0; step < 3; step++) {
+            bt_scope_begin();
+            bt_tensor *up = bt_randn(bt_shape3(B, T, N), BT_F32, g, 90 + step), *y[2] = {NULL, NULL};
+            for (int k = 0; k < 2; k++) {
+                bt_tensor **a = lv[k];
+                y[k] = k ? bt_mlp_swiglu_fp8(a[0], a[1], a[2], a[3], &st[k][0], &st[k][1])
+                         : bt_linear_add_fp8(bt_swiglu(bt_linear_fp8(a[0], a[1], NULL, &st[k][0])), a[2], NULL, a[3], &st[k][1]);
+                bt_backward(bt_sum(bt_mul(bt_cast(y[k], BT_F32), up), NULL, 0, 0));
+            }
+            bad += !same_bytes(y[0], y[1]);
+            for (int i = 0; i < 4; i++) bad += !same_bytes(lv[0][i]->grad, lv[1][i]->grad);
+            for (int j = 0; j < 2; j++) {
+                bt_fp8_update(&st[0][j]); bt_fp8_update(&st[1][j]);
+                bad += !same_bytes(st[0][j].buf, st[1][j].buf) || st[0][j].primed != st[1][j].primed;
+            }
+            bt_scope_end();
+        }
+        BT_CHECK(bad == 0, "%s: %d outputs, gradients or states differ from the composition's", rec ? "delayed" : "current", bad);
+        for (int k = 0; k < 2; k++) {
+            for (int i = 0; i < 4; i++) bt_release(lv[k][i]);
+            bt_fp8_state_free(&st[k][0]); bt_fp8_state_free(&st[k][1]);
+        }
+    }
 }
 /* bt_mlp_gelu_fp8 on the GPU against the composition bt_linear_add_fp8(gelu(bt_linear_fp8(..)), ..)
    (bf16, both recipes, with and without GELU's recompute, three steps): y and the gradients of x,
@@ -675,6 +785,8 @@ int main(void) {
     BT_RUN(test_op_gpu_vs_cpu);
     BT_RUN(test_cast_act);
     BT_RUN(test_mlp_op);
+    BT_RUN(test_cast_swiglu);
+    BT_RUN(test_swiglu_op);
     BT_RUN(test_lxent_op);
     BT_RUN(test_errors);
     return bt_test_summary("test_fp8_gpu");
