@@ -1725,6 +1725,22 @@ static void bt__fp8_gemm(bt_device dev, bt_dtype dt, bt_tensor *C, bt_tensor *A,
                      bp, rp, M, N, K);
 }
 
+/* a weight's gradient dw [N, K] = (sa sb) A B^T, A [N, R] and B [K, R] fp8 (the K-contiguous transposes):
+   on a GPU the product adds it into input i's .grad (bt__grad_sink: no dw tensor, no add), else a new
+   tensor of dtype dt into gin[i] */
+static void bt__fp8_weight_grad(bt_node *n, int i, bt_tensor *g, bt_tensor **gin, bt_tensor *A, const float *sa, bt_tensor *B,
+                                const float *sb, int64_t N, int64_t K, int64_t R) {
+    bt_device dev = bt_device_of(g);
+    bt_tensor *sink = bt__is_gpu(g) ? bt__grad_sink(n, i, g->dtype) : NULL;
+    if (sink) {
+        sink->storage->version++;
+        bt__fp8_gemm(dev, sink->dtype, sink, A, sa, B, sb, NULL, sink, N, K, R, 0);
+        return;
+    }
+    bt_tensor *gw = bt__new(bt_shape2(N, K), g->dtype, dev);
+    bt__fp8_gemm(dev, g->dtype, gw, A, sa, B, sb, NULL, NULL, N, K, R, 0);
+    gin[i] = bt__register(gw);
+}
 /* saved: [0] the scales [2, 4] (x's row, w's: [scale, amax, -, -]), then qx^T [K, R] when i[0],
    qw^T [K, N] when i[1]; aux: the state. Inputs x, w, b (may be NULL), r (bt_linear_add_fp8; its
    gradient is g itself). On a GPU dw goes straight into w's fp32 .grad (the product accumulates:
@@ -1751,17 +1767,7 @@ static void bt__linear_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
             bt__fp8_gemm(dev, dt, gx, qg, (const float *)bt_data_ptr(sg), wt, sw, NULL, NULL, R, K, N, 0);
             gin[0] = bt__register(gx);
         }
-        if (want_w) {                                            /* dw [N, K] = (sg sx) qg^T [N, R] (qx^T [K, R])^T */
-            bt_tensor *sink = bt__is_gpu(g) ? bt__grad_sink(n, 1, dt) : NULL;
-            if (sink) {                                          /* w.grad += dw in the product's epilogue */
-                sink->storage->version++;
-                bt__fp8_gemm(dev, sink->dtype, sink, gt, (const float *)bt_data_ptr(sg), xt, sx, NULL, sink, N, K, R, 0);
-            } else {
-                bt_tensor *gw = bt__new(bt_shape2(N, K), dt, dev);
-                bt__fp8_gemm(dev, dt, gw, gt, (const float *)bt_data_ptr(sg), xt, sx, NULL, NULL, N, K, R, 0);
-                gin[1] = bt__register(gw);
-            }
-        }
+        if (want_w) bt__fp8_weight_grad(n, 1, g, gin, gt, (const float *)bt_data_ptr(sg), xt, sx, N, K, R);   /* dw [N, K] = (sg sx) qg^T (qx^T)^T */
         bt_release(qg); bt_release(gt); bt_release(sg);
     }
     if (n->n_in > 2 && bt__wants(n, 2)) bt__bias_grad_reduce(n, 2, g2, gin);
@@ -1907,15 +1913,7 @@ static void bt__mlp_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
         bt__fp8_cast(st->s2, BT_FP8_G, g2, qg, gt, sgp);
         if (want_w2) {                                           /* dw2 [N, hid] = (sg su) qg^T [N, R] (qu^T [hid, R])^T */
             bt_tensor *u_t = ut ? bt_retain(ut) : bt__mlp_fp8_remake_ut(h, scp + 8);
-            bt_tensor *sink = bt__is_gpu(g) ? bt__grad_sink(n, 3, dt) : NULL;
-            if (sink) {
-                sink->storage->version++;
-                bt__fp8_gemm(dev, sink->dtype, sink, gt, sgp, u_t, scp + 8, NULL, sink, N, hid, R, 0);
-            } else {
-                bt_tensor *gw = bt__new(bt_shape2(N, hid), dt, dev);
-                bt__fp8_gemm(dev, dt, gw, gt, sgp, u_t, scp + 8, NULL, NULL, N, hid, R, 0);
-                gin[3] = bt__register(gw);
-            }
+            bt__fp8_weight_grad(n, 3, g, gin, gt, sgp, u_t, scp + 8, N, hid, R);
             bt_release(u_t);
         }
         if (want_dh) {
@@ -1942,17 +1940,7 @@ static void bt__mlp_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
                 bt__fp8_gemm(dev, dt, gx, qd, sgp + 4, w1t, scp + 4, NULL, NULL, R, K, hid, 0);
                 gin[0] = bt__register(gx);
             }
-            if (want_w1) {                                       /* dw1 [hid, K] = (sd sx) qd^T [hid, R] (qx^T [K, R])^T */
-                bt_tensor *sink = bt__is_gpu(g) ? bt__grad_sink(n, 1, dt) : NULL;
-                if (sink) {
-                    sink->storage->version++;
-                    bt__fp8_gemm(dev, sink->dtype, sink, dt_, sgp + 4, xt, scp, NULL, sink, hid, K, R, 0);
-                } else {
-                    bt_tensor *gw = bt__new(bt_shape2(hid, K), dt, dev);
-                    bt__fp8_gemm(dev, dt, gw, dt_, sgp + 4, xt, scp, NULL, NULL, hid, K, R, 0);
-                    gin[1] = bt__register(gw);
-                }
-            }
+            if (want_w1) bt__fp8_weight_grad(n, 1, g, gin, dt_, sgp + 4, xt, scp, hid, K, R);   /* dw1 [hid, K] = (sd sx) qd^T (qx^T)^T */
             bt_release(qd); bt_release(dt_);
         }
         bt_release(qg); bt_release(gt);
@@ -2045,17 +2033,7 @@ static void bt__mlp_swiglu_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     float *sgp = (float *)bt_data_ptr(sg);
     bt_tensor *qg = want_du ? bt__new(bt_shape2(R, N), BT_F8E5M2, dev) : NULL, *gt = want_w2 ? bt__new(bt_shape2(N, R), BT_F8E5M2, dev) : NULL;
     bt__fp8_cast(st->s2, BT_FP8_G, g2, qg, gt, sgp);
-    if (want_w2) {                                               /* dw2 [N, F] = (sg sy) qg^T [N, R] (qy^T [F, R])^T */
-        bt_tensor *sink = bt__is_gpu(g) ? bt__grad_sink(n, 2, dt) : NULL;
-        if (sink) {
-            sink->storage->version++;
-            bt__fp8_gemm(dev, sink->dtype, sink, gt, sgp, yt, scp + 8, NULL, sink, N, F, R, 0);
-        } else {
-            bt_tensor *gw = bt__new(bt_shape2(N, F), dt, dev);
-            bt__fp8_gemm(dev, dt, gw, gt, sgp, yt, scp + 8, NULL, NULL, N, F, R, 0);
-            gin[2] = bt__register(gw);
-        }
-    }
+    if (want_w2) bt__fp8_weight_grad(n, 2, g, gin, gt, sgp, yt, scp + 8, N, F, R);   /* dw2 [N, F] = (sg sy) qg^T [N, R] (qy^T [F, R])^T */
     if (want_du) {
         bt_tensor *dy = bt__new(bt_shape2(R, F), dt, dev);        /* dy [R, F] = (sg sw2) qg [R, N] (qw2^T [F, N])^T */
         bt__fp8_gemm(dev, dt, dy, qg, sgp, w2t, scp + 12, NULL, NULL, R, F, N, 0);
@@ -2073,17 +2051,7 @@ static void bt__mlp_swiglu_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
             bt__fp8_gemm(dev, dt, gx, qd, sgp + 4, w1t, scp + 4, NULL, NULL, R, K, F2, 0);
             gin[0] = bt__register(gx);
         }
-        if (want_w1) {                                           /* dw13 [2F, K] = (sd sx) qd^T [2F, R] (qx^T [K, R])^T */
-            bt_tensor *sink = bt__is_gpu(g) ? bt__grad_sink(n, 1, dt) : NULL;
-            if (sink) {
-                sink->storage->version++;
-                bt__fp8_gemm(dev, sink->dtype, sink, dt_, sgp + 4, xt, scp, NULL, sink, F2, K, R, 0);
-            } else {
-                bt_tensor *gw = bt__new(bt_shape2(F2, K), dt, dev);
-                bt__fp8_gemm(dev, dt, gw, dt_, sgp + 4, xt, scp, NULL, NULL, F2, K, R, 0);
-                gin[1] = bt__register(gw);
-            }
-        }
+        if (want_w1) bt__fp8_weight_grad(n, 1, g, gin, dt_, sgp + 4, xt, scp, F2, K, R);   /* dw13 [2F, K] = (sd sx) qd^T (qx^T)^T */
         bt_release(qd); bt_release(dt_);
     }
     bt_release(qg); bt_release(gt);
