@@ -74,7 +74,7 @@ static void usage(FILE *f) {
         "            partial sums to fp32 as it goes, fast keeps them in their own precision (faster; the\n"
         "            backward's products always split) (default split)\n"
         "  --fp8-head on|off   with fp8: the classifier's products (logits, their gradient) in FP8 too\n"
-        "            (default off)\n"
+        "            (default on; a resume keeps the checkpoint's, off where it has none)\n"
         "  --grad-dtype auto|f32|bf16   the gradient buffer; bf16: 2 bytes a parameter less, for a bf16 or fp8 run on\n"
         "            one GPU with one micro-batch a step (-d = B*T: each gradient written once, no sum); auto: bf16 where\n"
         "            that holds and -b is given (or resumed), else f32; a resume of an f32 run stays f32 (default auto)\n"
@@ -395,7 +395,7 @@ static int resolve_opts(train_opts *o, int on_gpu, const trainer_config *cfg, ch
         if (!o->fp8_recipe) o->fp8_recipe = "delayed";
         if (!o->fp8_history) o->fp8_history = 16;
         if (!o->fp8_accum) o->fp8_accum = "split";
-        if (!o->fp8_head) o->fp8_head = "off";
+        if (!o->fp8_head) o->fp8_head = "on";   /* its curves: docs/fp8.md; a resume not giving it: main() took the checkpoint's */
         /* cuBLASLt's FP8 operands have 16-byte rows: the B T rows, C, 3C and 4C multiples of 16 */
         const llama_config *lc = &cfg->llama;   /* a Llama's qkv width (H + 2 Hkv) D and MLP width F too */
         int llama = cfg->family == TRAINER_LLAMA, qkv = llama ? (lc->H + 2 * lc->Hkv) * (lc->C / lc->H) : 0;
@@ -969,6 +969,10 @@ static int train_main(train_opts *o) {
     if (tr.src.resume && o->B < 0) {  /* -b omitted: the checkpoint's, not one measured anew */
         int64_t b;
         if (!bt_ckpt_meta_get_i64(bt_ckpt_file_meta(tr.src.file), "train.B", &b) && b >= 1 && b <= (1 << 20)) o->B = (int)b;
+    }
+    if (tr.src.resume && !o->fp8_head && o->precision && !strcmp(o->precision, "fp8")) {   /* not given: the resumed run's (absent: older, off) */
+        const char *h = bt_ckpt_meta_get(bt_ckpt_file_meta(tr.src.file), "train.fp8_head");
+        o->fp8_head = h && !strcmp(h, "on") ? "on" : "off";
     }
     if (!strcmp(o->grad_dtype, "auto")) {   /* f32 where ranks sum their gradients, or a resumed run's were f32 (absent: older, f32) */
         const char *g = tr.src.resume ? bt_ckpt_meta_get(bt_ckpt_file_meta(tr.src.file), "train.grad_dtype") : NULL;

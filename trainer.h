@@ -67,7 +67,7 @@ typedef struct {
     const char *fp8_recipe;   /* --fp8-recipe current | delayed (NULL: not given; delayed with fp8) */
     int fp8_history;          /* --fp8-history N: the delayed recipe's amax history (0: not given; 16 with fp8) */
     const char *fp8_accum;    /* --fp8-accum split | fast: the forward products' accumulation (NULL: not given; split) */
-    const char *fp8_head;     /* --fp8-head on | off: the classifier's products in FP8 too (NULL: not given; off) */
+    const char *fp8_head;     /* --fp8-head on | off: the classifier's products in FP8 too (NULL: not given; on, a resume the checkpoint's) */
     const char *grad_dtype;   /* --grad-dtype auto | f32 | bf16: the gradient buffer's dtype (bf16: one process, one micro-batch a
                                  step; auto, the default, is resolved to one of the two by train_gpt2.c's resolve_opts) */
     int offload;              /* --offload adamw: AdamW's m and v in pinned host memory (bt_adamw_init_offload) */
