@@ -1051,11 +1051,8 @@ static bt_tensor *bt__lxent(bt_tensor *x, bt_tensor *w, bt_tensor *targets, int6
     bt_tensor *xc = bt__contig(x), *wc = bt__contig(w), *tc = bt__contig(targets);
     const int32_t *tp = (const int32_t *)bt_data_ptr(tc);
     size_t es = bt_dtype_size(dt);
-    /* a chunk's logits, and in FP8 their gradient's e5m2 bytes and its transpose: 2 more bytes a logit;
-       FP8's e4m3 w and w^T (2 bytes a weight, alive over every chunk) inside the same bound, so the
-       head holds no more than bf16's (a Llama's 128K vocabulary: 0.5 GB of them at 1B) */
-    size_t bound = bt_linear_cross_entropy_chunk(0), wq = f8 ? 2 * (size_t)Vp * (size_t)C : 0;
-    int64_t chunk = bt__lxent_rows(N, (int64_t)((bound > wq ? bound - wq : 0) / ((size_t)Vp * (es + (f8 ? 2 : 0)))));
+    /* a chunk's logits, and in FP8 their gradient's e5m2 bytes and its transpose: 2 more bytes a logit */
+    int64_t chunk = bt__lxent_rows(N, (int64_t)(bt_linear_cross_entropy_chunk(0) / ((size_t)Vp * (es + (f8 ? 2 : 0)))));
     if (f8 && dev.type == BT_GPU && chunk < N) chunk = chunk >= 16 ? chunk / 16 * 16 : 16;   /* every chunk's rows a multiple of 16 */
     bt_tensor *inv = bt__new(bt_shape1(1), sdt, dev), *loss = bt__new(bt_shapev(0, NULL), sdt, dev);
     bt_tensor *z = bt__new(bt_shape2(chunk, Vp), dt, dev), *losses = bt__new(bt_shape1(chunk), sdt, dev);

@@ -824,8 +824,7 @@ BTDEF bt_tensor *bt_cross_entropy(bt_tensor *logits, bt_tensor *targets, int64_t
 BTDEF bt_tensor *bt_cross_entropy_rows(bt_tensor *logits, bt_tensor *targets, int64_t V, int ignore_index);
 /* cross_entropy(linear(x, w), targets, V, ignore_index) without the [rows, Vp] logits: x [.., C],
    w [Vp, C], the logits made a bounded chunk of rows at a time (bt_linear_cross_entropy_chunk sets
-   the chunk's bytes, default 1 GiB, and returns the old value; 0 only asks; the FP8 head counts its
-   e4m3 copies of w, 2 Vp C bytes, inside it) */
+   the chunk's bytes, default 1 GiB, and returns the old value; 0 only asks) */
 BTDEF bt_tensor *bt_linear_cross_entropy(bt_tensor *x, bt_tensor *w, bt_tensor *targets, int64_t V, int ignore_index);
 BTDEF size_t bt_linear_cross_entropy_chunk(size_t bytes);
 /* the additive mask of n new positions after len cached ones: [n, len + n], 0 where new position i
