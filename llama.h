@@ -448,7 +448,7 @@ static bt_tensor *llama__attention(llama *m, llama_layer *y, bt_tensor *h, bt_te
 static bt_tensor *llama__mlp(llama *m, llama_layer *y, bt_tensor *h, bt_tensor *x, bt_dtype dt, int f8) {
     if (m->split && m->split->mlp) return bt_add(x, m->split->mlp(m, y, h, dt));
     if (f8) return bt_mlp_swiglu_fp8(h, LLAMA_P(y->w13), LLAMA_P(y->w2), x, LLAMA_F8(LLAMA_FP8_W13), LLAMA_F8(LLAMA_FP8_W2));
-    return llama__linear(LLAMA_F8(LLAMA_FP8_W2), bt_swiglu(llama__linear(LLAMA_F8(LLAMA_FP8_W13), h, LLAMA_P(y->w13), NULL)), LLAMA_P(y->w2), x);
+    return bt_linear_add(bt_swiglu(bt_linear(h, LLAMA_P(y->w13), NULL)), LLAMA_P(y->w2), NULL, x);
 }
 /* The block's two sublayers as bt_checkpoint regions (bt_autograd.h), as gpt2.h's: each takes the
    residual stream x and returns x + sublayer(rmsnorm(x)), the parameters' casts made inside. */
