@@ -92,7 +92,10 @@
      checkpoints beyond the newest `keep` (never the one just written, never a file that is not
      ours). Its errors do not end the process: the next snapshot() or wait() returns -1 with the
      message, and that snapshot is not taken. An old checkpoint that cannot be deleted fails no
-     save: bt_ckpt_saver_warning() reports it.
+     save: bt_ckpt_saver_warning() reports it. An f32 tensor whose storage holds it in two halves
+     (storage->halves, bt_optim.h's THE WEIGHTS IN TWO HALVES) is copied as it is and joined by the
+     writer thread before its checksum: the file holds the f32 values. (The writer's add_tensor and
+     bt_ckpt_load refuse such a tensor: join it first.)
 
    READING
      bt_ckpt_open reads and checks the header only: the length (at most 100,000,000 bytes, as
@@ -849,7 +852,31 @@ typedef struct {
                                     transfers, and the pool keeps the memory for the next save) */
     uint64_t begin;              /* offset in the data section */
     uint32_t crc;
+    int halves;                  /* data holds an f32 array's two halves (the saver joins them in place) */
 } bt__ck_entry;
+/* 1 when t lies (partly) in the part of its storage held in two halves; then *whole says whether it
+   is exactly that f32 array */
+static int bt__ck_in_halves(const bt_tensor *t, int *whole) {
+    int64_t h = t->storage ? t->storage->halves : 0;
+    if (!h || t->offset * (int64_t)bt_dtype_size(t->dtype) >= 4 * h) return 0;
+    if (whole) *whole = t->dtype == BT_F32 && t->offset == 0 && bt_numel(t) == h && bt_is_contiguous(t);
+    return 1;
+}
+/* n f32 values held as [high halves | low halves] in b, joined in place: the low halves are set
+   aside, then going down each f32 fills the 4 bytes of high halves at or above its index (read by
+   then). -1 when the host has no memory for the 2n bytes set aside. */
+static int bt__ck_join_halves(unsigned char *b, uint64_t nbytes) {
+    uint64_t n = nbytes / 4, i;
+    uint16_t *lo = (uint16_t *)malloc((size_t)(n ? n : 1) * 2), *hi = (uint16_t *)b;
+    if (!lo) return -1;
+    memcpy(lo, hi + n, (size_t)n * 2);
+    for (i = n; i-- > 0;) {
+        float f = bt__f32_join16(hi[i], lo[i]);
+        memcpy(b + 4 * i, &f, 4);
+    }
+    free(lo);
+    return 0;
+}
 
 /* "[2, 3]" */
 static const char *bt__ck_shape_str(int ndim, const int64_t *shape, char *buf, size_t n) {
@@ -1037,6 +1064,7 @@ BTDEF int bt_ckpt_writer_add_tensor(bt_ckpt_writer *w, const char *name, bt_tens
     char sb[160];
     if (!t) { bt__ckerr("tensor \"%.100s\": NULL", name ? name : ""); return -1; }
     if ((fdt = bt_ckpt_dtype_of(t->dtype)) < 0) { bt__ckerr("tensor \"%.100s\": dtype %s has no file dtype", name ? name : "", bt_dtype_name(t->dtype)); return -1; }
+    if (bt__ck_in_halves(t, NULL)) { bt__ckerr("tensor \"%.100s\": its storage holds f32 values in two halves (bt_f32_join_ them first)", name ? name : ""); return -1; }
     ndim = t->ndim;
     if (ndim > BT_CKPT_MAX_DIMS) { bt__ckerr("tensor \"%.100s\": %d dims", name ? name : "", ndim); return -1; }
     for (d = 0; d < ndim; d++) shape[d] = t->shape[d];
@@ -1647,6 +1675,10 @@ BTDEF int bt_ckpt_load(bt_ckpt_file *f, const char *name, bt_tensor *dst, int fl
     bt_device dev;
     if (!f || !name || !dst) { bt__ckerr("bt_ckpt_load: NULL argument"); return -1; }
     if (!(t = bt__ck_need(f, name)) || bt__ck_load_check(f, t, dst, flags, &rows)) return -1;
+    if (bt__ck_in_halves(dst, NULL)) {
+        bt__ckerr("bt_ckpt_load \"%.100s\": the destination's storage holds f32 values in two halves (bt_f32_join_ them first)", name);
+        return -1;
+    }
     dev = bt_device_of(dst);
     direct = bt_is_contiguous(dst) && bt_ckpt_tensor_dtype(t->dtype) == (int)dst->dtype && !(flags & BT_CKPT_TRANSPOSE);
     dst->storage->version++;
@@ -1779,6 +1811,11 @@ static void *bt__ck_writer_main(void *arg) {
             }
         }
 #endif
+        for (size_t i = 0; !r && i < s->ne; i++)
+            if (s->e[i].halves && bt__ck_join_halves((unsigned char *)s->e[i].data, s->e[i].nbytes)) {
+                snprintf(msg, sizeof msg, "checkpoint %.700s: no host memory to join \"%.100s\"'s two halves", s->path, s->e[i].name);
+                r = -1;
+            }
         if (!r && bt__ck_write_file(s->path, BT_OUTPUT_NOFOLLOW, s->e, (int)s->ne, s->meta, &crc_ms, &write_ms)) {
             bt_msgf(msg, sizeof msg, "checkpoint: %s", bt_ckpt_error());
             r = -1;
@@ -1886,6 +1923,10 @@ static uint64_t bt__ck_saver_plan(bt_ckpt_saver *s, bt_tensor *const *ts, const 
             *gpu_dev = bt_device_of(t).index;
         }
         memset(e, 0, sizeof *e);
+        if (bt__ck_in_halves(t, &e->halves) && !e->halves) {
+            bt__ckerr("checkpoint snapshot: tensor \"%.100s\" is part of an f32 array held in two halves (only the whole array is joined)", names[i]);
+            return UINT64_MAX;
+        }
         if (!(e->name = bt__ck_strdup(names[i]))) { bt__ckerr("checkpoint snapshot: out of memory"); return UINT64_MAX; }
         s->ne = (size_t)i + 1;
         e->dtype = (bt_ckpt_dtype)fdt;

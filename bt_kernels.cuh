@@ -212,11 +212,16 @@ BTDEF int bt_k_matmul_epi(bt_dtype dt, bt_dtype dt_c, void *C, const void *A, co
    run k covers [runs[k-1].end, runs[k].end) (from 0; the last end is n) with decay runs[k].wd;
    the table (nruns entries) lives in device memory, so a flat buffer of many parameters with
    different decays is one launch. p_bf16 (may be NULL): the new p rounded to bf16 (as bt_k_cast
-   does) is written there too, the compute copy of the weights without a pass of its own. */
+   does) is written there too, the compute copy of the weights without a pass of its own.
+   p_lo != NULL: the weights are held in two halves (bt__f32_hi16 / lo16): p is not used, each p
+   is read from and written back to (p_bf16, p_lo), the same fp32 math and bits as from p. */
 typedef struct { int64_t end; float wd; } bt_k_decay_run;
 BTDEF void bt_k_adamw(float *p, const void *g, bt_dtype gdt, float *m, float *v, int64_t n, float lr, float b1, float b2,
                       float eps, float wd, const bt_k_decay_run *runs, int nruns, int step, const float *grad_scale,
-                      uint16_t *p_bf16, cudaStream_t s);
+                      uint16_t *p_bf16, uint16_t *p_lo, cudaStream_t s);
+/* n f32 values into their two halves (hi = bt__f32_hi16, lo = bt__f32_lo16), and back (join) */
+BTDEF void bt_k_f32_split(const float *x, uint16_t *hi, uint16_t *lo, int64_t n, cudaStream_t s);
+BTDEF void bt_k_f32_join(const uint16_t *hi, const uint16_t *lo, float *x, int64_t n, cudaStream_t s);
 
 /* ---- 12. less common paths ---- */
 /* y += a[0] x, fp32, a a device scalar (a gradient scaled by the upstream one, added into a buffer) */
@@ -2819,13 +2824,14 @@ BTDEF void bt_k_matmul(bt_dtype dt, void *C, const void *A, const void *B, const
    Per parameter: g' = g scale, m = b1 m + (1 - b1) g', v = b2 v + (1 - b2) g'^2,
    p -= lr (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd p). Reads p, m, v (fp32) and g,
    writes p, m, v: 24 + sizeof(g) bytes per parameter (+ 2 with the bf16 copy, against the 6 a
-   separate cast would move); p, m, v move as float4 when aligned, the copy as 8 bytes. The
+   separate cast would move; in halves the same 24 + sizeof(g), the copy being p's high half);
+   p, m, v move as float4 when aligned, the copy and the low halves as 8 bytes. The
    decay-run table is read from L1: a thread's chunks go up in index (grid-stride), so it walks the
    table forward once. */
 template <typename G>
 __global__ void bt__k_adamw_kernel(float *p, const G *g, float *m, float *v, int64_t n, float lr, float b1, float b2,
                                    float eps, float wd0, const bt_k_decay_run *runs, float bc1, float bc2,
-                                   const float *gscale, uint16_t *pb, int vec) {
+                                   const float *gscale, uint16_t *pb, uint16_t *pl, int vec) {
     float sc = gscale ? *gscale : 1.f;
     int64_t nc = (n + 3) / 4;
     int r = 0;
@@ -2834,13 +2840,22 @@ __global__ void bt__k_adamw_kernel(float *p, const G *g, float *m, float *v, int
         float pp[4], mm[4], vv[4];
         int cnt = n - i0 < 4 ? (int)(n - i0) : 4, full = vec && cnt == 4;
         if (full) {
-            float4 a = *reinterpret_cast<const float4 *>(p + i0), b = *reinterpret_cast<const float4 *>(m + i0),
-                   d = *reinterpret_cast<const float4 *>(v + i0);
-            pp[0] = a.x; pp[1] = a.y; pp[2] = a.z; pp[3] = a.w; mm[0] = b.x; mm[1] = b.y; mm[2] = b.z; mm[3] = b.w;
+            float4 b = *reinterpret_cast<const float4 *>(m + i0), d = *reinterpret_cast<const float4 *>(v + i0);
+            if (pl) {
+                uint2 hh = *reinterpret_cast<const uint2 *>(pb + i0), ll = *reinterpret_cast<const uint2 *>(pl + i0);
+                const uint16_t *h = (const uint16_t *)&hh, *l = (const uint16_t *)&ll;
+#pragma unroll
+                for (int e = 0; e < 4; e++) pp[e] = bt__f32_join16(h[e], l[e]);
+            } else {
+                float4 a = *reinterpret_cast<const float4 *>(p + i0);
+                pp[0] = a.x; pp[1] = a.y; pp[2] = a.z; pp[3] = a.w;
+            }
+            mm[0] = b.x; mm[1] = b.y; mm[2] = b.z; mm[3] = b.w;
             vv[0] = d.x; vv[1] = d.y; vv[2] = d.z; vv[3] = d.w;
         } else {
             for (int e = 0; e < 4; e++) {
-                pp[e] = e < cnt ? p[i0 + e] : 0.f; mm[e] = e < cnt ? m[i0 + e] : 0.f; vv[e] = e < cnt ? v[i0 + e] : 0.f;
+                pp[e] = e >= cnt ? 0.f : pl ? bt__f32_join16(pb[i0 + e], pl[i0 + e]) : p[i0 + e];
+                mm[e] = e < cnt ? m[i0 + e] : 0.f; vv[e] = e < cnt ? v[i0 + e] : 0.f;
             }
         }
 #pragma unroll
@@ -2852,13 +2867,24 @@ __global__ void bt__k_adamw_kernel(float *p, const G *g, float *m, float *v, int
             pp[e] -= lr * ((mm[e] / bc1) / (sqrtf(vv[e] / bc2) + eps) + wd * pp[e]);
         }
         if (full) {
-            *reinterpret_cast<float4 *>(p + i0) = make_float4(pp[0], pp[1], pp[2], pp[3]);
+            if (!pl) *reinterpret_cast<float4 *>(p + i0) = make_float4(pp[0], pp[1], pp[2], pp[3]);
             *reinterpret_cast<float4 *>(m + i0) = make_float4(mm[0], mm[1], mm[2], mm[3]);
             *reinterpret_cast<float4 *>(v + i0) = make_float4(vv[0], vv[1], vv[2], vv[3]);
         } else {
-            for (int e = 0; e < cnt; e++) { p[i0 + e] = pp[e]; m[i0 + e] = mm[e]; v[i0 + e] = vv[e]; }
+            for (int e = 0; e < cnt; e++) { if (!pl) p[i0 + e] = pp[e]; m[i0 + e] = mm[e]; v[i0 + e] = vv[e]; }
         }
-        if (pb) {
+        if (pl) {
+            if (full) {
+                uint2 hh, ll;
+                uint16_t *h = (uint16_t *)&hh, *l = (uint16_t *)&ll;
+#pragma unroll
+                for (int e = 0; e < 4; e++) { h[e] = bt__f32_hi16(pp[e]); l[e] = bt__f32_lo16(pp[e]); }
+                *reinterpret_cast<uint2 *>(pb + i0) = hh;
+                *reinterpret_cast<uint2 *>(pl + i0) = ll;
+            } else {
+                for (int e = 0; e < cnt; e++) { pb[i0 + e] = bt__f32_hi16(pp[e]); pl[i0 + e] = bt__f32_lo16(pp[e]); }
+            }
+        } else if (pb) {
             if (full) {
                 uint2 o;
                 uint16_t *h = (uint16_t *)&o;
@@ -2873,17 +2899,40 @@ __global__ void bt__k_adamw_kernel(float *p, const G *g, float *m, float *v, int
 }
 BTDEF void bt_k_adamw(float *p, const void *g, bt_dtype gdt, float *m, float *v, int64_t n, float lr, float b1, float b2,
                       float eps, float wd, const bt_k_decay_run *runs, int nruns, int step, const float *grad_scale,
-                      uint16_t *p_bf16, cudaStream_t s) {
+                      uint16_t *p_bf16, uint16_t *p_lo, cudaStream_t s) {
     if (n <= 0) return;
     if (step < 1) bt_error("bt_k_adamw: step %d (counts from 1)", step);
     if (runs && nruns < 1) bt_error("bt_k_adamw: %d decay runs", nruns);
+    if (p_lo && !p_bf16) bt_error("bt_k_adamw: low halves without high ones");
     float bc1 = (float)(1.0 - pow((double)b1, (double)step)), bc2 = (float)(1.0 - pow((double)b2, (double)step));
-    int vec = bt__k_aligned16(p) && bt__k_aligned16(m) && bt__k_aligned16(v) && ((uintptr_t)p_bf16 % 8 == 0);
+    int vec = (p_lo || bt__k_aligned16(p)) && bt__k_aligned16(m) && bt__k_aligned16(v) && ((uintptr_t)p_bf16 % 8 == 0) &&
+              ((uintptr_t)p_lo % 8 == 0);
     unsigned nb = bt__k_blocks((n + 3) / 4, 256);
     BT__K_DISPATCH3(gdt, "bt_k_adamw (grad)", {
-        bt__k_adamw_kernel<T><<<nb, 256, 0, s>>>(p, (const T *)g, m, v, n, lr, b1, b2, eps, wd, runs, bc1, bc2, grad_scale, p_bf16, vec);
+        bt__k_adamw_kernel<T><<<nb, 256, 0, s>>>(p, (const T *)g, m, v, n, lr, b1, b2, eps, wd, runs, bc1, bc2, grad_scale, p_bf16,
+                                                 p_lo, vec);
     })
     BT__K_LAUNCHED("bt_k_adamw");
+}
+__global__ void bt__k_f32_split_kernel(const float *x, uint16_t *hi, uint16_t *lo, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float f = x[i];
+        hi[i] = bt__f32_hi16(f); lo[i] = bt__f32_lo16(f);
+    }
+}
+__global__ void bt__k_f32_join_kernel(const uint16_t *hi, const uint16_t *lo, float *x, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = bt__f32_join16(hi[i], lo[i]);
+}
+BTDEF void bt_k_f32_split(const float *x, uint16_t *hi, uint16_t *lo, int64_t n, cudaStream_t s) {
+    if (n <= 0) return;
+    bt__k_f32_split_kernel<<<bt__k_blocks(n, 256), 256, 0, s>>>(x, hi, lo, n);
+    BT__K_LAUNCHED("bt_k_f32_split");
+}
+BTDEF void bt_k_f32_join(const uint16_t *hi, const uint16_t *lo, float *x, int64_t n, cudaStream_t s) {
+    if (n <= 0) return;
+    bt__k_f32_join_kernel<<<bt__k_blocks(n, 256), 256, 0, s>>>(hi, lo, x, n);
+    BT__K_LAUNCHED("bt_k_f32_join");
 }
 
 /* ---- 12. less common paths ---------------------------------------------------

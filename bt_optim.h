@@ -38,6 +38,22 @@
      cast of its own reads 4 and writes 2 again), the same bits as bt_copy_ of the weights after
      the update. The copy spans the index space; a sharded optimizer writes its range only.
 
+   THE WEIGHTS IN TWO HALVES
+     The fp32 weights and their bf16 copy can share 4 bytes a parameter instead of taking 6: an
+     fp32 is its bf16 (the top half, rounded) plus the 16 bits below, if the top half rounds ties
+     away from zero instead of to even, so that it was rounded up exactly when the bottom half is
+     >= 0x8000 (bt__f32_hi16 / lo16 / join16 in bt_tensor.h; two neighbours would share both halves
+     under ties to even). bt_f32_split_(w) rewrites an f32 tensor in place: the high halves, a bf16
+     array, in its first 2n bytes, the low halves in the next 2n; the storage records it
+     (storage->halves), bt_f32_halves_hi(w) is the bf16 array as a tensor, bt_f32_join_(w) undoes it.
+     bt_adamw_split(opt) does this to the flat buffer an optimizer updates whole (one device, no
+     shard, no offload) and returns the compute copy: each update then joins a weight, applies the
+     plain update's fp32 math (the same bits) and splits the result, moving what the update with a
+     copy moves less 2 bytes. The copy differs from a cast of the weights in ties alone (one weight
+     in 65,536, by one bf16 step). Whatever reads the fp32 weights meanwhile joins them first
+     (bt_adamw_join) or reads storage->halves: bt_ckpt.h's saver joins a snapshot of them on the
+     host.
+
    DEVICES
      Every parameter of one optimizer lives on one device; the update runs on that device's
      current stream (bt_tensor.h) in one kernel launch over the flat buffer when the parameters
@@ -82,6 +98,7 @@ typedef struct {
     bt_tensor *clip_scale;                /* fp32 [1]: min(1, max_grad_norm / norm), or NULL */
     bt_tensor *copy;                      /* [numel] or NULL: each update writes its range's new values
                                              there too, rounded (bt_adamw_set_copy); retained */
+    int split;                            /* 1: the parameters' buffer holds them in two halves (bt_adamw_split) */
     /* internal */
     bt_tensor *flat_p;                    /* the parameters' buffer when they tile one, else NULL */
     void *runs;                           /* GPU: the weight-decay runs over [lo, hi), a device table */
@@ -118,6 +135,18 @@ BTDEF void bt_adamw_set_state(bt_adamw *opt, bt_tensor *m, bt_tensor *v, int64_t
    compute copy of its weights, made in the update's own pass instead of one of its own (on a
    GPU 2 bytes a parameter written against 6 moved). */
 BTDEF void bt_adamw_set_copy(bt_adamw *opt, bt_tensor *copy);
+/* The parameters' flat buffer [numel] in two halves from here (THE WEIGHTS IN TWO HALVES): needs
+   the parameters to tile one f32 buffer from its storage's start, the whole range [0, numel) and
+   no offload; drops a copy set before. Returns the high halves, bf16 [numel] (a new reference):
+   the compute copy every update writes. bt_adamw_join makes the buffer f32 again. */
+BTDEF bt_tensor *bt_adamw_split(bt_adamw *opt);
+BTDEF void bt_adamw_join(bt_adamw *opt);
+/* w: f32, contiguous, at its storage's start, [n] elements: in place to two halves, and back.
+   Each needs a temporary of 2n bytes and one of 64 MiB on w's device. */
+BTDEF void bt_f32_split_(bt_tensor *w);
+BTDEF void bt_f32_join_(bt_tensor *w);
+/* the high halves of a split w as a bf16 [n] tensor over the same bytes (retains the storage) */
+BTDEF bt_tensor *bt_f32_halves_hi(bt_tensor *w);
 
 /* ---- SGD with momentum (PyTorch's form: buf = mu buf + g + wd p; p -= lr buf) ---- */
 typedef struct {
@@ -471,6 +500,7 @@ BTDEF void bt_adamw_set_state(bt_adamw *opt, bt_tensor *m, bt_tensor *v, int64_t
 }
 
 BTDEF void bt_adamw_set_copy(bt_adamw *opt, bt_tensor *copy) {
+    if (copy && opt->split) bt_error("adamw_set_copy: the weights are in two halves (bt_adamw_split): their copy is the high halves");
     if (copy) {
         bt__need_float(copy, "adamw_set_copy", "copy");
         bt_device dev = bt__opt_device(opt);
@@ -483,6 +513,110 @@ BTDEF void bt_adamw_set_copy(bt_adamw *opt, bt_tensor *copy) {
     bt_retain(copy);
     bt_release(opt->copy);
     opt->copy = copy;
+}
+
+/* ---- the weights in two halves ---- */
+static void bt__halves_need(bt_tensor *w, const char *op, int split) {
+    bt__need(w, op, "w");
+    if (w->dtype != BT_F32 || !bt_is_contiguous(w) || w->offset != 0)
+        bt_error("%s: w %s must be a contiguous f32 tensor at the start of its storage", op, bt__s(w));
+    if (split && w->storage->halves) bt_error("%s: w %s is in two halves already", op, bt__s(w));
+    if (!split && w->storage->halves != bt_numel(w))
+        bt_error("%s: w %s is not in two halves (%lld of its storage's elements are)", op, bt__s(w), (long long)w->storage->halves);
+}
+/* n bytes from src to dst on w's device (the current stream), or on the host */
+static void bt__halves_move(bt_device dev, void *dst, const void *src, size_t n) {
+    if (dev.type != BT_GPU) { memmove(dst, src, n); return; }
+#ifdef BT_CUDA
+    BT__ON_GPU(dev, stream) BT__CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream), "f32 halves");
+#endif
+}
+#define BT__HALVES_CHUNK ((int64_t)1 << 24)   /* 64 MiB of f32 copied aside a chunk */
+/* In place with a temporary L of the low halves (2n bytes): the high halves of the chunk [a, a + c),
+   going up, land in f32 slots [a/2, (a + c)/2) of the buffer, all read by then (into the chunk's
+   temporary C, 4c bytes); the low halves then move into [2n, 4n), read entirely by then too. */
+BTDEF void bt_f32_split_(bt_tensor *w) {
+    bt__halves_need(w, "f32_split_", 1);
+    bt_device dev = bt_device_of(w);
+    int64_t n = bt_numel(w), ch = n < BT__HALVES_CHUNK ? n : BT__HALVES_CHUNK;
+    float *x = (float *)bt_data_ptr(w);
+    uint16_t *hi = (uint16_t *)x;
+    int old = bt_set_grad_enabled(0);
+    bt_scope_begin();
+    uint16_t *lo = (uint16_t *)bt_data_ptr(bt_empty(bt_shape1(n ? n : 1), BT_BF16, dev));
+    float *c = (float *)bt_data_ptr(bt_empty(bt_shape1(ch ? ch : 1), BT_F32, dev));
+    for (int64_t a = 0; a < n; a += ch) {
+        int64_t k = n - a < ch ? n - a : ch;
+        bt__halves_move(dev, c, x + a, (size_t)k * 4);
+        if (dev.type == BT_GPU) {
+#ifdef BT_CUDA
+            BT__ON_GPU(dev, stream) bt_k_f32_split(c, hi + a, lo + a, k, stream);
+#endif
+        } else {
+            for (int64_t i = 0; i < k; i++) { hi[a + i] = bt__f32_hi16(c[i]); lo[a + i] = bt__f32_lo16(c[i]); }
+        }
+    }
+    bt__halves_move(dev, hi + n, lo, (size_t)n * 2);
+    bt_scope_end();
+    bt_set_grad_enabled(old);
+    w->storage->halves = n;
+    w->storage->version++;
+}
+/* The other way, going down: the f32 of chunk [a, a + c) fills bytes [4a, 4a + 4c), where the high
+   halves [2a, 2a + 2c) were (read: this chunk's into C first, the ones above by the chunks before)
+   or low halves, all copied to L first. */
+BTDEF void bt_f32_join_(bt_tensor *w) {
+    bt__halves_need(w, "f32_join_", 0);
+    bt_device dev = bt_device_of(w);
+    int64_t n = bt_numel(w), ch = n < BT__HALVES_CHUNK ? n : BT__HALVES_CHUNK;
+    float *x = (float *)bt_data_ptr(w);
+    uint16_t *hi = (uint16_t *)x;
+    int old = bt_set_grad_enabled(0);
+    bt_scope_begin();
+    uint16_t *lo = (uint16_t *)bt_data_ptr(bt_empty(bt_shape1(n ? n : 1), BT_BF16, dev));
+    uint16_t *c = (uint16_t *)bt_data_ptr(bt_empty(bt_shape1(ch ? ch : 1), BT_BF16, dev));
+    bt__halves_move(dev, lo, hi + n, (size_t)n * 2);
+    for (int64_t a = (n - 1) / (ch ? ch : 1) * ch; n > 0 && a >= 0; a -= ch) {
+        int64_t k = n - a < ch ? n - a : ch;
+        bt__halves_move(dev, c, hi + a, (size_t)k * 2);
+        if (dev.type == BT_GPU) {
+#ifdef BT_CUDA
+            BT__ON_GPU(dev, stream) bt_k_f32_join(c, lo + a, x + a, k, stream);
+#endif
+        } else {
+            for (int64_t i = 0; i < k; i++) x[a + i] = bt__f32_join16(c[i], lo[a + i]);
+        }
+    }
+    bt_scope_end();
+    bt_set_grad_enabled(old);
+    w->storage->halves = 0;
+    w->storage->version++;
+}
+BTDEF bt_tensor *bt_f32_halves_hi(bt_tensor *w) {
+    bt__halves_need(w, "f32_halves_hi", 0);
+    bt_tensor *t = bt__tensor_struct();
+    t->ndim = 1; t->dtype = BT_BF16; t->shape[0] = bt_numel(w); t->stride[0] = 1;
+    t->storage = w->storage;
+    w->storage->refcount++;
+    return bt__register(t);
+}
+BTDEF bt_tensor *bt_adamw_split(bt_adamw *opt) {
+    if (opt->split) bt_error("adamw_split: the weights are in two halves already");
+    if (!opt->n || !opt->flat_p || opt->flat_p->offset != 0)
+        bt_error("adamw_split: the parameters must tile one f32 buffer from its start (a flat parameter buffer)");
+    if (opt->lo != 0 || opt->hi != opt->numel) bt_error("adamw_split: the optimizer holds [%lld, %lld) of %lld (a shard): the "
+                                                        "weights it does not update would not be written", (long long)opt->lo,
+                                                        (long long)opt->hi, (long long)opt->numel);
+    if (opt->offload) bt_error("adamw_split: with the state in host memory (offload)");
+    bt_adamw_set_copy(opt, NULL);
+    bt_f32_split_(opt->flat_p);
+    opt->split = 1;
+    return bt_f32_halves_hi(opt->flat_p);
+}
+BTDEF void bt_adamw_join(bt_adamw *opt) {
+    if (!opt->split) return;
+    bt_f32_join_(opt->flat_p);
+    opt->split = 0;
 }
 
 /* clip factor min(1, max_norm / (norm + 1e-6)) as a device scalar, no host sync: -max(-1, -r) is
@@ -507,9 +641,10 @@ BTDEF void bt_adamw_set_grad_norm(bt_adamw *opt, bt_tensor *norm) {
 
 /* one update of n elements: parameters p (the parameters' dtype), gradients g (dtype gdt), state
    m, v (the state's dtype) on the parameters' device, decay wd, or the run table when `whole`;
-   pc: the same elements of the copy, or NULL */
+   pc: the same elements of the copy, or NULL; in halves (opt->split) p is not used: pc holds the
+   high halves and pl the low ones */
 static void bt__adamw_apply(bt_adamw *opt, float lr, void *p, const void *g, bt_dtype gdt, void *m, void *v, int64_t n,
-                            float wd, int whole, void *pc) {
+                            float wd, int whole, void *pc, uint16_t *pl) {
     bt_dtype dt = opt->params[0]->dtype;
     bt_device dev = bt__opt_device(opt);
     if (dev.type == BT_GPU) {
@@ -518,9 +653,9 @@ static void bt__adamw_apply(bt_adamw *opt, float lr, void *p, const void *g, bt_
         BT__ON_GPU(dev, stream)
             bt_k_adamw((float *)p, g, gdt, (float *)m, (float *)v, n, lr, opt->beta1, opt->beta2, opt->eps, wd,
                        whole ? (const bt_k_decay_run *)opt->runs : NULL, whole ? opt->nruns : 0, (int)opt->step, cs,
-                       (uint16_t *)pc, stream);
+                       (uint16_t *)pc, pl, stream);
 #else
-        (void)whole; (void)m; (void)v; (void)pc;
+        (void)whole; (void)m; (void)v; (void)pc; (void)pl;
 #endif
         return;
     }
@@ -529,10 +664,16 @@ static void bt__adamw_apply(bt_adamw *opt, float lr, void *p, const void *g, bt_
     bt_dtype cdt = opt->copy ? opt->copy->dtype : dt;
     #pragma omp parallel for if (n > BT__PAR_MIN)
     for (int64_t j = 0; j < n; j++) {
-        double gj = bt__ld(g, gdt, j) * cs, pj = bt__ld(p, dt, j);
+        double gj = bt__ld(g, gdt, j) * cs, pj = pl ? bt__f32_join16(((uint16_t *)pc)[j], pl[j]) : bt__ld(p, dt, j);
         double mj = b1 * bt__ld(m, dt, j) + (1 - b1) * gj, vj = b2 * bt__ld(v, dt, j) + (1 - b2) * gj * gj;
         pj -= lr * ((mj / c1) / (sqrt(vj / c2) + opt->eps) + wd * pj);
-        bt__st(m, dt, j, mj); bt__st(v, dt, j, vj); bt__st(p, dt, j, pj);
+        bt__st(m, dt, j, mj); bt__st(v, dt, j, vj);
+        if (pl) {   /* the f32 it would store, split */
+            float pf = (float)pj;
+            ((uint16_t *)pc)[j] = bt__f32_hi16(pf); pl[j] = bt__f32_lo16(pf);
+            continue;
+        }
+        bt__st(p, dt, j, pj);
         if (pc) bt__st(pc, cdt, j, bt__ld(p, dt, j));   /* the stored parameter rounded once, as a cast of it */
     }
 }
@@ -552,7 +693,7 @@ static void bt__adamw_stream(bt_adamw *opt, float lr, char *p, const char *g, bt
         size_t nb = (size_t)k * es;
         if (dev.type != BT_GPU) {
             memcpy(dm, hm, nb); memcpy(dv, hv, nb);
-            bt__adamw_apply(opt, lr, p + c * (int64_t)es, g + c * (int64_t)gs, gdt, dm, dv, k, wd, 0, pc ? pc + c * (int64_t)cs : NULL);
+            bt__adamw_apply(opt, lr, p + c * (int64_t)es, g + c * (int64_t)gs, gdt, dm, dv, k, wd, 0, pc ? pc + c * (int64_t)cs : NULL, NULL);
             memcpy(hm, dm, nb); memcpy(hv, dv, nb);
             continue;
         }
@@ -564,7 +705,7 @@ static void bt__adamw_stream(bt_adamw *opt, float lr, char *p, const char *g, bt
             BT__CUDA_CHECK(cudaEventRecord(o->loaded[slot], o->load), "adamw (offload)");
             BT__CUDA_CHECK(cudaStreamWaitEvent(stream, o->loaded[slot], 0), "adamw (offload)");
         }
-        bt__adamw_apply(opt, lr, p + c * (int64_t)es, g + c * (int64_t)gs, gdt, dm, dv, k, wd, 0, pc ? pc + c * (int64_t)cs : NULL);
+        bt__adamw_apply(opt, lr, p + c * (int64_t)es, g + c * (int64_t)gs, gdt, dm, dv, k, wd, 0, pc ? pc + c * (int64_t)cs : NULL, NULL);
         BT__ON_GPU(dev, stream) {
             BT__CUDA_CHECK(cudaEventRecord(o->updated[slot], stream), "adamw (offload)");
             BT__CUDA_CHECK(cudaStreamWaitEvent(o->store, o->updated[slot], 0), "adamw (offload)");
@@ -582,9 +723,14 @@ static void bt__adamw_span(bt_adamw *opt, float lr, void *p, const void *g, bt_d
     bt__adamw_off *o = (bt__adamw_off *)opt->offload;
     size_t es = bt_dtype_size(opt->params[0]->dtype), gs = bt_dtype_size(gdt), cs = opt->copy ? bt_dtype_size(opt->copy->dtype) : 0;
     char *pc = opt->copy ? (char *)bt_data_ptr(opt->copy) + a * (int64_t)cs : NULL;   /* the copy of element a */
+    uint16_t *pl = NULL;
+    if (opt->split) {   /* element a's halves: the buffer's first numel 16-bit words, then the low ones */
+        pc = (char *)((uint16_t *)opt->flat_p->storage->data + a);
+        pl = (uint16_t *)opt->flat_p->storage->data + opt->numel + a;
+    }
     if (!o) {
         bt__adamw_apply(opt, lr, p, g, gdt, (char *)bt_data_ptr(opt->m) + (a - opt->lo) * (int64_t)es,
-                        (char *)bt_data_ptr(opt->v) + (a - opt->lo) * (int64_t)es, n, wd, whole, pc);
+                        (char *)bt_data_ptr(opt->v) + (a - opt->lo) * (int64_t)es, n, wd, whole, pc, pl);
         return;
     }
     if (!whole) { bt__adamw_stream(opt, lr, (char *)p, (const char *)g, gdt, a, n, wd, pc); return; }

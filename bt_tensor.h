@@ -199,6 +199,19 @@ static inline BT_HOSTDEV uint16_t bt__f32_to_bf16(float f) {
     u += 0x7fffu + ((u >> 16) & 1);
     return (uint16_t)(u >> 16);
 }
+/* An f32 as two 16-bit halves, exact both ways: hi = its top half rounded to nearest with ties away
+   from zero (a bf16 of the value; NaN kept a quiet NaN), lo = its bottom half as it is. hi was
+   rounded up exactly when lo >= 0x8000, so (hi - that) << 16 | lo is the f32 again. (Ties to even
+   cannot be undone from 32 bits: two neighbours would share hi and lo.) */
+static inline BT_HOSTDEV uint16_t bt__f32_hi16(float f) {
+    uint32_t u; memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x8000u) >> 16);
+}
+static inline BT_HOSTDEV uint16_t bt__f32_lo16(float f) { uint32_t u; memcpy(&u, &f, 4); return (uint16_t)u; }
+static inline BT_HOSTDEV float bt__f32_join16(uint16_t hi, uint16_t lo) {
+    uint32_t u = ((uint32_t)(uint16_t)(hi - (lo >= 0x8000u)) << 16) | lo; float f; memcpy(&f, &u, 4); return f;
+}
 /* IEEE half <-> float, round to nearest even, subnormals and infinities handled. */
 static inline BT_HOSTDEV float bt__f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
@@ -366,6 +379,9 @@ typedef struct bt_storage {
     float *colsum;           /* owned, GPU, may be NULL: the column sums of the data as [rows, colsum_cols], */
     int64_t colsum_cols;     /* left by the kernel that wrote it (a layernorm's gx, attention's gqkv); valid while */
     uint32_t colsum_version; /* version is still colsum_version (bt__cached_colsum) */
+    int64_t halves;          /* > 0: its first `halves` f32 elements are held in two 16-bit halves, the
+                                high ones (a bf16 array) in bytes [0, 2 halves), the low ones in
+                                [2 halves, 4 halves) (bt_f32_split_, bt_optim.h); 0: plain */
     struct bt_storage *next_free;   /* the recycled-storage list */
 } bt_storage;
 
@@ -1448,6 +1464,13 @@ static void bt__need(bt_tensor *t, const char *op, const char *arg) {
     if (!t) bt_error("%s: %s is NULL", op, arg);
     if (t->refcount <= 0) bt_error("%s: %s was already released", op, arg);
 }
+/* an f32 tensor in the part of its storage held in two halves (bt_optim.h) has no f32 bytes to read
+   or write there: the ops that move data refuse it */
+static void bt__no_halves(const bt_tensor *t, const char *op) {
+    const bt_storage *s = t->storage;
+    if (s && s->halves && t->dtype == BT_F32 && t->offset < s->halves)
+        bt_error("%s: %s is f32 held in two halves (bt_adamw_split, bt_f32_split_): join them first (bt_f32_join_)", op, bt__s((bt_tensor *)t));
+}
 static void bt__need_float(bt_tensor *t, const char *op, const char *arg) {
     bt__need(t, op, arg);
     if (!bt_dtype_is_float(t->dtype)) bt_error("%s: %s must be a float tensor, got %s", op, arg, bt__s(t));
@@ -1671,6 +1694,7 @@ BTDEF void bt_copy_(bt_tensor *dst, bt_tensor *src) {
     bt__need(dst, "copy_", "dst"); bt__need(src, "copy_", "src");
     if (dst->ndim != src->ndim || memcmp(dst->shape, src->shape, sizeof(int64_t) * dst->ndim))
         bt_error("copy_: shapes differ: dst %s, src %s", bt__s(dst), bt__s(src));
+    bt__no_halves(dst, "copy_"); bt__no_halves(src, "copy_");
     dst->storage->version++;
     if (bt_device_eq(bt_device_of(dst), bt_device_of(src))) { bt__copy_same_device(dst, src); return; }
     /* across devices: make src one contiguous block, move the bytes, then convert on dst's side */
@@ -1689,6 +1713,7 @@ BTDEF void bt_copy_(bt_tensor *dst, bt_tensor *src) {
 }
 /* contiguous copy of t with dtype dt on t's device (+1) */
 static bt_tensor *bt__contig_as(bt_tensor *t, bt_dtype dt) {
+    bt__no_halves(t, "copy");
     if (t->dtype == dt && bt_is_contiguous(t)) return bt_retain(t);
     bt_tensor *c = bt__new(bt_shape_of(t), dt, bt_device_of(t));
     bt__copy_same_device(c, t);
@@ -1998,6 +2023,7 @@ BTDEF bt_tensor *bt_cast_cached(bt_tensor *t, bt_tensor *cache) {
 static void bt__check_async_errors(bt_device dev);
 BTDEF void bt_to_host(bt_tensor *t, void *dst, bt_dtype dt) {
     bt__need(t, "to_host", "t");
+    bt__no_halves(t, "to_host");
     bt_tensor *c = bt__is_gpu(t) ? bt__contig_as(t, dt) : bt_retain(t);
     if (bt__is_gpu(t)) {
         bt__download(dst, bt_data_ptr(c), bt_device_of(c), (size_t)bt_numel(c) * bt_dtype_size(dt));
@@ -2011,6 +2037,7 @@ BTDEF void bt_to_host(bt_tensor *t, void *dst, bt_dtype dt) {
 }
 BTDEF void bt_to_host_async(bt_tensor *t, void *dst, bt_dtype dt, void *stream, void *event) {
     bt__need(t, "to_host_async", "t");
+    bt__no_halves(t, "to_host_async");
     if (!bt__is_gpu(t)) { bt_to_host(t, dst, dt); return; }
 #ifdef BT_CUDA
     bt_device dev = bt_device_of(t);

@@ -385,6 +385,12 @@ BTDEF void gpt2_init(gpt2 *m, uint64_t seed) {
    a view of that copy; the cast node's backward returns fp32 gradients to the leaves. */
 BTDEF void gpt2_lowp_refresh(gpt2 *m, bt_dtype dt) {
     if (dt == m->flat->dtype) return;
+    if (m->flat->storage->halves) {   /* the weights in two halves: the copy is their high halves, always current */
+        if (dt != BT_BF16 || !m->flat_lowp || m->flat_lowp->storage != m->flat->storage)
+            bt_error("gpt2: the weights are held in two halves (bt_adamw_split): they compute in bf16 (their high halves), not %s",
+                     bt_dtype_name(dt));
+        return;
+    }
     if (!m->flat_lowp || m->flat_lowp->dtype != dt || m->lowp_version != m->flat->storage->version) {
         int old = bt_set_grad_enabled(0);
         if (!m->flat_lowp || m->flat_lowp->dtype != dt) {
@@ -427,7 +433,11 @@ BTDEF void gpt2_set_units(gpt2 *m, const bt_units *u) {
 }
 BTDEF bt_tensor *gpt2_param_as(gpt2 *m, bt_tensor *p, bt_dtype dt) {
     if (m->units.src) return bt_units_param(&m->units, p, m->flat);
-    if (dt == p->dtype) return p;
+    if (dt == p->dtype) {
+        if (m->flat->storage->halves) bt_error("gpt2: a forward in %s, but the weights are held in two halves (bt_adamw_split): bf16 only",
+                                               bt_dtype_name(dt));
+        return p;
+    }
     gpt2_lowp_refresh(m, dt);
     return bt_cast_cached(p, bt_view(bt_narrow(m->flat_lowp, 0, p->offset, bt_numel(p)), bt_shape_of(p)));
 }

@@ -373,6 +373,12 @@ BTDEF void llama_init(llama *m, uint64_t seed) {
    the leaves. */
 BTDEF void llama_lowp_refresh(llama *m, bt_dtype dt) {
     if (dt == m->flat->dtype) return;
+    if (m->flat->storage->halves) {   /* the weights in two halves: the copy is their high halves, always current */
+        if (dt != BT_BF16 || !m->flat_lowp || m->flat_lowp->storage != m->flat->storage)
+            bt_error("llama: the weights are held in two halves (bt_adamw_split): they compute in bf16 (their high halves), not %s",
+                     bt_dtype_name(dt));
+        return;
+    }
     int fresh = m->flat_lowp && m->flat_lowp->dtype == dt;
     if (fresh && m->lowp_version == m->flat->storage->version) return;
     int old = bt_set_grad_enabled(0);
@@ -418,7 +424,11 @@ BTDEF void llama_set_units(llama *m, const bt_units *u) {
 static int llama__head_unit(const llama *m) { return m->cfg.tie ? 0 : m->cfg.L + 1; }
 BTDEF bt_tensor *llama_param_as(llama *m, bt_tensor *p, bt_dtype dt) {
     if (m->units.src) return bt_units_param(&m->units, p, m->flat);
-    if (dt == p->dtype) return p;
+    if (dt == p->dtype) {
+        if (m->flat->storage->halves) bt_error("llama: a forward in %s, but the weights are held in two halves (bt_adamw_split): bf16 only",
+                                               bt_dtype_name(dt));
+        return p;
+    }
     llama_lowp_refresh(m, dt);
     int64_t off = p->offset - m->flat->offset;
     return bt_cast_cached(p, bt_view(bt_narrow(m->flat_lowp, 0, off, bt_numel(p)), bt_shape_of(p)));

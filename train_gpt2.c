@@ -75,6 +75,10 @@ static void usage(FILE *f) {
         "            backward's products always split) (default split)\n"
         "  --fp8-head on|off   with fp8: the classifier's products (logits, their gradient) in FP8 too\n"
         "            (default on; a resume keeps the checkpoint's, off where it has none)\n"
+        "  --weight-copy halves|separate   the bf16 weights a bf16 or fp8 run computes with: the fp32 weights' high\n"
+        "            halves, which hold them with their low halves in the fp32 bytes (2 bytes a parameter less; ties\n"
+        "            round away from zero), or a copy of their own (ties to even). halves: one process or --dp ddp, no\n"
+        "            --tp/--cp, --offload or --mlir (default halves where that holds; a resume keeps the checkpoint's)\n"
         "  --grad-dtype auto|f32|bf16   the gradient buffer; bf16: 2 bytes a parameter less, for a bf16 or fp8 run on\n"
         "            one GPU with one micro-batch a step (-d = B*T: each gradient written once, no sum); auto: bf16 where\n"
         "            that holds and -b is given (or resumed), else f32; a resume of an f32 run stays f32 (default auto)\n"
@@ -165,7 +169,8 @@ static int takes_value(const char *a) {
         "-s", "-g", "-u", "--topk", "-l", "-q", "-c", "--clip", "--temp", "--seed", "-n", "--nproc", "--bucket-mb",
         "--nccl-timeout", "--ckpt-dir", "--ckpt-every", "--ckpt-keep", "--resume", "--init-from", "--export-hf", "--tp", "--cp",
         "--cp-comm", "--recompute", "--cuda-graph", "--ddp-rows", "--nccl-blocking", "--ddp-transport", "--dp", "--comm-dtype",
-        "--precision", "--device", "--eval-mc", "--fp8-recipe", "--fp8-history", "--fp8-accum", "--fp8-head", "--grad-dtype", "--offload"};
+        "--precision", "--device", "--eval-mc", "--fp8-recipe", "--fp8-history", "--fp8-accum", "--fp8-head", "--grad-dtype", "--offload",
+        "--weight-copy"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) if (!strcmp(a, names[i])) return 1;
     return 0;
 }
@@ -287,6 +292,10 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
                 snprintf(err, errlen, "--grad-dtype must be auto, f32 or bf16, got '%s'", v); return -1;
             }
         }
+        else if (!strcmp(a, "--weight-copy")) {
+            o->weight_copy = v;
+            if (strcmp(v, "halves") && strcmp(v, "separate")) { snprintf(err, errlen, "--weight-copy must be halves or separate, got '%s'", v); return -1; }
+        }
         else if (!strcmp(a, "--offload")) {
             if (strcmp(v, "none") && strcmp(v, "adamw")) { snprintf(err, errlen, "--offload must be none or adamw, got '%s'", v); return -1; }
             o->offload = !strcmp(v, "adamw");
@@ -333,12 +342,14 @@ static double host_available_bytes(void) {
 /* One process without tp/cp: the state kept whatever B is must fit where it lives, said before
    anything is allocated (rather than a failed allocation deep in the build, or, on a host that
    overcommits, the kernel's OOM killer during the init). Bytes a parameter: the fp32 weights 4,
-   their bf16 copy 2 (bf16, fp8 on a GPU), the gradients 4 (2 with --grad-dtype bf16), AdamW's m and
-   v 8 (not for --eval-only; in host memory with --offload adamw). Activations come on top. */
+   their bf16 copy 2 (bf16, fp8 on a GPU; 0 with --weight-copy halves), the gradients 4 (2 with
+   --grad-dtype bf16), AdamW's m and v 8 (not for --eval-only; in host memory with --offload adamw).
+   Activations come on top. */
 static int check_static_memory(const train_opts *o, int64_t n, int on_gpu, bt_device dev, bt_dtype dt, int grad_bf16, char *err,
                                size_t errlen) {
     double p = (double)n, state = o->eval_only ? 0 : 8;
-    double dev_b = p * (4 + (dt != BT_F32 ? 2 : 0) + (grad_bf16 ? 2 : 4) + (o->offload && on_gpu ? 0 : state));
+    int copy = dt != BT_F32 && !(o->weight_copy && !strcmp(o->weight_copy, "halves") && !o->eval_only) ? 2 : 0;
+    double dev_b = p * (4 + copy + (grad_bf16 ? 2 : 4) + (o->offload && on_gpu ? 0 : state));
     double host_b = on_gpu ? (o->offload ? p * state : 0) : dev_b, avail = host_available_bytes();
     if (on_gpu) {
         size_t free_b = 0, total_b = 0;
@@ -346,7 +357,7 @@ static int check_static_memory(const train_opts *o, int64_t n, int on_gpu, bt_de
         if (dev_b > (double)free_b) {
             snprintf(err, errlen, "%.2fB parameters need %.1f GB on the GPU before any activation (fp32 weights 4 bytes a parameter, "
                      "their bf16 copy %d, gradients %d, AdamW's m and v %d), and %.1f of its %.1f GB are free: %s", p / 1e9, dev_b / 1e9,
-                     dt != BT_F32 ? 2 : 0, grad_bf16 ? 2 : 4, o->offload || o->eval_only ? 0 : 8, free_b / 1e9, total_b / 1e9,
+                     copy, grad_bf16 ? 2 : 4, o->offload || o->eval_only ? 0 : 8, free_b / 1e9, total_b / 1e9,
                      !grad_bf16 && dt != BT_F32 && !o->eval_only ? "--grad-dtype bf16 keeps 2 bytes a parameter less, --offload adamw 8"
                      : !o->offload && !o->eval_only ? "--offload adamw moves m and v (8 bytes a parameter) to host memory"
                      : "a smaller model, or --dp fsdp over several GPUs");
@@ -979,6 +990,15 @@ static int train_main(train_opts *o) {
         if (world > 1 || (tr.src.resume && (!g || !strcmp(g, "f32")))) o->grad_dtype = "f32";
     }
     if (resolve_opts(o, on_gpu, &cfg, err, sizeof err)) { fprintf(stderr, "error: %s " SEE_H "\n", err); return run_end(&tr, 2); }
+    /* --weight-copy not given: halves where the run allows them; a resume takes the checkpoint's (absent: older, separate) */
+    if (!o->weight_copy) {
+        const char *w = tr.src.resume ? bt_ckpt_meta_get(bt_ckpt_file_meta(tr.src.file), "train.weight_copy") : "halves";
+        o->weight_copy = w && !strcmp(w, "halves") && trainer_halves_allowed(o, world, on_gpu) ? "halves" : "separate";
+    } else if (!strcmp(o->weight_copy, "halves") && !trainer_halves_allowed(o, world, on_gpu)) {
+        fprintf(stderr, "error: --weight-copy halves needs a bf16 compute dtype (--precision bf16, or fp8 on a GPU) and one optimizer over "
+                "all the weights: one process or --dp ddp, without --tp/--cp, --offload adamw or --mlir " SEE_H "\n");
+        return run_end(&tr, 2);
+    }
     if (check_outputs(o, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
     if (trainer_par_check(o, &cfg, world, on_gpu, err, sizeof err)) { fprintf(stderr, "error: %s " SEE_H "\n", err); return run_end(&tr, 2); }
     if (tr.src.resume && !o->eval_only && trainer_ckpt_check(&tr.src, o, &cfg, world / (o->tp * o->cp), err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
@@ -1039,6 +1059,7 @@ static int train_main(train_opts *o) {
     bt_tensor **params = trainer_params(&tr, &n_params);
     bt_adamw_init_offload(&tr.opt, params, n_params, 0.9f, 0.95f, 1e-8f, (float)o->weight_decay, (float)o->clip,
                           o->offload ? BT_ADAMW_OFFLOAD_CHUNK : 0);
+    trainer_weights_split(&tr);   /* --weight-copy halves: before the probes, whose peak is the steps' */
     if (o->recompute >= 0) bt_set_recompute(o->recompute);   /* before the probes: auto B counts with it */
     int auto_b = o->B < 0;
     if (o->B < 0) {                                  /* the GPU default: the largest that fits */
@@ -1082,7 +1103,11 @@ static int train_main(train_opts *o) {
     tr.inputs = (int32_t *)malloc(sizeof(int32_t) * (size_t)o->B * o->T);
     tr.targets = (int32_t *)malloc(sizeof(int32_t) * (size_t)o->B * o->T);
     if (!tr.inputs || !tr.targets) { fprintf(stderr, "error: out of host memory for a batch of -b %d x -t %d tokens\n", o->B, o->T); return run_end(&tr, 1); }
-    if (tr.src.resume && trainer_ckpt_restore(&tr, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
+    if (tr.src.resume) {   /* the checkpoint's fp32 weights go into fp32 bytes: joined for the load, split again */
+        trainer_weights_join(&tr);
+        if (trainer_ckpt_restore(&tr, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
+        trainer_weights_split(&tr);
+    }
     /* the staging of periodic snapshots (weights, m, v: fp32) is allocated before the first step,
        so no snapshot stalls on it (pinned memory takes ~0.3 s per GB to allocate) */
     size_t fp8_bytes = tr.model.fp8_buf ? sizeof(float) * (size_t)bt_numel(tr.model.fp8_buf) : 0;
@@ -1203,6 +1228,7 @@ static int train_main(train_opts *o) {
     if (tr.skipped) printf("%d updates skipped (not finite), ", tr.skipped);
     if (last_val == last_val) printf("final val loss %.4f, ", last_val);
     printf("peak memory %.0f MiB\n", bt_alloc_stats(dev).peak_allocated / 1048576.0);
+    trainer_weights_join(&tr);   /* the model file, the export and the sample read fp32 weights */
     /* with --tp or --dp fsdp the outputs come from the shards gathered into a whole model on rank 0 (a collective) */
     gpt2 *out = (tr.par || tr.fsdp) && (o->save_path || o->export_hf || (o->gen_len > 0 && !stopped)) ? trainer_whole_model(&tr) : &tr.model;
     /* the model is saved before the last sample: a slow or interrupted sample cannot lose it */

@@ -98,6 +98,9 @@ typedef struct {
     int recompute;            /* BT_RECOMPUTE_* flags, -1 (default) chosen by memory */
     int copy_in_update;       /* 1 (default): AdamW writes the bf16 weights in its own pass (trainer_update);
                                  0: a cast of their own before the forward (a test's reference: the same bits) */
+    const char *weight_copy;  /* --weight-copy halves | separate: the bf16 weights as the fp32 weights' high halves
+                                 (bt_adamw_split: 2 bytes a parameter less) or a copy of their own (NULL: not given;
+                                 halves where trainer_halves_allowed, a resume the checkpoint's) */
     const char *eval_mc;      /* --eval-mc FILE: a multiple-choice set scored at each validation */
     int eval_only;            /* --eval-only: validation loss and --eval-mc of the model, no training */
     int given_i, given_j, given_t, given_tok, given_m;   /* flags the user gave: defaults are explained, not blamed */
@@ -218,6 +221,11 @@ void trainer_ddp_wait_timed(trainer *tr);    /* bt_ddp_wait, the compute stream'
 double trainer_comm_exposed_ms(trainer *tr);
 bt_tensor *trainer_grad_norm(trainer *tr);   /* the global L2 norm of the gradients (fp32 [1], no host sync) */
 void trainer_update(trainer *tr, double lr, bt_tensor *norm);   /* AdamW on this rank's range; ZeRO's all-gather */
+/* --weight-copy halves: the weights in two halves from here (before the first step, after any load)
+   and back to fp32 (before the outputs read them); each a no-op where it does not apply */
+int trainer_halves_allowed(const train_opts *o, int world, int on_gpu);
+void trainer_weights_split(trainer *tr);
+void trainer_weights_join(trainer *tr);
 
 /* ---- 4. the micro-step as a CUDA graph ---- */
 /* a micro-step: forward, backward of loss / accum, loss / accum into loss_sum, the data-parallel
@@ -634,6 +642,39 @@ bt_tensor *trainer_grad_norm(trainer *tr) {
     bt_tensor **params = trainer_params(tr, &n);
     return bt_grad_norm(params, n);
 }
+static bt_tensor **trainer__lowp_slot(trainer *tr) { return TRAINER__LLAMA(tr) ? &tr->lm.flat_lowp : &tr->model.flat_lowp; }
+/* The bf16 weights as the high halves of the fp32 ones (bt_optim.h, THE WEIGHTS IN TWO HALVES): one
+   AdamW over the whole flat buffer, as the copy in the update below needs, and nothing else that
+   reads the fp32 weights during the steps: so not with ZeRO or fsdp (their all-gathers and shards
+   are fp32), tp/cp (their shard files), offload (its chunks stream fp32 weights: not built),
+   --mlir; a compute dtype of bf16 (bf16, or fp8 on a GPU). */
+int trainer_halves_allowed(const train_opts *o, int world, int on_gpu) {
+    int bf16 = o->precision && (!strcmp(o->precision, "bf16") || (!strcmp(o->precision, "fp8") && on_gpu));
+    return bf16 && o->copy_in_update && !o->offload && !o->mlir && o->tp * o->cp == 1 && (world == 1 || !strcmp(o->dp, "ddp"));
+}
+/* In place (a temporary of 2 bytes a parameter, given back to the device with the old copy: the
+   steps' peak does not hold them); the model's compute copy is then the high halves, current by
+   construction (gpt2_lowp_refresh sees the storage's halves and casts nothing). */
+void trainer_weights_split(trainer *tr) {
+    if (!tr->o.weight_copy || strcmp(tr->o.weight_copy, "halves") || tr->opt.split) return;
+    bt_tensor **lowp = trainer__lowp_slot(tr);
+    bt_release(*lowp);
+    *lowp = NULL;
+    bt_scope_begin();
+    *lowp = bt_keep(bt_adamw_split(&tr->opt));
+    bt_scope_end();
+    if (TRAINER__LLAMA(tr)) tr->lm.lowp_version = tr->lm.flat->storage->version;
+    else tr->model.lowp_version = tr->model.flat->storage->version;
+    if (trainer_device(tr).type == BT_GPU) bt_alloc_empty_cache(trainer_device(tr));
+}
+void trainer_weights_join(trainer *tr) {
+    if (!tr->opt.split) return;
+    if (tr->fence_pending) trainer_ckpt_fence(tr);   /* a snapshot's copies read the halves first */
+    bt_tensor **lowp = trainer__lowp_slot(tr);
+    bt_release(*lowp);
+    *lowp = NULL;   /* the next forward casts a copy of its own */
+    bt_adamw_join(&tr->opt);
+}
 /* The model's bf16 copy of its weights when AdamW can write it in its update (bt_adamw_set_copy):
    one update over the whole flat buffer the copy mirrors, so not with ZeRO or fsdp, whose updates
    cover a rank's range (the others' come by the all-gather of fp32 weights, and the cast follows).
@@ -641,7 +682,7 @@ bt_tensor *trainer_grad_norm(trainer *tr) {
 static bt_tensor *trainer__lowp_copy(trainer *tr) {
     bt_tensor *flat = trainer_flat(tr), *lowp = TRAINER__LLAMA(tr) ? tr->lm.flat_lowp : tr->model.flat_lowp;
     const bt_adamw *o = &tr->opt;
-    if (!tr->o.copy_in_update || !lowp || lowp->dtype != BT_BF16 || tr->fsdp || tr->zero.stage || !o->flat_p || !flat) return NULL;
+    if (o->split || !tr->o.copy_in_update || !lowp || lowp->dtype != BT_BF16 || tr->fsdp || tr->zero.stage || !o->flat_p || !flat) return NULL;
     if (o->flat_p->storage != flat->storage || o->flat_p->offset != flat->offset || o->lo != 0 || o->hi != o->numel ||
         o->numel != bt_numel(flat) || !bt_device_eq(bt_device_of(lowp), bt_device_of(flat)))
         return NULL;
@@ -650,8 +691,8 @@ static bt_tensor *trainer__lowp_copy(trainer *tr) {
 void trainer_update(trainer *tr, double lr, bt_tensor *norm) {
     if (tr->fence_pending) trainer_ckpt_fence(tr);   /* a checkpoint's copies of the weights and state finish first */
     bt_adamw_set_grad_norm(&tr->opt, norm);
-    bt_tensor *copy = trainer__lowp_copy(tr);
-    if (copy != tr->opt.copy) bt_adamw_set_copy(&tr->opt, copy);
+    bt_tensor *copy = tr->opt.split ? *trainer__lowp_slot(tr) : trainer__lowp_copy(tr);   /* halves: the high ones */
+    if (!tr->opt.split && copy != tr->opt.copy) bt_adamw_set_copy(&tr->opt, copy);
     bt_adamw_update(&tr->opt, (float)lr, tr->fsdp ? tr->fsdp->grad : tr->zero.grad_sum);
     if (TRAINER__LLAMA(tr)) llama_lowp_written(&tr->lm, copy);   /* the next forward needs no cast */
     else gpt2_lowp_written(&tr->model, copy);
@@ -954,6 +995,8 @@ static int trainer__ckpt_fields(const train_opts *o, const trainer_config *tc, i
         FIELD("train.fp8_head", "--fp8-head", "%s", trainer__fp8_head(o) ? "on" : "off");
         f[n - 1].absent = "off";
     }
+    FIELD("train.weight_copy", "--weight-copy", "%s", o->weight_copy ? o->weight_copy : "separate");
+    f[n - 1].absent = "separate";   /* older checkpoints: a copy of its own (its ties rounded to even) */
 #undef FIELD
     return n;
 }

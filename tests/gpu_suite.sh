@@ -12,7 +12,8 @@
 #              for test_gpt2_gpu's d12 parity (BT_PARITY_D12)
 #   unit       every build/tests/test_*_gpu (tests/run_all.sh)
 #   sanitizer  each of them under compute-sanitizer memcheck, quick mode (SAN=0 skips it)
-#   resume     train_gpt2's checkpoints, bit for bit (tests/resume_check.py): GPT-2 124M bf16, fp32 and
+#   resume     train_gpt2's checkpoints, bit for bit (tests/resume_check.py): GPT-2 124M bf16 (its
+#              weights in two halves: --weight-copy halves, the default; against separate), fp32 and
 #              fp8 resumed after step 4 (fp8 also: graph against eager, losses near bf16's), --offload adamw
 #              against the state on the GPU bit for bit, --grad-dtype bf16 resumed (its losses near f32
 #              gradients', less memory; auto the same bits; auto resuming an f32 run stays f32; fp8 with
@@ -201,11 +202,26 @@ PY
   resume_check "the CUDA graph run against --cuda-graph off" --after 0 --log-a "$OUT/bf16_a/log.jsonl" \
     --log-b "$OUT/bf16_eager/log.jsonl" --ckpt-a "$(ck "$C/bf16_a" "$S")" --ckpt-b "$(ck "$C/eager" "$S")"
   rm -rf "$C/eager"
+  # --weight-copy separate (a bf16 copy of its own, ties to even) against the default halves (the
+  # fp32 weights' high halves, ties away from zero): losses within 0.01 at every step, 2 bytes a
+  # parameter less at the peak with halves
+  train bf16_sep "${D12[@]}" --precision bf16 --weight-copy separate --ckpt-dir "$C/sep"
+  python3 - "$OUT/bf16_sep/log.jsonl" "$OUT/bf16_a/log.jsonl" "$OUT/bf16_sep.txt" "$OUT/bf16_a.txt" > "$OUT/halves_vs_sep.txt" 2>&1 <<'PY'
+import json, re, sys
+a, b = ([json.loads(l)["train_loss"] for l in open(p) if l.strip()] for p in sys.argv[1:3])
+mem = [int(re.findall(r"peak memory (\d+) MiB", open(p).read())[-1]) for p in sys.argv[3:5]]
+d = max(abs(x - y) for x, y in zip(a, b)) if a and len(a) == len(b) else float("inf")
+print(f"largest |halves - separate| train loss over {len(a)} steps: {d:.4f}; peak {mem[1]} MiB against {mem[0]} MiB")
+sys.exit(0 if d < 0.01 and mem[1] < mem[0] else 1)
+PY
+  rc=$?
+  check resume "d12 --weight-copy halves near separate, less memory: $(tail -1 "$OUT/halves_vs_sep.txt")" $rc
   # --offload adamw: AdamW's m and v in pinned host memory, streamed through the GPU: the same bits
+  # (its bf16 weights a copy of their own: against --weight-copy separate)
   train offload "${D12[@]}" --precision bf16 --offload adamw --ckpt-dir "$C/offload"
-  resume_check "--offload adamw against the state on the GPU" --after 0 --log-a "$OUT/bf16_a/log.jsonl" \
-    --log-b "$OUT/offload/log.jsonl" --ckpt-a "$(ck "$C/bf16_a" "$S")" --ckpt-b "$(ck "$C/offload" "$S")"
-  rm -rf "$C/offload"
+  resume_check "--offload adamw against the state on the GPU" --after 0 --log-a "$OUT/bf16_sep/log.jsonl" \
+    --log-b "$OUT/offload/log.jsonl" --ckpt-a "$(ck "$C/sep" "$S")" --ckpt-b "$(ck "$C/offload" "$S")"
+  rm -rf "$C/offload" "$C/sep"
   # kill -9 at a random step after the first checkpoint, then --resume auto
   k=$((3 + RANDOM % (S - 4)))
   "$BIN" "${D12[@]}" --precision bf16 --ckpt-every 2 --ckpt-dir "$C/kill" -o "$OUT/kill" > "$OUT/kill.txt" 2>&1 &

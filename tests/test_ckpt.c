@@ -10,7 +10,9 @@
 #define BT_TENSOR_IMPLEMENTATION
 #define BT_DATA_IMPLEMENTATION
 #define BT_CKPT_IMPLEMENTATION
+#define BT_OPTIM_IMPLEMENTATION
 #include "bt_ckpt.h"
+#include "bt_optim.h"   /* bt_f32_split_: a tensor in two halves */
 #include "tests/bt_test.h"
 #include "tests/bt_test_files.h"
 
@@ -871,6 +873,50 @@ static void test_saver_cpu(void) {
     for (k = 0; k < 3; k++) bt_release(t[k]);
 }
 
+/* an f32 tensor held in two halves (bt_optim.h's bt_f32_split_) is saved as its f32 values: the
+   saver copies its bytes as they are and joins them on the writer thread, leaving the tensor in
+   halves; a part of one is refused, as are the writer's add_tensor and a load into one */
+static void test_saver_halves(void) {
+    char dir[512], path[600];
+    int64_t n = 100003;
+    snprintf(dir, sizeof dir, "%s/saver_halves", bt_test_dir);
+    bt_tensor *buf = bt_randn(bt_shape1(n + 3), BT_F32, bt_cpu(), 17);
+    bt_tensor *w = bt_narrow(buf, 0, 0, n), *tail = bt_narrow(buf, 0, n, 3), *part = bt_narrow(buf, 0, 1, 10);
+    float *want = (float *)malloc(sizeof(float) * (size_t)(n + 3));
+    memcpy(want, bt_data_ptr(buf), sizeof(float) * (size_t)(n + 3));
+    bt_f32_split_(w);
+    unsigned char *halves = (unsigned char *)malloc(4 * (size_t)n);
+    memcpy(halves, bt_data_ptr(buf), 4 * (size_t)n);
+    bt_ckpt_saver *s = bt_ckpt_saver_new(dir, 0);
+    BT_CHECK(s != NULL, "saver: %s", bt_ckpt_error());
+    if (!s) return;
+    bt_tensor *t[2] = {w, tail}, *bad[1] = {part};
+    const char *names[2] = {"params", "tail"};
+    BT_CHECK(!bt_ckpt_saver_snapshot(s, 1, t, names, 2, NULL) && !bt_ckpt_saver_wait(s), "snapshot: %s", bt_ckpt_error());
+    BT_CHECK(buf->storage->halves == n && !memcmp(bt_data_ptr(buf), halves, 4 * (size_t)n), "the saver changed the tensor in halves");
+    BT_CHECK(bt_ckpt_saver_snapshot(s, 2, bad, names, 1, NULL) && strstr(bt_ckpt_error(), "part of an f32 array held in two halves"),
+             "a part of one: %s", bt_ckpt_error());
+    BT_CHECK(!bt_ckpt_saver_free(s), "free: %s", bt_ckpt_error());
+    bt_ckpt_path(dir, 1, path, sizeof path);
+    bt_ckpt_file *f = bt_ckpt_open(path, BT_CKPT_VERIFY | BT_CKPT_REQUIRE_CHECKSUMS);
+    BT_CHECK(f != NULL, "%s: %s", path, bt_ckpt_error());
+    if (f) {
+        bt_tensor *g = bt_empty(bt_shape1(n), BT_F32, bt_cpu()), *g3 = bt_empty(bt_shape1(3), BT_F32, bt_cpu());
+        BT_CHECK(!bt_ckpt_load(f, "params", g, 0) && !memcmp(bt_data_ptr(g), want, 4 * (size_t)n), "params: not the f32 values");
+        BT_CHECK(!bt_ckpt_load(f, "tail", g3, 0) && !memcmp(bt_data_ptr(g3), want + n, 12), "tail: not its values");
+        BT_CHECK(bt_ckpt_load(f, "params", w, 0) && strstr(bt_ckpt_error(), "two halves"), "a load into halves: %s", bt_ckpt_error());
+        bt_release(g); bt_release(g3);
+        bt_ckpt_close(f);
+    }
+    bt_ckpt_writer *wr = bt_ckpt_writer_new();
+    BT_CHECK(bt_ckpt_writer_add_tensor(wr, "params", w, 0, 0) && strstr(bt_ckpt_error(), "two halves"), "add_tensor: %s", bt_ckpt_error());
+    bt_ckpt_writer_free(wr);
+    bt_f32_join_(w);
+    BT_CHECK(!memcmp(bt_data_ptr(buf), want, 4 * (size_t)(n + 3)), "joined: not the values");
+    free(want); free(halves);
+    bt_release(part); bt_release(tail); bt_release(w); bt_release(buf);
+}
+
 static void rm_dir_files(const char *dir) {
     DIR *d = opendir(dir);
     struct dirent *de;
@@ -1307,6 +1353,7 @@ int main(int argc, char **argv) {
     BT_RUN(test_tensor_load_store);
     BT_RUN(test_kill9_mid_save);
     BT_RUN(test_saver_cpu);
+    BT_RUN(test_saver_halves);
     BT_RUN(test_saver_failure);
     BT_RUN(test_latest_valid);
     BT_RUN(test_names_and_sweep);

@@ -1624,8 +1624,31 @@ static void test_adamw(void) {
             CK(cudaMemsetAsync(dc, 0xff, (size_t)(n + 1) * 2, st()));
             bt_k_adamw((float *)dp + off, (char *)dg + off * tsz(gdt), gdt, (float *)dm + off, (float *)dv + off, n,
                        (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, druns, variant == 0 ? 3 : 0, step, dsc,
-                       k == 1 ? NULL : dc + off, st());
+                       k == 1 ? NULL : dc + off, NULL, st());
             const char *how = variant ? "unaligned" : "scaled, decay runs";
+            {   /* the weights in two halves: the same update, the same fp32 bits (joined), m and v the same */
+                void *dp2 = up(BT_F32, p, n + 1), *dm2 = up(BT_F32, m, n + 1), *dv2 = up(BT_F32, v, n + 1);
+                uint16_t *dh = (uint16_t *)dmalloc((size_t)(n + 1) * 2), *dl = (uint16_t *)dmalloc((size_t)(n + 1) * 2);
+                bt_k_f32_split((float *)dp2, dh, dl, n + 1, st());
+                bt_k_adamw(NULL, (char *)dg + off * tsz(gdt), gdt, (float *)dm2 + off, (float *)dv2 + off, n, (float)lr, (float)b1,
+                           (float)b2, (float)eps, (float)wd, druns, variant == 0 ? 3 : 0, step, dsc, dh + off, dl + off, st());
+                bt_k_f32_join(dh, dl, (float *)dp2, n + 1, st());
+                double *a = zvec(n), *b = zvec(n), *hh = zvec(n);
+                down(BT_F32, (float *)dp + off, a, n);
+                snprintf(what, sizeof what, "adamw halves p g=%s %s", tname(gdt), how);
+                expect(what, BT_F32, (float *)dp2 + off, a, n, 0.0);
+                for (int64_t i = 0; i < n; i++) hh[i] = bt__bf16_to_f32(bt__f32_hi16((float)a[i]));
+                snprintf(what, sizeof what, "adamw halves hi g=%s %s", tname(gdt), how);
+                expect(what, BT_BF16, dh + off, hh, n, 0.0);
+                down(BT_F32, (float *)dm + off, b, n);
+                snprintf(what, sizeof what, "adamw halves m g=%s %s", tname(gdt), how);
+                expect(what, BT_F32, (float *)dm2 + off, b, n, 0.0);
+                down(BT_F32, (float *)dv + off, b, n);
+                snprintf(what, sizeof what, "adamw halves v g=%s %s", tname(gdt), how);
+                expect(what, BT_F32, (float *)dv2 + off, b, n, 0.0);
+                free(a); free(b); free(hh);
+                dfree(dp2); dfree(dm2); dfree(dv2); dfree(dh); dfree(dl);
+            }
             if (k != 1) {   /* the copy: exactly the stored p rounded to bf16 */
                 double *hp = zvec(n);
                 down(BT_F32, (float *)dp + off, hp, n);
@@ -1648,6 +1671,56 @@ static void test_adamw(void) {
         }
 }
 
+/* f32 -> two halves -> f32 is the identity on every bit pattern but NaN's payload, and the high
+   half is the value rounded to nearest, ties away from zero: against the host's bt__f32_hi16 /
+   lo16 / join16 on random patterns and the edges (ties, carries into the exponent, infinities,
+   the largest finite values, subnormals, zeros, NaNs) */
+static void test_f32_halves(void) {
+    NEED_GPU();
+    const int64_t n = 1 << 16;
+    uint32_t *u = (uint32_t *)malloc(sizeof(uint32_t) * (size_t)n);
+    uint16_t *h = (uint16_t *)malloc(2 * (size_t)n), *l = (uint16_t *)malloc(2 * (size_t)n);
+    uint32_t *back = (uint32_t *)malloc(sizeof(uint32_t) * (size_t)n);
+    uint32_t edge[] = {0x00000000u, 0x80000000u, 0x00008000u, 0x80008000u, 0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x3fffffffu,
+                       0x7f7fffffu, 0xff7fffffu, 0x7f7f8000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u, 0x7f800001u,
+                       0x00000001u, 0x007fffffu, 0x7fffffffu, 0xffffffffu, 0xffff8000u, 0x7fff8000u};
+    int ne = (int)(sizeof edge / sizeof edge[0]);
+    uint64_t x = 88172645463325252ull;
+    for (int64_t i = 0; i < n; i++) {
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        u[i] = i < ne ? edge[i] : (uint32_t)x;
+    }
+    float *du = (float *)dmalloc(sizeof(float) * (size_t)n);
+    uint16_t *dh = (uint16_t *)dmalloc(2 * (size_t)n), *dl = (uint16_t *)dmalloc(2 * (size_t)n);
+    CK(cudaMemcpy(du, u, sizeof(float) * (size_t)n, cudaMemcpyHostToDevice));
+    bt_k_f32_split(du, dh, dl, n, st());
+    CK(cudaMemsetAsync(du, 0, sizeof(float) * (size_t)n, st()));
+    bt_k_f32_join(dh, dl, du, n, st());
+    CK(cudaStreamSynchronize(st()));
+    CK(cudaMemcpy(h, dh, 2 * (size_t)n, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(l, dl, 2 * (size_t)n, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(back, du, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost));
+    int64_t bad = 0, badr = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float f; memcpy(&f, &u[i], 4);
+        int nan = (u[i] & 0x7fffffffu) > 0x7f800000u;
+        uint32_t b = back[i];
+        float fb; memcpy(&fb, &b, 4);
+        if (h[i] != bt__f32_hi16(f) || l[i] != bt__f32_lo16(f) || (nan ? fb == fb : b != u[i])) bad++;
+        if (!nan) {   /* the high half: the nearest bf16, a tie to the larger magnitude */
+            double d = f, lo16 = bt__bf16_to_f32((uint16_t)(u[i] >> 16)), up = bt__bf16_to_f32((uint16_t)((u[i] >> 16) + 1));
+            if (isinf(up) && !isinf(d)) up = copysign(ldexp(1.0, 128), d);   /* the step past the largest bf16 */
+            double hv = bt__bf16_to_f32(h[i]), want = isinf(d) || (u[i] & 0xffffu) == 0 ? d : fabs(d - lo16) < fabs(up - d) ? lo16 : up;
+            if (fabs(want) == ldexp(1.0, 128)) want = copysign(INFINITY, want);
+            if (hv != want) badr++;
+        }
+    }
+    BT_CHECK(bad == 0 && badr == 0, "f32 halves: %lld of %lld patterns not split and joined exactly, %lld high halves not the nearest",
+             (long long)bad, (long long)n, (long long)badr);
+    dfree(du); dfree(dh); dfree(dl);
+    free(u); free(h); free(l); free(back);
+}
+
 /* BT_TEST_ONLY=word runs the tests whose name holds it (e.g. attention) */
 static const char *g_only;
 #define RUN(fn) do { if (!g_only || strstr(#fn, g_only)) BT_RUN(fn); } while (0)
@@ -1657,6 +1730,7 @@ int main(void) {
     g_progress = pv && atoi(pv) != 0;
     g_only = getenv("BT_TEST_ONLY");
     RUN(test_context);
+    RUN(test_f32_halves);
     RUN(test_cast_copy_fill);
     RUN(test_random);
     RUN(test_unary);

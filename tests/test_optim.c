@@ -1,6 +1,6 @@
 /* test_optim.c - bt_optim.h: AdamW (with and without clipping; its state as data: get, set, a
    sharded update equal to the full one on its range; the state offloaded and streamed in chunks,
-   the same bits as kept whole; the rounded copy an update writes), SGD with momentum, the global gradient norm,
+   the same bits as kept whole; the rounded copy an update writes; the weights in two halves), SGD with momentum, the global gradient norm,
    against hand-written references in double; bt_lr_cosine. */
 #include "bt_autograd.h"
 #include "bt_optim.h"
@@ -395,12 +395,133 @@ static void test_adamw_offload(void) {
     BT_CHECK(allocated() == base, "leaked %lld bytes", (long long)(allocated() - base));
 }
 
+/* THE WEIGHTS IN TWO HALVES. In place f32 -> halves -> f32 on bit patterns with the edges (ties,
+   carries into the exponent and to infinity, subnormals, zeros, NaN), the storage's tail past them
+   untouched, the data movers refusing the f32 view meanwhile; then AdamW over a split buffer
+   against AdamW writing a bf16 copy: the same fp32 bits (joined), m and v, and the high halves
+   equal to the copy except at ties, where they are the value rounded away from zero. */
+static void test_adamw_halves(void) {
+    size_t base = allocated();
+    {
+        const int64_t n = 4099;
+        uint32_t edge[] = {0x00000000u, 0x80000000u, 0x00008000u, 0x80008000u, 0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x7f7fffffu,
+                           0xff7f8000u, 0x7f800000u, 0xff800000u, 0x00000001u, 0x007fffffu, 0x7fc00000u};
+        int ne = (int)(sizeof edge / sizeof edge[0]);
+        bt_tensor *buf = bt_zeros(bt_shape1(n + 5), BT_F32, CPU);
+        uint32_t *u = (uint32_t *)bt_data_ptr(buf), *orig = (uint32_t *)malloc(sizeof(uint32_t) * (size_t)(n + 5));
+        uint64_t x = 0x9e3779b97f4a7c15ull;
+        for (int64_t i = 0; i < n + 5; i++) {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            u[i] = i < ne ? edge[i] : (uint32_t)x & 0xbfffffffu;   /* finite (exponent below all-ones) past the edges */
+        }
+        memcpy(orig, u, sizeof(uint32_t) * (size_t)(n + 5));
+        bt_tensor *w = bt_narrow(buf, 0, 0, n);
+        bt_f32_split_(w);
+        BT_CHECK(buf->storage->halves == n, "halves %lld, expected %lld", (long long)buf->storage->halves, (long long)n);
+        const uint16_t *h = (const uint16_t *)u;
+        int64_t bad = 0;
+        for (int64_t i = 0; i < n; i++) {
+            float f; memcpy(&f, &orig[i], 4);
+            bad += h[i] != bt__f32_hi16(f) || h[n + i] != bt__f32_lo16(f);
+        }
+        for (int64_t i = n; i < n + 5; i++) bad += u[i] != orig[i];
+        BT_CHECK(bad == 0, "%lld halves (or tail elements) wrong", (long long)bad);
+        bt_tensor *hi = bt_f32_halves_hi(w);
+        BT_CHECK(hi->dtype == BT_BF16 && bt_numel(hi) == n && bt_data_ptr(hi) == (void *)u, "the high halves' view");
+        BT_CHECK(h[4] == 0x3f81 && h[3] == 0x8001 && h[5] == 0x3f82 && h[9] == 0x7f80, "ties away from zero: %04x %04x %04x %04x",
+                 h[4], h[3], h[5], h[9]);
+        float tmp[4];
+        bt_tensor *other = bt_zeros(bt_shape1(n), BT_F32, CPU);
+        BT_EXPECT_ERROR(bt_to_host(w, tmp, BT_F32), "two halves");
+        BT_EXPECT_ERROR(bt_copy_(other, w), "two halves");
+        BT_EXPECT_ERROR(bt_copy_(w, other), "two halves");
+        BT_EXPECT_ERROR(bt_f32_split_(w), "in two halves already");
+        bt_release(other);
+        bt_f32_join_(w);
+        BT_CHECK(buf->storage->halves == 0, "joined: halves %lld", (long long)buf->storage->halves);
+        bad = 0;
+        for (int64_t i = 0; i < n + 5; i++) {
+            float f; memcpy(&f, &u[i], 4);
+            bad += orig[i] == 0x7fc00000u ? f == f : u[i] != orig[i];
+        }
+        BT_CHECK(bad == 0, "%lld of %lld values not the same bits after split and join", (long long)bad, (long long)n + 5);
+        BT_EXPECT_ERROR(bt_f32_join_(w), "not in two halves");
+        bt_tensor *mid = bt_narrow(buf, 0, 1, 4);
+        BT_EXPECT_ERROR(bt_f32_split_(mid), "start of its storage");
+        bt_release(mid); bt_release(hi); bt_release(w); bt_release(buf); free(orig);
+    }
+    /* AdamW: two parameters tiling one buffer (decay on the matrix only), 3 steps, clipped */
+    const int64_t R = 400, C = 250, N = R * C + 7;
+    bt_tensor *buf[2], *ps[2][2];
+    for (int k = 0; k < 2; k++) {
+        buf[k] = bt_zeros(bt_shape1(N), BT_F32, CPU);
+        bt_uniform_(buf[k], -1, 1, 11, 0);
+        bt_scope_begin();
+        ps[k][0] = bt_keep(bt_view(bt_narrow(buf[k], 0, 0, R * C), bt_shape2(R, C)));
+        ps[k][1] = bt_keep(bt_narrow(buf[k], 0, R * C, 7));
+        bt_scope_end();
+        ps[k][0]->requires_grad = ps[k][1]->requires_grad = 1;
+    }
+    bt_adamw a, b;
+    bt_adamw_init(&a, ps[0], 2, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f);
+    bt_adamw_init(&b, ps[1], 2, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f);
+    bt_tensor *copy = bt_full(bt_shape1(N), NAN, BT_BF16, CPU);
+    bt_adamw_set_copy(&a, copy);
+    bt_adamw_set_copy(&b, copy);   /* dropped by the split */
+    bt_tensor *hi = bt_adamw_split(&b);
+    BT_CHECK(b.split && b.copy == NULL && buf[1]->storage->halves == N, "split: flag %d, copy %p, halves %lld", b.split,
+             (void *)b.copy, (long long)buf[1]->storage->halves);
+    BT_EXPECT_ERROR(bt_adamw_set_copy(&b, copy), "two halves");
+    BT_EXPECT_ERROR(bt_adamw_split(&b), "already");
+    int64_t all_ties = 0;
+    for (int t = 0; t < 3; t++) {
+        bt_tensor *g = bt_zeros(bt_shape1(N), BT_F32, CPU);
+        bt_uniform_(g, -0.02, 0.02, 300 + (uint64_t)t, 0);
+        for (int k = 0; k < 2; k++)
+            for (int i = 0; i < 2; i++) {
+                bt_test_drop_grad(ps[k][i]);
+                bt_scope_begin();
+                ps[k][i]->grad = bt_keep(bt_view(bt_narrow(g, 0, i ? R * C : 0, i ? 7 : R * C), bt_shape_of(ps[k][i])));
+                bt_scope_end();
+            }
+        bt_release(g);
+        bt_adamw_step(&a, 1e-2f); bt_adamw_step(&b, 1e-2f);
+        const uint32_t *pa = (const uint32_t *)bt_data_ptr(buf[0]);
+        const uint16_t *hb = (const uint16_t *)bt_data_ptr(buf[1]), *cp = (const uint16_t *)bt_data_ptr(copy);
+        int64_t bad_p = 0, bad_c = 0, ties = 0;
+        for (int64_t i = 0; i < N; i++) {
+            float f = bt__f32_join16(hb[i], hb[N + i]), fa;
+            memcpy(&fa, &pa[i], 4);
+            bad_p += memcmp(&f, &pa[i], 4) != 0;
+            int tie = (pa[i] & 0xffffu) == 0x8000u;
+            ties += tie;
+            bad_c += hb[i] != bt__f32_hi16(fa) || (!tie && hb[i] != cp[i]);
+        }
+        all_ties += ties;
+        BT_CHECK(bad_p == 0 && bad_c == 0, "step %d: %lld joined weights differ from the plain update's, %lld high halves from the copy "
+                 "(%lld ties)", t + 1, (long long)bad_p, (long long)bad_c, (long long)ties);
+        bt_tensor *sa[2] = {a.m, a.v}, *sb[2] = {b.m, b.v};
+        BT_CHECK(same_values(sa, sb, 2), "step %d: m or v differ", t + 1);
+    }
+    BT_CHECK(all_ties > 0, "no weight fell on a tie in 3 steps: the tie branch is untested (another seed)");
+    bt_adamw_join(&b);
+    BT_CHECK(!b.split && buf[1]->storage->halves == 0 && !memcmp(bt_data_ptr(buf[0]), bt_data_ptr(buf[1]), sizeof(float) * (size_t)N),
+             "joined: not the plain update's bits");
+    bt_adamw_shard(&b, 0, 100);
+    BT_EXPECT_ERROR(bt_adamw_split(&b), "a shard");
+    bt_adamw_free(&a); bt_adamw_free(&b);
+    bt_release(hi); bt_release(copy);
+    for (int k = 0; k < 2; k++) { for (int i = 0; i < 2; i++) { bt_test_drop_grad(ps[k][i]); bt_release(ps[k][i]); } bt_release(buf[k]); }
+    BT_CHECK(allocated() == base, "leaked %lld bytes", (long long)(allocated() - base));
+}
+
 int main(void) {
     bt_test_seed = 7000;
     BT_RUN(test_adamw);
     BT_RUN(test_adamw_clipping);
     BT_RUN(test_adamw_state_and_shards);
     BT_RUN(test_adamw_offload);
+    BT_RUN(test_adamw_halves);
     BT_RUN(test_sgd);
     BT_RUN(test_lr_cosine);
     BT_RUN(test_grad_norm);

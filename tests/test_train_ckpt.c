@@ -10,7 +10,7 @@
    locked by its run and refuses another run's checkpoints unless --resume auto or
    --ckpt-overwrite; a killed save's temporary goes when a run takes the directory; a resumed log
    has one entry per step; links at a checkpoint's name are refused. --offload adamw: the same bits,
-   resumed either way; its flag's errors. Runs are this binary
+   resumed either way; its flag's errors. --weight-copy's errors. Runs are this binary
    re-executed with --run-train ARGS, with train_gpt2's own signal handler (a fresh process: its
    exit status, output and leaks are its own). The runs use the s2 preset, -b 1 -t 8, ten steps or
    fewer (about 0.05 s each on a 2-core CPU, 0.5 s under ASan). */
@@ -765,6 +765,22 @@ static void test_offload_adamw(void) {
     BT_CHECK(rc == 2 && strstr(out, "--offload must be none or adamw, got 'sgd'"), "--offload sgd: exit %d: %s", rc, out);
 }
 
+/* --weight-copy: its errors (a CPU run computes in fp32: the halves' runs, resumed bit for bit,
+   are the GPU suite's resume part) */
+static void test_weight_copy_flag(void) {
+    char args[2000], out[65536];
+    snprintf(args, sizeof args, RUN " -x 2 --weight-copy thirds");
+    int rc = train_run(args, out, sizeof out);
+    BT_CHECK(rc == 2 && strstr(out, "--weight-copy must be halves or separate, got 'thirds'"), "--weight-copy thirds: exit %d: %s", rc, out);
+    snprintf(args, sizeof args, RUN " -x 2 --weight-copy halves");
+    rc = train_run(args, out, sizeof out);
+    BT_CHECK(rc == 2 && strstr(out, "--weight-copy halves needs a bf16 compute dtype"), "--weight-copy halves on a CPU: exit %d: %s", rc, out);
+    if (!have_data()) { BT_SKIP("no data/tinyshakespeare_*.bin (make data)"); return; }
+    snprintf(args, sizeof args, RUN " -x 2 --weight-copy separate");
+    rc = train_run(args, out, sizeof out);
+    BT_CHECK(rc == 0 && strstr(out, "step "), "--weight-copy separate on a CPU (fp32: no copy either way): exit %d: %s", rc, out);
+}
+
 /* finding 7: weights that are not finite in the file a run starts from (-e, --init-from,
    --resume) are refused before training, naming the file, not blamed on the learning rate */
 static void test_nonfinite_weights_refused(void) {
@@ -842,6 +858,7 @@ int main(int argc, char **argv) {
     BT_RUN(test_ckpt_metadata_messages);
     BT_RUN(test_grad_dtype_field);
     BT_RUN(test_offload_adamw);
+    BT_RUN(test_weight_copy_flag);
     BT_RUN(test_nonfinite_weights_refused);
     BT_RUN(test_hf_bad_dtype_and_config_link);
     train_runs_done();
