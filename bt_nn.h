@@ -119,7 +119,7 @@ static bt_tensor *bt__mlp_fused(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_t
         bt_tensor *in[6] = {x, w1, b1, w2, b2, r};
         bt_node *n = bt__record("mlp_gelu", bt__mlp_back, y, in, r ? 6 : 5);
         if (n) {   /* saved[4], gelu(h), only when the backward is not to remake it (bt__mlp_saved_u) */
-            int remake = ln && (bt__g.recompute & BT_RECOMPUTE_GELU);
+            int remake = ln && (bt__g.recompute & (BT_RECOMPUTE_GELU | BT_RECOMPUTE_NORM));
             bt_tensor *lx = remake ? bt__contig(ln->x) : NULL, *lx2 = lx ? bt__view_dense(lx, bt_shape2(rows, in_f)) : NULL;
             bt__save(n, remake ? lx2 : x2); bt__save(n, w1c); bt__save(n, h); bt__save(n, w2c);
             n->i[1] = !(bt__g.recompute & BT_RECOMPUTE_GELU);
@@ -170,6 +170,35 @@ BTDEF bt_tensor *bt_layernorm_mlp_gelu(bt_tensor *x, bt_tensor *lnw, bt_tensor *
     bt__ln_src ln = {x, lnw, lnb, eps};
     /* a strided x: the layernorm keeps a contiguous copy of its own, the MLP would keep another */
     return bt__mlp_gelu(h, w1, b1, w2, b2, r, lnw && lnb && bt_is_contiguous(x) ? &ln : NULL);
+}
+
+/* linear(layernorm(x)) whose linear node keeps the layernorm's input x (its node keeps it too: no
+   bytes of its own) in the place of the output, remade in the backward by bt__mlp_remade_ln (the
+   forward's kernel: the same bits). Saved: x [rows, C], w, lnw, lnb; i[1] has a bias, f[0] eps. */
+static void bt__linear_ln_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt_tensor *x2 = bt__mlp_remade_ln(n);
+    bt__linear_grads(n, g, (int)n->i[1], x2, gin);
+    bt_release(x2);
+}
+BTDEF bt_tensor *bt_layernorm_linear(bt_tensor *x, bt_tensor *lnw, bt_tensor *lnb, double eps, bt_tensor *w, bt_tensor *b) {
+    bt_tensor *h = bt_layernorm(x, lnw, lnb, eps);   /* checks x, lnw, lnb */
+    bt_tensor *y = bt_linear(h, w, b);
+    bt_node *n = y->grad_fn;
+    if (!(bt__g.recompute & BT_RECOMPUTE_NORM) || !n || n->backward != bt__linear_back || !bt__is_gpu(x) || !lnw || !lnb ||
+        !bt_is_contiguous(x) || n->n_saved != 2)
+        return y;   /* the CPU path (and a strided x, which the layernorm copied) keeps the output */
+    int64_t C = x->shape[x->ndim - 1], rows = C ? bt_numel(x) / C : 0;
+    bt_tensor *x2 = bt__view_dense(x, bt_shape2(rows, C)), *wc = bt_retain(n->saved[1]);
+    bt_tensor *lw = bt__contig(lnw), *lb = bt__contig(lnb);
+    bt_release(n->saved[0]); bt_release(n->saved[1]);
+    n->n_saved = 0;
+    bt__save(n, x2); bt__save(n, wc); bt__save(n, lw); bt__save(n, lb);
+    n->i[1] = b != NULL;
+    n->f[0] = eps;
+    n->op = "layernorm_linear";
+    n->backward = bt__linear_ln_back;
+    bt_release(x2); bt_release(wc); bt_release(lw); bt_release(lb);
+    return y;
 }
 
 /* ---- softmax / log_softmax over the last dim ---- */

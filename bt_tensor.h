@@ -561,11 +561,15 @@ BTDEF int bt_set_fusions(int flags);
    bt_checkpoint (bt_autograd.h): only the part's input is kept, the rest remade in the backward.
    ATTN: the attention sublayer (ln1, qkv, attention, projection, residual add); MLP: the MLP
    sublayer (ln2, fc, gelu, projection, residual add); BLOCK: the whole block (ATTN and MLP are
-   then ignored). */
+   then ignored). NORM: a layernorm's output feeding a linear is not kept but remade in the
+   backward from the layernorm's input (kept anyway) by the forward's kernel, the same bits
+   (bt_layernorm_linear, bt_layernorm_mlp_gelu; GPU path): B T C activations less for each, for one
+   more layernorm pass (read x, write the output) in the backward. */
 #define BT_RECOMPUTE_GELU  1
 #define BT_RECOMPUTE_ATTN  2
 #define BT_RECOMPUTE_MLP   4
 #define BT_RECOMPUTE_BLOCK 8
+#define BT_RECOMPUTE_NORM  16
 BTDEF int bt_set_recompute(int flags);
 BTDEF int bt_get_recompute(void);
 
@@ -603,6 +607,9 @@ BTDEF bt_tensor *bt_linear(bt_tensor *x, bt_tensor *w, bt_tensor *b);
    the first GEMM's epilogue, r the second's C input, and the backward's GELU gradient and both
    bias gradients ride GEMMs too (BT_FUSE_EPILOGUES); elsewhere the ops it names. */
 BTDEF bt_tensor *bt_mlp_gelu(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tensor *w2, bt_tensor *b2, bt_tensor *r);
+/* linear(layernorm(x, lnw, lnb, eps), w, b); with BT_RECOMPUTE_NORM (GPU) the layernorm's output is
+   remade in the backward instead of kept (bt_set_recompute) */
+BTDEF bt_tensor *bt_layernorm_linear(bt_tensor *x, bt_tensor *lnw, bt_tensor *lnb, double eps, bt_tensor *w, bt_tensor *b);
 /* bt_mlp_gelu(bt_layernorm(x, lnw, lnb, eps), w1, b1, w2, b2, r): the same values and gradients;
    with BT_RECOMPUTE_GELU on the fused path the MLP keeps not the layernorm's output but x (which
    the layernorm's own node keeps), and its backward remakes the output with the forward's kernel
@@ -3039,9 +3046,10 @@ static void bt__linear_wgrad(bt_node *n, int iw, int ib, bt_tensor *g2, bt_tenso
     if (ib >= 0 && bt__wants(n, ib)) bt__bias_grad_reduce(n, ib, g2, gin);
 }
 
-/* the gradients of y = x w^T (+ b) for inputs 0 (x), 1 (w) and, when it has one, 2 (b) */
-static void bt__linear_grads(bt_node *n, bt_tensor *g, int has_bias, bt_tensor **gin) {
-    bt_tensor *x2 = n->saved[0], *w = n->saved[1];
+/* the gradients of y = x w^T (+ b) for inputs 0 (x), 1 (w) and, when it has one, 2 (b); x2: x as
+   [rows, in] (the saved one, or one remade: bt_layernorm_linear) */
+static void bt__linear_grads(bt_node *n, bt_tensor *g, int has_bias, bt_tensor *x2, bt_tensor **gin) {
+    bt_tensor *w = n->saved[1];
     int64_t out_f = w->shape[0], in_f = w->shape[1], rows = x2->shape[0];
     bt_tensor *gc = bt__contig(g), *g2 = bt__view_dense(gc, bt_shape2(rows, out_f));
     bt_device dev = bt_device_of(g);
@@ -3053,10 +3061,10 @@ static void bt__linear_grads(bt_node *n, bt_tensor *g, int has_bias, bt_tensor *
     bt__linear_wgrad(n, 1, has_bias ? 2 : -1, g2, x2, gin);
     bt_release(g2); bt_release(gc);
 }
-static void bt__linear_back(bt_node *n, bt_tensor *g, bt_tensor **gin) { bt__linear_grads(n, g, n->n_in > 2, gin); }
+static void bt__linear_back(bt_node *n, bt_tensor *g, bt_tensor **gin) { bt__linear_grads(n, g, n->n_in > 2, n->saved[0], gin); }
 /* r + linear(x, w, b): the residual's gradient is g itself, as add's is */
 static void bt__linear_add_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
-    bt__linear_grads(n, g, n->i[0] != 0, gin);
+    bt__linear_grads(n, g, n->i[0] != 0, n->saved[0], gin);
     if (bt__wants(n, 3)) gin[3] = bt__register(bt_retain(g));
 }
 BTDEF bt_tensor *bt_linear(bt_tensor *x, bt_tensor *w, bt_tensor *b) {

@@ -496,6 +496,10 @@ typedef struct { gpt2 *m; gpt2_layer *y; bt_dtype dt; int no_gelu, f8, unit; } g
 static bt_tensor *gpt2__attn_region(void *ctx, bt_tensor **in) {
     gpt2__region *r = (gpt2__region *)ctx;
     gpt2 *m = r->m; gpt2_layer *y = r->y; bt_dtype dt = r->dt;
+    if (!r->f8 && !(m->split && m->split->attention)) {   /* qkv through bt_layernorm_linear: ln1's output remade under NORM */
+        bt_tensor *qkv = bt_layernorm_linear(in[0], GPT2_P(y->ln1w), GPT2_P(y->ln1b), 1e-5, GPT2_P(y->qkvw), GPT2_P(y->qkvb));
+        return gpt2__linear(NULL, bt_attention_qkv(qkv, m->cfg.H), GPT2_P(y->projw), GPT2_P(y->projb), in[0]);
+    }
     return gpt2__attention(m, y, bt_layernorm(in[0], GPT2_P(y->ln1w), GPT2_P(y->ln1b), 1e-5), in[0], dt, r->f8);
 }
 /* no_gelu: GELU's own recompute off. Inside a remade region it gains nothing (the region's backward
@@ -528,6 +532,7 @@ static bt_tensor *gpt2__block_region(void *ctx, bt_tensor **in) {
    layer, in units of B*T*C activations (the compute dtype), beside small per-row statistics
    (layernorm's mean and rstd, attention's logsumexp: B*T*(2 + H) floats):
      none   16: ln1's out 1, qkv 3, attention's out 1, x1 1; ln2's out 1, h 4, gelu(h) 4, x2 1
+     NORM   14: ln1's out remade from x, ln2's from x1 (the GPU's bf16 and fp32 paths; not FP8's)
      GELU   11: gelu(h) remade from h, ln2's out from x1 (the fused GPU MLP; the CPU path keeps them);
                 FP8 (bt_mlp_gelu_fp8): the e4m3 gelu(h)^T remade from h, 2 units less
      ATTN   11: x1 and the MLP's 10; ln1's out, qkv, attention's out remade

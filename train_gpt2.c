@@ -103,6 +103,8 @@ static void usage(FILE *f) {
         "            gradients and AdamW state sharded, each block gathered before its forward and again\n"
         "            for its backward (GPT-2; not with --tp/--cp or --cuda-graph on; CPU ranks too)\n"
         "  --bucket-mb N     DDP gradient bucket size (default 25)\n"
+        "  --head-chunk MB   the classifier's logits made at most MB MiB of rows at a time inside the loss (default 1024;\n"
+        "            less: a lower peak for more passes over its fp32 weight gradient)\n"
         "  --comm-dtype fp32|bf16   gradients on the wire (default fp32)\n"
         "  --nccl-timeout S  abort the run when a collective takes longer (default 600)\n"
         "  --ddp-rows auto|on|off   the tied embedding's gradient sent as the batch's rows, not the whole table\n"
@@ -137,8 +139,9 @@ static void usage(FILE *f) {
         "            (default on; with several processes of data parallelism (ddp, zero1, zero2) the graph\n"
         "            holds the gradient buckets' collectives too; not with --tp, --cp, --mlir, where off is\n"
         "            the default; the CPU ignores it)\n"
-        "  --recompute none|gelu|attn|mlp|block   activations remade in the backward instead of kept:\n"
-        "            gelu(h) and ln2's output (the MLP's); the attention or the MLP sublayer of each block, or the whole block,\n"
+        "  --recompute none|norm|gelu|attn|mlp|block   activations remade in the backward instead of kept: the\n"
+        "            layernorms' outputs (GPT-2, not its FP8 linears); gelu(h) and ln2's output (the MLP's); the attention\n"
+        "            or the MLP sublayer of each block, or the whole block,\n"
         "            from its input (the same bits as none; block: ~1/3 more work per step; attn, mlp and\n"
         "            block not with --tp or --cp; a Llama: attn, mlp, block) (default: the first of none, gelu\n"
         "            (not for a Llama), mlp, block with which -b fits; none with the measured -b or several\n"
@@ -166,7 +169,7 @@ static int parse_double(const char *s, double lo, double hi, double *out) {
    unknown option, wherever it stands, even last with no value after it */
 static int takes_value(const char *a) {
     static const char *const names[] = {"-i", "-j", "-o", "-e", "--save", "--tokenizer", "-b", "-t", "-d", "-x", "-v", "-m",
-        "-s", "-g", "-u", "--topk", "-l", "-q", "-c", "--clip", "--temp", "--seed", "-n", "--nproc", "--bucket-mb",
+        "-s", "-g", "-u", "--topk", "-l", "-q", "-c", "--clip", "--temp", "--seed", "-n", "--nproc", "--bucket-mb", "--head-chunk",
         "--nccl-timeout", "--ckpt-dir", "--ckpt-every", "--ckpt-keep", "--resume", "--init-from", "--export-hf", "--tp", "--cp",
         "--cp-comm", "--recompute", "--cuda-graph", "--ddp-rows", "--nccl-blocking", "--ddp-transport", "--dp", "--comm-dtype",
         "--precision", "--device", "--eval-mc", "--fp8-recipe", "--fp8-history", "--fp8-accum", "--fp8-head", "--grad-dtype", "--offload",
@@ -229,6 +232,7 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
         else if (!strcmp(a, "--seed")) { int s; bad = parse_int(v, 0, 2147483647L, &s); o->seed = (uint64_t)s; }
         else if (!strcmp(a, "-n") || !strcmp(a, "--nproc")) bad = parse_int(v, 1, 1024, &o->nproc);
         else if (!strcmp(a, "--bucket-mb")) bad = parse_int(v, 1, 1 << 16, &o->bucket_mb);
+        else if (!strcmp(a, "--head-chunk")) bad = parse_int(v, 1, 1 << 20, &o->head_chunk_mb);
         else if (!strcmp(a, "--nccl-timeout")) bad = parse_double(v, 1, 1e7, &o->nccl_timeout);
         else if (!strcmp(a, "--ckpt-dir")) o->ckpt_dir = v;
         else if (!strcmp(a, "--ckpt-every")) bad = parse_int(v, 0, 1 << 30, &o->ckpt_every);
@@ -245,7 +249,7 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
         }
         else if (!strcmp(a, "--recompute")) {
             o->recompute = trainer_recompute_parse(v);
-            if (o->recompute < 0) { snprintf(err, errlen, "--recompute must be none, gelu, attn, mlp or block, got '%s'", v); return -1; }
+            if (o->recompute < 0) { snprintf(err, errlen, "--recompute must be none, norm, gelu, attn, mlp or block, got '%s'", v); return -1; }
         }
         else if (!strcmp(a, "--cuda-graph")) {
             if (strcmp(v, "on") && strcmp(v, "off")) { snprintf(err, errlen, "--cuda-graph must be on or off, got '%s'", v); return -1; }
@@ -323,7 +327,7 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
             ? "--eval-only trains nothing and writes no model: drop --save, --export-hf, --ckpt-every and --ckpt-overwrite"
         : o->eval_only && (o->tp > 1 || o->cp > 1) ? "--eval-only: not with --tp or --cp (evaluate the checkpoint with data parallelism)"
         : o->eval_mc && (o->tp > 1 || o->cp > 1) ? "--eval-mc: not with --tp or --cp"
-        : o->recompute > 0 && (o->recompute & ~BT_RECOMPUTE_GELU) && (o->tp > 1 || o->cp > 1)
+        : o->recompute > 0 && (o->recompute & ~(BT_RECOMPUTE_GELU | BT_RECOMPUTE_NORM)) && (o->tp > 1 || o->cp > 1)
             ? "--recompute attn, mlp or block: not with --tp or --cp (their split blocks' collectives are not remade; use none or gelu)" : NULL;
     if (clash) { snprintf(err, errlen, "%s", clash); return -1; }
     return 0;
@@ -1061,6 +1065,7 @@ static int train_main(train_opts *o) {
                           o->offload ? BT_ADAMW_OFFLOAD_CHUNK : 0);
     trainer_weights_split(&tr);   /* --weight-copy halves: before the probes, whose peak is the steps' */
     if (o->recompute >= 0) bt_set_recompute(o->recompute);   /* before the probes: auto B counts with it */
+    bt_linear_cross_entropy_chunk((size_t)o->head_chunk_mb << 20);
     int auto_b = o->B < 0;
     if (o->B < 0) {                                  /* the GPU default: the largest that fits */
         if (o->total_batch < 0) o->total_batch = 524288;

@@ -78,6 +78,7 @@ typedef struct {
     int nproc;                /* --nproc: ranks this process starts on its node (1: none) */
     const char *dp;           /* ddp | zero1 | zero2: data parallelism when world > 1 */
     int bucket_mb;            /* DDP bucket size */
+    int head_chunk_mb;        /* --head-chunk MB: the classifier's logits made this many MiB of rows at a time (1024) */
     const char *comm_dtype;   /* fp32 | bf16: the gradients' dtype on the wire */
     int ddp_rows;             /* the tied embedding's gradient as rows: 1 on, 0 off, -1 when smaller (ddp_rows_exchange) */
     int ddp_nccl;             /* 1: buckets through NCCL even where the copy engines could take them */
@@ -241,7 +242,7 @@ void trainer_graph_micro_step(trainer *tr, step_graph *g, bt_tensor *tokens, int
 int trainer_auto_micro_batch(trainer *tr, int T, int total_batch, bt_dtype dt);   /* the largest power of two that fits */
 /* the lightest of none, gelu, mlp, block with which B fits (measured), as BT_RECOMPUTE_* flags */
 int trainer_choose_recompute(trainer *tr, int B, int T, bt_dtype dt);
-int trainer_recompute_parse(const char *name);        /* none|gelu|attn|mlp|block -> flags; -1 otherwise */
+int trainer_recompute_parse(const char *name);        /* none|norm|gelu|attn|mlp|block -> flags; -1 otherwise */
 const char *trainer_recompute_name(int flags);        /* the flags' --recompute name ("flags" for another mix) */
 
 /* ---- 6. checkpoints ---- */
@@ -459,7 +460,7 @@ void train_default_opts(train_opts *o) {
     o->sample_every = -1; o->gen_len = 64; o->topk = 40; o->warmup = -1;
     o->lr = -1; o->final_lr_frac = 0.1; o->weight_decay = 0.1; o->clip = 1.0; o->temp = 1.0;
     o->seed = 1337; o->precision = NULL; o->device = "auto";
-    o->nproc = 1; o->dp = "ddp"; o->bucket_mb = 25; o->comm_dtype = "fp32"; o->nccl_timeout = 600; o->grad_dtype = "auto";
+    o->nproc = 1; o->dp = "ddp"; o->bucket_mb = 25; o->head_chunk_mb = 1024; o->comm_dtype = "fp32"; o->nccl_timeout = 600; o->grad_dtype = "auto";
     o->ddp_rows = -1; o->nccl_blocking = -1;
     o->ckpt_keep = 3; o->tp = 1; o->cp = 1; o->cuda_graph = -1; o->recompute = -1; o->copy_in_update = 1;
 }
@@ -832,7 +833,8 @@ static double trainer__need(trainer__mem mm, int B) { return mm.fixed + (double)
    8C^2; block: both). The default climbs none < gelu < mlp < block and stops at the first that
    fits; attn is left out (what gelu saves for the attention's work: mlp's step is the better one). */
 static const struct { const char *name; int flags; } trainer__recompute_modes[] = {
-    {"none", 0}, {"gelu", BT_RECOMPUTE_GELU}, {"attn", BT_RECOMPUTE_ATTN}, {"mlp", BT_RECOMPUTE_MLP}, {"block", BT_RECOMPUTE_BLOCK}};
+    {"none", 0}, {"norm", BT_RECOMPUTE_NORM}, {"gelu", BT_RECOMPUTE_GELU}, {"attn", BT_RECOMPUTE_ATTN}, {"mlp", BT_RECOMPUTE_MLP},
+    {"block", BT_RECOMPUTE_BLOCK}};
 int trainer_recompute_parse(const char *name) {
     for (size_t i = 0; i < sizeof trainer__recompute_modes / sizeof trainer__recompute_modes[0]; i++)
         if (!strcmp(name, trainer__recompute_modes[i].name)) return trainer__recompute_modes[i].flags;

@@ -4,7 +4,7 @@
    same bits (they never read gelu(h)), those are within rounding of the kept gelu(h) (the remade one
    comes from the stored h, the kept one from the GEMM epilogue), and the peak memory falls by at
    least the kept gelu(h) and ln2 output of every layer; also under a CUDA graph. fp32 and bf16.
-   The regions and Llama's: the same bits as none. FP8 (bt_mlp_gelu_fp8): every mode the same bits. */
+   The regions, the layernorms' outputs remade (norm) and Llama's: the same bits as none. FP8 (bt_mlp_gelu_fp8): every mode the same bits. */
 #include "gpt2_io.h"
 #include "llama.h"
 #include "bt_optim.h"
@@ -125,12 +125,17 @@ static void regions(bt_dtype dt) {
     static const rc_mode modes[] = {
         {BT_RECOMPUTE_ATTN, "attn"}, {BT_RECOMPUTE_MLP, "mlp"}, {BT_RECOMPUTE_BLOCK, "block"},
         {BT_RECOMPUTE_BLOCK | BT_RECOMPUTE_GELU, "block+gelu"}, {BT_RECOMPUTE_MLP | BT_RECOMPUTE_GELU, "mlp+gelu"},
-        {BT_RECOMPUTE_ATTN | BT_RECOMPUTE_GELU, "attn+gelu"}};
-    size_t peak[6], none_peak;
-    modes_vs_none(&m, dt, modes, 6, bt_dtype_name(dt), ids, peak, &none_peak);
+        {BT_RECOMPUTE_ATTN | BT_RECOMPUTE_GELU, "attn+gelu"}, {BT_RECOMPUTE_NORM, "norm"},
+        {BT_RECOMPUTE_NORM | BT_RECOMPUTE_GELU, "norm+gelu"}, {BT_RECOMPUTE_NORM | BT_RECOMPUTE_MLP, "norm+mlp"}};
+    size_t peak[9], none_peak;
+    modes_vs_none(&m, dt, modes, 9, bt_dtype_name(dt), ids, peak, &none_peak);
     size_t U = (size_t)B_ * T_ * C_ * bt_dtype_size(dt), want = (size_t)(15 * L_ - 16) * U;   /* modes[2]: block */
     BT_CHECK(none_peak >= peak[2] + want, "block %s: peak %zu B kept, %zu B remade: less than %zu B saved", bt_dtype_name(dt), none_peak,
              peak[2], want);
+    /* norm (modes[6]): ln1's and ln2's outputs of every layer not kept, one layer's remade alive at a time */
+    want = (size_t)(2 * L_ - 2) * U;
+    BT_CHECK(none_peak >= peak[6] + want, "norm %s: peak %zu B kept, %zu B remade: less than %zu B saved", bt_dtype_name(dt), none_peak,
+             peak[6], want);
     gpt2_free(&m);
     bt_set_deterministic(0);
 }
@@ -174,6 +179,8 @@ static void test_recompute_in_graph(void) {
     graph_parity(BT_RECOMPUTE_BLOCK, g1, &l1);
     graph_parity(BT_RECOMPUTE_ATTN | BT_RECOMPUTE_MLP, NULL, NULL);
     BT_CHECK(l0 == l1 && !memcmp(g0, g1, sizeof(float) * n), "graphed block: loss %.9f vs none's %.9f, or the gradients differ", l1, l0);
+    graph_parity(BT_RECOMPUTE_NORM, g1, &l1);
+    BT_CHECK(l0 == l1 && !memcmp(g0, g1, sizeof(float) * n), "graphed norm: loss %.9f vs none's %.9f, or the gradients differ", l1, l0);
     free(g0); free(g1);
 }
 static void graph_parity(int flags, float *ref, double *ref_loss) {
