@@ -77,8 +77,8 @@ static void usage(FILE *f) {
         "            (default on; a resume keeps the checkpoint's, off where it has none)\n"
         "  --weight-copy halves|separate   the bf16 weights a bf16 or fp8 run computes with: the fp32 weights' high\n"
         "            halves, which hold them with their low halves in the fp32 bytes (2 bytes a parameter less; ties\n"
-        "            round away from zero), or a copy of their own (ties to even). halves: one process or --dp ddp, no\n"
-        "            --tp/--cp, --offload or --mlir (default halves where that holds; a resume keeps the checkpoint's)\n"
+        "            round away from zero), or a copy of their own (ties to even). halves: one process, no --tp/--cp,\n"
+        "            --offload or --mlir (default halves where that holds; a resume keeps the checkpoint's)\n"
         "  --grad-dtype auto|f32|bf16   the gradient buffer; bf16: 2 bytes a parameter less, for a bf16 or fp8 run on\n"
         "            one GPU with one micro-batch a step (-d = B*T: each gradient written once, no sum); auto: bf16 where\n"
         "            that holds and -b is given (or resumed), else f32; a resume of an f32 run stays f32 (default auto)\n"
@@ -1000,7 +1000,7 @@ static int train_main(train_opts *o) {
         o->weight_copy = w && !strcmp(w, "halves") && trainer_halves_allowed(o, world, on_gpu) ? "halves" : "separate";
     } else if (!strcmp(o->weight_copy, "halves") && !trainer_halves_allowed(o, world, on_gpu)) {
         fprintf(stderr, "error: --weight-copy halves needs a bf16 compute dtype (--precision bf16, or fp8 on a GPU) and one optimizer over "
-                "all the weights: one process or --dp ddp, without --tp/--cp, --offload adamw or --mlir " SEE_H "\n");
+                "all the weights: one process, without --tp/--cp, --offload adamw or --mlir " SEE_H "\n");
         return run_end(&tr, 2);
     }
     if (check_outputs(o, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }

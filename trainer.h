@@ -646,12 +646,13 @@ bt_tensor *trainer_grad_norm(trainer *tr) {
 static bt_tensor **trainer__lowp_slot(trainer *tr) { return TRAINER__LLAMA(tr) ? &tr->lm.flat_lowp : &tr->model.flat_lowp; }
 /* The bf16 weights as the high halves of the fp32 ones (bt_optim.h, THE WEIGHTS IN TWO HALVES): one
    AdamW over the whole flat buffer, as the copy in the update below needs, and nothing else that
-   reads the fp32 weights during the steps: so not with ZeRO or fsdp (their all-gathers and shards
-   are fp32), tp/cp (their shard files), offload (its chunks stream fp32 weights: not built),
-   --mlir; a compute dtype of bf16 (bf16, or fp8 on a GPU). */
+   reads the fp32 weights during the steps: one process (ZeRO's and fsdp's all-gathers and shards
+   are fp32; plain ddp would work as it is, each rank splitting after the broadcast, but has not
+   run on two GPUs), no tp/cp (their shard files), offload (its chunked update takes fp32 weights:
+   not built) or --mlir; a compute dtype of bf16 (bf16, or fp8 on a GPU). */
 int trainer_halves_allowed(const train_opts *o, int world, int on_gpu) {
     int bf16 = o->precision && (!strcmp(o->precision, "bf16") || (!strcmp(o->precision, "fp8") && on_gpu));
-    return bf16 && o->copy_in_update && !o->offload && !o->mlir && o->tp * o->cp == 1 && (world == 1 || !strcmp(o->dp, "ddp"));
+    return bf16 && o->copy_in_update && !o->offload && !o->mlir && o->tp * o->cp == 1 && world == 1;
 }
 /* In place (a temporary of 2 bytes a parameter, given back to the device with the old copy: the
    steps' peak does not hold them); the model's compute copy is then the high halves, current by

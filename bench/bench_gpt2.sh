@@ -17,9 +17,10 @@
 #            only: its PyTorch rows are left out, and the table adds each binary's fp8 / bf16 ratio
 #            when both ran); several space-separated
 #   RECOMPUTE  --recompute modes, each a group of rows (default none): none, attn, mlp, block go to
-#            train_gpt2 and PyTorch alike (torch.utils.checkpoint around the same regions); gelu to
-#            train_gpt2 only (PyTorch has no counterpart: its rows are left out), and not for a Llama
-#            (train_gpt2 refuses it: its row fails, PyTorch's run)
+#            train_gpt2 and PyTorch alike (torch.utils.checkpoint around the same regions); norm and
+#            gelu to train_gpt2 only (PyTorch has no counterpart: its rows are left out; gelu not for
+#            a Llama: train_gpt2 refuses it); auto: train_gpt2 without --recompute (its own choice)
+#            against PyTorch without checkpointing
 #   STEPS    steps a run; tokens/s is the median over the steps after the first 3
 #   BIN      the train_gpt2 binaries to time (space-separated, default build/train_gpt2_cuda): each
 #            one runs in every round, so two builds compare on one GPU in one run
@@ -37,7 +38,7 @@ RECOMPUTE=${RECOMPUTE:-none}
 BIN=${BIN:-build/train_gpt2_cuda}; ARGS=${ARGS:-}; TORCH=${TORCH:-1}; COMPILE=${COMPILE:-1}
 OUT=${OUT:-build/bench/gpt2}
 for rc in $RECOMPUTE; do
-  case $rc in none|gelu|attn|mlp|block) ;; *) echo "bench_gpt2: RECOMPUTE has '$rc': none, gelu, attn, mlp or block" >&2; exit 1 ;; esac
+  case $rc in auto|none|norm|gelu|attn|mlp|block) ;; *) echo "bench_gpt2: RECOMPUTE has '$rc': auto, none, norm, gelu, attn, mlp or block" >&2; exit 1 ;; esac
 done
 if [ "$B" = default ]; then D=""; TORCH=0; else D=${D:-$((B * T))}; fi
 mkdir -p "$OUT"; rm -rf "$OUT"/bt[0-9]*_* "$OUT/runs.jsonl" "$OUT/torch.jsonl"   # this script's files only
@@ -52,7 +53,7 @@ shape=(-e "$MODEL" -t "$T" -x "$STEPS" -v 0 -g 0 --quiet)
 [ -n "$D" ] && shape+=(-b "$B" -d "$D")
 torch_run() {   # torch_run [--compile]: one PyTorch run, its JSON line appended to $OUT/torch.jsonl
   timeout 600 python3 bench/bench_gpt2_torch.py --config "$MODEL" --B "$B" --T "$T" --precision "$p" --steps "$STEPS" \
-    --warmup 3 --recompute "$rc" --json-out "$OUT/torch.jsonl" "$@" 2>&1 | tail -1 | cut -c1-160
+    --warmup 3 --recompute "${rc/auto/none}" --json-out "$OUT/torch.jsonl" "$@" 2>&1 | tail -1 | cut -c1-160
 }
 for p in $PREC; do
   for rc in $RECOMPUTE; do
@@ -62,13 +63,14 @@ for p in $PREC; do
       for b in $BIN; do
         i=$((i + 1)); dir="$OUT/bt${i}_${p}_${rc}_r$r"
         # shellcheck disable=SC2086  # ARGS is a list of flags
-        timeout 900 "$b" "${shape[@]}" --precision "$p" --recompute "$rc" -o "$dir" $ARGS > "$dir.txt" 2>&1 \
+        rcflag=(--recompute "$rc"); [ "$rc" = auto ] && rcflag=()
+        timeout 900 "$b" "${shape[@]}" --precision "$p" "${rcflag[@]}" -o "$dir" $ARGS > "$dir.txt" 2>&1 \
           || echo "$b ($p, recompute $rc, round $r): exit $?: $(tail -2 "$dir.txt")"
         tail -1 "$dir.txt" | cut -c1-160
         printf '{"bin": "%s", "i": %d, "prec": "%s", "recompute": "%s", "round": %d, "log": "%s", "out": "%s"}\n' \
           "$b" "$i" "$p" "$rc" "$r" "$dir/log.jsonl" "$dir.txt" >> "$OUT/runs.jsonl"
       done
-      if [ "$TORCH" = 1 ] && [ "$rc" != gelu ] && [ "$p" != fp8 ]; then   # no FP8 counterpart in tests/gpt2_torch.py
+      if [ "$TORCH" = 1 ] && [ "$rc" != gelu ] && [ "$rc" != norm ] && [ "$p" != fp8 ]; then   # no FP8 counterpart in tests/gpt2_torch.py
         torch_run
         [ "$r" = 1 ] && [ "$COMPILE" = 1 ] && torch_run --compile
       fi

@@ -65,6 +65,11 @@ def main(out):
         key = "torch.compile" if r.get("compile") else "PyTorch eager"
         val = (NAN, NAN) if r.get("oom") else (r["tokens_per_s"], r["peak_reserved_mib"])
         runs.setdefault((r["precision"], r.get("recompute", "none")), {}).setdefault(key, []).append(val)
+    for (prec, rc), rows in runs.items():   # auto (train_gpt2's own choice) against PyTorch without checkpointing
+        if rc == "auto":
+            for k, v in runs.get((prec, "none"), {}).items():
+                if k in ("PyTorch eager", "torch.compile"):
+                    rows.setdefault(k, v)
     line = next((m for m in (model_line(r["out"]) for r in ours if "out" in r) if m), None)
     if line:
         print(f"train_gpt2: {line}")

@@ -20,7 +20,7 @@ static void test_graph_flags(void) {
     train_default_opts(&o);
     BT_CHECK(parse_args(3, (char **)bad, &o, err, sizeof err) < 0 && strstr(err, "--cuda-graph must be on or off"), "bad value: %s", err);
     train_default_opts(&o);
-    BT_CHECK(parse_args(3, (char **)badr, &o, err, sizeof err) < 0 && strstr(err, "--recompute must be none, gelu, attn, mlp or block"), "bad value: %s", err);
+    BT_CHECK(parse_args(3, (char **)badr, &o, err, sizeof err) < 0 && strstr(err, "--recompute must be none, norm, gelu, attn, mlp or block"), "bad value: %s", err);
     train_default_opts(&o);
     BT_CHECK(o.cuda_graph == -1 && o.recompute == -1, "defaults %d %d", o.cuda_graph, o.recompute);
     BT_CHECK(resolve_graph(&o, 1, err, sizeof err) == 0 && o.cuda_graph == 1, "on a GPU (one or several data-parallel processes): on by default");

@@ -37,7 +37,7 @@ static void test_cli(void) {
         {"--precision fp16", "--precision must be fp32, tf32, bf16 or fp8"}, {"--device tpu", "--device must be auto, cpu, cuda or cuda:N"},
         {"-q 2", "bad value '2' for -q"}, {"--device cuda:x", "--device must be"}, {"--device cuda:99", "--device must be"},
         {"-x 1 --bogus", "unknown option '--bogus'"}, {"-x 1 stray", "unknown option 'stray'"},   /* issue 35, finding 7: last, no value */
-        {"--recompute all", "--recompute must be none, gelu, attn, mlp or block, got 'all'"},
+        {"--recompute all", "--recompute must be none, norm, gelu, attn, mlp or block, got 'all'"},
         {"--recompute block --tp 2", "--recompute attn, mlp or block: not with --tp or --cp"},
         {"--cp 2 --recompute mlp", "not with --tp or --cp"},
     };
