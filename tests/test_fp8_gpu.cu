@@ -436,38 +436,26 @@ static void *to_host(const void *d, size_t n) {
     CK(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
     return h;
 }
-/* one folded cast against bt_k_unary(GELU) or bt_k_unary_backward(GELU) into a buffer, then
-   bt_k_fp8_cast of it: q, qt, the scale used, the amax (current: bt_k_fp8_amax_act's; delayed: the
-   accumulated) the same bits; DGELU's column sums per 64 rows within fp32 summation's bound of
-   float64 sums of that buffer. Returns the wrong bytes and values. */
-static long act_case(bt_dtype dt, bt_dtype fmt, bt_fp8_act act, long rows, long cols, int delayed) {
+/* The folded cast of x (hp: the pre-activation for a gradient) with act against bt_k_fp8_cast of a,
+   the activation written out by the reference kernel: q, qt, the scale used, the amax (current: of
+   a by bt_k_fp8_amax against bt_k_fp8_amax_act's; delayed: the accumulated) the same bits. part:
+   the folded cast's column sums (DGELU), or NULL. Returns the wrong ones; *amax_acc: the folded
+   side's accumulated amax. */
+static long fold_vs_ref(bt_dtype dt, bt_dtype fmt, bt_fp8_act act, const void *a, const void *x, const void *hp, float *part, long rows,
+                        long cols, int delayed, float *amax_acc) {
     long n = rows * cols, bad = 0;
-    size_t es = bt_dtype_size(dt);
-    float *hv = (float *)malloc(sizeof(float) * (size_t)n), *gv = (float *)malloc(sizeof(float) * (size_t)n);
-    for (long i = 0; i < n; i++) { hv[i] = (float)(2.0 * rnorm()); gv[i] = (float)(1e-3 * rnorm()); }
-    round_to(dt, hv, n); round_to(dt, gv, n);
-    bt_device g = bt_cuda_device(0);
-    bt_tensor *h = tensor_of(hv, bt_shape2(rows, cols), dt, g), *gr = tensor_of(gv, bt_shape2(rows, cols), dt, g);
-    const void *x = act == BT_FP8_ACT_GELU ? bt_data_ptr(h) : bt_data_ptr(gr), *hp = act == BT_FP8_ACT_DGELU ? bt_data_ptr(h) : NULL;
-    void *a = dev_alloc((size_t)n * es);                        /* the activation, written out: the reference's input */
     uint8_t *q[2] = {(uint8_t *)dev_alloc((size_t)n), (uint8_t *)dev_alloc((size_t)n)};
     uint8_t *qt[2] = {(uint8_t *)dev_alloc((size_t)n), (uint8_t *)dev_alloc((size_t)n)};
-    long tiles = (rows + 63) / 64;
-    float *part = (float *)dev_alloc(sizeof(float) * (size_t)(tiles * cols));
     float *f = (float *)dev_alloc(8 * sizeof(float));          /* per side: [0] scale_in, [1] scale_used, [2] amax now, [3] amax_acc */
     float init[8] = {0.0371f, -1.f, 0.f, 0.f, 0.0371f, -1.f, 0.f, 0.f};
     CK(cudaMemcpy(f, init, sizeof init, cudaMemcpyHostToDevice));
-    CK(cudaDeviceSynchronize());
     cudaStream_t s = st0();
-    if (act == BT_FP8_ACT_GELU) bt_k_unary(BT_UOP_GELU, dt, a, x, n, s);
-    else bt_k_unary_backward(BT_UOP_GELU, dt, a, x, hp, n, s);
     if (!delayed) {
         bt_k_fp8_amax(dt, f + 2, a, n, s);
         bt_k_fp8_amax_act(dt, act, f + 6, x, hp, rows, cols, s);
     }
     bt_k_fp8_cast(dt, fmt, q[0], qt[0], a, rows, cols, delayed ? NULL : f + 2, delayed ? f : NULL, f + 1, f + 3, s);
-    bt_k_fp8_cast_act(dt, fmt, act, q[1], qt[1], act == BT_FP8_ACT_DGELU ? part : NULL, x, hp, rows, cols, delayed ? NULL : f + 6,
-                      delayed ? f + 4 : NULL, f + 5, f + 7, s);
+    bt_k_fp8_cast_act(dt, fmt, act, q[1], qt[1], part, x, hp, rows, cols, delayed ? NULL : f + 6, delayed ? f + 4 : NULL, f + 5, f + 7, s);
     CK(cudaStreamSynchronize(s));
     for (int k = 0; k < 2; k++) {
         uint8_t *h0 = (uint8_t *)to_host(k ? qt[0] : q[0], (size_t)n), *h1 = (uint8_t *)to_host(k ? qt[1] : q[1], (size_t)n);
@@ -477,6 +465,30 @@ static long act_case(bt_dtype dt, bt_dtype fmt, bt_fp8_act act, long rows, long 
     float hf[8];
     CK(cudaMemcpy(hf, f, sizeof hf, cudaMemcpyDeviceToHost));
     for (int j = 1; j < 4; j++) bad += bits_of(hf[j]) != bits_of(hf[4 + j]);
+    *amax_acc = hf[7];
+    CK(cudaFree(f));
+    for (int k = 0; k < 2; k++) { CK(cudaFree(q[k])); CK(cudaFree(qt[k])); }
+    return bad;
+}
+/* one folded cast against bt_k_unary(GELU) or bt_k_unary_backward(GELU) into a buffer, then
+   bt_k_fp8_cast of it (fold_vs_ref); DGELU's column sums per 64 rows within fp32 summation's bound
+   of float64 sums of that buffer. Returns the wrong bytes and values. */
+static long act_case(bt_dtype dt, bt_dtype fmt, bt_fp8_act act, long rows, long cols, int delayed) {
+    long n = rows * cols, bad = 0;
+    size_t es = bt_dtype_size(dt);
+    float *hv = (float *)malloc(sizeof(float) * (size_t)n), *gv = (float *)malloc(sizeof(float) * (size_t)n), acc;
+    for (long i = 0; i < n; i++) { hv[i] = (float)(2.0 * rnorm()); gv[i] = (float)(1e-3 * rnorm()); }
+    round_to(dt, hv, n); round_to(dt, gv, n);
+    bt_device g = bt_cuda_device(0);
+    bt_tensor *h = tensor_of(hv, bt_shape2(rows, cols), dt, g), *gr = tensor_of(gv, bt_shape2(rows, cols), dt, g);
+    const void *x = act == BT_FP8_ACT_GELU ? bt_data_ptr(h) : bt_data_ptr(gr), *hp = act == BT_FP8_ACT_DGELU ? bt_data_ptr(h) : NULL;
+    void *a = dev_alloc((size_t)n * es);                        /* the activation, written out: the reference's input */
+    long tiles = (rows + 63) / 64;
+    float *part = (float *)dev_alloc(sizeof(float) * (size_t)(tiles * cols));
+    CK(cudaDeviceSynchronize());
+    if (act == BT_FP8_ACT_GELU) bt_k_unary(BT_UOP_GELU, dt, a, x, n, st0());
+    else bt_k_unary_backward(BT_UOP_GELU, dt, a, x, hp, n, st0());
+    bad += fold_vs_ref(dt, fmt, act, a, x, hp, act == BT_FP8_ACT_DGELU ? part : NULL, rows, cols, delayed, &acc);
     if (act == BT_FP8_ACT_DGELU) {                              /* each 64 rows' column sums */
         unsigned char *ab = (unsigned char *)to_host(a, (size_t)n * es);
         float *pv = (float *)to_host(part, sizeof(float) * (size_t)(tiles * cols));
@@ -498,8 +510,7 @@ static long act_case(bt_dtype dt, bt_dtype fmt, bt_fp8_act act, long rows, long 
         bad += badsum;
         free(ab); free(pv);
     }
-    CK(cudaFree(a)); CK(cudaFree(part)); CK(cudaFree(f));
-    for (int k = 0; k < 2; k++) { CK(cudaFree(q[k])); CK(cudaFree(qt[k])); }
+    CK(cudaFree(a)); CK(cudaFree(part));
     bt_release(h); bt_release(gr);
     free(hv); free(gv);
     return bad;
@@ -520,12 +531,11 @@ static void test_cast_act(void) {
 }
 /* one SwiGLU cast (SWIGLU: output [rows, F] from u = [gate | up] [rows, 2F]; DSWIGLU: output [rows, 2F]
    from dy [rows, F] and u) against bt_k_swiglu / bt_k_swiglu_backward written out, then bt_k_fp8_cast
-   of it: q, qt, the scale used and the amax the same bits. Returns the wrong ones. */
+   of it (fold_vs_ref), and an amax recorded. Returns the wrong ones. */
 static long glu_case(bt_dtype dt, bt_dtype fmt, bt_fp8_act act, long rows, long F, int delayed) {
     const long cols = act == BT_FP8_ACT_SWIGLU ? F : 2 * F, n = rows * cols;
-    long bad = 0;
     size_t es = bt_dtype_size(dt);
-    float *uv = (float *)malloc(sizeof(float) * (size_t)(2 * rows * F)), *gv = (float *)malloc(sizeof(float) * (size_t)(rows * F));
+    float *uv = (float *)malloc(sizeof(float) * (size_t)(2 * rows * F)), *gv = (float *)malloc(sizeof(float) * (size_t)(rows * F)), acc;
     for (long i = 0; i < 2 * rows * F; i++) uv[i] = (float)(2.0 * rnorm());
     for (long i = 0; i < rows * F; i++) gv[i] = (float)(1e-3 * rnorm());
     round_to(dt, uv, 2 * rows * F); round_to(dt, gv, rows * F);
@@ -533,33 +543,12 @@ static long glu_case(bt_dtype dt, bt_dtype fmt, bt_fp8_act act, long rows, long 
     bt_tensor *u = tensor_of(uv, bt_shape2(rows, 2 * F), dt, g), *gr = tensor_of(gv, bt_shape2(rows, F), dt, g);
     const void *x = act == BT_FP8_ACT_SWIGLU ? bt_data_ptr(u) : bt_data_ptr(gr), *hp = act == BT_FP8_ACT_DSWIGLU ? bt_data_ptr(u) : NULL;
     void *a = dev_alloc((size_t)n * es);
-    uint8_t *q[2] = {(uint8_t *)dev_alloc((size_t)n), (uint8_t *)dev_alloc((size_t)n)};
-    uint8_t *qt[2] = {(uint8_t *)dev_alloc((size_t)n), (uint8_t *)dev_alloc((size_t)n)};
-    float *f = (float *)dev_alloc(8 * sizeof(float));
-    float init[8] = {0.0371f, -1.f, 0.f, 0.f, 0.0371f, -1.f, 0.f, 0.f};
-    CK(cudaMemcpy(f, init, sizeof init, cudaMemcpyHostToDevice));
     CK(cudaDeviceSynchronize());
-    cudaStream_t s = st0();
-    if (act == BT_FP8_ACT_SWIGLU) bt_k_swiglu(dt, a, x, rows, F, s);
-    else bt_k_swiglu_backward(dt, a, x, hp, rows, F, s);
-    if (!delayed) {
-        bt_k_fp8_amax(dt, f + 2, a, n, s);
-        bt_k_fp8_amax_act(dt, act, f + 6, x, hp, rows, cols, s);
-    }
-    bt_k_fp8_cast(dt, fmt, q[0], qt[0], a, rows, cols, delayed ? NULL : f + 2, delayed ? f : NULL, f + 1, f + 3, s);
-    bt_k_fp8_cast_act(dt, fmt, act, q[1], qt[1], NULL, x, hp, rows, cols, delayed ? NULL : f + 6, delayed ? f + 4 : NULL, f + 5, f + 7, s);
-    CK(cudaStreamSynchronize(s));
-    for (int k = 0; k < 2; k++) {
-        uint8_t *h0 = (uint8_t *)to_host(k ? qt[0] : q[0], (size_t)n), *h1 = (uint8_t *)to_host(k ? qt[1] : q[1], (size_t)n);
-        for (long i = 0; i < n; i++) bad += h0[i] != h1[i];
-        free(h0); free(h1);
-    }
-    float hf[8];
-    CK(cudaMemcpy(hf, f, sizeof hf, cudaMemcpyDeviceToHost));
-    for (int j = 1; j < 4; j++) bad += bits_of(hf[j]) != bits_of(hf[4 + j]);
-    bad += !(hf[3] > 0);                                        /* an amax was recorded */
-    CK(cudaFree(a)); CK(cudaFree(f));
-    for (int k = 0; k < 2; k++) { CK(cudaFree(q[k])); CK(cudaFree(qt[k])); }
+    if (act == BT_FP8_ACT_SWIGLU) bt_k_swiglu(dt, a, x, rows, F, st0());
+    else bt_k_swiglu_backward(dt, a, x, hp, rows, F, st0());
+    long bad = fold_vs_ref(dt, fmt, act, a, x, hp, NULL, rows, cols, delayed, &acc);
+    bad += !(acc > 0);                                          /* an amax was recorded */
+    CK(cudaFree(a));
     bt_release(u); bt_release(gr);
     free(uv); free(gv);
     return bad;
