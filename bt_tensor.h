@@ -877,7 +877,7 @@ BTDEF void bt_split(bt_tensor *x, const int64_t *sizes, int n, int dim, bt_tenso
    records its node next to its forward code.
    ============================================================================================ */
 #define BT_NODE_MAX_IN 8
-#define BT_NODE_MAX_SAVED 6
+#define BT_NODE_MAX_SAVED 8
 typedef struct bt_node bt_node;
 /* backward(node, gout, gin): gin[i] receives the gradient for input i, or stays NULL when the
    input needs none (node->next[i] is empty) or gets zero. Runs with grad mode off, inside a scope. */
