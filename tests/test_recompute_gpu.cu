@@ -126,8 +126,8 @@ static void regions(bt_dtype dt) {
         {BT_RECOMPUTE_ATTN, "attn"}, {BT_RECOMPUTE_MLP, "mlp"}, {BT_RECOMPUTE_BLOCK, "block"},
         {BT_RECOMPUTE_BLOCK | BT_RECOMPUTE_GELU, "block+gelu"}, {BT_RECOMPUTE_MLP | BT_RECOMPUTE_GELU, "mlp+gelu"},
         {BT_RECOMPUTE_ATTN | BT_RECOMPUTE_GELU, "attn+gelu"}, {BT_RECOMPUTE_NORM, "norm"},
-        {BT_RECOMPUTE_NORM | BT_RECOMPUTE_GELU, "norm+gelu"}, {BT_RECOMPUTE_NORM | BT_RECOMPUTE_MLP, "norm+mlp"}};
-    size_t peak[9], none_peak;
+        {BT_RECOMPUTE_NORM | BT_RECOMPUTE_MLP, "norm+mlp"}, {BT_RECOMPUTE_NORM | BT_RECOMPUTE_ATTN, "norm+attn"}};
+    size_t peak[9], none_peak;   /* (norm+gelu: gelu's own rounding in the fc projections, as parity() measures) */
     modes_vs_none(&m, dt, modes, 9, bt_dtype_name(dt), ids, peak, &none_peak);
     size_t U = (size_t)B_ * T_ * C_ * bt_dtype_size(dt), want = (size_t)(15 * L_ - 16) * U;   /* modes[2]: block */
     BT_CHECK(none_peak >= peak[2] + want, "block %s: peak %zu B kept, %zu B remade: less than %zu B saved", bt_dtype_name(dt), none_peak,
