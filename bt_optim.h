@@ -142,9 +142,11 @@ BTDEF void bt_adamw_set_copy(bt_adamw *opt, bt_tensor *copy);
 BTDEF bt_tensor *bt_adamw_split(bt_adamw *opt);
 BTDEF void bt_adamw_join(bt_adamw *opt);
 /* w: f32, contiguous, at its storage's start, [n] elements: in place to two halves, and back.
-   Each needs a temporary of 2n bytes and one of 64 MiB on w's device. */
+   Each needs a temporary of 2n bytes and one of a chunk (64 MiB) on w's device. */
 BTDEF void bt_f32_split_(bt_tensor *w);
 BTDEF void bt_f32_join_(bt_tensor *w);
+/* the elements the conversions copy aside at a time (default 2^24), set; returns the old (0: asks) */
+BTDEF int64_t bt_f32_halves_chunk(int64_t elements);
 /* the high halves of a split w as a bf16 [n] tensor over the same bytes (retains the storage) */
 BTDEF bt_tensor *bt_f32_halves_hi(bt_tensor *w);
 
@@ -531,67 +533,53 @@ static void bt__halves_move(bt_device dev, void *dst, const void *src, size_t n)
     BT__ON_GPU(dev, stream) BT__CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream), "f32 halves");
 #endif
 }
-#define BT__HALVES_CHUNK ((int64_t)1 << 24)   /* 64 MiB of f32 copied aside a chunk */
-/* In place with a temporary L of the low halves (2n bytes): the high halves of the chunk [a, a + c),
-   going up, land in f32 slots [a/2, (a + c)/2) of the buffer, all read by then (into the chunk's
-   temporary C, 4c bytes); the low halves then move into [2n, 4n), read entirely by then too. */
-BTDEF void bt_f32_split_(bt_tensor *w) {
-    bt__halves_need(w, "f32_split_", 1);
+static int64_t bt__halves_chunk = (int64_t)1 << 24;   /* 64 MiB of f32 copied aside a chunk */
+BTDEF int64_t bt_f32_halves_chunk(int64_t elements) {
+    int64_t old = bt__halves_chunk;
+    if (elements > 0) bt__halves_chunk = elements;
+    return old;
+}
+/* Both ways in place, with a temporary L of the low halves (2n bytes) and one C of a chunk.
+   split, going up: the high halves of the chunk [a, a + c) land in f32 slots [a/2, (a + c)/2), all
+   read by then (into C first); the low halves then move from L into [2n, 4n), read entirely by
+   then too. join, going down: the low halves first to L; the f32 of the chunk [a, a + c) fills
+   bytes [4a, 4a + 4c), where the high halves [2a, 2a + 2c) were (read: this chunk's into C first,
+   the ones above by the chunks before) or low halves (in L). */
+static void bt__halves_convert(bt_tensor *w, int split) {
+    bt__halves_need(w, split ? "f32_split_" : "f32_join_", split);
     bt_device dev = bt_device_of(w);
-    int64_t n = bt_numel(w), ch = n < BT__HALVES_CHUNK ? n : BT__HALVES_CHUNK;
+    int64_t n = bt_numel(w), ch = n < bt__halves_chunk ? n : bt__halves_chunk;
     float *x = (float *)bt_data_ptr(w);
     uint16_t *hi = (uint16_t *)x;
     int old = bt_set_grad_enabled(0);
     bt_scope_begin();
     uint16_t *lo = (uint16_t *)bt_data_ptr(bt_empty(bt_shape1(n ? n : 1), BT_BF16, dev));
-    float *c = (float *)bt_data_ptr(bt_empty(bt_shape1(ch ? ch : 1), BT_F32, dev));
-    for (int64_t a = 0; a < n; a += ch) {
-        int64_t k = n - a < ch ? n - a : ch;
-        bt__halves_move(dev, c, x + a, (size_t)k * 4);
+    void *c = bt_data_ptr(bt_empty(bt_shape1(ch ? ch : 1), BT_F32, dev));
+    if (!split) bt__halves_move(dev, lo, hi + n, (size_t)n * 2);
+    for (int64_t j = 0; ch > 0 && j * ch < n; j++) {
+        int64_t a = split ? j * ch : (n - 1) / ch * ch - j * ch, k = n - a < ch ? n - a : ch;
+        bt__halves_move(dev, c, split ? (void *)(x + a) : (void *)(hi + a), (size_t)k * (split ? 4 : 2));
         if (dev.type == BT_GPU) {
 #ifdef BT_CUDA
-            BT__ON_GPU(dev, stream) bt_k_f32_split(c, hi + a, lo + a, k, stream);
+            BT__ON_GPU(dev, stream) {
+                if (split) bt_k_f32_split((const float *)c, hi + a, lo + a, k, stream);
+                else bt_k_f32_join((const uint16_t *)c, lo + a, x + a, k, stream);
+            }
 #endif
+        } else if (split) {
+            for (int64_t i = 0; i < k; i++) { hi[a + i] = bt__f32_hi16(((float *)c)[i]); lo[a + i] = bt__f32_lo16(((float *)c)[i]); }
         } else {
-            for (int64_t i = 0; i < k; i++) { hi[a + i] = bt__f32_hi16(c[i]); lo[a + i] = bt__f32_lo16(c[i]); }
+            for (int64_t i = 0; i < k; i++) x[a + i] = bt__f32_join16(((uint16_t *)c)[i], lo[a + i]);
         }
     }
-    bt__halves_move(dev, hi + n, lo, (size_t)n * 2);
+    if (split) bt__halves_move(dev, hi + n, lo, (size_t)n * 2);
     bt_scope_end();
     bt_set_grad_enabled(old);
-    w->storage->halves = n;
+    w->storage->halves = split ? n : 0;
     w->storage->version++;
 }
-/* The other way, going down: the f32 of chunk [a, a + c) fills bytes [4a, 4a + 4c), where the high
-   halves [2a, 2a + 2c) were (read: this chunk's into C first, the ones above by the chunks before)
-   or low halves, all copied to L first. */
-BTDEF void bt_f32_join_(bt_tensor *w) {
-    bt__halves_need(w, "f32_join_", 0);
-    bt_device dev = bt_device_of(w);
-    int64_t n = bt_numel(w), ch = n < BT__HALVES_CHUNK ? n : BT__HALVES_CHUNK;
-    float *x = (float *)bt_data_ptr(w);
-    uint16_t *hi = (uint16_t *)x;
-    int old = bt_set_grad_enabled(0);
-    bt_scope_begin();
-    uint16_t *lo = (uint16_t *)bt_data_ptr(bt_empty(bt_shape1(n ? n : 1), BT_BF16, dev));
-    uint16_t *c = (uint16_t *)bt_data_ptr(bt_empty(bt_shape1(ch ? ch : 1), BT_BF16, dev));
-    bt__halves_move(dev, lo, hi + n, (size_t)n * 2);
-    for (int64_t a = (n - 1) / (ch ? ch : 1) * ch; n > 0 && a >= 0; a -= ch) {
-        int64_t k = n - a < ch ? n - a : ch;
-        bt__halves_move(dev, c, hi + a, (size_t)k * 2);
-        if (dev.type == BT_GPU) {
-#ifdef BT_CUDA
-            BT__ON_GPU(dev, stream) bt_k_f32_join(c, lo + a, x + a, k, stream);
-#endif
-        } else {
-            for (int64_t i = 0; i < k; i++) x[a + i] = bt__f32_join16(c[i], lo[a + i]);
-        }
-    }
-    bt_scope_end();
-    bt_set_grad_enabled(old);
-    w->storage->halves = 0;
-    w->storage->version++;
-}
+BTDEF void bt_f32_split_(bt_tensor *w) { bt__halves_convert(w, 1); }
+BTDEF void bt_f32_join_(bt_tensor *w) { bt__halves_convert(w, 0); }
 BTDEF bt_tensor *bt_f32_halves_hi(bt_tensor *w) {
     bt__halves_need(w, "f32_halves_hi", 0);
     bt_tensor *t = bt__tensor_struct();

@@ -148,6 +148,18 @@ resume_pair() {   # resume_pair NAME WHAT ARGS...: a run checkpointing every 4 s
     --ckpt-a "$(ck "$C/${n}_a" "$S")" --ckpt-b "$(ck "$C/${n}_b" "$S")"
   rm -rf "$C/${n}_b"
 }
+near_and_less() {   # near_and_less A B BOUND WHAT: run B's train losses within BOUND of run A's at every step, its peak lower
+  python3 - "$OUT/$1/log.jsonl" "$OUT/$2/log.jsonl" "$OUT/$1.txt" "$OUT/$2.txt" "$3" > "$OUT/$2_vs_$1.txt" 2>&1 <<'PY'
+import json, re, sys
+a, b = ([json.loads(l)["train_loss"] for l in open(p) if l.strip()] for p in sys.argv[1:3])
+mem = [int(re.findall(r"peak memory (\d+) MiB", open(p).read())[-1]) for p in sys.argv[3:5]]
+d = max(abs(x - y) for x, y in zip(a, b)) if a and len(a) == len(b) else float("inf")
+print(f"largest train loss difference over {len(a)} steps: {d:.4f}; peak {mem[1]} MiB against {mem[0]} MiB")
+sys.exit(0 if d < float(sys.argv[5]) and mem[1] < mem[0] else 1)
+PY
+  local rc=$?
+  check resume "$4: $(tail -1 "$OUT/$2_vs_$1.txt")" $rc
+}
 if want resume; then
   S=8; D12=(-e d12 -b 16 -t 1024 -d 32768 -x "$S" -v 4 -m 2 -g 0 --deterministic --quiet)
   for p in bf16 fp32; do resume_pair "$p" "d12 $p" "${D12[@]}" --precision $p; done
@@ -185,16 +197,7 @@ PY
   rm -rf "$C/gf32" "$C/gf32_auto"
   resume_pair gbf16_fp8 "d12 fp8, bf16 gradients" "${D12_1[@]/bf16/fp8}" --grad-dtype bf16
   rm -rf "$C/gbf16_fp8_a"
-  python3 - "$OUT/gf32/log.jsonl" "$OUT/gbf16_a/log.jsonl" "$OUT/gf32.txt" "$OUT/gbf16_a.txt" > "$OUT/gbf16_vs_f32.txt" 2>&1 <<'PY'
-import json, re, sys
-a, b = ([json.loads(l)["train_loss"] for l in open(p) if l.strip()] for p in sys.argv[1:3])
-mem = [int(re.findall(r"peak memory (\d+) MiB", open(p).read())[-1]) for p in sys.argv[3:5]]
-d = max(abs(x - y) for x, y in zip(a, b)) if a and len(a) == len(b) else float("inf")
-print(f"largest |bf16 grads - f32 grads| train loss over {len(a)} steps: {d:.4f}; peak {mem[1]} MiB against {mem[0]} MiB")
-sys.exit(0 if d < 0.05 and mem[1] < mem[0] else 1)
-PY
-  rc=$?
-  check resume "d12 bf16 gradients near f32's, less memory: $(tail -1 "$OUT/gbf16_vs_f32.txt")" $rc
+  near_and_less gf32 gbf16_a 0.05 "d12 bf16 gradients near f32's, less memory"
   rm -rf "$C/gbf16_a"
   train bf16_fresh "${D12[@]}" --precision bf16
   resume_check "two fresh --deterministic bf16 runs" --after 0 --log-a "$OUT/bf16_a/log.jsonl" --log-b "$OUT/bf16_fresh/log.jsonl"
@@ -206,16 +209,7 @@ PY
   # fp32 weights' high halves, ties away from zero): losses within 0.01 at every step, 2 bytes a
   # parameter less at the peak with halves
   train bf16_sep "${D12[@]}" --precision bf16 --weight-copy separate --ckpt-dir "$C/sep"
-  python3 - "$OUT/bf16_sep/log.jsonl" "$OUT/bf16_a/log.jsonl" "$OUT/bf16_sep.txt" "$OUT/bf16_a.txt" > "$OUT/halves_vs_sep.txt" 2>&1 <<'PY'
-import json, re, sys
-a, b = ([json.loads(l)["train_loss"] for l in open(p) if l.strip()] for p in sys.argv[1:3])
-mem = [int(re.findall(r"peak memory (\d+) MiB", open(p).read())[-1]) for p in sys.argv[3:5]]
-d = max(abs(x - y) for x, y in zip(a, b)) if a and len(a) == len(b) else float("inf")
-print(f"largest |halves - separate| train loss over {len(a)} steps: {d:.4f}; peak {mem[1]} MiB against {mem[0]} MiB")
-sys.exit(0 if d < 0.01 and mem[1] < mem[0] else 1)
-PY
-  rc=$?
-  check resume "d12 --weight-copy halves near separate, less memory: $(tail -1 "$OUT/halves_vs_sep.txt")" $rc
+  near_and_less bf16_sep bf16_a 0.01 "d12 --weight-copy halves near separate, less memory"
   # --offload adamw: AdamW's m and v in pinned host memory, streamed through the GPU: the same bits
   # (its bf16 weights a copy of their own: against --weight-copy separate)
   train offload "${D12[@]}" --precision bf16 --offload adamw --ckpt-dir "$C/offload"
