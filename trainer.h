@@ -998,8 +998,6 @@ static int trainer__ckpt_fields(const train_opts *o, const trainer_config *tc, i
         FIELD("train.fp8_head", "--fp8-head", "%s", trainer__fp8_head(o) ? "on" : "off");
         f[n - 1].absent = "off";
     }
-    FIELD("train.weight_copy", "--weight-copy", "%s", o->weight_copy ? o->weight_copy : "separate");
-    f[n - 1].absent = "separate";   /* older checkpoints: a copy of its own (its ties rounded to even) */
 #undef FIELD
     return n;
 }
@@ -1177,6 +1175,10 @@ static bt_ckpt_meta *trainer__meta(trainer *tr, int step, double loss) {
         bad |= bt_ckpt_meta_set_f64(meta, "train.loss", loss);
         bad |= bt_ckpt_meta_set_f64(meta, "train.lr_next", bt_lr_cosine(step, o->warmup, o->steps, o->lr, o->lr * o->final_lr_frac));
         bad |= bt_ckpt_meta_set(meta, "train.device", bt_device_of(trainer_flat(tr)).type == BT_GPU ? bt_device_name(trainer_device(tr)) : "cpu");
+        /* not a field a resume must repeat (another mode only rounds the copy's ties otherwise; a
+           resume with offload or several processes cannot have halves): a resume not giving
+           --weight-copy takes this one where it applies (main; absent: older, separate) */
+        bad |= bt_ckpt_meta_set(meta, "train.weight_copy", tr->opt.split ? "halves" : "separate");
         bad |= bt_ckpt_meta_set_i64(meta, "train.deterministic", o->deterministic);
         bad |= bt_ckpt_meta_set_i64(meta, "train.tp", o->tp);   /* the layout it was made in: not a resume's constraint */
         bad |= bt_ckpt_meta_set_i64(meta, "train.cp", o->cp);
