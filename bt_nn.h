@@ -88,8 +88,6 @@ static void bt__mlp_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     if (n->n_in > 5 && bt__wants(n, 5)) gin[5] = bt__register(bt_retain(g));   /* the residual's: g, as add's */
     bt_release(g2); bt_release(gc); bt_release(x2);
 }
-/* a layernorm's input, parameters and eps, for an MLP that remakes its output (bt_layernorm_mlp_gelu) */
-typedef struct { bt_tensor *x, *w, *b; double eps; } bt__ln_src;
 /* y [.., out] from the fused GEMMs, or NULL when cuBLASLt has no GELU epilogue for these shapes */
 static bt_tensor *bt__mlp_fused(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tensor *w2, bt_tensor *b2, bt_tensor *r,
                                 const bt__ln_src *ln) {
@@ -172,33 +170,21 @@ BTDEF bt_tensor *bt_layernorm_mlp_gelu(bt_tensor *x, bt_tensor *lnw, bt_tensor *
     return bt__mlp_gelu(h, w1, b1, w2, b2, r, lnw && lnb && bt_is_contiguous(x) ? &ln : NULL);
 }
 
-/* linear(layernorm(x)) whose linear node keeps the layernorm's input x (its node keeps it too: no
-   bytes of its own) in the place of the output, remade in the backward by bt__mlp_remade_ln (the
-   forward's kernel: the same bits). Saved: x [rows, C], w, lnw, lnb; i[1] has a bias, f[0] eps. */
+/* linear(layernorm(x)) whose node keeps the layernorm's input x (its node keeps it too: no bytes of
+   its own) in the place of the output (bt__linear with ln), remade in the backward by
+   bt__mlp_remade_ln (the forward's kernel: the same bits) */
 static void bt__linear_ln_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_tensor *x2 = bt__mlp_remade_ln(n);
     bt__linear_grads(n, g, (int)n->i[1], x2, gin);
     bt_release(x2);
 }
 BTDEF bt_tensor *bt_layernorm_linear(bt_tensor *x, bt_tensor *lnw, bt_tensor *lnb, double eps, bt_tensor *w, bt_tensor *b) {
-    bt_tensor *h = bt_layernorm(x, lnw, lnb, eps);   /* checks x, lnw, lnb */
-    bt_tensor *y = bt_linear(h, w, b);
-    bt_node *n = y->grad_fn;
-    if (!(bt__g.recompute & BT_RECOMPUTE_NORM) || !n || n->backward != bt__linear_back || !bt__is_gpu(x) || !lnw || !lnb ||
-        !bt_is_contiguous(x) || n->n_saved != 2)
-        return y;   /* the CPU path (and a strided x, which the layernorm copied) keeps the output */
-    int64_t C = x->shape[x->ndim - 1], rows = C ? bt_numel(x) / C : 0;
-    bt_tensor *x2 = bt__view_dense(x, bt_shape2(rows, C)), *wc = bt_retain(n->saved[1]);
-    bt_tensor *lw = bt__contig(lnw), *lb = bt__contig(lnb);
-    bt_release(n->saved[0]); bt_release(n->saved[1]);
-    n->n_saved = 0;
-    bt__save(n, x2); bt__save(n, wc); bt__save(n, lw); bt__save(n, lb);
-    n->i[1] = b != NULL;
-    n->f[0] = eps;
-    n->op = "layernorm_linear";
-    n->backward = bt__linear_ln_back;
-    bt_release(x2); bt_release(wc); bt_release(lw); bt_release(lb);
-    return y;
+    bt_tensor *h = bt_layernorm(x, lnw, lnb, eps);   /* checks x, lnw, lnb (x's dtype) */
+    bt__ln_src ln = {x, lnw, lnb, eps};
+    /* remade on a GPU only (the CPU path keeps the output, as the fused MLP's); a strided x: the
+       layernorm keeps a contiguous copy of its own, this node would keep another */
+    int remake = (bt__g.recompute & BT_RECOMPUTE_NORM) && bt__is_gpu(x) && lnw && lnb && bt_is_contiguous(x);
+    return bt__linear(h, w, b, remake ? &ln : NULL);
 }
 
 /* ---- softmax / log_softmax over the last dim ---- */

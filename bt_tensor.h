@@ -3067,7 +3067,13 @@ static void bt__linear_add_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt__linear_grads(n, g, n->i[0] != 0, n->saved[0], gin);
     if (bt__wants(n, 3)) gin[3] = bt__register(bt_retain(g));
 }
-BTDEF bt_tensor *bt_linear(bt_tensor *x, bt_tensor *w, bt_tensor *b) {
+/* a layernorm's input, parameters and eps, for a product that remakes the layernorm's output in its
+   backward instead of keeping it (bt_layernorm_linear, bt_layernorm_mlp_gelu: bt_nn.h) */
+typedef struct { bt_tensor *x, *w, *b; double eps; } bt__ln_src;
+static void bt__linear_ln_back(bt_node *n, bt_tensor *g, bt_tensor **gin);   /* bt_nn.h */
+/* y = x w^T (+ b); ln NULL, or x = layernorm(ln->x) remade in the backward: the node keeps ln->x
+   [rows, C], w, ln->w, ln->b (i[1]: a bias, f[0]: eps) in place of x */
+static bt_tensor *bt__linear(bt_tensor *x, bt_tensor *w, bt_tensor *b, const bt__ln_src *ln) {
     bt__need_float(x, "linear", "x"); bt__need_float(w, "linear", "w");
     bt__same_device(x, w, "linear"); bt__same_dtype(x, w, "linear");
     if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1])
@@ -3084,11 +3090,18 @@ BTDEF bt_tensor *bt_linear(bt_tensor *x, bt_tensor *w, bt_tensor *b) {
     bt__gemm(x->dtype, bt_device_of(x), bt_data_ptr(y), bt_data_ptr(x2), bt_data_ptr(wc), bc ? bt_data_ptr(bc) : NULL,
              rows, out_f, in_f, 0, 1, 1, 0, 0, 0, 1.0, 0.0);
     bt_tensor *in[3] = {x, w, b};
-    bt_node *n = bt__record("linear", bt__linear_back, y, in, b ? 3 : 2);
-    if (n) { bt__save(n, x2); bt__save(n, wc); }
+    bt_node *n = bt__record(ln ? "layernorm_linear" : "linear", ln ? bt__linear_ln_back : bt__linear_back, y, in, b ? 3 : 2);
+    if (n && ln) {
+        bt_tensor *lx = bt__view_dense(ln->x, bt_shape2(rows, in_f)), *lw = bt__contig(ln->w), *lb = bt__contig(ln->b);
+        bt__save(n, lx); bt__save(n, wc); bt__save(n, lw); bt__save(n, lb);
+        n->i[1] = b != NULL;
+        n->f[0] = ln->eps;
+        bt_release(lx); bt_release(lw); bt_release(lb);
+    } else if (n) { bt__save(n, x2); bt__save(n, wc); }
     bt_release(xc); bt_release(wc); bt_release(bc); bt_release(x2);
     return bt__register(y);
 }
+BTDEF bt_tensor *bt_linear(bt_tensor *x, bt_tensor *w, bt_tensor *b) { return bt__linear(x, w, b, NULL); }
 
 BTDEF bt_tensor *bt_linear_add(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tensor *r) {
     bt__need_float(x, "linear_add", "x");

@@ -517,6 +517,8 @@ static int trainer__rows_exchange(trainer *tr) {
    storage keeps no memory (the leaves keep their offsets and shapes, all that GPT2_P and LLAMA_P
    read under units; a read of the data would fault at once). trainer_whole_model gathers the
    weights into a model of their own for the outputs. */
+/* the model's compute copy of its weights (flat_lowp): where it lives */
+static bt_tensor **trainer__lowp_slot(trainer *tr) { return TRAINER__LLAMA(tr) ? &tr->lm.flat_lowp : &tr->model.flat_lowp; }
 static bt_tensor *trainer__fsdp_gather(void *ctx, int u, bt_dtype dt) { return bt_fsdp_gather((bt_fsdp *)ctx, u, dt); }
 /* the leaves without gradients, and their buffer *flat_grad freed */
 static void trainer__drop_grads(bt_tensor **params, int n, bt_tensor **flat_grad) {
@@ -547,7 +549,7 @@ static void trainer__setup_fsdp(trainer *tr) {
     bt_storage *st = flat->storage;   /* 4 bytes a parameter back to the allocator */
     bt_free(st->data);
     st->data = NULL; st->external = 1;
-    bt_tensor **lowp = llama ? &tr->lm.flat_lowp : &tr->model.flat_lowp;
+    bt_tensor **lowp = trainer__lowp_slot(tr);
     bt_release(*lowp);
     *lowp = NULL;
     int n;
@@ -643,7 +645,6 @@ bt_tensor *trainer_grad_norm(trainer *tr) {
     bt_tensor **params = trainer_params(tr, &n);
     return bt_grad_norm(params, n);
 }
-static bt_tensor **trainer__lowp_slot(trainer *tr) { return TRAINER__LLAMA(tr) ? &tr->lm.flat_lowp : &tr->model.flat_lowp; }
 /* The bf16 weights as the high halves of the fp32 ones (bt_optim.h, THE WEIGHTS IN TWO HALVES): one
    AdamW over the whole flat buffer, as the copy in the update below needs, and nothing else that
    reads the fp32 weights during the steps: one process (ZeRO's and fsdp's all-gathers and shards
@@ -665,8 +666,6 @@ void trainer_weights_split(trainer *tr) {
     bt_scope_begin();
     *lowp = bt_keep(bt_adamw_split(&tr->opt));
     bt_scope_end();
-    if (TRAINER__LLAMA(tr)) tr->lm.lowp_version = tr->lm.flat->storage->version;
-    else tr->model.lowp_version = tr->model.flat->storage->version;
     if (trainer_device(tr).type == BT_GPU) bt_alloc_empty_cache(trainer_device(tr));
 }
 void trainer_weights_join(trainer *tr) {
@@ -682,7 +681,7 @@ void trainer_weights_join(trainer *tr) {
    cover a rank's range (the others' come by the all-gather of fp32 weights, and the cast follows).
    That saves the cast's pass: 4 bytes a parameter read, 1.56B parameters at d48 ~6 GB a step. */
 static bt_tensor *trainer__lowp_copy(trainer *tr) {
-    bt_tensor *flat = trainer_flat(tr), *lowp = TRAINER__LLAMA(tr) ? tr->lm.flat_lowp : tr->model.flat_lowp;
+    bt_tensor *flat = trainer_flat(tr), *lowp = *trainer__lowp_slot(tr);
     const bt_adamw *o = &tr->opt;
     if (o->split || !tr->o.copy_in_update || !lowp || lowp->dtype != BT_BF16 || tr->fsdp || tr->zero.stage || !o->flat_p || !flat) return NULL;
     if (o->flat_p->storage != flat->storage || o->flat_p->offset != flat->offset || o->lo != 0 || o->hi != o->numel ||
@@ -693,8 +692,8 @@ static bt_tensor *trainer__lowp_copy(trainer *tr) {
 void trainer_update(trainer *tr, double lr, bt_tensor *norm) {
     if (tr->fence_pending) trainer_ckpt_fence(tr);   /* a checkpoint's copies of the weights and state finish first */
     bt_adamw_set_grad_norm(&tr->opt, norm);
-    bt_tensor *copy = tr->opt.split ? *trainer__lowp_slot(tr) : trainer__lowp_copy(tr);   /* halves: the high ones */
-    if (!tr->opt.split && copy != tr->opt.copy) bt_adamw_set_copy(&tr->opt, copy);
+    bt_tensor *copy = trainer__lowp_copy(tr);   /* NULL in halves: the update writes the high ones */
+    if (copy != tr->opt.copy) bt_adamw_set_copy(&tr->opt, copy);
     bt_adamw_update(&tr->opt, (float)lr, tr->fsdp ? tr->fsdp->grad : tr->zero.grad_sum);
     if (TRAINER__LLAMA(tr)) llama_lowp_written(&tr->lm, copy);   /* the next forward needs no cast */
     else gpt2_lowp_written(&tr->model, copy);
