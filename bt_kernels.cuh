@@ -211,13 +211,14 @@ BTDEF int bt_k_matmul_epi(bt_dtype dt, bt_dtype dt_c, void *C, const void *A, co
    The weight decay is wd for every element, or, when runs != NULL, given per run of elements:
    run k covers [runs[k-1].end, runs[k].end) (from 0; the last end is n) with decay runs[k].wd;
    the table (nruns entries) lives in device memory, so a flat buffer of many parameters with
-   different decays is one launch. p_bf16 (may be NULL): the new p rounded to bf16 (as bt_k_cast
+   different decays is one launch. The ends count from run_base elements before p: a launch over
+   part of a buffer passes the table from the run its first element is in, and its start as run_base. p_bf16 (may be NULL): the new p rounded to bf16 (as bt_k_cast
    does) is written there too, the compute copy of the weights without a pass of its own.
    p_lo != NULL: the weights are held in two halves (bt__f32_hi16 / lo16): p is not used, each p
    is read from and written back to (p_bf16, p_lo), the same fp32 math and bits as from p. */
 typedef struct { int64_t end; float wd; } bt_k_decay_run;
 BTDEF void bt_k_adamw(float *p, const void *g, bt_dtype gdt, float *m, float *v, int64_t n, float lr, float b1, float b2,
-                      float eps, float wd, const bt_k_decay_run *runs, int nruns, int step, const float *grad_scale,
+                      float eps, float wd, const bt_k_decay_run *runs, int nruns, int64_t run_base, int step, const float *grad_scale,
                       uint16_t *p_bf16, uint16_t *p_lo, cudaStream_t s);
 /* n f32 values into their two halves (hi = bt__f32_hi16, lo = bt__f32_lo16), and back (join) */
 BTDEF void bt_k_f32_split(const float *x, uint16_t *hi, uint16_t *lo, int64_t n, cudaStream_t s);
@@ -2830,7 +2831,7 @@ BTDEF void bt_k_matmul(bt_dtype dt, void *C, const void *A, const void *B, const
    table forward once. */
 template <typename G>
 __global__ void bt__k_adamw_kernel(float *p, const G *g, float *m, float *v, int64_t n, float lr, float b1, float b2,
-                                   float eps, float wd0, const bt_k_decay_run *runs, float bc1, float bc2,
+                                   float eps, float wd0, const bt_k_decay_run *runs, int64_t run_base, float bc1, float bc2,
                                    const float *gscale, uint16_t *pb, uint16_t *pl, int vec) {
     float sc = gscale ? *gscale : 1.f;
     int64_t nc = (n + 3) / 4;
@@ -2861,7 +2862,7 @@ __global__ void bt__k_adamw_kernel(float *p, const G *g, float *m, float *v, int
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             float gi = e < cnt ? bt__k_tof(g[i0 + e]) * sc : 0.f, wd = wd0;
-            if (runs) { while (i0 + e >= runs[r].end && e < cnt) r++; wd = runs[r].wd; }
+            if (runs) { while (run_base + i0 + e >= runs[r].end && e < cnt) r++; wd = runs[r].wd; }
             mm[e] = b1 * mm[e] + (1.f - b1) * gi;
             vv[e] = b2 * vv[e] + (1.f - b2) * gi * gi;
             pp[e] -= lr * ((mm[e] / bc1) / (sqrtf(vv[e] / bc2) + eps) + wd * pp[e]);
@@ -2898,7 +2899,7 @@ __global__ void bt__k_adamw_kernel(float *p, const G *g, float *m, float *v, int
     }
 }
 BTDEF void bt_k_adamw(float *p, const void *g, bt_dtype gdt, float *m, float *v, int64_t n, float lr, float b1, float b2,
-                      float eps, float wd, const bt_k_decay_run *runs, int nruns, int step, const float *grad_scale,
+                      float eps, float wd, const bt_k_decay_run *runs, int nruns, int64_t run_base, int step, const float *grad_scale,
                       uint16_t *p_bf16, uint16_t *p_lo, cudaStream_t s) {
     if (n <= 0) return;
     if (step < 1) bt_error("bt_k_adamw: step %d (counts from 1)", step);
@@ -2909,7 +2910,7 @@ BTDEF void bt_k_adamw(float *p, const void *g, bt_dtype gdt, float *m, float *v,
               ((uintptr_t)p_lo % 8 == 0);
     unsigned nb = bt__k_blocks((n + 3) / 4, 256);
     BT__K_DISPATCH3(gdt, "bt_k_adamw (grad)", {
-        bt__k_adamw_kernel<T><<<nb, 256, 0, s>>>(p, (const T *)g, m, v, n, lr, b1, b2, eps, wd, runs, bc1, bc2, grad_scale, p_bf16,
+        bt__k_adamw_kernel<T><<<nb, 256, 0, s>>>(p, (const T *)g, m, v, n, lr, b1, b2, eps, wd, runs, run_base, bc1, bc2, grad_scale, p_bf16,
                                                  p_lo, vec);
     })
     BT__K_LAUNCHED("bt_k_adamw");

@@ -57,7 +57,19 @@
    DEVICES
      Every parameter of one optimizer lives on one device; the update runs on that device's
      current stream (bt_tensor.h) in one kernel launch over the flat buffer when the parameters
-     and gradients tile one, else one launch per parameter. The CPU path computes in double.
+     and gradients tile one, one launch per gradient buffer when the gradients tile several in
+     the parameters' order (bt_grads_lazy's segments), else one launch per parameter. The CPU path
+     computes in double.
+
+   GRADIENTS THAT HOLD NO MEMORY BETWEEN STEPS
+     bt_grads_lazy(params, n, lo, n_units) gives parameters whose gradients are views of one flat
+     buffer new gradients: one lazy buffer (bt_zeros_lazy) per unit [lo[u], lo[u+1]) of that
+     buffer, each taking its memory when the backward pass writes the unit's first gradient and
+     giving it back at bt_grads_drop (after the update). A flat buffer lives through the forward
+     pass, where the activations peak; these do not: the units of a GPT-2 are its blocks, so the
+     peak holds the gradients of the blocks the backward has reached (PyTorch's gradients set to
+     None do the same). The values and their sums are the flat buffer's: each gradient starts from
+     zeros and accumulates as before. bt_grad_norm and the update take one pass per unit.
 
    THE STATE IN HOST MEMORY (OFFLOAD)
      bt_adamw_init_offload(..., chunk) keeps m and v in pinned host memory instead of on the
@@ -103,6 +115,7 @@ typedef struct {
     bt_tensor *flat_p;                    /* the parameters' buffer when they tile one, else NULL */
     void *runs;                           /* GPU: the weight-decay runs over [lo, hi), a device table */
     int nruns;
+    int64_t *run_ends;                    /* GPU: the runs' ends on the host (a launch's first run) */
     int64_t offload_chunk;                /* > 0: m, v in host memory, streamed in chunks of this many elements */
     void *offload;                        /* its device buffers, copy streams and events */
 } bt_adamw;
@@ -159,6 +172,17 @@ typedef struct {
 BTDEF void bt_sgd_init(bt_sgd *opt, bt_tensor **params, int n, float momentum, float weight_decay);
 BTDEF void bt_sgd_step(bt_sgd *opt, float lr);   /* the gradients are left: the caller zeroes them (bt_zero_grad) */
 BTDEF void bt_sgd_free(bt_sgd *opt);
+
+/* ---- gradients per unit, held only from the first write to bt_grads_drop ---- */
+/* params' .grad: views of one buffer (its elements [0, lo[n_units]) in units [lo[u], lo[u + 1])).
+   Each unit gets a lazy buffer of its own (bt_zeros_lazy: no memory until written) and each
+   .grad becomes the same span of its unit's buffer; the old buffer is left to the caller. Returns
+   the units' buffers ([n_units], malloc'd, one reference each: bt_grads_free). */
+BTDEF bt_tensor **bt_grads_lazy(bt_tensor **params, int n, const int64_t *lo, int n_units);
+BTDEF void bt_grads_drop(bt_tensor **units, int n_units);    /* memory back; the gradients are zeros again */
+BTDEF void bt_grads_zero(bt_tensor **units, int n_units);    /* the held ones filled with zeros */
+BTDEF void bt_grads_take(bt_tensor **units, int n_units);    /* every one holds memory (zeros where not held) */
+BTDEF void bt_grads_free(bt_tensor **units, int n_units);
 
 /* ---- norms and schedules ---- */
 /* global L2 norm of the grads, as an fp32 [1] tensor on the grads' device (no host sync) */
@@ -223,6 +247,77 @@ static bt_tensor *bt__flat_view(bt_tensor **ts, int n, int64_t numel, bt_tensor 
     return flat;
 }
 static int64_t bt__total_numel(bt_tensor **ts, int n) { int64_t s = 0; for (int i = 0; i < n; i++) s += bt_numel(ts[i]); return s; }
+/* the parameters in list order cut where their gradients stop tiling one storage: group k is
+   params[start[k] .. start[k + 1]) (start has n + 1 entries), its gradients contiguous, of one
+   dtype, each starting where the previous one ends. Returns the count; -1 when a gradient is missing. */
+static int bt__grad_groups(bt_tensor **params, int n, int *start) {
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        bt_tensor *g = params[i]->grad, *h = i ? params[i - 1]->grad : NULL;
+        if (!g) return -1;
+        int joins = h && bt_is_contiguous(g) && bt_is_contiguous(h) && g->storage == h->storage && g->dtype == h->dtype &&
+                    g->offset == h->offset + bt_numel(h);
+        if (!joins) start[k++] = i;
+    }
+    start[k] = n;
+    return k;
+}
+/* group k of bt__grad_groups as one 1-D view */
+static bt_tensor *bt__grad_group_view(bt_tensor **params, const int *start, int k) {
+    int64_t shape[1] = {0}, stride[1] = {1};
+    for (int i = start[k]; i < start[k + 1]; i++) shape[0] += bt_numel(params[i]->grad);
+    return bt__view_raw(params[start[k]]->grad, 1, shape, stride, params[start[k]]->grad->offset);
+}
+
+/* ---- gradients per unit (GRADIENTS THAT HOLD NO MEMORY BETWEEN STEPS) ---- */
+BTDEF bt_tensor **bt_grads_lazy(bt_tensor **params, int n, const int64_t *lo, int n_units) {
+    if (!params || n < 1 || !lo || n_units < 1) bt_error("grads_lazy: no parameters (%d) or units (%d)", n, n_units);
+    bt_tensor *g0 = params[0]->grad;
+    int64_t base = -1;
+    for (int i = 0; i < n; i++) {
+        bt_tensor *g = params[i]->grad;
+        if (!g || !bt_is_contiguous(g) || g->storage != g0->storage || g->dtype != g0->dtype)
+            bt_error("grads_lazy: parameter %d's gradient is not a contiguous view of parameter 0's gradient buffer", i);
+        if (base < 0 || g->offset < base) base = g->offset;
+    }
+    for (int u = 0; u < n_units; u++)
+        if (lo[u + 1] <= lo[u]) bt_error("grads_lazy: unit %d is empty or reversed ([%lld, %lld))", u, (long long)lo[u], (long long)lo[u + 1]);
+    bt_tensor **units = (bt_tensor **)calloc((size_t)n_units, sizeof(bt_tensor *));
+    if (!units) bt_error("grads_lazy: out of host memory");
+    bt_device dev = bt_device_of(g0);
+    bt_scope_begin();
+    for (int u = 0; u < n_units; u++) units[u] = bt_keep(bt_zeros_lazy(bt_shape1(lo[u + 1] - lo[u]), g0->dtype, dev));
+    for (int i = 0; i < n; i++) {   /* every gradient inside one unit, else nothing is changed */
+        int64_t a = params[i]->grad->offset - base, b = a + bt_numel(params[i]->grad);
+        int u = 0;
+        while (u < n_units && lo[u + 1] <= a) u++;
+        if (u == n_units || a < lo[u] || b > lo[u + 1]) {
+            bt_scope_end();
+            bt_grads_free(units, n_units);
+            bt_error("grads_lazy: parameter %d's gradient [%lld, %lld) is not inside one unit", i, (long long)a, (long long)b);
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        bt_tensor *g = params[i]->grad;
+        int64_t a = g->offset - base;
+        int u = 0;
+        while (lo[u + 1] <= a) u++;
+        params[i]->grad = bt__view_raw(units[u], g->ndim, g->shape, g->stride, a - lo[u]);
+        bt_release(g);
+    }
+    bt_scope_end();
+    return units;
+}
+BTDEF void bt_grads_drop(bt_tensor **units, int n_units) { for (int u = 0; u < n_units; u++) bt_lazy_drop(units[u]); }
+BTDEF void bt_grads_zero(bt_tensor **units, int n_units) {
+    for (int u = 0; u < n_units; u++) if (bt_lazy_held(units[u])) bt_zero_(units[u]);
+}
+BTDEF void bt_grads_take(bt_tensor **units, int n_units) { for (int u = 0; u < n_units; u++) (void)bt_data_ptr(units[u]); }
+BTDEF void bt_grads_free(bt_tensor **units, int n_units) {
+    if (!units) return;
+    for (int u = 0; u < n_units; u++) bt_release(units[u]);
+    free(units);
+}
 
 /* ============================================================================================
    2. norms
@@ -251,17 +346,22 @@ BTDEF bt_tensor *bt_grad_norm(bt_tensor **params, int n) {
     bt_scope_begin();
     if (!found) norm = bt_retain(bt_zeros(bt_shape1(1), BT_F32, dev));
     else if (dev.type == BT_GPU) {
-        bt_tensor **grads = (bt_tensor **)malloc(sizeof(bt_tensor *) * (size_t)n);
-        int all = grads != NULL;
-        for (int i = 0; all && i < n; i++) all = (grads[i] = params[i]->grad) != NULL;
-        bt_tensor *flat = all ? bt__flat_view(grads, n, bt__total_numel(grads, n), NULL) : NULL;
-        free(grads);
+        int *start = (int *)malloc(sizeof(int) * (size_t)(n + 1));
+        if (!start) bt_error("grad_norm: out of host memory");
+        int ng = bt__grad_groups(params, n, start);
         bt_tensor *sq;
-        if (flat) { sq = bt_sumsq(flat); bt_release(flat); }      /* one buffer: one pass */
-        else {
+        if (ng >= 1) {   /* one pass per buffer the gradients tile, in order (one: the flat buffer's) */
+            sq = NULL;
+            for (int k = 0; k < ng; k++) {
+                bt_tensor *v = bt__grad_group_view(params, start, k), *s = bt_sumsq(v);
+                bt_release(v);
+                if (sq) bt_add_(sq, s, 1.0); else sq = s;
+            }
+        } else {
             sq = bt_zeros(bt_shape1(1), BT_F32, dev);
             for (int i = 0; i < n; i++) if (params[i]->grad) bt_add_(sq, bt_sumsq(params[i]->grad), 1.0);
         }
+        free(start);
         norm = bt_retain(bt_sqrt(sq));
     } else {
         double s = 0;
@@ -317,7 +417,9 @@ static void bt__adamw_build_runs(bt_adamw *opt) {
     if (!runs || !end || !wd) bt_error("adamw: out of host memory");
     int nr = bt__adamw_runs(opt, end, wd);
     for (int k = 0; k < nr; k++) { runs[k].end = end[k]; runs[k].wd = wd[k]; }
-    free(end); free(wd);
+    free(opt->run_ends);
+    opt->run_ends = end;
+    free(wd);
     bt_device dev = bt__opt_device(opt);
     bt_free(opt->runs);
     opt->runs = bt_alloc(dev, sizeof(bt_k_decay_run) * (size_t)(nr ? nr : 1), bt_stream_current(dev));
@@ -465,7 +567,7 @@ BTDEF void bt_adamw_free(bt_adamw *opt) {
     bt__adamw_off_free(opt);
     bt_release(opt->m); bt_release(opt->v); bt_release(opt->flat_p);
     bt_release(opt->grad_norm); bt_release(opt->clip_scale); bt_release(opt->copy);
-    bt_free(opt->runs);
+    bt_free(opt->runs); free(opt->run_ends);
     free(opt->offset); free(opt->decay);
     memset(opt, 0, sizeof *opt);
 }
@@ -627,23 +729,32 @@ BTDEF void bt_adamw_set_grad_norm(bt_adamw *opt, bt_tensor *norm) {
     bt_set_grad_enabled(old);
 }
 
+#ifdef BT_CUDA
+/* the run (of opt->runs) element `at` of [lo, hi) is in */
+static int bt__adamw_run_of(const bt_adamw *opt, int64_t at) {
+    int a = 0, b = opt->nruns - 1;
+    while (a < b) { int c = (a + b) / 2; if (opt->run_ends[c] > at) b = c; else a = c + 1; }
+    return a;
+}
+#endif
 /* one update of n elements: parameters p (the parameters' dtype), gradients g (dtype gdt), state
-   m, v (the state's dtype) on the parameters' device, decay wd, or the run table when `whole`;
-   pc: the same elements of the copy, or NULL; in halves (opt->split) p is not used: pc holds the
-   high halves and pl the low ones */
+   m, v (the state's dtype) on the parameters' device, decay wd, or (at >= 0: p is element `at` of
+   [lo, hi)) the run table's; pc: the same elements of the copy, or NULL; in halves (opt->split) p
+   is not used: pc holds the high halves and pl the low ones */
 static void bt__adamw_apply(bt_adamw *opt, float lr, void *p, const void *g, bt_dtype gdt, void *m, void *v, int64_t n,
-                            float wd, int whole, void *pc, uint16_t *pl) {
+                            float wd, int64_t at, void *pc, uint16_t *pl) {
     bt_dtype dt = opt->params[0]->dtype;
     bt_device dev = bt__opt_device(opt);
     if (dev.type == BT_GPU) {
 #ifdef BT_CUDA
         const float *cs = opt->clip_scale ? (const float *)bt_data_ptr(opt->clip_scale) : NULL;
+        int r0 = at >= 0 ? bt__adamw_run_of(opt, at) : 0;
         BT__ON_GPU(dev, stream)
             bt_k_adamw((float *)p, g, gdt, (float *)m, (float *)v, n, lr, opt->beta1, opt->beta2, opt->eps, wd,
-                       whole ? (const bt_k_decay_run *)opt->runs : NULL, whole ? opt->nruns : 0, (int)opt->step, cs,
-                       (uint16_t *)pc, pl, stream);
+                       at >= 0 ? (const bt_k_decay_run *)opt->runs + r0 : NULL, at >= 0 ? opt->nruns - r0 : 0, at >= 0 ? at : 0,
+                       (int)opt->step, cs, (uint16_t *)pc, pl, stream);
 #else
-        (void)whole; (void)m; (void)v; (void)pc; (void)pl;
+        (void)at; (void)m; (void)v; (void)pc; (void)pl;
 #endif
         return;
     }
@@ -681,7 +792,7 @@ static void bt__adamw_stream(bt_adamw *opt, float lr, char *p, const char *g, bt
         size_t nb = (size_t)k * es;
         if (dev.type != BT_GPU) {
             memcpy(dm, hm, nb); memcpy(dv, hv, nb);
-            bt__adamw_apply(opt, lr, p + c * (int64_t)es, g + c * (int64_t)gs, gdt, dm, dv, k, wd, 0, pc ? pc + c * (int64_t)cs : NULL, NULL);
+            bt__adamw_apply(opt, lr, p + c * (int64_t)es, g + c * (int64_t)gs, gdt, dm, dv, k, wd, -1, pc ? pc + c * (int64_t)cs : NULL, NULL);
             memcpy(hm, dm, nb); memcpy(hv, dv, nb);
             continue;
         }
@@ -693,7 +804,7 @@ static void bt__adamw_stream(bt_adamw *opt, float lr, char *p, const char *g, bt
             BT__CUDA_CHECK(cudaEventRecord(o->loaded[slot], o->load), "adamw (offload)");
             BT__CUDA_CHECK(cudaStreamWaitEvent(stream, o->loaded[slot], 0), "adamw (offload)");
         }
-        bt__adamw_apply(opt, lr, p + c * (int64_t)es, g + c * (int64_t)gs, gdt, dm, dv, k, wd, 0, pc ? pc + c * (int64_t)cs : NULL, NULL);
+        bt__adamw_apply(opt, lr, p + c * (int64_t)es, g + c * (int64_t)gs, gdt, dm, dv, k, wd, -1, pc ? pc + c * (int64_t)cs : NULL, NULL);
         BT__ON_GPU(dev, stream) {
             BT__CUDA_CHECK(cudaEventRecord(o->updated[slot], stream), "adamw (offload)");
             BT__CUDA_CHECK(cudaStreamWaitEvent(o->store, o->updated[slot], 0), "adamw (offload)");
@@ -705,9 +816,9 @@ static void bt__adamw_stream(bt_adamw *opt, float lr, char *p, const char *g, bt
     }
 }
 /* the update of n elements from element a of the index space: parameters at p, gradients at g
-   (dtype gdt), decay wd, or the run table when the span is all of [lo, hi) */
+   (dtype gdt), decay wd, or with runs the run table's (offloaded: the span is all of [lo, hi)) */
 static void bt__adamw_span(bt_adamw *opt, float lr, void *p, const void *g, bt_dtype gdt, int64_t a, int64_t n, float wd,
-                           int whole) {
+                           int runs) {
     bt__adamw_off *o = (bt__adamw_off *)opt->offload;
     size_t es = bt_dtype_size(opt->params[0]->dtype), gs = bt_dtype_size(gdt), cs = opt->copy ? bt_dtype_size(opt->copy->dtype) : 0;
     char *pc = opt->copy ? (char *)bt_data_ptr(opt->copy) + a * (int64_t)cs : NULL;   /* the copy of element a */
@@ -718,10 +829,10 @@ static void bt__adamw_span(bt_adamw *opt, float lr, void *p, const void *g, bt_d
     }
     if (!o) {
         bt__adamw_apply(opt, lr, p, g, gdt, (char *)bt_data_ptr(opt->m) + (a - opt->lo) * (int64_t)es,
-                        (char *)bt_data_ptr(opt->v) + (a - opt->lo) * (int64_t)es, n, wd, whole, pc, pl);
+                        (char *)bt_data_ptr(opt->v) + (a - opt->lo) * (int64_t)es, n, wd, runs ? a - opt->lo : -1, pc, pl);
         return;
     }
-    if (!whole) { bt__adamw_stream(opt, lr, (char *)p, (const char *)g, gdt, a, n, wd, pc); return; }
+    if (!runs) { bt__adamw_stream(opt, lr, (char *)p, (const char *)g, gdt, a, n, wd, pc); return; }
     for (int r = 0; r < o->nruns; r++) {   /* all of [lo, hi): run by run, each with its decay */
         int64_t r0 = r ? o->run_end[r - 1] : 0;
         bt__adamw_stream(opt, lr, (char *)p + r0 * (int64_t)es, (const char *)g + r0 * (int64_t)gs, gdt, opt->lo + r0,
@@ -743,11 +854,28 @@ BTDEF void bt_adamw_update(bt_adamw *opt, float lr, bt_tensor *grad) {
     /* one launch over [lo, hi) when parameters and gradients each tile one buffer the same way
        (offloaded: one pass of chunks, on a CPU too) */
     bt_tensor *gflat = grad ? bt_retain(grad) : opt->flat_p ? bt__flat_view(grads, opt->n, opt->numel, opt->params) : NULL;
+    int *start = NULL, ng = -1;
+    if (!gflat && !grad && opt->flat_p && !opt->offload && bt__opt_device(opt).type == BT_GPU && opt->lo == 0 && opt->hi == opt->numel) {
+        start = (int *)malloc(sizeof(int) * (size_t)(opt->n + 1));   /* gradients in several buffers, in order: one launch each */
+        if (!start) bt_error("adamw_update: out of host memory");
+        ng = bt__grad_groups(opt->params, opt->n, start);
+        for (int i = 1; ng > 0 && i < opt->n; i++)   /* the parameters in index order, as the groups' spans assume */
+            if (opt->offset[i] != opt->offset[i - 1] + bt_numel(opt->params[i - 1])) ng = -1;
+        if (ng > 0 && opt->offset[0] != 0) ng = -1;
+    }
     if (opt->flat_p && gflat && (bt__opt_device(opt).type == BT_GPU || opt->offload)) {
         int64_t gofs = grad ? 0 : opt->lo;
         bt__adamw_span(opt, lr, (char *)bt_data_ptr(opt->flat_p) + opt->lo * (int64_t)bt_dtype_size(opt->flat_p->dtype),
                        (const char *)bt_data_ptr(gflat) + gofs * (int64_t)bt_dtype_size(gflat->dtype),
                        gflat->dtype, opt->lo, opt->hi - opt->lo, 0.f, 1);
+    } else if (ng > 0) {
+        size_t es = bt_dtype_size(opt->flat_p->dtype);
+        for (int k = 0; k < ng; k++) {
+            bt_tensor *gv = bt__grad_group_view(opt->params, start, k);
+            int64_t a = opt->offset[start[k]];
+            bt__adamw_span(opt, lr, (char *)bt_data_ptr(opt->flat_p) + a * (int64_t)es, bt_data_ptr(gv), gv->dtype, a, bt_numel(gv), 0.f, 1);
+            bt_release(gv);
+        }
     } else {
         for (int i = 0; i < opt->n; i++) {                /* the part of each parameter in [lo, hi) */
             bt_tensor *p = opt->params[i], *g = grad ? grad : grads[i];
@@ -763,7 +891,7 @@ BTDEF void bt_adamw_update(bt_adamw *opt, float lr, bt_tensor *grad) {
         }
     }
     bt_release(gflat);
-    free(grads);
+    free(grads); free(start);
     for (int i = 0; i < opt->n; i++) opt->params[i]->storage->version++;
     if (opt->copy) opt->copy->storage->version++;
     bt_set_grad_enabled(old);

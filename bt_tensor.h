@@ -382,6 +382,8 @@ typedef struct bt_storage {
     int64_t halves;          /* > 0: its first `halves` f32 elements are held in two 16-bit halves, the
                                 high ones (a bf16 array) in bytes [0, 2 halves), the low ones in
                                 [2 halves, 4 halves) (bt_f32_split_, bt_optim.h); 0: plain */
+    int lazy;                /* 1: data is taken at its first use (bt_data_ptr), zero-filled, and given
+                                back by bt_lazy_drop; NULL data then reads as zeros (bt_zeros_lazy) */
     struct bt_storage *next_free;   /* the recycled-storage list */
 } bt_storage;
 
@@ -499,6 +501,14 @@ BTDEF void bt_uniform_(bt_tensor *t, double lo, double hi, uint64_t seed, uint64
 BTDEF void bt_normal_(bt_tensor *t, double mean, double std, uint64_t seed, uint64_t offset);
 BTDEF void bt_fill_(bt_tensor *t, double value);
 BTDEF void bt_zero_(bt_tensor *t);
+/* Zeros whose memory is taken only when something uses the data (bt_data_ptr: allocated and
+   filled with zeros then, on the device's current stream; inside a CUDA graph's capture the fill is
+   part of the graph) and given back by bt_lazy_drop, after which the tensor is zeros again and
+   takes memory anew at its next use. A model's gradients made this way hold no memory from the
+   optimizer step to the first gradient the next backward pass writes (bt_grads_lazy, bt_optim.h). */
+BTDEF bt_tensor *bt_zeros_lazy(bt_shape shape, bt_dtype dt, bt_device dev);
+BTDEF void bt_lazy_drop(bt_tensor *t);        /* t's storage must be lazy (bt_zeros_lazy) */
+BTDEF int bt_lazy_held(const bt_tensor *t);   /* 1: t's storage holds memory now (or is not lazy) */
 
 /* ---- copies, devices, dtypes ---- */
 BTDEF bt_tensor *bt_contiguous(bt_tensor *t);       /* t itself (retained) when already contiguous */
@@ -1436,8 +1446,21 @@ BTDEF int bt_is_contiguous(const bt_tensor *t) {
     }
     return 1;
 }
+/* a lazy storage's memory, taken at its first use: nbytes from the device's allocator, zeros */
+static void bt__lazy_take(bt_storage *s) {
+    s->data = bt_alloc(s->device, s->nbytes, bt__stream_for(s->device));
+    if (s->device.type == BT_GPU) {
+#ifdef BT_CUDA
+        BT__ON_GPU(s->device, stream) BT__CUDA_CHECK(cudaMemsetAsync(s->data, 0, s->nbytes, stream), "lazy zeros");
+#endif
+    } else if (s->nbytes) memset(s->data, 0, s->nbytes);
+}
+static inline void *bt__storage_data(bt_storage *s) {
+    if (!s->data && s->lazy) bt__lazy_take(s);
+    return s->data;
+}
 BTDEF void *bt_data_ptr(const bt_tensor *t) {
-    return (char *)t->storage->data + t->offset * (int64_t)bt_dtype_size(t->dtype);
+    return (char *)bt__storage_data(t->storage) + t->offset * (int64_t)bt_dtype_size(t->dtype);
 }
 BTDEF bt_shape bt_shape_of(const bt_tensor *t) { return bt_shapev(t->ndim, t->shape); }
 BTDEF const char *bt_shape_str(const bt_tensor *t, char *buf, size_t n) {
@@ -1536,6 +1559,30 @@ BTDEF void bt_zero_(bt_tensor *t) { bt_fill_(t, 0.0); }
 BTDEF bt_tensor *bt_zeros(bt_shape shape, bt_dtype dt, bt_device dev) {
     bt_tensor *t = bt__new(shape, dt, dev); bt_fill_(t, 0.0); return bt__register(t);
 }
+BTDEF bt_tensor *bt_zeros_lazy(bt_shape shape, bt_dtype dt, bt_device dev) {
+    bt__check_shape(shape, "zeros_lazy");
+    if ((unsigned)dt >= BT_NDTYPES) bt_error("zeros_lazy: unknown dtype %d", (int)dt);
+    bt__check_device(dev, "zeros_lazy");
+    int64_t n = 1;
+    for (int d = 0; d < shape.ndim; d++) n *= shape.d[d];
+    bt_tensor *t = bt__tensor_struct();
+    t->storage = bt__storage_struct(NULL, (size_t)n * bt_dtype_size(dt), dev, 0);
+    t->storage->lazy = 1;
+    t->ndim = shape.ndim; t->dtype = dt;
+    memcpy(t->shape, shape.d, sizeof(int64_t) * shape.ndim);
+    bt__set_contiguous_strides(t);
+    return bt__register(t);
+}
+BTDEF void bt_lazy_drop(bt_tensor *t) {
+    bt__need(t, "lazy_drop", "t");
+    bt_storage *s = t->storage;
+    if (!s->lazy) bt_error("lazy_drop: %s is not a lazy tensor (bt_zeros_lazy)", bt__s(t));
+    if (!s->data) return;
+    bt_free(s->data);   /* stream-ordered: work already queued on the stream still reads it first */
+    s->data = NULL;
+    s->version++;       /* zeros again */
+}
+BTDEF int bt_lazy_held(const bt_tensor *t) { return t && (!t->storage->lazy || t->storage->data != NULL); }
 BTDEF bt_tensor *bt_full(bt_shape shape, double value, bt_dtype dt, bt_device dev) {
     bt_tensor *t = bt__new(shape, dt, dev); bt_fill_(t, value); return bt__register(t);
 }
@@ -2082,9 +2129,9 @@ BTDEF double bt_get(bt_tensor *t, const int64_t *index) {
         off += index[d] * t->stride[d];
     }
     double v;
-    if (!bt__is_gpu(t)) return bt__ld(t->storage->data, t->dtype, off);
+    if (!bt__is_gpu(t)) return bt__ld(bt__storage_data(t->storage), t->dtype, off);
     char buf[8] = {0};
-    bt__download(buf, (char *)t->storage->data + off * (int64_t)bt_dtype_size(t->dtype), bt_device_of(t), bt_dtype_size(t->dtype));
+    bt__download(buf, (char *)bt__storage_data(t->storage) + off * (int64_t)bt_dtype_size(t->dtype), bt_device_of(t), bt_dtype_size(t->dtype));
     v = bt__ld(buf, t->dtype, 0);
     return v;
 }

@@ -79,6 +79,10 @@ static void usage(FILE *f) {
         "            halves, which hold them with their low halves in the fp32 bytes (2 bytes a parameter less; ties\n"
         "            round away from zero), or a copy of their own (ties to even). halves: one process, no --tp/--cp,\n"
         "            --offload or --mlir (default halves where that holds; a resume keeps the checkpoint's)\n"
+        "  --grads lazy|flat   lazy: each block's gradients take memory when the backward writes them and give it\n"
+        "            back after the update, so the forward's activations use it (PyTorch's set-to-None); flat: one\n"
+        "            buffer held throughout. lazy: one process on a GPU, no --tp/--cp, --dp fsdp, --offload or --mlir\n"
+        "            (default lazy where that holds; the same values either way)\n"
         "  --grad-dtype auto|f32|bf16   the gradient buffer; bf16: 2 bytes a parameter less, for a bf16 or fp8 run on\n"
         "            one GPU with one micro-batch a step (-d = B*T: each gradient written once, no sum); auto: bf16 where\n"
         "            that holds and -b is given (or resumed), else f32; a resume of an f32 run stays f32 (default auto)\n"
@@ -173,7 +177,7 @@ static int takes_value(const char *a) {
         "--nccl-timeout", "--ckpt-dir", "--ckpt-every", "--ckpt-keep", "--resume", "--init-from", "--export-hf", "--tp", "--cp",
         "--cp-comm", "--recompute", "--cuda-graph", "--ddp-rows", "--nccl-blocking", "--ddp-transport", "--dp", "--comm-dtype",
         "--precision", "--device", "--eval-mc", "--fp8-recipe", "--fp8-history", "--fp8-accum", "--fp8-head", "--grad-dtype", "--offload",
-        "--weight-copy"};
+        "--weight-copy", "--grads"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) if (!strcmp(a, names[i])) return 1;
     return 0;
 }
@@ -295,6 +299,10 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
             if (strcmp(v, "auto") && strcmp(v, "f32") && strcmp(v, "bf16")) {
                 snprintf(err, errlen, "--grad-dtype must be auto, f32 or bf16, got '%s'", v); return -1;
             }
+        }
+        else if (!strcmp(a, "--grads")) {
+            o->grads = v;
+            if (strcmp(v, "lazy") && strcmp(v, "flat")) { snprintf(err, errlen, "--grads must be lazy or flat, got '%s'", v); return -1; }
         }
         else if (!strcmp(a, "--weight-copy")) {
             o->weight_copy = v;
@@ -510,7 +518,7 @@ static void dp_micro_step(trainer *tr, bt_tensor *idx, bt_tensor *tgt, int a, in
 static int train_step(trainer *tr, int step, double lr, double *loss, double *grad_norm) {
     double t0 = now_s();
     int accum = tr->o.total_batch / (tr->o.B * tr->o.T * trainer_data_world(tr));
-    if (trainer_flat_grad(tr)) bt_zero_(trainer_flat_grad(tr));
+    trainer_grads_begin(tr);
     if (tr->zero.grad_sum) bt_zero_(tr->zero.grad_sum);
     if (tr->fsdp) bt_fsdp_zero_grad(tr->fsdp);
     bt_scope_begin();
@@ -541,6 +549,7 @@ static int train_step(trainer *tr, int step, double lr, double *loss, double *gr
     *grad_norm = bt_item(norm);
     int finite = isfinite(*loss) && isfinite(*grad_norm);
     if (finite) trainer_update(tr, lr, norm);
+    trainer_grads_end(tr);   /* --grads lazy: the memory back until the next backward */
     trainer_fp8_update(tr);   /* the step's amaxes into the histories, skipped update or not; the next step's scales */
     bt_scope_end();
     return finite;
@@ -1003,6 +1012,11 @@ static int train_main(train_opts *o) {
                 "all the weights: one process, without --tp/--cp, --offload adamw or --mlir " SEE_H "\n");
         return run_end(&tr, 2);
     }
+    if (!o->grads) o->grads = trainer_lazy_grads_allowed(o, world, on_gpu) ? "lazy" : "flat";
+    else if (!strcmp(o->grads, "lazy") && !trainer_lazy_grads_allowed(o, world, on_gpu)) {
+        fprintf(stderr, "error: --grads lazy needs one process on a GPU, without --tp/--cp, --dp fsdp, --offload adamw or --mlir " SEE_H "\n");
+        return run_end(&tr, 2);
+    }
     if (check_outputs(o, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
     if (trainer_par_check(o, &cfg, world, on_gpu, err, sizeof err)) { fprintf(stderr, "error: %s " SEE_H "\n", err); return run_end(&tr, 2); }
     if (tr.src.resume && !o->eval_only && trainer_ckpt_check(&tr.src, o, &cfg, world / (o->tp * o->cp), err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return run_end(&tr, 1); }
@@ -1064,6 +1078,7 @@ static int train_main(train_opts *o) {
     bt_adamw_init_offload(&tr.opt, params, n_params, 0.9f, 0.95f, 1e-8f, (float)o->weight_decay, (float)o->clip,
                           o->offload ? BT_ADAMW_OFFLOAD_CHUNK : 0);
     trainer_weights_split(&tr);   /* --weight-copy halves: before the probes, whose peak is the steps' */
+    trainer_grads_lazy(&tr);      /* --grads lazy: the same */
     if (o->recompute >= 0) bt_set_recompute(o->recompute);   /* before the probes: auto B counts with it */
     bt_linear_cross_entropy_chunk((size_t)o->head_chunk_mb << 20);
     int auto_b = o->B < 0;

@@ -102,6 +102,9 @@ typedef struct {
     const char *weight_copy;  /* --weight-copy halves | separate: the bf16 weights as the fp32 weights' high halves
                                  (bt_adamw_split: 2 bytes a parameter less) or a copy of their own (NULL: not given;
                                  halves where trainer_halves_allowed, a resume the checkpoint's) */
+    const char *grads;        /* --grads lazy | flat: each block's gradients take memory when the backward writes them and
+                                 give it back after the update (bt_grads_lazy), or one buffer held throughout (NULL: not
+                                 given; lazy where trainer_lazy_grads_allowed) */
     const char *eval_mc;      /* --eval-mc FILE: a multiple-choice set scored at each validation */
     int eval_only;            /* --eval-only: validation loss and --eval-mc of the model, no training */
     int given_i, given_j, given_t, given_tok, given_m;   /* flags the user gave: defaults are explained, not blamed */
@@ -175,6 +178,8 @@ typedef struct trainer {
     gpt2 tp_whole;             /* rank 0 with --tp: the gathered model for the outputs (trainer_whole_model) */
     llama tp_whole_lm;         /* the same of a Llama */
     step_graph sg;             /* --cuda-graph */
+    bt_tensor **grad_units;    /* --grads lazy: the units' gradient buffers (bt_grads_lazy), NULL: the flat buffer */
+    int n_grad_units;
     double host_ms;            /* the last step's host time until its loss read (the rest is waiting for the GPU) */
     bt_mc_set mc;              /* --eval-mc: the multiple-choice set (n_items 0: none) */
 } trainer;
@@ -227,6 +232,15 @@ void trainer_update(trainer *tr, double lr, bt_tensor *norm);   /* AdamW on this
 int trainer_halves_allowed(const train_opts *o, int world, int on_gpu);
 void trainer_weights_split(trainer *tr);
 void trainer_weights_join(trainer *tr);
+/* --grads lazy: one process on a GPU, none of tp/cp/fsdp/offload/mlir (their reductions, shards
+   and chunked updates read the flat buffer). trainer_grads_lazy makes them so (after the
+   optimizer's init); the step calls trainer_grads_begin before its first micro-step and
+   trainer_grads_end after its update; trainer_grads_clear empties them (a probe's backward). */
+int trainer_lazy_grads_allowed(const train_opts *o, int world, int on_gpu);
+void trainer_grads_lazy(trainer *tr);
+void trainer_grads_begin(trainer *tr);
+void trainer_grads_end(trainer *tr);
+void trainer_grads_clear(trainer *tr);
 
 /* ---- 4. the micro-step as a CUDA graph ---- */
 /* a micro-step: forward, backward of loss / accum, loss / accum into loss_sum, the data-parallel
@@ -645,6 +659,45 @@ bt_tensor *trainer_grad_norm(trainer *tr) {
     bt_tensor **params = trainer_params(tr, &n);
     return bt_grad_norm(params, n);
 }
+/* Gradients per unit (bt_optim.h, GRADIENTS THAT HOLD NO MEMORY BETWEEN STEPS): the units are
+   fsdp's (gpt2_units_bounds: the embeddings, each block, the final layernorm). Eager steps give the
+   memory back after each update, so the next forward's activations take it. A CUDA graph's
+   addresses are fixed: with one micro-batch a step the capture takes each unit's memory at its
+   first gradient, from the graph's pool, and the zero fill is part of the graph (a replay's
+   forward may use those bytes before the backward fills them), so the units stay held and the
+   graph zeroes them; with several micro-batches the gradients must outlive the next forward, so
+   every unit is held before the capture (outside the pool: the flat buffer's memory) and zeroed
+   at each step's start. */
+int trainer_lazy_grads_allowed(const train_opts *o, int world, int on_gpu) {
+    return on_gpu && world == 1 && o->tp * o->cp == 1 && !o->offload && !o->mlir && strcmp(o->dp, "fsdp");
+}
+void trainer_grads_lazy(trainer *tr) {
+    if (!tr->o.grads || strcmp(tr->o.grads, "lazy") || tr->grad_units) return;
+    int llama = TRAINER__LLAMA(tr), n;
+    bt_tensor **params = trainer_params(tr, &n);
+    int64_t *lo = (int64_t *)malloc(sizeof(int64_t) * ((size_t)trainer_model_config(tr).L + 3));
+    if (!lo) bt_error("--grads lazy: out of host memory");
+    int nu = llama ? llama_units_bounds(&tr->lm, lo) : gpt2_units_bounds(&tr->model, lo);
+    tr->grad_units = bt_grads_lazy(params, n, lo, nu);
+    tr->n_grad_units = nu;
+    free(lo);
+    bt_tensor **flat_grad = llama ? &tr->lm.flat_grad : &tr->model.flat_grad;
+    bt_release(*flat_grad);   /* trainer_flat_grad is NULL from here */
+    *flat_grad = NULL;
+}
+static int trainer__graph_zeroes(const trainer *tr) { return tr->sg.accum == 1 && (tr->sg.graph[0] || tr->sg.graph[1]); }
+void trainer_grads_begin(trainer *tr) {
+    if (!tr->grad_units) { if (trainer_flat_grad(tr)) bt_zero_(trainer_flat_grad(tr)); return; }
+    if (!trainer__graph_zeroes(tr)) bt_grads_zero(tr->grad_units, tr->n_grad_units);
+}
+void trainer_grads_end(trainer *tr) {
+    if (tr->grad_units && !tr->sg.graph[0] && !tr->sg.graph[1]) bt_grads_drop(tr->grad_units, tr->n_grad_units);
+}
+void trainer_grads_clear(trainer *tr) {
+    if (tr->grad_units) bt_grads_drop(tr->grad_units, tr->n_grad_units);
+    else bt_zero_(trainer_flat_grad(tr));
+}
+
 /* The bf16 weights as the high halves of the fp32 ones (bt_optim.h, THE WEIGHTS IN TWO HALVES): one
    AdamW over the whole flat buffer, as the copy in the update below needs, and nothing else that
    reads the fp32 weights during the steps: one process (ZeRO's and fsdp's all-gathers and shards
@@ -754,6 +807,10 @@ bt_tensor *trainer_graph_tokens(trainer *tr, step_graph *g, int step) {
 /* micro-batch a (of kind k) captured into g->graph[k], in the pool of the step's graphs */
 static void trainer__graph_capture(trainer *tr, step_graph *g, int k, int a, trainer_micro_fn micro) {
     bt_device dev = trainer_device(tr);
+    if (tr->grad_units) {   /* (Gradients per unit, above) */
+        if (g->accum == 1) bt_grads_drop(tr->grad_units, tr->n_grad_units);
+        else bt_grads_take(tr->grad_units, tr->n_grad_units);
+    }
     bt_alloc_empty_cache(dev);   /* the warm-up's cached blocks go back: the graph's pool takes their place */
     bt_graph *cg = bt_graph_capture_begin(dev);
     if (g->pool) { bt_alloc_pool_pop(dev); bt_alloc_pool_push(dev, g->pool); }   /* the end pops it */
@@ -801,7 +858,7 @@ static size_t trainer__probe_peak(trainer *tr, int B, int T, bt_dtype dt) {
     bt_backward(trainer__loss(tr, idx, idx, dt));
     bt_scope_end();
     free(ids);
-    bt_zero_(trainer_flat_grad(tr));
+    trainer_grads_clear(tr);
     size_t peak = bt_alloc_stats(dev).peak_allocated;
     /* the probe's cached blocks go back: kept, a probe at another B and the run after it would take
        new blocks around them (at d48 B 8, 2.8 GB more reserved at the peak) */
@@ -1693,6 +1750,8 @@ int trainer_end(trainer *tr, int rc) {
         bt_dist_shutdown(tr->dist);
     }
     bt_adamw_free(&tr->opt);
+    bt_grads_free(tr->grad_units, tr->n_grad_units);
+    tr->grad_units = NULL;
     bt_fsdp_free(tr->fsdp);          /* after the optimizer, whose leaves are its views */
     tr->fsdp = NULL;
     gpt2_free(&tr->fsdp_whole);

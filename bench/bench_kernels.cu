@@ -442,7 +442,7 @@ int main(void) {
         void *g = randn(BT_BF16, n, 92, 1), *lo = dev(n * 2);
         bt_k_uniform(BT_F32, v, n, 93, 0, 1e-4, 1e-2, S);
         snprintf(shp, sizeof shp, "%lld params, g bf16", (long long)n);
-        BENCH(ms, bt_k_adamw(p, g, BT_BF16, m, v, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, NULL, 0, 10, NULL, NULL, NULL, S));
+        BENCH(ms, bt_k_adamw(p, g, BT_BF16, m, v, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, NULL, 0, 0, 10, NULL, NULL, NULL, S));
         report("adamw", shp, ms, 26.0 * n, 0);
         BENCH(ms, bt_k_sumsq(BT_BF16, (float *)lo, g, n, 0, S));
         report("sumsq (grad norm)", shp, ms, 2.0 * n, 0);

@@ -17,8 +17,9 @@
 #              fp8 resumed after step 4 (fp8 also: graph against eager, losses near bf16's), --offload adamw
 #              against the state on the GPU bit for bit, --grad-dtype bf16 resumed (its losses near f32
 #              gradients', less memory; auto the same bits; auto resuming an f32 run stays f32; fp8 with
-#              bf16 gradients resumed), two fresh --deterministic runs, kill -9 then --resume auto, the
-#              CUDA graph run against --cuda-graph off; with 2+ GPUs --dp ddp / zero1 / zero2 resumed, a
+#              bf16 gradients resumed), --grads lazy (the default) near flat with less memory, two fresh
+#              --deterministic runs, kill -9 then --resume auto, the CUDA graph run against --cuda-graph
+#              off; with 2+ GPUs --dp ddp / zero1 / zero2 resumed, a
 #              2-GPU checkpoint refused on one GPU, --init-from it on one GPU
 #   interop    tests/hf_interop.py (transformers both ways, on the GPU and the CPU), tests/llama_parity.py
 #              (llama.h's LlamaForCausalLM files, logits, loss and gradients, CPU and GPU) and
@@ -198,6 +199,12 @@ PY
   resume_pair gbf16_fp8 "d12 fp8, bf16 gradients" "${D12_1[@]/bf16/fp8}" --grad-dtype bf16
   rm -rf "$C/gbf16_fp8_a"
   near_and_less gf32 gbf16_a 0.05 "d12 bf16 gradients near f32's, less memory"
+  # --grads lazy (the default: each block's gradients held from their first write to the update;
+  # every run above and below has them, the graph runs against eager ones bit for bit) against one
+  # flat buffer: the same gradients (test_optim), a norm summed per block (float rounding apart),
+  # so losses within 0.001 at every step; with one micro-batch a step, less memory at the peak
+  train gflat "${D12_1[@]}" --grads flat
+  near_and_less gflat gauto 0.001 "d12 --grads lazy near flat, less memory"
   rm -rf "$C/gbf16_a"
   train bf16_fresh "${D12[@]}" --precision bf16
   resume_check "two fresh --deterministic bf16 runs" --after 0 --log-a "$OUT/bf16_a/log.jsonl" --log-b "$OUT/bf16_fresh/log.jsonl"

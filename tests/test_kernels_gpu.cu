@@ -1623,15 +1623,22 @@ static void test_adamw(void) {
             uint16_t *dc = (uint16_t *)dmalloc((size_t)(n + 1) * 2);   /* the bf16 copy, NaN where unwritten */
             CK(cudaMemsetAsync(dc, 0xff, (size_t)(n + 1) * 2, st()));
             bt_k_adamw((float *)dp + off, (char *)dg + off * tsz(gdt), gdt, (float *)dm + off, (float *)dv + off, n,
-                       (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, druns, variant == 0 ? 3 : 0, step, dsc,
+                       (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, druns, variant == 0 ? 3 : 0, 0, step, dsc,
                        k == 1 ? NULL : dc + off, NULL, st());
             const char *how = variant ? "unaligned" : "scaled, decay runs";
             {   /* the weights in two halves: the same update, the same fp32 bits (joined), m and v the same */
                 void *dp2 = up(BT_F32, p, n + 1), *dm2 = up(BT_F32, m, n + 1), *dv2 = up(BT_F32, v, n + 1);
                 uint16_t *dh = (uint16_t *)dmalloc((size_t)(n + 1) * 2), *dl = (uint16_t *)dmalloc((size_t)(n + 1) * 2);
                 bt_k_f32_split((float *)dp2, dh, dl, n + 1, st());
-                bt_k_adamw(NULL, (char *)dg + off * tsz(gdt), gdt, (float *)dm2 + off, (float *)dv2 + off, n, (float)lr, (float)b1,
-                           (float)b2, (float)eps, (float)wd, druns, variant == 0 ? 3 : 0, step, dsc, dh + off, dl + off, st());
+                /* in two launches, [0, 350) and [350, n): the second from the table's third run (which
+                   [302, n) is), its ends counted from run_base 350 elements before its start */
+                int64_t cut = 350;
+                for (int part = 0; part < 2; part++) {
+                    int64_t a = part ? cut : 0, len = part ? n - cut : cut;
+                    bt_k_adamw(NULL, (char *)dg + (off + a) * tsz(gdt), gdt, (float *)dm2 + off + a, (float *)dv2 + off + a, len, (float)lr,
+                               (float)b1, (float)b2, (float)eps, (float)wd, druns ? druns + 2 * part : NULL, variant == 0 ? 3 - 2 * part : 0,
+                               a, step, dsc, dh + off + a, dl + off + a, st());
+                }
                 bt_k_f32_join(dh, dl, (float *)dp2, n + 1, st());
                 double *a = zvec(n), *b = zvec(n), *hh = zvec(n);
                 down(BT_F32, (float *)dp + off, a, n);

@@ -1,6 +1,7 @@
 /* test_optim.c - bt_optim.h: AdamW (with and without clipping; its state as data: get, set, a
    sharded update equal to the full one on its range; the state offloaded and streamed in chunks,
    the same bits as kept whole; the rounded copy an update writes; the weights in two halves), SGD with momentum, the global gradient norm,
+   gradients per unit that hold memory only from their first write to a drop (bt_grads_lazy),
    against hand-written references in double; bt_lr_cosine. */
 #include "bt_autograd.h"
 #include "bt_optim.h"
@@ -517,6 +518,104 @@ static void test_adamw_halves(void) {
     BT_CHECK(allocated() == base, "leaked %lld bytes", (long long)(allocated() - base));
 }
 
+/* bt_zeros_lazy: no memory until the data is used, zeros then, given back by bt_lazy_drop (zeros
+   again). bt_grads_lazy: a two-layer model whose parameters and gradients tile one buffer each,
+   its gradients moved to two units; two backward passes (accumulated) give the flat buffer's bits,
+   the norm and two AdamW steps the same, a drop frees the units' memory. */
+static void grads_model(bt_tensor *flat, bt_tensor *gflat, bt_tensor **ps) {
+    static const int64_t shp[4][2] = {{4, 3}, {4, 0}, {2, 4}, {2, 0}};
+    int64_t off = 0;
+    for (int i = 0; i < 4; i++) {
+        int64_t n = shp[i][1] ? shp[i][0] * shp[i][1] : shp[i][0];
+        bt_shape sh = shp[i][1] ? bt_shape2(shp[i][0], shp[i][1]) : bt_shape1(shp[i][0]);
+        bt_scope_begin();
+        ps[i] = bt_keep(bt_view(bt_narrow(flat, 0, off, n), sh));
+        bt_set_requires_grad(ps[i], 1);
+        ps[i]->grad = bt_keep(bt_view(bt_narrow(gflat, 0, off, n), sh));
+        bt_scope_end();
+        off += n;
+    }
+}
+static void grads_backward(bt_tensor **ps, int seed) {
+    bt_scope_begin();
+    bt_tensor *x = bt_randn(bt_shape2(5, 3), BT_F32, CPU, (uint64_t)seed);
+    bt_tensor *y = bt_linear(bt_tanh(bt_linear(x, ps[0], ps[1])), ps[2], ps[3]);
+    bt_backward(bt_sum(bt_mul(y, y), NULL, 0, 0));
+    bt_scope_end();
+}
+static void test_grads_lazy(void) {
+    size_t base = allocated();
+    bt_tensor *z = bt_zeros_lazy(bt_shape2(3, 5), BT_F32, CPU), *plain = bt_zeros(bt_shape1(2), BT_F32, CPU);
+    size_t with_plain = allocated();
+    BT_CHECK(!bt_lazy_held(z) && bt_lazy_held(plain), "held before use: lazy %d, plain %d", bt_lazy_held(z), bt_lazy_held(plain));
+    double *h = bt_test_host(z);
+    int zeros = 1;
+    for (int i = 0; i < 15; i++) zeros &= h[i] == 0;
+    free(h);
+    BT_CHECK(zeros && bt_lazy_held(z) && allocated() > with_plain, "first use: zeros %d, held %d, %zu bytes more", zeros, bt_lazy_held(z),
+             allocated() - with_plain);
+    bt_fill_(z, 2.0);
+    bt_lazy_drop(z);
+    BT_CHECK(!bt_lazy_held(z) && allocated() == with_plain, "after a drop: held %d, %lld bytes more", bt_lazy_held(z),
+             (long long)(allocated() - with_plain));
+    bt_scope_begin();
+    BT_CHECK(bt_item(bt_sum(z, NULL, 0, 0)) == 0, "a dropped lazy tensor does not read as zeros");
+    bt_scope_end();
+    BT_EXPECT_ERROR(bt_lazy_drop(plain), "not a lazy tensor");
+    bt_release(z); bt_release(plain);
+
+    const int64_t n = 12 + 4 + 8 + 2, lo[3] = {0, 16, 26};
+    bt_tensor *flat[2], *gflat[2], *ps[2][4];
+    for (int k = 0; k < 2; k++) {
+        flat[k] = bt_randn(bt_shape1(n), BT_F32, CPU, 5);
+        gflat[k] = bt_zeros(bt_shape1(n), BT_F32, CPU);
+        grads_model(flat[k], gflat[k], ps[k]);
+    }
+    int64_t cut[3] = {0, 14, 26};   /* 14 is inside b1 */
+    BT_EXPECT_ERROR(bt_grads_lazy(ps[1], 4, cut, 2), "not inside one unit");
+    bt_tensor **units = bt_grads_lazy(ps[1], 4, lo, 2);
+    size_t before = allocated();
+    BT_CHECK(!bt_lazy_held(units[0]) && !bt_lazy_held(units[1]) && ps[1][2]->grad->storage == units[1]->storage &&
+             ps[1][1]->grad->offset == 12, "the units' gradients before any backward");
+    for (int t = 0; t < 2; t++)
+        for (int k = 0; k < 2; k++) grads_backward(ps[k], 40 + t);
+    BT_CHECK(bt_lazy_held(units[0]) && bt_lazy_held(units[1]) && allocated() > before, "the backward did not take the units' memory");
+    int same = 1;
+    for (int i = 0; i < 4; i++) {
+        double *a = bt_test_host(ps[0][i]->grad), *b = bt_test_host(ps[1][i]->grad);
+        for (int64_t j = 0; j < bt_numel(ps[0][i]); j++) same &= a[j] == b[j] && a[j] != 0;
+        free(a); free(b);
+    }
+    BT_CHECK(same, "the units' gradients differ from the flat buffer's (or are zero)");
+    bt_tensor *n0 = bt_grad_norm(ps[0], 4), *n1 = bt_grad_norm(ps[1], 4);
+    BT_CHECK(bt_item(n0) == bt_item(n1) && bt_item(n0) > 0, "norms %g (flat) and %g (units)", bt_item(n0), bt_item(n1));
+    bt_release(n0); bt_release(n1);
+    bt_adamw opt[2];
+    for (int k = 0; k < 2; k++) {
+        bt_adamw_init(&opt[k], ps[k], 4, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f);
+        bt_adamw_step(&opt[k], 1e-2f);
+    }
+    size_t held = allocated();
+    bt_grads_drop(units, 2);
+    BT_CHECK(!bt_lazy_held(units[0]) && !bt_lazy_held(units[1]) && allocated() + (size_t)n * 4 <= held, "a drop gave back %lld bytes",
+             (long long)(held - allocated()));
+    bt_zero_(gflat[0]);
+    grads_backward(ps[0], 50); grads_backward(ps[1], 50);
+    for (int k = 0; k < 2; k++) bt_adamw_step(&opt[k], 1e-2f);
+    double *a = bt_test_host(flat[0]), *b = bt_test_host(flat[1]);
+    same = 1;
+    for (int64_t j = 0; j < n; j++) same &= a[j] == b[j];
+    free(a); free(b);
+    BT_CHECK(same, "two AdamW steps over the units' gradients differ from the flat buffer's");
+    for (int k = 0; k < 2; k++) {
+        bt_adamw_free(&opt[k]);
+        for (int i = 0; i < 4; i++) { bt_test_drop_grad(ps[k][i]); bt_release(ps[k][i]); }
+        bt_release(flat[k]); bt_release(gflat[k]);
+    }
+    bt_grads_free(units, 2);
+    BT_CHECK(allocated() == base, "leaked %lld bytes", (long long)(allocated() - base));
+}
+
 int main(void) {
     bt_test_seed = 7000;
     BT_RUN(test_adamw);
@@ -527,5 +626,6 @@ int main(void) {
     BT_RUN(test_sgd);
     BT_RUN(test_lr_cosine);
     BT_RUN(test_grad_norm);
+    BT_RUN(test_grads_lazy);
     return bt_test_summary("test_optim");
 }

@@ -7,7 +7,8 @@
    the weights, m and v compared bit for bit. The copies run on their own streams while the kernels
    run on the compute stream, so a missing wait between a load, its update and its store shows up
    as different bits. Then a state set into an offloaded optimizer, and m and v pinned (the copy
-   engines read them directly). Without a GPU every test skips. */
+   engines read them directly). AdamW and the norm over gradients held per unit (bt_grads_lazy)
+   against the flat buffer's. Without a GPU every test skips. */
 #include "bt_autograd.h"
 #include "bt_optim.h"
 #include "tests/bt_test.h"
@@ -107,8 +108,67 @@ static void test_offload_bits(void) {
                 }
 }
 
+/* Gradients per unit (bt_grads_lazy): AdamW takes one launch per unit, each from the decay run its
+   first element is in; the weights (plain and in two halves), m and v must be the flat buffer's
+   bits over 3 clipped steps (the same norm handed to both; the units start at parameters of
+   either decay). The norm over the units: one pass each, equal to the flat one's within
+   float rounding. */
+static void test_grads_units_bits(void) {
+    if (bt_k_device_count() < 1) { BT_SKIP("no GPU"); return; }
+    bt_device gpu = bt_cuda_device(0);
+    int64_t n = total(), lo[4] = {0, SIZES[0] + SIZES[1], SIZES[0] + SIZES[1] + SIZES[2], n};
+    for (int halves = 0; halves < 2; halves++) {
+        bt_tensor *buf[2], *gbuf[2], *ps[2][NP];
+        for (int k = 0; k < 2; k++) {
+            buf[k] = bt_zeros(bt_shape1(n), BT_F32, gpu);
+            bt_uniform_(buf[k], -1, 1, 13, 0);
+            gbuf[k] = bt_zeros(bt_shape1(n), BT_BF16, gpu);
+            int64_t off = 0;
+            for (int i = 0; i < NP; i++) {
+                ps[k][i] = param(buf[k], i, 0);
+                bt_scope_begin();
+                ps[k][i]->grad = bt_keep(bt_view(bt_narrow(gbuf[k], 0, off, SIZES[i]), bt_shape_of(ps[k][i])));
+                bt_scope_end();
+                off += SIZES[i];
+            }
+        }
+        bt_tensor **units = bt_grads_lazy(ps[1], NP, lo, 3);
+        bt_adamw a, b;
+        bt_adamw_init(&a, ps[0], NP, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f);
+        bt_adamw_init(&b, ps[1], NP, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f);
+        bt_tensor *hi[2] = {NULL, NULL};
+        if (halves) { hi[0] = bt_adamw_split(&a); hi[1] = bt_adamw_split(&b); }
+        double worst = 0;
+        for (int t = 0; t < 3; t++) {
+            bt_uniform_(gbuf[0], -0.01, 0.01, 200 + (uint64_t)t, 0);   /* norm ~ 13 > 1: clipped */
+            for (int i = 0; i < NP; i++) bt_copy_(ps[1][i]->grad, ps[0][i]->grad);
+            bt_tensor *na = bt_grad_norm(ps[0], NP), *nb = bt_grad_norm(ps[1], NP);
+            double e = fabs(bt_item(na) - bt_item(nb)) / bt_item(na);
+            if (e > worst) worst = e;
+            bt_adamw_set_grad_norm(&a, na); bt_adamw_set_grad_norm(&b, na);
+            bt_adamw_update(&a, 1e-3f, NULL); bt_adamw_update(&b, 1e-3f, NULL);
+            bt_release(na); bt_release(nb);
+            bt_grads_drop(units, 3);
+        }
+        BT_CHECK(worst < 1e-6, "%s: the norm over the units differs from the flat one's by %.2g relative", halves ? "halves" : "plain", worst);
+        if (halves) { bt_adamw_join(&a); bt_adamw_join(&b); }
+        BT_CHECK(equal_bits(buf[0], buf[1]) && equal_bits(a.m, b.m) && equal_bits(a.v, b.v),
+                 "%s: AdamW over the units' gradients: weights %s, m %s, v %s", halves ? "halves" : "plain",
+                 equal_bits(buf[0], buf[1]) ? "equal" : "differ", equal_bits(a.m, b.m) ? "equal" : "differ",
+                 equal_bits(a.v, b.v) ? "equal" : "differ");
+        bt_release(hi[0]); bt_release(hi[1]);
+        bt_adamw_free(&a); bt_adamw_free(&b);
+        for (int k = 0; k < 2; k++) {
+            for (int i = 0; i < NP; i++) { bt_test_drop_grad(ps[k][i]); bt_release(ps[k][i]); }
+            bt_release(buf[k]); bt_release(gbuf[k]);
+        }
+        bt_grads_free(units, 3);
+    }
+}
+
 int main(void) {
     bt_test_seed = 7100;
     BT_RUN(test_offload_bits);
+    BT_RUN(test_grads_units_bits);
     return bt_test_summary("test_optim_gpu");
 }

@@ -780,6 +780,20 @@ static void test_weight_copy_flag(void) {
     rc = train_run(args, out, sizeof out);
     BT_CHECK(rc == 0 && strstr(out, "step "), "--weight-copy separate on a CPU (fp32: no copy either way): exit %d: %s", rc, out);
 }
+/* --grads: lazy or flat; lazy needs a GPU (the CPU run keeps the flat buffer, which it also takes as given) */
+static void test_grads_flag(void) {
+    char args[2000], out[65536];
+    snprintf(args, sizeof args, RUN " -x 2 --grads sparse");
+    int rc = train_run(args, out, sizeof out);
+    BT_CHECK(rc == 2 && strstr(out, "--grads must be lazy or flat, got 'sparse'"), "--grads sparse: exit %d: %s", rc, out);
+    snprintf(args, sizeof args, RUN " -x 2 --grads lazy");
+    rc = train_run(args, out, sizeof out);
+    BT_CHECK(rc == 2 && strstr(out, "--grads lazy needs one process on a GPU"), "--grads lazy on a CPU: exit %d: %s", rc, out);
+    if (!have_data()) { BT_SKIP("no data/tinyshakespeare_*.bin (make data)"); return; }
+    snprintf(args, sizeof args, RUN " -x 2 --grads flat");
+    rc = train_run(args, out, sizeof out);
+    BT_CHECK(rc == 0 && strstr(out, "step "), "--grads flat on a CPU: exit %d: %s", rc, out);
+}
 
 /* finding 7: weights that are not finite in the file a run starts from (-e, --init-from,
    --resume) are refused before training, naming the file, not blamed on the learning rate */
@@ -859,6 +873,7 @@ int main(int argc, char **argv) {
     BT_RUN(test_grad_dtype_field);
     BT_RUN(test_offload_adamw);
     BT_RUN(test_weight_copy_flag);
+    BT_RUN(test_grads_flag);
     BT_RUN(test_nonfinite_weights_refused);
     BT_RUN(test_hf_bad_dtype_and_config_link);
     train_runs_done();
