@@ -263,7 +263,9 @@ BTDEF int gpt2_config_check(const gpt2_config *cfg, const char *src, const char 
        wte, wpe, layer 0 (ln1w ln1b qkvw qkvb projw projb ln2w ln2b fcw fcb fcprojw fcprojb),
        layer 1, ..., lnfw, lnfb
    so that the backward pass finishes the gradients at the END of the buffer first: data
-   parallelism sends those while the earlier layers still compute. llm.c's model file stacks each
+   parallelism sends those while the earlier layers still compute. (One process may move the
+   gradients into one buffer per unit of gpt2_units_bounds, held only while written and read:
+   bt_grads_lazy, bt_optim.h.) llm.c's model file stacks each
    of its 16 tensors over the layers instead (P_WTE ...); each leaf knows its offset there
    (file_off), and reading and writing a model file permutes between the two orders. */
 

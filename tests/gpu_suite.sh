@@ -198,12 +198,13 @@ PY
   rm -rf "$C/gf32" "$C/gf32_auto"
   resume_pair gbf16_fp8 "d12 fp8, bf16 gradients" "${D12_1[@]/bf16/fp8}" --grad-dtype bf16
   rm -rf "$C/gbf16_fp8_a"
-  near_and_less gf32 gbf16_a 0.05 "d12 bf16 gradients near f32's, less memory"
+  train gf32_flat "${D12_1[@]}" --grad-dtype f32 --grads flat   # the buffers' dtypes compared whole (lazy ones hold none at the peak)
+  train gflat "${D12_1[@]}" --grads flat
+  near_and_less gf32_flat gflat 0.05 "d12 bf16 gradients near f32's, less memory (one flat buffer each)"
   # --grads lazy (the default: each block's gradients held from their first write to the update;
   # every run above and below has them, the graph runs against eager ones bit for bit) against one
   # flat buffer: the same gradients (test_optim), a norm summed per block (float rounding apart),
   # so losses within 0.001 at every step; with one micro-batch a step, less memory at the peak
-  train gflat "${D12_1[@]}" --grads flat
   near_and_less gflat gauto 0.001 "d12 --grads lazy near flat, less memory"
   rm -rf "$C/gbf16_a"
   train bf16_fresh "${D12[@]}" --precision bf16
@@ -218,11 +219,13 @@ PY
   train bf16_sep "${D12[@]}" --precision bf16 --weight-copy separate --ckpt-dir "$C/sep"
   near_and_less bf16_sep bf16_a 0.01 "d12 --weight-copy halves near separate, less memory"
   # --offload adamw: AdamW's m and v in pinned host memory, streamed through the GPU: the same bits
-  # (its bf16 weights a copy of their own: against --weight-copy separate)
+  # (its bf16 weights a copy of their own and its gradients one flat buffer: against --weight-copy
+  # separate --grads flat, whose gradient norm is summed the same way)
+  train bf16_sep_flat "${D12[@]}" --precision bf16 --weight-copy separate --grads flat --ckpt-dir "$C/sep_flat"
   train offload "${D12[@]}" --precision bf16 --offload adamw --ckpt-dir "$C/offload"
-  resume_check "--offload adamw against the state on the GPU" --after 0 --log-a "$OUT/bf16_sep/log.jsonl" \
-    --log-b "$OUT/offload/log.jsonl" --ckpt-a "$(ck "$C/sep" "$S")" --ckpt-b "$(ck "$C/offload" "$S")"
-  rm -rf "$C/offload" "$C/sep"
+  resume_check "--offload adamw against the state on the GPU" --after 0 --log-a "$OUT/bf16_sep_flat/log.jsonl" \
+    --log-b "$OUT/offload/log.jsonl" --ckpt-a "$(ck "$C/sep_flat" "$S")" --ckpt-b "$(ck "$C/offload" "$S")"
+  rm -rf "$C/offload" "$C/sep" "$C/sep_flat"
   # kill -9 at a random step after the first checkpoint, then --resume auto
   k=$((3 + RANDOM % (S - 4)))
   "$BIN" "${D12[@]}" --precision bf16 --ckpt-every 2 --ckpt-dir "$C/kill" -o "$OUT/kill" > "$OUT/kill.txt" 2>&1 &
