@@ -765,34 +765,27 @@ static void test_offload_adamw(void) {
     BT_CHECK(rc == 2 && strstr(out, "--offload must be none or adamw, got 'sgd'"), "--offload sgd: exit %d: %s", rc, out);
 }
 
-/* --weight-copy: its errors (a CPU run computes in fp32: the halves' runs, resumed bit for bit,
-   are the GPU suite's resume part) */
-static void test_weight_copy_flag(void) {
+/* a choice flag on a CPU run: "FLAG BAD" refused as a usage error whose message has bad_msg,
+   "FLAG GPU_ONLY" refused with gpu_msg, "FLAG CPU_OK" trains */
+static void choice_flag(const char *flag, const char *bad, const char *bad_msg, const char *gpu_only, const char *gpu_msg,
+                        const char *cpu_ok) {
     char args[2000], out[65536];
-    snprintf(args, sizeof args, RUN " -x 2 --weight-copy thirds");
-    int rc = train_run(args, out, sizeof out);
-    BT_CHECK(rc == 2 && strstr(out, "--weight-copy must be halves or separate, got 'thirds'"), "--weight-copy thirds: exit %d: %s", rc, out);
-    snprintf(args, sizeof args, RUN " -x 2 --weight-copy halves");
-    rc = train_run(args, out, sizeof out);
-    BT_CHECK(rc == 2 && strstr(out, "--weight-copy halves needs a bf16 compute dtype"), "--weight-copy halves on a CPU: exit %d: %s", rc, out);
-    if (!have_data()) { BT_SKIP("no data/tinyshakespeare_*.bin (make data)"); return; }
-    snprintf(args, sizeof args, RUN " -x 2 --weight-copy separate");
-    rc = train_run(args, out, sizeof out);
-    BT_CHECK(rc == 0 && strstr(out, "step "), "--weight-copy separate on a CPU (fp32: no copy either way): exit %d: %s", rc, out);
+    const char *val[3] = {bad, gpu_only, cpu_ok}, *msg[3] = {bad_msg, gpu_msg, "step "};
+    for (int k = 0; k < 3; k++) {
+        if (k == 2 && !have_data()) { BT_SKIP("no data/tinyshakespeare_*.bin (make data)"); return; }
+        snprintf(args, sizeof args, RUN " -x 2 %s %s", flag, val[k]);
+        int rc = train_run(args, out, sizeof out);
+        BT_CHECK(rc == (k < 2 ? 2 : 0) && strstr(out, msg[k]), "%s %s on a CPU: exit %d: %s", flag, val[k], rc, out);
+    }
 }
-/* --grads: lazy or flat; lazy needs a GPU (the CPU run keeps the flat buffer, which it also takes as given) */
+/* --weight-copy (a CPU run computes in fp32: the halves' runs, resumed bit for bit, are the GPU
+   suite's resume part) and --grads (lazy ones need a GPU; the suite compares them with flat) */
+static void test_weight_copy_flag(void) {
+    choice_flag("--weight-copy", "thirds", "--weight-copy must be halves or separate, got 'thirds'", "halves",
+                "--weight-copy halves needs a bf16 compute dtype", "separate");
+}
 static void test_grads_flag(void) {
-    char args[2000], out[65536];
-    snprintf(args, sizeof args, RUN " -x 2 --grads sparse");
-    int rc = train_run(args, out, sizeof out);
-    BT_CHECK(rc == 2 && strstr(out, "--grads must be lazy or flat, got 'sparse'"), "--grads sparse: exit %d: %s", rc, out);
-    snprintf(args, sizeof args, RUN " -x 2 --grads lazy");
-    rc = train_run(args, out, sizeof out);
-    BT_CHECK(rc == 2 && strstr(out, "--grads lazy needs one process on a GPU"), "--grads lazy on a CPU: exit %d: %s", rc, out);
-    if (!have_data()) { BT_SKIP("no data/tinyshakespeare_*.bin (make data)"); return; }
-    snprintf(args, sizeof args, RUN " -x 2 --grads flat");
-    rc = train_run(args, out, sizeof out);
-    BT_CHECK(rc == 0 && strstr(out, "step "), "--grads flat on a CPU: exit %d: %s", rc, out);
+    choice_flag("--grads", "sparse", "--grads must be lazy or flat, got 'sparse'", "lazy", "--grads lazy needs one process on a GPU", "flat");
 }
 
 /* finding 7: weights that are not finite in the file a run starts from (-e, --init-from,
