@@ -62,10 +62,10 @@
      computes in double.
 
    GRADIENTS THAT HOLD NO MEMORY BETWEEN STEPS
-     bt_grads_lazy(params, n, lo, n_units) gives parameters whose gradients are views of one flat
-     buffer new gradients: one lazy buffer (bt_zeros_lazy) per unit [lo[u], lo[u+1]) of that
-     buffer, each taking its memory when the backward pass writes the unit's first gradient and
-     giving it back at bt_grads_drop (after the update). A flat buffer lives through the forward
+     bt_grads_lazy(params, n, lo, n_units) moves gradients that are views of one flat buffer into
+     one lazy buffer (bt_zeros_lazy) per unit [lo[u], lo[u+1]) of it: each takes its memory when
+     the backward pass writes the unit's first gradient and gives it back at bt_grads_drop (after
+     the update). A flat buffer lives through the forward
      pass, where the activations peak; these do not: the units of a GPT-2 are its blocks, so the
      peak holds the gradients of the blocks the backward has reached (PyTorch's gradients set to
      None do the same). The values and their sums are the flat buffer's: each gradient starts from

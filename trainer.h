@@ -665,9 +665,9 @@ bt_tensor *trainer_grad_norm(trainer *tr) {
    addresses are fixed: with one micro-batch a step the capture takes each unit's memory at its
    first gradient, from the graph's pool, and the zero fill is part of the graph (a replay's
    forward may use those bytes before the backward fills them), so the units stay held and the
-   graph zeroes them; with several micro-batches the gradients must outlive the next forward, so
-   every unit is held before the capture (outside the pool: the flat buffer's memory) and zeroed
-   at each step's start. */
+   graph zeroes them; with several micro-batches the gradients must outlive the next forward (whose
+   peak then holds them whatever is done, as PyTorch's does), so every unit is held before the
+   capture (outside the pool: the flat buffer's memory) and zeroed at each step's start. */
 int trainer_lazy_grads_allowed(const train_opts *o, int world, int on_gpu) {
     return on_gpu && world == 1 && o->tp * o->cp == 1 && !o->offload && !o->mlir && strcmp(o->dp, "fsdp");
 }
