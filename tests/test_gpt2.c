@@ -1,7 +1,7 @@
 /* test_gpt2.c - the GPT-2 model of gpt2.h and its files (gpt2_io.h) on the CPU: llm.c model files
    written and read back (the weights, the init's statistics, corrupt and special files named in
    the errors, concurrent saves), the KV cache against the full forward pass, learning (a tiny GPT
-   overfits one sequence), and parity with PyTorch on the tiny fixture (tests/fixtures/gpt2_tiny*.bin,
+   overfits one sequence), its gradients held per unit (bt_grads_lazy) against the flat buffer, and parity with PyTorch on the tiny fixture (tests/fixtures/gpt2_tiny*.bin,
    made by tests/gpt2_ref.py --config tiny). Nothing here needs train_gpt2.c: the headers stand alone.
    --save-loop PATH SEED N (this binary re-executed) saves a model N times, for the concurrent saves. */
 #define _XOPEN_SOURCE 700   /* mknod, for a device node of our own */
@@ -162,6 +162,50 @@ static void test_overfit(void) {
     BT_CHECK(bt_alloc_stats(bt_cpu()).allocated == 0, "leaked %zu bytes", bt_alloc_stats(bt_cpu()).allocated);
 }
 
+/* gradients per unit (bt_grads_lazy over gpt2_units_bounds: the embeddings, each block, the final
+   layernorm), as train_gpt2 --grads lazy holds them: two micro-batches' gradients equal the flat
+   buffer's bit for bit (the tied embedding's two contributions into unit 0 included), nothing held
+   before the backward, everything after, and a drop gives the memory back */
+static void test_grads_per_unit(void) {
+    gpt2 m[2];
+    for (int k = 0; k < 2; k++) { gpt2_build(&m[k], gpt2_config_make(3, 2, 32, 32, 64), bt_cpu()); gpt2_init(&m[k], 9); }
+    int64_t lo[8];
+    int nu = gpt2_units_bounds(&m[1], lo);
+    BT_CHECK(nu == 5 && lo[0] == 0 && lo[nu] == m[1].num_params, "units: %d, ending at %lld of %lld", nu, (long long)lo[nu],
+             (long long)m[1].num_params);
+    bt_tensor **units = bt_grads_lazy(m[1].params, m[1].n_params, lo, nu);
+    bt_release(m[1].flat_grad);
+    m[1].flat_grad = NULL;
+    int held = 0;
+    for (int u = 0; u < nu; u++) held += bt_lazy_held(units[u]);
+    BT_CHECK(held == 0, "%d units held before any backward", held);
+    int T = 16; int32_t x[17];
+    for (int i = 0; i < T + 1; i++) x[i] = (int32_t)(bt_philox_uniform(43, (uint64_t)i) * 64);
+    for (int a = 0; a < 2; a++)
+        for (int k = 0; k < 2; k++) {
+            bt_scope_begin();
+            bt_tensor *idx = bt_from_data(x + a, bt_shape2(1, T - a), BT_I32, bt_cpu()), *tgt = bt_from_data(x + 1 + a, bt_shape2(1, T - a), BT_I32, bt_cpu());
+            bt_backward(gpt2_loss(&m[k], idx, tgt, BT_F32));
+            bt_scope_end();
+        }
+    for (int u = 0; u < nu; u++) held += bt_lazy_held(units[u]);
+    int64_t diff = 0;
+    for (int i = 0; i < m[0].n_params; i++) {
+        double *a = bt_test_host(m[0].params[i]->grad), *b = bt_test_host(m[1].params[i]->grad);
+        for (int64_t j = 0; j < bt_numel(m[0].params[i]); j++) diff += a[j] != b[j];
+        free(a); free(b);
+    }
+    BT_CHECK(held == nu && diff == 0, "after two backward passes: %d of %d units held, %lld gradient elements differ", held, nu,
+             (long long)diff);
+    size_t after = bt_alloc_stats(bt_cpu()).allocated;
+    bt_grads_drop(units, nu);
+    BT_CHECK(after - bt_alloc_stats(bt_cpu()).allocated >= (size_t)m[1].num_params * 4, "a drop gave back %zu bytes of %lld",
+             after - bt_alloc_stats(bt_cpu()).allocated, (long long)m[1].num_params * 4);
+    bt_grads_free(units, nu);
+    gpt2_free(&m[0]); gpt2_free(&m[1]);
+    BT_CHECK(bt_alloc_stats(bt_cpu()).allocated == 0, "leaked %zu bytes", bt_alloc_stats(bt_cpu()).allocated);
+}
+
 /* fp32 on the CPU against PyTorch fp32 (TF32 off): both sides sum in different orders, so
    errors are rounding-sized. Measured: logits ~1e-7, loss ~1e-8, grads <~1e-6, steps ~1e-7; the
    bounds leave one to two orders of margin and stay far below what a wrong formula gives. */
@@ -317,6 +361,7 @@ int main(int argc, char **argv) {
     BT_RUN(test_recompute_modes);
     BT_RUN(test_recompute_memory);
     BT_RUN(test_fp8_memory);
+    BT_RUN(test_grads_per_unit);
     BT_RUN(test_parity_tiny);
     bt_test_dir_remove();
     return bt_test_summary("test_gpt2");
