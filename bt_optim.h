@@ -47,7 +47,7 @@
      array, in its first 2n bytes, the low halves in the next 2n; the storage records it
      (storage->halves), bt_f32_halves_hi(w) is the bf16 array as a tensor, bt_f32_join_(w) undoes it.
      bt_adamw_split(opt) does this to the flat buffer an optimizer updates whole (one device, no
-     shard, no offload) and returns the compute copy: each update then joins a weight, applies the
+     shard; its state on the device or offloaded) and returns the compute copy: each update then joins a weight, applies the
      plain update's fp32 math (the same bits) and splits the result, moving what the update with a
      copy moves less 2 bytes. The copy differs from a cast of the weights in ties alone (one weight
      in 65,536, by one bf16 step). Whatever reads the fp32 weights meanwhile joins them first
@@ -149,8 +149,8 @@ BTDEF void bt_adamw_set_state(bt_adamw *opt, bt_tensor *m, bt_tensor *v, int64_t
    GPU 2 bytes a parameter written against 6 moved). */
 BTDEF void bt_adamw_set_copy(bt_adamw *opt, bt_tensor *copy);
 /* The parameters' flat buffer [numel] in two halves from here (THE WEIGHTS IN TWO HALVES): needs
-   the parameters to tile one f32 buffer from its storage's start, the whole range [0, numel) and
-   no offload; drops a copy set before. Returns the high halves, bf16 [numel] (a new reference):
+   the parameters to tile one f32 buffer from its storage's start and the whole range [0, numel)
+   (offloaded state or not); drops a copy set before. Returns the high halves, bf16 [numel] (a new reference):
    the compute copy every update writes. bt_adamw_join makes the buffer f32 again. */
 BTDEF bt_tensor *bt_adamw_split(bt_adamw *opt);
 BTDEF void bt_adamw_join(bt_adamw *opt);
@@ -697,7 +697,6 @@ BTDEF bt_tensor *bt_adamw_split(bt_adamw *opt) {
     if (opt->lo != 0 || opt->hi != opt->numel) bt_error("adamw_split: the optimizer holds [%lld, %lld) of %lld (a shard): the "
                                                         "weights it does not update would not be written", (long long)opt->lo,
                                                         (long long)opt->hi, (long long)opt->numel);
-    if (opt->offload) bt_error("adamw_split: with the state in host memory (offload)");
     bt_adamw_set_copy(opt, NULL);
     bt_f32_split_(opt->flat_p);
     opt->split = 1;
@@ -779,9 +778,10 @@ static void bt__adamw_apply(bt_adamw *opt, float lr, void *p, const void *g, bt_
 /* the offloaded update of n elements from element a: each chunk's m and v loaded into a slot's
    device buffers, updated there, stored back (THE STATE IN HOST MEMORY) */
 static void bt__adamw_stream(bt_adamw *opt, float lr, char *p, const char *g, bt_dtype gdt, int64_t a, int64_t n, float wd,
-                             char *pc) {
+                             char *pc, uint16_t *pl) {
     bt__adamw_off *o = (bt__adamw_off *)opt->offload;
-    size_t es = bt_dtype_size(opt->params[0]->dtype), gs = bt_dtype_size(gdt), cs = opt->copy ? bt_dtype_size(opt->copy->dtype) : 0;
+    size_t es = bt_dtype_size(opt->params[0]->dtype), gs = bt_dtype_size(gdt);
+    size_t cs = opt->split ? sizeof(uint16_t) : opt->copy ? bt_dtype_size(opt->copy->dtype) : 0;
     bt_device dev = bt__opt_device(opt);
     for (int64_t c = 0; c < n; c += opt->offload_chunk) {
         int64_t k = n - c < opt->offload_chunk ? n - c : opt->offload_chunk;
@@ -792,7 +792,8 @@ static void bt__adamw_stream(bt_adamw *opt, float lr, char *p, const char *g, bt
         size_t nb = (size_t)k * es;
         if (dev.type != BT_GPU) {
             memcpy(dm, hm, nb); memcpy(dv, hv, nb);
-            bt__adamw_apply(opt, lr, p + c * (int64_t)es, g + c * (int64_t)gs, gdt, dm, dv, k, wd, -1, pc ? pc + c * (int64_t)cs : NULL, NULL);
+            bt__adamw_apply(opt, lr, p + c * (int64_t)es, g + c * (int64_t)gs, gdt, dm, dv, k, wd, -1, pc ? pc + c * (int64_t)cs : NULL,
+                            pl ? pl + c : NULL);
             memcpy(hm, dm, nb); memcpy(hv, dv, nb);
             continue;
         }
@@ -804,7 +805,8 @@ static void bt__adamw_stream(bt_adamw *opt, float lr, char *p, const char *g, bt
             BT__CUDA_CHECK(cudaEventRecord(o->loaded[slot], o->load), "adamw (offload)");
             BT__CUDA_CHECK(cudaStreamWaitEvent(stream, o->loaded[slot], 0), "adamw (offload)");
         }
-        bt__adamw_apply(opt, lr, p + c * (int64_t)es, g + c * (int64_t)gs, gdt, dm, dv, k, wd, -1, pc ? pc + c * (int64_t)cs : NULL, NULL);
+        bt__adamw_apply(opt, lr, p + c * (int64_t)es, g + c * (int64_t)gs, gdt, dm, dv, k, wd, -1, pc ? pc + c * (int64_t)cs : NULL,
+                        pl ? pl + c : NULL);
         BT__ON_GPU(dev, stream) {
             BT__CUDA_CHECK(cudaEventRecord(o->updated[slot], stream), "adamw (offload)");
             BT__CUDA_CHECK(cudaStreamWaitEvent(o->store, o->updated[slot], 0), "adamw (offload)");
@@ -820,7 +822,8 @@ static void bt__adamw_stream(bt_adamw *opt, float lr, char *p, const char *g, bt
 static void bt__adamw_span(bt_adamw *opt, float lr, void *p, const void *g, bt_dtype gdt, int64_t a, int64_t n, float wd,
                            int runs) {
     bt__adamw_off *o = (bt__adamw_off *)opt->offload;
-    size_t es = bt_dtype_size(opt->params[0]->dtype), gs = bt_dtype_size(gdt), cs = opt->copy ? bt_dtype_size(opt->copy->dtype) : 0;
+    size_t es = bt_dtype_size(opt->params[0]->dtype), gs = bt_dtype_size(gdt);
+    size_t cs = opt->split ? sizeof(uint16_t) : opt->copy ? bt_dtype_size(opt->copy->dtype) : 0;   /* bytes of the copy's element */
     char *pc = opt->copy ? (char *)bt_data_ptr(opt->copy) + a * (int64_t)cs : NULL;   /* the copy of element a */
     uint16_t *pl = NULL;
     if (opt->split) {   /* element a's halves: the buffer's first numel 16-bit words, then the low ones */
@@ -832,11 +835,11 @@ static void bt__adamw_span(bt_adamw *opt, float lr, void *p, const void *g, bt_d
                         (char *)bt_data_ptr(opt->v) + (a - opt->lo) * (int64_t)es, n, wd, runs ? a - opt->lo : -1, pc, pl);
         return;
     }
-    if (!runs) { bt__adamw_stream(opt, lr, (char *)p, (const char *)g, gdt, a, n, wd, pc); return; }
+    if (!runs) { bt__adamw_stream(opt, lr, (char *)p, (const char *)g, gdt, a, n, wd, pc, pl); return; }
     for (int r = 0; r < o->nruns; r++) {   /* all of [lo, hi): run by run, each with its decay */
         int64_t r0 = r ? o->run_end[r - 1] : 0;
         bt__adamw_stream(opt, lr, (char *)p + r0 * (int64_t)es, (const char *)g + r0 * (int64_t)gs, gdt, opt->lo + r0,
-                         o->run_end[r] - r0, o->run_wd[r], pc ? pc + r0 * (int64_t)cs : NULL);
+                         o->run_end[r] - r0, o->run_wd[r], pc ? pc + r0 * (int64_t)cs : NULL, pl ? pl + r0 : NULL);
     }
 }
 BTDEF void bt_adamw_update(bt_adamw *opt, float lr, bt_tensor *grad) {

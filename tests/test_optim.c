@@ -453,10 +453,11 @@ static void test_adamw_halves(void) {
         BT_EXPECT_ERROR(bt_f32_split_(mid), "start of its storage");
         bt_release(mid); bt_release(hi); bt_release(w); bt_release(buf); free(orig);
     }
-    /* AdamW: two parameters tiling one buffer (decay on the matrix only), 3 steps, clipped */
+    /* AdamW: two parameters tiling one buffer (decay on the matrix only), 3 steps, clipped; a third
+       optimizer in halves with its state offloaded, streamed in chunks that cut the parameters */
     const int64_t R = 400, C = 250, N = R * C + 7;
-    bt_tensor *buf[2], *ps[2][2];
-    for (int k = 0; k < 2; k++) {
+    bt_tensor *buf[3], *ps[3][2];
+    for (int k = 0; k < 3; k++) {
         buf[k] = bt_zeros(bt_shape1(N), BT_F32, CPU);
         bt_uniform_(buf[k], -1, 1, 11, 0);
         bt_scope_begin();
@@ -465,9 +466,11 @@ static void test_adamw_halves(void) {
         bt_scope_end();
         ps[k][0]->requires_grad = ps[k][1]->requires_grad = 1;
     }
-    bt_adamw a, b;
+    bt_adamw a, b, c;
     bt_adamw_init(&a, ps[0], 2, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f);
     bt_adamw_init(&b, ps[1], 2, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f);
+    bt_adamw_init_offload(&c, ps[2], 2, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 9973);
+    bt_tensor *hic = bt_adamw_split(&c);
     bt_tensor *copy = bt_full(bt_shape1(N), NAN, BT_BF16, CPU);
     bt_adamw_set_copy(&a, copy);
     bt_adamw_set_copy(&b, copy);   /* dropped by the split */
@@ -480,7 +483,7 @@ static void test_adamw_halves(void) {
     for (int t = 0; t < 3; t++) {
         bt_tensor *g = bt_zeros(bt_shape1(N), BT_F32, CPU);
         bt_uniform_(g, -0.02, 0.02, 300 + (uint64_t)t, 0);
-        for (int k = 0; k < 2; k++)
+        for (int k = 0; k < 3; k++)
             for (int i = 0; i < 2; i++) {
                 bt_test_drop_grad(ps[k][i]);
                 bt_scope_begin();
@@ -488,7 +491,11 @@ static void test_adamw_halves(void) {
                 bt_scope_end();
             }
         bt_release(g);
-        bt_adamw_step(&a, 1e-2f); bt_adamw_step(&b, 1e-2f);
+        bt_adamw_step(&a, 1e-2f); bt_adamw_step(&b, 1e-2f); bt_adamw_step(&c, 1e-2f);
+        BT_CHECK(!memcmp(bt_data_ptr(buf[1]), bt_data_ptr(buf[2]), sizeof(float) * (size_t)N), "step %d: halves with the state "
+                 "offloaded differ from halves on the device", t + 1);
+        bt_tensor *sc[2] = {c.m, c.v}, *sa0[2] = {a.m, a.v};
+        BT_CHECK(same_values(sa0, sc, 2), "step %d: the offloaded m or v differ", t + 1);
         const uint32_t *pa = (const uint32_t *)bt_data_ptr(buf[0]);
         const uint16_t *hb = (const uint16_t *)bt_data_ptr(buf[1]), *cp = (const uint16_t *)bt_data_ptr(copy);
         int64_t bad_p = 0, bad_c = 0, ties = 0;
@@ -512,9 +519,12 @@ static void test_adamw_halves(void) {
              "joined: not the plain update's bits");
     bt_adamw_shard(&b, 0, 100);
     BT_EXPECT_ERROR(bt_adamw_split(&b), "a shard");
-    bt_adamw_free(&a); bt_adamw_free(&b);
-    bt_release(hi); bt_release(copy);
-    for (int k = 0; k < 2; k++) { for (int i = 0; i < 2; i++) { bt_test_drop_grad(ps[k][i]); bt_release(ps[k][i]); } bt_release(buf[k]); }
+    bt_adamw_join(&c);
+    BT_CHECK(!memcmp(bt_data_ptr(buf[0]), bt_data_ptr(buf[2]), sizeof(float) * (size_t)N), "halves, offloaded, joined: not the plain "
+             "update's bits");
+    bt_adamw_free(&a); bt_adamw_free(&b); bt_adamw_free(&c);
+    bt_release(hi); bt_release(hic); bt_release(copy);
+    for (int k = 0; k < 3; k++) { for (int i = 0; i < 2; i++) { bt_test_drop_grad(ps[k][i]); bt_release(ps[k][i]); } bt_release(buf[k]); }
     BT_CHECK(allocated() == base, "leaked %lld bytes", (long long)(allocated() - base));
 }
 

@@ -8,7 +8,7 @@
    run on the compute stream, so a missing wait between a load, its update and its store shows up
    as different bits. Then a state set into an offloaded optimizer, and m and v pinned (the copy
    engines read them directly). AdamW and the norm over gradients held per unit (bt_grads_lazy)
-   against the flat buffer's. Without a GPU every test skips. */
+   against the flat buffer's; the weights in two halves with the state offloaded. Without a GPU every test skips. */
 #include "bt_autograd.h"
 #include "bt_optim.h"
 #include "tests/bt_test.h"
@@ -166,9 +166,55 @@ static void test_grads_units_bits(void) {
     }
 }
 
+/* The weights in two halves with the state offloaded: the chunked update joins, updates and splits
+   each chunk's weights as the update on the device does (chunks that cut the parameters and the
+   decay runs); 3 clipped steps, the weights (joined), m and v bit for bit. */
+static void test_offload_halves_bits(void) {
+    if (bt_k_device_count() < 1) { BT_SKIP("no GPU"); return; }
+    bt_device gpu = bt_cuda_device(0);
+    int64_t n = total();
+    bt_tensor *buf[2], *ps[2][NP], *hi[2];
+    for (int k = 0; k < 2; k++) {
+        buf[k] = bt_zeros(bt_shape1(n), BT_F32, gpu);
+        bt_uniform_(buf[k], -1, 1, 17, 0);
+        for (int i = 0; i < NP; i++) ps[k][i] = param(buf[k], i, 0);
+    }
+    bt_adamw a, b;
+    bt_adamw_init(&a, ps[0], NP, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f);
+    bt_adamw_init_offload(&b, ps[1], NP, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 100003);
+    hi[0] = bt_adamw_split(&a); hi[1] = bt_adamw_split(&b);
+    for (int t = 0; t < 3; t++) {
+        bt_tensor *g = bt_zeros(bt_shape1(n), BT_BF16, gpu);
+        bt_uniform_(g, -0.01, 0.01, 300 + (uint64_t)t, 0);
+        for (int k = 0; k < 2; k++) {
+            int64_t off = 0;
+            for (int i = 0; i < NP; i++) {
+                bt_test_drop_grad(ps[k][i]);
+                bt_scope_begin();
+                ps[k][i]->grad = bt_keep(bt_view(bt_narrow(g, 0, off, SIZES[i]), bt_shape_of(ps[k][i])));
+                bt_scope_end();
+                off += SIZES[i];
+            }
+        }
+        bt_release(g);
+        bt_adamw_step(&a, 1e-3f); bt_adamw_step(&b, 1e-3f);
+    }
+    bt_adamw_wait(&b);
+    bt_adamw_join(&a); bt_adamw_join(&b);
+    BT_CHECK(equal_bits(buf[0], buf[1]) && equal_bits(a.m, b.m) && equal_bits(a.v, b.v), "halves, offloaded: weights %s, m %s, v %s",
+             equal_bits(buf[0], buf[1]) ? "equal" : "differ", equal_bits(a.m, b.m) ? "equal" : "differ", equal_bits(a.v, b.v) ? "equal" : "differ");
+    bt_release(hi[0]); bt_release(hi[1]);
+    bt_adamw_free(&a); bt_adamw_free(&b);
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < NP; i++) { bt_test_drop_grad(ps[k][i]); bt_release(ps[k][i]); }
+        bt_release(buf[k]);
+    }
+}
+
 int main(void) {
     bt_test_seed = 7100;
     BT_RUN(test_offload_bits);
     BT_RUN(test_grads_units_bits);
+    BT_RUN(test_offload_halves_bits);
     return bt_test_summary("test_optim_gpu");
 }
