@@ -38,20 +38,10 @@ static bt_tensor *bt__mlp_saved_u(bt_node *n, bt_tensor *h) {
 #endif
     return u;
 }
-/* the layernorm's output remade from its saved input by the forward's kernel: the same bits */
+/* the layernorm's output remade from its saved input by the forward's op (grad mode is off in a
+   backward: no node): the same bits; a new reference */
 static bt_tensor *bt__mlp_remade_ln(bt_node *n) {
-    bt_tensor *x = n->saved[0], *w = n->saved[n->n_saved - 2], *b = n->saved[n->n_saved - 1];
-    int64_t rows = x->shape[0], C = x->shape[1];
-    bt_tensor *y = bt__new(bt_shape_of(x), x->dtype, bt_device_of(x)), *st = bt__new(bt_shape1(2 * rows), BT_F32, bt_device_of(x));
-#ifdef BT_CUDA
-    BT__ON_GPU(bt_device_of(x), stream)
-        bt_k_layernorm(x->dtype, bt_data_ptr(y), (float *)bt_data_ptr(st), (float *)bt_data_ptr(st) + rows, bt_data_ptr(x), bt_data_ptr(w),
-                       bt_data_ptr(b), rows, C, (float)n->f[0], stream);
-#else
-    (void)w; (void)b; (void)C;
-#endif
-    bt_release(st);
-    return y;
+    return bt_retain(bt_layernorm(n->saved[0], n->saved[n->n_saved - 2], n->saved[n->n_saved - 1], n->f[0]));
 }
 static void bt__mlp_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_tensor *x2 = n->i[0] ? bt__mlp_remade_ln(n) : bt_retain(n->saved[0]);
@@ -165,25 +155,30 @@ BTDEF bt_tensor *bt_mlp_gelu(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tens
 BTDEF bt_tensor *bt_layernorm_mlp_gelu(bt_tensor *x, bt_tensor *lnw, bt_tensor *lnb, double eps, bt_tensor *w1, bt_tensor *b1,
                                        bt_tensor *w2, bt_tensor *b2, bt_tensor *r) {
     bt_tensor *h = bt_layernorm(x, lnw, lnb, eps);   /* checks x, lnw, lnb (x's dtype); its node keeps x */
-    bt__ln_src ln = {x, lnw, lnb, eps};
+    bt__ln_src ln = {x, lnw, lnb, eps, 0};
     /* a strided x: the layernorm keeps a contiguous copy of its own, the MLP would keep another */
     return bt__mlp_gelu(h, w1, b1, w2, b2, r, lnw && lnb && bt_is_contiguous(x) ? &ln : NULL);
 }
 
-/* linear(layernorm(x)) whose node keeps the layernorm's input x (its node keeps it too: no bytes of
-   its own) in the place of the output (bt__linear with ln), remade in the backward by
-   bt__mlp_remade_ln (the forward's kernel: the same bits) */
+/* linear(norm(x)) whose node keeps the normalisation's input x (its node keeps it too: no bytes of
+   its own) in the place of the output (bt__linear with ln), remade in the backward by the forward's
+   own op on the same input (grad mode is off there: no node), so the same bits on every device */
 static void bt__linear_ln_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
-    bt_tensor *x2 = bt__mlp_remade_ln(n);
+    bt_tensor *x = n->saved[0], *nw = n->saved[2];
+    bt_tensor *x2 = n->i[2] ? bt_rmsnorm(x, nw, n->f[0]) : bt_layernorm(x, nw, n->saved[3], n->f[0]);
     bt__linear_grads(n, g, (int)n->i[1], x2, gin);
-    bt_release(x2);
 }
+/* a strided x: the normalisation keeps a contiguous copy of its own, this node would keep another */
 BTDEF bt_tensor *bt_layernorm_linear(bt_tensor *x, bt_tensor *lnw, bt_tensor *lnb, double eps, bt_tensor *w, bt_tensor *b) {
     bt_tensor *h = bt_layernorm(x, lnw, lnb, eps);   /* checks x, lnw, lnb (x's dtype) */
-    bt__ln_src ln = {x, lnw, lnb, eps};
-    /* remade on a GPU only (the CPU path keeps the output, as the fused MLP's); a strided x: the
-       layernorm keeps a contiguous copy of its own, this node would keep another */
-    int remake = (bt__g.recompute & BT_RECOMPUTE_NORM) && bt__is_gpu(x) && lnw && lnb && bt_is_contiguous(x);
+    bt__ln_src ln = {x, lnw, lnb, eps, 0};
+    int remake = (bt__g.recompute & BT_RECOMPUTE_NORM) && lnw && lnb && bt_is_contiguous(x);
+    return bt__linear(h, w, b, remake ? &ln : NULL);
+}
+BTDEF bt_tensor *bt_rmsnorm_linear(bt_tensor *x, bt_tensor *nw, double eps, bt_tensor *w, bt_tensor *b) {
+    bt_tensor *h = bt_rmsnorm(x, nw, eps);   /* checks x, nw (x's dtype) */
+    bt__ln_src ln = {x, nw, NULL, eps, 1};
+    int remake = (bt__g.recompute & BT_RECOMPUTE_NORM) && nw && bt_is_contiguous(x);
     return bt__linear(h, w, b, remake ? &ln : NULL);
 }
 

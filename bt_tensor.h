@@ -571,10 +571,11 @@ BTDEF int bt_set_fusions(int flags);
    bt_checkpoint (bt_autograd.h): only the part's input is kept, the rest remade in the backward.
    ATTN: the attention sublayer (ln1, qkv, attention, projection, residual add); MLP: the MLP
    sublayer (ln2, fc, gelu, projection, residual add); BLOCK: the whole block (ATTN and MLP are
-   then ignored). NORM: a layernorm's output feeding a linear is not kept but remade in the
-   backward from the layernorm's input (kept anyway) by the forward's kernel, the same bits
-   (bt_layernorm_linear, bt_layernorm_mlp_gelu; GPU path): B T C activations less for each, for one
-   more layernorm pass (read x, write the output) in the backward. */
+   then ignored). NORM: a layernorm's (or RMSNorm's) output feeding a linear is not kept but remade
+   in the backward from its input (kept anyway) by the forward's own op, the same bits
+   (bt_layernorm_linear, bt_rmsnorm_linear on every device; bt_layernorm_mlp_gelu's fused GPU path):
+   B T C activations less for each, for one more normalisation pass (read x, write the output) in
+   the backward. */
 #define BT_RECOMPUTE_GELU  1
 #define BT_RECOMPUTE_ATTN  2
 #define BT_RECOMPUTE_MLP   4
@@ -617,9 +618,10 @@ BTDEF bt_tensor *bt_linear(bt_tensor *x, bt_tensor *w, bt_tensor *b);
    the first GEMM's epilogue, r the second's C input, and the backward's GELU gradient and both
    bias gradients ride GEMMs too (BT_FUSE_EPILOGUES); elsewhere the ops it names. */
 BTDEF bt_tensor *bt_mlp_gelu(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tensor *w2, bt_tensor *b2, bt_tensor *r);
-/* linear(layernorm(x, lnw, lnb, eps), w, b); with BT_RECOMPUTE_NORM (GPU) the layernorm's output is
-   remade in the backward instead of kept (bt_set_recompute) */
+/* linear(layernorm(x, lnw, lnb, eps), w, b), and linear(rmsnorm(x, nw, eps), w, b); with
+   BT_RECOMPUTE_NORM the normalised x is remade in the backward instead of kept (bt_set_recompute) */
 BTDEF bt_tensor *bt_layernorm_linear(bt_tensor *x, bt_tensor *lnw, bt_tensor *lnb, double eps, bt_tensor *w, bt_tensor *b);
+BTDEF bt_tensor *bt_rmsnorm_linear(bt_tensor *x, bt_tensor *nw, double eps, bt_tensor *w, bt_tensor *b);
 /* bt_mlp_gelu(bt_layernorm(x, lnw, lnb, eps), w1, b1, w2, b2, r): the same values and gradients;
    with BT_RECOMPUTE_GELU on the fused path the MLP keeps not the layernorm's output but x (which
    the layernorm's own node keeps), and its backward remakes the output with the forward's kernel
@@ -3114,12 +3116,14 @@ static void bt__linear_add_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt__linear_grads(n, g, n->i[0] != 0, n->saved[0], gin);
     if (bt__wants(n, 3)) gin[3] = bt__register(bt_retain(g));
 }
-/* a layernorm's input, parameters and eps, for a product that remakes the layernorm's output in its
-   backward instead of keeping it (bt_layernorm_linear, bt_layernorm_mlp_gelu: bt_nn.h) */
-typedef struct { bt_tensor *x, *w, *b; double eps; } bt__ln_src;
+/* a normalisation's input, parameters and eps, for a product that remakes its output in the backward
+   instead of keeping it (bt_layernorm_linear, bt_rmsnorm_linear, bt_layernorm_mlp_gelu: bt_nn.h);
+   rms: an RMSNorm (w only, b NULL), else a layernorm (w and b) */
+typedef struct { bt_tensor *x, *w, *b; double eps; int rms; } bt__ln_src;
 static void bt__linear_ln_back(bt_node *n, bt_tensor *g, bt_tensor **gin);   /* bt_nn.h */
-/* y = x w^T (+ b); ln NULL, or x = layernorm(ln->x) remade in the backward: the node keeps ln->x
-   [rows, C], w, ln->w, ln->b (i[1]: a bias, f[0]: eps) in place of x */
+/* y = x w^T (+ b); ln NULL, or x = layernorm(ln->x) (or RMSNorm) remade in the backward: the node
+   keeps ln->x [rows, C], w, ln->w and a layernorm's ln->b (i[1]: a bias, i[2]: rms, f[0]: eps) in
+   place of x */
 static bt_tensor *bt__linear(bt_tensor *x, bt_tensor *w, bt_tensor *b, const bt__ln_src *ln) {
     bt__need_float(x, "linear", "x"); bt__need_float(w, "linear", "w");
     bt__same_device(x, w, "linear"); bt__same_dtype(x, w, "linear");
@@ -3137,11 +3141,13 @@ static bt_tensor *bt__linear(bt_tensor *x, bt_tensor *w, bt_tensor *b, const bt_
     bt__gemm(x->dtype, bt_device_of(x), bt_data_ptr(y), bt_data_ptr(x2), bt_data_ptr(wc), bc ? bt_data_ptr(bc) : NULL,
              rows, out_f, in_f, 0, 1, 1, 0, 0, 0, 1.0, 0.0);
     bt_tensor *in[3] = {x, w, b};
-    bt_node *n = bt__record(ln ? "layernorm_linear" : "linear", ln ? bt__linear_ln_back : bt__linear_back, y, in, b ? 3 : 2);
+    const char *op = !ln ? "linear" : ln->rms ? "rmsnorm_linear" : "layernorm_linear";
+    bt_node *n = bt__record(op, ln ? bt__linear_ln_back : bt__linear_back, y, in, b ? 3 : 2);
     if (n && ln) {
-        bt_tensor *lx = bt__view_dense(ln->x, bt_shape2(rows, in_f)), *lw = bt__contig(ln->w), *lb = bt__contig(ln->b);
-        bt__save(n, lx); bt__save(n, wc); bt__save(n, lw); bt__save(n, lb);
-        n->i[1] = b != NULL;
+        bt_tensor *lx = bt__view_dense(ln->x, bt_shape2(rows, in_f)), *lw = bt__contig(ln->w), *lb = ln->rms ? NULL : bt__contig(ln->b);
+        bt__save(n, lx); bt__save(n, wc); bt__save(n, lw);
+        if (lb) bt__save(n, lb);
+        n->i[1] = b != NULL; n->i[2] = ln->rms;
         n->f[0] = ln->eps;
         bt_release(lx); bt_release(lw); bt_release(lb);
     } else if (n) { bt__save(n, x2); bt__save(n, wc); }

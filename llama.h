@@ -445,33 +445,38 @@ static bt_tensor *llama__linear(bt_fp8_state *st, bt_tensor *x, bt_tensor *w, bt
    llama_hidden, carried by the recompute regions, as gpt2.h's), else NULL (the bf16 linear) */
 #define LLAMA_F8(k) (f8 ? &m->fp8[(y - m->layers) * LLAMA_FP8_LINEARS + (k)] : NULL)
 
-/* x + the attention block of h [B, T, C]: one projection to [B, T, (H + 2 Hkv) D] (q, k, v heads side by
-   side), RoPE on q and k and grouped-query attention in one op that reads K, V per group in place */
-static bt_tensor *llama__attention(llama *m, llama_layer *y, bt_tensor *h, bt_tensor *x, bt_dtype dt, int f8) {
+/* x + the attention block of rmsnorm(x) [B, T, C]: one projection to [B, T, (H + 2 Hkv) D] (q, k, v
+   heads side by side; bf16/fp32 through bt_rmsnorm_linear, so BT_RECOMPUTE_NORM remakes the norm's
+   output), RoPE on q and k and grouped-query attention in one op that reads K, V per group in place */
+static bt_tensor *llama__attention(llama *m, llama_layer *y, bt_tensor *x, bt_dtype dt, int f8) {
     const llama_config *c = &m->cfg;
-    if (m->split && m->split->attention) return bt_add(x, m->split->attention(m, y, h, dt));
-    bt_tensor *o = bt_attention_qkv_ex(llama__linear(LLAMA_F8(LLAMA_FP8_QKV), h, LLAMA_P(y->wqkv), NULL), c->H, c->Hkv, &c->rope);
+    bt_tensor *nw = LLAMA_P(y->attn_norm);
+    if (m->split && m->split->attention) return bt_add(x, m->split->attention(m, y, bt_rmsnorm(x, nw, c->eps), dt));
+    bt_tensor *qkv = f8 ? llama__linear(LLAMA_F8(LLAMA_FP8_QKV), bt_rmsnorm(x, nw, c->eps), LLAMA_P(y->wqkv), NULL)
+                        : bt_rmsnorm_linear(x, nw, c->eps, LLAMA_P(y->wqkv), NULL);
+    bt_tensor *o = bt_attention_qkv_ex(qkv, c->H, c->Hkv, &c->rope);
     return llama__linear(LLAMA_F8(LLAMA_FP8_O), o, LLAMA_P(y->wo), x);
 }
-/* x + W2 swiglu(W13 h); FP8: bt_mlp_swiglu_fp8, SwiGLU and its gradient inside the casts of the second
-   linear's input and the first's gradient */
-static bt_tensor *llama__mlp(llama *m, llama_layer *y, bt_tensor *h, bt_tensor *x, bt_dtype dt, int f8) {
-    if (m->split && m->split->mlp) return bt_add(x, m->split->mlp(m, y, h, dt));
-    if (f8) return bt_mlp_swiglu_fp8(h, LLAMA_P(y->w13), LLAMA_P(y->w2), x, LLAMA_F8(LLAMA_FP8_W13), LLAMA_F8(LLAMA_FP8_W2));
-    return bt_linear_add(bt_swiglu(bt_linear(h, LLAMA_P(y->w13), NULL)), LLAMA_P(y->w2), NULL, x);
+/* x + W2 swiglu(W13 rmsnorm(x)) (W13 through bt_rmsnorm_linear); FP8: bt_mlp_swiglu_fp8, SwiGLU and
+   its gradient inside the casts of the second linear's input and the first's gradient */
+static bt_tensor *llama__mlp(llama *m, llama_layer *y, bt_tensor *x, bt_dtype dt, int f8) {
+    bt_tensor *nw = LLAMA_P(y->mlp_norm);
+    if (m->split && m->split->mlp) return bt_add(x, m->split->mlp(m, y, bt_rmsnorm(x, nw, m->cfg.eps), dt));
+    if (f8)
+        return bt_mlp_swiglu_fp8(bt_rmsnorm(x, nw, m->cfg.eps), LLAMA_P(y->w13), LLAMA_P(y->w2), x, LLAMA_F8(LLAMA_FP8_W13),
+                                 LLAMA_F8(LLAMA_FP8_W2));
+    return bt_linear_add(bt_swiglu(bt_rmsnorm_linear(x, nw, m->cfg.eps, LLAMA_P(y->w13), NULL)), LLAMA_P(y->w2), NULL, x);
 }
 /* The block's two sublayers as bt_checkpoint regions (bt_autograd.h), as gpt2.h's: each takes the
    residual stream x and returns x + sublayer(rmsnorm(x)), the parameters' casts made inside. */
 typedef struct { llama *m; llama_layer *y; bt_dtype dt; int f8, unit; } llama__region;
 static bt_tensor *llama__attn_region(void *ctx, bt_tensor **in) {
     llama__region *r = (llama__region *)ctx;
-    llama *m = r->m; llama_layer *y = r->y; bt_dtype dt = r->dt;
-    return llama__attention(m, y, bt_rmsnorm(in[0], LLAMA_P(y->attn_norm), m->cfg.eps), in[0], dt, r->f8);
+    return llama__attention(r->m, r->y, in[0], r->dt, r->f8);
 }
 static bt_tensor *llama__mlp_region(void *ctx, bt_tensor **in) {
     llama__region *r = (llama__region *)ctx;
-    llama *m = r->m; llama_layer *y = r->y; bt_dtype dt = r->dt;
-    return llama__mlp(m, y, bt_rmsnorm(in[0], LLAMA_P(y->mlp_norm), m->cfg.eps), in[0], dt, r->f8);
+    return llama__mlp(r->m, r->y, in[0], r->dt, r->f8);
 }
 static bt_tensor *llama__block_region(void *ctx, bt_tensor **in) {
     llama__region *r = (llama__region *)ctx;
@@ -480,11 +485,12 @@ static bt_tensor *llama__block_region(void *ctx, bt_tensor **in) {
     bt_units_end(&r->m->units, r->unit);
     return out;
 }
-/* One block under the recompute flags (bt_set_recompute: ATTN, MLP, BLOCK; GELU means nothing here).
+/* One block under the recompute flags (bt_set_recompute: ATTN, MLP, BLOCK, NORM; GELU means nothing here).
    Kept for the backward per layer, in B T values (compute dtype; Q = (H + 2 Hkv) D, F the MLP's width):
      none   6C + Q + 3F: the attention's rmsnorm out C, the rotated packed q, k, v Q, attention's out
             C, x1 C; the MLP's rmsnorm out C, [gate; up] 2F, swiglu's out F, x2 C
-     ATTN   3C + 3F: x1 and the MLP's; MLP 4C + Q: the attention's and x2; BLOCK C: x2 alone
+     ATTN   3C + 3F: x1 and the MLP's; MLP 4C + Q: the attention's and x2; BLOCK C: x2 alone;
+     NORM   2C less (not with FP8): the two rmsnorm outs remade from x and x1 (bt_rmsnorm_linear)
    (l125m: C 768, Q 1280, F 2048: 12.4K, 8.4K, 4.3K, 768 values a token and layer.) The remade
    region's activations live during its own backward only; the work remade is one more forward of
    the region. */
@@ -597,7 +603,7 @@ BTDEF bt_tensor *llama_forward_cached(llama *m, llama_kv_cache *kv, const int32_
     for (int l = 0; l < c->L; l++) {
         llama_layer *y = &m->layers[l];
         x = bt_add(x, llama__attention_cached(m, y, bt_rmsnorm(x, LLAMA_P(y->attn_norm), c->eps), kv, l, mask));
-        x = llama__mlp(m, y, bt_rmsnorm(x, LLAMA_P(y->mlp_norm), c->eps), x, dt, 0);
+        x = llama__mlp(m, y, x, dt, 0);
     }
     kv->len += n;
     x = bt_rmsnorm(bt_select(bt_select(x, 0, 0), 0, n - 1), LLAMA_P(m->norm), c->eps);   /* [C] */

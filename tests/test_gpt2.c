@@ -250,7 +250,8 @@ static void rc_run(int flags, double *loss, float **grads) {
 static void test_recompute_modes(void) {
     static const struct { int flags; const char *name; } modes[] = {
         {BT_RECOMPUTE_ATTN, "attn"}, {BT_RECOMPUTE_MLP, "mlp"}, {BT_RECOMPUTE_BLOCK, "block"},
-        {BT_RECOMPUTE_ATTN | BT_RECOMPUTE_MLP, "attn+mlp"}, {BT_RECOMPUTE_BLOCK | BT_RECOMPUTE_GELU, "block+gelu"}};
+        {BT_RECOMPUTE_ATTN | BT_RECOMPUTE_MLP, "attn+mlp"}, {BT_RECOMPUTE_BLOCK | BT_RECOMPUTE_GELU, "block+gelu"},
+        {BT_RECOMPUTE_NORM, "norm"}, {BT_RECOMPUTE_NORM | BT_RECOMPUTE_MLP, "norm+mlp"}, {BT_RECOMPUTE_NORM | BT_RECOMPUTE_ATTN, "norm+attn"}};
     gpt2_config c; gpt2_config_from_preset("s2", RC_V, &c);
     size_t n = (size_t)gpt2_num_params(&c);
     double l0[RC_STEPS], l1[RC_STEPS]; float *g0[RC_STEPS], *g1[RC_STEPS];
@@ -299,9 +300,9 @@ static void test_recompute_memory(void) {
     enum { B = MEM_B, T = MEM_T };
     gpt2_config c; gpt2 m;
     int32_t *x = mem_setup(&m, &c, 3);
-    size_t peak[2]; double loss[2];
-    for (int k = 0; k < 2; k++) {
-        int old = bt_set_recompute(k ? BT_RECOMPUTE_BLOCK : 0);
+    size_t peak[3]; double loss[3];
+    for (int k = 0; k < 3; k++) {
+        int old = bt_set_recompute(k == 1 ? BT_RECOMPUTE_BLOCK : k == 2 ? BT_RECOMPUTE_NORM : 0);
         peak[k] = step_peak(&m, x, B, T, &loss[k]);
         bt_set_recompute(old);
     }
@@ -310,6 +311,13 @@ static void test_recompute_memory(void) {
            peak[1] / 1048576.0, want / 1048576.0);
     BT_CHECK(loss[0] == loss[1], "loss %.9g with block, %.9g without", loss[1], loss[0]);
     BT_CHECK(peak[0] >= peak[1] + want, "peak %zu B without, %zu B with block: less than %zu B saved", peak[0], peak[1], want);
+    /* NORM on the CPU: ln1's output (1 U a layer) not kept by the qkv product (the CPU's MLP is
+       unfused: ln2's stays); the backward remakes one layer's at a time */
+    want = (size_t)(c.L - 1) * U;
+    printf("recompute norm, s4 B %d T %d: peak %.1f -> %.1f MiB (at least %.1f MiB less expected)\n", B, T, peak[0] / 1048576.0,
+           peak[2] / 1048576.0, want / 1048576.0);
+    BT_CHECK(loss[0] == loss[2], "loss %.9g with norm, %.9g without", loss[2], loss[0]);
+    BT_CHECK(peak[0] >= peak[2] + want, "peak %zu B without, %zu B with norm: less than %zu B saved", peak[0], peak[2], want);
     free(x); gpt2_free(&m);
 }
 

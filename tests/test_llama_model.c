@@ -539,8 +539,9 @@ static void test_overfit(void) {
     BT_CHECK(bt_alloc_stats(bt_cpu()).allocated == 0, "leaked %zu bytes", bt_alloc_stats(bt_cpu()).allocated);
 }
 
-/* activation checkpointing per sublayer (llama.h's regions: bt_set_recompute's ATTN, MLP, BLOCK):
-   the same losses and every gradient the same bits as none over 3 AdamW steps (GQA, llama3 RoPE) */
+/* activation checkpointing per sublayer (llama.h's regions: bt_set_recompute's ATTN, MLP, BLOCK) and
+   the RMSNorms' outputs remade (NORM): the same losses and every gradient the same bits as none over
+   3 AdamW steps (GQA, llama3 RoPE) */
 static void lrc_run(int flags, double *loss, float **grads) {
     llama m;
     llama_config c = llama_config_make(2, 4, 2, 32, 64, 64, 32);
@@ -567,7 +568,8 @@ static void lrc_run(int flags, double *loss, float **grads) {
 }
 static void test_recompute_modes(void) {
     static const struct { int flags; const char *name; } modes[] = {
-        {BT_RECOMPUTE_ATTN, "attn"}, {BT_RECOMPUTE_MLP, "mlp"}, {BT_RECOMPUTE_BLOCK, "block"}, {BT_RECOMPUTE_ATTN | BT_RECOMPUTE_MLP, "attn+mlp"}};
+        {BT_RECOMPUTE_ATTN, "attn"}, {BT_RECOMPUTE_MLP, "mlp"}, {BT_RECOMPUTE_BLOCK, "block"}, {BT_RECOMPUTE_ATTN | BT_RECOMPUTE_MLP, "attn+mlp"},
+        {BT_RECOMPUTE_NORM, "norm"}, {BT_RECOMPUTE_NORM | BT_RECOMPUTE_MLP, "norm+mlp"}, {BT_RECOMPUTE_NORM | BT_RECOMPUTE_ATTN, "norm+attn"}};
     llama m;
     llama_build(&m, llama_config_make(2, 4, 2, 32, 64, 64, 32), bt_cpu());
     int64_t n = m.flat_numel;
@@ -586,6 +588,38 @@ static void test_recompute_modes(void) {
     for (int s = 0; s < 3; s++) free(g0[s]);
 }
 
+/* NORM keeps neither RMSNorm's output (2 U a layer, U = B T C floats): the peak of a forward and
+   backward at B 8, T 128, C 128, L 4 falls by at least (2 L - 1) U (one layer's remade output lives
+   during its own backward) */
+static void test_recompute_norm_memory(void) {
+    llama m;
+    llama_build(&m, llama_config_make(4, 4, 2, 128, 256, 64, 128), bt_cpu()); llama_init(&m, 5);
+    enum { B = 8, T = 128 };
+    int32_t *x = (int32_t *)malloc(sizeof(int32_t) * (B * T + 1));
+    random_ids(x, B * T + 1, 64, 90);
+    size_t peak[2]; double loss[2];
+    for (int k = 0; k < 2; k++) {
+        int old = bt_set_recompute(k ? BT_RECOMPUTE_NORM : 0);
+        bt_zero_(m.flat_grad);
+        bt_alloc_reset_peak(bt_cpu());
+        bt_scope_begin();
+        bt_tensor *idx = bt_from_data(x, bt_shape2(B, T), BT_I32, bt_cpu()), *tgt = bt_from_data(x + 1, bt_shape2(B, T), BT_I32, bt_cpu());
+        bt_tensor *l = llama_loss(&m, idx, tgt, BT_F32);
+        bt_backward(l);
+        loss[k] = bt_item(l);
+        bt_scope_end();
+        peak[k] = bt_alloc_stats(bt_cpu()).peak_allocated;
+        bt_set_recompute(old);
+    }
+    size_t U = (size_t)B * T * m.cfg.C * sizeof(float), want = (size_t)(2 * m.cfg.L - 1) * U;
+    printf("recompute norm, L %d C %d B %d T %d: peak %.1f -> %.1f MiB (at least %.1f MiB less expected)\n", m.cfg.L, m.cfg.C, B, T,
+           peak[0] / 1048576.0, peak[1] / 1048576.0, want / 1048576.0);
+    BT_CHECK(loss[0] == loss[1], "loss %.9g with norm, %.9g without", loss[1], loss[0]);
+    BT_CHECK(peak[0] >= peak[1] + want, "peak %zu B without, %zu B with norm: less than %zu B saved", peak[0], peak[1], want);
+    free(x);
+    llama_free(&m);
+}
+
 int main(void) {
     if (bt_test_dir_make("test_llama_model")) return 1;
     BT_RUN(test_config);
@@ -599,6 +633,7 @@ int main(void) {
     BT_RUN(test_meta_permutation);
     BT_RUN(test_overfit);
     BT_RUN(test_recompute_modes);
+    BT_RUN(test_recompute_norm_memory);
     bt_test_dir_remove();
     return bt_test_summary("test_llama_model");
 }

@@ -4,7 +4,7 @@
    same bits (they never read gelu(h)), those are within rounding of the kept gelu(h) (the remade one
    comes from the stored h, the kept one from the GEMM epilogue), and the peak memory falls by at
    least the kept gelu(h) and ln2 output of every layer; also under a CUDA graph. fp32 and bf16.
-   The regions, the layernorms' outputs remade (norm) and Llama's: the same bits as none. FP8 (bt_mlp_gelu_fp8): every mode the same bits. */
+   The regions, the layernorms' outputs remade (norm) and Llama's (its RMSNorms' too): the same bits as none. FP8 (bt_mlp_gelu_fp8): every mode the same bits. */
 #include "gpt2_io.h"
 #include "llama.h"
 #include "bt_optim.h"
@@ -223,8 +223,9 @@ static void graph_parity(int flags, float *ref, double *ref_loss) {
     gpt2_free(&m);
 }
 
-/* Llama (llama.h's regions: grouped-query attention with RoPE, SwiGLU): attn, mlp, block against
-   none on the GPU, loss and every gradient the same bits, fp32 and bf16 */
+/* Llama (llama.h's regions: grouped-query attention with RoPE, SwiGLU): attn, mlp, block and the
+   RMSNorms' outputs remade (norm) against none on the GPU, loss and every gradient the same bits,
+   fp32 and bf16 */
 static void llama_pass(llama *m, bt_dtype dt, int flags, const int32_t *ids, double *loss, float *grad) {
     int old = bt_set_recompute(flags);
     bt_zero_(m->flat_grad);
@@ -246,13 +247,14 @@ static void test_llama_regions(void) {
     int32_t ids[2 * B_ * T_];
     for (int i = 0; i < 2 * B_ * T_; i++) ids[i] = (int32_t)(bt_philox_uniform(23, (uint64_t)i) * V_);
     float *g0 = (float *)malloc(sizeof(float) * (size_t)m.flat_numel), *g1 = (float *)malloc(sizeof(float) * (size_t)m.flat_numel);
-    static const int flags[4] = {BT_RECOMPUTE_ATTN, BT_RECOMPUTE_MLP, BT_RECOMPUTE_BLOCK, BT_RECOMPUTE_ATTN | BT_RECOMPUTE_MLP};
+    static const int flags[6] = {BT_RECOMPUTE_ATTN, BT_RECOMPUTE_MLP, BT_RECOMPUTE_BLOCK, BT_RECOMPUTE_ATTN | BT_RECOMPUTE_MLP, BT_RECOMPUTE_NORM,
+                                 BT_RECOMPUTE_NORM | BT_RECOMPUTE_MLP};
     for (int d = 0; d < 2; d++) {
         bt_dtype dt = d ? BT_BF16 : BT_F32;
         double l0, l1;
         llama_pass(&m, dt, 0, ids, &l0, g0);   /* warm-up */
         llama_pass(&m, dt, 0, ids, &l0, g0);
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < 6; k++) {
             llama_pass(&m, dt, flags[k], ids, &l1, g1);
             int64_t bad = 0;
             for (int64_t i = 0; i < m.flat_numel; i++) bad += memcmp(&g0[i], &g1[i], sizeof(float)) != 0;
