@@ -212,8 +212,9 @@ BTDEF int bt_k_matmul_epi(bt_dtype dt, bt_dtype dt_c, void *C, const void *A, co
    run k covers [runs[k-1].end, runs[k].end) (from 0; the last end is n) with decay runs[k].wd;
    the table (nruns entries) lives in device memory, so a flat buffer of many parameters with
    different decays is one launch. The ends count from run_base elements before p: a launch over
-   part of a buffer passes the table from the run its first element is in, and its start as run_base. p_bf16 (may be NULL): the new p rounded to bf16 (as bt_k_cast
-   does) is written there too, the compute copy of the weights without a pass of its own.
+   part of a buffer passes the table from the run its first element is in, and its start as
+   run_base. p_bf16 (may be NULL): the new p rounded to bf16 (as bt_k_cast does) is written there
+   too, the compute copy of the weights without a pass of its own.
    p_lo != NULL: the weights are held in two halves (bt__f32_hi16 / lo16): p is not used, each p
    is read from and written back to (p_bf16, p_lo), the same fp32 math and bits as from p. */
 typedef struct { int64_t end; float wd; } bt_k_decay_run;

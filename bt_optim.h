@@ -47,9 +47,9 @@
      array, in its first 2n bytes, the low halves in the next 2n; the storage records it
      (storage->halves), bt_f32_halves_hi(w) is the bf16 array as a tensor, bt_f32_join_(w) undoes it.
      bt_adamw_split(opt) does this to the flat buffer an optimizer updates whole (one device, no
-     shard; its state on the device or offloaded) and returns the compute copy: each update then joins a weight, applies the
-     plain update's fp32 math (the same bits) and splits the result, moving what the update with a
-     copy moves less 2 bytes. The copy differs from a cast of the weights in ties alone (one weight
+     shard; its state on the device or offloaded) and returns the compute copy: each update then
+     joins a weight, applies the plain update's fp32 math (the same bits) and splits the result,
+     moving what the update with a copy moves less 2 bytes. The copy differs from a cast of the weights in ties alone (one weight
      in 65,536, by one bf16 step). Whatever reads the fp32 weights meanwhile joins them first
      (bt_adamw_join) or reads storage->halves: bt_ckpt.h's saver joins a snapshot of them on the
      host.
@@ -65,8 +65,8 @@
      bt_grads_lazy(params, n, lo, n_units) moves gradients that are views of one flat buffer into
      one lazy buffer (bt_zeros_lazy) per unit [lo[u], lo[u+1]) of it: each takes its memory when
      the backward pass writes the unit's first gradient and gives it back at bt_grads_drop (after
-     the update). A flat buffer lives through the forward
-     pass, where the activations peak; these do not: the units of a GPT-2 are its blocks, so the
+     the update). A flat buffer lives through the forward pass, where the activations peak; these
+     do not: the units of a GPT-2 are its blocks, so the
      peak holds the gradients of the blocks the backward has reached (PyTorch's gradients set to
      None do the same). The values and their sums are the flat buffer's: each gradient starts from
      zeros and accumulates as before. bt_grad_norm and the update take one pass per unit.
@@ -150,8 +150,8 @@ BTDEF void bt_adamw_set_state(bt_adamw *opt, bt_tensor *m, bt_tensor *v, int64_t
 BTDEF void bt_adamw_set_copy(bt_adamw *opt, bt_tensor *copy);
 /* The parameters' flat buffer [numel] in two halves from here (THE WEIGHTS IN TWO HALVES): needs
    the parameters to tile one f32 buffer from its storage's start and the whole range [0, numel)
-   (offloaded state or not); drops a copy set before. Returns the high halves, bf16 [numel] (a new reference):
-   the compute copy every update writes. bt_adamw_join makes the buffer f32 again. */
+   (offloaded state or not); drops a copy set before. Returns the high halves, bf16 [numel] (a new
+   reference): the compute copy every update writes. bt_adamw_join makes the buffer f32 again. */
 BTDEF bt_tensor *bt_adamw_split(bt_adamw *opt);
 BTDEF void bt_adamw_join(bt_adamw *opt);
 /* w: f32, contiguous, at its storage's start, [n] elements: in place to two halves, and back.

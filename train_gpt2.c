@@ -144,7 +144,7 @@ static void usage(FILE *f) {
         "            holds the gradient buckets' collectives too; not with --tp, --cp, --mlir, where off is\n"
         "            the default; the CPU ignores it)\n"
         "  --recompute none|norm|gelu|attn|mlp|block   activations remade in the backward instead of kept: the\n"
-        "            layernorms' outputs (GPT-2, not its FP8 linears); gelu(h) and ln2's output (the MLP's); the attention\n"
+        "            norms' outputs (not before FP8 linears); gelu(h) and ln2's output (the MLP's); the attention\n"
         "            or the MLP sublayer of each block, or the whole block,\n"
         "            from its input (the same bits as none; block: ~1/3 more work per step; attn, mlp and\n"
         "            block not with --tp or --cp; a Llama: attn, mlp, block) (default: the first of none, gelu\n"
@@ -169,6 +169,16 @@ static int parse_double(const char *s, double lo, double hi, double *out) {
     *out = v; return 0;
 }
 
+/* v's index in names (NULL-terminated), or -1 with err "FLAG must be a, b or c, got 'v'" */
+static int parse_choice(const char *flag, const char *v, const char *const *names, char *err, size_t errlen) {
+    int n = 0;
+    for (; names[n]; n++) if (!strcmp(v, names[n])) return n;
+    size_t k = (size_t)snprintf(err, errlen, "%s must be ", flag);
+    for (int i = 0; i < n && k < errlen; i++) k += (size_t)snprintf(err + k, errlen - k, "%s%s", names[i], i + 2 < n ? ", " : i + 2 == n ? " or " : "");
+    if (k < errlen) snprintf(err + k, errlen - k, ", got '%s'", v);
+    return -1;
+}
+
 /* the options that take a value, as parse_args reads them: a name not here (nor a switch) is an
    unknown option, wherever it stands, even last with no value after it */
 static int takes_value(const char *a) {
@@ -182,7 +192,8 @@ static int takes_value(const char *a) {
     return 0;
 }
 
-/* 0 ok, 1 help asked, -1 error (err says which flag and why) */
+/* 0 ok, 1 help asked, -1 error (err says which flag and why); CHOICE: the flag a's value v among these */
+#define CHOICE(...) parse_choice(a, v, (const char *const[]){__VA_ARGS__, NULL}, err, errlen)
 static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t errlen) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -255,63 +266,24 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
             o->recompute = trainer_recompute_parse(v);
             if (o->recompute < 0) { snprintf(err, errlen, "--recompute must be none, norm, gelu, attn, mlp or block, got '%s'", v); return -1; }
         }
-        else if (!strcmp(a, "--cuda-graph")) {
-            if (strcmp(v, "on") && strcmp(v, "off")) { snprintf(err, errlen, "--cuda-graph must be on or off, got '%s'", v); return -1; }
-            o->cuda_graph = !strcmp(v, "on");
-        }
+        else if (!strcmp(a, "--cuda-graph")) { int k = CHOICE("on", "off"); if (k < 0) return -1; o->cuda_graph = k == 0; }
         else if (!strcmp(a, "--ddp-rows") || !strcmp(a, "--nccl-blocking")) {
-            int *dst = !strcmp(a, "--ddp-rows") ? &o->ddp_rows : &o->nccl_blocking;
-            if (strcmp(v, "auto") && strcmp(v, "on") && strcmp(v, "off")) { snprintf(err, errlen, "%s must be auto, on or off, got '%s'", a, v); return -1; }
-            *dst = !strcmp(v, "auto") ? -1 : !strcmp(v, "on");
+            int k = CHOICE("auto", "on", "off");
+            if (k < 0) return -1;
+            *(!strcmp(a, "--ddp-rows") ? &o->ddp_rows : &o->nccl_blocking) = k == 0 ? -1 : k == 1;
         }
-        else if (!strcmp(a, "--ddp-transport")) {
-            if (strcmp(v, "auto") && strcmp(v, "nccl")) { snprintf(err, errlen, "--ddp-transport must be auto or nccl, got '%s'", v); return -1; }
-            o->ddp_nccl = !strcmp(v, "nccl");
-        }
-        else if (!strcmp(a, "--dp")) {
-            o->dp = v;
-            if (strcmp(v, "ddp") && strcmp(v, "zero1") && strcmp(v, "zero2") && strcmp(v, "fsdp")) {
-                snprintf(err, errlen, "--dp must be ddp, zero1, zero2 or fsdp, got '%s'", v); return -1;
-            }
-        } else if (!strcmp(a, "--comm-dtype")) {
-            o->comm_dtype = v;
-            if (strcmp(v, "fp32") && strcmp(v, "bf16")) { snprintf(err, errlen, "--comm-dtype must be fp32 or bf16, got '%s'", v); return -1; }
-        }
-        else if (!strcmp(a, "--precision")) {
-            o->precision = v;
-            if (strcmp(v, "fp32") && strcmp(v, "tf32") && strcmp(v, "bf16") && strcmp(v, "fp8")) {
-                snprintf(err, errlen, "--precision must be fp32, tf32, bf16 or fp8, got '%s'", v); return -1;
-            }
-        } else if (!strcmp(a, "--fp8-recipe")) {
-            o->fp8_recipe = v;
-            if (strcmp(v, "current") && strcmp(v, "delayed")) { snprintf(err, errlen, "--fp8-recipe must be current or delayed, got '%s'", v); return -1; }
-        } else if (!strcmp(a, "--fp8-history")) bad = parse_int(v, 1, 1024, &o->fp8_history);
-        else if (!strcmp(a, "--fp8-accum")) {
-            o->fp8_accum = v;
-            if (strcmp(v, "split") && strcmp(v, "fast")) { snprintf(err, errlen, "--fp8-accum must be split or fast, got '%s'", v); return -1; }
-        }
-        else if (!strcmp(a, "--fp8-head")) {
-            o->fp8_head = v;
-            if (strcmp(v, "on") && strcmp(v, "off")) { snprintf(err, errlen, "--fp8-head must be on or off, got '%s'", v); return -1; }
-        }
-        else if (!strcmp(a, "--grad-dtype")) {
-            o->grad_dtype = v;
-            if (strcmp(v, "auto") && strcmp(v, "f32") && strcmp(v, "bf16")) {
-                snprintf(err, errlen, "--grad-dtype must be auto, f32 or bf16, got '%s'", v); return -1;
-            }
-        }
-        else if (!strcmp(a, "--grads")) {
-            o->grads = v;
-            if (strcmp(v, "lazy") && strcmp(v, "flat")) { snprintf(err, errlen, "--grads must be lazy or flat, got '%s'", v); return -1; }
-        }
-        else if (!strcmp(a, "--weight-copy")) {
-            o->weight_copy = v;
-            if (strcmp(v, "halves") && strcmp(v, "separate")) { snprintf(err, errlen, "--weight-copy must be halves or separate, got '%s'", v); return -1; }
-        }
-        else if (!strcmp(a, "--offload")) {
-            if (strcmp(v, "none") && strcmp(v, "adamw")) { snprintf(err, errlen, "--offload must be none or adamw, got '%s'", v); return -1; }
-            o->offload = !strcmp(v, "adamw");
-        }
+        else if (!strcmp(a, "--ddp-transport")) { if ((o->ddp_nccl = CHOICE("auto", "nccl")) < 0) return -1; }
+        else if (!strcmp(a, "--dp")) { o->dp = v; if (CHOICE("ddp", "zero1", "zero2", "fsdp") < 0) return -1; }
+        else if (!strcmp(a, "--comm-dtype")) { o->comm_dtype = v; if (CHOICE("fp32", "bf16") < 0) return -1; }
+        else if (!strcmp(a, "--precision")) { o->precision = v; if (CHOICE("fp32", "tf32", "bf16", "fp8") < 0) return -1; }
+        else if (!strcmp(a, "--fp8-recipe")) { o->fp8_recipe = v; if (CHOICE("current", "delayed") < 0) return -1; }
+        else if (!strcmp(a, "--fp8-history")) bad = parse_int(v, 1, 1024, &o->fp8_history);
+        else if (!strcmp(a, "--fp8-accum")) { o->fp8_accum = v; if (CHOICE("split", "fast") < 0) return -1; }
+        else if (!strcmp(a, "--fp8-head")) { o->fp8_head = v; if (CHOICE("on", "off") < 0) return -1; }
+        else if (!strcmp(a, "--grad-dtype")) { o->grad_dtype = v; if (CHOICE("auto", "f32", "bf16") < 0) return -1; }
+        else if (!strcmp(a, "--grads")) { o->grads = v; if (CHOICE("lazy", "flat") < 0) return -1; }
+        else if (!strcmp(a, "--weight-copy")) { o->weight_copy = v; if (CHOICE("halves", "separate") < 0) return -1; }
+        else if (!strcmp(a, "--offload")) { if ((o->offload = CHOICE("none", "adamw")) < 0) return -1; }
         else if (!strcmp(a, "--device")) {
             o->device = v;
             int n;
@@ -336,10 +308,13 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
         : o->eval_only && (o->tp > 1 || o->cp > 1) ? "--eval-only: not with --tp or --cp (evaluate the checkpoint with data parallelism)"
         : o->eval_mc && (o->tp > 1 || o->cp > 1) ? "--eval-mc: not with --tp or --cp"
         : o->recompute > 0 && (o->recompute & ~(BT_RECOMPUTE_GELU | BT_RECOMPUTE_NORM)) && (o->tp > 1 || o->cp > 1)
-            ? "--recompute attn, mlp or block: not with --tp or --cp (their split blocks' collectives are not remade; use none or gelu)" : NULL;
+            ? "--recompute attn, mlp or block: not with --tp or --cp (their split blocks' collectives are not remade; use none or gelu)"
+        : o->recompute > 0 && (o->recompute & BT_RECOMPUTE_NORM) && (o->tp > 1 || o->cp > 1)
+            ? "--recompute norm: not with --tp or --cp (the split blocks' products keep their norms' outputs; use none or gelu)" : NULL;
     if (clash) { snprintf(err, errlen, "%s", clash); return -1; }
     return 0;
 }
+#undef CHOICE
 
 /* the host's available memory in bytes (MemAvailable: free plus what the page cache gives back), or
    -1 when unknown */

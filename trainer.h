@@ -705,8 +705,8 @@ void trainer_grads_clear(trainer *tr) {
    AdamW over the whole flat buffer, as the copy in the update below needs, and nothing else that
    reads the fp32 weights during the steps: one process (ZeRO's and fsdp's all-gathers and shards
    are fp32; plain ddp would work as it is, each rank splitting after the broadcast, but has not
-   run on two GPUs), no tp/cp (their shard files), offload (its chunked update takes fp32 weights:
-   not built) or --mlir; a compute dtype of bf16 (bf16, or fp8 on a GPU). */
+   run on two GPUs), no tp/cp (their shard files), offload (bt_adamw_split streams the halves, but
+   that has not run on a GPU) or --mlir; a compute dtype of bf16 (bf16, or fp8 on a GPU). */
 int trainer_halves_allowed(const train_opts *o, int world, int on_gpu) {
     int bf16 = o->precision && (!strcmp(o->precision, "bf16") || (!strcmp(o->precision, "fp8") && on_gpu));
     return bf16 && o->copy_in_update && !o->offload && !o->mlir && o->tp * o->cp == 1 && world == 1;

@@ -4,7 +4,8 @@
    same bits (they never read gelu(h)), those are within rounding of the kept gelu(h) (the remade one
    comes from the stored h, the kept one from the GEMM epilogue), and the peak memory falls by at
    least the kept gelu(h) and ln2 output of every layer; also under a CUDA graph. fp32 and bf16.
-   The regions, the layernorms' outputs remade (norm) and Llama's (its RMSNorms' too): the same bits as none. FP8 (bt_mlp_gelu_fp8): every mode the same bits. */
+   The regions, the layernorms' outputs remade (norm) and Llama's (its RMSNorms' too): the same
+   bits as none. FP8 (bt_mlp_gelu_fp8): every mode the same bits. */
 #include "gpt2_io.h"
 #include "llama.h"
 #include "bt_optim.h"

@@ -39,6 +39,7 @@ static void test_cli(void) {
         {"-x 1 --bogus", "unknown option '--bogus'"}, {"-x 1 stray", "unknown option 'stray'"},   /* issue 35, finding 7: last, no value */
         {"--recompute all", "--recompute must be none, norm, gelu, attn, mlp or block, got 'all'"},
         {"--recompute block --tp 2", "--recompute attn, mlp or block: not with --tp or --cp"},
+        {"--recompute norm --tp 2", "--recompute norm: not with --tp or --cp"},
         {"--cp 2 --recompute mlp", "not with --tp or --cp"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
