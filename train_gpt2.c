@@ -77,8 +77,8 @@ static void usage(FILE *f) {
         "            (default on; a resume keeps the checkpoint's, off where it has none)\n"
         "  --weight-copy halves|separate   the bf16 weights a bf16 or fp8 run computes with: the fp32 weights' high\n"
         "            halves, which hold them with their low halves in the fp32 bytes (2 bytes a parameter less; ties\n"
-        "            round away from zero), or a copy of their own (ties to even). halves: one process, no --tp/--cp,\n"
-        "            --offload or --mlir (default halves where that holds; a resume keeps the checkpoint's)\n"
+        "            round away from zero), or a copy of their own (ties to even). halves: one process, no --tp/--cp\n"
+        "            or --mlir (default halves where that holds; a resume keeps the checkpoint's)\n"
         "  --grads lazy|flat   lazy: each block's gradients take memory when the backward writes them and give it\n"
         "            back after the update, so the forward's activations use it (PyTorch's set-to-None); flat: one\n"
         "            buffer held throughout. lazy: one process on a GPU, no --tp/--cp, --dp fsdp, --offload or --mlir\n"
@@ -984,7 +984,7 @@ static int train_main(train_opts *o) {
         o->weight_copy = w && !strcmp(w, "halves") && trainer_halves_allowed(o, world, on_gpu) ? "halves" : "separate";
     } else if (!strcmp(o->weight_copy, "halves") && !trainer_halves_allowed(o, world, on_gpu)) {
         fprintf(stderr, "error: --weight-copy halves needs a bf16 compute dtype (--precision bf16, or fp8 on a GPU) and one optimizer over "
-                "all the weights: one process, without --tp/--cp, --offload adamw or --mlir " SEE_H "\n");
+                "all the weights: one process, without --tp/--cp or --mlir " SEE_H "\n");
         return run_end(&tr, 2);
     }
     if (!o->grads) o->grads = trainer_lazy_grads_allowed(o, world, on_gpu) ? "lazy" : "flat";

@@ -705,11 +705,11 @@ void trainer_grads_clear(trainer *tr) {
    AdamW over the whole flat buffer, as the copy in the update below needs, and nothing else that
    reads the fp32 weights during the steps: one process (ZeRO's and fsdp's all-gathers and shards
    are fp32; plain ddp would work as it is, each rank splitting after the broadcast, but has not
-   run on two GPUs), no tp/cp (their shard files), offload (bt_adamw_split streams the halves, but
-   that has not run on a GPU) or --mlir; a compute dtype of bf16 (bf16, or fp8 on a GPU). */
+   run on two GPUs), no tp/cp (their shard files) or --mlir; a compute dtype of bf16 (bf16, or fp8
+   on a GPU). With --offload adamw the offloaded update streams each chunk's two halves. */
 int trainer_halves_allowed(const train_opts *o, int world, int on_gpu) {
     int bf16 = o->precision && (!strcmp(o->precision, "bf16") || (!strcmp(o->precision, "fp8") && on_gpu));
-    return bf16 && o->copy_in_update && !o->offload && !o->mlir && o->tp * o->cp == 1 && world == 1;
+    return bf16 && o->copy_in_update && !o->mlir && o->tp * o->cp == 1 && world == 1;
 }
 /* In place (a temporary of 2 bytes a parameter, given back to the device with the old copy: the
    steps' peak does not hold them); the model's compute copy is then the high halves, current by
@@ -1235,7 +1235,7 @@ static bt_ckpt_meta *trainer__meta(trainer *tr, int step, double loss) {
         bad |= bt_ckpt_meta_set_f64(meta, "train.lr_next", bt_lr_cosine(step, o->warmup, o->steps, o->lr, o->lr * o->final_lr_frac));
         bad |= bt_ckpt_meta_set(meta, "train.device", bt_device_of(trainer_flat(tr)).type == BT_GPU ? bt_device_name(trainer_device(tr)) : "cpu");
         /* not a field a resume must repeat (another mode only rounds the copy's ties otherwise; a
-           resume with offload or several processes cannot have halves): a resume not giving
+           resume with several processes cannot have halves): a resume not giving
            --weight-copy takes this one where it applies (main; absent: older, separate) */
         bad |= bt_ckpt_meta_set(meta, "train.weight_copy", tr->opt.split ? "halves" : "separate");
         bad |= bt_ckpt_meta_set_i64(meta, "train.deterministic", o->deterministic);

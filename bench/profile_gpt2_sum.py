@@ -1,9 +1,10 @@
 """profile_gpt2_sum.py - part of make profile-gpt2 (bench/profile_gpt2.sh): one training step's
 kernels summed from an ncu --csv run (metrics gpu__time_duration.sum and launch__grid_size) of
-train_gpt2 -x 3. The step is the launches after the second AdamW kernel up to and including the
-third (steps 1 and 2 hold the autotuning and first-use work). Prints the total, the top kernels by
-time, and for each GEMM kernel (cuBLASLt's nvjet / xmma / epilogue kernels) its launches grouped by
-grid size with the non-GEMM kernel launched before each, which says where in the model it runs.
+train_gpt2 -x 3. The step is the launches after the second update's last AdamW kernel up to and
+including the third's (steps 1 and 2 hold the autotuning and first-use work). Prints the total,
+the top kernels by time, and for each GEMM kernel (cuBLASLt's nvjet / xmma / epilogue kernels) its
+launches grouped by grid size with the non-GEMM kernel launched before each, which says where in
+the model it runs.
 Usage: python3 bench/profile_gpt2_sum.py ncu.csv"""
 import collections
 import csv
@@ -27,11 +28,14 @@ def short(n):
     return n.split("(")[0].split("<")[0][:70]
 
 
+# an update is one AdamW launch, or one per gradient unit (--grads lazy) with at most one other
+# launch between two of them: a step ends with its update's last AdamW launch
 adam = [i for i, d in enumerate(ls) if "adamw" in d["name"]]
-if len(adam) >= 3:
-    step = ls[adam[1] + 1: adam[2] + 1]
+ends = [i for j, i in enumerate(adam) if j + 1 == len(adam) or adam[j + 1] - i > 2]
+if len(ends) >= 3:
+    step = ls[ends[1] + 1: ends[2] + 1]
 else:
-    print(f"only {len(adam)} AdamW launches: summing everything")
+    print(f"only {len(ends)} AdamW updates: summing everything")
     step = ls
 tot = collections.Counter()
 cnt = collections.Counter()

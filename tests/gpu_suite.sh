@@ -15,7 +15,7 @@
 #   resume     train_gpt2's checkpoints, bit for bit (tests/resume_check.py): GPT-2 124M bf16 (its
 #              weights in two halves: --weight-copy halves, the default; against separate), fp32 and
 #              fp8 resumed after step 4 (fp8 also: graph against eager, losses near bf16's), --offload adamw
-#              against the state on the GPU bit for bit, --grad-dtype bf16 resumed (its losses near f32
+#              against the state on the GPU bit for bit (halves and separate), --grad-dtype bf16 resumed (its losses near f32
 #              gradients', less memory; auto the same bits; auto resuming an f32 run stays f32; fp8 with
 #              bf16 gradients resumed), --grads lazy (the default) near flat with less memory, two fresh
 #              --deterministic runs, kill -9 then --resume auto, the CUDA graph run against --cuda-graph
@@ -219,13 +219,18 @@ PY
   train bf16_sep "${D12[@]}" --precision bf16 --weight-copy separate --ckpt-dir "$C/sep"
   near_and_less bf16_sep bf16_a 0.01 "d12 --weight-copy halves near separate, less memory"
   # --offload adamw: AdamW's m and v in pinned host memory, streamed through the GPU: the same bits
-  # (its bf16 weights a copy of their own and its gradients one flat buffer: against --weight-copy
-  # separate --grads flat, whose gradient norm is summed the same way)
-  train bf16_sep_flat "${D12[@]}" --precision bf16 --weight-copy separate --grads flat --ckpt-dir "$C/sep_flat"
+  # (its gradients one flat buffer: against --grads flat, whose gradient norm is summed the same
+  # way), with the weights in halves (the default: each chunk's two halves streamed) and separate
+  train bf16_flat "${D12[@]}" --precision bf16 --grads flat --ckpt-dir "$C/flat"
   train offload "${D12[@]}" --precision bf16 --offload adamw --ckpt-dir "$C/offload"
-  resume_check "--offload adamw against the state on the GPU" --after 0 --log-a "$OUT/bf16_sep_flat/log.jsonl" \
-    --log-b "$OUT/offload/log.jsonl" --ckpt-a "$(ck "$C/sep_flat" "$S")" --ckpt-b "$(ck "$C/offload" "$S")"
-  rm -rf "$C/offload" "$C/sep" "$C/sep_flat"
+  resume_check "--offload adamw (halves) against the state on the GPU" --after 0 --log-a "$OUT/bf16_flat/log.jsonl" \
+    --log-b "$OUT/offload/log.jsonl" --ckpt-a "$(ck "$C/flat" "$S")" --ckpt-b "$(ck "$C/offload" "$S")"
+  rm -rf "$C/offload" "$C/flat"
+  train bf16_sep_flat "${D12[@]}" --precision bf16 --weight-copy separate --grads flat --ckpt-dir "$C/sep_flat"
+  train offload_sep "${D12[@]}" --precision bf16 --offload adamw --weight-copy separate --ckpt-dir "$C/offload_sep"
+  resume_check "--offload adamw --weight-copy separate against the state on the GPU" --after 0 --log-a "$OUT/bf16_sep_flat/log.jsonl" \
+    --log-b "$OUT/offload_sep/log.jsonl" --ckpt-a "$(ck "$C/sep_flat" "$S")" --ckpt-b "$(ck "$C/offload_sep" "$S")"
+  rm -rf "$C/offload_sep" "$C/sep" "$C/sep_flat"
   # kill -9 at a random step after the first checkpoint, then --resume auto
   k=$((3 + RANDOM % (S - 4)))
   "$BIN" "${D12[@]}" --precision bf16 --ckpt-every 2 --ckpt-dir "$C/kill" -o "$OUT/kill" > "$OUT/kill.txt" 2>&1 &
