@@ -16,7 +16,7 @@
    The attention group also times bf16 on the sm_80 kernels (the wgmma path off) and a sweep over
    T = 512 .. 4096 (B 16, H 12, D 64 and 128, causal and not) next to PyTorch's default, flash and
    cuDNN SDPA backends (bench_attention_torch.py --sweep); its table is printed last.
-   BT_BENCH_ONLY=<layernorm|gelu|softmax|cross_entropy|colsum|attention|llama|adamw|embedding|matmul|
+   BT_BENCH_ONLY=<layernorm|gelu|softmax|cross_entropy|colsum|attention|llama|adamw|fp8|embedding|matmul|
    bcast_add|scalar_mul> times one group only (the sweep's rows include the backward with the bias gradients'
    column sums), BT_BENCH_ONLY=attention_sweep the attention sweep only, BT_BENCH_SWEEP=i,j,.. only
    those shapes of the sweep (indices into its list, from 0), BT_BENCH_T=T gives all of them that T (the
@@ -447,6 +447,41 @@ int main(void) {
         BENCH(ms, bt_k_sumsq(BT_BF16, (float *)lo, g, n, 0, S));
         report("sumsq (grad norm)", shp, ms, 2.0 * n, 0);
         bt_free(p); bt_free(m); bt_free(v); bt_free(g); bt_free(lo);
+    }
+    /* ---- FP8 casts at GPT-2 1.5B's shapes (d48, B 8: [8192, 1600] activations, [8192, 6400] hidden,
+       a [6400, 1600] weight): q and its transpose qt, delayed scaling (the scale given, the amax
+       measured in the pass); bytes: x (and h) read once, q and qt written once ---- */
+    if (want("fp8") && bt_k_fp8_supported()) {
+        const int64_t R = 8192, Cd = 1600;
+        const int64_t shapes[3][2] = {{R, Cd}, {R, 4 * Cd}, {4 * Cd, Cd}};
+        const char *names[3] = {"fp8_cast e4m3 (activation)", "fp8_cast e4m3 (hidden)", "fp8_cast e4m3 (weight)"};
+        float *sc = (float *)dev(64);
+        bt_k_fill(BT_F32, sc, 0.01, 16, S);
+        for (int k = 0; k < 3; k++) {
+            int64_t rows = shapes[k][0], cols = shapes[k][1], n = rows * cols;
+            nc = ncopies(4.0 * n);
+            void *x[MAXCOPIES], *hh[MAXCOPIES];
+            uint8_t *q[MAXCOPIES], *qt[MAXCOPIES];
+            for (int i = 0; i < nc; i++) {
+                x[i] = randn(BT_BF16, n, 150 + i, 1); hh[i] = randn(BT_BF16, n, 160 + i, 1);
+                q[i] = (uint8_t *)dev((size_t)n); qt[i] = (uint8_t *)dev((size_t)n);
+            }
+            snprintf(shp, sizeof shp, "[%lld, %lld] bf16", (long long)rows, (long long)cols);
+            BENCH(ms, bt_k_fp8_cast(BT_BF16, BT_F8E4M3, q[it], qt[it], x[it], rows, cols, NULL, sc, sc + 4, sc + 8, S));
+            report(names[k], shp, ms, 4.0 * n, 0);
+            if (k == 1) {
+                BENCH(ms, bt_k_fp8_cast_act(BT_BF16, BT_F8E4M3, BT_FP8_ACT_GELU, q[it], qt[it], NULL, x[it], NULL, rows, cols, NULL, sc,
+                                            sc + 4, sc + 8, S));
+                report("fp8_cast_act GELU e4m3", shp, ms, 4.0 * n, 0);
+                float *cs = (float *)dev((size_t)((rows + 63) / 64 * cols) * 4);
+                BENCH(ms, bt_k_fp8_cast_act(BT_BF16, BT_F8E5M2, BT_FP8_ACT_DGELU, q[it], qt[it], cs, x[it], hh[it], rows, cols, NULL, sc,
+                                            sc + 4, sc + 8, S));
+                report("fp8_cast_act DGELU e5m2 + colsum", shp, ms, 6.0 * n + 4.0 * (rows / 64) * cols, 0);
+                bt_free(cs);
+            }
+            for (int i = 0; i < nc; i++) { bt_free(x[i]); bt_free(hh[i]); bt_free(q[i]); bt_free(qt[i]); }
+        }
+        bt_free(sc);
     }
     /* ---- embedding backward (tokens + positions) ---- */
     if (want("embedding")) {

@@ -3,7 +3,7 @@
 #   make bench-kernels   every kernel family of bt_kernels.cuh at GPT-2 shapes (CUDA events), attention
 #                        next to PyTorch SDPA (cuDNN, flash) in the same run, then the other families in
 #                        PyTorch eager and torch.compile and the joined table (bench_kernels_torch.py,
-#                        kernel_ratio.py). ONLY=<group> one group (layernorm, attention, llama, attention_sweep,
+#                        kernel_ratio.py). ONLY=<group> one group (layernorm, attention, llama, fp8, attention_sweep,
 #                        matmul, ...: bench/bench_kernels.cu), TORCH=0 no PyTorch
 #   make bench-gpt2      GPT-2 or Llama end to end: train_gpt2 vs PyTorch eager and torch.compile, tokens/s
 #                        and peak memory (bench/bench_gpt2.sh: B T PREC MODEL D STEPS ROUNDS RECOMPUTE BIN ARGS
