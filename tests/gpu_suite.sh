@@ -14,13 +14,13 @@
 #   sanitizer  each of them under compute-sanitizer memcheck, quick mode (SAN=0 skips it)
 #   resume     train_gpt2's checkpoints, bit for bit (tests/resume_check.py): GPT-2 124M bf16 (its
 #              weights in two halves: --weight-copy halves, the default; against separate), fp32 and
-#              fp8 resumed after step 4 (fp8 also: graph against eager, losses near bf16's), --offload adamw
-#              against the state on the GPU bit for bit (halves and separate), --grad-dtype bf16 resumed (its losses near f32
-#              gradients', less memory; auto the same bits; auto resuming an f32 run stays f32; fp8 with
-#              bf16 gradients resumed), --grads lazy (the default) near flat with less memory, two fresh
-#              --deterministic runs, kill -9 then --resume auto, the CUDA graph run against --cuda-graph
-#              off; with 2+ GPUs --dp ddp / zero1 / zero2 resumed, a
-#              2-GPU checkpoint refused on one GPU, --init-from it on one GPU
+#              fp8 resumed after step 4 (fp8 also: graph against eager, losses near bf16's), --offload
+#              adamw against the state on the GPU bit for bit (halves and separate), --grad-dtype bf16
+#              resumed (its losses near f32 gradients', less memory; auto the same bits; auto resuming
+#              an f32 run stays f32; fp8 with bf16 gradients resumed), --grads lazy (the default) near
+#              flat with less memory, two fresh --deterministic runs, kill -9 then --resume auto, the
+#              CUDA graph run against --cuda-graph off; with 2+ GPUs --dp ddp / zero1 / zero2 resumed,
+#              a 2-GPU checkpoint refused on one GPU, --init-from it on one GPU
 #   interop    tests/hf_interop.py (transformers both ways, on the GPU and the CPU), tests/llama_parity.py
 #              (llama.h's LlamaForCausalLM files, logits, loss and gradients, CPU and GPU) and
 #              tests/ckpt_interop.py (safetensors both ways, with build/tests/test_ckpt)
