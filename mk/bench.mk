@@ -11,6 +11,8 @@
 #                        BIN="a b" times two builds in one run, B=default the default run)
 #   make bench-gemm      every GEMM of a GPT-2 micro-step, each of cuBLASLt's candidates timed
 #                        (bench/bench_gemm.cu; GEMM_ARGS: its arguments, default micro-batch 128)
+#   make bench-gemm-fp8  the FP8 products of a GPT-2 layer (d48 shapes), each candidate timed warm and
+#                        cold, per bias alignment (bench/bench_gemm_fp8.cu; GEMM_FP8_ARGS="C rows")
 #   make bench-fp8-curve --precision fp8's validation losses against bf16's on WikiText-2, 300 and 3,000
 #                        steps (bench/fp8_curve.sh: STEPS B MODEL RECIPES EVERY BIN)
 #   make bench-largest   the largest GPT-2-shaped model one GPU trains: PyTorch with activation checkpointing
@@ -27,7 +29,7 @@
 #                        LLMC_SM BIN)
 # Elsewhere: make bench-ckpt (mk/ckpt.mk), bench-cpu (mk/cpu.mk), bench-tokenizer (mk/data.mk),
 # bench-mlir (mk/mlir.mk). Logs go to build/bench/<name> (OUT=... elsewhere); each prints its table last.
-.PHONY: bench-kernels bench-gpt2 bench-gemm profile-gpt2 bench-dist bench-tpcp bench-llmc bench-fp8-curve bench-largest
+.PHONY: bench-kernels bench-gpt2 bench-gemm bench-gemm-fp8 profile-gpt2 bench-dist bench-tpcp bench-llmc bench-fp8-curve bench-largest
 
 # the settings given on make's command line or in the environment, as NAME='value' for a script
 # (a setting not given is left out: each script has its own defaults)
@@ -63,6 +65,11 @@ $(BUILD)/bench_gemm: bench/bench_gemm.cu $(HEADERS) | $(BUILD)
 	$(NVCC_PATH) $(NVFLAGS) -DBT__K_MM_CANDIDATES=32 -o $@ $< $(NVLIBS)
 bench-gemm: $(BUILD)/bench_gemm
 	$(BUILD)/bench_gemm $(GEMM_ARGS)
+GEMM_FP8_ARGS ?=
+$(BUILD)/bench_gemm_fp8: bench/bench_gemm_fp8.cu $(HEADERS) | $(BUILD)
+	$(NVCC_PATH) $(NVFLAGS) -DBT__K_MM_CANDIDATES=32 -o $@ $< $(NVLIBS)
+bench-gemm-fp8: $(BUILD)/bench_gemm_fp8
+	$(BUILD)/bench_gemm_fp8 $(GEMM_FP8_ARGS)
 
 profile-gpt2: $(BENCH_BIN)
 	$(call bench_env,B T PREC MODEL D BIN TORCH OUT) bash bench/profile_gpt2.sh
