@@ -4,7 +4,8 @@ train_gpt2 -x 3. The step is the launches after the second update's last AdamW k
 including the third's (steps 1 and 2 hold the autotuning and first-use work). Prints the total,
 the top kernels by time, and for each GEMM kernel (cuBLASLt's nvjet / xmma / epilogue kernels) its
 launches grouped by grid size with the non-GEMM kernel launched before each, which says where in
-the model it runs.
+the model it runs, and each GEMM's place in its layer (pass, ordinal after the attention kernel,
+the layer's parity) with the kernels that ran there.
 Usage: python3 bench/profile_gpt2_sum.py ncu.csv"""
 import collections
 import csv
@@ -67,3 +68,30 @@ for d in step:
 for (n, grid), g in sorted(groups.items(), key=lambda kv: -kv[1]["t"]):
     p = ", ".join(f"{k} x{c}" for k, c in g["prev"].most_common(2))
     print(f"{g['t']:8.2f} ms {g['c']:4d}x {g['t'] / g['c'] * 1e3:8.1f} us grid {grid:6d} {n[:60]} | after {p}")
+
+
+# Each GEMM's place in its layer: the attention kernels split the step into layers (the forward's
+# bt__k_att_fwd*, the backward's bt__k_att_bwd*), so a GEMM is named by its pass, its ordinal
+# after the last attention kernel (forward: the previous layer's projection, fc, MLP projection,
+# then this layer's qkv; backward: in the order the backward runs them) and the layer's parity
+# (odd and even layers differ where a plan's key does, e.g. a bias's alignment). The same place
+# with two kernels, or two parities with different times, is a product that runs two ways.
+places = collections.OrderedDict()
+phase, ordinal, seen = None, 0, {"fwd": 0, "bwd": 0}
+for d in step:
+    n = short(d["name"])
+    if n.startswith("void bt__k_att_fwd") or n.startswith("bt__k_att_fwd"):
+        phase, ordinal = "fwd", 0
+        seen["fwd"] += 1
+    elif n.startswith("void bt__k_att_bwd") or n.startswith("bt__k_att_bwd"):
+        phase, ordinal = "bwd", 0
+        seen["bwd"] += 1
+    elif is_gemm(d["name"]) and phase:
+        g = places.setdefault((phase, ordinal, seen[phase] % 2, n), {"c": 0, "t": 0.0})
+        g["c"] += 1
+        g["t"] += d["t"]
+        ordinal += 1
+if places:
+    print("\nGEMMs by place (pass, ordinal after the attention kernel, layer parity): launches, mean us, kernel")
+    for (ph, o, par, n), g in sorted(places.items(), key=lambda kv: kv[0][:3]):
+        print(f"  {ph} #{o} parity {par}: {g['c']:4d}x {g['t'] / g['c'] * 1e3:8.1f} us  {n[:70]}")
