@@ -1,8 +1,9 @@
 /* test_gpt2.c - the GPT-2 model of gpt2.h and its files (gpt2_io.h) on the CPU: llm.c model files
    written and read back (the weights, the init's statistics, corrupt and special files named in
    the errors, concurrent saves), the KV cache against the full forward pass, learning (a tiny GPT
-   overfits one sequence), its gradients held per unit (bt_grads_lazy) against the flat buffer, and parity with PyTorch on the tiny fixture (tests/fixtures/gpt2_tiny*.bin,
-   made by tests/gpt2_ref.py --config tiny). Nothing here needs train_gpt2.c: the headers stand alone.
+   overfits one sequence), its gradients held per unit (bt_grads_lazy) against the flat buffer,
+   and parity with PyTorch on the tiny fixture (tests/fixtures/gpt2_tiny*.bin, made by
+   tests/gpt2_ref.py --config tiny). Nothing here needs train_gpt2.c: the headers stand alone.
    --save-loop PATH SEED N (this binary re-executed) saves a model N times, for the concurrent saves. */
 #define _XOPEN_SOURCE 700   /* mknod, for a device node of our own */
 #include "gpt2_io.h"
