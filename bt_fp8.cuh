@@ -21,7 +21,8 @@
         the transpose through shared memory), GELU or its derivative folded in (the _act forms)
      2. the scaling state's update
      3. the FP8 product through cuBLASLt: plans in bt_kernels.cuh's table, scale pointers per call
-     4. layernorm and RMSNorm with their output's cast (bt_kernels.cuh section 6's rows, 16 a block)
+     4. layernorm and RMSNorm with their output's cast: the norm's statistics, then a cast that
+        recomputes the output (section 1's vector cast)
 */
 #ifndef BT_KERNELS_CUH
 #include "bt_kernels.cuh"
@@ -71,12 +72,13 @@ BTDEF void bt_k_fp8_cast_act(bt_dtype dt, bt_dtype fmt, bt_fp8_act act, uint8_t 
                              const void *h, int64_t rows, int64_t cols, const float *amax_in, const float *scale_in, float *scale_used,
                              float *amax_acc, cudaStream_t s);
 /* Layernorm (bt_k_layernorm's y = (x - mean) rstd w + b) or RMSNorm (bt_k_rmsnorm's, mean and b NULL)
-   of x [rows, C] with its output cast to e4m3 in the same kernel, delayed scaling: q [rows, C] and
-   qt [C, rows] (may be NULL) get fp8(y * (1 / *scale_in)) where y is rounded to dt as the norm's
-   kernel stores it, mean and rstd (may be NULL) what that kernel writes, *scale_used (may be NULL)
-   <- *scale_in, amax_acc (may be NULL) <- the larger of it and y's amax: the bytes and floats of
-   bt_k_layernorm (bt_k_rmsnorm) then bt_k_fp8_cast, without y. Needs bt_k_norm_fp8_fits. Traffic per
-   element: x read once, 2 bytes written (the pair of kernels: x read, y written and read again). */
+   of x [rows, C] with its output cast to e4m3, delayed scaling, y never stored: q [rows, C] and qt
+   [C, rows] (qt may be NULL) get fp8(y * (1 / *scale_in)) where y is rounded to dt as the norm's
+   kernel stores it, mean and rstd what that kernel writes, *scale_used (may be NULL) <- *scale_in,
+   amax_acc (may be NULL) <- the larger of it and y's amax: the bytes and floats of bt_k_layernorm
+   (bt_k_rmsnorm) then bt_k_fp8_cast. Needs bt_k_norm_fp8_fits (q and qt may be given as NULL there:
+   not checked). Traffic per element: x read twice, 2 bytes written (the pair: x read, y written
+   and read, 2 bytes written). */
 BTDEF int bt_k_norm_fp8_fits(bt_dtype dt, int64_t rows, int64_t C, const void *x, const void *w, const void *b, const void *q,
                              const void *qt);
 BTDEF void bt_k_layernorm_fp8(bt_dtype dt, uint8_t *q, uint8_t *qt, float *mean, float *rstd, const void *x, const void *w,
@@ -304,10 +306,34 @@ __global__ void __launch_bounds__(256) bt__k_fp8_cast_kernel(uint8_t *q, uint8_t
    bytes. Needs cols % 8 == 0, rows % 16 == 0 when qt is written, and x, q, qt 16-byte aligned (the
    launcher checks; otherwise bt__k_fp8_cast_kernel). Per element: 2 or 4 bytes read, 1 or 2 written,
    the same multiply and rounding as the scalar kernel, so the same bytes. */
+/* the norm folded into a cast (section 4): the norm's output at row i, columns c .. c + 7, from x, the
+   row's mean (layernorm) and rstd, w and b (each may be NULL): bt__k_ln_row's arithmetic */
+#define BT__K_FP8_NORM 100
+#define BT__K_FP8_RMSNORM 101
+template <typename T> struct bt__k_fp8_nrm { const float *mean, *rstd; const T *w, *b; };
+template <typename T, int RMS>
+__device__ __forceinline__ void bt__k_fp8_norm8(float *f, const T *x, int64_t i, int64_t c, int64_t cols, const bt__k_fp8_nrm<T> &p) {
+    const int V = 16 / sizeof(T);
+    T v[8], wv[8], bv[8];
+#pragma unroll
+    for (int u = 0; u < 8 / V; u++) {
+        bt__k_ld16(v + u * V, x + i * cols + c + u * V);
+        if (p.w) bt__k_ld16(wv + u * V, p.w + c + u * V);
+        if (p.b) bt__k_ld16(bv + u * V, p.b + c + u * V);
+    }
+    const float mu = RMS ? 0.f : p.mean[i], rs = p.rstd[i];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        float t = bt__k_norm_val<T, RMS>(bt__k_tof(v[j]), mu, rs);
+        t = bt__k_norm_wb(t, p.w ? bt__k_tof(wv[j]) : 0.f, p.b ? bt__k_tof(bv[j]) : 0.f, p.w != NULL, p.b != NULL);
+        f[j] = bt__k_tof(bt__k_from<T>(t));
+    }
+}
 template <typename T, int E5M2, int ACT>
 __global__ void __launch_bounds__(256) bt__k_fp8_cast64_kernel(uint8_t *q, uint8_t *qt, float *colsum, const T *x, const T *hp,
                                                                 int64_t rows, int64_t cols, const float *amax_in,
-                                                                const float *scale_in, float *scale_used, unsigned *amax_acc) {
+                                                                const float *scale_in, float *scale_used, unsigned *amax_acc,
+                                                                bt__k_fp8_nrm<T> nrm) {
     __shared__ uint32_t tile[64][17];
     __shared__ float part[ACT == BT_FP8_ACT_DGELU ? 32 : 1][65];   /* DGELU's column sums: 32 row lanes x 64 columns */
     const float s = amax_in ? bt_fp8_scale_of(*amax_in, E5M2 ? BT_F8E5M2_MAX : BT_F8E4M3_MAX) : *scale_in, r = 1.f / s;
@@ -326,7 +352,8 @@ __global__ void __launch_bounds__(256) bt__k_fp8_cast64_kernel(uint8_t *q, uint8
             uint32_t w0 = 0, w1 = 0;
             if (i < rows && c < cols) {
                 float fv[8];
-                bt__k_fp8_vals8<T, ACT>(fv, x, hp, i, c, cols);
+                if (ACT == BT__K_FP8_NORM || ACT == BT__K_FP8_RMSNORM) bt__k_fp8_norm8<T, ACT == BT__K_FP8_RMSNORM>(fv, x, i, c, cols, nrm);
+                else bt__k_fp8_vals8<T, ACT>(fv, x, hp, i, c, cols);
 #pragma unroll
                 for (int j = 0; j < 8; j++) {
                     const float f = fv[j];
@@ -379,13 +406,16 @@ __global__ void __launch_bounds__(256) bt__k_fp8_cast64_kernel(uint8_t *q, uint8
 }
 template <typename T, int ACT>
 static void bt__k_fp8_cast64_run(bt_dtype fmt, uint8_t *q, uint8_t *qt, float *colsum, const T *x, const T *h, int64_t rows, int64_t cols,
-                                 const float *amax_in, const float *scale_in, float *scale_used, float *amax_acc, cudaStream_t s) {
+                                 const float *amax_in, const float *scale_in, float *scale_used, float *amax_acc, cudaStream_t s,
+                                 bt__k_fp8_nrm<T> nrm = {NULL, NULL, NULL, NULL}) {
     int64_t ntiles = ((rows + 63) / 64) * ((cols + 63) / 64);
     unsigned grid = bt__k_blocks(ntiles > 0 ? ntiles * 256 : 256, 256);
     if (fmt == BT_F8E5M2)
-        bt__k_fp8_cast64_kernel<T, 1, ACT><<<grid, 256, 0, s>>>(q, qt, colsum, x, h, rows, cols, amax_in, scale_in, scale_used, (unsigned *)amax_acc);
+        bt__k_fp8_cast64_kernel<T, 1, ACT><<<grid, 256, 0, s>>>(q, qt, colsum, x, h, rows, cols, amax_in, scale_in, scale_used, (unsigned *)amax_acc,
+                                                                nrm);
     else
-        bt__k_fp8_cast64_kernel<T, 0, ACT><<<grid, 256, 0, s>>>(q, qt, colsum, x, h, rows, cols, amax_in, scale_in, scale_used, (unsigned *)amax_acc);
+        bt__k_fp8_cast64_kernel<T, 0, ACT><<<grid, 256, 0, s>>>(q, qt, colsum, x, h, rows, cols, amax_in, scale_in, scale_used, (unsigned *)amax_acc,
+                                                                nrm);
 }
 static void bt__k_fp8_cast_check(const char *who, bt_dtype fmt, const float *amax_in, const float *scale_in, int64_t rows, int64_t cols) {
     if (fmt != BT_F8E4M3 && fmt != BT_F8E5M2) bt_error("%s: format %s is not f8e4m3 or f8e5m2", who, bt_dtype_name(fmt));
@@ -549,138 +579,35 @@ BTDEF void bt_k_matmul_fp8(bt_dtype dt, void *C, const void *A, bt_dtype fa, con
 }
 
 /* ---- 4. layernorm and RMSNorm with the cast of their output -----------------------------------------
-   The rows of bt_kernels.cuh's section 6, with its per-row math (bt__k_ln_row) in the same order,
-   so mean, rstd and each output's bits are that kernel's: a warp a row where bt_k_layernorm takes
-   its warp path (C <= 1024), S = bt__k_brow_threads threads a row where it takes its block-row path
-   (the block sum over a group of S threads, bt__k_group_sum, adds what bt__k_bsum adds, in its
-   order). A block holds 16 rows (8 warps two rows each, or G groups of S threads, G a power of
-   two, G S <= 512): each output rounded to T as that kernel stores it, then scaled and rounded to
-   e4m3 as bt_k_fp8_cast does, its bytes to q (8 consecutive a thread) and to a shared tile
-   [16, C]; after a barrier thread c writes column c's 16 bytes as one 16-byte store to qt's row c.
-   The amax is the rounded outputs', as the cast measures it. 16 C bytes of shared memory (64 KB at
-   C = 4096, the largest taken). */
-struct bt__k_group_sum {   /* bt__k_bsum over the nw warps of group grp: the same sums in the same order */
-    float *sh; int nw, grp;
-    __device__ float operator()(float v) const {
-        v = bt__k_wsum(v);
-        int w = (threadIdx.x >> 5) - grp * nw, l = threadIdx.x & 31;
-        __syncthreads();
-        if (l == 0) sh[w] = v;
-        __syncthreads();
-        v = l < nw ? sh[l] : 0.f;
-        return bt__k_wsum(v);
-    }
-};
-template <typename T, int NV, int RMS, int WARP>
-__global__ void __launch_bounds__(512) bt__k_norm_fp8_kernel(uint8_t *q, uint8_t *qt, float *mean, float *rstd, const T *x, const T *w,
-                                                              const T *b, int64_t rows, int C, float eps, int S, const float *scale_in,
-                                                              float *scale_used, unsigned *amax_acc) {
-    extern __shared__ __align__(16) uint8_t bt__k_nf8_sh[];
-    uint8_t *tile = bt__k_nf8_sh;                     /* [16, C] bytes, then 32 floats a group (block rows) */
-    float *gsh = reinterpret_cast<float *>(bt__k_nf8_sh + 16 * C);
-    const int VE = 16 / sizeof(T), nvec = C / VE, G = blockDim.x / S, grp = threadIdx.x / S, t = threadIdx.x - grp * S;
-    const float r = 1.f / *scale_in;
-    unsigned m = 0;
-    for (int64_t r0 = (int64_t)blockIdx.x * 16; r0 < rows; r0 += (int64_t)gridDim.x * 16) {
-        for (int lr = grp; lr < 16; lr += G) {        /* the same count for every group: the group sums' barriers */
-            const int64_t row = r0 + lr;
-            float v[NV][VE], mu, rs;
-            bt__k_vecs_ld<T, NV>(v, x + row * C, nvec, t, S);
-            if (WARP) bt__k_ln_row<T, NV, RMS>(v, w, b, nvec, t, 32, C, eps, bt__k_warp_sum(), mu, rs);
-            else bt__k_ln_row<T, NV, RMS>(v, w, b, nvec, t, S, C, eps, bt__k_group_sum{gsh + 32 * grp, S >> 5, grp}, mu, rs);
-#pragma unroll
-            for (int i = 0; i < NV; i++) {
-                const int c = t + S * i;
-                if (c >= nvec) continue;
-                uint32_t wd[2] = {0u, 0u};
-#pragma unroll
-                for (int e = 0; e < VE; e++) {
-                    const float f = bt__k_tof(bt__k_from<T>(v[i][e]));
-                    m = max(m, bt__abs_bits(f));
-                    wd[e >> 2] |= (uint32_t)bt__k_fp8_cvt<0>(__fmul_rn(f, r)) << (8 * (e & 3));
-                }
-                if (VE == 8) {
-                    *reinterpret_cast<uint2 *>(q + row * C + c * 8) = make_uint2(wd[0], wd[1]);
-                    if (qt) *reinterpret_cast<uint2 *>(tile + lr * C + c * 8) = make_uint2(wd[0], wd[1]);
-                } else {
-                    *reinterpret_cast<uint32_t *>(q + row * C + c * 4) = wd[0];
-                    if (qt) *reinterpret_cast<uint32_t *>(tile + lr * C + c * 4) = wd[0];
-                }
-            }
-            if (t == 0) {
-                if (mean) mean[row] = mu;
-                if (rstd) rstd[row] = rs;
-            }
-        }
-        if (qt) {                                     /* uniform over the block */
-            __syncthreads();
-            for (int c = threadIdx.x; c < C; c += blockDim.x) {
-                uint32_t o[4];
-#pragma unroll
-                for (int a = 0; a < 4; a++) {
-                    uint32_t wv = 0;
-#pragma unroll
-                    for (int k = 0; k < 4; k++) wv |= (uint32_t)tile[(4 * a + k) * C + c] << (8 * k);
-                    o[a] = wv;
-                }
-                *reinterpret_cast<uint4 *>(qt + (int64_t)c * rows + r0) = make_uint4(o[0], o[1], o[2], o[3]);
-            }
-            __syncthreads();                          /* the next rows overwrite the tile */
-        }
-    }
-    if (blockIdx.x == 0 && threadIdx.x == 0 && scale_used) *scale_used = *scale_in;
-    if (amax_acc) {                                   /* uniform */
-        m = bt__k_block_umax(m);
-        if (threadIdx.x == 0 && m) atomicMax(amax_acc, m);
-    }
-}
-/* 1: the warp path (C <= 1024), 2: the block-row path of bt_k_layernorm for these pointers (its
-   output, a fresh allocation, aligned), 0: neither */
-static int bt__k_norm_fp8_path(bt_dtype dt, int64_t C, const void *x, const void *w, const void *b) {
-    size_t es = dt == BT_F32 ? 4 : 2;
-    if (bt__k_rowfast(C, es, x, x, w ? w : x, b ? b : x)) return 1;
-    if (bt__k_browfast(C, es, x, x, w ? w : x, b ? b : x)) return 2;
-    return 0;
-}
+   Two launches: the norm's own kernel (bt_kernels.cuh section 6, its warp or block-row path) with no
+   output, for mean and rstd (x read once), then the vector cast (section 1) with the norm folded
+   into its loads (BT__K_FP8_NORM, BT__K_FP8_RMSNORM): each element's output recomputed from x, the
+   row's mean and rstd, w and b by the norm's own arithmetic (bt__k_norm_val, bt__k_norm_wb: every
+   step rounded as written), rounded to T, then scaled and cast (x read again, q and qt written).
+   The bytes are the norm kernel's output cast by bt_k_fp8_cast, 6 bytes an element of traffic
+   against 8. One kernel holding 16 rows a block and their transpose measured no faster than the
+   two kernels it replaced (bench/RESULTS.md#fp8). */
 BTDEF int bt_k_norm_fp8_fits(bt_dtype dt, int64_t rows, int64_t C, const void *x, const void *w, const void *b, const void *q,
                              const void *qt) {
     if (dt != BT_F32 && dt != BT_BF16 && dt != BT_F16) return 0;
-    if (rows <= 0 || rows % 16 || C <= 0 || C > 4096 || !q || !bt__k_aligned16(q) || (qt && !bt__k_aligned16(qt))) return 0;
-    return bt__k_norm_fp8_path(dt, C, x, w, b) != 0;
+    if (rows <= 0 || rows % 16 || C <= 0 || C % 8 || (q && !bt__k_aligned16(q)) || (qt && !bt__k_aligned16(qt))) return 0;
+    size_t es = dt == BT_F32 ? 4 : 2;   /* the norm's warp or block-row path (bt__k_ln_row's arithmetic), its output aligned */
+    return bt__k_rowfast(C, es, x, x, w ? w : x, b ? b : x) || bt__k_browfast(C, es, x, x, w ? w : x, b ? b : x);
 }
 template <int RMS>
 static void bt__k_norm_fp8(bt_dtype dt, uint8_t *q, uint8_t *qt, float *mean, float *rstd, const void *x, const void *w, const void *b,
                            int64_t rows, int64_t C, float eps, const float *scale_in, float *scale_used, float *amax_acc, cudaStream_t s) {
     const char *op = RMS ? "bt_k_rmsnorm_fp8" : "bt_k_layernorm_fp8";
-    if (!scale_in) bt_error("%s: no scale_in (the delayed recipe's scale; the current recipe casts after bt_k_layernorm)", op);
+    if (!scale_in) bt_error("%s: no scale_in (the delayed recipe's scale; the current recipe casts after the norm)", op);
+    if (!q || !rstd || (!RMS && !mean)) bt_error("%s: q, rstd%s are needed", op, RMS ? "" : " and mean");
     if (!bt_k_norm_fp8_fits(dt, rows, C, x, w, b, q, qt))
-        bt_error("%s: x [%lld, %lld] of %s: needs rows %% 16 == 0, C <= 4096 a whole number of 16-byte vectors, 16-byte aligned x, w, b, "
-                 "q, qt (bt_k_norm_fp8_fits)", op, (long long)rows, (long long)C, bt_dtype_name(dt));
-    const int path = bt__k_norm_fp8_path(dt, C, x, w, b);
-    const int64_t tiles = rows / 16, cap = (int64_t)bt__k_cur()->sm_count * 16;
-    const unsigned grid = (unsigned)(tiles < cap ? tiles : cap);
+        bt_error("%s: x [%lld, %lld] of %s: needs rows %% 16 == 0, C %% 8 == 0 and at most 1024 16-byte vectors, 16-byte aligned x, "
+                 "w, b, q, qt (bt_k_norm_fp8_fits)", op, (long long)rows, (long long)C, bt_dtype_name(dt));
+    bt__k_norm<RMS>(dt, NULL, mean, rstd, x, w, b, rows, C, eps, s);
     BT__K_DISPATCH3(dt, op, {
-        const int64_t nvec = C / (int64_t)(16 / sizeof(T));
-        if (path == 1) {
-            const size_t shb = (size_t)(16 * C);
-            int nv = bt__k_pick_nv(nvec);
-            BT__K_NV_DISPATCH(nv, {
-                if (shb > 48 * 1024)
-                    BT__K_CUDA(cudaFuncSetAttribute(bt__k_norm_fp8_kernel<T, NV, RMS, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shb), op);
-                bt__k_norm_fp8_kernel<T, NV, RMS, 1><<<grid, 256, shb, s>>>(q, qt, mean, rstd, (const T *)x, (const T *)w, (const T *)b, rows,
-                                                                           (int)C, eps, 32, scale_in, scale_used, (unsigned *)amax_acc);
-            })
-        } else {
-            const int S = (int)bt__k_brow_threads(nvec);
-            int G = 1;                                /* groups: a power of two, so each does 16 / G rows */
-            while (2 * G * S <= 512 && G < 16) G *= 2;
-            const size_t shb = (size_t)(16 * C) + (size_t)G * 32 * sizeof(float);
-            if (shb > 48 * 1024)
-                BT__K_CUDA(cudaFuncSetAttribute(bt__k_norm_fp8_kernel<T, BT__K_BROW_NV, RMS, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                (int)shb), op);
-            bt__k_norm_fp8_kernel<T, BT__K_BROW_NV, RMS, 0><<<grid, (unsigned)(G * S), shb, s>>>(
-                q, qt, mean, rstd, (const T *)x, (const T *)w, (const T *)b, rows, (int)C, eps, S, scale_in, scale_used, (unsigned *)amax_acc);
-        }
+        bt__k_fp8_nrm<T> nrm = {RMS ? NULL : mean, rstd, (const T *)w, (const T *)b};
+        bt__k_fp8_cast64_run<T, RMS ? BT__K_FP8_RMSNORM : BT__K_FP8_NORM>(BT_F8E4M3, q, qt, NULL, (const T *)x, NULL, rows, C, NULL,
+                                                                         scale_in, scale_used, amax_acc, s, nrm);
     })
     BT__K_LAUNCHED(op);
 }

@@ -1423,6 +1423,15 @@ BTDEF void bt_k_softmax_backward(bt_dtype dt, void *gx, const void *gout, const 
 /* The row sums of the two register-row layouts: a warp's lanes or a block's threads. */
 struct bt__k_warp_sum { __device__ float operator()(float v) const { return bt__k_wsum(v); } };
 struct bt__k_block_sum { float *sh; __device__ float operator()(float v) const { return bt__k_bsum(v, sh); } };
+/* an output's arithmetic, each step rounded as written (no contraction left to the compiler), so that
+   bt_k_layernorm_fp8's cast (bt_fp8.cuh) computes the same bits from the same mean and rstd:
+   xhat = (x - mu) rs (RMS: x rs rounded to T), then xhat w + b in one fused multiply-add */
+template <typename T, int RMS> __device__ __forceinline__ float bt__k_norm_val(float x, float mu, float rs) {
+    return RMS ? bt__k_tof(bt__k_from<T>(__fmul_rn(x, rs))) : __fmul_rn(__fsub_rn(x, mu), rs);
+}
+__device__ __forceinline__ float bt__k_norm_wb(float v, float w, float b, int has_w, int has_b) {
+    return has_w ? (has_b ? __fmaf_rn(v, w, b) : __fmul_rn(v, w)) : has_b ? __fadd_rn(v, b) : v;
+}
 /* One row of the forward held in registers as vectors first + step i (bt__k_vecs_ld): v becomes the
    output (before its rounding to T); mu and rs are the row's mean and rstd. */
 template <typename T, int NV, int RMS, class Sum>
@@ -1442,25 +1451,22 @@ __device__ __forceinline__ void bt__k_ln_row(float v[NV][16 / sizeof(T)], const 
 #pragma unroll
             for (int e = 0; e < VE; e++) { float d = v[i][e] - mu; acc += d * d; }
     rs = 1.f / sqrtf(sum(acc) / (float)C + eps);
-    float wb[NV][VE];
 #pragma unroll
     for (int i = 0; i < NV; i++)
 #pragma unroll
-        for (int e = 0; e < VE; e++) v[i][e] = RMS ? bt__k_tof(bt__k_from<T>(v[i][e] * rs)) : (v[i][e] - mu) * rs;
-    if (w) {
-        bt__k_vecs_ld<T, NV>(wb, w, nvec, first, step);
+        for (int e = 0; e < VE; e++) v[i][e] = bt__k_norm_val<T, RMS>(v[i][e], mu, rs);
+    if (w || b)   /* w and b re-read per row from L1; the padded vectors past nvec are never stored */
 #pragma unroll
-        for (int i = 0; i < NV; i++)
+        for (int i = 0; i < NV; i++) {
+            const int c = first + step * i;
+            if (c >= nvec) continue;
+            T wa[VE], ba[VE];
+            if (w) bt__k_ld16(wa, w + c * VE);
+            if (b) bt__k_ld16(ba, b + c * VE);
 #pragma unroll
-            for (int e = 0; e < VE; e++) v[i][e] *= wb[i][e];
-    }
-    if (b) {
-        bt__k_vecs_ld<T, NV>(wb, b, nvec, first, step);
-#pragma unroll
-        for (int i = 0; i < NV; i++)
-#pragma unroll
-            for (int e = 0; e < VE; e++) v[i][e] += wb[i][e];
-    }
+            for (int e = 0; e < VE; e++)
+                v[i][e] = bt__k_norm_wb(v[i][e], w ? bt__k_tof(wa[e]) : 0.f, b ? bt__k_tof(ba[e]) : 0.f, w != NULL, b != NULL);
+        }
 }
 /* One row of the backward after the caller's column partials: gv holds g, xv xhat (zero-padded g
    past nvec). gv becomes w g; when gxr (the row of gx) is not NULL, xv becomes the fp32 gx =
@@ -1507,7 +1513,7 @@ __global__ void __launch_bounds__(256) bt__k_layernorm_warp(T *out, float *mean,
         float v[NV][VE], mu, rs;
         bt__k_row_ld<T, NV>(v, x + row * C, nvec);
         bt__k_ln_row<T, NV, RMS>(v, w, b, nvec, lane, 32, C, eps, bt__k_warp_sum(), mu, rs);
-        bt__k_row_st<T, NV>(out + row * C, v, nvec);
+        if (out) bt__k_row_st<T, NV>(out + row * C, v, nvec);   /* none: the statistics alone (bt_k_layernorm_fp8) */
         if (lane == 0) {
             if (mean) mean[row] = mu;
             if (rstd) rstd[row] = rs;
@@ -1597,7 +1603,7 @@ __global__ void __launch_bounds__(512) bt__k_layernorm_brow(T *out, float *mean,
         float v[NV][VE], mu, rs;
         bt__k_vecs_ld<T, NV>(v, x + row * C, nvec, t, S);
         bt__k_ln_row<T, NV, RMS>(v, w, b, nvec, t, S, C, eps, bt__k_block_sum{sh}, mu, rs);
-        bt__k_vecs_st<T, NV>(out + row * C, v, nvec, t, S);
+        if (out) bt__k_vecs_st<T, NV>(out + row * C, v, nvec, t, S);
         if (t == 0) {
             if (mean) mean[row] = mu;
             if (rstd) rstd[row] = rs;
