@@ -16,13 +16,11 @@
 
    CONTENTS
      declarations  bt_k_fp8_supported, bt_k_fp8_amax, bt_k_fp8_cast, bt_k_fp8_amax_act, bt_k_fp8_cast_act,
-                   bt_k_norm_fp8_fits, bt_k_layernorm_fp8, bt_k_rmsnorm_fp8, bt_k_fp8_update, bt_k_matmul_fp8
+                   bt_k_fp8_update, bt_k_matmul_fp8
      1. the amax reduction and the scaled cast (64 x 64 tiles of 16-byte rows, or 32 x 32 scalar ones:
         the transpose through shared memory), GELU or its derivative folded in (the _act forms)
      2. the scaling state's update
      3. the FP8 product through cuBLASLt: plans in bt_kernels.cuh's table, scale pointers per call
-     4. layernorm and RMSNorm with their output's cast: the norm's statistics, then a cast that
-        recomputes the output (section 1's vector cast)
 */
 #ifndef BT_KERNELS_CUH
 #include "bt_kernels.cuh"
@@ -71,21 +69,6 @@ BTDEF void bt_k_fp8_amax_act(bt_dtype dt, bt_fp8_act act, float *amax, const voi
 BTDEF void bt_k_fp8_cast_act(bt_dtype dt, bt_dtype fmt, bt_fp8_act act, uint8_t *q, uint8_t *qt, float *colsum, const void *x,
                              const void *h, int64_t rows, int64_t cols, const float *amax_in, const float *scale_in, float *scale_used,
                              float *amax_acc, cudaStream_t s);
-/* Layernorm (bt_k_layernorm's y = (x - mean) rstd w + b) or RMSNorm (bt_k_rmsnorm's, mean and b NULL)
-   of x [rows, C] with its output cast to e4m3, delayed scaling, y never stored: q [rows, C] and qt
-   [C, rows] (qt may be NULL) get fp8(y * (1 / *scale_in)) where y is rounded to dt as the norm's
-   kernel stores it, mean and rstd what that kernel writes, *scale_used (may be NULL) <- *scale_in,
-   amax_acc (may be NULL) <- the larger of it and y's amax: the bytes and floats of bt_k_layernorm
-   (bt_k_rmsnorm) then bt_k_fp8_cast. Needs bt_k_norm_fp8_fits (q and qt may be given as NULL there:
-   not checked). Traffic per element: x read twice, 2 bytes written (the pair: x read, y written
-   and read, 2 bytes written). */
-BTDEF int bt_k_norm_fp8_fits(bt_dtype dt, int64_t rows, int64_t C, const void *x, const void *w, const void *b, const void *q,
-                             const void *qt);
-BTDEF void bt_k_layernorm_fp8(bt_dtype dt, uint8_t *q, uint8_t *qt, float *mean, float *rstd, const void *x, const void *w,
-                              const void *b, int64_t rows, int64_t C, float eps, const float *scale_in, float *scale_used,
-                              float *amax_acc, cudaStream_t s);
-BTDEF void bt_k_rmsnorm_fp8(bt_dtype dt, uint8_t *q, uint8_t *qt, float *rstd, const void *x, const void *w, int64_t rows, int64_t C,
-                            float eps, const float *scale_in, float *scale_used, float *amax_acc, cudaStream_t s);
 /* bt_fp8_update on n consecutive FP8 states [n, 3, 2 + hist] (f32; a model's bank, or one state):
    each row rolled as bt__fp8_roll does, one launch for all */
 BTDEF void bt_k_fp8_update(float *state, int hist, int64_t n, cudaStream_t s);
@@ -306,34 +289,10 @@ __global__ void __launch_bounds__(256) bt__k_fp8_cast_kernel(uint8_t *q, uint8_t
    bytes. Needs cols % 8 == 0, rows % 16 == 0 when qt is written, and x, q, qt 16-byte aligned (the
    launcher checks; otherwise bt__k_fp8_cast_kernel). Per element: 2 or 4 bytes read, 1 or 2 written,
    the same multiply and rounding as the scalar kernel, so the same bytes. */
-/* the norm folded into a cast (section 4): the norm's output at row i, columns c .. c + 7, from x, the
-   row's mean (layernorm) and rstd, w and b (each may be NULL): bt__k_ln_row's arithmetic */
-#define BT__K_FP8_NORM 100
-#define BT__K_FP8_RMSNORM 101
-template <typename T> struct bt__k_fp8_nrm { const float *mean, *rstd; const T *w, *b; };
-template <typename T, int RMS>
-__device__ __forceinline__ void bt__k_fp8_norm8(float *f, const T *x, int64_t i, int64_t c, int64_t cols, const bt__k_fp8_nrm<T> &p) {
-    const int V = 16 / sizeof(T);
-    T v[8], wv[8], bv[8];
-#pragma unroll
-    for (int u = 0; u < 8 / V; u++) {
-        bt__k_ld16(v + u * V, x + i * cols + c + u * V);
-        if (p.w) bt__k_ld16(wv + u * V, p.w + c + u * V);
-        if (p.b) bt__k_ld16(bv + u * V, p.b + c + u * V);
-    }
-    const float mu = RMS ? 0.f : p.mean[i], rs = p.rstd[i];
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        float t = bt__k_norm_val<T, RMS>(bt__k_tof(v[j]), mu, rs);
-        t = bt__k_norm_wb(t, p.w ? bt__k_tof(wv[j]) : 0.f, p.b ? bt__k_tof(bv[j]) : 0.f, p.w != NULL, p.b != NULL);
-        f[j] = bt__k_tof(bt__k_from<T>(t));
-    }
-}
 template <typename T, int E5M2, int ACT>
 __global__ void __launch_bounds__(256) bt__k_fp8_cast64_kernel(uint8_t *q, uint8_t *qt, float *colsum, const T *x, const T *hp,
                                                                 int64_t rows, int64_t cols, const float *amax_in,
-                                                                const float *scale_in, float *scale_used, unsigned *amax_acc,
-                                                                bt__k_fp8_nrm<T> nrm) {
+                                                                const float *scale_in, float *scale_used, unsigned *amax_acc) {
     __shared__ uint32_t tile[64][17];
     __shared__ float part[ACT == BT_FP8_ACT_DGELU ? 32 : 1][65];   /* DGELU's column sums: 32 row lanes x 64 columns */
     const float s = amax_in ? bt_fp8_scale_of(*amax_in, E5M2 ? BT_F8E5M2_MAX : BT_F8E4M3_MAX) : *scale_in, r = 1.f / s;
@@ -352,8 +311,7 @@ __global__ void __launch_bounds__(256) bt__k_fp8_cast64_kernel(uint8_t *q, uint8
             uint32_t w0 = 0, w1 = 0;
             if (i < rows && c < cols) {
                 float fv[8];
-                if (ACT == BT__K_FP8_NORM || ACT == BT__K_FP8_RMSNORM) bt__k_fp8_norm8<T, ACT == BT__K_FP8_RMSNORM>(fv, x, i, c, cols, nrm);
-                else bt__k_fp8_vals8<T, ACT>(fv, x, hp, i, c, cols);
+                bt__k_fp8_vals8<T, ACT>(fv, x, hp, i, c, cols);
 #pragma unroll
                 for (int j = 0; j < 8; j++) {
                     const float f = fv[j];
@@ -406,16 +364,13 @@ __global__ void __launch_bounds__(256) bt__k_fp8_cast64_kernel(uint8_t *q, uint8
 }
 template <typename T, int ACT>
 static void bt__k_fp8_cast64_run(bt_dtype fmt, uint8_t *q, uint8_t *qt, float *colsum, const T *x, const T *h, int64_t rows, int64_t cols,
-                                 const float *amax_in, const float *scale_in, float *scale_used, float *amax_acc, cudaStream_t s,
-                                 bt__k_fp8_nrm<T> nrm = {NULL, NULL, NULL, NULL}) {
+                                 const float *amax_in, const float *scale_in, float *scale_used, float *amax_acc, cudaStream_t s) {
     int64_t ntiles = ((rows + 63) / 64) * ((cols + 63) / 64);
     unsigned grid = bt__k_blocks(ntiles > 0 ? ntiles * 256 : 256, 256);
     if (fmt == BT_F8E5M2)
-        bt__k_fp8_cast64_kernel<T, 1, ACT><<<grid, 256, 0, s>>>(q, qt, colsum, x, h, rows, cols, amax_in, scale_in, scale_used, (unsigned *)amax_acc,
-                                                                nrm);
+        bt__k_fp8_cast64_kernel<T, 1, ACT><<<grid, 256, 0, s>>>(q, qt, colsum, x, h, rows, cols, amax_in, scale_in, scale_used, (unsigned *)amax_acc);
     else
-        bt__k_fp8_cast64_kernel<T, 0, ACT><<<grid, 256, 0, s>>>(q, qt, colsum, x, h, rows, cols, amax_in, scale_in, scale_used, (unsigned *)amax_acc,
-                                                                nrm);
+        bt__k_fp8_cast64_kernel<T, 0, ACT><<<grid, 256, 0, s>>>(q, qt, colsum, x, h, rows, cols, amax_in, scale_in, scale_used, (unsigned *)amax_acc);
 }
 static void bt__k_fp8_cast_check(const char *who, bt_dtype fmt, const float *amax_in, const float *scale_in, int64_t rows, int64_t cols) {
     if (fmt != BT_F8E4M3 && fmt != BT_F8E5M2) bt_error("%s: format %s is not f8e4m3 or f8e5m2", who, bt_dtype_name(fmt));
@@ -549,10 +504,7 @@ BTDEF void bt_k_matmul_fp8(bt_dtype dt, void *C, const void *A, bt_dtype fa, con
     uint32_t ac = bt__k_align_of(C), ar = R ? bt__k_align_of(R) : ac;
     uint32_t al[4] = {bt__k_align_of(A), bt__k_align_of(B), ac < ar ? ac : ar, try_bias ? bt__k_align_of(bias) : 0};
     int rmode = !R ? 0 : R == C ? 2 : 1;              /* none, a residual, C accumulating */
-    /* the bias's alignment keyed as 16 bytes or less: cuBLASLt's preference has no bias alignment, its
-       epilogue reads a 16-byte aligned bias whatever its plan (GPT-2's flat weights put alternate
-       layers' biases 128 bytes apart mod 256: one plan for both, not two autotuned apart) */
-    int64_t key[18] = {fa, fb, M, N, K, fast_accum != 0, 0, 1, 0, 0, 0, try_bias, al[0], al[1], al[2], al[3] < 16 ? al[3] : 16, dt, rmode};
+    int64_t key[18] = {fa, fb, M, N, K, fast_accum != 0, 0, 1, 0, 0, 0, try_bias, al[0], al[1], al[2], al[3], dt, rmode};
     int fresh = 0;
     bt__k_mm_plan *p = bt__k_mm_slot(c, key, &fresh);
     if (fresh) {
@@ -576,49 +528,6 @@ BTDEF void bt_k_matmul_fp8(bt_dtype dt, void *C, const void *A, bt_dtype fa, con
     BT__K_BLAS(cublasLtMatmul(c->lt, p->op, &alpha, B, p->la, A, p->lb, &beta, R ? R : C, p->lc, C, p->lc, &p->algo,
                               bt__k_workspace(c, s), BT__K_WS_BYTES, s), op);
     if (bias && !p->epi_bias) bt__k_matmul_bias(dt, C, bias, 1, M, N, M * N, s);
-}
-
-/* ---- 4. layernorm and RMSNorm with the cast of their output -----------------------------------------
-   Two launches: the norm's own kernel (bt_kernels.cuh section 6, its warp or block-row path) with no
-   output, for mean and rstd (x read once), then the vector cast (section 1) with the norm folded
-   into its loads (BT__K_FP8_NORM, BT__K_FP8_RMSNORM): each element's output recomputed from x, the
-   row's mean and rstd, w and b by the norm's own arithmetic (bt__k_norm_val, bt__k_norm_wb: every
-   step rounded as written), rounded to T, then scaled and cast (x read again, q and qt written).
-   The bytes are the norm kernel's output cast by bt_k_fp8_cast, 6 bytes an element of traffic
-   against 8. One kernel holding 16 rows a block and their transpose measured no faster than the
-   two kernels it replaced (bench/RESULTS.md#fp8). */
-BTDEF int bt_k_norm_fp8_fits(bt_dtype dt, int64_t rows, int64_t C, const void *x, const void *w, const void *b, const void *q,
-                             const void *qt) {
-    if (dt != BT_F32 && dt != BT_BF16 && dt != BT_F16) return 0;
-    if (rows <= 0 || rows % 16 || C <= 0 || C % 8 || (q && !bt__k_aligned16(q)) || (qt && !bt__k_aligned16(qt))) return 0;
-    size_t es = dt == BT_F32 ? 4 : 2;   /* the norm's warp or block-row path (bt__k_ln_row's arithmetic), its output aligned */
-    return bt__k_rowfast(C, es, x, x, w ? w : x, b ? b : x) || bt__k_browfast(C, es, x, x, w ? w : x, b ? b : x);
-}
-template <int RMS>
-static void bt__k_norm_fp8(bt_dtype dt, uint8_t *q, uint8_t *qt, float *mean, float *rstd, const void *x, const void *w, const void *b,
-                           int64_t rows, int64_t C, float eps, const float *scale_in, float *scale_used, float *amax_acc, cudaStream_t s) {
-    const char *op = RMS ? "bt_k_rmsnorm_fp8" : "bt_k_layernorm_fp8";
-    if (!scale_in) bt_error("%s: no scale_in (the delayed recipe's scale; the current recipe casts after the norm)", op);
-    if (!q || !rstd || (!RMS && !mean)) bt_error("%s: q, rstd%s are needed", op, RMS ? "" : " and mean");
-    if (!bt_k_norm_fp8_fits(dt, rows, C, x, w, b, q, qt))
-        bt_error("%s: x [%lld, %lld] of %s: needs rows %% 16 == 0, C %% 8 == 0 and at most 1024 16-byte vectors, 16-byte aligned x, "
-                 "w, b, q, qt (bt_k_norm_fp8_fits)", op, (long long)rows, (long long)C, bt_dtype_name(dt));
-    bt__k_norm<RMS>(dt, NULL, mean, rstd, x, w, b, rows, C, eps, s);
-    BT__K_DISPATCH3(dt, op, {
-        bt__k_fp8_nrm<T> nrm = {RMS ? NULL : mean, rstd, (const T *)w, (const T *)b};
-        bt__k_fp8_cast64_run<T, RMS ? BT__K_FP8_RMSNORM : BT__K_FP8_NORM>(BT_F8E4M3, q, qt, NULL, (const T *)x, NULL, rows, C, NULL,
-                                                                         scale_in, scale_used, amax_acc, s, nrm);
-    })
-    BT__K_LAUNCHED(op);
-}
-BTDEF void bt_k_layernorm_fp8(bt_dtype dt, uint8_t *q, uint8_t *qt, float *mean, float *rstd, const void *x, const void *w,
-                              const void *b, int64_t rows, int64_t C, float eps, const float *scale_in, float *scale_used,
-                              float *amax_acc, cudaStream_t s) {
-    bt__k_norm_fp8<0>(dt, q, qt, mean, rstd, x, w, b, rows, C, eps, scale_in, scale_used, amax_acc, s);
-}
-BTDEF void bt_k_rmsnorm_fp8(bt_dtype dt, uint8_t *q, uint8_t *qt, float *rstd, const void *x, const void *w, int64_t rows, int64_t C,
-                            float eps, const float *scale_in, float *scale_used, float *amax_acc, cudaStream_t s) {
-    bt__k_norm_fp8<1>(dt, q, qt, NULL, rstd, x, w, NULL, rows, C, eps, scale_in, scale_used, amax_acc, s);
 }
 
 #endif /* BT_FP8_IMPLEMENTATION_DONE */

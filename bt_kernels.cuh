@@ -1423,15 +1423,6 @@ BTDEF void bt_k_softmax_backward(bt_dtype dt, void *gx, const void *gout, const 
 /* The row sums of the two register-row layouts: a warp's lanes or a block's threads. */
 struct bt__k_warp_sum { __device__ float operator()(float v) const { return bt__k_wsum(v); } };
 struct bt__k_block_sum { float *sh; __device__ float operator()(float v) const { return bt__k_bsum(v, sh); } };
-/* an output's arithmetic, each step rounded as written (no contraction left to the compiler), so that
-   bt_k_layernorm_fp8's cast (bt_fp8.cuh) computes the same bits from the same mean and rstd:
-   xhat = (x - mu) rs (RMS: x rs rounded to T), then xhat w + b in one fused multiply-add */
-template <typename T, int RMS> __device__ __forceinline__ float bt__k_norm_val(float x, float mu, float rs) {
-    return RMS ? bt__k_tof(bt__k_from<T>(__fmul_rn(x, rs))) : __fmul_rn(__fsub_rn(x, mu), rs);
-}
-__device__ __forceinline__ float bt__k_norm_wb(float v, float w, float b, int has_w, int has_b) {
-    return has_w ? (has_b ? __fmaf_rn(v, w, b) : __fmul_rn(v, w)) : has_b ? __fadd_rn(v, b) : v;
-}
 /* One row of the forward held in registers as vectors first + step i (bt__k_vecs_ld): v becomes the
    output (before its rounding to T); mu and rs are the row's mean and rstd. */
 template <typename T, int NV, int RMS, class Sum>
@@ -1451,22 +1442,25 @@ __device__ __forceinline__ void bt__k_ln_row(float v[NV][16 / sizeof(T)], const 
 #pragma unroll
             for (int e = 0; e < VE; e++) { float d = v[i][e] - mu; acc += d * d; }
     rs = 1.f / sqrtf(sum(acc) / (float)C + eps);
+    float wb[NV][VE];
 #pragma unroll
     for (int i = 0; i < NV; i++)
 #pragma unroll
-        for (int e = 0; e < VE; e++) v[i][e] = bt__k_norm_val<T, RMS>(v[i][e], mu, rs);
-    if (w || b)   /* w and b re-read per row from L1; the padded vectors past nvec are never stored */
+        for (int e = 0; e < VE; e++) v[i][e] = RMS ? bt__k_tof(bt__k_from<T>(v[i][e] * rs)) : (v[i][e] - mu) * rs;
+    if (w) {
+        bt__k_vecs_ld<T, NV>(wb, w, nvec, first, step);
 #pragma unroll
-        for (int i = 0; i < NV; i++) {
-            const int c = first + step * i;
-            if (c >= nvec) continue;
-            T wa[VE], ba[VE];
-            if (w) bt__k_ld16(wa, w + c * VE);
-            if (b) bt__k_ld16(ba, b + c * VE);
+        for (int i = 0; i < NV; i++)
 #pragma unroll
-            for (int e = 0; e < VE; e++)
-                v[i][e] = bt__k_norm_wb(v[i][e], w ? bt__k_tof(wa[e]) : 0.f, b ? bt__k_tof(ba[e]) : 0.f, w != NULL, b != NULL);
-        }
+            for (int e = 0; e < VE; e++) v[i][e] *= wb[i][e];
+    }
+    if (b) {
+        bt__k_vecs_ld<T, NV>(wb, b, nvec, first, step);
+#pragma unroll
+        for (int i = 0; i < NV; i++)
+#pragma unroll
+            for (int e = 0; e < VE; e++) v[i][e] += wb[i][e];
+    }
 }
 /* One row of the backward after the caller's column partials: gv holds g, xv xhat (zero-padded g
    past nvec). gv becomes w g; when gxr (the row of gx) is not NULL, xv becomes the fp32 gx =
@@ -1513,7 +1507,7 @@ __global__ void __launch_bounds__(256) bt__k_layernorm_warp(T *out, float *mean,
         float v[NV][VE], mu, rs;
         bt__k_row_ld<T, NV>(v, x + row * C, nvec);
         bt__k_ln_row<T, NV, RMS>(v, w, b, nvec, lane, 32, C, eps, bt__k_warp_sum(), mu, rs);
-        if (out) bt__k_row_st<T, NV>(out + row * C, v, nvec);   /* none: the statistics alone (bt_k_layernorm_fp8) */
+        bt__k_row_st<T, NV>(out + row * C, v, nvec);
         if (lane == 0) {
             if (mean) mean[row] = mu;
             if (rstd) rstd[row] = rs;
@@ -1603,7 +1597,7 @@ __global__ void __launch_bounds__(512) bt__k_layernorm_brow(T *out, float *mean,
         float v[NV][VE], mu, rs;
         bt__k_vecs_ld<T, NV>(v, x + row * C, nvec, t, S);
         bt__k_ln_row<T, NV, RMS>(v, w, b, nvec, t, S, C, eps, bt__k_block_sum{sh}, mu, rs);
-        if (out) bt__k_vecs_st<T, NV>(out + row * C, v, nvec, t, S);
+        bt__k_vecs_st<T, NV>(out + row * C, v, nvec, t, S);
         if (t == 0) {
             if (mean) mean[row] = mu;
             if (rstd) rstd[row] = rs;
@@ -2637,19 +2631,12 @@ static int bt__k_mm_make(bt__k_ctx *c, bt__k_mm_plan *p, bt_dtype dt, bt_dtype d
     return bt__k_mm_keep(p, res, nres);
 }
 
-/* Autotuning: the heuristic's order is a guess; on a shape's first use, time each candidate (into C
-   when beta = 0, else into a scratch copy's place, so C's data survive) and keep the fastest. The
-   candidates are timed in BT__K_TUNE_ROUNDS rounds, each round all of them in turn (a warm-up run
-   before the first), a candidate's time the least of its rounds: a first step runs while the clock
-   ramps and the L2 warms, and timing each candidate once, in order, favoured the later ones (at
-   GPT-2 1.5B one shape kept two different kernels, 15-20% apart, for two bias alignments). A later
-   candidate replaces an earlier one only when faster by BT__K_TUNE_MARGIN (noise keeps the
-   heuristic's order). One host sync per candidate and round of a new shape, none in the steady
-   state. Off (bt_k_matmul_set_autotune(0)): the heuristic's first choice, the same algorithm, so the
-   same bits, on every run. Choices made earlier (another run's, saved with
+/* Autotuning: the heuristic's order is a guess; on a shape's first use, time each candidate twice
+   after a warm-up run (into C when beta = 0, else into a scratch copy's place, so C's data survive)
+   and keep the fastest. One host sync per new shape, none in the steady state. Off
+   (bt_k_matmul_set_autotune(0)): the heuristic's first choice, the same algorithm, so the same bits,
+   on every run. Choices made earlier (another run's, saved with
    bt_k_matmul_tuning_export) can be loaded: a plan whose key was loaded takes that algorithm. */
-#define BT__K_TUNE_ROUNDS 3
-#define BT__K_TUNE_MARGIN 0.01f
 static int bt__k_autotune = 1;
 BTDEF void bt_k_matmul_set_autotune(int on) { bt__k_autotune = on != 0; }
 typedef struct { int64_t key[18]; cublasLtMatmulAlgo_t algo; } bt__k_tuned;
@@ -2689,27 +2676,21 @@ static void bt__k_mm_autotune(bt__k_ctx *c, bt__k_mm_plan *p, const void *alpha,
     cudaEvent_t e0, e1;
     BT__K_CUDA(cudaEventCreate(&e0), "bt_k_matmul (autotune)");
     BT__K_CUDA(cudaEventCreate(&e1), "bt_k_matmul (autotune)");
-    float t[BT__K_MM_CANDIDATES];
-    for (int round = 0; round < BT__K_TUNE_ROUNDS; round++)
-        for (int i = 0; i < p->n_cand; i++) {
-            if (round && t[i] < 0) continue;          /* failed before */
-            int ok = 1;
-            for (int r = round ? 1 : 0; r < 3 && ok; r++) {
-                if (r == 1) BT__K_CUDA(cudaEventRecord(e0, s), "bt_k_matmul (autotune)");
-                ok = cublasLtMatmul(c->lt, p->op, alpha, B, p->la, A, p->lb, beta, Cin ? Cin : C, p->lc, C, p->lc, &p->cand[i],
-                                    bt__k_workspace(c, s), BT__K_WS_BYTES, s) == CUBLAS_STATUS_SUCCESS;
-            }
-            if (!ok) { t[i] = -1.f; continue; }
-            BT__K_CUDA(cudaEventRecord(e1, s), "bt_k_matmul (autotune)");
-            BT__K_CUDA(cudaEventSynchronize(e1), "bt_k_matmul (autotune)");
-            float ms = 0;
-            BT__K_CUDA(cudaEventElapsedTime(&ms, e0, e1), "bt_k_matmul (autotune)");
-            if (!round || ms < t[i]) t[i] = ms;
+    float best = 0;
+    int have = 0;
+    for (int i = 0; i < p->n_cand; i++) {
+        int ok = 1;
+        for (int r = 0; r < 3 && ok; r++) {
+            if (r == 1) BT__K_CUDA(cudaEventRecord(e0, s), "bt_k_matmul (autotune)");
+            ok = cublasLtMatmul(c->lt, p->op, alpha, B, p->la, A, p->lb, beta, Cin ? Cin : C, p->lc, C, p->lc, &p->cand[i],
+                                bt__k_workspace(c, s), BT__K_WS_BYTES, s) == CUBLAS_STATUS_SUCCESS;
         }
-    int best = -1;
-    for (int i = 0; i < p->n_cand; i++)
-        if (t[i] >= 0 && (best < 0 || t[i] < t[best] * (1.f - BT__K_TUNE_MARGIN))) best = i;
-    if (best >= 0) p->algo = p->cand[best];
+        BT__K_CUDA(cudaEventRecord(e1, s), "bt_k_matmul (autotune)");
+        BT__K_CUDA(cudaEventSynchronize(e1), "bt_k_matmul (autotune)");
+        float ms = 0;
+        BT__K_CUDA(cudaEventElapsedTime(&ms, e0, e1), "bt_k_matmul (autotune)");
+        if (ok && (!have || ms < best)) { best = ms; p->algo = p->cand[i]; have = 1; }
+    }
     cudaEventDestroy(e0); cudaEventDestroy(e1);
     p->n_cand = 0;
 }
