@@ -119,6 +119,11 @@ BTDEF int bt_k_fp8_supported(void) {
 template <int E5M2> __device__ __forceinline__ uint8_t bt__k_fp8_cvt(float v) {
     return (uint8_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, E5M2 ? __NV_E5M2 : __NV_E4M3);
 }
+/* a and b in one conversion (cvt.rn.satfinite.e4m3x2 / e5m2x2, the instruction the scalar form
+   issues with a zero partner): the same rounding, a in the low byte */
+template <int E5M2> __device__ __forceinline__ uint32_t bt__k_fp8_cvt2(float a, float b) {
+    return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, E5M2 ? __NV_E5M2 : __NV_E4M3);
+}
 /* the largest v of the block's threads (blockDim.x a multiple of 32, up to 1024 threads), in thread 0;
    every thread of the block calls it */
 __device__ __forceinline__ unsigned bt__k_block_umax(unsigned v) {
@@ -314,10 +319,12 @@ __global__ void __launch_bounds__(256) bt__k_fp8_cast64_kernel(uint8_t *q, uint8
                 bt__k_fp8_vals8<T, ACT>(fv, x, hp, i, c, cols);
 #pragma unroll
                 for (int j = 0; j < 8; j++) {
-                    const float f = fv[j];
-                    cs[j] += f;
-                    m = max(m, bt__abs_bits(f));
-                    uint32_t b = bt__k_fp8_cvt<E5M2>(__fmul_rn(f, r));
+                    cs[j] += fv[j];
+                    m = max(m, bt__abs_bits(fv[j]));
+                }
+#pragma unroll
+                for (int j = 0; j < 8; j += 2) {       /* two elements a conversion, the first in the low byte */
+                    uint32_t b = bt__k_fp8_cvt2<E5M2>(__fmul_rn(fv[j], r), __fmul_rn(fv[j + 1], r));
                     if (j < 4) w0 |= b << (8 * j); else w1 |= b << (8 * (j - 4));
                 }
                 if (q) *reinterpret_cast<uint2 *>(q + i * cols + c) = make_uint2(w0, w1);
