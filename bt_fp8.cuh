@@ -293,7 +293,7 @@ __global__ void __launch_bounds__(256) bt__k_fp8_cast_kernel(uint8_t *q, uint8_t
    of each) and writes them as one 16-byte store to qt's row c, so 4 threads write 64 consecutive
    bytes. Needs cols % 8 == 0, rows % 16 == 0 when qt is written, and x, q, qt 16-byte aligned (the
    launcher checks; otherwise bt__k_fp8_cast_kernel). Per element: 2 or 4 bytes read, 1 or 2 written,
-   the same multiply and rounding as the scalar kernel, so the same bytes. */
+   the same multiply and rounding as the scalar kernel (converted two at a time), so the same bytes. */
 template <typename T, int E5M2, int ACT>
 __global__ void __launch_bounds__(256) bt__k_fp8_cast64_kernel(uint8_t *q, uint8_t *qt, float *colsum, const T *x, const T *hp,
                                                                 int64_t rows, int64_t cols, const float *amax_in,
