@@ -1,0 +1,212 @@
+/* layernorm_fp8_cast: the layernorm whose output an FP8 linear reads, with that output's e4m3 cast
+   (q [rows, C] and its transpose qt [C, rows], the delayed recipe's scale given, the amax measured)
+   in the norm's own kernel, so the bf16 output is never written and read back. The ladder:
+     v0  bt_k_layernorm, then bt_k_fp8_cast of its output: what ships (8 bytes an element of traffic)
+     v1  one kernel: the norm's rows (a warp a row for C <= 1024, a group of S threads a row above,
+         as bt_k_layernorm's two fast paths, with its per-row math bt__k_ln_row, so the same bits),
+         16 rows a block, each row's e4m3 bytes to q and to a shared tile, the tile's columns to qt
+         as 16-byte stores (4 bytes an element); each warp or group takes its rows in turn
+     v2  v1 with 32-row tiles (qt written in whole 32-byte sectors) and the tile's x prefetched to
+         L2 before its rows
+     v3  v2 with two rows' loads in flight per warp or group (both rows in registers, then the norm
+         of each: the same bt__k_ln_row calls, so the same bits)
+     v4  v2 with four rows in flight
+   Measured (H200, 2026-12-03, the library's versions of v1 and v2 beside v0 in bench_kernels, see
+   bench/RESULTS.md#fp8): v1 51.3 against 51.4 us at [8192, 1600], 37.4 against 38.3 at [16384,
+   768]; v2 51.2 against 47.9 and 36.4 against 38.1. v3 and v4 were written after the device time
+   was spent: run this to see whether rows in flight are what the one-kernel form lacks.
+   Each version is checked against v0 on fresh random inputs (q, qt, mean, rstd, the scale used and
+   the amax, every byte) and timed with CUDA events (the median of 50 calls), at GPT-2 1.5B's
+   [8192, 1600] (the block-row path) and GPT-2 124M B 16's [16384, 768] (the warp path).
+   Build: make dev (build/dev/layernorm_fp8_cast); run: build/dev/layernorm_fp8_cast */
+#define BT_ALLOC_IMPLEMENTATION
+#define BT_KERNELS_IMPLEMENTATION
+#include "bt_kernels.cuh"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <algorithm>
+
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); exit(1); } } while (0)
+
+/* bt__k_bsum over the nw warps of group grp (threads grp nw 32 ..): the same sums in the same order */
+struct group_sum {
+    float *sh; int nw, grp;
+    __device__ float operator()(float v) const {
+        v = bt__k_wsum(v);
+        int w = (threadIdx.x >> 5) - grp * nw, l = threadIdx.x & 31;
+        __syncthreads();
+        if (l == 0) sh[w] = v;
+        __syncthreads();
+        v = l < nw ? sh[l] : 0.f;
+        return bt__k_wsum(v);
+    }
+};
+
+/* v1..v4: TR rows a tile (16 or 32), RIF rows in flight per warp or group, PF: the tile prefetched to L2 */
+template <typename T, int NV, int WARP, int TR, int RIF, int PF>
+__global__ void __launch_bounds__(512) norm_cast(uint8_t *q, uint8_t *qt, float *mean, float *rstd, const T *x, const T *w, const T *b,
+                                                 int64_t rows, int C, float eps, int S, const float *scale_in, float *scale_used,
+                                                 unsigned *amax_acc) {
+    extern __shared__ __align__(16) uint8_t sh[];
+    uint8_t *tile = sh;                               /* [TR, C] bytes, then 32 floats a group */
+    float *gsh = reinterpret_cast<float *>(sh + TR * C);
+    const int VE = 16 / sizeof(T), nvec = C / VE, G = blockDim.x / S, grp = threadIdx.x / S, t = threadIdx.x - grp * S;
+    const float r = 1.f / *scale_in;
+    unsigned m = 0;
+    for (int64_t r0 = (int64_t)blockIdx.x * TR; r0 < rows; r0 += (int64_t)gridDim.x * TR) {
+        const int n = rows - r0 < TR ? (int)(rows - r0) : TR, per = n / G;   /* rows % 16 == 0; G divides 16 */
+        if (PF) {
+            const char *xt = reinterpret_cast<const char *>(x + r0 * C);
+            for (int64_t off = (int64_t)threadIdx.x * 128; off < (int64_t)n * C * (int64_t)sizeof(T); off += (int64_t)blockDim.x * 128)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(xt + off));
+        }
+        for (int k0 = 0; k0 < per; k0 += RIF) {      /* the same count for every group: the group sums' barriers */
+            float v[RIF][NV][VE];
+#pragma unroll
+            for (int j = 0; j < RIF; j++)
+                if (k0 + j < per) bt__k_vecs_ld<T, NV>(v[j], x + (r0 + grp + (int64_t)G * (k0 + j)) * C, nvec, t, S);
+#pragma unroll
+            for (int j = 0; j < RIF; j++) {
+                if (k0 + j >= per) continue;          /* uniform over the block */
+                const int lr = grp + G * (k0 + j);
+                const int64_t row = r0 + lr;
+                float mu, rs;
+                if (WARP) bt__k_ln_row<T, NV, 0>(v[j], w, b, nvec, t, 32, C, eps, bt__k_warp_sum(), mu, rs);
+                else bt__k_ln_row<T, NV, 0>(v[j], w, b, nvec, t, S, C, eps, group_sum{gsh + 32 * grp, S >> 5, grp}, mu, rs);
+#pragma unroll
+                for (int i = 0; i < NV; i++) {
+                    const int c = t + S * i;
+                    if (c >= nvec) continue;
+                    float f[VE];
+#pragma unroll
+                    for (int e = 0; e < VE; e++) {
+                        f[e] = bt__k_tof(bt__k_from<T>(v[j][i][e]));
+                        m = max(m, bt__abs_bits(f[e]));
+                    }
+                    uint32_t wd[2] = {0u, 0u};
+#pragma unroll
+                    for (int e = 0; e < VE; e += 2)
+                        wd[e >> 2] |= (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(f[e], r), __fmul_rn(f[e + 1], r)), __NV_SATFINITE,
+                                                                         __NV_E4M3) << (8 * (e & 3));
+                    if (VE == 8) {
+                        *reinterpret_cast<uint2 *>(q + row * C + c * 8) = make_uint2(wd[0], wd[1]);
+                        *reinterpret_cast<uint2 *>(tile + lr * C + c * 8) = make_uint2(wd[0], wd[1]);
+                    } else {
+                        *reinterpret_cast<uint32_t *>(q + row * C + c * 4) = wd[0];
+                        *reinterpret_cast<uint32_t *>(tile + lr * C + c * 4) = wd[0];
+                    }
+                }
+                if (t == 0) { mean[row] = mu; rstd[row] = rs; }
+            }
+        }
+        __syncthreads();
+        for (int c = threadIdx.x; c < C; c += blockDim.x)
+            for (int h = 0; h < n; h += 16) {
+                uint32_t o[4];
+#pragma unroll
+                for (int a = 0; a < 4; a++) {
+                    uint32_t wv = 0;
+#pragma unroll
+                    for (int k = 0; k < 4; k++) wv |= (uint32_t)tile[(h + 4 * a + k) * C + c] << (8 * k);
+                    o[a] = wv;
+                }
+                *reinterpret_cast<uint4 *>(qt + (int64_t)c * rows + r0 + h) = make_uint4(o[0], o[1], o[2], o[3]);
+            }
+        __syncthreads();                              /* the next rows overwrite the tile */
+    }
+    if (blockIdx.x == 0 && threadIdx.x == 0) *scale_used = *scale_in;
+    m = bt__k_block_umax(m);
+    if (threadIdx.x == 0 && m) atomicMax(amax_acc, m);
+}
+
+typedef __nv_bfloat16 T;
+/* one call of version ver (1..4) on bf16 x [rows, C] (C <= 1024: the warp path, else the block rows) */
+static void launch(int ver, uint8_t *q, uint8_t *qt, float *mean, float *rstd, const T *x, const T *w, const T *b, int64_t rows, int C,
+                   const float *sc, float *used, float *amax, cudaStream_t s) {
+    const int TR = ver == 1 ? 16 : 32, nvec = C / 8, warp = C <= 1024;
+    const int S = warp ? 32 : (int)bt__k_brow_threads(nvec);
+    int G = warp ? 8 : 1;
+    if (!warp) while (2 * G * S <= 512 && G < 8) G *= 2;   /* a power of two, at most 8: 16 / G rows each in a short tile */
+    const size_t shb = (size_t)TR * C + (size_t)G * 32 * sizeof(float);
+    const int64_t tiles = (rows + TR - 1) / TR, cap = (int64_t)bt__k_cur()->sm_count * 16;
+    const unsigned grid = (unsigned)std::min(tiles, cap), th = (unsigned)(G * S);
+#define NC_LAUNCH(NV, WARP, TRV, RIF, PF) do { \
+        CK(cudaFuncSetAttribute(norm_cast<T, NV, WARP, TRV, RIF, PF>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shb)); \
+        norm_cast<T, NV, WARP, TRV, RIF, PF><<<grid, th, shb, s>>>(q, qt, mean, rstd, x, w, b, rows, C, 1e-5f, S, sc, used, (unsigned *)amax); \
+    } while (0)
+#define NC_VERSIONS(NV, WARP) do { \
+        if (ver == 1) NC_LAUNCH(NV, WARP, 16, 1, 0); else if (ver == 2) NC_LAUNCH(NV, WARP, 32, 1, 1); \
+        else if (ver == 3) NC_LAUNCH(NV, WARP, 32, 2, 1); else NC_LAUNCH(NV, WARP, 32, 4, 1); } while (0)
+    if (!warp) NC_VERSIONS(BT__K_BROW_NV, 0);
+    else if (bt__k_pick_nv(nvec) <= 3) NC_VERSIONS(3, 1);     /* C 768: 96 vectors, 3 a lane */
+    else NC_VERSIONS(4, 1);
+    CK(cudaGetLastError());
+}
+
+static void fill(T *d, int64_t n, uint64_t seed, float lo, float hi) {
+    T *h = (T *)malloc(sizeof(T) * (size_t)n);
+    uint64_t s = seed;
+    for (int64_t i = 0; i < n; i++) {
+        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        h[i] = __float2bfloat16(lo + (hi - lo) * (float)((s >> 11) * (1.0 / 9007199254740992.0)));
+    }
+    CK(cudaMemcpy(d, h, sizeof(T) * (size_t)n, cudaMemcpyHostToDevice));
+    free(h);
+}
+static long differ(const void *a, const void *b, size_t n) {
+    unsigned char *ha = (unsigned char *)malloc(n), *hb = (unsigned char *)malloc(n);
+    CK(cudaMemcpy(ha, a, n, cudaMemcpyDeviceToHost)); CK(cudaMemcpy(hb, b, n, cudaMemcpyDeviceToHost));
+    long d = 0;
+    for (size_t i = 0; i < n; i++) d += ha[i] != hb[i];
+    free(ha); free(hb);
+    return d;
+}
+
+int main(void) {
+    bt_k_init(0);
+    cudaStream_t s = (cudaStream_t)0;
+    const int64_t shapes[2][2] = {{8192, 1600}, {16384, 768}};
+    const int REPS = 50;
+    cudaEvent_t e0[REPS], e1[REPS];
+    for (int i = 0; i < REPS; i++) { CK(cudaEventCreate(&e0[i])); CK(cudaEventCreate(&e1[i])); }
+    for (int k = 0; k < 2; k++) {
+        const int64_t rows = shapes[k][0], C = shapes[k][1], n = rows * C;
+        T *x, *w, *b, *y;
+        uint8_t *q[2], *qt[2];
+        float *st[2], *f;
+        CK(cudaMalloc(&x, n * 2)); CK(cudaMalloc(&y, n * 2)); CK(cudaMalloc(&w, C * 2)); CK(cudaMalloc(&b, C * 2));
+        for (int j = 0; j < 2; j++) { CK(cudaMalloc(&q[j], n)); CK(cudaMalloc(&qt[j], n)); CK(cudaMalloc(&st[j], 8 * rows)); }
+        CK(cudaMalloc(&f, 8 * sizeof(float)));
+        fill(x, n, 11 + k, -3.f, 3.f); fill(w, C, 21, 0.5f, 1.5f); fill(b, C, 31, -0.2f, 0.2f);
+        printf("[%lld, %lld] bf16\n", (long long)rows, (long long)C);
+        for (int ver = 0; ver <= 4; ver++) {
+            /* f: [0] the scale, [1] v0's scale used, [2] v0's amax, [4] the scale, [5] this version's used, [6] its amax */
+            const float init[8] = {0.0371f, -1.f, 0.f, 0.f, 0.0371f, -1.f, 0.f, 0.f};
+            CK(cudaMemcpy(f, init, sizeof init, cudaMemcpyHostToDevice));
+            bt_k_layernorm(BT_BF16, y, st[0], st[0] + rows, x, w, b, rows, C, 1e-5f, s);
+            bt_k_fp8_cast(BT_BF16, BT_F8E4M3, q[0], qt[0], y, rows, C, NULL, f, f + 1, f + 2, s);
+            if (ver) launch(ver, q[1], qt[1], st[1], st[1] + rows, x, w, b, rows, (int)C, f + 4, f + 5, f + 6, s);
+            CK(cudaDeviceSynchronize());
+            long bad = ver ? differ(q[0], q[1], n) + differ(qt[0], qt[1], n) + differ(st[0], st[1], 8 * rows) + differ(f + 1, f + 5, 8) : 0;
+            for (int r = 0; r < REPS + 3; r++) {
+                if (r >= 3) CK(cudaEventRecord(e0[r - 3], s));
+                if (ver == 0) {
+                    bt_k_layernorm(BT_BF16, y, st[0], st[0] + rows, x, w, b, rows, C, 1e-5f, s);
+                    bt_k_fp8_cast(BT_BF16, BT_F8E4M3, q[0], qt[0], y, rows, C, NULL, f, f + 1, f + 2, s);
+                } else launch(ver, q[1], qt[1], st[1], st[1] + rows, x, w, b, rows, (int)C, f + 4, f + 5, f + 6, s);
+                if (r >= 3) CK(cudaEventRecord(e1[r - 3], s));
+            }
+            CK(cudaDeviceSynchronize());
+            float ms[REPS];
+            for (int r = 0; r < REPS; r++) CK(cudaEventElapsedTime(&ms[r], e0[r], e1[r]));
+            std::sort(ms, ms + REPS);
+            const double us = 1e3 * ms[REPS / 2], bytes = 4.0 * (double)n;
+            printf("  v%d  %7.1f us  %6.0f GB/s (x read once, q and qt written)  %s\n", ver, us, bytes / (us * 1e-6) / 1e9,
+                   ver ? (bad ? "DIFFERS from v0" : "the same bytes as v0") : "");
+        }
+        CK(cudaFree(x)); CK(cudaFree(y)); CK(cudaFree(w)); CK(cudaFree(b)); CK(cudaFree(f));
+        for (int j = 0; j < 2; j++) { CK(cudaFree(q[j])); CK(cudaFree(qt[j])); CK(cudaFree(st[j])); }
+    }
+    return 0;
+}
