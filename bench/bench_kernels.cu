@@ -460,10 +460,10 @@ int main(void) {
         for (int k = 0; k < 3; k++) {
             int64_t rows = shapes[k][0], cols = shapes[k][1], n = rows * cols;
             nc = ncopies(4.0 * n);
-            void *x[MAXCOPIES], *hh[MAXCOPIES];
+            void *x[MAXCOPIES], *hh[MAXCOPIES] = {NULL};   /* hh: DGELU's pre-activation, the hidden shape only */
             uint8_t *q[MAXCOPIES], *qt[MAXCOPIES];
             for (int i = 0; i < nc; i++) {
-                x[i] = randn(BT_BF16, n, 150 + i, 1); hh[i] = randn(BT_BF16, n, 160 + i, 1);
+                x[i] = randn(BT_BF16, n, 150 + i, 1); hh[i] = k == 1 ? randn(BT_BF16, n, 160 + i, 1) : NULL;
                 q[i] = (uint8_t *)dev((size_t)n); qt[i] = (uint8_t *)dev((size_t)n);
             }
             snprintf(shp, sizeof shp, "[%lld, %lld] bf16", (long long)rows, (long long)cols);
