@@ -683,14 +683,35 @@ BTDEF void bt_k_normal(bt_dtype dt, void *dst, int64_t n, uint64_t seed, uint64_
 /* ---- 3. elementwise ----------------------------------------------------------------------------
    unary: out = f(x); 1 read + 1 write per element (2n or 4n bytes for bf16/f32, 8n for f64).
    GELU is the tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), with
-   d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+   d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2) (in f32 evaluated through
+   the logistic function, bt__k_gelu_f32 below; f64 as written).
    backward: gx = gout * f'(x): 2 reads + 1 write per element. The derivative is taken from x
    (recomputing exp/tanh costs less than reading y); from y only when x is NULL.
    affine: out = alpha x + beta. binary: out = a op b, 2 reads + 1 write when nothing broadcasts.
    Contiguous operands 16-byte aligned move in 16-byte vectors (4 f32 / 8 bf16 per access). */
-/* f(x) and f'(x) of the op list (bt_tensor.h's BT_UNARY_OPS), in the accumulation type A */
+/* GELU in f32 through the logistic function: 0.5 (1 + tanh u) = 1 / (1 + e^(-2u)) =: s with
+   u = sqrt(2/pi) (x + 0.044715 x^3), so gelu(x) = x s and gelu'(x) = s + x s (1 - s) 2u'(x),
+   2u' = 2 sqrt(2/pi) (1 + 3 * 0.044715 x^2). e^(-2u) = 2^(x (k1 + k3 x^2)), k1 = -2 log2(e) sqrt(2/pi),
+   k3 = 0.044715 k1: one 2^x and one reciprocal on the MUFU and 5 FMAs, where tanhf costs ~20
+   instructions (the folded FP8 casts of bt_fp8.cuh do this per element of the hidden layer and
+   are bound by it). Error: 2 ulps each for 2^x and the reciprocal, and the f32 rounding of the
+   exponent (relative |2u| 2^-24 in e^(-2u)): ~1e-6 relative where e^(-2u) reaches 2^20, far below
+   a bf16 output's half ulp. Limits as the tanh form: x -> -inf gives -0 (s = 0 once 1 + e^(-2u) >
+   2^126), +inf gives inf, NaN stays NaN. */
+__device__ __forceinline__ float bt__k_gelu_s(float x) {
+    const float k1 = -2.302208198144325f, k3 = -0.1029432395800235f;
+    return __fdividef(1.f, 1.f + exp2f(x * __fmaf_rn(k3, x * x, k1)));
+}
+__device__ __forceinline__ float bt__k_gelu_f32(float x) { return x * bt__k_gelu_s(x); }
+__device__ __forceinline__ float bt__k_gelu_grad_f32(float x) {
+    const float s = bt__k_gelu_s(x), du = __fmaf_rn(0.21406444881780076f, x * x, 1.5957691216057308f);   /* 2u' */
+    return __fmaf_rn(x * s * (1.f - s), du, s);
+}
+/* f(x) and f'(x) of the op list (bt_tensor.h's BT_UNARY_OPS), in the accumulation type A; GELU in f32
+   by the functions above (the same function as the table's tanh form) */
 template <int OP, typename A> __device__ __forceinline__ A bt__k_uop(A x) {
     typedef A bt_op_t;
+    if (OP == BT_UOP_GELU && sizeof(A) == 4) return (A)bt__k_gelu_f32((float)x);
     switch (OP) {
 #define BT__X(N, n, f, df) case BT_UOP_##N: return f;
     BT_UNARY_OPS(BT__X)
@@ -700,6 +721,7 @@ template <int OP, typename A> __device__ __forceinline__ A bt__k_uop(A x) {
 }
 template <int OP, typename A> __device__ __forceinline__ A bt__k_uop_grad(A x) {
     typedef A bt_op_t;
+    if (OP == BT_UOP_GELU && sizeof(A) == 4) return (A)bt__k_gelu_grad_f32((float)x);
     switch (OP) {
 #define BT__X(N, n, f, df) case BT_UOP_##N: { A y = f; (void)y; return df; }
     BT_UNARY_OPS(BT__X)
