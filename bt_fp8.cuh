@@ -16,9 +16,10 @@
 
    CONTENTS
      declarations  bt_k_fp8_supported, bt_k_fp8_amax, bt_k_fp8_cast, bt_k_fp8_amax_act, bt_k_fp8_cast_act,
-                   bt_k_fp8_update, bt_k_matmul_fp8
+                   bt_k_fp8_transpose, bt_k_cross_entropy_fused_fp8, bt_k_fp8_update, bt_k_matmul_fp8
      1. the amax reduction and the scaled cast (64 x 64 tiles of 16-byte rows, or 32 x 32 scalar ones:
-        the transpose through shared memory), GELU or its derivative folded in (the _act forms)
+        the transpose through shared memory), GELU or its derivative folded in (the _act forms); the
+        byte transpose; the fused cross-entropy whose logit gradient comes out in FP8
      2. the scaling state's update
      3. the FP8 product through cuBLASLt: plans in bt_kernels.cuh's table, scale pointers per call
 */
@@ -69,6 +70,21 @@ BTDEF void bt_k_fp8_amax_act(bt_dtype dt, bt_fp8_act act, float *amax, const voi
 BTDEF void bt_k_fp8_cast_act(bt_dtype dt, bt_dtype fmt, bt_fp8_act act, uint8_t *q, uint8_t *qt, float *colsum, const void *x,
                              const void *h, int64_t rows, int64_t cols, const float *amax_in, const float *scale_in, float *scale_used,
                              float *amax_acc, cudaStream_t s);
+/* qt [cols, rows] = q [rows, cols]^T, bytes (an FP8 tensor's K-contiguous copy for the other product).
+   Needs rows and cols multiples of 16 and 16-byte aligned q, qt. Traffic: 2 bytes an element. */
+BTDEF void bt_k_fp8_transpose(uint8_t *qt, const uint8_t *q, int64_t rows, int64_t cols, cudaStream_t s);
+/* bt_k_cross_entropy_fused whose logit gradient, delayed-scaled, comes out in FP8 for the head's FP8
+   products: losses and lse as bt_k_cross_entropy_fused; q [N, Vp] (may be NULL) and its transpose
+   qt [Vp, N] (may be NULL) <- fmt bytes of g * (1 / *scale_in), g = the gradient rounded to dt (the
+   bytes bt_k_cross_entropy_fused then bt_k_fp8_cast with scale_in would give), *scale_used <-
+   *scale_in, amax_acc (may be NULL) <- the larger of it and g's amax. The gradient is written in FP8
+   by the pass that makes it (1 byte a logit instead of dt's 2, and no cast's read); qt is then made
+   from q (bt_k_fp8_transpose). logits may be overwritten (rows wider than a block's shared memory,
+   or unaligned, take the two kernels and bt_k_fp8_cast). Needs N and Vp multiples of 16 when qt is
+   wanted. */
+BTDEF void bt_k_cross_entropy_fused_fp8(bt_dtype dt, bt_dtype fmt, float *losses, float *lse, void *logits, uint8_t *q, uint8_t *qt,
+                                        const int32_t *targets, const float *gloss, int64_t N, int64_t V, int64_t Vp, int ignore_index,
+                                        int *bad, const float *scale_in, float *scale_used, float *amax_acc, cudaStream_t s);
 /* bt_fp8_update on n consecutive FP8 states [n, 3, 2 + hist] (f32; a model's bank, or one state):
    each row rolled as bt__fp8_roll does, one launch for all */
 BTDEF void bt_k_fp8_update(float *state, int hist, int64_t n, cudaStream_t s);
@@ -432,6 +448,111 @@ BTDEF void bt_k_fp8_cast(bt_dtype dt, bt_dtype fmt, uint8_t *q, uint8_t *qt, con
                                                                 (unsigned *)amax_acc);
     })
     BT__K_LAUNCHED("bt_k_fp8_cast");
+}
+
+/* The byte transpose: one 64 x 64 tile at a time per block of 256 threads; a thread reads 16 bytes of a
+   row (4 threads a row's 64), puts them in a shared tile of 64 rows x 16 words (+1 pad), and after
+   the barrier gathers column c's bytes of 16 rows into one 16-byte store to qt's row c, as the
+   vector cast's transpose does. */
+__global__ void __launch_bounds__(256) bt__k_fp8_transpose_kernel(uint8_t *qt, const uint8_t *q, int64_t rows, int64_t cols) {
+    __shared__ uint32_t tile[64][17];
+    const int t = threadIdx.x, lr = t >> 2, lc = t & 3, tcol = t >> 2, tk = t & 3;
+    const int64_t tc = (cols + 63) / 64, ntiles = (rows + 63) / 64 * tc;
+    for (int64_t tt = blockIdx.x; tt < ntiles; tt += gridDim.x) {
+        const int64_t r0 = tt / tc * 64, c0 = tt % tc * 64, i = r0 + lr, c = c0 + 16 * lc;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (i < rows && c < cols) v = *reinterpret_cast<const uint4 *>(q + i * cols + c);
+        tile[lr][4 * lc] = v.x; tile[lr][4 * lc + 1] = v.y; tile[lr][4 * lc + 2] = v.z; tile[lr][4 * lc + 3] = v.w;
+        __syncthreads();
+        const int64_t oc = c0 + tcol, i0 = r0 + 16 * tk;
+        if (oc < cols && i0 < rows) {
+            uint32_t o[4];
+            const int sh = 8 * (tcol & 3);
+#pragma unroll
+            for (int a = 0; a < 4; a++) {
+                uint32_t w = 0;
+#pragma unroll
+                for (int b = 0; b < 4; b++) w |= (tile[16 * tk + 4 * a + b][tcol >> 2] >> sh & 0xffu) << (8 * b);
+                o[a] = w;
+            }
+            *reinterpret_cast<uint4 *>(qt + oc * rows + i0) = make_uint4(o[0], o[1], o[2], o[3]);
+        }
+        __syncthreads();                              /* the next tile overwrites it */
+    }
+}
+BTDEF void bt_k_fp8_transpose(uint8_t *qt, const uint8_t *q, int64_t rows, int64_t cols, cudaStream_t s) {
+    if (rows <= 0 || cols <= 0) return;
+    if (rows % 16 || cols % 16 || !bt__k_aligned16(q) || !bt__k_aligned16(qt))
+        bt_error("bt_k_fp8_transpose: [%lld, %lld]: needs rows and cols multiples of 16 and 16-byte aligned q, qt", (long long)rows,
+                 (long long)cols);
+    const int64_t ntiles = ((rows + 63) / 64) * ((cols + 63) / 64);
+    bt__k_fp8_transpose_kernel<<<bt__k_blocks(ntiles * 256, 256), 256, 0, s>>>(qt, q, rows, cols);
+    BT__K_LAUNCHED("bt_k_fp8_transpose");
+}
+/* bt_kernels.cuh's fused cross-entropy writer for FP8: the row's vector c of VE gradient values (already
+   rounded to T) to VE bytes of q at [row, c VE], each x * r converted as the vector cast converts,
+   the amax kept per thread and merged once per block (done) */
+template <typename T, int E5M2> struct bt__k_xf_fp8 {
+    uint8_t *q; int64_t Vp; float r; const float *scale_in; float *scale_used; unsigned *amax, m;
+    void shift(int64_t r0) { q += r0 * Vp; }
+    __device__ __forceinline__ void start() { r = 1.f / *scale_in; }   /* as the cast's reciprocal */
+    __device__ __forceinline__ void put(T *, int64_t row, int64_t c, const T *a) {
+        const int VE = 16 / sizeof(T);
+        uint32_t w[VE / 4];
+#pragma unroll
+        for (int j = 0; j < VE; j += 2) {
+            const float f0 = bt__k_tof(a[j]), f1 = bt__k_tof(a[j + 1]);
+            m = max(m, max(bt__abs_bits(f0), bt__abs_bits(f1)));
+            const uint32_t b = bt__k_fp8_cvt2<E5M2>(__fmul_rn(f0, r), __fmul_rn(f1, r));
+            if (j % 4 == 0) w[j / 4] = b; else w[j / 4] |= b << 16;
+        }
+        uint8_t *o = q + row * Vp + c * VE;
+        if (VE == 8) *reinterpret_cast<uint2 *>(o) = make_uint2(w[0], w[VE / 4 - 1]);
+        else *reinterpret_cast<uint32_t *>(o) = w[0];
+    }
+    __device__ __forceinline__ void done() {
+        const unsigned bm = bt__k_block_umax(m);
+        if (threadIdx.x == 0) {
+            if (amax && bm) atomicMax(amax, bm);
+            if (blockIdx.x == 0 && scale_used) *scale_used = *scale_in;
+        }
+    }
+};
+template <typename T, int E5M2>
+static int bt__k_xf_fp8_run(float *losses, float *lse, T *logits, uint8_t *q, const int32_t *targets, const float *gloss, int64_t N,
+                            int64_t V, int64_t Vp, int ignore_index, int *bad, const float *scale_in, float *scale_used, float *amax_acc,
+                            cudaStream_t s) {
+    bt__k_xf_fp8<T, E5M2> w = {q, Vp, 0.f, scale_in, scale_used, (unsigned *)amax_acc, 0u};
+    return bt__k_xf_launch<T>(losses, lse, logits, targets, gloss, N, V, Vp, ignore_index, bad, w, s);
+}
+BTDEF void bt_k_cross_entropy_fused_fp8(bt_dtype dt, bt_dtype fmt, float *losses, float *lse, void *logits, uint8_t *q, uint8_t *qt,
+                                        const int32_t *targets, const float *gloss, int64_t N, int64_t V, int64_t Vp, int ignore_index,
+                                        int *bad, const float *scale_in, float *scale_used, float *amax_acc, cudaStream_t s) {
+    bt__k_fp8_cast_check("bt_k_cross_entropy_fused_fp8", fmt, NULL, scale_in, N, Vp);
+    if (N <= 0) return;
+    if (V <= 0 || V > Vp) bt_error("bt_k_cross_entropy_fused_fp8: V = %lld, Vp = %lld (need 0 < V <= Vp)", (long long)V, (long long)Vp);
+    if (qt && (N % 16 || Vp % 16 || !bt__k_aligned16(qt)))
+        bt_error("bt_k_cross_entropy_fused_fp8: [%lld, %lld] with a transpose: needs N and Vp multiples of 16 and 16-byte aligned qt",
+                 (long long)N, (long long)Vp);
+    int done = 0;
+    uint8_t *qq = q;
+    if (!qq && qt) qq = (uint8_t *)bt__k_scratch((size_t)(N * Vp), s);   /* the transpose's source */
+    if (qq && bt__k_aligned16(qq) && (dt == BT_BF16 || dt == BT_F16)) {
+        BT__K_DISPATCH3(dt, "bt_k_cross_entropy_fused_fp8", {
+            if (sizeof(T) == 2)
+                done = fmt == BT_F8E5M2
+                    ? bt__k_xf_fp8_run<T, 1>(losses, lse, (T *)logits, qq, targets, gloss, N, V, Vp, ignore_index, bad, scale_in, scale_used, amax_acc, s)
+                    : bt__k_xf_fp8_run<T, 0>(losses, lse, (T *)logits, qq, targets, gloss, N, V, Vp, ignore_index, bad, scale_in, scale_used, amax_acc, s);
+        })
+    }
+    if (done) {
+        BT__K_LAUNCHED("bt_k_cross_entropy_fused_fp8");
+        if (qt) bt_k_fp8_transpose(qt, qq, N, Vp, s);
+    } else {                                          /* the gradient in dt over the logits, then its cast */
+        bt_k_cross_entropy_fused(dt, losses, lse, logits, targets, gloss, N, V, Vp, ignore_index, bad, s);
+        bt_k_fp8_cast(dt, fmt, q, qt, logits, N, Vp, NULL, scale_in, scale_used, amax_acc, s);
+    }
+    if (qq != q) bt_free(qq);
 }
 
 /* ---- 2. the scaling states' update: one thread per row (x, w, gy of each state) ---------------------- */

@@ -2410,21 +2410,31 @@ __device__ __forceinline__ void bt__k_xf_wait(int k, int nch, uint64_t *bars) {
 /* The per-element work is the limit (ncu: the kernel at ~45% of DRAM bandwidth), so a vector wholly
    inside the row's V logits and without the target (all but one or two a row) takes the short path:
    p = 2^(x log2 e - lse log2 e) (one FFMA, one MUFU), gv p, no compares; the others the checked one. */
-/* the gradient of the row's vector c (below V / VE, staged) in place, short path */
-template <typename T>
-__device__ __forceinline__ void bt__k_xf_grad_fast(T *xr, int64_t c, const uint4 *staged, float gv, float nls) {
+/* The gradient's writer (W below): put(xr, row, c, a) stores the row's vector c of VE values a;
+   start() runs first in each thread, done() once the thread has put all of its vectors (every thread
+   of the block reaches both). This one writes them in place over the logits; bt_fp8.cuh's
+   bt__k_xf_fp8 writes their FP8 bytes. */
+template <typename T> struct bt__k_xf_inplace {
+    void shift(int64_t) {}                            /* the host's: the launch starts at row r0 */
+    __device__ __forceinline__ void start() {}
+    __device__ __forceinline__ void put(T *xr, int64_t, int64_t c, const T *a) { bt__k_st16(xr + c * (16 / (int)sizeof(T)), a); }
+    __device__ __forceinline__ void done() {}
+};
+/* the gradient of the row's vector c (below V / VE, staged), short path */
+template <typename T, typename W>
+__device__ __forceinline__ void bt__k_xf_grad_fast(W &w, T *xr, int64_t row, int64_t c, const uint4 *staged, float gv, float nls) {
     const int VE = 16 / sizeof(T);
     T a[VE];
     memcpy(a, staged, 16);
 #pragma unroll
     for (int e = 0; e < VE; e++) a[e] = bt__k_from<T>(gv * bt__k_ex2(fmaf(bt__k_tof(a[e]), 1.4426950408889634f, nls)));
-    bt__k_st16(xr + c * VE, a);
+    w.put(xr, row, c, a);
 }
 /* checked path: the vector holding the target (its owner writes the loss), the one across V, and
    the padding past V (staged NULL, written 0) */
-template <typename T>
-__device__ __noinline__ void bt__k_xf_grad_edge(T *xr, int64_t c, const uint4 *staged, int64_t V, int32_t t, int scored, float gv,
-                                                float ls, float nls, float *loss) {
+template <typename T, typename W>
+__device__ __noinline__ void bt__k_xf_grad_edge(W &w, T *xr, int64_t row, int64_t c, const uint4 *staged, int64_t V, int32_t t, int scored,
+                                                float gv, float ls, float nls, float *loss) {
     const int VE = 16 / sizeof(T);
     T a[VE];
     if (staged) memcpy(a, staged, 16);
@@ -2435,12 +2445,12 @@ __device__ __noinline__ void bt__k_xf_grad_edge(T *xr, int64_t c, const uint4 *s
         if (scored && j == t) *loss = ls - x;
         a[e] = bt__k_from<T>(j < V ? gv * (bt__k_ex2(fmaf(x, 1.4426950408889634f, nls)) - (j == t ? 1.f : 0.f)) : 0.f);
     }
-    bt__k_st16(xr + c * VE, a);
+    w.put(xr, row, c, a);
 }
-template <typename T>
+template <typename T, typename W>
 __global__ void __launch_bounds__(BT__K_XF_THREADS, 2) bt__k_xent_fused_kernel(float *losses, float *lse, T *logits, const int32_t *tg,
                                                                              const float *gloss, int64_t V, int64_t Vp, int ignore,
-                                                                             int *bad) {
+                                                                             int *bad, W w) {
     extern __shared__ uint4 bt__k_xf_row[];   /* the row's first nc vectors */
     __shared__ float sh[64];
     __shared__ uint64_t bars[BT__K_XF_CHUNKS];
@@ -2454,6 +2464,7 @@ __global__ void __launch_bounds__(BT__K_XF_THREADS, 2) bt__k_xent_fused_kernel(f
 #endif
     const int64_t row = blockIdx.x;
     T *xr = logits + row * Vp;
+    w.start();
     for (int k = 0; k < nch; k++) bt__k_xf_fetch(bt__k_xf_row, xr, nc, k, bars);
     float m = -INFINITY, sm = 0.f;
     for (int k = 0; k < nch; k++) {
@@ -2486,32 +2497,42 @@ __global__ void __launch_bounds__(BT__K_XF_THREADS, 2) bt__k_xent_fused_kernel(f
     }
     const float gv = t == ignore ? 0.f : gloss[row];
     for (int64_t c = threadIdx.x; c < nvec; c += blockDim.x) {   /* the staged vectors each thread read */
-        if (c < nfull && c != ct) bt__k_xf_grad_fast(xr, c, &bt__k_xf_row[c], gv, nls);
-        else bt__k_xf_grad_edge(xr, c, c < nc ? &bt__k_xf_row[c] : NULL, V, t, scored, gv, ls, nls, losses + row);
+        if (c < nfull && c != ct) bt__k_xf_grad_fast(w, xr, row, c, &bt__k_xf_row[c], gv, nls);
+        else bt__k_xf_grad_edge(w, xr, row, c, c < nc ? &bt__k_xf_row[c] : NULL, V, t, scored, gv, ls, nls, losses + row);
     }
+    w.done();
+}
+/* the fused kernel over N rows with writer w when it can run here (rows aligned, a row fits the shared
+   memory): 1 launched, 0 not */
+template <typename T, typename W>
+static int bt__k_xf_launch(float *losses, float *lse, T *logits, const int32_t *targets, const float *gloss, int64_t N, int64_t V, int64_t Vp,
+                           int ignore_index, int *bad, W w, cudaStream_t s) {
+    const int64_t VE = 16 / (int64_t)sizeof(T);
+    int optin = 0;
+    BT__K_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, bt__k_device()), "bt_k_cross_entropy_fused");
+    size_t smem = (size_t)((V + VE - 1) / VE) * 16;
+    int64_t nch = ((V + VE - 1) / VE + BT__K_XF_U * BT__K_XF_THREADS - 1) / (BT__K_XF_U * BT__K_XF_THREADS);   /* chunks a row */
+    if (Vp % VE || !bt__k_aligned16(logits) || smem + 512 > (size_t)optin || nch > BT__K_XF_CHUNKS) return 0;
+    BT__K_CUDA(cudaFuncSetAttribute(bt__k_xent_fused_kernel<T, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+               "bt_k_cross_entropy_fused");
+    const int64_t most = (int64_t)1 << 30;   /* rows a launch (a block each) */
+    for (int64_t r0 = 0; r0 < N; r0 += most) {
+        unsigned nb = (unsigned)(N - r0 < most ? N - r0 : most);
+        W wr = w;
+        wr.shift(r0);
+        bt__k_xent_fused_kernel<T, W><<<nb, BT__K_XF_THREADS, smem, s>>>(losses + r0, lse ? lse + r0 : NULL, logits + r0 * Vp, targets + r0,
+                                                                         gloss + r0, V, Vp, ignore_index, bad, wr);
+    }
+    return 1;
 }
 BTDEF void bt_k_cross_entropy_fused(bt_dtype dt, float *losses, float *lse, void *logits, const int32_t *targets,
                                     const float *gloss, int64_t N, int64_t V, int64_t Vp, int ignore_index, int *bad,
                                     cudaStream_t s) {
     if (N <= 0) return;
     if (V <= 0 || V > Vp) bt_error("bt_k_cross_entropy_fused: V = %lld, Vp = %lld (need 0 < V <= Vp)", (long long)V, (long long)Vp);
-    int done = 0, optin = 0;
-    BT__K_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, bt__k_device()), "bt_k_cross_entropy_fused");
+    int done = 0;
     BT__K_DISPATCH3(dt, "bt_k_cross_entropy_fused", {
-        const int64_t VE = 16 / (int64_t)sizeof(T);
-        size_t smem = (size_t)((V + VE - 1) / VE) * 16;
-        int64_t nch = ((V + VE - 1) / VE + BT__K_XF_U * BT__K_XF_THREADS - 1) / (BT__K_XF_U * BT__K_XF_THREADS);   /* chunks a row */
-        if (Vp % VE == 0 && bt__k_aligned16(logits) && smem + 512 <= (size_t)optin && nch <= BT__K_XF_CHUNKS) {
-            BT__K_CUDA(cudaFuncSetAttribute(bt__k_xent_fused_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                       "bt_k_cross_entropy_fused");
-            const int64_t most = (int64_t)1 << 30;   /* rows a launch (a block each) */
-            for (int64_t r0 = 0; r0 < N; r0 += most) {
-                unsigned nb = (unsigned)(N - r0 < most ? N - r0 : most);
-                bt__k_xent_fused_kernel<T><<<nb, BT__K_XF_THREADS, smem, s>>>(losses + r0, lse ? lse + r0 : NULL, (T *)logits + r0 * Vp,
-                                                                              targets + r0, gloss + r0, V, Vp, ignore_index, bad);
-            }
-            done = 1;
-        }
+        done = bt__k_xf_launch<T>(losses, lse, (T *)logits, targets, gloss, N, V, Vp, ignore_index, bad, bt__k_xf_inplace<T>(), s);
     })
     if (done) { BT__K_LAUNCHED("bt_k_cross_entropy_fused"); return; }
     float *tmp = lse ? NULL : (float *)bt__k_scratch((size_t)N * sizeof(float), s);   /* the backward needs lse */

@@ -1010,6 +1010,17 @@ static void bt__lxent_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
 }
 static void bt__fp8_check_state(const char *op, const char *which, bt_fp8_state *st, bt_tensor *x);
 static void bt__fp8_cast(bt_fp8_state *st, int role, bt_tensor *x2, bt_tensor *q, bt_tensor *qt, float *slot);
+/* st's row of role [amax of this step, scale, history]: a cast of role is about to run and update it */
+static float *bt__fp8_role_row(bt_fp8_state *st, int role) {
+    st->seen |= 1u << role;
+    st->buf->storage->version++;
+    return (float *)bt_data_ptr(st->buf) + role * (2 + st->opts.history);
+}
+/* 1 when a cast of role scales by its row's scale (delayed recipe, the role primed), 0 when it must
+   measure its amax first (current recipe, or the role's first cast) */
+static int bt__fp8_delayed(const bt_fp8_state *st, int role) {
+    return st->opts.recipe != BT_FP8_CURRENT && (st->primed >> role & 1u);
+}
 static void bt__fp8_gemm(bt_device dev, bt_dtype dt, bt_tensor *C, bt_tensor *A, const float *sa, bt_tensor *B, const float *sb,
                          bt_tensor *bias, bt_tensor *R, int64_t M, int64_t N, int64_t K, int fast_accum);
 /* The head's FP8 products (bt_linear_cross_entropy_fp8): w cast once (e4m3 w, and w^T for dx); each
@@ -1099,11 +1110,20 @@ static bt_tensor *bt__lxent(bt_tensor *x, bt_tensor *w, bt_tensor *targets, int6
             bt__fp8_gemm(dev, dt, z2, qx, sx, f.qw, sw, NULL, NULL, n, Vp, C, st->opts.fast_accum);
             bt_release(qx); bt_release(z2);
         } else bt__gemm(dt, dev, bt_data_ptr(z), xr, bt_data_ptr(wc), NULL, n, Vp, C, 0, 1, 1, 0, 0, 0, 1.0, 0.0);
-        int fused = 0;   /* the loss and the logit gradient in one pass over z (GPU) */
+        int fused = 0, gcast = f8;   /* the loss and the logit gradient in one pass over z (GPU); gcast: dz still to cast */
 #ifdef BT_CUDA
         if (gl && dev.type == BT_GPU && bt__fused(BT_FUSE_XENT)) {   /* else the two kernels below */
-            BT__ON_GPU(dev, stream) bt_k_cross_entropy_fused(dt, (float *)bt_data_ptr(losses), NULL, bt_data_ptr(z), tp + r0,
-                                                             (const float *)bt_data_ptr(gl), n, V, Vp, ignore_index, bt__bad(dev), stream);
+            if (f8 && bt__fp8_delayed(st, BT_FP8_G)) {   /* dz's e5m2 bytes (and dz^T) from the pass that makes dz */
+                float *row = bt__fp8_role_row(st, BT_FP8_G);
+                BT__ON_GPU(dev, stream)
+                    bt_k_cross_entropy_fused_fp8(dt, bt_fp8_format(BT_FP8_G), (float *)bt_data_ptr(losses), NULL, bt_data_ptr(z),
+                                                 f.qg ? (uint8_t *)bt_data_ptr(f.qg) : NULL, f.qgt ? (uint8_t *)bt_data_ptr(f.qgt) : NULL,
+                                                 tp + r0, (const float *)bt_data_ptr(gl), n, V, Vp, ignore_index, bt__bad(dev), row + 1,
+                                                 (float *)bt_data_ptr(f.sc) + 8, row, stream);
+                gcast = 0;
+            } else
+                BT__ON_GPU(dev, stream) bt_k_cross_entropy_fused(dt, (float *)bt_data_ptr(losses), NULL, bt_data_ptr(z), tp + r0,
+                                                                 (const float *)bt_data_ptr(gl), n, V, Vp, ignore_index, bt__bad(dev), stream);
             fused = 1;
         }
 #endif
@@ -1119,7 +1139,7 @@ static bt_tensor *bt__lxent(bt_tensor *x, bt_tensor *w, bt_tensor *targets, int6
         if (!gl) continue;
         if (!fused) bt__xent_grad(dev, dt, bt_data_ptr(z), bt_data_ptr(z), bt_data_ptr(lse), tp + r0, bt_data_ptr(gl), sdt, n, V, Vp, ignore_index);
         if (f8) {            /* dz to e5m2 (and its transpose); dx = (sg sw) qg qw, dw (+)= (sg sx) qg^T qx, fp32 across chunks */
-            bt__lxent_f8_cast(&f, BT_FP8_G, z, 0, n, Vp, f.qg, f.qgt);
+            if (gcast) bt__lxent_f8_cast(&f, BT_FP8_G, z, 0, n, Vp, f.qg, f.qgt);
             if (dx) {
                 bt_tensor *dxr = bt__rows_view(dx, r0, n, C), *qg = bt__view_dense(f.qg, bt_shape2(n, Vp));
                 bt__fp8_gemm(dev, dt, dxr, qg, sg, f.qwt, sw, NULL, NULL, n, C, Vp, 0);
@@ -1688,13 +1708,11 @@ static void bt__fp8_gemm_cpu(bt_dtype dt, void *C, const uint8_t *A, bt_dtype fa
    SwiGLU's gradient of its input h2 from x2 ([rows, 2 cols]) (bt_k_fp8_cast_act). */
 static void bt__fp8_cast_act(bt_fp8_state *st, int role, bt_fp8_act act, bt_tensor *x2, bt_tensor *h2, bt_tensor *q, bt_tensor *qt,
                              bt_tensor *colsum, float *slot) {
-    int current = st->opts.recipe == BT_FP8_CURRENT || !(st->primed >> role & 1u);
-    st->seen |= 1u << role;
-    float *row = (float *)bt_data_ptr(st->buf) + role * (2 + st->opts.history);
+    int current = !bt__fp8_delayed(st, role);
+    float *row = bt__fp8_role_row(st, role);
     bt_dtype fmt = bt_fp8_format(role);
     int64_t rows = x2->shape[0], cols = act == BT_FP8_ACT_SWIGLU ? x2->shape[1] / 2 : act == BT_FP8_ACT_DSWIGLU ? 2 * x2->shape[1] : x2->shape[1];
     uint8_t *qp = q ? (uint8_t *)bt_data_ptr(q) : NULL, *qtp = qt ? (uint8_t *)bt_data_ptr(qt) : NULL;
-    st->buf->storage->version++;
     if (bt__is_gpu(x2)) {
 #ifdef BT_CUDA
         const void *hp = h2 ? bt_data_ptr(h2) : NULL;

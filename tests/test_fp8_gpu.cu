@@ -29,7 +29,9 @@
                CPU's within fp32 accumulation's), and the scaling states are the same bits after
                each update.
      the head  bt_linear_cross_entropy_fp8 against bt_cross_entropy(bt_linear_fp8(..)), and in 4
-               chunks against 1 (the bounds at test_lxent_op).
+               chunks against 1 (the bounds at test_lxent_op); the fused cross-entropy writing its
+               logit gradient in FP8 against the fused kernel then the cast, every byte and bit
+               (test_xent_fp8), and the byte transpose.
      folded    bt_k_fp8_cast_act (GELU, DGELU) against bt_k_unary / bt_k_unary_backward written out
                and cast: the same bytes, scales and amaxes; DGELU's column sums per 64 rows within
                fp32's bound of float64 sums. bt_mlp_gelu_fp8 against the composition it replaces:
@@ -741,6 +743,86 @@ static void test_lxent_op(void) {
     free(tg); free(xv); free(wv);
 }
 
+/* The logit gradient's FP8 bytes from the fused cross-entropy (bt_k_cross_entropy_fused_fp8) against
+   bt_k_cross_entropy_fused then bt_k_fp8_cast with the same scale, on fresh logits: q, q^T, the
+   losses, lse, the scale used and the accumulated amax, every bit; rows with ignore_index, padding
+   past V, q or q^T alone; a vocabulary wider than a block's shared memory (the two kernels and the
+   cast) and f32 (the same). bt_k_fp8_transpose against the host's transpose. Returns the wrong ones. */
+static long xent_fp8_case(bt_dtype dt, bt_dtype fmt, long N, long V, long Vp, int outs) {
+    long n = N * Vp, bad = 0;
+    size_t es = bt_dtype_size(dt);
+    float *lv = (float *)malloc(sizeof(float) * (size_t)n), gl[2048];
+    int32_t *tg = (int32_t *)malloc(sizeof(int32_t) * (size_t)N);
+    for (long i = 0; i < n; i++) lv[i] = (float)(3.0 * rnorm());
+    round_to(dt, lv, n);
+    for (long i = 0; i < N; i++) { tg[i] = i % 7 == 3 ? -1 : (int32_t)(rbits() % (uint64_t)V); gl[i] = (float)(1.0 / N * (0.5 + runif())); }
+    bt_device g = bt_cuda_device(0);
+    bt_tensor *lt = tensor_of(lv, bt_shape2(N, Vp), dt, g);
+    void *z[2] = {dev_alloc((size_t)n * es), dev_alloc((size_t)n * es)};
+    int32_t *dtg = (int32_t *)dev_alloc(sizeof(int32_t) * (size_t)N);
+    float *dgl = (float *)dev_alloc(sizeof(float) * (size_t)N), *lo = (float *)dev_alloc(sizeof(float) * (size_t)(4 * N));
+    float *f = (float *)dev_alloc(8 * sizeof(float));           /* per side: [0] scale_in, [1] scale_used, [2] -, [3] amax_acc */
+    float init[8] = {0.00071f, -1.f, 0.f, 0.f, 0.00071f, -1.f, 0.f, 0.f};
+    uint8_t *q[2] = {(uint8_t *)dev_alloc((size_t)n), (uint8_t *)dev_alloc((size_t)n)};
+    uint8_t *qt[2] = {(uint8_t *)dev_alloc((size_t)n), (uint8_t *)dev_alloc((size_t)n)};
+    int *dbad = (int *)dev_alloc(sizeof(int));
+    CK(cudaMemset(dbad, 0, sizeof(int)));
+    CK(cudaMemcpy(f, init, sizeof init, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dtg, tg, sizeof(int32_t) * (size_t)N, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dgl, gl, sizeof(float) * (size_t)N, cudaMemcpyHostToDevice));
+    for (int k = 0; k < 2; k++) CK(cudaMemcpy(z[k], bt_data_ptr(lt), (size_t)n * es, cudaMemcpyDeviceToDevice));
+    CK(cudaDeviceSynchronize());
+    cudaStream_t s = st0();
+    uint8_t *wq = outs & 1 ? q[1] : NULL, *wqt = outs & 2 ? qt[1] : NULL;
+    bt_k_cross_entropy_fused(dt, lo, lo + N, z[0], dtg, dgl, N, V, Vp, -1, dbad, s);
+    bt_k_fp8_cast(dt, fmt, q[0], qt[0], z[0], N, Vp, NULL, f, f + 1, f + 3, s);
+    bt_k_cross_entropy_fused_fp8(dt, fmt, lo + 2 * N, lo + 3 * N, z[1], wq, wqt, dtg, dgl, N, V, Vp, -1, dbad, f + 4, f + 5, f + 7, s);
+    CK(cudaStreamSynchronize(s));
+    for (int k = 0; k < 2; k++) {
+        if (!(outs >> k & 1)) continue;
+        uint8_t *h0 = (uint8_t *)to_host(k ? qt[0] : q[0], (size_t)n), *h1 = (uint8_t *)to_host(k ? qt[1] : q[1], (size_t)n);
+        for (long i = 0; i < n; i++) bad += h0[i] != h1[i];
+        free(h0); free(h1);
+    }
+    float *hl = (float *)to_host(lo, sizeof(float) * (size_t)(4 * N)), hf[8];
+    for (long i = 0; i < 2 * N; i++) bad += bits_of(hl[i]) != bits_of(hl[2 * N + i]);
+    CK(cudaMemcpy(hf, f, sizeof hf, cudaMemcpyDeviceToHost));
+    bad += bits_of(hf[1]) != bits_of(hf[5]) || bits_of(hf[3]) != bits_of(hf[7]) || hf[7] <= 0.f;
+    int hb;
+    CK(cudaMemcpy(&hb, dbad, sizeof hb, cudaMemcpyDeviceToHost));
+    bad += hb != 0;
+    free(hl);
+    for (int k = 0; k < 2; k++) { CK(cudaFree(z[k])); CK(cudaFree(q[k])); CK(cudaFree(qt[k])); }
+    CK(cudaFree(dtg)); CK(cudaFree(dgl)); CK(cudaFree(lo)); CK(cudaFree(f)); CK(cudaFree(dbad));
+    bt_release(lt);
+    free(lv); free(tg);
+    return bad;
+}
+static void test_xent_fp8(void) {
+    NEED_FP8();
+    struct { bt_dtype dt, fmt; long N, V, Vp; int outs; } cases[] = {
+        {BT_BF16, BT_F8E5M2, 64, 500, 512, 3}, {BT_BF16, BT_F8E5M2, 48, 1000, 1024, 1}, {BT_BF16, BT_F8E5M2, 32, 1000, 1024, 2},
+        {BT_F16, BT_F8E5M2, 32, 777, 784, 3}, {BT_BF16, BT_F8E4M3, 16, 4096, 4096, 3}, {BT_BF16, BT_F8E5M2, 16, 50257, 50304, 3},
+        {BT_BF16, BT_F8E5M2, 16, 120000, 120064, 3}, {BT_F32, BT_F8E5M2, 32, 500, 512, 3},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        long bad = xent_fp8_case(cases[i].dt, cases[i].fmt, cases[i].N, cases[i].V, cases[i].Vp, cases[i].outs);
+        BT_CHECK(bad == 0, "%s -> %s, N %ld, V %ld, Vp %ld, outputs %d: %ld wrong (bytes, losses, lse, scale, amax)", bt_dtype_name(cases[i].dt),
+                 bt_dtype_name(cases[i].fmt), cases[i].N, cases[i].V, cases[i].Vp, cases[i].outs, bad);
+    }
+    const long R = 48, C = 80;                               /* the byte transpose */
+    uint8_t *hq = (uint8_t *)malloc((size_t)(R * C)), *d[2] = {(uint8_t *)dev_alloc((size_t)(R * C)), (uint8_t *)dev_alloc((size_t)(R * C))};
+    for (long i = 0; i < R * C; i++) hq[i] = (uint8_t)rbits();
+    CK(cudaMemcpy(d[0], hq, (size_t)(R * C), cudaMemcpyHostToDevice));
+    bt_k_fp8_transpose(d[1], d[0], R, C, st0());
+    CK(cudaStreamSynchronize(st0()));
+    uint8_t *ht = (uint8_t *)to_host(d[1], (size_t)(R * C));
+    long tb = 0;
+    for (long i = 0; i < R; i++) for (long c = 0; c < C; c++) tb += ht[c * R + i] != hq[i * C + c];
+    BT_CHECK(tb == 0, "bt_k_fp8_transpose [%ld, %ld]: %ld bytes wrong", R, C, tb);
+    free(hq); free(ht); CK(cudaFree(d[0])); CK(cudaFree(d[1]));
+}
+
 /* the GPU's conditions: dimensions multiples of 16, a dtype its kernels read, the state on x's device */
 static void test_errors(void) {
     NEED_FP8();
@@ -777,6 +859,7 @@ int main(void) {
     BT_RUN(test_cast_swiglu);
     BT_RUN(test_swiglu_op);
     BT_RUN(test_lxent_op);
+    BT_RUN(test_xent_fp8);
     BT_RUN(test_errors);
     return bt_test_summary("test_fp8_gpu");
 }
