@@ -151,6 +151,25 @@ __device__ __forceinline__ unsigned bt__k_block_umax(unsigned v) {
     if (t < 32) v = __reduce_max_sync(0xffffffffu, t < nw ? sh[t] : 0u);
     return v;
 }
+/* the transposes' store (the vector cast's and bt_k_fp8_transpose's): tile holds the bytes of rows r0 ..
+   r0 + 63, columns c0 .. c0 + 63 of a [rows, cols] matrix, 4 a word (row r, column j at word j / 4,
+   byte j % 4); the thread (tcol, tk) writes column c0 + tcol's bytes of rows r0 + 16 tk .. + 15 as one
+   16-byte store to qt [cols, rows] */
+__device__ __forceinline__ void bt__k_fp8_tile_col(uint8_t *qt, const uint32_t (*tile)[17], int64_t r0, int64_t c0, int64_t rows,
+                                                   int64_t cols, int tcol, int tk) {
+    const int64_t c = c0 + tcol, i0 = r0 + 16 * tk;
+    if (c >= cols || i0 >= rows) return;
+    uint32_t o[4];
+    const int sh = 8 * (tcol & 3);
+#pragma unroll
+    for (int a = 0; a < 4; a++) {
+        uint32_t w = 0;
+#pragma unroll
+        for (int b = 0; b < 4; b++) w |= (tile[16 * tk + 4 * a + b][tcol >> 2] >> sh & 0xffu) << (8 * b);
+        o[a] = w;
+    }
+    *reinterpret_cast<uint4 *>(qt + c * rows + i0) = make_uint4(o[0], o[1], o[2], o[3]);
+}
 /* the value a cast quantises (bt_fp8_act): x; gelu(x) rounded to T; x gelu'(h) rounded to T. The
    functors of bt_k_unary / bt_k_unary_backward, so the same bits as those kernels' outputs. */
 template <typename T, int ACT> __device__ __forceinline__ float bt__k_fp8_val(T x, T h) {
@@ -360,19 +379,7 @@ __global__ void __launch_bounds__(256) bt__k_fp8_cast64_kernel(uint8_t *q, uint8
         }
         if (qt) {                                     /* uniform over the block */
             __syncthreads();
-            const int64_t c = c0 + tcol, i0 = r0 + 16 * tk;
-            if (c < cols && i0 < rows) {
-                uint32_t o[4];
-                const int sh = 8 * (tcol & 3);
-#pragma unroll
-                for (int a = 0; a < 4; a++) {
-                    uint32_t w = 0;
-#pragma unroll
-                    for (int b = 0; b < 4; b++) w |= (tile[16 * tk + 4 * a + b][tcol >> 2] >> sh & 0xffu) << (8 * b);
-                    o[a] = w;
-                }
-                *reinterpret_cast<uint4 *>(qt + c * rows + i0) = make_uint4(o[0], o[1], o[2], o[3]);
-            }
+            bt__k_fp8_tile_col(qt, tile, r0, c0, rows, cols, tcol, tk);
             __syncthreads();                          /* the next tile overwrites it */
         }
     }
@@ -464,19 +471,7 @@ __global__ void __launch_bounds__(256) bt__k_fp8_transpose_kernel(uint8_t *qt, c
         if (i < rows && c < cols) v = *reinterpret_cast<const uint4 *>(q + i * cols + c);
         tile[lr][4 * lc] = v.x; tile[lr][4 * lc + 1] = v.y; tile[lr][4 * lc + 2] = v.z; tile[lr][4 * lc + 3] = v.w;
         __syncthreads();
-        const int64_t oc = c0 + tcol, i0 = r0 + 16 * tk;
-        if (oc < cols && i0 < rows) {
-            uint32_t o[4];
-            const int sh = 8 * (tcol & 3);
-#pragma unroll
-            for (int a = 0; a < 4; a++) {
-                uint32_t w = 0;
-#pragma unroll
-                for (int b = 0; b < 4; b++) w |= (tile[16 * tk + 4 * a + b][tcol >> 2] >> sh & 0xffu) << (8 * b);
-                o[a] = w;
-            }
-            *reinterpret_cast<uint4 *>(qt + oc * rows + i0) = make_uint4(o[0], o[1], o[2], o[3]);
-        }
+        bt__k_fp8_tile_col(qt, tile, r0, c0, rows, cols, tcol, tk);
         __syncthreads();                              /* the next tile overwrites it */
     }
 }
@@ -489,26 +484,22 @@ BTDEF void bt_k_fp8_transpose(uint8_t *qt, const uint8_t *q, int64_t rows, int64
     bt__k_fp8_transpose_kernel<<<bt__k_blocks(ntiles * 256, 256), 256, 0, s>>>(qt, q, rows, cols);
     BT__K_LAUNCHED("bt_k_fp8_transpose");
 }
-/* bt_kernels.cuh's fused cross-entropy writer for FP8: the row's vector c of VE gradient values (already
-   rounded to T) to VE bytes of q at [row, c VE], each x * r converted as the vector cast converts,
-   the amax kept per thread and merged once per block (done) */
+/* bt_kernels.cuh's fused cross-entropy writer for FP8 (T bf16 or f16: a vector is 8 values): the row's
+   vector c of gradient values (already rounded to T) to 8 bytes of q at [row, 8 c], each x * r
+   converted as the vector cast converts, the amax kept per thread and merged once per block (done) */
 template <typename T, int E5M2> struct bt__k_xf_fp8 {
     uint8_t *q; int64_t Vp; float r; const float *scale_in; float *scale_used; unsigned *amax, m;
     void shift(int64_t r0) { q += r0 * Vp; }
     __device__ __forceinline__ void start() { r = 1.f / *scale_in; }   /* as the cast's reciprocal */
     __device__ __forceinline__ void put(T *, int64_t row, int64_t c, const T *a) {
-        const int VE = 16 / sizeof(T);
-        uint32_t w[VE / 4];
+        uint32_t w[2] = {0u, 0u};
 #pragma unroll
-        for (int j = 0; j < VE; j += 2) {
+        for (int j = 0; j < 8; j += 2) {
             const float f0 = bt__k_tof(a[j]), f1 = bt__k_tof(a[j + 1]);
             m = max(m, max(bt__abs_bits(f0), bt__abs_bits(f1)));
-            const uint32_t b = bt__k_fp8_cvt2<E5M2>(__fmul_rn(f0, r), __fmul_rn(f1, r));
-            if (j % 4 == 0) w[j / 4] = b; else w[j / 4] |= b << 16;
+            w[j / 4] |= bt__k_fp8_cvt2<E5M2>(__fmul_rn(f0, r), __fmul_rn(f1, r)) << (8 * (j % 4));
         }
-        uint8_t *o = q + row * Vp + c * VE;
-        if (VE == 8) *reinterpret_cast<uint2 *>(o) = make_uint2(w[0], w[VE / 4 - 1]);
-        else *reinterpret_cast<uint32_t *>(o) = w[0];
+        *reinterpret_cast<uint2 *>(q + row * Vp + c * 8) = make_uint2(w[0], w[1]);
     }
     __device__ __forceinline__ void done() {
         const unsigned bm = bt__k_block_umax(m);
@@ -518,12 +509,16 @@ template <typename T, int E5M2> struct bt__k_xf_fp8 {
         }
     }
 };
-template <typename T, int E5M2>
-static int bt__k_xf_fp8_run(float *losses, float *lse, T *logits, uint8_t *q, const int32_t *targets, const float *gloss, int64_t N,
-                            int64_t V, int64_t Vp, int ignore_index, int *bad, const float *scale_in, float *scale_used, float *amax_acc,
-                            cudaStream_t s) {
-    bt__k_xf_fp8<T, E5M2> w = {q, Vp, 0.f, scale_in, scale_used, (unsigned *)amax_acc, 0u};
-    return bt__k_xf_launch<T>(losses, lse, logits, targets, gloss, N, V, Vp, ignore_index, bad, w, s);
+template <typename T>
+static int bt__k_xf_fp8_run(int e5, float *losses, float *lse, void *logits, uint8_t *q, const int32_t *targets, const float *gloss,
+                            int64_t N, int64_t V, int64_t Vp, int ignore_index, int *bad, const float *scale_in, float *scale_used,
+                            float *amax_acc, cudaStream_t s) {
+    if (e5) {
+        bt__k_xf_fp8<T, 1> w = {q, Vp, 0.f, scale_in, scale_used, (unsigned *)amax_acc, 0u};
+        return bt__k_xf_launch<T>(losses, lse, (T *)logits, targets, gloss, N, V, Vp, ignore_index, bad, w, s);
+    }
+    bt__k_xf_fp8<T, 0> w = {q, Vp, 0.f, scale_in, scale_used, (unsigned *)amax_acc, 0u};
+    return bt__k_xf_launch<T>(losses, lse, (T *)logits, targets, gloss, N, V, Vp, ignore_index, bad, w, s);
 }
 BTDEF void bt_k_cross_entropy_fused_fp8(bt_dtype dt, bt_dtype fmt, float *losses, float *lse, void *logits, uint8_t *q, uint8_t *qt,
                                         const int32_t *targets, const float *gloss, int64_t N, int64_t V, int64_t Vp, int ignore_index,
@@ -534,17 +529,14 @@ BTDEF void bt_k_cross_entropy_fused_fp8(bt_dtype dt, bt_dtype fmt, float *losses
     if (qt && (N % 16 || Vp % 16 || !bt__k_aligned16(qt)))
         bt_error("bt_k_cross_entropy_fused_fp8: [%lld, %lld] with a transpose: needs N and Vp multiples of 16 and 16-byte aligned qt",
                  (long long)N, (long long)Vp);
-    int done = 0;
+    int done = 0, e5 = fmt == BT_F8E5M2;
     uint8_t *qq = q;
     if (!qq && qt) qq = (uint8_t *)bt__k_scratch((size_t)(N * Vp), s);   /* the transpose's source */
-    if (qq && bt__k_aligned16(qq) && (dt == BT_BF16 || dt == BT_F16)) {
-        BT__K_DISPATCH3(dt, "bt_k_cross_entropy_fused_fp8", {
-            if (sizeof(T) == 2)
-                done = fmt == BT_F8E5M2
-                    ? bt__k_xf_fp8_run<T, 1>(losses, lse, (T *)logits, qq, targets, gloss, N, V, Vp, ignore_index, bad, scale_in, scale_used, amax_acc, s)
-                    : bt__k_xf_fp8_run<T, 0>(losses, lse, (T *)logits, qq, targets, gloss, N, V, Vp, ignore_index, bad, scale_in, scale_used, amax_acc, s);
-        })
-    }
+    if (qq && bt__k_aligned16(qq) && dt == BT_BF16)
+        done = bt__k_xf_fp8_run<__nv_bfloat16>(e5, losses, lse, logits, qq, targets, gloss, N, V, Vp, ignore_index, bad, scale_in, scale_used,
+                                               amax_acc, s);
+    else if (qq && bt__k_aligned16(qq) && dt == BT_F16)
+        done = bt__k_xf_fp8_run<__half>(e5, losses, lse, logits, qq, targets, gloss, N, V, Vp, ignore_index, bad, scale_in, scale_used, amax_acc, s);
     if (done) {
         BT__K_LAUNCHED("bt_k_cross_entropy_fused_fp8");
         if (qt) bt_k_fp8_transpose(qt, qq, N, Vp, s);

@@ -11,12 +11,12 @@
      v3  v2 with two rows' loads in flight per warp or group (both rows in registers, then the norm
          of each: the same bt__k_ln_row calls, so the same bits)
      v4  v2 with four rows in flight
-   Measured (H200, 2026-12-03, the library's versions of v1 and v2 beside v0 in bench_kernels, see
-   bench/RESULTS.md#fp8; that v1 converted one element an instruction, here two): v1 51.3 against
-   51.4 us at [8192, 1600], 37.4 against 38.3 at [16384, 768]; v2 51.2 against 47.9 and 36.4
-   against 38.1. v3 and v4 were written after the device time was spent: run this to see whether
-   rows in flight are what the one-kernel form lacks (ptxas: v3 72 registers on the block rows, 100
-   on the warp path; v4 118, and 128 with spills on the warp path).
+   Measured here (H200, 2026-12-03, bench/RESULTS.md#fp8), us at [8192, 1600] / [16384, 768]: v0
+   43.6 / 35.6, v1 39.5 / 27.3, v2 41.8 / 29.5, v3 55.5 / 33.5, v4 55.6 / 35.3, every version the
+   pair's bytes. Rows in flight lose (ptxas: v3 72 registers on the block rows, 100 on the warp
+   path; v4 118, and 128 with spills), so what the one-kernel form lacked was not loads in flight;
+   v1 wins, by ~0.4-0.8 ms a step in a model, which did not pay for the fused ops (the library's
+   v2 measured +0.3% end to end at d12, nothing at d48; its ops are in commit 75e1e17).
    Each version is checked against v0 on fresh random inputs (q, qt, mean, rstd, the scale used and
    the amax, every byte) and timed with CUDA events (the median of 50 calls), at GPT-2 1.5B's
    [8192, 1600] (the block-row path) and GPT-2 124M B 16's [16384, 768] (the warp path).
