@@ -1,0 +1,120 @@
+/* fp8_transpose: qt [cols, rows] = q [rows, cols]^T for FP8 bytes, the K-contiguous copy the other FP8
+   product needs (bt_fp8.cuh's bt_k_fp8_transpose: the FP8 head's logit gradient dz^T, made from the
+   e5m2 dz that the fused cross-entropy writes). 2 bytes of traffic an element. The ladder:
+     v0  bt_k_fp8_transpose, what ships: a 64 x 64 tile a block at a time (grid-stride), a thread
+         reads 16 bytes of a row into a shared tile of 64 rows x 16 words and, after the barrier,
+         writes 16 bytes of a column (bt__k_fp8_tile_col); 16 bytes in flight a thread
+     v1  64 x 256 tiles: a thread issues the loads of four 64 x 64 tiles side by side (64 bytes in
+         flight) before it stores any to shared memory, then writes the four columns' 16 bytes
+     v2  v0 with the next tile's 16 bytes loaded into a register before this tile's transpose
+         (the load in flight across the barriers)
+   Measured by bench/RESULTS.md#fp8's profile (H200, 2026-12-03): v0 at 181 us for [4096, 50304], 2.3
+   TB/s, where the cast it replaced (bf16 in, q and qt out, 4 bytes an element) ran at 3.0 TB/s.
+   Each version is checked against the host's transpose of fresh random bytes (every byte) and timed
+   with CUDA events (the median of 50 calls) at the FP8 head's chunk [4096, 50304] and at the hidden
+   layer's [8192, 6400] (d48) and [16384, 3072] (d12 B 16).
+   Build: make dev (build/dev/fp8_transpose); run: build/dev/fp8_transpose */
+#define BT_ALLOC_IMPLEMENTATION
+#define BT_KERNELS_IMPLEMENTATION
+#include "bt_kernels.cuh"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <algorithm>
+
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); exit(1); } } while (0)
+
+/* v1: NT 64 x 64 tiles side by side a block (NT = 4: 64 rows x 256 columns), their loads first */
+template <int NT>
+__global__ void __launch_bounds__(256) transpose_wide(uint8_t *qt, const uint8_t *q, int64_t rows, int64_t cols) {
+    __shared__ uint32_t tile[NT][64][17];
+    const int t = threadIdx.x, lr = t >> 2, lc = t & 3, tcol = t >> 2, tk = t & 3;
+    const int64_t tc = (cols + 64 * NT - 1) / (64 * NT), ntiles = (rows + 63) / 64 * tc;
+    for (int64_t tt = blockIdx.x; tt < ntiles; tt += gridDim.x) {
+        const int64_t r0 = tt / tc * 64, c0 = tt % tc * 64 * NT, i = r0 + lr;
+        uint4 v[NT];
+#pragma unroll
+        for (int u = 0; u < NT; u++) {
+            const int64_t c = c0 + 64 * u + 16 * lc;
+            v[u] = i < rows && c < cols ? *reinterpret_cast<const uint4 *>(q + i * cols + c) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < NT; u++) {
+            tile[u][lr][4 * lc] = v[u].x; tile[u][lr][4 * lc + 1] = v[u].y; tile[u][lr][4 * lc + 2] = v[u].z; tile[u][lr][4 * lc + 3] = v[u].w;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int u = 0; u < NT; u++) bt__k_fp8_tile_col(qt, tile[u], r0, c0 + 64 * u, rows, cols, tcol, tk);
+        __syncthreads();
+    }
+}
+/* v2: v0 with the next tile's load issued before this tile's barriers */
+__global__ void __launch_bounds__(256) transpose_next(uint8_t *qt, const uint8_t *q, int64_t rows, int64_t cols) {
+    __shared__ uint32_t tile[64][17];
+    const int t = threadIdx.x, lr = t >> 2, lc = t & 3, tcol = t >> 2, tk = t & 3;
+    const int64_t tc = (cols + 63) / 64, ntiles = (rows + 63) / 64 * tc;
+    auto load = [&](int64_t tt) {
+        const int64_t i = tt / tc * 64 + lr, c = tt % tc * 64 + 16 * lc;
+        return tt < ntiles && i < rows && c < cols ? *reinterpret_cast<const uint4 *>(q + i * cols + c) : make_uint4(0, 0, 0, 0);
+    };
+    uint4 v = load(blockIdx.x);
+    for (int64_t tt = blockIdx.x; tt < ntiles; tt += gridDim.x) {
+        const int64_t r0 = tt / tc * 64, c0 = tt % tc * 64;
+        tile[lr][4 * lc] = v.x; tile[lr][4 * lc + 1] = v.y; tile[lr][4 * lc + 2] = v.z; tile[lr][4 * lc + 3] = v.w;
+        v = load(tt + gridDim.x);
+        __syncthreads();
+        bt__k_fp8_tile_col(qt, tile, r0, c0, rows, cols, tcol, tk);
+        __syncthreads();
+    }
+}
+static void launch(int ver, uint8_t *qt, const uint8_t *q, int64_t rows, int64_t cols, cudaStream_t s) {
+    int sms = 0;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    if (ver == 0) { bt_k_fp8_transpose(qt, q, rows, cols, s); return; }
+    const int64_t nt = ver == 1 ? (rows + 63) / 64 * ((cols + 255) / 256) : (rows + 63) / 64 * ((cols + 63) / 64);
+    const unsigned grid = (unsigned)std::min<int64_t>(nt, (int64_t)sms * 16);
+    if (ver == 1) transpose_wide<4><<<grid, 256, 0, s>>>(qt, q, rows, cols);
+    else transpose_next<<<grid, 256, 0, s>>>(qt, q, rows, cols);
+    CK(cudaGetLastError());
+}
+
+int main(void) {
+    bt_k_init(0);
+    cudaStream_t s = (cudaStream_t)0;
+    const int64_t shapes[3][2] = {{4096, 50304}, {8192, 6400}, {16384, 3072}};
+    const int REPS = 50, NVER = 3;
+    cudaEvent_t e0[REPS], e1[REPS];
+    for (int i = 0; i < REPS; i++) { CK(cudaEventCreate(&e0[i])); CK(cudaEventCreate(&e1[i])); }
+    for (int k = 0; k < 3; k++) {
+        const int64_t rows = shapes[k][0], cols = shapes[k][1], n = rows * cols;
+        uint8_t *hq = (uint8_t *)malloc((size_t)n), *ht = (uint8_t *)malloc((size_t)n), *q, *qt;
+        uint64_t r = 0x9e3779b97f4a7c15ull + (uint64_t)k;
+        for (int64_t j = 0; j < n; j++) { r ^= r << 13; r ^= r >> 7; r ^= r << 17; hq[j] = (uint8_t)(r >> 24); }
+        CK(cudaMalloc(&q, (size_t)n)); CK(cudaMalloc(&qt, (size_t)n));
+        CK(cudaMemcpy(q, hq, (size_t)n, cudaMemcpyHostToDevice));
+        printf("[%lld, %lld] bytes\n", (long long)rows, (long long)cols);
+        for (int ver = 0; ver < NVER; ver++) {
+            CK(cudaMemset(qt, 0xa5, (size_t)n));
+            launch(ver, qt, q, rows, cols, s);
+            CK(cudaDeviceSynchronize());
+            CK(cudaMemcpy(ht, qt, (size_t)n, cudaMemcpyDeviceToHost));
+            long bad = 0;
+            for (int64_t i = 0; i < rows; i++)
+                for (int64_t c = 0; c < cols; c++) bad += ht[c * rows + i] != hq[i * cols + c];
+            for (int rep = 0; rep < REPS + 3; rep++) {
+                if (rep >= 3) CK(cudaEventRecord(e0[rep - 3], s));
+                launch(ver, qt, q, rows, cols, s);
+                if (rep >= 3) CK(cudaEventRecord(e1[rep - 3], s));
+            }
+            CK(cudaDeviceSynchronize());
+            float ms[REPS];
+            for (int rep = 0; rep < REPS; rep++) CK(cudaEventElapsedTime(&ms[rep], e0[rep], e1[rep]));
+            std::sort(ms, ms + REPS);
+            const double us = 1e3 * ms[REPS / 2];
+            printf("  v%d  %7.1f us  %6.0f GB/s (q read, qt written)  %s\n", ver, us, 2.0 * (double)n / (us * 1e-6) / 1e9,
+                   bad ? "WRONG bytes" : "every byte the host's transpose");
+        }
+        CK(cudaFree(q)); CK(cudaFree(qt)); free(hq); free(ht);
+    }
+    return 0;
+}
