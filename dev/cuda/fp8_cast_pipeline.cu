@@ -1,0 +1,211 @@
+/* fp8_cast_pipeline: the vector cast of bt_fp8.cuh (bt__k_fp8_cast64_kernel: x, or GELU / its derivative
+   folded in, to e4m3 / e5m2 bytes q and their transpose qt, delayed scaling's amax in the same pass,
+   DGELU's 64-row column sums) with its loads kept in flight across a tile's barriers. The casts are
+   13-15% of an FP8 step's kernel time (bench/RESULTS.md#fp8: 16.6 of 126.2 ms at GPT-2 1.5B B 8,
+   3.7 of 24.9 at 124M B 16) and run at 60-78% of a copy's bandwidth; each block does its tiles in
+   turn, and between a tile's loads and the next tile's sit the conversion and two barriers, so a
+   thread has 32 bytes (DGELU 64) in flight only part of the time. The ladder:
+     v0  bt_k_fp8_cast / bt_k_fp8_cast_act, what ships
+     v1  the same kernel with the next tile's inputs loaded into registers before this tile's
+         conversion (the same per-element functions: the same bytes, amax and column sums)
+     q   v0 writing q only (no transpose: what the transpose costs; not a candidate)
+     copy  cudaMemcpy of x (device to device): the bandwidth a pass over x can have
+   ptxas (sm_90a, CUDA 13.0), registers a thread: v0 32 (x, GELU) and 40 (DGELU); v1 40 and 64 (6 and 4
+   blocks of 256 an SM where v0 has 8 and 6). Not yet run.
+   Each version is checked against v0 (q, qt, the scale used, the amax, DGELU's column sums: every
+   bit) on fresh random bf16 inputs, and timed with CUDA events (the median of 50 calls) at the
+   shapes the FP8 models cast: GPT-2 1.5B B 8's activations [8192, 1600], hidden layer [8192, 6400]
+   and qkv gradient [8192, 4800]; 124M B 16's hidden layer [16384, 3072].
+   Build: make dev (build/dev/fp8_cast_pipeline); run: build/dev/fp8_cast_pipeline */
+#define BT_ALLOC_IMPLEMENTATION
+#define BT_KERNELS_IMPLEMENTATION
+#include "bt_kernels.cuh"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <algorithm>
+
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); exit(1); } } while (0)
+typedef __nv_bfloat16 T;
+
+/* a thread's inputs of one 64 x 64 tile: rows ry and ry + 32, columns c .. c + 7 of x (and of h: DGELU) */
+template <int ACT> struct tile_in { T x[2][8], h[ACT == BT_FP8_ACT_DGELU ? 2 : 1][8]; };
+template <int ACT>
+__device__ __forceinline__ void load_tile(tile_in<ACT> &in, const T *x, const T *hp, int64_t tt, int64_t ntiles, int64_t tc, int64_t rows,
+                                          int64_t cols, int ry, int cx) {
+    const int64_t r0 = tt / tc * 64, c = tt % tc * 64 + cx * 8;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int64_t i = r0 + ry + 32 * h;
+        if (tt < ntiles && i < rows && c < cols) {
+            bt__k_ld16(in.x[h], x + i * cols + c);
+            if (ACT == BT_FP8_ACT_DGELU) bt__k_ld16(in.h[h], hp + i * cols + c);
+        }
+    }
+}
+/* v1: v0's kernel (bt_fp8.cuh) with tile tt + gridDim.x's inputs loaded before tile tt's conversion */
+template <int E5M2, int ACT>
+__global__ void __launch_bounds__(256) cast_next(uint8_t *q, uint8_t *qt, float *colsum, const T *x, const T *hp, int64_t rows, int64_t cols,
+                                                 const float *scale_in, float *scale_used, unsigned *amax_acc) {
+    __shared__ uint32_t tile[64][17];
+    __shared__ float part[ACT == BT_FP8_ACT_DGELU ? 32 : 1][65];
+    const float s = *scale_in, r = 1.f / s;
+    const int t = threadIdx.x, cx = t & 7, ry = t >> 3, tcol = t >> 2, tk = t & 3;
+    const int64_t tc = (cols + 63) / 64, ntiles = (rows + 63) / 64 * tc;
+    unsigned m = 0;
+    tile_in<ACT> cur;
+    load_tile<ACT>(cur, x, hp, blockIdx.x, ntiles, tc, rows, cols, ry, cx);
+    for (int64_t tt = blockIdx.x; tt < ntiles; tt += gridDim.x) {
+        const int64_t r0 = tt / tc * 64, c0 = tt % tc * 64;
+        tile_in<ACT> nxt;
+        load_tile<ACT>(nxt, x, hp, tt + gridDim.x, ntiles, tc, rows, cols, ry, cx);
+        float cs[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) cs[j] = 0.f;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int lr = ry + 32 * h;
+            const int64_t i = r0 + lr, c = c0 + cx * 8;
+            uint32_t w0 = 0, w1 = 0;
+            if (i < rows && c < cols) {
+                float fv[8];
+#pragma unroll
+                for (int j = 0; j < 8; j++) fv[j] = bt__k_fp8_val<T, ACT>(cur.x[h][j], ACT == BT_FP8_ACT_DGELU ? cur.h[h][j] : cur.x[h][j]);
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    cs[j] += fv[j];
+                    m = max(m, bt__abs_bits(fv[j]));
+                }
+#pragma unroll
+                for (int j = 0; j < 8; j += 2) {
+                    uint32_t b = bt__k_fp8_cvt2<E5M2>(__fmul_rn(fv[j], r), __fmul_rn(fv[j + 1], r));
+                    if (j < 4) w0 |= b << (8 * j); else w1 |= b << (8 * (j - 4));
+                }
+                *reinterpret_cast<uint2 *>(q + i * cols + c) = make_uint2(w0, w1);
+            }
+            tile[lr][2 * cx] = w0; tile[lr][2 * cx + 1] = w1;
+        }
+        if (ACT == BT_FP8_ACT_DGELU) {
+#pragma unroll
+            for (int j = 0; j < 8; j++) part[ry][cx * 8 + j] = cs[j];
+            __syncthreads();
+            if (t < 64 && c0 + t < cols) {
+                float v = 0.f;
+                for (int k = 0; k < 32; k++) v += part[k][t];
+                colsum[(r0 / 64) * cols + c0 + t] = v;
+            }
+        }
+        __syncthreads();
+        bt__k_fp8_tile_col(qt, tile, r0, c0, rows, cols, tcol, tk);
+        __syncthreads();
+        cur = nxt;
+    }
+    if (blockIdx.x == 0 && t == 0) *scale_used = s;
+    m = bt__k_block_umax(m);
+    if (t == 0 && m) atomicMax(amax_acc, m);
+}
+
+struct bufs { uint8_t *q, *qt; float *cs, *f; };   /* f: [0] scale, [1] scale used, [2] amax */
+static void run(const char *ver, int act, int e5, const T *x, const T *h, int64_t rows, int64_t cols, bufs b, cudaStream_t s) {
+    if (!strcmp(ver, "v0") || !strcmp(ver, "q")) {
+        uint8_t *qt = strcmp(ver, "q") ? b.qt : NULL;
+        bt_dtype fmt = e5 ? BT_F8E5M2 : BT_F8E4M3;
+        if (act == BT_FP8_ACT_X) bt_k_fp8_cast(BT_BF16, fmt, b.q, qt, x, rows, cols, NULL, b.f, b.f + 1, b.f + 2, s);
+        else bt_k_fp8_cast_act(BT_BF16, fmt, (bt_fp8_act)act, b.q, qt, act == BT_FP8_ACT_DGELU ? b.cs : NULL, x, h, rows, cols, NULL, b.f, b.f + 1,
+                               b.f + 2, s);
+        return;
+    }
+    if (!strcmp(ver, "copy")) { CK(cudaMemcpyAsync((void *)b.q, x, (size_t)(rows * cols) * 2, cudaMemcpyDeviceToDevice, s)); return; }
+    int sms = 0;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const unsigned grid = (unsigned)std::min<int64_t>((rows + 63) / 64 * ((cols + 63) / 64), (int64_t)sms * 16);
+    unsigned *am = (unsigned *)(b.f + 2);
+#define L(E, A) cast_next<E, A><<<grid, 256, 0, s>>>(b.q, b.qt, b.cs, x, h, rows, cols, b.f, b.f + 1, am)
+    if (act == BT_FP8_ACT_X) { if (e5) L(1, BT_FP8_ACT_X); else L(0, BT_FP8_ACT_X); }
+    else if (act == BT_FP8_ACT_GELU) { if (e5) L(1, BT_FP8_ACT_GELU); else L(0, BT_FP8_ACT_GELU); }
+    else { if (e5) L(1, BT_FP8_ACT_DGELU); else L(0, BT_FP8_ACT_DGELU); }
+#undef L
+    CK(cudaGetLastError());
+}
+static void fill(T *d, int64_t n, uint64_t seed, float scale) {
+    T *hbuf = (T *)malloc((size_t)n * sizeof(T));
+    uint64_t r = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (int64_t i = 0; i < n; i++) {
+        r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+        hbuf[i] = __float2bfloat16(scale * ((float)(r >> 40) / 16777216.f * 2.f - 1.f));
+    }
+    CK(cudaMemcpy(d, hbuf, (size_t)n * sizeof(T), cudaMemcpyHostToDevice));
+    free(hbuf);
+}
+static long differ(const void *a, const void *b, size_t n) {
+    unsigned char *x = (unsigned char *)malloc(n), *y = (unsigned char *)malloc(n);
+    CK(cudaMemcpy(x, a, n, cudaMemcpyDeviceToHost)); CK(cudaMemcpy(y, b, n, cudaMemcpyDeviceToHost));
+    long d = 0;
+    for (size_t i = 0; i < n; i++) d += x[i] != y[i];
+    free(x); free(y);
+    return d;
+}
+
+int main(void) {
+    bt_k_init(0);
+    cudaStream_t s = (cudaStream_t)0;
+    struct { const char *what; int act, e5; int64_t rows, cols; } cases[] = {
+        {"e4m3, an activation (d48)", BT_FP8_ACT_X, 0, 8192, 1600},
+        {"e4m3, the hidden layer (d48)", BT_FP8_ACT_X, 0, 8192, 6400},
+        {"e5m2, the qkv gradient (d48)", BT_FP8_ACT_X, 1, 8192, 4800},
+        {"e4m3 of GELU (d48)", BT_FP8_ACT_GELU, 0, 8192, 6400},
+        {"e5m2 of the GELU derivative + column sums (d48)", BT_FP8_ACT_DGELU, 1, 8192, 6400},
+        {"e4m3 of GELU (d12 B 16)", BT_FP8_ACT_GELU, 0, 16384, 3072},
+        {"e5m2 of the GELU derivative + column sums (d12 B 16)", BT_FP8_ACT_DGELU, 1, 16384, 3072},
+    };
+    const char *vers[] = {"v0", "v1", "q", "copy"};
+    const int REPS = 50;
+    cudaEvent_t e0[REPS], e1[REPS];
+    for (int i = 0; i < REPS; i++) { CK(cudaEventCreate(&e0[i])); CK(cudaEventCreate(&e1[i])); }
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const int64_t rows = cases[k].rows, cols = cases[k].cols, n = rows * cols;
+        const int act = cases[k].act, e5 = cases[k].e5;
+        T *x, *h;
+        bufs b[2];
+        CK(cudaMalloc(&x, (size_t)n * 2)); CK(cudaMalloc(&h, (size_t)n * 2));
+        fill(x, n, 3 + k, act == BT_FP8_ACT_DGELU ? 1e-3f : 4.f); fill(h, n, 17 + k, 4.f);
+        for (int j = 0; j < 2; j++) {
+            CK(cudaMalloc(&b[j].q, (size_t)n * 2)); CK(cudaMalloc(&b[j].qt, (size_t)n));
+            CK(cudaMalloc(&b[j].cs, sizeof(float) * (size_t)((rows + 63) / 64 * cols))); CK(cudaMalloc(&b[j].f, 4 * sizeof(float)));
+        }
+        /* the delayed recipe's scale: amax / fmax of this input, as a primed state would hold it (near enough) */
+        const float scale = (act == BT_FP8_ACT_DGELU ? 1e-3f * 4.f * 1.2f : 4.f) / (e5 ? 57344.f : 448.f);
+        printf("%s [%lld, %lld] bf16\n", cases[k].what, (long long)rows, (long long)cols);
+        for (size_t v = 0; v < sizeof vers / sizeof vers[0]; v++) {
+            const float init[4] = {scale, -1.f, 0.f, 0.f};
+            for (int j = 0; j < 2; j++) {
+                CK(cudaMemcpy(b[j].f, init, sizeof init, cudaMemcpyHostToDevice));
+                CK(cudaMemset(b[j].q, 0, (size_t)n)); CK(cudaMemset(b[j].qt, 0, (size_t)n));
+            }
+            run("v0", act, e5, x, h, rows, cols, b[0], s);
+            run(vers[v], act, e5, x, h, rows, cols, b[1], s);
+            CK(cudaDeviceSynchronize());
+            const char *check = "";
+            if (!strcmp(vers[v], "v1")) {
+                long bad = differ(b[0].q, b[1].q, (size_t)n) + differ(b[0].qt, b[1].qt, (size_t)n) + differ(b[0].f + 1, b[1].f + 1, 8);
+                if (act == BT_FP8_ACT_DGELU) bad += differ(b[0].cs, b[1].cs, sizeof(float) * (size_t)((rows + 63) / 64 * cols));
+                check = bad ? "DIFFERS from v0" : "the same bytes as v0";
+            } else if (!strcmp(vers[v], "q")) check = differ(b[0].q, b[1].q, (size_t)n) ? "q DIFFERS from v0's" : "q the same bytes as v0's";
+            for (int rep = 0; rep < REPS + 3; rep++) {
+                if (rep >= 3) CK(cudaEventRecord(e0[rep - 3], s));
+                run(vers[v], act, e5, x, h, rows, cols, b[1], s);
+                if (rep >= 3) CK(cudaEventRecord(e1[rep - 3], s));
+            }
+            CK(cudaDeviceSynchronize());
+            float ms[REPS];
+            for (int rep = 0; rep < REPS; rep++) CK(cudaEventElapsedTime(&ms[rep], e0[rep], e1[rep]));
+            std::sort(ms, ms + REPS);
+            const double us = 1e3 * ms[REPS / 2];
+            const double bytes = !strcmp(vers[v], "copy") ? 4.0 * n : (act == BT_FP8_ACT_DGELU ? 4.0 : 2.0) * n + (strcmp(vers[v], "q") ? 2.0 : 1.0) * n;
+            printf("  %-4s  %7.1f us  %6.0f GB/s  %s\n", vers[v], us, bytes / (us * 1e-6) / 1e9, check);
+        }
+        CK(cudaFree(x)); CK(cudaFree(h));
+        for (int j = 0; j < 2; j++) { CK(cudaFree(b[j].q)); CK(cudaFree(b[j].qt)); CK(cudaFree(b[j].cs)); CK(cudaFree(b[j].f)); }
+    }
+    return 0;
+}
