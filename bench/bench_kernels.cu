@@ -481,6 +481,29 @@ int main(void) {
             }
             for (int i = 0; i < nc; i++) { bt_free(x[i]); bt_free(hh[i]); bt_free(q[i]); bt_free(qt[i]); }
         }
+        {   /* the FP8 head's logit gradient, a chunk of 4,096 rows of GPT-2's vocabulary: the fused
+               cross-entropy in place then the e5m2 cast, against the fused kernel writing e5m2 then
+               the byte transpose; bytes: logits read (2 N V), then 2 + 4 bytes a logit, or 1 + 2 */
+            const int64_t Nh = 4096, Vh = 50257, Vph = 50304, nh = Nh * Vph;
+            nc = 1;
+            void *lg = randn(BT_BF16, nh, 170, 2);
+            uint8_t *q = (uint8_t *)dev((size_t)nh), *qt = (uint8_t *)dev((size_t)nh);
+            int32_t *tg = (int32_t *)dev(Nh * 4);
+            float *loss = (float *)dev(Nh * 4), *gloss = (float *)dev(Nh * 4);
+            bt_k_fill(BT_I32, tg, 17, Nh, S);
+            bt_k_fill(BT_F32, gloss, 1.0 / Nh, Nh, S);
+            snprintf(shp, sizeof shp, "[%lld, %lld of %lld] bf16", (long long)Nh, (long long)Vh, (long long)Vph);
+            BENCH(ms, (bt_k_cross_entropy_fused(BT_BF16, loss, NULL, lg, tg, gloss, Nh, Vh, Vph, -100, NULL, S),
+                       bt_k_fp8_cast(BT_BF16, BT_F8E5M2, q, qt, lg, Nh, Vph, NULL, sc, sc + 4, sc + 8, S)));
+            report("xent fused, then fp8_cast e5m2", shp, ms, 2.0 * Nh * Vh + 6.0 * nh, 0);
+            BENCH(ms, bt_k_cross_entropy_fused_fp8(BT_BF16, BT_F8E5M2, loss, NULL, lg, q, qt, tg, gloss, Nh, Vh, Vph, -100, NULL, sc, sc + 4,
+                                                   sc + 8, S));
+            report("xent fused fp8 + transpose", shp, ms, 2.0 * Nh * Vh + 3.0 * nh, 0);
+            snprintf(shp, sizeof shp, "[%lld, %lld] bytes", (long long)Nh, (long long)Vph);
+            BENCH(ms, bt_k_fp8_transpose(qt, q, Nh, Vph, S));
+            report("fp8_transpose", shp, ms, 2.0 * nh, 0);
+            bt_free(lg); bt_free(q); bt_free(qt); bt_free(tg); bt_free(loss); bt_free(gloss);
+        }
         bt_free(sc);
     }
     /* ---- embedding backward (tokens + positions) ---- */
