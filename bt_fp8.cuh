@@ -140,6 +140,17 @@ template <int E5M2> __device__ __forceinline__ uint8_t bt__k_fp8_cvt(float v) {
 template <int E5M2> __device__ __forceinline__ uint32_t bt__k_fp8_cvt2(float a, float b) {
     return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, E5M2 ? __NV_E5M2 : __NV_E4M3);
 }
+/* f[0 .. 7] to their bytes, each f * r rounded two a conversion (the first in the lowest byte): the
+   vector cast's and the FP8 cross-entropy's packing; m <- the larger of it and their amax bits */
+template <int E5M2> __device__ __forceinline__ uint2 bt__k_fp8_pack8(const float *f, float r, unsigned &m) {
+    uint32_t w[2] = {0u, 0u};
+#pragma unroll
+    for (int j = 0; j < 8; j += 2) {
+        m = max(m, max(bt__abs_bits(f[j]), bt__abs_bits(f[j + 1])));
+        w[j / 4] |= bt__k_fp8_cvt2<E5M2>(__fmul_rn(f[j], r), __fmul_rn(f[j + 1], r)) << (8 * (j % 4));
+    }
+    return make_uint2(w[0], w[1]);
+}
 /* the largest v of the block's threads (blockDim.x a multiple of 32, up to 1024 threads), in thread 0;
    every thread of the block calls it */
 __device__ __forceinline__ unsigned bt__k_block_umax(unsigned v) {
@@ -348,23 +359,16 @@ __global__ void __launch_bounds__(256) bt__k_fp8_cast64_kernel(uint8_t *q, uint8
         for (int h = 0; h < 2; h++) {
             const int lr = ry + 32 * h;
             const int64_t i = r0 + lr, c = c0 + cx * 8;
-            uint32_t w0 = 0, w1 = 0;
+            uint2 w = make_uint2(0u, 0u);
             if (i < rows && c < cols) {
                 float fv[8];
                 bt__k_fp8_vals8<T, ACT>(fv, x, hp, i, c, cols);
 #pragma unroll
-                for (int j = 0; j < 8; j++) {
-                    cs[j] += fv[j];
-                    m = max(m, bt__abs_bits(fv[j]));
-                }
-#pragma unroll
-                for (int j = 0; j < 8; j += 2) {       /* two elements a conversion, the first in the low byte */
-                    uint32_t b = bt__k_fp8_cvt2<E5M2>(__fmul_rn(fv[j], r), __fmul_rn(fv[j + 1], r));
-                    if (j < 4) w0 |= b << (8 * j); else w1 |= b << (8 * (j - 4));
-                }
-                if (q) *reinterpret_cast<uint2 *>(q + i * cols + c) = make_uint2(w0, w1);
+                for (int j = 0; j < 8; j++) cs[j] += fv[j];
+                w = bt__k_fp8_pack8<E5M2>(fv, r, m);
+                if (q) *reinterpret_cast<uint2 *>(q + i * cols + c) = w;
             }
-            tile[lr][2 * cx] = w0; tile[lr][2 * cx + 1] = w1;
+            tile[lr][2 * cx] = w.x; tile[lr][2 * cx + 1] = w.y;
         }
         if (ACT == BT_FP8_ACT_DGELU && colsum) {        /* uniform: the tile's 64 column sums, rows in a fixed order */
 #pragma unroll
@@ -492,14 +496,10 @@ template <typename T, int E5M2> struct bt__k_xf_fp8 {
     void shift(int64_t r0) { q += r0 * Vp; }
     __device__ __forceinline__ void start() { r = 1.f / *scale_in; }   /* as the cast's reciprocal */
     __device__ __forceinline__ void put(T *, int64_t row, int64_t c, const T *a) {
-        uint32_t w[2] = {0u, 0u};
+        float f[8];
 #pragma unroll
-        for (int j = 0; j < 8; j += 2) {
-            const float f0 = bt__k_tof(a[j]), f1 = bt__k_tof(a[j + 1]);
-            m = max(m, max(bt__abs_bits(f0), bt__abs_bits(f1)));
-            w[j / 4] |= bt__k_fp8_cvt2<E5M2>(__fmul_rn(f0, r), __fmul_rn(f1, r)) << (8 * (j % 4));
-        }
-        *reinterpret_cast<uint2 *>(q + row * Vp + c * 8) = make_uint2(w[0], w[1]);
+        for (int j = 0; j < 8; j++) f[j] = bt__k_tof(a[j]);
+        *reinterpret_cast<uint2 *>(q + row * Vp + c * 8) = bt__k_fp8_pack8<E5M2>(f, r, m);
     }
     __device__ __forceinline__ void done() {
         const unsigned bm = bt__k_block_umax(m);
@@ -531,7 +531,7 @@ BTDEF void bt_k_cross_entropy_fused_fp8(bt_dtype dt, bt_dtype fmt, float *losses
                  (long long)N, (long long)Vp);
     int done = 0, e5 = fmt == BT_F8E5M2;
     uint8_t *qq = q;
-    if (!qq && qt) qq = (uint8_t *)bt__k_scratch((size_t)(N * Vp), s);   /* the transpose's source */
+    if (!qq && qt && (dt == BT_BF16 || dt == BT_F16)) qq = (uint8_t *)bt__k_scratch((size_t)(N * Vp), s);   /* the transpose's source */
     if (qq && bt__k_aligned16(qq) && dt == BT_BF16)
         done = bt__k_xf_fp8_run<__nv_bfloat16>(e5, losses, lse, logits, qq, targets, gloss, N, V, Vp, ignore_index, bad, scale_in, scale_used,
                                                amax_acc, s);

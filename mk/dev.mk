@@ -9,5 +9,5 @@ dev: $(DEV_BINS)
 
 $(BUILD)/dev:
 	mkdir -p $@
-$(BUILD)/dev/%: dev/cuda/%.cu $(HEADERS) | $(BUILD)/dev
+$(BUILD)/dev/%: dev/cuda/%.cu dev/cuda/common.cuh $(HEADERS) | $(BUILD)/dev
 	$(NVCC_PATH) $(NVFLAGS) -o $@ $< $(NVLIBS)

@@ -18,15 +18,7 @@
    shapes the FP8 models cast: GPT-2 1.5B B 8's activations [8192, 1600], hidden layer [8192, 6400]
    and qkv gradient [8192, 4800]; 124M B 16's hidden layer [16384, 3072].
    Build: make dev (build/dev/fp8_cast_pipeline); run: build/dev/fp8_cast_pipeline */
-#define BT_ALLOC_IMPLEMENTATION
-#define BT_KERNELS_IMPLEMENTATION
-#include "bt_kernels.cuh"
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <algorithm>
-
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); exit(1); } } while (0)
+#include "common.cuh"
 typedef __nv_bfloat16 T;
 
 /* a thread's inputs of one 64 x 64 tile: rows ry and ry + 32, columns c .. c + 7 of x (and of h: DGELU) */
@@ -67,24 +59,17 @@ __device__ __forceinline__ void cast_next_body(uint8_t *q, uint8_t *qt, float *c
         for (int h = 0; h < 2; h++) {
             const int lr = ry + 32 * h;
             const int64_t i = r0 + lr, c = c0 + cx * 8;
-            uint32_t w0 = 0, w1 = 0;
+            uint2 w = make_uint2(0u, 0u);
             if (i < rows && c < cols) {
                 float fv[8];
 #pragma unroll
                 for (int j = 0; j < 8; j++) fv[j] = bt__k_fp8_val<T, ACT>(cur.x[h][j], ACT == BT_FP8_ACT_DGELU ? cur.h[h][j] : cur.x[h][j]);
 #pragma unroll
-                for (int j = 0; j < 8; j++) {
-                    cs[j] += fv[j];
-                    m = max(m, bt__abs_bits(fv[j]));
-                }
-#pragma unroll
-                for (int j = 0; j < 8; j += 2) {
-                    uint32_t b = bt__k_fp8_cvt2<E5M2>(__fmul_rn(fv[j], r), __fmul_rn(fv[j + 1], r));
-                    if (j < 4) w0 |= b << (8 * j); else w1 |= b << (8 * (j - 4));
-                }
-                *reinterpret_cast<uint2 *>(q + i * cols + c) = make_uint2(w0, w1);
+                for (int j = 0; j < 8; j++) cs[j] += fv[j];
+                w = bt__k_fp8_pack8<E5M2>(fv, r, m);
+                *reinterpret_cast<uint2 *>(q + i * cols + c) = w;
             }
-            tile[lr][2 * cx] = w0; tile[lr][2 * cx + 1] = w1;
+            tile[lr][2 * cx] = w.x; tile[lr][2 * cx + 1] = w.y;
         }
         if (ACT == BT_FP8_ACT_DGELU) {
 #pragma unroll
@@ -144,25 +129,6 @@ static void run(const char *ver, int act, int e5, const T *x, const T *h, int64_
 #undef L
     CK(cudaGetLastError());
 }
-static void fill(T *d, int64_t n, uint64_t seed, float scale) {
-    T *hbuf = (T *)malloc((size_t)n * sizeof(T));
-    uint64_t r = seed * 0x9e3779b97f4a7c15ull + 1;
-    for (int64_t i = 0; i < n; i++) {
-        r ^= r << 13; r ^= r >> 7; r ^= r << 17;
-        hbuf[i] = __float2bfloat16(scale * ((float)(r >> 40) / 16777216.f * 2.f - 1.f));
-    }
-    CK(cudaMemcpy(d, hbuf, (size_t)n * sizeof(T), cudaMemcpyHostToDevice));
-    free(hbuf);
-}
-static long differ(const void *a, const void *b, size_t n) {
-    unsigned char *x = (unsigned char *)malloc(n), *y = (unsigned char *)malloc(n);
-    CK(cudaMemcpy(x, a, n, cudaMemcpyDeviceToHost)); CK(cudaMemcpy(y, b, n, cudaMemcpyDeviceToHost));
-    long d = 0;
-    for (size_t i = 0; i < n; i++) d += x[i] != y[i];
-    free(x); free(y);
-    return d;
-}
-
 int main(void) {
     bt_k_init(0);
     cudaStream_t s = (cudaStream_t)0;
@@ -176,16 +142,14 @@ int main(void) {
         {"e5m2 of the GELU derivative + column sums (d12 B 16)", BT_FP8_ACT_DGELU, 1, 16384, 3072},
     };
     const char *vers[] = {"v0", "v1", "v2", "q", "copy"};
-    const int REPS = 50;
-    cudaEvent_t e0[REPS], e1[REPS];
-    for (int i = 0; i < REPS; i++) { CK(cudaEventCreate(&e0[i])); CK(cudaEventCreate(&e1[i])); }
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         const int64_t rows = cases[k].rows, cols = cases[k].cols, n = rows * cols;
         const int act = cases[k].act, e5 = cases[k].e5;
         T *x, *h;
         bufs b[2];
         CK(cudaMalloc(&x, (size_t)n * 2)); CK(cudaMalloc(&h, (size_t)n * 2));
-        fill(x, n, 3 + k, act == BT_FP8_ACT_DGELU ? 1e-3f : 4.f); fill(h, n, 17 + k, 4.f);
+        const float xs = act == BT_FP8_ACT_DGELU ? 1e-3f : 4.f;
+        fill_bf16(x, n, 3 + k, -xs, xs); fill_bf16(h, n, 17 + k, -4.f, 4.f);
         for (int j = 0; j < 2; j++) {
             CK(cudaMalloc(&b[j].q, (size_t)n * 2)); CK(cudaMalloc(&b[j].qt, (size_t)n));
             CK(cudaMalloc(&b[j].cs, sizeof(float) * (size_t)((rows + 63) / 64 * cols))); CK(cudaMalloc(&b[j].f, 4 * sizeof(float)));
@@ -208,16 +172,7 @@ int main(void) {
                 if (act == BT_FP8_ACT_DGELU) bad += differ(b[0].cs, b[1].cs, sizeof(float) * (size_t)((rows + 63) / 64 * cols));
                 check = bad ? "DIFFERS from v0" : "the same bytes as v0";
             } else if (!strcmp(vers[v], "q")) check = differ(b[0].q, b[1].q, (size_t)n) ? "q DIFFERS from v0's" : "q the same bytes as v0's";
-            for (int rep = 0; rep < REPS + 3; rep++) {
-                if (rep >= 3) CK(cudaEventRecord(e0[rep - 3], s));
-                run(vers[v], act, e5, x, h, rows, cols, b[1], s);
-                if (rep >= 3) CK(cudaEventRecord(e1[rep - 3], s));
-            }
-            CK(cudaDeviceSynchronize());
-            float ms[REPS];
-            for (int rep = 0; rep < REPS; rep++) CK(cudaEventElapsedTime(&ms[rep], e0[rep], e1[rep]));
-            std::sort(ms, ms + REPS);
-            const double us = 1e3 * ms[REPS / 2];
+            const double us = median_us([&] { run(vers[v], act, e5, x, h, rows, cols, b[1], s); }, s);
             const double bytes = !strcmp(vers[v], "copy") ? 4.0 * n : (act == BT_FP8_ACT_DGELU ? 4.0 : 2.0) * n + (strcmp(vers[v], "q") ? 2.0 : 1.0) * n;
             printf("  %-4s  %7.1f us  %6.0f GB/s  %s\n", vers[v], us, bytes / (us * 1e-6) / 1e9, check);
         }

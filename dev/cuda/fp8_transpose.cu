@@ -14,15 +14,7 @@
    with CUDA events (the median of 50 calls) at the FP8 head's chunk [4096, 50304] and at the hidden
    layer's [8192, 6400] (d48) and [16384, 3072] (d12 B 16).
    Build: make dev (build/dev/fp8_transpose); run: build/dev/fp8_transpose */
-#define BT_ALLOC_IMPLEMENTATION
-#define BT_KERNELS_IMPLEMENTATION
-#include "bt_kernels.cuh"
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <algorithm>
-
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); exit(1); } } while (0)
+#include "common.cuh"
 
 /* v1: NT 64 x 64 tiles side by side a block (NT = 4: 64 rows x 256 columns), their loads first */
 template <int NT>
@@ -82,9 +74,7 @@ int main(void) {
     bt_k_init(0);
     cudaStream_t s = (cudaStream_t)0;
     const int64_t shapes[3][2] = {{4096, 50304}, {8192, 6400}, {16384, 3072}};
-    const int REPS = 50, NVER = 3;
-    cudaEvent_t e0[REPS], e1[REPS];
-    for (int i = 0; i < REPS; i++) { CK(cudaEventCreate(&e0[i])); CK(cudaEventCreate(&e1[i])); }
+    const int NVER = 3;
     for (int k = 0; k < 3; k++) {
         const int64_t rows = shapes[k][0], cols = shapes[k][1], n = rows * cols;
         uint8_t *hq = (uint8_t *)malloc((size_t)n), *ht = (uint8_t *)malloc((size_t)n), *q, *qt;
@@ -101,16 +91,7 @@ int main(void) {
             long bad = 0;
             for (int64_t i = 0; i < rows; i++)
                 for (int64_t c = 0; c < cols; c++) bad += ht[c * rows + i] != hq[i * cols + c];
-            for (int rep = 0; rep < REPS + 3; rep++) {
-                if (rep >= 3) CK(cudaEventRecord(e0[rep - 3], s));
-                launch(ver, qt, q, rows, cols, s);
-                if (rep >= 3) CK(cudaEventRecord(e1[rep - 3], s));
-            }
-            CK(cudaDeviceSynchronize());
-            float ms[REPS];
-            for (int rep = 0; rep < REPS; rep++) CK(cudaEventElapsedTime(&ms[rep], e0[rep], e1[rep]));
-            std::sort(ms, ms + REPS);
-            const double us = 1e3 * ms[REPS / 2];
+            const double us = median_us([&] { launch(ver, qt, q, rows, cols, s); }, s);
             printf("  v%d  %7.1f us  %6.0f GB/s (q read, qt written)  %s\n", ver, us, 2.0 * (double)n / (us * 1e-6) / 1e9,
                    bad ? "WRONG bytes" : "every byte the host's transpose");
         }

@@ -15,21 +15,14 @@
    43.6 / 35.6, v1 39.5 / 27.3, v2 41.8 / 29.5, v3 55.5 / 33.5, v4 55.6 / 35.3, every version the
    pair's bytes. Rows in flight lose (ptxas: v3 72 registers on the block rows, 100 on the warp
    path; v4 118, and 128 with spills), so what the one-kernel form lacked was not loads in flight;
-   v1 wins, by ~0.4-0.8 ms a step in a model, which did not pay for the fused ops (the library's
-   v2 measured +0.3% end to end at d12, nothing at d48; its ops are in commit 75e1e17).
+   v1 wins, by 0.4 ms of a d48 step and 0.2 ms of a d12 one (2 casts a layer), which did not pay
+   for the fused ops (the library's v2 measured +0.3% end to end at d12, nothing at d48; its ops
+   are in commit 75e1e17).
    Each version is checked against v0 on fresh random inputs (q, qt, mean, rstd, the scale used and
    the amax, every byte) and timed with CUDA events (the median of 50 calls), at GPT-2 1.5B's
    [8192, 1600] (the block-row path) and GPT-2 124M B 16's [16384, 768] (the warp path).
    Build: make dev (build/dev/layernorm_fp8_cast); run: build/dev/layernorm_fp8_cast */
-#define BT_ALLOC_IMPLEMENTATION
-#define BT_KERNELS_IMPLEMENTATION
-#include "bt_kernels.cuh"
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <algorithm>
-
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); exit(1); } } while (0)
+#include "common.cuh"
 
 /* bt__k_bsum over the nw warps of group grp (threads grp nw 32 ..): the same sums in the same order */
 struct group_sum {
@@ -146,32 +139,10 @@ static void launch(int ver, uint8_t *q, uint8_t *qt, float *mean, float *rstd, c
     CK(cudaGetLastError());
 }
 
-static void fill(T *d, int64_t n, uint64_t seed, float lo, float hi) {
-    T *h = (T *)malloc(sizeof(T) * (size_t)n);
-    uint64_t s = seed;
-    for (int64_t i = 0; i < n; i++) {
-        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
-        h[i] = __float2bfloat16(lo + (hi - lo) * (float)((s >> 11) * (1.0 / 9007199254740992.0)));
-    }
-    CK(cudaMemcpy(d, h, sizeof(T) * (size_t)n, cudaMemcpyHostToDevice));
-    free(h);
-}
-static long differ(const void *a, const void *b, size_t n) {
-    unsigned char *ha = (unsigned char *)malloc(n), *hb = (unsigned char *)malloc(n);
-    CK(cudaMemcpy(ha, a, n, cudaMemcpyDeviceToHost)); CK(cudaMemcpy(hb, b, n, cudaMemcpyDeviceToHost));
-    long d = 0;
-    for (size_t i = 0; i < n; i++) d += ha[i] != hb[i];
-    free(ha); free(hb);
-    return d;
-}
-
 int main(void) {
     bt_k_init(0);
     cudaStream_t s = (cudaStream_t)0;
     const int64_t shapes[2][2] = {{8192, 1600}, {16384, 768}};
-    const int REPS = 50;
-    cudaEvent_t e0[REPS], e1[REPS];
-    for (int i = 0; i < REPS; i++) { CK(cudaEventCreate(&e0[i])); CK(cudaEventCreate(&e1[i])); }
     for (int k = 0; k < 2; k++) {
         const int64_t rows = shapes[k][0], C = shapes[k][1], n = rows * C;
         T *x, *w, *b, *y;
@@ -180,7 +151,7 @@ int main(void) {
         CK(cudaMalloc(&x, n * 2)); CK(cudaMalloc(&y, n * 2)); CK(cudaMalloc(&w, C * 2)); CK(cudaMalloc(&b, C * 2));
         for (int j = 0; j < 2; j++) { CK(cudaMalloc(&q[j], n)); CK(cudaMalloc(&qt[j], n)); CK(cudaMalloc(&st[j], 8 * rows)); }
         CK(cudaMalloc(&f, 8 * sizeof(float)));
-        fill(x, n, 11 + k, -3.f, 3.f); fill(w, C, 21, 0.5f, 1.5f); fill(b, C, 31, -0.2f, 0.2f);
+        fill_bf16(x, n, 11 + k, -3.f, 3.f); fill_bf16(w, C, 21, 0.5f, 1.5f); fill_bf16(b, C, 31, -0.2f, 0.2f);
         printf("[%lld, %lld] bf16\n", (long long)rows, (long long)C);
         for (int ver = 0; ver <= 4; ver++) {
             /* f: [0] the scale, [1] v0's scale used, [2] v0's amax, [4] the scale, [5] this version's used, [6] its amax */
@@ -191,19 +162,12 @@ int main(void) {
             if (ver) launch(ver, q[1], qt[1], st[1], st[1] + rows, x, w, b, rows, (int)C, f + 4, f + 5, f + 6, s);
             CK(cudaDeviceSynchronize());
             long bad = ver ? differ(q[0], q[1], n) + differ(qt[0], qt[1], n) + differ(st[0], st[1], 8 * rows) + differ(f + 1, f + 5, 8) : 0;
-            for (int r = 0; r < REPS + 3; r++) {
-                if (r >= 3) CK(cudaEventRecord(e0[r - 3], s));
+            const double us = median_us([&] {
                 if (ver == 0) {
                     bt_k_layernorm(BT_BF16, y, st[0], st[0] + rows, x, w, b, rows, C, 1e-5f, s);
                     bt_k_fp8_cast(BT_BF16, BT_F8E4M3, q[0], qt[0], y, rows, C, NULL, f, f + 1, f + 2, s);
                 } else launch(ver, q[1], qt[1], st[1], st[1] + rows, x, w, b, rows, (int)C, f + 4, f + 5, f + 6, s);
-                if (r >= 3) CK(cudaEventRecord(e1[r - 3], s));
-            }
-            CK(cudaDeviceSynchronize());
-            float ms[REPS];
-            for (int r = 0; r < REPS; r++) CK(cudaEventElapsedTime(&ms[r], e0[r], e1[r]));
-            std::sort(ms, ms + REPS);
-            const double us = 1e3 * ms[REPS / 2], bytes = 4.0 * (double)n;
+            }, s), bytes = 4.0 * (double)n;
             printf("  v%d  %7.1f us  %6.0f GB/s (x read once, q and qt written)  %s\n", ver, us, bytes / (us * 1e-6) / 1e9,
                    ver ? (bad ? "DIFFERS from v0" : "the same bytes as v0") : "");
         }
