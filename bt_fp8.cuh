@@ -461,22 +461,34 @@ BTDEF void bt_k_fp8_cast(bt_dtype dt, bt_dtype fmt, uint8_t *q, uint8_t *qt, con
     BT__K_LAUNCHED("bt_k_fp8_cast");
 }
 
-/* The byte transpose: one 64 x 64 tile at a time per block of 256 threads; a thread reads 16 bytes of a
-   row (4 threads a row's 64), puts them in a shared tile of 64 rows x 16 words (+1 pad), and after
-   the barrier gathers column c's bytes of 16 rows into one 16-byte store to qt's row c, as the
-   vector cast's transpose does. */
+/* The byte transpose: a block of 256 threads takes 64 rows x 256 columns at a time, as four 64 x 64
+   tiles side by side: a thread issues the 16-byte loads of its row's chunk of all four (64 bytes in
+   flight, 4 threads a row's 64 bytes of a tile) before it puts any into shared memory (64 rows x 16
+   words +1 pad each), then after the barrier gathers column c's bytes of 16 rows of each tile into
+   one 16-byte store to qt's row c, as the vector cast's transpose does. Four loads in flight instead
+   of one: 7-14% faster than one tile at a time at the head's [4096, 50304] and the hidden layers'
+   shapes (dev/cuda/fp8_transpose.cu). */
 __global__ void __launch_bounds__(256) bt__k_fp8_transpose_kernel(uint8_t *qt, const uint8_t *q, int64_t rows, int64_t cols) {
-    __shared__ uint32_t tile[64][17];
+    enum { NT = 4 };
+    __shared__ uint32_t tile[NT][64][17];
     const int t = threadIdx.x, lr = t >> 2, lc = t & 3, tcol = t >> 2, tk = t & 3;
-    const int64_t tc = (cols + 63) / 64, ntiles = (rows + 63) / 64 * tc;
+    const int64_t tc = (cols + 64 * NT - 1) / (64 * NT), ntiles = (rows + 63) / 64 * tc;
     for (int64_t tt = blockIdx.x; tt < ntiles; tt += gridDim.x) {
-        const int64_t r0 = tt / tc * 64, c0 = tt % tc * 64, i = r0 + lr, c = c0 + 16 * lc;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (i < rows && c < cols) v = *reinterpret_cast<const uint4 *>(q + i * cols + c);
-        tile[lr][4 * lc] = v.x; tile[lr][4 * lc + 1] = v.y; tile[lr][4 * lc + 2] = v.z; tile[lr][4 * lc + 3] = v.w;
+        const int64_t r0 = tt / tc * 64, c0 = tt % tc * 64 * NT, i = r0 + lr;
+        uint4 v[NT];
+#pragma unroll
+        for (int u = 0; u < NT; u++) {
+            const int64_t c = c0 + 64 * u + 16 * lc;
+            v[u] = i < rows && c < cols ? *reinterpret_cast<const uint4 *>(q + i * cols + c) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < NT; u++) {
+            tile[u][lr][4 * lc] = v[u].x; tile[u][lr][4 * lc + 1] = v[u].y; tile[u][lr][4 * lc + 2] = v[u].z; tile[u][lr][4 * lc + 3] = v[u].w;
+        }
         __syncthreads();
-        bt__k_fp8_tile_col(qt, tile, r0, c0, rows, cols, tcol, tk);
-        __syncthreads();                              /* the next tile overwrites it */
+#pragma unroll
+        for (int u = 0; u < NT; u++) bt__k_fp8_tile_col(qt, tile[u], r0, c0 + 64 * u, rows, cols, tcol, tk);
+        __syncthreads();                              /* the next tile overwrites them */
     }
 }
 BTDEF void bt_k_fp8_transpose(uint8_t *qt, const uint8_t *q, int64_t rows, int64_t cols, cudaStream_t s) {
@@ -484,7 +496,7 @@ BTDEF void bt_k_fp8_transpose(uint8_t *qt, const uint8_t *q, int64_t rows, int64
     if (rows % 16 || cols % 16 || !bt__k_aligned16(q) || !bt__k_aligned16(qt))
         bt_error("bt_k_fp8_transpose: [%lld, %lld]: needs rows and cols multiples of 16 and 16-byte aligned q, qt", (long long)rows,
                  (long long)cols);
-    const int64_t ntiles = ((rows + 63) / 64) * ((cols + 63) / 64);
+    const int64_t ntiles = ((rows + 63) / 64) * ((cols + 255) / 256);
     bt__k_fp8_transpose_kernel<<<bt__k_blocks(ntiles * 256, 256), 256, 0, s>>>(qt, q, rows, cols);
     BT__K_LAUNCHED("bt_k_fp8_transpose");
 }

@@ -810,17 +810,22 @@ static void test_xent_fp8(void) {
         BT_CHECK(bad == 0, "%s -> %s, N %ld, V %ld, Vp %ld, outputs %d: %ld wrong (bytes, losses, lse, scale, amax)", bt_dtype_name(cases[i].dt),
                  bt_dtype_name(cases[i].fmt), cases[i].N, cases[i].V, cases[i].Vp, cases[i].outs, bad);
     }
-    const long R = 48, C = 80;                               /* the byte transpose */
-    uint8_t *hq = (uint8_t *)malloc((size_t)(R * C)), *d[2] = {(uint8_t *)dev_alloc((size_t)(R * C)), (uint8_t *)dev_alloc((size_t)(R * C))};
-    for (long i = 0; i < R * C; i++) hq[i] = (uint8_t)rbits();
-    CK(cudaMemcpy(d[0], hq, (size_t)(R * C), cudaMemcpyHostToDevice));
-    bt_k_fp8_transpose(d[1], d[0], R, C, st0());
-    CK(cudaStreamSynchronize(st0()));
-    uint8_t *ht = (uint8_t *)to_host(d[1], (size_t)(R * C));
-    long tb = 0;
-    for (long i = 0; i < R; i++) for (long c = 0; c < C; c++) tb += ht[c * R + i] != hq[i * C + c];
-    BT_CHECK(tb == 0, "bt_k_fp8_transpose [%ld, %ld]: %ld bytes wrong", R, C, tb);
-    free(hq); free(ht); CK(cudaFree(d[0])); CK(cudaFree(d[1]));
+    /* the byte transpose (64 x 256 tiles): one partial tile; tiles partial in rows and columns with
+       more of them than blocks (a grid-stride loop) */
+    const long shapes[3][2] = {{48, 80}, {208, 784}, {4176, 50320}};
+    for (int k = 0; k < 3; k++) {
+        const long R = shapes[k][0], C = shapes[k][1];
+        uint8_t *hq = (uint8_t *)malloc((size_t)(R * C)), *d[2] = {(uint8_t *)dev_alloc((size_t)(R * C)), (uint8_t *)dev_alloc((size_t)(R * C))};
+        for (long i = 0; i < R * C; i++) hq[i] = (uint8_t)rbits();
+        CK(cudaMemcpy(d[0], hq, (size_t)(R * C), cudaMemcpyHostToDevice));
+        bt_k_fp8_transpose(d[1], d[0], R, C, st0());
+        CK(cudaStreamSynchronize(st0()));
+        uint8_t *ht = (uint8_t *)to_host(d[1], (size_t)(R * C));
+        long tb = 0;
+        for (long i = 0; i < R; i++) for (long c = 0; c < C; c++) tb += ht[c * R + i] != hq[i * C + c];
+        BT_CHECK(tb == 0, "bt_k_fp8_transpose [%ld, %ld]: %ld bytes wrong", R, C, tb);
+        free(hq); free(ht); CK(cudaFree(d[0])); CK(cudaFree(d[1]));
+    }
 }
 
 /* the GPU's conditions: dimensions multiples of 16, a dtype its kernels read, the state on x's device */

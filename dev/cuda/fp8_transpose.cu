@@ -1,22 +1,22 @@
 /* fp8_transpose: qt [cols, rows] = q [rows, cols]^T for FP8 bytes, the K-contiguous copy the other FP8
    product needs (bt_fp8.cuh's bt_k_fp8_transpose: the FP8 head's logit gradient dz^T, made from the
    e5m2 dz that the fused cross-entropy writes). 2 bytes of traffic an element. The ladder:
-     v0  bt_k_fp8_transpose, what ships: a 64 x 64 tile a block at a time (grid-stride), a thread
-         reads 16 bytes of a row into a shared tile of 64 rows x 16 words and, after the barrier,
-         writes 16 bytes of a column (bt__k_fp8_tile_col); 16 bytes in flight a thread
-     v1  64 x 256 tiles: a thread issues the loads of four 64 x 64 tiles side by side (64 bytes in
-         flight) before it stores any to shared memory, then writes the four columns' 16 bytes
-     v2  v0 with the next tile's 16 bytes loaded into a register before this tile's transpose
+     v0  bt_k_fp8_transpose, what ships: 64 x 256 tiles, a thread issues the loads of four 64 x 64
+         tiles side by side (64 bytes in flight) before it stores any to shared memory, then writes
+         the four columns' 16 bytes (bt__k_fp8_tile_col)
+     v1  one 64 x 64 tile at a time (v0 with NT = 1; what shipped before): 16 bytes in flight a thread
+     v2  v1 with the next tile's 16 bytes loaded into a register before this tile's transpose
          (the load in flight across the barriers)
-   Measured by bench/RESULTS.md#fp8's profile (H200, 2026-12-03): v0 at 181 us for [4096, 50304], 2.3
-   TB/s, where the cast it replaced (bf16 in, q and qt out, 4 bytes an element) ran at 3.0 TB/s.
+   Measured (H200, 2026-12-03, this ladder, v1 shipping then): the four-tile version 154.7 / 33.7 /
+   33.1 us against one tile's 179.3 / 37.6 / 35.5 at the shapes below (2.7 / 3.1 / 3.0 TB/s against
+   2.3 / 2.8 / 2.8); the prefetch 181.2 / 35.5 / 33.6. The four-tile version ships since.
    Each version is checked against the host's transpose of fresh random bytes (every byte) and timed
    with CUDA events (the median of 50 calls) at the FP8 head's chunk [4096, 50304] and at the hidden
    layer's [8192, 6400] (d48) and [16384, 3072] (d12 B 16).
    Build: make dev (build/dev/fp8_transpose); run: build/dev/fp8_transpose */
 #include "common.cuh"
 
-/* v1: NT 64 x 64 tiles side by side a block (NT = 4: 64 rows x 256 columns), their loads first */
+/* v1: NT 64 x 64 tiles side by side a block, their loads first (NT = 1: one tile at a time) */
 template <int NT>
 __global__ void __launch_bounds__(256) transpose_wide(uint8_t *qt, const uint8_t *q, int64_t rows, int64_t cols) {
     __shared__ uint32_t tile[NT][64][17];
@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(256) transpose_wide(uint8_t *qt, const uint8_t
         __syncthreads();
     }
 }
-/* v2: v0 with the next tile's load issued before this tile's barriers */
+/* v2: v1 with the next tile's load issued before this tile's barriers */
 __global__ void __launch_bounds__(256) transpose_next(uint8_t *qt, const uint8_t *q, int64_t rows, int64_t cols) {
     __shared__ uint32_t tile[64][17];
     const int t = threadIdx.x, lr = t >> 2, lc = t & 3, tcol = t >> 2, tk = t & 3;
@@ -63,9 +63,9 @@ static void launch(int ver, uint8_t *qt, const uint8_t *q, int64_t rows, int64_t
     int sms = 0;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     if (ver == 0) { bt_k_fp8_transpose(qt, q, rows, cols, s); return; }
-    const int64_t nt = ver == 1 ? (rows + 63) / 64 * ((cols + 255) / 256) : (rows + 63) / 64 * ((cols + 63) / 64);
+    const int64_t nt = (rows + 63) / 64 * ((cols + 63) / 64);
     const unsigned grid = (unsigned)std::min<int64_t>(nt, (int64_t)sms * 16);
-    if (ver == 1) transpose_wide<4><<<grid, 256, 0, s>>>(qt, q, rows, cols);
+    if (ver == 1) transpose_wide<1><<<grid, 256, 0, s>>>(qt, q, rows, cols);
     else transpose_next<<<grid, 256, 0, s>>>(qt, q, rows, cols);
     CK(cudaGetLastError());
 }
