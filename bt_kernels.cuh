@@ -2728,11 +2728,12 @@ static void bt__k_mm_autotune(bt__k_ctx *c, bt__k_mm_plan *p, const void *alpha,
             ok = cublasLtMatmul(c->lt, p->op, alpha, B, p->la, A, p->lb, beta, Cin ? Cin : C, p->lc, C, p->lc, &p->cand[i],
                                 bt__k_workspace(c, s), BT__K_WS_BYTES, s) == CUBLAS_STATUS_SUCCESS;
         }
+        if (!ok) continue;   /* a candidate that fails is not kept, nor timed (its first run failed: e0 was never recorded) */
         BT__K_CUDA(cudaEventRecord(e1, s), "bt_k_matmul (autotune)");
         BT__K_CUDA(cudaEventSynchronize(e1), "bt_k_matmul (autotune)");
         float ms = 0;
         BT__K_CUDA(cudaEventElapsedTime(&ms, e0, e1), "bt_k_matmul (autotune)");
-        if (ok && (!have || ms < best)) { best = ms; p->algo = p->cand[i]; have = 1; }
+        if (!have || ms < best) { best = ms; p->algo = p->cand[i]; have = 1; }
     }
     cudaEventDestroy(e0); cudaEventDestroy(e1);
     p->n_cand = 0;

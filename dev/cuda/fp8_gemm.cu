@@ -1,0 +1,281 @@
+/* fp8_gemm: C [M, N] bf16 = (sa sb) A [M, K] B [N, K]^T with A and B FP8 bytes, both K-contiguous (the
+   layout of every FP8 product of bt_linear_fp8), written here on the warpgroup MMAs, against
+   cuBLASLt's best candidate (bt_k_matmul_fp8, the autotuned plan the model runs).
+   Why: what is left of the FP8 step's extra time are the casts that read a product's bf16 output
+   again (GELU's of fc's output, the GELU derivative's of the MLP projection's dx: 8.2 of the 16.6 ms
+   of casts at d48, bench/RESULTS.md#fp8). cuBLASLt cannot write e4m3 with a transpose and a GELU
+   folded in; a product of our own could, in its epilogue, if its main loop keeps up with cuBLASLt's.
+   This ladder measures that main loop first: with no epilogue fusion yet, a plain bf16 C.
+     v1  a CTA computes a 128 x 128 tile of C: two consumer warpgroups (64 rows each, wgmma
+         m64n128k32 with A and B from shared memory) and a producer warp that loads 128 x 128-byte
+         boxes of A and B by the tensor memory accelerator (128-byte swizzle, zeros past the edges)
+         into a ring of 6 stages (full / empty mbarriers). Split accumulation (as cuBLASLt's default
+         here, --fp8-accum split): each 128-wide k tile's 4 products go into a fresh set of
+         accumulators that the CUDA cores add to the running sums (the tensor cores' own FP8 sums
+         are kept in less than fp32's precision); fast: the products accumulate in place. The
+         epilogue scales by sa sb, rounds to bf16 and stores from the accumulators' registers.
+     v2  v1 persistent: one CTA per SM walks the tiles (every 132nd, n fastest) and the producer's
+         ring runs on across them, so the next tile's first k tiles load during this one's last
+         products and its epilogue (v1 pays the ring's fill and the epilogue once a tile, with one
+         CTA an SM: 193 KB of shared memory each).
+   Measured (H200, 2026-12-03, this ladder; time against cuBLASLt's, split / fast accumulation):
+     d48 fc forward [8192, 6400, 1600]    cuBLASLt 142.3 / 123.0 us (1,179 / 1,364 TFLOP/s); v1 1.47x / 1.67x; v2 1.48x / 1.72x
+     d48 projection's dx, e5m2 x e4m3     cuBLASLt 141.0 / 122.5 us; v1 1.49x / 1.68x; v2 1.49x / 1.73x
+     d48 qkv forward [8192, 4800, 1600]   cuBLASLt 108.4 / 94.3 us;  v1 1.48x / 1.66x; v2 1.50x / 1.74x
+     d48 projection [8192, 1600, 6400]    cuBLASLt 123.7 / 120.8 us; v1 1.31x / 1.30x; v2 1.28x / 1.26x
+     d12 B 16 fc [16384, 3072, 768]       cuBLASLt 75.5 / 72.1 us;   v1 1.92x / 1.92x; v2 1.55x / 1.61x
+   Both versions give cuBLASLt's bytes exactly (split and fast: the same products in the same order,
+   split promoting every 128 of k as cuBLASLt does). Their fast runs no faster than their split:
+   the adds are not what bounds them but the issue order (each warpgroup waits for its own products
+   before the next stage, both in step, so the tensor cores idle at every stage's end) and the
+   128 x 128 tile (B read from shared memory by both warpgroups). Persistence (v2) hides the ring's
+   fill where k is short (d12) and nothing at d48. What a fused epilogue would save (the casts'
+   re-reads of fc's output and of the projection's dx: ~4 ms of d48's step, of their 8.2) is less
+   than these versions would lose (~60 us a product, 96 products a step); the next rung is cuBLASLt's own structure:
+   two math warpgroups on alternate tiles (one's epilogue and promotion under the other's products),
+   128 x 256 tiles where the accumulators allow.
+   Checked: against a float64 product of the decoded bytes on 8 sampled rows (the largest error
+   over the largest |C|), and against cuBLASLt's C (the largest difference, same measure). Timed with
+   CUDA events (median of 50), TFLOP/s = 2 M N K / time, at the shapes of d48's and d12's products.
+   Build: make dev (build/dev/fp8_gemm); run: build/dev/fp8_gemm */
+#include "common.cuh"
+#include <math.h>
+
+enum { BM = 128, BN = 128, BK = 128, ST = 6, ABYTES = BM * BK, BBYTES = BN * BK, STAGE = ABYTES + BBYTES };
+static const size_t SMEM = (size_t)ST * STAGE + 1024;   /* + the slack to align the ring to 1024 bytes (the swizzle's atom) */
+
+/* d (64 x 128 fp32, the m16n8 accumulator layout per warp and n-tile of 8) = A B^T (+ d when acc), one k
+   step of 32, A and B K-major FP8 in shared memory (descriptors) */
+#define F8_MMA(TA, TB)                                                                                         \
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0;\n"                                                    \
+                 "wgmma.mma_async.sync.aligned.m64n128k32.f32." TA "." TB " {" BT__K_WG_R64 "}, %64, %65, p, 1, 1; }\n" \
+                 : BT__K_WG_F64(d) : "l"(a), "l"(b), "r"(acc))
+template <int EA, int EB> __device__ __forceinline__ void wg_f8(float (&d)[64], uint64_t a, uint64_t b, int acc) {
+#ifdef BT__K_WG
+    if constexpr (EA == 0 && EB == 0) F8_MMA("e4m3", "e4m3");
+    else if constexpr (EA == 1 && EB == 0) F8_MMA("e5m2", "e4m3");
+    else F8_MMA("e4m3", "e5m2");
+#else
+    (void)d; (void)a; (void)b; (void)acc;
+#endif
+}
+__device__ __forceinline__ void tma_load2(uint32_t sdst, const void *map, int c0, int c1, uint32_t bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+                 ::"r"(sdst), "l"(map), "r"(c0), "r"(c1), "r"(bar) : "memory");
+}
+struct Maps { CUtensorMap a, b; };
+
+template <int EA, int EB, int SPLIT, int PERSIST>
+__global__ void __launch_bounds__(384, 1) gemm_f8(const __grid_constant__ Maps m, __nv_bfloat16 *C, const float *sa, const float *sb,
+                                                  int M, int N, int K) {
+#ifdef BT__K_WG
+    __shared__ __align__(8) uint64_t bars[2 * ST];
+    extern __shared__ __align__(16) unsigned char sm[];
+    const uint32_t base = (bt__k_smem(sm) + 1023u) & ~1023u, full = bt__k_smem(bars), empty = full + 8 * ST;
+    const int warp = __shfl_sync(0xffffffffu, (int)threadIdx.x / 32, 0), lane = threadIdx.x & 31;
+    const int nk = (K + BK - 1) / BK, tn = (N + BN - 1) / BN, ntiles = tn * ((M + BM - 1) / BM);
+    /* the tiles of this CTA: v1 its own (blockIdx.x), v2 every gridDim.x-th from blockIdx.x, n fastest */
+    const int t0 = PERSIST ? (int)blockIdx.x : (int)(blockIdx.y * gridDim.x + blockIdx.x), dt = PERSIST ? (int)gridDim.x : ntiles;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < ST; s++) { bt__k_mbar_init(full + 8 * s, 1); bt__k_mbar_init(empty + 8 * s, 2); }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (warp >= 8) {   /* producer warpgroup: one thread issues the loads, the ring running on across tiles */
+        bt__k_wg_regs_dec<40>();
+        if (threadIdx.x == 256) {
+            int u = 0;   /* k tiles loaded so far */
+            for (int t = t0; t < ntiles; t += dt) {
+                const int m0 = t / tn * BM, n0 = t % tn * BN;
+                for (int k = 0; k < nk; k++, u++) {
+                    const int s = u % ST;
+                    if (u >= ST) bt__k_mbar_wait(empty + 8 * s, (u / ST - 1) & 1);
+                    bt__k_mbar_expect(full + 8 * s, STAGE);
+                    tma_load2(base + s * STAGE, &m.a, k * BK, m0, full + 8 * s);
+                    tma_load2(base + s * STAGE + ABYTES, &m.b, k * BK, n0, full + 8 * s);
+                }
+            }
+        }
+        return;
+    }
+    bt__k_wg_regs_inc<232>();
+    const int wg = warp >> 2, g = lane >> 2, tg = lane & 3;
+    const float sc = *sa * *sb;
+    int u = 0;   /* k tiles consumed so far */
+    for (int t = t0; t < ntiles; t += dt) {
+        const int m0 = t / tn * BM, n0 = t % tn * BN;
+        float acc[64], tmp[64];
+#pragma unroll
+        for (int i = 0; i < 64; i++) acc[i] = tmp[i] = 0.f;
+        for (int k = 0; k < nk; k++, u++) {
+            const int s = u % ST;
+            bt__k_mbar_wait(full + 8 * s, (u / ST) & 1);
+            const uint64_t da = bt__k_wg_desc(base + s * STAGE + wg * 64 * 128, 16), db = bt__k_wg_desc(base + s * STAGE + ABYTES, 16);
+            bt__k_wg_arrive();
+#pragma unroll
+            for (int kd = 0; kd < BK / 32; kd++) {
+                if (SPLIT) wg_f8<EA, EB>(tmp, bt__k_wg_desc_at(da, 32 * kd), bt__k_wg_desc_at(db, 32 * kd), kd > 0);
+                else wg_f8<EA, EB>(acc, bt__k_wg_desc_at(da, 32 * kd), bt__k_wg_desc_at(db, 32 * kd), k > 0 || kd > 0);
+            }
+            bt__k_wg_commit();
+            bt__k_wg_wait0();
+            bt__k_wg_pin(acc);
+            if (SPLIT) bt__k_wg_pin(tmp);
+            if ((threadIdx.x & 127) == 0) bt__k_mbar_arrive(empty + 8 * s);   /* this warpgroup is done reading the stage */
+            if (SPLIT) {
+#pragma unroll
+                for (int i = 0; i < 64; i++) acc[i] += tmp[i];
+            }
+        }
+        const int r0 = m0 + wg * 64 + 16 * (warp & 3) + g;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            const int c = n0 + 8 * j + 2 * tg;
+            if (c >= N) continue;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int r = r0 + 8 * h;
+                if (r < M)
+                    *reinterpret_cast<__nv_bfloat162 *>(C + (int64_t)r * N + c) = __floats2bfloat162_rn(acc[4 * j + 2 * h] * sc, acc[4 * j + 2 * h + 1] * sc);
+            }
+        }
+    }
+#else
+    (void)m; (void)C; (void)sa; (void)sb; (void)M; (void)N; (void)K;
+    __trap();
+#endif
+}
+
+/* a [rows, K] byte matrix's map: boxes of 128 rows x 128 bytes, 128-byte swizzle */
+static void make_map(CUtensorMap *map, const void *x, int rows, int K) {
+    bt__k_tmap_encode_fn enc = bt__k_tmap_encoder();
+    if (!enc) { fprintf(stderr, "fp8_gemm: no cuTensorMapEncodeTiled in this driver\n"); exit(1); }
+    const cuuint64_t dim[2] = {(cuuint64_t)K, (cuuint64_t)rows}, str[1] = {(cuuint64_t)K};
+    const cuuint32_t box[2] = {BK, 128}, one[2] = {1, 1};
+    if (enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)x, dim, str, box, one, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+        fprintf(stderr, "fp8_gemm: cuTensorMapEncodeTiled refused [%d, %d]\n", rows, K);
+        exit(1);
+    }
+}
+template <int EA, int EB, int SPLIT, int PERSIST>
+static void run_own(const Maps &mp, __nv_bfloat16 *C, const float *sa, const float *sb, int M, int N, int K, cudaStream_t s) {
+    static int set = 0, sms = 0;
+    if (!set) {
+        CK(cudaFuncSetAttribute(gemm_f8<EA, EB, SPLIT, PERSIST>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
+        CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+        set = 1;
+    }
+    const int tiles = ((N + BN - 1) / BN) * ((M + BM - 1) / BM);
+    dim3 grid = PERSIST ? dim3((unsigned)std::min(tiles, sms)) : dim3((N + BN - 1) / BN, (M + BM - 1) / BM);
+    gemm_f8<EA, EB, SPLIT, PERSIST><<<grid, 384, SMEM, s>>>(mp, C, sa, sb, M, N, K);
+    CK(cudaGetLastError());
+}
+template <int EA, int EB>
+static void launch_own(int ver, int split, const Maps &mp, __nv_bfloat16 *C, const float *sa, const float *sb, int M, int N, int K,
+                       cudaStream_t s) {
+    if (ver == 1) { if (split) run_own<EA, EB, 1, 0>(mp, C, sa, sb, M, N, K, s); else run_own<EA, EB, 0, 0>(mp, C, sa, sb, M, N, K, s); }
+    else { if (split) run_own<EA, EB, 1, 1>(mp, C, sa, sb, M, N, K, s); else run_own<EA, EB, 0, 1>(mp, C, sa, sb, M, N, K, s); }
+}
+
+/* n bytes of format fmt: values ~ N(0, 1) * spread, quantised with scale 1 (no NaN or infinity) */
+static void fill_fp8(uint8_t *h, int64_t n, bt_dtype fmt, uint64_t seed) {
+    uint64_t s = seed;
+    for (int64_t i = 0; i < n; i++) {
+        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        const double u1 = ((s >> 11) + 1) * (1.0 / 9007199254740993.0);
+        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        const double u2 = (s >> 11) * (1.0 / 9007199254740992.0);
+        const float v = (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2)) * 4.f;
+        h[i] = bt_fp8_quantize(v, 1.f, fmt);
+    }
+}
+/* the largest |C - ref| over the sampled rows, over the largest |ref| there (float64 of the decoded bytes) */
+static double check_rows(const __nv_bfloat16 *hc, const uint8_t *ha, bt_dtype fa, const uint8_t *hb, bt_dtype fb, float scale, int M, int N,
+                         int K, int nrows) {
+    double worst = 0, big = 0, ta[256], tb[256];
+    for (int c = 0; c < 256; c++) { ta[c] = bt_fp8_decode((uint8_t)c, fa); tb[c] = bt_fp8_decode((uint8_t)c, fb); }
+    double *brow = (double *)malloc(sizeof(double) * (size_t)K);
+    for (int t = 0; t < nrows; t++) {
+        const int i = (int)((int64_t)t * (M - 1) / (nrows > 1 ? nrows - 1 : 1));
+        for (int k = 0; k < K; k++) brow[k] = ta[ha[(int64_t)i * K + k]];
+        for (int j = 0; j < N; j++) {
+            double r = 0;
+            const uint8_t *bj = hb + (int64_t)j * K;
+            for (int k = 0; k < K; k++) r += brow[k] * tb[bj[k]];
+            r *= scale;
+            big = fmax(big, fabs(r));
+            const double e = fabs((double)__bfloat162float(hc[(int64_t)i * N + j]) - r);
+            if (!(e <= worst)) worst = isfinite(e) ? e : INFINITY;
+        }
+    }
+    free(brow);
+    return worst / (big > 0 ? big : 1);
+}
+static double max_rel_diff(const __nv_bfloat16 *x, const __nv_bfloat16 *y, int64_t n) {
+    double worst = 0, big = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double a = __bfloat162float(x[i]), b = __bfloat162float(y[i]);
+        if (!(fabs(a - b) <= worst)) worst = isfinite(a - b) ? fabs(a - b) : INFINITY;   /* NaN or infinity: counted, not skipped */
+        big = fmax(big, fabs(b));
+    }
+    return worst / (big > 0 ? big : 1);
+}
+
+struct Shape { const char *what; int M, N, K; bt_dtype fa; };
+int main(void) {
+    bt_k_init(0);
+    cudaStream_t s = (cudaStream_t)0;
+    const Shape shapes[] = {
+        {"d48 fc forward (x e4m3, w e4m3)", 8192, 6400, 1600, BT_F8E4M3},
+        {"d48 MLP projection's dx (gy e5m2, w^T e4m3)", 8192, 6400, 1600, BT_F8E5M2},
+        {"d48 qkv forward", 8192, 4800, 1600, BT_F8E4M3},
+        {"d48 MLP projection forward", 8192, 1600, 6400, BT_F8E4M3},
+        {"d12 B 16 fc forward", 16384, 3072, 768, BT_F8E4M3},
+        {"d12 B 16 MLP projection's dx", 16384, 3072, 768, BT_F8E5M2},
+    };
+    for (const Shape &sh : shapes) {
+        const int M = sh.M, N = sh.N, K = sh.K;
+        const int64_t na = (int64_t)M * K, nb = (int64_t)N * K, nc = (int64_t)M * N;
+        uint8_t *ha = (uint8_t *)malloc((size_t)na), *hb = (uint8_t *)malloc((size_t)nb), *a, *b;
+        fill_fp8(ha, na, sh.fa, 0x1234567ull + (uint64_t)M * 7 + (uint64_t)N);
+        fill_fp8(hb, nb, BT_F8E4M3, 0x7654321ull + (uint64_t)K);
+        __nv_bfloat16 *c0, *c1, *hc0 = (__nv_bfloat16 *)malloc(sizeof(__nv_bfloat16) * (size_t)nc),
+                            *hc1 = (__nv_bfloat16 *)malloc(sizeof(__nv_bfloat16) * (size_t)nc);
+        float *scales, hs[8] = {0.5f, 0, 0, 0, 0.25f, 0, 0, 0};   /* sa, sb 16 bytes apart (cuBLASLt wants aligned scale pointers) */
+        CK(cudaMalloc(&a, (size_t)na)); CK(cudaMalloc(&b, (size_t)nb));
+        CK(cudaMalloc(&c0, sizeof(__nv_bfloat16) * (size_t)nc)); CK(cudaMalloc(&c1, sizeof(__nv_bfloat16) * (size_t)nc));
+        CK(cudaMalloc(&scales, sizeof hs));
+        CK(cudaMemcpy(a, ha, (size_t)na, cudaMemcpyHostToDevice)); CK(cudaMemcpy(b, hb, (size_t)nb, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(scales, hs, sizeof hs, cudaMemcpyHostToDevice));
+        Maps mp;
+        make_map(&mp.a, a, M, K); make_map(&mp.b, b, N, K);
+        printf("%s: M %d N %d K %d\n", sh.what, M, N, K);
+        const double flop = 2.0 * M * N * K;
+        for (int split = 1; split >= 0; split--) {
+            auto cub = [&] { bt_k_matmul_fp8(BT_BF16, c0, a, sh.fa, scales, b, BT_F8E4M3, scales + 4, NULL, NULL, M, N, K, !split, s); };
+            cub();
+            CK(cudaDeviceSynchronize());
+            CK(cudaMemcpy(hc0, c0, sizeof(__nv_bfloat16) * (size_t)nc, cudaMemcpyDeviceToHost));
+            const double e0 = check_rows(hc0, ha, sh.fa, hb, BT_F8E4M3, hs[0] * hs[4], M, N, K, 8), tc = median_us(cub, s);
+            printf("  %s  cuBLASLt %8.1f us %6.0f TFLOP/s (err %.1e)\n", split ? "split" : "fast ", tc, flop / (tc * 1e-6) / 1e12, e0);
+            for (int ver = 1; ver <= 2; ver++) {
+                auto own = [&] {
+                    if (sh.fa == BT_F8E5M2) launch_own<1, 0>(ver, split, mp, c1, scales, scales + 4, M, N, K, s);
+                    else launch_own<0, 0>(ver, split, mp, c1, scales, scales + 4, M, N, K, s);
+                };
+                CK(cudaMemset(c1, 0xff, sizeof(__nv_bfloat16) * (size_t)nc));   /* NaN: a tile not written shows */
+                own();
+                CK(cudaDeviceSynchronize());
+                CK(cudaMemcpy(hc1, c1, sizeof(__nv_bfloat16) * (size_t)nc, cudaMemcpyDeviceToHost));
+                const double e1 = check_rows(hc1, ha, sh.fa, hb, BT_F8E4M3, hs[0] * hs[4], M, N, K, 8), d = max_rel_diff(hc1, hc0, nc);
+                const double to = median_us(own, s);
+                printf("         v%d       %8.1f us %6.0f TFLOP/s (err %.1e)  time / cuBLASLt's %.3f, largest difference from it %.1e\n", ver,
+                       to, flop / (to * 1e-6) / 1e12, e1, to / tc, d);
+            }
+        }
+        CK(cudaFree(a)); CK(cudaFree(b)); CK(cudaFree(c0)); CK(cudaFree(c1)); CK(cudaFree(scales));
+        free(ha); free(hb); free(hc0); free(hc1);
+    }
+    return 0;
+}
