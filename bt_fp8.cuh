@@ -93,7 +93,8 @@ BTDEF void bt_k_fp8_update(float *state, int hist, int64_t n, cudaStream_t s);
    B fp8 bytes of formats fa, fb (e4m3 x e4m3, e5m2 x e4m3 or e4m3 x e5m2; cuBLASLt has no e5m2 x
    e5m2), both stored K-contiguous (cuBLASLt's FP8 "TN" layout, row-major [M, K] and [N, K] here); sa
    and sb f32 on the device (the dequantisation scales, cuBLASLt's scale pointers: no host read, so
-   a CUDA graph replays them). M, N, K positive multiples of 16; A, B, C and R 16-byte aligned. fp32
+   a CUDA graph replays them), each 16-byte aligned (cuBLASLt's FP8 kernels refuse others). M, N, K
+   positive multiples of 16; A, B, C and R 16-byte aligned. fp32
    accumulation; fast_accum 1: cuBLASLt's fast accumulation (the tensor cores' partial sums never
    promoted to fp32: faster, less exact). The bias rides the BIAS epilogue for a bf16 / f16 C when
    cuBLASLt offers one (an f32 C would need a bf16 bias there), else a kernel adds it afterwards.
@@ -468,8 +469,8 @@ BTDEF void bt_k_fp8_cast(bt_dtype dt, bt_dtype fmt, uint8_t *q, uint8_t *qt, con
    one 16-byte store to qt's row c, as the vector cast's transpose does. Four loads in flight instead
    of one: 7-14% faster than one tile at a time at the head's [4096, 50304] and the hidden layers'
    shapes (dev/cuda/fp8_transpose.cu). */
+template <int NT>   /* tiles side by side: 4 (dev/cuda/fp8_transpose.cu runs 1, one tile at a time) */
 __global__ void __launch_bounds__(256) bt__k_fp8_transpose_kernel(uint8_t *qt, const uint8_t *q, int64_t rows, int64_t cols) {
-    enum { NT = 4 };
     __shared__ uint32_t tile[NT][64][17];
     const int t = threadIdx.x, lr = t >> 2, lc = t & 3, tcol = t >> 2, tk = t & 3;
     const int64_t tc = (cols + 64 * NT - 1) / (64 * NT), ntiles = (rows + 63) / 64 * tc;
@@ -497,7 +498,7 @@ BTDEF void bt_k_fp8_transpose(uint8_t *qt, const uint8_t *q, int64_t rows, int64
         bt_error("bt_k_fp8_transpose: [%lld, %lld]: needs rows and cols multiples of 16 and 16-byte aligned q, qt", (long long)rows,
                  (long long)cols);
     const int64_t ntiles = ((rows + 63) / 64) * ((cols + 255) / 256);
-    bt__k_fp8_transpose_kernel<<<bt__k_blocks(ntiles * 256, 256), 256, 0, s>>>(qt, q, rows, cols);
+    bt__k_fp8_transpose_kernel<4><<<bt__k_blocks(ntiles * 256, 256), 256, 0, s>>>(qt, q, rows, cols);
     BT__K_LAUNCHED("bt_k_fp8_transpose");
 }
 /* bt_kernels.cuh's fused cross-entropy writer for FP8 (T bf16 or f16: a vector is 8 values): the row's
@@ -628,6 +629,8 @@ BTDEF void bt_k_matmul_fp8(bt_dtype dt, void *C, const void *A, bt_dtype fa, con
         bt_error("%s: M=%lld N=%lld K=%lld: positive multiples of 16 expected (cuBLASLt's FP8 layout)", op, (long long)M, (long long)N,
                  (long long)K);
     if (!sa || !sb) bt_error("%s: no %s scale", op, !sa ? "A's" : "B's");
+    if (!bt__k_aligned16(sa) || !bt__k_aligned16(sb))   /* cuBLASLt's FP8 scale pointers: else "not supported" by every algorithm */
+        bt_error("%s: the scales sa and sb must be 16-byte aligned", op);
     if (!bt__k_aligned16(A) || !bt__k_aligned16(B) || !bt__k_aligned16(C) || (R && !bt__k_aligned16(R)))
         bt_error("%s: A, B, C and R must be 16-byte aligned", op);
     if (!bt_k_fp8_supported()) bt_error("%s: cuda:%d has no FP8 tensor cores (compute capability 8.9 or newer)", op, bt__k_device());

@@ -38,7 +38,8 @@
                the same bits but for b1's gradient (its sums in another order). The same for
                SwiGLU (SWIGLU, DSWIGLU against bt_k_swiglu / bt_k_swiglu_backward; bt_mlp_swiglu_fp8
                against its composition, every bit).
-     errors    shapes that are not multiples of 16, f64, a state on another device. */
+     errors    shapes that are not multiples of 16, f64, a state on another device, a scale pointer
+               off 16 bytes. */
 #include "bt_autograd.h"
 #include "tests/bt_test.h"
 #include "tests/fp8_ref.h"
@@ -849,6 +850,12 @@ static void test_errors(void) {
                     "on a GPU x, w and b must be bf16, f16 or f32");
     BT_EXPECT_ERROR(bt_linear_fp8(bt_randn(bt_shape2(32, 32), BT_BF16, g, 7), bt_randn(bt_shape2(16, 32), BT_BF16, g, 8), NULL, &sc),
                     "the FP8 state is on cpu");
+    /* the kernel's own checks: a scale pointer off 16 bytes (cuBLASLt refuses it as "not supported") */
+    float *sp = (float *)dev_alloc(8 * sizeof(float));
+    void *ab = dev_alloc(16 * 16), *cb = dev_alloc(16 * 16 * 2);
+    BT_EXPECT_ERROR(bt_k_matmul_fp8(BT_BF16, cb, ab, BT_F8E4M3, sp + 1, ab, BT_F8E4M3, sp + 4, NULL, NULL, 16, 16, 16, 0, st0()),
+                    "bt_k_matmul_fp8: the scales sa and sb must be 16-byte aligned");
+    CK(cudaFree(sp)); CK(cudaFree(ab)); CK(cudaFree(cb));
     bt_scope_end();
     bt_fp8_state_free(&sg); bt_fp8_state_free(&sc);
 }

@@ -18,6 +18,9 @@
          ring runs on across them, so the next tile's first k tiles load during this one's last
          products and its epilogue (v1 pays the ring's fill and the epilogue once a tile, with one
          CTA an SM: 193 KB of shared memory each).
+     v3  v2 with the two warpgroups taking turns to issue (named barriers 1 and 2: a warpgroup issues
+         its stage's products, hands the turn over, then waits for them and promotes), so one's
+         products are queued while the other waits, adds and releases its stage.
    Measured (H200, 2026-12-03, this ladder; time against cuBLASLt's, split / fast accumulation):
      d48 fc forward [8192, 6400, 1600]    cuBLASLt 142.3 / 123.0 us (1,179 / 1,364 TFLOP/s); v1 1.47x / 1.67x; v2 1.48x / 1.72x
      d48 projection's dx, e5m2 x e4m3     cuBLASLt 141.0 / 122.5 us; v1 1.49x / 1.68x; v2 1.49x / 1.73x
@@ -65,7 +68,12 @@ __device__ __forceinline__ void tma_load2(uint32_t sdst, const void *map, int c0
 }
 struct Maps { CUtensorMap a, b; };
 
-template <int EA, int EB, int SPLIT, int PERSIST>
+/* named barrier `id` of n threads: wait (this thread's arrival counts), or arrive without waiting */
+__device__ __forceinline__ void bar_wait(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void bar_give(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+
+/* PERSIST: v2's tile walk; TURNS: v3's issue order */
+template <int EA, int EB, int SPLIT, int PERSIST, int TURNS>
 __global__ void __launch_bounds__(384, 1) gemm_f8(const __grid_constant__ Maps m, __nv_bfloat16 *C, const float *sa, const float *sb,
                                                   int M, int N, int K) {
 #ifdef BT__K_WG
@@ -102,6 +110,8 @@ __global__ void __launch_bounds__(384, 1) gemm_f8(const __grid_constant__ Maps m
     const int wg = warp >> 2, g = lane >> 2, tg = lane & 3;
     const float sc = *sa * *sb;
     int u = 0;   /* k tiles consumed so far */
+    const int total = ((ntiles - t0 + dt - 1) / dt) * nk;   /* this CTA's stages: each warpgroup issues as many */
+    if (TURNS && wg == 1 && total > 0) bar_give(1, 256);    /* warpgroup 0 has the first turn */
     for (int t = t0; t < ntiles; t += dt) {
         const int m0 = t / tn * BM, n0 = t % tn * BN;
         float acc[64], tmp[64];
@@ -111,6 +121,7 @@ __global__ void __launch_bounds__(384, 1) gemm_f8(const __grid_constant__ Maps m
             const int s = u % ST;
             bt__k_mbar_wait(full + 8 * s, (u / ST) & 1);
             const uint64_t da = bt__k_wg_desc(base + s * STAGE + wg * 64 * 128, 16), db = bt__k_wg_desc(base + s * STAGE + ABYTES, 16);
+            if (TURNS) bar_wait(1 + wg, 256);                      /* this warpgroup's turn to issue */
             bt__k_wg_arrive();
 #pragma unroll
             for (int kd = 0; kd < BK / 32; kd++) {
@@ -118,6 +129,7 @@ __global__ void __launch_bounds__(384, 1) gemm_f8(const __grid_constant__ Maps m
                 else wg_f8<EA, EB>(acc, bt__k_wg_desc_at(da, 32 * kd), bt__k_wg_desc_at(db, 32 * kd), k > 0 || kd > 0);
             }
             bt__k_wg_commit();
+            if (TURNS && (wg == 0 || u + 1 < total)) bar_give(2 - wg, 256);   /* the other's turn (none left over at the end) */
             bt__k_wg_wait0();
             bt__k_wg_pin(acc);
             if (SPLIT) bt__k_wg_pin(tmp);
@@ -158,24 +170,25 @@ static void make_map(CUtensorMap *map, const void *x, int rows, int K) {
         exit(1);
     }
 }
-template <int EA, int EB, int SPLIT, int PERSIST>
+template <int EA, int EB, int SPLIT, int PERSIST, int TURNS>
 static void run_own(const Maps &mp, __nv_bfloat16 *C, const float *sa, const float *sb, int M, int N, int K, cudaStream_t s) {
     static int set = 0, sms = 0;
     if (!set) {
-        CK(cudaFuncSetAttribute(gemm_f8<EA, EB, SPLIT, PERSIST>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
+        CK(cudaFuncSetAttribute(gemm_f8<EA, EB, SPLIT, PERSIST, TURNS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
         CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
         set = 1;
     }
     const int tiles = ((N + BN - 1) / BN) * ((M + BM - 1) / BM);
     dim3 grid = PERSIST ? dim3((unsigned)std::min(tiles, sms)) : dim3((N + BN - 1) / BN, (M + BM - 1) / BM);
-    gemm_f8<EA, EB, SPLIT, PERSIST><<<grid, 384, SMEM, s>>>(mp, C, sa, sb, M, N, K);
+    gemm_f8<EA, EB, SPLIT, PERSIST, TURNS><<<grid, 384, SMEM, s>>>(mp, C, sa, sb, M, N, K);
     CK(cudaGetLastError());
 }
 template <int EA, int EB>
 static void launch_own(int ver, int split, const Maps &mp, __nv_bfloat16 *C, const float *sa, const float *sb, int M, int N, int K,
                        cudaStream_t s) {
-    if (ver == 1) { if (split) run_own<EA, EB, 1, 0>(mp, C, sa, sb, M, N, K, s); else run_own<EA, EB, 0, 0>(mp, C, sa, sb, M, N, K, s); }
-    else { if (split) run_own<EA, EB, 1, 1>(mp, C, sa, sb, M, N, K, s); else run_own<EA, EB, 0, 1>(mp, C, sa, sb, M, N, K, s); }
+    if (ver == 1) { if (split) run_own<EA, EB, 1, 0, 0>(mp, C, sa, sb, M, N, K, s); else run_own<EA, EB, 0, 0, 0>(mp, C, sa, sb, M, N, K, s); }
+    else if (ver == 2) { if (split) run_own<EA, EB, 1, 1, 0>(mp, C, sa, sb, M, N, K, s); else run_own<EA, EB, 0, 1, 0>(mp, C, sa, sb, M, N, K, s); }
+    else { if (split) run_own<EA, EB, 1, 1, 1>(mp, C, sa, sb, M, N, K, s); else run_own<EA, EB, 0, 1, 1>(mp, C, sa, sb, M, N, K, s); }
 }
 
 /* n bytes of format fmt: values ~ N(0, 1) * spread, quantised with scale 1 (no NaN or infinity) */
@@ -259,7 +272,7 @@ int main(void) {
             CK(cudaMemcpy(hc0, c0, sizeof(__nv_bfloat16) * (size_t)nc, cudaMemcpyDeviceToHost));
             const double e0 = check_rows(hc0, ha, sh.fa, hb, BT_F8E4M3, hs[0] * hs[4], M, N, K, 8), tc = median_us(cub, s);
             printf("  %s  cuBLASLt %8.1f us %6.0f TFLOP/s (err %.1e)\n", split ? "split" : "fast ", tc, flop / (tc * 1e-6) / 1e12, e0);
-            for (int ver = 1; ver <= 2; ver++) {
+            for (int ver = 1; ver <= 3; ver++) {
                 auto own = [&] {
                     if (sh.fa == BT_F8E5M2) launch_own<1, 0>(ver, split, mp, c1, scales, scales + 4, M, N, K, s);
                     else launch_own<0, 0>(ver, split, mp, c1, scales, scales + 4, M, N, K, s);

@@ -16,30 +16,6 @@
    Build: make dev (build/dev/fp8_transpose); run: build/dev/fp8_transpose */
 #include "common.cuh"
 
-/* v1: NT 64 x 64 tiles side by side a block, their loads first (NT = 1: one tile at a time) */
-template <int NT>
-__global__ void __launch_bounds__(256) transpose_wide(uint8_t *qt, const uint8_t *q, int64_t rows, int64_t cols) {
-    __shared__ uint32_t tile[NT][64][17];
-    const int t = threadIdx.x, lr = t >> 2, lc = t & 3, tcol = t >> 2, tk = t & 3;
-    const int64_t tc = (cols + 64 * NT - 1) / (64 * NT), ntiles = (rows + 63) / 64 * tc;
-    for (int64_t tt = blockIdx.x; tt < ntiles; tt += gridDim.x) {
-        const int64_t r0 = tt / tc * 64, c0 = tt % tc * 64 * NT, i = r0 + lr;
-        uint4 v[NT];
-#pragma unroll
-        for (int u = 0; u < NT; u++) {
-            const int64_t c = c0 + 64 * u + 16 * lc;
-            v[u] = i < rows && c < cols ? *reinterpret_cast<const uint4 *>(q + i * cols + c) : make_uint4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int u = 0; u < NT; u++) {
-            tile[u][lr][4 * lc] = v[u].x; tile[u][lr][4 * lc + 1] = v[u].y; tile[u][lr][4 * lc + 2] = v[u].z; tile[u][lr][4 * lc + 3] = v[u].w;
-        }
-        __syncthreads();
-#pragma unroll
-        for (int u = 0; u < NT; u++) bt__k_fp8_tile_col(qt, tile[u], r0, c0 + 64 * u, rows, cols, tcol, tk);
-        __syncthreads();
-    }
-}
 /* v2: v1 with the next tile's load issued before this tile's barriers */
 __global__ void __launch_bounds__(256) transpose_next(uint8_t *qt, const uint8_t *q, int64_t rows, int64_t cols) {
     __shared__ uint32_t tile[64][17];
@@ -65,7 +41,7 @@ static void launch(int ver, uint8_t *qt, const uint8_t *q, int64_t rows, int64_t
     if (ver == 0) { bt_k_fp8_transpose(qt, q, rows, cols, s); return; }
     const int64_t nt = (rows + 63) / 64 * ((cols + 63) / 64);
     const unsigned grid = (unsigned)std::min<int64_t>(nt, (int64_t)sms * 16);
-    if (ver == 1) transpose_wide<1><<<grid, 256, 0, s>>>(qt, q, rows, cols);
+    if (ver == 1) bt__k_fp8_transpose_kernel<1><<<grid, 256, 0, s>>>(qt, q, rows, cols);   /* v1: the shipped kernel, one tile at a time */
     else transpose_next<<<grid, 256, 0, s>>>(qt, q, rows, cols);
     CK(cudaGetLastError());
 }
