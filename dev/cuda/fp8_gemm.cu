@@ -21,22 +21,24 @@
      v3  v2 with the two warpgroups taking turns to issue (named barriers 1 and 2: a warpgroup issues
          its stage's products, hands the turn over, then waits for them and promotes), so one's
          products are queued while the other waits, adds and releases its stage.
-   Measured (H200, 2026-12-03, this ladder; time against cuBLASLt's, split / fast accumulation):
-     d48 fc forward [8192, 6400, 1600]    cuBLASLt 142.3 / 123.0 us (1,179 / 1,364 TFLOP/s); v1 1.47x / 1.67x; v2 1.48x / 1.72x
-     d48 projection's dx, e5m2 x e4m3     cuBLASLt 141.0 / 122.5 us; v1 1.49x / 1.68x; v2 1.49x / 1.73x
-     d48 qkv forward [8192, 4800, 1600]   cuBLASLt 108.4 / 94.3 us;  v1 1.48x / 1.66x; v2 1.50x / 1.74x
-     d48 projection [8192, 1600, 6400]    cuBLASLt 123.7 / 120.8 us; v1 1.31x / 1.30x; v2 1.28x / 1.26x
-     d12 B 16 fc [16384, 3072, 768]       cuBLASLt 75.5 / 72.1 us;   v1 1.92x / 1.92x; v2 1.55x / 1.61x
-   Both versions give cuBLASLt's bytes exactly (split and fast: the same products in the same order,
-   split promoting every 128 of k as cuBLASLt does). Their fast runs no faster than their split:
-   the adds are not what bounds them but the issue order (each warpgroup waits for its own products
-   before the next stage, both in step, so the tensor cores idle at every stage's end) and the
-   128 x 128 tile (B read from shared memory by both warpgroups). Persistence (v2) hides the ring's
-   fill where k is short (d12) and nothing at d48. What a fused epilogue would save (the casts'
-   re-reads of fc's output and of the projection's dx: ~4 ms of d48's step, of their 8.2) is less
-   than these versions would lose (~60 us a product, 96 products a step); the next rung is cuBLASLt's own structure:
-   two math warpgroups on alternate tiles (one's epilogue and promotion under the other's products),
-   128 x 256 tiles where the accumulators allow.
+   Measured (H200, 2026-12-03, this ladder, two calls; time against cuBLASLt's, split / fast
+   accumulation):
+     d48 fc forward [8192, 6400, 1600]    cuBLASLt 142.5 / 123.7 us (1,178 / 1,357 TFLOP/s); v1 1.47x / 1.67x; v2 1.48x / 1.72x; v3 1.48x / 1.70x
+     d48 projection's dx, e5m2 x e4m3     cuBLASLt 141.3 / 122.9 us; v1 1.48x / 1.68x; v2 1.49x / 1.73x; v3 1.49x / 1.71x
+     d48 qkv forward [8192, 4800, 1600]   cuBLASLt 108.5 / 95.4 us;  v1 1.47x / 1.64x; v2 1.54x / 1.69x; v3 1.52x / 1.68x
+     d48 projection [8192, 1600, 6400]    cuBLASLt 124.0 / 121.6 us; v1 1.30x / 1.29x; v2 1.28x / 1.25x; v3 1.30x / 1.23x
+     d12 B 16 fc [16384, 3072, 768]       cuBLASLt 75.6 / 71.9 us;   v1 1.91x / 1.92x; v2 1.55x / 1.61x; v3 1.56x / 1.66x
+   Every version gives cuBLASLt's bytes exactly (split and fast: the same products in the same
+   order, split promoting every 128 of k as cuBLASLt does). Persistence (v2) hides the ring's fill
+   where k is short (d12), nothing at d48; the turns (v3) change nothing; fast runs no faster than
+   split: neither the promotion's adds nor the issue order is what bounds these versions at ~800
+   TFLOP/s. What a 128 x 128 tile does pay (reasoned, not measured): it loads 2 x 128 k bytes for
+   2 x 128 x 128 k flops, a byte per 128 flops, so at
+   cuBLASLt's 1,180 TFLOP/s the SMs would pull ~9 TB/s out of L2; at 800 they pull ~6.3. The next
+   rung: fewer L2 bytes a flop, by clusters whose CTAs share a tile's operand through TMA multicast
+   (2 CTAs along m sharing B: 3/4 of the bytes; 2 x 2: 1/2) or wider tiles. What a fused epilogue
+   would save (the casts' re-reads of fc's output and of the projection's dx: ~4 ms of d48's step,
+   of those casts' 8.2) is less than these versions lose (~60 us a product, 96 products a step).
    Checked: against a float64 product of the decoded bytes on 8 sampled rows (the largest error
    over the largest |C|), and against cuBLASLt's C (the largest difference, same measure). Timed with
    CUDA events (median of 50), TFLOP/s = 2 M N K / time, at the shapes of d48's and d12's products.
