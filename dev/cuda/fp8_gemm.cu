@@ -21,6 +21,8 @@
      v3  v2 with the two warpgroups taking turns to issue (named barriers 1 and 2: a warpgroup issues
          its stage's products, hands the turn over, then waits for them and promotes), so one's
          products are queued while the other waits, adds and releases its stage.
+     v4  v2 in clusters of two CTAs along m that share B's k tiles through TMA multicast (each loads
+         half and the copy engine writes it into both): 3/4 of v2's L2 bytes a flop. Not yet run.
    Measured (H200, 2026-12-03, this ladder, two calls; time against cuBLASLt's, split / fast
    accumulation):
      d48 fc forward [8192, 6400, 1600]    cuBLASLt 142.5 / 123.7 us (1,178 / 1,357 TFLOP/s); v1 1.47x / 1.67x; v2 1.48x / 1.72x; v3 1.48x / 1.70x
@@ -68,7 +70,7 @@ __device__ __forceinline__ void tma_load2(uint32_t sdst, const void *map, int c0
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
                  ::"r"(sdst), "l"(map), "r"(c0), "r"(c1), "r"(bar) : "memory");
 }
-struct Maps { CUtensorMap a, b; };
+struct Maps { CUtensorMap a, b, b64; };   /* b64: B in boxes of 64 rows (v4's halves) */
 
 /* named barrier `id` of n threads: wait (this thread's arrival counts), or arrive without waiting */
 __device__ __forceinline__ void bar_wait(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
@@ -160,12 +162,154 @@ __global__ void __launch_bounds__(384, 1) gemm_f8(const __grid_constant__ Maps m
 #endif
 }
 
-/* a [rows, K] byte matrix's map: boxes of 128 rows x 128 bytes, 128-byte swizzle */
-static void make_map(CUtensorMap *map, const void *x, int rows, int K) {
+/* v4's cluster primitives: this CTA's rank in its cluster; a shared address of this CTA as the same
+   offset in CTA `rank`'s shared memory; an arrival on a (possibly remote) mbarrier, released at
+   cluster scope; a wait that acquires at cluster scope; the box of a 2-d map multicast to the CTAs
+   of `mask`, each one's mbarrier at the same offset completing with the bytes it receives; the
+   cluster-wide barrier of every thread */
+__device__ __forceinline__ uint32_t cl_rank(void) { uint32_t r; asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r)); return r; }
+__device__ __forceinline__ uint32_t cl_map(uint32_t a, uint32_t rank) {
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(rank));
+    return r;
+}
+__device__ __forceinline__ void cl_arrive(uint32_t cluster_bar) {
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_bar) : "memory");
+}
+__device__ __forceinline__ void cl_wait(uint32_t bar, int parity) {
+    uint32_t done;
+    do {
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }\n"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    } while (!done);
+}
+__device__ __forceinline__ void tma_load2_mc(uint32_t sdst, const void *map, int c0, int c1, uint32_t bar, uint16_t mask) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(sdst), "l"(map), "r"(c0), "r"(c1), "r"(bar), "h"(mask) : "memory");
+}
+__device__ __forceinline__ void cl_sync(void) {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+/* v4: v2 in clusters of two CTAs along m: the pair computes a 256 x 128 block of C, rows 128 r ..
+   of it in CTA r, and shares B: CTA r loads B's rows 64 r .. 64 r + 63 of each k tile once and the
+   tensor memory accelerator writes them into both CTAs' stage (multicast), so a CTA pulls 16 + 8 KB
+   of a stage from L2 instead of 32. A stage is refilled only when the consumers of both CTAs are
+   done with it: each consumer warpgroup arrives on the empty barriers of both (4 arrivals a phase).
+   Every thread meets the cluster barrier after the barriers' initialisation (the peer's must exist
+   before anything lands there) and before exiting (nothing may land in a CTA that has left). */
+template <int EA, int EB, int SPLIT>
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1) gemm_f8_mc(const __grid_constant__ Maps m, __nv_bfloat16 *C,
+                                                                                const float *sa, const float *sb, int M, int N, int K) {
+#ifdef BT__K_WG
+    __shared__ __align__(8) uint64_t bars[2 * ST];
+    extern __shared__ __align__(16) unsigned char sm[];
+    const uint32_t base = (bt__k_smem(sm) + 1023u) & ~1023u, full = bt__k_smem(bars), empty = full + 8 * ST;
+    const int warp = __shfl_sync(0xffffffffu, (int)threadIdx.x / 32, 0), lane = threadIdx.x & 31;
+    const uint32_t rank = cl_rank(), peer = rank ^ 1u;
+    const int nk = (K + BK - 1) / BK, tn = (N + BN - 1) / BN, nsuper = tn * ((M + 2 * BM - 1) / (2 * BM));
+    const int c0 = (int)(blockIdx.x >> 1), dc = (int)(gridDim.x >> 1);   /* this pair's first super tile, the pairs */
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < ST; s++) { bt__k_mbar_init(full + 8 * s, 1); bt__k_mbar_init(empty + 8 * s, 4); }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    cl_sync();
+    if (warp >= 8) {   /* producer warpgroup: one thread issues the loads */
+        bt__k_wg_regs_dec<40>();
+        if (threadIdx.x == 256) {
+            int u = 0;
+            for (int t = c0; t < nsuper; t += dc) {
+                const int m0 = t / tn * 2 * BM + (int)rank * BM, n0 = t % tn * BN;
+                for (int k = 0; k < nk; k++, u++) {
+                    const int s = u % ST;
+                    if (u >= ST) cl_wait(empty + 8 * s, (u / ST - 1) & 1);   /* both CTAs' consumers done with stage s */
+                    bt__k_mbar_expect(full + 8 * s, STAGE);                   /* A, and both halves of B */
+                    tma_load2(base + s * STAGE, &m.a, k * BK, m0, full + 8 * s);
+                    tma_load2_mc(base + s * STAGE + ABYTES + rank * (BBYTES / 2), &m.b64, k * BK, n0 + (int)rank * (BN / 2), full + 8 * s,
+                                 (uint16_t)3);
+                }
+            }
+        }
+        __syncwarp();
+    } else {
+        bt__k_wg_regs_inc<232>();
+        const int wg = warp >> 2, g = lane >> 2, tg = lane & 3;
+        const float sc = *sa * *sb;
+        int u = 0;
+        for (int t = c0; t < nsuper; t += dc) {
+            const int m0 = t / tn * 2 * BM + (int)rank * BM, n0 = t % tn * BN;
+            float acc[64], tmp[64];
+#pragma unroll
+            for (int i = 0; i < 64; i++) acc[i] = tmp[i] = 0.f;
+            for (int k = 0; k < nk; k++, u++) {
+                const int s = u % ST;
+                bt__k_mbar_wait(full + 8 * s, (u / ST) & 1);
+                const uint64_t da = bt__k_wg_desc(base + s * STAGE + wg * 64 * 128, 16), db = bt__k_wg_desc(base + s * STAGE + ABYTES, 16);
+                bt__k_wg_arrive();
+#pragma unroll
+                for (int kd = 0; kd < BK / 32; kd++) {
+                    if (SPLIT) wg_f8<EA, EB>(tmp, bt__k_wg_desc_at(da, 32 * kd), bt__k_wg_desc_at(db, 32 * kd), kd > 0);
+                    else wg_f8<EA, EB>(acc, bt__k_wg_desc_at(da, 32 * kd), bt__k_wg_desc_at(db, 32 * kd), k > 0 || kd > 0);
+                }
+                bt__k_wg_commit();
+                bt__k_wg_wait0();
+                bt__k_wg_pin(acc);
+                if (SPLIT) bt__k_wg_pin(tmp);
+                if ((threadIdx.x & 127) == 0) {   /* this warpgroup is done reading stage s: tell both producers */
+                    cl_arrive(cl_map(empty + 8 * s, rank));
+                    cl_arrive(cl_map(empty + 8 * s, peer));
+                }
+                if (SPLIT) {
+#pragma unroll
+                    for (int i = 0; i < 64; i++) acc[i] += tmp[i];
+                }
+            }
+            const int r0 = m0 + wg * 64 + 16 * (warp & 3) + g;
+#pragma unroll
+            for (int j = 0; j < 16; j++) {
+                const int c = n0 + 8 * j + 2 * tg;
+                if (c >= N) continue;
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int r = r0 + 8 * h;
+                    if (r < M)
+                        *reinterpret_cast<__nv_bfloat162 *>(C + (int64_t)r * N + c) =
+                            __floats2bfloat162_rn(acc[4 * j + 2 * h] * sc, acc[4 * j + 2 * h + 1] * sc);
+                }
+            }
+        }
+    }
+    cl_sync();
+#else
+    (void)m; (void)C; (void)sa; (void)sb; (void)M; (void)N; (void)K;
+    __trap();
+#endif
+}
+template <int EA, int EB, int SPLIT>
+static void run_mc(const Maps &mp, __nv_bfloat16 *C, const float *sa, const float *sb, int M, int N, int K, cudaStream_t s) {
+    static int set = 0, clusters = 0;   /* pairs resident at once (GPCs of odd SM counts leave an SM out) */
+    if (!set) {
+        CK(cudaFuncSetAttribute(gemm_f8_mc<EA, EB, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute at;
+        at.id = cudaLaunchAttributeClusterDimension; at.val.clusterDim.x = 2; at.val.clusterDim.y = 1; at.val.clusterDim.z = 1;
+        cfg.gridDim = dim3(2); cfg.blockDim = dim3(384); cfg.dynamicSmemBytes = SMEM; cfg.attrs = &at; cfg.numAttrs = 1;
+        CK(cudaOccupancyMaxActiveClusters(&clusters, gemm_f8_mc<EA, EB, SPLIT>, &cfg));
+        if (clusters < 1) { fprintf(stderr, "fp8_gemm: no cluster of two fits\n"); exit(1); }
+        set = 1;
+    }
+    const int pairs = ((N + BN - 1) / BN) * ((M + 2 * BM - 1) / (2 * BM));
+    gemm_f8_mc<EA, EB, SPLIT><<<2 * std::min(pairs, clusters), 384, SMEM, s>>>(mp, C, sa, sb, M, N, K);
+    CK(cudaGetLastError());
+}
+
+/* a [rows, K] byte matrix's map: boxes of box_rows rows x 128 bytes, 128-byte swizzle */
+static void make_map(CUtensorMap *map, const void *x, int rows, int K, int box_rows = 128) {
     bt__k_tmap_encode_fn enc = bt__k_tmap_encoder();
     if (!enc) { fprintf(stderr, "fp8_gemm: no cuTensorMapEncodeTiled in this driver\n"); exit(1); }
     const cuuint64_t dim[2] = {(cuuint64_t)K, (cuuint64_t)rows}, str[1] = {(cuuint64_t)K};
-    const cuuint32_t box[2] = {BK, 128}, one[2] = {1, 1};
+    const cuuint32_t box[2] = {BK, (cuuint32_t)box_rows}, one[2] = {1, 1};
     if (enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)x, dim, str, box, one, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
         fprintf(stderr, "fp8_gemm: cuTensorMapEncodeTiled refused [%d, %d]\n", rows, K);
@@ -190,7 +334,8 @@ static void launch_own(int ver, int split, const Maps &mp, __nv_bfloat16 *C, con
                        cudaStream_t s) {
     if (ver == 1) { if (split) run_own<EA, EB, 1, 0, 0>(mp, C, sa, sb, M, N, K, s); else run_own<EA, EB, 0, 0, 0>(mp, C, sa, sb, M, N, K, s); }
     else if (ver == 2) { if (split) run_own<EA, EB, 1, 1, 0>(mp, C, sa, sb, M, N, K, s); else run_own<EA, EB, 0, 1, 0>(mp, C, sa, sb, M, N, K, s); }
-    else { if (split) run_own<EA, EB, 1, 1, 1>(mp, C, sa, sb, M, N, K, s); else run_own<EA, EB, 0, 1, 1>(mp, C, sa, sb, M, N, K, s); }
+    else if (ver == 3) { if (split) run_own<EA, EB, 1, 1, 1>(mp, C, sa, sb, M, N, K, s); else run_own<EA, EB, 0, 1, 1>(mp, C, sa, sb, M, N, K, s); }
+    else { if (split) run_mc<EA, EB, 1>(mp, C, sa, sb, M, N, K, s); else run_mc<EA, EB, 0>(mp, C, sa, sb, M, N, K, s); }
 }
 
 /* n bytes of format fmt: values ~ N(0, 1) * spread, quantised with scale 1 (no NaN or infinity) */
@@ -264,7 +409,7 @@ int main(void) {
         CK(cudaMemcpy(a, ha, (size_t)na, cudaMemcpyHostToDevice)); CK(cudaMemcpy(b, hb, (size_t)nb, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(scales, hs, sizeof hs, cudaMemcpyHostToDevice));
         Maps mp;
-        make_map(&mp.a, a, M, K); make_map(&mp.b, b, N, K);
+        make_map(&mp.a, a, M, K); make_map(&mp.b, b, N, K); make_map(&mp.b64, b, N, K, 64);
         printf("%s: M %d N %d K %d\n", sh.what, M, N, K);
         const double flop = 2.0 * M * N * K;
         for (int split = 1; split >= 0; split--) {
@@ -274,7 +419,7 @@ int main(void) {
             CK(cudaMemcpy(hc0, c0, sizeof(__nv_bfloat16) * (size_t)nc, cudaMemcpyDeviceToHost));
             const double e0 = check_rows(hc0, ha, sh.fa, hb, BT_F8E4M3, hs[0] * hs[4], M, N, K, 8), tc = median_us(cub, s);
             printf("  %s  cuBLASLt %8.1f us %6.0f TFLOP/s (err %.1e)\n", split ? "split" : "fast ", tc, flop / (tc * 1e-6) / 1e12, e0);
-            for (int ver = 1; ver <= 3; ver++) {
+            for (int ver = 1; ver <= 4; ver++) {
                 auto own = [&] {
                     if (sh.fa == BT_F8E5M2) launch_own<1, 0>(ver, split, mp, c1, scales, scales + 4, M, N, K, s);
                     else launch_own<0, 0>(ver, split, mp, c1, scales, scales + 4, M, N, K, s);
