@@ -44,7 +44,7 @@
    Checked: against a float64 product of the decoded bytes on 8 sampled rows (the largest error
    over the largest |C|), and against cuBLASLt's C (the largest difference, same measure). Timed with
    CUDA events (median of 50), TFLOP/s = 2 M N K / time, at the shapes of d48's and d12's products.
-   Build: make dev (build/dev/fp8_gemm); run: build/dev/fp8_gemm */
+   Build: make dev (build/dev/fp8_gemm); run: build/dev/fp8_gemm [versions, e.g. 24] [how many shapes] */
 #include "common.cuh"
 #include <math.h>
 
@@ -383,7 +383,10 @@ static double max_rel_diff(const __nv_bfloat16 *x, const __nv_bfloat16 *y, int64
 }
 
 struct Shape { const char *what; int M, N, K; bt_dtype fa; };
-int main(void) {
+/* fp8_gemm [VERSIONS [SHAPES]]: the versions to run as digits (default 1234), the first SHAPES shapes (default all) */
+int main(int argc, char **argv) {
+    const char *vers = argc > 1 ? argv[1] : "1234";
+    const int nshapes = argc > 2 ? atoi(argv[2]) : 1 << 30;
     bt_k_init(0);
     cudaStream_t s = (cudaStream_t)0;
     const Shape shapes[] = {
@@ -394,7 +397,9 @@ int main(void) {
         {"d12 B 16 fc forward", 16384, 3072, 768, BT_F8E4M3},
         {"d12 B 16 MLP projection's dx", 16384, 3072, 768, BT_F8E5M2},
     };
+    int shown = 0;
     for (const Shape &sh : shapes) {
+        if (shown++ >= nshapes) break;
         const int M = sh.M, N = sh.N, K = sh.K;
         const int64_t na = (int64_t)M * K, nb = (int64_t)N * K, nc = (int64_t)M * N;
         uint8_t *ha = (uint8_t *)malloc((size_t)na), *hb = (uint8_t *)malloc((size_t)nb), *a, *b;
@@ -420,6 +425,7 @@ int main(void) {
             const double e0 = check_rows(hc0, ha, sh.fa, hb, BT_F8E4M3, hs[0] * hs[4], M, N, K, 8), tc = median_us(cub, s);
             printf("  %s  cuBLASLt %8.1f us %6.0f TFLOP/s (err %.1e)\n", split ? "split" : "fast ", tc, flop / (tc * 1e-6) / 1e12, e0);
             for (int ver = 1; ver <= 4; ver++) {
+                if (!strchr(vers, '0' + ver)) continue;
                 auto own = [&] {
                     if (sh.fa == BT_F8E5M2) launch_own<1, 0>(ver, split, mp, c1, scales, scales + 4, M, N, K, s);
                     else launch_own<0, 0>(ver, split, mp, c1, scales, scales + 4, M, N, K, s);
