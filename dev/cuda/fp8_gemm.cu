@@ -23,6 +23,7 @@
          products are queued while the other waits, adds and releases its stage.
      v4  v2 in clusters of two CTAs along m that share B's k tiles through TMA multicast (each loads
          half and the copy engine writes it into both): 3/4 of v2's L2 bytes a flop. Not yet run.
+     v5  the same in clusters of 2 x 2 that share A along n as well: 1/2 of v2's bytes. Not yet run.
    Measured (H200, 2026-12-03, this ladder, two calls; time against cuBLASLt's, split / fast
    accumulation):
      d48 fc forward [8192, 6400, 1600]    cuBLASLt 142.5 / 123.7 us (1,178 / 1,357 TFLOP/s); v1 1.47x / 1.67x; v2 1.48x / 1.72x; v3 1.48x / 1.70x
@@ -70,7 +71,7 @@ __device__ __forceinline__ void tma_load2(uint32_t sdst, const void *map, int c0
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
                  ::"r"(sdst), "l"(map), "r"(c0), "r"(c1), "r"(bar) : "memory");
 }
-struct Maps { CUtensorMap a, b, b64; };   /* b64: B in boxes of 64 rows (v4's halves) */
+struct Maps { CUtensorMap a, b, a64, b64; };   /* a64, b64: boxes of 64 rows (the clusters' halves) */
 
 /* named barrier `id` of n threads: wait (this thread's arrival counts), or arrive without waiting */
 __device__ __forceinline__ void bar_wait(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
@@ -191,26 +192,31 @@ __device__ __forceinline__ void cl_sync(void) {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 
-/* v4: v2 in clusters of two CTAs along m: the pair computes a 256 x 128 block of C, rows 128 r ..
-   of it in CTA r, and shares B: CTA r loads B's rows 64 r .. 64 r + 63 of each k tile once and the
-   tensor memory accelerator writes them into both CTAs' stage (multicast), so a CTA pulls 16 + 8 KB
-   of a stage from L2 instead of 32. A stage is refilled only when the consumers of both CTAs are
-   done with it: each consumer warpgroup arrives on the empty barriers of both (4 arrivals a phase).
-   Every thread meets the cluster barrier after the barriers' initialisation (the peer's must exist
-   before anything lands there) and before exiting (nothing may land in a CTA that has left). */
-template <int EA, int EB, int SPLIT>
-__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1) gemm_f8_mc(const __grid_constant__ Maps m, __nv_bfloat16 *C,
-                                                                                const float *sa, const float *sb, int M, int N, int K) {
+/* v4 / v5: v2 in clusters of CM x CN CTAs (v4 2 x 1, v5 2 x 2) that share the operands' k tiles:
+   the cluster computes a (CM 128) x (CN 128) block of C, CTA r (rx = r % CM along m, ry = r / CM
+   along n) its 128 x 128 tile. The CN CTAs of one rx need the same A rows, the CM CTAs of one ry
+   the same B rows: of each stage a CTA loads 128 / CN rows of its A and 128 / CM rows of its B, and
+   the tensor memory accelerator writes each slice into the stages of every CTA that needs it
+   (multicast), so a CTA pulls 16 / CN + 16 / CM KB of a stage from L2 instead of 32 (v4 3/4, v5
+   1/2). A stage of a CTA is written by the CTAs of its row and column of the cluster (CN + CM - 1
+   of them, itself included), so it is refilled only when all their consumers are done with it:
+   each consumer warpgroup arrives on the empty barriers of those CTAs (2 (CN + CM - 1) arrivals a
+   phase). Every thread meets the cluster barrier after the barriers' initialisation (a peer's must
+   exist before anything lands there) and before exiting (nothing may land in a CTA that has left). */
+template <int EA, int EB, int SPLIT, int CM, int CN>
+__global__ void __launch_bounds__(384, 1) gemm_f8_mc(const __grid_constant__ Maps m, __nv_bfloat16 *C, const float *sa, const float *sb,
+                                                     int M, int N, int K) {
 #ifdef BT__K_WG
+    enum { CS = CM * CN, AR = BM / CN, BR = BN / CM };   /* CTAs a cluster; the A and B rows a CTA loads a stage */
     __shared__ __align__(8) uint64_t bars[2 * ST];
     extern __shared__ __align__(16) unsigned char sm[];
     const uint32_t base = (bt__k_smem(sm) + 1023u) & ~1023u, full = bt__k_smem(bars), empty = full + 8 * ST;
     const int warp = __shfl_sync(0xffffffffu, (int)threadIdx.x / 32, 0), lane = threadIdx.x & 31;
-    const uint32_t rank = cl_rank(), peer = rank ^ 1u;
-    const int nk = (K + BK - 1) / BK, tn = (N + BN - 1) / BN, nsuper = tn * ((M + 2 * BM - 1) / (2 * BM));
-    const int c0 = (int)(blockIdx.x >> 1), dc = (int)(gridDim.x >> 1);   /* this pair's first super tile, the pairs */
+    const int rank = (int)cl_rank(), rx = rank % CM, ry = rank / CM;
+    const int nk = (K + BK - 1) / BK, tn = (N + CN * BN - 1) / (CN * BN), nsuper = tn * ((M + CM * BM - 1) / (CM * BM));
+    const int c0 = (int)blockIdx.x / CS, dc = (int)gridDim.x / CS;   /* this cluster's first block of C, the clusters */
     if (threadIdx.x == 0) {
-        for (int s = 0; s < ST; s++) { bt__k_mbar_init(full + 8 * s, 1); bt__k_mbar_init(empty + 8 * s, 4); }
+        for (int s = 0; s < ST; s++) { bt__k_mbar_init(full + 8 * s, 1); bt__k_mbar_init(empty + 8 * s, 2 * (CN + CM - 1)); }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
@@ -218,16 +224,21 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1) gemm_f8_mc(c
     if (warp >= 8) {   /* producer warpgroup: one thread issues the loads */
         bt__k_wg_regs_dec<40>();
         if (threadIdx.x == 256) {
+            uint16_t ma = 0, mb = 0;   /* the CTAs of this one's rx (they share A), of its ry (B) */
+            for (int j = 0; j < CN; j++) ma |= (uint16_t)(1u << (rx + CM * j));
+            for (int i = 0; i < CM; i++) mb |= (uint16_t)(1u << (i + CM * ry));
             int u = 0;
             for (int t = c0; t < nsuper; t += dc) {
-                const int m0 = t / tn * 2 * BM + (int)rank * BM, n0 = t % tn * BN;
+                const int m0 = t / tn * CM * BM + rx * BM, n0 = t % tn * CN * BN + ry * BN;
                 for (int k = 0; k < nk; k++, u++) {
                     const int s = u % ST;
-                    if (u >= ST) cl_wait(empty + 8 * s, (u / ST - 1) & 1);   /* both CTAs' consumers done with stage s */
-                    bt__k_mbar_expect(full + 8 * s, STAGE);                   /* A, and both halves of B */
-                    tma_load2(base + s * STAGE, &m.a, k * BK, m0, full + 8 * s);
-                    tma_load2_mc(base + s * STAGE + ABYTES + rank * (BBYTES / 2), &m.b64, k * BK, n0 + (int)rank * (BN / 2), full + 8 * s,
-                                 (uint16_t)3);
+                    if (u >= ST) cl_wait(empty + 8 * s, (u / ST - 1) & 1);   /* every writer's consumers done with stage s */
+                    bt__k_mbar_expect(full + 8 * s, STAGE);                   /* all of A and B, from whichever CTA */
+                    const uint32_t sa0 = base + s * STAGE + ry * AR * BK, sb0 = base + s * STAGE + ABYTES + rx * BR * BK;
+                    if (CN == 1) tma_load2(sa0, &m.a, k * BK, m0, full + 8 * s);
+                    else tma_load2_mc(sa0, &m.a64, k * BK, m0 + ry * AR, full + 8 * s, ma);
+                    if (CM == 1) tma_load2(sb0, &m.b, k * BK, n0, full + 8 * s);
+                    else tma_load2_mc(sb0, &m.b64, k * BK, n0 + rx * BR, full + 8 * s, mb);
                 }
             }
         }
@@ -238,7 +249,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1) gemm_f8_mc(c
         const float sc = *sa * *sb;
         int u = 0;
         for (int t = c0; t < nsuper; t += dc) {
-            const int m0 = t / tn * 2 * BM + (int)rank * BM, n0 = t % tn * BN;
+            const int m0 = t / tn * CM * BM + rx * BM, n0 = t % tn * CN * BN + ry * BN;
             float acc[64], tmp[64];
 #pragma unroll
             for (int i = 0; i < 64; i++) acc[i] = tmp[i] = 0.f;
@@ -256,9 +267,10 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1) gemm_f8_mc(c
                 bt__k_wg_wait0();
                 bt__k_wg_pin(acc);
                 if (SPLIT) bt__k_wg_pin(tmp);
-                if ((threadIdx.x & 127) == 0) {   /* this warpgroup is done reading stage s: tell both producers */
-                    cl_arrive(cl_map(empty + 8 * s, rank));
-                    cl_arrive(cl_map(empty + 8 * s, peer));
+                if ((threadIdx.x & 127) == 0) {   /* this warpgroup is done reading stage s: tell every CTA that writes it */
+                    for (int j = 0; j < CN; j++) cl_arrive(cl_map(empty + 8 * s, (uint32_t)(rx + CM * j)));
+                    for (int i = 0; i < CM; i++)
+                        if (i != rx) cl_arrive(cl_map(empty + 8 * s, (uint32_t)(i + CM * ry)));
                 }
                 if (SPLIT) {
 #pragma unroll
@@ -286,22 +298,23 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1) gemm_f8_mc(c
     __trap();
 #endif
 }
-template <int EA, int EB, int SPLIT>
+template <int EA, int EB, int SPLIT, int CM, int CN>
 static void run_mc(const Maps &mp, __nv_bfloat16 *C, const float *sa, const float *sb, int M, int N, int K, cudaStream_t s) {
-    static int set = 0, clusters = 0;   /* pairs resident at once (GPCs of odd SM counts leave an SM out) */
+    static int set = 0, clusters = 0;   /* clusters resident at once (a GPC's SMs need not divide by the cluster) */
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeClusterDimension; at.val.clusterDim.x = CM * CN; at.val.clusterDim.y = 1; at.val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.blockDim = dim3(384); cfg.dynamicSmemBytes = SMEM; cfg.stream = s; cfg.attrs = &at; cfg.numAttrs = 1;
     if (!set) {
-        CK(cudaFuncSetAttribute(gemm_f8_mc<EA, EB, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute at;
-        at.id = cudaLaunchAttributeClusterDimension; at.val.clusterDim.x = 2; at.val.clusterDim.y = 1; at.val.clusterDim.z = 1;
-        cfg.gridDim = dim3(2); cfg.blockDim = dim3(384); cfg.dynamicSmemBytes = SMEM; cfg.attrs = &at; cfg.numAttrs = 1;
-        CK(cudaOccupancyMaxActiveClusters(&clusters, gemm_f8_mc<EA, EB, SPLIT>, &cfg));
-        if (clusters < 1) { fprintf(stderr, "fp8_gemm: no cluster of two fits\n"); exit(1); }
+        CK(cudaFuncSetAttribute(gemm_f8_mc<EA, EB, SPLIT, CM, CN>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
+        cfg.gridDim = dim3(CM * CN);
+        CK(cudaOccupancyMaxActiveClusters(&clusters, gemm_f8_mc<EA, EB, SPLIT, CM, CN>, &cfg));
+        if (clusters < 1) { fprintf(stderr, "fp8_gemm: no cluster of %d fits\n", CM * CN); exit(1); }
         set = 1;
     }
-    const int pairs = ((N + BN - 1) / BN) * ((M + 2 * BM - 1) / (2 * BM));
-    gemm_f8_mc<EA, EB, SPLIT><<<2 * std::min(pairs, clusters), 384, SMEM, s>>>(mp, C, sa, sb, M, N, K);
-    CK(cudaGetLastError());
+    const int blocks = ((N + CN * BN - 1) / (CN * BN)) * ((M + CM * BM - 1) / (CM * BM));
+    cfg.gridDim = dim3((unsigned)(CM * CN * std::min(blocks, clusters)));
+    CK(cudaLaunchKernelEx(&cfg, gemm_f8_mc<EA, EB, SPLIT, CM, CN>, mp, C, sa, sb, M, N, K));
 }
 
 /* a [rows, K] byte matrix's map: boxes of box_rows rows x 128 bytes, 128-byte swizzle */
@@ -335,7 +348,8 @@ static void launch_own(int ver, int split, const Maps &mp, __nv_bfloat16 *C, con
     if (ver == 1) { if (split) run_own<EA, EB, 1, 0, 0>(mp, C, sa, sb, M, N, K, s); else run_own<EA, EB, 0, 0, 0>(mp, C, sa, sb, M, N, K, s); }
     else if (ver == 2) { if (split) run_own<EA, EB, 1, 1, 0>(mp, C, sa, sb, M, N, K, s); else run_own<EA, EB, 0, 1, 0>(mp, C, sa, sb, M, N, K, s); }
     else if (ver == 3) { if (split) run_own<EA, EB, 1, 1, 1>(mp, C, sa, sb, M, N, K, s); else run_own<EA, EB, 0, 1, 1>(mp, C, sa, sb, M, N, K, s); }
-    else { if (split) run_mc<EA, EB, 1>(mp, C, sa, sb, M, N, K, s); else run_mc<EA, EB, 0>(mp, C, sa, sb, M, N, K, s); }
+    else if (ver == 4) { if (split) run_mc<EA, EB, 1, 2, 1>(mp, C, sa, sb, M, N, K, s); else run_mc<EA, EB, 0, 2, 1>(mp, C, sa, sb, M, N, K, s); }
+    else { if (split) run_mc<EA, EB, 1, 2, 2>(mp, C, sa, sb, M, N, K, s); else run_mc<EA, EB, 0, 2, 2>(mp, C, sa, sb, M, N, K, s); }
 }
 
 /* n bytes of format fmt: values ~ N(0, 1) * spread, quantised with scale 1 (no NaN or infinity) */
@@ -383,9 +397,9 @@ static double max_rel_diff(const __nv_bfloat16 *x, const __nv_bfloat16 *y, int64
 }
 
 struct Shape { const char *what; int M, N, K; bt_dtype fa; };
-/* fp8_gemm [VERSIONS [SHAPES]]: the versions to run as digits (default 1234), the first SHAPES shapes (default all) */
+/* fp8_gemm [VERSIONS [SHAPES]]: the versions to run as digits (default 12345), the first SHAPES shapes (default all) */
 int main(int argc, char **argv) {
-    const char *vers = argc > 1 ? argv[1] : "1234";
+    const char *vers = argc > 1 ? argv[1] : "12345";
     const int nshapes = argc > 2 ? atoi(argv[2]) : 1 << 30;
     bt_k_init(0);
     cudaStream_t s = (cudaStream_t)0;
@@ -414,7 +428,7 @@ int main(int argc, char **argv) {
         CK(cudaMemcpy(a, ha, (size_t)na, cudaMemcpyHostToDevice)); CK(cudaMemcpy(b, hb, (size_t)nb, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(scales, hs, sizeof hs, cudaMemcpyHostToDevice));
         Maps mp;
-        make_map(&mp.a, a, M, K); make_map(&mp.b, b, N, K); make_map(&mp.b64, b, N, K, 64);
+        make_map(&mp.a, a, M, K); make_map(&mp.b, b, N, K); make_map(&mp.a64, a, M, K, 64); make_map(&mp.b64, b, N, K, 64);
         printf("%s: M %d N %d K %d\n", sh.what, M, N, K);
         const double flop = 2.0 * M * N * K;
         for (int split = 1; split >= 0; split--) {
@@ -424,7 +438,7 @@ int main(int argc, char **argv) {
             CK(cudaMemcpy(hc0, c0, sizeof(__nv_bfloat16) * (size_t)nc, cudaMemcpyDeviceToHost));
             const double e0 = check_rows(hc0, ha, sh.fa, hb, BT_F8E4M3, hs[0] * hs[4], M, N, K, 8), tc = median_us(cub, s);
             printf("  %s  cuBLASLt %8.1f us %6.0f TFLOP/s (err %.1e)\n", split ? "split" : "fast ", tc, flop / (tc * 1e-6) / 1e12, e0);
-            for (int ver = 1; ver <= 4; ver++) {
+            for (int ver = 1; ver <= 5; ver++) {
                 if (!strchr(vers, '0' + ver)) continue;
                 auto own = [&] {
                     if (sh.fa == BT_F8E5M2) launch_own<1, 0>(ver, split, mp, c1, scales, scales + 4, M, N, K, s);
