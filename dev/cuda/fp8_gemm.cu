@@ -24,6 +24,8 @@
      v4  v2 in clusters of two CTAs along m that share B's k tiles through TMA multicast (each loads
          half and the copy engine writes it into both): 3/4 of v2's L2 bytes a flop. Not yet run.
      v5  the same in clusters of 2 x 2 that share A along n as well: 1/2 of v2's bytes. Not yet run.
+     v6  v2 with 128 x 256 tiles (wgmma m64n256k32), fast accumulation only (split's second set of
+         sums would not fit in a thread's registers): 3/4 of v2's bytes. Not yet run.
    Measured (H200, 2026-12-03, this ladder, two calls; time against cuBLASLt's, split / fast
    accumulation):
      d48 fc forward [8192, 6400, 1600]    cuBLASLt 142.5 / 123.7 us (1,178 / 1,357 TFLOP/s); v1 1.47x / 1.67x; v2 1.48x / 1.72x; v3 1.48x / 1.70x
@@ -67,11 +69,27 @@ template <int EA, int EB> __device__ __forceinline__ void wg_f8(float (&d)[64], 
     (void)d; (void)a; (void)b; (void)acc;
 #endif
 }
+/* the same for a 64 x 256 product (128 accumulators a thread: v6) */
+#define F8_R128 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define F8_F128(d) BT__K_WG_F64(d), BT__K_WG_F32(d, 64), BT__K_WG_F32(d, 96)
+#define F8_MMA256(TA, TB)                                                                                      \
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %130, 0;\n"                                                  \
+                 "wgmma.mma_async.sync.aligned.m64n256k32.f32." TA "." TB " {" F8_R128 "}, %128, %129, p, 1, 1; }\n" \
+                 : F8_F128(d) : "l"(a), "l"(b), "r"(acc))
+template <int EA, int EB> __device__ __forceinline__ void wg_f8_256(float (&d)[128], uint64_t a, uint64_t b, int acc) {
+#ifdef BT__K_WG
+    if constexpr (EA == 0 && EB == 0) F8_MMA256("e4m3", "e4m3");
+    else if constexpr (EA == 1 && EB == 0) F8_MMA256("e5m2", "e4m3");
+    else F8_MMA256("e4m3", "e5m2");
+#else
+    (void)d; (void)a; (void)b; (void)acc;
+#endif
+}
 __device__ __forceinline__ void tma_load2(uint32_t sdst, const void *map, int c0, int c1, uint32_t bar) {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
                  ::"r"(sdst), "l"(map), "r"(c0), "r"(c1), "r"(bar) : "memory");
 }
-struct Maps { CUtensorMap a, b, a64, b64; };   /* a64, b64: boxes of 64 rows (the clusters' halves) */
+struct Maps { CUtensorMap a, b, a64, b64, b256; };   /* a64, b64: boxes of 64 rows (the clusters' halves); b256: 256 (v6) */
 
 /* named barrier `id` of n threads: wait (this thread's arrival counts), or arrive without waiting */
 __device__ __forceinline__ void bar_wait(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
@@ -317,6 +335,96 @@ static void run_mc(const Maps &mp, __nv_bfloat16 *C, const float *sa, const floa
     CK(cudaLaunchKernelEx(&cfg, gemm_f8_mc<EA, EB, SPLIT, CM, CN>, mp, C, sa, sb, M, N, K));
 }
 
+/* v6: v2 with 128 x 256 tiles, fast accumulation only (each warpgroup's 64 x 256 sums are 128
+   registers a thread; split's second set would not fit): a byte per 170 flops from L2 instead of
+   128, B's 256 rows read by both warpgroups from a 4-stage ring of 48 KB stages. */
+enum { BN6 = 256, ST6 = 4, STAGE6 = BM * BK + BN6 * BK };
+static const size_t SMEM6 = (size_t)ST6 * STAGE6 + 1024;
+template <int EA, int EB>
+__global__ void __launch_bounds__(384, 1) gemm_f8_wide(const __grid_constant__ Maps m, __nv_bfloat16 *C, const float *sa, const float *sb,
+                                                       int M, int N, int K) {
+#ifdef BT__K_WG
+    __shared__ __align__(8) uint64_t bars[2 * ST6];
+    extern __shared__ __align__(16) unsigned char sm[];
+    const uint32_t base = (bt__k_smem(sm) + 1023u) & ~1023u, full = bt__k_smem(bars), empty = full + 8 * ST6;
+    const int warp = __shfl_sync(0xffffffffu, (int)threadIdx.x / 32, 0), lane = threadIdx.x & 31;
+    const int nk = (K + BK - 1) / BK, tn = (N + BN6 - 1) / BN6, ntiles = tn * ((M + BM - 1) / BM);
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < ST6; s++) { bt__k_mbar_init(full + 8 * s, 1); bt__k_mbar_init(empty + 8 * s, 2); }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (warp >= 8) {
+        bt__k_wg_regs_dec<40>();
+        if (threadIdx.x == 256) {
+            int u = 0;
+            for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
+                const int m0 = t / tn * BM, n0 = t % tn * BN6;
+                for (int k = 0; k < nk; k++, u++) {
+                    const int s = u % ST6;
+                    if (u >= ST6) bt__k_mbar_wait(empty + 8 * s, (u / ST6 - 1) & 1);
+                    bt__k_mbar_expect(full + 8 * s, STAGE6);
+                    tma_load2(base + s * STAGE6, &m.a, k * BK, m0, full + 8 * s);
+                    tma_load2(base + s * STAGE6 + BM * BK, &m.b256, k * BK, n0, full + 8 * s);
+                }
+            }
+        }
+        return;
+    }
+    bt__k_wg_regs_inc<232>();
+    const int wg = warp >> 2, g = lane >> 2, tg = lane & 3;
+    const float sc = *sa * *sb;
+    int u = 0;
+    for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
+        const int m0 = t / tn * BM, n0 = t % tn * BN6;
+        float acc[128];
+#pragma unroll
+        for (int i = 0; i < 128; i++) acc[i] = 0.f;
+        for (int k = 0; k < nk; k++, u++) {
+            const int s = u % ST6;
+            bt__k_mbar_wait(full + 8 * s, (u / ST6) & 1);
+            const uint64_t da = bt__k_wg_desc(base + s * STAGE6 + wg * 64 * 128, 16), db = bt__k_wg_desc(base + s * STAGE6 + BM * BK, 16);
+            bt__k_wg_arrive();
+#pragma unroll
+            for (int kd = 0; kd < BK / 32; kd++)
+                wg_f8_256<EA, EB>(acc, bt__k_wg_desc_at(da, 32 * kd), bt__k_wg_desc_at(db, 32 * kd), k > 0 || kd > 0);
+            bt__k_wg_commit();
+            bt__k_wg_wait0();
+            bt__k_wg_pin(acc);
+            if ((threadIdx.x & 127) == 0) bt__k_mbar_arrive(empty + 8 * s);
+        }
+        const int r0 = m0 + wg * 64 + 16 * (warp & 3) + g;
+#pragma unroll
+        for (int j = 0; j < 32; j++) {
+            const int c = n0 + 8 * j + 2 * tg;
+            if (c >= N) continue;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int r = r0 + 8 * h;
+                if (r < M)
+                    *reinterpret_cast<__nv_bfloat162 *>(C + (int64_t)r * N + c) =
+                        __floats2bfloat162_rn(acc[4 * j + 2 * h] * sc, acc[4 * j + 2 * h + 1] * sc);
+            }
+        }
+    }
+#else
+    (void)m; (void)C; (void)sa; (void)sb; (void)M; (void)N; (void)K;
+    __trap();
+#endif
+}
+template <int EA, int EB>
+static void run_wide(const Maps &mp, __nv_bfloat16 *C, const float *sa, const float *sb, int M, int N, int K, cudaStream_t s) {
+    static int set = 0, sms = 0;
+    if (!set) {
+        CK(cudaFuncSetAttribute(gemm_f8_wide<EA, EB>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM6));
+        CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+        set = 1;
+    }
+    const int tiles = ((N + BN6 - 1) / BN6) * ((M + BM - 1) / BM);
+    gemm_f8_wide<EA, EB><<<(unsigned)std::min(tiles, sms), 384, SMEM6, s>>>(mp, C, sa, sb, M, N, K);
+    CK(cudaGetLastError());
+}
+
 /* a [rows, K] byte matrix's map: boxes of box_rows rows x 128 bytes, 128-byte swizzle */
 static void make_map(CUtensorMap *map, const void *x, int rows, int K, int box_rows = 128) {
     bt__k_tmap_encode_fn enc = bt__k_tmap_encoder();
@@ -349,7 +457,8 @@ static void launch_own(int ver, int split, const Maps &mp, __nv_bfloat16 *C, con
     else if (ver == 2) { if (split) run_own<EA, EB, 1, 1, 0>(mp, C, sa, sb, M, N, K, s); else run_own<EA, EB, 0, 1, 0>(mp, C, sa, sb, M, N, K, s); }
     else if (ver == 3) { if (split) run_own<EA, EB, 1, 1, 1>(mp, C, sa, sb, M, N, K, s); else run_own<EA, EB, 0, 1, 1>(mp, C, sa, sb, M, N, K, s); }
     else if (ver == 4) { if (split) run_mc<EA, EB, 1, 2, 1>(mp, C, sa, sb, M, N, K, s); else run_mc<EA, EB, 0, 2, 1>(mp, C, sa, sb, M, N, K, s); }
-    else { if (split) run_mc<EA, EB, 1, 2, 2>(mp, C, sa, sb, M, N, K, s); else run_mc<EA, EB, 0, 2, 2>(mp, C, sa, sb, M, N, K, s); }
+    else if (ver == 5) { if (split) run_mc<EA, EB, 1, 2, 2>(mp, C, sa, sb, M, N, K, s); else run_mc<EA, EB, 0, 2, 2>(mp, C, sa, sb, M, N, K, s); }
+    else run_wide<EA, EB>(mp, C, sa, sb, M, N, K, s);   /* fast only */
 }
 
 /* n bytes of format fmt: values ~ N(0, 1) * spread, quantised with scale 1 (no NaN or infinity) */
@@ -397,9 +506,9 @@ static double max_rel_diff(const __nv_bfloat16 *x, const __nv_bfloat16 *y, int64
 }
 
 struct Shape { const char *what; int M, N, K; bt_dtype fa; };
-/* fp8_gemm [VERSIONS [SHAPES]]: the versions to run as digits (default 12345), the first SHAPES shapes (default all) */
+/* fp8_gemm [VERSIONS [SHAPES]]: the versions to run as digits (default 123456), the first SHAPES shapes (default all) */
 int main(int argc, char **argv) {
-    const char *vers = argc > 1 ? argv[1] : "12345";
+    const char *vers = argc > 1 ? argv[1] : "123456";
     const int nshapes = argc > 2 ? atoi(argv[2]) : 1 << 30;
     bt_k_init(0);
     cudaStream_t s = (cudaStream_t)0;
@@ -428,7 +537,7 @@ int main(int argc, char **argv) {
         CK(cudaMemcpy(a, ha, (size_t)na, cudaMemcpyHostToDevice)); CK(cudaMemcpy(b, hb, (size_t)nb, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(scales, hs, sizeof hs, cudaMemcpyHostToDevice));
         Maps mp;
-        make_map(&mp.a, a, M, K); make_map(&mp.b, b, N, K); make_map(&mp.a64, a, M, K, 64); make_map(&mp.b64, b, N, K, 64);
+        make_map(&mp.a, a, M, K); make_map(&mp.b, b, N, K); make_map(&mp.a64, a, M, K, 64); make_map(&mp.b64, b, N, K, 64); make_map(&mp.b256, b, N, K, 256);
         printf("%s: M %d N %d K %d\n", sh.what, M, N, K);
         const double flop = 2.0 * M * N * K;
         for (int split = 1; split >= 0; split--) {
@@ -438,8 +547,8 @@ int main(int argc, char **argv) {
             CK(cudaMemcpy(hc0, c0, sizeof(__nv_bfloat16) * (size_t)nc, cudaMemcpyDeviceToHost));
             const double e0 = check_rows(hc0, ha, sh.fa, hb, BT_F8E4M3, hs[0] * hs[4], M, N, K, 8), tc = median_us(cub, s);
             printf("  %s  cuBLASLt %8.1f us %6.0f TFLOP/s (err %.1e)\n", split ? "split" : "fast ", tc, flop / (tc * 1e-6) / 1e12, e0);
-            for (int ver = 1; ver <= 5; ver++) {
-                if (!strchr(vers, '0' + ver)) continue;
+            for (int ver = 1; ver <= 6; ver++) {
+                if (!strchr(vers, '0' + ver) || (ver == 6 && split)) continue;
                 auto own = [&] {
                     if (sh.fa == BT_F8E5M2) launch_own<1, 0>(ver, split, mp, c1, scales, scales + 4, M, N, K, s);
                     else launch_own<0, 0>(ver, split, mp, c1, scales, scales + 4, M, N, K, s);
