@@ -63,15 +63,16 @@ static const size_t SMEM = (size_t)ST * STAGE + 1024;   /* + the slack to align 
     asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0;\n"                                                    \
                  "wgmma.mma_async.sync.aligned.m64n128k32.f32." TA "." TB " {" BT__K_WG_R64 "}, %64, %65, p, 1, 1; }\n" \
                  : BT__K_WG_F64(d) : "l"(a), "l"(b), "r"(acc))
-template <int EA, int EB> __device__ __forceinline__ void wg_f8(float (&d)[64], uint64_t a, uint64_t b, int acc) {
+/* the product's operand formats (EA, EB: 1 e5m2, 0 e4m3) as the instruction names them */
 #ifdef BT__K_WG
-    if constexpr (EA == 0 && EB == 0) F8_MMA("e4m3", "e4m3");
-    else if constexpr (EA == 1 && EB == 0) F8_MMA("e5m2", "e4m3");
-    else F8_MMA("e4m3", "e5m2");
+#define F8_FORMATS(MMA)                                  \
+    if constexpr (EA == 0 && EB == 0) MMA("e4m3", "e4m3"); \
+    else if constexpr (EA == 1 && EB == 0) MMA("e5m2", "e4m3"); \
+    else MMA("e4m3", "e5m2");
 #else
-    (void)d; (void)a; (void)b; (void)acc;
+#define F8_FORMATS(MMA) (void)d; (void)a; (void)b; (void)acc;
 #endif
-}
+template <int EA, int EB> __device__ __forceinline__ void wg_f8(float (&d)[64], uint64_t a, uint64_t b, int acc) { F8_FORMATS(F8_MMA) }
 /* the same for a 64 x 256 product (128 accumulators a thread: v6) */
 #define F8_R128 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
 #define F8_F128(d) BT__K_WG_F64(d), BT__K_WG_F32(d, 64), BT__K_WG_F32(d, 96)
@@ -79,15 +80,7 @@ template <int EA, int EB> __device__ __forceinline__ void wg_f8(float (&d)[64], 
     asm volatile("{ .reg .pred p; setp.ne.b32 p, %130, 0;\n"                                                  \
                  "wgmma.mma_async.sync.aligned.m64n256k32.f32." TA "." TB " {" F8_R128 "}, %128, %129, p, 1, 1; }\n" \
                  : F8_F128(d) : "l"(a), "l"(b), "r"(acc))
-template <int EA, int EB> __device__ __forceinline__ void wg_f8_256(float (&d)[128], uint64_t a, uint64_t b, int acc) {
-#ifdef BT__K_WG
-    if constexpr (EA == 0 && EB == 0) F8_MMA256("e4m3", "e4m3");
-    else if constexpr (EA == 1 && EB == 0) F8_MMA256("e5m2", "e4m3");
-    else F8_MMA256("e4m3", "e5m2");
-#else
-    (void)d; (void)a; (void)b; (void)acc;
-#endif
-}
+template <int EA, int EB> __device__ __forceinline__ void wg_f8_256(float (&d)[128], uint64_t a, uint64_t b, int acc) { F8_FORMATS(F8_MMA256) }
 __device__ __forceinline__ void tma_load2(uint32_t sdst, const void *map, int c0, int c1, uint32_t bar) {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
                  ::"r"(sdst), "l"(map), "r"(c0), "r"(c1), "r"(bar) : "memory");
@@ -98,12 +91,111 @@ struct Maps { CUtensorMap a, b, a64, b64, b256; };   /* a64, b64: boxes of 64 ro
 __device__ __forceinline__ void bar_wait(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 __device__ __forceinline__ void bar_give(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 
-/* PERSIST: v2's tile walk; TURNS: v3's issue order */
-template <int EA, int EB, int SPLIT, int PERSIST, int TURNS>
+/* the producer's loop (one thread): tiles t0, t0 + dt, .. of a C walked n fastest in tiles of BM x TN,
+   each tile's k tiles into the NS-stage ring (stages of SB bytes: A's 128 rows, then B's TN rows from
+   map b), a stage refilled once the empty barrier says both warpgroups are done with it */
+template <int NS, int SB, int TN>
+__device__ __forceinline__ void produce(const Maps &m, const CUtensorMap *b, uint32_t base, uint32_t full, uint32_t empty, int t0, int dt,
+                                        int ntiles, int tn, int nk) {
+    int u = 0;   /* k tiles loaded so far */
+    for (int t = t0; t < ntiles; t += dt) {
+        const int m0 = t / tn * BM, n0 = t % tn * TN;
+        for (int k = 0; k < nk; k++, u++) {
+            const int s = u % NS;
+            if (u >= NS) bt__k_mbar_wait(empty + 8 * s, (u / NS - 1) & 1);
+            bt__k_mbar_expect(full + 8 * s, SB);
+            tma_load2(base + s * SB, &m.a, k * BK, m0, full + 8 * s);
+            tma_load2(base + s * SB + BM * BK, b, k * BK, n0, full + 8 * s);
+        }
+    }
+}
+/* a warpgroup's part of one k tile (the 4 steps of 32): its 64 rows of A at a_tile times B's 128 rows
+   at b_tile, into a fresh tmp (split: promoted by promote) or onto acc (fast; acc overwritten when
+   first); issued, not waited for (wait_stage) */
+template <int EA, int EB, int SPLIT>
+__device__ __forceinline__ void issue_stage(float (&acc)[64], float (&tmp)[64], uint32_t a_tile, uint32_t b_tile, int first) {
+    const uint64_t da = bt__k_wg_desc(a_tile, 16), db = bt__k_wg_desc(b_tile, 16);
+    bt__k_wg_arrive();
+#pragma unroll
+    for (int kd = 0; kd < BK / 32; kd++) {
+        if (SPLIT) wg_f8<EA, EB>(tmp, bt__k_wg_desc_at(da, 32 * kd), bt__k_wg_desc_at(db, 32 * kd), kd > 0);
+        else wg_f8<EA, EB>(acc, bt__k_wg_desc_at(da, 32 * kd), bt__k_wg_desc_at(db, 32 * kd), !first || kd > 0);
+    }
+    bt__k_wg_commit();
+}
+/* the stage's products done (its shared memory free to refill once the empty barrier hears of it) */
+template <int SPLIT> __device__ __forceinline__ void wait_stage(float (&acc)[64], float (&tmp)[64]) {
+    bt__k_wg_wait0();
+    bt__k_wg_pin(acc);
+    if (SPLIT) bt__k_wg_pin(tmp);
+}
+/* split accumulation's promotion: the k tile's sums into the running fp32 ones */
+template <int SPLIT> __device__ __forceinline__ void promote(float (&acc)[64], const float (&tmp)[64]) {
+    if (SPLIT) {
+#pragma unroll
+        for (int i = 0; i < 64; i++) acc[i] += tmp[i];
+    }
+}
+/* a warpgroup's 64 x (8 NJ) tile of C from its accumulators (4 NJ a thread, the m16n8 layout), scaled
+   by sc and rounded to bf16; rows r0 and r0 + 8 (r0 = the thread's first row), columns from n0 */
+template <int NJ>
+__device__ __forceinline__ void store_bf16(__nv_bfloat16 *C, const float (&acc)[4 * NJ], float sc, int r0, int n0, int M, int N, int tg) {
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        const int c = n0 + 8 * j + 2 * tg;
+        if (c >= N) continue;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = r0 + 8 * h;
+            if (r < M)
+                *reinterpret_cast<__nv_bfloat162 *>(C + (int64_t)r * N + c) = __floats2bfloat162_rn(acc[4 * j + 2 * h] * sc, acc[4 * j + 2 * h + 1] * sc);
+        }
+    }
+}
+/* v7's epilogue (fc's): h = (sa sb) acc + bias rounded to bf16 into C (what cuBLASLt's BIAS epilogue
+   writes, kept for the backward), and the e4m3 bytes of gelu(h) with the delayed scale, as
+   bt_k_fp8_cast_act's GELU path makes them from h (the same element functions: gelu rounded to bf16,
+   times 1 / scale, converted two at a time; mx <- the amax of gelu(h)'s bits): q [M, N] from the
+   registers, q^T [N, M] through the warpgroup's 64 x 128-byte shared tile eq (a thread gathers a
+   column's 64 bytes, four 16-byte stores). Needs N % 128 == 0 and M % 64 == 0. */
+struct Epi { const __nv_bfloat16 *bias; uint8_t *q, *qt; const float *scale_in; unsigned *amax; };
+__device__ __forceinline__ void store_gelu(const Epi &e, __nv_bfloat16 *C, const float (&acc)[64], float sc, float r, uint8_t (*eq)[144],
+                                           int lr0, int r0, int m0w, int n0, int M, int N, int tg, int tw, int wg, unsigned &mx) {
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        const int lc = 8 * j + 2 * tg, c = n0 + lc;
+        const float b0 = __bfloat162float(e.bias[c]), b1 = __bfloat162float(e.bias[c + 1]);
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const int row = r0 + 8 * hh;
+            const __nv_bfloat162 hv = __floats2bfloat162_rn(acc[4 * j + 2 * hh] * sc + b0, acc[4 * j + 2 * hh + 1] * sc + b1);
+            *reinterpret_cast<__nv_bfloat162 *>(C + (int64_t)row * N + c) = hv;
+            const float g0 = bt__k_fp8_val<__nv_bfloat16, BT_FP8_ACT_GELU>(hv.x, hv.x), g1 = bt__k_fp8_val<__nv_bfloat16, BT_FP8_ACT_GELU>(hv.y, hv.y);
+            mx = max(mx, max(bt__abs_bits(g0), bt__abs_bits(g1)));
+            const uint16_t qq = (uint16_t)bt__k_fp8_cvt2<0>(__fmul_rn(g0, r), __fmul_rn(g1, r));
+            *reinterpret_cast<uint16_t *>(e.q + (int64_t)row * N + c) = qq;
+            *reinterpret_cast<uint16_t *>(&eq[lr0 + 8 * hh][lc]) = qq;
+        }
+    }
+    bt__k_bar_sync_n(3 + wg, 128);   /* the warpgroup's q tile is in shared memory */
+    uint32_t w[16];                   /* q^T: thread tw writes column n0 + tw's 64 bytes (rows m0w ..) */
+#pragma unroll
+    for (int i = 0; i < 16; i++)
+        w[i] = (uint32_t)eq[4 * i][tw] | (uint32_t)eq[4 * i + 1][tw] << 8 | (uint32_t)eq[4 * i + 2][tw] << 16 | (uint32_t)eq[4 * i + 3][tw] << 24;
+    uint4 *dst = reinterpret_cast<uint4 *>(e.qt + (int64_t)(n0 + tw) * M + m0w);
+#pragma unroll
+    for (int i = 0; i < 4; i++) dst[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+    bt__k_bar_sync_n(3 + wg, 128);   /* read before the next tile writes it */
+}
+
+
+/* PERSIST: v2's tile walk; TURNS: v3's issue order; GELU: v7's epilogue (e) instead of the plain store */
+template <int EA, int EB, int SPLIT, int PERSIST, int TURNS, int GELU = 0>
 __global__ void __launch_bounds__(384, 1) gemm_f8(const __grid_constant__ Maps m, __nv_bfloat16 *C, const float *sa, const float *sb,
-                                                  int M, int N, int K) {
+                                                  int M, int N, int K, Epi e) {
 #ifdef BT__K_WG
     __shared__ __align__(8) uint64_t bars[2 * ST];
+    __shared__ __align__(16) uint8_t eq[GELU ? 2 : 1][GELU ? 64 : 1][144];   /* v7: each warpgroup's q tile (+16: rows 4 banks apart) */
     extern __shared__ __align__(16) unsigned char sm[];
     const uint32_t base = (bt__k_smem(sm) + 1023u) & ~1023u, full = bt__k_smem(bars), empty = full + 8 * ST;
     const int warp = __shfl_sync(0xffffffffu, (int)threadIdx.x / 32, 0), lane = threadIdx.x & 31;
@@ -117,24 +209,13 @@ __global__ void __launch_bounds__(384, 1) gemm_f8(const __grid_constant__ Maps m
     __syncthreads();
     if (warp >= 8) {   /* producer warpgroup: one thread issues the loads, the ring running on across tiles */
         bt__k_wg_regs_dec<40>();
-        if (threadIdx.x == 256) {
-            int u = 0;   /* k tiles loaded so far */
-            for (int t = t0; t < ntiles; t += dt) {
-                const int m0 = t / tn * BM, n0 = t % tn * BN;
-                for (int k = 0; k < nk; k++, u++) {
-                    const int s = u % ST;
-                    if (u >= ST) bt__k_mbar_wait(empty + 8 * s, (u / ST - 1) & 1);
-                    bt__k_mbar_expect(full + 8 * s, STAGE);
-                    tma_load2(base + s * STAGE, &m.a, k * BK, m0, full + 8 * s);
-                    tma_load2(base + s * STAGE + ABYTES, &m.b, k * BK, n0, full + 8 * s);
-                }
-            }
-        }
+        if (threadIdx.x == 256) produce<ST, STAGE, BN>(m, &m.b, base, full, empty, t0, dt, ntiles, tn, nk);
         return;
     }
     bt__k_wg_regs_inc<232>();
     const int wg = warp >> 2, g = lane >> 2, tg = lane & 3;
-    const float sc = *sa * *sb;
+    const float sc = *sa * *sb, r = GELU ? 1.f / *e.scale_in : 0.f;   /* r as the cast's reciprocal */
+    unsigned mx = 0;
     int u = 0;   /* k tiles consumed so far */
     const int total = ((ntiles - t0 + dt - 1) / dt) * nk;   /* this CTA's stages: each warpgroup issues as many */
     if (TURNS && wg == 1 && total > 0) bar_give(1, 256);    /* warpgroup 0 has the first turn */
@@ -146,40 +227,23 @@ __global__ void __launch_bounds__(384, 1) gemm_f8(const __grid_constant__ Maps m
         for (int k = 0; k < nk; k++, u++) {
             const int s = u % ST;
             bt__k_mbar_wait(full + 8 * s, (u / ST) & 1);
-            const uint64_t da = bt__k_wg_desc(base + s * STAGE + wg * 64 * 128, 16), db = bt__k_wg_desc(base + s * STAGE + ABYTES, 16);
             if (TURNS) bar_wait(1 + wg, 256);                      /* this warpgroup's turn to issue */
-            bt__k_wg_arrive();
-#pragma unroll
-            for (int kd = 0; kd < BK / 32; kd++) {
-                if (SPLIT) wg_f8<EA, EB>(tmp, bt__k_wg_desc_at(da, 32 * kd), bt__k_wg_desc_at(db, 32 * kd), kd > 0);
-                else wg_f8<EA, EB>(acc, bt__k_wg_desc_at(da, 32 * kd), bt__k_wg_desc_at(db, 32 * kd), k > 0 || kd > 0);
-            }
-            bt__k_wg_commit();
+            issue_stage<EA, EB, SPLIT>(acc, tmp, base + s * STAGE + wg * 64 * 128, base + s * STAGE + ABYTES, k == 0);
             if (TURNS && (wg == 0 || u + 1 < total)) bar_give(2 - wg, 256);   /* the other's turn (none left over at the end) */
-            bt__k_wg_wait0();
-            bt__k_wg_pin(acc);
-            if (SPLIT) bt__k_wg_pin(tmp);
+            wait_stage<SPLIT>(acc, tmp);
             if ((threadIdx.x & 127) == 0) bt__k_mbar_arrive(empty + 8 * s);   /* this warpgroup is done reading the stage */
-            if (SPLIT) {
-#pragma unroll
-                for (int i = 0; i < 64; i++) acc[i] += tmp[i];
-            }
+            promote<SPLIT>(acc, tmp);
         }
-        const int r0 = m0 + wg * 64 + 16 * (warp & 3) + g;
-#pragma unroll
-        for (int j = 0; j < 16; j++) {
-            const int c = n0 + 8 * j + 2 * tg;
-            if (c >= N) continue;
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int r = r0 + 8 * h;
-                if (r < M)
-                    *reinterpret_cast<__nv_bfloat162 *>(C + (int64_t)r * N + c) = __floats2bfloat162_rn(acc[4 * j + 2 * h] * sc, acc[4 * j + 2 * h + 1] * sc);
-            }
-        }
+        const int lr0 = 16 * (warp & 3) + g, r0 = m0 + wg * 64 + lr0;
+        if (GELU) store_gelu(e, C, acc, sc, r, eq[wg], lr0, r0, m0 + wg * 64, n0, M, N, tg, threadIdx.x & 127, wg, mx);
+        else store_bf16<16>(C, acc, sc, r0, n0, M, N, tg);
+    }
+    if (GELU) {
+        mx = __reduce_max_sync(0xffffffffu, mx);
+        if (lane == 0 && mx) atomicMax(e.amax, mx);
     }
 #else
-    (void)m; (void)C; (void)sa; (void)sb; (void)M; (void)N; (void)K;
+    (void)m; (void)C; (void)sa; (void)sb; (void)M; (void)N; (void)K; (void)e;
     __trap();
 #endif
 }
@@ -277,40 +341,16 @@ __global__ void __launch_bounds__(384, 1) gemm_f8_mc(const __grid_constant__ Map
             for (int k = 0; k < nk; k++, u++) {
                 const int s = u % ST;
                 bt__k_mbar_wait(full + 8 * s, (u / ST) & 1);
-                const uint64_t da = bt__k_wg_desc(base + s * STAGE + wg * 64 * 128, 16), db = bt__k_wg_desc(base + s * STAGE + ABYTES, 16);
-                bt__k_wg_arrive();
-#pragma unroll
-                for (int kd = 0; kd < BK / 32; kd++) {
-                    if (SPLIT) wg_f8<EA, EB>(tmp, bt__k_wg_desc_at(da, 32 * kd), bt__k_wg_desc_at(db, 32 * kd), kd > 0);
-                    else wg_f8<EA, EB>(acc, bt__k_wg_desc_at(da, 32 * kd), bt__k_wg_desc_at(db, 32 * kd), k > 0 || kd > 0);
-                }
-                bt__k_wg_commit();
-                bt__k_wg_wait0();
-                bt__k_wg_pin(acc);
-                if (SPLIT) bt__k_wg_pin(tmp);
+                issue_stage<EA, EB, SPLIT>(acc, tmp, base + s * STAGE + wg * 64 * 128, base + s * STAGE + ABYTES, k == 0);
+                wait_stage<SPLIT>(acc, tmp);
                 if ((threadIdx.x & 127) == 0) {   /* this warpgroup is done reading stage s: tell every CTA that writes it */
                     for (int j = 0; j < CN; j++) cl_arrive(cl_map(empty + 8 * s, (uint32_t)(rx + CM * j)));
                     for (int i = 0; i < CM; i++)
                         if (i != rx) cl_arrive(cl_map(empty + 8 * s, (uint32_t)(i + CM * ry)));
                 }
-                if (SPLIT) {
-#pragma unroll
-                    for (int i = 0; i < 64; i++) acc[i] += tmp[i];
-                }
+                promote<SPLIT>(acc, tmp);
             }
-            const int r0 = m0 + wg * 64 + 16 * (warp & 3) + g;
-#pragma unroll
-            for (int j = 0; j < 16; j++) {
-                const int c = n0 + 8 * j + 2 * tg;
-                if (c >= N) continue;
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int r = r0 + 8 * h;
-                    if (r < M)
-                        *reinterpret_cast<__nv_bfloat162 *>(C + (int64_t)r * N + c) =
-                            __floats2bfloat162_rn(acc[4 * j + 2 * h] * sc, acc[4 * j + 2 * h + 1] * sc);
-                }
-            }
+            store_bf16<16>(C, acc, sc, m0 + wg * 64 + 16 * (warp & 3) + g, n0, M, N, tg);
         }
     }
     cl_sync();
@@ -359,19 +399,7 @@ __global__ void __launch_bounds__(384, 1) gemm_f8_wide(const __grid_constant__ M
     __syncthreads();
     if (warp >= 8) {
         bt__k_wg_regs_dec<40>();
-        if (threadIdx.x == 256) {
-            int u = 0;
-            for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
-                const int m0 = t / tn * BM, n0 = t % tn * BN6;
-                for (int k = 0; k < nk; k++, u++) {
-                    const int s = u % ST6;
-                    if (u >= ST6) bt__k_mbar_wait(empty + 8 * s, (u / ST6 - 1) & 1);
-                    bt__k_mbar_expect(full + 8 * s, STAGE6);
-                    tma_load2(base + s * STAGE6, &m.a, k * BK, m0, full + 8 * s);
-                    tma_load2(base + s * STAGE6 + BM * BK, &m.b256, k * BK, n0, full + 8 * s);
-                }
-            }
-        }
+        if (threadIdx.x == 256) produce<ST6, STAGE6, BN6>(m, &m.b256, base, full, empty, blockIdx.x, gridDim.x, ntiles, tn, nk);
         return;
     }
     bt__k_wg_regs_inc<232>();
@@ -396,19 +424,7 @@ __global__ void __launch_bounds__(384, 1) gemm_f8_wide(const __grid_constant__ M
             bt__k_wg_pin(acc);
             if ((threadIdx.x & 127) == 0) bt__k_mbar_arrive(empty + 8 * s);
         }
-        const int r0 = m0 + wg * 64 + 16 * (warp & 3) + g;
-#pragma unroll
-        for (int j = 0; j < 32; j++) {
-            const int c = n0 + 8 * j + 2 * tg;
-            if (c >= N) continue;
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int r = r0 + 8 * h;
-                if (r < M)
-                    *reinterpret_cast<__nv_bfloat162 *>(C + (int64_t)r * N + c) =
-                        __floats2bfloat162_rn(acc[4 * j + 2 * h] * sc, acc[4 * j + 2 * h + 1] * sc);
-            }
-        }
+        store_bf16<32>(C, acc, sc, m0 + wg * 64 + 16 * (warp & 3) + g, n0, M, N, tg);
     }
 #else
     (void)m; (void)C; (void)sa; (void)sb; (void)M; (void)N; (void)K;
@@ -426,111 +442,6 @@ static void run_wide(const Maps &mp, __nv_bfloat16 *C, const float *sa, const fl
     const int tiles = ((N + BN6 - 1) / BN6) * ((M + BM - 1) / BM);
     gemm_f8_wide<EA, EB><<<(unsigned)std::min(tiles, sms), 384, SMEM6, s>>>(mp, C, sa, sb, M, N, K);
     CK(cudaGetLastError());
-}
-
-/* v7: v2's main loop (split accumulation) with fc's epilogue folded in, the experiment the ladder is
-   for: h = (sa sb) acc + bias rounded to bf16 (what cuBLASLt's BIAS epilogue writes, kept for the
-   backward), and the e4m3 bytes of gelu(h) with the delayed scale, as bt_k_fp8_cast_act's GELU path
-   makes them from h (the same element functions: gelu rounded to bf16, times 1 / scale, converted
-   two at a time; the amax of gelu(h)'s bits): q [M, N] from the registers, q^T [N, M] through a
-   64 x 128-byte shared tile per warpgroup (a thread gathers a column's 64 bytes, four 16-byte
-   stores). Against the pair it replaces (cuBLASLt's product with its bias, then the GELU cast):
-   the same h, q, q^T and amax expected, every byte, in less time if the fold pays. Needs N % 128 ==
-   0 and M % 64 == 0. */
-struct Epi { const __nv_bfloat16 *bias; uint8_t *q, *qt; const float *scale_in; unsigned *amax; };
-template <int EA, int EB>
-__global__ void __launch_bounds__(384, 1) gemm_f8_gelu(const __grid_constant__ Maps m, __nv_bfloat16 *C, const float *sa, const float *sb,
-                                                       int M, int N, int K, Epi e) {
-#ifdef BT__K_WG
-    __shared__ __align__(8) uint64_t bars[2 * ST];
-    __shared__ __align__(16) uint8_t eq[2][64][128 + 16];   /* each warpgroup's q tile (+16: rows 4 banks apart) */
-    extern __shared__ __align__(16) unsigned char sm[];
-    const uint32_t base = (bt__k_smem(sm) + 1023u) & ~1023u, full = bt__k_smem(bars), empty = full + 8 * ST;
-    const int warp = __shfl_sync(0xffffffffu, (int)threadIdx.x / 32, 0), lane = threadIdx.x & 31;
-    const int nk = (K + BK - 1) / BK, tn = (N + BN - 1) / BN, ntiles = tn * ((M + BM - 1) / BM);
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < ST; s++) { bt__k_mbar_init(full + 8 * s, 1); bt__k_mbar_init(empty + 8 * s, 2); }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
-    if (warp >= 8) {
-        bt__k_wg_regs_dec<40>();
-        if (threadIdx.x == 256) {
-            int u = 0;
-            for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
-                const int m0 = t / tn * BM, n0 = t % tn * BN;
-                for (int k = 0; k < nk; k++, u++) {
-                    const int s = u % ST;
-                    if (u >= ST) bt__k_mbar_wait(empty + 8 * s, (u / ST - 1) & 1);
-                    bt__k_mbar_expect(full + 8 * s, STAGE);
-                    tma_load2(base + s * STAGE, &m.a, k * BK, m0, full + 8 * s);
-                    tma_load2(base + s * STAGE + ABYTES, &m.b, k * BK, n0, full + 8 * s);
-                }
-            }
-        }
-        return;
-    }
-    bt__k_wg_regs_inc<232>();
-    const int wg = warp >> 2, g = lane >> 2, tg = lane & 3, tw = threadIdx.x & 127;
-    const float sc = *sa * *sb, r = 1.f / *e.scale_in;   /* as the cast's reciprocal */
-    unsigned mx = 0;
-    int u = 0;
-    for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
-        const int m0 = t / tn * BM, n0 = t % tn * BN;
-        float acc[64], tmp[64];
-#pragma unroll
-        for (int i = 0; i < 64; i++) acc[i] = tmp[i] = 0.f;
-        for (int k = 0; k < nk; k++, u++) {
-            const int s = u % ST;
-            bt__k_mbar_wait(full + 8 * s, (u / ST) & 1);
-            const uint64_t da = bt__k_wg_desc(base + s * STAGE + wg * 64 * 128, 16), db = bt__k_wg_desc(base + s * STAGE + ABYTES, 16);
-            bt__k_wg_arrive();
-#pragma unroll
-            for (int kd = 0; kd < BK / 32; kd++) wg_f8<EA, EB>(tmp, bt__k_wg_desc_at(da, 32 * kd), bt__k_wg_desc_at(db, 32 * kd), kd > 0);
-            bt__k_wg_commit();
-            bt__k_wg_wait0();
-            bt__k_wg_pin(acc); bt__k_wg_pin(tmp);
-            if (tw == 0) bt__k_mbar_arrive(empty + 8 * s);
-#pragma unroll
-            for (int i = 0; i < 64; i++) acc[i] += tmp[i];
-        }
-        const int lr0 = 16 * (warp & 3) + g, r0 = m0 + wg * 64 + lr0;
-#pragma unroll
-        for (int j = 0; j < 16; j++) {
-            const int lc = 8 * j + 2 * tg, c = n0 + lc;
-            const float b0 = __bfloat162float(e.bias[c]), b1 = __bfloat162float(e.bias[c + 1]);
-#pragma unroll
-            for (int hh = 0; hh < 2; hh++) {
-                const int row = r0 + 8 * hh;
-                const __nv_bfloat162 hv = __floats2bfloat162_rn(acc[4 * j + 2 * hh] * sc + b0, acc[4 * j + 2 * hh + 1] * sc + b1);
-                *reinterpret_cast<__nv_bfloat162 *>(C + (int64_t)row * N + c) = hv;
-                const float g0 = bt__k_fp8_val<__nv_bfloat16, BT_FP8_ACT_GELU>(hv.x, hv.x),
-                            g1 = bt__k_fp8_val<__nv_bfloat16, BT_FP8_ACT_GELU>(hv.y, hv.y);
-                mx = max(mx, max(bt__abs_bits(g0), bt__abs_bits(g1)));
-                const uint16_t qq = (uint16_t)bt__k_fp8_cvt2<0>(__fmul_rn(g0, r), __fmul_rn(g1, r));
-                *reinterpret_cast<uint16_t *>(e.q + (int64_t)row * N + c) = qq;
-                *reinterpret_cast<uint16_t *>(&eq[wg][lr0 + 8 * hh][lc]) = qq;
-            }
-        }
-        bt__k_bar_sync_n(3 + wg, 128);   /* the warpgroup's q tile is in shared memory */
-        {                                /* q^T: thread tw writes column n0 + tw's 64 bytes (rows m0 + 64 wg ..) */
-            uint32_t w[16];
-#pragma unroll
-            for (int i = 0; i < 16; i++)
-                w[i] = (uint32_t)eq[wg][4 * i][tw] | (uint32_t)eq[wg][4 * i + 1][tw] << 8 | (uint32_t)eq[wg][4 * i + 2][tw] << 16 |
-                       (uint32_t)eq[wg][4 * i + 3][tw] << 24;
-            uint4 *dst = reinterpret_cast<uint4 *>(e.qt + (int64_t)(n0 + tw) * M + m0 + wg * 64);
-#pragma unroll
-            for (int i = 0; i < 4; i++) dst[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
-        }
-        bt__k_bar_sync_n(3 + wg, 128);   /* read before the next tile writes it */
-    }
-    mx = __reduce_max_sync(0xffffffffu, mx);
-    if (lane == 0 && mx) atomicMax(e.amax, mx);
-#else
-    (void)m; (void)C; (void)sa; (void)sb; (void)M; (void)N; (void)K; (void)e;
-    __trap();
-#endif
 }
 
 /* a [rows, K] byte matrix's map: boxes of box_rows rows x 128 bytes, 128-byte swizzle */
@@ -555,7 +466,7 @@ static void run_own(const Maps &mp, __nv_bfloat16 *C, const float *sa, const flo
     }
     const int tiles = ((N + BN - 1) / BN) * ((M + BM - 1) / BM);
     dim3 grid = PERSIST ? dim3((unsigned)std::min(tiles, sms)) : dim3((N + BN - 1) / BN, (M + BM - 1) / BM);
-    gemm_f8<EA, EB, SPLIT, PERSIST, TURNS><<<grid, 384, SMEM, s>>>(mp, C, sa, sb, M, N, K);
+    gemm_f8<EA, EB, SPLIT, PERSIST, TURNS><<<grid, 384, SMEM, s>>>(mp, C, sa, sb, M, N, K, Epi{});
     CK(cudaGetLastError());
 }
 template <int EA, int EB>
@@ -630,7 +541,7 @@ static void gelu_fold(const struct Shape &sh, const Maps &mp, const uint8_t *a, 
     CK(cudaMemcpy(st, hs, sizeof hs, cudaMemcpyHostToDevice));
     static int set = 0, sms = 0;
     if (!set) {
-        CK(cudaFuncSetAttribute(gemm_f8_gelu<0, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
+        CK(cudaFuncSetAttribute(gemm_f8<0, 0, 1, 1, 0, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
         CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
         set = 1;
     }
@@ -641,7 +552,7 @@ static void gelu_fold(const struct Shape &sh, const Maps &mp, const uint8_t *a, 
     };
     auto fold = [&] {
         Epi e = {bias, q[2], q[3], st, (unsigned *)(st + 8)};
-        gemm_f8_gelu<0, 0><<<(unsigned)std::min(tiles, sms), 384, SMEM, s>>>(mp, h1, scales, scales + 4, M, N, K, e);
+        gemm_f8<0, 0, 1, 1, 0, 1><<<(unsigned)std::min(tiles, sms), 384, SMEM, s>>>(mp, h1, scales, scales + 4, M, N, K, e);
         CK(cudaGetLastError());
     };
     CK(cudaMemset(q[2], 0xff, nq)); CK(cudaMemset(q[3], 0xff, nq)); CK(cudaMemset(h1, 0xff, nq * 2));
