@@ -53,23 +53,15 @@ BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t 
     const void *k, const int64_t *sk, const void *v, const int64_t *sv, const void *out, const int64_t *so,
     const float *lse, int64_t B, int64_t H, int64_t Hkv, int64_t T, int64_t D, float scale, int causal,
     bt_matmul_precision precision, cudaStream_t s);
-/* An FP8 copy of a packed qkv gradient for the qkv projection's FP8 backward (bt_linear_fp8), written
-   by the fused backward in its own pass: q [B T, 3 H D] and qt [3 H D, B T] (either may be NULL; 16-byte
-   aligned) get fmt(g * (1 / *scale)), g the gradient rounded to dt (row b T + t, column part H D + h D
-   + d: the bytes bt_k_fp8_cast of the packed [B T, 3 H D] gradient with scale_in = scale would write);
-   *scale_used <- *scale; *amax (f32 bits, zeroed by the caller) <- the larger of it and g's amax. */
-typedef struct bt_k_att_fp8 { uint8_t *q, *qt; bt_dtype fmt; const float *scale; float *scale_used, *amax; } bt_k_att_fp8;
 /* the backward, and the column sums of gq, gk and gv too when the kernel can give them in its own pass
    (the fused Hopper backward: causal, bf16/f16, D 64): colsum (fp32 [3, H, D]) gets, for part q / k /
    v, head h and column d, the sum over b and t of that gradient (before its rounding): the bias
-   gradient of a packed qkv projection. f8 (may be NULL): the gradient's FP8 copy, in the same kernel
-   (the caller guarantees gq, gk, gv are parts 0, 1, 2 of one packed [B, T, 3 H D] buffer). Returns
-   bit 0 set when it wrote colsum, bit 1 when it wrote f8's outputs (else they are untouched). */
+   gradient of a packed qkv projection. Returns 1 when it wrote colsum, 0 when not (untouched). */
 BTDEF int bt_k_attention_backward_colsum(bt_dtype dt, void *gq, const int64_t *sgq, void *gk, const int64_t *sgk,
     void *gv, const int64_t *sgv, const void *gout, const int64_t *sgo, const void *q, const int64_t *sq,
     const void *k, const int64_t *sk, const void *v, const int64_t *sv, const void *out, const int64_t *so,
     const float *lse, int64_t B, int64_t H, int64_t Hkv, int64_t T, int64_t D, float scale, int causal,
-    bt_matmul_precision precision, float *colsum, const bt_k_att_fp8 *f8, cudaStream_t s);
+    bt_matmul_precision precision, float *colsum, cudaStream_t s);
 /* the Hopper path (wgmma kernels, used on a compute capability 9.0 device by an sm_90a build for
    bf16 / f16 with D 64 or 128 and 16-byte aligned rows): on = 1 allows it (the default), 0 keeps
    every call on the sm_80 kernels, -1 only asks. Returns the setting before (bit 0), plus 2 when
@@ -167,11 +159,6 @@ typedef struct {
     float *cs_part;     /* fused wgmma backward, may be NULL: column sums of gq, gk, gv over each warp's 16 rows,
                            fp32 [B][cs_slabs][3][H][D] (bt__k_wg_colsum) */
     int cs_slabs;       /* (T + 15) / 16 */
-    uint8_t *f8q, *f8qt;   /* fused wgmma backward, may be NULL: the packed gradient's FP8 copy (bt_k_att_fp8) */
-    const float *f8scale;
-    float *f8scale_used;
-    unsigned *f8amax;
-    int f8e5m2;            /* 1: e5m2 bytes, 0: e4m3 */
     int H, T, D, vec, vec_out;
     int G;              /* query heads per key/value head (grouped-query attention): head h reads K, V of head h / G */
     int out16;          /* wgmma forward: every output row 16-byte aligned (O then leaves through shared memory) */
@@ -1255,95 +1242,6 @@ __device__ __forceinline__ void bt__k_wg_colsum(float *part, int64_t slab, int s
         for (int dn = 0; dn < D / 8; dn++) *reinterpret_cast<float2 *>(dst + 8 * dn) = make_float2(cs[2 * dn], cs[2 * dn + 1]);
     }
 }
-/* bt_fp8.cuh's conversion of two floats (a in the low byte), declared here for the backward's FP8 copy */
-template <int E5M2> __device__ __forceinline__ uint32_t bt__k_fp8_cvt2(float a, float b);
-/* The FP8 copy of what bt__k_wg_store writes for part `which` (0 q, 1 k, 2 v) of head bh (bt_k_att_fp8):
-   each value rounded to T as the store rounds it, times r = 1 / scale, to e5m2 / e4m3, into p.f8q's
-   row b T + t, column (which H + h) D + d, and into p.f8qt's transposed place; m <- the larger of it
-   and the amax bits of the values in rows below T. The warp's 16 x 64 tile leaves in 16-byte
-   stores: the fragment layout spreads a row's bytes over the 4 lanes of a quad (2 bytes each) and a
-   column's over 8 lanes, so the bytes are regrouped first, for q by a 4 x 4 word transpose within
-   each quad (a lane then holds 16 consecutive bytes of each of its two rows), for qt by an 8 x 8
-   one across the 8 lanes of each quad position (a lane then holds two columns' 16 rows): 20
-   shuffles a lane, the partners by xor. Rows past T (and all of qt's when T % 16 != 0, its rows
-   then off 16 bytes) take byte stores. All 32 lanes call it (the shuffles). */
-template <typename T, int D>
-__device__ __forceinline__ void bt__k_wg_store_f8(const bt__k_attp &p, int64_t bh, int which, int row0, const float (&c)[D / 2],
-                                                  const float mul[2], float r, unsigned &m) {
-    static_assert(D == 64, "the FP8 copy's regrouping is written for D 64");
-    const int lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3, base = row0 - g;
-    const int64_t b = bh / p.H, W = 3 * (int64_t)p.H * D, R = (int64_t)(p.BH / p.H) * p.T;
-    const int64_t col0 = (which * (int64_t)p.H + (bh - b * p.H)) * D;
-    uint32_t w2[2][8];   /* [row g, g + 8][dn]: the bytes of columns 8 dn + 2 tg, + 1 */
-#pragma unroll
-    for (int rr = 0; rr < 2; rr++) {
-        const bool ok = row0 + 8 * rr < p.T;
-#pragma unroll
-        for (int dn = 0; dn < D / 8; dn++) {
-            const uint32_t pk = bt__k_pack2(c[4 * dn + 2 * rr] * mul[rr], c[4 * dn + 2 * rr + 1] * mul[rr], (T *)0);
-            T h2[2];
-            memcpy(h2, &pk, 4);
-            const float f0 = bt__k_tof(h2[0]), f1 = bt__k_tof(h2[1]);
-            if (ok) m = max(m, max(bt__abs_bits(f0), bt__abs_bits(f1)));
-            w2[rr][dn] = p.f8e5m2 ? bt__k_fp8_cvt2<1>(__fmul_rn(f0, r), __fmul_rn(f1, r)) : bt__k_fp8_cvt2<0>(__fmul_rn(f0, r), __fmul_rn(f1, r));
-        }
-    }
-    if (p.f8q) {   /* row g (+ 8): word k = columns 16 k + 2 tg (2 bytes), 16 k + 8 + 2 tg (2); after the quad's
-                      transpose word s holds source lane s's of k = tg: columns 16 tg + 2 s, 16 tg + 8 + 2 s */
-#pragma unroll
-        for (int rr = 0; rr < 2; rr++) {
-            uint32_t y[4];
-#pragma unroll
-            for (int k = 0; k < 4; k++) y[k] = w2[rr][2 * k] | w2[rr][2 * k + 1] << 16;
-#pragma unroll
-            for (int mk = 2; mk >= 1; mk >>= 1)
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    if (i & mk) continue;
-                    const bool up = tg & mk;
-                    const uint32_t got = __shfl_xor_sync(0xffffffffu, up ? y[i] : y[i | mk], mk);
-                    if (up) y[i] = got; else y[i | mk] = got;
-                }
-            const int row = base + g + 8 * rr;
-            if (row < p.T)
-                *reinterpret_cast<uint4 *>(p.f8q + (b * p.T + row) * W + col0 + 16 * tg) =
-                    make_uint4(__byte_perm(y[0], y[1], 0x5410), __byte_perm(y[2], y[3], 0x5410), __byte_perm(y[0], y[1], 0x7632),
-                               __byte_perm(y[2], y[3], 0x7632));
-        }
-    }
-    if (p.f8qt) {   /* word dn = [row g, row g + 8] x [column 8 dn + 2 tg, + 1]; after the 8 x 8 transpose over g
-                       word s holds source lane (s, tg)'s of dn = g: columns 8 g + 2 tg, + 1, rows s and s + 8 */
-        uint32_t x[8];
-#pragma unroll
-        for (int dn = 0; dn < 8; dn++) x[dn] = w2[0][dn] | w2[1][dn] << 16;
-#pragma unroll
-        for (int mk = 4; mk >= 1; mk >>= 1)
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                if (i & mk) continue;
-                const bool up = g & mk;
-                const uint32_t got = __shfl_xor_sync(0xffffffffu, up ? x[i] : x[i | mk], 4 * mk);
-                if (up) x[i] = got; else x[i | mk] = got;
-            }
-        uint32_t lo[4], hi[4];   /* pairs of rows s, s + 1: [c row s, c row s + 1, c + 1 row s, c + 1 row s + 1] (+ 8) */
-#pragma unroll
-        for (int k = 0; k < 4; k++) { lo[k] = __byte_perm(x[2 * k], x[2 * k + 1], 0x5140); hi[k] = __byte_perm(x[2 * k], x[2 * k + 1], 0x7362); }
-        const uint4 c0 = make_uint4(__byte_perm(lo[0], lo[1], 0x5410), __byte_perm(lo[2], lo[3], 0x5410), __byte_perm(hi[0], hi[1], 0x5410),
-                                    __byte_perm(hi[2], hi[3], 0x5410));
-        const uint4 c1 = make_uint4(__byte_perm(lo[0], lo[1], 0x7632), __byte_perm(lo[2], lo[3], 0x7632), __byte_perm(hi[0], hi[1], 0x7632),
-                                    __byte_perm(hi[2], hi[3], 0x7632));
-        uint8_t *d0 = p.f8qt + (col0 + 8 * g + 2 * tg) * R + b * p.T + base, *d1 = d0 + R;
-        if (p.T % 16 == 0 && base + 16 <= p.T) {
-            *reinterpret_cast<uint4 *>(d0) = c0;
-            *reinterpret_cast<uint4 *>(d1) = c1;
-        } else {
-            const uint32_t v0[4] = {c0.x, c0.y, c0.z, c0.w}, v1[4] = {c1.x, c1.y, c1.z, c1.w};
-#pragma unroll
-            for (int j = 0; j < 16; j++)
-                if (base + j < p.T) { d0[j] = (uint8_t)(v0[j >> 2] >> 8 * (j & 3)); d1[j] = (uint8_t)(v1[j >> 2] >> 8 * (j & 3)); }
-        }
-    }
-}
 /* where bt__k_wg_colsum puts part `which` (0 q, 1 k, 2 v) of head bh */
 __device__ __forceinline__ float *bt__k_att_cs_at(const bt__k_attp &p, int64_t bh, int which) {
     int64_t b = bh / p.H, h = bh - b * p.H;
@@ -2255,10 +2153,6 @@ template <typename T> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt_
         bt__k_wg_regs_inc<BT__K_WG_CONSUMER_REGS>();
         const int w = warp >> 2, g = lane >> 2, tg = lane & 3;
         int u = 0, uq = 0;   /* query tiles so far; those whose part went to the reducer */
-        const int f8 = p.f8q || p.f8qt;
-        const float f8r = f8 ? 1.f / *p.f8scale : 0.f;
-        unsigned f8m = 0;    /* the FP8 copy's amax bits, this thread's */
-        if (f8 && blockIdx.x == 0 && threadIdx.x == 0) *p.f8scale_used = *p.f8scale;
         for (int64_t n = 0;; n++) {
             const int64_t L = bt__k_att_next(p, n, nitems, &item_slot, ifull, iempty, next, 0);
             if (L >= nitems) break;
@@ -2347,7 +2241,6 @@ template <typename T> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt_
                     const int row0 = i * BQ + 64 * w + 16 * (warp & 3) + g;
                     bt__k_wg_store<T, D>((T *)p.gq + bt__k_att_off(p.sgq, bh, p.H), p.sgq[2], row0, p.T, dq, sc2);
                     if (p.cs_part) bt__k_wg_colsum<D>(bt__k_att_cs_at(p, bh, 0), 3 * (int64_t)p.H * D, p.cs_slabs, row0, p.T, dq, sc2);
-                    if (f8) bt__k_wg_store_f8<T, D>(p, bh, 0, row0, dq, sc2, f8r, f8m);
                 }
             }
             if (lane == 0) bt__k_mbar_arrive(kvempty + 8 * kb);
@@ -2358,13 +2251,7 @@ template <typename T> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt_
                 bt__k_wg_colsum<D>(bt__k_att_cs_at(p, bh, 1), 3 * (int64_t)p.H * D, p.cs_slabs, key0, p.T, dk, sc2);
                 bt__k_wg_colsum<D>(bt__k_att_cs_at(p, bh, 2), 3 * (int64_t)p.H * D, p.cs_slabs, key0, p.T, dv, one);
             }
-            if (f8) {
-                bt__k_wg_store_f8<T, D>(p, bh, 1, key0, dk, sc2, f8r, f8m);
-                bt__k_wg_store_f8<T, D>(p, bh, 2, key0, dv, one, f8r, f8m);
-            }
         }
-        f8m = __reduce_max_sync(0xffffffffu, f8m);
-        if (f8 && lane == 0 && f8m) atomicMax(p.f8amax, f8m);
     }
 #else
     __trap();
@@ -2753,7 +2640,7 @@ template <typename T> __global__ void bt__k_att_group_sum(T *g, int64_t s0, int6
 }
 /* the backward's kernels on a filled parameter block (bt_k_attention_backward_colsum) */
 static int bt__k_att_bwd_run(bt__k_attp &p, bt_dtype dt, int64_t B, int64_t H, int64_t Tn, int64_t D, bt_matmul_precision precision,
-                             float *colsum, const bt_k_att_fp8 *f8, cudaStream_t s, const char *op) {
+                             float *colsum, cudaStream_t s, const char *op) {
     float *dvec = (float *)bt__k_scratch((size_t)(B * H * Tn) * sizeof(float), s);
     p.dvec = dvec;
     unsigned tiles = (unsigned)((Tn + 63) / 64), nb = bt__k_blocks(B * H * Tn * 32, 256);
@@ -2763,10 +2650,6 @@ static int bt__k_att_bwd_run(bt__k_attp &p, bt_dtype dt, int64_t B, int64_t H, i
         if (colsum) {   /* [B slabs rows, 3 H D]: their column sums are colsum */
             p.cs_slabs = (int)((Tn + 15) / 16);
             p.cs_part = (float *)bt__k_scratch((size_t)(B * p.cs_slabs * 3 * H * D) * sizeof(float), s);
-        }
-        if (f8) {
-            p.f8q = f8->q; p.f8qt = f8->qt; p.f8scale = f8->scale; p.f8scale_used = f8->scale_used;
-            p.f8amax = (unsigned *)f8->amax; p.f8e5m2 = f8->fmt == BT_F8E5M2;
         }
         p.lse2 = (float *)bt__k_scratch((size_t)(B * H * Tn) * sizeof(float), s);
         if (dt == BT_BF16) bt__k_att_bwd_fused_run<__nv_bfloat16>(&p, s, op);
@@ -2778,7 +2661,7 @@ static int bt__k_att_bwd_run(bt__k_attp &p, bt_dtype dt, int64_t B, int64_t H, i
             bt_k_sum_rows_acc(BT_F32, colsum, p.cs_part, B * p.cs_slabs, 3 * H * D, s);
             bt_free(p.cs_part);
         }
-        return (colsum != NULL) | (f8 != NULL) << 1;
+        return colsum != NULL;
     }
     if (wg) {
         p.dvec_out = dvec;   /* the dQ kernel computes it, before the dK/dV kernel reads it */
@@ -2805,7 +2688,7 @@ BTDEF int bt_k_attention_backward_colsum(bt_dtype dt, void *gq, const int64_t *s
                                           const int64_t *sq, const void *k, const int64_t *sk, const void *v, const int64_t *sv,
                                           const void *out, const int64_t *so, const float *lse, int64_t B, int64_t H, int64_t Hkv, int64_t Tn,
                                           int64_t D, float scale, int causal, bt_matmul_precision precision, float *colsum,
-                                          const bt_k_att_fp8 *f8, cudaStream_t s) {
+                                          cudaStream_t s) {
     const char *op = "bt_k_attention_backward";
     if (B <= 0 || H <= 0 || Tn <= 0 || D <= 0) return 0;
     bt__k_att_check(op, dt, B, H, Hkv, Tn, D);
@@ -2827,14 +2710,9 @@ BTDEF int bt_k_attention_backward_colsum(bt_dtype dt, void *gq, const int64_t *s
         p.gk = gx; p.gv = (char *)gx + (size_t)n * es;
         memcpy(p.sgk, st, sizeof st); memcpy(p.sgv, st, sizeof st);
         colsum = NULL;   /* the column sums of per-query-head dK, dV are no projection's bias gradient */
-        f8 = NULL;       /* nor is their FP8 copy a packed projection's gradient */
     }
-    if (f8 && ((f8->q && !bt__k_aligned16(f8->q)) || (f8->qt && !bt__k_aligned16(f8->qt)) || !f8->scale || !f8->scale_used || !f8->amax ||
-               (f8->fmt != BT_F8E4M3 && f8->fmt != BT_F8E5M2)))
-        bt_error("%s: the FP8 copy needs 16-byte aligned q, qt, a scale, scale_used and amax, and an FP8 format", op);
-    if (f8 && !f8->q && !f8->qt) f8 = NULL;
     p.vec_out = bt__k_att_al(gq, sgq, es, 4) && bt__k_att_al(p.gk, p.sgk, es, 4) && bt__k_att_al(p.gv, p.sgv, es, 4);
-    int given = bt__k_att_bwd_run(p, dt, B, H, Tn, D, precision, colsum, f8, s, op);
+    int given = bt__k_att_bwd_run(p, dt, B, H, Tn, D, precision, colsum, s, op);
     if (gx) {
         const int64_t n = B * Hkv * Tn * D;
         const unsigned nb = bt__k_blocks(n, 256);
@@ -2853,7 +2731,7 @@ BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t 
                                            const void *out, const int64_t *so, const float *lse, int64_t B, int64_t H, int64_t Hkv, int64_t Tn,
                                            int64_t D, float scale, int causal, bt_matmul_precision precision, cudaStream_t s) {
     bt_k_attention_backward_colsum(dt, gq, sgq, gk, sgk, gv, sgv, gout, sgo, q, sq, k, sk, v, sv, out, so, lse, B, H, Hkv, Tn, D, scale,
-                                   causal, precision, NULL, NULL, s);
+                                   causal, precision, NULL, s);
 }
 
 /* the same on contiguous [B, H, T, D] tensors */

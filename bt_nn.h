@@ -1021,48 +1021,6 @@ static float *bt__fp8_role_row(bt_fp8_state *st, int role) {
 static int bt__fp8_delayed(const bt_fp8_state *st, int role) {
     return st->opts.recipe != BT_FP8_CURRENT && (st->primed >> role & 1u);
 }
-/* ---- a gradient's FP8 copy made by the pass that makes the gradient (BT_FUSE_FP8_GRAD) ----
-   A delayed-scaled cast needs no look at its input before it starts: the kernel that writes a
-   linear's output gradient (the fused attention backward, for its packed qkv projection) can write
-   the bytes bt__fp8_cast would, with the state's scale, and leave them on the gradient's storage
-   (bt_storage.fp8); the linear's backward takes them instead of reading the gradient again. The
-   copy's amax stays in its own f32 until taken, then goes into the state's row: a copy not taken
-   (the gradient summed with another, written since) changes nothing. */
-static void bt__linear_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin);
-static int64_t bt__fp8_reuses;   /* FP8 backward products that took a copy left (bt_grad_fp8_reuses) */
-BTDEF int64_t bt_grad_fp8_reuses(void) { return bt__fp8_reuses; }
-#ifdef BT_CUDA
-/* the state of the bt_linear_fp8 node prod whose backward would cast its output gradient with the
-   state's scale (delayed recipe, the gradient role primed), or NULL */
-static bt_fp8_state *bt__fp8_grad_consumer(bt_node *prod) {
-    if (!prod || prod->backward != bt__linear_fp8_back || !prod->aux || !bt__fused(BT_FUSE_FP8_GRAD)) return NULL;
-    bt_fp8_state *st = (bt_fp8_state *)prod->aux;
-    return bt__fp8_delayed(st, BT_FP8_G) && (bt__wants(prod, 0) || bt__wants(prod, 1)) ? st : NULL;
-}
-/* q [rows, cols] and qt [cols, rows] (either may be NULL), g's copy with st's gradient scale, and sc
-   ([scale used, amax, -, -]) left on g's storage at its version; the references are the record's */
-static void bt__fp8_leave(bt_tensor *g, int64_t cols, bt_fp8_state *st, bt_tensor *q, bt_tensor *qt, bt_tensor *sc) {
-    bt_storage *s = g->storage;
-    if (s->fp8) bt__fp8_left_free(s->fp8);
-    bt_fp8_left *l = (bt_fp8_left *)bt__xmalloc(sizeof *l, "an FP8 copy's record");
-    l->owner = st; l->q = q; l->qt = qt; l->sc = sc; l->cols = cols; l->version = s->version;
-    s->fp8 = l;
-}
-#endif
-/* the copy of g2 [rows, cols] (its storage whole, unwritten since) left for st, with q when want_q and
-   qt when want_qt: its tensors handed over (the record dropped) and 1, else 0 */
-static int bt__fp8_take(bt_tensor *g2, bt_fp8_state *st, int want_q, int want_qt, bt_tensor **q, bt_tensor **qt, bt_tensor **sc) {
-    bt_storage *s = g2->storage;
-    bt_fp8_left *l = s->fp8;
-    if (!l || l->owner != st || l->version != s->version || g2->ndim != 2 || !bt__covers_storage(g2, l->cols) ||
-        (want_q && !l->q) || (want_qt && !l->qt))
-        return 0;
-    *q = l->q; *qt = l->qt; *sc = l->sc;
-    free(l);
-    s->fp8 = NULL;
-    bt__fp8_reuses++;
-    return 1;
-}
 static void bt__fp8_gemm(bt_device dev, bt_dtype dt, bt_tensor *C, bt_tensor *A, const float *sa, bt_tensor *B, const float *sb,
                          bt_tensor *bias, bt_tensor *R, int64_t M, int64_t N, int64_t K, int fast_accum);
 /* The head's FP8 products (bt_linear_cross_entropy_fp8): w cast once (e4m3 w, and w^T for dx); each
@@ -1398,12 +1356,10 @@ static void bt__attention_grads_f32(const float *q, const int64_t *qs, const flo
         free(dq);
     }
 }
-struct bt_k_att_fp8;   /* bt_attention.cuh's (the GPU build's) */
 /* its backward: gq, gk, gv (views, written) from g = d loss / d o; colsum (GPU, may be NULL): the
-   column sums of gq, gk, gv as [3, H, D], when the kernel gives them (returned bit 0); f8 (GPU, may be
-   NULL; gq, gk, gv a packed buffer's parts): the gradient's FP8 copy, when the kernel gives it (bit 1) */
+   column sums of gq, gk, gv as [3, H, D], when the kernel gives them (returns 1) */
 static int bt__attention_grads(bt_tensor *q, bt_tensor *k, bt_tensor *v, bt_tensor *o, bt_tensor *lse, bt_tensor *gc,
-                               bt_tensor *gq, bt_tensor *gk, bt_tensor *gv, float *colsum, const struct bt_k_att_fp8 *f8) {
+                               bt_tensor *gq, bt_tensor *gk, bt_tensor *gv, float *colsum) {
     int64_t B = q->shape[0], H = q->shape[1], Hkv = k->shape[1], G = H / Hkv, T = q->shape[2], D = q->shape[3];
     bt_dtype dt = q->dtype;
     double scale = 1.0 / sqrt((double)(D ? D : 1));
@@ -1413,9 +1369,9 @@ static int bt__attention_grads(bt_tensor *q, bt_tensor *k, bt_tensor *v, bt_tens
         BT__ON_GPU(bt_device_of(q), stream) given = bt_k_attention_backward_colsum(dt, bt_data_ptr(gq), gq->stride, bt_data_ptr(gk), gk->stride, bt_data_ptr(gv), gv->stride,
                                         bt_data_ptr(gc), gc->stride, bt_data_ptr(q), q->stride, bt_data_ptr(k), k->stride,
                                         bt_data_ptr(v), v->stride, bt_data_ptr(o), o->stride, (const float *)bt_data_ptr(lse),
-                                        B, H, Hkv, T, D, (float)scale, 1, bt__g.precision, colsum, f8, stream);
+                                        B, H, Hkv, T, D, (float)scale, 1, bt__g.precision, colsum, stream);
 #else
-        (void)colsum; (void)f8;
+        (void)colsum;
 #endif
         return given;
     }
@@ -1476,7 +1432,7 @@ static void bt__attention_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2], *o = n->saved[3], *lse = n->saved[4];
     bt_tensor *gc = bt__rows_dense(g);
     bt_tensor *gq = bt__new_like_layout(q, q->dtype), *gk = bt__new_like_layout(k, k->dtype), *gv = bt__new_like_layout(v, v->dtype);
-    bt__attention_grads(q, k, v, o, lse, gc, gq, gk, gv, NULL, NULL);
+    bt__attention_grads(q, k, v, o, lse, gc, gq, gk, gv, NULL);
     bt_release(gc);
     gin[0] = bt__register(gq); gin[1] = bt__register(gk); gin[2] = bt__register(gv);
 }
@@ -1526,34 +1482,13 @@ static void bt__attention_qkv_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_tensor *p[6];
     for (int i = 0; i < 3; i++) { p[i] = bt__heads(qkv, nh[i], h0[i], D); p[3 + i] = bt__heads(gqkv, nh[i], h0[i], D); }
 #ifdef BT_CUDA
-    /* the qkv projection's bias gradient and its FP8 backward's copy of gqkv, from the kernel's own pass
-       (multi-head, no RoPE: the kernel's gradients are gqkv's) */
-    int64_t W = qkv->shape[2], R = bt_numel(qkv) / W;
-    int packed = !rope && Hkv == H;
-    float *cs = packed ? bt__colsum_for(gqkv, W) : NULL;
-    bt_node *prod = n->next[0].node;
-    bt_fp8_state *fst = packed && bt__is_gpu(qkv) ? bt__fp8_grad_consumer(prod) : NULL;
-    bt_tensor *fq = NULL, *fqt = NULL, *fsc = NULL;
-    bt_k_att_fp8 f8;
-    if (fst) {
-        bt_device dev = bt_device_of(qkv);
-        bt_dtype fmt = bt_fp8_format(BT_FP8_G);
-        if (bt__wants(prod, 0)) fq = bt__new(bt_shape2(R, W), fmt, dev);
-        if (bt__wants(prod, 1)) fqt = bt__new(bt_shape2(W, R), fmt, dev);
-        fsc = bt__new(bt_shape1(4), BT_F32, dev);
-        bt_zero_(fsc);
-        float *scp = (float *)bt_data_ptr(fsc);
-        f8.q = fq ? (uint8_t *)bt_data_ptr(fq) : NULL; f8.qt = fqt ? (uint8_t *)bt_data_ptr(fqt) : NULL; f8.fmt = fmt;
-        f8.scale = (const float *)bt_data_ptr(fst->buf) + BT_FP8_G * (2 + fst->opts.history) + 1;
-        f8.scale_used = scp; f8.amax = scp + 1;
-    }
-    int given = bt__attention_grads(p[0], p[1], p[2], o, lse, g4, p[3], p[4], p[5], cs, fst ? &f8 : NULL);
-    if (given & 1) bt__colsum_leave(gqkv, cs, W);
+    /* the qkv projection's bias gradient, from the kernel's own pass (multi-head, no RoPE: the kernel's gradients are gqkv's) */
+    int64_t W = qkv->shape[2];
+    float *cs = rope || Hkv != H ? NULL : bt__colsum_for(gqkv, W);
+    if (bt__attention_grads(p[0], p[1], p[2], o, lse, g4, p[3], p[4], p[5], cs)) bt__colsum_leave(gqkv, cs, W);
     else if (cs) bt_free(cs);
-    if (given & 2) bt__fp8_leave(gqkv, W, fst, fq, fqt, fsc);
-    else { bt_release(fq); bt_release(fqt); bt_release(fsc); }
 #else
-    bt__attention_grads(p[0], p[1], p[2], o, lse, g4, p[3], p[4], p[5], NULL, NULL);
+    bt__attention_grads(p[0], p[1], p[2], o, lse, g4, p[3], p[4], p[5], NULL);
 #endif
     if (rope) {   /* back through the rotation of q and k: rotate their gradients by -angle, in place */
         bt_rope_opts ro = {n->f[0], n->f[1], n->f[2], n->f[3], n->i[3]};
@@ -1851,18 +1786,10 @@ static void bt__linear_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     if ((want_x && !wt) || (want_w && !xt)) bt_error("linear_fp8: backward: the forward kept no quantised %s", want_x && !wt ? "w^T" : "x^T");
     if (want_x || want_w) {
         const float *sx = (const float *)bt_data_ptr(sc), *sw = sx + 4;
-        bt_tensor *sg = NULL, *qg = NULL, *gt = NULL;            /* sg: [scale, amax, -, -] of gy */
-        if (bt__fp8_take(g2, st, want_x, want_w, &qg, &gt, &sg)) {   /* the copy gy's producer wrote: its amax into the row */
-#ifdef BT_CUDA
-            float *row = bt__fp8_role_row(st, BT_FP8_G);
-            BT__ON_GPU(dev, stream) bt_k_fp8_amax(BT_F32, row, (const float *)bt_data_ptr(sg) + 1, 1, stream);
-#endif
-        } else {
-            sg = bt__new(bt_shape1(4), BT_F32, dev);
-            bt_zero_(sg);
-            qg = want_x ? bt__new(bt_shape2(R, N), BT_F8E5M2, dev) : NULL; gt = want_w ? bt__new(bt_shape2(N, R), BT_F8E5M2, dev) : NULL;
-            bt__fp8_cast(st, BT_FP8_G, g2, qg, gt, (float *)bt_data_ptr(sg));
-        }
+        bt_tensor *sg = bt__new(bt_shape1(4), BT_F32, dev);      /* [scale, amax, -, -] of gy */
+        bt_zero_(sg);
+        bt_tensor *qg = want_x ? bt__new(bt_shape2(R, N), BT_F8E5M2, dev) : NULL, *gt = want_w ? bt__new(bt_shape2(N, R), BT_F8E5M2, dev) : NULL;
+        bt__fp8_cast(st, BT_FP8_G, g2, qg, gt, (float *)bt_data_ptr(sg));
         if (want_x) {                                            /* dx [R, K] = (sg sw) qg [R, N] (qw^T [K, N])^T */
             bt_tensor *gx = bt__new(n->in_shape[0], dt, dev);
             bt__fp8_gemm(dev, dt, gx, qg, (const float *)bt_data_ptr(sg), wt, sw, NULL, NULL, R, K, N, 0);

@@ -379,8 +379,6 @@ typedef struct bt_storage {
     float *colsum;           /* owned, GPU, may be NULL: the column sums of the data as [rows, colsum_cols], */
     int64_t colsum_cols;     /* left by the kernel that wrote it (a layernorm's gx, attention's gqkv); valid while */
     uint32_t colsum_version; /* version is still colsum_version (bt__cached_colsum) */
-    struct bt_fp8_left *fp8; /* owned, may be NULL: an FP8 copy of the data left by the kernel that wrote it
-                                (attention's gqkv, for its qkv projection's FP8 backward: bt__fp8_take) */
     int64_t halves;          /* > 0: its first `halves` f32 elements are held in two 16-bit halves, the
                                 high ones (a bf16 array) in bytes [0, 2 halves), the low ones in
                                 [2 halves, 4 halves) (bt_f32_split_, bt_optim.h); 0: plain */
@@ -482,8 +480,6 @@ static inline bt_device bt_device_of(const bt_tensor *t) { return t->storage->de
 BTDEF int64_t bt_numel(const bt_tensor *t);
 /* how many bias gradients took the column sums a backward pass left (a test and bench hook) */
 BTDEF int64_t bt_grad_colsum_reuses(void);
-/* how many FP8 backward products took the FP8 copy of their gradient that its producer left (BT_FUSE_FP8_GRAD) */
-BTDEF int64_t bt_grad_fp8_reuses(void);
 BTDEF int bt_is_contiguous(const bt_tensor *t);
 BTDEF void *bt_data_ptr(const bt_tensor *t);        /* storage data + offset, in bytes */
 BTDEF bt_shape bt_shape_of(const bt_tensor *t);
@@ -564,10 +560,7 @@ BTDEF int bt_get_deterministic(void);
 #define BT_FUSE_XENT      2   /* bt_linear_cross_entropy's loss and logit gradient in one pass (GPU) */
 #define BT_FUSE_COLSUM    4   /* bias gradients from the column sums that a layernorm or attention
                                  backward leaves on its input gradient (GPU) */
-#define BT_FUSE_FP8_GRAD  8   /* a packed qkv gradient's FP8 copy (the qkv projection's bt_linear_fp8
-                                 backward, delayed scaling) written by the fused attention backward
-                                 instead of a cast's pass over it (GPU) */
-#define BT_FUSE_ALL       15
+#define BT_FUSE_ALL       7
 BTDEF int bt_set_fusions(int flags);
 /* Activation recomputation (a saved-tensor policy: less memory for a little more work): with
    BT_RECOMPUTE_GELU the fused bt_mlp_gelu keeps the pre-activation h for its backward but not
@@ -1315,17 +1308,10 @@ static bt_storage *bt__storage_new(size_t nbytes, bt_device dev) {
     bt__check_device(dev, "alloc");
     return bt__storage_struct(bt_alloc(dev, nbytes, bt__stream_for(dev)), nbytes, dev, 0);
 }
-/* an FP8 copy of a storage's data (bt_storage.fp8), left by the kernel that wrote the data: q [rows,
-   cols] and qt [cols, rows] (either may be NULL) made with owner's (a bt_fp8_state's) scale, valid
-   while the storage is at `version`; sc: f32 [scale used, the copy's amax, -, -] on the device. Taken
-   by its one consumer (bt_nn.h's bt__fp8_take), else freed with the storage. */
-typedef struct bt_fp8_left { const void *owner; struct bt_tensor *q, *qt, *sc; int64_t cols; uint32_t version; } bt_fp8_left;
-static void bt__fp8_left_free(bt_fp8_left *l) { bt_release(l->q); bt_release(l->qt); bt_release(l->sc); free(l); }
 static void bt__storage_release(bt_storage *s) {
     if (!s || --s->refcount > 0) return;
     if (!s->external) bt_free(s->data);
     if (s->colsum) bt_free(s->colsum);
-    if (s->fp8) bt__fp8_left_free(s->fp8);
     s->next_free = bt__g.free_storages; bt__g.free_storages = s;
 }
 
@@ -3021,12 +3007,12 @@ static void bt__gemm_into(bt_tensor *sink, bt_dtype dt, const void *A, const voi
    gradient covers it whole (BT_FUSE_COLSUM: both on or off). */
 static int64_t bt__colsum_reuses;   /* bias gradients that took the sums left (bt_grad_colsum_reuses) */
 BTDEF int64_t bt_grad_colsum_reuses(void) { return bt__colsum_reuses; }
+#ifdef BT_CUDA
 /* t covers its storage whole, as [rows, cols] */
 static int bt__covers_storage(const bt_tensor *t, int64_t cols) {
     return t->offset == 0 && t->ndim >= 1 && t->shape[t->ndim - 1] == cols && bt_is_contiguous(t) &&
            (size_t)bt_numel(t) * bt_dtype_size(t->dtype) == t->storage->nbytes;
 }
-#ifdef BT_CUDA
 /* a [C] fp32 buffer for the column sums of gx, to be handed to the kernel that writes gx, or NULL */
 static float *bt__colsum_for(bt_tensor *gx, int64_t C) {
     if (!gx || !bt__is_gpu(gx) || !bt__fused(BT_FUSE_COLSUM) || !bt__covers_storage(gx, C)) return NULL;

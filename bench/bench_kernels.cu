@@ -149,26 +149,8 @@ static void attention_sweep(void) {
         float *cs = (float *)dev(3 * H * D * 4);
         settle();
         BENCH(ms, bt_k_attention_backward_colsum(BT_BF16, gq, sqkv, gk, sqkv, gv, sqkv, g, so, q, sqkv, k, sqkv, v, sqkv, o, so,
-                                                 lse, AB, H, H, T, D, sc, g_sw_C[i], BT_MATMUL_FP32, cs, NULL, S));
+                                                 lse, AB, H, H, T, D, sc, g_sw_C[i], BT_MATMUL_FP32, cs, S));
         report("attention sweep backward + colsums", shp, ms, 0, 2.5 * f);
-        if (g_sw_C[i] && D == 64) {   /* and gqkv's e5m2 copy for the qkv projection's FP8 backward, against the cast it replaces */
-            uint8_t *fq = (uint8_t *)dev((size_t)(3 * n)), *fqt = (uint8_t *)dev((size_t)(3 * n));
-            float *fs = (float *)dev(16 * sizeof(float)), one[16] = {1.f};
-            CK(cudaMemcpyAsync(fs, one, sizeof one, cudaMemcpyHostToDevice, S));
-            bt_k_att_fp8 f8 = {fq, fqt, BT_F8E5M2, fs, fs + 4, fs + 5};
-            settle();
-            BENCH(ms, bt_k_attention_backward_colsum(BT_BF16, gq, sqkv, gk, sqkv, gv, sqkv, g, so, q, sqkv, k, sqkv, v, sqkv, o, so,
-                                                     lse, AB, H, H, T, D, sc, 1, BT_MATMUL_FP32, cs, &f8, S));
-            report("attn bwd + colsums + e5m2 copy", shp, ms, 0, 2.5 * f);
-            settle();
-            BENCH(ms, {
-                bt_k_attention_backward_colsum(BT_BF16, gq, sqkv, gk, sqkv, gv, sqkv, g, so, q, sqkv, k, sqkv, v, sqkv, o, so, lse, AB, H,
-                                               H, T, D, sc, 1, BT_MATMUL_FP32, cs, NULL, S);
-                bt_k_fp8_cast(BT_BF16, BT_F8E5M2, fq, fqt, gqkv, AB * T, 3 * H * D, NULL, fs, fs + 4, fs + 5, S);
-            });
-            report("attn bwd + colsums, e5m2 cast", shp, ms, 0, 2.5 * f);
-            bt_free(fq); bt_free(fqt); bt_free(fs);
-        }
         bt_free(cs);
         bt_free(qkv); bt_free(gqkv); bt_free(g); bt_free(o); bt_free(lse);
     }

@@ -1060,7 +1060,7 @@ static void attn_case(bt_dtype dt, bt_matmul_precision prec, int64_t B, int64_t 
     poison(dcs, (size_t)(3 * HD) * 4);
     int given = bt_k_attention_backward_colsum(dt, AP(GQ), w[GQ].st, AP(GK), w[GK].st, AP(GV), w[GV].st, AP(G), w[G].st, AP(Q),
                                                w[Q].st, AP(K), w[K].st, AP(V), w[V].st, AP(O), w[O].st, lse, B, H, H, T, D,
-                                               (float)scale, causal, prec, dcs, NULL, st());
+                                               (float)scale, causal, prec, dcs, st());
     char what[128];
     if (given && hs == 1) {   /* every head in the reference: sum it over b and t */
         double *csr = zvec(3 * HD);
