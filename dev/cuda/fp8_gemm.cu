@@ -22,31 +22,36 @@
          its stage's products, hands the turn over, then waits for them and promotes), so one's
          products are queued while the other waits, adds and releases its stage.
      v4  v2 in clusters of two CTAs along m that share B's k tiles through TMA multicast (each loads
-         half and the copy engine writes it into both): 3/4 of v2's L2 bytes a flop. Not yet run.
-     v5  the same in clusters of 2 x 2 that share A along n as well: 1/2 of v2's bytes. Not yet run.
+         half and the copy engine writes it into both): 3/4 of v2's L2 bytes a flop.
+     v5  the same in clusters of 2 x 2 that share A along n as well: 1/2 of v2's bytes.
      v6  v2 with 128 x 256 tiles (wgmma m64n256k32), fast accumulation only (split's second set of
-         sums would not fit in a thread's registers): 3/4 of v2's bytes. Not yet run.
+         sums would not fit in a thread's registers): 3/4 of v2's bytes.
      v7  v2 with fc's epilogue folded in (bias, h in bf16, gelu(h)'s e4m3 bytes and their transpose,
          the amax), against cuBLASLt's product then the shipped GELU cast: the decisive comparison
-         (the product may lose to cuBLASLt's and the pair still lose to the fold). Not yet run.
-   Measured (H200, 2026-12-03, this ladder, two calls; time against cuBLASLt's, split / fast
-   accumulation):
-     d48 fc forward [8192, 6400, 1600]    cuBLASLt 142.5 / 123.7 us (1,178 / 1,357 TFLOP/s); v1 1.47x / 1.67x; v2 1.48x / 1.72x; v3 1.48x / 1.70x
-     d48 projection's dx, e5m2 x e4m3     cuBLASLt 141.3 / 122.9 us; v1 1.48x / 1.68x; v2 1.49x / 1.73x; v3 1.49x / 1.71x
-     d48 qkv forward [8192, 4800, 1600]   cuBLASLt 108.5 / 95.4 us;  v1 1.47x / 1.64x; v2 1.54x / 1.69x; v3 1.52x / 1.68x
-     d48 projection [8192, 1600, 6400]    cuBLASLt 124.0 / 121.6 us; v1 1.30x / 1.29x; v2 1.28x / 1.25x; v3 1.30x / 1.23x
-     d12 B 16 fc [16384, 3072, 768]       cuBLASLt 75.6 / 71.9 us;   v1 1.91x / 1.92x; v2 1.55x / 1.61x; v3 1.56x / 1.66x
+         (the product may lose to cuBLASLt's and the pair still lose to the fold).
+   Measured (H200, 2026-12-03, this ladder; time against cuBLASLt's in the same run, split / fast
+   accumulation; cuBLASLt's times, v2 and v4-v7 from the last call, `build/dev/fp8_gemm 24567`, v1 and
+   v3 from the two before it, whose v2 ratios were within 3% of these):
+     d48 fc forward [8192, 6400, 1600]    cuBLASLt 141.2 / 121.7 us (1,189 / 1,378 TFLOP/s); v1 1.47x / 1.67x; v2 1.49x / 1.75x; v3 1.48x / 1.70x;
+                                          v4 2.80x / 3.14x; v5 3.62x / 4.11x; v6 - / 1.58x
+     d48 projection's dx, e5m2 x e4m3     cuBLASLt 140.0 / 121.2 us; v1 1.48x / 1.68x; v2 1.52x / 1.76x; v3 1.49x / 1.71x; v4 2.83x / 3.15x;
+                                          v5 3.66x / 4.13x; v6 - / 1.58x
+     d48 qkv forward [8192, 4800, 1600]   cuBLASLt 107.5 / 93.4 us;  v1 1.47x / 1.64x; v2 1.53x / 1.77x; v3 1.52x / 1.68x; v4 2.83x / 3.15x;
+                                          v5 3.71x / 4.19x; v6 - / 1.62x
+     d48 projection [8192, 1600, 6400]    cuBLASLt 123.0 / 119.3 us; v1 1.30x / 1.29x; v2 1.29x / 1.28x; v3 1.30x / 1.23x; v4 3.14x / 3.12x;
+                                          v5 4.20x / 4.31x; v6 - / 1.35x
+     d12 B 16 fc [16384, 3072, 768]       cuBLASLt 75.1 / 72.1 us;   v1 1.91x / 1.92x; v2 1.57x / 1.61x; v3 1.56x / 1.66x; v4 2.75x / 2.78x;
+                                          v5 3.52x / 3.57x; v6 - / 1.67x
+     fc with GELU's e4m3 cast (v7)        d48: cuBLASLt + the shipped cast 222.0 us, v7 369.7 (1.67x); d12 B 16: 151.6 against 309.4 (2.04x)
    Every version gives cuBLASLt's bytes exactly (split and fast: the same products in the same
-   order, split promoting every 128 of k as cuBLASLt does). Persistence (v2) hides the ring's fill
-   where k is short (d12), nothing at d48; the turns (v3) change nothing; fast runs no faster than
-   split: neither the promotion's adds nor the issue order is what bounds these versions at ~800
-   TFLOP/s. What a 128 x 128 tile does pay (reasoned, not measured): it loads 2 x 128 k bytes for
-   2 x 128 x 128 k flops, a byte per 128 flops, so at
-   cuBLASLt's 1,180 TFLOP/s the SMs would pull ~9 TB/s out of L2; at 800 they pull ~6.3. The next
-   rung: fewer L2 bytes a flop, by clusters whose CTAs share a tile's operand through TMA multicast
-   (2 CTAs along m sharing B: 3/4 of the bytes; 2 x 2: 1/2) or wider tiles. What a fused epilogue
-   would save (the casts' re-reads of fc's output and of the projection's dx: ~4 ms of d48's step,
-   of those casts' 8.2) is less than these versions lose (~60 us a product, 96 products a step).
+   order, split promoting every 128 of k as cuBLASLt does; v7's h, q, q^T and amax the pair's, every
+   byte). Persistence (v2) hides the ring's fill where k is short (d12), nothing at d48; the turns
+   (v3) change nothing; fast runs no faster than split: neither the promotion's adds nor the issue
+   order is what bounds these versions at ~800 TFLOP/s. Fewer L2 bytes a flop is not it either: the
+   wide tile (v6, 3/4 of the bytes) gains 10%, and the clusters lose by half or more (their CTAs
+   wait for each other's half of every stage: each stage's empty barrier is the cluster's, not yet
+   measured further). The fold (v7) costs more than the cast it removes. Closed for now: the model
+   keeps cuBLASLt's products and the casts as kernels of their own (docs/fp8.md).
    Checked: against a float64 product of the decoded bytes on 8 sampled rows (the largest error
    over the largest |C|), and against cuBLASLt's C (the largest difference, same measure). Timed with
    CUDA events (median of 50), TFLOP/s = 2 M N K / time, at the shapes of d48's and d12's products.
