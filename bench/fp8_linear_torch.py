@@ -2,7 +2,8 @@
 --precision fp8. GPT-2's four block linears (qkv, attention projection, MLP fc and projection) run
 their three products through torch._scaled_mm, the rest of the model under bf16 autocast:
 
-    forward   y  = x w^T + b      x, w in e4m3, bf16 out, the bias added by the product
+    forward   y  = x w^T + b      x, w in e4m3, bf16 out, the bias added by the product, fast
+                                  accumulation (train_gpt2's default --fp8-accum fast, torchao's too)
     backward  gx = gy w           gy in e5m2, w in e4m3
               gw = gy^T x         gy in e5m2, x in e4m3 (fp32 into the master weight's gradient)
 
@@ -59,7 +60,8 @@ class _Fp8Linear(torch.autograd.Function):
         x2 = x.reshape(-1, shape[-1])
         xq, sx = st.x.cast(x2, E4M3)
         wq, sw = st.w.cast(w, E4M3)
-        y = torch._scaled_mm(xq, wq.t(), scale_a=sx, scale_b=sw, bias=b.to(torch.bfloat16), out_dtype=torch.bfloat16)
+        y = torch._scaled_mm(xq, wq.t(), scale_a=sx, scale_b=sw, bias=b.to(torch.bfloat16), out_dtype=torch.bfloat16,
+                             use_fast_accum=True)
         ctx.save_for_backward(xq, wq, sx, sw)
         ctx.st, ctx.shape, ctx.dtype = st, shape, x.dtype
         return y.reshape(*shape[:-1], w.shape[0])

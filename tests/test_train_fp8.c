@@ -174,7 +174,7 @@ static void test_flags(void) {
     BT_CHECK(resolve_opts(&o, 1, &cfg, err, sizeof err) == -1 && strstr(err, "--precision fp8 on a GPU: -t 24 is not a multiple of 16"), "-t 24: '%s'", err);
     train_parse("--precision fp8 -t 24 -b 2", &o, err, sizeof err);
     BT_CHECK(resolve_opts(&o, 0, &cfg, err, sizeof err) == 0 && !strcmp(o.fp8_recipe, "delayed") && o.fp8_history == 16 &&
-             !strcmp(o.fp8_accum, "split"), "-t 24 on a CPU: '%s'", err);
+             !strcmp(o.fp8_accum, "fast"), "-t 24 on a CPU: '%s'", err);
     cfg = trainer_config_gpt2(gpt2_config_make(2, 2, 72, 128, 50257));
     train_parse("--precision fp8 -t 32 -b 2", &o, err, sizeof err);
     BT_CHECK(resolve_opts(&o, 1, &cfg, err, sizeof err) == -1 && strstr(err, "the model's width C 72"), "C 72: '%s'", err);
@@ -293,7 +293,7 @@ static void test_cross_precision(void) {
         {"--precision fp32", f8dir, "train.precision = fp8 (--precision), this one fp32"},
         {"--precision fp8 --fp8-recipe current", f8dir, "train.fp8_recipe = delayed (--fp8-recipe), this one current"},
         {"--precision fp8 --fp8-history 8", f8dir, "train.fp8_history = 16 (--fp8-history), this one 8"},
-        {"--precision fp8 --fp8-accum fast", f8dir, "train.fp8_accum = split (--fp8-accum), this one fast"},
+        {"--precision fp8 --fp8-accum split", f8dir, "train.fp8_accum = fast (--fp8-accum), this one split"},
         {"--precision fp8 --fp8-head off", f8dir, "train.fp8_head = on (--fp8-head), this one off"}};
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         snprintf(args, sizeof args, RUN " -x 4 %s --resume %s", c[i].flags, ckpt(c[i].dir, 2));
@@ -306,22 +306,24 @@ static void test_cross_precision(void) {
     snprintf(args, sizeof args, "-b 1 -t 8 -v 0 -g 0 --quiet -x 1 --precision fp8 --init-from %s", ckpt(f32dir, 2));
     rc = train_run(args, out, sizeof out);
     BT_CHECK(rc == 0 && strstr(out, "step    1/1"), "fp32 weights into an fp8 run: exit %d: %s", rc, out);
-    /* --fp8-head not given on a resume: the checkpoint's, so a run made with it off goes on off (and
-       the default run's, on, on) */
-    const char *hv[2] = {"off", "on"};
+    /* --fp8-head and --fp8-accum not given on a resume: the checkpoint's, so a run made with the head
+       off and split accumulation goes on so (and the default run, head on and fast, so) */
+    const char *hv[2] = {"off", "on"}, *av[2] = {"split", "fast"};
     for (int k = 0; k < 2; k++) {
         char d0[600], d1[600], tag[32];
         snprintf(tag, sizeof tag, "f8h%s", hv[k]); snprintf(d0, sizeof d0, "%s", tp(tag));
         snprintf(tag, sizeof tag, "f8h%s_res", hv[k]); snprintf(d1, sizeof d1, "%s", tp(tag));
-        snprintf(args, sizeof args, RUN " -x 4 --ckpt-every 2 --precision fp8%s --ckpt-dir %s", k ? "" : " --fp8-head off", d0);
+        snprintf(args, sizeof args, RUN " -x 4 --ckpt-every 2 --precision fp8%s --ckpt-dir %s", k ? "" : " --fp8-head off --fp8-accum split", d0);
         rc = train_run(args, out, sizeof out);
         BT_CHECK(rc == 0, "fp8 head %s run: exit %d: %s", hv[k], rc, out);
         snprintf(args, sizeof args, RUN " -x 4 --ckpt-every 2 --precision fp8 --resume %s --ckpt-dir %s", ckpt(d0, 2), d1);
         rc = train_run(args, out, sizeof out);
         bt_ckpt_file *f = rc == 0 ? bt_ckpt_open(ckpt(d1, 4), BT_CKPT_REQUIRE_CHECKSUMS) : NULL;
         const char *got = f ? bt_ckpt_meta_get(bt_ckpt_file_meta(f), "train.fp8_head") : NULL;
-        BT_CHECK(rc == 0 && strstr(out, "after step 2") && got && !strcmp(got, hv[k]), "a resume of a head-%s run without --fp8-head: exit %d, "
-                 "train.fp8_head %s: %s", hv[k], rc, got ? got : "-", out);
+        const char *acc = f ? bt_ckpt_meta_get(bt_ckpt_file_meta(f), "train.fp8_accum") : NULL;
+        BT_CHECK(rc == 0 && strstr(out, "after step 2") && got && !strcmp(got, hv[k]) && acc && !strcmp(acc, av[k]),
+                 "a resume of a head-%s %s run without --fp8-head, --fp8-accum: exit %d, train.fp8_head %s, train.fp8_accum %s: %s", hv[k],
+                 av[k], rc, got ? got : "-", acc ? acc : "-", out);
         bt_ckpt_close(f);
     }
 }
