@@ -60,8 +60,11 @@ BTDEF void bt_k_fp8_cast(bt_dtype dt, bt_dtype fmt, uint8_t *q, uint8_t *qt, con
      BT_FP8_ACT_DSWIGLU [ga | gu], cols = 2 F: the gradients of gate and up from x the gradient of
                       y [rows, F] and h = [a | u] [rows, cols]: bt_k_swiglu_backward's bytes (the
                       backward's gradient of the first linear)
+     BT_FP8_ACT_X     x itself: bt_k_fp8_cast's bytes, with colsum (may be NULL) <- the column
+                      sums of x per 64 rows as DGELU's (a linear's bias gradient from the cast
+                      of its output gradient)
    The amax, scales and arguments as bt_k_fp8_amax / bt_k_fp8_cast's (h of dt, DGELU [rows, cols]
-   and DSWIGLU only; colsum DGELU only). Needs cols % 8 == 0 (DSWIGLU: % 16), rows % 16 == 0 and
+   and DSWIGLU only; colsum X and DGELU only). Needs cols % 8 == 0 (DSWIGLU: % 16), rows % 16 == 0 and
    16-byte aligned x, h, q, qt. Traffic per element: x (and h) read once (DSWIGLU: once for each
    half, the second from L2 where it holds a 64-row band), q and qt written: the activation's own
    write and the cast's read are gone. */
@@ -346,7 +349,7 @@ __global__ void __launch_bounds__(256) bt__k_fp8_cast64_kernel(uint8_t *q, uint8
                                                                 int64_t rows, int64_t cols, const float *amax_in,
                                                                 const float *scale_in, float *scale_used, unsigned *amax_acc) {
     __shared__ uint32_t tile[64][17];
-    __shared__ float part[ACT == BT_FP8_ACT_DGELU ? 32 : 1][65];   /* DGELU's column sums: 32 row lanes x 64 columns */
+    __shared__ float part[ACT == BT_FP8_ACT_DGELU || ACT == BT_FP8_ACT_X ? 32 : 1][65];   /* column sums: 32 row lanes x 64 columns */
     const float s = amax_in ? bt_fp8_scale_of(*amax_in, E5M2 ? BT_F8E5M2_MAX : BT_F8E4M3_MAX) : *scale_in, r = 1.f / s;
     const int t = threadIdx.x, cx = t & 7, ry = t >> 3, tcol = t >> 2, tk = t & 3;
     const int64_t tc = (cols + 63) / 64, ntiles = (rows + 63) / 64 * tc;
@@ -371,7 +374,7 @@ __global__ void __launch_bounds__(256) bt__k_fp8_cast64_kernel(uint8_t *q, uint8
             }
             tile[lr][2 * cx] = w.x; tile[lr][2 * cx + 1] = w.y;
         }
-        if (ACT == BT_FP8_ACT_DGELU && colsum) {        /* uniform: the tile's 64 column sums, rows in a fixed order */
+        if ((ACT == BT_FP8_ACT_DGELU || ACT == BT_FP8_ACT_X) && colsum) {   /* uniform: the tile's 64 column sums, rows in a fixed order */
 #pragma unroll
             for (int j = 0; j < 8; j++) part[ry][cx * 8 + j] = cs[j];
             __syncthreads();
@@ -416,17 +419,19 @@ BTDEF void bt_k_fp8_cast_act(bt_dtype dt, bt_dtype fmt, bt_fp8_act act, uint8_t 
                              const void *h, int64_t rows, int64_t cols, const float *amax_in, const float *scale_in, float *scale_used,
                              float *amax_acc, cudaStream_t s) {
     bt__k_fp8_cast_check("bt_k_fp8_cast_act", fmt, amax_in, scale_in, rows, cols);
-    if (act != BT_FP8_ACT_GELU && act != BT_FP8_ACT_DGELU && act != BT_FP8_ACT_SWIGLU && act != BT_FP8_ACT_DSWIGLU)
-        bt_error("bt_k_fp8_cast_act: act %d is not GELU, DGELU, SWIGLU or DSWIGLU", (int)act);
+    if (act != BT_FP8_ACT_X && act != BT_FP8_ACT_GELU && act != BT_FP8_ACT_DGELU && act != BT_FP8_ACT_SWIGLU && act != BT_FP8_ACT_DSWIGLU)
+        bt_error("bt_k_fp8_cast_act: act %d is not X, GELU, DGELU, SWIGLU or DSWIGLU", (int)act);
     if ((act == BT_FP8_ACT_DGELU || act == BT_FP8_ACT_DSWIGLU) && !h) bt_error("bt_k_fp8_cast_act: %s needs h", act == BT_FP8_ACT_DGELU ? "DGELU" : "DSWIGLU");
-    if (colsum && act != BT_FP8_ACT_DGELU) bt_error("bt_k_fp8_cast_act: column sums with DGELU only");
+    if (colsum && act != BT_FP8_ACT_DGELU && act != BT_FP8_ACT_X) bt_error("bt_k_fp8_cast_act: column sums with X or DGELU only");
     const int cm = act == BT_FP8_ACT_DSWIGLU ? 16 : 8;
     if (cols % cm || rows % 16 || !bt__k_aligned16(x) || (h && !bt__k_aligned16(h)) || (q && !bt__k_aligned16(q)) || (qt && !bt__k_aligned16(qt)))
         bt_error("bt_k_fp8_cast_act: output [%lld, %lld]: needs cols %% %d == 0, rows %% 16 == 0 and 16-byte aligned x, h, q, qt",
                  (long long)rows, (long long)cols, cm);
     BT__K_DISPATCH3(dt, "bt_k_fp8_cast_act", {
         const T *xp = (const T *)x, *hp = (const T *)h;
-        if (act == BT_FP8_ACT_GELU)
+        if (act == BT_FP8_ACT_X)
+            bt__k_fp8_cast64_run<T, BT_FP8_ACT_X>(fmt, q, qt, colsum, xp, NULL, rows, cols, amax_in, scale_in, scale_used, amax_acc, s);
+        else if (act == BT_FP8_ACT_GELU)
             bt__k_fp8_cast64_run<T, BT_FP8_ACT_GELU>(fmt, q, qt, NULL, xp, NULL, rows, cols, amax_in, scale_in, scale_used, amax_acc, s);
         else if (act == BT_FP8_ACT_DGELU)
             bt__k_fp8_cast64_run<T, BT_FP8_ACT_DGELU>(fmt, q, qt, colsum, xp, hp, rows, cols, amax_in, scale_in, scale_used, amax_acc, s);

@@ -1472,6 +1472,7 @@ static bt_tensor *bt__heads_bt(bt_tensor *t, int64_t n, int64_t D) {
     int64_t shape[4] = {B, T, n, D}, stride[4] = {T * W, W, D, 1};
     return bt__view_raw(t, 4, shape, stride, t->offset);
 }
+static void bt__linear_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin);
 static void bt__attention_qkv_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_tensor *qkv = n->saved[0], *o = n->saved[1], *lse = n->saved[2];
     int64_t H = n->i[0], Hkv = n->i[1], D = qkv->shape[2] / (H + 2 * Hkv);
@@ -1482,9 +1483,12 @@ static void bt__attention_qkv_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_tensor *p[6];
     for (int i = 0; i < 3; i++) { p[i] = bt__heads(qkv, nh[i], h0[i], D); p[3 + i] = bt__heads(gqkv, nh[i], h0[i], D); }
 #ifdef BT_CUDA
-    /* the qkv projection's bias gradient, from the kernel's own pass (multi-head, no RoPE: the kernel's gradients are gqkv's) */
+    /* the qkv projection's bias gradient, from the kernel's own pass (multi-head, no RoPE: the kernel's
+       gradients are gqkv's); not for an FP8 projection, whose gradient's cast sums the columns in the
+       pass it makes anyway (bt__fp8_grad_cast: the kernel's epilogue sums cost more, bench/RESULTS.md#fp8) */
     int64_t W = qkv->shape[2];
-    float *cs = rope || Hkv != H ? NULL : bt__colsum_for(gqkv, W);
+    bt_node *prod = n->next[0].node;
+    float *cs = rope || Hkv != H || (prod && prod->backward == bt__linear_fp8_back) ? NULL : bt__colsum_for(gqkv, W);
     if (bt__attention_grads(p[0], p[1], p[2], o, lse, g4, p[3], p[4], p[5], cs)) bt__colsum_leave(gqkv, cs, W);
     else if (cs) bt_free(cs);
 #else
@@ -1719,7 +1723,7 @@ static void bt__fp8_cast_act(bt_fp8_state *st, int role, bt_fp8_act act, bt_tens
         BT__ON_GPU(bt_device_of(x2), stream) {
             if (current) bt_k_fp8_amax_act(x2->dtype, act, slot + 1, bt_data_ptr(x2), hp, rows, cols, stream);
             const float *ain = current ? slot + 1 : NULL, *sin = current ? NULL : row + 1;
-            if (act == BT_FP8_ACT_X) bt_k_fp8_cast(x2->dtype, fmt, qp, qtp, bt_data_ptr(x2), rows, cols, ain, sin, slot, row, stream);
+            if (act == BT_FP8_ACT_X && !colsum) bt_k_fp8_cast(x2->dtype, fmt, qp, qtp, bt_data_ptr(x2), rows, cols, ain, sin, slot, row, stream);
             else bt_k_fp8_cast_act(x2->dtype, fmt, act, qp, qtp, colsum ? (float *)bt_data_ptr(colsum) : NULL, bt_data_ptr(x2), hp, rows,
                                    cols, ain, sin, slot, row, stream);
         }
@@ -1733,6 +1737,27 @@ static void bt__fp8_cast_act(bt_fp8_state *st, int role, bt_fp8_act act, bt_tens
 }
 static void bt__fp8_cast(bt_fp8_state *st, int role, bt_tensor *x2, bt_tensor *q, bt_tensor *qt, float *slot) {
     bt__fp8_cast_act(st, role, BT_FP8_ACT_X, x2, NULL, q, qt, NULL, slot);
+}
+/* A linear's output gradient g2 [R, N] cast by st's gradient role into qg and/or gt (slot: as
+   bt__fp8_cast's), and input ib's bias gradient (ib < 0: none) as the column sums of g2: on a GPU
+   from the sums a layernorm or attention backward left on g2's storage, else from the cast itself
+   (its per-64-row sums, one read of g2 for both: bt_k_fp8_cast_act with BT_FP8_ACT_X), else (CPU,
+   rows off 16 bytes) bt__bias_grad_reduce's pass. */
+static void bt__fp8_grad_cast(bt_node *n, int ib, bt_fp8_state *st, bt_tensor *g2, bt_tensor *qg, bt_tensor *gt, float *slot, bt_tensor **gin) {
+    int want_b = ib >= 0 && bt__wants(n, ib);
+    bt_tensor *part = NULL;
+#ifdef BT_CUDA
+    int64_t R = g2->shape[0], N = g2->shape[1];
+    if (want_b && bt__is_gpu(g2) && !bt__cached_colsum(g2) && N % 8 == 0 && R % 16 == 0 && ((uintptr_t)bt_data_ptr(g2) & 15) == 0)
+        part = bt__new(bt_shape2((R + 63) / 64, N), BT_F32, bt_device_of(g2));
+#endif
+    bt__fp8_cast_act(st, BT_FP8_G, BT_FP8_ACT_X, g2, NULL, qg, gt, part, slot);
+    if (!want_b) return;
+    if (part) {
+        bt__bias_grad_sums(ib, bt__grad_sink(n, ib, g2->dtype), g2->dtype, bt_device_of(g2), BT_F32, bt_data_ptr(part), part->shape[0],
+                           part->shape[1], gin);
+        bt_release(part);
+    } else bt__bias_grad_reduce(n, ib, g2, gin);
 }
 /* C (dtype dt) = (sa sb) A B^T (+ R) (+ bias) on dev: A [M, K] and B [N, K] fp8 tensors, sa and sb f32 on
    dev, R (dtype dt, or NULL) C itself to accumulate */
@@ -1789,7 +1814,7 @@ static void bt__linear_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
         bt_tensor *sg = bt__new(bt_shape1(4), BT_F32, dev);      /* [scale, amax, -, -] of gy */
         bt_zero_(sg);
         bt_tensor *qg = want_x ? bt__new(bt_shape2(R, N), BT_F8E5M2, dev) : NULL, *gt = want_w ? bt__new(bt_shape2(N, R), BT_F8E5M2, dev) : NULL;
-        bt__fp8_cast(st, BT_FP8_G, g2, qg, gt, (float *)bt_data_ptr(sg));
+        bt__fp8_grad_cast(n, n->n_in > 2 ? 2 : -1, st, g2, qg, gt, (float *)bt_data_ptr(sg), gin);
         if (want_x) {                                            /* dx [R, K] = (sg sw) qg [R, N] (qw^T [K, N])^T */
             bt_tensor *gx = bt__new(n->in_shape[0], dt, dev);
             bt__fp8_gemm(dev, dt, gx, qg, (const float *)bt_data_ptr(sg), wt, sw, NULL, NULL, R, K, N, 0);
@@ -1797,8 +1822,7 @@ static void bt__linear_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
         }
         if (want_w) bt__fp8_weight_grad(n, 1, g, gin, gt, (const float *)bt_data_ptr(sg), xt, sx, N, K, R);   /* dw [N, K] = (sg sx) qg^T (qx^T)^T */
         bt_release(qg); bt_release(gt); bt_release(sg);
-    }
-    if (n->n_in > 2 && bt__wants(n, 2)) bt__bias_grad_reduce(n, 2, g2, gin);
+    } else if (n->n_in > 2 && bt__wants(n, 2)) bt__bias_grad_reduce(n, 2, g2, gin);
     if (n->n_in > 3 && bt__wants(n, 3)) gin[3] = bt__register(bt_retain(g));
     bt_release(g2); bt_release(gc);
 }
@@ -1938,7 +1962,7 @@ static void bt__mlp_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     float *sgp = (float *)bt_data_ptr(sg);
     if (want_dh || want_w2) {                                    /* the second linear's backward */
         bt_tensor *qg = want_dh ? bt__new(bt_shape2(R, N), BT_F8E5M2, dev) : NULL, *gt = want_w2 ? bt__new(bt_shape2(N, R), BT_F8E5M2, dev) : NULL;
-        bt__fp8_cast(st->s2, BT_FP8_G, g2, qg, gt, sgp);
+        bt__fp8_grad_cast(n, want_b2 ? 4 : -1, st->s2, g2, qg, gt, sgp, gin);
         if (want_w2) {                                           /* dw2 [N, hid] = (sg su) qg^T [N, R] (qu^T [hid, R])^T */
             bt_tensor *u_t = ut ? bt_retain(ut) : bt__mlp_fp8_remake_ut(h, scp + 8);
             bt__fp8_weight_grad(n, 3, g, gin, gt, sgp, u_t, scp + 8, N, hid, R);
@@ -1972,8 +1996,7 @@ static void bt__mlp_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
             bt_release(qd); bt_release(dt_);
         }
         bt_release(qg); bt_release(gt);
-    }
-    if (want_b2) bt__bias_grad_reduce(n, 4, g2, gin);
+    } else if (want_b2) bt__bias_grad_reduce(n, 4, g2, gin);
     if (n->n_in > 5 && bt__wants(n, 5)) gin[5] = bt__register(bt_retain(g));
     bt_release(sg); bt_release(g2); bt_release(gc);
 }

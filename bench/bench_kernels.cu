@@ -469,6 +469,13 @@ int main(void) {
             snprintf(shp, sizeof shp, "[%lld, %lld] bf16", (long long)rows, (long long)cols);
             BENCH(ms, bt_k_fp8_cast(BT_BF16, BT_F8E4M3, q[it], qt[it], x[it], rows, cols, NULL, sc, sc + 4, sc + 8, S));
             report(names[k], shp, ms, 4.0 * n, 0);
+            if (k == 0) {   /* a linear's output gradient with its bias gradient's column sums per 64 rows */
+                float *cs = (float *)dev((size_t)((rows + 63) / 64 * cols) * 4);
+                BENCH(ms, bt_k_fp8_cast_act(BT_BF16, BT_F8E5M2, BT_FP8_ACT_X, q[it], qt[it], cs, x[it], NULL, rows, cols, NULL, sc, sc + 4,
+                                            sc + 8, S));
+                report("fp8_cast e5m2 + colsum", shp, ms, 4.0 * n + 4.0 * (rows / 64) * cols, 0);
+                bt_free(cs);
+            }
             if (k == 1) {
                 BENCH(ms, bt_k_fp8_cast_act(BT_BF16, BT_F8E4M3, BT_FP8_ACT_GELU, q[it], qt[it], NULL, x[it], NULL, rows, cols, NULL, sc,
                                             sc + 4, sc + 8, S));

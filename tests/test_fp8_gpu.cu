@@ -32,8 +32,9 @@
                chunks against 1 (the bounds at test_lxent_op); the fused cross-entropy writing its
                logit gradient in FP8 against the fused kernel then the cast, every byte and bit
                (test_xent_fp8), and the byte transpose.
-     folded    bt_k_fp8_cast_act (GELU, DGELU) against bt_k_unary / bt_k_unary_backward written out
-               and cast: the same bytes, scales and amaxes; DGELU's column sums per 64 rows within
+     folded    bt_k_fp8_cast_act (GELU, DGELU; X, the plain cast with column sums) against bt_k_unary /
+               bt_k_unary_backward written out (X: x) and cast: the same bytes, scales and amaxes;
+               DGELU's and X's column sums per 64 rows within
                fp32's bound of float64 sums. bt_mlp_gelu_fp8 against the composition it replaces:
                the same bits but for b1's gradient (its sums in another order). The same for
                SwiGLU (SWIGLU, DSWIGLU against bt_k_swiglu / bt_k_swiglu_backward; bt_mlp_swiglu_fp8
@@ -473,9 +474,9 @@ static long fold_vs_ref(bt_dtype dt, bt_dtype fmt, bt_fp8_act act, const void *a
     for (int k = 0; k < 2; k++) { CK(cudaFree(q[k])); CK(cudaFree(qt[k])); }
     return bad;
 }
-/* one folded cast against bt_k_unary(GELU) or bt_k_unary_backward(GELU) into a buffer, then
-   bt_k_fp8_cast of it (fold_vs_ref); DGELU's column sums per 64 rows within fp32 summation's bound
-   of float64 sums of that buffer. Returns the wrong bytes and values. */
+/* one folded cast against bt_k_unary(GELU) or bt_k_unary_backward(GELU) into a buffer (X: a copy of
+   x), then bt_k_fp8_cast of it (fold_vs_ref); DGELU's and X's column sums per 64 rows within fp32
+   summation's bound of float64 sums of that buffer. Returns the wrong bytes and values. */
 static long act_case(bt_dtype dt, bt_dtype fmt, bt_fp8_act act, long rows, long cols, int delayed) {
     long n = rows * cols, bad = 0;
     size_t es = bt_dtype_size(dt);
@@ -489,10 +490,12 @@ static long act_case(bt_dtype dt, bt_dtype fmt, bt_fp8_act act, long rows, long 
     long tiles = (rows + 63) / 64;
     float *part = (float *)dev_alloc(sizeof(float) * (size_t)(tiles * cols));
     CK(cudaDeviceSynchronize());
+    const int sums = act == BT_FP8_ACT_DGELU || act == BT_FP8_ACT_X;
     if (act == BT_FP8_ACT_GELU) bt_k_unary(BT_UOP_GELU, dt, a, x, n, st0());
-    else bt_k_unary_backward(BT_UOP_GELU, dt, a, x, hp, n, st0());
-    bad += fold_vs_ref(dt, fmt, act, a, x, hp, act == BT_FP8_ACT_DGELU ? part : NULL, rows, cols, delayed, &acc);
-    if (act == BT_FP8_ACT_DGELU) {                              /* each 64 rows' column sums */
+    else if (act == BT_FP8_ACT_DGELU) bt_k_unary_backward(BT_UOP_GELU, dt, a, x, hp, n, st0());
+    else CK(cudaMemcpyAsync(a, x, (size_t)n * es, cudaMemcpyDeviceToDevice, st0()));
+    bad += fold_vs_ref(dt, fmt, act, a, x, hp, sums ? part : NULL, rows, cols, delayed, &acc);
+    if (sums) {                                                 /* each 64 rows' column sums */
         unsigned char *ab = (unsigned char *)to_host(a, (size_t)n * es);
         float *pv = (float *)to_host(part, sizeof(float) * (size_t)(tiles * cols));
         long badsum = 0;
@@ -525,7 +528,7 @@ static void test_cast_act(void) {
     for (int d = 0; d < 3; d++)
         for (int f = 0; f < 2; f++)
             for (int sh = 0; sh < 4; sh++)
-                for (int a = 1; a <= 2; a++)
+                for (int a = 0; a <= 2; a++)   /* X (the plain cast with its column sums), GELU, DGELU */
                     for (int del = 0; del < 2; del++) {
                         bad += act_case(DTS[d], FMTS[f], (bt_fp8_act)a, shapes[sh][0], shapes[sh][1], del);
                         runs++;
