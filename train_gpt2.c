@@ -974,13 +974,11 @@ static int train_main(train_opts *o) {
         int64_t b;
         if (!bt_ckpt_meta_get_i64(bt_ckpt_file_meta(tr.src.file), "train.B", &b) && b >= 1 && b <= (1 << 20)) o->B = (int)b;
     }
-    if (tr.src.resume && !o->fp8_head && o->precision && !strcmp(o->precision, "fp8")) {   /* not given: the resumed run's (absent: older, off) */
-        const char *h = bt_ckpt_meta_get(bt_ckpt_file_meta(tr.src.file), "train.fp8_head");
-        o->fp8_head = h && !strcmp(h, "on") ? "on" : "off";
-    }
-    if (tr.src.resume && !o->fp8_accum && o->precision && !strcmp(o->precision, "fp8")) {   /* not given: the resumed run's (absent: older, split) */
-        const char *a = bt_ckpt_meta_get(bt_ckpt_file_meta(tr.src.file), "train.fp8_accum");
-        o->fp8_accum = a && !strcmp(a, "fast") ? "fast" : "split";
+    if (tr.src.resume && o->precision && !strcmp(o->precision, "fp8")) {   /* not given: the resumed run's (absent: older, head off, split) */
+        const bt_ckpt_meta *meta = bt_ckpt_file_meta(tr.src.file);
+        const char *h = bt_ckpt_meta_get(meta, "train.fp8_head"), *a = bt_ckpt_meta_get(meta, "train.fp8_accum");
+        if (!o->fp8_head) o->fp8_head = h && !strcmp(h, "on") ? "on" : "off";
+        if (!o->fp8_accum) o->fp8_accum = a && !strcmp(a, "fast") ? "fast" : "split";
     }
     if (!strcmp(o->grad_dtype, "auto")) {   /* f32 where ranks sum their gradients, or a resumed run's were f32 (absent: older, f32) */
         const char *g = tr.src.resume ? bt_ckpt_meta_get(bt_ckpt_file_meta(tr.src.file), "train.grad_dtype") : NULL;
