@@ -140,16 +140,18 @@ static float search_all(bt__k_ctx *c, bt__k_mm_plan *p, const void *A, const voi
         cublasLtMatmulAlgo_t a;
         k_at = k + 1;
         if (cublasLtMatmulAlgoInit(c->lt, ct, st, ta, tb, tc, tc, ids[k], &a) != CUBLAS_STATUS_SUCCESS) continue;
-        uint32_t tiles[256], stages[256], swz = 0, redmask = 0; int32_t splitk = 0, cmax = 0; size_t nt = 0, ns = 0;
+        uint32_t swz = 0, redmask = 0; int32_t splitk = 0, cmax = 0; size_t nt = 0, ns = 0;
         cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_TILE_IDS, NULL, 0, &nt);
         cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_STAGES_IDS, NULL, 0, &ns);
         nt /= sizeof(uint32_t); ns /= sizeof(uint32_t);
-        if (nt > 256) nt = 256;
-        if (ns > 256) ns = 256;
-        if (nt) cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_TILE_IDS, tiles, nt * sizeof(uint32_t), &w);
-        else { tiles[0] = CUBLASLT_MATMUL_TILE_UNDEFINED; nt = 1; }
-        if (ns) cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_STAGES_IDS, stages, ns * sizeof(uint32_t), &w);
-        else { stages[0] = CUBLASLT_MATMUL_STAGES_UNDEFINED; ns = 1; }
+        uint32_t *tiles = (uint32_t *)calloc(nt + 1, sizeof(uint32_t)), *stages = (uint32_t *)calloc(ns + 1, sizeof(uint32_t));
+        if (!tiles || !stages) { fprintf(stderr, "bench_gemm_fp8: out of host memory\n"); exit(2); }
+        if (!nt || cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_TILE_IDS, tiles, nt * sizeof(uint32_t), &w) != CUBLAS_STATUS_SUCCESS) {
+            tiles[0] = CUBLASLT_MATMUL_TILE_UNDEFINED; nt = 1;
+        }
+        if (!ns || cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_STAGES_IDS, stages, ns * sizeof(uint32_t), &w) != CUBLAS_STATUS_SUCCESS) {
+            stages[0] = CUBLASLT_MATMUL_STAGES_UNDEFINED; ns = 1;
+        }
         cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT, &swz, sizeof swz, &w);
         cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &splitk, sizeof splitk, &w);
         cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &redmask, sizeof redmask, &w);
@@ -176,11 +178,11 @@ static float search_all(bt__k_ctx *c, bt__k_mm_plan *p, const void *A, const voi
                                 cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &rs, sizeof rs);
                                 cublasLtMatmulHeuristicResult_t res;
                                 memset(&res, 0, sizeof res);
-                                if (++*checked % 1024 == 0) {   /* a budget of host time per product */
+                                if (++*checked % 64 == 0) {   /* a budget of host time per product */
                                     clock_gettime(CLOCK_MONOTONIC, &tn);
                                     over = (tn.tv_sec - t0.tv_sec) + 1e-9 * (tn.tv_nsec - t0.tv_nsec) > SEARCH_S;
                                 }
-                                if (over) goto done;
+                                if (over) { free(tiles); free(stages); goto done; }
                                 if (cublasLtMatmulAlgoCheck(c->lt, p->op, p->la, p->lb, p->lc, p->lc, &a, &res) != CUBLAS_STATUS_SUCCESS ||
                                     res.workspaceSize > BT__K_WS_BYTES)
                                     continue;
@@ -192,6 +194,7 @@ static float search_all(bt__k_ctx *c, bt__k_mm_plan *p, const void *A, const voi
                                 for (; at > 0 && topt[at - 1] > t; at--) { topt[at] = topt[at - 1]; top[at] = top[at - 1]; }
                                 topt[at] = t; top[at] = a;
                             }
+        free(tiles); free(stages);
     }
 done:
     if (over) printf("  (search stopped after %d s: algorithm %d of %d)\n", SEARCH_S, k_at, nids);
