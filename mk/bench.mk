@@ -12,7 +12,8 @@
 #   make bench-gemm      every GEMM of a GPT-2 micro-step, each of cuBLASLt's candidates timed
 #                        (bench/bench_gemm.cu; GEMM_ARGS: its arguments, default micro-batch 128)
 #   make bench-gemm-fp8  the FP8 products of a GPT-2 layer (d48 shapes), each candidate timed warm and
-#                        cold, per bias alignment (bench/bench_gemm_fp8.cu; GEMM_FP8_ARGS="C rows")
+#                        cold, per bias alignment (bench/bench_gemm_fp8.cu; GEMM_FP8_ARGS="C rows [all]
+#                        [bf16]": all searches every configuration cuBLASLt accepts, bf16 the same products in bf16)
 #   make bench-fp8-curve --precision fp8's validation losses against bf16's on WikiText-2, 300 and 3,000
 #                        steps (bench/fp8_curve.sh: STEPS B MODEL RECIPES EVERY BIN)
 #   make bench-largest   the largest GPT-2-shaped model one GPU trains: PyTorch with activation checkpointing
