@@ -21,8 +21,14 @@
    279.4 against 247.0 us (AdamW alone 228.7: the fold adds 18.3 us where the cast takes 50.7), 1.56
    ms a step less over 48 layers, at 3.3-3.5 TB/s. In the model the casts cost less than here
    (bench/RESULTS.md#fp8: made free, +1.3-1.5%, ~1.7 ms), so the fold would give ~+0.7% at d48.
-   Not in the library: it needs the update to launch per FP8 weight (the optimizer's flat spans
-   hold biases and norms between them) and the forward to take q and q^T from the update.
+   Not in the library. What it needs there: (1) one launch a gradient unit for its FP8 weights, the
+   flat update skipping them (the unit's biases and norms lie between them: a launch per piece
+   would cost ~0.6 ms at d48); (2) the forward taking q and q^T from the update; (3) memory: q and
+   q^T live from the update to their layer's forward. A CUDA graph replays fixed addresses, so
+   across the step boundary they would be buffers of their own, 1 byte a parameter more at the
+   peak than the q^T the forward keeps now (1.4 GB at d48, where fp8 is 1.0 GB under bf16's peak):
+   the update would have to run at the start of the next step's graph (its gradients held over the
+   boundary, when no activation is), or keep only q^T (the forward transposing it into q: ~+0.4%).
    Build: make dev (build/dev/adamw_fp8_cast); run: build/dev/adamw_fp8_cast */
 #include "common.cuh"
 typedef __nv_bfloat16 T;
