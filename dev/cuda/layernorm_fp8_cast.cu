@@ -11,6 +11,9 @@
      v3  v2 with two rows' loads in flight per warp or group (both rows in registers, then the norm
          of each: the same bt__k_ln_row calls, so the same bits)
      v4  v2 with four rows in flight
+     v5  the norm writing q alone (v1's rows, no tile: the output's bf16 never written, its e4m3
+         bytes once), then bt_k_fp8_transpose for qt: 3 + 2 bytes an element in two kernels that
+         each keep their own access pattern, where v0 moves 8 and v1 4
    Measured here (H200, 2026-12-03, bench/RESULTS.md#fp8), us at [8192, 1600] / [16384, 768]: v0
    43.6 / 35.6, v1 39.5 / 27.3, v2 41.8 / 29.5, v3 55.5 / 33.5, v4 55.6 / 35.3, every version the
    pair's bytes. Rows in flight lose (ptxas: v3 72 registers on the block rows, 100 on the warp
@@ -18,6 +21,10 @@
    v1 wins, by 0.4 ms of a d48 step and 0.2 ms of a d12 one (2 casts a layer), which did not pay
    for the fused ops (the library's v2 measured +0.3% end to end at d12, nothing at d48; its ops
    are in commit 75e1e17).
+   v5 (H200, 2026-12-04, the same call as v0-v4 again: 44.0, 39.6, 42.2, 55.6, 55.8 / 35.7, 27.4,
+   29.7, 33.6, 35.5): 39.6 / 29.5 us, the same bytes: splitting the transpose out gains nothing
+   over v1, so the norm's own pass (~24 us at d48's shape, ~1.1 TB/s) is what bounds the fold, and
+   a layernorm output's cast folded in any of these ways is worth ~0.4 ms of a d48 step.
    Each version is checked against v0 on fresh random inputs (q, qt, mean, rstd, the scale used and
    the amax, every byte) and timed with CUDA events (the median of 50 calls), at GPT-2 1.5B's
    [8192, 1600] (the block-row path) and GPT-2 124M B 16's [16384, 768] (the warp path).
@@ -38,14 +45,15 @@ struct group_sum {
     }
 };
 
-/* v1..v4: TR rows a tile (16 or 32), RIF rows in flight per warp or group, PF: the tile prefetched to L2 */
-template <typename T, int NV, int WARP, int TR, int RIF, int PF>
+/* v1..v4: TR rows a tile (16 or 32), RIF rows in flight per warp or group, PF: the tile prefetched to L2;
+   QT 0 (v5): q alone, no tile (qt by bt_k_fp8_transpose after) */
+template <typename T, int NV, int WARP, int TR, int RIF, int PF, int QT = 1>
 __global__ void __launch_bounds__(512) norm_cast(uint8_t *q, uint8_t *qt, float *mean, float *rstd, const T *x, const T *w, const T *b,
                                                  int64_t rows, int C, float eps, int S, const float *scale_in, float *scale_used,
                                                  unsigned *amax_acc) {
     extern __shared__ __align__(16) uint8_t sh[];
-    uint8_t *tile = sh;                               /* [TR, C] bytes, then 32 floats a group */
-    float *gsh = reinterpret_cast<float *>(sh + TR * C);
+    uint8_t *tile = sh;                               /* [TR, C] bytes (QT), then 32 floats a group */
+    float *gsh = reinterpret_cast<float *>(sh + (QT ? TR * C : 0));
     const int VE = 16 / sizeof(T), nvec = C / VE, G = blockDim.x / S, grp = threadIdx.x / S, t = threadIdx.x - grp * S;
     const float r = 1.f / *scale_in;
     unsigned m = 0;
@@ -86,15 +94,16 @@ __global__ void __launch_bounds__(512) norm_cast(uint8_t *q, uint8_t *qt, float 
                                                                          __NV_E4M3) << (8 * (e & 3));
                     if (VE == 8) {
                         *reinterpret_cast<uint2 *>(q + row * C + c * 8) = make_uint2(wd[0], wd[1]);
-                        *reinterpret_cast<uint2 *>(tile + lr * C + c * 8) = make_uint2(wd[0], wd[1]);
+                        if (QT) *reinterpret_cast<uint2 *>(tile + lr * C + c * 8) = make_uint2(wd[0], wd[1]);
                     } else {
                         *reinterpret_cast<uint32_t *>(q + row * C + c * 4) = wd[0];
-                        *reinterpret_cast<uint32_t *>(tile + lr * C + c * 4) = wd[0];
+                        if (QT) *reinterpret_cast<uint32_t *>(tile + lr * C + c * 4) = wd[0];
                     }
                 }
                 if (t == 0) { mean[row] = mu; rstd[row] = rs; }
             }
         }
+        if (!QT) continue;                            /* uniform: a template constant */
         __syncthreads();
         for (int c = threadIdx.x; c < C; c += blockDim.x)
             for (int h = 0; h < n; h += 16) {
@@ -116,27 +125,29 @@ __global__ void __launch_bounds__(512) norm_cast(uint8_t *q, uint8_t *qt, float 
 }
 
 typedef __nv_bfloat16 T;
-/* one call of version ver (1..4) on bf16 x [rows, C] (C <= 1024: the warp path, else the block rows) */
+/* one call of version ver (1..5) on bf16 x [rows, C] (C <= 1024: the warp path, else the block rows) */
 static void launch(int ver, uint8_t *q, uint8_t *qt, float *mean, float *rstd, const T *x, const T *w, const T *b, int64_t rows, int C,
                    const float *sc, float *used, float *amax, cudaStream_t s) {
     const int TR = ver == 1 ? 16 : 32, nvec = C / 8, warp = C <= 1024;
     const int S = warp ? 32 : (int)bt__k_brow_threads(nvec);
     int G = warp ? 8 : 1;
     if (!warp) while (2 * G * S <= 512 && G < 8) G *= 2;   /* a power of two, at most 8: 16 / G rows each in a short tile */
-    const size_t shb = (size_t)TR * C + (size_t)G * 32 * sizeof(float);
+    const size_t shb = (size_t)(ver == 5 ? 0 : TR) * C + (size_t)G * 32 * sizeof(float);
     const int64_t tiles = (rows + TR - 1) / TR, cap = (int64_t)bt__k_cur()->sm_count * 16;
     const unsigned grid = (unsigned)std::min(tiles, cap), th = (unsigned)(G * S);
-#define NC_LAUNCH(NV, WARP, TRV, RIF, PF) do { \
-        CK(cudaFuncSetAttribute(norm_cast<T, NV, WARP, TRV, RIF, PF>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shb)); \
-        norm_cast<T, NV, WARP, TRV, RIF, PF><<<grid, th, shb, s>>>(q, qt, mean, rstd, x, w, b, rows, C, 1e-5f, S, sc, used, (unsigned *)amax); \
+#define NC_LAUNCH(NV, WARP, TRV, RIF, PF, QT) do { \
+        CK(cudaFuncSetAttribute(norm_cast<T, NV, WARP, TRV, RIF, PF, QT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shb)); \
+        norm_cast<T, NV, WARP, TRV, RIF, PF, QT><<<grid, th, shb, s>>>(q, qt, mean, rstd, x, w, b, rows, C, 1e-5f, S, sc, used, (unsigned *)amax); \
     } while (0)
 #define NC_VERSIONS(NV, WARP) do { \
-        if (ver == 1) NC_LAUNCH(NV, WARP, 16, 1, 0); else if (ver == 2) NC_LAUNCH(NV, WARP, 32, 1, 1); \
-        else if (ver == 3) NC_LAUNCH(NV, WARP, 32, 2, 1); else NC_LAUNCH(NV, WARP, 32, 4, 1); } while (0)
+        if (ver == 1) NC_LAUNCH(NV, WARP, 16, 1, 0, 1); else if (ver == 2) NC_LAUNCH(NV, WARP, 32, 1, 1, 1); \
+        else if (ver == 3) NC_LAUNCH(NV, WARP, 32, 2, 1, 1); else if (ver == 4) NC_LAUNCH(NV, WARP, 32, 4, 1, 1); \
+        else NC_LAUNCH(NV, WARP, 16, 1, 0, 0); } while (0)
     if (!warp) NC_VERSIONS(BT__K_BROW_NV, 0);
     else if (bt__k_pick_nv(nvec) <= 3) NC_VERSIONS(3, 1);     /* C 768: 96 vectors, 3 a lane */
     else NC_VERSIONS(4, 1);
     CK(cudaGetLastError());
+    if (ver == 5) bt_k_fp8_transpose(qt, q, rows, C, s);
 }
 
 int main(void) {
@@ -153,7 +164,7 @@ int main(void) {
         CK(cudaMalloc(&f, 8 * sizeof(float)));
         fill_bf16(x, n, 11 + k, -3.f, 3.f); fill_bf16(w, C, 21, 0.5f, 1.5f); fill_bf16(b, C, 31, -0.2f, 0.2f);
         printf("[%lld, %lld] bf16\n", (long long)rows, (long long)C);
-        for (int ver = 0; ver <= 4; ver++) {
+        for (int ver = 0; ver <= 5; ver++) {
             /* f: [0] the scale, [1] v0's scale used, [2] v0's amax, [4] the scale, [5] this version's used, [6] its amax */
             const float init[8] = {0.0371f, -1.f, 0.f, 0.f, 0.0371f, -1.f, 0.f, 0.f};
             CK(cudaMemcpy(f, init, sizeof init, cudaMemcpyHostToDevice));
