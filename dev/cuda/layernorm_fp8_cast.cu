@@ -23,8 +23,9 @@
    are in commit 75e1e17).
    v5 (H200, 2026-12-04, the same call as v0-v4 again: 44.0, 39.6, 42.2, 55.6, 55.8 / 35.7, 27.4,
    29.7, 33.6, 35.5): 39.6 / 29.5 us, the same bytes: splitting the transpose out gains nothing
-   over v1, so the norm's own pass (~24 us at d48's shape, ~2.2 TB/s of its 4 bytes an element) bounds the fold, and
-   a layernorm output's cast folded in any of these ways is worth ~0.4 ms of a d48 step.
+   over v1, so the norm's own pass (~24 us at d48's shape, ~2.2 TB/s of its 4 bytes an element)
+   bounds the fold, and a layernorm output's cast folded in any of these ways is worth ~0.4 ms of
+   a d48 step.
    Each version is checked against v0 on fresh random inputs (q, qt, mean, rstd, the scale used and
    the amax, every byte) and timed with CUDA events (the median of 50 calls), at GPT-2 1.5B's
    [8192, 1600] (the block-row path) and GPT-2 124M B 16's [16384, 768] (the warp path).
