@@ -1021,14 +1021,13 @@ static float *bt__fp8_role_row(bt_fp8_state *st, int role) {
 static int bt__fp8_delayed(const bt_fp8_state *st, int role) {
     return st->opts.recipe != BT_FP8_CURRENT && (st->primed >> role & 1u);
 }
-/* A node's scale slots, [scale, amax, -, -] each: a current cast takes its amax into slot 1 (atomics
-   from zero) before it scales, a delayed one writes slot 0 alone. So the slots are zeroed only when
-   some cast of the node is current (a fresh run's first step, or the current recipe): in the steady
-   state of the delayed recipe a launch fewer per node (6 a GPT-2 layer). */
-static void bt__fp8_slots(bt_tensor *sc, int any_current) { if (any_current) bt_zero_(sc); }
-/* an MLP's four forward casts: its first linear's x and w (s1), its second's input and w (s2) */
-static int bt__fp8_any_current(const bt_fp8_state *s1, const bt_fp8_state *s2) {
-    return !bt__fp8_delayed(s1, BT_FP8_X) || !bt__fp8_delayed(s1, BT_FP8_W) || !bt__fp8_delayed(s2, BT_FP8_X) || !bt__fp8_delayed(s2, BT_FP8_W);
+/* 1 when a cast of one of st's roles (roles: a mask of 1 << role) is not delayed: the current
+   recipe, or a role's first cast. Such a cast takes its amax into slot 1 of its node's scale slots
+   ([scale, amax, -, -] each) by atomics from zero, where a delayed one writes slot 0 alone; so a
+   node zeroes its slots only when this holds for one of its casts (in the steady state of the
+   delayed recipe a launch fewer per node, 6 a GPT-2 layer). */
+static int bt__fp8_any_current(const bt_fp8_state *st, unsigned roles) {
+    return st->opts.recipe == BT_FP8_CURRENT || (~st->primed & roles) != 0;
 }
 static void bt__fp8_gemm(bt_device dev, bt_dtype dt, bt_tensor *C, bt_tensor *A, const float *sa, bt_tensor *B, const float *sb,
                          bt_tensor *bias, bt_tensor *R, int64_t M, int64_t N, int64_t K, int fast_accum);
@@ -1093,7 +1092,7 @@ static bt_tensor *bt__lxent(bt_tensor *x, bt_tensor *w, bt_tensor *targets, int6
     if (f8) {
         f.x2 = bt__view_dense(xc, bt_shape2(N, C));
         f.sc = bt__new(bt_shape1(12), BT_F32, dev);
-        bt__fp8_slots(f.sc, !bt__fp8_delayed(st, BT_FP8_X) || !bt__fp8_delayed(st, BT_FP8_W) || !bt__fp8_delayed(st, BT_FP8_G));
+        if (bt__fp8_any_current(st, 1u << BT_FP8_X | 1u << BT_FP8_W | 1u << BT_FP8_G)) bt_zero_(f.sc);
         f.qw = bt__new(bt_shape2(Vp, C), BT_F8E4M3, dev); f.qwt = dx ? bt__new(bt_shape2(C, Vp), BT_F8E4M3, dev) : NULL;
         f.qx = bt__new(bt_shape2(chunk, C), BT_F8E4M3, dev); f.qxt = dw ? bt__new(bt_shape2(C, chunk), BT_F8E4M3, dev) : NULL;
         f.qg = dx ? bt__new(bt_shape2(chunk, Vp), BT_F8E5M2, dev) : NULL; f.qgt = dw ? bt__new(bt_shape2(Vp, chunk), BT_F8E5M2, dev) : NULL;
@@ -1822,7 +1821,7 @@ static void bt__linear_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     if (want_x || want_w) {
         const float *sx = (const float *)bt_data_ptr(sc), *sw = sx + 4;
         bt_tensor *sg = bt__new(bt_shape1(4), BT_F32, dev);      /* [scale, amax, -, -] of gy */
-        bt__fp8_slots(sg, !bt__fp8_delayed(st, BT_FP8_G));
+        if (bt__fp8_any_current(st, 1u << BT_FP8_G)) bt_zero_(sg);
         bt_tensor *qg = want_x ? bt__new(bt_shape2(R, N), BT_F8E5M2, dev) : NULL, *gt = want_w ? bt__new(bt_shape2(N, R), BT_F8E5M2, dev) : NULL;
         bt__fp8_grad_cast(n, n->n_in > 2 ? 2 : -1, st, g2, qg, gt, (float *)bt_data_ptr(sg), gin);
         if (want_x) {                                            /* dx [R, K] = (sg sw) qg [R, N] (qw^T [K, N])^T */
@@ -1902,7 +1901,7 @@ static bt_tensor *bt__linear_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_te
     bt_tensor *xc = bt__contig(x), *wc = bt__contig(w), *bc = b ? bt__contig(b) : NULL;
     bt_tensor *x2 = bt__view_dense(xc, bt_shape2(R, K));
     bt_tensor *sc = bt__new(bt_shape2(2, 4), BT_F32, dev);      /* x's row, w's: [scale, amax, -, -]: 16-byte aligned scales */
-    bt__fp8_slots(sc, !bt__fp8_delayed(st, BT_FP8_X) || !bt__fp8_delayed(st, BT_FP8_W));
+    if (bt__fp8_any_current(st, 1u << BT_FP8_X | 1u << BT_FP8_W)) bt_zero_(sc);
     float *scp = (float *)bt_data_ptr(sc);
     bt_tensor *qx = bt__new(bt_shape2(R, K), BT_F8E4M3, dev);
     bt_tensor *xt = want_xt ? bt__new(bt_shape2(K, R), BT_F8E4M3, dev) : NULL, *wt = want_wt ? bt__new(bt_shape2(K, N), BT_F8E4M3, dev) : NULL;
@@ -1968,7 +1967,7 @@ static void bt__mlp_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
         bt_error("mlp_gelu_fp8: backward: the forward kept no tensor for a gradient asked now");
     bt_tensor *gc = bt__contig(g), *g2 = bt__view_dense(gc, bt_shape2(R, N));
     bt_tensor *sg = bt__new(bt_shape1(8), BT_F32, dev);          /* [scale, amax, -, -] of g, then of dh */
-    bt__fp8_slots(sg, !bt__fp8_delayed(st->s2, BT_FP8_G) || !bt__fp8_delayed(st->s1, BT_FP8_G));
+    if (bt__fp8_any_current(st->s2, 1u << BT_FP8_G) || bt__fp8_any_current(st->s1, 1u << BT_FP8_G)) bt_zero_(sg);
     float *sgp = (float *)bt_data_ptr(sg);
     if (want_dh || want_w2) {                                    /* the second linear's backward */
         bt_tensor *qg = want_dh ? bt__new(bt_shape2(R, N), BT_F8E5M2, dev) : NULL, *gt = want_w2 ? bt__new(bt_shape2(N, R), BT_F8E5M2, dev) : NULL;
@@ -2034,7 +2033,7 @@ BTDEF bt_tensor *bt_mlp_gelu_fp8(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_
     bt_tensor *b2c = b2 ? bt__contig(b2) : NULL, *rc = r ? bt__contig(r) : NULL;
     bt_tensor *x2 = bt__view_dense(xc, bt_shape2(R, K));
     bt_tensor *sc = bt__new(bt_shape2(4, 4), BT_F32, dev);      /* x, w1, u, w2: [scale, amax, -, -]: 16-byte aligned rows */
-    bt__fp8_slots(sc, bt__fp8_any_current(s1, s2));
+    if (bt__fp8_any_current(s1, 1u << BT_FP8_X | 1u << BT_FP8_W) || bt__fp8_any_current(s2, 1u << BT_FP8_X | 1u << BT_FP8_W)) bt_zero_(sc);
     float *scp = (float *)bt_data_ptr(sc);
     bt_tensor *qx = bt__new(bt_shape2(R, K), BT_F8E4M3, dev);
     bt_tensor *xt = want_w1 ? bt__new(bt_shape2(K, R), BT_F8E4M3, dev) : NULL, *w1t = want_x ? bt__new(bt_shape2(K, hid), BT_F8E4M3, dev) : NULL;
@@ -2090,7 +2089,7 @@ static void bt__mlp_swiglu_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
         bt_error("mlp_swiglu_fp8: backward: the forward kept no tensor for a gradient asked now");
     bt_tensor *gc = bt__contig(g), *g2 = bt__view_dense(gc, bt_shape2(R, N));
     bt_tensor *sg = bt__new(bt_shape1(8), BT_F32, dev);          /* [scale, amax, -, -] of g, then of du */
-    bt__fp8_slots(sg, !bt__fp8_delayed(st->s2, BT_FP8_G) || !bt__fp8_delayed(st->s1, BT_FP8_G));
+    if (bt__fp8_any_current(st->s2, 1u << BT_FP8_G) || bt__fp8_any_current(st->s1, 1u << BT_FP8_G)) bt_zero_(sg);
     float *sgp = (float *)bt_data_ptr(sg);
     bt_tensor *qg = want_du ? bt__new(bt_shape2(R, N), BT_F8E5M2, dev) : NULL, *gt = want_w2 ? bt__new(bt_shape2(N, R), BT_F8E5M2, dev) : NULL;
     bt__fp8_cast(st->s2, BT_FP8_G, g2, qg, gt, sgp);
@@ -2137,7 +2136,7 @@ BTDEF bt_tensor *bt_mlp_swiglu_fp8(bt_tensor *x, bt_tensor *w13, bt_tensor *w2, 
     bt_tensor *xc = bt__contig(x), *w1c = bt__contig(w13), *w2c = bt__contig(w2), *rc = r ? bt__contig(r) : NULL;
     bt_tensor *x2 = bt__view_dense(xc, bt_shape2(R, K));
     bt_tensor *sc = bt__new(bt_shape2(4, 4), BT_F32, dev);      /* x, w13, y, w2: [scale, amax, -, -]: 16-byte aligned rows */
-    bt__fp8_slots(sc, bt__fp8_any_current(s1, s2));
+    if (bt__fp8_any_current(s1, 1u << BT_FP8_X | 1u << BT_FP8_W) || bt__fp8_any_current(s2, 1u << BT_FP8_X | 1u << BT_FP8_W)) bt_zero_(sc);
     float *scp = (float *)bt_data_ptr(sc);
     bt_tensor *qx = bt__new(bt_shape2(R, K), BT_F8E4M3, dev);
     bt_tensor *xt = want_w1 ? bt__new(bt_shape2(K, R), BT_F8E4M3, dev) : NULL, *w1t = want_x ? bt__new(bt_shape2(K, F2), BT_F8E4M3, dev) : NULL;
