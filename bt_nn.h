@@ -1116,7 +1116,7 @@ static bt_tensor *bt__lxent(bt_tensor *x, bt_tensor *w, bt_tensor *targets, int6
         if (f8) {            /* z = (sx sw) qx qw^T */
             bt__lxent_f8_cast(&f, BT_FP8_X, f.x2, r0, n, C, f.qx, f.qxt);
             bt_tensor *qx = bt__view_dense(f.qx, bt_shape2(n, C)), *z2 = bt__view_dense(z, bt_shape2(n, Vp));
-            bt__fp8_gemm(dev, dt, z2, qx, sx, f.qw, sw, NULL, NULL, n, Vp, C, st->opts.fast_accum);
+            bt__fp8_gemm(dev, dt, z2, qx, sx, f.qw, sw, NULL, NULL, n, Vp, C, st->opts.fast_accum & BT_FP8_FAST_FWD);
             bt_release(qx); bt_release(z2);
         } else bt__gemm(dt, dev, bt_data_ptr(z), xr, bt_data_ptr(wc), NULL, n, Vp, C, 0, 1, 1, 0, 0, 0, 1.0, 0.0);
         int fused = 0, gcast = f8;   /* the loss and the logit gradient in one pass over z (GPU); gcast: dz still to cast */
@@ -1570,6 +1570,8 @@ static void bt__fp8_check_opts(const bt_fp8_opts *o, const char *op) {
     if (o->recipe != BT_FP8_CURRENT && o->recipe != BT_FP8_DELAYED)
         bt_error("%s: recipe %d is neither BT_FP8_CURRENT (0) nor BT_FP8_DELAYED (1)", op, (int)o->recipe);
     if (o->history < 1 || o->history > 1024) bt_error("%s: amax history of length %d (1 to 1024 expected)", op, o->history);
+    if (o->fast_accum & ~(BT_FP8_FAST_FWD | BT_FP8_FAST_DX))
+        bt_error("%s: fast_accum %d has bits other than BT_FP8_FAST_FWD (1) and BT_FP8_FAST_DX (2)", op, o->fast_accum);
 }
 BTDEF int64_t bt_fp8_state_floats(const bt_fp8_opts *o) {
     bt_fp8_opts d = bt_fp8_default_opts();
@@ -1826,7 +1828,7 @@ static void bt__linear_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
         bt__fp8_grad_cast(n, n->n_in > 2 ? 2 : -1, st, g2, qg, gt, (float *)bt_data_ptr(sg), gin);
         if (want_x) {                                            /* dx [R, K] = (sg sw) qg [R, N] (qw^T [K, N])^T */
             bt_tensor *gx = bt__new(n->in_shape[0], dt, dev);
-            bt__fp8_gemm(dev, dt, gx, qg, (const float *)bt_data_ptr(sg), wt, sw, NULL, NULL, R, K, N, 0);
+            bt__fp8_gemm(dev, dt, gx, qg, (const float *)bt_data_ptr(sg), wt, sw, NULL, NULL, R, K, N, st->opts.fast_accum & BT_FP8_FAST_DX);
             gin[0] = bt__register(gx);
         }
         if (want_w) bt__fp8_weight_grad(n, 1, g, gin, gt, (const float *)bt_data_ptr(sg), xt, sx, N, K, R);   /* dw [N, K] = (sg sx) qg^T (qx^T)^T */
@@ -1888,7 +1890,7 @@ static void bt__fp8_product(bt_fp8_state *st, bt_tensor *qx, bt_tensor *wc, bt_t
     bt_device dev = bt_device_of(wc);
     bt_tensor *qw = bt__new(bt_shape2(N, K), BT_F8E4M3, dev);
     bt__fp8_cast(st, BT_FP8_W, wc, qw, wt, scp + 4);
-    bt__fp8_gemm(dev, y->dtype, y, qx, scp, qw, scp + 4, bias, r, R, N, K, st->opts.fast_accum);
+    bt__fp8_gemm(dev, y->dtype, y, qx, scp, qw, scp + 4, bias, r, R, N, K, st->opts.fast_accum & BT_FP8_FAST_FWD);
     bt_release(qw);
 }
 /* r + x w^T + b (r, b may be NULL) */
@@ -1979,7 +1981,7 @@ static void bt__mlp_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
         }
         if (want_dh) {
             bt_tensor *du = bt__new(bt_shape2(R, hid), dt, dev);  /* du [R, hid] = (sg sw2) qg [R, N] (qw2^T [hid, N])^T */
-            bt__fp8_gemm(dev, dt, du, qg, sgp, w2t, scp + 12, NULL, NULL, R, hid, N, 0);
+            bt__fp8_gemm(dev, dt, du, qg, sgp, w2t, scp + 12, NULL, NULL, R, hid, N, st->s2->opts.fast_accum & BT_FP8_FAST_DX);
             bt_tensor *qd = want_x ? bt__new(bt_shape2(R, hid), BT_F8E5M2, dev) : NULL;
             bt_tensor *dt_ = want_w1 ? bt__new(bt_shape2(hid, R), BT_F8E5M2, dev) : NULL;
             if (bt__is_gpu(g)) {                                 /* dh = du gelu'(h) only inside the cast, b1's sums beside */
@@ -1998,7 +2000,7 @@ static void bt__mlp_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
             bt_release(du);
             if (want_x) {                                        /* dx [R, K] = (sd sw1) qd [R, hid] (qw1^T [K, hid])^T */
                 bt_tensor *gx = bt__new(n->in_shape[0], dt, dev);
-                bt__fp8_gemm(dev, dt, gx, qd, sgp + 4, w1t, scp + 4, NULL, NULL, R, K, hid, 0);
+                bt__fp8_gemm(dev, dt, gx, qd, sgp + 4, w1t, scp + 4, NULL, NULL, R, K, hid, st->s1->opts.fast_accum & BT_FP8_FAST_DX);
                 gin[0] = bt__register(gx);
             }
             if (want_w1) bt__fp8_weight_grad(n, 1, g, gin, dt_, sgp + 4, xt, scp, hid, K, R);   /* dw1 [hid, K] = (sd sx) qd^T (qx^T)^T */
@@ -2096,7 +2098,7 @@ static void bt__mlp_swiglu_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     if (want_w2) bt__fp8_weight_grad(n, 2, g, gin, gt, sgp, yt, scp + 8, N, F, R);   /* dw2 [N, F] = (sg sy) qg^T [N, R] (qy^T [F, R])^T */
     if (want_du) {
         bt_tensor *dy = bt__new(bt_shape2(R, F), dt, dev);        /* dy [R, F] = (sg sw2) qg [R, N] (qw2^T [F, N])^T */
-        bt__fp8_gemm(dev, dt, dy, qg, sgp, w2t, scp + 12, NULL, NULL, R, F, N, 0);
+        bt__fp8_gemm(dev, dt, dy, qg, sgp, w2t, scp + 12, NULL, NULL, R, F, N, st->s2->opts.fast_accum & BT_FP8_FAST_DX);
         bt_tensor *qd = want_x ? bt__new(bt_shape2(R, F2), BT_F8E5M2, dev) : NULL;
         bt_tensor *dt_ = want_w1 ? bt__new(bt_shape2(F2, R), BT_F8E5M2, dev) : NULL;
         if (bt__is_gpu(g)) bt__fp8_cast_act(st->s1, BT_FP8_G, BT_FP8_ACT_DSWIGLU, dy, u, qd, dt_, NULL, sgp + 4);   /* du only inside the cast */
@@ -2108,7 +2110,7 @@ static void bt__mlp_swiglu_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
         bt_release(dy);
         if (want_x) {                                            /* dx [R, K] = (sd sw13) qd [R, 2F] (qw13^T [K, 2F])^T */
             bt_tensor *gx = bt__new(n->in_shape[0], dt, dev);
-            bt__fp8_gemm(dev, dt, gx, qd, sgp + 4, w1t, scp + 4, NULL, NULL, R, K, F2, 0);
+            bt__fp8_gemm(dev, dt, gx, qd, sgp + 4, w1t, scp + 4, NULL, NULL, R, K, F2, st->s1->opts.fast_accum & BT_FP8_FAST_DX);
             gin[0] = bt__register(gx);
         }
         if (want_w1) bt__fp8_weight_grad(n, 1, g, gin, dt_, sgp + 4, xt, scp, F2, K, R);   /* dw13 [2F, K] = (sd sx) qd^T (qx^T)^T */

@@ -663,12 +663,17 @@ enum { BT_FP8_X = 0, BT_FP8_W = 1, BT_FP8_G = 2, BT_FP8_ROLES = 3 };
 /* what a cast quantises (bt_fp8.cuh's bt_k_fp8_cast_act): the tensor, GELU of it, it times GELU's
    derivative, SwiGLU of it, or SwiGLU's gradient */
 typedef enum { BT_FP8_ACT_X = 0, BT_FP8_ACT_GELU = 1, BT_FP8_ACT_DGELU = 2, BT_FP8_ACT_SWIGLU = 3, BT_FP8_ACT_DSWIGLU = 4 } bt_fp8_act;
+/* which FP8 products run in cuBLASLt's fast accumulation (the tensor cores' partial sums kept in their
+   own precision, never promoted to fp32: faster, less exact), bits of bt_fp8_opts.fast_accum: the
+   forward products y = x w^T (a sum over the layer's input width), and the block linears' input
+   gradients dx = g w (a sum over its output width). The weight gradients (a sum over the batch's
+   tokens) and the FP8 head's dx (over the vocabulary) always promote: their sums are 5-60x longer,
+   and a head's dx in fast accumulation broke the loss curve's bar (docs/fp8.md). */
+enum { BT_FP8_FAST_FWD = 1, BT_FP8_FAST_DX = 2 };
 typedef struct {
     bt_fp8_recipe recipe;
     int history;        /* n, the amax history's length (1 to 1024; DELAYED) */
-    int fast_accum;     /* 1: the forward product in cuBLASLt's fast accumulation (partial sums kept in
-                           the tensor cores' own precision, never promoted to fp32: faster, less exact);
-                           the backward's products always promote. CPU: no effect. */
+    int fast_accum;     /* BT_FP8_FAST_FWD | BT_FP8_FAST_DX bits (0: every product promotes). CPU: no effect. */
 } bt_fp8_opts;
 typedef struct {
     bt_fp8_opts opts;

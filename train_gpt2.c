@@ -70,10 +70,11 @@ static void usage(FILE *f) {
         "  --fp8-recipe current|delayed   with fp8: scales from each tensor's own amax, or from the amax history\n"
         "            of the last --fp8-history steps (default delayed)\n"
         "  --fp8-history N   with fp8: the delayed recipe's amax history, 1 to 1024 steps (default 16)\n"
-        "  --fp8-accum split|fast   with fp8: the forward products' accumulation: split promotes the tensor cores'\n"
-        "            partial sums to fp32 as it goes, fast keeps them in their own precision (faster; the\n"
-        "            backward's products always split) (default fast; a resume keeps the checkpoint's, split where\n"
-        "            it has none)\n"
+        "  --fp8-accum split|fast|fast-dx   with fp8: which products keep the tensor cores' partial sums in their\n"
+        "            own precision (faster) rather than promote them to fp32 as they go (split): fast the forward\n"
+        "            products, fast-dx those and the block linears' input gradients; the weight gradients and the\n"
+        "            head's input gradient always split (default fast-dx; a resume keeps the checkpoint's, split\n"
+        "            where it has none)\n"
         "  --fp8-head on|off   with fp8: the classifier's products (logits, their gradient) in FP8 too\n"
         "            (default on; a resume keeps the checkpoint's, off where it has none)\n"
         "  --weight-copy halves|separate   the bf16 weights a bf16 or fp8 run computes with: the fp32 weights' high\n"
@@ -279,7 +280,7 @@ static int parse_args(int argc, char **argv, train_opts *o, char *err, size_t er
         else if (!strcmp(a, "--precision")) { o->precision = v; if (CHOICE("fp32", "tf32", "bf16", "fp8") < 0) return -1; }
         else if (!strcmp(a, "--fp8-recipe")) { o->fp8_recipe = v; if (CHOICE("current", "delayed") < 0) return -1; }
         else if (!strcmp(a, "--fp8-history")) bad = parse_int(v, 1, 1024, &o->fp8_history);
-        else if (!strcmp(a, "--fp8-accum")) { o->fp8_accum = v; if (CHOICE("split", "fast") < 0) return -1; }
+        else if (!strcmp(a, "--fp8-accum")) { o->fp8_accum = v; if (CHOICE("split", "fast", "fast-dx") < 0) return -1; }
         else if (!strcmp(a, "--fp8-head")) { o->fp8_head = v; if (CHOICE("on", "off") < 0) return -1; }
         else if (!strcmp(a, "--grad-dtype")) { o->grad_dtype = v; if (CHOICE("auto", "f32", "bf16") < 0) return -1; }
         else if (!strcmp(a, "--grads")) { o->grads = v; if (CHOICE("lazy", "flat") < 0) return -1; }
@@ -393,11 +394,11 @@ static int resolve_opts(train_opts *o, int on_gpu, const trainer_config *cfg, ch
     if (!strcmp(o->precision, "fp8")) {
         if (!o->fp8_recipe) o->fp8_recipe = "delayed";
         if (!o->fp8_history) o->fp8_history = 16;
-        /* the forward products' fast accumulation (torchao's default for the output product, too): its
-           3,000-step curves with the FP8 head ended within 0.21% of bf16's (split's within 0.90%), 1-1.6%
-           faster; the backward's products always split (docs/fp8.md). A resume not giving it: main()
-           took the checkpoint's */
-        if (!o->fp8_accum) o->fp8_accum = "fast";
+        /* fast accumulation for the products whose sums run over a layer's width: the forward's
+           (torchao's default for the output product too) and the block linears' input gradients; the
+           weight gradients (sums over the tokens) and the head's dx (over the vocabulary) split. The
+           curves and speeds behind it: docs/fp8.md. A resume not giving it: main() took the checkpoint's */
+        if (!o->fp8_accum) o->fp8_accum = "fast-dx";
         if (!o->fp8_head) o->fp8_head = "on";   /* its curves: docs/fp8.md; a resume not giving it: main() took the checkpoint's */
         /* cuBLASLt's FP8 operands have 16-byte rows: the B T rows, C, 3C and 4C multiples of 16 */
         const llama_config *lc = &cfg->llama;   /* a Llama's qkv width (H + 2 Hkv) D and MLP width F too */
@@ -978,7 +979,7 @@ static int train_main(train_opts *o) {
         const bt_ckpt_meta *meta = bt_ckpt_file_meta(tr.src.file);
         const char *h = bt_ckpt_meta_get(meta, "train.fp8_head"), *a = bt_ckpt_meta_get(meta, "train.fp8_accum");
         if (!o->fp8_head) o->fp8_head = h && !strcmp(h, "on") ? "on" : "off";
-        if (!o->fp8_accum) o->fp8_accum = a && !strcmp(a, "fast") ? "fast" : "split";
+        if (!o->fp8_accum) o->fp8_accum = a && !strcmp(a, "fast") ? "fast" : a && !strcmp(a, "fast-dx") ? "fast-dx" : "split";
     }
     if (!strcmp(o->grad_dtype, "auto")) {   /* f32 where ranks sum their gradients, or a resumed run's were f32 (absent: older, f32) */
         const char *g = tr.src.resume ? bt_ckpt_meta_get(bt_ckpt_file_meta(tr.src.file), "train.grad_dtype") : NULL;
@@ -1134,7 +1135,8 @@ static int train_main(train_opts *o) {
                 cfg.maxT, cfg.V, cfg.Vp, trainer_num_params(&tr) / 1e6, on_gpu ? bt_device_name(dev) : "cpu");
     char fp8_what[160] = "";
     if (fp8) snprintf(fp8_what, sizeof fp8_what, " (block linears%s in FP8: %s scaling, history %d, %s accumulation%s)",
-                      !strcmp(o->fp8_head, "on") ? " and the head" : "", o->fp8_recipe, o->fp8_history, o->fp8_accum,
+                      !strcmp(o->fp8_head, "on") ? " and the head" : "", o->fp8_recipe, o->fp8_history,
+                      !strcmp(o->fp8_accum, "fast-dx") ? "forward and dx products' fast" : o->fp8_accum,
                       on_gpu ? "" : "; emulated, the rest fp32");
     printf("B %d T %d, total batch %d tokens (%d micro-batches), %d steps, lr %.2e warmup %d, precision %s%s%s%s%s\n",
            o->B, o->T, o->total_batch, accum, o->steps, o->lr, o->warmup, o->precision, fp8_what, grad_bf16 ? ", bf16 gradients" : "",

@@ -66,7 +66,7 @@ typedef struct {
     const char *precision;    /* fp32 | tf32 | bf16 | fp8 (GPT-2's block linears in FP8, the rest bf16; fp32 on a CPU) */
     const char *fp8_recipe;   /* --fp8-recipe current | delayed (NULL: not given; delayed with fp8) */
     int fp8_history;          /* --fp8-history N: the delayed recipe's amax history (0: not given; 16 with fp8) */
-    const char *fp8_accum;    /* --fp8-accum split | fast: the forward products' accumulation (NULL: not given; split) */
+    const char *fp8_accum;    /* --fp8-accum split | fast | fast-dx: the products in fast accumulation (NULL: not given; split) */
     const char *fp8_head;     /* --fp8-head on | off: the classifier's products in FP8 too (NULL: not given; on, a resume the checkpoint's) */
     const char *grad_dtype;   /* --grad-dtype auto | f32 | bf16: the gradient buffer's dtype (bf16: one process, one micro-batch a
                                  step; auto, the default, is resolved to one of the two by train_gpt2.c's resolve_opts) */
@@ -429,7 +429,8 @@ static bt_fp8_opts trainer__fp8_opts(const train_opts *o) {
     bt_fp8_opts f = bt_fp8_default_opts();
     f.recipe = o->fp8_recipe && !strcmp(o->fp8_recipe, "current") ? BT_FP8_CURRENT : BT_FP8_DELAYED;
     if (o->fp8_history > 0) f.history = o->fp8_history;
-    f.fast_accum = o->fp8_accum && !strcmp(o->fp8_accum, "fast");
+    f.fast_accum = !o->fp8_accum ? 0 : !strcmp(o->fp8_accum, "fast") ? BT_FP8_FAST_FWD
+                 : !strcmp(o->fp8_accum, "fast-dx") ? BT_FP8_FAST_FWD | BT_FP8_FAST_DX : 0;
     return f;
 }
 static int trainer__fp8_head(const train_opts *o) { return o->fp8_head && !strcmp(o->fp8_head, "on"); }
@@ -1052,7 +1053,7 @@ static int trainer__ckpt_fields(const train_opts *o, const trainer_config *tc, i
         bt_fp8_opts fo = trainer__fp8_opts(o);
         FIELD("train.fp8_recipe", "--fp8-recipe", "%s", fo.recipe == BT_FP8_CURRENT ? "current" : "delayed");
         FIELD("train.fp8_history", "--fp8-history", "%d", fo.history);
-        FIELD("train.fp8_accum", "--fp8-accum", "%s", fo.fast_accum ? "fast" : "split");
+        FIELD("train.fp8_accum", "--fp8-accum", "%s", fo.fast_accum & BT_FP8_FAST_DX ? "fast-dx" : fo.fast_accum ? "fast" : "split");
         f[n - 1].absent = "split";
         FIELD("train.fp8_head", "--fp8-head", "%s", trainer__fp8_head(o) ? "on" : "off");
         f[n - 1].absent = "off";

@@ -6,6 +6,7 @@
 #
 # For each length in STEPS: one bf16 run and one fp8 run per recipe of train_gpt2 on WikiText-2 (a recipe
 # delayed or current, with -fast appended: --fp8-accum fast, the forward products' fast accumulation;
+# -fastdx: --fp8-accum fast-dx, the block linears' input-gradient products' too;
 # with -head appended: --fp8-head on, the classifier's products in FP8 too; e.g. delayed-fast-head)
 # (data/wikitext2_{train,val}.bin: make data/wikitext2_train.bin), B rows of T 1024, one micro-batch a
 # step, the default learning-rate schedule, validation every EVERY steps (20 batches). The runs of
@@ -25,8 +26,8 @@ for n in $STEPS; do
   base=(-e "$MODEL" -b "$B" -t 1024 -d $((B * 1024)) -x "$n" -v "$EVERY" -m 20 -g 0 --quiet
         -i data/wikitext2_train.bin -j data/wikitext2_val.bin)
   "$BIN" "${base[@]}" --precision bf16 -o "$OUT/bf16_$n" > "$OUT/bf16_$n.txt" 2>&1 &
-  for r in $RECIPES; do   # RECIPE[-fast][-head]
-    acc=split; [[ $r == *-fast* ]] && acc=fast
+  for r in $RECIPES; do   # RECIPE[-fast|-fastdx][-head]
+    acc=split; [[ $r == *-fast* ]] && acc=fast; [[ $r == *-fastdx* ]] && acc=fast-dx
     head=off; [[ $r == *-head* ]] && head=on
     "$BIN" "${base[@]}" --precision fp8 --fp8-recipe "${r%%-*}" --fp8-accum $acc --fp8-head $head -o "$OUT/fp8_${r}_$n" > "$OUT/fp8_${r}_$n.txt" 2>&1 &
   done

@@ -3,9 +3,11 @@
 their three products through torch._scaled_mm, the rest of the model under bf16 autocast:
 
     forward   y  = x w^T + b      x, w in e4m3, bf16 out, the bias added by the product, fast
-                                  accumulation (train_gpt2's default --fp8-accum fast, torchao's too)
-    backward  gx = gy w           gy in e5m2, w in e4m3
-              gw = gy^T x         gy in e5m2, x in e4m3 (fp32 into the master weight's gradient)
+                                  accumulation (train_gpt2's default --fp8-accum fast-dx, torchao's too)
+    backward  gx = gy w           gy in e5m2, w in e4m3, fast accumulation (fast-dx: a sum over the
+                                  layer's output width)
+              gw = gy^T x         gy in e5m2, x in e4m3 (fp32 into the master weight's gradient),
+                                  promoted accumulation (a sum over the batch's tokens)
 
 with docs/fp8.md's delayed recipe: per tensor (x, w, gy of each linear) a cast q = fp8(t / s),
 saturating, s = (the largest amax of the last `history` steps) / fmax, fmax 448 (e4m3) or 57344
@@ -71,7 +73,8 @@ class _Fp8Linear(torch.autograd.Function):
         xq, wq, sx, sw = ctx.saved_tensors
         gy2 = gy.reshape(-1, gy.shape[-1])
         gq, sg = ctx.st.gy.cast(gy2, E5M2)
-        gx = torch._scaled_mm(gq, wq.t().contiguous().t(), scale_a=sg, scale_b=sw, out_dtype=torch.bfloat16)
+        gx = torch._scaled_mm(gq, wq.t().contiguous().t(), scale_a=sg, scale_b=sw, out_dtype=torch.bfloat16,
+                              use_fast_accum=True)
         gw = torch._scaled_mm(gq.t().contiguous(), xq.t().contiguous().t(), scale_a=sg, scale_b=sx, out_dtype=torch.bfloat16)
         return gx.reshape(ctx.shape).to(ctx.dtype), gw.float(), gy2.float().sum(0), None
 

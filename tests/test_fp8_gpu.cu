@@ -27,7 +27,8 @@
                recipe (bf16 and f32): the quantised operands the nodes keep are the same bytes,
                y, dx, dw, db are within the bounds above of the float64 products of those bytes (the
                CPU's within fp32 accumulation's), and the scaling states are the same bits after
-               each update.
+               each update; and with the training default's accumulation (y and dx fast: their
+               products held to the fast bound, dw to split's).
      the head  bt_linear_cross_entropy_fp8 against bt_cross_entropy(bt_linear_fp8(..)), and in 4
                chunks against 1 (the bounds at test_lxent_op); the fused cross-entropy writing its
                logit gradient in FP8 against the fused kernel then the cast, every byte and bit
@@ -358,11 +359,12 @@ static float next_scale(bt_fp8_state *st, int role, const float *v, long n) {
     if (st->opts.recipe == BT_FP8_DELAYED && (st->primed >> role & 1u)) return ((const float *)bt_data_ptr(st->buf))[role * (2 + st->opts.history) + 1];
     return bt_fp8_scale_of(fr_amax(v, n), bt_fp8_max(bt_fp8_format(role)));
 }
-static void op_case(bt_dtype dt, bt_fp8_recipe recipe) {
+/* fast: bt_fp8_opts.fast_accum's bits (the products they name held to the fast bound) */
+static void op_case(bt_dtype dt, bt_fp8_recipe recipe, int fast) {
     const long B = 2, T = 32, K = 48, N = 80, R = B * T;
     const float AX[3] = {1.5f, 0.375f, 3.f}, AG[3] = {0.002f, 0.008f, 0.001f};
     bt_fp8_opts o = bt_fp8_default_opts();
-    o.recipe = recipe; o.history = 4;
+    o.recipe = recipe; o.history = 4; o.fast_accum = fast;
     bt_fp8_state sg, sc;
     bt_device g = bt_cuda_device(0);
     bt_fp8_state_init(&sg, &o, g, NULL);
@@ -390,7 +392,7 @@ static void op_case(bt_dtype dt, bt_fp8_recipe recipe) {
             bt_release(x); bt_release(w); bt_release(b);
         }
         char what[80];
-        snprintf(what, sizeof what, "%s %s step %d", bt_dtype_name(dt), rn, t + 1);
+        snprintf(what, sizeof what, "%s %s%s step %d", bt_dtype_name(dt), rn, fast ? " fast y, dx" : "", t + 1);
         BT_CHECK(same_bytes(keep[0][0], keep[1][0]) && same_bytes(keep[0][1], keep[1][1]), "%s: the GPU's quantised x^T, w^T differ from the CPU's",
                  what);
         /* the float64 products of the quantised operands */
@@ -410,7 +412,8 @@ static void op_case(bt_dtype dt, bt_fp8_recipe recipe) {
         const char *names[4] = {"y", "dx", "dw", "db"};
         for (int i = 0; i < 4; i++) {
             /* db: column sums of gy on both sides (f32 accumulation); the products: the GPU's bound, the CPU's */
-            double eg = fr_check(out[0][i], ref[i], S[i], len[i], i == 3 ? (kk[i] + 4) * ldexp(1, -24) : U_SPLIT, dt, NULL);
+            const double u = (i == 0 && (fast & BT_FP8_FAST_FWD)) || (i == 1 && (fast & BT_FP8_FAST_DX)) ? U_FAST : U_SPLIT;
+            double eg = fr_check(out[0][i], ref[i], S[i], len[i], i == 3 ? (kk[i] + 4) * ldexp(1, -24) : u, dt, NULL);
             double ec = fr_check(out[1][i], ref[i], S[i], len[i], (kk[i] + 4) * ldexp(1, -24), dt, NULL);
             BT_CHECK(eg <= 1 && ec <= 1, "%s: %s error / bound: GPU %.3g, CPU %.3g", what, names[i], eg, ec);
         }
@@ -426,9 +429,10 @@ static void op_case(bt_dtype dt, bt_fp8_recipe recipe) {
 }
 static void test_op_gpu_vs_cpu(void) {
     NEED_FP8();
-    op_case(BT_BF16, BT_FP8_CURRENT);
-    op_case(BT_BF16, BT_FP8_DELAYED);
-    op_case(BT_F32, BT_FP8_DELAYED);
+    op_case(BT_BF16, BT_FP8_CURRENT, 0);
+    op_case(BT_BF16, BT_FP8_DELAYED, 0);
+    op_case(BT_F32, BT_FP8_DELAYED, 0);
+    op_case(BT_BF16, BT_FP8_DELAYED, BT_FP8_FAST_FWD | BT_FP8_FAST_DX);   /* the training default's accumulation */
 }
 
 /* =============================================================================================

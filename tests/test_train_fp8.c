@@ -154,7 +154,7 @@ static void test_flags(void) {
                             {"--precision fp8 --fp8-recipe late", "--fp8-recipe must be current or delayed, got 'late'"},
                             {"--precision fp8 --fp8-history 0", "bad value '0' for --fp8-history"},
                             {"--precision fp8 --fp8-history 1025", "bad value '1025' for --fp8-history"},
-                            {"--precision fp8 --fp8-accum slow", "--fp8-accum must be split or fast, got 'slow'"},
+                            {"--precision fp8 --fp8-accum slow", "--fp8-accum must be split, fast or fast-dx, got 'slow'"},
                             {"--precision fp8 --fp8-head yes", "--fp8-head must be on or off, got 'yes'"},
                             {"--precision bf16 --fp8-head on", "--fp8-recipe, --fp8-history, --fp8-accum and --fp8-head need --precision fp8"},
                             {"--fp8-recipe current", "--fp8-recipe, --fp8-history, --fp8-accum and --fp8-head need --precision fp8"},
@@ -168,13 +168,14 @@ static void test_flags(void) {
     }
     BT_CHECK(train_parse("--precision fp8 --fp8-recipe current --fp8-history 4 --fp8-accum fast", &o, err, sizeof err) == 0 &&
              !strcmp(o.fp8_recipe, "current") && o.fp8_history == 4 && !strcmp(o.fp8_accum, "fast"), "good flags: %s", err);
+    BT_CHECK(train_parse("--precision fp8 --fp8-accum fast-dx", &o, err, sizeof err) == 0 && !strcmp(o.fp8_accum, "fast-dx"), "fast-dx: %s", err);
     /* a GPU's FP8 products need rows of 16 bytes (resolve_opts as on a GPU: this CPU cannot run it) */
     trainer_config cfg = trainer_config_gpt2(gpt2_config_make(2, 2, 64, 128, 50257));
     train_parse("--precision fp8 -t 24 -b 2", &o, err, sizeof err);
     BT_CHECK(resolve_opts(&o, 1, &cfg, err, sizeof err) == -1 && strstr(err, "--precision fp8 on a GPU: -t 24 is not a multiple of 16"), "-t 24: '%s'", err);
     train_parse("--precision fp8 -t 24 -b 2", &o, err, sizeof err);
     BT_CHECK(resolve_opts(&o, 0, &cfg, err, sizeof err) == 0 && !strcmp(o.fp8_recipe, "delayed") && o.fp8_history == 16 &&
-             !strcmp(o.fp8_accum, "fast"), "-t 24 on a CPU: '%s'", err);
+             !strcmp(o.fp8_accum, "fast-dx"), "-t 24 on a CPU: '%s'", err);
     cfg = trainer_config_gpt2(gpt2_config_make(2, 2, 72, 128, 50257));
     train_parse("--precision fp8 -t 32 -b 2", &o, err, sizeof err);
     BT_CHECK(resolve_opts(&o, 1, &cfg, err, sizeof err) == -1 && strstr(err, "the model's width C 72"), "C 72: '%s'", err);
@@ -293,7 +294,8 @@ static void test_cross_precision(void) {
         {"--precision fp32", f8dir, "train.precision = fp8 (--precision), this one fp32"},
         {"--precision fp8 --fp8-recipe current", f8dir, "train.fp8_recipe = delayed (--fp8-recipe), this one current"},
         {"--precision fp8 --fp8-history 8", f8dir, "train.fp8_history = 16 (--fp8-history), this one 8"},
-        {"--precision fp8 --fp8-accum split", f8dir, "train.fp8_accum = fast (--fp8-accum), this one split"},
+        {"--precision fp8 --fp8-accum split", f8dir, "train.fp8_accum = fast-dx (--fp8-accum), this one split"},
+        {"--precision fp8 --fp8-accum fast", f8dir, "train.fp8_accum = fast-dx (--fp8-accum), this one fast"},
         {"--precision fp8 --fp8-head off", f8dir, "train.fp8_head = on (--fp8-head), this one off"}};
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         snprintf(args, sizeof args, RUN " -x 4 %s --resume %s", c[i].flags, ckpt(c[i].dir, 2));
@@ -307,13 +309,15 @@ static void test_cross_precision(void) {
     rc = train_run(args, out, sizeof out);
     BT_CHECK(rc == 0 && strstr(out, "step    1/1"), "fp32 weights into an fp8 run: exit %d: %s", rc, out);
     /* --fp8-head and --fp8-accum not given on a resume: the checkpoint's, so a run made with the head
-       off and split accumulation goes on so (and the default run, head on and fast, so) */
-    const char *hv[2] = {"off", "on"}, *av[2] = {"split", "fast"};
-    for (int k = 0; k < 2; k++) {
+       off and split accumulation goes on so (the default run, head on and fast-dx, so; one made with
+       fast, so) */
+    const char *hv[3] = {"off", "on", "on"}, *av[3] = {"split", "fast-dx", "fast"};
+    const char *made[3] = {" --fp8-head off --fp8-accum split", "", " --fp8-accum fast"};
+    for (int k = 0; k < 3; k++) {
         char d0[600], d1[600], tag[32];
-        snprintf(tag, sizeof tag, "f8h%s", hv[k]); snprintf(d0, sizeof d0, "%s", tp(tag));
-        snprintf(tag, sizeof tag, "f8h%s_res", hv[k]); snprintf(d1, sizeof d1, "%s", tp(tag));
-        snprintf(args, sizeof args, RUN " -x 4 --ckpt-every 2 --precision fp8%s --ckpt-dir %s", k ? "" : " --fp8-head off --fp8-accum split", d0);
+        snprintf(tag, sizeof tag, "f8h%s_%s", hv[k], av[k]); snprintf(d0, sizeof d0, "%s", tp(tag));
+        snprintf(tag, sizeof tag, "f8h%s_%s_res", hv[k], av[k]); snprintf(d1, sizeof d1, "%s", tp(tag));
+        snprintf(args, sizeof args, RUN " -x 4 --ckpt-every 2 --precision fp8%s --ckpt-dir %s", made[k], d0);
         rc = train_run(args, out, sizeof out);
         BT_CHECK(rc == 0, "fp8 head %s run: exit %d: %s", hv[k], rc, out);
         snprintf(args, sizeof args, RUN " -x 4 --ckpt-every 2 --precision fp8 --resume %s --ckpt-dir %s", ckpt(d0, 2), d1);
