@@ -667,8 +667,9 @@ typedef enum { BT_FP8_ACT_X = 0, BT_FP8_ACT_GELU = 1, BT_FP8_ACT_DGELU = 2, BT_F
    own precision, never promoted to fp32: faster, less exact), bits of bt_fp8_opts.fast_accum: the
    forward products y = x w^T (a sum over the layer's input width), and the block linears' input
    gradients dx = g w (a sum over its output width). The weight gradients (a sum over the batch's
-   tokens) and the FP8 head's dx (over the vocabulary) always promote: their sums are 5-60x longer,
-   and a head's dx in fast accumulation broke the loss curve's bar (docs/fp8.md). */
+   tokens) and the FP8 head's dx (over the vocabulary) always promote: their sums are many times
+   longer (16K-262K tokens, 50K words at GPT-2's), and a head's dx in fast accumulation broke the loss
+   curve's bar (docs/fp8.md). */
 enum { BT_FP8_FAST_FWD = 1, BT_FP8_FAST_DX = 2 };
 typedef struct {
     bt_fp8_recipe recipe;
