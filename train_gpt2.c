@@ -979,7 +979,7 @@ static int train_main(train_opts *o) {
         const bt_ckpt_meta *meta = bt_ckpt_file_meta(tr.src.file);
         const char *h = bt_ckpt_meta_get(meta, "train.fp8_head"), *a = bt_ckpt_meta_get(meta, "train.fp8_accum");
         if (!o->fp8_head) o->fp8_head = h && !strcmp(h, "on") ? "on" : "off";
-        if (!o->fp8_accum) o->fp8_accum = a && !strcmp(a, "fast") ? "fast" : a && !strcmp(a, "fast-dx") ? "fast-dx" : "split";
+        if (!o->fp8_accum) o->fp8_accum = trainer_fp8_accum_name(trainer_fp8_accum_bits(a));
     }
     if (!strcmp(o->grad_dtype, "auto")) {   /* f32 where ranks sum their gradients, or a resumed run's were f32 (absent: older, f32) */
         const char *g = tr.src.resume ? bt_ckpt_meta_get(bt_ckpt_file_meta(tr.src.file), "train.grad_dtype") : NULL;

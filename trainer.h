@@ -210,6 +210,11 @@ int trainer_family_check(const train_opts *o, const trainer_config *c, char *err
 /* --precision fp8: the model's FP8 states made (or set back to the start) with the run's recipe
    and history (gpt2_fp8_enable, llama_fp8_enable) */
 void trainer_fp8_enable(trainer *tr);
+/* --fp8-accum's names and bt_fp8_opts.fast_accum's bits, one table: split 0, fast BT_FP8_FAST_FWD,
+   fast-dx BT_FP8_FAST_FWD | BT_FP8_FAST_DX. A name not in it (NULL, or a checkpoint's unknown
+   value) has bits 0; bits not in it have the name NULL. */
+int trainer_fp8_accum_bits(const char *name);
+const char *trainer_fp8_accum_name(int bits);
 /* once per optimizer step, after the last micro-batch's backward (train_gpt2.c calls it after the
    AdamW update, or after the update a non-finite step skipped): every state's amaxes of the step
    into its history and the next scales (gpt2_fp8_update, llama_fp8_update); no-op without FP8 */
@@ -425,12 +430,23 @@ int trainer_family_check(const train_opts *o, const trainer_config *c, char *err
 }
 
 /* the recipe of --fp8-recipe, --fp8-history and --fp8-accum (train_gpt2.c's resolve_opts has filled them in) */
+static const struct { const char *name; int bits; } trainer__fp8_accums[] = {
+    {"split", 0}, {"fast", BT_FP8_FAST_FWD}, {"fast-dx", BT_FP8_FAST_FWD | BT_FP8_FAST_DX}};
+int trainer_fp8_accum_bits(const char *name) {
+    for (size_t i = 0; name && i < sizeof trainer__fp8_accums / sizeof trainer__fp8_accums[0]; i++)
+        if (!strcmp(name, trainer__fp8_accums[i].name)) return trainer__fp8_accums[i].bits;
+    return 0;
+}
+const char *trainer_fp8_accum_name(int bits) {
+    for (size_t i = 0; i < sizeof trainer__fp8_accums / sizeof trainer__fp8_accums[0]; i++)
+        if (trainer__fp8_accums[i].bits == bits) return trainer__fp8_accums[i].name;
+    return NULL;
+}
 static bt_fp8_opts trainer__fp8_opts(const train_opts *o) {
     bt_fp8_opts f = bt_fp8_default_opts();
     f.recipe = o->fp8_recipe && !strcmp(o->fp8_recipe, "current") ? BT_FP8_CURRENT : BT_FP8_DELAYED;
     if (o->fp8_history > 0) f.history = o->fp8_history;
-    f.fast_accum = !o->fp8_accum ? 0 : !strcmp(o->fp8_accum, "fast") ? BT_FP8_FAST_FWD
-                 : !strcmp(o->fp8_accum, "fast-dx") ? BT_FP8_FAST_FWD | BT_FP8_FAST_DX : 0;
+    f.fast_accum = trainer_fp8_accum_bits(o->fp8_accum);
     return f;
 }
 static int trainer__fp8_head(const train_opts *o) { return o->fp8_head && !strcmp(o->fp8_head, "on"); }
@@ -1053,7 +1069,7 @@ static int trainer__ckpt_fields(const train_opts *o, const trainer_config *tc, i
         bt_fp8_opts fo = trainer__fp8_opts(o);
         FIELD("train.fp8_recipe", "--fp8-recipe", "%s", fo.recipe == BT_FP8_CURRENT ? "current" : "delayed");
         FIELD("train.fp8_history", "--fp8-history", "%d", fo.history);
-        FIELD("train.fp8_accum", "--fp8-accum", "%s", fo.fast_accum & BT_FP8_FAST_DX ? "fast-dx" : fo.fast_accum ? "fast" : "split");
+        FIELD("train.fp8_accum", "--fp8-accum", "%s", trainer_fp8_accum_name(fo.fast_accum));
         f[n - 1].absent = "split";
         FIELD("train.fp8_head", "--fp8-head", "%s", trainer__fp8_head(o) ? "on" : "off");
         f[n - 1].absent = "off";
