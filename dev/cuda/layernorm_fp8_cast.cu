@@ -126,10 +126,12 @@ __global__ void __launch_bounds__(512) norm_cast(uint8_t *q, uint8_t *qt, float 
 }
 
 typedef __nv_bfloat16 T;
-/* one call of version ver (1..5) on bf16 x [rows, C] (C <= 1024: the warp path, else the block rows) */
+/* rows a tile of version ver */
+static int tile_rows(int ver) { return ver == 1 || ver == 5 ? 16 : ver == 7 ? 64 : 32; }
+/* one call of version ver (1..7) on bf16 x [rows, C] (C <= 1024: the warp path, else the block rows) */
 static void launch(int ver, uint8_t *q, uint8_t *qt, float *mean, float *rstd, const T *x, const T *w, const T *b, int64_t rows, int C,
                    const float *sc, float *used, float *amax, cudaStream_t s) {
-    const int TR = ver == 1 ? 16 : 32, nvec = C / 8, warp = C <= 1024;
+    const int TR = tile_rows(ver), nvec = C / 8, warp = C <= 1024;
     const int S = warp ? 32 : (int)bt__k_brow_threads(nvec);
     int G = warp ? 8 : 1;
     if (!warp) while (2 * G * S <= 512 && G < 8) G *= 2;   /* a power of two, at most 8: 16 / G rows each in a short tile */
@@ -143,6 +145,7 @@ static void launch(int ver, uint8_t *q, uint8_t *qt, float *mean, float *rstd, c
 #define NC_VERSIONS(NV, WARP) do { \
         if (ver == 1) NC_LAUNCH(NV, WARP, 16, 1, 0, 1); else if (ver == 2) NC_LAUNCH(NV, WARP, 32, 1, 1, 1); \
         else if (ver == 3) NC_LAUNCH(NV, WARP, 32, 2, 1, 1); else if (ver == 4) NC_LAUNCH(NV, WARP, 32, 4, 1, 1); \
+        else if (ver == 6) NC_LAUNCH(NV, WARP, 32, 1, 0, 1); else if (ver == 7) NC_LAUNCH(NV, WARP, 64, 1, 0, 1); \
         else NC_LAUNCH(NV, WARP, 16, 1, 0, 0); } while (0)
     if (!warp) NC_VERSIONS(BT__K_BROW_NV, 0);
     else if (bt__k_pick_nv(nvec) <= 3) NC_VERSIONS(3, 1);     /* C 768: 96 vectors, 3 a lane */
@@ -150,41 +153,55 @@ static void launch(int ver, uint8_t *q, uint8_t *qt, float *mean, float *rstd, c
     CK(cudaGetLastError());
     if (ver == 5) bt_k_fp8_transpose(qt, q, rows, C, s);
 }
+/* v8: the library's bt_k_layernorm_fp8 */
+static void run(int ver, uint8_t *q, uint8_t *qt, float *mean, float *rstd, const T *x, const T *w, const T *b, int64_t rows, int C,
+                const float *sc, float *used, float *amax, cudaStream_t s) {
+    if (ver == 9) ver = 1;                            /* v1 again, after the others: the clock's drift */
+    if (ver == 8) bt_k_layernorm_fp8(BT_BF16, q, qt, mean, rstd, x, w, b, rows, C, 1e-5f, sc, used, amax, s);
+    else launch(ver, q, qt, mean, rstd, x, w, b, rows, C, sc, used, amax, s);
+}
 
 int main(void) {
     bt_k_init(0);
     cudaStream_t s = (cudaStream_t)0;
     const int64_t shapes[2][2] = {{8192, 1600}, {16384, 768}};
+    enum { K = 8 };                                   /* copies taken in turn (cold): 8 x 4 bytes an element, 400 MB > L2 */
     for (int k = 0; k < 2; k++) {
         const int64_t rows = shapes[k][0], C = shapes[k][1], n = rows * C;
-        T *x, *w, *b, *y;
-        uint8_t *q[2], *qt[2];
+        T *x[K], *y[K], *w, *b;
+        uint8_t *q[K + 1], *qt[K + 1];
         float *st[2], *f;
-        CK(cudaMalloc(&x, n * 2)); CK(cudaMalloc(&y, n * 2)); CK(cudaMalloc(&w, C * 2)); CK(cudaMalloc(&b, C * 2));
-        for (int j = 0; j < 2; j++) { CK(cudaMalloc(&q[j], n)); CK(cudaMalloc(&qt[j], n)); CK(cudaMalloc(&st[j], 8 * rows)); }
+        for (int j = 0; j < K; j++) { CK(cudaMalloc(&x[j], n * 2)); CK(cudaMalloc(&y[j], n * 2)); fill_bf16(x[j], n, 11 + k + 7 * j, -3.f, 3.f); }
+        for (int j = 0; j <= K; j++) { CK(cudaMalloc(&q[j], n)); CK(cudaMalloc(&qt[j], n)); }
+        CK(cudaMalloc(&w, C * 2)); CK(cudaMalloc(&b, C * 2));
+        for (int j = 0; j < 2; j++) CK(cudaMalloc(&st[j], 8 * rows));
         CK(cudaMalloc(&f, 8 * sizeof(float)));
-        fill_bf16(x, n, 11 + k, -3.f, 3.f); fill_bf16(w, C, 21, 0.5f, 1.5f); fill_bf16(b, C, 31, -0.2f, 0.2f);
+        fill_bf16(w, C, 21, 0.5f, 1.5f); fill_bf16(b, C, 31, -0.2f, 0.2f);
         printf("[%lld, %lld] bf16\n", (long long)rows, (long long)C);
-        for (int ver = 0; ver <= 5; ver++) {
+        for (int ver = 0; ver <= 9; ver++) {
             /* f: [0] the scale, [1] v0's scale used, [2] v0's amax, [4] the scale, [5] this version's used, [6] its amax */
             const float init[8] = {0.0371f, -1.f, 0.f, 0.f, 0.0371f, -1.f, 0.f, 0.f};
             CK(cudaMemcpy(f, init, sizeof init, cudaMemcpyHostToDevice));
-            bt_k_layernorm(BT_BF16, y, st[0], st[0] + rows, x, w, b, rows, C, 1e-5f, s);
-            bt_k_fp8_cast(BT_BF16, BT_F8E4M3, q[0], qt[0], y, rows, C, NULL, f, f + 1, f + 2, s);
-            if (ver) launch(ver, q[1], qt[1], st[1], st[1] + rows, x, w, b, rows, (int)C, f + 4, f + 5, f + 6, s);
+            bt_k_layernorm(BT_BF16, y[0], st[0], st[0] + rows, x[0], w, b, rows, C, 1e-5f, s);
+            bt_k_fp8_cast(BT_BF16, BT_F8E4M3, q[K], qt[K], y[0], rows, C, NULL, f, f + 1, f + 2, s);
+            if (ver) run(ver, q[0], qt[0], st[1], st[1] + rows, x[0], w, b, rows, (int)C, f + 4, f + 5, f + 6, s);
             CK(cudaDeviceSynchronize());
-            long bad = ver ? differ(q[0], q[1], n) + differ(qt[0], qt[1], n) + differ(st[0], st[1], 8 * rows) + differ(f + 1, f + 5, 8) : 0;
+            long bad = ver ? differ(q[K], q[0], n) + differ(qt[K], qt[0], n) + differ(st[0], st[1], 8 * rows) + differ(f + 1, f + 5, 8) : 0;
+            int it = 0;
             const double us = median_us([&] {
+                const int j = it++ % K;
                 if (ver == 0) {
-                    bt_k_layernorm(BT_BF16, y, st[0], st[0] + rows, x, w, b, rows, C, 1e-5f, s);
-                    bt_k_fp8_cast(BT_BF16, BT_F8E4M3, q[0], qt[0], y, rows, C, NULL, f, f + 1, f + 2, s);
-                } else launch(ver, q[1], qt[1], st[1], st[1] + rows, x, w, b, rows, (int)C, f + 4, f + 5, f + 6, s);
+                    bt_k_layernorm(BT_BF16, y[j], st[0], st[0] + rows, x[j], w, b, rows, C, 1e-5f, s);
+                    bt_k_fp8_cast(BT_BF16, BT_F8E4M3, q[j], qt[j], y[j], rows, C, NULL, f, f + 1, f + 2, s);
+                } else run(ver, q[j], qt[j], st[1], st[1] + rows, x[j], w, b, rows, (int)C, f + 4, f + 5, f + 6, s);
             }, s), bytes = 4.0 * (double)n;
             printf("  v%d  %7.1f us  %6.0f GB/s (x read once, q and qt written)  %s\n", ver, us, bytes / (us * 1e-6) / 1e9,
                    ver ? (bad ? "DIFFERS from v0" : "the same bytes as v0") : "");
         }
-        CK(cudaFree(x)); CK(cudaFree(y)); CK(cudaFree(w)); CK(cudaFree(b)); CK(cudaFree(f));
-        for (int j = 0; j < 2; j++) { CK(cudaFree(q[j])); CK(cudaFree(qt[j])); CK(cudaFree(st[j])); }
+        for (int j = 0; j < K; j++) { CK(cudaFree(x[j])); CK(cudaFree(y[j])); }
+        for (int j = 0; j <= K; j++) { CK(cudaFree(q[j])); CK(cudaFree(qt[j])); }
+        CK(cudaFree(w)); CK(cudaFree(b)); CK(cudaFree(f));
+        for (int j = 0; j < 2; j++) CK(cudaFree(st[j]));
     }
     return 0;
 }
