@@ -14,18 +14,25 @@
      v5  the norm writing q alone (v1's rows, no tile: the output's bf16 never written, its e4m3
          bytes once), then bt_k_fp8_transpose for qt: 3 + 2 bytes an element in two kernels that
          each keep their own access pattern, where v0 moves 8 and v1 4
-   Measured here (H200, 2026-12-03, bench/RESULTS.md#fp8), us at [8192, 1600] / [16384, 768]: v0
-   43.6 / 35.6, v1 39.5 / 27.3, v2 41.8 / 29.5, v3 55.5 / 33.5, v4 55.6 / 35.3, every version the
-   pair's bytes. Rows in flight lose (ptxas: v3 72 registers on the block rows, 100 on the warp
-   path; v4 118, and 128 with spills), so what the one-kernel form lacked was not loads in flight;
-   v1 wins, by 0.4 ms of a d48 step and 0.2 ms of a d12 one (2 casts a layer), which did not pay
-   for the fused ops (the library's v2 measured +0.3% end to end at d12, nothing at d48; its ops
-   are in commit 75e1e17).
-   v5 (H200, 2026-12-04, the same call as v0-v4 again: 44.0, 39.6, 42.2, 55.6, 55.8 / 35.7, 27.4,
-   29.7, 33.6, 35.5): 39.6 / 29.5 us, the same bytes: splitting the transpose out gains nothing
-   over v1, so the norm's own pass (~24 us at d48's shape, ~2.2 TB/s of its 4 bytes an element)
-   bounds the fold, and a layernorm output's cast folded in any of these ways is worth ~0.4 ms of
-   a d48 step.
+     v6  v2 without the prefetch (32-row tiles)
+     v7  64-row tiles (qt in 64-byte pieces, as bt_k_fp8_cast's tiles)
+     v8  v1 again, last: the clock's drift over the run
+   Each call takes the next of 8 copies of x, y, q and qt (400 MB, past the 50 MB L2), so x is read
+   from memory as in a training step at the default run's micro-batches (a norm's input there is
+   0.4 GB); an earlier form of this ladder reused one copy, x then stayed in L2 and the one-kernel
+   versions looked 3-4 us faster than they are. Measured cold (H200, 2026-12-04, two runs in two
+   calls, the second's), us at [8192, 1600] / [16384, 768]: v0 44.0 / 36.0, v1 41.2 / 30.0, v2
+   46.3 / 31.8, v3 56.2 / 33.4, v4 56.4 / 36.2, v5 39.7 / 30.1, v6 43.0 / 30.5, v7 58.3 / 35.9, v1
+   again 41.0 / 30.2; every version the pair's bytes. So v1 and v5 save 3-4 us a norm at d48's
+   shape and 6 at d12 B 16's. Rows in flight lose (ptxas: v3 72 registers on the block rows, 100
+   on the warp path; v4 118, and 128 with spills); wider tiles lose too.
+   In the library (commit 8672b85: 75e1e17's fused ops, bt_layernorm_linear_fp8 and the like,
+   with v1's form; the ladder timed that kernel at 41.4 / 31.3 us) the fold was no faster end to
+   end: A/B against the binary without it in one call, `bash bench/bench_gpt2.sh` with `BIN="new
+   old" PREC=fp8 TORCH=0`, H200, 2026-12-04: the default d12 run 799,653 against 808,146 tok/s
+   (two rounds; 813,665 against 818,261 in an earlier call), d12 B 16 708,873 against 708,772
+   (three rounds), d48 B 8 67,783 against 67,752 (two), the same losses bit for bit; reverted
+   (bench/RESULTS.md#fp8).
    Each version is checked against v0 on fresh random inputs (q, qt, mean, rstd, the scale used and
    the amax, every byte) and timed with CUDA events (the median of 50 calls), at GPT-2 1.5B's
    [8192, 1600] (the block-row path) and GPT-2 124M B 16's [16384, 768] (the warp path).
@@ -128,7 +135,7 @@ __global__ void __launch_bounds__(512) norm_cast(uint8_t *q, uint8_t *qt, float 
 typedef __nv_bfloat16 T;
 /* rows a tile of version ver */
 static int tile_rows(int ver) { return ver == 1 || ver == 5 ? 16 : ver == 7 ? 64 : 32; }
-/* one call of version ver (1..7) on bf16 x [rows, C] (C <= 1024: the warp path, else the block rows) */
+/* one call of version ver (1..7; v8 is v1) on bf16 x [rows, C] (C <= 1024: the warp path, else the block rows) */
 static void launch(int ver, uint8_t *q, uint8_t *qt, float *mean, float *rstd, const T *x, const T *w, const T *b, int64_t rows, int C,
                    const float *sc, float *used, float *amax, cudaStream_t s) {
     const int TR = tile_rows(ver), nvec = C / 8, warp = C <= 1024;
@@ -153,14 +160,6 @@ static void launch(int ver, uint8_t *q, uint8_t *qt, float *mean, float *rstd, c
     CK(cudaGetLastError());
     if (ver == 5) bt_k_fp8_transpose(qt, q, rows, C, s);
 }
-/* v8: the library's bt_k_layernorm_fp8 */
-static void run(int ver, uint8_t *q, uint8_t *qt, float *mean, float *rstd, const T *x, const T *w, const T *b, int64_t rows, int C,
-                const float *sc, float *used, float *amax, cudaStream_t s) {
-    if (ver == 9) ver = 1;                            /* v1 again, after the others: the clock's drift */
-    if (ver == 8) bt_k_layernorm_fp8(BT_BF16, q, qt, mean, rstd, x, w, b, rows, C, 1e-5f, sc, used, amax, s);
-    else launch(ver, q, qt, mean, rstd, x, w, b, rows, C, sc, used, amax, s);
-}
-
 int main(void) {
     bt_k_init(0);
     cudaStream_t s = (cudaStream_t)0;
@@ -178,13 +177,13 @@ int main(void) {
         CK(cudaMalloc(&f, 8 * sizeof(float)));
         fill_bf16(w, C, 21, 0.5f, 1.5f); fill_bf16(b, C, 31, -0.2f, 0.2f);
         printf("[%lld, %lld] bf16\n", (long long)rows, (long long)C);
-        for (int ver = 0; ver <= 9; ver++) {
+        for (int ver = 0; ver <= 8; ver++) {
             /* f: [0] the scale, [1] v0's scale used, [2] v0's amax, [4] the scale, [5] this version's used, [6] its amax */
             const float init[8] = {0.0371f, -1.f, 0.f, 0.f, 0.0371f, -1.f, 0.f, 0.f};
             CK(cudaMemcpy(f, init, sizeof init, cudaMemcpyHostToDevice));
             bt_k_layernorm(BT_BF16, y[0], st[0], st[0] + rows, x[0], w, b, rows, C, 1e-5f, s);
             bt_k_fp8_cast(BT_BF16, BT_F8E4M3, q[K], qt[K], y[0], rows, C, NULL, f, f + 1, f + 2, s);
-            if (ver) run(ver, q[0], qt[0], st[1], st[1] + rows, x[0], w, b, rows, (int)C, f + 4, f + 5, f + 6, s);
+            if (ver) launch(ver == 8 ? 1 : ver, q[0], qt[0], st[1], st[1] + rows, x[0], w, b, rows, (int)C, f + 4, f + 5, f + 6, s);
             CK(cudaDeviceSynchronize());
             long bad = ver ? differ(q[K], q[0], n) + differ(qt[K], qt[0], n) + differ(st[0], st[1], 8 * rows) + differ(f + 1, f + 5, 8) : 0;
             int it = 0;
@@ -193,7 +192,7 @@ int main(void) {
                 if (ver == 0) {
                     bt_k_layernorm(BT_BF16, y[j], st[0], st[0] + rows, x[j], w, b, rows, C, 1e-5f, s);
                     bt_k_fp8_cast(BT_BF16, BT_F8E4M3, q[j], qt[j], y[j], rows, C, NULL, f, f + 1, f + 2, s);
-                } else run(ver, q[j], qt[j], st[1], st[1] + rows, x[j], w, b, rows, (int)C, f + 4, f + 5, f + 6, s);
+                } else launch(ver == 8 ? 1 : ver, q[j], qt[j], st[1], st[1] + rows, x[j], w, b, rows, (int)C, f + 4, f + 5, f + 6, s);
             }, s), bytes = 4.0 * (double)n;
             printf("  v%d  %7.1f us  %6.0f GB/s (x read once, q and qt written)  %s\n", ver, us, bytes / (us * 1e-6) / 1e9,
                    ver ? (bad ? "DIFFERS from v0" : "the same bytes as v0") : "");
