@@ -16,12 +16,14 @@
 
    CONTENTS
      declarations  bt_k_fp8_supported, bt_k_fp8_amax, bt_k_fp8_cast, bt_k_fp8_amax_act, bt_k_fp8_cast_act,
-                   bt_k_fp8_transpose, bt_k_cross_entropy_fused_fp8, bt_k_fp8_update, bt_k_matmul_fp8
+                   bt_k_fp8_transpose, bt_k_cross_entropy_fused_fp8, bt_k_norm_fp8_fits, bt_k_layernorm_fp8,
+                   bt_k_rmsnorm_fp8, bt_k_fp8_update, bt_k_matmul_fp8
      1. the amax reduction and the scaled cast (64 x 64 tiles of 16-byte rows, or 32 x 32 scalar ones:
         the transpose through shared memory), GELU or its derivative folded in (the _act forms); the
         byte transpose; the fused cross-entropy whose logit gradient comes out in FP8
      2. the scaling state's update
      3. the FP8 product through cuBLASLt: plans in bt_kernels.cuh's table, scale pointers per call
+     4. layernorm and RMSNorm with their output's cast (bt_kernels.cuh section 6's rows, 16 a block)
 */
 #ifndef BT_KERNELS_CUH
 #include "bt_kernels.cuh"
@@ -88,6 +90,22 @@ BTDEF void bt_k_fp8_transpose(uint8_t *qt, const uint8_t *q, int64_t rows, int64
 BTDEF void bt_k_cross_entropy_fused_fp8(bt_dtype dt, bt_dtype fmt, float *losses, float *lse, void *logits, uint8_t *q, uint8_t *qt,
                                         const int32_t *targets, const float *gloss, int64_t N, int64_t V, int64_t Vp, int ignore_index,
                                         int *bad, const float *scale_in, float *scale_used, float *amax_acc, cudaStream_t s);
+/* Layernorm (bt_k_layernorm's y = (x - mean) rstd w + b) or RMSNorm (bt_k_rmsnorm's, mean and b NULL)
+   of x [rows, C] with its output cast to e4m3 in the same kernel, delayed scaling: q [rows, C] and
+   qt [C, rows] (may be NULL) get fp8(y * (1 / *scale_in)) where y is rounded to dt as the norm's
+   kernel stores it, mean and rstd (may be NULL) what that kernel writes, *scale_used (may be NULL)
+   <- *scale_in, amax_acc (may be NULL) <- the larger of it and y's amax: the bytes and floats of
+   bt_k_layernorm (bt_k_rmsnorm) then bt_k_fp8_cast, without y (qt by bt_k_fp8_transpose of q).
+   Needs bt_k_norm_fp8_fits (rows a multiple of 16, C of 16 up to 4096, 16-byte aligned pointers,
+   a layout bt_k_layernorm's fast paths take). Traffic per element: 5 bytes (x read, q written, q
+   read and qt written), where the norm then the cast move 8. */
+BTDEF int bt_k_norm_fp8_fits(bt_dtype dt, int64_t rows, int64_t C, const void *x, const void *w, const void *b, const void *q,
+                             const void *qt);
+BTDEF void bt_k_layernorm_fp8(bt_dtype dt, uint8_t *q, uint8_t *qt, float *mean, float *rstd, const void *x, const void *w,
+                              const void *b, int64_t rows, int64_t C, float eps, const float *scale_in, float *scale_used,
+                              float *amax_acc, cudaStream_t s);
+BTDEF void bt_k_rmsnorm_fp8(bt_dtype dt, uint8_t *q, uint8_t *qt, float *rstd, const void *x, const void *w, int64_t rows, int64_t C,
+                            float eps, const float *scale_in, float *scale_used, float *amax_acc, cudaStream_t s);
 /* bt_fp8_update on n consecutive FP8 states [n, 3, 2 + hist] (f32; a model's bank, or one state):
    each row rolled as bt__fp8_roll does, one launch for all */
 BTDEF void bt_k_fp8_update(float *state, int hist, int64_t n, cudaStream_t s);
@@ -668,6 +686,133 @@ BTDEF void bt_k_matmul_fp8(bt_dtype dt, void *C, const void *A, bt_dtype fa, con
     BT__K_BLAS(cublasLtMatmul(c->lt, p->op, &alpha, B, p->la, A, p->lb, &beta, R ? R : C, p->lc, C, p->lc, &p->algo,
                               bt__k_workspace(c, s), BT__K_WS_BYTES, s), op);
     if (bias && !p->epi_bias) bt__k_matmul_bias(dt, C, bias, 1, M, N, M * N, s);
+}
+
+/* ---- 4. layernorm and RMSNorm with the cast of their output -----------------------------------------
+   The rows of bt_kernels.cuh's section 6, with its per-row math (bt__k_ln_row) in the same order,
+   so mean, rstd and each output's bits are that kernel's: a warp a row where bt_k_layernorm takes
+   its warp path (C <= 1024), S = bt__k_brow_threads threads a row where it takes its block-row path
+   (the block sum over a group of S threads, bt__k_group_sum, adds what bt__k_bsum adds, in its
+   order). A block holds 16 rows (8 warps, or G groups of S threads, G a power of two <= 8,
+   G S <= 512), each warp or group taking its rows in turn. Each output rounded to T as that kernel
+   stores it, then scaled and rounded to e4m3 as bt_k_fp8_cast does, 8 bytes a thread to q; the
+   amax is the rounded outputs', as the cast measures it. qt then comes from q by bt_k_fp8_transpose.
+   Traffic per element: x read (2 bytes), q written (1), then q read and qt written (2): 5 bytes
+   where the norm then the cast move 8. dev/cuda/layernorm_fp8_cast.cu's ladder measured this form
+   (its v5) against qt written by the norm's kernel from a shared tile (16-, 32- and 64-row tiles):
+   as fast at 16K rows, 1.2-1.8x faster at 262K (a d12 default-run micro-batch), where the tile's
+   16- or 32-byte pieces of qt's far-apart rows no longer meet in L2. */
+#define BT__K_NF8_ROWS 16
+struct bt__k_group_sum {   /* bt__k_bsum over the nw warps of group grp: the same sums in the same order */
+    float *sh; int nw, grp;
+    __device__ float operator()(float v) const {
+        v = bt__k_wsum(v);
+        int w = (threadIdx.x >> 5) - grp * nw, l = threadIdx.x & 31;
+        __syncthreads();
+        if (l == 0) sh[w] = v;
+        __syncthreads();
+        v = l < nw ? sh[l] : 0.f;
+        return bt__k_wsum(v);
+    }
+};
+template <typename T, int NV, int RMS, int WARP>
+__global__ void __launch_bounds__(512) bt__k_norm_fp8_kernel(uint8_t *q, float *mean, float *rstd, const T *x, const T *w, const T *b,
+                                                              int64_t rows, int C, float eps, int S, const float *scale_in,
+                                                              float *scale_used, unsigned *amax_acc) {
+    __shared__ float gsh[16 * 32];                    /* 32 floats a group (block rows) */
+    const int TR = BT__K_NF8_ROWS, VE = 16 / sizeof(T), nvec = C / VE, G = blockDim.x / S, grp = threadIdx.x / S, t = threadIdx.x - grp * S;
+    const float r = 1.f / *scale_in;
+    unsigned m = 0;
+    for (int64_t r0 = (int64_t)blockIdx.x * TR; r0 < rows; r0 += (int64_t)gridDim.x * TR) {
+        const int per = (rows - r0 < TR ? (int)(rows - r0) : TR) / G;   /* 16 rows (rows % 16 == 0); G divides 16 */
+        for (int k = 0; k < per; k++) {               /* the same count for every group: the group sums' barriers */
+            const int64_t row = r0 + grp + G * k;
+            float v[NV][VE], mu, rs;
+            bt__k_vecs_ld<T, NV>(v, x + row * C, nvec, t, S);
+            if (WARP) bt__k_ln_row<T, NV, RMS>(v, w, b, nvec, t, 32, C, eps, bt__k_warp_sum(), mu, rs);
+            else bt__k_ln_row<T, NV, RMS>(v, w, b, nvec, t, S, C, eps, bt__k_group_sum{gsh + 32 * grp, S >> 5, grp}, mu, rs);
+#pragma unroll
+            for (int i = 0; i < NV; i++) {
+                const int c = t + S * i;
+                if (c >= nvec) continue;
+                float f[VE];
+#pragma unroll
+                for (int e = 0; e < VE; e++) f[e] = bt__k_tof(bt__k_from<T>(v[i][e]));
+                if (VE == 8) *reinterpret_cast<uint2 *>(q + row * C + c * 8) = bt__k_fp8_pack8<0>(f, r, m);
+                else {
+                    uint32_t wd = 0;
+#pragma unroll
+                    for (int e = 0; e < VE; e += 2) {
+                        m = max(m, max(bt__abs_bits(f[e]), bt__abs_bits(f[e + 1])));
+                        wd |= bt__k_fp8_cvt2<0>(__fmul_rn(f[e], r), __fmul_rn(f[e + 1], r)) << (8 * e);
+                    }
+                    *reinterpret_cast<uint32_t *>(q + row * C + c * 4) = wd;
+                }
+            }
+            if (t == 0) {
+                if (mean) mean[row] = mu;
+                if (rstd) rstd[row] = rs;
+            }
+        }
+    }
+    if (blockIdx.x == 0 && threadIdx.x == 0 && scale_used) *scale_used = *scale_in;
+    if (amax_acc) {                                   /* uniform */
+        m = bt__k_block_umax(m);
+        if (threadIdx.x == 0 && m) atomicMax(amax_acc, m);
+    }
+}
+/* 1: the warp path (C <= 1024), 2: the block-row path of bt_k_layernorm for these pointers (its
+   output, a fresh allocation, aligned), 0: neither */
+static int bt__k_norm_fp8_path(bt_dtype dt, int64_t C, const void *x, const void *w, const void *b) {
+    size_t es = dt == BT_F32 ? 4 : 2;
+    if (bt__k_rowfast(C, es, x, x, w ? w : x, b ? b : x)) return 1;
+    if (bt__k_browfast(C, es, x, x, w ? w : x, b ? b : x)) return 2;
+    return 0;
+}
+BTDEF int bt_k_norm_fp8_fits(bt_dtype dt, int64_t rows, int64_t C, const void *x, const void *w, const void *b, const void *q,
+                             const void *qt) {
+    if (dt != BT_F32 && dt != BT_BF16 && dt != BT_F16) return 0;
+    if (rows <= 0 || rows % 16 || C <= 0 || C > 4096 || C % 16 || (q && !bt__k_aligned16(q)) || (qt && !bt__k_aligned16(qt))) return 0;
+    return bt__k_norm_fp8_path(dt, C, x, w, b) != 0;
+}
+template <int RMS>
+static void bt__k_norm_fp8(bt_dtype dt, uint8_t *q, uint8_t *qt, float *mean, float *rstd, const void *x, const void *w, const void *b,
+                           int64_t rows, int64_t C, float eps, const float *scale_in, float *scale_used, float *amax_acc, cudaStream_t s) {
+    const char *op = RMS ? "bt_k_rmsnorm_fp8" : "bt_k_layernorm_fp8";
+    if (!scale_in) bt_error("%s: no scale_in (the delayed recipe's scale; the current recipe casts after bt_k_layernorm)", op);
+    if (!q || !bt_k_norm_fp8_fits(dt, rows, C, x, w, b, q, qt))
+        bt_error("%s: x [%lld, %lld] of %s: needs rows %% 16 == 0, C <= 4096 a multiple of 16, 16-byte aligned x, w, b, q, qt "
+                 "(bt_k_norm_fp8_fits)", op, (long long)rows, (long long)C, bt_dtype_name(dt));
+    const int path = bt__k_norm_fp8_path(dt, C, x, w, b);
+    const int64_t tiles = (rows + BT__K_NF8_ROWS - 1) / BT__K_NF8_ROWS, cap = (int64_t)bt__k_cur()->sm_count * 16;
+    const unsigned grid = (unsigned)(tiles < cap ? tiles : cap);
+    BT__K_DISPATCH3(dt, op, {
+        const int64_t nvec = C / (int64_t)(16 / sizeof(T));
+        if (path == 1) {
+            int nv = bt__k_pick_nv(nvec);
+            BT__K_NV_DISPATCH(nv, {
+                bt__k_norm_fp8_kernel<T, NV, RMS, 1><<<grid, 256, 0, s>>>(q, mean, rstd, (const T *)x, (const T *)w, (const T *)b, rows, (int)C,
+                                                                          eps, 32, scale_in, scale_used, (unsigned *)amax_acc);
+            })
+        } else {
+            const int S = (int)bt__k_brow_threads(nvec);
+            int G = 1;                                /* groups: a power of two <= 8, so each does 16 / G rows */
+            while (2 * G * S <= 512 && G < 8) G *= 2;
+            bt__k_norm_fp8_kernel<T, BT__K_BROW_NV, RMS, 0><<<grid, (unsigned)(G * S), 0, s>>>(
+                q, mean, rstd, (const T *)x, (const T *)w, (const T *)b, rows, (int)C, eps, S, scale_in, scale_used, (unsigned *)amax_acc);
+        }
+    })
+    BT__K_LAUNCHED(op);
+    if (qt) bt_k_fp8_transpose(qt, q, rows, C, s);
+}
+BTDEF void bt_k_layernorm_fp8(bt_dtype dt, uint8_t *q, uint8_t *qt, float *mean, float *rstd, const void *x, const void *w,
+                              const void *b, int64_t rows, int64_t C, float eps, const float *scale_in, float *scale_used,
+                              float *amax_acc, cudaStream_t s) {
+    bt__k_norm_fp8<0>(dt, q, qt, mean, rstd, x, w, b, rows, C, eps, scale_in, scale_used, amax_acc, s);
+}
+BTDEF void bt_k_rmsnorm_fp8(bt_dtype dt, uint8_t *q, uint8_t *qt, float *rstd, const void *x, const void *w, int64_t rows, int64_t C,
+                            float eps, const float *scale_in, float *scale_used, float *amax_acc, cudaStream_t s) {
+    bt__k_norm_fp8<1>(dt, q, qt, NULL, rstd, x, w, NULL, rows, C, eps, scale_in, scale_used, amax_acc, s);
 }
 
 #endif /* BT_FP8_IMPLEMENTATION_DONE */

@@ -307,20 +307,22 @@ static bt_tensor *bt__ln_param_sink(bt_node *n, int i, bt_tensor *x) {
     sink->storage->version++;
     return sink;
 }
-static void bt__layernorm_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
-    bt_tensor *x = n->saved[0], *mean = n->saved[1], *rstd = n->saved[2];
-    bt_tensor *w = n->n_saved > 3 ? n->saved[3] : NULL;
-    int has_w = (int)n->i[0], has_b = (int)n->i[1];
+/* layernorm's gradients from g (its output's): x's into gin[0] (node input 0; added in place into
+   `into` when given, which becomes gin[0]), w's and b's into gin[iw], gin[iw + 1] (inputs iw,
+   iw + 1), from the saved x, mean, rstd and w (NULL: none) */
+static void bt__layernorm_grads(bt_node *n, bt_tensor *g, bt_tensor *x, bt_tensor *mean, bt_tensor *rstd, bt_tensor *w, int has_w,
+                                int has_b, int iw, bt_tensor *into, bt_tensor **gin) {
+    const int ib = iw + 1;
     int64_t C = x->shape[x->ndim - 1], rows = C ? bt_numel(x) / C : 0;
     bt_device dev = bt_device_of(x); bt_dtype dt = x->dtype;
     bt_tensor *gc = bt__contig(g);
-    bt_tensor *gsum = bt__wants(n, 0) ? bt__pending_grad_sink(n, 0) : NULL;   /* gx += dx in the kernel */
+    bt_tensor *gsum = into ? into : bt__wants(n, 0) ? bt__pending_grad_sink(n, 0) : NULL;   /* gx += dx in the kernel */
     bt_tensor *gx = gsum ? gsum : bt__wants(n, 0) ? bt__new(bt_shape_of(x), dt, dev) : NULL;
     /* on a GPU the kernel adds gw and gb into the leaves' .grad where it has x's dtype (bf16 gradients:
        one rounding of the fp32 sum), else into zeros returned in gin */
-    bt_tensor *sw = has_w && bt__wants(n, 1) ? bt__ln_param_sink(n, 1, x) : NULL, *sb = has_b && bt__wants(n, 2) ? bt__ln_param_sink(n, 2, x) : NULL;
-    bt_tensor *gw = sw ? sw : has_w && bt__wants(n, 1) ? bt_zeros(bt_shape1(C), dt, dev) : NULL;
-    bt_tensor *gb = sb ? sb : has_b && bt__wants(n, 2) ? bt_zeros(bt_shape1(C), dt, dev) : NULL;
+    bt_tensor *sw = has_w && bt__wants(n, iw) ? bt__ln_param_sink(n, iw, x) : NULL, *sb = has_b && bt__wants(n, ib) ? bt__ln_param_sink(n, ib, x) : NULL;
+    bt_tensor *gw = sw ? sw : has_w && bt__wants(n, iw) ? bt_zeros(bt_shape1(C), dt, dev) : NULL;
+    bt_tensor *gb = sb ? sb : has_b && bt__wants(n, ib) ? bt_zeros(bt_shape1(C), dt, dev) : NULL;
     if (bt__is_gpu(x)) {
 #ifdef BT_CUDA
         float *cs = bt__colsum_for(gx, C);   /* the next linear layer's bias gradient, in the same pass */
@@ -366,8 +368,12 @@ static void bt__layernorm_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
         }
     }
     bt_release(gc);
-    gin[0] = gx && !gsum ? bt__register(gx) : NULL;   /* a sunk gx is the producer's own gradient */
-    gin[1] = sw ? NULL : gw; gin[2] = sb ? NULL : gb;
+    gin[0] = into ? into : gx && !gsum ? bt__register(gx) : NULL;   /* a sunk gx is the producer's own gradient */
+    gin[iw] = sw ? NULL : gw; gin[ib] = sb ? NULL : gb;
+}
+static void bt__layernorm_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt__layernorm_grads(n, g, n->saved[0], n->saved[1], n->saved[2], n->n_saved > 3 ? n->saved[3] : NULL, (int)n->i[0], (int)n->i[1], 1,
+                        NULL, gin);
 }
 BTDEF bt_tensor *bt_layernorm(bt_tensor *x, bt_tensor *w, bt_tensor *b, double eps) {
     bt__need_float(x, "layernorm", "x");
@@ -434,15 +440,17 @@ static double bt__round_as(bt_dtype dt, double v) {
     default: return v;
     }
 }
-static void bt__rmsnorm_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
-    bt_tensor *x = n->saved[0], *rstd = n->saved[1], *w = n->n_saved > 2 ? n->saved[2] : NULL;
+/* RMSNorm's gradients as bt__layernorm_grads gives layernorm's: x's into gin[0] (or added into
+   `into`, which becomes gin[0]), w's into gin[iw] */
+static void bt__rmsnorm_grads(bt_node *n, bt_tensor *g, bt_tensor *x, bt_tensor *rstd, bt_tensor *w, int iw, bt_tensor *into,
+                              bt_tensor **gin) {
     int64_t C = x->shape[x->ndim - 1], rows = C ? bt_numel(x) / C : 0;
     bt_device dev = bt_device_of(x); bt_dtype dt = x->dtype;
     bt_tensor *gc = bt__contig(g);
-    bt_tensor *gsum = bt__wants(n, 0) ? bt__pending_grad_sink(n, 0) : NULL;   /* gx += dx in the kernel */
+    bt_tensor *gsum = into ? into : bt__wants(n, 0) ? bt__pending_grad_sink(n, 0) : NULL;   /* gx += dx in the kernel */
     bt_tensor *gx = gsum ? gsum : bt__wants(n, 0) ? bt__new(bt_shape_of(x), dt, dev) : NULL;
-    bt_tensor *sw = w && bt__wants(n, 1) ? bt__ln_param_sink(n, 1, x) : NULL;   /* as layernorm's */
-    bt_tensor *gw = sw ? sw : w && bt__wants(n, 1) ? bt_zeros(bt_shape1(C), dt, dev) : NULL;
+    bt_tensor *sw = w && bt__wants(n, iw) ? bt__ln_param_sink(n, iw, x) : NULL;   /* as layernorm's */
+    bt_tensor *gw = sw ? sw : w && bt__wants(n, iw) ? bt_zeros(bt_shape1(C), dt, dev) : NULL;
     if (bt__is_gpu(x)) {
 #ifdef BT_CUDA
         float *cs = bt__colsum_for(gx, C);
@@ -484,8 +492,11 @@ static void bt__rmsnorm_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
         }
     }
     bt_release(gc);
-    gin[0] = gx && !gsum ? bt__register(gx) : NULL;   /* a sunk gx is the producer's own gradient */
-    gin[1] = sw ? NULL : gw;
+    gin[0] = into ? into : gx && !gsum ? bt__register(gx) : NULL;   /* a sunk gx is the producer's own gradient */
+    gin[iw] = sw ? NULL : gw;
+}
+static void bt__rmsnorm_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
+    bt__rmsnorm_grads(n, g, n->saved[0], n->saved[1], n->n_saved > 2 ? n->saved[2] : NULL, 1, NULL, gin);
 }
 BTDEF bt_tensor *bt_rmsnorm(bt_tensor *x, bt_tensor *w, double eps) {
     bt__need_float(x, "rmsnorm", "x");
@@ -1805,6 +1816,94 @@ static void bt__fp8_weight_grad(bt_node *n, int i, bt_tensor *g, bt_tensor **gin
     bt__fp8_gemm(dev, g->dtype, gw, A, sa, B, sb, NULL, NULL, N, K, R, 0);
     gin[i] = bt__register(gw);
 }
+/* ---- a layernorm or RMSNorm fused into the cast of an FP8 op's input (bt_layernorm_linear_fp8,
+   bt_layernorm_mlp_gelu_fp8, bt_rmsnorm_linear_fp8, bt_rmsnorm_mlp_swiglu_fp8): the op's input is
+   the norm's x, and the e4m3 x and x^T of norm(x) come from bt_k_layernorm_fp8 (bt_k_rmsnorm_fp8)
+   with the state's delayed scale, the norm's output never stored. The op's node takes the norm's
+   w (and b) as inputs iw (and iw + 1) and keeps x, mean (not RMSNorm's), rstd and w after its own
+   saved tensors (from n->i[3] on; n->i[4], n->i[5]: w, b given; n->i[6]: RMSNorm); its backward
+   gives the gradient of the norm's output as x's, which bt__fp8_ln_back turns into the norm's
+   gradients (bt__layernorm_grads, bt__rmsnorm_grads). */
+typedef struct { bt_tensor *w, *b; double eps; int rms; bt_tensor *mean, *rstd; } bt__fp8_ln;   /* rms: RMSNorm, no b, no mean */
+/* 1 when layernorm(x, w, b, eps) feeding st's linear fuses here: a GPU, the delayed recipe with x's
+   history primed, a layout bt_k_layernorm_fp8 takes, parameters as bt_layernorm wants them (else the
+   composition, whose layernorm names what is wrong), and x needing a gradient wherever w or b do
+   (the layernorm's gradients start from x's slot) */
+static int bt__fp8_ln_fuses(bt_fp8_state *st, bt_tensor *x, bt_tensor *w, bt_tensor *b, double eps, int rms) {
+    if (!bt__fused(BT_FUSE_NORM_FP8) || !st || !st->buf || !bt__is_gpu(x) || st->opts.recipe != BT_FP8_DELAYED ||
+        !(st->primed >> BT_FP8_X & 1u) || !bt_device_eq(bt_device_of(st->buf), bt_device_of(x)) || !(eps > 0) || x->ndim < 1)
+        return 0;
+    int64_t C = x->shape[x->ndim - 1], R = C ? bt_numel(x) / C : 0;
+    if (rms && b) return 0;
+    bt_tensor *p[2] = {w, b};
+    for (int k = 0; k < 2; k++)
+        if (p[k] && (p[k]->dtype != x->dtype || !bt_device_eq(bt_device_of(p[k]), bt_device_of(x)) || p[k]->ndim != 1 ||
+                     p[k]->shape[0] != C || !bt_is_contiguous(p[k])))
+            return 0;
+    if (bt__g.grad_enabled && !bt__needs_grad(x) && ((w && bt__needs_grad(w)) || (b && bt__needs_grad(b)))) return 0;
+    int ok = 0;
+#ifdef BT_CUDA
+    BT__ON_DEVICE(bt_device_of(x))
+        ok = bt_k_norm_fp8_fits(x->dtype, R, C, bt_is_contiguous(x) ? bt_data_ptr(x) : NULL, w ? bt_data_ptr(w) : NULL,
+                                b ? bt_data_ptr(b) : NULL, NULL, NULL);
+#else
+    (void)R;
+#endif
+    return ok;
+}
+/* the fused input cast: x2 [rows, C] (the layernorm's input, contiguous) -> q, qt of its output with
+   st's delayed scale, the amax into st's x row (what bt__fp8_cast does to the output), ln->mean and
+   ln->rstd made; slot[0] <- the scale */
+static void bt__fp8_ln_cast(bt_fp8_state *st, bt__fp8_ln *ln, bt_tensor *x2, bt_tensor *q, bt_tensor *qt, float *slot) {
+    int64_t rows = x2->shape[0], C = x2->shape[1];
+    bt_device dev = bt_device_of(x2);
+    st->seen |= 1u << BT_FP8_X;
+    float *row = (float *)bt_data_ptr(st->buf) + BT_FP8_X * (2 + st->opts.history);
+    st->buf->storage->version++;
+    ln->mean = ln->rms ? NULL : bt__new(bt_shape1(rows), BT_F32, dev);
+    ln->rstd = bt__new(bt_shape1(rows), BT_F32, dev);
+#ifdef BT_CUDA
+    uint8_t *qp = (uint8_t *)bt_data_ptr(q), *qtp = qt ? (uint8_t *)bt_data_ptr(qt) : NULL;
+    const void *wp = ln->w ? bt_data_ptr(ln->w) : NULL;
+    BT__ON_GPU(dev, stream) {
+        if (ln->rms)
+            bt_k_rmsnorm_fp8(x2->dtype, qp, qtp, (float *)bt_data_ptr(ln->rstd), bt_data_ptr(x2), wp, rows, C, (float)ln->eps, row + 1, slot,
+                             row, stream);
+        else
+            bt_k_layernorm_fp8(x2->dtype, qp, qtp, (float *)bt_data_ptr(ln->mean), (float *)bt_data_ptr(ln->rstd), bt_data_ptr(x2), wp,
+                               ln->b ? bt_data_ptr(ln->b) : NULL, rows, C, (float)ln->eps, row + 1, slot, row, stream);
+    }
+#else
+    (void)q; (void)qt; (void)slot; (void)row; (void)C;
+#endif
+}
+static void bt__fp8_ln_save(bt_node *n, bt__fp8_ln *ln, bt_tensor *xc) {
+    n->i[3] = n->n_saved; n->i[4] = ln->w != NULL; n->i[5] = ln->b != NULL; n->i[6] = ln->rms;
+    bt__save(n, xc);
+    if (!ln->rms) bt__save(n, ln->mean);
+    bt__save(n, ln->rstd);
+    if (ln->w) bt__save(n, ln->w);
+}
+/* after the op's backward: gin[0], the gradient of the layernorm's output, into the layernorm's
+   gradients (x's in gin[0], w's and b's in gin[iw], gin[iw + 1]). When x is also the op's residual
+   (input ir; GPT-2's MLP), its two gradients meet as the composition's two nodes add them: the
+   residual's g into x's pending gradient first, then the layernorm's kernel adding into that (one
+   rounding of dx + g): g itself when x has none yet (g is this node's alone: n->grad and gin[ir]). */
+static void bt__fp8_ln_back(bt_node *n, int iw, int ir, bt_tensor **gin) {
+    if (!n->i[3] || !gin[0]) return;
+    bt_tensor *gh = gin[0], *into = NULL;             /* gh: the scope's, freed when this backward ends */
+    gin[0] = NULL;
+    bt_node *m = n->next[0].node;
+    bt_tensor *g = gin[ir];
+    if (g && m && n->next[ir].node == m) {
+        if (m->grad && bt__exclusive(m->grad) && m->grad->dtype == g->dtype) { bt_add_(m->grad, g, 1.0); gin[ir] = NULL; }
+        else if (!m->grad && g == n->grad && g->refcount == 2 && g->storage->refcount == 1 && bt_is_contiguous(g)) { into = g; gin[ir] = NULL; }
+    }
+    int k = (int)n->i[3];
+    if (n->i[6]) bt__rmsnorm_grads(n, gh, n->saved[k], n->saved[k + 1], n->i[4] ? n->saved[k + 2] : NULL, iw, into, gin);
+    else bt__layernorm_grads(n, gh, n->saved[k], n->saved[k + 1], n->saved[k + 2], n->i[4] ? n->saved[k + 3] : NULL, (int)n->i[4],
+                             (int)n->i[5], iw, into, gin);
+}
 /* saved: [0] the scales [2, 4] (x's row, w's: [scale, amax, -, -]), then qx^T [K, R] when i[0],
    qw^T [K, N] when i[1]; aux: the state. Inputs x, w, b (may be NULL), r (bt_linear_add_fp8; its
    gradient is g itself). On a GPU dw goes straight into w's fp32 .grad (the product accumulates:
@@ -1836,6 +1935,7 @@ static void bt__linear_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     } else if (n->n_in > 2 && bt__wants(n, 2)) bt__bias_grad_reduce(n, 2, g2, gin);
     if (n->n_in > 3 && bt__wants(n, 3)) gin[3] = bt__register(bt_retain(g));
     bt_release(g2); bt_release(gc);
+    bt__fp8_ln_back(n, 4, 3, gin);
 }
 /* the GPU's conditions: a dtype the kernels read, dimensions cuBLASLt's FP8 layout takes, a device with FP8 tensor cores */
 static void bt__linear_fp8_check_gpu(bt_tensor *x, int64_t R, int64_t N, int64_t K) {
@@ -1893,8 +1993,8 @@ static void bt__fp8_product(bt_fp8_state *st, bt_tensor *qx, bt_tensor *wc, bt_t
     bt__fp8_gemm(dev, y->dtype, y, qx, scp, qw, scp + 4, bias, r, R, N, K, st->opts.fast_accum & BT_FP8_FAST_FWD);
     bt_release(qw);
 }
-/* r + x w^T + b (r, b may be NULL) */
-static bt_tensor *bt__linear_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tensor *r, bt_fp8_state *st) {
+/* r + x w^T + b (r, b may be NULL); with ln, x is the layernorm's input (bt__fp8_ln) */
+static bt_tensor *bt__linear_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tensor *r, bt_fp8_state *st, bt__fp8_ln *ln) {
     bt__linear_fp8_check(x, w, b, r, st);
     int64_t K = w->shape[1], N = w->shape[0], R = bt_numel(x) / K;
     bt_shape os = bt_shape_of(x); os.d[os.ndim - 1] = N;
@@ -1907,26 +2007,40 @@ static bt_tensor *bt__linear_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_te
     float *scp = (float *)bt_data_ptr(sc);
     bt_tensor *qx = bt__new(bt_shape2(R, K), BT_F8E4M3, dev);
     bt_tensor *xt = want_xt ? bt__new(bt_shape2(K, R), BT_F8E4M3, dev) : NULL, *wt = want_wt ? bt__new(bt_shape2(K, N), BT_F8E4M3, dev) : NULL;
-    bt__fp8_cast(st, BT_FP8_X, x2, qx, xt, scp);
+    if (ln) bt__fp8_ln_cast(st, ln, x2, qx, xt, scp);
+    else bt__fp8_cast(st, BT_FP8_X, x2, qx, xt, scp);
     bt_tensor *rc = r ? bt__contig(r) : NULL;
     bt_tensor *y = bt__new(os, x->dtype, dev);
     bt__fp8_product(st, qx, wc, wt, scp, bc, rc, y, R, N, K);
-    bt_tensor *in[4] = {x, w, b, r};
-    bt_node *n = bt__record("linear_fp8", bt__linear_fp8_back, y, in, r ? 4 : b ? 3 : 2);
+    bt_tensor *in[6] = {x, w, b, r, ln ? ln->w : NULL, ln ? ln->b : NULL};
+    bt_node *n = bt__record(ln ? "layernorm_linear_fp8" : "linear_fp8", bt__linear_fp8_back, y, in, ln ? 6 : r ? 4 : b ? 3 : 2);
     if (n) {
         n->aux = st; n->i[0] = xt != NULL; n->i[1] = wt != NULL;
         bt__save(n, sc);
         if (xt) bt__save(n, xt);
         if (wt) bt__save(n, wt);
+        if (ln) bt__fp8_ln_save(n, ln, xc);
     }
+    if (ln) { if (ln->mean) bt_release(ln->mean); bt_release(ln->rstd); }
     bt_release(qx); bt_release(xt); bt_release(wt); bt_release(sc);
     bt_release(x2); bt_release(xc); bt_release(wc); bt_release(bc); bt_release(rc);
     return bt__register(y);
 }
-BTDEF bt_tensor *bt_linear_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_fp8_state *st) { return bt__linear_fp8(x, w, b, NULL, st); }
+BTDEF bt_tensor *bt_linear_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_fp8_state *st) { return bt__linear_fp8(x, w, b, NULL, st, NULL); }
 BTDEF bt_tensor *bt_linear_add_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_tensor *r, bt_fp8_state *st) {
     if (!r) bt_error("linear_add_fp8: no residual r (bt_linear_fp8 is the op without one)");
-    return bt__linear_fp8(x, w, b, r, st);
+    return bt__linear_fp8(x, w, b, r, st, NULL);
+}
+BTDEF bt_tensor *bt_layernorm_linear_fp8(bt_tensor *x, bt_tensor *lnw, bt_tensor *lnb, double eps, bt_tensor *w, bt_tensor *b,
+                                         bt_fp8_state *st) {
+    if (!bt__fp8_ln_fuses(st, x, lnw, lnb, eps, 0)) return bt_linear_fp8(bt_layernorm(x, lnw, lnb, eps), w, b, st);
+    bt__fp8_ln ln = {lnw, lnb, eps, 0, NULL, NULL};
+    return bt__linear_fp8(x, w, b, NULL, st, &ln);
+}
+BTDEF bt_tensor *bt_rmsnorm_linear_fp8(bt_tensor *x, bt_tensor *nw, double eps, bt_tensor *w, bt_tensor *b, bt_fp8_state *st) {
+    if (!bt__fp8_ln_fuses(st, x, nw, NULL, eps, 1)) return bt_linear_fp8(bt_rmsnorm(x, nw, eps), w, b, st);
+    bt__fp8_ln ln = {nw, NULL, eps, 1, NULL, NULL};
+    return bt__linear_fp8(x, w, b, NULL, st, &ln);
 }
 
 /* ---- GPT-2's MLP in FP8 (bt_mlp_gelu_fp8): the two linears of bt_linear_fp8 with gelu between, gelu
@@ -2010,9 +2124,11 @@ static void bt__mlp_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     } else if (want_b2) bt__bias_grad_reduce(n, 4, g2, gin);
     if (n->n_in > 5 && bt__wants(n, 5)) gin[5] = bt__register(bt_retain(g));
     bt_release(sg); bt_release(g2); bt_release(gc);
+    bt__fp8_ln_back(n, 6, 5, gin);
 }
-BTDEF bt_tensor *bt_mlp_gelu_fp8(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tensor *w2, bt_tensor *b2, bt_tensor *r,
-                                 bt_fp8_state *s1, bt_fp8_state *s2) {
+/* with ln, x is the layernorm's input (bt__fp8_ln) */
+static bt_tensor *bt__mlp_gelu_fp8(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tensor *w2, bt_tensor *b2, bt_tensor *r,
+                                   bt_fp8_state *s1, bt_fp8_state *s2, bt__fp8_ln *ln) {
     bt__linear_fp8_check(x, w1, b1, NULL, s1);
     int64_t K = w1->shape[1], hid = w1->shape[0];
     bt__need_float(w2, "mlp_gelu_fp8", "w2"); bt__same_device(x, w2, "mlp_gelu_fp8"); bt__same_dtype(x, w2, "mlp_gelu_fp8");
@@ -2039,7 +2155,8 @@ BTDEF bt_tensor *bt_mlp_gelu_fp8(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_
     float *scp = (float *)bt_data_ptr(sc);
     bt_tensor *qx = bt__new(bt_shape2(R, K), BT_F8E4M3, dev);
     bt_tensor *xt = want_w1 ? bt__new(bt_shape2(K, R), BT_F8E4M3, dev) : NULL, *w1t = want_x ? bt__new(bt_shape2(K, hid), BT_F8E4M3, dev) : NULL;
-    bt__fp8_cast(s1, BT_FP8_X, x2, qx, xt, scp);
+    if (ln) bt__fp8_ln_cast(s1, ln, x2, qx, xt, scp);
+    else bt__fp8_cast(s1, BT_FP8_X, x2, qx, xt, scp);
     bt_tensor *h = bt__new(bt_shape2(R, hid), x->dtype, dev);   /* h = (sx sw1) qx qw1^T + b1 */
     bt__fp8_product(s1, qx, w1c, w1t, scp, b1c, NULL, h, R, hid, K);
     bt_release(qx);
@@ -2054,8 +2171,8 @@ BTDEF bt_tensor *bt_mlp_gelu_fp8(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_
     bt_tensor *y = bt__new(os, x->dtype, dev);                  /* y = (su sw2) qu qw2^T + b2 (+ r) */
     bt__fp8_product(s2, qu, w2c, w2t, scp + 8, b2c, rc, y, R, N, hid);
     bt_release(qu);
-    bt_tensor *in[6] = {x, w1, b1, w2, b2, r};
-    bt_node *n = bt__record("mlp_gelu_fp8", bt__mlp_fp8_back, y, in, r ? 6 : 5);
+    bt_tensor *in[8] = {x, w1, b1, w2, b2, r, ln ? ln->w : NULL, ln ? ln->b : NULL};
+    bt_node *n = bt__record(ln ? "layernorm_mlp_gelu_fp8" : "mlp_gelu_fp8", bt__mlp_fp8_back, y, in, ln ? 8 : r ? 6 : 5);
     if (n) {
         bt__fp8_pair *pair = (bt__fp8_pair *)bt__xmalloc(sizeof *pair, "mlp_gelu_fp8's states");
         pair->s1 = s1; pair->s2 = s2;
@@ -2065,10 +2182,22 @@ BTDEF bt_tensor *bt_mlp_gelu_fp8(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_
         bt_tensor *keep[5] = {want_dh || remake ? h : NULL, xt, w1t, ut, w2t};
         for (int j = 0; j < 5; j++)
             if (keep[j]) { bt__save(n, keep[j]); n->i[0] |= 1 << j; }
+        if (ln) bt__fp8_ln_save(n, ln, xc);
     }
+    if (ln) { if (ln->mean) bt_release(ln->mean); bt_release(ln->rstd); }
     bt_release(h); bt_release(xt); bt_release(w1t); bt_release(ut); bt_release(w2t); bt_release(sc);
     bt_release(x2); bt_release(xc); bt_release(w1c); bt_release(b1c); bt_release(w2c); bt_release(b2c); bt_release(rc);
     return bt__register(y);
+}
+BTDEF bt_tensor *bt_mlp_gelu_fp8(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tensor *w2, bt_tensor *b2, bt_tensor *r,
+                                 bt_fp8_state *s1, bt_fp8_state *s2) {
+    return bt__mlp_gelu_fp8(x, w1, b1, w2, b2, r, s1, s2, NULL);
+}
+BTDEF bt_tensor *bt_layernorm_mlp_gelu_fp8(bt_tensor *x, bt_tensor *lnw, bt_tensor *lnb, double eps, bt_tensor *w1, bt_tensor *b1,
+                                           bt_tensor *w2, bt_tensor *b2, bt_tensor *r, bt_fp8_state *s1, bt_fp8_state *s2) {
+    if (!bt__fp8_ln_fuses(s1, x, lnw, lnb, eps, 0)) return bt_mlp_gelu_fp8(bt_layernorm(x, lnw, lnb, eps), w1, b1, w2, b2, r, s1, s2);
+    bt__fp8_ln ln = {lnw, lnb, eps, 0, NULL, NULL};
+    return bt__mlp_gelu_fp8(x, w1, b1, w2, b2, r, s1, s2, &ln);
 }
 
 /* ---- a Llama's MLP in FP8 (bt_mlp_swiglu_fp8): the two linears of bt_linear_fp8 with SwiGLU between,
@@ -2119,8 +2248,11 @@ static void bt__mlp_swiglu_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_release(qg); bt_release(gt);
     if (n->n_in > 3 && bt__wants(n, 3)) gin[3] = bt__register(bt_retain(g));
     bt_release(sg); bt_release(g2); bt_release(gc);
+    bt__fp8_ln_back(n, 4, 3, gin);
 }
-BTDEF bt_tensor *bt_mlp_swiglu_fp8(bt_tensor *x, bt_tensor *w13, bt_tensor *w2, bt_tensor *r, bt_fp8_state *s1, bt_fp8_state *s2) {
+/* with ln, x is the RMSNorm's input (bt__fp8_ln) */
+static bt_tensor *bt__mlp_swiglu_fp8(bt_tensor *x, bt_tensor *w13, bt_tensor *w2, bt_tensor *r, bt_fp8_state *s1, bt_fp8_state *s2,
+                                     bt__fp8_ln *ln) {
     bt__linear_fp8_check(x, w13, NULL, NULL, s1);
     int64_t K = w13->shape[1], F2 = w13->shape[0], F = F2 / 2;
     if (F2 % 2) bt_error("mlp_swiglu_fp8: w13 %s must have 2 F rows (gate's F, then up's)", bt__s(w13));
@@ -2142,7 +2274,8 @@ BTDEF bt_tensor *bt_mlp_swiglu_fp8(bt_tensor *x, bt_tensor *w13, bt_tensor *w2, 
     float *scp = (float *)bt_data_ptr(sc);
     bt_tensor *qx = bt__new(bt_shape2(R, K), BT_F8E4M3, dev);
     bt_tensor *xt = want_w1 ? bt__new(bt_shape2(K, R), BT_F8E4M3, dev) : NULL, *w1t = want_x ? bt__new(bt_shape2(K, F2), BT_F8E4M3, dev) : NULL;
-    bt__fp8_cast(s1, BT_FP8_X, x2, qx, xt, scp);
+    if (ln) bt__fp8_ln_cast(s1, ln, x2, qx, xt, scp);
+    else bt__fp8_cast(s1, BT_FP8_X, x2, qx, xt, scp);
     bt_tensor *u = bt__new(bt_shape2(R, F2), x->dtype, dev);     /* [gate | up] = (sx sw13) qx qw13^T */
     bt__fp8_product(s1, qx, w1c, w1t, scp, NULL, NULL, u, R, F2, K);
     bt_release(qx);
@@ -2157,8 +2290,8 @@ BTDEF bt_tensor *bt_mlp_swiglu_fp8(bt_tensor *x, bt_tensor *w13, bt_tensor *w2, 
     bt_tensor *out = bt__new(os, x->dtype, dev);                 /* out = (sy sw2) qy qw2^T (+ r) */
     bt__fp8_product(s2, qy, w2c, w2t, scp + 8, NULL, rc, out, R, N, F);
     bt_release(qy);
-    bt_tensor *in[4] = {x, w13, w2, r};
-    bt_node *n = bt__record("mlp_swiglu_fp8", bt__mlp_swiglu_fp8_back, out, in, r ? 4 : 3);
+    bt_tensor *in[5] = {x, w13, w2, r, ln ? ln->w : NULL};
+    bt_node *n = bt__record(ln ? "rmsnorm_mlp_swiglu_fp8" : "mlp_swiglu_fp8", bt__mlp_swiglu_fp8_back, out, in, ln ? 5 : r ? 4 : 3);
     if (n) {
         bt__fp8_pair *pair = (bt__fp8_pair *)bt__xmalloc(sizeof *pair, "mlp_swiglu_fp8's states");
         pair->s1 = s1; pair->s2 = s2;
@@ -2167,10 +2300,21 @@ BTDEF bt_tensor *bt_mlp_swiglu_fp8(bt_tensor *x, bt_tensor *w13, bt_tensor *w2, 
         bt_tensor *keep[5] = {want_du ? u : NULL, xt, w1t, yt, w2t};
         for (int j = 0; j < 5; j++)
             if (keep[j]) { bt__save(n, keep[j]); n->i[0] |= 1 << j; }
+        if (ln) bt__fp8_ln_save(n, ln, xc);
     }
+    if (ln) bt_release(ln->rstd);
     bt_release(u); bt_release(xt); bt_release(w1t); bt_release(yt); bt_release(w2t); bt_release(sc);
     bt_release(x2); bt_release(xc); bt_release(w1c); bt_release(w2c); bt_release(rc);
     return bt__register(out);
+}
+BTDEF bt_tensor *bt_mlp_swiglu_fp8(bt_tensor *x, bt_tensor *w13, bt_tensor *w2, bt_tensor *r, bt_fp8_state *s1, bt_fp8_state *s2) {
+    return bt__mlp_swiglu_fp8(x, w13, w2, r, s1, s2, NULL);
+}
+BTDEF bt_tensor *bt_rmsnorm_mlp_swiglu_fp8(bt_tensor *x, bt_tensor *nw, double eps, bt_tensor *w13, bt_tensor *w2, bt_tensor *r,
+                                           bt_fp8_state *s1, bt_fp8_state *s2) {
+    if (!bt__fp8_ln_fuses(s1, x, nw, NULL, eps, 1)) return bt_mlp_swiglu_fp8(bt_rmsnorm(x, nw, eps), w13, w2, r, s1, s2);
+    bt__fp8_ln ln = {nw, NULL, eps, 1, NULL, NULL};
+    return bt__mlp_swiglu_fp8(x, w13, w2, r, s1, s2, &ln);
 }
 
 /* ---- a model's parameters from gathered units (bt_units_*: bt_tensor.h states the contract) ---- */

@@ -560,7 +560,10 @@ BTDEF int bt_get_deterministic(void);
 #define BT_FUSE_XENT      2   /* bt_linear_cross_entropy's loss and logit gradient in one pass (GPU) */
 #define BT_FUSE_COLSUM    4   /* bias gradients from the column sums that a layernorm or attention
                                  backward leaves on its input gradient (GPU) */
-#define BT_FUSE_ALL       7
+#define BT_FUSE_NORM_FP8  8   /* a layernorm's or RMSNorm's output cast to FP8 by the norm's own kernel,
+                                 never stored in bf16 (bt_layernorm_linear_fp8 and the like; GPU,
+                                 delayed recipe): the same bits as without */
+#define BT_FUSE_ALL       15
 BTDEF int bt_set_fusions(int flags);
 /* Activation recomputation (a saved-tensor policy: less memory for a little more work): with
    BT_RECOMPUTE_GELU the fused bt_mlp_gelu keeps the pre-activation h for its backward but not
@@ -719,6 +722,21 @@ BTDEF bt_tensor *bt_linear_add_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_
    backward, with the forward's scale: the same bytes, hid bytes a row less. */
 BTDEF bt_tensor *bt_mlp_gelu_fp8(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, bt_tensor *w2, bt_tensor *b2, bt_tensor *r,
                                  bt_fp8_state *s1, bt_fp8_state *s2);
+/* bt_linear_fp8(bt_layernorm(x, lnw, lnb, eps), w, b, st), bt_mlp_gelu_fp8(bt_layernorm(x, lnw, lnb,
+   eps), w1, b1, w2, b2, r, s1, s2), and the same with bt_rmsnorm(x, nw, eps) before bt_linear_fp8
+   or bt_mlp_swiglu_fp8: the same values, states and gradients. On a GPU with the delayed recipe,
+   once the input's history holds an amax (BT_FUSE_NORM_FP8; bt_k_layernorm_fp8, bt_k_rmsnorm_fp8),
+   the norm's kernel writes the e4m3 bytes of its output itself and a byte transpose makes x^T: the
+   output is never stored in bf16 (per element 3 bytes of traffic less: its write and the cast's
+   read, against the transpose's byte read) and one node holds both ops (it keeps x and the norm's
+   statistics, as the norm's node does). Otherwise, the composition. */
+BTDEF bt_tensor *bt_layernorm_linear_fp8(bt_tensor *x, bt_tensor *lnw, bt_tensor *lnb, double eps, bt_tensor *w, bt_tensor *b,
+                                         bt_fp8_state *st);
+BTDEF bt_tensor *bt_layernorm_mlp_gelu_fp8(bt_tensor *x, bt_tensor *lnw, bt_tensor *lnb, double eps, bt_tensor *w1, bt_tensor *b1,
+                                           bt_tensor *w2, bt_tensor *b2, bt_tensor *r, bt_fp8_state *s1, bt_fp8_state *s2);
+BTDEF bt_tensor *bt_rmsnorm_linear_fp8(bt_tensor *x, bt_tensor *nw, double eps, bt_tensor *w, bt_tensor *b, bt_fp8_state *st);
+BTDEF bt_tensor *bt_rmsnorm_mlp_swiglu_fp8(bt_tensor *x, bt_tensor *nw, double eps, bt_tensor *w13, bt_tensor *w2, bt_tensor *r,
+                                           bt_fp8_state *s1, bt_fp8_state *s2);
 /* A Llama's MLP with both linears in FP8: r + bt_linear_fp8(bt_swiglu(bt_linear_fp8(x, w13, NULL, s1)), w2,
    NULL, s2) (r may be NULL; w13 [2F, in]: gate's F rows, then up's), the same values, states and
    gradients as that composition. On a GPU SwiGLU rides the second linear's cast (its output is
@@ -895,7 +913,7 @@ BTDEF void bt_split(bt_tensor *x, const int64_t *sizes, int n, int dim, bt_tenso
    records its node next to its forward code.
    ============================================================================================ */
 #define BT_NODE_MAX_IN 8
-#define BT_NODE_MAX_SAVED 8
+#define BT_NODE_MAX_SAVED 12
 typedef struct bt_node bt_node;
 /* backward(node, gout, gin): gin[i] receives the gradient for input i, or stays NULL when the
    input needs none (node->next[i] is empty) or gets zero. Runs with grad mode off, inside a scope. */

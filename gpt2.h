@@ -498,11 +498,16 @@ typedef struct { gpt2 *m; gpt2_layer *y; bt_dtype dt; int no_gelu, f8, unit; } g
 static bt_tensor *gpt2__attn_region(void *ctx, bt_tensor **in) {
     gpt2__region *r = (gpt2__region *)ctx;
     gpt2 *m = r->m; gpt2_layer *y = r->y; bt_dtype dt = r->dt;
-    if (!r->f8 && !(m->split && m->split->attention)) {   /* qkv through bt_layernorm_linear: ln1's output remade under NORM */
-        bt_tensor *qkv = bt_layernorm_linear(in[0], GPT2_P(y->ln1w), GPT2_P(y->ln1b), 1e-5, GPT2_P(y->qkvw), GPT2_P(y->qkvb));
-        return gpt2__linear(NULL, bt_attention_qkv(qkv, m->cfg.H), GPT2_P(y->projw), GPT2_P(y->projb), in[0]);
+    int f8 = r->f8;
+    if (!(m->split && m->split->attention)) {
+        /* qkv through bt_layernorm_linear (ln1's output remade under NORM), or bt_layernorm_linear_fp8
+           (ln1's kernel writes the e4m3 output: no bf16 output) */
+        bt_tensor *qkv = f8 ? bt_layernorm_linear_fp8(in[0], GPT2_P(y->ln1w), GPT2_P(y->ln1b), 1e-5, GPT2_P(y->qkvw), GPT2_P(y->qkvb),
+                                                      GPT2_F8(GPT2_FP8_QKV))
+                            : bt_layernorm_linear(in[0], GPT2_P(y->ln1w), GPT2_P(y->ln1b), 1e-5, GPT2_P(y->qkvw), GPT2_P(y->qkvb));
+        return gpt2__linear(GPT2_F8(GPT2_FP8_PROJ), bt_attention_qkv(qkv, m->cfg.H), GPT2_P(y->projw), GPT2_P(y->projb), in[0]);
     }
-    return gpt2__attention(m, y, bt_layernorm(in[0], GPT2_P(y->ln1w), GPT2_P(y->ln1b), 1e-5), in[0], dt, r->f8);
+    return gpt2__attention(m, y, bt_layernorm(in[0], GPT2_P(y->ln1w), GPT2_P(y->ln1b), 1e-5), in[0], dt, f8);
 }
 /* no_gelu: GELU's own recompute off. Inside a remade region it gains nothing (the region's backward
    holds the re-run's gelu(h), one layer's, alive during that layer's backward only); next to one
@@ -512,14 +517,17 @@ static bt_tensor *gpt2__mlp_region(void *ctx, bt_tensor **in) {
     gpt2__region *r = (gpt2__region *)ctx;
     gpt2 *m = r->m; gpt2_layer *y = r->y; bt_dtype dt = r->dt;
     int old = r->no_gelu ? bt_set_recompute(bt_get_recompute() & ~BT_RECOMPUTE_GELU) : 0;
-    int plain = !r->f8 && !(m->split && m->split->mlp);
+    int f8 = r->f8, plain = !(m->split && m->split->mlp);
 #ifdef BT_MLIR
     plain = plain && !m->mlir;
 #endif
-    bt_tensor *out = plain   /* the fused MLP, which with GELU's recompute also remakes ln2's output */
+    bt_tensor *out = plain && f8   /* ln2's kernel writes the e4m3 output: no bf16 output */
+        ? bt_layernorm_mlp_gelu_fp8(in[0], GPT2_P(y->ln2w), GPT2_P(y->ln2b), 1e-5, GPT2_P(y->fcw), GPT2_P(y->fcb), GPT2_P(y->fcprojw),
+                                    GPT2_P(y->fcprojb), in[0], GPT2_F8(GPT2_FP8_FC), GPT2_F8(GPT2_FP8_FCPROJ))
+        : plain   /* the fused MLP, which with GELU's recompute also remakes ln2's output */
         ? bt_layernorm_mlp_gelu(in[0], GPT2_P(y->ln2w), GPT2_P(y->ln2b), 1e-5, GPT2_P(y->fcw), GPT2_P(y->fcb), GPT2_P(y->fcprojw),
                                 GPT2_P(y->fcprojb), in[0])
-        : gpt2__mlp(m, y, bt_layernorm(in[0], GPT2_P(y->ln2w), GPT2_P(y->ln2b), 1e-5), in[0], dt, r->f8);
+        : gpt2__mlp(m, y, bt_layernorm(in[0], GPT2_P(y->ln2w), GPT2_P(y->ln2b), 1e-5), in[0], dt, f8);
     if (r->no_gelu) bt_set_recompute(old);
     return out;
 }

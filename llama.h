@@ -447,24 +447,26 @@ static bt_tensor *llama__linear(bt_fp8_state *st, bt_tensor *x, bt_tensor *w, bt
 
 /* x + the attention block of rmsnorm(x) [B, T, C]: one projection to [B, T, (H + 2 Hkv) D] (q, k, v
    heads side by side; bf16/fp32 through bt_rmsnorm_linear, so BT_RECOMPUTE_NORM remakes the norm's
-   output), RoPE on q and k and grouped-query attention in one op that reads K, V per group in place */
+   output; FP8 through bt_rmsnorm_linear_fp8, the norm's kernel writing its e4m3 output), RoPE on q
+   and k and grouped-query attention in one op that reads K, V per group in place */
 static bt_tensor *llama__attention(llama *m, llama_layer *y, bt_tensor *x, bt_dtype dt, int f8) {
     const llama_config *c = &m->cfg;
     bt_tensor *nw = LLAMA_P(y->attn_norm);
     if (m->split && m->split->attention) return bt_add(x, m->split->attention(m, y, bt_rmsnorm(x, nw, c->eps), dt));
-    bt_tensor *qkv = f8 ? llama__linear(LLAMA_F8(LLAMA_FP8_QKV), bt_rmsnorm(x, nw, c->eps), LLAMA_P(y->wqkv), NULL)
+    bt_tensor *qkv = f8 ? bt_rmsnorm_linear_fp8(x, nw, c->eps, LLAMA_P(y->wqkv), NULL, LLAMA_F8(LLAMA_FP8_QKV))
                         : bt_rmsnorm_linear(x, nw, c->eps, LLAMA_P(y->wqkv), NULL);
     bt_tensor *o = bt_attention_qkv_ex(qkv, c->H, c->Hkv, &c->rope);
     return llama__linear(LLAMA_F8(LLAMA_FP8_O), o, LLAMA_P(y->wo), x);
 }
-/* x + W2 swiglu(W13 rmsnorm(x)) (W13 through bt_rmsnorm_linear); FP8: bt_mlp_swiglu_fp8, SwiGLU and
-   its gradient inside the casts of the second linear's input and the first's gradient */
+/* x + W2 swiglu(W13 rmsnorm(x)) (W13 through bt_rmsnorm_linear); FP8: bt_rmsnorm_mlp_swiglu_fp8, the
+   norm's output cast in its kernel, SwiGLU and its gradient inside the casts of the second linear's
+   input and the first's gradient */
 static bt_tensor *llama__mlp(llama *m, llama_layer *y, bt_tensor *x, bt_dtype dt, int f8) {
     bt_tensor *nw = LLAMA_P(y->mlp_norm);
     if (m->split && m->split->mlp) return bt_add(x, m->split->mlp(m, y, bt_rmsnorm(x, nw, m->cfg.eps), dt));
     if (f8)
-        return bt_mlp_swiglu_fp8(bt_rmsnorm(x, nw, m->cfg.eps), LLAMA_P(y->w13), LLAMA_P(y->w2), x, LLAMA_F8(LLAMA_FP8_W13),
-                                 LLAMA_F8(LLAMA_FP8_W2));
+        return bt_rmsnorm_mlp_swiglu_fp8(x, nw, m->cfg.eps, LLAMA_P(y->w13), LLAMA_P(y->w2), x, LLAMA_F8(LLAMA_FP8_W13),
+                                         LLAMA_F8(LLAMA_FP8_W2));
     return bt_linear_add(bt_swiglu(bt_rmsnorm_linear(x, nw, m->cfg.eps, LLAMA_P(y->w13), NULL)), LLAMA_P(y->w2), NULL, x);
 }
 /* The block's two sublayers as bt_checkpoint regions (bt_autograd.h), as gpt2.h's: each takes the

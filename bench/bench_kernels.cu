@@ -511,6 +511,31 @@ int main(void) {
             report("fp8_transpose", shp, ms, 2.0 * nh, 0);
             bt_free(lg); bt_free(q); bt_free(qt); bt_free(tg); bt_free(loss); bt_free(gloss);
         }
+        /* layernorm then the cast of its output, against bt_k_layernorm_fp8 (the norm writing e4m3 q, then the byte transpose; no
+           bf16 output), at d48's [8192, 1600] and d12 B 16's [16384, 768]; bytes: the fused kernel's */
+        const int64_t lshapes[2][2] = {{R, Cd}, {16384, 768}};
+        for (int k = 0; k < 2; k++) {
+            int64_t rows = lshapes[k][0], cols = lshapes[k][1], n = rows * cols;
+            nc = ncopies(4.0 * n);
+            void *x[MAXCOPIES], *y[MAXCOPIES];
+            uint8_t *q[MAXCOPIES], *qt[MAXCOPIES];
+            for (int i = 0; i < nc; i++) {
+                x[i] = randn(BT_BF16, n, 170 + i, 1); y[i] = dev((size_t)n * 2);
+                q[i] = (uint8_t *)dev((size_t)n); qt[i] = (uint8_t *)dev((size_t)n);
+            }
+            void *w = randn(BT_BF16, cols, 180, 1), *b = randn(BT_BF16, cols, 181, 1);
+            float *mean = (float *)dev((size_t)rows * 4), *rstd = (float *)dev((size_t)rows * 4);
+            snprintf(shp, sizeof shp, "[%lld, %lld] bf16", (long long)rows, (long long)cols);
+            BENCH(ms, {
+                bt_k_layernorm(BT_BF16, y[it], mean, rstd, x[it], w, b, rows, cols, 1e-5f, S);
+                bt_k_fp8_cast(BT_BF16, BT_F8E4M3, q[it], qt[it], y[it], rows, cols, NULL, sc, sc + 4, sc + 8, S);
+            });
+            report("layernorm, then fp8_cast e4m3", shp, ms, 4.0 * n + 8.0 * rows, 0);
+            BENCH(ms, bt_k_layernorm_fp8(BT_BF16, q[it], qt[it], mean, rstd, x[it], w, b, rows, cols, 1e-5f, sc, sc + 4, sc + 8, S));
+            report("layernorm_fp8 (q, then the transpose)", shp, ms, 4.0 * n + 8.0 * rows, 0);
+            for (int i = 0; i < nc; i++) { bt_free(x[i]); bt_free(y[i]); bt_free(q[i]); bt_free(qt[i]); }
+            bt_free(w); bt_free(b); bt_free(mean); bt_free(rstd);
+        }
         bt_free(sc);
     }
     /* ---- embedding backward (tokens + positions) ---- */

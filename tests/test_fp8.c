@@ -739,6 +739,54 @@ static void test_mlp_swiglu_fp8(void) {
     bt_scope_end();
 }
 
+/* bt_layernorm_linear_fp8 and bt_layernorm_mlp_gelu_fp8 on the CPU: the compositions they name (the
+   fused kernel is the GPU's: tests/test_fp8_gpu.cu), every bit of y, the gradients (the layernorm's
+   w and b included) and the states over three delayed steps, and the nodes the composition's */
+static void test_norm_ops(void) {
+    const long B = 2, T = 16, C = 16, HID = 32, R = B * T;
+    bt_fp8_opts o = bt_fp8_default_opts();
+    o.recipe = BT_FP8_DELAYED; o.history = 4;
+    for (int mlp = 0; mlp < 2; mlp++) {
+        bt_fp8_state st[2][2];
+        for (int k = 0; k < 2; k++) { bt_fp8_state_init(&st[k][0], &o, CPU, NULL); bt_fp8_state_init(&st[k][1], &o, CPU, NULL); }
+        const long sz[7] = {R * C, C, C, HID * C, HID, C * HID, C};
+        const bt_shape shp[7] = {bt_shape3(B, T, C), bt_shape1(C), bt_shape1(C), bt_shape2(HID, C), bt_shape1(HID), bt_shape2(C, HID), bt_shape1(C)};
+        bt_tensor *lv[2][7];
+        for (int i = 0; i < 7; i++) {
+            float *v = values(sz[i], i == 0 ? 1.0 : 0.3, BT_BF16, 0, 0);
+            for (int k = 0; k < 2; k++) lv[k][i] = leaf_of(v, shp[i], BT_BF16, 1);
+            free(v);
+        }
+        int bad = 0, fused = 0;
+        for (int step = 0; step < 3; step++) {
+            bt_scope_begin();
+            bt_tensor *y[2] = {NULL, NULL}, *up = bt_randn(mlp ? bt_shape3(B, T, C) : bt_shape3(B, T, HID), BT_F32, CPU, 60 + step);
+            for (int k = 0; k < 2; k++) {
+                bt_tensor **a = lv[k];
+                if (mlp) y[k] = k ? bt_layernorm_mlp_gelu_fp8(a[0], a[1], a[2], 1e-5, a[3], a[4], a[5], a[6], a[0], &st[k][0], &st[k][1])
+                                  : bt_mlp_gelu_fp8(bt_layernorm(a[0], a[1], a[2], 1e-5), a[3], a[4], a[5], a[6], a[0], &st[k][0], &st[k][1]);
+                else y[k] = k ? bt_layernorm_linear_fp8(a[0], a[1], a[2], 1e-5, a[3], a[4], &st[k][0])
+                              : bt_linear_fp8(bt_layernorm(a[0], a[1], a[2], 1e-5), a[3], a[4], &st[k][0]);
+                if (k) fused += !strncmp(y[k]->grad_fn->op, "layernorm_", 10);
+                bt_backward(bt_sum(bt_mul(bt_cast(y[k], BT_F32), up), NULL, 0, 0));
+            }
+            bad += memcmp(bt_data_ptr(y[0]), bt_data_ptr(y[1]), 2 * (size_t)bt_numel(y[0])) != 0;
+            for (int i = 0; i < (mlp ? 7 : 5); i++)
+                bad += !lv[0][i]->grad || !lv[1][i]->grad || memcmp(bt_data_ptr(lv[0][i]->grad), bt_data_ptr(lv[1][i]->grad), 2 * (size_t)sz[i]) != 0;
+            for (int j = 0; j < 1 + mlp; j++) {
+                bt_fp8_update(&st[0][j]); bt_fp8_update(&st[1][j]);
+                bad += memcmp(bt_data_ptr(st[0][j].buf), bt_data_ptr(st[1][j].buf), sizeof(float) * (size_t)bt_numel(st[0][j].buf)) != 0;
+            }
+            bt_scope_end();
+        }
+        BT_CHECK(bad == 0 && fused == 0, "%s: %d outputs, gradients or states differ from the composition; %d fused nodes on the CPU",
+                 mlp ? "layernorm_mlp_gelu_fp8" : "layernorm_linear_fp8", bad, fused);
+        for (int k = 0; k < 2; k++) {
+            for (int i = 0; i < 7; i++) bt_release(lv[k][i]);
+            bt_fp8_state_free(&st[k][0]); bt_fp8_state_free(&st[k][1]);
+        }
+    }
+}
 /* bad arguments: each error names the op and what was expected */
 static void test_errors(void) {
     bt_scope_begin();
@@ -787,6 +835,7 @@ int main(void) {
     BT_RUN(test_mlp_gelu_fp8);
     BT_RUN(test_mlp_swiglu_fp8);
     BT_RUN(test_lxent_fp8);
+    BT_RUN(test_norm_ops);
     BT_RUN(test_errors);
     return bt_test_summary("test_fp8");
 }

@@ -40,6 +40,11 @@
                the same bits but for b1's gradient (its sums in another order). The same for
                SwiGLU (SWIGLU, DSWIGLU against bt_k_swiglu / bt_k_swiglu_backward; bt_mlp_swiglu_fp8
                against its composition, every bit).
+     norms     bt_k_layernorm_fp8 and bt_k_rmsnorm_fp8 (the norm's output cast in its own kernel) against
+               the norm kernel writing its output and bt_k_fp8_cast of it: the same bytes, statistics,
+               scales and amaxes; bt_layernorm_linear_fp8, bt_layernorm_mlp_gelu_fp8 and their RMSNorm
+               twins against their compositions, every bit, the fused kernel taken once the delayed
+               history is primed.
      errors    shapes that are not multiples of 16, f64, a state on another device, a scale pointer
                off 16 bytes. */
 #include "bt_autograd.h"
@@ -683,6 +688,147 @@ static void test_mlp_op(void) {
         }
 }
 
+/* bt_k_layernorm_fp8 / bt_k_rmsnorm_fp8 against bt_k_layernorm / bt_k_rmsnorm writing y, then
+   bt_k_fp8_cast of y with the same delayed scale: q, qt, mean, rstd, the scale used and the amax
+   accumulated the same bits. Shapes on the warp path (C <= 1024) and the block-row path (C 1600,
+   GPT-2 1.5B's, and 2048, a Llama's), w and b given or not, rows past the grid's first pass. */
+static long norm_case(bt_dtype dt, int rms, long rows, long C, int wb, int with_qt) {
+    long n = rows * C, bad = 0;
+    size_t es = bt_dtype_size(dt);
+    float *xv = (float *)malloc(sizeof(float) * (size_t)n), *wv = (float *)malloc(sizeof(float) * (size_t)(2 * C));
+    for (long i = 0; i < n; i++) xv[i] = (float)(0.5 + 2.0 * rnorm() + (i % C == 7 ? 40.0 : 0.0));   /* an outlier column */
+    for (long j = 0; j < 2 * C; j++) wv[j] = (float)(j < C ? 1.0 + 0.3 * rnorm() : 0.2 * rnorm());
+    round_to(dt, xv, n); round_to(dt, wv, 2 * C);
+    bt_device g = bt_cuda_device(0);
+    bt_tensor *x = tensor_of(xv, bt_shape2(rows, C), dt, g), *w = tensor_of(wv, bt_shape1(C), dt, g);
+    bt_tensor *b = tensor_of(wv + C, bt_shape1(C), dt, g);
+    const void *wp = wb ? bt_data_ptr(w) : NULL, *bp = wb && !rms ? bt_data_ptr(b) : NULL;
+    void *y = dev_alloc((size_t)n * es);
+    uint8_t *q[2] = {(uint8_t *)dev_alloc((size_t)n), (uint8_t *)dev_alloc((size_t)n)};
+    uint8_t *qt[2] = {(uint8_t *)dev_alloc((size_t)n), (uint8_t *)dev_alloc((size_t)n)};
+    float *st[2] = {(float *)dev_alloc(sizeof(float) * (size_t)(2 * rows)), (float *)dev_alloc(sizeof(float) * (size_t)(2 * rows))};
+    float *f = (float *)dev_alloc(8 * sizeof(float));          /* per side: [0] scale_in, [1] scale_used, [3] amax_acc */
+    float init[8] = {0.0371f, -1.f, 0.f, 0.125f, 0.0371f, -1.f, 0.f, 0.125f};
+    CK(cudaMemcpy(f, init, sizeof init, cudaMemcpyHostToDevice));
+    cudaStream_t s = st0();
+    const void *xp = bt_data_ptr(x);
+    if (!bt_k_norm_fp8_fits(dt, rows, C, xp, wp, bp, q[1], with_qt ? qt[1] : NULL)) { bad = 1000000; goto out; }
+    if (rms) {
+        bt_k_rmsnorm(dt, y, st[0] + rows, xp, wp, rows, C, 1e-5f, s);
+        bt_k_rmsnorm_fp8(dt, q[1], with_qt ? qt[1] : NULL, st[1] + rows, xp, wp, rows, C, 1e-5f, f + 4, f + 5, f + 7, s);
+    } else {
+        bt_k_layernorm(dt, y, st[0], st[0] + rows, xp, wp, bp, rows, C, 1e-5f, s);
+        bt_k_layernorm_fp8(dt, q[1], with_qt ? qt[1] : NULL, st[1], st[1] + rows, xp, wp, bp, rows, C, 1e-5f, f + 4, f + 5, f + 7, s);
+    }
+    bt_k_fp8_cast(dt, BT_F8E4M3, q[0], with_qt ? qt[0] : NULL, y, rows, C, NULL, f, f + 1, f + 3, s);
+    CK(cudaStreamSynchronize(s));
+    for (int k = 0; k < 1 + with_qt; k++) {
+        uint8_t *h0 = (uint8_t *)to_host(k ? qt[0] : q[0], (size_t)n), *h1 = (uint8_t *)to_host(k ? qt[1] : q[1], (size_t)n);
+        for (long i = 0; i < n; i++) bad += h0[i] != h1[i];
+        free(h0); free(h1);
+    }
+    {
+        uint32_t *s0 = (uint32_t *)to_host(st[0], sizeof(float) * (size_t)(2 * rows)), *s1 = (uint32_t *)to_host(st[1], sizeof(float) * (size_t)(2 * rows));
+        for (long i = rms ? rows : 0; i < 2 * rows; i++) bad += s0[i] != s1[i];
+        free(s0); free(s1);
+        float hf[8];
+        CK(cudaMemcpy(hf, f, sizeof hf, cudaMemcpyDeviceToHost));
+        bad += bits_of(hf[1]) != bits_of(hf[5]) || bits_of(hf[3]) != bits_of(hf[7]) || !(hf[7] > 0.125f);
+    }
+out:
+    CK(cudaFree(y)); CK(cudaFree(f));
+    for (int k = 0; k < 2; k++) { CK(cudaFree(q[k])); CK(cudaFree(qt[k])); CK(cudaFree(st[k])); }
+    bt_release(x); bt_release(w); bt_release(b);
+    free(xv); free(wv);
+    return bad;
+}
+static void test_norm_cast(void) {
+    NEED_FP8();
+    const long shapes[6][2] = {{64, 64}, {272, 768}, {4160, 768}, {96, 1600}, {2080, 1600}, {48, 2048}};
+    const bt_dtype dts[2] = {BT_BF16, BT_F32};
+    long bad = 0;
+    for (int d = 0; d < 2; d++)
+        for (int k = 0; k < 6; k++)
+            for (int rms = 0; rms < 2; rms++)
+                for (int wb = 0; wb < 2; wb++) {
+                    long e = norm_case(dts[d], rms, shapes[k][0], shapes[k][1], wb, k != 1 || wb);
+                    if (e) printf("info: %s %s [%ld, %ld] w,b %d: %ld wrong\n", bt_dtype_name(dts[d]), rms ? "rmsnorm" : "layernorm",
+                                  shapes[k][0], shapes[k][1], wb, e);
+                    bad += e;
+                }
+    BT_CHECK(bad == 0, "%ld bytes, statistics, scales or amaxes differ from the norm kernel then the cast", bad);
+    BT_CHECK(!bt_k_norm_fp8_fits(BT_BF16, 40, 768, NULL, NULL, NULL, NULL, NULL) && !bt_k_norm_fp8_fits(BT_BF16, 64, 8192, NULL, NULL, NULL, NULL, NULL) &&
+             !bt_k_norm_fp8_fits(BT_BF16, 64, 100, NULL, NULL, NULL, NULL, NULL) && bt_k_norm_fp8_fits(BT_BF16, 64, 1600, NULL, NULL, NULL, NULL, NULL),
+             "bt_k_norm_fp8_fits: rows %% 16, C <= 4096, whole vectors");
+}
+/* bt_layernorm_linear_fp8, bt_layernorm_mlp_gelu_fp8, bt_rmsnorm_linear_fp8 and
+   bt_rmsnorm_mlp_swiglu_fp8 against the compositions they name (bf16, both recipes, three steps; x a
+   node's output and, in the MLPs, also their residual, as in a GPT-2 or Llama block): y, the
+   gradients of x, the norm's w (and b) and every other input, and the states after each update the
+   same bits. With the delayed recipe the steps after the first take the fused kernel (the node is
+   the fused op's). */
+static void test_norm_ops(void) {
+    NEED_FP8();
+    bt_device g = bt_cuda_device(0);
+    const long B = 2, T = 64, C = 128, HID = 256, R = B * T;
+    const char *names[4] = {"layernorm_linear", "layernorm_mlp_gelu", "rmsnorm_linear", "rmsnorm_mlp_swiglu"};
+    for (int rec = 0; rec < 2; rec++)
+        for (int mode = 0; mode < 4; mode++) {
+            const int mlp = mode & 1;
+            bt_fp8_opts o = bt_fp8_default_opts();
+            o.recipe = rec ? BT_FP8_DELAYED : BT_FP8_CURRENT; o.history = 4;
+            bt_fp8_state st[2][2];
+            for (int k = 0; k < 2; k++) { bt_fp8_state_init(&st[k][0], &o, g, NULL); bt_fp8_state_init(&st[k][1], &o, g, NULL); }
+            /* x, nw, nb, w1 (SwiGLU: w13 [2 HID, C]), b1, w2, b2 */
+            const long H1 = mode == 3 ? 2 * HID : HID;
+            const long sz[7] = {R * C, C, C, H1 * C, HID, C * HID, C};
+            const double sd[7] = {1.0, 0.3, 0.3, 0.2, 0.3, 0.1, 0.3};
+            const bt_shape shp[7] = {bt_shape3(B, T, C), bt_shape1(C), bt_shape1(C), bt_shape2(H1, C), bt_shape1(HID), bt_shape2(C, HID), bt_shape1(C)};
+            bt_tensor *lv[2][7];
+            for (int i = 0; i < 7; i++) {
+                float *v = (float *)malloc(sizeof(float) * (size_t)sz[i]);
+                for (long j = 0; j < sz[i]; j++) v[j] = (float)((i == 1 ? 1.0 : 0.0) + sd[i] * rnorm());
+                round_to(BT_BF16, v, sz[i]);
+                for (int k = 0; k < 2; k++) { lv[k][i] = tensor_of(v, shp[i], BT_BF16, g); bt_set_requires_grad(lv[k][i], 1); }
+                free(v);
+            }
+            const int used[4][7] = {{1, 1, 1, 1, 1, 0, 0}, {1, 1, 1, 1, 1, 1, 1}, {1, 1, 0, 1, 0, 0, 0}, {1, 1, 0, 1, 0, 1, 0}};
+            int bad = 0, fused = 0;
+            for (int step = 0; step < 3; step++) {
+                bt_scope_begin();
+                bt_tensor *up = bt_randn(mlp ? bt_shape3(B, T, C) : bt_shape3(B, T, H1), BT_F32, g, 40 + step), *y[2] = {NULL, NULL};
+                for (int k = 0; k < 2; k++) {
+                    bt_tensor **a = lv[k], *x = bt_add(a[0], a[0]);   /* x a node's output, as a residual stream is */
+                    bt_fp8_state *s1 = &st[k][0], *s2 = &st[k][1];
+                    if (k) y[k] = mode == 0 ? bt_layernorm_linear_fp8(x, a[1], a[2], 1e-5, a[3], a[4], s1)
+                                : mode == 1 ? bt_layernorm_mlp_gelu_fp8(x, a[1], a[2], 1e-5, a[3], a[4], a[5], a[6], x, s1, s2)
+                                : mode == 2 ? bt_rmsnorm_linear_fp8(x, a[1], 1e-5, a[3], NULL, s1)
+                                            : bt_rmsnorm_mlp_swiglu_fp8(x, a[1], 1e-5, a[3], a[5], x, s1, s2);
+                    else y[k] = mode == 0 ? bt_linear_fp8(bt_layernorm(x, a[1], a[2], 1e-5), a[3], a[4], s1)
+                              : mode == 1 ? bt_mlp_gelu_fp8(bt_layernorm(x, a[1], a[2], 1e-5), a[3], a[4], a[5], a[6], x, s1, s2)
+                              : mode == 2 ? bt_linear_fp8(bt_rmsnorm(x, a[1], 1e-5), a[3], NULL, s1)
+                                          : bt_mlp_swiglu_fp8(bt_rmsnorm(x, a[1], 1e-5), a[3], a[5], x, s1, s2);
+                    if (k) fused += y[k]->grad_fn && (!strncmp(y[k]->grad_fn->op, "layernorm_", 10) || !strncmp(y[k]->grad_fn->op, "rmsnorm_", 8));
+                    bt_backward(bt_sum(bt_mul(bt_cast(y[k], BT_F32), up), NULL, 0, 0));
+                }
+                bad += !same_bytes(y[0], y[1]);
+                for (int i = 0; i < 7; i++) if (used[mode][i]) bad += !same_bytes(lv[0][i]->grad, lv[1][i]->grad);
+                for (int j = 0; j < 1 + mlp; j++) {
+                    bt_fp8_update(&st[0][j]); bt_fp8_update(&st[1][j]);
+                    bad += !same_bytes(st[0][j].buf, st[1][j].buf) || st[0][j].primed != st[1][j].primed;
+                }
+                for (int k = 0; k < 2; k++) for (int i = 0; i < 7; i++) bt_test_drop_grad(lv[k][i]);
+                bt_scope_end();
+            }
+            BT_CHECK(bad == 0 && fused == (rec ? 2 : 0), "%s %s: %d outputs, gradients or states differ from the composition's; %d fused steps",
+                     rec ? "delayed" : "current", names[mode], bad, fused);
+            for (int k = 0; k < 2; k++) {
+                for (int i = 0; i < 7; i++) bt_release(lv[k][i]);
+                bt_fp8_state_free(&st[k][0]); bt_fp8_state_free(&st[k][1]);
+            }
+        }
+}
+
 /* the largest |a - b| over the largest |b| of two tensors of one shape */
 static double maxnorm_rel(bt_tensor *a, bt_tensor *b) {
     double *x = bt_test_host(a), *y = bt_test_host(b), e = 0, top = 0;
@@ -877,6 +1023,8 @@ int main(void) {
     BT_RUN(test_mlp_op);
     BT_RUN(test_cast_swiglu);
     BT_RUN(test_swiglu_op);
+    BT_RUN(test_norm_cast);
+    BT_RUN(test_norm_ops);
     BT_RUN(test_lxent_op);
     BT_RUN(test_xent_fp8);
     BT_RUN(test_errors);

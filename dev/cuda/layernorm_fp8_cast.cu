@@ -17,43 +17,29 @@
      v6  v2 without the prefetch (32-row tiles)
      v7  64-row tiles (qt in 64-byte pieces, as bt_k_fp8_cast's tiles)
      v8  v1 again, last: the clock's drift over the run
-   Each call takes the next of 8 copies of x, y, q and qt (400 MB, past the 50 MB L2), so x is read
-   from memory as in a training step at the default run's micro-batches (a norm's input there is
-   0.4 GB); an earlier form of this ladder reused one copy, x then stayed in L2 and the one-kernel
+   Each call takes the next of 8 copies of x, y, q and qt (400 MB at the two smaller shapes, past
+   the 50 MB L2), so x is read from memory as in a training step at the default run's
+   micro-batches (a norm's input there is 0.4 GB); an earlier form of this ladder reused one copy, x then stayed in L2 and the one-kernel
    versions looked 3-4 us faster than they are. Measured cold (H200, 2026-12-04, two runs in two
    calls, the second's), us at [8192, 1600] / [16384, 768]: v0 44.0 / 36.0, v1 41.2 / 30.0, v2
    46.3 / 31.8, v3 56.2 / 33.4, v4 56.4 / 36.2, v5 39.7 / 30.1, v6 43.0 / 30.5, v7 58.3 / 35.9, v1
    again 41.0 / 30.2; every version the pair's bytes. So v1 and v5 save 3-4 us a norm at d48's
    shape and 6 at d12 B 16's. Rows in flight lose (ptxas: v3 72 registers on the block rows, 100
    on the warp path; v4 118, and 128 with spills); wider tiles lose too.
-   In the library (commit 8672b85: 75e1e17's fused ops, bt_layernorm_linear_fp8 and the like,
-   with v1's form; the ladder timed that kernel at 41.4 / 31.3 us) the fold was no faster end to
-   end: A/B against the binary without it in one call, `bash bench/bench_gpt2.sh` with `BIN="new
-   old" PREC=fp8 TORCH=0`, H200, 2026-12-04: the default d12 run 799,653 against 808,146 tok/s
-   (two rounds; 813,665 against 818,261 in an earlier call), d12 B 16 708,873 against 708,772
-   (three rounds), d48 B 8 67,783 against 67,752 (two), the same losses bit for bit; reverted
-   (bench/RESULTS.md#fp8).
+   At a d12 default-run micro-batch's [262144, 768] (a third call, the same day): v0 434.8, v1 634.2, v2 419.1,
+   v3 414.8, v4 499.0, v5 352.2, v6 398.7, v7 399.7, v1 again 634.2 us. There qt (201 MB) is far past
+   L2, and the tile versions' 16- or 32-byte pieces of its far-apart rows go to memory as partial
+   sectors; at the two smaller shapes all of qt stays in L2. v1 in the library (commit 8672b85) was
+   thus no faster end to end (the default d12 run -1.1%); v5 is the fastest at every shape and is
+   what bt_fp8.cuh section 4 ships (+0.3% for the default run, bench/RESULTS.md#fp8).
    Each version is checked against v0 on fresh random inputs (q, qt, mean, rstd, the scale used and
    the amax, every byte) and timed with CUDA events (the median of 50 calls), at GPT-2 1.5B's
-   [8192, 1600] (the block-row path) and GPT-2 124M B 16's [16384, 768] (the warp path).
+   [8192, 1600] (the block-row path), GPT-2 124M B 16's [16384, 768] (the warp path) and the
+   default run's [262144, 768].
    Build: make dev (build/dev/layernorm_fp8_cast); run: build/dev/layernorm_fp8_cast */
 #include "common.cuh"
 
-/* bt__k_bsum over the nw warps of group grp (threads grp nw 32 ..): the same sums in the same order */
-struct group_sum {
-    float *sh; int nw, grp;
-    __device__ float operator()(float v) const {
-        v = bt__k_wsum(v);
-        int w = (threadIdx.x >> 5) - grp * nw, l = threadIdx.x & 31;
-        __syncthreads();
-        if (l == 0) sh[w] = v;
-        __syncthreads();
-        v = l < nw ? sh[l] : 0.f;
-        return bt__k_wsum(v);
-    }
-};
-
-/* v1..v4: TR rows a tile (16 or 32), RIF rows in flight per warp or group, PF: the tile prefetched to L2;
+/* v1..v7: TR rows a tile (16, 32 or 64), RIF rows in flight per warp or group, PF: the tile prefetched to L2;
    QT 0 (v5): q alone, no tile (qt by bt_k_fp8_transpose after) */
 template <typename T, int NV, int WARP, int TR, int RIF, int PF, int QT = 1>
 __global__ void __launch_bounds__(512) norm_cast(uint8_t *q, uint8_t *qt, float *mean, float *rstd, const T *x, const T *w, const T *b,
@@ -84,7 +70,7 @@ __global__ void __launch_bounds__(512) norm_cast(uint8_t *q, uint8_t *qt, float 
                 const int64_t row = r0 + lr;
                 float mu, rs;
                 if (WARP) bt__k_ln_row<T, NV, 0>(v[j], w, b, nvec, t, 32, C, eps, bt__k_warp_sum(), mu, rs);
-                else bt__k_ln_row<T, NV, 0>(v[j], w, b, nvec, t, S, C, eps, group_sum{gsh + 32 * grp, S >> 5, grp}, mu, rs);
+                else bt__k_ln_row<T, NV, 0>(v[j], w, b, nvec, t, S, C, eps, bt__k_group_sum{gsh + 32 * grp, S >> 5, grp}, mu, rs);
 #pragma unroll
                 for (int i = 0; i < NV; i++) {
                     const int c = t + S * i;
@@ -163,9 +149,9 @@ static void launch(int ver, uint8_t *q, uint8_t *qt, float *mean, float *rstd, c
 int main(void) {
     bt_k_init(0);
     cudaStream_t s = (cudaStream_t)0;
-    const int64_t shapes[2][2] = {{8192, 1600}, {16384, 768}};
+    const int64_t shapes[3][2] = {{8192, 1600}, {16384, 768}, {262144, 768}};
     enum { K = 8 };                                   /* copies taken in turn (cold): 8 x 4 bytes an element, 400 MB > L2 */
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
         const int64_t rows = shapes[k][0], C = shapes[k][1], n = rows * C;
         T *x[K], *y[K], *w, *b;
         uint8_t *q[K + 1], *qt[K + 1];
