@@ -1830,8 +1830,8 @@ typedef struct { bt_tensor *w, *b; double eps; int rms; bt_tensor *mean, *rstd; 
    composition, whose layernorm names what is wrong), and x needing a gradient wherever w or b do
    (the layernorm's gradients start from x's slot) */
 static int bt__fp8_ln_fuses(bt_fp8_state *st, bt_tensor *x, bt_tensor *w, bt_tensor *b, double eps, int rms) {
-    if (!bt__fused(BT_FUSE_NORM_FP8) || !st || !st->buf || !bt__is_gpu(x) || st->opts.recipe != BT_FP8_DELAYED ||
-        !(st->primed >> BT_FP8_X & 1u) || !bt_device_eq(bt_device_of(st->buf), bt_device_of(x)) || !(eps > 0) || x->ndim < 1)
+    if (!bt__fused(BT_FUSE_NORM_FP8) || !st || !st->buf || !bt__is_gpu(x) || !bt__fp8_delayed(st, BT_FP8_X) ||
+        !bt_device_eq(bt_device_of(st->buf), bt_device_of(x)) || !(eps > 0) || x->ndim < 1)
         return 0;
     int64_t C = x->shape[x->ndim - 1], R = C ? bt_numel(x) / C : 0;
     if (rms && b) return 0;
@@ -1857,9 +1857,7 @@ static int bt__fp8_ln_fuses(bt_fp8_state *st, bt_tensor *x, bt_tensor *w, bt_ten
 static void bt__fp8_ln_cast(bt_fp8_state *st, bt__fp8_ln *ln, bt_tensor *x2, bt_tensor *q, bt_tensor *qt, float *slot) {
     int64_t rows = x2->shape[0], C = x2->shape[1];
     bt_device dev = bt_device_of(x2);
-    st->seen |= 1u << BT_FP8_X;
-    float *row = (float *)bt_data_ptr(st->buf) + BT_FP8_X * (2 + st->opts.history);
-    st->buf->storage->version++;
+    float *row = bt__fp8_role_row(st, BT_FP8_X);
     ln->mean = ln->rms ? NULL : bt__new(bt_shape1(rows), BT_F32, dev);
     ln->rstd = bt__new(bt_shape1(rows), BT_F32, dev);
 #ifdef BT_CUDA
@@ -1877,12 +1875,17 @@ static void bt__fp8_ln_cast(bt_fp8_state *st, bt__fp8_ln *ln, bt_tensor *x2, bt_
     (void)q; (void)qt; (void)slot; (void)row; (void)C;
 #endif
 }
-static void bt__fp8_ln_save(bt_node *n, bt__fp8_ln *ln, bt_tensor *xc) {
-    n->i[3] = n->n_saved; n->i[4] = ln->w != NULL; n->i[5] = ln->b != NULL; n->i[6] = ln->rms;
-    bt__save(n, xc);
-    if (!ln->rms) bt__save(n, ln->mean);
-    bt__save(n, ln->rstd);
-    if (ln->w) bt__save(n, ln->w);
+/* the op's node n (may be NULL: no graph) keeps x (xc), mean, rstd and w after its own saved
+   tensors; the op's references to mean and rstd end here */
+static void bt__fp8_ln_keep(bt_node *n, bt__fp8_ln *ln, bt_tensor *xc) {
+    if (n) {
+        n->i[3] = n->n_saved; n->i[4] = ln->w != NULL; n->i[5] = ln->b != NULL; n->i[6] = ln->rms;
+        bt__save(n, xc);
+        if (!ln->rms) bt__save(n, ln->mean);
+        bt__save(n, ln->rstd);
+        if (ln->w) bt__save(n, ln->w);
+    }
+    bt_release(ln->mean); bt_release(ln->rstd);
 }
 /* after the op's backward: gin[0], the gradient of the layernorm's output, into the layernorm's
    gradients (x's in gin[0], w's and b's in gin[iw], gin[iw + 1]). When x is also the op's residual
@@ -2019,9 +2022,8 @@ static bt_tensor *bt__linear_fp8(bt_tensor *x, bt_tensor *w, bt_tensor *b, bt_te
         bt__save(n, sc);
         if (xt) bt__save(n, xt);
         if (wt) bt__save(n, wt);
-        if (ln) bt__fp8_ln_save(n, ln, xc);
     }
-    if (ln) { if (ln->mean) bt_release(ln->mean); bt_release(ln->rstd); }
+    if (ln) bt__fp8_ln_keep(n, ln, xc);
     bt_release(qx); bt_release(xt); bt_release(wt); bt_release(sc);
     bt_release(x2); bt_release(xc); bt_release(wc); bt_release(bc); bt_release(rc);
     return bt__register(y);
@@ -2182,9 +2184,8 @@ static bt_tensor *bt__mlp_gelu_fp8(bt_tensor *x, bt_tensor *w1, bt_tensor *b1, b
         bt_tensor *keep[5] = {want_dh || remake ? h : NULL, xt, w1t, ut, w2t};
         for (int j = 0; j < 5; j++)
             if (keep[j]) { bt__save(n, keep[j]); n->i[0] |= 1 << j; }
-        if (ln) bt__fp8_ln_save(n, ln, xc);
     }
-    if (ln) { if (ln->mean) bt_release(ln->mean); bt_release(ln->rstd); }
+    if (ln) bt__fp8_ln_keep(n, ln, xc);
     bt_release(h); bt_release(xt); bt_release(w1t); bt_release(ut); bt_release(w2t); bt_release(sc);
     bt_release(x2); bt_release(xc); bt_release(w1c); bt_release(b1c); bt_release(w2c); bt_release(b2c); bt_release(rc);
     return bt__register(y);
@@ -2300,9 +2301,8 @@ static bt_tensor *bt__mlp_swiglu_fp8(bt_tensor *x, bt_tensor *w13, bt_tensor *w2
         bt_tensor *keep[5] = {want_du ? u : NULL, xt, w1t, yt, w2t};
         for (int j = 0; j < 5; j++)
             if (keep[j]) { bt__save(n, keep[j]); n->i[0] |= 1 << j; }
-        if (ln) bt__fp8_ln_save(n, ln, xc);
     }
-    if (ln) bt_release(ln->rstd);
+    if (ln) bt__fp8_ln_keep(n, ln, xc);
     bt_release(u); bt_release(xt); bt_release(w1t); bt_release(yt); bt_release(w2t); bt_release(sc);
     bt_release(x2); bt_release(xc); bt_release(w1c); bt_release(w2c); bt_release(rc);
     return bt__register(out);

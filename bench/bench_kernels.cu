@@ -511,8 +511,9 @@ int main(void) {
             report("fp8_transpose", shp, ms, 2.0 * nh, 0);
             bt_free(lg); bt_free(q); bt_free(qt); bt_free(tg); bt_free(loss); bt_free(gloss);
         }
-        /* layernorm then the cast of its output, against bt_k_layernorm_fp8 (the norm writing e4m3 q, then the byte transpose; no
-           bf16 output), at d48's [8192, 1600] and d12 B 16's [16384, 768]; bytes: the fused kernel's */
+        /* layernorm then the cast of its output, against bt_k_layernorm_fp8 (the norm writing e4m3 q, then the byte
+           transpose; no bf16 output), at d48's [8192, 1600] and d12 B 16's [16384, 768]; bytes: the least the result needs
+           (x read, q and qt written, mean and rstd), the same for both rows */
         const int64_t lshapes[2][2] = {{R, Cd}, {16384, 768}};
         for (int k = 0; k < 2; k++) {
             int64_t rows = lshapes[k][0], cols = lshapes[k][1], n = rows * cols;
