@@ -163,7 +163,7 @@ template <int E5M2> __device__ __forceinline__ uint32_t bt__k_fp8_cvt2(float a, 
     return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, E5M2 ? __NV_E5M2 : __NV_E4M3);
 }
 /* f[0 .. 7] to their bytes, each f * r rounded two a conversion (the first in the lowest byte): the
-   vector cast's and the FP8 cross-entropy's packing; m <- the larger of it and their amax bits */
+   vector cast's packing; m <- the larger of it and their amax bits */
 template <int E5M2> __device__ __forceinline__ uint2 bt__k_fp8_pack8(const float *f, float r, unsigned &m) {
     uint32_t w[2] = {0u, 0u};
 #pragma unroll
@@ -353,59 +353,73 @@ __global__ void __launch_bounds__(256) bt__k_fp8_cast_kernel(uint8_t *q, uint8_t
         if (lx == 0 && ly == 0 && m) atomicMax(amax_acc, m);
     }
 }
-/* The vector cast: one 64 x 64 tile at a time per block of 256 threads. Loads: a thread reads 8
-   consecutive elements of a row (16 bytes of bf16 / f16, two 16-byte loads of f32), 8 threads a
-   row's 64 columns, 32 rows a pass; it writes their 8 fp8 bytes to q (one 8-byte store) and as two
-   words to a shared tile of 64 rows x 16 words (+1 pad word: rows 4 apart fall in different banks).
-   Transpose: thread (c, k) gathers column c's bytes of rows 16 k .. 16 k + 15 (16 word reads, a byte
-   of each) and writes them as one 16-byte store to qt's row c, so 4 threads write 64 consecutive
-   bytes. Needs cols % 8 == 0, rows % 16 == 0 when qt is written, and x, q, qt 16-byte aligned (the
-   launcher checks; otherwise bt__k_fp8_cast_kernel). Per element: 2 or 4 bytes read, 1 or 2 written,
-   the same multiply and rounding as the scalar kernel (converted two at a time), so the same bytes. */
-template <typename T, int E5M2, int ACT>
+/* The vector cast: one 64 RT x 64 tile (RT 64 x 64 tiles stacked) at a time per block of 256 threads.
+   Loads: a thread reads 8 consecutive elements of a row (16 bytes of bf16 / f16, two 16-byte loads of
+   f32), 8 threads a row's 64 columns, 32 rows a pass, 2 RT passes; it writes their 8 fp8 bytes to q
+   (one 8-byte store) and as two words to a shared tile of 64 RT rows x 16 words (+1 pad word: rows 4
+   apart fall in different banks). Transpose: thread (c, k) gathers column c's bytes of rows 16 k ..
+   16 k + 15 of each 64-row part (16 word reads, a byte of each) and writes them as one 16-byte store
+   to qt's row c, the parts in turn, so 4 threads write 64 RT consecutive bytes of a qt row. Column
+   sums are per 64 rows (colsum [ceil(rows / 64), cols]). RT: 2 for GELU (a qt row's full 128-byte
+   line from one block: 10% faster at the default run's [262144, 3072]), 1 for the rest, where the
+   taller tile measured 2-7% slower (dev/cuda/fp8_cast_pipeline.cu). Needs cols % 8 == 0, rows % 16
+   == 0 when qt is written, and x, q, qt 16-byte aligned (the launcher checks; otherwise
+   bt__k_fp8_cast_kernel). Per element: 2 or 4 bytes read, 1 or 2 written, the same multiply and
+   rounding as the scalar kernel (converted two at a time), so the same bytes. */
+template <typename T, int E5M2, int ACT, int RT>
 __global__ void __launch_bounds__(256) bt__k_fp8_cast64_kernel(uint8_t *q, uint8_t *qt, float *colsum, const T *x, const T *hp,
                                                                 int64_t rows, int64_t cols, const float *amax_in,
                                                                 const float *scale_in, float *scale_used, unsigned *amax_acc) {
-    __shared__ uint32_t tile[64][17];
-    __shared__ float part[ACT == BT_FP8_ACT_DGELU || ACT == BT_FP8_ACT_X ? 32 : 1][65];   /* column sums: 32 row lanes x 64 columns */
+    constexpr bool SUMS = ACT == BT_FP8_ACT_DGELU || ACT == BT_FP8_ACT_X;
+    __shared__ uint32_t tile[64 * RT][17];
+    __shared__ float part[SUMS ? 32 : 1][65];         /* column sums: 32 row lanes x 64 columns */
     const float s = amax_in ? bt_fp8_scale_of(*amax_in, E5M2 ? BT_F8E5M2_MAX : BT_F8E4M3_MAX) : *scale_in, r = 1.f / s;
     const int t = threadIdx.x, cx = t & 7, ry = t >> 3, tcol = t >> 2, tk = t & 3;
-    const int64_t tc = (cols + 63) / 64, ntiles = (rows + 63) / 64 * tc;
+    const int64_t tc = (cols + 63) / 64, ntiles = (rows + 64 * RT - 1) / (64 * RT) * tc;
     unsigned m = 0;
     for (int64_t tt = blockIdx.x; tt < ntiles; tt += gridDim.x) {
-        const int64_t r0 = tt / tc * 64, c0 = tt % tc * 64;
-        float cs[8];
+        const int64_t r0 = tt / tc * 64 * RT, c0 = tt % tc * 64;
+        float cs[RT][8];
 #pragma unroll
-        for (int j = 0; j < 8; j++) cs[j] = 0.f;
+        for (int a = 0; a < RT; a++)
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int lr = ry + 32 * h;
-            const int64_t i = r0 + lr, c = c0 + cx * 8;
-            uint2 w = make_uint2(0u, 0u);
-            if (i < rows && c < cols) {
-                float fv[8];
-                bt__k_fp8_vals8<T, ACT>(fv, x, hp, i, c, cols);
+            for (int j = 0; j < 8; j++) cs[a][j] = 0.f;
 #pragma unroll
-                for (int j = 0; j < 8; j++) cs[j] += fv[j];
-                w = bt__k_fp8_pack8<E5M2>(fv, r, m);
-                if (q) *reinterpret_cast<uint2 *>(q + i * cols + c) = w;
+        for (int a = 0; a < RT; a++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int lr = 64 * a + ry + 32 * h;
+                const int64_t i = r0 + lr, c = c0 + cx * 8;
+                uint2 w = make_uint2(0u, 0u);
+                if (i < rows && c < cols) {
+                    float fv[8];
+                    bt__k_fp8_vals8<T, ACT>(fv, x, hp, i, c, cols);
+#pragma unroll
+                    for (int j = 0; j < 8; j++) cs[a][j] += fv[j];
+                    w = bt__k_fp8_pack8<E5M2>(fv, r, m);
+                    if (q) *reinterpret_cast<uint2 *>(q + i * cols + c) = w;
+                }
+                tile[lr][2 * cx] = w.x; tile[lr][2 * cx + 1] = w.y;
             }
-            tile[lr][2 * cx] = w.x; tile[lr][2 * cx + 1] = w.y;
-        }
-        if ((ACT == BT_FP8_ACT_DGELU || ACT == BT_FP8_ACT_X) && colsum) {   /* uniform: the tile's 64 column sums, rows in a fixed order */
+        if (SUMS && colsum) {                         /* uniform: each 64 rows' column sums, rows in a fixed order */
 #pragma unroll
-            for (int j = 0; j < 8; j++) part[ry][cx * 8 + j] = cs[j];
-            __syncthreads();
-            if (t < 64 && c0 + t < cols) {
-                float v = 0.f;
-                for (int k = 0; k < 32; k++) v += part[k][t];
-                colsum[(r0 / 64) * cols + c0 + t] = v;
+            for (int a = 0; a < RT; a++) {
+                if (a) __syncthreads();               /* the previous half's sums read */
+#pragma unroll
+                for (int j = 0; j < 8; j++) part[ry][cx * 8 + j] = cs[a][j];
+                __syncthreads();
+                if (t < 64 && c0 + t < cols && r0 + 64 * a < rows) {
+                    float v = 0.f;
+                    for (int k = 0; k < 32; k++) v += part[k][t];
+                    colsum[((r0 + 64 * a) / 64) * cols + c0 + t] = v;
+                }
             }
             if (!qt) __syncthreads();                 /* qt's barrier below does it otherwise */
         }
         if (qt) {                                     /* uniform over the block */
             __syncthreads();
-            bt__k_fp8_tile_col(qt, tile, r0, c0, rows, cols, tcol, tk);
+#pragma unroll
+            for (int a = 0; a < RT; a++) bt__k_fp8_tile_col(qt, tile + 64 * a, r0 + 64 * a, c0, rows, cols, tcol, tk);
             __syncthreads();                          /* the next tile overwrites it */
         }
     }
@@ -418,15 +432,17 @@ __global__ void __launch_bounds__(256) bt__k_fp8_cast64_kernel(uint8_t *q, uint8
         if (t == 0 && m) atomicMax(amax_acc, m);
     }
 }
-template <typename T, int ACT>
+template <typename T, int ACT, int RT = ACT == BT_FP8_ACT_GELU ? 2 : 1>
 static void bt__k_fp8_cast64_run(bt_dtype fmt, uint8_t *q, uint8_t *qt, float *colsum, const T *x, const T *h, int64_t rows, int64_t cols,
                                  const float *amax_in, const float *scale_in, float *scale_used, float *amax_acc, cudaStream_t s) {
-    int64_t ntiles = ((rows + 63) / 64) * ((cols + 63) / 64);
+    int64_t ntiles = ((rows + 64 * RT - 1) / (64 * RT)) * ((cols + 63) / 64);
     unsigned grid = bt__k_blocks(ntiles > 0 ? ntiles * 256 : 256, 256);
     if (fmt == BT_F8E5M2)
-        bt__k_fp8_cast64_kernel<T, 1, ACT><<<grid, 256, 0, s>>>(q, qt, colsum, x, h, rows, cols, amax_in, scale_in, scale_used, (unsigned *)amax_acc);
+        bt__k_fp8_cast64_kernel<T, 1, ACT, RT><<<grid, 256, 0, s>>>(q, qt, colsum, x, h, rows, cols, amax_in, scale_in, scale_used,
+                                                                   (unsigned *)amax_acc);
     else
-        bt__k_fp8_cast64_kernel<T, 0, ACT><<<grid, 256, 0, s>>>(q, qt, colsum, x, h, rows, cols, amax_in, scale_in, scale_used, (unsigned *)amax_acc);
+        bt__k_fp8_cast64_kernel<T, 0, ACT, RT><<<grid, 256, 0, s>>>(q, qt, colsum, x, h, rows, cols, amax_in, scale_in, scale_used,
+                                                                   (unsigned *)amax_acc);
 }
 static void bt__k_fp8_cast_check(const char *who, bt_dtype fmt, const float *amax_in, const float *scale_in, int64_t rows, int64_t cols) {
     if (fmt != BT_F8E4M3 && fmt != BT_F8E5M2) bt_error("%s: format %s is not f8e4m3 or f8e5m2", who, bt_dtype_name(fmt));
@@ -485,34 +501,43 @@ BTDEF void bt_k_fp8_cast(bt_dtype dt, bt_dtype fmt, uint8_t *q, uint8_t *qt, con
     BT__K_LAUNCHED("bt_k_fp8_cast");
 }
 
-/* The byte transpose: a block of 256 threads takes 64 rows x 256 columns at a time, as four 64 x 64
-   tiles side by side: a thread issues the 16-byte loads of its row's chunk of all four (64 bytes in
-   flight, 4 threads a row's 64 bytes of a tile) before it puts any into shared memory (64 rows x 16
-   words +1 pad each), then after the barrier gathers column c's bytes of 16 rows of each tile into
-   one 16-byte store to qt's row c, as the vector cast's transpose does. Four loads in flight instead
-   of one: 7-14% faster than one tile at a time at the head's [4096, 50304] and the hidden layers'
-   shapes (dev/cuda/fp8_transpose.cu). */
-template <int NT>   /* tiles side by side: 4 (dev/cuda/fp8_transpose.cu runs 1, one tile at a time) */
+/* The byte transpose: a block of 256 threads takes 128 rows x 128 columns at a time, as 2 x 2 tiles of
+   64 x 64: a thread issues the 16-byte loads of its rows' chunks of all four (64 bytes in flight, 4
+   threads a row's 64 bytes of a tile) before it puts any into shared memory (each tile 64 rows x 16
+   words +1 pad), then after the barrier gathers column c's bytes of 16 rows of each tile into one
+   16-byte store to qt's row c, as the vector cast's transpose does; the two stacked tiles of a column
+   go in turn, so each qt row is written in 128-byte pieces (a full line) and each q row read in
+   128-byte pieces. At the head's [4096, 50304] 124 us against 155 for 64 x 256 tiles (64-byte pieces
+   of qt's rows: half lines, whose other halves another block writes later) and 179 for one 64 x 64
+   tile at a time; the same as those at the hidden layers' shapes (dev/cuda/fp8_transpose.cu). */
+template <int RT, int NT>   /* tiles stacked, side by side: 2, 2 (the ladder runs the others) */
 __global__ void __launch_bounds__(256) bt__k_fp8_transpose_kernel(uint8_t *qt, const uint8_t *q, int64_t rows, int64_t cols) {
-    __shared__ uint32_t tile[NT][64][17];
+    __shared__ uint32_t tile[NT][64 * RT][17];
     const int t = threadIdx.x, lr = t >> 2, lc = t & 3, tcol = t >> 2, tk = t & 3;
-    const int64_t tc = (cols + 64 * NT - 1) / (64 * NT), ntiles = (rows + 63) / 64 * tc;
+    const int64_t tc = (cols + 64 * NT - 1) / (64 * NT), ntiles = (rows + 64 * RT - 1) / (64 * RT) * tc;
     for (int64_t tt = blockIdx.x; tt < ntiles; tt += gridDim.x) {
-        const int64_t r0 = tt / tc * 64, c0 = tt % tc * 64 * NT, i = r0 + lr;
-        uint4 v[NT];
+        const int64_t r0 = tt / tc * 64 * RT, c0 = tt % tc * 64 * NT;
+        uint4 v[RT][NT];
 #pragma unroll
-        for (int u = 0; u < NT; u++) {
-            const int64_t c = c0 + 64 * u + 16 * lc;
-            v[u] = i < rows && c < cols ? *reinterpret_cast<const uint4 *>(q + i * cols + c) : make_uint4(0, 0, 0, 0);
-        }
+        for (int a = 0; a < RT; a++)
 #pragma unroll
-        for (int u = 0; u < NT; u++) {
-            tile[u][lr][4 * lc] = v[u].x; tile[u][lr][4 * lc + 1] = v[u].y; tile[u][lr][4 * lc + 2] = v[u].z; tile[u][lr][4 * lc + 3] = v[u].w;
-        }
+            for (int u = 0; u < NT; u++) {
+                const int64_t i = r0 + 64 * a + lr, c = c0 + 64 * u + 16 * lc;
+                v[a][u] = i < rows && c < cols ? *reinterpret_cast<const uint4 *>(q + i * cols + c) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+        for (int a = 0; a < RT; a++)
+#pragma unroll
+            for (int u = 0; u < NT; u++) {
+                uint32_t *w = tile[u][64 * a + lr] + 4 * lc;
+                w[0] = v[a][u].x; w[1] = v[a][u].y; w[2] = v[a][u].z; w[3] = v[a][u].w;
+            }
         __syncthreads();
 #pragma unroll
-        for (int u = 0; u < NT; u++) bt__k_fp8_tile_col(qt, tile[u], r0, c0 + 64 * u, rows, cols, tcol, tk);
-        __syncthreads();                              /* the next tile overwrites them */
+        for (int u = 0; u < NT; u++)
+#pragma unroll
+            for (int a = 0; a < RT; a++) bt__k_fp8_tile_col(qt, tile[u] + 64 * a, r0 + 64 * a, c0 + 64 * u, rows, cols, tcol, tk);
+        __syncthreads();                              /* the next tiles overwrite them */
     }
 }
 BTDEF void bt_k_fp8_transpose(uint8_t *qt, const uint8_t *q, int64_t rows, int64_t cols, cudaStream_t s) {
@@ -520,25 +545,48 @@ BTDEF void bt_k_fp8_transpose(uint8_t *qt, const uint8_t *q, int64_t rows, int64
     if (rows % 16 || cols % 16 || !bt__k_aligned16(q) || !bt__k_aligned16(qt))
         bt_error("bt_k_fp8_transpose: [%lld, %lld]: needs rows and cols multiples of 16 and 16-byte aligned q, qt", (long long)rows,
                  (long long)cols);
-    const int64_t ntiles = ((rows + 63) / 64) * ((cols + 255) / 256);
-    bt__k_fp8_transpose_kernel<4><<<bt__k_blocks(ntiles * 256, 256), 256, 0, s>>>(qt, q, rows, cols);
+    const int64_t ntiles = ((rows + 127) / 128) * ((cols + 127) / 128);
+    bt__k_fp8_transpose_kernel<2, 2><<<bt__k_blocks(ntiles * 256, 256), 256, 0, s>>>(qt, q, rows, cols);
     BT__K_LAUNCHED("bt_k_fp8_transpose");
+}
+/* the two 16-bit values of word u (the first in the low half) as f32: bf16 by placing its bits */
+template <typename T> __device__ __forceinline__ float2 bt__k_pair_f32(uint32_t u);
+template <> __device__ __forceinline__ float2 bt__k_pair_f32<__nv_bfloat16>(uint32_t u) {
+    return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+}
+template <> __device__ __forceinline__ float2 bt__k_pair_f32<__half>(uint32_t u) {
+    __half2 h;
+    memcpy(&h, &u, 4);
+    return __half22float2(h);
 }
 /* bt_kernels.cuh's fused cross-entropy writer for FP8 (T bf16 or f16: a vector is 8 values): the row's
    vector c of gradient values (already rounded to T) to 8 bytes of q at [row, 8 c], each x * r
-   converted as the vector cast converts, the amax kept per thread and merged once per block (done) */
+   converted as the vector cast converts. The amax is kept on the 16-bit values' |bits| (sign masked)
+   two lanes to an unsigned max (__vmaxu2): |bits| order as magnitudes, NaN above inf, as f32's do, so
+   widening the largest at the end gives the amax bits of the widened values. 8% off the kernel against
+   widening each value first for the amax (dev/cuda/xent_fp8_writer.cu, a default-run head chunk; most
+   of it from reading bf16 pairs as bits, not through the conversion intrinsics). Merged once per
+   block (done). */
 template <typename T, int E5M2> struct bt__k_xf_fp8 {
-    uint8_t *q; int64_t Vp; float r; const float *scale_in; float *scale_used; unsigned *amax, m;
+    uint8_t *q; int64_t Vp; float r; const float *scale_in; float *scale_used; unsigned *amax, m;   /* m: two lanes of |T bits| */
     void shift(int64_t r0) { q += r0 * Vp; }
     __device__ __forceinline__ void start() { r = 1.f / *scale_in; }   /* as the cast's reciprocal */
     __device__ __forceinline__ void put(T *, int64_t row, int64_t c, const T *a) {
-        float f[8];
+        uint32_t u[4], w[2] = {0u, 0u};
+        memcpy(u, a, 16);
 #pragma unroll
-        for (int j = 0; j < 8; j++) f[j] = bt__k_tof(a[j]);
-        *reinterpret_cast<uint2 *>(q + row * Vp + c * 8) = bt__k_fp8_pack8<E5M2>(f, r, m);
+        for (int j = 0; j < 4; j++) {                 /* values 2 j, 2 j + 1 */
+            m = __vmaxu2(m, u[j] & 0x7fff7fffu);
+            const float2 f = bt__k_pair_f32<T>(u[j]);
+            w[j >> 1] |= bt__k_fp8_cvt2<E5M2>(__fmul_rn(f.x, r), __fmul_rn(f.y, r)) << (16 * (j & 1));
+        }
+        *reinterpret_cast<uint2 *>(q + row * Vp + c * 8) = make_uint2(w[0], w[1]);
     }
     __device__ __forceinline__ void done() {
-        const unsigned bm = bt__k_block_umax(m);
+        const unsigned short h = (unsigned short)max(m & 0xffffu, m >> 16);
+        T v;
+        memcpy(&v, &h, 2);
+        const unsigned bm = bt__k_block_umax(bt__abs_bits(bt__k_tof(v)));
         if (threadIdx.x == 0) {
             if (amax && bm) atomicMax(amax, bm);
             if (blockIdx.x == 0 && scale_used) *scale_used = *scale_in;

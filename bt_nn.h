@@ -1091,8 +1091,11 @@ static bt_tensor *bt__lxent(bt_tensor *x, bt_tensor *w, bt_tensor *targets, int6
     bt_tensor *xc = bt__contig(x), *wc = bt__contig(w), *tc = bt__contig(targets);
     const int32_t *tp = (const int32_t *)bt_data_ptr(tc);
     size_t es = bt_dtype_size(dt);
-    /* a chunk's logits, and in FP8 their gradient's e5m2 bytes and its transpose: 2 more bytes a logit */
-    int64_t chunk = bt__lxent_rows(N, (int64_t)(bt_linear_cross_entropy_chunk(0) / ((size_t)Vp * (es + (f8 ? 2 : 0)))));
+    /* the cap counts a chunk's logits; in FP8 their gradient's e5m2 bytes and its transpose come on
+       top (2 bytes a logit: 1 GiB more at the default cap). Counting them too halved FP8's chunks,
+       doubling the passes over dw's fp32 accumulator (50 chunks of 5,248 rows in the default run
+       instead of 25 of 10,496): 0.9% of its tokens/s (H200, 2026-12-04, bench/RESULTS.md#fp8) */
+    int64_t chunk = bt__lxent_rows(N, (int64_t)(bt_linear_cross_entropy_chunk(0) / ((size_t)Vp * es)));
     if (f8 && dev.type == BT_GPU && chunk < N) chunk = chunk >= 16 ? chunk / 16 * 16 : 16;   /* every chunk's rows a multiple of 16 */
     bt_tensor *inv = bt__new(bt_shape1(1), sdt, dev), *loss = bt__new(bt_shapev(0, NULL), sdt, dev);
     bt_tensor *z = bt__new(bt_shape2(chunk, Vp), dt, dev), *losses = bt__new(bt_shape1(chunk), sdt, dev);

@@ -1,25 +1,52 @@
 /* xent_fp8_writer: the fused cross-entropy (bt_kernels.cuh's bt__k_xent_fused_kernel) writing the
    FP8 head's logit gradient in e5m2, as bt_k_cross_entropy_fused_fp8 does, with the writer (the W
    the kernel is templated on: what it does with each 8 gradient values of a row) in other forms.
-   Nsight Compute at the default run's micro-batch (H200, 2026-12-04, bench/RESULTS.md#fp8) has this
+   Nsight Compute at the default run's micro-batch (H200, 2026-12-04, bench/RESULTS.md#fp8) had this
    kernel at 19.4 ms where bf16's in-place writer takes 15.9: 1.44 against 1.20 ps a logit while it
    writes 1 byte a logit instead of 2, so its element path, not memory, bounds it. The ladder:
      v0  bf16's in-place writer (bt__k_xf_inplace: the gradient over the logits), for the reference
-     v1  the shipped FP8 writer (bt_fp8.cuh's bt__k_xf_fp8): each value widened to f32, its |bits|
-         folded into the amax (a LOP and an IMNMX a value), scaled and converted two at a time
-     v2  v1 with the amax kept on the bf16 pairs as they are (sign bits masked, HMNMX2.BF16: two
-         values an instruction, no widening for it), widened to f32 once at the end; the same
-         bytes and amax as v1 for finite gradients (a NaN would be dropped where v1 keeps it)
-   v1 and v2 are checked against each other (q, the losses, lse and the amax bits, on fresh random
-   logits, every byte) and timed with CUDA events (the median of 50 calls) at [5360, 50304 of
-   50257] bf16, about one head chunk of the default run's micro-batch. Built, not yet run.
+     v1  the shipped FP8 writer (bt_fp8.cuh's bt__k_xf_fp8): the amax kept on the bf16 values' |bits|
+         two lanes to an unsigned max (__vmaxu2), widened to f32 once at the end; each pair widened
+         by placing its bits, scaled and converted two at a time
+     v2  what shipped before: each value widened to f32 first, its |bits| folded into the amax (a
+         LOP and an IMNMX a value)
+     v3  v2 with the amax on the bf16 pairs as floats (__hmax2: HMNMX2.BF16); the same bytes and
+         amax as v2 for finite gradients, but a NaN drops out of the max where v2 (and v1) keep it
+   v1, v2 and v3 are checked against each other (q, the losses, lse and the amax bits, on fresh random
+   logits, every byte), and v1 against v2 again with a NaN logit in one row (its gradient all NaN: the
+   amax must say so). Timed with CUDA events (the median of 50 calls) at [5248, 50304 of 50257] bf16,
+   a head chunk of the default run (262,144 rows in 50 chunks under the 1 GiB cap).
+   Measured (H200, 2026-12-04, v2 shipping): at [5360, 50304] v0 325.8 us (1.208 ps a logit), v2
+   394.0 (1.461), v3 362.4 (1.344). At [5248, 50304]: v0 321.2, v2 387.1, v3 358.8, and the writer
+   that ships since (v1's form) 357.7; the amax alone on pairs did not do it: with __vmaxu2 but each
+   value widened through bt__k_tof 384.3, with __hmax2_nan and __bfloat1622float2 387.9. Widening a
+   pair by placing its bits is the gain; v1 keeps v2's NaN rule at v3's speed.
    Build: make dev (build/dev/xent_fp8_writer); run: build/dev/xent_fp8_writer */
 #include "common.cuh"
 
 typedef __nv_bfloat16 T;
 
 /* v2's writer: bt__k_xf_fp8's contract (q [rows, Vp] e5m2 bytes of g * (1 / *scale_in), the amax of
-   the bf16-rounded g into *amax, *scale_used <- *scale_in), the amax on bf16 pairs */
+   the bf16-rounded g into *amax, *scale_used <- *scale_in), the amax on each value widened to f32 */
+struct xf_fp8_widened {
+    uint8_t *q; int64_t Vp; float r; const float *scale_in; float *scale_used; unsigned *amax, m;
+    void shift(int64_t r0) { q += r0 * Vp; }
+    __device__ __forceinline__ void start() { r = 1.f / *scale_in; }
+    __device__ __forceinline__ void put(T *, int64_t row, int64_t c, const T *a) {
+        float f[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) f[j] = bt__k_tof(a[j]);
+        *reinterpret_cast<uint2 *>(q + row * Vp + c * 8) = bt__k_fp8_pack8<1>(f, r, m);
+    }
+    __device__ __forceinline__ void done() {
+        const unsigned bm = bt__k_block_umax(m);
+        if (threadIdx.x == 0) {
+            if (amax && bm) atomicMax(amax, bm);
+            if (blockIdx.x == 0 && scale_used) *scale_used = *scale_in;
+        }
+    }
+};
+/* v3's writer: the contract above, the amax on bf16 pairs as floats */
 struct xf_fp8_pairs {
     uint8_t *q; int64_t Vp; float r; const float *scale_in; float *scale_used; unsigned *amax; __nv_bfloat162 m2;
     void shift(int64_t r0) { q += r0 * Vp; }
@@ -53,14 +80,15 @@ struct xf_fp8_pairs {
 int main(void) {
     bt_k_init(0);
     cudaStream_t s = (cudaStream_t)0;
-    const int64_t N = 5360, V = 50257, Vp = 50304, n = N * Vp;
+    const int64_t N = 5248, V = 50257, Vp = 50304, n = N * Vp;
     T *lg0, *lg;
-    uint8_t *q[2];
+    uint8_t *q[4];
     int32_t *tg;
-    float *loss[2], *lse[2], *gloss, *f;
+    float *loss[4], *lse[4], *gloss, *f;
     CK(cudaMalloc(&lg0, n * 2)); CK(cudaMalloc(&lg, n * 2)); CK(cudaMalloc(&tg, N * 4)); CK(cudaMalloc(&gloss, N * 4));
-    CK(cudaMalloc(&f, 8 * sizeof(float)));
-    for (int k = 0; k < 2; k++) { CK(cudaMalloc(&q[k], n)); CK(cudaMalloc(&loss[k], N * 4)); CK(cudaMalloc(&lse[k], N * 4)); }
+    CK(cudaMalloc(&f, 16 * sizeof(float)));
+    for (int k = 1; k < 4; k++) { CK(cudaMalloc(&q[k], n)); CK(cudaMalloc(&loss[k], N * 4)); CK(cudaMalloc(&lse[k], N * 4)); }
+    loss[0] = loss[1]; lse[0] = lse[1];
     fill_bf16(lg0, n, 7, -4.f, 4.f);
     {
         int32_t *ht = (int32_t *)malloc(N * 4);
@@ -70,30 +98,46 @@ int main(void) {
         CK(cudaMemcpy(tg, ht, N * 4, cudaMemcpyHostToDevice)); CK(cudaMemcpy(gloss, hg, N * 4, cudaMemcpyHostToDevice));
         free(ht); free(hg);
     }
-    /* f: [0] the scale, [1] v1's scale used, [2] v1's amax, [4] the scale, [5] v2's used, [6] v2's amax */
-    const float init[8] = {4e-9f, -1.f, 0.f, 0.f, 4e-9f, -1.f, 0.f, 0.f};   /* g <= gloss = 1 / N: 1.9e-4 / 4e-9 < 57344 */
-    CK(cudaMemcpy(f, init, sizeof init, cudaMemcpyHostToDevice));
-    bt__k_xf_fp8<T, 1> w1 = {q[0], Vp, 0.f, f, f + 1, (unsigned *)(f + 2), 0u};
-    xf_fp8_pairs w2 = {q[1], Vp, 0.f, f + 4, f + 5, (unsigned *)(f + 6), __floats2bfloat162_rn(0.f, 0.f)};
-    auto run = [&](int ver, int k) {
+    /* f [4 k ..]: version k's scale, scale used, amax bits */
+    float init[16] = {0.f};
+    for (int k = 1; k < 4; k++) { init[4 * k] = 4e-9f; init[4 * k + 1] = -1.f; }   /* g <= gloss = 1 / N: 1.9e-4 / 4e-9 < 57344 */
+    bt__k_xf_fp8<T, 1> w1 = {q[1], Vp, 0.f, f + 4, f + 5, (unsigned *)(f + 6), 0u};
+    xf_fp8_widened w2 = {q[2], Vp, 0.f, f + 8, f + 9, (unsigned *)(f + 10), 0u};
+    xf_fp8_pairs w3 = {q[3], Vp, 0.f, f + 12, f + 13, (unsigned *)(f + 14), __floats2bfloat162_rn(0.f, 0.f)};
+    auto run = [&](int ver) {
         int ok = 0;
-        if (ver == 0) ok = bt__k_xf_launch<T>(loss[k], lse[k], lg, tg, gloss, N, V, Vp, -100, NULL, bt__k_xf_inplace<T>(), s);
-        else if (ver == 1) ok = bt__k_xf_launch<T>(loss[k], lse[k], lg0, tg, gloss, N, V, Vp, -100, NULL, w1, s);
-        else ok = bt__k_xf_launch<T>(loss[k], lse[k], lg0, tg, gloss, N, V, Vp, -100, NULL, w2, s);
+        if (ver == 0) ok = bt__k_xf_launch<T>(loss[0], lse[0], lg, tg, gloss, N, V, Vp, -100, NULL, bt__k_xf_inplace<T>(), s);
+        else if (ver == 1) ok = bt__k_xf_launch<T>(loss[1], lse[1], lg0, tg, gloss, N, V, Vp, -100, NULL, w1, s);
+        else if (ver == 2) ok = bt__k_xf_launch<T>(loss[2], lse[2], lg0, tg, gloss, N, V, Vp, -100, NULL, w2, s);
+        else ok = bt__k_xf_launch<T>(loss[3], lse[3], lg0, tg, gloss, N, V, Vp, -100, NULL, w3, s);
         if (!ok) { fprintf(stderr, "the fused kernel did not launch (shared memory)\n"); exit(1); }
     };
-    run(1, 0); run(2, 1);
+    auto check = [&](int a, int b) {   /* every byte of q, the losses, lse, the scale used and the amax bits */
+        return differ(q[a], q[b], n) + differ(loss[a], loss[b], N * 4) + differ(lse[a], lse[b], N * 4) + differ(f + 4 * a + 1, f + 4 * b + 1, 8);
+    };
+    CK(cudaMemcpy(f, init, sizeof init, cudaMemcpyHostToDevice));
+    for (int ver = 1; ver < 4; ver++) run(ver);
     CK(cudaDeviceSynchronize());
-    const long bad = differ(q[0], q[1], n) + differ(loss[0], loss[1], N * 4) + differ(lse[0], lse[1], N * 4) + differ(f + 1, f + 5, 8);
-    printf("[%lld, %lld of %lld] bf16 logits; v2 against v1: %s\n", (long long)N, (long long)V, (long long)Vp,
-           bad ? "DIFFERS" : "the same bytes, losses, lse, scale and amax");
-    for (int ver = 0; ver <= 2; ver++) {
+    printf("[%lld, %lld of %lld] bf16 logits; v2 against v1: %s; v3 against v1: %s\n", (long long)N, (long long)V, (long long)Vp,
+           check(1, 2) ? "DIFFERS" : "the same bytes, losses, lse, scale and amax", check(1, 3) ? "DIFFERS" : "the same");
+    {   /* a NaN logit in row 3: its gradient all NaN, the amax NaN */
+        const uint16_t nan = 0x7fc0;
+        CK(cudaMemcpy((uint16_t *)lg0 + 3 * Vp + 100, &nan, 2, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(f, init, sizeof init, cudaMemcpyHostToDevice));
+        for (int ver = 1; ver < 4; ver++) run(ver);
+        float h[16];
+        CK(cudaMemcpy(h, f, sizeof h, cudaMemcpyDeviceToHost));
+        printf("  a NaN logit: v2 against v1: %s; amax v1 %g, v2 %g, v3 %g\n", check(1, 2) ? "DIFFERS" : "the same bytes and amax", h[6],
+               h[10], h[14]);
+        fill_bf16(lg0, n, 7, -4.f, 4.f);
+    }
+    for (int ver = 0; ver < 4; ver++) {
         if (ver == 0) CK(cudaMemcpy(lg, lg0, n * 2, cudaMemcpyDeviceToDevice));   /* overwritten in place: values change, not the work */
-        const double us = median_us([&] { run(ver, ver == 2); }, s);
+        const double us = median_us([&] { run(ver); }, s);
         printf("  v%d  %7.1f us  %.3f ps a logit  (%s)\n", ver, us, us * 1e6 / (double)n,
                ver == 0 ? "bf16 in place, 2 + 2 bytes a logit" : "e5m2 written, 2 + 1 bytes a logit");
     }
     CK(cudaFree(lg0)); CK(cudaFree(lg)); CK(cudaFree(tg)); CK(cudaFree(gloss)); CK(cudaFree(f));
-    for (int k = 0; k < 2; k++) { CK(cudaFree(q[k])); CK(cudaFree(loss[k])); CK(cudaFree(lse[k])); }
+    for (int k = 1; k < 4; k++) { CK(cudaFree(q[k])); CK(cudaFree(loss[k])); CK(cudaFree(lse[k])); }
     return 0;
 }
