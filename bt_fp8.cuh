@@ -563,7 +563,7 @@ template <> __device__ __forceinline__ float2 bt__k_pair_f32<__half>(uint32_t u)
    vector c of gradient values (already rounded to T) to 8 bytes of q at [row, 8 c], each x * r
    converted as the vector cast converts. The amax is kept on the 16-bit values' |bits| (sign masked)
    two lanes to an unsigned max (__vmaxu2): |bits| order as magnitudes, NaN above inf, as f32's do, so
-   widening the largest at the end gives the amax bits of the widened values. 8% off the kernel against
+   widening the largest at the end gives the amax bits of the widened values. 7.5% off the kernel against
    widening each value first for the amax (dev/cuda/xent_fp8_writer.cu, a default-run head chunk; most
    of it from reading bf16 pairs as bits, not through the conversion intrinsics). Merged once per
    block (done). */
