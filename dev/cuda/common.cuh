@@ -1,7 +1,7 @@
 /* common.cuh - what the FP8 ladders of dev/cuda share: the library compiled in, CK, a random bf16 fill,
    a byte comparison of two device buffers, and the median time of a launch. Included first by
    the FP8 ladders (layernorm_fp8_cast.cu, fp8_cast_pipeline.cu, fp8_transpose.cu, xent_fp8_writer.cu,
-   fp8_dgelu_epilogue.cu, ...). */
+   fp8_gelu_epilogue.cu, ...). */
 #ifndef DEV_CUDA_COMMON_CUH
 #define DEV_CUDA_COMMON_CUH
 #define BT_ALLOC_IMPLEMENTATION
