@@ -17,8 +17,7 @@
    CONTENTS
      declarations  bt_k_fp8_supported, bt_k_fp8_amax, bt_k_fp8_cast, bt_k_fp8_amax_act, bt_k_fp8_cast_act,
                    bt_k_fp8_transpose, bt_k_cross_entropy_fused_fp8, bt_k_norm_fp8_fits, bt_k_layernorm_fp8,
-                   bt_k_rmsnorm_fp8, bt_k_layernorm_backward_fp8, bt_k_rmsnorm_backward_fp8, bt_k_fp8_update,
-                   bt_k_matmul_fp8
+                   bt_k_rmsnorm_fp8, bt_k_fp8_update, bt_k_matmul_fp8
      1. the amax reduction and the scaled cast (64 x 64 tiles of 16-byte rows, or 32 x 32 scalar ones:
         the transpose through shared memory), GELU or its derivative folded in (the _act forms); the
         byte transpose; the fused cross-entropy whose logit gradient comes out in FP8
@@ -107,22 +106,6 @@ BTDEF void bt_k_layernorm_fp8(bt_dtype dt, uint8_t *q, uint8_t *qt, float *mean,
                               float *amax_acc, cudaStream_t s);
 BTDEF void bt_k_rmsnorm_fp8(bt_dtype dt, uint8_t *q, uint8_t *qt, float *rstd, const void *x, const void *w, int64_t rows, int64_t C,
                             float eps, const float *scale_in, float *scale_used, float *amax_acc, cudaStream_t s);
-/* The backward of bt_k_layernorm_backward (bt_k_rmsnorm_backward: mean and gb NULL), the same gx, gw, gb
-   and gx_colsum, and in the same pass q [rows, C] <- fmt(round_T(gx) * (1 / *scale_in)) for fmt
-   BT_F8E4M3 or BT_F8E5M2: the bytes bt_k_fp8_cast of the gx written gives with scale_in (delayed
-   scaling); *scale_used (may be NULL) <- *scale_in; amax_acc <- the larger of it and gx's amax. A
-   residual stream's gradient is the output gradient of the linear layer before the norm: its FP8
-   backward then needs only q's transpose (bt_k_fp8_transpose), not a cast's read of gx. Returns 1
-   when q was written; 0 (q, scale_used and amax_acc untouched, the rest written) where the shape
-   takes the norm backward's general path (rows not of 16-byte vectors, or C past 8192 bf16 / 4096
-   f32). Needs gx, q 16-byte aligned, C a multiple of 16. Traffic: the backward's, plus q (1 byte an
-   element). */
-BTDEF int bt_k_layernorm_backward_fp8(bt_dtype dt, bt_dtype fmt, uint8_t *q, const float *scale_in, float *scale_used, float *amax_acc,
-                                      void *gx, int gx_add, void *gw, void *gb, float *gx_colsum, const void *gout, const void *x,
-                                      const void *w, const float *mean, const float *rstd, int64_t rows, int64_t C, cudaStream_t s);
-BTDEF int bt_k_rmsnorm_backward_fp8(bt_dtype dt, bt_dtype fmt, uint8_t *q, const float *scale_in, float *scale_used, float *amax_acc,
-                                    void *gx, int gx_add, void *gw, float *gx_colsum, const void *gout, const void *x, const void *w,
-                                    const float *rstd, int64_t rows, int64_t C, cudaStream_t s);
 /* bt_fp8_update on n consecutive FP8 states [n, 3, 2 + hist] (f32; a model's bank, or one state):
    each row rolled as bt__fp8_roll does, one launch for all */
 BTDEF void bt_k_fp8_update(float *state, int hist, int64_t n, cudaStream_t s);
@@ -190,6 +173,8 @@ template <int E5M2> __device__ __forceinline__ uint2 bt__k_fp8_pack8(const float
     }
     return make_uint2(w[0], w[1]);
 }
+/* VE values f (each already rounded to the 16-byte vector's type: 8 of bf16 / f16, 4 of f32) times r to
+   e4m3 (E5M2 0) or e5m2 at dst (VE bytes), m <- the larger of it and their amax bits */
 template <int VE, int E5M2> __device__ __forceinline__ void bt__k_fp8_store_vec(uint8_t *dst, const float *f, float r, unsigned &m) {
     if (VE == 8) {
         *reinterpret_cast<uint2 *>(dst) = bt__k_fp8_pack8<E5M2>(f, r, m);
@@ -882,29 +867,6 @@ BTDEF void bt_k_layernorm_fp8(bt_dtype dt, uint8_t *q, uint8_t *qt, float *mean,
 BTDEF void bt_k_rmsnorm_fp8(bt_dtype dt, uint8_t *q, uint8_t *qt, float *rstd, const void *x, const void *w, int64_t rows, int64_t C,
                             float eps, const float *scale_in, float *scale_used, float *amax_acc, cudaStream_t s) {
     bt__k_norm_fp8<1>(dt, q, qt, NULL, rstd, x, w, NULL, rows, C, eps, scale_in, scale_used, amax_acc, s);
-}
-template <int RMS>
-static int bt__k_norm_backward_fp8(bt_dtype dt, bt_dtype fmt, uint8_t *q, const float *scale_in, float *scale_used, float *amax_acc,
-                                   void *gx, int gx_add, void *gw, void *gb, float *gx_colsum, const void *gout, const void *x,
-                                   const void *w, const float *mean, const float *rstd, int64_t rows, int64_t C, cudaStream_t s) {
-    const char *op = RMS ? "bt_k_rmsnorm_backward_fp8" : "bt_k_layernorm_backward_fp8";
-    if (fmt != BT_F8E4M3 && fmt != BT_F8E5M2) bt_error("%s: format %s (e4m3 or e5m2)", op, bt_dtype_name(fmt));
-    if (!gx || !q || !scale_in || !amax_acc) bt_error("%s: needs gx, q, scale_in and amax_acc", op);
-    if (!bt__k_aligned16(q) || C % 16) bt_error("%s: q 16-byte aligned and C (%lld) a multiple of 16 expected", op, (long long)C);
-    const bt__k_norm_f8 f8 = {q, scale_in, scale_used, (unsigned *)amax_acc, fmt == BT_F8E5M2};
-    return bt__k_norm_backward<RMS>(dt, gx, gx_add, gw, gb, gx_colsum, gout, x, w, mean, rstd, rows, C, &f8, s);
-}
-BTDEF int bt_k_layernorm_backward_fp8(bt_dtype dt, bt_dtype fmt, uint8_t *q, const float *scale_in, float *scale_used, float *amax_acc,
-                                      void *gx, int gx_add, void *gw, void *gb, float *gx_colsum, const void *gout, const void *x,
-                                      const void *w, const float *mean, const float *rstd, int64_t rows, int64_t C, cudaStream_t s) {
-    return bt__k_norm_backward_fp8<0>(dt, fmt, q, scale_in, scale_used, amax_acc, gx, gx_add, gw, gb, gx_colsum, gout, x, w, mean, rstd,
-                                      rows, C, s);
-}
-BTDEF int bt_k_rmsnorm_backward_fp8(bt_dtype dt, bt_dtype fmt, uint8_t *q, const float *scale_in, float *scale_used, float *amax_acc,
-                                    void *gx, int gx_add, void *gw, float *gx_colsum, const void *gout, const void *x, const void *w,
-                                    const float *rstd, int64_t rows, int64_t C, cudaStream_t s) {
-    return bt__k_norm_backward_fp8<1>(dt, fmt, q, scale_in, scale_used, amax_acc, gx, gx_add, gw, NULL, gx_colsum, gout, x, w, NULL, rstd,
-                                      rows, C, s);
 }
 
 #endif /* BT_FP8_IMPLEMENTATION_DONE */

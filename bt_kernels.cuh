@@ -1536,53 +1536,20 @@ __global__ void __launch_bounds__(256) bt__k_layernorm_warp(T *out, float *mean,
         }
     }
 }
-/* A norm backward's FP8 copy of the gx it writes (bt_fp8.cuh's bt_k_layernorm_backward_fp8; F8 = 1
-   instances of the kernels below): q [rows, C] gets fmt(round_T(gx) * (1 / *scale)), fmt e5m2 when
-   e5m2 else e4m3 - the bytes bt_k_fp8_cast of the gx written would give with that scale; *scale_used
-   <- *scale; *amax <- the larger of it and the rounded gx's amax (f32 bits). */
-typedef struct { uint8_t *q; const float *scale; float *scale_used; unsigned *amax; int e5m2; } bt__k_norm_f8;
-/* bt_fp8.cuh's: VE values f (each already rounded to the vector's type) times r to e4m3 (E5M2 0) or
-   e5m2 at dst (VE bytes), m <- the larger of it and their amax bits */
-template <int VE, int E5M2> __device__ __forceinline__ void bt__k_fp8_store_vec(uint8_t *dst, const float *f, float r, unsigned &m);
-/* row `row` of f8.q from a thread's fp32 gx vectors xv (first + step i, as bt__k_vecs_st stores them) */
-template <typename T, int NV>
-__device__ __forceinline__ void bt__k_norm_f8_row(const bt__k_norm_f8 &f8, int64_t row, int C, const float (&xv)[NV][16 / sizeof(T)],
-                                                  int nvec, int first, int step, float r, unsigned &m) {
-    const int VE = 16 / sizeof(T);
-#pragma unroll
-    for (int i = 0; i < NV; i++) {
-        const int c = first + step * i;
-        if (c >= nvec) continue;
-        float f[VE];
-#pragma unroll
-        for (int e = 0; e < VE; e++) f[e] = bt__k_tof(bt__k_from<T>(xv[i][e]));
-        uint8_t *dst = f8.q + row * C + (int64_t)c * VE;
-        if (f8.e5m2) bt__k_fp8_store_vec<VE, 1>(dst, f, r, m);
-        else bt__k_fp8_store_vec<VE, 0>(dst, f, r, m);
-    }
-}
-/* the end of an F8 kernel: each warp's amax into *f8.amax (every thread of the block calls it) */
-__device__ __forceinline__ void bt__k_norm_f8_done(const bt__k_norm_f8 &f8, unsigned m) {
-    m = __reduce_max_sync(0xffffffffu, m);
-    if ((threadIdx.x & 31) == 0 && m) atomicMax(f8.amax, m);
-    if (blockIdx.x == 0 && threadIdx.x == 0 && f8.scale_used) *f8.scale_used = *f8.scale;
-}
 /* gx for the rows of each warp; when pw != NULL also the block's column partials pw, pb [gridDim.x, C]:
    each warp adds g xhat and g of its rows into its own shared-memory region (a lane only ever
    touches its own columns, stored lane-major, slot (i VE + e) 32 + lane: no synchronization and no
    bank conflicts), then the block sums its 8 warps' regions in warp order. Dynamic shared memory:
    16 regions of NV VE 32 floats when pw != NULL. 256 threads. */
-template <typename T, int NV, int RMS, int F8>
+template <typename T, int NV, int RMS>
 __global__ void __launch_bounds__(256, 3) bt__k_layernorm_bwd_warp(T *gx, int gx_add, float *pw, float *pb, float *pr, const T *g, const T *x,
                                                                 const T *w, const float *mean, const float *rstd, int64_t rows,
-                                                                int C, bt__k_norm_f8 f8) {
+                                                                int C) {
     extern __shared__ __align__(16) float bt__k_ln_sh[];
     const int VE = 16 / sizeof(T);
     int nvec = C / VE, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int R = NV * VE * 32;
     float *sw = bt__k_ln_sh + warp * R + lane, *sb = bt__k_ln_sh + (8 + warp) * R + lane, *sr = bt__k_ln_sh + (16 + warp) * R + lane;
-    const float f8r = F8 ? 1.f / *f8.scale : 0.f;
-    unsigned f8m = 0;
 #pragma unroll
     for (int i = 0; i < NV; i++)
         if (lane + 32 * i < nvec)
@@ -1610,7 +1577,6 @@ __global__ void __launch_bounds__(256, 3) bt__k_layernorm_bwd_warp(T *gx, int gx
                         sb[(i * VE + e) * 32] += gv[i][e];
                     }
         bt__k_ln_row_gx<T, NV, RMS>(gv, xv, gx ? gx + row * C : NULL, gx_add, w, nvec, lane, 32, C, rs, bt__k_warp_sum());
-        if (F8) bt__k_norm_f8_row<T, NV>(f8, row, C, xv, nvec, lane, 32, f8r, f8m);
         if (pr)   /* the sums of gx's fp32 values before their rounding to T (pr implies gx) */
 #pragma unroll
             for (int i = 0; i < NV; i++)
@@ -1618,7 +1584,6 @@ __global__ void __launch_bounds__(256, 3) bt__k_layernorm_bwd_warp(T *gx, int gx
 #pragma unroll
                     for (int e = 0; e < VE; e++) sr[(i * VE + e) * 32] += xv[i][e];
     }
-    if (F8) bt__k_norm_f8_done(f8, f8m);
     if (!pw && !pr) return;
     __syncthreads();
     for (int j = threadIdx.x; j < C; j += blockDim.x) {
@@ -1661,15 +1626,13 @@ __global__ void __launch_bounds__(512) bt__k_layernorm_brow(T *out, float *mean,
         }
     }
 }
-template <typename T, int RMS, int F8>
+template <typename T, int RMS>
 __global__ void __launch_bounds__(512) bt__k_layernorm_bwd_brow(T *gx, int gx_add, float *pw, float *pb, float *pr, const T *g,
                                                                 const T *x, const T *w, const float *mean, const float *rstd,
-                                                                int64_t rows, int C, bt__k_norm_f8 f8) {
+                                                                int64_t rows, int C) {
     const int VE = 16 / sizeof(T), NV = BT__K_BROW_NV;
     __shared__ float sh[32];
     int nvec = C / VE, t = threadIdx.x, S = blockDim.x;
-    const float f8r = F8 ? 1.f / *f8.scale : 0.f;
-    unsigned f8m = 0;
     float aw[NV][VE], ab[NV][VE], ar[NV][VE];
 #pragma unroll
     for (int i = 0; i < NV; i++)
@@ -1689,14 +1652,12 @@ __global__ void __launch_bounds__(512) bt__k_layernorm_bwd_brow(T *gx, int gx_ad
                 ab[i][e] += gv[i][e];
             }
         bt__k_ln_row_gx<T, NV, RMS>(gv, xv, gx ? gx + row * C : NULL, gx_add, w, nvec, t, S, C, rs, bt__k_block_sum{sh});
-        if (F8) bt__k_norm_f8_row<T, NV>(f8, row, C, xv, nvec, t, S, f8r, f8m);
         if (pr)   /* the sums of gx's fp32 values before their rounding to T (pr implies gx) */
 #pragma unroll
             for (int i = 0; i < NV; i++)
 #pragma unroll
                 for (int e = 0; e < VE; e++) ar[i][e] += xv[i][e];
     }
-    if (F8) bt__k_norm_f8_done(f8, f8m);
 #pragma unroll
     for (int i = 0; i < NV; i++) {
         int c = t + S * i;
@@ -1840,17 +1801,12 @@ BTDEF void bt_k_rmsnorm(bt_dtype dt, void *out, float *rstd, const void *x, cons
                         cudaStream_t s) {
     bt__k_norm<1>(dt, out, NULL, rstd, x, w, NULL, rows, C, eps, s);
 }
-/* f8 (may be NULL; needs gx): the FP8 copy of gx (bt__k_norm_f8), written where the shape takes one of
-   the one-pass kernels; returns 1 when it was written, else 0 */
 template <int RMS>
-static int bt__k_norm_backward(bt_dtype dt, void *gx, int gx_add, void *gw, void *gb, float *gx_colsum, const void *gout,
-                               const void *x, const void *w, const float *mean, const float *rstd, int64_t rows, int64_t C,
-                               const bt__k_norm_f8 *f8, cudaStream_t s) {
-    if (rows <= 0 || C <= 0) return 0;
+static void bt__k_norm_backward(bt_dtype dt, void *gx, int gx_add, void *gw, void *gb, float *gx_colsum, const void *gout,
+                                const void *x, const void *w, const float *mean, const float *rstd, int64_t rows, int64_t C,
+                                cudaStream_t s) {
+    if (rows <= 0 || C <= 0) return;
     if (gx_colsum && !gx) bt_error("bt_k_layernorm_backward: gx_colsum without gx");
-    if (f8 && (!gx || !f8->q)) bt_error("bt_k_layernorm_backward: an FP8 copy without gx or q");
-    const bt__k_norm_f8 nof8 = {NULL, NULL, NULL, NULL, 0};
-    int wrote = 0;
     dim3 blk; unsigned grid;
     bt__k_rowcfg(rows, C, &blk, &grid);
     int64_t sms = bt__k_cur()->sm_count, cb = (C + 31) / 32;
@@ -1870,17 +1826,15 @@ static int bt__k_norm_backward(bt_dtype dt, void *gx, int gx_add, void *gw, void
                 int nv = bt__k_pick_nv(C / (int64_t)(16 / sizeof(T)));
                 BT__K_NV_DISPATCH(nv, {
                     if (parts) shb = (size_t)(pr ? 24 : 16) * NV * (16 / sizeof(T)) * 32 * sizeof(float);   /* 8 warps a part */
-                    auto kern = f8 ? bt__k_layernorm_bwd_warp<T, NV, RMS, 1> : bt__k_layernorm_bwd_warp<T, NV, RMS, 0>;
-                    BT__K_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shb), "bt_k_layernorm_backward");
-                    kern<<<(unsigned)nblk, th, shb, s>>>((T *)gx, gx_add, pw, pb, pr, (const T *)gout, (const T *)x, (const T *)w, mean, rstd,
-                                                         rows, (int)C, f8 ? *f8 : nof8);
+                    BT__K_CUDA(cudaFuncSetAttribute(bt__k_layernorm_bwd_warp<T, NV, RMS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    (int)shb), "bt_k_layernorm_backward");
+                    bt__k_layernorm_bwd_warp<T, NV, RMS><<<(unsigned)nblk, th, shb, s>>>((T *)gx, gx_add, pw, pb, pr, (const T *)gout,
+                                                                                 (const T *)x, (const T *)w, mean, rstd, rows, (int)C);
                 })
             } else {
-                auto kern = f8 ? bt__k_layernorm_bwd_brow<T, RMS, 1> : bt__k_layernorm_bwd_brow<T, RMS, 0>;
-                kern<<<(unsigned)nblk, th, 0, s>>>((T *)gx, gx_add, pw, pb, pr, (const T *)gout, (const T *)x, (const T *)w, mean, rstd, rows,
-                                                   (int)C, f8 ? *f8 : nof8);
+                bt__k_layernorm_bwd_brow<T, RMS><<<(unsigned)nblk, th, 0, s>>>((T *)gx, gx_add, pw, pb, pr, (const T *)gout,
+                                                                             (const T *)x, (const T *)w, mean, rstd, rows, (int)C);
             }
-            wrote = f8 != NULL;
             BT__K_LAUNCHED("bt_k_layernorm_backward");
             if (scr) {
                 bt__k_layernorm_bwd_add32<T><<<(unsigned)((C + 31) / 32), 1024, 0, s>>>((T *)gw, (T *)gb, gx_colsum, pw, pb, pr,
@@ -1915,16 +1869,15 @@ static int bt__k_norm_backward(bt_dtype dt, void *gx, int gx_add, void *gw, void
             }
         }
     })
-    return wrote;
 }
 BTDEF void bt_k_layernorm_backward(bt_dtype dt, void *gx, int gx_add, void *gw, void *gb, float *gx_colsum, const void *gout,
                                    const void *x, const void *w, const float *mean, const float *rstd, int64_t rows, int64_t C,
                                    cudaStream_t s) {
-    bt__k_norm_backward<0>(dt, gx, gx_add, gw, gb, gx_colsum, gout, x, w, mean, rstd, rows, C, NULL, s);
+    bt__k_norm_backward<0>(dt, gx, gx_add, gw, gb, gx_colsum, gout, x, w, mean, rstd, rows, C, s);
 }
 BTDEF void bt_k_rmsnorm_backward(bt_dtype dt, void *gx, int gx_add, void *gw, float *gx_colsum, const void *gout, const void *x,
                                  const void *w, const float *rstd, int64_t rows, int64_t C, cudaStream_t s) {
-    bt__k_norm_backward<1>(dt, gx, gx_add, gw, NULL, gx_colsum, gout, x, w, NULL, rstd, rows, C, NULL, s);
+    bt__k_norm_backward<1>(dt, gx, gx_add, gw, NULL, gx_colsum, gout, x, w, NULL, rstd, rows, C, s);
 }
 
 /* ---- SwiGLU on x [rows, 2F], gate then up: out = round_T(silu(a)) u -----------------------------------

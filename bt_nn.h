@@ -300,15 +300,6 @@ static void bt__layernorm_back_f32(float *gx, int gx_add, float *gw, float *gb, 
         }
     }
 }
-#ifdef BT_CUDA
-/* the FP8 copy of a norm backward's gx for the FP8 linear before the norm (BT_FUSE_FP8_GRAD; defined
-   with the FP8 ops below): begin says whether to make one (q, sc made, st the linear's state), end
-   leaves it on gx's storage when the kernel wrote it (else frees it) */
-typedef struct { bt_fp8_state *st; bt_tensor *q, *sc; } bt__fp8_copy;
-static int bt__fp8_copy_begin(bt_node *n, bt_tensor *gx, int64_t rows, int64_t C, bt__fp8_copy *c);
-static const float *bt__fp8_copy_scale(const bt__fp8_copy *c);   /* the state's gradient scale */
-static void bt__fp8_copy_end(bt_tensor *gx, int64_t C, bt__fp8_copy *c, int wrote);
-#endif
 /* the .grad of the leaf behind input i when a GPU kernel of x's dtype may add into it */
 static bt_tensor *bt__ln_param_sink(bt_node *n, int i, bt_tensor *x) {
     bt_tensor *sink = bt__is_gpu(x) ? bt__grad_sink(n, i, x->dtype) : NULL;
@@ -335,22 +326,10 @@ static void bt__layernorm_grads(bt_node *n, bt_tensor *g, bt_tensor *x, bt_tenso
     if (bt__is_gpu(x)) {
 #ifdef BT_CUDA
         float *cs = bt__colsum_for(gx, C);   /* the next linear layer's bias gradient, in the same pass */
-        bt__fp8_copy f8;                      /* and its FP8 backward's copy of gx */
-        int wrote = 0, copy = bt__fp8_copy_begin(n, gx, rows, C, &f8);
-        BT__ON_GPU(dev, stream) {
-            if (copy) {
-                float *sc = (float *)bt_data_ptr(f8.sc);
-                wrote = bt_k_layernorm_backward_fp8(dt, f8.q->dtype, (uint8_t *)bt_data_ptr(f8.q), bt__fp8_copy_scale(&f8), sc, sc + 1,
-                                                    bt_data_ptr(gx), gsum != NULL, gw ? bt_data_ptr(gw) : NULL, gb ? bt_data_ptr(gb) : NULL, cs,
-                                                    bt_data_ptr(gc), bt_data_ptr(x), w ? bt_data_ptr(w) : NULL,
-                                                    (const float *)bt_data_ptr(mean), (const float *)bt_data_ptr(rstd), rows, C, stream);
-            } else
-                bt_k_layernorm_backward(dt, gx ? bt_data_ptr(gx) : NULL, gsum != NULL, gw ? bt_data_ptr(gw) : NULL, gb ? bt_data_ptr(gb) : NULL,
-                                        cs, bt_data_ptr(gc), bt_data_ptr(x), w ? bt_data_ptr(w) : NULL, (const float *)bt_data_ptr(mean),
-                                        (const float *)bt_data_ptr(rstd), rows, C, stream);
-        }
+        BT__ON_GPU(dev, stream) bt_k_layernorm_backward(dt, gx ? bt_data_ptr(gx) : NULL, gsum != NULL, gw ? bt_data_ptr(gw) : NULL, gb ? bt_data_ptr(gb) : NULL,
+                                cs, bt_data_ptr(gc), bt_data_ptr(x), w ? bt_data_ptr(w) : NULL, (const float *)bt_data_ptr(mean),
+                                (const float *)bt_data_ptr(rstd), rows, C, stream);
         bt__colsum_leave(gx, cs, C);
-        if (copy) bt__fp8_copy_end(gx, C, &f8, wrote);
 #endif
     } else {
         const void *gp = bt_data_ptr(gc), *xp = bt_data_ptr(x), *wp = w ? bt_data_ptr(w) : NULL;
@@ -475,21 +454,10 @@ static void bt__rmsnorm_grads(bt_node *n, bt_tensor *g, bt_tensor *x, bt_tensor 
     if (bt__is_gpu(x)) {
 #ifdef BT_CUDA
         float *cs = bt__colsum_for(gx, C);
-        bt__fp8_copy f8;                      /* as layernorm's */
-        int wrote = 0, copy = bt__fp8_copy_begin(n, gx, rows, C, &f8);
-        BT__ON_GPU(dev, stream) {
-            if (copy) {
-                float *sc = (float *)bt_data_ptr(f8.sc);
-                wrote = bt_k_rmsnorm_backward_fp8(dt, f8.q->dtype, (uint8_t *)bt_data_ptr(f8.q), bt__fp8_copy_scale(&f8), sc, sc + 1,
-                                                  bt_data_ptr(gx), gsum != NULL, gw ? bt_data_ptr(gw) : NULL, cs, bt_data_ptr(gc),
-                                                  bt_data_ptr(x), w ? bt_data_ptr(w) : NULL, (const float *)bt_data_ptr(rstd), rows, C,
-                                                  stream);
-            } else
-                bt_k_rmsnorm_backward(dt, gx ? bt_data_ptr(gx) : NULL, gsum != NULL, gw ? bt_data_ptr(gw) : NULL, cs, bt_data_ptr(gc),
-                                      bt_data_ptr(x), w ? bt_data_ptr(w) : NULL, (const float *)bt_data_ptr(rstd), rows, C, stream);
-        }
+        BT__ON_GPU(dev, stream) bt_k_rmsnorm_backward(dt, gx ? bt_data_ptr(gx) : NULL, gsum != NULL, gw ? bt_data_ptr(gw) : NULL, cs,
+                                bt_data_ptr(gc), bt_data_ptr(x), w ? bt_data_ptr(w) : NULL, (const float *)bt_data_ptr(rstd),
+                                rows, C, stream);
         bt__colsum_leave(gx, cs, C);
-        if (copy) bt__fp8_copy_end(gx, C, &f8, wrote);
 #endif
     } else {
         const void *gp = bt_data_ptr(gc), *xp = bt_data_ptr(x), *wp = w ? bt_data_ptr(w) : NULL, *rp = bt_data_ptr(rstd);
@@ -1795,39 +1763,26 @@ static void bt__fp8_cast_act(bt_fp8_state *st, int role, bt_fp8_act act, bt_tens
 static void bt__fp8_cast(bt_fp8_state *st, int role, bt_tensor *x2, bt_tensor *q, bt_tensor *qt, float *slot) {
     bt__fp8_cast_act(st, role, BT_FP8_ACT_X, x2, NULL, q, qt, NULL, slot);
 }
-/* A linear's output gradient g2 [R, N] cast by st's gradient role into *qg and/or gt (slot: as
+/* A linear's output gradient g2 [R, N] cast by st's gradient role into qg and/or gt (slot: as
    bt__fp8_cast's), and input ib's bias gradient (ib < 0: none) as the column sums of g2: on a GPU
    from the sums a layernorm or attention backward left on g2's storage, else from the cast itself
    (its per-64-row sums, one read of g2 for both: bt_k_fp8_cast_act with BT_FP8_ACT_X), else (CPU,
-   rows off 16 bytes) bt__bias_grad_reduce's pass. Where a norm backward left g2's FP8 copy for st
-   (bt__fp8_take) no cast runs: *qg becomes the copy, gt its transpose. Returns the [scale, amax, -,
-   -] that the products of qg and gt take: slot, or the copy's (in *keep, released by the caller
-   after those products are enqueued). */
-#ifdef BT_CUDA
-static int bt__fp8_take(bt_tensor *g2, bt_fp8_state *st, bt_tensor **qg, bt_tensor *gt, bt_tensor **sc);
-#endif
-static const float *bt__fp8_grad_cast(bt_node *n, int ib, bt_fp8_state *st, bt_tensor *g2, bt_tensor **qg, bt_tensor *gt, float *slot,
-                                      bt_tensor **keep, bt_tensor **gin) {
+   rows off 16 bytes) bt__bias_grad_reduce's pass. */
+static void bt__fp8_grad_cast(bt_node *n, int ib, bt_fp8_state *st, bt_tensor *g2, bt_tensor *qg, bt_tensor *gt, float *slot, bt_tensor **gin) {
     int want_b = ib >= 0 && bt__wants(n, ib);
     bt_tensor *part = NULL;
-    *keep = NULL;
 #ifdef BT_CUDA
-    if (bt__is_gpu(g2) && bt__fp8_take(g2, st, qg, gt, keep)) {   /* the copy the norm backward left: no cast */
-        if (want_b) bt__bias_grad_reduce(n, ib, g2, gin);
-        return (const float *)bt_data_ptr(*keep);
-    }
     int64_t R = g2->shape[0], N = g2->shape[1];
     if (want_b && bt__is_gpu(g2) && !bt__cached_colsum(g2) && N % 8 == 0 && R % 16 == 0 && ((uintptr_t)bt_data_ptr(g2) & 15) == 0)
         part = bt__new(bt_shape2((R + 63) / 64, N), BT_F32, bt_device_of(g2));
 #endif
-    bt__fp8_cast_act(st, BT_FP8_G, BT_FP8_ACT_X, g2, NULL, *qg, gt, part, slot);
-    if (!want_b) return slot;
+    bt__fp8_cast_act(st, BT_FP8_G, BT_FP8_ACT_X, g2, NULL, qg, gt, part, slot);
+    if (!want_b) return;
     if (part) {
         bt__bias_grad_sums(ib, bt__grad_sink(n, ib, g2->dtype), g2->dtype, bt_device_of(g2), BT_F32, bt_data_ptr(part), part->shape[0],
                            part->shape[1], gin);
         bt_release(part);
     } else bt__bias_grad_reduce(n, ib, g2, gin);
-    return slot;
 }
 /* C (dtype dt) = (sa sb) A B^T (+ R) (+ bias) on dev: A [M, K] and B [N, K] fp8 tensors, sa and sb f32 on
    dev, R (dtype dt, or NULL) C itself to accumulate */
@@ -1974,15 +1929,15 @@ static void bt__linear_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
         const float *sx = (const float *)bt_data_ptr(sc), *sw = sx + 4;
         bt_tensor *sg = bt__new(bt_shape1(4), BT_F32, dev);      /* [scale, amax, -, -] of gy */
         if (bt__fp8_any_current(st, 1u << BT_FP8_G)) bt_zero_(sg);
-        bt_tensor *qg = want_x ? bt__new(bt_shape2(R, N), BT_F8E5M2, dev) : NULL, *gt = want_w ? bt__new(bt_shape2(N, R), BT_F8E5M2, dev) : NULL, *kept;
-        const float *sgp = bt__fp8_grad_cast(n, n->n_in > 2 ? 2 : -1, st, g2, &qg, gt, (float *)bt_data_ptr(sg), &kept, gin);
+        bt_tensor *qg = want_x ? bt__new(bt_shape2(R, N), BT_F8E5M2, dev) : NULL, *gt = want_w ? bt__new(bt_shape2(N, R), BT_F8E5M2, dev) : NULL;
+        bt__fp8_grad_cast(n, n->n_in > 2 ? 2 : -1, st, g2, qg, gt, (float *)bt_data_ptr(sg), gin);
         if (want_x) {                                            /* dx [R, K] = (sg sw) qg [R, N] (qw^T [K, N])^T */
             bt_tensor *gx = bt__new(n->in_shape[0], dt, dev);
-            bt__fp8_gemm(dev, dt, gx, qg, sgp, wt, sw, NULL, NULL, R, K, N, st->opts.fast_accum & BT_FP8_FAST_DX);
+            bt__fp8_gemm(dev, dt, gx, qg, (const float *)bt_data_ptr(sg), wt, sw, NULL, NULL, R, K, N, st->opts.fast_accum & BT_FP8_FAST_DX);
             gin[0] = bt__register(gx);
         }
-        if (want_w) bt__fp8_weight_grad(n, 1, g, gin, gt, sgp, xt, sx, N, K, R);   /* dw [N, K] = (sg sx) qg^T (qx^T)^T */
-        bt_release(qg); bt_release(gt); bt_release(sg); bt_release(kept);
+        if (want_w) bt__fp8_weight_grad(n, 1, g, gin, gt, (const float *)bt_data_ptr(sg), xt, sx, N, K, R);   /* dw [N, K] = (sg sx) qg^T (qx^T)^T */
+        bt_release(qg); bt_release(gt); bt_release(sg);
     } else if (n->n_in > 2 && bt__wants(n, 2)) bt__bias_grad_reduce(n, 2, g2, gin);
     if (n->n_in > 3 && bt__wants(n, 3)) gin[3] = bt__register(bt_retain(g));
     bt_release(g2); bt_release(gc);
@@ -2099,73 +2054,6 @@ BTDEF bt_tensor *bt_rmsnorm_linear_fp8(bt_tensor *x, bt_tensor *nw, double eps, 
    bits: 1 h [R, hid], 2 qx^T [K, R], 4 qw1^T [K, hid], 8 qu^T [hid, R], 16 qw2^T [hid, N]. n->i[1]:
    qu^T is remade from h (GELU recompute). aux: the two states. */
 typedef struct { bt_fp8_state *s1, *s2; } bt__fp8_pair;
-
-/* ---- the output gradient's FP8 copy written by the norm backward that makes it (BT_FUSE_FP8_GRAD) ----
-   In a residual network the gradient of a residual stream x is, whole, the output gradient of the
-   FP8 linear that made x (the attention projection's bt_linear_add_fp8, the MLP's second linear);
-   its last writer is the backward of the norm that reads x (it adds its gx into the residual's
-   gradient). A delayed-scaled cast needs no look at its input before it starts, so that kernel can
-   write the e5m2 bytes the linear's gradient cast would, with the state's scale, in its own pass,
-   and leave them on the gradient's storage (bt_storage.fp8) at its version; the linear's backward
-   takes them and makes only the transpose, instead of reading the gradient again (1 byte an
-   element written where the cast reads 2). The copy's amax stays in its own f32 until taken, then
-   goes into the state's row: a copy not taken (the gradient written since) changes nothing. */
-static void bt__mlp_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin);
-static void bt__mlp_swiglu_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin);
-static int64_t bt__fp8_reuses;   /* FP8 backward products that took a copy left (bt_grad_fp8_reuses) */
-BTDEF int64_t bt_grad_fp8_reuses(void) { return bt__fp8_reuses; }
-#ifdef BT_CUDA
-/* the state whose gradient cast the backward of node prod runs on prod's output gradient, when that
-   cast scales by the state's scale (delayed recipe, the gradient role primed); else NULL */
-static bt_fp8_state *bt__fp8_grad_consumer(bt_node *prod) {
-    if (!prod || !prod->aux || !bt__fused(BT_FUSE_FP8_GRAD)) return NULL;
-    bt_fp8_state *st = prod->backward == bt__linear_fp8_back ? (bt_fp8_state *)prod->aux
-                       : prod->backward == bt__mlp_fp8_back || prod->backward == bt__mlp_swiglu_fp8_back ? ((bt__fp8_pair *)prod->aux)->s2
-                                                                                                         : NULL;
-    return st && bt__fp8_delayed(st, BT_FP8_G) ? st : NULL;
-}
-static int bt__fp8_copy_begin(bt_node *n, bt_tensor *gx, int64_t rows, int64_t C, bt__fp8_copy *c) {
-    c->st = NULL; c->q = c->sc = NULL;
-    if (!gx || !bt__is_gpu(gx) || rows % 16 || C % 16 || !bt__covers_storage(gx, C)) return 0;
-    if (!(c->st = bt__fp8_grad_consumer(n->next[0].node))) return 0;
-    c->q = bt__new(bt_shape2(rows, C), bt_fp8_format(BT_FP8_G), bt_device_of(gx));
-    c->sc = bt__new(bt_shape1(4), BT_F32, bt_device_of(gx));   /* [scale used, amax, -, -] */
-    bt_zero_(c->sc);
-    return 1;
-}
-static const float *bt__fp8_copy_scale(const bt__fp8_copy *c) {
-    return (const float *)bt_data_ptr(c->st->buf) + BT_FP8_G * (2 + c->st->opts.history) + 1;
-}
-static void bt__fp8_copy_end(bt_tensor *gx, int64_t C, bt__fp8_copy *c, int wrote) {
-    if (!wrote) { bt_release(c->q); bt_release(c->sc); return; }
-    bt_storage *s = gx->storage;
-    if (s->fp8) bt__fp8_left_free(s->fp8);
-    bt_fp8_left *l = (bt_fp8_left *)bt__xmalloc(sizeof *l, "an FP8 copy's record");
-    l->owner = c->st; l->q = c->q; l->sc = c->sc; l->cols = C; l->version = s->version;
-    s->fp8 = l;
-}
-/* the copy of g2 [rows, cols] left for st (the storage whole, unwritten since): *qg (may be NULL: not
-   wanted) becomes its q, gt (may be NULL) its transpose, its amax goes into st's gradient row, and 1
-   with *sc its [scale used, amax, -, -] (the caller's to release); else 0, nothing touched */
-static int bt__fp8_take(bt_tensor *g2, bt_fp8_state *st, bt_tensor **qg, bt_tensor *gt, bt_tensor **sc) {
-    bt_storage *s = g2->storage;
-    bt_fp8_left *l = s->fp8;
-    if (!l || l->owner != st || l->version != s->version || g2->ndim != 2 || !bt__covers_storage(g2, l->cols)) return 0;
-    int64_t R = g2->shape[0], N = g2->shape[1];
-    float *row = bt__fp8_role_row(st, BT_FP8_G);
-    BT__ON_GPU(bt_device_of(g2), stream) {
-        bt_k_fp8_amax(BT_F32, row, (const float *)bt_data_ptr(l->sc) + 1, 1, stream);
-        if (gt) bt_k_fp8_transpose((uint8_t *)bt_data_ptr(gt), (const uint8_t *)bt_data_ptr(l->q), R, N, stream);
-    }
-    if (qg && *qg) { bt_release(*qg); *qg = l->q; }
-    else bt_release(l->q);
-    *sc = l->sc;
-    free(l);
-    s->fp8 = NULL;
-    bt__fp8_reuses++;
-    return 1;
-}
-#endif
 /* qu^T [hid, R] again from h with the forward's scale (*scale): the same bytes, no state touched */
 static bt_tensor *bt__mlp_fp8_remake_ut(bt_tensor *h, const float *scale) {
     int64_t R = h->shape[0], hid = h->shape[1];
@@ -2203,16 +2091,16 @@ static void bt__mlp_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     if (bt__fp8_any_current(st->s2, 1u << BT_FP8_G) || bt__fp8_any_current(st->s1, 1u << BT_FP8_G)) bt_zero_(sg);
     float *sgp = (float *)bt_data_ptr(sg);
     if (want_dh || want_w2) {                                    /* the second linear's backward */
-        bt_tensor *qg = want_dh ? bt__new(bt_shape2(R, N), BT_F8E5M2, dev) : NULL, *gt = want_w2 ? bt__new(bt_shape2(N, R), BT_F8E5M2, dev) : NULL, *kept;
-        const float *sgg = bt__fp8_grad_cast(n, want_b2 ? 4 : -1, st->s2, g2, &qg, gt, sgp, &kept, gin);   /* g's scale */
+        bt_tensor *qg = want_dh ? bt__new(bt_shape2(R, N), BT_F8E5M2, dev) : NULL, *gt = want_w2 ? bt__new(bt_shape2(N, R), BT_F8E5M2, dev) : NULL;
+        bt__fp8_grad_cast(n, want_b2 ? 4 : -1, st->s2, g2, qg, gt, sgp, gin);
         if (want_w2) {                                           /* dw2 [N, hid] = (sg su) qg^T [N, R] (qu^T [hid, R])^T */
             bt_tensor *u_t = ut ? bt_retain(ut) : bt__mlp_fp8_remake_ut(h, scp + 8);
-            bt__fp8_weight_grad(n, 3, g, gin, gt, sgg, u_t, scp + 8, N, hid, R);
+            bt__fp8_weight_grad(n, 3, g, gin, gt, sgp, u_t, scp + 8, N, hid, R);
             bt_release(u_t);
         }
         if (want_dh) {
             bt_tensor *du = bt__new(bt_shape2(R, hid), dt, dev);  /* du [R, hid] = (sg sw2) qg [R, N] (qw2^T [hid, N])^T */
-            bt__fp8_gemm(dev, dt, du, qg, sgg, w2t, scp + 12, NULL, NULL, R, hid, N, st->s2->opts.fast_accum & BT_FP8_FAST_DX);
+            bt__fp8_gemm(dev, dt, du, qg, sgp, w2t, scp + 12, NULL, NULL, R, hid, N, st->s2->opts.fast_accum & BT_FP8_FAST_DX);
             bt_tensor *qd = want_x ? bt__new(bt_shape2(R, hid), BT_F8E5M2, dev) : NULL;
             bt_tensor *dt_ = want_w1 ? bt__new(bt_shape2(hid, R), BT_F8E5M2, dev) : NULL;
             if (bt__is_gpu(g)) {                                 /* dh = du gelu'(h) only inside the cast, b1's sums beside */
@@ -2237,7 +2125,7 @@ static void bt__mlp_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
             if (want_w1) bt__fp8_weight_grad(n, 1, g, gin, dt_, sgp + 4, xt, scp, hid, K, R);   /* dw1 [hid, K] = (sd sx) qd^T (qx^T)^T */
             bt_release(qd); bt_release(dt_);
         }
-        bt_release(qg); bt_release(gt); bt_release(kept);
+        bt_release(qg); bt_release(gt);
     } else if (want_b2) bt__bias_grad_reduce(n, 4, g2, gin);
     if (n->n_in > 5 && bt__wants(n, 5)) gin[5] = bt__register(bt_retain(g));
     bt_release(sg); bt_release(g2); bt_release(gc);
@@ -2338,12 +2226,12 @@ static void bt__mlp_swiglu_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_tensor *sg = bt__new(bt_shape1(8), BT_F32, dev);          /* [scale, amax, -, -] of g, then of du */
     if (bt__fp8_any_current(st->s2, 1u << BT_FP8_G) || bt__fp8_any_current(st->s1, 1u << BT_FP8_G)) bt_zero_(sg);
     float *sgp = (float *)bt_data_ptr(sg);
-    bt_tensor *qg = want_du ? bt__new(bt_shape2(R, N), BT_F8E5M2, dev) : NULL, *gt = want_w2 ? bt__new(bt_shape2(N, R), BT_F8E5M2, dev) : NULL, *kept;
-    const float *sgg = bt__fp8_grad_cast(n, -1, st->s2, g2, &qg, gt, sgp, &kept, gin);   /* g's scale (no bias) */
-    if (want_w2) bt__fp8_weight_grad(n, 2, g, gin, gt, sgg, yt, scp + 8, N, F, R);   /* dw2 [N, F] = (sg sy) qg^T [N, R] (qy^T [F, R])^T */
+    bt_tensor *qg = want_du ? bt__new(bt_shape2(R, N), BT_F8E5M2, dev) : NULL, *gt = want_w2 ? bt__new(bt_shape2(N, R), BT_F8E5M2, dev) : NULL;
+    bt__fp8_cast(st->s2, BT_FP8_G, g2, qg, gt, sgp);
+    if (want_w2) bt__fp8_weight_grad(n, 2, g, gin, gt, sgp, yt, scp + 8, N, F, R);   /* dw2 [N, F] = (sg sy) qg^T [N, R] (qy^T [F, R])^T */
     if (want_du) {
         bt_tensor *dy = bt__new(bt_shape2(R, F), dt, dev);        /* dy [R, F] = (sg sw2) qg [R, N] (qw2^T [F, N])^T */
-        bt__fp8_gemm(dev, dt, dy, qg, sgg, w2t, scp + 12, NULL, NULL, R, F, N, st->s2->opts.fast_accum & BT_FP8_FAST_DX);
+        bt__fp8_gemm(dev, dt, dy, qg, sgp, w2t, scp + 12, NULL, NULL, R, F, N, st->s2->opts.fast_accum & BT_FP8_FAST_DX);
         bt_tensor *qd = want_x ? bt__new(bt_shape2(R, F2), BT_F8E5M2, dev) : NULL;
         bt_tensor *dt_ = want_w1 ? bt__new(bt_shape2(F2, R), BT_F8E5M2, dev) : NULL;
         if (bt__is_gpu(g)) bt__fp8_cast_act(st->s1, BT_FP8_G, BT_FP8_ACT_DSWIGLU, dy, u, qd, dt_, NULL, sgp + 4);   /* du only inside the cast */
@@ -2361,7 +2249,7 @@ static void bt__mlp_swiglu_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
         if (want_w1) bt__fp8_weight_grad(n, 1, g, gin, dt_, sgp + 4, xt, scp, F2, K, R);   /* dw13 [2F, K] = (sd sx) qd^T (qx^T)^T */
         bt_release(qd); bt_release(dt_);
     }
-    bt_release(qg); bt_release(gt); bt_release(kept);
+    bt_release(qg); bt_release(gt);
     if (n->n_in > 3 && bt__wants(n, 3)) gin[3] = bt__register(bt_retain(g));
     bt_release(sg); bt_release(g2); bt_release(gc);
     bt__fp8_ln_back(n, 4, 3, gin);
