@@ -28,6 +28,8 @@
    the bytes: gelu rounded once, not through bf16), the aux h f0's bits. Backward v0 2,384 / 2,481;
    v1 6,700 / 6,583 (its product 5,661 / 5,521: DGELU costs the product ~5x); v2, v3 no algorithm.
    Both epilogue routes lose to the shipped pair; f2 would win only if the backward did not need h.
+   A third call (the two descriptors' code shared in lt_make since): f0 2,198, f1 2,246, f2 1,836,
+   v0 2,457, v1 6,549 us, the same bytes against f0 and v0.
    Build: make dev (build/dev/fp8_gelu_epilogue); run: build/dev/fp8_gelu_epilogue */
 #include "common.cuh"
 #include <math.h>
@@ -44,64 +46,23 @@ struct lt_case {
     cublasLtMatmulDesc_t op; cublasLtMatrixLayout_t la, lb, lc, ld;
     cublasLtMatmulHeuristicResult_t res[8]; int nres, best;
 };
-/* dx [M, N] = g [M, K] (e5m2) w^T [N, K]^T (e4m3) in cuBLASLt's TN form (see bt_fp8.cuh section 3), with
-   epilogue epi reading aux h [M, N] bf16; D of dtype dt_d (bf16 or e5m2: then scaled by *dscale, its
-   amax to *damax); BGRAD's bias gradient (f32) to dbias */
-static int lt_make(cublasLtHandle_t lt, lt_case &c, cublasLtEpilogue_t epi, cudaDataType_t dt_d, int64_t M, int64_t N, int64_t K,
-                   const float *sg, const float *sw, const void *h, const float *dscale, float *damax, float *dbias, size_t ws) {
+/* D [M, N] = A [M, K] (fp8 of type ta: g e5m2 or x e4m3; scale *sa) w^T [N, K]^T (e4m3, scale *sw) in
+   cuBLASLt's TN form (see bt_fp8.cuh section 3), fast accumulation, with epilogue epi: aux (may be NULL)
+   bf16 [M, N] (DGELU's input h, or GELU_AUX's output h), bias (may be NULL) of type bias_t (GELU_BIAS's
+   input, DGELU_BGRAD's output); D of dtype dt_d (bf16, or fp8: then scaled by *dscale, its amax to
+   *damax). Returns how many of the heuristic's first 8 candidates there are (c.res). */
+static int lt_make(cublasLtHandle_t lt, lt_case &c, cublasLtEpilogue_t epi, cudaDataType_t ta, cudaDataType_t dt_d, int64_t M, int64_t N,
+                   int64_t K, const float *sa, const float *sw, const void *aux, const void *bias, cudaDataType_t bias_t,
+                   const float *dscale, float *damax, size_t ws) {
     LT(cublasLtMatmulDescCreate(&c.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    cublasOperation_t opa = CUBLAS_OP_T, opb = CUBLAS_OP_N;
     int8_t fast = 1;
-    LT(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    LT(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    LT(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    LT(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
     LT(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
     LT(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sw, sizeof sw));
-    LT(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sg, sizeof sg));
+    LT(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sa, sizeof sa));
     LT(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-    int64_t ld = N;
-    int32_t auxt = CUDA_R_16BF;
-    LT(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &h, sizeof h));
-    LT(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
-    LT(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &auxt, sizeof auxt));
-    if (dt_d != CUDA_R_16BF) {
-        LT(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, &dscale, sizeof dscale));
-        LT(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, &damax, sizeof damax));
-    }
-    if (epi == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
-        int32_t bt = CUDA_R_32F;
-        LT(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &dbias, sizeof dbias));
-        LT(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
-    }
-    LT(cublasLtMatrixLayoutCreate(&c.la, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)N, K));
-    LT(cublasLtMatrixLayoutCreate(&c.lb, CUDA_R_8F_E5M2, (uint64_t)K, (uint64_t)M, K));
-    LT(cublasLtMatrixLayoutCreate(&c.lc, CUDA_R_16BF, (uint64_t)N, (uint64_t)M, N));   /* C: bf16 (beta 0, not read) */
-    LT(cublasLtMatrixLayoutCreate(&c.ld, dt_d, (uint64_t)N, (uint64_t)M, N));
-    cublasLtMatmulPreference_t pref;
-    LT(cublasLtMatmulPreferenceCreate(&pref));
-    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    c.nres = 0; c.best = 0;
-    if (cublasLtMatmulAlgoGetHeuristic(lt, c.op, c.la, c.lb, c.lc, c.ld, pref, 8, c.res, &c.nres) != CUBLAS_STATUS_SUCCESS) c.nres = 0;
-    cublasLtMatmulPreferenceDestroy(pref);
-    return c.nres;
-}
-
-/* h = x w^T + b with GELU in the epilogue: D = fp8(gelu(h) * *dscale) of dtype dt_d (its amax to *damax),
-   aux h in bf16 when aux != NULL (GELU_AUX_BIAS, else GELU_BIAS) */
-static int lt_make_fwd(cublasLtHandle_t lt, lt_case &c, cudaDataType_t dt_d, int64_t M, int64_t N, int64_t K, const float *sx,
-                       const float *sw, const void *bias, void *aux, const float *dscale, float *damax, size_t ws) {
-    LT(cublasLtMatmulDescCreate(&c.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    int8_t fast = 1;
-    cublasLtEpilogue_t epi = aux ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_BIAS;
-    LT(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    LT(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    LT(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
-    LT(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sw, sizeof sw));
-    LT(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sx, sizeof sx));
-    LT(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-    int32_t bt = CUDA_R_16BF;
-    LT(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-    LT(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
     if (aux) {
         int64_t ld = N;
         int32_t auxt = CUDA_R_16BF;
@@ -109,13 +70,18 @@ static int lt_make_fwd(cublasLtHandle_t lt, lt_case &c, cudaDataType_t dt_d, int
         LT(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
         LT(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &auxt, sizeof auxt));
     }
+    if (bias) {
+        int32_t bt = bias_t;
+        LT(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+        LT(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+    }
     if (dt_d != CUDA_R_16BF) {
         LT(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, &dscale, sizeof dscale));
         LT(cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, &damax, sizeof damax));
     }
     LT(cublasLtMatrixLayoutCreate(&c.la, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)N, K));
-    LT(cublasLtMatrixLayoutCreate(&c.lb, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)M, K));
-    LT(cublasLtMatrixLayoutCreate(&c.lc, CUDA_R_16BF, (uint64_t)N, (uint64_t)M, N));
+    LT(cublasLtMatrixLayoutCreate(&c.lb, ta, (uint64_t)K, (uint64_t)M, K));
+    LT(cublasLtMatrixLayoutCreate(&c.lc, CUDA_R_16BF, (uint64_t)N, (uint64_t)M, N));   /* C: bf16 (beta 0, not read) */
     LT(cublasLtMatrixLayoutCreate(&c.ld, dt_d, (uint64_t)N, (uint64_t)M, N));
     cublasLtMatmulPreference_t pref;
     LT(cublasLtMatmulPreferenceCreate(&pref));
@@ -170,7 +136,8 @@ static void forward_ladder(cublasLtHandle_t lt) {
     for (int v = 1; v < 3; v++) {
         lt_case c;
         void *aux = v == 1 ? (void *)h[1] : NULL;
-        if (!lt_make_fwd(lt, c, CUDA_R_8F_E4M3, M, N, K, f, f + 4, b16, aux, f + 12, f + 16 + 4 * v, ws)) {
+        if (!lt_make(lt, c, aux ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_BIAS, CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, M, N, K, f,
+                     f + 4, aux, b16, CUDA_R_16BF, f + 12, f + 16 + 4 * v, ws)) {
             printf("  f%d  cuBLASLt has no algorithm for it\n", v);
             continue;
         }
@@ -275,7 +242,8 @@ int main(void) {
     for (int v = 1; v < 4; v++) {
         lt_case c;
         void *D = v == 1 ? (void *)dh : (void *)q[v];
-        if (!lt_make(lt, c, epis[v], dts[v], M, N, K, f, f + 4, h, f + 12, f + 16 + 4 * v, dbias, ws)) {
+        if (!lt_make(lt, c, epis[v], CUDA_R_8F_E5M2, dts[v], M, N, K, f, f + 4, h, v == 3 ? dbias : NULL, CUDA_R_32F, f + 12, f + 16 + 4 * v,
+                     ws)) {
             printf("  v%d  cuBLASLt has no algorithm for it\n", v);
             continue;
         }
