@@ -13,7 +13,7 @@
    dev/cuda/attention_backward.cu (a ladder each, checked against a CPU reference).
 
    CONTENTS
-     declarations  bt_k_attention* (bt_k_attention_backward_fp8: e5m2 gradients), the Hopper path's switch, its tuning for tests and ladders
+     declarations  bt_k_attention*, the Hopper path's switch, its tuning for tests and ladders
      1. the math, the paths, the parameter block
      2. sm_80 tensor cores (mma.sync m16n8k16 bf16 / f16, m16n8k8 tf32): forward, dQ, dK/dV
      3. strict fp32 (FFMA): forward, dK/dV (dS to scratch), dQ (from it); Dvec
@@ -62,20 +62,6 @@ BTDEF int bt_k_attention_backward_colsum(bt_dtype dt, void *gq, const int64_t *s
     const void *k, const int64_t *sk, const void *v, const int64_t *sv, const void *out, const int64_t *so,
     const float *lse, int64_t B, int64_t H, int64_t Hkv, int64_t T, int64_t D, float scale, int causal,
     bt_matmul_precision precision, float *colsum, cudaStream_t s);
-/* The backward with its gradients written as e5m2 bytes for an FP8 qkv projection's backward (delayed
-   scaling: bt_linear_fp8's gradient cast, done by the kernel that makes the gradient): gq, gk, gv (one
-   byte an element, the element strides as above, even) get fp8(round_dt(g) (1 / *scale_in)), the
-   bytes the backward then bt_k_fp8_cast with scale_in give; *scale_used (may be NULL) <- *scale_in;
-   *amax_acc <- the larger of it and the rounded gradients' amax (f32 bits, as bt_k_fp8_amax's);
-   colsum (may be NULL) as bt_k_attention_backward_colsum's. Only the fused Hopper kernel writes bytes
-   (causal, multi-head, bf16 / f16, D 64): returns 1 when it ran, 0 when the shape or device is not
-   its (nothing launched; the caller takes the path above and a cast). Traffic: 1 byte an element
-   written instead of 2, and no cast's read of the 2. */
-BTDEF int bt_k_attention_backward_fp8(bt_dtype dt, uint8_t *gq, const int64_t *sgq, uint8_t *gk, const int64_t *sgk,
-    uint8_t *gv, const int64_t *sgv, const void *gout, const int64_t *sgo, const void *q, const int64_t *sq,
-    const void *k, const int64_t *sk, const void *v, const int64_t *sv, const void *out, const int64_t *so,
-    const float *lse, int64_t B, int64_t H, int64_t T, int64_t D, float scale, float *colsum,
-    const float *scale_in, float *scale_used, float *amax_acc, cudaStream_t s);
 /* the Hopper path (wgmma kernels, used on a compute capability 9.0 device by an sm_90a build for
    bf16 / f16 with D 64 or 128 and 16-byte aligned rows): on = 1 allows it (the default), 0 keeps
    every call on the sm_80 kernels, -1 only asks. Returns the setting before (bit 0), plus 2 when
@@ -173,9 +159,6 @@ typedef struct {
     float *cs_part;     /* fused wgmma backward, may be NULL: column sums of gq, gk, gv over each warp's 16 rows,
                            fp32 [B][cs_slabs][3][H][D] (bt__k_wg_colsum) */
     int cs_slabs;       /* (T + 15) / 16 */
-    const float *f8_scale;   /* fused wgmma backward, bt_k_attention_backward_fp8: gq, gk, gv are e5m2 bytes, */
-    float *f8_scale_used;    /* fp8(round_T(g) (1 / *f8_scale)); *f8_scale_used <- *f8_scale, *f8_amax <- */
-    unsigned *f8_amax;       /* max(it, the rounded g's amax bits); NULL f8_amax: T outputs (bt__k_wg_store8) */
     int H, T, D, vec, vec_out;
     int G;              /* query heads per key/value head (grouped-query attention): head h reads K, V of head h / G */
     int out16;          /* wgmma forward: every output row 16-byte aligned (O then leaves through shared memory) */
@@ -1231,28 +1214,6 @@ __device__ __forceinline__ void bt__k_wg_store(T *g, int64_t st, int row0, int T
                 bt__k_pack2(c[4 * dn + 2 * r] * mul[r], c[4 * dn + 2 * r + 1] * mul[r], (T *)0);
     }
 }
-/* bt_fp8.cuh's: a and b to two e4m3 (E5M2 0) or e5m2 bytes, rounded to nearest even, saturating */
-template <int E5M2> __device__ __forceinline__ uint32_t bt__k_fp8_cvt2(float a, float b);
-/* bt__k_wg_store's values, each rounded to T as it stores them, times r to e5m2 bytes (rows of g, one
-   byte an element, stride st elements): the bytes bt_k_fp8_cast with scale 1 / r gives of what
-   bt__k_wg_store writes; m <- the larger of it and their amax bits */
-template <typename T, int D>
-__device__ __forceinline__ void bt__k_wg_store8(uint8_t *g, int64_t st, int row0, int Tn, const float (&c)[D / 2], const float mul[2],
-                                                float r, unsigned &m) {
-    int tg = threadIdx.x & 3;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        int row = row0 + 8 * h;
-        if ((unsigned)row >= (unsigned)Tn) continue;
-        uint8_t *x = g + (int64_t)row * st;
-#pragma unroll
-        for (int dn = 0; dn < D / 8; dn++) {
-            const float a = bt__k_tof(bt__k_from<T>(c[4 * dn + 2 * h] * mul[h])), b = bt__k_tof(bt__k_from<T>(c[4 * dn + 2 * h + 1] * mul[h]));
-            m = max(m, max(bt__abs_bits(a), bt__abs_bits(b)));
-            *reinterpret_cast<uint16_t *>(x + dn * 8 + 2 * tg) = (uint16_t)bt__k_fp8_cvt2<1>(__fmul_rn(a, r), __fmul_rn(b, r));
-        }
-    }
-}
 /* The column sums of what bt__k_wg_store writes (scaled, before the rounding) over the warp's 16 rows
    below Tn (rows row0 - g .. + 15), as one fp32 row of D at part + (row0 >> 4) slab (lanes 0 - 3
    store it): summed over B and the slabs they are the bias gradient of a packed qkv projection,
@@ -2112,9 +2073,7 @@ __device__ __forceinline__ void bt__k_seq_pass(int *c, int v) {
     asm volatile("fence.proxy.async.global;\nfence.acq_rel.gpu;\nst.relaxed.gpu.global.b32 [%0], %1;\n" ::"l"(c), "r"(v)
                  : "memory");
 }
-/* F8 1: gq, gk, gv as e5m2 bytes (p.f8_*: bt__k_wg_store8), the amax of each consumer warp's values
-   into *p.f8_amax at its end */
-template <typename T, int F8> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt__k_att_bwd_wg(bt__k_attp p) {
+template <typename T> __global__ void __launch_bounds__(BT__K_WG_THREADS, 1) bt__k_att_bwd_wg(bt__k_attp p) {
 #ifdef BT__K_WG
     enum { D = 64, BK = 128, BQ = 128, ST = 2, KT = BK * D * 2, QB = BQ * D * 2, STAGE = bt__k_att_dkv_stage(D, BQ),
            NS = BQ / 2, NO = D / 2, DQB = BQ * D * 4 };
@@ -2194,7 +2153,6 @@ template <typename T, int F8> __global__ void __launch_bounds__(BT__K_WG_THREADS
         bt__k_wg_regs_inc<BT__K_WG_CONSUMER_REGS>();
         const int w = warp >> 2, g = lane >> 2, tg = lane & 3;
         int u = 0, uq = 0;   /* query tiles so far; those whose part went to the reducer */
-        unsigned f8m = 0;    /* F8: the amax bits of this thread's stores */
         for (int64_t n = 0;; n++) {
             const int64_t L = bt__k_att_next(p, n, nitems, &item_slot, ifull, iempty, next, 0);
             if (L >= nitems) break;
@@ -2281,32 +2239,18 @@ template <typename T, int F8> __global__ void __launch_bounds__(BT__K_WG_THREADS
                 } else {   /* key tile 0: dQ complete, scaled, rounded, into gq */
                     const float sc2[2] = {p.scale, p.scale};
                     const int row0 = i * BQ + 64 * w + 16 * (warp & 3) + g;
-                    if (F8)
-                        bt__k_wg_store8<T, D>((uint8_t *)p.gq + bt__k_att_off(p.sgq, bh, p.H), p.sgq[2], row0, p.T, dq, sc2, 1.f / *p.f8_scale,
-                                              f8m);
-                    else bt__k_wg_store<T, D>((T *)p.gq + bt__k_att_off(p.sgq, bh, p.H), p.sgq[2], row0, p.T, dq, sc2);
+                    bt__k_wg_store<T, D>((T *)p.gq + bt__k_att_off(p.sgq, bh, p.H), p.sgq[2], row0, p.T, dq, sc2);
                     if (p.cs_part) bt__k_wg_colsum<D>(bt__k_att_cs_at(p, bh, 0), 3 * (int64_t)p.H * D, p.cs_slabs, row0, p.T, dq, sc2);
                 }
             }
             if (lane == 0) bt__k_mbar_arrive(kvempty + 8 * kb);
             const float sc2[2] = {p.scale, p.scale}, one[2] = {1.f, 1.f};
-            if (F8) {
-                const float r = 1.f / *p.f8_scale;
-                bt__k_wg_store8<T, D>((uint8_t *)p.gk + bt__k_att_off(p.sgk, bh, p.H), p.sgk[2], key0, p.T, dk, sc2, r, f8m);
-                bt__k_wg_store8<T, D>((uint8_t *)p.gv + bt__k_att_off(p.sgv, bh, p.H), p.sgv[2], key0, p.T, dv, one, r, f8m);
-            } else {
-                bt__k_wg_store<T, D>((T *)p.gk + bt__k_att_off(p.sgk, bh, p.H), p.sgk[2], key0, p.T, dk, sc2);
-                bt__k_wg_store<T, D>((T *)p.gv + bt__k_att_off(p.sgv, bh, p.H), p.sgv[2], key0, p.T, dv, one);
-            }
+            bt__k_wg_store<T, D>((T *)p.gk + bt__k_att_off(p.sgk, bh, p.H), p.sgk[2], key0, p.T, dk, sc2);
+            bt__k_wg_store<T, D>((T *)p.gv + bt__k_att_off(p.sgv, bh, p.H), p.sgv[2], key0, p.T, dv, one);
             if (p.cs_part) {
                 bt__k_wg_colsum<D>(bt__k_att_cs_at(p, bh, 1), 3 * (int64_t)p.H * D, p.cs_slabs, key0, p.T, dk, sc2);
                 bt__k_wg_colsum<D>(bt__k_att_cs_at(p, bh, 2), 3 * (int64_t)p.H * D, p.cs_slabs, key0, p.T, dv, one);
             }
-        }
-        if (F8) {
-            f8m = __reduce_max_sync(0xffffffffu, f8m);
-            if (lane == 0 && f8m) atomicMax(p.f8_amax, f8m);
-            if (blockIdx.x == 0 && threadIdx.x == 0 && p.f8_scale_used) *p.f8_scale_used = *p.f8_scale;
         }
     }
 #else
@@ -2603,7 +2547,7 @@ template <typename T> static void bt__k_att_bwd_fused_run(bt__k_attp *p, cudaStr
         p->bh1 = b0 + chunk < p->BH ? b0 + chunk : p->BH;
         BT__K_CUDA(cudaMemsetAsync(p->dqcnt, 0, (size_t)((p->bh1 - b0) * nqt) * sizeof(int), s), op);
         /* head by head (all key tiles of a head at once, shortest first: each waits for the one before) */
-        bt__k_att_wg_launch(p->f8_amax ? bt__k_att_bwd_wg<T, 1> : bt__k_att_bwd_wg<T, 0>, *p, nqt, 0, 0, 1, bt__k_att_tun.order != 1, bt__k_att_bwd_smem_bytes(), s, op);
+        bt__k_att_wg_launch(bt__k_att_bwd_wg<T>, *p, nqt, 0, 0, 1, bt__k_att_tun.order != 1, bt__k_att_bwd_smem_bytes(), s, op);
     }
     bt_free(p->dqacc); bt_free(p->dqcnt);
     p->dqacc = NULL; p->dqcnt = NULL; p->bh0 = 0; p->bh1 = p->BH;
@@ -2719,7 +2663,6 @@ static int bt__k_att_bwd_run(bt__k_attp &p, bt_dtype dt, int64_t B, int64_t H, i
         }
         return colsum != NULL;
     }
-    if (p.f8_amax) bt_error("%s: e5m2 gradients from a kernel other than the fused one", op);   /* bt_k_attention_backward_fp8 checked */
     if (wg) {
         p.dvec_out = dvec;   /* the dQ kernel computes it, before the dK/dV kernel reads it */
         if (dt == BT_BF16) bt__k_att_bwd_wg_run<__nv_bfloat16>(&p, s, op);
@@ -2740,19 +2683,6 @@ static int bt__k_att_bwd_run(bt__k_attp &p, bt_dtype dt, int64_t B, int64_t H, i
     bt_free(dvec);
     return 0;
 }
-/* the backward's parameter block (gq, gk, gv and their strides set by the caller) */
-static void bt__k_att_bwd_params(bt__k_attp *p, bt_dtype dt, const void *gout, const int64_t *sgo, const void *q, const int64_t *sq,
-                                 const void *k, const int64_t *sk, const void *v, const int64_t *sv, const void *out, const int64_t *so,
-                                 const float *lse, int64_t B, int64_t H, int64_t Hkv, int64_t Tn, int64_t D, float scale, int causal) {
-    bt__k_att_params(p, dt, B, H, Hkv, Tn, D, scale);
-    p->causal = causal != 0;
-    p->q = q; p->k = k; p->v = v; p->o = out; p->go = gout; p->lse = lse;
-    memcpy(p->sq, sq, sizeof p->sq); memcpy(p->sk, sk, sizeof p->sk); memcpy(p->sv, sv, sizeof p->sv); memcpy(p->so, so, sizeof p->so);
-    memcpy(p->sgo, sgo, sizeof p->sgo);
-    size_t es = bt_dtype_size(dt);
-    p->vec = bt__k_att_al(q, sq, es, 16) && bt__k_att_al(k, sk, es, 16) && bt__k_att_al(v, sv, es, 16) &&
-             bt__k_att_al(gout, sgo, es, 16) && bt__k_att_al(out, so, es, 16);
-}
 BTDEF int bt_k_attention_backward_colsum(bt_dtype dt, void *gq, const int64_t *sgq, void *gk, const int64_t *sgk, void *gv,
                                           const int64_t *sgv, const void *gout, const int64_t *sgo, const void *q,
                                           const int64_t *sq, const void *k, const int64_t *sk, const void *v, const int64_t *sv,
@@ -2764,10 +2694,15 @@ BTDEF int bt_k_attention_backward_colsum(bt_dtype dt, void *gq, const int64_t *s
     bt__k_att_check(op, dt, B, H, Hkv, Tn, D);
     if (!gq || !gk || !gv) bt_error("%s: gq, gk and gv must all be given", op);
     bt__k_attp p;
-    bt__k_att_bwd_params(&p, dt, gout, sgo, q, sq, k, sk, v, sv, out, so, lse, B, H, Hkv, Tn, D, scale, causal);
-    p.gq = gq; p.gk = gk; p.gv = gv;
-    memcpy(p.sgq, sgq, sizeof p.sgq); memcpy(p.sgk, sgk, sizeof p.sgk); memcpy(p.sgv, sgv, sizeof p.sgv);
+    bt__k_att_params(&p, dt, B, H, Hkv, Tn, D, scale);
+    p.causal = causal != 0;
+    p.q = q; p.k = k; p.v = v; p.o = out; p.go = gout; p.gq = gq; p.gk = gk; p.gv = gv; p.lse = lse;
+    memcpy(p.sq, sq, sizeof p.sq); memcpy(p.sk, sk, sizeof p.sk); memcpy(p.sv, sv, sizeof p.sv); memcpy(p.so, so, sizeof p.so);
+    memcpy(p.sgo, sgo, sizeof p.sgo); memcpy(p.sgq, sgq, sizeof p.sgq); memcpy(p.sgk, sgk, sizeof p.sgk);
+    memcpy(p.sgv, sgv, sizeof p.sgv);
     size_t es = bt_dtype_size(dt);
+    p.vec = bt__k_att_al(q, sq, es, 16) && bt__k_att_al(k, sk, es, 16) && bt__k_att_al(v, sv, es, 16) &&
+            bt__k_att_al(gout, sgo, es, 16) && bt__k_att_al(out, so, es, 16);
     void *gx = NULL;   /* grouped-query attention: dK, dV of each query head first ([B, H, T, D]), then summed per group */
     if (p.G > 1) {
         const int64_t st[3] = {H * Tn * D, Tn * D, D}, n = B * H * Tn * D;
@@ -2789,25 +2724,6 @@ BTDEF int bt_k_attention_backward_colsum(bt_dtype dt, void *gq, const int64_t *s
         bt_free(gx);
     }
     return given;
-}
-BTDEF int bt_k_attention_backward_fp8(bt_dtype dt, uint8_t *gq, const int64_t *sgq, uint8_t *gk, const int64_t *sgk, uint8_t *gv,
-                                       const int64_t *sgv, const void *gout, const int64_t *sgo, const void *q, const int64_t *sq,
-                                       const void *k, const int64_t *sk, const void *v, const int64_t *sv, const void *out,
-                                       const int64_t *so, const float *lse, int64_t B, int64_t H, int64_t Tn, int64_t D, float scale,
-                                       float *colsum, const float *scale_in, float *scale_used, float *amax_acc, cudaStream_t s) {
-    const char *op = "bt_k_attention_backward_fp8";
-    if (B <= 0 || H <= 0 || Tn <= 0 || D <= 0) return 0;
-    bt__k_att_check(op, dt, B, H, H, Tn, D);
-    if (!gq || !gk || !gv || !scale_in || !amax_acc) bt_error("%s: gq, gk, gv, scale_in and amax_acc must all be given", op);
-    bt__k_attp p;
-    bt__k_att_bwd_params(&p, dt, gout, sgo, q, sq, k, sk, v, sv, out, so, lse, B, H, H, Tn, D, scale, 1);
-    p.gq = gq; p.gk = gk; p.gv = gv;
-    memcpy(p.sgq, sgq, sizeof p.sgq); memcpy(p.sgk, sgk, sizeof p.sgk); memcpy(p.sgv, sgv, sizeof p.sgv);
-    p.vec_out = bt__k_att_al(gq, sgq, 1, 2) && bt__k_att_al(gk, sgk, 1, 2) && bt__k_att_al(gv, sgv, 1, 2);   /* 2-byte stores */
-    if (!bt__k_att_wg_use(dt, &p) || D != 64 || Tn > bt__k_att_tun.fused_tmax) return 0;   /* not the fused kernel's */
-    p.f8_scale = scale_in; p.f8_scale_used = scale_used; p.f8_amax = (unsigned *)amax_acc;
-    bt__k_att_bwd_run(p, dt, B, H, Tn, D, BT_MATMUL_FP32, colsum, s, op);
-    return 1;
 }
 BTDEF void bt_k_attention_backward_strided(bt_dtype dt, void *gq, const int64_t *sgq, void *gk, const int64_t *sgk, void *gv,
                                            const int64_t *sgv, const void *gout, const int64_t *sgo, const void *q,

@@ -1496,55 +1496,6 @@ static bt_tensor *bt__heads_bt(bt_tensor *t, int64_t n, int64_t D) {
     return bt__view_raw(t, 4, shape, stride, t->offset);
 }
 static void bt__linear_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin);
-#ifdef BT_CUDA
-/* The FP8 qkv projection's gradient bytes from the attention backward itself (BT_FUSE_FP8_GRAD). Where
-   prod, the node that made qkv, is an FP8 linear's (bt_linear_fp8, bt_layernorm_linear_fp8) whose
-   gradient cast scales by its state's scale (delayed recipe, primed), and gqkv goes to it alone (no
-   other consumer of qkv: prod waits for this gradient only, and has none yet), the kernel writes
-   the e5m2 bytes that cast would, its amax into the state's row, and the column sums for prod's bias
-   (when it has one); the bytes are left on gqkv's storage with `only` set: gqkv [B, T, W] is
-   allocated but never written (the bf16 write and the cast's read of it are gone; prod's backward
-   takes the bytes, bt__fp8_take). qkv3 the three views [B, H, T, D] of qkv, then of gqkv. Returns 1
-   when the kernel ran, 0 when it did not (nothing touched: the bf16 path follows). */
-static int bt__qkv_grad_fp8(bt_node *prod, bt_tensor **qkv3, bt_tensor *o, bt_tensor *lse, bt_tensor *g4, bt_tensor *gqkv) {
-    if (!prod || prod->backward != bt__linear_fp8_back || !prod->aux || !bt__fused(BT_FUSE_FP8_GRAD) || prod->deps != 1 || prod->grad ||
-        !bt__is_gpu(gqkv) || !bt__covers_storage(gqkv, gqkv->shape[2]))
-        return 0;
-    /* the bytes feed its products (x's or w's gradient wanted), and no residual input takes g itself */
-    if (!(bt__wants(prod, 0) || bt__wants(prod, 1)) || (prod->n_in > 3 && bt__wants(prod, 3))) return 0;
-    bt_fp8_state *st = (bt_fp8_state *)prod->aux;
-    if (!st->buf || !bt__fp8_delayed(st, BT_FP8_G)) return 0;
-    const int64_t B = gqkv->shape[0], T = gqkv->shape[1], W = gqkv->shape[2], H = qkv3[0]->shape[1], D = qkv3[0]->shape[3];
-    const int64_t R = B * T;
-    float *cs = NULL;
-    if (prod->n_in > 2 && bt__wants(prod, 2) && !(cs = bt__colsum_for(gqkv, W))) return 0;   /* the bias needs the sums */
-    bt_device dev = bt_device_of(gqkv);
-    bt_tensor *q8 = bt__new(bt_shape2(R, W), bt_fp8_format(BT_FP8_G), dev), *sc = bt__new(bt_shape1(4), BT_F32, dev);
-    bt_tensor *q83 = bt__view_dense(q8, bt_shape3(B, T, W)), *h[3];
-    const int64_t h0[3] = {0, H, 2 * H};
-    for (int i = 0; i < 3; i++) h[i] = bt__heads(q83, H, h0[i], D);
-    bt_tensor *q = qkv3[0], *k = qkv3[1], *v = qkv3[2];
-    const float *row = (const float *)bt_data_ptr(st->buf) + BT_FP8_G * (2 + st->opts.history);   /* [amax, scale, history] */
-    int wrote = 0;
-    BT__ON_GPU(dev, stream)
-        wrote = bt_k_attention_backward_fp8(q->dtype, (uint8_t *)bt_data_ptr(h[0]), h[0]->stride, (uint8_t *)bt_data_ptr(h[1]), h[1]->stride,
-                                            (uint8_t *)bt_data_ptr(h[2]), h[2]->stride, bt_data_ptr(g4), g4->stride, bt_data_ptr(q), q->stride,
-                                            bt_data_ptr(k), k->stride, bt_data_ptr(v), v->stride, bt_data_ptr(o), o->stride,
-                                            (const float *)bt_data_ptr(lse), B, H, T, D, (float)(1.0 / sqrt((double)D)), cs, row + 1,
-                                            (float *)bt_data_ptr(sc), (float *)row, stream);
-    for (int i = 0; i < 3; i++) bt_release(h[i]);
-    bt_release(q83);
-    if (!wrote) { bt_release(q8); bt_release(sc); if (cs) bt_free(cs); return 0; }
-    bt__fp8_role_row(st, BT_FP8_G);   /* the row's amax was written: the state's version and seen mask */
-    bt__colsum_leave(gqkv, cs, W);
-    bt_storage *s = gqkv->storage;
-    if (s->fp8) bt__fp8_left_free(s->fp8);
-    bt_fp8_left *l = (bt_fp8_left *)bt__xmalloc(sizeof *l, "an FP8 gradient's record");
-    l->owner = st; l->q = q8; l->sc = sc; l->cols = W; l->version = s->version; l->only = 1;
-    s->fp8 = l;
-    return 1;
-}
-#endif
 static void bt__attention_qkv_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     bt_tensor *qkv = n->saved[0], *o = n->saved[1], *lse = n->saved[2];
     int64_t H = n->i[0], Hkv = n->i[1], D = qkv->shape[2] / (H + 2 * Hkv);
@@ -1560,11 +1511,9 @@ static void bt__attention_qkv_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
        pass it makes anyway (bt__fp8_grad_cast: the kernel's epilogue sums cost more, bench/RESULTS.md#fp8) */
     int64_t W = qkv->shape[2];
     bt_node *prod = n->next[0].node;
-    if (rope || Hkv != H || !bt__qkv_grad_fp8(prod, p, o, lse, g4, gqkv)) {
-        float *cs = rope || Hkv != H || (prod && prod->backward == bt__linear_fp8_back) ? NULL : bt__colsum_for(gqkv, W);
-        if (bt__attention_grads(p[0], p[1], p[2], o, lse, g4, p[3], p[4], p[5], cs)) bt__colsum_leave(gqkv, cs, W);
-        else if (cs) bt_free(cs);
-    }
+    float *cs = rope || Hkv != H || (prod && prod->backward == bt__linear_fp8_back) ? NULL : bt__colsum_for(gqkv, W);
+    if (bt__attention_grads(p[0], p[1], p[2], o, lse, g4, p[3], p[4], p[5], cs)) bt__colsum_leave(gqkv, cs, W);
+    else if (cs) bt_free(cs);
 #else
     bt__attention_grads(p[0], p[1], p[2], o, lse, g4, p[3], p[4], p[5], NULL);
 #endif
@@ -1814,76 +1763,26 @@ static void bt__fp8_cast_act(bt_fp8_state *st, int role, bt_fp8_act act, bt_tens
 static void bt__fp8_cast(bt_fp8_state *st, int role, bt_tensor *x2, bt_tensor *q, bt_tensor *qt, float *slot) {
     bt__fp8_cast_act(st, role, BT_FP8_ACT_X, x2, NULL, q, qt, NULL, slot);
 }
-#ifdef BT_CUDA
-/* the bytes of g2 [rows, cols] left for st (bt_fp8_left; the storage whole, unwritten since): *qg (may be
-   NULL: not wanted) becomes them, gt (may be NULL) their transpose, and 1 with *sc their [scale used,
-   -, -, -] (the caller's to release; the amax went into st's row when they were written); else 0,
-   nothing touched */
-static int64_t bt__fp8_reuses;   /* FP8 backward products that took bytes left (bt_grad_fp8_reuses) */
-static int bt__fp8_take(bt_tensor *g2, bt_fp8_state *st, bt_tensor **qg, bt_tensor *gt, bt_tensor **sc) {
-    bt_storage *s = g2->storage;
-    bt_fp8_left *l = s->fp8;
-    if (!l || l->owner != st || l->version != s->version || g2->ndim != 2 || !bt__covers_storage(g2, l->cols)) return 0;
-    int64_t R = g2->shape[0], N = g2->shape[1];
-    if (gt) BT__ON_GPU(bt_device_of(g2), stream) bt_k_fp8_transpose((uint8_t *)bt_data_ptr(gt), (const uint8_t *)bt_data_ptr(l->q), R, N, stream);
-    if (qg && *qg) { bt_release(*qg); *qg = l->q; }
-    else bt_release(l->q);
-    *sc = l->sc;
-    free(l);
-    s->fp8 = NULL;
-    bt__fp8_reuses++;
-    return 1;
-}
-#endif
-BTDEF int64_t bt_grad_fp8_reuses(void) {
-#ifdef BT_CUDA
-    return bt__fp8_reuses;
-#else
-    return 0;
-#endif
-}
-/* A linear's output gradient g2 [R, N] cast by st's gradient role into *qg and/or gt (slot: as
+/* A linear's output gradient g2 [R, N] cast by st's gradient role into qg and/or gt (slot: as
    bt__fp8_cast's), and input ib's bias gradient (ib < 0: none) as the column sums of g2: on a GPU
    from the sums a layernorm or attention backward left on g2's storage, else from the cast itself
    (its per-64-row sums, one read of g2 for both: bt_k_fp8_cast_act with BT_FP8_ACT_X), else (CPU,
-   rows off 16 bytes) bt__bias_grad_reduce's pass. Where the kernel that wrote g2 left its bytes for
-   st (bt__fp8_take: the attention backward's, BT_FUSE_FP8_GRAD) no cast runs: *qg becomes those
-   bytes, gt their transpose, the bias gradient comes from the sums left. Returns the [scale, amax,
-   -, -] that the products of *qg and gt take: slot, or the bytes' (in *keep, released by the
-   caller after those products are enqueued). */
-static const float *bt__fp8_grad_cast(bt_node *n, int ib, bt_fp8_state *st, bt_tensor *g2, bt_tensor **qg, bt_tensor *gt, float *slot,
-                                      bt_tensor **keep, bt_tensor **gin) {
+   rows off 16 bytes) bt__bias_grad_reduce's pass. */
+static void bt__fp8_grad_cast(bt_node *n, int ib, bt_fp8_state *st, bt_tensor *g2, bt_tensor *qg, bt_tensor *gt, float *slot, bt_tensor **gin) {
     int want_b = ib >= 0 && bt__wants(n, ib);
     bt_tensor *part = NULL;
-    *keep = NULL;
 #ifdef BT_CUDA
-    if (g2->storage->fp8) {
-        const int only = g2->storage->fp8->only;
-        if (bt__fp8_take(g2, st, qg, gt, keep)) {
-            if (want_b) {
-                const float *cs = bt__cached_colsum(g2);
-                if (!cs && only) bt_error("linear_fp8: backward: the output gradient %s came as FP8 bytes without its column sums", bt__s(g2));
-                if (cs) {
-                    bt__colsum_reuses++;
-                    bt__bias_grad_sums(ib, bt__grad_sink(n, ib, g2->dtype), g2->dtype, bt_device_of(g2), BT_F32, cs, 1, g2->shape[1], gin);
-                } else bt__bias_grad_reduce(n, ib, g2, gin);
-            }
-            return (const float *)bt_data_ptr(*keep);
-        }
-        if (only) bt_error("linear_fp8: backward: the output gradient %s exists only as FP8 bytes made for another consumer", bt__s(g2));
-    }
     int64_t R = g2->shape[0], N = g2->shape[1];
     if (want_b && bt__is_gpu(g2) && !bt__cached_colsum(g2) && N % 8 == 0 && R % 16 == 0 && ((uintptr_t)bt_data_ptr(g2) & 15) == 0)
         part = bt__new(bt_shape2((R + 63) / 64, N), BT_F32, bt_device_of(g2));
 #endif
-    bt__fp8_cast_act(st, BT_FP8_G, BT_FP8_ACT_X, g2, NULL, qg ? *qg : NULL, gt, part, slot);
-    if (!want_b) return slot;
+    bt__fp8_cast_act(st, BT_FP8_G, BT_FP8_ACT_X, g2, NULL, qg, gt, part, slot);
+    if (!want_b) return;
     if (part) {
         bt__bias_grad_sums(ib, bt__grad_sink(n, ib, g2->dtype), g2->dtype, bt_device_of(g2), BT_F32, bt_data_ptr(part), part->shape[0],
                            part->shape[1], gin);
         bt_release(part);
     } else bt__bias_grad_reduce(n, ib, g2, gin);
-    return slot;
 }
 /* C (dtype dt) = (sa sb) A B^T (+ R) (+ bias) on dev: A [M, K] and B [N, K] fp8 tensors, sa and sb f32 on
    dev, R (dtype dt, or NULL) C itself to accumulate */
@@ -2030,15 +1929,15 @@ static void bt__linear_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
         const float *sx = (const float *)bt_data_ptr(sc), *sw = sx + 4;
         bt_tensor *sg = bt__new(bt_shape1(4), BT_F32, dev);      /* [scale, amax, -, -] of gy */
         if (bt__fp8_any_current(st, 1u << BT_FP8_G)) bt_zero_(sg);
-        bt_tensor *qg = want_x ? bt__new(bt_shape2(R, N), BT_F8E5M2, dev) : NULL, *gt = want_w ? bt__new(bt_shape2(N, R), BT_F8E5M2, dev) : NULL, *kept;
-        const float *sgp = bt__fp8_grad_cast(n, n->n_in > 2 ? 2 : -1, st, g2, &qg, gt, (float *)bt_data_ptr(sg), &kept, gin);
+        bt_tensor *qg = want_x ? bt__new(bt_shape2(R, N), BT_F8E5M2, dev) : NULL, *gt = want_w ? bt__new(bt_shape2(N, R), BT_F8E5M2, dev) : NULL;
+        bt__fp8_grad_cast(n, n->n_in > 2 ? 2 : -1, st, g2, qg, gt, (float *)bt_data_ptr(sg), gin);
         if (want_x) {                                            /* dx [R, K] = (sg sw) qg [R, N] (qw^T [K, N])^T */
             bt_tensor *gx = bt__new(n->in_shape[0], dt, dev);
-            bt__fp8_gemm(dev, dt, gx, qg, sgp, wt, sw, NULL, NULL, R, K, N, st->opts.fast_accum & BT_FP8_FAST_DX);
+            bt__fp8_gemm(dev, dt, gx, qg, (const float *)bt_data_ptr(sg), wt, sw, NULL, NULL, R, K, N, st->opts.fast_accum & BT_FP8_FAST_DX);
             gin[0] = bt__register(gx);
         }
-        if (want_w) bt__fp8_weight_grad(n, 1, g, gin, gt, sgp, xt, sx, N, K, R);   /* dw [N, K] = (sg sx) qg^T (qx^T)^T */
-        bt_release(qg); bt_release(gt); bt_release(sg); bt_release(kept);
+        if (want_w) bt__fp8_weight_grad(n, 1, g, gin, gt, (const float *)bt_data_ptr(sg), xt, sx, N, K, R);   /* dw [N, K] = (sg sx) qg^T (qx^T)^T */
+        bt_release(qg); bt_release(gt); bt_release(sg);
     } else if (n->n_in > 2 && bt__wants(n, 2)) bt__bias_grad_reduce(n, 2, g2, gin);
     if (n->n_in > 3 && bt__wants(n, 3)) gin[3] = bt__register(bt_retain(g));
     bt_release(g2); bt_release(gc);
@@ -2192,16 +2091,16 @@ static void bt__mlp_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
     if (bt__fp8_any_current(st->s2, 1u << BT_FP8_G) || bt__fp8_any_current(st->s1, 1u << BT_FP8_G)) bt_zero_(sg);
     float *sgp = (float *)bt_data_ptr(sg);
     if (want_dh || want_w2) {                                    /* the second linear's backward */
-        bt_tensor *qg = want_dh ? bt__new(bt_shape2(R, N), BT_F8E5M2, dev) : NULL, *gt = want_w2 ? bt__new(bt_shape2(N, R), BT_F8E5M2, dev) : NULL, *kept;
-        const float *sgg = bt__fp8_grad_cast(n, want_b2 ? 4 : -1, st->s2, g2, &qg, gt, sgp, &kept, gin);   /* g's scale */
+        bt_tensor *qg = want_dh ? bt__new(bt_shape2(R, N), BT_F8E5M2, dev) : NULL, *gt = want_w2 ? bt__new(bt_shape2(N, R), BT_F8E5M2, dev) : NULL;
+        bt__fp8_grad_cast(n, want_b2 ? 4 : -1, st->s2, g2, qg, gt, sgp, gin);
         if (want_w2) {                                           /* dw2 [N, hid] = (sg su) qg^T [N, R] (qu^T [hid, R])^T */
             bt_tensor *u_t = ut ? bt_retain(ut) : bt__mlp_fp8_remake_ut(h, scp + 8);
-            bt__fp8_weight_grad(n, 3, g, gin, gt, sgg, u_t, scp + 8, N, hid, R);
+            bt__fp8_weight_grad(n, 3, g, gin, gt, sgp, u_t, scp + 8, N, hid, R);
             bt_release(u_t);
         }
         if (want_dh) {
             bt_tensor *du = bt__new(bt_shape2(R, hid), dt, dev);  /* du [R, hid] = (sg sw2) qg [R, N] (qw2^T [hid, N])^T */
-            bt__fp8_gemm(dev, dt, du, qg, sgg, w2t, scp + 12, NULL, NULL, R, hid, N, st->s2->opts.fast_accum & BT_FP8_FAST_DX);
+            bt__fp8_gemm(dev, dt, du, qg, sgp, w2t, scp + 12, NULL, NULL, R, hid, N, st->s2->opts.fast_accum & BT_FP8_FAST_DX);
             bt_tensor *qd = want_x ? bt__new(bt_shape2(R, hid), BT_F8E5M2, dev) : NULL;
             bt_tensor *dt_ = want_w1 ? bt__new(bt_shape2(hid, R), BT_F8E5M2, dev) : NULL;
             if (bt__is_gpu(g)) {                                 /* dh = du gelu'(h) only inside the cast, b1's sums beside */
@@ -2226,7 +2125,7 @@ static void bt__mlp_fp8_back(bt_node *n, bt_tensor *g, bt_tensor **gin) {
             if (want_w1) bt__fp8_weight_grad(n, 1, g, gin, dt_, sgp + 4, xt, scp, hid, K, R);   /* dw1 [hid, K] = (sd sx) qd^T (qx^T)^T */
             bt_release(qd); bt_release(dt_);
         }
-        bt_release(qg); bt_release(gt); bt_release(kept);
+        bt_release(qg); bt_release(gt);
     } else if (want_b2) bt__bias_grad_reduce(n, 4, g2, gin);
     if (n->n_in > 5 && bt__wants(n, 5)) gin[5] = bt__register(bt_retain(g));
     bt_release(sg); bt_release(g2); bt_release(gc);

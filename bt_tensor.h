@@ -379,9 +379,6 @@ typedef struct bt_storage {
     float *colsum;           /* owned, GPU, may be NULL: the column sums of the data as [rows, colsum_cols], */
     int64_t colsum_cols;     /* left by the kernel that wrote it (a layernorm's gx, attention's gqkv); valid while */
     uint32_t colsum_version; /* version is still colsum_version (bt__cached_colsum) */
-    struct bt_fp8_left *fp8; /* owned, may be NULL: the FP8 bytes of the data left by the kernel that wrote
-                                it, for its one consumer (attention's gqkv for the FP8 qkv projection:
-                                bt_nn.h's bt__fp8_take); with only set, the data itself was never written */
     int64_t halves;          /* > 0: its first `halves` f32 elements are held in two 16-bit halves, the
                                 high ones (a bf16 array) in bytes [0, 2 halves), the low ones in
                                 [2 halves, 4 halves) (bt_f32_split_, bt_optim.h); 0: plain */
@@ -483,9 +480,6 @@ static inline bt_device bt_device_of(const bt_tensor *t) { return t->storage->de
 BTDEF int64_t bt_numel(const bt_tensor *t);
 /* how many bias gradients took the column sums a backward pass left (a test and bench hook) */
 BTDEF int64_t bt_grad_colsum_reuses(void);
-/* how many FP8 backward products took the FP8 bytes of their output gradient that the kernel making it
-   left (BT_FUSE_FP8_GRAD) */
-BTDEF int64_t bt_grad_fp8_reuses(void);
 BTDEF int bt_is_contiguous(const bt_tensor *t);
 BTDEF void *bt_data_ptr(const bt_tensor *t);        /* storage data + offset, in bytes */
 BTDEF bt_shape bt_shape_of(const bt_tensor *t);
@@ -569,14 +563,7 @@ BTDEF int bt_get_deterministic(void);
 #define BT_FUSE_NORM_FP8  8   /* a layernorm's or RMSNorm's output cast to FP8 by the norm's own kernel,
                                  never stored in bf16 (bt_layernorm_linear_fp8 and the like; GPU,
                                  delayed recipe): the same bits as without */
-#define BT_FUSE_FP8_GRAD 16   /* the attention backward writes the qkv gradient as the e5m2 bytes of the FP8
-                                 qkv projection's gradient cast, never in bf16, when that projection
-                                 (bt_linear_fp8, bt_layernorm_linear_fp8) is its one consumer (GPT-2's
-                                 multi-head attention without RoPE; GPU, fused Hopper backward, delayed
-                                 recipe once primed): the same bytes as the cast's; the bias gradient
-                                 from the kernel's column sums (BT_FUSE_COLSUM's, summed before the
-                                 rounding to bf16: not the same bits) */
-#define BT_FUSE_ALL       31
+#define BT_FUSE_ALL       15
 BTDEF int bt_set_fusions(int flags);
 /* Activation recomputation (a saved-tensor policy: less memory for a little more work): with
    BT_RECOMPUTE_GELU the fused bt_mlp_gelu keeps the pre-activation h for its backward but not
@@ -1345,17 +1332,10 @@ static bt_storage *bt__storage_new(size_t nbytes, bt_device dev) {
     bt__check_device(dev, "alloc");
     return bt__storage_struct(bt_alloc(dev, nbytes, bt__stream_for(dev)), nbytes, dev, 0);
 }
-/* FP8 bytes of a storage's data (bt_storage.fp8), left by the kernel that wrote the data: q [rows, cols]
-   made with owner's (a bt_fp8_state's) gradient scale, valid while the storage is at `version`; sc: f32
-   [scale used, amax bits, -, -] on the device; only: the data itself was never written (q is all there
-   is). Taken by its one consumer (bt_nn.h's bt__fp8_take), else freed with the storage. */
-typedef struct bt_fp8_left { const void *owner; struct bt_tensor *q, *sc; int64_t cols; uint32_t version; int only; } bt_fp8_left;
-static void bt__fp8_left_free(bt_fp8_left *l) { bt_release(l->q); bt_release(l->sc); free(l); }
 static void bt__storage_release(bt_storage *s) {
     if (!s || --s->refcount > 0) return;
     if (!s->external) bt_free(s->data);
     if (s->colsum) bt_free(s->colsum);
-    if (s->fp8) bt__fp8_left_free(s->fp8);
     s->next_free = bt__g.free_storages; bt__g.free_storages = s;
 }
 
