@@ -85,7 +85,10 @@ BTDEF void bt_k_fp8_transpose(uint8_t *qt, const uint8_t *q, int64_t rows, int64
    *scale_in, amax_acc (may be NULL) <- the larger of it and g's amax. The gradient is written in FP8
    by the pass that makes it (1 byte a logit instead of dt's 2, and no cast's read); qt is then made
    from q (bt_k_fp8_transpose). logits may be overwritten (rows wider than a block's shared memory,
-   or unaligned, take the two kernels and bt_k_fp8_cast). Needs N and Vp multiples of 16 when qt is
+   or unaligned, take the two kernels and bt_k_fp8_cast), and qt may lie in the logits' own bytes
+   (the FP8 head's dz^T in its chunk's logit buffer: 1 byte a logit less memory): it is then made
+   after the logits' last read, from q (for wide rows the cast then writes q alone, and the
+   transpose makes qt: 1 byte a logit more traffic). Needs N and Vp multiples of 16 when qt is
    wanted. */
 BTDEF void bt_k_cross_entropy_fused_fp8(bt_dtype dt, bt_dtype fmt, float *losses, float *lse, void *logits, uint8_t *q, uint8_t *qt,
                                         const int32_t *targets, const float *gloss, int64_t N, int64_t V, int64_t Vp, int ignore_index,
@@ -629,8 +632,11 @@ BTDEF void bt_k_cross_entropy_fused_fp8(bt_dtype dt, bt_dtype fmt, float *losses
         bt_error("bt_k_cross_entropy_fused_fp8: [%lld, %lld] with a transpose: needs N and Vp multiples of 16 and 16-byte aligned qt",
                  (long long)N, (long long)Vp);
     int done = 0, e5 = fmt == BT_F8E5M2;
+    /* qt inside the logits' bytes: it is written only after the last read of them (the transpose of q) */
+    const uint8_t *lb = (const uint8_t *)logits;
+    const int qt_in = qt && qt + N * Vp > lb && qt < lb + (size_t)(N * Vp) * bt_dtype_size(dt);
     uint8_t *qq = q;
-    if (!qq && qt && (dt == BT_BF16 || dt == BT_F16)) qq = (uint8_t *)bt__k_scratch((size_t)(N * Vp), s);   /* the transpose's source */
+    if (!qq && qt && (dt == BT_BF16 || dt == BT_F16 || qt_in)) qq = (uint8_t *)bt__k_scratch((size_t)(N * Vp), s);   /* the transpose's source */
     if (qq && bt__k_aligned16(qq) && dt == BT_BF16)
         done = bt__k_xf_fp8_run<__nv_bfloat16>(e5, losses, lse, logits, qq, targets, gloss, N, V, Vp, ignore_index, bad, scale_in, scale_used,
                                                amax_acc, s);
@@ -641,7 +647,10 @@ BTDEF void bt_k_cross_entropy_fused_fp8(bt_dtype dt, bt_dtype fmt, float *losses
         if (qt) bt_k_fp8_transpose(qt, qq, N, Vp, s);
     } else {                                          /* the gradient in dt over the logits, then its cast */
         bt_k_cross_entropy_fused(dt, losses, lse, logits, targets, gloss, N, V, Vp, ignore_index, bad, s);
-        bt_k_fp8_cast(dt, fmt, q, qt, logits, N, Vp, NULL, scale_in, scale_used, amax_acc, s);
+        if (qt_in) {                                  /* q first, then qt over the logits read */
+            bt_k_fp8_cast(dt, fmt, qq, NULL, logits, N, Vp, NULL, scale_in, scale_used, amax_acc, s);
+            bt_k_fp8_transpose(qt, qq, N, Vp, s);
+        } else bt_k_fp8_cast(dt, fmt, q, qt, logits, N, Vp, NULL, scale_in, scale_used, amax_acc, s);
     }
     if (qq != q) bt_free(qq);
 }

@@ -1050,6 +1050,16 @@ typedef struct { bt_fp8_state *st; bt_tensor *x2, *sc, *qw, *qwt, *qx, *qxt, *qg
 static void bt__lxent_f8_free(bt__lxent_f8 *f) {
     bt_release(f->x2); bt_release(f->sc); bt_release(f->qw); bt_release(f->qwt); bt_release(f->qx); bt_release(f->qxt); bt_release(f->qg); bt_release(f->qgt);
 }
+/* the first rows cols bytes of t's buffer (a fresh t, offset 0, whose values are no longer needed) as a
+   contiguous [rows, cols] tensor of the 1-byte dtype fmt (owned: released by the caller) */
+static bt_tensor *bt__bytes_view(bt_tensor *t, bt_dtype fmt, int64_t rows, int64_t cols) {
+    if (t->offset || bt_dtype_size(fmt) != 1 || (size_t)(rows * cols) > t->storage->nbytes)
+        bt_error("bytes_view: [%lld, %lld] bytes do not fit %s's buffer", (long long)rows, (long long)cols, bt__s(t));
+    bt_tensor *v = bt__alias(t);
+    v->dtype = fmt; v->ndim = 2; v->shape[0] = rows; v->shape[1] = cols;
+    bt__set_contiguous_strides(v);
+    return v;
+}
 /* rows [r0, r0 + n) of a contiguous t read as [n, cols] (owned: released by the caller) */
 static bt_tensor *bt__rows_view(bt_tensor *t, int64_t r0, int64_t n, int64_t cols) {
     const int64_t shape[2] = {n, cols}, stride[2] = {cols, 1};
@@ -1103,13 +1113,20 @@ static bt_tensor *bt__lxent(bt_tensor *x, bt_tensor *w, bt_tensor *targets, int6
     bt_tensor *dx = want_dx ? bt__new(bt_shape2(N, C), dt, dev) : NULL, *dw = want_dw ? bt__new(bt_shape2(Vp, C), sdt, dev) : NULL;
     bt__lxent_f8 f = {st, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     const float *sx = NULL, *sw = NULL, *sg = NULL;
+    int gt_in_z = 0;
     if (f8) {
         f.x2 = bt__view_dense(xc, bt_shape2(N, C));
         f.sc = bt__new(bt_shape1(12), BT_F32, dev);
         if (bt__fp8_any_current(st, 1u << BT_FP8_X | 1u << BT_FP8_W | 1u << BT_FP8_G)) bt_zero_(f.sc);
         f.qw = bt__new(bt_shape2(Vp, C), BT_F8E4M3, dev); f.qwt = dx ? bt__new(bt_shape2(C, Vp), BT_F8E4M3, dev) : NULL;
         f.qx = bt__new(bt_shape2(chunk, C), BT_F8E4M3, dev); f.qxt = dw ? bt__new(bt_shape2(C, chunk), BT_F8E4M3, dev) : NULL;
-        f.qg = dx ? bt__new(bt_shape2(chunk, Vp), BT_F8E5M2, dev) : NULL; f.qgt = dw ? bt__new(bt_shape2(Vp, chunk), BT_F8E5M2, dev) : NULL;
+        f.qg = dx ? bt__new(bt_shape2(chunk, Vp), BT_F8E5M2, dev) : NULL;
+        /* dz^T goes into the chunk's logit buffer z, made from dz's bytes after z's last read (the
+           delayed recipe on a GPU: by the pass that writes the bytes, or in its first step by the cast
+           of the gradient, which then writes dz's bytes alone, and a transpose): the head holds 3
+           bytes a logit, not 4. Its gradient's bytes are read twice then, in the first step only. */
+        gt_in_z = dw && dev.type == BT_GPU && bt__fused(BT_FUSE_XENT) && st->opts.recipe == BT_FP8_DELAYED;
+        if (dw && !gt_in_z) f.qgt = bt__new(bt_shape2(Vp, chunk), BT_F8E5M2, dev);
         bt_tensor *w2 = bt__view_dense(wc, bt_shape2(Vp, C));
         bt__fp8_cast(st, BT_FP8_W, w2, f.qw, f.qwt, (float *)bt_data_ptr(f.sc) + 4);
         bt_release(w2);
@@ -1127,6 +1144,7 @@ static bt_tensor *bt__lxent(bt_tensor *x, bt_tensor *w, bt_tensor *targets, int6
     for (int64_t r0 = 0; r0 < N; r0 += chunk) {
         int64_t n = N - r0 < chunk ? N - r0 : chunk, bad = 0;
         const char *xr = (const char *)bt_data_ptr(xc) + r0 * C * (int64_t)es;
+        if (gt_in_z) { bt_release(f.qgt); f.qgt = bt__bytes_view(z, BT_F8E5M2, Vp, n); }
         if (f8) {            /* z = (sx sw) qx qw^T */
             bt__lxent_f8_cast(&f, BT_FP8_X, f.x2, r0, n, C, f.qx, f.qxt);
             bt_tensor *qx = bt__view_dense(f.qx, bt_shape2(n, C)), *z2 = bt__view_dense(z, bt_shape2(n, Vp));
@@ -1162,7 +1180,12 @@ static bt_tensor *bt__lxent(bt_tensor *x, bt_tensor *w, bt_tensor *targets, int6
         if (!gl) continue;
         if (!fused) bt__xent_grad(dev, dt, bt_data_ptr(z), bt_data_ptr(z), bt_data_ptr(lse), tp + r0, bt_data_ptr(gl), sdt, n, V, Vp, ignore_index);
         if (f8) {            /* dz to e5m2 (and its transpose); dx = (sg sw) qg qw, dw (+)= (sg sx) qg^T qx, fp32 across chunks */
-            if (gcast) bt__lxent_f8_cast(&f, BT_FP8_G, z, 0, n, Vp, f.qg, f.qgt);
+            if (gcast && gt_in_z) {   /* dz's bytes first, then dz^T over z */
+                bt_tensor *q = f.qg ? bt_retain(f.qg) : bt__new(bt_shape2(n, Vp), BT_F8E5M2, dev);
+                bt__lxent_f8_cast(&f, BT_FP8_G, z, 0, n, Vp, q, NULL);
+                BT__ON_GPU(dev, stream) bt_k_fp8_transpose((uint8_t *)bt_data_ptr(f.qgt), (const uint8_t *)bt_data_ptr(q), n, Vp, stream);
+                bt_release(q);
+            } else if (gcast) bt__lxent_f8_cast(&f, BT_FP8_G, z, 0, n, Vp, f.qg, f.qgt);
             if (dx) {
                 bt_tensor *dxr = bt__rows_view(dx, r0, n, C), *qg = bt__view_dense(f.qg, bt_shape2(n, Vp));
                 bt__fp8_gemm(dev, dt, dxr, qg, sg, f.qwt, sw, NULL, NULL, n, C, Vp, 0);

@@ -32,7 +32,8 @@
      the head  bt_linear_cross_entropy_fp8 against bt_cross_entropy(bt_linear_fp8(..)), and in 4
                chunks against 1 (the bounds at test_lxent_op); the fused cross-entropy writing its
                logit gradient in FP8 against the fused kernel then the cast, every byte and bit
-               (test_xent_fp8), and the byte transpose.
+               (test_xent_fp8; also with q^T written into the logits' own bytes), and the byte
+               transpose.
      folded    bt_k_fp8_cast_act (GELU, DGELU; X, the plain cast with column sums) against bt_k_unary /
                bt_k_unary_backward written out (X: x) and cast: the same bytes, scales and amaxes;
                DGELU's and X's column sums per 64 rows within
@@ -927,14 +928,15 @@ static long xent_fp8_case(bt_dtype dt, bt_dtype fmt, long N, long V, long Vp, in
     for (int k = 0; k < 2; k++) CK(cudaMemcpy(z[k], bt_data_ptr(lt), (size_t)n * es, cudaMemcpyDeviceToDevice));
     CK(cudaDeviceSynchronize());
     cudaStream_t s = st0();
-    uint8_t *wq = outs & 1 ? q[1] : NULL, *wqt = outs & 2 ? qt[1] : NULL;
+    /* outs: 1 q, 2 qt, 4 qt in the logits' own bytes (the FP8 head's dz^T in its chunk's buffer) */
+    uint8_t *wq = outs & 1 ? q[1] : NULL, *wqt = outs & 4 ? (uint8_t *)z[1] : outs & 2 ? qt[1] : NULL;
     bt_k_cross_entropy_fused(dt, lo, lo + N, z[0], dtg, dgl, N, V, Vp, -1, dbad, s);
     bt_k_fp8_cast(dt, fmt, q[0], qt[0], z[0], N, Vp, NULL, f, f + 1, f + 3, s);
     bt_k_cross_entropy_fused_fp8(dt, fmt, lo + 2 * N, lo + 3 * N, z[1], wq, wqt, dtg, dgl, N, V, Vp, -1, dbad, f + 4, f + 5, f + 7, s);
     CK(cudaStreamSynchronize(s));
     for (int k = 0; k < 2; k++) {
         if (!(outs >> k & 1)) continue;
-        uint8_t *h0 = (uint8_t *)to_host(k ? qt[0] : q[0], (size_t)n), *h1 = (uint8_t *)to_host(k ? qt[1] : q[1], (size_t)n);
+        uint8_t *h0 = (uint8_t *)to_host(k ? qt[0] : q[0], (size_t)n), *h1 = (uint8_t *)to_host(k ? wqt : q[1], (size_t)n);
         for (long i = 0; i < n; i++) bad += h0[i] != h1[i];
         free(h0); free(h1);
     }
@@ -958,6 +960,9 @@ static void test_xent_fp8(void) {
         {BT_BF16, BT_F8E5M2, 64, 500, 512, 3}, {BT_BF16, BT_F8E5M2, 48, 1000, 1024, 1}, {BT_BF16, BT_F8E5M2, 32, 1000, 1024, 2},
         {BT_F16, BT_F8E5M2, 32, 777, 784, 3}, {BT_BF16, BT_F8E4M3, 16, 4096, 4096, 3}, {BT_BF16, BT_F8E5M2, 16, 50257, 50304, 3},
         {BT_BF16, BT_F8E5M2, 16, 120000, 120064, 3}, {BT_F32, BT_F8E5M2, 32, 500, 512, 3},
+        /* qt in the logits' bytes: the fused pass, the two kernels (wide rows, f32), with and without q */
+        {BT_BF16, BT_F8E5M2, 64, 500, 512, 7}, {BT_BF16, BT_F8E5M2, 16, 50257, 50304, 6}, {BT_BF16, BT_F8E5M2, 16, 120000, 120064, 7},
+        {BT_BF16, BT_F8E5M2, 32, 120000, 120064, 6}, {BT_F32, BT_F8E5M2, 32, 500, 512, 6},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         long bad = xent_fp8_case(cases[i].dt, cases[i].fmt, cases[i].N, cases[i].V, cases[i].Vp, cases[i].outs);
