@@ -1180,12 +1180,16 @@ static bt_tensor *bt__lxent(bt_tensor *x, bt_tensor *w, bt_tensor *targets, int6
         if (!gl) continue;
         if (!fused) bt__xent_grad(dev, dt, bt_data_ptr(z), bt_data_ptr(z), bt_data_ptr(lse), tp + r0, bt_data_ptr(gl), sdt, n, V, Vp, ignore_index);
         if (f8) {            /* dz to e5m2 (and its transpose); dx = (sg sw) qg qw, dw (+)= (sg sx) qg^T qx, fp32 across chunks */
+#ifdef BT_CUDA
             if (gcast && gt_in_z) {   /* dz's bytes first, then dz^T over z */
                 bt_tensor *q = f.qg ? bt_retain(f.qg) : bt__new(bt_shape2(n, Vp), BT_F8E5M2, dev);
                 bt__lxent_f8_cast(&f, BT_FP8_G, z, 0, n, Vp, q, NULL);
                 BT__ON_GPU(dev, stream) bt_k_fp8_transpose((uint8_t *)bt_data_ptr(f.qgt), (const uint8_t *)bt_data_ptr(q), n, Vp, stream);
                 bt_release(q);
-            } else if (gcast) bt__lxent_f8_cast(&f, BT_FP8_G, z, 0, n, Vp, f.qg, f.qgt);
+                gcast = 0;
+            }
+#endif
+            if (gcast) bt__lxent_f8_cast(&f, BT_FP8_G, z, 0, n, Vp, f.qg, f.qgt);
             if (dx) {
                 bt_tensor *dxr = bt__rows_view(dx, r0, n, C), *qg = bt__view_dense(f.qg, bt_shape2(n, Vp));
                 bt__fp8_gemm(dev, dt, dxr, qg, sg, f.qwt, sw, NULL, NULL, n, C, Vp, 0);
