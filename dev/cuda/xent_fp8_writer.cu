@@ -12,6 +12,8 @@
          LOP and an IMNMX a value)
      v3  v2 with the amax on the bf16 pairs as floats (__hmax2: HMNMX2.BF16); the same bytes and
          amax as v2 for finite gradients, but a NaN drops out of the max where v2 (and v1) keep it
+     v4  v1 with its amax merged per warp (a warp max, one atomic where it beats the value read)
+         instead of a block barrier and one atomic a row; v5 v1 without merging it (timing only)
    v1, v2 and v3 are checked against each other (q, the losses, lse and the amax bits, on fresh random
    logits, every byte), and v1 against v2 again with a NaN logit in one row (its gradient all NaN: the
    amax must say so). Timed with CUDA events (the median of 50 calls) at [5248, 50304 of 50257] bf16,
@@ -25,8 +27,11 @@
    taken in f32 instead of T, gv r folded into the exponent on the short path (one FFMA and one MUFU
    a value, then the conversion; one rounding, so 1.0% of the bytes one e5m2 step from v1's), 717.4
    us against v1's 703.6 (bf16 in place 626.3): fewer instructions a logit and no faster, so the
-   element path is not what keeps this kernel 12% behind bf16's in-place one.
-   Build: make dev (build/dev/xent_fp8_writer); run: build/dev/xent_fp8_writer */
+   element path is not what keeps this kernel 12% behind bf16's in-place one. Nor is the amax's merge
+   at each row's end (H200, 2026-12-04, [10496, 50304], two runs): v1 701.8 / 702.0 us, v4 695.9 /
+   697.6 (the same bytes and amax, a NaN's too), v5 693.3 / 693.7, v0 625.3 / 627.2: the merge costs
+   ~8 us of v1's 76 over bf16's; not shipped for 0.04% of the default run.
+   Build: make dev (build/dev/xent_fp8_writer); run: build/dev/xent_fp8_writer [rows, default 5248] */
 #include "common.cuh"
 
 typedef __nv_bfloat16 T;
@@ -81,18 +86,36 @@ struct xf_fp8_pairs {
         }
     }
 };
+/* v4: v1 with its amax merged per warp (the warp's max, then one atomic only where it beats the value
+   read: the amax only grows), without v1's block barrier at the end of each row */
+struct xf_fp8_warp : bt__k_xf_fp8<T, 1> {
+    __device__ __forceinline__ void done() {
+        const unsigned short h = (unsigned short)max(m & 0xffffu, m >> 16);
+        T v;
+        memcpy(&v, &h, 2);
+        const unsigned bm = __reduce_max_sync(0xffffffffu, bt__abs_bits(bt__k_tof(v)));
+        if ((threadIdx.x & 31) == 0 && amax && bm && bm > *(volatile unsigned *)amax) atomicMax(amax, bm);
+        if (blockIdx.x == 0 && threadIdx.x == 0 && scale_used) *scale_used = *scale_in;
+    }
+};
+/* v5: v1 without merging its amax at all: timing only (what the merge costs), its amax not kept */
+struct xf_fp8_nomerge : bt__k_xf_fp8<T, 1> {
+    __device__ __forceinline__ void done() {
+        if (blockIdx.x == 0 && threadIdx.x == 0 && scale_used) *scale_used = *scale_in;
+    }
+};
 
-int main(void) {
+int main(int argc, char **argv) {
     bt_k_init(0);
     cudaStream_t s = (cudaStream_t)0;
-    const int64_t N = 5248, V = 50257, Vp = 50304, n = N * Vp;
+    const int64_t N = argc > 1 ? atoll(argv[1]) : 5248, V = 50257, Vp = 50304, n = N * Vp;
     T *lg0, *lg;
-    uint8_t *q[4];
+    uint8_t *q[6];
     int32_t *tg;
-    float *loss[4], *lse[4], *gloss, *f;
+    float *loss[6], *lse[6], *gloss, *f;
     CK(cudaMalloc(&lg0, n * 2)); CK(cudaMalloc(&lg, n * 2)); CK(cudaMalloc(&tg, N * 4)); CK(cudaMalloc(&gloss, N * 4));
-    CK(cudaMalloc(&f, 16 * sizeof(float)));
-    for (int k = 1; k < 4; k++) { CK(cudaMalloc(&q[k], n)); CK(cudaMalloc(&loss[k], N * 4)); CK(cudaMalloc(&lse[k], N * 4)); }
+    CK(cudaMalloc(&f, 24 * sizeof(float)));
+    for (int k = 1; k < 6; k++) { CK(cudaMalloc(&q[k], n)); CK(cudaMalloc(&loss[k], N * 4)); CK(cudaMalloc(&lse[k], N * 4)); }
     loss[0] = loss[1]; lse[0] = lse[1];
     fill_bf16(lg0, n, 7, -4.f, 4.f);
     {
@@ -104,45 +127,52 @@ int main(void) {
         free(ht); free(hg);
     }
     /* f [4 k ..]: version k's scale, scale used, amax bits */
-    float init[16] = {0.f};
-    for (int k = 1; k < 4; k++) { init[4 * k] = 4e-9f; init[4 * k + 1] = -1.f; }   /* g <= gloss = 1 / N: 1.9e-4 / 4e-9 < 57344 */
+    float init[24] = {0.f};
+    for (int k = 1; k < 6; k++) { init[4 * k] = 4e-9f; init[4 * k + 1] = -1.f; }   /* g <= gloss = 1 / N: 1.9e-4 / 4e-9 < 57344 */
     bt__k_xf_fp8<T, 1> w1 = {q[1], Vp, 0.f, f + 4, f + 5, (unsigned *)(f + 6), 0u};
     xf_fp8_widened w2 = {q[2], Vp, 0.f, f + 8, f + 9, (unsigned *)(f + 10), 0u};
     xf_fp8_pairs w3 = {q[3], Vp, 0.f, f + 12, f + 13, (unsigned *)(f + 14), __floats2bfloat162_rn(0.f, 0.f)};
+    xf_fp8_warp w4;
+    xf_fp8_nomerge w5;
+    w4.q = q[4]; w4.Vp = Vp; w4.r = 0.f; w4.scale_in = f + 16; w4.scale_used = f + 17; w4.amax = (unsigned *)(f + 18); w4.m = 0u;
+    w5.q = q[5]; w5.Vp = Vp; w5.r = 0.f; w5.scale_in = f + 20; w5.scale_used = f + 21; w5.amax = (unsigned *)(f + 22); w5.m = 0u;
     auto run = [&](int ver) {
         int ok = 0;
         if (ver == 0) ok = bt__k_xf_launch<T>(loss[0], lse[0], lg, tg, gloss, N, V, Vp, -100, NULL, bt__k_xf_inplace<T>(), s);
         else if (ver == 1) ok = bt__k_xf_launch<T>(loss[1], lse[1], lg0, tg, gloss, N, V, Vp, -100, NULL, w1, s);
         else if (ver == 2) ok = bt__k_xf_launch<T>(loss[2], lse[2], lg0, tg, gloss, N, V, Vp, -100, NULL, w2, s);
-        else ok = bt__k_xf_launch<T>(loss[3], lse[3], lg0, tg, gloss, N, V, Vp, -100, NULL, w3, s);
+        else if (ver == 3) ok = bt__k_xf_launch<T>(loss[3], lse[3], lg0, tg, gloss, N, V, Vp, -100, NULL, w3, s);
+        else if (ver == 4) ok = bt__k_xf_launch<T>(loss[4], lse[4], lg0, tg, gloss, N, V, Vp, -100, NULL, w4, s);
+        else ok = bt__k_xf_launch<T>(loss[5], lse[5], lg0, tg, gloss, N, V, Vp, -100, NULL, w5, s);
         if (!ok) { fprintf(stderr, "the fused kernel did not launch (shared memory)\n"); exit(1); }
     };
     auto check = [&](int a, int b) {   /* every byte of q, the losses, lse, the scale used and the amax bits */
         return differ(q[a], q[b], n) + differ(loss[a], loss[b], N * 4) + differ(lse[a], lse[b], N * 4) + differ(f + 4 * a + 1, f + 4 * b + 1, 8);
     };
     CK(cudaMemcpy(f, init, sizeof init, cudaMemcpyHostToDevice));
-    for (int ver = 1; ver < 4; ver++) run(ver);
+    for (int ver = 1; ver < 5; ver++) run(ver);
     CK(cudaDeviceSynchronize());
-    printf("[%lld, %lld of %lld] bf16 logits; v2 against v1: %s; v3 against v1: %s\n", (long long)N, (long long)V, (long long)Vp,
-           check(1, 2) ? "DIFFERS" : "the same bytes, losses, lse, scale and amax", check(1, 3) ? "DIFFERS" : "the same");
+    printf("[%lld, %lld of %lld] bf16 logits; v2 against v1: %s; v3 against v1: %s; v4 against v1: %s\n", (long long)N, (long long)V,
+           (long long)Vp, check(1, 2) ? "DIFFERS" : "the same bytes, losses, lse, scale and amax", check(1, 3) ? "DIFFERS" : "the same",
+           check(1, 4) ? "DIFFERS" : "the same");
     {   /* a NaN logit in row 3: its gradient all NaN, the amax NaN */
         const uint16_t nan = 0x7fc0;
         CK(cudaMemcpy((uint16_t *)lg0 + 3 * Vp + 100, &nan, 2, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(f, init, sizeof init, cudaMemcpyHostToDevice));
-        for (int ver = 1; ver < 4; ver++) run(ver);
-        float h[16];
+        for (int ver = 1; ver < 5; ver++) run(ver);
+        float h[24];
         CK(cudaMemcpy(h, f, sizeof h, cudaMemcpyDeviceToHost));
-        printf("  a NaN logit: v2 against v1: %s; amax v1 %g, v2 %g, v3 %g\n", check(1, 2) ? "DIFFERS" : "the same bytes and amax", h[6],
-               h[10], h[14]);
+        printf("  a NaN logit: v2 against v1: %s, v4 against v1: %s; amax v1 %g, v2 %g, v3 %g, v4 %g\n",
+               check(1, 2) ? "DIFFERS" : "the same bytes and amax", check(1, 4) ? "DIFFERS" : "the same", h[6], h[10], h[14], h[18]);
         fill_bf16(lg0, n, 7, -4.f, 4.f);
     }
-    for (int ver = 0; ver < 4; ver++) {
+    for (int ver = 0; ver < 6; ver++) {
         if (ver == 0) CK(cudaMemcpy(lg, lg0, n * 2, cudaMemcpyDeviceToDevice));   /* overwritten in place: values change, not the work */
         const double us = median_us([&] { run(ver); }, s);
         printf("  v%d  %7.1f us  %.3f ps a logit  (%s)\n", ver, us, us * 1e6 / (double)n,
-               ver == 0 ? "bf16 in place, 2 + 2 bytes a logit" : "e5m2 written, 2 + 1 bytes a logit");
+               ver == 0 ? "bf16 in place, 2 + 2 bytes a logit" : ver == 5 ? "e5m2, the amax not merged: timing only" : "e5m2 written, 2 + 1 bytes a logit");
     }
     CK(cudaFree(lg0)); CK(cudaFree(lg)); CK(cudaFree(tg)); CK(cudaFree(gloss)); CK(cudaFree(f));
-    for (int k = 1; k < 4; k++) { CK(cudaFree(q[k])); CK(cudaFree(loss[k])); CK(cudaFree(lse[k])); }
+    for (int k = 1; k < 6; k++) { CK(cudaFree(q[k])); CK(cudaFree(loss[k])); CK(cudaFree(lse[k])); }
     return 0;
 }
