@@ -635,6 +635,8 @@ BTDEF void bt_k_cross_entropy_fused_fp8(bt_dtype dt, bt_dtype fmt, float *losses
     /* qt inside the logits' bytes: it is written only after the last read of them (the transpose of q) */
     const uint8_t *lb = (const uint8_t *)logits;
     const int qt_in = qt && qt + N * Vp > lb && qt < lb + (size_t)(N * Vp) * bt_dtype_size(dt);
+    if (qt_in && q && !bt__k_aligned16(q))
+        bt_error("bt_k_cross_entropy_fused_fp8: qt lies in the logits' bytes, so q (the transpose's source) must be 16-byte aligned");
     uint8_t *qq = q;
     if (!qq && qt && (dt == BT_BF16 || dt == BT_F16 || qt_in)) qq = (uint8_t *)bt__k_scratch((size_t)(N * Vp), s);   /* the transpose's source */
     if (qq && bt__k_aligned16(qq) && dt == BT_BF16)

@@ -1126,7 +1126,7 @@ static bt_tensor *bt__lxent(bt_tensor *x, bt_tensor *w, bt_tensor *targets, int6
            of the gradient, which then writes dz's bytes alone, and a transpose): the head holds 3
            bytes a logit, not 4. Its gradient's bytes are read twice then, in the first step only. */
         gt_in_z = dw && dev.type == BT_GPU && bt__fused(BT_FUSE_XENT) && st->opts.recipe == BT_FP8_DELAYED;
-        if (dw && !gt_in_z) f.qgt = bt__new(bt_shape2(Vp, chunk), BT_F8E5M2, dev);
+        if (dw) f.qgt = gt_in_z ? bt__bytes_view(z, BT_F8E5M2, Vp, chunk) : bt__new(bt_shape2(Vp, chunk), BT_F8E5M2, dev);
         bt_tensor *w2 = bt__view_dense(wc, bt_shape2(Vp, C));
         bt__fp8_cast(st, BT_FP8_W, w2, f.qw, f.qwt, (float *)bt_data_ptr(f.sc) + 4);
         bt_release(w2);
@@ -1144,7 +1144,6 @@ static bt_tensor *bt__lxent(bt_tensor *x, bt_tensor *w, bt_tensor *targets, int6
     for (int64_t r0 = 0; r0 < N; r0 += chunk) {
         int64_t n = N - r0 < chunk ? N - r0 : chunk, bad = 0;
         const char *xr = (const char *)bt_data_ptr(xc) + r0 * C * (int64_t)es;
-        if (gt_in_z) { bt_release(f.qgt); f.qgt = bt__bytes_view(z, BT_F8E5M2, Vp, n); }
         if (f8) {            /* z = (sx sw) qx qw^T */
             bt__lxent_f8_cast(&f, BT_FP8_X, f.x2, r0, n, C, f.qx, f.qxt);
             bt_tensor *qx = bt__view_dense(f.qx, bt_shape2(n, C)), *z2 = bt__view_dense(z, bt_shape2(n, Vp));
