@@ -269,7 +269,11 @@ BTDEF void bt_k_inv_count_ne(float *out, const int32_t *x, int64_t n, int value,
 #define BT__K_WS_BYTES ((size_t)32 << 20)
 #define BT__K_MM_SLOTS 256                       /* matmul plan cache entries per device */
 #ifndef BT__K_MM_CANDIDATES
-#define BT__K_MM_CANDIDATES 6                    /* cuBLASLt algorithms timed per new shape */
+/* cuBLASLt algorithms timed per new shape: its heuristic lists 8 for the default d12 run's products
+   (262,144 rows), where the 7th or 8th ran 7-11% faster than the best of the first 6 for fc's and
+   the MLP projection's forward in FP8 (biases 128 bytes off) and bf16's MLP projection dx
+   (bench_gemm_fp8 768 262144 [bf16], H200, 2026-12-04) */
+#define BT__K_MM_CANDIDATES 8
 #endif
 #define BT__K_MAX_STACK 16                       /* pushed streams per device */
 #define BT__K_MAX_WS 16                          /* streams with a matmul workspace per device */

@@ -7,13 +7,13 @@
    Each GEMM is called the way the model calls it (bt_k_matmul / _add / _epi, the same dtypes,
    transposes, epilogues and beta). For each: cuBLASLt's heuristic list (up to 32 algorithms), each
    timed (3 warm-ups, median of 10 CUDA-event timings) and shown with its tile, split-K and stages;
-   then "pick6" (what autotuning chooses: the best of the first 6, BT__K_MM_CANDIDATES's default)
+   then "pick8" (what autotuning chooses: the best of the first 8, BT__K_MM_CANDIDATES's default)
    and "best" (the best of the whole list). The last lines: per micro-step totals (12 layers, the
-   classifier's chunks) for heuristic #0, pick6 and best. The weight gradients also as "splitS" rows:
+   classifier's chunks) for heuristic #0, pick8 and best. The weight gradients also as "splitS" rows:
    their K rows in S parts as one strided-batch call into fp32 parts, plus the parts' sum into C
    (timed alone and added), what bt_k_matmul's autotuning may choose; and the plain ones with
    cuBLASLt's own split-K set on the first candidates ("splitK #i xS" lines). BT_GEMM_NAMES=1: after timing, each
-   GEMM once with its pick6 algorithm between marker kernels (for ncu: the kernel name of each). */
+   GEMM once with its pick8 algorithm between marker kernels (for ncu: the kernel name of each). */
 #define BT_ALLOC_IMPLEMENTATION
 #define BT_KERNELS_IMPLEMENTATION
 #include "bt_kernels.cuh"
@@ -47,7 +47,7 @@ typedef struct {
     int per_step;            /* calls per micro-step */
     void *A, *B, *C, *R, *vec, *aux;
     bt__k_mm_plan plan;
-    float t0, pick6, best;
+    float t0, pick8, best;
     int ibest, ipick;
     int split;               /* > 1: the rows (K) in `split` parts, a strided batch into a scratch [split, M, N] */
     float red_ms;            /* then the scratch's parts added into C (sum_parts), timed alone */
@@ -111,7 +111,7 @@ static void try_splitk(bt__k_ctx *c, gemm *g) {
     int ks[4] = {2, 3, 4, 8};
     cublasLtReductionScheme_t rs[3] = {CUBLASLT_REDUCTION_SCHEME_INPLACE, CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE,
                                        CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE};
-    for (int i = 0; i < g->plan.n_cand && i < 6; i++)
+    for (int i = 0; i < g->plan.n_cand && i < 8; i++)
         for (int k = 0; k < 4; k++)
             for (int r = 0; r < 3; r++) {
                 cublasLtMatmulAlgo_t a = g->plan.cand[i];
@@ -144,7 +144,7 @@ static void run_gemm(gemm *g) {
            (long long)g->M, (long long)g->N, (long long)g->K, g->ta, g->tb, bt_dtype_name(g->dt_c), (double)g->beta, (int)g->epi,
            g->per_step, made > 0 ? g->plan.n_cand : 0, made > 0 ? "" : " (NO ALGORITHM)");
     if (made <= 0) return;
-    g->best = g->pick6 = 1e30f; g->t0 = -1;
+    g->best = g->pick8 = 1e30f; g->t0 = -1;
     for (int i = 0; i < g->plan.n_cand; i++) {
         char d[160];
         algo_desc(&g->plan.cand[i], d, sizeof d);
@@ -152,16 +152,16 @@ static void run_gemm(gemm *g) {
         printf("  #%-2d %9.1f us %6.0f TFLOP/s  %s\n", i, t * 1e3, t > 0 ? fl / (t * 1e-3) / 1e12 : 0, d);
         if (t <= 0) continue;
         if (i == 0) g->t0 = t;
-        if (i < 6 && t < g->pick6) { g->pick6 = t; g->ipick = i; }
+        if (i < 8 && t < g->pick8) { g->pick8 = t; g->ipick = i; }
         if (t < g->best) { g->best = t; g->ibest = i; }
     }
-    printf("  => heuristic #0 %.1f us, pick6 #%d %.1f us (%.0f TFLOP/s), best #%d %.1f us (%.0f TFLOP/s)\n", g->t0 * 1e3, g->ipick,
-           g->pick6 * 1e3, fl / (g->pick6 * 1e-3) / 1e12, g->ibest, g->best * 1e3, fl / (g->best * 1e-3) / 1e12);
+    printf("  => heuristic #0 %.1f us, pick8 #%d %.1f us (%.0f TFLOP/s), best #%d %.1f us (%.0f TFLOP/s)\n", g->t0 * 1e3, g->ipick,
+           g->pick8 * 1e3, fl / (g->pick8 * 1e-3) / 1e12, g->ibest, g->best * 1e3, fl / (g->best * 1e-3) / 1e12);
     if (g->split > 1) {
         g->red_ms = time_sum_parts(g);
-        printf("  + sum of the %d parts into C: %.1f us; with it pick6 %.1f us (%.0f TFLOP/s)\n", g->split, g->red_ms * 1e3,
-               (g->pick6 + g->red_ms) * 1e3, fl / ((g->pick6 + g->red_ms) * 1e-3) / 1e12);
-        g->pick6 += g->red_ms; g->best += g->red_ms; g->t0 += g->red_ms;
+        printf("  + sum of the %d parts into C: %.1f us; with it pick8 %.1f us (%.0f TFLOP/s)\n", g->split, g->red_ms * 1e3,
+               (g->pick8 + g->red_ms) * 1e3, fl / ((g->pick8 + g->red_ms) * 1e-3) / 1e12);
+        g->pick8 += g->red_ms; g->best += g->red_ms; g->t0 += g->red_ms;
     } else if (g->dt_c == BT_F32 && g->epi == BT_K_EPI_NONE && g->beta == 1.f) try_splitk(c, g);
 }
 
@@ -235,28 +235,28 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < n; i++) run_gemm(&gs[i]);
     double lay[3] = {0, 0, 0};
-    printf("\n| GEMM | M x N x K | per micro-step | heuristic #0 us | pick6 us | pick6 TFLOP/s | best us | best TFLOP/s |\n"
+    printf("\n| GEMM | M x N x K | per micro-step | heuristic #0 us | pick8 us | pick8 TFLOP/s | best us | best TFLOP/s |\n"
            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for (int i = 0; i < n; i++) {
         gemm *q = &gs[i];
         double fl = 2.0 * q->M * q->N * q->K;
         printf("| %s | %lldx%lldx%lld | %d | %.1f | %.1f | %.0f | %.1f | %.0f |\n", q->name, (long long)q->M, (long long)q->N,
-               (long long)q->K, q->per_step, q->t0 * 1e3, q->pick6 * 1e3, fl / (q->pick6 * 1e-3) / 1e12, q->best * 1e3,
+               (long long)q->K, q->per_step, q->t0 * 1e3, q->pick8 * 1e3, fl / (q->pick8 * 1e-3) / 1e12, q->best * 1e3,
                fl / (q->best * 1e-3) / 1e12);
-        if (i < layer_n) { lay[0] += q->t0 * q->per_step; lay[1] += q->pick6 * q->per_step; lay[2] += q->best * q->per_step; }
+        if (i < layer_n) { lay[0] += q->t0 * q->per_step; lay[1] += q->pick8 * q->per_step; lay[2] += q->best * q->per_step; }
     }
-    printf("layers' GEMMs per micro-step (B=%lld): heuristic #0 %.1f ms, pick6 %.1f ms, best %.1f ms\n", (long long)Bm, lay[0], lay[1],
+    printf("layers' GEMMs per micro-step (B=%lld): heuristic #0 %.1f ms, pick8 %.1f ms, best %.1f ms\n", (long long)Bm, lay[0], lay[1],
            lay[2]);
     for (int i = 0; i < nch; i++) {
         double t[3] = {0, 0, 0};
         for (int j = 0; j < 3; j++) {
             gemm *q = &gs[layer_n + 3 * i + j];
-            t[0] += q->t0 * q->per_step; t[1] += q->pick6 * q->per_step; t[2] += q->best * q->per_step;
+            t[0] += q->t0 * q->per_step; t[1] += q->pick8 * q->per_step; t[2] += q->best * q->per_step;
         }
-        printf("classifier GEMMs per micro-step, chunk %lld rows: heuristic #0 %.1f ms, pick6 %.1f ms, best %.1f ms\n",
+        printf("classifier GEMMs per micro-step, chunk %lld rows: heuristic #0 %.1f ms, pick8 %.1f ms, best %.1f ms\n",
                (long long)chunks[i], t[0], t[1], t[2]);
     }
-    if (getenv("BT_GEMM_NAMES")) {   /* each GEMM once with its pick6 algorithm, between markers */
+    if (getenv("BT_GEMM_NAMES")) {   /* each GEMM once with its pick8 algorithm, between markers */
         bt__k_ctx *c = bt__k_cur();
         float alpha = 1.f;
         CK(cudaDeviceSynchronize());

@@ -13,8 +13,8 @@
    plan's key holds that alignment, so the model autotunes each class on its own.
    Each candidate: 3 warm-up runs, then the median of 10 timed runs "warm" (back to back: A and B
    stay in L2) and of 10 "cold" (before each, a write of twice the L2's bytes over a scratch
-   buffer: the operands come from HBM, as in a training step). "pick6" is what bt_k_matmul_fp8's
-   autotuning keeps (the fastest warm of the first 6 candidates: two back-to-back runs after a
+   buffer: the operands come from HBM, as in a training step). "pick8" is what bt_k_matmul_fp8's
+   autotuning keeps (the fastest warm of the first 8 candidates: two back-to-back runs after a
    warm-up), "best" the fastest cold of the list; the last lines sum a layer's products for both
    and say what L layers (48 at C 1600) would save with the best ones.
    `all`: besides the heuristic's list, every configuration cuBLASLt accepts for the product
@@ -59,7 +59,7 @@ typedef struct {
     bt_dtype fa, dt;           /* A's format (B is e4m3), C's dtype */
     int64_t M, N, K;
     int bias, residual, acc;   /* bias [N] in the epilogue; C read from R (beta 1); C accumulating (beta 1, R = C) */
-    float pick6, best, all;    /* us, cold: the autotune's pick, the heuristic list's best, the search's (all) */
+    float pick8, best, all;    /* us, cold: the autotune's pick, the heuristic list's best, the search's (all) */
 } prod;
 
 /* the median us of REPS runs of candidate a, each after a flush of L2 (cold) or back to back (warm) */
@@ -231,7 +231,7 @@ static void run_prod(prod *g, const float *sa, const float *sb, void *biasbuf, i
            bias ? (boff ? ", bias 128 bytes off" : ", bias 256-aligned") : "", (long long)g->M, (long long)g->N, (long long)g->K,
            g_bf16 ? "bf16" : bt_dtype_name(g->fa), g_bf16 ? "bf16" : "f8e4m3", bt_dtype_name(g->dt), g->residual ? ", + residual" : "",
            g->acc ? ", accumulating" : "", made ? p.n_cand : 0, made ? (bias && !p.epi_bias ? " (no bias epilogue)" : "") : " (NO ALGORITHM)");
-    g->pick6 = g->best = g->all = 0;
+    g->pick8 = g->best = g->all = 0;
     if (made) {
         float beta = g->residual || g->acc ? 1.f : 0.f, pick_w = 1e30f, pick_c = 1e30f, best_c = 1e30f;
         int ipick = -1, ibest = -1;
@@ -241,12 +241,12 @@ static void run_prod(prod *g, const float *sa, const float *sb, void *biasbuf, i
             float w = time_algo(c, &p, &p.cand[i], A, B, C, R, beta, 0), k = time_algo(c, &p, &p.cand[i], A, B, C, R, beta, 1);
             if (!g_all) printf("  #%-2d warm %8.1f us  cold %8.1f us %6.0f TFLOP/s  %s\n", i, w, k, k > 0 ? fl / (k * 1e-6) / 1e12 : 0, d);
             if (w <= 0 || k <= 0) continue;
-            if (i < 6 && w < pick_w) { pick_w = w; pick_c = k; ipick = i; }
+            if (i < 8 && w < pick_w) { pick_w = w; pick_c = k; ipick = i; }
             if (k < best_c) { best_c = k; ibest = i; }
         }
-        printf("  => pick6 #%d cold %.1f us (%.0f TFLOP/s), best #%d cold %.1f us (%.0f TFLOP/s)\n", ipick, pick_c,
+        printf("  => pick8 #%d cold %.1f us (%.0f TFLOP/s), best #%d cold %.1f us (%.0f TFLOP/s)\n", ipick, pick_c,
                fl / (pick_c * 1e-6) / 1e12, ibest, best_c, fl / (best_c * 1e-6) / 1e12);
-        g->pick6 = pick_c; g->best = best_c; g->all = best_c;
+        g->pick8 = pick_c; g->best = best_c; g->all = best_c;
         if (g_all) {
             char d[128] = "";
             int checked = 0, valid = 0;
@@ -301,16 +301,16 @@ int main(int argc, char **argv) {
     float pick = 0, best = 0, all = 0, pick128 = 0;
     for (int i = 0; i < 12; i++) {
         run_prod(&ps[i], sc, sc + 4, biasbuf, ps[i].bias ? 0 : -1);
-        pick += ps[i].pick6; best += ps[i].best; all += ps[i].all;
+        pick += ps[i].pick8; best += ps[i].best; all += ps[i].all;
         if (ps[i].bias && !g_all) {                   /* the other alignment class */
             prod o = ps[i];
             run_prod(&o, sc, sc + 4, biasbuf, 128);
-            pick128 += o.pick6 - ps[i].pick6;
+            pick128 += o.pick8 - ps[i].pick8;
         }
     }
     int64_t L = C == 1600 ? 48 : 12;
-    printf("\na layer's 12 products, cold: pick6 %.1f us, best %.1f us; half the layers with their biases 128 bytes off: %+.1f us a "
-           "layer on average; x %lld layers: pick6 %.2f ms, best %.2f ms\n", pick, best, pick128 / 2, (long long)L, (pick + pick128 / 2) * L / 1e3,
+    printf("\na layer's 12 products, cold: pick8 %.1f us, best %.1f us; half the layers with their biases 128 bytes off: %+.1f us a "
+           "layer on average; x %lld layers: pick8 %.2f ms, best %.2f ms\n", pick, best, pick128 / 2, (long long)L, (pick + pick128 / 2) * L / 1e3,
            best * L / 1e3);
     if (g_all) printf("the search's best: %.1f us a layer (%.3fx the heuristic list's best), x %lld layers %.2f ms\n", all, all / best,
                       (long long)L, all * L / 1e3);

@@ -14,6 +14,8 @@
          amax as v2 for finite gradients, but a NaN drops out of the max where v2 (and v1) keep it
      v4  v1 with its amax merged per warp (a warp max, one atomic where it beats the value read)
          instead of a block barrier and one atomic a row; v5 v1 without merging it (timing only)
+     v6  v1 writing each row's bytes over the row's own logits (its first Vp bytes of 2 Vp), not into
+         a buffer of their own; v7 v1 with streaming stores (st.global.cs; timing only)
    v1, v2 and v3 are checked against each other (q, the losses, lse and the amax bits, on fresh random
    logits, every byte), and v1 against v2 again with a NaN logit in one row (its gradient all NaN: the
    amax must say so). Timed with CUDA events (the median of 50 calls) at [5248, 50304 of 50257] bf16,
@@ -31,6 +33,12 @@
    at each row's end (H200, 2026-12-04, [10496, 50304], two runs): v1 701.8 / 702.0 us, v4 695.9 /
    697.6 (the same bytes and amax, a NaN's too), v5 693.3 / 693.7, v0 625.3 / 627.2: the merge costs
    ~8 us of v1's 76 over bf16's; not shipped for 0.04% of the default run.
+   Writing over the logits (H200, 2026-12-04, [10496, 50304], two runs): v6 676.1 / 676.8 us against
+   v1's 704.1 / 703.6 and v0's 625.8 / 626.5 (the same bytes, losses, lse and amax as v1, read back at
+   the pitch); streaming stores v7 701.4 / 701.4. So the separate buffer's stores are 28 us of the 78:
+   lines just read are cheaper to write than fresh ones. Not shipped: q over the logits needs the
+   head's products and the transpose to read q at a pitch of 2 Vp, and the unprimed step and rows
+   wider than shared memory the other layout (q alone, qt over the logits), for ~0.2% of the default run.
    Build: make dev (build/dev/xent_fp8_writer); run: build/dev/xent_fp8_writer [rows, default 5248] */
 #include "common.cuh"
 
@@ -105,6 +113,39 @@ struct xf_fp8_nomerge : bt__k_xf_fp8<T, 1> {
     }
 };
 
+/* v6: v1 writing each row's bytes over the row's own logits (the row's first Vp bytes of its 2 Vp, read
+   into shared memory before any is written), not into a buffer of their own: whether the separate
+   buffer's stores are what keeps v1 behind v0, which also writes in place */
+struct xf_fp8_over : bt__k_xf_fp8<T, 1> {
+    void shift(int64_t) {}
+    __device__ __forceinline__ void put(T *xr, int64_t, int64_t c, const T *a) {
+        uint32_t u[4], w[2] = {0u, 0u};
+        memcpy(u, a, 16);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            m = __vmaxu2(m, u[j] & 0x7fff7fffu);
+            const float2 fv = bt__k_pair_f32<T>(u[j]);
+            w[j >> 1] |= bt__k_fp8_cvt2<1>(__fmul_rn(fv.x, r), __fmul_rn(fv.y, r)) << (16 * (j & 1));
+        }
+        *reinterpret_cast<uint2 *>(reinterpret_cast<uint8_t *>(xr) + c * 8) = make_uint2(w[0], w[1]);
+    }
+};
+
+/* v7: v1 with q's stores marked streaming (st.global.cs: evict first), timing only beside v1 */
+struct xf_fp8_cs : bt__k_xf_fp8<T, 1> {
+    __device__ __forceinline__ void put(T *, int64_t row, int64_t c, const T *a) {
+        uint32_t u[4], w[2] = {0u, 0u};
+        memcpy(u, a, 16);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            m = __vmaxu2(m, u[j] & 0x7fff7fffu);
+            const float2 fv = bt__k_pair_f32<T>(u[j]);
+            w[j >> 1] |= bt__k_fp8_cvt2<1>(__fmul_rn(fv.x, r), __fmul_rn(fv.y, r)) << (16 * (j & 1));
+        }
+        __stcs(reinterpret_cast<uint2 *>(q + row * Vp + c * 8), make_uint2(w[0], w[1]));
+    }
+};
+
 int main(int argc, char **argv) {
     bt_k_init(0);
     cudaStream_t s = (cudaStream_t)0;
@@ -112,9 +153,9 @@ int main(int argc, char **argv) {
     T *lg0, *lg;
     uint8_t *q[6];
     int32_t *tg;
-    float *loss[6], *lse[6], *gloss, *f;
+    float *loss[7], *lse[7], *gloss, *f;
     CK(cudaMalloc(&lg0, n * 2)); CK(cudaMalloc(&lg, n * 2)); CK(cudaMalloc(&tg, N * 4)); CK(cudaMalloc(&gloss, N * 4));
-    CK(cudaMalloc(&f, 24 * sizeof(float)));
+    CK(cudaMalloc(&f, 28 * sizeof(float)));
     for (int k = 1; k < 6; k++) { CK(cudaMalloc(&q[k], n)); CK(cudaMalloc(&loss[k], N * 4)); CK(cudaMalloc(&lse[k], N * 4)); }
     loss[0] = loss[1]; lse[0] = lse[1];
     fill_bf16(lg0, n, 7, -4.f, 4.f);
@@ -127,15 +168,20 @@ int main(int argc, char **argv) {
         free(ht); free(hg);
     }
     /* f [4 k ..]: version k's scale, scale used, amax bits */
-    float init[24] = {0.f};
-    for (int k = 1; k < 6; k++) { init[4 * k] = 4e-9f; init[4 * k + 1] = -1.f; }   /* g <= gloss = 1 / N: 1.9e-4 / 4e-9 < 57344 */
+    float init[28] = {0.f};
+    for (int k = 1; k < 7; k++) { init[4 * k] = 4e-9f; init[4 * k + 1] = -1.f; }   /* g <= gloss = 1 / N: 1.9e-4 / 4e-9 < 57344 */
     bt__k_xf_fp8<T, 1> w1 = {q[1], Vp, 0.f, f + 4, f + 5, (unsigned *)(f + 6), 0u};
     xf_fp8_widened w2 = {q[2], Vp, 0.f, f + 8, f + 9, (unsigned *)(f + 10), 0u};
     xf_fp8_pairs w3 = {q[3], Vp, 0.f, f + 12, f + 13, (unsigned *)(f + 14), __floats2bfloat162_rn(0.f, 0.f)};
     xf_fp8_warp w4;
     xf_fp8_nomerge w5;
+    xf_fp8_over w6;
+    xf_fp8_cs w7;
+    CK(cudaMalloc(&loss[6], N * 4)); CK(cudaMalloc(&lse[6], N * 4));
     w4.q = q[4]; w4.Vp = Vp; w4.r = 0.f; w4.scale_in = f + 16; w4.scale_used = f + 17; w4.amax = (unsigned *)(f + 18); w4.m = 0u;
     w5.q = q[5]; w5.Vp = Vp; w5.r = 0.f; w5.scale_in = f + 20; w5.scale_used = f + 21; w5.amax = (unsigned *)(f + 22); w5.m = 0u;
+    w7.q = q[5]; w7.Vp = Vp; w7.r = 0.f; w7.scale_in = f + 20; w7.scale_used = f + 21; w7.amax = (unsigned *)(f + 22); w7.m = 0u;
+    w6.q = NULL; w6.Vp = Vp; w6.r = 0.f; w6.scale_in = f + 24; w6.scale_used = f + 25; w6.amax = (unsigned *)(f + 26); w6.m = 0u;
     auto run = [&](int ver) {
         int ok = 0;
         if (ver == 0) ok = bt__k_xf_launch<T>(loss[0], lse[0], lg, tg, gloss, N, V, Vp, -100, NULL, bt__k_xf_inplace<T>(), s);
@@ -143,7 +189,9 @@ int main(int argc, char **argv) {
         else if (ver == 2) ok = bt__k_xf_launch<T>(loss[2], lse[2], lg0, tg, gloss, N, V, Vp, -100, NULL, w2, s);
         else if (ver == 3) ok = bt__k_xf_launch<T>(loss[3], lse[3], lg0, tg, gloss, N, V, Vp, -100, NULL, w3, s);
         else if (ver == 4) ok = bt__k_xf_launch<T>(loss[4], lse[4], lg0, tg, gloss, N, V, Vp, -100, NULL, w4, s);
-        else ok = bt__k_xf_launch<T>(loss[5], lse[5], lg0, tg, gloss, N, V, Vp, -100, NULL, w5, s);
+        else if (ver == 5) ok = bt__k_xf_launch<T>(loss[5], lse[5], lg0, tg, gloss, N, V, Vp, -100, NULL, w5, s);
+        else if (ver == 6) ok = bt__k_xf_launch<T>(loss[6], lse[6], lg, tg, gloss, N, V, Vp, -100, NULL, w6, s);
+        else ok = bt__k_xf_launch<T>(loss[5], lse[5], lg0, tg, gloss, N, V, Vp, -100, NULL, w7, s);
         if (!ok) { fprintf(stderr, "the fused kernel did not launch (shared memory)\n"); exit(1); }
     };
     auto check = [&](int a, int b) {   /* every byte of q, the losses, lse, the scale used and the amax bits */
@@ -155,6 +203,17 @@ int main(int argc, char **argv) {
     printf("[%lld, %lld of %lld] bf16 logits; v2 against v1: %s; v3 against v1: %s; v4 against v1: %s\n", (long long)N, (long long)V,
            (long long)Vp, check(1, 2) ? "DIFFERS" : "the same bytes, losses, lse, scale and amax", check(1, 3) ? "DIFFERS" : "the same",
            check(1, 4) ? "DIFFERS" : "the same");
+    {   /* v6 from a fresh copy of the logits: its bytes (a pitch of 2 Vp) against v1's */
+        CK(cudaMemcpy(lg, lg0, n * 2, cudaMemcpyDeviceToDevice));
+        run(6);
+        uint8_t *q6;
+        CK(cudaMalloc(&q6, n));
+        CK(cudaMemcpy2D(q6, Vp, lg, 2 * Vp, Vp, N, cudaMemcpyDeviceToDevice));
+        CK(cudaDeviceSynchronize());
+        const long bad = differ(q[1], q6, n) + differ(loss[1], loss[6], N * 4) + differ(lse[1], lse[6], N * 4) + differ(f + 5, f + 25, 8);
+        printf("  v6 against v1: %s\n", bad ? "DIFFERS" : "the same bytes, losses, lse, scale and amax");
+        CK(cudaFree(q6));
+    }
     {   /* a NaN logit in row 3: its gradient all NaN, the amax NaN */
         const uint16_t nan = 0x7fc0;
         CK(cudaMemcpy((uint16_t *)lg0 + 3 * Vp + 100, &nan, 2, cudaMemcpyHostToDevice));
@@ -166,13 +225,14 @@ int main(int argc, char **argv) {
                check(1, 2) ? "DIFFERS" : "the same bytes and amax", check(1, 4) ? "DIFFERS" : "the same", h[6], h[10], h[14], h[18]);
         fill_bf16(lg0, n, 7, -4.f, 4.f);
     }
-    for (int ver = 0; ver < 6; ver++) {
-        if (ver == 0) CK(cudaMemcpy(lg, lg0, n * 2, cudaMemcpyDeviceToDevice));   /* overwritten in place: values change, not the work */
+    for (int ver = 0; ver < 8; ver++) {
+        if (ver == 0 || ver == 6) CK(cudaMemcpy(lg, lg0, n * 2, cudaMemcpyDeviceToDevice));   /* overwritten in place: values change, not the work */
         const double us = median_us([&] { run(ver); }, s);
         printf("  v%d  %7.1f us  %.3f ps a logit  (%s)\n", ver, us, us * 1e6 / (double)n,
-               ver == 0 ? "bf16 in place, 2 + 2 bytes a logit" : ver == 5 ? "e5m2, the amax not merged: timing only" : "e5m2 written, 2 + 1 bytes a logit");
+               ver == 0 ? "bf16 in place, 2 + 2 bytes a logit" : ver == 6 ? "e5m2 over the row's logits, 2 + 1 bytes a logit" : ver == 7 ? "e5m2, streaming stores" : ver == 5 ? "e5m2, the amax not merged: timing only" : "e5m2 written, 2 + 1 bytes a logit");
     }
     CK(cudaFree(lg0)); CK(cudaFree(lg)); CK(cudaFree(tg)); CK(cudaFree(gloss)); CK(cudaFree(f));
     for (int k = 1; k < 6; k++) { CK(cudaFree(q[k])); CK(cudaFree(loss[k])); CK(cudaFree(lse[k])); }
+    CK(cudaFree(loss[6])); CK(cudaFree(lse[6]));
     return 0;
 }
