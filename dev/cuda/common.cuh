@@ -51,4 +51,41 @@ template <typename F> static double median_us(F launch, cudaStream_t s) {
     std::sort(ms, ms + REPS);
     return 1e3 * ms[REPS / 2];
 }
+/* the copy engine's 2-d boxes (the ladders' copy-engine versions): a box of map at (c0, c1) into shared
+   memory, completing on mbarrier bar (its bytes expected by bt__k_mbar_expect), or from shared memory
+   to global in a bulk group */
+__device__ __forceinline__ void tma_load2d(uint32_t sdst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+                 ::"r"(sdst), "l"(map), "r"(c0), "r"(c1), "r"(bar) : "memory");
+}
+__device__ __forceinline__ void tma_store2d(const CUtensorMap *map, int c0, int c1, uint32_t ssrc) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
+                 ::"l"(map), "r"(c0), "r"(c1), "r"(ssrc) : "memory");
+}
+/* a ring of ns stages whose full barriers are the 8-byte words at sfull: thread 0 makes them and issues
+   issue(stage, tile) for the block's first ns tiles (blockIdx.x, + gridDim.x, ..) below ntiles; then the
+   block's barrier */
+template <typename F> __device__ __forceinline__ void ring_prime(uint32_t sfull, int ns, int64_t ntiles, F issue) {
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < ns; i++) bt__k_mbar_init(sfull + 8 * i, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        for (int i = 0; i < ns; i++)
+            if (blockIdx.x + (int64_t)i * gridDim.x < ntiles) issue(i, blockIdx.x + (int64_t)i * gridDim.x);
+    }
+    __syncthreads();
+}
+/* the 2-d tensor map of a row-major [rows, cols] matrix of esize-byte elements: boxes of bc columns x br
+   rows, swizzle sw, zeros past the edge; exits with who's message where the driver cannot */
+static void map2d(CUtensorMap *m, const void *p, CUtensorMapDataType dt, int esize, int64_t rows, int64_t cols, int bc, int br,
+                  CUtensorMapSwizzle sw, const char *who) {
+    bt__k_tmap_encode_fn enc = bt__k_tmap_encoder();
+    if (!enc) { fprintf(stderr, "%s: no cuTensorMapEncodeTiled in this driver\n", who); exit(1); }
+    const cuuint64_t dim[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, str[1] = {(cuuint64_t)(cols * esize)};
+    const cuuint32_t box[2] = {(cuuint32_t)bc, (cuuint32_t)br}, one[2] = {1, 1};
+    if (enc(m, dt, 2, (void *)p, dim, str, box, one, CU_TENSOR_MAP_INTERLEAVE_NONE, sw, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+        fprintf(stderr, "%s: cuTensorMapEncodeTiled refused [%lld, %lld]\n", who, (long long)rows, (long long)cols);
+        exit(1);
+    }
+}
 #endif

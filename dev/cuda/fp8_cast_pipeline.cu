@@ -32,7 +32,8 @@
      v4  the copy engine both ways (below: a ring of shared stages the tensor memory accelerator
          fills, bulk tensor stores of q and qt from staging tiles), persistent, 2 blocks an SM (DGELU 1)
      v5  v0's kernel with its tiles taken column tile by column tile (as the byte transpose takes
-         them since: the resident blocks write long runs of each qt row), no column sums
+         them since: the resident blocks write long runs of each qt row), no column sums; measured,
+         then its code removed (it is in commit e46fca0)
    Measured (H200, 2026-12-04), us, v0 / v4 / v5 / q / copy: the default run's activation [262144,
    768] 229.4-230.5 / 238.2-240.7 / 262.9 / 153.4 / 191.9, GELU [262144, 3072] 984.8-985.5 / 1006.9-
    1008.7 / 1058.8 / 770 / 756; DGELU 1489.8 / 2008.5 (one block an SM: 99 KB of stages) / - / 1164 /
@@ -49,6 +50,8 @@
    and qkv gradient [8192, 4800]; 124M B 16's hidden layer [16384, 3072]; the default run's (262,144
    rows) activation [262144, 768] and hidden layer [262144, 3072]; [262208, 768], [262208, 3072] and
    [262160, 768] (qt's rows not 2^18 bytes apart).
+   v4's copy-engine helpers moved into common.cuh after these runs (the same instructions; built, not run
+   since).
    Build: make dev (build/dev/fp8_cast_pipeline); run: build/dev/fp8_cast_pipeline [first case [last case]] */
 #include "common.cuh"
 typedef __nv_bfloat16 T;
@@ -153,14 +156,6 @@ template <int ACT> __host__ __device__ constexpr int nin() { return ACT == BT_FP
 template <int ACT> __host__ __device__ constexpr int nst() { return ACT == BT_FP8_ACT_DGELU ? 2 : 3; }
 template <int ACT> __host__ __device__ constexpr int smem() { return 1024 + nst<ACT>() * nin<ACT>() * BR * BC * 2 + 4 * BR * BC; }
 struct maps { CUtensorMap x, h, q, qt; };
-__device__ __forceinline__ void load2(uint32_t sdst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
-                 ::"r"(sdst), "l"(map), "r"(c0), "r"(c1), "r"(bar) : "memory");
-}
-__device__ __forceinline__ void store2(const CUtensorMap *map, int c0, int c1, uint32_t ssrc) {
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
-                 ::"l"(map), "r"(c0), "r"(c1), "r"(ssrc) : "memory");
-}
 template <int E5M2, int ACT>
 __global__ void __launch_bounds__(256) cast(const __grid_constant__ maps mp, float *colsum, int64_t rows, int64_t cols,
                                             const float *scale_in, float *scale_used, unsigned *amax_acc) {
@@ -179,16 +174,10 @@ __global__ void __launch_bounds__(256) cast(const __grid_constant__ maps mp, flo
     auto issue = [&](int st, int64_t tt) {
         const int r0 = (int)(tt / tc * BR), c0 = (int)(tt % tc * BC);
         bt__k_mbar_expect(sfull + 8 * st, NI * IN);
-        load2(sbase + st * NI * IN, &mp.x, c0, r0, sfull + 8 * st);
-        if (NI == 2) load2(sbase + st * NI * IN + IN, &mp.h, c0, r0, sfull + 8 * st);
+        tma_load2d(sbase + st * NI * IN, &mp.x, c0, r0, sfull + 8 * st);
+        if (NI == 2) tma_load2d(sbase + st * NI * IN + IN, &mp.h, c0, r0, sfull + 8 * st);
     };
-    if (t == 0) {
-        for (int i = 0; i < NS; i++) bt__k_mbar_init(sfull + 8 * i, 1);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        for (int i = 0; i < NS; i++)
-            if (blockIdx.x + (int64_t)i * gridDim.x < ntiles) issue(i, blockIdx.x + (int64_t)i * gridDim.x);
-    }
-    __syncthreads();
+    ring_prime(sfull, NS, ntiles, issue);
     unsigned m = 0;
     int k = 0;
     for (int64_t tt = blockIdx.x; tt < ntiles; tt += gridDim.x, k++) {
@@ -253,8 +242,8 @@ __global__ void __launch_bounds__(256) cast(const __grid_constant__ maps mp, flo
         if (t == 0) bt__k_bulk_wait_read();           /* the previous tile's stores (the other buffers) have read them */
         __syncthreads();                              /* B */
         if (t == 0) {
-            store2(&mp.q, (int)c0, (int)r0, (uint32_t)__cvta_generic_to_shared(qb));
-            store2(&mp.qt, (int)r0, (int)c0, (uint32_t)__cvta_generic_to_shared(qtb));
+            tma_store2d(&mp.q, (int)c0, (int)r0, (uint32_t)__cvta_generic_to_shared(qb));
+            tma_store2d(&mp.qt, (int)r0, (int)c0, (uint32_t)__cvta_generic_to_shared(qtb));
             bt__k_bulk_commit();
         }
     }
@@ -263,77 +252,26 @@ __global__ void __launch_bounds__(256) cast(const __grid_constant__ maps mp, flo
     m = bt__k_block_umax(m);
     if (t == 0 && m) atomicMax(amax_acc, m);
 }
-/* 2-d map of a row-major [rows, cols] matrix of `esize`-byte elements: boxes of bc columns x br rows */
-static void map2(CUtensorMap *m, const void *p, CUtensorMapDataType dt, int esize, int64_t rows, int64_t cols, int bc, int br,
-                 CUtensorMapSwizzle sw) {
-    bt__k_tmap_encode_fn enc = bt__k_tmap_encoder();
-    if (!enc) { fprintf(stderr, "fp8_cast_pipeline: no cuTensorMapEncodeTiled in this driver\n"); exit(1); }
-    const cuuint64_t dim[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, str[1] = {(cuuint64_t)(cols * esize)};
-    const cuuint32_t box[2] = {(cuuint32_t)bc, (cuuint32_t)br}, one[2] = {1, 1};
-    if (enc(m, dt, 2, (void *)p, dim, str, box, one, CU_TENSOR_MAP_INTERLEAVE_NONE, sw, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
-        fprintf(stderr, "fp8_cast_pipeline: cuTensorMapEncodeTiled refused [%lld, %lld]\n", (long long)rows, (long long)cols);
-        exit(1);
-    }
-}
 template <int E5M2, int ACT>
 static void launch(const T *x, const T *h, uint8_t *q, uint8_t *qt, float *cs, int64_t rows, int64_t cols, float *f, cudaStream_t s) {
     static maps mp;
     static int grid_per_sm = 0, sms = 0;
+    const char *W = "fp8_cast_pipeline";
     if (!grid_per_sm) {
         CK(cudaFuncSetAttribute(cast<E5M2, ACT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem<ACT>()));
         CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&grid_per_sm, cast<E5M2, ACT>, 256, smem<ACT>()));
         CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
         printf("    (v4: %d blocks an SM, %d bytes of dynamic shared memory)\n", grid_per_sm, smem<ACT>());
     }
-    map2(&mp.x, x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, rows, cols, BC, BR, CU_TENSOR_MAP_SWIZZLE_NONE);   /* each call: host work only */
-    map2(&mp.h, h ? h : x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, rows, cols, BC, BR, CU_TENSOR_MAP_SWIZZLE_NONE);
-    map2(&mp.q, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, rows, cols, BC, BR, CU_TENSOR_MAP_SWIZZLE_NONE);
-    map2(&mp.qt, qt, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, cols, rows, BR, BC, CU_TENSOR_MAP_SWIZZLE_128B);
+    map2d(&mp.x, x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, rows, cols, BC, BR, CU_TENSOR_MAP_SWIZZLE_NONE, W);   /* each call: host work only */
+    map2d(&mp.h, h ? h : x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, rows, cols, BC, BR, CU_TENSOR_MAP_SWIZZLE_NONE, W);
+    map2d(&mp.q, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, rows, cols, BC, BR, CU_TENSOR_MAP_SWIZZLE_NONE, W);
+    map2d(&mp.qt, qt, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, cols, rows, BR, BC, CU_TENSOR_MAP_SWIZZLE_128B, W);
     const int64_t ntiles = (rows + BR - 1) / BR * ((cols + BC - 1) / BC);
     const unsigned grid = (unsigned)std::min<int64_t>(ntiles, (int64_t)sms * grid_per_sm);
     cast<E5M2, ACT><<<grid, 256, smem<ACT>(), s>>>(mp, cs, rows, cols, f, f + 1, (unsigned *)(f + 2));
 }
 }   // namespace tma
-
-/* v5: v0's kernel (no column sums) with its tiles taken column by column: tile tt is row band tt % tr,
-   column tile tt / tr, so the blocks resident at once cover a few column tiles over many row bands and
-   each qt row is written in long runs at about the same time, where v0's row-band order spreads the
-   resident blocks over every column tile of a few bands (qt's rows in 64- or 128-byte pieces far apart) */
-template <int E5M2, int ACT, int RT>
-__global__ void __launch_bounds__(256) cast_colmajor(uint8_t *q, uint8_t *qt, const T *x, int64_t rows, int64_t cols,
-                                                     const float *scale_in, float *scale_used, unsigned *amax_acc) {
-    __shared__ uint32_t tile[64 * RT][17];
-    const float s = *scale_in, r = 1.f / s;
-    const int t = threadIdx.x, cx = t & 7, ry = t >> 3, tcol = t >> 2, tk = t & 3;
-    const int64_t tr = (rows + 64 * RT - 1) / (64 * RT), ntiles = tr * ((cols + 63) / 64);
-    unsigned m = 0;
-    for (int64_t tt = blockIdx.x; tt < ntiles; tt += gridDim.x) {
-        const int64_t r0 = tt % tr * 64 * RT, c0 = tt / tr * 64;
-#pragma unroll
-        for (int a = 0; a < RT; a++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int lr = 64 * a + ry + 32 * h;
-                const int64_t i = r0 + lr, c = c0 + cx * 8;
-                uint2 w = make_uint2(0u, 0u);
-                if (i < rows && c < cols) {
-                    float fv[8];
-                    bt__k_fp8_vals8<T, ACT>(fv, x, NULL, i, c, cols);
-                    w = bt__k_fp8_pack8<E5M2>(fv, r, m);
-                    *reinterpret_cast<uint2 *>(q + i * cols + c) = w;
-                }
-                tile[lr][2 * cx] = w.x; tile[lr][2 * cx + 1] = w.y;
-            }
-        __syncthreads();
-#pragma unroll
-        for (int a = 0; a < RT; a++) bt__k_fp8_tile_col(qt, tile + 64 * a, r0 + 64 * a, c0, rows, cols, tcol, tk);
-        __syncthreads();
-    }
-    if (blockIdx.x == 0 && t == 0) *scale_used = s;
-    m = bt__k_block_umax(m);
-    if (t == 0 && m) atomicMax(amax_acc, m);
-}
 
 struct bufs { uint8_t *q, *qt; float *cs, *f; };   /* f: [0] scale, [1] scale used, [2] amax */
 static void run(const char *ver, int act, int e5, const T *x, const T *h, int64_t rows, int64_t cols, bufs b, cudaStream_t s) {
@@ -367,15 +305,6 @@ static void run(const char *ver, int act, int e5, const T *x, const T *h, int64_
         CK(cudaGetLastError());
         return;
     }
-    if (!strcmp(ver, "v5")) {   /* X at 64 rows, GELU at 128 (v0's heights); DGELU not here */
-        if (act == BT_FP8_ACT_DGELU) return;
-        const int rt = act == BT_FP8_ACT_GELU ? 2 : 1;
-        const unsigned g5 = (unsigned)std::min<int64_t>((rows + 64 * rt - 1) / (64 * rt) * ((cols + 63) / 64), (int64_t)sms * 16);
-        if (act == BT_FP8_ACT_X) { if (e5) cast_colmajor<1, BT_FP8_ACT_X, 1><<<g5, 256, 0, s>>>(b.q, b.qt, x, rows, cols, b.f, b.f + 1, am); else cast_colmajor<0, BT_FP8_ACT_X, 1><<<g5, 256, 0, s>>>(b.q, b.qt, x, rows, cols, b.f, b.f + 1, am); }
-        else { if (e5) cast_colmajor<1, BT_FP8_ACT_GELU, 2><<<g5, 256, 0, s>>>(b.q, b.qt, x, rows, cols, b.f, b.f + 1, am); else cast_colmajor<0, BT_FP8_ACT_GELU, 2><<<g5, 256, 0, s>>>(b.q, b.qt, x, rows, cols, b.f, b.f + 1, am); }
-        CK(cudaGetLastError());
-        return;
-    }
     const int v2 = !strcmp(ver, "v2");
 #define L(K, E, A) K<E, A><<<grid, 256, 0, s>>>(b.q, b.qt, b.cs, x, h, rows, cols, b.f, b.f + 1, am)
 #define LL(E, A) do { if (v2) L(cast_next_occ, E, A); else L(cast_next, E, A); } while (0)
@@ -405,7 +334,7 @@ int main(int argc, char **argv) {
         {"e4m3 of GELU (default run, 64 rows more)", BT_FP8_ACT_GELU, 0, 262208, 3072},
         {"e4m3, an activation (default run, 16 rows more)", BT_FP8_ACT_X, 0, 262160, 768},
     };
-    const char *vers[] = {"v0", "v1", "v2", "v3", "v4", "v5", "q", "copy"};
+    const char *vers[] = {"v0", "v1", "v2", "v3", "v4", "q", "copy"};
     for (size_t k = first; k < sizeof cases / sizeof cases[0] && k <= last; k++) {
         const int64_t rows = cases[k].rows, cols = cases[k].cols, n = rows * cols;
         const int act = cases[k].act, e5 = cases[k].e5;
@@ -422,7 +351,6 @@ int main(int argc, char **argv) {
         const float scale = (act == BT_FP8_ACT_DGELU ? 1e-3f * 4.f * 1.2f : 4.f) / (e5 ? 57344.f : 448.f);
         printf("%s [%lld, %lld] bf16\n", cases[k].what, (long long)rows, (long long)cols);
         for (size_t v = 0; v < sizeof vers / sizeof vers[0]; v++) {
-            if (!strcmp(vers[v], "v5") && act == BT_FP8_ACT_DGELU) continue;   /* v5 has no DGELU */
             const float init[4] = {scale, -1.f, 0.f, 0.f};
             for (int j = 0; j < 2; j++) {
                 CK(cudaMemcpy(b[j].f, init, sizeof init, cudaMemcpyHostToDevice));
@@ -432,7 +360,7 @@ int main(int argc, char **argv) {
             run(vers[v], act, e5, x, h, rows, cols, b[1], s);
             CK(cudaDeviceSynchronize());
             const char *check = "";
-            if (!strcmp(vers[v], "v1") || !strcmp(vers[v], "v2") || !strcmp(vers[v], "v3") || !strcmp(vers[v], "v4") || (!strcmp(vers[v], "v5") && act != BT_FP8_ACT_DGELU)) {
+            if (!strcmp(vers[v], "v1") || !strcmp(vers[v], "v2") || !strcmp(vers[v], "v3") || !strcmp(vers[v], "v4")) {
                 long bad = differ(b[0].q, b[1].q, (size_t)n) + differ(b[0].qt, b[1].qt, (size_t)n) + differ(b[0].f + 1, b[1].f + 1, 8);
                 if (act == BT_FP8_ACT_DGELU) bad += differ(b[0].cs, b[1].cs, sizeof(float) * (size_t)((rows + 63) / 64 * cols));
                 check = bad ? "DIFFERS from v0" : "the same bytes as v0";

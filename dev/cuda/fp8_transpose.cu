@@ -36,6 +36,8 @@
    rows under the 1 GiB cap, the last 4,992), [10496, 50304] (25 chunks) and its layernorm output
    [262144, 768]; [262208, 768], [10512, 50304] and [262160, 768] (qt's rows not 2^k or not 128-byte
    aligned apart).
+   v6's copy-engine helpers moved into common.cuh after these runs (the same instructions; built, not run
+   since).
    Build: make dev (build/dev/fp8_transpose); run: build/dev/fp8_transpose [first shape [last shape]] */
 #include "common.cuh"
 
@@ -77,17 +79,9 @@ __global__ void __launch_bounds__(256) transpose(const __grid_constant__ maps mp
     const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(base), sfull = (uint32_t)__cvta_generic_to_shared(full);
     auto issue = [&](int st, int64_t tt) {
         bt__k_mbar_expect(sfull + 8 * st, TB);
-        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
-                     ::"r"(sbase + st * TB), "l"(&mp.q), "r"((int)(tt % tc * 128)), "r"((int)(tt / tc * 128)), "r"(sfull + 8 * st)
-                     : "memory");
+        tma_load2d(sbase + st * TB, &mp.q, (int)(tt % tc * 128), (int)(tt / tc * 128), sfull + 8 * st);
     };
-    if (t == 0) {
-        for (int i = 0; i < NS; i++) bt__k_mbar_init(sfull + 8 * i, 1);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        for (int i = 0; i < NS; i++)
-            if (blockIdx.x + (int64_t)i * gridDim.x < ntiles) issue(i, blockIdx.x + (int64_t)i * gridDim.x);
-    }
-    __syncthreads();
+    ring_prime(sfull, NS, ntiles, issue);
     int k = 0;
     for (int64_t tt = blockIdx.x; tt < ntiles; tt += gridDim.x, k++) {
         const int st = k % NS;
@@ -125,23 +119,11 @@ __global__ void __launch_bounds__(256) transpose(const __grid_constant__ maps mp
         if (t == 0) bt__k_bulk_wait_read();
         __syncthreads();
         if (t == 0) {
-            asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
-                         ::"l"(&mp.qt), "r"((int)r0), "r"((int)c0), "r"((uint32_t)__cvta_generic_to_shared(qtb)) : "memory");
+            tma_store2d(&mp.qt, (int)r0, (int)c0, (uint32_t)__cvta_generic_to_shared(qtb));
             bt__k_bulk_commit();
         }
     }
     if (t == 0) bt__k_bulk_wait();
-}
-static void map2(CUtensorMap *m, const void *p, int64_t rows, int64_t cols) {
-    bt__k_tmap_encode_fn enc = bt__k_tmap_encoder();
-    if (!enc) { fprintf(stderr, "fp8_transpose: no cuTensorMapEncodeTiled in this driver\n"); exit(1); }
-    const cuuint64_t dim[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, str[1] = {(cuuint64_t)cols};
-    const cuuint32_t box[2] = {128, 128}, one[2] = {1, 1};
-    if (enc(m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)p, dim, str, box, one, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
-        fprintf(stderr, "fp8_transpose: cuTensorMapEncodeTiled refused [%lld, %lld]\n", (long long)rows, (long long)cols);
-        exit(1);
-    }
 }
 static void launch(uint8_t *qt, const uint8_t *q, int64_t rows, int64_t cols, cudaStream_t s) {
     static int per_sm = 0, sms = 0;
@@ -153,8 +135,8 @@ static void launch(uint8_t *qt, const uint8_t *q, int64_t rows, int64_t cols, cu
         printf("    (v6: %d blocks an SM)\n", per_sm);
     }
     maps mp;
-    map2(&mp.q, q, rows, cols);
-    map2(&mp.qt, qt, cols, rows);
+    map2d(&mp.q, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, rows, cols, 128, 128, CU_TENSOR_MAP_SWIZZLE_128B, "fp8_transpose");
+    map2d(&mp.qt, qt, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, cols, rows, 128, 128, CU_TENSOR_MAP_SWIZZLE_128B, "fp8_transpose");
     const int64_t nt = (rows + 127) / 128 * ((cols + 127) / 128);
     transpose<<<(unsigned)std::min<int64_t>(nt, (int64_t)sms * per_sm), 256, bytes, s>>>(mp, rows, cols);
 }

@@ -113,36 +113,33 @@ struct xf_fp8_nomerge : bt__k_xf_fp8<T, 1> {
     }
 };
 
+/* v1's packing (bt_fp8.cuh's bt__k_xf_fp8::put without its store): 8 bf16 values a as e5m2 bytes of a * r,
+   m <- the larger of it and their |bits| two lanes a word (v6 and v7 store it elsewhere) */
+__device__ __forceinline__ uint2 pack_e5m2(const T *a, float r, unsigned &m) {
+    uint32_t u[4], w[2] = {0u, 0u};
+    memcpy(u, a, 16);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        m = __vmaxu2(m, u[j] & 0x7fff7fffu);
+        const float2 fv = bt__k_pair_f32<T>(u[j]);
+        w[j >> 1] |= bt__k_fp8_cvt2<1>(__fmul_rn(fv.x, r), __fmul_rn(fv.y, r)) << (16 * (j & 1));
+    }
+    return make_uint2(w[0], w[1]);
+}
 /* v6: v1 writing each row's bytes over the row's own logits (the row's first Vp bytes of its 2 Vp, read
    into shared memory before any is written), not into a buffer of their own: whether the separate
    buffer's stores are what keeps v1 behind v0, which also writes in place */
 struct xf_fp8_over : bt__k_xf_fp8<T, 1> {
     void shift(int64_t) {}
     __device__ __forceinline__ void put(T *xr, int64_t, int64_t c, const T *a) {
-        uint32_t u[4], w[2] = {0u, 0u};
-        memcpy(u, a, 16);
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            m = __vmaxu2(m, u[j] & 0x7fff7fffu);
-            const float2 fv = bt__k_pair_f32<T>(u[j]);
-            w[j >> 1] |= bt__k_fp8_cvt2<1>(__fmul_rn(fv.x, r), __fmul_rn(fv.y, r)) << (16 * (j & 1));
-        }
-        *reinterpret_cast<uint2 *>(reinterpret_cast<uint8_t *>(xr) + c * 8) = make_uint2(w[0], w[1]);
+        *reinterpret_cast<uint2 *>(reinterpret_cast<uint8_t *>(xr) + c * 8) = pack_e5m2(a, r, m);
     }
 };
 
 /* v7: v1 with q's stores marked streaming (st.global.cs: evict first), timing only beside v1 */
 struct xf_fp8_cs : bt__k_xf_fp8<T, 1> {
     __device__ __forceinline__ void put(T *, int64_t row, int64_t c, const T *a) {
-        uint32_t u[4], w[2] = {0u, 0u};
-        memcpy(u, a, 16);
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            m = __vmaxu2(m, u[j] & 0x7fff7fffu);
-            const float2 fv = bt__k_pair_f32<T>(u[j]);
-            w[j >> 1] |= bt__k_fp8_cvt2<1>(__fmul_rn(fv.x, r), __fmul_rn(fv.y, r)) << (16 * (j & 1));
-        }
-        __stcs(reinterpret_cast<uint2 *>(q + row * Vp + c * 8), make_uint2(w[0], w[1]));
+        __stcs(reinterpret_cast<uint2 *>(q + row * Vp + c * 8), pack_e5m2(a, r, m));
     }
 };
 
