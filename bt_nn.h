@@ -1055,9 +1055,8 @@ static void bt__lxent_f8_free(bt__lxent_f8 *f) {
 static bt_tensor *bt__bytes_view(bt_tensor *t, bt_dtype fmt, int64_t rows, int64_t cols) {
     if (t->offset || bt_dtype_size(fmt) != 1 || (size_t)(rows * cols) > t->storage->nbytes)
         bt_error("bytes_view: [%lld, %lld] bytes do not fit %s's buffer", (long long)rows, (long long)cols, bt__s(t));
-    bt_tensor *v = bt__alias(t);
-    v->dtype = fmt; v->ndim = 2; v->shape[0] = rows; v->shape[1] = cols;
-    bt__set_contiguous_strides(v);
+    bt_tensor *v = bt__view_dense(t, bt_shape2(rows, cols));
+    v->dtype = fmt;
     return v;
 }
 /* rows [r0, r0 + n) of a contiguous t read as [n, cols] (owned: released by the caller) */
